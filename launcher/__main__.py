@@ -1,0 +1,7 @@
+"""``python -m launcher`` is the same as the ``tfcluster`` console script."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

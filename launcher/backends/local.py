@@ -1,0 +1,191 @@
+"""Local backend: every task is a child process of this launcher, on this machine.
+
+Each task runs under ``taskwrap.py`` as the leader of its own session and process group, so
+stopping it is ``killpg`` on a PID we started (never a name pattern), and the wrapper's stdin
+pipe is a lifeline: if this launcher dies, even by SIGKILL, the pipe closes and the wrapper
+takes its task group down.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Mapping, Optional
+
+from ..errors import LaunchError
+from ..plan import Plan, PlannedTask
+from ..procinfo import start_time
+from .base import Backend, LineSink, TaskHandle, normalize_exit
+
+TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
+# After the leader is reaped its pgid could in theory be reused; only signal it shortly after.
+_REAPED_SIGNAL_WINDOW = 5.0
+
+
+class LocalTask(TaskHandle):
+    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink) -> None:
+        super().__init__(task)
+        self.proc = proc
+        self.pgid = proc.pid  # start_new_session: the wrapper leads its own group
+        self._reaped_at: Optional[float] = None
+        self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"out-{task.key}")
+        self._reader.start()
+
+    def _pump(self, on_line: LineSink) -> None:
+        stream = self.proc.stdout
+        assert stream is not None
+        for raw in iter(stream.readline, b""):
+            on_line(self.key, raw.decode("utf-8", "replace").rstrip("\r\n"))
+        stream.close()
+
+    def poll(self) -> Optional[int]:
+        code = self.proc.poll()
+        if code is None:
+            return None
+        if self._reaped_at is None:
+            self._reaped_at = time.monotonic()
+            # Let the reader drain what the task printed last (bounded).
+            self._reader.join(timeout=2.0)
+            if self.proc.stdin:
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
+        return normalize_exit(code)
+
+    def signal(self, sig: int) -> None:
+        if self._reaped_at is not None and time.monotonic() - self._reaped_at > _REAPED_SIGNAL_WINDOW:
+            return
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def info(self) -> dict:
+        return {"pid": self.proc.pid, "pgid": self.pgid, "start_time": start_time(self.proc.pid)}
+
+    def state_note(self) -> str:
+        try:
+            with open(f"/proc/{self._task_pid()}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return ""
+        return "process is stopped (SIGSTOP?)" if state in ("T", "t") else ""
+
+    def _task_pid(self) -> int:
+        """The wrapped task's pid: the wrapper's only child."""
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as fh:
+                kids = fh.read().split()
+            return int(kids[0]) if kids else self.proc.pid
+        except (OSError, ValueError):
+            return self.proc.pid
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, workdir: Path, run_dir: Path, state_dir: Path, stop_grace: float = 5.0) -> None:
+        self.workdir = Path(workdir)
+        self.run_dir = Path(run_dir)
+        self.state_dir = Path(state_dir)
+        self.stop_grace = stop_grace
+
+    # -------------------------------------------------------------- preflight
+
+    def preflight(self, plan: Plan) -> None:
+        if not self.workdir.is_dir():
+            raise LaunchError(f"workdir: {self.workdir} is not a directory; create it or fix workdir in the spec")
+        argv0 = plan.tasks[0].command[0] if plan.tasks else ""
+        if argv0 and shutil.which(argv0, path=self._path()) is None and not (self.workdir / argv0).is_file():
+            raise LaunchError(
+                f"entrypoint: command '{argv0}' not found on PATH (task {plan.tasks[0].key}); "
+                "install it or give its full path"
+            )
+        for task in plan.tasks:
+            if task.port is None:
+                continue
+            problem = port_problem(task.port)
+            if problem:
+                raise LaunchError(
+                    f"port {task.port} on {task.host} is {problem} (task {task.key}); "
+                    "stop what holds it or change ports.base in the spec"
+                )
+
+    # -------------------------------------------------------------- tasks
+
+    def _path(self) -> str:
+        # Local tasks find the launcher's own Python first, so `python -m worker` uses this venv.
+        return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+    def task_env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(task.env)
+        env.update(
+            {
+                "PATH": self._path(),
+                "TFCLUSTER_RUN_DIR": str(self.run_dir),
+                "TFCLUSTER_STATE_DIR": str(self.state_dir),
+            }
+        )
+        env.update(extra)
+        return env
+
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> LocalTask:
+        argv = [sys.executable, str(TASKWRAP), "--grace", str(self.stop_grace), "--", *task.command]
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,  # the lifeline: closes when this launcher dies
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+            env=self.task_env(task, env),
+            start_new_session=True,
+            close_fds=True,
+        )
+        return LocalTask(task, proc, on_line)
+
+    def port_open(self, task: PlannedTask) -> bool:
+        if task.port is None:
+            return True
+        try:
+            with socket.create_connection(("127.0.0.1", task.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+
+def port_problem(port: int) -> Optional[str]:
+    """Why ``port`` cannot be bound here ("in use", "not permitted"), or None if it can.
+
+    SO_REUSEADDR like gRPC's own bind, so only a live listener (not TIME_WAIT) counts.
+    """
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((addr, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "in use"
+            if exc.errno == errno.EACCES:
+                return "not permitted (a privileged port)"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                continue
+            return f"not bindable ({exc.strerror})"
+        finally:
+            sock.close()
+    return None

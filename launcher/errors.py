@@ -1,0 +1,29 @@
+"""User-facing errors: each carries one line that names the culprit and the fix.
+
+The CLI prints these without a traceback and maps them to exit codes; anything else
+escaping to the top is a bug in tfcluster and is shown with its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error caused by the user's input or environment; printed as one line per message."""
+
+    exit_code = 2
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = tuple(lines)
+
+
+class SpecError(UserError):
+    """cluster.yaml is missing, malformed or violates a rule (exit 2)."""
+
+    exit_code = 2
+
+
+class LaunchError(UserError):
+    """The plan cannot be started here: a port is taken, a host unreachable (exit 1)."""
+
+    exit_code = 1

@@ -1,0 +1,213 @@
+"""spec -> plan: a pure function that places tasks, assigns ports and builds TF_CONFIG.
+
+The plan is the single immutable description every backend executes and ``tfcluster plan``
+prints; nothing here touches the network, the file system or the clock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from .errors import SpecError
+from .spec import TASK_TYPES, Host, Spec
+
+# Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
+CLUSTER_TYPES = ("chief", "worker", "ps")
+LOCAL_HOST = "localhost"
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    type: str
+    index: int
+    host: str  # host name (spec hosts, "localhost", or the container name)
+    address: str  # what other tasks dial
+    port: Optional[int]  # None for the evaluator, which serves nothing
+    tf_config_json: str
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    @property
+    def slug(self) -> str:
+        """File- and container-friendly name: ``worker-1``."""
+        return f"{self.type}-{self.index}"
+
+    @property
+    def endpoint(self) -> Optional[str]:
+        return f"{self.address}:{self.port}" if self.port is not None else None
+
+    @property
+    def tf_config(self) -> dict[str, Any]:
+        return json.loads(self.tf_config_json)
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    strategy: str
+    backend: str
+    tasks: tuple[PlannedTask, ...]
+    hosts: tuple[Host, ...] = field(default=())
+
+    def task(self, key: str) -> PlannedTask:
+        for t in self.tasks:
+            if t.key == key:
+                return t
+        raise KeyError(key)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(t.key for t in self.tasks)
+
+    @property
+    def success_task(self) -> str:
+        """The task whose exit decides success: the chief, or worker 0 when there is none."""
+        types = {t.type for t in self.tasks}
+        return "chief:0" if "chief" in types else "worker:0"
+
+    def host(self, name: str) -> Optional[Host]:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "strategy": self.strategy,
+            "backend": self.backend,
+            "tasks": [
+                {
+                    "type": t.type,
+                    "index": t.index,
+                    "host": t.host,
+                    "address": t.address,
+                    "port": t.port,
+                    "tf_config": t.tf_config,
+                    "command": list(t.command),
+                    "env": t.env_dict,
+                }
+                for t in self.tasks
+            ],
+        }
+
+
+def build_plan(spec: Spec) -> Plan:
+    """Place every task, assign ports and build each task's TF_CONFIG and environment."""
+    placements = _place(spec)  # [(type, index, host_name, address)]
+    ports = _assign_ports(spec, placements)
+    cluster: dict[str, list[str]] = {}
+    for (task_type, index, _host, address), port in zip(placements, ports):
+        if task_type in CLUSTER_TYPES:
+            cluster.setdefault(task_type, []).append(f"{address}:{port}")
+    tasks = []
+    argv = spec.argv
+    for (task_type, index, host, address), port in zip(placements, ports):
+        tf_config = {"cluster": cluster, "task": {"type": task_type, "index": index}}
+        tf_json = json.dumps(tf_config, separators=(",", ":"))
+        env = dict(spec.env)
+        env.update(
+            {
+                "TF_CONFIG": tf_json,
+                "PYTHONUNBUFFERED": "1",
+                "TFCLUSTER_NAME": spec.name,
+                "TFCLUSTER_STRATEGY": spec.strategy,
+                "TFCLUSTER_TASK": f"{task_type}:{index}",
+            }
+        )
+        tasks.append(
+            PlannedTask(
+                type=task_type,
+                index=index,
+                host=host,
+                address=address,
+                port=port,
+                tf_config_json=tf_json,
+                command=argv,
+                env=tuple(sorted(env.items())),
+            )
+        )
+    used_hosts = {t.host for t in tasks}
+    hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
+    return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tuple(tasks), hosts=hosts)
+
+
+def _place(spec: Spec) -> list[tuple[str, int, str, str]]:
+    """Decide each task's host. local: all on this machine; docker: a container per task;
+    ssh: a group's own ``hosts`` round-robin, else one cursor shared over all hosts."""
+    out = []
+    cursor = 0
+    for task_type in TASK_TYPES:
+        group = spec.tasks.group(task_type)
+        for index in range(group.count):
+            if spec.backend == "local":
+                out.append((task_type, index, LOCAL_HOST, LOCAL_HOST))
+            elif spec.backend == "docker":
+                name = f"{task_type}-{index}"
+                out.append((task_type, index, name, name))
+            else:
+                if group.hosts:
+                    host = spec.host(group.hosts[index % len(group.hosts)])
+                else:
+                    host = spec.hosts[cursor % len(spec.hosts)]
+                    cursor += 1
+                out.append((task_type, index, host.name, host.dial_address))
+    return out
+
+
+def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]]) -> list[Optional[int]]:
+    """Explicit ports first, then ``base + n`` per host in task order, skipping taken ones."""
+    explicit: dict[int, int] = {}  # placement idx -> port
+    taken: dict[tuple[str, int], str] = {}  # (host, port) -> task key
+    for i, (task_type, index, host, _addr) in enumerate(placements):
+        group = spec.tasks.group(task_type)
+        if group.ports is not None:
+            port = group.ports[index]
+            if task_type == "evaluator":
+                continue
+            other = taken.get((host, port))
+            if other:
+                raise SpecError(
+                    f"tasks.{task_type}.ports: port {port} on {host} is used by both {other} and "
+                    f"{task_type}:{index}; give each task on a host its own port"
+                )
+            taken[(host, port)] = f"{task_type}:{index}"
+            explicit[i] = port
+    next_port: dict[str, int] = {}
+    ports: list[Optional[int]] = []
+    for i, (task_type, index, host, _addr) in enumerate(placements):
+        if task_type == "evaluator":
+            ports.append(None)
+            continue
+        if i in explicit:
+            ports.append(explicit[i])
+            continue
+        port = next_port.get(host, spec.ports.base)
+        while (host, port) in taken:
+            port += 1
+        if port > 65535:
+            raise SpecError(
+                f"ports.base: {spec.ports.base} leaves no room for {task_type}:{index} on {host} "
+                f"(would need port {port} > 65535); lower ports.base"
+            )
+        taken[(host, port)] = f"{task_type}:{index}"
+        next_port[host] = port + 1
+        ports.append(port)
+    return ports
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Hide values of secret-looking variables (KEY, TOKEN, SECRET, PASSWORD) for display."""
+    return {k: ("***" if is_secret(k) else v) for k, v in env.items()}
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"))

@@ -1,0 +1,107 @@
+"""What task exits mean for the run: pure functions the supervisor applies every tick.
+
+* MultiWorkerMirrored: the group is the unit of failure. Any chief/worker failure fails the
+  attempt (TF cannot re-admit a single restarted worker: "different incarnation"); success is
+  every chief/worker exiting 0.
+* ParameterServer: success follows the chief; the servers (ps, worker) never exit on their
+  own, so any ps exit loses the job, while a dead worker is restarted alone on its address.
+* The evaluator is a sidecar: its failure is reported but does not fail training.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str  # RUNNING | SUCCEEDED | FAILED
+    failed: tuple[str, ...] = ()  # keys that failed the attempt, root cause first
+    restart_alone: tuple[str, ...] = ()  # PSS workers to relaunch without stopping the rest
+    sidecar_failed: tuple[str, ...] = ()  # evaluator exits that do not fail training
+
+
+def task_type(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def assess(strategy: str, success_task: str, exits: Mapping[str, Optional[int]], order: Sequence[str] = ()) -> Verdict:
+    """Reduce per-task exit codes (None = running) to the attempt's state.
+
+    ``order`` lists keys in the order their exits were noticed, so the first failure is
+    reported as the root cause.
+    """
+    ranked = [k for k in order if k in exits] + [k for k in exits if k not in order]
+    sidecars = tuple(k for k in ranked if task_type(k) == "evaluator" and exits[k] not in (None, 0))
+    if strategy == "parameter_server":
+        chief = exits.get(success_task)
+        failed = [
+            k
+            for k in ranked
+            if (task_type(k) == "ps" and exits[k] is not None) or (k == success_task and exits[k] not in (None, 0))
+        ]
+        if failed:
+            return Verdict(FAILED, failed=tuple(failed), sidecar_failed=sidecars)
+        if chief == 0:
+            return Verdict(SUCCEEDED, sidecar_failed=sidecars)
+        restart = tuple(k for k in ranked if task_type(k) == "worker" and exits[k] is not None)
+        return Verdict(RUNNING, restart_alone=restart, sidecar_failed=sidecars)
+
+    members = [k for k in ranked if task_type(k) != "evaluator"]
+    failed = tuple(k for k in members if exits[k] not in (None, 0))
+    if failed:
+        return Verdict(FAILED, failed=failed, sidecar_failed=sidecars)
+    if members and all(exits[k] == 0 for k in members):
+        return Verdict(SUCCEEDED, sidecar_failed=sidecars)
+    return Verdict(RUNNING, sidecar_failed=sidecars)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why an attempt failed, attributed to one task (the root cause)."""
+
+    key: str
+    reason: str  # "exit code 3", "killed by SIGKILL (exit 137)", "no progress for 30 s"
+    code: Optional[int] = None  # the exit code; None for watchdog failures
+    last_lines: tuple[str, ...] = ()
+    others: tuple[str, ...] = field(default=())  # further keys that failed in the same attempt
+
+
+def describe_exit(code: int) -> str:
+    if code > 128:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            return f"exit code {code}"
+        return f"killed by {name} (exit {code})"
+    return f"exit code {code}"
+
+
+def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tuple[bool, str]:
+    """(retryable, explanation). Exit codes listed as permanent (by default 1-127: a Python
+    error, bad usage, a missing module) are not retried; signals and watchdog failures are."""
+    code = failure.code
+    if code is None:
+        return True, "watchdog failures are retryable"
+    if code in permanent_exit_codes:
+        hint = {
+            1: "an uncaught error in the task (exit 1) fails the same way every time",
+            2: "a usage error (exit 2) fails the same way every time",
+            126: "the command is not executable (exit 126)",
+            127: "the command was not found (exit 127)",
+        }.get(code, f"exit code {code} is listed in restart.permanent_exit_codes")
+        return False, f"not retried: {hint}; fix the cause, or remove {code} from restart.permanent_exit_codes"
+    return True, f"{describe_exit(code)} is retryable"
+
+
+def backoff_delay(attempt: int, backoff: float, max_backoff: float) -> float:
+    """Seconds to wait before relaunch ``attempt`` (1-based): backoff * 2**(attempt-1), capped."""
+    if backoff <= 0 or attempt <= 0:
+        return 0.0
+    return min(max_backoff, backoff * (2 ** (attempt - 1)))

@@ -1,0 +1,314 @@
+"""The supervisor loop (after torchelastic's ``_invoke_run``): start the group, poll, reduce to
+a group state, apply the restart policy, and always tear down in ``finally``.
+
+Threads only read task output; every decision is made here, on the calling thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .backends.base import Backend, TaskHandle
+from .console import Console
+from .plan import Plan
+from .policy import FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision, task_type
+from .rundir import RunRecord
+from .spec import Restart, Watchdog
+
+INTERRUPTED = "interrupted"
+_TAIL = 15  # lines of a task's output kept for failure reports
+_READY_CHECK_EVERY = 0.5
+
+
+@dataclass
+class Attempt:
+    number: int  # 0-based; TFCLUSTER_RESTART_COUNT
+    started: float = field(default_factory=time.time)
+    ended: Optional[float] = None
+    state: str = "running"
+    failure: Optional[Failure] = None
+    ready_after: Optional[float] = None  # seconds until every task's port was open
+
+
+class Supervisor:
+    def __init__(
+        self,
+        plan: Plan,
+        backend: Backend,
+        record: RunRecord,
+        console: Console,
+        restart: Restart,
+        watchdog: Watchdog,
+        stop_event: Optional[threading.Event] = None,
+        poll_interval: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.record = record
+        self.console = console
+        self.restart = restart
+        self.watchdog = watchdog
+        self.stop_event = stop_event or threading.Event()
+        self.hurry_event = threading.Event()
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.attempts: list[Attempt] = []
+        self._handles: dict[str, TaskHandle] = {}
+        self._tails: dict[str, collections.deque] = {}
+        self._activity: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._worker_restarts = 0
+
+    # -------------------------------------------------------------- public
+
+    def run(self) -> int:
+        """Run attempts until success, a permanent failure, the restart budget, or a stop."""
+        self.record.event("run_start", run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
+                          backend=self.plan.backend, tasks=list(self.plan.keys))
+        try:
+            number = 0
+            while True:
+                attempt = self._run_attempt(number)
+                if attempt.state == SUCCEEDED:
+                    return self._finish(0, "succeeded")
+                if attempt.state == INTERRUPTED:
+                    return self._finish(130, "interrupted")
+                failure = attempt.failure
+                assert failure is not None
+                retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
+                if not retryable:
+                    self.console.error(f"{failure.key}: {why}")
+                    return self._finish(1, "failed", reason=why)
+                if number >= self.restart.max_restarts:
+                    why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
+                           f"{self.restart.max_restarts}; raise it to retry more")
+                    self.console.error(why)
+                    return self._finish(1, "failed", reason=why)
+                number += 1
+                delay = backoff_delay(number, self.restart.backoff, self.restart.max_backoff)
+                self.console.info(
+                    f"restarting the whole group (restart {number} of {self.restart.max_restarts})"
+                    + (f" in {delay:.1f} s" if delay else "")
+                )
+                self.record.event("restart", attempt=number, delay=delay, after=failure.key, reason=failure.reason)
+                if delay and self.stop_event.wait(delay):
+                    return self._finish(130, "interrupted")
+        finally:
+            self._stop_all(grace=0)
+            self.backend.close()
+
+    def interrupt(self) -> None:
+        """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""
+        if self.stop_event.is_set():
+            self.hurry_event.set()
+            for handle in list(self._handles.values()):
+                handle.signal(9)
+        self.stop_event.set()
+
+    # -------------------------------------------------------------- one attempt
+
+    def _run_attempt(self, number: int) -> Attempt:
+        attempt = Attempt(number)
+        self.attempts.append(attempt)
+        exits: dict[str, Optional[int]] = {}
+        order: list[str] = []
+        warned_sidecars: set[str] = set()
+        grace = self.watchdog.stop_grace
+        try:
+            for task in self.plan.tasks:
+                if self.stop_event.is_set():
+                    break
+                self._launch(task.key, number)
+                exits[task.key] = None
+            started = self.clock()
+            ready: set[str] = {t.key for t in self.plan.tasks if t.port is None}
+            next_ready_check = started
+            while True:
+                if self.stop_event.is_set():
+                    attempt.state = INTERRUPTED
+                    self.console.info("stopping every task (Ctrl-C again to kill at once)")
+                    return attempt
+                for key, handle in self._handles.items():
+                    if exits.get(key) is None:
+                        code = handle.poll()
+                        if code is not None:
+                            exits[key] = code
+                            order.append(key)
+                            self.record.event("exit", task=key, attempt=number, code=code, how=describe_exit(code))
+                verdict = assess(self.plan.strategy, self.plan.success_task, exits, order)
+                for key in verdict.sidecar_failed:
+                    if key not in warned_sidecars:
+                        warned_sidecars.add(key)
+                        self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
+                        self.record.event("sidecar_failed", task=key, code=exits[key])
+                if verdict.state == SUCCEEDED:
+                    attempt.state = SUCCEEDED
+                    return attempt
+                if verdict.state == FAILED:
+                    key = verdict.failed[0]
+                    code = exits[key]
+                    self._fail(attempt, key, describe_exit(code), code, others=verdict.failed[1:])
+                    grace = 0  # the group is the unit of failure: kill it at once
+                    return attempt
+                for key in verdict.restart_alone:
+                    if not self._restart_alone(attempt, key, exits, order):
+                        grace = 0
+                        return attempt
+                now = self.clock()
+                if len(ready) < len(self.plan.tasks) and now >= next_ready_check:
+                    next_ready_check = now + _READY_CHECK_EVERY
+                    for task in self.plan.tasks:
+                        if task.key not in ready and exits.get(task.key) is None and self.backend.port_open(task):
+                            ready.add(task.key)
+                            self.record.event("ready", task=task.key, attempt=number, after=round(now - started, 3))
+                    if len(ready) == len(self.plan.tasks):
+                        attempt.ready_after = now - started
+                    elif now - started > self.watchdog.startup_timeout:
+                        missing = [t.key for t in self.plan.tasks if t.key not in ready]
+                        ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
+                        self._fail(
+                            attempt, missing[0],
+                            f"never came up: no TF server listening within watchdog.startup_timeout="
+                            f"{self.watchdog.startup_timeout:g} s: {ports}",
+                            None, others=tuple(missing[1:]),
+                        )
+                        grace = 0
+                        return attempt
+                if self.watchdog.hang_timeout > 0:
+                    hung = self._hung(now, exits)
+                    if hung:
+                        note = self._handles[hung].state_note()
+                        self._fail(
+                            attempt, hung,
+                            f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
+                            + (f"; {note}" if note else ""),
+                            None,
+                        )
+                        grace = 0
+                        return attempt
+                time.sleep(self.poll_interval)
+        finally:
+            attempt.ended = time.time()
+            if self.hurry_event.is_set():
+                grace = 0
+            self._stop_all(grace)
+
+    def _launch(self, key: str, number: int) -> None:
+        task = self.plan.task(key)
+        with self._lock:
+            self._tails[key] = collections.deque(maxlen=_TAIL)
+            self._activity[key] = self.clock()
+        env = {
+            "TFCLUSTER_RESTART_COUNT": str(number),
+            "TFCLUSTER_RUN_ID": self.record.run_id,
+        }
+        handle = self.backend.start(task, env, self._on_line)
+        self._handles[key] = handle
+        self.record.task_started(key, attempt=number, **handle.info())
+        self.record.event("start", task=key, attempt=number, host=task.host, endpoint=task.endpoint, **handle.info())
+
+    def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
+        """ParameterServer: relaunch one dead worker on its address while training goes on."""
+        code = exits[key]
+        if self._worker_restarts >= self.restart.max_restarts:
+            self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
+            return False
+        self._worker_restarts += 1
+        self.console.info(
+            f"{key} exited ({describe_exit(code)}); restarting it alone "
+            f"({self._worker_restarts} of {self.restart.max_restarts}), training continues"
+        )
+        self.record.event("task_restart", task=key, code=code, restart=self._worker_restarts)
+        self._handles[key].signal(9)
+        self._launch(key, attempt.number)
+        exits[key] = None
+        order.remove(key)
+        return True
+
+    def _hung(self, now: float, exits: dict) -> Optional[str]:
+        with self._lock:
+            stale = [
+                (self._activity[k], k)
+                for k in self._handles
+                if exits.get(k) is None and now - self._activity.get(k, now) > self.watchdog.hang_timeout
+            ]
+        if not stale:
+            return None
+        # A stopped process is the likeliest culprit; otherwise the one silent the longest.
+        for _, key in sorted(stale):
+            if self._handles[key].state_note():
+                return key
+        return sorted(stale)[0][1]
+
+    def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = ()) -> None:
+        with self._lock:
+            tail = tuple(self._tails.get(key, ()))
+        attempt.state = FAILED
+        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail, others=tuple(others))
+        of = f" (attempt {attempt.number + 1} of {self.restart.max_restarts + 1})"
+        self.console.error(f"{key} failed: {reason}{of}")
+        if tail:
+            lines = [f"  last lines of {key} ({self.record.log_path(key)}):"]
+            lines += [f"  | {line}" for line in tail]
+            self.console.block(lines)
+        if others:
+            self.console.info(f"also failed: {', '.join(others)}")
+        self.record.event("failure", task=key, attempt=attempt.number, reason=reason, code=code,
+                          last_lines=list(tail), others=list(others))
+
+    def _on_line(self, key: str, line: str) -> None:
+        with self._lock:
+            tail = self._tails.get(key)
+            if tail is not None:
+                tail.append(line)
+            self._activity[key] = self.clock()
+        self.record.log_line(key, line)
+        self.console.task_line(key, line)
+
+    def _stop_all(self, grace: float) -> None:
+        handles = list(self._handles.values())
+        if not handles:
+            return
+        running = [h.key for h in handles if h.poll() is None]
+        if running:
+            how = "SIGKILL" if grace <= 0 else f"SIGTERM, SIGKILL after {grace:g} s"
+            self.console.info(f"stopping {', '.join(running)} ({how})")
+        left = self.backend.stop(handles, grace)
+        for key in running:
+            self.record.event("stopped", task=key, code=self._handles[key].poll())
+        if left:
+            self.console.error(f"could not confirm that {', '.join(left)} stopped; check the host")
+            self.record.event("stop_unconfirmed", tasks=left)
+        self._handles.clear()
+
+    # -------------------------------------------------------------- report
+
+    def _finish(self, code: int, outcome: str, reason: str = "") -> int:
+        self.record.event("outcome", outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason)
+        self._summary()
+        if outcome == "succeeded":
+            self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
+        elif outcome == "interrupted":
+            self.console.info(f"interrupted; every task stopped; record: {self.record.dir}")
+        else:
+            self.console.info(f"run failed; record: {self.record.dir}")
+        return code
+
+    def _summary(self) -> None:
+        if len(self.attempts) < 2 and (not self.attempts or self.attempts[0].state == SUCCEEDED):
+            return
+        lines = ["  attempt  started   duration  outcome"]
+        for a in self.attempts:
+            dur = (a.ended or time.time()) - a.started
+            what = a.state
+            if a.failure:
+                what = f"failed: {a.failure.key} {a.failure.reason}"
+            lines.append(f"  {a.number + 1:>7}  {time.strftime('%H:%M:%S', time.localtime(a.started))}  "
+                         f"{dur:>7.1f}s  {what}")
+        self.console.block(lines)
+

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Run one task so that it can never outlive the launcher that started it.
+
+Standalone and stdlib-only: the local backend runs it with the launcher's Python, the ssh
+backend copies it to each host. Usage::
+
+    python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] -- ARGV...
+
+* It makes itself the leader of a new session and process group, and the task runs in that
+  same group, so ``killpg(wrapper_pid, sig)`` reaches the task and everything it spawned.
+* Its standard input is a lifeline from the launcher (a pipe locally, the SSH channel
+  remotely). End of file -- the launcher died or the network dropped -- means: SIGTERM the
+  group, wait ``--grace`` seconds, SIGKILL the group. With ``--lease N`` the launcher must
+  also write a byte at least every N seconds, which catches a silent network partition.
+* Stop it by signalling the whole group (``killpg``); the wrapper ignores SIGTERM/SIGINT/SIGHUP
+  itself and stays to report the exit code.
+* It exits with the task's exit code, or 128+N when the task died of signal N, the same
+  convention a shell, SSH and Docker use, so every backend reports exits alike.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parse(argv: list[str]) -> tuple[dict, list[str]]:
+    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None}
+    if "--" not in argv:
+        sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
+        sys.exit(2)
+    split = argv.index("--")
+    head, cmd = argv[:split], argv[split + 1 :]
+    it = iter(head)
+    for flag in it:
+        name = flag.lstrip("-")
+        if name not in opts:
+            sys.stderr.write(f"taskwrap: unknown option {flag}\n")
+            sys.exit(2)
+        value = next(it, None)
+        if value is None:
+            sys.stderr.write(f"taskwrap: {flag} needs a value\n")
+            sys.exit(2)
+        opts[name] = float(value) if name in ("lease", "grace") else value
+    if not cmd:
+        sys.stderr.write("taskwrap: no command given after --\n")
+        sys.exit(2)
+    return opts, cmd
+
+
+def _set_pdeathsig(sig: int) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    opts, cmd = _parse(argv)
+    if os.getpgid(0) != os.getpid():
+        try:
+            os.setsid()
+        except OSError:
+            os.setpgid(0, 0)
+    pgid = os.getpgid(0)
+    if opts["cwd"]:
+        os.chdir(opts["cwd"])
+
+    child = os.fork()
+    if child == 0:
+        # In the task: die with the wrapper even if the wrapper itself is SIGKILLed.
+        _set_pdeathsig(signal.SIGKILL)
+        try:
+            os.execvp(cmd[0], cmd)
+        except OSError as exc:
+            sys.stderr.write(f"taskwrap: cannot run {cmd[0]!r}: {exc.strerror}\n")
+            sys.stderr.flush()
+            os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+
+    if opts["pidfile"]:
+        tmp = opts["pidfile"] + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(f"{os.getpid()} {child}\n")
+        os.replace(tmp, opts["pidfile"])
+
+    stopping = threading.Event()
+
+    def stop_group(reason: str) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
+        sys.stderr.write(f"taskwrap: {reason}; stopping task group {pgid}\n")
+        sys.stderr.flush()
+        _killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + opts["grace"]
+        while time.monotonic() < deadline and _group_members(pgid):
+            time.sleep(0.05)
+        _killpg(pgid, signal.SIGKILL)  # includes this wrapper: nothing outlives the lifeline
+
+    def ignore(_signum: int, _frame) -> None:
+        """Stop signals reach the task because senders signal the whole group; the wrapper
+        itself stays to report the exit code. A Python handler, not SIG_IGN, because the
+        task inherits ignored dispositions across exec."""
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, ignore)
+
+    def watch_lifeline() -> None:
+        stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+        fd = stdin.fileno()
+        lease = opts["lease"]
+        last = time.monotonic()
+        while True:
+            timeout = 1.0 if lease <= 0 else max(0.1, min(1.0, lease / 4))
+            try:
+                ready, _, _ = select.select([fd], [], [], timeout)
+            except (OSError, ValueError):
+                stop_group("lifeline unreadable")
+                return
+            if ready:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    stop_group("launcher went away (lifeline closed)")
+                    return
+                last = time.monotonic()
+            elif lease > 0 and time.monotonic() - last > lease:
+                stop_group(f"no word from the launcher for {lease:g} s (lease expired)")
+                return
+
+    threading.Thread(target=watch_lifeline, daemon=True).start()
+
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    # Leftover grandchildren of a finished task would be orphans: take them down with it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for member in _group_members(pgid):
+        try:
+            os.kill(member, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs in process group ``pgid`` other than this wrapper (from /proc, Linux)."""
+    me = os.getpid()
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode("ascii", "replace")
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
