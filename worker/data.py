@@ -1,0 +1,130 @@
+"""Input pipelines from tensorflow-datasets.
+
+Users name a TFDS dataset (``mnist``, ``fashion_mnist``, ``cifar10``) and get the real
+``tfds.load(name, data_dir=...)``. The default, ``digits``, works offline: a small TFDS
+dataset built on first use from the 8x8 handwritten digits that scikit-learn ships, then
+loaded through the very same ``tfds.load`` path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+# Our offline dataset's registered TFDS name.
+DIGITS = "tfcluster_digits"
+ALIASES = {"digits": DIGITS}
+_TEST_FRACTION = 0.2
+
+
+class TfclusterDigits(tfds.core.GeneratorBasedBuilder):
+    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes) as a TFDS dataset."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "Initial release."}
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return self.dataset_info_from_configs(
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Image(shape=(8, 8, 1)),
+                    "label": tfds.features.ClassLabel(num_classes=10),
+                }
+            ),
+            supervised_keys=("image", "label"),
+            description="Handwritten digits from scikit-learn (UCI optdigits test set), 8x8 grey.",
+        )
+
+    def _split_generators(self, dl_manager):
+        from sklearn.datasets import load_digits  # ships its data: no download
+
+        digits = load_digits()
+        # Pixel values are 0..16; scale to 0..255 so every dataset normalises alike.
+        images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)[..., None]
+        labels = digits.target.astype(np.int64)
+        order = np.random.RandomState(0).permutation(len(labels))
+        cut = int(len(labels) * (1 - _TEST_FRACTION))
+        train, test = order[:cut], order[cut:]
+        return {
+            "train": self._generate_examples(images[train], labels[train]),
+            "test": self._generate_examples(images[test], labels[test]),
+        }
+
+    def _generate_examples(self, images, labels):
+        for i, (image, label) in enumerate(zip(images, labels)):
+            yield i, {"image": image, "label": int(label)}
+
+
+@dataclass(frozen=True)
+class Data:
+    train: tf.data.Dataset  # (image float32 [0,1], label) examples, not batched
+    test: tf.data.Dataset
+    num_train: int
+    num_test: int
+    shape: tuple
+    num_classes: int
+
+
+def default_data_dir() -> str:
+    return os.environ.get("TFDS_DATA_DIR") or str(Path.home() / "tensorflow_datasets")
+
+
+@contextlib.contextmanager
+def _build_lock(data_dir: str, name: str):
+    """Tasks on one host may build the same dataset at once; one builds, the rest wait."""
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(data_dir) / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def load(name: str = "digits", data_dir: str | None = None, download: bool = True) -> Data:
+    """Load train/test splits of a TFDS image classification dataset via ``tfds.load``."""
+    name = ALIASES.get(name, name)
+    data_dir = data_dir or default_data_dir()
+    with _build_lock(data_dir, name):
+        (train, test), info = tfds.load(
+            name,
+            split=["train", "test"],
+            data_dir=data_dir,
+            as_supervised=True,
+            with_info=True,
+            download=download,
+        )
+    shape = tuple(info.features["image"].shape)
+    num_classes = info.features["label"].num_classes
+
+    def normalise(image, label):
+        return tf.cast(image, tf.float32) / 255.0, label
+
+    return Data(
+        train=train.map(normalise, num_parallel_calls=tf.data.AUTOTUNE),
+        test=test.map(normalise, num_parallel_calls=tf.data.AUTOTUNE),
+        num_train=info.splits["train"].num_examples,
+        num_test=info.splits["test"].num_examples,
+        shape=shape,
+        num_classes=num_classes,
+    )
+
+
+def distribute_options(policy: str = "data") -> tf.data.Options:
+    """Auto-sharding across workers. DATA by default: small TFDS datasets have fewer files
+    than workers, where FILE sharding would leave workers without input."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = {
+        "auto": tf.data.experimental.AutoShardPolicy.AUTO,
+        "data": tf.data.experimental.AutoShardPolicy.DATA,
+        "file": tf.data.experimental.AutoShardPolicy.FILE,
+        "off": tf.data.experimental.AutoShardPolicy.OFF,
+    }[policy]
+    return options

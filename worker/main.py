@@ -1,0 +1,86 @@
+"""``python -m worker``: the training entrypoint tfcluster starts on every task.
+
+The role comes from TF_CONFIG: under MultiWorkerMirroredStrategy every chief/worker trains;
+an evaluator task runs the sidecar evaluator. Exit codes: 0 done, 2 bad flags or TF_CONFIG
+(permanent: the launcher will not retry), anything else an unexpected failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .cluster import ConfigError, task_from_env
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
+    p.add_argument("--strategy", choices=["multi_worker_mirrored", "parameter_server"],
+                   default=os.environ.get("TFCLUSTER_STRATEGY", "multi_worker_mirrored"),
+                   help="default: $TFCLUSTER_STRATEGY, set by tfcluster")
+    p.add_argument("--loop", choices=["fit", "custom"], default="fit",
+                   help="Keras model.fit, or a custom training loop with strategy.run")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32, help="per replica; global = this x replicas")
+    p.add_argument("--steps-per-epoch", type=int, default=0, help="default: one pass over the training split")
+    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--dataset", default="digits",
+                   help="a TFDS image dataset (mnist, fashion_mnist, cifar10) or 'digits' (offline, default)")
+    p.add_argument("--data-dir", default=None, help="TFDS data_dir (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
+    p.add_argument("--no-download", action="store_true", help="fail instead of downloading a missing dataset")
+    p.add_argument("--shard-policy", choices=["auto", "data", "file", "off"], default="data")
+    p.add_argument("--model-dir", default=None,
+                   help="checkpoints, backups and the final model (default: $TFCLUSTER_STATE_DIR or ./tfcluster-state)")
+    p.add_argument("--save-freq", default="epoch",
+                   help="BackupAndRestore frequency: 'epoch' or a number of steps (a crash loses at most that many)")
+    p.add_argument("--progress-every", type=int, default=10, help="print a progress line every N steps")
+    p.add_argument("--step-delay", type=float, default=0.0,
+                   help="sleep this many seconds per step (slows demos and fault-injection tests)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-timeout", type=float, default=600.0,
+                   help="evaluator: give up after this many seconds without a new checkpoint")
+    args = p.parse_args(argv)
+    if args.save_freq != "epoch":
+        try:
+            args.save_freq = int(args.save_freq)
+            if args.save_freq < 1:
+                raise ValueError
+        except ValueError:
+            p.error(f"--save-freq must be 'epoch' or a whole number of steps >= 1, not {args.save_freq!r}")
+    if args.epochs < 1:
+        p.error("--epochs must be >= 1")
+    if args.batch_size < 1:
+        p.error("--batch-size must be >= 1")
+    return args
+
+
+def model_dir(args: argparse.Namespace) -> Path:
+    return Path(args.model_dir or os.environ.get("TFCLUSTER_STATE_DIR") or "tfcluster-state").resolve()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        task = task_from_env()
+    except ConfigError as exc:
+        print(f"worker: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"worker: {task.key} strategy={args.strategy} loop={args.loop} "
+          f"restart={os.environ.get('TFCLUSTER_RESTART_COUNT', '0')} model_dir={model_dir(args)}", flush=True)
+    if task.type == "evaluator":
+        from .evaluator import run_evaluator
+
+        return run_evaluator(args, task, model_dir(args))
+    if args.strategy == "parameter_server":
+        from .pss import run_pss
+
+        return run_pss(args, task, model_dir(args))
+    if task.type not in ("chief", "worker"):
+        print(f"worker: error: task type {task.type!r} has no role under multi_worker_mirrored", file=sys.stderr)
+        return 2
+    from .mwms import run_mwms
+
+    return run_mwms(args, task, model_dir(args))

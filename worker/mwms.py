@@ -1,0 +1,121 @@
+"""MultiWorkerMirroredStrategy training with Keras ``model.fit``.
+
+Fault tolerance: ``BackupAndRestore`` (every epoch, or every N steps) lets a restarted group
+resume where it stopped; with ``save_before_preemption`` a SIGTERM makes the workers save at
+the current step and exit. ``ModelCheckpoint`` is written by the chief only (tf_keras sends
+other workers' copies to temporary directories and removes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import tensorflow as tf
+import tf_keras as keras
+
+from . import data as data_lib
+from .cluster import TaskInfo
+from .model import build_cnn
+from .progress import ProgressLogger, emit
+
+
+class StepDelay(keras.callbacks.Callback):
+    """Sleep per step: slows the demo down for fault-injection tests and live demos."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(self.seconds)
+
+
+def paths(model_dir: Path) -> dict[str, Path]:
+    return {
+        "backup": model_dir / "backup",
+        "checkpoints": model_dir / "checkpoints",
+        "final": model_dir / "final_model",
+        "tensorboard": model_dir / "tensorboard",
+    }
+
+
+def save_final_model(model: keras.Model, target: Path, task: TaskInfo) -> None:
+    """Every worker must take part in saving (it runs collectives); only the chief's copy is kept."""
+    if task.is_chief:
+        model.save(str(target), save_format="tf")
+        emit("saved", path=target)
+        return
+    tmp = tempfile.mkdtemp(prefix=f"tfcluster-{task.type}-{task.index}-")
+    try:
+        model.save(tmp, save_format="tf")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
+    if args.loop == "custom":
+        from .custom_loop import run_mwms_custom
+
+        return run_mwms_custom(args, task, model_dir)
+    tf.keras.utils.set_random_seed(args.seed)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    replicas = strategy.num_replicas_in_sync
+    global_batch = args.batch_size * replicas
+    print(f"worker: {task.key} in a cluster of {task.num_workers} worker(s), {replicas} replica(s), "
+          f"global batch {global_batch}", flush=True)
+
+    import tensorflow_datasets as tfds
+
+    tfds.disable_progress_bar()
+    data = data_lib.load(args.dataset, args.data_dir, download=not args.no_download)
+    steps = args.steps_per_epoch or math.ceil(data.num_train / global_batch)
+    options = data_lib.distribute_options(args.shard_policy)
+    train = (
+        data.train.cache()
+        .shuffle(data.num_train, seed=args.seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(global_batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+        .with_options(options)
+    )
+    test = data.test.batch(global_batch).with_options(options)
+
+    p = paths(model_dir)
+    with strategy.scope():
+        model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+
+    progress = ProgressLogger(every=args.progress_every, global_batch=global_batch)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(
+            backup_dir=str(p["backup"]),
+            save_freq=args.save_freq,
+            delete_checkpoint=True,
+            save_before_preemption=True,
+        ),
+        keras.callbacks.ModelCheckpoint(
+            filepath=str(p["checkpoints"] / "ckpt-{epoch:03d}"),
+            save_weights_only=True,
+        ),
+        progress,
+    ]
+    if args.step_delay > 0:
+        callbacks.append(StepDelay(args.step_delay))
+    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    loss, accuracy = model.evaluate(test, verbose=0)
+    save_final_model(model, p["final"], task)
+    epochs_run = len(history.history.get("loss", []))
+    emit(
+        "result",
+        task=task.key,
+        epochs=args.epochs,
+        epochs_run=epochs_run,
+        examples_per_sec=f"{progress.examples_per_sec():.1f}",
+        accuracy=f"{accuracy:.4f}",
+        loss=f"{loss:.4f}",
+    )
+    return 0
