@@ -144,6 +144,55 @@ class Watchdog(_Model):
     stop_grace: float = Field(default=5.0, ge=0)
 
 
+_IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+class DockerBuild(_Model):
+    """How ``backend: docker`` builds its image (docker/Dockerfile of this project by default)."""
+
+    # Build context, relative to the spec file; the Dockerfile path is relative to the context.
+    context: str = "."
+    dockerfile: str = "docker/Dockerfile"
+    # The BASE_IMAGE build arg (default in the Dockerfile: an official Python image).
+    base_image: Optional[str] = None
+    args: dict[str, str] = Field(default_factory=dict)
+    # Network for RUN steps, e.g. "host" when the engine's bridge has no way out.
+    network: Optional[str] = None
+    # "missing": build only when the image is absent; "always": build on every `up` (cached).
+    when: Literal["missing", "always"] = "missing"
+
+
+class DockerOptions(_Model):
+    """``docker:`` -- the image, its build, and the engine used by ``backend: docker``."""
+
+    image: str = "tfcluster-worker:latest"
+    build: Optional[DockerBuild] = None
+    # Engine URL like unix:///var/run/docker.sock or tcp://host:2375 (default: $DOCKER_HOST).
+    engine: Optional[str] = None
+    # Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec).
+    volumes: tuple[str, ...] = ()
+    # Run tasks as this user (default: the image's user, or yours when you are not root).
+    user: Optional[str] = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not _IMAGE_RE.match(v):
+            raise ValueError(f"'{v}' is not a valid image reference; use e.g. tfcluster-worker:latest (lowercase)")
+        return v
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for item in v:
+            parts = item.split(":")
+            if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/") or (
+                len(parts) == 3 and parts[2] not in ("ro", "rw")
+            ):
+                raise ValueError(f"'{item}' is not HOST_PATH:/CONTAINER_PATH[:ro]; e.g. ./data:/data:ro")
+        return v
+
+
 class SSHOptions(_Model):
     """``ssh:`` -- how ``backend: ssh`` connects, verifies hosts and runs tasks remotely."""
 
@@ -188,6 +237,7 @@ class Spec(_Model):
     restart: Restart = Restart()
     watchdog: Watchdog = Watchdog()
     ssh: SSHOptions = SSHOptions()
+    docker: DockerOptions = DockerOptions()
     # Where run records go, relative to the spec file.
     run_dir: str = "runs"
     # Working directory of local tasks, relative to the spec file.
@@ -324,7 +374,8 @@ def parse_spec(text: str, shown: str = "cluster.yaml") -> Spec:
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(*[_format_error(err, root, shown) for err in exc.errors()]) from None
+        errs = sorted(exc.errors(), key=lambda e: _line_number(root, _clean_loc(e["loc"])))
+        raise SpecError(*[_format_error(err, root, shown) for err in errs]) from None
     problems = check_rules(spec)
     if problems:
         raise SpecError(*[f"{shown}{_line_of(root, loc)}: {_dotted(loc)}: {msg}" for loc, msg in problems])
@@ -512,6 +563,11 @@ def _node_at(root: Optional[yaml.Node], loc: tuple) -> Optional[yaml.Node]:
         else:
             return None
     return node
+
+
+def _line_number(root: Optional[yaml.Node], loc: tuple) -> int:
+    text = _line_of(root, loc)
+    return int(text[1:]) if text else 0
 
 
 def _line_of(root: Optional[yaml.Node], loc: tuple) -> str:

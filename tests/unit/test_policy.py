@@ -1,0 +1,81 @@
+"""The supervisor's decisions as pure functions: group state, retry classification, backoff."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.policy import FAILED, RUNNING, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision
+
+MWMS, PSS = "multi_worker_mirrored", "parameter_server"
+
+
+@pytest.mark.parametrize(
+    "exits, order, expected",
+    [
+        ({"worker:0": None, "worker:1": None}, [], (RUNNING, ())),
+        ({"worker:0": 0, "worker:1": None}, ["worker:0"], (RUNNING, ())),
+        ({"worker:0": 0, "worker:1": 0}, ["worker:1", "worker:0"], (SUCCEEDED, ())),
+        ({"worker:0": None, "worker:1": 3}, ["worker:1"], (FAILED, ("worker:1",))),
+        ({"worker:0": 137, "worker:1": 1}, ["worker:1", "worker:0"], (FAILED, ("worker:1", "worker:0"))),
+        # the evaluator is a sidecar: it neither blocks success nor fails training
+        ({"chief:0": 0, "worker:0": 0, "evaluator:0": None}, [], (SUCCEEDED, ())),
+        ({"chief:0": None, "worker:0": None, "evaluator:0": 1}, ["evaluator:0"], (RUNNING, ())),
+    ],
+)
+def test_mwms_group_state(exits, order, expected):
+    verdict = assess(MWMS, "worker:0", exits, order)
+    assert (verdict.state, verdict.failed) == expected
+
+
+def test_mwms_sidecar_failure_is_reported():
+    verdict = assess(MWMS, "chief:0", {"chief:0": None, "evaluator:0": 2}, ["evaluator:0"])
+    assert verdict.sidecar_failed == ("evaluator:0",)
+
+
+@pytest.mark.parametrize(
+    "exits, state, failed, restart",
+    [
+        ({"chief:0": None, "worker:0": None, "ps:0": None}, RUNNING, (), ()),
+        ({"chief:0": 0, "worker:0": None, "ps:0": None}, SUCCEEDED, (), ()),
+        ({"chief:0": 1, "worker:0": None, "ps:0": None}, FAILED, ("chief:0",), ()),
+        ({"chief:0": None, "worker:0": None, "ps:0": 137}, FAILED, ("ps:0",), ()),
+        ({"chief:0": None, "worker:0": None, "ps:0": 0}, FAILED, ("ps:0",), ()),  # servers never exit on their own
+        ({"chief:0": None, "worker:0": 137, "ps:0": None}, RUNNING, (), ("worker:0",)),
+    ],
+)
+def test_pss_group_state(exits, state, failed, restart):
+    verdict = assess(PSS, "chief:0", exits, [k for k, v in exits.items() if v is not None])
+    assert (verdict.state, verdict.failed, verdict.restart_alone) == (state, failed, restart)
+
+
+@pytest.mark.parametrize(
+    "code, text",
+    [(0, "exit code 0"), (3, "exit code 3"), (137, "killed by SIGKILL (exit 137)"), (143, "killed by SIGTERM (exit 143)"),
+     (200, "exit code 200")],
+)
+def test_describe_exit(code, text):
+    assert describe_exit(code) == text
+
+
+PERMANENT = tuple(range(1, 128))
+
+
+@pytest.mark.parametrize(
+    "code, retryable",
+    [(1, False), (2, False), (127, False), (3, False), (137, True), (143, True), (None, True)],
+)
+def test_retry_classification_kubeflow_style(code, retryable):
+    ok, why = retry_decision(Failure("worker:0", "x", code), PERMANENT)
+    assert ok is retryable
+    if not ok:
+        assert why.startswith("not retried:") and "permanent_exit_codes" in why
+
+
+def test_retry_classification_is_configurable():
+    ok, _ = retry_decision(Failure("worker:0", "exit code 3", 3), (1, 2))
+    assert ok
+
+
+def test_backoff_doubles_and_caps():
+    assert [backoff_delay(n, 1.0, 5.0) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
+    assert backoff_delay(3, 0.0, 5.0) == 0.0
