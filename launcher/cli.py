@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
     down.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the run to stop")
 
+    co = sub.add_parser("compose", help="write the plan as a standalone docker-compose.yml")
+    co.add_argument("spec", metavar="FILE")
+    co.add_argument("-o", "--output", metavar="PATH",
+                    help="where to write (default: docker-compose.yml beside FILE; '-' for stdout)")
+    co.add_argument("--image", metavar="IMAGE", help="image for every service (default: docker.image of the spec)")
+
     return p
 
 
@@ -98,6 +104,14 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         from .down import down
 
         return down(loaded, plan, console, run_id=args.run, timeout=args.timeout)
+    if args.command == "compose":
+        from .compose import write_compose
+
+        written = write_compose(loaded, args.output, image=args.image)
+        if written is not None:
+            console.info(f"wrote {written} ({len(plan.tasks)} services); run: docker compose -f {written} up "
+                         "--abort-on-container-exit")
+        return EXIT_OK
     raise SpecError(f"unknown command {args.command}")
 
 
