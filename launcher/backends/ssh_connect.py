@@ -1,0 +1,185 @@
+"""SSH connections for the ssh backend: Fabric ``Connection`` objects with real host-key checks.
+
+Fabric's default is ``AutoAddPolicy``: any unknown host key is silently accepted. Here every
+client (including ProxyJump gateways) instead loads known_hosts and gets a policy that refuses
+unknown keys, unless the spec opts into trust-on-first-use, which appends the key to known_hosts.
+A *changed* key is always refused (paramiko raises ``BadHostKeyException``).
+
+Errors are turned into one line naming the host and the fix (``describe_connect_error``).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Optional
+
+import paramiko
+from fabric import Config, Connection
+
+from ..spec import Host, SSHOptions
+
+_KH_LOCK = threading.Lock()
+
+
+class UnknownHostKey(paramiko.SSHException):
+    def __init__(self, hostname: str, key: paramiko.PKey, known_hosts: str) -> None:
+        super().__init__(f"unknown host key for {hostname}")
+        self.hostname = hostname
+        self.key = key
+        self.known_hosts = known_hosts
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.fingerprint}" if hasattr(key, "fingerprint") else key.get_name()
+
+
+class VerifyHostKey(paramiko.MissingHostKeyPolicy):
+    """Called by paramiko only when no known_hosts entry exists for the host (a *different* key
+    for it raises BadHostKeyException before this). Refuse, or trust once and remember."""
+
+    def __init__(self, known_hosts: str, trust_on_first_use: bool) -> None:
+        self.known_hosts = known_hosts
+        self.trust_on_first_use = trust_on_first_use
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if not self.trust_on_first_use:
+            raise UnknownHostKey(hostname, key, self.known_hosts)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _KH_LOCK:
+            path = Path(self.known_hosts)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with open(path, "a", encoding="ascii") as fh:
+                fh.write(line)
+
+
+def known_hosts_files(opts: SSHOptions, ssh_config: dict, base_dir: Path) -> list[str]:
+    """The files host keys are read from; the first is where trust-on-first-use writes."""
+    if opts.known_hosts:
+        return [str(resolve_local(opts.known_hosts, base_dir))]
+    files = []
+    user_files = ssh_config.get("userknownhostsfile")
+    if user_files:
+        files += [os.path.expanduser(f) for f in str(user_files).split()]
+    else:
+        files.append(os.path.expanduser("~/.ssh/known_hosts"))
+    files.append("/etc/ssh/ssh_known_hosts")
+    return files
+
+
+def resolve_local(path: str, base_dir: Path) -> Path:
+    p = Path(os.path.expanduser(path))
+    return p if p.is_absolute() else (base_dir / p)
+
+
+def secure(conn: Connection, opts: SSHOptions, base_dir: Path) -> Connection:
+    """Replace Fabric's AutoAddPolicy on ``conn`` and every gateway hop with real verification."""
+    hop: Optional[Connection] = conn
+    while isinstance(hop, Connection):
+        files = known_hosts_files(opts, hop.ssh_config, base_dir)
+        client = hop.client
+        keys = client.get_host_keys()
+        for f in files:
+            if os.path.isfile(f):
+                try:
+                    keys.load(f)
+                except (OSError, paramiko.SSHException):
+                    pass
+        alias = hop.ssh_config.get("hostkeyalias")
+        if alias:
+            # OpenSSH looks the key up under the alias instead of the host name.
+            name = hop.host if int(hop.port) == 22 else f"[{hop.host}]:{hop.port}"
+            entry = keys.lookup(alias)
+            if entry:
+                for ktype, key in entry.items():
+                    keys.add(name, ktype, key)
+        client.set_missing_host_key_policy(VerifyHostKey(files[0], opts.trust_on_first_use))
+        hop = hop.gateway if isinstance(hop.gateway, Connection) else None
+    return conn
+
+
+def make_connection(host: Host, opts: SSHOptions, base_dir: Path) -> Connection:
+    """An unopened Fabric Connection for ``host`` (ssh_config aliases, ProxyJump honoured)."""
+    config = Config(runtime_ssh_path=str(resolve_local(opts.config, base_dir))) if opts.config else Config()
+    timeout = max(1, math.ceil(opts.connect_timeout))
+    connect_kwargs: dict = {"banner_timeout": timeout, "auth_timeout": timeout}
+    if host.key:
+        connect_kwargs["key_filename"] = [str(resolve_local(host.key, base_dir))]
+    gateway = None
+    if host.proxy_jump:
+        for hop in reversed(host.proxy_jump.split(",")):
+            kwargs = {"config": config.clone(), "connect_timeout": timeout}
+            if gateway is not None:
+                kwargs["gateway"] = gateway
+            gateway = Connection(hop.strip(), **kwargs)
+    conn = Connection(
+        host.ssh_target,
+        user=host.user,
+        port=host.port,
+        config=config,
+        connect_timeout=timeout,
+        connect_kwargs=connect_kwargs,
+        gateway=gateway,
+    )
+    return secure(conn, opts, base_dir)
+
+
+def describe_target(conn: Connection) -> str:
+    return f"{conn.user}@{conn.host}:{conn.port}"
+
+
+def open_connection(conn: Connection, opts: SSHOptions) -> None:
+    conn.open()
+    transport = conn.client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(5)
+
+
+def describe_connect_error(exc: BaseException, conn: Connection, host: Host, opts: SSHOptions) -> str:
+    """One line: what went wrong connecting to ``host`` and how to fix it."""
+    who = f"host {host.name} ({describe_target(conn)})"
+    if isinstance(exc, UnknownHostKey):
+        return (
+            f"{who}: unknown host key {fingerprint(exc.key)} (not in {exc.known_hosts}); verify it and add it "
+            f"with `ssh-keyscan -p {conn.port} {conn.host} >> {exc.known_hosts}`, or set ssh.trust_on_first_use: true"
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return (
+            f"{who}: HOST KEY MISMATCH: the server offered {fingerprint(exc.key)} but known_hosts has "
+            f"{fingerprint(exc.expected_key)}; this may be an attack. If the host was really reinstalled, "
+            f"remove the old key with `ssh-keygen -R {exc.hostname}` and verify the new one"
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        return (
+            f"{who}: authentication failed for user {conn.user}; check hosts[{host.name}].key / user, "
+            f"ssh-agent, and the server's authorized_keys"
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        errs = list(exc.errors.values())
+        inner = errs[0] if errs else None
+        if isinstance(inner, OSError) and inner.errno in (errno.ECONNREFUSED,):
+            return f"{who}: connection refused; start sshd there or fix hosts[{host.name}].ssh/port"
+        if inner is not None:
+            return describe_connect_error(inner, conn, host, opts)
+    if isinstance(exc, ConnectionRefusedError):
+        return f"{who}: connection refused; start sshd there or fix hosts[{host.name}].ssh/port"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return (
+            f"{who}: timed out after {opts.connect_timeout:g} s; check the address, firewall and that the host is "
+            f"up, or raise ssh.connect_timeout"
+        )
+    if isinstance(exc, socket.gaierror):
+        return f"{who}: cannot resolve host name ({exc.strerror}); fix hosts[{host.name}].ssh or ~/.ssh/config"
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return f"{who}: no route to host ({exc.strerror}); check the address and network"
+    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+        return f"{who}: no SSH banner ({exc}); is an SSH server listening on port {conn.port}?"
+    if isinstance(exc, EOFError):
+        return f"{who}: the server closed the connection during the handshake; check sshd's logs (MaxStartups?)"
+    text = str(exc) or type(exc).__name__
+    return f"{who}: cannot connect ({text}); check `ssh -p {conn.port} {conn.user}@{conn.host}` by hand"

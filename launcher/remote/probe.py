@@ -1,0 +1,176 @@
+"""Remote preflight, run by the ssh backend as ``python3 -c <this source>`` on every host.
+
+Protocol (one JSON object per line on stdin/stdout):
+
+1. request  -> {"require": [...], "workdir": d, "base": d, "run_dir": d, "state_dir": d,
+                "files": {name: text}, "ports": [p, ...]}
+   reply    <- {"python": "3.11.7", "hostname": h, "home": d, "workdir": abs|null, "run_dir": abs,
+                "state_dir": abs, "deps": {module: [found, version]}, "ports": {p: null|problem},
+                "error": null|text}
+   The listed ports stay bound (listening) until stdin closes, so other hosts can probe them.
+2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds}
+   reply    <- {"results": [[key, null|problem], ...]}
+3. stdin closes -> listeners close, exit 0. A watchdog exits after 120 s regardless.
+
+Stdlib only, Python 3.6+.
+"""
+
+import errno
+import json
+import os
+import socket
+import sys
+import threading
+
+
+def _send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _dist_version(module):
+    try:
+        from importlib import metadata
+    except ImportError:
+        return None
+    names = [module, module.replace("_", "-")]
+    if module == "tensorflow":
+        names += ["tensorflow-cpu", "tensorflow-intel", "tensorflow-macos", "tf-nightly"]
+    try:
+        mapping = metadata.packages_distributions()
+        names = list(mapping.get(module, [])) + names
+    except Exception:
+        pass
+    for name in names:
+        try:
+            return metadata.version(name)
+        except Exception:
+            continue
+    return None
+
+
+def _deps(modules):
+    import importlib.util
+
+    out = {}
+    for m in modules:
+        try:
+            found = importlib.util.find_spec(m) is not None
+        except Exception:
+            found = False
+        out[m] = [found, _dist_version(m) if found else None]
+    return out
+
+
+def _bind(port):
+    """Listen on every address like a TF server; (socket, None) or (None, problem)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("0.0.0.0", port))
+        sock.listen(128)
+        return sock, None
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            return None, "in use"
+        if exc.errno == errno.EACCES:
+            return None, "not permitted (a privileged port)"
+        return None, "not bindable (%s)" % exc.strerror
+
+
+def _write(path, text, mode=0o644):
+    tmp = path + ".tmp%d" % os.getpid()
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _find(argv0, workdir):
+    """Whether the task's command exists, with the PATH the task gets (this python's dir first)."""
+    import shutil
+
+    if "/" in argv0:
+        path = argv0 if os.path.isabs(argv0) else os.path.join(workdir or ".", argv0)
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    bindir = os.path.dirname(sys.executable)
+    return shutil.which(argv0, path=bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")) is not None
+
+
+def _prepare(req):
+    reply = {"python": "%d.%d.%d" % sys.version_info[:3], "hostname": socket.gethostname(),
+             "home": os.path.expanduser("~"), "error": None}
+    wd = req.get("workdir")
+    reply["workdir"] = os.path.abspath(wd) if wd and os.path.isdir(wd) else None
+    try:
+        run_dir = os.path.abspath(req["run_dir"])
+        os.makedirs(os.path.join(run_dir, "pids"), exist_ok=True)
+        os.chmod(run_dir, 0o700)
+        state_dir = os.path.abspath(req["state_dir"])
+        os.makedirs(state_dir, exist_ok=True)
+        for name, text in (req.get("files") or {}).items():
+            _write(os.path.join(run_dir, name), text)
+        reply["run_dir"], reply["state_dir"] = run_dir, state_dir
+    except OSError as exc:
+        reply["error"] = "cannot create %s (%s)" % (exc.filename or req.get("run_dir"), exc.strerror)
+    reply["deps"] = _deps(req.get("require") or [])
+    argv0 = req.get("argv0")
+    if argv0:
+        reply["argv0_found"] = _find(argv0, reply["workdir"])
+    socks, ports = [], {}
+    for port in req.get("ports") or []:
+        sock, problem = _bind(int(port))
+        ports[str(port)] = problem
+        if sock is not None:
+            socks.append(sock)
+    reply["ports"] = ports
+    return reply, socks
+
+
+def _probe(targets, timeout):
+    results = [None] * len(targets)
+
+    def one(i, key, address, port):
+        try:
+            conn = socket.create_connection((address, int(port)), timeout=timeout)
+            conn.close()
+        except socket.timeout:
+            results[i] = [key, "timed out after %gs" % timeout]
+        except OSError as exc:
+            results[i] = [key, exc.strerror or str(exc)]
+        else:
+            results[i] = [key, None]
+
+    threads = [threading.Thread(target=one, args=(i,) + tuple(t)) for i, t in enumerate(targets)]
+    for t in threads:
+        t.daemon = True
+        t.start()
+    for t in threads:
+        t.join(timeout + 2)
+    return [r if r is not None else [targets[i][0], "no answer"] for i, r in enumerate(results)]
+
+
+def main():
+    timer = threading.Timer(120.0, lambda: os._exit(3))
+    timer.daemon = True
+    timer.start()
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    reply, socks = _prepare(json.loads(line))
+    _send(reply)
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        req = json.loads(line)
+        if "targets" in req:
+            _send({"results": _probe(req["targets"], float(req.get("timeout", 3.0)))})
+    for s in socks:
+        s.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""A lab of SSH hosts on this machine: network namespaces joined by a bridge, each with its own
+address (10.231.0.0/24), its own sshd (Debian openssh-server, key-only, own host key) and its
+own UTS namespace (so ``hostname`` differs). Needs root. Used by the ssh integration tests and
+bench/ssh_fanout.py.
+
+Layout: the bridge lives in its own namespace ``<prefix>sw`` (so the machine's firewall, e.g.
+Docker's FORWARD policy, never sees host-to-host traffic); this machine reaches the lab through
+a veth with 10.231.0.1; host i has ``<prefix>h<i>`` with 10.231.0.(10+i).
+
+Everything is torn down by ``stop()`` with timeouts: sshd and every process left in the lab's
+namespaces (found with ``ip netns pids``, never by name), the namespaces, the veths.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+SUBNET = "10.231.0"
+GATEWAY = f"{SUBNET}.1"
+SSHD = "/usr/sbin/sshd"
+
+
+def sh(*argv: str, timeout: float = 20.0, check: bool = True, input: Optional[bytes] = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace').strip()}")
+    return proc
+
+
+@dataclass
+class LabHost:
+    name: str
+    netns: str
+    address: str
+    dir: Path
+    sshd: Optional[subprocess.Popen] = None
+    host_pubkey: str = ""
+
+    def exec(self, *argv: str, timeout: float = 20.0, check: bool = True) -> subprocess.CompletedProcess:
+        """Run a command inside this host's network namespace (not over SSH)."""
+        return sh("ip", "netns", "exec", self.netns, *argv, timeout=timeout, check=check)
+
+
+@dataclass
+class Lab:
+    root: Path
+    count: int = 3
+    prefix: str = "tfcs"
+    hosts: list[LabHost] = field(default_factory=list)
+    client_key: Path = Path()
+    known_hosts: Path = Path()
+
+    @property
+    def switch(self) -> str:
+        return f"{self.prefix}sw"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "Lab":
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._cleanup_stale()
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation dir
+        self.client_key = self.root / "client_ed25519"
+        if not self.client_key.exists():
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-test", "-f", str(self.client_key))
+        (self.root / "authorized_keys").write_text((self.root / "client_ed25519.pub").read_text())
+        sh("ip", "netns", "add", self.switch)
+        sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+        sh("ip", "-n", self.switch, "link", "set", "lo", "up")
+        # This machine's leg into the lab.
+        sh("ip", "link", "add", f"{self.prefix}gw", "type", "veth", "peer", "name", "gw", "netns", self.switch)
+        sh("ip", "-n", self.switch, "link", "set", "gw", "master", "br0", "up")
+        sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", f"{self.prefix}gw")
+        sh("ip", "link", "set", f"{self.prefix}gw", "up")
+        for i in range(1, self.count + 1):
+            self._add_host(i)
+        lines = []
+        for h in self.hosts:
+            lines.append(f"{h.address} {h.host_pubkey}")
+        self.known_hosts = self.root / "known_hosts"
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+        for h in self.hosts:
+            self.start_sshd(h)
+        for h in self.hosts:
+            self.wait_port(h.address, 22, timeout=10)
+        return self
+
+    def _add_host(self, i: int) -> None:
+        name = f"h{i}"
+        netns = f"{self.prefix}h{i}"
+        h = LabHost(name=name, netns=netns, address=f"{SUBNET}.{10 + i}", dir=self.root / name)
+        h.dir.mkdir(parents=True, exist_ok=True)
+        sh("ip", "netns", "add", netns)
+        sh("ip", "-n", self.switch, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", netns)
+        sh("ip", "-n", self.switch, "link", "set", f"p{i}", "master", "br0", "up")
+        sh("ip", "-n", netns, "addr", "add", f"{h.address}/24", "dev", "eth0")
+        sh("ip", "-n", netns, "link", "set", "eth0", "up")
+        sh("ip", "-n", netns, "link", "set", "lo", "up")
+        key = h.dir / "ssh_host_ed25519_key"
+        if not key.exists():
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+        h.host_pubkey = " ".join((h.dir / "ssh_host_ed25519_key.pub").read_text().split()[:2])
+        (h.dir / "sshd_config").write_text(
+            "\n".join(
+                [
+                    f"ListenAddress {h.address}",
+                    "Port 22",
+                    f"HostKey {key}",
+                    f"PidFile {h.dir / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin prohibit-password",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "AllowTcpForwarding yes",
+                    "MaxSessions 64",
+                    "MaxStartups 200:30:400",
+                    "PrintMotd no",
+                    "LogLevel ERROR",
+                    "Subsystem sftp internal-sftp",
+                    "",
+                ]
+            )
+        )
+        self.hosts.append(h)
+
+    def start_sshd(self, h: LabHost) -> None:
+        log = open(h.dir / "sshd.log", "ab")
+        # Own UTS namespace: `hostname` inside is the lab host's name.
+        h.sshd = subprocess.Popen(
+            ["ip", "netns", "exec", h.netns, "unshare", "--uts", "--", "sh", "-c",
+             f'hostname {h.name} && exec {SSHD} -D -e -f "$1"', "sh", str(h.dir / "sshd_config")],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+
+    def stop_sshd(self, h: LabHost) -> None:
+        """Stop the listening sshd (sessions it forked keep running)."""
+        if h.sshd is not None and h.sshd.poll() is None:
+            h.sshd.terminate()
+            try:
+                h.sshd.wait(5)
+            except subprocess.TimeoutExpired:
+                h.sshd.kill()
+                h.sshd.wait(5)
+        h.sshd = None
+
+    def restart_sshd(self, h: LabHost) -> None:
+        self.stop_sshd(h)
+        self.start_sshd(h)
+        self.wait_port(h.address, 22, timeout=10)
+
+    def stop(self) -> None:
+        for h in self.hosts:
+            try:
+                self.stop_sshd(h)
+            except Exception:  # noqa: BLE001
+                pass
+        for netns in [h.netns for h in self.hosts] + [self.switch]:
+            self._kill_netns_procs(netns)
+            sh("ip", "netns", "del", netns, check=False)
+        sh("ip", "link", "del", f"{self.prefix}gw", check=False)
+        self.hosts.clear()
+
+    def _kill_netns_procs(self, netns: str) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = self._netns_pids(netns)
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            end = time.monotonic() + 3
+            while time.monotonic() < end and self._netns_pids(netns):
+                time.sleep(0.05)
+
+    @staticmethod
+    def _netns_pids(netns: str) -> list[int]:
+        proc = sh("ip", "netns", "pids", netns, check=False, timeout=10)
+        return [int(p) for p in proc.stdout.split()] if proc.returncode == 0 else []
+
+    def _cleanup_stale(self) -> None:
+        """Remove namespaces/links of a lab with this prefix left by a crashed run."""
+        out = sh("ip", "netns", "list", check=False).stdout.decode()
+        for line in out.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if name.startswith(self.prefix) and (name == self.switch or name[len(self.prefix):].startswith("h")):
+                self._kill_netns_procs(name)
+                sh("ip", "netns", "del", name, check=False)
+        sh("ip", "link", "del", f"{self.prefix}gw", check=False)
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def wait_port(address: str, port: int, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((address, port), timeout=1):
+                    return
+            except OSError:
+                if time.monotonic() > end:
+                    raise RuntimeError(f"{address}:{port} did not open within {timeout:g} s")
+                time.sleep(0.05)
+
+    def host(self, name: str) -> LabHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def hosts_yaml(self, names: Optional[list[str]] = None, user: str = "root") -> list[dict]:
+        return [
+            {"name": h.name, "ssh": f"{user}@{h.address}", "key": str(self.client_key)}
+            for h in self.hosts
+            if names is None or h.name in names
+        ]
+
+    def pdsh_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PDSH_SSH_ARGS"] = (
+            f"-i {self.client_key} -o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes "
+            "-o BatchMode=yes -o IdentitiesOnly=yes -l%u %h"
+        )
+        env["PDSH_RCMD_TYPE"] = "ssh"
+        return env
+
+
+def have_prereqs() -> Optional[str]:
+    """None if the lab can run here, else the reason it cannot."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, sshd)"
+    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("ssh-keygen", "openssh-client")):
+        if shutil.which(tool) is None:
+            return f"'{tool}' not found; install Debian package {pkg} (tests/setup/ssh.sh)"
+    if not os.path.exists(SSHD):
+        return f"{SSHD} not found; install Debian package openssh-server (tests/setup/ssh.sh)"
+    return None
