@@ -9,11 +9,14 @@ from typing import Optional
 
 
 def start_time(pid: int) -> Optional[int]:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22); None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode("ascii", "replace")
-        return int(stat[stat.rindex(")") + 2 :].split()[19])
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] in ("Z", "X"):  # a zombie has ended; only its parent has yet to reap it
+            return None
+        return int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 

@@ -64,6 +64,14 @@ def _set_pdeathsig(sig: int) -> None:
         pass
 
 
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _killpg(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -89,8 +97,7 @@ def main(argv: list[str]) -> int:
         try:
             os.execvp(cmd[0], cmd)
         except OSError as exc:
-            sys.stderr.write(f"taskwrap: cannot run {cmd[0]!r}: {exc.strerror}\n")
-            sys.stderr.flush()
+            _say(f"taskwrap: cannot run {cmd[0]!r}: {exc.strerror}\n")
             os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 
     if opts["pidfile"]:
@@ -105,9 +112,9 @@ def main(argv: list[str]) -> int:
         if stopping.is_set():
             return
         stopping.set()
-        sys.stderr.write(f"taskwrap: {reason}; stopping task group {pgid}\n")
-        sys.stderr.flush()
         _killpg(pgid, signal.SIGTERM)
+        # The launcher may be gone with the read end of stderr: never let a write stop us.
+        _say(f"taskwrap: {reason}; stopping task group {pgid}\n")
         deadline = time.monotonic() + opts["grace"]
         while time.monotonic() < deadline and _group_members(pgid):
             time.sleep(0.05)

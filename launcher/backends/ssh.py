@@ -236,7 +236,8 @@ class SSHTask(TaskHandle):
         self.backend.signal_tasks([self], sig)
 
     def info(self) -> dict:
-        return {"host": self.host.name, "remote_pidfile": self.pidfile, "remote_run_dir": self.host.run_dir}
+        # No "host"/"pid"/"pgid" keys: the supervisor logs host itself and down.py treats pgid as local.
+        return {"ssh_host": self.host.name, "remote_pidfile": self.pidfile, "remote_run_dir": self.host.run_dir}
 
     def state_note(self) -> str:
         if self._note:
@@ -690,7 +691,7 @@ class SSHBackend(Backend):
         """Stop a run's remote tasks from its record (launcher.json's tasks). True if any ran."""
         by_host: dict[str, set[str]] = {}
         for key, task in (info.get("tasks") or {}).items():
-            host, rdir = task.get("host"), task.get("remote_run_dir")
+            host, rdir = task.get("ssh_host"), task.get("remote_run_dir")
             if host and rdir:
                 by_host.setdefault(host, set()).add(rdir)
         unknown = [h for h in by_host if h not in self.hosts]

@@ -1,0 +1,474 @@
+"""Docker backend: every task is a container on one private network of its run.
+
+Everything this backend creates is named and labelled by run id
+(``tfcluster-<name>-<run id>-<type>-<index>``, label ``tfcluster.run_id=<run id>``) and removed
+by id when the run ends; ``tfcluster down`` finds leftovers by that exact label, never by a
+name pattern that could match another run.
+
+Containers see the run record through bind mounts: the run's directory at /tfcluster/run and
+the spec's state directory (shared by every run of this name) at /tfcluster/state, so a group
+restart -- and a rerun -- resumes from the BackupAndRestore backup there. The engine must
+therefore run on this machine (a local socket, or a TCP engine on this host).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ..console import Console
+from ..errors import LaunchError
+from ..plan import Plan, PlannedTask
+from ..spec import LoadedSpec
+from .base import Backend, LineSink, TaskHandle
+
+try:  # the SDK is a dependency of tfcluster, but only this backend needs it
+    import docker
+    import docker.errors
+    import requests.exceptions
+except ImportError:  # pragma: no cover - reported by preflight
+    docker = None  # type: ignore[assignment]
+
+STATE_MOUNT = "/tfcluster/state"
+RUN_MOUNT = "/tfcluster/run"
+LABEL_RUN = "tfcluster.run_id"
+LABEL_NAME = "tfcluster.name"
+LABEL_TASK = "tfcluster.task"
+DEFAULT_ENGINE = "unix:///var/run/docker.sock"
+_BUILD_TIMEOUT = 3600
+_API_TIMEOUT = 60
+
+
+def engine_url(loaded: LoadedSpec) -> str:
+    return loaded.spec.docker.engine or os.environ.get("DOCKER_HOST") or DEFAULT_ENGINE
+
+
+def connect(url: str, explicit: bool, pool: int = 10) -> "docker.DockerClient":
+    """A client for the engine at ``url``, pinged; LaunchError naming the fix if unreachable."""
+    if docker is None:
+        raise LaunchError("backend docker needs the Python package 'docker'; pip install 'docker>=7'")
+    try:
+        if explicit:
+            client = docker.DockerClient(base_url=url, timeout=_API_TIMEOUT, max_pool_size=pool)
+        else:  # honours DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH
+            client = docker.from_env(timeout=_API_TIMEOUT, max_pool_size=pool)
+        client.ping()
+        return client
+    except Exception as exc:  # noqa: BLE001 - every way of failing to connect ends here
+        text = str(exc)
+        if "Permission denied" in text or "PermissionError" in text:
+            raise LaunchError(
+                f"permission denied on the Docker engine at {url}; add your user to the docker group or run as root"
+            ) from None
+        raise LaunchError(
+            f"cannot reach the Docker engine at {url}: is dockerd running? "
+            "(start it, or point docker.engine / DOCKER_HOST at a running engine)"
+        ) from None
+
+
+class DockerTask(TaskHandle):
+    def __init__(self, task: PlannedTask, backend: "DockerBackend", container_id: str, name: str,
+                 on_line: LineSink) -> None:
+        super().__init__(task)
+        self.backend = backend
+        self.api = backend.client.api
+        self.id = container_id
+        self.name = name
+        self._exit: Optional[int] = None
+        self._lost = ""
+        self._drained = False
+        self._ip: Optional[str] = None
+        self._logs = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"logs-{task.key}")
+        self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{task.key}")
+        self._logs.start()
+        self._waiter.start()
+
+    # -------------------------------------------------------------- threads
+
+    def _pump(self, on_line: LineSink) -> None:
+        buf = b""
+        try:
+            for chunk in self.api.logs(self.id, stream=True, follow=True, stdout=True, stderr=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    on_line(self.key, line.decode("utf-8", "replace").rstrip("\r"))
+        except Exception:  # noqa: BLE001 - the engine went away or the container was removed
+            pass
+        if buf:
+            on_line(self.key, buf.decode("utf-8", "replace").rstrip("\r"))
+
+    def _wait(self) -> None:
+        failures = 0
+        while True:
+            try:
+                result = self.api.wait(self.id, timeout=None)
+                self._exit = int(result.get("StatusCode", 255))
+                return
+            except docker.errors.NotFound:
+                self._lost = "the container was removed behind tfcluster's back"
+                self._exit = 137
+                return
+            except Exception:  # noqa: BLE001 - connection reset, engine restarting
+                failures += 1
+                if failures >= 5:
+                    self._lost = f"lost contact with the Docker engine at {self.backend.url}"
+                    self._exit = 255
+                    return
+                time.sleep(1.0)
+
+    # -------------------------------------------------------------- TaskHandle
+
+    def poll(self) -> Optional[int]:
+        if self._exit is None:
+            return None
+        if not self._drained:
+            self._drained = True
+            self._logs.join(timeout=2.0)  # let the last lines arrive first
+        return self._exit
+
+    def signal(self, sig: int) -> None:
+        if self._exit is not None:
+            return
+        try:
+            self.api.kill(self.id, signal=int(sig))
+        except Exception:  # noqa: BLE001 - already stopped (409), removed (404), engine gone
+            pass
+
+    def info(self) -> dict:
+        return {"container": self.name, "container_id": self.id, "network": self.backend.network_name,
+                "engine": self.backend.url}
+
+    def state_note(self) -> str:
+        if self._lost:
+            return self._lost
+        try:
+            state = self.api.inspect_container(self.id)["State"]
+        except Exception:  # noqa: BLE001
+            return ""
+        if state.get("Paused"):
+            return "container is paused (docker pause?)"
+        return ""
+
+    def ip(self) -> Optional[str]:
+        if self._ip is None:
+            try:
+                nets = self.api.inspect_container(self.id)["NetworkSettings"]["Networks"]
+                self._ip = (nets.get(self.backend.network_name) or {}).get("IPAddress") or None
+            except Exception:  # noqa: BLE001
+                return None
+        return self._ip
+
+
+class DockerBackend(Backend):
+    name = "docker"
+
+    def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Console] = None) -> None:
+        self.loaded = loaded
+        self.spec = loaded.spec
+        self.opts = loaded.spec.docker
+        self.record = record
+        self.console = console or Console()
+        self.url = engine_url(loaded)
+        self._explicit = bool(self.opts.engine)
+        self._client: Optional[Any] = None
+        self.run_id: Optional[str] = getattr(record, "run_id", None)
+        self.prefix = f"tfcluster-{self.spec.name}-{self.run_id}" if self.run_id else ""
+        self.network_name = self.prefix
+        self._network_id: Optional[str] = None
+        self._handles: dict[str, DockerTask] = {}
+        self._created: list[str] = []  # container ids, in creation order
+        self._user: Optional[str] = None
+        self._init = False
+        self._prepared = False
+        self._lock = threading.Lock()
+
+    # -------------------------------------------------------------- engine
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            tasks = sum(self.spec.tasks.count(t) for t in ("chief", "worker", "ps", "evaluator"))
+            self._client = connect(self.url, self._explicit, pool=max(10, 2 * tasks + 4))
+        return self._client
+
+    def container_name(self, task: PlannedTask) -> str:
+        return f"{self.prefix}-{task.slug}"
+
+    # -------------------------------------------------------------- preflight
+
+    def preflight(self, plan: Plan) -> None:
+        client = self.client
+        self._check_volumes()
+        self._ensure_image()
+        if not self.prefix:
+            return
+        for task in plan.tasks:
+            name = self.container_name(task)
+            try:
+                client.api.inspect_container(name)
+            except docker.errors.NotFound:
+                continue
+            raise LaunchError(f"container name {name} is taken (task {task.key}); remove it: docker rm -f {name}")
+        if client.api.networks(names=[self.network_name]):
+            raise LaunchError(
+                f"network name {self.network_name} is taken; remove it: docker network rm {self.network_name}"
+            )
+
+    def _check_volumes(self) -> None:
+        for item in self.opts.volumes:
+            host = self._host_path(item.split(":", 1)[0])
+            if not host.exists():
+                raise LaunchError(f"docker.volumes: host path {host} does not exist; create it or fix '{item}'")
+
+    def _host_path(self, raw: str) -> Path:
+        path = Path(raw).expanduser()
+        return path if path.is_absolute() else (self.loaded.base_dir / path).resolve()
+
+    def _ensure_image(self) -> None:
+        image = self.opts.image
+        build = self.opts.build
+        present = True
+        try:
+            self.client.api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            present = False
+        if present and (build is None or build.when == "missing"):
+            return
+        if build is None:
+            raise LaunchError(
+                f"docker.image: image '{image}' is not on the Docker engine at {self.url} and docker.build is not set; "
+                f"build it (docker build -f docker/Dockerfile -t {image} .) or add docker.build to the spec"
+            )
+        self.build_image()
+
+    def build_image(self) -> None:
+        build = self.opts.build
+        assert build is not None
+        image = self.opts.image
+        context = (self.loaded.base_dir / build.context).resolve()
+        if not context.is_dir():
+            raise LaunchError(f"docker.build.context: {context} is not a directory; fix the path (relative to the spec)")
+        dockerfile = context / build.dockerfile
+        if not dockerfile.is_file():
+            raise LaunchError(
+                f"docker.build.dockerfile: {dockerfile} not found; give its path relative to the build context"
+            )
+        args = dict(build.args)
+        if build.base_image:
+            args["BASE_IMAGE"] = build.base_image
+        self.console.info(f"building image {image} from {dockerfile} (context {context})")
+        started = time.monotonic()
+        tail: list[str] = []
+        error = ""
+        try:
+            stream = self.client.api.build(
+                path=str(context), dockerfile=build.dockerfile, tag=image, buildargs=args or None,
+                network_mode=build.network, rm=True, forcerm=True, decode=True, timeout=_BUILD_TIMEOUT,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    error = str(chunk["error"]).strip()
+                text = chunk.get("stream")
+                if text:
+                    for line in text.rstrip("\n").splitlines():
+                        tail = (tail + [line])[-20:]
+                        if line.startswith("Step ") or line.startswith("Successfully"):
+                            self.console.info(f"build: {line}")
+        except docker.errors.APIError as exc:
+            error = exc.explanation or str(exc)
+        except requests.exceptions.RequestException as exc:
+            error = f"lost the engine during the build ({exc.__class__.__name__})"
+        if error:
+            if tail:
+                self.console.block([f"  | {line}" for line in tail])
+            first = error.splitlines()[0][:300]
+            raise LaunchError(
+                f"docker.build: building image '{image}' failed: {first}; fix the Dockerfile, docker.build.args "
+                "or the network the build needs (docker.build.network)"
+            )
+        self.console.info(f"built image {image} in {time.monotonic() - started:.0f} s")
+
+    # -------------------------------------------------------------- tasks
+
+    def _prepare(self) -> None:
+        """Once per run: the network, the user tasks run as, writable mounts."""
+        if self._prepared:
+            return
+        if self.record is None or not self.prefix:
+            raise LaunchError("internal: the docker backend needs a run record to start tasks")
+        client = self.client
+        net = client.api.create_network(
+            self.network_name, driver="bridge", check_duplicate=True,
+            labels={LABEL_RUN: self.run_id, LABEL_NAME: self.spec.name},
+        )
+        self._network_id = net["Id"]
+        config = client.api.inspect_image(self.opts.image)["Config"] or {}
+        self._init = not config.get("Entrypoint")  # the image has no init (tini) of its own
+        image_user = config.get("User") or ""
+        dirs = [Path(self.record.state_dir), Path(self.record.dir)]
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        if self.opts.user:
+            self._user = self.opts.user
+        elif os.geteuid() != 0:
+            # Files in the run record stay yours; HOME goes to /tmp below (no passwd entry).
+            self._user = f"{os.getuid()}:{os.getgid()}"
+        else:
+            uid = image_user.split(":", 1)[0]
+            if uid.isdigit() and uid != "0":
+                gid = image_user.split(":", 1)[1] if ":" in image_user else uid
+                _chown_tree(dirs[0], int(uid), int(gid) if gid.isdigit() else int(uid))
+                os.chown(dirs[1], int(uid), int(gid) if gid.isdigit() else int(uid))
+            elif image_user and image_user not in ("root", "0"):
+                for d in dirs:  # a named user we cannot map to a uid from here
+                    os.chmod(d, 0o1777)
+        self._prepared = True
+
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
+        with self._lock:
+            self._prepare()
+            client = self.client
+            old = self._handles.pop(task.key, None)
+            if old is not None:  # the previous attempt's container: free its name and address
+                _remove(client, old.id)
+            name = self.container_name(task)
+            environment = dict(task.env)
+            environment.update({"TFCLUSTER_RUN_DIR": RUN_MOUNT, "TFCLUSTER_STATE_DIR": STATE_MOUNT})
+            environment.update(env)
+            if self._user and not self.opts.user:
+                environment.setdefault("HOME", "/tmp")
+            binds = {
+                str(self.record.state_dir): {"bind": STATE_MOUNT, "mode": "rw"},
+                str(self.record.dir): {"bind": RUN_MOUNT, "mode": "rw"},
+            }
+            for item in self.opts.volumes:
+                host, container_path, *mode = item.split(":")
+                binds[str(self._host_path(host))] = {"bind": container_path, "mode": mode[0] if mode else "rw"}
+            host_config = client.api.create_host_config(binds=binds, init=self._init or None, auto_remove=False)
+            networking = client.api.create_networking_config(
+                {self.network_name: client.api.create_endpoint_config(aliases=[task.address])}
+            )
+            try:
+                created = client.api.create_container(
+                    self.opts.image, command=list(task.command), name=name, hostname=task.address,
+                    environment=environment, user=self._user or None, host_config=host_config,
+                    networking_config=networking, detach=True,
+                    labels={LABEL_RUN: self.run_id, LABEL_NAME: self.spec.name, LABEL_TASK: task.key},
+                )
+            except docker.errors.APIError as exc:
+                raise LaunchError(f"{task.key}: cannot create container {name}: {exc.explanation or exc}") from None
+            cid = created["Id"]
+            self._created.append(cid)
+            try:
+                client.api.start(cid)
+            except docker.errors.APIError as exc:
+                # e.g. the entrypoint is not in the image: report it as the task's failure
+                msg = (exc.explanation or str(exc)).splitlines()[0]
+                on_line(task.key, f"tfcluster: cannot start container {name}: {msg}")
+            handle = DockerTask(task, self, cid, name, on_line)
+            self._handles[task.key] = handle
+            return handle
+
+    def port_open(self, task: PlannedTask) -> bool:
+        if task.port is None:
+            return True
+        handle = self._handles.get(task.key)
+        if handle is None:
+            return False
+        ip = handle.ip()
+        if not ip:
+            return False
+        try:
+            with socket.create_connection((ip, task.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        """Remove every container and the network this run created (by id)."""
+        if self._client is None:
+            return
+        for cid in reversed(self._created):
+            _remove(self._client, cid)
+        self._created.clear()
+        self._handles.clear()
+        if self._network_id:
+            try:
+                self._client.api.remove_network(self._network_id)
+            except docker.errors.NotFound:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                self.console.error(f"could not remove network {self.network_name}: {exc}; "
+                                   f"remove it: docker network rm {self.network_name}")
+            self._network_id = None
+        try:
+            self._client.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._client = None
+
+    # -------------------------------------------------------------- tfcluster down
+
+    def down(self, run_dir: Path, info: dict, console: Console) -> bool:
+        """Remove what the run left behind: its containers and network, by run id."""
+        run_id = info.get("run_id") or run_dir.name
+        tasks = info.get("tasks", {})
+        urls = {t.get("engine") for t in tasks.values() if t.get("engine")}
+        if urls:
+            self.url = urls.pop()
+            self._explicit = True
+        client = self.client
+        removed: list[str] = []
+        ids = {t["container_id"]: t.get("container", t["container_id"][:12]) for t in tasks.values()
+               if t.get("container_id")}
+        for c in client.api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}):
+            ids.setdefault(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
+        for cid, name in ids.items():
+            if _remove(client, cid, grace=self.spec.watchdog.stop_grace):
+                removed.append(name)
+        nets = client.api.networks(filters={"label": f"{LABEL_RUN}={run_id}"})
+        for net in nets:
+            try:
+                client.api.remove_network(net["Id"])
+                removed.append(f"network {net['Name']}")
+            except docker.errors.NotFound:
+                pass
+        if removed:
+            console.info(f"removed {', '.join(removed)}")
+        self.close()
+        return bool(removed)
+
+
+def _remove(client: Any, cid: str, grace: float = 0.0) -> bool:
+    """Stop (SIGTERM, then SIGKILL after ``grace``) and remove a container; False if it was gone."""
+    try:
+        if grace > 0:
+            client.api.stop(cid, timeout=int(max(1, grace)))
+        client.api.remove_container(cid, force=True)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409:  # removal already in progress
+            return True
+        raise
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give the container's user the state directory (only what is not theirs already)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            try:
+                st = os.lstat(name)
+                if st.st_uid != uid or st.st_gid != gid:
+                    os.lchown(name, uid, gid)
+            except OSError:
+                pass
+
+
+__all__ = ["DockerBackend", "DockerTask", "connect", "engine_url"]

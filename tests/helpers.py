@@ -1,0 +1,36 @@
+"""Shared test helpers: find processes of a run by their environment, wait with timeouts."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def pids_with_env(name: str, value: str) -> list[int]:
+    """PIDs whose initial environment has ``name=value`` (how tests find a run's tasks)."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1, what: str = "condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")

@@ -1,0 +1,259 @@
+"""Local backend + supervisor with plain Python tasks (fast; TensorFlow tests are elsewhere)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import main
+from tests.helpers import pids_with_env, wait_for
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_base() -> int:
+    """A base port with a few free ports after it (ephemeral range, probed)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base < 60000 and all(_free(base + i) for i in range(4)):
+            return base
+    raise RuntimeError("no free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+            return True
+        except OSError:
+            return False
+
+
+def spec(tmp_path: Path, script: str, tasks: str = "{worker: 2}", extra: str = "") -> Path:
+    (tmp_path / "task.py").write_text(textwrap.dedent(script))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: t
+        strategy: multi_worker_mirrored
+        entrypoint: [{json.dumps(sys.executable)}, task.py]
+        tasks: {tasks}
+        ports: {{base: {free_base()}}}
+        watchdog: {{stop_grace: 1}}
+    """) + textwrap.dedent(extra))
+    return path
+
+
+def events(tmp_path: Path) -> list[dict]:
+    run = (tmp_path / "runs" / "t" / "latest").resolve()
+    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+
+
+def test_success_prefixed_output_logs_and_events(tmp_path, capsys):
+    path = spec(tmp_path, """\
+        import json, os
+        conf = json.loads(os.environ["TF_CONFIG"])
+        print("hello from", conf["task"]["type"], conf["task"]["index"], os.environ["TFCLUSTER_RESTART_COUNT"])
+    """)
+    assert main(["up", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "[worker:0] hello from worker 0 0" in out and "[worker:1] hello from worker 1 0" in out
+    run = (tmp_path / "runs" / "t" / "latest").resolve()
+    assert (run / "logs" / "worker-1.log").read_text() == "hello from worker 1 0\n"
+    assert json.loads((run / "plan.json").read_text())["tasks"][1]["port"] > 0
+    kinds = [e["event"] for e in events(tmp_path)]
+    assert kinds[0] == "run_start" and kinds.count("start") == 2 and kinds[-1] == "outcome"
+    assert events(tmp_path)[-1]["outcome"] == "succeeded"
+
+
+def test_failing_task_root_cause_others_stopped_exit_1(tmp_path, capsys):
+    path = spec(tmp_path, """\
+        import json, os, sys, time
+        index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        if index == 1:
+            print("about to fail", flush=True)
+            time.sleep(0.5)
+            sys.exit(3)
+        time.sleep(120)
+    """)
+    started = time.monotonic()
+    assert main(["up", str(path)]) == 1
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert "tfcluster: error: worker:1 failed: exit code 3" in err
+    assert "| about to fail" in err
+    assert "stopping worker:0" in err
+    assert "not retried" in err
+    run_id = (tmp_path / "runs" / "t" / "latest").resolve().name
+    assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
+    failure = [e for e in events(tmp_path) if e["event"] == "failure"][0]
+    assert failure["task"] == "worker:1" and failure["code"] == 3
+
+
+def test_port_in_use_fails_before_anything_starts(tmp_path, capsys):
+    path = spec(tmp_path, "print('must not run')\n")
+    port = json.loads(subprocess.run([sys.executable, "-m", "launcher", "plan", str(path), "--json"], capture_output=True,
+                                     text=True, timeout=60, cwd=ROOT).stdout)["tasks"][1]["port"]
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        assert main(["up", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert f"tfcluster: error: port {port} on localhost is in use (task worker:1)" in captured.err
+    assert "must not run" not in captured.out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_command_is_reported_before_start(tmp_path, capsys):
+    path = spec(tmp_path, "")
+    path.write_text(path.read_text().replace(json.dumps(sys.executable), "no-such-program-xyz"))
+    assert main(["up", str(path)]) == 1
+    assert "entrypoint: command 'no-such-program-xyz' not found on PATH" in capsys.readouterr().err
+
+
+def test_dry_run_starts_nothing(tmp_path, capsys):
+    path = spec(tmp_path, "open('ran', 'w').write('x')\n")
+    assert main(["up", str(path), "--dry-run"]) == 0
+    assert "dry run: preflight passed; would start 2 tasks" in capsys.readouterr().err
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "runs").exists()
+
+
+def _launch(path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+SLEEPER = """\
+    import signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # like TF once a strategy exists
+    print("up", flush=True)
+    time.sleep(300)
+"""
+
+
+def _wait_run(tmp_path: Path, count: int) -> str:
+    def ready():
+        link = tmp_path / "runs" / "t" / "latest"
+        if not link.exists():
+            return None
+        run_id = link.resolve().name
+        return run_id if len(pids_with_env("TFCLUSTER_RUN_ID", run_id)) >= count else None
+    return wait_for(ready, 30, what="the run's tasks to start")
+
+
+def test_sigint_stops_everything_exit_130(tmp_path):
+    path = spec(tmp_path, SLEEPER)
+    proc = _launch(path)
+    try:
+        run_id = _wait_run(tmp_path, 4)  # 2 wrappers + 2 tasks
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 130, out
+        assert "interrupted; every task stopped" in out
+        assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_sigkill_of_launcher_leaves_no_task(tmp_path):
+    path = spec(tmp_path, SLEEPER)
+    proc = _launch(path)
+    try:
+        run_id = _wait_run(tmp_path, 4)
+        proc.kill()
+        proc.wait(timeout=10)
+        wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 15, what="tasks to die with the launcher")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_down_stops_a_running_launcher(tmp_path):
+    path = spec(tmp_path, SLEEPER)
+    proc = _launch(path)
+    try:
+        run_id = _wait_run(tmp_path, 4)
+        down = subprocess.run([sys.executable, "-m", "launcher", "down", str(path)], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT)
+        assert down.returncode == 0, down.stderr
+        assert f"run {run_id}: stopped" in down.stderr
+        proc.wait(timeout=30)
+        assert proc.returncode == 130
+        assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_group_restart_then_success(tmp_path, capsys):
+    path = spec(tmp_path, """\
+        import json, os, sys
+        index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        attempt = int(os.environ["TFCLUSTER_RESTART_COUNT"])
+        print("attempt", attempt, flush=True)
+        if index == 1 and attempt == 0:
+            os.kill(os.getpid(), 9)
+    """, extra="restart: {max_restarts: 2}\n")
+    assert main(["up", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "worker:1 failed: killed by SIGKILL (exit 137)" in captured.err
+    assert "restarting the whole group (restart 1 of 2)" in captured.err
+    assert "[worker:0] attempt 1" in captured.out
+    kinds = [e["event"] for e in events(tmp_path)]
+    assert kinds.count("restart") == 1 and kinds.count("start") == 4
+
+
+def test_retryable_failure_every_time_stops_after_max_restarts(tmp_path, capsys):
+    path = spec(tmp_path, "import os; os.kill(os.getpid(), 9)\n", extra="restart: {max_restarts: 2}\n")
+    assert main(["up", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "gave up after 3 attempt(s): restart.max_restarts is 2" in err
+    table = [line for line in err.splitlines() if re.match(r"^\s+\d+\s+\d\d:\d\d:\d\d\s.*failed: worker:", line)]
+    assert len(table) == 3, err  # the summary table lists every attempt
+
+
+def test_startup_timeout_names_the_task_that_never_came_up(tmp_path, capsys):
+    path = spec(tmp_path, """\
+        import json, os, socket, time
+        conf = json.loads(os.environ["TF_CONFIG"])
+        if conf["task"]["index"] == 0:
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", int(conf["cluster"]["worker"][0].split(":")[1]))); s.listen()
+        time.sleep(120)
+    """, extra="")
+    path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}", "watchdog: {stop_grace: 1, startup_timeout: 2}"))
+    assert main(["up", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "worker:1 failed: never came up: no TF server listening within watchdog.startup_timeout=2 s" in err
+    assert "worker:0" not in err.split("never came up")[1].split("\n")[0]
+
+
+def test_hang_watchdog_catches_sigstopped_task(tmp_path, capsys):
+    path = spec(tmp_path, """\
+        import json, os, signal, time
+        conf = json.loads(os.environ["TF_CONFIG"])
+        for i in range(600):
+            print("tick", i, flush=True)
+            if conf["task"]["index"] == 1 and i == 3 and os.environ["TFCLUSTER_RESTART_COUNT"] == "0":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            if i == 10:
+                break
+            time.sleep(0.2)
+    """, extra="restart: {max_restarts: 1}\n")
+    path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}", "watchdog: {stop_grace: 1, hang_timeout: 2}"))
+    assert main(["up", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "worker:1 failed: hung: no progress for 2 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)" in err

@@ -1,0 +1,86 @@
+"""The CLI contract: exit codes, one-line errors without tracebacks, plan output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from launcher.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+GOOD = """\
+    name: t
+    strategy: multi_worker_mirrored
+    entrypoint: python -m worker --epochs 1
+    tasks: {chief: 1, worker: 1}
+    env: {DB_PASSWORD: hunter2}
+"""
+
+
+def test_validate_ok(tmp_path, capsys):
+    assert main(["validate", str(write(tmp_path, GOOD))]) == 0
+    assert "ok (multi_worker_mirrored, 2 tasks on local)" in capsys.readouterr().out
+
+
+def test_validate_bad_spec_exit_2_one_line_no_traceback(tmp_path, capsys):
+    path = write(tmp_path, GOOD.replace("chief: 1", "master: 1"))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"tfcluster: error: {path}:4: tasks.master: the legacy role 'master' is not supported; use chief\n"
+
+
+def test_missing_file_exit_2(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+    assert "file not found" in capsys.readouterr().err
+
+
+def test_usage_error_exit_2(capsys):
+    assert main(["frobnicate"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_plan_json_is_the_contract(tmp_path, capsys):
+    assert main(["plan", str(write(tmp_path, GOOD)), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    first = data["tasks"][0]
+    assert {k: first[k] for k in ("type", "index", "host", "address", "port")} == {
+        "type": "chief", "index": 0, "host": "localhost", "address": "localhost", "port": 23456}
+    assert first["tf_config"] == {"cluster": {"chief": ["localhost:23456"], "worker": ["localhost:23457"]},
+                                  "task": {"type": "chief", "index": 0}}
+    assert first["command"] == ["python", "-m", "worker", "--epochs", "1"]
+    assert first["env"]["DB_PASSWORD"] == "***"
+
+
+def test_plan_text_shows_tasks_and_tf_config(tmp_path, capsys):
+    assert main(["plan", str(write(tmp_path, GOOD))]) == 0
+    out = capsys.readouterr().out
+    assert "worker:0" in out and "localhost:23457" in out
+    assert '"task":{"type":"worker","index":0}' in out
+    assert "hunter2" not in out and "DB_PASSWORD=***" in out
+
+
+def test_console_script_runs_without_tensorflow(tmp_path):
+    """The launcher must not import TensorFlow: block it and run the CLI in a fresh interpreter."""
+    blocker = tmp_path / "block" / "tensorflow"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('tensorflow is blocked in this test')\n")
+    spec = write(tmp_path, GOOD)
+    env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "launcher", "plan", str(spec)], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-c", "import launcher.cli, launcher.supervisor, launcher.backends.local, sys;"
+                           "print('tensorflow' in sys.modules)"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.stdout.strip() == "False", proc.stderr
