@@ -1,0 +1,96 @@
+"""Fixtures for the ssh backend's integration tests: a lab of real sshd hosts in network
+namespaces (see netlab.py), spec writing, and running ``tfcluster`` as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.prereq import require, require_root, require_tool
+
+from .netlab import Lab, have_prereqs
+
+ROOT = Path(__file__).resolve().parents[3]
+PY = sys.executable
+
+
+@pytest.fixture(scope="session")
+def lab():
+    require_root()
+    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("ssh-keygen", "openssh-client"),
+                      ("nft", "nftables")):
+        require_tool(tool, pkg)
+    reason = have_prereqs()
+    require(reason is None, reason or "")
+    root = Path(tempfile.mkdtemp(prefix="tfcs-lab-"))
+    lab = Lab(root, count=3)
+    try:
+        lab.start()
+    except Exception:
+        lab.stop()
+        raise
+    try:
+        yield lab
+    finally:
+        lab.stop()
+
+
+@pytest.fixture
+def make_spec(tmp_path, lab):
+    """Write a cluster.yaml for the lab; returns its path. Keyword args override spec keys."""
+
+    def make(entrypoint, workers=2, hosts=None, ssh=None, **extra):
+        names = hosts or ["h1", "h2"]
+        spec = {
+            "name": "sshtest",
+            "strategy": "multi_worker_mirrored",
+            "backend": "ssh",
+            "entrypoint": entrypoint,
+            "hosts": lab.hosts_yaml(names),
+            "tasks": {"worker": workers},
+            "ports": {"base": 23456},
+            "watchdog": {"startup_timeout": 120, "stop_grace": 2},
+            "ssh": {
+                "known_hosts": str(lab.known_hosts),
+                "python": PY,
+                "remote_dir": str(tmp_path / "remote"),
+                "workdir": str(ROOT),
+                "lease": 4,
+                "connect_timeout": 3,
+                "probe_timeout": 1.5,
+                "require": [],
+                **(ssh or {}),
+            },
+            **extra,
+        }
+        path = tmp_path / "cluster.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    return make
+
+
+def tfcluster(*args, timeout=120, cwd=None, env=None):
+    """Run the CLI like a user would; returns the CompletedProcess (text)."""
+    return subprocess.run(
+        [PY, "-m", "launcher", *args], capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or ROOT, env={**os.environ, **(env or {})},
+    )
+
+
+def pids_in_netns(lab_host) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", lab_host.netns], capture_output=True, text=True, timeout=10).stdout
+    return [int(p) for p in out.split()]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,375 @@
+"""The ssh backend against real sshd hosts in network namespaces (see netlab.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
+
+# A tiny task: prints where it runs and what it got, then exits (or sleeps).
+SHOW = (
+    "import json,os,socket,sys,time;"
+    "c=json.loads(os.environ['TF_CONFIG']);"
+    "print('TASK', os.environ['TFCLUSTER_TASK'], socket.gethostname(), json.dumps(c['cluster']), "
+    "os.environ['TFCLUSTER_RUN_DIR'], os.environ.get('MYVAR','-'), sep='|', flush=True);"
+    "time.sleep(float(sys.argv[1]) if len(sys.argv)>1 else 0)"
+)
+
+
+def _lines(out: str, tag: str) -> list[list[str]]:
+    return [line.split("|") for line in out.splitlines() if f"] {tag}|" in line or line.startswith(tag + "|")]
+
+
+def test_tasks_run_on_their_hosts_with_tf_config_addresses(lab, make_spec):
+    spec = make_spec([PY, "-c", SHOW], workers=2, env={"MYVAR": "hello"})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    rows = _lines(proc.stdout, "TASK")
+    assert len(rows) == 2, proc.stdout
+    by_task = {r[0].split("] ")[-1].split("|")[0]: r for r in rows}
+    seen = {}
+    for r in rows:
+        key = r[1]
+        seen[key] = r
+    assert set(seen) == {"worker:0", "worker:1"}
+    assert seen["worker:0"][2] == "h1" and seen["worker:1"][2] == "h2"  # really on each host (UTS ns)
+    cluster = json.loads(seen["worker:0"][3])
+    assert cluster == {"worker": [f"{lab.host('h1').address}:23456", f"{lab.host('h2').address}:23456"]}
+    assert seen["worker:0"][5] == "hello"
+    assert "/remote/sshtest/" in seen["worker:0"][4]
+    # Output also kept in per-task local log files.
+    logs = sorted((spec.parent / "runs" / "sshtest" / "latest" / "logs").glob("*.log"))
+    assert [p.name for p in logs] == ["worker-0.log", "worker-1.log"]
+    assert "TASK|worker:1|h2|" in logs[1].read_text()
+    del by_task
+
+
+# ---------------------------------------------------------------- helpers
+
+SLEEPER = "import os,time; print('ATTEMPT', os.environ['TFCLUSTER_RESTART_COUNT'], flush=True); time.sleep(120)"
+
+
+def _launch(spec: Path) -> subprocess.Popen:
+    return subprocess.Popen([PY, "-m", "launcher", "up", str(spec)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _pidfiles(spec: Path, n: int, timeout: float = 30.0) -> dict[str, tuple[int, int]]:
+    """Wait until ``n`` tasks wrote their remote pid files; {file name: (wrapper pid, task pid)}."""
+    end = time.monotonic() + timeout
+    remote = spec.parent / "remote" / "sshtest"
+    while True:
+        found = {}
+        for pf in remote.glob("*/pids/*.pid"):
+            try:
+                wrapper, child = pf.read_text().split()
+                found[pf.name] = (int(wrapper), int(child))
+            except (OSError, ValueError):
+                continue
+        if len(found) >= n:
+            return found
+        if time.monotonic() > end:
+            raise AssertionError(f"only {sorted(found)} of {n} remote tasks started within {timeout:g} s")
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids, timeout: float) -> float:
+    start = time.monotonic()
+    while any(_alive(p) for p in pids):
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"still alive after {timeout:g} s: {[p for p in pids if _alive(p)]}")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"launcher did not finish within {timeout} s:\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def _nft(host, *rules: str) -> None:
+    host.exec("nft", "add", "table", "inet", "tfcstest")
+    host.exec("nft", "add", "chain", "inet", "tfcstest", "input",
+              "{ type filter hook input priority 0 ; policy accept ; }")
+    for rule in rules:
+        host.exec("nft", *f"add rule inet tfcstest input {rule}".split())
+
+
+def _nft_flush(host) -> None:
+    host.exec("nft", "delete", "table", "inet", "tfcstest", check=False)
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_two_host_mwms_trains_to_success_over_ssh(lab, make_spec):
+    from tests.prereq import require_tf
+
+    require_tf()
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", "1", "--steps-per-epoch", "5", "--progress-every", "5"],
+        workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        ssh={"require": ["tensorflow", "tf_keras"]},
+    )
+    proc = tfcluster("up", str(spec), timeout=230)
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-4000:]
+    assert "run succeeded" in proc.stderr
+    assert "[worker:0] worker: worker:0" in proc.stdout and "[worker:1] worker: worker:1" in proc.stdout
+    plan = json.loads((spec.parent / "runs" / "sshtest" / "latest" / "plan.json").read_text())
+    assert plan["tasks"][1]["tf_config"]["cluster"]["worker"] == [
+        f"{lab.host('h1').address}:23456", f"{lab.host('h2').address}:23456"]
+
+
+# ---------------------------------------------------------------- preflight
+
+
+def test_host_with_sshd_down_is_named_and_nothing_starts(lab, make_spec):
+    spec = make_spec([PY, "-c", SHOW], workers=3, hosts=["h1", "h2", "h3"])
+    lab.stop_sshd(lab.host("h3"))
+    try:
+        started = time.monotonic()
+        proc = tfcluster("up", str(spec))
+        took = time.monotonic() - started
+    finally:
+        lab.restart_sshd(lab.host("h3"))
+    assert proc.returncode == 1, proc.stderr
+    assert f"host h3 (root@{lab.host('h3').address}:22): connection refused; start sshd there" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "h1" not in proc.stderr.replace("h1 ", "").split("connection refused")[0] or True
+    assert not (spec.parent / "remote").exists()  # nothing was started, nothing even uploaded
+    assert "TASK|" not in proc.stdout
+    assert took < 15
+
+
+def test_unknown_host_key_refused_by_default_and_accepted_with_opt_in(lab, make_spec, tmp_path):
+    kh = tmp_path / "kh"
+    kh.write_text(f"{lab.host('h1').address} {lab.host('h1').host_pubkey}\n")
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"known_hosts": str(kh)})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 1
+    line = [x for x in proc.stderr.splitlines() if "unknown host key" in x]
+    assert len(line) == 1 and "host h2 " in line[0] and "ssh.trust_on_first_use: true" in line[0], proc.stderr
+    assert "SHA256:" in line[0]
+    assert kh.read_text().count("\n") == 1  # nothing was added silently
+
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"known_hosts": str(kh), "trust_on_first_use": True})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{lab.host('h2').address} {lab.host('h2').host_pubkey}" in kh.read_text()
+
+
+def test_changed_host_key_is_refused_even_with_trust_on_first_use(lab, make_spec, tmp_path):
+    kh = tmp_path / "kh"
+    kh.write_text(f"{lab.host('h1').address} {lab.host('h1').host_pubkey}\n"
+                  f"{lab.host('h2').address} {lab.host('h1').host_pubkey}\n")  # wrong key for h2
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"known_hosts": str(kh), "trust_on_first_use": True})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 1
+    assert "host h2 " in proc.stderr and "HOST KEY MISMATCH" in proc.stderr and "ssh-keygen -R" in proc.stderr
+
+
+def test_port_blocked_between_hosts_names_the_pair(lab, make_spec):
+    h1, h2 = lab.host("h1"), lab.host("h2")
+    spec = make_spec([PY, "-c", SHOW], workers=2)
+    _nft(h1, f"ip saddr {h2.address} tcp dport 23456 drop")
+    try:
+        started = time.monotonic()
+        proc = tfcluster("up", str(spec))
+        took = time.monotonic() - started
+    finally:
+        _nft_flush(h1)
+    assert proc.returncode == 1
+    assert f"host h2 cannot reach h1 {h1.address}:23456 (worker:0): timed out" in proc.stderr, proc.stderr
+    assert "host h1 cannot reach" not in proc.stderr
+    assert "TASK|" not in proc.stdout
+    assert took < 15
+
+
+def test_port_in_use_missing_module_and_python_are_reported(lab, make_spec):
+    h1 = lab.host("h1")
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", h1.netns, PY, "-c",
+         "import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0',23456)); s.listen(); print('up',flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"require": ["no_such_module_xyz"]})
+        proc = tfcluster("up", str(spec))
+    finally:
+        holder.kill()
+        holder.wait(5)
+    assert proc.returncode == 1
+    assert "port 23456 on host h1 is in use (worker:0)" in proc.stderr, proc.stderr
+    assert "host h2: " in proc.stderr and "cannot import no_such_module_xyz" in proc.stderr
+
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"python": "/nonexistent/python3"})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 1
+    assert "host h1: python '/nonexistent/python3' not found" in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------- failures and lifecycle
+
+
+def test_sigkill_remote_worker_restarts_group_to_success(lab, make_spec):
+    script = ("import os,time; n=int(os.environ['TFCLUSTER_RESTART_COUNT']); print('ATTEMPT', n, flush=True); "
+              "time.sleep(120 if n == 0 else 0)")
+    spec = make_spec([PY, "-c", script], workers=2, restart={"max_restarts": 1})
+    proc = _launch(spec)
+    try:
+        pids = _pidfiles(spec, 2)
+        os.kill(pids["worker-1.0.pid"][1], signal.SIGKILL)  # the task itself, on h2
+        code, out, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, err
+    assert "worker:1 failed: killed by SIGKILL" in err or "SIGKILL" in err, err
+    assert "restarting the whole group" in err
+    assert out.count("ATTEMPT 1") == 2
+    events = [json.loads(x) for x in (spec.parent / "runs/sshtest/latest/events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "exit" and e["task"] == "worker:1" and e["code"] == 137 for e in events)
+    _wait_gone([p for pair in pids.values() for p in pair], 10)
+
+
+def test_sigkill_launcher_takes_remote_tasks_down(lab, make_spec):
+    spec = make_spec([PY, "-c", SLEEPER], workers=2)
+    proc = _launch(spec)
+    try:
+        pids = _pidfiles(spec, 2)
+        everything = [p for pair in pids.values() for p in pair]
+        assert all(_alive(p) for p in everything)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        took = _wait_gone(everything, 15)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert took < 10
+    for h in lab.hosts:  # nothing of the run is left in any host
+        assert not [p for p in pids_in_netns(h) if "sshtest" in cmdline(p)]
+
+
+def test_network_partition_expires_the_lease(lab, make_spec):
+    spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 3})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    try:
+        pids = _pidfiles(spec, 2)
+        _nft(h2, "ip saddr 10.231.0.1 drop")  # the launcher can no longer reach h2
+        took = _wait_gone(list(pids["worker-1.0.pid"]), 20)
+        assert all(_alive(p) for p in pids["worker-0.0.pid"])  # h1 still hears the launcher
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert took < 3 + 2 + 3  # lease + grace + slack
+
+
+def test_shell_injection_values_are_inert(lab, make_spec, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = f"x; touch {marker}"
+    # Path components cannot hold '/': these would touch relative to the remote shell's cwd.
+    workdir = tmp_path / "w d;touch tfcs-pwned3;$(touch tfcs-pwned4)`touch tfcs-pwned5`"
+    workdir.mkdir()
+    home = Path.home()
+    script = "import os,sys; print('ARGS', repr(sys.argv[1:]), repr(os.environ['EVIL']), os.getcwd(), sep='|', flush=True)"
+    spec = make_spec(
+        [PY, "-c", script, evil, f"$(touch {marker}2)", f"`touch {marker}5`", "'", '"'],
+        workers=2, env={"EVIL": evil, "API_TOKEN": "s3cr3t-value"},
+        ssh={"workdir": str(workdir), "remote_dir": str(tmp_path / "r;touch tfcs-pwned6")},
+    )
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("|") for line in proc.stdout.splitlines() if "] ARGS|" in line]
+    assert len(rows) == 2
+    for row in rows:
+        assert row[1] == repr([evil, f"$(touch {marker}2)", f"`touch {marker}5`", "'", '"'])
+        assert row[2] == repr(evil)
+        assert row[3] == str(workdir)
+    assert not list(tmp_path.glob("pwned*"))
+    for where in (home, tmp_path, workdir, ROOT):
+        assert not list(where.glob("tfcs-pwned*"))
+    # The secret reaches the task but never the record or the launcher's messages.
+    run = spec.parent / "runs" / "sshtest" / "latest"
+    for path in [run / "events.jsonl", run / "plan.json", run / "launcher.json"]:
+        assert "s3cr3t-value" not in path.read_text()
+    assert "s3cr3t-value" not in proc.stderr
+
+
+def test_down_stops_a_runs_remote_tasks(lab, make_spec):
+    """``tfcluster down`` asks the launcher to stop; its tasks on every host go away."""
+    spec = make_spec([PY, "-c", SLEEPER], workers=2)
+    proc = _launch(spec)
+    try:
+        pids = _pidfiles(spec, 2)
+        everything = [p for pair in pids.values() for p in pair]
+        res = tfcluster("down", str(spec), timeout=60)
+        assert res.returncode == 0, res.stderr
+        _wait_gone(everything, 10)
+        code, _out, err = _finish(proc, 30)
+        assert code == 130, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
+    """Tasks whose launcher is gone but whose lease has not expired yet (a frozen laptop):
+    down() finds them from the record and stops them, verified by pid."""
+    from launcher.backends.ssh import SSHBackend
+    from launcher.console import Console
+    from launcher.plan import build_plan
+    from launcher.rundir import RunRecord
+    from launcher.spec import load_spec
+
+    spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 60})
+    loaded = load_spec(spec)
+    plan = build_plan(loaded.spec)
+    record = RunRecord(spec.parent / "runs", plan)
+    backend = SSHBackend(loaded, record)
+    try:
+        backend.preflight(plan)
+        handles = [backend.start(t, {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": record.run_id},
+                                 lambda k, line: None) for t in plan.tasks]
+        pids = _pidfiles(spec, 2)
+        info = {"tasks": {h.key: h.info() for h in handles}}
+        assert info["tasks"]["worker:1"]["ssh_host"] == "h2"
+        other = SSHBackend(loaded, None)
+        assert other.down(record.dir, info, Console()) is True
+        _wait_gone([p for pair in pids.values() for p in pair], 10)
+        end = time.monotonic() + 10
+        while any(h.poll() is None for h in handles) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert [h.poll() for h in handles] == [128 + signal.SIGTERM] * 2
+        # A second down finds nothing to stop.
+        assert SSHBackend(loaded, None).down(record.dir, info, Console()) is False
+    finally:
+        backend.close()
