@@ -104,9 +104,10 @@ def down_command(run_dirs: Iterable[str], grace: float) -> str:
         f'found=""; for pf in {globs}; do [ -f "$pf" ] || continue; '
         + _VERIFY.format()
         + 'kill -s TERM -- "-$pid" 2>/dev/null && { found="$found $pid"; echo "stopped $pf"; }; done; '
-        f"end=$(( $(date +%s) + {max(0, int(grace + 0.999))} )); "
-        'for pid in $found; do while kill -0 -- "-$pid" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; '
-        'do sleep 0.1; done; kill -s KILL -- "-$pid" 2>/dev/null; done; true'
+        f"n=0; while [ -n \"$found\" ] && [ $n -lt {max(0, int(round(grace * 10)))} ]; do "
+        'alive=""; for pid in $found; do kill -0 -- "-$pid" 2>/dev/null && alive="$alive $pid"; done; '
+        'found=$alive; [ -n "$found" ] || break; sleep 0.1; n=$((n+1)); done; '
+        'for pid in $found; do kill -s KILL -- "-$pid" 2>/dev/null; done; true'
     )
 
 

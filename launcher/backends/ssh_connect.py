@@ -110,13 +110,6 @@ def make_connection(host: Host, opts: SSHOptions, base_dir: Path) -> Connection:
     connect_kwargs: dict = {"banner_timeout": timeout, "auth_timeout": timeout}
     if host.key:
         connect_kwargs["key_filename"] = [str(resolve_local(host.key, base_dir))]
-    gateway = None
-    if host.proxy_jump:
-        for hop in reversed(host.proxy_jump.split(",")):
-            kwargs = {"config": config.clone(), "connect_timeout": timeout}
-            if gateway is not None:
-                kwargs["gateway"] = gateway
-            gateway = Connection(hop.strip(), **kwargs)
     conn = Connection(
         host.ssh_target,
         user=host.user,
@@ -124,9 +117,25 @@ def make_connection(host: Host, opts: SSHOptions, base_dir: Path) -> Connection:
         config=config,
         connect_timeout=timeout,
         connect_kwargs=connect_kwargs,
-        gateway=gateway,
+        gateway=False,  # set below, in OpenSSH's order
     )
+    jump = host.proxy_jump or conn.ssh_config.get("proxyjump")
+    if jump and jump.lower() != "none":
+        conn.gateway = jump_chain(jump, config, timeout, connect_kwargs)
     return secure(conn, opts, base_dir)
+
+
+def jump_chain(jump: str, config: Config, timeout: int, connect_kwargs: dict) -> Connection:
+    """``ProxyJump a,b`` as OpenSSH does it: connect to a, then b through a, then the target
+    through b. (Fabric 3 builds multi-hop chains in the reverse order.)"""
+    gateway = None
+    for hop in [h.strip() for h in jump.split(",") if h.strip()]:
+        # The host's key is offered to the jump hosts too (plus agent and default keys).
+        kwargs = {"config": config.clone(), "connect_timeout": timeout, "connect_kwargs": dict(connect_kwargs)}
+        if gateway is not None:
+            kwargs["gateway"] = gateway
+        gateway = Connection(hop, **kwargs)
+    return gateway
 
 
 def describe_target(conn: Connection) -> str:

@@ -373,3 +373,46 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
         assert SSHBackend(loaded, None).down(record.dir, info, Console()) is False
     finally:
         backend.close()
+
+
+# ---------------------------------------------------------------- addresses, sync and setup
+
+
+def test_proxy_jump_reaches_a_host_the_launcher_cannot(lab, make_spec, tmp_path):
+    """h2 drops everything from this machine; with proxy_jump through h1 the run still works."""
+    h1, h2 = lab.host("h1"), lab.host("h2")
+    spec = make_spec([PY, "-c", SHOW], workers=2)
+    data = yaml.safe_load(spec.read_text())
+    data["hosts"][1]["proxy_jump"] = f"root@{h1.address}"
+    spec.write_text(yaml.safe_dump(data))
+    _nft(h2, "ip saddr 10.231.0.1 drop")
+    try:
+        proc = tfcluster("up", str(spec))
+    finally:
+        _nft_flush(h2)
+    assert proc.returncode == 0, proc.stderr
+    assert "|worker:1|h2|" in proc.stdout
+
+
+def test_sync_and_setup_run_once_per_host_before_tasks(lab, make_spec, tmp_path):
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "hello.py").write_text("import os; print('HELLO', open('setup.txt').read().strip(), flush=True)\n")
+    spec = make_spec([PY, "pkg/hello.py"], workers=2, workdir=str(project),
+                     ssh={"workdir": None, "sync": ["pkg"], "setup": ["hostname > setup.txt", "true"]})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    lines = sorted(line for line in proc.stdout.splitlines() if "HELLO" in line)
+    # Both hosts share this machine's disk, so the last setup wins the file; each saw a synced copy.
+    assert len(lines) == 2
+    work = spec.parent / "remote" / "sshtest" / "work"
+    assert (work / "pkg" / "hello.py").is_file() and (work / "setup.txt").read_text().strip() in ("h1", "h2")
+
+
+def test_failing_setup_names_host_and_command_and_starts_nothing(lab, make_spec):
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"setup": ["test \"$(hostname)\" != h2 || { echo broken >&2; exit 3; }"]})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 1
+    assert "host h2: ssh.setup[0]" in proc.stderr and "exited 3: broken" in proc.stderr, proc.stderr
+    assert "host h1: ssh.setup" not in proc.stderr
+    assert "TASK|" not in proc.stdout

@@ -1,0 +1,244 @@
+"""The ssh backend's remote command lines: exact strings, quoting of hostile values, and the
+behaviour of signal/down through an injected command runner (no network)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher.backends import ssh as S
+from launcher.console import Console
+from launcher.spec import LoadedSpec, parse_spec
+
+EVIL = "x; touch /tmp/pwned"
+
+
+def _loaded(tmp_path: Path, extra: str = "") -> LoadedSpec:
+    text = f"""
+name: t
+strategy: multi_worker_mirrored
+backend: ssh
+entrypoint: python -m worker
+hosts:
+  - {{name: a, ssh: root@10.0.0.1}}
+  - {{name: b, ssh: root@10.0.0.2}}
+tasks: {{worker: 2}}
+{extra}
+"""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    return LoadedSpec(parse_spec(text), path)
+
+
+def test_task_command_exact():
+    cmd = S.task_command("/opt/py/bin/python3", "/srv/work", "/r/t/1", "/r/t/1/pids/worker-0.0.pid", 15, 5,
+                         ["python", "-m", "worker", "--epochs", "1"])
+    assert cmd == (
+        "cd /srv/work && /opt/py/bin/python3 /r/t/1/boot.py /r/t/1/taskwrap.py --lease 15 --grace 5 "
+        "--pidfile /r/t/1/pids/worker-0.0.pid -- python -m worker --epochs 1; exit $?"
+    )
+
+
+def test_task_command_quotes_every_value():
+    cmd = S.task_command(f"py{EVIL}", f"/w {EVIL}", f"/r;{EVIL}", f"/p {EVIL}", 1.5, 0, [EVIL, "$(id)", "`id`", "'"])
+    assert cmd == (
+        "cd '/w x; touch /tmp/pwned' && 'pyx; touch /tmp/pwned' '/r;x; touch /tmp/pwned/boot.py' "
+        "'/r;x; touch /tmp/pwned/taskwrap.py' --lease 1.5 --grace 0 --pidfile '/p x; touch /tmp/pwned' -- "
+        "'x; touch /tmp/pwned' '$(id)' '`id`' ''\"'\"''; exit $?"
+    )
+    # A real POSIX shell sees exactly the values we meant (echo instead of running them).
+    probe = cmd.replace("; exit $?", "").split(" -- ", 1)[1]
+    out = subprocess.run(["sh", "-c", f"printf '%s\\n' {probe}"], capture_output=True, text=True, timeout=10)
+    assert out.stdout.splitlines() == [EVIL, "$(id)", "`id`", "'"]
+
+
+def test_env_never_on_the_command_line_but_in_the_stdin_block():
+    env = {"TF_CONFIG": '{"cluster":{}}', "API_TOKEN": "s3cr3t", "EVIL": EVIL}
+    block = S.env_block(env)
+    header, body = block.split(b"\n", 1)
+    assert int(header) == len(body)
+    assert json.loads(body) == env
+    cmd = S.task_command("python3", ".", "r", "r/pids/x.pid", 15, 5, ["python", "-c", "pass"])
+    assert "s3cr3t" not in cmd and "TF_CONFIG" not in cmd
+
+
+def test_boot_reads_env_block_then_leaves_the_rest_of_stdin(tmp_path):
+    """boot.py consumes exactly the env block; the lifeline bytes after it stay for taskwrap."""
+    import os
+
+    from launcher.remote import boot
+
+    r, w = os.pipe()
+    os.write(w, S.env_block({"A": "1", "EVIL": EVIL}) + b"...")
+    os.close(w)
+    try:
+        assert boot._read_env(r) == {"A": "1", "EVIL": EVIL}
+        assert os.read(r, 10) == b"..."
+    finally:
+        os.close(r)
+
+
+def test_signal_command_exact_and_verifies_pid():
+    cmd = S.signal_command(signal.SIGTERM, ["/r/pids/worker-0.0.pid", f"/r/{EVIL}.pid"])
+    assert cmd == (
+        "for pf in /r/pids/worker-0.0.pid '/r/x; touch /tmp/pwned.pid'; do "
+        'read pid child < "$pf" 2>/dev/null || { echo "nopid $pf"; continue; }; '
+        'case $pid in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
+        'grep -qaF -- "$pf" /proc/$pid/cmdline 2>/dev/null || { echo "gone $pf"; continue; }; '
+        'kill -s TERM -- "-$pid" 2>/dev/null && echo "sent $pf" || echo "gone $pf"; done; true'
+    )
+    assert "pkill" not in cmd and "killall" not in cmd
+
+
+def test_signal_command_runs_in_a_real_shell(tmp_path):
+    """The verification refuses a pid file whose pid is not the wrapper that wrote it."""
+    pf = tmp_path / "x.pid"
+    import os
+
+    pf.write_text(f"{os.getpid()} {os.getpid()}\n")  # this pytest process: cmdline lacks pf
+    out = subprocess.run(["sh", "-c", S.signal_command(signal.SIGKILL, [str(pf), str(tmp_path / "none.pid")])],
+                         capture_output=True, text=True, timeout=10)
+    assert out.stdout.splitlines() == [f"gone {pf}", f"nopid {tmp_path / 'none.pid'}"]
+
+
+def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
+    """End to end on this machine: boot.py + taskwrap.py, then signal_command and down_command."""
+    import os
+    import sys
+    import time
+
+    run = tmp_path / "run dir;x"
+    (run / "pids").mkdir(parents=True)
+    (run / "boot.py").write_text((Path(S.__file__).parent.parent / "remote" / "boot.py").read_text())
+    (run / "taskwrap.py").write_text(S.TASKWRAP.read_text())
+    pf = str(run / "pids" / "worker-0.0.pid")
+    cmd = S.task_command(sys.executable, str(tmp_path), str(run), pf, 30, 1, [sys.executable, "-c",
+                         "import time; print('up', flush=True); time.sleep(60)"])
+    proc = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        proc.stdin.write(S.env_block({"X": "1"}))
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"up\n"
+        end = time.monotonic() + 5
+        while not os.path.exists(pf) and time.monotonic() < end:
+            time.sleep(0.02)
+        out = subprocess.run(["sh", "-c", S.down_command([str(run)], 1)], capture_output=True, text=True, timeout=10)
+        assert out.stdout.splitlines() == [f"stopped {pf}"]
+        assert proc.wait(10) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_down_command_exact():
+    cmd = S.down_command(["/r/a", "/r/b c"], 5)
+    assert cmd.startswith('found=""; for pf in /r/a/pids/*.pid \'/r/b c/pids\'/*.pid; do [ -f "$pf" ] || continue; ')
+    assert '[ $n -lt 50 ]; do alive=""' in cmd
+    assert 'kill -s KILL -- "-$pid"' in cmd
+
+
+def test_setup_and_sync_commands_quote_workdir():
+    assert S.setup_command(f"/w {EVIL}", "pip install -r requirements.txt") == (
+        "mkdir -p '/w x; touch /tmp/pwned' && cd '/w x; touch /tmp/pwned' && pip install -r requirements.txt"
+    )
+    assert S.sync_command("w") == "mkdir -p w && tar -xzf - -C w"
+
+
+def test_remote_paths_defaults_and_overrides(tmp_path):
+    opts = _loaded(tmp_path).spec.ssh
+    assert S.remote_paths(opts, "t", "RUN") == (".tfcluster/t/RUN", ".tfcluster/t/state", ".")
+    opts = _loaded(tmp_path, "ssh: {sync: ['.'], remote_dir: /srv/tfc}").spec.ssh
+    assert S.remote_paths(opts, "t", "RUN") == ("/srv/tfc/t/RUN", "/srv/tfc/t/state", "/srv/tfc/t/work")
+    opts = _loaded(tmp_path, "ssh: {workdir: /code}").spec.ssh
+    assert S.remote_paths(opts, "t", "RUN")[2] == "/code"
+
+
+class FakeRunner:
+    def __init__(self, replies=None):
+        self.calls: list[tuple[str, str]] = []
+        self.replies = replies or {}
+
+    def __call__(self, host, command, stdin, timeout):
+        self.calls.append((host, command))
+        return self.replies.get(host, (0, ""))
+
+
+class FakeChannel:
+    closed = False
+    shut = False
+
+    def shutdown_write(self):
+        self.shut = True
+
+
+def _handle(backend, host, slug):
+    from launcher.plan import PlannedTask
+
+    task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, tf_config_json="{}",
+                       command=("x",), env=())
+    h = S.SSHTask.__new__(S.SSHTask)
+    h.task, h.key, h.backend, h.host = task, task.key, backend, backend.hosts[host]
+    h.channel, h.pidfile, h._code, h._note = FakeChannel(), f"/r/pids/{slug}.0.pid", None, ""
+    return h
+
+
+def test_signal_tasks_one_command_per_host_and_cuts_lifeline_without_pidfile(tmp_path):
+    runner = FakeRunner({"b": (0, "nopid /r/pids/worker-1.0.pid\n")})
+    backend = S.SSHBackend(_loaded(tmp_path), None, runner=runner)
+    h0, h1, h2 = _handle(backend, "a", "worker-0"), _handle(backend, "b", "worker-1"), _handle(backend, "a", "worker-2")
+    h2._code = 0  # already exited: its wrapper took the group down; nothing to signal
+    backend.signal_tasks([h0, h1, h2], signal.SIGKILL)
+    assert sorted(runner.calls) == [
+        ("a", S.signal_command(signal.SIGKILL, ["/r/pids/worker-0.pid".replace("0.pid", "0.0.pid")])),
+        ("b", S.signal_command(signal.SIGKILL, ["/r/pids/worker-1.0.pid"])),
+    ]
+    assert not h0.channel.shut and h1.channel.shut  # not started yet -> lifeline cut instead
+
+
+def test_down_uses_record_and_reports(tmp_path, capsys):
+    runner = FakeRunner({"a": (0, "stopped /r/run/pids/worker-0.0.pid\n"), "b": (0, "")})
+    backend = S.SSHBackend(_loaded(tmp_path), None, runner=runner)
+    backend.connect = lambda names: {}  # no network in unit tests
+    info = {"tasks": {"worker:0": {"ssh_host": "a", "remote_run_dir": "/r/run"},
+                      "worker:1": {"ssh_host": "b", "remote_run_dir": "/r/run"},
+                      "worker:2": {"ssh_host": "gone", "remote_run_dir": "/r/run"}}}
+    assert backend.down(tmp_path, info, Console()) is True
+    assert sorted(runner.calls) == [("a", S.down_command(["/r/run"], 5.0)), ("b", S.down_command(["/r/run"], 5.0))]
+    err = capsys.readouterr().err
+    assert "stopped remote tasks: a:worker-0.0.pid" in err
+    assert "host gone of the run is no longer in the spec" in err
+
+
+def test_make_tar_skips_caches_and_rejects_outside_paths(tmp_path):
+    import io
+    import tarfile
+
+    from launcher.errors import LaunchError
+
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "a.py").write_text("x")
+    (tmp_path / "pkg" / "__pycache__" / "a.pyc").write_text("x")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "log").write_text("x")
+    data = S.make_tar(tmp_path, ["."], exclude_dirs=[tmp_path / "runs"])
+    names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
+    assert "./pkg/a.py" in names or "pkg/a.py" in names
+    assert not [n for n in names if "__pycache__" in n or ".git" in n or "runs" in n]
+    with pytest.raises(LaunchError, match="outside the workdir"):
+        S.make_tar(tmp_path / "pkg", [".."])
+    with pytest.raises(LaunchError, match="does not exist"):
+        S.make_tar(tmp_path, ["nope"])
+
+
+def test_launcher_modules_do_not_import_tensorflow():
+    import sys
+
+    code = ("import sys, launcher.backends.ssh, launcher.backends.ssh_connect, launcher.remote; "
+            "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(S.__file__).parents[2], timeout=60).returncode == 0
