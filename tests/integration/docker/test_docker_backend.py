@@ -1,0 +1,314 @@
+"""backend: docker on a real (private) Docker engine: the demo trains in containers, a killed
+container triggers a group restart that resumes from the backup, Ctrl-C and crashes leave
+nothing behind, and a missing engine or image is one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.prereq import require_tool
+
+from . import engine as eng
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+REPO = eng.REPO
+DEMO_ARGS = "python -m worker --epochs 2 --batch-size 16 --progress-every 5"
+
+
+def _spec(tmp_path: Path, engine_url: str, entrypoint: str, name: str = "dk", extra: str = "",
+          max_restarts: int = 0, image: str = eng.WORKER_IMAGE) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"name: {name}\n"
+        "strategy: multi_worker_mirrored\n"
+        "backend: docker\n"
+        f"entrypoint: {json.dumps(entrypoint)}\n"
+        "tasks: {worker: 2}\n"
+        "env: {TF_CPP_MIN_LOG_LEVEL: '2'}\n"
+        f"restart: {{max_restarts: {max_restarts}}}\n"
+        "watchdog: {startup_timeout: 240, stop_grace: 3}\n"
+        f"docker:\n  image: {image}\n  engine: {engine_url}\n" + extra
+    )
+    return path
+
+
+def _launch(spec: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "launcher", "up", str(spec), *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def _run(spec: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
+    proc = _launch(spec, *args)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        pytest.fail(f"tfcluster up did not finish within {timeout} s:\n{out[-4000:]}")
+    return proc.returncode, out
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:
+    client = engine.client()
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
+        networks = client.networks.list(filters={"label": f"tfcluster.name={name}"})
+        return [c.name for c in containers], [n.name for n in networks]
+    finally:
+        client.close()
+
+
+def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"launcher exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()[-4000:]}")
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def _run_dir(spec: Path, name: str = "dk") -> Path:
+    return (spec.parent / "runs" / name / "latest").resolve()
+
+
+# ------------------------------------------------------------------ compose
+
+
+def test_generated_compose_passes_docker_compose_config(tmp_path):
+    compose = require_tool("docker-compose", "docker-compose")
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text((REPO / "cluster.yaml").read_text())
+    text = (spec.read_text() + "docker:\n  build: {context: " + str(REPO) + ", base_image: 'python:3.11-slim'}\n")
+    spec.write_text(text)
+    out = tmp_path / "compose" / "docker-compose.yml"
+    out.parent.mkdir()
+    result = _cli("compose", str(spec), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    check = subprocess.run([compose, "-f", str(out), "config", "-q"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    resolved = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60)
+    assert "worker-0" in resolved.stdout and "on-failure" not in resolved.stdout
+
+
+def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engine, worker_image):
+    """The file works without tfcluster: compose up runs both tasks with their TF_CONFIG."""
+    compose = require_tool("docker-compose", "docker-compose")
+    script = ("import json, os, pathlib; t = json.loads(os.environ['TF_CONFIG'])['task']; "
+              "pathlib.Path(os.environ['TFCLUSTER_STATE_DIR'], 'ok').write_text('x'); "
+              "print('compose task', t['type'], t['index'], 'uid', os.getuid(), flush=True); "
+              "import time; time.sleep(3 * t['index'])")  # worker-0 ends first: its code is the run's
+    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}", name="dkc")
+    out = tmp_path / "docker-compose.yml"
+    assert _cli("compose", str(spec), "-o", str(out), "--image", worker_image).returncode == 0
+    env = {**os.environ, "DOCKER_HOST": docker_engine.url, "COMPOSE_PROJECT_NAME": "tfclustertest"}
+    base = [compose, "-f", str(out)]
+    try:
+        up = subprocess.run([*base, "up", "--abort-on-container-exit", "--exit-code-from", "worker-0"],
+                            capture_output=True, text=True, timeout=180, env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "compose task worker 0 uid 1000" in up.stdout and "compose task worker 1 uid 1000" in up.stdout
+    finally:
+        down = subprocess.run([*base, "down", "--volumes"], capture_output=True, text=True, timeout=120, env=env)
+    assert down.returncode == 0, down.stderr
+    client = docker_engine.client()
+    try:
+        left = client.containers.list(all=True, filters={"label": "com.docker.compose.project=tfclustertest"})
+        assert left == []
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------ engine / image errors (no engine needed)
+
+
+def test_engine_down_is_one_clear_line(tmp_path):
+    sock = tmp_path / "nothing.sock"
+    spec = _spec(tmp_path, f"unix://{sock}", "true")
+    result = _cli("up", str(spec))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"tfcluster: error: cannot reach the Docker engine at unix://{sock}: is dockerd running? "
+                     "(start it, or point docker.engine / DOCKER_HOST at a running engine)"], result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_missing_image_without_build_is_one_clear_line(tmp_path, docker_engine):
+    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-nothing:none")
+    result = _cli("up", str(spec))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "docker.image: image 'tfcluster-test-nothing:none' is not on the Docker engine" in lines[0]
+    assert "docker build -f docker/Dockerfile" in lines[0]
+
+
+def test_broken_build_is_reported(tmp_path, docker_engine, base_image):
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {base_image}\nRUN exit 3\n")
+    extra = f"  build: {{context: ctx, dockerfile: Dockerfile}}\n"
+    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-broken:1", extra=extra)
+    result = _cli("up", str(spec), timeout=300)
+    assert result.returncode == 1
+    assert "docker.build: building image 'tfcluster-test-broken:1' failed" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_image_is_built_from_the_spec_when_missing(tmp_path, docker_engine, worker_image, wheelhouse_url):
+    """docker.build: the backend builds docker/Dockerfile itself (layers cached by the fixture)."""
+    tag = "tfcluster-test-worker:from-spec"
+    args = eng.build_args(wheelhouse_url)
+    extra = (f"  build:\n    context: {REPO}\n    network: host\n    base_image: {args['BASE_IMAGE']}\n"
+             f"    args: {{PIP_NO_INDEX: '1', PIP_FIND_LINKS: '{args['PIP_FIND_LINKS']}'}}\n")
+    spec = _spec(tmp_path, docker_engine.url, "true", image=tag, extra=extra)
+    result = _cli("up", str(spec), "--dry-run", timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"built image {tag}" in result.stderr
+    client = docker_engine.client()
+    try:
+        user = client.images.get(tag).attrs["Config"]["User"]
+        assert user and not user.startswith("0")  # non-root
+        client.images.remove(tag)
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------ running containers
+
+
+def test_trivial_entrypoint_env_mounts_and_cleanup(tmp_path, docker_engine, worker_image):
+    script = (
+        "import json, os, pathlib; t = json.loads(os.environ['TF_CONFIG']); "
+        "print('hello from', os.environ['TFCLUSTER_TASK'], 'as uid', os.getuid(), t['cluster']['worker'], flush=True); "
+        "pathlib.Path(os.environ['TFCLUSTER_STATE_DIR'], os.environ['TFCLUSTER_TASK'].replace(':', '-')).write_text('x')"
+    )
+    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
+    code, out = _run(spec, timeout=180)
+    assert code == 0, out
+    assert re.search(r"worker:0.*hello from worker:0 as uid 1000 \['worker-0:23456', 'worker-1:23456'\]", out), out
+    assert "hello from worker:1" in out
+    state = spec.parent / "runs" / "dk" / "state"
+    assert (state / "worker-0").is_file()  # written in the container, visible on the host
+    run = _run_dir(spec)
+    assert "hello from worker:1" in (run / "logs" / "worker-1.log").read_text()
+    info = json.loads((run / "launcher.json").read_text())
+    assert info["tasks"]["worker:0"]["container"] == f"tfcluster-dk-{run.name}-worker-0"
+    assert _leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_failing_task_is_reported_and_cleaned_up(tmp_path, docker_engine, worker_image):
+    script = "import os, sys; print('boom', flush=True); sys.exit(3 if os.environ['TFCLUSTER_TASK'] == 'worker:1' else 0)"
+    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
+    code, out = _run(spec, timeout=180)
+    assert code == 1, out
+    assert "worker:1 failed: exit code 3" in out, out
+    assert _leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_missing_entrypoint_in_image_fails_cleanly(tmp_path, docker_engine, worker_image):
+    spec = _spec(tmp_path, docker_engine.url, "no-such-command --flag")
+    code, out = _run(spec, timeout=180)
+    assert code == 1, out
+    assert "no-such-command" in out and "Traceback" not in out
+    assert _leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_ctrl_c_leaves_no_container_or_network(tmp_path, docker_engine, worker_image):
+    spec = _spec(tmp_path, docker_engine.url,
+                 "python -c \"import time; print('up', flush=True); time.sleep(600)\"")
+    proc = _launch(spec)
+    try:
+        _wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, "both containers", proc)
+        _wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, "output of worker:1", proc)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    assert _leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_down_removes_what_a_killed_launcher_left(tmp_path, docker_engine, worker_image):
+    spec = _spec(tmp_path, docker_engine.url, "python -c \"import time; time.sleep(600)\"")
+    proc = _launch(spec)
+    try:
+        _wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, "both containers", proc)
+        proc.kill()  # a crash: no chance to clean up
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    names, nets = _leftovers(docker_engine, "dk")
+    assert len(names) == 2 and len(nets) == 1
+    result = _cli("down", str(spec), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "removed" in result.stderr
+    assert _leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_demo_trains_in_containers(tmp_path, docker_engine, worker_image):
+    spec = _spec(tmp_path, docker_engine.url, DEMO_ARGS)
+    started = time.monotonic()
+    code, out = _run(spec, timeout=900)
+    assert code == 0, out[-6000:]
+    assert "run succeeded after 1 attempt(s)" in out
+    results = re.findall(r"tfcluster-result task=(worker:\d) epochs=2 epochs_run=2 .*accuracy=([0-9.]+)", out)
+    assert {r[0] for r in results} == {"worker:0", "worker:1"}, out[-4000:]
+    assert float(results[0][1]) > 0.5
+    state = spec.parent / "runs" / "dk" / "state"
+    assert any(state.rglob("ckpt-002*")), sorted(str(p) for p in state.rglob("*"))[:20]
+    assert _leftovers(docker_engine, "dk") == ([], [])
+    print(f"demo in containers: {time.monotonic() - started:.0f} s")
+
+
+def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_image):
+    # Slow steps so the kill lands mid-run, after the first epoch's backup.
+    spec = _spec(tmp_path, docker_engine.url, "python -m worker --epochs 4 --batch-size 16 --progress-every 5 "
+                 "--step-delay 0.05", max_restarts=2)
+    proc = _launch(spec)
+    try:
+        log0 = lambda: (_run_dir(spec) / "logs" / "worker-0.log")  # noqa: E731
+        _wait_for(lambda: log0().exists() and "tfcluster-epoch epoch=1 " in log0().read_text(), 600,
+                  "epoch 1 to finish", proc)
+        client = docker_engine.client()
+        try:
+            victim = client.containers.get(f"tfcluster-dk-{_run_dir(spec).name}-worker-1")
+            victim.kill()  # SIGKILL: exit 137, retryable
+        finally:
+            client.close()
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+    assert proc.returncode == 0, out[-6000:]
+    assert "restarting the whole group (restart 1 of 2)" in out, out[-6000:]
+    assert "run succeeded after 2 attempt(s)" in out
+    starts = re.findall(r"worker:0\S*\s+.*tfcluster-start epoch=(\d+) step=\d+ global_step=(\d+)", out)
+    assert len(starts) == 2, starts
+    assert int(starts[1][1]) > 0 and int(starts[1][0]) >= 1, starts  # resumed from the backup
+    assert _leftovers(docker_engine, "dk") == ([], [])
