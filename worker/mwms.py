@@ -1,8 +1,7 @@
 """MultiWorkerMirroredStrategy training with Keras ``model.fit``.
 
 Fault tolerance: ``BackupAndRestore`` (every epoch, or every N steps) lets a restarted group
-resume where it stopped; with ``save_before_preemption`` a SIGTERM makes the workers save at
-the current step and exit. ``ModelCheckpoint`` is written by the chief only (tf_keras sends
+resume where it stopped. ``ModelCheckpoint`` is written by the chief only (tf_keras sends
 other workers' copies to temporary directories and removes them).
 """
 
@@ -95,7 +94,8 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
             backup_dir=str(p["backup"]),
             save_freq=args.save_freq,
             delete_checkpoint=True,
-            save_before_preemption=True,
+            # Not save_before_preemption: tf_keras enables it only on GCP, detected by
+            # querying the GCE metadata server from every worker.
         ),
         keras.callbacks.ModelCheckpoint(
             filepath=str(p["checkpoints"] / "ckpt-{epoch:03d}"),

@@ -1,0 +1,210 @@
+"""End to end on this machine with real TensorFlow workers under MultiWorkerMirroredStrategy."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import pids_with_env, wait_for
+from tests.integration.test_local_backend import free_base
+from tests.prereq import require_tf
+
+pytestmark = [pytest.mark.integration, pytest.mark.tf]
+ROOT = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT = 240
+
+
+@pytest.fixture(autouse=True)
+def _tf():
+    require_tf()
+
+
+@pytest.fixture(scope="session")
+def tfds_dir(tmp_path_factory) -> Path:
+    """One TFDS data dir for the session: the offline digits dataset is built once, by the first run."""
+    return tmp_path_factory.mktemp("tfds")
+
+
+def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{worker: 2}", extra: str = "") -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: demo
+        strategy: multi_worker_mirrored
+        entrypoint: {entrypoint}
+        tasks: {tasks}
+        ports: {{base: {free_base()}}}
+        env:
+          PYTHONPATH: {ROOT}
+          TFDS_DATA_DIR: {tfds_dir}
+          TF_CPP_MIN_LOG_LEVEL: "2"
+        watchdog: {{startup_timeout: 120, stop_grace: 3}}
+    """) + textwrap.dedent(extra))
+    return path
+
+
+def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def start(path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def run_dir(path: Path) -> Path:
+    return (path.parent / "runs" / "demo" / "latest").resolve()
+
+
+def progress(text: str, kind: str, task: str = "worker:0") -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        m = re.match(rf"\[{re.escape(task)}\] tfcluster-{kind} (.*)", line)
+        if m:
+            out.append(dict(kv.split("=", 1) for kv in m.group(1).split()))
+    return out
+
+
+def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: float) -> None:
+    """Read the launcher's output until a line matches (bounded by a watchdog kill)."""
+    timer = __import__("threading").Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        for line in proc.stdout:
+            seen.append(line.rstrip("\n"))
+            if re.search(pattern, line):
+                return
+    finally:
+        timer.cancel()
+    raise AssertionError(f"launcher ended before printing {pattern!r}:\n" + "\n".join(seen[-30:]))
+
+
+def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir):
+    # 1) The demo spec as shipped (moved to a temp dir, on free ports): two workers train.
+    demo = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    demo["ports"] = {"base": free_base()}
+    demo["env"] = {**demo.get("env", {}), "PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir)}
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(yaml.safe_dump(demo))
+    result = up(spec)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    final = progress(result.stdout, "result")
+    assert len(final) == 1 and final[0]["epochs_run"] == "3"
+    assert float(final[0]["accuracy"]) > 0.5 and float(final[0]["examples_per_sec"]) > 0
+    assert progress(result.stdout, "result", "worker:1")[0]["accuracy"] == final[0]["accuracy"]
+    state = tmp_path / "runs" / "demo" / "state"
+    assert (state / "final_model" / "saved_model.pb").is_file()
+    assert sorted(p.name for p in (state / "checkpoints").glob("ckpt-*.index")) == [
+        "ckpt-001.index", "ckpt-002.index", "ckpt-003.index"]
+    assert not (state / "backup").exists() or not any((state / "backup").iterdir())  # deleted after success
+    logs = run_dir(spec) / "logs"
+    assert "tfcluster-result" in (logs / "worker-1.log").read_text()
+
+    # 2) Interrupt a longer run after its first epoch; the rerun resumes from the backup.
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 3 --steps-per-epoch 30 --step-delay 0.05")
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"\[worker:0\] tfcluster-epoch epoch=1 ", seen, RUN_TIMEOUT)
+        run_id = run_dir(spec).name
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+        seen += rest.splitlines()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, "\n".join(seen[-30:])
+    assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
+    result = up(spec)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    start_line = progress(result.stdout, "start")[0]
+    assert int(start_line["epoch"]) >= 1 and int(start_line["global_step"]) >= 30, start_line
+    assert progress(result.stdout, "result")[0]["epochs_run"] != "3"
+
+
+def test_user_script_reading_tf_config_runs_unmodified(tmp_path, tfds_dir):
+    script = tmp_path / "my_train.py"
+    script.write_text(textwrap.dedent("""\
+        # A user's own script: plain TF_CONFIG, no tfcluster imports.
+        import argparse, json, os
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+        import numpy as np
+        import tensorflow as tf
+        import tf_keras as keras
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, required=True)
+        args = parser.parse_args()
+        conf = json.loads(os.environ["TF_CONFIG"])
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        with strategy.scope():
+            model = keras.Sequential([keras.layers.Dense(1, input_shape=(4,))])
+            model.compile(keras.optimizers.SGD(args.lr), "mse")
+        x = np.random.RandomState(0).rand(256, 4).astype("float32")
+        y = x.sum(axis=1, keepdims=True)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
+        hist = model.fit(ds, epochs=3, steps_per_epoch=8, verbose=0)
+        print("USER-SCRIPT", conf["task"]["type"], conf["task"]["index"], "workers",
+              strategy.num_replicas_in_sync, "loss", round(hist.history["loss"][-1], 4), flush=True)
+    """))
+    spec = write_spec(tmp_path, tfds_dir, f"python {script.name} --lr 0.1")
+    result = up(spec)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = [l for l in result.stdout.splitlines() if "USER-SCRIPT" in l]
+    assert sorted(l.split("]")[0] for l in lines) == ["[worker:0", "[worker:1"]
+    assert all("workers 2" in l for l in lines)
+
+
+def test_tf_worker_exit_3_root_cause_others_stopped(tmp_path, tfds_dir):
+    script = tmp_path / "crash.py"
+    script.write_text(textwrap.dedent("""\
+        import json, os, sys, time
+        import tensorflow as tf
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()  # from here on TF swallows SIGTERM
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            print("worker 1 giving up: disk full", flush=True)
+            sys.exit(3)
+        time.sleep(600)
+    """))
+    spec = write_spec(tmp_path, tfds_dir, f"python {script.name}")
+    result = up(spec)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    err = result.stderr
+    assert "tfcluster: error: worker:1 failed: exit code 3" in err
+    assert "| worker 1 giving up: disk full" in err
+    assert "stopping worker:0 (SIGKILL)" in err
+    events = [json.loads(l) for l in (run_dir(spec) / "events.jsonl").read_text().splitlines()]
+    assert [e["task"] for e in events if e["event"] == "failure"] == ["worker:1"]
+    assert pids_with_env("TFCLUSTER_RUN_ID", run_dir(spec).name) == []
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_launcher_signal_leaves_no_tf_worker(tmp_path, tfds_dir, how):
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 50 --step-delay 0.05")
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"tfcluster-first_step", seen, RUN_TIMEOUT)
+        run_id = run_dir(spec).name
+        assert len(pids_with_env("TFCLUSTER_RUN_ID", run_id)) == 4  # two wrappers, two TF workers
+        if how == "SIGINT":
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+            assert proc.returncode == 130, out[-2000:]
+            assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
+        else:
+            proc.kill()
+            proc.wait(timeout=10)
+            wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 20, what="TF workers to die")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
