@@ -52,6 +52,11 @@ def _dist_version(module):
 def _deps(modules):
     import importlib.util
 
+    if modules and "site" not in sys.modules:
+        import site  # started with -S for speed: add site-packages only when needed
+
+        site.main()
+
     out = {}
     for m in modules:
         try:
@@ -91,6 +96,8 @@ def _find(argv0, workdir):
     """Whether the task's command exists, with the PATH the task gets (this python's dir first)."""
     import shutil
 
+    if not argv0 or argv0.startswith("-"):
+        return False
     if "/" in argv0:
         path = argv0 if os.path.isabs(argv0) else os.path.join(workdir or ".", argv0)
         return os.path.isfile(path) and os.access(path, os.X_OK)

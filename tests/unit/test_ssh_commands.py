@@ -38,7 +38,7 @@ def test_task_command_exact():
     cmd = S.task_command("/opt/py/bin/python3", "/srv/work", "/r/t/1", "/r/t/1/pids/worker-0.0.pid", 15, 5,
                          ["python", "-m", "worker", "--epochs", "1"])
     assert cmd == (
-        "cd /srv/work && /opt/py/bin/python3 /r/t/1/boot.py /r/t/1/taskwrap.py --lease 15 --grace 5 "
+        "cd /srv/work && /opt/py/bin/python3 -S /r/t/1/boot.py /r/t/1/taskwrap.py --lease 15 --grace 5 "
         "--pidfile /r/t/1/pids/worker-0.0.pid -- python -m worker --epochs 1; exit $?"
     )
 
@@ -46,7 +46,7 @@ def test_task_command_exact():
 def test_task_command_quotes_every_value():
     cmd = S.task_command(f"py{EVIL}", f"/w {EVIL}", f"/r;{EVIL}", f"/p {EVIL}", 1.5, 0, [EVIL, "$(id)", "`id`", "'"])
     assert cmd == (
-        "cd '/w x; touch /tmp/pwned' && 'pyx; touch /tmp/pwned' '/r;x; touch /tmp/pwned/boot.py' "
+        "cd '/w x; touch /tmp/pwned' && 'pyx; touch /tmp/pwned' -S '/r;x; touch /tmp/pwned/boot.py' "
         "'/r;x; touch /tmp/pwned/taskwrap.py' --lease 1.5 --grace 0 --pidfile '/p x; touch /tmp/pwned' -- "
         "'x; touch /tmp/pwned' '$(id)' '`id`' ''\"'\"''; exit $?"
     )

@@ -4,6 +4,7 @@ namespaces (see netlab.py), spec writing, and running ``tfcluster`` as a subproc
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,7 @@ def lab():
         yield lab
     finally:
         lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
