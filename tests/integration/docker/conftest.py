@@ -30,6 +30,7 @@ def _prereqs() -> None:
 def docker_engine() -> Iterator[eng.Engine]:
     _prereqs()
     engine = eng.start_dockerd(timeout=60)
+    _cleanup(engine)  # containers a killed earlier session left in the cached data root
     try:
         yield engine
     finally:

@@ -32,6 +32,7 @@ BASE_IMAGE = "tfcluster-test-base:bookworm"
 WORKER_IMAGE = "tfcluster-test-worker:latest"
 # Kept clear of the usual 172.17/16 so a machine's own dockerd does not collide with ours.
 ADDRESS_POOL = "base=10.213.0.0/16,size=24"
+WHEELHOUSE_PORT = 38471
 DEBIAN_MIRROR = os.environ.get("TFCLUSTER_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
@@ -113,6 +114,10 @@ def start_dockerd(timeout: float = 60.0) -> Engine:
             _stop_pid(old)
         pidfile.unlink(missing_ok=True)
     sock.unlink(missing_ok=True)
+    # The network store holds nothing worth keeping between sessions (every network here is
+    # per test run), and one left by a killed session can make dockerd 20.10 panic on restore
+    # (libnetwork reservePools: index out of range). Images and layers stay cached.
+    shutil.rmtree(ROOT / "data" / "network", ignore_errors=True)
     log_path = ROOT / "dockerd.log"
     argv = [
         dockerd,
@@ -243,7 +248,11 @@ def ensure_wheelhouse(timeout: float = 1800.0) -> Path:
 def serve_dir(path: Path) -> Iterator[str]:
     """Serve ``path`` on a loopback HTTP port (for pip --find-links inside a host-network build)."""
     handler = functools.partial(_QuietHandler, directory=str(path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        # A fixed port keeps the build arg, and so docker's layer cache key, the same across sessions.
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELHOUSE_PORT), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
