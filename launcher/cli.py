@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Optional, Sequence
 
 from . import __version__
 from .console import Console
-from .errors import LaunchError, SpecError, UserError
+from .errors import SpecError, UserError
 from .plan import Plan, build_plan, redact_env
 from .spec import LoadedSpec, load_spec
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-from pathlib import Path
 from typing import Optional
 
 from .console import Console
 from .errors import LaunchError
 from .plan import Plan
-from .procinfo import group_alive, is_same, kill_group, start_time, wait_gone
+from .procinfo import group_alive, is_same, kill_group, wait_gone
 from .rundir import latest_run
 from .spec import LoadedSpec
 

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from .backends.base import Backend, TaskHandle
 from .console import Console
 from .plan import Plan
-from .policy import FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision, task_type
+from .policy import FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision
 from .rundir import RunRecord
 from .spec import Restart, Watchdog
 

@@ -34,3 +34,17 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def task_pids(run_id: str, key: str) -> list[int]:
+    """The task processes (not their taskwrap wrappers) of task ``key`` in run ``run_id``."""
+    out = []
+    for pid in pids_with_env("TFCLUSTER_RUN_ID", run_id):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"TFCLUSTER_TASK={key}".encode() in env and b"taskwrap.py" not in cmd:
+            out.append(pid)
+    return out

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys

@@ -17,29 +17,10 @@ import pytest
 
 from launcher.cli import main
 from tests.helpers import pids_with_env, wait_for
+from tests.netutil import free_base
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_base() -> int:
-    """A base port with a few free ports after it (ephemeral range, probed)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base < 60000 and all(_free(base + i) for i in range(4)):
-            return base
-    raise RuntimeError("no free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-            return True
-        except OSError:
-            return False
 
 
 def spec(tmp_path: Path, script: str, tasks: str = "{worker: 2}", extra: str = "") -> Path:

@@ -4,88 +4,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.helpers import pids_with_env, wait_for
-from tests.integration.test_local_backend import free_base
+from tests.integration.tfrun import ROOT, RUN_TIMEOUT, progress, run_dir, start, up, wait_line, write_spec
+from tests.netutil import free_base
 from tests.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
-ROOT = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT = 240
 
 
 @pytest.fixture(autouse=True)
 def _tf():
     require_tf()
-
-
-@pytest.fixture(scope="session")
-def tfds_dir(tmp_path_factory) -> Path:
-    """One TFDS data dir for the session: the offline digits dataset is built once, by the first run."""
-    return tmp_path_factory.mktemp("tfds")
-
-
-def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{worker: 2}", extra: str = "") -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: demo
-        strategy: multi_worker_mirrored
-        entrypoint: {entrypoint}
-        tasks: {tasks}
-        ports: {{base: {free_base()}}}
-        env:
-          PYTHONPATH: {ROOT}
-          TFDS_DATA_DIR: {tfds_dir}
-          TF_CPP_MIN_LOG_LEVEL: "2"
-        watchdog: {{startup_timeout: 120, stop_grace: 3}}
-    """) + textwrap.dedent(extra))
-    return path
-
-
-def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def start(path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def run_dir(path: Path) -> Path:
-    return (path.parent / "runs" / "demo" / "latest").resolve()
-
-
-def progress(text: str, kind: str, task: str = "worker:0") -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        m = re.match(rf"\[{re.escape(task)}\] tfcluster-{kind} (.*)", line)
-        if m:
-            out.append(dict(kv.split("=", 1) for kv in m.group(1).split()))
-    return out
-
-
-def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: float) -> None:
-    """Read the launcher's output until a line matches (bounded by a watchdog kill)."""
-    timer = __import__("threading").Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    timer.start()
-    try:
-        for line in proc.stdout:
-            seen.append(line.rstrip("\n"))
-            if re.search(pattern, line):
-                return
-    finally:
-        timer.cancel()
-    raise AssertionError(f"launcher ended before printing {pattern!r}:\n" + "\n".join(seen[-30:]))
 
 
 def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir):

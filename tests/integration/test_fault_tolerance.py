@@ -1,0 +1,189 @@
+"""Fault tolerance with real TensorFlow workers: group restarts that resume, watchdogs,
+permanent failures, graceful preemption. Every case ends with no process of the run left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import pids_with_env, task_pids, wait_for
+from tests.integration.tfrun import progress, run_dir, start, up, wait_line, write_spec
+from tests.prereq import require_tf
+
+pytestmark = [pytest.mark.integration, pytest.mark.tf]
+RUN_TIMEOUT = 300
+TRAIN = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
+
+
+@pytest.fixture(autouse=True)
+def _tf():
+    require_tf()
+
+
+def events(spec: Path) -> list[dict]:
+    return [json.loads(l) for l in (run_dir(spec) / "events.jsonl").read_text().splitlines()]
+
+
+def finish(proc, seen: list[str], timeout: float = RUN_TIMEOUT) -> str:
+    rest, _ = proc.communicate(timeout=timeout)
+    return "\n".join(seen) + "\n" + rest
+
+
+def assert_no_processes(spec: Path) -> None:
+    run_id = run_dir(spec).name
+    wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 15, what="every process of the run to exit")
+
+
+def kill_task(spec: Path, key: str, sig: int) -> None:
+    pids = wait_for(lambda: task_pids(run_dir(spec).name, key), 30, what=f"{key}'s process")
+    for pid in pids:
+        os.kill(pid, sig)
+
+
+def test_sigkill_mid_epoch_group_restart_resumes_at_step(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, TRAIN + " --save-freq 5", extra="restart: {max_restarts: 2}\n")
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"\[worker:1\] tfcluster-step epoch=1 step=10 ", seen, RUN_TIMEOUT)
+        kill_task(spec, "worker:1", signal.SIGKILL)
+        out = finish(proc, seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-4000:]
+    assert "worker:1 failed: killed by SIGKILL (exit 137)" in out
+    assert "restarting the whole group (restart 1 of 2)" in out
+    starts = progress(out, "start")
+    assert len(starts) == 2
+    resumed = starts[1]
+    # Killed after global step 40 (epoch 1, step 10) with a backup every 5 steps.
+    assert resumed["epoch"] == "1" and int(resumed["global_step"]) >= 35, resumed
+    assert int(resumed["step"]) == int(resumed["global_step"]) - 30
+    kinds = [e["event"] for e in events(spec)]
+    assert kinds.count("restart") == 1 and events(spec)[-1]["outcome"] == "succeeded"
+    assert_no_processes(spec)
+
+
+def test_sigstop_hang_watchdog_restarts_group(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, TRAIN, extra="restart: {max_restarts: 1}\n")
+    spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 120, stop_grace: 3}",
+                                             "watchdog: {startup_timeout: 120, stop_grace: 3, hang_timeout: 8}"))
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"\[worker:0\] tfcluster-step epoch=0 step=10 ", seen, RUN_TIMEOUT)
+        kill_task(spec, "worker:0", signal.SIGSTOP)
+        out = finish(proc, seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-4000:]
+    assert "worker:0 failed: hung: no progress for 8 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)" in out
+    assert len(progress(out, "start")) == 2
+    assert_no_processes(spec)
+
+
+def test_exit_1_every_time_is_not_retried(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --dataset no_such_dataset --no-download",
+                      extra="restart: {max_restarts: 3}\n")
+    result = up(spec)
+    assert result.returncode == 1
+    err = result.stderr
+    assert "failed: exit code 1 (attempt 1 of 4)" in err
+    assert ("not retried: an uncaught error in the task (exit 1) fails the same way every time; fix the cause, "
+            "or remove 1 from restart.permanent_exit_codes") in err
+    assert "restarting" not in err
+    assert [e["event"] for e in events(spec)].count("start") == 2
+    assert_no_processes(spec)
+
+
+def test_retryable_failure_every_time_stops_after_max_restarts(tmp_path, tfds_dir):
+    script = tmp_path / "flaky.py"
+    script.write_text(textwrap.dedent("""\
+        import json, os, signal
+        import tensorflow as tf
+        tf.distribute.MultiWorkerMirroredStrategy()
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        signal.pause()
+    """))
+    spec = write_spec(tmp_path, tfds_dir, f"python {script.name}", extra="restart: {max_restarts: 1}\n")
+    result = up(spec)
+    assert result.returncode == 1, result.stderr[-3000:]
+    err = result.stderr
+    assert "gave up after 2 attempt(s): restart.max_restarts is 1; raise it to retry more" in err
+    table = [l for l in err.splitlines() if "failed: worker:1 killed by SIGKILL (exit 137)" in l and ":" in l[:20]]
+    assert len(table) == 2, err
+    assert_no_processes(spec)
+
+
+def test_peer_that_never_starts_is_named_by_startup_watchdog(tmp_path, tfds_dir):
+    script = tmp_path / "late.py"
+    script.write_text(textwrap.dedent("""\
+        import json, os, time
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+            time.sleep(600)  # never starts its TF server
+        import tensorflow as tf
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        print("strategy ready", flush=True)
+        time.sleep(600)
+    """))
+    spec = write_spec(tmp_path, tfds_dir, f"python {script.name}")
+    spec.write_text(spec.read_text().replace("startup_timeout: 120", "startup_timeout: 25"))
+    result = up(spec)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "worker:1 failed: never came up: no TF server listening within watchdog.startup_timeout=25 s: worker:1 (localhost:" in result.stderr
+    ready = [e["task"] for e in events(spec) if e["event"] == "ready"]
+    assert ready == ["worker:0"]
+    assert_no_processes(spec)
+
+
+CUSTOM = "python -m worker --loop custom --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
+
+
+def test_launcher_sigint_preemption_resumes_with_zero_steps_lost(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, CUSTOM)
+    spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"\[worker:0\] tfcluster-step epoch=0 step=10 ", seen, RUN_TIMEOUT)
+        proc.send_signal(signal.SIGINT)
+        out = finish(proc, seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out[-3000:]
+    saved = [int(p["global_step"]) for p in progress(out, "preempted")]
+    assert len(saved) == 1 and saved[0] >= 10
+    assert progress(out, "preempted", "worker:1")[0]["global_step"] == str(saved[0])
+    assert_no_processes(spec)
+    result = up(spec)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert int(progress(result.stdout, "start")[0]["global_step"]) == saved[0]  # zero steps redone
+    assert int(progress(result.stdout, "result")[0]["steps_run"]) == 60 - saved[0]
+
+
+def test_host_sigterm_to_one_worker_saves_all_and_group_resumes(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, CUSTOM, extra="restart: {max_restarts: 1}\n")
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"\[worker:1\] tfcluster-step epoch=0 step=10 ", seen, RUN_TIMEOUT)
+        kill_task(spec, "worker:1", signal.SIGTERM)  # like a spot VM's shutdown notice
+        out = finish(proc, seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-4000:]
+    saved = {p["global_step"] for t in ("worker:0", "worker:1") for p in progress(out, "preempted", t)}
+    assert len(saved) == 1, out[-3000:]  # both workers saved the same step
+    assert "killed by SIGTERM (exit 143)" in out and "restarting the whole group" in out
+    assert progress(out, "start")[1]["global_step"] == saved.pop()
+    assert_no_processes(spec)
