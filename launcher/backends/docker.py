@@ -330,6 +330,16 @@ class DockerBackend(Backend):
         self._prepared = True
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
+        try:
+            return self._start(task, env, on_line)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if isinstance(exc, docker.errors.APIError):
+                raise LaunchError(f"{task.key}: the Docker engine at {self.url} refused: "
+                                  f"{(exc.explanation or str(exc)).splitlines()[0]}") from None
+            raise LaunchError(f"{task.key}: lost the Docker engine at {self.url}: is dockerd running? "
+                              f"(tfcluster down removes what is left once it is back)") from None
+
+    def _start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
         with self._lock:
             self._prepare()
             client = self.client
@@ -393,17 +403,24 @@ class DockerBackend(Backend):
         """Remove every container and the network this run created (by id)."""
         if self._client is None:
             return
+        left = []
         for cid in reversed(self._created):
-            _remove(self._client, cid)
+            try:
+                _remove(self._client, cid)
+            except Exception:  # noqa: BLE001 - engine gone or refusing: say what is left
+                left.append(cid[:12])
         self._created.clear()
+        if left:
+            self.console.error(f"could not remove container(s) {', '.join(left)} from the engine at {self.url}; "
+                               "run tfcluster down once the engine answers")
         self._handles.clear()
         if self._network_id:
             try:
                 self._client.api.remove_network(self._network_id)
             except docker.errors.NotFound:
                 pass
-            except Exception as exc:  # noqa: BLE001
-                self.console.error(f"could not remove network {self.network_name}: {exc}; "
+            except Exception:  # noqa: BLE001
+                self.console.error(f"could not remove network {self.network_name} from the engine at {self.url}; "
                                    f"remove it: docker network rm {self.network_name}")
             self._network_id = None
         try:

@@ -323,3 +323,27 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
     assert len(starts) == 2, starts
     assert int(starts[1][1]) > 0 and int(starts[1][0]) >= 1, starts  # resumed from the backup
     assert _leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, worker_image):
+    from launcher.backends import make_backend
+    from launcher.errors import LaunchError
+    from launcher.plan import build_plan
+    from launcher.rundir import RunRecord
+    from launcher.spec import load_spec
+
+    loaded = load_spec(_spec(tmp_path, docker_engine.url, "true"))
+    plan = build_plan(loaded.spec)
+    record = RunRecord(tmp_path / "runs", plan, run_id="fixed-1")
+    name = "tfcluster-dk-fixed-1-worker-1"
+    client = docker_engine.client()
+    squatter = client.containers.create(worker_image, ["true"], name=name)
+    try:
+        backend = make_backend("docker", loaded=loaded, record=record)
+        with pytest.raises(LaunchError) as err:
+            backend.preflight(plan)
+        assert err.value.lines == (f"container name {name} is taken (task worker:1); remove it: docker rm -f {name}",)
+        backend.close()
+    finally:
+        squatter.remove(force=True)
+        client.close()
