@@ -110,11 +110,19 @@ def load(name: str = "digits", data_dir: str | None = None, download: bool = Tru
     return Data(
         train=train.map(normalise, num_parallel_calls=tf.data.AUTOTUNE),
         test=test.map(normalise, num_parallel_calls=tf.data.AUTOTUNE),
-        num_train=info.splits["train"].num_examples,
-        num_test=info.splits["test"].num_examples,
+        num_train=_num_examples(info, "train", train),
+        num_test=_num_examples(info, "test", test),
         shape=shape,
         num_classes=num_classes,
     )
+
+
+def _num_examples(info, split: str, ds: tf.data.Dataset) -> int:
+    """From the dataset's metadata; counted when there is none (e.g. under tfds mock data)."""
+    try:
+        return int(info.splits[split].num_examples)
+    except KeyError:
+        return int(ds.reduce(0, lambda n, _: n + 1))
 
 
 def distribute_options(policy: str = "data") -> tf.data.Options:
