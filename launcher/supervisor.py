@@ -300,7 +300,7 @@ class Supervisor:
         return code
 
     def _summary(self) -> None:
-        if len(self.attempts) < 2 and (not self.attempts or self.attempts[0].state == SUCCEEDED):
+        if not self.attempts:
             return
         lines = ["  attempt  started   duration  outcome"]
         for a in self.attempts:

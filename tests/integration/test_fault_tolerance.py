@@ -187,3 +187,28 @@ def test_host_sigterm_to_one_worker_saves_all_and_group_resumes(tmp_path, tfds_d
     assert "killed by SIGTERM (exit 143)" in out and "restarting the whole group" in out
     assert progress(out, "start")[1]["global_step"] == saved.pop()
     assert_no_processes(spec)
+
+
+def test_repeated_kills_of_the_chief_mid_save_never_corrupt_the_backup(tmp_path, tfds_dir):
+    # A backup every step: the chief (worker:0, which writes it) spends much of each step
+    # saving, so SIGKILLs land mid-save. Every restart must restore and move forward.
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 25 --save-freq 1 "
+                      "--progress-every 1", extra="restart: {max_restarts: 3}\n")
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        for kill in range(3):
+            wait_line(proc, rf"\[worker:0\] tfcluster-step epoch=\d+ step=\d+ global_step={8 + 12 * kill}\b",
+                      seen, RUN_TIMEOUT)
+            kill_task(spec, "worker:0", signal.SIGKILL)
+        out = finish(proc, seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-4000:]
+    resumed = [int(s["global_step"]) for s in progress(out, "start")]
+    assert len(resumed) == 4 and resumed[0] == 0
+    # each attempt restores the step it reached (give or take the step being saved)
+    assert all(resumed[i + 1] >= 8 + 12 * i - 1 for i in range(3)), resumed
+    assert progress(out, "result")[0]["epochs_run"] != "2"
+    assert_no_processes(spec)
