@@ -40,6 +40,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--step-delay", type=float, default=0.0,
                    help="sleep this many seconds per step (slows demos and fault-injection tests)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--partition-min-size-kb", type=int, default=0,
+                   help="parameter_server: shard variables of at least this many KiB across the ps "
+                        "(MinSizePartitioner, max_shards = number of ps); 0 = no partitioning")
     p.add_argument("--eval-timeout", type=float, default=600.0,
                    help="evaluator: give up after this many seconds without a new checkpoint")
     args = p.parse_args(argv)
@@ -54,6 +57,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--epochs must be >= 1")
     if args.batch_size < 1:
         p.error("--batch-size must be >= 1")
+    if args.partition_min_size_kb < 0:
+        p.error("--partition-min-size-kb must be >= 0")
     return args
 
 

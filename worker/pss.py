@@ -1,0 +1,331 @@
+"""ParameterServerStrategy: the chief coordinates, ``worker`` and ``ps`` tasks serve.
+
+* ``ps`` and ``worker`` tasks run ``tf.distribute.Server(...).join()``: they hold variables
+  (ps) or run the steps the coordinator schedules (worker), and never exit on their own; the
+  launcher stops them once the chief is done.
+* The chief is the coordinator. ``--loop fit`` (default): tf_keras ``model.fit`` with a
+  ``DatasetCreator``; ``--loop custom``: ``ClusterCoordinator.schedule``/``join`` with
+  ``strategy.run`` in a ``tf.function``.
+* Every step is one worker's batch of ``--batch-size`` (one replica per CPU worker); workers
+  run steps concurrently and update the variables on the ps asynchronously.
+* Fault tolerance: a dead worker's steps are rescheduled on the others and the worker rejoins
+  when the launcher restarts it on its address. A dead ps or chief loses the job: the launcher
+  restarts the cluster, and the chief resumes from ``BackupAndRestore`` (fit, per epoch: under
+  PSS tf_keras skips its batch-level backups) or from ``tf.train.CheckpointManager`` (custom,
+  every ``--save-freq`` steps).
+* Checkpoints for the evaluator: ``model_dir/checkpoints/ckpt-NNN`` (fit, per epoch) and
+  ``model_dir/checkpoints/custom/ckpt-N`` (custom, N = global step). The final model (saved by
+  the chief) is a plain, unpartitioned Keras SavedModel that loads without a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import tensorflow as tf
+import tf_keras as keras
+
+from . import data as data_lib
+from .cluster import TaskInfo
+from .model import build_cnn
+from .mwms import paths
+from .progress import emit
+
+
+def run_pss(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
+    if task.type in ("worker", "ps"):
+        return run_server(task)
+    if task.type != "chief":
+        print(f"worker: error: task type {task.type!r} has no role under parameter_server "
+              "(chief = coordinator, worker, ps, evaluator)", flush=True)
+        return 2
+    if args.loop == "custom":
+        return run_custom(args, task, model_dir)
+    return run_fit(args, task, model_dir)
+
+
+# ------------------------------------------------------------------ servers
+
+
+def run_server(task: TaskInfo) -> int:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=task.type,
+        task_index=task.index,
+        protocol=resolver.rpc_layer or "grpc",
+        start=True,
+    )
+    emit("server", task=task.key, target=server.target, time=f"{time.time():.3f}")
+    server.join()  # never returns: the launcher stops servers when the chief is done
+    return 0
+
+
+# ------------------------------------------------------------------ chief: shared set-up
+
+
+def make_strategy(args: argparse.Namespace, task: TaskInfo) -> tf.distribute.ParameterServerStrategy:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    num_ps = len(task.cluster.get("ps", []))
+    partitioner = None
+    if args.partition_min_size_kb > 0:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=args.partition_min_size_kb * 1024, max_shards=num_ps)
+    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    print(f"worker: {task.key} coordinator: {len(task.cluster.get('worker', []))} worker(s), {num_ps} ps, "
+          f"batch {args.batch_size} per step, partitioner "
+          + (f"MinSizePartitioner({args.partition_min_size_kb} KiB, max_shards={num_ps})" if partitioner else "none"),
+          flush=True)
+    return strategy
+
+
+def load_data(args: argparse.Namespace) -> data_lib.Data:
+    import tensorflow_datasets as tfds
+
+    tfds.disable_progress_bar()
+    # Builds (offline digits) or downloads the dataset once, on the chief, before workers read it.
+    return data_lib.load(args.dataset, args.data_dir, download=not args.no_download)
+
+
+def make_dataset_fn(args: argparse.Namespace):
+    """The per-worker input pipeline: traced on the coordinator, created on every worker."""
+
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        batch = input_context.get_per_replica_batch_size(args.batch_size)
+        data = data_lib.load(args.dataset, args.data_dir, download=False)
+        ds = data.train.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        return (ds.cache()
+                .shuffle(data.num_train, seed=args.seed + input_context.input_pipeline_id,
+                         reshuffle_each_iteration=True)
+                .repeat()
+                .batch(batch, drop_remainder=True)
+                .prefetch(tf.data.AUTOTUNE))
+
+    return dataset_fn
+
+
+def evaluate_and_save(model: keras.Model, data: data_lib.Data, args: argparse.Namespace, final: Path) -> tuple:
+    """Evaluate on the chief (exact, every test example once) with a plain copy of the model,
+    and save that copy: a SavedModel that loads without a cluster or a partitioner."""
+    plain = build_cnn(data.shape, data.num_classes, args.learning_rate)
+    plain.set_weights([tf.convert_to_tensor(w).numpy() for w in model.weights])
+    loss, accuracy = plain.evaluate(data.test.batch(256), verbose=0)
+    plain.save(str(final), save_format="tf")
+    emit("saved", path=final)
+    return loss, accuracy
+
+
+def steps_per_epoch(args: argparse.Namespace, data: data_lib.Data) -> int:
+    return args.steps_per_epoch or math.ceil(data.num_train / args.batch_size)
+
+
+# ------------------------------------------------------------------ chief: model.fit
+
+
+class PssProgress(keras.callbacks.Callback):
+    """Progress lines under PSS. tf_keras refuses batch-level callbacks under PSS unless they
+    accept RemoteValue logs (``_supports_tf_logs``); we never read the logs per batch, only the
+    optimizer's step counter on the ps."""
+
+    def __init__(self, every: int, batch: int, step_delay: float = 0.0) -> None:
+        super().__init__()
+        self._supports_tf_logs = True
+        self.every = max(1, every)
+        self.batch = batch
+        self.step_delay = step_delay
+        self._epoch = 0
+        self._started = False
+        self.first_step_time = None
+        self.first_step_global = 0
+        self.last_global = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self._started:
+            self._started = True
+            g = int(self.model.optimizer.iterations.numpy())
+            emit("start", epoch=self._epoch, step=batch, global_step=g, time=f"{time.time():.3f}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.first_step_time is None:
+            # Steps are asynchronous: wait for the first one to finish so the timing is real.
+            self.model._cluster_coordinator.join()
+            self.first_step_time = time.time()
+            self.first_step_global = int(self.model.optimizer.iterations.numpy())
+            emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
+        if (batch + 1) % self.every == 0:
+            emit("step", epoch=self._epoch, step=batch + 1,
+                 global_step=int(self.model.optimizer.iterations.numpy()))
+        if self.step_delay > 0:
+            time.sleep(self.step_delay)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        self.last_global = int(self.model.optimizer.iterations.numpy())
+        emit("epoch", epoch=epoch + 1, global_step=self.last_global,
+             loss=f"{float(logs.get('loss', float('nan'))):.4f}",
+             accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}")
+
+    def examples_per_sec(self) -> float:
+        if self.first_step_time is None:
+            return 0.0
+        elapsed = time.time() - self.first_step_time
+        done = self.last_global - self.first_step_global
+        return done * self.batch / elapsed if elapsed > 0 and done > 0 else 0.0
+
+
+def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
+    tf.keras.utils.set_random_seed(args.seed)
+    strategy = make_strategy(args, task)
+    data = load_data(args)
+    steps = steps_per_epoch(args, data)
+    p = paths(model_dir)
+    if args.save_freq != "epoch":
+        print("worker: note: under parameter_server tf_keras BackupAndRestore backs up per epoch only; "
+              "use --loop custom for step-granular checkpoints", flush=True)
+    with strategy.scope():
+        model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+    progress = PssProgress(args.progress_every, args.batch_size, args.step_delay)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_dir=str(p["backup"]), delete_checkpoint=True),
+        keras.callbacks.ModelCheckpoint(filepath=str(p["checkpoints"] / "ckpt-{epoch:03d}"), save_weights_only=True),
+        progress,
+    ]
+    history = model.fit(
+        keras.utils.experimental.DatasetCreator(make_dataset_fn(args)),
+        epochs=args.epochs,
+        steps_per_epoch=steps,
+        callbacks=callbacks,
+        verbose=0,
+    )
+    global_step = int(model.optimizer.iterations.numpy())
+    loss, accuracy = evaluate_and_save(model, data, args, p["final"])
+    emit(
+        "result",
+        task=task.key,
+        epochs=args.epochs,
+        epochs_run=len(history.history.get("loss", [])),
+        global_step=global_step,
+        examples_per_sec=f"{progress.examples_per_sec():.1f}",
+        accuracy=f"{accuracy:.4f}",
+        loss=f"{loss:.4f}",
+    )
+    return 0
+
+
+# ------------------------------------------------------------------ chief: custom loop
+
+
+def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
+    tf.keras.utils.set_random_seed(args.seed)
+    strategy = make_strategy(args, task)
+    data = load_data(args)
+    per_epoch = steps_per_epoch(args, data)
+    total_steps = args.epochs * per_epoch
+    save_every = per_epoch if args.save_freq == "epoch" else int(args.save_freq)
+    batch = args.batch_size
+
+    with strategy.scope():
+        model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+        optimizer = model.optimizer
+        train_accuracy = keras.metrics.SparseCategoricalAccuracy()
+        loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+        loss_count = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    dataset_fn = make_dataset_fn(args)
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    per_worker_iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
+    @tf.function
+    def train_step(iterator):
+        def replica_fn(inputs):
+            images, labels = inputs
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                loss = tf.nn.compute_average_loss(loss_fn(labels, logits), global_batch_size=batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            train_accuracy.update_state(labels, logits)
+            loss_sum.assign_add(loss)
+            loss_count.assign_add(1.0)
+            return loss
+
+        losses = strategy.run(replica_fn, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    p = paths(model_dir)
+    ckpt_dir = p["checkpoints"] / "custom"
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=3)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).expect_partial()
+        print(f"worker: restored {manager.latest_checkpoint}", flush=True)
+
+    def save(step: int) -> None:
+        manager.save(checkpoint_number=step)
+
+    global_step = int(optimizer.iterations.numpy())
+    epoch, step_in_epoch = divmod(global_step, per_epoch)
+    emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}")
+    start_global = global_step
+    first_step_time = None
+    first_step_global = global_step
+    scheduled = global_step
+    # Schedule up to each boundary (progress line, epoch, checkpoint, end), then join: the
+    # counter read after a join is exact, and a checkpoint holds every step before it.
+    while global_step < total_steps:
+        if first_step_time is None:
+            target = global_step + 1
+        else:
+            nxt = [total_steps, (global_step // per_epoch + 1) * per_epoch,
+                   (global_step // save_every + 1) * save_every,
+                   (global_step // args.progress_every + 1) * args.progress_every]
+            target = min(nxt)
+        for _ in range(target - scheduled):
+            coordinator.schedule(train_step, args=(per_worker_iterator,))
+            if args.step_delay > 0:
+                time.sleep(args.step_delay)
+        scheduled = target
+        coordinator.join()
+        global_step = int(optimizer.iterations.numpy())
+        if global_step != scheduled:
+            # The optimizer's counter is the source of truth (it is what checkpoints restore).
+            print(f"worker: note: optimizer.iterations={global_step} after {scheduled} scheduled steps", flush=True)
+            scheduled = global_step
+        if first_step_time is None:
+            first_step_time = time.time()
+            first_step_global = global_step
+            emit("first_step", epoch=(global_step - 1) // per_epoch, step=(global_step - 1) % per_epoch,
+                 time=f"{first_step_time:.3f}")
+        if global_step % args.progress_every == 0:
+            emit("step", epoch=(global_step - 1) // per_epoch, step=(global_step - 1) % per_epoch + 1,
+                 global_step=global_step)
+        if global_step % per_epoch == 0 or global_step >= total_steps:
+            n = float(loss_count.numpy())
+            emit("epoch", epoch=math.ceil(global_step / per_epoch), global_step=global_step,
+                 loss=f"{float(loss_sum.numpy()) / n if n else float('nan'):.4f}",
+                 accuracy=f"{float(train_accuracy.result()):.4f}")
+            train_accuracy.reset_states()
+            loss_sum.assign(0.0)
+            loss_count.assign(0.0)
+        if global_step % save_every == 0 or global_step >= total_steps:
+            save(global_step)
+
+    elapsed = time.time() - first_step_time if first_step_time else 0.0
+    done = global_step - first_step_global
+    rate = done * batch / elapsed if elapsed > 0 and done > 0 else 0.0
+    loss, accuracy = evaluate_and_save(model, data, args, p["final"])
+    emit("result", task=task.key, epochs=args.epochs, steps_run=global_step - start_global, global_step=global_step,
+         examples_per_sec=f"{rate:.1f}", accuracy=f"{accuracy:.4f}", loss=f"{loss:.4f}")
+    return 0
