@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,6 +86,16 @@ def make_strategy(args: argparse.Namespace, task: TaskInfo) -> tf.distribute.Par
     return strategy
 
 
+def describe_partitioning(model: keras.Model) -> None:
+    shards: dict[str, list[str]] = {}
+    for v in model.weights:
+        m = re.match(r"(.*)/part_(\d+):\d+$", v.name)
+        if m:
+            shards.setdefault(m.group(1), []).append(v.device)
+    for name, devices in sorted(shards.items()):
+        print(f"worker: partitioned {name} into {len(devices)} shards on {', '.join(sorted(set(devices)))}", flush=True)
+
+
 def load_data(args: argparse.Namespace) -> data_lib.Data:
     import tensorflow_datasets as tfds
 
@@ -111,7 +125,14 @@ def evaluate_and_save(model: keras.Model, data: data_lib.Data, args: argparse.Na
     """Evaluate on the chief (exact, every test example once) with a plain copy of the model,
     and save that copy: a SavedModel that loads without a cluster or a partitioner."""
     plain = build_cnn(data.shape, data.num_classes, args.learning_rate)
-    plain.set_weights([tf.convert_to_tensor(w).numpy() for w in model.weights])
+    # Through a checkpoint: it stores partitioned variables as whole tensors (saved slices),
+    # so it restores into the unpartitioned copy whatever the sharding was.
+    tmp = tempfile.mkdtemp(prefix="tfcluster-weights-")
+    try:
+        prefix = tf.train.Checkpoint(model=model).write(os.path.join(tmp, "weights"))
+        tf.train.Checkpoint(model=plain).read(prefix).assert_existing_objects_matched().expect_partial()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     loss, accuracy = plain.evaluate(data.test.batch(256), verbose=0)
     plain.save(str(final), save_format="tf")
     emit("saved", path=final)
@@ -190,6 +211,7 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
               "use --loop custom for step-granular checkpoints", flush=True)
     with strategy.scope():
         model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+    describe_partitioning(model)
     progress = PssProgress(args.progress_every, args.batch_size, args.step_delay)
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_dir=str(p["backup"]), delete_checkpoint=True),
@@ -236,6 +258,7 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         train_accuracy = keras.metrics.SparseCategoricalAccuracy()
         loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
         loss_count = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+    describe_partitioning(model)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
 
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)

@@ -1,0 +1,160 @@
+"""The evaluator sidecar (``evaluator`` task, both strategies): evaluate every new checkpoint.
+
+Watches ``model_dir/checkpoints`` (``--loop fit``: tf_keras ``ModelCheckpoint`` weights
+``ckpt-NNN``, NNN = epoch) or ``model_dir/checkpoints/custom`` (``--loop custom``:
+``tf.train.CheckpointManager`` checkpoints ``ckpt-N``, N = global step), loads each one written
+after this evaluator started into a plain (undistributed) copy of the model, evaluates it on
+the test split, and writes
+
+* a line per checkpoint: ``tfcluster-eval checkpoint=ckpt-002 global_step=40 loss=... accuracy=...``
+* TensorBoard scalars ``loss`` and ``accuracy`` at the checkpoint's global step in
+  ``model_dir/tensorboard/eval``.
+
+Checkpoints present before it started (earlier runs, earlier attempts) are skipped. It exits 0
+after evaluating the final checkpoint (the one for ``--epochs``), after ``--eval-timeout``
+seconds without a new checkpoint, or on SIGTERM (which the launcher sends when training has
+succeeded) once it has evaluated the checkpoints already written: the final one is not lost
+to a race with the chief's exit.
+
+Like ``tf_keras.utils.SidecarEvaluator`` (which we do not use: it only ever evaluates the
+latest checkpoint, so a fast trainer's intermediate and final checkpoints can be skipped, and
+it cannot tell which checkpoint is the last one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import signal
+import time
+from pathlib import Path
+
+from .cluster import TaskInfo
+from .progress import emit
+
+_CKPT = re.compile(r"^ckpt-(\d+)\.index$")
+_POLL = 1.0
+_SETTLE = 0.5  # seconds an .index file must be unchanged before we read the checkpoint
+
+
+def checkpoint_dir(args: argparse.Namespace, model_dir: Path) -> Path:
+    return model_dir / "checkpoints" / ("custom" if args.loop == "custom" else "")
+
+
+def scan(directory: Path) -> dict[str, tuple[int, int]]:
+    """{prefix path: (number, index mtime_ns)} of the checkpoints in ``directory``."""
+    found = {}
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        m = _CKPT.match(entry.name)
+        if m:
+            try:
+                found[str(entry.with_suffix(""))] = (int(m.group(1)), entry.stat().st_mtime_ns)
+            except FileNotFoundError:
+                continue  # removed by CheckpointManager's max_to_keep meanwhile
+    return found
+
+
+def final_number(args: argparse.Namespace, task: TaskInfo, num_train: int) -> int:
+    """The number in the last checkpoint's name: the epoch count (fit), or the total steps (custom)."""
+    if args.loop != "custom":
+        return args.epochs
+    if args.strategy == "parameter_server":
+        per_step = args.batch_size  # one worker's batch per step
+    else:
+        per_step = args.batch_size * max(1, task.num_workers)  # one replica per CPU worker
+    return args.epochs * (args.steps_per_epoch or math.ceil(num_train / per_step))
+
+
+class Stop:
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum, frame) -> None:
+        if not self.requested:
+            self.requested = True
+            print("worker: evaluator: SIGTERM: evaluating the checkpoints already written, then exiting", flush=True)
+
+
+def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
+    watch = checkpoint_dir(args, model_dir)
+    baseline = scan(watch)  # before TF's slow import: the chief cannot have saved anything yet
+    stop = Stop()
+    signal.signal(signal.SIGTERM, stop)
+
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from . import data as data_lib
+    from .model import build_cnn
+
+    tfds.disable_progress_bar()
+    data = data_lib.load(args.dataset, args.data_dir, download=not args.no_download)
+    test = data.test.batch(256).cache()
+    model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+    last = final_number(args, task, data.num_train)
+    # What tf.summary.scalar writes, without needing the tensorboard package (TF 2.21 does
+    # not install it): a float32 scalar tagged for TensorBoard's "scalars" plugin.
+    from tensorflow.core.framework import summary_pb2
+
+    scalar_metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
+    writer = tf.summary.create_file_writer(str(model_dir / "tensorboard" / "eval"))
+    print(f"worker: evaluator watching {watch} (final checkpoint: ckpt-{last:03d}, "
+          f"{len(baseline)} earlier checkpoint(s) skipped, timeout {args.eval_timeout:g} s)", flush=True)
+
+    def evaluate(prefix: str, number: int) -> None:
+        names = {name for name, _ in tf.train.list_variables(prefix)}
+        if any(n.startswith("model/") for n in names):  # tf.train.Checkpoint(model=..., optimizer=...)
+            tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(prefix).expect_partial()
+        else:  # model.save_weights / ModelCheckpoint(save_weights_only=True)
+            model.load_weights(prefix).expect_partial()
+        step_key = next((n for n in ("optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",
+                                     "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
+                                     "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE") if n in names), None)
+        global_step = int(tf.train.load_variable(prefix, step_key)) if step_key else number
+        loss, accuracy = model.evaluate(test, verbose=0)
+        with writer.as_default():
+            for tag, value in (("loss", loss), ("accuracy", accuracy)):
+                tf.summary.write(tag, tf.constant(value, tf.float32), step=global_step, metadata=scalar_metadata)
+        writer.flush()
+        emit("eval", checkpoint=Path(prefix).name, global_step=global_step, loss=f"{loss:.4f}",
+             accuracy=f"{accuracy:.4f}", time=f"{time.time():.3f}")
+
+    done: dict[str, int] = {}  # prefix -> mtime_ns evaluated
+    evaluated = 0
+    last_new = time.monotonic()
+    while True:
+        stopping = stop.requested
+        now_ns = time.time_ns()
+        pending = sorted(
+            ((number, prefix, mtime) for prefix, (number, mtime) in scan(watch).items()
+             if baseline.get(prefix) != mtime and done.get(prefix) != mtime
+             and (stopping or now_ns - mtime > _SETTLE * 1e9)),
+        )
+        for number, prefix, mtime in pending:
+            try:
+                evaluate(prefix, number)
+            except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as exc:
+                if Path(prefix + ".index").exists() and not stopping:
+                    print(f"worker: evaluator: {Path(prefix).name} not readable yet ({type(exc).__name__}); retrying",
+                          flush=True)
+                    continue
+                print(f"worker: evaluator: {Path(prefix).name} skipped: {exc}", flush=True)
+            done[prefix] = mtime
+            evaluated += 1
+            last_new = time.monotonic()
+            if number >= last:
+                emit("eval_done", reason="final checkpoint", evaluated=evaluated)
+                return 0
+        if stopping:
+            emit("eval_done", reason="stopped (training finished)", evaluated=evaluated)
+            return 0
+        if time.monotonic() - last_new > args.eval_timeout:
+            emit("eval_done", reason=f"no new checkpoint for {args.eval_timeout:g} s", evaluated=evaluated)
+            return 0
+        time.sleep(_POLL)
