@@ -14,7 +14,6 @@ tf_keras' ``save_before_preemption`` is not used: in TF 2.21 it only activates o
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import signal
 import tempfile
@@ -60,21 +59,8 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
     global_batch = args.batch_size * replicas
     print(f"worker: {task.key} custom loop, {replicas} replica(s), global batch {global_batch}", flush=True)
 
-    import tensorflow_datasets as tfds
-
-    tfds.disable_progress_bar()
-    data = data_lib.load(args.dataset, args.data_dir, download=not args.no_download)
-    steps_per_epoch = args.steps_per_epoch or math.ceil(data.num_train / global_batch)
-    options = data_lib.distribute_options(args.shard_policy)
-    train = (
-        data.train.cache()
-        .shuffle(data.num_train, seed=args.seed, reshuffle_each_iteration=True)
-        .repeat()
-        .batch(global_batch, drop_remainder=True)
-        .prefetch(tf.data.AUTOTUNE)
-        .with_options(options)
-    )
-    test = data.test.batch(global_batch, drop_remainder=True).with_options(options)
+    pipes = data_lib.training_pipelines(args, global_batch, drop_test_remainder=True)
+    data, train, test, steps_per_epoch = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
     dist_train = strategy.experimental_distribute_dataset(train)
     dist_test = strategy.experimental_distribute_dataset(test)
 
@@ -153,7 +139,7 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
             emit("epoch", epoch=global_step // steps_per_epoch, loss=f"{float(loss):.4f}",
                  accuracy=f"{float(train_accuracy.result()):.4f}")
             train_accuracy.reset_states()
-        if global_step % save_every == 0:
+        if global_step % save_every == 0 or global_step == total_steps:  # the evaluator waits for the last
             save(global_step)
 
     test_iterator = iter(dist_test)
