@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,27 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.netutil import free_base  # noqa: E402
+
 FIRST_STEP = re.compile(r"tfcluster-first_step .*time=([0-9.]+)")
 TIMEOUT = 300
-
-
-def free_base(n: int) -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n < 61000 and all(_free(base + i) for i in range(n)):
-            return base
-    raise SystemExit("no free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-            return True
-        except OSError:
-            return False
 
 
 def write_spec(workdir: Path, workers: int, tfds_dir: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,36 @@ def load(name: str = "digits", data_dir: str | None = None, download: bool = Tru
         shape=shape,
         num_classes=num_classes,
     )
+
+
+@dataclass(frozen=True)
+class Pipelines:
+    """What a trainer feeds on: batched, sharded train (repeated) and test datasets."""
+
+    data: Data
+    train: tf.data.Dataset
+    test: tf.data.Dataset
+    steps_per_epoch: int
+
+
+def training_pipelines(args, global_batch: int, drop_test_remainder: bool = False) -> Pipelines:
+    """Load ``args.dataset`` and batch it by the global batch. The train split repeats, so an
+    epoch is exactly ``steps_per_epoch`` steps (default: one pass), which keeps epoch and
+    step numbers -- and so resume points -- identical on every worker and attempt."""
+    tfds.disable_progress_bar()
+    data = load(args.dataset, args.data_dir, download=not args.no_download)
+    options = distribute_options(args.shard_policy)
+    train = (
+        data.train.cache()
+        .shuffle(data.num_train, seed=args.seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(global_batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+        .with_options(options)
+    )
+    test = data.test.batch(global_batch, drop_remainder=drop_test_remainder).with_options(options)
+    steps = args.steps_per_epoch or math.ceil(data.num_train / global_batch)
+    return Pipelines(data, train, test, steps)
 
 
 def _num_examples(info, split: str, ds: tf.data.Dataset) -> int:

@@ -8,7 +8,6 @@ other workers' copies to temporary directories and removes them).
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import tempfile
 import time
@@ -68,21 +67,8 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
     print(f"worker: {task.key} in a cluster of {task.num_workers} worker(s), {replicas} replica(s), "
           f"global batch {global_batch}", flush=True)
 
-    import tensorflow_datasets as tfds
-
-    tfds.disable_progress_bar()
-    data = data_lib.load(args.dataset, args.data_dir, download=not args.no_download)
-    steps = args.steps_per_epoch or math.ceil(data.num_train / global_batch)
-    options = data_lib.distribute_options(args.shard_policy)
-    train = (
-        data.train.cache()
-        .shuffle(data.num_train, seed=args.seed, reshuffle_each_iteration=True)
-        .repeat()
-        .batch(global_batch, drop_remainder=True)
-        .prefetch(tf.data.AUTOTUNE)
-        .with_options(options)
-    )
-    test = data.test.batch(global_batch).with_options(options)
+    pipes = data_lib.training_pipelines(args, global_batch)
+    data, train, test, steps = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
 
     p = paths(model_dir)
     with strategy.scope():
