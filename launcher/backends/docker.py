@@ -14,6 +14,7 @@ therefore run on this machine (a local socket, or a TCP engine on this host).
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import threading
 import time
@@ -38,6 +39,8 @@ RUN_MOUNT = "/tfcluster/run"
 LABEL_RUN = "tfcluster.run_id"
 LABEL_NAME = "tfcluster.name"
 LABEL_TASK = "tfcluster.task"
+# On the image: the command that runs a task under a stdin lifeline (docker/Dockerfile sets it).
+LABEL_LIFELINE = "tfcluster.lifeline"
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"
 _BUILD_TIMEOUT = 3600
 _API_TIMEOUT = 60
@@ -82,6 +85,7 @@ class DockerTask(TaskHandle):
         self._lost = ""
         self._drained = False
         self._ip: Optional[str] = None
+        self.lifeline: Any = None  # the attached stdin socket; closing it stops the task
         self._logs = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"logs-{task.key}")
         self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{task.key}")
         self._logs.start()
@@ -182,6 +186,8 @@ class DockerBackend(Backend):
         self._network_id: Optional[str] = None
         self._handles: dict[str, DockerTask] = {}
         self._created: list[str] = []  # container ids, in creation order
+        self._lifelines: list[Any] = []
+        self._wrapper: list[str] = []
         self._user: Optional[str] = None
         self._init = False
         self._prepared = False
@@ -309,6 +315,8 @@ class DockerBackend(Backend):
         self._network_id = net["Id"]
         config = client.api.inspect_image(self.opts.image)["Config"] or {}
         self._init = not config.get("Entrypoint")  # the image has no init (tini) of its own
+        wrapper = (config.get("Labels") or {}).get(LABEL_LIFELINE, "")
+        self._wrapper = shlex.split(wrapper) if wrapper else []
         image_user = config.get("User") or ""
         dirs = [Path(self.record.state_dir), Path(self.record.dir)]
         for d in dirs:
@@ -345,6 +353,7 @@ class DockerBackend(Backend):
             client = self.client
             old = self._handles.pop(task.key, None)
             if old is not None:  # the previous attempt's container: free its name and address
+                _close_quietly(old.lifeline)
                 _remove(client, old.id)
             name = self.container_name(task)
             environment = dict(task.env)
@@ -363,17 +372,27 @@ class DockerBackend(Backend):
             networking = client.api.create_networking_config(
                 {self.network_name: client.api.create_endpoint_config(aliases=[task.address])}
             )
+            command = list(task.command)
+            if self._wrapper:
+                command = [*self._wrapper, "--grace", f"{self.spec.watchdog.stop_grace:g}", "--", *command]
             try:
                 created = client.api.create_container(
-                    self.opts.image, command=list(task.command), name=name, hostname=task.address,
+                    self.opts.image, command=command, name=name, hostname=task.address,
+                    # detach=False is how the SDK sets StdinOnce: stdin closes when our attach ends.
+                    stdin_open=bool(self._wrapper),
                     environment=environment, user=self._user or None, host_config=host_config,
-                    networking_config=networking, detach=True,
+                    networking_config=networking, detach=not self._wrapper,
                     labels={LABEL_RUN: self.run_id, LABEL_NAME: self.spec.name, LABEL_TASK: task.key},
                 )
             except docker.errors.APIError as exc:
                 raise LaunchError(f"{task.key}: cannot create container {name}: {exc.explanation or exc}") from None
             cid = created["Id"]
             self._created.append(cid)
+            lifeline = None
+            if self._wrapper:
+                # The only client on stdin: when this process dies the kernel closes the socket,
+                # the engine closes the container's stdin (stdin_once) and the wrapper stops the task.
+                lifeline = client.api.attach_socket(cid, params={"stdin": 1, "stream": 1})
             try:
                 client.api.start(cid)
             except docker.errors.APIError as exc:
@@ -381,7 +400,9 @@ class DockerBackend(Backend):
                 msg = (exc.explanation or str(exc)).splitlines()[0]
                 on_line(task.key, f"tfcluster: cannot start container {name}: {msg}")
             handle = DockerTask(task, self, cid, name, on_line)
+            handle.lifeline = lifeline
             self._handles[task.key] = handle
+            self._lifelines.append(lifeline)
             return handle
 
     def port_open(self, task: PlannedTask) -> bool:
@@ -403,6 +424,9 @@ class DockerBackend(Backend):
         """Remove every container and the network this run created (by id)."""
         if self._client is None:
             return
+        for sock in self._lifelines:
+            _close_quietly(sock)
+        self._lifelines.clear()
         left = []
         for cid in reversed(self._created):
             try:
@@ -421,7 +445,7 @@ class DockerBackend(Backend):
                 pass
             except Exception:  # noqa: BLE001
                 self.console.error(f"could not remove network {self.network_name} from the engine at {self.url}; "
-                                   f"remove it: docker network rm {self.network_name}")
+                                   "run tfcluster down once the engine answers")
             self._network_id = None
         try:
             self._client.close()
@@ -474,6 +498,17 @@ def _remove(client: Any, cid: str, grace: float = 0.0) -> bool:
         if exc.status_code == 409:  # removal already in progress
             return True
         raise
+
+
+def _close_quietly(sock: Any) -> None:
+    if sock is None:
+        return
+    try:
+        raw = getattr(sock, "_sock", sock)
+        raw.close()
+        sock.close()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:

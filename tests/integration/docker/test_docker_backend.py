@@ -264,7 +264,7 @@ def test_ctrl_c_leaves_no_container_or_network(tmp_path, docker_engine, worker_i
     assert _leftovers(docker_engine, "dk") == ([], [])
 
 
-def test_down_removes_what_a_killed_launcher_left(tmp_path, docker_engine, worker_image):
+def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engine, worker_image):
     spec = _spec(tmp_path, docker_engine.url, "python -c \"import time; time.sleep(600)\"")
     proc = _launch(spec)
     try:
@@ -275,8 +275,18 @@ def test_down_removes_what_a_killed_launcher_left(tmp_path, docker_engine, worke
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+    # The stdin lifeline: with the launcher gone, each task's wrapper stops it (grace 3 s).
+    def all_exited():
+        client = docker_engine.client()
+        try:
+            cs = client.containers.list(all=True, filters={"label": "tfcluster.name=dk"})
+            return len(cs) == 2 and all(c.status == "exited" for c in cs)
+        finally:
+            client.close()
+
+    _wait_for(all_exited, 60, "the lifeline to stop both tasks")
     names, nets = _leftovers(docker_engine, "dk")
-    assert len(names) == 2 and len(nets) == 1
+    assert len(names) == 2 and len(nets) == 1  # stopped, not removed: that is tfcluster down's job
     result = _cli("down", str(spec), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "removed" in result.stderr
