@@ -149,12 +149,12 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
             evaluated += 1
             last_new = time.monotonic()
             if number >= last:
-                emit("eval_done", reason="final checkpoint", evaluated=evaluated)
+                emit("eval_done", reason="final", checkpoint=Path(prefix).name, evaluated=evaluated)
                 return 0
         if stopping:
-            emit("eval_done", reason="stopped (training finished)", evaluated=evaluated)
+            emit("eval_done", reason="stopped", evaluated=evaluated)  # SIGTERM: training is over
             return 0
         if time.monotonic() - last_new > args.eval_timeout:
-            emit("eval_done", reason=f"no new checkpoint for {args.eval_timeout:g} s", evaluated=evaluated)
+            emit("eval_done", reason="timeout", timeout=f"{args.eval_timeout:g}", evaluated=evaluated)
             return 0
         time.sleep(_POLL)

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import re
@@ -71,6 +72,51 @@ def run_server(task: TaskInfo) -> int:
 # ------------------------------------------------------------------ chief: shared set-up
 
 
+class CoordinatorEvents(logging.Handler):
+    """Turns the coordinator's INFO/ERROR log records about worker failure and recovery into
+    progress lines (``tfcluster-worker_lost``, ``tfcluster-worker_recovered``, ``tfcluster-ps_lost``),
+    once per event, while the rest of TF's INFO logging stays hidden."""
+
+    PATTERNS = (
+        (re.compile(r"^Worker (/job:worker/replica:\d+/task:(\d+)\S*) failed with"), "worker_lost"),
+        (re.compile(r"^Worker (/job:worker/replica:\d+/task:(\d+)\S*) has been recovered"), "worker_recovered"),
+        (re.compile(r"^Parameter server failure detected at PS task (\d+)()"), "ps_lost"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.lost: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:  # a malformed record must never break training
+            return
+        for rx, kind in self.PATTERNS:
+            m = rx.search(msg)
+            if not m:
+                continue
+            if kind == "ps_lost":
+                emit(kind, task=f"ps:{m.group(1)}", time=f"{time.time():.3f}")
+            else:
+                key = f"worker:{m.group(2)}"
+                if (kind == "worker_lost") == (key in self.lost):
+                    return  # already reported (every in-flight step reports the same failure)
+                (self.lost.add if kind == "worker_lost" else self.lost.discard)(key)
+                emit(kind, task=key, time=f"{time.time():.3f}")
+            return
+
+    @classmethod
+    def install(cls) -> None:
+        logger = tf.get_logger()
+        for handler in logger.handlers:
+            if handler.level < logging.WARNING:
+                handler.setLevel(logging.WARNING)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        logger.addHandler(cls())
+
+
 def make_strategy(args: argparse.Namespace, task: TaskInfo) -> tf.distribute.ParameterServerStrategy:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     num_ps = len(task.cluster.get("ps", []))
@@ -78,6 +124,7 @@ def make_strategy(args: argparse.Namespace, task: TaskInfo) -> tf.distribute.Par
     if args.partition_min_size_kb > 0:
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
             min_shard_bytes=args.partition_min_size_kb * 1024, max_shards=num_ps)
+    CoordinatorEvents.install()
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
     print(f"worker: {task.key} coordinator: {len(task.cluster.get('worker', []))} worker(s), {num_ps} ps, "
           f"batch {args.batch_size} per step, partitioner "
@@ -296,7 +343,8 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         print(f"worker: restored {manager.latest_checkpoint}", flush=True)
 
     def save(step: int) -> None:
-        manager.save(checkpoint_number=step)
+        path = manager.save(checkpoint_number=step)
+        emit("checkpoint", global_step=step, path=path)
 
     global_step = int(optimizer.iterations.numpy())
     epoch, step_in_epoch = divmod(global_step, per_epoch)

@@ -1,0 +1,183 @@
+"""ParameterServerStrategy end to end with real TensorFlow processes: the coordinator (tf_keras
+fit and the custom loop), ps/worker servers stopped at the end, a worker restarted alone, a
+dead ps restarting the cluster from the last checkpoint, and the evaluator sidecar (PSS and
+MWMS). Every case ends with no process of the run left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_fault_tolerance import assert_no_processes, events, finish, kill_task
+from tests.integration.tfrun import progress, run_dir, start, up, wait_line, write_spec
+from tests.prereq import require_tf
+
+pytestmark = [pytest.mark.integration, pytest.mark.tf]
+RUN_TIMEOUT = 240
+PSS_TASKS = "{chief: 1, worker: 2, ps: 1, evaluator: 1}"
+
+
+@pytest.fixture(autouse=True)
+def _tf():
+    require_tf()
+
+
+def pss_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = PSS_TASKS, extra: str = "") -> Path:
+    spec = write_spec(tmp_path, tfds_dir, entrypoint, tasks=tasks, extra=extra)
+    spec.write_text(spec.read_text().replace("strategy: multi_worker_mirrored", "strategy: parameter_server"))
+    return spec
+
+
+def run_with_kill(spec: Path, wait_pattern: str, key: str, then: str | None = None) -> str:
+    """Start the run, SIGKILL task ``key`` once ``wait_pattern`` is printed, optionally wait for
+    ``then``, and return the launcher's whole output."""
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, wait_pattern, seen, RUN_TIMEOUT)
+        kill_task(spec, key, signal.SIGKILL)
+        if then:
+            wait_line(proc, then, seen, RUN_TIMEOUT)
+        out = finish(proc, seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, out[-5000:]
+    return out
+
+
+def tensorboard_scalars(logdir: Path) -> list[tuple[str, int, float]]:
+    """(tag, step, value) from the evaluator's event files, read by TF in a subprocess."""
+    code = textwrap.dedent(f"""\
+        import glob, json
+        import tensorflow as tf
+        out = []
+        for path in sorted(glob.glob({str(logdir)!r} + "/events.out.tfevents.*")):
+            for event in tf.compat.v1.train.summary_iterator(path):
+                for v in event.summary.value:
+                    out.append((v.tag, event.step, float(tf.make_ndarray(v.tensor)), v.metadata.plugin_data.plugin_name))
+        print(json.dumps(out))
+    """)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert all(r[3] == "scalars" for r in rows), rows
+    return [(t, s, v) for t, s, v, _ in rows]
+
+
+def test_pss_fit_with_evaluator_succeeds_and_every_task_is_stopped(tmp_path, tfds_dir):
+    spec = pss_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 10 --progress-every 5")
+    result = up(spec, timeout=RUN_TIMEOUT)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    (res,) = progress(out, "result", "chief:0")
+    assert res["global_step"] == "20" and res["epochs_run"] == "2", res
+    assert float(res["accuracy"]) > 0.3 and float(res["examples_per_sec"]) > 0, res
+    assert [s["global_step"] for s in progress(out, "epoch", "chief:0")] == ["10", "20"]
+    assert len(progress(out, "server", "worker:0")) == len(progress(out, "server", "ps:0")) == 1
+    # The evaluator evaluated both epoch checkpoints; the final one is the chief's final model.
+    evals = progress(out, "eval", "evaluator:0")
+    assert [(e["checkpoint"], e["global_step"]) for e in evals] == [("ckpt-001", "10"), ("ckpt-002", "20")], evals
+    assert abs(float(evals[-1]["accuracy"]) - float(res["accuracy"])) < 1e-3, (evals, res)
+    assert progress(out, "eval_done", "evaluator:0")[0]["reason"] == "final"
+    scalars = tensorboard_scalars(run_dir(spec).parent / "state" / "tensorboard" / "eval")
+    assert sorted((t, s) for t, s, _ in scalars) == [("accuracy", 10), ("accuracy", 20), ("loss", 10), ("loss", 20)]
+    assert (run_dir(spec).parent / "state" / "final_model" / "saved_model.pb").is_file()
+    # Success followed the chief; the servers, which never exit on their own, were stopped.
+    evs = events(spec)
+    exits = {e["task"]: e["code"] for e in evs if e["event"] == "exit"}
+    stopped = {e["task"] for e in evs if e["event"] == "stopped"}
+    assert exits["chief:0"] == 0 and exits.get("evaluator:0", 0) == 0, exits
+    assert {"worker:0", "worker:1", "ps:0"} <= stopped, evs
+    assert "ps:0" not in exits and "worker:0" not in exits
+    assert evs[-1]["outcome"] == "succeeded"
+    assert_no_processes(spec)
+
+
+def test_pss_worker_killed_is_restarted_alone_and_rejoins(tmp_path, tfds_dir):
+    spec = pss_spec(tmp_path, tfds_dir,
+                    "python -m worker --epochs 3 --steps-per-epoch 30 --step-delay 0.25 --progress-every 5",
+                    tasks="{chief: 1, worker: 2, ps: 1}", extra="restart: {max_restarts: 2}\n")
+    out = run_with_kill(spec, r"\[chief:0\] tfcluster-step epoch=0 step=10 ", "worker:1",
+                        then=r"\[chief:0\] tfcluster-worker_recovered task=worker:1 ")
+    assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2), training continues" in out
+    assert "restarting the whole group" not in out
+    assert len(progress(out, "start", "chief:0")) == 1  # the chief, and so training, never restarted
+    assert len(progress(out, "server", "worker:1")) == 2 and len(progress(out, "server", "worker:0")) == 1
+    (lost,) = progress(out, "worker_lost", "chief:0")
+    (back,) = progress(out, "worker_recovered", "chief:0")
+    assert lost["task"] == back["task"] == "worker:1" and float(back["time"]) > float(lost["time"])
+    restarted_at = float(progress(out, "server", "worker:1")[1]["time"])
+    assert float(back["time"]) >= restarted_at - 1.0  # rejoined after its relaunch, not before
+    (res,) = progress(out, "result", "chief:0")
+    assert res["global_step"] == "90" and res["epochs_run"] == "3", res  # every step done exactly once
+    evs = events(spec)
+    assert [e["task"] for e in evs if e["event"] == "task_restart"] == ["worker:1"]
+    assert evs[-1]["outcome"] == "succeeded" and evs[-1]["attempts"] == 1
+    assert_no_processes(spec)
+
+
+def test_pss_ps_killed_restarts_cluster_and_resumes_from_epoch_backup(tmp_path, tfds_dir):
+    spec = pss_spec(tmp_path, tfds_dir,
+                    "python -m worker --epochs 3 --steps-per-epoch 10 --step-delay 0.2 --progress-every 5",
+                    tasks="{chief: 1, worker: 2, ps: 1}", extra="restart: {max_restarts: 1}\n")
+    out = run_with_kill(spec, r"\[chief:0\] tfcluster-epoch epoch=1 ", "ps:0")
+    assert "ps:0 failed: killed by SIGKILL (exit 137)" in out
+    assert "restarting the whole group (restart 1 of 1)" in out
+    first, resumed = progress(out, "start", "chief:0")
+    assert first["global_step"] == "0"
+    # BackupAndRestore (per epoch under PSS) put the new chief at an epoch boundary >= 1 with
+    # the optimizer's step counter restored to match.
+    epoch = int(resumed["epoch"])
+    assert epoch in (1, 2) and resumed["step"] == "0" and resumed["global_step"] == str(10 * epoch), resumed
+    (res,) = progress(out, "result", "chief:0")
+    assert res["global_step"] == "30" and res["epochs_run"] == str(3 - epoch), res
+    assert len(progress(out, "server", "worker:0")) == 2  # the whole cluster was relaunched
+    evs = events(spec)
+    assert evs[-1]["outcome"] == "succeeded" and evs[-1]["attempts"] == 2
+    assert_no_processes(spec)
+
+
+def test_pss_custom_loop_resumes_at_saved_step_after_ps_death_and_evaluator_follows(tmp_path, tfds_dir):
+    spec = pss_spec(tmp_path, tfds_dir,
+                    "python -m worker --loop custom --epochs 2 --steps-per-epoch 15 --save-freq 5 "
+                    "--step-delay 0.2 --progress-every 5",
+                    extra="restart: {max_restarts: 1}\n")
+    out = run_with_kill(spec, r"\[chief:0\] tfcluster-checkpoint global_step=10 ", "ps:0")
+    assert "ps:0 failed: killed by SIGKILL (exit 137)" in out and "restarting the whole group" in out
+    first, resumed = progress(out, "start", "chief:0")
+    assert first["global_step"] == "0"
+    # Checkpoints every 5 steps (joined, so exact): killed just after step 10 was saved.
+    g = int(resumed["global_step"])
+    assert g in (10, 15) and resumed["step"] == str(g % 15) and resumed["epoch"] == str(g // 15), resumed
+    (res,) = progress(out, "result", "chief:0")
+    assert res["global_step"] == "30" and res["steps_run"] == str(30 - g), res
+    # The evaluator (relaunched with the cluster) evaluated the custom-loop checkpoints that
+    # appeared after it started, ending with the final one.
+    evals = progress(out, "eval", "evaluator:0")
+    assert evals and evals[-1]["checkpoint"] == "ckpt-30" and evals[-1]["global_step"] == "30", evals
+    assert abs(float(evals[-1]["accuracy"]) - float(res["accuracy"])) < 1e-3, (evals, res)
+    assert_no_processes(spec)
+
+
+def test_mwms_with_evaluator_produces_metrics(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 8 --progress-every 4",
+                      tasks="{worker: 2, evaluator: 1}")
+    result = up(spec, timeout=RUN_TIMEOUT)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    evals = progress(out, "eval", "evaluator:0")
+    assert [(e["checkpoint"], e["global_step"]) for e in evals] == [("ckpt-001", "8"), ("ckpt-002", "16")], evals
+    assert all(0.0 <= float(e["accuracy"]) <= 1.0 and float(e["loss"]) > 0 for e in evals)
+    scalars = tensorboard_scalars(run_dir(spec).parent / "state" / "tensorboard" / "eval")
+    assert {(t, s) for t, s, _ in scalars} == {("accuracy", 8), ("accuracy", 16), ("loss", 8), ("loss", 16)}
+    assert_no_processes(spec)
