@@ -29,13 +29,14 @@ def _prereqs() -> None:
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[eng.Engine]:
     _prereqs()
-    engine = eng.start_dockerd(timeout=60)
-    _cleanup(engine)  # containers a killed earlier session left in the cached data root
-    try:
-        yield engine
-    finally:
-        _cleanup(engine)
-        eng.stop_dockerd(engine)
+    with eng.session_lock():
+        engine = eng.start_dockerd(timeout=60)
+        _cleanup(engine)  # containers a killed earlier session left in the cached data root
+        try:
+            yield engine
+        finally:
+            _cleanup(engine)
+            eng.stop_dockerd(engine)
 
 
 def _cleanup(engine: eng.Engine) -> None:

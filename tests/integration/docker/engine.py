@@ -96,6 +96,36 @@ def _zombie(pid: int) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def session_lock(timeout: float = 1800.0) -> Iterator[None]:
+    """One test session at a time uses the private engine (its paths are fixed per machine).
+
+    Held for the whole session, so a dockerd found via our pidfile while we hold the lock can
+    only be an orphan of a killed session, never another session's live engine.
+    """
+    import fcntl
+
+    ROOT.mkdir(parents=True, exist_ok=True)
+    with open(ROOT / "session.lock", "w") as fh:
+        end = time.monotonic() + timeout
+        announced = False
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    raise RuntimeError(f"another test session held {ROOT / 'session.lock'} for {timeout:g} s")
+                if not announced:
+                    log("waiting for another test session to finish with the private engine")
+                    announced = True
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def start_dockerd(timeout: float = 60.0) -> Engine:
     """Start a private dockerd (own data root, exec root, socket, pidfile); wait until it answers."""
     dockerd = shutil.which("dockerd")
