@@ -167,6 +167,8 @@ class DockerOptions(_Model):
 
     image: str = "tfcluster-worker:latest"
     build: Optional[DockerBuild] = None
+    # Without docker.build, a missing image is pulled ("missing") or reported ("never").
+    pull: Literal["missing", "never"] = "missing"
     # Engine URL like unix:///var/run/docker.sock or tcp://host:2375 (default: $DOCKER_HOST).
     engine: Optional[str] = None
     # Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec).

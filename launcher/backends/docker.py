@@ -245,12 +245,34 @@ class DockerBackend(Backend):
             present = False
         if present and (build is None or build.when == "missing"):
             return
-        if build is None:
+        if build is not None:
+            self.build_image()
+            return
+        fix = f"build it (docker build -f docker/Dockerfile -t {image} .) or add docker.build to the spec"
+        if self.opts.pull == "never":
             raise LaunchError(
-                f"docker.image: image '{image}' is not on the Docker engine at {self.url} and docker.build is not set; "
-                f"build it (docker build -f docker/Dockerfile -t {image} .) or add docker.build to the spec"
+                f"docker.image: image '{image}' is not on the Docker engine at {self.url} and docker.pull is never; {fix}"
             )
-        self.build_image()
+        self.pull_image(fix)
+
+    def pull_image(self, fix: str) -> None:
+        image = self.opts.image
+        self.console.info(f"pulling image {image}")
+        error = ""
+        try:
+            for chunk in self.client.api.pull(image, stream=True, decode=True):
+                if "error" in chunk:
+                    error = str(chunk["error"])
+        except docker.errors.APIError as exc:
+            error = exc.explanation or str(exc)
+        except requests.exceptions.RequestException as exc:
+            error = f"lost the engine during the pull ({exc.__class__.__name__})"
+        if error:
+            reason = error.strip().splitlines()[0][:200]
+            raise LaunchError(
+                f"docker.image: image '{image}' is not on the Docker engine at {self.url} and pulling it failed "
+                f"({reason}); {fix}, or check the name and registry login"
+            )
 
     def build_image(self) -> None:
         build = self.opts.build

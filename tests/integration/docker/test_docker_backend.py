@@ -169,12 +169,21 @@ def test_engine_down_is_one_clear_line(tmp_path):
 
 
 def test_missing_image_without_build_is_one_clear_line(tmp_path, docker_engine):
-    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-nothing:none")
+    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-nothing:none", extra="  pull: never\n")
     result = _cli("up", str(spec))
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "docker.image: image 'tfcluster-test-nothing:none' is not on the Docker engine" in lines[0]
     assert "docker build -f docker/Dockerfile" in lines[0]
+
+
+def test_missing_image_that_cannot_be_pulled_is_one_clear_line(tmp_path, docker_engine):
+    # No registry is reachable from the private engine: the pull fails at once.
+    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-nothing:none")
+    result = _cli("up", str(spec))
+    assert result.returncode == 1
+    err = [line for line in result.stderr.strip().splitlines() if "pulling image" not in line]
+    assert len(err) == 1 and "and pulling it failed (" in err[0] and "check the name and registry login" in err[0], err
 
 
 def test_broken_build_is_reported(tmp_path, docker_engine, base_image):
