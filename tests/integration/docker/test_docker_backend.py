@@ -126,6 +126,30 @@ def test_generated_compose_passes_docker_compose_config(tmp_path):
     assert "worker-0" in resolved.stdout and "on-failure" not in resolved.stdout
 
 
+def test_compose_with_chief_evaluator_volumes_and_dollars_passes_config(tmp_path):
+    compose = require_tool("docker-compose", "docker-compose")
+    (tmp_path / "data").mkdir()
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(
+        "name: full\nstrategy: multi_worker_mirrored\nentrypoint: ['sh', '-c', 'echo $TF_CONFIG && python -m worker']\n"
+        "tasks: {chief: 1, worker: 2, evaluator: 1}\nenv: {PRICE: '$5', EMPTY: ''}\n"
+        "docker:\n  image: registry.example/team/worker:1.2\n  volumes: ['./data:/data:ro']\n  user: '1234:1234'\n"
+        "  build: {context: ., dockerfile: Dockerfile, args: {A: 'x$y'}, network: host}\n"
+    )
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    out = tmp_path / "docker-compose.yml"
+    assert _cli("compose", str(spec)).returncode == 0
+    check = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    assert "WARNING" not in check.stderr, check.stderr  # no unset-variable interpolation
+    import yaml
+
+    doc = yaml.safe_load(check.stdout)
+    assert set(doc["services"]) == {"chief-0", "worker-0", "worker-1", "evaluator-0"}
+    assert doc["services"]["worker-1"]["environment"]["PRICE"] == "$5"
+    assert doc["services"]["chief-0"]["command"][-1] == "echo $TF_CONFIG && python -m worker"
+
+
 def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engine, worker_image):
     """The file works without tfcluster: compose up runs both tasks with their TF_CONFIG."""
     compose = require_tool("docker-compose", "docker-compose")
