@@ -146,8 +146,9 @@ def test_compose_with_chief_evaluator_volumes_and_dollars_passes_config(tmp_path
 
     doc = yaml.safe_load(check.stdout)
     assert set(doc["services"]) == {"chief-0", "worker-0", "worker-1", "evaluator-0"}
-    assert doc["services"]["worker-1"]["environment"]["PRICE"] == "$5"
-    assert doc["services"]["chief-0"]["command"][-1] == "echo $TF_CONFIG && python -m worker"
+    # `config` prints values still escaped: $$ is compose's literal dollar, not a variable.
+    assert doc["services"]["worker-1"]["environment"]["PRICE"] == "$$5"
+    assert doc["services"]["chief-0"]["command"][-1] == "echo $$TF_CONFIG && python -m worker"
 
 
 def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engine, worker_image):
@@ -155,7 +156,7 @@ def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engin
     compose = require_tool("docker-compose", "docker-compose")
     script = ("import json, os, pathlib; t = json.loads(os.environ['TF_CONFIG'])['task']; "
               "pathlib.Path(os.environ['TFCLUSTER_STATE_DIR'], 'ok').write_text('x'); "
-              "print('compose task', t['type'], t['index'], 'uid', os.getuid(), flush=True); "
+              "print('compose task', t['type'], t['index'], 'uid', os.getuid(), 'literal $HOME', flush=True); "
               "import time; time.sleep(3 * t['index'])")  # worker-0 ends first: its code is the run's
     spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}", name="dkc")
     out = tmp_path / "docker-compose.yml"
@@ -166,7 +167,8 @@ def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engin
         up = subprocess.run([*base, "up", "--abort-on-container-exit", "--exit-code-from", "worker-0"],
                             capture_output=True, text=True, timeout=180, env=env)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "compose task worker 0 uid 1000" in up.stdout and "compose task worker 1 uid 1000" in up.stdout
+        assert "compose task worker 0 uid 1000 literal $HOME" in up.stdout, up.stdout  # $$ reached as $
+        assert "compose task worker 1 uid 1000" in up.stdout
     finally:
         down = subprocess.run([*base, "down", "--volumes"], capture_output=True, text=True, timeout=120, env=env)
     assert down.returncode == 0, down.stderr
