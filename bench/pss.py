@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""ParameterServerStrategy figures on this machine (1 chief, 2 workers, 1 ps, all local):
+
+* training throughput (examples/s after the first step, from the chief's result line) of
+  tf_keras ``model.fit`` with a DatasetCreator vs the ClusterCoordinator custom loop;
+* a worker's SIGKILL -> the coordinator noticing -> the launcher relaunching it -> its server
+  listening again -> the coordinator reporting it recovered (rejoined), while training goes on.
+
+    python bench/pss.py [--trials 2] [--steps 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.netutil import free_base  # noqa: E402
+
+TIMEOUT = 400
+
+
+def fields(line: str) -> dict:
+    return dict(kv.split("=", 1) for kv in line.split()[1:])
+
+
+def lines(text: str, kind: str) -> list[dict]:
+    return [fields(l) for l in text.splitlines() if l.startswith(f"tfcluster-{kind} ")]
+
+
+def spec_file(work: Path, tfds: Path, entrypoint: str) -> Path:
+    spec = work / "cluster.yaml"
+    spec.write_text(textwrap.dedent(f"""\
+        name: bench
+        strategy: parameter_server
+        entrypoint: {entrypoint}
+        tasks: {{chief: 1, worker: 2, ps: 1}}
+        ports: {{base: {free_base()}}}
+        env: {{PYTHONPATH: {ROOT}, TFDS_DATA_DIR: {tfds}, TF_CPP_MIN_LOG_LEVEL: "2"}}
+        restart: {{max_restarts: 2}}
+        watchdog: {{startup_timeout: 180, stop_grace: 3}}
+    """))
+    return spec
+
+
+def task_pid(run_id: str, key: str) -> int:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"TFCLUSTER_RUN_ID={run_id}".encode() in env and f"TFCLUSTER_TASK={key}".encode() in env \
+                and b"taskwrap.py" not in cmd:
+            return int(entry)
+    raise RuntimeError(f"no process for {key}")
+
+
+def run(work: Path, tfds: Path, entrypoint: str, kill_at: int | None = None) -> tuple[Path, float | None]:
+    """Run to the end; with ``kill_at``, SIGKILL worker:1 once the chief logs that global step."""
+    work.mkdir()
+    spec = spec_file(work, tfds, entrypoint)
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", str(spec), "--quiet"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    died = None
+    try:
+        if kill_at is not None:
+            latest = work / "runs" / "bench" / "latest"
+            end = time.monotonic() + TIMEOUT
+            while time.monotonic() < end:
+                log = latest / "logs" / "chief-0.log"
+                if log.exists() and any(int(l.get("global_step", -1)) >= kill_at
+                                        for l in lines(log.read_text(), "step")):
+                    break
+                time.sleep(0.05)
+            else:
+                raise SystemExit("training never reached the kill step")
+            os.kill(task_pid(latest.resolve().name, "worker:1"), 9)
+            died = time.time()
+        proc.wait(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_dir = (work / "runs" / "bench" / "latest").resolve()
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed ({proc.returncode}); see {run_dir}")
+    return run_dir, died
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=100, help="steps per epoch (2 epochs) for the throughput runs")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tfcluster-bench-pss-") as tmp:
+        tmp = Path(tmp)
+        tfds = tmp / "tfds"
+        rates: dict[str, list[float]] = {"fit": [], "custom": []}
+        for i in range(args.trials):
+            for loop in ("fit", "custom"):
+                rd, _ = run(tmp / f"{loop}{i}", tfds, f"python -m worker --loop {loop} --epochs 2 "
+                            f"--steps-per-epoch {args.steps} --progress-every {args.steps}")
+                (res,) = lines((rd / "logs" / "chief-0.log").read_text(), "result")
+                rates[loop].append(float(res["examples_per_sec"]))
+                print(f"trial {i + 1} {loop:>6}: {res['examples_per_sec']} examples/s "
+                      f"(global_step {res['global_step']}, test accuracy {res['accuracy']})", flush=True)
+        rejoin = []
+        for i in range(args.trials):
+            rd, died = run(tmp / f"kill{i}", tfds, "python -m worker --epochs 2 --steps-per-epoch 60 "
+                           "--step-delay 0.2 --progress-every 1", kill_at=15 + 5 * i)
+            chief = (rd / "logs" / "chief-0.log").read_text()
+            events = [json.loads(l) for l in (rd / "events.jsonl").read_text().splitlines()]
+            relaunched = max(e["time"] for e in events if e["event"] == "start" and e["task"] == "worker:1")
+            server = float(lines((rd / "logs" / "worker-1.log").read_text(), "server")[-1]["time"])
+            lost = float(lines(chief, "worker_lost")[0]["time"])
+            back = float(lines(chief, "worker_recovered")[0]["time"])
+            (res,) = lines(chief, "result")
+            r = {"noticed": lost - died, "relaunch": relaunched - died, "server": server - died, "rejoin": back - died}
+            rejoin.append(r)
+            print(f"trial {i + 1} SIGKILL worker:1: coordinator noticed {r['noticed']:.2f} s, relaunched "
+                  f"{r['relaunch']:.2f} s, server up {r['server']:.2f} s, rejoined {r['rejoin']:.2f} s after death; "
+                  f"training completed at global_step {res['global_step']} (of 120)", flush=True)
+        med = statistics.median
+        print(f"median examples/s: fit {med(rates['fit']):.1f}, custom {med(rates['custom']):.1f} "
+              f"(custom/fit {med(rates['custom']) / med(rates['fit']):.2f}x)")
+        print("median after a PSS worker's death: " + ", ".join(
+            f"{k} {med(r[k] for r in rejoin):.2f} s" for k in ("noticed", "relaunch", "server", "rejoin")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The example specs shipped in examples/ stay valid, and say what they claim."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PSS = ROOT / "examples" / "parameter_server.yaml"
+
+
+def tfcluster(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_parameter_server_example_validates():
+    result = tfcluster("validate", str(PSS))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{PSS}: ok (parameter_server, 5 tasks on local)"
+
+
+def test_parameter_server_example_plan_topology():
+    result = tfcluster("plan", str(PSS), "--json")
+    assert result.returncode == 0, result.stderr
+    tasks = json.loads(result.stdout)["tasks"]
+    assert [f"{t['type']}:{t['index']}" for t in tasks] == ["chief:0", "worker:0", "worker:1", "ps:0", "evaluator:0"]
+    cluster = tasks[0]["tf_config"]["cluster"]
+    assert sorted(cluster) == ["chief", "ps", "worker"]  # the evaluator is kept out of the cluster
+    assert all(t["tf_config"]["cluster"] == cluster for t in tasks)
+    assert all(t["command"][:3] == ["python", "-m", "worker"] for t in tasks)
+    assert all(t["env"]["TFCLUSTER_STRATEGY"] == "parameter_server" for t in tasks)
