@@ -339,6 +339,9 @@ def test_demo_trains_in_containers(tmp_path, docker_engine, worker_image):
     assert all(0.0 <= float(r[1]) <= 1.0 for r in results)
     state = spec.parent / "runs" / "dk" / "state"
     assert any(state.rglob("ckpt-002*")), sorted(str(p) for p in state.rglob("*"))[:20]
+    # The startup watchdog saw each TF server listen on its container's address.
+    events = [json.loads(line) for line in (_run_dir(spec) / "events.jsonl").read_text().splitlines()]
+    assert {e["task"] for e in events if e["event"] == "ready"} == {"worker:0", "worker:1"}
     assert _leftovers(docker_engine, "dk") == ([], [])
     print(f"demo in containers: {time.monotonic() - started:.0f} s")
 
@@ -392,3 +395,25 @@ def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, 
     finally:
         squatter.remove(force=True)
         client.close()
+
+
+def test_paused_container_is_caught_by_the_hang_watchdog(tmp_path, docker_engine, worker_image):
+    script = "import time; [print('tick', flush=True) or time.sleep(0.5) for _ in iter(int, 1)]"
+    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
+    spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 240, stop_grace: 3}",
+                                             "watchdog: {startup_timeout: 600, hang_timeout: 8, stop_grace: 3}"))
+    proc = _launch(spec)
+    try:
+        _wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, "both containers", proc)
+        _wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, "output of worker:1", proc)
+        client = docker_engine.client()
+        try:
+            client.containers.get(f"tfcluster-dk-{_run_dir(spec).name}-worker-1").pause()
+        finally:
+            client.close()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        _reap(proc)
+    assert proc.returncode == 1, out
+    assert "worker:1 failed: hung: no progress for 8 s (watchdog.hang_timeout); container is paused" in out, out
+    assert _leftovers(docker_engine, "dk") == ([], [])  # a paused container is removed too
