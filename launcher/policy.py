@@ -62,6 +62,19 @@ def assess(strategy: str, success_task: str, exits: Mapping[str, Optional[int]],
     return Verdict(RUNNING, sidecar_failed=sidecars)
 
 
+def silent_by_design(strategy: str, key: str) -> bool:
+    """Tasks that print nothing for as long as training runs: under ParameterServer the ps and
+    worker tasks sit in ``tf.distribute.Server(...).join()``. The hang watchdog may only name
+    them when they are stopped (SIGSTOP), never for their silence."""
+    return strategy == "parameter_server" and task_type(key) in ("ps", "worker")
+
+
+def hang_watched(key: str) -> bool:
+    """The evaluator is a sidecar (silent between checkpoints; its failure does not fail
+    training), so the hang watchdog ignores it."""
+    return task_type(key) != "evaluator"
+
+
 @dataclass(frozen=True)
 class Failure:
     """Why an attempt failed, attributed to one task (the root cause)."""

@@ -15,7 +15,8 @@ from typing import Callable, Optional
 from .backends.base import Backend, TaskHandle
 from .console import Console
 from .plan import Plan
-from .policy import FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision
+from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
+                     retry_decision, silent_by_design)
 from .rundir import RunRecord
 from .spec import Restart, Watchdog
 
@@ -235,15 +236,18 @@ class Supervisor:
             stale = [
                 (self._activity[k], k)
                 for k in self._handles
-                if exits.get(k) is None and now - self._activity.get(k, now) > self.watchdog.hang_timeout
+                if exits.get(k) is None and hang_watched(k)
+                and now - self._activity.get(k, now) > self.watchdog.hang_timeout
             ]
         if not stale:
             return None
-        # A stopped process is the likeliest culprit; otherwise the one silent the longest.
+        # A stopped process is the likeliest culprit; otherwise the one silent the longest,
+        # except tasks that are silent by design (PSS servers), which only count when stopped.
         for _, key in sorted(stale):
             if self._handles[key].state_note():
                 return key
-        return sorted(stale)[0][1]
+        silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
+        return sorted(silent)[0][1] if silent else None
 
     def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = ()) -> None:
         with self._lock:
