@@ -483,8 +483,10 @@ class DockerBackend(Backend):
         tasks = info.get("tasks", {})
         urls = {t.get("engine") for t in tasks.values() if t.get("engine")}
         if urls:
-            self.url = urls.pop()
-            self._explicit = True
+            # The engine the run used; a unix socket needs no TLS settings from the environment.
+            recorded = urls.pop()
+            if recorded != self.url and recorded.startswith("unix://"):
+                self.url, self._explicit = recorded, True
         client = self.client
         removed: list[str] = []
         ids = {t["container_id"]: t.get("container", t["container_id"][:12]) for t in tasks.values()
