@@ -108,7 +108,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         written = write_compose(loaded, args.output, image=args.image)
         if written is not None:
             console.info(f"wrote {written} ({len(plan.tasks)} services); run: docker compose -f {written} up "
-                         "--abort-on-container-exit")
+                         f"--abort-on-container-exit --exit-code-from {plan.success_task.replace(':', '-')}")
         return EXIT_OK
     raise SpecError(f"unknown command {args.command}")
 
