@@ -204,8 +204,9 @@ def test_missing_image_without_build_is_one_clear_line(tmp_path, docker_engine):
 
 
 def test_missing_image_that_cannot_be_pulled_is_one_clear_line(tmp_path, docker_engine):
-    # No registry is reachable from the private engine: the pull fails at once.
-    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-nothing:none")
+    # A registry on a closed loopback port: the pull is refused at once, and no traffic
+    # leaves this machine (a bare name would send the engine to Docker Hub).
+    spec = _spec(tmp_path, docker_engine.url, "true", image="127.0.0.1:9/tfcluster-test-nothing:none")
     result = _cli("up", str(spec))
     assert result.returncode == 1
     err = [line for line in result.stderr.strip().splitlines() if "pulling image" not in line]
