@@ -133,7 +133,7 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
         now_ns = time.time_ns()
         pending = sorted(
             ((number, prefix, mtime) for prefix, (number, mtime) in scan(watch).items()
-             if baseline.get(prefix) != mtime and done.get(prefix) != mtime
+             if baseline.get(prefix) != (number, mtime) and done.get(prefix) != mtime
              and (stopping or now_ns - mtime > _SETTLE * 1e9)),
         )
         for number, prefix, mtime in pending:
