@@ -228,7 +228,7 @@ class PssProgress(keras.callbacks.Callback):
             emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
         if (batch + 1) % self.every == 0:
             emit("step", epoch=self._epoch, step=batch + 1,
-                 global_step=int(self.model.optimizer.iterations.numpy()))
+                 global_step=int(self.model.optimizer.iterations.numpy()), time=f"{time.time():.3f}")
         if self.step_delay > 0:
             time.sleep(self.step_delay)
 
@@ -237,7 +237,7 @@ class PssProgress(keras.callbacks.Callback):
         self.last_global = int(self.model.optimizer.iterations.numpy())
         emit("epoch", epoch=epoch + 1, global_step=self.last_global,
              loss=f"{float(logs.get('loss', float('nan'))):.4f}",
-             accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}")
+             accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}", time=f"{time.time():.3f}")
 
     def examples_per_sec(self) -> float:
         if self.first_step_time is None:
