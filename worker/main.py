@@ -43,6 +43,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--partition-min-size-kb", type=int, default=0,
                    help="parameter_server: shard variables of at least this many KiB across the ps "
                         "(MinSizePartitioner, max_shards = number of ps); 0 = no partitioning")
+    p.add_argument("--steps-per-execution", type=int, default=1,
+                   help="parameter_server, --loop fit: steps per scheduled function (fewer round trips "
+                        "from the coordinator); progress lines and --step-delay then come per execution")
     p.add_argument("--eval-timeout", type=float, default=600.0,
                    help="evaluator: give up after this many seconds without a new checkpoint")
     args = p.parse_args(argv)
@@ -57,6 +60,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--epochs must be >= 1")
     if args.batch_size < 1:
         p.error("--batch-size must be >= 1")
+    if args.steps_per_execution < 1:
+        p.error("--steps-per-execution must be >= 1")
     if args.partition_min_size_kb < 0:
         p.error("--partition-min-size-kb must be >= 0")
     return args

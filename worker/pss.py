@@ -205,6 +205,7 @@ class PssProgress(keras.callbacks.Callback):
         self.batch = batch
         self.step_delay = step_delay
         self._epoch = 0
+        self._emitted = 0
         self._started = False
         self.first_step_time = None
         self.first_step_global = 0
@@ -212,6 +213,7 @@ class PssProgress(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        self._emitted = 0
 
     def on_train_batch_begin(self, batch, logs=None):
         if not self._started:
@@ -226,7 +228,9 @@ class PssProgress(keras.callbacks.Callback):
             self.first_step_time = time.time()
             self.first_step_global = int(self.model.optimizer.iterations.numpy())
             emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
-        if (batch + 1) % self.every == 0:
+        # ``batch`` is the last step of the execution (several with --steps-per-execution).
+        if (batch + 1) // self.every > self._emitted:
+            self._emitted = (batch + 1) // self.every
             emit("step", epoch=self._epoch, step=batch + 1,
                  global_step=int(self.model.optimizer.iterations.numpy()), time=f"{time.time():.3f}")
         if self.step_delay > 0:
@@ -258,8 +262,11 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
               "use --loop custom for step-granular checkpoints", flush=True)
     with strategy.scope():
         model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+        if args.steps_per_execution > 1:
+            model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
+                          steps_per_execution=args.steps_per_execution)
     describe_partitioning(model)
-    progress = PssProgress(args.progress_every, args.batch_size, args.step_delay)
+    progress = PssProgress(args.progress_every, args.batch_size, args.step_delay * args.steps_per_execution)
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_dir=str(p["backup"]), delete_checkpoint=True),
         keras.callbacks.ModelCheckpoint(filepath=str(p["checkpoints"] / "ckpt-{epoch:03d}"), save_weights_only=True),
