@@ -104,7 +104,8 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
     scalar_metadata = summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
     writer = tf.summary.create_file_writer(str(model_dir / "tensorboard" / "eval"))
-    print(f"worker: evaluator watching {watch} (final checkpoint: ckpt-{last:03d}, "
+    final_name = f"ckpt-{last}" if args.loop == "custom" else f"ckpt-{last:03d}"
+    print(f"worker: evaluator watching {watch} (final checkpoint: {final_name}, "
           f"{len(baseline)} earlier checkpoint(s) skipped, timeout {args.eval_timeout:g} s)", flush=True)
 
     def evaluate(prefix: str, number: int) -> None:
