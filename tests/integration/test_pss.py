@@ -150,13 +150,18 @@ def test_pss_ps_killed_restarts_cluster_and_resumes_from_epoch_backup(tmp_path, 
     assert_no_processes(spec)
 
 
-def test_pss_custom_loop_resumes_at_saved_step_after_ps_death_and_evaluator_follows(tmp_path, tfds_dir):
+def test_pss_custom_loop_partitioned_resumes_at_saved_step_after_ps_death_and_evaluator_follows(tmp_path, tfds_dir):
     spec = pss_spec(tmp_path, tfds_dir,
                     "python -m worker --loop custom --epochs 2 --steps-per-epoch 15 --save-freq 5 "
-                    "--step-delay 0.2 --progress-every 5",
-                    extra="restart: {max_restarts: 1}\n")
+                    "--step-delay 0.2 --progress-every 5 --partition-min-size-kb 16",
+                    tasks="{chief: 1, worker: 2, ps: 2, evaluator: 1}", extra="restart: {max_restarts: 1}\n")
     out = run_with_kill(spec, r"\[chief:0\] tfcluster-checkpoint global_step=10 ", "ps:0")
     assert "ps:0 failed: killed by SIGKILL (exit 137)" in out and "restarting the whole group" in out
+    # The 128 KiB Dense kernel is split over both ps (the rest is under 16 KiB), in both attempts,
+    # and the sharded checkpoint restores into it after the restart.
+    shards = [l for l in out.splitlines() if l.startswith("[chief:0] worker: partitioned ")]
+    assert len(shards) == 2 and all("dense/kernel into 2 shards on /job:ps/replica:0/task:0/device:CPU:0, "
+                                    "/job:ps/replica:0/task:1/device:CPU:0" in l for l in shards), shards
     first, resumed = progress(out, "start", "chief:0")
     assert first["global_step"] == "0"
     # Checkpoints every 5 steps (joined, so exact): killed just after step 10 was saved.
