@@ -180,8 +180,10 @@ class Supervisor:
                         )
                         grace = 0
                         return attempt
-                if self.watchdog.hang_timeout > 0:
-                    hung = self._hung(now, exits)
+                # The hang clock starts once every task is up: until then startup_timeout
+                # governs, and importing TensorFlow can be silent for many seconds.
+                if self.watchdog.hang_timeout > 0 and attempt.ready_after is not None:
+                    hung = self._hung(now, exits, since=started + attempt.ready_after)
                     if hung:
                         note = self._handles[hung].state_note()
                         self._fail(
@@ -231,13 +233,13 @@ class Supervisor:
         order.remove(key)
         return True
 
-    def _hung(self, now: float, exits: dict) -> Optional[str]:
+    def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
         with self._lock:
             stale = [
-                (self._activity[k], k)
+                (max(since, self._activity[k]), k)
                 for k in self._handles
                 if exits.get(k) is None and hang_watched(k)
-                and now - self._activity.get(k, now) > self.watchdog.hang_timeout
+                and now - max(since, self._activity.get(k, now)) > self.watchdog.hang_timeout
             ]
         if not stale:
             return None

@@ -222,10 +222,19 @@ def test_startup_timeout_names_the_task_that_never_came_up(tmp_path, capsys):
     assert "worker:0" not in err.split("never came up")[1].split("\n")[0]
 
 
+LISTEN = textwrap.dedent("""\
+    import json, os, signal, socket, time
+    conf = json.loads(os.environ["TF_CONFIG"])
+    def listen():
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", int(conf["cluster"]["worker"][conf["task"]["index"]].rsplit(":", 1)[1]))); s.listen()
+        return s
+""")
+
+
 def test_hang_watchdog_catches_sigstopped_task(tmp_path, capsys):
-    path = spec(tmp_path, """\
-        import json, os, signal, time
-        conf = json.loads(os.environ["TF_CONFIG"])
+    path = spec(tmp_path, LISTEN + textwrap.dedent("""\
+        server = listen()
         for i in range(600):
             print("tick", i, flush=True)
             if conf["task"]["index"] == 1 and i == 3 and os.environ["TFCLUSTER_RESTART_COUNT"] == "0":
@@ -233,8 +242,23 @@ def test_hang_watchdog_catches_sigstopped_task(tmp_path, capsys):
             if i == 10:
                 break
             time.sleep(0.2)
-    """, extra="restart: {max_restarts: 1}\n")
+    """), extra="restart: {max_restarts: 1}\n")
     path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}", "watchdog: {stop_grace: 1, hang_timeout: 2}"))
     assert main(["up", str(path)]) == 0
     err = capsys.readouterr().err
     assert "worker:1 failed: hung: no progress for 2 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)" in err
+
+
+def test_hang_clock_starts_when_every_task_is_up(tmp_path, capsys):
+    # Silent for 3 s before opening its port (like importing TensorFlow), with hang_timeout 2:
+    # that is startup, not a hang.
+    path = spec(tmp_path, LISTEN + textwrap.dedent("""\
+        time.sleep(3)
+        server = listen()
+        for i in range(8):
+            print("tick", i, flush=True)
+            time.sleep(0.3)
+    """))
+    path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}", "watchdog: {stop_grace: 1, hang_timeout: 2}"))
+    assert main(["up", str(path)]) == 0
+    assert "hung" not in capsys.readouterr().err
