@@ -94,6 +94,10 @@ def main(argv: list[str]) -> int:
     if child == 0:
         # In the task: die with the wrapper even if the wrapper itself is SIGKILLed.
         _set_pdeathsig(signal.SIGKILL)
+        # The lifeline is the wrapper's: a task reading stdin must not swallow lease bytes.
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
         try:
             os.execvp(cmd[0], cmd)
         except OSError as exc:
@@ -125,7 +129,8 @@ def main(argv: list[str]) -> int:
         itself stays to report the exit code. A Python handler, not SIG_IGN, because the
         task inherits ignored dispositions across exec."""
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    # SIGUSR1 wakes a warm-standby task (sent to the group); the wrapper must survive it.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, ignore)
 
     def watch_lifeline() -> None:

@@ -103,3 +103,11 @@ def test_pidfile_written(tmp_path):
     assert wrapper_pid == p.pid and os.getpgid(task_pid) == p.pid
     os.killpg(p.pid, signal.SIGKILL)
     p.wait(timeout=10)
+
+
+def test_task_stdin_is_devnull_not_the_lifeline():
+    p = wrap([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], "--lease", "5")
+    p.stdin.write(b"lease bytes\n")
+    p.stdin.flush()
+    out = finish(p)
+    assert p.returncode == 0 and out.strip() == b"''"
