@@ -5,7 +5,7 @@
   death -> whole group relaunched, death -> first training step after restore, steps redone;
 * SIGTERM to worker:1 (custom loop, graceful preemption): steps redone (target 0).
 
-    python bench/recovery.py [--save-freq 10] [--trials 2]
+    python bench/recovery.py [--save-freq 10] [--trials 2] [--warm-standby]
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ FIRST = re.compile(r"tfcluster-first_step .*time=([0-9.]+)")
 PREEMPTED = re.compile(r"tfcluster-preempted global_step=(\d+)")
 
 
+WARM = False
+
+
 def spec_file(work: Path, entrypoint: str) -> Path:
     spec = work / "cluster.yaml"
     spec.write_text(textwrap.dedent(f"""\
@@ -42,7 +45,7 @@ def spec_file(work: Path, entrypoint: str) -> Path:
         tasks: {{worker: 2}}
         ports: {{base: {free_base()}}}
         env: {{PYTHONPATH: {ROOT}, TFDS_DATA_DIR: {work / 'tfds'}, TF_CPP_MIN_LOG_LEVEL: "2"}}
-        restart: {{max_restarts: 1}}
+        restart: {{max_restarts: 1, warm_standby: {str(WARM).lower()}}}
     """))
     return spec
 
@@ -57,7 +60,7 @@ def task_pid(run_id: str, key: str) -> int:
         except OSError:
             continue
         if f"TFCLUSTER_RUN_ID={run_id}".encode() in env and f"TFCLUSTER_TASK={key}".encode() in env \
-                and b"taskwrap.py" not in cmd:
+                and b"taskwrap.py" not in cmd and b"TFCLUSTER_STANDBY=1" not in env:
             return int(entry)
     raise RuntimeError(f"no process for {key}")
 
@@ -73,7 +76,8 @@ def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:
         while time.monotonic() < end:
             if latest.exists():
                 log = latest.resolve() / "logs" / "worker-1.log"
-                if log.exists() and f"global_step={at_step}\n" in log.read_text():
+                text = log.read_text() if log.exists() else ""
+                if f"global_step={at_step}\n" in text and (not WARM or "tfcluster-standby ready" in text):
                     break
             time.sleep(0.02)
         else:
@@ -110,7 +114,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--save-freq", type=int, default=10)
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--warm-standby", action="store_true", help="restart.warm_standby: true")
     args = ap.parse_args()
+    global WARM
+    WARM = args.warm_standby
     fit = (f"python -m worker --epochs 2 --steps-per-epoch 40 --step-delay 0.05 --progress-every 1 "
            f"--save-freq {args.save_freq}")
     custom = "python -m worker --loop custom --epochs 2 --steps-per-epoch 40 --step-delay 0.05 --progress-every 1"

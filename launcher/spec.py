@@ -131,6 +131,10 @@ class Restart(_Model):
     # Exit codes that are never retried (a Python error, bad usage). Signals (128+N) and
     # codes outside this list are retryable, like Kubeflow's ExitCode policy.
     permanent_exit_codes: tuple[int, ...] = tuple(range(1, 128))
+    # Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and
+    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them with SIGUSR1. Needs an entrypoint
+    # that honours TFCLUSTER_STANDBY (python -m worker does) and the local backend.
+    warm_standby: bool = False
 
 
 class Watchdog(_Model):
@@ -423,6 +427,9 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
                 hint = _suggest(name, names)
                 known = f"defined hosts: {', '.join(names)}" if names else "no hosts are defined; add them under hosts:"
                 problems.append(((("tasks", task_type, "hosts", j)), f"unknown host '{name}'{hint}; {known}"))
+    if spec.restart.warm_standby and spec.backend != "local":
+        problems.append((("restart", "warm_standby"), f"only the local backend supports warm standby; "
+                         f"set it to false for backend {spec.backend}"))
     if spec.backend == "ssh" and not spec.hosts and chief + worker + ps + evaluator:
         problems.append((("hosts",), "backend ssh needs hosts; list them under hosts: with ssh and address"))
     return problems

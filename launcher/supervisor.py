@@ -7,6 +7,7 @@ Threads only read task output; every decision is made here, on the calling threa
 from __future__ import annotations
 
 import collections
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from .spec import Restart, Watchdog
 INTERRUPTED = "interrupted"
 _TAIL = 15  # lines of a task's output kept for failure reports
 _READY_CHECK_EVERY = 0.5
+# A standby blocks SIGUSR1 as its first act; one younger than this may not have yet.
+_STANDBY_MIN_AGE = 2.0
 
 
 @dataclass
@@ -64,6 +67,10 @@ class Supervisor:
         self._activity: dict[str, float] = {}
         self._lock = threading.Lock()
         self._worker_restarts = 0
+        # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
+        self._standby: dict[str, TaskHandle] = {}
+        self._standby_active: dict[str, list] = {}  # key -> [promoted?], read by its output sink
+        self._standby_at = 0.0
 
     # -------------------------------------------------------------- public
 
@@ -101,6 +108,7 @@ class Supervisor:
                     return self._finish(130, "interrupted")
         finally:
             self._stop_all(grace=0)
+            self._drop_standby()
             self.backend.close()
 
     def interrupt(self) -> None:
@@ -169,6 +177,8 @@ class Supervisor:
                             self.record.event("ready", task=task.key, attempt=number, after=round(now - started, 3))
                     if len(ready) == len(self.plan.tasks):
                         attempt.ready_after = now - started
+                        if self.restart.warm_standby and number < self.restart.max_restarts:
+                            self._start_standby(number + 1)
                     elif now - started > self.watchdog.startup_timeout:
                         missing = [t.key for t in self.plan.tasks if t.key not in ready]
                         ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
@@ -201,19 +211,63 @@ class Supervisor:
                 grace = 0
             self._stop_all(grace)
 
-    def _launch(self, key: str, number: int) -> None:
+    def _launch(self, key: str, number: int, standby_ok: bool = True) -> None:
         task = self.plan.task(key)
         with self._lock:
             self._tails[key] = collections.deque(maxlen=_TAIL)
             self._activity[key] = self.clock()
-        env = {
-            "TFCLUSTER_RESTART_COUNT": str(number),
-            "TFCLUSTER_RUN_ID": self.record.run_id,
-        }
-        handle = self.backend.start(task, env, self._on_line)
+        handle = self._promote_standby(key) if standby_ok else None
+        if handle is None:
+            handle = self.backend.start(task, self._env(number), self._on_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.event("start", task=key, attempt=number, host=task.host, endpoint=task.endpoint, **handle.info())
+
+    def _env(self, number: int) -> dict[str, str]:
+        return {"TFCLUSTER_RESTART_COUNT": str(number), "TFCLUSTER_RUN_ID": self.record.run_id}
+
+    def _start_standby(self, number: int) -> None:
+        """Start attempt ``number``'s processes now; they import TensorFlow and wait for SIGUSR1."""
+        if self._standby:
+            return
+        self._standby_at = self.clock()
+        for task in self.plan.tasks:
+            active = [False]
+
+            def sink(key: str, line: str, active=active) -> None:
+                if active[0]:
+                    self._on_line(key, line)
+                else:
+                    self.record.log_line(key, f"(standby) {line}")
+                    self.console.task_line(key, f"(standby) {line}")
+
+            handle = self.backend.start(task, {**self._env(number), "TFCLUSTER_STANDBY": "1"}, sink)
+            self._standby[task.key] = handle
+            self._standby_active[task.key] = active
+        self.record.event("standby_start", attempt=number,
+                          pids={k: h.info().get("pid") for k, h in self._standby.items()})
+
+    def _promote_standby(self, key: str) -> Optional[TaskHandle]:
+        """Hand over the waiting standby for ``key``, or None (none, dead, or too young to have
+        blocked SIGUSR1 yet: then it is stopped and a fresh process starts instead)."""
+        handle = self._standby.pop(key, None)
+        active = self._standby_active.pop(key, None)
+        if handle is None:
+            return None
+        if handle.poll() is not None or self.clock() - self._standby_at < _STANDBY_MIN_AGE:
+            self.backend.stop([handle], grace=0)
+            return None
+        active[0] = True
+        handle.signal(signal.SIGUSR1)
+        self.record.event("standby_promoted", task=key, **handle.info())
+        return handle
+
+    def _drop_standby(self) -> None:
+        if self._standby:
+            self.backend.stop(list(self._standby.values()), grace=0)
+            self.record.event("standby_stopped", tasks=list(self._standby))
+            self._standby.clear()
+            self._standby_active.clear()
 
     def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
         """ParameterServer: relaunch one dead worker on its address while training goes on."""
@@ -228,7 +282,7 @@ class Supervisor:
         )
         self.record.event("task_restart", task=key, code=code, restart=self._worker_restarts)
         self._handles[key].signal(9)
-        self._launch(key, attempt.number)
+        self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
         exits[key] = None
         order.remove(key)
         return True

@@ -37,7 +37,8 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
 
 
 def task_pids(run_id: str, key: str) -> list[int]:
-    """The task processes (not their taskwrap wrappers) of task ``key`` in run ``run_id``."""
+    """The active task processes (not their taskwrap wrappers, not warm standbys) of task
+    ``key`` in run ``run_id``."""
     out = []
     for pid in pids_with_env("TFCLUSTER_RUN_ID", run_id):
         try:
@@ -45,6 +46,7 @@ def task_pids(run_id: str, key: str) -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if f"TFCLUSTER_TASK={key}".encode() in env and b"taskwrap.py" not in cmd:
+        if f"TFCLUSTER_TASK={key}".encode() in env and b"taskwrap.py" not in cmd \
+                and b"TFCLUSTER_STANDBY=1" not in env:
             out.append(pid)
     return out

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -71,7 +73,28 @@ def model_dir(args: argparse.Namespace) -> Path:
     return Path(args.model_dir or os.environ.get("TFCLUSTER_STATE_DIR") or "tfcluster-state").resolve()
 
 
+def wait_as_standby() -> None:
+    """Warm standby (TFCLUSTER_STANDBY=1, started by tfcluster ahead of a possible restart):
+    do the slow part of starting -- importing TensorFlow -- now, then wait for SIGUSR1, which
+    the launcher sends when a failure promotes this process to the next attempt."""
+    # Blocked first thing, so a SIGUSR1 that comes early waits instead of killing us.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    started = time.time()
+    import tensorflow  # noqa: F401
+    import tensorflow_datasets  # noqa: F401
+    import tf_keras  # noqa: F401
+
+    from . import custom_loop, mwms  # noqa: F401
+
+    print(f"tfcluster-standby ready after={time.time() - started:.1f}s", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    print("tfcluster-standby promoted", flush=True)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if os.environ.get("TFCLUSTER_STANDBY") == "1":
+        wait_as_standby()
     args = parse_args(argv)
     try:
         task = task_from_env()

@@ -212,3 +212,39 @@ def test_repeated_kills_of_the_chief_mid_save_never_corrupt_the_backup(tmp_path,
     assert all(resumed[i + 1] >= 8 + 12 * i - 1 for i in range(3)), resumed
     assert progress(out, "result")[0]["epochs_run"] != "2"
     assert_no_processes(spec)
+
+
+def test_warm_standby_is_promoted_on_group_restart(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, TRAIN + " --save-freq 5",
+                      extra="restart: {max_restarts: 1, warm_standby: true}\n")
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"\[worker:1\] \(standby\) tfcluster-standby ready", seen, RUN_TIMEOUT)
+        wait_line(proc, r"\[worker:1\] tfcluster-step epoch=1 step=5 ", seen, RUN_TIMEOUT)
+        kill_task(spec, "worker:1", signal.SIGKILL)
+        out = finish(proc, seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-4000:]
+    ev = events(spec)
+    standby = [e for e in ev if e["event"] == "standby_start"]
+    assert len(standby) == 1 and standby[0]["attempt"] == 1
+    promoted = {e["task"]: e["pid"] for e in ev if e["event"] == "standby_promoted"}
+    restarted = {e["task"]: e["pid"] for e in ev if e["event"] == "start" and e["attempt"] == 1}
+    assert promoted == restarted == {k: v for k, v in standby[0]["pids"].items()}  # the very processes
+    assert "[worker:0] tfcluster-standby promoted" in out
+    assert int(progress(out, "start")[1]["global_step"]) >= 30
+    assert_no_processes(spec)
+
+
+def test_unused_standby_is_stopped_at_success(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 1 --steps-per-epoch 60 --step-delay 0.1",
+                      extra="restart: {max_restarts: 1, warm_standby: true}\n")
+    result = up(spec)
+    assert result.returncode == 0, result.stderr[-3000:]
+    kinds = [e["event"] for e in events(spec)]
+    assert "standby_start" in kinds and kinds.index("standby_stopped") > kinds.index("standby_start")
+    assert "standby_promoted" not in kinds
+    assert_no_processes(spec)

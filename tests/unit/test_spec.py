@@ -222,3 +222,9 @@ def test_several_errors_reported_one_line_each():
     lines = errors(BASE + "bogus: 1\nports: {base: -1}\n")
     assert len(lines) == 2
     assert lines[0].startswith("c.yaml:6: bogus: unknown key") and lines[1].startswith("c.yaml:7: ports.base:")
+
+
+def test_warm_standby_is_local_only():
+    assert parse_spec(BASE + "restart: {max_restarts: 1, warm_standby: true}\n").restart.warm_standby
+    msg = one_error(BASE + "backend: docker\nrestart: {warm_standby: true}\n")
+    assert "restart.warm_standby: only the local backend supports warm standby; set it to false for backend docker" in msg
