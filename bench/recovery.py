@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.helpers import task_pids  # noqa: E402
 from tests.netutil import free_base  # noqa: E402
 
 TIMEOUT = 300
@@ -51,18 +52,10 @@ def spec_file(work: Path, entrypoint: str) -> Path:
 
 
 def task_pid(run_id: str, key: str) -> int:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if f"TFCLUSTER_RUN_ID={run_id}".encode() in env and f"TFCLUSTER_TASK={key}".encode() in env \
-                and b"taskwrap.py" not in cmd and b"TFCLUSTER_STANDBY=1" not in env:
-            return int(entry)
-    raise RuntimeError(f"no process for {key}")
+    pids = task_pids(run_id, key)
+    if not pids:
+        raise RuntimeError(f"no process for {key}")
+    return pids[0]
 
 
 def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:

@@ -27,9 +27,6 @@ _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by tfcluster for every task; a user value would silently be overwritten.
 RESERVED_ENV = ("TF_CONFIG",)
 
-Count = int  # validated to be a strict non-negative int by TaskGroup
-Port = int
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
