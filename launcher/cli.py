@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from . import __version__
 from .console import Console
-from .errors import SpecError, UserError
+from .errors import LaunchError, SpecError, UserError
 from .plan import Plan, build_plan, redact_env
 from .spec import LoadedSpec, load_spec
 
@@ -141,13 +141,21 @@ def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Conso
     spec = loaded.spec
     record = RunRecord(loaded.base_dir / spec.run_dir, plan)
     backend = make_backend(spec.backend, **_backend_args(loaded, record))
-    backend.preflight(plan)
-    if args.dry_run:
-        print(render_plan(plan))
-        console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
-        backend.close()
-        return EXIT_OK
-    record.create()
+    try:
+        backend.preflight(plan)
+        if args.dry_run:
+            print(render_plan(plan))
+            console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
+            backend.close()
+            return EXIT_OK
+        try:
+            record.create()
+        except OSError as exc:
+            raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
+                              "fix run_dir in the spec or the directory's permissions") from None
+    except BaseException:
+        backend.close()  # connections and clients opened for the preflight
+        raise
     console.quiet_tasks = args.quiet
     supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog)
     previous = {}

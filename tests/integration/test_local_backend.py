@@ -262,3 +262,12 @@ def test_hang_clock_starts_when_every_task_is_up(tmp_path, capsys):
     path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}", "watchdog: {stop_grace: 1, hang_timeout: 2}"))
     assert main(["up", str(path)]) == 0
     assert "hung" not in capsys.readouterr().err
+
+
+def test_unwritable_run_dir_is_one_line_not_a_traceback(tmp_path, capsys):
+    path = spec(tmp_path, "print('must not run')\n")
+    (tmp_path / "runs").write_text("a file where the run directory should be")
+    assert main(["up", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "tfcluster: error: run_dir: cannot write the run record in" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
