@@ -3,20 +3,15 @@ permanent failures, graceful preemption. Every case ends with no process of the 
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import pids_with_env, task_pids, wait_for
-from tests.integration.tfrun import progress, run_dir, start, up, wait_line, write_spec
+from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
 from tests.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
-RUN_TIMEOUT = 300
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
 
 
@@ -25,38 +20,11 @@ def _tf():
     require_tf()
 
 
-def events(spec: Path) -> list[dict]:
-    return [json.loads(l) for l in (run_dir(spec) / "events.jsonl").read_text().splitlines()]
-
-
-def finish(proc, seen: list[str], timeout: float = RUN_TIMEOUT) -> str:
-    rest, _ = proc.communicate(timeout=timeout)
-    return "\n".join(seen) + "\n" + rest
-
-
-def assert_no_processes(spec: Path) -> None:
-    run_id = run_dir(spec).name
-    wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 15, what="every process of the run to exit")
-
-
-def kill_task(spec: Path, key: str, sig: int) -> None:
-    pids = wait_for(lambda: task_pids(run_dir(spec).name, key), 30, what=f"{key}'s process")
-    for pid in pids:
-        os.kill(pid, sig)
-
-
 def test_sigkill_mid_epoch_group_restart_resumes_at_step(tmp_path, tfds_dir):
     spec = write_spec(tmp_path, tfds_dir, TRAIN + " --save-freq 5", extra="restart: {max_restarts: 2}\n")
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, r"\[worker:1\] tfcluster-step epoch=1 step=10 ", seen, RUN_TIMEOUT)
-        kill_task(spec, "worker:1", signal.SIGKILL)
-        out = finish(proc, seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, out[-4000:]
+    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
+                                    lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
+    assert code == 0, out[-4000:]
     assert "worker:1 failed: killed by SIGKILL (exit 137)" in out
     assert "restarting the whole group (restart 1 of 2)" in out
     starts = progress(out, "start")
@@ -74,16 +42,9 @@ def test_sigstop_hang_watchdog_restarts_group(tmp_path, tfds_dir):
     spec = write_spec(tmp_path, tfds_dir, TRAIN, extra="restart: {max_restarts: 1}\n")
     spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 120, stop_grace: 3}",
                                              "watchdog: {startup_timeout: 120, stop_grace: 3, hang_timeout: 8}"))
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, r"\[worker:0\] tfcluster-step epoch=0 step=10 ", seen, RUN_TIMEOUT)
-        kill_task(spec, "worker:0", signal.SIGSTOP)
-        out = finish(proc, seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, out[-4000:]
+    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
+                                    lambda proc: kill_task(spec, "worker:0", signal.SIGSTOP))])
+    assert code == 0, out[-4000:]
     assert "worker:0 failed: hung: no progress for 8 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)" in out
     assert len(progress(out, "start")) == 2
     assert_no_processes(spec)
@@ -150,16 +111,9 @@ CUSTOM = "python -m worker --loop custom --epochs 2 --steps-per-epoch 30 --step-
 def test_launcher_sigint_preemption_resumes_with_zero_steps_lost(tmp_path, tfds_dir):
     spec = write_spec(tmp_path, tfds_dir, CUSTOM)
     spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, r"\[worker:0\] tfcluster-step epoch=0 step=10 ", seen, RUN_TIMEOUT)
-        proc.send_signal(signal.SIGINT)
-        out = finish(proc, seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, out[-3000:]
+    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
+                                    lambda proc: proc.send_signal(signal.SIGINT))])
+    assert code == 130, out[-3000:]
     saved = [int(p["global_step"]) for p in progress(out, "preempted")]
     assert len(saved) == 1 and saved[0] >= 10
     assert progress(out, "preempted", "worker:1")[0]["global_step"] == str(saved[0])
@@ -172,16 +126,10 @@ def test_launcher_sigint_preemption_resumes_with_zero_steps_lost(tmp_path, tfds_
 
 def test_host_sigterm_to_one_worker_saves_all_and_group_resumes(tmp_path, tfds_dir):
     spec = write_spec(tmp_path, tfds_dir, CUSTOM, extra="restart: {max_restarts: 1}\n")
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, r"\[worker:1\] tfcluster-step epoch=0 step=10 ", seen, RUN_TIMEOUT)
-        kill_task(spec, "worker:1", signal.SIGTERM)  # like a spot VM's shutdown notice
-        out = finish(proc, seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, out[-4000:]
+    # SIGTERM to one worker, like a spot VM's shutdown notice
+    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=10 ",
+                                    lambda proc: kill_task(spec, "worker:1", signal.SIGTERM))])
+    assert code == 0, out[-4000:]
     saved = {p["global_step"] for t in ("worker:0", "worker:1") for p in progress(out, "preempted", t)}
     assert len(saved) == 1, out[-3000:]  # both workers saved the same step
     assert "killed by SIGTERM (exit 143)" in out and "restarting the whole group" in out
@@ -194,18 +142,9 @@ def test_repeated_kills_of_the_chief_mid_save_never_corrupt_the_backup(tmp_path,
     # saving, so SIGKILLs land mid-save. Every restart must restore and move forward.
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 25 --save-freq 1 "
                       "--progress-every 1", extra="restart: {max_restarts: 3}\n")
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        for kill in range(3):
-            wait_line(proc, rf"\[worker:0\] tfcluster-step epoch=\d+ step=\d+ global_step={8 + 12 * kill}\b",
-                      seen, RUN_TIMEOUT)
-            kill_task(spec, "worker:0", signal.SIGKILL)
-        out = finish(proc, seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, out[-4000:]
+    code, out = run_and_act(spec, [(rf"\[worker:0\] tfcluster-step epoch=\d+ step=\d+ global_step={8 + 12 * kill}\b",
+                                     lambda proc: kill_task(spec, "worker:0", signal.SIGKILL)) for kill in range(3)])
+    assert code == 0, out[-4000:]
     resumed = [int(s["global_step"]) for s in progress(out, "start")]
     assert len(resumed) == 4 and resumed[0] == 0
     # each attempt restores the step it reached (give or take the step being saved)
@@ -217,17 +156,10 @@ def test_repeated_kills_of_the_chief_mid_save_never_corrupt_the_backup(tmp_path,
 def test_warm_standby_is_promoted_on_group_restart(tmp_path, tfds_dir):
     spec = write_spec(tmp_path, tfds_dir, TRAIN + " --save-freq 5",
                       extra="restart: {max_restarts: 1, warm_standby: true}\n")
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, r"\[worker:1\] \(standby\) tfcluster-standby ready", seen, RUN_TIMEOUT)
-        wait_line(proc, r"\[worker:1\] tfcluster-step epoch=1 step=5 ", seen, RUN_TIMEOUT)
-        kill_task(spec, "worker:1", signal.SIGKILL)
-        out = finish(proc, seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, out[-4000:]
+    code, out = run_and_act(spec, [(r"\[worker:1\] \(standby\) tfcluster-standby ready", lambda proc: None),
+                                   (r"\[worker:1\] tfcluster-step epoch=1 step=5 ",
+                                    lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
+    assert code == 0, out[-4000:]
     ev = events(spec)
     standby = [e for e in ev if e["event"] == "standby_start"]
     assert len(standby) == 1 and standby[0]["attempt"] == 1

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_fault_tolerance import assert_no_processes, events, finish, kill_task
-from tests.integration.tfrun import ROOT, progress, run_dir, start, up, wait_line, write_spec
+from tests.integration.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
+                                     up, wait_line, write_spec)
 from tests.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -38,19 +38,11 @@ def pss_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = PSS_T
 def run_with_kill(spec: Path, wait_pattern: str, key: str, then: str | None = None) -> str:
     """Start the run, SIGKILL task ``key`` once ``wait_pattern`` is printed, optionally wait for
     ``then``, and return the launcher's whole output."""
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, wait_pattern, seen, RUN_TIMEOUT)
-        kill_task(spec, key, signal.SIGKILL)
-        if then:
-            wait_line(proc, then, seen, RUN_TIMEOUT)
-        out = finish(proc, seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-    assert proc.returncode == 0, out[-5000:]
+    steps = [(wait_pattern, lambda proc: kill_task(spec, key, signal.SIGKILL))]
+    if then:
+        steps.append((then, lambda proc: None))
+    code, out = run_and_act(spec, steps, RUN_TIMEOUT)
+    assert code == 0, out[-5000:]
     return out
 
 

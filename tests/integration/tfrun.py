@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,10 +12,11 @@ import textwrap
 import threading
 from pathlib import Path
 
+from tests.helpers import pids_with_env, task_pids, wait_for
 from tests.netutil import free_base
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT = 240
+RUN_TIMEOUT = 300
 
 
 
@@ -70,3 +72,36 @@ def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: fl
     finally:
         timer.cancel()
     raise AssertionError(f"launcher ended before printing {pattern!r}:\n" + "\n".join(seen[-30:]))
+
+
+def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT) -> tuple[int, str]:
+    """Run ``tfcluster up spec``; for each (pattern, action) wait for a matching output line,
+    then call ``action(proc)``. Returns (exit code, all output). Whatever happens, the
+    launcher's process group does not outlive the call."""
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        for pattern, action in steps:
+            wait_line(proc, pattern, seen, timeout)
+            action(proc)
+        rest, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    return proc.returncode, "\n".join(seen) + "\n" + rest
+
+
+def events(spec: Path) -> list[dict]:
+    return [json.loads(l) for l in (run_dir(spec) / "events.jsonl").read_text().splitlines()]
+
+
+def assert_no_processes(spec: Path) -> None:
+    run_id = run_dir(spec).name
+    wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 15, what="every process of the run to exit")
+
+
+def kill_task(spec: Path, key: str, sig: int) -> None:
+    pids = wait_for(lambda: task_pids(run_dir(spec).name, key), 30, what=f"{key}'s process")
+    for pid in pids:
+        os.kill(pid, sig)

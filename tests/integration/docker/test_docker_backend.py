@@ -217,7 +217,7 @@ def test_broken_build_is_reported(tmp_path, docker_engine, base_image):
     ctx = tmp_path / "ctx"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(f"FROM {base_image}\nRUN exit 3\n")
-    extra = f"  build: {{context: ctx, dockerfile: Dockerfile}}\n"
+    extra = "  build: {context: ctx, dockerfile: Dockerfile}\n"
     spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-broken:1", extra=extra)
     result = _cli("up", str(spec), timeout=300)
     assert result.returncode == 1
@@ -399,7 +399,11 @@ def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, 
 
 
 def test_paused_container_is_caught_by_the_hang_watchdog(tmp_path, docker_engine, worker_image):
-    script = "import time; [print('tick', flush=True) or time.sleep(0.5) for _ in iter(int, 1)]"
+    # Listens on its TF port like a real task (the hang clock starts once every task is up),
+    # then ticks until paused.
+    script = ("import json, os, socket, time; c = json.loads(os.environ['TF_CONFIG']); s = socket.socket(); "
+              "s.bind(('0.0.0.0', int(c['cluster']['worker'][c['task']['index']].rsplit(':', 1)[1]))); s.listen(); "
+              "[print('tick', flush=True) or time.sleep(0.5) for _ in iter(int, 1)]")
     spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
     spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 240, stop_grace: 3}",
                                              "watchdog: {startup_timeout: 600, hang_timeout: 8, stop_grace: 3}"))
