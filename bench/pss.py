@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.helpers import task_pids  # noqa: E402
+from tests.helpers import task_pid  # noqa: E402
 from tests.netutil import free_base  # noqa: E402
 
 TIMEOUT = 400
@@ -52,13 +52,6 @@ def spec_file(work: Path, tfds: Path, entrypoint: str) -> Path:
         watchdog: {{startup_timeout: 180, stop_grace: 3}}
     """))
     return spec
-
-
-def task_pid(run_id: str, key: str) -> int:
-    pids = task_pids(run_id, key)
-    if not pids:
-        raise RuntimeError(f"no process for {key}")
-    return pids[0]
 
 
 def run(work: Path, tfds: Path, entrypoint: str, kill_at: int | None = None) -> tuple[Path, float | None]:

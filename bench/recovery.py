@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.helpers import task_pids  # noqa: E402
+from tests.helpers import task_pid  # noqa: E402
 from tests.netutil import free_base  # noqa: E402
 
 TIMEOUT = 300
@@ -49,13 +49,6 @@ def spec_file(work: Path, entrypoint: str) -> Path:
         restart: {{max_restarts: 1, warm_standby: {str(WARM).lower()}}}
     """))
     return spec
-
-
-def task_pid(run_id: str, key: str) -> int:
-    pids = task_pids(run_id, key)
-    if not pids:
-        raise RuntimeError(f"no process for {key}")
-    return pids[0]
 
 
 def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:

@@ -50,3 +50,11 @@ def task_pids(run_id: str, key: str) -> list[int]:
                 and b"TFCLUSTER_STANDBY=1" not in env:
             out.append(pid)
     return out
+
+
+def task_pid(run_id: str, key: str) -> int:
+    """The one active process of task ``key`` (raises if it is not running)."""
+    pids = task_pids(run_id, key)
+    if not pids:
+        raise RuntimeError(f"no process for {key}")
+    return pids[0]

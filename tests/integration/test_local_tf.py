@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import textwrap
 
@@ -11,7 +10,7 @@ import pytest
 import yaml
 
 from tests.helpers import pids_with_env, wait_for
-from tests.integration.tfrun import ROOT, RUN_TIMEOUT, progress, run_dir, start, up, wait_line, write_spec
+from tests.integration.tfrun import ROOT, progress, run_and_act, run_dir, up, write_spec
 from tests.netutil import free_base
 from tests.prereq import require_tf
 
@@ -46,19 +45,10 @@ def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir)
 
     # 2) Interrupt a longer run after its first epoch; the rerun resumes from the backup.
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 3 --steps-per-epoch 30 --step-delay 0.05")
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, r"\[worker:0\] tfcluster-epoch epoch=1 ", seen, RUN_TIMEOUT)
-        run_id = run_dir(spec).name
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
-        seen += rest.splitlines()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, "\n".join(seen[-30:])
-    assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
+    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-epoch epoch=1 ",
+                                    lambda proc: proc.send_signal(signal.SIGINT))])
+    assert code == 130, out[-3000:]
+    assert pids_with_env("TFCLUSTER_RUN_ID", run_dir(spec).name) == []
     result = up(spec)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     start_line = progress(result.stdout, "start")[0]
@@ -125,21 +115,14 @@ def test_tf_worker_exit_3_root_cause_others_stopped(tmp_path, tfds_dir):
 @pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
 def test_launcher_signal_leaves_no_tf_worker(tmp_path, tfds_dir, how):
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 50 --step-delay 0.05")
-    proc = start(spec)
-    seen: list[str] = []
-    try:
-        wait_line(proc, r"tfcluster-first_step", seen, RUN_TIMEOUT)
-        run_id = run_dir(spec).name
-        assert len(pids_with_env("TFCLUSTER_RUN_ID", run_id)) == 4  # two wrappers, two TF workers
-        if how == "SIGINT":
-            proc.send_signal(signal.SIGINT)
-            out, _ = proc.communicate(timeout=60)
-            assert proc.returncode == 130, out[-2000:]
-            assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
-        else:
-            proc.kill()
-            proc.wait(timeout=10)
-            wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 20, what="TF workers to die")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    def interrupt(proc) -> None:
+        assert len(pids_with_env("TFCLUSTER_RUN_ID", run_dir(spec).name)) == 4  # two wrappers, two TF workers
+        proc.send_signal(signal.SIGINT) if how == "SIGINT" else proc.kill()
+
+    code, out = run_and_act(spec, [(r"tfcluster-first_step", interrupt)])
+    run_id = run_dir(spec).name
+    if how == "SIGINT":
+        assert code == 130, out[-2000:]
+        assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
+    else:
+        wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 20, what="TF workers to die")
