@@ -71,16 +71,24 @@ def env_block(env: Mapping[str, str]) -> bytes:
     return str(len(body)).encode("ascii") + b"\n" + body
 
 
+def pid_tag(pidfile: str) -> str:
+    """The run-unique tail of a pid file path (``NAME/RUN_ID/pids/FILE``). A wrapper's command
+    line always contains it: the host agent is started with it before the remote run dir's
+    absolute path is known, boot.py with the whole path."""
+    return "/".join(pidfile.split("/")[-4:])
+
+
 _VERIFY = (
     'read pid child < "$pf" 2>/dev/null || {{ echo "nopid $pf"; continue; }}; '
     'case $pid in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
-    'grep -qaF -- "$pf" /proc/$pid/cmdline 2>/dev/null || {{ echo "gone $pf"; continue; }}; '
+    'tag=${{pf#"${{pf%/*/*/*/*}}"}}; tag=${{tag#/}}; [ -n "$tag" ] || tag=$pf; '
+    'grep -qaF -- "$tag" /proc/$pid/cmdline 2>/dev/null || {{ echo "gone $pf"; continue; }}; '
 )
 
 
 def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
     """Signal each task's process group, but only if the pid in its pid file is still the
-    wrapper that wrote it (its /proc cmdline names the pid file)."""
+    wrapper that wrote it (its /proc cmdline names the pid file's run-unique tail)."""
     name = _signal.Signals(sig).name.removeprefix("SIG")
     files = " ".join(q(p) for p in pidfiles)
     return (
@@ -93,8 +101,8 @@ def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
 def state_command(pidfile: str) -> str:
     """Print the scheduler state letter of the task process (the wrapper's child)."""
     return (
-        f"pf={q(pidfile)}; read pid child < \"$pf\" && grep -qaF -- \"$pf\" /proc/$pid/cmdline && "
-        "sed 's/.*) //' /proc/$child/stat | cut -d' ' -f1"
+        f"pf={q(pidfile)}; tag={q(pid_tag(pidfile))}; read pid child < \"$pf\" && "
+        "grep -qaF -- \"$tag\" /proc/$pid/cmdline && sed 's/.*) //' /proc/$child/stat | cut -d' ' -f1"
     )
 
 
@@ -121,9 +129,17 @@ def sync_command(workdir: str) -> str:
     return f"mkdir -p {q(workdir)} && tar -xzf - -C {q(workdir)}"
 
 
-def probe_command(python: str) -> str:
-    # -S for a fast start; the probe imports site itself when it has modules to look for.
-    return f"{q(python)} -S -c {q(remote_source('probe.py'))}"
+def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequence[str]) -> list[str]:
+    """taskwrap's arguments for a task started by the host agent (which has no shell to cd)."""
+    return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir, "--",
+            *argv]
+
+
+def agent_command(python: str, pidfile: Optional[str]) -> str:
+    """The host agent (preflight, then the host's first task). -S for a fast start; it imports
+    site itself when it has modules to look for. ``; exit $?`` as in ``task_command``."""
+    tag = f" {q(pid_tag(pidfile))}" if pidfile else ""
+    return f"{q(python)} -S -c {q(remote_source('agent.py'))}{tag}; exit $?"
 
 
 def remote_paths(opts: SSHOptions, name: str, run_id: str) -> tuple[str, str, str]:
@@ -180,6 +196,9 @@ class _HostState:
         self.workdir = ""
         self.lock = threading.Lock()
         self.forwarding = True
+        # After preflight: (task key, pid file, channel) of the host agent waiting to become
+        # that task's wrapper, so the host's first task costs no second remote shell.
+        self.spare: Optional[tuple[str, str, object]] = None  # (key, pid file as first planned, channel)
 
     @property
     def transport(self):
@@ -297,31 +316,32 @@ class SSHBackend(Backend):
 
     def connect(self, names: Sequence[str]) -> dict[str, str]:
         """Open (or reuse) one connection per host, all in parallel; {host: problem} for failures."""
+        with self._pool(len(names)) as pool:
+            results = dict(zip(names, pool.map(self._connect_one, names)))
+        return {k: v for k, v in results.items() if v}
+
+    def _connect_one(self, name: str) -> Optional[str]:
+        """Open (or reuse) the host's connection; None, or the one-line problem."""
         from .ssh_connect import describe_connect_error, make_connection, open_connection
 
-        def one(name: str) -> Optional[str]:
-            hs = self.hosts[name]
-            with hs.lock:
-                if hs.transport is not None and hs.transport.is_active():
-                    return None
-                conn = None
-                try:
-                    conn = make_connection(hs.spec, self.opts, self.loaded.base_dir)
-                    open_connection(conn, self.opts)
-                    hs.conn = conn
-                    return None
-                except Exception as exc:  # noqa: BLE001 - every failure becomes one line
-                    if conn is not None:
-                        try:
-                            conn.close()
-                        except Exception:  # noqa: BLE001
-                            pass
-                        return describe_connect_error(exc, conn, hs.spec, self.opts)
-                    return f"host {name}: cannot connect ({exc})"
-
-        with self._pool(len(names)) as pool:
-            results = dict(zip(names, pool.map(one, names)))
-        return {k: v for k, v in results.items() if v}
+        hs = self.hosts[name]
+        with hs.lock:
+            if hs.transport is not None and hs.transport.is_active():
+                return None
+            conn = None
+            try:
+                conn = make_connection(hs.spec, self.opts, self.loaded.base_dir)
+                open_connection(conn, self.opts)
+                hs.conn = conn
+                return None
+            except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    return describe_connect_error(exc, conn, hs.spec, self.opts)
+                return f"host {name}: cannot connect ({exc})"
 
     def run_on(self, name: str, command: str, stdin: Optional[bytes] = None, timeout: float = 30.0) -> tuple[int, str]:
         return self._runner(name, command, stdin, timeout)
@@ -369,12 +389,18 @@ class SSHBackend(Backend):
         names = [h.name for h in plan.hosts]
         if not names:
             return
-        problems = self.connect(names)
+        if self.opts.sync or self.opts.setup:
+            # Setup runs on every host at once (a ThreadingGroup): connect them all first.
+            self._unreachable(names, self.connect(names))
+            self._sync_and_setup(names)
+        # Otherwise each host connects and starts its agent without waiting for the others.
+        self._probe(plan, names)
+
+    @staticmethod
+    def _unreachable(names: Sequence[str], problems: Mapping[str, str]) -> None:
         if problems:
             raise LaunchError(*[problems[n] for n in names if n in problems],
                               f"nothing was started: {len(problems)} of {len(names)} hosts unreachable")
-        self._sync_and_setup(names)
-        self._probe(plan, names)
 
     def _sync_and_setup(self, names: list[str]) -> None:
         if self.opts.sync:
@@ -431,26 +457,46 @@ class SSHBackend(Backend):
             raise LaunchError(*problems, "no task was started")
 
     def _probe(self, plan: Plan, names: list[str]) -> None:
-        """One remote Python per host: interpreter, deps, workdir, upload helpers, bind every
-        planned port, then connect from every host to every task address:port."""
+        """One host agent per host (connecting first if needed): interpreter, deps, workdir,
+        upload helpers, bind every planned port, then connect from every host to every task
+        address:port. On success each agent stays, waiting to become its host's first task."""
         files = {"taskwrap.py": TASKWRAP.read_text(encoding="utf-8"), "boot.py": remote_source("boot.py")}
         argv0 = plan.tasks[0].command[0] if plan.tasks else ""
         sessions: dict[str, object] = {}
         replies: dict[str, dict] = {}
-        problems: list[str] = []
+        unreachable: dict[str, str] = {}
+        reserved: dict[str, tuple[str, str]] = {}
+        for task in plan.tasks:
+            if task.host not in reserved and self._starts.get(task.key, 0) == 0:
+                hs = self.hosts[task.host]
+                reserved[task.host] = (task.key, self._pidfile(hs, task, 0))  # hs.run_dir may be relative yet
 
-        def start(name: str) -> Optional[str]:
+        def launch(name: str) -> Optional[str]:
+            """Connect and start the agent; it waits for its request, so nothing is written on
+            any host until every host is known to be reachable."""
+            problem = self._connect_one(name)
+            if problem:
+                unreachable[name] = problem
+                return None
             hs = self.hosts[name]
-            ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
-            req = {"require": list(self.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
-                   "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0}
+            pidfile = reserved[name][1] if name in reserved else None
             try:
                 chan = hs.transport.open_session(timeout=self.opts.connect_timeout)
                 chan.set_combine_stderr(False)
                 chan.settimeout(_PROBE_REPLY_TIMEOUT)
-                chan.exec_command(probe_command(hs.python))
-                chan.sendall(json.dumps(req).encode() + b"\n")
+                chan.exec_command(agent_command(hs.python, pidfile))
                 sessions[name] = chan
+            except Exception as exc:  # noqa: BLE001
+                return f"host {name}: preflight could not run ({type(exc).__name__}: {exc}); check the host"
+            return None
+
+        def prepare(name: str) -> Optional[str]:
+            hs, chan = self.hosts[name], sessions[name]
+            ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
+            req = {"require": list(self.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
+                   "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0}
+            try:
+                chan.sendall(json.dumps(req).encode() + b"\n")
                 line = _readline(chan)
             except Exception as exc:  # noqa: BLE001
                 return f"host {name}: preflight could not run ({type(exc).__name__}: {exc}); check the host"
@@ -464,9 +510,14 @@ class SSHBackend(Backend):
             replies[name] = json.loads(line)
             return None
 
+        kept = False
         try:
             with self._pool(len(names)) as pool:
-                problems += [p for p in pool.map(start, names) if p]
+                problems = [p for p in pool.map(launch, names) if p]
+                self._unreachable(names, unreachable)
+                if problems:
+                    raise LaunchError(*problems, "no task was started")
+                problems = [p for p in pool.map(prepare, names) if p]
             if problems:
                 raise LaunchError(*problems, "no task was started")
             problems += self._judge(plan, names, replies)
@@ -478,13 +529,15 @@ class SSHBackend(Backend):
             problems += self._reachability(plan, names, sessions)
             if problems:
                 raise LaunchError(*problems, "no task was started")
+            for name, (key, pidfile) in reserved.items():
+                self.hosts[name].spare = (key, pidfile, sessions.pop(name))
+            kept = True
         finally:
             for chan in sessions.values():
-                try:
-                    chan.shutdown_write()
-                    chan.close()
-                except Exception:  # noqa: BLE001
-                    pass
+                _close_channel(chan)
+            if not kept:
+                for name in reserved:
+                    self._drop_spare(self.hosts[name])
 
     def _judge(self, plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
         problems: list[str] = []
@@ -564,12 +617,29 @@ class SSHBackend(Backend):
             plan = Plan(name=self.spec.name, strategy=self.spec.strategy, backend="ssh", tasks=(), hosts=(hs.spec,))
             self._probe(plan, [hs.name])
 
+    @staticmethod
+    def _pidfile(hs: _HostState, task: PlannedTask, n: int) -> str:
+        return posixpath.join(hs.run_dir, "pids", f"{task.slug}.{n}.pid")
+
+    def _drop_spare(self, hs: _HostState) -> None:
+        spare, hs.spare = hs.spare, None
+        if spare is not None:
+            _close_channel(spare[2])
+
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
         hs = self.hosts[task.host]
-        self._ensure_ready(hs)
         n = self._starts.get(task.key, 0)
+        spare = hs.spare
+        if spare is not None and spare[0] == task.key and n == 0 and not spare[2].closed \
+                and not spare[2].exit_status_ready():
+            hs.spare = None
+            self._starts[task.key] = 1
+            return self._go(task, hs, spare[2], env, on_line)
+        # Not the task it waits for (or it is gone): release its ports, start plainly.
+        self._drop_spare(hs)
+        self._ensure_ready(hs)
         self._starts[task.key] = n + 1
-        pidfile = posixpath.join(hs.run_dir, "pids", f"{task.slug}.{n}.pid")
+        pidfile = self._pidfile(hs, task, n)
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
                                task.command)
         try:
@@ -580,7 +650,24 @@ class SSHBackend(Backend):
         except Exception as exc:  # noqa: BLE001
             raise LaunchError(f"host {hs.name}: cannot start {task.key} ({type(exc).__name__}: {exc}); "
                               "check the host and sshd's MaxSessions") from None
-        handle = SSHTask(task, self, hs, chan, pidfile, on_line)
+        return self._track(SSHTask(task, self, hs, chan, pidfile, on_line))
+
+    def _go(self, task: PlannedTask, hs: _HostState, chan, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+        """Turn the host agent waiting on ``chan`` into ``task``'s wrapper: no new shell.
+        (The pid file's path is absolute now; its tail is the one the agent was started with.)"""
+        pidfile = self._pidfile(hs, task, 0)
+        args = wrap_args(hs.workdir, pidfile, self.opts.lease, self.stop_grace, task.command)
+        order = {"go": {"env": self.task_env(task, hs, env), "args": args}}
+        try:
+            chan.set_combine_stderr(True)
+            chan.settimeout(None)
+            chan.sendall(json.dumps(order).encode() + b"\n")
+        except Exception as exc:  # noqa: BLE001
+            raise LaunchError(f"host {hs.name}: cannot start {task.key} ({type(exc).__name__}: {exc}); "
+                              "check the host") from None
+        return self._track(SSHTask(task, self, hs, chan, pidfile, on_line))
+
+    def _track(self, handle: SSHTask) -> SSHTask:
         with self._tasks_lock:
             self._tasks.append(handle)
         self._ensure_lease()
@@ -677,11 +764,9 @@ class SSHBackend(Backend):
         with self._tasks_lock:
             tasks, self._tasks = self._tasks, []
         for t in tasks:
-            try:
-                t.channel.close()
-            except Exception:  # noqa: BLE001
-                pass
+            _close_channel(t.channel)
         for hs in self.hosts.values():
+            self._drop_spare(hs)
             conn, hs.conn = hs.conn, None
             if conn is not None:
                 try:
@@ -747,6 +832,14 @@ def _readline(chan, limit: int = 1 << 20) -> bytes:
         if len(buf) > limit:
             break
     return bytes(buf)
+
+
+def _close_channel(chan) -> None:
+    try:
+        chan.shutdown_write()
+        chan.close()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _drain_stderr(chan) -> str:

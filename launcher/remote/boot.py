@@ -9,7 +9,8 @@ The launcher first writes ``<decimal length>\\n<JSON object>`` to the channel's 
 task's environment. Passing it this way keeps secret values off every command line (``ps``)
 and out of files. The rest of stdin stays the lifeline that taskwrap watches. This process then
 runs taskwrap's ``main`` in-process (same pid), so the pid taskwrap writes to its pid file is
-the leader of the task's session and process group.
+the leader of the task's session and process group. The host agent (agent.py) starts each
+host's first task through ``become`` without a shell of its own; later starts use this.
 
 Stdlib only, Python 3.6+.
 """
@@ -42,16 +43,9 @@ def _read_env(fd=0):
     return json.loads(_read_exact(fd, n).decode("utf-8"))
 
 
-def main(argv):
-    if len(argv) < 1:
-        sys.stderr.write("tfcluster boot: usage: boot.py TASKWRAP_PY [options] -- ARGV...\n")
-        return 2
-    taskwrap_path = argv[0]
-    try:
-        env = _read_env(0)
-    except (EOFError, ValueError) as exc:
-        sys.stderr.write("tfcluster boot: %s\n" % exc)
-        return 2
+def become(taskwrap_path, env, args):
+    """Apply ``env`` and run taskwrap's ``main(args)`` in this process (the host agent's
+    "go" ends here too)."""
     for key, value in env.items():
         os.environ[str(key)] = str(value)
     # Like the local backend: `python` in the entrypoint is the interpreter running this wrapper.
@@ -59,10 +53,22 @@ def main(argv):
     if bindir:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin")
     sys.path.insert(0, os.path.dirname(os.path.abspath(taskwrap_path)))
-    sys.argv = [taskwrap_path] + list(argv[1:])
+    sys.argv = [taskwrap_path] + list(args)
     import taskwrap  # noqa: E402 - uploaded next to this file
 
-    return taskwrap.main(list(argv[1:]))
+    return taskwrap.main(list(args))
+
+
+def main(argv):
+    if len(argv) < 1:
+        sys.stderr.write("tfcluster boot: usage: boot.py TASKWRAP_PY [options] -- ARGV...\n")
+        return 2
+    try:
+        env = _read_env(0)
+    except (EOFError, ValueError) as exc:
+        sys.stderr.write("tfcluster boot: %s\n" % exc)
+        return 2
+    return become(argv[0], env, argv[1:])
 
 
 if __name__ == "__main__":

@@ -88,10 +88,38 @@ def test_signal_command_exact_and_verifies_pid():
         "for pf in /r/pids/worker-0.0.pid '/r/x; touch /tmp/pwned.pid'; do "
         'read pid child < "$pf" 2>/dev/null || { echo "nopid $pf"; continue; }; '
         'case $pid in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
-        'grep -qaF -- "$pf" /proc/$pid/cmdline 2>/dev/null || { echo "gone $pf"; continue; }; '
+        'tag=${pf#"${pf%/*/*/*/*}"}; tag=${tag#/}; [ -n "$tag" ] || tag=$pf; '
+        'grep -qaF -- "$tag" /proc/$pid/cmdline 2>/dev/null || { echo "gone $pf"; continue; }; '
         'kill -s TERM -- "-$pid" 2>/dev/null && echo "sent $pf" || echo "gone $pf"; done; true'
     )
     assert "pkill" not in cmd and "killall" not in cmd
+
+
+@pytest.mark.parametrize("pidfile, tag", [
+    (".tfcluster/t/RUN/pids/worker-0.0.pid", "t/RUN/pids/worker-0.0.pid"),
+    ("/root/.tfcluster/t/RUN/pids/worker-0.0.pid", "t/RUN/pids/worker-0.0.pid"),
+    ("/t/RUN/pids/w.pid", "t/RUN/pids/w.pid"),
+    ("t/RUN/pids/w.pid", "t/RUN/pids/w.pid"),
+    (f"/a b/{EVIL}/RUN/pids/w.pid", "pwned/RUN/pids/w.pid"),
+    ("/a b/n;'$(id)/RUN/pids/w.pid", "n;'$(id)/RUN/pids/w.pid"),
+])
+def test_pid_tag_is_the_run_unique_tail_in_python_and_in_sh(pidfile, tag):
+    """The launcher (agent argv) and the remote shell (verification) must cut the same tail."""
+    assert S.pid_tag(pidfile) == tag
+    script = 'pf=$1; tag=${pf#"${pf%/*/*/*/*}"}; tag=${tag#/}; [ -n "$tag" ] || tag=$pf; printf %s "$tag"'
+    out = subprocess.run(["sh", "-c", script, "sh", pidfile], capture_output=True, text=True, timeout=10)
+    assert out.stdout == tag
+
+
+def test_agent_command_exact_and_quoted():
+    from launcher.remote import source
+
+    cmd = S.agent_command(f"/py {EVIL}", "/r/n;$(id) x/RUN/pids/worker-0.0.pid")
+    assert cmd == (f"'/py x; touch /tmp/pwned' -S -c {S.q(source('agent.py'))} "
+                   "'n;$(id) x/RUN/pids/worker-0.0.pid'; exit $?")
+    assert S.agent_command("python3", None) == f"python3 -S -c {S.q(source('agent.py'))}; exit $?"
+    assert S.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
+        "--lease", "15", "--grace", "5", "--pidfile", "/r/p.pid", "--cwd", "/w", "--", "python", "-m", "worker"]
 
 
 def test_signal_command_runs_in_a_real_shell(tmp_path):
@@ -242,3 +270,122 @@ def test_launcher_modules_do_not_import_tensorflow():
     code = ("import sys, launcher.backends.ssh, launcher.backends.ssh_connect, launcher.remote; "
             "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(S.__file__).parents[2], timeout=60).returncode == 0
+
+
+class _Agent:
+    """The host agent run on this machine exactly as a host runs it (``sh -c agent_command``),
+    with ``tmp_path`` as the remote home and a relative remote run dir, as by default."""
+
+    def __init__(self, tmp_path: Path, key_slug: str = "worker-0"):
+        import sys
+
+        self.home = tmp_path
+        self.rel_pidfile = f"base/t/RUN/pids/{key_slug}.0.pid"
+        self.pidfile = str(tmp_path / self.rel_pidfile)
+        self.proc = subprocess.Popen(["sh", "-c", S.agent_command(sys.executable, self.rel_pidfile)], cwd=tmp_path,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def ask(self, obj) -> dict:
+        self.send(obj)
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read().decode()
+        return json.loads(line)
+
+    def send(self, obj) -> None:
+        self.proc.stdin.write(json.dumps(obj).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def prepare(self, port: int) -> dict:
+        import sys
+
+        (self.home / "work").mkdir(exist_ok=True)
+        return self.ask({"require": ["json"], "workdir": str(self.home / "work"), "run_dir": "base/t/RUN",
+                         "state_dir": "base/t/state", "argv0": sys.executable, "ports": [port],
+                         "files": {"taskwrap.py": S.TASKWRAP.read_text(), "boot.py": S.remote_source("boot.py")}})
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+
+
+def _connects(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _wait(cond, timeout=5.0) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def test_agent_preflights_holds_ports_then_becomes_the_task(tmp_path):
+    """One process, one channel: preflight reply, port held for the probe, then "go" turns it
+    into the task's wrapper (same pid), which signal_command verifies by the pid file's tail."""
+    import os
+    import sys
+
+    from tests.netutil import free_base
+
+    port = free_base(1)
+    agent = _Agent(tmp_path)
+    try:
+        reply = agent.prepare(port)
+        assert reply["error"] is None and reply["ports"] == {str(port): None}
+        assert reply["run_dir"] == str(tmp_path / "base/t/RUN") and reply["deps"]["json"][0] is True
+        assert reply["argv0_found"] is True and reply["workdir"] == str(tmp_path / "work")
+        assert _connects(port)  # held for the other hosts' reachability probe
+        assert agent.ask({"targets": [["worker:0", "127.0.0.1", port]], "timeout": 2}) == {
+            "results": [["worker:0", None]]}
+        task = "import os,time; print(os.environ['X'], os.getcwd(), flush=True); time.sleep(60)"
+        agent.send({"go": {"env": {"X": EVIL}, "args": S.wrap_args(
+            reply["workdir"], agent.pidfile, 30, 1, [sys.executable, "-c", task])}})
+        assert agent.proc.stdout.readline().decode().split() == EVIL.split() + [str(tmp_path / "work")]
+        assert _wait(lambda: not _connects(port))  # released for the task's own server
+        assert _wait(lambda: os.path.exists(agent.pidfile))
+        pid = int(Path(agent.pidfile).read_text().split()[0])
+        assert os.getpgid(pid) == pid and pid != agent.proc.pid  # the agent, now leading its own group
+        out = subprocess.run(["sh", "-c", S.signal_command(signal.SIGTERM, [agent.pidfile])],
+                             capture_output=True, text=True, timeout=10)
+        assert out.stdout.splitlines() == [f"sent {agent.pidfile}"]
+        assert agent.proc.wait(10) == 128 + signal.SIGTERM
+    finally:
+        agent.close()
+
+
+def test_agent_refuses_go_with_another_pidfile_and_exits_on_eof(tmp_path):
+    import sys
+
+    from tests.netutil import free_base
+
+    port = free_base(1)
+    agent = _Agent(tmp_path)
+    try:
+        agent.prepare(port)
+        other = str(tmp_path / "base/t/OTHER/pids/worker-0.0.pid")
+        agent.send({"go": {"env": {}, "args": S.wrap_args(".", other, 30, 1, [sys.executable, "-c", "pass"])}})
+        assert agent.proc.wait(10) == 2
+        assert "not this agent's" in agent.proc.stderr.read().decode()
+        assert _wait(lambda: not _connects(port))
+    finally:
+        agent.close()
+    agent = _Agent(tmp_path)
+    try:
+        agent.prepare(port)
+        assert _connects(port)
+        agent.proc.stdin.close()  # the launcher went away before "go"
+        assert agent.proc.wait(10) == 0
+        assert not _connects(port)
+    finally:
+        agent.close()

@@ -1,16 +1,27 @@
-"""Remote preflight, run by the ssh backend as ``python3 -c <this source>`` on every host.
+"""Remote host agent: preflight, port hold, reachability probe, then the host's first task.
+
+The ssh backend runs it once per host as ``python3 -S -c <this source> TAG`` -- the one
+remote shell that host costs before its first task runs (a login shell can cost 0.2 s of CPU,
+so one per host, not two, is what keeps fan-out near pdsh's).
 
 Protocol (one JSON object per line on stdin/stdout):
 
-1. request  -> {"require": [...], "workdir": d, "base": d, "run_dir": d, "state_dir": d,
-                "files": {name: text}, "ports": [p, ...]}
+0. argv     -> TAG: the run-unique tail of the pid file of the task "go" will start
+1. request  -> {"require": [...], "workdir": d, "run_dir": d, "state_dir": d,
+                "files": {name: text}, "ports": [p, ...], "argv0": cmd}
    reply    <- {"python": "3.11.7", "hostname": h, "home": d, "workdir": abs|null, "run_dir": abs,
                 "state_dir": abs, "deps": {module: [found, version]}, "ports": {p: null|problem},
-                "error": null|text}
-   The listed ports stay bound (listening) until stdin closes, so other hosts can probe them.
+                "argv0_found": bool, "error": null|text}
+   The listed ports stay bound (listening) until "go" or stdin closes, so other hosts can
+   probe them.
 2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds}
    reply    <- {"results": [[key, null|problem], ...]}
-3. stdin closes -> listeners close, exit 0. A watchdog exits after 120 s regardless.
+3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
+   no reply: the ports are released and this process becomes the task wrapper (``boot.py``
+   and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged. The ``--pidfile`` of
+   those options must end with TAG: stop commands verify that a pid is still this wrapper by
+   finding that tail in its command line. The rest of stdin is then the task's lifeline.
+Stdin closing before "go" -> listeners close, exit 0. A watchdog exits after 120 s without "go".
 
 Stdlib only, Python 3.6+.
 """
@@ -158,26 +169,67 @@ def _probe(targets, timeout):
     return [r if r is not None else [targets[i][0], "no answer"] for i, r in enumerate(results)]
 
 
-def main():
+class _Lines:
+    """Lines from fd 0 read with os.read: nothing after the "go" line is buffered away from
+    the task wrapper, which watches the same descriptor."""
+
+    def __init__(self, fd=0):
+        self.fd = fd
+        self.buf = b""
+
+    def readline(self):
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return b""
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+
+def _go(order, socks, run_dir, tag):
+    """Release the held ports and become the task wrapper (in this process)."""
+    for s in socks:
+        s.close()
+    args = [str(a) for a in order["args"]]
+    pidfile = args[args.index("--pidfile") + 1] if "--pidfile" in args[:-1] else ""
+    if not tag or not pidfile.endswith(tag):
+        sys.stderr.write("tfcluster agent: go with pid file %r, not this agent's %r\n" % (pidfile, tag))
+        return 2
+    sys.stdout.flush()
+    os.dup2(1, 2)  # one ordered stream; the channel merges stderr anyway
+    sys.path.insert(0, run_dir)
+    import boot  # uploaded in step 1, next to taskwrap.py
+
+    return boot.become(os.path.join(run_dir, "taskwrap.py"), order.get("env") or {}, args)
+
+
+def main(argv):
     timer = threading.Timer(120.0, lambda: os._exit(3))
     timer.daemon = True
     timer.start()
-    line = sys.stdin.readline()
+    tag = argv[0] if argv else None  # the run-unique tail of the pid file "go" must use
+    lines = _Lines(0)
+    line = lines.readline()
     if not line:
         return 0
-    reply, socks = _prepare(json.loads(line))
+    reply, socks = _prepare(json.loads(line.decode("utf-8")))
     _send(reply)
     while True:
-        line = sys.stdin.readline()
+        line = lines.readline()
         if not line:
             break
-        req = json.loads(line)
+        req = json.loads(line.decode("utf-8"))
         if "targets" in req:
             _send({"results": _probe(req["targets"], float(req.get("timeout", 3.0)))})
+        elif "go" in req and not reply["error"]:
+            timer.cancel()
+            timer.join()
+            return _go(req["go"], socks, reply["run_dir"], tag)
     for s in socks:
         s.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
