@@ -127,7 +127,7 @@ class Lab:
                     "MaxSessions 64",
                     "MaxStartups 200:30:400",
                     "PrintMotd no",
-                    "LogLevel ERROR",
+                    "LogLevel VERBOSE",  # logs each session's command: see remote_commands()
                     "Subsystem sftp internal-sftp",
                     "",
                 ]
@@ -155,6 +155,14 @@ class Lab:
                 h.sshd.kill()
                 h.sshd.wait(5)
         h.sshd = None
+
+    def remote_commands(self, h: LabHost) -> int:
+        """How many commands (each one remote login shell) sshd has run on ``h`` so far."""
+        try:
+            text = (h.dir / "sshd.log").read_text(errors="replace")
+        except OSError:
+            return 0
+        return text.count("Starting session: command ")
 
     def restart_sshd(self, h: LabHost) -> None:
         self.stop_sshd(h)

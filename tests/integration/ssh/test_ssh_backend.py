@@ -55,6 +55,21 @@ def test_tasks_run_on_their_hosts_with_tf_config_addresses(lab, make_spec):
     del by_task
 
 
+def test_one_remote_shell_per_host_for_its_first_task(lab, make_spec):
+    """A host's agent (preflight + port hold + probe) becomes its first task: no second shell.
+    Each further task on a host costs one more (here worker:2 shares h1 with worker:0)."""
+    spec = make_spec([PY, "-c", SHOW], workers=3)
+    plan = json.loads(tfcluster("plan", "--json", str(spec)).stdout)
+    hosts = {f"{t['type']}:{t['index']}": t["host"] for t in plan["tasks"]}
+    assert hosts == {"worker:0": "h1", "worker:1": "h2", "worker:2": "h1"}
+    before = {h: lab.remote_commands(lab.host(h)) for h in ("h1", "h2")}
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r[1] for r in _lines(proc.stdout, "TASK")) == ["worker:0", "worker:1", "worker:2"]
+    after = {h: lab.remote_commands(lab.host(h)) for h in ("h1", "h2")}
+    assert {h: after[h] - before[h] for h in after} == {"h1": 2, "h2": 1}
+
+
 # ---------------------------------------------------------------- helpers
 
 SLEEPER = "import os,time; print('ATTEMPT', os.environ['TFCLUSTER_RESTART_COUNT'], flush=True); time.sleep(120)"
