@@ -277,6 +277,33 @@ def test_port_in_use_missing_module_and_python_are_reported(lab, make_spec):
 # ---------------------------------------------------------------- failures and lifecycle
 
 
+def test_different_package_versions_between_hosts_are_refused(lab, make_spec, tmp_path):
+    """`ssh.require` modules must have one version everywhere (as TensorFlow must). Each host gets
+    its own interpreter wrapper, whose PYTHONPATH holds a different version of one package."""
+    pythons = {}
+    for host, version in (("h1", "1.0"), ("h2", "2.0")):
+        site = tmp_path / f"site-{host}"
+        (site / "tfcs_fakepkg").mkdir(parents=True)
+        (site / "tfcs_fakepkg" / "__init__.py").write_text("")
+        dist = site / f"tfcs_fakepkg-{version}.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: tfcs_fakepkg\nVersion: {version}\n")
+        wrapper = tmp_path / f"python-{host}"
+        wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {PY} "$@"\n')
+        wrapper.chmod(0o755)
+        pythons[host] = str(wrapper)
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"require": ["json", "tfcs_fakepkg"]})
+    doc = yaml.safe_load(spec.read_text())
+    for h in doc["hosts"]:
+        h["python"] = pythons[h["name"]]
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 1, proc.stderr
+    assert ("tfcs_fakepkg versions differ between hosts (1.0 on h1; 2.0 on h2); install the same version "
+            "everywhere") in proc.stderr, proc.stderr
+    assert "TASK|" not in proc.stdout and "Traceback" not in proc.stderr
+
+
 def test_sigkill_remote_worker_restarts_group_to_success(lab, make_spec):
     script = ("import os,time; n=int(os.environ['TFCLUSTER_RESTART_COUNT']); print('ATTEMPT', n, flush=True); "
               "time.sleep(120 if n == 0 else 0)")
