@@ -3,13 +3,18 @@
 * One ``fabric.Connection`` per host, opened in parallel and reused for preflight, setup,
   task start, output streaming, port checks and stops (SSH handshakes are the expensive part).
 * Host keys are verified against known_hosts (see ssh_connect); trust-on-first-use is opt-in.
-* Each task runs under ``taskwrap.py`` (uploaded into a per-run remote dir) via ``boot.py``,
-  which reads the task's environment from the channel's stdin, so no value ever appears on a
-  remote command line. Every other value that reaches a remote shell is ``shlex.quote``d.
+* One remote command (so one login shell) per host before its first task runs: the host agent
+  (``remote/agent.py``) does the preflight, holds the task ports for the reachability probe, and
+  on "go" becomes the host's first task wrapper in the same process and channel. Later tasks on
+  that host (and restarts) start through ``boot.py``.
+* Each task runs under ``taskwrap.py`` (uploaded into a per-run remote dir) and gets its
+  environment over the channel's stdin, so no value ever appears on a remote command line.
+  Every other value that reaches a remote shell is ``shlex.quote``d.
 * The channel's stdin is the lifeline: the launcher writes a byte about every second and the
   wrapper kills its task group when the channel closes or nothing arrives for ``ssh.lease`` s.
 * Stop = signal the task's process group, after verifying that the pid in its pid file is still
-  the wrapper of this run (its command line names that pid file) -- never by name pattern.
+  the wrapper of this run (its command line names that pid file's run-unique tail) -- never by
+  name pattern.
 """
 
 from __future__ import annotations
@@ -198,7 +203,7 @@ class _HostState:
         self.forwarding = True
         # After preflight: (task key, pid file, channel) of the host agent waiting to become
         # that task's wrapper, so the host's first task costs no second remote shell.
-        self.spare: Optional[tuple[str, str, object]] = None  # (key, pid file as first planned, channel)
+        self.spare: Optional[tuple[str, object]] = None  # (task key, channel)
 
     @property
     def transport(self):
@@ -510,7 +515,6 @@ class SSHBackend(Backend):
             replies[name] = json.loads(line)
             return None
 
-        kept = False
         try:
             with self._pool(len(names)) as pool:
                 problems = [p for p in pool.map(launch, names) if p]
@@ -529,15 +533,11 @@ class SSHBackend(Backend):
             problems += self._reachability(plan, names, sessions)
             if problems:
                 raise LaunchError(*problems, "no task was started")
-            for name, (key, pidfile) in reserved.items():
-                self.hosts[name].spare = (key, pidfile, sessions.pop(name))
-            kept = True
+            for name, (key, _) in reserved.items():
+                self.hosts[name].spare = (key, sessions.pop(name))
         finally:
             for chan in sessions.values():
                 _close_channel(chan)
-            if not kept:
-                for name in reserved:
-                    self._drop_spare(self.hosts[name])
 
     def _judge(self, plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
         problems: list[str] = []
@@ -624,17 +624,17 @@ class SSHBackend(Backend):
     def _drop_spare(self, hs: _HostState) -> None:
         spare, hs.spare = hs.spare, None
         if spare is not None:
-            _close_channel(spare[2])
+            _close_channel(spare[1])
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
         hs = self.hosts[task.host]
         n = self._starts.get(task.key, 0)
         spare = hs.spare
-        if spare is not None and spare[0] == task.key and n == 0 and not spare[2].closed \
-                and not spare[2].exit_status_ready():
+        if spare is not None and spare[0] == task.key and n == 0 and not spare[1].closed \
+                and not spare[1].exit_status_ready():
             hs.spare = None
             self._starts[task.key] = 1
-            return self._go(task, hs, spare[2], env, on_line)
+            return self._go(task, hs, spare[1], env, on_line)
         # Not the task it waits for (or it is gone): release its ports, start plainly.
         self._drop_spare(hs)
         self._ensure_ready(hs)

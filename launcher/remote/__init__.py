@@ -7,5 +7,5 @@ HERE = Path(__file__).resolve().parent
 
 
 def source(name: str) -> str:
-    """The text of a helper module shipped to hosts (``boot.py``, ``probe.py``)."""
+    """The text of a helper module shipped to hosts (``agent.py``, ``boot.py``)."""
     return (HERE / name).read_text(encoding="utf-8")
