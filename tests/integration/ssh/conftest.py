@@ -47,14 +47,16 @@ def lab():
 def make_spec(tmp_path, lab):
     """Write a cluster.yaml for the lab; returns its path. Keyword args override spec keys."""
 
-    def make(entrypoint, workers=2, hosts=None, ssh=None, **extra):
+    def make(entrypoint, workers=2, hosts=None, ssh=None, host_keys=None, **extra):
+        """``host_keys``: {host name: {key: value}} added to that host's entry."""
         names = hosts or ["h1", "h2"]
+        host_entries = [{**h, **(host_keys or {}).get(h["name"], {})} for h in lab.hosts_yaml(names)]
         spec = {
             "name": "sshtest",
             "strategy": "multi_worker_mirrored",
             "backend": "ssh",
             "entrypoint": entrypoint,
-            "hosts": lab.hosts_yaml(names),
+            "hosts": host_entries,
             "tasks": {"worker": workers},
             "ports": {"base": 23456},
             "watchdog": {"startup_timeout": 120, "stop_grace": 2},

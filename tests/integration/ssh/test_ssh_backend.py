@@ -138,6 +138,17 @@ def _nft_flush(host) -> None:
     host.exec("nft", "delete", "table", "inet", "tfcstest", check=False)
 
 
+def _up_behind_firewall(spec: Path, host, rule: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`tfcluster up` while ``host`` drops what ``rule`` matches; (result, seconds taken)."""
+    _nft(host, rule)
+    try:
+        started = time.monotonic()
+        proc = tfcluster("up", str(spec))
+        return proc, time.monotonic() - started
+    finally:
+        _nft_flush(host)
+
+
 # ---------------------------------------------------------------- training
 
 
@@ -186,17 +197,8 @@ def test_every_failing_host_is_named_with_its_own_reason(lab, make_spec, tmp_pat
     h2 = lab.host("h2")
     stranger = tmp_path / "stranger_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True, timeout=30)
-    spec = make_spec([PY, "-c", SHOW], workers=3, hosts=["h1", "h2", "h3"])
-    doc = yaml.safe_load(spec.read_text())
-    doc["hosts"][2]["key"] = str(stranger)
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    _nft(h2, "tcp dport 22 drop")
-    try:
-        started = time.monotonic()
-        proc = tfcluster("up", str(spec))
-        took = time.monotonic() - started
-    finally:
-        _nft_flush(h2)
+    spec = make_spec([PY, "-c", SHOW], workers=3, hosts=["h1", "h2", "h3"], host_keys={"h3": {"key": str(stranger)}})
+    proc, took = _up_behind_firewall(spec, h2, "tcp dport 22 drop")
     assert proc.returncode == 1, proc.stderr
     assert f"host h2 (root@{h2.address}:22): timed out after 3 s; check the address, firewall" in proc.stderr
     assert f"host h3 (root@{lab.host('h3').address}:22): authentication failed for user root; check hosts[h3].key" \
@@ -237,13 +239,7 @@ def test_changed_host_key_is_refused_even_with_trust_on_first_use(lab, make_spec
 def test_port_blocked_between_hosts_names_the_pair(lab, make_spec):
     h1, h2 = lab.host("h1"), lab.host("h2")
     spec = make_spec([PY, "-c", SHOW], workers=2)
-    _nft(h1, f"ip saddr {h2.address} tcp dport 23456 drop")
-    try:
-        started = time.monotonic()
-        proc = tfcluster("up", str(spec))
-        took = time.monotonic() - started
-    finally:
-        _nft_flush(h1)
+    proc, took = _up_behind_firewall(spec, h1, f"ip saddr {h2.address} tcp dport 23456 drop")
     assert proc.returncode == 1
     assert f"host h2 cannot reach h1 {h1.address}:23456 (worker:0): timed out" in proc.stderr, proc.stderr
     assert "host h1 cannot reach" not in proc.stderr
@@ -292,11 +288,8 @@ def test_different_package_versions_between_hosts_are_refused(lab, make_spec, tm
         wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {PY} "$@"\n')
         wrapper.chmod(0o755)
         pythons[host] = str(wrapper)
-    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"require": ["json", "tfcs_fakepkg"]})
-    doc = yaml.safe_load(spec.read_text())
-    for h in doc["hosts"]:
-        h["python"] = pythons[h["name"]]
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"require": ["json", "tfcs_fakepkg"]},
+                     host_keys={h: {"python": py} for h, py in pythons.items()})
     proc = tfcluster("up", str(spec))
     assert proc.returncode == 1, proc.stderr
     assert ("tfcs_fakepkg versions differ between hosts (1.0 on h1; 2.0 on h2); install the same version "
