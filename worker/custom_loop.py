@@ -4,18 +4,14 @@
 the seeds, with checkpoints through ``tf.train.CheckpointManager``: the chief writes the real
 checkpoint, the other workers write theirs to a temporary directory that is removed.
 
-Graceful preemption with zero lost steps: SIGTERM (from ``tfcluster down``, Ctrl-C, or a
-host shutting down) only raises a local flag. Every step all-reduces the flags, so all
-workers learn of a preemption at the same step, save that step and exit with 143 (128 +
-SIGTERM), which the launcher treats as retryable. The next attempt resumes at that step.
-tf_keras' ``save_before_preemption`` is not used: in TF 2.21 it only activates on GCP.
+Graceful preemption with zero lost steps (see preemption.py): the SIGTERM flag is
+all-reduced inside the training step itself, so it costs no extra collective.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import tempfile
 import time
 from pathlib import Path
@@ -27,27 +23,8 @@ from . import data as data_lib
 from .cluster import TaskInfo
 from .model import build_cnn
 from .mwms import paths, save_final_model
+from .preemption import PREEMPTED_EXIT, PreemptionFlag
 from .progress import emit
-
-PREEMPTED_EXIT = 128 + signal.SIGTERM
-
-
-class PreemptionFlag:
-    """Set by SIGTERM; read once per step and all-reduced across workers."""
-
-    def __init__(self) -> None:
-        self.raised = False
-        self.received_at = None
-
-    def install(self) -> None:
-        # Installed after the strategy exists, replacing the handler TF sets (which swallows SIGTERM).
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if not self.raised:
-            self.raised = True
-            self.received_at = time.time()
-            print("worker: SIGTERM received; saving at the next step all workers agree on", flush=True)
 
 
 def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:

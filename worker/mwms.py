@@ -2,7 +2,8 @@
 
 Fault tolerance: ``BackupAndRestore`` (every epoch, or every N steps) lets a restarted group
 resume where it stopped. ``ModelCheckpoint`` is written by the chief only (tf_keras sends
-other workers' copies to temporary directories and removes them).
+other workers' copies to temporary directories and removes them). A SIGTERM saves the step
+all workers agree on and exits 143: preemption loses no step (preemption.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import tf_keras as keras
 from . import data as data_lib
 from .cluster import TaskInfo
 from .model import build_cnn
+from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
 from .progress import ProgressLogger, emit
 
 
@@ -62,6 +64,9 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
         return run_mwms_custom(args, task, model_dir)
     tf.keras.utils.set_random_seed(args.seed)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    flag = PreemptionFlag() if args.preemption_check_every else None
+    if flag is not None:
+        flag.install()
     replicas = strategy.num_replicas_in_sync
     global_batch = args.batch_size * replicas
     print(f"worker: {task.key} in a cluster of {task.num_workers} worker(s), {replicas} replica(s), "
@@ -75,14 +80,19 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
         model = build_cnn(data.shape, data.num_classes, args.learning_rate)
 
     progress = ProgressLogger(every=args.progress_every, global_batch=global_batch)
-    callbacks = [
-        keras.callbacks.BackupAndRestore(
-            backup_dir=str(p["backup"]),
-            save_freq=args.save_freq,
-            delete_checkpoint=True,
-            # Not save_before_preemption: tf_keras enables it only on GCP, detected by
-            # querying the GCE metadata server from every worker.
-        ),
+    backup = keras.callbacks.BackupAndRestore(
+        backup_dir=str(p["backup"]),
+        # Always a step count ("epoch" = one epoch's steps): then a restore resumes inside an
+        # epoch, which a preemption save needs; with "epoch" tf_keras would skip the rest of it.
+        save_freq=steps if args.save_freq == "epoch" else args.save_freq,
+        delete_checkpoint=True,
+        # Not save_before_preemption: tf_keras enables it only on GCP, detected by
+        # querying the GCE metadata server from every worker.
+    )
+    callbacks = [backup]
+    if flag is not None:
+        callbacks.append(SaveOnPreemption(strategy, backup, flag, every=args.preemption_check_every))
+    callbacks += [
         keras.callbacks.ModelCheckpoint(
             filepath=str(p["checkpoints"] / "ckpt-{epoch:03d}"),
             save_weights_only=True,
@@ -91,7 +101,10 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
     ]
     if args.step_delay > 0:
         callbacks.append(StepDelay(args.step_delay))
-    history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    try:
+        history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    except Preempted:
+        return PREEMPTED_EXIT
     loss, accuracy = model.evaluate(test, verbose=0)
     save_final_model(model, p["final"], task)
     epochs_run = len(history.history.get("loss", []))
@@ -100,6 +113,7 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
         task=task.key,
         epochs=args.epochs,
         epochs_run=epochs_run,
+        steps_run=progress.steps_run,
         examples_per_sec=f"{progress.examples_per_sec():.1f}",
         accuracy=f"{accuracy:.4f}",
         loss=f"{loss:.4f}",

@@ -106,10 +106,13 @@ def test_peer_that_never_starts_is_named_by_startup_watchdog(tmp_path, tfds_dir)
 
 
 CUSTOM = "python -m worker --loop custom --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
+# model.fit with the default --save-freq epoch: the preemption save lands mid-epoch all the same.
+FIT = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
 
 
-def test_launcher_sigint_preemption_resumes_with_zero_steps_lost(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, CUSTOM)
+@pytest.mark.parametrize("command", [CUSTOM, FIT], ids=["custom_loop", "fit"])
+def test_launcher_sigint_preemption_resumes_with_zero_steps_lost(tmp_path, tfds_dir, command):
+    spec = write_spec(tmp_path, tfds_dir, command)
     spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
     code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
                                     lambda proc: proc.send_signal(signal.SIGINT))])
@@ -124,8 +127,9 @@ def test_launcher_sigint_preemption_resumes_with_zero_steps_lost(tmp_path, tfds_
     assert int(progress(result.stdout, "result")[0]["steps_run"]) == 60 - saved[0]
 
 
-def test_host_sigterm_to_one_worker_saves_all_and_group_resumes(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, CUSTOM, extra="restart: {max_restarts: 1}\n")
+@pytest.mark.parametrize("command", [CUSTOM, FIT], ids=["custom_loop", "fit"])
+def test_host_sigterm_to_one_worker_saves_all_and_group_resumes(tmp_path, tfds_dir, command):
+    spec = write_spec(tmp_path, tfds_dir, command, extra="restart: {max_restarts: 1}\n")
     # SIGTERM to one worker, like a spot VM's shutdown notice
     code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=10 ",
                                     lambda proc: kill_task(spec, "worker:1", signal.SIGTERM))])
