@@ -3,7 +3,7 @@
 
 * SIGKILL of worker:1 mid-epoch (Keras fit, BackupAndRestore every --save-freq steps):
   death -> whole group relaunched, death -> first training step after restore, steps redone;
-* SIGTERM to worker:1 (custom loop, graceful preemption): steps redone (target 0).
+* SIGTERM to worker:1 (graceful preemption, custom loop and fit): steps redone (target 0).
 
     python bench/recovery.py [--save-freq 10] [--trials 2] [--warm-standby]
 """
@@ -31,7 +31,7 @@ TIMEOUT = 300
 STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)")
 START = re.compile(r"tfcluster-start epoch=\d+ step=\d+ global_step=(\d+) time=([0-9.]+)")
 FIRST = re.compile(r"tfcluster-first_step .*time=([0-9.]+)")
-PREEMPTED = re.compile(r"tfcluster-preempted global_step=(\d+)")
+PREEMPTED = re.compile(r"tfcluster-preempted .*\bglobal_step=(\d+)")
 
 
 WARM = False
@@ -119,13 +119,15 @@ def main() -> int:
                   f"relaunch {r['relaunch']:.2f} s, first step after restore {r['first_step']:.2f} s, "
                   f"steps redone {r['redone']} (save_freq {args.save_freq})", flush=True)
         pre = []
-        for i in range(args.trials):
-            work = Path(tmp) / f"term{i}"
-            work.mkdir()
-            r = trial(work, custom, 15, 20 + 5 * i)
-            pre.append(r)
-            print(f"SIGTERM trial {i + 1}: preempted at step {r['killed_at']}, resumed at {r['resumed']}: "
-                  f"steps redone {r['redone']}, first step after restore {r['first_step']:.2f} s", flush=True)
+        for loop, entrypoint in (("custom loop", custom), ("fit", fit)):
+            for i in range(args.trials):
+                work = Path(tmp) / f"term-{loop.split()[0]}{i}"
+                work.mkdir()
+                r = trial(work, entrypoint, 15, 21 + 5 * i)
+                pre.append(r)
+                print(f"SIGTERM trial {i + 1} ({loop}): preempted at step {r['killed_at']}, resumed at "
+                      f"{r['resumed']}: steps redone {r['redone']}, first step after restore "
+                      f"{r['first_step']:.2f} s", flush=True)
         med = lambda k, rs: statistics.median(x[k] for x in rs)  # noqa: E731
         print(f"median SIGKILL: relaunch {med('relaunch', rows):.2f} s (target <= 1), first step after restore "
               f"{med('first_step', rows):.2f} s (target <= 8), steps redone {max(r['redone'] for r in rows)} "

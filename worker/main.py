@@ -38,11 +38,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="checkpoints, backups and the final model (default: $TFCLUSTER_STATE_DIR or ./tfcluster-state)")
     p.add_argument("--save-freq", default="epoch",
                    help="BackupAndRestore frequency: 'epoch' or a number of steps (a crash loses at most that many)")
-    p.add_argument("--preemption-check-every", type=int, default=1,
-                   help="MWMS --loop fit: all-reduce the workers' SIGTERM flags every N steps (one small "
-                        "collective each); on SIGTERM every worker saves the agreed step and exits 143. "
-                        "0 = off: SIGTERM then waits for the launcher's SIGKILL (the custom loop always checks, "
-                        "inside its step, for free)")
+    p.add_argument("--no-graceful-preemption", action="store_true",
+                   help="MWMS --loop fit: do not all-reduce the workers' SIGTERM flags each step (then SIGTERM "
+                        "waits for the launcher's SIGKILL and up to --save-freq steps are redone)")
     p.add_argument("--progress-every", type=int, default=10, help="print a progress line every N steps")
     p.add_argument("--step-delay", type=float, default=0.0,
                    help="sleep this many seconds per step (slows demos and fault-injection tests)")
@@ -67,8 +65,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--epochs must be >= 1")
     if args.batch_size < 1:
         p.error("--batch-size must be >= 1")
-    if args.preemption_check_every < 0:
-        p.error("--preemption-check-every must be >= 0")
     if args.steps_per_execution < 1:
         p.error("--steps-per-execution must be >= 1")
     if args.partition_min_size_kb < 0:

@@ -64,7 +64,7 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
         return run_mwms_custom(args, task, model_dir)
     tf.keras.utils.set_random_seed(args.seed)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    flag = PreemptionFlag() if args.preemption_check_every else None
+    flag = None if args.no_graceful_preemption else PreemptionFlag()
     if flag is not None:
         flag.install()
     replicas = strategy.num_replicas_in_sync
@@ -91,7 +91,7 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
     )
     callbacks = [backup]
     if flag is not None:
-        callbacks.append(SaveOnPreemption(strategy, backup, flag, every=args.preemption_check_every))
+        callbacks.append(SaveOnPreemption(backup, flag))
     callbacks += [
         keras.callbacks.ModelCheckpoint(
             filepath=str(p["checkpoints"] / "ckpt-{epoch:03d}"),
