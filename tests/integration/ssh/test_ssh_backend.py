@@ -170,6 +170,46 @@ def test_two_host_mwms_trains_to_success_over_ssh(lab, make_spec):
         f"{lab.host('h1').address}:23456", f"{lab.host('h2').address}:23456"]
 
 
+def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spec):
+    """ParameterServerStrategy across three hosts: chief, ps and two workers; a worker SIGKILLed
+    on its host is relaunched alone there (a second remote start, through boot.py), rejoins, and
+    the run succeeds with the servers stopped on every host."""
+    from tests.integration.tfrun import progress, run_and_act
+    from tests.prereq import require_tf
+
+    require_tf()
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "20", "--step-delay", "0.25",
+         "--progress-every", "5"],
+        hosts=["h1", "h2", "h3"], strategy="parameter_server", tasks={"chief": 1, "worker": 2, "ps": 1},
+        restart={"max_restarts": 2}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        ssh={"require": ["tensorflow", "tf_keras"]},
+    )
+    plan = json.loads(tfcluster("plan", "--json", str(spec)).stdout)
+    where = {f"{t['type']}:{t['index']}": t["host"] for t in plan["tasks"]}
+    assert len(set(where.values())) == 3, where  # really spread over the hosts
+
+    def kill_worker1(_proc):
+        pids = _pidfiles(spec, 4)
+        os.kill(pids["worker-1.0.pid"][1], signal.SIGKILL)
+
+    code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=0 step=10 ", kill_worker1),
+                                   (r"\[chief:0\] tfcluster-worker_recovered task=worker:1 ", lambda p: None)],
+                            timeout=230)
+    assert code == 0, out[-5000:]
+    assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2)" in out, out[-3000:]
+    assert "restarting the whole group" not in out
+    assert len(progress(out, "server", "worker:1")) == 2 and len(progress(out, "start", "chief:0")) == 1
+    (res,) = progress(out, "result", "chief:0")
+    assert 40 <= int(res["global_step"]) <= 41 and res["epochs_run"] == "2", res
+    events = [json.loads(x) for x in (spec.parent / "runs/sshtest/latest/events.jsonl").read_text().splitlines()]
+    starts = [e["ssh_host"] for e in events if e["event"] == "start" and e["task"] == "worker:1"]
+    assert starts == [where["worker:1"]] * 2  # relaunched on its own host
+    pids = _pidfiles(spec, 5)
+    assert "worker-1.1.pid" in pids
+    _wait_gone([p for pair in pids.values() for p in pair], 15)
+
+
 # ---------------------------------------------------------------- preflight
 
 
