@@ -21,7 +21,7 @@ import tf_keras as keras
 
 from . import data as data_lib
 from .cluster import TaskInfo
-from .model import build_cnn
+from .model import build_cnn, gradient_step, per_example_loss
 from .mwms import paths, save_final_model
 from .preemption import PREEMPTED_EXIT, PreemptionFlag
 from .progress import emit
@@ -46,17 +46,11 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
         optimizer = model.optimizer
         train_accuracy = keras.metrics.SparseCategoricalAccuracy()
         test_accuracy = keras.metrics.SparseCategoricalAccuracy()
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+    loss_fn = per_example_loss()
 
     def step_fn(inputs, preempt):
         images, labels = inputs
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = tf.nn.compute_average_loss(loss_fn(labels, logits), global_batch_size=global_batch)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        train_accuracy.update_state(labels, logits)
-        return loss, preempt
+        return gradient_step(model, loss_fn, train_accuracy, images, labels, global_batch), preempt
 
     @tf.function
     def train_step(iterator, preempt):

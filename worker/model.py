@@ -1,7 +1,9 @@
-"""The seeds' CNN: Conv2D 32 -> MaxPool -> Flatten -> Dense 64 -> Dense 10 (logits)."""
+"""The seeds' CNN: Conv2D 32 -> MaxPool -> Flatten -> Dense 64 -> Dense 10 (logits), and the
+one gradient step both custom loops (MWMS and PSS) run per replica."""
 
 from __future__ import annotations
 
+import tensorflow as tf
 import tf_keras as keras
 
 
@@ -23,3 +25,21 @@ def build_cnn(input_shape: tuple, num_classes: int = 10, learning_rate: float = 
         metrics=["accuracy"],
     )
     return model
+
+
+def per_example_loss() -> keras.losses.Loss:
+    """The compiled loss without reduction: custom loops average it over the *global* batch."""
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+
+
+def gradient_step(model: keras.Model, loss_fn: keras.losses.Loss, accuracy: keras.metrics.Metric, images, labels,
+                  global_batch: int):
+    """One replica's step inside ``strategy.run``: forward, loss averaged over the global batch
+    (so the strategy's gradient sum is the global mean), apply, accuracy. Returns the loss."""
+    with tf.GradientTape() as tape:
+        logits = model(images, training=True)
+        loss = tf.nn.compute_average_loss(loss_fn(labels, logits), global_batch_size=global_batch)
+    grads = tape.gradient(loss, model.trainable_variables)
+    model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    accuracy.update_state(labels, logits)
+    return loss

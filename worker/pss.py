@@ -35,7 +35,7 @@ import tf_keras as keras
 
 from . import data as data_lib
 from .cluster import TaskInfo
-from .model import build_cnn
+from .model import build_cnn, gradient_step, per_example_loss
 from .mwms import paths
 from .progress import emit
 
@@ -313,7 +313,7 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
         loss_count = tf.Variable(0.0, dtype=tf.float32, trainable=False)
     describe_partitioning(model)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+    loss_fn = per_example_loss()
 
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     dataset_fn = make_dataset_fn(args)
@@ -328,12 +328,7 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
     def train_step(iterator):
         def replica_fn(inputs):
             images, labels = inputs
-            with tf.GradientTape() as tape:
-                logits = model(images, training=True)
-                loss = tf.nn.compute_average_loss(loss_fn(labels, logits), global_batch_size=batch)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            train_accuracy.update_state(labels, logits)
+            loss = gradient_step(model, loss_fn, train_accuracy, images, labels, batch)
             loss_sum.assign_add(loss)
             loss_count.assign_add(1.0)
             return loss
