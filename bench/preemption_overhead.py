@@ -15,27 +15,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.netutil import free_base  # noqa: E402
+from benchlib import ROOT, write_spec
 
 RESULT = re.compile(r"\[worker:0\] tfcluster-result .*examples_per_sec=([0-9.]+)")
 TIMEOUT = 600
 
 
 def run(work: Path, graceful: bool, steps: int) -> float:
-    spec = work / "cluster.yaml"
-    spec.write_text(textwrap.dedent(f"""\
-        name: bench-preempt
-        strategy: multi_worker_mirrored
-        entrypoint: python -m worker --epochs 1 --steps-per-epoch {steps}{'' if graceful else ' --no-graceful-preemption'}
-        tasks: {{worker: 2}}
-        ports: {{base: {free_base(2)}}}
-        env: {{PYTHONPATH: {ROOT}, TFDS_DATA_DIR: {work / 'tfds'}, TF_CPP_MIN_LOG_LEVEL: "2"}}
-    """))
+    entrypoint = f"python -m worker --epochs 1 --steps-per-epoch {steps}" + ("" if graceful else " --no-graceful-preemption")
+    spec = write_spec(work, entrypoint, work / "tfds")
     proc = subprocess.run([sys.executable, "-m", "launcher", "up", str(spec)], cwd=ROOT, capture_output=True,
                           text=True, timeout=TIMEOUT)
     m = RESULT.search(proc.stdout)

@@ -19,14 +19,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.helpers import task_pid  # noqa: E402
-from tests.netutil import free_base  # noqa: E402
+from benchlib import ROOT, write_spec
+from tests.helpers import task_pid
 
 TIMEOUT = 400
 
@@ -40,18 +37,8 @@ def lines(text: str, kind: str) -> list[dict]:
 
 
 def spec_file(work: Path, tfds: Path, entrypoint: str) -> Path:
-    spec = work / "cluster.yaml"
-    spec.write_text(textwrap.dedent(f"""\
-        name: bench
-        strategy: parameter_server
-        entrypoint: {entrypoint}
-        tasks: {{chief: 1, worker: 2, ps: 1}}
-        ports: {{base: {free_base()}}}
-        env: {{PYTHONPATH: {ROOT}, TFDS_DATA_DIR: {tfds}, TF_CPP_MIN_LOG_LEVEL: "2"}}
-        restart: {{max_restarts: 2}}
-        watchdog: {{startup_timeout: 180, stop_grace: 3}}
-    """))
-    return spec
+    return write_spec(work, entrypoint, tfds, strategy="parameter_server", tasks="{chief: 1, worker: 2, ps: 1}",
+                      extra="restart: {max_restarts: 2}\nwatchdog: {startup_timeout: 180, stop_grace: 3}\n")
 
 
 def run(work: Path, tfds: Path, entrypoint: str, kill_at: int | None = None) -> tuple[Path, float | None]:

@@ -18,14 +18,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.helpers import task_pid  # noqa: E402
-from tests.netutil import free_base  # noqa: E402
+from benchlib import ROOT, write_spec
+from tests.helpers import task_pid
 
 TIMEOUT = 300
 STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)")
@@ -38,17 +35,8 @@ WARM = False
 
 
 def spec_file(work: Path, entrypoint: str) -> Path:
-    spec = work / "cluster.yaml"
-    spec.write_text(textwrap.dedent(f"""\
-        name: bench
-        strategy: multi_worker_mirrored
-        entrypoint: {entrypoint}
-        tasks: {{worker: 2}}
-        ports: {{base: {free_base()}}}
-        env: {{PYTHONPATH: {ROOT}, TFDS_DATA_DIR: {work / 'tfds'}, TF_CPP_MIN_LOG_LEVEL: "2"}}
-        restart: {{max_restarts: 1, warm_standby: {str(WARM).lower()}}}
-    """))
-    return spec
+    return write_spec(work, entrypoint, work / "tfds",
+                      extra=f"restart: {{max_restarts: 1, warm_standby: {str(WARM).lower()}}}\n")
 
 
 def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:

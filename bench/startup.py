@@ -16,30 +16,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.netutil import free_base  # noqa: E402
+from benchlib import ROOT, write_spec
 
 FIRST_STEP = re.compile(r"tfcluster-first_step .*time=([0-9.]+)")
 TIMEOUT = 300
 
 
-def write_spec(workdir: Path, workers: int, tfds_dir: Path) -> Path:
-    spec = workdir / "cluster.yaml"
-    spec.write_text(textwrap.dedent(f"""\
-        name: bench
-        strategy: multi_worker_mirrored
-        entrypoint: python -m worker --epochs 1 --steps-per-epoch 5
-        tasks: {{worker: {workers}}}
-        ports: {{base: {free_base(workers)}}}
-        env: {{PYTHONPATH: {ROOT}, TFDS_DATA_DIR: {tfds_dir}, TF_CPP_MIN_LOG_LEVEL: "2"}}
-    """))
-    return spec
+def spec_for(work: Path, workers: int, tfds_dir: Path) -> Path:
+    return write_spec(work, "python -m worker --epochs 1 --steps-per-epoch 5", tfds_dir, tasks=f"{{worker: {workers}}}")
 
 
 def first_steps(streams, expected: int, started: float) -> float:
@@ -107,7 +95,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tfcluster-bench-") as tmp:
         work = Path(tmp)
         tfds_dir = work / "tfds"
-        spec = write_spec(work, args.workers, tfds_dir)
+        spec = spec_for(work, args.workers, tfds_dir)
         print(f"warm-up (builds the offline dataset, fills the page cache) with {args.workers} workers ...", flush=True)
         by_hand(spec, args.workers)
         launched, manual = [], []
@@ -117,7 +105,7 @@ def main() -> int:
             if trial % 2 == 0:
                 order.reverse()
             for name, fn in order:
-                spec = write_spec(work, args.workers, tfds_dir)
+                spec = spec_for(work, args.workers, tfds_dir)
                 took = fn(spec, args.workers)
                 (launched if name == "tfcluster" else manual).append(took)
                 print(f"trial {trial}: {name:9s} {took:6.2f} s to every worker's first step", flush=True)
