@@ -96,6 +96,11 @@ class SaveOnPreemption(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not logs or float(logs.get(self.KEY, 0.0)) <= 0:
             return
+        steps = (self.params or {}).get("steps")
+        if steps and batch + 1 >= steps:
+            # The epoch's last batch (every worker sees the same count): let the epoch end, so
+            # its ModelCheckpoint is written; the next batch stops, or fit simply finishes.
+            return
         # Everyone at the same batch: back it up (the checkpoint records epoch and batch).
         self.backup._backup(epoch=self._epoch, batch=batch)
         emit("preempted", epoch=self._epoch, step=batch + 1,

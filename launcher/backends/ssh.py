@@ -201,9 +201,9 @@ class _HostState:
         self.workdir = ""
         self.lock = threading.Lock()
         self.forwarding = True
-        # After preflight: (task key, pid file, channel) of the host agent waiting to become
-        # that task's wrapper, so the host's first task costs no second remote shell.
-        self.spare: Optional[tuple[str, object]] = None  # (task key, channel)
+        # After preflight: (task key, channel) of the host agent waiting to become that task's
+        # wrapper, so the host's first task costs no second remote shell.
+        self.spare: Optional[tuple[str, object]] = None
 
     @property
     def transport(self):
