@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Callable
@@ -58,3 +61,22 @@ def task_pid(run_id: str, key: str) -> int:
     if not pids:
         raise RuntimeError(f"no process for {key}")
     return pids[0]
+
+
+def script_spec(tmp_path: Path, script: str, tasks: str = "{worker: 2}", extra: str = "", *,
+                strategy: str = "multi_worker_mirrored", watchdog: str = "{stop_grace: 1}") -> Path:
+    """A cluster.yaml (run name ``t``) whose every task runs ``script`` (written to task.py)
+    with this Python on fresh local ports; ``extra`` is appended YAML."""
+    from tests.netutil import free_base
+
+    (tmp_path / "task.py").write_text(textwrap.dedent(script))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: t
+        strategy: {strategy}
+        entrypoint: [{json.dumps(sys.executable)}, task.py]
+        tasks: {tasks}
+        ports: {{base: {free_base()}}}
+        watchdog: {watchdog}
+    """) + textwrap.dedent(extra))
+    return path

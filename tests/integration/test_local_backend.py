@@ -16,25 +16,10 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from tests.helpers import pids_with_env, wait_for
-from tests.netutil import free_base
+from tests.helpers import pids_with_env, script_spec, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def spec(tmp_path: Path, script: str, tasks: str = "{worker: 2}", extra: str = "") -> Path:
-    (tmp_path / "task.py").write_text(textwrap.dedent(script))
-    path = tmp_path / "cluster.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: t
-        strategy: multi_worker_mirrored
-        entrypoint: [{json.dumps(sys.executable)}, task.py]
-        tasks: {tasks}
-        ports: {{base: {free_base()}}}
-        watchdog: {{stop_grace: 1}}
-    """) + textwrap.dedent(extra))
-    return path
 
 
 def events(tmp_path: Path) -> list[dict]:
@@ -43,7 +28,7 @@ def events(tmp_path: Path) -> list[dict]:
 
 
 def test_success_prefixed_output_logs_and_events(tmp_path, capsys):
-    path = spec(tmp_path, """\
+    path = script_spec(tmp_path, """\
         import json, os
         conf = json.loads(os.environ["TF_CONFIG"])
         print("hello from", conf["task"]["type"], conf["task"]["index"], os.environ["TFCLUSTER_RESTART_COUNT"])
@@ -60,7 +45,7 @@ def test_success_prefixed_output_logs_and_events(tmp_path, capsys):
 
 
 def test_failing_task_root_cause_others_stopped_exit_1(tmp_path, capsys):
-    path = spec(tmp_path, """\
+    path = script_spec(tmp_path, """\
         import json, os, sys, time
         index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
         if index == 1:
@@ -84,7 +69,7 @@ def test_failing_task_root_cause_others_stopped_exit_1(tmp_path, capsys):
 
 
 def test_port_in_use_fails_before_anything_starts(tmp_path, capsys):
-    path = spec(tmp_path, "print('must not run')\n")
+    path = script_spec(tmp_path, "print('must not run')\n")
     port = json.loads(subprocess.run([sys.executable, "-m", "launcher", "plan", str(path), "--json"], capture_output=True,
                                      text=True, timeout=60, cwd=ROOT).stdout)["tasks"][1]["port"]
     with socket.socket() as holder:
@@ -98,14 +83,14 @@ def test_port_in_use_fails_before_anything_starts(tmp_path, capsys):
 
 
 def test_missing_command_is_reported_before_start(tmp_path, capsys):
-    path = spec(tmp_path, "")
+    path = script_spec(tmp_path, "")
     path.write_text(path.read_text().replace(json.dumps(sys.executable), "no-such-program-xyz"))
     assert main(["up", str(path)]) == 1
     assert "entrypoint: command 'no-such-program-xyz' not found on PATH" in capsys.readouterr().err
 
 
 def test_dry_run_starts_nothing(tmp_path, capsys):
-    path = spec(tmp_path, "open('ran', 'w').write('x')\n")
+    path = script_spec(tmp_path, "open('ran', 'w').write('x')\n")
     assert main(["up", str(path), "--dry-run"]) == 0
     assert "dry run: preflight passed; would start 2 tasks" in capsys.readouterr().err
     assert not (tmp_path / "ran").exists() and not (tmp_path / "runs").exists()
@@ -135,7 +120,7 @@ def _wait_run(tmp_path: Path, count: int) -> str:
 
 
 def test_sigint_stops_everything_exit_130(tmp_path):
-    path = spec(tmp_path, SLEEPER)
+    path = script_spec(tmp_path, SLEEPER)
     proc = _launch(path)
     try:
         run_id = _wait_run(tmp_path, 4)  # 2 wrappers + 2 tasks
@@ -150,7 +135,7 @@ def test_sigint_stops_everything_exit_130(tmp_path):
 
 
 def test_sigkill_of_launcher_leaves_no_task(tmp_path):
-    path = spec(tmp_path, SLEEPER)
+    path = script_spec(tmp_path, SLEEPER)
     proc = _launch(path)
     try:
         run_id = _wait_run(tmp_path, 4)
@@ -163,7 +148,7 @@ def test_sigkill_of_launcher_leaves_no_task(tmp_path):
 
 
 def test_down_stops_a_running_launcher(tmp_path):
-    path = spec(tmp_path, SLEEPER)
+    path = script_spec(tmp_path, SLEEPER)
     proc = _launch(path)
     try:
         run_id = _wait_run(tmp_path, 4)
@@ -180,7 +165,7 @@ def test_down_stops_a_running_launcher(tmp_path):
 
 
 def test_group_restart_then_success(tmp_path, capsys):
-    path = spec(tmp_path, """\
+    path = script_spec(tmp_path, """\
         import json, os, sys
         index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
         attempt = int(os.environ["TFCLUSTER_RESTART_COUNT"])
@@ -198,7 +183,7 @@ def test_group_restart_then_success(tmp_path, capsys):
 
 
 def test_retryable_failure_every_time_stops_after_max_restarts(tmp_path, capsys):
-    path = spec(tmp_path, "import os; os.kill(os.getpid(), 9)\n", extra="restart: {max_restarts: 2}\n")
+    path = script_spec(tmp_path, "import os; os.kill(os.getpid(), 9)\n", extra="restart: {max_restarts: 2}\n")
     assert main(["up", str(path)]) == 1
     err = capsys.readouterr().err
     assert "gave up after 3 attempt(s): restart.max_restarts is 2" in err
@@ -207,7 +192,7 @@ def test_retryable_failure_every_time_stops_after_max_restarts(tmp_path, capsys)
 
 
 def test_startup_timeout_names_the_task_that_never_came_up(tmp_path, capsys):
-    path = spec(tmp_path, """\
+    path = script_spec(tmp_path, """\
         import json, os, socket, time
         conf = json.loads(os.environ["TF_CONFIG"])
         if conf["task"]["index"] == 0:
@@ -233,7 +218,7 @@ LISTEN = textwrap.dedent("""\
 
 
 def test_hang_watchdog_catches_sigstopped_task(tmp_path, capsys):
-    path = spec(tmp_path, LISTEN + textwrap.dedent("""\
+    path = script_spec(tmp_path, LISTEN + textwrap.dedent("""\
         server = listen()
         for i in range(600):
             print("tick", i, flush=True)
@@ -252,7 +237,7 @@ def test_hang_watchdog_catches_sigstopped_task(tmp_path, capsys):
 def test_hang_clock_starts_when_every_task_is_up(tmp_path, capsys):
     # Silent for 3 s before opening its port (like importing TensorFlow), with hang_timeout 2:
     # that is startup, not a hang.
-    path = spec(tmp_path, LISTEN + textwrap.dedent("""\
+    path = script_spec(tmp_path, LISTEN + textwrap.dedent("""\
         time.sleep(3)
         server = listen()
         for i in range(8):
@@ -265,7 +250,7 @@ def test_hang_clock_starts_when_every_task_is_up(tmp_path, capsys):
 
 
 def test_unwritable_run_dir_is_one_line_not_a_traceback(tmp_path, capsys):
-    path = spec(tmp_path, "print('must not run')\n")
+    path = script_spec(tmp_path, "print('must not run')\n")
     (tmp_path / "runs").write_text("a file where the run directory should be")
     assert main(["up", str(path)]) == 1
     err = capsys.readouterr().err

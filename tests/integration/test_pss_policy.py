@@ -3,14 +3,10 @@ silent by design versus the hang watchdog."""
 
 from __future__ import annotations
 
-import json
-import sys
-import textwrap
 from pathlib import Path
 
 from launcher.cli import main
-from tests.helpers import pids_with_env, wait_for
-from tests.netutil import free_base
+from tests.helpers import pids_with_env, script_spec, wait_for
 
 import pytest
 
@@ -41,19 +37,9 @@ TASK = """\
 
 
 def pss_spec(tmp_path: Path, env: str = "{}") -> Path:
-    (tmp_path / "task.py").write_text(textwrap.dedent(TASK))
-    path = tmp_path / "cluster.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: t
-        strategy: parameter_server
-        entrypoint: [{json.dumps(sys.executable)}, task.py]
-        tasks: {{chief: 1, worker: 2, ps: 1}}
-        ports: {{base: {free_base()}}}
-        env: {env}
-        restart: {{max_restarts: 1}}
-        watchdog: {{stop_grace: 1, hang_timeout: 2}}
-    """))
-    return path
+    return script_spec(tmp_path, TASK, tasks="{chief: 1, worker: 2, ps: 1}", strategy="parameter_server",
+                       watchdog="{stop_grace: 1, hang_timeout: 2}",
+                       extra=f"env: {env}\nrestart: {{max_restarts: 1}}\n")
 
 
 def run_id(tmp_path: Path) -> str:
