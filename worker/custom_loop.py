@@ -24,14 +24,15 @@ from .cluster import TaskInfo
 from .model import build_cnn, gradient_step, per_example_loss
 from .mwms import paths, save_final_model
 from .preemption import PREEMPTED_EXIT, PreemptionFlag
-from .progress import emit
+from .progress import Throughput, emit
 
 
 def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
     tf.keras.utils.set_random_seed(args.seed)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    flag = PreemptionFlag()
-    flag.install()
+    flag = None if args.no_graceful_preemption else PreemptionFlag()
+    if flag is not None:
+        flag.install()
     replicas = strategy.num_replicas_in_sync
     global_batch = args.batch_size * replicas
     print(f"worker: {task.key} custom loop, {replicas} replica(s), global batch {global_batch}", flush=True)
@@ -46,6 +47,7 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
         optimizer = model.optimizer
         train_accuracy = keras.metrics.SparseCategoricalAccuracy()
         test_accuracy = keras.metrics.SparseCategoricalAccuracy()
+        test_loss = keras.metrics.Mean()
     loss_fn = per_example_loss()
 
     def step_fn(inputs, preempt):
@@ -63,7 +65,9 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
     def test_step(iterator):
         def fn(inputs):
             images, labels = inputs
-            test_accuracy.update_state(labels, model(images, training=False))
+            logits = model(images, training=False)
+            test_accuracy.update_state(labels, logits)
+            test_loss.update_state(loss_fn(labels, logits))
         strategy.run(fn, args=(next(iterator),))
 
     # Checkpoints: everyone reads the chief's; only the chief's writes are kept.
@@ -89,10 +93,15 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
     iterator = iter(dist_train)
     first_step_time = None
     steps_run = 0
+    throughput = Throughput(global_batch)
+    loss_sum, loss_steps = 0.0, 0  # the epoch's mean loss, as fit reports it
+    train_loss = train_acc = float("nan")
     while global_step < total_steps:
-        loss, preempted = train_step(iterator, tf.constant(1 if flag.raised else 0, tf.int32))
+        loss, preempted = train_step(iterator, tf.constant(1 if flag is not None and flag.raised else 0, tf.int32))
         global_step += 1
         steps_run += 1
+        loss_sum, loss_steps = loss_sum + float(loss), loss_steps + 1
+        throughput.mark(steps_run)
         if first_step_time is None:
             first_step_time = time.time()
             emit("first_step", epoch=global_step // steps_per_epoch, step=(global_step - 1) % steps_per_epoch,
@@ -107,9 +116,11 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
         if args.step_delay > 0:
             time.sleep(args.step_delay)
         if global_step % steps_per_epoch == 0:
-            emit("epoch", epoch=global_step // steps_per_epoch, loss=f"{float(loss):.4f}",
-                 accuracy=f"{float(train_accuracy.result()):.4f}")
+            train_loss, train_acc = loss_sum / loss_steps, float(train_accuracy.result())
+            emit("epoch", epoch=global_step // steps_per_epoch, loss=f"{train_loss:.4f}",
+                 accuracy=f"{train_acc:.4f}", time=f"{time.time():.3f}")
             train_accuracy.reset_states()
+            loss_sum, loss_steps = 0.0, 0
         if global_step % save_every == 0 or global_step == total_steps:  # the evaluator waits for the last
             save(global_step)
 
@@ -117,8 +128,7 @@ def run_mwms_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -
     for _ in range(data.num_test // global_batch):
         test_step(test_iterator)
     save_final_model(model, p["final"], task)
-    elapsed = time.time() - first_step_time if first_step_time else 0
-    rate = (steps_run - 1) * global_batch / elapsed if steps_run > 1 and elapsed > 0 else 0.0
-    emit("result", task=task.key, epochs=args.epochs, steps_run=steps_run, examples_per_sec=f"{rate:.1f}",
-         accuracy=f"{float(test_accuracy.result()):.4f}")
+    emit("result", task=task.key, epochs=args.epochs, steps_run=steps_run,
+         examples_per_sec=f"{throughput.rate():.1f}", accuracy=f"{float(test_accuracy.result()):.4f}",
+         loss=f"{float(test_loss.result()):.4f}", train_loss=f"{train_loss:.4f}", train_accuracy=f"{train_acc:.4f}")
     return 0

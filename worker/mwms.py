@@ -117,5 +117,8 @@ def run_mwms(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
         examples_per_sec=f"{progress.examples_per_sec():.1f}",
         accuracy=f"{accuracy:.4f}",
         loss=f"{loss:.4f}",
+        # The last epoch's training metrics as History recorded them (what every callback saw).
+        train_loss=f"{history.history.get('loss', [float('nan')])[-1]:.4f}",
+        train_accuracy=f"{history.history.get('accuracy', [float('nan')])[-1]:.4f}",
     )
     return 0

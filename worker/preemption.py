@@ -48,14 +48,19 @@ class SaveOnPreemption(keras.callbacks.Callback):
     """The fit-loop twin of the custom loop's per-step flag. It wraps the model's ``train_step``
     so that every step also all-reduces the workers' flags, inside the same graph as the
     gradient all-reduce (an extra eager collective per step cost up to a third of fit's
-    throughput here). When the sum is non-zero every worker has BackupAndRestore save this very
-    batch and leaves ``fit`` by raising ``Preempted``.
+    throughput here), and stores the sum in a variable this callback reads after each batch.
+    When the sum is non-zero every worker has BackupAndRestore save this very batch and leaves
+    ``fit`` by raising ``Preempted``.
+
+    The step's logs stay exactly the model's own: an extra key there (as this callback once
+    returned) makes tf_keras' ``_validate_and_get_metrics_result`` keep the step's logs as the
+    epoch's logs instead of the metrics' results -- and under MultiWorkerMirroredStrategy those
+    step logs are *summed* over workers (``reduce_per_replica``, reduction "auto"), so every
+    callback saw accuracy above 1.
 
     List it after the ``BackupAndRestore`` it saves through, which must use an integer
     ``save_freq``: only then does a restore resume inside an epoch (with ``"epoch"`` tf_keras
     would skip the rest of the interrupted epoch)."""
-
-    KEY = "preempt"  # the step's output (and batch log) carrying the all-reduced flags
 
     def __init__(self, backup: keras.callbacks.BackupAndRestore, flag: PreemptionFlag) -> None:
         super().__init__()
@@ -63,7 +68,10 @@ class SaveOnPreemption(keras.callbacks.Callback):
             raise ValueError("SaveOnPreemption needs BackupAndRestore(save_freq=<int>) to resume mid-epoch")
         self.backup = backup
         self.flag = flag
+        # Plain (not distributed) variables, created outside any strategy scope: this worker's
+        # flag, and the all-reduced sum the last step stored.
         self._raised = tf.Variable(0.0, trainable=False, name="tfcluster_preempt")
+        self.agreed = tf.Variable(0.0, trainable=False, name="tfcluster_preempt_agreed")
         self._told = False
         self._epoch = 0
 
@@ -71,13 +79,15 @@ class SaveOnPreemption(keras.callbacks.Callback):
         super().set_model(model)
         if getattr(model, "_tfcluster_preempt_wrapped", False):
             return
-        inner, raised, key = model.train_step, self._raised, self.KEY
+        inner, raised, agreed = model.train_step, self._raised, self.agreed
 
         def train_step(data):
-            logs = dict(inner(data))
+            logs = inner(data)
             ctx = tf.distribute.get_replica_context()
-            logs[key] = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(raised)) if ctx else raised
-            return logs
+            total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(raised)) if ctx else tf.identity(raised)
+            # Every replica stores the same sum; the logs are returned untouched.
+            with tf.control_dependencies([agreed.assign(total)]):
+                return tf.nest.map_structure(tf.identity, logs)
 
         model.train_step = train_step
         # A flag, not the variable: a variable set on the model would be tracked, checkpointed
@@ -94,7 +104,7 @@ class SaveOnPreemption(keras.callbacks.Callback):
             self._raised.assign(1.0)  # this step's all-reduce tells every worker
 
     def on_train_batch_end(self, batch, logs=None):
-        if not logs or float(logs.get(self.KEY, 0.0)) <= 0:
+        if float(self.agreed.numpy()) <= 0:
             return
         steps = (self.params or {}).get("steps")
         if steps and batch + 1 >= steps:

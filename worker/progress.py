@@ -1,7 +1,8 @@
 """Progress lines the launcher and people read: where training (re)started, a heartbeat every
 N steps (the hang watchdog's evidence of life), and a final summary line.
 
-Lines start with ``tfcluster-progress`` / ``tfcluster-result`` so tests and tools can parse them.
+Lines start with ``tfcluster-<kind>`` (start, first_step, step, epoch, result, ...) followed by
+``key=value`` fields, so tests and tools can parse them; fields are only ever added.
 """
 
 from __future__ import annotations
@@ -9,6 +10,38 @@ from __future__ import annotations
 import time
 
 import tf_keras as keras
+
+
+class Throughput:
+    """Training examples/s, the one place it is computed: over the steps after the first (which
+    includes tracing and warm-up), from the first step's end to the last step's end -- the
+    evaluation and saving that follow training are not counted. ``batch`` is the number of
+    examples one step consumes (the global batch; under PSS one worker's batch)."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+        self.first_time = None
+        self.first_step = 0
+        self.last_time = None
+        self.last_step = 0
+
+    def mark(self, step: int, now: float | None = None) -> None:
+        """``step`` steps are done at ``now`` (any monotone step count: a global step or a
+        count of steps run)."""
+        now = time.time() if now is None else now
+        if self.first_time is None:
+            self.first_time, self.first_step = now, step
+        self.last_time, self.last_step = now, step
+
+    @property
+    def steps(self) -> int:
+        return self.last_step - self.first_step
+
+    def rate(self) -> float:
+        if self.first_time is None:
+            return 0.0
+        elapsed = self.last_time - self.first_time
+        return self.steps * self.batch / elapsed if self.steps > 0 and elapsed > 0 else 0.0
 
 
 def emit(kind: str, **fields) -> None:
@@ -26,6 +59,7 @@ class ProgressLogger(keras.callbacks.Callback):
         self.first_step_time = None
         self.steps_run = 0
         self.train_start = None
+        self.throughput = Throughput(global_batch)
 
     def on_train_begin(self, logs=None):
         self.train_start = time.time()
@@ -43,6 +77,7 @@ class ProgressLogger(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps_run += 1
+        self.throughput.mark(self.steps_run)
         if self.first_step_time is None:
             self.first_step_time = time.time()
             emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
@@ -53,11 +88,7 @@ class ProgressLogger(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         emit("epoch", epoch=epoch + 1, loss=f"{logs.get('loss', float('nan')):.4f}",
-             accuracy=f"{logs.get('accuracy', float('nan')):.4f}")
+             accuracy=f"{logs.get('accuracy', float('nan')):.4f}", time=f"{time.time():.3f}")
 
     def examples_per_sec(self) -> float:
-        """Training throughput after the first step (which includes tracing and warm-up)."""
-        if self.first_step_time is None or self.steps_run < 2:
-            return 0.0
-        elapsed = time.time() - self.first_step_time
-        return (self.steps_run - 1) * self.global_batch / elapsed if elapsed > 0 else 0.0
+        return self.throughput.rate()

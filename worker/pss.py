@@ -37,7 +37,7 @@ from . import data as data_lib
 from .cluster import TaskInfo
 from .model import build_cnn, gradient_step, per_example_loss
 from .mwms import paths
-from .progress import emit
+from .progress import Throughput, emit
 
 
 def run_pss(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
@@ -208,8 +208,8 @@ class PssProgress(keras.callbacks.Callback):
         self._emitted = 0
         self._started = False
         self.first_step_time = None
-        self.first_step_global = 0
         self.last_global = 0
+        self.throughput = Throughput(batch)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -226,7 +226,7 @@ class PssProgress(keras.callbacks.Callback):
             # Steps are asynchronous: wait for the first one to finish so the timing is real.
             self.model._cluster_coordinator.join()
             self.first_step_time = time.time()
-            self.first_step_global = int(self.model.optimizer.iterations.numpy())
+            self.throughput.mark(int(self.model.optimizer.iterations.numpy()), self.first_step_time)
             emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
         # ``batch`` is the last step of the execution (several with --steps-per-execution).
         if (batch + 1) // self.every > self._emitted:
@@ -238,17 +238,14 @@ class PssProgress(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        self.last_global = int(self.model.optimizer.iterations.numpy())
+        self.last_global = int(self.model.optimizer.iterations.numpy())  # exact: fit joined
+        self.throughput.mark(self.last_global)
         emit("epoch", epoch=epoch + 1, global_step=self.last_global,
              loss=f"{float(logs.get('loss', float('nan'))):.4f}",
              accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}", time=f"{time.time():.3f}")
 
     def examples_per_sec(self) -> float:
-        if self.first_step_time is None:
-            return 0.0
-        elapsed = time.time() - self.first_step_time
-        done = self.last_global - self.first_step_global
-        return done * self.batch / elapsed if elapsed > 0 and done > 0 else 0.0
+        return self.throughput.rate()
 
 
 def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
@@ -290,6 +287,8 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
         examples_per_sec=f"{progress.examples_per_sec():.1f}",
         accuracy=f"{accuracy:.4f}",
         loss=f"{loss:.4f}",
+        train_loss=f"{history.history.get('loss', [float('nan')])[-1]:.4f}",
+        train_accuracy=f"{history.history.get('accuracy', [float('nan')])[-1]:.4f}",
     )
     return 0
 
@@ -352,8 +351,9 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
     epoch, step_in_epoch = divmod(global_step, per_epoch)
     emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}")
     start_global = global_step
+    train_loss = train_acc = float("nan")
     first_step_time = None
-    first_step_global = global_step
+    throughput = Throughput(batch)
     scheduled = global_step
     # Schedule up to each boundary (progress line, epoch, checkpoint, end), then join: the
     # counter read after a join is exact, and a checkpoint holds every step before it.
@@ -376,9 +376,9 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
             # The optimizer's counter is the source of truth (it is what checkpoints restore).
             print(f"worker: note: optimizer.iterations={global_step} after {scheduled} scheduled steps", flush=True)
             scheduled = global_step
+        throughput.mark(global_step)
         if first_step_time is None:
             first_step_time = time.time()
-            first_step_global = global_step
             emit("first_step", epoch=(global_step - 1) // per_epoch, step=(global_step - 1) % per_epoch,
                  time=f"{first_step_time:.3f}")
         if global_step % args.progress_every == 0:
@@ -386,19 +386,19 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
                  global_step=global_step)
         if global_step % per_epoch == 0 or global_step >= total_steps:
             n = float(loss_count.numpy())
+            train_loss = float(loss_sum.numpy()) / n if n else float("nan")
+            train_acc = float(train_accuracy.result())
             emit("epoch", epoch=math.ceil(global_step / per_epoch), global_step=global_step,
-                 loss=f"{float(loss_sum.numpy()) / n if n else float('nan'):.4f}",
-                 accuracy=f"{float(train_accuracy.result()):.4f}")
+                 loss=f"{train_loss:.4f}", accuracy=f"{train_acc:.4f}", time=f"{time.time():.3f}")
             train_accuracy.reset_states()
             loss_sum.assign(0.0)
             loss_count.assign(0.0)
         if global_step % save_every == 0 or global_step >= total_steps:
             save(global_step)
 
-    elapsed = time.time() - first_step_time if first_step_time else 0.0
-    done = global_step - first_step_global
-    rate = done * batch / elapsed if elapsed > 0 and done > 0 else 0.0
+    rate = throughput.rate()
     loss, accuracy = evaluate_and_save(model, data, args, p["final"])
     emit("result", task=task.key, epochs=args.epochs, steps_run=global_step - start_global, global_step=global_step,
-         examples_per_sec=f"{rate:.1f}", accuracy=f"{accuracy:.4f}", loss=f"{loss:.4f}")
+         examples_per_sec=f"{rate:.1f}", accuracy=f"{accuracy:.4f}", loss=f"{loss:.4f}",
+         train_loss=f"{train_loss:.4f}", train_accuracy=f"{train_acc:.4f}")
     return 0

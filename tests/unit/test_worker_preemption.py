@@ -42,7 +42,7 @@ def callback():
 
 def test_no_flag_anywhere_trains_on(callback):
     callback.on_epoch_begin(1)
-    callback.on_train_batch_end(3, {"loss": 0.5, "preempt": 0.0})
+    callback.on_train_batch_end(3, {"loss": 0.5})
     callback.on_train_batch_end(4, None)
     assert callback.backup.saved == []
 
@@ -51,8 +51,9 @@ def test_a_flag_on_any_worker_saves_this_batch_and_leaves_fit(callback, capsys):
     from worker.preemption import Preempted
 
     callback.on_epoch_begin(1)
+    callback.agreed.assign(1.0)  # what the wrapped step stores: the all-reduced sum
     with pytest.raises(Preempted):
-        callback.on_train_batch_end(3, {"loss": 0.5, "preempt": 1.0})  # the all-reduced sum
+        callback.on_train_batch_end(3, {"loss": 0.5})
     assert callback.backup.saved == [(1, 3)]
     assert "tfcluster-preempted epoch=1 step=4 global_step=37 saved=/state/backup" in capsys.readouterr().out
 
@@ -63,11 +64,12 @@ def test_the_epochs_last_batch_lets_the_epoch_end_first(callback):
     from worker.preemption import Preempted
 
     callback.on_epoch_begin(0)
-    callback.on_train_batch_end(9, {"preempt": 1.0})
+    callback.agreed.assign(1.0)
+    callback.on_train_batch_end(9, {})
     assert callback.backup.saved == []
     callback.on_epoch_begin(1)
     with pytest.raises(Preempted):
-        callback.on_train_batch_end(0, {"preempt": 1.0})
+        callback.on_train_batch_end(0, {})
     assert callback.backup.saved == [(1, 0)]
 
 
@@ -94,3 +96,26 @@ def test_needs_a_step_counted_backup():
     backup.save_freq = "epoch"
     with pytest.raises(ValueError, match="save_freq=<int>"):
         SaveOnPreemption(backup, PreemptionFlag())
+
+
+def test_the_wrapped_step_keeps_the_models_logs_and_stores_the_flag():
+    """The step's logs must stay the model's own metric names: an extra key made tf_keras keep
+    the (under MWMS summed-over-workers) step logs as epoch logs (issue 10)."""
+    require_tf()
+    import numpy as np
+    import tf_keras as keras
+
+    from worker.preemption import PreemptionFlag, SaveOnPreemption
+
+    model = keras.Sequential([keras.layers.Dense(2, input_shape=(3,))])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    backup = FakeBackup()
+    cb = SaveOnPreemption(backup, PreemptionFlag())
+    cb.set_model(model)
+    x, y = np.zeros((4, 3), "float32"), np.zeros((4,), "int64")
+    logs = model.train_on_batch(x, y, return_dict=True)
+    assert sorted(logs) == ["accuracy", "loss"]
+    assert float(cb.agreed.numpy()) == 0.0
+    cb._raised.assign(1.0)
+    model.train_on_batch(x, y)
+    assert float(cb.agreed.numpy()) == 1.0
