@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from .errors import SpecError
-from .spec import TASK_TYPES, Host, Spec
+from .spec import TASK_TYPES, Host, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")
@@ -110,7 +110,10 @@ def build_plan(spec: Spec) -> Plan:
     tasks = []
     argv = spec.argv
     for (task_type, index, host, address), port in zip(placements, ports):
-        tf_config = {"cluster": cluster, "task": {"type": task_type, "index": index}}
+        # Single-host strategies: the task's role only, no cluster (no TF server to start).
+        tf_config = {"task": {"type": task_type, "index": index}}
+        if not spec.single_host:
+            tf_config = {"cluster": cluster, **tf_config}
         tf_json = json.dumps(tf_config, separators=(",", ":"))
         env = dict(spec.env)
         env.update(
@@ -122,6 +125,7 @@ def build_plan(spec: Spec) -> Plan:
                 "TFCLUSTER_TASK": f"{task_type}:{index}",
             }
         )
+        env.update(_device_env(spec))
         tasks.append(
             PlannedTask(
                 type=task_type,
@@ -137,6 +141,20 @@ def build_plan(spec: Spec) -> Plan:
     used_hosts = {t.host for t in tasks}
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tuple(tasks), hosts=hosts)
+
+
+def _device_env(spec: Spec) -> dict[str, str]:
+    """``devices:`` and ``tpu:`` as the environment the worker reads."""
+    env = {}
+    if spec.devices.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = spec.devices.cuda_visible_devices
+    if spec.devices.cpus is not None:
+        env["TFCLUSTER_CPUS"] = str(spec.devices.cpus)
+    if spec.strategy == "tpu":
+        tpu = spec.tpu or Tpu()
+        env["TFCLUSTER_TPU"] = tpu.name
+        env.update({f"TFCLUSTER_TPU_{k.upper()}": v for k, v in (("zone", tpu.zone), ("project", tpu.project)) if v})
+    return env
 
 
 def _place(spec: Spec) -> list[tuple[str, int, str, str]]:
@@ -183,7 +201,7 @@ def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]]) -> li
     next_port: dict[str, int] = {}
     ports: list[Optional[int]] = []
     for i, (task_type, index, host, _addr) in enumerate(placements):
-        if task_type == "evaluator":
+        if task_type == "evaluator" or spec.single_host:  # serves nothing
             ports.append(None)
             continue
         if i in explicit:

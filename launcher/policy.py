@@ -5,6 +5,8 @@
   every chief/worker exiting 0.
 * ParameterServer: success follows the chief; the servers (ps, worker) never exit on their
   own, so any ps exit loses the job, while a dead worker is restarted alone on its address.
+* Single-host strategies (mirrored, central_storage, one_device, default, tpu) run one task:
+  success is that task exiting 0, any other exit fails the attempt (the MWMS rule for one member).
 * The evaluator is a sidecar: its failure is reported but does not fail training.
 """
 

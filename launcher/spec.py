@@ -20,7 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import SpecError
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+# Cluster strategies run a TF cluster over tasks and hosts; single-host strategies run one task.
+CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+SINGLE_HOST_STRATEGIES = ("mirrored", "central_storage", "one_device", "default", "tpu")
+STRATEGIES = CLUSTER_STRATEGIES + SINGLE_HOST_STRATEGIES
 BACKENDS = ("local", "ssh", "docker")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -228,9 +231,47 @@ class SSHOptions(_Model):
     probe_timeout: float = Field(default=3.0, gt=0)
 
 
+class Devices(_Model):
+    """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (CUDA_VISIBLE_DEVICES) and
+    ``cpus: N`` (N logical CPU devices, so mirrored/central_storage run N replicas without GPUs)."""
+
+    gpus: Any = "all"
+    cpus: Optional[int] = Field(default=None, ge=1, strict=True)
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, v: Any) -> Any:
+        if v == "all":
+            return v
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            return v
+        if isinstance(v, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v):
+            if len(set(v)) != len(v):
+                raise ValueError(f"{list(v)} lists a GPU twice; list each GPU index once")
+            return tuple(v)
+        raise ValueError(f"{v!r} is not valid; use all, a number of GPUs (2), or a list of GPU indices ([0, 2])")
+
+    @property
+    def cuda_visible_devices(self) -> Optional[str]:
+        """The CUDA_VISIBLE_DEVICES value, or None to leave every GPU visible."""
+        if self.gpus == "all":
+            return None
+        ids = range(self.gpus) if isinstance(self.gpus, int) else self.gpus
+        return ",".join(str(i) for i in ids) or "-1"  # -1: no GPU at all
+
+
+class Tpu(_Model):
+    """``tpu:`` -- which TPU ``strategy: tpu`` connects to (TPUClusterResolver's arguments)."""
+
+    name: str = "local"  # "local" = a TPU VM's own TPU; else the Cloud TPU's name
+    zone: Optional[str] = None
+    project: Optional[str] = None
+
+
 class Spec(_Model):
     name: str
-    strategy: Literal["multi_worker_mirrored", "parameter_server"]
+    strategy: Literal["multi_worker_mirrored", "parameter_server", "mirrored", "central_storage", "one_device",
+                      "default", "tpu"]
     backend: Literal["local", "ssh", "docker"] = "local"
     entrypoint: Union[str, tuple[str, ...]]
     hosts: tuple[Host, ...] = ()
@@ -245,6 +286,22 @@ class Spec(_Model):
     run_dir: str = "runs"
     # Working directory of local tasks, relative to the spec file.
     workdir: str = "."
+    devices: Devices = Devices()
+    tpu: Optional[Tpu] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_task_default(cls, data: Any) -> Any:
+        # Single-host strategies run one task: ``tasks:`` may be left out.
+        # (A misspelt strategy gets its own error, not a second one about tasks.)
+        if isinstance(data, dict) and "tasks" not in data and data.get("strategy", CLUSTER_STRATEGIES[0]) not in CLUSTER_STRATEGIES:
+            return {**data, "tasks": {"worker": 1}}
+        return data
+
+    @property
+    def single_host(self) -> bool:
+        """One task on one host, no TF cluster (no ``cluster`` in TF_CONFIG, no TF server port)."""
+        return self.strategy in SINGLE_HOST_STRATEGIES
 
     @field_validator("name")
     @classmethod
@@ -397,6 +454,15 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         problems.append((("tasks", "evaluator"), f"{evaluator} evaluators; at most one evaluator is allowed"))
     if chief > 1:
         problems.append((("tasks", "chief"), f"{chief} chiefs; a cluster has at most one chief"))
+    if spec.single_host:
+        if (chief, worker, ps, evaluator) != (0, 1, 0, 0):
+            problems.append((("tasks",), f"strategy {spec.strategy} runs one task on one host; for several hosts "
+                             "use multi_worker_mirrored (or set tasks: {worker: 1})"))
+    elif spec.devices.cpus is not None:
+        problems.append((("devices", "cpus"), f"{spec.strategy} runs one replica per task on CPU (TF splits only "
+                         "GPUs across a worker's replicas); drop devices.cpus or use strategy: mirrored"))
+    if spec.tpu is not None and spec.strategy != "tpu":
+        problems.append((("tpu",), "only strategy tpu uses a TPU; remove tpu: or set strategy: tpu"))
     if spec.strategy == "multi_worker_mirrored":
         if ps:
             problems.append(
@@ -404,7 +470,7 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
             )
         if chief + worker == 0:
             problems.append((("tasks", "worker"), "no workers; multi_worker_mirrored needs at least one worker or chief"))
-    else:
+    elif spec.strategy == "parameter_server":
         if chief != 1:
             if chief == 0:
                 problems.append((("tasks", "chief"), "parameter_server needs exactly one chief (the coordinator); set chief: 1"))
@@ -489,7 +555,7 @@ def _number_rule(loc: tuple, err: dict) -> str:
 def _missing_hint(loc: tuple) -> str:
     hints = {
         ("name",): "name: my-run",
-        ("strategy",): "strategy: multi_worker_mirrored (or parameter_server)",
+        ("strategy",): "strategy: multi_worker_mirrored (or " + ", ".join(STRATEGIES[1:]) + ")",
         ("entrypoint",): "entrypoint: python -m worker (the command every task runs)",
         ("tasks",): "tasks: {worker: 2}",
     }

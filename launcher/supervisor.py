@@ -169,7 +169,8 @@ class Supervisor:
                         grace = 0
                         return attempt
                 now = self.clock()
-                if len(ready) < len(self.plan.tasks) and now >= next_ready_check:
+                # (Runs once even when no task serves a port, e.g. single-host strategies.)
+                if attempt.ready_after is None and now >= next_ready_check:
                     next_ready_check = now + _READY_CHECK_EVERY
                     for task in self.plan.tasks:
                         if task.key not in ready and exits.get(task.key) is None and self.backend.port_open(task):

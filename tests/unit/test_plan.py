@@ -191,3 +191,33 @@ def test_to_json_shape():
     data = plan_of("name: d\nstrategy: multi_worker_mirrored\nentrypoint: x\ntasks: {worker: 1}\n").to_json()
     assert set(data["tasks"][0]) == {"type", "index", "host", "address", "port", "tf_config", "command", "env"}
     assert isinstance(data["tasks"][0]["tf_config"], dict)
+
+
+@pytest.mark.parametrize("extra, env", [
+    ("", {}),
+    ("devices: {gpus: [0, 2], cpus: 4}\n", {"CUDA_VISIBLE_DEVICES": "0,2", "TFCLUSTER_CPUS": "4"}),
+])
+def test_single_host_strategy_one_task_no_cluster_no_port(extra, env):
+    plan = plan_of("name: m\nstrategy: mirrored\nentrypoint: python -m worker\n" + extra)
+    assert table(plan) == [("worker:0", "localhost", "localhost", None)]
+    assert plan.tasks[0].tf_config == {"task": {"type": "worker", "index": 0}}
+    assert plan.success_task == "worker:0"
+    got = plan.tasks[0].env_dict
+    assert got["TFCLUSTER_STRATEGY"] == "mirrored"
+    assert {k: got[k] for k in got if k in ("CUDA_VISIBLE_DEVICES", "TFCLUSTER_CPUS")} == env
+
+
+@pytest.mark.parametrize("tpu, env", [
+    ("", {"TFCLUSTER_TPU": "local"}),
+    ("tpu: {name: my-tpu, zone: z, project: p}\n",
+     {"TFCLUSTER_TPU": "my-tpu", "TFCLUSTER_TPU_ZONE": "z", "TFCLUSTER_TPU_PROJECT": "p"}),
+])
+def test_tpu_env(tpu, env):
+    got = plan_of("name: t\nstrategy: tpu\nentrypoint: python -m worker\n" + tpu).tasks[0].env_dict
+    assert {k: v for k, v in got.items() if k.startswith("TFCLUSTER_TPU")} == env
+
+
+def test_mwms_gpus_reach_every_worker():
+    plan = plan_of("name: d\nstrategy: multi_worker_mirrored\nentrypoint: x\ntasks: {worker: 2}\ndevices: {gpus: 1}\n")
+    assert [t.env_dict["CUDA_VISIBLE_DEVICES"] for t in plan.tasks] == ["0", "0"]
+    assert all("cluster" in t.tf_config for t in plan.tasks)

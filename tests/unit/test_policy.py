@@ -79,3 +79,15 @@ def test_retry_classification_is_configurable():
 def test_backoff_doubles_and_caps():
     assert [backoff_delay(n, 1.0, 5.0) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
     assert backoff_delay(3, 0.0, 5.0) == 0.0
+
+
+@pytest.mark.parametrize("exits, state", [
+    ({"worker:0": None}, RUNNING),
+    ({"worker:0": 0}, SUCCEEDED),
+    ({"worker:0": 2}, FAILED),
+    ({"worker:0": 143}, FAILED),
+])
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage", "one_device", "default", "tpu"])
+def test_single_task_strategies_follow_their_one_task(strategy, exits, state):
+    verdict = assess(strategy, "worker:0", exits, [k for k, v in exits.items() if v is not None])
+    assert verdict.state == state and verdict.failed == (("worker:0",) if state == FAILED else ())

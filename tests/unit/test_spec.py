@@ -60,9 +60,11 @@ def test_unknown_nested_key_lists_valid_keys():
 
 
 def test_bad_strategy_lists_valid_values():
-    msg = one_error(BASE.replace("multi_worker_mirrored", "mirrored"))
-    assert msg.startswith("c.yaml:2: strategy: 'mirrored' is not valid; use one of")
-    assert "'multi_worker_mirrored'" in msg and "'parameter_server'" in msg
+    msg = one_error(BASE.replace("multi_worker_mirrored", "mirored"))
+    assert msg.startswith("c.yaml:2: strategy: 'mirored' is not valid; use one of")
+    for name in ("multi_worker_mirrored", "parameter_server", "mirrored", "central_storage", "one_device",
+                 "default", "tpu"):
+        assert f"'{name}'" in msg
 
 
 def test_bad_backend_lists_valid_values():
@@ -228,3 +230,48 @@ def test_warm_standby_is_local_only():
     assert parse_spec(BASE + "restart: {max_restarts: 1, warm_standby: true}\n").restart.warm_standby
     msg = one_error(BASE + "backend: docker\nrestart: {warm_standby: true}\n")
     assert "restart.warm_standby: only the local backend supports warm standby; set it to false for backend docker" in msg
+
+
+SINGLE = "name: demo\nstrategy: {}\nentrypoint: python -m worker\n"
+
+
+@pytest.mark.parametrize("strategy", ["mirrored", "central_storage", "one_device", "default", "tpu"])
+def test_single_host_strategies_default_to_one_worker(strategy):
+    spec = parse_spec(SINGLE.format(strategy))
+    assert spec.single_host and (spec.tasks.count("worker"), spec.tasks.count("chief")) == (1, 0)
+
+
+@pytest.mark.parametrize("tasks", ["{worker: 2}", "{chief: 1}", "{worker: 1, evaluator: 1}"])
+def test_single_host_strategy_with_several_tasks_is_one_line(tasks):
+    assert one_error(SINGLE.format("mirrored") + f"tasks: {tasks}\n") == (
+        "c.yaml:4: tasks: strategy mirrored runs one task on one host; for several hosts use "
+        "multi_worker_mirrored (or set tasks: {worker: 1})")
+
+
+@pytest.mark.parametrize("gpus, visible", [("all", None), ("2", "0,1"), ("0", "-1"), ("[0, 2]", "0,2")])
+def test_devices_gpus(gpus, visible):
+    spec = parse_spec(SINGLE.format("mirrored") + f"devices: {{gpus: {gpus}, cpus: 2}}\n")
+    assert spec.devices.cuda_visible_devices == visible and spec.devices.cpus == 2
+
+
+@pytest.mark.parametrize("devices, problem", [
+    ("{gpus: many}", "devices.gpus: 'many' is not valid; use all, a number of GPUs (2), or a list of GPU indices ([0, 2])"),
+    ("{gpus: [1, 1]}", "devices.gpus: [1, 1] lists a GPU twice; list each GPU index once"),
+    ("{cpus: 0}", "devices.cpus: must be a whole number >= 1 (got 0)"),
+    ("{tpus: 1}", "devices.tpus: unknown key 'tpus' (did you mean 'gpus'?); valid keys: gpus, cpus"),
+])
+def test_bad_devices_are_one_line(devices, problem):
+    assert one_error(SINGLE.format("mirrored") + f"devices: {devices}\n") == f"c.yaml:4: {problem}"
+
+
+def test_cpus_under_a_cluster_strategy_and_tpu_block_elsewhere_are_rejected():
+    assert one_error(BASE + "devices: {cpus: 2}\n") == (
+        "c.yaml:6: devices.cpus: multi_worker_mirrored runs one replica per task on CPU (TF splits only GPUs "
+        "across a worker's replicas); drop devices.cpus or use strategy: mirrored")
+    assert one_error(SINGLE.format("mirrored") + "tpu: {name: t1}\n") == (
+        "c.yaml:4: tpu: only strategy tpu uses a TPU; remove tpu: or set strategy: tpu")
+
+
+def test_tpu_block():
+    spec = parse_spec(SINGLE.format("tpu") + "tpu: {name: my-tpu, zone: us-central1-b, project: p}\n")
+    assert (spec.tpu.name, spec.tpu.zone, spec.tpu.project) == ("my-tpu", "us-central1-b", "p")
