@@ -144,8 +144,14 @@ def training_pipelines(args, global_batch: int, drop_test_remainder: bool = Fals
         .with_options(options)
     )
     test = data.test.batch(global_batch, drop_remainder=drop_test_remainder).with_options(options)
-    steps = args.steps_per_epoch or math.ceil(data.num_train / global_batch)
-    return Pipelines(data, train, test, steps)
+    return Pipelines(data, train, test, steps_per_epoch(args.steps_per_epoch, data.num_train, global_batch))
+
+
+def steps_per_epoch(requested: int, num_train: int, step_batch: int) -> int:
+    """Steps in an epoch, the one place it is computed: ``--steps-per-epoch`` if given, else
+    one pass over the training split at ``step_batch`` examples per step (the global batch;
+    under PSS one worker's batch)."""
+    return requested or math.ceil(num_train / step_batch)
 
 
 def _num_examples(info, split: str, ds: tf.data.Dataset) -> int:

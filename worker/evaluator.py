@@ -24,13 +24,13 @@ it cannot tell which checkpoint is the last one).
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import signal
 import time
 from pathlib import Path
 
 from .cluster import TaskInfo
+from .layout import Layout
 from .progress import emit
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
@@ -38,8 +38,6 @@ _POLL = 1.0
 _SETTLE = 0.5  # seconds an .index file must be unchanged before we read the checkpoint
 
 
-def checkpoint_dir(args: argparse.Namespace, model_dir: Path) -> Path:
-    return model_dir / "checkpoints" / ("custom" if args.loop == "custom" else "")
 
 
 def scan(directory: Path) -> dict[str, tuple[int, int]]:
@@ -63,11 +61,13 @@ def final_number(args: argparse.Namespace, task: TaskInfo, num_train: int) -> in
     """The number in the last checkpoint's name: the epoch count (fit), or the total steps (custom)."""
     if args.loop != "custom":
         return args.epochs
+    from .data import steps_per_epoch
+
     if args.strategy == "parameter_server":
         per_step = args.batch_size  # one worker's batch per step
     else:
         per_step = args.batch_size * max(1, task.num_workers)  # one replica per CPU worker
-    return args.epochs * (args.steps_per_epoch or math.ceil(num_train / per_step))
+    return args.epochs * steps_per_epoch(args.steps_per_epoch, num_train, per_step)
 
 
 class Stop:
@@ -81,7 +81,8 @@ class Stop:
 
 
 def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
-    watch = checkpoint_dir(args, model_dir)
+    layout = Layout(model_dir)
+    watch = layout.checkpoint_dir(args.loop)
     baseline = scan(watch)  # before TF's slow import: the chief cannot have saved anything yet
     stop = Stop()
     signal.signal(signal.SIGTERM, stop)
@@ -103,8 +104,8 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
 
     scalar_metadata = summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
-    writer = tf.summary.create_file_writer(str(model_dir / "tensorboard" / "eval"))
-    final_name = f"ckpt-{last}" if args.loop == "custom" else f"ckpt-{last:03d}"
+    writer = tf.summary.create_file_writer(str(layout.tensorboard / "eval"))
+    final_name = layout.checkpoint_name(args.loop, last)
     print(f"worker: evaluator watching {watch} (final checkpoint: {final_name}, "
           f"{len(baseline)} earlier checkpoint(s) skipped, timeout {args.eval_timeout:g} s)", flush=True)
 

@@ -1,8 +1,11 @@
 """``python -m worker``: the training entrypoint tfcluster starts on every task.
 
-The role comes from TF_CONFIG: under MultiWorkerMirroredStrategy every chief/worker trains;
-an evaluator task runs the sidecar evaluator. Exit codes: 0 done, 2 bad flags or TF_CONFIG
-(permanent: the launcher will not retry), anything else an unexpected failure.
+The strategy comes from ``--strategy`` ($TFCLUSTER_STRATEGY, set by tfcluster), the role from
+TF_CONFIG: under the synchronous strategies (sync.py) every chief/worker trains; under
+parameter_server (pss.py) the chief coordinates and the ps/worker tasks serve; an evaluator
+task runs the sidecar evaluator. Exit codes: 0 done, 2 bad flags, TF_CONFIG or no TPU
+(permanent: the launcher will not retry), 143 preempted (saved; retryable), anything else an
+unexpected failure.
 """
 
 from __future__ import annotations
@@ -17,12 +20,24 @@ from typing import Optional, Sequence
 
 from .cluster import ConfigError, task_from_env
 
+STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "central_storage", "one_device", "default",
+              "tpu")
+
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
-    p.add_argument("--strategy", choices=["multi_worker_mirrored", "parameter_server"],
+    p.add_argument("--strategy", choices=STRATEGIES,
                    default=os.environ.get("TFCLUSTER_STRATEGY", "multi_worker_mirrored"),
                    help="default: $TFCLUSTER_STRATEGY, set by tfcluster")
+    p.add_argument("--cpus", type=int, default=int(os.environ.get("TFCLUSTER_CPUS") or 0),
+                   help="split the CPU into this many logical devices (mirrored/central_storage replicas "
+                        "without GPUs); default: $TFCLUSTER_CPUS, from the spec's devices: {cpus: N}")
+    p.add_argument("--tpu", default=os.environ.get("TFCLUSTER_TPU", "local"),
+                   help="strategy tpu: 'local' (this TPU VM) or a Cloud TPU name; default: $TFCLUSTER_TPU")
+    p.add_argument("--tpu-zone", default=os.environ.get("TFCLUSTER_TPU_ZONE") or None)
+    p.add_argument("--tpu-project", default=os.environ.get("TFCLUSTER_TPU_PROJECT") or None)
+    p.add_argument("--tpu-timeout", type=float, default=120.0,
+                   help="strategy tpu: give up when the TPU has not answered within this many seconds")
     p.add_argument("--loop", choices=["fit", "custom"], default="fit",
                    help="Keras model.fit, or a custom training loop with strategy.run")
     p.add_argument("--epochs", type=int, default=3)
@@ -39,8 +54,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--save-freq", default="epoch",
                    help="BackupAndRestore frequency: 'epoch' or a number of steps (a crash loses at most that many)")
     p.add_argument("--no-graceful-preemption", action="store_true",
-                   help="MWMS --loop fit: do not all-reduce the workers' SIGTERM flags each step (then SIGTERM "
-                        "waits for the launcher's SIGKILL and up to --save-freq steps are redone)")
+                   help="synchronous strategies: do not all-reduce the replicas' SIGTERM flags each step (then "
+                        "SIGTERM waits for the launcher's SIGKILL and up to --save-freq steps are redone)")
     p.add_argument("--progress-every", type=int, default=10, help="print a progress line every N steps")
     p.add_argument("--step-delay", type=float, default=0.0,
                    help="sleep this many seconds per step (slows demos and fault-injection tests)")
@@ -67,6 +82,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--batch-size must be >= 1")
     if args.steps_per_execution < 1:
         p.error("--steps-per-execution must be >= 1")
+    if args.cpus < 0:
+        p.error("--cpus must be >= 0")
     if args.partition_min_size_kb < 0:
         p.error("--partition-min-size-kb must be >= 0")
     return args
@@ -87,7 +104,7 @@ def wait_as_standby() -> None:
     import tensorflow_datasets  # noqa: F401
     import tf_keras  # noqa: F401
 
-    from . import custom_loop, mwms  # noqa: F401
+    from . import pss, sync  # noqa: F401
 
     print(f"tfcluster-standby ready after={time.time() - started:.1f}s", flush=True)
     signal.sigwait({signal.SIGUSR1})
@@ -115,8 +132,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return run_pss(args, task, model_dir(args))
     if task.type not in ("chief", "worker"):
-        print(f"worker: error: task type {task.type!r} has no role under multi_worker_mirrored", file=sys.stderr)
+        print(f"worker: error: task type {task.type!r} has no role under {args.strategy}", file=sys.stderr)
         return 2
-    from .mwms import run_mwms
+    from .sync import run_sync
+    from .tpu import TpuUnavailable
 
-    return run_mwms(args, task, model_dir(args))
+    try:
+        return run_sync(args, task, model_dir(args))
+    except TpuUnavailable as exc:
+        print(f"worker: error: {exc}", file=sys.stderr, flush=True)
+        return 2

@@ -50,8 +50,9 @@ def emit(kind: str, **fields) -> None:
 
 
 class ProgressLogger(keras.callbacks.Callback):
-    def __init__(self, every: int = 10, global_batch: int = 0) -> None:
+    def __init__(self, every: int = 10, global_batch: int = 0, start_fields: dict | None = None) -> None:
         super().__init__()
+        self.start_fields = dict(start_fields or {})  # appended to the start line (strategy, replicas, ...)
         self.every = max(1, every)
         self.global_batch = global_batch
         self._epoch = 0
@@ -73,7 +74,8 @@ class ProgressLogger(keras.callbacks.Callback):
             iterations = int(self.model.optimizer.iterations.numpy())
             # Where this attempt starts: epoch/step inside the epoch, and the global step,
             # which BackupAndRestore restores (so a resume shows global_step > 0).
-            emit("start", epoch=self._epoch, step=batch, global_step=iterations, time=f"{time.time():.3f}")
+            emit("start", epoch=self._epoch, step=batch, global_step=iterations, time=f"{time.time():.3f}",
+                 **self.start_fields)
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps_run += 1

@@ -35,8 +35,8 @@ import tf_keras as keras
 
 from . import data as data_lib
 from .cluster import TaskInfo
+from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
-from .mwms import paths
 from .progress import Throughput, emit
 
 
@@ -133,6 +133,12 @@ def make_strategy(args: argparse.Namespace, task: TaskInfo) -> tf.distribute.Par
     return strategy
 
 
+def start_fields(strategy, task: TaskInfo) -> dict:
+    """What the start line reports: replicas per step (one worker's) and the workers running steps."""
+    return {"strategy": "parameter_server", "replicas": strategy.num_replicas_in_sync,
+            "workers": len(task.cluster.get("worker", []))}
+
+
 def describe_partitioning(model: keras.Model) -> None:
     shards: dict[str, list[str]] = {}
     for v in model.weights:
@@ -187,7 +193,7 @@ def evaluate_and_save(model: keras.Model, data: data_lib.Data, args: argparse.Na
 
 
 def steps_per_epoch(args: argparse.Namespace, data: data_lib.Data) -> int:
-    return args.steps_per_epoch or math.ceil(data.num_train / args.batch_size)
+    return data_lib.steps_per_epoch(args.steps_per_epoch, data.num_train, args.batch_size)  # a step: one worker's batch
 
 
 # ------------------------------------------------------------------ chief: model.fit
@@ -198,8 +204,9 @@ class PssProgress(keras.callbacks.Callback):
     accept RemoteValue logs (``_supports_tf_logs``); we never read the logs per batch, only the
     optimizer's step counter on the ps."""
 
-    def __init__(self, every: int, batch: int, step_delay: float = 0.0) -> None:
+    def __init__(self, every: int, batch: int, step_delay: float = 0.0, start_fields: dict | None = None) -> None:
         super().__init__()
+        self.start_fields = dict(start_fields or {})
         self._supports_tf_logs = True
         self.every = max(1, every)
         self.batch = batch
@@ -219,7 +226,7 @@ class PssProgress(keras.callbacks.Callback):
         if not self._started:
             self._started = True
             g = int(self.model.optimizer.iterations.numpy())
-            emit("start", epoch=self._epoch, step=batch, global_step=g, time=f"{time.time():.3f}")
+            emit("start", epoch=self._epoch, step=batch, global_step=g, time=f"{time.time():.3f}", **self.start_fields)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.first_step_time is None:
@@ -253,7 +260,7 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
     strategy = make_strategy(args, task)
     data = load_data(args)
     steps = steps_per_epoch(args, data)
-    p = paths(model_dir)
+    p = Layout(model_dir)
     if args.save_freq != "epoch":
         print("worker: note: under parameter_server tf_keras BackupAndRestore backs up per epoch only; "
               "use --loop custom for step-granular checkpoints", flush=True)
@@ -263,10 +270,11 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
             model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"],
                           steps_per_execution=args.steps_per_execution)
     describe_partitioning(model)
-    progress = PssProgress(args.progress_every, args.batch_size, args.step_delay * args.steps_per_execution)
+    progress = PssProgress(args.progress_every, args.batch_size, args.step_delay * args.steps_per_execution,
+                           start_fields=start_fields(strategy, task))
     callbacks = [
-        keras.callbacks.BackupAndRestore(backup_dir=str(p["backup"]), delete_checkpoint=True),
-        keras.callbacks.ModelCheckpoint(filepath=str(p["checkpoints"] / "ckpt-{epoch:03d}"), save_weights_only=True),
+        keras.callbacks.BackupAndRestore(backup_dir=str(p.backup), delete_checkpoint=True),
+        keras.callbacks.ModelCheckpoint(filepath=p.fit_checkpoint(), save_weights_only=True),
         progress,
     ]
     history = model.fit(
@@ -277,7 +285,7 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
         verbose=0,
     )
     global_step = int(model.optimizer.iterations.numpy())
-    loss, accuracy = evaluate_and_save(model, data, args, p["final"])
+    loss, accuracy = evaluate_and_save(model, data, args, p.final)
     emit(
         "result",
         task=task.key,
@@ -335,8 +343,8 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         losses = strategy.run(replica_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
-    p = paths(model_dir)
-    ckpt_dir = p["checkpoints"] / "custom"
+    p = Layout(model_dir)
+    ckpt_dir = p.custom_checkpoints
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
     manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=3)
     if manager.latest_checkpoint:
@@ -349,7 +357,8 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
 
     global_step = int(optimizer.iterations.numpy())
     epoch, step_in_epoch = divmod(global_step, per_epoch)
-    emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}")
+    emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
+         **start_fields(strategy, task))
     start_global = global_step
     train_loss = train_acc = float("nan")
     first_step_time = None
@@ -397,7 +406,7 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
             save(global_step)
 
     rate = throughput.rate()
-    loss, accuracy = evaluate_and_save(model, data, args, p["final"])
+    loss, accuracy = evaluate_and_save(model, data, args, p.final)
     emit("result", task=task.key, epochs=args.epochs, steps_run=global_step - start_global, global_step=global_step,
          examples_per_sec=f"{rate:.1f}", accuracy=f"{accuracy:.4f}", loss=f"{loss:.4f}",
          train_loss=f"{train_loss:.4f}", train_accuracy=f"{train_acc:.4f}")

@@ -1,0 +1,51 @@
+"""The state directory's layout, the one place it is written down (trainers, evaluator, tests).
+
+    model_dir/backup/                   tf_keras BackupAndRestore (fit; deleted after success)
+    model_dir/checkpoints/ckpt-NNN      ModelCheckpoint weights per epoch (fit; NNN = epoch)
+    model_dir/checkpoints/custom/ckpt-N tf.train.CheckpointManager (custom loop; N = global step)
+    model_dir/final_model/              the final Keras SavedModel (chief only)
+    model_dir/tensorboard/{train,eval}  TensorBoard logs
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def backup(self) -> Path:
+        return self.root / "backup"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def custom_checkpoints(self) -> Path:
+        return self.checkpoints / "custom"
+
+    @property
+    def final(self) -> Path:
+        return self.root / "final_model"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    def fit_checkpoint(self) -> str:
+        """ModelCheckpoint's filepath pattern (formatted by tf_keras with the epoch)."""
+        return str(self.checkpoints / "ckpt-{epoch:03d}")
+
+    def checkpoint_dir(self, loop: str) -> Path:
+        """Where the evaluator watches: fit's per-epoch weights, or the custom loop's manager."""
+        return self.custom_checkpoints if loop == "custom" else self.checkpoints
+
+    @staticmethod
+    def checkpoint_name(loop: str, number: int) -> str:
+        """``ckpt-003`` (fit, epoch 3) or ``ckpt-120`` (custom, global step 120)."""
+        return f"ckpt-{number}" if loop == "custom" else f"ckpt-{number:03d}"

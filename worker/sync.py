@@ -1,0 +1,223 @@
+"""Synchronous training under every strategy but parameter_server: default, one_device,
+mirrored, central_storage, multi_worker_mirrored and tpu (made in strategies.py). The same
+CNN, data and seed; global batch = ``--batch-size`` per replica x replicas.
+
+* ``--loop fit`` (default): tf_keras ``model.fit``. ``BackupAndRestore`` (every epoch, or every
+  N steps) lets a restarted task (group) resume where it stopped; ``ModelCheckpoint`` writes
+  the per-epoch weights the evaluator reads (the chief only: tf_keras sends other workers'
+  copies to temporary directories and removes them).
+* ``--loop custom``: ``strategy.experimental_distribute_dataset``, ``strategy.run`` and
+  ``strategy.reduce``, with checkpoints through ``tf.train.CheckpointManager`` (the chief writes
+  the real one, other workers a temporary copy that is removed).
+* Either way a SIGTERM saves the step all replicas agree on and exits 143: preemption loses
+  no step (preemption.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import tensorflow as tf
+import tf_keras as keras
+
+from . import data as data_lib
+from . import strategies
+from .cluster import TaskInfo
+from .layout import Layout
+from .model import build_cnn, gradient_step, per_example_loss
+from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
+from .progress import ProgressLogger, Throughput, emit
+
+
+class StepDelay(keras.callbacks.Callback):
+    """Sleep per step: slows the demo down for fault-injection tests and live demos."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(self.seconds)
+
+
+def save_final_model(model: keras.Model, target: Path, task: TaskInfo) -> None:
+    """Every worker must take part in saving (it runs collectives); only the chief's copy is kept."""
+    if task.is_chief:
+        model.save(str(target), save_format="tf")
+        emit("saved", path=target)
+        return
+    tmp = tempfile.mkdtemp(prefix=f"tfcluster-{task.type}-{task.index}-")
+    try:
+        model.save(tmp, save_format="tf")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_sync(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
+    strategy = strategies.make(args)  # first: logical CPUs must be set before TF initialises
+    tf.keras.utils.set_random_seed(args.seed)
+    # TPUs cannot read the host-side preemption variable inside the replicated step.
+    flag = None if args.no_graceful_preemption or args.strategy == "tpu" else PreemptionFlag()
+    if flag is not None:
+        flag.install()
+    replicas = strategy.num_replicas_in_sync
+    global_batch = args.batch_size * replicas
+    print(f"worker: {task.key} {args.strategy} ({strategies.describe(strategy)}), {task.num_workers or 1} "
+          f"task(s), {replicas} replica(s), global batch {global_batch}, loop {args.loop}", flush=True)
+    run = run_custom if args.loop == "custom" else run_fit
+    return run(args, task, Layout(model_dir), strategy, flag, global_batch)
+
+
+def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: int) -> int:
+    pipes = data_lib.training_pipelines(args, global_batch)
+    data, train, test, steps = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
+    with strategies.scope(strategy, args.strategy):
+        model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+
+    progress = ProgressLogger(every=args.progress_every, global_batch=global_batch,
+                              start_fields={"strategy": args.strategy, "replicas": strategy.num_replicas_in_sync,
+                                            "global_batch": global_batch})
+    backup = keras.callbacks.BackupAndRestore(
+        backup_dir=str(layout.backup),
+        # Always a step count ("epoch" = one epoch's steps): then a restore resumes inside an
+        # epoch, which a preemption save needs; with "epoch" tf_keras would skip the rest of it.
+        save_freq=steps if args.save_freq == "epoch" else args.save_freq,
+        delete_checkpoint=True,
+        # Not save_before_preemption: tf_keras enables it only on GCP, detected by
+        # querying the GCE metadata server from every worker.
+    )
+    # tf_keras lists the strategies it has tested BackupAndRestore with and refuses the rest;
+    # its single-worker path (a CheckpointManager of model and optimizer) serves these two as
+    # well (the mirrored resume test covers the same path).
+    backup._supported_strategies += (tf.distribute.OneDeviceStrategy,
+                                     tf.distribute.experimental.CentralStorageStrategy)
+    callbacks = [backup]
+    if flag is not None:
+        callbacks.append(SaveOnPreemption(backup, flag))
+    callbacks += [
+        keras.callbacks.ModelCheckpoint(filepath=layout.fit_checkpoint(), save_weights_only=True),
+        progress,
+    ]
+    if args.step_delay > 0:
+        callbacks.append(StepDelay(args.step_delay))
+    try:
+        history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    except Preempted:
+        return PREEMPTED_EXIT
+    loss, accuracy = model.evaluate(test, verbose=0)
+    save_final_model(model, layout.final, task)
+    emit(
+        "result",
+        task=task.key,
+        epochs=args.epochs,
+        epochs_run=len(history.history.get("loss", [])),
+        steps_run=progress.steps_run,
+        examples_per_sec=f"{progress.examples_per_sec():.1f}",
+        accuracy=f"{accuracy:.4f}",
+        loss=f"{loss:.4f}",
+        # The last epoch's training metrics as History recorded them (what every callback saw).
+        train_loss=f"{history.history.get('loss', [float('nan')])[-1]:.4f}",
+        train_accuracy=f"{history.history.get('accuracy', [float('nan')])[-1]:.4f}",
+    )
+    return 0
+
+
+def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: int) -> int:
+    pipes = data_lib.training_pipelines(args, global_batch, drop_test_remainder=True)
+    data, train, test, steps_per_epoch = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
+    dist_train = strategy.experimental_distribute_dataset(train)
+    dist_test = strategy.experimental_distribute_dataset(test)
+
+    with strategies.scope(strategy, args.strategy):
+        model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+        optimizer = model.optimizer
+        train_accuracy = keras.metrics.SparseCategoricalAccuracy()
+        test_accuracy = keras.metrics.SparseCategoricalAccuracy()
+        test_loss = keras.metrics.Mean()
+    loss_fn = per_example_loss()
+
+    def step_fn(inputs, preempt):
+        images, labels = inputs
+        # tf.identity: a per-replica value, which strategy.reduce needs (the input is not).
+        return gradient_step(model, loss_fn, train_accuracy, images, labels, global_batch), tf.identity(preempt)
+
+    @tf.function
+    def train_step(iterator, preempt):
+        loss, flags = strategy.run(step_fn, args=(next(iterator), preempt))
+        # The same sums on every replica and worker: they agree on the step at which to stop.
+        return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+                strategy.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None))
+
+    @tf.function
+    def test_step(iterator):
+        def fn(inputs):
+            images, labels = inputs
+            logits = model(images, training=False)
+            test_accuracy.update_state(labels, logits)
+            test_loss.update_state(loss_fn(labels, logits))
+        strategy.run(fn, args=(next(iterator),))
+
+    # Checkpoints: everyone reads the chief's; only the chief's writes are kept.
+    ckpt_dir = layout.custom_checkpoints
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    latest = tf.train.latest_checkpoint(str(ckpt_dir))
+    if latest:
+        checkpoint.restore(latest).expect_partial()
+    write_dir = str(ckpt_dir) if task.is_chief else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
+    manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=3)
+
+    def save(step: int) -> None:
+        manager.save(checkpoint_number=step)  # all workers: saving runs collectives
+        if not task.is_chief:
+            shutil.rmtree(write_dir, ignore_errors=True)
+
+    global_step = int(optimizer.iterations.numpy())
+    total_steps = args.epochs * steps_per_epoch
+    epoch, step_in_epoch = divmod(global_step, steps_per_epoch)
+    emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
+         strategy=args.strategy, replicas=strategy.num_replicas_in_sync, global_batch=global_batch)
+    save_every = steps_per_epoch if args.save_freq == "epoch" else int(args.save_freq)
+    iterator = iter(dist_train)
+    steps_run = 0
+    throughput = Throughput(global_batch)
+    loss_sum, loss_steps = 0.0, 0  # the epoch's mean loss, as fit reports it
+    train_loss = train_acc = float("nan")
+    while global_step < total_steps:
+        loss, preempted = train_step(iterator, tf.constant(1 if flag is not None and flag.raised else 0, tf.int32))
+        global_step += 1
+        steps_run += 1
+        loss_sum, loss_steps = loss_sum + float(loss), loss_steps + 1
+        throughput.mark(steps_run)
+        if steps_run == 1:
+            emit("first_step", epoch=global_step // steps_per_epoch, step=(global_step - 1) % steps_per_epoch,
+                 time=f"{throughput.first_time:.3f}")
+        if int(preempted.numpy()) > 0:
+            save(global_step)
+            emit("preempted", global_step=global_step, saved=ckpt_dir)
+            return PREEMPTED_EXIT
+        if global_step % args.progress_every == 0:
+            emit("step", epoch=(global_step - 1) // steps_per_epoch, step=(global_step - 1) % steps_per_epoch + 1,
+                 global_step=global_step)
+        if args.step_delay > 0:
+            time.sleep(args.step_delay)
+        if global_step % steps_per_epoch == 0:
+            train_loss, train_acc = loss_sum / loss_steps, float(train_accuracy.result())
+            emit("epoch", epoch=global_step // steps_per_epoch, loss=f"{train_loss:.4f}",
+                 accuracy=f"{train_acc:.4f}", time=f"{time.time():.3f}")
+            train_accuracy.reset_states()
+            loss_sum, loss_steps = 0.0, 0
+        if global_step % save_every == 0 or global_step == total_steps:  # the evaluator waits for the last
+            save(global_step)
+
+    test_iterator = iter(dist_test)
+    for _ in range(data.num_test // global_batch):
+        test_step(test_iterator)
+    save_final_model(model, layout.final, task)
+    emit("result", task=task.key, epochs=args.epochs, steps_run=steps_run,
+         examples_per_sec=f"{throughput.rate():.1f}", accuracy=f"{float(test_accuracy.result()):.4f}",
+         loss=f"{float(test_loss.result()):.4f}", train_loss=f"{train_loss:.4f}", train_accuracy=f"{train_acc:.4f}")
+    return 0
