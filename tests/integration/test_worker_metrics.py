@@ -23,8 +23,7 @@ def _tf():
 
 
 def train(tmp_path, tfds_dir, strategy: str, tasks: str, flags: str) -> str:
-    spec = write_spec(tmp_path, tfds_dir, f"python -m worker {ARGS} {flags}", tasks=tasks)
-    spec.write_text(spec.read_text().replace("strategy: multi_worker_mirrored", f"strategy: {strategy}"))
+    spec = write_spec(tmp_path, tfds_dir, f"python -m worker {ARGS} {flags}", tasks=tasks, strategy=strategy)
     result = up(spec)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     return result.stdout
@@ -32,6 +31,8 @@ def train(tmp_path, tfds_dir, strategy: str, tasks: str, flags: str) -> str:
 
 def check_numbers(out: str, task: str, batch: int) -> tuple[list[tuple[float, float]], dict]:
     """Sanity and cross-checks on one task's lines; returns its epoch (loss, accuracy) and result."""
+    [start] = progress(out, "start", task)
+    assert int(start["global_batch"]) == batch, start
     epochs = progress(out, "epoch", task)
     assert [int(e["epoch"]) for e in epochs] == list(range(1, EPOCHS + 1)), out[-3000:]
     metrics = [(float(e["loss"]), float(e["accuracy"])) for e in epochs]
@@ -61,12 +62,17 @@ def test_mwms_metrics_equal_with_and_without_graceful_preemption(tmp_path, tfds_
         runs[name] = [check_numbers(out, f"worker:{i}", BATCH * 2) for i in (0, 1)]
     for i in (0, 1):
         assert runs["on"][i][0] == pytest.approx(runs["off"][i][0], abs=2e-3), (runs["on"][i], runs["off"][i])
-    # Both workers report the same (global) metrics.
+    # One replica per CPU worker: 2 in sync; both workers report the same (global) metrics.
+    assert progress(out, "start", "worker:1")[0]["replicas"] == "2"
     assert runs["on"][0][0] == runs["on"][1][0]
     assert runs["on"][0][1]["accuracy"] == runs["on"][1][1]["accuracy"]
+    assert float(runs["on"][0][1]["accuracy"]) > 0.2  # above chance (10 classes)
 
 
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_pss_metrics_are_sane_and_cross_checked(tmp_path, tfds_dir, loop):
     out = train(tmp_path, tfds_dir, "parameter_server", "{chief: 1, worker: 2, ps: 1}", f"--loop {loop}")
-    check_numbers(out, "chief:0", BATCH)  # a PSS step is one worker's batch
+    _, result = check_numbers(out, "chief:0", BATCH)  # a PSS step is one worker's batch
+    [start] = progress(out, "start", "chief:0")
+    assert (start["replicas"], start["workers"]) == ("1", "2"), start
+    assert float(result["accuracy"]) > 0.2, result  # above chance (10 classes)

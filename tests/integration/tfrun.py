@@ -20,11 +20,12 @@ RUN_TIMEOUT = 300
 
 
 
-def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{worker: 2}", extra: str = "") -> Path:
+def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{worker: 2}", extra: str = "",
+               strategy: str = "multi_worker_mirrored") -> Path:
     path = tmp_path / "cluster.yaml"
     path.write_text(textwrap.dedent(f"""\
         name: demo
-        strategy: multi_worker_mirrored
+        strategy: {strategy}
         entrypoint: {entrypoint}
         tasks: {tasks}
         ports: {{base: {free_base()}}}

@@ -1,0 +1,76 @@
+"""The single-host strategies end to end through ``tfcluster up`` (issue 11): one task, no TF
+cluster, the CNN trained with ``model.fit`` and then the custom loop, the replica count each
+strategy reports, resume after a SIGKILL, and the TPU error path on a machine without a TPU.
+(multi_worker_mirrored and parameter_server train, with both loops, in test_worker_metrics.py.)"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+from tests.prereq import require_tf
+
+pytestmark = [pytest.mark.integration, pytest.mark.tf]
+TRAIN = "python -m worker --epochs 2 --steps-per-epoch 12 --batch-size 16 --progress-every 4"
+
+
+@pytest.fixture(autouse=True)
+def _tf():
+    require_tf()
+
+
+@pytest.mark.parametrize("strategy, replicas", [
+    ("default", 1), ("one_device", 1), ("mirrored", 2), ("central_storage", 2)])
+def test_single_host_strategy_trains_with_fit_then_custom_loop(tmp_path, tfds_dir, strategy, replicas):
+    # One task process per loop, in one run: fit, then the custom loop on the same state dir.
+    command = f"sh -c '{TRAIN} --loop fit && {TRAIN} --loop custom'"
+    spec = write_spec(tmp_path, tfds_dir, command, tasks="{worker: 1}", strategy=strategy,
+                      extra="devices: {cpus: 2}\n")
+    result = up(spec)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    starts, results = progress(result.stdout, "start"), progress(result.stdout, "result")
+    assert len(starts) == len(results) == 2, result.stdout[-3000:]
+    for start, res in zip(starts, results):
+        assert (start["strategy"], start["replicas"], start["global_batch"]) == (strategy, str(replicas),
+                                                                                 str(16 * replicas))
+        assert 0.2 < float(res["accuracy"]) <= 1.0, res  # above chance (10 classes)
+    # The same seed, model, data and global batch: both loops take the same steps.
+    fit, custom = (e[-1] for e in (progress(result.stdout, "epoch")[:2], progress(result.stdout, "epoch")[2:]))
+    assert abs(float(fit["loss"]) - float(custom["loss"])) < 1e-3, (fit, custom)
+    assert [e["task"] for e in events(spec) if e["event"] == "start"] == ["worker:0"]
+    assert_no_processes(spec)
+
+
+def test_mirrored_sigkill_resumes_from_the_backup(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 20 --batch-size 16 "
+                      "--progress-every 5 --save-freq 5 --step-delay 0.05", tasks="{worker: 1}", strategy="mirrored",
+                      extra="devices: {cpus: 2}\nrestart: {max_restarts: 1}\n")
+    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=1 step=5 ",
+                                    lambda proc: kill_task(spec, "worker:0", signal.SIGKILL))])
+    assert code == 0, out[-4000:]
+    assert "worker:0 failed: killed by SIGKILL (exit 137)" in out
+    first, resumed = progress(out, "start")
+    assert first["global_step"] == "0" and resumed["replicas"] == "2"
+    # Killed after global step 25 with a backup every 5 steps: resumed in epoch 1 at 25 (or 20
+    # if the kill came mid-save).
+    assert resumed["epoch"] == "1" and int(resumed["global_step"]) in (20, 25), resumed
+    assert int(progress(out, "result")[0]["steps_run"]) == 40 - int(resumed["global_step"])
+    assert_no_processes(spec)
+
+
+def test_tpu_without_a_tpu_fails_at_once_with_one_line_and_no_retry(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, TRAIN, tasks="{worker: 1}", strategy="tpu",
+                      extra="restart: {max_restarts: 3}\n")
+    result = up(spec, timeout=120)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = [l for l in result.stdout.splitlines() if "worker: error:" in l]
+    assert len(lines) == 1, result.stdout[-3000:]
+    assert ("TPU 'local' not usable: initialising it with TPUClusterResolver(tpu='local') failed (NotFoundError: "
+            "TPUs not found in the cluster.") in lines[0]
+    assert "this machine has no TPU" in lines[0]
+    assert "Traceback" not in result.stdout
+    assert "failed: exit code 2 (attempt 1 of 4)" in result.stderr and "not retried" in result.stderr
+    assert [e["event"] for e in events(spec)].count("start") == 1
+    assert_no_processes(spec)
