@@ -133,9 +133,10 @@ def make_strategy(args: argparse.Namespace, task: TaskInfo) -> tf.distribute.Par
     return strategy
 
 
-def start_fields(strategy, task: TaskInfo) -> dict:
-    """What the start line reports: replicas per step (one worker's) and the workers running steps."""
-    return {"strategy": "parameter_server", "replicas": strategy.num_replicas_in_sync,
+def start_fields(strategy, task: TaskInfo, batch: int) -> dict:
+    """What the start line reports: replicas per step (one worker's), the examples a step
+    consumes (one worker's batch) and the workers running steps."""
+    return {"strategy": "parameter_server", "replicas": strategy.num_replicas_in_sync, "global_batch": batch,
             "workers": len(task.cluster.get("worker", []))}
 
 
@@ -271,7 +272,7 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
                           steps_per_execution=args.steps_per_execution)
     describe_partitioning(model)
     progress = PssProgress(args.progress_every, args.batch_size, args.step_delay * args.steps_per_execution,
-                           start_fields=start_fields(strategy, task))
+                           start_fields=start_fields(strategy, task, args.batch_size))
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_dir=str(p.backup), delete_checkpoint=True),
         keras.callbacks.ModelCheckpoint(filepath=p.fit_checkpoint(), save_weights_only=True),
@@ -358,7 +359,7 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
     global_step = int(optimizer.iterations.numpy())
     epoch, step_in_epoch = divmod(global_step, per_epoch)
     emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
-         **start_fields(strategy, task))
+         **start_fields(strategy, task, batch))
     start_global = global_step
     train_loss = train_acc = float("nan")
     first_step_time = None
