@@ -32,3 +32,13 @@ def test_parameter_server_example_plan_topology():
     assert all(t["tf_config"]["cluster"] == cluster for t in tasks)
     assert all(t["command"][:3] == ["python", "-m", "worker"] for t in tasks)
     assert all(t["env"]["TFCLUSTER_STRATEGY"] == "parameter_server" for t in tasks)
+
+
+def test_mirrored_example_is_one_task_without_a_cluster():
+    path = ROOT / "examples" / "mirrored.yaml"
+    result = tfcluster("plan", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    [task] = json.loads(result.stdout)["tasks"]
+    assert (task["type"], task["index"], task["port"], task["tf_config"]) == (
+        "worker", 0, None, {"task": {"type": "worker", "index": 0}})
+    assert (task["env"]["TFCLUSTER_STRATEGY"], task["env"]["TFCLUSTER_CPUS"]) == ("mirrored", "2")

@@ -221,3 +221,12 @@ def test_mwms_gpus_reach_every_worker():
     plan = plan_of("name: d\nstrategy: multi_worker_mirrored\nentrypoint: x\ntasks: {worker: 2}\ndevices: {gpus: 1}\n")
     assert [t.env_dict["CUDA_VISIBLE_DEVICES"] for t in plan.tasks] == ["0", "0"]
     assert all("cluster" in t.tf_config for t in plan.tasks)
+
+
+@pytest.mark.parametrize("backend, hosts, expected", [
+    ("ssh", "hosts: [{name: gpu-vm, ssh: me@gpu-vm.example}]\n", ("worker:0", "gpu-vm", "gpu-vm.example", None)),
+    ("docker", "", ("worker:0", "worker-0", "worker-0", None)),
+])
+def test_single_host_strategy_on_other_backends(backend, hosts, expected):
+    plan = plan_of(f"name: g\nstrategy: one_device\nbackend: {backend}\nentrypoint: python -m worker\n" + hosts)
+    assert table(plan) == [expected]
