@@ -84,8 +84,12 @@ class ProgressLogger(keras.callbacks.Callback):
             self.first_step_time = time.time()
             emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
         if (batch + 1) % self.every == 0:
-            # No per-batch loss here: under MWMS tf_keras reports it summed over replicas.
-            emit("step", epoch=self._epoch, step=batch + 1, global_step=int(self.model.optimizer.iterations.numpy()))
+            # The epoch's running loss and accuracy so far (true under MWMS only with the
+            # model's distribute_reduction_method "first": see sync.run_fit).
+            logs = logs or {}
+            emit("step", epoch=self._epoch, step=batch + 1, global_step=int(self.model.optimizer.iterations.numpy()),
+                 loss=f"{float(logs.get('loss', float('nan'))):.4f}",
+                 accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}")
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}

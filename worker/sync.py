@@ -77,6 +77,10 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
     data, train, test, steps = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
     with strategies.scope(strategy, args.strategy):
         model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+    # The step's metric results are already global in every replica (their variables are
+    # all-reduced when read); tf_keras' default ("auto" = "sum" off TPUs) sums them again over
+    # MWMS workers, so every batch-level log (TensorBoard, progress) was N workers x the truth.
+    model.distribute_reduction_method = "first"
 
     progress = ProgressLogger(every=args.progress_every, global_batch=global_batch,
                               start_fields={"strategy": args.strategy, "replicas": strategy.num_replicas_in_sync,
@@ -199,9 +203,10 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
             save(global_step)
             emit("preempted", global_step=global_step, saved=ckpt_dir)
             return PREEMPTED_EXIT
-        if global_step % args.progress_every == 0:
+        if global_step % args.progress_every == 0:  # with the epoch's running loss and accuracy, as fit's
             emit("step", epoch=(global_step - 1) // steps_per_epoch, step=(global_step - 1) % steps_per_epoch + 1,
-                 global_step=global_step)
+                 global_step=global_step, loss=f"{loss_sum / loss_steps:.4f}",
+                 accuracy=f"{float(train_accuracy.result()):.4f}")
         if args.step_delay > 0:
             time.sleep(args.step_delay)
         if global_step % steps_per_epoch == 0:
