@@ -66,7 +66,10 @@ def final_number(args: argparse.Namespace, task: TaskInfo, num_train: int) -> in
     if args.strategy == "parameter_server":
         per_step = args.batch_size  # one worker's batch per step
     else:
-        per_step = args.batch_size * max(1, task.num_workers)  # one replica per CPU worker
+        # One replica per worker, as on CPUs. With several GPUs per worker the chief's global
+        # batch is larger, the final checkpoint is not recognised here, and the evaluator ends
+        # at the launcher's SIGTERM (after evaluating what was written) or --eval-timeout.
+        per_step = args.batch_size * max(1, task.num_workers)
     return args.epochs * steps_per_epoch(args.steps_per_epoch, num_train, per_step)
 
 
