@@ -270,8 +270,7 @@ class Tpu(_Model):
 
 class Spec(_Model):
     name: str
-    strategy: Literal["multi_worker_mirrored", "parameter_server", "mirrored", "central_storage", "one_device",
-                      "default", "tpu"]
+    strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
     backend: Literal["local", "ssh", "docker"] = "local"
     entrypoint: Union[str, tuple[str, ...]]
     hosts: tuple[Host, ...] = ()
