@@ -89,7 +89,7 @@ class ProgressLogger(keras.callbacks.Callback):
             logs = logs or {}
             emit("step", epoch=self._epoch, step=batch + 1, global_step=int(self.model.optimizer.iterations.numpy()),
                  loss=f"{float(logs.get('loss', float('nan'))):.4f}",
-                 accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}")
+                 accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}", time=f"{time.time():.3f}")
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}

@@ -393,7 +393,7 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
                  time=f"{first_step_time:.3f}")
         if global_step % args.progress_every == 0:
             emit("step", epoch=(global_step - 1) // per_epoch, step=(global_step - 1) % per_epoch + 1,
-                 global_step=global_step)
+                 global_step=global_step, time=f"{time.time():.3f}")
         if global_step % per_epoch == 0 or global_step >= total_steps:
             n = float(loss_count.numpy())
             train_loss = float(loss_sum.numpy()) / n if n else float("nan")

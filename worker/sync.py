@@ -206,7 +206,7 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         if global_step % args.progress_every == 0:  # with the epoch's running loss and accuracy, as fit's
             emit("step", epoch=(global_step - 1) // steps_per_epoch, step=(global_step - 1) % steps_per_epoch + 1,
                  global_step=global_step, loss=f"{loss_sum / loss_steps:.4f}",
-                 accuracy=f"{float(train_accuracy.result()):.4f}")
+                 accuracy=f"{float(train_accuracy.result()):.4f}", time=f"{time.time():.3f}")
         if args.step_delay > 0:
             time.sleep(args.step_delay)
         if global_step % steps_per_epoch == 0:

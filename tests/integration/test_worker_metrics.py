@@ -51,6 +51,8 @@ def check_numbers(out: str, task: str, batch: int, step_metrics: bool = True) ->
     # examples/s against an independent measure: the steps after the first, over the time from
     # the first step's line to the last epoch's line.
     [first] = progress(out, "first_step", task)
+    times = [float(first["time"])] + [float(s["time"]) for s in step_lines.values()] + [float(epochs[-1]["time"])]
+    assert times == sorted(times), times  # every step line stamped, in order, within the training
     steps = int(result.get("global_step") or result["steps_run"]) - 1
     independent = steps * batch / (float(epochs[-1]["time"]) - float(first["time"]))
     assert abs(float(result["examples_per_sec"]) - independent) <= 0.25 * independent, (result, independent)
