@@ -191,3 +191,15 @@ def test_to_json_shape():
     data = plan_of("name: d\nstrategy: multi_worker_mirrored\nentrypoint: x\ntasks: {worker: 1}\n").to_json()
     assert set(data["tasks"][0]) == {"type", "index", "host", "address", "port", "tf_config", "command", "env"}
     assert isinstance(data["tasks"][0]["tf_config"], dict)
+
+
+@pytest.mark.parametrize("strategy, env, expected", [
+    ("multi_worker_mirrored", "", "1"),
+    ("parameter_server", "", "1"),
+    ("multi_worker_mirrored", "env: {TF_USE_LEGACY_KERAS: '0'}\n", "0"),
+    ("parameter_server", "env: {TF_USE_LEGACY_KERAS: '0'}\n", "0"),
+])
+def test_legacy_keras_default_under_multi_worker_strategies(strategy, env, expected):
+    tasks = "{chief: 1, worker: 1, ps: 1}" if strategy == "parameter_server" else "{worker: 2}"
+    plan = plan_of(f"name: d\nstrategy: {strategy}\nentrypoint: x\ntasks: {tasks}\n" + env)
+    assert {t.env_dict["TF_USE_LEGACY_KERAS"] for t in plan.tasks} == {expected}
