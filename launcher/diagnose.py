@@ -84,6 +84,8 @@ SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"Address already in use|Failed to add port|Could not start (?:the )?gRPC server|"
                 r"UNKNOWN: Could not start server", re.I),
      "a TF port is taken: stop what holds it (ss -ltnp) or change ports.base in the spec"),
+    (re.compile(r"No space left on device|Disk quota exceeded|ENOSPC"),
+     "a file system is full: free space on it, or set run_dir (logs, checkpoints under state/) to a larger one"),
     (re.compile(r"(?:tensorflow_datasets|tfds|DownloadError|download).*"
                 r"(?:Temporary failure in name resolution|Name or service not known|Network is unreachable|"
                 r"Max retries exceeded|urlopen error|ConnectionError|Failed to establish a new connection)|"

@@ -88,6 +88,8 @@ def test_shorten_keeps_start_and_end():
     (PORT, "a TF port is taken: stop what holds it (ss -ltnp) or change ports.base in the spec"),
     (TFDS, "the dataset download needs network: prepare it once where there is network and set TFDS_DATA_DIR "
            "(in env) to that directory on every host"),
+    (["OSError: [Errno 28] No space left on device: '/runs/t/state/ckpt'"],
+     "a file system is full: free space on it, or set run_dir (logs, checkpoints under state/) to a larger one"),
     (GENUINE, None),
     (["Connection reset by peer"], None),
 ])
