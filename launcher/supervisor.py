@@ -336,7 +336,10 @@ class Supervisor:
         since = started + attempt.ready_after if attempt.ready_after is not None else None
         blame = root_cause(key, tail, self._peer_notes(key, exits, since))
         if not blame.consequence(key):
-            self._fail(attempt, key, describe_exit(exits[key]), exits[key], others=failed[1:])
+            # A backend's note on how the task ended ("host2: no word for 16 s ...") says more
+            # than the exit code it had to make up.
+            note = self._handles[key].state_note()
+            self._fail(attempt, key, note or describe_exit(exits[key]), exits[key], others=failed[1:])
             return
         root = blame.root
         consequences = [(key, exits[key])]

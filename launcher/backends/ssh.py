@@ -38,6 +38,7 @@ from ..plan import Plan, PlannedTask
 from ..remote import source as remote_source
 from ..spec import Host, LoadedSpec, SSHOptions
 from .base import Backend, LineSink, TaskHandle
+from .ssh_heartbeat import Heartbeat
 
 TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
 EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
@@ -230,6 +231,7 @@ class SSHTask(TaskHandle):
                 data = self.channel.recv(65536)
                 if not data:
                     break
+                self.backend.heartbeat.heard(self.host.name)
                 pending += data
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:
@@ -241,6 +243,12 @@ class SSHTask(TaskHandle):
 
     def poll(self) -> Optional[int]:
         if self._code is not None:
+            return self._code
+        silent = self.backend.heartbeat.silence(self.host.name)
+        if silent > self.backend.opts.lease and not self.channel.exit_status_ready():
+            # Its wrapper has heard nothing for as long and stops the task (the lease).
+            self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+            self._code = EXIT_CONNECTION_LOST
             return self._code
         if not self.channel.exit_status_ready():
             transport = self.host.transport
@@ -268,8 +276,11 @@ class SSHTask(TaskHandle):
         return {"ssh_host": self.host.name, "remote_pidfile": self.pidfile, "remote_run_dir": self.host.run_dir}
 
     def state_note(self) -> str:
-        if self._note:
+        if self._note or self._code is not None:
             return self._note
+        silent = self.backend.heartbeat.silence(self.host.name)
+        if silent > min(self.backend.opts.lease, 5.0):
+            return f"{self.host.name}: no word for {silent:.0f} s (network partition or host down?)"
         code, out = self.backend.run_on(self.host.name, state_command(self.pidfile), None, 5.0)
         return "process is stopped (SIGSTOP?)" if code == 0 and out.strip() in ("T", "t") else ""
 
@@ -303,6 +314,7 @@ class SSHBackend(Backend):
         self._starts: dict[str, int] = {}
         self._closing = threading.Event()
         self._lease_thread: Optional[threading.Thread] = None
+        self.heartbeat = Heartbeat(interval=min(1.0, self.opts.lease / 4))
         if self.opts.config and not self._local(self.opts.config).is_file():
             raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
         run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
@@ -670,6 +682,8 @@ class SSHBackend(Backend):
     def _track(self, handle: SSHTask) -> SSHTask:
         with self._tasks_lock:
             self._tasks.append(handle)
+        hs = handle.host
+        self.heartbeat.watch(hs.name, lambda: hs.transport)
         self._ensure_lease()
         return handle
 
@@ -761,6 +775,7 @@ class SSHBackend(Backend):
 
     def close(self) -> None:
         self._closing.set()
+        self.heartbeat.close()
         with self._tasks_lock:
             tasks, self._tasks = self._tasks, []
         for t in tasks:

@@ -1,0 +1,46 @@
+"""A host cut off mid-run (issue 15 §3): the launcher notices within ``ssh.lease`` (+ a few s),
+from the answered heartbeat on the same transport as the lease, and names the host as the root
+cause. The task keeps running through the partition (not TF, whose own heartbeats would end it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from .conftest import PY
+from .test_ssh_backend import _finish, _launch, _nft, _nft_flush, _pidfiles, _wait_gone
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
+TICKER = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n"
+LEASE = 6
+
+
+def test_lost_host_is_noticed_within_the_lease_and_named(lab, make_spec):
+    spec = make_spec([PY, "-c", TICKER], workers=2, ssh={"lease": LEASE}, restart={"max_restarts": 0})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    try:
+        pids = _pidfiles(spec, 2)
+        time.sleep(1.0)
+        _nft(h2, "ip saddr 10.231.0.1 drop")  # the launcher can no longer reach h2 (nor h2 it)
+        cut = time.monotonic()
+        code, out, err = _finish(proc, timeout=LEASE + 60)
+        took = time.monotonic() - cut
+        # h2's wrapper stopped its task by the lease too, on its side of the partition.
+        _wait_gone(list(pids["worker-1.0.pid"]), 10)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert code == 1, err
+    line = next((l for l in err.splitlines() if "worker:1 failed: " in l), "")
+    assert line.startswith("tfcluster: error: worker:1 failed: h2: no word for "), err
+    assert line.endswith(" s (network partition or host down) (attempt 1 of 1)"), err
+    silent = int(line.split("no word for ")[1].split()[0])
+    assert LEASE <= silent <= LEASE + 3, line
+    assert took < LEASE + 3 + 10, (took, err)  # noticed at lease (+ a few s), then the group is stopped
+    assert "gave up after 1 attempt(s)" in err
