@@ -162,6 +162,13 @@ def remote_paths(opts: SSHOptions, name: str, run_id: str) -> tuple[str, str, st
     return run_dir, state, workdir
 
 
+def probe_deadline(probe_timeout: float, hosts: int) -> float:
+    """How long a host keeps retrying a target before naming it unreachable: ``ssh.probe_timeout``
+    for a few hosts, growing with the host count (every host probes every task port at once,
+    and on a loaded machine the last hosts up answer late); a dropping firewall is named then."""
+    return round(probe_timeout * max(1.0, hosts / 8), 3)
+
+
 def make_tar(root: Path, paths: Sequence[str], exclude_dirs: Iterable[Path] = ()) -> bytes:
     """A gzipped tar of ``paths`` (relative to ``root``), without VCS and cache dirs."""
     excluded = {p.resolve() for p in exclude_dirs}
@@ -588,7 +595,8 @@ class SSHBackend(Backend):
         if not targets:
             return []
         timeout = self.opts.probe_timeout
-        msg = json.dumps({"targets": targets, "timeout": timeout}).encode() + b"\n"
+        msg = json.dumps({"targets": targets, "timeout": timeout,
+                          "deadline": probe_deadline(timeout, len(names))}).encode() + b"\n"
 
         def one(name: str) -> list[str]:
             chan = sessions[name]
