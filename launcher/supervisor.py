@@ -318,11 +318,13 @@ class Supervisor:
                 notes[other] = describe_exit(code) if code != 0 else ""
                 continue
             note = handle.state_note()
-            if not note and since is not None and self.watchdog.hang_timeout > 0 \
-                    and not silent_by_design(self.plan.strategy, other):
+            hang = self.watchdog.hang_timeout
+            if since is not None and hang > 0:
                 with self._lock:
                     idle = now - max(since, self._activity.get(other, now))
-                if idle > min(self.watchdog.hang_timeout, 10.0):
+                if note and idle > hang:  # what the hang watchdog would have said
+                    note = f"hung: no progress for {hang:g} s (watchdog.hang_timeout); {note}"
+                elif not note and not silent_by_design(self.plan.strategy, other) and idle > min(hang, 10.0):
                     note = f"hung: no progress for {idle:.0f} s"
             notes[other] = note
         return notes
