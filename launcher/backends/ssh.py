@@ -628,9 +628,18 @@ class SSHBackend(Backend):
         return env
 
     def _ensure_ready(self, hs: _HostState) -> None:
+        if self.heartbeat.silence(hs.name) > self.opts.lease and hs.conn is not None:
+            # Lost (a partition, a reboot): TCP may still look open; connect afresh and probe again.
+            try:
+                hs.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+            hs.conn, hs.ready = None, False
         if hs.ready and hs.transport is not None and hs.transport.is_active():
             return
         problems = self.connect([hs.name])
+        if not problems:
+            self.heartbeat.heard(hs.name)
         if problems:
             raise LaunchError(problems[hs.name])
         if not hs.ready:

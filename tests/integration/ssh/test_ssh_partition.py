@@ -44,3 +44,46 @@ def test_lost_host_is_noticed_within_the_lease_and_named(lab, make_spec):
     assert LEASE <= silent <= LEASE + 3, line
     assert took < LEASE + 3 + 10, (took, err)  # noticed at lease (+ a few s), then the group is stopped
     assert "gave up after 1 attempt(s)" in err
+
+
+def test_group_restarts_once_the_lost_host_is_back(lab, make_spec):
+    # Attempt 0 ticks until the cut; the partition heals while the group restarts, and attempt 1,
+    # on a fresh connection to h2, exits 0.
+    script = ("import os,time\nn=int(os.environ['TFCLUSTER_RESTART_COUNT'])\nprint('ATTEMPT', n, flush=True)\n"
+              "for i in range(0 if n else 600):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n")
+    spec = make_spec([PY, "-c", script], workers=2, ssh={"lease": LEASE},
+                     restart={"max_restarts": 1, "backoff": 4})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    try:
+        _pidfiles(spec, 2)
+        _nft(h2, "ip saddr 10.231.0.1 drop")
+        time.sleep(LEASE + 1.5)  # noticed by now; the restart waits out its 4 s backoff
+        _nft_flush(h2)
+        code, out, err = _finish(proc, timeout=90)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert code == 0, err
+    assert "worker:1 failed: h2: no word for " in err and "restarting the whole group (restart 1 of 1)" in err, err
+    assert out.count("ATTEMPT 1") == 2, out[-2000:]
+
+
+def test_restart_onto_a_host_still_cut_off_fails_in_one_line(lab, make_spec):
+    spec = make_spec([PY, "-c", TICKER], workers=2, ssh={"lease": LEASE}, restart={"max_restarts": 1})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    try:
+        _pidfiles(spec, 2)
+        _nft(h2, "ip saddr 10.231.0.1 drop")
+        code, out, err = _finish(proc, timeout=LEASE + 60)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert code != 0 and "Traceback" not in err, err
+    assert "worker:1 failed: h2: no word for " in err and "restarting the whole group (restart 1 of 1)" in err, err
+    assert "error: host h2 (" in err.split("restarting the whole group")[1], err  # a fresh connection, named
