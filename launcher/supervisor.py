@@ -73,6 +73,7 @@ class Supervisor:
         self._standby: dict[str, TaskHandle] = {}
         self._standby_active: dict[str, list] = {}  # key -> [promoted?], read by its output sink
         self._standby_at = 0.0
+        self._sink_failed: set[str] = set()
 
     # -------------------------------------------------------------- public
 
@@ -218,7 +219,7 @@ class Supervisor:
             self._activity[key] = self.clock()
         handle = self._promote_standby(key) if standby_ok else None
         if handle is None:
-            handle = self.backend.start(task, self._env(number), self._on_line)
+            handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.event("start", task=key, attempt=number, host=task.host, endpoint=task.endpoint, **handle.info())
@@ -241,7 +242,8 @@ class Supervisor:
                     self.record.log_line(key, f"(standby) {line}")
                     self.console.task_line(key, f"(standby) {line}")
 
-            handle = self.backend.start(task, {**self._env(number), "TFCLUSTER_STANDBY": "1"}, sink)
+            handle = self.backend.start(task, {**self._env(number), "TFCLUSTER_STANDBY": "1"},
+                                        lambda key, line, sink=sink: self._drain_line(key, line, sink))
             self._standby[task.key] = handle
             self._standby_active[task.key] = active
         self.record.event("standby_start", attempt=number,
@@ -391,6 +393,20 @@ class Supervisor:
         lines.append(f"  last lines of {key} ({self.record.log_path(key)}):")
         lines += [f"  | {line}" for line in tail[-_TAIL:]]
         return lines
+
+    def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
+        """The sink every backend's output reader calls. It never raises: a reader that stopped
+        would leave the task blocked writing to a full pipe (a full disk, a closed terminal)."""
+        try:
+            (sink or self._on_line)(key, line)
+        except Exception as exc:  # noqa: BLE001
+            if key not in self._sink_failed:
+                self._sink_failed.add(key)
+                try:
+                    self.console.error(f"{key}: its output can no longer be shown or logged "
+                                       f"({type(exc).__name__}: {exc}); it is still read, and the run goes on")
+                except Exception:  # noqa: BLE001
+                    pass
 
     def _on_line(self, key: str, line: str) -> None:
         with self._lock:
