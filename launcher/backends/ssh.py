@@ -238,7 +238,6 @@ class SSHTask(TaskHandle):
                 data = self.channel.recv(65536)
                 if not data:
                     break
-                self.backend.heartbeat.heard(self.host.name)
                 pending += data
                 *lines, pending = pending.split(b"\n")
                 for raw in lines:

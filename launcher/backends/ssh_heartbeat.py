@@ -5,9 +5,10 @@ and a task's wrapper stops the task when nothing has arrived for ``ssh.lease`` s
 bytes are never answered, and paramiko's ``transport.is_active()`` stays true until TCP gives up
 (minutes), so the launcher could not tell a silent host from a quiet one. Here, at the same
 cadence and over the same SSH transport, each host gets an *answered* keepalive
-(``keepalive@openssh.com``, as ssh(1)'s ServerAliveInterval sends); any output from the host
-counts too. A host silent for ``ssh.lease`` seconds is reported as lost at the moment its
-wrappers, hearing nothing either, stop their tasks.
+(``keepalive@openssh.com``, as ssh(1)'s ServerAliveInterval sends). Only answers count, not
+the tasks' output: output proves the host->launcher direction alone, while the lease needs the
+launcher->host one. A host silent for ``ssh.lease`` seconds is reported as lost at the moment
+its wrappers, hearing nothing either, stop their tasks.
 """
 
 from __future__ import annotations

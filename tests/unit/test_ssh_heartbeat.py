@@ -35,7 +35,7 @@ def test_silence_is_time_since_the_last_answer():
         wait_for(lambda: len(t.asked) >= 2, 5, what="an unanswered keepalive")
         now[0] += 7.5
         assert beat.silence("h2") == 7.5
-        beat.heard("h2")  # output from the host counts as word
+        beat.heard("h2")  # a fresh connection to the host
         assert beat.silence("h2") == 0.0
     finally:
         beat.close()

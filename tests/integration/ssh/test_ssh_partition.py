@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -87,3 +88,43 @@ def test_restart_onto_a_host_still_cut_off_fails_in_one_line(lab, make_spec):
     assert code != 0 and "Traceback" not in err, err
     assert "worker:1 failed: h2: no word for " in err and "restarting the whole group (restart 1 of 1)" in err, err
     assert "error: host h2 (" in err.split("restarting the whole group")[1], err  # a fresh connection, named
+
+
+def test_tf_survivor_aborted_by_a_partition_is_a_consequence_and_the_group_restarts(lab, make_spec):
+    # TF's coordination service aborts worker:0 (exit 1) ~8 s after h2 is cut, before the
+    # launcher's own lease (15 s) runs out: h2's silence is the root cause, the run is retried.
+    from tests.prereq import require_tf
+
+    require_tf()
+    spec = make_spec([PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "80", "--step-delay", "0.1",
+                      "--progress-every", "5"], workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                     ssh={"lease": 15, "require": ["tensorflow", "tf_keras"]}, restart={"max_restarts": 1})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    seen: list[str] = []
+    cut = threading.Event()
+
+    def watch():
+        for line in proc.stdout:
+            seen.append(line)
+            if "[worker:1] tfcluster-step epoch=0 step=10 " in line and not cut.is_set():
+                _nft(h2, "ip saddr 10.231.0.0/24 drop")  # h2 hears nobody: launcher, h1
+                cut.set()
+                threading.Timer(11.0, _nft_flush, args=(h2,)).start()
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    try:
+        err = proc.stderr.read()
+        proc.wait(timeout=200)
+        reader.join(10)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert cut.is_set(), err[-3000:]
+    assert proc.returncode == 0, err[-4000:]
+    assert "worker:1 failed: h2: no word for " in err, err[-4000:]
+    assert "worker:0 exited (exit code 1) as a consequence of worker:1" in err, err[-4000:]
+    assert "restarting the whole group (restart 1 of 1)" in err
