@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Fan-out cost of ``backend: ssh``: ``tfcluster up`` with a trivial task on 1, 4, 8 and 16
+"""Fan-out cost of ``backend: ssh``: ``tfcluster up`` with a trivial task on 1, 4, 8, 16, 32 and 64
 hosts, side by side with ``pdsh -R ssh ... true`` on the same hosts in the same run.
 
 The hosts are network namespaces on this machine, each with its own sshd (the lab of
 tests/integration/ssh/netlab.py). Needs root, iproute2, openssh-server and pdsh
 (tests/setup/ssh.sh installs them). Usage::
 
-    sudo python3 bench/ssh_fanout.py [--hosts 1,4,8,16] [--repeat 3]
+    sudo python3 bench/ssh_fanout.py [--hosts 1,4,8,16,32,64] [--repeat 3]
 
 Figures (median of --repeat runs, seconds):
   pdsh       pdsh -R ssh -w <hosts> true: connect, run `true`, exit
@@ -91,7 +91,7 @@ def time_up(spec: Path, n: int) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hosts", default="1,4,8,16")
+    ap.add_argument("--hosts", default="1,4,8,16,32,64")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     reason = have_prereqs()

@@ -139,7 +139,7 @@ def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Conso
     from .supervisor import Supervisor
 
     spec = loaded.spec
-    record = RunRecord(loaded.base_dir / spec.run_dir, plan)
+    record = RunRecord(loaded.base_dir / spec.run_dir, plan, on_problem=console.error)
     backend = make_backend(spec.backend, **_backend_args(loaded, record))
     try:
         backend.preflight(plan)

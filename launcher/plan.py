@@ -16,6 +16,13 @@ from .spec import TASK_TYPES, Host, Spec, Tpu
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")
 LOCAL_HOST = "localhost"
+# Keras 3 (tf.keras since TF 2.16) cannot fit on a distributed dataset under these strategies;
+# tf_keras can. Tasks get TF_USE_LEGACY_KERAS=1 by default (as Ray Train's TensorflowTrainer
+# does), so the TF tutorial runs unmodified; a spec's ``env`` overrides it.
+DEFAULT_ENV = {
+    "multi_worker_mirrored": {"TF_USE_LEGACY_KERAS": "1"},
+    "parameter_server": {"TF_USE_LEGACY_KERAS": "1"},
+}
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,8 @@ def build_plan(spec: Spec) -> Plan:
         if not spec.single_host:
             tf_config = {"cluster": cluster, **tf_config}
         tf_json = json.dumps(tf_config, separators=(",", ":"))
-        env = dict(spec.env)
+        env = dict(DEFAULT_ENV.get(spec.strategy, {}))
+        env.update(spec.env)
         env.update(
             {
                 "TF_CONFIG": tf_json,

@@ -86,6 +86,9 @@ class Failure:
     code: Optional[int] = None  # the exit code; None for watchdog failures
     last_lines: tuple[str, ...] = ()
     others: tuple[str, ...] = field(default=())  # further keys that failed in the same attempt
+    # Exits of other tasks caused by this one ((key, exit code), e.g. TF aborting the survivors
+    # of a stopped peer): reported as consequences, and never what decides a retry.
+    consequences: tuple[tuple[str, int], ...] = field(default=())
 
 
 def describe_exit(code: int) -> str:
@@ -100,9 +103,17 @@ def describe_exit(code: int) -> str:
 
 def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tuple[bool, str]:
     """(retryable, explanation). Exit codes listed as permanent (by default 1-127: a Python
-    error, bad usage, a missing module) are not retried; signals and watchdog failures are."""
+    error, bad usage, a missing module) are not retried; signals and watchdog failures are.
+
+    A failure whose root cause is another task's state (stopped, hung, unreachable: ``code`` is
+    None) is retryable even if the survivors it took down exited with a permanent code: their
+    exits are consequences. A task that exits with a permanent code on its own, every peer
+    healthy, is the root cause itself and stays permanent."""
     code = failure.code
     if code is None:
+        if failure.consequences:
+            exits = ", ".join(f"{k} ({describe_exit(c)})" for k, c in failure.consequences)
+            return True, f"{exits} followed from {failure.key}'s state ({failure.reason}); retryable"
         return True, "watchdog failures are retryable"
     if code in permanent_exit_codes:
         hint = {

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 from .backends.base import Backend, TaskHandle
 from .console import Console
+from .diagnose import exception_lines, hint, peer_abort, root_cause
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
@@ -22,7 +23,8 @@ from .rundir import RunRecord
 from .spec import Restart, Watchdog
 
 INTERRUPTED = "interrupted"
-_TAIL = 15  # lines of a task's output kept for failure reports
+_TAIL = 15  # lines of a task's output shown in failure reports
+_TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 _READY_CHECK_EVERY = 0.5
 # A standby blocks SIGUSR1 as its first act; one younger than this may not have yet.
 _STANDBY_MIN_AGE = 2.0
@@ -71,6 +73,7 @@ class Supervisor:
         self._standby: dict[str, TaskHandle] = {}
         self._standby_active: dict[str, list] = {}  # key -> [promoted?], read by its output sink
         self._standby_at = 0.0
+        self._sink_failed: set[str] = set()
 
     # -------------------------------------------------------------- public
 
@@ -159,9 +162,7 @@ class Supervisor:
                     attempt.state = SUCCEEDED
                     return attempt
                 if verdict.state == FAILED:
-                    key = verdict.failed[0]
-                    code = exits[key]
-                    self._fail(attempt, key, describe_exit(code), code, others=verdict.failed[1:])
+                    self._fail_exit(attempt, verdict.failed, exits, started)
                     grace = 0  # the group is the unit of failure: kill it at once
                     return attempt
                 for key in verdict.restart_alone:
@@ -215,11 +216,11 @@ class Supervisor:
     def _launch(self, key: str, number: int, standby_ok: bool = True) -> None:
         task = self.plan.task(key)
         with self._lock:
-            self._tails[key] = collections.deque(maxlen=_TAIL)
+            self._tails[key] = collections.deque(maxlen=_TAIL_KEPT)
             self._activity[key] = self.clock()
         handle = self._promote_standby(key) if standby_ok else None
         if handle is None:
-            handle = self.backend.start(task, self._env(number), self._on_line)
+            handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.event("start", task=key, attempt=number, host=task.host, endpoint=task.endpoint, **handle.info())
@@ -242,7 +243,8 @@ class Supervisor:
                     self.record.log_line(key, f"(standby) {line}")
                     self.console.task_line(key, f"(standby) {line}")
 
-            handle = self.backend.start(task, {**self._env(number), "TFCLUSTER_STANDBY": "1"}, sink)
+            handle = self.backend.start(task, {**self._env(number), "TFCLUSTER_STANDBY": "1"},
+                                        lambda key, line, sink=sink: self._drain_line(key, line, sink))
             self._standby[task.key] = handle
             self._standby_active[task.key] = active
         self.record.event("standby_start", attempt=number,
@@ -306,21 +308,106 @@ class Supervisor:
         silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
         return sorted(silent)[0][1] if silent else None
 
-    def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = ()) -> None:
+    def _peer_notes(self, key: str, exits: dict, since: Optional[float]) -> dict[str, str]:
+        """Every other group member's state for root-cause attribution: "" when healthy, else
+        stopped, hung (the hang watchdog's view, before its timeout), unreachable, or dead."""
+        now = self.clock()
+        notes: dict[str, str] = {}
+        for other, handle in self._handles.items():
+            if other == key or not hang_watched(other):
+                continue
+            code = exits.get(other)
+            if code is not None:
+                notes[other] = describe_exit(code) if code != 0 else ""
+                continue
+            note = handle.state_note()
+            hang = self.watchdog.hang_timeout
+            if since is not None and hang > 0:
+                with self._lock:
+                    idle = now - max(since, self._activity.get(other, now))
+                if note and idle > hang:  # what the hang watchdog would have said
+                    note = f"hung: no progress for {hang:g} s (watchdog.hang_timeout); {note}"
+                elif not note and not silent_by_design(self.plan.strategy, other) and idle > min(hang, 10.0):
+                    note = f"hung: no progress for {idle:.0f} s"
+            notes[other] = note
+        return notes
+
+    def _fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
+        """An exit failed the attempt: blame the root cause, which may be another task (stopped,
+        hung, unreachable or dead) whose state made TensorFlow abort this one."""
+        key = failed[0]
         with self._lock:
             tail = tuple(self._tails.get(key, ()))
+        since = started + attempt.ready_after if attempt.ready_after is not None else None
+        blame = root_cause(key, tail, self._peer_notes(key, exits, since))
+        if not blame.consequence(key):
+            # A backend's note on how the task ended ("host2: no word for 16 s ...") says more
+            # than the exit code it had to make up.
+            note = self._handles[key].state_note()
+            self._fail(attempt, key, note or describe_exit(exits[key]), exits[key], others=failed[1:])
+            return
+        root = blame.root
+        consequences = [(key, exits[key])]
+        others = []
+        for other in failed[1:]:
+            if other == root:
+                continue
+            with self._lock:
+                other_tail = tuple(self._tails.get(other, ()))
+            (consequences.append((other, exits[other])) if peer_abort(other_tail) else others.append(other))
+        root_code = exits.get(root)
+        self._fail(attempt, root, blame.why, root_code, others=tuple(others), consequences=tuple(consequences))
+
+    def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
+              consequences: tuple = ()) -> None:
+        with self._lock:
+            tail = tuple(self._tails.get(key, ()))
+            tails = {k: tuple(self._tails.get(k, ())) for k, _ in consequences}
         attempt.state = FAILED
-        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail, others=tuple(others))
+        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-_TAIL:], others=tuple(others),
+                                  consequences=tuple(consequences))
         of = f" (attempt {attempt.number + 1} of {self.restart.max_restarts + 1})"
         self.console.error(f"{key} failed: {reason}{of}")
-        if tail:
-            lines = [f"  last lines of {key} ({self.record.log_path(key)}):"]
-            lines += [f"  | {line}" for line in tail]
-            self.console.block(lines)
+        for other, other_code in consequences:
+            self.console.info(f"{other} exited ({describe_exit(other_code)}) as a consequence of {key} "
+                              f"(its last lines say a peer was lost)")
+        report: list[str] = []
+        for other in [key] + [k for k, _ in consequences]:
+            report += self._report(other, tail if other == key else tails[other])
+        if report:
+            self.console.block(report)
         if others:
             self.console.info(f"also failed: {', '.join(others)}")
         self.record.event("failure", task=key, attempt=attempt.number, reason=reason, code=code,
-                          last_lines=list(tail), others=list(others))
+                          last_lines=list(tail[-_TAIL:]), others=list(others),
+                          consequences={k: c for k, c in consequences},
+                          errors=list(exception_lines(tail)), hint=hint(tail))
+
+    def _report(self, key: str, tail: tuple) -> list[str]:
+        """The exception line(s) a task died of, a hint for a known signature, its last lines."""
+        if not tail:
+            return []
+        lines = [f"  {key}: {line}" for line in exception_lines(tail)]
+        known = hint(tail)
+        if known:
+            lines.append(f"  hint: {known}")
+        lines.append(f"  last lines of {key} ({self.record.log_path(key)}):")
+        lines += [f"  | {line}" for line in tail[-_TAIL:]]
+        return lines
+
+    def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
+        """The sink every backend's output reader calls. It never raises: a reader that stopped
+        would leave the task blocked writing to a full pipe (a full disk, a closed terminal)."""
+        try:
+            (sink or self._on_line)(key, line)
+        except Exception as exc:  # noqa: BLE001
+            if key not in self._sink_failed:
+                self._sink_failed.add(key)
+                try:
+                    self.console.error(f"{key}: its output can no longer be shown or logged "
+                                       f"({type(exc).__name__}: {exc}); it is still read, and the run goes on")
+                except Exception:  # noqa: BLE001
+                    pass
 
     def _on_line(self, key: str, line: str) -> None:
         with self._lock:

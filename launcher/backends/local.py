@@ -77,7 +77,11 @@ class LocalTask(TaskHandle):
                 state = fh.read().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             return ""
-        return "process is stopped (SIGSTOP?)" if state in ("T", "t") else ""
+        if state in ("T", "t"):
+            return "process is stopped (SIGSTOP?)"
+        if state == "Z":
+            return "process is a zombie (exited, not yet reaped)"
+        return ""
 
     def _task_pid(self) -> int:
         """The wrapped task's pid: the wrapper's only child."""

@@ -38,6 +38,7 @@ from ..plan import Plan, PlannedTask
 from ..remote import source as remote_source
 from ..spec import Host, LoadedSpec, SSHOptions
 from .base import Backend, LineSink, TaskHandle
+from .ssh_heartbeat import Heartbeat
 
 TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
 EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
@@ -161,6 +162,13 @@ def remote_paths(opts: SSHOptions, name: str, run_id: str) -> tuple[str, str, st
     return run_dir, state, workdir
 
 
+def probe_deadline(probe_timeout: float, hosts: int) -> float:
+    """How long a host keeps retrying a target before naming it unreachable: ``ssh.probe_timeout``
+    for a few hosts, growing with the host count (every host probes every task port at once,
+    and on a loaded machine the last hosts up answer late); a dropping firewall is named then."""
+    return round(probe_timeout * max(1.0, hosts / 8), 3)
+
+
 def make_tar(root: Path, paths: Sequence[str], exclude_dirs: Iterable[Path] = ()) -> bytes:
     """A gzipped tar of ``paths`` (relative to ``root``), without VCS and cache dirs."""
     excluded = {p.resolve() for p in exclude_dirs}
@@ -242,6 +250,12 @@ class SSHTask(TaskHandle):
     def poll(self) -> Optional[int]:
         if self._code is not None:
             return self._code
+        silent = self.backend.heartbeat.silence(self.host.name)
+        if silent > self.backend.opts.lease and not self.channel.exit_status_ready():
+            # Its wrapper has heard nothing for as long and stops the task (the lease).
+            self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+            self._code = EXIT_CONNECTION_LOST
+            return self._code
         if not self.channel.exit_status_ready():
             transport = self.host.transport
             if transport is not None and transport.is_active():
@@ -268,8 +282,11 @@ class SSHTask(TaskHandle):
         return {"ssh_host": self.host.name, "remote_pidfile": self.pidfile, "remote_run_dir": self.host.run_dir}
 
     def state_note(self) -> str:
-        if self._note:
+        if self._note or self._code is not None:
             return self._note
+        silent = self.backend.heartbeat.silence(self.host.name)
+        if silent > min(self.backend.opts.lease, 5.0):
+            return f"{self.host.name}: no word for {silent:.0f} s (network partition or host down?)"
         code, out = self.backend.run_on(self.host.name, state_command(self.pidfile), None, 5.0)
         return "process is stopped (SIGSTOP?)" if code == 0 and out.strip() in ("T", "t") else ""
 
@@ -303,6 +320,7 @@ class SSHBackend(Backend):
         self._starts: dict[str, int] = {}
         self._closing = threading.Event()
         self._lease_thread: Optional[threading.Thread] = None
+        self.heartbeat = Heartbeat(interval=min(1.0, self.opts.lease / 4))
         if self.opts.config and not self._local(self.opts.config).is_file():
             raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
         run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
@@ -576,7 +594,8 @@ class SSHBackend(Backend):
         if not targets:
             return []
         timeout = self.opts.probe_timeout
-        msg = json.dumps({"targets": targets, "timeout": timeout}).encode() + b"\n"
+        msg = json.dumps({"targets": targets, "timeout": timeout,
+                          "deadline": probe_deadline(timeout, len(names))}).encode() + b"\n"
 
         def one(name: str) -> list[str]:
             chan = sessions[name]
@@ -608,9 +627,18 @@ class SSHBackend(Backend):
         return env
 
     def _ensure_ready(self, hs: _HostState) -> None:
+        if self.heartbeat.silence(hs.name) > self.opts.lease and hs.conn is not None:
+            # Lost (a partition, a reboot): TCP may still look open; connect afresh and probe again.
+            try:
+                hs.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+            hs.conn, hs.ready = None, False
         if hs.ready and hs.transport is not None and hs.transport.is_active():
             return
         problems = self.connect([hs.name])
+        if not problems:
+            self.heartbeat.heard(hs.name)
         if problems:
             raise LaunchError(problems[hs.name])
         if not hs.ready:
@@ -670,6 +698,8 @@ class SSHBackend(Backend):
     def _track(self, handle: SSHTask) -> SSHTask:
         with self._tasks_lock:
             self._tasks.append(handle)
+        hs = handle.host
+        self.heartbeat.watch(hs.name, lambda: hs.transport)
         self._ensure_lease()
         return handle
 
@@ -761,6 +791,7 @@ class SSHBackend(Backend):
 
     def close(self) -> None:
         self._closing.set()
+        self.heartbeat.close()
         with self._tasks_lock:
             tasks, self._tasks = self._tasks, []
         for t in tasks:

@@ -14,7 +14,8 @@ Protocol (one JSON object per line on stdin/stdout):
                 "argv0_found": bool, "error": null|text}
    The listed ports stay bound (listening) until "go" or stdin closes, so other hosts can
    probe them.
-2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds}
+2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds per try,
+                "deadline": seconds in all (tries are repeated until then)}
    reply    <- {"results": [[key, null|problem], ...]}
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
@@ -32,6 +33,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 
 def _send(obj):
@@ -146,27 +148,81 @@ def _prepare(req):
     return reply, socks
 
 
-def _probe(targets, timeout):
+def _probe(targets, timeout, deadline=None, parallel=32):
+    """Connect to every target; [[key, None|problem], ...].
+
+    Every target is already listening when this runs (the launcher asks only once every host
+    has bound its ports). A connection that times out or is refused is tried again until
+    ``deadline`` seconds have passed, each try bounded by ``timeout``: a slow host (a loaded
+    machine, a cold VM, a SYN lost among many) answers a later try; a firewall that drops
+    never does, and is named when the deadline passes. At most ``parallel`` tries at once."""
+    deadline = max(float(timeout), float(deadline or timeout))
+    end = time.monotonic() + deadline
+    gate = threading.Semaphore(parallel)
     results = [None] * len(targets)
 
     def one(i, key, address, port):
-        try:
-            conn = socket.create_connection((address, int(port)), timeout=timeout)
-            conn.close()
-        except socket.timeout:
-            results[i] = [key, "timed out after %gs" % timeout]
-        except OSError as exc:
-            results[i] = [key, exc.strerror or str(exc)]
-        else:
-            results[i] = [key, None]
+        problem = "no answer"
+        while True:
+            try:
+                with gate:
+                    left = end - time.monotonic()
+                    conn = socket.create_connection((address, int(port)), timeout=max(0.2, min(timeout, left)))
+                conn.close()
+                problem = None
+                break
+            except socket.timeout:
+                problem = "timed out after %gs" % deadline
+            except OSError as exc:
+                problem = exc.strerror or str(exc)
+            if end - time.monotonic() < 0.3:
+                break
+            time.sleep(0.25)
+        results[i] = [key, problem]
 
     threads = [threading.Thread(target=one, args=(i,) + tuple(t)) for i, t in enumerate(targets)]
     for t in threads:
         t.daemon = True
         t.start()
     for t in threads:
-        t.join(timeout + 2)
+        t.join(max(0.0, end - time.monotonic()) + timeout + 2)
     return [r if r is not None else [targets[i][0], "no answer"] for i, r in enumerate(results)]
+
+
+class _Drainer(object):
+    """Accept and close probe connections on the held ports, so their backlogs never fill
+    (every host probes every port, some more than once). ``stop`` ends the thread before the
+    ports are released, so nothing of it outlives "go"."""
+
+    def __init__(self, socks):
+        self.socks = list(socks)
+        self.wake_r, self.wake_w = os.pipe()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.daemon = True
+        self.thread.start()
+
+    def _run(self):
+        import select
+
+        while True:
+            try:
+                ready, _, _ = select.select(self.socks + [self.wake_r], [], [])
+            except (OSError, ValueError):
+                return
+            if self.wake_r in ready:
+                return
+            for s in ready:
+                try:
+                    conn, _ = s.accept()
+                    conn.close()
+                except OSError:
+                    pass
+
+    def stop(self):
+        os.write(self.wake_w, b"x")
+        self.thread.join(5)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
 
 
 class _Lines:
@@ -214,6 +270,7 @@ def main(argv):
     if not line:
         return 0
     reply, socks = _prepare(json.loads(line.decode("utf-8")))
+    drainer = _Drainer(socks)
     _send(reply)
     while True:
         line = lines.readline()
@@ -221,11 +278,13 @@ def main(argv):
             break
         req = json.loads(line.decode("utf-8"))
         if "targets" in req:
-            _send({"results": _probe(req["targets"], float(req.get("timeout", 3.0)))})
+            _send({"results": _probe(req["targets"], float(req.get("timeout", 3.0)), req.get("deadline"))})
         elif "go" in req and not reply["error"]:
             timer.cancel()
             timer.join()
+            drainer.stop()
             return _go(req["go"], socks, reply["run_dir"], tag)
+    drainer.stop()
     for s in socks:
         s.close()
     return 0

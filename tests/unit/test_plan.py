@@ -230,3 +230,15 @@ def test_mwms_gpus_reach_every_worker():
 def test_single_host_strategy_on_other_backends(backend, hosts, expected):
     plan = plan_of(f"name: g\nstrategy: one_device\nbackend: {backend}\nentrypoint: python -m worker\n" + hosts)
     assert table(plan) == [expected]
+
+
+@pytest.mark.parametrize("strategy, env, expected", [
+    ("multi_worker_mirrored", "", "1"),
+    ("parameter_server", "", "1"),
+    ("multi_worker_mirrored", "env: {TF_USE_LEGACY_KERAS: '0'}\n", "0"),
+    ("parameter_server", "env: {TF_USE_LEGACY_KERAS: '0'}\n", "0"),
+])
+def test_legacy_keras_default_under_multi_worker_strategies(strategy, env, expected):
+    tasks = "{chief: 1, worker: 1, ps: 1}" if strategy == "parameter_server" else "{worker: 2}"
+    plan = plan_of(f"name: d\nstrategy: {strategy}\nentrypoint: x\ntasks: {tasks}\n" + env)
+    assert {t.env_dict["TF_USE_LEGACY_KERAS"] for t in plan.tasks} == {expected}

@@ -67,6 +67,7 @@ class Lab:
     def start(self) -> "Lab":
         self.root.mkdir(parents=True, exist_ok=True)
         self._cleanup_stale()
+        self._raise_neighbour_limits()
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation dir
         self.client_key = self.root / "client_ed25519"
         if not self.client_key.exists():
@@ -180,6 +181,30 @@ class Lab:
             sh("ip", "netns", "del", netns, check=False)
         sh("ip", "link", "del", f"{self.prefix}gw", check=False)
         self.hosts.clear()
+        for path, value in self._neigh_saved.items():
+            try:
+                Path(path).write_text(value)
+            except OSError:
+                pass
+        self._neigh_saved = {}
+
+    _neigh_saved: dict = field(default_factory=dict)
+
+    def _raise_neighbour_limits(self) -> None:
+        """Every host of the lab talks to every other: n*(n+1) ARP entries, and all network
+        namespaces share one kernel neighbour table (gc_thresh3 = 1024 by default). At 32 hosts
+        it overflows ("neighbor table overflow!" in dmesg) and connections between the hosts
+        set up last time out, which looks like a firewall. Raised for the lab's lifetime."""
+        need = (self.count + 2) ** 2 * 2
+        for name, want in (("gc_thresh1", need // 4), ("gc_thresh2", need // 2), ("gc_thresh3", need)):
+            path = f"/proc/sys/net/ipv4/neigh/default/{name}"
+            try:
+                current = int(Path(path).read_text())
+                if current < want:
+                    self._neigh_saved[path] = str(current)
+                    Path(path).write_text(str(want))
+            except (OSError, ValueError):
+                pass
 
     def _kill_netns_procs(self, netns: str) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):

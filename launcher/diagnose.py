@@ -1,0 +1,173 @@
+"""Reading a failed task's last lines: pure functions (no clock, files or network).
+
+* ``exception_lines``: the exception a Python task died of (type and the start of its message,
+  long reprs such as tensor dumps shortened), found in a tail longer than the one shown.
+* ``hint``: one line for a known failure signature (a small table, table-tested).
+* ``named_peer`` / ``peer_abort``: whether the lines say the task was aborted because of
+  another task (TF's coordination service, collective ops, a reset connection to a peer).
+* ``root_cause``: given the task that failed and the state of every other task of the group,
+  which task to blame, so a survivor's exit is reported as the consequence it is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+MESSAGE_CHARS = 240  # an exception message longer than this is cut in the middle
+_EXC = re.compile(
+    r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Exhausted|Abort(?:ed)?|Failure))"
+    r"(?::\s?(?P<msg>.*))?$"
+)
+_TRACEBACK = "Traceback (most recent call last):"
+# Where a multi-line exception message ends: a log record or a launcher-style progress line.
+_RECORD = re.compile(r"^(?:[IWEF]\d{4} |\d{4}-\d\d-\d\d[ T]|tfcluster-|\[\w+:\d+\] |Traceback )")
+_NUMBERS = re.compile(r"(?:[-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?|\.\.\.)[,\s\]\[]*){6,}")
+
+
+def exception_lines(lines: Sequence[str], limit: int = 2) -> tuple[str, ...]:
+    """The last ``limit`` distinct exception lines (``Type: message``, the type without its
+    module path, the message joined over its continuation lines and shortened), oldest first;
+    () if the lines hold none."""
+    found: list[str] = []
+    n = len(lines)
+    i = 0
+    while i < n:
+        m = _EXC.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        parts = [m.group("type").rsplit(".", 1)[-1] + ":", (m.group("msg") or "").strip()]
+        j = i + 1
+        while j < n and j - i < 400:
+            line = lines[j]
+            if _EXC.match(line) or _RECORD.match(line) or line.startswith(_STOP):
+                break
+            j += 1
+            # TF's "Graph execution error" lists the op's frames inside its message: skip them.
+            if line.strip() and not line.startswith(_SKIP):
+                parts.append(line.strip())
+        text = shorten(" ".join(p for p in parts if p))
+        if text in found:
+            found.remove(text)
+        found.append(text)
+        i = j
+    return tuple(found[-limit:])
+
+
+_STOP = (_TRACEBACK, "During handling of the above exception", "The above exception was the direct cause")
+_SKIP = ("  File ", "    ", "Detected at node")
+
+
+def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """Collapse runs of numbers (tensor and array reprs) to ``...`` and cut what is still too
+    long in the middle, keeping the start (type, what went wrong) and the end."""
+    text = _NUMBERS.sub("... ", text)
+    text = re.sub(r"\s{2,}", " ", text)
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head - 5
+    return f"{text[:head]} ... {text[-tail:]}"
+
+
+# (pattern over the joined lines, hint). Order matters: the first match wins.
+SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"PerReplica'?>?\)? to a Tensor|Keras 3.*(?:distribut|strateg)|"
+                r"(?:MultiWorkerMirrored|ParameterServer)Strategy.*not supported.*Keras", re.S),
+     "Keras 3 `model.fit` does not support MultiWorkerMirroredStrategy/ParameterServerStrategy in TF 2.21; "
+     "use tf_keras: env TF_USE_LEGACY_KERAS=1 with the tf-keras package"),
+    (re.compile(r"stopped sending heartbeats|Collective ops is aborted by|The tasks have crashed|"
+                r"unhealthy \(stopped sending heartbeats\)"),
+     "a peer stopped or died and TensorFlow aborted this task; look at the task named as the root cause"),
+    (re.compile(r"Address already in use|Failed to add port|Could not start (?:the )?gRPC server|"
+                r"UNKNOWN: Could not start server", re.I),
+     "a TF port is taken: stop what holds it (ss -ltnp) or change ports.base in the spec"),
+    (re.compile(r"No space left on device|Disk quota exceeded|ENOSPC"),
+     "a file system is full: free space on it, or set run_dir (logs, checkpoints under state/) to a larger one"),
+    (re.compile(r"(?:tensorflow_datasets|tfds|DownloadError|download).*"
+                r"(?:Temporary failure in name resolution|Name or service not known|Network is unreachable|"
+                r"Max retries exceeded|urlopen error|ConnectionError|Failed to establish a new connection)|"
+                r"(?:Temporary failure in name resolution|urlopen error).*(?:tfds|tensorflow_datasets|download)",
+                re.I | re.S),
+     "the dataset download needs network: prepare it once where there is network and set TFDS_DATA_DIR "
+     "(in env) to that directory on every host"),
+)
+
+
+def hint(lines: Sequence[str]) -> Optional[str]:
+    text = "\n".join(lines)
+    for pattern, message in SIGNATURES:
+        if pattern.search(text):
+            return message
+    return None
+
+
+_TASK_REF = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
+_UNHEALTHY = re.compile(
+    r"unhealthy|stopped sending heartbeats|Collective ops is aborted by|aborted by|The tasks have crashed|"
+    r"Connection reset by peer|Socket closed|failed to connect|heartbeat timeout|is not available|"
+    r"UnavailableError|DeadlineExceeded", re.I)
+_PEER_ABORT = re.compile(
+    r"stopped sending heartbeats|Collective ops is aborted by|The tasks have crashed|"
+    r"Connection reset by peer|Socket closed|coordination service.*(?:error|unavailable)|"
+    r"Failed to send heartbeat|heartbeat.*(?:timed out|timeout)", re.I)
+
+
+def peer_abort(lines: Sequence[str]) -> bool:
+    """Whether the lines say this task was aborted because of another task."""
+    return any(_PEER_ABORT.search(line) for line in lines)
+
+
+def named_peer(key: str, lines: Sequence[str], keys: Sequence[str]) -> Optional[str]:
+    """The other task the lines name as unhealthy or as the source of an abort, if any (the
+    last such mention wins: it is the freshest)."""
+    found = None
+    for line in lines:
+        if not _UNHEALTHY.search(line) and not _TASK_REF.search(line):
+            continue
+        for m in _TASK_REF.finditer(line):
+            other = f"{m.group(1)}:{m.group(2)}"
+            if other != key and other in keys and (_UNHEALTHY.search(line) or _abort_context(lines, line)):
+                found = other
+    return found
+
+
+def _abort_context(lines: Sequence[str], line: str) -> bool:
+    """A bare task reference (TF prints the unhealthy tasks one per line) counts when the lines
+    around say the tasks are unhealthy."""
+    return line.strip().startswith("/job:") and peer_abort(lines)
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Who is the root cause of ``key``'s failure: ``root`` (another task, or ``key`` itself)
+    and why (the other task's state, or what the lines say)."""
+
+    root: str
+    why: str
+
+    def consequence(self, key: str) -> bool:
+        return self.root != key
+
+
+def root_cause(key: str, lines: Sequence[str], peers: Mapping[str, str]) -> Blame:
+    """Blame for ``key``'s failure. ``peers`` maps every other task of the group to its state:
+    "" when healthy, else a short note ("process is stopped (SIGSTOP?)", "hung: no progress for
+    20 s", "no word for 17 s (network partition or host down)", "exit code 137").
+
+    A peer in trouble is the root cause when the lines name it, or when they show an abort
+    caused by a peer and it is the only peer in trouble; a peer the lines name as unhealthy is
+    blamed even if it looks healthy now. Otherwise (a genuine error, every peer healthy) the
+    task itself is."""
+    named = named_peer(key, lines, list(peers))
+    troubled = [k for k, note in peers.items() if note]
+    if named and peers.get(named):
+        return Blame(named, peers[named])
+    if troubled and (peer_abort(lines) or named):
+        # The lines name a peer that looks healthy, or name none: the peer in trouble is likelier.
+        return Blame(troubled[0], peers[troubled[0]])
+    if named:
+        return Blame(named, f"named as unhealthy in {key}'s last lines")
+    return Blame(key, "")

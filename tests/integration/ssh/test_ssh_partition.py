@@ -1,0 +1,130 @@
+"""A host cut off mid-run (issue 15 §3): the launcher notices within ``ssh.lease`` (+ a few s),
+from the answered heartbeat on the same transport as the lease, and names the host as the root
+cause. The task keeps running through the partition (not TF, whose own heartbeats would end it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from .conftest import PY
+from .test_ssh_backend import _finish, _launch, _nft, _nft_flush, _pidfiles, _wait_gone
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
+TICKER = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n"
+LEASE = 6
+
+
+def test_lost_host_is_noticed_within_the_lease_and_named(lab, make_spec):
+    spec = make_spec([PY, "-c", TICKER], workers=2, ssh={"lease": LEASE}, restart={"max_restarts": 0})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    try:
+        pids = _pidfiles(spec, 2)
+        time.sleep(1.0)
+        _nft(h2, "ip saddr 10.231.0.1 drop")  # the launcher can no longer reach h2 (nor h2 it)
+        cut = time.monotonic()
+        code, out, err = _finish(proc, timeout=LEASE + 60)
+        took = time.monotonic() - cut
+        # h2's wrapper stopped its task by the lease too, on its side of the partition.
+        _wait_gone(list(pids["worker-1.0.pid"]), 10)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert code == 1, err
+    line = next((l for l in err.splitlines() if "worker:1 failed: " in l), "")
+    assert line.startswith("tfcluster: error: worker:1 failed: h2: no word for "), err
+    assert line.endswith(" s (network partition or host down) (attempt 1 of 1)"), err
+    silent = int(line.split("no word for ")[1].split()[0])
+    assert LEASE <= silent <= LEASE + 3, line
+    assert took < LEASE + 3 + 10, (took, err)  # noticed at lease (+ a few s), then the group is stopped
+    assert "gave up after 1 attempt(s)" in err
+
+
+def test_group_restarts_once_the_lost_host_is_back(lab, make_spec):
+    # Attempt 0 ticks until the cut; the partition heals while the group restarts, and attempt 1,
+    # on a fresh connection to h2, exits 0.
+    script = ("import os,time\nn=int(os.environ['TFCLUSTER_RESTART_COUNT'])\nprint('ATTEMPT', n, flush=True)\n"
+              "for i in range(0 if n else 600):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n")
+    spec = make_spec([PY, "-c", script], workers=2, ssh={"lease": LEASE},
+                     restart={"max_restarts": 1, "backoff": 4})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    try:
+        _pidfiles(spec, 2)
+        _nft(h2, "ip saddr 10.231.0.1 drop")
+        time.sleep(LEASE + 1.5)  # noticed by now; the restart waits out its 4 s backoff
+        _nft_flush(h2)
+        code, out, err = _finish(proc, timeout=90)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert code == 0, err
+    assert "worker:1 failed: h2: no word for " in err and "restarting the whole group (restart 1 of 1)" in err, err
+    assert out.count("ATTEMPT 1") == 2, out[-2000:]
+
+
+def test_restart_onto_a_host_still_cut_off_fails_in_one_line(lab, make_spec):
+    spec = make_spec([PY, "-c", TICKER], workers=2, ssh={"lease": LEASE}, restart={"max_restarts": 1})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    try:
+        _pidfiles(spec, 2)
+        _nft(h2, "ip saddr 10.231.0.1 drop")
+        code, out, err = _finish(proc, timeout=LEASE + 60)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert code != 0 and "Traceback" not in err, err
+    assert "worker:1 failed: h2: no word for " in err and "restarting the whole group (restart 1 of 1)" in err, err
+    assert "error: host h2 (" in err.split("restarting the whole group")[1], err  # a fresh connection, named
+
+
+def test_tf_survivor_aborted_by_a_partition_is_a_consequence_and_the_group_restarts(lab, make_spec):
+    # TF's coordination service aborts worker:0 (exit 1) ~8 s after h2 is cut, before the
+    # launcher's own lease (15 s) runs out: h2's silence is the root cause, the run is retried.
+    from tests.prereq import require_tf
+
+    require_tf()
+    spec = make_spec([PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "80", "--step-delay", "0.1",
+                      "--progress-every", "5"], workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                     ssh={"lease": 15, "require": ["tensorflow", "tf_keras"]}, restart={"max_restarts": 1})
+    h2 = lab.host("h2")
+    proc = _launch(spec)
+    seen: list[str] = []
+    cut = threading.Event()
+
+    def watch():
+        for line in proc.stdout:
+            seen.append(line)
+            if "[worker:1] tfcluster-step epoch=0 step=10 " in line and not cut.is_set():
+                _nft(h2, "ip saddr 10.231.0.0/24 drop")  # h2 hears nobody: launcher, h1
+                cut.set()
+                threading.Timer(11.0, _nft_flush, args=(h2,)).start()
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    try:
+        err = proc.stderr.read()
+        proc.wait(timeout=200)
+        reader.join(10)
+    finally:
+        _nft_flush(h2)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert cut.is_set(), err[-3000:]
+    assert proc.returncode == 0, err[-4000:]
+    assert "worker:1 failed: h2: no word for " in err, err[-4000:]
+    assert "worker:0 exited (exit code 1) as a consequence of worker:1" in err, err[-4000:]
+    assert "restarting the whole group (restart 1 of 1)" in err
