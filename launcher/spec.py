@@ -268,6 +268,45 @@ class Tpu(_Model):
     project: Optional[str] = None
 
 
+# ---------------------------------------------------------------- state: (statesync)
+
+
+class State(_Model):
+    """``state:`` -- the state dir on ssh hosts (checkpoints, backups, final model) and how the
+    hosts see the chief's backup after a restart."""
+
+    # Path on every host (relative to the remote home) or a gs:// URL
+    # (default: <ssh.remote_dir>/<name>/state).
+    dir: Optional[str] = None
+    # auto: preflight writes a marker through the chief's host and looks for it through the
+    # others (shared if all see it, else copy); shared: NFS or gs://; copy: before every
+    # attempt tfcluster copies the chief's latest backup to every other host.
+    sync: Literal["auto", "shared", "copy"] = "auto"
+    # After a successful run, bring back under runs/<name>/state/: the final model, or the final
+    # model and the checkpoints, or nothing.
+    fetch: Literal["model", "checkpoints", "none"] = "model"
+
+    @field_validator("dir")
+    @classmethod
+    def _dir(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not v.strip():
+            raise ValueError("empty path; give a directory on the hosts or remove the key")
+        if v is not None and "://" in v and not v.startswith("gs://"):
+            raise ValueError(f"'{v}': the only URL scheme supported is gs:// (GCS); give a path or a gs:// URL")
+        return v
+
+    @model_validator(mode="after")
+    def _gcs_is_shared(self) -> "State":
+        if self.is_url and self.sync == "copy":
+            raise ValueError(f"sync: copy with dir {self.dir}: a gs:// dir is shared storage; set sync: shared "
+                             "or auto")
+        return self
+
+    @property
+    def is_url(self) -> bool:
+        return bool(self.dir) and "://" in str(self.dir)
+
+
 class Spec(_Model):
     name: str
     strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -281,6 +320,7 @@ class Spec(_Model):
     watchdog: Watchdog = Watchdog()
     ssh: SSHOptions = SSHOptions()
     docker: DockerOptions = DockerOptions()
+    state: State = State()
     # Where run records go, relative to the spec file.
     run_dir: str = "runs"
     # Working directory of local tasks, relative to the spec file.

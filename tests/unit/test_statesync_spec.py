@@ -1,0 +1,67 @@
+"""The ``state:`` block (one-line errors) and the launcher's copy of the worker's state layout."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from launcher import statelayout
+from launcher.errors import SpecError
+from launcher.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = """\
+name: demo
+strategy: multi_worker_mirrored
+entrypoint: python -m worker
+tasks:
+  worker: 2
+"""
+
+
+def one_error(text: str) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_spec(textwrap.dedent(text), "c.yaml")
+    lines = list(info.value.lines)
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    return lines[0]
+
+
+def test_state_defaults():
+    state = parse_spec(BASE).state
+    assert (state.dir, state.sync, state.fetch) == (None, "auto", "model")
+
+
+def test_state_values():
+    state = parse_spec(BASE + "state: {dir: /data/ckpt, sync: copy, fetch: checkpoints}\n").state
+    assert (state.dir, state.sync, state.fetch, state.is_url) == ("/data/ckpt", "copy", "checkpoints", False)
+    assert parse_spec(BASE + "state: {dir: 'gs://bucket/run'}\n").state.is_url
+
+
+@pytest.mark.parametrize("state, expected", [
+    ("{sync: copi}", "c.yaml:6: state.sync: 'copi' is not valid; use one of 'auto', 'shared' or 'copy'"),
+    ("{fetch: all}", "c.yaml:6: state.fetch: 'all' is not valid; use one of 'model', 'checkpoints' or 'none'"),
+    ("{dir: 's3://b/x'}", "c.yaml:6: state.dir: 's3://b/x': the only URL scheme supported is gs:// (GCS); "
+                          "give a path or a gs:// URL"),
+    ("{dir: 'gs://b/x', sync: copy}", "c.yaml:6: state: sync: copy with dir gs://b/x: a gs:// dir is shared "
+                                      "storage; set sync: shared or auto"),
+    ("{dir: ' '}", "c.yaml:6: state.dir: empty path; give a directory on the hosts or remove the key"),
+    ("{syncs: copy}", "c.yaml:6: state.syncs: unknown key 'syncs' (did you mean 'sync'?); valid keys: dir, sync, "
+                      "fetch"),
+])
+def test_state_errors(state, expected):
+    assert one_error(BASE + f"state: {state}\n") == expected
+
+
+def test_layout_matches_the_worker():
+    """The launcher's names are the worker's (worker/layout.py needs no TensorFlow)."""
+    from worker.layout import Layout
+
+    layout = Layout(Path("/s"))
+    assert layout.backup == Path("/s") / statelayout.BACKUP
+    assert layout.checkpoints == Path("/s") / statelayout.CHECKPOINTS
+    assert layout.custom_checkpoints == Path("/s") / statelayout.CUSTOM_CHECKPOINTS
+    assert layout.final == Path("/s") / statelayout.FINAL_MODEL
+    assert statelayout.RESUME_AREAS == (statelayout.BACKUP, statelayout.CUSTOM_CHECKPOINTS)
