@@ -16,6 +16,7 @@ from typing import Callable, Optional
 from .backends.base import Backend, TaskHandle
 from .console import Console
 from .diagnose import exception_lines, hint, peer_abort, root_cause
+from .errors import LaunchError
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
@@ -86,6 +87,12 @@ class Supervisor:
             while True:
                 attempt = self._run_attempt(number)
                 if attempt.state == SUCCEEDED:
+                    try:
+                        self.backend.collect_results()
+                    except LaunchError as exc:
+                        for line in exc.lines:
+                            self.console.error(line)
+                        return self._finish(1, "failed", reason="; ".join(exc.lines))
                     return self._finish(0, "succeeded")
                 if attempt.state == INTERRUPTED:
                     return self._finish(130, "interrupted")
@@ -132,6 +139,11 @@ class Supervisor:
         warned_sidecars: set[str] = set()
         grace = self.watchdog.stop_grace
         try:
+            try:
+                self.backend.prepare_attempt(number)
+            except LaunchError as exc:
+                self._fail(attempt, "prepare", "; ".join(exc.lines), None)
+                return attempt
             for task in self.plan.tasks:
                 if self.stop_event.is_set():
                     break

@@ -83,5 +83,15 @@ class Backend(abc.ABC):
             alive = [h for h in alive if h.poll() is None]
         return [h.key for h in alive]
 
+    def prepare_attempt(self, number: int) -> None:
+        """Called by the supervisor before it starts attempt ``number`` (0 = the first, also when
+        ``up`` resumes an earlier run). E.g. the ssh backend copies the chief's latest backup to
+        hosts that do not share its state dir. Raise LaunchError (one line per problem, naming
+        the host) to fail the attempt."""
+
+    def collect_results(self) -> None:
+        """Called once after a successful run, every task stopped: bring results (the final
+        model) back to this machine when they are elsewhere. Raise LaunchError on failure."""
+
     def close(self) -> None:
         """Release connections and other resources (after every task is stopped)."""

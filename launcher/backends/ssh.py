@@ -39,6 +39,7 @@ from ..remote import source as remote_source
 from ..spec import Host, LoadedSpec, SSHOptions
 from .base import Backend, LineSink, TaskHandle
 from .ssh_heartbeat import Heartbeat
+from .ssh_state import StateSync
 
 TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
 EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
@@ -324,6 +325,8 @@ class SSHBackend(Backend):
         if self.opts.config and not self._local(self.opts.config).is_file():
             raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
         run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
+        self._state = StateSync(self)  # state: shared or copied (ssh_state.py)
+        state = self._state.state_dir(state)
         for hs in self.hosts.values():
             hs.run_dir, hs.state_dir, hs.workdir = run_dir, state, workdir
 
@@ -548,6 +551,9 @@ class SSHBackend(Backend):
             for name in names:
                 hs, rep = self.hosts[name], replies[name]
                 hs.run_dir, hs.state_dir, hs.workdir, hs.ready = rep["run_dir"], rep["state_dir"], rep["workdir"], True
+            problems += self._state.detect(plan, names, sessions)
+            if problems:
+                raise LaunchError(*problems, "no task was started")
             problems += self._reachability(plan, names, sessions)
             if problems:
                 raise LaunchError(*problems, "no task was started")
@@ -617,6 +623,14 @@ class SSHBackend(Backend):
 
         with self._pool(len(names)) as pool:
             return [p for ps in pool.map(one, names) for p in ps]
+
+    # -------------------------------------------------------------- state dir (ssh_state.py)
+
+    def prepare_attempt(self, number: int) -> None:
+        self._state.prepare_attempt(number)
+
+    def collect_results(self) -> None:
+        self._state.collect()
 
     # -------------------------------------------------------------- tasks
 

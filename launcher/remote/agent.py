@@ -17,6 +17,8 @@ Protocol (one JSON object per line on stdin/stdout):
 2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds per try,
                 "deadline": seconds in all (tries are repeated until then)}
    reply    <- {"results": [[key, null|problem], ...]}
+   request  -> {"marker": {"op": "write"|"check"|"remove", "path": p}}   (state.sync: auto)
+   reply    <- {"marker": bool, "error": null|text}
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
    and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged. The ``--pidfile`` of
@@ -127,8 +129,10 @@ def _prepare(req):
         run_dir = os.path.abspath(req["run_dir"])
         os.makedirs(os.path.join(run_dir, "pids"), exist_ok=True)
         os.chmod(run_dir, 0o700)
-        state_dir = os.path.abspath(req["state_dir"])
-        os.makedirs(state_dir, exist_ok=True)
+        state_dir = req["state_dir"]
+        if "://" not in state_dir:  # a gs:// state dir is the task's business, not a local path
+            state_dir = os.path.abspath(state_dir)
+            os.makedirs(state_dir, exist_ok=True)
         for name, text in (req.get("files") or {}).items():
             _write(os.path.join(run_dir, name), text)
         reply["run_dir"], reply["state_dir"] = run_dir, state_dir
@@ -225,6 +229,23 @@ class _Drainer(object):
         os.close(self.wake_w)
 
 
+def _marker(req):
+    """state.sync auto: write, look for, or remove a marker file in the state dir."""
+    path, op = req["path"], req["op"]
+    try:
+        if op == "write":
+            _write(path, "tfcluster\n")
+            return {"marker": True}
+        if op == "check":
+            return {"marker": os.path.exists(path)}
+        if op == "remove":
+            os.unlink(path)
+            return {"marker": True}
+    except OSError as exc:
+        return {"marker": False, "error": exc.strerror or str(exc)}
+    return {"marker": False, "error": "unknown op %r" % op}
+
+
 class _Lines:
     """Lines from fd 0 read with os.read: nothing after the "go" line is buffered away from
     the task wrapper, which watches the same descriptor."""
@@ -279,6 +300,8 @@ def main(argv):
         req = json.loads(line.decode("utf-8"))
         if "targets" in req:
             _send({"results": _probe(req["targets"], float(req.get("timeout", 3.0)), req.get("deadline"))})
+        elif "marker" in req:
+            _send(_marker(req["marker"]))
         elif "go" in req and not reply["error"]:
             timer.cancel()
             timer.join()

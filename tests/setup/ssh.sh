@@ -16,6 +16,7 @@ command -v ssh-keygen >/dev/null 2>&1 || need="$need openssh-client"
 command -v nft >/dev/null 2>&1 || need="$need nftables"
 command -v pdsh >/dev/null 2>&1 || need="$need pdsh"
 command -v unshare >/dev/null 2>&1 || need="$need util-linux"
+command -v nsenter >/dev/null 2>&1 || need="$need util-linux"
 
 if [ -n "$need" ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -30,7 +30,8 @@ def lab():
     reason = have_prereqs()
     require(reason is None, reason or "")
     root = Path(tempfile.mkdtemp(prefix="tfcs-lab-"))
-    lab = Lab(root, count=3)
+    # Private per-host dirs (own tmpfs each) for the state dir tests; every other path is shared.
+    lab = Lab(root, count=3, private=root / "private")
     try:
         lab.start()
     except Exception:

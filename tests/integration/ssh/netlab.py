@@ -7,6 +7,11 @@ Layout: the bridge lives in its own namespace ``<prefix>sw`` (so the machine's f
 Docker's FORWARD policy, never sees host-to-host traffic); this machine reaches the lab through
 a veth with 10.231.0.1; host i has ``<prefix>h<i>`` with 10.231.0.(10+i).
 
+With ``private`` set (a directory path), each host's sshd runs in its own mount namespace with
+its own tmpfs (``private_size``) mounted at that path: a file written there through one host is
+invisible to the others and to this machine, like VMs with their own disks (the state dir tests).
+Every other path stays shared.
+
 Everything is torn down by ``stop()`` with timeouts: sshd and every process left in the lab's
 namespaces (found with ``ip netns pids``, never by name), the namespaces, the veths.
 """
@@ -48,6 +53,11 @@ class LabHost:
         """Run a command inside this host's network namespace (not over SSH)."""
         return sh("ip", "netns", "exec", self.netns, *argv, timeout=timeout, check=check)
 
+    def exec_private(self, *argv: str, timeout: float = 20.0, check: bool = True) -> subprocess.CompletedProcess:
+        """Run a command in this host's mount and network namespaces (sees its private dir)."""
+        assert self.sshd is not None and self.sshd.poll() is None, f"{self.name}: sshd is not running"
+        return sh("nsenter", "-t", str(self.sshd.pid), "-m", "-n", "--", *argv, timeout=timeout, check=check)
+
 
 @dataclass
 class Lab:
@@ -57,6 +67,8 @@ class Lab:
     hosts: list[LabHost] = field(default_factory=list)
     client_key: Path = Path()
     known_hosts: Path = Path()
+    private: Optional[Path] = None  # per-host private tmpfs mounted here (see the module doc)
+    private_size: str = "64m"
 
     @property
     def switch(self) -> str:
@@ -138,10 +150,17 @@ class Lab:
 
     def start_sshd(self, h: LabHost) -> None:
         log = open(h.dir / "sshd.log", "ab")
-        # Own UTS namespace: `hostname` inside is the lab host's name.
+        # Own UTS namespace: `hostname` inside is the lab host's name. `ip netns exec` and
+        # `unshare` exec (no fork), so h.sshd.pid is sshd, in the host's namespaces.
+        unshare, mount = ["unshare", "--uts"], ""
+        if self.private is not None:
+            self.private.mkdir(parents=True, exist_ok=True)
+            unshare += ["--mount", "--propagation", "private"]
+            mount = f'mount -t tmpfs -o size={self.private_size},mode=0755 tfcs-{h.name} "$2" && '
         h.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", h.netns, "unshare", "--uts", "--", "sh", "-c",
-             f'hostname {h.name} && exec {SSHD} -D -e -f "$1"', "sh", str(h.dir / "sshd_config")],
+            ["ip", "netns", "exec", h.netns, *unshare, "--", "sh", "-c",
+             f'hostname {h.name} && {mount}exec {SSHD} -D -e -f "$1"', "sh", str(h.dir / "sshd_config"),
+             str(self.private or "")],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )
         log.close()

@@ -1,0 +1,318 @@
+"""The ssh backend's state dir (``state:`` in the spec): shared or copied, and fetched at the end.
+
+* ``detect``: in preflight, with ``state.sync: auto``, the chief's host agent writes a marker
+  file into its state dir and every other host's agent looks for it (over the agents' channels:
+  no extra remote shell); shared if every host sees it, else ``copy``. The console and the run
+  record say which and why.
+* ``prepare_attempt`` (``copy``, MultiWorkerMirroredStrategy): before every attempt -- so also
+  before ``up`` resumes an earlier run of the same name -- the chief's latest complete backup
+  (``statelayout.RESUME_AREAS``) is streamed as a tar from the chief's host to every other
+  host's state dir over the connections already open (``remote/statesync.py``): one channel on
+  the chief's host packs, the launcher relays the bytes to one channel per other host, each
+  receiver extracts into a temp dir and renames it into place only when size and sha256 match
+  the sender's. A host whose copy fails fails the attempt with one line naming it.
+  Under ParameterServerStrategy only the chief reads checkpoints, so nothing is copied.
+* ``collect``: after a successful run the final model (``state.fetch: model``; with
+  ``checkpoints`` also the checkpoints) comes back from the chief's host into the run's local
+  ``runs/<name>/state/``, through the same verified unpack.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+import struct
+import time
+from pathlib import Path
+from typing import Optional
+
+from .. import statelayout
+from ..errors import LaunchError
+from ..plan import Plan
+from ..remote import source as remote_source
+from ..remote import statesync as sync_lib
+
+_IO_TIMEOUT = 60.0  # seconds without progress on a copy channel = the copy failed
+_CHUNK = 1 << 16
+MWMS = "multi_worker_mirrored"
+
+
+def marker_name(run_id: str) -> str:
+    return f".tfcluster-shared-marker-{run_id}"
+
+
+def state_command(python: str, mode: str, state_dir: str, areas: list[str]) -> str:
+    parts = [python, "-S", "-c", remote_source("statesync.py"), mode, state_dir, *areas]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+class StateSync:
+    def __init__(self, backend) -> None:
+        self.b = backend  # the SSHBackend (its hosts, connections, console, record)
+        self.cfg = backend.spec.state
+        self.mode: Optional[str] = None  # "shared" | "copy", once decided
+        self.plan: Optional[Plan] = None
+        self.copies: list[dict] = []  # one entry per copy: size, seconds, hosts
+
+    # ------------------------------------------------------------------ preflight
+
+    def state_dir(self, default: str) -> str:
+        return self.cfg.dir or default
+
+    def chief_host(self) -> str:
+        assert self.plan is not None
+        return self.plan.task(self.plan.success_task).host
+
+    def detect(self, plan: Plan, names: list[str], sessions: dict) -> list[str]:
+        """Decide shared or copy (once, in preflight); problem lines, or []."""
+        if self.mode is not None or not plan.tasks:
+            return []
+        self.plan = plan
+        hosts = sorted({t.host for t in plan.tasks})
+        if self.cfg.sync != "auto":
+            self.mode, why = self.cfg.sync, "state.sync"
+        elif self.cfg.is_url:
+            self.mode, why = "shared", "a gs:// dir"
+        elif len(hosts) < 2:
+            self.mode, why = "shared", "one host"
+        else:
+            seen, problems = self._markers(hosts, sessions)
+            if problems:
+                return problems
+            blind = [h for h in hosts if not seen.get(h)]
+            chief = self.chief_host()
+            if blind:
+                self.mode = "copy"
+                why = f"{', '.join(blind)} cannot see a file written through {chief}"
+            else:
+                self.mode, why = "shared", f"every host sees a file written through {chief}"
+        self.b.console.info(f"state dir {self.b.hosts[self.chief_host()].state_dir}: {self.mode} ({why})")
+        if self.b.record is not None:
+            self.b.record.event("state_sync", mode=self.mode, why=why, fetch=self.cfg.fetch)
+        return self._placement_problems(plan)
+
+    def _placement_problems(self, plan: Plan) -> list[str]:
+        """With copy, an evaluator must run where the chief writes its checkpoints."""
+        if self.mode != "copy":
+            return []
+        chief = self.chief_host()
+        return [f"{t.key} is on host {t.host} but with state.sync: copy the chief's checkpoints are only on "
+                f"{chief}; put it there (tasks.evaluator.hosts: [{chief}]) or use shared storage"
+                for t in plan.tasks if t.type == "evaluator" and t.host != chief]
+
+    def _markers(self, hosts: list[str], sessions: dict) -> tuple[dict[str, bool], list[str]]:
+        chief = self.chief_host()
+        path = {h: posixpath.join(self.b.hosts[h].state_dir, marker_name(self.b.run_id)) for h in hosts}
+        problems: list[str] = []
+        try:
+            ok = self._ask(sessions[chief], "write", path[chief])
+            if ok is not True:
+                return {}, [f"host {chief}: cannot write in the state dir {self.b.hosts[chief].state_dir}: {ok}; "
+                            "fix state.dir or its permissions"]
+            seen = {chief: True}
+            for h in hosts:
+                if h != chief:
+                    seen[h] = self._ask(sessions[h], "check", path[h]) is True
+            return seen, problems
+        finally:
+            try:
+                self._ask(sessions[chief], "remove", path[chief])
+            except Exception:  # noqa: BLE001 - a leftover marker is harmless (run-unique name)
+                pass
+
+    @staticmethod
+    def _ask(chan, op: str, path: str):
+        from .ssh import _readline
+
+        chan.sendall(json.dumps({"marker": {"op": op, "path": path}}).encode() + b"\n")
+        reply = json.loads(_readline(chan) or b"{}")
+        return reply.get("marker") if not reply.get("error") else reply["error"]
+
+    # ------------------------------------------------------------------ before each attempt
+
+    def prepare_attempt(self, number: int) -> None:
+        if self.mode != "copy" or self.plan is None or self.plan.strategy != MWMS:
+            return
+        chief = self.chief_host()
+        targets = sorted({t.host for t in self.plan.tasks if t.type in ("chief", "worker")} - {chief})
+        if not targets:
+            return
+        areas = [sync_lib.LATEST + a for a in statelayout.RESUME_AREAS]
+        started = time.monotonic()
+        size = self._copy(chief, targets, areas)
+        took = time.monotonic() - started
+        self.copies.append({"attempt": number, "bytes": size, "seconds": round(took, 3), "to": targets})
+        self.b.console.info(f"state: copied {chief}'s latest backup ({_mb(size)}) to {', '.join(targets)} "
+                            f"in {took:.1f} s")
+        if self.b.record is not None:
+            self.b.record.event("state_copy", attempt=number, source=chief, to=targets, bytes=size,
+                                seconds=round(took, 3))
+
+    def _open(self, name: str, command: str):
+        hs = self.b.hosts[name]
+        problems = self.b.connect([name])
+        if problems:
+            raise LaunchError(problems[name])
+        chan = hs.transport.open_session(timeout=self.b.opts.connect_timeout)
+        chan.set_combine_stderr(False)
+        chan.settimeout(_IO_TIMEOUT)
+        chan.exec_command(command)
+        return chan
+
+    def _copy(self, src: str, targets: list[str], areas: list[str]) -> int:
+        hosts = self.b.hosts
+        sender = self._open(src, state_command(hosts[src].python, "pack", hosts[src].state_dir, areas))
+        receivers: dict[str, object] = {}
+        failed: dict[str, str] = {}
+        try:
+            for name in targets:
+                try:
+                    receivers[name] = self._open(
+                        name, state_command(hosts[name].python, "unpack", hosts[name].state_dir, areas))
+                except LaunchError as exc:
+                    failed[name] = exc.lines[0]
+                except Exception as exc:  # noqa: BLE001
+                    failed[name] = f"cannot open a channel ({type(exc).__name__}: {exc})"
+            try:
+                self._relay(sender, receivers, failed)
+            except Exception as exc:  # noqa: BLE001 - the sender (chief's host) stalled or went away
+                raise LaunchError(f"host {src}: packing its state dir for copying failed ({type(exc).__name__}: "
+                                  f"{exc}); check the host") from None
+            summary = self._sender_summary(sender)
+            trailer = {"abort": f"{src} could not pack: {summary['error']}"} if "error" in summary else summary
+            for name, chan in list(receivers.items()):
+                if name in failed:
+                    continue
+                try:
+                    chan.sendall(struct.pack(">I", 0) + json.dumps(trailer).encode() + b"\n")
+                    chan.shutdown_write()
+                except Exception as exc:  # noqa: BLE001
+                    failed[name] = f"connection lost ({type(exc).__name__}: {exc})"
+            for name, chan in receivers.items():
+                reply = self._reply(chan)
+                if name not in failed and not reply.get("ok"):
+                    failed[name] = reply.get("error", "no answer")
+            if "error" in summary:
+                raise LaunchError(f"host {src}: cannot pack its state dir {hosts[src].state_dir} for copying: "
+                                  f"{summary['error']}; check the host")
+        finally:
+            for chan in [sender, *receivers.values()]:
+                try:
+                    chan.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        if failed:
+            raise LaunchError(*[
+                f"host {name}: state copy from {src} failed: {why}; the partial copy was discarded; fix the host "
+                f"(disk space, link) or use shared storage (state.sync: shared)" for name, why in sorted(failed.items())
+            ])
+        return int(summary["size"])
+
+    @staticmethod
+    def _relay(sender, receivers: dict, failed: dict) -> None:
+        while True:
+            data = sender.recv(_CHUNK)
+            if not data:
+                return
+            frame = struct.pack(">I", len(data)) + data
+            for name, chan in receivers.items():
+                if name in failed:
+                    continue
+                try:
+                    chan.sendall(frame)
+                except Exception as exc:  # noqa: BLE001 - the receiver failed or the link is gone
+                    failed[name] = StateSync._early_error(chan) or f"connection lost ({type(exc).__name__}: {exc})"
+
+    @staticmethod
+    def _early_error(chan) -> Optional[str]:
+        """A receiver that stopped reading usually said why (e.g. its disk is full)."""
+        try:
+            chan.settimeout(5.0)
+            reply = json.loads(chan.recv(65536).decode("utf-8", "replace").splitlines()[0])
+            return reply.get("error")
+        except Exception:  # noqa: BLE001
+            return None
+
+    @staticmethod
+    def _sender_summary(chan) -> dict:
+        err = bytearray()
+        deadline = time.monotonic() + _IO_TIMEOUT
+        while time.monotonic() < deadline:
+            if chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+            elif chan.exit_status_ready():
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                break
+            else:
+                time.sleep(0.01)
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        try:
+            summary = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            summary = {"error": (lines[-1] if lines else "no answer")[-300:]}
+        if chan.exit_status_ready() and chan.recv_exit_status() != 0 and "error" not in summary:
+            summary = {"error": f"exit {chan.recv_exit_status()}"}
+        return summary
+
+    @staticmethod
+    def _reply(chan) -> dict:
+        from .ssh import _readline
+
+        try:
+            line = _readline(chan)
+            return json.loads(line) if line else {"error": "no answer (connection lost?)"}
+        except Exception as exc:  # noqa: BLE001
+            return {"error": f"no answer ({type(exc).__name__})"}
+
+    # ------------------------------------------------------------------ after success
+
+    def collect(self) -> None:
+        """Bring the final model (and, with state.fetch: checkpoints, the checkpoints) here."""
+        if self.cfg.fetch == "none" or self.plan is None or self.b.record is None:
+            return
+        areas = [statelayout.FINAL_MODEL] + ([statelayout.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
+        src = self.chief_host()
+        hs = self.b.hosts[src]
+        local: Path = self.b.record.state_dir
+        started = time.monotonic()
+        try:
+            chan = self._open(src, state_command(hs.python, "pack", hs.state_dir, areas))
+        except Exception as exc:  # noqa: BLE001
+            raise LaunchError(f"host {src}: cannot fetch the final model ({exc}); it is still in {hs.state_dir} "
+                              "there") from None
+        tmp = None
+        try:
+            reader = sync_lib.HashingReader(lambda: chan.recv(_CHUNK))
+            try:
+                tmp = sync_lib.extract(reader, str(local))
+            except Exception as exc:  # noqa: BLE001
+                raise LaunchError(f"host {src}: fetching {', '.join(areas)} failed: {sync_lib._describe(exc)}; "
+                                  f"it is still in {hs.state_dir} there") from None
+            summary = self._sender_summary(chan)
+            problem = summary.get("error") or reader.matches(summary)
+            if problem:
+                raise LaunchError(f"host {src}: fetching {', '.join(areas)} failed: {problem}; it is still in "
+                                  f"{hs.state_dir} there")
+            present = [a for a in areas if (Path(tmp) / a).exists()]
+            # Only what came: an entrypoint that saved no final model leaves the local one alone.
+            sync_lib.commit(tmp, str(local), present)
+            tmp = None
+        finally:
+            if tmp:
+                import shutil
+
+                shutil.rmtree(tmp, ignore_errors=True)
+            chan.close()
+        took = time.monotonic() - started
+        if present:
+            self.b.console.info(f"fetched {', '.join(present)} from {src} ({_mb(reader.size)}) into {local} "
+                                f"in {took:.1f} s")
+        else:
+            self.b.console.info(f"nothing to fetch: no {', '.join(areas)} in {hs.state_dir} on {src}")
+        self.b.record.event("state_fetch", source=src, areas=present, bytes=reader.size, seconds=round(took, 3))
