@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-SUBNET = "10.231.0"
+# Two sessions on one machine (e.g. two developers' test runs) each set their own
+# TFCLUSTER_LAB_SUBNET / TFCLUSTER_LAB_PREFIX, or their labs would tear each other down.
+SUBNET = os.environ.get("TFCLUSTER_LAB_SUBNET", "10.231.0")
 GATEWAY = f"{SUBNET}.1"
 SSHD = "/usr/sbin/sshd"
 
@@ -63,7 +65,7 @@ class LabHost:
 class Lab:
     root: Path
     count: int = 3
-    prefix: str = "tfcs"
+    prefix: str = os.environ.get("TFCLUSTER_LAB_PREFIX", "tfcs")
     hosts: list[LabHost] = field(default_factory=list)
     client_key: Path = Path()
     known_hosts: Path = Path()

@@ -1,0 +1,145 @@
+"""The state dir over ssh when hosts do not share a disk (``state.sync``), against real sshd hosts
+whose ``lab.private`` dir is a tmpfs of their own (netlab): a file written there through one
+host is invisible to the others and to this machine, like VMs with their own disks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tests.integration.tfrun import progress, run_and_act
+
+from .conftest import PY, tfcluster
+from .test_ssh_backend import _pidfiles
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh]
+
+SHOW = "print('ran', flush=True)"
+
+
+def _private_state(lab, tmp_path) -> str:
+    return str(lab.private / tmp_path.name / "state")
+
+
+def _on(lab, host: str, script: str) -> str:
+    """Run a shell snippet on ``host`` where it sees its private dir; its output."""
+    proc = lab.host(host).exec_private("sh", "-c", script, check=False)
+    return (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+# ---------------------------------------------------------------- auto detection
+
+
+def test_auto_detects_private_and_shared_state_dirs(lab, make_spec, tmp_path):
+    private = _private_state(lab, tmp_path)
+    spec = make_spec([PY, "-c", SHOW], state={"dir": private})
+    proc = tfcluster("up", "--dry-run", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    assert f"state dir {private}: copy (h2 cannot see a file written through h1)" in proc.stderr
+
+    shared = str(tmp_path / "shared-state")
+    spec = make_spec([PY, "-c", SHOW], state={"dir": shared})
+    proc = tfcluster("up", "--dry-run", str(spec))
+    assert proc.returncode == 0, proc.stderr
+    assert f"state dir {shared}: shared (every host sees a file written through h1)" in proc.stderr
+    assert os.listdir(shared) == []  # the marker is removed
+
+
+def test_copy_with_an_evaluator_away_from_the_chief_is_refused(lab, make_spec, tmp_path):
+    spec = make_spec([PY, "-c", SHOW], tasks={"worker": 2, "evaluator": {"count": 1, "hosts": ["h2"]}},
+                     state={"dir": _private_state(lab, tmp_path), "sync": "copy"})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 1
+    assert ("evaluator:0 is on host h2 but with state.sync: copy the chief's checkpoints are only on h1; put it "
+            "there (tasks.evaluator.hosts: [h1]) or use shared storage") in proc.stderr
+    assert "ran" not in proc.stdout
+
+
+# ---------------------------------------------------------------- a copy that fails
+
+
+def test_a_copy_that_fails_on_a_full_disk_is_reported_and_never_used(lab, make_spec, tmp_path):
+    state = _private_state(lab, tmp_path)
+    chief_dir = f"{state}/backup/chief"
+    _on(lab, "h1", f"mkdir -p {chief_dir} && cd {chief_dir} && head -c 4000000 /dev/urandom > ckpt-7.data-00000-of-00001"
+                   f" && echo i > ckpt-7.index && echo 'model_checkpoint_path: \"ckpt-7\"' > checkpoint")
+    # h2: an older backup, and a disk with less room than the chief's backup needs.
+    fill = f"{lab.private}/{tmp_path.name}-fill"
+    _on(lab, "h2", f"mkdir -p {chief_dir} && echo 'model_checkpoint_path: \"ckpt-1\"' > {chief_dir}/checkpoint"
+                   f" && head -c 100000000 /dev/zero > {fill}")
+    try:
+        free = _on(lab, "h2", f"df -k --output=avail {lab.private} | tail -1")
+        assert int(free) < 3000, free  # under 3 MB left
+        spec = make_spec([PY, "-c", SHOW], state={"dir": state, "sync": "copy"}, restart={"max_restarts": 0})
+        proc = tfcluster("up", str(spec))
+        assert proc.returncode == 1, proc.stderr
+        failed = [line for line in proc.stderr.splitlines() if "state copy from h1 failed" in line]
+        assert failed and "host h2: state copy from h1 failed: No space left on device" in failed[0], proc.stderr
+        assert "the partial copy was discarded" in failed[0]
+        assert "ran" not in proc.stdout  # the attempt failed before any task started
+        left = _on(lab, "h2", f"ls -A {state} {chief_dir}; cat {chief_dir}/checkpoint")
+        assert ".tfcluster-incoming" not in left and "ckpt-7" not in left and 'ckpt-1"' in left, left
+    finally:
+        _on(lab, "h2", f"rm -f {fill}")
+
+
+# ---------------------------------------------------------------- training resumes on both hosts
+
+
+def _train_spec(make_spec, lab, tmp_path, *extra_args, steps=12, max_restarts=2):
+    return make_spec(
+        [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", str(steps), "--step-delay", "0.3",
+         "--save-freq", "3", "--progress-every", "1", *extra_args],
+        workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": max_restarts},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+    )
+
+
+def _starts(out: str) -> list[tuple[int, int]]:
+    """(worker:0, worker:1) global_step of each attempt's tfcluster-start."""
+    w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
+    return [(int(a["global_step"]), int(b["global_step"])) for a, b in zip(w0, w1)]
+
+
+def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_comes_back(lab, make_spec, tmp_path):
+    from tests.prereq import require_tf
+
+    require_tf()
+    spec = _train_spec(make_spec, lab, tmp_path)
+
+    def kill_worker1(_proc):
+        os.kill(_pidfiles(spec, 2)["worker-1.0.pid"][1], signal.SIGKILL)
+
+    code, out = run_and_act(spec, [(r"state dir .*: copy \(h2 cannot see", lambda p: None),
+                                   (r"\[worker:1\] tfcluster-step epoch=0 step=8 ", kill_worker1)], timeout=280)
+    assert code == 0, out[-5000:]
+    starts = _starts(out)
+    assert len(starts) == 2 and starts[0] == (0, 0), starts
+    n0, n1 = starts[1]
+    assert n0 == n1 and 6 <= n0 <= 9, starts  # both resumed from the chief's backup (every 3 steps)
+    assert "state: copied h1's latest backup" in out and " to h2 in " in out
+    (res,) = progress(out, "result", "worker:0")
+    assert res["epochs_run"] == "2", res
+    local = spec.parent / "runs" / "sshtest" / "state" / "final_model"
+    assert (local / "saved_model.pb").is_file() and (local / "variables").is_dir()
+    assert "fetched final_model from h1" in out
+
+
+def test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there(lab, make_spec, tmp_path):
+    """Ctrl-C is graceful preemption (every worker saves the agreed step, 0 steps lost); the
+    rerun's first attempt copies that backup from h1 to h2 and both resume at that step."""
+    from tests.prereq import require_tf
+
+    require_tf()
+    spec = _train_spec(make_spec, lab, tmp_path, max_restarts=0)
+    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=5 ",
+                                    lambda p: os.killpg(p.pid, signal.SIGINT))], timeout=200)
+    assert code == 130, out[-4000:]
+    saved = {int(p["global_step"]) for k in ("worker:0", "worker:1") for p in progress(out, "preempted", k)}
+    assert len(saved) == 1 and min(saved) >= 5, out[-4000:]
+    code, out = run_and_act(spec, [], timeout=280)
+    assert code == 0, out[-5000:]
+    assert _starts(out) == [(min(saved), min(saved))], out[-4000:]
