@@ -143,3 +143,21 @@ def test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there(lab, make_spec, tm
     code, out = run_and_act(spec, [], timeout=280)
     assert code == 0, out[-5000:]
     assert _starts(out) == [(min(saved), min(saved))], out[-4000:]
+
+
+def test_sigterm_on_one_host_loses_no_step_and_both_hosts_resume_there(lab, make_spec, tmp_path):
+    """A host shutting down (SIGTERM to worker:1 only): both workers save the agreed step on their
+    own disks, the chief's save is copied to h2, and the restarted group resumes there."""
+    from tests.prereq import require_tf
+
+    require_tf()
+    spec = _train_spec(make_spec, lab, tmp_path, "--save-freq", "50")  # no periodic backup before the end
+
+    def term_worker1(_proc):
+        os.kill(_pidfiles(spec, 2)["worker-1.0.pid"][1], signal.SIGTERM)
+
+    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=5 ", term_worker1)], timeout=280)
+    assert code == 0, out[-5000:]
+    saved = {int(p["global_step"]) for k in ("worker:0", "worker:1") for p in progress(out, "preempted", k)}
+    assert len(saved) == 1 and min(saved) >= 5, out[-4000:]
+    assert _starts(out) == [(0, 0), (min(saved), min(saved))], out[-4000:]
