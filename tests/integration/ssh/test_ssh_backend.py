@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
+from .netlab import GATEWAY
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -385,7 +386,7 @@ def test_network_partition_expires_the_lease(lab, make_spec):
     proc = _launch(spec)
     try:
         pids = _pidfiles(spec, 2)
-        _nft(h2, "ip saddr 10.231.0.1 drop")  # the launcher can no longer reach h2
+        _nft(h2, f"ip saddr {GATEWAY} drop")  # the launcher can no longer reach h2
         took = _wait_gone(list(pids["worker-1.0.pid"]), 20)
         # The launcher, hearing nothing from h2 for as long, stops the group itself: only h2 is
         # named (h1 still hears the launcher; test_ssh_partition.py checks the report).
@@ -492,7 +493,7 @@ def test_proxy_jump_reaches_a_host_the_launcher_cannot(lab, make_spec, tmp_path)
     data = yaml.safe_load(spec.read_text())
     data["hosts"][1]["proxy_jump"] = f"root@{h1.address}"
     spec.write_text(yaml.safe_dump(data))
-    _nft(h2, "ip saddr 10.231.0.1 drop")
+    _nft(h2, f"ip saddr {GATEWAY} drop")
     try:
         proc = tfcluster("up", str(spec))
     finally:
