@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import json
 import posixpath
+import queue
 import shlex
 import struct
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Optional
 
@@ -33,7 +37,9 @@ from ..plan import Plan
 from ..remote import source as remote_source
 from ..remote import statesync as sync_lib
 
-_IO_TIMEOUT = 60.0  # seconds without progress on a copy channel = the copy failed
+# Seconds without progress on a copy channel = that host's copy failed (a cut link): twice
+# ssh.lease, the silence after which remote tasks count the launcher as gone, at least 10.
+_MIN_IO_TIMEOUT = 10.0
 _CHUNK = 1 << 16
 MWMS = "multi_worker_mirrored"
 
@@ -58,6 +64,7 @@ class StateSync:
         self.mode: Optional[str] = None  # "shared" | "copy", once decided
         self.plan: Optional[Plan] = None
         self.copies: list[dict] = []  # one entry per copy: size, seconds, hosts
+        self.io_timeout = max(_MIN_IO_TIMEOUT, 2 * backend.opts.lease)
 
     # ------------------------------------------------------------------ preflight
 
@@ -160,48 +167,61 @@ class StateSync:
             raise LaunchError(problems[name])
         chan = hs.transport.open_session(timeout=self.b.opts.connect_timeout)
         chan.set_combine_stderr(False)
-        chan.settimeout(_IO_TIMEOUT)
+        chan.settimeout(self.io_timeout)
         chan.exec_command(command)
         return chan
 
     def _copy(self, src: str, targets: list[str], areas: list[str]) -> int:
         hosts = self.b.hosts
         sender = self._open(src, state_command(hosts[src].python, "pack", hosts[src].state_dir, areas))
-        receivers: dict[str, object] = {}
+        pipes: dict[str, _Pipe] = {}
         failed: dict[str, str] = {}
         try:
-            for name in targets:
-                try:
-                    receivers[name] = self._open(
-                        name, state_command(hosts[name].python, "unpack", hosts[name].state_dir, areas))
-                except LaunchError as exc:
-                    failed[name] = exc.lines[0]
-                except Exception as exc:  # noqa: BLE001
-                    failed[name] = f"cannot open a channel ({type(exc).__name__}: {exc})"
+            with ThreadPoolExecutor(max_workers=max(1, min(32, len(targets))), thread_name_prefix="state-open") as pool:
+                futures = {name: pool.submit(self._open, name, state_command(hosts[name].python, "unpack",
+                                                                           hosts[name].state_dir, areas))
+                           for name in targets}
+                for name, fut in futures.items():
+                    try:
+                        pipes[name] = _Pipe(name, fut.result(timeout=self.io_timeout), self.io_timeout)
+                    except LaunchError as exc:
+                        failed[name] = exc.lines[0]
+                    except FutureTimeout:
+                        failed[name] = f"no answer within {self.io_timeout:g} s (link down?)"
+                    except Exception as exc:  # noqa: BLE001
+                        failed[name] = f"cannot open a channel ({type(exc).__name__}: {exc})"
+                pool.shutdown(wait=False)
             try:
-                self._relay(sender, receivers, failed)
+                self._relay(sender, pipes)
             except Exception as exc:  # noqa: BLE001 - the sender (chief's host) stalled or went away
                 raise LaunchError(f"host {src}: packing its state dir for copying failed ({type(exc).__name__}: "
                                   f"{exc}); check the host") from None
-            summary = self._sender_summary(sender)
+            summary = self._sender_summary(sender, self.io_timeout)
             trailer = {"abort": f"{src} could not pack: {summary['error']}"} if "error" in summary else summary
-            for name, chan in list(receivers.items()):
-                if name in failed:
+            for pipe in pipes.values():
+                pipe.finish(struct.pack(">I", 0) + json.dumps(trailer).encode() + b"\n")
+            for name, pipe in pipes.items():
+                if not pipe.error:
+                    pipe.join(self.io_timeout)
+                if pipe.is_alive() and not pipe.error:
+                    pipe.error = f"no progress for {self.io_timeout:g} s (link down?)"
+                if pipe.error:
+                    failed[name] = pipe.error
                     continue
-                try:
-                    chan.sendall(struct.pack(">I", 0) + json.dumps(trailer).encode() + b"\n")
-                    chan.shutdown_write()
-                except Exception as exc:  # noqa: BLE001
-                    failed[name] = f"connection lost ({type(exc).__name__}: {exc})"
-            for name, chan in receivers.items():
-                reply = self._reply(chan)
-                if name not in failed and not reply.get("ok"):
+                reply = self._reply(pipe.chan)
+                if not reply.get("ok"):
                     failed[name] = reply.get("error", "no answer")
             if "error" in summary:
                 raise LaunchError(f"host {src}: cannot pack its state dir {hosts[src].state_dir} for copying: "
                                   f"{summary['error']}; check the host")
         finally:
-            for chan in [sender, *receivers.values()]:
+            # A pipe still writing is stuck on a dead link, holding its transport's write lock:
+            # drop that connection first (that unblocks it; the host reconnects when next used),
+            # or closing its channel would wait forever too.
+            stuck = {name for name, pipe in pipes.items() if pipe.is_alive()}
+            for name in stuck:
+                self._drop_connection(name)
+            for chan in [sender, *(p.chan for n, p in pipes.items() if n not in stuck)]:
                 try:
                     chan.close()
                 except Exception:  # noqa: BLE001
@@ -213,20 +233,27 @@ class StateSync:
             ])
         return int(summary["size"])
 
+    def _drop_connection(self, name: str) -> None:
+        hs = self.b.hosts[name]
+        with hs.lock:
+            conn, hs.conn = hs.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
     @staticmethod
-    def _relay(sender, receivers: dict, failed: dict) -> None:
+    def _relay(sender, pipes: dict) -> None:
+        """Read the tar from the chief's host; each receiver gets it through its own thread, so
+        one stalled host (a cut link) never holds up the others."""
         while True:
             data = sender.recv(_CHUNK)
             if not data:
                 return
             frame = struct.pack(">I", len(data)) + data
-            for name, chan in receivers.items():
-                if name in failed:
-                    continue
-                try:
-                    chan.sendall(frame)
-                except Exception as exc:  # noqa: BLE001 - the receiver failed or the link is gone
-                    failed[name] = StateSync._early_error(chan) or f"connection lost ({type(exc).__name__}: {exc})"
+            for pipe in pipes.values():
+                pipe.put(frame)
 
     @staticmethod
     def _early_error(chan) -> Optional[str]:
@@ -239,9 +266,9 @@ class StateSync:
             return None
 
     @staticmethod
-    def _sender_summary(chan) -> dict:
+    def _sender_summary(chan, timeout: float) -> dict:
         err = bytearray()
-        deadline = time.monotonic() + _IO_TIMEOUT
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
@@ -294,7 +321,7 @@ class StateSync:
             except Exception as exc:  # noqa: BLE001
                 raise LaunchError(f"host {src}: fetching {', '.join(areas)} failed: {sync_lib._describe(exc)}; "
                                   f"it is still in {hs.state_dir} there") from None
-            summary = self._sender_summary(chan)
+            summary = self._sender_summary(chan, self.io_timeout)
             problem = summary.get("error") or reader.matches(summary)
             if problem:
                 raise LaunchError(f"host {src}: fetching {', '.join(areas)} failed: {problem}; it is still in "
@@ -316,3 +343,44 @@ class StateSync:
         else:
             self.b.console.info(f"nothing to fetch: no {', '.join(areas)} in {hs.state_dir} on {src}")
         self.b.record.event("state_fetch", source=src, areas=present, bytes=reader.size, seconds=round(took, 3))
+
+
+class _Pipe(threading.Thread):
+    """Writes frames to one receiver's channel from its own thread. A receiver that fails keeps
+    its first error and drops the rest; one that stops taking data for ``timeout`` s is stalled."""
+
+    def __init__(self, name: str, chan, timeout: float) -> None:
+        super().__init__(daemon=True, name=f"state-copy-{name}")
+        self.chan, self.timeout = chan, timeout
+        self.error: Optional[str] = None
+        self.frames: queue.Queue = queue.Queue(maxsize=32)
+        self.start()
+
+    def put(self, frame: Optional[bytes]) -> None:
+        if self.error:
+            return
+        try:
+            self.frames.put(frame, timeout=self.timeout)
+        except queue.Full:
+            self.error = f"no progress for {self.timeout:g} s (link down?)"
+
+    def finish(self, trailer: bytes) -> None:
+        self.put(trailer)
+        self.put(None)
+
+    def run(self) -> None:
+        while True:
+            frame = self.frames.get()
+            if frame is None:
+                break
+            if self.error:
+                continue
+            try:
+                self.chan.sendall(frame)
+            except Exception as exc:  # noqa: BLE001 - the receiver failed or the link is gone
+                self.error = StateSync._early_error(self.chan) or f"connection lost ({type(exc).__name__}: {exc})"
+        if not self.error:
+            try:
+                self.chan.shutdown_write()
+            except Exception as exc:  # noqa: BLE001
+                self.error = f"connection lost ({type(exc).__name__}: {exc})"

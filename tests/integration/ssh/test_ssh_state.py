@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from tests.helpers import wait_for
 from tests.integration.tfrun import progress, run_and_act
 
 from .conftest import PY, tfcluster
@@ -84,6 +85,34 @@ def test_a_copy_that_fails_on_a_full_disk_is_reported_and_never_used(lab, make_s
         assert ".tfcluster-incoming" not in left and "ckpt-7" not in left and 'ckpt-1"' in left, left
     finally:
         _on(lab, "h2", f"rm -f {fill}")
+
+
+def test_a_copy_whose_link_is_cut_is_reported_and_never_used(lab, make_spec, tmp_path):
+    """h2 stops hearing the launcher once preflight is done: its copy stalls, fails within
+    2 x ssh.lease (at least 10 s) with one line, and its half-written temp dir is never renamed
+    into place (it is removed once the connection's end reaches h2)."""
+    from .netlab import GATEWAY
+    from .test_ssh_backend import _nft, _nft_flush
+
+    state = _private_state(lab, tmp_path)
+    chief_dir = f"{state}/backup/chief"
+    _on(lab, "h1", f"mkdir -p {chief_dir} && cd {chief_dir} && head -c 30000000 /dev/urandom > ckpt-7.data-00000-of-00001"
+                   f" && echo i > ckpt-7.index && echo 'model_checkpoint_path: \"ckpt-7\"' > checkpoint")
+    spec = make_spec([PY, "-c", SHOW], state={"dir": state, "sync": "copy"}, restart={"max_restarts": 0})
+    h2 = lab.host("h2")
+    try:
+        code, out = run_and_act(spec, [(r"state dir .*: copy \(state.sync\)",
+                                        lambda p: _nft(h2, f"ip saddr {GATEWAY} drop"))], timeout=60)
+    finally:
+        _nft_flush(h2)
+    assert code == 1, out[-3000:]
+    failed = [line for line in out.splitlines() if "state copy from h1 failed" in line]
+    assert failed and "host h2: state copy from h1 failed: no progress for 10 s (link down?)" in failed[0], \
+        out[-3000:]
+    assert "\nran" not in out and "] ran" not in out  # no task started
+    wait_for(lambda: ".tfcluster-incoming" not in _on(lab, "h2", f"ls -A {state}"), 60,
+             what="h2's unpack to remove its temp dir")
+    assert "ckpt-7" not in _on(lab, "h2", f"ls -AR {state}")
 
 
 # ---------------------------------------------------------------- training resumes on both hosts
