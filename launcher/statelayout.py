@@ -1,9 +1,7 @@
 """Where the bundled worker (``python -m worker``) keeps its state under the state dir.
 
-The worker defines the layout (``worker/layout.py``); the launcher does not import the worker
-package (an ops laptop may have only the launcher), so the names it needs are repeated once,
-here, and ``tests/unit/test_statesync_spec.py`` checks them against ``worker.layout`` so the two
-cannot drift apart.
+The one place these names are written: the launcher copies and fetches these directories
+(state.sync: copy), and ``worker/layout.py`` builds its paths from them.
 """
 
 from __future__ import annotations
@@ -16,6 +14,8 @@ CHECKPOINTS = "checkpoints"
 CUSTOM_CHECKPOINTS = CHECKPOINTS + "/custom"
 # The final SavedModel, written by the chief.
 FINAL_MODEL = "final_model"
+# TensorBoard logs (train/ from the chief, eval/ from the evaluator).
+TENSORBOARD = "tensorboard"
 
 # What every MWMS worker restores from: copied from the chief's host before each attempt when
 # the state dir is not shared (state.sync: copy). Only the latest complete checkpoint of each

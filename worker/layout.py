@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# The names are the launcher's (it copies and fetches these directories without importing TF).
+from launcher import statelayout as names
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -19,23 +22,23 @@ class Layout:
 
     @property
     def backup(self) -> Path:
-        return self.root / "backup"
+        return self.root / names.BACKUP
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root / names.CHECKPOINTS
 
     @property
     def custom_checkpoints(self) -> Path:
-        return self.checkpoints / "custom"
+        return self.root / names.CUSTOM_CHECKPOINTS
 
     @property
     def final(self) -> Path:
-        return self.root / "final_model"
+        return self.root / names.FINAL_MODEL
 
     @property
     def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
+        return self.root / names.TENSORBOARD
 
     def fit_checkpoint(self) -> str:
         """ModelCheckpoint's filepath pattern (formatted by tf_keras with the epoch)."""

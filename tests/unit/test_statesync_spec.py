@@ -55,13 +55,14 @@ def test_state_errors(state, expected):
     assert one_error(BASE + f"state: {state}\n") == expected
 
 
-def test_layout_matches_the_worker():
-    """The launcher's names are the worker's (worker/layout.py needs no TensorFlow)."""
+def test_worker_layout_uses_the_launchers_names():
+    """worker/layout.py (imported without TF) builds every path from launcher/statelayout.py."""
     from worker.layout import Layout
 
-    layout = Layout(Path("/s"))
-    assert layout.backup == Path("/s") / statelayout.BACKUP
-    assert layout.checkpoints == Path("/s") / statelayout.CHECKPOINTS
-    assert layout.custom_checkpoints == Path("/s") / statelayout.CUSTOM_CHECKPOINTS
-    assert layout.final == Path("/s") / statelayout.FINAL_MODEL
+    lay = Layout(Path("/s"))
+    assert lay.backup == Path("/s") / statelayout.BACKUP
+    assert lay.checkpoints == Path("/s") / statelayout.CHECKPOINTS
+    assert lay.custom_checkpoints == Path("/s") / statelayout.CUSTOM_CHECKPOINTS
+    assert lay.final == Path("/s") / statelayout.FINAL_MODEL
+    assert lay.checkpoint_dir("custom") == lay.custom_checkpoints and lay.checkpoint_dir("fit") == lay.checkpoints
     assert statelayout.RESUME_AREAS == (statelayout.BACKUP, statelayout.CUSTOM_CHECKPOINTS)
