@@ -1,0 +1,151 @@
+"""What both export targets share: which spec keys an engine cannot express, the container's
+command, environment and image, and where the state goes.
+
+An engine (the Kubeflow operator, Vertex AI) places and starts the tasks and sets TF_CONFIG
+itself, so a spec that pins hosts, per-task ports, host paths or another backend's options cannot
+be expressed: each such key is refused with one line ``FILE:LINE: key: problem; fix`` (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ..compose import STATE_DIR, docker_plan
+from ..errors import SpecError
+from ..plan import Plan
+from ..backends.docker_options import IMAGE_RE as _IMAGE_RE
+from ..spec import TASK_TYPES, LoadedSpec, Spec, _dotted, _line_of
+
+ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
+# Top-level spec keys export reads, or that only concern tfcluster on this machine (run_dir,
+# workdir: local paths; backend: which launcher backend `up` uses). Any other key the spec sets
+# (hosts, ssh:, a future backend's options block...) cannot be expressed and is refused.
+HANDLED_KEYS = frozenset({
+    "name", "strategy", "backend", "entrypoint", "tasks", "ports", "env", "restart", "watchdog",
+    "docker", "state", "devices", "run_dir", "workdir", "kubernetes", "vertex",
+})
+# Keras BackupAndRestore's default-like policy: exit codes 1-127 are the program's own errors.
+DEFAULT_PERMANENT = tuple(range(1, 128))
+# Per task: the engine tells each replica who it is (TF_CONFIG); one template serves all indices.
+PER_TASK_ENV = ("TF_CONFIG", "TFCLUSTER_TASK")
+
+
+def shown_path(loaded: LoadedSpec) -> str:
+    """The spec's path relative to the cwd when it is below it, else absolute."""
+    rel = os.path.relpath(loaded.path)
+    return str(loaded.path) if rel.startswith("..") else rel
+
+
+class _Where:
+    """``FILE:LINE: key`` for a spec key (LoadedSpec keeps no YAML nodes, so re-read the file)."""
+
+    def __init__(self, loaded: LoadedSpec):
+        self.shown = shown_path(loaded)
+        try:
+            self.root = yaml.compose(loaded.path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        except (OSError, yaml.YAMLError):
+            self.root = None
+
+    def __call__(self, loc: tuple, message: str) -> str:
+        return f"{self.shown}{_line_of(self.root, loc)}: {_dotted(loc)}: {message}"
+
+    def line(self, problem: str) -> int:
+        """The line number in a problem this object formatted (0 if it has none), to sort by."""
+        head = problem[len(self.shown):].split(":", 2)
+        return int(head[1]) if len(head) > 2 and head[1].isdigit() else 0
+
+
+def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
+    """One line per spec key ``target`` cannot express (empty: exportable)."""
+    spec = loaded.spec
+    engine = ENGINES[target]
+    where = _Where(loaded)
+    problems: list[str] = []
+    for key in sorted(spec.model_fields_set - HANDLED_KEYS, key=lambda k: list(type(spec).model_fields).index(k)):
+        if key == "hosts":
+            if not spec.hosts:
+                continue
+            msg = (f"{engine} places every task on a node it picks; pinning tasks to hosts cannot be "
+                   "expressed; export a spec without hosts (and without tasks.*.hosts)")
+        elif key == "tpu" or spec.strategy == "tpu":
+            continue  # reported once, below
+        else:
+            msg = (f"options of a backend tfcluster runs itself (setup commands, file sync, hosts); {engine} "
+                   f"cannot express them; bake what they do into the image and export a spec without {key}:")
+        problems.append(where((key,), msg))
+    if spec.strategy == "tpu":
+        problems.append(where(("strategy",), f"tpu: export writes CPU/GPU clusters; {engine} with TPUs needs "
+                              "TPU machine settings tfcluster does not generate; use a GPU or CPU strategy"))
+    for task_type in TASK_TYPES:
+        group = spec.tasks.group(task_type)
+        if group.ports is not None:
+            problems.append(where(("tasks", task_type, "ports"), f"{engine} gives every replica its own address "
+                                  "and assigns the port layout itself; remove the per-task ports"))
+    restart = spec.restart
+    if restart.warm_standby:
+        problems.append(where(("restart", "warm_standby"), f"pre-started standby processes are a local-backend "
+                              f"feature; {engine} cannot express them; set it to false"))
+    if target == "tfjob" and restart.max_restarts and restart.permanent_exit_codes not in (DEFAULT_PERMANENT, ()):
+        problems.append(where(("restart", "permanent_exit_codes"), "a TFJob's ExitCode policy fixes 1-127 as "
+                              "permanent and 128-255 as retried; drop the key (that default) or set [] (retry "
+                              "every failure: OnFailure)"))
+    state = spec.state
+    if state.dir is not None and not state.is_url:
+        problems.append(where(("state", "dir"), f"'{state.dir}' is a path on the ssh hosts; the replicas of "
+                              f"{engine} cannot see it; use a gs:// URL or remove it"))
+    if "sync" in state.model_fields_set and state.sync == "copy":
+        problems.append(where(("state", "sync"), f"copy is done by tfcluster between ssh hosts; {engine} has "
+                              "no tfcluster to copy state; use a gs:// state.dir (shared)"))
+    gpus = spec.devices.gpus
+    if isinstance(gpus, tuple):
+        problems.append(where(("devices", "gpus"), f"{list(gpus)} picks GPUs of a host by index; a replica of "
+                              f"{engine} sees only the GPUs it was given; use a count or all"))
+    docker = spec.docker
+    if docker.volumes:
+        problems.append(where(("docker", "volumes"), f"bind mounts of this machine's paths; {engine} cannot mount "
+                              "them; put the data in the image or in Cloud Storage"))
+    if docker.user:
+        problems.append(where(("docker", "user"), f"{engine} runs the image's own user; set USER in the image "
+                              "and remove docker.user"))
+    return sorted(problems, key=where.line)
+
+
+def check_image(image: Optional[str]) -> None:
+    if image is not None and not _IMAGE_RE.match(image):
+        raise SpecError(f"--image: '{image}' is not a valid image reference; use e.g. "
+                        "us-docker.pkg.dev/my-project/repo/tfcluster-worker:1")
+
+
+def export_plan(spec: Spec) -> Plan:
+    """Task list, command and environment as tfcluster would run them (one container per task)."""
+    return docker_plan(spec)
+
+
+def state_dir(spec: Spec) -> str:
+    """TFCLUSTER_STATE_DIR in the replicas: a gs:// state.dir, else the image's own state dir."""
+    return spec.state.dir if spec.state.is_url else STATE_DIR
+
+
+def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
+    """The environment every replica gets: tfcluster's own, minus what the engine sets per replica."""
+    env = {k: v for k, v in plan.tasks[0].env if k not in PER_TASK_ENV} if plan.tasks else {}
+    env["TFCLUSTER_STATE_DIR"] = state_dir(spec)
+    env["TFCLUSTER_RUN_ID"] = "export"
+    env["TFCLUSTER_RESTART_COUNT"] = "0"
+    return dict(sorted(env.items()))
+
+
+def comment_lines(text: str) -> list[str]:
+    return ["# " + line if line else "#" for line in text.splitlines()]
+
+
+def dump_yaml(doc: Any) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=4096)
+
+
+def default_output(loaded: LoadedSpec, suffix: str) -> Path:
+    return loaded.base_dir / f"{loaded.spec.name}.{suffix}"
