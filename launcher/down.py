@@ -1,7 +1,7 @@
 """``tfcluster down``: stop a run from its record, by pid and start time, never by name.
 
 If the run's launcher is alive it gets SIGTERM and tears its tasks down itself (letting them
-save on the way out); task groups it leaves behind are stopped directly.
+save on the way out); what it leaves behind the run's backend stops directly (``Backend.down``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import os
 import signal
 from typing import Optional
 
+from .backends import RecordedRun, backend_class
 from .console import Console
 from .errors import LaunchError
 from .plan import Plan
-from .procinfo import group_alive, is_same, kill_group, wait_gone
+from .procinfo import is_same, wait_gone
 from .rundir import latest_run
 from .spec import LoadedSpec
 
@@ -29,6 +30,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
     info = json.loads((run_dir / "launcher.json").read_text())
     pid, started = int(info["pid"]), info.get("start_time")
     stopped_any = False
+    supervised = pid == os.getpid() or is_same(pid, started)
     if pid != os.getpid() and is_same(pid, started):
         console.info(f"asking launcher {pid} of run {info['run_id']} to stop (SIGTERM)")
         os.kill(pid, signal.SIGTERM)
@@ -37,19 +39,35 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
             console.error(f"launcher {pid} did not stop within {timeout:g} s; killing it (its tasks follow)")
             os.kill(pid, signal.SIGKILL)
             wait_gone(pid, started, 5)
-    leftovers = []
-    for key, task in info.get("tasks", {}).items():
-        pgid = task.get("pgid")
-        if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
-            leftovers.append(key)
-            kill_group(pgid, spec.watchdog.stop_grace)
-    if leftovers:
-        console.info(f"stopped leftover tasks: {', '.join(leftovers)}")
-        stopped_any = True
-    if spec.backend != "local":
-        from .backends import make_backend
-
-        backend = make_backend(spec.backend, loaded=loaded, record=None)
-        stopped_any = backend.down(run_dir, info, console) or stopped_any
+    # What the launcher left behind (or all of it, if the launcher was gone): the backend
+    # finds it by the ids in the record.
+    backend = backend_class(spec.backend).from_spec(loaded, None, console)
+    try:
+        stopped_any = backend.down(RecordedRun(run_dir, info), console) or stopped_any
+    finally:
+        backend.close()
+    if not supervised:
+        _record_stop(run_dir, console)
     console.info(f"run {info['run_id']}: " + ("stopped" if stopped_any else "nothing was running"))
     return 0
+
+
+def _record_stop(run_dir, console: Console) -> None:
+    """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
+    say it was stopped rather than "supervisor lost" forever."""
+    from .rundir import append_event
+    from .runstate import RecordDamaged, read_events
+
+    try:
+        events = read_events(run_dir)
+    except RecordDamaged as exc:
+        console.error(exc.lines[0])
+        return
+    if any(e.get("event") == "outcome" for e in events):
+        return
+    attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == "start"), default=-1)
+    try:
+        append_event(run_dir, "outcome", outcome="stopped", exit_code=130, attempts=attempts,
+                     reason="the supervisor was lost; what was left was stopped by tfcluster down")
+    except OSError as exc:
+        console.error(f"cannot write {run_dir / 'events.jsonl'}: {exc.strerror}; the run stays 'supervisor lost'")

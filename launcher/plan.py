@@ -1,5 +1,7 @@
-"""spec -> plan: a pure function that places tasks, assigns ports and builds TF_CONFIG.
+"""spec + placement -> plan: a pure function that assigns ports and builds TF_CONFIG.
 
+Where each task runs (its host and the address others dial) is the backend's answer
+(``Backend.place`` / ``Backend.allocate``, a ``Placement``); everything else is decided here.
 The plan is the single immutable description every backend executes and ``tfcluster plan``
 prints; nothing here touches the network, the file system or the clock.
 """
@@ -15,7 +17,6 @@ from .spec import TASK_TYPES, Host, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")
-LOCAL_HOST = "localhost"
 # Keras 3 (tf.keras since TF 2.16) cannot fit on a distributed dataset under these strategies;
 # tf_keras can. Tasks get TF_USE_LEGACY_KERAS=1 by default (as Ray Train's TensorflowTrainer
 # does), so the TF tutorial runs unmodified; a spec's ``env`` overrides it.
@@ -23,6 +24,29 @@ DEFAULT_ENV = {
     "multi_worker_mirrored": {"TF_USE_LEGACY_KERAS": "1"},
     "parameter_server": {"TF_USE_LEGACY_KERAS": "1"},
 }
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one task runs: ``host`` names the machine (spec host, "localhost", container or
+    node name); ``address`` is what the other tasks dial to reach it."""
+
+    host: str
+    address: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A backend's answer to "where does each task run?" (``Backend.place``/``allocate``).
+
+    ``slots`` maps every task key (``worker:0``) to its Slot. ``placeholder`` is True when the
+    hosts are stand-ins because the backend learns the real nodes only when it allocates them;
+    ``note`` then says so in a few words for ``tfcluster plan`` and ``--dry-run``.
+    """
+
+    slots: Mapping[str, Slot]
+    placeholder: bool = False
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,6 +89,9 @@ class Plan:
     backend: str
     tasks: tuple[PlannedTask, ...]
     hosts: tuple[Host, ...] = field(default=())
+    # True when hosts/addresses are stand-ins until the backend allocates (see Placement).
+    placeholder: bool = False
+    placement_note: str = ""
 
     def task(self, key: str) -> PlannedTask:
         for t in self.tasks:
@@ -90,6 +117,7 @@ class Plan:
             "name": self.name,
             "strategy": self.strategy,
             "backend": self.backend,
+            "placeholder": self.placeholder,
             "tasks": [
                 {
                     "type": t.type,
@@ -106,9 +134,19 @@ class Plan:
         }
 
 
-def build_plan(spec: Spec) -> Plan:
-    """Place every task, assign ports and build each task's TF_CONFIG and environment."""
-    placements = _place(spec)  # [(type, index, host_name, address)]
+def task_keys(spec: Spec) -> list[tuple[str, int]]:
+    """Every task of the spec as (type, index), in plan order (chief, worker, ps, evaluator)."""
+    return [(t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t))]
+
+
+def build_plan(spec: Spec, placement: Placement) -> Plan:
+    """Assign ports on the hosts of ``placement`` and build each task's TF_CONFIG and environment."""
+    placements = []  # [(type, index, host_name, address)]
+    for task_type, index in task_keys(spec):
+        slot = placement.slots.get(f"{task_type}:{index}")
+        if slot is None:
+            raise ValueError(f"placement has no slot for {task_type}:{index}")  # a backend's bug
+        placements.append((task_type, index, slot.host, slot.address))
     ports = _assign_ports(spec, placements)
     cluster: dict[str, list[str]] = {}
     for (task_type, index, _host, address), port in zip(placements, ports):
@@ -148,7 +186,8 @@ def build_plan(spec: Spec) -> Plan:
         )
     used_hosts = {t.host for t in tasks}
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
-    return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tuple(tasks), hosts=hosts)
+    return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tuple(tasks), hosts=hosts,
+                placeholder=placement.placeholder, placement_note=placement.note)
 
 
 def _device_env(spec: Spec) -> dict[str, str]:
@@ -163,29 +202,6 @@ def _device_env(spec: Spec) -> dict[str, str]:
         env["TFCLUSTER_TPU"] = tpu.name
         env.update({f"TFCLUSTER_TPU_{k.upper()}": v for k, v in (("zone", tpu.zone), ("project", tpu.project)) if v})
     return env
-
-
-def _place(spec: Spec) -> list[tuple[str, int, str, str]]:
-    """Decide each task's host. local: all on this machine; docker: a container per task;
-    ssh: a group's own ``hosts`` round-robin, else one cursor shared over all hosts."""
-    out = []
-    cursor = 0
-    for task_type in TASK_TYPES:
-        group = spec.tasks.group(task_type)
-        for index in range(group.count):
-            if spec.backend == "local":
-                out.append((task_type, index, LOCAL_HOST, LOCAL_HOST))
-            elif spec.backend == "docker":
-                name = f"{task_type}-{index}"
-                out.append((task_type, index, name, name))
-            else:
-                if group.hosts:
-                    host = spec.host(group.hosts[index % len(group.hosts)])
-                else:
-                    host = spec.hosts[cursor % len(spec.hosts)]
-                    cursor += 1
-                out.append((task_type, index, host.name, host.dial_address))
-    return out
 
 
 def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]]) -> list[Optional[int]]:

@@ -18,13 +18,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import SpecError
+from .export.options import KubernetesOptions, VertexOptions
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 # Cluster strategies run a TF cluster over tasks and hosts; single-host strategies run one task.
 CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 SINGLE_HOST_STRATEGIES = ("mirrored", "central_storage", "one_device", "default", "tpu")
 STRATEGIES = CLUSTER_STRATEGIES + SINGLE_HOST_STRATEGIES
-BACKENDS = ("local", "ssh", "docker")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by tfcluster for every task; a user value would silently be overwritten.
@@ -148,89 +148,6 @@ class Watchdog(_Model):
     stop_grace: float = Field(default=5.0, ge=0)
 
 
-_IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
-
-
-class DockerBuild(_Model):
-    """How ``backend: docker`` builds its image (docker/Dockerfile of this project by default)."""
-
-    # Build context, relative to the spec file; the Dockerfile path is relative to the context.
-    context: str = "."
-    dockerfile: str = "docker/Dockerfile"
-    # The BASE_IMAGE build arg (default in the Dockerfile: an official Python image).
-    base_image: Optional[str] = None
-    args: dict[str, str] = Field(default_factory=dict)
-    # Network for RUN steps, e.g. "host" when the engine's bridge has no way out.
-    network: Optional[str] = None
-    # "missing": build only when the image is absent; "always": build on every `up` (cached).
-    when: Literal["missing", "always"] = "missing"
-
-
-class DockerOptions(_Model):
-    """``docker:`` -- the image, its build, and the engine used by ``backend: docker``."""
-
-    image: str = "tfcluster-worker:latest"
-    build: Optional[DockerBuild] = None
-    # Without docker.build, a missing image is pulled ("missing") or reported ("never").
-    pull: Literal["missing", "never"] = "missing"
-    # Engine URL like unix:///var/run/docker.sock or tcp://host:2375 (default: $DOCKER_HOST).
-    engine: Optional[str] = None
-    # Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec).
-    volumes: tuple[str, ...] = ()
-    # Run tasks as this user (default: the image's user, or yours when you are not root).
-    user: Optional[str] = None
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str) -> str:
-        if not _IMAGE_RE.match(v):
-            raise ValueError(f"'{v}' is not a valid image reference; use e.g. tfcluster-worker:latest (lowercase)")
-        return v
-
-    @field_validator("volumes")
-    @classmethod
-    def _volumes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for item in v:
-            parts = item.split(":")
-            if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/") or (
-                len(parts) == 3 and parts[2] not in ("ro", "rw")
-            ):
-                raise ValueError(f"'{item}' is not HOST_PATH:/CONTAINER_PATH[:ro]; e.g. ./data:/data:ro")
-        return v
-
-
-class SSHOptions(_Model):
-    """``ssh:`` -- how ``backend: ssh`` connects, verifies hosts and runs tasks remotely."""
-
-    # Seconds to wait for TCP connect + SSH handshake per host.
-    connect_timeout: float = Field(default=10.0, gt=0)
-    # known_hosts file that host keys are checked against (default ~/.ssh/known_hosts plus any
-    # UserKnownHostsFile from ssh_config). Unknown or changed keys are refused...
-    known_hosts: Optional[str] = None
-    # ...unless this is true: then unknown keys are accepted once and appended to known_hosts.
-    # A changed key is always refused.
-    trust_on_first_use: bool = False
-    # An ssh_config file to read aliases, User, Port, IdentityFile, ProxyJump from (default ~/.ssh/config).
-    config: Optional[str] = None
-    # Remote tasks are stopped when the launcher has not been heard from for this many seconds.
-    lease: float = Field(default=15.0, gt=0)
-    # Interpreter on the hosts for the task wrapper and preflight (an absolute path is put first on PATH).
-    python: str = "python3"
-    # Remote base dir (relative to the remote home) for per-run dirs, pid files and state.
-    remote_dir: str = ".tfcluster"
-    # Remote working directory of tasks (default: the synced copy if sync is set, else the remote home).
-    workdir: Optional[str] = None
-    # Local paths (relative to workdir) uploaded into the remote workdir before setup; ["."] = everything.
-    sync: tuple[str, ...] = ()
-    # Shell commands run once per host (in the remote workdir) before any task starts.
-    setup: tuple[str, ...] = ()
-    setup_timeout: float = Field(default=600.0, gt=0)
-    # Python modules every host must import (same versions everywhere), checked in preflight.
-    require: tuple[str, ...] = ("tensorflow",)
-    # Seconds each host gets to connect to each task port during the reachability probe.
-    probe_timeout: float = Field(default=3.0, gt=0)
-
-
 class Devices(_Model):
     """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (CUDA_VISIBLE_DEVICES) and
     ``cpus: N`` (N logical CPU devices, so mirrored/central_storage run N replicas without GPUs)."""
@@ -282,8 +199,8 @@ class State(_Model):
     # others (shared if all see it, else copy); shared: NFS or gs://; copy: before every
     # attempt tfcluster copies the chief's latest backup to every other host.
     sync: Literal["auto", "shared", "copy"] = "auto"
-    # After a successful run, bring back under runs/<name>/state/: the final model, or the final
-    # model and the checkpoints, or nothing.
+    # After a successful run, bring back under runs/<name>/state/: the final model (and the
+    # TensorBoard logs), or those and the checkpoints, or nothing.
     fetch: Literal["model", "checkpoints", "none"] = "model"
 
     @field_validator("dir")
@@ -308,9 +225,13 @@ class State(_Model):
 
 
 class Spec(_Model):
+    """The generic part of cluster.yaml. Each registered backend adds its own options block as a
+    field (``spec.ssh``, ``spec.docker``, ...): the class ``parse_spec`` builds is ``spec_model()``."""
+
     name: str
     strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
-    backend: Literal["local", "ssh", "docker"] = "local"
+    # A name in launcher.backends.REGISTRY.
+    backend: str = "local"
     entrypoint: Union[str, tuple[str, ...]]
     hosts: tuple[Host, ...] = ()
     tasks: Tasks
@@ -318,8 +239,6 @@ class Spec(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     restart: Restart = Restart()
     watchdog: Watchdog = Watchdog()
-    ssh: SSHOptions = SSHOptions()
-    docker: DockerOptions = DockerOptions()
     state: State = State()
     # Where run records go, relative to the spec file.
     run_dir: str = "runs"
@@ -327,6 +246,9 @@ class Spec(_Model):
     workdir: str = "."
     devices: Devices = Devices()
     tpu: Optional[Tpu] = None
+    # Read only by `tfcluster export` (launcher/export/options.py).
+    kubernetes: KubernetesOptions = KubernetesOptions()
+    vertex: VertexOptions = VertexOptions()
 
     @model_validator(mode="before")
     @classmethod
@@ -341,6 +263,17 @@ class Spec(_Model):
     def single_host(self) -> bool:
         """One task on one host, no TF cluster (no ``cluster`` in TF_CONFIG, no TF server port)."""
         return self.strategy in SINGLE_HOST_STRATEGIES
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        from .backends import backend_names
+
+        names = [repr(n) for n in backend_names()]
+        if v not in backend_names():
+            choices = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+            raise ValueError(f"{v!r} is not valid; use one of {choices}")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -398,6 +331,32 @@ class Spec(_Model):
             if h.name == name:
                 return h
         raise KeyError(name)
+
+
+def spec_model() -> type[Spec]:
+    """Spec plus one field per registered backend's options block (``ssh:`` -> ``spec.ssh``, an
+    instance of that backend's ``Options``); the backends own the blocks' keys and rules."""
+    from .backends import REGISTRY, backend_classes
+
+    key = tuple(REGISTRY.items())
+    if key not in _SPEC_MODELS:
+        from pydantic import create_model
+
+
+        fields: dict[str, Any] = {}
+        for cls in backend_classes():
+            if cls.options_key and cls.Options is not None:
+                try:
+                    default = cls.Options()
+                except ValidationError:  # a block with required keys: absent unless given
+                    fields[cls.options_key] = (Optional[cls.Options], None)
+                else:
+                    fields[cls.options_key] = (cls.Options, default)
+        _SPEC_MODELS[key] = create_model("Spec", __base__=Spec, __module__=__name__, **fields)
+    return _SPEC_MODELS[key]
+
+
+_SPEC_MODELS: dict[tuple, type[Spec]] = {}  # per registry content (tests register backends)
 
 
 # ---------------------------------------------------------------- loading
@@ -471,7 +430,7 @@ def parse_spec(text: str, shown: str = "cluster.yaml") -> Spec:
             line = _line_of(root, ("tasks", "master"))
             raise SpecError(f"{shown}{line}: tasks.master: the legacy role 'master' is not supported; use chief")
     try:
-        spec = Spec.model_validate(data)
+        spec = spec_model().model_validate(data)
     except ValidationError as exc:
         errs = sorted(exc.errors(), key=lambda e: _line_number(root, _clean_loc(e["loc"])))
         raise SpecError(*[_format_error(err, root, shown) for err in errs]) from None
@@ -529,11 +488,15 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
                 hint = _suggest(name, names)
                 known = f"defined hosts: {', '.join(names)}" if names else "no hosts are defined; add them under hosts:"
                 problems.append(((("tasks", task_type, "hosts", j)), f"unknown host '{name}'{hint}; {known}"))
-    if spec.restart.warm_standby and spec.backend != "local":
-        problems.append((("restart", "warm_standby"), f"only the local backend supports warm standby; "
-                         f"set it to false for backend {spec.backend}"))
-    if spec.backend == "ssh" and not spec.hosts and chief + worker + ps + evaluator:
-        problems.append((("hosts",), "backend ssh needs hosts; list them under hosts: with ssh and address"))
+    from .backends import backend_class, backend_classes
+
+    backend = backend_class(spec.backend)
+    if spec.restart.warm_standby and not backend.capabilities.warm_standby:
+        able = [cls.name for cls in backend_classes() if cls.capabilities.warm_standby]
+        who = f"the {' and '.join(able)} backend{'s' if len(able) > 1 else ''}" if able else "no backend"
+        problems.append((("restart", "warm_standby"), f"only {who} support{'' if len(able) > 1 else 's'} warm "
+                         f"standby; set it to false for backend {spec.backend}"))
+    problems += backend.check_spec(spec)
     return problems
 
 
@@ -624,7 +587,7 @@ def _dotted(loc: tuple) -> str:
 
 
 def _fields_at(loc: tuple) -> list[str]:
-    model: Any = Spec
+    model: Any = spec_model()
     for part in loc:
         if isinstance(part, int):
             continue

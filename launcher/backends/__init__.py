@@ -1,25 +1,57 @@
-"""Backends execute a plan: start each task, report its exit, stream its output, stop it."""
+"""Backends execute a plan: start each task, report its exit, stream its output, stop it.
+
+REGISTRY maps each ``backend:`` value of cluster.yaml to its class ("module:Class", imported on
+first use). This is the one place that knows the backends by name; everything else asks
+``backend_class(spec.backend)`` (see base.py for the contract every class fulfils).
+"""
 
 from __future__ import annotations
 
-from .base import Backend, TaskHandle
+import importlib
+from typing import TYPE_CHECKING
+
+from .base import Backend, Capabilities, RecordedRun, TaskHandle
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plan import Plan
+    from ..spec import Spec
+
+REGISTRY: dict[str, str] = {
+    "local": "launcher.backends.local:LocalBackend",
+    "ssh": "launcher.backends.ssh:SSHBackend",
+    "docker": "launcher.backends.docker:DockerBackend",
+    "slurm": "launcher.backends.slurm:SlurmBackend",
+}
+
+
+def backend_names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class registered for ``name``; KeyError for an unknown name (the spec rejects those)."""
+    module, _, attr = REGISTRY[name].partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    assert cls.name == name, f"{REGISTRY[name]} says its name is {cls.name!r}, registered as {name!r}"
+    return cls
+
+
+def backend_classes() -> list[type[Backend]]:
+    return [backend_class(name) for name in REGISTRY]
+
+
+def plan_for(spec: "Spec") -> "Plan":
+    """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
+    backend's static placement, placeholders when it knows its nodes only after allocating."""
+    from ..plan import build_plan
+
+    return build_plan(spec, backend_class(spec.backend).place(spec))
 
 
 def make_backend(name: str, **kwargs) -> Backend:
-    """Construct the backend for ``name`` (imported lazily: docker/ssh pull in their SDKs)."""
-    if name == "local":
-        from .local import LocalBackend
-
-        return LocalBackend(**kwargs)
-    if name == "ssh":
-        from .ssh import SSHBackend
-
-        return SSHBackend(**kwargs)
-    if name == "docker":
-        from .docker import DockerBackend
-
-        return DockerBackend(**kwargs)
-    raise ValueError(f"unknown backend {name!r}")
+    """Construct the backend for ``name`` directly with its constructor's arguments."""
+    return backend_class(name)(**kwargs)
 
 
-__all__ = ["Backend", "TaskHandle", "make_backend"]
+__all__ = ["Backend", "Capabilities", "RecordedRun", "TaskHandle", "REGISTRY", "backend_class", "backend_classes",
+           "backend_names", "make_backend", "plan_for"]

@@ -1,7 +1,25 @@
 """The one interface every backend implements (like torchelastic's PContext).
 
 A backend only executes: it never decides what to run (that is the plan) nor what a
-failure means (that is the supervisor and its policy).
+failure means (that is the supervisor and its policy). Its life in ``tfcluster up``::
+
+    spec --Backend.place(spec)--> placement --build_plan--> plan      (validate, plan, --dry-run)
+    backend = cls.from_spec(loaded, record)
+    backend.preflight(plan)                  checks, before anything is allocated or started
+    record.create()                          launcher.json: `tfcluster down` can find the run
+    placement = backend.allocate(spec)       the real hosts (at once for local/ssh/docker)
+    plan = build_plan(spec, placement)       pure; the supervisor executes this plan
+    per attempt: prepare_attempt(n); start(task, env, on_line) -> TaskHandle for every task;
+                 handle.poll() / port_open(task) / handle.signal(sig) while supervising;
+                 stop(handles, grace) to end the attempt
+    collect_results() after success; close() always, last
+
+and in ``tfcluster down``: ``cls.from_spec(loaded, None).down(RecordedRun, console)``.
+
+To add a backend: subclass Backend (and TaskHandle), list it in ``launcher/backends/__init__.py``
+(REGISTRY), and pass tests/integration/test_backend_contract.py (README: "Adding a backend").
+Importing a backend's module must stay cheap (no SDK import at module level): validating a
+spec imports every registered backend to learn its options block.
 """
 
 from __future__ import annotations
@@ -9,9 +27,17 @@ from __future__ import annotations
 import abc
 import signal
 import time
-from typing import Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-from ..plan import Plan, PlannedTask
+from ..plan import Placement, Plan, PlannedTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pydantic import BaseModel
+
+    from ..console import Console
+    from ..spec import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
 LineSink = Callable[[str, str], None]
@@ -47,18 +73,117 @@ class TaskHandle(abc.ABC):
         return ""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, so callers ask instead of testing its name."""
+
+    # Can pre-start the next attempt's processes (TFCLUSTER_STANDBY=1) and promote them with
+    # SIGUSR1 (restart.warm_standby); the spec refuses warm_standby on backends without it.
+    warm_standby: bool = False
+    # preflight() checks that every task's port is free / reachable where the task will run.
+    port_preflight: bool = False
+    # port_open() really probes the port (else it always answers True and the startup watchdog
+    # relies on the worker's ready marker alone).
+    port_probe: bool = False
+    # place() already knows the real hosts. False: place() gives placeholders and only
+    # allocate() (after submitting to a workload manager) knows the nodes; `tfcluster plan`
+    # and `up --dry-run` then show the placeholders and say so.
+    static_placement: bool = True
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """A run as ``tfcluster down`` finds it on disk: its directory and launcher.json
+    (``run_id``, the launcher's ``pid``, and ``tasks``: key -> what TaskHandle.info() returned)."""
+
+    dir: Path
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.info.get("run_id") or self.dir.name)
+
+    @property
+    def tasks(self) -> Mapping[str, Mapping[str, Any]]:
+        return self.info.get("tasks") or {}
+
+    @property
+    def allocation(self) -> Mapping[str, Any]:
+        """What the backend recorded with ``RunRecord.allocated(...)`` (e.g. a job id)."""
+        return self.info.get("allocation") or {}
+
+
 class Backend(abc.ABC):
-    name = "abstract"
+    """Runs the plan's tasks somewhere. Subclasses set ``name`` (the value of ``backend:`` in
+    cluster.yaml), and optionally ``options_key``/``Options`` and ``capabilities``."""
+
+    name: ClassVar[str] = "abstract"
+    # The spec's top-level block this backend owns (``ssh:``), validated by ``Options`` (a frozen
+    # pydantic model, extra keys forbidden). spec.py keeps it opaque: it adds one field per
+    # registered backend, ``spec.<options_key>``, an ``Options`` instance (default ``Options()``).
+    options_key: ClassVar[Optional[str]] = None
+    Options: ClassVar[Optional[type["BaseModel"]]] = None
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
+    detach_note: ClassVar[str] = ""
+
+    # -------------------------------------------------------------- before a backend exists
+
+    @classmethod
+    def check_spec(cls, spec: "Spec") -> list[tuple[tuple, str]]:
+        """Cross-field rules that hold only for this backend (its Options model checks its own
+        block). Returns ``(loc, message)`` pairs, loc a path into the YAML like ``("hosts",)``;
+        spec.py prints each as one line ``FILE:LINE: hosts: message``."""
+        return []
+
+    @classmethod
+    def place(cls, spec: "Spec") -> Placement:
+        """Pure: the host and dial address of every task (``plan.task_keys(spec)``), from the spec
+        alone. A backend whose nodes are known only after allocating returns placeholders with
+        ``placeholder=True`` and a ``note`` (and sets ``capabilities.static_placement = False``).
+        Every real backend implements it (the contract tests check)."""
+        raise NotImplementedError(f"backend {cls.name} does not say where tasks run; implement {cls.__name__}.place")
+
+    @classmethod
+    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Console"] = None) -> "Backend":
+        """Construct for ``tfcluster up`` (``record`` is the RunRecord: run_id, dir, state_dir)
+        or, with ``record=None``, for ``tfcluster down``. No network or engine access here."""
+        return cls(loaded=loaded, record=record, console=console)  # type: ignore[call-arg]
+
+    @classmethod
+    def run_elsewhere(cls, loaded: "LoadedSpec", argv: Sequence[str], spec_arg: str, command: str,
+                      console: "Console") -> Optional[int]:
+        """``up``/``status``/``logs``/``attach``/``down``/``runs`` for a spec whose supervisor
+        and run record live on another machine: run ``argv`` there and return its exit code.
+        None (the default): they live here."""
+        return None
+
+    # -------------------------------------------------------------- up
 
     def preflight(self, plan: Plan) -> None:
-        """Check everything that can be checked before starting; raise LaunchError."""
+        """Check everything that can be checked before allocating or starting anything (hosts
+        reachable, images present, ports free, the request satisfiable); raise LaunchError with
+        one line per problem naming the host/task and the fix. ``plan`` may be a placeholder
+        plan (see place)."""
+
+    def allocate(self, spec: "Spec") -> Placement:
+        """Obtain the machines and answer where each task runs. May block (a queued job): Ctrl-C,
+        SIGTERM and SIGHUP then raise KeyboardInterrupt in it, and close() follows. As soon as
+        the allocation exists, record what releasing it needs with ``record.allocated(job=...)``
+        (the RunRecord given to from_spec; launcher.json already exists), so ``tfcluster down``
+        finds it even if this launcher dies (``RecordedRun.allocation``). Must be undone by
+        close(). Default: the static placement, at once."""
+        return self.place(spec)
 
     @abc.abstractmethod
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> TaskHandle:
-        """Start one task with the plan's env plus ``env``; stream its output to ``on_line``."""
+        """Start one task with the plan's env plus ``env`` (which wins); stream each line of its
+        output (stdout and stderr) to ``on_line(task.key, line)`` from a reader thread. Raise
+        LaunchError if it cannot be started; once started, failures show as poll() codes."""
 
     def port_open(self, task: PlannedTask) -> bool:
-        """Whether the task's TF port accepts connections (startup watchdog)."""
+        """Whether the task's TF port accepts connections where it runs (startup watchdog).
+        Must answer within a few seconds. Default True (no probe: capabilities.port_probe)."""
         return True
 
     def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
@@ -94,4 +219,14 @@ class Backend(abc.ABC):
         model) back to this machine when they are elsewhere. Raise LaunchError on failure."""
 
     def close(self) -> None:
-        """Release connections and other resources (after every task is stopped)."""
+        """Release connections, containers, allocations and other resources; called last, once
+        every task is stopped, after success, failure, Ctrl-C and a failed preflight alike. Must
+        not raise."""
+
+    # -------------------------------------------------------------- down
+
+    def down(self, run: RecordedRun, console: "Console") -> bool:
+        """``tfcluster down``: stop and remove whatever the recorded run left behind on this
+        backend (after its launcher, if alive, was asked to stop), by the ids the record holds,
+        never by name. Report through ``console``; True if anything was still running."""
+        return False

@@ -23,16 +23,42 @@ from typing import Any, Mapping, Optional
 
 from ..console import Console
 from ..errors import LaunchError
-from ..plan import Plan, PlannedTask
-from ..spec import LoadedSpec
-from .base import Backend, LineSink, TaskHandle
+from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
+from ..spec import LoadedSpec, Spec
+from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from .docker_options import DockerOptions
 
-try:  # the SDK is a dependency of tfcluster, but only this backend needs it
-    import docker
-    import docker.errors
-    import requests.exceptions
-except ImportError:  # pragma: no cover - reported by preflight
-    docker = None  # type: ignore[assignment]
+
+class _LazyModule:
+    """The SDK is a dependency of tfcluster, but only this backend needs it, and importing it
+    costs most of a second: it is imported on first use, not when the spec is validated."""
+
+    def __init__(self, *names: str) -> None:
+        self._names = names
+        self._module: Any = None
+
+    def available(self) -> bool:
+        try:
+            self._load()
+            return True
+        except ImportError:
+            return False
+
+    def _load(self) -> Any:
+        if self._module is None:
+            import importlib
+
+            for name in self._names:
+                importlib.import_module(name)
+            self._module = importlib.import_module(self._names[0])
+        return self._module
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._load(), attr)
+
+
+docker: Any = _LazyModule("docker", "docker.errors")
+requests: Any = _LazyModule("requests", "requests.exceptions")
 
 STATE_MOUNT = "/tfcluster/state"
 RUN_MOUNT = "/tfcluster/run"
@@ -52,7 +78,7 @@ def engine_url(loaded: LoadedSpec) -> str:
 
 def connect(url: str, explicit: bool, pool: int = 10) -> "docker.DockerClient":
     """A client for the engine at ``url``, pinged; LaunchError naming the fix if unreachable."""
-    if docker is None:
+    if not docker.available():
         raise LaunchError("backend docker needs the Python package 'docker'; pip install 'docker>=7'")
     try:
         if explicit:
@@ -170,6 +196,15 @@ class DockerTask(TaskHandle):
 
 class DockerBackend(Backend):
     name = "docker"
+    options_key = "docker"
+    Options = DockerOptions
+    # Every container has its own network namespace: task ports cannot clash, nothing to preflight.
+    capabilities = Capabilities(port_probe=True)
+
+    @classmethod
+    def place(cls, spec: Spec) -> Placement:
+        """A container per task, named (and dialled) like the task: ``worker-0``."""
+        return Placement({f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)})
 
     def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Console] = None) -> None:
         self.loaded = loaded
@@ -477,10 +512,10 @@ class DockerBackend(Backend):
 
     # -------------------------------------------------------------- tfcluster down
 
-    def down(self, run_dir: Path, info: dict, console: Console) -> bool:
+    def down(self, run: RecordedRun, console: Console) -> bool:
         """Remove what the run left behind: its containers and network, by run id."""
-        run_id = info.get("run_id") or run_dir.name
-        tasks = info.get("tasks", {})
+        run_id = run.run_id
+        tasks = run.tasks
         urls = {t.get("engine") for t in tasks.values() if t.get("engine")}
         if urls:
             # The engine the run used; a unix socket needs no TLS settings from the environment.

@@ -14,54 +14,30 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from ..errors import LaunchError
-from ..plan import Plan, PlannedTask
-from ..procinfo import start_time
-from .base import Backend, LineSink, TaskHandle, normalize_exit
+from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
+from ..procinfo import group_alive, is_same, kill_group, start_time
+from .base import Backend, Capabilities, LineSink, RecordedRun
+from .childtask import ChildTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..console import Console
+    from ..spec import LoadedSpec, Spec
 
 TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
-# After the leader is reaped its pgid could in theory be reused; only signal it shortly after.
-_REAPED_SIGNAL_WINDOW = 5.0
+LOCAL_HOST = "localhost"
 
 
-class LocalTask(TaskHandle):
+class LocalTask(ChildTask):
     def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink) -> None:
-        super().__init__(task)
-        self.proc = proc
         self.pgid = proc.pid  # start_new_session: the wrapper leads its own group
-        self._reaped_at: Optional[float] = None
-        self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"out-{task.key}")
-        self._reader.start()
-
-    def _pump(self, on_line: LineSink) -> None:
-        stream = self.proc.stdout
-        assert stream is not None
-        for raw in iter(stream.readline, b""):
-            on_line(self.key, raw.decode("utf-8", "replace").rstrip("\r\n"))
-        stream.close()
-
-    def poll(self) -> Optional[int]:
-        code = self.proc.poll()
-        if code is None:
-            return None
-        if self._reaped_at is None:
-            self._reaped_at = time.monotonic()
-            # Let the reader drain what the task printed last (bounded).
-            self._reader.join(timeout=2.0)
-            if self.proc.stdin:
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
-        return normalize_exit(code)
+        super().__init__(task, proc, on_line)
 
     def signal(self, sig: int) -> None:
-        if self._reaped_at is not None and time.monotonic() - self._reaped_at > _REAPED_SIGNAL_WINDOW:
+        if self.reaped_long_ago():
             return
         try:
             os.killpg(self.pgid, sig)
@@ -95,12 +71,26 @@ class LocalTask(TaskHandle):
 
 class LocalBackend(Backend):
     name = "local"
+    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True)
 
     def __init__(self, workdir: Path, run_dir: Path, state_dir: Path, stop_grace: float = 5.0) -> None:
         self.workdir = Path(workdir)
         self.run_dir = Path(run_dir)
         self.state_dir = Path(state_dir)
         self.stop_grace = stop_grace
+
+    @classmethod
+    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Console"] = None) -> "LocalBackend":
+        spec = loaded.spec
+        run_dir = record.dir if record is not None else loaded.base_dir / spec.run_dir / spec.name
+        state_dir = record.state_dir if record is not None else loaded.base_dir / spec.run_dir / spec.name / "state"
+        return cls(workdir=(loaded.base_dir / spec.workdir).resolve(), run_dir=run_dir, state_dir=state_dir,
+                   stop_grace=spec.watchdog.stop_grace)
+
+    @classmethod
+    def place(cls, spec: "Spec") -> Placement:
+        """Every task on this machine."""
+        return Placement({f"{t}:{i}": Slot(LOCAL_HOST, LOCAL_HOST) for t, i in task_keys(spec)})
 
     # -------------------------------------------------------------- preflight
 
@@ -164,6 +154,20 @@ class LocalBackend(Backend):
                 return True
         except OSError:
             return False
+
+    # -------------------------------------------------------------- tfcluster down
+
+    def down(self, run: RecordedRun, console: "Console") -> bool:
+        """Kill the task groups the run left behind, by pgid and start time (never by name)."""
+        leftovers = []
+        for key, task in run.tasks.items():
+            pgid = task.get("pgid")
+            if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
+                leftovers.append(key)
+                kill_group(pgid, self.stop_grace)
+        if leftovers:
+            console.info(f"stopped leftover tasks: {', '.join(leftovers)}")
+        return bool(leftovers)
 
 
 def port_problem(port: int) -> Optional[str]:

@@ -134,7 +134,7 @@ class StateSync:
 
     @staticmethod
     def _ask(chan, op: str, path: str):
-        from .ssh import _readline
+        from .ssh_runner import readline as _readline
 
         chan.sendall(json.dumps({"marker": {"op": op, "path": path}}).encode() + b"\n")
         reply = json.loads(_readline(chan) or b"{}")
@@ -289,7 +289,7 @@ class StateSync:
 
     @staticmethod
     def _reply(chan) -> dict:
-        from .ssh import _readline
+        from .ssh_runner import readline as _readline
 
         try:
             line = _readline(chan)
@@ -300,10 +300,13 @@ class StateSync:
     # ------------------------------------------------------------------ after success
 
     def collect(self) -> None:
-        """Bring the final model (and, with state.fetch: checkpoints, the checkpoints) here."""
+        """Bring the final model and the TensorBoard logs (and, with state.fetch: checkpoints,
+        the checkpoints) here."""
         if self.cfg.fetch == "none" or self.plan is None or self.b.record is None:
             return
-        areas = [statelayout.FINAL_MODEL] + ([statelayout.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
+        # The TensorBoard logs too (the chief's train/; small), for `tfcluster tensorboard`.
+        areas = [statelayout.FINAL_MODEL, statelayout.TENSORBOARD] + (
+            [statelayout.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
         src = self.chief_host()
         hs = self.b.hosts[src]
         local: Path = self.b.record.state_dir

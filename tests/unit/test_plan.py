@@ -8,12 +8,13 @@ import textwrap
 import pytest
 
 from launcher.errors import SpecError
-from launcher.plan import build_plan, redact_env
+from launcher.backends import plan_for
+from launcher.plan import redact_env
 from launcher.spec import parse_spec
 
 
 def plan_of(text: str):
-    return build_plan(parse_spec(textwrap.dedent(text)))
+    return plan_for(parse_spec(textwrap.dedent(text)))
 
 
 def table(plan):

@@ -69,7 +69,7 @@ def test_bad_strategy_lists_valid_values():
 
 def test_bad_backend_lists_valid_values():
     msg = one_error(BASE + "backend: k8s\n")
-    assert "backend: 'k8s' is not valid; use one of 'local', 'ssh' or 'docker'" in msg
+    assert "backend: 'k8s' is not valid; use one of 'local', 'ssh', 'docker' or 'slurm'" in msg
 
 
 def test_master_role_says_use_chief():
@@ -275,3 +275,11 @@ def test_cpus_under_a_cluster_strategy_and_tpu_block_elsewhere_are_rejected():
 def test_tpu_block():
     spec = parse_spec(SINGLE.format("tpu") + "tpu: {name: my-tpu, zone: us-central1-b, project: p}\n")
     assert (spec.tpu.name, spec.tpu.zone, spec.tpu.project) == ("my-tpu", "us-central1-b", "p")
+
+
+def test_ssh_supervisor_must_name_a_host_of_an_ssh_spec():
+    hosts = "backend: ssh\nhosts:\n  - {name: vm1}\n  - {name: vm2}\n"
+    assert parse_spec(BASE + hosts + "ssh: {supervisor: vm2}\n").ssh.supervisor == "vm2"
+    err = one_error(BASE + hosts + "ssh: {supervisor: vm3}\n")
+    assert "ssh.supervisor: unknown host 'vm3'" in err and "defined hosts: vm1, vm2" in err
+    assert "cannot be combined with ssh.sync" in one_error(BASE + hosts + "ssh: {supervisor: vm1, sync: ['.']}\n")

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from launcher.backends import RecordedRun
 from launcher.backends import ssh as S
+from launcher.backends import ssh_commands as sc
+from launcher.backends import ssh_probe, ssh_sync, ssh_task
+from launcher.remote import source as remote_source
 from launcher.console import Console
 from launcher.spec import LoadedSpec, parse_spec
 
@@ -35,7 +39,7 @@ tasks: {{worker: 2}}
 
 
 def test_task_command_exact():
-    cmd = S.task_command("/opt/py/bin/python3", "/srv/work", "/r/t/1", "/r/t/1/pids/worker-0.0.pid", 15, 5,
+    cmd = sc.task_command("/opt/py/bin/python3", "/srv/work", "/r/t/1", "/r/t/1/pids/worker-0.0.pid", 15, 5,
                          ["python", "-m", "worker", "--epochs", "1"])
     assert cmd == (
         "cd /srv/work && /opt/py/bin/python3 -S /r/t/1/boot.py /r/t/1/taskwrap.py --lease 15 --grace 5 "
@@ -44,7 +48,7 @@ def test_task_command_exact():
 
 
 def test_task_command_quotes_every_value():
-    cmd = S.task_command(f"py{EVIL}", f"/w {EVIL}", f"/r;{EVIL}", f"/p {EVIL}", 1.5, 0, [EVIL, "$(id)", "`id`", "'"])
+    cmd = sc.task_command(f"py{EVIL}", f"/w {EVIL}", f"/r;{EVIL}", f"/p {EVIL}", 1.5, 0, [EVIL, "$(id)", "`id`", "'"])
     assert cmd == (
         "cd '/w x; touch /tmp/pwned' && 'pyx; touch /tmp/pwned' -S '/r;x; touch /tmp/pwned/boot.py' "
         "'/r;x; touch /tmp/pwned/taskwrap.py' --lease 1.5 --grace 0 --pidfile '/p x; touch /tmp/pwned' -- "
@@ -58,11 +62,11 @@ def test_task_command_quotes_every_value():
 
 def test_env_never_on_the_command_line_but_in_the_stdin_block():
     env = {"TF_CONFIG": '{"cluster":{}}', "API_TOKEN": "s3cr3t", "EVIL": EVIL}
-    block = S.env_block(env)
+    block = sc.env_block(env)
     header, body = block.split(b"\n", 1)
     assert int(header) == len(body)
     assert json.loads(body) == env
-    cmd = S.task_command("python3", ".", "r", "r/pids/x.pid", 15, 5, ["python", "-c", "pass"])
+    cmd = sc.task_command("python3", ".", "r", "r/pids/x.pid", 15, 5, ["python", "-c", "pass"])
     assert "s3cr3t" not in cmd and "TF_CONFIG" not in cmd
 
 
@@ -73,7 +77,7 @@ def test_boot_reads_env_block_then_leaves_the_rest_of_stdin(tmp_path):
     from launcher.remote import boot
 
     r, w = os.pipe()
-    os.write(w, S.env_block({"A": "1", "EVIL": EVIL}) + b"...")
+    os.write(w, sc.env_block({"A": "1", "EVIL": EVIL}) + b"...")
     os.close(w)
     try:
         assert boot._read_env(r) == {"A": "1", "EVIL": EVIL}
@@ -83,7 +87,7 @@ def test_boot_reads_env_block_then_leaves_the_rest_of_stdin(tmp_path):
 
 
 def test_signal_command_exact_and_verifies_pid():
-    cmd = S.signal_command(signal.SIGTERM, ["/r/pids/worker-0.0.pid", f"/r/{EVIL}.pid"])
+    cmd = sc.signal_command(signal.SIGTERM, ["/r/pids/worker-0.0.pid", f"/r/{EVIL}.pid"])
     assert cmd == (
         "for pf in /r/pids/worker-0.0.pid '/r/x; touch /tmp/pwned.pid'; do "
         'read pid child < "$pf" 2>/dev/null || { echo "nopid $pf"; continue; }; '
@@ -105,7 +109,7 @@ def test_signal_command_exact_and_verifies_pid():
 ])
 def test_pid_tag_is_the_run_unique_tail_in_python_and_in_sh(pidfile, tag):
     """The launcher (agent argv) and the remote shell (verification) must cut the same tail."""
-    assert S.pid_tag(pidfile) == tag
+    assert sc.pid_tag(pidfile) == tag
     script = 'pf=$1; tag=${pf#"${pf%/*/*/*/*}"}; tag=${tag#/}; [ -n "$tag" ] || tag=$pf; printf %s "$tag"'
     out = subprocess.run(["sh", "-c", script, "sh", pidfile], capture_output=True, text=True, timeout=10)
     assert out.stdout == tag
@@ -114,11 +118,11 @@ def test_pid_tag_is_the_run_unique_tail_in_python_and_in_sh(pidfile, tag):
 def test_agent_command_exact_and_quoted():
     from launcher.remote import source
 
-    cmd = S.agent_command(f"/py {EVIL}", "/r/n;$(id) x/RUN/pids/worker-0.0.pid")
-    assert cmd == (f"'/py x; touch /tmp/pwned' -S -c {S.q(source('agent.py'))} "
+    cmd = sc.agent_command(f"/py {EVIL}", "/r/n;$(id) x/RUN/pids/worker-0.0.pid")
+    assert cmd == (f"'/py x; touch /tmp/pwned' -S -c {sc.q(source('agent.py'))} "
                    "'n;$(id) x/RUN/pids/worker-0.0.pid'; exit $?")
-    assert S.agent_command("python3", None) == f"python3 -S -c {S.q(source('agent.py'))}; exit $?"
-    assert S.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
+    assert sc.agent_command("python3", None) == f"python3 -S -c {sc.q(source('agent.py'))}; exit $?"
+    assert sc.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
         "--lease", "15", "--grace", "5", "--pidfile", "/r/p.pid", "--cwd", "/w", "--", "python", "-m", "worker"]
 
 
@@ -128,7 +132,7 @@ def test_signal_command_runs_in_a_real_shell(tmp_path):
     import os
 
     pf.write_text(f"{os.getpid()} {os.getpid()}\n")  # this pytest process: cmdline lacks pf
-    out = subprocess.run(["sh", "-c", S.signal_command(signal.SIGKILL, [str(pf), str(tmp_path / "none.pid")])],
+    out = subprocess.run(["sh", "-c", sc.signal_command(signal.SIGKILL, [str(pf), str(tmp_path / "none.pid")])],
                          capture_output=True, text=True, timeout=10)
     assert out.stdout.splitlines() == [f"gone {pf}", f"nopid {tmp_path / 'none.pid'}"]
 
@@ -142,19 +146,19 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
     run = tmp_path / "run dir;x"
     (run / "pids").mkdir(parents=True)
     (run / "boot.py").write_text((Path(S.__file__).parent.parent / "remote" / "boot.py").read_text())
-    (run / "taskwrap.py").write_text(S.TASKWRAP.read_text())
+    (run / "taskwrap.py").write_text(ssh_probe.TASKWRAP.read_text())
     pf = str(run / "pids" / "worker-0.0.pid")
-    cmd = S.task_command(sys.executable, str(tmp_path), str(run), pf, 30, 1, [sys.executable, "-c",
+    cmd = sc.task_command(sys.executable, str(tmp_path), str(run), pf, 30, 1, [sys.executable, "-c",
                          "import time; print('up', flush=True); time.sleep(60)"])
     proc = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        proc.stdin.write(S.env_block({"X": "1"}))
+        proc.stdin.write(sc.env_block({"X": "1"}))
         proc.stdin.flush()
         assert proc.stdout.readline() == b"up\n"
         end = time.monotonic() + 5
         while not os.path.exists(pf) and time.monotonic() < end:
             time.sleep(0.02)
-        out = subprocess.run(["sh", "-c", S.down_command([str(run)], 1)], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["sh", "-c", sc.down_command([str(run)], 1)], capture_output=True, text=True, timeout=10)
         assert out.stdout.splitlines() == [f"stopped {pf}"]
         assert proc.wait(10) == 128 + signal.SIGTERM
     finally:
@@ -164,26 +168,26 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
 
 
 def test_down_command_exact():
-    cmd = S.down_command(["/r/a", "/r/b c"], 5)
+    cmd = sc.down_command(["/r/a", "/r/b c"], 5)
     assert cmd.startswith('found=""; for pf in /r/a/pids/*.pid \'/r/b c/pids\'/*.pid; do [ -f "$pf" ] || continue; ')
     assert '[ $n -lt 50 ]; do alive=""' in cmd
     assert 'kill -s KILL -- "-$pid"' in cmd
 
 
 def test_setup_and_sync_commands_quote_workdir():
-    assert S.setup_command(f"/w {EVIL}", "pip install -r requirements.txt") == (
+    assert sc.setup_command(f"/w {EVIL}", "pip install -r requirements.txt") == (
         "mkdir -p '/w x; touch /tmp/pwned' && cd '/w x; touch /tmp/pwned' && pip install -r requirements.txt"
     )
-    assert S.sync_command("w") == "mkdir -p w && tar -xzf - -C w"
+    assert sc.sync_command("w") == "mkdir -p w && tar -xzf - -C w"
 
 
 def test_remote_paths_defaults_and_overrides(tmp_path):
     opts = _loaded(tmp_path).spec.ssh
-    assert S.remote_paths(opts, "t", "RUN") == (".tfcluster/t/RUN", ".tfcluster/t/state", ".")
+    assert sc.remote_paths(opts, "t", "RUN") == (".tfcluster/t/RUN", ".tfcluster/t/state", ".")
     opts = _loaded(tmp_path, "ssh: {sync: ['.'], remote_dir: /srv/tfc}").spec.ssh
-    assert S.remote_paths(opts, "t", "RUN") == ("/srv/tfc/t/RUN", "/srv/tfc/t/state", "/srv/tfc/t/work")
+    assert sc.remote_paths(opts, "t", "RUN") == ("/srv/tfc/t/RUN", "/srv/tfc/t/state", "/srv/tfc/t/work")
     opts = _loaded(tmp_path, "ssh: {workdir: /code}").spec.ssh
-    assert S.remote_paths(opts, "t", "RUN")[2] == "/code"
+    assert sc.remote_paths(opts, "t", "RUN")[2] == "/code"
 
 
 class FakeRunner:
@@ -209,7 +213,7 @@ def _handle(backend, host, slug):
 
     task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, tf_config_json="{}",
                        command=("x",), env=())
-    h = S.SSHTask.__new__(S.SSHTask)
+    h = ssh_task.SSHTask.__new__(ssh_task.SSHTask)
     h.task, h.key, h.backend, h.host = task, task.key, backend, backend.hosts[host]
     h.channel, h.pidfile, h._code, h._note = FakeChannel(), f"/r/pids/{slug}.0.pid", None, ""
     return h
@@ -222,8 +226,8 @@ def test_signal_tasks_one_command_per_host_and_cuts_lifeline_without_pidfile(tmp
     h2._code = 0  # already exited: its wrapper took the group down; nothing to signal
     backend.signal_tasks([h0, h1, h2], signal.SIGKILL)
     assert sorted(runner.calls) == [
-        ("a", S.signal_command(signal.SIGKILL, ["/r/pids/worker-0.pid".replace("0.pid", "0.0.pid")])),
-        ("b", S.signal_command(signal.SIGKILL, ["/r/pids/worker-1.0.pid"])),
+        ("a", sc.signal_command(signal.SIGKILL, ["/r/pids/worker-0.pid".replace("0.pid", "0.0.pid")])),
+        ("b", sc.signal_command(signal.SIGKILL, ["/r/pids/worker-1.0.pid"])),
     ]
     assert not h0.channel.shut and h1.channel.shut  # not started yet -> lifeline cut instead
 
@@ -235,8 +239,8 @@ def test_down_uses_record_and_reports(tmp_path, capsys):
     info = {"tasks": {"worker:0": {"ssh_host": "a", "remote_run_dir": "/r/run"},
                       "worker:1": {"ssh_host": "b", "remote_run_dir": "/r/run"},
                       "worker:2": {"ssh_host": "gone", "remote_run_dir": "/r/run"}}}
-    assert backend.down(tmp_path, info, Console()) is True
-    assert sorted(runner.calls) == [("a", S.down_command(["/r/run"], 5.0)), ("b", S.down_command(["/r/run"], 5.0))]
+    assert backend.down(RecordedRun(tmp_path, info), Console()) is True
+    assert sorted(runner.calls) == [("a", sc.down_command(["/r/run"], 5.0)), ("b", sc.down_command(["/r/run"], 5.0))]
     err = capsys.readouterr().err
     assert "stopped remote tasks: a:worker-0.0.pid" in err
     assert "host gone of the run is no longer in the spec" in err
@@ -254,14 +258,14 @@ def test_make_tar_skips_caches_and_rejects_outside_paths(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "log").write_text("x")
-    data = S.make_tar(tmp_path, ["."], exclude_dirs=[tmp_path / "runs"])
+    data = ssh_sync.make_tar(tmp_path, ["."], exclude_dirs=[tmp_path / "runs"])
     names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
     assert "./pkg/a.py" in names or "pkg/a.py" in names
     assert not [n for n in names if "__pycache__" in n or ".git" in n or "runs" in n]
     with pytest.raises(LaunchError, match="outside the workdir"):
-        S.make_tar(tmp_path / "pkg", [".."])
+        ssh_sync.make_tar(tmp_path / "pkg", [".."])
     with pytest.raises(LaunchError, match="does not exist"):
-        S.make_tar(tmp_path, ["nope"])
+        ssh_sync.make_tar(tmp_path, ["nope"])
 
 
 def test_launcher_modules_do_not_import_tensorflow():
@@ -282,7 +286,7 @@ class _Agent:
         self.home = tmp_path
         self.rel_pidfile = f"base/t/RUN/pids/{key_slug}.0.pid"
         self.pidfile = str(tmp_path / self.rel_pidfile)
-        self.proc = subprocess.Popen(["sh", "-c", S.agent_command(sys.executable, self.rel_pidfile)], cwd=tmp_path,
+        self.proc = subprocess.Popen(["sh", "-c", sc.agent_command(sys.executable, self.rel_pidfile)], cwd=tmp_path,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def ask(self, obj) -> dict:
@@ -301,7 +305,7 @@ class _Agent:
         (self.home / "work").mkdir(exist_ok=True)
         return self.ask({"require": ["json"], "workdir": str(self.home / "work"), "run_dir": "base/t/RUN",
                          "state_dir": "base/t/state", "argv0": sys.executable, "ports": [port],
-                         "files": {"taskwrap.py": S.TASKWRAP.read_text(), "boot.py": S.remote_source("boot.py")}})
+                         "files": {"taskwrap.py": ssh_probe.TASKWRAP.read_text(), "boot.py": remote_source("boot.py")}})
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -349,14 +353,14 @@ def test_agent_preflights_holds_ports_then_becomes_the_task(tmp_path):
         assert agent.ask({"targets": [["worker:0", "127.0.0.1", port]], "timeout": 2}) == {
             "results": [["worker:0", None]]}
         task = "import os,time; print(os.environ['X'], os.getcwd(), flush=True); time.sleep(60)"
-        agent.send({"go": {"env": {"X": EVIL}, "args": S.wrap_args(
+        agent.send({"go": {"env": {"X": EVIL}, "args": sc.wrap_args(
             reply["workdir"], agent.pidfile, 30, 1, [sys.executable, "-c", task])}})
         assert agent.proc.stdout.readline().decode().split() == EVIL.split() + [str(tmp_path / "work")]
         assert _wait(lambda: not _connects(port))  # released for the task's own server
         assert _wait(lambda: os.path.exists(agent.pidfile))
         pid = int(Path(agent.pidfile).read_text().split()[0])
         assert os.getpgid(pid) == pid and pid != agent.proc.pid  # the agent, now leading its own group
-        out = subprocess.run(["sh", "-c", S.signal_command(signal.SIGTERM, [agent.pidfile])],
+        out = subprocess.run(["sh", "-c", sc.signal_command(signal.SIGTERM, [agent.pidfile])],
                              capture_output=True, text=True, timeout=10)
         assert out.stdout.splitlines() == [f"sent {agent.pidfile}"]
         assert agent.proc.wait(10) == 128 + signal.SIGTERM
@@ -374,7 +378,7 @@ def test_agent_refuses_go_with_another_pidfile_and_exits_on_eof(tmp_path):
     try:
         agent.prepare(port)
         other = str(tmp_path / "base/t/OTHER/pids/worker-0.0.pid")
-        agent.send({"go": {"env": {}, "args": S.wrap_args(".", other, 30, 1, [sys.executable, "-c", "pass"])}})
+        agent.send({"go": {"env": {}, "args": sc.wrap_args(".", other, 30, 1, [sys.executable, "-c", "pass"])}})
         assert agent.proc.wait(10) == 2
         assert "not this agent's" in agent.proc.stderr.read().decode()
         assert _wait(lambda: not _connects(port))

@@ -377,12 +377,12 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
 def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, worker_image):
     from launcher.backends import make_backend
     from launcher.errors import LaunchError
-    from launcher.plan import build_plan
+    from launcher.backends import plan_for
     from launcher.rundir import RunRecord
     from launcher.spec import load_spec
 
     loaded = load_spec(_spec(tmp_path, docker_engine.url, "true"))
-    plan = build_plan(loaded.spec)
+    plan = plan_for(loaded.spec)
     record = RunRecord(tmp_path / "runs", plan, run_id="fixed-1")
     name = "tfcluster-dk-fixed-1-worker-1"
     client = docker_engine.client()

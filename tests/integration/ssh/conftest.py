@@ -1,47 +1,19 @@
-"""Fixtures for the ssh backend's integration tests: a lab of real sshd hosts in network
-namespaces (see netlab.py), spec writing, and running ``tfcluster`` as a subprocess."""
+"""Fixtures for the ssh backend's integration tests: spec writing for the lab of real sshd hosts
+(the session fixture ``lab`` is in tests/integration/conftest.py, shared with the contract suite),
+and running ``tfcluster`` as a subprocess."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.prereq import require, require_root, require_tool
-
-from .netlab import Lab, have_prereqs
-
 ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
-
-
-@pytest.fixture(scope="session")
-def lab():
-    require_root()
-    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("ssh-keygen", "openssh-client"),
-                      ("nft", "nftables")):
-        require_tool(tool, pkg)
-    reason = have_prereqs()
-    require(reason is None, reason or "")
-    root = Path(tempfile.mkdtemp(prefix="tfcs-lab-"))
-    # Private per-host dirs (own tmpfs each) for the state dir tests; every other path is shared.
-    lab = Lab(root, count=3, private=root / "private")
-    try:
-        lab.start()
-    except Exception:
-        lab.stop()
-        raise
-    try:
-        yield lab
-    finally:
-        lab.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -71,6 +71,14 @@ class Lab:
     known_hosts: Path = Path()
     private: Optional[Path] = None  # per-host private tmpfs mounted here (see the module doc)
     private_size: str = "64m"
+    # Another lab on the same machine (e.g. the slurm lab beside the ssh lab) uses its own
+    # subnet and prefix; ``sshd=False`` builds only the network (no keys, no sshd).
+    subnet: str = SUBNET
+    sshd: bool = True
+
+    @property
+    def gateway(self) -> str:
+        return f"{self.subnet}.1"
 
     @property
     def switch(self) -> str:
@@ -82,11 +90,12 @@ class Lab:
         self.root.mkdir(parents=True, exist_ok=True)
         self._cleanup_stale()
         self._raise_neighbour_limits()
-        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation dir
-        self.client_key = self.root / "client_ed25519"
-        if not self.client_key.exists():
-            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-test", "-f", str(self.client_key))
-        (self.root / "authorized_keys").write_text((self.root / "client_ed25519.pub").read_text())
+        if self.sshd:
+            os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation dir
+            self.client_key = self.root / "client_ed25519"
+            if not self.client_key.exists():
+                sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-test", "-f", str(self.client_key))
+            (self.root / "authorized_keys").write_text((self.root / "client_ed25519.pub").read_text())
         sh("ip", "netns", "add", self.switch)
         sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
         sh("ip", "-n", self.switch, "link", "set", "br0", "up")
@@ -94,10 +103,12 @@ class Lab:
         # This machine's leg into the lab.
         sh("ip", "link", "add", f"{self.prefix}gw", "type", "veth", "peer", "name", "gw", "netns", self.switch)
         sh("ip", "-n", self.switch, "link", "set", "gw", "master", "br0", "up")
-        sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", f"{self.prefix}gw")
+        sh("ip", "addr", "add", f"{self.gateway}/24", "dev", f"{self.prefix}gw")
         sh("ip", "link", "set", f"{self.prefix}gw", "up")
         for i in range(1, self.count + 1):
             self._add_host(i)
+        if not self.sshd:
+            return self
         lines = []
         for h in self.hosts:
             lines.append(f"{h.address} {h.host_pubkey}")
@@ -112,7 +123,7 @@ class Lab:
     def _add_host(self, i: int) -> None:
         name = f"h{i}"
         netns = f"{self.prefix}h{i}"
-        h = LabHost(name=name, netns=netns, address=f"{SUBNET}.{10 + i}", dir=self.root / name)
+        h = LabHost(name=name, netns=netns, address=f"{self.subnet}.{10 + i}", dir=self.root / name)
         h.dir.mkdir(parents=True, exist_ok=True)
         sh("ip", "netns", "add", netns)
         sh("ip", "-n", self.switch, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", netns)
@@ -120,6 +131,9 @@ class Lab:
         sh("ip", "-n", netns, "addr", "add", f"{h.address}/24", "dev", "eth0")
         sh("ip", "-n", netns, "link", "set", "eth0", "up")
         sh("ip", "-n", netns, "link", "set", "lo", "up")
+        self.hosts.append(h)
+        if not self.sshd:
+            return
         key = h.dir / "ssh_host_ed25519_key"
         if not key.exists():
             sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
@@ -148,7 +162,6 @@ class Lab:
                 ]
             )
         )
-        self.hosts.append(h)
 
     def start_sshd(self, h: LabHost) -> None:
         log = open(h.dir / "sshd.log", "ab")

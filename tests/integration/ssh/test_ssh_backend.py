@@ -453,13 +453,13 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     down() finds them from the record and stops them, verified by pid."""
     from launcher.backends.ssh import SSHBackend
     from launcher.console import Console
-    from launcher.plan import build_plan
+    from launcher.backends import RecordedRun, plan_for
     from launcher.rundir import RunRecord
     from launcher.spec import load_spec
 
     spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 60})
     loaded = load_spec(spec)
-    plan = build_plan(loaded.spec)
+    plan = plan_for(loaded.spec)
     record = RunRecord(spec.parent / "runs", plan)
     backend = SSHBackend(loaded, record)
     try:
@@ -470,14 +470,14 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
         info = {"tasks": {h.key: h.info() for h in handles}}
         assert info["tasks"]["worker:1"]["ssh_host"] == "h2"
         other = SSHBackend(loaded, None)
-        assert other.down(record.dir, info, Console()) is True
+        assert other.down(RecordedRun(record.dir, info), Console()) is True
         _wait_gone([p for pair in pids.values() for p in pair], 10)
         end = time.monotonic() + 10
         while any(h.poll() is None for h in handles) and time.monotonic() < end:
             time.sleep(0.05)
         assert [h.poll() for h in handles] == [128 + signal.SIGTERM] * 2
         # A second down finds nothing to stop.
-        assert SSHBackend(loaded, None).down(record.dir, info, Console()) is False
+        assert SSHBackend(loaded, None).down(RecordedRun(record.dir, info), Console()) is False
     finally:
         backend.close()
 

@@ -157,7 +157,8 @@ def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_c
     assert int(res["steps_run"]) == 24 - n0, res  # the rest of both epochs, nothing more
     local = spec.parent / "runs" / "sshtest" / "state" / "final_model"
     assert (local / "saved_model.pb").is_file() and (local / "variables").is_dir()
-    assert "fetched final_model from h1" in out
+    assert "fetched final_model, tensorboard from h1" in out
+    assert list((local.parent / "tensorboard" / "train").glob("events.out.tfevents.*"))  # for tfcluster tensorboard
 
 
 def test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there(lab, make_spec, tmp_path):

@@ -1,0 +1,304 @@
+"""``backend: slurm``: one gang allocation per run, every task a job step inside it.
+
+* allocate: ``sbatch --parsable`` of a job that only holds the nodes (slurm_alloc), wait until
+  it runs (or cancel it after ``slurm.queue_timeout`` with Slurm's reason), then place the tasks
+  on its nodes in Slurm's order at each node's ``NodeAddr``;
+* start: ``srun --jobid=JOB --nodelist=NODE --overlap`` per task, under taskwrap (so the step
+  is stopped if this launcher dies); a restart is a new step in the same allocation;
+* signal: ``scancel --signal=SIG JOB.STEP``, the step found by its unique name; never by name
+  for a whole job;
+* close / ``tfcluster down``: ``scancel JOB`` of this run's job id (kept in ``slurm.json`` of
+  the run record) and wait until Slurm reports it gone.
+
+Success is judged per task from each step's own exit status (srun returns the task's exit
+code, 128+N for signal N), as on every other backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal as signals
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ..console import Console
+from ..errors import LaunchError
+from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
+from ..procinfo import group_alive, is_same, kill_group, start_time
+from ..spec import LoadedSpec, Spec
+from . import slurm_alloc as alloc
+from . import slurm_cli as cli
+from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from .childtask import ChildTask
+from .slurm_options import SlurmOptions
+
+TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
+RECORD_FILE = "slurm.json"
+STEP_MARK = "tfcluster-slurm-step"
+# The step prints its id first, so signals reach it without asking squeue.
+_STEP_SHELL = f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; exec "$@"'
+
+
+class SlurmStep(ChildTask):
+    """One task: a local ``taskwrap -- srun ...`` process and the step it created."""
+
+    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink, job_id: str,
+                 step_name: str, node: str) -> None:
+        self.job_id = job_id
+        self.step_name = step_name
+        self.node = node
+        self.step_id: Optional[str] = None
+        super().__init__(task, proc, on_line)  # starts the reader, which sets step_id
+
+    def _keep(self, line: str) -> bool:
+        if self.step_id is None and line.startswith(STEP_MARK + " "):
+            for part in line.split()[1:]:
+                if part.startswith("id="):
+                    self.step_id = part[3:]
+            return False
+        return True
+
+    def step(self) -> Optional[str]:
+        """``JOB.STEP`` of this task's step: printed by the step itself, else asked of squeue."""
+        if self.step_id is None:
+            try:
+                self.step_id = cli.step_ids(self.job_id).get(self.step_name)
+            except LaunchError:
+                return None
+        return self.step_id
+
+    def signal(self, sig: int) -> None:
+        if self.reaped_long_ago():
+            return
+        step = self.step()
+        if step is not None:
+            try:
+                cli.scancel(step, signals.Signals(sig).name.replace("SIG", ""))
+            except LaunchError:
+                pass
+        if sig == signals.SIGKILL or step is None and sig in (signals.SIGTERM, signals.SIGINT):
+            # No step yet (srun still asking slurmctld): stopping srun stops its step request.
+            # After SIGKILL of the step, srun exits on its own; this only hurries a stuck one.
+            try:
+                os.killpg(self.proc.pid, signals.SIGTERM if sig != signals.SIGKILL else signals.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def info(self) -> dict:
+        return {"pid": self.proc.pid, "pgid": self.proc.pid, "start_time": start_time(self.proc.pid),
+                "slurm_job": self.job_id, "slurm_step": self.step_name, "node": self.node}
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+    options_key = "slurm"
+    Options = SlurmOptions
+    # Nodes are known only once the job runs; the launcher dials the nodes' addresses for the
+    # startup watchdog; ports are not checked before (the nodes are not known then).
+    capabilities = Capabilities(port_probe=True, static_placement=False)
+    detach_note = ("the supervisor and its srun steps run on this machine: keep it on; if it stops, the steps "
+                   "stop and the allocation stays until `tfcluster down` or slurm.time")
+
+    @classmethod
+    def place(cls, spec: Spec) -> Placement:
+        """Placeholder nodes (``node1``, ...) laid out as allocate() will lay out the real ones."""
+        keys = [f"{t}:{i}" for t, i in task_keys(spec)]
+        o = spec.slurm
+        count = alloc.nodes_needed(len(keys), o.tasks_per_node, o.nodes)
+        names = [f"node{n}" for n in range(1, count + 1)]
+        slots = alloc.placement(keys, names, {n: n for n in names}, o.tasks_per_node)
+        return Placement({k: Slot(*v) for k, v in slots.items()}, placeholder=True,
+                         note="slurm assigns the nodes when the job starts")
+
+    @classmethod
+    def check_spec(cls, spec: Spec) -> list[tuple[tuple, str]]:
+        o = spec.slurm
+        total = len(task_keys(spec))
+        if o.nodes is not None and total > o.nodes * o.tasks_per_node:
+            return [(("slurm", "nodes"), f"{o.nodes} node(s) x {o.tasks_per_node} task(s) per node hold "
+                     f"{o.nodes * o.tasks_per_node} tasks, the spec has {total}; raise slurm.nodes or "
+                     "slurm.tasks_per_node, or drop slurm.nodes for the default")]
+        return []
+
+    def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Console] = None) -> None:
+        spec = loaded.spec
+        self.spec = spec
+        self.opts: SlurmOptions = spec.slurm
+        self.workdir = (loaded.base_dir / spec.workdir).resolve()
+        self.record = record
+        self.console = console or Console()
+        self.stop_grace = spec.watchdog.stop_grace
+        self.job_id: Optional[str] = None
+        self._launches = 0
+        self._handles: list[SlurmStep] = []
+        self._lock = threading.Lock()
+
+    # -------------------------------------------------------------- allocation
+
+    def request(self, task_count: int) -> alloc.Request:
+        o = self.opts
+        return alloc.Request(
+            job_name=f"tfcluster-{self.spec.name}", nodes=alloc.nodes_needed(task_count, o.tasks_per_node, o.nodes),
+            tasks_per_node=o.tasks_per_node, partition=o.partition, time=o.time, account=o.account, extra=o.sbatch,
+        )
+
+    def preflight(self, plan: Plan) -> None:
+        """Commands found, partition exists and is UP, request satisfiable (nothing submitted)."""
+        if not self.workdir.is_dir():
+            raise LaunchError(f"workdir: {self.workdir} is not a directory; create it or fix workdir in the spec")
+        alloc.check_satisfiable(self.request(len(plan.tasks)))
+
+    def allocate(self, spec: Spec) -> Placement:
+        """Submit the holding job, record its id, wait until it runs; place the tasks on its nodes."""
+        keys = [f"{t}:{i}" for t, i in task_keys(spec)]
+        req = self.request(len(keys))
+        self.job_id = alloc.submit(req)
+        self._write_record()
+        self.console.info(f"slurm job {self.job_id}: {req.nodes} node(s) x {req.tasks_per_node} task(s)"
+                          + (f" in partition {req.partition}" if req.partition else ""))
+        if self.record is not None:
+            self.record.event("slurm_submitted", job=self.job_id, nodes=req.nodes, tasks_per_node=req.tasks_per_node)
+        t0 = time.monotonic()
+        # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (cli's _stoppable); close() cancels the job.
+        nodes = alloc.wait_running(self.job_id, self.opts.queue_timeout, self.console.info)
+        addresses = cli.node_addresses(nodes)
+        slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)
+        if self.record is not None:
+            self.record.event("slurm_running", job=self.job_id, nodes=nodes, addresses=addresses,
+                              waited=round(time.monotonic() - t0, 3))
+        self._write_record(nodes=nodes, addresses=addresses)
+        return Placement({k: Slot(*v) for k, v in slots.items()})
+
+    def _write_record(self, **extra) -> None:
+        if self.record is None or not self.record.dir.is_dir():
+            return
+        data = {"job_id": self.job_id, "slurm_conf": os.environ.get("SLURM_CONF"), **extra}
+        try:
+            (self.record.dir / RECORD_FILE).write_text(json.dumps(data, indent=2) + "\n")
+        except OSError:
+            pass  # launcher.json's tasks still carry the job id
+
+    def prepare_attempt(self, number: int) -> None:
+        """Before a restart: the allocation must still run (Slurm may have ended it: a
+        preemption that cancels, the time limit, an admin's scancel)."""
+        if number == 0 or self.job_id is None:
+            return
+        st = cli.job_state(self.job_id)
+        if st.state != "RUNNING":
+            raise LaunchError(f"slurm: allocation job {self.job_id} is no longer running ({st.state or 'gone'}"
+                              + (f", reason {st.reason}" if st.reason and st.reason != "None" else "")
+                              + "); what the tasks saved is kept: run tfcluster up again to resume")
+
+    # -------------------------------------------------------------- tasks
+
+    def task_env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
+        env = cli.client_env()
+        env.update(task.env)
+        path = env.get("PATH", "")
+        if os.path.isabs(self.opts.python):
+            path = os.pathsep.join([os.path.dirname(self.opts.python), path])
+        env["PATH"] = path
+        if self.record is not None:
+            env["TFCLUSTER_RUN_DIR"] = str(self.record.dir)
+            env["TFCLUSTER_STATE_DIR"] = str(self.record.state_dir)
+        env.update(extra)
+        return env
+
+    def srun_argv(self, task: PlannedTask, step_name: str) -> list[str]:
+        assert self.job_id is not None, "start before allocate"
+        return ["srun", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={task.host}",
+                "--overlap", "--input=none", "--kill-on-bad-exit=1", f"--job-name={step_name}", "--export=ALL",
+                f"--chdir={self.workdir}", *self.opts.srun,
+                "/bin/sh", "-c", _STEP_SHELL, "sh", *task.command]
+
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SlurmStep:
+        with self._lock:
+            self._launches += 1
+            step_name = f"{task.slug}.{self._launches}"
+        argv = [sys.executable, str(TASKWRAP), "--grace", f"{self.stop_grace:g}", "--",
+                *self.srun_argv(task, step_name)]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                cwd=self.workdir, env=self.task_env(task, env), start_new_session=True,
+                                close_fds=True)
+        handle = SlurmStep(task, proc, on_line, self.job_id or "", step_name, task.host)
+        with self._lock:
+            self._handles.append(handle)
+        return handle
+
+    def port_open(self, task: PlannedTask) -> bool:
+        if task.port is None:
+            return True
+        try:
+            with socket.create_connection((task.address, task.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
+        left = super().stop(handles, grace, deadline)
+        # A step whose srun was killed before it reported could outlive it: cancel by id what
+        # squeue still lists under these tasks' step names.
+        names = {h.step_name for h in handles if isinstance(h, SlurmStep)}
+        if self.job_id and names:
+            try:
+                for name, sid in cli.step_ids(self.job_id).items():
+                    if name in names:
+                        cli.scancel(sid, "KILL")
+            except LaunchError:
+                pass
+        return left
+
+    def close(self) -> None:
+        """Cancel this run's allocation (by job id) and wait until Slurm reports it gone."""
+        with self._lock:
+            handles = list(self._handles)
+        for h in handles:
+            if h.poll() is None:
+                try:
+                    os.killpg(h.proc.pid, signals.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if self.job_id is None:
+            return
+        job, self.job_id = self.job_id, None
+        try:
+            alloc.cancel(job)
+        except LaunchError as exc:
+            sys.stderr.write(f"tfcluster: error: {exc.lines[0]}\n")
+        else:
+            if self.record is not None:
+                self.record.event("slurm_cancelled", job=job)
+
+    # -------------------------------------------------------------- down
+
+    def down(self, run: RecordedRun, console: Console) -> bool:
+        """``tfcluster down``: stop the run's local srun wrappers (by pgid and start time) and
+        cancel its job (by the id in its record). True if anything was still live."""
+        stopped = False
+        for key, task in run.tasks.items():
+            pgid = task.get("pgid")
+            if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
+                kill_group(pgid, self.stop_grace)
+                console.info(f"stopped the leftover srun of {key}")
+                stopped = True
+        jobs = set()
+        try:
+            data = json.loads((run.dir / RECORD_FILE).read_text())
+            if data.get("job_id"):
+                jobs.add(str(data["job_id"]))
+        except (OSError, ValueError):
+            pass
+        for task in run.tasks.values():
+            if task.get("slurm_job"):
+                jobs.add(str(task["slurm_job"]))
+        for job in sorted(jobs):
+            if alloc.cancel(job):
+                console.info(f"cancelled slurm job {job}")
+                stopped = True
+        return stopped

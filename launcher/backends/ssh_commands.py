@@ -1,0 +1,140 @@
+"""The shell command lines the ssh backend sends to hosts (pure: strings in, strings out).
+
+Every value that reaches a remote shell is ``shlex.quote``d; task environments never appear on
+a command line (they go over the channel's stdin, see ``env_block``).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+import signal as _signal
+from typing import Iterable, Mapping, Optional, Sequence
+
+from ..remote import source as remote_source
+from .ssh_options import SSHOptions
+
+def q(value: str) -> str:
+    return shlex.quote(str(value))
+
+
+def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: float, grace: float,
+                 argv: Sequence[str]) -> str:
+    """The shell command that starts one task. The env is NOT in it (it goes over stdin).
+
+    ``; exit $?`` keeps the shell waiting, so a wrapper killed by signal N is reported as
+    exit status 128+N (paramiko ignores SSH's exit-signal message)."""
+    boot = posixpath.join(run_dir, "boot.py")
+    wrap = posixpath.join(run_dir, "taskwrap.py")
+    # -S: the wrapper needs only the stdlib; skipping site saves a large part of its start-up.
+    # The task itself starts its own interpreter normally.
+    parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
+             "--pidfile", q(pidfile), "--"] + [q(a) for a in argv]
+    return f"cd {q(workdir)} && " + " ".join(parts) + "; exit $?"
+
+
+def env_block(env: Mapping[str, str]) -> bytes:
+    body = json.dumps(dict(env), separators=(",", ":")).encode("utf-8")
+    return str(len(body)).encode("ascii") + b"\n" + body
+
+
+def pid_tag(pidfile: str) -> str:
+    """The run-unique tail of a pid file path (``NAME/RUN_ID/pids/FILE``). A wrapper's command
+    line always contains it: the host agent is started with it before the remote run dir's
+    absolute path is known, boot.py with the whole path."""
+    return "/".join(pidfile.split("/")[-4:])
+
+
+_VERIFY = (
+    'read pid child < "$pf" 2>/dev/null || {{ echo "nopid $pf"; continue; }}; '
+    'case $pid in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
+    'tag=${{pf#"${{pf%/*/*/*/*}}"}}; tag=${{tag#/}}; [ -n "$tag" ] || tag=$pf; '
+    'grep -qaF -- "$tag" /proc/$pid/cmdline 2>/dev/null || {{ echo "gone $pf"; continue; }}; '
+)
+
+
+def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
+    """Signal each task's process group, but only if the pid in its pid file is still the
+    wrapper that wrote it (its /proc cmdline names the pid file's run-unique tail)."""
+    name = _signal.Signals(sig).name.removeprefix("SIG")
+    files = " ".join(q(p) for p in pidfiles)
+    return (
+        f"for pf in {files}; do "
+        + _VERIFY.format()
+        + f'kill -s {name} -- "-$pid" 2>/dev/null && echo "sent $pf" || echo "gone $pf"; done; true'
+    )
+
+
+def state_command(pidfile: str) -> str:
+    """Print the scheduler state letter of the task process (the wrapper's child)."""
+    return (
+        f"pf={q(pidfile)}; tag={q(pid_tag(pidfile))}; read pid child < \"$pf\" && "
+        "grep -qaF -- \"$tag\" /proc/$pid/cmdline && sed 's/.*) //' /proc/$child/stat | cut -d' ' -f1"
+    )
+
+
+def down_command(run_dirs: Iterable[str], grace: float) -> str:
+    """Stop every task of the given remote run dirs: verified TERM to each group, wait up to
+    ``grace`` s, then KILL what is left. Prints ``stopped PIDFILE`` per task it stopped."""
+    globs = " ".join(f"{q(posixpath.join(d, 'pids'))}/*.pid" for d in run_dirs)
+    return (
+        f'found=""; for pf in {globs}; do [ -f "$pf" ] || continue; '
+        + _VERIFY.format()
+        + 'kill -s TERM -- "-$pid" 2>/dev/null && { found="$found $pid"; echo "stopped $pf"; }; done; '
+        f"n=0; while [ -n \"$found\" ] && [ $n -lt {max(0, int(round(grace * 10)))} ]; do "
+        'alive=""; for pid in $found; do kill -0 -- "-$pid" 2>/dev/null && alive="$alive $pid"; done; '
+        'found=$alive; [ -n "$found" ] || break; sleep 0.1; n=$((n+1)); done; '
+        'for pid in $found; do kill -s KILL -- "-$pid" 2>/dev/null; done; true'
+    )
+
+
+def setup_command(workdir: str, command: str) -> str:
+    return f"mkdir -p {q(workdir)} && cd {q(workdir)} && {command}"
+
+
+def sync_command(workdir: str) -> str:
+    return f"mkdir -p {q(workdir)} && tar -xzf - -C {q(workdir)}"
+
+
+def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequence[str]) -> list[str]:
+    """taskwrap's arguments for a task started by the host agent (which has no shell to cd)."""
+    return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir, "--",
+            *argv]
+
+
+def agent_command(python: str, pidfile: Optional[str]) -> str:
+    """The host agent (preflight, then the host's first task). -S for a fast start; it imports
+    site itself when it has modules to look for. ``; exit $?`` as in ``task_command``."""
+    tag = f" {q(pid_tag(pidfile))}" if pidfile else ""
+    return f"{q(python)} -S -c {q(remote_source('agent.py'))}{tag}; exit $?"
+
+
+def remote_paths(opts: SSHOptions, name: str, run_id: str) -> tuple[str, str, str]:
+    """(run dir, state dir, workdir) on a host, relative to the remote home unless absolute."""
+    base = posixpath.join(opts.remote_dir, name)
+    run_dir = posixpath.join(base, run_id)
+    state = posixpath.join(base, "state")
+    if opts.workdir:
+        workdir = opts.workdir
+    elif opts.sync:
+        workdir = posixpath.join(base, "work")
+    else:
+        workdir = "."
+    return run_dir, state, workdir
+
+
+def probe_deadline(probe_timeout: float, hosts: int) -> float:
+    """How long a host keeps retrying a target before naming it unreachable: ``ssh.probe_timeout``
+    for a few hosts, growing with the host count (every host probes every task port at once,
+    and on a loaded machine the last hosts up answer late); a dropping firewall is named then."""
+    return round(probe_timeout * max(1.0, hosts / 8), 3)
+
+
+
+_CONNECT_PY = "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()"
+
+
+def port_check_command(python: str, address: str, port: int) -> str:
+    """Exit 0 if ``address:port`` accepts a TCP connection from the host (within 2 s)."""
+    return f"{q(python)} -c {q(_CONNECT_PY)} {q(address)} {port}"

@@ -1,0 +1,37 @@
+"""What the ssh backend knows about one host: its connection, its remote dirs, and the host
+agent left waiting after preflight to become the host's first task."""
+
+from __future__ import annotations
+
+import posixpath
+import threading
+from typing import Optional
+
+from ..plan import PlannedTask
+from ..spec import Host
+from .ssh_options import SSHOptions
+
+
+class HostState:
+    def __init__(self, host: Host, opts: SSHOptions) -> None:
+        self.spec = host
+        self.name = host.name
+        self.python = host.python or opts.python
+        self.conn = None  # fabric.Connection, set when connected
+        self.ready = False  # probe ran: run dir exists and helpers are uploaded
+        self.run_dir = ""
+        self.state_dir = ""
+        self.workdir = ""
+        self.lock = threading.Lock()
+        self.forwarding = True
+        # After preflight: (task key, channel) of the host agent waiting to become that task's
+        # wrapper, so the host's first task costs no second remote shell.
+        self.spare: Optional[tuple[str, object]] = None
+
+    @property
+    def transport(self):
+        return self.conn.client.get_transport() if self.conn is not None else None
+
+    def pidfile(self, task: PlannedTask, n: int) -> str:
+        """The pid file of the ``n``-th start (0-based) of ``task`` on this host."""
+        return posixpath.join(self.run_dir, "pids", f"{task.slug}.{n}.pid")

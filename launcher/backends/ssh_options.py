@@ -1,0 +1,44 @@
+"""``ssh:`` -- the options block of ``backend: ssh`` (validated here, opaque to spec.py)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from ..spec import _Model
+
+
+class SSHOptions(_Model):
+    """``ssh:`` -- how ``backend: ssh`` connects, verifies hosts and runs tasks remotely."""
+
+    # Seconds to wait for TCP connect + SSH handshake per host.
+    connect_timeout: float = Field(default=10.0, gt=0)
+    # known_hosts file that host keys are checked against (default ~/.ssh/known_hosts plus any
+    # UserKnownHostsFile from ssh_config). Unknown or changed keys are refused...
+    known_hosts: Optional[str] = None
+    # ...unless this is true: then unknown keys are accepted once and appended to known_hosts.
+    # A changed key is always refused.
+    trust_on_first_use: bool = False
+    # An ssh_config file to read aliases, User, Port, IdentityFile, ProxyJump from (default ~/.ssh/config).
+    config: Optional[str] = None
+    # Remote tasks are stopped when the launcher has not been heard from for this many seconds.
+    lease: float = Field(default=15.0, gt=0)
+    # Interpreter on the hosts for the task wrapper and preflight (an absolute path is put first on PATH).
+    python: str = "python3"
+    # Remote base dir (relative to the remote home) for per-run dirs, pid files and state.
+    remote_dir: str = ".tfcluster"
+    # Remote working directory of tasks (default: the synced copy if sync is set, else the remote home).
+    workdir: Optional[str] = None
+    # Local paths (relative to workdir) uploaded into the remote workdir before setup; ["."] = everything.
+    sync: tuple[str, ...] = ()
+    # Shell commands run once per host (in the remote workdir) before any task starts.
+    setup: tuple[str, ...] = ()
+    setup_timeout: float = Field(default=600.0, gt=0)
+    # Python modules every host must import (same versions everywhere), checked in preflight.
+    require: tuple[str, ...] = ("tensorflow",)
+    # Seconds each host gets to connect to each task port during the reachability probe.
+    probe_timeout: float = Field(default=3.0, gt=0)
+    # A host (by name) that runs the run's supervisor and keeps its record, so the machine that
+    # ran `up` can disconnect; status/logs/attach/down/runs reach it over SSH. Default: here.
+    supervisor: Optional[str] = None

@@ -1,0 +1,173 @@
+"""The ssh preflight's probe protocol: one host agent per host (``remote/agent.py``) checks the
+interpreter, modules, workdir and ports, uploads the task helpers, then connects from every host
+to every task's address:port. On success each agent stays, waiting to become its host's first
+task (``HostState.spare``), so the first start costs no second remote shell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+
+from ..errors import LaunchError
+from ..plan import Plan
+from ..remote import source as remote_source
+from .ssh_commands import agent_command, probe_deadline
+from .ssh_runner import close_channel, drain_stderr, readline
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ssh import SSHBackend
+
+_PROBE_REPLY_TIMEOUT = 60.0
+# Uploaded into each run dir on the hosts (with remote/boot.py) by the probe.
+TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
+
+
+def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None:
+    """Raise one line per unreachable host, and a summary, if any host is unreachable."""
+    if problems:
+        raise LaunchError(*[problems[n] for n in names if n in problems],
+                          f"nothing was started: {len(problems)} of {len(names)} hosts unreachable")
+
+
+def probe(backend: "SSHBackend", plan: Plan, names: list[str]) -> None:
+    """One host agent per host (connecting first if needed): interpreter, deps, workdir,
+    upload helpers, bind every planned port, then connect from every host to every task
+    address:port. On success each agent stays, waiting to become its host's first task."""
+    files = {"taskwrap.py": TASKWRAP.read_text(encoding="utf-8"), "boot.py": remote_source("boot.py")}
+    argv0 = plan.tasks[0].command[0] if plan.tasks else ""
+    sessions: dict[str, object] = {}
+    replies: dict[str, dict] = {}
+    unreachable: dict[str, str] = {}
+    reserved: dict[str, tuple[str, str]] = {}
+    for task in plan.tasks:
+        if task.host not in reserved and backend.starts.get(task.key, 0) == 0:
+            hs = backend.hosts[task.host]
+            reserved[task.host] = (task.key, hs.pidfile(task, 0))  # hs.run_dir may be relative yet
+
+    def launch(name: str) -> Optional[str]:
+        """Connect and start the agent; it waits for its request, so nothing is written on
+        any host until every host is known to be reachable."""
+        problem = backend.connect_one(name)
+        if problem:
+            unreachable[name] = problem
+            return None
+        hs = backend.hosts[name]
+        pidfile = reserved[name][1] if name in reserved else None
+        try:
+            chan = hs.transport.open_session(timeout=backend.opts.connect_timeout)
+            chan.set_combine_stderr(False)
+            chan.settimeout(_PROBE_REPLY_TIMEOUT)
+            chan.exec_command(agent_command(hs.python, pidfile))
+            sessions[name] = chan
+        except Exception as exc:  # noqa: BLE001
+            return f"host {name}: preflight could not run ({type(exc).__name__}: {exc}); check the host"
+        return None
+
+    def prepare(name: str) -> Optional[str]:
+        hs, chan = backend.hosts[name], sessions[name]
+        ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
+        req = {"require": list(backend.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
+               "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0}
+        try:
+            chan.sendall(json.dumps(req).encode() + b"\n")
+            line = readline(chan)
+        except Exception as exc:  # noqa: BLE001
+            return f"host {name}: preflight could not run ({type(exc).__name__}: {exc}); check the host"
+        if not line:
+            err = drain_stderr(chan)
+            code = chan.recv_exit_status() if chan.exit_status_ready() else None
+            if code == 127 or "not found" in err:
+                return (f"host {name}: python '{hs.python}' not found; install Python 3 there or set "
+                        f"hosts[{name}].python / ssh.python to its full path")
+            return f"host {name}: preflight failed (exit {code}): {err.strip()[-300:]}; check '{hs.python}'"
+        replies[name] = json.loads(line)
+        return None
+
+    try:
+        with backend.pool(len(names)) as pool:
+            problems = [p for p in pool.map(launch, names) if p]
+            unreachable_error(names, unreachable)
+            if problems:
+                raise LaunchError(*problems, "no task was started")
+            problems = [p for p in pool.map(prepare, names) if p]
+        if problems:
+            raise LaunchError(*problems, "no task was started")
+        problems += _judge(backend, plan, names, replies)
+        if problems:
+            raise LaunchError(*problems, "no task was started")
+        for name in names:
+            hs, rep = backend.hosts[name], replies[name]
+            hs.run_dir, hs.state_dir, hs.workdir, hs.ready = rep["run_dir"], rep["state_dir"], rep["workdir"], True
+        problems += backend.state_sync.detect(plan, names, sessions)
+        if problems:
+            raise LaunchError(*problems, "no task was started")
+        problems += _reachability(backend, plan, names, sessions)
+        if problems:
+            raise LaunchError(*problems, "no task was started")
+        for name, (key, _) in reserved.items():
+            backend.hosts[name].spare = (key, sessions.pop(name))
+    finally:
+        for chan in sessions.values():
+            close_channel(chan)
+
+def _judge(backend: "SSHBackend", plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
+    problems: list[str] = []
+    versions: dict[str, dict[str, list[str]]] = {}
+    for name in names:
+        rep, hs = replies[name], backend.hosts[name]
+        if rep.get("error"):
+            problems.append(f"host {name}: {rep['error']}; fix ssh.remote_dir or the permissions there")
+        if tuple(int(x) for x in rep["python"].split(".")[:2]) < (3, 8):
+            problems.append(f"host {name}: {hs.python} is Python {rep['python']}; tfcluster needs 3.8 or newer")
+        if rep.get("workdir") is None:
+            problems.append(f"host {name}: workdir {hs.workdir} does not exist there; create it, set ssh.workdir, "
+                            "or use ssh.sync to upload the project")
+        if rep.get("argv0_found") is False:
+            problems.append(f"host {name}: entrypoint command '{plan.tasks[0].command[0]}' not found on PATH; "
+                            "install it there or give its full path")
+        for module, (found, version) in rep["deps"].items():
+            if not found:
+                problems.append(f"host {name}: {hs.python} cannot import {module}; install it there or point "
+                                f"hosts[{name}].python / ssh.python at the interpreter that has it")
+            elif version:
+                versions.setdefault(module, {}).setdefault(version, []).append(name)
+        for port, problem in rep["ports"].items():
+            if problem:
+                keys = ", ".join(t.key for t in plan.tasks if t.host == name and str(t.port) == port)
+                problems.append(f"port {port} on host {name} is {problem} ({keys}); stop what holds it or "
+                                "change ports.base / the task's ports")
+    for module, by_version in versions.items():
+        if len(by_version) > 1:
+            desc = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in sorted(by_version.items()))
+            problems.append(f"{module} versions differ between hosts ({desc}); install the same version everywhere")
+    return problems
+
+def _reachability(backend: "SSHBackend", plan: Plan, names: list[str], sessions: dict) -> list[str]:
+    targets = [[t.key, t.address, t.port] for t in plan.tasks if t.port is not None]
+    if not targets:
+        return []
+    timeout = backend.opts.probe_timeout
+    msg = json.dumps({"targets": targets, "timeout": timeout,
+                      "deadline": probe_deadline(timeout, len(names))}).encode() + b"\n"
+
+    def one(name: str) -> list[str]:
+        chan = sessions[name]
+        try:
+            chan.sendall(msg)
+            line = readline(chan)
+            results = json.loads(line)["results"] if line else None
+        except Exception:  # noqa: BLE001
+            results = None
+        if results is None:
+            return [f"host {name}: the reachability probe gave no answer; check the host"]
+        out = []
+        for key, problem in results:
+            if problem:
+                t = plan.task(key)
+                out.append(f"host {name} cannot reach {t.host} {t.address}:{t.port} ({key}): {problem}; "
+                           f"open that port between the hosts or fix hosts[{t.host}].address")
+        return out
+
+    with backend.pool(len(names)) as pool:
+        return [p for ps in pool.map(one, names) for p in ps]

@@ -1,0 +1,174 @@
+"""``ssh.supervisor: HOST``: the run's supervisor and its record live on a cluster host.
+
+This machine copies the spec to ``<ssh.remote_dir>/<name>/supervisor/cluster.yaml`` on HOST
+(without ``ssh.supervisor``, so the copy describes a run supervised right there) and runs the
+same ``tfcluster`` command there over one SSH channel, relaying its output and exit code:
+``up --detach`` returns once every task is ready and this machine can disconnect; ``status``,
+``logs``, ``attach``, ``down`` and ``runs`` read the record where it is. ``tfcluster`` must be
+installed for ``ssh.python`` on HOST (checked first, one line if not), and the spec's paths
+(keys, known_hosts, ssh config) are read on HOST.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import sys
+import time
+from typing import Optional, Sequence
+
+import yaml
+
+from ..console import Console
+from ..errors import LaunchError
+from ..spec import LoadedSpec
+from .ssh import SSHBackend
+from .ssh_commands import q, remote_paths
+
+_IDLE = 0.05
+
+
+class RemoteSupervisor:
+    def __init__(self, loaded: LoadedSpec, console: Console) -> None:
+        self.loaded = loaded
+        self.console = console
+        self.host = loaded.spec.ssh.supervisor or ""
+        self.opts = loaded.spec.ssh
+        self.backend = SSHBackend(loaded, record=None, console=console)
+        base = posixpath.join(self.opts.remote_dir, loaded.spec.name, "supervisor")
+        self.spec_path = posixpath.join(base, "cluster.yaml")
+        # The command runs in the tasks' workdir; a path under the remote home needs $HOME.
+        self.spec_arg = q(self.spec_path) if base.startswith("/") else '"$HOME"/' + q(self.spec_path)
+        self.workdir = remote_paths(self.opts, loaded.spec.name, "x")[2]
+
+    # -------------------------------------------------------------- setup
+
+    def prepare(self, upload: bool) -> None:
+        problems = self.backend.connect([self.host])
+        if problems:
+            raise LaunchError(f"{problems[self.host]} (ssh.supervisor)")
+        code, out = self.backend.run_on(self.host, self._cli_command(["--version"]), None, 60)
+        if code != 0 or not out.startswith("tfcluster "):
+            raise LaunchError(f"host {self.host} (ssh.supervisor): `{self.opts.python} -m launcher` does not run there "
+                              f"({out.strip().splitlines()[-1][:160] if out.strip() else f'exit {code}'}); install "
+                              f"tfcluster for ssh.python on {self.host}, or remove ssh.supervisor")
+        if upload:
+            text = self._copy_text().encode("utf-8")
+            target = self.spec_arg
+            code, out = self.backend.run_on(
+                self.host, f"mkdir -p $(dirname {target}) && cat > {target}.tmp && mv {target}.tmp {target}", text, 60)
+            if code != 0:
+                raise LaunchError(f"host {self.host} (ssh.supervisor): cannot write {self.spec_path}: "
+                                  f"{out.strip()[-160:] or f'exit {code}'}; check ssh.remote_dir")
+
+    def _copy_text(self) -> str:
+        data = yaml.safe_load(self.loaded.path.read_text()) or {}
+        data.get("ssh", {}).pop("supervisor", None)
+        header = (f"# Copied by tfcluster from {self.loaded.path} for the supervisor on host {self.host};\n"
+                  "# edit the original, not this copy.\n")
+        return header + yaml.safe_dump(data, sort_keys=False)
+
+    def _cli_command(self, args: Sequence[str]) -> str:
+        return f"cd {q(self.workdir)} && exec {q(self.opts.python)} -m launcher " + " ".join(args)
+
+    # -------------------------------------------------------------- running
+
+    def run(self, args: Sequence[str], on_interrupt: Optional[Sequence[str]] = None) -> int:
+        """Run ``tfcluster ARGS`` on the supervisor host (ARGS naming the spec as ``{spec}``),
+        streaming its stdout/stderr here; its exit code. Ctrl-C closes the channel and, if
+        given, runs ``on_interrupt`` there (e.g. ``down``) before returning 130."""
+        command = self._cli_command([self.spec_arg if a == "{spec}" else q(a) for a in args])
+        transport = self.backend.hosts[self.host].transport
+        chan = transport.open_session(timeout=30)
+        chan.exec_command(command)
+        chan.shutdown_write()
+        out, err = _Relay(sys.stdout, self), _Relay(sys.stderr, self)
+        try:
+            while True:
+                busy = False
+                if chan.recv_ready():
+                    out.feed(chan.recv(65536))
+                    busy = True
+                if chan.recv_stderr_ready():
+                    err.feed(chan.recv_stderr(65536))
+                    busy = True
+                if not busy:
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        break
+                    if not transport.is_active():
+                        raise LaunchError(f"lost the connection to host {self.host} (ssh.supervisor); "
+                                          "the run goes on there; try again")
+                    time.sleep(_IDLE)
+            out.flush()
+            err.flush()
+            return chan.recv_exit_status()
+        except KeyboardInterrupt:
+            chan.close()
+            out.flush()
+            err.flush()
+            if on_interrupt:
+                self.console.info(f"interrupted; stopping the run on host {self.host}")
+                self.run(on_interrupt)
+            return 130
+        finally:
+            try:
+                chan.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class _Relay:
+    """Whole lines, with the copy's path shown as the user's spec path."""
+
+    def __init__(self, stream, remote: RemoteSupervisor) -> None:
+        self.stream = stream
+        self.remote = remote
+        self._partial = b""
+
+    def feed(self, data: bytes) -> None:
+        data = self._partial + data
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        if cut:
+            self._write(data[:cut])
+
+    def flush(self) -> None:
+        if self._partial:
+            self._write(self._partial)
+            self._partial = b""
+
+    def _write(self, data: bytes) -> None:
+        text = data.decode("utf-8", "replace")
+        self.stream.write(_local_paths(text, self.remote))
+        self.stream.flush()
+
+
+def _local_paths(text: str, remote: RemoteSupervisor) -> str:
+    """Commands printed there name the copy; show the user's own spec file instead."""
+    import re
+
+    local = str(remote.loaded.path)
+    return re.sub(r"(?:/[^\s'\"]*)?" + re.escape(remote.spec_path), local, text)
+
+
+def delegate(loaded: LoadedSpec, argv: Sequence[str], spec_arg: str, command: str, console: Console) -> int:
+    """Run ``argv`` (a tfcluster command line naming ``spec_arg``) on the ssh.supervisor host."""
+    remote = RemoteSupervisor(loaded, console)
+    try:
+        upload = command == "up"
+        remote.prepare(upload)
+        args = ["{spec}" if a == spec_arg else a for a in argv]
+        if upload and "--detach" in args:
+            console.info(f"the supervisor runs on host {remote.host} (ssh.supervisor): this machine can "
+                         "disconnect once the run is detached")
+        stop = ["down", "{spec}"] if upload else None
+        code = remote.run(args, on_interrupt=stop)
+        if code == 130 and command == "attach":  # Ctrl-C detaches, as it does here
+            console.info(f"detached; the run goes on on host {remote.host} "
+                         f"(stop it with: tfcluster down {loaded.path})")
+            return 0
+        return code
+    finally:
+        remote.close()

@@ -1,0 +1,108 @@
+"""One task running on a host: its channel (output, exit status, and stdin as the lifeline),
+its pid file, and what the backend tells about it when the host falls silent."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Optional
+
+from ..plan import PlannedTask
+from ..taskwrap import LEASE_EXPIRED
+from .base import LineSink, TaskHandle
+from .ssh_commands import state_command
+from .ssh_host import HostState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ssh import SSHBackend
+
+EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
+
+
+class SSHTask(TaskHandle):
+    def __init__(self, task: PlannedTask, backend: "SSHBackend", host: HostState, channel, pidfile: str,
+                 on_line: LineSink) -> None:
+        super().__init__(task)
+        self.backend = backend
+        self.host = host
+        self.channel = channel
+        self.pidfile = pidfile
+        self._code: Optional[int] = None
+        self._note = ""
+        self._lease_expired = False  # its wrapper said the launcher went silent
+        self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"ssh-out-{task.key}")
+        self._reader.start()
+
+    def _pump(self, on_line: LineSink) -> None:
+        pending = b""
+        try:
+            while True:
+                data = self.channel.recv(65536)
+                if not data:
+                    break
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    line = raw.decode("utf-8", "replace").rstrip("\r")
+                    if line.startswith("taskwrap: " + LEASE_EXPIRED):
+                        self._lease_expired = True
+                    on_line(self.key, line)
+        except Exception:  # noqa: BLE001 - a dropped connection ends the stream
+            pass
+        if pending:
+            on_line(self.key, pending.decode("utf-8", "replace").rstrip("\r"))
+
+    def poll(self) -> Optional[int]:
+        if self._code is not None:
+            return self._code
+        silent = self.backend.heartbeat.silence(self.host.name)
+        if silent > self.backend.opts.lease and not self.channel.exit_status_ready():
+            # Its wrapper has heard nothing for as long and stops the task (the lease).
+            self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+            self._code = EXIT_CONNECTION_LOST
+            return self._code
+        if not self.channel.exit_status_ready():
+            transport = self.host.transport
+            if transport is not None and transport.is_active():
+                return None
+            if not self.channel.closed and transport is not None:
+                return None
+        code = self.channel.exit_status
+        self._reader.join(timeout=2.0)
+        if code is None or code < 0:
+            code = EXIT_CONNECTION_LOST
+            self._note = f"SSH connection to {self.host.name} lost; the wrapper stops the task within ssh.lease"
+        elif self._lease_expired:
+            # The wrapper heard nothing from us for ssh.lease and stopped the task (exit 143); its
+            # exit status can still reach us over a one-way partition before our own heartbeat
+            # check fires: the cause is the same silent host, not a SIGTERM.
+            silent = max(self.backend.heartbeat.silence(self.host.name), float(self.backend.opts.lease))
+            self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+        self._code = code
+        try:
+            self.channel.close()
+        except Exception:  # noqa: BLE001
+            pass
+        return code
+
+    def signal(self, sig: int) -> None:
+        self.backend.signal_tasks([self], sig)
+
+    def info(self) -> dict:
+        # No "host"/"pid"/"pgid" keys: the supervisor logs host itself and down.py treats pgid as local.
+        return {"ssh_host": self.host.name, "remote_pidfile": self.pidfile, "remote_run_dir": self.host.run_dir}
+
+    def state_note(self) -> str:
+        if self._note or self._code is not None:
+            return self._note
+        silent = self.backend.heartbeat.silence(self.host.name)
+        if silent > min(self.backend.opts.lease, 5.0):
+            return f"{self.host.name}: no word for {silent:.0f} s (network partition or host down?)"
+        code, out = self.backend.run_on(self.host.name, state_command(self.pidfile), None, 5.0)
+        return "process is stopped (SIGSTOP?)" if code == 0 and out.strip() in ("T", "t") else ""
+
+    def lifeline_cut(self) -> None:
+        """Close our end of stdin: the wrapper sees EOF and stops its task group itself."""
+        try:
+            self.channel.shutdown_write()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,71 @@
+"""Fixtures for the slurm backend's integration tests: the session's real Slurm cluster (the
+``slurm`` fixture in tests/integration/conftest.py, slurmlab.py) checked before each test, and
+spec writing / ``tfcluster`` runs pointed at it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .slurmlab import PARTITION
+
+ROOT = Path(__file__).resolve().parents[3]
+PY = sys.executable
+
+
+@pytest.fixture
+def lab(slurm):
+    """The session's cluster, checked intact before the test; no job of an earlier test left."""
+    problem = slurm.bridge_ok()
+    assert problem is None, f"the slurm lab broke before this test: {problem}"
+    slurm.cancel_all()
+    slurm.wait_idle(30)
+    yield slurm
+    slurm.cancel_all()
+
+
+@pytest.fixture
+def make_spec(tmp_path, lab):
+    """Write a cluster.yaml for the lab; returns its path. Keyword args override spec keys."""
+
+    def make(entrypoint, tasks=None, slurm=None, **extra):
+        spec = {
+            "name": "slurmtest",
+            "strategy": "multi_worker_mirrored",
+            "backend": "slurm",
+            "entrypoint": entrypoint,
+            "tasks": tasks or {"worker": 2},
+            "ports": {"base": 23456},
+            "watchdog": {"startup_timeout": 120, "stop_grace": 3},
+            "workdir": str(ROOT),
+            "slurm": {"partition": PARTITION, "time": "15", "python": PY, "queue_timeout": 30, **(slurm or {})},
+            **extra,
+        }
+        path = tmp_path / "cluster.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    return make
+
+
+def tfcluster(lab, *args, timeout=120, env=None):
+    """Run the CLI like a user would, pointed at the lab (SLURM_CONF); the CompletedProcess (text)."""
+    return subprocess.run(
+        [PY, "-m", "launcher", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        env={**os.environ, **lab.env(), **(env or {})},
+    )
+
+
+def start_tfcluster(lab, *args) -> subprocess.Popen:
+    return subprocess.Popen([PY, "-m", "launcher", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, **lab.env()})
+
+
+def read_spec(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())

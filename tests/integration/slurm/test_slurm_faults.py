@@ -1,0 +1,133 @@
+"""Faults of a ``backend: slurm`` run on the real Slurm lab, with real TensorFlow workers: a
+worker's process SIGKILLed on its node and Slurm's own SIGTERM (``scancel --signal=TERM``, what
+preemption sends first) both end in a group restart as new steps of the same allocation that
+resumes from the backup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.helpers import wait_for
+from tests.integration.tfrun import progress, wait_line
+from tests.prereq import require_tf
+
+from .conftest import start_tfcluster
+from .test_slurm_backend import _assert_clean, _job_id, _record, _tf_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.tf, pytest.mark.timeout(400)]
+TRAIN = ["python", "-m", "worker", "--epochs", "2", "--steps-per-epoch", "30", "--step-delay", "0.05",
+         "--progress-every", "5"]
+
+
+@pytest.fixture(autouse=True)
+def _tf():
+    require_tf()
+
+
+def _run_and_act(lab, spec, pattern, action, timeout=300) -> tuple[int, str]:
+    proc = start_tfcluster(lab, "up", str(spec))
+    seen: list[str] = []
+    try:
+        wait_line(proc, pattern, seen, timeout)
+        action()
+        rest, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return proc.returncode, "\n".join(seen) + "\n" + rest
+
+
+def _events(spec) -> list[dict]:
+    return [json.loads(line) for line in (_record(spec) / "events.jsonl").read_text().splitlines()]
+
+
+def _worker_pid(lab, node: str) -> int:
+    """The training process (``python -m worker``) on ``node``: found in the node's namespace."""
+    def find():
+        return [p for p in lab.node_pids(node) if "-m worker" in _cmdline(p)]
+    (pid,) = wait_for(find, 30, what=f"the worker process on {node}")
+    return pid
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_sigkill_of_a_worker_on_its_node_restarts_the_group_in_the_allocation_and_resumes(lab, make_spec, tfds_dir):
+    spec = make_spec(TRAIN + ["--save-freq", "5"], env=_tf_env(tfds_dir), restart={"max_restarts": 2})
+    code, out = _run_and_act(lab, spec, r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
+                             lambda: os.kill(_worker_pid(lab, "n2"), signal.SIGKILL))
+    assert code == 0, out[-4000:]
+    assert "worker:1 failed: killed by SIGKILL (exit 137)" in out
+    assert "restarting the whole group (restart 1 of 2)" in out
+    first, resumed = progress(out, "start")
+    assert first["global_step"] == "0"
+    # Killed after global step 40 (epoch 1, step 10) with a backup every 5 steps.
+    assert resumed["epoch"] == "1" and int(resumed["global_step"]) >= 35, resumed
+    (result,) = progress(out, "result")
+    assert 0.1 <= float(result["accuracy"]) <= 1.0
+    events = _events(spec)
+    # No re-queueing: one allocation, the second attempt's steps in the same job on the same nodes.
+    assert [e["event"] for e in events].count("slurm_submitted") == 1
+    starts = [e for e in events if e["event"] == "start"]
+    assert len(starts) == 4 and {e["slurm_job"] for e in starts} == {_job_id(spec)}
+    assert [e["node"] for e in starts] == ["n1", "n2", "n1", "n2"]
+    assert len({e["slurm_step"] for e in starts}) == 4  # every launch its own step
+    _assert_clean(lab, spec)
+
+
+def test_slurm_sigterm_to_the_job_saves_and_resumes_with_zero_steps_lost(lab, make_spec, tfds_dir):
+    spec = make_spec(TRAIN + ["--loop", "custom"], env=_tf_env(tfds_dir), restart={"max_restarts": 1})
+    code, out = _run_and_act(lab, spec, r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
+                             lambda: lab.run("scancel", "--signal=TERM", _job_id(spec)))
+    assert code == 0, out[-4000:]
+    saved = {p["global_step"] for t in ("worker:0", "worker:1") for p in progress(out, "preempted", t)}
+    assert len(saved) == 1, out[-3000:]  # both workers saved the same step
+    step = int(saved.pop())
+    assert step >= 10
+    assert "(exit 143)" in out and "restarting the whole group" in out
+    starts = progress(out, "start")
+    assert int(starts[1]["global_step"]) == step  # zero steps redone
+    (result,) = progress(out, "result")
+    assert int(result["steps_run"]) == 60 - step
+    assert [e["event"] for e in _events(spec)].count("slurm_submitted") == 1
+    _assert_clean(lab, spec)
+
+
+def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(lab, make_spec, tfds_dir):
+    spec = make_spec(["python", "-m", "worker", "--epochs", "3", "--steps-per-epoch", "30", "--step-delay", "0.25",
+                      "--progress-every", "5"], env=_tf_env(tfds_dir), strategy="parameter_server",
+                     tasks={"chief": 1, "worker": 2, "ps": 1}, slurm={"nodes": 3, "tasks_per_node": 2},
+                     restart={"max_restarts": 2})
+    code, out = _run_and_act(lab, spec, r"\[chief:0\] tfcluster-step epoch=0 step=10 ",
+                             lambda: os.kill(_worker_pid(lab, "n2"), signal.SIGKILL))
+    assert code == 0, out[-5000:]
+    starts = [e for e in _events(spec) if e["event"] == "start"]
+    # 4 tasks on 3 nodes, spread in Slurm's node order: n1 chief + worker:0, n2 worker:1, n3 ps:0.
+    assert {e["task"]: e["node"] for e in starts[:4]} == {"chief:0": "n1", "worker:0": "n1", "worker:1": "n2",
+                                                          "ps:0": "n3"}
+    plan = json.loads((_record(spec) / "plan.json").read_text())
+    cluster = plan["tasks"][0]["tf_config"]["cluster"]
+    a = {n: lab.node_address(n) for n in lab.nodes}
+    assert cluster == {"chief": [f"{a['n1']}:23456"], "worker": [f"{a['n1']}:23457", f"{a['n2']}:23456"],
+                       "ps": [f"{a['n3']}:23456"]}
+    assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2), training continues" in out
+    assert "restarting the whole group" not in out
+    assert len(progress(out, "start", "chief:0")) == 1  # training never restarted
+    assert starts[4]["task"] == "worker:1" and starts[4]["node"] == "n2"  # a new step on its node
+    assert starts[4]["slurm_job"] == starts[0]["slurm_job"] and starts[4]["slurm_step"] != starts[2]["slurm_step"]
+    (res,) = progress(out, "result", "chief:0")
+    assert 90 <= int(res["global_step"]) <= 91 and res["epochs_run"] == "3", res
+    assert 0.1 <= float(res["accuracy"]) <= 1.0
+    stopped = {e["task"] for e in _events(spec) if e["event"] == "stopped"}
+    assert {"worker:0", "worker:1", "ps:0"} <= stopped  # the servers were stopped at the end
+    _assert_clean(lab, spec)

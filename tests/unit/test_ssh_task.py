@@ -1,0 +1,55 @@
+"""launcher/backends/ssh_task.SSHTask: how a task that ended on a silent host is described."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from launcher.backends.ssh_task import SSHTask
+from launcher.plan import PlannedTask
+from launcher.taskwrap import LEASE_EXPIRED
+
+
+class _Channel:
+    """A finished remote command: its output, then EOF, then its exit status."""
+
+    def __init__(self, output: bytes, code: int) -> None:
+        self._chunks = [output]
+        self.exit_status = code
+        self.closed = False
+
+    def recv(self, _n: int) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+    def exit_status_ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _task(output: bytes, code: int, silence: float) -> SSHTask:
+    backend = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: silence), opts=SimpleNamespace(lease=3))
+    host = SimpleNamespace(name="h2", transport=None)
+    planned = PlannedTask(type="worker", index=1, host="h2", address="h2", port=1, tf_config_json="{}",
+                          command=("true",), env=())
+    lines = []
+    task = SSHTask(planned, backend, host, _Channel(output, code), "pidfile", lambda key, line: lines.append(line))
+    deadline = time.monotonic() + 5
+    while task.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return task
+
+
+def test_a_lease_expiry_whose_exit_arrives_first_names_the_silent_host():
+    # A one-way partition: the wrapper's exit 143 reaches the launcher before its own heartbeat
+    # check (silence 2.6 s < lease 3 s) would have fired.
+    line = f"taskwrap: {LEASE_EXPIRED} 3 s (lease expired); stopping task group 42\n".encode()
+    task = _task(b"ATTEMPT 0\n" + line, 143, silence=2.6)
+    assert task.poll() == 143
+    assert task.state_note() == "h2: no word for 3 s (network partition or host down)"
+
+
+def test_a_plain_sigterm_keeps_its_exit_description():
+    task = _task(b"ATTEMPT 0\nbye\n", 143, silence=0.1)
+    assert task.poll() == 143 and task.state_note() == ""

@@ -1,0 +1,286 @@
+"""The supervisor's restart and watchdog logic against a fake backend whose tasks follow a script
+(like torchelastic's TestAgent): which attempt of which task exits with which code after how many
+polls, when its port opens, what it prints. No TensorFlow, no processes, no wall-clock waits: the
+supervisor's clock is a counter that advances one second per reading.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import textwrap
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+
+from launcher.backends import plan_for
+from launcher.backends.base import Backend, TaskHandle
+from launcher.console import Console
+from launcher.rundir import RunRecord
+from launcher.spec import parse_spec
+from launcher.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class Script:
+    """What one start of a task does: exit with ``code`` after ``polls`` polls (None: run until
+    signalled), open its port after ``port_after`` polls (None: never), print a line on every
+    poll unless ``silent``."""
+
+    code: Optional[int] = 0
+    polls: int = 3
+    port_after: Optional[int] = 0
+    silent: bool = False
+
+
+RUN_FOREVER = Script(code=None)
+
+
+class ScriptedTask(TaskHandle):
+    def __init__(self, task, script: Script, on_line, attempt: int) -> None:
+        super().__init__(task)
+        self.script, self.on_line, self.attempt = script, on_line, attempt
+        self.polls = 0
+        self.code: Optional[int] = None
+        self.signals: list[int] = []
+
+    def poll(self) -> Optional[int]:
+        if self.code is None:
+            self.polls += 1
+            if not self.script.silent:
+                self.on_line(self.key, f"tfcluster-step attempt={self.attempt} poll={self.polls}")
+            if self.script.code is not None and self.polls >= self.script.polls:
+                self.code = self.script.code
+        return self.code
+
+    def signal(self, sig: int) -> None:
+        self.signals.append(sig)
+        if self.code is None and sig in (signal.SIGTERM, signal.SIGKILL):
+            self.code = 128 + sig
+
+    @property
+    def port_open(self) -> bool:
+        return self.script.port_after is not None and self.polls >= self.script.port_after
+
+
+class ScriptedBackend(Backend):
+    name = "scripted"
+
+    def __init__(self, scripts: dict[tuple[str, int], Script], default: Script = Script()) -> None:
+        self.scripts, self.default = scripts, default
+        self.started: list[tuple[str, int]] = []  # (task key, TFCLUSTER_RESTART_COUNT)
+        self.handles: list[ScriptedTask] = []
+        self.closed = False
+
+    def start(self, task, env, on_line):
+        attempt = int(env["TFCLUSTER_RESTART_COUNT"])
+        n = sum(1 for k, _ in self.started if k == task.key)  # the task's n-th start, 0-based
+        self.started.append((task.key, attempt))
+        script = self.scripts.get((task.key, n), self.default)
+        handle = ScriptedTask(task, script, on_line, attempt)
+        self.handles.append(handle)
+        return handle
+
+    def port_open(self, task) -> bool:
+        live = [h for h in self.handles if h.key == task.key and h.code is None]
+        return bool(live) and live[-1].port_open
+
+    def close(self) -> None:
+        self.closed = True
+
+    def starts(self, key: str) -> list[int]:
+        return [a for k, a in self.started if k == key]
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def run(tmp_path, spec_yaml: str, backend: ScriptedBackend, stop_after: Optional[int] = None):
+    spec = parse_spec(textwrap.dedent(spec_yaml))
+    plan = plan_for(spec)
+    record = RunRecord(tmp_path / "runs", plan).create()
+    out, err = io.StringIO(), io.StringIO()
+    sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
+                     poll_interval=0.0, clock=Counter())
+    if stop_after is not None:  # interrupt once this many tasks have been started
+        start = backend.start
+
+        def start_then_maybe_stop(task, env, on_line):
+            handle = start(task, env, on_line)
+            if len(backend.started) >= stop_after:
+                sup.interrupt()
+            return handle
+
+        backend.start = start_then_maybe_stop
+    code = sup.run()
+    record.close()
+    events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
+    return code, err.getvalue() + out.getvalue(), events
+
+
+def of(events, kind):
+    return [e for e in events if e["event"] == kind]
+
+
+MWMS = """\
+    name: s
+    strategy: multi_worker_mirrored
+    entrypoint: python -m worker
+    tasks: {{worker: 2}}
+    restart: {{max_restarts: {restarts}, backoff: {backoff}}}
+    watchdog: {{startup_timeout: {startup}, hang_timeout: {hang}, stop_grace: 0}}
+"""
+
+
+def mwms(restarts=2, backoff=0, startup=1000, hang=0):
+    return MWMS.format(restarts=restarts, backoff=backoff, startup=startup, hang=hang)
+
+
+PSS = """\
+    name: s
+    strategy: parameter_server
+    entrypoint: python -m worker
+    tasks: {chief: 1, worker: 2, ps: 1}
+    restart: {max_restarts: 2}
+    watchdog: {stop_grace: 0}
+"""
+
+
+# ---------------------------------------------------------------- group restart (MWMS)
+
+
+def test_a_retryable_exit_restarts_the_whole_group_and_the_next_attempt_succeeds(tmp_path):
+    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
+                              default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, mwms(), backend)
+    assert code == 0, out
+    assert backend.starts("worker:0") == [0, 1] and backend.starts("worker:1") == [0, 1]
+    assert "restarting the whole group (restart 1 of 2)" in out
+    (failure,) = of(events, "failure")
+    assert (failure["task"], failure["code"]) == ("worker:1", 137)
+    # worker:0 of the failed attempt was still running: stopped, not left behind.
+    first = backend.handles[0]
+    assert first.key == "worker:0" and signal.SIGKILL in first.signals and first.code == 128 + signal.SIGKILL
+    assert of(events, "outcome")[0]["outcome"] == "succeeded" and backend.closed
+
+
+def test_a_permanent_exit_code_is_not_retried(tmp_path):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=1, polls=2)}, default=RUN_FOREVER)
+    code, out, events = run(tmp_path, mwms(), backend)
+    assert code == 1
+    assert len(backend.started) == 2  # one attempt only
+    assert "not retried: an uncaught error in the task (exit 1) fails the same way every time" in out
+    assert of(events, "restart") == []
+    assert all(h.code is not None for h in backend.handles)  # nothing left running
+
+
+def test_the_restart_budget_ends_the_run(tmp_path):
+    backend = ScriptedBackend({}, default=Script(code=143, polls=2))
+    code, out, events = run(tmp_path, mwms(restarts=2), backend)
+    assert code == 1
+    assert backend.starts("worker:0") == [0, 1, 2]
+    assert "gave up after 3 attempt(s): restart.max_restarts is 2" in out
+    assert [e["attempt"] for e in of(events, "restart")] == [1, 2]
+
+
+def test_backoff_doubles_between_group_restarts(tmp_path):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=137, polls=1), ("worker:0", 1): Script(code=137, polls=1)},
+                              default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, mwms(restarts=3, backoff=0.01), backend)
+    assert code == 0, out
+    assert [e["delay"] for e in of(events, "restart")] == [0.01, 0.02]
+
+
+# ---------------------------------------------------------------- worker-only restart (PSS)
+
+
+def test_pss_worker_death_restarts_that_worker_alone(tmp_path):
+    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=3),
+                               ("chief:0", 0): Script(code=0, polls=12)}, default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    assert backend.starts("worker:1") == [0, 0]  # relaunched within attempt 0
+    assert backend.starts("chief:0") == [0] and backend.starts("ps:0") == [0] and backend.starts("worker:0") == [0]
+    assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2)" in out
+    assert "restarting the whole group" not in out
+    assert [e["task"] for e in of(events, "task_restart")] == ["worker:1"]
+    # The servers never exit on their own: stopped at the end, after the chief succeeded.
+    assert all(h.code is not None for h in backend.handles)
+
+
+def test_pss_worker_restart_budget_then_group_restart(tmp_path):
+    dies = Script(code=137, polls=2)
+    backend = ScriptedBackend({("worker:0", n): dies for n in range(3)} | {("chief:0", 1): Script(code=0, polls=5)},
+                              default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    assert "worker:0 failed: killed by SIGKILL (exit 137) (worker restart budget used up)" in out
+    assert [e["attempt"] for e in of(events, "restart")] == [1]
+    assert backend.starts("chief:0") == [0, 1]
+
+
+def test_pss_a_ps_exit_fails_the_attempt(tmp_path):
+    backend = ScriptedBackend({("ps:0", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=4)},
+                              default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    assert of(events, "failure")[0]["task"] == "ps:0"
+    assert backend.starts("ps:0") == [0, 1] and backend.starts("worker:0") == [0, 1]
+
+
+def test_an_evaluator_failure_does_not_fail_training(tmp_path):
+    spec = mwms().replace("{worker: 2}", "{worker: 2, evaluator: 1}")
+    backend = ScriptedBackend({("evaluator:0", 0): Script(code=1, polls=1)}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert "evaluator:0 (sidecar) failed: exit code 1; training goes on" in out
+    assert len(backend.started) == 3
+
+
+# ---------------------------------------------------------------- watchdogs
+
+
+def test_startup_watchdog_fails_an_attempt_whose_port_never_opens_and_retries(tmp_path):
+    backend = ScriptedBackend({("worker:1", 0): Script(code=None, port_after=None)},
+                              default=Script(code=0, polls=30, port_after=1))
+    code, out, events = run(tmp_path, mwms(startup=10), backend)
+    assert code == 0, out
+    (failure,) = of(events, "failure")
+    assert failure["task"] == "worker:1" and failure["code"] is None
+    assert "never came up: no TF server listening within watchdog.startup_timeout=10 s" in failure["reason"]
+    assert backend.starts("worker:1") == [0, 1]
+
+
+def test_hang_watchdog_names_the_silent_task(tmp_path):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=None, silent=True)},
+                              default=Script(code=None))
+    backend.scripts[("worker:0", 1)] = backend.scripts[("worker:1", 1)] = Script(code=0, polls=3)
+    code, out, events = run(tmp_path, mwms(hang=20), backend)
+    assert code == 0, out
+    (failure,) = of(events, "failure")
+    assert failure["task"] == "worker:0" and failure["reason"].startswith("hung: no progress for 20 s")
+
+
+def test_interrupt_stops_every_task_and_exits_130(tmp_path):
+    backend = ScriptedBackend({}, default=RUN_FOREVER)
+    code, out, events = run(tmp_path, mwms(), backend, stop_after=2)
+    assert code == 130
+    assert of(events, "outcome")[0]["outcome"] == "interrupted"
+    assert all(h.code is not None for h in backend.handles) and backend.closed
+
+
+@pytest.mark.parametrize("exit_code,retried", [(1, False), (2, False), (127, False), (137, True), (143, True),
+                                               (255, True)])
+def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=exit_code, polls=1)}, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, mwms(restarts=1), backend)
+    assert code == (0 if retried else 1), out
+    assert len(of(events, "restart")) == (1 if retried else 0)
