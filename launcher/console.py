@@ -1,49 +1,107 @@
 """The terminal side of a run: task lines with ``[type:index]`` prefixes, launcher messages.
 
+Three ways to show a run (chosen by ``tfcluster up``): a live panel (launcher/liveview.py) pinned
+at the bottom of a terminal with task output scrolling above it; plain prefixed lines (not a
+terminal, or ``--plain``); launcher messages and the final report only (``--quiet``). Known
+harmless TensorFlow start-up lines (launcher/noise.py) are hidden unless ``verbose``.
+
 Reader threads of every task write here concurrently; one lock keeps lines whole.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from typing import Optional, TextIO
+from typing import TYPE_CHECKING, Optional, TextIO
+
+from . import noise
+from .progress import parse
+
+if TYPE_CHECKING:
+    from .runview import RunView
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
+# Heartbeats the panel shows in its rows, so they do not scroll above it as well.
+_PANEL_ROWS_SHOW = ("step", "first_step")
 
 
 class Console:
     def __init__(self, out: Optional[TextIO] = None, err: Optional[TextIO] = None, color: Optional[bool] = None) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.color = self.out.isatty() if color is None else color
+        self.color = _isatty(self.out) if color is None else color
         self._lock = threading.Lock()
         self._palette: dict[str, str] = {}
         self.quiet_tasks = False
+        self.verbose = False  # also show the known harmless TF start-up lines
+        self._panel = None  # liveview.LivePanel while the live panel is up
+
+    # -------------------------------------------------------------- the live panel
+
+    def start_panel(self, view: "RunView") -> bool:
+        """Show the live panel of ``view`` if stdout is a terminal that can move its cursor;
+        True if it is up."""
+        if not _isatty(self.out) or os.environ.get("TERM", "") in ("dumb", "unknown"):
+            return False
+        from .liveview import LivePanel
+
+        panel = LivePanel(view, self.out)
+        panel.start()
+        with self._lock:
+            self._panel = panel
+        return True
+
+    def end_panel(self) -> None:
+        with self._lock:
+            panel, self._panel = self._panel, None
+            if panel is not None:
+                panel.stop()
+
+    # -------------------------------------------------------------- output
 
     def task_line(self, key: str, line: str) -> None:
-        if self.quiet_tasks:
+        if self.quiet_tasks or (not self.verbose and noise.is_noise(line)):
             return
-        prefix = f"[{key}]"
-        if self.color:
-            code = self._palette.setdefault(key, _COLORS[len(self._palette) % len(_COLORS)])
-            prefix = f"\033[{code}m{prefix}\033[0m"
         with self._lock:
+            if self._panel is not None:
+                progress = parse(line)
+                if progress is None or progress.kind not in _PANEL_ROWS_SHOW:
+                    self._panel.task_line(key, line)
+                return
+            prefix = f"[{key}]"
+            if self.color:
+                code = self._palette.setdefault(key, _COLORS[len(self._palette) % len(_COLORS)])
+                prefix = f"\033[{code}m{prefix}\033[0m"
             self.out.write(f"{prefix} {line}\n")
             self.out.flush()
 
     def info(self, message: str) -> None:
-        with self._lock:
-            self.err.write(f"tfcluster: {message}\n")
-            self.err.flush()
+        self._message(f"tfcluster: {message}")
 
     def error(self, message: str) -> None:
-        with self._lock:
-            self.err.write(f"tfcluster: error: {message}\n")
-            self.err.flush()
+        self._message(f"tfcluster: error: {message}", style="bold red")
 
     def block(self, lines: list[str]) -> None:
+        self._message("\n".join(lines))
+
+    def report(self, lines: list[str]) -> None:
+        """The final report: the panel goes away first, so the report is the last thing shown."""
+        self.end_panel()
+        self.block(lines)
+
+    def _message(self, text: str, style: str = "") -> None:
         with self._lock:
-            for line in lines:
-                self.err.write(line + "\n")
+            # On a terminal the panel owns the screen: messages go above it.
+            if self._panel is not None and _isatty(self.err):
+                self._panel.message(text, style)
+                return
+            self.err.write(text + "\n")
             self.err.flush()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,188 @@
+"""The live panel of ``tfcluster up`` on a terminal (rich), drawn from a ``RunView``.
+
+The panel stays pinned at the bottom of the terminal; task output and launcher messages are
+printed above it. Only used when stdout is a terminal: files and pipes get plain lines
+(launcher/console.py) and never a colour or cursor escape.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Optional, TextIO
+
+from rich.console import Console as RichConsole, Group
+from rich.live import Live
+from rich.measure import Measurement
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from .runview import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED, TRAINING,
+                      RunView, TaskView)
+
+_STATE_STYLE = {
+    STARTING: "dim", IMPORTING: "dim", READY: "cyan", TRAINING: "bold green", EVALUATING: "green",
+    RESTARTING: "bold yellow", SUCCEEDED: "green", FAILED: "bold red", STOPPED: "yellow",
+}
+_KEY_STYLES = ("cyan", "yellow", "magenta", "green", "blue", "red")
+
+
+def render(view: RunView, now: float, width: int = 160) -> Group:
+    """The panel for ``view`` at time ``now`` on a terminal ``width`` columns wide: header, one
+    row per task, PSS/evaluator extras."""
+    bar_width = 20 if width >= 140 else 10 if width >= 100 else 4
+    parts: list = [_header(view, now), Text(f"run dir {view.run_dir}", style="dim", no_wrap=True, overflow="ellipsis")]
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", expand=False)
+    for name, justify in (("task", "left"), ("host", "left"), ("state", "left"), ("att", "right"),
+                          ("epoch", "right"), ("in epoch", "left"), ("step", "right"), ("loss", "right"),
+                          ("acc", "right"), ("ex/s", "right"), ("idle", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for t in view.tasks.values():
+        table.add_row(*_row(t, now, bar_width))
+    parts.append(table)
+    extras = _extras(view)
+    if extras:
+        parts.append(Text(extras, style="dim"))
+    return Group(*parts)
+
+
+def _header(view: RunView, now: float) -> Text:
+    attempt = f"attempt {view.attempt or 1}" + (f" of {view.max_attempts}" if view.max_attempts else "")
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(view.name or "run", style="bold")
+    text.append(f"  {view.strategy} on {view.backend}  {attempt}  {_clock(view.elapsed(now))} elapsed")
+    return text
+
+
+def _row(t: TaskView, now: float, bar_width: int) -> list:
+    state = t.state + (" (lost)" if t.lost and t.state not in (FAILED, STOPPED, SUCCEEDED) else "")
+    epoch = ""
+    if t.epoch is not None:
+        epoch = f"{t.epoch}/{t.epochs}" if t.epochs else str(t.epoch)
+    if t.steps_per_epoch and t.step is not None:
+        bar = ProgressBar(total=t.steps_per_epoch, completed=min(t.step, t.steps_per_epoch), width=bar_width)
+        steps = _BarCell(bar, f" {t.step}/{t.steps_per_epoch}")
+    else:
+        steps = Text("")
+    since = "" if t.last_line_at is None else f"{max(0.0, now - t.last_line_at):.0f}s"
+    return [
+        Text(t.key, style=_key_style(t.key)), t.host, Text(state, style=_STATE_STYLE.get(t.state, "")),
+        str(t.attempt or ""), epoch, steps, _num(t.global_step), _metric(t.epoch_loss), _metric(t.epoch_accuracy),
+        "" if t.examples_per_sec is None else f"{t.examples_per_sec:.0f}", since,
+    ]
+
+
+class _BarCell:
+    """A progress bar followed by "i/N" in one table cell."""
+
+    def __init__(self, bar: ProgressBar, label: str) -> None:
+        self.bar, self.label = bar, label
+
+    def __rich_console__(self, console, options):
+        grid = Table.grid(padding=0)
+        grid.add_column(no_wrap=True)
+        grid.add_column(no_wrap=True)
+        grid.add_row(self.bar, self.label)
+        yield grid
+
+    def __rich_measure__(self, console, options):
+        width = (self.bar.width or 20) + len(self.label)
+        return Measurement(width, width)
+
+
+def _extras(view: RunView) -> str:
+    bits = []
+    if view.strategy == "parameter_server":
+        chief = view.chief()
+        if chief is not None and chief.global_step is not None:
+            total = chief.total_steps
+            bits.append(f"chief step {chief.global_step}" + (f"/{total}" if total else ""))
+        servers = [t for t in view.tasks.values() if t.key.split(":")[0] in ("ps", "worker")]
+        up = sum(1 for t in servers if t.state in (READY, TRAINING) and not t.lost)
+        bits.append(f"servers up {up}/{len(servers)}")
+        bits.append(f"workers lost {view.workers_lost}, recovered {view.workers_recovered}")
+        if view.ps_lost:
+            bits.append(f"ps lost {view.ps_lost}")
+    ev = view.evaluator()
+    if ev is not None:
+        if ev.last_checkpoint:
+            bits.append(f"evaluator: {ev.last_checkpoint} accuracy {_metric(ev.final_accuracy)}"
+                        f" loss {_metric(ev.final_loss)}")
+        else:
+            bits.append("evaluator: no checkpoint evaluated yet")
+    return "  ".join(bits)
+
+
+def _key_style(key: str) -> str:
+    kind, _, index = key.partition(":")
+    return _KEY_STYLES[(hash(kind) + int(index or 0)) % len(_KEY_STYLES)] if index.isdigit() else ""
+
+
+def _num(value: Optional[int]) -> str:
+    return "" if value is None else str(value)
+
+
+def _metric(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class LivePanel:
+    """The rich Live display of ``view`` on ``out`` (a terminal), with lines printed above it.
+
+    Lines are queued and printed in batches (every ``flush_every`` s, by one thread): rich
+    redraws the panel after each print, and a task's reader thread must never wait on that."""
+
+    def __init__(self, view: RunView, out: TextIO, clock: Callable[[], float] = time.time,
+                 flush_every: float = 0.1) -> None:
+        self.view = view
+        self.clock = clock
+        self.flush_every = flush_every
+        self.console = RichConsole(file=out, highlight=False, markup=False, emoji=False)
+        self.live = Live(console=self.console, get_renderable=self._renderable, refresh_per_second=4,
+                         transient=True, redirect_stdout=False, redirect_stderr=False)
+        self._palette: dict[str, str] = {}
+        self._pending: list[Text] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True, name="liveview-flush")
+
+    def _renderable(self):
+        return render(self.view.snapshot(), self.clock(), self.console.width)
+
+    def start(self) -> None:
+        self.live.start()
+        self._flusher.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._flusher.is_alive():
+            self._flusher.join(timeout=5.0)
+        self._flush()
+        self.live.stop()
+
+    def task_line(self, key: str, line: str) -> None:
+        with self._lock:
+            style = self._palette.setdefault(key, _KEY_STYLES[len(self._palette) % len(_KEY_STYLES)])
+            self._pending.append(Text.assemble((f"[{key}]", style), " ", line))
+
+    def message(self, text: str, style: str = "") -> None:
+        with self._lock:
+            self._pending.append(Text(text, style=style))
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_every):
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if pending:
+            self.console.print(Text("\n").join(pending), soft_wrap=True)

@@ -1,0 +1,343 @@
+"""What a run looks like right now: the model behind the live panel and the final report.
+
+Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
+
+* the run's events, as the dicts ``events.jsonl`` holds (``run_start``, ``start``, ``ready``,
+  ``exit``, ``stopped``, ``restart``, ``task_restart``, ``failure``, ``outcome``), and
+* each task's output lines with the time they arrived (progress lines are read through
+  ``progress.parse``; any other line only counts as a sign of life),
+
+so the same view can be driven live by the supervisor or later from a run's record on disk
+(``events.jsonl`` + ``logs/``). The rendering (launcher/liveview.py) only reads ``snapshot()``.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from .progress import Progress, Throughput, parse
+
+# A task's states, in the order a healthy task goes through them.
+STARTING, IMPORTING, READY, TRAINING, EVALUATING = "starting", "importing", "ready", "training", "evaluating"
+RESTARTING, SUCCEEDED, FAILED, STOPPED = "restarting", "succeeded", "failed", "stopped"
+TERMINAL = (SUCCEEDED, FAILED, STOPPED)
+# Progress kinds that mean the task is running training steps.
+_TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "preempted", "saved", "result")
+
+
+@dataclass
+class TaskView:
+    key: str
+    host: str = ""
+    state: str = "pending"
+    attempt: int = 0  # 1-based group attempt this task runs in (0: not started yet)
+    starts: int = 0  # processes started for it (group attempts + restarts on its own)
+    epoch: Optional[int] = None  # 1-based epoch in progress (or just completed)
+    epochs: Optional[int] = None
+    step: Optional[int] = None  # steps done in that epoch
+    steps_per_epoch: Optional[int] = None
+    global_step: Optional[int] = None
+    start_global_step: Optional[int] = None  # where this attempt started
+    epoch_loss: Optional[float] = None  # the last completed epoch's
+    epoch_accuracy: Optional[float] = None
+    examples_per_sec: Optional[float] = None
+    last_line_at: Optional[float] = None
+    exit_code: Optional[int] = None
+    reason: str = ""  # why it failed, when the supervisor said
+    steps_run: Optional[int] = None  # from its result line
+    final_loss: Optional[float] = None  # from its result (evaluation) or eval line
+    final_accuracy: Optional[float] = None
+    last_checkpoint: str = ""  # the evaluator's last evaluated checkpoint
+    lost: bool = False  # PSS: the coordinator reported this worker/ps lost (until recovered)
+    # This attempt's latest figures, whatever line carried them (step, epoch, result, eval), and
+    # its last non-empty line: what ``tfcluster status`` shows per task.
+    loss: Optional[float] = None
+    accuracy: Optional[float] = None  # only a value within [0, 1]
+    last_line: str = ""
+    has_result: bool = False  # printed its final tfcluster-result line (accuracy is the test accuracy)
+    throughput: Optional[Throughput] = field(default=None, repr=False)
+
+    @property
+    def total_steps(self) -> Optional[int]:
+        if self.epochs is None or self.steps_per_epoch is None:
+            return None
+        return self.epochs * self.steps_per_epoch
+
+    def steps_this_attempt(self) -> Optional[int]:
+        if self.steps_run is not None:
+            return self.steps_run
+        if self.global_step is not None and self.start_global_step is not None:
+            return self.global_step - self.start_global_step
+        return None
+
+
+@dataclass
+class RunView:
+    name: str = ""
+    strategy: str = ""
+    backend: str = ""
+    run_id: str = ""
+    run_dir: str = ""
+    max_attempts: Optional[int] = None
+    attempt: int = 0  # 1-based current group attempt
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    outcome: str = ""
+    exit_code: Optional[int] = None
+    tasks: dict[str, TaskView] = field(default_factory=dict)
+    workers_lost: int = 0
+    workers_recovered: int = 0
+    ps_lost: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    # -------------------------------------------------------------- feeding
+
+    def event(self, record: Mapping[str, Any]) -> None:
+        """Apply one run event (a dict as written to events.jsonl)."""
+        with self._lock:
+            self._event(record)
+
+    def line(self, key: str, text: str, now: float) -> None:
+        """Apply one line task ``key`` printed, which arrived at ``now`` (seconds since the epoch)."""
+        with self._lock:
+            self._line(key, text, now)
+
+    def snapshot(self) -> "RunView":
+        """A copy to render from while the view goes on changing."""
+        with self._lock:
+            copied = copy.copy(self)
+            copied.tasks = {k: copy.copy(t) for k, t in self.tasks.items()}
+        copied._lock = threading.Lock()
+        return copied
+
+    # -------------------------------------------------------------- reading
+
+    def elapsed(self, now: float) -> float:
+        if self.started_at is None:
+            return 0.0
+        return max(0.0, (self.ended_at or now) - self.started_at)
+
+    def task(self, key: str) -> TaskView:
+        view = self.tasks.get(key)
+        if view is None:
+            view = self.tasks[key] = TaskView(key)
+        return view
+
+    def chief(self) -> Optional[TaskView]:
+        """The task whose steps are the run's progress (chief, else worker:0, else the first)."""
+        for key in ("chief:0", "worker:0"):
+            if key in self.tasks:
+                return self.tasks[key]
+        return next(iter(self.tasks.values()), None)
+
+    def evaluator(self) -> Optional[TaskView]:
+        return self.tasks.get("evaluator:0")
+
+    def outcome_facts(self) -> dict[str, dict[str, Any]]:
+        """Per task, what the final report shows (also the ``outcome`` event's ``tasks``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for key, t in self.tasks.items():
+            out[key] = {
+                "state": t.state, "exit_code": t.exit_code, "attempts": t.starts, "steps_run": t.steps_this_attempt(),
+                "global_step": t.global_step, "examples_per_sec": t.examples_per_sec,
+                "loss": t.final_loss if t.final_loss is not None else t.epoch_loss,
+                "accuracy": t.final_accuracy if t.final_accuracy is not None else t.epoch_accuracy,
+            }
+            if t.last_checkpoint:
+                out[key]["last_checkpoint"] = t.last_checkpoint
+            if t.reason:
+                out[key]["reason"] = t.reason
+        return out
+
+    # -------------------------------------------------------------- internals
+
+    def _event(self, record: Mapping[str, Any]) -> None:
+        kind = record.get("event")
+        at = _float(record.get("time"))
+        key = record.get("task")
+        if kind == "run_start":
+            self.name = record.get("name", self.name)
+            self.strategy = record.get("strategy", self.strategy)
+            self.backend = record.get("backend", self.backend)
+            self.run_id = record.get("run_id", self.run_id)
+            self.run_dir = record.get("run_dir", self.run_dir)
+            if record.get("max_restarts") is not None:
+                self.max_attempts = int(record["max_restarts"]) + 1
+            self.started_at = at
+            for k in record.get("tasks", ()):
+                self.task(k)
+        elif kind == "start" and key:
+            t = self.task(key)
+            attempt = int(record.get("attempt", 0)) + 1
+            self.attempt = max(self.attempt, attempt)
+            t.host = record.get("host") or t.host
+            t.attempt = attempt
+            t.starts += 1
+            t.state = STARTING
+            t.exit_code = None
+            t.reason = ""
+            t.lost = False
+            t.throughput = None
+            t.examples_per_sec = None
+            t.steps_run = None
+            t.start_global_step = None
+            t.last_line_at = at
+            t.loss = t.accuracy = None
+            t.last_line = ""
+            t.has_result = False
+        elif kind == "ready" and key:
+            t = self.task(key)
+            if t.state in (STARTING, IMPORTING):
+                t.state = READY
+        elif kind == "exit" and key:
+            t = self.task(key)
+            t.exit_code = record.get("code")
+            t.state = SUCCEEDED if t.exit_code == 0 else FAILED
+        elif kind == "stopped" and key:
+            t = self.task(key)
+            if t.state not in TERMINAL:
+                t.state = STOPPED
+                t.exit_code = record.get("code")
+        elif kind == "task_restart" and key:
+            self.task(key).state = RESTARTING
+        elif kind == "restart":
+            for t in self.tasks.values():
+                t.state = RESTARTING
+        elif kind == "failure" and key:
+            t = self.task(key)
+            t.reason = str(record.get("reason", ""))
+            if t.state not in TERMINAL:
+                t.state = FAILED
+        elif kind == "outcome":
+            self.outcome = str(record.get("outcome", ""))
+            self.exit_code = record.get("exit_code")
+            self.ended_at = at
+
+    def _line(self, key: str, text: str, now: float) -> None:
+        t = self.task(key)
+        t.last_line_at = now
+        if text.strip():
+            t.last_line = text.strip()[:200]
+        if t.state == STARTING:
+            t.state = IMPORTING
+        p = parse(text)
+        if p is None:
+            return
+        if p.kind in _TRAINING_KINDS and t.state not in TERMINAL:
+            t.state = TRAINING
+        if p.kind in ("step", "epoch", "result", "eval"):
+            loss, accuracy = p.number("loss"), p.number("accuracy")
+            if loss is not None:
+                t.loss = loss
+            if accuracy is not None and 0.0 <= accuracy <= 1.0:
+                t.accuracy = accuracy
+        handler = getattr(self, f"_on_{p.kind}", None)
+        if handler is not None:
+            handler(t, p, now)
+
+    def _on_start(self, t: TaskView, p: Progress, now: float) -> None:
+        t.epochs = p.integer("epochs") or t.epochs
+        t.steps_per_epoch = p.integer("steps_per_epoch") or t.steps_per_epoch
+        self._position(t, p)
+        t.start_global_step = t.global_step
+        batch = p.integer("global_batch")
+        t.throughput = Throughput(batch) if batch else None
+
+    def _on_step(self, t: TaskView, p: Progress, now: float) -> None:
+        self._position(t, p)
+        if t.throughput is not None and t.global_step is not None:
+            t.throughput.mark(t.global_step, p.number("time") or now)
+            rate = t.throughput.rate()
+            if rate > 0:
+                t.examples_per_sec = rate
+
+    def _on_first_step(self, t: TaskView, p: Progress, now: float) -> None:
+        """Its ``step`` is the index of the step that just ended (the others count steps done)."""
+        step = p.integer("step")
+        if step is not None:
+            p = Progress(p.kind, {**p.fields, "step": str(step + 1)})
+        self._on_step(t, p, now)
+
+    def _on_preempted(self, t: TaskView, p: Progress, now: float) -> None:
+        """It saved at ``global_step`` on a stop request."""
+        if p.integer("global_step") is not None:
+            t.global_step = p.integer("global_step")
+
+    def _on_epoch(self, t: TaskView, p: Progress, now: float) -> None:
+        done = p.integer("epoch")
+        if done is not None:
+            t.epoch = done
+            if t.steps_per_epoch:
+                t.step = t.steps_per_epoch
+        if p.integer("global_step") is not None:
+            t.global_step = p.integer("global_step")
+            if t.throughput is not None:
+                t.throughput.mark(t.global_step, p.number("time") or now)
+                t.examples_per_sec = t.throughput.rate() or t.examples_per_sec
+        t.epoch_loss = p.number("loss")
+        t.epoch_accuracy = p.number("accuracy")
+
+    def _on_result(self, t: TaskView, p: Progress, now: float) -> None:
+        t.has_result = True
+        if p.integer("steps_run") is not None:
+            t.steps_run = p.integer("steps_run")
+        if p.integer("global_step") is not None:
+            t.global_step = p.integer("global_step")
+        if p.number("examples_per_sec") is not None:
+            t.examples_per_sec = p.number("examples_per_sec")
+        t.final_loss = p.number("loss")
+        t.final_accuracy = p.number("accuracy")
+
+    def _on_eval(self, t: TaskView, p: Progress, now: float) -> None:
+        if t.state not in TERMINAL:
+            t.state = EVALUATING
+        t.last_checkpoint = p.get("checkpoint", t.last_checkpoint) or ""
+        if p.integer("global_step") is not None:
+            t.global_step = p.integer("global_step")
+        t.final_loss = p.number("loss")
+        t.final_accuracy = p.number("accuracy")
+
+    def _on_server(self, t: TaskView, p: Progress, now: float) -> None:
+        if t.state in (STARTING, IMPORTING):
+            t.state = READY
+
+    def _on_worker_lost(self, t: TaskView, p: Progress, now: float) -> None:
+        self.workers_lost += 1
+        lost = p.get("task")
+        if lost:
+            self.task(lost).lost = True
+
+    def _on_worker_recovered(self, t: TaskView, p: Progress, now: float) -> None:
+        self.workers_recovered += 1
+        back = p.get("task")
+        if back:
+            self.task(back).lost = False
+
+    def _on_ps_lost(self, t: TaskView, p: Progress, now: float) -> None:
+        self.ps_lost += 1
+        lost = p.get("task")
+        if lost:
+            self.task(lost).lost = True
+
+    @staticmethod
+    def _position(t: TaskView, p: Progress) -> None:
+        """Step lines carry the 0-based epoch in progress and the steps done in it."""
+        epoch, step, global_step = p.integer("epoch"), p.integer("step"), p.integer("global_step")
+        if epoch is not None:
+            t.epoch = epoch + 1
+        if step is not None:
+            t.step = step
+        if global_step is not None:
+            t.global_step = global_step
+
+
+def _float(value: Any) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

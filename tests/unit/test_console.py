@@ -1,0 +1,57 @@
+"""launcher/console.py: which lines reach the terminal in each mode (panel, plain, quiet)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from launcher.console import Console
+from launcher.runview import RunView
+
+NOISE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:  # rich asks for the terminal's size through it
+        raise io.UnsupportedOperation
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_panel_mode_prints_lines_above_the_panel_but_not_heartbeats_or_noise(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    term = FakeTerminal()
+    console = Console(out=term, err=term)
+    assert console.start_panel(RunView())
+    console.task_line("worker:0", NOISE)
+    console.task_line("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 time=1.0")
+    console.task_line("worker:0", "tfcluster-epoch epoch=1 loss=0.5 accuracy=0.7")
+    console.info("restarting the whole group")
+    console.report(["  the report"])
+    shown = _plain(term.getvalue())
+    assert "[worker:0] tfcluster-epoch epoch=1 loss=0.5 accuracy=0.7" in shown
+    assert "tfcluster: restarting the whole group" in shown
+    assert shown.rstrip().endswith("the report")
+    assert "tfcluster-step" not in shown and "absl" not in shown
+
+
+def test_no_panel_on_a_pipe_or_a_dumb_terminal(monkeypatch):
+    assert not Console(out=io.StringIO(), err=io.StringIO()).start_panel(RunView())
+    monkeypatch.setenv("TERM", "dumb")
+    assert not Console(out=FakeTerminal(), err=FakeTerminal()).start_panel(RunView())
+
+
+def test_plain_mode_prints_every_line_but_noise_and_quiet_prints_none():
+    out = io.StringIO()
+    console = Console(out=out, err=io.StringIO())
+    for line in (NOISE, "tfcluster-step epoch=0 step=10", "hello"):
+        console.task_line("worker:1", line)
+    assert out.getvalue() == "[worker:1] tfcluster-step epoch=0 step=10\n[worker:1] hello\n"
+    console.quiet_tasks = True
+    console.task_line("worker:1", "more")
+    assert out.getvalue().count("\n") == 2

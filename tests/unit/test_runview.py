@@ -1,0 +1,202 @@
+"""launcher/runview.py: the run as the live panel and the final report see it, from events and lines."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console as RichConsole
+
+from launcher import report
+from launcher.liveview import render
+from launcher.runview import RunView
+
+T0 = 1000.0
+
+
+def _ev(kind: str, at: float, **fields) -> dict:
+    return {"time": at, "event": kind, **fields}
+
+
+def _mwms_view() -> RunView:
+    view = RunView()
+    view.event(_ev("run_start", T0, run_id="r1", name="demo", strategy="multi_worker_mirrored", backend="local",
+                   tasks=["worker:0", "worker:1"], run_dir="/runs/demo/r1", max_restarts=2))
+    for key in ("worker:0", "worker:1"):
+        view.event(_ev("start", T0 + 0.1, task=key, attempt=0, host="localhost", pid=1))
+    return view
+
+
+def test_states_follow_a_healthy_task_from_start_to_success():
+    view = _mwms_view()
+    w0 = view.tasks["worker:0"]
+    assert (w0.state, w0.attempt, w0.host, view.max_attempts) == ("starting", 1, "localhost", 3)
+    view.line("worker:0", "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+              T0 + 1)
+    assert w0.state == "importing" and w0.last_line_at == T0 + 1
+    view.event(_ev("ready", T0 + 2, task="worker:0", attempt=0, after=1.9))
+    assert w0.state == "ready"
+    view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 time=1003.000 strategy=multi_worker_mirrored "
+              "replicas=2 global_batch=64 epochs=3 steps_per_epoch=20", T0 + 3)
+    assert (w0.state, w0.epoch, w0.epochs, w0.step, w0.steps_per_epoch, w0.global_step) == (
+        "training", 1, 3, 0, 20, 0)
+    view.line("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 loss=2.2 accuracy=0.2 time=1004.000", T0 + 4)
+    view.line("worker:0", "tfcluster-step epoch=0 step=20 global_step=20 loss=2.1 accuracy=0.3 time=1006.000", T0 + 6)
+    # 10 steps of 64 examples in 2 s, the worker's own clock (progress.Throughput).
+    assert (w0.epoch, w0.step, w0.global_step, w0.examples_per_sec) == (1, 20, 20, 320.0)
+    assert w0.epoch_loss is None  # running step metrics are not an epoch's
+    view.line("worker:0", "tfcluster-epoch epoch=1 loss=2.1932 accuracy=0.3805 time=1006.100", T0 + 6.1)
+    assert (w0.epoch, w0.step, w0.epoch_loss, w0.epoch_accuracy) == (1, 20, 2.1932, 0.3805)
+    view.line("worker:0", "tfcluster-step epoch=1 step=10 global_step=30 loss=1.9 accuracy=0.7 time=1008.000", T0 + 8)
+    assert (w0.epoch, w0.step, w0.global_step) == (2, 10, 30)
+    view.line("worker:0", "tfcluster-result task=worker:0 epochs=3 epochs_run=3 steps_run=60 examples_per_sec=585.0 "
+              "accuracy=0.9111 loss=0.7303 train_loss=0.8 train_accuracy=0.9", T0 + 9)
+    view.event(_ev("exit", T0 + 10, task="worker:0", attempt=0, code=0))
+    view.event(_ev("stopped", T0 + 10.5, task="worker:1", code=-15))
+    assert (w0.state, w0.exit_code) == ("succeeded", 0)
+    assert (view.tasks["worker:1"].state, view.tasks["worker:1"].exit_code) == ("stopped", -15)
+    facts = view.outcome_facts()["worker:0"]
+    assert facts == {"state": "succeeded", "exit_code": 0, "attempts": 1, "steps_run": 60, "global_step": 30,
+                     "examples_per_sec": 585.0, "loss": 0.7303, "accuracy": 0.9111}
+    # A task that printed no progress still has a row: state, attempt, host, last line.
+    assert view.outcome_facts()["worker:1"]["loss"] is None
+
+
+def test_a_group_restart_resets_attempt_progress_and_counts_attempts():
+    view = _mwms_view()
+    w1 = view.tasks["worker:1"]
+    view.line("worker:1", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=2 steps_per_epoch=20",
+              T0 + 1)
+    view.line("worker:1", "tfcluster-step epoch=0 step=10 global_step=10 time=1002", T0 + 2)
+    view.event(_ev("exit", T0 + 3, task="worker:1", attempt=0, code=-9))
+    assert w1.state == "failed" and w1.exit_code == -9
+    view.event(_ev("failure", T0 + 3, task="worker:1", attempt=0, reason="killed by SIGKILL", code=-9))
+    view.event(_ev("stopped", T0 + 3.2, task="worker:0", code=-9))
+    view.event(_ev("restart", T0 + 4, attempt=1, delay=0, after="worker:1", reason="killed"))
+    assert {t.state for t in view.tasks.values()} == {"restarting"}
+    view.event(_ev("start", T0 + 5, task="worker:1", attempt=1, host="localhost"))
+    assert (w1.state, w1.attempt, w1.starts, view.attempt, w1.exit_code, w1.reason) == (
+        "starting", 2, 2, 2, None, "")
+    # The resumed attempt starts at global step 10; its steps run count from there.
+    view.line("worker:1", "tfcluster-start epoch=0 step=10 global_step=10 global_batch=64 epochs=2 steps_per_epoch=20",
+              T0 + 6)
+    view.line("worker:1", "tfcluster-step epoch=1 step=5 global_step=25 time=1007", T0 + 7)
+    assert view.outcome_facts()["worker:1"]["steps_run"] == 15 and view.outcome_facts()["worker:1"]["attempts"] == 2
+
+
+def test_parameter_server_extras_lost_recovered_and_the_evaluator():
+    view = RunView()
+    keys = ["chief:0", "ps:0", "worker:0", "worker:1", "evaluator:0"]
+    view.event(_ev("run_start", T0, name="pss", strategy="parameter_server", backend="local", tasks=keys,
+                   run_dir="/r", max_restarts=3))
+    for key in keys:
+        view.event(_ev("start", T0, task=key, attempt=0, host="localhost"))
+    for key in ("ps:0", "worker:0", "worker:1"):
+        view.line(key, "tfcluster-server task=%s target=grpc://localhost:1 time=1001" % key, T0 + 1)
+    assert view.tasks["ps:0"].state == "ready"
+    view.line("chief:0", "tfcluster-start epoch=0 step=0 global_step=0 strategy=parameter_server replicas=1 "
+              "global_batch=32 workers=2 epochs=2 steps_per_epoch=50", T0 + 2)
+    view.line("chief:0", "tfcluster-step epoch=0 step=30 global_step=30 time=1003", T0 + 3)
+    view.line("chief:0", "tfcluster-worker_lost task=worker:1 time=1004", T0 + 4)
+    assert view.tasks["worker:1"].lost and view.workers_lost == 1
+    view.line("chief:0", "tfcluster-worker_recovered task=worker:1 time=1005", T0 + 5)
+    assert not view.tasks["worker:1"].lost and view.workers_recovered == 1
+    view.line("evaluator:0", "tfcluster-eval checkpoint=ckpt-2 global_step=50 loss=1.2000 accuracy=0.6500 time=1006",
+              T0 + 6)
+    ev = view.evaluator()
+    assert (ev.state, ev.last_checkpoint, ev.final_accuracy) == ("evaluating", "ckpt-2", 0.65)
+    text = _rendered(view, T0 + 8)
+    assert "chief step 30/100" in text and "servers up 3/3" in text
+    assert "workers lost 1, recovered 1" in text and "evaluator: ckpt-2 accuracy 0.6500" in text
+
+
+def test_pss_worker_restarted_alone_counts_a_second_start_in_the_same_attempt():
+    view = RunView()
+    view.event(_ev("run_start", T0, name="pss", strategy="parameter_server", backend="local",
+                   tasks=["chief:0", "worker:0"], run_dir="/r", max_restarts=3))
+    view.event(_ev("start", T0, task="worker:0", attempt=0, host="h1"))
+    view.event(_ev("exit", T0 + 1, task="worker:0", attempt=0, code=-9))
+    view.event(_ev("task_restart", T0 + 1, task="worker:0", code=-9, restart=1))
+    assert view.tasks["worker:0"].state == "restarting"
+    view.event(_ev("start", T0 + 1.1, task="worker:0", attempt=0, host="h1"))
+    assert (view.tasks["worker:0"].attempt, view.tasks["worker:0"].starts, view.attempt) == (1, 2, 1)
+
+
+def _rendered(view: RunView, now: float, width: int = 160) -> str:
+    console = RichConsole(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
+    console.print(render(view.snapshot(), now, width))
+    return console.file.getvalue()
+
+
+def test_panel_has_a_header_and_one_row_per_task_with_epoch_and_step_progress():
+    view = _mwms_view()
+    view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=3 steps_per_epoch=20",
+              T0 + 3)
+    view.line("worker:0", "tfcluster-epoch epoch=1 loss=2.1932 accuracy=0.3805", T0 + 4)
+    view.line("worker:0", "tfcluster-step epoch=1 step=10 global_step=30 time=1005", T0 + 5)
+    view.line("worker:1", "some output", T0 + 5)
+    text = _rendered(view, T0 + 65)
+    lines = text.splitlines()
+    assert lines[0].split() == ["demo", "multi_worker_mirrored", "on", "local", "attempt", "1", "of", "3", "01:05",
+                                "elapsed"]
+    assert lines[1] == "run dir /runs/demo/r1"
+    row0 = next(line for line in lines if line.startswith("worker:0"))
+    row1 = next(line for line in lines if line.startswith("worker:1"))
+    assert "training" in row0 and " 2/3 " in row0 and "10/20" in row0 and "2.1932" in row0 and "0.3805" in row0
+    assert row0.rstrip().endswith(" 60s")
+    assert "importing" in row1 and "localhost" in row1 and row1.rstrip().endswith(" 60s")
+    assert "\x1b" not in text
+    # On an 80-column terminal every cell of a training row still shows in full.
+    narrow = _rendered(view, T0 + 65, width=80).splitlines()
+    assert max(len(line) for line in narrow) <= 80
+    assert next(line for line in narrow if line.startswith("worker:0")).split()[:5] == [
+        "worker:0", "localhost", "training", "1", "2/3"]
+    assert "…" not in "".join(narrow[2:])
+
+
+def test_report_table_and_locations(tmp_path):
+    view = _mwms_view()
+    view.line("worker:0", "tfcluster-result task=worker:0 steps_run=60 examples_per_sec=585.0 accuracy=0.9111 "
+              "loss=0.7303", T0 + 9)
+    view.event(_ev("exit", T0 + 10, task="worker:0", attempt=0, code=0))
+    view.event(_ev("exit", T0 + 10, task="worker:1", attempt=0, code=0))
+    rows = report.task_table(view)
+    assert rows[0].split() == ["task", "host", "state", "exit", "attempts", "steps", "examples/s", "loss", "accuracy"]
+    assert rows[1].split() == ["worker:0", "localhost", "succeeded", "0", "1", "60", "585.0", "0.7303", "0.9111"]
+    assert rows[2].split() == ["worker:1", "localhost", "succeeded", "0", "1", "-", "-", "-", "-"]
+    (tmp_path / "state" / "final_model").mkdir(parents=True)
+    where = report.locations(tmp_path / "state", tmp_path / "logs")
+    assert where == {"final model": str(tmp_path / "state" / "final_model"), "state dir": str(tmp_path / "state"),
+                     "task logs": str(tmp_path / "logs")}
+
+
+def test_first_step_counts_the_step_that_just_ended():
+    view = _mwms_view()
+    view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=3 steps_per_epoch=20",
+              T0 + 1)
+    view.line("worker:0", "tfcluster-first_step epoch=0 step=0 global_step=1 time=1002.000", T0 + 2)
+    w0 = view.tasks["worker:0"]
+    assert (w0.state, w0.epoch, w0.step, w0.global_step) == ("training", 1, 1, 1)
+
+
+def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(tmp_path):
+    from launcher.backends import plan_for
+    from launcher.rundir import RunRecord
+    from launcher.spec import load_spec
+    from tests.helpers import script_spec
+
+    plan = plan_for(load_spec(script_spec(tmp_path, "pass\n")).spec)
+    problems: list[str] = []
+    record = RunRecord(tmp_path / "runs", plan, on_problem=problems.append).create()
+    view = RunView()
+
+    def broken(event):
+        raise ValueError("drawing failed")
+
+    record.listeners += [broken, view.event]
+    record.event("run_start", name="t", strategy="multi_worker_mirrored", backend="local", tasks=list(plan.keys))
+    record.event("start", task="worker:0", attempt=0, host="localhost")
+    record.close()
+    assert view.name == "t" and view.tasks["worker:0"].state == "starting"
+    assert len(problems) == 1 and "drawing failed" in problems[0] and "the run goes on" in problems[0]
+    events = (record.dir / "events.jsonl").read_text().splitlines()
+    assert len(events) == 2 and '"event": "start"' in events[1]
