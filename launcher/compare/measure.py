@@ -1,0 +1,177 @@
+"""One run's figures, read from its run record: the events (events.jsonl) and the progress
+lines of the task that decides success (the chief, or worker 0). Pure: no files, no clock.
+
+Times are the worker's ``time=`` stamps against the launcher's ``run_start`` event (the same
+clock on a local run; across ssh hosts they assume synchronised clocks). examples/s is
+``progress.Throughput``'s: over the intervals between progress lines after each attempt's first
+step, and their median, so an interval that holds an epoch's test evaluation does not move it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Optional
+
+from ..progress import Progress, Throughput, parse
+
+OK, FAILED, INTERRUPTED = "ok", "failed", "interrupted"
+
+
+@dataclass
+class Measurement:
+    status: str = FAILED  # ok | failed | interrupted
+    exit_code: Optional[int] = None
+    error: str = ""
+    attempts: int = 0
+    replicas: Optional[int] = None
+    global_batch: Optional[int] = None
+    time_to_first_step_s: Optional[float] = None
+    examples_per_sec: Optional[float] = None  # median over intervals after the first step
+    examples_per_sec_overall: Optional[float] = None  # the worker's own, first step's end to last step's end
+    time_per_epoch_s: Optional[float] = None
+    epochs: int = 0
+    steps: int = 0
+    train_accuracy: Optional[float] = None
+    train_loss: Optional[float] = None
+    test_accuracy: Optional[float] = None
+    test_loss: Optional[float] = None
+    time_to_target_s: Optional[float] = None
+    wall_s: Optional[float] = None
+    started_at: Optional[float] = None  # the run_start event's time (epoch seconds)
+    # Test accuracy after every epoch: {"epoch", "elapsed_s", "examples", "test_accuracy", "test_loss"}.
+    curve: list = field(default_factory=list)
+    # Training progress for TensorBoard: {"global_step", "time", "loss", "accuracy"} per step line.
+    trace: list = field(default_factory=list)
+    # examples/s of each interval (TensorBoard), {"global_step", "time", "examples_per_sec"}.
+    rates: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optional[float] = None) -> Measurement:
+    events = list(events)
+    records = [p for p in (parse(line) for line in lines) if p is not None]
+    m = Measurement()
+    t0 = _first_time(events, "run_start")
+    m.started_at = t0
+    outcome = next((e for e in reversed(events) if e.get("event") == "outcome"), None)
+    if outcome is not None:
+        m.status = {"succeeded": OK, "interrupted": INTERRUPTED}.get(outcome.get("outcome"), FAILED)
+        m.exit_code = outcome.get("exit_code")
+        m.attempts = int(outcome.get("attempts") or 0)
+        if t0 is not None:
+            m.wall_s = _round(outcome["time"] - t0)
+    failure = next((e for e in reversed(events) if e.get("event") == "failure"), None)
+    if m.status != OK:
+        m.error = error_text(failure, outcome)
+
+    start = _last(records, "start")
+    if start is not None:
+        m.replicas, m.global_batch = start.integer("replicas"), start.integer("global_batch")
+    first = next((p for p in records if p.kind == "first_step"), None)
+    if first is not None and t0 is not None and first.number("time") is not None:
+        m.time_to_first_step_s = _round(first.number("time") - t0)
+
+    rates, m.rates = _interval_rates(records)
+    if rates:
+        m.examples_per_sec = _round(statistics.median(rates), 1)
+    result = _last(records, "result")
+    if result is not None:
+        m.examples_per_sec_overall = result.number("examples_per_sec")
+        m.test_accuracy, m.test_loss = result.number("accuracy"), result.number("loss")
+        m.train_accuracy, m.train_loss = result.number("train_accuracy"), result.number("train_loss")
+        m.steps = result.integer("steps_run") or 0
+
+    epochs = _last_attempt(records, "epoch")
+    m.epochs = max((p.integer("epoch") or 0 for p in epochs), default=0)
+    m.time_per_epoch_s = _epoch_time(epochs, start)
+    batch = m.global_batch or 0
+    for p in (p for p in records if p.kind == "epoch"):
+        accuracy, when = p.number("test_accuracy"), p.number("time")
+        if accuracy is None or when is None or t0 is None:
+            continue
+        m.curve.append({"epoch": p.integer("epoch"), "elapsed_s": _round(when - t0),
+                        "examples": (p.integer("global_step") or 0) * batch,
+                        "test_accuracy": accuracy, "test_loss": p.number("test_loss")})
+    if target_accuracy is not None:
+        hit = next((c for c in m.curve if c["test_accuracy"] >= target_accuracy), None)
+        m.time_to_target_s = hit["elapsed_s"] if hit else None
+    m.trace = [{"global_step": p.integer("global_step"), "time": p.number("time"), "loss": p.number("loss"),
+                "accuracy": p.number("accuracy")}
+               for p in records if p.kind == "step" and p.integer("global_step") is not None]
+    return m
+
+
+def error_text(failure: Optional[dict], outcome: Optional[dict]) -> str:
+    """One line: which task failed and why, with its exception (or ``error:``) line."""
+    if failure is None:
+        reason = (outcome or {}).get("reason") or (outcome or {}).get("outcome") or "no outcome recorded"
+        return str(reason)
+    text = f"{failure.get('task')} failed: {failure.get('reason')}"
+    detail = next(iter(failure.get("errors") or ()), None)
+    if detail is None:
+        detail = next((line.strip() for line in reversed(failure.get("last_lines") or ())
+                       if "error:" in line.lower()), None)
+    return f"{text}: {detail}" if detail else text
+
+
+def _interval_rates(records: list[Progress]) -> tuple[list[float], list[dict]]:
+    """examples/s between consecutive progress marks, each attempt on its own: its first step,
+    then every step line."""
+    rates: list[float] = []
+    points: list[dict] = []
+    throughput: Optional[Throughput] = None
+    base = 0
+    for p in records:
+        if p.kind == "start":
+            _flush(throughput, rates, points)
+            throughput = Throughput(p.integer("global_batch") or 0, keep_intervals=True)
+            base = p.integer("global_step") or 0
+        elif throughput is not None and p.kind == "first_step" and p.number("time") is not None:
+            # Its global_step where the worker prints it, else the start line's plus one.
+            throughput.mark(p.integer("global_step") or base + 1, p.number("time"))
+        elif throughput is not None and p.kind == "step" and throughput.first_time is not None:
+            step, when = p.integer("global_step"), p.number("time")
+            if step is not None and when is not None:
+                throughput.mark(step, when)
+    _flush(throughput, rates, points)
+    return rates, points
+
+
+def _flush(throughput: Optional[Throughput], rates: list, points: list) -> None:
+    if throughput is None or throughput.first_time is None:
+        return
+    for step, when, rate in throughput.intervals():
+        rates.append(rate)
+        points.append({"global_step": step, "time": when, "examples_per_sec": round(rate, 1)})
+
+
+def _epoch_time(epochs: list[Progress], start: Optional[Progress]) -> Optional[float]:
+    """The median time between consecutive epoch lines (each includes that epoch's test
+    evaluation); with one epoch, from the attempt's start line to it."""
+    times = [p.number("time") for p in epochs if p.number("time") is not None]
+    if len(times) >= 2:
+        return _round(statistics.median(b - a for a, b in zip(times, times[1:])))
+    if times and start is not None and start.number("time") is not None:
+        return _round(times[0] - start.number("time"))
+    return None
+
+
+def _last_attempt(records: list[Progress], kind: str) -> list[Progress]:
+    """The ``kind`` records since the last start line (the attempt that finished)."""
+    last_start = max((i for i, p in enumerate(records) if p.kind == "start"), default=-1)
+    return [p for p in records[last_start + 1:] if p.kind == kind]
+
+
+def _first_time(events: list[dict], kind: str) -> Optional[float]:
+    return next((e["time"] for e in events if e.get("event") == kind and "time" in e), None)
+
+
+def _last(records: list[Progress], kind: str) -> Optional[Progress]:
+    return next((p for p in reversed(records) if p.kind == kind), None)
+
+
+def _round(value: float, digits: int = 2) -> float:
+    return round(value, digits)

@@ -1,0 +1,141 @@
+"""``tfcluster compare`` end to end on this machine: five configurations through ``tfcluster
+up``'s own path (default, one_device, mirrored and central_storage on 2 logical CPUs, and tpu,
+which fails here because there is no TPU and must become a row with its error). Checks the CSV
+and JSON rows and columns, the numbers against the run logs, report.md, the three plots and
+the TensorBoard logs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import statistics
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from launcher.compare.report import COLUMNS
+from tests.helpers import pids_with_env, wait_for
+from tests.integration.tfrun import ROOT, write_spec
+from tests.prereq import require, require_tf
+
+pytestmark = [pytest.mark.integration, pytest.mark.tf]
+STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "tpu")
+OK = {"default": 1, "one_device": 1, "mirrored": 2, "central_storage": 2}  # -> replicas
+BATCH, EPOCHS, EVERY = 32, 2, 4
+
+
+def _step_marks(log: Path) -> tuple[float, list[tuple[int, float]], int]:
+    """(first step's time, [(global_step, time) of every step line], global batch) read with
+    a regex, independently of launcher/progress.py."""
+    text = log.read_text()
+    first = float(re.search(r"^tfcluster-first_step .*time=([\d.]+)", text, re.M).group(1))
+    batch = int(re.search(r"^tfcluster-start .*global_batch=(\d+)", text, re.M).group(1))
+    steps = [(int(g), float(t)) for g, t in re.findall(r"^tfcluster-step .*global_step=(\d+) .*time=([\d.]+)", text,
+                                                         re.M)]
+    return first, steps, batch
+
+
+@pytest.mark.timeout(900)  # five TensorFlow runs one after another on a shared 2-core machine
+def test_compare_five_configurations_with_one_failing(tmp_path, tfds_dir):
+    require_tf()
+    require(all(__import__("importlib").util.find_spec(m) for m in ("matplotlib", "PIL", "tensorboard")),
+            "matplotlib, Pillow and tensorboard are not installed (pip install -e '.[compare]')")
+    spec = write_spec(tmp_path, tfds_dir, f"python -m worker --epochs {EPOCHS} --batch-size {BATCH}")
+    result = subprocess.run(
+        [sys.executable, "-m", "launcher", "compare", str(spec), "--strategies", ",".join(STRATEGIES),
+         "--target-accuracy", "0.5", "--progress-every", str(EVERY)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]  # one configuration failed; everything is still written
+    dirs = list((tmp_path / "runs" / "demo" / "compare").iterdir())
+    assert len(dirs) == 1, dirs
+    outdir = dirs[0]
+
+    # The live progress lines (not a TTY: one per phase), k of n, elapsed.
+    for k, name in enumerate(STRATEGIES, 1):
+        assert re.search(rf"^\[{k}/5\] {name}: .*, \d+ s$", result.stderr, re.M), result.stderr[-3000:]
+    assert re.search(r"^\[5/5\] tpu: failed: worker:0 failed: exit code 2: worker: error: TPU 'local' not usable",
+                     result.stderr, re.M), result.stderr[-3000:]
+    assert "Traceback" not in out
+
+    # results.csv: every configuration a row, every column.
+    with open(outdir / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["config"] for r in rows] == list(STRATEGIES)
+    assert tuple(rows[0]) == COLUMNS
+    data = json.loads((outdir / "results.json").read_text())
+    assert [c["config"] for c in data["configs"]] == list(STRATEGIES) and data["columns"] == list(COLUMNS)
+
+    for row, cfg in zip(rows, data["configs"]):
+        name = row["config"]
+        if name == "tpu":
+            assert (row["status"], row["exit_code"], row["examples_per_sec"]) == ("failed", "1", "")
+            assert "TPU 'local' not usable" in row["error"] and "this machine has no TPU" in row["error"]
+            assert "TPU 'local' not usable" in cfg["error"]
+            continue
+        assert row["status"] == "ok" and row["error"] == "", row
+        replicas = OK[name]
+        assert (int(row["replicas"]), int(row["global_batch"]), int(row["tasks"])) == (replicas, BATCH * replicas, 1)
+        assert row["devices"] == ("cpus=2" if replicas == 2 else "-")
+        for col in ("train_accuracy", "test_accuracy"):
+            assert 0.0 <= float(row[col]) <= 1.0, (name, col, row[col])
+        assert float(row["test_accuracy"]) > 0.2, row  # above chance (10 classes)
+        assert float(row["test_loss"]) > 0 and float(row["train_loss"]) > 0
+        wall = float(row["wall_s"])
+        assert 0 < float(row["time_to_first_step_s"]) < wall
+        assert 0 < float(row["time_per_epoch_s"]) < wall
+        assert float(row["time_to_first_step_s"]) < float(row["time_to_target_s"]) <= wall
+
+        # examples/s against the log, read independently: the median of (steps x batch / time)
+        # between the first step and each step line, and the overall rate as a bound.
+        run = cfg["runs"][0]
+        record = Path(run["record"])
+        first, steps, batch = _step_marks(record / "logs" / "worker-0.log")
+        marks = [(1, first)] + steps
+        rates = [(s1 - s0) * batch / (t1 - t0) for (s0, t0), (s1, t1) in zip(marks, marks[1:])]
+        median = float(row["examples_per_sec"])
+        assert median > 0 and median == pytest.approx(statistics.median(rates), rel=0.01), (name, median, rates)
+        overall = (steps[-1][0] - 1) * batch / (steps[-1][1] - first)
+        assert median >= 0.5 * overall, (name, median, overall)  # steps alone are not slower than the whole
+        # The curve: one test accuracy per epoch, examples = global step x global batch.
+        per_epoch = -(-1437 // batch)  # digits: 1437 training examples, one pass per epoch
+        assert [c["examples"] for c in run["curve"]] == [e * per_epoch * batch for e in range(1, EPOCHS + 1)]
+        assert run["curve"][-1]["test_accuracy"] == pytest.approx(float(row["test_accuracy"]), abs=1e-4)
+        assert (outdir / "tensorboard" / name).is_dir()
+        assert wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", record.name), 15, what="the run's tasks to exit")
+
+    # report.md: the table, the machine, honest notes, the plots.
+    md = (outdir / "report.md").read_text()
+    cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith("model name"))
+    assert f"- CPU: {cpu}, " in md and "TensorFlow 2." in md and "- GPUs: none" in md
+    assert "| configuration | tasks | replicas |" in md
+    for name in STRATEGIES:
+        assert f"| {name} | worker:1 |" in md
+    assert "mirrored, central_storage: the replicas are logical CPU devices" in md and "not a speed-up" in md
+    assert "tpu failed: worker:0 failed: exit code 2" in md
+    assert (outdir / "specs" / "mirrored.yaml").read_text().count("cpus: 2") == 1
+
+    # The three plots: PNGs of a sensible size, not blank.
+    from PIL import Image
+
+    for png in ("throughput.png", "accuracy.png", "epoch_time.png"):
+        assert f"![{png}]({png})" in md
+        path = outdir / png
+        assert path.stat().st_size > 10_000, png
+        with Image.open(path) as image:
+            assert image.format == "PNG" and 600 <= image.width <= 1400 and 400 <= image.height <= 800, image.size
+            assert len(image.convert("L").getcolors(maxcolors=1 << 16) or ()) > 20  # drawn on, not an empty canvas
+
+    # TensorBoard: each configuration's scalars, readable by TensorBoard itself.
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(outdir / "tensorboard" / "mirrored"))
+    acc.Reload()
+    assert {"train/loss", "train/examples_per_sec", "test/accuracy"} <= set(acc.Tags()["scalars"])
+    assert len(acc.Scalars("test/accuracy")) == EPOCHS
