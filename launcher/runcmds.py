@@ -1,0 +1,376 @@
+"""``tfcluster status``, ``logs``, ``attach`` and ``runs``: what a run record says, for people.
+
+Everything is read through launcher/runstate.py (the record) and launcher/runfeed.py (the
+record replayed into the live panel's ``RunView``); this module only finds the run, formats
+and follows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Optional, TextIO
+
+from .console import Console
+from .errors import LaunchError
+from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
+                      read_events, runs_root)
+from .rundir import log_path
+from .runfeed import RecordFeed
+from .runview import RunView
+from .spec import LoadedSpec
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_LOST = 0, 1, 130, 3
+_POLL = 0.3  # seconds between looks at a followed run
+
+
+def exit_code(view: RunStatus) -> int:
+    """status/attach: 0 running or succeeded, 1 failed or stopped, 3 supervisor lost."""
+    if view.state in (RUNNING, SUCCEEDED):
+        return EXIT_OK
+    if view.state == LOST:
+        return EXIT_LOST
+    return EXIT_FAILED
+
+
+def _name_dir(loaded: LoadedSpec) -> Path:
+    return loaded.base_dir / loaded.spec.run_dir / loaded.spec.name
+
+
+def _run(loaded: LoadedSpec, run_id: Optional[str]) -> Path:
+    return find_run(_name_dir(loaded), run_id)
+
+
+# ------------------------------------------------------------------ status
+
+
+def status(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
+    view = load_run(_run(loaded, args.run))
+    if args.json:
+        print(json.dumps(view.to_json(), indent=2))
+    else:
+        print("\n".join(render_status(view, args.spec)))
+    return exit_code(view)
+
+
+def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> list[str]:
+    elapsed = view.elapsed(now)
+    head = f"run {view.run_id} ({view.name}, {view.backend}): {view.state}"
+    if view.attempts:
+        head += f", attempt {view.attempts}"
+    if elapsed is not None:
+        head += f", {duration(elapsed)}" + (" elapsed" if view.state == RUNNING else "")
+    if view.state == RUNNING and view.supervisor_pid:
+        where = f" on {view.supervisor_host}" if view.supervisor_host else ""
+        head += f"; supervisor pid {view.supervisor_pid}{where}" + (" (detached)" if view.detached else "")
+    lines = [head]
+    if view.reason and view.state != SUCCEEDED:  # (why it failed or stopped, or a note on the supervisor)
+        lines.append(f"  {view.reason}")
+    lines += task_table(view)
+    if view.state == LOST:
+        lines += lost_advice(view, spec)
+    return lines
+
+
+def task_table(view: RunStatus) -> list[str]:
+    rows = [("task", "host", "state", "epoch/step", "loss", "accuracy", "examples/s", "restarts", "last line")]
+    for t in view.tasks:
+        where = "-" if t.epoch is None else f"{t.epoch}/{t.step if t.step is not None else '-'}"
+        rows.append((t.key, t.host, t.state + (" (unsupervised)" if view.state == LOST and t.alive else ""),
+                     where, _num(t.loss, 4), _num(t.accuracy, 4), _num(t.examples_per_sec, 1), str(t.restarts),
+                     t.last_line[:60]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:-1])) + "  " + r[-1] for r in rows]
+
+
+def lost_advice(view: RunStatus, spec: str) -> list[str]:
+    alive = [t.key for t in view.tasks if t.alive]
+    unknown = [t.key for t in view.tasks if t.alive is None and t.state in ("running", "starting")]
+    out = []
+    if alive:
+        out.append(f"still running without a supervisor: {', '.join(alive)}")
+    if unknown:
+        out.append(f"may still be running (not checkable from here): {', '.join(unknown)}; they stop on their own "
+                   "once their lifeline (the supervisor's connection) is gone")
+    if not alive and not unknown:
+        out.append("no task of the run is left running here (they stopped with their lifeline)")
+    out.append(f"clean up: tfcluster down {shlex.quote(spec)} --run {view.run_id}   "
+               "(stops what is left and marks the run stopped)")
+    return out
+
+
+def _num(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+# ------------------------------------------------------------------ runs
+
+
+def runs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
+    print("\n".join(render_runs(list_runs(_name_dir(loaded)), _name_dir(loaded))))
+    return EXIT_OK
+
+
+def runs_under(path: Path, console: Console) -> int:
+    """``tfcluster runs DIR``: DIR is a run_dir (one folder per spec name) or one name's folder."""
+    if not path.is_dir():
+        raise LaunchError(f"no run directory at {path}; give a cluster.yaml or a run dir such as runs/")
+    names = [path] if runs_root(path) else sorted(p for p in path.iterdir() if p.is_dir() and runs_root(p))
+    if not names:
+        print(f"no runs under {path}")
+        return EXIT_OK
+    out: list[str] = []
+    for name_dir in names:
+        out += render_runs(list_runs(name_dir), name_dir)
+    print("\n".join(out))
+    return EXIT_OK
+
+
+def render_runs(views: list[RunStatus], where: Path) -> list[str]:
+    if not views:
+        return [f"no runs under {where}"]
+    rows = [("run", "started", "duration", "outcome", "attempts", "accuracy")]
+    for v in views:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.started)) if v.started else "-"
+        elapsed = v.elapsed()
+        rows.append((v.run_id, started, duration(elapsed) if elapsed is not None else "-",
+                     v.state if v.state != LOST else "supervisor lost", str(v.attempts or "-"),
+                     _num(v.final_accuracy, 4)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [f"runs of {views[0].name} ({where}):"] + [
+        "  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+
+
+# ------------------------------------------------------------------ logs
+
+
+def logs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
+    run = _run(loaded, args.run)
+    keys = [t.key for t in load_run(run).tasks]
+    if args.task is not None and args.task not in keys:
+        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {', '.join(keys)}")
+    path = log_path(run, args.task) if args.task else run / "output.log"
+    start, end = _attempt_range(run, args.task, args.attempt)
+    if args.tail is not None and args.tail < 0:
+        raise LaunchError("--tail: give a number of lines >= 0")
+    position = _print_range(path, start, end, args.tail)
+    if not args.follow or end is not None:
+        return EXIT_OK
+    try:
+        follow([(path, position, "")], run)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tuple[int, Optional[int]]:
+    """Byte range [start, end) of attempt ``attempt`` (1-based) in the task's log or output.log."""
+    if attempt is None:
+        return 0, None
+    field = "log_offset" if task else "output_offset"
+    starts: dict[int, int] = {}
+    for e in read_events(run):
+        if e.get("event") == "start" and (task is None or e.get("task") == task) and field in e:
+            n = int(e.get("attempt", 0))
+            starts[n] = min(starts.get(n, e[field]), e[field])
+    if attempt - 1 not in starts:
+        known = ", ".join(str(n + 1) for n in sorted(starts)) or "none recorded"
+        raise LaunchError(f"--attempt: run {run.name} has no attempt {attempt}"
+                          f"{' of ' + task if task else ''}; attempts: {known}")
+    later = [off for n, off in starts.items() if n > attempt - 1]
+    return starts[attempt - 1], (min(later) if later else None)
+
+
+def _print_range(path: Path, start: int, end: Optional[int], tail: Optional[int]) -> int:
+    """Print the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read() if end is None else fh.read(max(0, end - start))
+    except FileNotFoundError:
+        return start
+    complete = data[: data.rfind(b"\n") + 1] if end is None else data
+    lines = complete.decode("utf-8", "replace").splitlines()
+    if tail is not None:
+        lines = lines[-tail:] if tail else []
+    _out("\n".join(lines) + "\n" if lines else "")
+    return start + len(complete)
+
+
+def _out(text: str, stream: Optional[TextIO] = None) -> None:
+    import sys
+
+    if text:
+        (stream or sys.stdout).write(text)
+        (stream or sys.stdout).flush()
+
+
+def follow(files: list[tuple[Path, int, str]], run: Path, stream_for=None,
+           on_state=None, interval: float = _POLL) -> RunStatus:
+    """Print new complete lines of each (path, offset, prefix) until the run is no longer
+    running (then what is left), returning the run's final view."""
+    positions = {path: offset for path, offset, _ in files}
+    prefixes = {path: prefix for path, _, prefix in files}
+
+    def drain() -> None:
+        for path in positions:
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(positions[path])
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            complete = data[: data.rfind(b"\n") + 1]
+            if complete:
+                positions[path] += len(complete)
+                text = complete.decode("utf-8", "replace")
+                if prefixes[path]:
+                    text = "".join(prefixes[path] + line + "\n" for line in text.splitlines())
+                _out(text, stream_for(path) if stream_for else None)
+
+    while True:
+        view = load_run(run, progress=False)
+        drain()
+        if on_state:
+            on_state(view)
+        if view.state != RUNNING:
+            drain()
+            return view
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------ attach
+
+
+def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
+    """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going.
+
+    On a terminal: the live panel of ``up`` (launcher/liveview.py), drawn from a ``RunView`` that
+    launcher/runfeed.py replays from the record and then follows, with task output and the
+    supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
+    run = _run(loaded, args.run)
+    view = load_run(run)
+    if view.state == RUNNING:
+        live = RunView()
+        feed = RecordFeed(run, live)
+        feed.poll()
+        if console.start_panel(live):
+            return _attach_panel(run, feed, console, args.spec)
+    renderer = TextRenderer(console, args.spec)
+    renderer.start(view)
+    if view.state != RUNNING:
+        renderer.finished(view)
+        return exit_code(view)
+    try:  # (the final view is reloaded with its task rows for the outcome)
+        final = follow([(run / "output.log", _size(run / "output.log"), ""),
+                        (run / "supervisor.log", _size(run / "supervisor.log"), "")], run,
+                       stream_for=renderer.stream_for)
+    except KeyboardInterrupt:
+        renderer.detached(view)
+        return EXIT_OK
+    final = load_run(run)
+    renderer.finished(final)
+    return exit_code(final)
+
+
+def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> int:
+    """Follow the run under the live panel ``console`` shows for ``feed.view``."""
+    renderer = TextRenderer(console, spec)
+    output, messages = run / "output.log", run / "supervisor.log"
+    at = {output: _size(output), messages: _size(messages)}
+    console.info(f"attached to run {run.name}; Ctrl-C detaches (the run goes on)")
+
+    def drain() -> None:
+        for path in at:
+            at[path], lines = _new_lines(path, at[path])
+            for line in lines:
+                key, _, rest = line[1:].partition("] ") if line.startswith("[") else ("", "", "")
+                if path == output and key:
+                    console.task_line(key, rest)
+                else:
+                    console.block([line])
+
+    try:
+        while True:
+            feed.poll()
+            drain()
+            if feed.ended:
+                break
+            state = load_run(run, progress=False)
+            if state.state != RUNNING:  # (supervisor lost: no outcome will come)
+                feed.poll()
+                drain()
+                break
+            time.sleep(_POLL)
+    except KeyboardInterrupt:
+        console.end_panel()
+        renderer.detached(load_run(run, progress=False))
+        return EXIT_OK
+    console.end_panel()  # (the supervisor's own report has scrolled by above it)
+    final = load_run(run)
+    renderer.finished(final)
+    return exit_code(final)
+
+
+def _new_lines(path: Path, offset: int) -> tuple[int, list[str]]:
+    """The complete lines of ``path`` after byte ``offset``, and the offset after them."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return offset, []
+    complete = data[: data.rfind(b"\n") + 1]
+    return offset + len(complete), complete.decode("utf-8", "replace").splitlines()
+
+
+class TextRenderer:
+    """Plain-text rendering of a run for ``attach`` when stdout is not a terminal: the status
+    block, then the output lines as they arrive (task lines on stdout, launcher messages on
+    stderr), then the outcome. (Its messages also serve the live panel's attach.)"""
+
+    def __init__(self, console: Console, spec: str) -> None:
+        self.console = console
+        self.spec = spec
+
+    def start(self, view: RunStatus) -> None:
+        self.console.block(render_status(view, self.spec))
+        if view.state == RUNNING:
+            self.console.info(f"attached to run {view.run_id}; Ctrl-C detaches (the run goes on)")
+
+    def stream_for(self, path: Path) -> TextIO:
+        return self.console.err if path.name == "supervisor.log" else self.console.out
+
+    def detached(self, view: RunStatus) -> None:
+        self.console.info(f"detached from run {view.run_id}; it goes on "
+                          f"(stop it with: tfcluster down {shlex.quote(self.spec)} --run {view.run_id})")
+
+    def finished(self, view: RunStatus) -> None:
+        if view.state == STOPPED:
+            self.console.info(f"run {view.run_id} stopped")
+        elif view.state == LOST:
+            self.console.block(lost_advice(view, self.spec))
+        elif view.state in (SUCCEEDED, FAILED):
+            self.console.info(f"run {view.run_id} {view.state}" + (f": {view.reason}" if view.reason else ""))
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
