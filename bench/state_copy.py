@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from launcher.backends.ssh import SSHBackend  # noqa: E402
-from launcher.plan import build_plan  # noqa: E402
+from launcher.backends import plan_for  # noqa: E402
 from launcher.remote.statesync import LATEST  # noqa: E402
 from launcher.spec import load_spec  # noqa: E402
 from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
@@ -71,13 +71,13 @@ def copy_throughput(lab: Lab, work: Path, mb: int, repeat: int) -> dict:
     backend = SSHBackend(loaded)
     out = {}
     try:
-        backend.preflight(build_plan(loaded.spec))
+        backend.preflight(plan_for(loaded.spec))
         areas = [LATEST + "backup"]
         for targets in (["h2"], ["h2", "h3"]):
             times = []
             for _ in range(repeat):
                 t0 = time.monotonic()
-                size = backend._state._copy("h1", targets, areas)
+                size = backend.state_sync._copy("h1", targets, areas)
                 times.append(time.monotonic() - t0)
             med = statistics.median(times)
             out[len(targets)] = {"bytes": size, "seconds": round(med, 3),

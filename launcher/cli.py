@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sys
 import threading
-from typing import Optional, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from . import __version__
 from .console import Console
@@ -20,6 +22,7 @@ from .plan import Plan, build_plan, redact_env
 from .spec import LoadedSpec, load_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,7 +47,37 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the cluster and supervise it until it succeeds or fails")
     up.add_argument("spec", metavar="FILE")
     up.add_argument("--dry-run", action="store_true", help="plan and preflight only; start nothing")
-    up.add_argument("--quiet", action="store_true", help="do not echo task output (log files still get it)")
+    up.add_argument("--quiet", action="store_true",
+                    help="show only launcher messages and the final report (log files still get task output)")
+    up.add_argument("--plain", action="store_true",
+                    help="prefixed task lines instead of the live panel, also on a terminal")
+    up.add_argument("--verbose", action="store_true",
+                    help="also show TensorFlow's known harmless start-up lines (log files always have them)")
+    up.add_argument("--detach", action="store_true",
+                    help="once every task is ready, leave the run to a background supervisor and exit 0")
+    up.add_argument("--force", action="store_true", help="start even if a run of this spec is still running")
+    up.add_argument("--supervise", metavar="RUN_ID", help=argparse.SUPPRESS)  # the detached supervisor itself
+
+    st = sub.add_parser("status", help="state of the latest (or given) run: attempt, elapsed, a row per task")
+    st.add_argument("spec", metavar="FILE")
+    st.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
+    st.add_argument("--json", action="store_true", help="machine-readable status")
+
+    lg = sub.add_parser("logs", help="a task's log, or every task's output interleaved")
+    lg.add_argument("spec", metavar="FILE")
+    lg.add_argument("task", metavar="TASK", nargs="?", help="e.g. worker:0 (default: every task, prefixed)")
+    lg.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
+    lg.add_argument("--attempt", type=int, metavar="N", help="only attempt N (1 = the first)")
+    lg.add_argument("--tail", type=int, metavar="N", help="start with the last N lines")
+
+    at = sub.add_parser("attach", help="watch a (detached) run live; Ctrl-C detaches, the run goes on")
+    at.add_argument("spec", metavar="FILE")
+    at.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
+
+    rs = sub.add_parser("runs", help="the runs of a spec (or under a run dir): id, start, duration, outcome")
+    rs.add_argument("spec", metavar="FILE", nargs="?", default=None,
+                    help="a cluster.yaml, or a run dir such as runs/ or runs/NAME (default: ./runs)")
 
     down = sub.add_parser("down", help="stop the latest (or given) run of this spec")
     down.add_argument("spec", metavar="FILE")
@@ -57,13 +90,42 @@ def _parser() -> argparse.ArgumentParser:
                     help="where to write (default: docker-compose.yml beside FILE; '-' for stdout)")
     co.add_argument("--image", metavar="IMAGE", help="image for every service (default: docker.image of the spec)")
 
+    ex = sub.add_parser("export", help="write the spec as a Kubeflow TFJob or a Vertex AI CustomJob, validated offline")
+    ex.add_argument("spec", metavar="FILE")
+    ex.add_argument("--to", required=True, choices=("tfjob", "vertex"), help="the engine that runs the job")
+    ex.add_argument("-o", "--output", metavar="PATH",
+                    help="where to write (default: NAME.tfjob.yaml / NAME.vertex.yaml beside FILE, vertex also "
+                         "writes the CustomJob .json beside the .yaml; '-' for the YAML on stdout)")
+    ex.add_argument("--image", metavar="IMAGE", help="image for every replica (default: docker.image of the spec)")
+
+    cmp = sub.add_parser("compare", help="run the same training under several strategies or specs, one after "
+                         "another, and write a table, a report and plots")
+    cmp.add_argument("spec", metavar="FILE", nargs="+", help="one spec with --strategies, or several specs")
+    cmp.add_argument("--strategies", metavar="LIST",
+                     help="comma-separated strategies to derive from each FILE, e.g. default,one_device,mirrored")
+    cmp.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per configuration (medians, min-max)")
+    cmp.add_argument("--target-accuracy", type=float, metavar="A", help="report the time to reach this test accuracy")
+    cmp.add_argument("--cpus", type=int, default=2, metavar="N",
+                     help="logical CPU devices (replicas) for mirrored/central_storage when the spec sets no "
+                          "devices.cpus (default 2; 0 = leave devices alone, e.g. to use GPUs)")
+    cmp.add_argument("--workers", type=int, default=2, metavar="N",
+                     help="workers for multi_worker_mirrored/parameter_server derived from another strategy")
+    cmp.add_argument("--progress-every", type=int, default=5, metavar="N",
+                     help="steps between progress lines: the intervals examples/s is the median of")
+
+    tb = sub.add_parser("tensorboard", help="run TensorBoard on the logs of the latest run of this spec")
+    tb.add_argument("spec", metavar="FILE")
+    tb.add_argument("--port", type=int, default=6006, help="the port TensorBoard serves on (default: 6006)")
+
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     console = Console()
     try:
-        args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        argv = list(sys.argv[1:] if argv is None else argv)
+        args = _parser().parse_args(argv)
+        args.argv = argv
         return _dispatch(args, console)
     except UserError as exc:
         for line in exc.lines:
@@ -74,6 +136,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         console.error("interrupted")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tfcluster status FILE | head`: the reader has what it wanted
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
 
 
 def main_entry() -> None:
@@ -81,8 +149,22 @@ def main_entry() -> None:
 
 
 def _dispatch(args: argparse.Namespace, console: Console) -> int:
+    if args.command == "compare":
+        return _compare(args, console)
+    if args.command == "runs" and (args.spec is None or Path(args.spec).is_dir()):
+        from .runcmds import runs_under
+
+        return runs_under(Path(args.spec or "runs"), console)
+    from .backends import backend_class, plan_for
+
     loaded = load_spec(args.spec)
-    plan = build_plan(loaded.spec)
+    plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
+    run_elsewhere = backend_class(loaded.spec.backend).run_elsewhere
+    if args.command in ("up", "status", "logs", "attach", "down", "runs") \
+            and not (args.command == "up" and (args.dry_run or args.supervise)):
+        code = run_elsewhere(loaded, args.argv, args.spec, args.command, console)
+        if code is not None:  # the supervisor and the run record live elsewhere (ssh.supervisor)
+            return code
     if args.command == "validate":
         print(f"{args.spec}: ok ({plan.strategy}, {len(plan.tasks)} tasks on {plan.backend})")
         return EXIT_OK
@@ -102,6 +184,10 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         from .down import down
 
         return down(loaded, plan, console, run_id=args.run, timeout=args.timeout)
+    if args.command in ("status", "logs", "attach", "runs"):
+        from . import runcmds
+
+        return getattr(runcmds, args.command)(loaded, args, console)
     if args.command == "compose":
         from .compose import write_compose
 
@@ -110,6 +196,19 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
             console.info(f"wrote {written} ({len(plan.tasks)} services); run: docker compose -f {written} up "
                          f"--abort-on-container-exit --exit-code-from {plan.success_task.replace(':', '-')}")
         return EXIT_OK
+    if args.command == "export":
+        from .export.write import export
+
+        result = export(loaded, args.to, args.output, image=args.image)
+        for note in result.notes:
+            console.info(note)
+        for path in result.written:
+            console.info(f"wrote {path}")
+        return EXIT_OK
+    if args.command == "tensorboard":
+        from .tensorboard import tensorboard
+
+        return tensorboard(loaded, console, port=args.port)
     raise SpecError(f"unknown command {args.command}")
 
 
@@ -119,6 +218,9 @@ def render_plan(plan: Plan, show_secrets: bool = False) -> str:
         rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", shlex.join(t.command)))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
+    if plan.placeholder:
+        out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
+                   "hosts, addresses and TF_CONFIG below are stand-ins")
     for r in rows:
         out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
     out.append("TF_CONFIG:")
@@ -134,16 +236,53 @@ def render_plan(plan: Plan, show_secrets: bool = False) -> str:
 
 
 def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Console) -> int:
-    from .backends import make_backend
+    from .rundir import new_run_id
+
+    spec = loaded.spec
+    if args.detach and not args.dry_run and not args.supervise:
+        from . import detach
+
+        run_id = new_run_id()
+        extra = [flag for flag, on in (("--quiet", args.quiet), ("--force", args.force)) if on]
+        return detach.launch(args.spec, run_id, extra, console, lambda rid: detach.commands(args.spec, rid))
+    handover = None
+    if args.supervise:
+        from .detach import Handover, ignore_hangup
+
+        ignore_hangup()
+        handover = Handover()
+        console = handover.console
+    if not args.force and not args.dry_run:
+        from .runstate import running_runs
+
+        busy = running_runs(loaded.base_dir / spec.run_dir / spec.name)
+        if busy:
+            run = busy[-1]
+            raise LaunchError(f"run {run.run_id} of {spec.name} is still running (supervisor pid {run.supervisor_pid}); "
+                              f"see `tfcluster status {args.spec}`, stop it with `tfcluster down {args.spec}`, "
+                              "or start another anyway with --force")
+    return execute(loaded, plan, console, dry_run=args.dry_run, run_id=args.supervise, handover=handover,
+                   quiet=args.quiet, verbose=args.verbose, panel=not (args.quiet or args.plain))
+
+
+def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool = False,
+            run_id: Optional[str] = None, handover=None, quiet: bool = False, verbose: bool = False,
+            panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> int:
+    """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
+    supervisor until success, failure or interruption (``tfcluster compare`` runs each
+    configuration through here too; ``on_record`` gets the run record once it exists)."""
+    from .backends import backend_class
     from .rundir import RunRecord
     from .supervisor import Supervisor
 
     spec = loaded.spec
-    record = RunRecord(loaded.base_dir / spec.run_dir, plan, on_problem=console.error)
-    backend = make_backend(spec.backend, **_backend_args(loaded, record))
+    record = RunRecord(loaded.base_dir / spec.run_dir, plan, run_id=run_id, on_problem=console.error)
+    if handover is not None:
+        record.launcher_info["detached"] = True
+    backend = backend_class(spec.backend).from_spec(loaded, record, console)
     try:
         backend.preflight(plan)
-        if args.dry_run:
+        if dry_run:
             print(render_plan(plan))
             console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
             backend.close()
@@ -153,41 +292,78 @@ def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Conso
         except OSError as exc:
             raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
                               "fix run_dir in the spec or the directory's permissions") from None
+        # The hosts the tasks get (a workload manager answers once the job is allocated).
+        plan = build_plan(spec, _stoppable(lambda: backend.allocate(spec)))
+        record.set_plan(plan)
     except BaseException:
-        backend.close()  # connections and clients opened for the preflight
+        backend.close()  # connections and clients opened for the preflight, the allocation
+        record.close()
         raise
-    console.quiet_tasks = args.quiet
+    if on_record is not None:
+        on_record(record)
+    console.quiet_tasks = quiet
+    console.verbose = verbose
     supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog)
+    if handover is not None:
+        handover.open_log(record.dir / "supervisor.log")
+        supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)
     previous = {}
 
     def on_signal(signum: int, _frame) -> None:
         supervisor.interrupt()
 
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM) + (() if handover else (signal.SIGHUP,)):
             previous[sig] = signal.signal(sig, on_signal)
     console.info(
         f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
         f"logs in {record.logs_dir}"
     )
+    if panel:
+        console.start_panel(supervisor.view)  # on a terminal only
     try:
         return supervisor.run()
     finally:
+        console.end_panel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         record.close()
 
 
-def _backend_args(loaded: LoadedSpec, record) -> dict:
-    spec = loaded.spec
-    if spec.backend == "local":
-        return {
-            "workdir": (loaded.base_dir / spec.workdir).resolve(),
-            "run_dir": record.dir,
-            "state_dir": record.state_dir,
-            "stop_grace": spec.watchdog.stop_grace,
-        }
-    return {"loaded": loaded, "record": record}
+def _stoppable(fn):
+    """Run ``fn`` with SIGTERM and SIGHUP raising KeyboardInterrupt like Ctrl-C, so `tfcluster
+    down` or a closed terminal while it blocks (a queued allocation) still runs the cleanup."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # a detached supervisor ignores SIGHUP
+    try:
+        return fn()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _compare(args: argparse.Namespace, console: Console) -> int:
+    from .compare.configs import Options, parse_strategies
+    from .compare.run import compare
+
+    try:
+        strategies = parse_strategies(args.strategies) if args.strategies is not None else ()
+    except ValueError as exc:
+        raise SpecError(f"{exc} (see 'tfcluster compare --help')") from None
+    if not strategies and len(args.spec) < 2:
+        raise SpecError("compare: give --strategies (e.g. --strategies default,mirrored) or several spec files "
+                        "(see 'tfcluster compare --help')")
+    for flag, value, low in (("--repeat", args.repeat, 1), ("--cpus", args.cpus, 0), ("--workers", args.workers, 1),
+                             ("--progress-every", args.progress_every, 1)):
+        if value < low:
+            raise SpecError(f"compare: {flag} must be >= {low}, not {value}")
+    if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
+        raise SpecError(f"compare: --target-accuracy is a test accuracy in (0, 1], not {args.target_accuracy}")
+    options = Options(strategies=strategies, repeat=args.repeat, target_accuracy=args.target_accuracy,
+                      cpus=args.cpus, workers=args.workers, progress_every=args.progress_every)
+    return compare(args.spec, options, console, argv=args.argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,8 @@ spaces. Anything else on a task's output is ordinary output. The live view, the 
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -63,3 +65,74 @@ def format_line(kind: str, **fields) -> str:
     """The line ``parse`` reads back (used by the worker's ``emit`` and by tests)."""
     parts = " ".join(f"{k}={v}" for k, v in fields.items())
     return f"{PREFIX}{kind} {parts}".rstrip()
+
+
+class Throughput:
+    """Training examples/s, the one place it is computed (the worker while it trains, ``tfcluster
+    compare`` from the progress lines): over the steps after the first (which includes tracing
+    and warm-up), from the first step's end to the last step's end -- the evaluation and saving
+    that follow training are not counted. ``batch`` is the number of examples one step consumes
+    (the global batch; under PSS one worker's batch). With ``keep_intervals`` every mark is kept,
+    so the rate between consecutive marks (and their median, which an evaluation between two
+    marks does not move) can be read too."""
+
+    def __init__(self, batch: int, keep_intervals: bool = False) -> None:
+        self.batch = batch
+        self.first_time = None
+        self.first_step = 0
+        self.last_time = None
+        self.last_step = 0
+        self._marks: Optional[list[tuple[int, float]]] = [] if keep_intervals else None
+        self._lap_time = None
+        self._lap_step = 0
+
+    def mark(self, step: int, now: Optional[float] = None) -> None:
+        """``step`` steps are done at ``now`` (any monotone step count: a global step or a
+        count of steps run)."""
+        now = time.time() if now is None else now
+        if self.first_time is None:
+            self.first_time, self.first_step = now, step
+            self._lap_time, self._lap_step = now, step
+        self.last_time, self.last_step = now, step
+        if self._marks is not None:
+            self._marks.append((step, now))
+
+    @property
+    def steps(self) -> int:
+        return self.last_step - self.first_step
+
+    def rate(self) -> float:
+        if self.first_time is None:
+            return 0.0
+        elapsed = self.last_time - self.first_time
+        return self.steps * self.batch / elapsed if self.steps > 0 and elapsed > 0 else 0.0
+
+    def intervals(self) -> list[tuple[int, float, float]]:
+        """(step, time, examples/s) for each mark after the first: the rate since the mark
+        before it (needs ``keep_intervals``)."""
+        if self._marks is None:
+            raise ValueError("Throughput(keep_intervals=True) keeps the marks intervals reads")
+        out = []
+        for (s0, t0), (s1, t1) in zip(self._marks, self._marks[1:]):
+            if s1 > s0 and t1 > t0:
+                out.append((s1, t1, (s1 - s0) * self.batch / (t1 - t0)))
+        return out
+
+    def interval_rates(self) -> list[float]:
+        """examples/s between each pair of consecutive marks (needs ``keep_intervals``)."""
+        return [rate for _, _, rate in self.intervals()]
+
+    def median_rate(self) -> float:
+        """The median of ``interval_rates`` (0.0 with fewer than two marks)."""
+        rates = self.interval_rates()
+        return statistics.median(rates) if rates else 0.0
+
+    def lap(self) -> float:
+        """examples/s since the previous lap (the first lap: since the first mark, so the
+        first step is left out as in ``rate``), and start the next lap at the last mark: an
+        epoch's own rate when called at every epoch's end."""
+        if self.first_time is None:
+            return 0.0
+        steps, elapsed = self.last_step - self._lap_step, self.last_time - self._lap_time
+        self._lap_time, self._lap_step = self.last_time, self.last_step
+        return steps * self.batch / elapsed if steps > 0 and elapsed > 0 else 0.0

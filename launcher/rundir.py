@@ -5,6 +5,8 @@ Layout under ``<spec dir>/<run_dir>/<name>/``::
     <run id>/plan.json        the plan as executed
     <run id>/events.jsonl     one JSON object per start, exit, failure, restart and the outcome
     <run id>/logs/<type>-<index>.log   each task's output, all attempts
+    <run id>/output.log       every task's output interleaved as it arrived, each line "[type:index] ..."
+    <run id>/supervisor.log   a detached supervisor's own messages (``up --detach``)
     <run id>/launcher.json    the launcher's pid and each task's pid/pgid (for ``tfcluster down``)
     latest -> <run id>
     state/                    checkpoints and backups, shared by every run of this name so a
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -36,27 +39,29 @@ class RunRecord:
     def __init__(self, root: Path, plan: Plan, run_id: Optional[str] = None,
                  on_problem: Optional[Callable[[str], None]] = None) -> None:
         self.plan = plan
-        self.run_id = run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+        self.run_id = run_id or new_run_id()
         self.name_dir = root / plan.name
         self.dir = self.name_dir / self.run_id
-        self.state_dir = self.name_dir / "state"
+        self.state_dir = state_dir(root, plan.name)
         self.logs_dir = self.dir / "logs"
         self._lock = threading.Lock()
         self._logs: dict[str, int] = {}  # key -> fd
         self._events: Optional[int] = None
+        self._output: Optional[int] = None
         self._tasks: dict[str, dict[str, Any]] = {}
+        self.allocation: dict[str, Any] = {}
         self.on_problem = on_problem or _to_stderr
         self.problems: dict[str, str] = {}  # what (a log, events.jsonl, launcher.json) -> why, once each
+        # Called with every event as written (the live view and the final report follow the run).
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.launcher_info: dict[str, Any] = {}  # more for launcher.json (e.g. detached: true)
 
     # -------------------------------------------------------------- lifecycle
 
     def create(self) -> "RunRecord":
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        plan_json = self.plan.to_json()
-        for task in plan_json["tasks"]:
-            task["env"] = redact_env(task["env"])
-        (self.dir / "plan.json").write_text(json.dumps(plan_json, indent=2) + "\n")
+        self._write_plan()
         self._events = _open_append(self.dir / "events.jsonl")
         latest = self.name_dir / "latest"
         try:
@@ -68,11 +73,34 @@ class RunRecord:
         self._write_launcher()
         return self
 
+    def set_plan(self, plan: Plan) -> None:
+        """The plan built on the backend's allocation replaces the one the record was created
+        with (placeholder hosts until a workload manager allocates the nodes)."""
+        if plan != self.plan:
+            self.plan = plan
+            self._write_plan()
+
+    def allocated(self, **info: Any) -> None:
+        """What the backend must know to release its allocation (e.g. a Slurm job id), kept in
+        launcher.json as ``allocation`` for ``tfcluster down`` (``RecordedRun.allocation``)."""
+        with self._lock:
+            self.allocation.update(info)
+        self._write_launcher()
+
+    def _write_plan(self) -> None:
+        plan_json = self.plan.to_json()
+        for task in plan_json["tasks"]:
+            task["env"] = redact_env(task["env"])
+        write_atomic(self.dir / "plan.json", json.dumps(plan_json, indent=2) + "\n")
+
     def close(self) -> None:
         with self._lock:
             for fd in self._logs.values():
                 _close(fd)
             self._logs.clear()
+            if self._output is not None:
+                _close(self._output)
+                self._output = None
             if self._events is not None:
                 _close(self._events)
                 self._events = None
@@ -81,6 +109,13 @@ class RunRecord:
 
     def event(self, kind: str, **fields: Any) -> None:
         record = {"time": round(time.time(), 3), "event": kind, **fields}
+        for listener in list(self.listeners):
+            try:
+                listener(record)
+            except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
+                self.listeners.remove(listener)
+                self.on_problem(f"the live view stopped following the run ({type(exc).__name__}: {exc}); "
+                                "the run goes on")
         data = (json.dumps(record, default=str) + "\n").encode("utf-8")
         with self._lock:
             if self._events is None:
@@ -97,6 +132,7 @@ class RunRecord:
         the task's output, and if it stopped, the task would block writing to a full pipe."""
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
         with self._lock:
+            self._append_output(b"[" + key.encode() + b"] " + data)
             if f"log:{key}" in self.problems:
                 return
             fd = self._logs.get(key)
@@ -111,8 +147,31 @@ class RunRecord:
                 self._problem(f"log:{key}", self.log_path(key), exc,
                               f"the log of {key} is no longer written; its output still shows here")
 
+    def _append_output(self, data: bytes) -> None:
+        """output.log: every task's lines in the order they arrived (caller holds the lock)."""
+        if "output.log" in self.problems:
+            return
+        try:
+            if self._output is None:
+                self._output = _open_append(self.output_path)
+            _write_all(self._output, data)
+        except OSError as exc:
+            if self._output is not None:
+                _close(self._output)
+                self._output = None
+            self._problem("output.log", self.output_path, exc,
+                          "`tfcluster logs` without a task no longer shows new lines; the task logs may still")
+
     def log_path(self, key: str) -> Path:
-        return self.logs_dir / (key.replace(":", "-") + ".log")
+        return log_path(self.dir, key)
+
+    @property
+    def output_path(self) -> Path:
+        return self.dir / "output.log"
+
+    def log_offsets(self, key: str) -> dict[str, int]:
+        """Where the next line of ``key`` will start in its log and in output.log (``logs --attempt``)."""
+        return {"log_offset": _size_of(self.log_path(key)), "output_offset": _size_of(self.output_path)}
 
     def task_started(self, key: str, **info: Any) -> None:
         with self._lock:
@@ -122,20 +181,18 @@ class RunRecord:
     def _write_launcher(self) -> None:
         data = {
             "pid": os.getpid(),
+            "host": socket.gethostname(),  # where pid means something (status checks it there)
             "start_time": start_time(os.getpid()),
             "run_id": self.run_id,
             "backend": self.plan.backend,
             "tasks": self._tasks,
+            **self.launcher_info,
         }
-        tmp = self.dir / "launcher.json.tmp"
+        if self.allocation:
+            data["allocation"] = self.allocation
         try:
-            tmp.write_text(json.dumps(data, indent=2))
-            os.replace(tmp, self.dir / "launcher.json")
+            write_atomic(self.dir / "launcher.json", json.dumps(data, indent=2))
         except OSError as exc:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
             with self._lock:
                 self._problem("launcher.json", self.dir / "launcher.json", exc,
                               "`tfcluster down` may not find the tasks started since; this launcher still stops them")
@@ -147,6 +204,50 @@ class RunRecord:
         why = exc.strerror or str(exc)
         self.problems[what] = why
         self.on_problem(f"cannot write {path}: {why}{_filesystem_note(path)}; {consequence}")
+
+
+def append_event(run_dir: Path, kind: str, **fields: Any) -> None:
+    """One event appended to a run's events.jsonl from outside its supervisor (``down`` of a run
+    whose supervisor is gone), in one write(2) like the supervisor's own."""
+    record = {"time": round(time.time(), 3), "event": kind, **fields}
+    fd = _open_append(run_dir / "events.jsonl")
+    try:
+        _write_all(fd, (json.dumps(record, default=str) + "\n").encode("utf-8"))
+    finally:
+        _close(fd)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def log_path(run_dir: Path, key: str) -> Path:
+    """``<run>/logs/<type>-<index>.log``: the one place a task's log file is named."""
+    return run_dir / "logs" / (key.replace(":", "-") + ".log")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` so that a reader (or a crash) never sees it half-written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _open_append(path: Path) -> int:
@@ -191,6 +292,27 @@ def _size(n: float) -> str:
 def _to_stderr(message: str) -> None:
     sys.stderr.write(f"tfcluster: error: {message}\n")
     sys.stderr.flush()
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's ``events.jsonl`` as written above (a line cut short by a full disk is skipped;
+    no file, no events)."""
+    events = []
+    try:
+        text = (Path(run_dir) / "events.jsonl").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+def state_dir(root: Path, name: str) -> Path:
+    """The state dir every local run of ``name`` shares (and the ssh backend fetches into)."""
+    return root / name / "state"
 
 
 def latest_run(root: Path, name: str) -> Optional[Path]:

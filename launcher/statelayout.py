@@ -14,8 +14,12 @@ CHECKPOINTS = "checkpoints"
 CUSTOM_CHECKPOINTS = CHECKPOINTS + "/custom"
 # The final SavedModel, written by the chief.
 FINAL_MODEL = "final_model"
-# TensorBoard logs (train/ from the chief, eval/ from the evaluator).
+# TensorBoard logs: the logdir of `tfcluster tensorboard`, one run per subdirectory.
 TENSORBOARD = "tensorboard"
+# The chief's training scalars (loss, accuracy, examples/s, learning rate per epoch).
+TENSORBOARD_TRAIN = TENSORBOARD + "/train"
+# The evaluator's scalars (loss, accuracy per evaluated checkpoint).
+TENSORBOARD_EVAL = TENSORBOARD + "/eval"
 
 # What every MWMS worker restores from: copied from the chief's host before each attempt when
 # the state dir is not shared (state.sync: copy). Only the latest complete checkpoint of each

@@ -17,10 +17,13 @@ from .backends.base import Backend, TaskHandle
 from .console import Console
 from .diagnose import exception_lines, hint, peer_abort, root_cause
 from .errors import LaunchError
+from .noise import is_noise
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
+from .report import location_lines, locations, task_table
 from .rundir import RunRecord
+from .runview import RunView
 from .spec import Restart, Watchdog
 
 INTERRUPTED = "interrupted"
@@ -75,13 +78,20 @@ class Supervisor:
         self._standby_active: dict[str, list] = {}  # key -> [promoted?], read by its output sink
         self._standby_at = 0.0
         self._sink_failed: set[str] = set()
+        # The run as the live panel and the final report show it, fed by events and task lines.
+        self.view = RunView()
+        record.listeners.append(self.view.event)
+        # Called once, on this thread, the first time every task of an attempt is ready
+        # (``up --detach`` hands the run over to the background then).
+        self.on_ready: Optional[Callable[[], None]] = None
 
     # -------------------------------------------------------------- public
 
     def run(self) -> int:
         """Run attempts until success, a permanent failure, the restart budget, or a stop."""
         self.record.event("run_start", run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
-                          backend=self.plan.backend, tasks=list(self.plan.keys))
+                          backend=self.plan.backend, tasks=list(self.plan.keys),
+                          run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts)
         try:
             number = 0
             while True:
@@ -191,6 +201,10 @@ class Supervisor:
                             self.record.event("ready", task=task.key, attempt=number, after=round(now - started, 3))
                     if len(ready) == len(self.plan.tasks):
                         attempt.ready_after = now - started
+                        self.record.event("attempt_ready", attempt=number, after=round(attempt.ready_after, 3))
+                        if self.on_ready is not None:
+                            on_ready, self.on_ready = self.on_ready, None
+                            on_ready()
                         if self.restart.warm_standby and number < self.restart.max_restarts:
                             self._start_standby(number + 1)
                     elif now - started > self.watchdog.startup_timeout:
@@ -235,7 +249,8 @@ class Supervisor:
             handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
-        self.record.event("start", task=key, attempt=number, host=task.host, endpoint=task.endpoint, **handle.info())
+        self.record.event("start", task=key, attempt=number, host=task.host, endpoint=task.endpoint, **handle.info(),
+                          **self.record.log_offsets(key))
 
     def _env(self, number: int) -> dict[str, str]:
         return {"TFCLUSTER_RESTART_COUNT": str(number), "TFCLUSTER_RUN_ID": self.record.run_id}
@@ -404,7 +419,8 @@ class Supervisor:
         if known:
             lines.append(f"  hint: {known}")
         lines.append(f"  last lines of {key} ({self.record.log_path(key)}):")
-        lines += [f"  | {line}" for line in tail[-_TAIL:]]
+        shown = [line for line in tail if self.console.verbose or not is_noise(line)]  # the log has them all
+        lines += [f"  | {line}" for line in shown[-_TAIL:]]
         return lines
 
     def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
@@ -428,6 +444,7 @@ class Supervisor:
                 tail.append(line)
             self._activity[key] = self.clock()
         self.record.log_line(key, line)
+        self.view.line(key, line, time.time())
         self.console.task_line(key, line)
 
     def _stop_all(self, grace: float) -> None:
@@ -449,8 +466,10 @@ class Supervisor:
     # -------------------------------------------------------------- report
 
     def _finish(self, code: int, outcome: str, reason: str = "") -> int:
-        self.record.event("outcome", outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason)
-        self._summary()
+        where = locations(self.record.state_dir, self.record.logs_dir)
+        self.record.event("outcome", outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
+                          tasks=self.view.outcome_facts(), locations=where)
+        self.console.report(task_table(self.view.snapshot()) + self._summary() + location_lines(where))
         if outcome == "succeeded":
             self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
         elif outcome == "interrupted":
@@ -459,9 +478,9 @@ class Supervisor:
             self.console.info(f"run failed; record: {self.record.dir}")
         return code
 
-    def _summary(self) -> None:
+    def _summary(self) -> list[str]:
         if not self.attempts:
-            return
+            return []
         lines = ["  attempt  started   duration  outcome"]
         for a in self.attempts:
             dur = (a.ended or time.time()) - a.started
@@ -470,5 +489,5 @@ class Supervisor:
                 what = f"failed: {a.failure.key} {a.failure.reason}"
             lines.append(f"  {a.number + 1:>7}  {time.strftime('%H:%M:%S', time.localtime(a.started))}  "
                          f"{dur:>7.1f}s  {what}")
-        self.console.block(lines)
+        return lines
 

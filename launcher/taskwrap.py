@@ -31,6 +31,9 @@ import time
 _PR_SET_PDEATHSIG = 1
 
 
+# How the wrapper says the lease ran out (the launcher recognises the line: launcher/backends/ssh_task.py).
+LEASE_EXPIRED = "no word from the launcher for"
+
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
     opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None}
     if "--" not in argv:
@@ -155,7 +158,7 @@ def main(argv: list[str]) -> int:
                     return
                 last = time.monotonic()
             elif lease > 0 and time.monotonic() - last > lease:
-                stop_group(f"no word from the launcher for {lease:g} s (lease expired)")
+                stop_group(f"{LEASE_EXPIRED} {lease:g} s (lease expired)")
                 return
 
     threading.Thread(target=watch_lifeline, daemon=True).start()

@@ -101,13 +101,9 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
     test = data.test.batch(256).cache()
     model = build_cnn(data.shape, data.num_classes, args.learning_rate)
     last = final_number(args, task, data.num_train)
-    # What tf.summary.scalar writes, without needing the tensorboard package (TF 2.21 does
-    # not install it): a float32 scalar tagged for TensorBoard's "scalars" plugin.
-    from tensorflow.core.framework import summary_pb2
+    from .tensorboard import Scalars
 
-    scalar_metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
-    writer = tf.summary.create_file_writer(str(layout.tensorboard / "eval"))
+    scalars = Scalars.eval(layout)
     final_name = layout.checkpoint_name(args.loop, last)
     print(f"worker: evaluator watching {watch} (final checkpoint: {final_name}, "
           f"{len(baseline)} earlier checkpoint(s) skipped, timeout {args.eval_timeout:g} s)", flush=True)
@@ -123,10 +119,7 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
                                      "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE") if n in names), None)
         global_step = int(tf.train.load_variable(prefix, step_key)) if step_key else number
         loss, accuracy = model.evaluate(test, verbose=0)
-        with writer.as_default():
-            for tag, value in (("loss", loss), ("accuracy", accuracy)):
-                tf.summary.write(tag, tf.constant(value, tf.float32), step=global_step, metadata=scalar_metadata)
-        writer.flush()
+        scalars.write(global_step, loss=loss, accuracy=accuracy)
         emit("eval", checkpoint=Path(prefix).name, global_step=global_step, loss=f"{loss:.4f}",
              accuracy=f"{accuracy:.4f}", time=f"{time.time():.3f}")
 

@@ -4,7 +4,8 @@
     model_dir/checkpoints/ckpt-NNN      ModelCheckpoint weights per epoch (fit; NNN = epoch)
     model_dir/checkpoints/custom/ckpt-N tf.train.CheckpointManager (custom loop; N = global step)
     model_dir/final_model/              the final Keras SavedModel (chief only)
-    model_dir/tensorboard/{train,eval}  TensorBoard logs
+    model_dir/tensorboard/train         the chief's training scalars per epoch (worker/tensorboard.py)
+    model_dir/tensorboard/eval          the evaluator's scalars per checkpoint
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class Layout:
     @property
     def tensorboard(self) -> Path:
         return self.root / names.TENSORBOARD
+
+    @property
+    def tensorboard_train(self) -> Path:
+        return self.root / names.TENSORBOARD_TRAIN
+
+    @property
+    def tensorboard_eval(self) -> Path:
+        return self.root / names.TENSORBOARD_EVAL
 
     def fit_checkpoint(self) -> str:
         """ModelCheckpoint's filepath pattern (formatted by tf_keras with the epoch)."""

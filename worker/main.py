@@ -56,7 +56,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--no-graceful-preemption", action="store_true",
                    help="synchronous strategies: do not all-reduce the replicas' SIGTERM flags each step (then "
                         "SIGTERM waits for the launcher's SIGKILL and up to --save-freq steps are redone)")
-    p.add_argument("--progress-every", type=int, default=10, help="print a progress line every N steps")
+    p.add_argument("--progress-every", type=int, default=int(os.environ.get("TFCLUSTER_PROGRESS_EVERY") or 10),
+                   help="print a progress line every N steps (default: $TFCLUSTER_PROGRESS_EVERY or 10)")
+    p.add_argument("--epoch-eval", action="store_true", default=os.environ.get("TFCLUSTER_EPOCH_EVAL") == "1",
+                   help="evaluate on the test split after every epoch (test_loss=, test_accuracy= on the epoch "
+                        "line; `tfcluster compare` sets $TFCLUSTER_EPOCH_EVAL=1 for its accuracy curves)")
     p.add_argument("--step-delay", type=float, default=0.0,
                    help="sleep this many seconds per step (slows demos and fault-injection tests)")
     p.add_argument("--seed", type=int, default=0)
@@ -80,6 +84,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--epochs must be >= 1")
     if args.batch_size < 1:
         p.error("--batch-size must be >= 1")
+    if args.progress_every < 1:
+        p.error("--progress-every must be >= 1")
     if args.steps_per_execution < 1:
         p.error("--steps-per-execution must be >= 1")
     if args.cpus < 0:

@@ -8,40 +8,14 @@ Lines start with ``tfcluster-<kind>`` (start, first_step, step, epoch, result, .
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import tf_keras as keras
 
+# The one place examples/s is computed (TF-free: the launcher's live view and tfcluster compare use it too).
+from launcher.progress import Throughput  # noqa: F401
 
-class Throughput:
-    """Training examples/s, the one place it is computed: over the steps after the first (which
-    includes tracing and warm-up), from the first step's end to the last step's end -- the
-    evaluation and saving that follow training are not counted. ``batch`` is the number of
-    examples one step consumes (the global batch; under PSS one worker's batch)."""
-
-    def __init__(self, batch: int) -> None:
-        self.batch = batch
-        self.first_time = None
-        self.first_step = 0
-        self.last_time = None
-        self.last_step = 0
-
-    def mark(self, step: int, now: float | None = None) -> None:
-        """``step`` steps are done at ``now`` (any monotone step count: a global step or a
-        count of steps run)."""
-        now = time.time() if now is None else now
-        if self.first_time is None:
-            self.first_time, self.first_step = now, step
-        self.last_time, self.last_step = now, step
-
-    @property
-    def steps(self) -> int:
-        return self.last_step - self.first_step
-
-    def rate(self) -> float:
-        if self.first_time is None:
-            return 0.0
-        elapsed = self.last_time - self.first_time
-        return self.steps * self.batch / elapsed if self.steps > 0 and elapsed > 0 else 0.0
+from .tensorboard import Scalars, learning_rate
 
 
 def emit(kind: str, **fields) -> None:
@@ -49,9 +23,25 @@ def emit(kind: str, **fields) -> None:
     print(f"tfcluster-{kind} {parts}", flush=True)
 
 
+def epoch_end(epoch: int, global_step: int, loss: float, accuracy: float, throughput: Throughput, optimizer,
+              scalars: Optional[Scalars], extra: Optional[dict] = None) -> None:
+    """The end of an epoch, reported in one place by every loop: the ``tfcluster-epoch`` line
+    and (the chief's ``scalars``) the same numbers as TensorBoard scalars at ``global_step``.
+    examples/s is the epoch's own (``Throughput.lap``; the first epoch of an attempt leaves
+    out its first step). ``extra``: more fields for the line (--epoch-eval's test_loss and
+    test_accuracy)."""
+    rate, lr = throughput.lap(), learning_rate(optimizer)
+    emit("epoch", epoch=epoch, global_step=global_step, loss=f"{loss:.4f}", accuracy=f"{accuracy:.4f}",
+         examples_per_sec=f"{rate:.1f}", learning_rate=f"{lr:.6g}", **(extra or {}), time=f"{time.time():.3f}")
+    if scalars is not None:
+        scalars.write(global_step, loss=loss, accuracy=accuracy, examples_per_sec=rate, learning_rate=lr)
+
+
 class ProgressLogger(keras.callbacks.Callback):
-    def __init__(self, every: int = 10, global_batch: int = 0, start_fields: dict | None = None) -> None:
+    def __init__(self, every: int = 10, global_batch: int = 0, start_fields: dict | None = None,
+                 scalars: Optional[Scalars] = None) -> None:
         super().__init__()
+        self.scalars = scalars
         self.start_fields = dict(start_fields or {})  # appended to the start line (strategy, replicas, ...)
         self.every = max(1, every)
         self.global_batch = global_batch
@@ -82,7 +72,8 @@ class ProgressLogger(keras.callbacks.Callback):
         self.throughput.mark(self.steps_run)
         if self.first_step_time is None:
             self.first_step_time = time.time()
-            emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
+            emit("first_step", epoch=self._epoch, step=batch, global_step=int(self.model.optimizer.iterations.numpy()),
+                 time=f"{self.first_step_time:.3f}")
         if (batch + 1) % self.every == 0:
             # The epoch's running loss and accuracy so far (true under MWMS only with the
             # model's distribute_reduction_method "first": see sync.run_fit).
@@ -93,8 +84,11 @@ class ProgressLogger(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        emit("epoch", epoch=epoch + 1, loss=f"{logs.get('loss', float('nan')):.4f}",
-             accuracy=f"{logs.get('accuracy', float('nan')):.4f}", time=f"{time.time():.3f}")
+        # With validation_data (--epoch-eval) fit has evaluated the test split: test_* fields.
+        tested = {f"test_{k}": f"{float(logs['val_' + k]):.4f}" for k in ("loss", "accuracy") if "val_" + k in logs}
+        epoch_end(epoch + 1, int(self.model.optimizer.iterations.numpy()), float(logs.get("loss", float("nan"))),
+                  float(logs.get("accuracy", float("nan"))), self.throughput, self.model.optimizer, self.scalars,
+                  extra=tested)
 
     def examples_per_sec(self) -> float:
         return self.throughput.rate()

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
 import math
 import os
@@ -37,7 +38,8 @@ from . import data as data_lib
 from .cluster import TaskInfo
 from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
-from .progress import Throughput, emit
+from .progress import Throughput, emit, epoch_end
+from .tensorboard import Scalars
 
 
 def run_pss(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
@@ -178,6 +180,23 @@ def make_dataset_fn(args: argparse.Namespace):
 def evaluate_and_save(model: keras.Model, data: data_lib.Data, args: argparse.Namespace, final: Path) -> tuple:
     """Evaluate on the chief (exact, every test example once) with a plain copy of the model,
     and save that copy: a SavedModel that loads without a cluster or a partitioner."""
+    loss, accuracy, plain = evaluate_plain(model, data, args)
+    plain.save(str(final), save_format="tf")
+    emit("saved", path=final)
+    return loss, accuracy
+
+
+def evaluate_plain(model: keras.Model, data: data_lib.Data, args: argparse.Namespace) -> tuple:
+    """(loss, accuracy, copy): the test split evaluated on the chief with a plain copy of the
+    model's current weights (also after every epoch with --epoch-eval). In a thread of its own:
+    fit's callbacks run inside the strategy's scope, where the copy would be built on the ps and
+    evaluated through the coordinator; a strategy scope holds only in the thread that entered it."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tfcluster-eval") as pool:
+        return pool.submit(_evaluate_plain, model, data, args).result()
+
+
+def _evaluate_plain(model: keras.Model, data: data_lib.Data, args: argparse.Namespace) -> tuple:
+    assert not tf.distribute.has_strategy(), "evaluate_plain must run outside a strategy scope"
     plain = build_cnn(data.shape, data.num_classes, args.learning_rate)
     # Through a checkpoint: it stores partitioned variables as whole tensors (saved slices),
     # so it restores into the unpartitioned copy whatever the sharding was.
@@ -188,9 +207,7 @@ def evaluate_and_save(model: keras.Model, data: data_lib.Data, args: argparse.Na
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     loss, accuracy = plain.evaluate(data.test.batch(256), verbose=0)
-    plain.save(str(final), save_format="tf")
-    emit("saved", path=final)
-    return loss, accuracy
+    return loss, accuracy, plain
 
 
 def steps_per_epoch(args: argparse.Namespace, data: data_lib.Data) -> int:
@@ -205,8 +222,11 @@ class PssProgress(keras.callbacks.Callback):
     accept RemoteValue logs (``_supports_tf_logs``); we never read the logs per batch, only the
     optimizer's step counter on the ps."""
 
-    def __init__(self, every: int, batch: int, step_delay: float = 0.0, start_fields: dict | None = None) -> None:
+    def __init__(self, every: int, batch: int, step_delay: float = 0.0, start_fields: dict | None = None,
+                 evaluate=None, scalars: Scalars | None = None) -> None:
         super().__init__()
+        self.evaluate = evaluate  # --epoch-eval: model -> (test loss, test accuracy) after every epoch
+        self.scalars = scalars
         self.start_fields = dict(start_fields or {})
         self._supports_tf_logs = True
         self.every = max(1, every)
@@ -235,7 +255,8 @@ class PssProgress(keras.callbacks.Callback):
             self.model._cluster_coordinator.join()
             self.first_step_time = time.time()
             self.throughput.mark(int(self.model.optimizer.iterations.numpy()), self.first_step_time)
-            emit("first_step", epoch=self._epoch, step=batch, time=f"{self.first_step_time:.3f}")
+            emit("first_step", epoch=self._epoch, step=batch, global_step=int(self.model.optimizer.iterations.numpy()),
+                 time=f"{self.first_step_time:.3f}")
         # ``batch`` is the last step of the execution (several with --steps-per-execution).
         if (batch + 1) // self.every > self._emitted:
             self._emitted = (batch + 1) // self.every
@@ -248,9 +269,13 @@ class PssProgress(keras.callbacks.Callback):
         logs = logs or {}
         self.last_global = int(self.model.optimizer.iterations.numpy())  # exact: fit joined
         self.throughput.mark(self.last_global)
-        emit("epoch", epoch=epoch + 1, global_step=self.last_global,
-             loss=f"{float(logs.get('loss', float('nan'))):.4f}",
-             accuracy=f"{float(logs.get('accuracy', float('nan'))):.4f}", time=f"{time.time():.3f}")
+        tested = {}
+        if self.evaluate is not None:
+            test_loss, test_accuracy = self.evaluate(self.model)
+            tested = {"test_loss": f"{test_loss:.4f}", "test_accuracy": f"{test_accuracy:.4f}"}
+        epoch_end(epoch + 1, self.last_global, float(logs.get("loss", float("nan"))),
+                  float(logs.get("accuracy", float("nan"))), self.throughput, self.model.optimizer, self.scalars,
+                  extra=tested)
 
     def examples_per_sec(self) -> float:
         return self.throughput.rate()
@@ -272,7 +297,10 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
                           steps_per_execution=args.steps_per_execution)
     describe_partitioning(model)
     progress = PssProgress(args.progress_every, args.batch_size, args.step_delay * args.steps_per_execution,
-                           start_fields=start_fields(strategy, task, args.batch_size))
+                           start_fields={**start_fields(strategy, task, args.batch_size),
+                                         "epochs": args.epochs, "steps_per_epoch": steps},
+                           evaluate=(lambda m: evaluate_plain(m, data, args)[:2]) if args.epoch_eval else None,
+                           scalars=Scalars.train(p, task))
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_dir=str(p.backup), delete_checkpoint=True),
         keras.callbacks.ModelCheckpoint(filepath=p.fit_checkpoint(), save_weights_only=True),
@@ -359,8 +387,9 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
     global_step = int(optimizer.iterations.numpy())
     epoch, step_in_epoch = divmod(global_step, per_epoch)
     emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
-         **start_fields(strategy, task, batch))
+         **start_fields(strategy, task, batch), epochs=args.epochs, steps_per_epoch=per_epoch)
     start_global = global_step
+    scalars = Scalars.train(p, task)
     train_loss = train_acc = float("nan")
     first_step_time = None
     throughput = Throughput(batch)
@@ -390,7 +419,7 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         if first_step_time is None:
             first_step_time = time.time()
             emit("first_step", epoch=(global_step - 1) // per_epoch, step=(global_step - 1) % per_epoch,
-                 time=f"{first_step_time:.3f}")
+                 global_step=global_step, time=f"{first_step_time:.3f}")
         if global_step % args.progress_every == 0:
             emit("step", epoch=(global_step - 1) // per_epoch, step=(global_step - 1) % per_epoch + 1,
                  global_step=global_step, time=f"{time.time():.3f}")
@@ -398,8 +427,12 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
             n = float(loss_count.numpy())
             train_loss = float(loss_sum.numpy()) / n if n else float("nan")
             train_acc = float(train_accuracy.result())
-            emit("epoch", epoch=math.ceil(global_step / per_epoch), global_step=global_step,
-                 loss=f"{train_loss:.4f}", accuracy=f"{train_acc:.4f}", time=f"{time.time():.3f}")
+            tested = {}
+            if args.epoch_eval:
+                test_loss, test_accuracy = evaluate_plain(model, data, args)[:2]
+                tested = {"test_loss": f"{test_loss:.4f}", "test_accuracy": f"{test_accuracy:.4f}"}
+            epoch_end(math.ceil(global_step / per_epoch), global_step, train_loss, train_acc, throughput, optimizer,
+                      scalars, extra=tested)
             train_accuracy.reset_states()
             loss_sum.assign(0.0)
             loss_count.assign(0.0)

@@ -30,7 +30,8 @@ from .cluster import TaskInfo
 from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
-from .progress import ProgressLogger, Throughput, emit
+from .progress import ProgressLogger, Throughput, emit, epoch_end
+from .tensorboard import Scalars
 
 
 class StepDelay(keras.callbacks.Callback):
@@ -84,7 +85,9 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
 
     progress = ProgressLogger(every=args.progress_every, global_batch=global_batch,
                               start_fields={"strategy": args.strategy, "replicas": strategy.num_replicas_in_sync,
-                                            "global_batch": global_batch})
+                                            "global_batch": global_batch,
+                                            "epochs": args.epochs, "steps_per_epoch": steps},
+                              scalars=Scalars.train(layout, task))
     backup = keras.callbacks.BackupAndRestore(
         backup_dir=str(layout.backup),
         # Always a step count ("epoch" = one epoch's steps): then a restore resumes inside an
@@ -109,7 +112,8 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
     if args.step_delay > 0:
         callbacks.append(StepDelay(args.step_delay))
     try:
-        history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+        history = model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0,
+                            validation_data=test if args.epoch_eval else None)
     except Preempted:
         return PREEMPTED_EXIT
     loss, accuracy = model.evaluate(test, verbose=0)
@@ -165,6 +169,11 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
             test_loss.update_state(loss_fn(labels, logits))
         strategy.run(fn, args=(next(iterator),))
 
+    def evaluate() -> None:
+        test_iterator = iter(dist_test)
+        for _ in range(data.num_test // global_batch):
+            test_step(test_iterator)
+
     # Checkpoints: everyone reads the chief's; only the chief's writes are kept.
     ckpt_dir = layout.custom_checkpoints
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
@@ -183,9 +192,11 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
     total_steps = args.epochs * steps_per_epoch
     epoch, step_in_epoch = divmod(global_step, steps_per_epoch)
     emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
-         strategy=args.strategy, replicas=strategy.num_replicas_in_sync, global_batch=global_batch)
+         strategy=args.strategy, replicas=strategy.num_replicas_in_sync, global_batch=global_batch,
+         epochs=args.epochs, steps_per_epoch=steps_per_epoch)
     save_every = steps_per_epoch if args.save_freq == "epoch" else int(args.save_freq)
     iterator = iter(dist_train)
+    scalars = Scalars.train(layout, task)
     steps_run = 0
     throughput = Throughput(global_batch)
     loss_sum, loss_steps = 0.0, 0  # the epoch's mean loss, as fit reports it
@@ -197,8 +208,8 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         loss_sum, loss_steps = loss_sum + float(loss), loss_steps + 1
         throughput.mark(steps_run)
         if steps_run == 1:
-            emit("first_step", epoch=global_step // steps_per_epoch, step=(global_step - 1) % steps_per_epoch,
-                 time=f"{throughput.first_time:.3f}")
+            emit("first_step", epoch=(global_step - 1) // steps_per_epoch, step=(global_step - 1) % steps_per_epoch,
+                 global_step=global_step, time=f"{throughput.first_time:.3f}")
         if int(preempted.numpy()) > 0:
             save(global_step)
             emit("preempted", global_step=global_step, saved=ckpt_dir)
@@ -211,16 +222,23 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
             time.sleep(args.step_delay)
         if global_step % steps_per_epoch == 0:
             train_loss, train_acc = loss_sum / loss_steps, float(train_accuracy.result())
-            emit("epoch", epoch=global_step // steps_per_epoch, loss=f"{train_loss:.4f}",
-                 accuracy=f"{train_acc:.4f}", time=f"{time.time():.3f}")
+            tested = {}
+            if args.epoch_eval:  # the test split now, as fit's validation_data does
+                test_accuracy.reset_states()
+                test_loss.reset_states()
+                evaluate()
+                tested = {"test_loss": f"{float(test_loss.result()):.4f}",
+                          "test_accuracy": f"{float(test_accuracy.result()):.4f}"}
+            epoch_end(global_step // steps_per_epoch, global_step, train_loss, train_acc, throughput, optimizer,
+                      scalars, extra=tested)
             train_accuracy.reset_states()
             loss_sum, loss_steps = 0.0, 0
         if global_step % save_every == 0 or global_step == total_steps:  # the evaluator waits for the last
             save(global_step)
 
-    test_iterator = iter(dist_test)
-    for _ in range(data.num_test // global_batch):
-        test_step(test_iterator)
+    test_accuracy.reset_states()
+    test_loss.reset_states()
+    evaluate()
     save_final_model(model, layout.final, task)
     emit("result", task=task.key, epochs=args.epochs, steps_run=steps_run,
          examples_per_sec=f"{throughput.rate():.1f}", accuracy=f"{float(test_accuracy.result()):.4f}",

@@ -1,7 +1,148 @@
+"""Session fixtures shared by the integration suites: the ssh lab, the Slurm lab, the private
+Docker engine and its images (used by tests/integration/ssh/, slurm/, docker/ and the backend
+contract suite, so a session starts each at most once)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
 import pytest
+
+from tests.prereq import require, require_root, require_tool
 
 
 @pytest.fixture(scope="session")
 def tfds_dir(tmp_path_factory):
     """One TFDS data dir per session: the offline digits dataset is built once, by the first run."""
     return tmp_path_factory.mktemp("tfds")
+
+
+# ---------------------------------------------------------------- ssh: a lab of sshd hosts
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """Three hosts in network namespaces, each with its own sshd (see ssh/netlab.py)."""
+    from tests.integration.ssh.netlab import Lab, have_prereqs
+
+    require_root()
+    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("ssh-keygen", "openssh-client"),
+                      ("nft", "nftables")):
+        require_tool(tool, pkg)
+    reason = have_prereqs()
+    require(reason is None, reason or "")
+    root = Path(tempfile.mkdtemp(prefix="tfcs-lab-"))
+    # Private per-host dirs (own tmpfs each) for the state dir tests; every other path is shared.
+    lab = Lab(root, count=3, private=root / "private")
+    try:
+        lab.start()
+    except Exception:
+        lab.stop()
+        raise
+    try:
+        yield lab
+    finally:
+        lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- slurm: a real Slurm cluster
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """munged, slurmctld and one slurmd per network namespace (see slurm/slurmlab.py)."""
+    from tests.integration.slurm.slurmlab import SlurmLab, have_prereqs
+
+    require_root()
+    reason = have_prereqs()
+    require(reason is None, reason or "")
+    root = Path(tempfile.mkdtemp(prefix="tfsl-lab-"))
+    lab = SlurmLab(root, count=3)
+    try:
+        lab.start()
+    except Exception:
+        lab.stop()
+        raise
+    try:
+        yield lab
+    finally:
+        lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- docker: a private engine
+#
+# The engine is started with its own data root, exec root, socket and pidfile and
+# ``--iptables=false`` (it touches no firewall rule of the machine), and stopped at the end.
+# Without root or the tools these tests skip with a reason; under CI=true they fail.
+
+
+def _docker_prereqs() -> None:
+    require_root()
+    require_tool("dockerd", "docker.io")
+    require_tool("docker", "docker.io")
+    require_tool("debootstrap", "debootstrap")
+    require(Path("/sys/fs/cgroup").is_dir(), "no cgroup file system: containers cannot run here")
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    from tests.integration.docker import engine as eng
+
+    _docker_prereqs()
+    with eng.session_lock():
+        engine = eng.start_dockerd(timeout=60)
+        _docker_cleanup(engine)  # containers a killed earlier session left in the cached data root
+        try:
+            yield engine
+        finally:
+            _docker_cleanup(engine)
+            eng.stop_dockerd(engine)
+
+
+def _docker_cleanup(engine) -> None:
+    """Remove whatever a failed test left in the private engine (it is ours alone)."""
+    from tests.integration.docker import engine as eng
+
+    try:
+        client = engine.client()
+        for c in client.containers.list(all=True):
+            c.remove(force=True)
+        for n in client.networks.list():
+            if n.name not in ("bridge", "host", "none"):
+                n.remove()
+        client.close()
+    except Exception as exc:  # noqa: BLE001
+        eng.log(f"cleanup of the private engine failed: {exc}")
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_engine) -> str:
+    from tests.integration.docker import engine as eng
+
+    eng.ensure_base_image(docker_engine)
+    return eng.BASE_IMAGE
+
+
+@pytest.fixture(scope="session")
+def wheelhouse_url() -> Iterator[str]:
+    from tests.integration.docker import engine as eng
+
+    wheels = eng.ensure_wheelhouse()
+    with eng.serve_dir(wheels) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def worker_image(docker_engine, base_image: str, wheelhouse_url: str) -> str:
+    """docker/Dockerfile built on the debootstrap base, offline (layers cached across sessions)."""
+    from tests.integration.docker import engine as eng
+
+    took = eng.build_worker_image(docker_engine, wheelhouse_url)
+    os.environ.setdefault("TFCLUSTER_TEST_IMAGE_BUILD_SECONDS", f"{took:.0f}")
+    return eng.WORKER_IMAGE

@@ -10,13 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.integration.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
-                                     up, wait_line, write_spec)
+                                     tensorboard_scalars, up, wait_line, write_spec)
 from tests.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -46,26 +45,6 @@ def run_with_kill(spec: Path, wait_pattern: str, key: str, then: str | None = No
     return out
 
 
-def tensorboard_scalars(logdir: Path) -> list[tuple[str, int, float]]:
-    """(tag, step, value) from the evaluator's event files, read by TF in a subprocess."""
-    code = textwrap.dedent(f"""\
-        import glob, json
-        import tensorflow as tf
-        out = []
-        for path in sorted(glob.glob({str(logdir)!r} + "/events.out.tfevents.*")):
-            for event in tf.compat.v1.train.summary_iterator(path):
-                for v in event.summary.value:
-                    out.append((v.tag, event.step, float(tf.make_ndarray(v.tensor)), v.metadata.plugin_data.plugin_name))
-        print(json.dumps(out))
-    """)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = json.loads(res.stdout.strip().splitlines()[-1])
-    assert all(r[3] == "scalars" for r in rows), rows
-    return [(t, s, v) for t, s, v, _ in rows]
-
-
 def test_pss_fit_with_evaluator_succeeds_and_every_task_is_stopped(tmp_path, tfds_dir):
     spec = pss_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 10 --progress-every 5")
     result = up(spec, timeout=RUN_TIMEOUT)
@@ -83,6 +62,16 @@ def test_pss_fit_with_evaluator_succeeds_and_every_task_is_stopped(tmp_path, tfd
     assert progress(out, "eval_done", "evaluator:0")[0]["reason"] == "final"
     scalars = tensorboard_scalars(run_dir(spec).parent / "state" / "tensorboard" / "eval")
     assert sorted((t, s) for t, s, _ in scalars) == [("accuracy", 10), ("accuracy", 20), ("loss", 10), ("loss", 20)]
+    # The coordinator's training scalars, next to eval/: the epoch lines' numbers at their global steps.
+    train = {(t, s): v for t, s, v in tensorboard_scalars(run_dir(spec).parent / "state" / "tensorboard" / "train")}
+    for e in progress(out, "epoch", "chief:0"):
+        g = int(e["global_step"])
+        assert (train[("loss", g)], train[("accuracy", g)]) == pytest.approx(
+            (float(e["loss"]), float(e["accuracy"])), abs=6e-5), (train, e)
+        assert train[("examples_per_sec", g)] == pytest.approx(float(e["examples_per_sec"]), abs=0.06) and \
+            train[("examples_per_sec", g)] > 0, (train, e)
+        assert train[("learning_rate", g)] == pytest.approx(1e-3), train
+    assert sorted({s for _, s in train}) == [10, 20], train
     assert (run_dir(spec).parent / "state" / "final_model" / "saved_model.pb").is_file()
     # Success followed the chief; the servers, which never exit on their own, were stopped.
     evs = events(spec)

@@ -1,6 +1,7 @@
 """The single-host strategies end to end through ``tfcluster up`` (issue 11): one task, no TF
 cluster, the CNN trained with ``model.fit`` and then the custom loop, the replica count each
-strategy reports, resume after a SIGKILL, and the TPU error path on a machine without a TPU.
+strategy reports, resume after a SIGKILL (fit and custom loop), graceful preemption (SIGTERM: the
+step is saved, the restart resumes there), and the TPU error path on a machine without a TPU.
 (multi_worker_mirrored and parameter_server train, with both loops, in test_worker_metrics.py.)"""
 
 from __future__ import annotations
@@ -43,22 +44,52 @@ def test_single_host_strategy_trains_with_fit_then_custom_loop(tmp_path, tfds_di
     assert_no_processes(spec)
 
 
-# central_storage too: tf_keras' BackupAndRestore refuses it unless sync.py lets it in.
-@pytest.mark.parametrize("strategy", ["mirrored", "central_storage"])
-def test_sigkill_resumes_from_the_backup(tmp_path, tfds_dir, strategy):
-    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 20 --batch-size 16 "
-                      "--progress-every 5 --save-freq 5 --step-delay 0.05", tasks="{worker: 1}", strategy=strategy,
+RESUMABLE = ("python -m worker --epochs 2 --steps-per-epoch 20 --batch-size 16 --progress-every 5 --save-freq 5 "
+             "--step-delay 0.05")
+
+
+# central_storage and one_device too: tf_keras' BackupAndRestore refuses them unless sync.py
+# lets them in. The custom loop resumes from its CheckpointManager instead.
+@pytest.mark.parametrize("strategy, loop", [
+    ("mirrored", "fit"), ("central_storage", "fit"), ("mirrored", "custom"), ("one_device", "fit")])
+def test_sigkill_resumes_from_the_backup(tmp_path, tfds_dir, strategy, loop):
+    replicas = 1 if strategy == "one_device" else 2
+    spec = write_spec(tmp_path, tfds_dir, f"{RESUMABLE} --loop {loop}", tasks="{worker: 1}", strategy=strategy,
                       extra="devices: {cpus: 2}\nrestart: {max_restarts: 1}\n")
     code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=1 step=5 ",
                                     lambda proc: kill_task(spec, "worker:0", signal.SIGKILL))])
     assert code == 0, out[-4000:]
     assert "worker:0 failed: killed by SIGKILL (exit 137)" in out
     first, resumed = progress(out, "start")
-    assert first["global_step"] == "0" and resumed["replicas"] == "2"
+    assert first["global_step"] == "0" and resumed["replicas"] == str(replicas)
     # Killed after global step 25 with a backup every 5 steps: resumed in epoch 1 at 25 (or 20
     # if the kill came mid-save).
     assert resumed["epoch"] == "1" and int(resumed["global_step"]) in (20, 25), resumed
     assert int(progress(out, "result")[0]["steps_run"]) == 40 - int(resumed["global_step"])
+    assert_no_processes(spec)
+
+
+@pytest.mark.parametrize("strategy, loop", [("mirrored", "custom"), ("one_device", "fit"), ("default", "custom")])
+def test_sigterm_saves_the_step_and_the_restart_resumes_there(tmp_path, tfds_dir, strategy, loop):
+    """Graceful preemption under a single-host strategy: SIGTERM to the task (a spot VM's
+    shutdown notice) saves the current step, exit 143 is retried, and the next attempt starts
+    at exactly that step: zero steps lost."""
+    spec = write_spec(tmp_path, tfds_dir, f"{RESUMABLE} --save-freq epoch --loop {loop}", tasks="{worker: 1}",
+                      strategy=strategy, extra="devices: {cpus: 2}\nrestart: {max_restarts: 1}\n")
+    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
+                                    lambda proc: kill_task(spec, "worker:0", signal.SIGTERM))])
+    assert code == 0, out[-4000:]
+    [preempted] = progress(out, "preempted")
+    saved = int(preempted["global_step"])
+    # Saved mid-epoch although backups come once an epoch: the preemption save, not a backup.
+    assert 10 <= saved < 20, preempted
+    assert "worker:0 failed: killed by SIGTERM (exit 143)" in out, out[-3000:]
+    first, resumed = progress(out, "start")
+    assert first["global_step"] == "0" and int(resumed["global_step"]) == saved, (first, resumed)
+    assert (resumed["epoch"], resumed["step"]) == ("0", str(saved)), resumed
+    [result] = progress(out, "result")
+    assert int(result["steps_run"]) == 40 - saved, result  # the rest, nothing redone
+    assert 0.0 <= float(result["accuracy"]) <= 1.0
     assert_no_processes(spec)
 
 

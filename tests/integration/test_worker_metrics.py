@@ -33,6 +33,8 @@ def check_numbers(out: str, task: str, batch: int, step_metrics: bool = True) ->
     """Sanity and cross-checks on one task's lines; returns its epoch (loss, accuracy) and result."""
     [start] = progress(out, "start", task)
     assert int(start["global_batch"]) == batch, start
+    # The totals the live panel shows progress against.
+    assert (int(start["epochs"]), int(start["steps_per_epoch"])) == (EPOCHS, STEPS), start
     epochs = progress(out, "epoch", task)
     assert [int(e["epoch"]) for e in epochs] == list(range(1, EPOCHS + 1)), out[-3000:]
     metrics = [(float(e["loss"]), float(e["accuracy"])) for e in epochs]
@@ -51,6 +53,8 @@ def check_numbers(out: str, task: str, batch: int, step_metrics: bool = True) ->
     # examples/s against an independent measure: the steps after the first, over the time from
     # the first step's line to the last epoch's line.
     [first] = progress(out, "first_step", task)
+    # The first step's position agrees with itself: global step = epoch * steps + step + 1.
+    assert int(first["global_step"]) == int(first["epoch"]) * STEPS + int(first["step"]) + 1, first
     times = [float(first["time"])] + [float(s["time"]) for s in step_lines.values()] + [float(epochs[-1]["time"])]
     assert times == sorted(times), times  # every step line stamped, in order, within the training
     steps = int(result.get("global_step") or result["steps_run"]) - 1

@@ -102,6 +102,32 @@ def assert_no_processes(spec: Path) -> None:
     wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 15, what="every process of the run to exit")
 
 
+def tensorboard_scalars(logdir: Path, pattern: str = "events.out.tfevents.*",
+                        only_scalars: bool = True) -> list[tuple[str, int, float]]:
+    """(tag, step, value) of every scalar in the event files under ``logdir`` matching
+    ``pattern`` (a glob, ``**/`` for subdirectories), read by TF in a subprocess. With
+    ``only_scalars`` every summary in them must be a scalar; else others (a model's config as
+    text, a graph) are left out."""
+    code = textwrap.dedent(f"""\
+        import glob, json
+        import tensorflow as tf
+        out = []
+        for path in sorted(glob.glob({str(logdir)!r} + "/" + {pattern!r}, recursive=True)):
+            for event in tf.compat.v1.train.summary_iterator(path):
+                for v in event.summary.value:
+                    plugin = v.metadata.plugin_data.plugin_name
+                    value = float(tf.make_ndarray(v.tensor)) if plugin == "scalars" else None
+                    out.append((v.tag, event.step, value, plugin))
+        print(json.dumps(out))
+    """)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert all(r[3] == "scalars" for r in rows) or not only_scalars, rows
+    return [(t, s, v) for t, s, v, plugin in rows if plugin == "scalars"]
+
+
 def kill_task(spec: Path, key: str, sig: int) -> None:
     pids = wait_for(lambda: task_pids(run_dir(spec).name, key), 30, what=f"{key}'s process")
     for pid in pids:

@@ -9,7 +9,7 @@ import json
 from launcher.backends.base import Backend, TaskHandle
 from launcher.console import Console
 from launcher.errors import LaunchError
-from launcher.plan import build_plan
+from launcher.backends import plan_for
 from launcher.rundir import RunRecord
 from launcher.spec import parse_spec
 from launcher.supervisor import Supervisor
@@ -55,7 +55,7 @@ class FakeBackend(Backend):
 
 def _run(tmp_path, backend):
     spec = parse_spec(SPEC)
-    plan = build_plan(spec)
+    plan = plan_for(spec)
     record = RunRecord(tmp_path / "runs", plan).create()
     err = io.StringIO()
     code = Supervisor(plan, backend, record, Console(out=io.StringIO(), err=err, color=False), spec.restart,

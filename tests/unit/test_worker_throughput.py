@@ -1,4 +1,4 @@
-"""worker/progress.Throughput, the one place examples/s is computed, and worker/layout.py."""
+"""progress.Throughput (launcher/progress.py, re-exported by worker/progress.py), the one place examples/s is computed, and worker/layout.py."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import pytest
 
 from tests.prereq import require_tf
 
-pytestmark = [pytest.mark.tf]
-
 
 @pytest.fixture
 def Throughput():  # noqa: N802
-    require_tf()
-    from worker.progress import Throughput
+    from launcher.progress import Throughput  # no TensorFlow needed: status computes examples/s too
 
     return Throughput
 
@@ -47,3 +44,47 @@ def test_layout_names_match_what_the_evaluator_watches():
     assert (Layout.checkpoint_name("fit", 3), Layout.checkpoint_name("custom", 120)) == ("ckpt-003", "ckpt-120")
     assert (layout.backup, layout.final, layout.tensorboard) == (
         Path("/state/backup"), Path("/state/final_model"), Path("/state/tensorboard"))
+
+
+def test_lap_is_each_epochs_own_rate_and_leaves_the_total_alone(Throughput):
+    t = Throughput(batch=10)
+    assert t.lap() == 0.0  # nothing marked yet
+    t.mark(1, now=0.0)  # first step: warm-up, not counted
+    for step in range(2, 6):  # epoch 1 ends at step 5: 4 steps in 2 s
+        t.mark(step, now=(step - 1) * 0.5)
+    assert t.lap() == pytest.approx(4 * 10 / 2.0)
+    for step in range(6, 11):  # epoch 2: 5 steps in 1 s
+        t.mark(step, now=2.0 + (step - 5) * 0.2)
+    assert t.lap() == pytest.approx(5 * 10 / 1.0)
+    assert t.lap() == 0.0  # no step since the last lap
+    assert t.rate() == pytest.approx(9 * 10 / 3.0)  # the whole attempt, unchanged by laps
+
+
+def test_layout_tensorboard_runs_are_train_and_eval_under_one_logdir():
+    from launcher import statelayout
+    from worker.layout import Layout
+
+    layout = Layout(Path("/state"))
+    assert (layout.tensorboard_train, layout.tensorboard_eval) == (
+        Path("/state/tensorboard/train"), Path("/state/tensorboard/eval"))
+    assert layout.tensorboard_train.parent == layout.tensorboard == Path("/state") / statelayout.TENSORBOARD
+
+
+@pytest.mark.tf
+def test_learning_rate_of_a_constant_a_variable_under_a_strategy_and_a_schedule():
+    require_tf()
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from worker.tensorboard import learning_rate
+
+    assert learning_rate(keras.optimizers.Adam(0.002)) == pytest.approx(0.002)
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # a MirroredVariable, as under MWMS
+        assert learning_rate(keras.optimizers.Adam(0.003)) == pytest.approx(0.003)
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
+    opt = keras.optimizers.SGD(schedule)
+    w = tf.Variable(1.0)
+    for _ in range(10):
+        opt.apply_gradients([(tf.constant(1.0), w)])
+    # The rate the last step used (step 10 runs at iterations 9).
+    assert learning_rate(opt) == pytest.approx(0.1 * 0.5 ** (9 / 10))
