@@ -55,11 +55,10 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
 def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
-    from .rundir import append_event
-    from .runstate import RecordDamaged, read_events
+    from .rundir import RecordDamaged, append_event, read_events
 
     try:
-        events = read_events(run_dir)
+        events = read_events(run_dir, strict=True)
     except RecordDamaged as exc:
         console.error(exc.lines[0])
         return

@@ -18,8 +18,8 @@ from typing import Optional, TextIO
 from .console import Console
 from .errors import LaunchError
 from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
-                      read_events, runs_root)
-from .rundir import log_path
+                      runs_root)
+from .rundir import log_path, read_events
 from .runfeed import RecordFeed
 from .runview import RunView
 from .spec import LoadedSpec
@@ -184,7 +184,7 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
         return 0, None
     field = "log_offset" if task else "output_offset"
     starts: dict[int, int] = {}
-    for e in read_events(run):
+    for e in read_events(run, strict=True):
         if e.get("event") == "start" and (task is None or e.get("task") == task) and field in e:
             n = int(e.get("attempt", 0))
             starts[n] = min(starts.get(n, e[field]), e[field])

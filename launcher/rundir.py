@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .errors import LaunchError
 from .plan import Plan, redact_env
 from .procinfo import start_time
 
@@ -294,20 +295,46 @@ def _to_stderr(message: str) -> None:
     sys.stderr.flush()
 
 
-def read_events(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's ``events.jsonl`` as written above (a line cut short by a full disk is skipped;
-    no file, no events)."""
-    events = []
-    try:
-        text = (Path(run_dir) / "events.jsonl").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    for line in text.splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
+class RecordDamaged(LaunchError):
+    """A file of the run record cannot be read as what it should be."""
+
+
+def parse_events(lines: list[str], path: Path, first: int = 1, strict: bool = True) -> list[dict[str, Any]]:
+    """The events in ``lines`` (complete lines of ``path``, the first being line ``first``).
+    A line that is not an event raises RecordDamaged naming it, or with ``strict=False`` is
+    skipped (a line a full disk cut short)."""
+    out = []
+    for number, line in enumerate(lines, first):
+        if not line.strip():
             continue
-    return events
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict) or "event" not in event:
+            if not strict:
+                continue
+            raise RecordDamaged(f"run record damaged: {path} line {number} is not an event "
+                                f"({line[:60]!r}); the events before it are intact")
+        out.append(event)
+    return out
+
+
+def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
+    """A run's ``events.jsonl`` as written by ``RunRecord.event``; no file, no events. A last
+    line without its newline was cut by a crash mid-write and is skipped. Any other line that is
+    not an event is skipped, or with ``strict`` makes the record damaged (RecordDamaged naming
+    the line; also for a file that exists but cannot be read)."""
+    path = Path(run_dir) / "events.jsonl"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        if not strict:
+            return []
+        raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
+    return parse_events(text.split("\n")[:-1], path, strict=strict)
 
 
 def state_dir(root: Path, name: str) -> Path:

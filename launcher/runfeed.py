@@ -12,22 +12,16 @@ waited (``(standby) ...``) are not the task's: the live view never saw them eith
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .errors import LaunchError
-from .rundir import log_path
+from .rundir import RecordDamaged, log_path, parse_events  # noqa: F401 (RecordDamaged re-exported)
 from .runview import RunView
 
 STANDBY_PREFIX = "(standby) "
 _BETWEEN = ("exit", "stopped", "failure", "task_restart")  # after these, a task's next lines wait
-
-
-class RecordDamaged(LaunchError):
-    """A file of the run record cannot be read as what it should be."""
 
 
 class RecordFeed:
@@ -136,24 +130,6 @@ class RecordFeed:
         for line in complete.decode("utf-8", "replace").split("\n")[:-1]:
             if not line.startswith(STANDBY_PREFIX):
                 self.view.line(key, line, now)
-
-
-def parse_events(lines: list[str], path: Path, first: int = 1) -> list[dict]:
-    """The events in ``lines`` (complete lines of ``path``, the first being line ``first``);
-    RecordDamaged naming the line that is not an event."""
-    out = []
-    for number, line in enumerate(lines, first):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if not isinstance(event, dict) or "event" not in event:
-            raise RecordDamaged(f"run record damaged: {path} line {number} is not an event "
-                                f"({line[:60]!r}); the events before it are intact")
-        out.append(event)
-    return out
 
 
 def _next_start(events: list[dict], key: str) -> Optional[int]:

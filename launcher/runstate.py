@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional
 from .errors import LaunchError
 from .policy import describe_exit
 from .procinfo import group_alive, is_same
-from .runfeed import RecordDamaged, parse_events, replay
+from .rundir import RecordDamaged, read_events
+from .runfeed import replay
 from .runview import RunView
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = "running", "succeeded", "failed", "stopped", "supervisor lost"
@@ -121,20 +122,6 @@ def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
 # ------------------------------------------------------------------ reading files
 
 
-def read_events(run_dir: Path) -> list[dict]:
-    """events.jsonl as a list. A last line without its newline was cut by a crash mid-write and
-    is skipped; any other line that is not a JSON object makes the record damaged."""
-    path = run_dir / "events.jsonl"
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
-    # A last line without its newline was cut by a crash mid-write: everything before it is whole.
-    return parse_events(text.split("\n")[:-1], path)
-
-
 def read_json(path: Path, required: bool = False) -> Optional[dict]:
     try:
         text = path.read_text()
@@ -162,7 +149,7 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
     when ``progress`` is false: enough for the state, cheap enough to poll)."""
     plan = read_json(run_dir / "plan.json", required=True) or {}
     launcher = read_json(run_dir / "launcher.json") or {}
-    events = read_events(run_dir)
+    events = read_events(run_dir, strict=True)
     hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
     view = RunStatus(run_id=run_dir.name, dir=run_dir, name=plan.get("name", run_dir.parent.name),

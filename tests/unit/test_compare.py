@@ -300,18 +300,3 @@ def test_the_progress_line_follows_the_log_in_place_on_a_terminal(tmp_path):
     with ProgressLine(plain, "[1/1] x") as line:
         line.done("failed: boom")
     assert plain.getvalue() == "[1/1] x: failed: boom\n"  # no escape codes off a terminal
-
-
-def test_read_events_skips_a_line_cut_short(tmp_path):
-    from launcher.rundir import read_events
-
-    (tmp_path / "events.jsonl").write_text('{"time": 1, "event": "run_start"}\n{"time": 2, "ev')
-    assert read_events(tmp_path) == [{"time": 1, "event": "run_start"}]
-    assert read_events(tmp_path / "missing") == []
-
-
-def test_the_first_steps_own_global_step_is_used_when_printed():
-    lines = _lines()
-    lines[2] = format_line("first_step", epoch=0, step=1, global_step=2, time=T0 + 20)  # e.g. PSS: 2 steps done
-    m = measure(_events(), lines)
-    assert m.rates[0]["examples_per_sec"] == 3 * 64 / 1.0  # 2 -> 5 in 1 s
