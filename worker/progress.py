@@ -37,6 +37,18 @@ def epoch_end(epoch: int, global_step: int, loss: float, accuracy: float, throug
         scalars.write(global_step, loss=loss, accuracy=accuracy, examples_per_sec=rate, learning_rate=lr)
 
 
+def fit_result(task_key: str, epochs: int, history, progress: "ProgressLogger", loss: float, accuracy: float,
+               **extra) -> None:
+    """The ``tfcluster-result`` line after ``model.fit`` (every strategy's fit path): test
+    ``loss``/``accuracy``, this attempt's steps and examples/s from ``progress``, and the last
+    epoch's training metrics as History recorded them (what every callback saw)."""
+    last = {k: history.history.get(k, [float("nan")])[-1] for k in ("loss", "accuracy")}
+    emit("result", task=task_key, epochs=epochs, epochs_run=len(history.history.get("loss", [])),
+         steps_run=progress.steps_run, examples_per_sec=f"{progress.examples_per_sec():.1f}",
+         accuracy=f"{accuracy:.4f}", loss=f"{loss:.4f}", train_loss=f"{last['loss']:.4f}",
+         train_accuracy=f"{last['accuracy']:.4f}", **extra)
+
+
 class ProgressLogger(keras.callbacks.Callback):
     def __init__(self, every: int = 10, global_batch: int = 0, start_fields: dict | None = None,
                  scalars: Optional[Scalars] = None) -> None:

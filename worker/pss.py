@@ -38,7 +38,7 @@ from . import data as data_lib
 from .cluster import TaskInfo
 from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
-from .progress import Throughput, emit, epoch_end
+from .progress import Throughput, emit, epoch_end, fit_result
 from .tensorboard import Scalars
 
 
@@ -236,6 +236,7 @@ class PssProgress(keras.callbacks.Callback):
         self._emitted = 0
         self._started = False
         self.first_step_time = None
+        self.start_global = 0  # the optimizer's step when this attempt began (a resume starts past 0)
         self.last_global = 0
         self.throughput = Throughput(batch)
 
@@ -246,7 +247,7 @@ class PssProgress(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if not self._started:
             self._started = True
-            g = int(self.model.optimizer.iterations.numpy())
+            g = self.start_global = int(self.model.optimizer.iterations.numpy())
             emit("start", epoch=self._epoch, step=batch, global_step=g, time=f"{time.time():.3f}", **self.start_fields)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -279,6 +280,11 @@ class PssProgress(keras.callbacks.Callback):
 
     def examples_per_sec(self) -> float:
         return self.throughput.rate()
+
+    @property
+    def steps_run(self) -> int:
+        """Steps trained in this attempt (exact after fit: the last epoch end joined)."""
+        return max(0, self.last_global - self.start_global)
 
 
 def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
@@ -315,18 +321,7 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
     )
     global_step = int(model.optimizer.iterations.numpy())
     loss, accuracy = evaluate_and_save(model, data, args, p.final)
-    emit(
-        "result",
-        task=task.key,
-        epochs=args.epochs,
-        epochs_run=len(history.history.get("loss", [])),
-        global_step=global_step,
-        examples_per_sec=f"{progress.examples_per_sec():.1f}",
-        accuracy=f"{accuracy:.4f}",
-        loss=f"{loss:.4f}",
-        train_loss=f"{history.history.get('loss', [float('nan')])[-1]:.4f}",
-        train_accuracy=f"{history.history.get('accuracy', [float('nan')])[-1]:.4f}",
-    )
+    fit_result(task.key, args.epochs, history, progress, loss, accuracy, global_step=global_step)
     return 0
 
 

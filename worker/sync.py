@@ -30,7 +30,7 @@ from .cluster import TaskInfo
 from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
-from .progress import ProgressLogger, Throughput, emit, epoch_end
+from .progress import ProgressLogger, Throughput, emit, epoch_end, fit_result
 from .tensorboard import Scalars
 
 
@@ -118,19 +118,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         return PREEMPTED_EXIT
     loss, accuracy = model.evaluate(test, verbose=0)
     save_final_model(model, layout.final, task)
-    emit(
-        "result",
-        task=task.key,
-        epochs=args.epochs,
-        epochs_run=len(history.history.get("loss", [])),
-        steps_run=progress.steps_run,
-        examples_per_sec=f"{progress.examples_per_sec():.1f}",
-        accuracy=f"{accuracy:.4f}",
-        loss=f"{loss:.4f}",
-        # The last epoch's training metrics as History recorded them (what every callback saw).
-        train_loss=f"{history.history.get('loss', [float('nan')])[-1]:.4f}",
-        train_accuracy=f"{history.history.get('accuracy', [float('nan')])[-1]:.4f}",
-    )
+    fit_result(task.key, args.epochs, history, progress, loss, accuracy)
     return 0
 
 

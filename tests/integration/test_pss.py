@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,9 @@ def test_pss_fit_with_evaluator_succeeds_and_every_task_is_stopped(tmp_path, tfd
     assert result.returncode == 0, out[-5000:]
     (res,) = progress(out, "result", "chief:0")
     assert res["global_step"] == "20" and res["epochs_run"] == "2", res
+    # Steps this attempt, as every strategy's result line says (the final report's steps column).
+    assert res["steps_run"] == "20", res
+    assert re.search(r"chief:0\s+\S+\s+succeeded\s+0\s+1\s+20\s", out), out[-3000:]
     assert float(res["accuracy"]) > 0.3 and float(res["examples_per_sec"]) > 0, res
     assert [s["global_step"] for s in progress(out, "epoch", "chief:0")] == ["10", "20"]
     assert len(progress(out, "server", "worker:0")) == len(progress(out, "server", "ps:0")) == 1
