@@ -1,8 +1,9 @@
 """``backend: slurm``: one gang allocation per run, every task a job step inside it.
 
 * allocate: ``sbatch --parsable`` of a job that only holds the nodes (slurm_alloc), wait until
-  it runs (or cancel it after ``slurm.queue_timeout`` with Slurm's reason), then place the tasks
-  on its nodes in Slurm's order at each node's ``NodeAddr``;
+  it runs (or cancel it after ``slurm.queue_timeout`` with Slurm's reason), check that every
+  node sees the workdir and the state dir (slurm_shared), then place the tasks on its nodes in
+  Slurm's order at each node's ``NodeAddr``;
 * start: ``srun --jobid=JOB --nodelist=NODE --overlap`` per task, under taskwrap (so the step
   is stopped if this launcher dies); a restart is a new step in the same allocation;
 * signal: ``scancel --signal=SIG JOB.STEP``, the step found by its unique name; never by name
@@ -34,6 +35,7 @@ from ..procinfo import group_alive, is_same, kill_group, start_time
 from ..spec import LoadedSpec, Spec
 from . import slurm_alloc as alloc
 from . import slurm_cli as cli
+from . import slurm_shared
 from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .childtask import ChildTask
 from .slurm_options import SlurmOptions
@@ -173,6 +175,8 @@ class SlurmBackend(Backend):
             self.record.event("slurm_running", job=self.job_id, nodes=nodes, addresses=addresses,
                               waited=round(time.monotonic() - t0, 3))
         self._write_record(nodes=nodes, addresses=addresses)
+        if self.record is not None:  # every node sees the code and the checkpoints (else close() cancels)
+            slurm_shared.check(self.job_id, nodes, self.workdir, self.record.state_dir)
         return Placement({k: Slot(*v) for k, v in slots.items()})
 
     def _write_record(self, **extra) -> None:

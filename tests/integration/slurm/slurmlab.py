@@ -9,7 +9,9 @@ the lab's root, and clients find the config through ``SLURM_CONF`` (see ``env()`
 machine's own /etc/slurm is never read or written.
 
 The nodes share this machine's file system (only the network differs), so a step runs the same
-Python and sees the same work tree as the launcher.
+Python and sees the same work tree as the launcher -- except ``private``: each slurmd runs in
+its own mount namespace (``unshare --mount``) with a tmpfs of its own there, so a workdir or run
+dir under ``private`` is this machine's alone, as a login node's local disk would be.
 
 ``stop()`` ends every daemon it started (by the pids it holds), then netlab kills whatever is
 left in the namespaces (``ip netns pids``: slurmstepd and the tasks), never by name.
@@ -34,7 +36,8 @@ CTLD_PORT = int(os.environ.get("TFCLUSTER_SLURM_PORT", "6917"))  # slurmd listen
 PARTITION = "debug"
 TOOLS = (("slurmctld", "slurmctld"), ("slurmd", "slurmd"), ("sbatch", "slurm-client"),
          ("srun", "slurm-client"), ("squeue", "slurm-client"), ("scontrol", "slurm-client"),
-         ("scancel", "slurm-client"), ("sinfo", "slurm-client"), ("munged", "munge"), ("nsenter", "util-linux"))
+         ("scancel", "slurm-client"), ("sinfo", "slurm-client"), ("munged", "munge"), ("nsenter", "util-linux"),
+         ("unshare", "util-linux"))
 
 
 def have_prereqs() -> Optional[str]:
@@ -75,6 +78,11 @@ class SlurmLab:
     def nodes(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.count + 1)]
 
+    @property
+    def private(self) -> Path:
+        """A directory the nodes do not share with this machine (each sees its own empty tmpfs)."""
+        return self.root / "private"
+
     def node_address(self, node: str) -> str:
         return f"{SUBNET}.{10 + int(node[1:])}"
 
@@ -113,10 +121,14 @@ class SlurmLab:
             (self.root / sub).mkdir(exist_ok=True)
         self.slurmctld = self._spawn("slurmctld", [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)])
         Lab.wait_port(self.net.gateway, CTLD_PORT, timeout=timeout)
+        self.private.mkdir(exist_ok=True)
         for node in self.nodes:
+            # exec keeps one pid from nsenter to slurmd (the Popen's pid is slurmd's).
             self.slurmd[node] = self._spawn(
                 f"slurmd-{node}",
                 ["nsenter", f"--net=/run/netns/{self.netns(node)}", "--",
+                 _which("unshare"), "--mount", "--propagation", "private", "--",
+                 "/bin/sh", "-c", 'mount -t tmpfs -o size=1m tfsl-private "$0" && exec "$@"', str(self.private),
                  _which("slurmd"), "-D", "-N", node, "-f", str(self.conf)],
             )
         self.wait_idle(timeout)

@@ -262,6 +262,34 @@ def test_a_job_pending_beyond_queue_timeout_is_cancelled_with_slurms_reason(lab,
     assert lab.jobs() == [blocker]  # ours cancelled by id; the other job untouched
 
 
+@pytest.mark.parametrize("unshared", ["state_dir", "workdir"])
+def test_nodes_that_do_not_share_the_workdir_or_state_dir_stop_the_run_before_any_task(lab, make_spec, tmp_path,
+                                                                                        unshared):
+    """A spec on a disk only this machine has (``lab.private``: every node sees an empty tmpfs
+    there instead): once the nodes are known the run stops, naming the first node and the fix;
+    no task is started and the allocation is cancelled."""
+    private = lab.private / tmp_path.name
+    private.mkdir(parents=True)
+    extra = {"run_dir": str(private / "runs")} if unshared == "state_dir" else {"workdir": str(private)}
+    spec = make_spec(SLEEPER, **extra)
+    proc = tfcluster(lab, "up", str(spec))
+    assert proc.returncode == 1, proc.stderr
+    runs = private / "runs" if unshared == "state_dir" else spec.parent / "runs"
+    what = (f"does not see the state dir {runs / 'slurmtest' / 'state'}" if unshared == "state_dir"
+            else f"has no workdir {private}")
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"tfcluster: error: slurm: node n1 {what} (and 1 more node(s)); the tasks there would run without this "
+        "machine's code or lose their checkpoints: put the workdir and run_dir (the state dir) on a file system "
+        "every node mounts (home or scratch on NFS/Lustre)"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    record = (runs / "slurmtest" / "latest").resolve()
+    kinds = [json.loads(line)["event"] for line in (record / "events.jsonl").read_text().splitlines()]
+    assert "slurm_running" in kinds and "start" not in kinds, kinds
+    assert "slurm_cancelled" in kinds, kinds
+    wait_for(lambda: lab.jobs() == [], 30, what="the allocation to be cancelled")
+    assert not list((runs / "slurmtest" / "state").glob(".tfcluster-shared-*"))  # the marker is removed
+
+
 def test_an_allocation_ended_by_slurm_fails_the_run_in_one_line(lab, make_spec):
     """Slurm ends the job under the run (an admin's scancel, a preemption that cancels, the time
     limit): no restart can run in it; the run fails saying so, and nothing is left."""
