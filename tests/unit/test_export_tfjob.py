@@ -15,6 +15,7 @@ from launcher.export.tfjob import tfjob_dict
 from launcher.export.validate import tfjob_schema, validate_tfjob
 from launcher.spec import load_spec
 from tests.readme import readme_block
+from tests.unit.export_golden import DEMO_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cluster.yaml"
@@ -72,16 +73,7 @@ def test_demo_golden():
         "image": "tfcluster-worker:latest",
         "command": ["python"],
         "args": ["-m", "worker", "--epochs", "3"],
-        "env": [
-            {"name": "PYTHONUNBUFFERED", "value": "1"},
-            {"name": "TFCLUSTER_NAME", "value": "demo"},
-            {"name": "TFCLUSTER_RESTART_COUNT", "value": "0"},
-            {"name": "TFCLUSTER_RUN_ID", "value": "export"},
-            {"name": "TFCLUSTER_STATE_DIR", "value": "/tfcluster/state"},
-            {"name": "TFCLUSTER_STRATEGY", "value": "multi_worker_mirrored"},
-            {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
-            {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
-        ],
+        "env": DEMO_ENV,
         "ports": [{"name": "tfjob-port", "containerPort": 23456}],
     }]
 

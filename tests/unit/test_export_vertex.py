@@ -19,6 +19,7 @@ from launcher.export.vertex import custom_job_dict
 from launcher.spec import load_spec
 from tests.prereq import require
 from tests.readme import readme_block
+from tests.unit.export_golden import DEMO_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cluster.yaml"
@@ -71,16 +72,7 @@ def test_demo_golden(api):
             "imageUri": "tfcluster-worker:latest",
             "command": ["python"],
             "args": ["-m", "worker", "--epochs", "3"],
-            "env": [
-                {"name": "PYTHONUNBUFFERED", "value": "1"},
-                {"name": "TFCLUSTER_NAME", "value": "demo"},
-                {"name": "TFCLUSTER_RESTART_COUNT", "value": "0"},
-                {"name": "TFCLUSTER_RUN_ID", "value": "export"},
-                {"name": "TFCLUSTER_STATE_DIR", "value": "/tfcluster/state"},
-                {"name": "TFCLUSTER_STRATEGY", "value": "multi_worker_mirrored"},
-                {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
-                {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
-            ],
+            "env": DEMO_ENV,
         },
     }
     assert pools[1]["containerSpec"] == pools[0]["containerSpec"]
