@@ -5,3 +5,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+# ---------------------------------------------------------------- the docker images, in the background
+#
+# The docker tests need a private engine and two locally built images: about three minutes on a
+# fresh machine (tests/integration/docker/engine.py ``Warmup``). They run last, and the warm-up
+# starts as soon as the session knows it has docker tests, so the build overlaps everything else.
+
+
+def _needs_docker(item) -> bool:
+    return "/docker/" in item.nodeid or "[docker]" in item.nodeid
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=_needs_docker)  # stable: the docker tests last, every other order kept
+
+
+def pytest_collection_finish(session):
+    if any(_needs_docker(item) for item in session.items):
+        from tests.integration.conftest import docker_prereqs_met, docker_warmup
+
+        if docker_prereqs_met():
+            docker_warmup()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if "tests.integration.conftest" in sys.modules:
+        sys.modules["tests.integration.conftest"].close_docker_warmup()

@@ -8,7 +8,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -92,57 +91,62 @@ def _docker_prereqs() -> None:
 
 @pytest.fixture(scope="session")
 def docker_engine():
-    from tests.integration.docker import engine as eng
-
+    """The private engine, from the session's warm-up (started at collection by tests/conftest.py
+    when docker tests are selected, else now); stopped, with what it built cached, at the end."""
     _docker_prereqs()
-    with eng.session_lock():
-        engine = eng.start_dockerd(timeout=60)
-        _docker_cleanup(engine)  # containers a killed earlier session left in the cached data root
-        try:
-            yield engine
-        finally:
-            _docker_cleanup(engine)
-            eng.stop_dockerd(engine)
-
-
-def _docker_cleanup(engine) -> None:
-    """Remove whatever a failed test left in the private engine (it is ours alone)."""
-    from tests.integration.docker import engine as eng
-
+    warmup = docker_warmup()
     try:
-        client = engine.client()
-        for c in client.containers.list(all=True):
-            c.remove(force=True)
-        for n in client.networks.list():
-            if n.name not in ("bridge", "host", "none"):
-                n.remove()
-        client.close()
-    except Exception as exc:  # noqa: BLE001
-        eng.log(f"cleanup of the private engine failed: {exc}")
+        yield warmup.engine()
+    finally:
+        warmup.close()
 
 
 @pytest.fixture(scope="session")
 def base_image(docker_engine) -> str:
     from tests.integration.docker import engine as eng
 
-    eng.ensure_base_image(docker_engine)
+    docker_warmup().images()
     return eng.BASE_IMAGE
 
 
 @pytest.fixture(scope="session")
-def wheelhouse_url() -> Iterator[str]:
-    from tests.integration.docker import engine as eng
-
-    wheels = eng.ensure_wheelhouse()
-    with eng.serve_dir(wheels) as url:
-        yield url
+def wheelhouse_url(docker_engine) -> str:
+    warmup = docker_warmup()
+    warmup.images()
+    return warmup.wheelhouse_url
 
 
 @pytest.fixture(scope="session")
-def worker_image(docker_engine, base_image: str, wheelhouse_url: str) -> str:
+def worker_image(docker_engine) -> str:
     """docker/Dockerfile built on the debootstrap base, offline (layers cached across sessions)."""
     from tests.integration.docker import engine as eng
 
-    took = eng.build_worker_image(docker_engine, wheelhouse_url)
-    os.environ.setdefault("TFCLUSTER_TEST_IMAGE_BUILD_SECONDS", f"{took:.0f}")
+    warmup = docker_warmup()
+    warmup.images()
+    os.environ.setdefault("TFCLUSTER_TEST_IMAGE_BUILD_SECONDS", f"{warmup.build_seconds:.0f}")
     return eng.WORKER_IMAGE
+
+
+_WARMUP = []
+
+
+def docker_warmup():
+    """The session's one docker warm-up (tests/integration/docker/engine.py ``Warmup``)."""
+    from tests.integration.docker import engine as eng
+
+    if not _WARMUP:
+        _WARMUP.append(eng.Warmup().start())
+    return _WARMUP[0]
+
+
+def docker_prereqs_met() -> bool:
+    try:
+        _docker_prereqs()
+    except BaseException:  # noqa: BLE001 - skip or fail is the fixture's to say
+        return False
+    return True
+
+
+def close_docker_warmup() -> None:
+    if _WARMUP:
+        _WARMUP[0].close()
