@@ -27,3 +27,9 @@ class LaunchError(UserError):
     """The plan cannot be started here: a port is taken, a host unreachable (exit 1)."""
 
     exit_code = 1
+
+
+class AttemptImpossible(LaunchError):
+    """No further attempt can run in what the backend holds (a Slurm allocation that ended or
+    was preempted): raised by ``Backend.prepare_attempt``, it fails the run at once instead of
+    spending the restart budget on attempts that cannot start (exit 1)."""

@@ -89,6 +89,8 @@ class Failure:
     # Exits of other tasks caused by this one ((key, exit code), e.g. TF aborting the survivors
     # of a stopped peer): reported as consequences, and never what decides a retry.
     consequences: tuple[tuple[str, int], ...] = field(default=())
+    # The backend cannot run another attempt (errors.AttemptImpossible): never retried.
+    final: bool = False
 
 
 def describe_exit(code: int) -> str:
@@ -108,8 +110,11 @@ def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tup
     A failure whose root cause is another task's state (stopped, hung, unreachable: ``code`` is
     None) is retryable even if the survivors it took down exited with a permanent code: their
     exits are consequences. A task that exits with a permanent code on its own, every peer
-    healthy, is the root cause itself and stays permanent."""
+    healthy, is the root cause itself and stays permanent. A ``final`` failure (the backend can
+    run no further attempt) is never retried."""
     code = failure.code
+    if failure.final:
+        return False, f"not retried: {failure.reason}"
     if code is None:
         if failure.consequences:
             exits = ", ".join(f"{k} ({describe_exit(c)})" for k, c in failure.consequences)

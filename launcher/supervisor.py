@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from .backends.base import Backend, TaskHandle
 from .console import Console
 from .diagnose import exception_lines, hint, peer_abort, root_cause
-from .errors import LaunchError
+from .errors import AttemptImpossible, LaunchError
 from .noise import is_noise
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
@@ -110,7 +110,8 @@ class Supervisor:
                 assert failure is not None
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
-                    self.console.error(f"{failure.key}: {why}")
+                    if not failure.final:  # a final failure's own line already said it all
+                        self.console.error(f"{failure.key}: {why}")
                     return self._finish(1, "failed", reason=why)
                 if number >= self.restart.max_restarts:
                     why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
@@ -152,7 +153,7 @@ class Supervisor:
             try:
                 self.backend.prepare_attempt(number)
             except LaunchError as exc:
-                self._fail(attempt, "prepare", "; ".join(exc.lines), None)
+                self._fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
                 return attempt
             for task in self.plan.tasks:
                 if self.stop_event.is_set():
@@ -386,13 +387,13 @@ class Supervisor:
         self._fail(attempt, root, blame.why, root_code, others=tuple(others), consequences=tuple(consequences))
 
     def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
-              consequences: tuple = ()) -> None:
+              consequences: tuple = (), final: bool = False) -> None:
         with self._lock:
             tail = tuple(self._tails.get(key, ()))
             tails = {k: tuple(self._tails.get(k, ())) for k, _ in consequences}
         attempt.state = FAILED
         attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-_TAIL:], others=tuple(others),
-                                  consequences=tuple(consequences))
+                                  consequences=tuple(consequences), final=final)
         of = f" (attempt {attempt.number + 1} of {self.restart.max_restarts + 1})"
         self.console.error(f"{key} failed: {reason}{of}")
         for other, other_code in consequences:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ..console import Console
-from ..errors import LaunchError
+from ..errors import AttemptImpossible, LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
 from ..spec import LoadedSpec, Spec
@@ -189,15 +189,25 @@ class SlurmBackend(Backend):
             pass  # launcher.json's tasks still carry the job id
 
     def prepare_attempt(self, number: int) -> None:
-        """Before a restart: the allocation must still run (Slurm may have ended it: a
-        preemption that cancels, the time limit, an admin's scancel)."""
+        """Before a restart: the allocation must still run (Slurm may have ended it: the time
+        limit, an admin's scancel) and must not be preempted. A preemption sends every step
+        SIGTERM at once (the workers save the agreed step and exit 143) and cancels or requeues
+        the job after the partition's GraceTime: a restart inside it would only be killed, so
+        the run ends here, and close() gives the nodes back at once. AttemptImpossible: no
+        restart is spent on it; ``tfcluster up`` again resumes from the saved step."""
         if number == 0 or self.job_id is None:
             return
         st = cli.job_state(self.job_id)
         if st.state != "RUNNING":
-            raise LaunchError(f"slurm: allocation job {self.job_id} is no longer running ({st.state or 'gone'}"
-                              + (f", reason {st.reason}" if st.reason and st.reason != "None" else "")
-                              + "); what the tasks saved is kept: run tfcluster up again to resume")
+            raise AttemptImpossible(
+                f"slurm: allocation job {self.job_id} is no longer running ({st.state or 'gone'}"
+                + (f", reason {st.reason}" if st.reason and st.reason != "None" else "")
+                + "); what the tasks saved is kept: run tfcluster up again to resume")
+        when = cli.preempted_at(self.job_id)
+        if when is not None:
+            raise AttemptImpossible(
+                f"slurm: allocation job {self.job_id} was preempted at {when} (a higher-priority job needs its "
+                "nodes); the tasks saved at Slurm's SIGTERM: run tfcluster up again to resume")
 
     # -------------------------------------------------------------- tasks
 

@@ -173,6 +173,16 @@ def job_state(job_id: str) -> JobState:
     return JobState(state.strip(), reason.strip(), nodelist.strip())
 
 
+def preempted_at(job_id: str) -> Optional[str]:
+    """When Slurm chose the job for preemption (``PreemptTime`` of ``scontrol show job``), or
+    None. Set at once, while the job still runs its GraceTime, before any state changes."""
+    proc = run(["scontrol", "show", "job", "-o", job_id])
+    if proc.returncode != 0:
+        return None  # gone: job_state says so
+    value = fields(proc.stdout).get("PreemptTime", "None")
+    return None if value in ("None", "Unknown", "") else value
+
+
 def step_ids(job_id: str) -> dict[str, str]:
     """Step name -> step id (``12.3``) of every step of the job that is still running."""
     proc = run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"])

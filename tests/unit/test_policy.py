@@ -71,6 +71,13 @@ def test_retry_classification_kubeflow_style(code, retryable):
         assert why.startswith("not retried:") and "permanent_exit_codes" in why
 
 
+@pytest.mark.parametrize("code", [None, 137, 143, 3])
+def test_a_final_failure_is_never_retried(code):
+    """The backend can run no further attempt (errors.AttemptImpossible), whatever the code."""
+    ok, why = retry_decision(Failure("prepare", "slurm: allocation job 7 was preempted", code, final=True), (1, 2))
+    assert not ok and why == "not retried: slurm: allocation job 7 was preempted"
+
+
 def test_retry_classification_is_configurable():
     ok, _ = retry_decision(Failure("worker:0", "exit code 3", 3), (1, 2))
     assert ok

@@ -8,7 +8,7 @@ import json
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.console import Console
-from launcher.errors import LaunchError
+from launcher.errors import AttemptImpossible, LaunchError
 from launcher.backends import plan_for
 from launcher.rundir import RunRecord
 from launcher.spec import parse_spec
@@ -34,14 +34,16 @@ class Done(TaskHandle):
 class FakeBackend(Backend):
     name = "fake"
 
-    def __init__(self, fail_prepare=(), fail_collect=False):
+    def __init__(self, fail_prepare=(), fail_collect=False, impossible=()):
         self.calls: list[str] = []
-        self.fail_prepare, self.fail_collect = set(fail_prepare), fail_collect
+        self.fail_prepare, self.fail_collect, self.impossible = set(fail_prepare), fail_collect, set(impossible)
 
     def prepare_attempt(self, number):
         self.calls.append(f"prepare {number}")
         if number in self.fail_prepare:
             raise LaunchError(f"host h2: state copy from h1 failed: No space left on device (attempt {number})")
+        if number in self.impossible:
+            raise AttemptImpossible("slurm: allocation job 7 was preempted at T; run tfcluster up again to resume")
 
     def start(self, task, env, on_line):
         self.calls.append(f"start {task.key} {env['TFCLUSTER_RESTART_COUNT']}")
@@ -74,6 +76,17 @@ def test_prepare_runs_before_every_attempt_and_its_failure_fails_that_attempt(tm
             "(attempt 1 of 3)") in err
     (failure,) = [e for e in events if e["event"] == "failure"]
     assert failure["task"] == "prepare" and failure["attempt"] == 0
+
+
+def test_an_impossible_attempt_ends_the_run_at_once_without_spending_restarts(tmp_path):
+    backend = FakeBackend(impossible={0})
+    code, err, events = _run(tmp_path, backend)
+    assert code == 1
+    assert backend.calls == ["prepare 0"]  # max_restarts is 2: neither restart is tried
+    assert err.splitlines()[0] == ("tfcluster: error: prepare failed: slurm: allocation job 7 was preempted at T; "
+                                   "run tfcluster up again to resume (attempt 1 of 3)"), err
+    assert "not retried" not in err and "restarting" not in err
+    assert events[-1]["event"] == "outcome" and events[-1]["outcome"] == "failed"
 
 
 def test_a_failed_collect_fails_the_run_in_one_line(tmp_path):

@@ -34,6 +34,8 @@ SUBNET = os.environ.get("TFCLUSTER_SLURM_SUBNET", "10.232.0")
 PREFIX = os.environ.get("TFCLUSTER_SLURM_PREFIX", "tfsl")
 CTLD_PORT = int(os.environ.get("TFCLUSTER_SLURM_PORT", "6917"))  # slurmd listens on the next one
 PARTITION = "debug"
+URGENT = "urgent"  # its jobs preempt PARTITION's
+GRACE = 30  # s between the preemption's SIGTERM and the cancel
 TOOLS = (("slurmctld", "slurmctld"), ("slurmd", "slurmd"), ("sbatch", "slurm-client"),
          ("srun", "slurm-client"), ("squeue", "slurm-client"), ("scontrol", "slurm-client"),
          ("scancel", "slurm-client"), ("sinfo", "slurm-client"), ("munged", "munge"), ("nsenter", "util-linux"),
@@ -199,7 +201,14 @@ class SlurmLab:
             f"SlurmdLogFile={r / 'slurmd-%n.log'}",
             f"NodeName=n[1-{self.count}] NodeAddr={SUBNET}.[{first}-{last}] CPUs={self.cpus} RealMemory=1000 "
             "State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes=n[1-{self.count}] Default=YES MaxTime=INFINITE State=UP",
+            # Jobs of URGENT preempt those of PARTITION: SIGTERM to every step at once, the job
+            # cancelled GRACE s later (a site's preemption, for the graceful-preemption tests).
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=CANCEL",
+            f"PartitionName={PARTITION} Nodes=n[1-{self.count}] Default=YES MaxTime=INFINITE State=UP "
+            f"PriorityTier=1 GraceTime={GRACE}",
+            f"PartitionName={URGENT} Nodes=n[1-{self.count}] MaxTime=INFINITE State=UP PriorityTier=10 "
+            "PreemptMode=OFF",
             "",
         ]))
 

@@ -229,7 +229,7 @@ def test_unknown_partition_fails_in_preflight_naming_the_partitions(lab, make_sp
     proc = tfcluster(lab, "up", str(spec))
     assert proc.returncode == 1
     assert proc.stderr.strip() == ("tfcluster: error: slurm.partition: partition 'gpu' does not exist (partitions: "
-                                   "debug); fix slurm.partition"), proc.stderr
+                                   "debug, urgent); fix slurm.partition"), proc.stderr
     assert lab.jobs() == []
 
 

@@ -1,7 +1,8 @@
 """Faults of a ``backend: slurm`` run on the real Slurm lab, with real TensorFlow workers: a
-worker's process SIGKILLed on its node and Slurm's own SIGTERM (``scancel --signal=TERM``, what
-preemption sends first) both end in a group restart as new steps of the same allocation that
-resumes from the backup."""
+worker's process SIGKILLed on its node and Slurm's own SIGTERM (``scancel --signal=TERM``) both
+end in a group restart as new steps of the same allocation that resumes from the backup; a real
+preemption (a job of the lab's higher-priority partition) ends the run at once after the save,
+and ``up`` again resumes there."""
 
 from __future__ import annotations
 
@@ -130,4 +131,46 @@ def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(l
     assert 0.1 <= float(res["accuracy"]) <= 1.0
     stopped = {e["task"] for e in _events(spec) if e["event"] == "stopped"}
     assert {"worker:0", "worker:1", "ps:0"} <= stopped  # the servers were stopped at the end
+    _assert_clean(lab, spec)
+
+
+def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resumes_there(lab, make_spec, tfds_dir):
+    """Real preemption (slurm.conf: PreemptType=preempt/partition_prio, PreemptMode=CANCEL,
+    GraceTime on the lab's partition): a job in the higher-priority partition wants every node.
+    Slurm sends every step SIGTERM at once; both workers save the same step and exit 143. No
+    restart goes into the doomed allocation: the run ends in one line naming the preemption and
+    cancels its job at once (the preemptor runs without waiting out the GraceTime). ``up``
+    again, once the nodes are free, resumes at the saved step with zero steps redone."""
+    from .slurmlab import GRACE, URGENT
+
+    spec = make_spec(TRAIN + ["--loop", "custom"], env=_tf_env(tfds_dir), restart={"max_restarts": 2})
+    urgent: list[str] = []
+
+    def preempt():
+        urgent.append(lab.run("sbatch", "--parsable", "-N3", "--exclusive", "-p", URGENT, "-o", "/dev/null",
+                              "--wrap", "sleep 1").stdout.strip())
+
+    code, out = _run_and_act(lab, spec, r"\[worker:0\] tfcluster-step epoch=0 step=10 ", preempt)
+    assert code == 1, out[-4000:]
+    job = _job_id(spec)
+    saved = {p["global_step"] for t in ("worker:0", "worker:1") for p in progress(out, "preempted", t)}
+    assert len(saved) == 1, out[-3000:]  # both workers saved the same step
+    step = int(saved.pop())
+    assert step >= 10
+    failed = [line for line in out.splitlines() if "prepare failed:" in line]
+    assert len(failed) == 1 and f"slurm: allocation job {job} was preempted at " in failed[0], out[-3000:]
+    assert "run tfcluster up again to resume" in failed[0] and "not retried" not in out
+    events = _events(spec)
+    assert [e["attempt"] for e in events if e["event"] == "start"] == [0, 0]  # nothing started in the doomed job
+    assert [e["outcome"] for e in events if e["event"] == "outcome"] == ["failed"]
+    # Cancelled at once, not GRACE s after the preemption: the preemptor gets the nodes, runs
+    # and is gone well before that.
+    assert "slurm_cancelled" in [e["event"] for e in events]
+    wait_for(lambda: not lab.jobs(), GRACE / 3, what="our job cancelled and the preemptor run")
+
+    code, out = _run_and_act(lab, spec, r"tfcluster-start ", lambda: None)
+    assert code == 0, out[-4000:]
+    assert [int(s["global_step"]) for s in progress(out, "start")] == [step]  # zero steps redone
+    (result,) = progress(out, "result")
+    assert int(result["steps_run"]) == 60 - step and 0.1 <= float(result["accuracy"]) <= 1.0
     _assert_clean(lab, spec)
