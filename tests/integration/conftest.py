@@ -36,11 +36,16 @@ def lab():
     require(reason is None, reason or "")
     root = Path(tempfile.mkdtemp(prefix="tfcs-lab-"))
     # Private per-host dirs (own tmpfs each) for the state dir tests; every other path is shared.
-    lab = Lab(root, count=3, private=root / "private")
+    yield from _running(Lab(root, count=3, private=root / "private"), root)
+
+
+def _running(lab, root: Path):
+    """Start ``lab``, yield it for the session, stop it and remove ``root`` (also if the start fails)."""
     try:
         lab.start()
     except Exception:
         lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
         raise
     try:
         yield lab
@@ -61,17 +66,7 @@ def slurm():
     reason = have_prereqs()
     require(reason is None, reason or "")
     root = Path(tempfile.mkdtemp(prefix="tfsl-lab-"))
-    lab = SlurmLab(root, count=3)
-    try:
-        lab.start()
-    except Exception:
-        lab.stop()
-        raise
-    try:
-        yield lab
-    finally:
-        lab.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from _running(SlurmLab(root, count=3), root)
 
 
 # ---------------------------------------------------------------- docker: a private engine

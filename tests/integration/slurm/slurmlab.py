@@ -251,6 +251,17 @@ class SlurmLab:
     def node_cmdlines(self, node: str) -> list[str]:
         return [_cmdline(p) for p in self.node_pids(node)]
 
+    def block_all_nodes(self, seconds: int = 300) -> str:
+        """Submit a job holding every node of the default partition exclusively; its id once it
+        runs (a job submitted after it pends with reason Resources)."""
+        from tests.helpers import wait_for
+
+        job = self.run("sbatch", "--parsable", f"-N{self.count}", "--exclusive", "-o", "/dev/null", "--wrap",
+                       f"sleep {seconds}").stdout.strip()
+        wait_for(lambda: self.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING", 20,
+                 what="the blocking job to run")
+        return job
+
     def cancel_all(self) -> None:
         """Cancel every job of this lab (between tests; by job id)."""
         for job in self.jobs():

@@ -245,9 +245,7 @@ def test_a_request_no_node_can_satisfy_fails_in_preflight_with_slurms_reason(lab
 
 def test_a_job_pending_beyond_queue_timeout_is_cancelled_with_slurms_reason(lab, make_spec):
     # Every node busy with another job: the run's allocation pends (reason Resources).
-    blocker = lab.run("sbatch", "--parsable", "-N3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300").stdout.strip()
-    wait_for(lambda: lab.run("squeue", "-h", "-j", blocker, "-o", "%T").stdout.strip() == "RUNNING", 20,
-             what="the blocking job to run")
+    blocker = lab.block_all_nodes()
     spec = make_spec(SLEEPER, slurm={"queue_timeout": 3})
     t0 = time.monotonic()
     proc = tfcluster(lab, "up", str(spec))
@@ -321,9 +319,7 @@ def test_dry_run_checks_the_request_and_shows_placeholders_without_submitting(la
 def test_down_while_the_allocation_pends_cancels_the_queued_job(lab, make_spec):
     """The run record (with the job id) exists before the launcher waits in the queue, so
     ``tfcluster down`` can cancel a job that never ran."""
-    blocker = lab.run("sbatch", "--parsable", "-N3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300").stdout.strip()
-    wait_for(lambda: lab.run("squeue", "-h", "-j", blocker, "-o", "%T").stdout.strip() == "RUNNING", 20,
-             what="the blocking job to run")
+    blocker = lab.block_all_nodes()
     spec = make_spec(SLEEPER, slurm={"queue_timeout": 120})
     proc = start_tfcluster(lab, "up", str(spec))
     try:
@@ -343,9 +339,7 @@ def test_down_while_the_allocation_pends_cancels_the_queued_job(lab, make_spec):
 
 
 def test_down_cancels_the_queued_job_of_a_launcher_killed_while_waiting(lab, make_spec):
-    blocker = lab.run("sbatch", "--parsable", "-N3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300").stdout.strip()
-    wait_for(lambda: lab.run("squeue", "-h", "-j", blocker, "-o", "%T").stdout.strip() == "RUNNING", 20,
-             what="the blocking job to run")
+    blocker = lab.block_all_nodes()
     spec = make_spec(SLEEPER, slurm={"queue_timeout": 120})
     proc = start_tfcluster(lab, "up", str(spec))
     try:
