@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_for
-from tests.integration.tfrun import progress
+from tests.integration.tfrun import progress, wait_line
 from tests.prereq import require_tf
 
 from .conftest import PY, ROOT, start_tfcluster, tfcluster
@@ -125,22 +125,12 @@ SLEEPER = [PY, "-c", "import os,time; print('ATTEMPT', os.environ['TFCLUSTER_RES
 
 
 def _wait_started(proc, count: int, timeout: float = 60) -> list[str]:
-    """Read the launcher's output until ``count`` tasks printed ATTEMPT."""
+    """Read the launcher's output until ``count`` tasks printed ATTEMPT (line by line, bounded by
+    wait_line's watchdog: a select() on the pipe would miss lines already in the file's buffer)."""
     seen: list[str] = []
-    end = time.monotonic() + timeout
-    import select
-
-    while time.monotonic() < end:
-        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-        if not ready:
-            continue
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line.rstrip("\n"))
-        if sum("] ATTEMPT " in s for s in seen) >= count:
-            return seen
-    raise AssertionError("tasks did not start:\n" + "\n".join(seen[-30:]))
+    for _ in range(count):
+        wait_line(proc, r"\] ATTEMPT ", seen, timeout)
+    return seen
 
 
 def _finish(proc, timeout: float = 60) -> str:
