@@ -1,5 +1,11 @@
-"""What both exports (TFJob and Vertex) give the demo spec's containers: the plan's environment
-for a replica (TF_CONFIG is the engine's to set), in the plan's order."""
+"""What both exports (TFJob and Vertex) are tested on: the demo and PSS example specs, and the
+demo's replica environment (TF_CONFIG is the engine's to set), in the plan's order."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "cluster.yaml"
+PSS = ROOT / "examples" / "parameter_server.yaml"
 
 DEMO_ENV = [
     {"name": "PYTHONUNBUFFERED", "value": "1"},

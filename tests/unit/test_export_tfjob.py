@@ -15,11 +15,7 @@ from launcher.export.tfjob import tfjob_dict
 from launcher.export.validate import tfjob_schema, validate_tfjob
 from launcher.spec import load_spec
 from tests.readme import readme_block
-from tests.unit.export_golden import DEMO_ENV
-
-ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "cluster.yaml"
-PSS = ROOT / "examples" / "parameter_server.yaml"
+from tests.unit.export_golden import DEMO, DEMO_ENV, PSS
 EVAL = """\
 name: mwms-eval
 strategy: multi_worker_mirrored

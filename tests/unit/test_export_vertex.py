@@ -19,11 +19,7 @@ from launcher.export.vertex import custom_job_dict
 from launcher.spec import load_spec
 from tests.prereq import require
 from tests.readme import readme_block
-from tests.unit.export_golden import DEMO_ENV
-
-ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "cluster.yaml"
-PSS = ROOT / "examples" / "parameter_server.yaml"
+from tests.unit.export_golden import DEMO, DEMO_ENV, PSS
 EVAL = """\
 name: mwms-eval
 strategy: multi_worker_mirrored

@@ -306,16 +306,27 @@ def test_dry_run_checks_the_request_and_shows_placeholders_without_submitting(la
     assert lab.jobs() == []  # sbatch --test-only submits nothing
 
 
+def _queued_run(lab, make_spec):
+    """Every node held by another job, then ``up``: (the blocking job, the spec, the launcher
+    waiting in the queue)."""
+    blocker = lab.block_all_nodes()
+    spec = make_spec(SLEEPER, slurm={"queue_timeout": 120})
+    return blocker, spec, start_tfcluster(lab, "up", str(spec))
+
+
+def _queued_job(spec) -> str:
+    """The queued run's job id, from its run record (written before the launcher waits)."""
+    record = spec.parent / "runs" / "slurmtest" / "latest" / "slurm.json"
+    wait_for(lambda: record.exists(), 30, what="the job id in the run record")
+    return json.loads(record.read_text())["job_id"]
+
+
 def test_down_while_the_allocation_pends_cancels_the_queued_job(lab, make_spec):
     """The run record (with the job id) exists before the launcher waits in the queue, so
     ``tfcluster down`` can cancel a job that never ran."""
-    blocker = lab.block_all_nodes()
-    spec = make_spec(SLEEPER, slurm={"queue_timeout": 120})
-    proc = start_tfcluster(lab, "up", str(spec))
+    blocker, spec, proc = _queued_run(lab, make_spec)
     try:
-        record = spec.parent / "runs" / "slurmtest" / "latest" / "slurm.json"
-        wait_for(lambda: record.exists(), 30, what="the job id in the run record")
-        job = json.loads(record.read_text())["job_id"]
+        job = _queued_job(spec)
         assert lab.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "PENDING"
         down = tfcluster(lab, "down", str(spec), timeout=90)
         assert down.returncode == 0, down.stderr
@@ -329,13 +340,9 @@ def test_down_while_the_allocation_pends_cancels_the_queued_job(lab, make_spec):
 
 
 def test_down_cancels_the_queued_job_of_a_launcher_killed_while_waiting(lab, make_spec):
-    blocker = lab.block_all_nodes()
-    spec = make_spec(SLEEPER, slurm={"queue_timeout": 120})
-    proc = start_tfcluster(lab, "up", str(spec))
+    blocker, spec, proc = _queued_run(lab, make_spec)
     try:
-        record = spec.parent / "runs" / "slurmtest" / "latest" / "slurm.json"
-        wait_for(lambda: record.exists(), 30, what="the job id in the run record")
-        job = json.loads(record.read_text())["job_id"]
+        job = _queued_job(spec)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
