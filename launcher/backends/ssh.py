@@ -40,6 +40,7 @@ from ..spec import TASK_TYPES, LoadedSpec, Spec
 from . import ssh_down, ssh_probe, ssh_sync
 from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .ssh_commands import env_block, port_check_command, remote_paths, signal_command, task_command, wrap_args
+from .ssh_connect import describe_channel_error
 from .ssh_heartbeat import Heartbeat
 from .ssh_host import HostState
 from .ssh_lease import Lease
@@ -250,7 +251,8 @@ class SSHBackend(Backend):
             chan.exec_command(command)
             chan.sendall(env_block(self.task_env(task, hs, env)))
         except Exception as exc:  # noqa: BLE001
-            raise LaunchError(f"host {hs.name}: cannot start {task.key} ({type(exc).__name__}: {exc}); "
+            raise LaunchError(f"host {hs.name}: cannot start {task.key} "
+                              f"({describe_channel_error(exc, self.opts.connect_timeout)}); "
                               "check the host and sshd's MaxSessions") from None
         return self._track(SSHTask(task, self, hs, chan, pidfile, on_line))
 

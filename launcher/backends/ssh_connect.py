@@ -150,6 +150,18 @@ def open_connection(conn: Connection, opts: SSHOptions) -> None:
         transport.set_keepalive(5)
 
 
+def describe_channel_error(exc: BaseException, timeout: float) -> str:
+    """Why a session could not be opened on a live connection, without the host (the caller
+    names it): a timeout reads as a link that went down, a refusal as sshd's session limit."""
+    if isinstance(exc, paramiko.SSHException) and "timeout opening channel" in str(exc).lower():
+        return f"no answer within {timeout:g} s opening an ssh session (link down?)"
+    if isinstance(exc, paramiko.ChannelException):
+        return f"sshd refused a session ({exc.text or exc}; sshd's MaxSessions?)"
+    if isinstance(exc, EOFError) or (isinstance(exc, paramiko.SSHException) and "not active" in str(exc).lower()):
+        return "the connection closed (sshd restarted or the link dropped)"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def describe_connect_error(exc: BaseException, conn: Connection, host: Host, opts: SSHOptions) -> str:
     """One line: what went wrong connecting to ``host`` and how to fix it."""
     who = f"host {host.name} ({describe_target(conn)})"

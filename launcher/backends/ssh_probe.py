@@ -13,6 +13,7 @@ from ..errors import LaunchError
 from ..plan import Plan
 from ..remote import source as remote_source
 from .ssh_commands import agent_command, probe_deadline
+from .ssh_connect import describe_channel_error
 from .ssh_runner import close_channel, drain_stderr, readline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,7 +62,8 @@ def probe(backend: "SSHBackend", plan: Plan, names: list[str]) -> None:
             chan.exec_command(agent_command(hs.python, pidfile))
             sessions[name] = chan
         except Exception as exc:  # noqa: BLE001
-            return f"host {name}: preflight could not run ({type(exc).__name__}: {exc}); check the host"
+            return (f"host {name}: preflight could not run "
+                    f"({describe_channel_error(exc, backend.opts.connect_timeout)}); check the host")
         return None
 
     def prepare(name: str) -> Optional[str]:

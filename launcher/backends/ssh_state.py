@@ -36,6 +36,7 @@ from ..errors import LaunchError
 from ..plan import Plan
 from ..remote import source as remote_source
 from ..remote import statesync as sync_lib
+from .ssh_connect import describe_channel_error
 
 # Seconds without progress on a copy channel = that host's copy failed (a cut link): twice
 # ssh.lease, the silence after which remote tasks count the launcher as gone, at least 10.
@@ -165,10 +166,13 @@ class StateSync:
         problems = self.b.connect([name])
         if problems:
             raise LaunchError(problems[name])
-        chan = hs.transport.open_session(timeout=self.b.opts.connect_timeout)
-        chan.set_combine_stderr(False)
-        chan.settimeout(self.io_timeout)
-        chan.exec_command(command)
+        try:
+            chan = hs.transport.open_session(timeout=self.b.opts.connect_timeout)
+            chan.set_combine_stderr(False)
+            chan.settimeout(self.io_timeout)
+            chan.exec_command(command)
+        except Exception as exc:  # noqa: BLE001
+            raise LaunchError(describe_channel_error(exc, self.b.opts.connect_timeout)) from None
         return chan
 
     def _copy(self, src: str, targets: list[str], areas: list[str]) -> int:

@@ -115,6 +115,23 @@ def test_error_lines_name_host_and_fix(tmp_path, exc, expect):
     assert "\n" not in line
 
 
+@pytest.mark.parametrize(
+    "exc, expect",
+    [
+        # what paramiko's Transport.open_channel raises
+        (paramiko.SSHException("Timeout opening channel."), "no answer within 3 s opening an ssh session (link down?)"),
+        (paramiko.ChannelException(1, "Administratively prohibited"),
+         "sshd refused a session (Administratively prohibited; sshd's MaxSessions?)"),
+        (paramiko.SSHException("SSH session not active"), "the connection closed (sshd restarted or the link dropped)"),
+        (EOFError(), "the connection closed"),
+        (OSError(errno.EPIPE, "Broken pipe"), "BrokenPipeError: [Errno 32] Broken pipe"),
+    ],
+)
+def test_channel_error_reasons(exc, expect):
+    line = C.describe_channel_error(exc, 3.0)
+    assert line.startswith(expect) and "\n" not in line, line
+
+
 def test_host_key_error_lines(tmp_path):
     spec = _spec()
     conn = C.make_connection(spec.hosts[0], spec.ssh, tmp_path)
