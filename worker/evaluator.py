@@ -31,13 +31,10 @@ from pathlib import Path
 
 from .cluster import TaskInfo
 from .layout import Layout
-from .progress import emit
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
 _POLL = 1.0
 _SETTLE = 0.5  # seconds an .index file must be unchanged before we read the checkpoint
-
-
 
 
 def scan(directory: Path) -> dict[str, tuple[int, int]]:
@@ -95,6 +92,7 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
 
     from . import data as data_lib
     from .model import build_cnn
+    from .progress import emit
 
     tfds.disable_progress_bar()
     data = data_lib.load(args.dataset, args.data_dir, download=not args.no_download)
