@@ -23,7 +23,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 # Serves its TF port (so the run becomes ready), prints progress lines like the worker, and on
-# SIGTERM saves at the next step and exits 143 (the worker's graceful preemption).
+# SIGTERM saves at the next step and exits 143 (the worker's graceful preemption). With GATE
+# set it finishes only once that file exists (at most 120 s): a test can look at the running
+# run however slow the machine is.
 TRAINER = """\
     import json, os, signal, socket, sys, time
     conf = json.loads(os.environ["TF_CONFIG"])
@@ -42,12 +44,16 @@ TRAINER = """\
             open("saved-%d" % i, "w").write(str(step))
             print("tfcluster-preempted global_step=%d" % step, flush=True)
             sys.exit(143)
+    started = time.time()
+    while os.environ.get("GATE") and not os.path.exists(os.environ["GATE"]) and time.time() - started < 120:
+        time.sleep(0.1)
     print("tfcluster-result accuracy=0.9100 loss=0.2000 examples_per_sec=320.0", flush=True)
 """
 
 
-def _spec(tmp_path: Path, steps: int) -> Path:
-    return script_spec(tmp_path, TRAINER, extra=f"env: {{STEPS: '{steps}'}}\n", watchdog="{stop_grace: 5}")
+def _spec(tmp_path: Path, steps: int, gate: Path | None = None) -> Path:
+    env = f"{{STEPS: '{steps}', GATE: '{gate}'}}" if gate else f"{{STEPS: '{steps}'}}"
+    return script_spec(tmp_path, TRAINER, extra=f"env: {env}\n", watchdog="{stop_grace: 5}")
 
 
 def tfc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -93,7 +99,8 @@ def tmux():
 
 
 def test_detach_in_a_killed_tmux_session_then_status_logs_runs(tmp_path, tmux):
-    path = _spec(tmp_path, steps=40)
+    gate = tmp_path / "gate"
+    path = _spec(tmp_path, steps=40, gate=gate)
     out = tmp_path / "terminal.txt"
     try:
         # The terminal: `up --detach` in a tmux session, which is killed once it has returned.
@@ -126,6 +133,7 @@ def test_detach_in_a_killed_tmux_session_then_status_logs_runs(tmp_path, tmux):
         assert w0["step"] >= 1 and 0 <= w0["accuracy"] <= 1 and abs(w0["loss"] - 1 / w0["step"]) < 1e-3, w0
         # 64 examples every 0.2 s sleep: at most 320/s, and more than half of that
         assert 160 < w0["examples_per_sec"] <= 325, w0
+        gate.touch()
 
         follow = tfc("logs", str(path), "-f", timeout=90)  # until the run ends
         assert follow.returncode == 0, follow.stderr

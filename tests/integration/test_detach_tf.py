@@ -15,7 +15,8 @@ from tests.integration.tfrun import ROOT, assert_no_processes, progress, run_dir
 from tests.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
-CUSTOM = "python -m worker --loop custom --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
+# 90 steps: after step 10, 80 (8 s or more) for status and down, two CLI starts, to land in.
+CUSTOM = "python -m worker --loop custom --epochs 3 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
 
 
 def tfc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -50,6 +51,6 @@ def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_
         result = up(spec)
         assert result.returncode == 0, result.stdout[-3000:]
         assert int(progress(result.stdout, "start")[0]["global_step"]) == saved[0]  # zero steps redone
-        assert int(progress(result.stdout, "result")[0]["steps_run"]) == 60 - saved[0]
+        assert int(progress(result.stdout, "result")[0]["steps_run"]) == 90 - saved[0]
     finally:
         tfc("down", str(spec))

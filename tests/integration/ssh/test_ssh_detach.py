@@ -20,6 +20,8 @@ from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(300)]
 
 # Serves its TF port (the run becomes ready), prints progress, saves and exits 143 on SIGTERM.
+# argv: steps [gate]: with a gate file, it finishes only once that file exists (at most 120 s),
+# so a test can look at the running run however slow the machine.
 TRAINER = (
     "import json,os,signal,socket,sys,time\n"
     "c=json.loads(os.environ['TF_CONFIG']); i=c['task']['index']\n"
@@ -31,6 +33,8 @@ TRAINER = (
     "    time.sleep(0.2)\n"
     "    print('tfcluster-step epoch=0 step=%d global_step=%d loss=%.4f accuracy=0.5000 time=%.3f' % (step, step, 1/step, time.time()), flush=True)\n"
     "    if stop: print('tfcluster-preempted global_step=%d' % step, flush=True); sys.exit(143)\n"
+    "gate=sys.argv[2] if len(sys.argv) > 2 else None; t=time.time()\n"
+    "while gate and not os.path.exists(gate) and time.time() - t < 120: time.sleep(0.1)\n"
     "print('tfcluster-result accuracy=0.9300 loss=0.1000 examples_per_sec=320.0', flush=True)\n"
 )
 
@@ -47,7 +51,8 @@ def supervisors() -> list[int]:
 
 
 def test_supervisor_on_a_host_launcher_disconnects_run_completes(lab, make_spec, tmp_path):
-    spec = make_spec([PY, "-c", TRAINER, "30"], hosts=["h1", "h2"], ssh={"supervisor": "h1"})
+    gate = tmp_path / "gate"
+    spec = make_spec([PY, "-c", TRAINER, "30", str(gate)], hosts=["h1", "h2"], ssh={"supervisor": "h1"})
     try:
         res = tfcluster("up", str(spec), "--detach", timeout=180)
         assert res.returncode == 0, res.stdout + res.stderr
@@ -67,6 +72,7 @@ def test_supervisor_on_a_host_launcher_disconnects_run_completes(lab, make_spec,
         data = json.loads(st.stdout)
         assert data["state"] == "running" and data["run_id"] == run_id
         assert {t["key"]: t["host"] for t in data["tasks"]} == {"worker:0": "h1", "worker:1": "h2"}
+        gate.touch()
 
         follow = tfcluster("logs", str(spec), "-f", timeout=120)
         assert follow.returncode == 0, follow.stderr
