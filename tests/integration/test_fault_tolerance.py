@@ -21,7 +21,9 @@ def _tf():
 
 
 def test_sigkill_mid_epoch_group_restart_resumes_at_step(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, TRAIN + " --save-freq 5", extra="restart: {max_restarts: 2}\n")
+    # 3 epochs: 50 steps left after the trigger for the kill to land in.
+    spec = write_spec(tmp_path, tfds_dir, TRAIN.replace("--epochs 2", "--epochs 3") + " --save-freq 5",
+                      extra="restart: {max_restarts: 2}\n")
     code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
                                     lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
     assert code == 0, out[-4000:]

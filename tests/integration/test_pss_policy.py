@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-# chief: prints a line every 0.2 s for ~5 s then exits 0; ps/worker: listen on their port and
+# chief: prints a line every 0.2 s for CHIEF_STEPS (25: ~5 s) then exits 0; ps/worker: listen on their port and
 # print nothing, like tf.distribute.Server(...).join(). With SIGSTOP_PS set, ps:0 stops itself.
 TASK = """\
     import json, os, signal, socket, time
@@ -25,7 +25,7 @@ TASK = """\
     s.listen()
     print(kind, index, "serving", flush=True)
     if kind == "chief":
-        for i in range(25):
+        for i in range(int(os.environ.get("CHIEF_STEPS", "25"))):
             print("step", i, flush=True)
             time.sleep(0.2)
     else:
@@ -56,7 +56,8 @@ def test_silent_pss_servers_are_not_hung(tmp_path, capsys):
 
 
 def test_sigstopped_ps_is_named_hung_and_cluster_restarts(tmp_path, capsys):
-    path = pss_spec(tmp_path, env='{SIGSTOP_PS: "1"}')
+    # the chief trains 10 s: well after ps:0's stop (1 s) and the 2 s hang_timeout, however slow
+    path = pss_spec(tmp_path, env='{SIGSTOP_PS: "1", CHIEF_STEPS: "50"}')
     assert main(["up", str(path)]) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
     assert "ps:0 failed: hung: no progress for 2 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)" in err

@@ -10,7 +10,8 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+from tests.integration.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
+                                    up, write_spec)
 from tests.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -47,10 +48,6 @@ def test_single_host_strategy_trains_with_fit_then_custom_loop(tmp_path, tfds_di
 RESUMABLE = "python -m worker --batch-size 16 --progress-every 5 --save-freq 5 --step-delay 0.05"
 
 
-def _before_failure(out: str) -> str:
-    return out[:out.index("worker:0 failed")]
-
-
 # central_storage and one_device too: tf_keras' BackupAndRestore refuses them unless sync.py
 # lets them in. The custom loop resumes from its CheckpointManager instead.
 @pytest.mark.parametrize("strategy, loop", [
@@ -70,7 +67,7 @@ def test_sigkill_resumes_from_the_backup(tmp_path, tfds_dir, strategy, loop):
     # after step 25 (20 if the kill came mid-save) and no later than 5 steps past the last step
     # line the task printed (the kill's relay takes a moment on a busy machine).
     step = int(resumed["global_step"])
-    last_seen = max(int(s["global_step"]) for s in progress(_before_failure(out), "step"))
+    last_seen = last_step_before(out, "worker:0 failed")
     assert step % 5 == 0 and 20 <= step <= last_seen + 5, (resumed, last_seen)
     assert (resumed["epoch"], resumed["step"]) == (str(step // 20), str(step % 20)), resumed
     assert int(progress(out, "result")[0]["steps_run"]) == 60 - step
@@ -94,7 +91,7 @@ def test_sigterm_saves_the_step_and_the_restart_resumes_there(tmp_path, tfds_dir
     saved = int(preempted["global_step"])
     # Saved mid-epoch although backups come once an epoch: the preemption save, not a backup;
     # at the step it was working on when the signal came (a step line at most 5 steps back).
-    last_seen = max(int(s["global_step"]) for s in progress(_before_failure(out), "step"))
+    last_seen = last_step_before(out, "worker:0 failed")
     assert 10 <= saved < 60 and last_seen <= saved <= last_seen + 5, (preempted, last_seen)
     assert "worker:0 failed: killed by SIGTERM (exit 143)" in out, out[-3000:]
     first, resumed = progress(out, "start")

@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.error
 import urllib.request

@@ -51,14 +51,16 @@ def check_numbers(out: str, task: str, batch: int, step_metrics: bool = True) ->
     # The result's training metrics are the last epoch's, as History holds them.
     assert (float(result["train_loss"]), float(result["train_accuracy"])) == metrics[-1], (result, metrics)
     # examples/s against an independent measure: the steps after the first, over the time from
-    # the first step's line to the last epoch's line.
+    # the first step's line to the last step's line (not the last epoch's line, which comes
+    # after the final checkpoint's save: not training time).
     [first] = progress(out, "first_step", task)
     # The first step's position agrees with itself: global step = epoch * steps + step + 1.
     assert int(first["global_step"]) == int(first["epoch"]) * STEPS + int(first["step"]) + 1, first
     times = [float(first["time"])] + [float(s["time"]) for s in step_lines.values()] + [float(epochs[-1]["time"])]
     assert times == sorted(times), times  # every step line stamped, in order, within the training
     steps = int(result.get("global_step") or result["steps_run"]) - 1
-    independent = steps * batch / (float(epochs[-1]["time"]) - float(first["time"]))
+    last_step = step_lines[(str(EPOCHS - 1), str(STEPS))]
+    independent = steps * batch / (float(last_step["time"]) - float(first["time"]))
     assert abs(float(result["examples_per_sec"]) - independent) <= 0.25 * independent, (result, independent)
     return metrics, result
 

@@ -61,6 +61,14 @@ def progress(text: str, kind: str, task: str = "worker:0") -> list[dict]:
     return out
 
 
+def last_step_before(text: str, marker: str, task: str = "worker:0") -> int:
+    """The highest global_step of ``task``'s step lines before ``marker`` first appears in
+    ``text``: how far the task had got by the time something (its kill) was reported. A kill
+    triggered by a step line lands a moment later on a busy machine; bound what it hit by this,
+    not by the trigger's step."""
+    return max(int(s["global_step"]) for s in progress(text[:text.index(marker)], "step", task))
+
+
 def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: float) -> None:
     """Read the launcher's output until a line matches (bounded by a watchdog kill)."""
     timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))

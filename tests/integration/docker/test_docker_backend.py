@@ -154,10 +154,14 @@ def test_compose_with_chief_evaluator_volumes_and_dollars_passes_config(tmp_path
 def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engine, worker_image):
     """The file works without tfcluster: compose up runs both tasks with their TF_CONFIG."""
     compose = require_tool("docker-compose", "docker-compose")
-    script = ("import json, os, pathlib; t = json.loads(os.environ['TF_CONFIG'])['task']; "
-              "pathlib.Path(os.environ['TFCLUSTER_STATE_DIR'], 'ok').write_text('x'); "
+    # worker-0 ends first (its code is the run's), once worker-1 has printed: the shared state
+    # dir tells it, so a slow start of worker-1's container cannot lose its line.
+    script = ("import json, os, pathlib, time; t = json.loads(os.environ['TF_CONFIG'])['task']; "
+              "state = pathlib.Path(os.environ['TFCLUSTER_STATE_DIR']); "
               "print('compose task', t['type'], t['index'], 'uid', os.getuid(), 'literal $HOME', flush=True); "
-              "import time; time.sleep(3 * t['index'])")  # worker-0 ends first: its code is the run's
+              "(state / ('ok-%d' % t['index'])).write_text('x'); start = time.time(); "
+              "[time.sleep(0.1) for _ in iter(lambda: t['index'] == 0 and not (state / 'ok-1').exists() "
+              "and time.time() - start < 60, False)]; time.sleep(3 * t['index'])")
     spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}", name="dkc")
     out = tmp_path / "docker-compose.yml"
     assert _cli("compose", str(spec), "-o", str(out), "--image", worker_image).returncode == 0

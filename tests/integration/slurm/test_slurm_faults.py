@@ -20,8 +20,11 @@ from .conftest import start_tfcluster
 from .test_slurm_backend import _assert_clean, _job_id, _record, _tf_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.tf, pytest.mark.timeout(400)]
-TRAIN = ["python", "-m", "worker", "--epochs", "2", "--steps-per-epoch", "30", "--step-delay", "0.05",
-         "--progress-every", "5"]
+
+
+def _train(epochs: int = 2, steps_per_epoch: int = 30) -> list[str]:
+    return ["python", "-m", "worker", "--epochs", str(epochs), "--steps-per-epoch", str(steps_per_epoch),
+            "--step-delay", "0.05", "--progress-every", "5"]
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +67,8 @@ def _cmdline(pid: int) -> str:
 
 
 def test_sigkill_of_a_worker_on_its_node_restarts_the_group_in_the_allocation_and_resumes(lab, make_spec, tfds_dir):
-    spec = make_spec(TRAIN + ["--save-freq", "5"], env=_tf_env(tfds_dir), restart={"max_restarts": 2})
+    # 3 epochs: 50 steps left after the trigger for the kill to land in (found in the node's namespace).
+    spec = make_spec(_train(epochs=3) + ["--save-freq", "5"], env=_tf_env(tfds_dir), restart={"max_restarts": 2})
     code, out = _run_and_act(lab, spec, r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
                              lambda: os.kill(_worker_pid(lab, "n2"), signal.SIGKILL))
     assert code == 0, out[-4000:]
@@ -87,7 +91,7 @@ def test_sigkill_of_a_worker_on_its_node_restarts_the_group_in_the_allocation_an
 
 
 def test_slurm_sigterm_to_the_job_saves_and_resumes_with_zero_steps_lost(lab, make_spec, tfds_dir):
-    spec = make_spec(TRAIN + ["--loop", "custom"], env=_tf_env(tfds_dir), restart={"max_restarts": 1})
+    spec = make_spec(_train() + ["--loop", "custom"], env=_tf_env(tfds_dir), restart={"max_restarts": 1})
     code, out = _run_and_act(lab, spec, r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
                              lambda: lab.run("scancel", "--signal=TERM", _job_id(spec)))
     assert code == 0, out[-4000:]
@@ -143,7 +147,10 @@ def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resum
     again, once the nodes are free, resumes at the saved step with zero steps redone."""
     from .slurmlab import GRACE, URGENT
 
-    spec = make_spec(TRAIN + ["--loop", "custom"], env=_tf_env(tfds_dir), restart={"max_restarts": 2})
+    # 120 steps: after the trigger at step 10, 110 (8 s or more) for sbatch, slurmctld's
+    # preemption and its SIGTERM to land in.
+    spec = make_spec(_train(steps_per_epoch=60) + ["--loop", "custom"], env=_tf_env(tfds_dir),
+                     restart={"max_restarts": 2})
     urgent: list[str] = []
 
     def preempt():
@@ -172,5 +179,5 @@ def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resum
     assert code == 0, out[-4000:]
     assert [int(s["global_step"]) for s in progress(out, "start")] == [step]  # zero steps redone
     (result,) = progress(out, "result")
-    assert int(result["steps_run"]) == 60 - step and 0.1 <= float(result["accuracy"]) <= 1.0
+    assert int(result["steps_run"]) == 120 - step and 0.1 <= float(result["accuracy"]) <= 1.0
     _assert_clean(lab, spec)
