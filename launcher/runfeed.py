@@ -21,6 +21,7 @@ from .rundir import RecordDamaged, log_path, parse_events  # noqa: F401 (RecordD
 from .runview import RunView
 
 STANDBY_PREFIX = "(standby) "
+CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log
 _BETWEEN = ("exit", "stopped", "failure", "task_restart")  # after these, a task's next lines wait
 
 
@@ -116,20 +117,32 @@ class RecordFeed:
             return
         path = log_path(self.run_dir, key)
         try:
-            with open(path, "rb") as fh:
-                stamp = os.fstat(fh.fileno()).st_mtime
-                fh.seek(start)
-                data = fh.read() if upto is None else fh.read(upto - start)
+            fh = open(path, "rb")
         except OSError:
             return
-        complete = data[: data.rfind(b"\n") + 1]
-        if not complete:
-            return
-        self._fed[key] = start + len(complete)
-        now = min(stamp, self.clock()) if not self._replayed else self.clock()
-        for line in complete.decode("utf-8", "replace").split("\n")[:-1]:
-            if not line.startswith(STANDBY_PREFIX):
-                self.view.line(key, line, now)
+        with fh:
+            stamp = os.fstat(fh.fileno()).st_mtime
+            now = min(stamp, self.clock()) if not self._replayed else self.clock()
+            fh.seek(start)
+            left = None if upto is None else upto - start
+            carry = b""  # the start of a line the last chunk cut
+            while left is None or left > 0:
+                try:
+                    data = fh.read(CHUNK if left is None else min(CHUNK, left))
+                except OSError:
+                    return
+                if not data:
+                    return
+                if left is not None:
+                    left -= len(data)
+                data = carry + data
+                cut = data.rfind(b"\n") + 1
+                complete, carry = data[:cut], data[cut:]
+                if complete:
+                    start += len(complete)
+                    self._fed[key] = start
+                    lines = complete.decode("utf-8", "replace").split("\n")[:-1]
+                    self.view.lines(key, [line for line in lines if not line.startswith(STANDBY_PREFIX)], now)
 
 
 def _next_start(events: list[dict], key: str) -> Optional[int]:

@@ -14,9 +14,10 @@ so the same view can be driven live by the supervisor or later from a run's reco
 from __future__ import annotations
 
 import copy
+import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from .progress import Progress, Throughput, parse
 
@@ -26,6 +27,11 @@ RESTARTING, SUCCEEDED, FAILED, STOPPED = "restarting", "succeeded", "failed", "s
 TERMINAL = (SUCCEEDED, FAILED, STOPPED)
 # Progress kinds that mean the task is running training steps.
 _TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "preempted", "saved", "result")
+# A step line as the worker prints it, every value well formed (accuracy within [0, 1]): what
+# ``RunView.lines`` may skip. Groups: global_step, the loss and accuracy (or none), time.
+_STEP_PREFIX = "tfcluster-step "
+_PLAIN_STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)"
+                         r"( loss=\d+(?:\.\d+)? accuracy=(?:0(?:\.\d+)?|1(?:\.0+)?))? time=(\d+(?:\.\d+)?)")
 
 
 @dataclass
@@ -106,6 +112,27 @@ class RunView:
         """Apply one line task ``key`` printed, which arrived at ``now`` (seconds since the epoch)."""
         with self._lock:
             self._line(key, text, now)
+
+    def lines(self, key: str, texts: Sequence[str], now: float) -> None:
+        """Apply many lines of ``key``'s that all arrived at ``now`` (a replay from the record):
+        the same view as ``line`` on each, without the cost of the ones that cannot change it.
+
+        A step line between two others (the worker's own format, every value well formed)
+        changes nothing the next one does not overwrite: its position, loss, accuracy and
+        last line are the next one's to set; the throughput is the rate between the attempt's
+        first mark (made by the line before at the latest) and its last. Its rate can only
+        outlast the next line's when the next goes back in global step or time, so those are
+        applied. A week's log then replays in seconds (bench/status_replay.py)."""
+        shapes = [_step_shape(text) for text in texts]
+        last = len(texts) - 1
+        with self._lock:
+            for i, text in enumerate(texts):
+                shape = shapes[i]
+                if shape is not None and 0 < i < last and shapes[i - 1] is not None:
+                    after = shapes[i + 1]
+                    if after is not None and after[0] == shape[0] and after[1] >= shape[1] and after[2] >= shape[2]:
+                        continue
+                self._line(key, text, now)
 
     def snapshot(self) -> "RunView":
         """A copy to render from while the view goes on changing."""
@@ -334,6 +361,14 @@ class RunView:
             t.step = step
         if global_step is not None:
             t.global_step = global_step
+
+
+def _step_shape(text: str) -> Optional[tuple[bool, int, float]]:
+    """(has loss and accuracy, global step, time) of a step line in the worker's own format."""
+    if not text.startswith(_STEP_PREFIX):
+        return None
+    m = _PLAIN_STEP.fullmatch(text)
+    return (m.group(2) is not None, int(m.group(1)), float(m.group(3))) if m else None
 
 
 def _float(value: Any) -> Optional[float]:

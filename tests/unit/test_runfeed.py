@@ -111,3 +111,36 @@ def test_a_damaged_event_line_is_named(tmp_path):
         fh.write("not json\n")
     with pytest.raises(RecordDamaged, match=r"events\.jsonl line 2 is not an event"):
         replay(rec.dir)
+
+
+def test_a_log_read_in_small_chunks_replays_the_same_and_stops_at_the_next_attempts_offset(tmp_path, monkeypatch):
+    """Logs are read CHUNK bytes at a time (memory does not grow with the log): a line the
+    chunk cuts, one longer than a chunk and a character whose bytes a chunk splits come out
+    whole; an attempt's lines still stop at the next start's log_offset."""
+    import launcher.runfeed as runfeed
+
+    rec = Record(tmp_path)
+    rec.event("run_start", T0, name="t", tasks=["worker:0"])
+    rec.start("worker:0", 0, T0 + 1)
+    rec.log("worker:0", START.format(g=0), *[STEP.format(e=0, s=i, g=i, t=T0 + i) for i in range(1, 9)],
+            "x" * 300, "naïve ünïcödé " * 9)
+    rec.event("exit", T0 + 10, task="worker:0", code=1)
+    rec.start("worker:0", 1, T0 + 11)
+    rec.log("worker:0", START.format(g=5), STEP.format(e=0, s=7, g=7, t=T0 + 12))
+
+    def snapshot(view):
+        t = view.tasks["worker:0"]
+        return (t.state, t.global_step, t.start_global_step, t.last_line, t.examples_per_sec, t.starts)
+
+    whole = replay(rec.dir)
+    seen: list[str] = []
+    monkeypatch.setattr(runfeed, "CHUNK", 7)
+    original = RunView.lines
+    monkeypatch.setattr(RunView, "lines", lambda self, key, texts, now: (seen.extend(texts),
+                                                                         original(self, key, texts, now)))
+    chunked = replay(rec.dir)
+    assert snapshot(chunked) == snapshot(whole) == ("training", 7, 5, STEP.format(e=0, s=7, g=7, t=T0 + 12),
+                                                    None, 2)
+    assert "x" * 300 in seen and ("naïve ünïcödé " * 9).strip() in [s.strip() for s in seen]
+    assert seen[-2:] == [START.format(g=5), STEP.format(e=0, s=7, g=7, t=T0 + 12)]
+    assert seen.index(START.format(g=5)) == seen.index("x" * 300) + 2  # attempt 1's lines after attempt 0's

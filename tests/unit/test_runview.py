@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from rich.console import Console as RichConsole
 
 from launcher import report
@@ -200,3 +202,100 @@ def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(
     assert len(problems) == 1 and "drawing failed" in problems[0] and "the run goes on" in problems[0]
     events = (record.dir / "events.jsonl").read_text().splitlines()
     assert len(events) == 2 and '"event": "start"' in events[1]
+
+
+def _state(view: RunView) -> dict:
+    """Everything the view holds, the throughputs' marks included, to compare two views."""
+    tasks = {}
+    for key, t in view.tasks.items():
+        fields = dict(vars(t))
+        fields["throughput"] = dict(vars(t.throughput)) if t.throughput is not None else None
+        tasks[key] = fields
+    return {**{k: v for k, v in vars(view).items() if k not in ("tasks", "_lock")}, "tasks": tasks}
+
+
+def _random_lines(rng, n: int) -> list[str]:
+    """Mostly the worker's step lines, with what breaks a run of them: other progress lines,
+    other output, malformed and out-of-range values, steps and clocks that go back."""
+    out, g, t = [], 0, T0
+    for _ in range(n):
+        roll = rng.random()
+        g += rng.choice((1, 1, 1, 0, 2, -3)) if roll < 0.97 else 0
+        t += rng.choice((0.1, 0.1, 0.0, 0.25, -1.0))
+        loss, acc = f"{rng.uniform(0, 3):.4f}", f"{rng.uniform(0, 1):.4f}"
+        if roll < 0.55:
+            out.append(f"tfcluster-step epoch={g // 20} step={g % 20} global_step={g} loss={loss} accuracy={acc} "
+                       f"time={t:.3f}")
+        elif roll < 0.70:
+            out.append(f"tfcluster-step epoch={g // 20} step={g % 20} global_step={g} time={t:.3f}")  # PSS
+        elif roll < 0.74:
+            out.append(f"tfcluster-step epoch={g // 20} step={g % 20} global_step={g} loss=nan accuracy={acc} "
+                       f"time={t:.3f}")
+        elif roll < 0.77:
+            out.append(f"tfcluster-step epoch={g // 20} step={g % 20} global_step={g} loss={loss} accuracy=1.7 "
+                       f"time={t:.3f}")
+        elif roll < 0.80:
+            out.append(f"tfcluster-step epoch={g // 20} global_step={g} loss={loss} time={t:.3f}")  # a user's own
+        elif roll < 0.83:
+            out.append(f"tfcluster-step epoch={g // 20} step={g % 20} global_step={g} loss={loss} accuracy={acc} "
+                       f"time={t:.3f} ")  # trailing space: not the worker's format
+        elif roll < 0.86:
+            out.append(f"tfcluster-epoch epoch={g // 20} global_step={g} loss={loss} accuracy={acc} "
+                       f"examples_per_sec=10.0 time={t:.3f}")
+        elif roll < 0.88:
+            out.append(f"tfcluster-first_step epoch={g // 20} step={g % 20} global_step={g} time={t:.3f}")
+        elif roll < 0.90:
+            out.append(f"tfcluster-start epoch={g // 20} step={g % 20} global_step={g} global_batch=32 epochs=3 "
+                       f"steps_per_epoch=20 time={t:.3f}")
+        elif roll < 0.92:
+            out.append(f"tfcluster-result accuracy={acc} loss={loss} examples_per_sec=99.0 steps_run={g}")
+        elif roll < 0.94:
+            out.append(f"tfcluster-worker_lost task=worker:1 time={t:.3f}")
+        elif roll < 0.97:
+            out.append("W0000 00:00:1 some TensorFlow warning")
+        else:
+            out.append("")
+    return out
+
+
+def test_lines_in_a_batch_give_the_view_that_line_by_line_gives():
+    """``lines`` skips step lines the next one overwrites; over random mixes of every kind of
+    line (runs of step lines broken by everything that can break them) the view is exactly
+    the one feeding each line gives, throughput marks included."""
+    import random
+
+    rng = random.Random(7)
+    skipped = 0
+    for trial in range(300):
+        texts = _random_lines(rng, rng.randint(0, 60))
+        one, batch = _mwms_view(), _mwms_view()
+        batch.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0)
+        one.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0)
+        for text in texts:
+            one.line("worker:0", text, T0 + 5)
+        # in pieces, as a replay reads a log in chunks
+        cut = rng.randint(0, len(texts))
+        batch.lines("worker:0", texts[:cut], T0 + 5)
+        batch.lines("worker:0", texts[cut:], T0 + 5)
+        assert _state(batch) == _state(one), (trial, texts)
+        skipped += sum(1 for a, b, c in zip(texts, texts[1:], texts[2:])
+                       if all(x.startswith("tfcluster-step ") for x in (a, b, c)))
+    assert skipped > 500  # the mixes had runs to skip
+
+
+def test_lines_skip_the_inside_of_a_run_of_step_lines():
+    seen = []
+
+    class Counting(RunView):
+        def _line(self, key, text, now):
+            seen.append(text)
+            super()._line(key, text, now)
+
+    view = Counting()
+    texts = [f"tfcluster-step epoch=0 step={i} global_step={i} loss=1.0000 accuracy=0.5000 time={T0 + i:.3f}"
+             for i in range(1, 1001)]
+    view.lines("worker:0", ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", *texts], T0)
+    assert seen == ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", texts[0], texts[-1]]
+    t = view.tasks["worker:0"]
+    assert (t.global_step, t.step) == (1000, 1000)
+    assert t.examples_per_sec == pytest.approx(999 * 32 / 999)  # from the first step line to the last
