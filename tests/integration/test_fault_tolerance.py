@@ -161,11 +161,13 @@ def test_repeated_kills_of_the_chief_mid_save_never_corrupt_the_backup(tmp_path,
 
 def test_warm_standby_is_promoted_on_group_restart(tmp_path, tfds_dir):
     # Long enough that the standby (a second TF import on two busy cores: 8 s or more) is ready
-    # while the first attempt still trains; the kill comes at the next step=5 of a later epoch.
-    spec = write_spec(tmp_path, tfds_dir, TRAIN.replace("--epochs 2", "--epochs 6") + " --save-freq 5",
+    # while the first attempt still trains (7 epochs, about 20 s); the kill comes at the next step
+    # line after that, from the second epoch to the sixth (after the first epoch's backups, a
+    # whole epoch before the end).
+    spec = write_spec(tmp_path, tfds_dir, TRAIN.replace("--epochs 2", "--epochs 7") + " --save-freq 5",
                       extra="restart: {max_restarts: 1, warm_standby: true}\n")
     code, out = run_and_act(spec, [(r"\[worker:1\] \(standby\) tfcluster-standby ready", lambda proc: None),
-                                   (r"\[worker:1\] tfcluster-step epoch=[1-5] step=5 ",
+                                   (r"\[worker:1\] tfcluster-step epoch=[1-5] step=\d+ ",
                                     lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
     assert code == 0, out[-4000:]
     ev = events(spec)
