@@ -122,7 +122,8 @@ class RunView:
         last line are the next one's to set; the throughput is the rate between the attempt's
         first mark (made by the line before at the latest) and its last. Its rate can only
         outlast the next line's when the next goes back in global step or time, so those are
-        applied. A week's log then replays in seconds (bench/status_replay.py)."""
+        applied. What is left costs about 2.5 µs a line (bench/status_replay.py). A step line
+        in any other format (a user's own, a changed worker) is applied like every other line."""
         shapes = [_step_shape(text) for text in texts]
         last = len(texts) - 1
         with self._lock:
