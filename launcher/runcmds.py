@@ -161,7 +161,7 @@ def render_runs(views: list[RunStatus], where: Path) -> list[str]:
 
 def logs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     run = _run(loaded, args.run)
-    keys = [t.key for t in load_run(run).tasks]
+    keys = [t.key for t in load_run(run, progress=False).tasks]
     if args.task is not None and args.task not in keys:
         raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {', '.join(keys)}")
     path = log_path(run, args.task) if args.task else run / "output.log"
@@ -264,13 +264,13 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     launcher/runfeed.py replays from the record and then follows, with task output and the
     supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
     run = _run(loaded, args.run)
-    view = load_run(run)
-    if view.state == RUNNING:
+    if load_run(run, progress=False).state == RUNNING:
         live = RunView()
         feed = RecordFeed(run, live)
         feed.poll()
         if console.start_panel(live):
             return _attach_panel(run, feed, console, args.spec)
+    view = load_run(run)
     renderer = TextRenderer(console, args.spec)
     renderer.start(view)
     if view.state != RUNNING:

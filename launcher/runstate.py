@@ -260,7 +260,7 @@ def running_runs(name_dir: Path) -> list[RunStatus]:
         if not is_same(int(launcher.get("pid", 0) or 0), launcher.get("start_time")):
             continue
         try:
-            view = load_run(run)
+            view = load_run(run, progress=False)  # the state is enough (no task logs read)
         except RecordDamaged:
             continue
         if view.state == RUNNING:
