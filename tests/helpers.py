@@ -29,6 +29,12 @@ def pids_with_env(name: str, value: str) -> list[int]:
     return found
 
 
+def flat(rows) -> list:
+    """The numbers of a list of tuples, in order: what ``pytest.approx`` compares (pytest 9.2
+    refuses nested data structures, so ``flat(a) == approx(flat(b))`` instead of ``a == approx(b)``)."""
+    return [x for row in rows for x in row]
+
+
 def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1, what: str = "condition"):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
