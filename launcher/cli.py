@@ -1,6 +1,7 @@
 """``tfcluster`` command line: argv is parsed here and ``main(argv) -> int`` is the only exit.
 
-Exit codes: 0 ok, 1 run failed (or could not start), 2 bad spec or usage, 130 interrupted.
+Exit codes: 0 ok, 1 run failed (or could not start), 2 bad spec or usage, 130 interrupted
+(``execution.EXIT_*``). Running a spec is ``execution``'s; nothing in ``launcher/`` imports this module.
 """
 
 from __future__ import annotations
@@ -8,21 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from . import __version__
 from .console import Console
-from .errors import LaunchError, SpecError, UserError
-from .plan import Plan, build_plan, redact_env
+from .errors import SpecError, UserError
+from .execution import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, plan_for, render_plan
+from .plan import Plan, redact_env
 from .spec import LoadedSpec, load_spec
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -155,7 +151,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         from .runcmds import runs_under
 
         return runs_under(Path(args.spec or "runs"), console)
-    from .backends import backend_class, plan_for
+    from .backends import backend_class
 
     loaded = load_spec(args.spec)
     plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
@@ -212,136 +208,16 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
     raise SpecError(f"unknown command {args.command}")
 
 
-def render_plan(plan: Plan, show_secrets: bool = False) -> str:
-    rows = [("task", "host", "address:port", "command")]
-    for t in plan.tasks:
-        rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", shlex.join(t.command)))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
-    if plan.placeholder:
-        out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
-                   "hosts, addresses and TF_CONFIG below are stand-ins")
-    for r in rows:
-        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
-    out.append("TF_CONFIG:")
-    for t in plan.tasks:
-        out.append(f"  {t.key}: {t.tf_config_json}")
-    if plan.tasks:
-        common = {k: v for k, v in plan.tasks[0].env if k != "TF_CONFIG" and not k.startswith("TFCLUSTER_TASK")}
-        shown = common if show_secrets else redact_env(common)
-        out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
-        for k, v in shown.items():
-            out.append(f"  {k}={v}")
-    return "\n".join(out)
-
-
 def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Console) -> int:
-    from .rundir import new_run_id
+    from . import detach, execution
 
-    spec = loaded.spec
+    options = dict(dry_run=args.dry_run, force=args.force, quiet=args.quiet, verbose=args.verbose,
+                   panel=not (args.quiet or args.plain))
     if args.detach and not args.dry_run and not args.supervise:
-        from . import detach
-
-        run_id = new_run_id()
-        extra = [flag for flag, on in (("--quiet", args.quiet), ("--force", args.force)) if on]
-        return detach.launch(args.spec, run_id, extra, console, lambda rid: detach.commands(args.spec, rid))
-    handover = None
-    if args.supervise:
-        from .detach import Handover, ignore_hangup
-
-        ignore_hangup()
-        handover = Handover()
-        console = handover.console
-    if not args.force and not args.dry_run:
-        from .runstate import running_runs
-
-        busy = running_runs(loaded.base_dir / spec.run_dir / spec.name)
-        if busy:
-            run = busy[-1]
-            raise LaunchError(f"run {run.run_id} of {spec.name} is still running (supervisor pid {run.supervisor_pid}); "
-                              f"see `tfcluster status {args.spec}`, stop it with `tfcluster down {args.spec}`, "
-                              "or start another anyway with --force")
-    return execute(loaded, plan, console, dry_run=args.dry_run, run_id=args.supervise, handover=handover,
-                   quiet=args.quiet, verbose=args.verbose, panel=not (args.quiet or args.plain))
-
-
-def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool = False,
-            run_id: Optional[str] = None, handover=None, quiet: bool = False, verbose: bool = False,
-            panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> int:
-    """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
-    supervisor until success, failure or interruption (``tfcluster compare`` runs each
-    configuration through here too; ``on_record`` gets the run record once it exists)."""
-    from .backends import backend_class
-    from .rundir import RunRecord
-    from .supervisor import Supervisor
-
-    spec = loaded.spec
-    record = RunRecord(loaded.base_dir / spec.run_dir, plan, run_id=run_id, on_problem=console.error)
-    if handover is not None:
-        record.launcher_info["detached"] = True
-    backend = backend_class(spec.backend).from_spec(loaded, record, console)
-    try:
-        backend.preflight(plan)
-        if dry_run:
-            print(render_plan(plan))
-            console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
-            backend.close()
-            return EXIT_OK
-        try:
-            record.create()
-        except OSError as exc:
-            raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
-                              "fix run_dir in the spec or the directory's permissions") from None
-        # The hosts the tasks get (a workload manager answers once the job is allocated).
-        plan = build_plan(spec, _stoppable(lambda: backend.allocate(spec)))
-        record.set_plan(plan)
-    except BaseException:
-        backend.close()  # connections and clients opened for the preflight, the allocation
-        record.close()
-        raise
-    if on_record is not None:
-        on_record(record)
-    console.quiet_tasks = quiet
-    console.verbose = verbose
-    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog)
-    if handover is not None:
-        handover.open_log(record.dir / "supervisor.log")
-        supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)
-    previous = {}
-
-    def on_signal(signum: int, _frame) -> None:
-        supervisor.interrupt()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM) + (() if handover else (signal.SIGHUP,)):
-            previous[sig] = signal.signal(sig, on_signal)
-    console.info(
-        f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
-        f"logs in {record.logs_dir}"
-    )
-    if panel:
-        console.start_panel(supervisor.view)  # on a terminal only
-    try:
-        return supervisor.run()
-    finally:
-        console.end_panel()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        record.close()
-
-
-def _stoppable(fn):
-    """Run ``fn`` with SIGTERM and SIGHUP raising KeyboardInterrupt like Ctrl-C, so `tfcluster
-    down` or a closed terminal while it blocks (a queued allocation) still runs the cleanup."""
-    if threading.current_thread() is not threading.main_thread():
-        return fn()
-    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}  # a detached supervisor ignores SIGHUP
-    try:
-        return fn()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        return detach.start(args.spec, console, quiet=args.quiet, force=args.force)
+    if args.supervise:  # this process is the detached supervisor
+        return detach.supervise(loaded, plan, args.spec, args.supervise, **options)
+    return execution.up(loaded, plan, console, shown=args.spec, **options)
 
 
 def _compare(args: argparse.Namespace, console: Console) -> int:

@@ -23,9 +23,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from .console import Console
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plan import Plan
+    from .spec import LoadedSpec
 
 _MARK = "\x1e"  # starts every line the supervisor sends to the foreground
 _OUT, _ERR, _READY = "O", "E", "R"
@@ -105,11 +109,31 @@ def ignore_hangup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
+def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, **options) -> int:
+    """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
+    as a foreground ``up`` would (``execution.up`` with the same ``options``), its output going
+    through a Handover to the foreground until every task is ready."""
+    from .execution import up
+
+    ignore_hangup()
+    handover = Handover()
+    return up(loaded, plan, handover.console, shown=shown, run_id=run_id, handover=handover, **options)
+
+
 # ------------------------------------------------------------------ foreground side
 
 
 def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "launcher", "up", spec, "--supervise", run_id, *extra]
+
+
+def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> int:
+    """``up FILE --detach`` in the foreground: a new run id, its supervisor started and relayed
+    until hand-over (``launch``)."""
+    from .rundir import new_run_id
+
+    extra = [flag for flag, on in (("--quiet", quiet), ("--force", force)) if on]
+    return launch(spec, new_run_id(), extra, console, lambda rid: commands(spec, rid))
 
 
 def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,

@@ -17,6 +17,7 @@ from typing import Optional, TextIO
 
 from .console import Console
 from .errors import LaunchError
+from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_LOST
 from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
                       runs_root)
 from .rundir import log_path, read_events
@@ -24,7 +25,6 @@ from .runfeed import RecordFeed
 from .runview import RunView
 from .spec import LoadedSpec
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_LOST = 0, 1, 130, 3
 _POLL = 0.3  # seconds between looks at a followed run
 
 
@@ -33,7 +33,7 @@ def exit_code(view: RunStatus) -> int:
     if view.state in (RUNNING, SUCCEEDED):
         return EXIT_OK
     if view.state == LOST:
-        return EXIT_LOST
+        return EXIT_SUPERVISOR_LOST
     return EXIT_FAILED
 
 

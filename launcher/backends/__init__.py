@@ -2,19 +2,15 @@
 
 REGISTRY maps each ``backend:`` value of cluster.yaml to its class ("module:Class", imported on
 first use). This is the one place that knows the backends by name; everything else asks
-``backend_class(spec.backend)`` (see base.py for the contract every class fulfils).
+``backend_class(spec.backend)`` (see base.py for the contract every class fulfils;
+``execution.plan_for`` is the plan a spec gets from its backend's static placement).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from .base import Backend, Capabilities, RecordedRun, TaskHandle
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..plan import Plan
-    from ..spec import Spec
 
 REGISTRY: dict[str, str] = {
     "local": "launcher.backends.local:LocalBackend",
@@ -40,18 +36,10 @@ def backend_classes() -> list[type[Backend]]:
     return [backend_class(name) for name in REGISTRY]
 
 
-def plan_for(spec: "Spec") -> "Plan":
-    """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
-    backend's static placement, placeholders when it knows its nodes only after allocating."""
-    from ..plan import build_plan
-
-    return build_plan(spec, backend_class(spec.backend).place(spec))
-
-
 def make_backend(name: str, **kwargs) -> Backend:
     """Construct the backend for ``name`` directly with its constructor's arguments."""
     return backend_class(name)(**kwargs)
 
 
 __all__ = ["Backend", "Capabilities", "RecordedRun", "TaskHandle", "REGISTRY", "backend_class", "backend_classes",
-           "backend_names", "make_backend", "plan_for"]
+           "backend_names", "make_backend"]

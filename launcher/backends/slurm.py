@@ -167,7 +167,7 @@ class SlurmBackend(Backend):
         if self.record is not None:
             self.record.event("slurm_submitted", job=self.job_id, nodes=req.nodes, tasks_per_node=req.tasks_per_node)
         t0 = time.monotonic()
-        # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (cli's _stoppable); close() cancels the job.
+        # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (execution.stoppable); close() cancels the job.
         nodes = alloc.wait_running(self.job_id, self.opts.queue_timeout, self.console.info)
         addresses = cli.node_addresses(nodes)
         slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)

@@ -28,8 +28,7 @@ from typing import Optional, Sequence, TextIO
 
 import yaml
 
-from .. import cli
-from ..backends import plan_for
+from .. import execution
 from ..console import Console
 from ..errors import UserError
 from ..progress import parse
@@ -198,8 +197,8 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
             for label in results}
     _write_outputs(outdir, rows, runs, machine, meta, console)
     if interrupted:
-        return cli.EXIT_INTERRUPTED
-    return cli.EXIT_OK if all(r["status"] == OK for r in rows) else cli.EXIT_FAILED
+        return execution.EXIT_INTERRUPTED
+    return execution.EXIT_OK if all(r["status"] == OK for r in rows) else execution.EXIT_FAILED
 
 
 def _run_one(config: Config, repeat: int, options: Options, outdir: Path, console: Console,
@@ -223,14 +222,14 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
         try:
             # Relative paths (workdir, docker build context, ...) resolve against the source spec.
             loaded = LoadedSpec(parse_spec(text, shown=str(spec_path)), Path(config.source))
-            plan = plan_for(loaded.spec)  # placed by the backend, as tfcluster up does
-            code = cli.execute(loaded, plan, _Captured(sink), on_record=on_record)
+            plan = execution.plan_for(loaded.spec)  # placed by the backend, as tfcluster up does
+            code = execution.execute(loaded, plan, _Captured(sink), on_record=on_record)
         except UserError as exc:
             m = Measurement(status=FAILED, exit_code=exc.exit_code, error=" / ".join(exc.lines))
             line.done(f"failed: {m.error}")
             return m, extra
         except KeyboardInterrupt:
-            m = Measurement(status=INTERRUPTED, exit_code=cli.EXIT_INTERRUPTED, error="interrupted")
+            m = Measurement(status=INTERRUPTED, exit_code=execution.EXIT_INTERRUPTED, error="interrupted")
             line.done("interrupted")
             return m, extra
         record = records[0]
@@ -240,7 +239,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
         except OSError:
             lines = []
         m = measure(events, lines, options.target_accuracy)
-        if m.status == OK and code != cli.EXIT_OK:
+        if m.status == OK and code != execution.EXIT_OK:
             m.status, m.exit_code = FAILED, code
         if m.status == OK:
             line.done(f"ok in {m.wall_s or 0:.0f} s: {m.examples_per_sec or 0:.0f} examples/s, "

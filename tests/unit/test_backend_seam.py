@@ -16,7 +16,8 @@ import pytest
 from tests.netutil import free_base
 from pydantic import Field
 
-from launcher.backends import REGISTRY, Capabilities, backend_class, backend_classes, backend_names, plan_for
+from launcher.backends import REGISTRY, Capabilities, backend_class, backend_classes, backend_names
+from launcher.execution import plan_for
 from launcher.backends.local import LocalBackend
 from launcher.cli import main
 from launcher.errors import SpecError

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.backends import plan_for
+from launcher.execution import plan_for
 from launcher.rundir import RunRecord
 from launcher.spec import load_spec
 

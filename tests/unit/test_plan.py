@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from launcher.errors import SpecError
-from launcher.backends import plan_for
+from launcher.execution import plan_for
 from launcher.plan import redact_env
 from launcher.spec import parse_spec
 

@@ -154,7 +154,7 @@ def test_plan_shows_placeholder_nodes_laid_out_like_the_allocation(tmp_path, cap
 
 
 def test_a_step_runs_on_its_node_in_the_job_and_its_env_stays_off_the_command_line(tmp_path):
-    from launcher.backends import plan_for
+    from launcher.execution import plan_for
     from launcher.backends.slurm import SlurmBackend
     from launcher.spec import LoadedSpec
 

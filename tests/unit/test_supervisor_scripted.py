@@ -15,9 +15,9 @@ from typing import Optional
 
 import pytest
 
-from launcher.backends import plan_for
 from launcher.backends.base import Backend, TaskHandle
 from launcher.console import Console
+from launcher.execution import plan_for
 from launcher.rundir import RunRecord
 from launcher.spec import parse_spec
 from launcher.supervisor import Supervisor

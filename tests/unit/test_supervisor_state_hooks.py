@@ -9,7 +9,7 @@ import json
 from launcher.backends.base import Backend, TaskHandle
 from launcher.console import Console
 from launcher.errors import AttemptImpossible, LaunchError
-from launcher.backends import plan_for
+from launcher.execution import plan_for
 from launcher.rundir import RunRecord
 from launcher.spec import parse_spec
 from launcher.supervisor import Supervisor

@@ -455,7 +455,8 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     down() finds them from the record and stops them, verified by pid."""
     from launcher.backends.ssh import SSHBackend
     from launcher.console import Console
-    from launcher.backends import RecordedRun, plan_for
+    from launcher.backends import RecordedRun
+    from launcher.execution import plan_for
     from launcher.rundir import RunRecord
     from launcher.spec import load_spec
 

@@ -1,0 +1,165 @@
+"""Running a spec: the use case under ``tfcluster up``, ``up --detach`` and ``tfcluster compare``.
+
+The CLI parses argv and calls in here; ``compare`` runs each configuration through
+``execute`` and the detached supervisor (``detach.supervise``) through ``up``, so a run is
+started, supervised, interrupted and torn down the same way whoever asked for it. Nothing here
+parses argv, and nothing in ``launcher/`` imports the CLI.
+
+Exit codes (``tfcluster up`` and what ``main`` returns): 0 ok, 1 run failed (or could not start),
+2 bad spec or usage, 130 interrupted; ``status``/``attach`` also 3, the run's supervisor is lost.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import threading
+from typing import TYPE_CHECKING, Callable, Optional
+
+from .console import Console
+from .errors import LaunchError
+from .plan import Plan, build_plan, redact_env
+from .spec import LoadedSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .spec import Spec
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
+
+
+def plan_for(spec: "Spec") -> Plan:
+    """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
+    backend's static placement, placeholders when it knows its nodes only after allocating."""
+    from .backends import backend_class
+
+    return build_plan(spec, backend_class(spec.backend).place(spec))
+
+
+def render_plan(plan: Plan, show_secrets: bool = False) -> str:
+    """The plan as ``tfcluster plan`` and ``up --dry-run`` print it."""
+    rows = [("task", "host", "address:port", "command")]
+    for t in plan.tasks:
+        rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", shlex.join(t.command)))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
+    if plan.placeholder:
+        out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
+                   "hosts, addresses and TF_CONFIG below are stand-ins")
+    for r in rows:
+        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
+    out.append("TF_CONFIG:")
+    for t in plan.tasks:
+        out.append(f"  {t.key}: {t.tf_config_json}")
+    if plan.tasks:
+        common = {k: v for k, v in plan.tasks[0].env if k != "TF_CONFIG" and not k.startswith("TFCLUSTER_TASK")}
+        shown = common if show_secrets else redact_env(common)
+        out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
+        for k, v in shown.items():
+            out.append(f"  {k}={v}")
+    return "\n".join(out)
+
+
+def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
+    """LaunchError if a run of this spec is still running (``up`` without ``--force``);
+    ``shown`` is the spec path as the user typed it, for the commands the message suggests."""
+    from .runstate import running_runs
+
+    spec = loaded.spec
+    busy = running_runs(loaded.base_dir / spec.run_dir / spec.name)
+    if busy:
+        run = busy[-1]
+        raise LaunchError(f"run {run.run_id} of {spec.name} is still running (supervisor pid {run.supervisor_pid}); "
+                          f"see `tfcluster status {shown}`, stop it with `tfcluster down {shown}`, "
+                          "or start another anyway with --force")
+
+
+def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run: bool = False,
+       force: bool = False, run_id: Optional[str] = None, handover=None, quiet: bool = False,
+       verbose: bool = False, panel: bool = False) -> int:
+    """``tfcluster up`` in this process (in the foreground, or as the detached supervisor with
+    its ``handover``): refuse while a run of the spec is still running unless ``force``, then
+    ``execute``."""
+    if not force and not dry_run:
+        refuse_if_running(loaded, shown)
+    return execute(loaded, plan, console, dry_run=dry_run, run_id=run_id, handover=handover,
+                   quiet=quiet, verbose=verbose, panel=panel)
+
+
+def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool = False,
+            run_id: Optional[str] = None, handover=None, quiet: bool = False, verbose: bool = False,
+            panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> int:
+    """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
+    supervisor until success, failure or interruption (``tfcluster compare`` runs each
+    configuration through here too; ``on_record`` gets the run record once it exists)."""
+    from .backends import backend_class
+    from .rundir import RunRecord
+    from .supervisor import Supervisor
+
+    spec = loaded.spec
+    record = RunRecord(loaded.base_dir / spec.run_dir, plan, run_id=run_id, on_problem=console.error)
+    if handover is not None:
+        record.launcher_info["detached"] = True
+    backend = backend_class(spec.backend).from_spec(loaded, record, console)
+    try:
+        backend.preflight(plan)
+        if dry_run:
+            print(render_plan(plan))
+            console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
+            backend.close()
+            return EXIT_OK
+        try:
+            record.create()
+        except OSError as exc:
+            raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
+                              "fix run_dir in the spec or the directory's permissions") from None
+        # The hosts the tasks get (a workload manager answers once the job is allocated).
+        plan = build_plan(spec, stoppable(lambda: backend.allocate(spec)))
+        record.set_plan(plan)
+    except BaseException:
+        backend.close()  # connections and clients opened for the preflight, the allocation
+        record.close()
+        raise
+    if on_record is not None:
+        on_record(record)
+    console.quiet_tasks = quiet
+    console.verbose = verbose
+    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog)
+    if handover is not None:
+        handover.open_log(record.dir / "supervisor.log")
+        supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)
+    previous = {}
+
+    def on_signal(signum: int, _frame) -> None:
+        supervisor.interrupt()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM) + (() if handover else (signal.SIGHUP,)):
+            previous[sig] = signal.signal(sig, on_signal)
+    console.info(
+        f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
+        f"logs in {record.logs_dir}"
+    )
+    if panel:
+        console.start_panel(supervisor.view)  # on a terminal only
+    try:
+        return supervisor.run()
+    finally:
+        console.end_panel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        record.close()
+
+
+def stoppable(fn):
+    """Run ``fn`` with SIGTERM and SIGHUP raising KeyboardInterrupt like Ctrl-C, so `tfcluster
+    down` or a closed terminal while it blocks (a queued allocation) still runs the cleanup."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # a detached supervisor ignores SIGHUP
+    try:
+        return fn()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
