@@ -12,15 +12,25 @@ from typing import Optional
 
 import tf_keras as keras
 
-# The one place examples/s is computed (TF-free: the launcher's live view and tfcluster compare use it too).
-from launcher.progress import Throughput  # noqa: F401
+# The one place examples/s is computed (TF-free: the launcher's live view and tfcluster compare use it too),
+# and the one place the line format is written (launcher/progress.py owns it: ``format_line``/``parse``).
+from launcher.progress import Throughput, format_line  # noqa: F401
 
 from .tensorboard import Scalars, learning_rate
 
 
 def emit(kind: str, **fields) -> None:
-    parts = " ".join(f"{k}={v}" for k, v in fields.items())
-    print(f"tfcluster-{kind} {parts}", flush=True)
+    print(format_line(kind, **fields), flush=True)
+
+
+def start_fields(name: str, strategy, global_batch: int, **extra) -> dict:
+    """The strategy part of every ``tfcluster-start`` line: the strategy the task was asked for
+    (``name``, the spec's), the ``tf.distribute`` class TensorFlow built for it
+    (``strategy_class``, module and class name, so a reader can tell OneDeviceStrategy from the
+    default strategy), its replicas and the examples a step consumes; then ``extra``."""
+    cls = type(strategy)
+    return {"strategy": name, "strategy_class": f"{cls.__module__}.{cls.__qualname__}",
+            "replicas": strategy.num_replicas_in_sync, "global_batch": global_batch, **extra}
 
 
 def epoch_end(epoch: int, global_step: int, loss: float, accuracy: float, throughput: Throughput, optimizer,

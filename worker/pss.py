@@ -35,6 +35,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from . import data as data_lib
+from . import progress as progress_lib
 from .cluster import TaskInfo
 from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
@@ -138,8 +139,7 @@ def make_strategy(args: argparse.Namespace, task: TaskInfo) -> tf.distribute.Par
 def start_fields(strategy, task: TaskInfo, batch: int) -> dict:
     """What the start line reports: replicas per step (one worker's), the examples a step
     consumes (one worker's batch) and the workers running steps."""
-    return {"strategy": "parameter_server", "replicas": strategy.num_replicas_in_sync, "global_batch": batch,
-            "workers": len(task.cluster.get("worker", []))}
+    return progress_lib.start_fields("parameter_server", strategy, batch, workers=len(task.cluster.get("worker", [])))
 
 
 def describe_partitioning(model: keras.Model) -> None:

@@ -30,7 +30,7 @@ from .cluster import TaskInfo
 from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
-from .progress import ProgressLogger, Throughput, emit, epoch_end, fit_result
+from .progress import ProgressLogger, Throughput, emit, epoch_end, fit_result, start_fields
 from .tensorboard import Scalars
 
 
@@ -84,9 +84,8 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
     model.distribute_reduction_method = "first"
 
     progress = ProgressLogger(every=args.progress_every, global_batch=global_batch,
-                              start_fields={"strategy": args.strategy, "replicas": strategy.num_replicas_in_sync,
-                                            "global_batch": global_batch,
-                                            "epochs": args.epochs, "steps_per_epoch": steps},
+                              start_fields=start_fields(args.strategy, strategy, global_batch,
+                                                        epochs=args.epochs, steps_per_epoch=steps),
                               scalars=Scalars.train(layout, task))
     backup = keras.callbacks.BackupAndRestore(
         backup_dir=str(layout.backup),
@@ -180,8 +179,7 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
     total_steps = args.epochs * steps_per_epoch
     epoch, step_in_epoch = divmod(global_step, steps_per_epoch)
     emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
-         strategy=args.strategy, replicas=strategy.num_replicas_in_sync, global_batch=global_batch,
-         epochs=args.epochs, steps_per_epoch=steps_per_epoch)
+         **start_fields(args.strategy, strategy, global_batch, epochs=args.epochs, steps_per_epoch=steps_per_epoch))
     save_every = steps_per_epoch if args.save_freq == "epoch" else int(args.save_freq)
     iterator = iter(dist_train)
     scalars = Scalars.train(layout, task)

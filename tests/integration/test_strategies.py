@@ -18,6 +18,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 12 --batch-size 16 --progress-every 4"
 
 
+def tf_class(strategy: str) -> str:
+    """The ``tf.distribute`` class ``strategy`` must build, as TensorFlow's public API names it
+    here (module.qualname, the form of the start line's ``strategy_class``): the worker's own
+    echo of the strategy name says nothing about what it built, so the default strategy standing
+    in for OneDeviceStrategy, or MirroredStrategy for CentralStorageStrategy, fails this."""
+    import tensorflow as tf
+
+    cls = {"default": type(tf.distribute.get_strategy()), "one_device": tf.distribute.OneDeviceStrategy,
+           "mirrored": tf.distribute.MirroredStrategy,
+           "central_storage": tf.distribute.experimental.CentralStorageStrategy}[strategy]
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 @pytest.fixture(autouse=True)
 def _tf():
     require_tf()
@@ -37,6 +50,7 @@ def test_single_host_strategy_trains_with_fit_then_custom_loop(tmp_path, tfds_di
     for start, res in zip(starts, results):
         assert (start["strategy"], start["replicas"], start["global_batch"]) == (strategy, str(replicas),
                                                                                  str(16 * replicas))
+        assert start["strategy_class"] == tf_class(strategy), start
         assert 0.2 < float(res["accuracy"]) <= 1.0, res  # above chance (10 classes)
     # The same seed, model, data and global batch: both loops take the same steps.
     fit, custom = (e[-1] for e in (progress(result.stdout, "epoch")[:2], progress(result.stdout, "epoch")[2:]))
@@ -63,6 +77,7 @@ def test_sigkill_resumes_from_the_backup(tmp_path, tfds_dir, strategy, loop):
     assert "worker:0 failed: killed by SIGKILL (exit 137)" in out
     first, resumed = progress(out, "start")
     assert first["global_step"] == "0" and resumed["replicas"] == str(replicas)
+    assert first["strategy_class"] == resumed["strategy_class"] == tf_class(strategy), (first, resumed)
     # A backup every 5 steps: the resume is at the last backup before the kill, which came
     # after step 25 (20 if the kill came mid-save) and no later than 5 steps past the last step
     # line the task printed (the kill's relay takes a moment on a busy machine).
@@ -96,6 +111,7 @@ def test_sigterm_saves_the_step_and_the_restart_resumes_there(tmp_path, tfds_dir
     assert "worker:0 failed: killed by SIGTERM (exit 143)" in out, out[-3000:]
     first, resumed = progress(out, "start")
     assert first["global_step"] == "0" and int(resumed["global_step"]) == saved, (first, resumed)
+    assert first["strategy_class"] == resumed["strategy_class"] == tf_class(strategy), (first, resumed)
     assert (resumed["epoch"], resumed["step"]) == ("0", str(saved)), resumed
     [result] = progress(out, "result")
     assert int(result["steps_run"]) == 60 - saved, result  # the rest, nothing redone

@@ -12,6 +12,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+from launcher.progress import parse
 from tests.helpers import pids_with_env, task_pids, wait_for
 from tests.netutil import free_base
 
@@ -53,12 +54,11 @@ def run_dir(path: Path) -> Path:
 
 
 def progress(text: str, kind: str, task: str = "worker:0") -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        m = re.match(rf"\[{re.escape(task)}\] tfcluster-{kind} (.*)", line)
-        if m:
-            out.append(dict(kv.split("=", 1) for kv in m.group(1).split()))
-    return out
+    """The fields of ``task``'s ``tfcluster-<kind>`` lines in the launcher's output ``text``,
+    read by the launcher's own parser (launcher/progress.py owns the format)."""
+    prefix = f"[{task}] "
+    lines = (parse(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    return [dict(p.fields) for p in lines if p is not None and p.kind == kind]
 
 
 def last_step_before(text: str, marker: str, task: str = "worker:0") -> int:
