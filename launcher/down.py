@@ -16,18 +16,21 @@ from .console import Console
 from .errors import LaunchError
 from .plan import Plan
 from .procinfo import is_same, wait_gone
+from .record.events import Event
+from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
+from .record.states import Outcome
 from .rundir import latest_run
 from .spec import LoadedSpec
 
 
 def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None, timeout: float = 60.0) -> int:
     spec = loaded.spec
-    root = loaded.base_dir / spec.run_dir
+    root = runs_dir(loaded)
     run_dir = (root / spec.name / run_id) if run_id else latest_run(root, spec.name)
-    if run_dir is None or not (run_dir / "launcher.json").is_file():
-        where = root / spec.name / (run_id or "latest")
+    if run_dir is None or not (run_dir / LAUNCHER_FILE).is_file():
+        where = root / spec.name / (run_id or LATEST)
         raise LaunchError(f"no run record at {where}; nothing to stop (check the spec path or --run)")
-    info = json.loads((run_dir / "launcher.json").read_text())
+    info = json.loads((run_dir / LAUNCHER_FILE).read_text())
     pid, started = int(info["pid"]), info.get("start_time")
     stopped_any = False
     supervised = pid == os.getpid() or is_same(pid, started)
@@ -62,11 +65,11 @@ def _record_stop(run_dir, console: Console) -> None:
     except RecordDamaged as exc:
         console.error(exc.lines[0])
         return
-    if any(e.get("event") == "outcome" for e in events):
+    if any(e.get("event") == Event.OUTCOME for e in events):
         return
-    attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == "start"), default=-1)
+    attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == Event.START), default=-1)
     try:
-        append_event(run_dir, "outcome", outcome="stopped", exit_code=130, attempts=attempts,
+        append_event(run_dir, Event.OUTCOME, outcome=Outcome.STOPPED, exit_code=130, attempts=attempts,
                      reason="the supervisor was lost; what was left was stopped by tfcluster down")
     except OSError as exc:
-        console.error(f"cannot write {run_dir / 'events.jsonl'}: {exc.strerror}; the run stays 'supervisor lost'")
+        console.error(f"cannot write {run_dir / EVENTS_FILE}: {exc.strerror}; the run stays 'supervisor lost'")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from .console import Console
 from .errors import LaunchError
 from .plan import Plan, build_plan, redact_env
+from .record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from .spec import LoadedSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,7 +67,7 @@ def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
     from .runstate import running_runs
 
     spec = loaded.spec
-    busy = running_runs(loaded.base_dir / spec.run_dir / spec.name)
+    busy = running_runs(name_dir(loaded))
     if busy:
         run = busy[-1]
         raise LaunchError(f"run {run.run_id} of {spec.name} is still running (supervisor pid {run.supervisor_pid}); "
@@ -97,7 +98,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     from .supervisor import Supervisor
 
     spec = loaded.spec
-    record = RunRecord(loaded.base_dir / spec.run_dir, plan, run_id=run_id, on_problem=console.error)
+    record = RunRecord(runs_dir(loaded), plan, run_id=run_id, on_problem=console.error)
     if handover is not None:
         record.launcher_info["detached"] = True
     backend = backend_class(spec.backend).from_spec(loaded, record, console)
@@ -126,7 +127,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     console.verbose = verbose
     supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog)
     if handover is not None:
-        handover.open_log(record.dir / "supervisor.log")
+        handover.open_log(record.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)
     previous = {}
 

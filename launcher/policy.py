@@ -16,9 +16,9 @@ import signal
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
+from .record.states import AttemptState
+
+RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ from typing import Optional, TextIO
 from .console import Console
 from .errors import LaunchError
 from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_LOST
+from .record.events import Event
+from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
 from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
                       runs_root)
-from .rundir import log_path, read_events
+from .rundir import read_events
 from .runfeed import RecordFeed
 from .runview import RunView
 from .spec import LoadedSpec
@@ -37,12 +39,8 @@ def exit_code(view: RunStatus) -> int:
     return EXIT_FAILED
 
 
-def _name_dir(loaded: LoadedSpec) -> Path:
-    return loaded.base_dir / loaded.spec.run_dir / loaded.spec.name
-
-
 def _run(loaded: LoadedSpec, run_id: Optional[str]) -> Path:
-    return find_run(_name_dir(loaded), run_id)
+    return find_run(name_dir(loaded), run_id)
 
 
 # ------------------------------------------------------------------ status
@@ -122,7 +120,7 @@ def duration(seconds: float) -> str:
 
 
 def runs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
-    print("\n".join(render_runs(list_runs(_name_dir(loaded)), _name_dir(loaded))))
+    print("\n".join(render_runs(list_runs(name_dir(loaded)), name_dir(loaded))))
     return EXIT_OK
 
 
@@ -164,7 +162,7 @@ def logs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     keys = [t.key for t in load_run(run, progress=False).tasks]
     if args.task is not None and args.task not in keys:
         raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {', '.join(keys)}")
-    path = log_path(run, args.task) if args.task else run / "output.log"
+    path = log_path(run, args.task) if args.task else run / OUTPUT_FILE
     start, end = _attempt_range(run, args.task, args.attempt)
     if args.tail is not None and args.tail < 0:
         raise LaunchError("--tail: give a number of lines >= 0")
@@ -185,7 +183,7 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
     field = "log_offset" if task else "output_offset"
     starts: dict[int, int] = {}
     for e in read_events(run, strict=True):
-        if e.get("event") == "start" and (task is None or e.get("task") == task) and field in e:
+        if e.get("event") == Event.START and (task is None or e.get("task") == task) and field in e:
             n = int(e.get("attempt", 0))
             starts[n] = min(starts.get(n, e[field]), e[field])
     if attempt - 1 not in starts:
@@ -277,8 +275,8 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
         renderer.finished(view)
         return exit_code(view)
     try:  # (the final view is reloaded with its task rows for the outcome)
-        final = follow([(run / "output.log", _size(run / "output.log"), ""),
-                        (run / "supervisor.log", _size(run / "supervisor.log"), "")], run,
+        final = follow([(run / OUTPUT_FILE, _size(run / OUTPUT_FILE), ""),
+                        (run / SUPERVISOR_LOG, _size(run / SUPERVISOR_LOG), "")], run,
                        stream_for=renderer.stream_for)
     except KeyboardInterrupt:
         renderer.detached(view)
@@ -291,7 +289,7 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
 def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> int:
     """Follow the run under the live panel ``console`` shows for ``feed.view``."""
     renderer = TextRenderer(console, spec)
-    output, messages = run / "output.log", run / "supervisor.log"
+    output, messages = run / OUTPUT_FILE, run / SUPERVISOR_LOG
     at = {output: _size(output), messages: _size(messages)}
     console.info(f"attached to run {run.name}; Ctrl-C detaches (the run goes on)")
 
@@ -354,7 +352,7 @@ class TextRenderer:
             self.console.info(f"attached to run {view.run_id}; Ctrl-C detaches (the run goes on)")
 
     def stream_for(self, path: Path) -> TextIO:
-        return self.console.err if path.name == "supervisor.log" else self.console.out
+        return self.console.err if path.name == SUPERVISOR_LOG else self.console.out
 
     def detached(self, view: RunStatus) -> None:
         self.console.info(f"detached from run {view.run_id}; it goes on "

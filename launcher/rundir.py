@@ -1,6 +1,6 @@
 """The run record on disk: where a run's plan, logs and events live.
 
-Layout under ``<spec dir>/<run_dir>/<name>/``::
+Layout under ``<spec dir>/<run_dir>/<name>/`` (the names: launcher/record/layout.py)::
 
     <run id>/plan.json        the plan as executed
     <run id>/events.jsonl     one JSON object per start, exit, failure, restart and the outcome
@@ -34,6 +34,9 @@ from typing import Any, Callable, Optional
 from .errors import LaunchError
 from .plan import Plan, redact_env
 from .procinfo import start_time
+from .record.events import Event
+from .record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
+                            log_path, state_dir)
 
 
 class RunRecord:
@@ -44,7 +47,7 @@ class RunRecord:
         self.name_dir = root / plan.name
         self.dir = self.name_dir / self.run_id
         self.state_dir = state_dir(root, plan.name)
-        self.logs_dir = self.dir / "logs"
+        self.logs_dir = self.dir / LOGS_DIR
         self._lock = threading.Lock()
         self._logs: dict[str, int] = {}  # key -> fd
         self._events: Optional[int] = None
@@ -63,8 +66,8 @@ class RunRecord:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_plan()
-        self._events = _open_append(self.dir / "events.jsonl")
-        latest = self.name_dir / "latest"
+        self._events = _open_append(self.dir / EVENTS_FILE)
+        latest = self.name_dir / LATEST
         try:
             tmp = self.name_dir / f".latest-{self.run_id}"
             tmp.symlink_to(self.run_id)
@@ -83,16 +86,22 @@ class RunRecord:
 
     def allocated(self, **info: Any) -> None:
         """What the backend must know to release its allocation (e.g. a Slurm job id), kept in
-        launcher.json as ``allocation`` for ``tfcluster down`` (``RecordedRun.allocation``)."""
+        launcher.json as ``allocation`` for ``tfcluster down`` (``RecordedRun.allocation``), and
+        on its own in ``<backend>.json`` (``record.layout.allocation_path``; Slurm's slurm.json)."""
         with self._lock:
             self.allocation.update(info)
+            text = json.dumps(self.allocation, indent=2) + "\n"
+        try:
+            write_atomic(allocation_path(self.dir, self.plan.backend), text)
+        except OSError:
+            pass  # launcher.json has it too (and says so if it cannot be written)
         self._write_launcher()
 
     def _write_plan(self) -> None:
         plan_json = self.plan.to_json()
         for task in plan_json["tasks"]:
             task["env"] = redact_env(task["env"])
-        write_atomic(self.dir / "plan.json", json.dumps(plan_json, indent=2) + "\n")
+        write_atomic(self.dir / PLAN_FILE, json.dumps(plan_json, indent=2) + "\n")
 
     def close(self) -> None:
         with self._lock:
@@ -108,7 +117,8 @@ class RunRecord:
 
     # -------------------------------------------------------------- writing
 
-    def event(self, kind: str, **fields: Any) -> None:
+    def event(self, kind: Event, **fields: Any) -> None:
+        kind = str(kind)  # (the plain string: listeners and messages see what the file holds)
         record = {"time": round(time.time(), 3), "event": kind, **fields}
         for listener in list(self.listeners):
             try:
@@ -125,7 +135,7 @@ class RunRecord:
                 _write_all(self._events, data)
             except OSError as exc:
                 # Later events may fit again (space freed); the one that failed is reported.
-                self._problem("events.jsonl", self.dir / "events.jsonl", exc,
+                self._problem(EVENTS_FILE, self.dir / EVENTS_FILE, exc,
                               f"events from {kind!r} on are missing from it")
 
     def log_line(self, key: str, line: str) -> None:
@@ -150,7 +160,7 @@ class RunRecord:
 
     def _append_output(self, data: bytes) -> None:
         """output.log: every task's lines in the order they arrived (caller holds the lock)."""
-        if "output.log" in self.problems:
+        if OUTPUT_FILE in self.problems:
             return
         try:
             if self._output is None:
@@ -160,7 +170,7 @@ class RunRecord:
             if self._output is not None:
                 _close(self._output)
                 self._output = None
-            self._problem("output.log", self.output_path, exc,
+            self._problem(OUTPUT_FILE, self.output_path, exc,
                           "`tfcluster logs` without a task no longer shows new lines; the task logs may still")
 
     def log_path(self, key: str) -> Path:
@@ -168,7 +178,7 @@ class RunRecord:
 
     @property
     def output_path(self) -> Path:
-        return self.dir / "output.log"
+        return self.dir / OUTPUT_FILE
 
     def log_offsets(self, key: str) -> dict[str, int]:
         """Where the next line of ``key`` will start in its log and in output.log (``logs --attempt``)."""
@@ -192,10 +202,10 @@ class RunRecord:
         if self.allocation:
             data["allocation"] = self.allocation
         try:
-            write_atomic(self.dir / "launcher.json", json.dumps(data, indent=2))
+            write_atomic(self.dir / LAUNCHER_FILE, json.dumps(data, indent=2))
         except OSError as exc:
             with self._lock:
-                self._problem("launcher.json", self.dir / "launcher.json", exc,
+                self._problem(LAUNCHER_FILE, self.dir / LAUNCHER_FILE, exc,
                               "`tfcluster down` may not find the tasks started since; this launcher still stops them")
 
     def _problem(self, what: str, path: Path, exc: OSError, consequence: str) -> None:
@@ -207,11 +217,11 @@ class RunRecord:
         self.on_problem(f"cannot write {path}: {why}{_filesystem_note(path)}; {consequence}")
 
 
-def append_event(run_dir: Path, kind: str, **fields: Any) -> None:
+def append_event(run_dir: Path, kind: Event, **fields: Any) -> None:
     """One event appended to a run's events.jsonl from outside its supervisor (``down`` of a run
     whose supervisor is gone), in one write(2) like the supervisor's own."""
-    record = {"time": round(time.time(), 3), "event": kind, **fields}
-    fd = _open_append(run_dir / "events.jsonl")
+    record = {"time": round(time.time(), 3), "event": str(kind), **fields}
+    fd = _open_append(run_dir / EVENTS_FILE)
     try:
         _write_all(fd, (json.dumps(record, default=str) + "\n").encode("utf-8"))
     finally:
@@ -220,11 +230,6 @@ def append_event(run_dir: Path, kind: str, **fields: Any) -> None:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def log_path(run_dir: Path, key: str) -> Path:
-    """``<run>/logs/<type>-<index>.log``: the one place a task's log file is named."""
-    return run_dir / "logs" / (key.replace(":", "-") + ".log")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -325,7 +330,7 @@ def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
     line without its newline was cut by a crash mid-write and is skipped. Any other line that is
     not an event is skipped, or with ``strict`` makes the record damaged (RecordDamaged naming
     the line; also for a file that exists but cannot be read)."""
-    path = Path(run_dir) / "events.jsonl"
+    path = Path(run_dir) / EVENTS_FILE
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -337,13 +342,18 @@ def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
     return parse_events(text.split("\n")[:-1], path, strict=strict)
 
 
-def state_dir(root: Path, name: str) -> Path:
-    """The state dir every local run of ``name`` shares (and the ssh backend fetches into)."""
-    return root / name / "state"
+def read_allocation(run_dir: Path, backend: str) -> dict[str, Any]:
+    """What the backend of the run in ``run_dir`` allocated, from ``<backend>.json``: for a record
+    whose launcher.json lacks its ``allocation`` (``RecordedRun.allocation``)."""
+    try:
+        data = json.loads(allocation_path(run_dir, backend).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def latest_run(root: Path, name: str) -> Optional[Path]:
-    link = root / name / "latest"
+    link = root / name / LATEST
     if link.exists():
         return link.resolve()
     return None

@@ -17,12 +17,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .rundir import RecordDamaged, log_path, parse_events  # noqa: F401 (RecordDamaged re-exported)
+from .record.events import Event
+from .record.layout import EVENTS_FILE, log_path
+from .rundir import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
 from .runview import RunView
 
 STANDBY_PREFIX = "(standby) "
 CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log
-_BETWEEN = ("exit", "stopped", "failure", "task_restart")  # after these, a task's next lines wait
+_BETWEEN = (Event.EXIT, Event.STOPPED, Event.FAILURE, Event.TASK_RESTART)  # after these, a task's next lines wait
 
 
 class RecordFeed:
@@ -57,7 +59,7 @@ class RecordFeed:
         for i, event in enumerate(events):
             kind, key = event.get("event"), event.get("task")
             later = events[i + 1:]
-            if kind == "start" and key:
+            if kind == Event.START and key:
                 offset = event.get("log_offset")
                 if isinstance(offset, int):
                     self._feed(key, offset)
@@ -70,7 +72,7 @@ class RecordFeed:
                 for k in self._fed:
                     self._feed(k, _next_start(later, k), waiting_too=False)
                 self._waiting.update(self._fed)
-            elif kind == "outcome":
+            elif kind == Event.OUTCOME:
                 for k in self._fed:
                     self._feed(k, _next_start(later, k), waiting_too=True)
                 self._ended = True
@@ -85,13 +87,13 @@ class RecordFeed:
     def _keys(self, events: list[dict]) -> list[str]:
         keys = list(self.view.tasks)
         for e in events:
-            keys += list(e.get("tasks") or ()) if e.get("event") == "run_start" else []
+            keys += list(e.get("tasks") or ()) if e.get("event") == Event.RUN_START else []
             if e.get("task"):
                 keys.append(e["task"])
         return list(dict.fromkeys(k for k in keys if isinstance(k, str)))
 
     def _new_events(self) -> list[dict]:
-        path = self.run_dir / "events.jsonl"
+        path = self.run_dir / EVENTS_FILE
         try:
             with open(path, "rb") as fh:
                 fh.seek(self._events_at)
@@ -148,7 +150,7 @@ class RecordFeed:
 def _next_start(events: list[dict], key: str) -> Optional[int]:
     """Where ``key``'s next attempt begins in its log, if one of ``events`` starts it."""
     for e in events:
-        if e.get("event") == "start" and e.get("task") == key and isinstance(e.get("log_offset"), int):
+        if e.get("event") == Event.START and e.get("task") == key and isinstance(e.get("log_offset"), int):
             return e["log_offset"]
     return None
 

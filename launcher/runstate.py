@@ -20,18 +20,22 @@ from typing import Any, Callable, Optional
 from .errors import LaunchError
 from .policy import describe_exit
 from .procinfo import group_alive, is_same
+from .record.events import Event
+from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, PLAN_FILE
+from .record.states import Outcome, RunState, TaskState
 from .rundir import RecordDamaged, read_events
 from .runfeed import replay
 from .runview import RunView
 
-RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = "running", "succeeded", "failed", "stopped", "supervisor lost"
+RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
+                                             RunState.LOST)
 
 
 @dataclass
 class TaskRow:
     key: str
     host: str
-    state: str = "not started"
+    state: str = TaskState.NOT_STARTED
     attempt: Optional[int] = None  # 0-based attempt of the task's last start
     epoch: Optional[int] = None  # 1-based epoch in progress (or just completed), as the live panel shows
     step: Optional[int] = None  # steps done in that epoch
@@ -76,7 +80,8 @@ class RunStatus:
 
     def still_running(self) -> list[str]:
         """Tasks that may still run without a supervisor (alive, or not checkable from here)."""
-        return [t.key for t in self.tasks if t.state in ("running", "starting") and t.alive is not False]
+        return [t.key for t in self.tasks
+                if t.state in (TaskState.RUNNING, TaskState.STARTING) and t.alive is not False]
 
 
     def to_json(self) -> dict[str, Any]:
@@ -98,19 +103,19 @@ def runs_root(name_dir: Path) -> list[Path]:
     if not name_dir.is_dir():
         return []
     return sorted(p for p in name_dir.iterdir()
-                  if p.is_dir() and not p.is_symlink() and (p / "events.jsonl").exists())
+                  if p.is_dir() and not p.is_symlink() and (p / EVENTS_FILE).exists())
 
 
 def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
     """The run ``run_id`` (or the latest) under ``name_dir``; LaunchError naming the fix if none."""
     if run_id:
         run = name_dir / run_id
-        if not (run / "events.jsonl").exists() and not (run / "launcher.json").exists():
+        if not (run / EVENTS_FILE).exists() and not (run / LAUNCHER_FILE).exists():
             known = [p.name for p in runs_root(name_dir)][-5:]
             raise LaunchError(f"--run: no run {run_id} under {name_dir}"
                               + (f"; recent runs: {', '.join(known)}" if known else "; no runs there yet"))
         return run
-    link = name_dir / "latest"
+    link = name_dir / LATEST
     if link.exists():
         return link.resolve()
     runs = runs_root(name_dir)
@@ -147,8 +152,8 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
              group_alive: Callable[[int], bool] = group_alive, progress: bool = True) -> RunStatus:
     """Everything the record says about the run in ``run_dir`` (without reading the task logs
     when ``progress`` is false: enough for the state, cheap enough to poll)."""
-    plan = read_json(run_dir / "plan.json", required=True) or {}
-    launcher = read_json(run_dir / "launcher.json") or {}
+    plan = read_json(run_dir / PLAN_FILE, required=True) or {}
+    launcher = read_json(run_dir / LAUNCHER_FILE) or {}
     events = read_events(run_dir, strict=True)
     hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
@@ -162,38 +167,39 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
     for e in events:
         kind = e.get("event")
         task = rows.get(e.get("task", ""))
-        if kind == "run_start":
+        if kind == Event.RUN_START:
             view.started = e.get("time")
-        elif kind == "start" and task is not None:
+        elif kind == Event.START and task is not None:
             if task.attempt is not None:
                 task.restarts += 1
             task.attempt = e.get("attempt")
-            task.state = "starting"
+            task.state = TaskState.STARTING
             attempt = max(attempt, int(e.get("attempt", 0) or 0))
-        elif kind == "ready" and task is not None:
-            task.state = "running"
-        elif kind == "attempt_ready":
+        elif kind == Event.READY and task is not None:
+            task.state = TaskState.RUNNING
+        elif kind == Event.ATTEMPT_READY:
             for t in rows.values():
-                if t.state == "starting" and t.attempt == e.get("attempt"):
-                    t.state = "running"
-        elif kind == "exit" and task is not None:
+                if t.state == TaskState.STARTING and t.attempt == e.get("attempt"):
+                    t.state = TaskState.RUNNING
+        elif kind == Event.EXIT and task is not None:
             code = e.get("code")
-            task.state = "succeeded" if code == 0 else describe_exit(int(code)) if code is not None else "exited"
-        elif kind == "stopped" and task is not None:
-            if task.state in ("running", "starting"):
-                task.state = "stopped"
-        elif kind == "outcome":
+            task.state = (TaskState.SUCCEEDED if code == 0 else describe_exit(int(code)) if code is not None
+                          else TaskState.EXITED)
+        elif kind == Event.STOPPED and task is not None:
+            if task.state in (TaskState.RUNNING, TaskState.STARTING):
+                task.state = TaskState.STOPPED
+        elif kind == Event.OUTCOME:
             outcome = e
-    view.attempts = attempt + 1 if events and any(e.get("event") == "start" for e in events) else 0
+    view.attempts = attempt + 1 if events and any(e.get("event") == Event.START for e in events) else 0
     if outcome is not None:
-        view.state = {"succeeded": SUCCEEDED, "interrupted": STOPPED, "stopped": STOPPED}.get(
+        view.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
             outcome.get("outcome"), FAILED)
         view.ended = outcome.get("time")
         view.reason = outcome.get("reason", "")
         view.attempts = int(outcome.get("attempts", view.attempts) or view.attempts)
         for t in rows.values():
-            if t.state in ("running", "starting"):
-                t.state = "stopped"
+            if t.state in (TaskState.RUNNING, TaskState.STARTING):
+                t.state = TaskState.STOPPED
     else:
         pid = view.supervisor_pid
         here = view.supervisor_host in (None, socket.gethostname())
@@ -205,13 +211,13 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
                            else "no supervisor is recorded and the run has no outcome")
             for key, info in (launcher.get("tasks") or {}).items():
                 row = rows.get(key)
-                if row is None or row.state not in ("running", "starting"):
+                if row is None or row.state not in (TaskState.RUNNING, TaskState.STARTING):
                     continue
                 pgid = info.get("pgid")  # a process group on this machine (local backend)
                 if pgid:
                     row.alive = bool(alive(int(pgid), info.get("start_time")) and group_alive(int(pgid)))
                     if not row.alive:
-                        row.state = "gone"
+                        row.state = TaskState.GONE
             if events:
                 view.ended = events[-1].get("time")
     if progress:
@@ -240,7 +246,7 @@ def list_runs(name_dir: Path) -> list[RunStatus]:
         try:
             out.append(load_run(run))
         except RecordDamaged as exc:
-            out.append(RunStatus(run_id=run.name, dir=run, name=name_dir.name, backend="", state="damaged",
+            out.append(RunStatus(run_id=run.name, dir=run, name=name_dir.name, backend="", state=RunState.DAMAGED,
                                reason=exc.lines[0]))
     return out
 
@@ -251,7 +257,7 @@ def running_runs(name_dir: Path) -> list[RunStatus]:
     for run in runs_root(name_dir):
         launcher = None
         try:
-            launcher = read_json(run / "launcher.json")
+            launcher = read_json(run / LAUNCHER_FILE)
         except RecordDamaged:
             continue
         if not launcher or launcher.get("host", socket.gethostname()) != socket.gethostname() \

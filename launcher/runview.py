@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from .progress import Progress, Throughput, parse
+from .record.events import Event
+from .record.states import TaskState
 
-# A task's states, in the order a healthy task goes through them.
-STARTING, IMPORTING, READY, TRAINING, EVALUATING = "starting", "importing", "ready", "training", "evaluating"
-RESTARTING, SUCCEEDED, FAILED, STOPPED = "restarting", "succeeded", "failed", "stopped"
+# A task's states (record/states.py: TaskState), in the order a healthy task goes through them.
+STARTING, IMPORTING, READY, TRAINING, EVALUATING = (TaskState.STARTING, TaskState.IMPORTING, TaskState.READY,
+                                                    TaskState.TRAINING, TaskState.EVALUATING)
+RESTARTING, SUCCEEDED, FAILED, STOPPED = TaskState.RESTARTING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED
 TERMINAL = (SUCCEEDED, FAILED, STOPPED)
 # Progress kinds that mean the task is running training steps.
 _TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "preempted", "saved", "result")
@@ -38,7 +41,7 @@ _PLAIN_STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)"
 class TaskView:
     key: str
     host: str = ""
-    state: str = "pending"
+    state: str = TaskState.PENDING
     attempt: int = 0  # 1-based group attempt this task runs in (0: not started yet)
     starts: int = 0  # processes started for it (group attempts + restarts on its own)
     epoch: Optional[int] = None  # 1-based epoch in progress (or just completed)
@@ -188,7 +191,7 @@ class RunView:
         kind = record.get("event")
         at = _float(record.get("time"))
         key = record.get("task")
-        if kind == "run_start":
+        if kind == Event.RUN_START:
             self.name = record.get("name", self.name)
             self.strategy = record.get("strategy", self.strategy)
             self.backend = record.get("backend", self.backend)
@@ -199,7 +202,7 @@ class RunView:
             self.started_at = at
             for k in record.get("tasks", ()):
                 self.task(k)
-        elif kind == "start" and key:
+        elif kind == Event.START and key:
             t = self.task(key)
             attempt = int(record.get("attempt", 0)) + 1
             self.attempt = max(self.attempt, attempt)
@@ -218,30 +221,30 @@ class RunView:
             t.loss = t.accuracy = None
             t.last_line = ""
             t.has_result = False
-        elif kind == "ready" and key:
+        elif kind == Event.READY and key:
             t = self.task(key)
             if t.state in (STARTING, IMPORTING):
                 t.state = READY
-        elif kind == "exit" and key:
+        elif kind == Event.EXIT and key:
             t = self.task(key)
             t.exit_code = record.get("code")
             t.state = SUCCEEDED if t.exit_code == 0 else FAILED
-        elif kind == "stopped" and key:
+        elif kind == Event.STOPPED and key:
             t = self.task(key)
             if t.state not in TERMINAL:
                 t.state = STOPPED
                 t.exit_code = record.get("code")
-        elif kind == "task_restart" and key:
+        elif kind == Event.TASK_RESTART and key:
             self.task(key).state = RESTARTING
-        elif kind == "restart":
+        elif kind == Event.RESTART:
             for t in self.tasks.values():
                 t.state = RESTARTING
-        elif kind == "failure" and key:
+        elif kind == Event.FAILURE and key:
             t = self.task(key)
             t.reason = str(record.get("reason", ""))
             if t.state not in TERMINAL:
                 t.state = FAILED
-        elif kind == "outcome":
+        elif kind == Event.OUTCOME:
             self.outcome = str(record.get("outcome", ""))
             self.exit_code = record.get("exit_code")
             self.ended_at = at

@@ -21,12 +21,14 @@ from .noise import is_noise
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
+from .record.events import Event
+from .record.states import AttemptState, Outcome
 from .report import location_lines, locations, task_table
 from .rundir import RunRecord
 from .runview import RunView
 from .spec import Restart, Watchdog
 
-INTERRUPTED = "interrupted"
+INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL = 15  # lines of a task's output shown in failure reports
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 _READY_CHECK_EVERY = 0.5
@@ -39,7 +41,7 @@ class Attempt:
     number: int  # 0-based; TFCLUSTER_RESTART_COUNT
     started: float = field(default_factory=time.time)
     ended: Optional[float] = None
-    state: str = "running"
+    state: str = AttemptState.RUNNING
     failure: Optional[Failure] = None
     ready_after: Optional[float] = None  # seconds until every task's port was open
 
@@ -89,7 +91,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Run attempts until success, a permanent failure, the restart budget, or a stop."""
-        self.record.event("run_start", run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
+        self.record.event(Event.RUN_START, run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
                           backend=self.plan.backend, tasks=list(self.plan.keys),
                           run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts)
         try:
@@ -102,31 +104,31 @@ class Supervisor:
                     except LaunchError as exc:
                         for line in exc.lines:
                             self.console.error(line)
-                        return self._finish(1, "failed", reason="; ".join(exc.lines))
-                    return self._finish(0, "succeeded")
+                        return self._finish(1, Outcome.FAILED, reason="; ".join(exc.lines))
+                    return self._finish(0, Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
-                    return self._finish(130, "interrupted")
+                    return self._finish(130, Outcome.INTERRUPTED)
                 failure = attempt.failure
                 assert failure is not None
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
                     if not failure.final:  # a final failure's own line already said it all
                         self.console.error(f"{failure.key}: {why}")
-                    return self._finish(1, "failed", reason=why)
+                    return self._finish(1, Outcome.FAILED, reason=why)
                 if number >= self.restart.max_restarts:
                     why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
                            f"{self.restart.max_restarts}; raise it to retry more")
                     self.console.error(why)
-                    return self._finish(1, "failed", reason=why)
+                    return self._finish(1, Outcome.FAILED, reason=why)
                 number += 1
                 delay = backoff_delay(number, self.restart.backoff, self.restart.max_backoff)
                 self.console.info(
                     f"restarting the whole group (restart {number} of {self.restart.max_restarts})"
                     + (f" in {delay:.1f} s" if delay else "")
                 )
-                self.record.event("restart", attempt=number, delay=delay, after=failure.key, reason=failure.reason)
+                self.record.event(Event.RESTART, attempt=number, delay=delay, after=failure.key, reason=failure.reason)
                 if delay and self.stop_event.wait(delay):
-                    return self._finish(130, "interrupted")
+                    return self._finish(130, Outcome.INTERRUPTED)
         finally:
             self._stop_all(grace=0)
             self._drop_standby()
@@ -174,13 +176,13 @@ class Supervisor:
                         if code is not None:
                             exits[key] = code
                             order.append(key)
-                            self.record.event("exit", task=key, attempt=number, code=code, how=describe_exit(code))
+                            self.record.event(Event.EXIT, task=key, attempt=number, code=code, how=describe_exit(code))
                 verdict = assess(self.plan.strategy, self.plan.success_task, exits, order)
                 for key in verdict.sidecar_failed:
                     if key not in warned_sidecars:
                         warned_sidecars.add(key)
                         self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
-                        self.record.event("sidecar_failed", task=key, code=exits[key])
+                        self.record.event(Event.SIDECAR_FAILED, task=key, code=exits[key])
                 if verdict.state == SUCCEEDED:
                     attempt.state = SUCCEEDED
                     return attempt
@@ -199,10 +201,10 @@ class Supervisor:
                     for task in self.plan.tasks:
                         if task.key not in ready and exits.get(task.key) is None and self.backend.port_open(task):
                             ready.add(task.key)
-                            self.record.event("ready", task=task.key, attempt=number, after=round(now - started, 3))
+                            self.record.event(Event.READY, task=task.key, attempt=number, after=round(now - started, 3))
                     if len(ready) == len(self.plan.tasks):
                         attempt.ready_after = now - started
-                        self.record.event("attempt_ready", attempt=number, after=round(attempt.ready_after, 3))
+                        self.record.event(Event.ATTEMPT_READY, attempt=number, after=round(attempt.ready_after, 3))
                         if self.on_ready is not None:
                             on_ready, self.on_ready = self.on_ready, None
                             on_ready()
@@ -250,8 +252,8 @@ class Supervisor:
             handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
-        self.record.event("start", task=key, attempt=number, host=task.host, endpoint=task.endpoint, **handle.info(),
-                          **self.record.log_offsets(key))
+        self.record.event(Event.START, task=key, attempt=number, host=task.host, endpoint=task.endpoint,
+                          **handle.info(), **self.record.log_offsets(key))
 
     def _env(self, number: int) -> dict[str, str]:
         return {"TFCLUSTER_RESTART_COUNT": str(number), "TFCLUSTER_RUN_ID": self.record.run_id}
@@ -275,7 +277,7 @@ class Supervisor:
                                         lambda key, line, sink=sink: self._drain_line(key, line, sink))
             self._standby[task.key] = handle
             self._standby_active[task.key] = active
-        self.record.event("standby_start", attempt=number,
+        self.record.event(Event.STANDBY_START, attempt=number,
                           pids={k: h.info().get("pid") for k, h in self._standby.items()})
 
     def _promote_standby(self, key: str) -> Optional[TaskHandle]:
@@ -290,13 +292,13 @@ class Supervisor:
             return None
         active[0] = True
         handle.signal(signal.SIGUSR1)
-        self.record.event("standby_promoted", task=key, **handle.info())
+        self.record.event(Event.STANDBY_PROMOTED, task=key, **handle.info())
         return handle
 
     def _drop_standby(self) -> None:
         if self._standby:
             self.backend.stop(list(self._standby.values()), grace=0)
-            self.record.event("standby_stopped", tasks=list(self._standby))
+            self.record.event(Event.STANDBY_STOPPED, tasks=list(self._standby))
             self._standby.clear()
             self._standby_active.clear()
 
@@ -311,7 +313,7 @@ class Supervisor:
             f"{key} exited ({describe_exit(code)}); restarting it alone "
             f"({self._worker_restarts} of {self.restart.max_restarts}), training continues"
         )
-        self.record.event("task_restart", task=key, code=code, restart=self._worker_restarts)
+        self.record.event(Event.TASK_RESTART, task=key, code=code, restart=self._worker_restarts)
         self._handles[key].signal(9)
         self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
         exits[key] = None
@@ -406,7 +408,7 @@ class Supervisor:
             self.console.block(report)
         if others:
             self.console.info(f"also failed: {', '.join(others)}")
-        self.record.event("failure", task=key, attempt=attempt.number, reason=reason, code=code,
+        self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
                           last_lines=list(tail[-_TAIL:]), others=list(others),
                           consequences={k: c for k, c in consequences},
                           errors=list(exception_lines(tail)), hint=hint(tail))
@@ -458,22 +460,22 @@ class Supervisor:
             self.console.info(f"stopping {', '.join(running)} ({how})")
         left = self.backend.stop(handles, grace)
         for key in running:
-            self.record.event("stopped", task=key, code=self._handles[key].poll())
+            self.record.event(Event.STOPPED, task=key, code=self._handles[key].poll())
         if left:
             self.console.error(f"could not confirm that {', '.join(left)} stopped; check the host")
-            self.record.event("stop_unconfirmed", tasks=left)
+            self.record.event(Event.STOP_UNCONFIRMED, tasks=left)
         self._handles.clear()
 
     # -------------------------------------------------------------- report
 
-    def _finish(self, code: int, outcome: str, reason: str = "") -> int:
+    def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
         where = locations(self.record.state_dir, self.record.logs_dir)
-        self.record.event("outcome", outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
+        self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
                           tasks=self.view.outcome_facts(), locations=where)
         self.console.report(task_table(self.view.snapshot()) + self._summary() + location_lines(where))
-        if outcome == "succeeded":
+        if outcome == Outcome.SUCCEEDED:
             self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
-        elif outcome == "interrupted":
+        elif outcome == Outcome.INTERRUPTED:
             self.console.info(f"interrupted; every task stopped; record: {self.record.dir}")
         else:
             self.console.info(f"run failed; record: {self.record.dir}")

@@ -21,7 +21,8 @@ from typing import Optional
 from . import statelayout
 from .console import Console
 from .errors import LaunchError, SpecError
-from .rundir import latest_run, state_dir
+from .record.layout import runs_dir, state_dir
+from .rundir import latest_run
 from .spec import LoadedSpec
 
 STOP_TIMEOUT = 10.0  # seconds TensorBoard gets to exit after Ctrl-C before it is killed
@@ -38,7 +39,7 @@ def find_program() -> Optional[str]:
 def logdir_of(loaded: LoadedSpec) -> Path:
     """The logdir of the spec's latest run; a one-line error if there is no run or no logs yet."""
     spec = loaded.spec
-    root = loaded.base_dir / spec.run_dir
+    root = runs_dir(loaded)
     if latest_run(root, spec.name) is None:
         raise LaunchError(f"no run of '{spec.name}' yet (nothing under {root / spec.name}); "
                           f"start one with 'tfcluster up {loaded.path}'")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
+from ..record.layout import name_dir, runs_dir, state_dir
 from .base import Backend, Capabilities, LineSink, RecordedRun
 from .childtask import ChildTask
 
@@ -82,9 +83,9 @@ class LocalBackend(Backend):
     @classmethod
     def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Console"] = None) -> "LocalBackend":
         spec = loaded.spec
-        run_dir = record.dir if record is not None else loaded.base_dir / spec.run_dir / spec.name
-        state_dir = record.state_dir if record is not None else loaded.base_dir / spec.run_dir / spec.name / "state"
-        return cls(workdir=(loaded.base_dir / spec.workdir).resolve(), run_dir=run_dir, state_dir=state_dir,
+        run_dir = record.dir if record is not None else name_dir(loaded)
+        state = record.state_dir if record is not None else state_dir(runs_dir(loaded), spec.name)
+        return cls(workdir=(loaded.base_dir / spec.workdir).resolve(), run_dir=run_dir, state_dir=state,
                    stop_grace=spec.watchdog.stop_grace)
 
     @classmethod

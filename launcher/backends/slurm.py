@@ -8,8 +8,9 @@
   is stopped if this launcher dies); a restart is a new step in the same allocation;
 * signal: ``scancel --signal=SIG JOB.STEP``, the step found by its unique name; never by name
   for a whole job;
-* close / ``tfcluster down``: ``scancel JOB`` of this run's job id (kept in ``slurm.json`` of
-  the run record) and wait until Slurm reports it gone.
+* close / ``tfcluster down``: ``scancel JOB`` of this run's job id (recorded with
+  ``RunRecord.allocated``: launcher.json's ``allocation`` and ``slurm.json`` of the run record)
+  and wait until Slurm reports it gone.
 
 Success is judged per task from each step's own exit status (srun returns the task's exit
 code, 128+N for signal N), as on every other backend.
@@ -17,7 +18,6 @@ code, 128+N for signal N), as on every other backend.
 
 from __future__ import annotations
 
-import json
 import os
 import signal as signals
 import socket
@@ -32,6 +32,7 @@ from ..console import Console
 from ..errors import AttemptImpossible, LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
+from ..record.events import Event
 from ..spec import LoadedSpec, Spec
 from . import slurm_alloc as alloc
 from . import slurm_cli as cli
@@ -41,7 +42,6 @@ from .childtask import ChildTask
 from .slurm_options import SlurmOptions
 
 TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
-RECORD_FILE = "slurm.json"
 STEP_MARK = "tfcluster-slurm-step"
 # The step prints its id first, so signals reach it without asking squeue.
 _STEP_SHELL = f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; exec "$@"'
@@ -161,32 +161,31 @@ class SlurmBackend(Backend):
         keys = [f"{t}:{i}" for t, i in task_keys(spec)]
         req = self.request(len(keys))
         self.job_id = alloc.submit(req)
-        self._write_record()
+        self._record_allocation()
         self.console.info(f"slurm job {self.job_id}: {req.nodes} node(s) x {req.tasks_per_node} task(s)"
                           + (f" in partition {req.partition}" if req.partition else ""))
         if self.record is not None:
-            self.record.event("slurm_submitted", job=self.job_id, nodes=req.nodes, tasks_per_node=req.tasks_per_node)
+            self.record.event(Event.SLURM_SUBMITTED, job=self.job_id, nodes=req.nodes,
+                              tasks_per_node=req.tasks_per_node)
         t0 = time.monotonic()
         # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (execution.stoppable); close() cancels the job.
         nodes = alloc.wait_running(self.job_id, self.opts.queue_timeout, self.console.info)
         addresses = cli.node_addresses(nodes)
         slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)
         if self.record is not None:
-            self.record.event("slurm_running", job=self.job_id, nodes=nodes, addresses=addresses,
+            self.record.event(Event.SLURM_RUNNING, job=self.job_id, nodes=nodes, addresses=addresses,
                               waited=round(time.monotonic() - t0, 3))
-        self._write_record(nodes=nodes, addresses=addresses)
+        self._record_allocation(nodes=nodes, addresses=addresses)
         if self.record is not None:  # every node sees the code and the checkpoints (else close() cancels)
             slurm_shared.check(self.job_id, nodes, self.workdir, self.record.state_dir)
         return Placement({k: Slot(*v) for k, v in slots.items()})
 
-    def _write_record(self, **extra) -> None:
+    def _record_allocation(self, **extra) -> None:
+        """The job id (then its nodes and their addresses) in the run record, for ``tfcluster
+        down`` (``RecordedRun.allocation``): launcher.json's ``allocation`` and slurm.json."""
         if self.record is None or not self.record.dir.is_dir():
             return
-        data = {"job_id": self.job_id, "slurm_conf": os.environ.get("SLURM_CONF"), **extra}
-        try:
-            (self.record.dir / RECORD_FILE).write_text(json.dumps(data, indent=2) + "\n")
-        except OSError:
-            pass  # launcher.json's tasks still carry the job id
+        self.record.allocated(job_id=self.job_id, slurm_conf=os.environ.get("SLURM_CONF"), **extra)
 
     def prepare_attempt(self, number: int) -> None:
         """Before a restart: the allocation must still run (Slurm may have ended it: the time
@@ -287,7 +286,7 @@ class SlurmBackend(Backend):
             sys.stderr.write(f"tfcluster: error: {exc.lines[0]}\n")
         else:
             if self.record is not None:
-                self.record.event("slurm_cancelled", job=job)
+                self.record.event(Event.SLURM_CANCELLED, job=job)
 
     # -------------------------------------------------------------- down
 
@@ -302,12 +301,8 @@ class SlurmBackend(Backend):
                 console.info(f"stopped the leftover srun of {key}")
                 stopped = True
         jobs = set()
-        try:
-            data = json.loads((run.dir / RECORD_FILE).read_text())
-            if data.get("job_id"):
-                jobs.add(str(data["job_id"]))
-        except (OSError, ValueError):
-            pass
+        if run.allocation.get("job_id"):
+            jobs.add(str(run.allocation["job_id"]))
         for task in run.tasks.values():
             if task.get("slurm_job"):
                 jobs.add(str(task["slurm_job"]))

@@ -34,6 +34,7 @@ from typing import Optional
 from .. import statelayout
 from ..errors import LaunchError
 from ..plan import Plan
+from ..record.events import Event
 from ..remote import source as remote_source
 from ..remote import statesync as sync_lib
 from .ssh_connect import describe_channel_error
@@ -101,7 +102,7 @@ class StateSync:
                 self.mode, why = "shared", f"every host sees a file written through {chief}"
         self.b.console.info(f"state dir {self.b.hosts[self.chief_host()].state_dir}: {self.mode} ({why})")
         if self.b.record is not None:
-            self.b.record.event("state_sync", mode=self.mode, why=why, fetch=self.cfg.fetch)
+            self.b.record.event(Event.STATE_SYNC, mode=self.mode, why=why, fetch=self.cfg.fetch)
         return self._placement_problems(plan)
 
     def _placement_problems(self, plan: Plan) -> list[str]:
@@ -158,7 +159,7 @@ class StateSync:
         self.b.console.info(f"state: copied {chief}'s latest backup ({_mb(size)}) to {', '.join(targets)} "
                             f"in {took:.1f} s")
         if self.b.record is not None:
-            self.b.record.event("state_copy", attempt=number, source=chief, to=targets, bytes=size,
+            self.b.record.event(Event.STATE_COPY, attempt=number, source=chief, to=targets, bytes=size,
                                 seconds=round(took, 3))
 
     def _open(self, name: str, command: str):
@@ -349,7 +350,7 @@ class StateSync:
                                 f"in {took:.1f} s")
         else:
             self.b.console.info(f"nothing to fetch: no {', '.join(areas)} in {hs.state_dir} on {src}")
-        self.b.record.event("state_fetch", source=src, areas=present, bytes=reader.size, seconds=round(took, 3))
+        self.b.record.event(Event.STATE_FETCH, source=src, areas=present, bytes=reader.size, seconds=round(took, 3))
 
 
 class _Pipe(threading.Thread):

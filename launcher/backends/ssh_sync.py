@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from ..errors import LaunchError
+from ..record.layout import runs_dir
 from .ssh_commands import setup_command, sync_command
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +50,7 @@ def sync_and_setup(backend: "SSHBackend", names: list[str]) -> None:
     opts = backend.opts
     if opts.sync:
         root = (backend.loaded.base_dir / backend.spec.workdir).resolve()
-        data = make_tar(root, opts.sync, exclude_dirs=[backend.loaded.base_dir / backend.spec.run_dir])
+        data = make_tar(root, opts.sync, exclude_dirs=[runs_dir(backend.loaded)])
 
         def upload(name: str) -> Optional[str]:
             code, out = backend.run_on(name, sync_command(backend.hosts[name].workdir), data, opts.setup_timeout)

@@ -14,8 +14,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
 from ..progress import Progress, Throughput, parse
+from ..record.events import Event
+from ..record.states import Outcome, ResultStatus
 
-OK, FAILED, INTERRUPTED = "ok", "failed", "interrupted"
+OK, FAILED, INTERRUPTED = ResultStatus.OK, ResultStatus.FAILED, ResultStatus.INTERRUPTED
 
 
 @dataclass
@@ -54,16 +56,16 @@ def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optio
     events = list(events)
     records = [p for p in (parse(line) for line in lines) if p is not None]
     m = Measurement()
-    t0 = _first_time(events, "run_start")
+    t0 = _first_time(events, Event.RUN_START)
     m.started_at = t0
-    outcome = next((e for e in reversed(events) if e.get("event") == "outcome"), None)
+    outcome = next((e for e in reversed(events) if e.get("event") == Event.OUTCOME), None)
     if outcome is not None:
-        m.status = {"succeeded": OK, "interrupted": INTERRUPTED}.get(outcome.get("outcome"), FAILED)
+        m.status = {Outcome.SUCCEEDED: OK, Outcome.INTERRUPTED: INTERRUPTED}.get(outcome.get("outcome"), FAILED)
         m.exit_code = outcome.get("exit_code")
         m.attempts = int(outcome.get("attempts") or 0)
         if t0 is not None:
             m.wall_s = _round(outcome["time"] - t0)
-    failure = next((e for e in reversed(events) if e.get("event") == "failure"), None)
+    failure = next((e for e in reversed(events) if e.get("event") == Event.FAILURE), None)
     if m.status != OK:
         m.error = error_text(failure, outcome)
 

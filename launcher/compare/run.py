@@ -32,6 +32,7 @@ from .. import execution
 from ..console import Console
 from ..errors import UserError
 from ..progress import parse
+from ..record.layout import COMPARE_DIR, name_dir
 from ..rundir import read_events
 from ..spec import LoadedSpec, load_spec, parse_spec
 from . import plots, report, tensorboard
@@ -160,7 +161,7 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
     loaded = [load_spec(p) for p in paths]  # every file valid before anything runs
     first = loaded[0]
     compare_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    outdir = first.base_dir / first.spec.run_dir / first.spec.name / "compare" / compare_id
+    outdir = name_dir(first) / COMPARE_DIR / compare_id
     sources = [(str(ls.path), yaml.safe_load(ls.path.read_text(encoding="utf-8"))) for ls in loaded]
     configs = configurations(sources, options, str(outdir / "runs"))
     for d in ("specs", "logs"):

@@ -1,0 +1,49 @@
+"""The kinds of event a run record holds: the ``event`` of every line of ``events.jsonl``.
+
+Written through ``RunRecord.event`` (the supervisor and the backends) or ``rundir.append_event``
+(``tfcluster down`` of a run whose supervisor is gone), never as bare strings
+(tests/unit/test_record_vocabulary.py checks every call). A run's events come in this order:
+
+    run_start
+    per attempt: start (each task; a warm standby: standby_start, standby_promoted) -> ready
+        (each task's TF port open) -> attempt_ready; exit (each task), sidecar_failed (an
+        evaluator), task_restart (a parameter_server worker restarted alone), failure (the
+        attempt's root cause), stopped / stop_unconfirmed (tasks stopped at the attempt's end)
+    restart (the next attempt, after a failure)   [elastic: host_lost, then replan first]
+    outcome (last; written once, also by ``tfcluster down`` for a lost supervisor)
+
+and in between, backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
+slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
+A new kind goes here first; readers (runview, runstate, runfeed, compare/measure) ignore kinds
+they do not know.
+"""
+
+from __future__ import annotations
+
+from ._vocabulary import Word
+
+
+class Event(Word):
+    RUN_START = "run_start"
+    START = "start"
+    READY = "ready"
+    ATTEMPT_READY = "attempt_ready"
+    EXIT = "exit"
+    SIDECAR_FAILED = "sidecar_failed"
+    FAILURE = "failure"
+    RESTART = "restart"
+    TASK_RESTART = "task_restart"
+    STOPPED = "stopped"
+    STOP_UNCONFIRMED = "stop_unconfirmed"
+    STANDBY_START = "standby_start"
+    STANDBY_PROMOTED = "standby_promoted"
+    STANDBY_STOPPED = "standby_stopped"
+    HOST_LOST = "host_lost"
+    REPLAN = "replan"
+    OUTCOME = "outcome"
+    STATE_SYNC = "state_sync"
+    STATE_COPY = "state_copy"
+    STATE_FETCH = "state_fetch"
+    SLURM_SUBMITTED = "slurm_submitted"
+    SLURM_RUNNING = "slurm_running"
+    SLURM_CANCELLED = "slurm_cancelled"

@@ -1,0 +1,64 @@
+"""Where a run record lives and what its files are called: the one place these names are spelled.
+
+Under the spec's runs dir (``runs_dir``: ``<spec dir>/<run_dir>``)::
+
+    <name>/<run id>/plan.json        the plan as executed (secrets redacted)
+    <name>/<run id>/events.jsonl     one JSON object per event (``events.Event``), the outcome last
+    <name>/<run id>/logs/<type>-<index>.log   each task's output, all attempts (``log_path``)
+    <name>/<run id>/output.log       every task's output interleaved as it arrived, "[type:index] ..."
+    <name>/<run id>/supervisor.log   a detached supervisor's own messages (``up --detach``)
+    <name>/<run id>/launcher.json    the launcher's pid and each task's pid/pgid, and the backend's
+                                     allocation (``RunRecord.allocated``), for ``tfcluster down``
+    <name>/<run id>/<backend>.json   that allocation on its own (``allocation_path``; slurm.json:
+                                     the job id, then its nodes and their addresses)
+    <name>/latest -> <run id>
+    <name>/state/                    checkpoints and backups, shared by every run of this name so a
+                                     rerun resumes where the last one stopped (``state_dir``)
+    <name>/compare/<id>/             a ``tfcluster compare`` (launcher/compare/run.py)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..spec import LoadedSpec
+
+PLAN_FILE = "plan.json"
+EVENTS_FILE = "events.jsonl"
+OUTPUT_FILE = "output.log"
+SUPERVISOR_LOG = "supervisor.log"
+LAUNCHER_FILE = "launcher.json"
+# The files of a run directory, by name (an allocation file is named after its backend).
+RECORD_FILES = (PLAN_FILE, EVENTS_FILE, OUTPUT_FILE, SUPERVISOR_LOG, LAUNCHER_FILE)
+LOGS_DIR = "logs"
+STATE_DIR = "state"
+LATEST = "latest"
+COMPARE_DIR = "compare"
+
+
+def runs_dir(loaded: "LoadedSpec") -> Path:
+    """The runs dir of this spec: its ``run_dir``, relative to the spec file."""
+    return loaded.base_dir / loaded.spec.run_dir
+
+
+def name_dir(loaded: "LoadedSpec") -> Path:
+    """Where the runs of this spec (its name) are: ``<runs dir>/<name>``."""
+    return runs_dir(loaded) / loaded.spec.name
+
+
+def state_dir(root: Path, name: str) -> Path:
+    """The state dir every local run of ``name`` under runs dir ``root`` shares (and the ssh
+    backend fetches into)."""
+    return root / name / STATE_DIR
+
+
+def log_path(run_dir: Path, key: str) -> Path:
+    """``<run>/logs/<type>-<index>.log``: the one place a task's log file is named."""
+    return run_dir / LOGS_DIR / (key.replace(":", "-") + ".log")
+
+
+def allocation_path(run_dir: Path, backend: str) -> Path:
+    """``<run>/<backend>.json``: what a backend allocated for the run (``RunRecord.allocated``)."""
+    return run_dir / f"{backend}.json"
