@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.netutil import free_base  # noqa: E402
+from tests.support.ports import free_base  # noqa: E402
 
 
 def write_spec(work: Path, entrypoint: str, tfds_dir: Path, *, name: str = "bench",

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from benchlib import ROOT, write_spec
-from tests.helpers import task_pid
+from tests.support.processes import task_pid
 
 TIMEOUT = 400
 

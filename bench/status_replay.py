@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchlib import ROOT
 
-from tests.helpers import script_spec
+from tests.support.specs import script_spec
 
 TASK = """\
     import json, os, socket, time

@@ -10,8 +10,8 @@ if str(ROOT) not in sys.path:
 # ---------------------------------------------------------------- the docker images, in the background
 #
 # The docker tests need a private engine and two locally built images: about three minutes on a
-# fresh machine (tests/integration/docker/engine.py ``Warmup``). They run last, and the warm-up
-# starts as soon as the session knows it has docker tests, so the build overlaps everything else.
+# fresh machine (tests/support/docker_warmup.py). They run last, and the warm-up starts as soon as
+# the session knows it has docker tests, so the build overlaps everything else.
 
 
 def _needs_docker(item) -> bool:
@@ -23,13 +23,15 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return  # runs no test: no engine to warm up (nor another session's lock to wait for)
     if any(_needs_docker(item) for item in session.items):
-        from tests.integration.conftest import docker_prereqs_met, docker_warmup
+        from tests.support.docker_warmup import docker_prereqs_met, docker_warmup
 
         if docker_prereqs_met():
             docker_warmup()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if "tests.integration.conftest" in sys.modules:
-        sys.modules["tests.integration.conftest"].close_docker_warmup()
+    if "tests.support.docker_warmup" in sys.modules:  # (imported by whoever started one)
+        sys.modules["tests.support.docker_warmup"].close_docker_warmup()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.prereq import require, require_root, require_tool
+from tests.support.docker_warmup import docker_prereqs, docker_warmup
+from tests.support.prereq import require, require_root, require_tool
 
 
 @pytest.fixture(scope="session")
@@ -71,24 +72,15 @@ def slurm():
 
 # ---------------------------------------------------------------- docker: a private engine
 #
-# The engine is started with its own data root, exec root, socket and pidfile and
-# ``--iptables=false`` (it touches no firewall rule of the machine), and stopped at the end.
-# Without root or the tools these tests skip with a reason; under CI=true they fail.
-
-
-def _docker_prereqs() -> None:
-    require_root()
-    require_tool("dockerd", "docker.io")
-    require_tool("docker", "docker.io")
-    require_tool("debootstrap", "debootstrap")
-    require(Path("/sys/fs/cgroup").is_dir(), "no cgroup file system: containers cannot run here")
+# The session's one warm-up (tests/support/docker_warmup.py, started at collection by
+# tests/conftest.py when docker tests are selected).
 
 
 @pytest.fixture(scope="session")
 def docker_engine():
     """The private engine, from the session's warm-up (started at collection by tests/conftest.py
     when docker tests are selected, else now); stopped, with what it built cached, at the end."""
-    _docker_prereqs()
+    docker_prereqs()
     warmup = docker_warmup()
     try:
         yield warmup.engine()
@@ -120,28 +112,3 @@ def worker_image(docker_engine) -> str:
     warmup.images()
     os.environ.setdefault("TFCLUSTER_TEST_IMAGE_BUILD_SECONDS", f"{warmup.build_seconds:.0f}")
     return eng.WORKER_IMAGE
-
-
-_WARMUP = []
-
-
-def docker_warmup():
-    """The session's one docker warm-up (tests/integration/docker/engine.py ``Warmup``)."""
-    from tests.integration.docker import engine as eng
-
-    if not _WARMUP:
-        _WARMUP.append(eng.Warmup().start())
-    return _WARMUP[0]
-
-
-def docker_prereqs_met() -> bool:
-    try:
-        _docker_prereqs()
-    except BaseException:  # noqa: BLE001 - skip or fail is the fixture's to say
-        return False
-    return True
-
-
-def close_docker_warmup() -> None:
-    if _WARMUP:
-        _WARMUP[0].close()

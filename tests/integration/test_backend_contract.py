@@ -35,7 +35,8 @@ from launcher.console import Console
 from launcher.plan import build_plan, task_keys
 from launcher.rundir import RunRecord
 from launcher.spec import load_spec
-from tests.netutil import free_base
+from tests.support.ports import free_base
+from tests.support.waits import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKS = {"ssh": [pytest.mark.ssh], "docker": [pytest.mark.docker, pytest.mark.timeout(1500)],
@@ -190,12 +191,8 @@ class Run:
         return self.handles
 
     def wait(self, what: str, predicate: Callable[[], object], timeout: float) -> None:
-        end = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > end:
-                pytest.fail(f"{self.cls.name}: {what} not within {timeout:g} s; output: {dict(self.lines)}; "
-                            f"console: {self.err.getvalue()[-2000:]}")
-            time.sleep(0.05)
+        wait_for(predicate, timeout, 0.05, what=f"{self.cls.name}: {what}",
+                 detail=lambda: f"output: {dict(self.lines)}; console: {self.err.getvalue()[-2000:]}")
 
     def wait_line(self, key: str, text: str, timeout: Optional[float] = None) -> None:
         self.wait(f"{key} printing {text!r}", lambda: text in self.lines_of(key), timeout or self.env.start_timeout)

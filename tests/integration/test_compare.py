@@ -10,7 +10,6 @@ import csv
 import json
 import re
 import statistics
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -18,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from launcher.compare.report import COLUMNS
-from tests.helpers import pids_with_env, wait_for
-from tests.integration.tfrun import ROOT, write_spec
-from tests.prereq import require, require_tf
+from tests.integration.tfrun import write_spec
+from tests.support.cli import tfcluster
+from tests.support.prereq import require, require_tf
+from tests.support.processes import pids_with_env
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "tpu")
@@ -45,10 +46,8 @@ def test_compare_five_configurations_with_one_failing(tmp_path, tfds_dir):
     require(all(__import__("importlib").util.find_spec(m) for m in ("matplotlib", "PIL", "tensorboard")),
             "matplotlib, Pillow and tensorboard are not installed (pip install -e '.[compare]')")
     spec = write_spec(tmp_path, tfds_dir, f"python -m worker --epochs {EPOCHS} --batch-size {BATCH}")
-    result = subprocess.run(
-        [sys.executable, "-m", "launcher", "compare", str(spec), "--strategies", ",".join(STRATEGIES),
-         "--target-accuracy", "0.5", "--progress-every", str(EVERY)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    result = tfcluster("compare", spec, "--strategies", ",".join(STRATEGIES), "--target-accuracy", "0.5",
+                       "--progress-every", EVERY, timeout=900)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]  # one configuration failed; everything is still written
     dirs = list((tmp_path / "runs" / "demo" / "compare").iterdir())

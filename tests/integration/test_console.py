@@ -11,9 +11,12 @@ import time
 
 import pytest
 
-from tests.helpers import pids_with_env, script_spec, wait_for
-from tests.integration.tfrun import ROOT, run_dir, write_spec
-from tests.prereq import require_tf, require_tool
+from tests.integration.tfrun import run_dir, write_spec
+from tests.support.cli import ROOT, tfcluster
+from tests.support.prereq import require_tf, require_tool
+from tests.support.processes import pids_with_env
+from tests.support.specs import script_spec
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -41,14 +44,9 @@ SCRIPT = f"""
 """
 
 
-def _up(spec, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", "up", str(spec), *flags], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-
-
 def test_a_pipe_gets_plain_prefixed_lines_without_noise_or_escape_codes_and_the_report(tmp_path):
     spec = script_spec(tmp_path, SCRIPT)
-    result = _up(spec)
+    result = tfcluster("up", spec)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "\x1b" not in result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -83,11 +81,11 @@ def test_a_pipe_gets_plain_prefixed_lines_without_noise_or_escape_codes_and_the_
 
 def test_verbose_shows_the_noise_and_quiet_shows_only_launcher_messages_and_the_report(tmp_path):
     spec = script_spec(tmp_path, SCRIPT)
-    verbose = _up(spec, "--verbose")
+    verbose = tfcluster("up", spec, "--verbose")
     assert verbose.returncode == 0, verbose.stdout + verbose.stderr
     for noise in NOISE:
         assert f"[worker:0] {noise}" in verbose.stdout
-    quiet = _up(spec, "--quiet")
+    quiet = tfcluster("up", spec, "--quiet")
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert quiet.stdout == ""
     assert all(line.startswith(("tfcluster: ", "  ")) for line in quiet.stderr.splitlines()), quiet.stderr
@@ -101,14 +99,13 @@ def _screen(sock: str, history: bool = False) -> str:
 
 def _wait_screen(sock: str, predicate, timeout: float, what: str) -> str:
     """The first screen ``predicate`` accepts (polled), or fail showing the last one."""
-    end = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < end:
-        screen = _screen(sock)
-        if predicate(screen):
-            return screen
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the screen:\n{screen}")
+    last = [""]
+
+    def accepted():
+        last[0] = _screen(sock)
+        return last[0] if predicate(last[0]) else None
+
+    return wait_for(accepted, timeout, 0.3, what=what, detail=lambda: f"the screen:\n{last[0]}")
 
 
 def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
@@ -180,13 +177,13 @@ FAILING = f"""
 
 def test_a_failure_report_quotes_the_task_without_the_noise_unless_verbose(tmp_path):
     spec = script_spec(tmp_path, FAILING)
-    result = _up(spec)
+    result = tfcluster("up", spec)
     assert result.returncode == 1, result.stdout + result.stderr
     quoted = [line for line in result.stderr.splitlines() if line.startswith("  | ")]
     assert quoted == ["  | Traceback (most recent call last):", "  | ValueError: bad input"], result.stderr
     assert "\x1b" not in result.stdout + result.stderr
     assert "[worker:0] ValueError: bad input" in result.stdout
-    verbose = _up(spec, "--verbose")
+    verbose = tfcluster("up", spec, "--verbose")
     quoted = [line[4:] for line in verbose.stderr.splitlines() if line.startswith("  | ")]
     assert quoted[:3] == NOISE and quoted[3:] == ["Traceback (most recent call last):", "ValueError: bad input"]
     report = verbose.stderr.splitlines()

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import pids_with_env, script_spec, wait_for
-from tests.prereq import require_tool
+from tests.support.cli import ROOT, start_tfcluster, tfcluster
+from tests.support.prereq import require_tool
+from tests.support.processes import pids_with_env
+from tests.support.specs import script_spec
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
 # Serves its TF port (so the run becomes ready), prints progress lines like the worker, and on
 # SIGTERM saves at the next step and exits 143 (the worker's graceful preemption). With GATE
@@ -56,13 +58,8 @@ def _spec(tmp_path: Path, steps: int, gate: Path | None = None) -> Path:
     return script_spec(tmp_path, TRAINER, extra=f"env: {env}\n", watchdog="{stop_grace: 5}")
 
 
-def tfc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def status_json(path: Path) -> tuple[int, dict]:
-    res = tfc("status", str(path), "--json")
+    res = tfcluster("status", str(path), "--json")
     return res.returncode, json.loads(res.stdout)
 
 
@@ -72,7 +69,7 @@ def supervisor_pid(tmp_path: Path) -> int:
 
 
 def detach(path: Path) -> subprocess.CompletedProcess:
-    res = tfc("up", str(path), "--detach", timeout=90)
+    res = tfcluster("up", str(path), "--detach", timeout=90)
     assert res.returncode == 0, res.stdout + res.stderr
     return res
 
@@ -81,7 +78,7 @@ def _cleanup(tmp_path: Path) -> None:
     """Whatever a failed test left: the run's supervisor and tasks."""
     latest = tmp_path / "runs" / "t" / "latest"
     if latest.exists():
-        tfc("down", str(tmp_path / "cluster.yaml"), timeout=60)
+        tfcluster("down", str(tmp_path / "cluster.yaml"), timeout=60)
         run_id = latest.resolve().name
         for pid in pids_with_env("TFCLUSTER_RUN_ID", run_id):
             try:
@@ -135,14 +132,14 @@ def test_detach_in_a_killed_tmux_session_then_status_logs_runs(tmp_path, tmux):
         assert 160 < w0["examples_per_sec"] <= 325, w0
         gate.touch()
 
-        follow = tfc("logs", str(path), "-f", timeout=90)  # until the run ends
+        follow = tfcluster("logs", str(path), "-f", timeout=90)  # until the run ends
         assert follow.returncode == 0, follow.stderr
         lines = follow.stdout.splitlines()
         assert "[worker:1] tfcluster-result accuracy=0.9100 loss=0.2000 examples_per_sec=320.0" in lines
         steps0 = [int(m.group(1)) for m in map(re.compile(r"\[worker:0\] tfcluster-step epoch=0 step=(\d+) ").match,
                                                 lines) if m]
         assert steps0 == list(range(1, 41))  # every line, once, in order
-        one = tfc("logs", str(path), "worker:1", "--tail", "2")
+        one = tfcluster("logs", str(path), "worker:1", "--tail", "2")
         assert one.stdout.splitlines()[-1] == "tfcluster-result accuracy=0.9100 loss=0.2000 examples_per_sec=320.0"
         assert len(one.stdout.splitlines()) == 2
 
@@ -150,7 +147,7 @@ def test_detach_in_a_killed_tmux_session_then_status_logs_runs(tmp_path, tmux):
         assert code == 0 and st["state"] == "succeeded" and st["final_accuracy"] == 0.91, st
         wait_for(lambda: not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2],
                  30, what="the supervisor to exit")
-        runs = tfc("runs", str(path))
+        runs = tfcluster("runs", str(path))
         row = [l for l in runs.stdout.splitlines() if l.strip().startswith(run_id)]
         assert row and re.search(r"\bsucceeded\s+1\s+0\.9100$", row[0]), runs.stdout
         assert "supervisor.log" in os.listdir(tmp_path / "runs" / "t" / run_id)
@@ -165,7 +162,7 @@ def test_sigkilled_supervisor_is_reported_lost_exit_3_and_down_cleans_up(tmp_pat
         detach(path)
         run_id = (tmp_path / "runs" / "t" / "latest").resolve().name
         os.kill(supervisor_pid(tmp_path), signal.SIGKILL)
-        res = tfc("status", str(path))
+        res = tfcluster("status", str(path))
         assert res.returncode == 3, res.stdout + res.stderr
         assert f"run {run_id} (t, local): supervisor lost" in res.stdout
         assert f"clean up: tfcluster down {path} --run {run_id}" in res.stdout
@@ -174,7 +171,7 @@ def test_sigkilled_supervisor_is_reported_lost_exit_3_and_down_cleans_up(tmp_pat
         code, st = status_json(path)
         assert code == 3 and st["state"] == "supervisor lost" and st["still_running"] == [], st
         assert {t["state"] for t in st["tasks"]} == {"gone"}
-        down = tfc("down", str(path))
+        down = tfcluster("down", str(path))
         assert down.returncode == 0, down.stderr
         code, st = status_json(path)
         assert code == 1 and st["state"] == "stopped" and "supervisor was lost" in st["reason"], st
@@ -187,8 +184,7 @@ def test_down_stops_a_detached_run_gracefully_and_attach_ctrl_c_leaves_it_going(
     try:
         detach(path)
         run_id = (tmp_path / "runs" / "t" / "latest").resolve().name
-        attach = subprocess.Popen([sys.executable, "-m", "launcher", "attach", str(path)], cwd=ROOT,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        attach = start_tfcluster("attach", path, stderr=subprocess.PIPE, new_session=False)
         try:
             # live task lines arrive while attached
             seen = []
@@ -208,7 +204,7 @@ def test_down_stops_a_detached_run_gracefully_and_attach_ctrl_c_leaves_it_going(
         code, st = status_json(path)
         assert code == 0 and st["state"] == "running", st
 
-        down = tfc("down", str(path), timeout=90)
+        down = tfcluster("down", str(path), timeout=90)
         assert down.returncode == 0 and f"run {run_id}: stopped" in down.stderr, down.stderr
         wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 20, what="every process of the run to exit")
         code, st = status_json(path)
@@ -216,7 +212,7 @@ def test_down_stops_a_detached_run_gracefully_and_attach_ctrl_c_leaves_it_going(
         # graceful: both tasks saved at a step (SIGTERM, not SIGKILL) and said so
         saved = [int((tmp_path / f"saved-{i}").read_text()) for i in (0, 1)]
         assert all(s >= 1 for s in saved)
-        log = tfc("logs", str(path), "worker:0").stdout
+        log = tfcluster("logs", str(path), "worker:0").stdout
         assert f"tfcluster-preempted global_step={saved[0]}" in log
         assert "interrupted; every task stopped" in (tmp_path / "runs" / "t" / run_id / "supervisor.log").read_text()
     finally:
@@ -295,7 +291,7 @@ def test_attach_in_a_terminal_shows_the_live_panel_and_ctrl_c_leaves_the_run_goi
         # status's rows are the panel's: epoch/step agree with the global step
         for t in status_json(path)[1]["tasks"]:
             assert t["global_step"] == (t["epoch"] - 1) * 10 + t["step"], t
-        down = tfc("down", str(path), timeout=90)
+        down = tfcluster("down", str(path), timeout=90)
         assert down.returncode == 0 and f"run {run_id}: stopped" in down.stderr, down.stderr
         wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 20, what="every process of the run to exit")
     finally:
@@ -307,14 +303,14 @@ def test_second_up_is_refused_naming_the_running_run(tmp_path):
     try:
         detach(path)
         run_id = (tmp_path / "runs" / "t" / "latest").resolve().name
-        again = tfc("up", str(path), "--detach")
+        again = tfcluster("up", str(path), "--detach")
         assert again.returncode == 1
         errors = [l for l in again.stderr.splitlines() if l.startswith("tfcluster: error:")]
         assert errors == [f"tfcluster: error: run {run_id} of t is still running (supervisor pid "
                           f"{supervisor_pid(tmp_path)}); see `tfcluster status {path}`, stop it with "
                           f"`tfcluster down {path}`, or start another anyway with --force"], again.stderr
         assert (tmp_path / "runs" / "t" / "latest").resolve().name == run_id
-        forced = tfc("up", str(path), "--detach", "--force")  # past the refusal: the preflight finds the ports taken
+        forced = tfcluster("up", str(path), "--detach", "--force")  # past the refusal: the preflight finds the ports taken
         assert forced.returncode == 1 and "is in use (task worker:0)" in forced.stderr, forced.stderr
     finally:
         _cleanup(tmp_path)
@@ -344,22 +340,22 @@ def test_problem_before_ready_fails_in_the_foreground_with_its_one_line(tmp_path
     import socket
 
     path = _spec(tmp_path, steps=5)
-    port = json.loads(tfc("plan", str(path), "--json").stdout)["tasks"][1]["port"]
+    port = json.loads(tfcluster("plan", str(path), "--json").stdout)["tasks"][1]["port"]
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port))
         holder.listen()
-        res = tfc("up", str(path), "--detach")
+        res = tfcluster("up", str(path), "--detach")
     assert res.returncode == 1
     assert res.stderr.strip().splitlines() == [
         f"tfcluster: error: port {port} on localhost is in use (task worker:1); "
         "stop what holds it or change ports.base in the spec"], res.stderr
     assert not (tmp_path / "runs").exists()
-    assert tfc("up", str(tmp_path / "nope.yaml"), "--detach").returncode == 2
+    assert tfcluster("up", str(tmp_path / "nope.yaml"), "--detach").returncode == 2
 
 
 def test_run_that_fails_before_ready_exits_like_a_foreground_up(tmp_path):
     path = script_spec(tmp_path, "import sys; print('bad', flush=True); sys.exit(3)\n")
-    res = tfc("up", str(path), "--detach")
+    res = tfcluster("up", str(path), "--detach")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "[worker:0] bad" in res.stdout and re.search(r"worker:\d failed: exit code 3", res.stderr), res.stderr
     assert "running detached" not in res.stdout
@@ -377,15 +373,15 @@ def test_logs_by_attempt_and_status_of_a_foreground_run(tmp_path):
         if index == 1 and attempt == 0:
             os.kill(os.getpid(), 9)
     """, extra="restart: {max_restarts: 1}\n")
-    assert tfc("up", str(path)).returncode == 0
-    first = tfc("logs", str(path), "worker:1", "--attempt", "1").stdout.splitlines()
-    second = tfc("logs", str(path), "worker:1", "--attempt", "2").stdout.splitlines()
+    assert tfcluster("up", str(path)).returncode == 0
+    first = tfcluster("logs", str(path), "worker:1", "--attempt", "1").stdout.splitlines()
+    second = tfcluster("logs", str(path), "worker:1", "--attempt", "2").stdout.splitlines()
     assert first == [f"attempt 0 line {i}" for i in range(3)], first
     assert second == [f"attempt 1 line {i}" for i in range(3)], second
-    both = tfc("logs", str(path), "--attempt", "2").stdout.splitlines()
+    both = tfcluster("logs", str(path), "--attempt", "2").stdout.splitlines()
     assert sorted(both) == sorted(f"[worker:{k}] attempt 1 line {i}" for k in (0, 1) for i in range(3)), both
-    assert tfc("logs", str(path), "worker:0", "--tail", "1").stdout == "attempt 1 line 2\n"
-    missing = tfc("logs", str(path), "--attempt", "3")
+    assert tfcluster("logs", str(path), "worker:0", "--tail", "1").stdout == "attempt 1 line 2\n"
+    missing = tfcluster("logs", str(path), "--attempt", "3")
     assert missing.returncode == 1 and "has no attempt 3; attempts: 1, 2" in missing.stderr
     code, st = status_json(path)
     assert code == 0 and st["state"] == "succeeded" and st["attempts"] == 2 and not st["detached"], st

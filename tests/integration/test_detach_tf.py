@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import wait_for
-from tests.integration.tfrun import ROOT, assert_no_processes, progress, run_dir, up, write_spec
-from tests.prereq import require_tf
+from tests.integration.tfrun import assert_no_processes, progress, run_dir, up, write_spec
+from tests.support.cli import tfcluster
+from tests.support.prereq import require_tf
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 # 90 steps: after step 10, 80 (8 s or more) for status and down, two CLI starts, to land in.
 CUSTOM = "python -m worker --loop custom --epochs 3 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
-
-
-def tfc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_dir):
@@ -29,23 +23,23 @@ def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_
     spec = write_spec(tmp_path, tfds_dir, CUSTOM)
     spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
     try:
-        res = tfc("up", str(spec), "--detach", timeout=300)
+        res = tfcluster("up", str(spec), "--detach", timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         assert "is running detached" in res.stdout
         log = run_dir(spec) / "logs" / "worker-0.log"
         wait_for(lambda: re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()), 180,
                  what="worker:0 at step 10")
-        st = json.loads(tfc("status", str(spec), "--json").stdout)
+        st = json.loads(tfcluster("status", str(spec), "--json").stdout)
         assert st["state"] == "running" and {t["state"] for t in st["tasks"]} == {"running"}, st
         w0 = [t for t in st["tasks"] if t["key"] == "worker:0"][0]
         assert w0["global_step"] >= 10 and 0 <= w0["accuracy"] <= 1 and w0["examples_per_sec"] > 0, w0
-        down = tfc("down", str(spec), timeout=120)
+        down = tfcluster("down", str(spec), timeout=120)
         assert down.returncode == 0, down.stderr
-        out = tfc("logs", str(spec)).stdout
+        out = tfcluster("logs", str(spec)).stdout
         saved = [int(p["global_step"]) for p in progress(out, "preempted")]
         assert len(saved) == 1 and saved[0] >= 10, out[-3000:]
         assert progress(out, "preempted", "worker:1")[0]["global_step"] == str(saved[0])  # both saved that step
-        status = tfc("status", str(spec))
+        status = tfcluster("status", str(spec))
         assert status.returncode == 1 and ": stopped," in status.stdout.splitlines()[0], status.stdout
         assert_no_processes(spec)
         result = up(spec)
@@ -53,4 +47,4 @@ def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_
         assert int(progress(result.stdout, "start")[0]["global_step"]) == saved[0]  # zero steps redone
         assert int(progress(result.stdout, "result")[0]["steps_run"]) == 90 - saved[0]
     finally:
-        tfc("down", str(spec))
+        tfcluster("down", str(spec))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.tfrun import assert_no_processes, progress, up, write_spec
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 

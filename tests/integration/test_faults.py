@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 # The code pattern of TensorFlow's "Multi-worker training with Keras" tutorial (main.py +

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import script_spec
 from tests.integration.tfrun import run_and_act
-from tests.prereq import require_root
+from tests.support.prereq import require_root
+from tests.support.specs import script_spec
 
 pytestmark = [pytest.mark.integration]
 FLOOD = """\

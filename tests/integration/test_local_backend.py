@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import textwrap
 import time
@@ -16,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from tests.helpers import pids_with_env, script_spec, wait_for
+from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.processes import pids_with_env
+from tests.support.specs import script_spec
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def events(tmp_path: Path) -> list[dict]:
@@ -70,8 +71,7 @@ def test_failing_task_root_cause_others_stopped_exit_1(tmp_path, capsys):
 
 def test_port_in_use_fails_before_anything_starts(tmp_path, capsys):
     path = script_spec(tmp_path, "print('must not run')\n")
-    port = json.loads(subprocess.run([sys.executable, "-m", "launcher", "plan", str(path), "--json"], capture_output=True,
-                                     text=True, timeout=60, cwd=ROOT).stdout)["tasks"][1]["port"]
+    port = json.loads(tfcluster("plan", path, "--json").stdout)["tasks"][1]["port"]
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", port))
         holder.listen()
@@ -96,11 +96,6 @@ def test_dry_run_starts_nothing(tmp_path, capsys):
     assert not (tmp_path / "ran").exists() and not (tmp_path / "runs").exists()
 
 
-def _launch(path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
 SLEEPER = """\
     import signal, time
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # like TF once a strategy exists
@@ -121,7 +116,7 @@ def _wait_run(tmp_path: Path, count: int) -> str:
 
 def test_sigint_stops_everything_exit_130(tmp_path):
     path = script_spec(tmp_path, SLEEPER)
-    proc = _launch(path)
+    proc = start_tfcluster("up", path)
     try:
         run_id = _wait_run(tmp_path, 4)  # 2 wrappers + 2 tasks
         proc.send_signal(signal.SIGINT)
@@ -136,7 +131,7 @@ def test_sigint_stops_everything_exit_130(tmp_path):
 
 def test_sigkill_of_launcher_leaves_no_task(tmp_path):
     path = script_spec(tmp_path, SLEEPER)
-    proc = _launch(path)
+    proc = start_tfcluster("up", path)
     try:
         run_id = _wait_run(tmp_path, 4)
         proc.kill()
@@ -149,11 +144,10 @@ def test_sigkill_of_launcher_leaves_no_task(tmp_path):
 
 def test_down_stops_a_running_launcher(tmp_path):
     path = script_spec(tmp_path, SLEEPER)
-    proc = _launch(path)
+    proc = start_tfcluster("up", path)
     try:
         run_id = _wait_run(tmp_path, 4)
-        down = subprocess.run([sys.executable, "-m", "launcher", "down", str(path)], capture_output=True, text=True,
-                              timeout=60, cwd=ROOT)
+        down = tfcluster("down", path)
         assert down.returncode == 0, down.stderr
         assert f"run {run_id}: stopped" in down.stderr
         proc.wait(timeout=30)

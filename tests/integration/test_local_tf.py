@@ -9,10 +9,11 @@ import textwrap
 import pytest
 import yaml
 
-from tests.helpers import pids_with_env, wait_for
 from tests.integration.tfrun import ROOT, progress, run_and_act, run_dir, up, write_spec
-from tests.netutil import free_base
-from tests.prereq import require_tf
+from tests.support.ports import free_base
+from tests.support.prereq import require_tf
+from tests.support.processes import pids_with_env
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
                                      tensorboard_scalars, up, wait_line, write_spec)
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 RUN_TIMEOUT = 240

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.cli import main
-from tests.helpers import pids_with_env, script_spec, wait_for
+from tests.support.processes import pids_with_env
+from tests.support.specs import script_spec
+from tests.support.waits import wait_for
 
 import pytest
 

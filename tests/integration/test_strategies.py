@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
                                     up, write_spec)
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 12 --batch-size 16 --progress-every 4"

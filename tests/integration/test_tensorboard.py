@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -24,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import ROOT, progress, run_dir, tensorboard_scalars, up, write_spec
-from tests.netutil import free_base
-from tests.prereq import require, require_tf
+from tests.integration.tfrun import progress, run_dir, tensorboard_scalars, up, write_spec
+from tests.support.cli import start_tfcluster
+from tests.support.ports import free_base
+from tests.support.prereq import require, require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -159,9 +159,7 @@ def get_json(url: str):
 def serve_and_read(spec: Path, port: int) -> tuple[list[str], list]:
     """``tfcluster tensorboard FILE --port N``: the runs it serves and the train loss series,
     through TensorBoard's HTTP API; then Ctrl-C (SIGINT) stops it and its TensorBoard."""
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", "tensorboard", str(spec), "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = start_tfcluster("tensorboard", spec, "--port", port)
     try:
         deadline = time.monotonic() + 90
         runs, loss = [], []

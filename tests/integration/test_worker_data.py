@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import flat
 from tests.integration.tfrun import progress, up, write_spec
-from tests.prereq import require_tf
+from tests.support.approx import flat
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 

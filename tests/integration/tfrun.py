@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 from launcher.progress import parse
-from tests.helpers import pids_with_env, task_pids, wait_for
-from tests.netutil import free_base
+from tests.support.cli import ROOT, start_tfcluster, tfcluster
+from tests.support.ports import free_base
+from tests.support.processes import pids_with_env, task_pids
+from tests.support.waits import wait_for, wait_line
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 300
 
 
@@ -40,13 +39,11 @@ def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{w
 
 
 def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return tfcluster("up", path, timeout=timeout)
 
 
 def start(path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "launcher", "up", str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return start_tfcluster("up", path)
 
 
 def run_dir(path: Path) -> Path:
@@ -67,20 +64,6 @@ def last_step_before(text: str, marker: str, task: str = "worker:0") -> int:
     triggered by a step line lands a moment later on a busy machine; bound what it hit by this,
     not by the trigger's step."""
     return max(int(s["global_step"]) for s in progress(text[:text.index(marker)], "step", task))
-
-
-def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: float) -> None:
-    """Read the launcher's output until a line matches (bounded by a watchdog kill)."""
-    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    timer.start()
-    try:
-        for line in proc.stdout:
-            seen.append(line.rstrip("\n"))
-            if re.search(pattern, line):
-                return
-    finally:
-        timer.cancel()
-    raise AssertionError(f"launcher ended before printing {pattern!r}:\n" + "\n".join(seen[-30:]))
 
 
 def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT) -> tuple[int, str]:

@@ -12,18 +12,17 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.netutil import free_base
 from pydantic import Field
 
 from launcher.backends import REGISTRY, Capabilities, backend_class, backend_classes, backend_names
-from launcher.execution import plan_for
 from launcher.backends.local import LocalBackend
 from launcher.cli import main
 from launcher.errors import SpecError
+from launcher.execution import plan_for
 from launcher.plan import Placement, Slot, task_keys
 from launcher.spec import _Model, parse_spec
-from tests.helpers import script_spec
+from tests.support.ports import free_base
+from tests.support.specs import script_spec
 
 HERE = f"{__name__}:QueueBackend"
 

@@ -9,8 +9,7 @@ import textwrap
 from pathlib import Path
 
 from launcher.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cli import ROOT, tfcluster
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -78,8 +77,7 @@ def test_console_script_runs_without_tensorflow(tmp_path):
     (blocker / "__init__.py").write_text("raise ImportError('tensorflow is blocked in this test')\n")
     spec = write(tmp_path, GOOD)
     env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "launcher", "plan", str(spec)], capture_output=True, text=True,
-                          timeout=60, env=env, cwd=tmp_path)
+    proc = tfcluster("plan", spec, timeout=60, environ=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([sys.executable, "-c", "import launcher.cli, launcher.supervisor, launcher.backends.local, sys;"
                            "print('tensorflow' in sys.modules)"], capture_output=True, text=True, timeout=60, env=env)

@@ -15,6 +15,7 @@ from launcher.cli import main
 from launcher.execution import plan_for
 from launcher.rundir import RunRecord
 from launcher.spec import load_spec
+from tests.support.errors import one_cli_error
 
 SPEC = """\
     name: t
@@ -39,23 +40,16 @@ def record_run(spec: Path) -> RunRecord:
     return record
 
 
-def one_error(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tfcluster: error: ") and "Traceback" not in err, err
-    return lines[0]
-
-
 def test_no_run_yet(spec, capsys):
     assert main(["tensorboard", str(spec)]) == 1
-    line = one_error(capsys)
+    line = one_cli_error(capsys.readouterr().err)
     assert "no run of 't' yet" in line and f"tfcluster up {spec}" in line, line
 
 
 def test_a_run_without_logs_names_the_logdir(spec, capsys):
     record = record_run(spec)
     assert main(["tensorboard", str(spec)]) == 1
-    line = one_error(capsys)
+    line = one_cli_error(capsys.readouterr().err)
     assert f"no TensorBoard logs in {record.state_dir / 'tensorboard'} yet" in line, line
 
 
@@ -68,7 +62,7 @@ def test_tensorboard_not_installed(spec, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "executable", str(bare / "python"))
     monkeypatch.setenv("PATH", str(bare))
     assert main(["tensorboard", str(spec)]) == 1
-    line = one_error(capsys)
+    line = one_cli_error(capsys.readouterr().err)
     assert "tensorboard is not installed" in line and "pip install tensorboard" in line, line
 
 
@@ -80,14 +74,14 @@ def test_port_in_use(spec, capsys):
         taken.listen()
         port = taken.getsockname()[1]
         assert main(["tensorboard", str(spec), "--port", str(port)]) == 1
-    line = one_error(capsys)
+    line = one_cli_error(capsys.readouterr().err)
     assert f"--port {port}: the port is in use" in line, line
 
 
 @pytest.mark.parametrize("port", ["0", "70000", "x"])
 def test_bad_port_is_a_usage_error(spec, capsys, port):
     assert main(["tensorboard", str(spec), "--port", port]) == 2
-    assert "--port" in one_error(capsys)
+    assert "--port" in one_cli_error(capsys.readouterr().err)
 
 
 def test_the_tf_extra_and_the_worker_image_install_tensorboard():

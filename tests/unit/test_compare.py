@@ -280,7 +280,7 @@ class _Terminal(io.StringIO):
 
 def test_the_progress_line_follows_the_log_in_place_on_a_terminal(tmp_path):
     from launcher.compare.run import ProgressLine
-    from tests.helpers import wait_for
+    from tests.support.waits import wait_for
 
     log = tmp_path / "worker-0.log"
     log.write_text("worker: importing\n")

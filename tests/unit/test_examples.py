@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.cli import ROOT, tfcluster
+
 PSS = ROOT / "examples" / "parameter_server.yaml"
-
-
-def tfcluster(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
 
 
 def test_parameter_server_example_validates():

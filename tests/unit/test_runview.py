@@ -184,7 +184,7 @@ def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(
     from launcher.execution import plan_for
     from launcher.rundir import RunRecord
     from launcher.spec import load_spec
-    from tests.helpers import script_spec
+    from tests.support.specs import script_spec
 
     plan = plan_for(load_spec(script_spec(tmp_path, "pass\n")).spec)
     problems: list[str] = []

@@ -11,8 +11,9 @@ import pytest
 
 from launcher.backends.slurm_alloc import Request, nodes_needed, placement
 from launcher.backends.slurm_cli import _partitions, client_env, fields, first_error
-from launcher.errors import LaunchError, SpecError
+from launcher.errors import LaunchError
 from launcher.spec import parse_spec
+from tests.support.errors import one_error
 
 BASE = """\
 name: demo
@@ -24,13 +25,6 @@ tasks:
 """
 
 
-def one_error(extra: str, base: str = BASE) -> str:
-    with pytest.raises(SpecError) as info:
-        parse_spec(textwrap.dedent(base) + textwrap.dedent(extra), "c.yaml")
-    assert len(info.value.lines) == 1, info.value.lines
-    return info.value.lines[0]
-
-
 def test_slurm_options_defaults_and_values():
     spec = parse_spec(BASE + 'slurm:\n  partition: debug\n  time: "02:00:00"\n  nodes: 2\n  sbatch: ["--exclusive"]\n')
     o = spec.slurm
@@ -39,14 +33,14 @@ def test_slurm_options_defaults_and_values():
 
 
 def test_unknown_slurm_key_lists_the_valid_ones():
-    line = one_error("slurm:\n  partion: debug\n")
+    line = one_error(BASE + "slurm:\n  partion: debug\n")
     assert line.startswith("c.yaml:8: slurm.partion: unknown key 'partion'"), line
     assert "did you mean 'partition'" in line and "queue_timeout" in line
 
 
 @pytest.mark.parametrize("value", ["2h", "02:00:00:00", "soon"])
 def test_bad_time_limit_names_the_formats(value):
-    line = one_error(f"slurm:\n  time: {value}\n")
+    line = one_error(BASE + f"slurm:\n  time: {value}\n")
     assert line.startswith("c.yaml:8: slurm.time: ") and "HH:MM:SS" in line, line
 
 
@@ -56,15 +50,15 @@ def test_slurm_time_formats_accepted(value):
 
 
 def test_sbatch_items_must_be_options_and_not_the_ones_tfcluster_sets():
-    assert "is not an option" in one_error('slurm:\n  sbatch: ["gres=gpu:4"]\n')
-    line = one_error('slurm:\n  sbatch: ["--nodes=4"]\n')
+    assert "is not an option" in one_error(BASE + 'slurm:\n  sbatch: ["gres=gpu:4"]\n')
+    line = one_error(BASE + 'slurm:\n  sbatch: ["--nodes=4"]\n')
     assert "tfcluster sets --nodes itself" in line and "slurm.nodes" in line, line
-    assert "--jobid" in one_error('slurm:\n  srun: ["--jobid=3"]\n')
+    assert "--jobid" in one_error(BASE + 'slurm:\n  srun: ["--jobid=3"]\n')
 
 
 def test_zero_nodes_and_too_few_slots_are_spec_errors():
-    assert one_error("slurm:\n  nodes: 0\n") == "c.yaml:8: slurm.nodes: must be a whole number >= 1 (got 0)"
-    line = one_error("slurm:\n  nodes: 1\n  tasks_per_node: 1\n")
+    assert one_error(BASE + "slurm:\n  nodes: 0\n") == "c.yaml:8: slurm.nodes: must be a whole number >= 1 (got 0)"
+    line = one_error(BASE + "slurm:\n  nodes: 1\n  tasks_per_node: 1\n")
     assert line == ("c.yaml:8: slurm.nodes: 1 node(s) x 1 task(s) per node hold 1 tasks, the spec has 2; raise "
                     "slurm.nodes or slurm.tasks_per_node, or drop slurm.nodes for the default"), line
 

@@ -9,6 +9,7 @@ import pytest
 
 from launcher.errors import SpecError
 from launcher.spec import load_spec, parse_spec
+from tests.support.errors import one_error, spec_errors
 
 BASE = """\
 name: demo
@@ -17,20 +18,6 @@ entrypoint: python -m worker
 tasks:
   worker: 2
 """
-
-
-def errors(text: str) -> list[str]:
-    with pytest.raises(SpecError) as info:
-        parse_spec(textwrap.dedent(text), "c.yaml")
-    lines = list(info.value.lines)
-    assert all("\n" not in line for line in lines)
-    return lines
-
-
-def one_error(text: str) -> str:
-    lines = errors(text)
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 def test_valid_minimal_spec_has_defaults():
@@ -119,7 +106,7 @@ def test_mwms_two_chiefs():
 )
 def test_parameter_server_topology(tasks, expected):
     text = f"name: p\nstrategy: parameter_server\nentrypoint: python -m worker\ntasks: {tasks}\n"
-    lines = errors(text)
+    lines = spec_errors(text)
     assert any(expected in line for line in lines), lines
 
 
@@ -171,7 +158,7 @@ def test_entrypoint_with_unbalanced_quote():
 
 
 def test_missing_required_keys_say_what_to_add():
-    lines = errors("name: x\ntasks: {worker: 1}\n")
+    lines = spec_errors("name: x\ntasks: {worker: 1}\n")
     assert any("strategy: required key is missing; add strategy: multi_worker_mirrored" in l for l in lines)
     assert any("entrypoint: required key is missing; add entrypoint: python -m worker" in l for l in lines)
 
@@ -221,7 +208,7 @@ def test_restart_and_watchdog_values():
 
 
 def test_several_errors_reported_one_line_each():
-    lines = errors(BASE + "bogus: 1\nports: {base: -1}\n")
+    lines = spec_errors(BASE + "bogus: 1\nports: {base: -1}\n")
     assert len(lines) == 2
     assert lines[0].startswith("c.yaml:6: bogus: unknown key") and lines[1].startswith("c.yaml:7: ports.base:")
 

@@ -17,6 +17,7 @@ from launcher.backends import ssh_probe, ssh_sync, ssh_task
 from launcher.remote import source as remote_source
 from launcher.console import Console
 from launcher.spec import LoadedSpec, parse_spec
+from tests.support.waits import wait_for
 
 EVIL = "x; touch /tmp/pwned"
 
@@ -323,24 +324,13 @@ def _connects(port: int) -> bool:
         return False
 
 
-def _wait(cond, timeout=5.0) -> bool:
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
-
-
 def test_agent_preflights_holds_ports_then_becomes_the_task(tmp_path):
     """One process, one channel: preflight reply, port held for the probe, then "go" turns it
     into the task's wrapper (same pid), which signal_command verifies by the pid file's tail."""
     import os
     import sys
 
-    from tests.netutil import free_base
+    from tests.support.ports import free_base
 
     port = free_base(1)
     agent = _Agent(tmp_path)
@@ -356,8 +346,9 @@ def test_agent_preflights_holds_ports_then_becomes_the_task(tmp_path):
         agent.send({"go": {"env": {"X": EVIL}, "args": sc.wrap_args(
             reply["workdir"], agent.pidfile, 30, 1, [sys.executable, "-c", task])}})
         assert agent.proc.stdout.readline().decode().split() == EVIL.split() + [str(tmp_path / "work")]
-        assert _wait(lambda: not _connects(port))  # released for the task's own server
-        assert _wait(lambda: os.path.exists(agent.pidfile))
+        wait_for(lambda: not _connects(port), 5, 0.02,
+                 what=f"the agent to release port {port} for the task's own server")
+        wait_for(lambda: os.path.exists(agent.pidfile), 5, 0.02, what=f"the task's pidfile {agent.pidfile}")
         pid = int(Path(agent.pidfile).read_text().split()[0])
         assert os.getpgid(pid) == pid and pid != agent.proc.pid  # the agent, now leading its own group
         out = subprocess.run(["sh", "-c", sc.signal_command(signal.SIGTERM, [agent.pidfile])],
@@ -371,7 +362,7 @@ def test_agent_preflights_holds_ports_then_becomes_the_task(tmp_path):
 def test_agent_refuses_go_with_another_pidfile_and_exits_on_eof(tmp_path):
     import sys
 
-    from tests.netutil import free_base
+    from tests.support.ports import free_base
 
     port = free_base(1)
     agent = _Agent(tmp_path)
@@ -381,7 +372,7 @@ def test_agent_refuses_go_with_another_pidfile_and_exits_on_eof(tmp_path):
         agent.send({"go": {"env": {}, "args": sc.wrap_args(".", other, 30, 1, [sys.executable, "-c", "pass"])}})
         assert agent.proc.wait(10) == 2
         assert "not this agent's" in agent.proc.stderr.read().decode()
-        assert _wait(lambda: not _connects(port))
+        wait_for(lambda: not _connects(port), 5, 0.02, what=f"the agent to release port {port}")
     finally:
         agent.close()
     agent = _Agent(tmp_path)

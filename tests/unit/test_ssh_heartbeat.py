@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from launcher.backends.ssh_heartbeat import KEEPALIVE, Heartbeat
-from tests.helpers import wait_for
+from tests.support.waits import wait_for
 
 
 class FakeTransport:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from launcher import statelayout
-from launcher.errors import SpecError
 from launcher.spec import parse_spec
+from tests.support.errors import one_error
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """\
@@ -19,14 +18,6 @@ entrypoint: python -m worker
 tasks:
   worker: 2
 """
-
-
-def one_error(text: str) -> str:
-    with pytest.raises(SpecError) as info:
-        parse_spec(textwrap.dedent(text), "c.yaml")
-    lines = list(info.value.lines)
-    assert len(lines) == 1 and "\n" not in lines[0], lines
-    return lines[0]
 
 
 def test_state_defaults():

@@ -9,7 +9,8 @@ import sys
 import time
 
 from launcher.backends.local import TASKWRAP
-from tests.helpers import pids_with_env, wait_for
+from tests.support.processes import pids_with_env
+from tests.support.waits import wait_for
 
 
 def wrap(cmd: list[str], *opts: str, env_tag: str = "", **kw) -> subprocess.Popen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.tf]
 

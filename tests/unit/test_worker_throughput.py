@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 
 @pytest.fixture

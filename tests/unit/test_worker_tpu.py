@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.tf]
 

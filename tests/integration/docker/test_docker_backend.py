@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.prereq import require_tool
+from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.prereq import require_tool
 
 from . import engine as eng
 
@@ -45,11 +46,7 @@ def _spec(tmp_path: Path, engine_url: str, entrypoint: str, name: str = "dk", ex
 
 
 def _launch(spec: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "launcher", "up", str(spec), *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    return start_tfcluster("up", spec, *args, cwd=REPO, env={"PYTHONPATH": str(REPO)}, new_session=False)
 
 
 def _run(spec: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
@@ -77,8 +74,7 @@ def _reap(proc: subprocess.Popen) -> None:
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return tfcluster(*args, timeout=timeout, cwd=REPO, env={"PYTHONPATH": str(REPO)})
 
 
 def _leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:

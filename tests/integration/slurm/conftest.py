@@ -4,18 +4,16 @@ spec writing / ``tfcluster`` runs pointed at it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .slurmlab import PARTITION
+from tests.support import cli
+from tests.support.cli import PY, ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
-PY = sys.executable
+from .slurmlab import PARTITION
 
 
 @pytest.fixture
@@ -55,16 +53,11 @@ def make_spec(tmp_path, lab):
 
 def tfcluster(lab, *args, timeout=120, env=None):
     """Run the CLI like a user would, pointed at the lab (SLURM_CONF); the CompletedProcess (text)."""
-    return subprocess.run(
-        [PY, "-m", "launcher", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-        env={**os.environ, **lab.env(), **(env or {})},
-    )
+    return cli.tfcluster(*args, timeout=timeout, env={**lab.env(), **(env or {})})
 
 
 def start_tfcluster(lab, *args) -> subprocess.Popen:
-    return subprocess.Popen([PY, "-m", "launcher", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env={**os.environ, **lab.env()})
+    return cli.start_tfcluster(*args, env=lab.env())
 
 
 def read_spec(path: Path) -> dict:

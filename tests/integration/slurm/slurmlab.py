@@ -254,7 +254,7 @@ class SlurmLab:
     def block_all_nodes(self, seconds: int = 300) -> str:
         """Submit a job holding every node of the default partition exclusively; its id once it
         runs (a job submitted after it pends with reason Resources)."""
-        from tests.helpers import wait_for
+        from tests.support.waits import wait_for
 
         job = self.run("sbatch", "--parsable", f"-N{self.count}", "--exclusive", "-o", "/dev/null", "--wrap",
                        f"sleep {seconds}").stdout.strip()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_for
 from tests.integration.tfrun import progress, wait_line
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
+from tests.support.waits import wait_for
 
 from .conftest import PY, ROOT, start_tfcluster, tfcluster
 

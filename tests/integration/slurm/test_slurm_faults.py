@@ -12,9 +12,9 @@ import signal
 
 import pytest
 
-from tests.helpers import wait_for
 from tests.integration.tfrun import progress, wait_line
-from tests.prereq import require_tf
+from tests.support.prereq import require_tf
+from tests.support.waits import wait_for
 
 from .conftest import start_tfcluster
 from .test_slurm_backend import _assert_clean, _job_id, _record, _tf_env

@@ -1,0 +1,39 @@
+"""Running the CLI as a user would: ``python -m launcher ...`` in a subprocess, from the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Optional
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: ``python -m launcher`` and ``-m worker`` import from here
+PY = sys.executable
+
+
+def _argv(args) -> list[str]:
+    return [PY, "-m", "launcher", *(str(a) for a in args)]
+
+
+def _env(env: Optional[Mapping[str, str]], environ: Optional[Mapping[str, str]]) -> Optional[dict]:
+    if environ is not None:
+        return dict(environ)
+    return {**os.environ, **env} if env else None
+
+
+def tfcluster(*args, timeout: float = 120, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+              environ: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+    """``tfcluster ARGS`` to its end (text, stdout and stderr captured apart). ``env`` is added to
+    this process's environment; ``environ`` is the whole environment instead."""
+    return subprocess.run(_argv(args), cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=_env(env, environ))
+
+
+def start_tfcluster(*args, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+                    stderr=subprocess.STDOUT, new_session: bool = True) -> subprocess.Popen:
+    """``tfcluster ARGS`` started: its output a text pipe (stderr into stdout unless ``stderr``
+    says otherwise), in a process group of its own unless ``new_session`` is False (what
+    ``os.killpg(proc.pid, ...)`` needs). ``env`` is added to this process's environment."""
+    return subprocess.Popen(_argv(args), cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            start_new_session=new_session, env=_env(env, None))

@@ -1,0 +1,164 @@
+"""A fake backend to run the real ``Supervisor`` against (like torchelastic's TestAgent): tasks
+follow a script (which start of which task exits with which code after how many polls, when its
+port opens, what it prints), and ``prepare_attempt``/``collect_results`` fail when told to. No
+TensorFlow, no processes; with ``Counter`` as the supervisor's clock, no wall-clock waits."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import textwrap
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from launcher.backends.base import Backend, TaskHandle
+from launcher.console import Console
+from launcher.execution import plan_for
+from launcher.rundir import RunRecord
+from launcher.spec import parse_spec
+from launcher.supervisor import Supervisor
+
+
+@dataclass(frozen=True)
+class Script:
+    """What one start of a task does: exit with ``code`` after ``polls`` polls (None: run until
+    signalled), open its port after ``port_after`` polls (None: never), print a line on every
+    poll unless ``silent``."""
+
+    code: Optional[int] = 0
+    polls: int = 3
+    port_after: Optional[int] = 0
+    silent: bool = False
+
+
+RUN_FOREVER = Script(code=None)
+EXIT_0 = Script(code=0, polls=1, silent=True)  # done at the first poll, saying nothing
+
+
+class ScriptedTask(TaskHandle):
+    def __init__(self, task, script: Script, on_line, attempt: int) -> None:
+        super().__init__(task)
+        self.script, self.on_line, self.attempt = script, on_line, attempt
+        self.polls = 0
+        self.code: Optional[int] = None
+        self.signals: list[int] = []
+
+    def poll(self) -> Optional[int]:
+        if self.code is None:
+            self.polls += 1
+            if not self.script.silent:
+                self.on_line(self.key, f"tfcluster-step attempt={self.attempt} poll={self.polls}")
+            if self.script.code is not None and self.polls >= self.script.polls:
+                self.code = self.script.code
+        return self.code
+
+    def signal(self, sig: int) -> None:
+        self.signals.append(sig)
+        if self.code is None and sig in (signal.SIGTERM, signal.SIGKILL):
+            self.code = 128 + sig
+
+    @property
+    def port_open(self) -> bool:
+        return self.script.port_after is not None and self.polls >= self.script.port_after
+
+
+class ScriptedBackend(Backend):
+    """``scripts[(task key, n)]``: what the task's n-th start (0-based) does, else ``default``.
+    ``prepare_errors[attempt]`` is raised by ``prepare_attempt(attempt)``, ``collect_error`` by
+    ``collect_results``. ``calls`` lists what the supervisor asked, in order: ``prepare N``,
+    ``start KEY RESTART_COUNT``, ``collect``."""
+
+    name = "scripted"
+
+    def __init__(self, scripts: Optional[Mapping[tuple[str, int], Script]] = None, default: Script = Script(), *,
+                 prepare_errors: Optional[Mapping[int, Exception]] = None,
+                 collect_error: Optional[Exception] = None) -> None:
+        self.scripts, self.default = dict(scripts or {}), default
+        self.prepare_errors, self.collect_error = dict(prepare_errors or {}), collect_error
+        self.started: list[tuple[str, int]] = []  # (task key, TFCLUSTER_RESTART_COUNT)
+        self.handles: list[ScriptedTask] = []
+        self.calls: list[str] = []
+        self.closed = False
+
+    def prepare_attempt(self, number):
+        self.calls.append(f"prepare {number}")
+        if number in self.prepare_errors:
+            raise self.prepare_errors[number]
+
+    def start(self, task, env, on_line):
+        attempt = int(env["TFCLUSTER_RESTART_COUNT"])
+        self.calls.append(f"start {task.key} {attempt}")
+        n = sum(1 for k, _ in self.started if k == task.key)  # the task's n-th start, 0-based
+        self.started.append((task.key, attempt))
+        script = self.scripts.get((task.key, n), self.default)
+        handle = ScriptedTask(task, script, on_line, attempt)
+        self.handles.append(handle)
+        return handle
+
+    def port_open(self, task) -> bool:
+        live = [h for h in self.handles if h.key == task.key and h.code is None]
+        return bool(live) and live[-1].port_open
+
+    def collect_results(self):
+        self.calls.append("collect")
+        if self.collect_error is not None:
+            raise self.collect_error
+
+    def close(self) -> None:
+        self.closed = True
+
+    def starts(self, key: str) -> list[int]:
+        return [a for k, a in self.started if k == key]
+
+
+class Counter:
+    """A clock that advances one second per reading."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@dataclass
+class Supervised:
+    code: int
+    err: str
+    out: str
+    events: list[dict]
+
+    @property
+    def console(self) -> str:
+        return self.err + self.out
+
+
+def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: float = 0.0, clock=None,
+              stop_after: Optional[int] = None) -> Supervised:
+    """Run ``Supervisor`` on the (dedented) spec with ``backend``, its record under
+    ``tmp_path/runs``; ``clock`` is the supervisor's (None: its own, the real one; a ``Counter``
+    for no wall-clock waits). ``stop_after``: interrupt once this many tasks have been started
+    (``backend`` a ScriptedBackend)."""
+    spec = parse_spec(textwrap.dedent(spec_yaml))
+    plan = plan_for(spec)
+    record = RunRecord(tmp_path / "runs", plan).create()
+    out, err = io.StringIO(), io.StringIO()
+    extra = {} if clock is None else {"clock": clock}
+    sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
+                     poll_interval=poll_interval, **extra)
+    if stop_after is not None:
+        start = backend.start
+
+        def start_then_maybe_stop(task, env, on_line):
+            handle = start(task, env, on_line)
+            if len(backend.started) >= stop_after:
+                sup.interrupt()
+            return handle
+
+        backend.start = start_then_maybe_stop
+    code = sup.run()
+    record.close()
+    events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
+    return Supervised(code, err.getvalue(), out.getvalue(), events)

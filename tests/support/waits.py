@@ -1,0 +1,50 @@
+"""Waiting in tests: on a condition or on an output line, never for a fixed time. Every wait has a
+timeout, and its failure says what was awaited (and, given ``detail``, what was seen instead)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from typing import Callable, Optional
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1, what: str = "condition",
+             detail: Optional[Callable[[], str]] = None):
+    """``predicate()``'s first true value, polled every ``interval`` s; after ``timeout`` s an
+    AssertionError naming ``what`` (and ``detail()``, what there was to see)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    message = f"timed out after {timeout:g} s waiting for {what}"
+    raise AssertionError(message + (f"; {detail()}" if detail else ""))
+
+
+def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: float) -> None:
+    """Read ``proc``'s output (a text pipe) into ``seen`` until a line matches ``pattern``; after
+    ``timeout`` s its process group is killed, which ends the read (so ``proc`` must lead its own
+    group: ``start_new_session=True``)."""
+    expired = threading.Event()
+
+    def kill() -> None:
+        expired.set()
+        os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            seen.append(line.rstrip("\n"))
+            if re.search(pattern, line):
+                return
+    finally:
+        timer.cancel()
+    why = f"no line matched {pattern!r} within {timeout:g} s (killed)" if expired.is_set() else \
+        f"launcher ended before printing {pattern!r}"
+    raise AssertionError(why + ":\n" + "\n".join(seen[-30:]))
