@@ -12,6 +12,7 @@ spaces. Anything else on a task's output is ordinary output. The live view, the 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -65,6 +66,24 @@ def format_line(kind: str, **fields) -> str:
     """The line ``parse`` reads back (used by the worker's ``emit`` and by tests)."""
     parts = " ".join(f"{k}={v}" for k, v in fields.items())
     return f"{PREFIX}{kind} {parts}".rstrip()
+
+
+# A step line exactly as the worker prints it, every value well formed (accuracy within [0, 1]).
+# Groups: global_step, the loss and accuracy (or none), time.
+_STEP_PREFIX = PREFIX + "step "
+_PLAIN_STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)"
+                         r"( loss=\d+(?:\.\d+)? accuracy=(?:0(?:\.\d+)?|1(?:\.0+)?))? time=(\d+(?:\.\d+)?)")
+
+
+def step_shape(line: str) -> Optional[tuple[bool, int, float]]:
+    """(has loss and accuracy, global step, time) of a step line in the worker's own format, read
+    without ``parse`` (about 2.5 µs a line: ``RunView.lines`` skips the step lines the next one
+    overwrites, bench/status_replay.py); None for any other line, a step line in another format
+    included. ``parse`` reads the same values from a line this accepts."""
+    if not line.startswith(_STEP_PREFIX):
+        return None
+    m = _PLAIN_STEP.fullmatch(line)
+    return (m.group(2) is not None, int(m.group(1)), float(m.group(3))) if m else None
 
 
 class Throughput:

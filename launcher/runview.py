@@ -14,12 +14,11 @@ so the same view can be driven live by the supervisor or later from a run's reco
 from __future__ import annotations
 
 import copy
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from .progress import Progress, Throughput, parse
+from .progress import Progress, Throughput, parse, step_shape
 from .record.events import Event
 from .record.states import TaskState
 
@@ -30,11 +29,6 @@ RESTARTING, SUCCEEDED, FAILED, STOPPED = TaskState.RESTARTING, TaskState.SUCCEED
 TERMINAL = (SUCCEEDED, FAILED, STOPPED)
 # Progress kinds that mean the task is running training steps.
 _TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "preempted", "saved", "result")
-# A step line as the worker prints it, every value well formed (accuracy within [0, 1]): what
-# ``RunView.lines`` may skip. Groups: global_step, the loss and accuracy (or none), time.
-_STEP_PREFIX = "tfcluster-step "
-_PLAIN_STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)"
-                         r"( loss=\d+(?:\.\d+)? accuracy=(?:0(?:\.\d+)?|1(?:\.0+)?))? time=(\d+(?:\.\d+)?)")
 
 
 @dataclass
@@ -127,7 +121,7 @@ class RunView:
         outlast the next line's when the next goes back in global step or time, so those are
         applied. What is left costs about 2.5 µs a line (bench/status_replay.py). A step line
         in any other format (a user's own, a changed worker) is applied like every other line."""
-        shapes = [_step_shape(text) for text in texts]
+        shapes = [step_shape(text) for text in texts]
         last = len(texts) - 1
         with self._lock:
             for i, text in enumerate(texts):
@@ -365,14 +359,6 @@ class RunView:
             t.step = step
         if global_step is not None:
             t.global_step = global_step
-
-
-def _step_shape(text: str) -> Optional[tuple[bool, int, float]]:
-    """(has loss and accuracy, global step, time) of a step line in the worker's own format."""
-    if not text.startswith(_STEP_PREFIX):
-        return None
-    m = _PLAIN_STEP.fullmatch(text)
-    return (m.group(2) is not None, int(m.group(1)), float(m.group(3))) if m else None
 
 
 def _float(value: Any) -> Optional[float]:
