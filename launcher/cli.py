@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from . import __version__
 from .console import Console
 from .errors import SpecError, UserError
-from .execution import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, plan_for, render_plan
+from .execution import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, plan_for, render_plan, spares_of
 from .plan import Plan, redact_env
 from .spec import LoadedSpec, load_spec
 
@@ -172,7 +172,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
                     task["env"] = redact_env(task["env"])
             print(json.dumps(data, indent=2))
         else:
-            print(render_plan(plan, show_secrets=args.show_secrets))
+            print(render_plan(plan, show_secrets=args.show_secrets, spares=spares_of(loaded.spec)))
         return EXIT_OK
     if args.command == "up":
         return _up(loaded, plan, args, console)

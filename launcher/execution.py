@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 import signal
 import threading
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from .console import Console
 from .errors import LaunchError
@@ -37,8 +37,9 @@ def plan_for(spec: "Spec") -> Plan:
     return build_plan(spec, backend_class(spec.backend).place(spec))
 
 
-def render_plan(plan: Plan, show_secrets: bool = False) -> str:
-    """The plan as ``tfcluster plan`` and ``up --dry-run`` print it."""
+def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = ()) -> str:
+    """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
+    task uses, where a lost host's tasks move (launcher/elastic.py)."""
     rows = [("task", "host", "address:port", "command")]
     for t in plan.tasks:
         rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", shlex.join(t.command)))
@@ -49,6 +50,8 @@ def render_plan(plan: Plan, show_secrets: bool = False) -> str:
                    "hosts, addresses and TF_CONFIG below are stand-ins")
     for r in rows:
         out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
+    if spares:
+        out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
     out.append("TF_CONFIG:")
     for t in plan.tasks:
         out.append(f"  {t.key}: {t.tf_config_json}")
@@ -59,6 +62,14 @@ def render_plan(plan: Plan, show_secrets: bool = False) -> str:
         for k, v in shown.items():
             out.append(f"  {k}={v}")
     return "\n".join(out)
+
+
+def spares_of(spec) -> list[str]:
+    """The spare hosts ``plan`` and ``up --dry-run`` show: on backends that move tasks only."""
+    from .backends import backend_class
+    from .elastic import spare_hosts
+
+    return spare_hosts(spec, ()) if backend_class(spec.backend).capabilities.elastic else []
 
 
 def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
@@ -105,7 +116,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         backend.preflight(plan)
         if dry_run:
-            print(render_plan(plan))
+            print(render_plan(plan, spares=spares_of(spec)))
             console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
             backend.close()
             return EXIT_OK
@@ -125,7 +136,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
         on_record(record)
     console.quiet_tasks = quiet
     console.verbose = verbose
-    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog)
+    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, spec=spec)
     if handover is not None:
         handover.open_log(record.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)

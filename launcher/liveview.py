@@ -104,6 +104,10 @@ def _extras(view: RunView) -> str:
         bits.append(f"workers lost {view.workers_lost}, recovered {view.workers_recovered}")
         if view.ps_lost:
             bits.append(f"ps lost {view.ps_lost}")
+    if view.spares:
+        bits.append(f"spare hosts: {', '.join(view.spares)}")
+    if view.host_changes:
+        bits.append(view.host_changes[-1].describe())
     ev = view.evaluator()
     if ev is not None:
         if ev.last_checkpoint:

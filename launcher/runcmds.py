@@ -69,6 +69,9 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
     if view.reason and view.state != SUCCEEDED:  # (why it failed or stopped, or a note on the supervisor)
         lines.append(f"  {view.reason}")
     lines += task_table(view)
+    if view.spares:
+        lines.append(f"spare hosts: {', '.join(view.spares)}")
+    lines += view.host_changes
     if view.state == LOST:
         lines += lost_advice(view, spec)
     return lines

@@ -2,7 +2,8 @@
 
 Layout under ``<spec dir>/<run_dir>/<name>/`` (the names: launcher/record/layout.py)::
 
-    <run id>/plan.json        the plan as executed
+    <run id>/plan.json        the plan as executed (the first one)
+    <run id>/plan-2.json ...  later plans, after hosts were lost (launcher/elastic.py)
     <run id>/events.jsonl     one JSON object per start, exit, failure, restart and the outcome
     <run id>/logs/<type>-<index>.log   each task's output, all attempts
     <run id>/output.log       every task's output interleaved as it arrived, each line "[type:index] ..."
@@ -36,7 +37,7 @@ from .plan import Plan, redact_env
 from .procinfo import start_time
 from .record.events import Event
 from .record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
-                            log_path, state_dir)
+                            later_plan_name, log_path, state_dir)
 
 
 class RunRecord:
@@ -84,6 +85,14 @@ class RunRecord:
             self.plan = plan
             self._write_plan()
 
+    def add_plan(self, plan: Plan, number: int) -> str:
+        """A later plan of the run (hosts moved, launcher/elastic.py): ``plan.json`` stays the
+        first; plan ``number`` (2, 3, ...) is written next to it. Returns its file name."""
+        self.plan = plan
+        name = later_plan_name(number)
+        self._write_plan(name)
+        return name
+
     def allocated(self, **info: Any) -> None:
         """What the backend must know to release its allocation (e.g. a Slurm job id), kept in
         launcher.json as ``allocation`` for ``tfcluster down`` (``RecordedRun.allocation``), and
@@ -97,11 +106,11 @@ class RunRecord:
             pass  # launcher.json has it too (and says so if it cannot be written)
         self._write_launcher()
 
-    def _write_plan(self) -> None:
+    def _write_plan(self, name: str = PLAN_FILE) -> None:
         plan_json = self.plan.to_json()
         for task in plan_json["tasks"]:
             task["env"] = redact_env(task["env"])
-        write_atomic(self.dir / PLAN_FILE, json.dumps(plan_json, indent=2) + "\n")
+        write_atomic(self.dir / name, json.dumps(plan_json, indent=2) + "\n")
 
     def close(self) -> None:
         with self._lock:

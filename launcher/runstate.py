@@ -68,6 +68,8 @@ class RunStatus:
     detached: bool = False
     tasks: list[TaskRow] = field(default_factory=list)
     final_accuracy: Optional[float] = None
+    spares: list[str] = field(default_factory=list)  # hosts no task uses now (elastic runs)
+    host_changes: list[str] = field(default_factory=list)  # one line per membership change
 
     def elapsed(self, now: Optional[float] = None) -> Optional[float]:
         if self.started is None:
@@ -92,6 +94,7 @@ class RunStatus:
             "supervisor_host": self.supervisor_host, "detached": self.detached,
             "final_accuracy": self.final_accuracy, "tasks": [t.to_json() for t in self.tasks],
             "still_running": self.still_running() if self.state == LOST else [],
+            "spares": self.spares, "host_changes": self.host_changes,
         }
 
 
@@ -170,6 +173,7 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
         if kind == Event.RUN_START:
             view.started = e.get("time")
         elif kind == Event.START and task is not None:
+            task.host = e.get("host") or task.host  # where it runs now (tasks move when hosts are lost)
             if task.attempt is not None:
                 task.restarts += 1
             task.attempt = e.get("attempt")
@@ -221,7 +225,10 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
             if events:
                 view.ended = events[-1].get("time")
     if progress:
-        _fill_progress(rows, replay(run_dir))
+        replayed = replay(run_dir)
+        _fill_progress(rows, replayed)
+        view.spares = list(replayed.spares)
+        view.host_changes = [c.describe() for c in replayed.host_changes]
     view.tasks = list(rows.values())
     finals = [t.accuracy for t in view.tasks if t.accuracy is not None and t.has_result]
     view.final_accuracy = finals[0] if finals else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -78,6 +79,36 @@ class TaskView:
 
 
 @dataclass
+class HostChange:
+    """One membership change (a ``replan`` event, launcher/elastic.py), and where the group
+    resumed after it: the last global step any task reached before, the first one after."""
+
+    at: Optional[float]
+    lost: dict[str, str]  # host -> how it was lost
+    moved: dict[str, str]  # task key -> its new host
+    dropped: list[str] = field(default_factory=list)  # tasks left out (no spare: fewer workers)
+    before: Optional[int] = None
+    resumed_at: Optional[int] = None
+
+    @property
+    def redone(self) -> Optional[int]:
+        if self.before is None or self.resumed_at is None:
+            return None
+        return max(0, self.before - self.resumed_at)
+
+    def describe(self) -> str:
+        """``h2 lost at 12:01:07 (unreachable for 60 s); worker:1 moved to h3; resumed at step 412, 0 steps redone``"""
+        when = f" at {time.strftime('%H:%M:%S', time.localtime(self.at))}" if self.at else ""
+        parts = [f"{host} lost{when}" + (f" ({how})" if how else "") for host, how in self.lost.items()]
+        parts += [f"{key} moved to {host}" for key, host in sorted(self.moved.items())]
+        if self.dropped:
+            parts.append(f"{', '.join(self.dropped)} left out (no spare host)")
+        if self.resumed_at is not None:
+            parts.append(f"resumed at step {self.resumed_at}, {self.redone} steps redone")
+        return "; ".join(parts)
+
+
+@dataclass
 class RunView:
     name: str = ""
     strategy: str = ""
@@ -94,6 +125,9 @@ class RunView:
     workers_lost: int = 0
     workers_recovered: int = 0
     ps_lost: int = 0
+    spares: list[str] = field(default_factory=list)  # hosts no task uses (elastic runs)
+    host_changes: list[HostChange] = field(default_factory=list)
+    _lost: dict[str, str] = field(default_factory=dict, repr=False)  # host_lost events not yet replanned
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -137,6 +171,8 @@ class RunView:
         with self._lock:
             copied = copy.copy(self)
             copied.tasks = {k: copy.copy(t) for k, t in self.tasks.items()}
+            copied.spares = list(self.spares)
+            copied.host_changes = [copy.copy(c) for c in self.host_changes]
         copied._lock = threading.Lock()
         return copied
 
@@ -196,6 +232,19 @@ class RunView:
             self.started_at = at
             for k in record.get("tasks", ()):
                 self.task(k)
+            self.spares = list(record.get("spares", ()))
+        elif kind == Event.HOST_LOST:
+            self._lost[str(record.get("host", ""))] = str(record.get("how", ""))
+        elif kind == Event.REPLAN:
+            moved = {k: str((v or {}).get("to", "")) for k, v in (record.get("moved") or {}).items()}
+            steps = [t.global_step for t in self.tasks.values() if t.global_step is not None]
+            lost = {h: self._lost.pop(h, "") for h in record.get("lost", ())}
+            self.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.get("dropped", ())),
+                                                before=max(steps) if steps else None))
+            keys = record.get("tasks")
+            if keys is not None:  # a shrunk group: the rows of the tasks left out go
+                self.tasks = {k: self.tasks.get(k) or TaskView(k) for k in keys}
+            self.spares = [h for h in self.spares if h not in moved.values()]
         elif kind == Event.START and key:
             t = self.task(key)
             attempt = int(record.get("attempt", 0)) + 1
@@ -270,6 +319,9 @@ class RunView:
         t.steps_per_epoch = p.integer("steps_per_epoch") or t.steps_per_epoch
         self._position(t, p)
         t.start_global_step = t.global_step
+        change = self.host_changes[-1] if self.host_changes else None
+        if change is not None and change.resumed_at is None and t.global_step is not None:
+            change.resumed_at = t.global_step
         batch = p.integer("global_batch")
         t.throughput = Throughput(batch) if batch else None
 

@@ -75,6 +75,9 @@ class TaskGroup(_Model):
     count: int = Field(ge=0, strict=True)
     hosts: Optional[tuple[str, ...]] = None
     ports: Optional[tuple[int, ...]] = None
+    # Elastic runs (launcher/elastic.py): with no spare host left, the group may go on with fewer
+    # workers, never below min. None: every worker is needed.
+    min: Optional[int] = Field(default=None, ge=1, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -101,6 +104,8 @@ class TaskGroup(_Model):
             )
         if self.hosts is not None and self.count and not self.hosts:
             raise ValueError("hosts is empty; name at least one host or drop the key")
+        if self.min is not None and self.min > self.count:
+            raise ValueError(f"min {self.min} is above count {self.count}; set min to at most {self.count}")
         return self
 
 
@@ -135,6 +140,15 @@ class Restart(_Model):
     # wait (TFCLUSTER_STANDBY=1) until a failure promotes them with SIGUSR1. Needs an entrypoint
     # that honours TFCLUSTER_STANDBY (python -m worker does) and the local backend.
     warm_standby: bool = False
+
+
+class Elastic(_Model):
+    """``elastic:`` -- hosts that come and go (launcher/elastic.py): a host whose connection died
+    and that does not answer again within ``host_wait`` seconds is lost; its tasks move onto a
+    spare host (one listed under ``hosts:`` that no task uses) and the group resumes from the last
+    backup, without spending ``restart.max_restarts``."""
+
+    host_wait: float = Field(default=60.0, ge=0)
 
 
 class Watchdog(_Model):
@@ -238,6 +252,8 @@ class Spec(_Model):
     ports: Ports = Ports()
     env: dict[str, str] = Field(default_factory=dict)
     restart: Restart = Restart()
+    # None: not asked for; membership changes are still handled when hosts: lists spares.
+    elastic: Optional[Elastic] = None
     watchdog: Watchdog = Watchdog()
     state: State = State()
     # Where run records go, relative to the spec file.
@@ -496,6 +512,18 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         who = f"the {' and '.join(able)} backend{'s' if len(able) > 1 else ''}" if able else "no backend"
         problems.append((("restart", "warm_standby"), f"only {who} support{'' if len(able) > 1 else 's'} warm "
                          f"standby; set it to false for backend {spec.backend}"))
+    for task_type in TASK_TYPES:
+        if task_type != "worker" and t.group(task_type).min is not None:
+            problems.append((("tasks", task_type, "min"), f"only workers can be fewer than count; a lost {task_type}'s "
+                             "host is replaced by a spare: remove min"))
+    if t.worker.min is not None and not backend.capabilities.elastic:
+        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
+        problems.append((("tasks", "worker", "min"), f"backend {spec.backend} cannot go on with fewer workers; min "
+                         f"works with backend {' and '.join(able) or 'none'}; remove min"))
+    if spec.elastic is not None and not backend.capabilities.elastic:
+        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
+        problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
+                         f"with backend {' and '.join(able) or 'none'}; remove elastic:"))
     problems += backend.check_spec(spec)
     return problems
 

@@ -16,6 +16,7 @@ from typing import Callable, Optional
 from .backends.base import Backend, TaskHandle
 from .console import Console
 from .diagnose import exception_lines, hint, peer_abort, root_cause
+from .elastic import Replan, elastic_enabled, host_wait, replace_lost, spare_hosts
 from .errors import AttemptImpossible, LaunchError
 from .noise import is_noise
 from .plan import Plan
@@ -26,7 +27,7 @@ from .record.states import AttemptState, Outcome
 from .report import location_lines, locations, task_table
 from .rundir import RunRecord
 from .runview import RunView
-from .spec import Restart, Watchdog
+from .spec import Restart, Spec, Watchdog
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL = 15  # lines of a task's output shown in failure reports
@@ -58,8 +59,15 @@ class Supervisor:
         stop_event: Optional[threading.Event] = None,
         poll_interval: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
+        spec: Optional[Spec] = None,
     ) -> None:
         self.plan = plan
+        # Hosts that come and go (launcher/elastic.py): on when the spec asks for it or lists
+        # spare hosts, and the backend can tell which hosts are lost.
+        self.spec = spec
+        self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)
+        self.first_plan = plan
+        self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
         self.backend = backend
         self.record = record
         self.console = console
@@ -93,9 +101,12 @@ class Supervisor:
         """Run attempts until success, a permanent failure, the restart budget, or a stop."""
         self.record.event(Event.RUN_START, run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
                           backend=self.plan.backend, tasks=list(self.plan.keys),
-                          run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts)
+                          run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
+                          **({"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks])}
+                             if self.elastic and self.spec is not None else {}))
         try:
-            number = 0
+            number = 0  # attempts so far - 1 (TFCLUSTER_RESTART_COUNT)
+            failures = 0  # failed attempts that count against restart.max_restarts
             while True:
                 attempt = self._run_attempt(number)
                 if attempt.state == SUCCEEDED:
@@ -110,20 +121,28 @@ class Supervisor:
                     return self._finish(130, Outcome.INTERRUPTED)
                 failure = attempt.failure
                 assert failure is not None
+                if self.elastic:
+                    moved = self._move_lost_hosts(number)
+                    if moved is not None:
+                        if moved != 0:
+                            return moved  # the run's exit code: no spare left, or interrupted
+                        number += 1  # a host loss is a membership change, not a failure
+                        continue
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
                     if not failure.final:  # a final failure's own line already said it all
                         self.console.error(f"{failure.key}: {why}")
                     return self._finish(1, Outcome.FAILED, reason=why)
-                if number >= self.restart.max_restarts:
+                if failures >= self.restart.max_restarts:
                     why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
                            f"{self.restart.max_restarts}; raise it to retry more")
                     self.console.error(why)
                     return self._finish(1, Outcome.FAILED, reason=why)
                 number += 1
-                delay = backoff_delay(number, self.restart.backoff, self.restart.max_backoff)
+                failures += 1
+                delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
                 self.console.info(
-                    f"restarting the whole group (restart {number} of {self.restart.max_restarts})"
+                    f"restarting the whole group (restart {failures} of {self.restart.max_restarts})"
                     + (f" in {delay:.1f} s" if delay else "")
                 )
                 self.record.event(Event.RESTART, attempt=number, delay=delay, after=failure.key, reason=failure.reason)
@@ -133,6 +152,36 @@ class Supervisor:
             self._stop_all(grace=0)
             self._drop_standby()
             self.backend.close()
+
+    def _move_lost_hosts(self, number: int) -> Optional[int]:
+        """After a failed attempt: are any of the plan's hosts lost? None: no (the failure is the
+        training's). 0: their tasks moved to spares, restart under the new plan. Else the run's
+        exit code (no spare left: one line naming the missing hosts; or interrupted)."""
+        assert self.spec is not None
+        hosts = sorted({t.host for t in self.plan.tasks})
+        lost = self.backend.lost_hosts(hosts, host_wait(self.spec), self.stop_event)
+        if self.stop_event.is_set():
+            return self._finish(130, Outcome.INTERRUPTED)
+        if not lost:
+            return None
+        for host, how in sorted(lost.items()):
+            self.record.event(Event.HOST_LOST, host=host, how=how, attempt=number)
+        down = [h for change, _ in self.replans for h in change.lost]
+        change = replace_lost(self.spec, self.plan, sorted(lost), down)
+        if isinstance(change, str):
+            self.console.error(change)
+            return self._finish(1, Outcome.FAILED, reason=change)
+        self.replans.append((change, dict(lost)))
+        n = len(self.replans)
+        name = self.record.add_plan(change.plan, n + 1)
+        self.record.event(Event.REPLAN, plan=n + 1, file=name, attempt=number + 1, lost=list(change.lost),
+                          old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
+                          moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()})
+        self.console.info(f"{change.describe(lost)}; restarting the group there from the last backup "
+                          f"(plan {n + 1}; a lost host does not count against restart.max_restarts)")
+        self.plan = change.plan
+        self.backend.use_plan(change.plan)
+        return 0
 
     def interrupt(self) -> None:
         """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""
@@ -160,7 +209,15 @@ class Supervisor:
             for task in self.plan.tasks:
                 if self.stop_event.is_set():
                     break
-                self._launch(task.key, number)
+                try:
+                    self._launch(task.key, number)
+                except LaunchError as exc:
+                    if not self.elastic:
+                        raise
+                    # Its host may be gone: the failure is checked for lost hosts like any other.
+                    self._fail(attempt, task.key, "; ".join(exc.lines), None)
+                    grace = 0
+                    return attempt
                 exits[task.key] = None
             started = self.clock()
             ready: set[str] = {t.key for t in self.plan.tasks if t.port is None}
@@ -484,7 +541,14 @@ class Supervisor:
     def _summary(self) -> list[str]:
         if not self.attempts:
             return []
-        lines = ["  attempt  started   duration  outcome"]
+        lines = []
+        if self.replans:
+            lines.append(f"  plans used: 1: {', '.join(sorted({t.host for t in self.first_plan.tasks}))}")
+            changes = self.view.snapshot().host_changes
+            for n, (change, how) in enumerate(self.replans, start=2):
+                said = changes[n - 2].describe() if n - 2 < len(changes) else change.describe(how)
+                lines.append(f"  {' ' * 12}{n}: {', '.join(sorted({t.host for t in change.plan.tasks}))} ({said})")
+        lines.append("  attempt  started   duration  outcome")
         for a in self.attempts:
             dur = (a.ended or time.time()) - a.started
             what = a.state

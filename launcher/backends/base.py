@@ -89,6 +89,9 @@ class Capabilities:
     # allocate() (after submitting to a workload manager) knows the nodes; `tfcluster plan`
     # and `up --dry-run` then show the placeholders and say so.
     static_placement: bool = True
+    # lost_hosts() tells which hosts of a failed attempt are gone, so their tasks can move to a
+    # spare host (launcher/elastic.py); the spec refuses elastic: on backends without it.
+    elastic: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,17 @@ class Backend(abc.ABC):
             time.sleep(0.02)
             alive = [h for h in alive if h.poll() is None]
         return [h.key for h in alive]
+
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop: Any = None) -> dict[str, str]:
+        """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each
+        with a few words on how ("unreachable for 60 s"). A host whose connection is healthy is
+        not lost; one whose connection died may take up to ``wait`` seconds to answer again
+        (``stop``, a threading.Event, ends the wait early). The default: none."""
+        return {}
+
+    def use_plan(self, plan: Plan) -> None:
+        """The supervisor moved tasks to other hosts (launcher/elastic.py): the plan the next
+        attempts run. E.g. the ssh backend's state copy then targets the new hosts."""
 
     def prepare_attempt(self, number: int) -> None:
         """Called by the supervisor before it starts attempt ``number`` (0 = the first, also when

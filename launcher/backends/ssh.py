@@ -54,7 +54,7 @@ class SSHBackend(Backend):
     name = "ssh"
     options_key = "ssh"
     Options = SSHOptions
-    capabilities = Capabilities(port_preflight=True, port_probe=True)
+    capabilities = Capabilities(port_preflight=True, port_probe=True, elastic=True)
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
@@ -193,6 +193,46 @@ class SSHBackend(Backend):
 
     def prepare_attempt(self, number: int) -> None:
         self.state_sync.prepare_attempt(number)
+
+    # -------------------------------------------------------------- hosts that come and go
+
+    def _answers(self, name: str) -> bool:
+        """The host's connection works now: alive and heard within the lease, or opened afresh."""
+        hs = self.hosts[name]
+        transport = hs.transport
+        if transport is not None and transport.is_active() and self.heartbeat.silence(name) <= self.opts.lease:
+            return True
+        with hs.lock:
+            conn, hs.conn, hs.ready = hs.conn, None, False
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._drop_spare(hs)
+        if self.connect_one(name) is None:
+            self.heartbeat.heard(name)
+            return True
+        return False
+
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None) -> dict[str, str]:
+        """Every host that does not answer now is tried again each second for ``wait`` s, all in
+        parallel; those still silent then are lost."""
+        started = time.monotonic()
+        silent = [n for n in hosts if not self._answers(n)]
+        while silent and time.monotonic() - started < wait:
+            if stop is not None and stop.wait(1.0):
+                break
+            if stop is None:
+                time.sleep(1.0)
+            with self.pool(len(silent)) as pool:
+                answers = dict(zip(silent, pool.map(self._answers, silent)))
+            silent = [n for n in silent if not answers[n]]
+        took = time.monotonic() - started
+        return {n: f"unreachable for {took:.0f} s" for n in silent}
+
+    def use_plan(self, plan: Plan) -> None:
+        self.state_sync.plan = plan
 
     def collect_results(self) -> None:
         self.state_sync.collect()

@@ -54,6 +54,12 @@ def state_dir(root: Path, name: str) -> Path:
     return root / name / STATE_DIR
 
 
+def later_plan_name(number: int) -> str:
+    """A run's plan ``number`` (2, 3, ...) after hosts were lost (launcher/elastic.py), written
+    next to ``plan.json`` (the first): ``plan-2.json``."""
+    return f"plan-{number}.json"
+
+
 def log_path(run_dir: Path, key: str) -> Path:
     """``<run>/logs/<type>-<index>.log``: the one place a task's log file is named."""
     return run_dir / LOGS_DIR / (key.replace(":", "-") + ".log")

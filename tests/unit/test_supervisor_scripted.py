@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import textwrap
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ def run(tmp_path, spec_yaml: str, backend: ScriptedBackend, stop_after: Optional
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
-                     poll_interval=0.0, clock=Counter())
+                     poll_interval=0.0, clock=Counter(), spec=spec)
     if stop_after is not None:  # interrupt once this many tasks have been started
         start = backend.start
 
@@ -284,3 +285,94 @@ def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
     code, out, events = run(tmp_path, mwms(restarts=1), backend)
     assert code == (0 if retried else 1), out
     assert len(of(events, "restart")) == (1 if retried else 0)
+
+
+# ---------------------------------------------------------------- hosts that come and go (launcher/elastic.py)
+
+
+class LosingBackend(ScriptedBackend):
+    """A backend that can move tasks: after attempt ``n``'s failure, ``losses[n]`` are the lost
+    hosts it reports (each check is recorded in ``checked``)."""
+
+    capabilities = Backend.capabilities.__class__(elastic=True)
+
+    def __init__(self, scripts, losses: dict[int, dict[str, str]], default: Script = Script()) -> None:
+        super().__init__(scripts, default)
+        self.losses = losses
+        self.checked: list[tuple[list[str], float]] = []
+        self.plans: list = []
+
+    def lost_hosts(self, hosts, wait, stop=None):
+        self.checked.append((list(hosts), wait))
+        return self.losses.get(len(self.checked) - 1, {})
+
+    def use_plan(self, plan) -> None:
+        self.plans.append(plan)
+
+    def start(self, task, env, on_line):
+        self.hosts_started = getattr(self, "hosts_started", []) + [(task.key, task.host)]
+        return super().start(task, env, on_line)
+
+
+ELASTIC = """\
+    name: s
+    strategy: multi_worker_mirrored
+    backend: ssh
+    entrypoint: python -m worker
+    hosts: [{name: h1, address: 10.0.0.1}, {name: h2, address: 10.0.0.2}, {name: h3, address: 10.0.0.3}]
+    tasks: {worker: 2}
+    restart: {max_restarts: 0}
+    elastic: {host_wait: 7}
+    watchdog: {stop_grace: 0}
+"""
+
+
+def test_a_lost_hosts_tasks_move_to_the_spare_without_spending_a_restart(tmp_path):
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
+                            losses={0: {"h2": "unreachable for 7 s"}}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 0, out
+    assert backend.checked == [(["h1", "h2"], 7.0)]  # the plan's hosts, elastic.host_wait
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h3")]
+    assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3"]
+    assert "h2 lost (unreachable for 7 s); worker:1 moved to h3; restarting the group there" in out
+    assert not of(events, "restart") and "max_restarts" not in out.split("restarting the group there")[0]
+    (lost,) = of(events, "host_lost")
+    (replan,) = of(events, "replan")
+    assert (lost["host"], lost["how"]) == ("h2", "unreachable for 7 s")
+    assert (replan["plan"], replan["file"], replan["moved"]) == (2, "plan-2.json", {"worker:1": {"from": "h2", "to": "h3"}})
+    second = json.loads((tmp_path / "runs" / "s" / "latest" / "plan-2.json").read_text())
+    assert [t["host"] for t in second["tasks"]] == ["h1", "h3"]
+    assert "plans used: 1: h1, h2" in out
+    assert re.search(r"  2: h1, h3 \(h2 lost at \d\d:\d\d:\d\d \(unreachable for 7 s\); worker:1 moved to h3\)", out), out
+
+
+def test_after_a_move_the_whole_restart_budget_is_still_there(tmp_path):
+    """max_restarts: 1, a host lost in attempt 1, a crash in attempt 2: the crash gets the one restart."""
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                             ("worker:0", 1): Script(code=137, polls=2), ("worker:1", 1): Script(code=None)},
+                            losses={0: {"h2": "unreachable for 7 s"}}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC.replace("max_restarts: 0", "max_restarts: 1"), backend)
+    assert code == 0, out
+    assert "restarting the whole group (restart 1 of 1)" in out
+    assert [e["attempt"] for e in of(events, "restart")] == [2]  # the third attempt, the first restart
+    assert backend.hosts_started[-2:] == [("worker:0", "h1"), ("worker:1", "h3")]  # the new plan is kept
+
+
+def test_a_failure_with_every_host_there_spends_a_restart_as_before(tmp_path):
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 1, out
+    assert "gave up after 1 attempt(s): restart.max_restarts is 0" in out
+    assert not of(events, "replan") and len(backend.checked) == 1
+
+
+def test_a_second_loss_with_no_spare_left_fails_in_one_line(tmp_path):
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                             ("worker:1", 1): Script(code=137, polls=2), ("worker:0", 1): Script(code=None)},
+                            losses={0: {"h2": "unreachable for 7 s"}, 1: {"h3": "unreachable for 7 s"}})
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 1, out
+    assert ("host h3 (worker:1) lost and no spare host left for worker:1; list more hosts under hosts:" in out), out
+    assert of(events, "outcome")[0]["reason"].startswith("host h3 (worker:1) lost and no spare host left")

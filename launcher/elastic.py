@@ -1,0 +1,130 @@
+"""Elastic membership (issue 20): spare hosts, and the plan after a host is lost.
+
+Pure: no I/O. The supervisor asks its backend which hosts of the running plan are lost
+(``Backend.lost_hosts``), then asks :func:`replace_lost` for the next plan. A lost host's tasks
+move, with the same identities (type and index), onto spare hosts: hosts listed under ``hosts:``
+that no task of the plan uses and that were not lost before. Every task of the group then gets a
+new TF_CONFIG (the cluster's addresses changed) and the group restarts from the last backup.
+
+A host loss is a change of membership, not a failure of the training: it never spends
+``restart.max_restarts``. The run fails on host losses only when a lost host's tasks have no
+spare to go to (one line naming the missing hosts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence, Union
+
+from .plan import Placement, Plan, Slot, build_plan
+from .spec import Spec
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The next plan and what changed: ``moved`` maps each moved task to (old host, new host)."""
+
+    plan: Plan
+    lost: tuple[str, ...]
+    moved: Mapping[str, tuple[str, str]]  # the task's key in the new plan -> (old host, new host)
+    dropped: tuple[str, ...] = ()  # tasks of the old plan left out (a shrink: no spare left)
+
+    @property
+    def old_hosts(self) -> tuple[str, ...]:
+        return tuple(sorted({old for old, _ in self.moved.values()}))
+
+    @property
+    def new_hosts(self) -> tuple[str, ...]:
+        return tuple(sorted({new for _, new in self.moved.values()}))
+
+    def describe(self, how: Mapping[str, str]) -> str:
+        """``h2 lost (unreachable for 5 s); worker:1 moved to h3``"""
+        losses = "; ".join(f"{h} lost ({how[h]})" if how.get(h) else f"{h} lost" for h in self.lost)
+        parts = [losses] + [f"{key} moved to {new}" for key, (_, new) in sorted(self.moved.items())]
+        if self.dropped:
+            workers = sum(1 for t in self.plan.tasks if t.type == "worker")
+            parts.append(f"{', '.join(self.dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
+                         "go on (no spare host)")
+        return "; ".join(parts)
+
+
+def elastic_enabled(spec: Spec) -> bool:
+    """Membership changes are handled when the spec asks for them (``elastic:``) or lists spares."""
+    return spec.elastic is not None or bool(spare_hosts(spec, ()))
+
+
+def host_wait(spec: Spec) -> float:
+    """Seconds a host whose connection died may take to answer again before it counts as lost."""
+    return spec.elastic.host_wait if spec.elastic is not None else 60.0
+
+
+def spare_hosts(spec: Spec, used: Sequence[str], down: Sequence[str] = ()) -> list[str]:
+    """Hosts of ``hosts:`` that no task uses (``used``: the running plan's hosts; empty: the
+    spec's own placement) and that are not known to be down, in the spec's order."""
+    if not used:
+        from .backends import backend_class  # the spec's static placement (late import: no circle)
+
+        try:
+            used = [slot.host for slot in backend_class(spec.backend).place(spec).slots.values()]
+        except Exception:  # noqa: BLE001  (a spec the backend cannot place has no spares to show)
+            return []
+    taken, gone = set(used), set(down)
+    return [h.name for h in spec.hosts if h.name not in taken and h.name not in gone]
+
+
+def with_workers(spec: Spec, count: int) -> Spec:
+    """``spec`` with ``count`` workers (explicit ports cut to match): the shape of a shrunk plan."""
+    group = spec.tasks.worker
+    ports = group.ports[:count] if group.ports is not None else None
+    worker = group.model_copy(update={"count": count, "ports": ports})
+    return spec.model_copy(update={"tasks": spec.tasks.model_copy(update={"worker": worker})})
+
+
+def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str] = ()) -> Union[Replan, str]:
+    """The plan with every task of the ``lost`` hosts moved onto a spare (one spare per lost
+    host, in the spec's order); with no spare left, a group whose lost tasks are all workers and
+    that keeps at least ``tasks.worker.min`` of them goes on with fewer (renumbered 0..k-1, the
+    workers left keep their order); else one line saying why no plan is possible. ``down``: hosts
+    lost earlier in the run, never used again."""
+    used = [t.host for t in plan.tasks]
+    spares = spare_hosts(spec, used, [*down, *lost])
+    lost = tuple(h for h in dict.fromkeys(lost) if h in used)
+    target = dict(zip(lost, spares))
+    unplaced = [h for h in lost if h not in target]
+    dropped = [t for t in plan.tasks if t.host in unplaced]
+    workers = [t for t in plan.tasks if t.type == "worker"]
+    left = len(workers) - len(dropped)
+    group_min = spec.tasks.worker.min
+    if dropped and (group_min is None or any(t.type != "worker" for t in dropped) or left < group_min):
+        keys = [t.key for t in dropped]
+        listed = ", ".join(f"{h} ({', '.join(t.key for t in plan.tasks if t.host == h)})" for h in unplaced)
+        if group_min is not None and all(t.type == "worker" for t in dropped):
+            why = f"{left} worker{'s' if left != 1 else ''} would be left, below tasks.worker.min={group_min}"
+        else:
+            why = f"no spare host left for {', '.join(keys)}"
+        return (f"host{'s' if len(unplaced) > 1 else ''} {listed} lost and {why}; list more hosts under hosts: "
+                f"(the unused ones are spares) or bring {', '.join(unplaced)} back and run `tfcluster up` again "
+                "(it resumes from the last backup)")
+    index = {t.key: i for i, t in enumerate(t for t in workers if t not in dropped)}
+    slots: dict[str, Slot] = {}
+    moved: dict[str, tuple[str, str]] = {}
+    for task in plan.tasks:
+        if task in dropped:
+            continue
+        key = f"worker:{index[task.key]}" if task.type == "worker" else task.key
+        host = target.get(task.host)
+        if host is None:
+            slots[key] = Slot(task.host, task.address)
+        else:
+            slots[key] = Slot(host, spec.host(host).dial_address)
+            moved[key] = (task.host, host)
+    new = build_plan(with_workers(spec, left) if dropped else spec, Placement(slots))
+    return Replan(plan=new, lost=lost, moved=moved, dropped=tuple(t.key for t in dropped))
+
+
+def plans_in_use(first: Plan, later: Sequence[Replan]) -> list[tuple[str, ...]]:
+    """Each plan's hosts, in order (the final report's "plans used")."""
+    out = [tuple(sorted({t.host for t in first.tasks}))]
+    out += [tuple(sorted({t.host for t in r.plan.tasks})) for r in later]
+    return out
+

@@ -1,0 +1,161 @@
+"""Hosts that come and go (issue 20), on the ssh lab: three sshd hosts with private disks, two
+workers, h3 listed as a spare. A Spot preemption of h2 is SIGTERM to every process of the host,
+then (after the notice) SIGKILL and its link down; its tasks must move to h3 and the run finish
+without spending restart.max_restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.helpers import wait_for
+from tests.integration.tfrun import last_step_before, progress, run_and_act
+
+from .conftest import PY, cmdline, pids_in_netns, tfcluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
+
+NOTICE = 10.0  # seconds between the SIGTERM and the SIGKILL (a Spot VM gets 30)
+
+
+def _private_state(lab, tmp_path) -> str:
+    return str(lab.private / tmp_path.name / "state")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def preempt(lab, name: str) -> None:
+    """SIGTERM to every process of the host; SIGKILL to what is left once they are all gone or
+    after NOTICE s; then the host's link goes down (its disk goes with its sshd's mount namespace)."""
+    host = lab.host(name)
+    pids = pids_in_netns(host)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    end = time.monotonic() + NOTICE
+    while time.monotonic() < end and any(_alive(p) for p in pids):
+        time.sleep(0.1)  # the notice: a bounded wait for the host's processes to end by themselves
+    for pid in pids_in_netns(host):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    host.exec("ip", "link", "set", "eth0", "down")
+
+
+def bring_back(lab, name: str) -> None:
+    host = lab.host(name)
+    host.exec("ip", "link", "set", "eth0", "up")
+    if host.sshd is None or host.sshd.poll() is not None:
+        lab.start_sshd(host)
+    lab.wait_port(host.address, 22, timeout=20)
+
+
+def _task_processes(lab) -> dict[str, list[str]]:
+    """Each lab host's processes other than sshd: what a run must not leave behind."""
+    return {h.name: [cmdline(p) for p in pids_in_netns(h) if "sshd" not in cmdline(p) and cmdline(p)]
+            for h in lab.hosts}
+
+
+def test_a_spare_replaces_a_preempted_host_without_spending_a_restart(lab, make_spec, tmp_path):
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--step-delay", "0.3",
+         "--save-freq", "3", "--progress-every", "1"],
+        hosts=["h1", "h2", "h3"], workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart={"max_restarts": 0}, elastic={"host_wait": 3},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+    )
+    plan = tfcluster("plan", str(spec))
+    assert plan.returncode == 0, plan.stderr
+    assert "spare hosts: h3 (no task; a lost host's tasks move there)" in plan.stdout, plan.stdout
+    preempting: list[threading.Thread] = []
+
+    def preempt_h2(_proc):
+        thread = threading.Thread(target=preempt, args=(lab, "h2"), daemon=True)
+        thread.start()
+        preempting.append(thread)
+
+    try:
+        code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=5 ", preempt_h2)], timeout=280)
+        for thread in preempting:
+            thread.join(NOTICE + 30)
+    finally:
+        bring_back(lab, "h2")
+    assert code == 0, out[-6000:]
+    assert "h2 lost (unreachable for " in out and "worker:1 moved to h3" in out, out[-4000:]
+    assert "restart.max_restarts is 0" not in out
+    # Both workers resume from the same step: the one they agreed to save on the SIGTERM (graceful
+    # preemption: 0 steps redone) when the save beat the end of h2's sshd session (the task's
+    # lifeline), else the last periodic backup (every 3 steps) before the preemption.
+    saved = {int(p["global_step"]) for p in progress(out, "preempted", "worker:0")}
+    w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
+    assert len(w0) == len(w1) == 2, out[-4000:]
+    n0, n1 = int(w0[1]["global_step"]), int(w1[1]["global_step"])
+    last_seen = max(last_step_before(out, "h2 lost", k) for k in ("worker:0", "worker:1"))
+    assert n0 == n1, (n0, n1)
+    if saved:
+        assert len(saved) == 1 and n0 == min(saved) and 5 <= n0 <= last_seen + 1, (saved, n0, last_seen)
+    else:
+        assert n0 % 3 == 0 and last_seen - 6 < n0 <= last_seen, (n0, last_seen)
+    redone = max([last_seen, *saved]) - n0
+    assert "state: copied h1's latest backup" in out and " to h3 in " in out, out[-4000:]
+    (res,) = progress(out, "result", "worker:0")
+    assert int(res["steps_run"]) == 24 - n0, res  # the rest of both epochs, nothing more
+    # The record keeps both plans and says why the second one came.
+    run = spec.parent / "runs" / "sshtest" / "latest"
+    first = json.loads((run / "plan.json").read_text())
+    second = json.loads((run / "plan-2.json").read_text())
+    assert [t["host"] for t in first["tasks"]] == ["h1", "h2"]
+    assert [t["host"] for t in second["tasks"]] == ["h1", "h3"]
+    assert second["tasks"][0]["tf_config"]["cluster"]["worker"][1].startswith(lab.host("h3").address + ":")
+    recorded = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    kinds = [e for e in recorded if e["event"] in ("host_lost", "replan", "restart")]
+    assert [e["event"] for e in kinds] == ["host_lost", "replan"], kinds
+    assert kinds[0]["host"] == "h2" and kinds[1]["moved"] == {"worker:1": {"from": "h2", "to": "h3"}}, kinds
+    assert "plans used: 1: h1, h2" in out and "2: h1, h3 (h2 lost at " in out, out[-3000:]
+    assert f"worker:1 moved to h3; resumed at step {n0}, {redone} steps redone)" in out, out[-3000:]
+    status = tfcluster("status", str(spec))
+    assert status.returncode == 0, status.stderr
+    assert "worker:1  h3 " in status.stdout and "spare hosts" not in status.stdout, status.stdout
+    assert f"worker:1 moved to h3; resumed at step {n0}, {redone} steps redone" in status.stdout, status.stdout
+    # Nothing left running on any host.
+    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+
+
+def test_no_spare_left_fails_in_one_line_naming_the_missing_host(lab, make_spec, tmp_path):
+    spec = make_spec(
+        [PY, "-c", "import time; print('up', flush=True); time.sleep(120)"],
+        hosts=["h1", "h2"], workers=2, restart={"max_restarts": 3}, elastic={"host_wait": 2},
+    )
+    preempting: list[threading.Thread] = []
+
+    def preempt_h2(_proc):
+        thread = threading.Thread(target=preempt, args=(lab, "h2"), daemon=True)
+        thread.start()
+        preempting.append(thread)
+
+    try:
+        code, out = run_and_act(spec, [(r"\[worker:1\] up", preempt_h2)], timeout=120)
+        for thread in preempting:
+            thread.join(NOTICE + 30)
+    finally:
+        bring_back(lab, "h2")
+    assert code == 1, out[-4000:]
+    lines = [line for line in out.splitlines() if "no spare host left" in line]
+    assert len(lines) == 1 and "host h2 (worker:1) lost and no spare host left for worker:1" in lines[0], out[-3000:]
+    assert "restarting the whole group" not in out  # no restart was spent on a host that is gone
+    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+
