@@ -7,6 +7,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+# ---------------------------------------------------------------- prerequisites, by marker
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``tf`` needs TensorFlow, tf-keras and tensorflow-datasets: without them it is
+    skipped with the reason, and under CI=true it fails (tests/support/prereq.py), before any of
+    its fixtures is set up."""
+    if item.get_closest_marker("tf") is not None:
+        from tests.support.prereq import require_tf
+
+        require_tf()
+
+
 # ---------------------------------------------------------------- the docker images, in the background
 #
 # The docker tests need a private engine and two locally built images: about three minutes on a

@@ -19,7 +19,7 @@ import pytest
 from launcher.compare.report import COLUMNS
 from tests.integration.tfrun import write_spec
 from tests.support.cli import tfcluster
-from tests.support.prereq import require, require_tf
+from tests.support.prereq import require
 from tests.support.processes import pids_with_env
 from tests.support.waits import wait_for
 
@@ -42,7 +42,6 @@ def _step_marks(log: Path) -> tuple[float, list[tuple[int, float]], int]:
 
 @pytest.mark.timeout(900)  # five TensorFlow runs one after another on a shared 2-core machine
 def test_compare_five_configurations_with_one_failing(tmp_path, tfds_dir):
-    require_tf()
     require(all(__import__("importlib").util.find_spec(m) for m in ("matplotlib", "PIL", "tensorboard")),
             "matplotlib, Pillow and tensorboard are not installed (pip install -e '.[compare]')")
     spec = write_spec(tmp_path, tfds_dir, f"python -m worker --epochs {EPOCHS} --batch-size {BATCH}")

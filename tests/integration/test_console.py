@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.tfrun import run_dir, write_spec
 from tests.support.cli import ROOT, tfcluster
-from tests.support.prereq import require_tf, require_tool
+from tests.support.prereq import require_tool
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
@@ -108,8 +108,8 @@ def _wait_screen(sock: str, predicate, timeout: float, what: str) -> str:
     return wait_for(accepted, timeout, 0.3, what=what, detail=lambda: f"the screen:\n{last[0]}")
 
 
+@pytest.mark.tf
 def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
-    require_tf()
     require_tool("tmux", "tmux")
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 20 --step-delay 0.15")
     sock = f"tfcluster-test-{tmp_path.name}"

@@ -10,7 +10,6 @@ import pytest
 
 from tests.integration.tfrun import assert_no_processes, progress, run_dir, up, write_spec
 from tests.support.cli import tfcluster
-from tests.support.prereq import require_tf
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -19,7 +18,6 @@ CUSTOM = "python -m worker --loop custom --epochs 3 --steps-per-epoch 30 --step-
 
 
 def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_dir):
-    require_tf()
     spec = write_spec(tmp_path, tfds_dir, CUSTOM)
     spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.tfrun import assert_no_processes, progress, up, write_spec
-from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -18,7 +17,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.tf]
     ("parameter_server", "{chief: 1, ps: 1, worker: 1}", "fit"),
 ])
 def test_epoch_lines_carry_the_test_split_metrics(tmp_path, tfds_dir, strategy, tasks, loop):
-    require_tf()
     extra = "devices: {cpus: 2}\n" if strategy == "mirrored" else ""
     spec = write_spec(tmp_path, tfds_dir, f"python -m worker --epochs 2 --batch-size 32 --loop {loop}",
                       tasks=tasks, strategy=strategy, extra=extra)

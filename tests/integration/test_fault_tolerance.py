@@ -9,15 +9,9 @@ import textwrap
 import pytest
 
 from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
-from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def test_sigkill_mid_epoch_group_restart_resumes_at_step(tmp_path, tfds_dir):

@@ -10,7 +10,6 @@ import signal
 import pytest
 
 from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
-from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 # The code pattern of TensorFlow's "Multi-worker training with Keras" tutorial (main.py +
@@ -58,11 +57,6 @@ history = multi_worker_model.fit(multi_worker_dataset, epochs=2, steps_per_epoch
 print("tutorial done, final loss", history.history["loss"][-1], flush=True)
 '''
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5 --save-freq 5"
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def test_sigstopped_peer_is_the_root_cause_and_the_group_restarts(tmp_path, tfds_dir):

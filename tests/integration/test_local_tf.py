@@ -11,16 +11,10 @@ import yaml
 
 from tests.integration.tfrun import ROOT, progress, run_and_act, run_dir, up, write_spec
 from tests.support.ports import free_base
-from tests.support.prereq import require_tf
 from tests.support.processes import pids_with_env
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir):

@@ -17,16 +17,10 @@ import pytest
 
 from tests.integration.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
                                      tensorboard_scalars, up, wait_line, write_spec)
-from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 RUN_TIMEOUT = 240
 PSS_TASKS = "{chief: 1, worker: 2, ps: 1, evaluator: 1}"
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def pss_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = PSS_TASKS, extra: str = "") -> Path:

@@ -12,7 +12,6 @@ import pytest
 
 from tests.integration.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
                                     up, write_spec)
-from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 12 --batch-size 16 --progress-every 4"
@@ -29,11 +28,6 @@ def tf_class(strategy: str) -> str:
            "mirrored": tf.distribute.MirroredStrategy,
            "central_storage": tf.distribute.experimental.CentralStorageStrategy}[strategy]
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 @pytest.mark.parametrize("strategy, replicas", [

@@ -26,7 +26,7 @@ import pytest
 from tests.integration.tfrun import progress, run_dir, tensorboard_scalars, up, write_spec
 from tests.support.cli import start_tfcluster
 from tests.support.ports import free_base
-from tests.support.prereq import require, require_tf
+from tests.support.prereq import require
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -36,8 +36,7 @@ ARGS = (f"--epochs {EPOCHS} --steps-per-epoch {STEPS} --batch-size {BATCH} --lea
 
 
 @pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
+def _tensorboard():
     import importlib.util
 
     require(importlib.util.find_spec("tensorboard") is not None,

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.prereq import require_tf
-
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def test_mnist_goes_through_tfds_load_with_mock_data(tmp_path):

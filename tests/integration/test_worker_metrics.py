@@ -10,17 +10,11 @@ import pytest
 
 from tests.integration.tfrun import progress, up, write_spec
 from tests.support.approx import flat
-from tests.support.prereq import require_tf
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
 BATCH, EPOCHS, STEPS = 16, 2, 12
 ARGS = f"--epochs {EPOCHS} --steps-per-epoch {STEPS} --batch-size {BATCH} --step-delay 0.05 --progress-every 4"
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def train(tmp_path, tfds_dir, strategy: str, tasks: str, flags: str) -> str:

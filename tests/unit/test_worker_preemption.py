@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.prereq import require_tf
-
 pytestmark = [pytest.mark.tf]
 
 
@@ -25,7 +23,6 @@ class FakeBackup:
 
 @pytest.fixture
 def callback():
-    require_tf()
     import tensorflow as tf
 
     from worker.preemption import PreemptionFlag, SaveOnPreemption
@@ -89,7 +86,6 @@ def test_sigterm_only_marks_the_flag_for_the_next_step(callback):
 
 
 def test_needs_a_step_counted_backup():
-    require_tf()
     from worker.preemption import PreemptionFlag, SaveOnPreemption
 
     backup = FakeBackup()
@@ -101,7 +97,6 @@ def test_needs_a_step_counted_backup():
 def test_the_wrapped_step_keeps_the_models_logs_and_stores_the_flag():
     """The step's logs must stay the model's own metric names: an extra key made tf_keras keep
     the (under MWMS summed-over-workers) step logs as epoch logs (issue 10)."""
-    require_tf()
     import numpy as np
     import tf_keras as keras
 

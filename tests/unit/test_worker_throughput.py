@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.prereq import require_tf
-
 
 @pytest.fixture
 def Throughput():  # noqa: N802
@@ -72,7 +70,6 @@ def test_layout_tensorboard_runs_are_train_and_eval_under_one_logdir():
 
 @pytest.mark.tf
 def test_learning_rate_of_a_constant_a_variable_under_a_strategy_and_a_schedule():
-    require_tf()
     import tensorflow as tf
     import tf_keras as keras
 

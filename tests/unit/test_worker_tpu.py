@@ -7,14 +7,11 @@ import time
 
 import pytest
 
-from tests.support.prereq import require_tf
-
 pytestmark = [pytest.mark.tf]
 
 
 @pytest.fixture
 def tpu(monkeypatch):
-    require_tf()
     import tensorflow as tf
 
     from worker import tpu

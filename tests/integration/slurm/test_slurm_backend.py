@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.tfrun import progress, wait_line
-from tests.support.prereq import require_tf
 from tests.support.waits import wait_for
 
 from .conftest import PY, ROOT, start_tfcluster, tfcluster
@@ -103,8 +102,8 @@ def test_a_failing_task_fails_the_run_with_its_own_exit_code(lab, make_spec):
     _assert_clean(lab, spec)
 
 
+@pytest.mark.tf
 def test_mwms_two_workers_on_two_nodes_train_and_finish(lab, make_spec, tfds_dir):
-    require_tf()
     spec = make_spec(TRAIN, env=_tf_env(tfds_dir))
     proc = tfcluster(lab, "up", str(spec), timeout=280)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]

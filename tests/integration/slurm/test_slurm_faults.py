@@ -13,7 +13,6 @@ import signal
 import pytest
 
 from tests.integration.tfrun import progress, wait_line
-from tests.support.prereq import require_tf
 from tests.support.waits import wait_for
 
 from .conftest import start_tfcluster
@@ -25,11 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.tf, pytest
 def _train(epochs: int = 2, steps_per_epoch: int = 30) -> list[str]:
     return ["python", "-m", "worker", "--epochs", str(epochs), "--steps-per-epoch", str(steps_per_epoch),
             "--step-delay", "0.05", "--progress-every", "5"]
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def _run_and_act(lab, spec, pattern, action, timeout=300) -> tuple[int, str]:
