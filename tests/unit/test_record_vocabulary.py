@@ -90,6 +90,19 @@ def test_states_are_defined_only_in_the_record_package():
     assert found == []
 
 
+def test_the_runs_dir_of_a_spec_is_computed_only_by_record_layout():
+    """``spec.run_dir`` is read in one place, ``record.layout.runs_dir`` (and ``name_dir``)."""
+    found = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "run_dir":
+                owner = node.value
+                if (isinstance(owner, ast.Name) and owner.id == "spec") or \
+                        (isinstance(owner, ast.Attribute) and owner.attr == "spec"):
+                    found.append(f"{_where(path, node)}: spec.run_dir (use launcher.record.layout.runs_dir)")
+    assert found == []
+
+
 @pytest.mark.parametrize("enum", [Event, AttemptState, Outcome, ResultStatus, RunState, TaskState])
 def test_members_are_their_strings(enum):
     """What is printed, compared, hashed and written is the value, as with the strings before."""
