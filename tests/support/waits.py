@@ -13,14 +13,18 @@ from typing import Callable, Optional
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1, what: str = "condition",
-             detail: Optional[Callable[[], str]] = None):
+             detail: Optional[Callable[[], str]] = None, proc: Optional[subprocess.Popen] = None):
     """``predicate()``'s first true value, polled every ``interval`` s; after ``timeout`` s an
-    AssertionError naming ``what`` (and ``detail()``, what there was to see)."""
+    AssertionError naming ``what`` (and ``detail()``, what there was to see). With ``proc`` (a
+    launcher, its output a text pipe) the wait ends at once if it exits, showing its output."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = predicate()
         if value:
             return value
+        if proc is not None and proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"launcher exited ({proc.returncode}) while waiting for {what}:\n{output[-4000:]}")
         time.sleep(interval)
     message = f"timed out after {timeout:g} s waiting for {what}"
     raise AssertionError(message + (f"; {detail()}" if detail else ""))

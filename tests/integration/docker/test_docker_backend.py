@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.prereq import require_tool
+from tests.support.waits import wait_for
 
 from . import engine as eng
 
@@ -85,18 +86,6 @@ def _leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:
         return [c.name for c in containers], [n.name for n in networks]
     finally:
         client.close()
-
-
-def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"launcher exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()[-4000:]}")
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def _run_dir(spec: Path, name: str = "dk") -> Path:
@@ -289,8 +278,9 @@ def test_ctrl_c_leaves_no_container_or_network(tmp_path, docker_engine, worker_i
                  "python -c \"import time; print('up', flush=True); time.sleep(600)\"")
     proc = _launch(spec)
     try:
-        _wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, "both containers", proc)
-        _wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, "output of worker:1", proc)
+        wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
+        wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, 0.5, what="output of worker:1",
+                 proc=proc)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -304,7 +294,7 @@ def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engin
     spec = _spec(tmp_path, docker_engine.url, "python -c \"import time; time.sleep(600)\"")
     proc = _launch(spec)
     try:
-        _wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, "both containers", proc)
+        wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
         proc.kill()  # a crash: no chance to clean up
         proc.wait(10)
     finally:
@@ -320,7 +310,7 @@ def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engin
         finally:
             client.close()
 
-    _wait_for(all_exited, 60, "the lifeline to stop both tasks")
+    wait_for(all_exited, 60, 0.5, what="the lifeline to stop both tasks")
     names, nets = _leftovers(docker_engine, "dk")
     assert len(names) == 2 and len(nets) == 1  # stopped, not removed: that is tfcluster down's job
     result = _cli("down", str(spec), timeout=120)
@@ -354,8 +344,8 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
     proc = _launch(spec)
     try:
         log0 = lambda: (_run_dir(spec) / "logs" / "worker-0.log")  # noqa: E731
-        _wait_for(lambda: log0().exists() and "tfcluster-epoch epoch=1 " in log0().read_text(), 600,
-                  "epoch 1 to finish", proc)
+        wait_for(lambda: log0().exists() and "tfcluster-epoch epoch=1 " in log0().read_text(), 600, 0.5,
+                 what="epoch 1 to finish", proc=proc)
         client = docker_engine.client()
         try:
             victim = client.containers.get(f"tfcluster-dk-{_run_dir(spec).name}-worker-1")
@@ -409,8 +399,9 @@ def test_paused_container_is_caught_by_the_hang_watchdog(tmp_path, docker_engine
                                              "watchdog: {startup_timeout: 600, hang_timeout: 8, stop_grace: 3}"))
     proc = _launch(spec)
     try:
-        _wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, "both containers", proc)
-        _wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, "output of worker:1", proc)
+        wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
+        wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, 0.5, what="output of worker:1",
+                 proc=proc)
         client = docker_engine.client()
         try:
             client.containers.get(f"tfcluster-dk-{_run_dir(spec).name}-worker-1").pause()

@@ -10,7 +10,9 @@ import signal
 
 import pytest
 
-from .test_docker_backend import _cli, _leftovers, _spec, _wait_for
+from tests.support.waits import wait_for
+
+from .test_docker_backend import _cli, _leftovers, _spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
 
@@ -44,7 +46,7 @@ def test_detached_docker_run_supervisor_killed_status_lost_down_cleans(tmp_path,
             finally:
                 client.close()
 
-        _wait_for(all_exited, 60, "the lifeline to stop both containers")
+        wait_for(all_exited, 60, 0.5, what="the lifeline to stop both containers")
         down = _cli("down", str(spec), timeout=120)
         assert down.returncode == 0 and "removed" in down.stderr, down.stderr
         assert _leftovers(docker_engine, "dk") == ([], [])
