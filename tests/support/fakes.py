@@ -147,7 +147,7 @@ def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: floa
     out, err = io.StringIO(), io.StringIO()
     extra = {} if clock is None else {"clock": clock}
     sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
-                     poll_interval=poll_interval, **extra)
+                     poll_interval=poll_interval, spec=spec, **extra)
     if stop_after is not None:
         start = backend.start
 

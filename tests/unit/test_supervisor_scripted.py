@@ -1,130 +1,28 @@
 """The supervisor's restart and watchdog logic against a fake backend whose tasks follow a script
 (like torchelastic's TestAgent): which attempt of which task exits with which code after how many
 polls, when its port opens, what it prints. No TensorFlow, no processes, no wall-clock waits: the
-supervisor's clock is a counter that advances one second per reading.
+supervisor's clock is a counter that advances one second per reading (the backend and the
+clock: tests/support/fakes.py).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import signal
-import textwrap
-from dataclasses import dataclass
 from typing import Optional
 
 import pytest
 
-from launcher.backends.base import Backend, TaskHandle
-from launcher.console import Console
-from launcher.execution import plan_for
-from launcher.rundir import RunRecord
-from launcher.spec import parse_spec
-from launcher.supervisor import Supervisor
-
-
-@dataclass(frozen=True)
-class Script:
-    """What one start of a task does: exit with ``code`` after ``polls`` polls (None: run until
-    signalled), open its port after ``port_after`` polls (None: never), print a line on every
-    poll unless ``silent``."""
-
-    code: Optional[int] = 0
-    polls: int = 3
-    port_after: Optional[int] = 0
-    silent: bool = False
-
-
-RUN_FOREVER = Script(code=None)
-
-
-class ScriptedTask(TaskHandle):
-    def __init__(self, task, script: Script, on_line, attempt: int) -> None:
-        super().__init__(task)
-        self.script, self.on_line, self.attempt = script, on_line, attempt
-        self.polls = 0
-        self.code: Optional[int] = None
-        self.signals: list[int] = []
-
-    def poll(self) -> Optional[int]:
-        if self.code is None:
-            self.polls += 1
-            if not self.script.silent:
-                self.on_line(self.key, f"tfcluster-step attempt={self.attempt} poll={self.polls}")
-            if self.script.code is not None and self.polls >= self.script.polls:
-                self.code = self.script.code
-        return self.code
-
-    def signal(self, sig: int) -> None:
-        self.signals.append(sig)
-        if self.code is None and sig in (signal.SIGTERM, signal.SIGKILL):
-            self.code = 128 + sig
-
-    @property
-    def port_open(self) -> bool:
-        return self.script.port_after is not None and self.polls >= self.script.port_after
-
-
-class ScriptedBackend(Backend):
-    name = "scripted"
-
-    def __init__(self, scripts: dict[tuple[str, int], Script], default: Script = Script()) -> None:
-        self.scripts, self.default = scripts, default
-        self.started: list[tuple[str, int]] = []  # (task key, TFCLUSTER_RESTART_COUNT)
-        self.handles: list[ScriptedTask] = []
-        self.closed = False
-
-    def start(self, task, env, on_line):
-        attempt = int(env["TFCLUSTER_RESTART_COUNT"])
-        n = sum(1 for k, _ in self.started if k == task.key)  # the task's n-th start, 0-based
-        self.started.append((task.key, attempt))
-        script = self.scripts.get((task.key, n), self.default)
-        handle = ScriptedTask(task, script, on_line, attempt)
-        self.handles.append(handle)
-        return handle
-
-    def port_open(self, task) -> bool:
-        live = [h for h in self.handles if h.key == task.key and h.code is None]
-        return bool(live) and live[-1].port_open
-
-    def close(self) -> None:
-        self.closed = True
-
-    def starts(self, key: str) -> list[int]:
-        return [a for k, a in self.started if k == key]
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
+from launcher.backends.base import Backend
+from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedBackend, supervise
 
 
 def run(tmp_path, spec_yaml: str, backend: ScriptedBackend, stop_after: Optional[int] = None):
-    spec = parse_spec(textwrap.dedent(spec_yaml))
-    plan = plan_for(spec)
-    record = RunRecord(tmp_path / "runs", plan).create()
-    out, err = io.StringIO(), io.StringIO()
-    sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
-                     poll_interval=0.0, clock=Counter(), spec=spec)
-    if stop_after is not None:  # interrupt once this many tasks have been started
-        start = backend.start
-
-        def start_then_maybe_stop(task, env, on_line):
-            handle = start(task, env, on_line)
-            if len(backend.started) >= stop_after:
-                sup.interrupt()
-            return handle
-
-        backend.start = start_then_maybe_stop
-    code = sup.run()
-    record.close()
-    events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
-    return code, err.getvalue() + out.getvalue(), events
+    """(exit code, console text, events) of the supervisor on ``spec_yaml`` with ``backend``, its
+    clock a counter; ``stop_after``: interrupt once this many tasks have been started."""
+    result = supervise(tmp_path, spec_yaml, backend, clock=Counter(), stop_after=stop_after)
+    return result.code, result.err + result.out, result.events
 
 
 def of(events, kind):
