@@ -13,7 +13,7 @@ spare to go to (one line naming the missing hosts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
 from .plan import Placement, Plan, Slot, build_plan
@@ -28,6 +28,7 @@ class Replan:
     lost: tuple[str, ...]
     moved: Mapping[str, tuple[str, str]]  # the task's key in the new plan -> (old host, new host)
     dropped: tuple[str, ...] = ()  # tasks of the old plan left out (a shrink: no spare left)
+    added: Mapping[str, str] = field(default_factory=dict)  # grow: new task key -> its host
 
     @property
     def old_hosts(self) -> tuple[str, ...]:
@@ -39,8 +40,10 @@ class Replan:
 
     def describe(self, how: Mapping[str, str]) -> str:
         """``h2 lost (unreachable for 5 s); worker:1 moved to h3``"""
-        losses = "; ".join(f"{h} lost ({how[h]})" if how.get(h) else f"{h} lost" for h in self.lost)
-        parts = [losses] + [f"{key} moved to {new}" for key, (_, new) in sorted(self.moved.items())]
+        parts = [f"{h} lost ({how[h]})" if how.get(h) else f"{h} lost" for h in self.lost]
+        parts += [f"{h} back" for h in dict.fromkeys(self.added.values())]
+        parts += [f"{key} added on {host}" for key, host in self.added.items()]
+        parts += [f"{key} moved to {new}" for key, (_, new) in sorted(self.moved.items())]
         if self.dropped:
             workers = sum(1 for t in self.plan.tasks if t.type == "worker")
             parts.append(f"{', '.join(self.dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
@@ -53,9 +56,11 @@ def elastic_enabled(spec: Spec) -> bool:
     return spec.elastic is not None or bool(spare_hosts(spec, ()))
 
 
-def host_wait(spec: Spec) -> float:
-    """Seconds a host whose connection died may take to answer again before it counts as lost."""
-    return spec.elastic.host_wait if spec.elastic is not None else 60.0
+def options(spec: Spec):
+    """The spec's ``elastic:`` block, or its defaults when only spares turned elastic on."""
+    from .spec import Elastic
+
+    return spec.elastic if spec.elastic is not None else Elastic()
 
 
 def spare_hosts(spec: Spec, used: Sequence[str], down: Sequence[str] = ()) -> list[str]:
@@ -120,6 +125,28 @@ def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str
             moved[key] = (task.host, host)
     new = build_plan(with_workers(spec, left) if dropped else spec, Placement(slots))
     return Replan(plan=new, lost=lost, moved=moved, dropped=tuple(t.key for t in dropped))
+
+
+def grow(spec: Spec, plan: Plan, down: Sequence[str] = ()) -> Optional[Replan]:
+    """A shrunk group back towards ``tasks.worker.count``: one new worker (the next indices) on
+    each spare host, in the spec's order, while workers are missing. None: nothing to add."""
+    workers = [t for t in plan.tasks if t.type == "worker"]
+    missing = spec.tasks.worker.count - len(workers)
+    spares = spare_hosts(spec, [t.host for t in plan.tasks], down)[:max(0, missing)]
+    if not spares:
+        return None
+    slots = {t.key: Slot(t.host, t.address) for t in plan.tasks}
+    added = {}
+    for i, host in enumerate(spares):
+        key = f"worker:{len(workers) + i}"
+        slots[key] = Slot(host, spec.host(host).dial_address)
+        added[key] = host
+    new = build_plan(with_workers(spec, len(workers) + len(spares)), Placement(slots))
+    return Replan(plan=new, lost=(), moved={}, added=added)
+
+
+def shrunk(spec: Spec, plan: Plan) -> bool:
+    return sum(1 for t in plan.tasks if t.type == "worker") < spec.tasks.worker.count
 
 
 def plans_in_use(first: Plan, later: Sequence[Replan]) -> list[tuple[str, ...]]:

@@ -87,6 +87,7 @@ class HostChange:
     lost: dict[str, str]  # host -> how it was lost
     moved: dict[str, str]  # task key -> its new host
     dropped: list[str] = field(default_factory=list)  # tasks left out (no spare: fewer workers)
+    added: dict[str, str] = field(default_factory=dict)  # grow: task key -> the host it was added on
     before: Optional[int] = None
     resumed_at: Optional[int] = None
 
@@ -100,6 +101,8 @@ class HostChange:
         """``h2 lost at 12:01:07 (unreachable for 60 s); worker:1 moved to h3; resumed at step 412, 0 steps redone``"""
         when = f" at {time.strftime('%H:%M:%S', time.localtime(self.at))}" if self.at else ""
         parts = [f"{host} lost{when}" + (f" ({how})" if how else "") for host, how in self.lost.items()]
+        parts += [f"{host} back{when}" for host in dict.fromkeys(self.added.values())]
+        parts += [f"{key} added on {host}" for key, host in self.added.items()]
         parts += [f"{key} moved to {host}" for key, host in sorted(self.moved.items())]
         if self.dropped:
             parts.append(f"{', '.join(self.dropped)} left out (no spare host)")
@@ -240,11 +243,16 @@ class RunView:
             steps = [t.global_step for t in self.tasks.values() if t.global_step is not None]
             lost = {h: self._lost.pop(h, "") for h in record.get("lost", ())}
             self.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.get("dropped", ())),
+                                                added=dict(record.get("added") or {}),
                                                 before=max(steps) if steps else None))
             keys = record.get("tasks")
             if keys is not None:  # a shrunk group: the rows of the tasks left out go
                 self.tasks = {k: self.tasks.get(k) or TaskView(k) for k in keys}
-            self.spares = [h for h in self.spares if h not in moved.values()]
+            self.spares = [h for h in self.spares if h not in moved.values() and h not in (record.get("added") or {}).values()]
+        elif kind == Event.HOST_ADDED:
+            host = str(record.get("host", ""))
+            if host and host not in self.spares:
+                self.spares.append(host)
         elif kind == Event.START and key:
             t = self.task(key)
             attempt = int(record.get("attempt", 0)) + 1

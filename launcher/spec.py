@@ -149,6 +149,12 @@ class Elastic(_Model):
     backup, without spending ``restart.max_restarts``."""
 
     host_wait: float = Field(default=60.0, ge=0)
+    # A lost host that answers again without a break for this many seconds is usable again (a
+    # flapping host never is): a spare again, or grow's target.
+    settle: float = Field(default=30.0, ge=0)
+    # A group shrunk below tasks.worker.count stops gracefully (SIGTERM: the workers save the
+    # step they agree on) and restarts bigger once a host is usable again.
+    grow: bool = True
 
 
 class Watchdog(_Model):

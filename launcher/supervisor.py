@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from .backends.base import Backend, TaskHandle
 from .console import Console
 from .diagnose import exception_lines, hint, peer_abort, root_cause
-from .elastic import Replan, elastic_enabled, host_wait, replace_lost, spare_hosts
+from .elastic import Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts
 from .errors import AttemptImpossible, LaunchError
 from .noise import is_noise
 from .plan import Plan
@@ -68,6 +68,7 @@ class Supervisor:
         self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)
         self.first_plan = plan
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
+        self.down: list[str] = []  # hosts lost in this run and not back (elastic.settle) yet
         self.backend = backend
         self.record = record
         self.console = console
@@ -119,6 +120,13 @@ class Supervisor:
                     return self._finish(0, Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
                     return self._finish(130, Outcome.INTERRUPTED)
+                if attempt.state == AttemptState.REGROW:
+                    assert self.spec is not None
+                    change = grow(self.spec, self.plan, self.down)
+                    if change is not None:
+                        self._use(change, {}, number, "restarting the bigger group from the step just saved")
+                    number += 1  # growing is a membership change, not a failure
+                    continue
                 failure = attempt.failure
                 assert failure is not None
                 if self.elastic:
@@ -159,29 +167,56 @@ class Supervisor:
         exit code (no spare left: one line naming the missing hosts; or interrupted)."""
         assert self.spec is not None
         hosts = sorted({t.host for t in self.plan.tasks})
-        lost = self.backend.lost_hosts(hosts, host_wait(self.spec), self.stop_event)
+        lost = self.backend.lost_hosts(hosts, options(self.spec).host_wait, self.stop_event)
         if self.stop_event.is_set():
             return self._finish(130, Outcome.INTERRUPTED)
         if not lost:
             return None
         for host, how in sorted(lost.items()):
             self.record.event(Event.HOST_LOST, host=host, how=how, attempt=number)
-        down = [h for change, _ in self.replans for h in change.lost]
-        change = replace_lost(self.spec, self.plan, sorted(lost), down)
+        change = replace_lost(self.spec, self.plan, sorted(lost), self.down)
         if isinstance(change, str):
             self.console.error(change)
             return self._finish(1, Outcome.FAILED, reason=change)
+        self.down += [h for h in change.lost if h not in self.down]
+        self._use(change, lost, number, "restarting the group there from the last backup")
+        return 0
+
+    def _use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
+        """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
+        say so in one line, hand it to the backend."""
         self.replans.append((change, dict(lost)))
-        n = len(self.replans)
-        name = self.record.add_plan(change.plan, n + 1)
-        self.record.event(Event.REPLAN, plan=n + 1, file=name, attempt=number + 1, lost=list(change.lost),
+        n = len(self.replans) + 1
+        name = self.record.add_plan(change.plan, n)
+        self.record.event(Event.REPLAN, plan=n, file=name, attempt=number + 1, lost=list(change.lost),
                           old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
-                          moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()})
-        self.console.info(f"{change.describe(lost)}; restarting the group there from the last backup "
-                          f"(plan {n + 1}; a lost host does not count against restart.max_restarts)")
+                          moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
+                          dropped=list(change.dropped), added=dict(change.added), tasks=list(change.plan.keys))
+        self.console.info(f"{change.describe(lost)}; {then} (plan {n}; a membership change does not count "
+                          "against restart.max_restarts)")
         self.plan = change.plan
         self.backend.use_plan(change.plan)
-        return 0
+
+    def _hosts_back(self, attempt: Attempt) -> bool:
+        """While an attempt runs: lost hosts that answered again for elastic.settle s become
+        usable (a ``host_added`` event). True: the group is shrunk and may grow, so the attempt
+        ends (REGROW) and its tasks are stopped gracefully (they save the step they agree on)."""
+        assert self.spec is not None
+        opts = options(self.spec)
+        back = self.backend.hosts_back(list(self.down), opts.settle)
+        if not back:
+            return False
+        for host in back:
+            self.down.remove(host)
+            self.record.event(Event.HOST_ADDED, host=host, attempt=attempt.number, settle=opts.settle)
+        self.console.info(f"{', '.join(back)} answer{'s' if len(back) == 1 else ''} again "
+                          f"({opts.settle:g} s without a break, elastic.settle): usable again")
+        if not (opts.grow and shrunk(self.spec, self.plan)):
+            return False
+        self.console.info("growing the group: stopping it gracefully (SIGTERM: the workers save the step they "
+                          "agree on) to restart it bigger")
+        attempt.state = AttemptState.REGROW
+        return True
 
     def interrupt(self) -> None:
         """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""
@@ -222,6 +257,7 @@ class Supervisor:
             started = self.clock()
             ready: set[str] = {t.key for t in self.plan.tasks if t.port is None}
             next_ready_check = started
+            next_back_check = started
             while True:
                 if self.stop_event.is_set():
                     attempt.state = INTERRUPTED
@@ -292,6 +328,12 @@ class Supervisor:
                         )
                         grace = 0
                         return attempt
+                # Elastic: lost hosts that came back (checked about once a second, once every task
+                # is up: a group stopped while it starts would save nothing).
+                if self.down and attempt.ready_after is not None and now >= next_back_check:
+                    next_back_check = now + 1.0
+                    if self._hosts_back(attempt):
+                        return attempt  # REGROW: stopped with the usual grace (a graceful save)
                 time.sleep(self.poll_interval)
         finally:
             attempt.ended = time.time()

@@ -221,6 +221,11 @@ class Backend(abc.ABC):
         (``stop``, a threading.Event, ends the wait early). The default: none."""
         return {}
 
+    def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
+        """Elastic runs, polled while an attempt runs: which of ``hosts`` (lost earlier) have
+        answered without a break for ``settle`` seconds. Must not block: probe elsewhere."""
+        return []
+
     def use_plan(self, plan: Plan) -> None:
         """The supervisor moved tasks to other hosts (launcher/elastic.py): the plan the next
         attempts run. E.g. the ssh backend's state copy then targets the new hosts."""

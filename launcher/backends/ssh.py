@@ -47,6 +47,7 @@ from .ssh_lease import Lease
 from .ssh_options import SSHOptions
 from .ssh_runner import Runner, close_channel, run_command
 from .ssh_state import StateSync
+from .ssh_watch import HostWatch
 from .ssh_task import SSHTask
 
 
@@ -115,6 +116,8 @@ class SSHBackend(Backend):
         self.starts: dict[str, int] = {}  # task key -> how many times it was started
         self.lease = Lease(self.opts.lease)
         self.heartbeat = Heartbeat(interval=min(1.0, self.opts.lease / 4))
+        self._watch: Optional[HostWatch] = None  # lost hosts, probed for their return (elastic)
+        self._watching: set[str] = set()
         if self.opts.config and not self._local(self.opts.config).is_file():
             raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
         run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
@@ -231,8 +234,39 @@ class SSHBackend(Backend):
         took = time.monotonic() - started
         return {n: f"unreachable for {took:.0f} s" for n in silent}
 
+    def _probe(self, name: str) -> bool:
+        """One probe of a lost host (ssh_watch.py): a connection (reused while it lasts) that runs
+        ``true`` within the connect timeout."""
+        if self.connect_one(name) is not None:
+            return False
+        hs = self.hosts[name]
+        code, _ = run_command(hs.transport, "true", None, self.opts.connect_timeout)
+        if code != 0:
+            with hs.lock:
+                conn, hs.conn, hs.ready = hs.conn, None, False
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            return False
+        return True
+
+    def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
+        if self._watch is None:
+            self._watch = HostWatch(self._probe)
+        for name in set(self._watching) - set(hosts):
+            self._watch.forget(name)
+        self._watching = set(hosts)
+        self._watch.watch(list(hosts))
+        return [h for h in self._watch.settled(settle) if h in self._watching]
+
     def use_plan(self, plan: Plan) -> None:
         self.state_sync.plan = plan
+        if self._watch is not None:  # a host the plan uses is no longer watched for its return
+            for name in {t.host for t in plan.tasks} & self._watching:
+                self._watch.forget(name)
+                self._watching.discard(name)
 
     def collect_results(self) -> None:
         self.state_sync.collect()
@@ -387,6 +421,8 @@ class SSHBackend(Backend):
     def close(self) -> None:
         tasks = self.lease.close()
         self.heartbeat.close()
+        if self._watch is not None:
+            self._watch.close()
         for t in tasks:
             close_channel(t.channel)
         for hs in self.hosts.values():

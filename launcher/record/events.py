@@ -10,6 +10,8 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``rundi
         evaluator), task_restart (a parameter_server worker restarted alone), failure (the
         attempt's root cause), stopped / stop_unconfirmed (tasks stopped at the attempt's end)
     restart (the next attempt, after a failure)   [elastic: host_lost, then replan first]
+    host_added (elastic: a lost host answered again for elastic.settle s: a spare again, or
+        grow: replan to a bigger group after the attempt stopped gracefully)
     outcome (last; written once, also by ``tfcluster down`` for a lost supervisor)
 
 and in between, backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
@@ -40,6 +42,7 @@ class Event(Word):
     STANDBY_STOPPED = "standby_stopped"
     HOST_LOST = "host_lost"
     REPLAN = "replan"
+    HOST_ADDED = "host_added"
     OUTCOME = "outcome"
     STATE_SYNC = "state_sync"
     STATE_COPY = "state_copy"

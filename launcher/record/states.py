@@ -4,8 +4,9 @@ written is the value). Transitions:
 ``AttemptState`` -- one attempt of the whole group (``policy.assess``'s verdict, the
 supervisor's ``Attempt``): RUNNING -> SUCCEEDED (success per the strategy's rule) | FAILED (a
 task's exit, the startup or hang watchdog, the backend) | INTERRUPTED (Ctrl-C, SIGTERM,
-``tfcluster down``). A FAILED attempt is followed by a new RUNNING one while the restart
-policy allows.
+``tfcluster down``) | REGROW (elastic runs: a lost host answers again and the shrunk group is
+stopped gracefully to restart bigger; launcher/elastic.py). A FAILED attempt is followed by a
+new RUNNING one while the restart policy allows; a REGROW one always.
 
 ``Outcome`` -- the ``outcome`` event that ends a run record: SUCCEEDED | FAILED | INTERRUPTED
 (written by the supervisor from its last attempt) | STOPPED (written by ``tfcluster down`` for a
@@ -41,6 +42,7 @@ class AttemptState(Word):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    REGROW = "regrow"
 
 
 class Outcome(Word):

@@ -274,3 +274,56 @@ def test_a_second_loss_with_no_spare_left_fails_in_one_line(tmp_path):
     assert code == 1, out
     assert ("host h3 (worker:1) lost and no spare host left for worker:1; list more hosts under hosts:" in out), out
     assert of(events, "outcome")[0]["reason"].startswith("host h3 (worker:1) lost and no spare host left")
+
+
+class ReturningBackend(LosingBackend):
+    """As LosingBackend; ``hosts_back`` answers ``back`` from its ``after``-th call on."""
+
+    def __init__(self, scripts, losses, back: list[str], after: int, default: Script = Script()) -> None:
+        super().__init__(scripts, losses, default)
+        self.back, self.after = back, after
+        self.asked: list[tuple[list[str], float]] = []
+
+    def hosts_back(self, hosts, settle):
+        self.asked.append((list(hosts), settle))
+        return [h for h in self.back if h in hosts] if len(self.asked) >= self.after else []
+
+
+SHRINK = ELASTIC.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 1}}").replace(
+    ", {name: h3, address: 10.0.0.3}", "").replace("elastic: {host_wait: 7}", "elastic: {host_wait: 7, settle: 9}").replace(
+    "stop_grace: 0", "stop_grace: 3")
+
+
+def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_returns(tmp_path):
+    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): Script(code=None)},
+                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
+                               default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, SHRINK, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"),  # the plan
+                                     ("worker:0", "h1"),  # shrunk: worker:1 left out, no spare
+                                     ("worker:0", "h1"), ("worker:1", "h2")]  # grown back on h2
+    assert backend.asked[0] == (["h2"], 9.0)  # the lost host, elastic.settle
+    # The shrunk attempt was stopped gracefully (SIGTERM first), not killed.
+    shrunk_w0 = backend.handles[2]
+    assert shrunk_w0.signals[0] == signal.SIGTERM, shrunk_w0.signals
+    assert "worker:1 left out: 1 worker go on (no spare host)" in out
+    assert "h2 answers again (9 s without a break, elastic.settle): usable again" in out
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
+    assert not of(events, "restart") and not of(events, "failure")[1:]  # one failure: the loss
+    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added")] == [
+        "host_lost", "replan", "host_added", "replan"]
+    assert [r["tasks"] for r in of(events, "replan")] == [["worker:0"], ["worker:0", "worker:1"]]
+    assert [r["added"] for r in of(events, "replan")] == [{}, {"worker:1": "h2"}]
+
+
+def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_again(tmp_path):
+    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): Script(code=0, polls=30)},
+                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3)
+    code, out, events = run(tmp_path, SHRINK.replace("settle: 9}", "settle: 9, grow: false}"), backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]
+    assert len(of(events, "host_added")) == 1 and len(of(events, "replan")) == 1
+    assert "growing the group" not in out

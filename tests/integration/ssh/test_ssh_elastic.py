@@ -159,3 +159,60 @@ def test_no_spare_left_fails_in_one_line_naming_the_missing_host(lab, make_spec,
     assert "restarting the whole group" not in out  # no restart was spent on a host that is gone
     wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
 
+
+
+def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_returns(lab, make_spec, tmp_path):
+    """h2 preempted, no spare: worker:0 goes on alone (tasks.worker.min: 1) from the last backup;
+    h2 comes back, answers for elastic.settle s, and the group is stopped gracefully (the step
+    worker:0 saves on SIGTERM) and restarted with two workers there: 0 steps redone at the grow."""
+    epochs, steps = 3, 30
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", str(epochs), "--steps-per-epoch", str(steps), "--step-delay", "0.3",
+         "--save-freq", "3", "--progress-every", "1"],
+        hosts=["h1", "h2"], tasks={"worker": {"count": 2, "min": 1}}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart={"max_restarts": 0}, elastic={"host_wait": 3, "settle": 5},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+    )
+    threads: list[threading.Thread] = []
+
+    def in_background(fn):
+        def act(_proc):
+            thread = threading.Thread(target=fn, daemon=True)
+            thread.start()
+            threads.append(thread)
+        return act
+
+    try:
+        code, out = run_and_act(spec, [
+            (r"\[worker:1\] tfcluster-step epoch=0 step=5 ", in_background(lambda: preempt(lab, "h2"))),
+            (r"worker:1 left out: 1 worker go on", in_background(lambda: bring_back(lab, "h2"))),
+        ], timeout=400)
+        for thread in threads:
+            thread.join(NOTICE + 30)
+    finally:
+        bring_back(lab, "h2")
+    assert code == 0, out[-6000:]
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out, out[-4000:]
+    w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
+    assert len(w0) == 3 and len(w1) == 2, out[-4000:]  # worker:1 sat out the shrunk attempt
+    alone = int(w0[1]["global_step"])
+    last_seen = max(last_step_before(out, "h2 lost", k) for k in ("worker:0", "worker:1"))
+    assert alone <= last_seen + 1, (alone, last_seen)
+    # One replica per CPU worker; the same per-replica batch (the global batch follows the workers).
+    assert [int(w["replicas"]) for w in w0] == [2, 1, 2], w0
+    assert [int(w["global_batch"]) for w in w0] == [2 * int(w0[1]["global_batch"]), int(w0[1]["global_batch"]),
+                                                    2 * int(w0[1]["global_batch"])], w0
+    # The grow: worker:0 saved the step it stopped at; both resume exactly there.
+    saved = [int(p["global_step"]) for p in progress(out, "preempted", "worker:0")]
+    grown = int(w0[2]["global_step"])
+    assert saved and saved[-1] == grown == int(w1[1]["global_step"]) > alone, (saved, grown, w1, alone)
+    (res,) = progress(out, "result", "worker:0")
+    assert int(res["steps_run"]) == epochs * steps - grown, res
+    assert f"resumed at step {grown}, 0 steps redone" in out, out[-3000:]
+    run = spec.parent / "runs" / "sshtest" / "latest"
+    recorded = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in recorded if e["event"] in ("host_lost", "replan", "host_added", "restart")]
+    assert kinds == ["host_lost", "replan", "host_added", "replan"], kinds
+    assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1"]
+    assert [t["host"] for t in json.loads((run / "plan-3.json").read_text())["tasks"]] == ["h1", "h2"]
+    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
