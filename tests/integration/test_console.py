@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.integration.tfrun import run_dir, write_spec
-from tests.support.cli import ROOT, tfcluster
+from tests.support.cli import terminal_command, tfcluster
 from tests.support.prereq import require_tool
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
@@ -113,8 +113,7 @@ def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
     require_tool("tmux", "tmux")
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 20 --step-delay 0.15")
     sock = f"tfcluster-test-{tmp_path.name}"
-    # (COLUMNS/LINES as pytest may export them would override the terminal's real size.)
-    command = f"cd {ROOT} && env -u COLUMNS -u LINES PYTHONPATH={ROOT} {sys.executable} -m launcher up {spec}; echo TFCLUSTER-EXIT=$?; sleep 600"
+    command = terminal_command("up", spec) + "; echo TFCLUSTER-EXIT=$?; sleep 600"
     subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45", command],
                    check=True, timeout=10)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ROOT, start_tfcluster, tfcluster
+from tests.support.cli import ROOT, start_tfcluster, terminal_command, tfcluster
 from tests.support.prereq import require_tool
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
@@ -255,9 +255,7 @@ def test_attach_in_a_terminal_shows_the_live_panel_and_ctrl_c_leaves_the_run_goi
         run_id = (tmp_path / "runs" / "t" / "latest").resolve().name
         wait_for(lambda: min(t["global_step"] or 0 for t in status_json(path)[1]["tasks"]) >= 12, 30, interval=0.5,
                  what="both tasks past their first epoch")
-        # (COLUMNS/LINES as pytest may export them would override the terminal's real size.)
-        cmd = (f"cd {ROOT} && env -u COLUMNS -u LINES PYTHONPATH={ROOT} {sys.executable} -m launcher attach {path}; "
-               "echo ATTACH-EXIT=$?; sleep 600")
+        cmd = terminal_command("attach", path) + "; echo ATTACH-EXIT=$?; sleep 600"
         tmux("new-session", "-d", "-x", "160", "-y", "45", "-s", "at", cmd)
 
         def screen() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,10 @@ def start_tfcluster(*args, cwd: Optional[Path] = None, env: Optional[Mapping[str
     ``os.killpg(proc.pid, ...)`` needs). ``env`` is added to this process's environment."""
     return subprocess.Popen(_argv(args), cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
                             start_new_session=new_session, env=_env(env, None))
+
+
+def terminal_command(*args) -> str:
+    """``tfcluster ARGS`` as a shell command for a real terminal (tmux): from the checkout, without
+    the COLUMNS/LINES pytest may export (they would override the terminal's real size)."""
+    argv = " ".join(shlex.quote(str(a)) for a in _argv(args))
+    return f"cd {shlex.quote(str(ROOT))} && env -u COLUMNS -u LINES PYTHONPATH={shlex.quote(str(ROOT))} {argv}"
