@@ -27,6 +27,7 @@ from tests.integration.tfrun import progress, run_dir, tensorboard_scalars, up, 
 from tests.support.cli import start_tfcluster
 from tests.support.ports import free_base
 from tests.support.prereq import require
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -160,19 +161,20 @@ def serve_and_read(spec: Path, port: int) -> tuple[list[str], list]:
     through TensorBoard's HTTP API; then Ctrl-C (SIGINT) stops it and its TensorBoard."""
     proc = start_tfcluster("tensorboard", spec, "--port", port)
     try:
-        deadline = time.monotonic() + 90
-        runs, loss = [], []
-        while time.monotonic() < deadline and proc.poll() is None:
+        served = {"runs": [], "loss": []}
+
+        def all_served() -> bool:
             try:
-                runs = sorted(get_json(f"http://127.0.0.1:{port}/data/runs"))
-                if {"train", "eval"} <= set(runs):
-                    loss = get_json(f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=train&tag=loss")
-                    if len(loss) == EPOCHS:
-                        break
+                served["runs"] = sorted(get_json(f"http://127.0.0.1:{port}/data/runs"))
+                if {"train", "eval"} <= set(served["runs"]):
+                    served["loss"] = get_json(f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=train&tag=loss")
             except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
                 pass
-            time.sleep(1)
-        assert proc.poll() is None, proc.communicate(timeout=10)[0][-3000:]
+            return len(served["loss"]) == EPOCHS
+
+        wait_for(all_served, 90, 1.0, what=f"TensorBoard to serve the train and eval runs, {EPOCHS} train loss points",
+                 detail=lambda: f"served: {served}", proc=proc)
+        runs, loss = served["runs"], served["loss"]
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=30)
         assert proc.returncode == 130, output[-3000:]
