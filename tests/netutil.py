@@ -1,3 +1,4 @@
-"""Moved to tests/support/ports.py (kept for the labs' imports; new code imports tests.support.ports)."""
+"""Moved to tests/support/ports.py; kept for the ssh lab's imports until its rework moves them. New
+code imports tests.support.ports."""
 
 from tests.support.ports import free_base  # noqa: F401
