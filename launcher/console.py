@@ -31,7 +31,8 @@ class Console:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.color = _isatty(self.out) if color is None else color
-        self._lock = threading.Lock()
+        # Held while a line or the panel is written: hold it too to keep a line whole (detach's hand-over).
+        self.lock = threading.Lock()
         self._palette: dict[str, str] = {}
         self.quiet_tasks = False
         self.verbose = False  # also show the known harmless TF start-up lines
@@ -48,12 +49,12 @@ class Console:
 
         panel = LivePanel(view, self.out)
         panel.start()
-        with self._lock:
+        with self.lock:
             self._panel = panel
         return True
 
     def end_panel(self) -> None:
-        with self._lock:
+        with self.lock:
             panel, self._panel = self._panel, None
             if panel is not None:
                 panel.stop()
@@ -63,7 +64,7 @@ class Console:
     def task_line(self, key: str, line: str) -> None:
         if self.quiet_tasks or (not self.verbose and noise.is_noise(line)):
             return
-        with self._lock:
+        with self.lock:
             if self._panel is not None:
                 progress = parse(line)
                 if progress is None or progress.kind not in _PANEL_ROWS_SHOW:
@@ -91,7 +92,7 @@ class Console:
         self.block(lines)
 
     def _message(self, text: str, style: str = "") -> None:
-        with self._lock:
+        with self.lock:
             # On a terminal the panel owns the screen: messages go above it.
             if self._panel is not None and _isatty(self.err):
                 self._panel.message(text, style)

@@ -63,7 +63,7 @@ class Handover:
 
     def hand_over(self, run_id: str, note: str = "") -> None:
         """Every task is ready: tell the foreground, then write only into the run dir."""
-        with self.console._lock:  # no line of a task or a message is cut in two
+        with self.console.lock:  # no line of a task or a message is cut in two
             if not self.attached:
                 return
             _write(self._pipe, f"{_MARK}{_READY}{run_id} {os.getpid()} {note}\n")

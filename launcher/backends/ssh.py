@@ -356,7 +356,7 @@ class SSHBackend(Backend):
         already exited are skipped: it took its task group down itself."""
         todo: dict[str, list[SSHTask]] = {}
         for h in handles:
-            if h._code is None:
+            if h.exit_code is None:
                 todo.setdefault(h.host.name, []).append(h)
         if not todo:
             return

@@ -36,8 +36,8 @@ class Lease:
     def _renew(self) -> None:
         while not self._closing.wait(self.interval):
             with self._lock:
-                live = [t for t in self._tasks if t._code is None and not t.channel.closed]
-                self._tasks = [t for t in self._tasks if t._code is None]
+                live = [t for t in self._tasks if t.exit_code is None and not t.channel.closed]
+                self._tasks = [t for t in self._tasks if t.exit_code is None]
             for t in live:
                 try:
                     if t.channel.send_ready():

@@ -327,7 +327,7 @@ class StateSync:
             try:
                 tmp = sync_lib.extract(reader, str(local))
             except Exception as exc:  # noqa: BLE001
-                raise LaunchError(f"host {src}: fetching {', '.join(areas)} failed: {sync_lib._describe(exc)}; "
+                raise LaunchError(f"host {src}: fetching {', '.join(areas)} failed: {sync_lib.describe(exc)}; "
                                   f"it is still in {hs.state_dir} there") from None
             summary = self._sender_summary(chan, self.io_timeout)
             problem = summary.get("error") or reader.matches(summary)

@@ -51,6 +51,11 @@ class SSHTask(TaskHandle):
         if pending:
             on_line(self.key, pending.decode("utf-8", "replace").rstrip("\r"))
 
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The task's exit code once poll() has seen it, else None (asks no host)."""
+        return self._code
+
     def poll(self) -> Optional[int]:
         if self._code is not None:
             return self._code

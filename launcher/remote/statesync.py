@@ -191,7 +191,7 @@ def _frames(fh):
     return chunk
 
 
-def _describe(exc):
+def describe(exc):
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename or ""
         return "%s%s" % (exc.strerror, " (%s)" % where if where else "")
@@ -212,7 +212,7 @@ def unpack(state_dir, areas, fh):
     except Exception as exc:  # noqa: BLE001 - reported as one line by the launcher
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-        return {"error": _describe(exc)}
+        return {"error": describe(exc)}
 
 
 def main(argv):
@@ -221,7 +221,7 @@ def main(argv):
         try:
             summary = pack(state_dir, areas, sys.stdout.buffer)
         except Exception as exc:  # noqa: BLE001
-            sys.stderr.write(json.dumps({"error": _describe(exc)}) + "\n")
+            sys.stderr.write(json.dumps({"error": describe(exc)}) + "\n")
             return 1
         sys.stderr.write(json.dumps(summary) + "\n")
         return 0
