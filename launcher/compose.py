@@ -22,7 +22,7 @@ from .backends.docker import DockerBackend
 from .backends.docker_options import IMAGE_RE
 from .outfile import MARKER, check_overwritable, resolve_output, write_atomic
 from .plan import Plan, build_plan
-from .spec import LoadedSpec, Spec
+from .specmodel import LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
 # Where the image keeps state and run files (docker/Dockerfile creates them for its user).

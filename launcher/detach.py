@@ -29,7 +29,7 @@ from .console import Console
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plan import Plan
-    from .spec import LoadedSpec
+    from .specmodel import LoadedSpec
 
 _MARK = "\x1e"  # starts every line the supervisor sends to the foreground
 _OUT, _ERR, _READY = "O", "E", "R"

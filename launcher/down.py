@@ -20,7 +20,7 @@ from .record.events import Event
 from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
 from .record.states import Outcome
 from .rundir import latest_run
-from .spec import LoadedSpec
+from .specmodel import LoadedSpec
 
 
 def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None, timeout: float = 60.0) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
 from .plan import Placement, Plan, Slot, build_plan
-from .spec import Spec
+from .specmodel import Spec
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def elastic_enabled(spec: Spec) -> bool:
 
 def options(spec: Spec):
     """The spec's ``elastic:`` block, or its defaults when only spares turned elastic on."""
-    from .spec import Elastic
+    from .specmodel import Elastic
 
     return spec.elastic if spec.elastic is not None else Elastic()
 

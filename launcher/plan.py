@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from .errors import SpecError
-from .spec import TASK_TYPES, Host, Spec, Tpu
+from .specmodel import TASK_TYPES, Host, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")

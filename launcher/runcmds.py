@@ -25,7 +25,7 @@ from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, fin
 from .rundir import read_events
 from .runfeed import RecordFeed
 from .runview import RunView
-from .spec import LoadedSpec
+from .specmodel import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run
 

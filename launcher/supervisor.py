@@ -27,7 +27,7 @@ from .record.states import AttemptState, Outcome
 from .report import location_lines, locations, task_table
 from .rundir import RunRecord
 from .runview import RunView
-from .spec import Restart, Spec, Watchdog
+from .specmodel import Restart, Spec, Watchdog
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL = 15  # lines of a task's output shown in failure reports

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional
 from ..console import Console
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
-from ..spec import LoadedSpec, Spec
+from ..specmodel import LoadedSpec, Spec
 from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .docker_options import DockerOptions
 

@@ -7,12 +7,12 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from ..spec import _Model
+from ..specmodel import OptionsModel
 
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
-class DockerBuild(_Model):
+class DockerBuild(OptionsModel):
     """How ``backend: docker`` builds its image (docker/Dockerfile of this project by default)."""
 
     # Build context, relative to the spec file; the Dockerfile path is relative to the context.
@@ -27,7 +27,7 @@ class DockerBuild(_Model):
     when: Literal["missing", "always"] = "missing"
 
 
-class DockerOptions(_Model):
+class DockerOptions(OptionsModel):
     """``docker:`` -- the image, its build, and the engine used by ``backend: docker``."""
 
     image: str = "tfcluster-worker:latest"

@@ -26,7 +26,7 @@ from .childtask import ChildTask
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..console import Console
-    from ..spec import LoadedSpec, Spec
+    from ..specmodel import LoadedSpec, Spec
 
 TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
 LOCAL_HOST = "localhost"

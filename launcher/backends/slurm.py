@@ -33,7 +33,7 @@ from ..errors import AttemptImpossible, LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
 from ..record.events import Event
-from ..spec import LoadedSpec, Spec
+from ..specmodel import LoadedSpec, Spec
 from . import slurm_alloc as alloc
 from . import slurm_cli as cli
 from . import slurm_shared

@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from ..spec import _Model
+from ..specmodel import OptionsModel
 
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(unlimited|infinite|UNLIMITED|INFINITE)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -16,7 +16,7 @@ OWN_OPTIONS = ("--jobid", "--nodelist", "--nodes", "--ntasks-per-node", "--ntask
                "--wrap", "--output", "--export", "--chdir", "--input")
 
 
-class SlurmOptions(_Model):
+class SlurmOptions(OptionsModel):
     """``slurm:`` -- the allocation ``backend: slurm`` asks for and how its steps run."""
 
     # Partition (sbatch --partition); default: the cluster's default partition.

@@ -36,7 +36,7 @@ from typing import Mapping, Optional, Sequence
 from ..console import Console
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot
-from ..spec import TASK_TYPES, LoadedSpec, Spec
+from ..specmodel import TASK_TYPES, LoadedSpec, Spec
 from . import ssh_down, ssh_probe, ssh_sync
 from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .ssh_commands import env_block, port_check_command, remote_paths, signal_command, task_command, wrap_args
@@ -96,7 +96,7 @@ class SSHBackend(Backend):
             return None
         from .ssh_supervisor import delegate
 
-        return delegate(loaded, argv, spec_arg, command, console)
+        return delegate(loaded, argv, spec_arg, command, console, cls(loaded, record=None, console=console))
 
     # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
     detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "

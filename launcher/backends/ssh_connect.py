@@ -21,7 +21,7 @@ from typing import Optional
 import paramiko
 from fabric import Config, Connection
 
-from ..spec import Host
+from ..specmodel import Host
 from .ssh_options import SSHOptions
 
 _KH_LOCK = threading.Lock()

@@ -8,7 +8,7 @@ import threading
 from typing import Optional
 
 from ..plan import PlannedTask
-from ..spec import Host
+from ..specmodel import Host
 from .ssh_options import SSHOptions
 
 

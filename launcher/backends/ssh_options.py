@@ -6,10 +6,10 @@ from typing import Optional
 
 from pydantic import Field
 
-from ..spec import _Model
+from ..specmodel import OptionsModel
 
 
-class SSHOptions(_Model):
+class SSHOptions(OptionsModel):
     """``ssh:`` -- how ``backend: ssh`` connects, verifies hosts and runs tasks remotely."""
 
     # Seconds to wait for TCP connect + SSH handshake per host.

@@ -14,26 +14,28 @@ from __future__ import annotations
 import posixpath
 import sys
 import time
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
 from ..console import Console
 from ..errors import LaunchError
-from ..spec import LoadedSpec
-from .ssh import SSHBackend
+from ..specmodel import LoadedSpec
 from .ssh_commands import q, remote_paths
+
+if TYPE_CHECKING:
+    from .ssh import SSHBackend
 
 _IDLE = 0.05
 
 
 class RemoteSupervisor:
-    def __init__(self, loaded: LoadedSpec, console: Console) -> None:
+    def __init__(self, loaded: LoadedSpec, console: Console, backend: "SSHBackend") -> None:
         self.loaded = loaded
         self.console = console
         self.host = loaded.spec.ssh.supervisor or ""
         self.opts = loaded.spec.ssh
-        self.backend = SSHBackend(loaded, record=None, console=console)
+        self.backend = backend  # its connections: connect and run_on the supervisor host
         base = posixpath.join(self.opts.remote_dir, loaded.spec.name, "supervisor")
         self.spec_path = posixpath.join(base, "cluster.yaml")
         # The command runs in the tasks' workdir; a path under the remote home needs $HOME.
@@ -153,9 +155,11 @@ def _local_paths(text: str, remote: RemoteSupervisor) -> str:
     return re.sub(r"(?:/[^\s'\"]*)?" + re.escape(remote.spec_path), local, text)
 
 
-def delegate(loaded: LoadedSpec, argv: Sequence[str], spec_arg: str, command: str, console: Console) -> int:
-    """Run ``argv`` (a tfcluster command line naming ``spec_arg``) on the ssh.supervisor host."""
-    remote = RemoteSupervisor(loaded, console)
+def delegate(loaded: LoadedSpec, argv: Sequence[str], spec_arg: str, command: str, console: Console,
+             backend: "SSHBackend") -> int:
+    """Run ``argv`` (a tfcluster command line naming ``spec_arg``) on the ssh.supervisor host, over
+    ``backend``'s connections (an SSHBackend of the spec, with no record)."""
+    remote = RemoteSupervisor(loaded, console, backend)
     try:
         upload = command == "up"
         remote.prepare(upload)

@@ -20,7 +20,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..spec import SINGLE_HOST_STRATEGIES, STRATEGIES
+from ..specmodel import SINGLE_HOST_STRATEGIES, STRATEGIES
 
 # Strategies that run several replicas in one task: on a machine without GPUs, on logical CPUs.
 CPU_REPLICA_STRATEGIES = ("mirrored", "central_storage")

@@ -18,7 +18,7 @@ from ..compose import STATE_DIR, docker_plan
 from ..errors import SpecError
 from ..plan import Plan
 from ..backends.docker_options import IMAGE_RE as _IMAGE_RE
-from ..spec import TASK_TYPES, LoadedSpec, Spec, _dotted, _line_of
+from ..specmodel import TASK_TYPES, LoadedSpec, Spec, dotted, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
 # Top-level spec keys export reads, or that only concern tfcluster on this machine (run_dir,
@@ -51,7 +51,7 @@ class _Where:
             self.root = None
 
     def __call__(self, loc: tuple, message: str) -> str:
-        return f"{self.shown}{_line_of(self.root, loc)}: {_dotted(loc)}: {message}"
+        return f"{self.shown}{line_of(self.root, loc)}: {dotted(loc)}: {message}"
 
     def line(self, problem: str) -> int:
         """The line number in a problem this object formatted (0 if it has none), to sort by."""

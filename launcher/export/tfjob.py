@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ..spec import TASK_TYPES, LoadedSpec, Spec
+from ..specmodel import TASK_TYPES, LoadedSpec, Spec
 from .common import DEFAULT_PERMANENT, comment_lines, container_env, dump_yaml, export_plan, state_dir
 from .validate import CONTAINER_NAME, PORT_NAME, TFJOB_API_VERSION
 

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from ..errors import SpecError
 from ..outfile import JSON_LABEL
-from ..spec import LoadedSpec, Spec
+from ..specmodel import LoadedSpec, Spec
 from .common import comment_lines, container_env, dump_yaml, export_plan, state_dir
 from .validate import VERTEX_POOLS
 

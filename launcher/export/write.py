@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..errors import SpecError
 from ..outfile import MARKER, check_overwritable, resolve_output, write_atomic
-from ..spec import LoadedSpec
+from ..specmodel import LoadedSpec
 from .common import _Where, check_image, default_output, inexpressible
 from .tfjob import render_tfjob, tfjob_dict
 from .validate import DNS1035_RE, aiplatform_types, validate_custom_job, validate_tfjob, validate_vertex_spec

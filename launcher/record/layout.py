@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..spec import LoadedSpec
+    from ..specmodel import LoadedSpec
 
 PLAN_FILE = "plan.json"
 EVENTS_FILE = "events.jsonl"

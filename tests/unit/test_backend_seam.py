@@ -20,14 +20,15 @@ from launcher.cli import main
 from launcher.errors import SpecError
 from launcher.execution import plan_for
 from launcher.plan import Placement, Slot, task_keys
-from launcher.spec import _Model, parse_spec
+from launcher.spec import parse_spec
+from launcher.specmodel import OptionsModel
 from tests.support.ports import free_base
 from tests.support.specs import script_spec
 
 HERE = f"{__name__}:QueueBackend"
 
 
-class QueueOptions(_Model):
+class QueueOptions(OptionsModel):
     partition: str  # required: the block cannot default
     nodes: int = Field(default=1, ge=1, strict=True)
 
