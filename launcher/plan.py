@@ -8,9 +8,12 @@ prints; nothing here touches the network, the file system or the clock.
 
 from __future__ import annotations
 
+import itertools
 import json
+import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from functools import cached_property
+from typing import IO, Any, Iterator, Mapping, Optional
 
 from .errors import SpecError
 from .specmodel import TASK_TYPES, Host, Spec, Tpu
@@ -50,15 +53,44 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """TF_CONFIG's ``cluster``: every member's ``address:port`` by task type, in plan order.
+
+    A plan holds it once and every task shares it (a copy per task is O(n²) in all: 10,000
+    tasks would hold 10,000 copies of a 10,000-entry list); its JSON text is made once.
+    """
+
+    jobs: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def __hash__(self) -> int:  # the JSON text's (made once, its hash cached): tasks hash in O(1)
+        return hash(self.json_text)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {task_type: list(members) for task_type, members in self.jobs}
+
+    @cached_property
+    def json_text(self) -> str:
+        """The cluster as TF_CONFIG spells it (compact separators), made once."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+
+@dataclass(frozen=True)
 class PlannedTask:
+    """One task of a plan. Its TF_CONFIG and environment are built from the plan's shared pieces
+    (``cluster``, ``base_env``) when asked for (``tf_config_json``, ``env``), i.e. when the task
+    is started or shown: the plan itself stays O(n) in the number of tasks."""
+
     type: str
     index: int
     host: str  # host name (spec hosts, "localhost", or the container name)
     address: str  # what other tasks dial
     port: Optional[int]  # None for the evaluator, which serves nothing
-    tf_config_json: str
     command: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
+    # Shared by every task of the plan (the same objects): None for single-host strategies,
+    # whose TF_CONFIG is the task's role only.
+    cluster: Optional[Cluster] = None
+    # Every task's environment except its own TF_CONFIG and TFCLUSTER_TASK, sorted.
+    base_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -74,8 +106,32 @@ class PlannedTask:
         return f"{self.address}:{self.port}" if self.port is not None else None
 
     @property
+    def task_json(self) -> str:
+        """TF_CONFIG's ``task`` part, this task's own: ``{"type":"worker","index":1}``."""
+        return f'{{"type":{json.dumps(self.type)},"index":{self.index}}}'
+
+    @property
+    def tf_config_json(self) -> str:
+        """The TF_CONFIG this task gets (built now: O(n) in the cluster's size)."""
+        if self.cluster is None:
+            return f'{{"task":{self.task_json}}}'
+        return f'{{"cluster":{self.cluster.json_text},"task":{self.task_json}}}'
+
+    @property
     def tf_config(self) -> dict[str, Any]:
-        return json.loads(self.tf_config_json)
+        if self.cluster is None:
+            return {"task": {"type": self.type, "index": self.index}}
+        return {"cluster": self.cluster.to_json(), "task": {"type": self.type, "index": self.index}}
+
+    @property
+    def own_env(self) -> dict[str, str]:
+        """What only this task's environment holds (on top of ``base_env``)."""
+        return {"TF_CONFIG": self.tf_config_json, "TFCLUSTER_TASK": self.key}
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        """The task's whole environment, sorted: ``base_env`` plus its TF_CONFIG and TFCLUSTER_TASK."""
+        return tuple(sorted({**dict(self.base_env), **self.own_env}.items()))
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -94,10 +150,11 @@ class Plan:
     placement_note: str = ""
 
     def task(self, key: str) -> PlannedTask:
-        for t in self.tasks:
-            if t.key == key:
-                return t
-        raise KeyError(key)
+        return self._by_key[key]
+
+    @cached_property
+    def _by_key(self) -> dict[str, PlannedTask]:
+        return {t.key: t for t in self.tasks}
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -112,26 +169,100 @@ class Plan:
     def host(self, name: str) -> Optional[Host]:
         return next((h for h in self.hosts if h.name == name), None)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "strategy": self.strategy,
-            "backend": self.backend,
-            "placeholder": self.placeholder,
-            "tasks": [
-                {
-                    "type": t.type,
-                    "index": t.index,
-                    "host": t.host,
-                    "address": t.address,
-                    "port": t.port,
-                    "tf_config": t.tf_config,
-                    "command": list(t.command),
-                    "env": t.env_dict,
-                }
-                for t in self.tasks
-            ],
-        }
+    @property
+    def cluster(self) -> Optional[Cluster]:
+        """The cluster every task shares (None: a single-host strategy, or no task)."""
+        return self.tasks[0].cluster if self.tasks else None
+
+    def to_json(self, secrets: bool = True) -> dict[str, Any]:
+        """The documented ``plan --json`` shape: every task with its whole TF_CONFIG and env
+        (O(n²) in all; ``to_compact_json`` holds the cluster once). ``secrets=False``
+        redacts secret-looking env values."""
+        return {**self._head(), "tasks": list(self.iter_task_json(secrets))}
+
+    def iter_task_json(self, secrets: bool = True) -> Iterator[dict[str, Any]]:
+        """``to_json``'s tasks one at a time (a writer can stream them: one copy at a time)."""
+        for t in self.tasks:
+            env = t.env_dict
+            yield {
+                "type": t.type,
+                "index": t.index,
+                "host": t.host,
+                "address": t.address,
+                "port": t.port,
+                "tf_config": t.tf_config,
+                "command": list(t.command),
+                "env": env if secrets else redact_env(env),
+            }
+
+    def to_compact_json(self, secrets: bool = True) -> dict[str, Any]:
+        """The plan with the cluster once (``plan --json=compact`` and the record's ``plan.json``):
+        ``cluster`` (null for single-host strategies), the ``command`` and ``env`` every task
+        shares (without TF_CONFIG and TFCLUSTER_TASK), and per task only what is its own; a task
+        whose command or env differs from the shared one carries its own. Each task's TF_CONFIG is
+        ``{"cluster": cluster, "task": {"type": type, "index": index}}`` (``expand_plan_json``
+        rebuilds the full shape)."""
+        first = self.tasks[0] if self.tasks else None
+        command = list(first.command) if first else []
+        base = dict(first.base_env) if first else {}
+        tasks = []
+        for t in self.tasks:
+            row: dict[str, Any] = {"type": t.type, "index": t.index, "host": t.host, "address": t.address,
+                                   "port": t.port}
+            if t.command != first.command:
+                row["command"] = list(t.command)
+            if t.base_env is not first.base_env and t.base_env != first.base_env:
+                env = dict(t.base_env)
+                row["env"] = env if secrets else redact_env(env)
+            tasks.append(row)
+        cluster = self.cluster
+        return {**self._head(), "format": COMPACT, "cluster": cluster.to_json() if cluster else None,
+                "command": command, "env": base if secrets else redact_env(base), "tasks": tasks}
+
+    def _head(self) -> dict[str, Any]:
+        return {"name": self.name, "strategy": self.strategy, "backend": self.backend,
+                "placeholder": self.placeholder}
+
+
+def write_full_json(plan: Plan, out: IO[str], secrets: bool = True) -> None:
+    """``json.dumps(plan.to_json(secrets), indent=2)`` and a newline, written a task at a time:
+    the text is O(n²) (each task holds the whole cluster), the memory only one task's."""
+    tasks = plan.iter_task_json(secrets)
+    first = next(tasks, None)
+    if first is None:
+        out.write(json.dumps(plan.to_json(secrets), indent=2) + "\n")
+        return
+    head = json.dumps(plan._head(), indent=2)
+    out.write(head[:-2] + ',\n  "tasks": [\n')
+    for i, task in enumerate(itertools.chain([first], tasks)):
+        if i:
+            out.write(",\n")
+        out.write(textwrap.indent(json.dumps(task, indent=2), "    "))
+    out.write("\n  ]\n}\n")
+
+
+# ``format`` of a compact plan JSON (``Plan.to_compact_json``); the full shape has no ``format``.
+COMPACT = "compact"
+
+
+def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan JSON in the full shape (every task with ``tf_config``, ``command`` and ``env``),
+    from either shape: a compact one (``Plan.to_compact_json``, records since issue 22) is
+    expanded, a full one (older records, ``plan --json``) comes back as it is."""
+    if data.get("format") != COMPACT:
+        return dict(data)
+    cluster, command, env = data.get("cluster"), data.get("command", []), data.get("env", {})
+    tasks = []
+    for row in data.get("tasks", []):
+        own = {"type": row["type"], "index": row["index"]}
+        tf_config = {"cluster": cluster, "task": own} if cluster is not None else {"task": own}
+        task_env = {**row.get("env", env), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
+                    "TFCLUSTER_TASK": f"{row['type']}:{row['index']}"}
+        tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
+                      "tf_config": tf_config, "command": row.get("command", command),
+                      "env": dict(sorted(task_env.items()))})
+    head = {k: v for k, v in data.items() if k not in ("format", "cluster", "command", "env", "tasks")}
+    return {**head, "tasks": tasks}
 
 
 def task_keys(spec: Spec) -> list[tuple[str, int]]:
@@ -140,7 +271,8 @@ def task_keys(spec: Spec) -> list[tuple[str, int]]:
 
 
 def build_plan(spec: Spec, placement: Placement) -> Plan:
-    """Assign ports on the hosts of ``placement`` and build each task's TF_CONFIG and environment."""
+    """Assign ports on the hosts of ``placement``; the cluster and the environment every task
+    shares are built once (each task's TF_CONFIG is made from them when it is asked for)."""
     placements = []  # [(type, index, host_name, address)]
     for task_type, index in task_keys(spec):
         slot = placement.slots.get(f"{task_type}:{index}")
@@ -148,45 +280,29 @@ def build_plan(spec: Spec, placement: Placement) -> Plan:
             raise ValueError(f"placement has no slot for {task_type}:{index}")  # a backend's bug
         placements.append((task_type, index, slot.host, slot.address))
     ports = _assign_ports(spec, placements)
-    cluster: dict[str, list[str]] = {}
-    for (task_type, index, _host, address), port in zip(placements, ports):
-        if task_type in CLUSTER_TYPES:
-            cluster.setdefault(task_type, []).append(f"{address}:{port}")
-    tasks = []
-    argv = spec.argv
-    for (task_type, index, host, address), port in zip(placements, ports):
-        # Single-host strategies: the task's role only, no cluster (no TF server to start).
-        tf_config = {"task": {"type": task_type, "index": index}}
-        if not spec.single_host:
-            tf_config = {"cluster": cluster, **tf_config}
-        tf_json = json.dumps(tf_config, separators=(",", ":"))
-        env = dict(DEFAULT_ENV.get(spec.strategy, {}))
-        env.update(spec.env)
-        env.update(
-            {
-                "TF_CONFIG": tf_json,
-                "PYTHONUNBUFFERED": "1",
-                "TFCLUSTER_NAME": spec.name,
-                "TFCLUSTER_STRATEGY": spec.strategy,
-                "TFCLUSTER_TASK": f"{task_type}:{index}",
-            }
-        )
-        env.update(_device_env(spec))
-        tasks.append(
-            PlannedTask(
-                type=task_type,
-                index=index,
-                host=host,
-                address=address,
-                port=port,
-                tf_config_json=tf_json,
-                command=argv,
-                env=tuple(sorted(env.items())),
-            )
-        )
+    cluster: Optional[Cluster] = None
+    if not spec.single_host:  # single-host strategies: the task's role only (no TF server to start)
+        jobs: dict[str, list[str]] = {}
+        for (task_type, index, _host, address), port in zip(placements, ports):
+            if task_type in CLUSTER_TYPES:
+                jobs.setdefault(task_type, []).append(f"{address}:{port}")
+        cluster = Cluster(tuple((task_type, tuple(members)) for task_type, members in jobs.items()))
+    env = dict(DEFAULT_ENV.get(spec.strategy, {}))
+    env.update(spec.env)
+    env.update({"PYTHONUNBUFFERED": "1", "TFCLUSTER_NAME": spec.name, "TFCLUSTER_STRATEGY": spec.strategy})
+    env.update(_device_env(spec))
+    for own in ("TF_CONFIG", "TFCLUSTER_TASK"):  # each task's own (PlannedTask.own_env)
+        env.pop(own, None)
+    base_env = tuple(sorted(env.items()))
+    argv = tuple(spec.argv)
+    tasks = tuple(
+        PlannedTask(type=task_type, index=index, host=host, address=address, port=port, command=argv,
+                    cluster=cluster, base_env=base_env)
+        for (task_type, index, host, address), port in zip(placements, ports)
+    )
     used_hosts = {t.host for t in tasks}
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
-    return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tuple(tasks), hosts=hosts,
+    return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
                 placeholder=placement.placeholder, placement_note=placement.note)
 
 

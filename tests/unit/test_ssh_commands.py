@@ -212,8 +212,7 @@ class FakeChannel:
 def _handle(backend, host, slug):
     from launcher.plan import PlannedTask
 
-    task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, tf_config_json="{}",
-                       command=("x",), env=())
+    task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, command=("x",))
     h = ssh_task.SSHTask.__new__(ssh_task.SSHTask)
     h.task, h.key, h.backend, h.host = task, task.key, backend, backend.hosts[host]
     h.channel, h.pidfile, h._code, h._note = FakeChannel(), f"/r/pids/{slug}.0.pid", None, ""

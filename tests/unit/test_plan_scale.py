@@ -1,0 +1,75 @@
+"""Plans that grow with n (issue 22 item 2): the cluster is held once and shared by the plan's
+tasks, each task's TF_CONFIG is made when asked for, and still byte for byte what it was when
+every task held its own copy (tests/unit/data/plan_goldens.json, written by the plan before the
+change, for the specs of plan_goldens_specs.py)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from launcher.execution import plan_for
+from launcher.spec import parse_spec
+from tests.unit.plan_goldens_specs import SPECS
+
+GOLDENS = json.loads((Path(__file__).parent / "data" / "plan_goldens.json").read_text())
+
+
+def plan_of(text: str):
+    return plan_for(parse_spec(textwrap.dedent(text)))
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_each_tasks_tf_config_and_env_are_unchanged(name):
+    plan = plan_of(SPECS[name])
+    golden = GOLDENS[name]["tasks"]
+    assert set(golden) == set(plan.keys)
+    for task in plan.tasks:
+        assert task.tf_config_json == golden[task.key]["tf_config_json"], task.key
+        assert task.env_dict == golden[task.key]["env"], task.key
+        assert list(task.env_dict) == sorted(golden[task.key]["env"]), task.key  # still sorted
+        assert json.loads(task.tf_config_json) == task.tf_config
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_to_json_is_the_full_shape_as_before(name):
+    assert plan_of(SPECS[name]).to_json() == GOLDENS[name]["to_json"]
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_compact_json_expands_to_the_full_shape(name):
+    from launcher.plan import expand_plan_json
+
+    plan = plan_of(SPECS[name])
+    compact = plan.to_compact_json()
+    assert compact["format"] == "compact" and all("tf_config" not in t and "env" not in t for t in compact["tasks"])
+    assert expand_plan_json(compact) == plan.to_json()
+    assert expand_plan_json(plan.to_json()) == plan.to_json()  # a full one (older records) stays as it is
+
+
+def test_the_tasks_share_one_cluster():
+    plan = plan_of(SPECS["ssh_pss_explicit_ports"])
+    assert plan.cluster is not None and all(t.cluster is plan.cluster for t in plan.tasks)
+    assert all(t.base_env is plan.tasks[0].base_env for t in plan.tasks)
+    assert plan_of(SPECS["mirrored_single_host"]).cluster is None
+
+
+def _ssh_spec(n: int, per_host: int = 4) -> str:
+    hosts = "\n".join(f"  - {{name: h{i}, address: 10.0.{i // 256}.{i % 256}}}" for i in range(n // per_host))
+    return (f"name: scale\nstrategy: multi_worker_mirrored\nbackend: ssh\nentrypoint: python -m worker\n"
+            f"tasks: {{chief: 1, worker: {n - 1}}}\nhosts:\n{hosts}\n")
+
+
+def test_compact_plan_json_grows_linearly():
+    """The compact JSON (plan.json, plan --json=compact) of 1,000 tasks is about 10x that of 100
+    tasks (the full shape is about 100x: each task holds the whole cluster)."""
+    def size(n, compact):
+        plan = plan_for(parse_spec(_ssh_spec(n)))
+        return len(json.dumps(plan.to_compact_json() if compact else plan.to_json()))
+
+    small, big = size(100, True), size(1000, True)
+    assert 8 * small <= big <= 12 * small, (small, big)
+    assert size(1000, False) > 60 * size(100, False)  # what it replaces: O(n²)
