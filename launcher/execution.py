@@ -41,8 +41,10 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/elastic.py)."""
     rows = [("task", "host", "address:port", "command")]
+    joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
     for t in plan.tasks:
-        rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", shlex.join(t.command)))
+        command = joined.get(t.command) or joined.setdefault(t.command, shlex.join(t.command))
+        rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", command))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
     if plan.placeholder:
@@ -52,11 +54,15 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
     if spares:
         out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
-    out.append("TF_CONFIG:")
-    for t in plan.tasks:
-        out.append(f"  {t.key}: {t.tf_config_json}")
+    if plan.cluster is None:  # single-host strategies: the task's role only
+        out.append("TF_CONFIG:")
+        out.extend(f"  {t.key}: {t.tf_config_json}" for t in plan.tasks)
+    else:  # the cluster once (a copy per task is O(n²)), then each task's own part
+        out.append('TF_CONFIG (every task: {"cluster":CLUSTER,"task":TASK}):')
+        out.append(f"  CLUSTER: {plan.cluster.json_text}")
+        out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
     if plan.tasks:
-        common = {k: v for k, v in plan.tasks[0].env if k != "TF_CONFIG" and not k.startswith("TFCLUSTER_TASK")}
+        common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith("TFCLUSTER_TASK")}
         shown = common if show_secrets else redact_env(common)
         out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
         for k, v in shown.items():

@@ -66,7 +66,9 @@ def test_plan_text_shows_tasks_and_tf_config(tmp_path, capsys):
     assert main(["plan", str(write(tmp_path, GOOD))]) == 0
     out = capsys.readouterr().out
     assert "worker:0" in out and "localhost:23457" in out
-    assert '"task":{"type":"worker","index":0}' in out
+    # The cluster once, then each task's own part of its TF_CONFIG (a copy per task is O(n²)).
+    assert '  CLUSTER: {"chief":["localhost:23456"],"worker":["localhost:23457"]}\n' in out
+    assert '  worker:0: TASK {"type":"worker","index":0}\n' in out and out.count("localhost:23457") == 2
     assert "hunter2" not in out and "DB_PASSWORD=***" in out
 
 

@@ -73,3 +73,11 @@ def test_compact_plan_json_grows_linearly():
     small, big = size(100, True), size(1000, True)
     assert 8 * small <= big <= 12 * small, (small, big)
     assert size(1000, False) > 60 * size(100, False)  # what it replaces: O(n²)
+
+
+def test_rendered_plan_grows_linearly():
+    from launcher.execution import render_plan
+
+    small = len(render_plan(plan_for(parse_spec(_ssh_spec(100)))))
+    big = len(render_plan(plan_for(parse_spec(_ssh_spec(1000)))))
+    assert 8 * small <= big <= 12 * small, (small, big)
