@@ -17,7 +17,7 @@ from . import __version__
 from .console import Console
 from .errors import SpecError, UserError
 from .execution import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, plan_for, render_plan, spares_of
-from .plan import Plan, redact_env
+from .plan import Plan, write_full_json
 from .spec import LoadedSpec, load_spec
 
 
@@ -36,8 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("spec", metavar="FILE")
 
     pl = sub.add_parser("plan", help="print the plan: every task's host, port, TF_CONFIG, command and env")
-    pl.add_argument("spec", metavar="FILE")
-    pl.add_argument("--json", action="store_true", help="machine-readable plan")
+    pl.add_argument("spec", metavar="FILE", nargs="?")  # required: _plan_args (--json FILE also works)
+    pl.add_argument("--json", nargs="?", const="full", metavar="FORM",
+                    help="machine-readable plan: --json (full: every task with its whole TF_CONFIG and env) or "
+                         "--json=compact (the cluster and the shared env once, each task's own part: for big specs)")
     pl.add_argument("--show-secrets", action="store_true", help="do not redact KEY/TOKEN/SECRET/PASSWORD values")
 
     up = sub.add_parser("up", help="start the cluster and supervise it until it succeeds or fails")
@@ -153,6 +155,8 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         return runs_under(Path(args.spec or "runs"), console)
     from .backends import backend_class
 
+    if args.command == "plan":
+        _plan_args(args)
     loaded = load_spec(args.spec)
     plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
     run_elsewhere = backend_class(loaded.spec.backend).run_elsewhere
@@ -165,12 +169,10 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         print(f"{args.spec}: ok ({plan.strategy}, {len(plan.tasks)} tasks on {plan.backend})")
         return EXIT_OK
     if args.command == "plan":
-        if args.json:
-            data = plan.to_json()
-            if not args.show_secrets:
-                for task in data["tasks"]:
-                    task["env"] = redact_env(task["env"])
-            print(json.dumps(data, indent=2))
+        if args.json == "compact":
+            print(json.dumps(plan.to_compact_json(secrets=args.show_secrets), indent=2))
+        elif args.json:
+            write_full_json(plan, sys.stdout, secrets=args.show_secrets)
         else:
             print(render_plan(plan, show_secrets=args.show_secrets, spares=spares_of(loaded.spec)))
         return EXIT_OK
@@ -206,6 +208,18 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
 
         return tensorboard(loaded, console, port=args.port)
     raise SpecError(f"unknown command {args.command}")
+
+
+def _plan_args(args: argparse.Namespace) -> None:
+    """``plan``'s FILE and --json's optional form: ``plan --json FILE`` gives --json the file,
+    which is FILE then."""
+    if args.json not in (None, "full", "compact"):
+        if args.spec is not None:
+            raise SpecError(f"argument --json: invalid choice: {args.json!r} (choose from 'full', 'compact') "
+                            "(see 'tfcluster plan --help')")
+        args.spec, args.json = args.json, "full"
+    if args.spec is None:
+        raise SpecError("the following arguments are required: FILE (see 'tfcluster plan --help')")
 
 
 def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Console) -> int:

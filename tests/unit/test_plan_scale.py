@@ -81,3 +81,44 @@ def test_rendered_plan_grows_linearly():
     small = len(render_plan(plan_for(parse_spec(_ssh_spec(100)))))
     big = len(render_plan(plan_for(parse_spec(_ssh_spec(1000)))))
     assert 8 * small <= big <= 12 * small, (small, big)
+
+
+def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
+    from launcher.cli import main
+
+    for name, text in SPECS.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(textwrap.dedent(text))
+        assert main(["plan", str(path), "--json"]) == 0
+        assert capsys.readouterr().out == GOLDENS[name]["plan_json_text"], name
+
+
+def test_plan_json_compact(tmp_path, capsys):
+    from launcher.cli import main
+    from launcher.plan import expand_plan_json
+
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
+    assert main(["plan", str(path), "--json=compact"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cluster"] == {"chief": ["localhost:3000"],
+                               "worker": ["localhost:3001", "localhost:3002", "localhost:3003"]}
+    assert data["env"]["API_TOKEN"] == "***" and "TF_CONFIG" not in data["env"]
+    assert data["tasks"][1] == {"type": "worker", "index": 0, "host": "localhost", "address": "localhost",
+                                "port": 3001}
+    assert json.dumps(expand_plan_json(data), indent=2) + "\n" == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
+    assert main(["plan", str(path), "--json=full"]) == 0
+    assert capsys.readouterr().out == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
+
+def test_plan_json_flag_forms(tmp_path, capsys):
+    """--json before FILE still works; a form other than full/compact is one line, exit 2."""
+    from launcher.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
+    assert main(["plan", "--json", str(path)]) == 0
+    assert capsys.readouterr().out == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
+    assert main(["plan", str(path), "--json=small"]) == 2
+    assert "argument --json: invalid choice: 'small' (choose from 'full', 'compact')" in capsys.readouterr().err
+    assert main(["plan", "--json"]) == 2
+    assert "the following arguments are required: FILE" in capsys.readouterr().err
