@@ -2,7 +2,7 @@
 
 Layout under ``<spec dir>/<run_dir>/<name>/`` (the names: launcher/record/layout.py)::
 
-    <run id>/plan.json        the plan as executed (the first one)
+    <run id>/plan.json        the plan as executed (the first one; the cluster once: plan.expand_plan_json)
     <run id>/plan-2.json ...  later plans, after hosts were lost (launcher/elastic.py)
     <run id>/events.jsonl     one JSON object per start, exit, failure, restart and the outcome
     <run id>/logs/<type>-<index>.log   each task's output, all attempts
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .errors import LaunchError
-from .plan import Plan, redact_env
+from .plan import Plan
 from .procinfo import start_time
 from .record.events import Event
 from .record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
@@ -107,9 +107,9 @@ class RunRecord:
         self._write_launcher()
 
     def _write_plan(self, name: str = PLAN_FILE) -> None:
-        plan_json = self.plan.to_json()
-        for task in plan_json["tasks"]:
-            task["env"] = redact_env(task["env"])
+        """The plan in the compact shape (``Plan.to_compact_json``: the cluster and the shared env
+        once, O(n) in the tasks; ``plan.expand_plan_json`` gives the full one), secrets redacted."""
+        plan_json = self.plan.to_compact_json(secrets=False)
         write_atomic(self.dir / name, json.dumps(plan_json, indent=2) + "\n")
 
     def close(self) -> None:

@@ -122,3 +122,27 @@ def test_plan_json_flag_forms(tmp_path, capsys):
     assert "argument --json: invalid choice: 'small' (choose from 'full', 'compact')" in capsys.readouterr().err
     assert main(["plan", "--json"]) == 2
     assert "the following arguments are required: FILE" in capsys.readouterr().err
+
+
+def test_the_records_plan_json_holds_the_cluster_once_and_reads_back(tmp_path):
+    """plan.json is the compact shape, secrets redacted; status reads it, and still reads a record
+    written before (every task with its whole TF_CONFIG)."""
+    from launcher.plan import expand_plan_json
+    from launcher.rundir import RunRecord
+    from launcher.runstate import load_run
+
+    plan = plan_of(SPECS["local_mwms_chief_evaluator"])
+    record = RunRecord(tmp_path / "runs", plan).create()
+    record.close()
+    path = record.dir / "plan.json"
+    data = json.loads(path.read_text())
+    assert data["format"] == "compact" and data["cluster"] == plan.cluster.to_json()
+    assert "s3cret" not in path.read_text() and data["env"]["API_TOKEN"] == "***"
+    full = GOLDENS["local_mwms_chief_evaluator"]["to_json"]
+    redacted = {**full, "tasks": [{**t, "env": {**t["env"], "API_TOKEN": "***"}} for t in full["tasks"]]}
+    assert expand_plan_json(data) == redacted
+    rows = lambda: [(t.key, t.host) for t in load_run(record.dir, progress=False).tasks]  # noqa: E731
+    expected = [(t.key, t.host) for t in plan.tasks]
+    assert rows() == expected
+    path.write_text(json.dumps(redacted, indent=2))  # a record from before: the full shape
+    assert rows() == expected

@@ -115,7 +115,7 @@ def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(l
     assert {e["task"]: e["node"] for e in starts[:4]} == {"chief:0": "n1", "worker:0": "n1", "worker:1": "n2",
                                                           "ps:0": "n3"}
     plan = json.loads((_record(spec) / "plan.json").read_text())
-    cluster = plan["tasks"][0]["tf_config"]["cluster"]
+    cluster = plan["cluster"]  # held once (the compact plan.json)
     a = {n: lab.node_address(n) for n in lab.nodes}
     assert cluster == {"chief": [f"{a['n1']}:23456"], "worker": [f"{a['n1']}:23457", f"{a['n2']}:23456"],
                        "ps": [f"{a['n3']}:23456"]}
