@@ -13,7 +13,8 @@ Both are keyed by task type like ``tasks:``, plus ``default`` for every type not
         worker: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4, accelerator_count: 1}
 
 A type's own entry overrides the ``default`` entry key by key (see ``merged``).
-This module imports nothing from the rest of tfcluster (spec.py imports it).
+Like the backends' blocks, these are OptionsModels (launcher/specmodel.py); the loader, spec.py,
+adds them to the Spec class.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from ..specmodel import OptionsModel
 
 # Kubernetes resource.Quantity, as the TFJob CRD's own pattern spells it.
 QUANTITY_RE = re.compile(
@@ -30,11 +33,7 @@ QUANTITY_RE = re.compile(
 DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
-
-
-class _ByType(_Model):
+class _ByType(OptionsModel):
     def merged(self, task_type: str) -> dict[str, Any]:
         """The ``default`` entry overlaid with the type's own keys (only those it sets)."""
         out: dict[str, Any] = {}
@@ -56,7 +55,7 @@ def _quantity(v: Any, example: str) -> Optional[str]:
     return text
 
 
-class PodResources(_Model):
+class PodResources(OptionsModel):
     """Requests = limits for one pod: ``cpu`` (2, 500m), ``memory`` (8Gi), ``gpus`` (nvidia.com/gpu)."""
 
     cpu: Optional[Union[str, int, float]] = None
@@ -82,7 +81,7 @@ class ResourcesByType(_ByType):
     evaluator: Optional[PodResources] = None
 
 
-class KubernetesOptions(_Model):
+class KubernetesOptions(OptionsModel):
     """``kubernetes:`` -- what ``tfcluster export --to tfjob`` puts in the TFJob beyond the spec."""
 
     namespace: str = "default"
@@ -101,7 +100,7 @@ class KubernetesOptions(_Model):
         return v
 
 
-class Machine(_Model):
+class Machine(OptionsModel):
     """One Vertex worker pool's machine: machineSpec and diskSpec of its WorkerPoolSpec."""
 
     machine_type: Optional[str] = None
@@ -119,7 +118,7 @@ class MachinesByType(_ByType):
     evaluator: Optional[Machine] = None
 
 
-class VertexOptions(_Model):
+class VertexOptions(OptionsModel):
     """``vertex:`` -- what ``tfcluster export --to vertex`` puts in the CustomJob beyond the spec."""
 
     machines: MachinesByType = MachinesByType()
