@@ -158,6 +158,10 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
     if args.command == "plan":
         _plan_args(args)
     loaded = load_spec(args.spec)
+    if args.command in ("plan", "validate", "up"):
+        from .discovery import with_discovered
+
+        loaded = with_discovered(loaded)  # hosts: plus what discovery.command prints now
     plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
     run_elsewhere = backend_class(loaded.spec.backend).run_elsewhere
     if args.command in ("up", "status", "logs", "attach", "down", "runs") \

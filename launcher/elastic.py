@@ -52,8 +52,9 @@ class Replan:
 
 
 def elastic_enabled(spec: Spec) -> bool:
-    """Membership changes are handled when the spec asks for them (``elastic:``) or lists spares."""
-    return spec.elastic is not None or bool(spare_hosts(spec, ()))
+    """Membership changes are handled when the spec asks for them (``elastic:``, ``discovery:``)
+    or lists spares."""
+    return spec.elastic is not None or spec.discovery is not None or bool(spare_hosts(spec, ()))
 
 
 def options(spec: Spec):

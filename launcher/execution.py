@@ -20,7 +20,7 @@ from .console import Console
 from .errors import LaunchError
 from .plan import Plan, build_plan, redact_env
 from .record.layout import SUPERVISOR_LOG, name_dir, runs_dir
-from .spec import LoadedSpec
+from .spec import LoadedSpec, load_spec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .spec import Spec
@@ -142,7 +142,9 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
         on_record(record)
     console.quiet_tasks = quiet
     console.verbose = verbose
-    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, spec=spec)
+    static = [h.name for h in load_spec(loaded.path).spec.hosts] if spec.discovery is not None else None
+    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, spec=spec,
+                            static_hosts=static, discovery_cwd=loaded.base_dir)
     if handover is not None:
         handover.open_log(record.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)

@@ -214,6 +214,10 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("tasks", "worker", "min"), f"backend {spec.backend} cannot go on with fewer workers; min "
                          f"works with backend {' and '.join(able) or 'none'}; remove min"))
+    if spec.discovery is not None and not backend.capabilities.elastic:
+        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
+        problems.append((("discovery",), f"backend {spec.backend} cannot use hosts that come and go; discovery: "
+                         f"works with backend {' and '.join(able) or 'none'}; remove discovery:"))
     if spec.elastic is not None and not backend.capabilities.elastic:
         able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "

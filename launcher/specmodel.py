@@ -156,6 +156,15 @@ class Elastic(OptionsModel):
     grow: bool = True
 
 
+class Discovery(OptionsModel):
+    """``discovery:`` -- a command that prints the hosts that exist now (launcher/discovery.py),
+    run when tfcluster plans and every ``every`` seconds during a run."""
+
+    command: str = Field(min_length=1)
+    every: float = Field(default=30.0, gt=0)
+    timeout: float = Field(default=10.0, gt=0)
+
+
 class Watchdog(OptionsModel):
     """Timeouts that turn a silent cluster into a reported failure."""
 
@@ -260,6 +269,8 @@ class Spec(OptionsModel):
     restart: Restart = Restart()
     # None: not asked for; membership changes are still handled when hosts: lists spares.
     elastic: Optional[Elastic] = None
+    # Hosts found by a command (in addition to hosts:); launcher/discovery.py.
+    discovery: Optional[Discovery] = None
     watchdog: Watchdog = Watchdog()
     state: State = State()
     # Where run records go, relative to the spec file.

@@ -11,7 +11,8 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from .backends.base import Backend, TaskHandle
 from .console import Console
@@ -60,6 +61,8 @@ class Supervisor:
         poll_interval: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         spec: Optional[Spec] = None,
+        static_hosts: Optional[Sequence[str]] = None,
+        discovery_cwd: Optional[Path] = None,
     ) -> None:
         self.plan = plan
         # Hosts that come and go (launcher/elastic.py): on when the spec asks for it or lists
@@ -69,6 +72,18 @@ class Supervisor:
         self.first_plan = plan
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
         self.down: list[str] = []  # hosts lost in this run and not back (elastic.settle) yet
+        # Host discovery (launcher/discovery.py): polled in a thread; hosts: entries never vanish.
+        self.poller = None
+        self.static_hosts: set[str] = set()
+        self._answers = 0
+        self._discovery_problem = ""
+        self._vanished: dict[str, str] = {}
+        if self.elastic and spec is not None and spec.discovery is not None:
+            from .discovery import Poller
+
+            self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
+            self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
+                                 discovery_cwd or Path.cwd())
         self.backend = backend
         self.record = record
         self.console = console
@@ -105,6 +120,8 @@ class Supervisor:
                           run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
                           **({"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks])}
                              if self.elastic and self.spec is not None else {}))
+        if self.poller is not None:
+            self.poller.start()
         try:
             number = 0  # attempts so far - 1 (TFCLUSTER_RESTART_COUNT)
             failures = 0  # failed attempts that count against restart.max_restarts
@@ -122,10 +139,16 @@ class Supervisor:
                     return self._finish(130, Outcome.INTERRUPTED)
                 if attempt.state == AttemptState.REGROW:
                     assert self.spec is not None
-                    change = grow(self.spec, self.plan, self.down)
-                    if change is not None:
-                        self._use(change, {}, number, "restarting the bigger group from the step just saved")
-                    number += 1  # growing is a membership change, not a failure
+                    if self._vanished:  # discovery says hosts of the plan are gone: move their tasks
+                        moved = self._move_lost_hosts(number, lost=self._vanished)
+                        self._vanished = {}
+                        if moved:
+                            return moved
+                    else:
+                        change = grow(self.spec, self.plan, self.down)
+                        if change is not None:
+                            self._use(change, {}, number, "restarting the bigger group from the step just saved")
+                    number += 1  # a membership change, not a failure
                     continue
                 failure = attempt.failure
                 assert failure is not None
@@ -157,17 +180,21 @@ class Supervisor:
                 if delay and self.stop_event.wait(delay):
                     return self._finish(130, Outcome.INTERRUPTED)
         finally:
+            if self.poller is not None:
+                self.poller.close()
             self._stop_all(grace=0)
             self._drop_standby()
             self.backend.close()
 
-    def _move_lost_hosts(self, number: int) -> Optional[int]:
+    def _move_lost_hosts(self, number: int, lost: Optional[dict[str, str]] = None) -> Optional[int]:
         """After a failed attempt: are any of the plan's hosts lost? None: no (the failure is the
         training's). 0: their tasks moved to spares, restart under the new plan. Else the run's
-        exit code (no spare left: one line naming the missing hosts; or interrupted)."""
+        exit code (no spare left: one line naming the missing hosts; or interrupted). ``lost``:
+        already known (discovery says they are gone), nothing to ask the backend."""
         assert self.spec is not None
         hosts = sorted({t.host for t in self.plan.tasks})
-        lost = self.backend.lost_hosts(hosts, options(self.spec).host_wait, self.stop_event)
+        if lost is None:
+            lost = self.backend.lost_hosts(hosts, options(self.spec).host_wait, self.stop_event)
         if self.stop_event.is_set():
             return self._finish(130, Outcome.INTERRUPTED)
         if not lost:
@@ -196,6 +223,50 @@ class Supervisor:
                           "against restart.max_restarts)")
         self.plan = change.plan
         self.backend.use_plan(change.plan)
+
+    def _discovered(self, attempt: Attempt) -> bool:
+        """While an attempt runs: the discovery command's newest answer (launcher/discovery.py).
+        A failed one keeps the last good list and says why in one line (once per reason). New
+        hosts are added and watched until they answer for elastic.settle s (then usable, as a
+        lost host that came back). Hosts gone from the list are dropped; if the plan uses one,
+        True: the attempt ends (REGROW), its tasks stopped gracefully, and they move."""
+        assert self.spec is not None and self.poller is not None
+        count, answer = self.poller.latest()
+        if count == self._answers or answer is None:
+            return False
+        self._answers = count
+        if answer.hosts is None:
+            if answer.problem != self._discovery_problem:
+                self._discovery_problem = answer.problem
+                self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
+                                   f"({', '.join(h.name for h in self.spec.hosts)}); the run goes on")
+                self.record.event(Event.DISCOVERY, ok=False, problem=answer.problem)
+            return False
+        self._discovery_problem = ""
+        known = {h.name for h in self.spec.hosts}
+        found = {h.name for h in answer.hosts}
+        added = [h for h in answer.hosts if h.name not in known]
+        gone = sorted(known - found - self.static_hosts)
+        if not added and not gone:
+            return False
+        hosts = tuple(h for h in self.spec.hosts if h.name not in gone) + tuple(added)
+        self.spec = self.spec.model_copy(update={"hosts": hosts})
+        self.backend.add_hosts(added)
+        self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
+        self.record.event(Event.DISCOVERY, ok=True, added=[h.name for h in added], gone=gone)
+        bits = ([f"{', '.join(h.name for h in added)} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
+                 f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
+        bits += [f"{', '.join(gone)} gone from the list"] if gone else []
+        self.console.info(f"discovery: {'; '.join(bits)}")
+        in_plan = {t.host for t in self.plan.tasks}
+        vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}
+        if not vanished:
+            return False
+        self._vanished = vanished
+        self.console.info(f"moving {', '.join(t.key for t in self.plan.tasks if t.host in vanished)}: stopping the "
+                          "group gracefully (SIGTERM: the workers save the step they agree on)")
+        attempt.state = AttemptState.REGROW
+        return True
 
     def _hosts_back(self, attempt: Attempt) -> bool:
         """While an attempt runs: lost hosts that answered again for elastic.settle s become
@@ -330,9 +401,11 @@ class Supervisor:
                         return attempt
                 # Elastic: lost hosts that came back (checked about once a second, once every task
                 # is up: a group stopped while it starts would save nothing).
-                if self.down and attempt.ready_after is not None and now >= next_back_check:
+                if self.elastic and attempt.ready_after is not None and now >= next_back_check:
                     next_back_check = now + 1.0
-                    if self._hosts_back(attempt):
+                    if self.poller is not None and self._discovered(attempt):
+                        return attempt  # REGROW: hosts gone; stopped with the usual grace (a graceful save)
+                    if self.down and self._hosts_back(attempt):
                         return attempt  # REGROW: stopped with the usual grace (a graceful save)
                 time.sleep(self.poll_interval)
         finally:

@@ -33,9 +33,13 @@ _PR_SET_PDEATHSIG = 1
 
 # How the wrapper says the lease ran out (the launcher recognises the line: launcher/backends/ssh_task.py).
 LEASE_EXPIRED = "no word from the launcher for"
+# How the wrapper says GCE announced this VM's preemption (likewise recognised by the launcher).
+GCE_NOTICE = "GCE preemption notice"
+_GCE_DEFAULT = "metadata.google.internal"
+_GCE_PATH = "/computeMetadata/v1/instance/preempted"
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
-    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None}
+    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off"}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -80,6 +84,51 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _gce_metadata_host(mode: str) -> str:
+    """The metadata server to watch for the preemption notice, or "" (off). ``on``: always;
+    ``auto``: when GCE_METADATA_HOST is set or the machine's DMI product name says Google
+    Compute Engine (as google-auth checks, with no network request)."""
+    if mode == "off":
+        return ""
+    host = os.environ.get("GCE_METADATA_HOST", "")
+    if mode == "on":
+        return host or _GCE_DEFAULT
+    if host:
+        return host
+    try:
+        with open("/sys/class/dmi/id/product_name") as fh:
+            return _GCE_DEFAULT if "Google" in fh.read() else ""
+    except OSError:
+        return ""
+
+
+def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
+    """Long-poll the preemption flag (``?wait_for_change=true``) until it reads TRUE, then call
+    ``on_notice`` once. A server that does not answer is asked again a little later."""
+    import http.client
+
+    last = ""
+    while not stopping.is_set():
+        query = _GCE_PATH + ("?wait_for_change=true" + (f"&last_etag={last}" if last else "") if last else "")
+        try:
+            conn = http.client.HTTPConnection(host, timeout=330)
+            conn.request("GET", query, headers={"Metadata-Flavor": "Google"})
+            reply = conn.getresponse()
+            body = reply.read().decode(errors="replace").strip()
+            etag = reply.getheader("ETag") or "0"
+            conn.close()
+        except (OSError, http.client.HTTPException):
+            stopping.wait(2.0)
+            continue
+        if reply.status != 200:
+            stopping.wait(5.0)
+            continue
+        if body.upper() == "TRUE":
+            on_notice()
+            return
+        last = etag
 
 
 def main(argv: list[str]) -> int:
@@ -162,6 +211,14 @@ def main(argv: list[str]) -> int:
                 return
 
     threading.Thread(target=watch_lifeline, daemon=True).start()
+    gce = _gce_metadata_host(opts["gce-metadata"])
+    if gce:
+        def on_notice() -> None:
+            _say(f"taskwrap: {GCE_NOTICE} (metadata {_GCE_PATH} is TRUE): stopping the task gracefully (SIGTERM) "
+                 "before the OS shutdown\n")
+            _killpg(pgid, signal.SIGTERM)
+
+        threading.Thread(target=_watch_gce, args=(gce, on_notice, stopping), daemon=True).start()
 
     while True:
         try:

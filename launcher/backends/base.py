@@ -226,6 +226,10 @@ class Backend(abc.ABC):
         answered without a break for ``settle`` seconds. Must not block: probe elsewhere."""
         return []
 
+    def add_hosts(self, hosts: Sequence[Any]) -> None:
+        """Elastic runs: hosts found by ``discovery:`` during the run (spec ``Host`` entries),
+        from now on usable like those of ``hosts:``."""
+
     def use_plan(self, plan: Plan) -> None:
         """The supervisor moved tasks to other hosts (launcher/elastic.py): the plan the next
         attempts run. E.g. the ssh backend's state copy then targets the new hosts."""

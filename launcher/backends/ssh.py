@@ -36,6 +36,7 @@ from typing import Mapping, Optional, Sequence
 from ..console import Console
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot
+from ..record.events import Event
 from ..specmodel import TASK_TYPES, LoadedSpec, Spec
 from . import ssh_down, ssh_probe, ssh_sync
 from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
@@ -59,7 +60,12 @@ class SSHBackend(Backend):
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
-        """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``."""
+        """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``. With no
+        hosts yet (``discovery:`` finds them when tfcluster plans to run), placeholders."""
+        if not spec.hosts and spec.discovery is not None:
+            slots = {f"{t}:{i}": Slot(f"host{n + 1}", f"host{n + 1}")
+                     for n, (t, i) in enumerate((t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t)))}
+            return Placement(slots, placeholder=True, note="hosts come from discovery.command when tfcluster plans a run")
         slots = {}
         cursor = 0
         for task_type in TASK_TYPES:
@@ -76,7 +82,7 @@ class SSHBackend(Backend):
     @classmethod
     def check_spec(cls, spec: Spec) -> list[tuple[tuple, str]]:
         problems = []
-        if not spec.hosts and any(spec.tasks.count(t) for t in TASK_TYPES):
+        if not spec.hosts and spec.discovery is None and any(spec.tasks.count(t) for t in TASK_TYPES):
             problems.append((("hosts",), "backend ssh needs hosts; list them under hosts: with ssh and address"))
         sup, names = spec.ssh.supervisor, [h.name for h in spec.hosts]
         if sup is not None and spec.ssh.sync:
@@ -117,6 +123,7 @@ class SSHBackend(Backend):
         self.lease = Lease(self.opts.lease)
         self.heartbeat = Heartbeat(interval=min(1.0, self.opts.lease / 4))
         self._watch: Optional[HostWatch] = None  # lost hosts, probed for their return (elastic)
+        self.preempted: dict[str, float] = {}  # host -> when its GCE preemption notice came
         self._watching: set[str] = set()
         if self.opts.config and not self._local(self.opts.config).is_file():
             raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
@@ -218,9 +225,26 @@ class SSHBackend(Backend):
             return True
         return False
 
+    def host_preempted(self, name: str) -> None:
+        """A task on ``name`` saw GCE's preemption notice (taskwrap's GCE_NOTICE line): the host
+        is going away; it counts as lost at once, without waiting elastic.host_wait."""
+        if name in self.preempted:
+            return
+        self.preempted[name] = time.time()
+        if self._watch is None:
+            self._watch = HostWatch(self._probe)
+        self._watch.going(name)
+        self.console.info(f"{name}: GCE preemption notice; its tasks save and stop now")
+        if self.record is not None:
+            self.record.event(Event.HOST_PREEMPTED, host=name)
+
     def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None) -> dict[str, str]:
-        """Every host that does not answer now is tried again each second for ``wait`` s, all in
-        parallel; those still silent then are lost."""
+        """Hosts that announced their preemption are lost at once. Every other host that does not
+        answer now is tried again each second for ``wait`` s, all in parallel; those still
+        silent then are lost."""
+        lost = {n: f"preempted: GCE notice at {time.strftime('%H:%M:%S', time.localtime(self.preempted.pop(n)))}"
+                for n in hosts if n in self.preempted}
+        hosts = [n for n in hosts if n not in lost]
         started = time.monotonic()
         silent = [n for n in hosts if not self._answers(n)]
         while silent and time.monotonic() - started < wait:
@@ -232,7 +256,7 @@ class SSHBackend(Backend):
                 answers = dict(zip(silent, pool.map(self._answers, silent)))
             silent = [n for n in silent if not answers[n]]
         took = time.monotonic() - started
-        return {n: f"unreachable for {took:.0f} s" for n in silent}
+        return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
 
     def _probe(self, name: str) -> bool:
         """One probe of a lost host (ssh_watch.py): a connection (reused while it lasts) that runs
@@ -260,6 +284,19 @@ class SSHBackend(Backend):
         self._watching = set(hosts)
         self._watch.watch(list(hosts))
         return [h for h in self._watch.settled(settle) if h in self._watching]
+
+    def add_hosts(self, hosts) -> None:
+        model = next(iter(self.hosts.values()), None)
+        for host in hosts:
+            if host.name in self.hosts:
+                continue
+            hs = HostState(host, self.opts)
+            if model is not None:
+                hs.run_dir, hs.state_dir, hs.workdir = model.run_dir, model.state_dir, model.workdir
+            else:
+                run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
+                hs.run_dir, hs.state_dir, hs.workdir = run_dir, self.state_sync.state_dir(state), workdir
+            self.hosts[host.name] = hs
 
     def use_plan(self, plan: Plan) -> None:
         self.state_sync.plan = plan
@@ -318,7 +355,7 @@ class SSHBackend(Backend):
         self.starts[task.key] = n + 1
         pidfile = hs.pidfile(task, n)
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
-                               task.command)
+                               task.command, self.opts.gce_metadata)
         try:
             chan = hs.transport.open_session(timeout=self.opts.connect_timeout)
             chan.set_combine_stderr(True)
@@ -334,7 +371,7 @@ class SSHBackend(Backend):
         """Turn the host agent waiting on ``chan`` into ``task``'s wrapper: no new shell.
         (The pid file's path is absolute now; its tail is the one the agent was started with.)"""
         pidfile = hs.pidfile(task, 0)
-        args = wrap_args(hs.workdir, pidfile, self.opts.lease, self.stop_grace, task.command)
+        args = wrap_args(hs.workdir, pidfile, self.opts.lease, self.stop_grace, task.command, self.opts.gce_metadata)
         order = {"go": {"env": self.task_env(task, hs, env), "args": args}}
         try:
             chan.set_combine_stderr(True)

@@ -20,7 +20,7 @@ def q(value: str) -> str:
 
 
 def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: float, grace: float,
-                 argv: Sequence[str]) -> str:
+                 argv: Sequence[str], gce_metadata: str = "off") -> str:
     """The shell command that starts one task. The env is NOT in it (it goes over stdin).
 
     ``; exit $?`` keeps the shell waiting, so a wrapper killed by signal N is reported as
@@ -30,7 +30,8 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     # -S: the wrapper needs only the stdlib; skipping site saves a large part of its start-up.
     # The task itself starts its own interpreter normally.
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
-             "--pidfile", q(pidfile), "--"] + [q(a) for a in argv]
+             "--pidfile", q(pidfile)] + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
+        + ["--"] + [q(a) for a in argv]
     return f"cd {q(workdir)} && " + " ".join(parts) + "; exit $?"
 
 
@@ -97,9 +98,11 @@ def sync_command(workdir: str) -> str:
     return f"mkdir -p {q(workdir)} && tar -xzf - -C {q(workdir)}"
 
 
-def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequence[str]) -> list[str]:
+def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequence[str],
+              gce_metadata: str = "off") -> list[str]:
     """taskwrap's arguments for a task started by the host agent (which has no shell to cd)."""
-    return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir, "--",
+    gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
+    return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir, *gce, "--",
             *argv]
 
 

@@ -105,7 +105,8 @@ def secure(conn: Connection, opts: SSHOptions, base_dir: Path) -> Connection:
 
 
 def make_connection(host: Host, opts: SSHOptions, base_dir: Path) -> Connection:
-    """An unopened Fabric Connection for ``host`` (ssh_config aliases, ProxyJump honoured)."""
+    """An unopened Fabric Connection for ``host`` (ssh_config aliases, ProxyJump or else
+    ProxyCommand honoured, as OpenSSH does when both are set)."""
     config = Config(runtime_ssh_path=str(resolve_local(opts.config, base_dir))) if opts.config else Config()
     timeout = max(1, math.ceil(opts.connect_timeout))
     connect_kwargs: dict = {"banner_timeout": timeout, "auth_timeout": timeout}
@@ -121,8 +122,13 @@ def make_connection(host: Host, opts: SSHOptions, base_dir: Path) -> Connection:
         gateway=False,  # set below, in OpenSSH's order
     )
     jump = host.proxy_jump or conn.ssh_config.get("proxyjump")
+    command = conn.ssh_config.get("proxycommand")
     if jump and jump.lower() != "none":
         conn.gateway = jump_chain(jump, config, timeout, connect_kwargs)
+    elif command and command.lower() != "none":
+        # ssh_config's ProxyCommand (%h, %p expanded by paramiko's lookup), e.g. `gcloud compute
+        # start-iap-tunnel %h %p --listen-on-stdin ...` for VMs with no external address.
+        conn.gateway = command
     return secure(conn, opts, base_dir)
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..specmodel import OptionsModel
 
@@ -14,6 +14,16 @@ class SSHOptions(OptionsModel):
 
     # Seconds to wait for TCP connect + SSH handshake per host.
     connect_timeout: float = Field(default=10.0, gt=0)
+    # Watch GCE's preemption notice on each host (the metadata server's instance/preempted flag,
+    # GCE_METADATA_HOST honoured): on TRUE the host's tasks get the graceful SIGTERM at once and the
+    # host counts as preempted. auto: on where the host is a GCE VM (its DMI product name) or
+    # GCE_METADATA_HOST is set in the tasks' env; true/false: always/never.
+    gce_metadata: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("gce_metadata", mode="before")
+    @classmethod
+    def _gce_metadata(cls, v: Any) -> Any:
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
     # known_hosts file that host keys are checked against (default ~/.ssh/known_hosts plus any
     # UserKnownHostsFile from ssh_config). Unknown or changed keys are refused...
     known_hosts: Optional[str] = None

@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Optional
 
 from ..plan import PlannedTask
-from ..taskwrap import LEASE_EXPIRED
+from ..taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from .base import LineSink, TaskHandle
 from .ssh_commands import state_command
 from .ssh_host import HostState
@@ -45,6 +45,8 @@ class SSHTask(TaskHandle):
                     line = raw.decode("utf-8", "replace").rstrip("\r")
                     if line.startswith("taskwrap: " + LEASE_EXPIRED):
                         self._lease_expired = True
+                    elif line.startswith("taskwrap: " + GCE_NOTICE):
+                        self.backend.host_preempted(self.host.name)
                     on_line(self.key, line)
         except Exception:  # noqa: BLE001 - a dropped connection ends the stream
             pass

@@ -20,6 +20,7 @@ class HostWatch:
         self.probe, self.interval, self.clock = probe, interval, clock
         self._names: set[str] = set()
         self._since: dict[str, float] = {}
+        self._going: set[str] = set()  # announced their end (a preemption notice): must go first
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -30,6 +31,13 @@ class HostWatch:
             if start and self._thread is None and self._names:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-hostwatch")
                 self._thread.start()
+
+    def going(self, name: str) -> None:
+        """``name`` announced that it is going away (GCE's preemption notice): answers count only
+        after a probe has failed once (it went), so a host still up in its notice is not back."""
+        with self._lock:
+            self._going.add(name)
+            self._since.pop(name, None)
 
     def forget(self, name: str) -> None:
         with self._lock:
@@ -63,10 +71,11 @@ class HostWatch:
             for name, ok in answers.items():
                 if name not in self._names:
                     continue
-                if ok:
+                if ok and name not in self._going:
                     self._since.setdefault(name, started)
-                else:
+                elif not ok:
                     self._since.pop(name, None)
+                    self._going.discard(name)
 
     def _ask(self, name: str) -> bool:
         try:

@@ -10,7 +10,10 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``rundi
         evaluator), task_restart (a parameter_server worker restarted alone), failure (the
         attempt's root cause), stopped / stop_unconfirmed (tasks stopped at the attempt's end)
     restart (the next attempt, after a failure)   [elastic: host_lost, then replan first]
-    host_added (elastic: a lost host answered again for elastic.settle s: a spare again, or
+    host_preempted (ssh: a task's wrapper saw GCE's preemption notice; its host is lost at once)
+    discovery (elastic: discovery.command's answer changed the hosts, or failed: ok, added, gone,
+        problem)
+    host_added (elastic: a lost or newly found host answered for elastic.settle s: a spare again, or
         grow: replan to a bigger group after the attempt stopped gracefully)
     outcome (last; written once, also by ``tfcluster down`` for a lost supervisor)
 
@@ -43,6 +46,8 @@ class Event(Word):
     HOST_LOST = "host_lost"
     REPLAN = "replan"
     HOST_ADDED = "host_added"
+    HOST_PREEMPTED = "host_preempted"
+    DISCOVERY = "discovery"
     OUTCOME = "outcome"
     STATE_SYNC = "state_sync"
     STATE_COPY = "state_copy"

@@ -55,3 +55,22 @@ def test_a_probe_that_raises_is_a_host_that_does_not_answer_and_forget_stops_wat
     assert ok.settled(0.0) == ["h2"]
     ok.forget("h2")
     assert ok.settled(0.0) == []
+
+
+def test_a_host_that_announced_its_preemption_is_back_only_after_it_went_away():
+    clock, up = Clock(), {"h2": True}
+    watch = HostWatch(lambda name: up[name], clock=clock)
+    watch.going("h2")
+    watch.watch(["h2"], start=False)
+    for second in range(10):  # still up in its notice: never back
+        clock.now = float(second)
+        watch.probe_once()
+        assert watch.settled(3.0) == [], second
+    up["h2"] = False
+    clock.now = 10.0
+    watch.probe_once()
+    up["h2"] = True
+    for second in range(11, 16):
+        clock.now = float(second)
+        watch.probe_once()
+    assert watch.settled(3.0) == ["h2"]  # answered from 11 to 15 after going away at 10

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.support.waits import wait_for
 from tests.integration.tfrun import last_step_before, progress, run_and_act
 
 from .conftest import PY, cmdline, pids_in_netns, tfcluster
