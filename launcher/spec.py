@@ -104,6 +104,31 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+if getattr(yaml, "CSafeLoader", None) is not None:  # PyYAML built with libyaml
+    class _FastUniqueKeyLoader(yaml.CSafeLoader):
+        """libyaml's parser, the same constructors: ~20x faster on a long hosts: list."""
+
+    _FastUniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+else:  # pragma: no cover
+    _FastUniqueKeyLoader = None
+
+
+def _load_yaml(text: str) -> tuple[Any, Optional[yaml.Node]]:
+    """The spec's data and its node tree (for the line numbers of messages), parsed once with
+    libyaml when PyYAML has it (the pure-Python parser takes seconds on 10,000 hosts). A file
+    libyaml refuses is parsed again the pure-Python way, for the messages users have always got."""
+    if _FastUniqueKeyLoader is not None:
+        loader = _FastUniqueKeyLoader(text)
+        try:
+            root = loader.get_single_node()
+            return (loader.construct_document(root) if root is not None else None), root
+        except yaml.YAMLError:
+            pass
+        finally:
+            loader.dispose()
+    data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    return data, yaml.compose(text, Loader=yaml.SafeLoader)
+
 
 def load_spec(path: str | Path) -> LoadedSpec:
     """Read, parse and validate a cluster spec; raise SpecError with one line per problem."""
@@ -122,8 +147,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
 
 def parse_spec(text: str, shown: str = "cluster.yaml") -> Spec:
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data, root = _load_yaml(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -190,13 +214,15 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
             problems.append((("tasks", "worker"), "parameter_server needs at least one worker; set worker: 1 or more"))
 
     names = [h.name for h in spec.hosts]
+    known: set[str] = set()  # (sets: 10,000 hosts are 10,000 look-ups, not 50 million comparisons)
     for i, name in enumerate(names):
-        if name in names[:i]:
+        if name in known:
             problems.append((("hosts", i, "name"), f"host '{name}' is defined twice; give each host a unique name"))
+        known.add(name)
     for task_type in TASK_TYPES:
         group = t.group(task_type)
         for j, name in enumerate(group.hosts or ()):
-            if name not in names:
+            if name not in known:
                 hint = _suggest(name, names)
                 known = f"defined hosts: {', '.join(names)}" if names else "no hosts are defined; add them under hosts:"
                 problems.append(((("tasks", task_type, "hosts", j)), f"unknown host '{name}'{hint}; {known}"))

@@ -68,11 +68,12 @@ class SSHBackend(Backend):
             return Placement(slots, placeholder=True, note="hosts come from discovery.command when tfcluster plans a run")
         slots = {}
         cursor = 0
+        by_name = {h.name: h for h in reversed(spec.hosts)}  # the first of a name, as spec.host; O(1) a task
         for task_type in TASK_TYPES:
             group = spec.tasks.group(task_type)
             for index in range(group.count):
                 if group.hosts:
-                    host = spec.host(group.hosts[index % len(group.hosts)])
+                    host = by_name[group.hosts[index % len(group.hosts)]]
                 else:
                     host = spec.hosts[cursor % len(spec.hosts)]
                     cursor += 1
