@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
+from . import envnames
 from .errors import SpecError
 from .backends.docker import DockerBackend
 from .backends.docker_options import IMAGE_RE
@@ -80,10 +81,10 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
         env = dict(task.env)
         env.update(
             {
-                "TFCLUSTER_STATE_DIR": STATE_DIR,
-                "TFCLUSTER_RUN_DIR": RUN_DIR,
-                "TFCLUSTER_RUN_ID": "compose",
-                "TFCLUSTER_RESTART_COUNT": "0",
+                envnames.STATE_DIR: STATE_DIR,
+                envnames.RUN_DIR: RUN_DIR,
+                envnames.RUN_ID: "compose",
+                envnames.RESTART_COUNT: "0",
             }
         )
         service: dict[str, Any] = {"image": image}

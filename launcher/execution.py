@@ -16,6 +16,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+from . import envnames
 from .console import Console
 from .errors import LaunchError
 from .plan import Plan, build_plan, redact_env
@@ -62,7 +63,7 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append(f"  CLUSTER: {plan.cluster.json_text}")
         out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
     if plan.tasks:
-        common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith("TFCLUSTER_TASK")}
+        common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
         shown = common if show_secrets else redact_env(common)
         out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
         for k, v in shown.items():

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any, Iterator, Mapping, Optional
 
+from . import envnames
 from .errors import SpecError
 from .specmodel import TASK_TYPES, Host, Spec, Tpu
 
@@ -126,7 +127,7 @@ class PlannedTask:
     @property
     def own_env(self) -> dict[str, str]:
         """What only this task's environment holds (on top of ``base_env``)."""
-        return {"TF_CONFIG": self.tf_config_json, "TFCLUSTER_TASK": self.key}
+        return {"TF_CONFIG": self.tf_config_json, envnames.TASK: self.key}
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
@@ -257,7 +258,7 @@ def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
         own = {"type": row["type"], "index": row["index"]}
         tf_config = {"cluster": cluster, "task": own} if cluster is not None else {"task": own}
         task_env = {**row.get("env", env), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
-                    "TFCLUSTER_TASK": f"{row['type']}:{row['index']}"}
+                    envnames.TASK: f"{row['type']}:{row['index']}"}
         tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
                       "tf_config": tf_config, "command": row.get("command", command),
                       "env": dict(sorted(task_env.items()))})
@@ -289,9 +290,9 @@ def build_plan(spec: Spec, placement: Placement) -> Plan:
         cluster = Cluster(tuple((task_type, tuple(members)) for task_type, members in jobs.items()))
     env = dict(DEFAULT_ENV.get(spec.strategy, {}))
     env.update(spec.env)
-    env.update({"PYTHONUNBUFFERED": "1", "TFCLUSTER_NAME": spec.name, "TFCLUSTER_STRATEGY": spec.strategy})
+    env.update({"PYTHONUNBUFFERED": "1", envnames.NAME: spec.name, envnames.STRATEGY: spec.strategy})
     env.update(_device_env(spec))
-    for own in ("TF_CONFIG", "TFCLUSTER_TASK"):  # each task's own (PlannedTask.own_env)
+    for own in ("TF_CONFIG", envnames.TASK):  # each task's own (PlannedTask.own_env)
         env.pop(own, None)
     base_env = tuple(sorted(env.items()))
     argv = tuple(spec.argv)
@@ -312,11 +313,11 @@ def _device_env(spec: Spec) -> dict[str, str]:
     if spec.devices.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = spec.devices.cuda_visible_devices
     if spec.devices.cpus is not None:
-        env["TFCLUSTER_CPUS"] = str(spec.devices.cpus)
+        env[envnames.CPUS] = str(spec.devices.cpus)
     if spec.strategy == "tpu":
         tpu = spec.tpu or Tpu()
-        env["TFCLUSTER_TPU"] = tpu.name
-        env.update({f"TFCLUSTER_TPU_{k.upper()}": v for k, v in (("zone", tpu.zone), ("project", tpu.project)) if v})
+        env[envnames.TPU] = tpu.name
+        env.update({k: v for k, v in ((envnames.TPU_ZONE, tpu.zone), (envnames.TPU_PROJECT, tpu.project)) if v})
     return env
 
 

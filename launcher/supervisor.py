@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from . import envnames
 from .backends.base import Backend, TaskHandle
 from .console import Console
 from .diagnose import exception_lines, hint, peer_abort, root_cause
@@ -428,7 +429,7 @@ class Supervisor:
                           **handle.info(), **self.record.log_offsets(key))
 
     def _env(self, number: int) -> dict[str, str]:
-        return {"TFCLUSTER_RESTART_COUNT": str(number), "TFCLUSTER_RUN_ID": self.record.run_id}
+        return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}
 
     def _start_standby(self, number: int) -> None:
         """Start attempt ``number``'s processes now; they import TensorFlow and wait for SIGUSR1."""
@@ -445,7 +446,7 @@ class Supervisor:
                     self.record.log_line(key, f"(standby) {line}")
                     self.console.task_line(key, f"(standby) {line}")
 
-            handle = self.backend.start(task, {**self._env(number), "TFCLUSTER_STANDBY": "1"},
+            handle = self.backend.start(task, {**self._env(number), envnames.STANDBY: "1"},
                                         lambda key, line, sink=sink: self._drain_line(key, line, sink))
             self._standby[task.key] = handle
             self._standby_active[task.key] = active

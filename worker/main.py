@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from launcher import envnames
+
 from .cluster import ConfigError, task_from_env
 
 STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "central_storage", "one_device", "default",
@@ -27,15 +29,15 @@ STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "central_
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
     p.add_argument("--strategy", choices=STRATEGIES,
-                   default=os.environ.get("TFCLUSTER_STRATEGY", "multi_worker_mirrored"),
+                   default=os.environ.get(envnames.STRATEGY, "multi_worker_mirrored"),
                    help="default: $TFCLUSTER_STRATEGY, set by tfcluster")
-    p.add_argument("--cpus", type=int, default=int(os.environ.get("TFCLUSTER_CPUS") or 0),
+    p.add_argument("--cpus", type=int, default=int(os.environ.get(envnames.CPUS) or 0),
                    help="split the CPU into this many logical devices (mirrored/central_storage replicas "
                         "without GPUs); default: $TFCLUSTER_CPUS, from the spec's devices: {cpus: N}")
-    p.add_argument("--tpu", default=os.environ.get("TFCLUSTER_TPU", "local"),
+    p.add_argument("--tpu", default=os.environ.get(envnames.TPU, "local"),
                    help="strategy tpu: 'local' (this TPU VM) or a Cloud TPU name; default: $TFCLUSTER_TPU")
-    p.add_argument("--tpu-zone", default=os.environ.get("TFCLUSTER_TPU_ZONE") or None)
-    p.add_argument("--tpu-project", default=os.environ.get("TFCLUSTER_TPU_PROJECT") or None)
+    p.add_argument("--tpu-zone", default=os.environ.get(envnames.TPU_ZONE) or None)
+    p.add_argument("--tpu-project", default=os.environ.get(envnames.TPU_PROJECT) or None)
     p.add_argument("--tpu-timeout", type=float, default=120.0,
                    help="strategy tpu: give up when the TPU has not answered within this many seconds")
     p.add_argument("--loop", choices=["fit", "custom"], default="fit",
@@ -56,9 +58,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--no-graceful-preemption", action="store_true",
                    help="synchronous strategies: do not all-reduce the replicas' SIGTERM flags each step (then "
                         "SIGTERM waits for the launcher's SIGKILL and up to --save-freq steps are redone)")
-    p.add_argument("--progress-every", type=int, default=int(os.environ.get("TFCLUSTER_PROGRESS_EVERY") or 10),
+    p.add_argument("--progress-every", type=int, default=int(os.environ.get(envnames.PROGRESS_EVERY) or 10),
                    help="print a progress line every N steps (default: $TFCLUSTER_PROGRESS_EVERY or 10)")
-    p.add_argument("--epoch-eval", action="store_true", default=os.environ.get("TFCLUSTER_EPOCH_EVAL") == "1",
+    p.add_argument("--epoch-eval", action="store_true", default=os.environ.get(envnames.EPOCH_EVAL) == "1",
                    help="evaluate on the test split after every epoch (test_loss=, test_accuracy= on the epoch "
                         "line; `tfcluster compare` sets $TFCLUSTER_EPOCH_EVAL=1 for its accuracy curves)")
     p.add_argument("--step-delay", type=float, default=0.0,
@@ -96,7 +98,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def model_dir(args: argparse.Namespace) -> Path:
-    return Path(args.model_dir or os.environ.get("TFCLUSTER_STATE_DIR") or "tfcluster-state").resolve()
+    return Path(args.model_dir or os.environ.get(envnames.STATE_DIR) or "tfcluster-state").resolve()
 
 
 def wait_as_standby() -> None:
@@ -119,7 +121,7 @@ def wait_as_standby() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    if os.environ.get("TFCLUSTER_STANDBY") == "1":
+    if os.environ.get(envnames.STANDBY) == "1":
         wait_as_standby()
     args = parse_args(argv)
     try:
@@ -128,7 +130,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"worker: error: {exc}", file=sys.stderr)
         return 2
     print(f"worker: {task.key} strategy={args.strategy} loop={args.loop} "
-          f"restart={os.environ.get('TFCLUSTER_RESTART_COUNT', '0')} model_dir={model_dir(args)}", flush=True)
+          f"restart={os.environ.get(envnames.RESTART_COUNT, '0')} model_dir={model_dir(args)}", flush=True)
     if task.type == "evaluator":
         from .evaluator import run_evaluator
 

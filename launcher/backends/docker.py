@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .. import envnames
 from ..console import Console
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
@@ -414,7 +415,7 @@ class DockerBackend(Backend):
                 _remove(client, old.id)
             name = self.container_name(task)
             environment = dict(task.env)
-            environment.update({"TFCLUSTER_RUN_DIR": RUN_MOUNT, "TFCLUSTER_STATE_DIR": STATE_MOUNT})
+            environment.update({envnames.RUN_DIR: RUN_MOUNT, envnames.STATE_DIR: STATE_MOUNT})
             environment.update(env)
             if self._user and not self.opts.user:
                 environment.setdefault("HOME", "/tmp")

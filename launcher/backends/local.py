@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+from .. import envnames
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
@@ -126,8 +127,8 @@ class LocalBackend(Backend):
         env.update(
             {
                 "PATH": self._path(),
-                "TFCLUSTER_RUN_DIR": str(self.run_dir),
-                "TFCLUSTER_STATE_DIR": str(self.state_dir),
+                envnames.RUN_DIR: str(self.run_dir),
+                envnames.STATE_DIR: str(self.state_dir),
             }
         )
         env.update(extra)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from .. import envnames
 from ..console import Console
 from ..errors import AttemptImpossible, LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
@@ -218,8 +219,8 @@ class SlurmBackend(Backend):
             path = os.pathsep.join([os.path.dirname(self.opts.python), path])
         env["PATH"] = path
         if self.record is not None:
-            env["TFCLUSTER_RUN_DIR"] = str(self.record.dir)
-            env["TFCLUSTER_STATE_DIR"] = str(self.record.state_dir)
+            env[envnames.RUN_DIR] = str(self.record.dir)
+            env[envnames.STATE_DIR] = str(self.record.state_dir)
         env.update(extra)
         return env
 

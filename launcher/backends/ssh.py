@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from .. import envnames
 from ..console import Console
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot
@@ -313,7 +314,7 @@ class SSHBackend(Backend):
 
     def task_env(self, task: PlannedTask, hs: HostState, extra: Mapping[str, str]) -> dict[str, str]:
         env = dict(task.env)
-        env.update({"TFCLUSTER_RUN_DIR": hs.run_dir, "TFCLUSTER_STATE_DIR": hs.state_dir})
+        env.update({envnames.RUN_DIR: hs.run_dir, envnames.STATE_DIR: hs.state_dir})
         env.update(extra)
         return env
 

@@ -20,6 +20,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .. import envnames
 from ..specmodel import SINGLE_HOST_STRATEGIES, STRATEGIES
 
 # Strategies that run several replicas in one task: on a machine without GPUs, on logical CPUs.
@@ -119,8 +120,8 @@ def _common(raw: dict, label: str, options: Options, run_dir: str) -> dict:
     spec["name"] = f"{raw.get('name', 'run')}-{label}"
     spec["run_dir"] = run_dir
     env = dict(spec.get("env") or {})
-    env["TFCLUSTER_EPOCH_EVAL"] = "1"
-    env.setdefault("TFCLUSTER_PROGRESS_EVERY", str(options.progress_every))
+    env[envnames.EPOCH_EVAL] = "1"
+    env.setdefault(envnames.PROGRESS_EVERY, str(options.progress_every))
     spec["env"] = env
     return spec
 

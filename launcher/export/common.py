@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
+from .. import envnames
 from ..compose import STATE_DIR, docker_plan
 from ..errors import SpecError
 from ..plan import Plan
@@ -31,7 +32,7 @@ HANDLED_KEYS = frozenset({
 # Keras BackupAndRestore's default-like policy: exit codes 1-127 are the program's own errors.
 DEFAULT_PERMANENT = tuple(range(1, 128))
 # Per task: the engine tells each replica who it is (TF_CONFIG); one template serves all indices.
-PER_TASK_ENV = ("TF_CONFIG", "TFCLUSTER_TASK")
+PER_TASK_ENV = ("TF_CONFIG", envnames.TASK)
 
 
 def shown_path(loaded: LoadedSpec) -> str:
@@ -133,9 +134,9 @@ def state_dir(spec: Spec) -> str:
 def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
     """The environment every replica gets: tfcluster's own, minus what the engine sets per replica."""
     env = {k: v for k, v in plan.tasks[0].env if k not in PER_TASK_ENV} if plan.tasks else {}
-    env["TFCLUSTER_STATE_DIR"] = state_dir(spec)
-    env["TFCLUSTER_RUN_ID"] = "export"
-    env["TFCLUSTER_RESTART_COUNT"] = "0"
+    env[envnames.STATE_DIR] = state_dir(spec)
+    env[envnames.RUN_ID] = "export"
+    env[envnames.RESTART_COUNT] = "0"
     return dict(sorted(env.items()))
 
 

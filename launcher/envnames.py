@@ -1,0 +1,29 @@
+"""The environment variables tfcluster sets for a task, named once: the launcher sets them, the
+worker (worker/) reads them. A leaf: imports nothing (the worker imports it without TensorFlow).
+
+Use them as ``envnames.STATE_DIR``; a new variable starts here.
+"""
+
+from __future__ import annotations
+
+# Set for every task by the plan (launcher/plan.py).
+TASK = "TFCLUSTER_TASK"  # the task's key, "worker:3"
+NAME = "TFCLUSTER_NAME"  # the spec's name
+STRATEGY = "TFCLUSTER_STRATEGY"  # the spec's strategy: the worker's --strategy default
+CPUS = "TFCLUSTER_CPUS"  # devices: {cpus: N}
+TPU = "TFCLUSTER_TPU"  # tpu: name, zone, project
+TPU_ZONE = "TFCLUSTER_TPU_ZONE"
+TPU_PROJECT = "TFCLUSTER_TPU_PROJECT"
+
+# Set by the backend that starts the task: where its run record and its state dir are on its host.
+RUN_DIR = "TFCLUSTER_RUN_DIR"
+STATE_DIR = "TFCLUSTER_STATE_DIR"
+
+# Set by the supervisor for each attempt.
+RUN_ID = "TFCLUSTER_RUN_ID"
+RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"  # 0-based attempt number
+STANDBY = "TFCLUSTER_STANDBY"  # "1": a warm standby, waiting for SIGUSR1
+
+# Set by `tfcluster compare` for its runs (launcher/compare/configs.py).
+EPOCH_EVAL = "TFCLUSTER_EPOCH_EVAL"  # "1": evaluate after every epoch
+PROGRESS_EVERY = "TFCLUSTER_PROGRESS_EVERY"  # a progress line every N steps
