@@ -11,7 +11,8 @@ the test split, and writes
   ``model_dir/tensorboard/eval``.
 
 Checkpoints present before it started (earlier runs, earlier attempts) are skipped. It exits 0
-after evaluating the final checkpoint (the one for ``--epochs``), after ``--eval-timeout``
+after evaluating the final checkpoint (the one for ``--epochs``: fit's ``ckpt-<epochs>``; the
+custom loop's that records epoch ``--epochs``, whatever its global step), after ``--eval-timeout``
 seconds without a new checkpoint, or on SIGTERM (which the launcher sends when training has
 succeeded) once it has evaluated the checkpoints already written: the final one is not lost
 to a race with the chief's exit.
@@ -70,6 +71,21 @@ def final_number(args: argparse.Namespace, task: TaskInfo, num_train: int) -> in
     return args.epochs * steps_per_epoch(args.steps_per_epoch, num_train, per_step)
 
 
+# The custom loop's checkpoints record the epoch in progress (worker/sync.py): training is over
+# when it reaches --epochs. A group resumed with another number of workers ends at another global
+# step than epochs x steps per epoch at this evaluator's worker count, so the number alone can say
+# "final" too early (after a grow) or never (after a shrink).
+EPOCH_KEY = "epoch/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def is_final(number: int, last: int, recorded_epoch: int | None, epochs: int) -> bool:
+    """Whether checkpoint ``number`` is the last one: by the epoch it records when it records
+    one, else by its number (``final_number``)."""
+    if recorded_epoch is not None:
+        return recorded_epoch >= epochs
+    return number >= last
+
+
 class Stop:
     def __init__(self) -> None:
         self.requested = False
@@ -103,10 +119,13 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
 
     scalars = Scalars.eval(layout)
     final_name = layout.checkpoint_name(args.loop, last)
+    if args.loop == "custom":  # the number is only the fallback: see is_final
+        final_name = f"the one recording epoch {args.epochs}, else {final_name}"
     print(f"worker: evaluator watching {watch} (final checkpoint: {final_name}, "
           f"{len(baseline)} earlier checkpoint(s) skipped, timeout {args.eval_timeout:g} s)", flush=True)
 
-    def evaluate(prefix: str, number: int) -> None:
+    def evaluate(prefix: str, number: int) -> int | None:
+        """Evaluate one checkpoint; the epoch it records (custom loop), if it records one."""
         names = {name for name, _ in tf.train.list_variables(prefix)}
         if any(n.startswith("model/") for n in names):  # tf.train.Checkpoint(model=..., optimizer=...)
             tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(prefix).expect_partial()
@@ -120,6 +139,7 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
         scalars.write(global_step, loss=loss, accuracy=accuracy)
         emit("eval", checkpoint=Path(prefix).name, global_step=global_step, loss=f"{loss:.4f}",
              accuracy=f"{accuracy:.4f}", time=f"{time.time():.3f}")
+        return int(tf.train.load_variable(prefix, EPOCH_KEY)) if EPOCH_KEY in names else None
 
     done: dict[str, int] = {}  # prefix -> mtime_ns evaluated
     evaluated = 0
@@ -133,8 +153,9 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
              and (stopping or now_ns - mtime > _SETTLE * 1e9)),
         )
         for number, prefix, mtime in pending:
+            recorded_epoch = None
             try:
-                evaluate(prefix, number)
+                recorded_epoch = evaluate(prefix, number)
             except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as exc:
                 if Path(prefix + ".index").exists() and not stopping:
                     print(f"worker: evaluator: {Path(prefix).name} not readable yet ({type(exc).__name__}); retrying",
@@ -144,7 +165,7 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
             done[prefix] = mtime
             evaluated += 1
             last_new = time.monotonic()
-            if number >= last:
+            if is_final(number, last, recorded_epoch, args.epochs):
                 emit("eval_done", reason="final", checkpoint=Path(prefix).name, evaluated=evaluated)
                 return 0
         if stopping:

@@ -31,6 +31,7 @@ from .layout import Layout
 from .model import build_cnn, gradient_step, per_example_loss
 from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
 from .progress import ProgressLogger, Throughput, emit, epoch_end, fit_result, start_fields
+from .resize import Position, describe, resume_position
 from .tensorboard import Scalars
 
 
@@ -43,6 +44,49 @@ class StepDelay(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(self.seconds)
+
+
+class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """``BackupAndRestore`` whose backups also record the global batch and steps per epoch they
+    were written with; a restore with different ones (the group resumed with fewer or more
+    workers) converts the interrupted epoch's position by the examples it had consumed
+    (resize.py) before tf_keras reads it, so epoch and step numbers stay right and the epoch
+    is neither stretched nor run past its end."""
+
+    def __init__(self, *, global_batch: int, steps_per_epoch: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # restores model, optimizer, epoch and batch from the backup
+        state = self._training_state
+        written_batch = tf.Variable(-1, dtype=tf.int64, trainable=False, name="tfcluster_global_batch")
+        written_steps = tf.Variable(-1, dtype=tf.int64, trainable=False, name="tfcluster_steps_per_epoch")
+        # Added to the backup's checkpoint after its restore: TF restores a dependency attached
+        # later from the checkpoint already read (stays -1 in a backup written before these).
+        checkpoint = state.read_checkpoint_manager.checkpoint
+        checkpoint.tfcluster_global_batch = written_batch
+        checkpoint.tfcluster_steps_per_epoch = written_steps
+        epoch, batch = int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
+        old_batch, old_steps = int(written_batch.numpy()), int(written_steps.numpy())
+        if epoch >= 0 and batch >= 0 and old_batch > 0 and (old_batch, old_steps) != (self.global_batch,
+                                                                                        self.steps_per_epoch):
+            before = Position(epoch, batch + 1)
+            after = resume_position(epoch, batch + 1, old_batch, old_steps, self.global_batch, self.steps_per_epoch)
+            # Back in tf_keras' terms: the epoch and the index of its last batch done, from which
+            # it resumes at the next batch (or at the next epoch after an epoch's last batch).
+            if after.done > 0:
+                saved = (after.epoch, after.done - 1)
+            elif after.epoch > 0:
+                saved = (after.epoch - 1, self.steps_per_epoch - 1)
+            else:
+                saved = (-1, -1)
+            state._ckpt_saved_epoch.assign(saved[0])
+            state._ckpt_saved_batch.assign(saved[1])
+            print(describe(old_batch, old_steps, before, self.global_batch, self.steps_per_epoch, after), flush=True)
+        # What the backups of this attempt are written with.
+        written_batch.assign(self.global_batch)
+        written_steps.assign(self.steps_per_epoch)
 
 
 def save_final_model(model: keras.Model, target: Path, task: TaskInfo) -> None:
@@ -87,7 +131,9 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
                               start_fields=start_fields(args.strategy, strategy, global_batch,
                                                         epochs=args.epochs, steps_per_epoch=steps),
                               scalars=Scalars.train(layout, task))
-    backup = keras.callbacks.BackupAndRestore(
+    backup = ResizableBackupAndRestore(
+        global_batch=global_batch,
+        steps_per_epoch=steps,
         backup_dir=str(layout.backup),
         # Always a step count ("epoch" = one epoch's steps): then a restore resumes inside an
         # epoch, which a preemption save needs; with "epoch" tf_keras would skip the rest of it.
@@ -161,52 +207,64 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         for _ in range(data.num_test // global_batch):
             test_step(test_iterator)
 
-    # Checkpoints: everyone reads the chief's; only the chief's writes are kept.
+    # Checkpoints: everyone reads the chief's; only the chief's writes are kept. Besides model
+    # and optimizer they hold the position in the epoch and the global batch and steps per epoch
+    # they were written with: a group resumed with another number of workers converts the
+    # position (resize.py); the global step is the optimizer's iterations either way.
     ckpt_dir = layout.custom_checkpoints
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    position = {name: tf.Variable(-1, dtype=tf.int64, trainable=False, name=f"tfcluster_{name}")
+                for name in ("epoch", "step_in_epoch", "global_batch", "steps_per_epoch")}
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **position)
     latest = tf.train.latest_checkpoint(str(ckpt_dir))
     if latest:
         checkpoint.restore(latest).expect_partial()
     write_dir = str(ckpt_dir) if task.is_chief else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=3)
 
-    def save(step: int) -> None:
+    def save(step: int, epoch: int, done: int) -> None:
+        for name, value in (("epoch", epoch), ("step_in_epoch", done), ("global_batch", global_batch),
+                            ("steps_per_epoch", steps_per_epoch)):
+            position[name].assign(value)
         manager.save(checkpoint_number=step)  # all workers: saving runs collectives
         if not task.is_chief:
             shutil.rmtree(write_dir, ignore_errors=True)
 
     global_step = int(optimizer.iterations.numpy())
-    total_steps = args.epochs * steps_per_epoch
-    epoch, step_in_epoch = divmod(global_step, steps_per_epoch)
-    emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
+    saved = {name: int(v.numpy()) for name, v in position.items()}
+    if saved["epoch"] < 0:  # a fresh start, or a checkpoint written before positions were recorded
+        epoch, done = divmod(global_step, steps_per_epoch)
+    else:
+        before = Position(saved["epoch"], saved["step_in_epoch"])
+        epoch, done = resume_position(before.epoch, before.done, saved["global_batch"], saved["steps_per_epoch"],
+                                      global_batch, steps_per_epoch)
+        if (saved["global_batch"], saved["steps_per_epoch"]) != (global_batch, steps_per_epoch):
+            print(describe(saved["global_batch"], saved["steps_per_epoch"], before, global_batch, steps_per_epoch,
+                           Position(epoch, done)), flush=True)
+    emit("start", epoch=epoch, step=done, global_step=global_step, time=f"{time.time():.3f}",
          **start_fields(args.strategy, strategy, global_batch, epochs=args.epochs, steps_per_epoch=steps_per_epoch))
-    save_every = steps_per_epoch if args.save_freq == "epoch" else int(args.save_freq)
     iterator = iter(dist_train)
     scalars = Scalars.train(layout, task)
     steps_run = 0
     throughput = Throughput(global_batch)
     loss_sum, loss_steps = 0.0, 0  # the epoch's mean loss, as fit reports it
     train_loss = train_acc = float("nan")
-    while global_step < total_steps:
+    while epoch < args.epochs:
         loss, preempted = train_step(iterator, tf.constant(1 if flag is not None and flag.raised else 0, tf.int32))
         global_step += 1
+        done += 1
         steps_run += 1
         loss_sum, loss_steps = loss_sum + float(loss), loss_steps + 1
         throughput.mark(steps_run)
         if steps_run == 1:
-            emit("first_step", epoch=(global_step - 1) // steps_per_epoch, step=(global_step - 1) % steps_per_epoch,
-                 global_step=global_step, time=f"{throughput.first_time:.3f}")
-        if int(preempted.numpy()) > 0:
-            save(global_step)
-            emit("preempted", global_step=global_step, saved=ckpt_dir)
-            return PREEMPTED_EXIT
+            emit("first_step", epoch=epoch, step=done - 1, global_step=global_step,
+                 time=f"{throughput.first_time:.3f}")
         if global_step % args.progress_every == 0:  # with the epoch's running loss and accuracy, as fit's
-            emit("step", epoch=(global_step - 1) // steps_per_epoch, step=(global_step - 1) % steps_per_epoch + 1,
-                 global_step=global_step, loss=f"{loss_sum / loss_steps:.4f}",
+            emit("step", epoch=epoch, step=done, global_step=global_step, loss=f"{loss_sum / loss_steps:.4f}",
                  accuracy=f"{float(train_accuracy.result()):.4f}", time=f"{time.time():.3f}")
         if args.step_delay > 0:
             time.sleep(args.step_delay)
-        if global_step % steps_per_epoch == 0:
+        epoch_ended = done == steps_per_epoch
+        if epoch_ended:
             train_loss, train_acc = loss_sum / loss_steps, float(train_accuracy.result())
             tested = {}
             if args.epoch_eval:  # the test split now, as fit's validation_data does
@@ -215,12 +273,19 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
                 evaluate()
                 tested = {"test_loss": f"{float(test_loss.result()):.4f}",
                           "test_accuracy": f"{float(test_accuracy.result()):.4f}"}
-            epoch_end(global_step // steps_per_epoch, global_step, train_loss, train_acc, throughput, optimizer,
-                      scalars, extra=tested)
+            epoch_end(epoch + 1, global_step, train_loss, train_acc, throughput, optimizer, scalars, extra=tested)
             train_accuracy.reset_states()
             loss_sum, loss_steps = 0.0, 0
-        if global_step % save_every == 0 or global_step == total_steps:  # the evaluator waits for the last
-            save(global_step)
+            epoch, done = epoch + 1, 0
+        # Every worker got the same sum: all stop at this step (after its epoch's end, as fit
+        # does, so no epoch line is lost), unless training is complete anyway.
+        stop = int(preempted.numpy()) > 0 and epoch < args.epochs
+        due = epoch_ended if args.save_freq == "epoch" else global_step % int(args.save_freq) == 0
+        if due or stop or epoch == args.epochs:  # the evaluator waits for the last
+            save(global_step, epoch, done)
+        if stop:
+            emit("preempted", epoch=epoch, step=done, global_step=global_step, saved=ckpt_dir)
+            return PREEMPTED_EXIT
 
     test_accuracy.reset_states()
     test_loss.reset_states()
