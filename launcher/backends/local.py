@@ -22,6 +22,7 @@ from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
 from ..record.layout import name_dir, runs_dir, state_dir
+from ..remote import taskwrap_path
 from .base import Backend, Capabilities, LineSink, RecordedRun
 from .childtask import ChildTask
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..console import Console
     from ..specmodel import LoadedSpec, Spec
 
-TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
+TASKWRAP = taskwrap_path()
 LOCAL_HOST = "localhost"
 
 

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .. import envnames
@@ -34,6 +33,7 @@ from ..errors import AttemptImpossible, LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
 from ..record.events import Event
+from ..remote import taskwrap_path
 from ..specmodel import LoadedSpec, Spec
 from . import slurm_alloc as alloc
 from . import slurm_cli as cli
@@ -42,7 +42,6 @@ from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .childtask import ChildTask
 from .slurm_options import SlurmOptions
 
-TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
 STEP_MARK = "tfcluster-slurm-step"
 # The step prints its id first, so signals reach it without asking squeue.
 _STEP_SHELL = f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; exec "$@"'
@@ -235,7 +234,7 @@ class SlurmBackend(Backend):
         with self._lock:
             self._launches += 1
             step_name = f"{task.slug}.{self._launches}"
-        argv = [sys.executable, str(TASKWRAP), "--grace", f"{self.stop_grace:g}", "--",
+        argv = [sys.executable, str(taskwrap_path()), "--grace", f"{self.stop_grace:g}", "--",
                 *self.srun_argv(task, step_name)]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=self.workdir, env=self.task_env(task, env), start_new_session=True,

@@ -6,12 +6,12 @@ task (``HostState.spare``), so the first start costs no second remote shell."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from ..errors import LaunchError
 from ..plan import Plan
 from ..remote import source as remote_source
+from ..remote import taskwrap_path
 from .ssh_commands import agent_command, probe_deadline
 from .ssh_connect import describe_channel_error
 from .ssh_runner import close_channel, drain_stderr, readline
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _PROBE_REPLY_TIMEOUT = 60.0
 # Uploaded into each run dir on the hosts (with remote/boot.py) by the probe.
-TASKWRAP = Path(__file__).resolve().parent.parent / "taskwrap.py"
+TASKWRAP = taskwrap_path()
 
 
 def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None:
