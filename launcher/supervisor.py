@@ -79,6 +79,7 @@ class Supervisor:
         self._answers = 0
         self._discovery_problem = ""
         self._vanished: dict[str, str] = {}
+        self._left_out: set[str] = set()  # parameter_server workers whose host was lost, not replaced
         if self.elastic and spec is not None and spec.discovery is not None:
             from .discovery import Poller
 
@@ -302,6 +303,7 @@ class Supervisor:
 
     def _run_attempt(self, number: int) -> Attempt:
         attempt = Attempt(number)
+        self._left_out.clear()  # a new attempt starts every task of its plan
         self.attempts.append(attempt)
         exits: dict[str, Optional[int]] = {}
         order: list[str] = []
@@ -356,6 +358,8 @@ class Supervisor:
                     grace = 0  # the group is the unit of failure: kill it at once
                     return attempt
                 for key in verdict.restart_alone:
+                    if key in self._left_out:
+                        continue  # its host is gone; the coordinator trains on without it
                     if not self._restart_alone(attempt, key, exits, order):
                         grace = 0
                         return attempt
@@ -476,8 +480,16 @@ class Supervisor:
             self._standby_active.clear()
 
     def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
-        """ParameterServer: relaunch one dead worker on its address while training goes on."""
+        """ParameterServer: relaunch one dead worker on its address while training goes on.
+        Elastic runs first ask whether its host still answers: if not, the worker is left out
+        while at least tasks.worker.min workers remain and no spare can take it (the coordinator
+        tolerates a lost worker), else the attempt fails so that the host's loss moves the task
+        to a spare (a whole-cluster restart: every task's TF_CONFIG names the new address)."""
         code = exits[key]
+        if self.elastic:
+            host = self.plan.task(key).host
+            if self.backend.lost_hosts([host], 0.0, self.stop_event):
+                return self._worker_host_lost(attempt, key, host, code)
         if self._worker_restarts >= self.restart.max_restarts:
             self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
             return False
@@ -491,6 +503,27 @@ class Supervisor:
         self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
         exits[key] = None
         order.remove(key)
+        return True
+
+    def _worker_host_lost(self, attempt: Attempt, key: str, host: str, code: Optional[int]) -> bool:
+        """A parameter_server worker's host does not answer. True: go on without the worker."""
+        assert self.spec is not None
+        workers = [t.key for t in self.plan.tasks if t.type == "worker" and t.key not in self._left_out]
+        left = len(workers) - 1
+        group_min = self.spec.tasks.worker.min
+        spare = spare_hosts(self.spec, [t.host for t in self.plan.tasks], self.down)
+        if spare or group_min is None or left < group_min:
+            # A spare takes it (whole-cluster restart), or the run cannot go on without it: the
+            # attempt fails and the membership check after it decides.
+            self._fail(attempt, key, f"{describe_exit(code) if code is not None else 'gone'}; its host {host} "
+                       "does not answer", code)
+            return False
+        self._left_out.add(key)
+        if host not in self.down:
+            self.down.append(host)
+        self.record.event(Event.HOST_LOST, host=host, how="unreachable", attempt=attempt.number, task=key)
+        self.console.info(f"{host} lost (unreachable); {key} left out: {left} worker{'s' if left != 1 else ''} "
+                          f"train on (tasks.worker.min={group_min}; the coordinator tolerates a lost worker)")
         return True
 
     def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:

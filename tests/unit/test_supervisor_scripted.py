@@ -327,3 +327,51 @@ def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_agai
     assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]
     assert len(of(events, "host_added")) == 1 and len(of(events, "replan")) == 1
     assert "growing the group" not in out
+
+
+class HostGoneBackend(LosingBackend):
+    """``gone`` hosts never answer (lost_hosts reports them, whatever the wait)."""
+
+    def __init__(self, scripts, gone: set[str], default: Script = Script()) -> None:
+        super().__init__(scripts, {}, default)
+        self.gone = gone
+
+    def lost_hosts(self, hosts, wait, stop=None):
+        self.checked.append((list(hosts), wait))
+        return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
+
+
+PSS_ELASTIC = """\
+    name: s
+    strategy: parameter_server
+    backend: ssh
+    entrypoint: python -m worker
+    hosts: [{name: h1, address: 10.0.0.1}, {name: h2, address: 10.0.0.2}, {name: h3, address: 10.0.0.3}]
+    tasks: {chief: {count: 1, hosts: [h1]}, ps: {count: 1, hosts: [h1]}, worker: {count: 2, hosts: [h2, h3], min: 1}}
+    restart: {max_restarts: 0}
+    elastic: {host_wait: 5}
+    watchdog: {stop_grace: 0}
+"""
+
+
+def test_pss_goes_on_without_a_worker_whose_host_is_gone_while_min_workers_remain(tmp_path):
+    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=0, polls=8),
+                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None)}, gone={"h3"})
+    code, out, events = run(tmp_path, PSS_ELASTIC, backend)
+    assert code == 0, out
+    assert backend.starts("worker:1") == [0]  # never restarted onto the host that is gone
+    assert ("h3", ) == tuple(backend.checked[0][0]) and backend.checked[0][1] == 0.0  # one look, no wait
+    assert "h3 lost (unreachable); worker:1 left out: 1 worker train on (tasks.worker.min=1" in out
+    assert not of(events, "task_restart") and not of(events, "failure")
+    assert [(e["host"], e["task"]) for e in of(events, "host_lost")] == [("h3", "worker:1")]
+
+
+def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_restart_onto_a_spare(tmp_path):
+    spec = PSS_ELASTIC.replace(", min: 1}", "}").replace("hosts: [h2, h3]}", "hosts: [h2, h2]}")
+    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
+                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                               ("chief:0", 1): Script(code=0, polls=6)}, gone={"h2"}, default=Script(code=None))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert "h2 lost (unreachable for 0 s); worker:0 moved to h3; worker:1 moved to h3" in out, out
+    assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3", "h3", "h1"]

@@ -191,6 +191,35 @@ class Lab:
                 h.sshd.wait(5)
         h.sshd = None
 
+    def preempt(self, name: str, notice: float = 10.0) -> None:
+        """A Spot VM's preemption: SIGTERM to every process of the host (ACPI soft off), SIGKILL to
+        what is left once they are all gone or after ``notice`` seconds, then its link down. With
+        ``private``, its disk goes with its sshd's mount namespace."""
+        h = self.host(name)
+        pids = self._netns_pids(h.netns)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + notice
+        while time.monotonic() < end and any(_alive(p) for p in pids):
+            time.sleep(0.1)  # the notice: the host's processes end by themselves, or are killed at its end
+        for pid in self._netns_pids(h.netns):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        h.exec("ip", "link", "set", "eth0", "down")
+
+    def bring_back(self, name: str) -> None:
+        """The VM starts again: its link up, sshd started (a fresh private disk), port 22 open."""
+        h = self.host(name)
+        h.exec("ip", "link", "set", "eth0", "up")
+        if h.sshd is None or h.sshd.poll() is not None:
+            self.start_sshd(h)
+        self.wait_port(h.address, 22, timeout=20)
+
     def remote_commands(self, h: LabHost) -> int:
         """How many commands (each one remote login shell) sshd has run on ``h`` so far."""
         try:
@@ -301,6 +330,14 @@ class Lab:
         )
         env["PDSH_RCMD_TYPE"] = "ssh"
         return env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def have_prereqs() -> Optional[str]:

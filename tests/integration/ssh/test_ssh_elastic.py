@@ -6,10 +6,7 @@ without spending restart.max_restarts."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
-import time
 
 import pytest
 
@@ -27,41 +24,12 @@ def _private_state(lab, tmp_path) -> str:
     return str(lab.private / tmp_path.name / "state")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def preempt(lab, name: str) -> None:
-    """SIGTERM to every process of the host; SIGKILL to what is left once they are all gone or
-    after NOTICE s; then the host's link goes down (its disk goes with its sshd's mount namespace)."""
-    host = lab.host(name)
-    pids = pids_in_netns(host)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    end = time.monotonic() + NOTICE
-    while time.monotonic() < end and any(_alive(p) for p in pids):
-        time.sleep(0.1)  # the notice: a bounded wait for the host's processes to end by themselves
-    for pid in pids_in_netns(host):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    host.exec("ip", "link", "set", "eth0", "down")
+    lab.preempt(name, NOTICE)
 
 
 def bring_back(lab, name: str) -> None:
-    host = lab.host(name)
-    host.exec("ip", "link", "set", "eth0", "up")
-    if host.sshd is None or host.sshd.poll() is not None:
-        lab.start_sshd(host)
-    lab.wait_port(host.address, 22, timeout=20)
+    lab.bring_back(name)
 
 
 def _task_processes(lab) -> dict[str, list[str]]:
@@ -215,4 +183,75 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     assert kinds == ["host_lost", "replan", "host_added", "replan"], kinds
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1"]
     assert [t["host"] for t in json.loads((run / "plan-3.json").read_text())["tasks"]] == ["h1", "h2"]
+    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+
+
+PSS_ARGS = ["--epochs", "2", "--steps-per-epoch", "40", "--step-delay", "0.25", "--progress-every", "5"]
+
+
+def test_pss_goes_on_with_the_workers_left_when_a_worker_host_is_preempted(lab, make_spec):
+    """No spare, tasks.worker.min: 1: worker:1's host h3 is preempted; it is not restarted onto
+    the dead host, the coordinator trains on with worker:0, and the run succeeds."""
+    spec = make_spec(
+        [PY, "-m", "worker", *PSS_ARGS], hosts=["h1", "h2", "h3"], strategy="parameter_server",
+        tasks={"chief": {"count": 1, "hosts": ["h1"]}, "ps": {"count": 1, "hosts": ["h1"]},
+               "worker": {"count": 2, "hosts": ["h2", "h3"], "min": 1}},
+        restart={"max_restarts": 2}, elastic={"host_wait": 3}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        ssh={"require": ["tensorflow", "tf_keras"]},
+    )
+    threads: list[threading.Thread] = []
+
+    def preempt_h3(_proc):
+        thread = threading.Thread(target=preempt, args=(lab, "h3"), daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    try:
+        code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=0 step=10 ", preempt_h3)], timeout=300)
+        for thread in threads:
+            thread.join(NOTICE + 30)
+    finally:
+        bring_back(lab, "h3")
+    assert code == 0, out[-6000:]
+    assert "h3 lost (unreachable); worker:1 left out: 1 worker train on (tasks.worker.min=1" in out, out[-4000:]
+    assert "restarting the whole group" not in out and "moved to" not in out
+    assert len(progress(out, "start", "chief:0")) == 1  # one attempt: the chief never restarted
+    (res,) = progress(out, "result", "chief:0")
+    assert 80 <= int(res["global_step"]) <= 81 and res["epochs_run"] == "2", res
+    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+
+
+def test_pss_moves_a_preempted_ps_host_to_the_spare_with_a_whole_restart(lab, make_spec):
+    spec = make_spec(
+        [PY, "-m", "worker", *PSS_ARGS], hosts=["h1", "h2", "h3"], strategy="parameter_server",
+        tasks={"chief": {"count": 1, "hosts": ["h1"]}, "ps": {"count": 1, "hosts": ["h2"]},
+               "worker": {"count": 2, "hosts": ["h1"]}},
+        restart={"max_restarts": 0}, elastic={"host_wait": 3}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        ssh={"require": ["tensorflow", "tf_keras"]},
+    )
+    threads: list[threading.Thread] = []
+
+    def preempt_h2(_proc):
+        thread = threading.Thread(target=preempt, args=(lab, "h2"), daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    try:
+        # In epoch 2: the chief's checkpoint of epoch 1 is there to resume from.
+        code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=1 step=5 ", preempt_h2)], timeout=300)
+        for thread in threads:
+            thread.join(NOTICE + 30)
+    finally:
+        bring_back(lab, "h2")
+    assert code == 0, out[-6000:]
+    assert "h2 lost (unreachable for " in out and "ps:0 moved to h3" in out, out[-4000:]
+    starts = progress(out, "start", "chief:0")
+    assert len(starts) == 2, out[-4000:]
+    resumed = int(starts[1]["global_step"])
+    last_seen = last_step_before(out, "h2 lost", "chief:0")
+    assert 40 <= resumed <= last_seen, (resumed, last_seen)  # from the chief's checkpoint (epoch 1 or later)
+    (res,) = progress(out, "result", "chief:0")
+    assert 80 <= int(res["global_step"]) <= 81, res
+    run = spec.parent / "runs" / "sshtest" / "latest"
+    assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"] if t["type"] == "ps"] == ["h3"]
     wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
