@@ -41,7 +41,7 @@ def shown_path(loaded: LoadedSpec) -> str:
     return str(loaded.path) if rel.startswith("..") else rel
 
 
-class _Where:
+class SpecWhere:
     """``FILE:LINE: key`` for a spec key (LoadedSpec keeps no YAML nodes, so re-read the file)."""
 
     def __init__(self, loaded: LoadedSpec):
@@ -64,7 +64,7 @@ def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
     """One line per spec key ``target`` cannot express (empty: exportable)."""
     spec = loaded.spec
     engine = ENGINES[target]
-    where = _Where(loaded)
+    where = SpecWhere(loaded)
     problems: list[str] = []
     for key in sorted(spec.model_fields_set - HANDLED_KEYS, key=lambda k: list(type(spec).model_fields).index(k)):
         if key == "hosts":

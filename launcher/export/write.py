@@ -14,7 +14,7 @@ from typing import Optional
 from ..errors import SpecError
 from ..outfile import MARKER, check_overwritable, resolve_output, write_atomic
 from ..specmodel import LoadedSpec
-from .common import _Where, check_image, default_output, inexpressible
+from .common import SpecWhere, check_image, default_output, inexpressible
 from .tfjob import render_tfjob, tfjob_dict
 from .validate import DNS1035_RE, aiplatform_types, validate_custom_job, validate_tfjob, validate_vertex_spec
 from .vertex import custom_job_dict, render_custom_job_json, render_job_spec_yaml
@@ -43,7 +43,7 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None) -> tuple
     problems = inexpressible(loaded, target)
     spec = loaded.spec
     if target == "tfjob" and (len(spec.name) > 63 or not DNS1035_RE.match(spec.name)):
-        problems.insert(0, _Where(loaded)(("name",), f"'{spec.name}' cannot name a TFJob (a DNS-1035 label: lowercase "
+        problems.insert(0, SpecWhere(loaded)(("name",), f"'{spec.name}' cannot name a TFJob (a DNS-1035 label: lowercase "
                                           "letters, digits and '-', starting with a letter); rename it"))
     if problems:
         raise SpecError(*problems)

@@ -164,3 +164,35 @@ def test_no_import_circle():
     assert not unexpected, "import circles:\n" + "\n".join(lines)
     gone = [sorted(c) for c in KNOWN_CIRCLES if sorted(c) not in found]
     assert not gone, f"these circles are gone; remove them from KNOWN_CIRCLES: {gone}"
+
+
+def test_no_private_name_is_used_from_another_module():
+    """``from .spec import _Model`` or ``sync_lib._describe``: a name another module uses is public."""
+    modules = _modules()
+    found = []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        module_aliases: set[str] = set()  # local names bound to one of our modules
+        for node in _imports(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                if base.split(".")[0] not in PACKAGES:
+                    continue
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in modules:
+                        module_aliases.add(alias.asname or alias.name)
+                    elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {base} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                module_aliases.update(a.asname for a in node.names if a.asname and a.name in modules)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in module_aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not found, "private names used from another module:\n" + "\n".join(found)
