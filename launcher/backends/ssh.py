@@ -262,11 +262,13 @@ class SSHBackend(Backend):
 
     def _probe(self, name: str) -> bool:
         """One probe of a lost host (ssh_watch.py): a connection (reused while it lasts) that runs
-        ``true`` within the connect timeout."""
+        ``true`` within a second."""
         if self.connect_one(name) is not None:
             return False
         hs = self.hosts[name]
-        code, _ = run_command(hs.transport, "true", None, self.opts.connect_timeout)
+        # A short answer time: a link that drops for a moment must break the run of answers
+        # (TCP would otherwise just deliver late), so a flapping host never looks settled.
+        code, _ = run_command(hs.transport, "true", None, min(1.0, self.opts.connect_timeout))
         if code != 0:
             with hs.lock:
                 conn, hs.conn, hs.ready = hs.conn, None, False

@@ -11,6 +11,7 @@ Errors are turned into one line naming the host and the fix (``describe_connect_
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import os
 import socket
@@ -20,6 +21,12 @@ from typing import Optional
 
 import paramiko
 from fabric import Config, Connection
+
+# paramiko logs a refused port-forwarding channel ("Secsh channel 18 open FAILED: Connection
+# refused") at ERROR; with no handler Python's last-resort handler printed each one to the
+# console, twice a second while a restarted task's TF server was not up yet (port_open's probe).
+# Every failure that matters reaches the user as one line of ours instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 from ..specmodel import Host
 from .ssh_options import SSHOptions

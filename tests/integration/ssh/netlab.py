@@ -220,6 +220,18 @@ class Lab:
             self.start_sshd(h)
         self.wait_port(h.address, 22, timeout=20)
 
+    def flap(self, name: str, cycles: int, up: float, down: float) -> float:
+        """A host that flaps: back (link up, sshd), then ``cycles`` times down ``down`` s and up
+        ``up`` s (the link only), ending up. Returns when its link came up for good (time.time())."""
+        self.bring_back(name)
+        h = self.host(name)
+        for _ in range(cycles):
+            time.sleep(up)  # the fault's own schedule, not a wait for anything
+            h.exec("ip", "link", "set", "eth0", "down")
+            time.sleep(down)
+            h.exec("ip", "link", "set", "eth0", "up")
+        return time.time()
+
     def remote_commands(self, h: LabHost) -> int:
         """How many commands (each one remote login shell) sshd has run on ``h`` so far."""
         try:

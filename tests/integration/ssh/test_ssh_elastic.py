@@ -131,8 +131,9 @@ def test_no_spare_left_fails_in_one_line_naming_the_missing_host(lab, make_spec,
 
 def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_returns(lab, make_spec, tmp_path):
     """h2 preempted, no spare: worker:0 goes on alone (tasks.worker.min: 1) from the last backup;
-    h2 comes back, answers for elastic.settle s, and the group is stopped gracefully (the step
-    worker:0 saves on SIGTERM) and restarted with two workers there: 0 steps redone at the grow."""
+    h2 comes back flapping (up 2 s, down 2 s, twice) and is not used until it has answered for
+    elastic.settle (5 s) without a break; then the group is stopped gracefully (the step worker:0
+    saves on SIGTERM) and restarted with two workers there: 0 steps redone at the grow."""
     epochs, steps = 3, 30
     spec = make_spec(
         [PY, "-m", "worker", "--epochs", str(epochs), "--steps-per-epoch", str(steps), "--step-delay", "0.3",
@@ -142,6 +143,7 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
         ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
     )
     threads: list[threading.Thread] = []
+    settled_from: list[float] = []
 
     def in_background(fn):
         def act(_proc):
@@ -153,7 +155,8 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     try:
         code, out = run_and_act(spec, [
             (r"\[worker:1\] tfcluster-step epoch=0 step=5 ", in_background(lambda: preempt(lab, "h2"))),
-            (r"worker:1 left out: 1 worker go on", in_background(lambda: bring_back(lab, "h2"))),
+            (r"worker:1 left out: 1 worker go on",
+             in_background(lambda: settled_from.append(lab.flap("h2", cycles=2, up=2, down=2)))),
         ], timeout=400)
         for thread in threads:
             thread.join(NOTICE + 30)
@@ -181,6 +184,9 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     recorded = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in recorded if e["event"] in ("host_lost", "replan", "host_added", "restart")]
     assert kinds == ["host_lost", "replan", "host_added", "replan"], kinds
+    # The flapping host was not used before it had answered for elastic.settle without a break.
+    [added] = [e for e in recorded if e["event"] == "host_added"]
+    assert settled_from and added["time"] >= settled_from[0] + 5 - 1.0, (added, settled_from)  # (probe: ~1 s)
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1"]
     assert [t["host"] for t in json.loads((run / "plan-3.json").read_text())["tasks"]] == ["h1", "h2"]
     wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
