@@ -105,6 +105,24 @@ class Throughput:
         self._lap_time = None
         self._lap_step = 0
 
+    def to_json(self) -> dict:
+        """Its whole state as JSON values (a ``RunView`` snapshot, launcher/runfeed.py)."""
+        state = dict(vars(self))
+        if self._marks is not None:
+            state["_marks"] = [list(m) for m in self._marks]
+        return state
+
+    @classmethod
+    def from_json(cls, state: Mapping) -> "Throughput":
+        """The ``Throughput`` ``to_json`` gave ``state``."""
+        out = cls(int(state["batch"]))
+        for name in vars(out):
+            if name in state:
+                setattr(out, name, state[name])
+        if out._marks is not None:
+            out._marks = [tuple(m) for m in out._marks]
+        return out
+
     def mark(self, step: int, now: Optional[float] = None) -> None:
         """``step`` steps are done at ``now`` (any monotone step count: a global step or a
         count of steps run)."""

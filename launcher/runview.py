@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
 from .progress import Progress, Throughput, parse, step_shape
@@ -178,6 +178,26 @@ class RunView:
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
         copied._lock = threading.Lock()
         return copied
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything the view holds, as JSON values: ``from_json`` gives the same view back (the
+        elastic fields and each task's throughput marks included). A run record's snapshot
+        (launcher/runfeed.py) holds one, so ``status`` replays only what came after it."""
+        with self._lock:
+            out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
+                                   if f.name not in ("tasks", "host_changes")}
+            out["tasks"] = {key: _task_json(t) for key, t in self.tasks.items()}
+            out["host_changes"] = [asdict(c) for c in self.host_changes]
+            return copy.deepcopy(out)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RunView":
+        """The view ``to_json`` gave ``data``."""
+        data = copy.deepcopy(dict(data))
+        tasks = {key: _task_from_json(t) for key, t in data.pop("tasks", {}).items()}
+        changes = [HostChange(**c) for c in data.pop("host_changes", [])]
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes)
 
     # -------------------------------------------------------------- reading
 
@@ -419,6 +439,21 @@ class RunView:
             t.step = step
         if global_step is not None:
             t.global_step = global_step
+
+
+def _task_json(t: TaskView) -> dict[str, Any]:
+    out = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "throughput"}
+    out["throughput"] = t.throughput.to_json() if t.throughput is not None else None
+    return out
+
+
+def _task_from_json(data: Mapping[str, Any]) -> TaskView:
+    data = dict(data)
+    throughput = data.pop("throughput", None)
+    known = {f.name for f in fields(TaskView)}
+    t = TaskView(**{k: v for k, v in data.items() if k in known})
+    t.throughput = Throughput.from_json(throughput) if throughput is not None else None
+    return t
 
 
 def _float(value: Any) -> Optional[float]:

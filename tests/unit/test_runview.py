@@ -299,3 +299,57 @@ def test_lines_skip_the_inside_of_a_run_of_step_lines():
     t = view.tasks["worker:0"]
     assert (t.global_step, t.step) == (1000, 1000)
     assert t.examples_per_sec == pytest.approx(999 * 32 / 999)  # from the first step line to the last
+
+
+def _elastic_view(rng) -> RunView:
+    """A view that went through a lost host, a shrink and a grow, with spares and a lost host
+    not yet replanned, and random lines on both workers (throughputs with marks)."""
+    view = RunView()
+    view.event(_ev("run_start", T0, run_id="r1", name="demo", strategy="multi_worker_mirrored", backend="ssh",
+                   tasks=["worker:0", "worker:1"], max_restarts=2, spares=["h3", "h4"]))
+    for key, host in (("worker:0", "h1"), ("worker:1", "h2")):
+        view.event(_ev("start", T0 + 0.1, task=key, attempt=0, host=host))
+        view.line(key, "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0 + 1)
+        view.lines(key, _random_lines(rng, rng.randint(0, 40)), T0 + 2)
+    view.event(_ev("host_lost", T0 + 3, host="h2", how="unreachable for 60 s"))
+    view.event(_ev("replan", T0 + 4, lost=["h2"], moved={"worker:1": {"from": "h2", "to": "h3"}}))
+    view.event(_ev("start", T0 + 5, task="worker:1", attempt=1, host="h3"))
+    view.line("worker:1", "tfcluster-start epoch=0 step=3 global_step=3 global_batch=32 time=1005.0", T0 + 6)
+    view.event(_ev("host_added", T0 + 7, host="h2"))
+    view.event(_ev("host_lost", T0 + 8, host="h4", how="preempted"))
+    return view
+
+
+def test_to_json_and_from_json_give_the_same_view_elastic_fields_and_marks_included():
+    """A snapshot of the view (launcher/runfeed.py) goes through JSON: the view read back holds
+    exactly what the view held, and fed the same lines and events afterwards it stays equal."""
+    import json
+    import random
+
+    rng = random.Random(3)
+    for trial in range(50):
+        view = _elastic_view(rng)
+        back = RunView.from_json(json.loads(json.dumps(view.to_json())))
+        assert _state(back) == _state(view), trial
+        assert back.spares == ["h4", "h2"] and back.host_changes[0].describe() == view.host_changes[0].describe()
+        assert back._lost == {"h4": "preempted"}
+        more = _random_lines(rng, 30)
+        for v in (view, back):
+            v.lines("worker:1", more, T0 + 9)
+            v.event(_ev("replan", T0 + 10, lost=["h4"], moved={}, tasks=["worker:0", "worker:1"]))
+            v.event(_ev("outcome", T0 + 11, outcome="succeeded", exit_code=0))
+        assert _state(back) == _state(view), trial
+        assert back.host_changes[-1].lost == {"h4": "preempted"}
+
+
+def test_a_throughput_that_keeps_its_marks_goes_through_json():
+    import json
+
+    from launcher.progress import Throughput
+
+    t = Throughput(32, keep_intervals=True)
+    for step, at in ((1, 10.0), (5, 11.5), (9, 12.0)):
+        t.mark(step, at)
+    t.lap()
+    back = Throughput.from_json(json.loads(json.dumps(t.to_json())))
+    assert vars(back) == vars(t) and back.intervals() == t.intervals()
