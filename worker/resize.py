@@ -52,4 +52,5 @@ def describe(old_batch: int, old_steps: int, before: Position, new_batch: int, n
     """The worker's log line when a backup is resumed at a different global batch."""
     return (f"worker: resuming a backup written at global batch {old_batch} ({old_steps} steps/epoch) at global "
             f"batch {new_batch} ({new_steps} steps/epoch): epoch {before.epoch} with {before.done} step(s) done "
-            f"-> epoch {after.epoch} with {after.done} step(s) done (the same examples of the epoch)")
+            f"-> epoch {after.epoch} with {after.done} step(s) done (as many of its examples, rounded down to whole "
+            f"steps)")

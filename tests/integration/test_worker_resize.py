@@ -2,8 +2,8 @@
 when a host is lost with no spare, and grows back when it returns), with real TensorFlow on the
 local backend: ``tfcluster up`` of 2 workers stopped gracefully in epoch 1 (SIGINT to the
 launcher: every worker saves the step they agree on), ``up`` of the same spec with 1 worker
-stopped the same way, then ``up`` with 2 workers again to the end; the runs share the spec's
-state dir.
+stopped the same way, then ``up`` with 2 workers again to the end (and 2 -> 3 workers); the runs
+share the spec's state dir.
 
 Per-replica batch 32 on digits (1437 training examples): 2 workers make 64 examples a step, 23
 steps an epoch (one pass); 1 worker 32 a step, 45 steps. Each resume must start at the saved
@@ -32,8 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
 EPOCHS = 3
 TRAIN = f"python -m worker --loop {{loop}} --epochs {EPOCHS} --step-delay 0.05 --progress-every 5"
-STEPS = {2: 23, 1: 45}  # steps per epoch (one pass over 1437 examples) by number of workers
-BATCH = {2: 64, 1: 32}  # global batch by number of workers
+STEPS = {1: 45, 2: 23, 3: 15}  # steps per epoch (one pass over 1437 examples) by number of workers
+BATCH = {1: 32, 2: 64, 3: 96}  # global batch by number of workers
 
 
 @pytest.fixture(autouse=True)
@@ -149,6 +149,29 @@ def test_shrink_to_one_worker_then_grow_back_to_two(tmp_path, tfds_dir, loop):
     assert float(res["accuracy"]) > 0.2, res
     assert_no_processes(spec)
 
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_grow_from_two_to_three_workers(tmp_path, tfds_dir, loop):
+    """d steps of 64 done are d x 64 / 96 of 96, rounded down (7 -> 4: 64 examples repeated)."""
+    spec = write_spec(tmp_path, tfds_dir, TRAIN.format(loop=loop))
+    spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
+    code, out1 = run_and_stop(spec, lambda f: f["epoch"] == "1", "worker:0's first step line in epoch 1")
+    assert code == 130, out1[-3000:]
+    e1, d1, g1 = saved_position(out1, 2)
+    assert_no_processes(spec)
+
+    set_workers(spec, 3)
+    result = up(spec)
+    out2 = result.stdout
+    assert result.returncode == 0, out2[-3000:] + result.stderr[-3000:]
+    resumed = (e1, d1 * 64 // 96, g1)
+    check_start(out2, 3, resumed)
+    epochs = check_epoch_lines(out1, (0, 0, 0), STEPS[2]) + check_epoch_lines(out2, resumed, STEPS[3])
+    assert epochs == list(range(1, EPOCHS + 1)), epochs
+    left = (STEPS[3] - resumed[1]) + (EPOCHS - 1 - e1) * STEPS[3]
+    res = progress(out2, "result")[0]
+    assert int(res["steps_run"]) == left and float(res["accuracy"]) > 0.2, (resumed, res)
+    assert_no_processes(spec)
 
 def test_evaluator_knows_the_custom_loops_final_checkpoint_whatever_its_global_step(tmp_path, tfds_dir):
     """The evaluator's TF_CONFIG says 2 workers (64 a step: 23 steps an epoch, 69 in 3 epochs),
