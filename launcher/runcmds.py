@@ -24,7 +24,6 @@ from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, fin
                       runs_root)
 from .rundir import read_events
 from .runfeed import RecordFeed
-from .runview import RunView
 from .specmodel import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run
@@ -266,8 +265,8 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
     run = _run(loaded, args.run)
     if load_run(run, progress=False).state == RUNNING:
-        live = RunView()
-        feed = RecordFeed(run, live)
+        feed = RecordFeed.resume(run)  # (from the record's last snapshot on)
+        live = feed.view
         feed.poll()
         if console.start_panel(live):
             return _attach_panel(run, feed, console, args.spec)

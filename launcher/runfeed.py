@@ -8,20 +8,32 @@ lines after it after. Between attempts (after its exit, a stop or a group restar
 its first start) a task's new lines wait for its next ``start`` (or the outcome), so a restarted
 process's first lines never count for the attempt before. Lines a warm standby printed while it
 waited (``(standby) ...``) are not the task's: the live view never saw them either.
+
+Snapshots (``snapshot.json``, record/layout.py): the supervisor keeps a feed of its own record
+(``SnapshotWriter``) and writes its state now and then and at the end: the view (``RunView.to_json``)
+and where the feed stands (the bytes of ``events.jsonl`` and of each task log it applied, which
+tasks wait for their next start). ``RecordFeed.resume`` starts from the last snapshot, so a replay
+reads only what came after it; a record without one (written before, or a snapshot that does
+not fit the record) is replayed from its start. Either way the view is the one a replay from
+the start gives (tests/unit/test_runfeed.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .record.events import Event
-from .record.layout import EVENTS_FILE, log_path
+from .record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from .rundir import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
 from .runview import RunView
 
+SNAPSHOT_VERSION = 1
+SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output
 STANDBY_PREFIX = "(standby) "
 CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log
 _BETWEEN = (Event.EXIT, Event.STOPPED, Event.FAILURE, Event.TASK_RESTART)  # after these, a task's next lines wait
@@ -44,6 +56,27 @@ class RecordFeed:
         self._ended = False
         self._replayed = False
 
+    @classmethod
+    def resume(cls, run_dir: Path, view: Optional[RunView] = None, clock: Callable[[], float] = time.time,
+               snapshot: bool = True) -> "RecordFeed":
+        """A feed of ``run_dir`` that starts where the record's last snapshot ends (its ``view``
+        is the snapshot's), or at the record's start without one (or with ``snapshot`` false)."""
+        state = read_snapshot(run_dir) if snapshot else None
+        if state is None:
+            return cls(run_dir, view if view is not None else RunView(), clock)
+        feed = cls(run_dir, RunView.from_json(state["view"]), clock)
+        feed._events_at, feed._events_read = state["events_at"], state["events_read"]
+        feed._fed = dict(state["fed"])
+        feed._waiting = set(state["waiting"])
+        feed._ended = state["ended"]
+        return feed  # (the lines after it are stamped as a first replay stamps them)
+
+    def to_json(self) -> dict[str, Any]:
+        """Where the feed stands and its view, as ``snapshot.json`` holds them."""
+        return {"version": SNAPSHOT_VERSION, "events_at": self._events_at, "events_read": self._events_read,
+                "fed": dict(self._fed), "waiting": sorted(self._waiting), "ended": self._ended,
+                "view": self.view.to_json()}
+
     @property
     def ended(self) -> bool:
         """The run's outcome has been applied (and every line before it)."""
@@ -61,8 +94,8 @@ class RecordFeed:
             later = events[i + 1:]
             if kind == Event.START and key:
                 offset = event.get("log_offset")
-                if isinstance(offset, int):
-                    self._feed(key, offset)
+                if isinstance(offset, int):  # (the last attempt's late lines too: before its start)
+                    self._feed(key, offset, waiting_too=True)
                 self._waiting.discard(key)
             elif key in self._fed:
                 self._feed(key, _next_start(later, key), waiting_too=False)
@@ -155,8 +188,96 @@ def _next_start(events: list[dict], key: str) -> Optional[int]:
     return None
 
 
-def replay(run_dir: Path) -> RunView:
-    """The view of the run as its record says now."""
-    view = RunView()
-    RecordFeed(run_dir, view).poll()
-    return view
+def replay(run_dir: Path, snapshot: bool = True) -> RunView:
+    """The view of the run as its record says now (from its last snapshot on, unless ``snapshot``
+    is false: the same view, from the record's start)."""
+    feed = RecordFeed.resume(run_dir, snapshot=snapshot)
+    feed.poll()
+    return feed.view
+
+
+# ------------------------------------------------------------------ snapshots
+
+
+def write_snapshot(run_dir: Path, feed: RecordFeed) -> None:
+    """Write ``feed``'s state as the record's snapshot, atomically (a reader sees the last whole one)."""
+    path = run_dir / SNAPSHOT_FILE
+    tmp = path.with_name(f".{SNAPSHOT_FILE}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(feed.to_json(), fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
+    """The record's snapshot, if it has one that fits it: a version this reads, and offsets
+    that end lines of ``events.jsonl`` and of each task log as they are now. None otherwise
+    (a replay then starts at the record's start: a snapshot only saves time)."""
+    try:
+        state = json.loads((run_dir / SNAPSHOT_FILE).read_text())
+        if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
+            return None
+        ends = {run_dir / EVENTS_FILE: state["events_at"]}
+        ends.update({log_path(run_dir, key): at for key, at in state["fed"].items()})
+        for path, at in ends.items():
+            if not isinstance(at, int) or at < 0:
+                return None
+            if at and not _ends_a_line(path, at):
+                return None
+        if not (isinstance(state["events_read"], int) and isinstance(state["waiting"], list)
+                and isinstance(state["ended"], bool) and isinstance(state["view"], dict)):
+            return None
+        RunView.from_json(state["view"])  # (one that does not read back is not used)
+        return state
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _ends_a_line(path: Path, at: int) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(at - 1)
+        return fh.read(1) == b"\n"
+
+
+class SnapshotWriter:
+    """The supervisor's side: a feed of its own record, polled and written as ``snapshot.json``
+    every ``every`` seconds on a thread of its own, and once more at ``close`` (after the
+    outcome). A failure to read or write only ends the snapshots (the last one written still
+    fits the record); the run goes on."""
+
+    def __init__(self, run_dir: Path, every: float = SNAPSHOT_EVERY) -> None:
+        self.run_dir = run_dir
+        self.every = every
+        self.feed = RecordFeed(run_dir, RunView())
+        self.problem = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tfcluster-snapshot", daemon=True)
+
+    def start(self) -> "SnapshotWriter":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop, and write the last snapshot: everything the record holds now."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.write()
+
+    def write(self) -> None:
+        if self.problem:
+            return
+        try:
+            self.feed.poll()
+            write_snapshot(self.run_dir, self.feed)
+        except (OSError, RecordDamaged) as exc:
+            self.problem = str(exc)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self.write()

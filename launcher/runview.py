@@ -89,7 +89,8 @@ class HostChange:
     dropped: list[str] = field(default_factory=list)  # tasks left out (no spare: fewer workers)
     added: dict[str, str] = field(default_factory=dict)  # grow: task key -> the host it was added on
     before: Optional[int] = None
-    resumed_at: Optional[int] = None
+    resumed_at: Optional[int] = None  # the lowest step a task's first start line after it gave
+    resumed_by: list[str] = field(default_factory=list)  # tasks whose start line after it was seen
 
     @property
     def redone(self) -> Optional[int]:
@@ -348,8 +349,10 @@ class RunView:
         self._position(t, p)
         t.start_global_step = t.global_step
         change = self.host_changes[-1] if self.host_changes else None
-        if change is not None and change.resumed_at is None and t.global_step is not None:
-            change.resumed_at = t.global_step
+        if change is not None and t.global_step is not None and t.key not in change.resumed_by:
+            # each task's first start after the change counts, whichever is read first
+            change.resumed_by = sorted([*change.resumed_by, t.key])
+            change.resumed_at = t.global_step if change.resumed_at is None else min(change.resumed_at, t.global_step)
         batch = p.integer("global_batch")
         t.throughput = Throughput(batch) if batch else None
 

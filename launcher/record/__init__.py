@@ -7,10 +7,11 @@ module that names a record file, an event kind or a state import them from here
 """
 
 from .events import Event
-from .layout import (EVENTS_FILE, LAUNCHER_FILE, OUTPUT_FILE, PLAN_FILE, RECORD_FILES, SUPERVISOR_LOG,
+from .layout import (EVENTS_FILE, LAUNCHER_FILE, OUTPUT_FILE, PLAN_FILE, RECORD_FILES, SNAPSHOT_FILE, SUPERVISOR_LOG,
                      allocation_path, later_plan_name, log_path, name_dir, runs_dir, state_dir)
 from .states import AttemptState, Outcome, ResultStatus, RunState, TaskState
 
-__all__ = ["Event", "EVENTS_FILE", "LAUNCHER_FILE", "OUTPUT_FILE", "PLAN_FILE", "RECORD_FILES", "SUPERVISOR_LOG",
+__all__ = ["Event", "EVENTS_FILE", "LAUNCHER_FILE", "OUTPUT_FILE", "PLAN_FILE", "RECORD_FILES", "SNAPSHOT_FILE",
+           "SUPERVISOR_LOG",
            "allocation_path", "later_plan_name", "log_path", "name_dir", "runs_dir", "state_dir",
            "AttemptState", "Outcome", "ResultStatus", "RunState", "TaskState"]

@@ -7,6 +7,9 @@ Under the spec's runs dir (``runs_dir``: ``<spec dir>/<run_dir>``)::
     <name>/<run id>/logs/<type>-<index>.log   each task's output, all attempts (``log_path``)
     <name>/<run id>/output.log       every task's output interleaved as it arrived, "[type:index] ..."
     <name>/<run id>/supervisor.log   a detached supervisor's own messages (``up --detach``)
+    <name>/<run id>/snapshot.json    the replayed view now and then, with the byte offsets of events.jsonl
+                                     and each task log it covers (launcher/runfeed.py): ``status`` and
+                                     ``attach`` replay only what came after it
     <name>/<run id>/launcher.json    the launcher's pid and each task's pid/pgid, and the backend's
                                      allocation (``RunRecord.allocated``), for ``tfcluster down``
     <name>/<run id>/<backend>.json   that allocation on its own (``allocation_path``; slurm.json:
@@ -30,8 +33,9 @@ EVENTS_FILE = "events.jsonl"
 OUTPUT_FILE = "output.log"
 SUPERVISOR_LOG = "supervisor.log"
 LAUNCHER_FILE = "launcher.json"
+SNAPSHOT_FILE = "snapshot.json"
 # The files of a run directory, by name (an allocation file is named after its backend).
-RECORD_FILES = (PLAN_FILE, EVENTS_FILE, OUTPUT_FILE, SUPERVISOR_LOG, LAUNCHER_FILE)
+RECORD_FILES = (PLAN_FILE, EVENTS_FILE, OUTPUT_FILE, SUPERVISOR_LOG, LAUNCHER_FILE, SNAPSHOT_FILE)
 LOGS_DIR = "logs"
 STATE_DIR = "state"
 LATEST = "latest"

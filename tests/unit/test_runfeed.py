@@ -144,3 +144,215 @@ def test_a_log_read_in_small_chunks_replays_the_same_and_stops_at_the_next_attem
     assert "x" * 300 in seen and ("naïve ünïcödé " * 9).strip() in [s.strip() for s in seen]
     assert seen[-2:] == [START.format(g=5), STEP.format(e=0, s=7, g=7, t=T0 + 12)]
     assert seen.index(START.format(g=5)) == seen.index("x" * 300) + 2  # attempt 1's lines after attempt 0's
+
+
+# ------------------------------------------------------------------ snapshots
+
+
+def _lines(rng, g: int, t: float, n: int) -> tuple[list[str], int, float]:
+    """Lines a task prints: mostly the worker's step lines, with epoch, first-step, result and
+    other lines, standby lines, and steps or clocks that go back."""
+    out = []
+    for _ in range(n):
+        g += rng.choice((1, 1, 1, 2, 0, -2))
+        t += rng.choice((0.1, 0.1, 0.25, 0.0, -1.0))
+        roll = rng.random()
+        if roll < 0.6:
+            out.append(STEP.format(e=g // 10, s=g % 10, g=g, t=f"{t:.3f}"))
+        elif roll < 0.68:
+            out.append(f"tfcluster-step epoch={g // 10} step={g % 10} global_step={g} time={t:.3f}")
+        elif roll < 0.74:
+            out.append(f"tfcluster-epoch epoch={g // 10} global_step={g} loss=0.4 accuracy=0.8 time={t:.3f}")
+        elif roll < 0.78:
+            out.append(f"tfcluster-first_step epoch={g // 10} step={g % 10} global_step={g} time={t:.3f}")
+        elif roll < 0.82:
+            out.append(f"tfcluster-result accuracy=0.9 loss=0.2 examples_per_sec=99.0 steps_run={g}")
+        elif roll < 0.86:
+            out.append(f"tfcluster-worker_lost task=worker:1 time={t:.3f}")
+        elif roll < 0.90:
+            out.append("(standby) " + STEP.format(e=0, s=1, g=1, t="1.0"))
+        elif roll < 0.95:
+            out.append("W0000 some TensorFlow warning ünïcödé")
+        else:
+            out.append("")
+    return out, g, t
+
+
+def _record_a_run(rec: "Record", rng, at_points) -> None:
+    """A random run in ``rec``: attempts of two workers (start events with their log offsets,
+    ready, exits, stops, a worker restarted alone, group restarts), hosts lost and replanned,
+    spares and a host back, lines written in pieces (a snapshot may fall inside a line), and
+    at the end the outcome (or none: a run still going). ``at_points()`` is called between
+    writes: where a snapshot may be taken."""
+    keys = ["worker:0", "worker:1"]
+    rec.event("run_start", T0, name="t", tasks=keys, max_restarts=3, spares=["h3"], backend="ssh")
+    at, g = T0, {k: 0 for k in keys}
+    clock = {k: T0 for k in keys}
+    attempts = rng.randint(1, 3)
+    for attempt in range(attempts):
+        for key in keys:
+            if rng.random() < 0.2:  # a line written before its start event (the next attempt's own)
+                rec.log(key, "early line")
+            at += 1
+            rec.start(key, attempt, at)
+            rec.log(key, START.format(g=g[key]) + f" time={clock[key]:.3f}")
+            at_points()
+        for _ in range(rng.randint(1, 6)):
+            key = rng.choice(keys)
+            lines, g[key], clock[key] = _lines(rng, g[key], clock[key], rng.randint(0, 40))
+            text = "".join(line + "\n" for line in lines)
+            cut = rng.randint(0, len(text))
+            with open(rec.log_path(key), "a") as fh:
+                fh.write(text[:cut])
+            at_points()  # (maybe mid-line)
+            with open(rec.log_path(key), "a") as fh:
+                fh.write(text[cut:])
+            roll = rng.random()
+            at += 1
+            if roll < 0.15:
+                rec.event("ready", at, task=key, attempt=attempt)
+            elif roll < 0.25:
+                rec.event("attempt_ready", at, attempt=attempt)
+            elif roll < 0.32:
+                rec.event("exit", at, task=key, attempt=attempt, code=137)
+                rec.event("task_restart", at, task=key, code=137, restart=1)
+                rec.log(key, "a late line of the process that died")
+                rec.start(key, attempt, at + 0.5)
+            elif roll < 0.38:
+                rec.event("host_lost", at, host="h2", how="unreachable for 60 s")
+            at_points()
+        if attempt < attempts - 1:
+            at += 1
+            rec.event("exit", at, task="worker:1", attempt=attempt, code=137)
+            rec.event("failure", at, task="worker:1", attempt=attempt, reason="exit 137 (SIGKILL)", code=137)
+            rec.event("stopped", at, task="worker:0", code=-9)
+            rec.log("worker:1", "a line after its exit")
+            at_points()
+            if rng.random() < 0.5:
+                rec.event("host_lost", at, host="h2", how="preempted")
+                rec.event("replan", at, lost=["h2"], moved={"worker:1": {"from": "h2", "to": "h3"}}, tasks=keys)
+                rec.event("host_added", at, host="h2")
+            rec.event("restart", at + 0.5, attempt=attempt + 1)
+            at_points()
+    if rng.random() < 0.7:
+        for key in keys:
+            rec.log(key, f"tfcluster-result accuracy=0.91 loss=0.2 examples_per_sec=1280.0 steps_run={g[key]}")
+            rec.event("exit", at + 1, task=key, attempt=attempts - 1, code=0)
+        rec.event("outcome", at + 2, outcome="succeeded", exit_code=0, attempts=attempts)
+    at_points()
+
+
+def _comparable(view: RunView) -> dict:
+    """The view's state, but for a line's arrival stamp (``last_line_at``: the log's time for a
+    replay, the time of the poll that read it for the supervisor's feed) and ``lost`` (one task's
+    line about another, ``worker_lost task=...``, against that task's own start event: the record
+    does not say which came first, and ``status`` does not show it)."""
+    state = view.to_json()
+    for t in state["tasks"].values():
+        t.pop("last_line_at")
+        t.pop("lost")
+    return state
+
+
+def test_a_replay_from_any_snapshot_gives_the_view_a_replay_from_the_start_gives(tmp_path):
+    """Property: for random records, a snapshot written at random points (between an event and
+    the next start, inside a line, between a restart's exit and its start, after the outcome)
+    plus the record after it replays to the same view as the whole record, elastic fields
+    (spares, host changes) included; and ``status`` (load_run) says the same."""
+    import random
+    import shutil
+
+    from launcher.runfeed import SnapshotWriter, read_snapshot
+    from launcher.runstate import load_run
+
+    rng = random.Random(11)
+    points = 0
+    for trial in range(60):
+        root = tmp_path / str(trial)
+        rec = Record(root)
+        (rec.dir / "plan.json").write_text(json.dumps({"name": "t", "backend": "ssh", "tasks": [
+            {"type": "worker", "index": 0, "host": "h1"}, {"type": "worker", "index": 1, "host": "h2"}]}))
+        (rec.dir / "launcher.json").write_text(json.dumps({"pid": os.getpid(), "host": None}))
+        writer = SnapshotWriter(rec.dir)
+        snapshots = []
+
+        def at_points():
+            if rng.random() < 0.5:
+                writer.write()
+                snapshots.append((rec.dir / "snapshot.json").read_text())
+
+        _record_a_run(rec, rng, at_points)
+        writer.close()  # the last one, as the supervisor writes it at the end
+        snapshots.append((rec.dir / "snapshot.json").read_text())
+        assert writer.problem == ""
+        whole = replay(rec.dir, snapshot=False)
+        status = load_run(rec.dir, alive=lambda *a: True).to_json()
+        status.pop("elapsed")
+        assert status["host_changes"] == [c.describe() for c in whole.host_changes]
+        for text in snapshots:
+            (rec.dir / "snapshot.json").write_text(text)
+            assert read_snapshot(rec.dir) is not None
+            a, b = _comparable(replay(rec.dir)), _comparable(whole)
+            diff = {k: (t[k], b["tasks"][key][k]) for key, t in a["tasks"].items() for k in t if t[k] != b["tasks"][key][k]}
+            assert a == b, (trial, json.loads(text)["fed"], diff)
+            from_snapshot = load_run(rec.dir, alive=lambda *a: True).to_json()
+            from_snapshot.pop("elapsed")
+            assert from_snapshot == status
+            points += 1
+        shutil.rmtree(root)
+    assert points > 300
+
+
+def test_a_record_without_a_snapshot_or_with_one_that_does_not_fit_is_replayed_from_its_start(tmp_path):
+    from launcher.runfeed import SnapshotWriter
+
+    rec = Record(tmp_path)
+    rec.event("run_start", T0, name="t", tasks=["worker:0"])
+    rec.start("worker:0", 0, T0 + 1)
+    rec.log("worker:0", START.format(g=0), STEP.format(e=0, s=4, g=4, t=T0 + 2))
+    assert replay(rec.dir).tasks["worker:0"].global_step == 4  # none: a record written before
+    writer = SnapshotWriter(rec.dir)
+    writer.close()
+    good = (rec.dir / "snapshot.json").read_text()
+    assert json.loads(good)["fed"] == {"worker:0": rec.size("worker:0")}
+
+    def after(text: str) -> int:
+        (rec.dir / "snapshot.json").write_text(text)
+        return replay(rec.dir).tasks["worker:0"].global_step
+
+    rec.log("worker:0", STEP.format(e=0, s=6, g=6, t=T0 + 3))
+    assert after(good) == 6
+    state = json.loads(good)
+    assert after("{not json") == 6
+    assert after(json.dumps({**state, "version": 99})) == 6
+    assert after(json.dumps({**state, "fed": {"worker:0": 5}})) == 6  # not at a line's end
+    assert after(json.dumps({**state, "view": {"tasks": {"worker:0": {"nonsense": 1}}}})) == 6
+    # a log shorter than the snapshot says (replaced): from the start
+    rec.log_path("worker:0").write_text(START.format(g=2) + "\n")
+    assert after(good) == 2
+
+
+def test_status_and_attach_start_from_the_snapshot(tmp_path):
+    """load_run (``status``) and ``RecordFeed.resume`` (``attach``) take the view from the
+    snapshot and read only what came after it (a snapshot's view changed by hand shows)."""
+    from launcher.runfeed import SnapshotWriter
+    from launcher.runstate import load_run
+
+    rec = Record(tmp_path)
+    (rec.dir / "plan.json").write_text(json.dumps({"name": "t", "tasks": [{"type": "worker", "index": 0}]}))
+    rec.event("run_start", T0, name="t", tasks=["worker:0"])
+    rec.start("worker:0", 0, T0 + 1)
+    rec.log("worker:0", START.format(g=0), STEP.format(e=0, s=4, g=4, t=T0 + 2))
+    SnapshotWriter(rec.dir).close()
+    state = json.loads((rec.dir / "snapshot.json").read_text())
+    state["view"]["tasks"]["worker:0"]["epochs"] = 77
+    state["view"]["tasks"]["worker:0"]["loss"] = 9.5
+    (rec.dir / "snapshot.json").write_text(json.dumps(state))
+    rec.log("worker:0", "a line after it")
+    feed = RecordFeed.resume(rec.dir)
+    feed.poll()
+    w = feed.view.tasks["worker:0"]
+    assert (w.epochs, w.loss, w.global_step, w.last_line) == (77, 9.5, 4, "a line after it")
+    row = load_run(rec.dir, alive=lambda *a: True).tasks[0]
+    assert (row.loss, row.global_step, row.last_line) == (9.5, 4, "a line after it")
+    assert replay(rec.dir, snapshot=False).tasks["worker:0"].loss == 0.5
