@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""What a Spot preemption costs with elastic: and without it, on the ssh lab (network namespaces
+with an sshd and a private disk each: tests/integration/ssh/netlab.py). Needs root.
+
+    sudo python3 bench/elastic.py [--repeat 3]
+
+Per trial (2 MWMS workers training the bundled model, a backup every 3 steps; h2 preempted at
+step 5: SIGTERM to every process of h2, SIGKILL after the notice, link down):
+  spare      hosts h1, h2 + spare h3: preemption -> the first training step on h3 (s), steps redone
+  by hand    hosts h1, h2 only (no elastic): preemption -> `up` exits; then hosts: edited to h1, h3
+             and `up` again -> its first training step. The figure is the machine's part only: a
+             person's time to notice and edit comes on top.
+  shrink     hosts h1, h2, tasks.worker.min 1: preemption -> the first step of worker:0 alone
+  grow       h2 back (link up, sshd) -> the first step of the grown group (elastic.settle 5 s in it)
+The first step is the worker's own `tfcluster-first_step` line (its time= field), the preemption
+the moment the first SIGTERM is sent. Prints each trial, the medians and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
+
+NOTICE = 10.0
+STEP = re.compile(r"\[(worker:\d)\] tfcluster-(first_step|step|start) .*?global_step=(\d+).*?time=([\d.]+)")
+
+
+def spec_for(lab: Lab, work: Path, name: str, hosts: list[str], tasks, elastic=None) -> Path:
+    spec = {
+        "name": name, "strategy": "multi_worker_mirrored", "backend": "ssh",
+        "entrypoint": [sys.executable, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "30",
+                       "--step-delay", "0.3", "--save-freq", "3", "--progress-every", "1"],
+        "hosts": lab.hosts_yaml(hosts), "tasks": tasks, "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        "restart": {"max_restarts": 0}, "watchdog": {"startup_timeout": 120, "stop_grace": 5},
+        "state": {"dir": str(lab.private / work.name / "state")},
+        "ssh": {"known_hosts": str(lab.known_hosts), "python": sys.executable, "remote_dir": str(work / "remote"),
+                "workdir": str(ROOT), "lease": 4, "connect_timeout": 3, "require": ["tensorflow", "tf_keras"]},
+    }
+    if elastic:
+        spec["elastic"] = elastic
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+class Run:
+    """`tfcluster up` in the background; its lines, each with the time it arrived."""
+
+    def __init__(self, spec: Path) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self.proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def wait_line(self, pattern: str, timeout: float = 300, after: float = 0.0) -> float:
+        end = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < end:
+            for at, line in list(self.lines):
+                if at >= after and regex.search(line):
+                    return at
+            if self.proc.poll() is not None and not self.reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"no line matching {pattern!r} (exit {self.proc.poll()}); last lines:\n"
+                           + "\n".join(line for _, line in self.lines[-30:]))
+
+    def finish(self, timeout: float = 400) -> int:
+        code = self.proc.wait(timeout)
+        self.reader.join(10)
+        return code
+
+    def first_step_after(self, since: float, key: str = "worker:0") -> tuple[float, int]:
+        """The worker's own time of its first step after ``since``, and the step it resumed at."""
+        start = None
+        for _, line in self.lines:
+            m = STEP.search(line)
+            if not m or m.group(1) != key or float(m.group(4)) < since:
+                continue
+            if m.group(2) == "start":
+                start = int(m.group(3))
+            elif m.group(2) == "first_step":
+                return float(m.group(4)), start if start is not None else -1
+        raise RuntimeError(f"{key}: no first step after {since}")
+
+    def last_step_before(self, until: float) -> int:
+        steps = [int(m.group(3)) for _, line in self.lines if (m := STEP.search(line)) and m.group(2) == "step"
+                 and float(m.group(4)) < until]
+        return max(steps) if steps else 0
+
+
+def preempt_at_step(lab: Lab, run: Run, host: str, step: int) -> float:
+    run.wait_line(rf"\[worker:1\] tfcluster-step epoch=0 step={step} ")
+    at = time.time()
+    threading.Thread(target=lab.preempt, args=(host, NOTICE), daemon=True).start()
+    return at
+
+
+def trial_spare(lab: Lab, work: Path) -> dict:
+    spec = spec_for(lab, work, "spare", ["h1", "h2", "h3"], {"worker": 2}, {"host_wait": 3})
+    run = Run(spec)
+    try:
+        t0 = preempt_at_step(lab, run, "h2", 5)
+        assert run.finish() == 0, "\n".join(line for _, line in run.lines[-30:])
+        first, resumed = run.first_step_after(t0)
+        return {"seconds": first - t0, "redone": max(0, run.last_step_before(t0 + 0.001) - resumed)}
+    finally:
+        lab.bring_back("h2")
+
+
+def trial_by_hand(lab: Lab, work: Path) -> dict:
+    spec = spec_for(lab, work, "byhand", ["h1", "h2"], {"worker": 2})
+    run = Run(spec)
+    try:
+        t0 = preempt_at_step(lab, run, "h2", 5)
+        run.finish()
+        failed_at = time.time()
+        before = run.last_step_before(t0 + 0.001)
+        edited = yaml.safe_load(spec.read_text())
+        edited["hosts"] = lab.hosts_yaml(["h1", "h3"])
+        spec.write_text(yaml.safe_dump(edited, sort_keys=False))
+        again = Run(spec)
+        assert again.finish() == 0, "\n".join(line for _, line in again.lines[-30:])
+        first, resumed = again.first_step_after(failed_at)
+        return {"seconds": first - t0, "failed_after": failed_at - t0, "redone": max(0, before - resumed)}
+    finally:
+        lab.bring_back("h2")
+
+
+def trial_shrink_grow(lab: Lab, work: Path) -> dict:
+    spec = spec_for(lab, work, "shrink", ["h1", "h2"], {"worker": {"count": 2, "min": 1}},
+                    {"host_wait": 3, "settle": 5})
+    run = Run(spec)
+    try:
+        t0 = preempt_at_step(lab, run, "h2", 5)
+        left_out = run.wait_line(r"worker:1 left out")
+        run.wait_line(r"\[worker:0\] tfcluster-first_step ", after=left_out)
+        alone, _ = run.first_step_after(t0)
+        back_at = time.time()
+        lab.bring_back("h2")
+        added = run.wait_line(r"worker:1 added on h2", after=back_at)
+        run.wait_line(r"\[worker:1\] tfcluster-first_step ", after=added)
+        grown, _ = run.first_step_after(back_at, key="worker:1")
+        assert run.finish() == 0, "\n".join(line for _, line in run.lines[-30:])
+        return {"shrink": alone - t0, "grow": grown - back_at}
+    finally:
+        lab.bring_back("h2")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    reason = have_prereqs()
+    if reason:
+        print(f"bench/elastic.py: {reason}", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="tfcs-bench-elastic-"))
+    lab = Lab(root, count=3, private=root / "private",
+              prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfcb"),
+              subnet=os.environ.get("TFCLUSTER_LAB_SUBNET", "10.238.0"))
+    results: dict[str, list[dict]] = {"spare": [], "by hand": [], "shrink/grow": []}
+    try:
+        lab.start()
+        for i in range(args.repeat):  # alternating: one of each per round
+            for name, trial in (("spare", trial_spare), ("by hand", trial_by_hand),
+                                ("shrink/grow", trial_shrink_grow)):
+                work = root / f"{name.replace(' ', '').replace('/', '')}{i}"
+                work.mkdir()
+                result = trial(lab, work)
+                results[name].append(result)
+                print(f"round {i + 1} {name}: " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                                        for k, v in result.items())
+                      + f"  (load {os.getloadavg()[0]:.2f})", flush=True)
+    finally:
+        lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print("medians:")
+    for name, rows in results.items():
+        keys = rows[0].keys() if rows else []
+        print(f"  {name}: " + ", ".join(f"{k} {statistics.median(r[k] for r in rows):.1f}" for k in keys))
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

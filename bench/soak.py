@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""A soak under random faults (issue 23): one training on 4 ssh hosts + 1 spare, found by a
+discovery command (a file this script edits), with a random fault every 30-90 s:
+
+  sigkill    SIGKILL to one worker's task process           (a crash: a restart, from the last backup)
+  sigstop    SIGSTOP to one worker for 25 s, then SIGCONT  (a hang: watchdog.hang_timeout restarts)
+  partition  one host's link down for 8 s, then up          (lost for a moment: a restart there)
+  preempt    a Spot preemption of one host (Lab.preempt)    (lost: its task moves, or the group shrinks)
+  return     a preempted host's link up and sshd again     (usable after elastic.settle: grow or spare)
+  discovery  the spare dropped from, or put back into, the discovery file
+
+Needs root (tests/integration/ssh/netlab.py builds the hosts). Usage::
+
+    sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N]
+
+It first trains once undisturbed (the same spec, fewer hosts' worth of nothing: no faults) for
+the reference accuracy, then the soak. It ends with: exit code (must be 0), final test accuracy
+against the undisturbed one (within 0.02), each fault with its time and what the launcher said
+next, steps redone per resume (at most --save-freq, 0 after a graceful save), recovery times
+(fault -> the next first training step), and the processes left on any host (must be none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
+
+STEP = re.compile(r"\[(worker:\d+)\] tfcluster-(start|first_step|step|result) .*?global_step=(\d+)")
+SAVE_FREQ = 5
+
+
+def spec_for(lab: Lab, work: Path, name: str, listing: Path, epochs: int) -> Path:
+    spec = {
+        "name": name, "strategy": "multi_worker_mirrored", "backend": "ssh",
+        "entrypoint": [sys.executable, "-m", "worker", "--epochs", str(epochs), "--steps-per-epoch", "40",
+                       "--step-delay", "0.2", "--save-freq", str(SAVE_FREQ), "--progress-every", "1"],
+        "discovery": {"command": f"cat {listing}", "every": 5, "timeout": 5},
+        "tasks": {"worker": {"count": 4, "min": 2}},
+        "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
+        "restart": {"max_restarts": 100},
+        "elastic": {"host_wait": 10, "settle": 10},
+        "watchdog": {"startup_timeout": 180, "hang_timeout": 20, "stop_grace": 10},
+        "state": {"dir": str(lab.private / work.name / "state")},
+        "ssh": {"known_hosts": str(lab.known_hosts), "python": sys.executable, "remote_dir": str(work / "remote"),
+                "workdir": str(ROOT), "lease": 4, "connect_timeout": 3, "require": ["tensorflow", "tf_keras"]},
+    }
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+class Run:
+    def __init__(self, spec: Path) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self.proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def training(self) -> bool:
+        """A step line in the last 5 s: the group trains (faults land on a running group)."""
+        now = time.time()
+        return any("tfcluster-step" in line for at, line in self.lines[-40:] if now - at < 5)
+
+
+def worker_pids(lab: Lab) -> list[tuple[str, int]]:
+    found = []
+    for h in lab.hosts:
+        for pid in Lab._netns_pids(h.netns):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if " -m worker " in cmd and "taskwrap" not in cmd:
+                found.append((h.name, pid))
+    return found
+
+
+class Faults:
+    def __init__(self, lab: Lab, listing: Path, rng: random.Random) -> None:
+        self.lab, self.listing, self.rng = lab, listing, rng
+        self.down: list[str] = []
+        self.spare_listed = True
+        self.log: list[dict] = []
+
+    def publish(self) -> None:
+        names = [h.name for h in self.lab.hosts if h.name != "h5" or self.spare_listed]
+        self.listing.write_text(yaml.safe_dump(self.lab.hosts_yaml(names)))
+
+    def choose(self) -> str:
+        kinds = ["sigkill", "sigstop", "partition", "discovery"]
+        if len(self.down) < 1:
+            kinds.append("preempt")  # at most one host down at a time: 4 workers, min 2, a spare
+        if self.down:
+            kinds += ["return", "return"]
+        return self.rng.choice(kinds)
+
+    def inject(self, kind: str) -> dict:
+        at = time.time()
+        what = ""
+        if kind in ("sigkill", "sigstop"):
+            pids = worker_pids(self.lab)
+            if not pids:
+                return {"kind": kind, "at": at, "what": "no worker running: skipped"}
+            host, pid = self.rng.choice(pids)
+            if kind == "sigkill":
+                os.kill(pid, signal.SIGKILL)
+                what = f"SIGKILL worker on {host} (pid {pid})"
+            else:
+                os.kill(pid, signal.SIGSTOP)
+                threading.Timer(25, lambda: _cont(pid)).start()
+                what = f"SIGSTOP worker on {host} (pid {pid}) for 25 s"
+        elif kind == "partition":
+            up = [h for h in self.lab.hosts if h.name not in self.down and h.name != "h5"]
+            h = self.rng.choice(up)
+            h.exec("ip", "link", "set", "eth0", "down")
+            threading.Timer(8, lambda: h.exec("ip", "link", "set", "eth0", "up", check=False)).start()
+            what = f"{h.name} partitioned for 8 s"
+        elif kind == "preempt":
+            up = [h.name for h in self.lab.hosts if h.name not in self.down]
+            name = self.rng.choice(up)
+            self.down.append(name)
+            threading.Thread(target=self.lab.preempt, args=(name, 10.0), daemon=True).start()
+            what = f"{name} preempted"
+        elif kind == "return":
+            name = self.down.pop(0)
+            self.lab.bring_back(name)
+            what = f"{name} back"
+        elif kind == "discovery":
+            self.spare_listed = not self.spare_listed
+            self.publish()
+            what = "h5 " + ("put back into" if self.spare_listed else "dropped from") + " the discovery list"
+        entry = {"kind": kind, "at": at, "what": what}
+        self.log.append(entry)
+        return entry
+
+
+def _cont(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def resumes(lines: list[tuple[float, str]]) -> list[dict]:
+    """Each resume of worker:0 after the first start: where it resumed, the last step before."""
+    out, best, seen_start = [], 0, False
+    for at, line in lines:
+        m = STEP.search(line)
+        if not m or m.group(1) != "worker:0":
+            continue
+        g = int(m.group(3))
+        if m.group(2) == "start":
+            if seen_start:
+                out.append({"at": at, "resumed": g, "before": best, "redone": max(0, best - g)})
+            seen_start = True
+        elif m.group(2) in ("step", "first_step"):
+            best = max(best, g)
+    return out
+
+
+def accuracy(lines) -> float:
+    for _, line in lines:
+        if "[worker:0] tfcluster-result" in line:
+            m = re.search(r" accuracy=([\d.]+)", line)
+            if m:
+                return float(m.group(1))
+    return float("nan")
+
+
+def left_running(lab: Lab) -> list[str]:
+    left = []
+    for h in lab.hosts:
+        for pid in Lab._netns_pids(h.netns):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace") \
+                if Path(f"/proc/{pid}/cmdline").exists() else ""
+            if cmd and "sshd" not in cmd:
+                left.append(f"{h.name}: {cmd[:80]}")
+    return left
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=20.0, help="how long faults are injected")
+    parser.add_argument("--epochs", type=int, default=0, help="default: enough for --minutes of training")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    reason = have_prereqs()
+    if reason:
+        print(f"bench/soak.py: {reason}", file=sys.stderr)
+        return 2
+    rng = random.Random(args.seed)
+    epochs = args.epochs or max(2, int(args.minutes * 60 / (40 * 0.6)))  # ~0.6 s a step with 4 workers here
+    root = Path(tempfile.mkdtemp(prefix="tfcs-soak-"))
+    lab = Lab(root, count=5, private=root / "private", prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfck"),
+              subnet=os.environ.get("TFCLUSTER_LAB_SUBNET", "10.236.0"))
+    report: dict = {"seed": args.seed, "epochs": epochs}
+    try:
+        lab.start()
+        # The undisturbed reference: the same training, no faults.
+        ref_work = root / "reference"
+        ref_work.mkdir()
+        ref_listing = ref_work / "hosts.yaml"
+        ref_listing.write_text(yaml.safe_dump(lab.hosts_yaml()))
+        started = time.time()
+        ref = Run(spec_for(lab, ref_work, "reference", ref_listing, epochs))
+        ref_code = ref.proc.wait()
+        ref.reader.join(10)
+        report["reference"] = {"exit": ref_code, "accuracy": accuracy(ref.lines), "seconds": time.time() - started}
+        print(f"undisturbed: exit {ref_code}, accuracy {report['reference']['accuracy']:.4f}, "
+              f"{report['reference']['seconds']:.0f} s", flush=True)
+        # The soak.
+        work = root / "soak"
+        work.mkdir()
+        listing = work / "hosts.yaml"
+        faults = Faults(lab, listing, rng)
+        faults.publish()
+        started = time.time()
+        run = Run(spec_for(lab, work, "soak", listing, epochs))
+        end = started + args.minutes * 60
+        next_at = started + 60 + rng.uniform(30, 90)  # the first after start-up
+        while run.running() and time.time() < end:
+            if time.time() >= next_at and run.training():
+                entry = faults.inject(faults.choose())
+                print(f"{entry['at'] - started:7.1f} s  fault: {entry['what']}", flush=True)
+                next_at = time.time() + rng.uniform(30, 90)
+            time.sleep(0.5)
+        while faults.down:  # give the hosts back so the run can finish as it would
+            faults.inject("return")
+        if not faults.spare_listed:
+            faults.spare_listed = True
+            faults.publish()
+        code = run.proc.wait(3600)
+        run.reader.join(10)
+        seconds = time.time() - started
+        res = resumes(run.lines)
+        acc = accuracy(run.lines)
+        time.sleep(2)
+        left = left_running(lab)
+        report.update({"exit": code, "accuracy": acc, "seconds": seconds, "faults": faults.log, "resumes": res,
+                       "left_running": left})
+        kinds = {}
+        for f in faults.log:
+            kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+        recov = []
+        for f in faults.log:
+            after = [r for r in res if r["at"] > f["at"]]
+            if after and f["kind"] not in ("discovery", "return"):
+                recov.append(after[0]["at"] - f["at"])
+        print(f"soak: exit {code} after {seconds:.0f} s; accuracy {acc:.4f} vs undisturbed "
+              f"{report['reference']['accuracy']:.4f} (difference {abs(acc - report['reference']['accuracy']):.4f})")
+        print(f"faults by kind: {json.dumps(kinds)}")
+        print(f"resumes: {len(res)}; steps redone per resume: {[r['redone'] for r in res]} "
+              f"(bound: {SAVE_FREQ} with --save-freq {SAVE_FREQ}; 0 after a graceful save)")
+        if recov:
+            print(f"fault -> next resume start (s): median {statistics.median(recov):.1f}, max {max(recov):.1f}")
+        print(f"processes left on the hosts: {left or 'none'}")
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        (Path(tempfile.gettempdir()) / "tfcluster-soak.json").write_text(json.dumps(report, indent=1))
+        ok = code == 0 and abs(acc - report["reference"]["accuracy"]) <= 0.02 and not left \
+            and all(r["redone"] <= SAVE_FREQ for r in res)
+        print("soak: " + ("passed" if ok else "FAILED"))
+        return 0 if ok else 1
+    finally:
+        lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
