@@ -28,6 +28,7 @@ from .record.events import Event
 from .record.states import AttemptState, Outcome
 from .report import location_lines, locations, task_table
 from .rundir import RunRecord
+from .runfeed import SnapshotWriter
 from .runview import RunView
 from .specmodel import Restart, Spec, Watchdog
 
@@ -122,6 +123,7 @@ class Supervisor:
                           run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
                           **({"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks])}
                              if self.elastic and self.spec is not None else {}))
+        snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
         if self.poller is not None:
             self.poller.start()
         try:
@@ -187,6 +189,7 @@ class Supervisor:
             self._stop_all(grace=0)
             self._drop_standby()
             self.backend.close()
+            snapshots.close()  # the last one: the record as it ends
 
     def _move_lost_hosts(self, number: int, lost: Optional[dict[str, str]] = None) -> Optional[int]:
         """After a failed attempt: are any of the plan's hosts lost? None: no (the failure is the

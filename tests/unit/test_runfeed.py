@@ -356,3 +356,52 @@ def test_status_and_attach_start_from_the_snapshot(tmp_path):
     row = load_run(rec.dir, alive=lambda *a: True).tasks[0]
     assert (row.loss, row.global_step, row.last_line) == (9.5, 4, "a line after it")
     assert replay(rec.dir, snapshot=False).tasks["worker:0"].loss == 0.5
+
+
+def test_the_supervisor_leaves_a_snapshot_of_the_whole_record(tmp_path):
+    """A run (a group restart, then success) ends with snapshot.json covering all of events.jsonl
+    and every task log, and status from it says what a replay from the start says."""
+    from launcher.runfeed import read_snapshot
+    from launcher.runstate import load_run
+    from tests.support.fakes import Counter, Script, ScriptedBackend, supervise
+
+    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
+                              default=Script(code=0, polls=4))
+    spec = """\
+        name: s
+        strategy: multi_worker_mirrored
+        entrypoint: python -m worker
+        tasks: {worker: 2}
+        restart: {max_restarts: 2}
+        watchdog: {stop_grace: 0}
+    """
+    assert supervise(tmp_path, spec, backend, clock=Counter()).code == 0
+    run = (tmp_path / "runs" / "s" / "latest").resolve()
+    state = read_snapshot(run)
+    assert state is not None and state["ended"]
+    assert state["events_at"] == (run / "events.jsonl").stat().st_size
+    assert state["fed"] == {k: (run / "logs" / f"{k.replace(':', '-')}.log").stat().st_size
+                            for k in ("worker:0", "worker:1")}
+    assert _comparable(replay(run)) == _comparable(replay(run, snapshot=False))
+    assert replay(run).tasks["worker:0"].starts == 2
+    with_snapshot = load_run(run).to_json()
+    (run / "snapshot.json").unlink()
+    assert load_run(run).to_json() == with_snapshot
+
+
+def test_snapshots_are_written_every_so_often_while_the_run_goes_on(tmp_path):
+    import time
+
+    from launcher.runfeed import SnapshotWriter, read_snapshot
+
+    rec = Record(tmp_path)
+    rec.event("run_start", T0, name="t", tasks=["worker:0"])
+    rec.start("worker:0", 0, T0 + 1)
+    writer = SnapshotWriter(rec.dir, every=0.01).start()
+    rec.log("worker:0", START.format(g=0), STEP.format(e=0, s=4, g=4, t=T0 + 2))
+    deadline = time.monotonic() + 10
+    while (read_snapshot(rec.dir) or {}).get("fed", {}).get("worker:0") != rec.size("worker:0"):
+        assert time.monotonic() < deadline, "no snapshot covering the log"
+        time.sleep(0.01)
+    writer.close()
+    assert not list(rec.dir.glob(".snapshot.json.*"))  # no temporary file left
