@@ -1,7 +1,8 @@
 """The ssh preflight's probe protocol: one host agent per host (``remote/agent.py``) checks the
-interpreter, modules, workdir and ports, uploads the task helpers, then connects from every host
-to every task's address:port. On success each agent stays, waiting to become its host's first
-task (``HostState.spare``), so the first start costs no second remote shell."""
+interpreter, modules, workdir and ports, uploads the task helpers, then connects from each host
+to the address:ports its tasks will dial under TensorFlow (``ssh_pairs.py``: O(n) pairs, not every
+host to every task). On success each agent stays, waiting to become its host's first task
+(``HostState.spare``), so the first start costs no second remote shell."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..remote import source as remote_source
 from ..remote import taskwrap_path
 from .ssh_commands import agent_command, probe_deadline
 from .ssh_connect import describe_channel_error
+from .ssh_pairs import host_targets
 from .ssh_runner import close_channel, drain_stderr, readline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,8 +35,9 @@ def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None
 
 def probe(backend: "SSHBackend", plan: Plan, names: list[str]) -> None:
     """One host agent per host (connecting first if needed): interpreter, deps, workdir,
-    upload helpers, bind every planned port, then connect from every host to every task
-    address:port. On success each agent stays, waiting to become its host's first task."""
+    upload helpers, bind every planned port, then connect from each host to the task
+    address:ports its tasks will dial (ssh_pairs.py). On success each agent stays, waiting to
+    become its host's first task."""
     files = {"taskwrap.py": TASKWRAP.read_text(encoding="utf-8"), "boot.py": remote_source("boot.py")}
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
     sessions: dict[str, object] = {}
@@ -146,17 +149,20 @@ def _judge(backend: "SSHBackend", plan: Plan, names: list[str], replies: dict[st
     return problems
 
 def _reachability(backend: "SSHBackend", plan: Plan, names: list[str], sessions: dict) -> list[str]:
-    targets = [[t.key, t.address, t.port] for t in plan.tasks if t.port is not None]
-    if not targets:
+    """Each host dials only what its tasks will dial under TensorFlow (ssh_pairs.py: O(n) pairs)."""
+    wanted = host_targets(plan)
+    if not wanted:
         return []
     timeout = backend.opts.probe_timeout
-    msg = json.dumps({"targets": targets, "timeout": timeout,
-                      "deadline": probe_deadline(timeout, len(names))}).encode() + b"\n"
+    deadline = probe_deadline(timeout, len(names))
 
     def one(name: str) -> list[str]:
         chan = sessions[name]
+        targets = [[t.key, t.address, t.port] for t in wanted.get(name, ())]
+        if not targets:
+            return []
         try:
-            chan.sendall(msg)
+            chan.sendall(json.dumps({"targets": targets, "timeout": timeout, "deadline": deadline}).encode() + b"\n")
             line = readline(chan)
             results = json.loads(line)["results"] if line else None
         except Exception:  # noqa: BLE001

@@ -291,6 +291,31 @@ def test_port_blocked_between_hosts_names_the_pair(lab, make_spec):
     assert took < 15
 
 
+def test_port_blocked_on_a_ring_pair_names_it(lab, make_spec):
+    """worker:2 (h3) receives its all-reduce ring chunks from worker:1 (h2): TF dials that pair,
+    and neither task is the coordination leader (worker:0 on h1), so the preflight must probe it."""
+    h2, h3 = lab.host("h2"), lab.host("h3")
+    spec = make_spec([PY, "-c", SHOW], workers=3, hosts=["h1", "h2", "h3"])
+    proc, took = _up_behind_firewall(spec, h2, f"ip saddr {h3.address} tcp dport 23456 drop")
+    assert proc.returncode == 1
+    assert f"host h3 cannot reach h2 {h2.address}:23456 (worker:1): timed out" in proc.stderr, proc.stderr
+    assert proc.stderr.count("cannot reach") == 1, proc.stderr
+    assert "TASK|" not in proc.stdout
+    assert took < 15
+
+
+def test_a_pair_tensorflow_never_dials_is_not_probed(lab, make_spec):
+    """worker:1 (h2) dials only worker:0 (leader, ring, broadcast parent); it never dials worker:2
+    (h3), so a firewall between them does not stop the run (each task has port 23456 on its own
+    host)."""
+    h2, h3 = lab.host("h2"), lab.host("h3")
+    spec = make_spec([PY, "-c", SHOW], workers=3, hosts=["h1", "h2", "h3"])
+    proc, _ = _up_behind_firewall(spec, h3, f"ip saddr {h2.address} tcp dport 23456 drop")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "cannot reach" not in proc.stderr
+    assert proc.stdout.count("TASK|") == 3
+
+
 def test_port_in_use_missing_module_and_python_are_reported(lab, make_spec):
     h1 = lab.host("h1")
     holder = subprocess.Popen(
