@@ -123,11 +123,10 @@ class StateSync:
             if ok is not True:
                 return {}, [f"host {chief}: cannot write in the state dir {self.b.hosts[chief].state_dir}: {ok}; "
                             "fix state.dir or its permissions"]
-            seen = {chief: True}
-            for h in hosts:
-                if h != chief:
-                    seen[h] = self._ask(sessions[h], "check", path[h]) is True
-            return seen, problems
+            others = [h for h in hosts if h != chief]
+            with self.b.pool(len(others)) as pool:  # all hosts at once: the slowest one, not the sum
+                answers = list(pool.map(lambda h: self._ask(sessions[h], "check", path[h]) is True, others))
+            return {chief: True, **dict(zip(others, answers))}, problems
         finally:
             try:
                 self._ask(sessions[chief], "remove", path[chief])
