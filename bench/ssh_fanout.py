@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Fan-out cost of ``backend: ssh``: ``tfcluster up`` with a trivial task on 1, 4, 8, 16, 32 and 64
-hosts, side by side with ``pdsh -R ssh ... true`` on the same hosts in the same run.
+"""Fan-out cost of ``backend: ssh``: ``tfcluster up`` with a trivial task on 1, 4, 8, 16, 32, 64 or
+128 hosts, side by side with ``pdsh -R ssh -f 64 ... true`` on the same hosts in the same run,
+alternating (pdsh, up, pdsh, up, ...), each trial printed with the load average.
 
 The hosts are network namespaces on this machine, each with its own sshd (the lab of
 tests/integration/ssh/netlab.py). Needs root, iproute2, openssh-server and pdsh
 (tests/setup/ssh.sh installs them). Usage::
 
-    sudo python3 bench/ssh_fanout.py [--hosts 1,4,8,16,32,64] [--repeat 3]
+    sudo python3 bench/ssh_fanout.py [--hosts 32,64,128] [--repeat 3]
+
+The lab's namespaces and subnet are TFCLUSTER_LAB_PREFIX (default tfcb) and
+TFCLUSTER_LAB_SUBNET (netlab's default): set both when another lab runs on the machine.
 
 Figures (median of --repeat runs, seconds):
   pdsh       pdsh -R ssh -w <hosts> true: connect, run `true`, exit
@@ -89,9 +93,13 @@ def time_up(spec: Path, n: int) -> tuple[float, float]:
     return running, total
 
 
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hosts", default="1,4,8,16,32,64")
+    ap.add_argument("--hosts", default="32,64,128")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     reason = have_prereqs()
@@ -100,22 +108,24 @@ def main() -> int:
         return 2
     counts = [int(x) for x in args.hosts.split(",")]
     work = Path(tempfile.mkdtemp(prefix="tfcs-bench-"))
-    lab = Lab(work / "lab", count=max(counts), prefix="tfcb")
+    lab = Lab(work / "lab", count=max(counts), prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfcb"))
     t0 = time.perf_counter()
     lab.start()
     print(f"lab: {max(counts)} sshd hosts in network namespaces up in {time.perf_counter() - t0:.2f} s "
-          f"({os.cpu_count()} CPUs)")
+          f"({os.cpu_count()} CPUs; load average {_load()})", flush=True)
     try:
         rows = []
         for n in counts:
             spec = write_spec(lab, n, work)
             time_pdsh(lab, n)  # warm caches once
             pdsh, running, total = [], [], []
-            for _ in range(args.repeat):
+            for trial in range(args.repeat):
                 pdsh.append(time_pdsh(lab, n))
                 r, t = time_up(spec, n)
                 running.append(r)
                 total.append(t)
+                print(f"  {n} hosts, trial {trial + 1}: pdsh {pdsh[-1]:.2f} s, up:running {r:.2f} s, "
+                      f"up:total {t:.2f} s ({t / pdsh[-1]:.2f}x); load average {_load()}", flush=True)
             rows.append((n, statistics.median(pdsh), statistics.median(running), statistics.median(total)))
         print(f"{'hosts':>5}  {'pdsh':>7}  {'up:running':>10}  {'up:total':>8}  {'running/pdsh':>12}  {'total/pdsh':>10}")
         for n, p, r, t in rows:
