@@ -79,6 +79,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
     services: dict[str, Any] = {}
     for i, task in enumerate(plan.tasks):
         env = dict(task.env)
+        env.pop(envnames.THREADS, None)  # threads: auto: made when a backend starts the task; compose does not
         env.update(
             {
                 envnames.STATE_DIR: STATE_DIR,

@@ -11,6 +11,7 @@ TASK = "TFCLUSTER_TASK"  # the task's key, "worker:3"
 NAME = "TFCLUSTER_NAME"  # the spec's name
 STRATEGY = "TFCLUSTER_STRATEGY"  # the spec's strategy: the worker's --strategy default
 CPUS = "TFCLUSTER_CPUS"  # devices: {cpus: N}
+THREADS = "TFCLUSTER_THREADS"  # devices: {threads: auto}: "I/N", the task's place among N on its host (launcher/threads.py)
 TPU = "TFCLUSTER_TPU"  # tpu: name, zone, project
 TPU_ZONE = "TFCLUSTER_TPU_ZONE"
 TPU_PROJECT = "TFCLUSTER_TPU_PROJECT"

@@ -62,8 +62,14 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append('TF_CONFIG (every task: {"cluster":CLUSTER,"task":TASK}):')
         out.append(f"  CLUSTER: {plan.cluster.json_text}")
         out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
+    if plan.threads:
+        out.append(plan.threads)
     if plan.tasks:
         common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
+        for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
+            if env is not plan.tasks[0].base_env:
+                own = dict(env)
+                common = {k: v for k, v in common.items() if own.get(k) == v}
         shown = common if show_secrets else redact_env(common)
         out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
         for k, v in shown.items():

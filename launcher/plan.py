@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any, Iterator, Mapping, Optional
 
-from . import envnames
+from . import envnames, threads
 from .errors import SpecError
 from .specmodel import TASK_TYPES, Host, Spec, Tpu
 
@@ -51,6 +51,9 @@ class Placement:
     slots: Mapping[str, Slot]
     placeholder: bool = False
     note: str = ""
+    # Host name -> its cores, where the backend knows them when it plans (local): ``threads: auto``
+    # budgets are then in the plan; other hosts' are made when their tasks start.
+    cores: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,8 @@ class Plan:
     # True when hosts/addresses are stand-ins until the backend allocates (see Placement).
     placeholder: bool = False
     placement_note: str = ""
+    # ``devices.threads`` as ``plan`` shows it (launcher/threads.py's describe).
+    threads: str = ""
 
     def task(self, key: str) -> PlannedTask:
         return self._by_key[key]
@@ -294,17 +299,46 @@ def build_plan(spec: Spec, placement: Placement) -> Plan:
     env.update(_device_env(spec))
     for own in ("TF_CONFIG", envnames.TASK):  # each task's own (PlannedTask.own_env)
         env.pop(own, None)
-    base_env = tuple(sorted(env.items()))
+    budgets, shown = _thread_env(spec, placement, [p[2] for p in placements])
+    variants: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # shared, not one per task
+    base_envs = [variants.setdefault(extra, tuple(sorted({**env, **dict(extra)}.items()))) for extra in budgets]
     argv = tuple(spec.argv)
     tasks = tuple(
         PlannedTask(type=task_type, index=index, host=host, address=address, port=port, command=argv,
                     cluster=cluster, base_env=base_env)
-        for (task_type, index, host, address), port in zip(placements, ports)
+        for (task_type, index, host, address), port, base_env in zip(placements, ports, base_envs)
     )
     used_hosts = {t.host for t in tasks}
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
-                placeholder=placement.placeholder, placement_note=placement.note)
+                placeholder=placement.placeholder, placement_note=placement.note, threads=shown)
+
+
+def _thread_env(spec: Spec, placement: Placement, hosts: list[str]) -> tuple[list[tuple[tuple[str, str], ...]], str]:
+    """``devices.threads`` as each task's extra env (in plan order) and the line ``plan`` shows.
+    ``auto``: the budget where the placement knows the host's cores, else the task's place on its
+    host (``TFCLUSTER_THREADS=I/N``) for the backend to complete when it starts the task."""
+    setting = spec.devices.threads
+    user = set(spec.env)
+    if setting == 0 or user.issuperset(threads.NAMES):
+        return [()] * len(hosts), threads.describe(0 if setting == 0 else "env")
+    if setting != "auto":
+        extra = tuple(sorted(threads.budget_env(setting, user).items()))
+        return [extra] * len(hosts), threads.describe(setting)
+    out = []
+    known = set()
+    for host, (place, n) in zip(hosts, threads.places(hosts)):
+        cores = placement.cores.get(host)
+        if cores is None:
+            out.append(((envnames.THREADS, f"{place}/{n}"),))
+        else:
+            known.add(host)
+            out.append(tuple(sorted(threads.budget_env(threads.share(cores, place, n), user).items())))
+    if len(known) == 1 and len(set(hosts)) == 1:
+        host = hosts[0]
+        n = len(hosts)
+        return out, threads.describe("auto", placement.cores[host], threads.shares(placement.cores[host], n))
+    return out, threads.describe("auto")
 
 
 def _device_env(spec: Spec) -> dict[str, str]:

@@ -178,10 +178,20 @@ class Watchdog(OptionsModel):
 
 class Devices(OptionsModel):
     """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (CUDA_VISIBLE_DEVICES) and
-    ``cpus: N`` (N logical CPU devices, so mirrored/central_storage run N replicas without GPUs)."""
+    ``cpus: N`` (N logical CPU devices, so mirrored/central_storage run N replicas without GPUs);
+    ``threads: auto | N | 0`` (each task's TF/OpenMP thread budget: launcher/threads.py)."""
 
     gpus: Any = "all"
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
+    threads: Any = "auto"
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads(cls, v: Any) -> Any:
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return v
+        raise ValueError(f"{v!r} is not valid; use auto (each task its share of its host's cores), "
+                         "a number of threads per task (2), or 0 (leave TensorFlow's defaults)")
 
     @field_validator("gpus", mode="before")
     @classmethod

@@ -4,7 +4,7 @@
 Standalone and stdlib-only: the local backend runs it with the launcher's Python, the ssh
 backend copies it to each host. Usage::
 
-    python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] -- ARGV...
+    python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] [--threads VAR] -- ARGV...
 
 * It makes itself the leader of a new session and process group, and the task runs in that
   same group, so ``killpg(wrapper_pid, sig)`` reaches the task and everything it spawned.
@@ -14,6 +14,10 @@ backend copies it to each host. Usage::
   also write a byte at least every N seconds, which catches a silent network partition.
 * Stop it by signalling the whole group (``killpg``); the wrapper ignores SIGTERM/SIGINT/SIGHUP
   itself and stays to report the exit code.
+* ``--threads VAR``: the environment variable VAR, if set, is the task's place on its host
+  (``I/N``, a ``devices: {threads: auto}`` budget the plan could not make: launcher/threads.py);
+  the wrapper replaces it with TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS and OMP_NUM_THREADS
+  (each unless already set) from this host's cores (its CPU affinity, capped by a cgroup limit).
 * It exits with the task's exit code, or 128+N when the task died of signal N, the same
   convention a shell, SSH and Docker use, so every backend reports exits alike.
 """
@@ -39,7 +43,7 @@ _GCE_DEFAULT = "metadata.google.internal"
 _GCE_PATH = "/computeMetadata/v1/instance/preempted"
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
-    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off"}
+    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -60,6 +64,42 @@ def _parse(argv: list[str]) -> tuple[dict, list[str]]:
         sys.stderr.write("taskwrap: no command given after --\n")
         sys.exit(2)
     return opts, cmd
+
+
+_THREAD_NAMES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+
+
+def _host_cores() -> int:
+    """This host's cores for this process: CPU affinity, capped by a cgroup v2 CPU limit
+    (launcher/threads.py's local_cores; this file is stdlib only and stands alone)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(-(-int(quota) // int(period)), 1))
+    except (OSError, ValueError):
+        pass
+    return n
+
+
+def _thread_budget(var: str) -> None:
+    """``--threads VAR``: make the task's thread budget from VAR's ``I/N`` (launcher/threads.py's
+    share: floor division, the remainder to the first tasks, at least 1), in this process's env."""
+    value = os.environ.pop(var, "")
+    try:
+        place, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        return
+    if not 0 <= place < n:
+        return
+    base, extra = divmod(_host_cores(), n)
+    budget = max(base + (1 if place < extra else 0), 1)
+    for name in _THREAD_NAMES:
+        os.environ.setdefault(name, str(budget))
 
 
 def _set_pdeathsig(sig: int) -> None:
@@ -141,6 +181,8 @@ def main(argv: list[str]) -> int:
     pgid = os.getpgid(0)
     if opts["cwd"]:
         os.chdir(opts["cwd"])
+    if opts["threads"]:
+        _thread_budget(opts["threads"])
 
     child = os.fork()
     if child == 0:

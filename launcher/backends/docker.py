@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from .. import envnames
+from .. import envnames, threads
 from ..console import Console
 from ..errors import LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
@@ -227,6 +227,7 @@ class DockerBackend(Backend):
         self._user: Optional[str] = None
         self._init = False
         self._prepared = False
+        self._ncpu: Optional[int] = None
         self._lock = threading.Lock()
 
     # -------------------------------------------------------------- engine
@@ -359,6 +360,12 @@ class DockerBackend(Backend):
 
     # -------------------------------------------------------------- tasks
 
+    def _engine_cpus(self, client) -> int:
+        """The engine's CPUs (``docker info``'s NCPU; tfcluster sets no container CPU limit)."""
+        if self._ncpu is None:
+            self._ncpu = int(client.info().get("NCPU") or 1)
+        return self._ncpu
+
     def _prepare(self) -> None:
         """Once per run: the network, the user tasks run as, writable mounts."""
         if self._prepared:
@@ -417,6 +424,10 @@ class DockerBackend(Backend):
             environment = dict(task.env)
             environment.update({envnames.RUN_DIR: RUN_MOUNT, envnames.STATE_DIR: STATE_MOUNT})
             environment.update(env)
+            if envnames.THREADS in environment:  # threads: auto: every task shares the engine's CPUs
+                keys = [f"{t}:{i}" for t, i in task_keys(self.spec)]
+                environment[envnames.THREADS] = f"{keys.index(task.key)}/{len(keys)}"
+                environment = threads.complete(environment, self._engine_cpus(client), envnames.THREADS)
             if self._user and not self.opts.user:
                 environment.setdefault("HOME", "/tmp")
             binds = {

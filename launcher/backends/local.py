@@ -23,6 +23,7 @@ from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ..procinfo import group_alive, is_same, kill_group, start_time
 from ..record.layout import name_dir, runs_dir, state_dir
 from ..remote import taskwrap_path
+from ..threads import local_cores
 from .base import Backend, Capabilities, LineSink, RecordedRun
 from .childtask import ChildTask
 
@@ -93,7 +94,8 @@ class LocalBackend(Backend):
     @classmethod
     def place(cls, spec: "Spec") -> Placement:
         """Every task on this machine."""
-        return Placement({f"{t}:{i}": Slot(LOCAL_HOST, LOCAL_HOST) for t, i in task_keys(spec)})
+        return Placement({f"{t}:{i}": Slot(LOCAL_HOST, LOCAL_HOST) for t, i in task_keys(spec)},
+                         cores={LOCAL_HOST: local_cores()})
 
     # -------------------------------------------------------------- preflight
 

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Mapping, Optional, Sequence
 
-from .. import envnames
+from .. import envnames, threads
 from ..console import Console
 from ..errors import AttemptImpossible, LaunchError
 from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
@@ -44,7 +44,9 @@ from .slurm_options import SlurmOptions
 
 STEP_MARK = "tfcluster-slurm-step"
 # The step prints its id first, so signals reach it without asking squeue.
-_STEP_SHELL = f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; exec "$@"'
+# Then it makes a ``threads: auto`` budget from the job's CPUs on its node (launcher/threads.py).
+_STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; '
+               f'{threads.shell_budget(envnames.THREADS)}; exec "$@"')
 
 
 class SlurmStep(ChildTask):

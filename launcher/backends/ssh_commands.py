@@ -12,6 +12,7 @@ import shlex
 import signal as _signal
 from typing import Iterable, Mapping, Optional, Sequence
 
+from .. import envnames
 from ..remote import source as remote_source
 from .ssh_options import SSHOptions
 
@@ -30,7 +31,8 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     # -S: the wrapper needs only the stdlib; skipping site saves a large part of its start-up.
     # The task itself starts its own interpreter normally.
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
-             "--pidfile", q(pidfile)] + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
+             "--pidfile", q(pidfile), "--threads", envnames.THREADS] \
+        + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + ["--"] + [q(a) for a in argv]
     return f"cd {q(workdir)} && " + " ".join(parts) + "; exit $?"
 
@@ -102,8 +104,8 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
               gce_metadata: str = "off") -> list[str]:
     """taskwrap's arguments for a task started by the host agent (which has no shell to cd)."""
     gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
-    return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir, *gce, "--",
-            *argv]
+    return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir,
+            "--threads", envnames.THREADS, *gce, "--", *argv]
 
 
 def agent_command(python: str, pidfile: Optional[str]) -> str:

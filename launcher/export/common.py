@@ -32,7 +32,9 @@ HANDLED_KEYS = frozenset({
 # Keras BackupAndRestore's default-like policy: exit codes 1-127 are the program's own errors.
 DEFAULT_PERMANENT = tuple(range(1, 128))
 # Per task: the engine tells each replica who it is (TF_CONFIG); one template serves all indices.
-PER_TASK_ENV = ("TF_CONFIG", envnames.TASK)
+# THREADS: a ``threads: auto`` budget's place on a shared host: a replica there has its node (or
+# its pod's CPU limit) to itself, and nothing would complete it.
+PER_TASK_ENV = ("TF_CONFIG", envnames.TASK, envnames.THREADS)
 
 
 def shown_path(loaded: LoadedSpec) -> str:

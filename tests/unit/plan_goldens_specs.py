@@ -1,6 +1,7 @@
 """The sample specs whose every task's TF_CONFIG and env ``tests/unit/data/plan_goldens.json`` holds,
 as the plan built them before the cluster was shared (issue 22 item 2): test_plan_scale.py checks
-that the plan still gives each task exactly those bytes."""
+that the plan still gives each task exactly those bytes. They run with ``devices: {threads: 0}``,
+as every plan did then (the thread budgets came later: test_threads.py checks those)."""
 
 SPECS = {
     "local_mwms_chief_evaluator": """\
@@ -8,6 +9,7 @@ SPECS = {
         strategy: multi_worker_mirrored
         entrypoint: python -m worker --epochs 3
         tasks: {chief: 1, worker: 3, evaluator: 1}
+        devices: {threads: 0}
         ports: {base: 3000}
         env: {LR: 0.5, API_TOKEN: s3cret}
     """,
@@ -23,6 +25,7 @@ SPECS = {
           worker: 4
           evaluator: 1
         env: {TF_USE_LEGACY_KERAS: '0'}
+        devices: {threads: 0}
     """,
     "docker_mwms_gpus": """\
         name: d
@@ -30,18 +33,19 @@ SPECS = {
         backend: docker
         entrypoint: python -m worker
         tasks: {chief: 1, worker: 2}
-        devices: {gpus: [0, 2]}
+        devices: {gpus: [0, 2], threads: 0}
     """,
     "mirrored_single_host": """\
         name: m
         strategy: mirrored
         entrypoint: python -m worker
-        devices: {cpus: 4}
+        devices: {cpus: 4, threads: 0}
     """,
     "tpu": """\
         name: t
         strategy: tpu
         entrypoint: python -m worker
         tpu: {name: my-tpu, zone: z, project: p}
+        devices: {threads: 0}
     """,
 }
