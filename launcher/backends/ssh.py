@@ -214,13 +214,7 @@ class SSHBackend(Backend):
         transport = hs.transport
         if transport is not None and transport.is_active() and self.heartbeat.silence(name) <= self.opts.lease:
             return True
-        with hs.lock:
-            conn, hs.conn, hs.ready = hs.conn, None, False
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
+        hs.forget_connection()
         self._drop_spare(hs)
         if self.connect_one(name) is None:
             self.heartbeat.heard(name)
@@ -270,13 +264,7 @@ class SSHBackend(Backend):
         # (TCP would otherwise just deliver late), so a flapping host never looks settled.
         code, _ = run_command(hs.transport, "true", None, min(1.0, self.opts.connect_timeout))
         if code != 0:
-            with hs.lock:
-                conn, hs.conn, hs.ready = hs.conn, None, False
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            hs.forget_connection()
             return False
         return True
 
@@ -323,11 +311,7 @@ class SSHBackend(Backend):
     def _ensure_ready(self, hs: HostState) -> None:
         if self.heartbeat.silence(hs.name) > self.opts.lease and hs.conn is not None:
             # Lost (a partition, a reboot): TCP may still look open; connect afresh and probe again.
-            try:
-                hs.conn.close()
-            except Exception:  # noqa: BLE001
-                pass
-            hs.conn, hs.ready = None, False
+            hs.forget_connection()
         if hs.ready and hs.transport is not None and hs.transport.is_active():
             return
         problems = self.connect([hs.name])

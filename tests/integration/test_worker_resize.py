@@ -25,7 +25,6 @@ import pytest
 
 from tests.integration.tfrun import RUN_TIMEOUT, assert_no_processes, progress, start, up, write_spec
 from tests.support.cli import ROOT
-from tests.support.prereq import require_tf
 from tests.support.waits import wait_line
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -34,11 +33,6 @@ EPOCHS = 3
 TRAIN = f"python -m worker --loop {{loop}} --epochs {EPOCHS} --step-delay 0.05 --progress-every 5"
 STEPS = {1: 45, 2: 23, 3: 15}  # steps per epoch (one pass over 1437 examples) by number of workers
 BATCH = {1: 32, 2: 64, 3: 96}  # global batch by number of workers
-
-
-@pytest.fixture(autouse=True)
-def _tf():
-    require_tf()
 
 
 def set_workers(spec, n: int) -> None:
