@@ -7,6 +7,15 @@ process. Prints its wall time and peak memory, the same replay line by line in t
 and checks that both give the same figures (status against the independent replay).
 
     python bench/status_replay.py [--mb 10,100] [--repeat 3]
+
+With ``--snapshot`` (issue 22 item 4): after growing the logs, the record's snapshot is written
+as the supervisor writes it (``runfeed.SnapshotWriter``, timed here: the supervisor spreads that
+work over the run), then ``--tail-mb`` more of step lines are appended to each log (what a task
+prints between two snapshots, and more), and ``status`` from the snapshot is timed against
+``status`` with the snapshot moved away (a replay from the start: the old way); "same" checks
+that both print the same status (everything but ``elapsed``).
+
+    python bench/status_replay.py --snapshot --mb 400 --repeat 3
 """
 
 from __future__ import annotations
@@ -42,12 +51,12 @@ TIMEOUT = 900
 RESULT = "tfcluster-result accuracy=0.9100 loss=0.2000 examples_per_sec=1280.0\n"
 
 
-def grow(log: Path, mb: int) -> int:
+def grow(log: Path, mb: float, result: bool = True) -> int:
     """Append step lines (later steps, later times) until the log is ``mb`` MB, then a result
-    line; the log's lines."""
+    line (unless not ``result``: the log is only appended to); the log's lines."""
     with open(log, "rb+") as fh:  # the result line of a smaller size goes: the run goes on
         fh.seek(max(0, os.path.getsize(log) - len(RESULT)))
-        if fh.read() == RESULT.encode():
+        if result and fh.read() == RESULT.encode():
             fh.truncate(os.path.getsize(log) - len(RESULT))
     with open(log, "rb") as fh:
         fh.seek(max(0, os.path.getsize(log) - 4096))
@@ -55,7 +64,7 @@ def grow(log: Path, mb: int) -> int:
     fields = dict(kv.split("=", 1) for kv in last.split()[1:])
     g, t = int(fields["global_step"]), float(fields["time"])
     with open(log, "a") as fh:
-        while fh.tell() < mb << 20:
+        while fh.tell() < int(mb * (1 << 20)):
             block = []
             for _ in range(10_000):
                 g += 1
@@ -63,7 +72,8 @@ def grow(log: Path, mb: int) -> int:
                 block.append(f"tfcluster-step epoch={g // 1000} step={g % 1000} global_step={g} "
                              f"loss={1 / g:.4f} accuracy={min(1.0, g / 1e6):.4f} time={t:.3f}\n")
             fh.write("".join(block))
-        fh.write(RESULT)
+        if result:
+            fh.write(RESULT)
     with open(log, "rb") as fh:
         return sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 20), b""))
 
@@ -100,13 +110,69 @@ def status(spec: Path) -> tuple[float, int, dict]:
     return float(seconds), int(rss_kb) // 1024, figures
 
 
+def status_json(spec: Path) -> tuple[float, int, dict]:
+    """(seconds, peak RSS in MB, the whole status but ``elapsed``) of ``tfcluster status --json``."""
+    code = ("import resource, subprocess, sys, time; t = time.monotonic(); "
+            "p = subprocess.run([sys.executable, '-m', 'launcher', 'status', '--json', sys.argv[1]], "
+            "capture_output=True, text=True, timeout=%d); "
+            "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+            "print(p.stdout)" % TIMEOUT)
+    out = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True, text=True, timeout=TIMEOUT,
+                         cwd=ROOT, check=True).stdout
+    head, body = out.split("\n", 1)
+    seconds, rss_kb = head.split()
+    data = json.loads(body)
+    data.pop("elapsed")
+    return float(seconds), int(rss_kb) // 1024, data
+
+
+def snapshot_mode(spec: Path, run_dir: Path, sizes: list[int], repeat: int, tail_mb: float) -> int:
+    from launcher.record.layout import SNAPSHOT_FILE
+    from launcher.runfeed import SnapshotWriter
+
+    print(f"{'MB/task':>8} {'lines/task':>11} {'tail lines':>11} {'full s':>8} {'snapshot s':>11} {'status MB':>10} "
+          f"{'write s':>8} {'snap KB':>8} same")
+    for mb in sizes:
+        logs = sorted((run_dir / "logs").glob("worker-*.log"))
+        lines = [grow(log, mb) for log in logs][0]
+        started = time.monotonic()
+        SnapshotWriter(run_dir).close()  # as the supervisor leaves it (its thread: every 30 s)
+        wrote = time.monotonic() - started
+        snap = run_dir / SNAPSHOT_FILE
+        size_kb = snap.stat().st_size // 1024
+        tail = [grow(log, mb + tail_mb, result=False) for log in logs][0] - lines  # (the run went on after it)
+        loads = [os.getloadavg()[0]]
+        fast, full = [], []
+        for _ in range(repeat):  # alternating: from the snapshot, then from the start
+            fast.append(status_json(spec))
+            snap.rename(snap.with_suffix(".away"))
+            try:
+                full.append(status_json(spec))
+            finally:
+                snap.with_suffix(".away").rename(snap)
+            loads.append(os.getloadavg()[0])
+        same = all(r[2] == full[0][2] for r in fast + full)
+        print(f"{mb:>8} {lines + tail:>11} {tail:>11} {statistics.median(r[0] for r in full):>8.2f} "
+              f"{statistics.median(r[0] for r in fast):>11.2f} {max(r[1] for r in fast):>10} {wrote:>8.2f} "
+              f"{size_kb:>8} {'yes' if same else 'NO'}")
+        print(f"  each from the snapshot: {', '.join(f'{r[0]:.2f}' for r in fast)} s; from the start: "
+              f"{', '.join(f'{r[0]:.2f}' for r in full)} s; load average {', '.join(f'{x:.1f}' for x in loads)}")
+        if not same:
+            print(f"  from the snapshot: {fast[0][2]}\n  from the start: {full[0][2]}", file=sys.stderr)
+            return 1
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", default="10,100", help="sizes per task log, comma-separated (MB)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--snapshot", action="store_true", help="status from the record's snapshot vs from the start")
+    parser.add_argument("--tail-mb", type=float, default=1.0, help="MB per log appended after the snapshot")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'MB/task':>8} {'lines/task':>11} {'status s':>9} {'status MB':>10} {'line-by-line s':>15} same")
+    if not args.snapshot:
+        print(f"{'MB/task':>8} {'lines/task':>11} {'status s':>9} {'status MB':>10} {'line-by-line s':>15} same")
     with tempfile.TemporaryDirectory(prefix="tfc-bench-status-") as tmp:
         spec = script_spec(Path(tmp), TASK, watchdog="{stop_grace: 1}")
         up = subprocess.run([sys.executable, "-m", "launcher", "up", str(spec)], capture_output=True, text=True,
@@ -115,6 +181,8 @@ def main() -> int:
             print(up.stderr[-2000:], file=sys.stderr)
             return 1
         run_dir = (Path(tmp) / "runs" / "t" / "latest").resolve()
+        if args.snapshot:
+            return snapshot_mode(spec, run_dir, [int(x) for x in args.mb.split(",")], args.repeat, args.tail_mb)
         for mb in [int(x) for x in args.mb.split(",")]:
             lines = [grow(log, mb) for log in sorted((run_dir / "logs").glob("worker-*.log"))][0]
             runs = [status(spec) for _ in range(args.repeat)]
