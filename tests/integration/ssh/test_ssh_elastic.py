@@ -28,6 +28,28 @@ def preempt(lab, name: str) -> None:
     lab.preempt(name, NOTICE)
 
 
+class Background:
+    """Actions for run_and_act that run in a thread of their own (a preemption takes its notice),
+    so the launcher's output is read meanwhile; ``join`` waits for them all."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, fn):
+        def act(_proc):
+            thread = threading.Thread(target=fn, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return act
+
+    def preempt(self, lab, name: str):
+        return self(lambda: preempt(lab, name))
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(NOTICE + 30)
+
+
 def bring_back(lab, name: str) -> None:
     lab.bring_back(name)
 
@@ -49,17 +71,12 @@ def test_a_spare_replaces_a_preempted_host_without_spending_a_restart(lab, make_
     plan = tfcluster("plan", str(spec))
     assert plan.returncode == 0, plan.stderr
     assert "spare hosts: h3 (no task; a lost host's tasks move there)" in plan.stdout, plan.stdout
-    preempting: list[threading.Thread] = []
-
-    def preempt_h2(_proc):
-        thread = threading.Thread(target=preempt, args=(lab, "h2"), daemon=True)
-        thread.start()
-        preempting.append(thread)
+    background = Background()
+    preempt_h2 = background.preempt(lab, "h2")
 
     try:
         code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=5 ", preempt_h2)], timeout=280)
-        for thread in preempting:
-            thread.join(NOTICE + 30)
+        background.join()
     finally:
         bring_back(lab, "h2")
     assert code == 0, out[-6000:]
@@ -108,17 +125,12 @@ def test_no_spare_left_fails_in_one_line_naming_the_missing_host(lab, make_spec,
         [PY, "-c", "import time; print('up', flush=True); time.sleep(120)"],
         hosts=["h1", "h2"], workers=2, restart={"max_restarts": 3}, elastic={"host_wait": 2},
     )
-    preempting: list[threading.Thread] = []
-
-    def preempt_h2(_proc):
-        thread = threading.Thread(target=preempt, args=(lab, "h2"), daemon=True)
-        thread.start()
-        preempting.append(thread)
+    background = Background()
+    preempt_h2 = background.preempt(lab, "h2")
 
     try:
         code, out = run_and_act(spec, [(r"\[worker:1\] up", preempt_h2)], timeout=120)
-        for thread in preempting:
-            thread.join(NOTICE + 30)
+        background.join()
     finally:
         bring_back(lab, "h2")
     assert code == 1, out[-4000:]
@@ -142,24 +154,16 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
         restart={"max_restarts": 0}, elastic={"host_wait": 3, "settle": 5},
         ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
     )
-    threads: list[threading.Thread] = []
+    background = Background()
     settled_from: list[float] = []
-
-    def in_background(fn):
-        def act(_proc):
-            thread = threading.Thread(target=fn, daemon=True)
-            thread.start()
-            threads.append(thread)
-        return act
 
     try:
         code, out = run_and_act(spec, [
-            (r"\[worker:1\] tfcluster-step epoch=0 step=5 ", in_background(lambda: preempt(lab, "h2"))),
+            (r"\[worker:1\] tfcluster-step epoch=0 step=5 ", background.preempt(lab, "h2")),
             (r"worker:1 left out: 1 worker go on",
-             in_background(lambda: settled_from.append(lab.flap("h2", cycles=2, up=2, down=2)))),
+             background(lambda: settled_from.append(lab.flap("h2", cycles=2, up=2, down=2)))),
         ], timeout=400)
-        for thread in threads:
-            thread.join(NOTICE + 30)
+        background.join()
     finally:
         bring_back(lab, "h2")
     assert code == 0, out[-6000:]
@@ -205,17 +209,12 @@ def test_pss_goes_on_with_the_workers_left_when_a_worker_host_is_preempted(lab, 
         restart={"max_restarts": 2}, elastic={"host_wait": 3}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         ssh={"require": ["tensorflow", "tf_keras"]},
     )
-    threads: list[threading.Thread] = []
-
-    def preempt_h3(_proc):
-        thread = threading.Thread(target=preempt, args=(lab, "h3"), daemon=True)
-        thread.start()
-        threads.append(thread)
+    background = Background()
+    preempt_h3 = background.preempt(lab, "h3")
 
     try:
         code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=0 step=10 ", preempt_h3)], timeout=300)
-        for thread in threads:
-            thread.join(NOTICE + 30)
+        background.join()
     finally:
         bring_back(lab, "h3")
     assert code == 0, out[-6000:]
@@ -235,18 +234,13 @@ def test_pss_moves_a_preempted_ps_host_to_the_spare_with_a_whole_restart(lab, ma
         restart={"max_restarts": 0}, elastic={"host_wait": 3}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         ssh={"require": ["tensorflow", "tf_keras"]},
     )
-    threads: list[threading.Thread] = []
-
-    def preempt_h2(_proc):
-        thread = threading.Thread(target=preempt, args=(lab, "h2"), daemon=True)
-        thread.start()
-        threads.append(thread)
+    background = Background()
+    preempt_h2 = background.preempt(lab, "h2")
 
     try:
         # In epoch 2: the chief's checkpoint of epoch 1 is there to resume from.
         code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=1 step=5 ", preempt_h2)], timeout=300)
-        for thread in threads:
-            thread.join(NOTICE + 30)
+        background.join()
     finally:
         bring_back(lab, "h2")
     assert code == 0, out[-6000:]
