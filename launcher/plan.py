@@ -205,21 +205,28 @@ class Plan:
         """The plan with the cluster once (``plan --json=compact`` and the record's ``plan.json``):
         ``cluster`` (null for single-host strategies), the ``command`` and ``env`` every task
         shares (without TF_CONFIG and TFCLUSTER_TASK), and per task only what is its own; a task
-        whose command or env differs from the shared one carries its own. Each task's TF_CONFIG is
+        whose command differs carries its own; one whose env adds to or changes the shared one
+        carries those variables only (``env_extra``: e.g. its thread budget), one whose env lacks a
+        shared variable its whole env. Each task's TF_CONFIG is
         ``{"cluster": cluster, "task": {"type": type, "index": index}}`` (``expand_plan_json``
         rebuilds the full shape)."""
         first = self.tasks[0] if self.tasks else None
         command = list(first.command) if first else []
         base = dict(first.base_env) if first else {}
         tasks = []
+        own_envs: dict[int, tuple[str, dict[str, str]]] = {}  # per distinct base_env (a few, shared)
         for t in self.tasks:
             row: dict[str, Any] = {"type": t.type, "index": t.index, "host": t.host, "address": t.address,
                                    "port": t.port}
             if t.command != first.command:
                 row["command"] = list(t.command)
             if t.base_env is not first.base_env and t.base_env != first.base_env:
-                env = dict(t.base_env)
-                row["env"] = env if secrets else redact_env(env)
+                if id(t.base_env) not in own_envs:
+                    env = dict(t.base_env)
+                    extra = {k: v for k, v in env.items() if base.get(k) != v}
+                    own_envs[id(t.base_env)] = (("env_extra", extra) if set(base) <= set(env) else ("env", env))
+                key, env = own_envs[id(t.base_env)]
+                row[key] = env if secrets else redact_env(env)
             tasks.append(row)
         cluster = self.cluster
         return {**self._head(), "format": COMPACT, "cluster": cluster.to_json() if cluster else None,
@@ -262,7 +269,7 @@ def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
     for row in data.get("tasks", []):
         own = {"type": row["type"], "index": row["index"]}
         tf_config = {"cluster": cluster, "task": own} if cluster is not None else {"task": own}
-        task_env = {**row.get("env", env), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
+        task_env = {**row.get("env", env), **row.get("env_extra", {}), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
                     envnames.TASK: f"{row['type']}:{row['index']}"}
         tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
                       "tf_config": tf_config, "command": row.get("command", command),

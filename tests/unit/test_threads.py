@@ -221,3 +221,18 @@ def test_compose_and_exports_carry_no_place():
     plan = export_plan(spec)
     assert all(envnames.THREADS in dict(t.env) for t in plan.tasks)
     assert envnames.THREADS not in container_env(spec, plan)
+
+
+def test_compact_json_carries_only_each_tasks_budget_and_expands_back():
+    from launcher.plan import expand_plan_json
+
+    plan = plan_for(spec_of(SSH))
+    compact = plan.to_compact_json()
+    rows = compact["tasks"]
+    assert all("env" not in r for r in rows)
+    assert [r.get("env_extra", {}).get(envnames.THREADS) for r in rows][1:] == \
+        [dict(t.env)[envnames.THREADS] for t in plan.tasks][1:]
+    assert all(set(r.get("env_extra", {})) <= {envnames.THREADS} for r in rows)
+    assert expand_plan_json(compact) == plan.to_json()
+    five = local_plan(TWO, 5)
+    assert expand_plan_json(five.to_compact_json()) == five.to_json()
