@@ -24,7 +24,12 @@ NAMES = threads.NAMES
 
 
 def spec_of(text: str):
-    return parse_spec(textwrap.dedent(text))
+    """The spec, with ``devices: {threads: auto}`` unless it says otherwise (the default is 0:
+    TensorFlow's own defaults, until auto is safe for every strategy; see specmodel.Devices)."""
+    text = textwrap.dedent(text)
+    if "devices:" not in text:
+        text += "devices: {threads: auto}\n"
+    return parse_spec(text)
 
 
 def local_plan(text: str, cores: int):
@@ -77,7 +82,8 @@ def test_two_colocated_tasks_get_their_own_budgets_adding_up_to_the_cores():
         assert all(envnames.THREADS not in dict(t.env) for t in plan.tasks)  # complete in the plan
 
 
-def test_auto_is_the_default_and_plan_shows_it():
+def test_zero_is_the_default_and_auto_shows_in_the_plan():
+    assert parse_spec(textwrap.dedent(TWO)).devices.threads == 0  # opt-in for now
     plan = local_plan(TWO, 8)
     assert plan.threads == "threads: auto (8 cores: 4 + 4 per task on the host)"
     text = render_plan(plan)
