@@ -1,10 +1,14 @@
-"""What the local-backend benchmarks share: the repository root on ``sys.path`` (for
-``launcher`` and the ``tests`` helpers) and one cluster.yaml writer."""
+"""What the benchmarks share: the repository root on ``sys.path`` (for ``launcher`` and the
+``tests`` helpers), one cluster.yaml writer for the local backend, and ``BackgroundUp``."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,3 +32,41 @@ def write_spec(work: Path, entrypoint: str, tfds_dir: Path, *, name: str = "benc
         env: {{PYTHONPATH: {ROOT}, TFDS_DATA_DIR: {tfds_dir}, TF_CPP_MIN_LOG_LEVEL: "2"}}
     """) + textwrap.dedent(extra))
     return spec
+
+
+class BackgroundUp:
+    """``tfcluster up --plain SPEC`` in the background; its lines, each with the time it arrived."""
+
+    def __init__(self, spec: Path) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self.proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_line(self, pattern: str, timeout: float = 300, after: float = 0.0) -> float:
+        """When the first line matching ``pattern`` (arrived at or after ``after``) came."""
+        end = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < end:
+            for at, line in list(self.lines):
+                if at >= after and regex.search(line):
+                    return at
+            if self.proc.poll() is not None and not self.reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"no line matching {pattern!r} (exit {self.proc.poll()}); last lines:\n"
+                           + "\n".join(line for _, line in self.lines[-30:]))
+
+    def finish(self, timeout: float = 400) -> int:
+        code = self.proc.wait(timeout)
+        self.reader.join(10)
+        return code

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchlib import BackgroundUp  # noqa: E402
 from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
 
 NOTICE = 10.0
@@ -59,38 +59,8 @@ def spec_for(lab: Lab, work: Path, name: str, hosts: list[str], tasks, elastic=N
     return path
 
 
-class Run:
-    """`tfcluster up` in the background; its lines, each with the time it arrived."""
-
-    def __init__(self, spec: Path) -> None:
-        self.lines: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append((time.time(), line.rstrip("\n")))
-
-    def wait_line(self, pattern: str, timeout: float = 300, after: float = 0.0) -> float:
-        end = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while time.monotonic() < end:
-            for at, line in list(self.lines):
-                if at >= after and regex.search(line):
-                    return at
-            if self.proc.poll() is not None and not self.reader.is_alive():
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"no line matching {pattern!r} (exit {self.proc.poll()}); last lines:\n"
-                           + "\n".join(line for _, line in self.lines[-30:]))
-
-    def finish(self, timeout: float = 400) -> int:
-        code = self.proc.wait(timeout)
-        self.reader.join(10)
-        return code
+class Run(BackgroundUp):
+    """`tfcluster up` in the background, and the worker's step positions from its lines."""
 
     def first_step_after(self, since: float, key: str = "worker:0") -> tuple[float, int]:
         """The worker's own time of its first step after ``since``, and the step it resumed at."""

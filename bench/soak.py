@@ -30,7 +30,6 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +41,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchlib import BackgroundUp  # noqa: E402
 from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
 
 STEP = re.compile(r"\[(worker:\d+)\] tfcluster-(start|first_step|step|result) .*?global_step=(\d+)")
@@ -68,22 +68,7 @@ def spec_for(lab: Lab, work: Path, name: str, listing: Path, epochs: int) -> Pat
     return path
 
 
-class Run:
-    def __init__(self, spec: Path) -> None:
-        self.lines: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append((time.time(), line.rstrip("\n")))
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
+class Run(BackgroundUp):
     def training(self) -> bool:
         """A step line in the last 5 s: the group trains (faults land on a running group)."""
         now = time.time()
@@ -231,8 +216,7 @@ def main() -> int:
         ref_listing.write_text(yaml.safe_dump(lab.hosts_yaml()))
         started = time.time()
         ref = Run(spec_for(lab, ref_work, "reference", ref_listing, epochs))
-        ref_code = ref.proc.wait()
-        ref.reader.join(10)
+        ref_code = ref.finish(3600)
         report["reference"] = {"exit": ref_code, "accuracy": accuracy(ref.lines), "seconds": time.time() - started}
         print(f"undisturbed: exit {ref_code}, accuracy {report['reference']['accuracy']:.4f}, "
               f"{report['reference']['seconds']:.0f} s", flush=True)
@@ -257,8 +241,7 @@ def main() -> int:
         if not faults.spare_listed:
             faults.spare_listed = True
             faults.publish()
-        code = run.proc.wait(3600)
-        run.reader.join(10)
+        code = run.finish(3600)
         seconds = time.time() - started
         res = resumes(run.lines)
         acc = accuracy(run.lines)

@@ -46,3 +46,12 @@ def task_pid(run_id: str, key: str) -> int:
     if not pids:
         raise RuntimeError(f"no process for {key}")
     return pids[0]
+
+
+def alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from tests.support.processes import alive
+
 # Two sessions on one machine (e.g. two developers' test runs) each set their own
 # TFCLUSTER_LAB_SUBNET / TFCLUSTER_LAB_PREFIX, or their labs would tear each other down.
 SUBNET = os.environ.get("TFCLUSTER_LAB_SUBNET", "10.231.0")
@@ -203,7 +205,7 @@ class Lab:
             except ProcessLookupError:
                 pass
         end = time.monotonic() + notice
-        while time.monotonic() < end and any(_alive(p) for p in pids):
+        while time.monotonic() < end and any(alive(p) for p in pids):
             time.sleep(0.1)  # the notice: the host's processes end by themselves, or are killed at its end
         for pid in self._netns_pids(h.netns):
             try:
@@ -342,14 +344,6 @@ class Lab:
         )
         env["PDSH_RCMD_TYPE"] = "ssh"
         return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def have_prereqs() -> Optional[str]:

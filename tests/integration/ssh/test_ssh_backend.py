@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import alive
 import yaml
 
 from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
@@ -101,19 +103,11 @@ def _pidfiles(spec: Path, n: int, timeout: float = 30.0) -> dict[str, tuple[int,
         time.sleep(0.1)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _wait_gone(pids, timeout: float) -> float:
     start = time.monotonic()
-    while any(_alive(p) for p in pids):
+    while any(alive(p) for p in pids):
         if time.monotonic() - start > timeout:
-            raise AssertionError(f"still alive after {timeout:g} s: {[p for p in pids if _alive(p)]}")
+            raise AssertionError(f"still alive after {timeout:g} s: {[p for p in pids if alive(p)]}")
         time.sleep(0.05)
     return time.monotonic() - start
 
@@ -393,7 +387,7 @@ def test_sigkill_launcher_takes_remote_tasks_down(lab, make_spec):
     try:
         pids = _pidfiles(spec, 2)
         everything = [p for pair in pids.values() for p in pair]
-        assert all(_alive(p) for p in everything)
+        assert all(alive(p) for p in everything)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
         took = _wait_gone(everything, 15)
