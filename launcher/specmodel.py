@@ -183,10 +183,9 @@ class Devices(OptionsModel):
 
     gpus: Any = "all"
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
-    # 0 (TensorFlow's own defaults) until auto is safe for every strategy: with auto, three
-    # parameter_server tasks on a 2-core host (1 inter-op thread each) hung past 300 s in the
-    # full suite (test_epoch_eval), where they finished before. auto stays opt-in.
-    threads: Any = 0
+    # auto (issue 22's contract); its inter-op pool is never below 2 (threads.INTEROP_MIN: with
+    # one, parameter_server tasks hung).
+    threads: Any = "auto"
 
     @field_validator("threads", mode="before")
     @classmethod
