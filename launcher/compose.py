@@ -19,8 +19,8 @@ import yaml
 
 from . import envnames
 from .errors import SpecError
-from .backends.docker import DockerBackend
-from .backends.docker_options import IMAGE_RE
+from .backends.docker.backend import DockerBackend
+from .backends.docker.options import IMAGE_RE
 from .outfile import MARKER, check_overwritable, resolve_output, write_atomic
 from .plan import Plan, build_plan
 from .specmodel import LoadedSpec, Spec

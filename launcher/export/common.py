@@ -18,7 +18,7 @@ from .. import envnames
 from ..compose import STATE_DIR, docker_plan
 from ..errors import SpecError
 from ..plan import Plan
-from ..backends.docker_options import IMAGE_RE as _IMAGE_RE
+from ..backends.docker.options import IMAGE_RE as _IMAGE_RE
 from ..specmodel import TASK_TYPES, LoadedSpec, Spec, dotted, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}

@@ -144,9 +144,9 @@ def test_the_graph_sees_module_and_function_imports_but_not_type_checking_ones()
     graph = import_graph()
     assert "launcher.specmodel" in graph["launcher.plan"]  # module level, relative
     assert "launcher.backends" in graph["launcher.spec"]  # the loader is above the registry
-    assert "launcher.backends.ssh_supervisor" in graph["launcher.backends.ssh"]  # inside a method
+    assert "launcher.backends.ssh.supervisor" in graph["launcher.backends.ssh.backend"]  # inside a method
     assert "launcher.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
-    assert "launcher.backends.ssh" not in graph["launcher.backends.ssh_probe"]  # if TYPE_CHECKING: only
+    assert "launcher.backends.ssh.backend" not in graph["launcher.backends.ssh.probe"]  # if TYPE_CHECKING: only
 
 
 def test_a_circle_is_found_and_named():
@@ -204,3 +204,4 @@ def test_spec_models_are_a_leaf_and_only_the_loader_above_the_backends_composes_
     below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan", "launcher.rundir"}
     assert not [m for m in below if "launcher.spec" in graph[m]], "the loader, launcher.spec, is above the backends"
     assert "launcher.backends" in graph["launcher.spec"] and "launcher.export.options" in graph["launcher.spec"]
+

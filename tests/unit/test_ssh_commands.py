@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from launcher.backends import RecordedRun
-from launcher.backends import ssh as S
-from launcher.backends import ssh_commands as sc
-from launcher.backends import ssh_probe, ssh_sync, ssh_task
+from launcher.backends.ssh import backend as S
+from launcher.backends.ssh import commands as sc
+from launcher.backends.ssh import probe as ssh_probe, sync as ssh_sync, task as ssh_task
 from launcher.remote import source as remote_source
 from launcher.console import Console
 from launcher.spec import LoadedSpec, parse_spec
@@ -148,7 +148,7 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
 
     run = tmp_path / "run dir;x"
     (run / "pids").mkdir(parents=True)
-    (run / "boot.py").write_text((Path(S.__file__).parent.parent / "remote" / "boot.py").read_text())
+    (run / "boot.py").write_text(remote_source("boot.py"))
     (run / "taskwrap.py").write_text(ssh_probe.TASKWRAP.read_text())
     pf = str(run / "pids" / "worker-0.0.pid")
     cmd = sc.task_command(sys.executable, str(tmp_path), str(run), pf, 30, 1, [sys.executable, "-c",
@@ -273,9 +273,9 @@ def test_make_tar_skips_caches_and_rejects_outside_paths(tmp_path):
 def test_launcher_modules_do_not_import_tensorflow():
     import sys
 
-    code = ("import sys, launcher.backends.ssh, launcher.backends.ssh_connect, launcher.remote; "
+    code = ("import sys, launcher.backends.ssh.backend, launcher.backends.ssh.connect, launcher.remote; "
             "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
-    assert subprocess.run([sys.executable, "-c", code], cwd=Path(S.__file__).parents[2], timeout=60).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(S.__file__).parents[3], timeout=60).returncode == 0
 
 
 class _Agent:

@@ -1,11 +1,11 @@
-"""launcher/backends/ssh_task.SSHTask: how a task that ended on a silent host is described."""
+"""launcher/backends/ssh/task.SSHTask: how a task that ended on a silent host is described."""
 
 from __future__ import annotations
 
 import time
 from types import SimpleNamespace
 
-from launcher.backends.ssh_task import SSHTask
+from launcher.backends.ssh.task import SSHTask
 from launcher.plan import PlannedTask
 from launcher.taskwrap import LEASE_EXPIRED
 

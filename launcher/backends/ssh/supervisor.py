@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
-from ..console import Console
-from ..errors import LaunchError
-from ..specmodel import LoadedSpec
-from .ssh_commands import q, remote_paths
+from ...console import Console
+from ...errors import LaunchError
+from ...specmodel import LoadedSpec
+from .commands import q, remote_paths
 
 if TYPE_CHECKING:
-    from .ssh import SSHBackend
+    from .backend import SSHBackend
 
 _IDLE = 0.05
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from ..console import Console
-from .base import RecordedRun
-from .ssh_commands import down_command
+from ...console import Console
+from ..base import RecordedRun
+from .commands import down_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from .backend import SSHBackend
 
 
 def down(backend: "SSHBackend", run: RecordedRun, console: Console) -> bool:

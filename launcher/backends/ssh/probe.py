@@ -1,6 +1,6 @@
 """The ssh preflight's probe protocol: one host agent per host (``remote/agent.py``) checks the
 interpreter, modules, workdir and ports, uploads the task helpers, then connects from each host
-to the address:ports its tasks will dial under TensorFlow (``ssh_pairs.py``: O(n) pairs, not every
+to the address:ports its tasks will dial under TensorFlow (``pairs.py``: O(n) pairs, not every
 host to every task). On success each agent stays, waiting to become its host's first task
 (``HostState.spare``), so the first start costs no second remote shell."""
 
@@ -9,17 +9,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from ..errors import LaunchError
-from ..plan import Plan
-from ..remote import source as remote_source
-from ..remote import taskwrap_path
-from .ssh_commands import agent_command, probe_deadline
-from .ssh_connect import describe_channel_error
-from .ssh_pairs import host_targets
-from .ssh_runner import close_channel, drain_stderr, readline
+from ...errors import LaunchError
+from ...plan import Plan
+from ...remote import source as remote_source
+from ...remote import taskwrap_path
+from .commands import agent_command, probe_deadline
+from .connect import describe_channel_error
+from .pairs import host_targets
+from .runner import close_channel, drain_stderr, readline
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from .backend import SSHBackend
 
 _PROBE_REPLY_TIMEOUT = 60.0
 # Uploaded into each run dir on the hosts (with remote/boot.py) by the probe.
@@ -36,7 +36,7 @@ def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None
 def probe(backend: "SSHBackend", plan: Plan, names: list[str]) -> None:
     """One host agent per host (connecting first if needed): interpreter, deps, workdir,
     upload helpers, bind every planned port, then connect from each host to the task
-    address:ports its tasks will dial (ssh_pairs.py). On success each agent stays, waiting to
+    address:ports its tasks will dial (pairs.py). On success each agent stays, waiting to
     become its host's first task."""
     files = {"taskwrap.py": TASKWRAP.read_text(encoding="utf-8"), "boot.py": remote_source("boot.py")}
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
@@ -149,7 +149,7 @@ def _judge(backend: "SSHBackend", plan: Plan, names: list[str], replies: dict[st
     return problems
 
 def _reachability(backend: "SSHBackend", plan: Plan, names: list[str], sessions: dict) -> list[str]:
-    """Each host dials only what its tasks will dial under TensorFlow (ssh_pairs.py: O(n) pairs)."""
+    """Each host dials only what its tasks will dial under TensorFlow (pairs.py: O(n) pairs)."""
     wanted = host_targets(plan)
     if not wanted:
         return []

@@ -2,7 +2,7 @@
 
 * One ``fabric.Connection`` per host, opened in parallel and reused for preflight, setup,
   task start, output streaming, port checks and stops (SSH handshakes are the expensive part).
-* Host keys are verified against known_hosts (see ssh_connect); trust-on-first-use is opt-in.
+* Host keys are verified against known_hosts (see connect.py); trust-on-first-use is opt-in.
 * One remote command (so one login shell) per host before its first task runs: the host agent
   (``remote/agent.py``) does the preflight, holds the task ports for the reachability probe, and
   on "go" becomes the host's first task wrapper in the same process and channel. Later tasks on
@@ -16,11 +16,11 @@
   the wrapper of this run (its command line names that pid file's run-unique tail) -- never by
   name pattern.
 
-Files: ssh_options.py (the ``ssh:`` block), ssh_commands.py (remote command lines), ssh_connect.py
-(connections, host keys), ssh_runner.py (commands over a connection), ssh_host.py (per-host state),
-ssh_sync.py (ssh.sync/ssh.setup), ssh_probe.py (the preflight probe), ssh_task.py (a running task),
-ssh_lease.py (the lease thread), ssh_heartbeat.py (is the host still there), ssh_state.py (the state
-dir), ssh_down.py (``tfcluster down``); this file ties them into the Backend.
+Files of this package: options.py (the ``ssh:`` block), commands.py (remote command lines), connect.py
+(connections, host keys), runner.py (commands over a connection), host.py (per-host state),
+sync.py (ssh.sync/ssh.setup), probe.py (the preflight probe), task.py (a running task),
+lease.py (the lease thread), heartbeat.py (is the host still there), state.py (the state
+dir), down.py (``tfcluster down``); this file ties them into the Backend.
 """
 
 from __future__ import annotations
@@ -33,24 +33,24 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from .. import envnames
-from ..console import Console
-from ..errors import LaunchError
-from ..plan import Placement, Plan, PlannedTask, Slot
-from ..record.events import Event
-from ..specmodel import TASK_TYPES, LoadedSpec, Spec
-from . import ssh_down, ssh_probe, ssh_sync
-from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from .ssh_commands import env_block, port_check_command, remote_paths, signal_command, task_command, wrap_args
-from .ssh_connect import describe_channel_error
-from .ssh_heartbeat import Heartbeat
-from .ssh_host import HostState
-from .ssh_lease import Lease
-from .ssh_options import SSHOptions
-from .ssh_runner import Runner, close_channel, run_command
-from .ssh_state import StateSync
-from .ssh_watch import HostWatch
-from .ssh_task import SSHTask
+from ... import envnames
+from ...console import Console
+from ...errors import LaunchError
+from ...plan import Placement, Plan, PlannedTask, Slot
+from ...record.events import Event
+from ...specmodel import TASK_TYPES, LoadedSpec, Spec
+from . import down as ssh_down, probe as ssh_probe, sync as ssh_sync
+from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from .commands import env_block, port_check_command, remote_paths, signal_command, task_command, wrap_args
+from .connect import describe_channel_error
+from .heartbeat import Heartbeat
+from .host import HostState
+from .lease import Lease
+from .options import SSHOptions
+from .runner import Runner, close_channel, run_command
+from .state import StateSync
+from .watch import HostWatch
+from .task import SSHTask
 
 
 class SSHBackend(Backend):
@@ -102,7 +102,7 @@ class SSHBackend(Backend):
     def run_elsewhere(cls, loaded: LoadedSpec, argv, spec_arg: str, command: str, console) -> Optional[int]:
         if not loaded.spec.ssh.supervisor:
             return None
-        from .ssh_supervisor import delegate
+        from .supervisor import delegate
 
         return delegate(loaded, argv, spec_arg, command, console, cls(loaded, record=None, console=console))
 
@@ -130,13 +130,13 @@ class SSHBackend(Backend):
         if self.opts.config and not self._local(self.opts.config).is_file():
             raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
         run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
-        self.state_sync = StateSync(self)  # state: shared or copied (ssh_state.py)
+        self.state_sync = StateSync(self)  # state: shared or copied (state.py)
         state = self.state_sync.state_dir(state)
         for hs in self.hosts.values():
             hs.run_dir, hs.state_dir, hs.workdir = run_dir, state, workdir
 
     def _local(self, path: str) -> Path:
-        from .ssh_connect import resolve_local
+        from .connect import resolve_local
 
         return resolve_local(path, self.loaded.base_dir)
 
@@ -153,7 +153,7 @@ class SSHBackend(Backend):
 
     def connect_one(self, name: str) -> Optional[str]:
         """Open (or reuse) the host's connection; None, or the one-line problem."""
-        from .ssh_connect import describe_connect_error, make_connection, open_connection
+        from .connect import describe_connect_error, make_connection, open_connection
 
         hs = self.hosts[name]
         with hs.lock:
@@ -201,7 +201,7 @@ class SSHBackend(Backend):
         # Otherwise each host connects and starts its agent without waiting for the others.
         ssh_probe.probe(self, plan, names)
 
-    # -------------------------------------------------------------- state dir (ssh_state.py)
+    # -------------------------------------------------------------- state dir (state.py)
 
     def prepare_attempt(self, number: int) -> None:
         self.state_sync.prepare_attempt(number)
@@ -255,7 +255,7 @@ class SSHBackend(Backend):
         return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
 
     def _probe(self, name: str) -> bool:
-        """One probe of a lost host (ssh_watch.py): a connection (reused while it lasts) that runs
+        """One probe of a lost host (watch.py): a connection (reused while it lasts) that runs
         ``true`` within a second."""
         if self.connect_one(name) is not None:
             return False
@@ -462,5 +462,5 @@ class SSHBackend(Backend):
     # -------------------------------------------------------------- down
 
     def down(self, run: RecordedRun, console: Console) -> bool:
-        """Stop a run's remote tasks from its record (ssh_down.py). True if any ran."""
+        """Stop a run's remote tasks from its record (down.py). True if any ran."""
         return ssh_down.down(self, run, console)

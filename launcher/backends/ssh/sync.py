@@ -9,12 +9,12 @@ import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
-from ..errors import LaunchError
-from ..record.layout import runs_dir
-from .ssh_commands import setup_command, sync_command
+from ...errors import LaunchError
+from ...record.layout import runs_dir
+from .commands import setup_command, sync_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from .backend import SSHBackend
 
 _SYNC_EXCLUDE = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv", "venv", "node_modules"}
 

@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from ..specmodel import OptionsModel
+from ...specmodel import OptionsModel
 
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 

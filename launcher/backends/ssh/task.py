@@ -6,14 +6,14 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Optional
 
-from ..plan import PlannedTask
-from ..taskwrap import GCE_NOTICE, LEASE_EXPIRED
-from .base import LineSink, TaskHandle
-from .ssh_commands import state_command
-from .ssh_host import HostState
+from ...plan import PlannedTask
+from ...taskwrap import GCE_NOTICE, LEASE_EXPIRED
+from ..base import LineSink, TaskHandle
+from .commands import state_command
+from .host import HostState
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from .backend import SSHBackend
 
 EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 

@@ -31,13 +31,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Optional
 
-from .. import statelayout
-from ..errors import LaunchError
-from ..plan import Plan
-from ..record.events import Event
-from ..remote import source as remote_source
-from ..remote import statesync as sync_lib
-from .ssh_connect import describe_channel_error
+from ... import statelayout
+from ...errors import LaunchError
+from ...plan import Plan
+from ...record.events import Event
+from ...remote import source as remote_source
+from ...remote import statesync as sync_lib
+from .connect import describe_channel_error
 
 # Seconds without progress on a copy channel = that host's copy failed (a cut link): twice
 # ssh.lease, the silence after which remote tasks count the launcher as gone, at least 10.
@@ -135,7 +135,7 @@ class StateSync:
 
     @staticmethod
     def _ask(chan, op: str, path: str):
-        from .ssh_runner import readline as _readline
+        from .runner import readline as _readline
 
         chan.sendall(json.dumps({"marker": {"op": op, "path": path}}).encode() + b"\n")
         reply = json.loads(_readline(chan) or b"{}")
@@ -293,7 +293,7 @@ class StateSync:
 
     @staticmethod
     def _reply(chan) -> dict:
-        from .ssh_runner import readline as _readline
+        from .runner import readline as _readline
 
         try:
             line = _readline(chan)
