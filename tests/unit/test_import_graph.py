@@ -205,3 +205,28 @@ def test_spec_models_are_a_leaf_and_only_the_loader_above_the_backends_composes_
     assert not [m for m in below if "launcher.spec" in graph[m]], "the loader, launcher.spec, is above the backends"
     assert "launcher.backends" in graph["launcher.spec"] and "launcher.export.options" in graph["launcher.spec"]
 
+
+def _backend_of(module: str, prefixes: dict[str, str]):
+    return next((name for name, prefix in prefixes.items() if module == prefix or module.startswith(prefix + ".")), None)
+
+
+def test_no_module_outside_the_backends_names_a_backend():
+    """A backend (its package, or local.py) is imported by the registry's name only, never by another
+    module of launcher/ or worker/; and no backend imports another one."""
+    from launcher.backends import REGISTRY
+
+    graph = import_graph()
+    prefixes = {}
+    for name, target in REGISTRY.items():
+        module = target.partition(":")[0]
+        package = module.rpartition(".")[0]
+        prefixes[name] = package if package != "launcher.backends" else module
+    assert prefixes["ssh"] == "launcher.backends.ssh" and prefixes["local"] == "launcher.backends.local"
+    found = []
+    for module, targets in graph.items():
+        mine = _backend_of(module, prefixes)
+        for target in targets:
+            theirs = _backend_of(target, prefixes)
+            if theirs is not None and theirs != mine:
+                found.append(f"{module} imports {target} (backend {theirs})")
+    assert not found, "\n".join(found)
