@@ -149,7 +149,7 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
     run = tmp_path / "run dir;x"
     (run / "pids").mkdir(parents=True)
     (run / "boot.py").write_text(remote_source("boot.py"))
-    (run / "taskwrap.py").write_text(ssh_probe.TASKWRAP.read_text())
+    (run / "taskwrap.py").write_text(remote_source("taskwrap.py"))
     pf = str(run / "pids" / "worker-0.0.pid")
     cmd = sc.task_command(sys.executable, str(tmp_path), str(run), pf, 30, 1, [sys.executable, "-c",
                          "import time; print('up', flush=True); time.sleep(60)"])
@@ -307,7 +307,7 @@ class _Agent:
         (self.home / "work").mkdir(exist_ok=True)
         return self.ask({"require": ["json"], "workdir": str(self.home / "work"), "run_dir": "base/t/RUN",
                          "state_dir": "base/t/state", "argv0": sys.executable, "ports": [port],
-                         "files": {"taskwrap.py": ssh_probe.TASKWRAP.read_text(), "boot.py": remote_source("boot.py")}})
+                         "files": {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py")}})
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from launcher.backends.ssh.task import SSHTask
 from launcher.plan import PlannedTask
-from launcher.taskwrap import LEASE_EXPIRED
+from launcher.remote.taskwrap import LEASE_EXPIRED
 
 
 class _Channel:

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 from ...errors import LaunchError
 from ...plan import Plan
 from ...remote import source as remote_source
-from ...remote import taskwrap_path
 from .commands import agent_command, probe_deadline
 from .connect import describe_channel_error
 from .pairs import host_targets
@@ -22,8 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backend import SSHBackend
 
 _PROBE_REPLY_TIMEOUT = 60.0
-# Uploaded into each run dir on the hosts (with remote/boot.py) by the probe.
-TASKWRAP = taskwrap_path()
 
 
 def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None:
@@ -38,7 +35,8 @@ def probe(backend: "SSHBackend", plan: Plan, names: list[str]) -> None:
     upload helpers, bind every planned port, then connect from each host to the task
     address:ports its tasks will dial (pairs.py). On success each agent stays, waiting to
     become its host's first task."""
-    files = {"taskwrap.py": TASKWRAP.read_text(encoding="utf-8"), "boot.py": remote_source("boot.py")}
+    # Uploaded into each run dir on the hosts by the probe (the agent writes them).
+    files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py")}
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
     sessions: dict[str, object] = {}
     replies: dict[str, dict] = {}

@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Optional
 
 from ...plan import PlannedTask
-from ...taskwrap import GCE_NOTICE, LEASE_EXPIRED
+from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from ..base import LineSink, TaskHandle
 from .commands import state_command
 from .host import HostState
