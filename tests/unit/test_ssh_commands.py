@@ -216,7 +216,7 @@ def _handle(backend, host, slug):
 
     task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, command=("x",))
     h = ssh_task.SSHTask.__new__(ssh_task.SSHTask)
-    h.task, h.key, h.backend, h.host = task, task.key, backend, backend.hosts[host]
+    h.task, h.key, h.pool, h.host = task, task.key, backend.pool, backend.pool.hosts[host]
     h.channel, h.pidfile, h._code, h._note = FakeChannel(), f"/r/pids/{slug}.0.pid", None, ""
     return h
 
@@ -237,7 +237,7 @@ def test_signal_tasks_one_command_per_host_and_cuts_lifeline_without_pidfile(tmp
 def test_down_uses_record_and_reports(tmp_path, capsys):
     runner = FakeRunner({"a": (0, "stopped /r/run/pids/worker-0.0.pid\n"), "b": (0, "")})
     backend = S.SSHBackend(_loaded(tmp_path), None, runner=runner)
-    backend.connect = lambda names: {}  # no network in unit tests
+    backend.pool.connect = lambda names: {}  # no network in unit tests
     info = {"tasks": {"worker:0": {"ssh_host": "a", "remote_run_dir": "/r/run"},
                       "worker:1": {"ssh_host": "b", "remote_run_dir": "/r/run"},
                       "worker:2": {"ssh_host": "gone", "remote_run_dir": "/r/run"}}}

@@ -29,11 +29,11 @@ class _Channel:
 
 
 def _task(output: bytes, code: int, silence: float) -> SSHTask:
-    backend = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: silence), opts=SimpleNamespace(lease=3))
+    pool = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: silence), opts=SimpleNamespace(lease=3))
     host = SimpleNamespace(name="h2", transport=None)
     planned = PlannedTask(type="worker", index=1, host="h2", address="h2", port=1, command=("true",))
     lines = []
-    task = SSHTask(planned, backend, host, _Channel(output, code), "pidfile", lambda key, line: lines.append(line))
+    task = SSHTask(planned, pool, host, _Channel(output, code), "pidfile", lambda key, line: lines.append(line))
     deadline = time.monotonic() + 5
     while task.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
