@@ -146,7 +146,7 @@ def test_the_graph_sees_module_and_function_imports_but_not_type_checking_ones()
     assert "launcher.backends" in graph["launcher.spec"]  # the loader is above the registry
     assert "launcher.backends.ssh.supervisor" in graph["launcher.backends.ssh.backend"]  # inside a method
     assert "launcher.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
-    assert "launcher.backends.ssh.backend" not in graph["launcher.backends.ssh.probe"]  # if TYPE_CHECKING: only
+    assert "launcher.backends.ssh.pool" not in graph["launcher.backends.ssh.probe"]  # if TYPE_CHECKING: only
 
 
 def test_a_circle_is_found_and_named():
@@ -230,3 +230,12 @@ def test_no_module_outside_the_backends_names_a_backend():
             if theirs is not None and theirs != mine:
                 found.append(f"{module} imports {target} (backend {theirs})")
     assert not found, "\n".join(found)
+
+
+def test_the_ssh_helpers_take_the_host_pool_not_the_backend():
+    """Only the registry imports backends/ssh/backend.py: its helpers work on a HostPool (pool.py)."""
+    graph = import_graph()
+    users = sorted(m for m, targets in graph.items() if "launcher.backends.ssh.backend" in targets)
+    assert users == [], users
+    ssh = Path(ROOT / "launcher" / "backends" / "ssh")
+    assert not [p.name for p in ssh.glob("*.py") if p.name not in ("backend.py", "__init__.py") and "SSHBackend" in p.read_text()]
