@@ -25,6 +25,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by tfcluster for every task; a user value would silently be overwritten.
 RESERVED_ENV = ("TF_CONFIG",)
+# A container image reference (lowercase): docker.image, and the --image of compose and export.
+IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
 class OptionsModel(BaseModel):

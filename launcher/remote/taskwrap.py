@@ -35,7 +35,7 @@ import time
 _PR_SET_PDEATHSIG = 1
 
 
-# How the wrapper says the lease ran out (the launcher recognises the line: launcher/backends/ssh_task.py).
+# How the wrapper says the lease ran out (the launcher recognises the line: launcher/backends/ssh/task.py).
 LEASE_EXPIRED = "no word from the launcher for"
 # How the wrapper says GCE announced this VM's preemption (likewise recognised by the launcher).
 GCE_NOTICE = "GCE preemption notice"
