@@ -10,6 +10,7 @@ time) and watched for their return (``hosts_back``, ``unwatch``).
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,6 +44,11 @@ class HostPool:
         self._watch: Optional[HostWatch] = None  # lost hosts, probed for their return (elastic)
         self.preempted: dict[str, float] = {}  # host -> when its GCE preemption notice came
         self._watching: set[str] = set()
+        # The watch's own connections (host -> Connection), apart from the hosts' working ones: a
+        # probe that gives up (no answer within a second: a loaded machine, a flapping link) closes
+        # only its own, never one that a state copy or a start is using at that moment.
+        self._probes: dict[str, object] = {}
+        self._probes_lock = threading.Lock()
         self.add_hosts(hosts)
 
     # -------------------------------------------------------------- connections
@@ -174,18 +180,37 @@ class HostPool:
         return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
 
     def _probe(self, name: str) -> bool:
-        """One probe of a lost host (watch.py): a connection (reused while it lasts) that runs
-        ``true`` within a second."""
-        if self.connect_one(name) is not None:
-            return False
-        hs = self.hosts[name]
+        """One probe of a lost host (watch.py): its own connection (reused while it lasts, never
+        the host's working one) that runs ``true`` within a second."""
+        from .connect import make_connection, open_connection
+
+        with self._probes_lock:
+            conn = self._probes.get(name)
+        transport = conn.client.get_transport() if conn is not None else None
+        if transport is None or not transport.is_active():
+            self._close_probe(name)
+            try:
+                conn = make_connection(self.hosts[name].spec, self.opts, self.base_dir)
+                open_connection(conn, self.opts)
+            except Exception:  # noqa: BLE001 - not answering is what a probe finds out
+                _close_quietly(conn)
+                return False
+            with self._probes_lock:
+                old, self._probes[name] = self._probes.get(name), conn
+            _close_quietly(old)
+            transport = conn.client.get_transport()
         # A short answer time: a link that drops for a moment must break the run of answers
         # (TCP would otherwise just deliver late), so a flapping host never looks settled.
-        code, _ = run_command(hs.transport, "true", None, min(1.0, self.opts.connect_timeout))
+        code, _ = run_command(transport, "true", None, min(1.0, self.opts.connect_timeout))
         if code != 0:
-            hs.forget_connection()
+            self._close_probe(name)
             return False
         return True
+
+    def _close_probe(self, name: str) -> None:
+        with self._probes_lock:
+            conn = self._probes.pop(name, None)
+        _close_quietly(conn)
 
     def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
         """Of the lost ``hosts``, those that have answered every probe for ``settle`` s."""
@@ -193,6 +218,7 @@ class HostPool:
             self._watch = HostWatch(self._probe)
         for name in set(self._watching) - set(hosts):
             self._watch.forget(name)
+            self._close_probe(name)
         self._watching = set(hosts)
         self._watch.watch(list(hosts))
         return [h for h in self._watch.settled(settle) if h in self._watching]
@@ -203,6 +229,7 @@ class HostPool:
             for name in set(names) & self._watching:
                 self._watch.forget(name)
                 self._watching.discard(name)
+                self._close_probe(name)
 
     # -------------------------------------------------------------- the end
 
@@ -212,6 +239,8 @@ class HostPool:
         self.heartbeat.close()
         if self._watch is not None:
             self._watch.close()
+        for name in list(self._probes):
+            self._close_probe(name)
         for t in tasks:
             close_channel(t.channel)
         for hs in self.hosts.values():
@@ -222,3 +251,11 @@ class HostPool:
                     conn.close()
                 except Exception:  # noqa: BLE001
                     pass
+
+
+def _close_quietly(conn) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass
