@@ -17,10 +17,11 @@ from typing import Callable, Optional, Sequence
 from . import envnames
 from .backends.base import Backend, TaskHandle
 from .console import Console
-from .diagnose import exception_lines, hint, peer_abort, root_cause
+from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
+                    summary_lines)
+from .diagnose import exception_lines, hint
 from .elastic import Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts
 from .errors import AttemptImpossible, LaunchError
-from .noise import is_noise
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
@@ -33,7 +34,6 @@ from .runview import RunView
 from .specmodel import Restart, Spec, Watchdog
 
 INTERRUPTED = AttemptState.INTERRUPTED
-_TAIL = 15  # lines of a task's output shown in failure reports
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 _READY_CHECK_EVERY = 0.5
 # A standby blocks SIGUSR1 as its first act; one younger than this may not have yet.
@@ -547,93 +547,43 @@ class Supervisor:
         silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
         return sorted(silent)[0][1] if silent else None
 
-    def _peer_notes(self, key: str, exits: dict, since: Optional[float]) -> dict[str, str]:
-        """Every other group member's state for root-cause attribution: "" when healthy, else
-        stopped, hung (the hang watchdog's view, before its timeout), unreachable, or dead."""
-        now = self.clock()
-        notes: dict[str, str] = {}
-        for other, handle in self._handles.items():
-            if other == key or not hang_watched(other):
-                continue
-            code = exits.get(other)
-            if code is not None:
-                notes[other] = describe_exit(code) if code != 0 else ""
-                continue
-            note = handle.state_note()
-            hang = self.watchdog.hang_timeout
-            if since is not None and hang > 0:
-                with self._lock:
-                    idle = now - max(since, self._activity.get(other, now))
-                if note and idle > hang:  # what the hang watchdog would have said
-                    note = f"hung: no progress for {hang:g} s (watchdog.hang_timeout); {note}"
-                elif not note and not silent_by_design(self.plan.strategy, other) and idle > min(hang, 10.0):
-                    note = f"hung: no progress for {idle:.0f} s"
-            notes[other] = note
-        return notes
+    def _state_note(self, key: str) -> str:
+        return self._handles[key].state_note()
 
     def _fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
-        """An exit failed the attempt: blame the root cause, which may be another task (stopped,
-        hung, unreachable or dead) whose state made TensorFlow abort this one."""
-        key = failed[0]
-        with self._lock:
-            tail = tuple(self._tails.get(key, ()))
+        """An exit failed the attempt: blame the root cause (launcher/blame.py)."""
         since = started + attempt.ready_after if attempt.ready_after is not None else None
-        blame = root_cause(key, tail, self._peer_notes(key, exits, since))
-        if not blame.consequence(key):
-            # A backend's note on how the task ended ("host2: no word for 16 s ...") says more
-            # than the exit code it had to make up.
-            note = self._handles[key].state_note()
-            self._fail(attempt, key, note or describe_exit(exits[key]), exits[key], others=failed[1:])
-            return
-        root = blame.root
-        consequences = [(key, exits[key])]
-        others = []
-        for other in failed[1:]:
-            if other == root:
-                continue
-            with self._lock:
-                other_tail = tuple(self._tails.get(other, ()))
-            (consequences.append((other, exits[other])) if peer_abort(other_tail) else others.append(other))
-        root_code = exits.get(root)
-        self._fail(attempt, root, blame.why, root_code, others=tuple(others), consequences=tuple(consequences))
+        now = self.clock()
+        with self._lock:
+            tails = {k: tuple(self._tails.get(k, ())) for k in failed}
+            activity = dict(self._activity)
+        notes = peer_notes(failed[0], list(self._handles), exits, self._state_note, now=now, since=since,
+                           activity=activity, hang_timeout=self.watchdog.hang_timeout, strategy=self.plan.strategy)
+        fault = blame_exit(failed, exits, tails, notes, self._state_note)
+        self._fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
 
     def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
               consequences: tuple = (), final: bool = False) -> None:
+        shown = [key] + [k for k, _ in consequences]  # whose exception and last lines the report shows
         with self._lock:
-            tail = tuple(self._tails.get(key, ()))
-            tails = {k: tuple(self._tails.get(k, ())) for k, _ in consequences}
+            tails = {k: tuple(self._tails.get(k, ())) for k in shown}
+        tail = tails[key]
         attempt.state = FAILED
-        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-_TAIL:], others=tuple(others),
+        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
                                   consequences=tuple(consequences), final=final)
-        of = f" (attempt {attempt.number + 1} of {self.restart.max_restarts + 1})"
-        self.console.error(f"{key} failed: {reason}{of}")
-        for other, other_code in consequences:
-            self.console.info(f"{other} exited ({describe_exit(other_code)}) as a consequence of {key} "
-                              f"(its last lines say a peer was lost)")
-        report: list[str] = []
-        for other in [key] + [k for k, _ in consequences]:
-            report += self._report(other, tail if other == key else tails[other])
+        self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
+        for line in consequence_lines(key, consequences):
+            self.console.info(line)
+        report = [line for k in shown
+                  for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose)]
         if report:
             self.console.block(report)
         if others:
-            self.console.info(f"also failed: {', '.join(others)}")
+            self.console.info(also_failed_line(others))
         self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
-                          last_lines=list(tail[-_TAIL:]), others=list(others),
+                          last_lines=list(tail[-TAIL:]), others=list(others),
                           consequences={k: c for k, c in consequences},
                           errors=list(exception_lines(tail)), hint=hint(tail))
-
-    def _report(self, key: str, tail: tuple) -> list[str]:
-        """The exception line(s) a task died of, a hint for a known signature, its last lines."""
-        if not tail:
-            return []
-        lines = [f"  {key}: {line}" for line in exception_lines(tail)]
-        known = hint(tail)
-        if known:
-            lines.append(f"  hint: {known}")
-        lines.append(f"  last lines of {key} ({self.record.log_path(key)}):")
-        shown = [line for line in tail if self.console.verbose or not is_noise(line)]  # the log has them all
-        lines += [f"  | {line}" for line in shown[-_TAIL:]]
-        return lines
 
     def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
         """The sink every backend's output reader calls. It never raises: a reader that stopped
@@ -691,22 +641,5 @@ class Supervisor:
         return code
 
     def _summary(self) -> list[str]:
-        if not self.attempts:
-            return []
-        lines = []
-        if self.replans:
-            lines.append(f"  plans used: 1: {', '.join(sorted({t.host for t in self.first_plan.tasks}))}")
-            changes = self.view.snapshot().host_changes
-            for n, (change, how) in enumerate(self.replans, start=2):
-                said = changes[n - 2].describe() if n - 2 < len(changes) else change.describe(how)
-                lines.append(f"  {' ' * 12}{n}: {', '.join(sorted({t.host for t in change.plan.tasks}))} ({said})")
-        lines.append("  attempt  started   duration  outcome")
-        for a in self.attempts:
-            dur = (a.ended or time.time()) - a.started
-            what = a.state
-            if a.failure:
-                what = f"failed: {a.failure.key} {a.failure.reason}"
-            lines.append(f"  {a.number + 1:>7}  {time.strftime('%H:%M:%S', time.localtime(a.started))}  "
-                         f"{dur:>7.1f}s  {what}")
-        return lines
-
+        changes = self.view.snapshot().host_changes if self.replans else []
+        return summary_lines(self.attempts, self.first_plan, self.replans, changes)
