@@ -7,7 +7,6 @@ Threads only read task output; every decision is made here, on the calling threa
 from __future__ import annotations
 
 import collections
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,12 +31,11 @@ from .rundir import RunRecord
 from .runfeed import SnapshotWriter
 from .runview import RunView
 from .specmodel import Restart, Spec, Watchdog
+from .standby import WarmStandby
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 _READY_CHECK_EVERY = 0.5
-# A standby blocks SIGUSR1 as its first act; one younger than this may not have yet.
-_STANDBY_MIN_AGE = 2.0
 
 
 @dataclass
@@ -103,9 +101,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
-        self._standby: dict[str, TaskHandle] = {}
-        self._standby_active: dict[str, list] = {}  # key -> [promoted?], read by its output sink
-        self._standby_at = 0.0
+        self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
         self._sink_failed: set[str] = set()
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunView()
@@ -187,7 +183,7 @@ class Supervisor:
             if self.poller is not None:
                 self.poller.close()
             self._stop_all(grace=0)
-            self._drop_standby()
+            self.standby.drop()
             self.backend.close()
             snapshots.close()  # the last one: the record as it ends
 
@@ -381,7 +377,7 @@ class Supervisor:
                             on_ready, self.on_ready = self.on_ready, None
                             on_ready()
                         if self.restart.warm_standby and number < self.restart.max_restarts:
-                            self._start_standby(number + 1)
+                            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1))
                     elif now - started > self.watchdog.startup_timeout:
                         missing = [t.key for t in self.plan.tasks if t.key not in ready]
                         ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
@@ -427,7 +423,7 @@ class Supervisor:
         with self._lock:
             self._tails[key] = collections.deque(maxlen=_TAIL_KEPT)
             self._activity[key] = self.clock()
-        handle = self._promote_standby(key) if standby_ok else None
+        handle = self.standby.promote(key) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
@@ -437,50 +433,6 @@ class Supervisor:
 
     def _env(self, number: int) -> dict[str, str]:
         return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}
-
-    def _start_standby(self, number: int) -> None:
-        """Start attempt ``number``'s processes now; they import TensorFlow and wait for SIGUSR1."""
-        if self._standby:
-            return
-        self._standby_at = self.clock()
-        for task in self.plan.tasks:
-            active = [False]
-
-            def sink(key: str, line: str, active=active) -> None:
-                if active[0]:
-                    self._on_line(key, line)
-                else:
-                    self.record.log_line(key, f"(standby) {line}")
-                    self.console.task_line(key, f"(standby) {line}")
-
-            handle = self.backend.start(task, {**self._env(number), envnames.STANDBY: "1"},
-                                        lambda key, line, sink=sink: self._drain_line(key, line, sink))
-            self._standby[task.key] = handle
-            self._standby_active[task.key] = active
-        self.record.event(Event.STANDBY_START, attempt=number,
-                          pids={k: h.info().get("pid") for k, h in self._standby.items()})
-
-    def _promote_standby(self, key: str) -> Optional[TaskHandle]:
-        """Hand over the waiting standby for ``key``, or None (none, dead, or too young to have
-        blocked SIGUSR1 yet: then it is stopped and a fresh process starts instead)."""
-        handle = self._standby.pop(key, None)
-        active = self._standby_active.pop(key, None)
-        if handle is None:
-            return None
-        if handle.poll() is not None or self.clock() - self._standby_at < _STANDBY_MIN_AGE:
-            self.backend.stop([handle], grace=0)
-            return None
-        active[0] = True
-        handle.signal(signal.SIGUSR1)
-        self.record.event(Event.STANDBY_PROMOTED, task=key, **handle.info())
-        return handle
-
-    def _drop_standby(self) -> None:
-        if self._standby:
-            self.backend.stop(list(self._standby.values()), grace=0)
-            self.record.event(Event.STANDBY_STOPPED, tasks=list(self._standby))
-            self._standby.clear()
-            self._standby_active.clear()
 
     def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
         """ParameterServer: relaunch one dead worker on its address while training goes on.
