@@ -19,8 +19,8 @@ from .console import Console
 from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
                     summary_lines)
 from .diagnose import exception_lines, hint
-from .elastic import Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts
 from .errors import AttemptImpossible, LaunchError
+from .membership import Membership
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
@@ -64,33 +64,15 @@ class Supervisor:
         static_hosts: Optional[Sequence[str]] = None,
         discovery_cwd: Optional[Path] = None,
     ) -> None:
-        self.plan = plan
-        # Hosts that come and go (launcher/elastic.py): on when the spec asks for it or lists
-        # spare hosts, and the backend can tell which hosts are lost.
-        self.spec = spec
-        self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)
-        self.first_plan = plan
-        self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
-        self.down: list[str] = []  # hosts lost in this run and not back (elastic.settle) yet
-        # Host discovery (launcher/discovery.py): polled in a thread; hosts: entries never vanish.
-        self.poller = None
-        self.static_hosts: set[str] = set()
-        self._answers = 0
-        self._discovery_problem = ""
-        self._vanished: dict[str, str] = {}
-        self._left_out: set[str] = set()  # parameter_server workers whose host was lost, not replaced
-        if self.elastic and spec is not None and spec.discovery is not None:
-            from .discovery import Poller
-
-            self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
-            self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
-                                 discovery_cwd or Path.cwd())
         self.backend = backend
         self.record = record
         self.console = console
         self.restart = restart
         self.watchdog = watchdog
         self.stop_event = stop_event or threading.Event()
+        # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
+        self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
+                                  static_hosts=static_hosts, discovery_cwd=discovery_cwd)
         self.hurry_event = threading.Event()
         self.poll_interval = poll_interval
         self.clock = clock
@@ -110,6 +92,11 @@ class Supervisor:
         # (``up --detach`` hands the run over to the background then).
         self.on_ready: Optional[Callable[[], None]] = None
 
+    @property
+    def plan(self) -> Plan:
+        """The plan in use: the first, or the latest membership change's."""
+        return self.members.plan
+
     # -------------------------------------------------------------- public
 
     def run(self) -> int:
@@ -117,11 +104,9 @@ class Supervisor:
         self.record.event(Event.RUN_START, run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
                           backend=self.plan.backend, tasks=list(self.plan.keys),
                           run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
-                          **({"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks])}
-                             if self.elastic and self.spec is not None else {}))
+                          **self.members.spares())
         snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
-        if self.poller is not None:
-            self.poller.start()
+        self.members.start()
         try:
             number = 0  # attempts so far - 1 (TFCLUSTER_RESTART_COUNT)
             failures = 0  # failed attempts that count against restart.max_restarts
@@ -138,22 +123,15 @@ class Supervisor:
                 if attempt.state == INTERRUPTED:
                     return self._finish(130, Outcome.INTERRUPTED)
                 if attempt.state == AttemptState.REGROW:
-                    assert self.spec is not None
-                    if self._vanished:  # discovery says hosts of the plan are gone: move their tasks
-                        moved = self._move_lost_hosts(number, lost=self._vanished)
-                        self._vanished = {}
-                        if moved:
-                            return moved
-                    else:
-                        change = grow(self.spec, self.plan, self.down)
-                        if change is not None:
-                            self._use(change, {}, number, "restarting the bigger group from the step just saved")
+                    moved = self.members.regrow(number)
+                    if moved:
+                        return moved
                     number += 1  # a membership change, not a failure
                     continue
                 failure = attempt.failure
                 assert failure is not None
-                if self.elastic:
-                    moved = self._move_lost_hosts(number)
+                if self.members.elastic:
+                    moved = self.members.move_lost_hosts(number)
                     if moved is not None:
                         if moved != 0:
                             return moved  # the run's exit code: no spare left, or interrupted
@@ -180,115 +158,11 @@ class Supervisor:
                 if delay and self.stop_event.wait(delay):
                     return self._finish(130, Outcome.INTERRUPTED)
         finally:
-            if self.poller is not None:
-                self.poller.close()
+            self.members.close()
             self._stop_all(grace=0)
             self.standby.drop()
             self.backend.close()
             snapshots.close()  # the last one: the record as it ends
-
-    def _move_lost_hosts(self, number: int, lost: Optional[dict[str, str]] = None) -> Optional[int]:
-        """After a failed attempt: are any of the plan's hosts lost? None: no (the failure is the
-        training's). 0: their tasks moved to spares, restart under the new plan. Else the run's
-        exit code (no spare left: one line naming the missing hosts; or interrupted). ``lost``:
-        already known (discovery says they are gone), nothing to ask the backend."""
-        assert self.spec is not None
-        hosts = sorted({t.host for t in self.plan.tasks})
-        if lost is None:
-            lost = self.backend.lost_hosts(hosts, options(self.spec).host_wait, self.stop_event)
-        if self.stop_event.is_set():
-            return self._finish(130, Outcome.INTERRUPTED)
-        if not lost:
-            return None
-        for host, how in sorted(lost.items()):
-            self.record.event(Event.HOST_LOST, host=host, how=how, attempt=number)
-        change = replace_lost(self.spec, self.plan, sorted(lost), self.down)
-        if isinstance(change, str):
-            self.console.error(change)
-            return self._finish(1, Outcome.FAILED, reason=change)
-        self.down += [h for h in change.lost if h not in self.down]
-        self._use(change, lost, number, "restarting the group there from the last backup")
-        return 0
-
-    def _use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
-        """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
-        say so in one line, hand it to the backend."""
-        self.replans.append((change, dict(lost)))
-        n = len(self.replans) + 1
-        name = self.record.add_plan(change.plan, n)
-        self.record.event(Event.REPLAN, plan=n, file=name, attempt=number + 1, lost=list(change.lost),
-                          old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
-                          moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
-                          dropped=list(change.dropped), added=dict(change.added), tasks=list(change.plan.keys))
-        self.console.info(f"{change.describe(lost)}; {then} (plan {n}; a membership change does not count "
-                          "against restart.max_restarts)")
-        self.plan = change.plan
-        self.backend.use_plan(change.plan)
-
-    def _discovered(self, attempt: Attempt) -> bool:
-        """While an attempt runs: the discovery command's newest answer (launcher/discovery.py).
-        A failed one keeps the last good list and says why in one line (once per reason). New
-        hosts are added and watched until they answer for elastic.settle s (then usable, as a
-        lost host that came back). Hosts gone from the list are dropped; if the plan uses one,
-        True: the attempt ends (REGROW), its tasks stopped gracefully, and they move."""
-        assert self.spec is not None and self.poller is not None
-        count, answer = self.poller.latest()
-        if count == self._answers or answer is None:
-            return False
-        self._answers = count
-        if answer.hosts is None:
-            if answer.problem != self._discovery_problem:
-                self._discovery_problem = answer.problem
-                self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
-                                   f"({', '.join(h.name for h in self.spec.hosts)}); the run goes on")
-                self.record.event(Event.DISCOVERY, ok=False, problem=answer.problem)
-            return False
-        self._discovery_problem = ""
-        known = {h.name for h in self.spec.hosts}
-        found = {h.name for h in answer.hosts}
-        added = [h for h in answer.hosts if h.name not in known]
-        gone = sorted(known - found - self.static_hosts)
-        if not added and not gone:
-            return False
-        hosts = tuple(h for h in self.spec.hosts if h.name not in gone) + tuple(added)
-        self.spec = self.spec.model_copy(update={"hosts": hosts})
-        self.backend.add_hosts(added)
-        self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
-        self.record.event(Event.DISCOVERY, ok=True, added=[h.name for h in added], gone=gone)
-        bits = ([f"{', '.join(h.name for h in added)} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
-                 f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
-        bits += [f"{', '.join(gone)} gone from the list"] if gone else []
-        self.console.info(f"discovery: {'; '.join(bits)}")
-        in_plan = {t.host for t in self.plan.tasks}
-        vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}
-        if not vanished:
-            return False
-        self._vanished = vanished
-        self.console.info(f"moving {', '.join(t.key for t in self.plan.tasks if t.host in vanished)}: stopping the "
-                          "group gracefully (SIGTERM: the workers save the step they agree on)")
-        attempt.state = AttemptState.REGROW
-        return True
-
-    def _hosts_back(self, attempt: Attempt) -> bool:
-        """While an attempt runs: lost hosts that answered again for elastic.settle s become
-        usable (a ``host_added`` event). True: the group is shrunk and may grow, so the attempt
-        ends (REGROW) and its tasks are stopped gracefully (they save the step they agree on)."""
-        assert self.spec is not None
-        opts = options(self.spec)
-        back = self.backend.hosts_back(list(self.down), opts.settle)
-        if not back:
-            return False
-        for host in back:
-            self.down.remove(host)
-            self.record.event(Event.HOST_ADDED, host=host, attempt=attempt.number, settle=opts.settle)
-        self.console.info(f"{', '.join(back)} answer{'s' if len(back) == 1 else ''} again "
-                          f"({opts.settle:g} s without a break, elastic.settle): usable again")
-        if not (opts.grow and shrunk(self.spec, self.plan)):
-            return False
-        self.console.info("growing the group: stopping it gracefully (SIGTERM: the workers save the step they "
-                          "agree on) to restart it bigger")
-        attempt.state = AttemptState.REGROW
-        return True
 
     def interrupt(self) -> None:
         """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""
@@ -302,7 +176,7 @@ class Supervisor:
 
     def _run_attempt(self, number: int) -> Attempt:
         attempt = Attempt(number)
-        self._left_out.clear()  # a new attempt starts every task of its plan
+        self.members.left_out.clear()  # a new attempt starts every task of its plan
         self.attempts.append(attempt)
         exits: dict[str, Optional[int]] = {}
         order: list[str] = []
@@ -320,7 +194,7 @@ class Supervisor:
                 try:
                     self._launch(task.key, number)
                 except LaunchError as exc:
-                    if not self.elastic:
+                    if not self.members.elastic:
                         raise
                     # Its host may be gone: the failure is checked for lost hosts like any other.
                     self._fail(attempt, task.key, "; ".join(exc.lines), None)
@@ -357,7 +231,7 @@ class Supervisor:
                     grace = 0  # the group is the unit of failure: kill it at once
                     return attempt
                 for key in verdict.restart_alone:
-                    if key in self._left_out:
+                    if key in self.members.left_out:
                         continue  # its host is gone; the coordinator trains on without it
                     if not self._restart_alone(attempt, key, exits, order):
                         grace = 0
@@ -405,12 +279,11 @@ class Supervisor:
                         return attempt
                 # Elastic: lost hosts that came back (checked about once a second, once every task
                 # is up: a group stopped while it starts would save nothing).
-                if self.elastic and attempt.ready_after is not None and now >= next_back_check:
+                if self.members.elastic and attempt.ready_after is not None and now >= next_back_check:
                     next_back_check = now + 1.0
-                    if self.poller is not None and self._discovered(attempt):
-                        return attempt  # REGROW: hosts gone; stopped with the usual grace (a graceful save)
-                    if self.down and self._hosts_back(attempt):
-                        return attempt  # REGROW: stopped with the usual grace (a graceful save)
+                    if self.members.changed(number):
+                        attempt.state = AttemptState.REGROW
+                        return attempt  # stopped with the usual grace (a graceful save)
                 time.sleep(self.poll_interval)
         finally:
             attempt.ended = time.time()
@@ -441,10 +314,13 @@ class Supervisor:
         tolerates a lost worker), else the attempt fails so that the host's loss moves the task
         to a spare (a whole-cluster restart: every task's TF_CONFIG names the new address)."""
         code = exits[key]
-        if self.elastic:
+        if self.members.elastic:
             host = self.plan.task(key).host
             if self.backend.lost_hosts([host], 0.0, self.stop_event):
-                return self._worker_host_lost(attempt, key, host, code)
+                why = self.members.leave_out(attempt.number, key, host, code)
+                if why is not None:
+                    self._fail(attempt, key, why, code)
+                return why is None
         if self._worker_restarts >= self.restart.max_restarts:
             self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
             return False
@@ -458,27 +334,6 @@ class Supervisor:
         self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
         exits[key] = None
         order.remove(key)
-        return True
-
-    def _worker_host_lost(self, attempt: Attempt, key: str, host: str, code: Optional[int]) -> bool:
-        """A parameter_server worker's host does not answer. True: go on without the worker."""
-        assert self.spec is not None
-        workers = [t.key for t in self.plan.tasks if t.type == "worker" and t.key not in self._left_out]
-        left = len(workers) - 1
-        group_min = self.spec.tasks.worker.min
-        spare = spare_hosts(self.spec, [t.host for t in self.plan.tasks], self.down)
-        if spare or group_min is None or left < group_min:
-            # A spare takes it (whole-cluster restart), or the run cannot go on without it: the
-            # attempt fails and the membership check after it decides.
-            self._fail(attempt, key, f"{describe_exit(code) if code is not None else 'gone'}; its host {host} "
-                       "does not answer", code)
-            return False
-        self._left_out.add(key)
-        if host not in self.down:
-            self.down.append(host)
-        self.record.event(Event.HOST_LOST, host=host, how="unreachable", attempt=attempt.number, task=key)
-        self.console.info(f"{host} lost (unreachable); {key} left out: {left} worker{'s' if left != 1 else ''} "
-                          f"train on (tasks.worker.min={group_min}; the coordinator tolerates a lost worker)")
         return True
 
     def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
@@ -593,5 +448,6 @@ class Supervisor:
         return code
 
     def _summary(self) -> list[str]:
-        changes = self.view.snapshot().host_changes if self.replans else []
-        return summary_lines(self.attempts, self.first_plan, self.replans, changes)
+        replans = self.members.replans
+        changes = self.view.snapshot().host_changes if replans else []
+        return summary_lines(self.attempts, self.members.first_plan, replans, changes)
