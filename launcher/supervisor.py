@@ -15,9 +15,9 @@ from typing import Callable, Optional, Sequence
 
 from . import envnames
 from .backends.base import Backend, TaskHandle
-from .console import Console
 from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
                     summary_lines)
+from .console import Console
 from .diagnose import exception_lines, hint
 from .errors import AttemptImpossible, LaunchError
 from .membership import Membership
@@ -46,6 +46,19 @@ class Attempt:
     state: str = AttemptState.RUNNING
     failure: Optional[Failure] = None
     ready_after: Optional[float] = None  # seconds until every task's port was open
+
+
+@dataclass
+class _Watch:
+    """One attempt's running state, which its phases read and update."""
+
+    started: float  # the clock when every task had been started
+    exits: dict[str, Optional[int]]  # key -> exit code, None while it runs
+    ready: set[str]  # tasks whose port is open (or that serve none)
+    next_ready_check: float
+    next_back_check: float
+    order: list[str] = field(default_factory=list)  # keys in the order they exited
+    warned_sidecars: set[str] = field(default_factory=set)
 
 
 class Supervisor:
@@ -175,121 +188,151 @@ class Supervisor:
     # -------------------------------------------------------------- one attempt
 
     def _run_attempt(self, number: int) -> Attempt:
+        """One attempt, in phases: start the group, then watch it (exits, readiness, hang,
+        membership) until an outcome. The group is always stopped at the end: with the usual
+        grace, or at once after a failure (the group is the unit of failure) or a second Ctrl-C."""
         attempt = Attempt(number)
         self.members.left_out.clear()  # a new attempt starts every task of its plan
         self.attempts.append(attempt)
-        exits: dict[str, Optional[int]] = {}
-        order: list[str] = []
-        warned_sidecars: set[str] = set()
-        grace = self.watchdog.stop_grace
         try:
-            try:
-                self.backend.prepare_attempt(number)
-            except LaunchError as exc:
-                self._fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
-                return attempt
-            for task in self.plan.tasks:
-                if self.stop_event.is_set():
-                    break
-                try:
-                    self._launch(task.key, number)
-                except LaunchError as exc:
-                    if not self.members.elastic:
-                        raise
-                    # Its host may be gone: the failure is checked for lost hosts like any other.
-                    self._fail(attempt, task.key, "; ".join(exc.lines), None)
-                    grace = 0
-                    return attempt
-                exits[task.key] = None
-            started = self.clock()
-            ready: set[str] = {t.key for t in self.plan.tasks if t.port is None}
-            next_ready_check = started
-            next_back_check = started
-            while True:
-                if self.stop_event.is_set():
-                    attempt.state = INTERRUPTED
-                    self.console.info("stopping every task (Ctrl-C again to kill at once)")
-                    return attempt
-                for key, handle in self._handles.items():
-                    if exits.get(key) is None:
-                        code = handle.poll()
-                        if code is not None:
-                            exits[key] = code
-                            order.append(key)
-                            self.record.event(Event.EXIT, task=key, attempt=number, code=code, how=describe_exit(code))
-                verdict = assess(self.plan.strategy, self.plan.success_task, exits, order)
-                for key in verdict.sidecar_failed:
-                    if key not in warned_sidecars:
-                        warned_sidecars.add(key)
-                        self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
-                        self.record.event(Event.SIDECAR_FAILED, task=key, code=exits[key])
-                if verdict.state == SUCCEEDED:
-                    attempt.state = SUCCEEDED
-                    return attempt
-                if verdict.state == FAILED:
-                    self._fail_exit(attempt, verdict.failed, exits, started)
-                    grace = 0  # the group is the unit of failure: kill it at once
-                    return attempt
-                for key in verdict.restart_alone:
-                    if key in self.members.left_out:
-                        continue  # its host is gone; the coordinator trains on without it
-                    if not self._restart_alone(attempt, key, exits, order):
-                        grace = 0
-                        return attempt
-                now = self.clock()
-                # (Runs once even when no task serves a port, e.g. single-host strategies.)
-                if attempt.ready_after is None and now >= next_ready_check:
-                    next_ready_check = now + _READY_CHECK_EVERY
-                    for task in self.plan.tasks:
-                        if task.key not in ready and exits.get(task.key) is None and self.backend.port_open(task):
-                            ready.add(task.key)
-                            self.record.event(Event.READY, task=task.key, attempt=number, after=round(now - started, 3))
-                    if len(ready) == len(self.plan.tasks):
-                        attempt.ready_after = now - started
-                        self.record.event(Event.ATTEMPT_READY, attempt=number, after=round(attempt.ready_after, 3))
-                        if self.on_ready is not None:
-                            on_ready, self.on_ready = self.on_ready, None
-                            on_ready()
-                        if self.restart.warm_standby and number < self.restart.max_restarts:
-                            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1))
-                    elif now - started > self.watchdog.startup_timeout:
-                        missing = [t.key for t in self.plan.tasks if t.key not in ready]
-                        ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
-                        self._fail(
-                            attempt, missing[0],
-                            f"never came up: no TF server listening within watchdog.startup_timeout="
-                            f"{self.watchdog.startup_timeout:g} s: {ports}",
-                            None, others=tuple(missing[1:]),
-                        )
-                        grace = 0
-                        return attempt
-                # The hang clock starts once every task is up: until then startup_timeout
-                # governs, and importing TensorFlow can be silent for many seconds.
-                if self.watchdog.hang_timeout > 0 and attempt.ready_after is not None:
-                    hung = self._hung(now, exits, since=started + attempt.ready_after)
-                    if hung:
-                        note = self._handles[hung].state_note()
-                        self._fail(
-                            attempt, hung,
-                            f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
-                            + (f"; {note}" if note else ""),
-                            None,
-                        )
-                        grace = 0
-                        return attempt
-                # Elastic: lost hosts that came back (checked about once a second, once every task
-                # is up: a group stopped while it starts would save nothing).
-                if self.members.elastic and attempt.ready_after is not None and now >= next_back_check:
-                    next_back_check = now + 1.0
-                    if self.members.changed(number):
-                        attempt.state = AttemptState.REGROW
-                        return attempt  # stopped with the usual grace (a graceful save)
-                time.sleep(self.poll_interval)
+            watch = self._start_group(attempt)
+            if watch is not None:
+                self._watch(attempt, watch)
+            return attempt
         finally:
             attempt.ended = time.time()
-            if self.hurry_event.is_set():
-                grace = 0
-            self._stop_all(grace)
+            at_once = attempt.state == FAILED or self.hurry_event.is_set()
+            self._stop_all(0 if at_once else self.watchdog.stop_grace)
+
+    def _start_group(self, attempt: Attempt) -> Optional[_Watch]:
+        """Prepare the attempt and start every task. None: the attempt already failed."""
+        number = attempt.number
+        try:
+            self.backend.prepare_attempt(number)
+        except LaunchError as exc:
+            self._fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
+            return None
+        exits: dict[str, Optional[int]] = {}
+        for task in self.plan.tasks:
+            if self.stop_event.is_set():
+                break
+            try:
+                self._launch(task.key, number)
+            except LaunchError as exc:
+                if not self.members.elastic:
+                    raise
+                # Its host may be gone: the failure is checked for lost hosts like any other.
+                self._fail(attempt, task.key, "; ".join(exc.lines), None)
+                return None
+            exits[task.key] = None
+        started = self.clock()
+        return _Watch(started, exits, ready={t.key for t in self.plan.tasks if t.port is None},
+                      next_ready_check=started, next_back_check=started)
+
+    def _watch(self, attempt: Attempt, watch: _Watch) -> None:
+        """Poll the group until a phase ends the attempt (its state set)."""
+        while not (self._interrupted(attempt) or self._exits(attempt, watch)):
+            now = self.clock()
+            if self._readiness(attempt, watch, now) or self._hang(attempt, watch, now) \
+                    or self._membership(attempt, watch, now):
+                return
+            time.sleep(self.poll_interval)
+
+    def _interrupted(self, attempt: Attempt) -> bool:
+        if not self.stop_event.is_set():
+            return False
+        attempt.state = INTERRUPTED
+        self.console.info("stopping every task (Ctrl-C again to kill at once)")
+        return True
+
+    def _exits(self, attempt: Attempt, watch: _Watch) -> bool:
+        """New exits, and what they mean for the group: success, failure, a sidecar lost, a
+        parameter_server worker restarted alone. True: the attempt is over."""
+        exits = watch.exits
+        for key, handle in self._handles.items():
+            if exits.get(key) is None:
+                code = handle.poll()
+                if code is not None:
+                    exits[key] = code
+                    watch.order.append(key)
+                    self.record.event(Event.EXIT, task=key, attempt=attempt.number, code=code, how=describe_exit(code))
+        verdict = assess(self.plan.strategy, self.plan.success_task, exits, watch.order)
+        for key in verdict.sidecar_failed:
+            if key not in watch.warned_sidecars:
+                watch.warned_sidecars.add(key)
+                self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
+                self.record.event(Event.SIDECAR_FAILED, task=key, code=exits[key])
+        if verdict.state == SUCCEEDED:
+            attempt.state = SUCCEEDED
+            return True
+        if verdict.state == FAILED:
+            self._fail_exit(attempt, verdict.failed, exits, watch.started)
+            return True
+        for key in verdict.restart_alone:
+            if key in self.members.left_out:
+                continue  # its host is gone; the coordinator trains on without it
+            if not self._restart_alone(attempt, key, exits, watch.order):
+                return True
+        return False
+
+    def _readiness(self, attempt: Attempt, watch: _Watch, now: float) -> bool:
+        """Until every task's port is open (checked every _READY_CHECK_EVERY s; runs once even
+        when no task serves a port, e.g. single-host strategies). True: the attempt failed
+        (watchdog.startup_timeout)."""
+        if attempt.ready_after is not None or now < watch.next_ready_check:
+            return False
+        watch.next_ready_check = now + _READY_CHECK_EVERY
+        for task in self.plan.tasks:
+            if task.key not in watch.ready and watch.exits.get(task.key) is None and self.backend.port_open(task):
+                watch.ready.add(task.key)
+                self.record.event(Event.READY, task=task.key, attempt=attempt.number,
+                                  after=round(now - watch.started, 3))
+        if len(watch.ready) == len(self.plan.tasks):
+            self._all_ready(attempt, now - watch.started)
+            return False
+        if now - watch.started <= self.watchdog.startup_timeout:
+            return False
+        missing = [t.key for t in self.plan.tasks if t.key not in watch.ready]
+        ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
+        self._fail(attempt, missing[0], f"never came up: no TF server listening within watchdog.startup_timeout="
+                   f"{self.watchdog.startup_timeout:g} s: {ports}", None, others=tuple(missing[1:]))
+        return True
+
+    def _all_ready(self, attempt: Attempt, after: float) -> None:
+        """Every task is up: record it, hand over once (``on_ready``), start the warm standby."""
+        attempt.ready_after = after
+        self.record.event(Event.ATTEMPT_READY, attempt=attempt.number, after=round(after, 3))
+        if self.on_ready is not None:
+            on_ready, self.on_ready = self.on_ready, None
+            on_ready()
+        number = attempt.number
+        if self.restart.warm_standby and number < self.restart.max_restarts:
+            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1))
+
+    def _hang(self, attempt: Attempt, watch: _Watch, now: float) -> bool:
+        """The hang watchdog. Its clock starts once every task is up: until then startup_timeout
+        governs, and importing TensorFlow can be silent for many seconds. True: a task hung."""
+        if self.watchdog.hang_timeout <= 0 or attempt.ready_after is None:
+            return False
+        hung = self._hung(now, watch.exits, since=watch.started + attempt.ready_after)
+        if not hung:
+            return False
+        note = self._handles[hung].state_note()
+        self._fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
+                   + (f"; {note}" if note else ""), None)
+        return True
+
+    def _membership(self, attempt: Attempt, watch: _Watch, now: float) -> bool:
+        """Elastic: hosts dropped by discovery, lost hosts back (checked about once a second, once
+        every task is up: a group stopped while it starts would save nothing). True: the attempt
+        ends (REGROW), its tasks stopped with the usual grace (a graceful save)."""
+        if not (self.members.elastic and attempt.ready_after is not None and now >= watch.next_back_check):
+            return False
+        watch.next_back_check = now + 1.0
+        if not self.members.changed(attempt.number):
+            return False
+        attempt.state = AttemptState.REGROW
+        return True
 
     def _launch(self, key: str, number: int, standby_ok: bool = True) -> None:
         task = self.plan.task(key)
