@@ -1,7 +1,9 @@
 """The supervisor loop (after torchelastic's ``_invoke_run``): start the group, poll, reduce to
 a group state, apply the restart policy, and always tear down in ``finally``.
 
-Threads only read task output; every decision is made here, on the calling thread.
+Threads only read task output; every decision is made here, on the calling thread. Beside it:
+membership.py (elastic runs' host changes and the plan in use), standby.py (warm standby) and
+blame.py (who failed an attempt, and the report's text).
 """
 
 from __future__ import annotations
