@@ -235,8 +235,8 @@ class Supervisor:
         """Poll the group until a phase ends the attempt (its state set)."""
         while not (self._interrupted(attempt) or self._exits(attempt, watch)):
             now = self.clock()
-            if self._readiness(attempt, watch, now) or self._hang(attempt, watch, now) \
-                    or self._membership(attempt, watch, now):
+            if (self._readiness(attempt, watch, now) or self._hang(attempt, watch, now)
+                    or self._membership(attempt, watch, now)):
                 return
             time.sleep(self.poll_interval)
 
