@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 from pydantic import ValidationError
 
-from .errors import SpecError
+from .errors import SpecError, exc_text
 from .spec import Host, LoadedSpec, Spec, check_rules
 
 _SHOWN = 200  # characters of a command's output quoted in an error line
@@ -201,6 +201,6 @@ class Poller:
             except DiscoveryError as exc:
                 answer = Answer(time.time(), None, str(exc))
             except Exception as exc:  # noqa: BLE001 - never let the thread die silently
-                answer = Answer(time.time(), None, f"{type(exc).__name__}: {exc}")
+                answer = Answer(time.time(), None, exc_text(exc))
             with self._lock:
                 self._latest, self._count = answer, self._count + 1

@@ -33,3 +33,13 @@ class AttemptImpossible(LaunchError):
     """No further attempt can run in what the backend holds (a Slurm allocation that ended or
     was preempted): raised by ``Backend.prepare_attempt``, it fails the run at once instead of
     spending the restart budget on attempts that cannot start (exit 1)."""
+
+
+def exc_text(exc: BaseException, timeout: float | None = None) -> str:
+    """An exception as the words inside a one-line error: ``OSError: Socket is closed``. A
+    timeout, whose text is often empty (``TimeoutError: ``), says so, with ``timeout``'s seconds
+    when the caller knows them."""
+    text = str(exc).strip()
+    if isinstance(exc, TimeoutError) and (not text or text == "timed out"):
+        return f"no answer within {timeout:g} s (TimeoutError)" if timeout else "timed out (TimeoutError)"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -21,7 +21,7 @@ from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, faile
                     summary_lines)
 from .console import Console
 from .diagnose import exception_lines, hint
-from .errors import AttemptImpossible, LaunchError
+from .errors import AttemptImpossible, LaunchError, exc_text
 from .membership import Membership
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
@@ -447,7 +447,7 @@ class Supervisor:
                 self._sink_failed.add(key)
                 try:
                     self.console.error(f"{key}: its output can no longer be shown or logged "
-                                       f"({type(exc).__name__}: {exc}); it is still read, and the run goes on")
+                                       f"({exc_text(exc)}); it is still read, and the run goes on")
                 except Exception:  # noqa: BLE001
                     pass
 

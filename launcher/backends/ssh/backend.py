@@ -36,7 +36,7 @@ from typing import Mapping, Optional, Sequence
 
 from ... import envnames
 from ...console import Console
-from ...errors import LaunchError
+from ...errors import LaunchError, exc_text
 from ...plan import Placement, Plan, PlannedTask, Slot
 from ...record.events import Event
 from ...specmodel import TASK_TYPES, LoadedSpec, Spec
@@ -237,7 +237,7 @@ class SSHBackend(Backend):
             chan.settimeout(None)
             chan.sendall(json.dumps(order).encode() + b"\n")
         except Exception as exc:  # noqa: BLE001
-            raise LaunchError(f"host {hs.name}: cannot start {task.key} ({type(exc).__name__}: {exc}); "
+            raise LaunchError(f"host {hs.name}: cannot start {task.key} ({exc_text(exc)}); "
                               "check the host") from None
         return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line))
 

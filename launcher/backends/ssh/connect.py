@@ -28,6 +28,7 @@ from fabric import Config, Connection
 # Every failure that matters reaches the user as one line of ours instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
+from ...errors import exc_text
 from ...specmodel import Host
 from .options import SSHOptions
 
@@ -172,7 +173,7 @@ def describe_channel_error(exc: BaseException, timeout: float) -> str:
         return f"sshd refused a session ({exc.text or exc}; sshd's MaxSessions?)"
     if isinstance(exc, EOFError) or (isinstance(exc, paramiko.SSHException) and "not active" in str(exc).lower()):
         return "the connection closed (sshd restarted or the link dropped)"
-    return f"{type(exc).__name__}: {exc}"
+    return exc_text(exc, timeout)
 
 
 def describe_connect_error(exc: BaseException, conn: Connection, host: Host, opts: SSHOptions) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from ...errors import LaunchError
+from ...errors import LaunchError, exc_text
 from ...plan import Plan
 from ...remote import source as remote_source
 from .commands import agent_command, probe_deadline
@@ -77,7 +77,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
             chan.sendall(json.dumps(req).encode() + b"\n")
             line = readline(chan)
         except Exception as exc:  # noqa: BLE001
-            return f"host {name}: preflight could not run ({type(exc).__name__}: {exc}); check the host"
+            return f"host {name}: preflight could not run ({exc_text(exc)}); check the host"
         if not line:
             err = drain_stderr(chan)
             code = chan.recv_exit_status() if chan.exit_status_ready() else None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
+from ...errors import exc_text
+
 # (host name, command, stdin bytes or None, timeout) -> (exit code, combined output); -1 = no answer
 Runner = Callable[[str, str, Optional[bytes], float], tuple[int, str]]
 
@@ -38,7 +40,7 @@ def run_command(transport, command: str, stdin: Optional[bytes], timeout: float)
     except Exception as exc:  # noqa: BLE001
         if isinstance(exc, TimeoutError) or type(exc).__name__ == "timeout":
             return -1, f"no answer within {timeout:g} s"
-        return -1, f"{type(exc).__name__}: {exc}"
+        return -1, exc_text(exc)
 
 
 def readline(chan, limit: int = 1 << 20) -> bytes:

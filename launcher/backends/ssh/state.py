@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ... import statelayout
-from ...errors import LaunchError
+from ...errors import LaunchError, exc_text
 from ...plan import Plan
 from ...record.events import Event
 from ...remote import source as remote_source
@@ -206,13 +206,13 @@ class StateSync:
                     except FutureTimeout:
                         failed[name] = f"no answer within {self.io_timeout:g} s (link down?)"
                     except Exception as exc:  # noqa: BLE001
-                        failed[name] = f"cannot open a channel ({type(exc).__name__}: {exc})"
+                        failed[name] = f"cannot open a channel ({exc_text(exc)})"
                 pool.shutdown(wait=False)
             try:
                 self._relay(sender, pipes)
             except Exception as exc:  # noqa: BLE001 - the sender (chief's host) stalled or went away
-                raise LaunchError(f"host {src}: packing its state dir for copying failed ({type(exc).__name__}: "
-                                  f"{exc}); check the host") from None
+                raise LaunchError(f"host {src}: packing its state dir for copying failed "
+                                  f"({exc_text(exc, self.io_timeout)}); check the host") from None
             summary = self._sender_summary(sender, self.io_timeout)
             trailer = {"abort": f"{src} could not pack: {summary['error']}"} if "error" in summary else summary
             for pipe in pipes.values():
@@ -398,9 +398,9 @@ class _Pipe(threading.Thread):
             try:
                 self.chan.sendall(frame)
             except Exception as exc:  # noqa: BLE001 - the receiver failed or the link is gone
-                self.error = StateSync._early_error(self.chan) or f"connection lost ({type(exc).__name__}: {exc})"
+                self.error = StateSync._early_error(self.chan) or f"connection lost ({exc_text(exc, self.timeout)})"
         if not self.error:
             try:
                 self.chan.shutdown_write()
             except Exception as exc:  # noqa: BLE001
-                self.error = f"connection lost ({type(exc).__name__}: {exc})"
+                self.error = f"connection lost ({exc_text(exc, self.timeout)})"
