@@ -376,7 +376,18 @@ class Supervisor:
         )
         self.record.event(Event.TASK_RESTART, task=key, code=code, restart=self._worker_restarts)
         self._handles[key].signal(9)
-        self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
+        try:
+            self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
+        except LaunchError as exc:
+            # Its host failed the start (gone since the check above, or broken): that worker's
+            # failure, not the run's. An elastic run leaves it out if its host is now lost.
+            if self.members.elastic and self.backend.lost_hosts([host], 0.0, self.stop_event):
+                why = self.members.leave_out(attempt.number, key, host, code)
+                if why is None:
+                    self._worker_restarts -= 1  # a host lost spends no restart
+                    return True
+            self._fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
+            return False
         exits[key] = None
         order.remove(key)
         return True

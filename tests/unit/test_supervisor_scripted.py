@@ -377,6 +377,54 @@ def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_resta
     assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3", "h3", "h1"]
 
 
+class StartFailsBackend(HostGoneBackend):
+    """The first look finds every host answering; then ``fail_start`` cannot be started again
+    (its host went away in between: a preempted host's connection still looked alive), and
+    ``gone`` hosts are lost from the second look on."""
+
+    def __init__(self, scripts, gone: set[str], fail_start: str, default: Script = Script()) -> None:
+        super().__init__(scripts, gone, default)
+        self.fail_start, self.failed_starts = fail_start, 0
+
+    def lost_hosts(self, hosts, wait, stop=None):
+        if not self.checked:
+            self.checked.append((list(hosts), wait))
+            return {}
+        return super().lost_hosts(hosts, wait, stop)
+
+    def start(self, task, env, on_line):
+        if task.key == self.fail_start and self.starts(task.key) and not self.failed_starts:
+            from launcher.errors import LaunchError
+
+            self.failed_starts += 1
+            raise LaunchError(f"host {task.host}: the connection closed during preflight; check the host",
+                              "no task was started")
+        return super().start(task, env, on_line)
+
+
+def test_pss_a_worker_whose_restart_fails_because_its_host_went_away_is_left_out(tmp_path):
+    backend = StartFailsBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=0, polls=8),
+                                 ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None)},
+                                gone={"h3"}, fail_start="worker:1")
+    spec = PSS_ELASTIC.replace("max_restarts: 0", "max_restarts: 2")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert "h3 lost (unreachable); worker:1 left out: 1 worker train on (tasks.worker.min=1" in out
+    assert not of(events, "failure") and "no task was started" not in out
+    assert backend.starts("chief:0") == [0]  # training went on: no group restart
+
+
+def test_pss_a_failed_restart_of_a_worker_fails_the_attempt_not_the_launcher(tmp_path):
+    """Not elastic: the start's error is that worker's failure, and the group restarts."""
+    backend = StartFailsBackend({("worker:1", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=6)},
+                                gone=set(), fail_start="worker:1", default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    (failure,) = [e for e in of(events, "failure") if e["task"] == "worker:1"]
+    assert failure["reason"].startswith("restarting it failed: host "), failure
+    assert [e["attempt"] for e in of(events, "restart")] == [1]
+
+
 # ---------------------------------------------------------------- warm standby (launcher/standby.py)
 
 

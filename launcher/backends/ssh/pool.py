@@ -136,11 +136,17 @@ class HostPool:
             self.hosts[host.name] = hs
 
     def _answers(self, name: str) -> bool:
-        """The host's connection works now: alive and heard within the lease, or opened afresh."""
+        """The host answers now: its connection runs ``true`` (within ssh.connect_timeout), or a
+        new one opens. Asked right after a task's connection dropped, a connection can still look
+        active for a moment (the suite saw a preempted host taken for alive and a worker restarted
+        onto it), so looking is not enough: it must answer."""
         hs = self.hosts[name]
         transport = hs.transport
         if transport is not None and transport.is_active() and self.heartbeat.silence(name) <= self.opts.lease:
-            return True
+            code, _ = run_command(transport, "true", None, self.opts.connect_timeout)
+            if code == 0:
+                self.heartbeat.heard(name)
+                return True
         self.forget_connection(hs)
         if self.connect_one(name) is None:
             self.heartbeat.heard(name)

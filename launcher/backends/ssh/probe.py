@@ -84,6 +84,9 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
             if code == 127 or "not found" in err:
                 return (f"host {name}: python '{hs.python}' not found; install Python 3 there or set "
                         f"hosts[{name}].python / ssh.python to its full path")
+            if code in (None, -1) and not err.strip():  # no exit status, no words: the session went away
+                return (f"host {name}: the connection closed during preflight (sshd stopped, the host went "
+                        f"down or the link dropped); check the host")
             return f"host {name}: preflight failed (exit {code}): {err.strip()[-300:]}; check '{hs.python}'"
         replies[name] = json.loads(line)
         return None
