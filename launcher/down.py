@@ -19,7 +19,7 @@ from .procinfo import is_same, wait_gone
 from .record.events import Event
 from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
 from .record.states import Outcome
-from .rundir import latest_run
+from .record.writer import latest_run
 from .specmodel import LoadedSpec
 
 
@@ -58,7 +58,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
 def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
-    from .rundir import RecordDamaged, append_event, read_events
+    from .record.writer import RecordDamaged, append_event, read_events
 
     try:
         events = read_events(run_dir, strict=True)

@@ -1,6 +1,6 @@
 """``tfcluster status``, ``logs``, ``attach`` and ``runs``: what a run record says, for people.
 
-Everything is read through launcher/runstate.py (the record) and launcher/runfeed.py (the
+Everything is read through launcher/record/reader.py (the record) and launcher/record/feed.py (the
 record replayed into the live panel's ``RunView``); this module only finds the run, formats
 and follows.
 """
@@ -20,10 +20,10 @@ from .errors import LaunchError
 from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_LOST
 from .record.events import Event
 from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
-from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
+from .record.reader import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
                       runs_root)
-from .rundir import read_events
-from .runfeed import RecordFeed
+from .record.writer import read_events
+from .record.feed import RecordFeed
 from .specmodel import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run
@@ -261,7 +261,7 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going.
 
     On a terminal: the live panel of ``up`` (launcher/liveview.py), drawn from a ``RunView`` that
-    launcher/runfeed.py replays from the record and then follows, with task output and the
+    launcher/record/feed.py replays from the record and then follows, with task output and the
     supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
     run = _run(loaded, args.run)
     if load_run(run, progress=False).state == RUNNING:

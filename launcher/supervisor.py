@@ -27,9 +27,9 @@ from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe
 from .record.events import Event
 from .record.states import AttemptState, Outcome
 from .report import location_lines, locations, task_table
-from .rundir import RunRecord
-from .runfeed import SnapshotWriter
-from .runview import RunView
+from .record.writer import RunRecord
+from .record.feed import SnapshotWriter
+from .record.view import RunView
 from .specmodel import Restart, Spec, Watchdog
 
 INTERRUPTED = AttemptState.INTERRUPTED

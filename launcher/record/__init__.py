@@ -1,9 +1,13 @@
-"""The run record's vocabulary, defined once: where a run's files are and what they are called
+"""The run record. Its vocabulary, defined once: where a run's files are and what they are called
 (``layout``), the kinds of events ``events.jsonl`` holds (``events.Event``), and the states a
-run, an attempt and a task go through (``states``). launcher/rundir.py writes the record and
-reads its events, launcher/runstate.py and launcher/runfeed.py read it back; they and every
-module that names a record file, an event kind or a state import them from here
-(tests/unit/test_record_vocabulary.py keeps it so).
+run, an attempt and a task go through (``states``); every module that names a record file, an
+event kind or a state imports them from here (tests/unit/test_record_vocabulary.py keeps it so).
+
+Its modules: ``writer`` writes the record (RunRecord) and is the one reader of events.jsonl;
+``view`` is the run model (RunView) the live panel and the final report show; ``feed`` replays a
+record into a RunView (and writes its snapshots); ``reader`` reads a run back for status and runs.
+This package's __init__ imports only the vocabulary (policy.py imports record.states, and the
+reader imports policy), so import those modules by name: ``from launcher.record.writer import ...``.
 """
 
 from .events import Event

@@ -14,7 +14,7 @@ from launcher.backends import slurm as slurm_backend
 from launcher.backends.slurm import SlurmBackend
 from launcher.console import Console
 from launcher.execution import plan_for
-from launcher.rundir import RunRecord
+from launcher.record.writer import RunRecord
 from launcher.spec import LoadedSpec, parse_spec
 
 SPEC = """\

@@ -1,4 +1,4 @@
-"""launcher/runstate.py: a run's state and task rows from its record; damaged records named."""
+"""launcher/record/reader.py: a run's state and task rows from its record; damaged records named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.runstate import FAILED, LOST, RUNNING, STOPPED, RecordDamaged, load_run
+from launcher.record.reader import FAILED, LOST, RUNNING, STOPPED, RecordDamaged, load_run
 
 PLAN = {"name": "t", "strategy": "multi_worker_mirrored", "backend": "local", "tasks": [
     {"type": "worker", "index": 0, "host": "h0"}, {"type": "worker", "index": 1, "host": "h1"}]}

@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .errors import LaunchError
-from .plan import Plan
-from .procinfo import start_time
-from .record.events import Event
-from .record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
+from ..errors import LaunchError
+from ..plan import Plan
+from ..procinfo import start_time
+from .events import Event
+from .layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
                             later_plan_name, log_path, state_dir)
 
 

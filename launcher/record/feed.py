@@ -1,4 +1,4 @@
-"""Feeding a ``RunView`` (launcher/runview.py) from a run's record on disk, as the supervisor fed
+"""Feeding a ``RunView`` (launcher/record/view.py) from a run's record on disk, as the supervisor fed
 it live: ``tfcluster status`` replays what is there, ``tfcluster attach`` goes on following.
 
 The record holds the run's events (``events.jsonl``) and each task's output (``logs/``), but
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .record.events import Event
-from .record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
-from .rundir import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
-from .runview import RunView
+from .events import Event
+from .layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
+from .writer import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
+from .view import RunView
 
 SNAPSHOT_VERSION = 1
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output

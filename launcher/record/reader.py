@@ -1,9 +1,9 @@
-"""What a run record says about a run: the read side of launcher/rundir.py.
+"""What a run record says about a run: the read side of launcher/record/writer.py.
 
 ``tfcluster status``, ``runs``, ``logs`` and ``attach`` read runs only through here: the run's
 state (running, succeeded, failed, stopped, supervisor lost), its attempts, and one row per task
 built from events.jsonl and launcher.json, with the figures of the ``RunView`` that
-launcher/runfeed.py replays from the record (the model behind the live panel). Nothing here writes; a damaged file is reported by name
+launcher/record/feed.py replays from the record (the model behind the live panel). Nothing here writes; a damaged file is reported by name
 (``RecordDamaged``), never with a traceback.
 """
 
@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .errors import LaunchError
-from .policy import describe_exit
-from .procinfo import group_alive, is_same
-from .record.events import Event
-from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, PLAN_FILE
-from .record.states import Outcome, RunState, TaskState
-from .rundir import RecordDamaged, read_events
-from .runfeed import replay
-from .runview import RunView
+from ..errors import LaunchError
+from ..policy import describe_exit
+from ..procinfo import group_alive, is_same
+from .events import Event
+from .layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, PLAN_FILE
+from .states import Outcome, RunState, TaskState
+from .writer import RecordDamaged, read_events
+from .feed import replay
+from .view import RunView
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)
@@ -236,7 +236,7 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
 
 
 def _fill_progress(rows: dict[str, TaskRow], view: RunView) -> None:
-    """Each row's figures from the run's view (launcher/runfeed.py replays it from the record):
+    """Each row's figures from the run's view (launcher/record/feed.py replays it from the record):
     the numbers the live panel of ``up`` and ``attach`` show."""
     for key, row in rows.items():
         t = view.tasks.get(key)
