@@ -148,6 +148,14 @@ def read_json(path: Path, required: bool = False) -> Optional[dict]:
     return data
 
 
+def read_launcher(run_dir: Path, required: bool = False) -> Optional[dict]:
+    """The run's launcher.json (the supervisor's pid, host and start time, each task's pid/pgid,
+    the backend's ``allocation``): the one reader of it (``status``, ``runs``, ``up``'s check
+    for a running run, ``down``). None when it is missing, unless ``required``; RecordDamaged
+    when it cannot be read or is not a JSON object."""
+    return read_json(Path(run_dir) / LAUNCHER_FILE, required=required)
+
+
 # ------------------------------------------------------------------ the view
 
 
@@ -156,7 +164,7 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
     """Everything the record says about the run in ``run_dir`` (without reading the task logs
     when ``progress`` is false: enough for the state, cheap enough to poll)."""
     plan = read_json(run_dir / PLAN_FILE, required=True) or {}
-    launcher = read_json(run_dir / LAUNCHER_FILE) or {}
+    launcher = read_launcher(run_dir) or {}
     events = read_events(run_dir, strict=True)
     hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
@@ -264,7 +272,7 @@ def running_runs(name_dir: Path) -> list[RunStatus]:
     for run in runs_root(name_dir):
         launcher = None
         try:
-            launcher = read_json(run / LAUNCHER_FILE)
+            launcher = read_launcher(run)
         except RecordDamaged:
             continue
         if not launcher or launcher.get("host", socket.gethostname()) != socket.gethostname() \
