@@ -149,7 +149,7 @@ def _up_behind_firewall(spec: Path, host, rule: str) -> tuple[subprocess.Complet
 
 
 def test_two_host_mwms_trains_to_success_over_ssh(lab, make_spec):
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = make_spec(
@@ -171,7 +171,7 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
     on its host is relaunched alone there (a second remote start, through boot.py), rejoins, and
     the run succeeds with the servers stopped on every host."""
     from tests.integration.tfrun import progress, run_and_act
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = make_spec(

@@ -123,7 +123,7 @@ def test_tf_survivor_aborted_by_a_partition_is_a_consequence_and_the_group_resta
     # launcher's own lease (15 s) runs out: h2's silence is the root cause, the run is retried.
     # The partition heals once the launcher has said so (not after a fixed time, which could
     # come before TF's abort), and the restart's 5 s backoff starts on a healed network.
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = make_spec([PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "80", "--step-delay", "0.1",
