@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.labs import docker as eng
 from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
-
-from . import engine as eng
 
 # Generous: the first test on a fresh machine also builds the image (debootstrap, pip, build).
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]

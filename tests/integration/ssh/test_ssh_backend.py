@@ -1,4 +1,4 @@
-"""The ssh backend against real sshd hosts in network namespaces (see netlab.py)."""
+"""The ssh backend against real sshd hosts in network namespaces (see tests/labs/ssh.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 from tests.support.processes import alive
 import yaml
 
+from tests.labs.ssh import GATEWAY
+
 from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
-from .netlab import GATEWAY
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 

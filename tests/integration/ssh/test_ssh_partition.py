@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+from tests.labs.ssh import GATEWAY, SUBNET
+
 from .conftest import PY
-from .netlab import GATEWAY, SUBNET
 from .test_ssh_backend import _finish, _launch, _nft, _nft_flush, _pidfiles, _wait_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]

@@ -1,5 +1,5 @@
 """The state dir over ssh when hosts do not share a disk (``state.sync``), against real sshd hosts
-whose ``lab.private`` dir is a tmpfs of their own (netlab): a file written there through one
+whose ``lab.private`` dir is a tmpfs of their own (the ssh lab): a file written there through one
 host is invisible to the others and to this machine, like VMs with their own disks."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_a_copy_whose_link_is_cut_is_reported_and_never_used(lab, make_spec, tmp
     rest, so the cut lands inside the 30 MB copy whatever the machine's speed. The copy stalls,
     fails within 2 x ssh.lease (at least 10 s) with one line, and its half-written temp dir is
     never renamed into place (it is removed once the connection's end reaches h2)."""
-    from .netlab import GATEWAY
+    from tests.labs.ssh import GATEWAY
     from .test_ssh_backend import _nft, _nft_flush
 
     state = _private_state(lab, tmp_path)
