@@ -17,9 +17,8 @@ from .plan import Plan
 from .procinfo import is_same, wait_gone
 from .record.events import Event
 from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
-from .record.reader import read_launcher
+from .record.reader import latest_run, read_launcher
 from .record.states import Outcome
-from .record.writer import latest_run
 from .specmodel import LoadedSpec
 
 

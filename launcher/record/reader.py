@@ -165,6 +165,14 @@ def runs_root(name_dir: Path) -> list[Path]:
                   if p.is_dir() and not p.is_symlink() and (p / EVENTS_FILE).exists())
 
 
+def latest_run(root: Path, name: str) -> Optional[Path]:
+    """The run ``<root>/<name>/latest`` points at (the last one started), if any."""
+    link = root / name / LATEST
+    if link.exists():
+        return link.resolve()
+    return None
+
+
 def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
     """The run ``run_id`` (or the latest) under ``name_dir``; LaunchError naming the fix if none."""
     if run_id:

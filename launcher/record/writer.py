@@ -360,9 +360,3 @@ def read_allocation(run_dir: Path, backend: str) -> dict[str, Any]:
         return {}
     return data if isinstance(data, dict) else {}
 
-
-def latest_run(root: Path, name: str) -> Optional[Path]:
-    link = root / name / LATEST
-    if link.exists():
-        return link.resolve()
-    return None
