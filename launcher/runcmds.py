@@ -19,11 +19,11 @@ from .console import Console
 from .errors import LaunchError
 from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_LOST
 from .record.events import Event
+from .record.feed import RecordFeed
 from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
 from .record.reader import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
-                      runs_root)
+                            runs_root)
 from .record.writer import read_events
-from .record.feed import RecordFeed
 from .specmodel import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run

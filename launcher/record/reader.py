@@ -24,11 +24,11 @@ from ..errors import LaunchError
 from ..policy import describe_exit
 from ..procinfo import group_alive, is_same
 from .events import Event
+from .feed import replay
 from .layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, PLAN_FILE
 from .states import Outcome, RunState, TaskState
-from .writer import RecordDamaged, read_events
-from .feed import replay
 from .view import RunView, TaskView
+from .writer import RecordDamaged, read_events
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)
