@@ -82,7 +82,7 @@ def line_by_line(run_dir: Path) -> dict:
     """The view replayed the way it was before chunked reads: each whole log in memory, every
     line through ``RunView.line``. Per task: (global_step, loss, accuracy, examples/s)."""
     from launcher.record.view import RunView
-    from launcher.record.writer import read_events
+    from launcher.record.reader import read_events
 
     view = RunView()
     for event in read_events(run_dir, strict=True):

@@ -57,7 +57,8 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
 def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
-    from .record.writer import RecordDamaged, append_event, read_events
+    from .record.reader import RecordDamaged, read_events
+    from .record.writer import append_event
 
     try:
         events = read_events(run_dir, strict=True)

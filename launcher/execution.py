@@ -88,7 +88,7 @@ def spares_of(spec) -> list[str]:
 def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
     """LaunchError if a run of this spec is still running (``up`` without ``--force``);
     ``shown`` is the spec path as the user typed it, for the commands the message suggests."""
-    from .record.reader import running_runs
+    from .record.status import running_runs
 
     spec = loaded.spec
     busy = running_runs(name_dir(loaded))

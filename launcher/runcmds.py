@@ -1,8 +1,8 @@
 """``tfcluster status``, ``logs``, ``attach`` and ``runs``: what a run record says, for people.
 
-Everything is read through launcher/record/reader.py (the record) and launcher/record/feed.py (the
-record replayed into the live panel's ``RunView``); this module only finds the run, formats
-and follows.
+Everything is read through launcher/record/: reader.py (the record's files, finding the run),
+status.py (the run's state and task rows) and feed.py (the record replayed into the live panel's
+``RunView``); this module only formats and follows.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_L
 from .record.events import Event
 from .record.feed import RecordFeed
 from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
-from .record.reader import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
-                            runs_root)
-from .record.writer import read_events
+from .record.reader import find_run, read_events, runs_root
+from .record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, list_runs, load_run
 from .specmodel import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run

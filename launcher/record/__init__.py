@@ -3,11 +3,14 @@
 run, an attempt and a task go through (``states``); every module that names a record file, an
 event kind or a state imports them from here (tests/unit/test_record_vocabulary.py keeps it so).
 
-Its modules: ``writer`` writes the record (RunRecord) and is the one reader of events.jsonl;
-``view`` is the run model (RunView) the live panel and the final report show; ``feed`` replays a
-record into a RunView (and writes its snapshots); ``reader`` reads a run back for status and runs.
-This package's __init__ imports only the vocabulary (policy.py imports record.states, and the
-reader imports policy), so import those modules by name: ``from launcher.record.writer import ...``.
+Its modules: ``writer`` writes the record (RunRecord, append_event); ``reader`` is the one reader
+of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;
+``view`` is the one run model (RunView) the live panel and the final report show; ``feed``
+replays a record into a RunView (and writes its snapshots); ``status`` is a run as ``status``
+and ``runs`` show it: the replayed RunView plus what only the record says (run state, attempts,
+the supervisor, each task's recorded state, whether its process is alive).
+This package's __init__ imports only the vocabulary (policy.py imports record.states, and
+status imports policy), so import those modules by name: ``from launcher.record.writer import ...``.
 """
 
 from .events import Event

@@ -29,8 +29,8 @@ from typing import Any, Callable, Optional
 
 from .events import Event
 from .layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
+from .reader import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
 from .view import RunView
-from .writer import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
 
 SNAPSHOT_VERSION = 1
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output

@@ -1,157 +1,75 @@
-"""What a run record says about a run: the read side of launcher/record/writer.py.
+"""Reading a run record: the one reader of its files (events.jsonl, plan.json, launcher.json,
+a backend's ``<backend>.json``) and of where its runs are (``latest``, the run ids under a
+name's folder). A file that cannot be read as what it should be is ``RecordDamaged``, named in
+one line, never a traceback.
 
-``tfcluster status``, ``runs``, ``logs`` and ``attach`` read runs only through here. A
-``RunStatus`` holds the run's ``RunView`` (launcher/record/view.py, the model behind the live
-panel and the final report, replayed from the record by launcher/record/feed.py) and what only
-the reader knows: the run's state (running, succeeded, failed, stopped, supervisor lost), its
-attempts, the supervisor's pid, and per task the state the record says it is in and whether its
-process is still alive. Its task rows (``TaskRow``) are the view's tasks with those added: the
-figures (epoch, step, loss, ...) are read from the view, not copied. Nothing here writes; a damaged
-file is reported by name (``RecordDamaged``), never with a traceback.
+What the files say about a run is built above this module: record/feed.py replays them into
+the run's ``RunView`` (record/view.py), record/status.py adds what ``status`` and ``runs``
+show. The record is written by record/writer.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ..errors import LaunchError
-from ..policy import describe_exit
-from ..procinfo import group_alive, is_same
-from .events import Event
-from .feed import replay
-from .layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, PLAN_FILE
-from .states import Outcome, RunState, TaskState
-from .view import RunView, TaskView
-from .writer import RecordDamaged, read_events
+from .layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
 
-RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
-                                             RunState.LOST)
+# ------------------------------------------------------------------ events.jsonl
 
 
-@dataclass
-class TaskRow:
-    """One task as ``status`` shows it: what the reader knows of it from events.jsonl and
-    launcher.json (its state as the record says, where and in which attempt it last started,
-    whether its process is alive), and its figures, read from the run's ``RunView`` task (None
-    until the view has the task, or when the run was loaded without progress)."""
-
-    key: str
-    host: str
-    state: str = TaskState.NOT_STARTED
-    attempt: Optional[int] = None  # 0-based attempt of the task's last start
-    restarts: int = 0  # starts after the first (group restarts and restarts alone)
-    alive: Optional[bool] = None  # when the run's supervisor is gone: is its process still here?
-    task: Optional[TaskView] = field(default=None, repr=False)  # the view's task: the figures
-
-    @property
-    def epoch(self) -> Optional[int]:
-        """1-based epoch in progress (or just completed), as the live panel shows."""
-        return self.task.epoch if self.task is not None else None
-
-    @property
-    def step(self) -> Optional[int]:
-        """Steps done in that epoch."""
-        return self.task.step if self.task is not None else None
-
-    @property
-    def global_step(self) -> Optional[int]:
-        return self.task.global_step if self.task is not None else None
-
-    @property
-    def loss(self) -> Optional[float]:
-        return self.task.loss if self.task is not None else None
-
-    @property
-    def accuracy(self) -> Optional[float]:
-        return self.task.accuracy if self.task is not None else None
-
-    @property
-    def examples_per_sec(self) -> Optional[float]:
-        return self.task.examples_per_sec if self.task is not None else None
-
-    @property
-    def last_line(self) -> str:
-        return self.task.last_line if self.task is not None else ""
-
-    @property
-    def has_result(self) -> bool:
-        """Printed its final tfcluster-result line (accuracy is the test accuracy)."""
-        return self.task.has_result if self.task is not None else False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,
-                "epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": self.loss,
-                "accuracy": self.accuracy, "examples_per_sec": self.examples_per_sec, "restarts": self.restarts,
-                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result}
+class RecordDamaged(LaunchError):
+    """A file of the run record cannot be read as what it should be."""
 
 
-@dataclass
-class RunStatus:
-    run_id: str
-    dir: Path
-    name: str
-    backend: str
-    state: str
-    started: Optional[float] = None
-    ended: Optional[float] = None
-    attempts: int = 0
-    reason: str = ""
-    supervisor_pid: Optional[int] = None
-    supervisor_host: Optional[str] = None
-    detached: bool = False
-    tasks: list[TaskRow] = field(default_factory=list)
-    # The run as the live panel saw it, replayed from the record (launcher/record/feed.py): the
-    # tasks' figures, the spares and the membership changes. None when the run was loaded without
-    # progress (no task log read: state only) and for a damaged record.
-    view: Optional[RunView] = field(default=None, repr=False)
-
-    @property
-    def final_accuracy(self) -> Optional[float]:
-        """The test accuracy of the first task that printed its result line."""
-        finals = [t.accuracy for t in self.tasks if t.accuracy is not None and t.has_result]
-        return finals[0] if finals else None
-
-    @property
-    def spares(self) -> list[str]:
-        """Hosts no task uses now (elastic runs)."""
-        return list(self.view.spares) if self.view is not None else []
-
-    @property
-    def host_changes(self) -> list[str]:
-        """One line per membership change."""
-        return [c.describe() for c in self.view.host_changes] if self.view is not None else []
-
-    def elapsed(self, now: Optional[float] = None) -> Optional[float]:
-        if self.started is None:
-            return None
-        return (self.ended if self.ended is not None else (now or time.time())) - self.started
-
-    @property
-    def finished(self) -> bool:
-        return self.state in (SUCCEEDED, FAILED, STOPPED)
-
-    def still_running(self) -> list[str]:
-        """Tasks that may still run without a supervisor (alive, or not checkable from here)."""
-        return [t.key for t in self.tasks
-                if t.state in (TaskState.RUNNING, TaskState.STARTING) and t.alive is not False]
+def parse_events(lines: list[str], path: Path, first: int = 1, strict: bool = True) -> list[dict[str, Any]]:
+    """The events in ``lines`` (complete lines of ``path``, the first being line ``first``).
+    A line that is not an event raises RecordDamaged naming it, or with ``strict=False`` is
+    skipped (a line a full disk cut short)."""
+    out = []
+    for number, line in enumerate(lines, first):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict) or "event" not in event:
+            if not strict:
+                continue
+            raise RecordDamaged(f"run record damaged: {path} line {number} is not an event "
+                                f"({line[:60]!r}); the events before it are intact")
+        out.append(event)
+    return out
 
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id, "dir": str(self.dir), "name": self.name, "backend": self.backend,
-            "state": self.state, "started": self.started, "ended": self.ended, "elapsed": self.elapsed(),
-            "attempts": self.attempts, "reason": self.reason, "supervisor_pid": self.supervisor_pid,
-            "supervisor_host": self.supervisor_host, "detached": self.detached,
-            "final_accuracy": self.final_accuracy, "tasks": [t.to_json() for t in self.tasks],
-            "still_running": self.still_running() if self.state == LOST else [],
-            "spares": self.spares, "host_changes": self.host_changes,
-        }
+def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
+    """A run's ``events.jsonl`` as written by ``RunRecord.event``; no file, no events. A last
+    line without its newline was cut by a crash mid-write and is skipped. Any other line that is
+    not an event is skipped, or with ``strict`` makes the record damaged (RecordDamaged naming
+    the line; also for a file that exists but cannot be read)."""
+    path = Path(run_dir) / EVENTS_FILE
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        if not strict:
+            return []
+        raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
+    return parse_events(text.split("\n")[:-1], path, strict=strict)
+
+
+def read_allocation(run_dir: Path, backend: str) -> dict[str, Any]:
+    """What the backend of the run in ``run_dir`` allocated, from ``<backend>.json``: for a record
+    whose launcher.json lacks its ``allocation`` (``RecordedRun.allocation``)."""
+    try:
+        data = json.loads(allocation_path(run_dir, backend).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 # ------------------------------------------------------------------ finding runs
@@ -218,122 +136,3 @@ def read_launcher(run_dir: Path, required: bool = False) -> Optional[dict]:
     for a running run, ``down``). None when it is missing, unless ``required``; RecordDamaged
     when it cannot be read or is not a JSON object."""
     return read_json(Path(run_dir) / LAUNCHER_FILE, required=required)
-
-
-# ------------------------------------------------------------------ the view
-
-
-def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_same,
-             group_alive: Callable[[int], bool] = group_alive, progress: bool = True) -> RunStatus:
-    """Everything the record says about the run in ``run_dir`` (without reading the task logs
-    when ``progress`` is false: enough for the state, cheap enough to poll)."""
-    plan = read_json(run_dir / PLAN_FILE, required=True) or {}
-    launcher = read_launcher(run_dir) or {}
-    events = read_events(run_dir, strict=True)
-    hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
-             if isinstance(t, dict) and "type" in t and "index" in t}
-    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=plan.get("name", run_dir.parent.name),
-                       backend=plan.get("backend", launcher.get("backend", "")), state=RUNNING,
-                       supervisor_pid=launcher.get("pid"), supervisor_host=launcher.get("host"),
-                       detached=bool(launcher.get("detached")))
-    rows = {key: TaskRow(key, host) for key, host in hosts.items()}
-    outcome = None
-    attempt = 0
-    for e in events:
-        kind = e.get("event")
-        task = rows.get(e.get("task", ""))
-        if kind == Event.RUN_START:
-            status.started = e.get("time")
-        elif kind == Event.START and task is not None:
-            task.host = e.get("host") or task.host  # where it runs now (tasks move when hosts are lost)
-            if task.attempt is not None:
-                task.restarts += 1
-            task.attempt = e.get("attempt")
-            task.state = TaskState.STARTING
-            attempt = max(attempt, int(e.get("attempt", 0) or 0))
-        elif kind == Event.READY and task is not None:
-            task.state = TaskState.RUNNING
-        elif kind == Event.ATTEMPT_READY:
-            for t in rows.values():
-                if t.state == TaskState.STARTING and t.attempt == e.get("attempt"):
-                    t.state = TaskState.RUNNING
-        elif kind == Event.EXIT and task is not None:
-            code = e.get("code")
-            task.state = (TaskState.SUCCEEDED if code == 0 else describe_exit(int(code)) if code is not None
-                          else TaskState.EXITED)
-        elif kind == Event.STOPPED and task is not None:
-            if task.state in (TaskState.RUNNING, TaskState.STARTING):
-                task.state = TaskState.STOPPED
-        elif kind == Event.OUTCOME:
-            outcome = e
-    status.attempts = attempt + 1 if events and any(e.get("event") == Event.START for e in events) else 0
-    if outcome is not None:
-        status.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
-            outcome.get("outcome"), FAILED)
-        status.ended = outcome.get("time")
-        status.reason = outcome.get("reason", "")
-        status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
-        for t in rows.values():
-            if t.state in (TaskState.RUNNING, TaskState.STARTING):
-                t.state = TaskState.STOPPED
-    else:
-        pid = status.supervisor_pid
-        here = status.supervisor_host in (None, socket.gethostname())
-        if not here:
-            status.reason = (f"the supervisor runs on {status.supervisor_host}; whether it is alive cannot be "
-                             "checked from here")
-        elif pid is None or not alive(int(pid), launcher.get("start_time")):
-            status.state = LOST
-            status.reason = (f"supervisor {pid} is gone and the run has no outcome" if pid
-                           else "no supervisor is recorded and the run has no outcome")
-            for key, info in (launcher.get("tasks") or {}).items():
-                row = rows.get(key)
-                if row is None or row.state not in (TaskState.RUNNING, TaskState.STARTING):
-                    continue
-                pgid = info.get("pgid")  # a process group on this machine (local backend)
-                if pgid:
-                    row.alive = bool(alive(int(pgid), info.get("start_time")) and group_alive(int(pgid)))
-                    if not row.alive:
-                        row.state = TaskState.GONE
-            if events:
-                status.ended = events[-1].get("time")
-    if progress:
-        status.view = replay(run_dir)
-        for key, row in rows.items():
-            row.task = status.view.tasks.get(key)
-    status.tasks = list(rows.values())
-    return status
-
-
-def list_runs(name_dir: Path) -> list[RunStatus]:
-    out = []
-    for run in runs_root(name_dir):
-        try:
-            out.append(load_run(run))
-        except RecordDamaged as exc:
-            out.append(RunStatus(run_id=run.name, dir=run, name=name_dir.name, backend="", state=RunState.DAMAGED,
-                               reason=exc.lines[0]))
-    return out
-
-
-def running_runs(name_dir: Path) -> list[RunStatus]:
-    """Runs of this name whose supervisor is alive and that have no outcome (``up`` refuses a second)."""
-    out = []
-    for run in runs_root(name_dir):
-        launcher = None
-        try:
-            launcher = read_launcher(run)
-        except RecordDamaged:
-            continue
-        if not launcher or launcher.get("host", socket.gethostname()) != socket.gethostname() \
-                or launcher.get("pid") == os.getpid():
-            continue  # (a run of this very process has ended: it is not "another run")
-        if not is_same(int(launcher.get("pid", 0) or 0), launcher.get("start_time")):
-            continue
-        try:
-            view = load_run(run, progress=False)  # the state is enough (no task logs read)
-        except RecordDamaged:
-            continue
-        if view.state == RUNNING:
-            out.append(view)
-    return out

@@ -263,7 +263,7 @@ def test_a_replay_from_any_snapshot_gives_the_view_a_replay_from_the_start_gives
     import shutil
 
     from launcher.record.feed import SnapshotWriter, read_snapshot
-    from launcher.record.reader import load_run
+    from launcher.record.status import load_run
 
     rng = random.Random(11)
     points = 0
@@ -336,7 +336,7 @@ def test_status_and_attach_start_from_the_snapshot(tmp_path):
     """load_run (``status``) and ``RecordFeed.resume`` (``attach``) take the view from the
     snapshot and read only what came after it (a snapshot's view changed by hand shows)."""
     from launcher.record.feed import SnapshotWriter
-    from launcher.record.reader import load_run
+    from launcher.record.status import load_run
 
     rec = Record(tmp_path)
     (rec.dir / "plan.json").write_text(json.dumps({"name": "t", "tasks": [{"type": "worker", "index": 0}]}))
@@ -362,7 +362,7 @@ def test_the_supervisor_leaves_a_snapshot_of_the_whole_record(tmp_path):
     """A run (a group restart, then success) ends with snapshot.json covering all of events.jsonl
     and every task log, and status from it says what a replay from the start says."""
     from launcher.record.feed import read_snapshot
-    from launcher.record.reader import load_run
+    from launcher.record.status import load_run
     from tests.support.fakes import Counter, Script, ScriptedBackend, supervise
 
     backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
