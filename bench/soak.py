@@ -13,8 +13,8 @@ Needs root (tests/labs/ssh.py builds the hosts). Usage::
 
     sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N]
 
-It first trains once undisturbed (the same spec, fewer hosts' worth of nothing: no faults) for
-the reference accuracy, then the soak. It ends with: exit code (must be 0), final test accuracy
+It first trains once undisturbed (the same spec without faults, and without the step delay that
+paces the soak: a sleep the weights never see) for the reference accuracy, then the soak. It ends with: exit code (must be 0), final test accuracy
 against the undisturbed one (within 0.02), each fault with its time and what the launcher said
 next, steps redone per resume (at most --save-freq, 0 after a graceful save), recovery times
 (fault -> the next first training step), and the processes left on any host (must be none).
@@ -48,11 +48,11 @@ STEP = re.compile(r"\[(worker:\d+)\] tfcluster-(start|first_step|step|result) .*
 SAVE_FREQ = 5
 
 
-def spec_for(lab: Lab, work: Path, name: str, listing: Path, epochs: int) -> Path:
+def spec_for(lab: Lab, work: Path, name: str, listing: Path, epochs: int, step_delay: float = 0.2) -> Path:
     spec = {
         "name": name, "strategy": "multi_worker_mirrored", "backend": "ssh",
         "entrypoint": [sys.executable, "-m", "worker", "--epochs", str(epochs), "--steps-per-epoch", "40",
-                       "--step-delay", "0.2", "--save-freq", str(SAVE_FREQ), "--progress-every", "1"],
+                       "--step-delay", str(step_delay), "--save-freq", str(SAVE_FREQ), "--progress-every", "1"],
         "discovery": {"command": f"cat {listing}", "every": 5, "timeout": 5},
         "tasks": {"worker": {"count": 4, "min": 2}},
         "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -209,13 +209,14 @@ def main() -> int:
     report: dict = {"seed": args.seed, "epochs": epochs}
     try:
         lab.start()
-        # The undisturbed reference: the same training, no faults.
+        # The undisturbed reference: the same training, no faults, and no step delay (a sleep per
+        # step that only paces the soak so that faults land mid-training; the weights do not see it).
         ref_work = root / "reference"
         ref_work.mkdir()
         ref_listing = ref_work / "hosts.yaml"
         ref_listing.write_text(yaml.safe_dump(lab.hosts_yaml()))
         started = time.time()
-        ref = Run(spec_for(lab, ref_work, "reference", ref_listing, epochs))
+        ref = Run(spec_for(lab, ref_work, "reference", ref_listing, epochs, step_delay=0.0))
         ref_code = ref.finish(3600)
         report["reference"] = {"exit": ref_code, "accuracy": accuracy(ref.lines), "seconds": time.time() - started}
         print(f"undisturbed: exit {ref_code}, accuracy {report['reference']['accuracy']:.4f}, "

@@ -32,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.backends.ssh import SSHBackend  # noqa: E402
+from launcher.backends.ssh.backend import SSHBackend  # noqa: E402
 from launcher.execution import plan_for  # noqa: E402
 from launcher.remote.statesync import LATEST  # noqa: E402
 from launcher.spec import load_spec  # noqa: E402

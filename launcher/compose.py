@@ -19,11 +19,10 @@ import yaml
 
 from . import envnames
 from .errors import SpecError
-from .backends.docker import DockerBackend
-from .backends.docker_options import IMAGE_RE
+from .backends import backend_class
 from .outfile import MARKER, check_overwritable, resolve_output, write_atomic
 from .plan import Plan, build_plan
-from .specmodel import LoadedSpec, Spec
+from .specmodel import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
 # Where the image keeps state and run files (docker/Dockerfile creates them for its user).
@@ -36,7 +35,8 @@ RUN_VOLUME = "run"
 
 def docker_plan(spec: Spec) -> Plan:
     """The plan as containers: every task on its own host named like its address."""
-    return build_plan(spec.model_copy(update={"backend": DockerBackend.name}), DockerBackend.place(spec))
+    docker = backend_class("docker")  # by its registered name: compose is the docker backend's plan
+    return build_plan(spec.model_copy(update={"backend": docker.name}), docker.place(spec))
 
 
 def _escape(value: str) -> str:

@@ -25,6 +25,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by tfcluster for every task; a user value would silently be overwritten.
 RESERVED_ENV = ("TF_CONFIG",)
+# A container image reference (lowercase): docker.image, and the --image of compose and export.
+IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
 class OptionsModel(BaseModel):
@@ -183,10 +185,9 @@ class Devices(OptionsModel):
 
     gpus: Any = "all"
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
-    # 0 (TensorFlow's own defaults) until auto is safe for every strategy: with auto, three
-    # parameter_server tasks on a 2-core host (1 inter-op thread each) hung past 300 s in the
-    # full suite (test_epoch_eval), where they finished before. auto stays opt-in.
-    threads: Any = 0
+    # auto (issue 22's contract); its inter-op pool is never below 2 (threads.INTEROP_MIN: with
+    # one, parameter_server tasks hung).
+    threads: Any = "auto"
 
     @field_validator("threads", mode="before")
     @classmethod

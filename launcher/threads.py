@@ -13,6 +13,13 @@ the number each task gets for all three of ``TF_NUM_INTRAOP_THREADS``, ``TF_NUM_
   by the docker backend from the engine's CPUs.
 * ``N``: every task gets N.  ``0``: nothing is set.
 
+The inter-op pool never gets fewer than ``INTEROP_MIN`` (2) threads: TensorFlow runs blocking ops
+there (a parameter server's remote reads, a dataset's ``get_next``), and with one thread the op
+that would unblock them can wait forever (tensorflow/tensorflow#38969 "pass if set 2", #10369).
+Three parameter_server tasks on a 2-core host with one inter-op thread each hung past 300 s in
+our suite (test_epoch_eval[parameter_server]); with two they finish. Inter-op threads mostly wait,
+so the floor costs no cores; intra-op and OpenMP (the compute) keep the budget.
+
 A variable the spec's ``env:`` sets is never overridden. Imports nothing of ours: the task
 wrapper (stdlib only, copied to hosts) and the Slurm step's shell have their own copies of
 ``complete``'s arithmetic.
@@ -24,6 +31,8 @@ import os
 from typing import Iterable, Mapping, Optional, Sequence
 
 NAMES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+INTEROP = "TF_NUM_INTEROP_THREADS"
+INTEROP_MIN = 2
 
 
 def shares(cores: int, n: int) -> list[int]:
@@ -55,11 +64,13 @@ def places(hosts: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def budget_env(threads: int, user_env: Iterable[str] = ()) -> dict[str, str]:
-    """The variables a budget sets, without those the user's env already sets (theirs win)."""
+    """The variables a budget sets, without those the user's env already sets (theirs win); the
+    inter-op pool gets at least ``INTEROP_MIN``."""
     if threads <= 0:
         return {}
     user = set(user_env)
-    return {name: str(threads) for name in NAMES if name not in user}
+    return {name: str(max(threads, INTEROP_MIN) if name == INTEROP else threads)
+            for name in NAMES if name not in user}
 
 
 def parse_place(value: str) -> Optional[tuple[int, int]]:
@@ -123,7 +134,7 @@ def describe(setting, cores: Optional[int] = None, budgets: Sequence[int] = ()) 
 def shell_budget(marker: str, cores: str = "${SLURM_CPUS_ON_NODE:-$(nproc)}") -> str:
     """``complete`` as POSIX shell, for a command line that runs on the task's host (the Slurm
     step's shell: ``cores`` is the job's CPUs on that node, else what nproc says)."""
-    names = " ".join(f'{n}="${{{n}:-$b}}"' for n in NAMES)
+    names = " ".join(f'{n}="${{{n}:-$t}}"' if n == INTEROP else f'{n}="${{{n}:-$b}}"' for n in NAMES)
     return (f'if [ -n "${{{marker}:-}}" ]; then i=${{{marker}%/*}}; n=${{{marker}#*/}}; c={cores}; '
             f'b=$((c / n)); if [ "$i" -lt $((c % n)) ]; then b=$((b + 1)); fi; if [ "$b" -lt 1 ]; then b=1; fi; '
-            f'export {names}; unset {marker}; fi')
+            f't=$b; if [ "$t" -lt {INTEROP_MIN} ]; then t={INTEROP_MIN}; fi; export {names}; unset {marker}; fi')

@@ -14,9 +14,9 @@ from .base import Backend, Capabilities, RecordedRun, TaskHandle
 
 REGISTRY: dict[str, str] = {
     "local": "launcher.backends.local:LocalBackend",
-    "ssh": "launcher.backends.ssh:SSHBackend",
-    "docker": "launcher.backends.docker:DockerBackend",
-    "slurm": "launcher.backends.slurm:SlurmBackend",
+    "ssh": "launcher.backends.ssh.backend:SSHBackend",
+    "docker": "launcher.backends.docker.backend:DockerBackend",
+    "slurm": "launcher.backends.slurm.backend:SlurmBackend",
 }
 
 

@@ -31,7 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..console import Console
     from ..specmodel import LoadedSpec, Spec
 
-TASKWRAP = taskwrap_path()
 LOCAL_HOST = "localhost"
 
 
@@ -138,7 +137,7 @@ class LocalBackend(Backend):
         return env
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> LocalTask:
-        argv = [sys.executable, str(TASKWRAP), "--grace", str(self.stop_grace), "--", *task.command]
+        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.stop_grace), "--", *task.command]
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,  # the lifeline: closes when this launcher dies

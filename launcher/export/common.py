@@ -18,8 +18,7 @@ from .. import envnames
 from ..compose import STATE_DIR, docker_plan
 from ..errors import SpecError
 from ..plan import Plan
-from ..backends.docker_options import IMAGE_RE as _IMAGE_RE
-from ..specmodel import TASK_TYPES, LoadedSpec, Spec, dotted, line_of
+from ..specmodel import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
 # Top-level spec keys export reads, or that only concern tfcluster on this machine (run_dir,
@@ -118,7 +117,7 @@ def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
 
 
 def check_image(image: Optional[str]) -> None:
-    if image is not None and not _IMAGE_RE.match(image):
+    if image is not None and not IMAGE_RE.match(image):
         raise SpecError(f"--image: '{image}' is not a valid image reference; use e.g. "
                         "us-docker.pkg.dev/my-project/repo/tfcluster-worker:1")
 

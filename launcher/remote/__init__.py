@@ -1,6 +1,14 @@
-"""Stdlib-only helpers the ssh backend sends to remote hosts (never imported by the launcher
-for execution; their source text is uploaded or passed to ``python -c``), and the one locator of
-the code that runs beside a task: ``source`` for these helpers, ``taskwrap_path`` for the wrapper."""
+"""The code that runs beside a task, in one package: stdlib-only and standalone, never run by the
+launcher itself (it imports at most their constants).
+
+* taskwrap.py, the per-task wrapper: every backend runs it (local and slurm as a file here, ssh
+  uploads it, the docker image runs it as ``python -m launcher.remote.taskwrap``, its
+  tfcluster.lifeline label);
+* agent.py, boot.py, statesync.py: helpers the ssh backend sends to hosts (uploaded, or passed to
+  ``python -c``).
+
+The one locator of this code: ``taskwrap_path()`` for the wrapper, ``source(name)`` for the text
+of any of these files."""
 
 from pathlib import Path
 
@@ -8,11 +16,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def source(name: str) -> str:
-    """The text of a helper module shipped to hosts (``agent.py``, ``boot.py``)."""
+    """The text of a module shipped to hosts (``agent.py``, ``boot.py``, ``taskwrap.py``...)."""
     return (HERE / name).read_text(encoding="utf-8")
 
 
 def taskwrap_path() -> Path:
-    """launcher/taskwrap.py, the per-task wrapper: run as a file by the local and slurm backends,
-    uploaded next to ``boot.py`` by the ssh backend."""
-    return HERE.parent / "taskwrap.py"
+    """launcher/remote/taskwrap.py, the per-task wrapper: run as a file by the local and slurm
+    backends, uploaded next to ``boot.py`` by the ssh backend."""
+    return HERE / "taskwrap.py"

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from launcher.threads import local_cores, shares
+from launcher.threads import INTEROP_MIN, local_cores, shares
 from tests.integration.tfrun import ROOT, up
 from tests.support.ports import free_base
 
@@ -61,9 +61,10 @@ def test_the_budget_reaches_tensorflow(tmp_path):
     auto, off = run(tmp_path / "auto", "auto"), run(tmp_path / "off", 0)
     print(f"cores={cores} auto={auto} off={off}")  # pytest -rP shows it
     for i, key in enumerate(("worker:0", "worker:1")):
-        # auto: the env holds the task's share, and TF's inter-op pool has that many threads
+        # auto: the env holds the task's share, and TF's inter-op pool has that many threads,
+        # at least threads.INTEROP_MIN (2: with one, blocking ops can deadlock)
         assert auto[key]["TF_NUM_INTRAOP_THREADS"] == auto[key]["OMP_NUM_THREADS"] == str(want[i])
-        assert auto[key]["inter_op"] == str(want[i]), auto[key]
+        assert auto[key]["inter_op"] == str(max(want[i], INTEROP_MIN)), auto[key]
         # threads: 0 sets nothing: TF sizes its pools for the whole machine
         assert off[key]["TF_NUM_INTRAOP_THREADS"] == off[key]["OMP_NUM_THREADS"] == "-"
         assert off[key]["inter_op"] == str(cores), off[key]

@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from launcher.backends.ssh_commands import probe_deadline
+from launcher.backends.ssh.commands import probe_deadline
 from launcher.remote.agent import _probe
 
 

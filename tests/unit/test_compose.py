@@ -145,7 +145,7 @@ def test_launcher_never_imports_tensorflow():
     import subprocess
     import sys
 
-    code = ("import sys, launcher.cli, launcher.compose, launcher.backends.docker; "
+    code = ("import sys, launcher.cli, launcher.compose, launcher.backends.docker.backend; "
             "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
     root = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0

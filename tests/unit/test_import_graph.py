@@ -144,9 +144,9 @@ def test_the_graph_sees_module_and_function_imports_but_not_type_checking_ones()
     graph = import_graph()
     assert "launcher.specmodel" in graph["launcher.plan"]  # module level, relative
     assert "launcher.backends" in graph["launcher.spec"]  # the loader is above the registry
-    assert "launcher.backends.ssh_supervisor" in graph["launcher.backends.ssh"]  # inside a method
+    assert "launcher.backends.ssh.supervisor" in graph["launcher.backends.ssh.backend"]  # inside a method
     assert "launcher.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
-    assert "launcher.backends.ssh" not in graph["launcher.backends.ssh_probe"]  # if TYPE_CHECKING: only
+    assert "launcher.backends.ssh.pool" not in graph["launcher.backends.ssh.probe"]  # if TYPE_CHECKING: only
 
 
 def test_a_circle_is_found_and_named():
@@ -204,3 +204,38 @@ def test_spec_models_are_a_leaf_and_only_the_loader_above_the_backends_composes_
     below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan", "launcher.record.writer"}
     assert not [m for m in below if "launcher.spec" in graph[m]], "the loader, launcher.spec, is above the backends"
     assert "launcher.backends" in graph["launcher.spec"] and "launcher.export.options" in graph["launcher.spec"]
+
+
+def _backend_of(module: str, prefixes: dict[str, str]):
+    return next((name for name, prefix in prefixes.items() if module == prefix or module.startswith(prefix + ".")), None)
+
+
+def test_no_module_outside_the_backends_names_a_backend():
+    """A backend (its package, or local.py) is imported by the registry's name only, never by another
+    module of launcher/ or worker/; and no backend imports another one."""
+    from launcher.backends import REGISTRY
+
+    graph = import_graph()
+    prefixes = {}
+    for name, target in REGISTRY.items():
+        module = target.partition(":")[0]
+        package = module.rpartition(".")[0]
+        prefixes[name] = package if package != "launcher.backends" else module
+    assert prefixes["ssh"] == "launcher.backends.ssh" and prefixes["local"] == "launcher.backends.local"
+    found = []
+    for module, targets in graph.items():
+        mine = _backend_of(module, prefixes)
+        for target in targets:
+            theirs = _backend_of(target, prefixes)
+            if theirs is not None and theirs != mine:
+                found.append(f"{module} imports {target} (backend {theirs})")
+    assert not found, "\n".join(found)
+
+
+def test_the_ssh_helpers_take_the_host_pool_not_the_backend():
+    """Only the registry imports backends/ssh/backend.py: its helpers work on a HostPool (pool.py)."""
+    graph = import_graph()
+    users = sorted(m for m, targets in graph.items() if "launcher.backends.ssh.backend" in targets)
+    assert users == [], users
+    ssh = Path(ROOT / "launcher" / "backends" / "ssh")
+    assert not [p.name for p in ssh.glob("*.py") if p.name not in ("backend.py", "__init__.py") and "SSHBackend" in p.read_text()]

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from launcher.backends.slurm_alloc import Request, nodes_needed, placement
-from launcher.backends.slurm_cli import _partitions, client_env, fields, first_error
+from launcher.backends.slurm.alloc import Request, nodes_needed, placement
+from launcher.backends.slurm.cli import _partitions, client_env, fields, first_error
 from launcher.errors import LaunchError
 from launcher.spec import parse_spec
 from tests.support.errors import one_error
@@ -149,7 +149,7 @@ def test_plan_shows_placeholder_nodes_laid_out_like_the_allocation(tmp_path, cap
 
 def test_a_step_runs_on_its_node_in_the_job_and_its_env_stays_off_the_command_line(tmp_path):
     from launcher.execution import plan_for
-    from launcher.backends.slurm import SlurmBackend
+    from launcher.backends.slurm.backend import SlurmBackend
     from launcher.spec import LoadedSpec
 
     path = tmp_path / "c.yaml"

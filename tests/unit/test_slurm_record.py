@@ -10,8 +10,8 @@ import json
 import os
 
 from launcher.backends import RecordedRun
-from launcher.backends import slurm as slurm_backend
-from launcher.backends.slurm import SlurmBackend
+from launcher.backends.slurm import backend as slurm_backend
+from launcher.backends.slurm.backend import SlurmBackend
 from launcher.console import Console
 from launcher.execution import plan_for
 from launcher.record.writer import RunRecord

@@ -1,10 +1,10 @@
-"""launcher/backends/slurm_shared.py: the per-node answers of the file system check, read."""
+"""launcher/backends/slurm/shared.py: the per-node answers of the file system check, read."""
 
 from pathlib import Path
 
 import pytest
 
-from launcher.backends.slurm_shared import argv, problems
+from launcher.backends.slurm.shared import argv, problems
 
 W, S = Path("/work"), Path("/work/runs/x/state")
 

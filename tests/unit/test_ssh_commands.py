@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from launcher.backends import RecordedRun
-from launcher.backends import ssh as S
-from launcher.backends import ssh_commands as sc
-from launcher.backends import ssh_probe, ssh_sync, ssh_task
+from launcher.backends.ssh import backend as S
+from launcher.backends.ssh import commands as sc
+from launcher.backends.ssh import probe as ssh_probe, sync as ssh_sync, task as ssh_task
 from launcher.remote import source as remote_source
 from launcher.console import Console
 from launcher.spec import LoadedSpec, parse_spec
@@ -148,8 +148,8 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
 
     run = tmp_path / "run dir;x"
     (run / "pids").mkdir(parents=True)
-    (run / "boot.py").write_text((Path(S.__file__).parent.parent / "remote" / "boot.py").read_text())
-    (run / "taskwrap.py").write_text(ssh_probe.TASKWRAP.read_text())
+    (run / "boot.py").write_text(remote_source("boot.py"))
+    (run / "taskwrap.py").write_text(remote_source("taskwrap.py"))
     pf = str(run / "pids" / "worker-0.0.pid")
     cmd = sc.task_command(sys.executable, str(tmp_path), str(run), pf, 30, 1, [sys.executable, "-c",
                          "import time; print('up', flush=True); time.sleep(60)"])
@@ -216,7 +216,7 @@ def _handle(backend, host, slug):
 
     task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, command=("x",))
     h = ssh_task.SSHTask.__new__(ssh_task.SSHTask)
-    h.task, h.key, h.backend, h.host = task, task.key, backend, backend.hosts[host]
+    h.task, h.key, h.pool, h.host = task, task.key, backend.pool, backend.pool.hosts[host]
     h.channel, h.pidfile, h._code, h._note = FakeChannel(), f"/r/pids/{slug}.0.pid", None, ""
     return h
 
@@ -237,7 +237,7 @@ def test_signal_tasks_one_command_per_host_and_cuts_lifeline_without_pidfile(tmp
 def test_down_uses_record_and_reports(tmp_path, capsys):
     runner = FakeRunner({"a": (0, "stopped /r/run/pids/worker-0.0.pid\n"), "b": (0, "")})
     backend = S.SSHBackend(_loaded(tmp_path), None, runner=runner)
-    backend.connect = lambda names: {}  # no network in unit tests
+    backend.pool.connect = lambda names: {}  # no network in unit tests
     info = {"tasks": {"worker:0": {"ssh_host": "a", "remote_run_dir": "/r/run"},
                       "worker:1": {"ssh_host": "b", "remote_run_dir": "/r/run"},
                       "worker:2": {"ssh_host": "gone", "remote_run_dir": "/r/run"}}}
@@ -273,9 +273,9 @@ def test_make_tar_skips_caches_and_rejects_outside_paths(tmp_path):
 def test_launcher_modules_do_not_import_tensorflow():
     import sys
 
-    code = ("import sys, launcher.backends.ssh, launcher.backends.ssh_connect, launcher.remote; "
+    code = ("import sys, launcher.backends.ssh.backend, launcher.backends.ssh.connect, launcher.remote; "
             "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
-    assert subprocess.run([sys.executable, "-c", code], cwd=Path(S.__file__).parents[2], timeout=60).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(S.__file__).parents[3], timeout=60).returncode == 0
 
 
 class _Agent:
@@ -307,7 +307,7 @@ class _Agent:
         (self.home / "work").mkdir(exist_ok=True)
         return self.ask({"require": ["json"], "workdir": str(self.home / "work"), "run_dir": "base/t/RUN",
                          "state_dir": "base/t/state", "argv0": sys.executable, "ports": [port],
-                         "files": {"taskwrap.py": ssh_probe.TASKWRAP.read_text(), "boot.py": remote_source("boot.py")}})
+                         "files": {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py")}})
 
     def close(self) -> None:
         if self.proc.poll() is None:

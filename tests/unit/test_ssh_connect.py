@@ -9,7 +9,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from launcher.backends import ssh_connect as C
+from launcher.backends.ssh import connect as C
 from launcher.spec import parse_spec
 
 

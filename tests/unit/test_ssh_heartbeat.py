@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from launcher.backends.ssh_heartbeat import KEEPALIVE, Heartbeat
+from launcher.backends.ssh.heartbeat import KEEPALIVE, Heartbeat
 from tests.support.waits import wait_for
 
 

@@ -1,10 +1,10 @@
-"""The preflight's pairs (launcher/backends/ssh_pairs.py): what TensorFlow dials, O(n), not all pairs."""
+"""The preflight's pairs (launcher/backends/ssh/pairs.py): what TensorFlow dials, O(n), not all pairs."""
 
 from __future__ import annotations
 
 import textwrap
 
-from launcher.backends.ssh_pairs import host_targets, ring_order, tf_pairs
+from launcher.backends.ssh.pairs import host_targets, ring_order, tf_pairs
 from launcher.execution import plan_for
 from launcher.spec import parse_spec
 

@@ -1,13 +1,13 @@
-"""launcher/backends/ssh_task.SSHTask: how a task that ended on a silent host is described."""
+"""launcher/backends/ssh/task.SSHTask: how a task that ended on a silent host is described."""
 
 from __future__ import annotations
 
 import time
 from types import SimpleNamespace
 
-from launcher.backends.ssh_task import SSHTask
+from launcher.backends.ssh.task import SSHTask
 from launcher.plan import PlannedTask
-from launcher.taskwrap import LEASE_EXPIRED
+from launcher.remote.taskwrap import LEASE_EXPIRED
 
 
 class _Channel:
@@ -29,11 +29,11 @@ class _Channel:
 
 
 def _task(output: bytes, code: int, silence: float) -> SSHTask:
-    backend = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: silence), opts=SimpleNamespace(lease=3))
+    pool = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: silence), opts=SimpleNamespace(lease=3))
     host = SimpleNamespace(name="h2", transport=None)
     planned = PlannedTask(type="worker", index=1, host="h2", address="h2", port=1, command=("true",))
     lines = []
-    task = SSHTask(planned, backend, host, _Channel(output, code), "pidfile", lambda key, line: lines.append(line))
+    task = SSHTask(planned, pool, host, _Channel(output, code), "pidfile", lambda key, line: lines.append(line))
     deadline = time.monotonic() + 5
     while task.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -1,9 +1,9 @@
-"""launcher/backends/ssh_watch.py: a lost host counts as back only after answering every probe
+"""launcher/backends/ssh/watch.py: a lost host counts as back only after answering every probe
 for elastic.settle seconds; a flapping host never does."""
 
 from __future__ import annotations
 
-from launcher.backends.ssh_watch import HostWatch
+from launcher.backends.ssh.watch import HostWatch
 
 
 class Clock:

@@ -375,3 +375,22 @@ def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_resta
     assert code == 0, out
     assert "h2 lost (unreachable for 0 s); worker:0 moved to h3; worker:1 moved to h3" in out, out
     assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3", "h3", "h1"]
+
+
+# ---------------------------------------------------------------- warm standby (launcher/standby.py)
+
+
+def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_path):
+    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                              default=Script(code=0, polls=3))
+    spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    # Two starts per task: the first attempt's, and the standby (TFCLUSTER_RESTART_COUNT=1) it promotes.
+    assert backend.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1)]
+    assert [e["attempt"] for e in of(events, "standby_start")] == [1]
+    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert [h.signals[:1] for h in backend.handles[2:]] == [[signal.SIGUSR1], [signal.SIGUSR1]]
+    assert "[worker:1] (standby) tfcluster-step attempt=1 poll=1" in out  # before its promotion
+    assert "[worker:1] tfcluster-step attempt=1 poll=2" in out  # after it: the task's own lines
+    assert not of(events, "standby_stopped")  # nothing left over to stop

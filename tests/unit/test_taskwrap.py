@@ -8,14 +8,14 @@ import subprocess
 import sys
 import time
 
-from launcher.backends.local import TASKWRAP
+from launcher.remote import taskwrap_path
 from tests.support.processes import pids_with_env
 from tests.support.waits import wait_for
 
 
 def wrap(cmd: list[str], *opts: str, env_tag: str = "", **kw) -> subprocess.Popen:
     env = dict(os.environ, TFCLUSTER_TEST_TAG=env_tag)
-    return subprocess.Popen([sys.executable, str(TASKWRAP), *opts, "--", *cmd], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, str(taskwrap_path()), *opts, "--", *cmd], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env, **kw)
 
 
@@ -112,3 +112,12 @@ def test_task_stdin_is_devnull_not_the_lifeline():
     p.stdin.flush()
     out = finish(p)
     assert p.returncode == 0 and out.strip() == b"''"
+
+
+def test_the_docker_image_runs_the_same_wrapper():
+    """The image's tfcluster.lifeline label runs, as a module, the file taskwrap_path() names."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    module = ".".join(taskwrap_path().relative_to(root).with_suffix("").parts)
+    assert f'LABEL tfcluster.lifeline="python -m {module}"' in (root / "docker" / "Dockerfile").read_text()

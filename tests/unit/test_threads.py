@@ -24,12 +24,7 @@ NAMES = threads.NAMES
 
 
 def spec_of(text: str):
-    """The spec, with ``devices: {threads: auto}`` unless it says otherwise (the default is 0:
-    TensorFlow's own defaults, until auto is safe for every strategy; see specmodel.Devices)."""
-    text = textwrap.dedent(text)
-    if "devices:" not in text:
-        text += "devices: {threads: auto}\n"
-    return parse_spec(text)
+    return parse_spec(textwrap.dedent(text))
 
 
 def local_plan(text: str, cores: int):
@@ -37,6 +32,11 @@ def local_plan(text: str, cores: int):
     spec = spec_of(text)
     slots = {f"{t}:{i}": Slot("localhost", "localhost") for t, i in task_keys(spec)}
     return build_plan(spec, Placement(slots, cores={"localhost": cores}))
+
+
+def budget(n: int) -> dict[str, str]:
+    """The three variables of a budget of ``n``: the inter-op pool never below 2 (threads.INTEROP_MIN)."""
+    return {"TF_NUM_INTRAOP_THREADS": str(n), "TF_NUM_INTEROP_THREADS": str(max(n, 2)), "OMP_NUM_THREADS": str(n)}
 
 
 def budgets(plan) -> list[dict[str, str]]:
@@ -77,13 +77,13 @@ def test_two_colocated_tasks_get_their_own_budgets_adding_up_to_the_cores():
         plan = local_plan(TWO, cores)
         got = budgets(plan)
         assert [b["TF_NUM_INTRAOP_THREADS"] for b in got] == want
-        assert all(b == {n: b["TF_NUM_INTRAOP_THREADS"] for n in NAMES} for b in got)
+        assert got == [budget(int(w)) for w in want]
         assert sum(int(b["OMP_NUM_THREADS"]) for b in got) == cores
         assert all(envnames.THREADS not in dict(t.env) for t in plan.tasks)  # complete in the plan
 
 
-def test_zero_is_the_default_and_auto_shows_in_the_plan():
-    assert parse_spec(textwrap.dedent(TWO)).devices.threads == 0  # opt-in for now
+def test_auto_is_the_default_and_plan_shows_it():
+    assert parse_spec(textwrap.dedent(TWO)).devices.threads == "auto"
     plan = local_plan(TWO, 8)
     assert plan.threads == "threads: auto (8 cores: 4 + 4 per task on the host)"
     text = render_plan(plan)
@@ -125,7 +125,9 @@ def test_threads_0_sets_nothing():
 
 def test_threads_n_gives_every_task_n():
     plan = local_plan(TWO + "    devices: {threads: 3}\n", 2)
-    assert budgets(plan) == [{n: "3" for n in NAMES}] * 2
+    assert budgets(plan) == [budget(3)] * 2
+    assert budgets(local_plan(TWO + "    devices: {threads: 1}\n", 2)) == [budget(1)] * 2 == [
+        {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2", "OMP_NUM_THREADS": "1"}] * 2
     assert plan.tasks[0].base_env is plan.tasks[1].base_env  # shared, as without budgets
 
 
@@ -190,7 +192,7 @@ def test_the_task_wrapper_makes_the_budget_from_this_hosts_cores():
     want = threads.shares(cores, 2)
     for place in (0, 1):
         got = _wrapped_env({envnames.THREADS: f"{place}/2"}, "--threads", envnames.THREADS)
-        assert got == {n: str(want[place]) for n in NAMES}
+        assert got == budget(want[place])
     got = _wrapped_env({envnames.THREADS: "0/2", "OMP_NUM_THREADS": "5"}, "--threads", envnames.THREADS)
     assert got["OMP_NUM_THREADS"] == "5" and got["TF_NUM_INTRAOP_THREADS"] == str(want[0])
     # without --threads (the Slurm backend's local wrapper) the marker goes on to the node
@@ -198,11 +200,11 @@ def test_the_task_wrapper_makes_the_budget_from_this_hosts_cores():
 
 
 @pytest.mark.parametrize("place,cpus,user,want", [
-    ("0/3", "8", {}, ["3", "3", "3"]), ("2/3", "8", {}, ["2", "2", "2"]), ("1/4", "2", {}, ["1", "1", "1"]),
+    ("0/3", "8", {}, ["3", "3", "3"]), ("2/3", "8", {}, ["2", "2", "2"]), ("1/4", "2", {}, ["1", "2", "1"]),
     ("0/2", "4", {"OMP_NUM_THREADS": "7"}, ["2", "2", "7"]),
 ])
 def test_the_slurm_step_shell_makes_the_budget_from_the_nodes_cpus(place, cpus, user, want):
-    from launcher.backends.slurm import _STEP_SHELL
+    from launcher.backends.slurm.backend import _STEP_SHELL
 
     show = f'echo "$TF_NUM_INTRAOP_THREADS $TF_NUM_INTEROP_THREADS $OMP_NUM_THREADS [${envnames.THREADS}]"'
     out = subprocess.run(["/bin/sh", "-c", _STEP_SHELL, "sh", "sh", "-c", show],

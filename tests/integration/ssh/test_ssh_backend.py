@@ -473,7 +473,7 @@ def test_down_stops_a_runs_remote_tasks(lab, make_spec):
 def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     """Tasks whose launcher is gone but whose lease has not expired yet (a frozen laptop):
     down() finds them from the record and stops them, verified by pid."""
-    from launcher.backends.ssh import SSHBackend
+    from launcher.backends.ssh.backend import SSHBackend
     from launcher.console import Console
     from launcher.backends import RecordedRun
     from launcher.execution import plan_for

@@ -1,8 +1,8 @@
 """``backend: slurm``: one gang allocation per run, every task a job step inside it.
 
-* allocate: ``sbatch --parsable`` of a job that only holds the nodes (slurm_alloc), wait until
+* allocate: ``sbatch --parsable`` of a job that only holds the nodes (alloc.py), wait until
   it runs (or cancel it after ``slurm.queue_timeout`` with Slurm's reason), check that every
-  node sees the workdir and the state dir (slurm_shared), then place the tasks on its nodes in
+  node sees the workdir and the state dir (shared.py), then place the tasks on its nodes in
   Slurm's order at each node's ``NodeAddr``;
 * start: ``srun --jobid=JOB --nodelist=NODE --overlap`` per task, under taskwrap (so the step
   is stopped if this launcher dies); a restart is a new step in the same allocation;
@@ -27,20 +27,20 @@ import threading
 import time
 from typing import Any, Mapping, Optional, Sequence
 
-from .. import envnames, threads
-from ..console import Console
-from ..errors import AttemptImpossible, LaunchError
-from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
-from ..procinfo import group_alive, is_same, kill_group, start_time
-from ..record.events import Event
-from ..remote import taskwrap_path
-from ..specmodel import LoadedSpec, Spec
-from . import slurm_alloc as alloc
-from . import slurm_cli as cli
-from . import slurm_shared
-from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from .childtask import ChildTask
-from .slurm_options import SlurmOptions
+from ... import envnames, threads
+from ...console import Console
+from ...errors import AttemptImpossible, LaunchError
+from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
+from ...procinfo import group_alive, is_same, kill_group, start_time
+from ...record.events import Event
+from ...remote import taskwrap_path
+from ...specmodel import LoadedSpec, Spec
+from . import alloc
+from . import cli
+from . import shared
+from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from ..childtask import ChildTask
+from .options import SlurmOptions
 
 STEP_MARK = "tfcluster-slurm-step"
 # The step prints its id first, so signals reach it without asking squeue.
@@ -179,7 +179,7 @@ class SlurmBackend(Backend):
                               waited=round(time.monotonic() - t0, 3))
         self._record_allocation(nodes=nodes, addresses=addresses)
         if self.record is not None:  # every node sees the code and the checkpoints (else close() cancels)
-            slurm_shared.check(self.job_id, nodes, self.workdir, self.record.state_dir)
+            shared.check(self.job_id, nodes, self.workdir, self.record.state_dir)
         return Placement({k: Slot(*v) for k, v in slots.items()})
 
     def _record_allocation(self, **extra) -> None:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from ..specmodel import OptionsModel
-
-IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+from ...specmodel import IMAGE_RE, OptionsModel
 
 
 class DockerBuild(OptionsModel):

@@ -9,12 +9,13 @@ import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
-from ..errors import LaunchError
-from ..record.layout import runs_dir
-from .ssh_commands import setup_command, sync_command
+from ...errors import LaunchError
+from ...record.layout import runs_dir
+from .commands import setup_command, sync_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from ...specmodel import LoadedSpec
+    from .pool import HostPool
 
 _SYNC_EXCLUDE = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv", "venv", "node_modules"}
 
@@ -44,36 +45,36 @@ def make_tar(root: Path, paths: Sequence[str], exclude_dirs: Iterable[Path] = ()
     return buf.getvalue()
 
 
-def sync_and_setup(backend: "SSHBackend", names: list[str]) -> None:
+def sync_and_setup(pool: "HostPool", loaded: "LoadedSpec", names: list[str]) -> None:
     """Upload ``ssh.sync`` to every host's workdir, then run ``ssh.setup``; LaunchError naming
     each host that failed. The hosts are connected already."""
-    opts = backend.opts
+    opts = pool.opts
     if opts.sync:
-        root = (backend.loaded.base_dir / backend.spec.workdir).resolve()
-        data = make_tar(root, opts.sync, exclude_dirs=[runs_dir(backend.loaded)])
+        root = (loaded.base_dir / loaded.spec.workdir).resolve()
+        data = make_tar(root, opts.sync, exclude_dirs=[runs_dir(loaded)])
 
         def upload(name: str) -> Optional[str]:
-            code, out = backend.run_on(name, sync_command(backend.hosts[name].workdir), data, opts.setup_timeout)
+            code, out = pool.run_on(name, sync_command(pool.hosts[name].workdir), data, opts.setup_timeout)
             if code == 0:
                 return None
             tail = " | ".join(out.strip().splitlines()[-3:])
             return f"host {name}: ssh.sync failed (exit {code}): {tail}"
 
-        with backend.pool(len(names)) as pool:
-            problems = [r for r in pool.map(upload, names) if r]
+        with pool.executor(len(names)) as ex:
+            problems = [r for r in ex.map(upload, names) if r]
         if problems:
             raise LaunchError(*problems, "no task was started")
     if opts.setup:
-        _setup_group(backend, names)
+        _setup_group(pool, names)
 
 
-def _setup_group(backend: "SSHBackend", names: list[str]) -> None:
+def _setup_group(pool: "HostPool", names: list[str]) -> None:
     """Each setup command on every host at once (a Fabric ThreadingGroup over our open
     connections), command after command; the first command failing anywhere stops it."""
     from fabric import ThreadingGroup
     from fabric.exceptions import GroupException
 
-    hosts, opts = backend.hosts, backend.opts
+    hosts, opts = pool.hosts, pool.opts
     group = ThreadingGroup.from_connections([hosts[n].conn for n in names])
     by_conn = {id(hosts[n].conn): n for n in names}
     for i, command in enumerate(opts.setup):

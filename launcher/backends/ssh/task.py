@@ -1,28 +1,29 @@
 """One task running on a host: its channel (output, exit status, and stdin as the lifeline),
-its pid file, and what the backend tells about it when the host falls silent."""
+its pid file, and what the host pool tells about it when the host falls silent."""
 
 from __future__ import annotations
 
+import signal as _signal
 import threading
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from ..plan import PlannedTask
-from ..taskwrap import GCE_NOTICE, LEASE_EXPIRED
-from .base import LineSink, TaskHandle
-from .ssh_commands import state_command
-from .ssh_host import HostState
+from ...plan import PlannedTask
+from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
+from ..base import LineSink, TaskHandle
+from .commands import signal_command, state_command
+from .host import HostState
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from .pool import HostPool
 
 EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 
 
 class SSHTask(TaskHandle):
-    def __init__(self, task: PlannedTask, backend: "SSHBackend", host: HostState, channel, pidfile: str,
+    def __init__(self, task: PlannedTask, pool: "HostPool", host: HostState, channel, pidfile: str,
                  on_line: LineSink) -> None:
         super().__init__(task)
-        self.backend = backend
+        self.pool = pool
         self.host = host
         self.channel = channel
         self.pidfile = pidfile
@@ -46,7 +47,7 @@ class SSHTask(TaskHandle):
                     if line.startswith("taskwrap: " + LEASE_EXPIRED):
                         self._lease_expired = True
                     elif line.startswith("taskwrap: " + GCE_NOTICE):
-                        self.backend.host_preempted(self.host.name)
+                        self.pool.host_preempted(self.host.name)
                     on_line(self.key, line)
         except Exception:  # noqa: BLE001 - a dropped connection ends the stream
             pass
@@ -61,8 +62,8 @@ class SSHTask(TaskHandle):
     def poll(self) -> Optional[int]:
         if self._code is not None:
             return self._code
-        silent = self.backend.heartbeat.silence(self.host.name)
-        if silent > self.backend.opts.lease and not self.channel.exit_status_ready():
+        silent = self.pool.heartbeat.silence(self.host.name)
+        if silent > self.pool.opts.lease and not self.channel.exit_status_ready():
             # Its wrapper has heard nothing for as long and stops the task (the lease).
             self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
             self._code = EXIT_CONNECTION_LOST
@@ -82,7 +83,7 @@ class SSHTask(TaskHandle):
             # The wrapper heard nothing from us for ssh.lease and stopped the task (exit 143); its
             # exit status can still reach us over a one-way partition before our own heartbeat
             # check fires: the cause is the same silent host, not a SIGTERM.
-            silent = max(self.backend.heartbeat.silence(self.host.name), float(self.backend.opts.lease))
+            silent = max(self.pool.heartbeat.silence(self.host.name), float(self.pool.opts.lease))
             self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
         self._code = code
         try:
@@ -92,7 +93,7 @@ class SSHTask(TaskHandle):
         return code
 
     def signal(self, sig: int) -> None:
-        self.backend.signal_tasks([self], sig)
+        signal_tasks(self.pool, [self], sig)
 
     def info(self) -> dict:
         # No "host"/"pid"/"pgid" keys: the supervisor logs host itself and down.py treats pgid as local.
@@ -101,10 +102,10 @@ class SSHTask(TaskHandle):
     def state_note(self) -> str:
         if self._note or self._code is not None:
             return self._note
-        silent = self.backend.heartbeat.silence(self.host.name)
-        if silent > min(self.backend.opts.lease, 5.0):
+        silent = self.pool.heartbeat.silence(self.host.name)
+        if silent > min(self.pool.opts.lease, 5.0):
             return f"{self.host.name}: no word for {silent:.0f} s (network partition or host down?)"
-        code, out = self.backend.run_on(self.host.name, state_command(self.pidfile), None, 5.0)
+        code, out = self.pool.run_on(self.host.name, state_command(self.pidfile), None, 5.0)
         return "process is stopped (SIGSTOP?)" if code == 0 and out.strip() in ("T", "t") else ""
 
     def lifeline_cut(self) -> None:
@@ -113,3 +114,31 @@ class SSHTask(TaskHandle):
             self.channel.shutdown_write()
         except Exception:  # noqa: BLE001
             pass
+
+
+def signal_tasks(pool: "HostPool", handles: Sequence[SSHTask], sig: int) -> None:
+    """Signal tasks, one command per host, hosts in parallel. Tasks whose wrapper has
+    already exited are skipped: it took its task group down itself."""
+    todo: dict[str, list[SSHTask]] = {}
+    for h in handles:
+        if h.exit_code is None:
+            todo.setdefault(h.host.name, []).append(h)
+    if not todo:
+        return
+
+    def one(name: str) -> None:
+        hs_tasks = todo[name]
+        code, out = pool.run_on(name, signal_command(sig, [h.pidfile for h in hs_tasks]), None, 10.0)
+        nopid = {line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("nopid ")}
+        for h in hs_tasks:
+            if code != 0 or h.pidfile in nopid:
+                # Not started yet, or the host is unreachable: cut the lifeline instead.
+                if sig in (_signal.SIGTERM, _signal.SIGKILL, _signal.SIGINT):
+                    h.lifeline_cut()
+
+    names = list(todo)
+    if len(names) == 1:
+        one(names[0])
+        return
+    with pool.executor(len(names)) as ex:
+        list(ex.map(one, names))

@@ -29,15 +29,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from .. import statelayout
-from ..errors import LaunchError
-from ..plan import Plan
-from ..record.events import Event
-from ..remote import source as remote_source
-from ..remote import statesync as sync_lib
-from .ssh_connect import describe_channel_error
+from ... import statelayout
+from ...errors import LaunchError
+from ...plan import Plan
+from ...record.events import Event
+from ...remote import source as remote_source
+from ...remote import statesync as sync_lib
+from .connect import describe_channel_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...console import Console
+    from ...specmodel import State
+    from .pool import HostPool
 
 # Seconds without progress on a copy channel = that host's copy failed (a cut link): twice
 # ssh.lease, the silence after which remote tasks count the launcher as gone, at least 10.
@@ -59,19 +64,27 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def state_dir(cfg: "State", default: str) -> str:
+    """The state dir on the hosts: state.dir, else ``default`` (under ssh.remote_dir)."""
+    return cfg.dir or default
+
+
 class StateSync:
-    def __init__(self, backend) -> None:
-        self.b = backend  # the SSHBackend (its hosts, connections, console, record)
-        self.cfg = backend.spec.state
+    def __init__(self, pool: "HostPool", cfg: "State", console: "Console", record, run_id: str) -> None:
+        self.pool = pool  # the hosts and their connections
+        self.console = console
+        self.record = record  # the run record, or None (no run: down, the supervisor)
+        self.run_id = run_id
+        self.cfg = cfg  # the spec's state:
         self.mode: Optional[str] = None  # "shared" | "copy", once decided
         self.plan: Optional[Plan] = None
         self.copies: list[dict] = []  # one entry per copy: size, seconds, hosts
-        self.io_timeout = max(_MIN_IO_TIMEOUT, 2 * backend.opts.lease)
+        self.io_timeout = max(_MIN_IO_TIMEOUT, 2 * pool.opts.lease)
 
     # ------------------------------------------------------------------ preflight
 
     def state_dir(self, default: str) -> str:
-        return self.cfg.dir or default
+        return state_dir(self.cfg, default)
 
     def chief_host(self) -> str:
         assert self.plan is not None
@@ -100,9 +113,9 @@ class StateSync:
                 why = f"{', '.join(blind)} cannot see a file written through {chief}"
             else:
                 self.mode, why = "shared", f"every host sees a file written through {chief}"
-        self.b.console.info(f"state dir {self.b.hosts[self.chief_host()].state_dir}: {self.mode} ({why})")
-        if self.b.record is not None:
-            self.b.record.event(Event.STATE_SYNC, mode=self.mode, why=why, fetch=self.cfg.fetch)
+        self.console.info(f"state dir {self.pool.hosts[self.chief_host()].state_dir}: {self.mode} ({why})")
+        if self.record is not None:
+            self.record.event(Event.STATE_SYNC, mode=self.mode, why=why, fetch=self.cfg.fetch)
         return self._placement_problems(plan)
 
     def _placement_problems(self, plan: Plan) -> list[str]:
@@ -116,15 +129,15 @@ class StateSync:
 
     def _markers(self, hosts: list[str], sessions: dict) -> tuple[dict[str, bool], list[str]]:
         chief = self.chief_host()
-        path = {h: posixpath.join(self.b.hosts[h].state_dir, marker_name(self.b.run_id)) for h in hosts}
+        path = {h: posixpath.join(self.pool.hosts[h].state_dir, marker_name(self.run_id)) for h in hosts}
         problems: list[str] = []
         try:
             ok = self._ask(sessions[chief], "write", path[chief])
             if ok is not True:
-                return {}, [f"host {chief}: cannot write in the state dir {self.b.hosts[chief].state_dir}: {ok}; "
+                return {}, [f"host {chief}: cannot write in the state dir {self.pool.hosts[chief].state_dir}: {ok}; "
                             "fix state.dir or its permissions"]
             others = [h for h in hosts if h != chief]
-            with self.b.pool(len(others)) as pool:  # all hosts at once: the slowest one, not the sum
+            with self.pool.executor(len(others)) as pool:  # all hosts at once: the slowest one, not the sum
                 answers = list(pool.map(lambda h: self._ask(sessions[h], "check", path[h]) is True, others))
             return {chief: True, **dict(zip(others, answers))}, problems
         finally:
@@ -135,7 +148,7 @@ class StateSync:
 
     @staticmethod
     def _ask(chan, op: str, path: str):
-        from .ssh_runner import readline as _readline
+        from .runner import readline as _readline
 
         chan.sendall(json.dumps({"marker": {"op": op, "path": path}}).encode() + b"\n")
         reply = json.loads(_readline(chan) or b"{}")
@@ -155,28 +168,28 @@ class StateSync:
         size = self._copy(chief, targets, areas)
         took = time.monotonic() - started
         self.copies.append({"attempt": number, "bytes": size, "seconds": round(took, 3), "to": targets})
-        self.b.console.info(f"state: copied {chief}'s latest backup ({_mb(size)}) to {', '.join(targets)} "
+        self.console.info(f"state: copied {chief}'s latest backup ({_mb(size)}) to {', '.join(targets)} "
                             f"in {took:.1f} s")
-        if self.b.record is not None:
-            self.b.record.event(Event.STATE_COPY, attempt=number, source=chief, to=targets, bytes=size,
+        if self.record is not None:
+            self.record.event(Event.STATE_COPY, attempt=number, source=chief, to=targets, bytes=size,
                                 seconds=round(took, 3))
 
     def _open(self, name: str, command: str):
-        hs = self.b.hosts[name]
-        problems = self.b.connect([name])
+        hs = self.pool.hosts[name]
+        problems = self.pool.connect([name])
         if problems:
             raise LaunchError(problems[name])
         try:
-            chan = hs.transport.open_session(timeout=self.b.opts.connect_timeout)
+            chan = hs.transport.open_session(timeout=self.pool.opts.connect_timeout)
             chan.set_combine_stderr(False)
             chan.settimeout(self.io_timeout)
             chan.exec_command(command)
         except Exception as exc:  # noqa: BLE001
-            raise LaunchError(describe_channel_error(exc, self.b.opts.connect_timeout)) from None
+            raise LaunchError(describe_channel_error(exc, self.pool.opts.connect_timeout)) from None
         return chan
 
     def _copy(self, src: str, targets: list[str], areas: list[str]) -> int:
-        hosts = self.b.hosts
+        hosts = self.pool.hosts
         sender = self._open(src, state_command(hosts[src].python, "pack", hosts[src].state_dir, areas))
         pipes: dict[str, _Pipe] = {}
         failed: dict[str, str] = {}
@@ -238,7 +251,7 @@ class StateSync:
         return int(summary["size"])
 
     def _drop_connection(self, name: str) -> None:
-        hs = self.b.hosts[name]
+        hs = self.pool.hosts[name]
         with hs.lock:
             conn, hs.conn = hs.conn, None
         if conn is not None:
@@ -293,7 +306,7 @@ class StateSync:
 
     @staticmethod
     def _reply(chan) -> dict:
-        from .ssh_runner import readline as _readline
+        from .runner import readline as _readline
 
         try:
             line = _readline(chan)
@@ -306,14 +319,14 @@ class StateSync:
     def collect(self) -> None:
         """Bring the final model and the TensorBoard logs (and, with state.fetch: checkpoints,
         the checkpoints) here."""
-        if self.cfg.fetch == "none" or self.plan is None or self.b.record is None:
+        if self.cfg.fetch == "none" or self.plan is None or self.record is None:
             return
         # The TensorBoard logs too (the chief's train/; small), for `tfcluster tensorboard`.
         areas = [statelayout.FINAL_MODEL, statelayout.TENSORBOARD] + (
             [statelayout.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
         src = self.chief_host()
-        hs = self.b.hosts[src]
-        local: Path = self.b.record.state_dir
+        hs = self.pool.hosts[src]
+        local: Path = self.record.state_dir
         started = time.monotonic()
         try:
             chan = self._open(src, state_command(hs.python, "pack", hs.state_dir, areas))
@@ -345,11 +358,11 @@ class StateSync:
             chan.close()
         took = time.monotonic() - started
         if present:
-            self.b.console.info(f"fetched {', '.join(present)} from {src} ({_mb(reader.size)}) into {local} "
+            self.console.info(f"fetched {', '.join(present)} from {src} ({_mb(reader.size)}) into {local} "
                                 f"in {took:.1f} s")
         else:
-            self.b.console.info(f"nothing to fetch: no {', '.join(areas)} in {hs.state_dir} on {src}")
-        self.b.record.event(Event.STATE_FETCH, source=src, areas=present, bytes=reader.size, seconds=round(took, 3))
+            self.console.info(f"nothing to fetch: no {', '.join(areas)} in {hs.state_dir} on {src}")
+        self.record.event(Event.STATE_FETCH, source=src, areas=present, bytes=reader.size, seconds=round(took, 3))
 
 
 class _Pipe(threading.Thread):

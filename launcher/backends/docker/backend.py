@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from .. import envnames, threads
-from ..console import Console
-from ..errors import LaunchError
-from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
-from ..specmodel import LoadedSpec, Spec
-from .base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from .docker_options import DockerOptions
+from ... import envnames, threads
+from ...console import Console
+from ...errors import LaunchError
+from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
+from ...specmodel import LoadedSpec, Spec
+from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from .options import DockerOptions
 
 
 class _LazyModule:

@@ -28,8 +28,8 @@ from fabric import Config, Connection
 # Every failure that matters reaches the user as one line of ours instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-from ..specmodel import Host
-from .ssh_options import SSHOptions
+from ...specmodel import Host
+from .options import SSHOptions
 
 _KH_LOCK = threading.Lock()
 

@@ -12,9 +12,9 @@ import shlex
 import signal as _signal
 from typing import Iterable, Mapping, Optional, Sequence
 
-from .. import envnames
-from ..remote import source as remote_source
-from .ssh_options import SSHOptions
+from ... import envnames
+from ...remote import source as remote_source
+from .options import SSHOptions
 
 def q(value: str) -> str:
     return shlex.quote(str(value))

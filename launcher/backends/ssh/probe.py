@@ -1,6 +1,6 @@
 """The ssh preflight's probe protocol: one host agent per host (``remote/agent.py``) checks the
 interpreter, modules, workdir and ports, uploads the task helpers, then connects from each host
-to the address:ports its tasks will dial under TensorFlow (``ssh_pairs.py``: O(n) pairs, not every
+to the address:ports its tasks will dial under TensorFlow (``pairs.py``: O(n) pairs, not every
 host to every task). On success each agent stays, waiting to become its host's first task
 (``HostState.spare``), so the first start costs no second remote shell."""
 
@@ -9,21 +9,19 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from ..errors import LaunchError
-from ..plan import Plan
-from ..remote import source as remote_source
-from ..remote import taskwrap_path
-from .ssh_commands import agent_command, probe_deadline
-from .ssh_connect import describe_channel_error
-from .ssh_pairs import host_targets
-from .ssh_runner import close_channel, drain_stderr, readline
+from ...errors import LaunchError
+from ...plan import Plan
+from ...remote import source as remote_source
+from .commands import agent_command, probe_deadline
+from .connect import describe_channel_error
+from .pairs import host_targets
+from .runner import close_channel, drain_stderr, readline
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from .pool import HostPool
+    from .state import StateSync
 
 _PROBE_REPLY_TIMEOUT = 60.0
-# Uploaded into each run dir on the hosts (with remote/boot.py) by the probe.
-TASKWRAP = taskwrap_path()
 
 
 def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None:
@@ -33,46 +31,47 @@ def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None
                           f"nothing was started: {len(problems)} of {len(names)} hosts unreachable")
 
 
-def probe(backend: "SSHBackend", plan: Plan, names: list[str]) -> None:
+def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str]) -> None:
     """One host agent per host (connecting first if needed): interpreter, deps, workdir,
     upload helpers, bind every planned port, then connect from each host to the task
-    address:ports its tasks will dial (ssh_pairs.py). On success each agent stays, waiting to
+    address:ports its tasks will dial (pairs.py). On success each agent stays, waiting to
     become its host's first task."""
-    files = {"taskwrap.py": TASKWRAP.read_text(encoding="utf-8"), "boot.py": remote_source("boot.py")}
+    # Uploaded into each run dir on the hosts by the probe (the agent writes them).
+    files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py")}
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
     sessions: dict[str, object] = {}
     replies: dict[str, dict] = {}
     unreachable: dict[str, str] = {}
     reserved: dict[str, tuple[str, str]] = {}
     for task in plan.tasks:
-        if task.host not in reserved and backend.starts.get(task.key, 0) == 0:
-            hs = backend.hosts[task.host]
+        if task.host not in reserved and pool.starts.get(task.key, 0) == 0:
+            hs = pool.hosts[task.host]
             reserved[task.host] = (task.key, hs.pidfile(task, 0))  # hs.run_dir may be relative yet
 
     def launch(name: str) -> Optional[str]:
         """Connect and start the agent; it waits for its request, so nothing is written on
         any host until every host is known to be reachable."""
-        problem = backend.connect_one(name)
+        problem = pool.connect_one(name)
         if problem:
             unreachable[name] = problem
             return None
-        hs = backend.hosts[name]
+        hs = pool.hosts[name]
         pidfile = reserved[name][1] if name in reserved else None
         try:
-            chan = hs.transport.open_session(timeout=backend.opts.connect_timeout)
+            chan = hs.transport.open_session(timeout=pool.opts.connect_timeout)
             chan.set_combine_stderr(False)
             chan.settimeout(_PROBE_REPLY_TIMEOUT)
             chan.exec_command(agent_command(hs.python, pidfile))
             sessions[name] = chan
         except Exception as exc:  # noqa: BLE001
             return (f"host {name}: preflight could not run "
-                    f"({describe_channel_error(exc, backend.opts.connect_timeout)}); check the host")
+                    f"({describe_channel_error(exc, pool.opts.connect_timeout)}); check the host")
         return None
 
     def prepare(name: str) -> Optional[str]:
-        hs, chan = backend.hosts[name], sessions[name]
+        hs, chan = pool.hosts[name], sessions[name]
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
-        req = {"require": list(backend.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
+        req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
                "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0}
         try:
             chan.sendall(json.dumps(req).encode() + b"\n")
@@ -90,37 +89,37 @@ def probe(backend: "SSHBackend", plan: Plan, names: list[str]) -> None:
         return None
 
     try:
-        with backend.pool(len(names)) as pool:
-            problems = [p for p in pool.map(launch, names) if p]
+        with pool.executor(len(names)) as ex:
+            problems = [p for p in ex.map(launch, names) if p]
             unreachable_error(names, unreachable)
             if problems:
                 raise LaunchError(*problems, "no task was started")
-            problems = [p for p in pool.map(prepare, names) if p]
+            problems = [p for p in ex.map(prepare, names) if p]
         if problems:
             raise LaunchError(*problems, "no task was started")
-        problems += _judge(backend, plan, names, replies)
+        problems += _judge(pool, plan, names, replies)
         if problems:
             raise LaunchError(*problems, "no task was started")
         for name in names:
-            hs, rep = backend.hosts[name], replies[name]
+            hs, rep = pool.hosts[name], replies[name]
             hs.run_dir, hs.state_dir, hs.workdir, hs.ready = rep["run_dir"], rep["state_dir"], rep["workdir"], True
-        problems += backend.state_sync.detect(plan, names, sessions)
+        problems += state_sync.detect(plan, names, sessions)
         if problems:
             raise LaunchError(*problems, "no task was started")
-        problems += _reachability(backend, plan, names, sessions)
+        problems += _reachability(pool, plan, names, sessions)
         if problems:
             raise LaunchError(*problems, "no task was started")
         for name, (key, _) in reserved.items():
-            backend.hosts[name].spare = (key, sessions.pop(name))
+            pool.hosts[name].spare = (key, sessions.pop(name))
     finally:
         for chan in sessions.values():
             close_channel(chan)
 
-def _judge(backend: "SSHBackend", plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
+def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
     problems: list[str] = []
     versions: dict[str, dict[str, list[str]]] = {}
     for name in names:
-        rep, hs = replies[name], backend.hosts[name]
+        rep, hs = replies[name], pool.hosts[name]
         if rep.get("error"):
             problems.append(f"host {name}: {rep['error']}; fix ssh.remote_dir or the permissions there")
         if tuple(int(x) for x in rep["python"].split(".")[:2]) < (3, 8):
@@ -148,12 +147,12 @@ def _judge(backend: "SSHBackend", plan: Plan, names: list[str], replies: dict[st
             problems.append(f"{module} versions differ between hosts ({desc}); install the same version everywhere")
     return problems
 
-def _reachability(backend: "SSHBackend", plan: Plan, names: list[str], sessions: dict) -> list[str]:
-    """Each host dials only what its tasks will dial under TensorFlow (ssh_pairs.py: O(n) pairs)."""
+def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict) -> list[str]:
+    """Each host dials only what its tasks will dial under TensorFlow (pairs.py: O(n) pairs)."""
     wanted = host_targets(plan)
     if not wanted:
         return []
-    timeout = backend.opts.probe_timeout
+    timeout = pool.opts.probe_timeout
     deadline = probe_deadline(timeout, len(names))
 
     def one(name: str) -> list[str]:
@@ -177,5 +176,5 @@ def _reachability(backend: "SSHBackend", plan: Plan, names: list[str], sessions:
                            f"open that port between the hosts or fix hosts[{t.host}].address")
         return out
 
-    with backend.pool(len(names)) as pool:
-        return [p for ps in pool.map(one, names) for p in ps]
+    with pool.executor(len(names)) as ex:
+        return [p for ps in ex.map(one, names) for p in ps]

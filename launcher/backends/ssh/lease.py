@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from .ssh_task import SSHTask
+from .task import SSHTask
 
 
 class Lease:

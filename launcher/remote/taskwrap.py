@@ -35,7 +35,7 @@ import time
 _PR_SET_PDEATHSIG = 1
 
 
-# How the wrapper says the lease ran out (the launcher recognises the line: launcher/backends/ssh_task.py).
+# How the wrapper says the lease ran out (the launcher recognises the line: launcher/backends/ssh/task.py).
 LEASE_EXPIRED = "no word from the launcher for"
 # How the wrapper says GCE announced this VM's preemption (likewise recognised by the launcher).
 GCE_NOTICE = "GCE preemption notice"
@@ -88,7 +88,8 @@ def _host_cores() -> int:
 
 def _thread_budget(var: str) -> None:
     """``--threads VAR``: make the task's thread budget from VAR's ``I/N`` (launcher/threads.py's
-    share: floor division, the remainder to the first tasks, at least 1), in this process's env."""
+    share: floor division, the remainder to the first tasks, at least 1; the inter-op pool at
+    least 2, its INTEROP_MIN), in this process's env."""
     value = os.environ.pop(var, "")
     try:
         place, n = (int(x) for x in value.split("/"))
@@ -99,7 +100,7 @@ def _thread_budget(var: str) -> None:
     base, extra = divmod(_host_cores(), n)
     budget = max(base + (1 if place < extra else 0), 1)
     for name in _THREAD_NAMES:
-        os.environ.setdefault(name, str(budget))
+        os.environ.setdefault(name, str(max(budget, 2) if name == "TF_NUM_INTEROP_THREADS" else budget))
 
 
 def _set_pdeathsig(sig: int) -> None:

@@ -18,8 +18,8 @@ import secrets
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import LaunchError
-from . import slurm_cli as cli
+from ...errors import LaunchError
+from . import cli
 
 STEP_NAME = "tfcluster-shared-check"
 # $1 workdir, $2 marker, $3 token: one word per node.

@@ -7,9 +7,9 @@ import posixpath
 import threading
 from typing import Optional
 
-from ..plan import PlannedTask
-from ..specmodel import Host
-from .ssh_options import SSHOptions
+from ...plan import PlannedTask
+from ...specmodel import Host
+from .options import SSHOptions
 
 
 class HostState:

@@ -18,24 +18,24 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
-from ..console import Console
-from ..errors import LaunchError
-from ..specmodel import LoadedSpec
-from .ssh_commands import q, remote_paths
+from ...console import Console
+from ...errors import LaunchError
+from ...specmodel import LoadedSpec
+from .commands import q, remote_paths
 
 if TYPE_CHECKING:
-    from .ssh import SSHBackend
+    from .pool import HostPool
 
 _IDLE = 0.05
 
 
 class RemoteSupervisor:
-    def __init__(self, loaded: LoadedSpec, console: Console, backend: "SSHBackend") -> None:
+    def __init__(self, loaded: LoadedSpec, console: Console, pool: "HostPool") -> None:
         self.loaded = loaded
         self.console = console
         self.host = loaded.spec.ssh.supervisor or ""
         self.opts = loaded.spec.ssh
-        self.backend = backend  # its connections: connect and run_on the supervisor host
+        self.pool = pool  # its connections: connect and run_on the supervisor host
         base = posixpath.join(self.opts.remote_dir, loaded.spec.name, "supervisor")
         self.spec_path = posixpath.join(base, "cluster.yaml")
         # The command runs in the tasks' workdir; a path under the remote home needs $HOME.
@@ -45,10 +45,10 @@ class RemoteSupervisor:
     # -------------------------------------------------------------- setup
 
     def prepare(self, upload: bool) -> None:
-        problems = self.backend.connect([self.host])
+        problems = self.pool.connect([self.host])
         if problems:
             raise LaunchError(f"{problems[self.host]} (ssh.supervisor)")
-        code, out = self.backend.run_on(self.host, self._cli_command(["--version"]), None, 60)
+        code, out = self.pool.run_on(self.host, self._cli_command(["--version"]), None, 60)
         if code != 0 or not out.startswith("tfcluster "):
             raise LaunchError(f"host {self.host} (ssh.supervisor): `{self.opts.python} -m launcher` does not run there "
                               f"({out.strip().splitlines()[-1][:160] if out.strip() else f'exit {code}'}); install "
@@ -56,7 +56,7 @@ class RemoteSupervisor:
         if upload:
             text = self._copy_text().encode("utf-8")
             target = self.spec_arg
-            code, out = self.backend.run_on(
+            code, out = self.pool.run_on(
                 self.host, f"mkdir -p $(dirname {target}) && cat > {target}.tmp && mv {target}.tmp {target}", text, 60)
             if code != 0:
                 raise LaunchError(f"host {self.host} (ssh.supervisor): cannot write {self.spec_path}: "
@@ -79,7 +79,7 @@ class RemoteSupervisor:
         streaming its stdout/stderr here; its exit code. Ctrl-C closes the channel and, if
         given, runs ``on_interrupt`` there (e.g. ``down``) before returning 130."""
         command = self._cli_command([self.spec_arg if a == "{spec}" else q(a) for a in args])
-        transport = self.backend.hosts[self.host].transport
+        transport = self.pool.hosts[self.host].transport
         chan = transport.open_session(timeout=30)
         chan.exec_command(command)
         chan.shutdown_write()
@@ -118,7 +118,7 @@ class RemoteSupervisor:
                 pass
 
     def close(self) -> None:
-        self.backend.close()
+        self.pool.close()
 
 
 class _Relay:
@@ -156,10 +156,10 @@ def _local_paths(text: str, remote: RemoteSupervisor) -> str:
 
 
 def delegate(loaded: LoadedSpec, argv: Sequence[str], spec_arg: str, command: str, console: Console,
-             backend: "SSHBackend") -> int:
+             pool: "HostPool") -> int:
     """Run ``argv`` (a tfcluster command line naming ``spec_arg``) on the ssh.supervisor host, over
-    ``backend``'s connections (an SSHBackend of the spec, with no record)."""
-    remote = RemoteSupervisor(loaded, console, backend)
+    ``pool``'s connections (the spec's hosts; closed at the end)."""
+    remote = RemoteSupervisor(loaded, console, pool)
     try:
         upload = command == "up"
         remote.prepare(upload)

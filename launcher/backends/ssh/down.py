@@ -6,38 +6,38 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from ..console import Console
-from .base import RecordedRun
-from .ssh_commands import down_command
+from ...console import Console
+from ..base import RecordedRun
+from .commands import down_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .ssh import SSHBackend
+    from .pool import HostPool
 
 
-def down(backend: "SSHBackend", run: RecordedRun, console: Console) -> bool:
-    """Stop a run's remote tasks from its record (launcher.json's tasks). True if any ran."""
+def down(pool: "HostPool", run: RecordedRun, console: Console, stop_grace: float) -> bool:
+    """Stop a run's remote tasks from its record (launcher.json's tasks). True if any ran.
+    Closes ``pool``."""
     by_host: dict[str, set[str]] = {}
     for key, task in run.tasks.items():
         host, rdir = task.get("ssh_host"), task.get("remote_run_dir")
         if host and rdir:
             by_host.setdefault(host, set()).add(rdir)
-    unknown = [h for h in by_host if h not in backend.hosts]
+    unknown = [h for h in by_host if h not in pool.hosts]
     for h in unknown:
         console.error(f"host {h} of the run is no longer in the spec; stop its tasks by hand")
-    names = [h for h in by_host if h in backend.hosts]
+    names = [h for h in by_host if h in pool.hosts]
     if not names:
         return False
-    problems = backend.connect(names)
+    problems = pool.connect(names)
     for name in names:
         if name in problems:
             console.error(f"{problems[name]}; its tasks stop on their own within ssh.lease "
-                          f"({backend.opts.lease:g} s) of losing the launcher")
+                          f"({pool.opts.lease:g} s) of losing the launcher")
     live = [n for n in names if n not in problems]
     stopped: list[str] = []
 
     def one(name: str) -> list[str]:
-        code, out = backend.run_on(name, down_command(sorted(by_host[name]), backend.stop_grace), None,
-                                   backend.stop_grace + 30)
+        code, out = pool.run_on(name, down_command(sorted(by_host[name]), stop_grace), None, stop_grace + 30)
         if code != 0:
             console.error(f"host {name}: stopping tasks failed (exit {code}): {out.strip()[-200:]}")
         return [f"{name}:{posixpath.basename(line.split(' ', 1)[1])}" for line in out.splitlines()
@@ -45,11 +45,11 @@ def down(backend: "SSHBackend", run: RecordedRun, console: Console) -> bool:
 
     try:
         if live:
-            with backend.pool(len(live)) as pool:
-                for found in pool.map(one, live):
+            with pool.executor(len(live)) as ex:
+                for found in ex.map(one, live):
                     stopped += found
     finally:
-        backend.close()
+        pool.close()
     if stopped:
         console.info(f"stopped remote tasks: {', '.join(sorted(stopped))}")
     return bool(stopped)

@@ -1,0 +1,295 @@
+"""SSH backend: run the plan's tasks on remote hosts over one Fabric connection per host.
+
+* One ``fabric.Connection`` per host, opened in parallel and reused for preflight, setup,
+  task start, output streaming, port checks and stops (SSH handshakes are the expensive part).
+* Host keys are verified against known_hosts (see connect.py); trust-on-first-use is opt-in.
+* One remote command (so one login shell) per host before its first task runs: the host agent
+  (``remote/agent.py``) does the preflight, holds the task ports for the reachability probe, and
+  on "go" becomes the host's first task wrapper in the same process and channel. Later tasks on
+  that host (and restarts) start through ``boot.py``.
+* Each task runs under ``taskwrap.py`` (uploaded into a per-run remote dir) and gets its
+  environment over the channel's stdin, so no value ever appears on a remote command line.
+  Every other value that reaches a remote shell is ``shlex.quote``d.
+* The channel's stdin is the lifeline: the launcher writes a byte about every second and the
+  wrapper kills its task group when the channel closes or nothing arrives for ``ssh.lease`` s.
+* Stop = signal the task's process group, after verifying that the pid in its pid file is still
+  the wrapper of this run (its command line names that pid file's run-unique tail) -- never by
+  name pattern.
+
+Files of this package: options.py (the ``ssh:`` block), commands.py (remote command lines), connect.py
+(connections, host keys), runner.py (commands over a connection), host.py (per-host state),
+pool.py (the hosts: connections, per-host state, starts, lease, heartbeat, hosts that come and go),
+sync.py (ssh.sync/ssh.setup), probe.py (the preflight probe), task.py (a running task),
+lease.py (the lease thread), heartbeat.py (is the host still there), state.py (the state
+dir), down.py (``tfcluster down``); the helpers take the pool, not the backend; this file ties
+them into the Backend.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import signal as _signal
+import time
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from ... import envnames
+from ...console import Console
+from ...errors import LaunchError
+from ...plan import Placement, Plan, PlannedTask, Slot
+from ...record.events import Event
+from ...specmodel import TASK_TYPES, LoadedSpec, Spec
+from . import down as ssh_down, probe as ssh_probe, sync as ssh_sync
+from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from .commands import env_block, port_check_command, remote_paths, task_command, wrap_args
+from .connect import describe_channel_error
+from .host import HostState
+from .options import SSHOptions
+from .pool import HostPool
+from .runner import Runner
+from .state import StateSync, state_dir
+from .task import SSHTask, signal_tasks
+
+
+class SSHBackend(Backend):
+    name = "ssh"
+    options_key = "ssh"
+    Options = SSHOptions
+    capabilities = Capabilities(port_preflight=True, port_probe=True, elastic=True)
+
+    @classmethod
+    def place(cls, spec: Spec) -> Placement:
+        """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``. With no
+        hosts yet (``discovery:`` finds them when tfcluster plans to run), placeholders."""
+        if not spec.hosts and spec.discovery is not None:
+            slots = {f"{t}:{i}": Slot(f"host{n + 1}", f"host{n + 1}")
+                     for n, (t, i) in enumerate((t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t)))}
+            return Placement(slots, placeholder=True, note="hosts come from discovery.command when tfcluster plans a run")
+        slots = {}
+        cursor = 0
+        by_name = {h.name: h for h in reversed(spec.hosts)}  # the first of a name, as spec.host; O(1) a task
+        for task_type in TASK_TYPES:
+            group = spec.tasks.group(task_type)
+            for index in range(group.count):
+                if group.hosts:
+                    host = by_name[group.hosts[index % len(group.hosts)]]
+                else:
+                    host = spec.hosts[cursor % len(spec.hosts)]
+                    cursor += 1
+                slots[f"{task_type}:{index}"] = Slot(host.name, host.dial_address)
+        return Placement(slots)
+
+    @classmethod
+    def check_spec(cls, spec: Spec) -> list[tuple[tuple, str]]:
+        problems = []
+        if not spec.hosts and spec.discovery is None and any(spec.tasks.count(t) for t in TASK_TYPES):
+            problems.append((("hosts",), "backend ssh needs hosts; list them under hosts: with ssh and address"))
+        sup, names = spec.ssh.supervisor, [h.name for h in spec.hosts]
+        if sup is not None and spec.ssh.sync:
+            problems.append((("ssh", "supervisor"), "cannot be combined with ssh.sync yet (the supervisor host "
+                             "would sync from its own disk); put the code on the hosts with ssh.setup, or "
+                             "remove ssh.supervisor"))
+        elif sup is not None and sup not in names:
+            close = difflib.get_close_matches(sup, names, n=1)
+            problems.append((("ssh", "supervisor"), f"unknown host '{sup}'"
+                             + (f" (did you mean '{close[0]}'?)" if close else "")
+                             + f"; defined hosts: {', '.join(names) or 'none'}"))
+        return problems
+
+    @classmethod
+    def run_elsewhere(cls, loaded: LoadedSpec, argv, spec_arg: str, command: str, console) -> Optional[int]:
+        if not loaded.spec.ssh.supervisor:
+            return None
+        from .supervisor import delegate
+
+        return delegate(loaded, argv, spec_arg, command, console, cls(loaded, record=None, console=console).pool)
+
+    # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
+    detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "
+                   "(or set ssh.supervisor: HOST to run it on a cluster host)")
+
+    def __init__(self, loaded: LoadedSpec, record=None, console: Optional[Console] = None,
+                 runner: Optional[Runner] = None) -> None:
+        self.loaded = loaded
+        self.spec = loaded.spec
+        self.opts: SSHOptions = loaded.spec.ssh
+        self.record = record
+        self.console = console or Console()
+        self.run_id = record.run_id if record is not None else "down"
+        self.stop_grace = self.spec.watchdog.stop_grace
+        if self.opts.config and not self._local(self.opts.config).is_file():
+            raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
+        run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
+        # The hosts: connections, per-host state, starts, lease, heartbeat, membership (pool.py).
+        self.pool = HostPool(self.spec.hosts, self.opts, loaded.base_dir,
+                             (run_dir, state_dir(self.spec.state, state), workdir),
+                             runner=runner, on_preempted=self._preempted)
+        self.state_sync = StateSync(self.pool, self.spec.state, self.console, record, self.run_id)  # (state.py)
+
+    def _local(self, path: str) -> Path:
+        from .connect import resolve_local
+
+        return resolve_local(path, self.loaded.base_dir)
+
+    # -------------------------------------------------------------- preflight
+
+    def preflight(self, plan: Plan) -> None:
+        names = [h.name for h in plan.hosts]
+        if not names:
+            return
+        if self.opts.sync or self.opts.setup:
+            # Setup runs on every host at once (a ThreadingGroup): connect them all first.
+            ssh_probe.unreachable_error(names, self.pool.connect(names))
+            ssh_sync.sync_and_setup(self.pool, self.loaded, names)
+        # Otherwise each host connects and starts its agent without waiting for the others.
+        ssh_probe.probe(self.pool, self.state_sync, plan, names)
+
+    # -------------------------------------------------------------- state dir (state.py)
+
+    def prepare_attempt(self, number: int) -> None:
+        self.state_sync.prepare_attempt(number)
+
+    # -------------------------------------------------------------- hosts that come and go (pool.py)
+
+    def _preempted(self, name: str) -> None:
+        """A task on ``name`` saw GCE's preemption notice (taskwrap's GCE_NOTICE line); the pool
+        counts the host as lost at once, without waiting elastic.host_wait."""
+        self.console.info(f"{name}: GCE preemption notice; its tasks save and stop now")
+        if self.record is not None:
+            self.record.event(Event.HOST_PREEMPTED, host=name)
+
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None) -> dict[str, str]:
+        return self.pool.lost_hosts(hosts, wait, stop)
+
+    def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
+        return self.pool.hosts_back(hosts, settle)
+
+    def add_hosts(self, hosts) -> None:
+        self.pool.add_hosts(hosts)
+
+    def use_plan(self, plan: Plan) -> None:
+        self.state_sync.plan = plan
+        self.pool.unwatch({t.host for t in plan.tasks})  # a host the plan uses is no longer watched
+
+    def collect_results(self) -> None:
+        self.state_sync.collect()
+
+    # -------------------------------------------------------------- tasks
+
+    def task_env(self, task: PlannedTask, hs: HostState, extra: Mapping[str, str]) -> dict[str, str]:
+        env = dict(task.env)
+        env.update({envnames.RUN_DIR: hs.run_dir, envnames.STATE_DIR: hs.state_dir})
+        env.update(extra)
+        return env
+
+    def _ensure_ready(self, hs: HostState) -> None:
+        pool = self.pool
+        if pool.heartbeat.silence(hs.name) > self.opts.lease and hs.conn is not None:
+            # Lost (a partition, a reboot): TCP may still look open; connect afresh and probe again.
+            hs.forget_connection()
+        if hs.ready and hs.transport is not None and hs.transport.is_active():
+            return
+        problems = pool.connect([hs.name])
+        if not problems:
+            pool.heartbeat.heard(hs.name)
+        if problems:
+            raise LaunchError(problems[hs.name])
+        if not hs.ready:
+            plan = Plan(name=self.spec.name, strategy=self.spec.strategy, backend=self.name, tasks=(), hosts=(hs.spec,))
+            ssh_probe.probe(pool, self.state_sync, plan, [hs.name])
+
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+        hs = self.pool.hosts[task.host]
+        n = self.pool.starts.get(task.key, 0)
+        spare = hs.spare
+        if spare is not None and spare[0] == task.key and n == 0 and not spare[1].closed \
+                and not spare[1].exit_status_ready():
+            hs.spare = None
+            self.pool.starts[task.key] = 1
+            return self._go(task, hs, spare[1], env, on_line)
+        # Not the task it waits for (or it is gone): release its ports, start plainly.
+        self.pool.drop_spare(hs)
+        self._ensure_ready(hs)
+        self.pool.starts[task.key] = n + 1
+        pidfile = hs.pidfile(task, n)
+        command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
+                               task.command, self.opts.gce_metadata)
+        try:
+            chan = hs.transport.open_session(timeout=self.opts.connect_timeout)
+            chan.set_combine_stderr(True)
+            chan.exec_command(command)
+            chan.sendall(env_block(self.task_env(task, hs, env)))
+        except Exception as exc:  # noqa: BLE001
+            raise LaunchError(f"host {hs.name}: cannot start {task.key} "
+                              f"({describe_channel_error(exc, self.opts.connect_timeout)}); "
+                              "check the host and sshd's MaxSessions") from None
+        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line))
+
+    def _go(self, task: PlannedTask, hs: HostState, chan, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+        """Turn the host agent waiting on ``chan`` into ``task``'s wrapper: no new shell.
+        (The pid file's path is absolute now; its tail is the one the agent was started with.)"""
+        pidfile = hs.pidfile(task, 0)
+        args = wrap_args(hs.workdir, pidfile, self.opts.lease, self.stop_grace, task.command, self.opts.gce_metadata)
+        order = {"go": {"env": self.task_env(task, hs, env), "args": args}}
+        try:
+            chan.set_combine_stderr(True)
+            chan.settimeout(None)
+            chan.sendall(json.dumps(order).encode() + b"\n")
+        except Exception as exc:  # noqa: BLE001
+            raise LaunchError(f"host {hs.name}: cannot start {task.key} ({type(exc).__name__}: {exc}); "
+                              "check the host") from None
+        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line))
+
+    def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
+        """Signal tasks, one command per host, hosts in parallel (task.py)."""
+        signal_tasks(self.pool, handles, sig)
+
+    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
+        ssh_handles = [h for h in handles if isinstance(h, SSHTask)]
+        alive = [h for h in ssh_handles if h.poll() is None]
+        if grace > 0 and alive:
+            self.signal_tasks(alive, _signal.SIGTERM)
+            end = time.monotonic() + grace
+            while alive and time.monotonic() < end:
+                time.sleep(0.05)
+                alive = [h for h in alive if h.poll() is None]
+        if alive:
+            self.signal_tasks(alive, _signal.SIGKILL)
+        end = time.monotonic() + deadline
+        while alive and time.monotonic() < end:
+            time.sleep(0.02)
+            alive = [h for h in alive if h.poll() is None]
+        return [h.key for h in alive]
+
+    def port_open(self, task: PlannedTask) -> bool:
+        if task.port is None:
+            return True
+        hs = self.pool.hosts[task.host]
+        transport = hs.transport
+        if transport is None or not transport.is_active():
+            return False
+        if hs.forwarding:
+            import paramiko
+
+            try:
+                chan = transport.open_channel("direct-tcpip", (task.address, task.port), ("127.0.0.1", 0), timeout=3)
+                chan.close()
+                return True
+            except paramiko.ChannelException as exc:
+                if exc.code != 1:  # 1 = administratively prohibited (AllowTcpForwarding no)
+                    return False
+                hs.forwarding = False
+            except Exception:  # noqa: BLE001
+                return False
+        code, _ = self.pool.run_on(hs.name, port_check_command(hs.python, task.address, task.port), None, 5.0)
+        return code == 0
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -------------------------------------------------------------- down
+
+    def down(self, run: RecordedRun, console: Console) -> bool:
+        """Stop a run's remote tasks from its record (down.py). True if any ran."""
+        return ssh_down.down(self.pool, run, console, self.stop_grace)

@@ -1,0 +1,261 @@
+"""The ssh backend's hosts: who they are, their connections and per-host state, and the
+bookkeeping that keeps tasks on them alive (starts, the lease, the heartbeat).
+
+The helpers of this package (probe, sync, state, down, supervisor, task) take a ``HostPool``
+and the options, not the backend. Membership is the pool's too, for elastic runs: hosts are
+added (``add_hosts``: discovery's answers, spares), lost (``lost_hosts``: silent beyond
+``elastic.host_wait``, or preempted), forgotten (``forget_connection``: connect afresh next
+time) and watched for their return (``hosts_back``, ``unwatch``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+from ...specmodel import Host
+from .heartbeat import Heartbeat
+from .host import HostState
+from .lease import Lease
+from .options import SSHOptions
+from .runner import Runner, close_channel, run_command
+from .task import SSHTask
+from .watch import HostWatch
+
+
+class HostPool:
+    def __init__(self, hosts: Iterable[Host], opts: SSHOptions, base_dir: Path, dirs: tuple[str, str, str],
+                 runner: Optional[Runner] = None, on_preempted: Optional[Callable[[str], None]] = None) -> None:
+        """``dirs``: (run dir, state dir, workdir) on a host before its probe makes them absolute;
+        ``runner`` replaces running commands over the connections (tests); ``on_preempted(host)``
+        is told of a host's GCE preemption notice, once."""
+        self.opts = opts
+        self.base_dir = base_dir  # what ssh.config and key paths are relative to
+        self.dirs = dirs
+        self.hosts: dict[str, HostState] = {}
+        self._runner = runner or self._paramiko_run
+        self.on_preempted = on_preempted
+        self.starts: dict[str, int] = {}  # task key -> how many times it was started
+        self.lease = Lease(opts.lease)
+        self.heartbeat = Heartbeat(interval=min(1.0, opts.lease / 4))
+        self._watch: Optional[HostWatch] = None  # lost hosts, probed for their return (elastic)
+        self.preempted: dict[str, float] = {}  # host -> when its GCE preemption notice came
+        self._watching: set[str] = set()
+        # The watch's own connections (host -> Connection), apart from the hosts' working ones: a
+        # probe that gives up (no answer within a second: a loaded machine, a flapping link) closes
+        # only its own, never one that a state copy or a start is using at that moment.
+        self._probes: dict[str, object] = {}
+        self._probes_lock = threading.Lock()
+        self.add_hosts(hosts)
+
+    # -------------------------------------------------------------- connections
+
+    def executor(self, n: int) -> ThreadPoolExecutor:
+        """Threads for ``n`` hosts at once (at most 64)."""
+        return ThreadPoolExecutor(max_workers=max(1, min(64, n)), thread_name_prefix="ssh")
+
+    def connect(self, names: Sequence[str]) -> dict[str, str]:
+        """Open (or reuse) one connection per host, all in parallel; {host: problem} for failures."""
+        with self.executor(len(names)) as pool:
+            results = dict(zip(names, pool.map(self.connect_one, names)))
+        return {k: v for k, v in results.items() if v}
+
+    def connect_one(self, name: str) -> Optional[str]:
+        """Open (or reuse) the host's connection; None, or the one-line problem."""
+        from .connect import describe_connect_error, make_connection, open_connection
+
+        hs = self.hosts[name]
+        with hs.lock:
+            if hs.transport is not None and hs.transport.is_active():
+                return None
+            conn = None
+            try:
+                conn = make_connection(hs.spec, self.opts, self.base_dir)
+                open_connection(conn, self.opts)
+                hs.conn = conn
+                return None
+            except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    return describe_connect_error(exc, conn, hs.spec, self.opts)
+                return f"host {name}: cannot connect ({exc})"
+
+    def run_on(self, name: str, command: str, stdin: Optional[bytes] = None, timeout: float = 30.0) -> tuple[int, str]:
+        return self._runner(name, command, stdin, timeout)
+
+    def _paramiko_run(self, name: str, command: str, stdin: Optional[bytes], timeout: float) -> tuple[int, str]:
+        """Run one command on the host's open connection (connecting if needed)."""
+        hs = self.hosts[name]
+        transport = hs.transport
+        if transport is None or not transport.is_active():
+            problems = self.connect([name])
+            if problems:
+                return -1, problems[name]
+            transport = hs.transport
+        return run_command(transport, command, stdin, timeout)
+
+    def drop_spare(self, hs: HostState) -> None:
+        """Close the host agent left waiting after preflight (releasing the ports it holds)."""
+        spare, hs.spare = hs.spare, None
+        if spare is not None:
+            close_channel(spare[1])
+
+    def forget_connection(self, hs: HostState) -> None:
+        """Connect afresh (and probe again) next time: the connection and the waiting agent go."""
+        hs.forget_connection()
+        self.drop_spare(hs)
+
+    # -------------------------------------------------------------- tasks on the hosts
+
+    def track(self, handle: SSHTask) -> SSHTask:
+        """Renew ``handle``'s lease from now on, and hear its host's heartbeat."""
+        self.lease.track(handle)
+        hs = handle.host
+        self.heartbeat.watch(hs.name, lambda: hs.transport)
+        return handle
+
+    # -------------------------------------------------------------- membership (elastic)
+
+    def add_hosts(self, hosts: Iterable[Host]) -> None:
+        """New hosts (discovery, spares): their dirs as the hosts already here have them."""
+        model = next(iter(self.hosts.values()), None)
+        for host in hosts:
+            if host.name in self.hosts:
+                continue
+            hs = HostState(host, self.opts)
+            if model is not None:
+                hs.run_dir, hs.state_dir, hs.workdir = model.run_dir, model.state_dir, model.workdir
+            else:
+                hs.run_dir, hs.state_dir, hs.workdir = self.dirs
+            self.hosts[host.name] = hs
+
+    def _answers(self, name: str) -> bool:
+        """The host's connection works now: alive and heard within the lease, or opened afresh."""
+        hs = self.hosts[name]
+        transport = hs.transport
+        if transport is not None and transport.is_active() and self.heartbeat.silence(name) <= self.opts.lease:
+            return True
+        self.forget_connection(hs)
+        if self.connect_one(name) is None:
+            self.heartbeat.heard(name)
+            return True
+        return False
+
+    def host_preempted(self, name: str) -> None:
+        """A task on ``name`` saw GCE's preemption notice: the host is going away; it counts as
+        lost at once (``lost_hosts``), without waiting elastic.host_wait."""
+        if name in self.preempted:
+            return
+        self.preempted[name] = time.time()
+        if self._watch is None:
+            self._watch = HostWatch(self._probe)
+        self._watch.going(name)
+        if self.on_preempted is not None:
+            self.on_preempted(name)
+
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None) -> dict[str, str]:
+        """Hosts that announced their preemption are lost at once. Every other host that does not
+        answer now is tried again each second for ``wait`` s, all in parallel; those still
+        silent then are lost."""
+        lost = {n: f"preempted: GCE notice at {time.strftime('%H:%M:%S', time.localtime(self.preempted.pop(n)))}"
+                for n in hosts if n in self.preempted}
+        hosts = [n for n in hosts if n not in lost]
+        started = time.monotonic()
+        silent = [n for n in hosts if not self._answers(n)]
+        while silent and time.monotonic() - started < wait:
+            if stop is not None and stop.wait(1.0):
+                break
+            if stop is None:
+                time.sleep(1.0)
+            with self.executor(len(silent)) as pool:
+                answers = dict(zip(silent, pool.map(self._answers, silent)))
+            silent = [n for n in silent if not answers[n]]
+        took = time.monotonic() - started
+        return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
+
+    def _probe(self, name: str) -> bool:
+        """One probe of a lost host (watch.py): its own connection (reused while it lasts, never
+        the host's working one) that runs ``true`` within a second."""
+        from .connect import make_connection, open_connection
+
+        with self._probes_lock:
+            conn = self._probes.get(name)
+        transport = conn.client.get_transport() if conn is not None else None
+        if transport is None or not transport.is_active():
+            self._close_probe(name)
+            try:
+                conn = make_connection(self.hosts[name].spec, self.opts, self.base_dir)
+                open_connection(conn, self.opts)
+            except Exception:  # noqa: BLE001 - not answering is what a probe finds out
+                _close_quietly(conn)
+                return False
+            with self._probes_lock:
+                old, self._probes[name] = self._probes.get(name), conn
+            _close_quietly(old)
+            transport = conn.client.get_transport()
+        # A short answer time: a link that drops for a moment must break the run of answers
+        # (TCP would otherwise just deliver late), so a flapping host never looks settled.
+        code, _ = run_command(transport, "true", None, min(1.0, self.opts.connect_timeout))
+        if code != 0:
+            self._close_probe(name)
+            return False
+        return True
+
+    def _close_probe(self, name: str) -> None:
+        with self._probes_lock:
+            conn = self._probes.pop(name, None)
+        _close_quietly(conn)
+
+    def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
+        """Of the lost ``hosts``, those that have answered every probe for ``settle`` s."""
+        if self._watch is None:
+            self._watch = HostWatch(self._probe)
+        for name in set(self._watching) - set(hosts):
+            self._watch.forget(name)
+            self._close_probe(name)
+        self._watching = set(hosts)
+        self._watch.watch(list(hosts))
+        return [h for h in self._watch.settled(settle) if h in self._watching]
+
+    def unwatch(self, names: Iterable[str]) -> None:
+        """Hosts a plan uses again are no longer watched for their return."""
+        if self._watch is not None:
+            for name in set(names) & self._watching:
+                self._watch.forget(name)
+                self._watching.discard(name)
+                self._close_probe(name)
+
+    # -------------------------------------------------------------- the end
+
+    def close(self) -> None:
+        """Stop the lease, the heartbeat and the watch; close every channel and connection."""
+        tasks = self.lease.close()
+        self.heartbeat.close()
+        if self._watch is not None:
+            self._watch.close()
+        for name in list(self._probes):
+            self._close_probe(name)
+        for t in tasks:
+            close_channel(t.channel)
+        for hs in self.hosts.values():
+            self.drop_spare(hs)
+            conn, hs.conn = hs.conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+def _close_quietly(conn) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass

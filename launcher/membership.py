@@ -1,0 +1,214 @@
+"""Elastic host membership (launcher/elastic.py says what changes, pure; this applies it): which
+hosts a run uses and when that changes. A failed attempt's lost hosts move to spares; lost hosts
+that answer again make a shrunk group grow; discovery.command's answers add and drop hosts; a
+parameter_server worker whose host is lost may be left out. The run's current plan lives here.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from .backends.base import Backend
+from .console import Console
+from .elastic import Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts
+from .plan import Plan
+from .policy import describe_exit
+from .record.events import Event
+from .record.states import Outcome
+from .record.writer import RunRecord
+from .specmodel import Spec
+
+
+class Membership:
+    def __init__(self, plan: Plan, backend: Backend, record: RunRecord, console: Console,
+                 stop_event: threading.Event, finish: Callable[..., int], spec: Optional[Spec] = None,
+                 static_hosts: Optional[Sequence[str]] = None, discovery_cwd: Optional[Path] = None) -> None:
+        """``finish(code, outcome, reason=...)``: end the run (the supervisor's final report), its
+        exit code returned."""
+        self.plan = plan
+        # Hosts that come and go (launcher/elastic.py): on when the spec asks for it or lists
+        # spare hosts, and the backend can tell which hosts are lost.
+        self.spec = spec
+        self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)
+        self.first_plan = plan
+        self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
+        self.down: list[str] = []  # hosts lost in this run and not back (elastic.settle) yet
+        # Host discovery (launcher/discovery.py): polled in a thread; hosts: entries never vanish.
+        self.poller = None
+        self.static_hosts: set[str] = set()
+        self._answers = 0
+        self._discovery_problem = ""
+        self.vanished: dict[str, str] = {}  # plan hosts gone from discovery's list: their tasks move
+        self.left_out: set[str] = set()  # parameter_server workers whose host was lost, not replaced
+        if self.elastic and spec is not None and spec.discovery is not None:
+            from .discovery import Poller
+
+            self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
+            self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
+                                 discovery_cwd or Path.cwd())
+        self.backend = backend
+        self.record = record
+        self.console = console
+        self.stop_event = stop_event
+        self.finish = finish
+
+    def start(self) -> None:
+        if self.poller is not None:
+            self.poller.start()
+
+    def close(self) -> None:
+        if self.poller is not None:
+            self.poller.close()
+
+    def spares(self) -> dict[str, list[str]]:
+        """The run_start event's spares field: the spec's hosts the plan does not use (elastic runs)."""
+        if self.elastic and self.spec is not None:
+            return {"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks])}
+        return {}
+
+    def regrow(self, number: int) -> Optional[int]:
+        """After attempt ``number`` ended for a membership change (REGROW): move the tasks of the
+        hosts discovery dropped, or grow the group onto the hosts back. None: restart under the
+        plan now in use; else the run's exit code."""
+        assert self.spec is not None
+        if self.vanished:  # discovery says hosts of the plan are gone: move their tasks
+            moved = self.move_lost_hosts(number, lost=self.vanished)
+            self.vanished = {}
+            if moved:
+                return moved
+        else:
+            change = grow(self.spec, self.plan, self.down)
+            if change is not None:
+                self.use(change, {}, number, "restarting the bigger group from the step just saved")
+        return None
+
+    def changed(self, number: int) -> bool:
+        """While attempt ``number`` runs, every task up: True if it is to end (REGROW) for a
+        membership change (discovery dropped a host of the plan; a lost host is back and the
+        group may grow)."""
+        if self.poller is not None and self._discovered():
+            return True
+        return bool(self.down) and self._hosts_back(number)
+
+    def move_lost_hosts(self, number: int, lost: Optional[dict[str, str]] = None) -> Optional[int]:
+        """After a failed attempt: are any of the plan's hosts lost? None: no (the failure is the
+        training's). 0: their tasks moved to spares, restart under the new plan. Else the run's
+        exit code (no spare left: one line naming the missing hosts; or interrupted). ``lost``:
+        already known (discovery says they are gone), nothing to ask the backend."""
+        assert self.spec is not None
+        hosts = sorted({t.host for t in self.plan.tasks})
+        if lost is None:
+            lost = self.backend.lost_hosts(hosts, options(self.spec).host_wait, self.stop_event)
+        if self.stop_event.is_set():
+            return self.finish(130, Outcome.INTERRUPTED)
+        if not lost:
+            return None
+        for host, how in sorted(lost.items()):
+            self.record.event(Event.HOST_LOST, host=host, how=how, attempt=number)
+        change = replace_lost(self.spec, self.plan, sorted(lost), self.down)
+        if isinstance(change, str):
+            self.console.error(change)
+            return self.finish(1, Outcome.FAILED, reason=change)
+        self.down += [h for h in change.lost if h not in self.down]
+        self.use(change, lost, number, "restarting the group there from the last backup")
+        return 0
+
+    def use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
+        """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
+        say so in one line, hand it to the backend."""
+        self.replans.append((change, dict(lost)))
+        n = len(self.replans) + 1
+        name = self.record.add_plan(change.plan, n)
+        self.record.event(Event.REPLAN, plan=n, file=name, attempt=number + 1, lost=list(change.lost),
+                          old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
+                          moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
+                          dropped=list(change.dropped), added=dict(change.added), tasks=list(change.plan.keys))
+        self.console.info(f"{change.describe(lost)}; {then} (plan {n}; a membership change does not count "
+                          "against restart.max_restarts)")
+        self.plan = change.plan
+        self.backend.use_plan(change.plan)
+
+    def _discovered(self) -> bool:
+        """While an attempt runs: the discovery command's newest answer (launcher/discovery.py).
+        A failed one keeps the last good list and says why in one line (once per reason). New
+        hosts are added and watched until they answer for elastic.settle s (then usable, as a
+        lost host that came back). Hosts gone from the list are dropped; if the plan uses one,
+        True: the attempt is to end (REGROW), its tasks stopped gracefully, and they move."""
+        assert self.spec is not None and self.poller is not None
+        count, answer = self.poller.latest()
+        if count == self._answers or answer is None:
+            return False
+        self._answers = count
+        if answer.hosts is None:
+            if answer.problem != self._discovery_problem:
+                self._discovery_problem = answer.problem
+                self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
+                                   f"({', '.join(h.name for h in self.spec.hosts)}); the run goes on")
+                self.record.event(Event.DISCOVERY, ok=False, problem=answer.problem)
+            return False
+        self._discovery_problem = ""
+        known = {h.name for h in self.spec.hosts}
+        found = {h.name for h in answer.hosts}
+        added = [h for h in answer.hosts if h.name not in known]
+        gone = sorted(known - found - self.static_hosts)
+        if not added and not gone:
+            return False
+        hosts = tuple(h for h in self.spec.hosts if h.name not in gone) + tuple(added)
+        self.spec = self.spec.model_copy(update={"hosts": hosts})
+        self.backend.add_hosts(added)
+        self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
+        self.record.event(Event.DISCOVERY, ok=True, added=[h.name for h in added], gone=gone)
+        bits = ([f"{', '.join(h.name for h in added)} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
+                 f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
+        bits += [f"{', '.join(gone)} gone from the list"] if gone else []
+        self.console.info(f"discovery: {'; '.join(bits)}")
+        in_plan = {t.host for t in self.plan.tasks}
+        vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}
+        if not vanished:
+            return False
+        self.vanished = vanished
+        self.console.info(f"moving {', '.join(t.key for t in self.plan.tasks if t.host in vanished)}: stopping the "
+                          "group gracefully (SIGTERM: the workers save the step they agree on)")
+        return True
+
+    def _hosts_back(self, number: int) -> bool:
+        """While an attempt runs: lost hosts that answered again for elastic.settle s become
+        usable (a ``host_added`` event). True: the group is shrunk and may grow, so the attempt
+        is to end (REGROW) and its tasks are stopped gracefully (they save the step they agree on)."""
+        assert self.spec is not None
+        opts = options(self.spec)
+        back = self.backend.hosts_back(list(self.down), opts.settle)
+        if not back:
+            return False
+        for host in back:
+            self.down.remove(host)
+            self.record.event(Event.HOST_ADDED, host=host, attempt=number, settle=opts.settle)
+        self.console.info(f"{', '.join(back)} answer{'s' if len(back) == 1 else ''} again "
+                          f"({opts.settle:g} s without a break, elastic.settle): usable again")
+        if not (opts.grow and shrunk(self.spec, self.plan)):
+            return False
+        self.console.info("growing the group: stopping it gracefully (SIGTERM: the workers save the step they "
+                          "agree on) to restart it bigger")
+        return True
+
+    def leave_out(self, number: int, key: str, host: str, code: Optional[int]) -> Optional[str]:
+        """A parameter_server worker's host does not answer. None: go on without the worker (left
+        out until the next attempt). Else why the attempt fails instead."""
+        assert self.spec is not None
+        workers = [t.key for t in self.plan.tasks if t.type == "worker" and t.key not in self.left_out]
+        left = len(workers) - 1
+        group_min = self.spec.tasks.worker.min
+        spare = spare_hosts(self.spec, [t.host for t in self.plan.tasks], self.down)
+        if spare or group_min is None or left < group_min:
+            # A spare takes it (whole-cluster restart), or the run cannot go on without it: the
+            # attempt fails and the membership check after it decides.
+            return f"{describe_exit(code) if code is not None else 'gone'}; its host {host} does not answer"
+        self.left_out.add(key)
+        if host not in self.down:
+            self.down.append(host)
+        self.record.event(Event.HOST_LOST, host=host, how="unreachable", attempt=number, task=key)
+        self.console.info(f"{host} lost (unreachable); {key} left out: {left} worker{'s' if left != 1 else ''} "
+                          f"train on (tasks.worker.min={group_min}; the coordinator tolerates a lost worker)")
+        return None

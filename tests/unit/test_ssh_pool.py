@@ -1,0 +1,63 @@
+"""launcher/backends/ssh/pool.py: the host pool's membership and bookkeeping, without a network
+(no host is connected here; the runner is scripted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.backends.ssh.options import SSHOptions
+from launcher.backends.ssh.pool import HostPool
+from launcher.specmodel import Host
+
+DIRS = ("base/t/RUN", "base/t/state", "base/t/work")
+
+
+def _pool(tmp_path: Path, names=("a", "b"), **kw) -> HostPool:
+    return HostPool([Host(name=n, ssh=f"root@{n}") for n in names], SSHOptions(), tmp_path, DIRS, **kw)
+
+
+def test_hosts_start_with_the_dirs_and_added_hosts_copy_those_the_probe_made_absolute(tmp_path):
+    pool = _pool(tmp_path)
+    try:
+        assert list(pool.hosts) == ["a", "b"]
+        assert (pool.hosts["a"].run_dir, pool.hosts["a"].state_dir, pool.hosts["a"].workdir) == DIRS
+        pool.hosts["a"].run_dir = "/home/u/base/t/RUN"  # what a probe answers
+        pool.add_hosts([Host(name="c", ssh="root@c"), Host(name="a", ssh="root@elsewhere")])
+        assert list(pool.hosts) == ["a", "b", "c"] and pool.hosts["a"].spec.ssh == "root@a"  # known: kept
+        assert pool.hosts["c"].run_dir == "/home/u/base/t/RUN"
+        empty = _pool(tmp_path, names=())
+        empty.add_hosts([Host(name="d", ssh="root@d")])
+        assert (empty.hosts["d"].run_dir, empty.hosts["d"].state_dir, empty.hosts["d"].workdir) == DIRS
+        empty.close()
+    finally:
+        pool.close()
+
+
+def test_a_preempted_host_is_told_once_and_lost_at_once(tmp_path):
+    told = []
+    pool = _pool(tmp_path, on_preempted=told.append)
+    try:
+        pool.host_preempted("a")
+        pool.host_preempted("a")
+        assert told == ["a"]
+        lost = pool.lost_hosts(["a"], wait=30.0)
+        assert list(lost) == ["a"] and lost["a"].startswith("preempted: GCE notice at ")
+        assert "a" not in pool.preempted
+        pool.unwatch(["a"])  # not watched: nothing to forget
+    finally:
+        pool.close()
+
+
+def test_commands_go_through_the_runner(tmp_path):
+    calls = []
+
+    def runner(name, command, stdin, timeout):
+        calls.append((name, command, timeout))
+        return 0, "ok"
+
+    pool = _pool(tmp_path, runner=runner)
+    try:
+        assert pool.run_on("b", "true") == (0, "ok")
+        assert calls == [("b", "true", 30.0)]
+    finally:
+        pool.close()
