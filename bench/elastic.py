@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a Spot preemption costs with elastic: and without it, on the ssh lab (network namespaces
-with an sshd and a private disk each: tests/integration/ssh/netlab.py). Needs root.
+with an sshd and a private disk each: tests/labs/ssh.py). Needs root.
 
     sudo python3 bench/elastic.py [--repeat 3]
 
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchlib import BackgroundUp  # noqa: E402
-from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
+from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 NOTICE = 10.0
 STEP = re.compile(r"\[(worker:\d)\] tfcluster-(first_step|step|start) .*?global_step=(\d+).*?time=([\d.]+)")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """``backend: slurm`` figures on a real Slurm 22.05 cluster built on this machine (munged,
-slurmctld, one slurmd per network namespace: tests/integration/slurm/slurmlab.py). Needs root
+slurmctld, one slurmd per network namespace: tests/labs/slurm.py). Needs root
 and tests/setup/slurm.sh.
 
 * start-up: ``tfcluster up`` until both workers of a 2-worker MWMS run printed their first
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchlib import ROOT
 
-from tests.integration.slurm.slurmlab import PARTITION, SlurmLab, have_prereqs  # noqa: E402
+from tests.labs.slurm import PARTITION, SlurmLab, have_prereqs  # noqa: E402
 
 FIRST = re.compile(r"tfcluster-first_step .*time=([0-9.]+)")
 TIMEOUT = 300

@@ -9,7 +9,7 @@ discovery command (a file this script edits), with a random fault every 30-90 s:
   return     a preempted host's link up and sshd again     (usable after elastic.settle: grow or spare)
   discovery  the spare dropped from, or put back into, the discovery file
 
-Needs root (tests/integration/ssh/netlab.py builds the hosts). Usage::
+Needs root (tests/labs/ssh.py builds the hosts). Usage::
 
     sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N]
 
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchlib import BackgroundUp  # noqa: E402
-from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
+from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 STEP = re.compile(r"\[(worker:\d+)\] tfcluster-(start|first_step|step|result) .*?global_step=(\d+)")
 SAVE_FREQ = 5

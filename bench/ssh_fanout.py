@@ -4,13 +4,13 @@
 alternating (pdsh, up, pdsh, up, ...), each trial printed with the load average.
 
 The hosts are network namespaces on this machine, each with its own sshd (the lab of
-tests/integration/ssh/netlab.py). Needs root, iproute2, openssh-server and pdsh
+tests/labs/ssh.py). Needs root, iproute2, openssh-server and pdsh
 (tests/setup/ssh.sh installs them). Usage::
 
     sudo python3 bench/ssh_fanout.py [--hosts 32,64,128] [--repeat 3]
 
 The lab's namespaces and subnet are TFCLUSTER_LAB_PREFIX (default tfcb) and
-TFCLUSTER_LAB_SUBNET (netlab's default): set both when another lab runs on the machine.
+TFCLUSTER_LAB_SUBNET (the ssh lab's default): set both when another lab runs on the machine.
 
 Figures (median of --repeat runs, seconds):
   pdsh       pdsh -R ssh -w <hosts> true: connect, run `true`, exit
@@ -36,7 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
+from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 TRIVIAL = "print('running', flush=True)"
 

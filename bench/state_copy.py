@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost of ``state.sync: copy`` on the ssh lab (tests/integration/ssh/netlab.py), whose hosts
+"""Cost of ``state.sync: copy`` on the ssh lab (tests/labs/ssh.py), whose hosts
 each have a private tmpfs state dir like VMs with their own disks. Needs root (tests/setup/ssh.sh).
 
 1. Copy throughput: a synthetic backup of --mb MB (random bytes, a TF-like ``checkpoint`` state
@@ -36,7 +36,7 @@ from launcher.backends.ssh.backend import SSHBackend  # noqa: E402
 from launcher.execution import plan_for  # noqa: E402
 from launcher.remote.statesync import LATEST  # noqa: E402
 from launcher.spec import load_spec  # noqa: E402
-from tests.integration.ssh.netlab import Lab, have_prereqs  # noqa: E402
+from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 PY = sys.executable
 TIMEOUT = 300

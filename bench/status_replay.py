@@ -9,7 +9,7 @@ and checks that both give the same figures (status against the independent repla
     python bench/status_replay.py [--mb 10,100] [--repeat 3]
 
 With ``--snapshot`` (issue 22 item 4): after growing the logs, the record's snapshot is written
-as the supervisor writes it (``runfeed.SnapshotWriter``, timed here: the supervisor spreads that
+as the supervisor writes it (``feed.SnapshotWriter``, timed here: the supervisor spreads that
 work over the run), then ``--tail-mb`` more of step lines are appended to each log (what a task
 prints between two snapshots, and more), and ``status`` from the snapshot is timed against
 ``status`` with the snapshot moved away (a replay from the start: the old way); "same" checks
@@ -81,8 +81,8 @@ def grow(log: Path, mb: float, result: bool = True) -> int:
 def line_by_line(run_dir: Path) -> dict:
     """The view replayed the way it was before chunked reads: each whole log in memory, every
     line through ``RunView.line``. Per task: (global_step, loss, accuracy, examples/s)."""
-    from launcher.rundir import read_events
-    from launcher.runview import RunView
+    from launcher.record.view import RunView
+    from launcher.record.reader import read_events
 
     view = RunView()
     for event in read_events(run_dir, strict=True):
@@ -128,7 +128,7 @@ def status_json(spec: Path) -> tuple[float, int, dict]:
 
 def snapshot_mode(spec: Path, run_dir: Path, sizes: list[int], repeat: int, tail_mb: float) -> int:
     from launcher.record.layout import SNAPSHOT_FILE
-    from launcher.runfeed import SnapshotWriter
+    from launcher.record.feed import SnapshotWriter
 
     print(f"{'MB/task':>8} {'lines/task':>11} {'tail lines':>11} {'full s':>8} {'snapshot s':>11} {'status MB':>10} "
           f"{'write s':>8} {'snap KB':>8} same")

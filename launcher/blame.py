@@ -15,7 +15,7 @@ from .policy import describe_exit, hang_watched, silent_by_design
 if TYPE_CHECKING:
     from .elastic import Replan
     from .plan import Plan
-    from .runview import HostChange
+    from .record.view import HostChange
     from .supervisor import Attempt
 
 TAIL = 15  # lines of a task's output shown in failure reports

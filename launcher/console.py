@@ -19,7 +19,7 @@ from . import noise
 from .progress import parse
 
 if TYPE_CHECKING:
-    from .runview import RunView
+    from .record.view import RunView
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
 # Heartbeats the panel shows in its rows, so they do not scroll above it as well.

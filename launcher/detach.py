@@ -130,7 +130,7 @@ def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[s
 def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> int:
     """``up FILE --detach`` in the foreground: a new run id, its supervisor started and relayed
     until hand-over (``launch``)."""
-    from .rundir import new_run_id
+    from .record.writer import new_run_id
 
     extra = [flag for flag, on in (("--quiet", quiet), ("--force", force)) if on]
     return launch(spec, new_run_id(), extra, console, lambda rid: commands(spec, rid))

@@ -6,7 +6,6 @@ save on the way out); what it leaves behind the run's backend stops directly (``
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from typing import Optional
@@ -18,8 +17,8 @@ from .plan import Plan
 from .procinfo import is_same, wait_gone
 from .record.events import Event
 from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
+from .record.reader import latest_run, read_launcher
 from .record.states import Outcome
-from .rundir import latest_run
 from .specmodel import LoadedSpec
 
 
@@ -30,7 +29,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
     if run_dir is None or not (run_dir / LAUNCHER_FILE).is_file():
         where = root / spec.name / (run_id or LATEST)
         raise LaunchError(f"no run record at {where}; nothing to stop (check the spec path or --run)")
-    info = json.loads((run_dir / LAUNCHER_FILE).read_text())
+    info = read_launcher(run_dir, required=True) or {}
     pid, started = int(info["pid"]), info.get("start_time")
     stopped_any = False
     supervised = pid == os.getpid() or is_same(pid, started)
@@ -58,7 +57,8 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
 def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
-    from .rundir import RecordDamaged, append_event, read_events
+    from .record.reader import RecordDamaged, read_events
+    from .record.writer import append_event
 
     try:
         events = read_events(run_dir, strict=True)

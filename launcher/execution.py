@@ -88,7 +88,7 @@ def spares_of(spec) -> list[str]:
 def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
     """LaunchError if a run of this spec is still running (``up`` without ``--force``);
     ``shown`` is the spec path as the user typed it, for the commands the message suggests."""
-    from .runstate import running_runs
+    from .record.status import running_runs
 
     spec = loaded.spec
     busy = running_runs(name_dir(loaded))
@@ -118,7 +118,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     supervisor until success, failure or interruption (``tfcluster compare`` runs each
     configuration through here too; ``on_record`` gets the run record once it exists)."""
     from .backends import backend_class
-    from .rundir import RunRecord
+    from .record.writer import RunRecord
     from .supervisor import Supervisor
 
     spec = loaded.spec

@@ -18,8 +18,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .runview import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED, TRAINING,
-                      RunView, TaskView)
+from .record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
+                          TRAINING, RunView, TaskView)
 
 _STATE_STYLE = {
     STARTING: "dim", IMPORTING: "dim", READY: "cyan", TRAINING: "bold green", EVALUATING: "green",

@@ -17,7 +17,7 @@ from .plan import Plan
 from .policy import describe_exit
 from .record.events import Event
 from .record.states import Outcome
-from .rundir import RunRecord
+from .record.writer import RunRecord
 from .specmodel import Spec
 
 

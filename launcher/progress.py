@@ -106,7 +106,7 @@ class Throughput:
         self._lap_step = 0
 
     def to_json(self) -> dict:
-        """Its whole state as JSON values (a ``RunView`` snapshot, launcher/runfeed.py)."""
+        """Its whole state as JSON values (a ``RunView`` snapshot, launcher/record/feed.py)."""
         state = dict(vars(self))
         if self._marks is not None:
             state["_marks"] = [list(m) for m in self._marks]

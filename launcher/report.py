@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import statelayout
-from .runview import RunView
+from .record.view import RunView
 
 _COLUMNS = ("task", "host", "state", "exit", "attempts", "steps", "examples/s", "loss", "accuracy")
 

@@ -1,8 +1,8 @@
 """``tfcluster status``, ``logs``, ``attach`` and ``runs``: what a run record says, for people.
 
-Everything is read through launcher/runstate.py (the record) and launcher/runfeed.py (the
-record replayed into the live panel's ``RunView``); this module only finds the run, formats
-and follows.
+Everything is read through launcher/record/: reader.py (the record's files, finding the run),
+status.py (the run's state and task rows) and feed.py (the record replayed into the live panel's
+``RunView``); this module only formats and follows.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from .console import Console
 from .errors import LaunchError
 from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_LOST
 from .record.events import Event
+from .record.feed import RecordFeed
 from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
-from .runstate import (FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, find_run, list_runs, load_run,
-                      runs_root)
-from .rundir import read_events
-from .runfeed import RecordFeed
+from .record.reader import find_run, read_events, runs_root
+from .record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, list_runs, load_run
 from .specmodel import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run
@@ -261,7 +260,7 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going.
 
     On a terminal: the live panel of ``up`` (launcher/liveview.py), drawn from a ``RunView`` that
-    launcher/runfeed.py replays from the record and then follows, with task output and the
+    launcher/record/feed.py replays from the record and then follows, with task output and the
     supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
     run = _run(loaded, args.run)
     if load_run(run, progress=False).state == RUNNING:

@@ -12,7 +12,7 @@ from .backends.base import Backend, TaskHandle
 from .console import Console
 from .plan import PlannedTask
 from .record.events import Event
-from .rundir import RunRecord
+from .record.writer import RunRecord
 
 # A standby blocks SIGUSR1 as its first act; one younger than this may not have yet.
 MIN_AGE = 2.0

@@ -27,11 +27,11 @@ from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
 from .record.events import Event
+from .record.feed import SnapshotWriter
 from .record.states import AttemptState, Outcome
+from .record.view import RunView
+from .record.writer import RunRecord
 from .report import location_lines, locations, task_table
-from .rundir import RunRecord
-from .runfeed import SnapshotWriter
-from .runview import RunView
 from .specmodel import Restart, Spec, Watchdog
 from .standby import WarmStandby
 

@@ -22,7 +22,7 @@ from . import statelayout
 from .console import Console
 from .errors import LaunchError, SpecError
 from .record.layout import runs_dir, state_dir
-from .rundir import latest_run
+from .record.reader import latest_run
 from .specmodel import LoadedSpec
 
 STOP_TIMEOUT = 10.0  # seconds TensorBoard gets to exit after Ctrl-C before it is killed

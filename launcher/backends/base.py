@@ -114,7 +114,7 @@ class RecordedRun:
     def allocation(self) -> Mapping[str, Any]:
         """What the backend recorded with ``RunRecord.allocated(...)`` (e.g. a job id): launcher.json's
         ``allocation``, else (a record of an older tfcluster) the backend's own ``<backend>.json``."""
-        from ..rundir import read_allocation
+        from ..record.reader import read_allocation
 
         return self.info.get("allocation") or read_allocation(self.dir, str(self.info.get("backend") or ""))
 

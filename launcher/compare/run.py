@@ -33,7 +33,7 @@ from ..console import Console
 from ..errors import UserError
 from ..progress import parse
 from ..record.layout import COMPARE_DIR, name_dir
-from ..rundir import read_events
+from ..record.reader import read_events
 from ..spec import LoadedSpec, load_spec, parse_spec
 from . import plots, report, tensorboard
 from .configs import Config, Options, configurations

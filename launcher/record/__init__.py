@@ -1,9 +1,16 @@
-"""The run record's vocabulary, defined once: where a run's files are and what they are called
+"""The run record. Its vocabulary, defined once: where a run's files are and what they are called
 (``layout``), the kinds of events ``events.jsonl`` holds (``events.Event``), and the states a
-run, an attempt and a task go through (``states``). launcher/rundir.py writes the record and
-reads its events, launcher/runstate.py and launcher/runfeed.py read it back; they and every
-module that names a record file, an event kind or a state import them from here
-(tests/unit/test_record_vocabulary.py keeps it so).
+run, an attempt and a task go through (``states``); every module that names a record file, an
+event kind or a state imports them from here (tests/unit/test_record_vocabulary.py keeps it so).
+
+Its modules: ``writer`` writes the record (RunRecord, append_event); ``reader`` is the one reader
+of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;
+``view`` is the one run model (RunView) the live panel and the final report show; ``feed``
+replays a record into a RunView (and writes its snapshots); ``status`` is a run as ``status``
+and ``runs`` show it: the replayed RunView plus what only the record says (run state, attempts,
+the supervisor, each task's recorded state, whether its process is alive).
+This package's __init__ imports only the vocabulary (policy.py imports record.states, and
+status imports policy), so import those modules by name: ``from launcher.record.writer import ...``.
 """
 
 from .events import Event

@@ -1,6 +1,6 @@
 """The kinds of event a run record holds: the ``event`` of every line of ``events.jsonl``.
 
-Written through ``RunRecord.event`` (the supervisor and the backends) or ``rundir.append_event``
+Written through ``RunRecord.event`` (the supervisor and the backends) or ``writer.append_event``
 (``tfcluster down`` of a run whose supervisor is gone), never as bare strings
 (tests/unit/test_record_vocabulary.py checks every call). A run's events come in this order:
 
@@ -19,7 +19,7 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``rundi
 
 and in between, backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
 slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
-A new kind goes here first; readers (runview, runstate, runfeed, compare/measure) ignore kinds
+A new kind goes here first; readers (record/view, reader, feed, compare/measure) ignore kinds
 they do not know.
 """
 

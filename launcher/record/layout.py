@@ -8,7 +8,7 @@ Under the spec's runs dir (``runs_dir``: ``<spec dir>/<run_dir>``)::
     <name>/<run id>/output.log       every task's output interleaved as it arrived, "[type:index] ..."
     <name>/<run id>/supervisor.log   a detached supervisor's own messages (``up --detach``)
     <name>/<run id>/snapshot.json    the replayed view now and then, with the byte offsets of events.jsonl
-                                     and each task log it covers (launcher/runfeed.py): ``status`` and
+                                     and each task log it covers (launcher/record/feed.py): ``status`` and
                                      ``attach`` replay only what came after it
     <name>/<run id>/launcher.json    the launcher's pid and each task's pid/pgid, and the backend's
                                      allocation (``RunRecord.allocated``), for ``tfcluster down``

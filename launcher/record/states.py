@@ -12,19 +12,19 @@ new RUNNING one while the restart policy allows; a REGROW one always.
 (written by the supervisor from its last attempt) | STOPPED (written by ``tfcluster down`` for a
 run whose supervisor was lost).
 
-``RunState`` -- a run as ``status`` and ``runs`` read it from its record (launcher/runstate.py):
+``RunState`` -- a run as ``status`` and ``runs`` read it from its record (launcher/record/status.py):
 RUNNING (no outcome yet, its supervisor alive or not checkable from here) -> SUCCEEDED |
 FAILED | STOPPED (its outcome: succeeded; failed; interrupted or stopped) or -> LOST (no outcome
 and its supervisor gone) -> STOPPED (once ``tfcluster down`` records the outcome). DAMAGED: a
 record that cannot be read (``runs`` lists it, with why).
 
-``TaskState`` -- a task. As the live panel and the final report show it (launcher/runview.py,
+``TaskState`` -- a task. As the live panel and the final report show it (launcher/record/view.py,
 fed events and output lines): PENDING -> STARTING (its ``start`` event) -> IMPORTING (its first
 line) -> READY (its TF port open, or a PSS server line) -> TRAINING (a progress line) <->
 EVALUATING (an evaluator's eval line) -> SUCCEEDED (exit 0) | FAILED (another exit, or named by a
 ``failure``) | STOPPED (stopped at the attempt's end); RESTARTING (a group ``restart`` or a
 ``task_restart``) -> STARTING again. As ``status`` shows it from the record alone
-(launcher/runstate.py): NOT_STARTED -> STARTING -> RUNNING (ready) -> SUCCEEDED | STOPPED |
+(launcher/record/status.py): NOT_STARTED -> STARTING -> RUNNING (ready) -> SUCCEEDED | STOPPED |
 EXITED (an exit without a code) | the exit described ("exit code 3", "killed by SIGKILL (exit
 137)", ``policy.describe_exit``); GONE when its supervisor is lost and its process too.
 

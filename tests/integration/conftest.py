@@ -26,8 +26,8 @@ def tfds_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def lab():
-    """Three hosts in network namespaces, each with its own sshd (see ssh/netlab.py)."""
-    from tests.integration.ssh.netlab import Lab, have_prereqs
+    """Three hosts in network namespaces, each with its own sshd (see tests/labs/ssh.py)."""
+    from tests.labs.ssh import Lab, have_prereqs
 
     require_root()
     for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("ssh-keygen", "openssh-client"),
@@ -60,8 +60,8 @@ def _running(lab, root: Path):
 
 @pytest.fixture(scope="session")
 def slurm():
-    """munged, slurmctld and one slurmd per network namespace (see slurm/slurmlab.py)."""
-    from tests.integration.slurm.slurmlab import SlurmLab, have_prereqs
+    """munged, slurmctld and one slurmd per network namespace (see tests/labs/slurm.py)."""
+    from tests.labs.slurm import SlurmLab, have_prereqs
 
     require_root()
     reason = have_prereqs()
@@ -90,7 +90,7 @@ def docker_engine():
 
 @pytest.fixture(scope="session")
 def base_image(docker_engine) -> str:
-    from tests.integration.docker import engine as eng
+    from tests.labs import docker as eng
 
     docker_warmup().images()
     return eng.BASE_IMAGE
@@ -106,7 +106,7 @@ def wheelhouse_url(docker_engine) -> str:
 @pytest.fixture(scope="session")
 def worker_image(docker_engine) -> str:
     """docker/Dockerfile built on the debootstrap base, offline (layers cached across sessions)."""
-    from tests.integration.docker import engine as eng
+    from tests.labs import docker as eng
 
     warmup = docker_warmup()
     warmup.images()

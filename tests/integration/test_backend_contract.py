@@ -33,7 +33,7 @@ from launcher.backends import RecordedRun, backend_class, backend_names
 from launcher.backends.base import Backend, TaskHandle
 from launcher.console import Console
 from launcher.plan import build_plan, task_keys
-from launcher.rundir import RunRecord
+from launcher.record.writer import RunRecord
 from launcher.spec import load_spec
 from tests.support.ports import free_base
 from tests.support.waits import wait_for

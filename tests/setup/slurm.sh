@@ -1,7 +1,7 @@
 #!/bin/sh
 # System packages the slurm backend's integration tests and bench/slurm.py need: Slurm 22.05
 # (slurmctld, slurmd, the client commands) and munge, on Debian 12. Idempotent; run as root.
-# The tests start their own munged/slurmctld/slurmd (tests/integration/slurm/slurmlab.py) with
+# The tests start their own munged/slurmctld/slurmd (tests/labs/slurm.py) with
 # their own config and state dirs; the packaged services are neither enabled nor started here.
 set -eu
 

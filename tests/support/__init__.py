@@ -1,5 +1,5 @@
 """What the tests share, one module per job (no lab here: the ssh, Slurm and Docker labs live
-under tests/integration/<lab>/):
+in tests/labs/, which bench/ imports too):
 
 - ``cli``        run the CLI like a user would: ``tfcluster(...)`` (to the end), ``start_tfcluster(...)``
 - ``errors``     the one error line of a spec or of the CLI (``one_error``, ``spec_errors``, ``one_cli_error``)

@@ -1,4 +1,4 @@
-"""The session's one Docker warm-up (tests/integration/docker/engine.py ``Warmup``): the private
+"""The session's one Docker warm-up (tests/labs/docker.py ``Warmup``): the private
 engine and the two locally built images take about three minutes on a fresh machine, so
 tests/conftest.py starts it as soon as the session knows it has docker tests (the build then
 overlaps every other test), and the docker fixtures in tests/integration/conftest.py use the same one.
@@ -35,7 +35,7 @@ def docker_prereqs_met() -> bool:
 
 def docker_warmup():
     """The session's one warm-up, started at the first call."""
-    from tests.integration.docker import engine as eng
+    from tests.labs import docker as eng
 
     if not _WARMUP:
         _WARMUP.append(eng.Warmup().start())

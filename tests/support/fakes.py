@@ -15,7 +15,7 @@ from typing import Mapping, Optional
 from launcher.backends.base import Backend, TaskHandle
 from launcher.console import Console
 from launcher.execution import plan_for
-from launcher.rundir import RunRecord
+from launcher.record.writer import RunRecord
 from launcher.spec import parse_spec
 from launcher.supervisor import Supervisor
 

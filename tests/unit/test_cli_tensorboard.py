@@ -13,7 +13,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.execution import plan_for
-from launcher.rundir import RunRecord
+from launcher.record.writer import RunRecord
 from launcher.spec import load_spec
 from tests.support.errors import one_cli_error
 

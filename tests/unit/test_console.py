@@ -6,7 +6,7 @@ import io
 import re
 
 from launcher.console import Console
-from launcher.runview import RunView
+from launcher.record.view import RunView
 
 NOISE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 

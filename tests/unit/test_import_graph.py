@@ -201,7 +201,7 @@ def test_no_private_name_is_used_from_another_module():
 def test_spec_models_are_a_leaf_and_only_the_loader_above_the_backends_composes_them():
     graph = import_graph()
     assert graph["launcher.specmodel"] == set(), graph["launcher.specmodel"]
-    below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan", "launcher.rundir"}
+    below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan", "launcher.record.writer"}
     assert not [m for m in below if "launcher.spec" in graph[m]], "the loader, launcher.spec, is above the backends"
     assert "launcher.backends" in graph["launcher.spec"] and "launcher.export.options" in graph["launcher.spec"]
 
@@ -239,3 +239,18 @@ def test_the_ssh_helpers_take_the_host_pool_not_the_backend():
     assert users == [], users
     ssh = Path(ROOT / "launcher" / "backends" / "ssh")
     assert not [p.name for p in ssh.glob("*.py") if p.name not in ("backend.py", "__init__.py") and "SSHBackend" in p.read_text()]
+
+
+def test_the_record_package_has_one_writer_one_reader_and_one_run_model():
+    """launcher/record/: the reader of the record's files sits low (nothing of the run model),
+    the run model (view.py) reads no file, and the package's __init__ is the vocabulary alone
+    (policy.py imports record.states; record.status imports policy)."""
+    graph = import_graph()
+    reader = graph["launcher.record.reader"]
+    assert reader <= {"launcher.errors", "launcher.record.layout"}, reader
+    record_io = {"launcher.record.reader", "launcher.record.writer", "launcher.record.feed", "launcher.record.status"}
+    assert not graph["launcher.record.view"] & record_io, graph["launcher.record.view"]
+    assert graph["launcher.record"] <= {"launcher.record.events", "launcher.record.layout", "launcher.record.states"}
+    # the status model is built on the view the feed replays, through the one reader
+    assert {"launcher.record.feed", "launcher.record.view", "launcher.record.reader"} <= graph["launcher.record.status"]
+    assert "launcher.record.writer" not in graph["launcher.record.status"] | graph["launcher.record.feed"]

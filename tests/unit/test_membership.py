@@ -15,7 +15,7 @@ from launcher.console import Console
 from launcher.discovery import Answer
 from launcher.execution import plan_for
 from launcher.membership import Membership
-from launcher.rundir import RunRecord
+from launcher.record.writer import RunRecord
 from launcher.spec import parse_spec
 from launcher.specmodel import Host
 from tests.support.fakes import ScriptedBackend

@@ -128,8 +128,8 @@ def test_the_records_plan_json_holds_the_cluster_once_and_reads_back(tmp_path):
     """plan.json is the compact shape, secrets redacted; status reads it, and still reads a record
     written before (every task with its whole TF_CONFIG)."""
     from launcher.plan import expand_plan_json
-    from launcher.rundir import RunRecord
-    from launcher.runstate import load_run
+    from launcher.record.writer import RunRecord
+    from launcher.record.status import load_run
 
     plan = plan_of(SPECS["local_mwms_chief_evaluator"])
     record = RunRecord(tmp_path / "runs", plan).create()

@@ -16,7 +16,7 @@ LAUNCHER = Path(__file__).resolve().parents[2] / "launcher"
 RECORD = LAUNCHER / "record"
 FILE_NAMES = set(layout.RECORD_FILES) | {f"{name}.json" for name in backend_names()}
 STATES = {m.value for enum in (AttemptState, Outcome, ResultStatus, RunState, TaskState) for m in enum}
-# The writers and where the kind goes: RunRecord.event(kind, ...), rundir.append_event(run_dir, kind, ...).
+# The writers and where the kind goes: RunRecord.event(kind, ...), writer.append_event(run_dir, kind, ...).
 WRITERS = {"event": 0, "append_event": 1}
 
 

@@ -14,7 +14,7 @@ from launcher.backends.slurm import backend as slurm_backend
 from launcher.backends.slurm.backend import SlurmBackend
 from launcher.console import Console
 from launcher.execution import plan_for
-from launcher.rundir import RunRecord
+from launcher.record.writer import RunRecord
 from launcher.spec import LoadedSpec, parse_spec
 
 SPEC = """\

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.labs import docker as eng
 from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
-
-from . import engine as eng
 
 # Generous: the first test on a fresh machine also builds the image (debootstrap, pip, build).
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
@@ -368,7 +367,7 @@ def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, 
     from launcher.backends import make_backend
     from launcher.errors import LaunchError
     from launcher.execution import plan_for
-    from launcher.rundir import RunRecord
+    from launcher.record.writer import RunRecord
     from launcher.spec import load_spec
 
     loaded = load_spec(_spec(tmp_path, docker_engine.url, "true"))

@@ -1,5 +1,5 @@
 """Fixtures for the slurm backend's integration tests: the session's real Slurm cluster (the
-``slurm`` fixture in tests/integration/conftest.py, slurmlab.py) checked before each test, and
+``slurm`` fixture in tests/integration/conftest.py, tests/labs/slurm.py) checked before each test, and
 spec writing / ``tfcluster`` runs pointed at it."""
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.labs.slurm import PARTITION
 from tests.support import cli
 from tests.support.cli import PY, ROOT
-
-from .slurmlab import PARTITION
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """``backend: slurm`` against a real Slurm 22.05 cluster (slurmctld + one slurmd per network
-namespace, see slurmlab.py): placement from the allocation, MWMS and PSS training, restarts and
+namespace, see tests/labs/slurm.py): placement from the allocation, MWMS and PSS training, restarts and
 preemption inside one allocation, teardown and ``tfcluster down``, preflight errors."""
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resum
     restart goes into the doomed allocation: the run ends in one line naming the preemption and
     cancels its job at once (the preemptor runs without waiting out the GraceTime). ``up``
     again, once the nodes are free, resumes at the saved step with zero steps redone."""
-    from .slurmlab import GRACE, URGENT
+    from tests.labs.slurm import GRACE, URGENT
 
     # 120 steps: after the trigger at step 10, 110 (8 s or more) for sbatch, slurmctld's
     # preemption and its SIGTERM to land in.

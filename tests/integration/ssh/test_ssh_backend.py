@@ -1,4 +1,4 @@
-"""The ssh backend against real sshd hosts in network namespaces (see netlab.py)."""
+"""The ssh backend against real sshd hosts in network namespaces (see tests/labs/ssh.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 from tests.support.processes import alive
 import yaml
 
+from tests.labs.ssh import GATEWAY
+
 from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
-from .netlab import GATEWAY
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -149,7 +150,7 @@ def _up_behind_firewall(spec: Path, host, rule: str) -> tuple[subprocess.Complet
 
 
 def test_two_host_mwms_trains_to_success_over_ssh(lab, make_spec):
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = make_spec(
@@ -171,7 +172,7 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
     on its host is relaunched alone there (a second remote start, through boot.py), rejoins, and
     the run succeeds with the servers stopped on every host."""
     from tests.integration.tfrun import progress, run_and_act
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = make_spec(
@@ -476,7 +477,7 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     from launcher.console import Console
     from launcher.backends import RecordedRun
     from launcher.execution import plan_for
-    from launcher.rundir import RunRecord
+    from launcher.record.writer import RunRecord
     from launcher.spec import load_spec
 
     spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 60})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.support.waits import wait_for
 
 from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
 

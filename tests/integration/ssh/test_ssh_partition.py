@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+from tests.labs.ssh import GATEWAY, SUBNET
+
 from .conftest import PY
-from .netlab import GATEWAY, SUBNET
 from .test_ssh_backend import _finish, _launch, _nft, _nft_flush, _pidfiles, _wait_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
@@ -123,7 +124,7 @@ def test_tf_survivor_aborted_by_a_partition_is_a_consequence_and_the_group_resta
     # launcher's own lease (15 s) runs out: h2's silence is the root cause, the run is retried.
     # The partition heals once the launcher has said so (not after a fixed time, which could
     # come before TF's abort), and the restart's 5 s backoff starts on a healed network.
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = make_spec([PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "80", "--step-delay", "0.1",

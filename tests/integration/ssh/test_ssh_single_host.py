@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
 
 def test_mirrored_on_one_ssh_host_resumes_after_sigkill_and_the_model_comes_back(lab, make_spec, tmp_path):
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = make_spec(

@@ -1,5 +1,5 @@
 """The state dir over ssh when hosts do not share a disk (``state.sync``), against real sshd hosts
-whose ``lab.private`` dir is a tmpfs of their own (netlab): a file written there through one
+whose ``lab.private`` dir is a tmpfs of their own (the ssh lab): a file written there through one
 host is invisible to the others and to this machine, like VMs with their own disks."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from tests.helpers import wait_for
 from tests.integration.tfrun import last_step_before, progress, run_and_act
+from tests.support.waits import wait_for
 
 from .conftest import PY, tfcluster
 from .test_ssh_backend import _pidfiles
@@ -92,7 +92,7 @@ def test_a_copy_whose_link_is_cut_is_reported_and_never_used(lab, make_spec, tmp
     rest, so the cut lands inside the 30 MB copy whatever the machine's speed. The copy stalls,
     fails within 2 x ssh.lease (at least 10 s) with one line, and its half-written temp dir is
     never renamed into place (it is removed once the connection's end reaches h2)."""
-    from .netlab import GATEWAY
+    from tests.labs.ssh import GATEWAY
     from .test_ssh_backend import _nft, _nft_flush
 
     state = _private_state(lab, tmp_path)
@@ -139,7 +139,7 @@ def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_c
                                                                                           loop):
     """fit resumes from BackupAndRestore's backup/, the custom loop from its CheckpointManager's
     checkpoints/custom/: each copied from h1 to h2 before the restart."""
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = _train_spec(make_spec, lab, tmp_path, "--loop", loop)
@@ -168,7 +168,7 @@ def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_c
 def test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there(lab, make_spec, tmp_path):
     """Ctrl-C is graceful preemption (every worker saves the agreed step, 0 steps lost); the
     rerun's first attempt copies that backup from h1 to h2 and both resume at that step."""
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = _train_spec(make_spec, lab, tmp_path, max_restarts=0)
@@ -185,7 +185,7 @@ def test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there(lab, make_spec, tm
 def test_sigterm_on_one_host_loses_no_step_and_both_hosts_resume_there(lab, make_spec, tmp_path):
     """A host shutting down (SIGTERM to worker:1 only): both workers save the agreed step on their
     own disks, the chief's save is copied to h2, and the restarted group resumes there."""
-    from tests.prereq import require_tf
+    from tests.support.prereq import require_tf
 
     require_tf()
     spec = _train_spec(make_spec, lab, tmp_path, "--save-freq", "50")  # no periodic backup before the end

@@ -19,9 +19,9 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
-from .progress import Progress, Throughput, parse, step_shape
-from .record.events import Event
-from .record.states import TaskState
+from ..progress import Progress, Throughput, parse, step_shape
+from .events import Event
+from .states import TaskState
 
 # A task's states (record/states.py: TaskState), in the order a healthy task goes through them.
 STARTING, IMPORTING, READY, TRAINING, EVALUATING = (TaskState.STARTING, TaskState.IMPORTING, TaskState.READY,
@@ -183,7 +183,7 @@ class RunView:
     def to_json(self) -> dict[str, Any]:
         """Everything the view holds, as JSON values: ``from_json`` gives the same view back (the
         elastic fields and each task's throughput marks included). A run record's snapshot
-        (launcher/runfeed.py) holds one, so ``status`` replays only what came after it."""
+        (launcher/record/feed.py) holds one, so ``status`` replays only what came after it."""
         with self._lock:
             out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
                                    if f.name not in ("tasks", "host_changes")}

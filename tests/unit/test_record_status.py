@@ -1,4 +1,4 @@
-"""launcher/runstate.py: a run's state and task rows from its record; damaged records named."""
+"""launcher/record/status.py: a run's state and task rows from its record; damaged records named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.runstate import FAILED, LOST, RUNNING, STOPPED, RecordDamaged, load_run
+from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, RecordDamaged, load_run
 
 PLAN = {"name": "t", "strategy": "multi_worker_mirrored", "backend": "local", "tasks": [
     {"type": "worker", "index": 0, "host": "h0"}, {"type": "worker", "index": 1, "host": "h1"}]}
@@ -57,6 +57,15 @@ def test_running_rows_progress_throughput_and_restarts(tmp_path):
     assert w0.examples_per_sec == pytest.approx(5 * 32 / 2.0)  # 5 steps of 32 in 2 s, this attempt only
     assert w0.last_line == "still going"
     assert w1.state == "running" and w1.epoch is None and w1.loss is None
+    # one task table: the rows' figures are the view's tasks, read and not copied
+    assert w0.task is view.view.tasks["worker:0"] and view.view.tasks["worker:0"].loss == 0.4
+    # loaded without progress: no task log is read, so no view and no figures
+    quick = load_run(run, alive=lambda pid, st: True, progress=False)
+    assert quick.view is None and quick.tasks[0].task is None and quick.tasks[0].loss is None
+    assert [t.to_json() for t in quick.tasks][0] == {
+        "key": "worker:0", "host": "h0", "state": "running", "attempt": 1, "epoch": None, "step": None,
+        "global_step": None, "loss": None, "accuracy": None, "examples_per_sec": None, "restarts": 1,
+        "last_line": "", "alive": None, "has_result": False}
 
 
 def test_supervisor_gone_without_outcome_is_lost_and_checks_task_groups(tmp_path):

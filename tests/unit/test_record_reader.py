@@ -1,9 +1,9 @@
-"""The one reader of a run's events.jsonl (launcher/rundir.py): lenient for compare, strict for
+"""The one reader of a run's events.jsonl (launcher/record/reader.py): lenient for compare, strict for
 status/attach/down, which must say a record is damaged rather than show a wrong run."""
 
 import pytest
 
-from launcher.rundir import RecordDamaged, read_events
+from launcher.record.reader import RecordDamaged, read_events
 
 GOOD = '{"time": 1, "event": "run_start"}\n'
 

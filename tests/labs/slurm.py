@@ -1,11 +1,11 @@
 """A real Slurm cluster on this machine, for the slurm backend's tests and bench/slurm.py.
 
-On top of netlab's network (namespaces joined by a bridge, no sshd): one ``munged`` with its own
-socket and key, ``slurmctld`` on this machine listening on the lab's gateway address, and one
-``slurmd -N n<i>`` per namespace host, started with ``nsenter --net=/run/netns/<ns>`` (``ip
-netns exec`` remounts /sys and slurmd 22.05 then fails: "No filesystem mounted on
-/sys/fs/cgroup"). Every file -- slurm.conf, state, spool, logs, the munge socket -- lives under
-the lab's root, and clients find the config through ``SLURM_CONF`` (see ``env()``), so the
+On top of the ssh lab's network (tests/labs/ssh.py: namespaces joined by a bridge; no sshd here):
+one ``munged`` with its own socket and key, ``slurmctld`` on this machine listening on the lab's
+gateway address, and one ``slurmd -N n<i>`` per namespace host, started with
+``nsenter --net=/run/netns/<ns>`` (``ip netns exec`` remounts /sys and slurmd 22.05 then fails: "No
+filesystem mounted on /sys/fs/cgroup"). Every file -- slurm.conf, state, spool, logs, the munge socket -- lives
+under the lab's root, and clients find the config through ``SLURM_CONF`` (see ``env()``), so the
 machine's own /etc/slurm is never read or written.
 
 The nodes share this machine's file system (only the network differs), so a step runs the same
@@ -13,7 +13,7 @@ Python and sees the same work tree as the launcher -- except ``private``: each s
 its own mount namespace (``unshare --mount``) with a tmpfs of its own there, so a workdir or run
 dir under ``private`` is this machine's alone, as a login node's local disk would be.
 
-``stop()`` ends every daemon it started (by the pids it holds), then netlab kills whatever is
+``stop()`` ends every daemon it started (by the pids it holds), then the ssh lab kills whatever is
 left in the namespaces (``ip netns pids``: slurmstepd and the tasks), never by name.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tests.integration.ssh.netlab import Lab, sh
+from tests.labs.ssh import Lab, sh
 
 SUBNET = os.environ.get("TFCLUSTER_SLURM_SUBNET", "10.232.0")
 PREFIX = os.environ.get("TFCLUSTER_SLURM_PREFIX", "tfsl")

@@ -32,11 +32,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .errors import LaunchError
-from .plan import Plan
-from .procinfo import start_time
-from .record.events import Event
-from .record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
+from ..plan import Plan
+from ..procinfo import start_time
+from .events import Event
+from .layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
                             later_plan_name, log_path, state_dir)
 
 
@@ -307,62 +306,3 @@ def _size(n: float) -> str:
 def _to_stderr(message: str) -> None:
     sys.stderr.write(f"tfcluster: error: {message}\n")
     sys.stderr.flush()
-
-
-class RecordDamaged(LaunchError):
-    """A file of the run record cannot be read as what it should be."""
-
-
-def parse_events(lines: list[str], path: Path, first: int = 1, strict: bool = True) -> list[dict[str, Any]]:
-    """The events in ``lines`` (complete lines of ``path``, the first being line ``first``).
-    A line that is not an event raises RecordDamaged naming it, or with ``strict=False`` is
-    skipped (a line a full disk cut short)."""
-    out = []
-    for number, line in enumerate(lines, first):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if not isinstance(event, dict) or "event" not in event:
-            if not strict:
-                continue
-            raise RecordDamaged(f"run record damaged: {path} line {number} is not an event "
-                                f"({line[:60]!r}); the events before it are intact")
-        out.append(event)
-    return out
-
-
-def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
-    """A run's ``events.jsonl`` as written by ``RunRecord.event``; no file, no events. A last
-    line without its newline was cut by a crash mid-write and is skipped. Any other line that is
-    not an event is skipped, or with ``strict`` makes the record damaged (RecordDamaged naming
-    the line; also for a file that exists but cannot be read)."""
-    path = Path(run_dir) / EVENTS_FILE
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        if not strict:
-            return []
-        raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
-    return parse_events(text.split("\n")[:-1], path, strict=strict)
-
-
-def read_allocation(run_dir: Path, backend: str) -> dict[str, Any]:
-    """What the backend of the run in ``run_dir`` allocated, from ``<backend>.json``: for a record
-    whose launcher.json lacks its ``allocation`` (``RecordedRun.allocation``)."""
-    try:
-        data = json.loads(allocation_path(run_dir, backend).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def latest_run(root: Path, name: str) -> Optional[Path]:
-    link = root / name / LATEST
-    if link.exists():
-        return link.resolve()
-    return None

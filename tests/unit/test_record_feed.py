@@ -1,4 +1,4 @@
-"""launcher/runfeed.py: a RunView fed from a run record on disk, replayed and then followed,
+"""launcher/record/feed.py: a RunView fed from a run record on disk, replayed and then followed,
 with each attempt's lines on the right side of its start event."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runfeed import RecordDamaged, RecordFeed, replay
-from launcher.runview import RunView
+from launcher.record.feed import RecordDamaged, RecordFeed, replay
+from launcher.record.view import RunView
 
 T0 = 1_000_000.0
 
 
 class Record:
-    """A run dir written the way launcher/rundir.py writes it, one append at a time."""
+    """A run dir written the way launcher/record/writer.py writes it, one append at a time."""
 
     def __init__(self, root: Path) -> None:
         self.dir = root / "run"
@@ -117,7 +117,7 @@ def test_a_log_read_in_small_chunks_replays_the_same_and_stops_at_the_next_attem
     """Logs are read CHUNK bytes at a time (memory does not grow with the log): a line the
     chunk cuts, one longer than a chunk and a character whose bytes a chunk splits come out
     whole; an attempt's lines still stop at the next start's log_offset."""
-    import launcher.runfeed as runfeed
+    import launcher.record.feed as feed
 
     rec = Record(tmp_path)
     rec.event("run_start", T0, name="t", tasks=["worker:0"])
@@ -134,7 +134,7 @@ def test_a_log_read_in_small_chunks_replays_the_same_and_stops_at_the_next_attem
 
     whole = replay(rec.dir)
     seen: list[str] = []
-    monkeypatch.setattr(runfeed, "CHUNK", 7)
+    monkeypatch.setattr(feed, "CHUNK", 7)
     original = RunView.lines
     monkeypatch.setattr(RunView, "lines", lambda self, key, texts, now: (seen.extend(texts),
                                                                          original(self, key, texts, now)))
@@ -262,8 +262,8 @@ def test_a_replay_from_any_snapshot_gives_the_view_a_replay_from_the_start_gives
     import random
     import shutil
 
-    from launcher.runfeed import SnapshotWriter, read_snapshot
-    from launcher.runstate import load_run
+    from launcher.record.feed import SnapshotWriter, read_snapshot
+    from launcher.record.status import load_run
 
     rng = random.Random(11)
     points = 0
@@ -304,7 +304,7 @@ def test_a_replay_from_any_snapshot_gives_the_view_a_replay_from_the_start_gives
 
 
 def test_a_record_without_a_snapshot_or_with_one_that_does_not_fit_is_replayed_from_its_start(tmp_path):
-    from launcher.runfeed import SnapshotWriter
+    from launcher.record.feed import SnapshotWriter
 
     rec = Record(tmp_path)
     rec.event("run_start", T0, name="t", tasks=["worker:0"])
@@ -335,8 +335,8 @@ def test_a_record_without_a_snapshot_or_with_one_that_does_not_fit_is_replayed_f
 def test_status_and_attach_start_from_the_snapshot(tmp_path):
     """load_run (``status``) and ``RecordFeed.resume`` (``attach``) take the view from the
     snapshot and read only what came after it (a snapshot's view changed by hand shows)."""
-    from launcher.runfeed import SnapshotWriter
-    from launcher.runstate import load_run
+    from launcher.record.feed import SnapshotWriter
+    from launcher.record.status import load_run
 
     rec = Record(tmp_path)
     (rec.dir / "plan.json").write_text(json.dumps({"name": "t", "tasks": [{"type": "worker", "index": 0}]}))
@@ -361,8 +361,8 @@ def test_status_and_attach_start_from_the_snapshot(tmp_path):
 def test_the_supervisor_leaves_a_snapshot_of_the_whole_record(tmp_path):
     """A run (a group restart, then success) ends with snapshot.json covering all of events.jsonl
     and every task log, and status from it says what a replay from the start says."""
-    from launcher.runfeed import read_snapshot
-    from launcher.runstate import load_run
+    from launcher.record.feed import read_snapshot
+    from launcher.record.status import load_run
     from tests.support.fakes import Counter, Script, ScriptedBackend, supervise
 
     backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
@@ -392,7 +392,7 @@ def test_the_supervisor_leaves_a_snapshot_of_the_whole_record(tmp_path):
 def test_snapshots_are_written_every_so_often_while_the_run_goes_on(tmp_path):
     import time
 
-    from launcher.runfeed import SnapshotWriter, read_snapshot
+    from launcher.record.feed import SnapshotWriter, read_snapshot
 
     rec = Record(tmp_path)
     rec.event("run_start", T0, name="t", tasks=["worker:0"])

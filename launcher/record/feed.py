@@ -1,4 +1,4 @@
-"""Feeding a ``RunView`` (launcher/runview.py) from a run's record on disk, as the supervisor fed
+"""Feeding a ``RunView`` (launcher/record/view.py) from a run's record on disk, as the supervisor fed
 it live: ``tfcluster status`` replays what is there, ``tfcluster attach`` goes on following.
 
 The record holds the run's events (``events.jsonl``) and each task's output (``logs/``), but
@@ -15,7 +15,7 @@ and where the feed stands (the bytes of ``events.jsonl`` and of each task log it
 tasks wait for their next start). ``RecordFeed.resume`` starts from the last snapshot, so a replay
 reads only what came after it; a record without one (written before, or a snapshot that does
 not fit the record) is replayed from its start. Either way the view is the one a replay from
-the start gives (tests/unit/test_runfeed.py).
+the start gives (tests/unit/test_record_feed.py).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .record.events import Event
-from .record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
-from .rundir import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
-from .runview import RunView
+from .events import Event
+from .layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
+from .reader import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
+from .view import RunView
 
 SNAPSHOT_VERSION = 1
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output

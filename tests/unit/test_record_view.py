@@ -1,4 +1,4 @@
-"""launcher/runview.py: the run as the live panel and the final report see it, from events and lines."""
+"""launcher/record/view.py: the run as the live panel and the final report see it, from events and lines."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console as RichConsole
 
 from launcher import report
 from launcher.liveview import render
-from launcher.runview import RunView
+from launcher.record.view import RunView
 
 T0 = 1000.0
 
@@ -182,7 +182,7 @@ def test_first_step_counts_the_step_that_just_ended():
 
 def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(tmp_path):
     from launcher.execution import plan_for
-    from launcher.rundir import RunRecord
+    from launcher.record.writer import RunRecord
     from launcher.spec import load_spec
     from tests.support.specs import script_spec
 
@@ -321,7 +321,7 @@ def _elastic_view(rng) -> RunView:
 
 
 def test_to_json_and_from_json_give_the_same_view_elastic_fields_and_marks_included():
-    """A snapshot of the view (launcher/runfeed.py) goes through JSON: the view read back holds
+    """A snapshot of the view (launcher/record/feed.py) goes through JSON: the view read back holds
     exactly what the view held, and fed the same lines and events afterwards it stays equal."""
     import json
     import random

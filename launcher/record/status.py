@@ -1,15 +1,18 @@
-"""What a run record says about a run: the read side of launcher/rundir.py.
+"""What a run record says about a run, as ``status`` and ``runs`` show it.
 
-``tfcluster status``, ``runs``, ``logs`` and ``attach`` read runs only through here: the run's
-state (running, succeeded, failed, stopped, supervisor lost), its attempts, and one row per task
-built from events.jsonl and launcher.json, with the figures of the ``RunView`` that
-launcher/runfeed.py replays from the record (the model behind the live panel). Nothing here writes; a damaged file is reported by name
-(``RecordDamaged``), never with a traceback.
+``tfcluster status`` and ``runs`` (and ``attach``, ``logs`` and ``up``'s check for a running run)
+read a run's state through here, its files through launcher/record/reader.py. A ``RunStatus``
+holds the run's ``RunView`` (launcher/record/view.py, the model behind the live panel and the
+final report, replayed from the record by launcher/record/feed.py) and what only the record
+says: the run's state (running, succeeded, failed, stopped, supervisor lost), its
+attempts, the supervisor's pid, and per task the state the record says it is in and whether its
+process is still alive. Its task rows (``TaskRow``) are the view's tasks with those added: the
+figures (epoch, step, loss, ...) are read from the view, not copied. Nothing here writes; a damaged
+file is reported by name (``RecordDamaged``), never with a traceback.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -17,15 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .errors import LaunchError
-from .policy import describe_exit
-from .procinfo import group_alive, is_same
-from .record.events import Event
-from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, PLAN_FILE
-from .record.states import Outcome, RunState, TaskState
-from .rundir import RecordDamaged, read_events
-from .runfeed import replay
-from .runview import RunView
+from ..policy import describe_exit
+from ..procinfo import group_alive, is_same
+from .events import Event
+from .feed import replay
+from .layout import PLAN_FILE
+from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
+from .states import Outcome, RunState, TaskState
+from .view import RunView, TaskView
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)
@@ -33,23 +35,59 @@ RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDE
 
 @dataclass
 class TaskRow:
+    """One task as ``status`` shows it: what the record says of it in events.jsonl and
+    launcher.json (its state as the record says, where and in which attempt it last started,
+    whether its process is alive), and its figures, read from the run's ``RunView`` task (None
+    until the view has the task, or when the run was loaded without progress)."""
+
     key: str
     host: str
     state: str = TaskState.NOT_STARTED
     attempt: Optional[int] = None  # 0-based attempt of the task's last start
-    epoch: Optional[int] = None  # 1-based epoch in progress (or just completed), as the live panel shows
-    step: Optional[int] = None  # steps done in that epoch
-    global_step: Optional[int] = None
-    loss: Optional[float] = None
-    accuracy: Optional[float] = None
-    examples_per_sec: Optional[float] = None
     restarts: int = 0  # starts after the first (group restarts and restarts alone)
-    last_line: str = ""
     alive: Optional[bool] = None  # when the run's supervisor is gone: is its process still here?
-    has_result: bool = False  # printed its final tfcluster-result line (accuracy is the test accuracy)
+    task: Optional[TaskView] = field(default=None, repr=False)  # the view's task: the figures
+
+    @property
+    def epoch(self) -> Optional[int]:
+        """1-based epoch in progress (or just completed), as the live panel shows."""
+        return self.task.epoch if self.task is not None else None
+
+    @property
+    def step(self) -> Optional[int]:
+        """Steps done in that epoch."""
+        return self.task.step if self.task is not None else None
+
+    @property
+    def global_step(self) -> Optional[int]:
+        return self.task.global_step if self.task is not None else None
+
+    @property
+    def loss(self) -> Optional[float]:
+        return self.task.loss if self.task is not None else None
+
+    @property
+    def accuracy(self) -> Optional[float]:
+        return self.task.accuracy if self.task is not None else None
+
+    @property
+    def examples_per_sec(self) -> Optional[float]:
+        return self.task.examples_per_sec if self.task is not None else None
+
+    @property
+    def last_line(self) -> str:
+        return self.task.last_line if self.task is not None else ""
+
+    @property
+    def has_result(self) -> bool:
+        """Printed its final tfcluster-result line (accuracy is the test accuracy)."""
+        return self.task.has_result if self.task is not None else False
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,
+                "epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": self.loss,
+                "accuracy": self.accuracy, "examples_per_sec": self.examples_per_sec, "restarts": self.restarts,
+                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result}
 
 
 @dataclass
@@ -67,9 +105,26 @@ class RunStatus:
     supervisor_host: Optional[str] = None
     detached: bool = False
     tasks: list[TaskRow] = field(default_factory=list)
-    final_accuracy: Optional[float] = None
-    spares: list[str] = field(default_factory=list)  # hosts no task uses now (elastic runs)
-    host_changes: list[str] = field(default_factory=list)  # one line per membership change
+    # The run as the live panel saw it, replayed from the record (launcher/record/feed.py): the
+    # tasks' figures, the spares and the membership changes. None when the run was loaded without
+    # progress (no task log read: state only) and for a damaged record.
+    view: Optional[RunView] = field(default=None, repr=False)
+
+    @property
+    def final_accuracy(self) -> Optional[float]:
+        """The test accuracy of the first task that printed its result line."""
+        finals = [t.accuracy for t in self.tasks if t.accuracy is not None and t.has_result]
+        return finals[0] if finals else None
+
+    @property
+    def spares(self) -> list[str]:
+        """Hosts no task uses now (elastic runs)."""
+        return list(self.view.spares) if self.view is not None else []
+
+    @property
+    def host_changes(self) -> list[str]:
+        """One line per membership change."""
+        return [c.describe() for c in self.view.host_changes] if self.view is not None else []
 
     def elapsed(self, now: Optional[float] = None) -> Optional[float]:
         if self.started is None:
@@ -98,56 +153,6 @@ class RunStatus:
         }
 
 
-# ------------------------------------------------------------------ finding runs
-
-
-def runs_root(name_dir: Path) -> list[Path]:
-    """Every run directory under ``<run_dir>/<name>/``, oldest first (run ids sort by time)."""
-    if not name_dir.is_dir():
-        return []
-    return sorted(p for p in name_dir.iterdir()
-                  if p.is_dir() and not p.is_symlink() and (p / EVENTS_FILE).exists())
-
-
-def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
-    """The run ``run_id`` (or the latest) under ``name_dir``; LaunchError naming the fix if none."""
-    if run_id:
-        run = name_dir / run_id
-        if not (run / EVENTS_FILE).exists() and not (run / LAUNCHER_FILE).exists():
-            known = [p.name for p in runs_root(name_dir)][-5:]
-            raise LaunchError(f"--run: no run {run_id} under {name_dir}"
-                              + (f"; recent runs: {', '.join(known)}" if known else "; no runs there yet"))
-        return run
-    link = name_dir / LATEST
-    if link.exists():
-        return link.resolve()
-    runs = runs_root(name_dir)
-    if runs:
-        return runs[-1]
-    raise LaunchError(f"no run of this spec under {name_dir}; start one with `tfcluster up FILE`")
-
-
-# ------------------------------------------------------------------ reading files
-
-
-def read_json(path: Path, required: bool = False) -> Optional[dict]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        if required:
-            raise RecordDamaged(f"run record incomplete: {path} is missing") from None
-        return None
-    except OSError as exc:
-        raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise RecordDamaged(f"run record damaged: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise RecordDamaged(f"run record damaged: {path} is not a JSON object")
-    return data
-
-
 # ------------------------------------------------------------------ the view
 
 
@@ -156,14 +161,14 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
     """Everything the record says about the run in ``run_dir`` (without reading the task logs
     when ``progress`` is false: enough for the state, cheap enough to poll)."""
     plan = read_json(run_dir / PLAN_FILE, required=True) or {}
-    launcher = read_json(run_dir / LAUNCHER_FILE) or {}
+    launcher = read_launcher(run_dir) or {}
     events = read_events(run_dir, strict=True)
     hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
-    view = RunStatus(run_id=run_dir.name, dir=run_dir, name=plan.get("name", run_dir.parent.name),
-                   backend=plan.get("backend", launcher.get("backend", "")), state=RUNNING,
-                   supervisor_pid=launcher.get("pid"), supervisor_host=launcher.get("host"),
-                   detached=bool(launcher.get("detached")))
+    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=plan.get("name", run_dir.parent.name),
+                       backend=plan.get("backend", launcher.get("backend", "")), state=RUNNING,
+                       supervisor_pid=launcher.get("pid"), supervisor_host=launcher.get("host"),
+                       detached=bool(launcher.get("detached")))
     rows = {key: TaskRow(key, host) for key, host in hosts.items()}
     outcome = None
     attempt = 0
@@ -171,7 +176,7 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
         kind = e.get("event")
         task = rows.get(e.get("task", ""))
         if kind == Event.RUN_START:
-            view.started = e.get("time")
+            status.started = e.get("time")
         elif kind == Event.START and task is not None:
             task.host = e.get("host") or task.host  # where it runs now (tasks move when hosts are lost)
             if task.attempt is not None:
@@ -194,24 +199,25 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
                 task.state = TaskState.STOPPED
         elif kind == Event.OUTCOME:
             outcome = e
-    view.attempts = attempt + 1 if events and any(e.get("event") == Event.START for e in events) else 0
+    status.attempts = attempt + 1 if events and any(e.get("event") == Event.START for e in events) else 0
     if outcome is not None:
-        view.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
+        status.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
             outcome.get("outcome"), FAILED)
-        view.ended = outcome.get("time")
-        view.reason = outcome.get("reason", "")
-        view.attempts = int(outcome.get("attempts", view.attempts) or view.attempts)
+        status.ended = outcome.get("time")
+        status.reason = outcome.get("reason", "")
+        status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
         for t in rows.values():
             if t.state in (TaskState.RUNNING, TaskState.STARTING):
                 t.state = TaskState.STOPPED
     else:
-        pid = view.supervisor_pid
-        here = view.supervisor_host in (None, socket.gethostname())
+        pid = status.supervisor_pid
+        here = status.supervisor_host in (None, socket.gethostname())
         if not here:
-            view.reason = f"the supervisor runs on {view.supervisor_host}; whether it is alive cannot be checked from here"
+            status.reason = (f"the supervisor runs on {status.supervisor_host}; whether it is alive cannot be "
+                             "checked from here")
         elif pid is None or not alive(int(pid), launcher.get("start_time")):
-            view.state = LOST
-            view.reason = (f"supervisor {pid} is gone and the run has no outcome" if pid
+            status.state = LOST
+            status.reason = (f"supervisor {pid} is gone and the run has no outcome" if pid
                            else "no supervisor is recorded and the run has no outcome")
             for key, info in (launcher.get("tasks") or {}).items():
                 row = rows.get(key)
@@ -223,28 +229,13 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
                     if not row.alive:
                         row.state = TaskState.GONE
             if events:
-                view.ended = events[-1].get("time")
+                status.ended = events[-1].get("time")
     if progress:
-        replayed = replay(run_dir)
-        _fill_progress(rows, replayed)
-        view.spares = list(replayed.spares)
-        view.host_changes = [c.describe() for c in replayed.host_changes]
-    view.tasks = list(rows.values())
-    finals = [t.accuracy for t in view.tasks if t.accuracy is not None and t.has_result]
-    view.final_accuracy = finals[0] if finals else None
-    return view
-
-
-def _fill_progress(rows: dict[str, TaskRow], view: RunView) -> None:
-    """Each row's figures from the run's view (launcher/runfeed.py replays it from the record):
-    the numbers the live panel of ``up`` and ``attach`` show."""
-    for key, row in rows.items():
-        t = view.tasks.get(key)
-        if t is None:
-            continue
-        row.epoch, row.step, row.global_step = t.epoch, t.step, t.global_step
-        row.loss, row.accuracy, row.examples_per_sec = t.loss, t.accuracy, t.examples_per_sec
-        row.last_line, row.has_result = t.last_line, t.has_result
+        status.view = replay(run_dir)
+        for key, row in rows.items():
+            row.task = status.view.tasks.get(key)
+    status.tasks = list(rows.values())
+    return status
 
 
 def list_runs(name_dir: Path) -> list[RunStatus]:
@@ -264,7 +255,7 @@ def running_runs(name_dir: Path) -> list[RunStatus]:
     for run in runs_root(name_dir):
         launcher = None
         try:
-            launcher = read_json(run / LAUNCHER_FILE)
+            launcher = read_launcher(run)
         except RecordDamaged:
             continue
         if not launcher or launcher.get("host", socket.gethostname()) != socket.gethostname() \

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 ROOT = Path(os.environ.get("TFCLUSTER_TEST_DOCKER_ROOT", "/var/lib/tfcluster-test-docker"))
 # Short: unix socket paths are limited to 107 bytes.
 EXEC_ROOT = Path("/run/tfcluster-test-docker")
