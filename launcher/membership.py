@@ -14,7 +14,6 @@ from .backends.base import Backend
 from .console import Console
 from .elastic import Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts
 from .plan import Plan
-from .policy import describe_exit
 from .record.events import Event
 from .record.states import Outcome
 from .record.writer import RunRecord
@@ -41,7 +40,6 @@ class Membership:
         self._answers = 0
         self._discovery_problem = ""
         self.vanished: dict[str, str] = {}  # plan hosts gone from discovery's list: their tasks move
-        self.left_out: set[str] = set()  # parameter_server workers whose host was lost, not replaced
         if self.elastic and spec is not None and spec.discovery is not None:
             from .discovery import Poller
 
@@ -192,23 +190,3 @@ class Membership:
         self.console.info("growing the group: stopping it gracefully (SIGTERM: the workers save the step they "
                           "agree on) to restart it bigger")
         return True
-
-    def leave_out(self, number: int, key: str, host: str, code: Optional[int]) -> Optional[str]:
-        """A parameter_server worker's host does not answer. None: go on without the worker (left
-        out until the next attempt). Else why the attempt fails instead."""
-        assert self.spec is not None
-        workers = [t.key for t in self.plan.tasks if t.type == "worker" and t.key not in self.left_out]
-        left = len(workers) - 1
-        group_min = self.spec.tasks.worker.min
-        spare = spare_hosts(self.spec, [t.host for t in self.plan.tasks], self.down)
-        if spare or group_min is None or left < group_min:
-            # A spare takes it (whole-cluster restart), or the run cannot go on without it: the
-            # attempt fails and the membership check after it decides.
-            return f"{describe_exit(code) if code is not None else 'gone'}; its host {host} does not answer"
-        self.left_out.add(key)
-        if host not in self.down:
-            self.down.append(host)
-        self.record.event(Event.HOST_LOST, host=host, how="unreachable", attempt=number, task=key)
-        self.console.info(f"{host} lost (unreachable); {key} left out: {left} worker{'s' if left != 1 else ''} "
-                          f"train on (tasks.worker.min={group_min}; the coordinator tolerates a lost worker)")
-        return None

@@ -194,7 +194,6 @@ class Supervisor:
         membership) until an outcome. The group is always stopped at the end: with the usual
         grace, or at once after a failure (the group is the unit of failure) or a second Ctrl-C."""
         attempt = Attempt(number)
-        self.members.left_out.clear()  # a new attempt starts every task of its plan
         self.attempts.append(attempt)
         try:
             watch = self._start_group(attempt)
@@ -271,8 +270,6 @@ class Supervisor:
             self._fail_exit(attempt, verdict.failed, exits, watch.started)
             return True
         for key in verdict.restart_alone:
-            if key in self.members.left_out:
-                continue  # its host is gone; the coordinator trains on without it
             if not self._restart_alone(attempt, key, exits, watch.order):
                 return True
         return False
@@ -353,19 +350,20 @@ class Supervisor:
         return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}
 
     def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
-        """ParameterServer: relaunch one dead worker on its address while training goes on.
-        Elastic runs first ask whether its host still answers: if not, the worker is left out
-        while at least tasks.worker.min workers remain and no spare can take it (the coordinator
-        tolerates a lost worker), else the attempt fails so that the host's loss moves the task
-        to a spare (a whole-cluster restart: every task's TF_CONFIG names the new address)."""
+        """ParameterServer: relaunch one dead worker on its address while training goes on
+        (TensorFlow's coordinator recovers a worker that answers at its address again). Elastic
+        runs first ask whether its host still answers: if not, the attempt fails and the host's
+        loss moves the worker to a spare or shrinks the group to tasks.worker.min, from the last
+        backup (membership.py). The coordinator cannot go on without a worker that never comes
+        back: its recovery waits for every worker's address to answer (TensorFlow's
+        cluster_coordinator.py: "TODO: support partial cluster recovery"; the chief hung in
+        "Waiting for all global closures to be finished" when we left a lost worker out)."""
         code = exits[key]
         if self.members.elastic:
             host = self.plan.task(key).host
             if self.backend.lost_hosts([host], 0.0, self.stop_event):
-                why = self.members.leave_out(attempt.number, key, host, code)
-                if why is not None:
-                    self._fail(attempt, key, why, code)
-                return why is None
+                self._fail(attempt, key, _host_gone(code, host), code)
+                return False
         if self._worker_restarts >= self.restart.max_restarts:
             self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
             return False
@@ -382,10 +380,9 @@ class Supervisor:
             # Its host failed the start (gone since the check above, or broken): that worker's
             # failure, not the run's. An elastic run leaves it out if its host is now lost.
             if self.members.elastic and self.backend.lost_hosts([host], 0.0, self.stop_event):
-                why = self.members.leave_out(attempt.number, key, host, code)
-                if why is None:
-                    self._worker_restarts -= 1  # a host lost spends no restart
-                    return True
+                self._worker_restarts -= 1  # a host lost spends no restart
+                self._fail(attempt, key, _host_gone(code, host), code)
+                return False
             self._fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
             return False
         exits[key] = None
@@ -507,3 +504,7 @@ class Supervisor:
         replans = self.members.replans
         changes = self.view.snapshot().host_changes if replans else []
         return summary_lines(self.attempts, self.members.first_plan, replans, changes)
+
+
+def _host_gone(code: Optional[int], host: str) -> str:
+    return f"{describe_exit(code) if code is not None else 'gone'}; its host {host} does not answer"

@@ -169,7 +169,7 @@ class SSHBackend(Backend):
         self.pool.add_hosts(hosts)
 
     def use_plan(self, plan: Plan) -> None:
-        self.state_sync.plan = plan
+        self.state_sync.use(plan)
         self.pool.unwatch({t.host for t in plan.tasks})  # a host the plan uses is no longer watched
 
     def collect_results(self) -> None:

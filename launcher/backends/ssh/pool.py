@@ -185,6 +185,13 @@ class HostPool:
         took = time.monotonic() - started
         return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
 
+    def is_lost(self, name: str) -> bool:
+        """Known to be gone: preempted, or lost and watched for its return (no connection is
+        tried: a host whose link is down would cost ssh.connect_timeout)."""
+        hs = self.hosts.get(name)
+        alive = hs is not None and hs.transport is not None and hs.transport.is_active()
+        return not alive and (name in self.preempted or name in self._watching)
+
     def _probe(self, name: str) -> bool:
         """One probe of a lost host (watch.py): its own connection (reused while it lasts, never
         the host's working one) that runs ``true`` within a second."""

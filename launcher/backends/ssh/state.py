@@ -78,6 +78,11 @@ class StateSync:
         self.cfg = cfg  # the spec's state:
         self.mode: Optional[str] = None  # "shared" | "copy", once decided
         self.plan: Optional[Plan] = None
+        # Where the newest backup is: the host of the chief of the last attempt that started (the
+        # chief writes the backups; the others got a copy at its start), and that attempt's
+        # training hosts (each holds that copy). None before the first attempt.
+        self.writer: Optional[str] = None
+        self.last_group: list[str] = []
         self.copies: list[dict] = []  # one entry per copy: size, seconds, hosts
         self.io_timeout = max(_MIN_IO_TIMEOUT, 2 * pool.opts.lease)
 
@@ -156,22 +161,46 @@ class StateSync:
 
     # ------------------------------------------------------------------ before each attempt
 
+    def use(self, plan: Plan) -> None:
+        """A new plan (elastic: hosts moved, the group shrunk or grown): its tasks' hosts from the
+        next attempt on. Where the newest backup is does not change with it (``writer``)."""
+        self.plan = plan
+
+    def source(self) -> str:
+        """The host to copy the latest backup from: the last attempt's chief host while it
+        answers, else one of that attempt's hosts still here (the plan's chief's first), else
+        the chief's. Never merely the new plan's chief: after a move, a shrink or a grow that
+        can be a host that just joined, with an old backup or none (the soak restarted from
+        step 0 so, 1,364 steps back)."""
+        chief = self.chief_host()
+        group = {t.host for t in self.plan.tasks if t.type in ("chief", "worker")} if self.plan else set()
+        candidates = [self.writer] if self.writer else []
+        candidates += sorted((h for h in self.last_group if h in group), key=lambda h: h != chief)
+        for host in dict.fromkeys(candidates):
+            if host in self.pool.hosts and not self.pool.is_lost(host) and not self.pool.connect([host]):
+                return host
+        return chief
+
     def prepare_attempt(self, number: int) -> None:
         if self.mode != "copy" or self.plan is None or self.plan.strategy != MWMS:
             return
         chief = self.chief_host()
-        targets = sorted({t.host for t in self.plan.tasks if t.type in ("chief", "worker")} - {chief})
+        group = sorted({t.host for t in self.plan.tasks if t.type in ("chief", "worker")})
+        src = self.source()
+        targets = [h for h in group if h != src]
         if not targets:
+            self.writer, self.last_group = chief, group
             return
         areas = [sync_lib.LATEST + a for a in statelayout.RESUME_AREAS]
         started = time.monotonic()
-        size = self._copy(chief, targets, areas)
+        size = self._copy(src, targets, areas)
+        self.writer, self.last_group = chief, group
         took = time.monotonic() - started
         self.copies.append({"attempt": number, "bytes": size, "seconds": round(took, 3), "to": targets})
-        self.console.info(f"state: copied {chief}'s latest backup ({_mb(size)}) to {', '.join(targets)} "
+        self.console.info(f"state: copied {src}'s latest backup ({_mb(size)}) to {', '.join(targets)} "
                             f"in {took:.1f} s")
         if self.record is not None:
-            self.record.event(Event.STATE_COPY, attempt=number, source=chief, to=targets, bytes=size,
+            self.record.event(Event.STATE_COPY, attempt=number, source=src, to=targets, bytes=size,
                                 seconds=round(took, 3))
 
     def _open(self, name: str, command: str):
