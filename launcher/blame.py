@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from .diagnose import exception_lines, hint, peer_abort, root_cause
 from .noise import is_noise
-from .policy import describe_exit, hang_watched, silent_by_design
+from .policy import Attempt, describe_exit, hang_watched, silent_by_design
 
 if TYPE_CHECKING:
     from .elastic import Replan
     from .plan import Plan
     from .record.view import HostChange
-    from .supervisor import Attempt
 
 TAIL = 15  # lines of a task's output shown in failure reports
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
@@ -91,6 +92,18 @@ class Failure:
     consequences: tuple[tuple[str, int], ...] = field(default=())
     # The backend cannot run another attempt (errors.AttemptImpossible): never retried.
     final: bool = False
+
+
+@dataclass
+class Attempt:
+    """One attempt of the group, as the supervisor runs it and the report tells it."""
+
+    number: int  # 0-based; TFCLUSTER_RESTART_COUNT
+    started: float = field(default_factory=time.time)
+    ended: Optional[float] = None
+    state: str = AttemptState.RUNNING
+    failure: Optional[Failure] = None
+    ready_after: Optional[float] = None  # seconds until every task's port was open
 
 
 def describe_exit(code: int) -> str:

@@ -24,7 +24,7 @@ from .diagnose import exception_lines, hint
 from .errors import AttemptImpossible, LaunchError, exc_text
 from .membership import Membership
 from .plan import Plan
-from .policy import (FAILED, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, hang_watched,
+from .policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
 from .record.events import Event
 from .record.feed import SnapshotWriter
@@ -38,16 +38,6 @@ from .standby import WarmStandby
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 _READY_CHECK_EVERY = 0.5
-
-
-@dataclass
-class Attempt:
-    number: int  # 0-based; TFCLUSTER_RESTART_COUNT
-    started: float = field(default_factory=time.time)
-    ended: Optional[float] = None
-    state: str = AttemptState.RUNNING
-    failure: Optional[Failure] = None
-    ready_after: Optional[float] = None  # seconds until every task's port was open
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal as _signal
 import threading
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from ...plan import PlannedTask
 from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
@@ -13,14 +13,28 @@ from ..base import LineSink, TaskHandle
 from .commands import signal_command, state_command
 from .host import HostState
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .pool import HostPool
+
+
+class TaskHosts(Protocol):
+    """What a running task needs of the host pool (pool.HostPool is one; task.py does not import
+    it, so that the pool may import this module): run a command on a host, the heartbeat and the
+    options, a thread pool, and to be told of a preemption notice."""
+
+    opts: Any
+    heartbeat: Any
+
+    def run_on(self, name: str, command: str, stdin: Optional[bytes] = None,
+               timeout: float = 30.0) -> tuple[int, str]: ...
+
+    def executor(self, n: int) -> Any: ...
+
+    def host_preempted(self, name: str) -> None: ...
 
 EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 
 
 class SSHTask(TaskHandle):
-    def __init__(self, task: PlannedTask, pool: "HostPool", host: HostState, channel, pidfile: str,
+    def __init__(self, task: PlannedTask, pool: TaskHosts, host: HostState, channel, pidfile: str,
                  on_line: LineSink) -> None:
         super().__init__(task)
         self.pool = pool
@@ -116,7 +130,7 @@ class SSHTask(TaskHandle):
             pass
 
 
-def signal_tasks(pool: "HostPool", handles: Sequence[SSHTask], sig: int) -> None:
+def signal_tasks(pool: TaskHosts, handles: Sequence[SSHTask], sig: int) -> None:
     """Signal tasks, one command per host, hosts in parallel. Tasks whose wrapper has
     already exited are skipped: it took its task group down itself."""
     todo: dict[str, list[SSHTask]] = {}
