@@ -4,7 +4,6 @@ and running ``tfcluster`` as a subprocess."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,14 +50,6 @@ def make_spec(tmp_path, lab):
         return path
 
     return make
-
-
-def tfcluster(*args, timeout=120, cwd=None, env=None):
-    """Run the CLI like a user would; returns the CompletedProcess (text)."""
-    return subprocess.run(
-        [PY, "-m", "launcher", *args], capture_output=True, text=True, timeout=timeout,
-        cwd=cwd or ROOT, env={**os.environ, **(env or {})},
-    )
 
 
 def pids_in_netns(lab_host) -> list[int]:

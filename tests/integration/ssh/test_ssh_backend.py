@@ -16,7 +16,9 @@ import yaml
 
 from tests.labs.ssh import GATEWAY
 
-from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
+from tests.support.cli import start_tfcluster, tfcluster
+
+from .conftest import PY, ROOT, cmdline, pids_in_netns
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -81,8 +83,7 @@ SLEEPER = "import os,time; print('ATTEMPT', os.environ['TFCLUSTER_RESTART_COUNT'
 
 
 def _launch(spec: Path) -> subprocess.Popen:
-    return subprocess.Popen([PY, "-m", "launcher", "up", str(spec)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return start_tfcluster("up", spec, stderr=subprocess.PIPE)
 
 
 def _pidfiles(spec: Path, n: int, timeout: float = 30.0) -> dict[str, tuple[int, int]]:
@@ -149,10 +150,8 @@ def _up_behind_firewall(spec: Path, host, rule: str) -> tuple[subprocess.Complet
 # ---------------------------------------------------------------- training
 
 
+@pytest.mark.tf
 def test_two_host_mwms_trains_to_success_over_ssh(lab, make_spec):
-    from tests.support.prereq import require_tf
-
-    require_tf()
     spec = make_spec(
         [PY, "-m", "worker", "--epochs", "1", "--steps-per-epoch", "5", "--progress-every", "5"],
         workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -167,14 +166,12 @@ def test_two_host_mwms_trains_to_success_over_ssh(lab, make_spec):
         f"{lab.host('h1').address}:23456", f"{lab.host('h2').address}:23456"]
 
 
+@pytest.mark.tf
 def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spec):
     """ParameterServerStrategy across three hosts: chief, ps and two workers; a worker SIGKILLed
     on its host is relaunched alone there (a second remote start, through boot.py), rejoins, and
     the run succeeds with the servers stopped on every host."""
     from tests.integration.tfrun import progress, run_and_act
-    from tests.support.prereq import require_tf
-
-    require_tf()
     spec = make_spec(
         # 110 steps (27 s) left after the kill at step 10: a rejoin takes 6-9 s on a busy machine
         # (BENCHMARKS.md), and training goes on meanwhile; with 70 steps left the full suite at

@@ -15,7 +15,9 @@ import pytest
 
 from tests.support.waits import wait_for
 
-from .conftest import PY, ROOT, cmdline, pids_in_netns, tfcluster
+from tests.support.cli import start_tfcluster, tfcluster
+
+from .conftest import PY, cmdline, pids_in_netns
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(300)]
 
@@ -143,8 +145,7 @@ def test_attach_over_ssh_then_ctrl_c_leaves_the_run_going(lab, make_spec):
     try:
         res = tfcluster("up", str(spec), "--detach", timeout=180)
         assert res.returncode == 0, res.stdout + res.stderr
-        proc = subprocess.Popen([PY, "-m", "launcher", "attach", str(spec)], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = start_tfcluster("attach", spec, stderr=subprocess.PIPE, new_session=False)
         try:
             timer = threading.Timer(60, proc.kill)
             timer.start()

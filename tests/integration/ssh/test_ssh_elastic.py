@@ -13,7 +13,9 @@ import pytest
 from tests.support.waits import wait_for
 from tests.integration.tfrun import last_step_before, progress, run_and_act
 
-from .conftest import PY, cmdline, pids_in_netns, tfcluster
+from tests.support.cli import tfcluster
+
+from .conftest import PY, cmdline, pids_in_netns
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 

@@ -119,14 +119,12 @@ def test_restart_onto_a_host_still_cut_off_fails_in_one_line(lab, make_spec):
     assert "error: host h2 (" in err.split("restarting the whole group")[1], err  # a fresh connection, named
 
 
+@pytest.mark.tf
 def test_tf_survivor_aborted_by_a_partition_is_a_consequence_and_the_group_restarts(lab, make_spec):
     # TF's coordination service aborts worker:0 (exit 1) 5-11 s after h2 is cut, before the
     # launcher's own lease (15 s) runs out: h2's silence is the root cause, the run is retried.
     # The partition heals once the launcher has said so (not after a fixed time, which could
     # come before TF's abort), and the restart's 5 s backoff starts on a healed network.
-    from tests.support.prereq import require_tf
-
-    require_tf()
     spec = make_spec([PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "80", "--step-delay", "0.1",
                       "--progress-every", "5"], workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
                      ssh={"lease": 15, "require": ["tensorflow", "tf_keras"]},

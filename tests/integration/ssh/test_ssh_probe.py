@@ -8,7 +8,9 @@ import threading
 
 import pytest
 
-from .conftest import PY, tfcluster
+from tests.support.cli import tfcluster
+
+from .conftest import PY
 from .test_ssh_backend import SHOW, _nft, _nft_flush
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]

@@ -20,9 +20,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
 
 def test_mirrored_on_one_ssh_host_resumes_after_sigkill_and_the_model_comes_back(lab, make_spec, tmp_path):
-    from tests.support.prereq import require_tf
-
-    require_tf()
     spec = make_spec(
         [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--batch-size", "16", "--step-delay", "0.3",
          "--save-freq", "3", "--progress-every", "1"],

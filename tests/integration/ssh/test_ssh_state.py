@@ -12,7 +12,9 @@ import pytest
 from tests.integration.tfrun import last_step_before, progress, run_and_act
 from tests.support.waits import wait_for
 
-from .conftest import PY, tfcluster
+from tests.support.cli import tfcluster
+
+from .conftest import PY
 from .test_ssh_backend import _pidfiles
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
@@ -134,14 +136,12 @@ def _starts(out: str) -> list[tuple[int, int]]:
     return [(int(a["global_step"]), int(b["global_step"])) for a, b in zip(w0, w1)]
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_comes_back(lab, make_spec, tmp_path,
                                                                                           loop):
     """fit resumes from BackupAndRestore's backup/, the custom loop from its CheckpointManager's
     checkpoints/custom/: each copied from h1 to h2 before the restart."""
-    from tests.support.prereq import require_tf
-
-    require_tf()
     spec = _train_spec(make_spec, lab, tmp_path, "--loop", loop)
 
     def kill_worker1(_proc):
@@ -165,12 +165,10 @@ def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_c
     assert list((local.parent / "tensorboard" / "train").glob("events.out.tfevents.*"))  # for tfcluster tensorboard
 
 
+@pytest.mark.tf
 def test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there(lab, make_spec, tmp_path):
     """Ctrl-C is graceful preemption (every worker saves the agreed step, 0 steps lost); the
     rerun's first attempt copies that backup from h1 to h2 and both resume at that step."""
-    from tests.support.prereq import require_tf
-
-    require_tf()
     spec = _train_spec(make_spec, lab, tmp_path, max_restarts=0)
     code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=5 ",
                                     lambda p: os.killpg(p.pid, signal.SIGINT))], timeout=200)
@@ -182,12 +180,10 @@ def test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there(lab, make_spec, tm
     assert _starts(out) == [(min(saved), min(saved))], out[-4000:]
 
 
+@pytest.mark.tf
 def test_sigterm_on_one_host_loses_no_step_and_both_hosts_resume_there(lab, make_spec, tmp_path):
     """A host shutting down (SIGTERM to worker:1 only): both workers save the agreed step on their
     own disks, the chief's save is copied to h2, and the restarted group resumes there."""
-    from tests.support.prereq import require_tf
-
-    require_tf()
     spec = _train_spec(make_spec, lab, tmp_path, "--save-freq", "50")  # no periodic backup before the end
 
     def term_worker1(_proc):
