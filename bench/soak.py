@@ -278,11 +278,18 @@ def main() -> int:
         (Path(tempfile.gettempdir()) / "tfcluster-soak.json").write_text(json.dumps(report, indent=1))
         ok = code == 0 and abs(acc - report["reference"]["accuracy"]) <= 0.02 and not left \
             and all(r["redone"] <= SAVE_FREQ for r in res)
+        report["passed"] = ok
         print("soak: " + ("passed" if ok else "FAILED"))
         return 0 if ok else 1
     finally:
         lab.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if report.get("passed"):
+            shutil.rmtree(root, ignore_errors=True)
+        else:  # the run records (events.jsonl, plans, logs) say what happened
+            for records in sorted(root.glob("*/runs")):
+                print(f"run records kept: {records}", flush=True)
+            for host_disk in sorted((root / "private").glob("*")):
+                shutil.rmtree(host_disk, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -318,6 +318,11 @@ class Supervisor:
         if not (self.members.elastic and attempt.ready_after is not None and now >= watch.next_back_check):
             return False
         watch.next_back_check = now + 1.0
+        if any(t.training_done for t in self.view.snapshot().tasks.values()):
+            # Training is over (the final evaluation and save run): a restart now would find no
+            # backup (fit deletes it at its end) and train again from step 0, as the soak saw
+            # when a host came back in that window. The run ends as it is.
+            return False
         if not self.members.changed(attempt.number):
             return False
         attempt.state = AttemptState.REGROW

@@ -70,6 +70,16 @@ class TaskView:
             return None
         return self.epochs * self.steps_per_epoch
 
+    @property
+    def training_done(self) -> bool:
+        """Its training is over: it printed its result, or its global step reached epochs x
+        steps per epoch (fit has then ended: the backup is gone and the final evaluation and save
+        run). Unknown for a script that prints neither: False."""
+        if self.has_result:
+            return True
+        total = self.total_steps
+        return total is not None and self.global_step is not None and self.global_step >= total
+
     def steps_this_attempt(self) -> Optional[int]:
         if self.steps_run is not None:
             return self.steps_run

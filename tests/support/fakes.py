@@ -24,12 +24,13 @@ from launcher.supervisor import Supervisor
 class Script:
     """What one start of a task does: exit with ``code`` after ``polls`` polls (None: run until
     signalled), open its port after ``port_after`` polls (None: never), print a line on every
-    poll unless ``silent``."""
+    poll unless ``silent``, and ``say``'s lines at their polls ((poll, line), ...)."""
 
     code: Optional[int] = 0
     polls: int = 3
     port_after: Optional[int] = 0
     silent: bool = False
+    say: tuple[tuple[int, str], ...] = ()
 
 
 RUN_FOREVER = Script(code=None)
@@ -49,6 +50,9 @@ class ScriptedTask(TaskHandle):
             self.polls += 1
             if not self.script.silent:
                 self.on_line(self.key, f"tfcluster-step attempt={self.attempt} poll={self.polls}")
+            for at, line in self.script.say:
+                if at == self.polls:
+                    self.on_line(self.key, line)
             if self.script.code is not None and self.polls >= self.script.polls:
                 self.code = self.script.code
         return self.code

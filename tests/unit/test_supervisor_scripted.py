@@ -318,6 +318,20 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     assert [r["added"] for r in of(events, "replan")] == [{}, {"worker:1": "h2"}]
 
 
+def test_a_host_back_after_training_ended_does_not_restart_the_group(tmp_path):
+    """Once training is over (here worker:0's result line; fit has deleted its backup), a returning
+    host is not grown into the group: the restart would train again from step 0 (the soak saw it)."""
+    done = Script(code=0, polls=8, say=((1, "tfcluster-result task=worker:0 epochs=2 epochs_run=2 accuracy=0.9"),))
+    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): done},
+                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
+                               default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, SHRINK, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]  # no grow
+    assert len(of(events, "replan")) == 1 and "restarting the bigger group" not in out
+
+
 def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_again(tmp_path):
     backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
                                 ("worker:0", 1): Script(code=0, polls=30)},
