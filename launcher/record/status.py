@@ -33,6 +33,11 @@ RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDE
                                              RunState.LOST)
 
 
+def _of_task(name: str, default: Any = None) -> property:
+    """A TaskRow figure read from its view's task (``default`` when the row has none)."""
+    return property(lambda self: getattr(self.task, name) if self.task is not None else default)
+
+
 @dataclass
 class TaskRow:
     """One task as ``status`` shows it: what the record says of it in events.jsonl and
@@ -48,40 +53,15 @@ class TaskRow:
     alive: Optional[bool] = None  # when the run's supervisor is gone: is its process still here?
     task: Optional[TaskView] = field(default=None, repr=False)  # the view's task: the figures
 
-    @property
-    def epoch(self) -> Optional[int]:
-        """1-based epoch in progress (or just completed), as the live panel shows."""
-        return self.task.epoch if self.task is not None else None
-
-    @property
-    def step(self) -> Optional[int]:
-        """Steps done in that epoch."""
-        return self.task.step if self.task is not None else None
-
-    @property
-    def global_step(self) -> Optional[int]:
-        return self.task.global_step if self.task is not None else None
-
-    @property
-    def loss(self) -> Optional[float]:
-        return self.task.loss if self.task is not None else None
-
-    @property
-    def accuracy(self) -> Optional[float]:
-        return self.task.accuracy if self.task is not None else None
-
-    @property
-    def examples_per_sec(self) -> Optional[float]:
-        return self.task.examples_per_sec if self.task is not None else None
-
-    @property
-    def last_line(self) -> str:
-        return self.task.last_line if self.task is not None else ""
-
-    @property
-    def has_result(self) -> bool:
-        """Printed its final tfcluster-result line (accuracy is the test accuracy)."""
-        return self.task.has_result if self.task is not None else False
+    # The figures are the view's task's (one run model: record/view.py), None/"" without one.
+    epoch = _of_task("epoch")  # 1-based epoch in progress (or just completed), as the live panel shows
+    step = _of_task("step")  # steps done in that epoch
+    global_step = _of_task("global_step")
+    loss = _of_task("loss")
+    accuracy = _of_task("accuracy")
+    examples_per_sec = _of_task("examples_per_sec")
+    last_line = _of_task("last_line", "")
+    has_result = _of_task("has_result", False)  # printed its final tfcluster-result line
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,

@@ -32,17 +32,28 @@ class HostState:
     def transport(self):
         return self.conn.client.get_transport() if self.conn is not None else None
 
+    def drop_connection(self) -> None:
+        """Close the connection: the next command connects afresh."""
+        with self.lock:
+            conn, self.conn = self.conn, None
+        close_quietly(conn)
+
     def forget_connection(self) -> None:
         """Close the connection and forget the probe: the next start connects afresh and probes
         again (a host that was lost, rebooted or partitioned)."""
         with self.lock:
             conn, self.conn, self.ready = self.conn, None, False
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
+        close_quietly(conn)
 
     def pidfile(self, task: PlannedTask, n: int) -> str:
         """The pid file of the ``n``-th start (0-based) of ``task`` on this host."""
         return posixpath.join(self.run_dir, "pids", f"{task.slug}.{n}.pid")
+
+
+def close_quietly(conn) -> None:
+    """Close a connection (or None); a connection that fails to close is closed enough."""
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from ...specmodel import Host
 from .heartbeat import Heartbeat
-from .host import HostState
+from .host import HostState, close_quietly
 from .lease import Lease
 from .options import SSHOptions
 from .runner import Runner, close_channel, run_command
@@ -79,10 +79,7 @@ class HostPool:
                 return None
             except Exception as exc:  # noqa: BLE001 - every failure becomes one line
                 if conn is not None:
-                    try:
-                        conn.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+                    close_quietly(conn)
                     return describe_connect_error(exc, conn, hs.spec, self.opts)
                 return f"host {name}: cannot connect ({exc})"
 
@@ -206,11 +203,11 @@ class HostPool:
                 conn = make_connection(self.hosts[name].spec, self.opts, self.base_dir)
                 open_connection(conn, self.opts)
             except Exception:  # noqa: BLE001 - not answering is what a probe finds out
-                _close_quietly(conn)
+                close_quietly(conn)
                 return False
             with self._probes_lock:
                 old, self._probes[name] = self._probes.get(name), conn
-            _close_quietly(old)
+            close_quietly(old)
             transport = conn.client.get_transport()
         # A short answer time: a link that drops for a moment must break the run of answers
         # (TCP would otherwise just deliver late), so a flapping host never looks settled.
@@ -223,7 +220,7 @@ class HostPool:
     def _close_probe(self, name: str) -> None:
         with self._probes_lock:
             conn = self._probes.pop(name, None)
-        _close_quietly(conn)
+        close_quietly(conn)
 
     def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
         """Of the lost ``hosts``, those that have answered every probe for ``settle`` s."""
@@ -258,17 +255,4 @@ class HostPool:
             close_channel(t.channel)
         for hs in self.hosts.values():
             self.drop_spare(hs)
-            conn, hs.conn = hs.conn, None
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001
-                    pass
-
-
-def _close_quietly(conn) -> None:
-    if conn is not None:
-        try:
-            conn.close()
-        except Exception:  # noqa: BLE001
-            pass
+            hs.drop_connection()

@@ -266,7 +266,7 @@ class StateSync:
             # or closing its channel would wait forever too.
             stuck = {name for name, pipe in pipes.items() if pipe.is_alive()}
             for name in stuck:
-                self._drop_connection(name)
+                self.pool.hosts[name].drop_connection()
             for chan in [sender, *(p.chan for n, p in pipes.items() if n not in stuck)]:
                 try:
                     chan.close()
@@ -278,16 +278,6 @@ class StateSync:
                 f"(disk space, link) or use shared storage (state.sync: shared)" for name, why in sorted(failed.items())
             ])
         return int(summary["size"])
-
-    def _drop_connection(self, name: str) -> None:
-        hs = self.pool.hosts[name]
-        with hs.lock:
-            conn, hs.conn = hs.conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
 
     @staticmethod
     def _relay(sender, pipes: dict) -> None:
