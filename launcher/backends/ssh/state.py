@@ -166,14 +166,17 @@ class StateSync:
         next attempt on. Where the newest backup is does not change with it (``writer``)."""
         self.plan = plan
 
+    def training_hosts(self) -> list[str]:
+        """The plan's chief and worker hosts, sorted (where the backup is needed)."""
+        return sorted({t.host for t in self.plan.tasks if t.type in ("chief", "worker")}) if self.plan else []
+
     def source(self) -> str:
         """The host to copy the latest backup from: the last attempt's chief host while it
         answers, else one of that attempt's hosts still here (the plan's chief's first), else
         the chief's. Never merely the new plan's chief: after a move, a shrink or a grow that
         can be a host that just joined, with an old backup or none (the soak restarted from
         step 0 so, 1,364 steps back)."""
-        chief = self.chief_host()
-        group = {t.host for t in self.plan.tasks if t.type in ("chief", "worker")} if self.plan else set()
+        chief, group = self.chief_host(), self.training_hosts()
         candidates = [self.writer] if self.writer else []
         candidates += sorted((h for h in self.last_group if h in group), key=lambda h: h != chief)
         for host in dict.fromkeys(candidates):
@@ -185,7 +188,7 @@ class StateSync:
         if self.mode != "copy" or self.plan is None or self.plan.strategy != MWMS:
             return
         chief = self.chief_host()
-        group = sorted({t.host for t in self.plan.tasks if t.type in ("chief", "worker")})
+        group = self.training_hosts()
         src = self.source()
         targets = [h for h in group if h != src]
         if not targets:
