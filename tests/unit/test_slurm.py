@@ -168,3 +168,26 @@ def test_a_step_runs_on_its_node_in_the_job_and_its_env_stays_off_the_command_li
     env = backend.task_env(task, {"TFCLUSTER_RESTART_COUNT": "1"})
     assert env["API_TOKEN"] == "s3cret" and env["TFCLUSTER_TASK"] == "worker:1"
     assert env["PATH"].startswith("/opt/venv/bin" + os.pathsep) and env["TFCLUSTER_RESTART_COUNT"] == "1"
+
+
+@pytest.mark.parametrize("final, said", [("CANCELLED", "(CANCELLED)"), ("COMPLETING", "(COMPLETING)")])
+def test_a_restart_in_an_ending_allocation_waits_for_the_state_that_says_why(tmp_path, monkeypatch, final, said):
+    """scancel makes the job COMPLETING for a moment, then CANCELLED: the one-line error names
+    the final state when Slurm reaches it in time (CI once printed ``(COMPLETING)`` instead)."""
+    from launcher.backends.slurm import backend as slurm_backend
+    from launcher.backends.slurm.cli import JobState
+    from launcher.errors import AttemptImpossible
+    from launcher.spec import LoadedSpec
+
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + "slurm: {}\n")
+    backend = slurm_backend.SlurmBackend(LoadedSpec(parse_spec(path.read_text(), str(path)), path))
+    backend.job_id = "42"
+    states = iter(["COMPLETING", "COMPLETING"] + [final] * 100)
+    asked = []
+    monkeypatch.setattr(slurm_backend.cli, "job_state", lambda job: asked.append(job) or JobState(next(states), "", ""))
+    monkeypatch.setattr(slurm_backend, "COMPLETING_WAIT", 2.0)
+    with pytest.raises(AttemptImpossible) as err:
+        backend.prepare_attempt(1)
+    assert f"slurm: allocation job 42 is no longer running {said}" in str(err.value), err.value
+    assert asked[0] == "42" and len(asked) >= 3

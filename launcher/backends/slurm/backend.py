@@ -43,6 +43,7 @@ from ..childtask import ChildTask
 from .options import SlurmOptions
 
 STEP_MARK = "tfcluster-slurm-step"
+COMPLETING_WAIT = 15.0  # s: how long prepare_attempt waits for an ending job's final state
 # The step prints its id first, so signals reach it without asking squeue.
 # Then it makes a ``threads: auto`` budget from the job's CPUs on its node (launcher/threads.py).
 _STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; '
@@ -199,6 +200,12 @@ class SlurmBackend(Backend):
         if number == 0 or self.job_id is None:
             return
         st = cli.job_state(self.job_id)
+        # An ended job is COMPLETING while its steps are torn down (seconds): wait for the
+        # state that says why it ended (CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL ...).
+        deadline = time.monotonic() + COMPLETING_WAIT
+        while st.state == "COMPLETING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            st = cli.job_state(self.job_id)
         if st.state != "RUNNING":
             raise AttemptImpossible(
                 f"slurm: allocation job {self.job_id} is no longer running ({st.state or 'gone'}"
