@@ -19,6 +19,9 @@ TPU_PROJECT = "TFCLUSTER_TPU_PROJECT"
 # Set by the backend that starts the task: where its run record and its state dir are on its host.
 RUN_DIR = "TFCLUSTER_RUN_DIR"
 STATE_DIR = "TFCLUSTER_STATE_DIR"
+# "1": the task's state dir is its host's own (state.sync: copy, private disks): every worker keeps
+# its own backups there, not only the chief, so a backup outlives the chief's host (issue 23).
+STATE_PRIVATE = "TFCLUSTER_STATE_PRIVATE"
 
 # Set by the supervisor for each attempt.
 RUN_ID = "TFCLUSTER_RUN_ID"

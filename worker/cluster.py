@@ -6,6 +6,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from launcher import envnames
+
 
 @dataclass(frozen=True)
 class TaskInfo:
@@ -23,6 +25,14 @@ class TaskInfo:
         if self.type == "chief":
             return True
         return self.type == "worker" and self.index == 0 and not self.cluster.get("chief")
+
+    def keeps_own_backup(self, environ=None) -> bool:
+        """Whether this task writes its backups where it restores from (its state dir) although
+        it is not the chief: on private disks (``TFCLUSTER_STATE_PRIVATE``) every worker does,
+        so that the newest backup survives the chief's host. On a shared state dir only the
+        chief may write there."""
+        env = os.environ if environ is None else environ
+        return self.is_chief or env.get(envnames.STATE_PRIVATE) == "1"
 
     @property
     def num_workers(self) -> int:

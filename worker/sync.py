@@ -9,6 +9,9 @@ CNN, data and seed; global batch = ``--batch-size`` per replica x replicas.
 * ``--loop custom``: ``strategy.experimental_distribute_dataset``, ``strategy.run`` and
   ``strategy.reduce``, with checkpoints through ``tf.train.CheckpointManager`` (the chief writes
   the real one, other workers a temporary copy that is removed).
+* On private disks (``TFCLUSTER_STATE_PRIVATE=1``, state.sync: copy) every worker keeps its own
+  backups and checkpoints in its state dir, as the chief does: the launcher copies the newest
+  from a host still there when the chief's host is lost.
 * Either way a SIGTERM saves the step all replicas agree on and exits 143: preemption loses
   no step (preemption.py).
 """
@@ -53,13 +56,19 @@ class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
     (resize.py) before tf_keras reads it, so epoch and step numbers stay right and the epoch
     is neither stretched nor run past its end."""
 
-    def __init__(self, *, global_batch: int, steps_per_epoch: int, **kwargs) -> None:
+    def __init__(self, *, global_batch: int, steps_per_epoch: int, keep_own: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
+        self.keep_own = keep_own
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)  # restores model, optimizer, epoch and batch from the backup
         state = self._training_state
+        if self.keep_own:
+            # A worker that is not the chief writes to a temporary directory that tf_keras
+            # removes after each save; on a private disk it keeps its backups where it restores
+            # from, as the chief does (TaskInfo.keeps_own_backup).
+            state.write_checkpoint_manager = state.read_checkpoint_manager
         written_batch = tf.Variable(-1, dtype=tf.int64, trainable=False, name="tfcluster_global_batch")
         written_steps = tf.Variable(-1, dtype=tf.int64, trainable=False, name="tfcluster_steps_per_epoch")
         # Added to the backup's checkpoint after its restore: TF restores a dependency attached
@@ -139,6 +148,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         # epoch, which a preemption save needs; with "epoch" tf_keras would skip the rest of it.
         save_freq=steps if args.save_freq == "epoch" else args.save_freq,
         delete_checkpoint=True,
+        keep_own=task.keeps_own_backup() and not task.is_chief,
         # Not save_before_preemption: tf_keras enables it only on GCP, detected by
         # querying the GCE metadata server from every worker.
     )
@@ -218,7 +228,9 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
     latest = tf.train.latest_checkpoint(str(ckpt_dir))
     if latest:
         checkpoint.restore(latest).expect_partial()
-    write_dir = str(ckpt_dir) if task.is_chief else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
+    # On a private disk every worker keeps its checkpoints (TaskInfo.keeps_own_backup).
+    keep = task.keeps_own_backup()
+    write_dir = str(ckpt_dir) if keep else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=3)
 
     def save(step: int, epoch: int, done: int) -> None:
@@ -226,7 +238,7 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
                             ("steps_per_epoch", steps_per_epoch)):
             position[name].assign(value)
         manager.save(checkpoint_number=step)  # all workers: saving runs collectives
-        if not task.is_chief:
+        if not keep:
             shutil.rmtree(write_dir, ignore_errors=True)
 
     global_step = int(optimizer.iterations.numpy())

@@ -29,6 +29,18 @@ def test_chief_rules(cluster, task_type, index, chief, workers):
     assert (task.is_chief, task.num_workers, task.key) == (chief, workers, f"{task_type}:{index}")
 
 
+@pytest.mark.parametrize("private, expected", [(None, False), ("0", False), ("1", True)])
+def test_a_worker_keeps_its_own_backups_only_on_a_private_state_dir(private, expected):
+    """On a shared state dir only the chief writes where everyone restores from; on a private
+    one (TFCLUSTER_STATE_PRIVATE=1, set by the ssh backend in copy mode) every worker does."""
+    env = conf({"worker": ["a:1", "b:1"]}, "worker", 1)
+    if private is not None:
+        env["TFCLUSTER_STATE_PRIVATE"] = private
+    assert task_from_env(env).keeps_own_backup(env) is expected
+    chief = conf({"worker": ["a:1", "b:1"]}, "worker", 0)
+    assert task_from_env(chief).keeps_own_backup(chief) is True
+
+
 def test_no_tf_config_is_a_single_worker():
     task = task_from_env({})
     assert task.key == "worker:0" and task.is_chief and task.cluster == {}

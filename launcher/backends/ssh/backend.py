@@ -180,6 +180,8 @@ class SSHBackend(Backend):
     def task_env(self, task: PlannedTask, hs: HostState, extra: Mapping[str, str]) -> dict[str, str]:
         env = dict(task.env)
         env.update({envnames.RUN_DIR: hs.run_dir, envnames.STATE_DIR: hs.state_dir})
+        if self.state_sync.mode == "copy":
+            env[envnames.STATE_PRIVATE] = "1"
         env.update(extra)
         return env
 

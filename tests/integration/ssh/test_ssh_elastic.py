@@ -62,7 +62,11 @@ def _task_processes(lab) -> dict[str, list[str]]:
             for h in lab.hosts}
 
 
-def test_a_spare_replaces_a_preempted_host_without_spending_a_restart(lab, make_spec, tmp_path):
+def test_a_spare_replaces_the_preempted_chief_host_without_spending_a_restart(lab, make_spec, tmp_path):
+    """The hardest host to lose on private disks: the chief's (worker:0's), which wrote the
+    backups. Every worker keeps its own backups there (TFCLUSTER_STATE_PRIVATE), so h2's copy is
+    the newest and the group resumes at the saved step, not at the attempt's start (issue 23's
+    soak redid 106 of 363 steps when only the chief kept them)."""
     spec = make_spec(
         [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--step-delay", "0.3",
          "--save-freq", "3", "--progress-every", "1"],
@@ -74,31 +78,33 @@ def test_a_spare_replaces_a_preempted_host_without_spending_a_restart(lab, make_
     assert plan.returncode == 0, plan.stderr
     assert "spare hosts: h3 (no task; a lost host's tasks move there)" in plan.stdout, plan.stdout
     background = Background()
-    preempt_h2 = background.preempt(lab, "h2")
+    preempt_h1 = background.preempt(lab, "h1")
 
     try:
-        code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=5 ", preempt_h2)], timeout=280)
+        code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=5 ", preempt_h1)], timeout=280)
         background.join()
     finally:
-        bring_back(lab, "h2")
+        bring_back(lab, "h1")
     assert code == 0, out[-6000:]
-    assert "h2 lost (unreachable for " in out and "worker:1 moved to h3" in out, out[-4000:]
+    assert "h1 lost (unreachable for " in out and "worker:0 moved to h3" in out, out[-4000:]
     assert "restart.max_restarts is 0" not in out
     # Both workers resume from the same step: the one they agreed to save on the SIGTERM (graceful
-    # preemption: 0 steps redone) when the save beat the end of h2's sshd session (the task's
-    # lifeline), else the last periodic backup (every 3 steps) before the preemption.
-    saved = {int(p["global_step"]) for p in progress(out, "preempted", "worker:0")}
+    # preemption: 0 steps redone) when the save beat the end of h1's sshd session (the task's
+    # lifeline), else the last periodic backup (every 3 steps) before the preemption; never from
+    # step 0 (a backup at step 3 was written before the trigger at step 5).
+    saved = {int(p["global_step"]) for p in progress(out, "preempted", "worker:1")}
     w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
     assert len(w0) == len(w1) == 2, out[-4000:]
     n0, n1 = int(w0[1]["global_step"]), int(w1[1]["global_step"])
-    last_seen = max(last_step_before(out, "h2 lost", k) for k in ("worker:0", "worker:1"))
+    last_seen = max(last_step_before(out, "h1 lost", k) for k in ("worker:0", "worker:1"))
     assert n0 == n1, (n0, n1)
     if saved:
         assert len(saved) == 1 and n0 == min(saved) and 5 <= n0 <= last_seen + 1, (saved, n0, last_seen)
     else:
-        assert n0 % 3 == 0 and last_seen - 6 < n0 <= last_seen, (n0, last_seen)
+        assert n0 % 3 == 0 and max(3, last_seen - 5) <= n0 <= last_seen, (n0, last_seen)
     redone = max([last_seen, *saved]) - n0
-    assert "state: copied h1's latest backup" in out and " to h3 in " in out, out[-4000:]
+    # The backup comes from h2, the host of the last attempt that is still here.
+    assert "state: copied h2's latest backup" in out and " to h3 in " in out, out[-4000:]
     (res,) = progress(out, "result", "worker:0")
     assert int(res["steps_run"]) == 24 - n0, res  # the rest of both epochs, nothing more
     # The record keeps both plans and says why the second one came.
@@ -106,18 +112,22 @@ def test_a_spare_replaces_a_preempted_host_without_spending_a_restart(lab, make_
     first = json.loads((run / "plan.json").read_text())
     second = json.loads((run / "plan-2.json").read_text())
     assert [t["host"] for t in first["tasks"]] == ["h1", "h2"]
-    assert [t["host"] for t in second["tasks"]] == ["h1", "h3"]
-    assert second["cluster"]["worker"][1].startswith(lab.host("h3").address + ":")
+    assert [t["host"] for t in second["tasks"]] == ["h3", "h2"]
+    assert second["cluster"]["worker"][0].startswith(lab.host("h3").address + ":")
     recorded = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     kinds = [e for e in recorded if e["event"] in ("host_lost", "replan", "restart")]
     assert [e["event"] for e in kinds] == ["host_lost", "replan"], kinds
-    assert kinds[0]["host"] == "h2" and kinds[1]["moved"] == {"worker:1": {"from": "h2", "to": "h3"}}, kinds
-    assert "plans used: 1: h1, h2" in out and "2: h1, h3 (h2 lost at " in out, out[-3000:]
-    assert f"worker:1 moved to h3; resumed at step {n0}, {redone} steps redone)" in out, out[-3000:]
+    assert kinds[0]["host"] == "h1" and kinds[1]["moved"] == {"worker:0": {"from": "h1", "to": "h3"}}, kinds
+    assert "plans used: 1: h1, h2" in out and "2: h2, h3 (h1 lost at " in out, out[-3000:]
+    assert f"worker:0 moved to h3; resumed at step {n0}, {redone} steps redone)" in out, out[-3000:]
+    # The final model comes from the new chief's host.
+    fetched = [line for line in out.splitlines() if "fetched final_model" in line]
+    assert len(fetched) == 1 and " from h3 (" in fetched[0], out[-3000:]
+    assert (spec.parent / "runs" / "sshtest" / "state" / "final_model" / "saved_model.pb").is_file()
     status = tfcluster("status", str(spec))
     assert status.returncode == 0, status.stderr
-    assert "worker:1  h3 " in status.stdout and "spare hosts" not in status.stdout, status.stdout
-    assert f"worker:1 moved to h3; resumed at step {n0}, {redone} steps redone" in status.stdout, status.stdout
+    assert "worker:0  h3 " in status.stdout and "spare hosts" not in status.stdout, status.stdout
+    assert f"worker:0 moved to h3; resumed at step {n0}, {redone} steps redone" in status.stdout, status.stdout
     # Nothing left running on any host.
     wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
 
