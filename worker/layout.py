@@ -1,6 +1,6 @@
 """The state directory's layout, the one place it is written down (trainers, evaluator, tests).
 
-    model_dir/backup/                   tf_keras BackupAndRestore (fit; deleted after success)
+    model_dir/backup/                   tf_keras BackupAndRestore (fit; deleted once the final model is saved)
     model_dir/checkpoints/ckpt-NNN      ModelCheckpoint weights per epoch (fit; NNN = epoch)
     model_dir/checkpoints/custom/ckpt-N tf.train.CheckpointManager (custom loop; N = global step)
     model_dir/final_model/              the final Keras SavedModel (chief only)

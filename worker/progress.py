@@ -112,5 +112,12 @@ class ProgressLogger(keras.callbacks.Callback):
                   float(logs.get("accuracy", float("nan"))), self.throughput, self.model.optimizer, self.scalars,
                   extra=tested)
 
+    def on_train_end(self, logs=None):
+        if self._first:  # no step left (a restart after the last one): say where it resumed
+            self._first = False
+            emit("start", epoch=self.params.get("epochs", self._epoch), step=0,
+                 global_step=int(self.model.optimizer.iterations.numpy()), time=f"{time.time():.3f}",
+                 **self.start_fields)
+
     def examples_per_sec(self) -> float:
         return self.throughput.rate()

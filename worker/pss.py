@@ -308,7 +308,9 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
                            evaluate=(lambda m: evaluate_plain(m, data, args)[:2]) if args.epoch_eval else None,
                            scalars=Scalars.train(p, task))
     callbacks = [
-        keras.callbacks.BackupAndRestore(backup_dir=str(p.backup), delete_checkpoint=True),
+        # Kept until the final model is saved (removed below): a failure in the final evaluation
+        # or save resumes at the end, not at step 0 (as sync.py's fit).
+        keras.callbacks.BackupAndRestore(backup_dir=str(p.backup), delete_checkpoint=False),
         keras.callbacks.ModelCheckpoint(filepath=p.fit_checkpoint(), save_weights_only=True),
         progress,
     ]
@@ -321,6 +323,7 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
     )
     global_step = int(model.optimizer.iterations.numpy())
     loss, accuracy = evaluate_and_save(model, data, args, p.final)
+    shutil.rmtree(p.backup, ignore_errors=True)  # the chief: the only PSS task that writes it
     fit_result(task.key, args.epochs, history, progress, loss, accuracy, global_step=global_step)
     return 0
 

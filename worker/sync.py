@@ -147,7 +147,10 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         # Always a step count ("epoch" = one epoch's steps): then a restore resumes inside an
         # epoch, which a preemption save needs; with "epoch" tf_keras would skip the rest of it.
         save_freq=steps if args.save_freq == "epoch" else args.save_freq,
-        delete_checkpoint=True,
+        # Kept past fit's end until the final model is saved (then removed below): a failure in
+        # the final evaluation or save (a hang, a lost host) resumes at the end, not at step 0
+        # (the soak's group trained all 2,000 steps again after a hang in the final evaluation).
+        delete_checkpoint=False,
         keep_own=task.keeps_own_backup() and not task.is_chief,
         # Not save_before_preemption: tf_keras enables it only on GCP, detected by
         # querying the GCE metadata server from every worker.
@@ -173,6 +176,8 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         return PREEMPTED_EXIT
     loss, accuracy = model.evaluate(test, verbose=0)
     save_final_model(model, layout.final, task)
+    if task.keeps_own_backup():  # whoever writes the backup removes it, once nothing can need it
+        shutil.rmtree(layout.backup, ignore_errors=True)
     fit_result(task.key, args.epochs, history, progress, loss, accuracy)
     return 0
 

@@ -46,6 +46,30 @@ def test_sigstop_hang_watchdog_restarts_group(tmp_path, tfds_dir):
     assert_no_processes(spec)
 
 
+def test_a_hang_in_the_final_evaluation_resumes_at_the_end_not_at_step_0(tmp_path, tfds_dir):
+    """Training is over (the last epoch line), the final evaluation and save run, and a worker
+    hangs there: the restart must not train again. The backup outlives fit until the final model
+    is saved (a 20-minute soak redid all 2,000 steps when tf_keras deleted it at fit's end)."""
+    spec = write_spec(tmp_path, tfds_dir, TRAIN + " --save-freq 5", extra="restart: {max_restarts: 1}\n")
+    spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 120, stop_grace: 3}",
+                                             "watchdog: {startup_timeout: 120, stop_grace: 3, hang_timeout: 8}"))
+    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-epoch epoch=2 global_step=60 ",
+                                    lambda proc: kill_task(spec, "worker:1", signal.SIGSTOP))])
+    assert code == 0, out[-4000:]
+    # Named by the hang watchdog, or first by TensorFlow's own heartbeat check in worker:0.
+    failed = [line for line in out.splitlines() if "error: worker:1 failed: " in line]
+    assert len(failed) == 1 and "process is stopped (SIGSTOP?)" in failed[0], out[-4000:]
+    starts = progress(out, "start", "worker:0")
+    assert len(starts) == 2 and int(starts[1]["global_step"]) == 60, starts  # at the end, not at 0
+    assert starts[1]["epoch"] == "2" and starts[1]["step"] == "0", starts
+    results = progress(out, "result", "worker:0")
+    assert len(results) == 1 and results[0]["steps_run"] == "0", results
+    state = tmp_path / "runs" / "demo" / "state"
+    assert (state / "final_model" / "saved_model.pb").is_file()
+    assert not (state / "backup").exists()  # removed once the final model was saved
+    assert_no_processes(spec)
+
+
 def test_exit_1_every_time_is_not_retried(tmp_path, tfds_dir):
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --dataset no_such_dataset --no-download",
                       extra="restart: {max_restarts: 3}\n")
