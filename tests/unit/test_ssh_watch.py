@@ -27,6 +27,24 @@ def test_a_host_is_back_after_answering_without_a_break_for_settle_seconds():
         assert watch.settled(5.0) == expected, second
 
 
+def test_an_answer_counts_from_when_it_came_not_from_when_the_probe_began():
+    """A probe that opens a new connection can take seconds and span a short outage of the link
+    (the handshake is delivered late) yet succeed: the unbroken run starts at its answer."""
+    clock = Clock()
+
+    def slow_probe(name):
+        clock.now += 3.0  # the link was down for part of these 3 s
+        return True
+
+    watch = HostWatch(slow_probe, clock=clock)
+    watch.watch(["h2"], start=False)
+    watch.probe_once()  # began at 0, answered at 3
+    clock.now = 7.0
+    assert watch.settled(5.0) == []  # 7 - 0 >= 5, but only 4 s since the answer
+    clock.now = 8.0
+    assert watch.settled(5.0) == ["h2"]
+
+
 def test_a_flapping_host_never_settles_and_a_failed_probe_restarts_its_clock():
     clock = Clock()
     pattern = [True, True, True, False, False, False] * 4  # up 3 s, down 3 s

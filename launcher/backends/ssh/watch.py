@@ -63,16 +63,20 @@ class HostWatch:
     def probe_once(self, map_=map) -> None:
         """One round: every watched host probed (through ``map_``: the thread's pool), its
         unbroken run of answers extended or ended."""
-        started = self.clock()
         with self._lock:
             names = sorted(self._names)
         answers = dict(zip(names, map_(self._ask, names)))
+        # An answer proves the host answers when it came, not since the round began: a probe
+        # that opened a new connection can span a link's short outage (TCP delivers the handshake
+        # late) and still succeed; counted from its start, a flapping host looked settled 1.5 s
+        # early in the suite.
+        answered = self.clock()
         with self._lock:
             for name, ok in answers.items():
                 if name not in self._names:
                     continue
                 if ok and name not in self._going:
-                    self._since.setdefault(name, started)
+                    self._since.setdefault(name, answered)
                 elif not ok:
                     self._since.pop(name, None)
                     self._going.discard(name)
