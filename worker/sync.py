@@ -67,7 +67,7 @@ class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
         if self.keep_own:
             # A worker that is not the chief writes to a temporary directory that tf_keras
             # removes after each save; on a private disk it keeps its backups where it restores
-            # from, as the chief does (TaskInfo.keeps_own_backup).
+            # from, as the chief does (TaskInfo.keeps_own_backup; for the chief a no-op).
             state.write_checkpoint_manager = state.read_checkpoint_manager
         written_batch = tf.Variable(-1, dtype=tf.int64, trainable=False, name="tfcluster_global_batch")
         written_steps = tf.Variable(-1, dtype=tf.int64, trainable=False, name="tfcluster_steps_per_epoch")
@@ -151,7 +151,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         # the final evaluation or save (a hang, a lost host) resumes at the end, not at step 0
         # (the soak's group trained all 2,000 steps again after a hang in the final evaluation).
         delete_checkpoint=False,
-        keep_own=task.keeps_own_backup() and not task.is_chief,
+        keep_own=task.keeps_own_backup(),
         # Not save_before_preemption: tf_keras enables it only on GCP, detected by
         # querying the GCE metadata server from every worker.
     )

@@ -34,17 +34,24 @@ def test_sigkill_mid_epoch_group_restart_resumes_at_step(tmp_path, tfds_dir):
     assert_no_processes(spec)
 
 
-def test_sigstop_hang_watchdog_restarts_group(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, TRAIN, extra="restart: {max_restarts: 1}\n")
+def _sigstop_when(tmp_path, tfds_dir, entrypoint: str, line: str, task: str):
+    """Run ``entrypoint`` with watchdog.hang_timeout 8 s and one restart, SIGSTOP ``task`` at
+    the output line matching ``line``; (spec, exit code, output, the console's failure lines
+    of ``task``)."""
+    spec = write_spec(tmp_path, tfds_dir, entrypoint, extra="restart: {max_restarts: 1}\n")
     spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 120, stop_grace: 3}",
                                              "watchdog: {startup_timeout: 120, stop_grace: 3, hang_timeout: 8}"))
-    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
-                                    lambda proc: kill_task(spec, "worker:0", signal.SIGSTOP))])
+    code, out = run_and_act(spec, [(line, lambda proc: kill_task(spec, task, signal.SIGSTOP))])
+    return spec, code, out, [text for text in out.splitlines() if f"error: {task} failed: " in text]
+
+
+def test_sigstop_hang_watchdog_restarts_group(tmp_path, tfds_dir):
+    spec, code, out, failed = _sigstop_when(tmp_path, tfds_dir, TRAIN, r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
+                                            "worker:0")
     assert code == 0, out[-4000:]
     # The stopped worker is the root cause whoever notices first: the hang watchdog after 8 s
     # without progress, or TensorFlow in worker:1 (its collective gave up after 7.7 s in one
     # suite run, a moment before the watchdog, and worker:1's exit 1 is then a consequence).
-    failed = [line for line in out.splitlines() if "error: worker:0 failed: " in line]
     assert len(failed) == 1 and failed[0].split("worker:0 failed: ", 1)[1].startswith(
         ("hung: no progress for 8 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)",
          "process is stopped (SIGSTOP?)")), out[-4000:]
@@ -57,14 +64,10 @@ def test_a_hang_in_the_final_evaluation_resumes_at_the_end_not_at_step_0(tmp_pat
     """Training is over (the last epoch line), the final evaluation and save run, and a worker
     hangs there: the restart must not train again. The backup outlives fit until the final model
     is saved (a 20-minute soak redid all 2,000 steps when tf_keras deleted it at fit's end)."""
-    spec = write_spec(tmp_path, tfds_dir, TRAIN + " --save-freq 5", extra="restart: {max_restarts: 1}\n")
-    spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 120, stop_grace: 3}",
-                                             "watchdog: {startup_timeout: 120, stop_grace: 3, hang_timeout: 8}"))
-    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-epoch epoch=2 global_step=60 ",
-                                    lambda proc: kill_task(spec, "worker:1", signal.SIGSTOP))])
+    spec, code, out, failed = _sigstop_when(tmp_path, tfds_dir, TRAIN + " --save-freq 5",
+                                            r"\[worker:1\] tfcluster-epoch epoch=2 global_step=60 ", "worker:1")
     assert code == 0, out[-4000:]
     # Named by the hang watchdog, or first by TensorFlow's own heartbeat check in worker:0.
-    failed = [line for line in out.splitlines() if "error: worker:1 failed: " in line]
     assert len(failed) == 1 and "process is stopped (SIGSTOP?)" in failed[0], out[-4000:]
     starts = progress(out, "start", "worker:0")
     assert len(starts) == 2 and int(starts[1]["global_step"]) == 60, starts  # at the end, not at 0
