@@ -1,5 +1,10 @@
+import json
+import os
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 # Tests import the project from the checkout even without `pip install -e .`.
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,3 +53,29 @@ def pytest_collection_finish(session):
 def pytest_sessionfinish(session, exitstatus):
     if "tests.support.docker_warmup" in sys.modules:  # (imported by whoever started one)
         sys.modules["tests.support.docker_warmup"].close_docker_warmup()
+
+
+# ---------------------------------------------------------------- where the suite's time goes (opt-in)
+#
+# TFCLUSTER_TEST_CPU_LOG=FILE appends one JSON line per test: its wall time (setup to teardown) and
+# the whole machine's busy CPU seconds meanwhile (/proc/stat; tasks on lab hosts run outside
+# pytest's process tree, so the machine is the only place they all add up). Run the suite alone.
+
+def _busy_cpu_s() -> float:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get("TFCLUSTER_TEST_CPU_LOG")
+    if not path:
+        yield
+        return
+    wall, cpu = time.monotonic(), _busy_cpu_s()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 2),
+                             "cpu_s": round(_busy_cpu_s() - cpu, 2)}) + "\n")
