@@ -49,6 +49,10 @@ class SSHOptions(OptionsModel):
     require: tuple[str, ...] = ("tensorflow",)
     # Seconds each host gets to connect to each task port during the reachability probe.
     probe_timeout: float = Field(default=3.0, gt=0)
+    # Seconds each host's preflight agent gets to answer (Python, ssh.require, workdir, ports) and,
+    # on top of the reachability probe's own deadline, to report it. A host that does not answer
+    # in time is named; raise this for hosts that start Python slowly (an overloaded machine).
+    preflight_timeout: float = Field(default=60.0, gt=0)
     # A host (by name) that runs the run's supervisor and keeps its record, so the machine that
     # ran `up` can disconnect; status/logs/attach/down/runs reach it over SSH. Default: here.
     supervisor: Optional[str] = None

@@ -21,7 +21,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .pool import HostPool
     from .state import StateSync
 
-_PROBE_REPLY_TIMEOUT = 60.0
+
+
+def no_answer(name: str, what: str, seconds: float) -> str:
+    """The one line for a host whose agent is connected but silent past its time."""
+    return (f"host {name}: {what} did not answer within {seconds:g} s (ssh.preflight_timeout); the host is "
+            "overloaded or its Python is stalled: check its load, or raise ssh.preflight_timeout")
 
 
 def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None:
@@ -60,7 +65,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         try:
             chan = hs.transport.open_session(timeout=pool.opts.connect_timeout)
             chan.set_combine_stderr(False)
-            chan.settimeout(_PROBE_REPLY_TIMEOUT)
+            chan.settimeout(pool.opts.preflight_timeout)
             chan.exec_command(agent_command(hs.python, pidfile))
             sessions[name] = chan
         except Exception as exc:  # noqa: BLE001
@@ -76,6 +81,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         try:
             chan.sendall(json.dumps(req).encode() + b"\n")
             line = readline(chan)
+        except TimeoutError:
+            return no_answer(name, "the preflight agent", pool.opts.preflight_timeout)
         except Exception as exc:  # noqa: BLE001
             return f"host {name}: preflight could not run ({exc_text(exc)}); check the host"
         if not line:
@@ -164,9 +171,12 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
         if not targets:
             return []
         try:
+            chan.settimeout(deadline + pool.opts.preflight_timeout)  # the probe's own deadline, then the slack
             chan.sendall(json.dumps({"targets": targets, "timeout": timeout, "deadline": deadline}).encode() + b"\n")
             line = readline(chan)
             results = json.loads(line)["results"] if line else None
+        except TimeoutError:
+            return [no_answer(name, "the reachability probe", deadline + pool.opts.preflight_timeout)]
         except Exception:  # noqa: BLE001
             results = None
         if results is None:

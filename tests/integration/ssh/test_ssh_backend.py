@@ -17,6 +17,7 @@ import yaml
 from tests.labs.ssh import GATEWAY
 
 from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.waits import wait_for
 
 from .conftest import PY, ROOT, cmdline, pids_in_netns
 
@@ -330,6 +331,30 @@ def test_port_in_use_missing_module_and_python_are_reported(lab, make_spec):
     proc = tfcluster("up", str(spec))
     assert proc.returncode == 1
     assert "host h1: python '/nonexistent/python3' not found" in proc.stderr, proc.stderr
+
+
+def test_a_host_whose_agent_never_answers_is_named_with_the_timeout_and_nothing_is_left(lab, make_spec, tmp_path):
+    """h2's interpreter wrapper swallows the preflight's request line, so its agent waits for a
+    request that never comes: a stalled host. Its reply timeout names the host, the time and
+    the key to raise (it said "preflight could not run (timed out (TimeoutError))" before)."""
+    stalled = tmp_path / "python-stalled"
+    stalled.write_text(f'#!/bin/sh\nread -r _request\nexec {PY} "$@"\n')
+    stalled.chmod(0o755)
+    spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"preflight_timeout": 2},
+                     host_keys={"h2": {"python": str(stalled)}})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "host h" in line]
+    assert lines == ["tfcluster: error: host h2: the preflight agent did not answer within 2 s (ssh.preflight_timeout); "
+                     "the host is overloaded or its Python is stalled: check its load, or raise ssh.preflight_timeout"], \
+        proc.stderr
+    assert "no task was started" in proc.stderr
+    # The silent agent ends with its channel: nothing of the run is left on either host.
+    def left() -> list[str]:
+        return [cmdline(p) for h in ("h1", "h2") for p in pids_in_netns(lab.host(h))
+                if cmdline(p) and "sshd" not in cmdline(p)]
+
+    wait_for(lambda: not left(), 10, what="the preflight agents to end (a process other than sshd on h1 or h2)")
 
 
 # ---------------------------------------------------------------- failures and lifecycle
