@@ -7,7 +7,7 @@ The hosts are network namespaces on this machine, each with its own sshd (the la
 tests/labs/ssh.py). Needs root, iproute2, openssh-server and pdsh
 (tests/setup/ssh.sh installs them). Usage::
 
-    sudo python3 bench/ssh_fanout.py [--hosts 32,64,128] [--repeat 3]
+    sudo python3 bench/ssh_fanout.py [--hosts 32,64,128] [--repeat 3] [--task python|echo]
 
 The lab's namespaces and subnet are TFCLUSTER_LAB_PREFIX (default tfcb) and
 TFCLUSTER_LAB_SUBNET (the ssh lab's default): set both when another lab runs on the machine.
@@ -18,6 +18,11 @@ Figures (median of --repeat runs, seconds):
   up:total   `tfcluster up` started -> exited 0 (includes preflight, task exit, teardown)
 Both include process start-up (pdsh's, and the launcher's Python imports).
   cpu        the client's own CPU time (user + sys; pdsh's includes its ssh processes)
+  hosts cpu  the CPU time of everything on the lab hosts meanwhile: every sshd and what it started
+             (sessions, shells, agents, task wrappers, tasks), read from a cgroup the hosts' sshds
+             are put in at the start (children stay in their parent's cgroup), so other load on
+             the machine does not count. Divided by the host count it is one host's work per
+             command: what a host of its own would spend, in parallel with the others.
 
 --client-nice 0,-10 runs every trial once per niceness of the two clients (pdsh and its ssh
 processes, `tfcluster up`), the lab's sshds staying at 0. The hosts are on this machine: at 128
@@ -45,7 +50,47 @@ sys.path.insert(0, str(ROOT))
 
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
-TRIVIAL = "print('running', flush=True)"
+TASKS = {"python": [sys.executable, "-c", "print('running', flush=True)"], "echo": ["/bin/echo", "running"]}
+
+
+class HostsCPU:
+    """The lab hosts' CPU seconds, from a cgroup (v2 ``unified`` or v1 ``cpuacct``) holding every
+    lab sshd; the processes an sshd starts inherit it."""
+
+    def __init__(self, lab: Lab) -> None:
+        name = f"{lab.prefix}-hosts-cpu"
+        v2, v1 = Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/cpuacct")
+        if (v2 / "cgroup.procs").exists():
+            self.dir, self.v2 = v2 / name, True
+        elif (v1 / "cgroup.procs").exists():
+            self.dir, self.v2 = v1 / name, False
+        else:
+            raise RuntimeError("no cgroup v2 (/sys/fs/cgroup/unified) or v1 cpuacct hierarchy to count the hosts' CPU")
+        self.dir.mkdir(exist_ok=True)
+        for h in lab.hosts:
+            for pid in subprocess.run(["ip", "netns", "pids", h.netns], capture_output=True, text=True).stdout.split():
+                try:
+                    (self.dir / "cgroup.procs").write_text(pid)
+                except ProcessLookupError:
+                    pass  # a session that ended meanwhile
+
+    def seconds(self) -> float:
+        if self.v2:
+            stat = dict(line.split() for line in (self.dir / "cpu.stat").read_text().splitlines())
+            return int(stat["usage_usec"]) / 1e6
+        return int((self.dir / "cpuacct.usage").read_text()) / 1e9
+
+    def close(self) -> None:
+        root = self.dir.parent / "cgroup.procs"
+        for pid in (self.dir / "cgroup.procs").read_text().split():
+            try:
+                root.write_text(pid)
+            except OSError:
+                pass  # gone meanwhile
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass
 
 
 def _niced(nice: int):
@@ -67,8 +112,9 @@ def _reap(proc: subprocess.Popen, timeout: float) -> tuple[int, float]:
         time.sleep(0.01)
 
 
-def time_pdsh(lab: Lab, n: int, nice: int = 0) -> tuple[float, float]:
+def time_pdsh(lab: Lab, n: int, cpu_of: HostsCPU, nice: int = 0) -> tuple[float, float, float]:
     hosts = ",".join(h.address for h in lab.hosts[:n])
+    h0 = cpu_of.seconds()
     t0 = time.perf_counter()
     proc = subprocess.Popen(["pdsh", "-R", "ssh", "-f", "64", "-l", "root", "-w", hosts, "true"],
                             env=lab.pdsh_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -78,15 +124,15 @@ def time_pdsh(lab: Lab, n: int, nice: int = 0) -> tuple[float, float]:
     took = time.perf_counter() - t0
     if code != 0:
         raise RuntimeError(f"pdsh failed: {err.strip()}")
-    return took, cpu
+    return took, cpu, _settled(cpu_of) - h0
 
 
-def write_spec(lab: Lab, n: int, work: Path) -> Path:
+def write_spec(lab: Lab, n: int, work: Path, task: list[str]) -> Path:
     spec = {
         "name": f"fanout{n}",
         "strategy": "multi_worker_mirrored",
         "backend": "ssh",
-        "entrypoint": [sys.executable, "-c", TRIVIAL],
+        "entrypoint": task,
         "hosts": lab.hosts_yaml([h.name for h in lab.hosts[:n]]),
         "tasks": {"worker": n},
         "ports": {"base": 24456},
@@ -99,7 +145,21 @@ def write_spec(lab: Lab, n: int, work: Path) -> Path:
     return path
 
 
-def time_up(spec: Path, n: int, nice: int = 0) -> tuple[float, float, float]:
+def _settled(cpu_of: HostsCPU) -> float:
+    """The hosts' CPU once what the command left on them (a session's last exit) has ended: the
+    count stops growing for 0.3 s (at most 10 s)."""
+    last, end = cpu_of.seconds(), time.monotonic() + 10
+    while time.monotonic() < end:
+        time.sleep(0.3)
+        now = cpu_of.seconds()
+        if now - last < 0.005:
+            return now
+        last = now
+    return last
+
+
+def time_up(spec: Path, n: int, cpu_of: HostsCPU, nice: int = 0) -> tuple[float, float, float, float]:
+    h0 = cpu_of.seconds()
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", str(spec)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_niced(nice))
@@ -119,7 +179,7 @@ def time_up(spec: Path, n: int, nice: int = 0) -> tuple[float, float, float]:
     total = time.perf_counter() - t0
     if code != 0 or running is None:
         raise RuntimeError(f"tfcluster up failed ({code}): {proc.stderr.read()[-2000:] if proc.stderr else ''}")
-    return running, total, cpu
+    return running, total, cpu, _settled(cpu_of) - h0
 
 
 def _load() -> str:
@@ -132,6 +192,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--client-nice", default="0",
                     help="niceness of both clients, a comma-separated list run in turn each trial (e.g. 0,-10)")
+    ap.add_argument("--task", choices=sorted(TASKS), default="python",
+                    help="up's trivial task: a Python that prints a line (the default), or /bin/echo, the same "
+                         "payload as pdsh's `true` (one exec, no interpreter)")
     args = ap.parse_args()
     reason = have_prereqs()
     if reason:
@@ -144,30 +207,33 @@ def main() -> int:
     t0 = time.perf_counter()
     lab.start()
     print(f"lab: {max(counts)} sshd hosts in network namespaces up in {time.perf_counter() - t0:.2f} s "
-          f"({os.cpu_count()} CPUs; load average {_load()})", flush=True)
+          f"({os.cpu_count()} CPUs; load average {_load()}); up's task: {' '.join(TASKS[args.task])}", flush=True)
+    cpu_of = HostsCPU(lab)
     try:
         rows = []
         for n in counts:
-            spec = write_spec(lab, n, work)
-            time_pdsh(lab, n)  # warm caches once
-            got = {nice: ([], [], [], [], []) for nice in nices}  # pdsh, pdsh cpu, running, total, up cpu
+            spec = write_spec(lab, n, work, TASKS[args.task])
+            time_pdsh(lab, n, cpu_of)  # warm caches once
+            got = {nice: ([], [], [], [], [], [], []) for nice in nices}
             for trial in range(args.repeat):
                 for nice in nices:
-                    p, pc = time_pdsh(lab, n, nice)
-                    r, t, uc = time_up(spec, n, nice)
-                    for series, value in zip(got[nice], (p, pc, r, t, uc)):
+                    p, pc, ph = time_pdsh(lab, n, cpu_of, nice)
+                    r, t, uc, uh = time_up(spec, n, cpu_of, nice)
+                    for series, value in zip(got[nice], (p, pc, ph, r, t, uc, uh)):
                         series.append(value)
-                    print(f"  {n} hosts, trial {trial + 1}, client nice {nice}: pdsh {p:.2f} s (cpu {pc:.2f} s), "
-                          f"up:running {r:.2f} s, up:total {t:.2f} s (cpu {uc:.2f} s) ({t / p:.2f}x); "
-                          f"load average {_load()}", flush=True)
+                    print(f"  {n} hosts, trial {trial + 1}, client nice {nice}: pdsh {p:.2f} s (cpu {pc:.2f} s, "
+                          f"hosts cpu {ph:.2f} s), up:running {r:.2f} s, up:total {t:.2f} s (cpu {uc:.2f} s, "
+                          f"hosts cpu {uh:.2f} s) ({t / p:.2f}x); load average {_load()}", flush=True)
             for nice in nices:
                 rows.append((n, nice, *(statistics.median(series) for series in got[nice])))
-        print(f"{'hosts':>5}  {'nice':>4}  {'pdsh':>7}  {'cpu':>6}  {'up:running':>10}  {'up:total':>8}  {'cpu':>6}  "
-              f"{'running/pdsh':>12}  {'total/pdsh':>10}")
-        for n, nice, p, pc, r, t, uc in rows:
-            print(f"{n:>5}  {nice:>4}  {p:>6.2f}s  {pc:>5.2f}s  {r:>9.2f}s  {t:>7.2f}s  {uc:>5.2f}s  "
-                  f"{r / p:>11.2f}x  {t / p:>9.2f}x")
+        print(f"{'hosts':>5}  {'nice':>4}  {'pdsh':>7}  {'cpu':>6}  {'hosts cpu':>9}  {'up:running':>10}  "
+              f"{'up:total':>8}  {'cpu':>6}  {'hosts cpu':>9}  {'running/pdsh':>12}  {'total/pdsh':>10}  "
+              f"{'per host: pdsh':>14}  {'up':>6}")
+        for n, nice, p, pc, ph, r, t, uc, uh in rows:
+            print(f"{n:>5}  {nice:>4}  {p:>6.2f}s  {pc:>5.2f}s  {ph:>8.2f}s  {r:>9.2f}s  {t:>7.2f}s  {uc:>5.2f}s  "
+                  f"{uh:>8.2f}s  {r / p:>11.2f}x  {t / p:>9.2f}x  {1000 * ph / n:>11.0f} ms  {1000 * uh / n:>3.0f} ms")
     finally:
+        cpu_of.close()
         lab.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
