@@ -36,7 +36,32 @@ def _needs_docker(item) -> bool:
     return "/docker/" in item.nodeid or "[docker]" in item.nodeid
 
 
+# ---------------------------------------------------------------- two shards at once (tests/run.sh)
+#
+# The suite keeps 2 cores about 60% busy: the lab tests wait on leases, host watches and Slurm,
+# the local ones on TensorFlow starting. tests/run.sh runs the two shards as two pytest processes
+# at the same time; each shard's tests still run one at a time, in the order they always did.
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shard", choices=("labs", "local"), default=None,
+                     help="only this shard: labs (the ssh, slurm and docker labs' tests and the unit tests) "
+                          "or local (every other test: TensorFlow on this machine)")
+
+
+def shard_of(item) -> str:
+    nodeid = item.nodeid
+    if nodeid.startswith("tests/unit/") or any(
+            part in nodeid for part in ("/ssh/", "/slurm/", "/docker/", "[ssh]", "[slurm]", "[docker]")):
+        return "labs"
+    return "local"
+
+
 def pytest_collection_modifyitems(session, config, items):
+    shard = config.getoption("--shard")
+    if shard:
+        config.hook.pytest_deselected(items=[item for item in items if shard_of(item) != shard])
+        items[:] = [item for item in items if shard_of(item) == shard]
     items.sort(key=_needs_docker)  # stable: the docker tests last, every other order kept
 
 

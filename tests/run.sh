@@ -6,7 +6,8 @@
 # (a machine's Python may ship packages, or older versions, that a user's virtualenv will not have).
 # Pip's wheel cache is reused, so a second run downloads nothing new.
 #   TFCLUSTER_TEST_VENV  where the virtualenv goes (default .venv-test in the checkout; made anew each run)
-# Extra arguments go to pytest, e.g. `bash tests/run.sh -m "not integration"`.
+# Extra arguments go to pytest (to both shards, see below), e.g. `bash tests/run.sh -m "not integration"`.
+#   TFCLUSTER_TEST_SHARDS=1  one pytest instead of two shards at once
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
@@ -27,4 +28,30 @@ timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-che
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-exec python -m pytest "$@"
+# Two shards at once (tests/conftest.py, --shard): the labs' tests and the unit tests here, every
+# other test in a second pytest started beside it, whose output follows this one's. Together they
+# keep the 2 cores busy where one pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest.
+if [ "${TFCLUSTER_TEST_SHARDS:-2}" = 1 ]; then
+    exec python -m pytest "$@"
+fi
+local_log=$(mktemp /tmp/tfcluster-tests-local.XXXXXX)
+# A background job of a script starts with SIGINT ignored; give pytest back its Ctrl-C (the
+# terminal sends it to both shards: one process group).
+python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' \
+    --shard local "$@" > "$local_log" 2>&1 &
+local_pid=$!
+trap 'kill -TERM "$local_pid" 2>/dev/null || true' TERM
+set +e
+python -m pytest --shard labs "$@"
+labs=$?
+wait "$local_pid"
+local=$?
+set -e
+echo "================ tests/run.sh: the local shard, run at the same time ================"
+cat "$local_log"
+rm -f "$local_log"
+# Exit 5: no test of that shard was selected (e.g. a path or -k that only the other shard has).
+[ "$labs" = 5 ] && [ "$local" != 5 ] && labs=0
+[ "$local" = 5 ] && [ "$labs" != 5 ] && local=0
+echo "tests/run.sh: labs shard exit $labs, local shard exit $local" >&2
+[ "$labs" = 0 ] && [ "$local" = 0 ]

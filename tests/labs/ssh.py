@@ -1,6 +1,7 @@
 """A lab of SSH hosts on this machine: network namespaces joined by a bridge, each with its own
 address (10.231.0.0/24), its own sshd (Debian openssh-server, key-only, own host key) and its
-own UTS namespace (so ``hostname`` differs). Needs root. Used by the ssh integration tests and
+own UTS namespace (so ``hostname`` differs) and its own mount namespace, where root's
+``~/.bashrc`` is a fresh Debian host's (see FRESH_BASHRC). Needs root. Used by the ssh integration tests and
 bench/ssh_fanout.py.
 
 Layout: the bridge lives in its own namespace ``<prefix>sw`` (so the machine's firewall, e.g.
@@ -35,6 +36,23 @@ from tests.support.processes import alive
 SUBNET = os.environ.get("TFCLUSTER_LAB_SUBNET", "10.231.0")
 GATEWAY = f"{SUBNET}.1"
 SSHD = "/usr/sbin/sshd"
+
+
+# sshd runs every command through the user's login shell, and bash then reads ~/.bashrc even
+# when not interactive. This machine's root .bashrc is Debian's plus `pyenv init` and
+# `pyenv virtualenv-init` (about 60 processes): 135 ms of CPU and 290 ms per session, paid by
+# every ssh session to a lab host (pdsh's and tfcluster's alike), where a fresh Debian host's
+# root .bashrc (base-files' dot.bashrc, all comments) costs 1.4 ms. Each host's sshd therefore
+# sees Debian's stock file at ~/.bashrc (a bind mount in its own mount namespace).
+FRESH_BASHRC = Path("/usr/share/base-files/dot.bashrc")
+
+
+def _fresh_bashrc_mount() -> str:
+    """The shell snippet that bind-mounts a fresh host's root .bashrc over this machine's."""
+    home_rc = Path.home() / ".bashrc"
+    if not (FRESH_BASHRC.is_file() and home_rc.is_file()):
+        return ""
+    return f"mount --bind {FRESH_BASHRC} {home_rc} && "
 
 
 def sh(*argv: str, timeout: float = 20.0, check: bool = True, input: Optional[bytes] = None) -> subprocess.CompletedProcess:
@@ -169,11 +187,11 @@ class Lab:
         log = open(h.dir / "sshd.log", "ab")
         # Own UTS namespace: `hostname` inside is the lab host's name. `ip netns exec` and
         # `unshare` exec (no fork), so h.sshd.pid is sshd, in the host's namespaces.
-        unshare, mount = ["unshare", "--uts"], ""
+        # Own mount namespace too: the login shell's rc file is a fresh host's (see FRESH_BASHRC).
+        unshare, mount = ["unshare", "--uts", "--mount", "--propagation", "private"], _fresh_bashrc_mount()
         if self.private is not None:
             self.private.mkdir(parents=True, exist_ok=True)
-            unshare += ["--mount", "--propagation", "private"]
-            mount = f'mount -t tmpfs -o size={self.private_size},mode=0755 tfcs-{h.name} "$2" && '
+            mount += f'mount -t tmpfs -o size={self.private_size},mode=0755 tfcs-{h.name} "$2" && '
         h.sshd = subprocess.Popen(
             ["ip", "netns", "exec", h.netns, *unshare, "--", "sh", "-c",
              f'hostname {h.name} && {mount}exec {SSHD} -D -e -f "$1"', "sh", str(h.dir / "sshd_config"),
