@@ -78,25 +78,10 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
         req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
                "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0}
-        try:
-            chan.sendall(json.dumps(req).encode() + b"\n")
-            line = readline(chan)
-        except TimeoutError:
-            return no_answer(name, "the preflight agent", pool.opts.preflight_timeout)
-        except Exception as exc:  # noqa: BLE001
-            return f"host {name}: preflight could not run ({exc_text(exc)}); check the host"
-        if not line:
-            err = drain_stderr(chan)
-            code = chan.recv_exit_status() if chan.exit_status_ready() else None
-            if code == 127 or "not found" in err:
-                return (f"host {name}: python '{hs.python}' not found; install Python 3 there or set "
-                        f"hosts[{name}].python / ssh.python to its full path")
-            if code in (None, -1) and not err.strip():  # no exit status, no words: the session went away
-                return (f"host {name}: the connection closed during preflight (sshd stopped, the host went "
-                        f"down or the link dropped); check the host")
-            return f"host {name}: preflight failed (exit {code}): {err.strip()[-300:]}; check '{hs.python}'"
-        replies[name] = json.loads(line)
-        return None
+        reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
+        if reply is not None:
+            replies[name] = reply
+        return problem
 
     try:
         with pool.executor(len(names)) as ex:
@@ -124,6 +109,33 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
     finally:
         for chan in sessions.values():
             close_channel(chan)
+
+def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> tuple[Optional[dict], Optional[str]]:
+    """Send the agent its first request and read the reply: (reply, None), or (None, the one
+    line saying why not). An agent that ended without a reply is diagnosed from its exit status
+    and stderr, also when it ended before the request could be sent (a missing interpreter
+    exits at once: the send then finds the channel closed)."""
+    try:
+        chan.sendall(json.dumps(req).encode() + b"\n")
+        line = readline(chan)
+    except TimeoutError:
+        return None, no_answer(name, "the preflight agent", timeout)
+    except Exception as exc:  # noqa: BLE001
+        if not (chan.closed or chan.exit_status_ready()):
+            return None, f"host {name}: preflight could not run ({exc_text(exc)}); check the host"
+        line = b""  # the command is over: say why below
+    if line:
+        return json.loads(line), None
+    err = drain_stderr(chan)
+    code = chan.recv_exit_status() if chan.exit_status_ready() else None
+    if code == 127 or "not found" in err:
+        return None, (f"host {name}: python '{python}' not found; install Python 3 there or set "
+                      f"hosts[{name}].python / ssh.python to its full path")
+    if code in (None, -1) and not err.strip():  # no exit status, no words: the session went away
+        return None, (f"host {name}: the connection closed during preflight (sshd stopped, the host went "
+                      f"down or the link dropped); check the host")
+    return None, f"host {name}: preflight failed (exit {code}): {err.strip()[-300:]}; check '{python}'"
+
 
 def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
     problems: list[str] = []
