@@ -7,14 +7,16 @@ The hosts are network namespaces on this machine, each with its own sshd (the la
 tests/labs/ssh.py). Needs root, iproute2, openssh-server and pdsh
 (tests/setup/ssh.sh installs them). Usage::
 
-    sudo python3 bench/ssh_fanout.py [--hosts 32,64,128] [--repeat 3] [--task python|echo]
+    sudo python3 bench/ssh_fanout.py [--hosts 32,64,128] [--repeat 3] [--task echo|python]
 
 The lab's namespaces and subnet are TFCLUSTER_LAB_PREFIX (default tfcb) and
 TFCLUSTER_LAB_SUBNET (the ssh lab's default): set both when another lab runs on the machine.
 
 Figures (median of --repeat runs, seconds):
   pdsh       pdsh -R ssh -w <hosts> true: connect, run `true`, exit
-  up:running `tfcluster up` started -> every task printed its first line (all tasks running)
+  up:running `tfcluster up` started -> every task printed its first line (all tasks running);
+             the task is /bin/echo (--task echo, the default: pdsh's payload, one exec) or a Python
+             that prints a line (--task python: each host also starts the task's interpreter)
   up:total   `tfcluster up` started -> exited 0 (includes preflight, task exit, teardown)
 Both include process start-up (pdsh's, and the launcher's Python imports).
   cpu        the client's own CPU time (user + sys; pdsh's includes its ssh processes)
@@ -192,9 +194,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--client-nice", default="0",
                     help="niceness of both clients, a comma-separated list run in turn each trial (e.g. 0,-10)")
-    ap.add_argument("--task", choices=sorted(TASKS), default="python",
-                    help="up's trivial task: a Python that prints a line (the default), or /bin/echo, the same "
-                         "payload as pdsh's `true` (one exec, no interpreter)")
+    ap.add_argument("--task", choices=sorted(TASKS), default="echo",
+                    help="up's trivial task: /bin/echo (the default: one exec, no interpreter, the same payload "
+                         "as pdsh's `true`), or a Python that prints a line (adds the task's own interpreter on "
+                         "every host, which pdsh does not run)")
     args = ap.parse_args()
     reason = have_prereqs()
     if reason:
