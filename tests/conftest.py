@@ -38,8 +38,8 @@ def _needs_docker(item) -> bool:
 
 # ---------------------------------------------------------------- two shards at once (tests/run.sh)
 #
-# The suite keeps 2 cores about 60% busy: the lab tests wait on leases, host watches and Slurm,
-# the local ones on TensorFlow starting. tests/run.sh runs the two shards as two pytest processes
+# One pytest kept the 2 cores 58% busy (TFCLUSTER_TEST_CPU_LOG): the lab tests wait on leases, host
+# watches and Slurm, the local ones on step delays and watchdogs. tests/run.sh runs the two shards as two pytest processes
 # at the same time; each shard's tests still run one at a time, in the order they always did.
 
 

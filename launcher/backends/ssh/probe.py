@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .state import StateSync
 
 
-
 def no_answer(name: str, what: str, seconds: float) -> str:
     """The one line for a host whose agent is connected but silent past its time."""
     return (f"host {name}: {what} did not answer within {seconds:g} s (ssh.preflight_timeout); the host is "
@@ -109,6 +108,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
     finally:
         for chan in sessions.values():
             close_channel(chan)
+
 
 def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> tuple[Optional[dict], Optional[str]]:
     """Send the agent its first request and read the reply: (reply, None), or (None, the one
