@@ -38,9 +38,10 @@ def _needs_docker(item) -> bool:
 
 # ---------------------------------------------------------------- two shards at once (tests/run.sh)
 #
-# One pytest kept the 2 cores 58% busy (TFCLUSTER_TEST_CPU_LOG): the lab tests wait on leases, host
-# watches and Slurm, the local ones on step delays and watchdogs. tests/run.sh runs the two shards as two pytest processes
-# at the same time; each shard's tests still run one at a time, in the order they always did.
+# One pytest kept the 2 cores 58% busy (TFCLUSTER_TEST_CPU_LOG): the lab tests wait on leases,
+# host watches and Slurm, the local ones on step delays and watchdogs. tests/run.sh runs the two
+# shards as two pytest processes at the same time; each shard's tests still run one at a time, in
+# the order they always did.
 
 
 def pytest_addoption(parser):
