@@ -105,7 +105,7 @@ def import_tensorflow() -> None:
     """Import TensorFlow, tf_keras, TFDS and the worker's TensorFlow modules with the cyclic
     garbage collector paused, then freeze what they made (``gc.freeze``): about a million
     long-lived objects that every later full collection would walk again, and tracing, fit and
-    the final save allocate enough to run many. A 20-step run took 6.3 s of CPU instead of 8.3 s
+    the final save allocate enough to run many. A 20-step run took 6.2 s of CPU instead of 7.5 s
     (BENCHMARKS.md, "Launch overhead"). Frozen objects are never collected: they live as long as
     the process anyway."""
     import gc

@@ -1,7 +1,7 @@
 """A lab of SSH hosts on this machine: network namespaces joined by a bridge, each with its own
-address (10.231.0.0/24), its own sshd (Debian openssh-server, key-only, own host key) and its
-own UTS namespace (so ``hostname`` differs) and its own mount namespace, where root's
-``~/.bashrc`` is a fresh Debian host's (see FRESH_BASHRC). Needs root. Used by the ssh integration tests and
+address (10.231.0.0/24), its own sshd (Debian openssh-server, key-only, own host key), its own
+UTS namespace (so ``hostname`` differs) and its own mount namespace, where root's ``~/.bashrc``
+is a fresh Debian host's (see FRESH_BASHRC). Needs root. Used by the ssh integration tests and
 bench/ssh_fanout.py.
 
 Layout: the bridge lives in its own namespace ``<prefix>sw`` (so the machine's firewall, e.g.
