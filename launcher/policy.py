@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from .diagnose import peer_abort
 from .record.states import AttemptState
 
 RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
@@ -123,7 +124,8 @@ def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tup
     A failure whose root cause is another task's state (stopped, hung, unreachable: ``code`` is
     None) is retryable even if the survivors it took down exited with a permanent code: their
     exits are consequences. A task that exits with a permanent code on its own, every peer
-    healthy, is the root cause itself and stays permanent. A ``final`` failure (the backend can
+    healthy, is the root cause itself and stays permanent, unless its own last lines show
+    TensorFlow aborting it for a lost peer (diagnose.peer_abort: both sides of a partition). A ``final`` failure (the backend can
     run no further attempt) is never retried."""
     code = failure.code
     if failure.final:
@@ -133,6 +135,11 @@ def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tup
             exits = ", ".join(f"{k} ({describe_exit(c)})" for k, c in failure.consequences)
             return True, f"{exits} followed from {failure.key}'s state ({failure.reason}); retryable"
         return True, "watchdog failures are retryable"
+    if code in permanent_exit_codes and peer_abort(failure.last_lines):
+        # A partition cuts both ways: the task cut off exits 1 too, TensorFlow having given up on
+        # the peers or the coordination service it can no longer reach. Not an error of the task.
+        return True, (f"{failure.key}'s {describe_exit(code)} was TensorFlow aborting it for a lost peer "
+                      "(its last lines); retryable")
     if code in permanent_exit_codes:
         hint = {
             1: "an uncaught error in the task (exit 1) fails the same way every time",

@@ -98,3 +98,20 @@ def test_backoff_doubles_and_caps():
 def test_single_task_strategies_follow_their_one_task(strategy, exits, state):
     verdict = assess(strategy, "worker:0", exits, [k for k, v in exits.items() if v is not None])
     assert verdict.state == state and verdict.failed == (("worker:0",) if state == FAILED else ())
+
+
+# The side of a partition that was cut off exits 1 too: its TensorFlow gave up on the
+# coordination service it could no longer reach (the lab's partition test, whose run was once
+# not retried: "worker:1: not retried: an uncaught error in the task (exit 1)").
+CUT_OFF = ("Collective ops is aborted by: Deadline Exceeded",
+           "RPC: /tensorflow.CoordinationService/Heartbeat",
+           "The error could be from a previous operation. Restart your program to reset.")
+GENUINE = ("Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+           "ZeroDivisionError: division by zero")
+
+
+def test_an_exit_1_from_tensorflow_giving_up_on_a_lost_peer_is_retried_a_genuine_one_is_not():
+    ok, why = retry_decision(Failure("worker:1", "exit code 1", 1, last_lines=CUT_OFF), (1, 2))
+    assert ok and why == "worker:1's exit code 1 was TensorFlow aborting it for a lost peer (its last lines); retryable"
+    ok, why = retry_decision(Failure("worker:1", "exit code 1", 1, last_lines=GENUINE), (1, 2))
+    assert not ok and why.startswith("not retried: an uncaught error in the task (exit 1)")
