@@ -125,8 +125,8 @@ def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tup
     None) is retryable even if the survivors it took down exited with a permanent code: their
     exits are consequences. A task that exits with a permanent code on its own, every peer
     healthy, is the root cause itself and stays permanent, unless its own last lines show
-    TensorFlow aborting it for a lost peer (diagnose.peer_abort: both sides of a partition). A ``final`` failure (the backend can
-    run no further attempt) is never retried."""
+    TensorFlow aborting it for a lost peer (diagnose.peer_abort: both sides of a partition). A
+    ``final`` failure (the backend can run no further attempt) is never retried."""
     code = failure.code
     if failure.final:
         return False, f"not retried: {failure.reason}"
