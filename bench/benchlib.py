@@ -18,6 +18,11 @@ if str(ROOT) not in sys.path:
 from tests.support.ports import free_base  # noqa: E402
 
 
+def load_average() -> str:
+    """The machine's 1/5/15-minute load averages, as /proc/loadavg gives them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def write_spec(work: Path, entrypoint: str, tfds_dir: Path, *, name: str = "bench",
                strategy: str = "multi_worker_mirrored", tasks: str = "{worker: 2}", extra: str = "") -> Path:
     """``work/cluster.yaml`` for a local run of ``entrypoint`` on fresh ports, with the offline

@@ -50,6 +50,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchlib import load_average  # noqa: E402
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 TASKS = {"python": [sys.executable, "-c", "print('running', flush=True)"], "echo": ["/bin/echo", "running"]}
@@ -184,10 +185,6 @@ def time_up(spec: Path, n: int, cpu_of: HostsCPU, nice: int = 0) -> tuple[float,
     return running, total, cpu, _settled(cpu_of) - h0
 
 
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", default="32,64,128")
@@ -210,7 +207,7 @@ def main() -> int:
     t0 = time.perf_counter()
     lab.start()
     print(f"lab: {max(counts)} sshd hosts in network namespaces up in {time.perf_counter() - t0:.2f} s "
-          f"({os.cpu_count()} CPUs; load average {_load()}); up's task: {' '.join(TASKS[args.task])}", flush=True)
+          f"({os.cpu_count()} CPUs; load average {load_average()}); up's task: {' '.join(TASKS[args.task])}", flush=True)
     cpu_of = HostsCPU(lab)
     try:
         rows = []
@@ -226,7 +223,7 @@ def main() -> int:
                         series.append(value)
                     print(f"  {n} hosts, trial {trial + 1}, client nice {nice}: pdsh {p:.2f} s (cpu {pc:.2f} s, "
                           f"hosts cpu {ph:.2f} s), up:running {r:.2f} s, up:total {t:.2f} s (cpu {uc:.2f} s, "
-                          f"hosts cpu {uh:.2f} s) ({t / p:.2f}x); load average {_load()}", flush=True)
+                          f"hosts cpu {uh:.2f} s) ({t / p:.2f}x); load average {load_average()}", flush=True)
             for nice in nices:
                 rows.append((n, nice, *(statistics.median(series) for series in got[nice])))
         print(f"{'hosts':>5}  {'nice':>4}  {'pdsh':>7}  {'cpu':>6}  {'hosts cpu':>9}  {'up:running':>10}  "

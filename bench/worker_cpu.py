@@ -25,11 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import ROOT, write_spec
-
-
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+from benchlib import ROOT, load_average, write_spec
 
 
 def _children_cpu() -> float:
@@ -70,12 +66,12 @@ def main() -> int:
         tfds_dir = tmp / "tfds"
         one_up(ROOT, tmp / "warm", tfds_dir, 2)  # builds the offline dataset once, warms the page cache
         got: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
-        print(f"2-worker MWMS demo, {args.steps} steps; {os.cpu_count()} CPUs; load average {_load()}", flush=True)
+        print(f"2-worker MWMS demo, {args.steps} steps; {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
         for trial in range(1, args.trials + 1):
             for name, tree in trees.items():
                 wall, cpu = one_up(tree, tmp / "run", tfds_dir, args.steps)
                 got[name].append((wall, cpu))
-                print(f"  trial {trial}, {name}: up {wall:.2f} s, cpu {cpu:.2f} s; load average {_load()}",
+                print(f"  trial {trial}, {name}: up {wall:.2f} s, cpu {cpu:.2f} s; load average {load_average()}",
                       flush=True)
         print(f"{'tree':<24} {'up (median)':>12} {'cpu (median)':>13}")
         for name, series in got.items():

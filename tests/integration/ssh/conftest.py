@@ -62,3 +62,9 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def task_processes(lab) -> dict[str, list[str]]:
+    """Each lab host's processes other than sshd: what a run must not leave behind."""
+    return {h.name: [cmdline(p) for p in pids_in_netns(h) if "sshd" not in cmdline(p) and cmdline(p)]
+            for h in lab.hosts}

@@ -19,7 +19,7 @@ from tests.labs.ssh import GATEWAY
 from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.waits import wait_for
 
-from .conftest import PY, ROOT, cmdline, pids_in_netns
+from .conftest import PY, ROOT, cmdline, pids_in_netns, task_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -349,12 +349,9 @@ def test_a_host_whose_agent_never_answers_is_named_with_the_timeout_and_nothing_
                      "the host is overloaded or its Python is stalled: check its load, or raise ssh.preflight_timeout"], \
         proc.stderr
     assert "no task was started" in proc.stderr
-    # The silent agent ends with its channel: nothing of the run is left on either host.
-    def left() -> list[str]:
-        return [cmdline(p) for h in ("h1", "h2") for p in pids_in_netns(lab.host(h))
-                if cmdline(p) and "sshd" not in cmdline(p)]
-
-    wait_for(lambda: not left(), 10, what="the preflight agents to end (a process other than sshd on h1 or h2)")
+    # The silent agent ends with its channel: nothing of the run is left on any host.
+    wait_for(lambda: not any(task_processes(lab).values()), 10,
+             what="the preflight agents to end (a process other than sshd on a lab host)")
 
 
 # ---------------------------------------------------------------- failures and lifecycle

@@ -14,7 +14,8 @@ from tests.integration.tfrun import progress, run_and_act
 from tests.support.waits import wait_for
 
 from .conftest import PY
-from .test_ssh_elastic import _private_state, _task_processes
+from .conftest import task_processes
+from .test_ssh_elastic import _private_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
@@ -62,4 +63,4 @@ def test_discovery_adds_a_host_ignores_garbage_and_moves_the_task_of_a_host_that
     found = [(e["ok"], e.get("added"), e.get("gone")) for e in recorded if e["event"] == "discovery"]
     assert found == [(True, ["h3"], []), (False, None, None), (True, [], ["h2"])], found
     assert not [e for e in recorded if e["event"] in ("restart", "failure")]  # no failure: a membership change
-    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")

@@ -15,7 +15,7 @@ from tests.integration.tfrun import last_step_before, progress, run_and_act
 
 from tests.support.cli import tfcluster
 
-from .conftest import PY, cmdline, pids_in_netns
+from .conftest import PY, task_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
@@ -54,12 +54,6 @@ class Background:
 
 def bring_back(lab, name: str) -> None:
     lab.bring_back(name)
-
-
-def _task_processes(lab) -> dict[str, list[str]]:
-    """Each lab host's processes other than sshd: what a run must not leave behind."""
-    return {h.name: [cmdline(p) for p in pids_in_netns(h) if "sshd" not in cmdline(p) and cmdline(p)]
-            for h in lab.hosts}
 
 
 def test_a_spare_replaces_the_preempted_chief_host_without_spending_a_restart(lab, make_spec, tmp_path):
@@ -129,7 +123,7 @@ def test_a_spare_replaces_the_preempted_chief_host_without_spending_a_restart(la
     assert "worker:0  h3 " in status.stdout and "spare hosts" not in status.stdout, status.stdout
     assert f"worker:0 moved to h3; resumed at step {n0}, {redone} steps redone" in status.stdout, status.stdout
     # Nothing left running on any host.
-    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
 
 
 def test_no_spare_left_fails_in_one_line_naming_the_missing_host(lab, make_spec, tmp_path):
@@ -149,7 +143,7 @@ def test_no_spare_left_fails_in_one_line_naming_the_missing_host(lab, make_spec,
     lines = [line for line in out.splitlines() if "no spare host left" in line]
     assert len(lines) == 1 and "host h2 (worker:1) lost and no spare host left for worker:1" in lines[0], out[-3000:]
     assert "restarting the whole group" not in out  # no restart was spent on a host that is gone
-    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
 
 
 
@@ -205,7 +199,7 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     assert settled_from and added["time"] >= settled_from[0] + 5 - 1.0, (added, settled_from)  # (probe: ~1 s)
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1"]
     assert [t["host"] for t in json.loads((run / "plan-3.json").read_text())["tasks"]] == ["h1", "h2"]
-    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
 
 
 PSS_ARGS = ["--epochs", "2", "--steps-per-epoch", "40", "--step-delay", "0.25", "--progress-every", "5"]
@@ -241,7 +235,7 @@ def test_pss_goes_on_with_the_workers_left_when_a_worker_host_is_preempted(lab, 
     assert int(second["global_step"]) == 40 and second["workers"] == "1", (first, second)
     (res,) = progress(out, "result", "chief:0")
     assert 80 <= int(res["global_step"]) <= 81 and (res["epochs_run"], res["steps_run"]) == ("1", "40"), res
-    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
 
 
 def test_pss_moves_a_preempted_ps_host_to_the_spare_with_a_whole_restart(lab, make_spec):
@@ -272,4 +266,4 @@ def test_pss_moves_a_preempted_ps_host_to_the_spare_with_a_whole_restart(lab, ma
     assert 80 <= int(res["global_step"]) <= 81, res
     run = spec.parent / "runs" / "sshtest" / "latest"
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"] if t["type"] == "ps"] == ["h3"]
-    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")

@@ -18,7 +18,8 @@ from tests.integration.tfrun import progress, run_and_act
 from tests.support.waits import wait_for
 
 from .conftest import PY
-from .test_ssh_elastic import NOTICE, _private_state, _task_processes, bring_back, preempt
+from .conftest import task_processes
+from .test_ssh_elastic import NOTICE, _private_state, bring_back, preempt
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
@@ -123,4 +124,4 @@ def test_the_gce_notice_saves_before_the_os_sigterm_and_the_task_moves_to_the_sp
     # (<=: the event's time is kept to the millisecond, and the suite saw both at 948.305)
     assert true_served and true_served[0] <= preempted["time"] < os_sigterm[0], (true_served, preempted, os_sigterm)
     assert not [e for e in recorded if e["event"] == "restart"]  # a preemption spends no restart
-    wait_for(lambda: not any(_task_processes(lab).values()), 20, what=f"no task left: {_task_processes(lab)}")
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
