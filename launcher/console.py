@@ -30,7 +30,7 @@ class Console:
     def __init__(self, out: Optional[TextIO] = None, err: Optional[TextIO] = None, color: Optional[bool] = None) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.color = _isatty(self.out) if color is None else color
+        self.color = (_isatty(self.out) and not no_color()) if color is None else color
         # Held while a line or the panel is written: hold it too to keep a line whole (detach's hand-over).
         self.lock = threading.Lock()
         self._palette: dict[str, str] = {}
@@ -99,6 +99,12 @@ class Console:
                 return
             self.err.write(text + "\n")
             self.err.flush()
+
+
+def no_color() -> bool:
+    """NO_COLOR (https://no-color.org) set and not empty: no colour codes, also on a terminal (rich,
+    which draws the live panel, reads the same variable)."""
+    return os.environ.get("NO_COLOR", "") != ""
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -150,8 +150,11 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
             problems.append(f"host {name}: workdir {hs.workdir} does not exist there; create it, set ssh.workdir, "
                             "or use ssh.sync to upload the project")
         if rep.get("argv0_found") is False:
-            problems.append(f"host {name}: entrypoint command '{plan.tasks[0].command[0]}' not found on PATH; "
-                            "install it there or give its full path")
+            argv0 = plan.tasks[0].command[0]
+            fix = (f"install tfcluster there for {hs.python} (pip install 'tfcluster[tf]'), or, with the project "
+                   "uploaded by ssh.sync, use `python -m worker`") if argv0 == "tfcluster-worker" \
+                else "install it there or give its full path"
+            problems.append(f"host {name}: entrypoint command '{argv0}' not found on PATH; {fix}")
         for module, (found, version) in rep["deps"].items():
             if not found:
                 problems.append(f"host {name}: {hs.python} cannot import {module}; install it there or point "
