@@ -101,3 +101,20 @@ def test_the_console_script_is_declared_and_runs_the_reference_worker():
     legacy = subprocess.run([sys.executable, "-m", "worker", "--help"], capture_output=True, text=True, timeout=60,
                             cwd=ROOT)
     assert legacy.returncode == 0 and legacy.stdout.startswith("usage: python -m worker "), legacy.stderr
+
+
+@pytest.mark.parametrize("argv0, fix", [
+    ("tfcluster-worker", "install tfcluster there for /opt/venv/bin/python (pip install 'tfcluster[tf]'), or, with "
+                         "the project uploaded by ssh.sync, use `python -m worker`"),
+    ("train", "install it there or give its full path"),
+])
+def test_ssh_preflight_says_how_to_get_the_worker_script_onto_a_host(argv0, fix):
+    from types import SimpleNamespace
+
+    from launcher.backends.ssh.probe import _judge
+
+    pool = SimpleNamespace(hosts={"vm1": SimpleNamespace(python="/opt/venv/bin/python")})
+    plan = SimpleNamespace(tasks=[SimpleNamespace(command=(argv0, "--epochs", "1"), host="vm1", port=1, key="worker:0")])
+    reply = {"python": "3.11.4", "workdir": "/home/me", "argv0_found": False, "deps": {}, "ports": {}}
+    assert _judge(pool, plan, ["vm1"], {"vm1": reply}) == [
+        f"host vm1: entrypoint command '{argv0}' not found on PATH; {fix}"]
