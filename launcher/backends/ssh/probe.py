@@ -13,7 +13,6 @@ from ...errors import LaunchError, exc_text
 from ...plan import Plan
 from ...remote import source as remote_source
 from .commands import agent_command, probe_deadline
-from .connect import describe_channel_error
 from .pairs import host_targets
 from .runner import close_channel, drain_stderr, readline
 
@@ -68,6 +67,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
             chan.exec_command(agent_command(hs.python, pidfile))
             sessions[name] = chan
         except Exception as exc:  # noqa: BLE001
+            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+
             return (f"host {name}: preflight could not run "
                     f"({describe_channel_error(exc, pool.opts.connect_timeout)}); check the host")
         return None
