@@ -31,3 +31,6 @@ STANDBY = "TFCLUSTER_STANDBY"  # "1": a warm standby, waiting for SIGUSR1
 # Set by `tfcluster compare` for its runs (launcher/compare/configs.py).
 EPOCH_EVAL = "TFCLUSTER_EPOCH_EVAL"  # "1": evaluate after every epoch
 PROGRESS_EVERY = "TFCLUSTER_PROGRESS_EVERY"  # a progress line every N steps
+
+# Read by the CLI (launcher/cli.py), never set for a task.
+FILE = "TFCLUSTER_FILE"  # the spec a command reads when no FILE is given (before ./cluster.yaml)

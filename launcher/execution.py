@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import envnames
 from .console import Console
-from .errors import LaunchError
+from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
+                     EXIT_USAGE, LaunchError)
 from .plan import Plan, build_plan, redact_env
 from .record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from .spec import LoadedSpec, load_spec
@@ -26,8 +27,10 @@ from .spec import LoadedSpec, load_spec
 if TYPE_CHECKING:  # pragma: no cover
     from .spec import Spec
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
+# The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
+# meaning or goes away (adding a field does not raise it).
+JSON_FORMAT = 1
+
 
 
 def plan_for(spec: "Spec") -> Plan:

@@ -237,15 +237,15 @@ class Plan:
                 "placeholder": self.placeholder}
 
 
-def write_full_json(plan: Plan, out: IO[str], secrets: bool = True) -> None:
-    """``json.dumps(plan.to_json(secrets), indent=2)`` and a newline, written a task at a time:
-    the text is O(n²) (each task holds the whole cluster), the memory only one task's."""
+def write_full_json(plan: Plan, out: IO[str], secrets: bool = True, head: Optional[Mapping[str, Any]] = None) -> None:
+    """``json.dumps({**head, **plan.to_json(secrets)}, indent=2)`` and a newline, written a task at
+    a time: the text is O(n²) (each task holds the whole cluster), the memory only one task's."""
     tasks = plan.iter_task_json(secrets)
     first = next(tasks, None)
     if first is None:
-        out.write(json.dumps(plan.to_json(secrets), indent=2) + "\n")
+        out.write(json.dumps({**(head or {}), **plan.to_json(secrets)}, indent=2) + "\n")
         return
-    head = json.dumps(plan._head(), indent=2)
+    head = json.dumps({**(head or {}), **plan._head()}, indent=2)
     out.write(head[:-2] + ',\n  "tasks": [\n')
     for i, task in enumerate(itertools.chain([first], tasks)):
         if i:
@@ -262,7 +262,7 @@ def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
     """A plan JSON in the full shape (every task with ``tf_config``, ``command`` and ``env``),
     from either shape: a compact one (``Plan.to_compact_json``, records since issue 22) is
     expanded, a full one (older records, ``plan --json``) comes back as it is."""
-    if data.get("format") != COMPACT:
+    if COMPACT not in (data.get("format"), data.get("shape")):  # (shape: `plan --json=compact`'s own output)
         return dict(data)
     cluster, command, env = data.get("cluster"), data.get("command", []), data.get("env", {})
     tasks = []
@@ -274,7 +274,7 @@ def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
         tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
                       "tf_config": tf_config, "command": row.get("command", command),
                       "env": dict(sorted(task_env.items()))})
-    head = {k: v for k, v in data.items() if k not in ("format", "cluster", "command", "env", "tasks")}
+    head = {k: v for k, v in data.items() if k not in ("format", "shape", "cluster", "command", "env", "tasks")}
     return {**head, "tasks": tasks}
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from .console import Console
-from .errors import LaunchError
-from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_LOST
+from .errors import LaunchError, NoRun
+from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
 from .record.events import Event
 from .record.feed import RecordFeed
 from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
@@ -47,7 +47,7 @@ def _run(loaded: LoadedSpec, run_id: Optional[str]) -> Path:
 def status(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     view = load_run(_run(loaded, args.run))
     if args.json:
-        print(json.dumps(view.to_json(), indent=2))
+        print(json.dumps({"format": JSON_FORMAT, **view.to_json()}, indent=2))
     else:
         print("\n".join(render_status(view, args.spec)))
     return exit_code(view)
@@ -121,23 +121,39 @@ def duration(seconds: float) -> str:
 
 
 def runs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
-    print("\n".join(render_runs(list_runs(name_dir(loaded)), name_dir(loaded))))
-    return EXIT_OK
+    views = list_runs(name_dir(loaded))
+    if args.json:
+        print(json.dumps(runs_json(views), indent=2))
+    else:
+        print("\n".join(render_runs(views, name_dir(loaded))))
+    return EXIT_OK if views else EXIT_NO_RUN
 
 
-def runs_under(path: Path, console: Console) -> int:
-    """``tfcluster runs DIR``: DIR is a run_dir (one folder per spec name) or one name's folder."""
+def runs_under(path: Path, console: Console, as_json: bool = False) -> int:
+    """``tfcluster runs DIR``: DIR is a run_dir (one folder per spec name) or one name's folder.
+    No run there: exit 4 (EXIT_NO_RUN), after saying so (or an empty list in JSON)."""
     if not path.is_dir():
-        raise LaunchError(f"no run directory at {path}; give a cluster.yaml or a run dir such as runs/")
+        raise NoRun(f"no run directory at {path}; give a cluster.yaml or a run dir such as runs/")
     names = [path] if runs_root(path) else sorted(p for p in path.iterdir() if p.is_dir() and runs_root(p))
-    if not names:
+    views = [v for name_dir in names for v in list_runs(name_dir)]
+    if as_json:
+        print(json.dumps(runs_json(views), indent=2))
+    elif not names:
         print(f"no runs under {path}")
-        return EXIT_OK
-    out: list[str] = []
-    for name_dir in names:
-        out += render_runs(list_runs(name_dir), name_dir)
-    print("\n".join(out))
-    return EXIT_OK
+    else:
+        out: list[str] = []
+        for name_dir in names:
+            out += render_runs(list_runs(name_dir), name_dir)
+        print("\n".join(out))
+    return EXIT_OK if views else EXIT_NO_RUN
+
+
+def runs_json(views: list[RunStatus]) -> dict:
+    """``runs --json``: ``{"format": 1, "runs": [{"name", "run", "started", "duration", "outcome",
+    "attempts", "accuracy"}, ...]}`` (started: Unix seconds; duration: seconds; null when unknown)."""
+    return {"format": JSON_FORMAT, "runs": [
+        {"name": v.name, "run": v.run_id, "started": v.started, "duration": v.elapsed(), "outcome": v.state,
+         "attempts": v.attempts or None, "accuracy": v.final_accuracy} for v in views]}
 
 
 def render_runs(views: list[RunStatus], where: Path) -> list[str]:

@@ -310,7 +310,7 @@ def _missing_hint(loc: tuple) -> str:
     hints = {
         ("name",): "name: my-run",
         ("strategy",): "strategy: multi_worker_mirrored (or " + ", ".join(STRATEGIES[1:]) + ")",
-        ("entrypoint",): "entrypoint: python -m worker (the command every task runs)",
+        ("entrypoint",): "entrypoint: tfcluster-worker (the command every task runs)",
         ("tasks",): "tasks: {worker: 2}",
     }
     return hints.get(loc, f"{loc[-1]}: ..." if loc else "it")

@@ -328,7 +328,7 @@ class Spec(OptionsModel):
         else:
             argv = list(v)
         if not argv or not argv[0].strip():
-            raise ValueError("empty command; give the command every task runs, e.g. 'python -m worker'")
+            raise ValueError("empty command; give the command every task runs, e.g. 'tfcluster-worker'")
         return v
 
     @field_validator("env", mode="before")

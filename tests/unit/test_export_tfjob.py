@@ -67,8 +67,8 @@ def test_demo_golden():
     assert pod["containers"] == [{
         "name": "tensorflow",
         "image": "tfcluster-worker:latest",
-        "command": ["python"],
-        "args": ["-m", "worker", "--epochs", "3"],
+        "command": ["tfcluster-worker"],
+        "args": ["--epochs", "3"],
         "env": DEMO_ENV,
         "ports": [{"name": "tfjob-port", "containerPort": 23456}],
     }]

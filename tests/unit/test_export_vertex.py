@@ -66,8 +66,8 @@ def test_demo_golden(api):
         "replicaCount": 1,
         "containerSpec": {
             "imageUri": "tfcluster-worker:latest",
-            "command": ["python"],
-            "args": ["-m", "worker", "--epochs", "3"],
+            "command": ["tfcluster-worker"],
+            "args": ["--epochs", "3"],
             "env": DEMO_ENV,
         },
     }

@@ -83,6 +83,12 @@ def test_rendered_plan_grows_linearly():
     assert 8 * small <= big <= 12 * small, (small, big)
 
 
+def with_format(text: str) -> str:
+    """A golden ``plan --json`` text with the CLI's ``"format": 1`` first (the version of the output)."""
+    assert text.startswith("{\n")
+    return '{\n  "format": 1,\n' + text[2:]
+
+
 def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
     from launcher.cli import main
 
@@ -90,7 +96,7 @@ def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
         path = tmp_path / f"{name}.yaml"
         path.write_text(textwrap.dedent(text))
         assert main(["plan", str(path), "--json"]) == 0
-        assert capsys.readouterr().out == GOLDENS[name]["plan_json_text"], name
+        assert capsys.readouterr().out == with_format(GOLDENS[name]["plan_json_text"]), name
 
 
 def test_plan_json_compact(tmp_path, capsys):
@@ -101,6 +107,7 @@ def test_plan_json_compact(tmp_path, capsys):
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
     assert main(["plan", str(path), "--json=compact"]) == 0
     data = json.loads(capsys.readouterr().out)
+    assert (data["format"], data["shape"]) == (1, "compact")
     assert data["cluster"] == {"chief": ["localhost:3000"],
                                "worker": ["localhost:3001", "localhost:3002", "localhost:3003"]}
     assert data["env"]["API_TOKEN"] == "***" and "TF_CONFIG" not in data["env"]
@@ -108,20 +115,26 @@ def test_plan_json_compact(tmp_path, capsys):
                                 "port": 3001}
     assert json.dumps(expand_plan_json(data), indent=2) + "\n" == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
     assert main(["plan", str(path), "--json=full"]) == 0
-    assert capsys.readouterr().out == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
+    assert capsys.readouterr().out == with_format(GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"])
 
-def test_plan_json_flag_forms(tmp_path, capsys):
-    """--json before FILE still works; a form other than full/compact is one line, exit 2."""
+def test_plan_json_flag_forms(tmp_path, capsys, monkeypatch):
+    """--json before FILE still works; a form other than full/compact is one line, exit 2; without
+    FILE, ./cluster.yaml is the spec, and with none there the error says how to give one."""
     from launcher.cli import main
 
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
     assert main(["plan", "--json", str(path)]) == 0
-    assert capsys.readouterr().out == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
+    assert capsys.readouterr().out == with_format(GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"])
     assert main(["plan", str(path), "--json=small"]) == 2
     assert "argument --json: invalid choice: 'small' (choose from 'full', 'compact')" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TFCLUSTER_FILE", raising=False)
     assert main(["plan", "--json"]) == 2
-    assert "the following arguments are required: FILE" in capsys.readouterr().err
+    assert "no FILE given and no ./cluster.yaml in " in capsys.readouterr().err
+    (tmp_path / "cluster.yaml").write_text(path.read_text())
+    assert main(["plan", "--json"]) == 0
+    assert capsys.readouterr().out == with_format(GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"])
 
 
 def test_the_records_plan_json_holds_the_cluster_once_and_reads_back(tmp_path):

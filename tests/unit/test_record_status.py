@@ -115,7 +115,7 @@ def test_status_and_logs_usage_errors_are_one_line(tmp_path, capsys):
     spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
     assert main(["logs", str(spec), "worker:7"]) == 1
     assert "tfcluster: error: TASK: no task worker:7 in run" in capsys.readouterr().err
-    assert main(["status", str(spec), "--run", "nope"]) == 1
+    assert main(["status", str(spec), "--run", "nope"]) == 4  # EXIT_NO_RUN: not "the run failed" (1)
     assert f"--run: no run nope under {run.parent}; recent runs: {run.name}" in capsys.readouterr().err
     assert main(["logs", str(spec), "worker:0", "--tail", "2"]) == 0
     assert capsys.readouterr().out == "b\nc\n"

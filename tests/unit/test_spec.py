@@ -160,7 +160,7 @@ def test_entrypoint_with_unbalanced_quote():
 def test_missing_required_keys_say_what_to_add():
     lines = spec_errors("name: x\ntasks: {worker: 1}\n")
     assert any("strategy: required key is missing; add strategy: multi_worker_mirrored" in l for l in lines)
-    assert any("entrypoint: required key is missing; add entrypoint: python -m worker" in l for l in lines)
+    assert any("entrypoint: required key is missing; add entrypoint: tfcluster-worker" in l for l in lines)
 
 
 def test_yaml_syntax_error_names_line():

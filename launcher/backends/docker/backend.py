@@ -80,7 +80,8 @@ def engine_url(loaded: LoadedSpec) -> str:
 def connect(url: str, explicit: bool, pool: int = 10) -> "docker.DockerClient":
     """A client for the engine at ``url``, pinged; LaunchError naming the fix if unreachable."""
     if not docker.available():
-        raise LaunchError("backend docker needs the Python package 'docker'; pip install 'docker>=7'")
+        raise LaunchError("backend docker needs the Python package 'docker' (not installed); "
+                          "install it with: pip install 'tfcluster[docker]'")
     try:
         if explicit:
             client = docker.DockerClient(base_url=url, timeout=_API_TIMEOUT, max_pool_size=pool)

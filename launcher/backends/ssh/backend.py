@@ -43,13 +43,24 @@ from ...specmodel import TASK_TYPES, LoadedSpec, Spec
 from . import down as ssh_down, probe as ssh_probe, sync as ssh_sync
 from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .commands import env_block, port_check_command, remote_paths, task_command, wrap_args
-from .connect import describe_channel_error
 from .host import HostState
 from .options import SSHOptions
 from .pool import HostPool
 from .runner import Runner
 from .state import StateSync, state_dir
 from .task import SSHTask, signal_tasks
+
+
+def require_ssh_libraries() -> None:
+    """Fabric (and paramiko under it) are the [ssh] extra, not installed with the launcher: a spec
+    with backend: ssh validates and plans without them, and fails here, before connecting, in one
+    line naming the extra."""
+    try:
+        import fabric  # noqa: F401
+        import paramiko  # noqa: F401
+    except ImportError as exc:
+        raise LaunchError(f"backend ssh needs the Python package '{exc.name or 'fabric'}' (not installed); "
+                          "install it with: pip install 'tfcluster[ssh]'") from None
 
 
 class SSHBackend(Backend):
@@ -111,6 +122,8 @@ class SSHBackend(Backend):
 
     def __init__(self, loaded: LoadedSpec, record=None, console: Optional[Console] = None,
                  runner: Optional[Runner] = None) -> None:
+        if runner is None:
+            require_ssh_libraries()
         self.loaded = loaded
         self.spec = loaded.spec
         self.opts: SSHOptions = loaded.spec.ssh
@@ -223,6 +236,8 @@ class SSHBackend(Backend):
             chan.exec_command(command)
             chan.sendall(env_block(self.task_env(task, hs, env)))
         except Exception as exc:  # noqa: BLE001
+            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+
             raise LaunchError(f"host {hs.name}: cannot start {task.key} "
                               f"({describe_channel_error(exc, self.opts.connect_timeout)}); "
                               "check the host and sshd's MaxSessions") from None

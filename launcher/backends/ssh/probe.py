@@ -13,7 +13,6 @@ from ...errors import LaunchError, exc_text
 from ...plan import Plan
 from ...remote import source as remote_source
 from .commands import agent_command, probe_deadline
-from .connect import describe_channel_error
 from .pairs import host_targets
 from .runner import close_channel, drain_stderr, readline
 
@@ -68,6 +67,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
             chan.exec_command(agent_command(hs.python, pidfile))
             sessions[name] = chan
         except Exception as exc:  # noqa: BLE001
+            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+
             return (f"host {name}: preflight could not run "
                     f"({describe_channel_error(exc, pool.opts.connect_timeout)}); check the host")
         return None
@@ -150,8 +151,11 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
             problems.append(f"host {name}: workdir {hs.workdir} does not exist there; create it, set ssh.workdir, "
                             "or use ssh.sync to upload the project")
         if rep.get("argv0_found") is False:
-            problems.append(f"host {name}: entrypoint command '{plan.tasks[0].command[0]}' not found on PATH; "
-                            "install it there or give its full path")
+            argv0 = plan.tasks[0].command[0]
+            fix = (f"install tfcluster there for {hs.python} (pip install 'tfcluster[tf]'), or, with the project "
+                   "uploaded by ssh.sync, use `python -m worker`") if argv0 == "tfcluster-worker" \
+                else "install it there or give its full path"
+            problems.append(f"host {name}: entrypoint command '{argv0}' not found on PATH; {fix}")
         for module, (found, version) in rep["deps"].items():
             if not found:
                 problems.append(f"host {name}: {hs.python} cannot import {module}; install it there or point "
