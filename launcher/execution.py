@@ -41,7 +41,7 @@ def plan_for(spec: "Spec") -> Plan:
     return build_plan(spec, backend_class(spec.backend).place(spec))
 
 
-def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = ()) -> str:
+def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "") -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/elastic.py)."""
     rows = [("task", "host", "address:port", "command")]
@@ -67,6 +67,8 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
     if plan.threads:
         out.append(plan.threads)
+    if standby:
+        out.append(standby)  # launcher/standby.py's plan_line
     if plan.tasks:
         common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
         for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
@@ -78,6 +80,12 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         for k, v in shown.items():
             out.append(f"  {k}={v}")
     return "\n".join(out)
+
+
+def standby_line(spec, plan: Plan) -> str:
+    from .standby import plan_line
+
+    return plan_line(spec, plan.tasks)
 
 
 def spares_of(spec) -> list[str]:
@@ -132,7 +140,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         backend.preflight(plan)
         if dry_run:
-            print(render_plan(plan, spares=spares_of(spec)))
+            print(render_plan(plan, spares=spares_of(spec), standby=standby_line(spec, plan)))
             console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
             backend.close()
             return EXIT_OK
