@@ -89,6 +89,7 @@ class _Standby:
     marked: bool = False  # said a tfcluster-standby line: SIGUSR1 is blocked
     ready: bool = False  # its imports are done
     acked: bool = False  # said PROMOTED
+    stopping: bool = False  # being stopped: what it still says (a shell's "Killed") is only logged
     promoted_at: Optional[float] = None
     bound_from: Optional[float] = None  # when ACK_BOUND started counting
 
@@ -135,6 +136,8 @@ class WarmStandby:
                     s.acked = s.acked or line.startswith(PROMOTED)
                 if s is not None and s.active:
                     self.on_line(key, line)
+                elif s is not None and s.stopping:
+                    self.record.log_line(key, f"(standby) {line}")
                 else:
                     self.record.log_line(key, f"(standby) {line}")
                     self.console.task_line(key, f"(standby) {line}")
@@ -178,6 +181,7 @@ class WarmStandby:
         if s is None:
             return None
         if s.handle.poll() is not None or not s.marked or not _same_process(s.task, task):
+            s.stopping = True
             self.backend.stop([s.handle], grace=0)
             return None
         s.active = True
@@ -185,6 +189,7 @@ class WarmStandby:
             self.backend.promote(s.handle, task, env)
         except LaunchError as exc:
             self.console.info(f"{task.key}: its warm standby could not be promoted ({exc.lines[0]}); starting it cold")
+            s.stopping = True
             self.backend.stop([s.handle], grace=0)
             return None
         s.promoted_at = self.clock()
@@ -216,6 +221,8 @@ class WarmStandby:
         if run_ends:
             self._promoted.clear()
         if self._waiting:
+            for s in self._waiting.values():
+                s.stopping = True
             self.backend.stop([s.handle for s in self._waiting.values()], grace=0)
             self.record.event(Event.STANDBY_STOPPED, tasks=list(self._waiting))
             self._waiting.clear()
