@@ -15,7 +15,7 @@ of being ready is stopped and its task started cold, in one line.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 from . import envnames
@@ -112,17 +112,20 @@ class WarmStandby:
         self.clock = clock
         self.on_line = on_line
         self.drain_line = drain_line
-        self._waiting: dict[str, _Standby] = {}
+        self._waiting: dict[str, list[_Standby]] = {}  # task key -> its standbys (its host's, spares')
         self._promoted: dict[str, _Standby] = {}  # promoted, not yet heard saying so
         self._short_said: set[str] = set()
 
-    def start(self, number: int, tasks: Sequence[PlannedTask], env: dict[str, str]) -> None:
+    def start(self, number: int, tasks: Sequence[PlannedTask], env: dict[str, str],
+              spares: Sequence[tuple[str, str]] = ()) -> None:
         """Start attempt ``number``'s processes now; they import TensorFlow and wait for SIGUSR1.
-        Hosts short of memory get none (said once per host)."""
+        Hot spares: each spare host ((name, address), elastic runs) keeps one standby per task,
+        for the task that moves there. Hosts short of memory get none (said once per host)."""
         if self._waiting:
             return
+        tasks = list(tasks) + [replace(t, host=name, address=address) for name, address in spares for t in tasks]
         short = self._short_hosts(tasks)
-        started = {}
+        started = []
         for task in tasks:
             if task.host in short:
                 continue
@@ -149,12 +152,14 @@ class WarmStandby:
                 self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
                 continue
             entry.append(_Standby(task, handle))
-            self._waiting[task.key] = entry[0]
-            started[task.key] = handle
+            self._waiting.setdefault(task.key, []).append(entry[0])
+            started.append(entry[0])
         if started:
-            self.record.event(Event.STANDBY_START, attempt=number,
-                              pids={k: h.info().get("pid") for k, h in started.items()},
-                              hosts=sorted({self._waiting[k].task.host for k in started}))
+            own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
+            self.record.event(Event.STANDBY_START, attempt=number, pids=own,
+                              hosts=sorted({s.task.host for s in started}),
+                              **({"spares": sorted({s.task.host for s in started} & set(dict(spares)))}
+                                 if spares else {}))
 
     def _short_hosts(self, tasks: Sequence[PlannedTask]) -> set[str]:
         per_host: dict[str, int] = {}
@@ -177,9 +182,13 @@ class WarmStandby:
         attempt's ``env``, or None: none, dead, not (yet) blocking SIGUSR1, started for another
         host or command (a replan moved the task), or its promotion failed; then it is stopped
         and the task starts cold."""
-        s = self._waiting.pop(task.key, None)
+        mine = self._waiting.get(task.key, [])
+        s = next((s for s in mine if s.task.host == task.host), None)
         if s is None:
-            return None
+            return None  # none on its host: the others are stopped once the attempt has started
+        mine.remove(s)
+        if not mine:
+            del self._waiting[task.key]
         if s.handle.poll() is not None or not s.marked or not _same_process(s.task, task):
             s.stopping = True
             self.backend.stop([s.handle], grace=0)
@@ -221,8 +230,9 @@ class WarmStandby:
         if run_ends:
             self._promoted.clear()
         if self._waiting:
-            for s in self._waiting.values():
+            left = [s for mine in self._waiting.values() for s in mine]
+            for s in left:
                 s.stopping = True
-            self.backend.stop([s.handle for s in self._waiting.values()], grace=0)
+            self.backend.stop([s.handle for s in left], grace=0)
             self.record.event(Event.STANDBY_STOPPED, tasks=list(self._waiting))
             self._waiting.clear()

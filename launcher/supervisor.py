@@ -21,6 +21,7 @@ from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, faile
                     summary_lines)
 from .console import Console
 from .diagnose import exception_lines, hint
+from .elastic import spare_hosts
 from .errors import AttemptImpossible, LaunchError, exc_text
 from .membership import Membership
 from .plan import Plan
@@ -303,7 +304,16 @@ class Supervisor:
             on_ready()
         number = attempt.number
         if self.standby_on and (number < self.restart.max_restarts or self.members.elastic):
-            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1))
+            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1), spares=self._hot_spares())
+
+    def _hot_spares(self) -> list[tuple[str, str]]:
+        """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a
+        standby per task, so a move there is promoted like a restart."""
+        spec = self.members.spec
+        if not self.members.elastic or spec is None:
+            return []
+        names = spare_hosts(spec, [t.host for t in self.plan.tasks], self.members.down)
+        return [(name, spec.host(name).dial_address) for name in names]
 
     def _standby_acks(self, attempt: Attempt) -> bool:
         """A promoted standby that does not say it took its promotion (its entrypoint ignores
@@ -506,6 +516,7 @@ class Supervisor:
     # -------------------------------------------------------------- report
 
     def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+        self.standby.drop()  # before the outcome, which stays the record's last event
         where = locations(self.record.state_dir, self.record.logs_dir)
         self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
                           tasks=self.view.outcome_facts(), locations=where)

@@ -42,15 +42,18 @@ def _both_ready(action):
 
 
 def test_a_standby_promoted_after_a_replan_gets_the_new_tf_config_and_the_lost_hosts_standby_goes(lab, make_spec):
-    """h1 (worker:0) is cut off once both standbys wait: it is lost and worker:0 moves to the spare
-    h3. worker:1's standby on h2 is promoted with the new plan's TF_CONFIG (worker:0 at h3's
-    address, which the standby never saw at its start); worker:0's standby, on h1, is not promoted
-    (another host now), and h1's wrappers stop it and the task there when their lease runs out."""
+    """h1 (worker:0) is cut off once every standby waits (one per task on h1 and h2, and on the
+    spare h3 one per task: hot spares): h1 is lost and worker:0 moves to h3. worker:1's standby on
+    h2 is promoted with the new plan's TF_CONFIG (worker:0 at h3's address, which it never saw at
+    its start), worker:0's on h3 likewise; worker:0's standby on h1 is not promoted (another host
+    now), and h1's wrappers stop it and the task there when their lease runs out; h3's spare
+    standby for worker:1 is stopped once the new attempt has started."""
     spec = make_spec([PY, SCRIPT, "ack"], hosts=["h1", "h2", "h3"], restart={"max_restarts": 0, "warm_standby": True},
                      elastic={"host_wait": 3})
     h1 = lab.host("h1")
     try:
-        code, out = run_and_act(spec, _both_ready(lambda p: _nft(h1, f"ip saddr {GATEWAY} drop")), timeout=150)
+        cut = lambda p: _nft(h1, f"ip saddr {GATEWAY} drop")  # noqa: E731
+        code, out = run_and_act(spec, [(READY, lambda p: None)] * 3 + [(READY, cut)], timeout=150)
         wait_for(lambda: not task_processes(lab)["h1"], 20,
                  what=f"h1's task and standby stopped by their lease: {task_processes(lab)['h1']}")
     finally:
@@ -62,10 +65,13 @@ def test_a_standby_promoted_after_a_replan_gets_the_new_tf_config_and_the_lost_h
     first, second = clusters[("worker:1", 0)], clusters[("worker:1", 1)]
     assert first["worker"][0].startswith(lab.host("h1").address + ":"), first
     assert second["worker"][0].startswith(lab.host("h3").address + ":"), second
-    assert "[worker:1] tfcluster-standby promoted" in out
+    assert clusters[("worker:0", 1)] == second, clusters
     ev = _events(spec)
-    assert [e["task"] for e in ev if e["event"] == "standby_promoted"] == ["worker:1"]  # worker:0's: another host
-    assert "[worker:0] tfcluster-standby promoted" not in out
+    (started, *_) = [e for e in ev if e["event"] == "standby_start"]
+    assert started["hosts"] == ["h1", "h2", "h3"] and started["spares"] == ["h3"], started
+    promoted = {e["task"]: e["ssh_host"] for e in ev if e["event"] == "standby_promoted"}
+    assert promoted == {"worker:0": "h3", "worker:1": "h2"}, promoted  # not worker:0's own, on h1
+    assert "[worker:0] tfcluster-standby promoted" in out and "[worker:1] tfcluster-standby promoted" in out
     _no_task_left(lab)
 
 
