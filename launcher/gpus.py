@@ -269,7 +269,7 @@ def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]]) -> str:
                      + (", shared" + (" (memory growth)" if any(GROWTH_VAR in dict(t.base_env) for t in mine) else "")
                         if shared else ""))
     if unknown:
-        parts.append("other hosts: made where their tasks start, from nvidia-smi -L there")
+        parts.append(("other hosts'" if parts else "each host's") + " at start, from nvidia-smi -L there")
     return f"gpus: {setting}; " + "; ".join(parts)
 
 
