@@ -162,7 +162,9 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         from .discovery import with_discovered
 
         loaded = with_discovered(loaded)  # hosts: plus what discovery.command prints now
-    plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
+    # placeholder hosts if the backend places tasks when it allocates; this machine's GPUs only
+    # for the commands that start a run or show what would start (validate checks the spec)
+    plan = plan_for(loaded.spec, gpus=args.command in ("plan", "up"))
     run_elsewhere = backend_class(loaded.spec.backend).run_elsewhere
     if args.command in ("up", "status", "logs", "attach", "down", "runs") \
             and not (args.command == "up" and (args.dry_run or args.supervise)):
