@@ -32,8 +32,9 @@ HANDLED_KEYS = frozenset({
 DEFAULT_PERMANENT = tuple(range(1, 128))
 # Per task: the engine tells each replica who it is (TF_CONFIG); one template serves all indices.
 # THREADS: a ``threads: auto`` budget's place on a shared host: a replica there has its node (or
-# its pod's CPU limit) to itself, and nothing would complete it.
-PER_TASK_ENV = ("TF_CONFIG", envnames.TASK, envnames.THREADS)
+# its pod's CPU limit) to itself, and nothing would complete it. GPUS: likewise a GPU request for
+# the task wrapper (launcher/gpus.py); the engine gives a replica its GPUs.
+PER_TASK_ENV = ("TF_CONFIG", envnames.TASK, envnames.THREADS, envnames.GPUS)
 
 
 def shown_path(loaded: LoadedSpec) -> str:
