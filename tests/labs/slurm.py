@@ -183,9 +183,10 @@ class SlurmLab:
 
     def _write_gres(self) -> None:
         """gres.conf next to slurm.conf (slurmd looks there): ``Name=gpu File=...`` per node.
-        The files are character devices (1,3: /dev/null's numbers) as NVIDIA's are; with
-        TaskPlugin=task/none nothing constrains them, slurmd only stats them and sets each
-        step's CUDA_VISIBLE_DEVICES from the indices it granted."""
+        The files are character devices (1,3: /dev/null's numbers) as NVIDIA's are: with regular
+        files slurmd 22.05 logs "is not a valid character or block device, fix your gres.conf"
+        and steps get an empty CUDA_VISIBLE_DEVICES. With TaskPlugin=task/none nothing
+        constrains them; slurmd sets each step's CUDA_VISIBLE_DEVICES from the indices it granted."""
         (self.root / "dev").mkdir(exist_ok=True)
         for path in self.gpu_files:
             if not path.exists():
