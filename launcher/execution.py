@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from . import envnames
 from .console import Console
 from .errors import LaunchError
+from .gpus import asked as gpus_asked
 from .plan import Plan, build_plan, redact_env
 from .record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from .spec import LoadedSpec, load_spec
@@ -41,18 +42,21 @@ def plan_for(spec: "Spec") -> Plan:
 def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = ()) -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/elastic.py)."""
-    rows = [("task", "host", "address:port", "command")]
+    gpu_column = show_gpus(plan)
+    rows = [("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")]
     joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
     for t in plan.tasks:
         command = joined.get(t.command) or joined.setdefault(t.command, shlex.join(t.command))
-        rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", command))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        rows.append((t.key, t.host) + ((t.gpus.describe(),) if gpu_column else ())
+                    + (t.endpoint or "(no port: not in cluster)", command))
+    cols = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(cols)]
     out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
     if plan.placeholder:
         out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
                    "hosts, addresses and TF_CONFIG below are stand-ins")
     for r in rows:
-        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
+        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:cols])) + "  " + r[cols])
     if spares:
         out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
     if plan.cluster is None:  # single-host strategies: the task's role only
@@ -64,6 +68,8 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
     if plan.threads:
         out.append(plan.threads)
+    if plan.gpus:
+        out.append(plan.gpus)
     if plan.tasks:
         common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
         for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
@@ -75,6 +81,12 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         for k, v in shown.items():
             out.append(f"  {k}={v}")
     return "\n".join(out)
+
+
+def show_gpus(plan: Plan) -> bool:
+    """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
+    (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
+    return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)
 
 
 def spares_of(spec) -> list[str]:
@@ -167,6 +179,8 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
         f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
         f"logs in {record.logs_dir}"
     )
+    if plan.gpus and (show_gpus(plan) or gpus_asked(spec)):  # said once: where the tasks' GPUs are
+        console.info(plan.gpus)
     if panel:
         console.start_panel(supervisor.view)  # on a terminal only
     try:

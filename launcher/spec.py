@@ -248,6 +248,13 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
                          f"with backend {' and '.join(able) or 'none'}; remove elastic:"))
+    for task_type in TASK_TYPES:
+        if t.group(task_type).gpus and spec.devices.gpus == 0:
+            problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
+                             f"tasks.{task_type}.gpus or set devices.gpus"))
+    if spec.strategy != "multi_worker_mirrored" and spec.collective != type(spec.collective)():
+        problems.append((("collective",), f"only multi_worker_mirrored runs collectives (all-reduce), not "
+                         f"{spec.strategy}; remove collective:"))
     problems += backend.check_spec(spec)
     return problems
 

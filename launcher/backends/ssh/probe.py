@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from ... import gpus
 from ...errors import LaunchError, exc_text
 from ...plan import Plan
 from ...remote import source as remote_source
@@ -41,7 +42,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
     address:ports its tasks will dial (pairs.py). On success each agent stays, waiting to
     become its host's first task."""
     # Uploaded into each run dir on the hosts by the probe (the agent writes them).
-    files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py")}
+    files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py"),
+             "gpuplace.py": remote_source("gpuplace.py")}
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
     sessions: dict[str, object] = {}
     replies: dict[str, dict] = {}
@@ -76,7 +78,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         hs, chan = pool.hosts[name], sessions[name]
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
         req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
-               "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0}
+               "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0,
+               "gpus": any(t.host == name and t.gpus.request for t in plan.tasks)}
         reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
         if reply is not None:
             replies[name] = reply
@@ -163,6 +166,9 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
                 keys = ", ".join(t.key for t in plan.tasks if t.host == name and str(t.port) == port)
                 problems.append(f"port {port} on host {name} is {problem} ({keys}); stop what holds it or "
                                 "change ports.base / the task's ports")
+        if rep.get("gpus") is not None:
+            problems += gpus.host_problems(plan, name, [tuple(g) for g in rep["gpus"]])
+            hs.gpus = tuple(tuple(g) for g in rep["gpus"])
     for module, by_version in versions.items():
         if len(by_version) > 1:
             desc = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in sorted(by_version.items()))
