@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ... import envnames, threads
+from ... import containergpus as gpus
 from ... import gpus as plan_gpus
 from ...console import Console
 from ...errors import LaunchError
 from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ...specmodel import LoadedSpec, Spec
 from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from . import gpus
 from .options import DockerOptions
 
 

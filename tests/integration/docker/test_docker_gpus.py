@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.backends.docker import gpus as docker_gpus
+from launcher import containergpus as docker_gpus
 from launcher.backends.docker.backend import DockerBackend
 from launcher.plan import build_plan
 from launcher.spec import load_spec
 from tests.labs import docker as eng
 from tests.support.cli import tfcluster
 from tests.support.gpus import fake_gpus
+from tests.support.prereq import require_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -159,3 +160,24 @@ def test_cpu_tasks_containers_run_on_a_gpu_host_without_gpu_runtime(tmp_path, mo
     seen = sorted(line.split("SEEN ", 1)[1] for line in proc.stdout.splitlines() if "SEEN " in line)
     assert seen == ["worker:0 -1 64", "worker:1 -1 64"], proc.stdout[-2000:]
     assert _leftovers(docker_engine, "dkgpucpu") == []
+
+
+def test_compose_gpu_reservations_pass_docker_compose_config(tmp_path, monkeypatch):
+    compose = require_tool("docker-compose", "docker-compose")
+    fake_gpus(monkeypatch, tmp_path, 2)
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("name: cg\nstrategy: parameter_server\nbackend: docker\nentrypoint: python -m worker\n"
+                    "tasks: {chief: 1, worker: 2, ps: 1}\ndevices: {gpus_per_task: 1}\n")
+    out = tmp_path / "docker-compose.yml"
+    made = tfcluster("compose", str(spec), "-o", str(out), cwd=REPO, env={"PYTHONPATH": str(REPO)})
+    assert made.returncode == 0, made.stderr
+    check = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    import yaml
+
+    services = yaml.safe_load(check.stdout)["services"]
+    for name, gpu in (("worker-0", "0"), ("worker-1", "1")):
+        (device,) = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert device == {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}, services[name]
+        assert services[name]["shm_size"] == "1g"
+    assert "deploy" not in services["ps-0"] and "deploy" not in services["chief-0"]
