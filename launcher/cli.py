@@ -162,7 +162,14 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         from .discovery import with_discovered
 
         loaded = with_discovered(loaded)  # hosts: plus what discovery.command prints now
-    plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
+    if args.command in ("compose", "export"):
+        from .compose import docker_plan
+
+        # Containers or an engine's replicas, not this machine: its GPUs (the local plan's
+        # refusals) do not matter here; compose checks the GPUs it reserves itself.
+        plan = docker_plan(loaded.spec)
+    else:
+        plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
     run_elsewhere = backend_class(loaded.spec.backend).run_elsewhere
     if args.command in ("up", "status", "logs", "attach", "down", "runs") \
             and not (args.command == "up" and (args.dry_run or args.supervise)):
