@@ -263,11 +263,13 @@ def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]]) -> str:
             continue
         names = sorted({g[1] for g in gpus})
         shared = any(t.gpus.shared for t in mine)
-        parts.append(f"{host}: {plural(len(gpus))} ({', '.join(names)}) for {plural(len(mine), 'GPU task')}"
+        may = gpuplace.usable([g[0] for g in gpus], use_of(spec)[0])
+        limit = f", the run may use {len(may)} (devices.gpus)" if len(may) < len(gpus) else ""
+        parts.append(f"{host}: {plural(len(gpus))} ({', '.join(names)}{limit}) for {plural(len(mine), 'GPU task')}"
                      + (", shared" + (" (memory growth)" if any(GROWTH_VAR in dict(t.base_env) for t in mine) else "")
                         if shared else ""))
     if unknown:
-        parts.append("other hosts: made where their tasks start, from nvidia-smi -L there")
+        parts.append(("other hosts'" if parts else "each host's") + " at start, from nvidia-smi -L there")
     return f"gpus: {setting}; " + "; ".join(parts)
 
 

@@ -430,7 +430,8 @@ class Supervisor:
         for line in consequence_lines(key, consequences):
             self.console.info(line)
         report = [line for k in shown
-                  for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose)]
+                  for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
+                                           self._given_gpus(k))]
         if report:
             self.console.block(report)
         if others:
@@ -438,7 +439,15 @@ class Supervisor:
         self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
                           last_lines=list(tail[-TAIL:]), others=list(others),
                           consequences={k: c for k, c in consequences},
-                          errors=list(exception_lines(tail)), hint=hint(tail))
+                          errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key)))
+
+    def _given_gpus(self, key: str) -> bool:
+        """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""
+        try:
+            g = self.plan.task(key).gpus
+        except KeyError:
+            return False
+        return bool(g.ids) or (g.ids is None and g.required)
 
     def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
         """The sink every backend's output reader calls. It never raises: a reader that stopped

@@ -97,8 +97,10 @@ def resolve(req, host_ids):
             start = place * base + min(place, extra)
             ids = rest[start:start + base + (1 if place < extra else 0)]
             return ids, False, None
-        use, shared = [rest[place % len(rest)]], True
-        return use, shared, _nccl(req, shared)
+        # round-robin: a GPU is shared by the tasks whose places differ by a multiple of the GPUs
+        count = len(rest)
+        shared = place + count < n or place - count >= 0
+        return [rest[place % count]], shared, _nccl(req, True)
     return use, shared, _nccl(req, shared)
 
 
