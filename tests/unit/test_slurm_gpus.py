@@ -76,3 +76,55 @@ def test_partition_with_too_few_gpus_is_one_line_naming_counts_and_fix():
     assert "has 2 node(s) with 1 GPUs, the run needs 3" in msg
     # auto/all require nothing.
     assert gpus.check_partition("cpu", {"c1": 0}, {"a": ["auto", "all"]}, 1, "x") is None
+
+
+def test_devices_gpus_count_caps_what_auto_tasks_ask_for():
+    assert gpus.job_gpus({"n1": ["auto"]}, [4, 8], cap=1) == 1
+    assert gpus.job_gpus({"n1": ["auto", 2]}, [4], cap=1) == 2  # a fixed count still needs its GPUs
+    assert gpus.job_gpus({"n1": ["auto"]}, [4], cap=None) == 4
+
+
+def _backend(tmp_path, body):
+    from launcher.backends.slurm.backend import SlurmBackend
+    from launcher.execution import plan_for
+    from launcher.spec import LoadedSpec, parse_spec
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: g\nbackend: slurm\nentrypoint: python -m worker\n" + body)
+    loaded = LoadedSpec(parse_spec(path.read_text(), str(path)), path)
+    backend = SlurmBackend(loaded)
+    backend.job_id = "42"
+    plan = plan_for(loaded.spec)
+    takes = backend._takes([t.key for t in plan.tasks])
+    backend._steps = gpus.steps(takes, {t.key: t.host for t in plan.tasks}, 2, 4)
+    return backend, plan
+
+
+def test_gpu_steps_are_exact_cpu_steps_overlap_and_the_request_marker_stays_off_the_step(tmp_path):
+    backend, plan = _backend(tmp_path, "strategy: parameter_server\ntasks: {chief: 1, worker: 2, ps: 1}\n"
+                             "devices: {gpus_per_task: 1, threads: auto}\nslurm: {tasks_per_node: 2}\n")
+    worker = plan.task("worker:0")
+    argv = backend.srun_argv(worker, "worker-0.1")
+    assert "--exact" in argv and "--gpus-per-task=1" in argv and "--cpus-per-task=2" in argv
+    assert "--overlap" not in argv
+    env = backend.task_env(worker, {})
+    assert "TFCLUSTER_GPUS" not in env and "CUDA_VISIBLE_DEVICES" not in env  # Slurm sets it
+    assert env["TFCLUSTER_THREADS"] == "0/1"  # its own CPUs: the budget is all of them
+    ps = plan.task("ps:0")
+    argv = backend.srun_argv(ps, "ps-0.1")
+    assert "--overlap" in argv and "--gres=none" in argv and "--exact" not in argv
+    assert argv[argv.index("-c") + 1].startswith("export CUDA_VISIBLE_DEVICES=-1; ")
+    assert backend.task_env(ps, {})["CUDA_VISIBLE_DEVICES"] == "-1"
+
+
+def test_shared_gpu_steps_grow_memory_unless_the_spec_env_says(tmp_path):
+    body = "strategy: multi_worker_mirrored\ntasks: {worker: 3}\nslurm: {tasks_per_node: 3}\n"
+    backend, plan = _backend(tmp_path, body)
+    argv = backend.srun_argv(plan.task("worker:2"), "worker-2.1")
+    assert "--overlap" in argv and "--gres=gpu:2" in argv
+    assert backend.task_env(plan.task("worker:2"), {})["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    backend, plan = _backend(tmp_path, body + "env: {TF_FORCE_GPU_ALLOW_GROWTH: 'false'}\n")
+    assert backend.task_env(plan.task("worker:2"), {})["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
+    backend, plan = _backend(tmp_path, body.replace("worker: 3", "worker: 2") + "devices: {gpu_memory: 2048}\n")
+    env = backend.task_env(plan.task("worker:1"), {})
+    assert env["TFCLUSTER_GPU_MEMORY"] == "2048" and "TF_FORCE_GPU_ALLOW_GROWTH" not in env

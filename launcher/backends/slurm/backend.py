@@ -176,8 +176,11 @@ class SlurmBackend(Backend):
         if self._node_gpus is None:
             self._partition = cli.partition(self.opts.partition).name  # one line if there is none
             self._node_gpus = gpus.partition_gpus(self._partition)
+        # devices.gpus as a count or list: that many of a node's GPUs (Slurm picks which).
+        use = self.spec.devices.gpus
+        cap = None if use == "all" else use if isinstance(use, int) else len(use)
         return gpus.job_gpus(self._by_node(takes, {t.key: t.host for t in plan_tasks}),
-                             list(self._node_gpus.values()))
+                             list(self._node_gpus.values()), cap)
 
     def _check_gpus(self, plan: Plan, per_node: int) -> None:
         """Preflight: enough GPU nodes in the partition, no shared GPU under NCCL; says once

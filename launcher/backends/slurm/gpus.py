@@ -96,15 +96,18 @@ def node_need(takes: Sequence[Take]) -> int:
     return sum(t for t in takes if isinstance(t, int))
 
 
-def job_gpus(takes_by_node: Mapping[str, Sequence[Take]], node_gpus: Sequence[int]) -> int:
+def job_gpus(takes_by_node: Mapping[str, Sequence[Take]], node_gpus: Sequence[int], cap: Optional[int] = None) -> int:
     """GPUs per node the holding job asks for: the most any node's fixed counts need; with auto
-    or all tasks, every GPU the partition's smallest GPU node has (at least that need)."""
+    or all tasks, every GPU the partition's smallest GPU node has (at least that need), or at
+    most ``cap`` (a ``devices.gpus`` count: the GPUs of a node the run may use)."""
     need = max((node_need(t) for t in takes_by_node.values()), default=0)
     flexible = any(isinstance(t, str) for takes in takes_by_node.values() for t in takes)
     if not flexible:
         return need
     have = [g for g in node_gpus if g > 0]
-    return max(need, min(have)) if have else need
+    if not have:
+        return need
+    return max(need, min(min(have), cap) if cap is not None else min(have))
 
 
 def steps(takes: Mapping[str, Take], nodes: Mapping[str, str], per_node: int,
