@@ -7,6 +7,8 @@ show without it). Every task records its environment from inside its step."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,31 @@ def test_more_gpus_per_node_than_the_partition_has_fails_in_preflight_in_one_lin
         "GPU(s) per node; GPUs per node: n1 2, n2 2, n3 2); lower devices.gpus_per_task or slurm.tasks_per_node, or "
         "choose a GPU partition (slurm.partition)"], proc.stderr
     assert lab.jobs() == []
+
+
+def test_the_slurm_facts_gpu_steps_rely_on(lab):
+    """Slurm 22.05 with the lab's gres: two running ``--exact --gpus-per-task=1`` steps on one
+    node get different GPUs, two ``--overlap`` ones the same (why GPU steps are not overlap),
+    and a ``--gres=none`` step has CUDA_VISIBLE_DEVICES unset even when exported (why a CPU
+    step's shell sets -1 itself)."""
+    job = lab.run("sbatch", "--parsable", "-N1", "--ntasks-per-node=2", "--gres=gpu:2", "-o", "/dev/null",
+                  "--wrap", "exec sleep 120").stdout.strip()
+    wait_for(lambda: lab.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING", 30,
+             what="the job to run")
+    show = 'echo "[${CUDA_VISIBLE_DEVICES-unset}]"; sleep 3'
+
+    env = {**os.environ, **lab.env(), "CUDA_VISIBLE_DEVICES": "-1"}
+
+    def two(*opts):
+        procs = [subprocess.Popen(["srun", f"--jobid={job}", "--ntasks=1", *opts, "sh", "-c", show],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+                 for _ in range(2)]
+        return sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+
+    assert two("--exact", "--cpus-per-task=1", "--gpus-per-task=1") == ["[0]", "[1]"]
+    assert two("--overlap", "--gpus-per-task=1") == ["[0]", "[0]"]
+    out = subprocess.run(["srun", f"--jobid={job}", "--ntasks=1", "--overlap", "--gres=none", "--export=ALL",
+                          "sh", "-c", 'echo "[${CUDA_VISIBLE_DEVICES-unset}]"'], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.stdout.strip() == "[unset]", out.stderr
+    lab.run("scancel", job, check=False)
