@@ -110,6 +110,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
         gpu = made[task.key]
         env = dict(gpu.env)
         env.pop(envnames.THREADS, None)  # threads: auto: made when a backend starts the task; compose does not
+        env.pop(envnames.GPUS, None)  # likewise a GPU request (launcher/gpus.py) nothing here would complete
         env.update(
             {
                 envnames.STATE_DIR: STATE_DIR,

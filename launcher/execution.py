@@ -31,12 +31,18 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
 
 
-def plan_for(spec: "Spec") -> Plan:
+def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
     """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
-    backend's static placement, placeholders when it knows its nodes only after allocating."""
+    backend's static placement, placeholders when it knows its nodes only after allocating.
+    ``gpus=False``: without the hosts' GPUs (no GPU refusals, each task's request unmade): for the commands
+    that look at a run rather than start one (status, down, logs...), which must work when a
+    GPU is gone."""
+    from dataclasses import replace
+
     from .backends import backend_class
 
-    return build_plan(spec, backend_class(spec.backend).place(spec))
+    placement = backend_class(spec.backend).place(spec)
+    return build_plan(spec, placement if gpus else replace(placement, gpus={}))
 
 
 def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = ()) -> str:

@@ -113,3 +113,28 @@ watchdog: {{startup_timeout: 240}}
     out = proc.stdout
     assert "[worker:0] worker: worker:0 gpus: 0 visible (CUDA_VISIBLE_DEVICES=0), memory limit 1024 MiB" in out, out[-3000:]
     assert "[worker:0] worker: collective implementation=ring timeout=45s" in out
+
+
+def test_each_tasks_gpu_memory_in_status_events_and_the_final_peak(tmp_path):
+    """The fake nvidia-smi lists the compute processes the tasks write into its file (their own
+    pids, as the real one lists the processes holding GPU memory); the supervisor samples it every
+    5 s and matches them to the tasks' process groups."""
+    apps = tmp_path / "apps.txt"
+    path = script_spec(tmp_path, """\
+        import os, pathlib, time
+        mib = 300 if os.environ["TFCLUSTER_TASK"] == "worker:0" else 700
+        with open(os.environ["FAKE_NVIDIA_SMI_APPS_FILE"], "a") as fh:
+            fh.write(f"{os.getpid()}:{mib}\\n")
+        time.sleep(12)
+    """, "{worker: 2}", "devices: {gpus_per_task: 1}\n")
+    proc = tfcluster("up", path, env={**gpu_env(tmp_path, 2), "FAKE_NVIDIA_SMI_APPS_FILE": str(apps)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "  gpu memory peak: worker:0 300 MiB, worker:1 700 MiB" in proc.stderr, proc.stderr[-2000:]
+    run = (tmp_path / "runs" / "t" / "latest").resolve()
+    samples = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
+               if json.loads(line)["event"] == "gpu_usage"]
+    assert samples and samples[-1]["tasks"] == {"worker:0": [300, 37], "worker:1": [700, 0]}, samples
+    status = tfcluster("status", path)  # without the fake GPUs: looking at a run needs none
+    header = next((line for line in status.stdout.splitlines() if line.lstrip().startswith("task ")), status.stdout + status.stderr)
+    assert "gpu (peak)" in header, status.stdout
+    assert "300M 37% (300M)" in status.stdout and "700M 0% (700M)" in status.stdout, status.stdout

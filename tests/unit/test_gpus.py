@@ -293,3 +293,12 @@ def test_parse_list_skips_mig_lines():
             "  MIG 1g.5gb     Device  0: (UUID: MIG-bbb)\n"
             "GPU 1: Tesla T4 (UUID: GPU-ccc)\n")
     assert gpuplace.parse_list(text) == [(0, "NVIDIA A100-SXM4-40GB", "GPU-aaa"), (1, "Tesla T4", "GPU-ccc")]
+
+
+def test_discovery_output_carries_slots():
+    from launcher.discovery import DiscoveryError, parse_hosts
+
+    hosts = parse_hosts('[{"name": "vm1", "address": "10.0.0.2", "slots": 2}, {"name": "vm2"}]')
+    assert [(h.name, h.slots) for h in hosts] == [("vm1", 2), ("vm2", None)]
+    with pytest.raises(DiscoveryError, match="slots"):
+        parse_hosts('[{"name": "vm1", "slots": 0}]')

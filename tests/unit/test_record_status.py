@@ -65,7 +65,8 @@ def test_running_rows_progress_throughput_and_restarts(tmp_path):
     assert [t.to_json() for t in quick.tasks][0] == {
         "key": "worker:0", "host": "h0", "state": "running", "attempt": 1, "epoch": None, "step": None,
         "global_step": None, "loss": None, "accuracy": None, "examples_per_sec": None, "restarts": 1,
-        "last_line": "", "alive": None, "has_result": False}
+        "last_line": "", "alive": None, "has_result": False,
+        "gpu_mib": None, "gpu_util": None, "gpu_peak_mib": None}
 
 
 def test_supervisor_gone_without_outcome_is_lost_and_checks_task_groups(tmp_path):
