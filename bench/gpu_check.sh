@@ -27,6 +27,7 @@ trap 'rm -rf "$TMP"' EXIT
 if [ -n "$FAKE" ]; then
     mkdir -p "$TMP/bin" && ln -s "$ROOT/tests/support/nvidia-smi" "$TMP/bin/nvidia-smi"
     export PATH="$TMP/bin:$PATH" FAKE_NVIDIA_SMI_GPUS="${FAKE_NVIDIA_SMI_GPUS:-1}"
+    export FAKE_NVIDIA_SMI_APPS_FILE="$TMP/fake-apps"  # the probe writes "pid:MiB" there (no torch here)
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 unset CUDA_VISIBLE_DEVICES TF_FORCE_GPU_ALLOW_GROWTH
@@ -97,6 +98,11 @@ try:
     import torch
 except ImportError:
     print(f"probe {task}: torch not installed here: environment only", flush=True)
+    if os.environ.get("FAKE_NVIDIA_SMI_APPS_FILE"):  # the fake nvidia-smi lists this process as 1 GiB
+        with open(os.environ["FAKE_NVIDIA_SMI_APPS_FILE"], "a") as fh:
+            fh.write(f"{os.getpid()}:1024\n")
+        print(f"probe {task}: reserved 1024 MiB (fake)", flush=True)
+        time.sleep(float(os.environ.get("GPU_CHECK_HOLD", "12")))
     sys.exit(0)
 n = torch.cuda.device_count()
 name = torch.cuda.get_device_name(0) if n else "none"
@@ -112,7 +118,9 @@ b = a @ a
 torch.cuda.synchronize()
 print(f"probe {task}: allocated {torch.cuda.memory_allocated(dev) / 2**30:.2f} GiB; step: 4096x4096 matmul "
       f"{(time.time() - started) * 1000:.1f} ms, sum {float(b.sum()):.4g}", flush=True)
-time.sleep(3)  # both tasks hold their memory at once
+print(f"probe {task}: reserved {torch.cuda.memory_reserved(dev) // 2**20} MiB", flush=True)
+# Both tasks hold their memory at once, for longer than two of the launcher's 5-s GPU samples.
+time.sleep(float(os.environ.get("GPU_CHECK_HOLD", "12")))
 print(f"probe {task}: done", flush=True)
 EOF
 
@@ -145,8 +153,19 @@ grep -q '^  TF_FORCE_GPU_ALLOW_GROWTH=true$' "$TMP/plan.out"
 check "plan: memory growth (TF_FORCE_GPU_ALLOW_GROWTH=true) for the shared GPU" "$?"
 echo "\$ python3 -m launcher up auto.yaml"
 started=$(date +%s)
+RAW="${GPU_CHECK_RAW:-$TMP/raw-nvidia-smi.txt}"  # what the real tool printed, to hold the fake against
+( for i in 1 2 3 4 5 6; do
+    sleep 2
+    for q in "-L" "--query-compute-apps=pid,used_memory --format=csv,noheader,nounits" \
+             "--query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits"; do
+        echo "\$ nvidia-smi $q  (t+$((i * 2)) s)"; timeout 10 nvidia-smi $q 2>&1; echo "(exit $?)"
+    done
+  done > "$RAW" ) &
+rawpid=$!
 timeout 180 $PY "$TMP/launch.py" up "$TMP/auto.yaml" > "$TMP/up.out" 2>&1
 rc=$?; cat "$TMP/up.out"
+wait "$rawpid" 2>/dev/null
+echo "-- nvidia-smi while the probes ran (the formats the launcher parses):"; head -40 "$RAW"
 echo "(up took $(( $(date +%s) - started )) s)"
 check "up exits 0" "$rc" "exit $rc"
 for w in 0 1; do
@@ -161,6 +180,17 @@ for w in 0 1; do
         grep -q "allocated 1.0[0-9] GiB; step:" "$log" 2>/dev/null
         check "worker:$w allocated 1 GiB and ran a step" "$?"
     fi
+done
+
+# The launcher's GPU figures (nvidia-smi's compute apps matched to each task's processes) against
+# the probe's own count (torch's reserved memory; the CUDA context adds a few hundred MiB more).
+peakline=$(grep 'gpu memory peak:' "$TMP/up.out")
+for w in 0 1; do
+    log="$TMP/runs/gpucheck/latest/logs/worker-$w.log"
+    own=$(sed -n 's/.*reserved \([0-9]*\) MiB.*/\1/p' "$log" 2>/dev/null | head -1)
+    peak=$(printf '%s\n' "$peakline" | sed -n "s/.*worker:$w \([0-9]*\) MiB.*/\1/p")
+    check "worker:$w GPU memory peak in the report (${peak:-none} MiB) >= its own reserved ${own:-?} MiB and < +3 GiB" \
+        "$([ -n "$peak" ] && [ -n "$own" ] && [ "$peak" -ge "$own" ] && [ "$peak" -lt $((own + 3072)) ] && echo 0 || echo 1)"
 done
 
 echo
