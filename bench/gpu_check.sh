@@ -177,7 +177,7 @@ for w in 0 1; do
     else
         grep -q "device_count=1 " "$log" 2>/dev/null
         check "worker:$w: torch sees exactly 1 GPU" "$?"
-        grep -q "allocated 1.0[0-9] GiB; step:" "$log" 2>/dev/null
+        grep -qE "allocated 1\.[0-9]+ GiB; step:" "$log" 2>/dev/null
         check "worker:$w allocated 1 GiB and ran a step" "$?"
     fi
 done
