@@ -284,3 +284,12 @@ def asked(spec) -> bool:
 def cpu_hosts(known: Mapping[str, Sequence[Gpu]], tasks: Iterable) -> list[str]:
     """The hosts with GPU tasks and no NVIDIA GPU (their tasks run on CPU)."""
     return [h for h in dict.fromkeys(t.host for t in tasks if t.gpus.uses_gpu) if h in known and not known[h]]
+
+
+def gpu_room(spec, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, int]:
+    """The GPUs the run may use on each host whose GPUs are known and that has no ``slots``:
+    how many GPU-count tasks (``gpus_per_task: N``) it can hold, in GPUs."""
+    use = use_of(spec)[0]
+    slotted = {h.name for h in spec.hosts if h.slots is not None}
+    return {h: len(gpuplace.usable([g[0] for g in g_list], use)) for h, g_list in found.items()
+            if g_list is not None and h not in slotted}

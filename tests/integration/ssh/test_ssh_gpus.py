@@ -112,3 +112,18 @@ def test_the_wrapper_refuses_a_request_the_host_cannot_meet(lab, make_spec, tmp_
     assert "taskwrap: " in proc.stderr + proc.stdout and "has 1 GPU; its GPU tasks need 2; the task was not started" \
         in proc.stderr + proc.stdout, (proc.stdout + proc.stderr)[-3000:]
     assert {k: v["CUDA_VISIBLE_DEVICES"] for k, v in recorded(tmp_path).items()} in ({}, {"worker:0": "0"})
+
+
+def test_a_host_with_few_gpus_takes_fewer_tasks_when_slots_are_not_given(lab, make_spec, tmp_path):
+    """h1 has 1 GPU, h2 3: the round-robin would give each two gpus_per_task-1 workers; the
+    preflight's GPU counts place one on h1 and three on h2 instead, said in one line."""
+    proc = run(make_spec, tmp_path, {"h1": 1, "h2": 3}, workers=4, devices={"gpus_per_task": 1})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("gpus: round-robin would over-fill h1 1 GPU for 2 GPU-count tasks; placed by each host's GPUs instead "
+            "(GPU tasks: h1 1, h2 3); set hosts[].slots to place them yourself") in proc.stderr, proc.stderr[-3000:]
+    by_host: dict[str, list[str]] = {}
+    for env in recorded(tmp_path).values():
+        by_host.setdefault(env["host"], []).append(env["CUDA_VISIBLE_DEVICES"])
+    assert sorted(len(v) for v in by_host.values()) == [1, 3], by_host
+    assert sorted(sorted(v) for v in by_host.values()) == [["0"], ["0", "1", "2"]], by_host  # disjoint on each
+    assert "h2: 3 GPUs (NVIDIA A100-SXM4-40GB) for worker:" in proc.stderr
