@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import signal as _signal
 import threading
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from ...plan import PlannedTask
+from ...remote.gpuplace import parse_figures_line
 from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from ..base import LineSink, TaskHandle
 from .commands import signal_command, state_command
@@ -35,8 +36,10 @@ EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 
 class SSHTask(TaskHandle):
     def __init__(self, task: PlannedTask, pool: TaskHosts, host: HostState, channel, pidfile: str,
-                 on_line: LineSink) -> None:
+                 on_line: LineSink, on_gpu: Optional[Callable[[str, int, Optional[int]], None]] = None) -> None:
         super().__init__(task)
+        # Its wrapper's GPU figures (taskwrap --gpu-watch lines): handed here, not logged.
+        self._on_gpu = on_gpu
         self.pool = pool
         self.host = host
         self.channel = channel
@@ -62,6 +65,11 @@ class SSHTask(TaskHandle):
                         self._lease_expired = True
                     elif line.startswith("taskwrap: " + GCE_NOTICE):
                         self.pool.host_preempted(self.host.name)
+                    elif self._on_gpu is not None and line.startswith("taskwrap: GPU"):
+                        figures = parse_figures_line(line)
+                        if figures is not None:
+                            self._on_gpu(self.key, *figures)
+                            continue
                     on_line(self.key, line)
         except Exception:  # noqa: BLE001 - a dropped connection ends the stream
             pass
