@@ -281,3 +281,24 @@ def parse_figures_line(line):
     if parts[1] == "null":
         return int(parts[0]), None
     return (int(parts[0]), int(parts[1])) if parts[1].isdigit() else None
+
+
+# The line the wrapper writes once it has made a task's request (``taskwrap: GPUs given 0,1``, or
+# ``none``): which of its host's GPUs the task got; the ssh backend records it (``status``).
+GIVEN_LINE = "GPUs given"
+
+
+def given_line(ids):
+    return "taskwrap: %s %s\n" % (GIVEN_LINE, ",".join(str(i) for i in ids) or "none")
+
+
+def parse_given_line(line):
+    """The GPU indices of a wrapper's given line ([] for none), or None when ``line`` is not one."""
+    head = "taskwrap: %s " % GIVEN_LINE
+    if not line.startswith(head) or len(line) > 200:
+        return None
+    rest = line[len(head):].strip()
+    if rest == "none":
+        return []
+    parts = rest.split(",")
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None

@@ -22,8 +22,9 @@ backend copies it to each host. Usage::
 * ``--gpus VAR``: VAR, if set, is the task's GPU request (launcher/remote/gpuplace.py, next to
   this file: uploaded with it); the wrapper makes it from this host's GPUs (``nvidia-smi -L``):
   CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, TF_FORCE_GPU_ALLOW_GROWTH and the memory limit
-  (``--gpu-memory-var``'s name), each unless already set. A host that cannot meet it (fewer
-  GPUs than asked) is one line on stderr and exit 2, the task not started.
+  (``--gpu-memory-var``'s name), each unless already set, and says which in one line
+  (``taskwrap: GPUs given 0,1``, or ``none``: the ssh backend records it). A host that cannot meet
+  it (fewer GPUs than asked) is one line on stderr and exit 2, the task not started.
 * ``--gpu-watch SECONDS``: where ``nvidia-smi`` answers and the task has GPUs, sample what its
   process group holds on them and how busy they are (gpuplace.py's queries, as the launcher's
   own watch does locally) at once and then every SECONDS, and write each changed figure as one
@@ -133,6 +134,8 @@ def _gpu_request(var: str, limit_var: str) -> "str | None":
         return "%s %s" % (socket.gethostname(), problem)
     os.environ.clear()
     os.environ.update(env)
+    visible = env.get(gpuplace.CUDA_VAR)
+    _say(gpuplace.given_line(gpuplace.watched_ids(visible, gpus) if visible is not None else []))
     return None
 
 

@@ -84,3 +84,6 @@ def test_the_wrappers_figures_line_and_watched_ids():
     for bad in ("taskwrap: GPU figures [1, 2, 3]", "taskwrap: GPU figures [x, 1]", "taskwrap: GPU figures 1, 2",
                 "taskwrap: GPU figures [1, " + "9" * 90 + "]", "worker: GPU figures [1, 2]"):
         assert gpuplace.parse_figures_line(bad) is None, bad
+    for ids in ([0], [1, 3], []):
+        assert gpuplace.parse_given_line(gpuplace.given_line(ids).rstrip("\n")) == ids
+    assert gpuplace.parse_given_line("taskwrap: GPUs given 0,x") is None and gpuplace.parse_given_line("GPUs given 0") is None

@@ -348,7 +348,8 @@ class SSHBackend(Backend):
             raise LaunchError(f"host {hs.name}: cannot start {task.key} "
                               f"({describe_channel_error(exc, self.opts.connect_timeout)}); "
                               "check the host and sshd's MaxSessions") from None
-        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures))
+        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures,
+                                       self._gpus_given))
 
     def _go(self, task: PlannedTask, hs: HostState, chan, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
         """Turn the host agent waiting on ``chan`` into ``task``'s wrapper: no new shell.
@@ -363,13 +364,19 @@ class SSHBackend(Backend):
         except Exception as exc:  # noqa: BLE001
             raise LaunchError(f"host {hs.name}: cannot start {task.key} ({exc_text(exc)}); "
                               "check the host") from None
-        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures))
+        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures,
+                                       self._gpus_given))
 
     def _gpu_figures(self, key: str, mib: int, util: Optional[int]) -> None:
         """A task's GPU memory and utilisation from its wrapper on the host (taskwrap --gpu-watch):
         the same ``gpu_usage`` event the local backend's watch writes (panel, status, report)."""
         if self.record is not None:
             self.record.event(Event.GPU_USAGE, tasks={key: [mib, util]})
+
+    def _gpus_given(self, key: str, ids: list) -> None:
+        """The host's GPUs a task's wrapper gave it (taskwrap --gpus): a task_gpus event (status)."""
+        if self.record is not None:
+            self.record.event(Event.TASK_GPUS, task=key, gpus=ids)
 
     def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
         """Signal tasks, one command per host, hosts in parallel (task.py)."""

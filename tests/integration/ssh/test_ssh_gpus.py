@@ -80,6 +80,11 @@ def test_each_host_gives_its_tasks_disjoint_gpus_and_pss_roles_none(lab, make_sp
     assert all(v["TFCLUSTER_GPUS"] is None and v["TF_FORCE_GPU_ALLOW_GROWTH"] is None for v in got.values())
     assert re.search(r"h1: 2 GPUs \(NVIDIA A100-SXM4-40GB\) for worker:\d, worker:\d\n", proc.stderr), proc.stderr
     assert re.search(r"h2: 3 GPUs \(NVIDIA A100-SXM4-40GB\) for worker:\d, worker:\d\n", proc.stderr), proc.stderr
+    # status shows what each task's wrapper gave it on its host (the plan knew only the request).
+    status = json.loads(tfcluster("status", str(tmp_path / "cluster.yaml"), "--json").stdout)
+    shown = {t["key"]: t["gpus"] for t in status["tasks"]}
+    assert shown == {k: "cpu" if v["CUDA_VISIBLE_DEVICES"] == "-1" else "gpu " + v["CUDA_VISIBLE_DEVICES"]
+                     for k, v in got.items()}, (shown, got)
 
 
 def test_shared_gpu_gets_growth_and_a_gpu_less_host_runs_on_cpu(lab, make_spec, tmp_path):
