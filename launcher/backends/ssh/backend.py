@@ -247,7 +247,7 @@ class SSHBackend(Backend):
             ssh_probe.probe(self.pool, self.state_sync, plan, names)
         except LaunchError as exc:
             plan = self._replan_by_gpus(plan, names, exc)
-            ssh_probe.probe(self.pool, self.state_sync, plan, names)
+            self._probe_again(plan, names)
         for line in gpu_notes(plan, {n: self.pool.hosts[n].gpus for n in names}):
             self.console.info(line)
 
@@ -264,6 +264,21 @@ class SSHBackend(Backend):
         self._gpu_placement, line = got
         self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
         return build_plan(self.spec, self._gpu_placement)
+
+    def _probe_again(self, plan: Plan, names: list[str]) -> None:
+        """The preflight once more, for the plan placed by GPUs. The first probe's agents exit when
+        their channels close, releasing the task ports they held; one not gone yet makes a port
+        look in use (the first probe found no port in use, or there would be no replan): waited
+        for, a few times."""
+        for left in (3, 2, 1, 0):
+            try:
+                ssh_probe.probe(self.pool, self.state_sync, plan, names)
+                return
+            except LaunchError as exc:
+                ours = all(" is in use (" in line or line == "no task was started" for line in exc.lines)
+                if not left or not ours:
+                    raise
+                time.sleep(0.5)
 
     # -------------------------------------------------------------- state dir (state.py)
 

@@ -133,6 +133,10 @@ def test_a_host_with_few_gpus_takes_fewer_tasks_when_slots_are_not_given(lab, ma
     assert sorted(len(v) for v in by_host.values()) == [1, 3], by_host
     assert sorted(sorted(v) for v in by_host.values()) == [["0"], ["0", "1", "2"]], by_host  # disjoint on each
     assert "h2: 3 GPUs (NVIDIA A100-SXM4-40GB) for worker:" in proc.stderr
+    # The run record holds the plan placed by GPUs, and each task's GPUs as its wrapper gave them.
+    status = json.loads(tfcluster("status", str(tmp_path / "cluster.yaml"), "--json").stdout)
+    assert sorted((t["host"], t["gpus"]) for t in status["tasks"]) == [
+        ("h1", "gpu 0"), ("h2", "gpu 0"), ("h2", "gpu 1"), ("h2", "gpu 2")], status["tasks"]
 
 
 HOLD = """\
