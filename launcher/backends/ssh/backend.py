@@ -263,7 +263,8 @@ class SSHBackend(Backend):
             raise exc
         self._gpu_placement, line = got
         self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
-        return build_plan(self.spec, self._gpu_placement)
+        self.preflight_plan = build_plan(self.spec, self._gpu_placement)
+        return self.preflight_plan
 
     def _probe_again(self, plan: Plan, names: list[str]) -> None:
         """The preflight once more, for the plan placed by GPUs. The first probe's agents exit when

@@ -137,6 +137,10 @@ def test_a_host_with_few_gpus_takes_fewer_tasks_when_slots_are_not_given(lab, ma
     status = json.loads(tfcluster("status", str(tmp_path / "cluster.yaml"), "--json").stdout)
     assert sorted((t["host"], t["gpus"]) for t in status["tasks"]) == [
         ("h1", "gpu 0"), ("h2", "gpu 0"), ("h2", "gpu 1"), ("h2", "gpu 2")], status["tasks"]
+    dry = tfcluster("up", str(tmp_path / "cluster.yaml"), "--dry-run", timeout=120)  # shows the plan placed by GPUs
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    hosts = sorted(line.split()[1] for line in dry.stdout.splitlines() if line.startswith("  worker:") and "TASK" not in line)
+    assert hosts == ["h1", "h2", "h2", "h2"], dry.stdout
 
 
 HOLD = """\
