@@ -77,7 +77,9 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
 
 def task_table(view: RunStatus) -> list[str]:
     gpu = any(t.gpu_mib is not None for t in view.tasks)  # where nvidia-smi answered: memory, utilisation, peak
-    gpus = any(t.gpus not in ("", "cpu") for t in view.tasks)  # which GPUs: some task has or asked for one
+    # Which GPUs: shown when some task has one or asked for a count (not for an auto request alone, which
+    # a CPU-only cluster's tasks carry too).
+    gpus = any(t.gpus not in ("", "cpu") and not t.gpus.startswith(("gpus auto", "gpus all")) for t in view.tasks)
     rows = [("task", "host") + (("gpus",) if gpus else ()) + ("state", "epoch/step", "loss", "accuracy",
                                                                "examples/s", "restarts")
             + (("gpu (peak)",) if gpu else ()) + ("last line",)]

@@ -156,3 +156,13 @@ def test_each_tasks_gpus_as_planned_or_as_the_machine_it_started_on_said(tmp_pat
     assert main(["status", str(spec)]) == 0
     table = [line.split()[:3] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert table[:3] == [["task", "host", "gpus"], ["chief:0", "n1", "cpu"], ["worker:0", "n1", "gpu"]], table
+    # An auto request alone (what a CPU-only cluster's tasks carry too) does not make the column.
+    for row in plan["tasks"]:
+        row.pop("env_extra", None)
+        row["env_drop"] = ["CUDA_VISIBLE_DEVICES"]
+        row["env_extra"] = {"TFCLUSTER_GPUS": "take=auto place=0/1 offset=0 tasks=1 use=all need=0 mem=auto coll=auto"}
+    (run / "plan.json").write_text(json.dumps(plan))
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events if e["event"] != "task_gpus"))
+    assert main(["status", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "gpus" not in out.split("\n  task", 1)[1].splitlines()[0], out
