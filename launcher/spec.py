@@ -110,6 +110,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden here
+            continue
         key = loader.construct_object(key_node, deep=True)
         try:
             hash(key)
@@ -123,6 +125,7 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
                 key_node.start_mark
             )
         seen[key] = key_node.start_mark.line
+    loader.flatten_mapping(node)  # (SafeConstructor.construct_mapping would, but only after the keys above)
     return loader.construct_mapping(node, deep=deep)
 
 

@@ -6,6 +6,8 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -29,6 +31,45 @@ def tfcluster(*args, timeout: float = 120, cwd: Optional[Path] = None, env: Opti
     this process's environment; ``environ`` is the whole environment instead."""
     return subprocess.run(_argv(args), cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
                           env=_env(env, environ))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A finished ``tfcluster`` with what it cost: CPU seconds (user + system) and peak memory."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    cpu_s: float
+    peak_mb: float
+
+
+def tfcluster_measured(*args, timeout: float = 60, cwd: Optional[Path] = None) -> Measured:
+    """``tfcluster ARGS`` to its end, its own CPU time and peak RSS from ``os.wait4`` (only this
+    child's, unlike RUSAGE_CHILDREN's maximum over every child the test process ever had). Output
+    as bytes decoded with ``backslashreplace``, so a raw escape byte stays visible to the test."""
+    proc = subprocess.Popen(_argv(args), cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda k=k, f=f: out.__setitem__(k, f.read()), daemon=True)
+               for k, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    done = threading.Event()
+    killer = threading.Timer(timeout, lambda: done.is_set() or proc.kill())
+    killer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        done.set()
+        killer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for r in readers:
+        r.join(timeout)
+    code = proc.returncode
+    assert code != -9, f"tfcluster {' '.join(map(str, args))} ran past {timeout} s and was killed"
+    return Measured(code, out.get("out", b"").decode("utf-8", "backslashreplace"),
+                    out.get("err", b"").decode("utf-8", "backslashreplace"),
+                    usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
 def start_tfcluster(*args, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
