@@ -118,6 +118,23 @@ def _brief(value: Any, out: list[str], budget: list[int], depth: int) -> None:
     budget[0] -= len(text)
 
 
+def shorten_quoted(msg: str, value: Any) -> str:
+    """A validator's message (the models quote the value as ``'{v}'`` or ``{v!r}``, and import
+    nothing to shorten it) with each long or unprintable string of ``value`` (the value itself, or
+    a mapping's keys) shown bounded instead."""
+    if isinstance(value, str):
+        strings = [value]
+    elif isinstance(value, dict):
+        strings = [k for k in list(value)[:1000] if isinstance(k, str)]
+    else:
+        return msg
+    for text in strings:
+        if len(text) > 60 or not text.isprintable():
+            short = shown(text)
+            msg = msg.replace(f"'{text}'", short).replace(repr(text), short)
+    return msg
+
+
 def listing(names: Iterable[Any], noun: str, limit: int = LISTED) -> str:
     """``h1, h2, ... (20,000 hosts)``: the first ``limit`` names, each shown, and how many there
     are when that is not all of them (``noun`` is the plural: ``hosts``)."""

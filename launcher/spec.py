@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError, field_validator
 
 from .backends import REGISTRY, backend_class, backend_classes, backend_names
-from .bounded import escape, listing
+from .bounded import escape, listing, shorten_quoted
 from .bounded import shown as shown_value
 from .errors import SpecError, exc_text
 from .export.options import KubernetesOptions, VertexOptions
@@ -137,7 +137,9 @@ def _construct_object(loader: yaml.SafeLoader, node: yaml.Node, deep: bool = Fal
     that is none) a ConstructorError at the value's line instead of a ValueError from inside PyYAML."""
     try:
         return yaml.constructor.BaseConstructor.construct_object(loader, node, deep)
-    except (ValueError, TypeError, OverflowError) as exc:
+    except yaml.YAMLError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - IndexError too (`!!int` of nothing): any of them is the input's
         raise yaml.constructor.ConstructorError(None, None, f"this value cannot be read ({exc_text(exc)})",
                                                 node.start_mark) from None
 
@@ -296,7 +298,9 @@ def _construct(root: Optional[yaml.Node], loader_cls: type) -> Any:
     loader = loader_cls("")
     try:
         return loader.construct_document(root)
-    except (ValueError, TypeError, OverflowError) as exc:  # int("9" * 5000), a date that is not one
+    except yaml.YAMLError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - as _construct_object, for the values constructed after their node  # int("9" * 5000), a date that is not one
         raise yaml.constructor.ConstructorError(None, None, f"a value cannot be read ({exc_text(exc)})",
                                                 None) from None
     finally:
@@ -538,8 +542,9 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
 
 
 def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
-    loc = _clean_loc(err["loc"])
     typ = err["type"]
+    # An unknown key is the user's, whatever it looks like ("str", "a[0]"): not a marker to drop.
+    loc = _clean_loc(err["loc"][:-1]) + err["loc"][-1:] if typ == "extra_forbidden" else _clean_loc(err["loc"])
     # A bare count (``worker: -1``) is reported at the task type, where the user wrote it.
     if len(loc) == 3 and loc[0] == "tasks" and loc[2] == "count" and not isinstance(_node_at(root, loc[:2]), yaml.MappingNode):
         loc = loc[:2]
@@ -569,26 +574,9 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
     if typ in ("tuple_type", "list_type"):
         return f"{where}: {path}: must be a list, not {_yaml_type(value)}"
     if typ == "value_error":
-        msg = _shorten_quoted(str(err.get("ctx", {}).get("error", err["msg"])), value)
+        msg = shorten_quoted(str(err.get("ctx", {}).get("error", err["msg"])), value)
         return f"{where}: {path}: {msg}"
     return f"{where}: {path}: {err['msg']}"
-
-
-def _shorten_quoted(msg: str, value: Any) -> str:
-    """A validator's message (the models quote the value as ``'{v}'`` or ``{v!r}``, and import
-    nothing to shorten it) with each long or unprintable string of ``value`` (the value itself, or
-    a mapping's keys) shown bounded instead."""
-    if isinstance(value, str):
-        strings = [value]
-    elif isinstance(value, dict):
-        strings = [k for k in list(value)[:1000] if isinstance(k, str)]
-    else:
-        return msg
-    for text in strings:
-        if len(text) > 60 or not text.isprintable():
-            short = shown_value(text)
-            msg = msg.replace(f"'{text}'", short).replace(repr(text), short)
-    return msg
 
 
 def _path(loc: tuple) -> str:
