@@ -127,7 +127,8 @@ def shorten_quoted(msg: str, value: Any) -> str:
     elif isinstance(value, dict):
         strings = [k for k in list(value)[:1000] if isinstance(k, str)]
     else:
-        return msg
+        text = repr(value) if isinstance(value, (list, tuple, dict)) and len(msg) > SHOWN_CHARS * 3 else ""
+        return msg.replace(text, shown(value)) if len(text) > SHOWN_CHARS else msg
     for text in strings:
         if len(text) > 60 or not text.isprintable():
             short = shown(text)

@@ -14,6 +14,7 @@ random seed (``bench/fuzz_inputs.py`` does, for a longer run on demand).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -22,9 +23,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.discovery import DiscoveryError, parse_hosts
 from launcher.errors import SpecError
 from launcher.execution import plan_for
-from launcher.spec import parse_spec
+from launcher.record.status import RecordDamaged, load_run
+from launcher.runcmds import render_runs, render_status
+from launcher.spec import Host, parse_spec
 
 _LONG = os.environ.get("TFCLUSTER_FUZZ_EXAMPLES")
 SETTINGS = settings(
@@ -118,3 +122,68 @@ def test_the_specs_keys_with_values_of_any_type(spec):
 def test_yaml_shaped_noise(parts):
     """Fragments of YAML's syntax in any order: anchors and aliases, brackets, merge keys, tags."""
     check_outcome(lambda: plan_of("".join(parts)))
+
+
+# ------------------------------------------------------------------ discovery output
+
+HOSTISH = st.one_of(TEXT, st.sampled_from(["vm1 10.0.0.1\n", "vm2 10.0.0.2 me@vm2\n", "# c\n", "- {name: a}\n",
+                                           '[{"name": "b"}]', "hosts: [{name: c}]\n", "{", "[", "-", "&a", "*a"]))
+
+
+@SETTINGS
+@given(st.one_of(st.lists(HOSTISH, max_size=20).map("".join), st.builds(json.dumps, ANY),
+                 st.builds(lambda d: yaml.safe_dump(d, allow_unicode=True), ANY)))
+def test_discovery_output_is_a_host_list_or_one_bounded_line(text):
+    start = time.monotonic()
+    try:
+        hosts = parse_hosts(text)
+    except DiscoveryError as exc:
+        line = str(exc)
+        assert "\n" not in line and len(line) <= 400 and not RAW_CONTROL.search(line), repr(line)
+    else:
+        assert all(isinstance(h, Host) for h in hosts)
+    assert time.monotonic() - start < SECONDS
+
+
+# ------------------------------------------------------------------ run records
+
+RECORD_FILES = st.fixed_dictionaries({
+    "plan.json": st.one_of(st.builds(json.dumps, ANY), st.binary(max_size=200),
+                           st.builds(lambda tasks: json.dumps({"name": "t", "backend": "local", "tasks": tasks}),
+                                     st.lists(st.one_of(ANY, st.fixed_dictionaries(
+                                         {"type": st.sampled_from(["worker", "chief"]), "index": ANY, "host": ANY})),
+                                         max_size=3))),
+    "events.jsonl": st.lists(st.one_of(st.binary(max_size=60), st.builds(lambda e: json.dumps(e).encode(), ANY),
+                                       st.builds(lambda e: json.dumps(e).encode(), st.fixed_dictionaries(
+                                           {"event": st.sampled_from(["run_start", "start", "ready", "exit", "stopped",
+                                                                      "outcome", "restart", "attempt_ready"]),
+                                            "task": st.one_of(st.just("worker:0"), ANY), "attempt": ANY,
+                                            "code": ANY, "log_offset": ANY, "time": ANY}))),
+                             max_size=8).map(lambda lines: b"".join(line + b"\n" for line in lines)),
+    "launcher.json": st.one_of(st.builds(json.dumps, ANY), st.binary(max_size=100)),
+    "logs/worker-0.log": st.binary(max_size=300),
+    "snapshot.json": st.one_of(st.just(None), st.builds(json.dumps, ANY)),
+})
+
+
+@SETTINGS
+@given(RECORD_FILES)
+def test_a_run_record_reads_as_a_status_or_one_bounded_line(tmp_path_factory, files):
+    """Whatever its files hold, ``load_run`` (status, runs, logs, attach) gives a status or
+    RecordDamaged's one line."""
+    run = tmp_path_factory.mktemp("rec") / "t" / "20260101-000000-abcd"
+    (run / "logs").mkdir(parents=True)
+    for name, data in files.items():
+        if data is not None:
+            (run / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    start = time.monotonic()
+    try:
+        status = load_run(run, alive=lambda pid, st: False, group_alive=lambda pgid: False)
+    except RecordDamaged as exc:
+        (line,) = exc.lines
+        assert len(line) <= 600 and not RAW_CONTROL.search(line), repr(line)
+    else:  # what status, status --json and runs print
+        json.dumps(status.to_json())
+        lines = render_status(status, "c.yaml") + render_runs([status], run.parent)
+        assert all(isinstance(line, str) for line in lines)
+    assert time.monotonic() - start < SECONDS
