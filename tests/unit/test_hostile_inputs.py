@@ -151,3 +151,101 @@ def test_a_log_line_of_50_mb_with_escapes_keeps_status_and_logs_small(tmp_path):
     assert tail.returncode == 0 and tail.stdout == "last \x1b]0;x\x07\n" and tail.peak_mb < 300, tail.peak_mb
     two = tfcluster_measured("logs", "c.yaml", "worker:0", "--tail", "2", cwd=tmp_path)
     assert len(two.stdout) == 2**20 + len("\nlast \x1b]0;x\x07\n") and two.peak_mb < 300  # the long line cut
+
+
+# ------------------------------------------------------------------ a host's replies
+
+class FloodChannel:
+    """A channel whose host answers with ``data`` repeated without end (no newline), as a host
+    sending a 100 MB line does; counts what was read of it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.read, self.closed = data, 0, False
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        self.read += len(self.data)
+        return self.data
+
+    def exit_status_ready(self) -> bool:
+        return False
+
+
+def test_a_host_that_sends_an_endless_line_is_named_and_failing():
+    from launcher.backends.ssh.probe import first_exchange
+    from launcher.bounded import HOST_LINE_BYTES
+
+    chan = FloodChannel(b"\x1b[2J" + b"x" * 65532)
+    tracemalloc.start()
+    try:
+        reply, problem = first_exchange("h7", "python3", chan, {"ports": []}, 60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert reply is None and problem == (f"host h7: the preflight agent answered a line of more than "
+                                         f"{HOST_LINE_BYTES:,} bytes; the host is treated as failing: check it (is "
+                                         "'python3' a plain Python 3, and does its login print nothing?)")
+    assert chan.read <= HOST_LINE_BYTES + 65536 and peak < 4 * HOST_LINE_BYTES, (chan.read, peak)
+
+
+@pytest.mark.parametrize("line, said", [
+    (b"\x1b]0;owned\x07 hello\n", "the preflight agent answered '\\x1b]0;owned\\x07 hello', not JSON"),
+    (b"[1, 2]\n", "the preflight agent answered '[1, 2]', not a JSON object"),
+    (b"[" * 100_000 + b"\n", "the preflight agent answered '" + "[" * 80 + "...' (100,000 bytes), not JSON"),
+    (b'{"python": "3.11.7", "deps": [], "ports": {}}\n',
+     "the preflight agent answered {'python': '3.11.7', 'deps': [], 'ports': {}}, not the preflight agent's reply"),
+])
+def test_garbage_from_a_host_is_one_line_naming_it(line, said):
+    from launcher.backends.ssh.probe import first_exchange
+
+    class Chan(FloodChannel):
+        def recv(self, n: int) -> bytes:
+            data, self.data = self.data, b""
+            return data
+
+    reply, problem = first_exchange("h7", "python3", Chan(line), {"ports": []}, 60)
+    assert reply is None and problem.startswith(f"host h7: {said}; the host is treated as failing"), problem
+    assert not RAW_CONTROL.search(problem) and len(problem) < 400
+
+
+def test_the_gce_metadata_reply_is_read_only_as_far_as_the_flag(tmp_path):
+    """A metadata server (a real one on localhost, of the test's own) that answers 50 MB: the
+    watcher reads the flag's few bytes, and still sees TRUE when it comes."""
+    import http.server
+    import threading
+
+    from launcher.remote.taskwrap import _watch_gce
+
+    answers = [b"FALSE" + b" " * 50_000_000, b"TRUE"]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = answers.pop(0) if len(answers) > 1 else answers[0]
+            self.send_response(200)
+            self.send_header("ETag", f"e{len(answers)}")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except OSError:  # the watcher read its bytes and closed
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    noticed, stopping = threading.Event(), threading.Event()
+    tracemalloc.start()
+    try:
+        watcher = threading.Thread(target=_watch_gce, args=(f"127.0.0.1:{server.server_port}", noticed.set, stopping))
+        watcher.start()
+        assert noticed.wait(30), "the TRUE after a 50 MB reply was not seen within 30 s"
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        stopping.set()
+        server.shutdown()
+    assert peak < 10 * 2**20, peak
