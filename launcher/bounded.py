@@ -51,10 +51,11 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
         return _quoted(text, limit, total=len(value), unit="bytes")
     if isinstance(value, (list, tuple, dict, set, frozenset)):
         out: list[str] = []
-        _brief(value, out, [limit * 2], 0)
+        budget = [limit * 2]
+        _brief(value, out, budget, 0)
         text = "".join(out)
-        size = len(value)
-        return text if "..." not in text else f"{text} ({_count(size, _kind(value))})"
+        cut = len(value) > LISTED or budget[0] <= 0  # (not when only its depth was cut)
+        return f"{text} ({_count(len(value), _kind(value))})" if cut else text
     return _scalar(value, limit)
 
 
@@ -81,7 +82,8 @@ def _kind(value: Any) -> str:
 
 
 def _count(n: int, kind: str) -> str:
-    return f"a {kind} of {n:,} {'entries' if kind == 'mapping' else 'items'}"
+    noun = ("entry" if n == 1 else "entries") if kind == "mapping" else ("item" if n == 1 else "items")
+    return f"a {kind} of {n:,} {noun}"
 
 
 def _brief(value: Any, out: list[str], budget: list[int], depth: int) -> None:

@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import envnames
+from .bounded import escape
 from .console import Console
 from .errors import LaunchError
 from .plan import Plan, build_plan, redact_env
@@ -74,7 +75,7 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
         for k, v in shown.items():
             out.append(f"  {k}={v}")
-    return "\n".join(out)
+    return "\n".join(escape(line) for line in out)  # (a spec's value with an escape sequence: shown, not run)
 
 
 def spares_of(spec) -> list[str]:
