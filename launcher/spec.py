@@ -180,28 +180,46 @@ def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds
     a list or mapping past ``bounds.items`` entries, and aliases that expand the document past
     ``bounds.values`` values (or refer to the node that holds them). Parser errors are PyYAML's."""
     loader = loader_cls(text)
+    get_event, resolve = loader.get_event, loader.resolve
+    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+    starts = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+    ends = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+    scalar_node = yaml.ScalarNode
     try:
         anchors: dict[str, yaml.Node] = {}
-        sizes: dict[int, int] = {}  # id(node) -> values it expands to; absent while it is open
-        stack: list[tuple[yaml.Node, list]] = []  # open collections and their children so far
+        sizes: dict[int, int] = {}  # id(anchored node) -> values it expands to; absent while it is open
+        stack: list[list] = []  # open collections: [node, children so far, values in them]
         total = 0
         root: Optional[yaml.Node] = None
         documents = 0
+
+        anchored: set[int] = set()
+
+        def anchor(name: str, node: yaml.Node, mark: yaml.Mark) -> None:
+            if name in anchors:
+                raise yaml.composer.ComposerError(f"found duplicate anchor {shown_value(name)}; first occurrence",
+                                                  anchors[name].start_mark, "second occurrence", mark)
+            anchors[name] = node
+            anchored.add(id(node))
+
         while True:
-            event = loader.get_event()
-            if isinstance(event, yaml.StreamEndEvent):
-                break
-            if isinstance(event, yaml.DocumentStartEvent):
-                documents += 1
-                if documents > 1:
-                    raise yaml.composer.ComposerError(
-                        None, None, "a second YAML document (after ---); a spec is one document", event.start_mark)
-                continue
-            if isinstance(event, (yaml.StreamStartEvent, yaml.DocumentEndEvent)):
-                continue
-            node: Optional[yaml.Node] = None
-            size = 0
-            if isinstance(event, yaml.AliasEvent):
+            event = get_event()
+            kind = type(event)
+            if kind is scalar_event:
+                value = event.value
+                if len(value) > bounds.chars:
+                    raise YAMLBoundError(f"a string of {len(value):,} characters, above the bound of "
+                                         f"{bounds.chars:,} (the kernel's limit on one argument); {bounds.fix}",
+                                         event.start_mark)
+                tag = event.tag
+                if tag is None or tag == "!":
+                    tag = resolve(scalar_node, value, event.implicit)
+                node = scalar_node(tag, value, event.start_mark, event.end_mark, style=event.style)
+                if event.anchor is not None:
+                    anchor(event.anchor, node, event.start_mark)
+                    sizes[id(node)] = 1
+                size = 1
+            elif kind is alias_event:
                 target = anchors.get(event.anchor)
                 if target is None:
                     raise yaml.composer.ComposerError(
@@ -211,61 +229,48 @@ def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds
                     raise YAMLBoundError(f"the alias *{escape(event.anchor[:40])} refers to the list or mapping that "
                                          "holds it (an endless value); write the value out", event.start_mark)
                 node = target
-            elif isinstance(event, yaml.ScalarEvent):
-                if len(event.value) > bounds.chars:
-                    raise YAMLBoundError(f"a string of {len(event.value):,} characters, above the bound of "
-                                         f"{bounds.chars:,} (the kernel's limit on one argument); {bounds.fix}",
-                                         event.start_mark)
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
-                node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
-                size = 1
-            elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            elif kind in starts:
                 if len(stack) >= bounds.depth:
                     raise YAMLBoundError(f"lists and mappings nested more than {bounds.depth} deep; {bounds.fix}",
                                          event.start_mark)
-                is_seq = isinstance(event, yaml.SequenceStartEvent)
-                cls = yaml.SequenceNode if is_seq else yaml.MappingNode
+                cls = yaml.SequenceNode if kind is yaml.SequenceStartEvent else yaml.MappingNode
                 tag = event.tag
                 if tag is None or tag == "!":
-                    tag = loader.resolve(cls, None, event.implicit)
+                    tag = resolve(cls, None, event.implicit)
                 node = cls(tag, [], event.start_mark, None, flow_style=event.flow_style)
                 if event.anchor is not None:
-                    if event.anchor in anchors:
-                        raise yaml.composer.ComposerError(
-                            f"found duplicate anchor {shown_value(event.anchor)}; first occurrence",
-                            anchors[event.anchor].start_mark, "second occurrence", event.start_mark)
-                    anchors[event.anchor] = node
-                total += 1
-                stack.append((node, []))
+                    anchor(event.anchor, node, event.start_mark)
+                stack.append([node, [], 0])
                 continue
-            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-                node, children = stack.pop()
+            elif kind in ends:
+                node, children, inner = stack.pop()
                 node.end_mark = event.end_mark
-                if isinstance(node, yaml.MappingNode):
-                    node.value = list(zip(children[0::2], children[1::2]))
-                else:
-                    node.value = children
-                sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
-                size = 0  # counted: at its start and through its children
-            if isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
-                if event.anchor in anchors:
+                node.value = list(zip(children[0::2], children[1::2])) if kind is yaml.MappingEndEvent else children
+                size = inner + 1
+                total -= inner  # (its values were counted as they came: only itself is added below)
+                if id(node) in anchored:
+                    sizes[id(node)] = size
+            elif kind is yaml.StreamEndEvent:
+                break
+            elif kind is yaml.DocumentStartEvent:
+                documents += 1
+                if documents > 1:
                     raise yaml.composer.ComposerError(
-                        f"found duplicate anchor {shown_value(event.anchor)}; first occurrence",
-                        anchors[event.anchor].start_mark, "second occurrence", event.start_mark)
-                anchors[event.anchor] = node
-            if id(node) not in sizes:
-                sizes[id(node)] = size
+                        None, None, "a second YAML document (after ---); a spec is one document", event.start_mark)
+                continue
+            else:  # the stream's start, a document's end
+                continue
             total += size
             if total > bounds.values:
                 raise YAMLBoundError(f"aliases (*name) expand it to more than {bounds.values:,} values (the "
                                      f"'billion laughs' shape); write the values out or use fewer aliases",
                                      event.start_mark)
             if stack:
-                children = stack[-1][1]
+                frame = stack[-1]
+                children = frame[1]
                 children.append(node)
-                if len(children) > bounds.items * (2 if isinstance(stack[-1][0], yaml.MappingNode) else 1):
+                frame[2] += size
+                if len(children) > bounds.items * (2 if frame[0].id == "mapping" else 1):
                     raise YAMLBoundError(f"a list or mapping of more than {bounds.items:,} entries; "
                                          f"{bounds.fix}", event.start_mark)
             else:

@@ -175,3 +175,17 @@ def test_many_problems_are_20_lines_and_a_count(tmp_path):
 def test_what_pyyaml_or_python_cannot_take_is_one_line(tmp_path, text, problem):
     (line,) = refused(tmp_path, text)
     assert problem in line, line
+
+
+def test_aliases_count_as_the_values_they_expand_to():
+    """``a: &x [1, 2, 3]`` and ``b: [*x, *x]``: the mapping, 2 keys, x (4 values) and b (1 + 4 + 4): 16."""
+    import yaml
+
+    from launcher.spec import YAMLBoundError, YAMLBounds, compose_bounded
+
+    text = "a: &x [1, 2, 3]\nb: [*x, *x]\n"
+    root = compose_bounded(text, yaml.SafeLoader, YAMLBounds(values=16))
+    assert root.value[1][1].value[0] is root.value[0][1]  # the alias is the anchored node, not a copy
+    with pytest.raises(YAMLBoundError) as err:
+        compose_bounded(text, yaml.SafeLoader, YAMLBounds(values=15))
+    assert err.value.mark.line == 1 and "more than 15 values" in err.value.message
