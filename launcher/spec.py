@@ -241,13 +241,14 @@ def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds
                 if event.anchor is not None:
                     anchor(event.anchor, node, event.start_mark)
                 stack.append([node, [], 0])
+                total += 1
                 continue
             elif kind in ends:
                 node, children, inner = stack.pop()
                 node.end_mark = event.end_mark
                 node.value = list(zip(children[0::2], children[1::2])) if kind is yaml.MappingEndEvent else children
                 size = inner + 1
-                total -= inner  # (its values were counted as they came: only itself is added below)
+                total -= size  # (counted as it came: itself at its start, then its values)
                 if id(node) in anchored:
                     sizes[id(node)] = size
             elif kind is yaml.StreamEndEvent:
