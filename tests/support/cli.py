@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
-import threading
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
@@ -44,32 +46,37 @@ class Measured:
     peak_mb: float
 
 
+# Runs the command given after the result file and writes its exit code, CPU time and peak RSS
+# there. The wrapper is a fresh small process: a child forked from it starts from the wrapper's few
+# MB, where one forked from pytest itself would count pytest's own memory (ru_maxrss keeps the
+# high-water mark from before exec).
+_MEASURE = r"""
+import json, os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as fh:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime,
+               "peak_mb": usage.ru_maxrss / 1024}, fh)
+"""
+
+
 def tfcluster_measured(*args, timeout: float = 60, cwd: Optional[Path] = None) -> Measured:
-    """``tfcluster ARGS`` to its end, its own CPU time and peak RSS from ``os.wait4`` (only this
-    child's, unlike RUSAGE_CHILDREN's maximum over every child the test process ever had). Output
-    as bytes decoded with ``backslashreplace``, so a raw escape byte stays visible to the test."""
-    proc = subprocess.Popen(_argv(args), cwd=cwd or ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out: dict[str, bytes] = {}
-    readers = [threading.Thread(target=lambda k=k, f=f: out.__setitem__(k, f.read()), daemon=True)
-               for k, f in (("out", proc.stdout), ("err", proc.stderr))]
-    for r in readers:
-        r.start()
-    done = threading.Event()
-    killer = threading.Timer(timeout, lambda: done.is_set() or proc.kill())
-    killer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        done.set()
-        killer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    for r in readers:
-        r.join(timeout)
-    code = proc.returncode
-    assert code != -9, f"tfcluster {' '.join(map(str, args))} ran past {timeout} s and was killed"
-    return Measured(code, out.get("out", b"").decode("utf-8", "backslashreplace"),
-                    out.get("err", b"").decode("utf-8", "backslashreplace"),
-                    usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+    """``tfcluster ARGS`` to its end, its own CPU time and peak RSS (``os.wait4`` in a small
+    wrapper process, so only this command's). Output as bytes decoded with ``backslashreplace``,
+    so a raw escape byte stays visible to the test."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "usage.json"
+        proc = subprocess.Popen([PY, "-c", _MEASURE, str(result), *_argv(args)], cwd=cwd or ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the wrapper and tfcluster: nothing left running
+            proc.communicate()
+            raise AssertionError(f"tfcluster {' '.join(map(str, args))} ran past {timeout} s") from None
+        usage = json.loads(result.read_text())
+    return Measured(usage["code"], out.decode("utf-8", "backslashreplace"), err.decode("utf-8", "backslashreplace"),
+                    usage["cpu_s"], usage["peak_mb"])
 
 
 def start_tfcluster(*args, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
