@@ -189,3 +189,11 @@ def test_aliases_count_as_the_values_they_expand_to():
     with pytest.raises(YAMLBoundError) as err:
         compose_bounded(text, yaml.SafeLoader, YAMLBounds(values=15))
     assert err.value.mark.line == 1 and "more than 15 values" in err.value.message
+
+
+def test_plan_shows_a_specs_escape_sequences_escaped(tmp_path):
+    """An env value may hold anything (it is valid); the text plan shows it escaped, --json as JSON does."""
+    (tmp_path / "c.yaml").write_text(HEAD + TASKS + 'env: {TITLE: "\\x1b]0;owned\\x07", CLEAR: "\\x1b[2J"}\n')
+    run = tfcluster_measured("plan", "c.yaml", cwd=tmp_path)
+    assert run.returncode == 0 and not RAW_CONTROL.search(run.stdout + run.stderr), repr(run.stdout)
+    assert "TITLE=\\x1b]0;owned\\x07" in run.stdout and "CLEAR=\\x1b[2J" in run.stdout
