@@ -124,13 +124,16 @@ def shorten_quoted(msg: str, value: Any) -> str:
     """A validator's message (the models quote the value as ``'{v}'`` or ``{v!r}``, and import
     nothing to shorten it) with each long or unprintable string of ``value`` (the value itself, or
     a mapping's keys) shown bounded instead."""
+    if isinstance(value, (list, tuple, dict)) and len(msg) > SHOWN_CHARS * 3:
+        text = repr(value)  # ({v!r} of a list or mapping: the whole of it replaced)
+        if len(text) > SHOWN_CHARS and text in msg:
+            return msg.replace(text, shown(value))
     if isinstance(value, str):
         strings = [value]
     elif isinstance(value, dict):
         strings = [k for k in list(value)[:1000] if isinstance(k, str)]
     else:
-        text = repr(value) if isinstance(value, (list, tuple, dict)) and len(msg) > SHOWN_CHARS * 3 else ""
-        return msg.replace(text, shown(value)) if len(text) > SHOWN_CHARS else msg
+        return msg
     for text in strings:
         if len(text) > 60 or not text.isprintable():
             short = shown(text)

@@ -540,6 +540,13 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
                          f"with backend {' and '.join(able) or 'none'}; remove elastic:"))
+    for task_type in TASK_TYPES:
+        if t.group(task_type).gpus and spec.devices.gpus == 0:
+            problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
+                             f"tasks.{task_type}.gpus or set devices.gpus"))
+    if spec.strategy != "multi_worker_mirrored" and spec.collective != type(spec.collective)():
+        problems.append((("collective",), f"only multi_worker_mirrored runs collectives (all-reduce), not "
+                         f"{spec.strategy}; remove collective:"))
     problems += backend.check_spec(spec)
     return problems
 
@@ -610,7 +617,7 @@ def _missing_hint(loc: tuple) -> str:
     hints = {
         ("name",): "name: my-run",
         ("strategy",): "strategy: multi_worker_mirrored (or " + ", ".join(STRATEGIES[1:]) + ")",
-        ("entrypoint",): "entrypoint: python -m worker (the command every task runs)",
+        ("entrypoint",): "entrypoint: tfcluster-worker (the command every task runs)",
         ("tasks",): "tasks: {worker: 2}",
     }
     return hints.get(loc, f"{loc[-1]}: ..." if loc else "it")

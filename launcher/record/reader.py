@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..bounded import shown
-from ..errors import LaunchError
+from ..errors import LaunchError, NoRun
 from .layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
 
 # What a record's file may be, read whole: tfcluster writes far less (an event is a few hundred
@@ -119,7 +119,7 @@ def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
         run = name_dir / run_id
         if not (run / EVENTS_FILE).exists() and not (run / LAUNCHER_FILE).exists():
             known = [p.name for p in runs_root(name_dir)][-5:]
-            raise LaunchError(f"--run: no run {run_id} under {name_dir}"
+            raise NoRun(f"--run: no run {run_id} under {name_dir}"
                               + (f"; recent runs: {', '.join(known)}" if known else "; no runs there yet"))
         return run
     link = name_dir / LATEST
@@ -128,7 +128,7 @@ def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
     runs = runs_root(name_dir)
     if runs:
         return runs[-1]
-    raise LaunchError(f"no run of this spec under {name_dir}; start one with `tfcluster up FILE`")
+    raise NoRun(f"no run of this spec under {name_dir}; start one with `tfcluster up FILE`")
 
 
 # ------------------------------------------------------------------ reading files

@@ -64,12 +64,16 @@ class TaskRow:
     examples_per_sec = _of_task("examples_per_sec")
     last_line = _of_task("last_line", "")
     has_result = _of_task("has_result", False)  # printed its final tfcluster-result line
+    gpu_mib = _of_task("gpu_mib")  # where nvidia-smi answered: its GPU memory (MiB), utilisation (%), peak
+    gpu_util = _of_task("gpu_util")
+    gpu_peak_mib = _of_task("gpu_peak_mib")
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,
                 "epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": self.loss,
                 "accuracy": self.accuracy, "examples_per_sec": self.examples_per_sec, "restarts": self.restarts,
-                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result}
+                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result,
+                "gpu_mib": self.gpu_mib, "gpu_util": self.gpu_util, "gpu_peak_mib": self.gpu_peak_mib}
 
 
 @dataclass

@@ -21,6 +21,11 @@ def _argv(args) -> list[str]:
     return [PY, "-m", "launcher", *(str(a) for a in args)]
 
 
+def tfcluster_argv(*args) -> list[str]:
+    """``tfcluster ARGS`` as an argv, for a test that starts it its own way (on a pseudo-terminal)."""
+    return _argv(args)
+
+
 def _env(env: Optional[Mapping[str, str]], environ: Optional[Mapping[str, str]]) -> Optional[dict]:
     if environ is not None:
         return dict(environ)

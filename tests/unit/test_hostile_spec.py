@@ -64,11 +64,11 @@ def test_aliases_an_honest_spec_uses_still_work(tmp_path):
     run = tfcluster_measured("plan", path)
     assert run.returncode == 0, run.stderr
     assert "me@h199:2222" in run.stdout or "h199" in run.stdout, run.stdout[:2000]
-    path.write_text(HEAD + TASKS + "env: &env {A: '1'}\nrestart: {max_restarts: &n 2}\nports: {base: 3000}\n"
-                    "devices: {cpus: null, gpus: *n}\n")
+    path.write_text(HEAD + TASKS + "env: {A: &v hello, B: *v}\nrestart: {max_restarts: &n 2}\nports: {base: 3000}\n"
+                    "watchdog: {hang_timeout: *n}\n")
     run = tfcluster_measured("plan", path)
     assert run.returncode == 0, run.stderr
-    assert "CUDA_VISIBLE_DEVICES=0,1" in run.stdout
+    assert "A=hello" in run.stdout and "B=hello" in run.stdout
 
 
 def test_an_alias_inside_what_it_names_is_refused(tmp_path):

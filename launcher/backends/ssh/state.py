@@ -38,7 +38,6 @@ from ...plan import Plan
 from ...record.events import Event
 from ...remote import source as remote_source
 from ...remote import statesync as sync_lib
-from .connect import describe_channel_error
 from .runner import BadReply, parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -222,6 +221,8 @@ class StateSync:
             chan.settimeout(self.io_timeout)
             chan.exec_command(command)
         except Exception as exc:  # noqa: BLE001
+            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+
             raise LaunchError(describe_channel_error(exc, self.pool.opts.connect_timeout)) from None
         return chan
 
