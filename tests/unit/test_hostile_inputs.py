@@ -7,7 +7,6 @@ the ``tfcluster`` child (status, runs, logs).
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import tracemalloc
