@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
-from .bounded import escape
+from .bounded import escape, listing
 from .console import Console
 from .errors import LaunchError, NoRun
 from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
@@ -184,7 +184,7 @@ def logs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     run = _run(loaded, args.run)
     keys = [t.key for t in load_run(run, progress=False).tasks]
     if args.task is not None and args.task not in keys:
-        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {', '.join(keys)}")
+        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {listing(keys, 'tasks')}")
     path = log_path(run, args.task) if args.task else run / OUTPUT_FILE
     start, end = _attempt_range(run, args.task, args.attempt)
     if args.tail is not None and args.tail < 0:
