@@ -248,3 +248,45 @@ def test_the_gce_metadata_reply_is_read_only_as_far_as_the_flag(tmp_path):
         stopping.set()
         server.shutdown()
     assert peak < 10 * 2**20, peak
+
+
+def test_a_task_output_line_of_100_mb_is_shown_in_pieces_and_memory_stays_bounded():
+    """A task on a host that prints 100 MB without a newline: the launcher's reader passes it on
+    in pieces of at most HOST_LINE_BYTES (and a bit) instead of holding it whole."""
+    from types import SimpleNamespace
+
+    from launcher.backends.ssh.task import SSHTask
+    from launcher.bounded import HOST_LINE_BYTES
+    from launcher.plan import PlannedTask
+
+    class Chan:
+        def __init__(self) -> None:
+            self.left, self.exit_status, self.closed = 100_000_000, 0, False
+
+        def recv(self, n: int) -> bytes:
+            if self.left <= 0:
+                return b""
+            self.left -= 65536
+            return b"z" * 65536 if self.left > 0 else b"z\nlast\n"
+
+        def exit_status_ready(self) -> bool:
+            return self.left <= 0
+
+        def close(self) -> None:
+            self.closed = True
+
+    sizes: list[int] = []
+    pool = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: 0.0), opts=SimpleNamespace(lease=3))
+    planned = PlannedTask(type="worker", index=0, host="h1", address="h1", port=1, command=("true",))
+    tracemalloc.start()
+    try:
+        task = SSHTask(planned, pool, SimpleNamespace(name="h1", transport=None), Chan(), "pidfile",
+                       lambda key, line: sizes.append(len(line)))
+        task._reader.join(60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not task._reader.is_alive(), "the reader did not get through 100 MB within 60 s"
+    assert sum(sizes) == 1525 * 65536 + len("z") + len("last")  # every byte passed on: 1,525 full chunks, then "z\nlast\n"
+    assert max(sizes) <= HOST_LINE_BYTES + 65536 and sizes[-1] == 4, sizes[-3:]
+    assert peak < 8 * HOST_LINE_BYTES, peak
