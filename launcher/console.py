@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Optional, TextIO
 
 from . import noise
+from .bounded import one_line
 from .peoplelines import PeopleLines
 
 if TYPE_CHECKING:
@@ -86,11 +87,13 @@ class Console:
             else:
                 self._panel.task_line(key, text)
 
+    # A message may quote outside bytes (a spec's value, a host's reply): one_line keeps it one
+    # bounded line with control characters escaped, whatever the caller put in it.
     def info(self, message: str) -> None:
-        self._message(f"tfcluster: {message}")
+        self._message(f"tfcluster: {one_line(message)}")
 
     def error(self, message: str) -> None:
-        self._message(f"tfcluster: error: {message}", style="bold red")
+        self._message(f"tfcluster: error: {one_line(message)}", style="bold red")
 
     def block(self, lines: list[str]) -> None:
         self._message("\n".join(lines))

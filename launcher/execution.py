@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import envnames
+from .bounded import escape
 from .console import Console
 from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
                      EXIT_USAGE, LaunchError)
@@ -89,7 +90,7 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
         for k, v in shown.items():
             out.append(f"  {k}={v}")
-    return "\n".join(out)
+    return "\n".join(escape(line) for line in out)  # (a spec's value with an escape sequence: shown, not run)
 
 
 def show_gpus(plan: Plan) -> bool:

@@ -8,6 +8,7 @@ status.py (the run's state and task rows) and feed.py (the record replayed into 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shlex
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
+from .bounded import escape, listing
 from .console import Console
 from .errors import LaunchError, NoRun
 from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
@@ -49,7 +51,7 @@ def status(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     if args.json:
         print(json.dumps({"format": JSON_FORMAT, **view.to_json()}, indent=2))
     else:
-        print("\n".join(render_status(view, args.spec)))
+        print("\n".join(escape(line) for line in render_status(view, args.spec)))  # (a record's bytes: never raw)
     return exit_code(view)
 
 
@@ -134,7 +136,7 @@ def runs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(json.dumps(runs_json(views), indent=2))
     else:
-        print("\n".join(render_runs(views, name_dir(loaded))))
+        print("\n".join(escape(line) for line in render_runs(views, name_dir(loaded))))  # (a record's bytes: never raw)
     return EXIT_OK if views else EXIT_NO_RUN
 
 
@@ -153,7 +155,7 @@ def runs_under(path: Path, console: Console, as_json: bool = False) -> int:
         out: list[str] = []
         for name_dir in names:
             out += render_runs(list_runs(name_dir), name_dir)
-        print("\n".join(out))
+        print("\n".join(escape(line) for line in out))
     return EXIT_OK if views else EXIT_NO_RUN
 
 
@@ -187,7 +189,7 @@ def logs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     run = _run(loaded, args.run)
     keys = [t.key for t in load_run(run, progress=False).tasks]
     if args.task is not None and args.task not in keys:
-        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {', '.join(keys)}")
+        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {listing(keys, 'tasks')}")
     path = log_path(run, args.task) if args.task else run / OUTPUT_FILE
     start, end = _attempt_range(run, args.task, args.attempt)
     if args.tail is not None and args.tail < 0:
@@ -221,19 +223,53 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
 
 
 def _print_range(path: Path, start: int, end: Optional[int], tail: Optional[int]) -> int:
-    """Print the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached."""
+    """Print the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached.
+    Read a chunk at a time (a log of gigabytes, or one line of 100 MB, does not fill memory): the
+    last ``tail`` lines are kept as they pass, each cut to _TAIL_LINE bytes."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read() if end is None else fh.read(max(0, end - start))
+        fh = open(path, "rb")
     except FileNotFoundError:
         return start
-    complete = data[: data.rfind(b"\n") + 1] if end is None else data
-    lines = complete.decode("utf-8", "replace").splitlines()
-    if tail is not None:
-        lines = lines[-tail:] if tail else []
-    _out("\n".join(lines) + "\n" if lines else "")
-    return start + len(complete)
+    kept: "collections.deque[bytes]" = collections.deque(maxlen=tail or 1)
+    position = start
+    with fh:
+        fh.seek(start)
+        left = None if end is None else max(0, end - start)
+        carry = b""
+        while left is None or left > 0:
+            data = fh.read(_CHUNK if left is None else min(_CHUNK, left))
+            if not data:
+                break
+            if left is not None:
+                left -= len(data)
+            data = carry + data
+            cut = data.rfind(b"\n") + 1
+            complete, carry = data[:cut], data[cut:]
+            if tail is None:
+                if complete:
+                    _out(complete.decode("utf-8", "replace"))
+                if len(carry) > _TAIL_LINE:  # a line past the bound is printed as it comes
+                    _out(carry.decode("utf-8", "replace"))
+                    complete, carry = data, b""
+            else:
+                kept.extend(line[:_TAIL_LINE] for line in complete.split(b"\n")[:-1])
+                if len(carry) > _TAIL_LINE:
+                    kept.append(carry[:_TAIL_LINE])
+                    complete, carry = data, b""  # (the rest of that line is skipped)
+            position += len(complete)
+        if end is not None and carry:  # a range ends where the next attempt starts: its last line is whole
+            if tail is None:
+                _out(carry.decode("utf-8", "replace") + "\n")
+            else:
+                kept.append(carry[:_TAIL_LINE])
+            position += len(carry)
+    if tail:
+        _out("".join(line.decode("utf-8", "replace") + "\n" for line in kept))
+    return position
+
+
+_CHUNK = 1 << 20
+_TAIL_LINE = 1 << 20
 
 
 def _out(text: str, stream: Optional[TextIO] = None) -> None:

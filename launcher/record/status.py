@@ -13,6 +13,7 @@ file is reported by name (``RecordDamaged``), never with a traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -23,8 +24,9 @@ from typing import Any, Callable, Optional
 from ..gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
 from ..policy import describe_exit
 from ..procinfo import group_alive, is_same
+from ..errors import exc_text
 from .events import Event
-from .feed import replay
+from .feed import DAMAGE, replay
 from .layout import PLAN_FILE
 from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from .states import Outcome, RunState, TaskState
@@ -152,15 +154,26 @@ class RunStatus:
 def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_same,
              group_alive: Callable[[int], bool] = group_alive, progress: bool = True) -> RunStatus:
     """Everything the record says about the run in ``run_dir`` (without reading the task logs
-    when ``progress`` is false: enough for the state, cheap enough to poll)."""
+    when ``progress`` is false: enough for the state, cheap enough to poll). A record whose files
+    hold values tfcluster never writes (a damaged or foreign one) is RecordDamaged, one line."""
+    try:
+        return _load_run(run_dir, alive, group_alive, progress)
+    except DAMAGE as exc:
+        raise RecordDamaged(f"run record damaged: {run_dir} holds values tfcluster cannot read ({exc_text(exc)}); "
+                            "move it away (or delete the run) to read the others") from None
+
+
+def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_alive: Callable[[int], bool],
+              progress: bool) -> RunStatus:
     plan = read_json(run_dir / PLAN_FILE, required=True) or {}
     launcher = read_launcher(run_dir) or {}
     events = read_events(run_dir, strict=True)
-    hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
+    hosts = {f"{t['type']}:{t['index']}": _text(t.get("host", "")) for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
-    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=plan.get("name", run_dir.parent.name),
-                       backend=plan.get("backend", launcher.get("backend", "")), state=RUNNING,
-                       supervisor_pid=launcher.get("pid"), supervisor_host=launcher.get("host"),
+    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=_text(plan.get("name", run_dir.parent.name)),
+                       backend=_text(plan.get("backend", launcher.get("backend", ""))), state=RUNNING,
+                       supervisor_pid=_whole(launcher.get("pid")),
+                       supervisor_host=_text(launcher["host"]) if launcher.get("host") is not None else None,
                        detached=bool(launcher.get("detached")))
     rows = {key: TaskRow(key, host) for key, host in hosts.items()}
     for t in plan.get("tasks", []):
@@ -172,12 +185,12 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
         kind = e.get("event")
         task = rows.get(e.get("task", ""))
         if kind == Event.RUN_START:
-            status.started = e.get("time")
+            status.started = _number(e.get("time"))
         elif kind == Event.START and task is not None:
-            task.host = e.get("host") or task.host  # where it runs now (tasks move when hosts are lost)
+            task.host = _text(e.get("host")) or task.host  # where it runs now (tasks move when hosts are lost)
             if task.attempt is not None:
                 task.restarts += 1
-            task.attempt = e.get("attempt")
+            task.attempt = _whole(e.get("attempt"))
             task.state = TaskState.STARTING
             attempt = max(attempt, int(e.get("attempt", 0) or 0))
         elif kind == Event.READY and task is not None:
@@ -199,8 +212,8 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
     if outcome is not None:
         status.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
             outcome.get("outcome"), FAILED)
-        status.ended = outcome.get("time")
-        status.reason = outcome.get("reason", "")
+        status.ended = _number(outcome.get("time"))
+        status.reason = _text(outcome.get("reason", ""))
         status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
         for t in rows.values():
             if t.state in (TaskState.RUNNING, TaskState.STARTING):
@@ -225,7 +238,7 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
                     if not row.alive:
                         row.state = TaskState.GONE
             if events:
-                status.ended = events[-1].get("time")
+                status.ended = _number(events[-1].get("time"))
     if progress:
         status.view = replay(run_dir)
         for key, row in rows.items():
@@ -239,6 +252,7 @@ def _planned_gpus(plan: dict, row: dict) -> str:
     ``env_extra``/``env_drop``), without expanding the plan."""
     shared = row.get("env", plan.get("env")) or {}
     extra, drop = row.get("env_extra") or {}, row.get("env_drop") or ()
+    drop = drop if isinstance(drop, (list, tuple)) else ()  # (a damaged record's: ignored, as its env)
 
     def value(name: str) -> Optional[str]:
         if name in drop:
@@ -247,6 +261,19 @@ def _planned_gpus(plan: dict, row: dict) -> str:
         return None if got is None else str(got)
 
     return gpu_env_text(value) if isinstance(shared, dict) and isinstance(extra, dict) else ""
+
+
+def _text(value: Any) -> str:
+    """A string of the record as it should be one (a damaged record's number or list: its JSON)."""
+    return value if isinstance(value, str) else "" if value is None else json.dumps(value)[:200]
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def list_runs(name_dir: Path) -> list[RunStatus]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import select
 import signal
 import sys
@@ -53,6 +54,8 @@ LEASE_EXPIRED = "no word from the launcher for"
 GCE_NOTICE = "GCE preemption notice"
 _GCE_DEFAULT = "metadata.google.internal"
 _GCE_PATH = "/computeMetadata/v1/instance/preempted"
+_GCE_BODY = 64  # bytes of the reply read: TRUE or FALSE
+_ETAG = re.compile(r"^[0-9A-Za-z_.-]{1,128}$")
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
     opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None,
@@ -222,7 +225,9 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
             conn = http.client.HTTPConnection(host, timeout=330)
             conn.request("GET", query, headers={"Metadata-Flavor": "Google"})
             reply = conn.getresponse()
-            body = reply.read().decode(errors="replace").strip()
+            # The flag is TRUE or FALSE: a longer body is not read (a server sending gigabytes does not
+            # fill this host's memory); http.client bounds the header lines.
+            body = reply.read(_GCE_BODY).decode(errors="replace").strip()
             etag = reply.getheader("ETag") or "0"
             conn.close()
         except (OSError, http.client.HTTPException):
@@ -234,6 +239,10 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
         if body.upper() == "TRUE":
             on_notice()
             return
+        if not _ETAG.match(etag):  # it goes into the next request's URL: only what an ETag holds
+            stopping.wait(5.0)
+            last = ""
+            continue
         last = etag
 
 

@@ -68,6 +68,14 @@ def test_shares_add_up_to_the_cores_when_there_are_enough():
             assert got == sorted(got, reverse=True)  # the remainder goes to the first tasks
 
 
+def test_share_is_the_element_of_shares_for_every_place():
+    for cores in (1, 2, 3, 7, 16, 96):
+        for n in (1, 2, 3, 5, 8, 17, 200):
+            assert [threads.share(cores, i, n) for i in range(n)] == threads.shares(cores, n), (cores, n)
+    with pytest.raises(IndexError):
+        threads.share(4, 2, 2)
+
+
 def test_places_per_host_in_plan_order():
     assert threads.places(["a", "a", "b", "a", "b"]) == [(0, 3), (1, 3), (0, 2), (2, 3), (1, 2)]
 

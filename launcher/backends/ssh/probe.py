@@ -15,7 +15,7 @@ from ...plan import Plan
 from ...remote import source as remote_source
 from .commands import agent_command, probe_deadline
 from .pairs import host_targets
-from .runner import close_channel, drain_stderr, readline
+from .runner import BadReply, check_probe_reply, check_probe_results, close_channel, drain_stderr, parse_reply, readline
 
 if TYPE_CHECKING:  # pragma: no cover
     from .pool import HostPool
@@ -129,7 +129,13 @@ def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> t
             return None, f"host {name}: preflight could not run ({exc_text(exc)}); check the host"
         line = b""  # the command is over: say why below
     if line:
-        return json.loads(line), None
+        try:
+            reply = parse_reply(line)
+            check_probe_reply(reply)
+        except BadReply as exc:
+            return None, (f"host {name}: the preflight agent answered {exc}; the host is treated as failing: check "
+                          f"it (is '{python}' a plain Python 3, and does its login print nothing?)")
+        return reply, None
     err = drain_stderr(chan)
     code = chan.recv_exit_status() if chan.exit_status_ready() else None
     if code == 127 or "not found" in err:
@@ -186,6 +192,7 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
         return []
     timeout = pool.opts.probe_timeout
     deadline = probe_deadline(timeout, len(names))
+    known = set(plan.keys)
 
     def one(name: str) -> list[str]:
         chan = sessions[name]
@@ -196,16 +203,18 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
             chan.settimeout(deadline + pool.opts.preflight_timeout)  # the probe's own deadline, then the slack
             chan.sendall(json.dumps({"targets": targets, "timeout": timeout, "deadline": deadline}).encode() + b"\n")
             line = readline(chan)
-            results = json.loads(line)["results"] if line else None
+            results = check_probe_results(parse_reply(line)) if line else None
         except TimeoutError:
             return [no_answer(name, "the reachability probe", deadline + pool.opts.preflight_timeout)]
+        except BadReply as exc:
+            return [f"host {name}: the reachability probe answered {exc}; the host is treated as failing: check it"]
         except Exception:  # noqa: BLE001
             results = None
         if results is None:
             return [f"host {name}: the reachability probe gave no answer; check the host"]
         out = []
         for key, problem in results:
-            if problem:
+            if problem and key in known:  # (a key the plan lacks: not what its agent was asked)
                 t = plan.task(key)
                 out.append(f"host {name} cannot reach {t.host} {t.address}:{t.port} ({key}): {problem}; "
                            f"open that port between the hosts or fix hosts[{t.host}].address")
