@@ -19,6 +19,7 @@ touches the disk.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,7 +46,8 @@ RUN_VOLUME = "run"
 def docker_plan(spec: Spec) -> Plan:
     """The plan as containers: every task on its own host named like its address."""
     docker = backend_class("docker")  # by its registered name: compose is the docker backend's plan
-    return build_plan(spec.model_copy(update={"backend": docker.name}), docker.place(spec))
+    placement = replace(docker.place(spec), gpus={}, gpu_hosts={})  # containers() below gives the GPUs
+    return build_plan(spec.model_copy(update={"backend": docker.name}), placement)
 
 
 def containers(spec: Spec, plan: Plan) -> tuple[dict[str, docker_gpus.Container], str]:

@@ -19,7 +19,7 @@ CPU task's container keeps the engine's default unless the spec says.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
 from . import envnames
@@ -78,6 +78,23 @@ def containers(spec, tasks: Sequence, engine_gpus: Sequence, shm_size: Optional[
             env.pop(gpuplace.ORDER_VAR, None)
         out[task.key] = Container(env, ids, shm_size or (GPU_SHM if ids else None))
     return out, problems
+
+
+def with_engine_gpus(spec, placement):
+    """The containers' Placement with the engine host's GPUs (``nvidia-smi -L`` here) where they
+    hold the GPU tasks, so that the plan (``tfcluster plan``, the run record, ``status``) shows each
+    container's GPU indices; unchanged where no task uses a GPU, this machine has none, or they do
+    not suffice (the preflight then refuses in its one line, as it would have)."""
+    if not asked(spec):
+        return placement
+    found = plan_gpus.local_gpus()
+    if not found:
+        return placement
+    keys = list(placement.slots)
+    _, _, problems = plan_gpus.plan_gpus(spec, [HOST] * len(keys), [k.split(":")[0] for k in keys], {HOST: found})
+    if problems:
+        return placement
+    return replace(placement, gpus={HOST: found}, gpu_hosts={slot.host: HOST for slot in placement.slots.values()})
 
 
 def runtime_problem(url: str, explanation: str) -> Optional[str]:

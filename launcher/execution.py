@@ -151,7 +151,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         backend.preflight(plan)
         if dry_run:
-            print(render_plan(plan, spares=spares_of(spec)))
+            print(render_plan(backend.preflight_plan or plan, spares=spares_of(spec)))
             console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
             backend.close()
             return EXIT_OK

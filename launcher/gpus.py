@@ -20,7 +20,7 @@ with CUDA_VISIBLE_DEVICES turns the placement off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import envnames
 from .remote import gpuplace
@@ -238,9 +238,10 @@ def local_gpus(timeout: float = 10.0) -> tuple[Gpu, ...]:
     return tuple(gpuplace.host_gpus(timeout))
 
 
-def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]]) -> str:
+def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_hosts: Mapping[str, str] = {}) -> str:
     """The line ``plan`` and ``up`` show for the GPUs: what each known host has and what its GPU
-    tasks get, or that the figures are made where the tasks start."""
+    tasks get, or that the figures are made where the tasks start. ``gpu_hosts``: a task host ->
+    the machine whose GPUs it uses (Placement.gpu_hosts)."""
     if placement_off(spec):
         return "gpus: as the spec's env sets CUDA_VISIBLE_DEVICES"
     if spec.devices.gpus == 0:
@@ -251,11 +252,14 @@ def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]]) -> str:
     setting = f"gpus_per_task {spec.devices.gpus_per_task}, gpu_memory {spec.devices.gpu_memory}"
     parts = []
     unknown = False
-    for host in dict.fromkeys(t.host for t in users):
+    def gpu_host(t) -> str:
+        return gpu_hosts.get(t.host, t.host)
+
+    for host in dict.fromkeys(gpu_host(t) for t in users):
         if host not in known:
             unknown = True
             continue
-        mine = [t for t in users if t.host == host]
+        mine = [t for t in users if gpu_host(t) == host]
         gpus = known[host]
         if not gpus:
             parts.append(f"{host} has no NVIDIA GPU (nvidia-smi -L lists none): its {plural(len(mine), 'GPU task')} "
@@ -284,3 +288,34 @@ def asked(spec) -> bool:
 def cpu_hosts(known: Mapping[str, Sequence[Gpu]], tasks: Iterable) -> list[str]:
     """The hosts with GPU tasks and no NVIDIA GPU (their tasks run on CPU)."""
     return [h for h in dict.fromkeys(t.host for t in tasks if t.gpus.uses_gpu) if h in known and not known[h]]
+
+
+def gpu_room(spec, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, int]:
+    """The GPUs the run may use on each host whose GPUs are known and that has no ``slots``:
+    how many GPU-count tasks (``gpus_per_task: N``) it can hold, in GPUs."""
+    use = use_of(spec)[0]
+    slotted = {h.name for h in spec.hosts if h.slots is not None}
+    return {h: len(gpuplace.usable([g[0] for g in g_list], use)) for h, g_list in found.items()
+            if g_list is not None and h not in slotted}
+
+
+def ids_text(ids: Sequence[int]) -> str:
+    """``gpu 1``, ``gpus 0,1``, or ``cpu`` for none."""
+    if not ids:
+        return "cpu"
+    return ("gpu " if len(ids) == 1 else "gpus ") + ",".join(str(i) for i in ids)
+
+
+def env_text(env_value: Callable[[str], Optional[str]]) -> str:
+    """A planned task's GPUs as ``status`` shows them, from its env in the run record
+    (``env_value(name)``): its CUDA_VISIBLE_DEVICES, else its request (``1 gpu (at start)``),
+    else "" (the plan said nothing of GPUs)."""
+    visible = env_value(CUDA_VAR)
+    if visible is not None:
+        ids = visible_ids({CUDA_VAR: visible})
+        return ids_text(ids) if ids is not None else visible[:40]
+    req = gpuplace.parse_request(env_value(envnames.GPUS) or "")
+    if req is None:
+        return ""
+    take = int(req["take"]) if req["take"].isdigit() else req["take"]
+    return TaskGpus(take=take).describe()

@@ -16,71 +16,18 @@ three times in a row ends the watch (said once). The parsing is pure and unit-te
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-APPS = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
-GPUS = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
-
-
-def _int(text: str) -> Optional[int]:
-    try:
-        return int(float(text.strip()))
-    except ValueError:  # "[N/A]", "[Not Supported]"
-        return None
-
-
-def parse_apps(text: str) -> dict[int, int]:
-    """``pid, used_memory`` lines -> {pid: MiB} (a pid listed on several GPUs: the sum)."""
-    out: dict[int, int] = {}
-    for line in text.splitlines():
-        parts = line.split(",")
-        if len(parts) < 2:
-            continue
-        pid, mib = _int(parts[0]), _int(parts[1])
-        if pid is not None and mib is not None:
-            out[pid] = out.get(pid, 0) + mib
-    return out
-
-
-def parse_gpus(text: str) -> dict[int, Optional[int]]:
-    """``index, utilization.gpu, ...`` lines -> {index: utilisation %}."""
-    out: dict[int, Optional[int]] = {}
-    for line in text.splitlines():
-        parts = line.split(",")
-        if len(parts) < 2:
-            continue
-        index = _int(parts[0])
-        if index is not None:
-            out[index] = _int(parts[1])
-    return out
+# The queries and their parsing are shared with the ssh task wrapper (stdlib only, uploaded to hosts).
+from .remote.gpuplace import APPS_QUERY as APPS, GPUS_QUERY as GPUS, figures, parse_apps, parse_gpus, query  # noqa: F401
 
 
 def usage(pids: Mapping[str, Iterable[int]], gpu_ids: Mapping[str, Sequence[int]], apps: Mapping[int, int],
           utils: Mapping[int, Optional[int]]) -> dict[str, tuple[int, Optional[int]]]:
     """{task: (MiB its processes hold, utilisation % of its busiest GPU or None)} for the tasks
     with GPUs (``gpu_ids``)."""
-    out = {}
-    for key, ids in gpu_ids.items():
-        mib = sum(apps.get(pid, 0) for pid in pids.get(key, ()))
-        busy = [utils[i] for i in ids if utils.get(i) is not None]
-        out[key] = (mib, max(busy) if busy else None)
-    return out
-
-
-def query(timeout: float = 5.0) -> Optional[tuple[dict[int, int], dict[int, Optional[int]]]]:
-    """Both queries, or None when nvidia-smi is missing, fails or times out."""
-    try:
-        apps = subprocess.run(APPS, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                              timeout=timeout)
-        gpus = subprocess.run(GPUS, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                              timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if apps.returncode != 0 or gpus.returncode != 0:
-        return None
-    return parse_apps(apps.stdout.decode("utf-8", "replace")), parse_gpus(gpus.stdout.decode("utf-8", "replace"))
+    return {key: figures(pids.get(key, ()), ids, apps, utils) for key, ids in gpu_ids.items()}
 
 
 def group_members(pgids: Mapping[str, int]) -> dict[str, set[int]]:

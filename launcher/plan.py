@@ -59,6 +59,9 @@ class Placement:
     # when it plans (local; () for none): the tasks' GPUs are then in the plan, and a host that
     # cannot give them is refused here; other hosts' are made when their tasks start.
     gpus: Mapping[str, tuple[gpus.Gpu, ...]] = field(default_factory=dict)
+    # Host name -> the machine whose GPUs its tasks share, where that is not the host itself (docker:
+    # every container uses the engine host's GPUs): the GPU arithmetic runs over that machine's tasks.
+    gpu_hosts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,8 @@ def build_plan(spec: Spec, placement: Placement) -> Plan:
     problems = _slot_problems(spec, host_names)
     if problems:
         raise SpecError(*problems)
-    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, host_names, [p[0] for p in placements], placement.gpus)
+    gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
+    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus)
     if problems:
         raise SpecError(*problems)
     variants: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # shared, not one per task
@@ -345,7 +349,7 @@ def build_plan(spec: Spec, placement: Placement) -> Plan:
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
                 placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
-                gpus=gpus.describe(spec, tasks, placement.gpus))
+                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts))
 
 
 def _slot_problems(spec: Spec, hosts: list[str]) -> list[str]:

@@ -79,13 +79,18 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
 
 def task_table(view: RunStatus) -> list[str]:
     gpu = any(t.gpu_mib is not None for t in view.tasks)  # where nvidia-smi answered: memory, utilisation, peak
-    rows = [("task", "host", "state", "epoch/step", "loss", "accuracy", "examples/s", "restarts")
+    # Which GPUs: shown when some task has one or asked for a count (not for an auto request alone, which
+    # a CPU-only cluster's tasks carry too).
+    gpus = any(t.gpus not in ("", "cpu") and not t.gpus.startswith(("gpus auto", "gpus all")) for t in view.tasks)
+    rows = [("task", "host") + (("gpus",) if gpus else ()) + ("state", "epoch/step", "loss", "accuracy",
+                                                               "examples/s", "restarts")
             + (("gpu (peak)",) if gpu else ()) + ("last line",)]
     for t in view.tasks:
         where = "-" if t.epoch is None else f"{t.epoch}/{t.step if t.step is not None else '-'}"
         gpu_cell = ("-" if t.gpu_mib is None else f"{t.gpu_mib}M" + (f" {t.gpu_util}%" if t.gpu_util is not None else "")
                     + f" ({t.gpu_peak_mib}M)",) if gpu else ()
-        rows.append((t.key, t.host, t.state + (" (unsupervised)" if view.state == LOST and t.alive else ""),
+        rows.append((t.key, t.host) + ((t.gpus or "-",) if gpus else ())
+                    + (t.state + (" (unsupervised)" if view.state == LOST and t.alive else ""),
                      where, _num(t.loss, 4), _num(t.accuracy, 4), _num(t.examples_per_sec, 1), str(t.restarts))
                     + gpu_cell + (t.last_line[:60],))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]

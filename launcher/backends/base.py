@@ -132,6 +132,9 @@ class Backend(abc.ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
     detach_note: ClassVar[str] = ""
+    # The plan the preflight placed otherwise than the static placement (ssh: by the hosts' GPU
+    # counts), which ``allocate`` then gives the run: what ``up --dry-run`` shows. None: the same.
+    preflight_plan: Optional["Plan"] = None
 
     # -------------------------------------------------------------- before a backend exists
 

@@ -18,7 +18,9 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``write
     outcome (last; written once, also by ``tfcluster down`` for a lost supervisor)
 
 and in between: gpu_usage (where nvidia-smi answers, a sample of each GPU task's memory and
-utilisation that changed: launcher/gpuwatch.py); backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
+utilisation that changed: launcher/gpuwatch.py, or the ssh task wrapper), task_gpus (the GPUs a task
+got where it started, as that machine numbers them, where the backend learns them only there: a
+Slurm step, the ssh task wrapper); backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
 slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
 A new kind goes here first; readers (record/view, reader, feed, compare/measure) ignore kinds
 they do not know.
@@ -57,3 +59,4 @@ class Event(Word):
     SLURM_RUNNING = "slurm_running"
     SLURM_CANCELLED = "slurm_cancelled"
     GPU_USAGE = "gpu_usage"
+    TASK_GPUS = "task_gpus"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
 from ..policy import describe_exit
 from ..procinfo import group_alive, is_same
 from ..errors import exc_text
@@ -54,6 +55,7 @@ class TaskRow:
     restarts: int = 0  # starts after the first (group restarts and restarts alone)
     alive: Optional[bool] = None  # when the run's supervisor is gone: is its process still here?
     task: Optional[TaskView] = field(default=None, repr=False)  # the view's task: the figures
+    planned_gpus: str = ""  # its GPUs as the plan gave them (``gpu 1``, ``cpu``, ``1 gpu (at start)``; "" none said)
 
     # The figures are the view's task's (one run model: record/view.py), None/"" without one.
     epoch = _of_task("epoch")  # 1-based epoch in progress (or just completed), as the live panel shows
@@ -68,12 +70,19 @@ class TaskRow:
     gpu_util = _of_task("gpu_util")
     gpu_peak_mib = _of_task("gpu_peak_mib")
 
+    @property
+    def gpus(self) -> str:
+        """Its GPUs: as the machine it started on said (a task_gpus event), else as planned."""
+        said = self.task.gpus if self.task is not None else None
+        return gpu_ids_text(said) if said is not None else self.planned_gpus
+
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,
                 "epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": self.loss,
                 "accuracy": self.accuracy, "examples_per_sec": self.examples_per_sec, "restarts": self.restarts,
                 "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result,
-                "gpu_mib": self.gpu_mib, "gpu_util": self.gpu_util, "gpu_peak_mib": self.gpu_peak_mib}
+                "gpu_mib": self.gpu_mib, "gpu_util": self.gpu_util, "gpu_peak_mib": self.gpu_peak_mib,
+                "gpus": self.gpus}
 
 
 @dataclass
@@ -167,6 +176,9 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
                        supervisor_host=_text(launcher["host"]) if launcher.get("host") is not None else None,
                        detached=bool(launcher.get("detached")))
     rows = {key: TaskRow(key, host) for key, host in hosts.items()}
+    for t in plan.get("tasks", []):
+        if isinstance(t, dict) and "type" in t and "index" in t:
+            rows[f"{t['type']}:{t['index']}"].planned_gpus = _planned_gpus(plan, t)
     outcome = None
     attempt = 0
     for e in events:
@@ -233,6 +245,22 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
             row.task = status.view.tasks.get(key)
     status.tasks = list(rows.values())
     return status
+
+
+def _planned_gpus(plan: dict, row: dict) -> str:
+    """A task's GPUs from plan.json (either shape: its own env, or the shared one with its
+    ``env_extra``/``env_drop``), without expanding the plan."""
+    shared = row.get("env", plan.get("env")) or {}
+    extra, drop = row.get("env_extra") or {}, row.get("env_drop") or ()
+    drop = drop if isinstance(drop, (list, tuple)) else ()  # (a damaged record's: ignored, as its env)
+
+    def value(name: str) -> Optional[str]:
+        if name in drop:
+            return None
+        got = extra.get(name, shared.get(name))
+        return None if got is None else str(got)
+
+    return gpu_env_text(value) if isinstance(shared, dict) and isinstance(extra, dict) else ""
 
 
 def _text(value: Any) -> str:

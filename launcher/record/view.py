@@ -66,6 +66,8 @@ class TaskView:
     gpu_mib: Optional[int] = None
     gpu_util: Optional[int] = None
     gpu_peak_mib: Optional[int] = None
+    # The GPU indices it got where it started (task_gpus events: Slurm's, the ssh wrapper's); None: not said.
+    gpus: Optional[tuple[int, ...]] = None
     throughput: Optional[Throughput] = field(default=None, repr=False)
 
     @property
@@ -337,6 +339,10 @@ class RunView:
                     t = self.tasks[key]
                     t.gpu_mib, t.gpu_util = _int(pair[0]), _int(pair[1])
                     t.gpu_peak_mib = max(t.gpu_peak_mib or 0, t.gpu_mib or 0)
+        elif kind == Event.TASK_GPUS and key:
+            ids = record.get("gpus")
+            if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+                self.task(key).gpus = tuple(ids)
         elif kind == Event.OUTCOME:
             self.outcome = str(record.get("outcome", ""))
             self.exit_code = record.get("exit_code")

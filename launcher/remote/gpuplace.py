@@ -171,3 +171,134 @@ def host_gpus(timeout=10.0):
     if proc.returncode != 0:
         return []
     return parse_list(proc.stdout.decode("utf-8", "replace"))
+
+
+# What a task's GPUs hold and how busy they are (launcher/gpuwatch.py samples the local tasks, the
+# task wrapper, ``--gpu-watch``, its own task on an ssh host): the queries and their parsing.
+APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+GPUS_QUERY = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+              "--format=csv,noheader,nounits"]
+
+
+def _int(text):
+    try:
+        return int(float(text.strip()))
+    except ValueError:  # "[N/A]", "[Not Supported]"
+        return None
+
+
+def parse_apps(text):
+    """``pid, used_memory`` lines -> {pid: MiB} (a pid listed on several GPUs: the sum)."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split(",")
+        if len(parts) < 2:
+            continue
+        pid, mib = _int(parts[0]), _int(parts[1])
+        if pid is not None and mib is not None:
+            out[pid] = out.get(pid, 0) + mib
+    return out
+
+
+def parse_gpus(text):
+    """``index, utilization.gpu, ...`` lines -> {index: utilisation % or None}."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split(",")
+        if len(parts) < 2:
+            continue
+        index = _int(parts[0])
+        if index is not None:
+            out[index] = _int(parts[1])
+    return out
+
+
+def figures(pids, ids, apps, utils):
+    """(MiB the processes ``pids`` hold, utilisation % of the busiest of GPUs ``ids`` or None)."""
+    busy = [utils[i] for i in ids if utils.get(i) is not None]
+    return sum(apps.get(pid, 0) for pid in pids), (max(busy) if busy else None)
+
+
+def query(timeout=5.0):
+    """Both queries: ({pid: MiB}, {index: util}), or None when nvidia-smi is missing, fails or
+    times out."""
+    import subprocess
+
+    try:
+        apps = subprocess.run(APPS_QUERY, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL, timeout=timeout)
+        gpus = subprocess.run(GPUS_QUERY, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if apps.returncode != 0 or gpus.returncode != 0:
+        return None
+    return parse_apps(apps.stdout.decode("utf-8", "replace")), parse_gpus(gpus.stdout.decode("utf-8", "replace"))
+
+
+def watched_ids(visible, host):
+    """The GPU indices a task's CUDA_VISIBLE_DEVICES (``visible``: its value, or None when unset)
+    names among ``host``'s GPUs [(index, name, uuid)]: [] for none (-1, or a host without GPUs),
+    every GPU of the host when unset; UUIDs are matched to their index."""
+    if not host:
+        return []
+    if visible is None:
+        return [g[0] for g in host]
+    out = []
+    for part in visible.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.lstrip("-").isdigit():
+            if int(part) < 0:
+                break  # CUDA stops at the first invalid index: -1 hides every GPU
+            if any(g[0] == int(part) for g in host):
+                out.append(int(part))
+            continue
+        match = [g[0] for g in host if g[2] == part or (part.startswith("GPU-") and g[2].startswith(part))]
+        if match:
+            out.append(match[0])
+    return out
+
+
+# The line the wrapper writes for its task's figures (``taskwrap: GPU figures [MiB, util]``):
+# the ssh backend reads it off the task's output (launcher/backends/ssh/task.py) and records it.
+FIGURES_LINE = "GPU figures"
+
+
+def figures_line(mib, util):
+    return "taskwrap: %s [%d, %s]\n" % (FIGURES_LINE, mib, "null" if util is None else int(util))
+
+
+def parse_figures_line(line):
+    """(MiB, util or None) from a wrapper's figures line, or None when ``line`` is not one."""
+    head = "taskwrap: %s [" % FIGURES_LINE
+    if not line.startswith(head) or len(line) > 80 or not line.rstrip().endswith("]"):
+        return None
+    parts = [p.strip() for p in line.rstrip()[len(head):-1].split(",")]
+    if len(parts) != 2 or not parts[0].isdigit():
+        return None
+    if parts[1] == "null":
+        return int(parts[0]), None
+    return (int(parts[0]), int(parts[1])) if parts[1].isdigit() else None
+
+
+# The line the wrapper writes once it has made a task's request (``taskwrap: GPUs given 0,1``, or
+# ``none``): which of its host's GPUs the task got; the ssh backend records it (``status``).
+GIVEN_LINE = "GPUs given"
+
+
+def given_line(ids):
+    return "taskwrap: %s %s\n" % (GIVEN_LINE, ",".join(str(i) for i in ids) or "none")
+
+
+def parse_given_line(line):
+    """The GPU indices of a wrapper's given line ([] for none), or None when ``line`` is not one."""
+    head = "taskwrap: %s " % GIVEN_LINE
+    if not line.startswith(head) or len(line) > 200:
+        return None
+    rest = line[len(head):].strip()
+    if rest == "none":
+        return []
+    parts = rest.split(",")
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None

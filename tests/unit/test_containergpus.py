@@ -72,3 +72,29 @@ def test_shm_size_option(value, ok):
         assert len(errors) == 1 and "6: docker.shm_size" in errors[0] and "e.g. 1g, 512m" in errors[0], errors
     else:
         assert parse_spec(text, "c.yaml").docker.shm_size == ok
+
+
+def test_plan_shows_each_containers_gpus_from_the_engine_host_where_they_hold(tmp_path, monkeypatch):
+    """This machine (the engine's host) has 2 fake GPUs: the plan gives each worker container its
+    own, as the preflight's device requests will (the same arithmetic); with 1 GPU for 2
+    gpus_per_task-1 workers the plan leaves them to the preflight, which refuses in its line."""
+    from launcher.execution import plan_for, render_plan
+    from tests.support.gpus import fake_gpus
+
+    fake_gpus(monkeypatch, tmp_path, 2)
+    path = tmp_path / "cluster.yaml"
+    path.write_text("name: c\nbackend: docker\nentrypoint: python -m worker\nstrategy: parameter_server\n"
+                    "tasks: {chief: 1, worker: 2, ps: 1}\ndevices: {gpus_per_task: 1}\n")
+    spec = load_spec(path).spec
+    plan = plan_for(spec)
+    assert {t.key: t.gpus.describe() for t in plan.tasks} == {
+        "chief:0": "cpu", "worker:0": "gpu 0", "worker:1": "gpu 1", "ps:0": "cpu"}
+    made, _ = containergpus.containers(spec, plan.tasks, GPUS4[:2], None)
+    assert {k: c.device_ids for k, c in made.items()} == {"chief:0": (), "worker:0": (0,), "worker:1": (1,), "ps:0": ()}
+    text = render_plan(plan)
+    assert "  worker:1  worker-1  gpu 1" in text, text
+    assert ("gpus: gpus_per_task 1, gpu_memory auto; the Docker engine's host: 2 GPUs (NVIDIA A100-SXM4-40GB) for "
+            "2 GPU tasks") in text, text
+    assert plan_for(spec, gpus=False).task("worker:1").gpus.describe() == "1 gpu (at start)"  # status, down...
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_GPUS", "1")
+    assert plan_for(spec).task("worker:1").gpus.describe() == "1 gpu (at start)"  # no SpecError: preflight's line

@@ -269,6 +269,62 @@ def test_slots_bound_the_tasks_per_host():
                               "slots, or place fewer tasks there (tasks.<type>.hosts)")
 
 
+SSH4 = """\
+    name: s
+    strategy: parameter_server
+    backend: ssh
+    entrypoint: x
+    hosts: [{name: a}, {name: b}, {name: c}]
+    tasks: {chief: 1, ps: 1, worker: 6}
+    devices: {gpus_per_task: 1}
+"""
+
+
+def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
+    """a has 1 GPU, b 4, c 1: the round-robin gives each host two workers; a and c cannot hold
+    two GPU-count tasks, b has room: placed by GPUs, the CPU roles (chief, ps) kept round-robin."""
+    from launcher.backends.ssh.backend import gpu_replan
+    from launcher.execution import plan_for
+
+    spec = spec_of(SSH4)
+    plan = plan_for(spec)
+    assert [t.host for t in plan.tasks if t.type == "worker"] == ["b", "c", "a", "b", "c", "a"]
+    found = {"a": a100(1), "b": a100(4), "c": a100(1)}
+    placement, line = gpu_replan(spec, plan, found)
+    replanned = build_plan(spec, placement)
+    workers = [t.host for t in replanned.tasks if t.type == "worker"]
+    assert workers == ["b", "c", "a", "b", "b", "b"], workers  # the round-robin, skipping the full hosts
+    assert [t.host for t in replanned.tasks if t.type in ("chief", "ps")] == ["a", "c"]  # unbounded by GPUs
+    assert not any(gpus.host_problems(replanned, h, g) for h, g in found.items())
+    assert line == ("gpus: round-robin would over-fill a 1 GPU for 2, c 1 GPU for 2 GPU-count tasks; placed by each "
+                    "host's GPUs instead (GPU tasks: b 4, c 1, a 1); set hosts[].slots to place them yourself")
+
+
+@pytest.mark.parametrize("found, why", [
+    ({"a": a100(2), "b": a100(2), "c": a100(2)}, "nothing over-filled"),
+    ({"a": a100(1), "b": a100(2), "c": a100(1)}, "4 GPUs for 6 tasks: the refusal stands"),
+    ({"a": a100(1), "b": None, "c": a100(4)}, "a host's GPUs unknown"),
+])
+def test_ssh_replan_only_when_it_helps(found, why):
+    from launcher.backends.ssh.backend import gpu_replan
+    from launcher.execution import plan_for
+
+    spec = spec_of(SSH4)
+    assert gpu_replan(spec, plan_for(spec), found) is None, why
+
+
+def test_ssh_replan_keeps_hosts_with_slots_and_auto_is_not_bounded():
+    from launcher.backends.ssh.backend import gpu_replan, round_robin
+    from launcher.execution import plan_for
+
+    slotted = spec_of(SSH4.replace("{name: a}", "{name: a, slots: 3}"))
+    assert gpu_replan(slotted, plan_for(slotted), {"a": a100(1), "b": a100(4), "c": a100(4)}) is None  # a: its slots
+    auto = spec_of(SSH4.replace("gpus_per_task: 1", "gpus_per_task: auto"))
+    assert round_robin(auto, {"a": 1, "b": 4, "c": 1}) == round_robin(auto)  # auto shares: no count to bound
+    assert gpus.gpu_room(spec_of(SSH4.replace("{gpus_per_task: 1}", "{gpus_per_task: 1, gpus: [0, 1]}")),
+                         {"a": a100(4), "b": (), "c": None}) == {"a": 2, "b": 0}
+
+
 # ---------------------------------------------------------------- the fake nvidia-smi
 
 

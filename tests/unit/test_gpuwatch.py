@@ -68,3 +68,22 @@ def test_view_panel_status_and_report_show_memory_utilisation_and_peak():
     empty = RunView()
     empty.event({"event": Event.RUN_START, "tasks": ["worker:0"]})
     assert gpu_peak_lines(empty) == []
+
+
+def test_the_wrappers_figures_line_and_watched_ids():
+    from launcher.remote import gpuplace
+
+    host = [(0, "A100", "GPU-aaaa"), (1, "A100", "GPU-bbbb"), (2, "A100", "GPU-cccc")]
+    assert gpuplace.watched_ids(None, host) == [0, 1, 2]  # unset: every GPU of the host
+    assert gpuplace.watched_ids("2,0", host) == [2, 0] and gpuplace.watched_ids("GPU-bbbb", host) == [1]
+    assert gpuplace.watched_ids("-1", host) == [] and gpuplace.watched_ids("1,-1,2", host) == [1]  # CUDA stops at -1
+    assert gpuplace.watched_ids("0", []) == [] and gpuplace.watched_ids("7", host) == []
+    for mib, util in ((1234, 37), (0, None)):
+        line = gpuplace.figures_line(mib, util)
+        assert line.endswith("\n") and gpuplace.parse_figures_line(line.rstrip("\n")) == (mib, util)
+    for bad in ("taskwrap: GPU figures [1, 2, 3]", "taskwrap: GPU figures [x, 1]", "taskwrap: GPU figures 1, 2",
+                "taskwrap: GPU figures [1, " + "9" * 90 + "]", "worker: GPU figures [1, 2]"):
+        assert gpuplace.parse_figures_line(bad) is None, bad
+    for ids in ([0], [1, 3], []):
+        assert gpuplace.parse_given_line(gpuplace.given_line(ids).rstrip("\n")) == ids
+    assert gpuplace.parse_given_line("taskwrap: GPUs given 0,x") is None and gpuplace.parse_given_line("GPUs given 0") is None

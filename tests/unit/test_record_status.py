@@ -66,7 +66,7 @@ def test_running_rows_progress_throughput_and_restarts(tmp_path):
         "key": "worker:0", "host": "h0", "state": "running", "attempt": 1, "epoch": None, "step": None,
         "global_step": None, "loss": None, "accuracy": None, "examples_per_sec": None, "restarts": 1,
         "last_line": "", "alive": None, "has_result": False,
-        "gpu_mib": None, "gpu_util": None, "gpu_peak_mib": None}
+        "gpu_mib": None, "gpu_util": None, "gpu_peak_mib": None, "gpus": ""}
 
 
 def test_supervisor_gone_without_outcome_is_lost_and_checks_task_groups(tmp_path):
@@ -127,3 +127,42 @@ def test_a_supervisor_on_another_host_is_not_declared_lost_from_here(tmp_path):
     run = make_run(tmp_path, events, {}, {"pid": 4242, "start_time": 7, "host": "elsewhere-xyz", "tasks": {}})
     view = load_run(run, alive=lambda pid, st: False)
     assert view.state == RUNNING and "runs on elsewhere-xyz; whether it is alive cannot be checked" in view.reason
+
+
+def test_each_tasks_gpus_as_planned_or_as_the_machine_it_started_on_said(tmp_path, capsys):
+    """plan.json (compact: the shared env, each task's env_extra/env_drop) gives what the plan knew
+    (local, docker: indices; ssh, slurm: the request, made at start); a task_gpus event (a Slurm
+    step, the ssh wrapper) says what the task got, and wins."""
+    plan = {"format": "compact", "name": "t", "strategy": "parameter_server", "backend": "slurm",
+            "env": {"CUDA_VISIBLE_DEVICES": "-1"}, "tasks": [
+                {"type": "chief", "index": 0, "host": "n1"},
+                {"type": "worker", "index": 0, "host": "n1", "env_drop": ["CUDA_VISIBLE_DEVICES"],
+                 "env_extra": {"TFCLUSTER_GPUS": "take=1 place=0/1 offset=0 tasks=2 use=all need=0 mem=auto coll=auto"}},
+                {"type": "worker", "index": 1, "host": "n2", "env_extra": {"CUDA_VISIBLE_DEVICES": "2,3"}},
+                {"type": "ps", "index": 0, "host": "n2"}]}
+    events = [{"time": 1.0, "event": "run_start"},
+              {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0},
+              {"time": 2.5, "event": "task_gpus", "task": "worker:0", "gpus": [1]},
+              {"time": 3.0, "event": "outcome", "outcome": "succeeded", "exit_code": 0}]
+    run = make_run(tmp_path, events, {})
+    (run / "plan.json").write_text(json.dumps(plan))
+    rows = {t.key: t for t in load_run(run).tasks}
+    assert {k: t.gpus for k, t in rows.items()} == {"chief:0": "cpu", "worker:0": "gpu 1", "worker:1": "gpus 2,3",
+                                                   "ps:0": "cpu"}
+    assert load_run(run, progress=False).tasks[1].gpus == "1 gpu (at start)"  # without the events' view: as planned
+    assert rows["worker:1"].to_json()["gpus"] == "gpus 2,3"
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
+    assert main(["status", str(spec)]) == 0
+    table = [line.split()[:3] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert table[:3] == [["task", "host", "gpus"], ["chief:0", "n1", "cpu"], ["worker:0", "n1", "gpu"]], table
+    # An auto request alone (what a CPU-only cluster's tasks carry too) does not make the column.
+    for row in plan["tasks"]:
+        row.pop("env_extra", None)
+        row["env_drop"] = ["CUDA_VISIBLE_DEVICES"]
+        row["env_extra"] = {"TFCLUSTER_GPUS": "take=auto place=0/1 offset=0 tasks=1 use=all need=0 mem=auto coll=auto"}
+    (run / "plan.json").write_text(json.dumps(plan))
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events if e["event"] != "task_gpus"))
+    assert main(["status", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "gpus" not in out.split("\n  task", 1)[1].splitlines()[0], out

@@ -4,6 +4,8 @@ job and each step ask Slurm for, and the partition check's one line. Pure; the l
 
 from __future__ import annotations
 
+import pytest
+
 from launcher.backends.slurm import gpus
 from launcher.backends.slurm.gpus import CPU_STEP, Step
 
@@ -128,3 +130,30 @@ def test_shared_gpu_steps_grow_memory_unless_the_spec_env_says(tmp_path):
     backend, plan = _backend(tmp_path, body.replace("worker: 3", "worker: 2") + "devices: {gpu_memory: 2048}\n")
     env = backend.task_env(plan.task("worker:1"), {})
     assert env["TFCLUSTER_GPU_MEMORY"] == "2048" and "TF_FORCE_GPU_ALLOW_GROWTH" not in env
+
+
+@pytest.mark.parametrize("env, said", [
+    ({"SLURM_STEP_GPUS": "1", "CUDA_VISIBLE_DEVICES": "0"}, [1]),  # the node's index, not the cgroup's
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, [0, 1]),
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, []),  # a CPU step
+    ({}, None),  # nothing said: no event
+])
+def test_the_step_line_says_the_gpus_slurm_gave_it(env, said):
+    """The step's shell (a real /bin/sh) prints its GPUs on its first line; the step handle reads
+    them off it (and hides the line) and hands them on, as the backend's task_gpus event."""
+    import subprocess
+
+    from launcher.backends.slurm.backend import _STEP_SHELL, SlurmStep
+    from launcher.plan import PlannedTask
+
+    proc = subprocess.Popen(["/bin/sh", "-c", _STEP_SHELL, "sh", "echo", "task output"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7",
+                                                           "SLURM_STEP_ID": "3", **env})
+    got, lines = [], []
+    task = PlannedTask(type="worker", index=0, host="n1", address="n1", port=1, command=("true",))
+    step = SlurmStep(task, proc, lambda key, line: lines.append(line), "7", "worker-0.1", "n1",
+                     lambda key, ids: got.append((key, ids)))
+    proc.wait(timeout=30)
+    step._reader.join(10)
+    assert lines == ["task output"] and step.step_id == "7.3"
+    assert got == ([] if said is None else [("worker:0", said)])

@@ -207,8 +207,9 @@ class DockerBackend(Backend):
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
-        """A container per task, named (and dialled) like the task: ``worker-0``."""
-        return Placement({f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)})
+        """A container per task, named (and dialled) like the task: ``worker-0``; with the engine
+        host's GPUs where they hold the GPU tasks (the plan then shows each container's)."""
+        return gpus.with_engine_gpus(spec, Placement({f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)}))
 
     def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Console] = None) -> None:
         self.loaded = loaded

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ... import envnames, threads
 from ... import gpus as plan_gpus
@@ -49,18 +49,33 @@ from .options import SlurmOptions
 
 STEP_MARK = "tfcluster-slurm-step"
 COMPLETING_WAIT = 15.0  # s: how long prepare_attempt waits for an ending job's final state
-# The step prints its id first, so signals reach it without asking squeue.
-# Then it makes a ``threads: auto`` budget from the job's CPUs on its node (launcher/threads.py).
-_STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; '
+# The step prints its id first, so signals reach it without asking squeue, and the GPUs Slurm gave it
+# (the node's indices: SLURM_STEP_GPUS, set by slurmd's gres plugin; else CUDA_VISIBLE_DEVICES, -1 for
+# a CPU step), so ``status`` shows them. Then it makes a ``threads: auto`` budget from the job's CPUs
+# on its node (launcher/threads.py).
+_STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME '
+               'gpus=${SLURM_STEP_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"; '
                f'{threads.shell_budget(envnames.THREADS)}; exec "$@"')
+
+
+def step_gpus(text: str) -> Optional[list]:
+    """The step line's ``gpus=`` value as GPU indices ([] for -1), None when empty or not indices."""
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        return None
+    if not ids:
+        return None
+    return [] if any(i < 0 for i in ids) else ids
 
 
 class SlurmStep(ChildTask):
     """One task: a local ``taskwrap -- srun ...`` process and the step it created."""
 
     def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink, job_id: str,
-                 step_name: str, node: str) -> None:
+                 step_name: str, node: str, on_gpus: Optional[Callable[[str, list], None]] = None) -> None:
         self.job_id = job_id
+        self._on_gpus = on_gpus  # (key, the node's GPU indices the step got; [] none) from its first line
         self.step_name = step_name
         self.node = node
         self.step_id: Optional[str] = None
@@ -71,6 +86,10 @@ class SlurmStep(ChildTask):
             for part in line.split()[1:]:
                 if part.startswith("id="):
                     self.step_id = part[3:]
+                elif part.startswith("gpus=") and self._on_gpus is not None:
+                    ids = step_gpus(part[5:])
+                    if ids is not None:
+                        self._on_gpus(self.task.key, ids)
             return False
         return True
 
@@ -338,10 +357,15 @@ class SlurmBackend(Backend):
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=self.workdir, env=self.task_env(task, env), start_new_session=True,
                                 close_fds=True)
-        handle = SlurmStep(task, proc, on_line, self.job_id or "", step_name, task.host)
+        handle = SlurmStep(task, proc, on_line, self.job_id or "", step_name, task.host, self._step_gpus)
         with self._lock:
             self._handles.append(handle)
         return handle
+
+    def _step_gpus(self, key: str, ids: list) -> None:
+        """The GPUs Slurm gave a task's step, as its node numbers them: a task_gpus event (status)."""
+        if self.record is not None:
+            self.record.event(Event.TASK_GPUS, task=key, gpus=ids)
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:

@@ -20,6 +20,11 @@ def q(value: str) -> str:
     return shlex.quote(str(value))
 
 
+# Seconds between the task wrapper's samples of its task's GPU figures (taskwrap.py --gpu-watch;
+# the local backend's watch samples as often: launcher/gpuwatch.py).
+GPU_WATCH = 5.0
+
+
 def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: float, grace: float,
                  argv: Sequence[str], gce_metadata: str = "off") -> str:
     """The shell command that starts one task. The env is NOT in it (it goes over stdin).
@@ -32,7 +37,7 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     # The task itself starts its own interpreter normally.
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
              "--pidfile", q(pidfile), "--threads", envnames.THREADS, "--gpus", envnames.GPUS,
-             "--gpu-memory-var", envnames.GPU_MEMORY] \
+             "--gpu-memory-var", envnames.GPU_MEMORY, "--gpu-watch", f"{GPU_WATCH:g}"] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + ["--"] + [q(a) for a in argv]
     return f"cd {q(workdir)} && " + " ".join(parts) + "; exit $?"
@@ -106,7 +111,8 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
     """taskwrap's arguments for a task started by the host agent (which has no shell to cd)."""
     gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
     return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir,
-            "--threads", envnames.THREADS, "--gpus", envnames.GPUS, "--gpu-memory-var", envnames.GPU_MEMORY, *gce,
+            "--threads", envnames.THREADS, "--gpus", envnames.GPUS, "--gpu-memory-var", envnames.GPU_MEMORY,
+            "--gpu-watch", f"{GPU_WATCH:g}", *gce,
             "--", *argv]
 
 

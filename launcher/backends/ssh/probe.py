@@ -80,7 +80,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
         req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
                "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0,
-               "gpus": any(t.host == name and t.gpus.request for t in plan.tasks)}
+               "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
         reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
         if reply is not None:
             replies[name] = reply

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import signal as _signal
 import threading
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from ...bounded import HOST_LINE_BYTES
 from ...plan import PlannedTask
+from ...remote.gpuplace import parse_figures_line, parse_given_line
 from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from ..base import LineSink, TaskHandle
 from .commands import signal_command, state_command
@@ -36,8 +37,11 @@ EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 
 class SSHTask(TaskHandle):
     def __init__(self, task: PlannedTask, pool: TaskHosts, host: HostState, channel, pidfile: str,
-                 on_line: LineSink) -> None:
+                 on_line: LineSink, on_gpu: Optional[Callable[[str, int, Optional[int]], None]] = None,
+                 on_gpus: Optional[Callable[[str, list], None]] = None) -> None:
         super().__init__(task)
+        # Its wrapper's GPU lines, handed here, not logged: its figures (--gpu-watch), the GPUs it got (--gpus).
+        self._on_gpu, self._on_gpus = on_gpu, on_gpus
         self.pool = pool
         self.host = host
         self.channel = channel
@@ -66,6 +70,15 @@ class SSHTask(TaskHandle):
                         self._lease_expired = True
                     elif line.startswith("taskwrap: " + GCE_NOTICE):
                         self.pool.host_preempted(self.host.name)
+                    elif line.startswith("taskwrap: GPU"):
+                        figures = parse_figures_line(line) if self._on_gpu is not None else None
+                        if figures is not None:
+                            self._on_gpu(self.key, *figures)
+                            continue
+                        given = parse_given_line(line) if self._on_gpus is not None else None
+                        if given is not None:
+                            self._on_gpus(self.key, given)
+                            continue
                     on_line(self.key, line)
         except Exception:  # noqa: BLE001 - a dropped connection ends the stream
             pass

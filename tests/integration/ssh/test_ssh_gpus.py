@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import tfcluster
+from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.gpus import fake_bin
+from tests.support.waits import wait_for
 
 from .conftest import PY, task_processes
 
@@ -79,6 +80,11 @@ def test_each_host_gives_its_tasks_disjoint_gpus_and_pss_roles_none(lab, make_sp
     assert all(v["TFCLUSTER_GPUS"] is None and v["TF_FORCE_GPU_ALLOW_GROWTH"] is None for v in got.values())
     assert re.search(r"h1: 2 GPUs \(NVIDIA A100-SXM4-40GB\) for worker:\d, worker:\d\n", proc.stderr), proc.stderr
     assert re.search(r"h2: 3 GPUs \(NVIDIA A100-SXM4-40GB\) for worker:\d, worker:\d\n", proc.stderr), proc.stderr
+    # status shows what each task's wrapper gave it on its host (the plan knew only the request).
+    status = json.loads(tfcluster("status", str(tmp_path / "cluster.yaml"), "--json").stdout)
+    shown = {t["key"]: t["gpus"] for t in status["tasks"]}
+    assert shown == {k: "cpu" if v["CUDA_VISIBLE_DEVICES"] == "-1" else "gpu " + v["CUDA_VISIBLE_DEVICES"]
+                     for k, v in got.items()}, (shown, got)
 
 
 def test_shared_gpu_gets_growth_and_a_gpu_less_host_runs_on_cpu(lab, make_spec, tmp_path):
@@ -112,3 +118,69 @@ def test_the_wrapper_refuses_a_request_the_host_cannot_meet(lab, make_spec, tmp_
     assert "taskwrap: " in proc.stderr + proc.stdout and "has 1 GPU; its GPU tasks need 2; the task was not started" \
         in proc.stderr + proc.stdout, (proc.stdout + proc.stderr)[-3000:]
     assert {k: v["CUDA_VISIBLE_DEVICES"] for k, v in recorded(tmp_path).items()} in ({}, {"worker:0": "0"})
+
+
+def test_a_host_with_few_gpus_takes_fewer_tasks_when_slots_are_not_given(lab, make_spec, tmp_path):
+    """h1 has 1 GPU, h2 3: the round-robin would give each two gpus_per_task-1 workers; the
+    preflight's GPU counts place one on h1 and three on h2 instead, said in one line."""
+    proc = run(make_spec, tmp_path, {"h1": 1, "h2": 3}, workers=4, devices={"gpus_per_task": 1})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("gpus: round-robin would over-fill h1 1 GPU for 2 GPU-count tasks; placed by each host's GPUs instead "
+            "(GPU tasks: h1 1, h2 3); set hosts[].slots to place them yourself") in proc.stderr, proc.stderr[-3000:]
+    by_host: dict[str, list[str]] = {}
+    for env in recorded(tmp_path).values():
+        by_host.setdefault(env["host"], []).append(env["CUDA_VISIBLE_DEVICES"])
+    assert sorted(len(v) for v in by_host.values()) == [1, 3], by_host
+    assert sorted(sorted(v) for v in by_host.values()) == [["0"], ["0", "1", "2"]], by_host  # disjoint on each
+    assert "h2: 3 GPUs (NVIDIA A100-SXM4-40GB) for worker:" in proc.stderr
+    # The run record holds the plan placed by GPUs, and each task's GPUs as its wrapper gave them.
+    status = json.loads(tfcluster("status", str(tmp_path / "cluster.yaml"), "--json").stdout)
+    assert sorted((t["host"], t["gpus"]) for t in status["tasks"]) == [
+        ("h1", "gpu 0"), ("h2", "gpu 0"), ("h2", "gpu 1"), ("h2", "gpu 2")], status["tasks"]
+    dry = tfcluster("up", str(tmp_path / "cluster.yaml"), "--dry-run", timeout=120)  # shows the plan placed by GPUs
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    hosts = sorted(line.split()[1] for line in dry.stdout.splitlines() if line.startswith("  worker:") and "TASK" not in line)
+    assert hosts == ["h1", "h2", "h2", "h2"], dry.stdout
+
+
+HOLD = """\
+import os, pathlib, sys, time
+# As the real nvidia-smi lists the processes holding GPU memory: the fake lists this task's pid.
+mib = {"worker:0": 300, "worker:1": 700}[os.environ["TFCLUSTER_TASK"]]
+with open(os.environ["FAKE_NVIDIA_SMI_APPS_FILE"], "a") as fh:
+    fh.write("%d:%d\\n" % (os.getpid(), mib))
+deadline = time.time() + 120  # until the test has seen the figures in status
+while not pathlib.Path(sys.argv[1]).exists() and time.time() < deadline:
+    time.sleep(0.1)
+"""
+
+
+def test_each_tasks_gpu_figures_reach_status_and_the_final_report(lab, make_spec, tmp_path):
+    """The task wrapper on each host samples the fake nvidia-smi for its own process group and
+    sends the figures up its channel: status --json shows each task's memory and utilisation,
+    the final report its peak, and the task logs do not carry the wrapper's lines."""
+    apps, release = tmp_path / "apps.txt", tmp_path / "release"
+    (tmp_path / "hold.py").write_text(HOLD)
+    path = make_spec([PY, str(tmp_path / "hold.py"), str(release)], hosts=["h1", "h2"],
+                     host_keys=with_gpus(tmp_path, {"h1": 2, "h2": 1}), devices={"gpus_per_task": 1},
+                     env={"FAKE_NVIDIA_SMI_APPS_FILE": str(apps)})
+    proc = start_tfcluster("up", path)
+    try:
+        def figures():
+            st = tfcluster("status", path, "--json")
+            tasks = {t["key"]: (t["host"], t["gpu_mib"], t["gpu_util"]) for t in json.loads(st.stdout).get("tasks", [])} \
+                if st.stdout.strip().startswith("{") else {}
+            return tasks if all(v[1] for v in tasks.values()) and len(tasks) == 2 else None
+
+        seen = wait_for(figures, 90, what="both tasks' GPU figures in status --json", proc=proc)
+        assert seen == {"worker:0": ("h1", 300, 37), "worker:1": ("h2", 700, 37)}, seen
+        release.touch()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        release.touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "  gpu memory peak: worker:0 300 MiB, worker:1 700 MiB" in out, out[-3000:]
+    logs = (tmp_path / "runs" / "sshtest" / "latest").resolve() / "logs"
+    assert logs.is_dir() and not any("GPU figures" in p.read_text() for p in logs.iterdir()), out[-2000:]
