@@ -55,8 +55,14 @@ def test_workers_on_four_gpus_get_disjoint_ones(tmp_path):
 
 
 def test_pss_ps_and_chief_see_no_gpu_workers_share_with_growth(tmp_path):
-    path = script_spec(tmp_path, RECORD + "    import time; time.sleep(0.5)\n", "{chief: 1, ps: 1, worker: 3}",
-                       strategy="parameter_server")
+    # As under ParameterServerStrategy: the chief (the coordinator) ends the run; the workers and
+    # the ps serve until they are stopped. A worker that ended first would be restarted alone.
+    # The chief ends once every task has recorded its env (at most 60 s).
+    wait = ("    import time\n"
+            "    end = time.monotonic() + (60 if task == 'chief:0' else 300)\n"
+            "    while time.monotonic() < end and (task != 'chief:0' or len(list(pathlib.Path('.').glob('env-*.json'))) < 5):\n"
+            "        time.sleep(0.1)\n")
+    path = script_spec(tmp_path, RECORD + wait, "{chief: 1, ps: 1, worker: 3}", strategy="parameter_server")
     proc = up(path, tmp_path, 2)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = recorded(tmp_path)
