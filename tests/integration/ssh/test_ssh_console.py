@@ -1,6 +1,7 @@
 """What a run on ssh hosts shows its user when things end badly: a task whose wrapper is killed
 is one line of the launcher's, never the remote shell's report of it (that report quoted the
-host agent's whole source, ~300 lines, into the task's log and the console)."""
+host agent's whole source, ~300 lines, into the task's log and the console); a terminal that
+goes away stops the run as Ctrl-C does, on every host."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from launcher.remote import source as remote_source
-from tests.support.cli import start_tfcluster
+from tests.integration.tfrun import progress, run_and_act
+from tests.support.cli import start_tfcluster, terminal_command, tfcluster
+from tests.support.prereq import require_tool
+from tests.support.processes import alive
 from tests.support.waits import wait_for
 
 from .conftest import PY, task_processes
@@ -79,3 +84,52 @@ def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, 
     assert [e["code"] for e in events if e["event"] == "exit" and e["task"] == "worker:0"] == [137, 0]
     wait_for(lambda: not any(task_processes(lab).values()), 20, what="nothing of the run left on any host",
              detail=lambda: str(task_processes(lab)))
+
+
+def _outcome(run: Path) -> Optional[dict]:
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    return next((e for e in events if e["event"] == "outcome"), None)
+
+
+@pytest.mark.tf
+@pytest.mark.timeout(480)
+def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_resumes(lab, make_spec):
+    """`tfcluster up` of two workers on h1 and h2, its live panel in a tmux window that is killed
+    mid-epoch: both workers save the step they agree on (the graceful SIGTERM over ssh), the run is
+    `stopped` with its record closed, nothing is left on any host, and the next `up` resumes at
+    that step on both."""
+    require_tool("tmux", "tmux")
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--step-delay", "0.3",
+         "--save-freq", "3", "--progress-every", "1"],
+        workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 0},
+        ssh={"require": ["tensorflow", "tf_keras"]}, watchdog={"startup_timeout": 120, "stop_grace": 30})
+    sock = f"tfcluster-hup-{spec.parent.name}"
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45",
+                    terminal_command("up", spec)], check=True, timeout=10)
+    latest = spec.parent / "runs" / "sshtest" / "latest"
+    try:
+        wait_for(lambda: (latest / "logs" / "worker-1.log").exists()
+                 and "tfcluster-step epoch=0 step=5 " in (latest / "logs" / "worker-1.log").read_text(), 240,
+                 what="worker:1 at step 5")
+        run = latest.resolve()
+        launcher = json.loads((run / "launcher.json").read_text())["pid"]
+        subprocess.run(["tmux", "-L", sock, "kill-session", "-t", "up"], check=True, timeout=10)
+        wait_for(lambda: _outcome(run), 120, what="the run's outcome in its record")
+        wait_for(lambda: not alive(launcher), 30, what=f"the launcher (pid {launcher}) to exit")
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
+    outcome = _outcome(run)
+    assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
+    status = tfcluster("status", str(spec))
+    assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
+    logs = tfcluster("logs", str(spec)).stdout
+    saved = {int(p["global_step"]) for k in ("worker:0", "worker:1") for p in progress(logs, "preempted", k)}
+    assert len(saved) == 1 and min(saved) >= 5, logs[-3000:]
+    wait_for(lambda: not any(task_processes(lab).values()), 30, what="nothing of the run left on any host",
+             detail=lambda: str(task_processes(lab)))
+    code, out = run_and_act(spec, [], timeout=280)
+    assert code == 0, out[-5000:]
+    starts = [(int(a["global_step"]), int(b["global_step"]))
+              for a, b in zip(progress(out, "start", "worker:0"), progress(out, "start", "worker:1"))]
+    assert starts == [(min(saved), min(saved))], out[-4000:]  # resumed there on both hosts, not at step 0
