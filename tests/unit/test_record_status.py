@@ -189,3 +189,45 @@ def test_down_of_a_lost_run_keeps_its_duration_not_the_time_of_down(tmp_path):
     _record_stop(run, Console())  # days later, say: the outcome's time is now
     view = load_run(run, alive=lambda pid, st: False)
     assert view.state == STOPPED and view.ended == 1012.0 and view.elapsed() == 12.0
+
+
+def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_path):
+    """`attach` (over ssh, the one ssh.supervisor's host runs for you) ended when a write to its
+    gone reader raised; console writes no longer raise, so it looks for the console being lost."""
+    import argparse
+    import io
+    import os
+    import threading
+
+    from launcher.console import Console
+    from launcher.procinfo import start_time
+    from launcher.runcmds import attach
+    from launcher.specmodel import LoadedSpec
+    from launcher.spec import parse_spec
+
+    events = [{"time": 1.0, "event": "run_start"}, {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0}]
+    run = make_run(tmp_path, events, {"worker:0": "a line\n"},
+                   {"pid": os.getpid(), "start_time": start_time(os.getpid()), "tasks": {}})  # alive: this process
+    (run / "output.log").write_text("[worker:0] a line\n")
+    r, w = os.pipe()
+    os.close(r)  # its reader is gone
+    out = os.fdopen(w, "w")
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
+    loaded = LoadedSpec(parse_spec(spec.read_text()), spec)
+    codes: list[int] = []
+    args = argparse.Namespace(run=None, spec=str(spec))
+    thread = threading.Thread(target=lambda: codes.append(attach(loaded, args, Console(out=out, err=io.StringIO()))),
+                              daemon=True)
+    try:
+        thread.start()
+        for i in range(150):  # the run goes on writing output, which attach passes on
+            with open(run / "output.log", "a") as fh:
+                fh.write(f"[worker:0] line {i}\n")
+            thread.join(0.1)
+            if not thread.is_alive():
+                break
+        assert codes == [0], "attach went on following a run for a reader that is gone"
+        assert load_run(run, alive=lambda pid, st: True).state == RUNNING  # the run is untouched
+    finally:
+        out.close()
