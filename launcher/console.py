@@ -3,7 +3,9 @@
 Three ways to show a run (chosen by ``tfcluster up``): a live panel (launcher/liveview.py) pinned
 at the bottom of a terminal with task output scrolling above it; plain prefixed lines (not a
 terminal, or ``--plain``); launcher messages and the final report only (``--quiet``). Known
-harmless TensorFlow start-up lines (launcher/noise.py) are hidden unless ``verbose``.
+harmless TensorFlow start-up lines (launcher/noise.py) are hidden unless ``verbose``. Above the
+panel, the tasks' progress protocol is shown as people's lines (launcher/peoplelines.py: one line per
+epoch for the run, the strategy once); plain lines keep it as the tasks print it.
 
 Reader threads of every task write here concurrently; one lock keeps lines whole.
 
@@ -24,14 +26,13 @@ import threading
 from typing import TYPE_CHECKING, Callable, Optional, TextIO
 
 from . import noise
-from .progress import parse
+from .bounded import one_line
+from .peoplelines import PeopleLines
 
 if TYPE_CHECKING:
     from .record.view import RunView
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
-# Heartbeats the panel shows in its rows, so they do not scroll above it as well.
-_PANEL_ROWS_SHOW = ("step", "first_step")
 
 
 class Stream:
@@ -108,7 +109,7 @@ class Console:
     def __init__(self, out: Optional[TextIO] = None, err: Optional[TextIO] = None, color: Optional[bool] = None) -> None:
         self.out = Stream(out or sys.stdout, "stdout", self._lost)
         self.err = Stream(err or sys.stderr, "stderr", self._lost)
-        self.color = _isatty(self.out) if color is None else color
+        self.color = (_isatty(self.out) and not no_color()) if color is None else color
         self.on_lost: Optional[Callable[[str], None]] = None  # see ``follow``
         self._watch: Optional[threading.Event] = None
         self._lost_why = ""
@@ -118,6 +119,7 @@ class Console:
         self.quiet_tasks = False
         self.verbose = False  # also show the known harmless TF start-up lines
         self._panel = None  # liveview.LivePanel while the live panel is up
+        self._people = PeopleLines()  # the task lines as the panel's reader sees them (peoplelines.py)
 
     # -------------------------------------------------------------- a terminal that goes away
 
@@ -177,10 +179,13 @@ class Console:
         panel.start()
         with self.lock:
             self._panel = panel
+            self._people = PeopleLines()
         return True
 
     def end_panel(self) -> None:
         with self.lock:
+            if self._panel is not None:
+                self._show_in_panel(self._people.flush())  # (epochs still waiting for a task)
             panel, self._panel = self._panel, None
             if panel is not None:
                 panel.stop()
@@ -191,10 +196,8 @@ class Console:
         if self.quiet_tasks or (not self.verbose and noise.is_noise(line)):
             return
         with self.lock:
-            if self._panel is not None:
-                progress = parse(line)
-                if progress is None or progress.kind not in _PANEL_ROWS_SHOW:
-                    self._panel.task_line(key, line)
+            if self._panel is not None:  # a person reads this: protocol lines become their lines
+                self._show_in_panel(self._people.feed(key, line))
                 return
             prefix = f"[{key}]"
             if self.color:
@@ -203,11 +206,20 @@ class Console:
             self.out.write(f"{prefix} {line}\n")
             self.out.flush()
 
+    def _show_in_panel(self, lines: "list[tuple[Optional[str], str]]") -> None:
+        for key, text in lines:
+            if key is None:
+                self._panel.message(text)  # a line about the whole run
+            else:
+                self._panel.task_line(key, text)
+
+    # A message may quote outside bytes (a spec's value, a host's reply): one_line keeps it one
+    # bounded line with control characters escaped, whatever the caller put in it.
     def info(self, message: str) -> None:
-        self._message(f"tfcluster: {message}")
+        self._message(f"tfcluster: {one_line(message)}")
 
     def error(self, message: str) -> None:
-        self._message(f"tfcluster: error: {message}", style="bold red")
+        self._message(f"tfcluster: error: {one_line(message)}", style="bold red")
 
     def block(self, lines: list[str]) -> None:
         self._message("\n".join(lines))
@@ -225,6 +237,12 @@ class Console:
                 return
             self.err.write(text + "\n")
             self.err.flush()
+
+
+def no_color() -> bool:
+    """NO_COLOR (https://no-color.org) set and not empty: no colour codes, also on a terminal (rich,
+    which draws the live panel, reads the same variable)."""
+    return os.environ.get("NO_COLOR", "") != ""
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -124,7 +124,12 @@ def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, **opt
 
 
 def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "launcher", "up", spec, "--supervise", run_id, *extra]
+    """This tfcluster as the detached supervisor. Not ``python -m launcher``: that would import a
+    ``launcher.py`` or ``launcher/`` of the user's from the current directory instead of this one."""
+    root = str(Path(__file__).resolve().parent.parent)
+    main = (f"import sys; sys.path[:] = [{root!r}] + [p for p in sys.path if p not in ('', '.')]; "
+            "from launcher.cli import main_entry; main_entry()")
+    return [sys.executable, "-c", main, "up", spec, "--supervise", run_id, *extra]
 
 
 def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> int:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from .backends import RecordedRun, backend_class
 from .console import Console
-from .errors import LaunchError
+from .errors import NoRun
 from .plan import Plan
 from .procinfo import is_same, wait_gone
 from .record.events import Event
@@ -28,7 +28,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
     run_dir = (root / spec.name / run_id) if run_id else latest_run(root, spec.name)
     if run_dir is None or not (run_dir / LAUNCHER_FILE).is_file():
         where = root / spec.name / (run_id or LATEST)
-        raise LaunchError(f"no run record at {where}; nothing to stop (check the spec path or --run)")
+        raise NoRun(f"no run record at {where}; nothing to stop (check the spec path or --run)")
     info = read_launcher(run_dir, required=True) or {}
     pid, started = int(info["pid"]), info.get("start_time")
     stopped_any = False

@@ -6,11 +6,16 @@ escaping to the top is a bug in tfcluster and is shown with its traceback.
 
 from __future__ import annotations
 
+# Every exit code of the ``tfcluster`` command, defined here once (launcher/execution.py re-exports them).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
+EXIT_NO_RUN = 4  # status/logs/attach/down/runs/tensorboard: no such run, or no run record at all
+
 
 class UserError(Exception):
     """An error caused by the user's input or environment; printed as one line per message."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
     def __init__(self, *lines: str) -> None:
         super().__init__("\n".join(lines))
@@ -20,13 +25,20 @@ class UserError(Exception):
 class SpecError(UserError):
     """cluster.yaml is missing, malformed or violates a rule (exit 2)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class LaunchError(UserError):
     """The plan cannot be started here: a port is taken, a host unreachable (exit 1)."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
+
+
+class NoRun(LaunchError):
+    """No such run, or no run record of this spec at all (exit 4): a script tells "nothing to
+    look at" apart from "the run failed"."""
+
+    exit_code = EXIT_NO_RUN
 
 
 class AttemptImpossible(LaunchError):

@@ -17,8 +17,11 @@ import threading
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import envnames
+from .bounded import escape
 from .console import Console
-from .errors import LaunchError
+from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
+                     EXIT_USAGE, LaunchError)
+from .gpus import asked as gpus_asked
 from .plan import Plan, build_plan, redact_env
 from .record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from .spec import LoadedSpec, load_spec
@@ -26,8 +29,9 @@ from .spec import LoadedSpec, load_spec
 if TYPE_CHECKING:  # pragma: no cover
     from .spec import Spec
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
+# The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
+# meaning or goes away (adding a field does not raise it).
+JSON_FORMAT = 1
 
 
 def hangup_reason(why: str) -> str:
@@ -36,29 +40,38 @@ def hangup_reason(why: str) -> str:
     return f"the terminal of `tfcluster up` went away ({why}); every task was stopped as on Ctrl-C"
 
 
-def plan_for(spec: "Spec") -> Plan:
+def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
     """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
-    backend's static placement, placeholders when it knows its nodes only after allocating."""
+    backend's static placement, placeholders when it knows its nodes only after allocating.
+    ``gpus=False``: without the hosts' GPUs (no GPU refusals, each task's request unmade): for the commands
+    that look at a run rather than start one (status, down, logs...), which must work when a
+    GPU is gone."""
+    from dataclasses import replace
+
     from .backends import backend_class
 
-    return build_plan(spec, backend_class(spec.backend).place(spec))
+    placement = backend_class(spec.backend).place(spec)
+    return build_plan(spec, placement if gpus else replace(placement, gpus={}))
 
 
 def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = ()) -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/elastic.py)."""
-    rows = [("task", "host", "address:port", "command")]
+    gpu_column = show_gpus(plan)
+    rows = [("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")]
     joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
     for t in plan.tasks:
         command = joined.get(t.command) or joined.setdefault(t.command, shlex.join(t.command))
-        rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", command))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        rows.append((t.key, t.host) + ((t.gpus.describe(),) if gpu_column else ())
+                    + (t.endpoint or "(no port: not in cluster)", command))
+    cols = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(cols)]
     out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
     if plan.placeholder:
         out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
                    "hosts, addresses and TF_CONFIG below are stand-ins")
     for r in rows:
-        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
+        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:cols])) + "  " + r[cols])
     if spares:
         out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
     if plan.cluster is None:  # single-host strategies: the task's role only
@@ -70,6 +83,8 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
     if plan.threads:
         out.append(plan.threads)
+    if plan.gpus:
+        out.append(plan.gpus)
     if plan.tasks:
         common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
         for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
@@ -80,7 +95,13 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
         for k, v in shown.items():
             out.append(f"  {k}={v}")
-    return "\n".join(out)
+    return "\n".join(escape(line) for line in out)  # (a spec's value with an escape sequence: shown, not run)
+
+
+def show_gpus(plan: Plan) -> bool:
+    """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
+    (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
+    return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)
 
 
 def spares_of(spec) -> list[str]:
@@ -183,6 +204,8 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
         f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
         f"logs in {record.logs_dir}"
     )
+    if plan.gpus and (show_gpus(plan) or gpus_asked(spec)):  # said once: where the tasks' GPUs are
+        console.info(plan.gpus)
     if panel:
         console.start_panel(supervisor.view)  # on a terminal only
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from .backends.base import Backend
+from .bounded import listing
 from .console import Console
 from .elastic import Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts
 from .plan import Plan
@@ -143,7 +144,7 @@ class Membership:
             if answer.problem != self._discovery_problem:
                 self._discovery_problem = answer.problem
                 self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
-                                   f"({', '.join(h.name for h in self.spec.hosts)}); the run goes on")
+                                   f"({listing([h.name for h in self.spec.hosts], 'hosts')}); the run goes on")
                 self.record.event(Event.DISCOVERY, ok=False, problem=answer.problem)
             return False
         self._discovery_problem = ""
@@ -158,9 +159,9 @@ class Membership:
         self.backend.add_hosts(added)
         self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
         self.record.event(Event.DISCOVERY, ok=True, added=[h.name for h in added], gone=gone)
-        bits = ([f"{', '.join(h.name for h in added)} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
+        bits = ([f"{listing([h.name for h in added], 'hosts')} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
                  f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
-        bits += [f"{', '.join(gone)} gone from the list"] if gone else []
+        bits += [f"{listing(gone, 'hosts')} gone from the list"] if gone else []
         self.console.info(f"discovery: {'; '.join(bits)}")
         in_plan = {t.host for t in self.plan.tasks}
         vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}

@@ -8,6 +8,7 @@ status.py (the run's state and task rows) and feed.py (the record replayed into 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shlex
@@ -15,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
+from .bounded import escape, listing
 from .console import Console
-from .errors import LaunchError
-from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_SUPERVISOR_LOST
+from .errors import LaunchError, NoRun
+from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
 from .record.events import Event
 from .record.feed import RecordFeed
 from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
@@ -47,9 +49,9 @@ def _run(loaded: LoadedSpec, run_id: Optional[str]) -> Path:
 def status(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     view = load_run(_run(loaded, args.run))
     if args.json:
-        print(json.dumps(view.to_json(), indent=2))
+        print(json.dumps({"format": JSON_FORMAT, **view.to_json()}, indent=2))
     else:
-        print("\n".join(render_status(view, args.spec)))
+        print("\n".join(escape(line) for line in render_status(view, args.spec)))  # (a record's bytes: never raw)
     return exit_code(view)
 
 
@@ -76,12 +78,16 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
 
 
 def task_table(view: RunStatus) -> list[str]:
-    rows = [("task", "host", "state", "epoch/step", "loss", "accuracy", "examples/s", "restarts", "last line")]
+    gpu = any(t.gpu_mib is not None for t in view.tasks)  # where nvidia-smi answered: memory, utilisation, peak
+    rows = [("task", "host", "state", "epoch/step", "loss", "accuracy", "examples/s", "restarts")
+            + (("gpu (peak)",) if gpu else ()) + ("last line",)]
     for t in view.tasks:
         where = "-" if t.epoch is None else f"{t.epoch}/{t.step if t.step is not None else '-'}"
+        gpu_cell = ("-" if t.gpu_mib is None else f"{t.gpu_mib}M" + (f" {t.gpu_util}%" if t.gpu_util is not None else "")
+                    + f" ({t.gpu_peak_mib}M)",) if gpu else ()
         rows.append((t.key, t.host, t.state + (" (unsupervised)" if view.state == LOST and t.alive else ""),
-                     where, _num(t.loss, 4), _num(t.accuracy, 4), _num(t.examples_per_sec, 1), str(t.restarts),
-                     t.last_line[:60]))
+                     where, _num(t.loss, 4), _num(t.accuracy, 4), _num(t.examples_per_sec, 1), str(t.restarts))
+                    + gpu_cell + (t.last_line[:60],))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return ["  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:-1])) + "  " + r[-1] for r in rows]
 
@@ -121,23 +127,39 @@ def duration(seconds: float) -> str:
 
 
 def runs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
-    print("\n".join(render_runs(list_runs(name_dir(loaded)), name_dir(loaded))))
-    return EXIT_OK
+    views = list_runs(name_dir(loaded))
+    if args.json:
+        print(json.dumps(runs_json(views), indent=2))
+    else:
+        print("\n".join(escape(line) for line in render_runs(views, name_dir(loaded))))  # (a record's bytes: never raw)
+    return EXIT_OK if views else EXIT_NO_RUN
 
 
-def runs_under(path: Path, console: Console) -> int:
-    """``tfcluster runs DIR``: DIR is a run_dir (one folder per spec name) or one name's folder."""
+def runs_under(path: Path, console: Console, as_json: bool = False) -> int:
+    """``tfcluster runs DIR``: DIR is a run_dir (one folder per spec name) or one name's folder.
+    No run there: exit 4 (EXIT_NO_RUN), after saying so (or an empty list in JSON)."""
     if not path.is_dir():
-        raise LaunchError(f"no run directory at {path}; give a cluster.yaml or a run dir such as runs/")
+        raise NoRun(f"no run directory at {path}; give a cluster.yaml or a run dir such as runs/")
     names = [path] if runs_root(path) else sorted(p for p in path.iterdir() if p.is_dir() and runs_root(p))
-    if not names:
+    views = [v for name_dir in names for v in list_runs(name_dir)]
+    if as_json:
+        print(json.dumps(runs_json(views), indent=2))
+    elif not names:
         print(f"no runs under {path}")
-        return EXIT_OK
-    out: list[str] = []
-    for name_dir in names:
-        out += render_runs(list_runs(name_dir), name_dir)
-    print("\n".join(out))
-    return EXIT_OK
+    else:
+        out: list[str] = []
+        for name_dir in names:
+            out += render_runs(list_runs(name_dir), name_dir)
+        print("\n".join(escape(line) for line in out))
+    return EXIT_OK if views else EXIT_NO_RUN
+
+
+def runs_json(views: list[RunStatus]) -> dict:
+    """``runs --json``: ``{"format": 1, "runs": [{"name", "run", "started", "duration", "outcome",
+    "attempts", "accuracy"}, ...]}`` (started: Unix seconds; duration: seconds; null when unknown)."""
+    return {"format": JSON_FORMAT, "runs": [
+        {"name": v.name, "run": v.run_id, "started": v.started, "duration": v.elapsed(), "outcome": v.state,
+         "attempts": v.attempts or None, "accuracy": v.final_accuracy} for v in views]}
 
 
 def render_runs(views: list[RunStatus], where: Path) -> list[str]:
@@ -162,7 +184,7 @@ def logs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     run = _run(loaded, args.run)
     keys = [t.key for t in load_run(run, progress=False).tasks]
     if args.task is not None and args.task not in keys:
-        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {', '.join(keys)}")
+        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {listing(keys, 'tasks')}")
     path = log_path(run, args.task) if args.task else run / OUTPUT_FILE
     start, end = _attempt_range(run, args.task, args.attempt)
     if args.tail is not None and args.tail < 0:
@@ -196,19 +218,53 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
 
 
 def _print_range(path: Path, start: int, end: Optional[int], tail: Optional[int]) -> int:
-    """Print the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached."""
+    """Print the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached.
+    Read a chunk at a time (a log of gigabytes, or one line of 100 MB, does not fill memory): the
+    last ``tail`` lines are kept as they pass, each cut to _TAIL_LINE bytes."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read() if end is None else fh.read(max(0, end - start))
+        fh = open(path, "rb")
     except FileNotFoundError:
         return start
-    complete = data[: data.rfind(b"\n") + 1] if end is None else data
-    lines = complete.decode("utf-8", "replace").splitlines()
-    if tail is not None:
-        lines = lines[-tail:] if tail else []
-    _out("\n".join(lines) + "\n" if lines else "")
-    return start + len(complete)
+    kept: "collections.deque[bytes]" = collections.deque(maxlen=tail or 1)
+    position = start
+    with fh:
+        fh.seek(start)
+        left = None if end is None else max(0, end - start)
+        carry = b""
+        while left is None or left > 0:
+            data = fh.read(_CHUNK if left is None else min(_CHUNK, left))
+            if not data:
+                break
+            if left is not None:
+                left -= len(data)
+            data = carry + data
+            cut = data.rfind(b"\n") + 1
+            complete, carry = data[:cut], data[cut:]
+            if tail is None:
+                if complete:
+                    _out(complete.decode("utf-8", "replace"))
+                if len(carry) > _TAIL_LINE:  # a line past the bound is printed as it comes
+                    _out(carry.decode("utf-8", "replace"))
+                    complete, carry = data, b""
+            else:
+                kept.extend(line[:_TAIL_LINE] for line in complete.split(b"\n")[:-1])
+                if len(carry) > _TAIL_LINE:
+                    kept.append(carry[:_TAIL_LINE])
+                    complete, carry = data, b""  # (the rest of that line is skipped)
+            position += len(complete)
+        if end is not None and carry:  # a range ends where the next attempt starts: its last line is whole
+            if tail is None:
+                _out(carry.decode("utf-8", "replace") + "\n")
+            else:
+                kept.append(carry[:_TAIL_LINE])
+            position += len(carry)
+    if tail:
+        _out("".join(line.decode("utf-8", "replace") + "\n" for line in kept))
+    return position
+
+
+_CHUNK = 1 << 20
+_TAIL_LINE = 1 << 20
 
 
 def _out(text: str, stream: Optional[TextIO] = None) -> None:

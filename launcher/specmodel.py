@@ -49,6 +49,9 @@ class Host(OptionsModel):
     proxy_jump: Optional[str] = None
     # ssh backend: the interpreter that runs the task wrapper and preflight here (default: ssh.python).
     python: Optional[str] = None
+    # At most this many of the run's tasks on this host (None: no limit; a host's GPU count still
+    # bounds its gpus_per_task: N tasks).
+    slots: Optional[int] = Field(default=None, ge=1, strict=True)
 
     @field_validator("name")
     @classmethod
@@ -79,6 +82,9 @@ class TaskGroup(OptionsModel):
     # Elastic runs (launcher/elastic.py): with no spare host left, the group may go on with fewer
     # workers, never below min. None: every worker is needed.
     min: Optional[int] = Field(default=None, ge=1, strict=True)
+    # GPUs each task of this group gets, overriding devices.gpus_per_task and the role's default
+    # (ps and the parameter_server chief: none): N, or 0 for none (CUDA_VISIBLE_DEVICES=-1).
+    gpus: Optional[int] = Field(default=None, ge=0, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -179,11 +185,15 @@ class Watchdog(OptionsModel):
 
 
 class Devices(OptionsModel):
-    """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (CUDA_VISIBLE_DEVICES) and
-    ``cpus: N`` (N logical CPU devices, so mirrored/central_storage run N replicas without GPUs);
-    ``threads: auto | N | 0`` (each task's TF/OpenMP thread budget: launcher/threads.py)."""
+    """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (which of a host's GPUs the
+    run may use), ``gpus_per_task: auto | N | all`` and ``gpu_memory: auto | growth | all | MiB``
+    (each GPU task's share and its memory setting: launcher/gpus.py), ``cpus: N`` (N logical CPU
+    devices, so mirrored/central_storage run N replicas without GPUs); ``threads: auto | N | 0``
+    (each task's TF/OpenMP thread budget: launcher/threads.py)."""
 
     gpus: Any = "all"
+    gpus_per_task: Any = "auto"
+    gpu_memory: Any = "auto"
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
     # auto (issue 22's contract); its inter-op pool is never below 2 (threads.INTEROP_MIN: with
     # one, parameter_server tasks hung).
@@ -196,6 +206,22 @@ class Devices(OptionsModel):
             return v
         raise ValueError(f"{v!r} is not valid; use auto (each task its share of its host's cores), "
                          "a number of threads per task (2), or 0 (leave TensorFlow's defaults)")
+
+    @field_validator("gpus_per_task", mode="before")
+    @classmethod
+    def _gpus_per_task(cls, v: Any) -> Any:
+        if v in ("auto", "all") or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"{v!r} is not valid; use auto (the host's GPUs divided among its GPU tasks), a number "
+                         "of GPUs per task (1), or all (every task sees every GPU of its host)")
+
+    @field_validator("gpu_memory", mode="before")
+    @classmethod
+    def _gpu_memory(cls, v: Any) -> Any:
+        if v in ("auto", "growth", "all") or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"{v!r} is not valid; use auto (growth when tasks share a GPU), growth, all "
+                         "(TensorFlow's default: nearly all of it), or a limit per GPU in MiB (8000)")
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -217,6 +243,16 @@ class Devices(OptionsModel):
             return None
         ids = range(self.gpus) if isinstance(self.gpus, int) else self.gpus
         return ",".join(str(i) for i in ids) or "-1"  # -1: no GPU at all
+
+
+class Collective(OptionsModel):
+    """``collective:`` -- MultiWorkerMirroredStrategy's all-reduce: ``implementation`` (auto lets
+    TensorFlow pick, possibly RING on GPUs) and ``timeout`` (seconds: a hung collective becomes an
+    error, which the launcher can retry). The reference worker builds
+    ``tf.distribute.experimental.CommunicationOptions`` from them (TFCLUSTER_COLLECTIVE*)."""
+
+    implementation: Literal["auto", "ring", "nccl"] = "auto"
+    timeout: Optional[float] = Field(default=None, gt=0)
 
 
 class Tpu(OptionsModel):
@@ -292,6 +328,7 @@ class Spec(OptionsModel):
     # Working directory of local tasks, relative to the spec file.
     workdir: str = "."
     devices: Devices = Devices()
+    collective: Collective = Collective()
     tpu: Optional[Tpu] = None
 
     @model_validator(mode="before")
@@ -328,7 +365,7 @@ class Spec(OptionsModel):
         else:
             argv = list(v)
         if not argv or not argv[0].strip():
-            raise ValueError("empty command; give the command every task runs, e.g. 'python -m worker'")
+            raise ValueError("empty command; give the command every task runs, e.g. 'tfcluster-worker'")
         return v
 
     @field_validator("env", mode="before")

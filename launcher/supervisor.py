@@ -29,9 +29,10 @@ from .policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay,
 from .record.events import Event
 from .record.feed import SnapshotWriter
 from .record.states import AttemptState, Outcome
+from .gpuwatch import GpuWatch
 from .record.view import RunView
 from .record.writer import RunRecord
-from .report import location_lines, locations, task_table
+from .report import gpu_peak_lines, location_lines, locations, task_table
 from .specmodel import Restart, Spec, Watchdog
 from .standby import WarmStandby
 
@@ -112,6 +113,7 @@ class Supervisor:
                           run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
                           **self.members.spares())
         snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
+        gpu_watch = self._gpu_watch()
         self.members.start()
         try:
             number = 0  # attempts so far - 1 (TFCLUSTER_RESTART_COUNT)
@@ -168,6 +170,8 @@ class Supervisor:
             self._stop_all(grace=0)
             self.standby.drop()
             self.backend.close()
+            if gpu_watch is not None:
+                gpu_watch.close()
             snapshots.close()  # the last one: the record as it ends
 
     def interrupt(self) -> None:
@@ -439,7 +443,8 @@ class Supervisor:
         for line in consequence_lines(key, consequences):
             self.console.info(line)
         report = [line for k in shown
-                  for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose)]
+                  for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
+                                           self._given_gpus(k))]
         if report:
             self.console.block(report)
         if others:
@@ -447,7 +452,35 @@ class Supervisor:
         self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
                           last_lines=list(tail[-TAIL:]), others=list(others),
                           consequences={k: c for k, c in consequences},
-                          errors=list(exception_lines(tail)), hint=hint(tail))
+                          errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key)))
+
+    def _gpu_watch(self) -> Optional[GpuWatch]:
+        """Each GPU task's memory and utilisation from nvidia-smi (launcher/gpuwatch.py), where the
+        plan knows its GPUs on this machine (the local backend: tasks are process groups here)."""
+        gpu_ids = {t.key: t.gpus.ids for t in self.plan.tasks if t.gpus.ids}
+        if not gpu_ids or self.plan.backend != "local":
+            return None
+
+        def groups() -> dict[str, int]:
+            out = {}
+            for key, handle in list(self._handles.items()):
+                pgid = handle.info().get("pgid")
+                if isinstance(pgid, int):
+                    out[key] = pgid
+            return out
+
+        def on_sample(figures) -> None:
+            self.record.event(Event.GPU_USAGE, tasks={k: list(v) for k, v in figures.items()})
+
+        return GpuWatch(groups, gpu_ids, on_sample, self.console.info).start()
+
+    def _given_gpus(self, key: str) -> bool:
+        """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""
+        try:
+            g = self.plan.task(key).gpus
+        except KeyError:
+            return False
+        return bool(g.ids) or (g.ids is None and g.required)
 
     def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
         """The sink every backend's output reader calls. It never raises: a reader that stopped
@@ -495,7 +528,8 @@ class Supervisor:
         where = locations(self.record.state_dir, self.record.logs_dir)
         self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
                           tasks=self.view.outcome_facts(), locations=where)
-        self.console.report(task_table(self.view.snapshot()) + self._summary() + location_lines(where))
+        view = self.view.snapshot()
+        self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + location_lines(where))
         if outcome == Outcome.SUCCEEDED:
             self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
         elif outcome == Outcome.INTERRUPTED:

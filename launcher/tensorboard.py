@@ -20,7 +20,7 @@ from typing import Optional
 
 from . import statelayout
 from .console import Console
-from .errors import LaunchError, SpecError
+from .errors import LaunchError, NoRun, SpecError
 from .record.layout import runs_dir, state_dir
 from .record.reader import latest_run
 from .specmodel import LoadedSpec
@@ -41,7 +41,7 @@ def logdir_of(loaded: LoadedSpec) -> Path:
     spec = loaded.spec
     root = runs_dir(loaded)
     if latest_run(root, spec.name) is None:
-        raise LaunchError(f"no run of '{spec.name}' yet (nothing under {root / spec.name}); "
+        raise NoRun(f"no run of '{spec.name}' yet (nothing under {root / spec.name}); "
                           f"start one with 'tfcluster up {loaded.path}'")
     logdir = state_dir(root, spec.name) / statelayout.TENSORBOARD
     if not logdir.is_dir():

@@ -22,7 +22,7 @@ base_python=$(command -v python3)
 rm -rf "$venv"
 "$base_python" -m venv "$venv"
 # Newest versions within the ranges: a fresh virtualenv has nothing to keep, and --upgrade says so.
-timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade -e ".[tf,test,export,compare]"
+timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade -e ".[tf,test,export,compare,ssh,docker]"
 "$venv/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
     | grep -iE '^(pytest|tensorflow|tf[-_]keras|pydantic|fabric|paramiko|docker|rich|jsonschema|pyyaml) ' \
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2

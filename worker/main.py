@@ -1,4 +1,5 @@
-"""``python -m worker``: the training entrypoint tfcluster starts on every task.
+"""``tfcluster-worker`` (the same as ``python -m worker``): the reference training entrypoint
+tfcluster starts on every task.
 
 The strategy comes from ``--strategy`` ($TFCLUSTER_STRATEGY, set by tfcluster), the role from
 TF_CONFIG: under the synchronous strategies (sync.py) every chief/worker trains; under
@@ -27,7 +28,9 @@ STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "central_
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
+    # (named as it was started: the `tfcluster-worker` script, or `python -m worker`)
+    prog = "tfcluster-worker" if os.path.basename(sys.argv[0]) == "tfcluster-worker" else "python -m worker"
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--strategy", choices=STRATEGIES,
                    default=os.environ.get(envnames.STRATEGY, "multi_worker_mirrored"),
                    help="default: $TFCLUSTER_STRATEGY, set by tfcluster")
@@ -148,6 +151,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"worker: {task.key} strategy={args.strategy} loop={args.loop} "
           f"restart={os.environ.get(envnames.RESTART_COUNT, '0')} model_dir={model_dir(args)}", flush=True)
     import_tensorflow()
+    from .strategies import SettingError, collective_settings, configure_gpus
+
+    try:
+        print(f"worker: {task.key} gpus: {configure_gpus()}", flush=True)  # before any op initialises them
+        collective_settings()
+    except SettingError as exc:
+        print(f"worker: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if task.type == "evaluator":
         from .evaluator import run_evaluator
 
@@ -167,3 +178,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except TpuUnavailable as exc:
         print(f"worker: error: {exc}", file=sys.stderr, flush=True)
         return 2
+
+
+def main_entry() -> None:
+    """The ``tfcluster-worker`` console script."""
+    sys.exit(main())

@@ -17,7 +17,8 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``write
         grow: replan to a bigger group after the attempt stopped gracefully)
     outcome (last; written once, also by ``tfcluster down`` for a lost supervisor)
 
-and in between, backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
+and in between: gpu_usage (where nvidia-smi answers, a sample of each GPU task's memory and
+utilisation that changed: launcher/gpuwatch.py); backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
 slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
 A new kind goes here first; readers (record/view, reader, feed, compare/measure) ignore kinds
 they do not know.
@@ -55,3 +56,4 @@ class Event(Word):
     SLURM_SUBMITTED = "slurm_submitted"
     SLURM_RUNNING = "slurm_running"
     SLURM_CANCELLED = "slurm_cancelled"
+    GPU_USAGE = "gpu_usage"

@@ -13,6 +13,7 @@ file is reported by name (``RecordDamaged``), never with a traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -22,8 +23,9 @@ from typing import Any, Callable, Optional
 
 from ..policy import describe_exit
 from ..procinfo import group_alive, is_same
+from ..errors import exc_text
 from .events import Event
-from .feed import replay
+from .feed import DAMAGE, replay
 from .layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
 from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from .states import Outcome, RunState, TaskState
@@ -62,12 +64,16 @@ class TaskRow:
     examples_per_sec = _of_task("examples_per_sec")
     last_line = _of_task("last_line", "")
     has_result = _of_task("has_result", False)  # printed its final tfcluster-result line
+    gpu_mib = _of_task("gpu_mib")  # where nvidia-smi answered: its GPU memory (MiB), utilisation (%), peak
+    gpu_util = _of_task("gpu_util")
+    gpu_peak_mib = _of_task("gpu_peak_mib")
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,
                 "epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": self.loss,
                 "accuracy": self.accuracy, "examples_per_sec": self.examples_per_sec, "restarts": self.restarts,
-                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result}
+                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result,
+                "gpu_mib": self.gpu_mib, "gpu_util": self.gpu_util, "gpu_peak_mib": self.gpu_peak_mib}
 
 
 @dataclass
@@ -139,15 +145,26 @@ class RunStatus:
 def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_same,
              group_alive: Callable[[int], bool] = group_alive, progress: bool = True) -> RunStatus:
     """Everything the record says about the run in ``run_dir`` (without reading the task logs
-    when ``progress`` is false: enough for the state, cheap enough to poll)."""
+    when ``progress`` is false: enough for the state, cheap enough to poll). A record whose files
+    hold values tfcluster never writes (a damaged or foreign one) is RecordDamaged, one line."""
+    try:
+        return _load_run(run_dir, alive, group_alive, progress)
+    except DAMAGE as exc:
+        raise RecordDamaged(f"run record damaged: {run_dir} holds values tfcluster cannot read ({exc_text(exc)}); "
+                            "move it away (or delete the run) to read the others") from None
+
+
+def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_alive: Callable[[int], bool],
+              progress: bool) -> RunStatus:
     plan = read_json(run_dir / PLAN_FILE, required=True) or {}
     launcher = read_launcher(run_dir) or {}
     events = read_events(run_dir, strict=True)
-    hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
+    hosts = {f"{t['type']}:{t['index']}": _text(t.get("host", "")) for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
-    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=plan.get("name", run_dir.parent.name),
-                       backend=plan.get("backend", launcher.get("backend", "")), state=RUNNING,
-                       supervisor_pid=launcher.get("pid"), supervisor_host=launcher.get("host"),
+    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=_text(plan.get("name", run_dir.parent.name)),
+                       backend=_text(plan.get("backend", launcher.get("backend", ""))), state=RUNNING,
+                       supervisor_pid=_whole(launcher.get("pid")),
+                       supervisor_host=_text(launcher["host"]) if launcher.get("host") is not None else None,
                        detached=bool(launcher.get("detached")))
     rows = {key: TaskRow(key, host) for key, host in hosts.items()}
     outcome = None
@@ -156,12 +173,12 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
         kind = e.get("event")
         task = rows.get(e.get("task", ""))
         if kind == Event.RUN_START:
-            status.started = e.get("time")
+            status.started = _number(e.get("time"))
         elif kind == Event.START and task is not None:
-            task.host = e.get("host") or task.host  # where it runs now (tasks move when hosts are lost)
+            task.host = _text(e.get("host")) or task.host  # where it runs now (tasks move when hosts are lost)
             if task.attempt is not None:
                 task.restarts += 1
-            task.attempt = e.get("attempt")
+            task.attempt = _whole(e.get("attempt"))
             task.state = TaskState.STARTING
             attempt = max(attempt, int(e.get("attempt", 0) or 0))
         elif kind == Event.READY and task is not None:
@@ -184,8 +201,8 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
         status.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
             outcome.get("outcome"), FAILED)
         # `down` of a lost run writes its outcome later: when the run ended is in "ended".
-        status.ended = outcome.get("ended") or outcome.get("time")
-        status.reason = outcome.get("reason", "")
+        status.ended = _number(outcome.get("ended")) or _number(outcome.get("time"))
+        status.reason = _text(outcome.get("reason", ""))
         status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
         for t in rows.values():
             if t.state in (TaskState.RUNNING, TaskState.STARTING):
@@ -224,7 +241,7 @@ def last_sign_of_life(run_dir: Path, events: list[dict[str, Any]]) -> Optional[f
     snapshot (every few seconds while it runs), launcher.json, supervisor.log -- whichever
     came last. (Events alone stop at the last start or ready: a run that trained for minutes
     after that would look seconds long.) None for a record with none of it."""
-    times = [float(e["time"]) for e in events[-1:] if isinstance(e.get("time"), (int, float))]
+    times = [t for t in (_number(e.get("time")) for e in events[-1:]) if t is not None]
     paths = [run_dir / name for name in (EVENTS_FILE, OUTPUT_FILE, SNAPSHOT_FILE, LAUNCHER_FILE, SUPERVISOR_LOG)]
     try:
         paths += list((run_dir / LOGS_DIR).glob("*.log"))
@@ -236,6 +253,19 @@ def last_sign_of_life(run_dir: Path, events: list[dict[str, Any]]) -> Optional[f
         except OSError:
             continue
     return max(times) if times else None
+
+
+def _text(value: Any) -> str:
+    """A string of the record as it should be one (a damaged record's number or list: its JSON)."""
+    return value if isinstance(value, str) else "" if value is None else json.dumps(value)[:200]
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def list_runs(name_dir: Path) -> list[RunStatus]:

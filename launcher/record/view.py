@@ -62,6 +62,10 @@ class TaskView:
     accuracy: Optional[float] = None  # only a value within [0, 1]
     last_line: str = ""
     has_result: bool = False  # printed its final tfcluster-result line (accuracy is the test accuracy)
+    # Where nvidia-smi answers (gpu_usage events): its GPU memory (MiB) and utilisation (%) now, its peak memory.
+    gpu_mib: Optional[int] = None
+    gpu_util: Optional[int] = None
+    gpu_peak_mib: Optional[int] = None
     throughput: Optional[Throughput] = field(default=None, repr=False)
 
     @property
@@ -326,6 +330,13 @@ class RunView:
             t.reason = str(record.get("reason", ""))
             if t.state not in TERMINAL:
                 t.state = FAILED
+        elif kind == Event.GPU_USAGE:
+            figures = record.get("tasks")
+            for key, pair in (figures.items() if isinstance(figures, dict) else ()):
+                if key in self.tasks and isinstance(pair, (list, tuple)) and len(pair) == 2:
+                    t = self.tasks[key]
+                    t.gpu_mib, t.gpu_util = _int(pair[0]), _int(pair[1])
+                    t.gpu_peak_mib = max(t.gpu_peak_mib or 0, t.gpu_mib or 0)
         elif kind == Event.OUTCOME:
             self.outcome = str(record.get("outcome", ""))
             self.exit_code = record.get("exit_code")
@@ -467,6 +478,10 @@ def _task_from_json(data: Mapping[str, Any]) -> TaskView:
     t = TaskView(**{k: v for k, v in data.items() if k in known})
     t.throughput = Throughput.from_json(throughput) if throughput is not None else None
     return t
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _float(value: Any) -> Optional[float]:

@@ -4,7 +4,8 @@
 Standalone and stdlib-only: the local backend runs it with the launcher's Python, the ssh
 backend copies it to each host. Usage::
 
-    python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] [--threads VAR] -- ARGV...
+    python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] [--threads VAR]
+                        [--gpus VAR [--gpu-memory-var NAME]] -- ARGV...
 
 * It makes itself the leader of a new session and process group, and the task runs in that
   same group, so ``killpg(wrapper_pid, sig)`` reaches the task and everything it spawned.
@@ -18,6 +19,11 @@ backend copies it to each host. Usage::
   (``I/N``, a ``devices: {threads: auto}`` budget the plan could not make: launcher/threads.py);
   the wrapper replaces it with TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS and OMP_NUM_THREADS
   (each unless already set) from this host's cores (its CPU affinity, capped by a cgroup limit).
+* ``--gpus VAR``: VAR, if set, is the task's GPU request (launcher/remote/gpuplace.py, next to
+  this file: uploaded with it); the wrapper makes it from this host's GPUs (``nvidia-smi -L``):
+  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, TF_FORCE_GPU_ALLOW_GROWTH and the memory limit
+  (``--gpu-memory-var``'s name), each unless already set. A host that cannot meet it (fewer
+  GPUs than asked) is one line on stderr and exit 2, the task not started.
 * It exits with the task's exit code, or 128+N when the task died of signal N, the same
   convention a shell, SSH and Docker use, so every backend reports exits alike.
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import select
 import signal
 import sys
@@ -41,9 +48,12 @@ LEASE_EXPIRED = "no word from the launcher for"
 GCE_NOTICE = "GCE preemption notice"
 _GCE_DEFAULT = "metadata.google.internal"
 _GCE_PATH = "/computeMetadata/v1/instance/preempted"
+_GCE_BODY = 64  # bytes of the reply read: TRUE or FALSE
+_ETAG = re.compile(r"^[0-9A-Za-z_.-]{1,128}$")
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
-    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None}
+    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None,
+            "gpus": None, "gpu-memory-var": ""}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -103,6 +113,27 @@ def _thread_budget(var: str) -> None:
         os.environ.setdefault(name, str(max(budget, 2) if name == "TF_NUM_INTEROP_THREADS" else budget))
 
 
+def _gpu_request(var: str, limit_var: str) -> "str | None":
+    """``--gpus VAR``: make the task's GPUs from VAR's request on this host (gpuplace.complete),
+    in this process's env; the problem, if the host cannot meet it."""
+    if var not in os.environ:
+        return None
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import gpuplace
+    finally:
+        sys.path.pop(0)
+    gpus = gpuplace.host_gpus()
+    env, problem = gpuplace.complete(dict(os.environ), [g[0] for g in gpus], var, limit_var)
+    if problem:
+        import socket
+
+        return "%s %s" % (socket.gethostname(), problem)
+    os.environ.clear()
+    os.environ.update(env)
+    return None
+
+
 def _set_pdeathsig(sig: int) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
     try:
@@ -157,7 +188,9 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
             conn = http.client.HTTPConnection(host, timeout=330)
             conn.request("GET", query, headers={"Metadata-Flavor": "Google"})
             reply = conn.getresponse()
-            body = reply.read().decode(errors="replace").strip()
+            # The flag is TRUE or FALSE: a longer body is not read (a server sending gigabytes does not
+            # fill this host's memory); http.client bounds the header lines.
+            body = reply.read(_GCE_BODY).decode(errors="replace").strip()
             etag = reply.getheader("ETag") or "0"
             conn.close()
         except (OSError, http.client.HTTPException):
@@ -169,6 +202,10 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
         if body.upper() == "TRUE":
             on_notice()
             return
+        if not _ETAG.match(etag):  # it goes into the next request's URL: only what an ETag holds
+            stopping.wait(5.0)
+            last = ""
+            continue
         last = etag
 
 
@@ -184,6 +221,11 @@ def main(argv: list[str]) -> int:
         os.chdir(opts["cwd"])
     if opts["threads"]:
         _thread_budget(opts["threads"])
+    if opts["gpus"]:
+        problem = _gpu_request(opts["gpus"], opts["gpu-memory-var"])
+        if problem:
+            _say(f"taskwrap: {problem}; the task was not started\n")
+            return 2
 
     child = os.fork()
     if child == 0:

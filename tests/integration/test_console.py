@@ -153,8 +153,17 @@ def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
         assert not any(line.startswith("task ") and "steps in epoch" in line for line in report)  # panel gone
         whole = _screen(sock, history=True)
         assert "Could not find cuda drivers" not in whole and "failed call to cuInit" not in whole
-        # Heartbeats are in the rows, not scrolling above; epochs and results do scroll.
-        assert "tfcluster-step " not in whole and "[worker:0] tfcluster-epoch epoch=2 " in whole
+        # Heartbeats are in the rows, not scrolling above; epochs scroll as one line for the run each,
+        # the strategy once; the protocol lines themselves stay in the task logs.
+        epochs = [line for line in whole.splitlines() if line.startswith("epoch ")]
+        assert [line.split("  ")[0] for line in epochs] == ["epoch 1/2", "epoch 2/2"], whole
+        assert all(re.fullmatch(r"epoch [12]/2  loss \d\.\d{4}  accuracy [01]\.\d{3}  [\d,]+ ex/s  \(worker:0-1\)",
+                                line) for line in epochs), epochs
+        strategy = [line for line in whole.splitlines() if line.startswith("strategy ")]
+        assert len(strategy) == 1 and re.fullmatch(r"strategy multi_worker_mirrored \(CollectiveAllReduceStrategy, "
+                                                    r"2 replica\(s\), global batch \d+\)", strategy[0]), strategy
+        assert "tfcluster-step " not in whole and "tfcluster-epoch" not in whole and "tfcluster-start" not in whole
+        assert "tfcluster-epoch epoch=2 " in (run_dir(spec) / "logs" / "worker-0.log").read_text()
         assert "Could not find cuda drivers" in (run_dir(spec) / "logs" / "worker-0.log").read_text()
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)

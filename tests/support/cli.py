@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -15,6 +19,11 @@ PY = sys.executable
 
 def _argv(args) -> list[str]:
     return [PY, "-m", "launcher", *(str(a) for a in args)]
+
+
+def tfcluster_argv(*args) -> list[str]:
+    """``tfcluster ARGS`` as an argv, for a test that starts it its own way (on a pseudo-terminal)."""
+    return _argv(args)
 
 
 def _env(env: Optional[Mapping[str, str]], environ: Optional[Mapping[str, str]]) -> Optional[dict]:
@@ -29,6 +38,50 @@ def tfcluster(*args, timeout: float = 120, cwd: Optional[Path] = None, env: Opti
     this process's environment; ``environ`` is the whole environment instead."""
     return subprocess.run(_argv(args), cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
                           env=_env(env, environ))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A finished ``tfcluster`` with what it cost: CPU seconds (user + system) and peak memory."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    cpu_s: float
+    peak_mb: float
+
+
+# Runs the command given after the result file and writes its exit code, CPU time and peak RSS
+# there. The wrapper is a fresh small process: a child forked from it starts from the wrapper's few
+# MB, where one forked from pytest itself would count pytest's own memory (ru_maxrss keeps the
+# high-water mark from before exec).
+_MEASURE = r"""
+import json, os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+with open(sys.argv[1], "w") as fh:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime,
+               "peak_mb": usage.ru_maxrss / 1024}, fh)
+"""
+
+
+def tfcluster_measured(*args, timeout: float = 60, cwd: Optional[Path] = None) -> Measured:
+    """``tfcluster ARGS`` to its end, its own CPU time and peak RSS (``os.wait4`` in a small
+    wrapper process, so only this command's). Output as bytes decoded with ``backslashreplace``,
+    so a raw escape byte stays visible to the test."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "usage.json"
+        proc = subprocess.Popen([PY, "-c", _MEASURE, str(result), *_argv(args)], cwd=cwd or ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the wrapper and tfcluster: nothing left running
+            proc.communicate()
+            raise AssertionError(f"tfcluster {' '.join(map(str, args))} ran past {timeout} s") from None
+        usage = json.loads(result.read_text())
+    return Measured(usage["code"], out.decode("utf-8", "backslashreplace"), err.decode("utf-8", "backslashreplace"),
+                    usage["cpu_s"], usage["peak_mb"])
 
 
 def start_tfcluster(*args, cwd: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,

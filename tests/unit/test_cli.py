@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from launcher.cli import main
 from tests.support.cli import ROOT, tfcluster
+from tests.support.ports import free_base
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -47,7 +49,6 @@ def test_missing_file_exit_2(tmp_path, capsys):
 def test_usage_error_exit_2(capsys):
     assert main(["frobnicate"]) == 2
     assert "Traceback" not in capsys.readouterr().err
-    assert main([]) == 2
 
 
 def test_plan_json_is_the_contract(tmp_path, capsys):
@@ -84,3 +85,38 @@ def test_console_script_runs_without_tensorflow(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "import launcher.cli, launcher.supervisor, launcher.backends.local, sys;"
                            "print('tensorflow' in sys.modules)"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_a_local_install_runs_without_the_ssh_and_docker_extras(tmp_path):
+    """fabric/paramiko are the [ssh] extra, docker the [docker] one: with them blocked, a local run
+    works, ssh and docker specs still validate and plan, and their `up` fails in one line naming
+    the extra, before anything starts."""
+    block = tmp_path / "block"
+    for module in ("fabric", "paramiko", "docker", "invoke"):
+        (block / module).mkdir(parents=True)
+        (block / module / "__init__.py").write_text(f"raise ImportError('{module} is blocked in this test')\n")
+    env = {**os.environ, "PYTHONPATH": f"{block}:{ROOT}"}
+    (tmp_path / "task.py").write_text("print('local task ran', flush=True)\n")
+    local = write(tmp_path, f"""\
+        name: l
+        strategy: multi_worker_mirrored
+        entrypoint: [{json.dumps(sys.executable)}, task.py]
+        tasks: {{worker: 1}}
+        ports: {{base: {free_base()}}}
+    """)
+    run = tfcluster("up", local, "--plain", environ=env, cwd=tmp_path)
+    assert run.returncode == 0 and "[worker:0] local task ran" in run.stdout, run.stdout + run.stderr
+    ssh = tmp_path / "ssh.yaml"
+    ssh.write_text("name: s\nstrategy: multi_worker_mirrored\nbackend: ssh\nentrypoint: tfcluster-worker\n"
+                   "hosts: [{name: vm1, ssh: me@vm1}]\ntasks: {worker: {count: 1, hosts: [vm1]}}\n")
+    dk = tmp_path / "dk.yaml"
+    dk.write_text("name: d\nstrategy: multi_worker_mirrored\nbackend: docker\nentrypoint: tfcluster-worker\n"
+                  "tasks: {worker: 2}\n")
+    for spec, extra, package in ((ssh, "ssh", "fabric"), (dk, "docker", "docker")):
+        for command in ("validate", "plan"):
+            assert tfcluster(command, spec, environ=env, cwd=tmp_path).returncode == 0
+        up = tfcluster("up", spec, environ=env, cwd=tmp_path)
+        assert up.returncode == 1 and up.stderr == (
+            f"tfcluster: error: backend {extra} needs the Python package '{package}' (not installed); "
+            f"install it with: pip install 'tfcluster[{extra}]'\n"), up.stderr
+    assert not (tmp_path / "runs" / "s").exists() and not (tmp_path / "runs" / "d").exists()

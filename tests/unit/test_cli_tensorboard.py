@@ -41,7 +41,7 @@ def record_run(spec: Path) -> RunRecord:
 
 
 def test_no_run_yet(spec, capsys):
-    assert main(["tensorboard", str(spec)]) == 1
+    assert main(["tensorboard", str(spec)]) == 4  # EXIT_NO_RUN
     line = one_cli_error(capsys.readouterr().err)
     assert "no run of 't' yet" in line and f"tfcluster up {spec}" in line, line
 

@@ -29,15 +29,40 @@ def test_panel_mode_prints_lines_above_the_panel_but_not_heartbeats_or_noise(mon
     console = Console(out=term, err=term)
     assert console.start_panel(RunView())
     console.task_line("worker:0", NOISE)
+    console.task_line("worker:0", "hello from my script")
     console.task_line("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 time=1.0")
     console.task_line("worker:0", "tfcluster-epoch epoch=1 loss=0.5 accuracy=0.7")
     console.info("restarting the whole group")
     console.report(["  the report"])
     shown = _plain(term.getvalue())
-    assert "[worker:0] tfcluster-epoch epoch=1 loss=0.5 accuracy=0.7" in shown
+    # The epoch as a person reads it (shown at the end: no start line said which tasks train)
+    assert "epoch 1  loss 0.5000  accuracy 0.700  (worker:0)" in shown
+    assert "[worker:0] hello from my script" in shown  # a script's own output, as it is
     assert "tfcluster: restarting the whole group" in shown
     assert shown.rstrip().endswith("the report")
-    assert "tfcluster-step" not in shown and "absl" not in shown
+    assert "tfcluster-" not in shown and "absl" not in shown
+
+
+def test_panel_mode_one_line_per_epoch_for_the_run_and_the_strategy_once(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    term = FakeTerminal()
+    console = Console(out=term, err=term)
+    assert console.start_panel(RunView())
+    start = ("tfcluster-start epoch=0 step=0 global_step=0 time=1795696600.000 strategy=multi_worker_mirrored "
+             "strategy_class=tensorflow.python.distribute.collective_all_reduce_strategy.CollectiveAllReduceStrategy "
+             "replicas=2 global_batch=64 epochs=30 steps_per_epoch=23")
+    epoch = ("tfcluster-epoch epoch=16 global_step=368 loss=0.0851 accuracy=0.9803 examples_per_sec={rate} "
+             "learning_rate=0.001 time=1795696618.254")
+    for key in ("worker:0", "worker:1"):
+        console.task_line(key, start)
+    console.task_line("worker:0", epoch.format(rate="4029.9"))
+    console.task_line("worker:1", epoch.format(rate="4031.1"))
+    console.end_panel()
+    shown = _plain(term.getvalue()).splitlines()
+    assert [line for line in shown if line.startswith(("epoch ", "strategy "))] == [
+        "strategy multi_worker_mirrored (CollectiveAllReduceStrategy, 2 replica(s), global batch 64)",
+        "epoch 16/30  loss 0.0851  accuracy 0.980  4,030 ex/s  (worker:0-1)"]
+    assert not any("tfcluster-" in line or "1795696618" in line for line in shown), shown
 
 
 def test_no_panel_on_a_pipe_or_a_dumb_terminal(monkeypatch):

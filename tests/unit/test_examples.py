@@ -23,7 +23,7 @@ def test_parameter_server_example_plan_topology():
     cluster = tasks[0]["tf_config"]["cluster"]
     assert sorted(cluster) == ["chief", "ps", "worker"]  # the evaluator is kept out of the cluster
     assert all(t["tf_config"]["cluster"] == cluster for t in tasks)
-    assert all(t["command"][:3] == ["python", "-m", "worker"] for t in tasks)
+    assert all(t["command"][0] == "tfcluster-worker" for t in tasks)  # the script: no worker.py can shadow it
     assert all(t["env"]["TFCLUSTER_STRATEGY"] == "parameter_server" for t in tasks)
 
 

@@ -22,6 +22,19 @@ def plan_of(text: str):
     return plan_for(parse_spec(textwrap.dedent(text)))
 
 
+# Each task's GPUs came later (launcher/gpus.py: its own CUDA_VISIBLE_DEVICES, or the request the
+# backend completes where it starts; test_gpus.py checks those): compared without them.
+GPU_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TFCLUSTER_GPUS", "TF_FORCE_GPU_ALLOW_GROWTH")
+
+
+def no_gpu(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k not in GPU_VARS}
+
+
+def no_gpu_json(data: dict) -> dict:
+    return {**data, "tasks": [{**t, "env": no_gpu(t["env"])} for t in data["tasks"]]}
+
+
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_each_tasks_tf_config_and_env_are_unchanged(name):
     plan = plan_of(SPECS[name])
@@ -29,14 +42,14 @@ def test_each_tasks_tf_config_and_env_are_unchanged(name):
     assert set(golden) == set(plan.keys)
     for task in plan.tasks:
         assert task.tf_config_json == golden[task.key]["tf_config_json"], task.key
-        assert task.env_dict == golden[task.key]["env"], task.key
-        assert list(task.env_dict) == sorted(golden[task.key]["env"]), task.key  # still sorted
+        assert no_gpu(task.env_dict) == no_gpu(golden[task.key]["env"]), task.key
+        assert list(task.env_dict) == sorted(task.env_dict), task.key  # still sorted
         assert json.loads(task.tf_config_json) == task.tf_config
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_to_json_is_the_full_shape_as_before(name):
-    assert plan_of(SPECS[name]).to_json() == GOLDENS[name]["to_json"]
+    assert no_gpu_json(plan_of(SPECS[name]).to_json()) == no_gpu_json(GOLDENS[name]["to_json"])
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -53,7 +66,9 @@ def test_compact_json_expands_to_the_full_shape(name):
 def test_the_tasks_share_one_cluster():
     plan = plan_of(SPECS["ssh_pss_explicit_ports"])
     assert plan.cluster is not None and all(t.cluster is plan.cluster for t in plan.tasks)
-    assert all(t.base_env is plan.tasks[0].base_env for t in plan.tasks)
+    # the tasks whose env is the same share one tuple (here they differ by their GPUs: the ps and
+    # the chief none, each worker its request by its place on its host)
+    assert len({id(t.base_env) for t in plan.tasks}) == len({t.base_env for t in plan.tasks})
     assert plan_of(SPECS["mirrored_single_host"]).cluster is None
 
 
@@ -83,6 +98,12 @@ def test_rendered_plan_grows_linearly():
     assert 8 * small <= big <= 12 * small, (small, big)
 
 
+def with_format(text: str) -> str:
+    """A golden ``plan --json`` text with the CLI's ``"format": 1`` first (the version of the output)."""
+    assert text.startswith("{\n")
+    return '{\n  "format": 1,\n' + text[2:]
+
+
 def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
     from launcher.cli import main
 
@@ -90,7 +111,9 @@ def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
         path = tmp_path / f"{name}.yaml"
         path.write_text(textwrap.dedent(text))
         assert main(["plan", str(path), "--json"]) == 0
-        assert capsys.readouterr().out == GOLDENS[name]["plan_json_text"], name
+        out = capsys.readouterr().out
+        assert out == json.dumps(json.loads(out), indent=2) + "\n", name  # the same layout
+        assert no_gpu_json(json.loads(out)) == no_gpu_json(json.loads(with_format(GOLDENS[name]["plan_json_text"]))), name
 
 
 def test_plan_json_compact(tmp_path, capsys):
@@ -101,6 +124,7 @@ def test_plan_json_compact(tmp_path, capsys):
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
     assert main(["plan", str(path), "--json=compact"]) == 0
     data = json.loads(capsys.readouterr().out)
+    assert (data["format"], data["shape"]) == (1, "compact")
     assert data["cluster"] == {"chief": ["localhost:3000"],
                                "worker": ["localhost:3001", "localhost:3002", "localhost:3003"]}
     assert data["env"]["API_TOKEN"] == "***" and "TF_CONFIG" not in data["env"]
@@ -108,20 +132,26 @@ def test_plan_json_compact(tmp_path, capsys):
                                 "port": 3001}
     assert json.dumps(expand_plan_json(data), indent=2) + "\n" == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
     assert main(["plan", str(path), "--json=full"]) == 0
-    assert capsys.readouterr().out == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
+    assert capsys.readouterr().out == with_format(GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"])
 
-def test_plan_json_flag_forms(tmp_path, capsys):
-    """--json before FILE still works; a form other than full/compact is one line, exit 2."""
+def test_plan_json_flag_forms(tmp_path, capsys, monkeypatch):
+    """--json before FILE still works; a form other than full/compact is one line, exit 2; without
+    FILE, ./cluster.yaml is the spec, and with none there the error says how to give one."""
     from launcher.cli import main
 
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
     assert main(["plan", "--json", str(path)]) == 0
-    assert capsys.readouterr().out == GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"]
+    assert capsys.readouterr().out == with_format(GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"])
     assert main(["plan", str(path), "--json=small"]) == 2
     assert "argument --json: invalid choice: 'small' (choose from 'full', 'compact')" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TFCLUSTER_FILE", raising=False)
     assert main(["plan", "--json"]) == 2
-    assert "the following arguments are required: FILE" in capsys.readouterr().err
+    assert "no FILE given and no ./cluster.yaml in " in capsys.readouterr().err
+    (tmp_path / "cluster.yaml").write_text(path.read_text())
+    assert main(["plan", "--json"]) == 0
+    assert capsys.readouterr().out == with_format(GOLDENS["local_mwms_chief_evaluator"]["plan_json_text"])
 
 
 def test_the_records_plan_json_holds_the_cluster_once_and_reads_back(tmp_path):

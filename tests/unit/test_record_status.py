@@ -65,7 +65,8 @@ def test_running_rows_progress_throughput_and_restarts(tmp_path):
     assert [t.to_json() for t in quick.tasks][0] == {
         "key": "worker:0", "host": "h0", "state": "running", "attempt": 1, "epoch": None, "step": None,
         "global_step": None, "loss": None, "accuracy": None, "examples_per_sec": None, "restarts": 1,
-        "last_line": "", "alive": None, "has_result": False}
+        "last_line": "", "alive": None, "has_result": False,
+        "gpu_mib": None, "gpu_util": None, "gpu_peak_mib": None}
 
 
 def test_supervisor_gone_without_outcome_is_lost_and_checks_task_groups(tmp_path):
@@ -115,7 +116,7 @@ def test_status_and_logs_usage_errors_are_one_line(tmp_path, capsys):
     spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
     assert main(["logs", str(spec), "worker:7"]) == 1
     assert "tfcluster: error: TASK: no task worker:7 in run" in capsys.readouterr().err
-    assert main(["status", str(spec), "--run", "nope"]) == 1
+    assert main(["status", str(spec), "--run", "nope"]) == 4  # EXIT_NO_RUN: not "the run failed" (1)
     assert f"--run: no run nope under {run.parent}; recent runs: {run.name}" in capsys.readouterr().err
     assert main(["logs", str(spec), "worker:0", "--tail", "2"]) == 0
     assert capsys.readouterr().out == "b\nc\n"

@@ -39,17 +39,47 @@ from ...console import Console
 from ...errors import LaunchError, exc_text
 from ...plan import Placement, Plan, PlannedTask, Slot
 from ...record.events import Event
-from ...specmodel import TASK_TYPES, LoadedSpec, Spec
+from ...specmodel import TASK_TYPES, Host, LoadedSpec, Spec
 from . import down as ssh_down, probe as ssh_probe, sync as ssh_sync
 from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .commands import env_block, port_check_command, remote_paths, task_command, wrap_args
-from .connect import describe_channel_error
 from .host import HostState
 from .options import SSHOptions
 from .pool import HostPool
 from .runner import Runner
 from .state import StateSync, state_dir
 from .task import SSHTask, signal_tasks
+
+
+def require_ssh_libraries() -> None:
+    """Fabric (and paramiko under it) are the [ssh] extra, not installed with the launcher: a spec
+    with backend: ssh validates and plans without them, and fails here, before connecting, in one
+    line naming the extra."""
+    try:
+        import fabric  # noqa: F401
+        import paramiko  # noqa: F401
+    except ImportError as exc:
+        raise LaunchError(f"backend ssh needs the Python package '{exc.name or 'fabric'}' (not installed); "
+                          "install it with: pip install 'tfcluster[ssh]'") from None
+
+
+def gpu_notes(plan: Plan, found: dict) -> list[str]:
+    """What the preflight found of each host's GPUs, said once: the hosts whose GPU tasks run on
+    CPU (no NVIDIA GPU there), and what the others have."""
+    out = []
+    for name, gpus in found.items():
+        if gpus is None:
+            continue
+        mine = [t for t in plan.tasks if t.host == name and t.gpus.uses_gpu]
+        if not mine:
+            continue
+        if not gpus:
+            out.append(f"{name} has no NVIDIA GPU (nvidia-smi -L lists none): its {len(mine)} GPU task"
+                       f"{'s run' if len(mine) > 1 else ' runs'} on CPU")
+        else:
+            out.append(f"{name}: {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({', '.join(sorted({g[1] for g in gpus}))}) "
+                       f"for {', '.join(t.key for t in mine)}")
+    return out
 
 
 class SSHBackend(Backend):
@@ -69,14 +99,28 @@ class SSHBackend(Backend):
         slots = {}
         cursor = 0
         by_name = {h.name: h for h in reversed(spec.hosts)}  # the first of a name, as spec.host; O(1) a task
+        limited = any(h.slots is not None for h in spec.hosts)
+        used: dict[str, int] = {}
+
+        def free(host: Host) -> bool:
+            return host.slots is None or used.get(host.name, 0) < host.slots
+
         for task_type in TASK_TYPES:
             group = spec.tasks.group(task_type)
             for index in range(group.count):
                 if group.hosts:
                     host = by_name[group.hosts[index % len(group.hosts)]]
+                    if limited and not free(host):  # hosts[].slots: the group's next host with room
+                        host = next((by_name[n] for n in group.hosts if free(by_name[n])), host)
                 else:
                     host = spec.hosts[cursor % len(spec.hosts)]
                     cursor += 1
+                    for _ in range(len(spec.hosts) if limited else 0):  # skip the full hosts
+                        if free(host):
+                            break
+                        host = spec.hosts[cursor % len(spec.hosts)]
+                        cursor += 1
+                used[host.name] = used.get(host.name, 0) + 1
                 slots[f"{task_type}:{index}"] = Slot(host.name, host.dial_address)
         return Placement(slots)
 
@@ -111,6 +155,8 @@ class SSHBackend(Backend):
 
     def __init__(self, loaded: LoadedSpec, record=None, console: Optional[Console] = None,
                  runner: Optional[Runner] = None) -> None:
+        if runner is None:
+            require_ssh_libraries()
         self.loaded = loaded
         self.spec = loaded.spec
         self.opts: SSHOptions = loaded.spec.ssh
@@ -144,6 +190,8 @@ class SSHBackend(Backend):
             ssh_sync.sync_and_setup(self.pool, self.loaded, names)
         # Otherwise each host connects and starts its agent without waiting for the others.
         ssh_probe.probe(self.pool, self.state_sync, plan, names)
+        for line in gpu_notes(plan, {n: self.pool.hosts[n].gpus for n in names}):
+            self.console.info(line)
 
     # -------------------------------------------------------------- state dir (state.py)
 
@@ -223,6 +271,8 @@ class SSHBackend(Backend):
             chan.exec_command(command)
             chan.sendall(env_block(self.task_env(task, hs, env)))
         except Exception as exc:  # noqa: BLE001
+            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+
             raise LaunchError(f"host {hs.name}: cannot start {task.key} "
                               f"({describe_channel_error(exc, self.opts.connect_timeout)}); "
                               "check the host and sshd's MaxSessions") from None

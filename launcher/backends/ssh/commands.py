@@ -30,7 +30,8 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     # -S: the wrapper needs only the stdlib; skipping site saves a large part of its start-up.
     # The task itself starts its own interpreter normally.
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
-             "--pidfile", q(pidfile), "--threads", envnames.THREADS] \
+             "--pidfile", q(pidfile), "--threads", envnames.THREADS, "--gpus", envnames.GPUS,
+             "--gpu-memory-var", envnames.GPU_MEMORY] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + ["--"] + [q(a) for a in argv]
     return f"cd {q(workdir)} && " + quiet(" ".join(parts))
@@ -121,7 +122,8 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
     """taskwrap's arguments for a task started by the host agent (which has no shell to cd)."""
     gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
     return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir,
-            "--threads", envnames.THREADS, *gce, "--", *argv]
+            "--threads", envnames.THREADS, "--gpus", envnames.GPUS, "--gpu-memory-var", envnames.GPU_MEMORY, *gce,
+            "--", *argv]
 
 
 def agent_command(python: str, pidfile: Optional[str]) -> str:

@@ -7,6 +7,7 @@ import signal as _signal
 import threading
 from typing import Any, Optional, Protocol, Sequence
 
+from ...bounded import HOST_LINE_BYTES
 from ...plan import PlannedTask
 from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from ..base import LineSink, TaskHandle
@@ -56,6 +57,9 @@ class SSHTask(TaskHandle):
                     break
                 pending += data
                 *lines, pending = pending.split(b"\n")
+                if len(pending) > HOST_LINE_BYTES:  # 100 MB without a newline: shown in pieces, memory bounded
+                    lines.append(pending)
+                    pending = b""
                 for raw in lines:
                     line = raw.decode("utf-8", "replace").rstrip("\r")
                     if line.startswith("taskwrap: " + LEASE_EXPIRED):
