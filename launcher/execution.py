@@ -34,6 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover
 JSON_FORMAT = 1
 
 
+def hangup_reason(why: str) -> str:
+    """Why a foreground run stopped when its terminal went away (``why``: SIGHUP, or "stdout:
+    hung up" when writing to it failed): the outcome's reason, which `status` shows."""
+    return f"the terminal of `tfcluster up` went away ({why}); every task was stopped as on Ctrl-C"
+
 
 def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
     """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
@@ -180,11 +185,21 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     previous = {}
 
     def on_signal(signum: int, _frame) -> None:
-        supervisor.interrupt()
+        if signum == signal.SIGHUP:
+            supervisor.stop(hangup_reason("SIGHUP"))
+        else:
+            supervisor.interrupt()
 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM) + (() if handover else (signal.SIGHUP,)):
+            if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # `nohup tfcluster up`: asked to outlive the terminal
             previous[sig] = signal.signal(sig, on_signal)
+    if handover is None:
+        # The terminal closed (SIGHUP may come, or not: a shell that does not pass it on),
+        # or a closed pipe: stop as on Ctrl-C, the console from then on silent. Called with
+        # the console's lock held: only says stop.
+        console.follow(lambda why: supervisor.stop(hangup_reason(why)))
     console.info(
         f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
         f"logs in {record.logs_dir}"
@@ -196,6 +211,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         return supervisor.run()
     finally:
+        console.unfollow()
         console.end_panel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

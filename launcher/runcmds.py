@@ -317,12 +317,31 @@ def follow(files: list[tuple[Path, int, str]], run: Path, stream_for=None,
 # ------------------------------------------------------------------ attach
 
 
+class _ConsoleGone(Exception):
+    """``attach``'s console went away (its terminal closed, its reader gone: over ssh, the
+    channel of the ``attach`` that runs it there): leave the run going, as on Ctrl-C."""
+
+
 def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
-    """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going.
+    """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going,
+    and so does a console that goes away (its writes never raise: launcher/console.py).
 
     On a terminal: the live panel of ``up`` (launcher/liveview.py), drawn from a ``RunView`` that
     launcher/record/feed.py replays from the record and then follows, with task output and the
     supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
+    console.follow(lambda why: None)  # (console.lost, checked below, also once its terminal hangs up)
+    try:
+        return _attach(loaded, args, console)
+    finally:
+        console.unfollow()
+
+
+def _gone(console: Console) -> None:
+    if console.lost:
+        raise _ConsoleGone()
+
+
+def _attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     run = _run(loaded, args.run)
     if load_run(run, progress=False).state == RUNNING:
         feed = RecordFeed.resume(run)  # (from the record's last snapshot on)
@@ -339,8 +358,8 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     try:  # (the final view is reloaded with its task rows for the outcome)
         final = follow([(run / OUTPUT_FILE, _size(run / OUTPUT_FILE), ""),
                         (run / SUPERVISOR_LOG, _size(run / SUPERVISOR_LOG), "")], run,
-                       stream_for=renderer.stream_for)
-    except KeyboardInterrupt:
+                       stream_for=renderer.stream_for, on_state=lambda _view: _gone(console))
+    except (KeyboardInterrupt, _ConsoleGone):
         renderer.detached(view)
         return EXIT_OK
     final = load_run(run)
@@ -376,8 +395,9 @@ def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> i
                 feed.poll()
                 drain()
                 break
+            _gone(console)
             time.sleep(_POLL)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _ConsoleGone):
         console.end_panel()
         renderer.detached(load_run(run, progress=False))
         return EXIT_OK

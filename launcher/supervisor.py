@@ -80,6 +80,7 @@ class Supervisor:
         self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
                                   static_hosts=static_hosts, discovery_cwd=discovery_cwd)
         self.hurry_event = threading.Event()
+        self.stop_reason = ""  # why it was stopped, when not by Ctrl-C (``stop``)
         self.poll_interval = poll_interval
         self.clock = clock
         self.attempts: list[Attempt] = []
@@ -128,7 +129,7 @@ class Supervisor:
                         return self._finish(1, Outcome.FAILED, reason="; ".join(exc.lines))
                     return self._finish(0, Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
-                    return self._finish(130, Outcome.INTERRUPTED)
+                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
                 if attempt.state == AttemptState.REGROW:
                     moved = self.members.regrow(number)
                     if moved:
@@ -163,7 +164,7 @@ class Supervisor:
                 )
                 self.record.event(Event.RESTART, attempt=number, delay=delay, after=failure.key, reason=failure.reason)
                 if delay and self.stop_event.wait(delay):
-                    return self._finish(130, Outcome.INTERRUPTED)
+                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
             self.members.close()
             self._stop_all(grace=0)
@@ -179,6 +180,14 @@ class Supervisor:
             self.hurry_event.set()
             for handle in list(self._handles.values()):
                 handle.signal(9)
+        self.stop_event.set()
+
+    def stop(self, reason: str) -> None:
+        """Stop gracefully, as a first Ctrl-C, however often it is called and whatever came
+        before: a closed terminal says so several times (SIGHUP, each failed write to it), and
+        none of it is a user asking to kill at once. ``reason`` goes into the outcome."""
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
         self.stop_event.set()
 
     # -------------------------------------------------------------- one attempt

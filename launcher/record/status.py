@@ -27,7 +27,7 @@ from ..procinfo import group_alive, is_same
 from ..errors import exc_text
 from .events import Event
 from .feed import DAMAGE, replay
-from .layout import PLAN_FILE
+from .layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
 from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from .states import Outcome, RunState, TaskState
 from .view import RunView, TaskView
@@ -212,7 +212,8 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
     if outcome is not None:
         status.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
             outcome.get("outcome"), FAILED)
-        status.ended = _number(outcome.get("time"))
+        # `down` of a lost run writes its outcome later: when the run ended is in "ended".
+        status.ended = _number(outcome.get("ended")) or _number(outcome.get("time"))
         status.reason = _text(outcome.get("reason", ""))
         status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
         for t in rows.values():
@@ -237,8 +238,7 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
                     row.alive = bool(alive(int(pgid), info.get("start_time")) and group_alive(int(pgid)))
                     if not row.alive:
                         row.state = TaskState.GONE
-            if events:
-                status.ended = _number(events[-1].get("time"))
+            status.ended = last_sign_of_life(run_dir, events)
     if progress:
         status.view = replay(run_dir)
         for key, row in rows.items():
@@ -261,6 +261,26 @@ def _planned_gpus(plan: dict, row: dict) -> str:
         return None if got is None else str(got)
 
     return gpu_env_text(value) if isinstance(shared, dict) and isinstance(extra, dict) else ""
+
+
+def last_sign_of_life(run_dir: Path, events: list[dict[str, Any]]) -> Optional[float]:
+    """When a run whose supervisor was lost last showed it was alive: its last event, or the
+    last write to its record -- a task's output in its log or output.log, the supervisor's
+    snapshot (every few seconds while it runs), launcher.json, supervisor.log -- whichever
+    came last. (Events alone stop at the last start or ready: a run that trained for minutes
+    after that would look seconds long.) None for a record with none of it."""
+    times = [t for t in (_number(e.get("time")) for e in events[-1:]) if t is not None]
+    paths = [run_dir / name for name in (EVENTS_FILE, OUTPUT_FILE, SNAPSHOT_FILE, LAUNCHER_FILE, SUPERVISOR_LOG)]
+    try:
+        paths += list((run_dir / LOGS_DIR).glob("*.log"))
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else None
 
 
 def _text(value: Any) -> str:

@@ -2,7 +2,9 @@
 
 The ssh backend runs it once per host as ``python3 -S -c <this source> TAG`` -- the one
 remote shell that host costs before its first task runs (a login shell can cost 0.2 s of CPU,
-so one per host, not two, is what keeps fan-out near pdsh's).
+so one per host, not two, is what keeps fan-out near pdsh's). The shell runs it "quiet"
+(launcher/backends/ssh/commands.py): killed by a signal, it is reported as exit 128+N, and the
+shell never prints its command line (this source) into the task's output.
 
 Protocol (one JSON object per line on stdin/stdout):
 

@@ -98,3 +98,21 @@ def terminal_command(*args) -> str:
     the COLUMNS/LINES pytest may export (they would override the terminal's real size)."""
     argv = " ".join(shlex.quote(str(a)) for a in _argv(args))
     return f"cd {shlex.quote(str(ROOT))} && env -u COLUMNS -u LINES PYTHONPATH={shlex.quote(str(ROOT))} {argv}"
+
+
+def start_on_terminal(*args, cwd: Optional[Path] = None) -> tuple[subprocess.Popen, int]:
+    """``tfcluster ARGS`` with stdin, stdout and stderr on a new pseudo-terminal, which is not its
+    controlling terminal (it leads a session of its own): closing the returned master fd is its
+    terminal window closing with no SIGHUP sent, as under a shell that does not pass SIGHUP on.
+    The caller reads the master (or the terminal blocks once full) and closes it."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.update(TERM="xterm", PYTHONPATH=str(ROOT))
+    try:
+        proc = subprocess.Popen(_argv(args), cwd=cwd or ROOT, stdin=slave, stdout=slave, stderr=slave,
+                                start_new_session=True, env=env)
+    finally:
+        os.close(slave)
+    return proc, master

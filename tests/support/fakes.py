@@ -140,11 +140,11 @@ class Supervised:
 
 
 def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: float = 0.0, clock=None,
-              stop_after: Optional[int] = None) -> Supervised:
+              stop_after: Optional[int] = None, stop=None) -> Supervised:
     """Run ``Supervisor`` on the (dedented) spec with ``backend``, its record under
     ``tmp_path/runs``; ``clock`` is the supervisor's (None: its own, the real one; a ``Counter``
     for no wall-clock waits). ``stop_after``: interrupt once this many tasks have been started
-    (``backend`` a ScriptedBackend)."""
+    (``backend`` a ScriptedBackend), or call ``stop(supervisor)`` instead if given."""
     spec = parse_spec(textwrap.dedent(spec_yaml))
     plan = plan_for(spec)
     record = RunRecord(tmp_path / "runs", plan).create()
@@ -158,7 +158,7 @@ def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: floa
         def start_then_maybe_stop(task, env, on_line):
             handle = start(task, env, on_line)
             if len(backend.started) >= stop_after:
-                sup.interrupt()
+                (stop or Supervisor.interrupt)(sup)
             return handle
 
         backend.start = start_then_maybe_stop

@@ -176,6 +176,32 @@ def test_interrupt_stops_every_task_and_exits_130(tmp_path):
     assert all(h.code is not None for h in backend.handles) and backend.closed
 
 
+def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
+    """A closed terminal says so several times (SIGHUP, each failed write): every task still
+    gets the graceful SIGTERM only, and the outcome says why; a second Ctrl-C kills at once."""
+    def hangup(sup):
+        for why in ("the terminal went away (SIGHUP)", "stdout: hung up", "stderr: hung up"):
+            sup.stop(why)
+
+    graceful = mwms().replace("stop_grace: 0", "stop_grace: 30")
+    result = supervise(tmp_path / "hup", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+                       stop_after=2, stop=hangup)
+    assert result.code == 130
+    (outcome,) = of(result.events, "outcome")
+    assert outcome["outcome"] == "interrupted" and outcome["reason"] == "the terminal went away (SIGHUP)"
+    ends = lambda events: sorted(e["code"] for e in events if e["event"] in ("stopped", "exit"))  # noqa: E731
+    assert ends(result.events) == [143, 143]  # SIGTERM only: they saved
+
+    def ctrl_c_twice(sup):
+        sup.interrupt()
+        sup.interrupt()
+
+    result = supervise(tmp_path / "int", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+                       stop_after=2, stop=ctrl_c_twice)
+    assert 137 in ends(result.events)  # the second Ctrl-C: SIGKILL at once
+    assert of(result.events, "outcome")[0]["reason"] == ""
+
+
 @pytest.mark.parametrize("exit_code,retried", [(1, False), (2, False), (127, False), (137, True), (143, True),
                                                (255, True)])
 def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
