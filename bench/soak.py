@@ -4,9 +4,13 @@ discovery command (a file this script edits), with a random fault every 30-90 s:
 
   sigkill    SIGKILL to one worker's task process           (a crash: a restart, from the last backup)
   sigstop    SIGSTOP to one worker for 25 s, then SIGCONT  (a hang: watchdog.hang_timeout restarts)
-  partition  one host's link down for 8 s, then up          (lost for a moment: a restart there)
+  partition  one host's link down for 8 s, then up          (its sessions lost: suspect, its task moves or
+                                                            the group shrinks, no restart spent)
   preempt    a Spot preemption of one host (Lab.preempt)    (lost: its task moves, or the group shrinks)
-  return     a preempted host's link up and sshd again     (usable after elastic.settle: grow or spare)
+  shutdown   a host shutting down slowly (Lab.shutdown):   (its sessions lost while it still answers:
+             SIGTERM to all but its sshd, which accepts     suspect, its task moves or the group shrinks,
+             for 3 s more, then SIGKILL and its link down   no restart spent)
+  return     a host down (preempt, shutdown) up again      (usable after elastic.settle: grow or spare)
   discovery  the spare dropped from, or put back into, the discovery file
 
 Needs root (tests/labs/ssh.py builds the hosts). Usage::
@@ -100,15 +104,16 @@ class Faults:
         names = [h.name for h in self.lab.hosts if h.name != "h5" or self.spare_listed]
         self.listing.write_text(yaml.safe_dump(self.lab.hosts_yaml(names)))
 
-    KINDS = ("sigkill", "sigstop", "partition", "preempt", "return", "discovery")
+    KINDS = ("sigkill", "sigstop", "partition", "preempt", "shutdown", "return", "discovery")
+    DOWN = ("preempt", "shutdown")  # kinds that take a host down until a "return"
 
     def choose(self) -> str:
         """The next fault: drawn from a shuffled deck of every kind, so that each kind comes once
         a round (a 20-minute soak has about 18 faults: three rounds) instead of by chance (seed 1
         drew no partition in 20 minutes); a kind that cannot happen now waits in the deck. At most
-        one host is down at a time (4 workers, min 2, a spare): a preemption only when none is, a
-        return only when one is."""
-        allowed = [k for k in self.KINDS if (k != "preempt" or not self.down) and (k != "return" or self.down)]
+        one host is down at a time (4 workers, min 2, a spare): a preemption or shutdown only when
+        none is, a return only when one is."""
+        allowed = [k for k in self.KINDS if (k not in self.DOWN or not self.down) and (k != "return" or self.down)]
         if not any(k in allowed for k in self.deck):
             self.deck += self.rng.sample(self.KINDS, len(self.KINDS))
         kind = next(k for k in self.deck if k in allowed)
@@ -142,6 +147,12 @@ class Faults:
             self.down.append(name)
             threading.Thread(target=self.lab.preempt, args=(name, 10.0), daemon=True).start()
             what = f"{name} preempted"
+        elif kind == "shutdown":
+            up = [h.name for h in self.lab.hosts if h.name not in self.down]
+            name = self.rng.choice(up)
+            self.down.append(name)
+            threading.Thread(target=self.lab.shutdown, args=(name, 3.0), daemon=True).start()
+            what = f"{name} shut down (its sshd accepting for 3 s)"
         elif kind == "return":
             name = self.down.pop(0)
             self.lab.bring_back(name)
@@ -276,6 +287,11 @@ def main() -> int:
               f"(bound: {SAVE_FREQ} with --save-freq {SAVE_FREQ}; 0 after a graceful save)")
         if recov:
             print(f"fault -> next resume start (s): median {statistics.median(recov):.1f}, max {max(recov):.1f}")
+        spent = sum(1 for _, line in run.lines if "restarting the whole group (restart " in line)
+        losses = sum(1 for _, line in run.lines if re.search(r"tfcluster: h\d: session lost at |h\d lost ", line))
+        report.update({"restarts_spent": spent, "host_loss_lines": losses})
+        print(f"restarts spent: {spent} (sigkill and sigstop faults: "
+              f"{kinds.get('sigkill', 0) + kinds.get('sigstop', 0)}); host losses said: {losses}")
         print(f"processes left on the hosts: {left or 'none'}")
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         (Path(tempfile.gettempdir()) / "tfcluster-soak.json").write_text(json.dumps(report, indent=1))
