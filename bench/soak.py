@@ -15,7 +15,7 @@ discovery command (a file this script edits), with a random fault every 30-90 s:
 
 Needs root (tests/labs/ssh.py builds the hosts). Usage::
 
-    sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N]
+    sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N] [--kinds shutdown,return,...]
 
 It first trains once undisturbed (the same spec without faults, and without the step delay that
 paces the soak: a sleep the weights never see) for the reference accuracy, then the soak. It ends with: exit code (must be 0), final test accuracy
@@ -93,8 +93,9 @@ def worker_pids(lab: Lab) -> list[tuple[str, int]]:
 
 
 class Faults:
-    def __init__(self, lab: Lab, listing: Path, rng: random.Random) -> None:
+    def __init__(self, lab: Lab, listing: Path, rng: random.Random, kinds: tuple[str, ...] = ()) -> None:
         self.lab, self.listing, self.rng = lab, listing, rng
+        self.kinds = kinds or self.KINDS
         self.down: list[str] = []
         self.spare_listed = True
         self.log: list[dict] = []
@@ -113,9 +114,9 @@ class Faults:
         drew no partition in 20 minutes); a kind that cannot happen now waits in the deck. At most
         one host is down at a time (4 workers, min 2, a spare): a preemption or shutdown only when
         none is, a return only when one is."""
-        allowed = [k for k in self.KINDS if (k not in self.DOWN or not self.down) and (k != "return" or self.down)]
+        allowed = [k for k in self.kinds if (k not in self.DOWN or not self.down) and (k != "return" or self.down)]
         if not any(k in allowed for k in self.deck):
-            self.deck += self.rng.sample(self.KINDS, len(self.KINDS))
+            self.deck += self.rng.sample(self.kinds, len(self.kinds))
         kind = next(k for k in self.deck if k in allowed)
         self.deck.remove(kind)
         return kind
@@ -215,7 +216,15 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=20.0, help="how long faults are injected")
     parser.add_argument("--epochs", type=int, default=0, help="default: enough for --minutes of training")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kinds", default=",".join(Faults.KINDS),
+                        help="the fault kinds to draw from, comma-separated (default: all)")
     args = parser.parse_args()
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    unknown = [k for k in kinds if k not in Faults.KINDS]
+    if unknown or not kinds:
+        print(f"bench/soak.py: --kinds: unknown kind(s) {', '.join(unknown) or '(none given)'}; "
+              f"choose from {', '.join(Faults.KINDS)}", file=sys.stderr)
+        return 2
     reason = have_prereqs()
     if reason:
         print(f"bench/soak.py: {reason}", file=sys.stderr)
@@ -228,7 +237,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="tfcs-soak-"))
     lab = Lab(root, count=5, private=root / "private", prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfck"),
               subnet=os.environ.get("TFCLUSTER_LAB_SUBNET", "10.236.0"))
-    report: dict = {"seed": args.seed, "epochs": epochs}
+    report: dict = {"seed": args.seed, "epochs": epochs, "kinds": list(kinds)}
     try:
         lab.start()
         # The undisturbed reference: the same training, no faults, and no step delay (a sleep per
@@ -247,7 +256,7 @@ def main() -> int:
         work = root / "soak"
         work.mkdir()
         listing = work / "hosts.yaml"
-        faults = Faults(lab, listing, rng)
+        faults = Faults(lab, listing, rng, kinds)
         faults.publish()
         started = time.time()
         run = Run(spec_for(lab, work, "soak", listing, epochs))
