@@ -1,14 +1,18 @@
 """Elastic membership (issue 20): spare hosts, and the plan after a host is lost.
 
-Pure: no I/O. The supervisor asks its backend which hosts of the running plan are lost
-(``Backend.lost_hosts``), then asks :func:`replace_lost` for the next plan. A lost host's tasks
-move, with the same identities (type and index), onto spare hosts: hosts listed under ``hosts:``
-that no task of the plan uses and that were not lost before. Every task of the group then gets a
-new TF_CONFIG (the cluster's addresses changed) and the group restarts from the last backup.
+Pure: no I/O. After a failed attempt the supervisor (launcher/membership.py) takes as lost the
+hosts whose tasks' sessions were lost (``TaskHandle.session_lost``) and those that do not answer
+(``Backend.lost_hosts``); each is *suspect* (:func:`suspect_how`) until it has answered for
+``elastic.settle`` s without a break. It asks :func:`replace_lost` for the next plan. A lost
+host's tasks move, with the same identities (type and index), onto spare hosts: hosts listed
+under ``hosts:`` that no task of the plan uses and that are not suspect. Every task of the group
+then gets a new TF_CONFIG (the cluster's addresses changed) and the group restarts from the last
+backup.
 
-A host loss is a change of membership, not a failure of the training: it never spends
-``restart.max_restarts``. The run fails on host losses only when a lost host's tasks have no
-spare to go to (one line naming the missing hosts).
+A host loss is the infrastructure's, not a failure of the training: it never spends
+``restart.max_restarts``; ``elastic.max_host_losses`` bounds them instead (:func:`too_many_losses`).
+With no spare and no smaller group possible, the group waits up to ``elastic.host_wait`` for the
+hosts to settle and restarts on them, else the run ends in one line naming the missing hosts.
 """
 
 from __future__ import annotations
