@@ -296,7 +296,11 @@ def main() -> int:
               f"(bound: {SAVE_FREQ} with --save-freq {SAVE_FREQ}; 0 after a graceful save)")
         if recov:
             print(f"fault -> next resume start (s): median {statistics.median(recov):.1f}, max {max(recov):.1f}")
-        spent = sum(1 for _, line in run.lines if "restarting the whole group (restart " in line)
+        said = [(at, line) for at, line in run.lines
+                if "restarting the whole group (restart " in line or re.search(r"tfcluster: error: \S+ failed: ", line)]
+        for at, line in said:  # what spent restarts, in the launcher's words (the records of a passed soak go)
+            print(f"{at - started:7.1f} s  launcher: {line.strip()[:300]}")
+        spent = sum(1 for _, line in said if "restarting the whole group (restart " in line)
         losses = sum(1 for _, line in run.lines if re.search(r"tfcluster: h\d: session lost at |h\d lost ", line))
         report.update({"restarts_spent": spent, "host_loss_lines": losses})
         print(f"restarts spent: {spent} (sigkill and sigstop faults: "
