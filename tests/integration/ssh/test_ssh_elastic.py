@@ -86,12 +86,15 @@ def nothing_left(lab) -> None:
     wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
 
 
-def test_a_spare_replaces_the_chief_host_shutting_down_without_spending_a_restart(lab, make_spec, tmp_path):
-    """h1 (worker:0, the chief, which wrote the backups) shuts down: its sessions drop while its
-    sshd still answers. h1 is suspect, and worker:0 moves to the spare h3 at once: not a failure
-    of the training (max_restarts: 0). Every worker keeps its own backups on its private disk
-    (TFCLUSTER_STATE_PRIVATE), so the copy comes from h2, never from the suspect h1, and the
-    group resumes at the saved step, not at the attempt's start."""
+@pytest.mark.parametrize("down,key,other,other_key", [("h1", "worker:0", "h2", "worker:1"),
+                                                      ("h2", "worker:1", "h1", "worker:0")], ids=["chief", "worker1"])
+def test_a_spare_replaces_a_host_shutting_down_without_spending_a_restart(lab, make_spec, tmp_path, down, key, other,
+                                                                          other_key):
+    """A host shuts down: its sessions drop while its sshd still answers. It is suspect, and its
+    worker moves to the spare h3 at once: not a failure of the training (max_restarts: 0). The
+    hardest host to lose is h1 (worker:0, the chief, which wrote the backups): every worker keeps
+    its own backups on its private disk (TFCLUSTER_STATE_PRIVATE), so the copy comes from h2, never
+    from the suspect h1, and the group resumes at the saved step, not at the attempt's start."""
     spec = make_spec(
         [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--step-delay", "0.3",
          "--save-freq", "3", "--progress-every", "1"],
@@ -105,53 +108,54 @@ def test_a_spare_replaces_the_chief_host_shutting_down_without_spending_a_restar
     background = Background()
 
     try:
-        code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=5 ", background.shutdown(lab, "h1"))],
+        code, out = run_and_act(spec, [(rf"\[{key}\] tfcluster-step epoch=0 step=5 ", background.shutdown(lab, down))],
                                 timeout=280)
         background.join()
     finally:
-        bring_back(lab, "h1")
+        bring_back(lab, down)
     assert code == 0, out[-6000:]
-    said = [line for line in out.splitlines() if line.startswith("tfcluster: h1: session lost")]
-    lost = session_lost(spec, background, 'h1')
-    assert len(said) == 1 and re.search(f"h1: {lost}; suspect until it answers for 30 s; worker:0 moved to h3 "
+    said = [line for line in out.splitlines() if line.startswith(f"tfcluster: {down}: session lost")]
+    lost = session_lost(spec, background, down)
+    assert len(said) == 1 and re.search(f"{down}: {lost}; suspect until it answers for 30 s; {key} moved to h3 "
                                         r"\(spare\); restarting the group there", said[0]), out[-4000:]
-    assert "restart.max_restarts is 0" not in out and "worker:0 failed" not in out
+    assert "restart.max_restarts is 0" not in out and f"{key} failed" not in out
     # Both workers resume from the same step: the one they agreed to save on the SIGTERM (0
-    # steps redone) when the save beat the end of h1's session, else the last periodic backup
-    # (every 3 steps) before the shutdown; never from step 0 (a backup at step 3 came first).
-    saved = {int(p["global_step"]) for p in progress(out, "preempted", "worker:1")}
+    # steps redone) when the save beat the end of the host's session, else the last periodic
+    # backup (every 3 steps) before the shutdown; never from step 0 (a backup at step 3 came first).
+    saved = {int(p["global_step"]) for p in progress(out, "preempted", other_key)}
     w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
     assert len(w0) == len(w1) == 2, out[-4000:]
     n0, n1 = int(w0[1]["global_step"]), int(w1[1]["global_step"])
-    last_seen = max(last_step_before(out, "h1: session lost", k) for k in ("worker:0", "worker:1"))
+    last_seen = max(last_step_before(out, f"{down}: session lost", k) for k in ("worker:0", "worker:1"))
     assert n0 == n1 and n0 >= 3, (n0, n1)
     if saved:
         assert len(saved) == 1 and n0 == min(saved) and 5 <= n0 <= last_seen + 1, (saved, n0, last_seen)
     else:
         assert n0 % 3 == 0 and max(3, last_seen - 5) <= n0 <= last_seen, (n0, last_seen)
     redone = max([last_seen, *saved]) - n0
-    assert "state: copied h2's latest backup" in out and " to h3 in " in out, out[-4000:]
+    assert f"state: copied {other}'s latest backup" in out and " to h3 in " in out, out[-4000:]
     (res,) = progress(out, "result", "worker:0")
     assert int(res["steps_run"]) == 24 - n0, res  # the rest of both epochs, nothing more
     run = spec.parent / "runs" / "sshtest" / "latest"
     assert [t["host"] for t in json.loads((run / "plan.json").read_text())["tasks"]] == ["h1", "h2"]
     second = json.loads((run / "plan-2.json").read_text())
-    assert [t["host"] for t in second["tasks"]] == ["h3", "h2"]
-    assert second["cluster"]["worker"][0].startswith(lab.host("h3").address + ":")
+    assert [t["host"] for t in second["tasks"]] == [h if h != down else "h3" for h in ("h1", "h2")]
+    assert second["cluster"]["worker"][int(key[-1])].startswith(lab.host("h3").address + ":")
     recorded = events_of(spec)
-    assert last_hosts(recorded) == {"worker:0": "h3", "worker:1": "h2"}
+    assert last_hosts(recorded) == {key: "h3", other_key: other}
     kinds = [e for e in recorded if e["event"] in ("host_lost", "replan", "restart")]
     assert [e["event"] for e in kinds] == ["host_lost", "replan"], kinds
-    assert kinds[0]["host"] == "h1" and kinds[1]["moved"] == {"worker:0": {"from": "h1", "to": "h3"}}, kinds
-    assert "plans used: 1: h1, h2" in out and "2: h2, h3 (h1: session lost at " in out, out[-3000:]
-    assert f"worker:0 moved to h3 (spare); resumed at step {n0}, {redone} steps redone)" in out, out[-3000:]
+    assert kinds[0]["host"] == down and kinds[1]["moved"] == {key: {"from": down, "to": "h3"}}, kinds
+    assert "plans used: 1: h1, h2" in out and f"2: {other}, h3 ({down}: session lost at " in out, out[-3000:]
+    assert f"{key} moved to h3 (spare); resumed at step {n0}, {redone} steps redone)" in out, out[-3000:]
     fetched = [line for line in out.splitlines() if "fetched final_model" in line]
-    assert len(fetched) == 1 and " from h3 (" in fetched[0], out[-3000:]
+    chief_host = "h3" if key == "worker:0" else "h1"
+    assert len(fetched) == 1 and f" from {chief_host} (" in fetched[0], out[-3000:]
     status = tfcluster("status", str(spec))
     assert status.returncode == 0, status.stderr
-    assert "worker:0  h3 " in status.stdout and "spare hosts" not in status.stdout, status.stdout
-    assert "suspect hosts: h1 (until it answers for 30 s without a break)" in status.stdout, status.stdout
-    assert f"worker:0 moved to h3 (spare); resumed at step {n0}, {redone} steps redone" in status.stdout, status.stdout
+    assert f"{key}  h3 " in status.stdout and "spare hosts" not in status.stdout, status.stdout
+    assert f"suspect hosts: {down} (until it answers for 30 s without a break)" in status.stdout, status.stdout
+    assert f"{key} moved to h3 (spare); resumed at step {n0}, {redone} steps redone" in status.stdout, status.stdout
     nothing_left(lab)
 
 
