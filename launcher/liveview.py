@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
-                          TRAINING, RunView, TaskView)
+                          TRAINING, RunView, TaskView, suspect_lines)
 
 _STATE_STYLE = {
     STARTING: "dim", IMPORTING: "dim", READY: "cyan", TRAINING: "bold green", EVALUATING: "green",
@@ -114,6 +114,8 @@ def _extras(view: RunView) -> str:
             bits.append(f"ps lost {view.ps_lost}")
     if view.spares:
         bits.append(f"spare hosts: {', '.join(view.spares)}")
+    if view.suspects:
+        bits.append(f"suspect hosts: {', '.join(suspect_lines(view))}")
     if view.host_changes:
         bits.append(view.host_changes[-1].describe())
     ev = view.evaluator()

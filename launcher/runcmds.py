@@ -71,6 +71,8 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
     lines += task_table(view)
     if view.spares:
         lines.append(f"spare hosts: {', '.join(view.spares)}")
+    if view.suspects:
+        lines.append(f"suspect hosts: {', '.join(view.suspects)}")
     lines += view.host_changes
     if view.state == LOST:
         lines += lost_advice(view, spec)

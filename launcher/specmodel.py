@@ -150,18 +150,25 @@ class Restart(OptionsModel):
 
 
 class Elastic(OptionsModel):
-    """``elastic:`` -- hosts that come and go (launcher/elastic.py): a host whose connection died
-    and that does not answer again within ``host_wait`` seconds is lost; its tasks move onto a
-    spare host (one listed under ``hosts:`` that no task uses) and the group resumes from the last
-    backup, without spending ``restart.max_restarts``."""
+    """``elastic:`` -- hosts that come and go (launcher/elastic.py): a host whose task's SSH session
+    or connection was lost is *suspect* until it has answered for ``settle`` seconds without a
+    break; its tasks move onto a spare host at once (one listed under ``hosts:`` that no task
+    uses), or the group shrinks to ``tasks.worker.min``, or (neither) waits up to ``host_wait``
+    seconds for the host to settle and restarts on it. None of it spends
+    ``restart.max_restarts``; ``max_host_losses`` bounds it instead."""
 
+    # No spare and no tasks.worker.min: how long the group waits for a suspect host to settle
+    # (answer for `settle` s without a break) before the run ends naming it.
     host_wait: float = Field(default=60.0, ge=0)
-    # A lost host that answers again without a break for this many seconds is usable again (a
-    # flapping host never is): a spare again, or grow's target.
+    # A suspect host that answers again without a break for this many seconds is usable again (a
+    # flapping host never is): a spare again, or grow's target, or the host the group waits for.
     settle: float = Field(default=30.0, ge=0)
     # A group shrunk below tasks.worker.count stops gracefully (SIGTERM: the workers save the
     # step they agree on) and restarts bigger once a host is usable again.
     grow: bool = True
+    # Host losses (a session lost, a host not answering, preempted, gone from discovery) a run
+    # takes in all; the next one ends it in one line: hosts that keep dropping cannot loop forever.
+    max_host_losses: int = Field(default=10, ge=0)
 
 
 class Discovery(OptionsModel):

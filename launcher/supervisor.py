@@ -139,11 +139,11 @@ class Supervisor:
                 failure = attempt.failure
                 assert failure is not None
                 if self.members.elastic:
-                    moved = self.members.move_lost_hosts(number)
+                    moved = self.members.after_failure(number, attempt.sessions_lost)
                     if moved is not None:
                         if moved != 0:
-                            return moved  # the run's exit code: no spare left, or interrupted
-                        number += 1  # a host loss is a membership change, not a failure
+                            return moved  # the run's exit code: no spare left, too many losses, interrupted
+                        number += 1  # a host loss is the infrastructure's, not a failure of the training
                         continue
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
@@ -205,6 +205,8 @@ class Supervisor:
             return attempt
         finally:
             attempt.ended = time.time()
+            if attempt.state == FAILED and self.members.elastic:
+                self._sessions_lost(attempt)
             at_once = attempt.state == FAILED or self.hurry_event.is_set()
             self._stop_all(0 if at_once else self.watchdog.stop_grace)
 
@@ -225,7 +227,9 @@ class Supervisor:
             except LaunchError as exc:
                 if not self.members.elastic:
                     raise
-                # Its host may be gone: the failure is checked for lost hosts like any other.
+                # The session to its host failed: the host is suspect (membership.py), like a
+                # session lost while the task ran.
+                attempt.sessions_lost.setdefault(task.host, time.time())
                 self._fail(attempt, task.key, "; ".join(exc.lines), None)
                 return None
             exits[task.key] = None
@@ -369,6 +373,11 @@ class Supervisor:
         code = exits[key]
         if self.members.elastic:
             host = self.plan.task(key).host
+            if self._handles[key].session_lost is not None:
+                # Its session was lost, not the task: its host is suspect (it may be shutting
+                # down, its sshd still accepting), so the worker is not restarted onto it.
+                self._fail(attempt, key, self._handles[key].state_note() or describe_exit(code), code)
+                return False
             if self.backend.lost_hosts([host], 0.0, self.stop_event):
                 self._fail(attempt, key, _host_gone(code, host), code)
                 return False
@@ -396,6 +405,22 @@ class Supervisor:
         exits[key] = None
         order.remove(key)
         return True
+
+    def _sessions_lost(self, attempt: Attempt) -> None:
+        """A failed attempt's tasks whose sessions were lost (each still running polled once more:
+        its host's connection may have dropped with the others'): their hosts, and when."""
+        for handle in list(self._handles.values()):
+            handle.poll()
+            lost = handle.session_lost
+            if lost is not None:
+                host = handle.task.host
+                attempt.sessions_lost[host] = min(lost, attempt.sessions_lost.get(host, lost))
+
+    def _infra(self, attempt: Attempt) -> bool:
+        """Elastic runs: a task's session was lost in this attempt (so far): its failure is the
+        infrastructure's, and the membership line says it all (launcher/membership.py)."""
+        return self.members.elastic and (bool(attempt.sessions_lost) or any(
+            h.session_lost is not None for h in self._handles.values()))
 
     def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
         with self._lock:
@@ -439,16 +464,17 @@ class Supervisor:
         attempt.state = FAILED
         attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
                                   consequences=tuple(consequences), final=final)
-        self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
-        for line in consequence_lines(key, consequences):
-            self.console.info(line)
-        report = [line for k in shown
-                  for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
-                                           self._given_gpus(k))]
-        if report:
-            self.console.block(report)
-        if others:
-            self.console.info(also_failed_line(others))
+        if not self._infra(attempt):  # (else: recorded, and said in the membership's one line)
+            self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
+            for line in consequence_lines(key, consequences):
+                self.console.info(line)
+            report = [line for k in shown
+                      for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
+                                               self._given_gpus(k))]
+            if report:
+                self.console.block(report)
+            if others:
+                self.console.info(also_failed_line(others))
         self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
                           last_lines=list(tail[-TAIL:]), others=list(others),
                           consequences={k: c for k, c in consequences},

@@ -9,7 +9,11 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``write
         (each task's TF port open) -> attempt_ready; exit (each task), sidecar_failed (an
         evaluator), task_restart (a parameter_server worker restarted alone), failure (the
         attempt's root cause), stopped / stop_unconfirmed (tasks stopped at the attempt's end)
-    restart (the next attempt, after a failure)   [elastic: host_lost, then replan first]
+    restart (the next attempt, after a failure of the training)
+        [elastic, instead of a restart: host_lost (a host whose session was lost or that does not
+        answer: suspect until it answers for elastic.settle s; its ``how`` says so), then replan
+        (tasks moved or left out), or host_added with spare false (the group waited for the host
+        and restarts on it)]
     host_preempted (ssh: a task's wrapper saw GCE's preemption notice; its host is lost at once)
     discovery (elastic: discovery.command's answer changed the hosts, or failed: ok, added, gone,
         problem)

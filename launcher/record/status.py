@@ -30,7 +30,7 @@ from .feed import DAMAGE, replay
 from .layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
 from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from .states import Outcome, RunState, TaskState
-from .view import RunView, TaskView
+from .view import RunView, TaskView, suspect_lines
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)
@@ -117,6 +117,11 @@ class RunStatus:
         return list(self.view.spares) if self.view is not None else []
 
     @property
+    def suspects(self) -> list[str]:
+        """Hosts whose session was lost, not used until they answer for elastic.settle s."""
+        return suspect_lines(self.view) if self.view is not None else []
+
+    @property
     def host_changes(self) -> list[str]:
         """One line per membership change."""
         return [c.describe() for c in self.view.host_changes] if self.view is not None else []
@@ -144,7 +149,7 @@ class RunStatus:
             "supervisor_host": self.supervisor_host, "detached": self.detached,
             "final_accuracy": self.final_accuracy, "tasks": [t.to_json() for t in self.tasks],
             "still_running": self.still_running() if self.state == LOST else [],
-            "spares": self.spares, "host_changes": self.host_changes,
+            "spares": self.spares, "suspects": self.suspects, "host_changes": self.host_changes,
         }
 
 

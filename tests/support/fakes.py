@@ -31,6 +31,7 @@ class Script:
     port_after: Optional[int] = 0
     silent: bool = False
     say: tuple[tuple[int, str], ...] = ()
+    lost: bool = False  # its exit is a lost session (TaskHandle.session_lost), not its own
 
 
 RUN_FOREVER = Script(code=None)
@@ -55,7 +56,15 @@ class ScriptedTask(TaskHandle):
                     self.on_line(self.key, line)
             if self.script.code is not None and self.polls >= self.script.polls:
                 self.code = self.script.code
+                if self.script.lost:
+                    self.lost_at = 1700000000.0 + self.polls  # a fixed wall time: 22:13:xx UTC
         return self.code
+
+    lost_at: Optional[float] = None
+
+    @property
+    def session_lost(self) -> Optional[float]:
+        return self.lost_at
 
     def signal(self, sig: int) -> None:
         self.signals.append(sig)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal as _signal
 import threading
+import time
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from ...bounded import HOST_LINE_BYTES
@@ -49,6 +50,7 @@ class SSHTask(TaskHandle):
         self._code: Optional[int] = None
         self._note = ""
         self._lease_expired = False  # its wrapper said the launcher went silent
+        self._lost_at: Optional[float] = None  # when its session was lost (the exit code is made up)
         self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"ssh-out-{task.key}")
         self._reader.start()
 
@@ -97,6 +99,7 @@ class SSHTask(TaskHandle):
         if silent > self.pool.opts.lease and not self.channel.exit_status_ready():
             # Its wrapper has heard nothing for as long and stops the task (the lease).
             self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+            self._lost_at = time.time() - silent
             self._code = EXIT_CONNECTION_LOST
             return self._code
         if not self.channel.exit_status_ready():
@@ -109,6 +112,7 @@ class SSHTask(TaskHandle):
         self._reader.join(timeout=2.0)
         if code is None or code < 0:
             code = EXIT_CONNECTION_LOST
+            self._lost_at = time.time()
             self._note = f"SSH connection to {self.host.name} lost; the wrapper stops the task within ssh.lease"
         elif self._lease_expired:
             # The wrapper heard nothing from us for ssh.lease and stopped the task (exit 143); its
@@ -116,12 +120,17 @@ class SSHTask(TaskHandle):
             # check fires: the cause is the same silent host, not a SIGTERM.
             silent = max(self.pool.heartbeat.silence(self.host.name), float(self.pool.opts.lease))
             self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+            self._lost_at = time.time() - silent
         self._code = code
         try:
             self.channel.close()
         except Exception:  # noqa: BLE001
             pass
         return code
+
+    @property
+    def session_lost(self) -> Optional[float]:
+        return self._lost_at
 
     def signal(self, sig: int) -> None:
         signal_tasks(self.pool, [self], sig)
