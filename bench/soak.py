@@ -4,14 +4,18 @@ discovery command (a file this script edits), with a random fault every 30-90 s:
 
   sigkill    SIGKILL to one worker's task process           (a crash: a restart, from the last backup)
   sigstop    SIGSTOP to one worker for 25 s, then SIGCONT  (a hang: watchdog.hang_timeout restarts)
-  partition  one host's link down for 8 s, then up          (lost for a moment: a restart there)
+  partition  one host's link down for 8 s, then up          (its sessions lost: suspect, its task moves or
+                                                            the group shrinks, no restart spent)
   preempt    a Spot preemption of one host (Lab.preempt)    (lost: its task moves, or the group shrinks)
-  return     a preempted host's link up and sshd again     (usable after elastic.settle: grow or spare)
+  shutdown   a host shutting down slowly (Lab.shutdown):   (its sessions lost while it still answers:
+             SIGTERM to all but its sshd, which accepts     suspect, its task moves or the group shrinks,
+             for 3 s more, then SIGKILL and its link down   no restart spent)
+  return     a host down (preempt, shutdown) up again      (usable after elastic.settle: grow or spare)
   discovery  the spare dropped from, or put back into, the discovery file
 
 Needs root (tests/labs/ssh.py builds the hosts). Usage::
 
-    sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N]
+    sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N] [--kinds shutdown,return,...]
 
 It first trains once undisturbed (the same spec without faults, and without the step delay that
 paces the soak: a sleep the weights never see) for the reference accuracy, then the soak. It ends with: exit code (must be 0), final test accuracy
@@ -89,8 +93,9 @@ def worker_pids(lab: Lab) -> list[tuple[str, int]]:
 
 
 class Faults:
-    def __init__(self, lab: Lab, listing: Path, rng: random.Random) -> None:
+    def __init__(self, lab: Lab, listing: Path, rng: random.Random, kinds: tuple[str, ...] = ()) -> None:
         self.lab, self.listing, self.rng = lab, listing, rng
+        self.kinds = kinds or self.KINDS
         self.down: list[str] = []
         self.spare_listed = True
         self.log: list[dict] = []
@@ -100,17 +105,18 @@ class Faults:
         names = [h.name for h in self.lab.hosts if h.name != "h5" or self.spare_listed]
         self.listing.write_text(yaml.safe_dump(self.lab.hosts_yaml(names)))
 
-    KINDS = ("sigkill", "sigstop", "partition", "preempt", "return", "discovery")
+    KINDS = ("sigkill", "sigstop", "partition", "preempt", "shutdown", "return", "discovery")
+    DOWN = ("preempt", "shutdown")  # kinds that take a host down until a "return"
 
     def choose(self) -> str:
         """The next fault: drawn from a shuffled deck of every kind, so that each kind comes once
         a round (a 20-minute soak has about 18 faults: three rounds) instead of by chance (seed 1
         drew no partition in 20 minutes); a kind that cannot happen now waits in the deck. At most
-        one host is down at a time (4 workers, min 2, a spare): a preemption only when none is, a
-        return only when one is."""
-        allowed = [k for k in self.KINDS if (k != "preempt" or not self.down) and (k != "return" or self.down)]
+        one host is down at a time (4 workers, min 2, a spare): a preemption or shutdown only when
+        none is, a return only when one is."""
+        allowed = [k for k in self.kinds if (k not in self.DOWN or not self.down) and (k != "return" or self.down)]
         if not any(k in allowed for k in self.deck):
-            self.deck += self.rng.sample(self.KINDS, len(self.KINDS))
+            self.deck += self.rng.sample(self.kinds, len(self.kinds))
         kind = next(k for k in self.deck if k in allowed)
         self.deck.remove(kind)
         return kind
@@ -142,6 +148,12 @@ class Faults:
             self.down.append(name)
             threading.Thread(target=self.lab.preempt, args=(name, 10.0), daemon=True).start()
             what = f"{name} preempted"
+        elif kind == "shutdown":
+            up = [h.name for h in self.lab.hosts if h.name not in self.down]
+            name = self.rng.choice(up)
+            self.down.append(name)
+            threading.Thread(target=self.lab.shutdown, args=(name, 3.0), daemon=True).start()
+            what = f"{name} shut down (its sshd accepting for 3 s)"
         elif kind == "return":
             name = self.down.pop(0)
             self.lab.bring_back(name)
@@ -204,7 +216,15 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=20.0, help="how long faults are injected")
     parser.add_argument("--epochs", type=int, default=0, help="default: enough for --minutes of training")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kinds", default=",".join(Faults.KINDS),
+                        help="the fault kinds to draw from, comma-separated (default: all)")
     args = parser.parse_args()
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    unknown = [k for k in kinds if k not in Faults.KINDS]
+    if unknown or not kinds:
+        print(f"bench/soak.py: --kinds: unknown kind(s) {', '.join(unknown) or '(none given)'}; "
+              f"choose from {', '.join(Faults.KINDS)}", file=sys.stderr)
+        return 2
     reason = have_prereqs()
     if reason:
         print(f"bench/soak.py: {reason}", file=sys.stderr)
@@ -217,7 +237,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="tfcs-soak-"))
     lab = Lab(root, count=5, private=root / "private", prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfck"),
               subnet=os.environ.get("TFCLUSTER_LAB_SUBNET", "10.236.0"))
-    report: dict = {"seed": args.seed, "epochs": epochs}
+    report: dict = {"seed": args.seed, "epochs": epochs, "kinds": list(kinds)}
     try:
         lab.start()
         # The undisturbed reference: the same training, no faults, and no step delay (a sleep per
@@ -236,7 +256,7 @@ def main() -> int:
         work = root / "soak"
         work.mkdir()
         listing = work / "hosts.yaml"
-        faults = Faults(lab, listing, rng)
+        faults = Faults(lab, listing, rng, kinds)
         faults.publish()
         started = time.time()
         run = Run(spec_for(lab, work, "soak", listing, epochs))
@@ -276,6 +296,15 @@ def main() -> int:
               f"(bound: {SAVE_FREQ} with --save-freq {SAVE_FREQ}; 0 after a graceful save)")
         if recov:
             print(f"fault -> next resume start (s): median {statistics.median(recov):.1f}, max {max(recov):.1f}")
+        said = [(at, line) for at, line in run.lines
+                if "restarting the whole group (restart " in line or re.search(r"tfcluster: error: \S+ failed: ", line)]
+        for at, line in said:  # what spent restarts, in the launcher's words (the records of a passed soak go)
+            print(f"{at - started:7.1f} s  launcher: {line.strip()[:300]}")
+        spent = sum(1 for _, line in said if "restarting the whole group (restart " in line)
+        losses = sum(1 for _, line in run.lines if re.search(r"tfcluster: h\d: session lost at |h\d lost ", line))
+        report.update({"restarts_spent": spent, "host_loss_lines": losses})
+        print(f"restarts spent: {spent} (sigkill and sigstop faults: "
+              f"{kinds.get('sigkill', 0) + kinds.get('sigstop', 0)}); host losses said: {losses}")
         print(f"processes left on the hosts: {left or 'none'}")
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         (Path(tempfile.gettempdir()) / "tfcluster-soak.json").write_text(json.dumps(report, indent=1))

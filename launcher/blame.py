@@ -91,13 +91,14 @@ def also_failed_line(others: Sequence[str]) -> str:
     return f"also failed: {', '.join(others)}"
 
 
-def report_lines(key: str, tail: Sequence[str], log_path: object, verbose: bool) -> list[str]:
-    """The exception line(s) a task died of, a hint for a known signature, its last lines
-    (without TF's known harmless lines unless ``verbose``: the log at ``log_path`` has them all)."""
+def report_lines(key: str, tail: Sequence[str], log_path: object, verbose: bool, gpus: bool = False) -> list[str]:
+    """The exception line(s) a task died of, a hint for a known signature (``gpus``: the task was
+    given GPUs), its last lines (without TF's known harmless lines unless ``verbose``: the log at
+    ``log_path`` has them all)."""
     if not tail:
         return []
     lines = [f"  {key}: {line}" for line in exception_lines(tail)]
-    known = hint(tail)
+    known = hint(tail, gpus)
     if known:
         lines.append(f"  hint: {known}")
     lines.append(f"  last lines of {key} ({log_path}):")

@@ -146,6 +146,9 @@ def _parser() -> argparse.ArgumentParser:
                           "devices.cpus (default 2; 0 = leave devices alone, e.g. to use GPUs)")
     cmp.add_argument("--workers", type=int, default=2, metavar="N",
                      help="workers for multi_worker_mirrored/parameter_server derived from another strategy")
+    cmp.add_argument("--gpus", type=int, default=0, metavar="N",
+                     help="compare on N GPUs: mirrored over N, multi_worker_mirrored N workers of one GPU each, "
+                          "default on one (the strategies unless --strategies says others)")
     cmp.add_argument("--progress-every", type=int, default=5, metavar="N",
                      help="steps between progress lines: the intervals examples/s is the median of")
 
@@ -283,7 +286,9 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
 
         for line in warnings(loaded):
             console.info(line)
-    plan = plan_for(loaded.spec)  # placeholder hosts if the backend places tasks when it allocates
+    # placeholder hosts if the backend places tasks when it allocates; this machine's GPUs only
+    # for the commands that start a run or show what would start (validate checks the spec)
+    plan = plan_for(loaded.spec, gpus=args.command in ("plan", "up"))
     run_elsewhere = backend_class(loaded.spec.backend).run_elsewhere
     if args.command in ("up", "status", "logs", "attach", "down", "runs") \
             and not (args.command == "up" and (args.dry_run or args.supervise)):
@@ -367,6 +372,10 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
         strategies = parse_strategies(args.strategies) if args.strategies is not None else ()
     except ValueError as exc:
         raise SpecError(f"{exc} (see 'tfcluster compare --help')") from None
+    if args.gpus < 0:
+        raise SpecError(f"compare: --gpus must be >= 0, not {args.gpus}")
+    if args.gpus and not strategies and len(args.spec) < 2:
+        strategies = ("default", "mirrored", "multi_worker_mirrored")
     if not strategies and len(args.spec) < 2:
         raise SpecError("compare: give --strategies (e.g. --strategies default,mirrored) or several spec files "
                         "(see 'tfcluster compare --help')")
@@ -377,7 +386,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     if args.target_accuracy is not None and not 0 < args.target_accuracy <= 1:
         raise SpecError(f"compare: --target-accuracy is a test accuracy in (0, 1], not {args.target_accuracy}")
     options = Options(strategies=strategies, repeat=args.repeat, target_accuracy=args.target_accuracy,
-                      cpus=args.cpus, workers=args.workers, progress_every=args.progress_every)
+                      cpus=args.cpus, workers=args.workers, progress_every=args.progress_every, gpus=args.gpus)
     return compare(args.spec, options, console, argv=args.argv)
 
 

@@ -6,18 +6,28 @@ the run directory. The file never asks compose to restart a container: compose r
 one at a time, which MultiWorkerMirroredStrategy cannot recover from; ``tfcluster up`` with
 ``backend: docker`` applies the group restart policy instead.
 
-Pure: ``compose_dict`` builds a dict from the spec; only ``write_compose`` touches the disk.
+GPUs: each service that uses GPUs reserves its share of this machine's GPUs (``nvidia-smi -L``
+here; the docker backend's arithmetic, launcher/backends/docker/gpus.py) as
+``deploy.resources.reservations.devices`` (driver nvidia, ``device_ids``, capability gpu) and gets
+``shm_size`` (docker.shm_size; 1g with GPUs). On a machine without GPUs, ``gpus_per_task: N``
+services get ids 0.. as if the host had what they need, and auto ones none (the header says so).
+
+``compose_dict`` builds a dict from the spec (reading only nvidia-smi); only ``write_compose``
+touches the disk.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
 from . import envnames
+from . import containergpus as docker_gpus
+from . import gpus as plan_gpus
 from .errors import SpecError
 from .backends import backend_class
 from .outfile import MARKER, check_overwritable, resolve_output, write_atomic
@@ -36,7 +46,27 @@ RUN_VOLUME = "run"
 def docker_plan(spec: Spec) -> Plan:
     """The plan as containers: every task on its own host named like its address."""
     docker = backend_class("docker")  # by its registered name: compose is the docker backend's plan
-    return build_plan(spec.model_copy(update={"backend": docker.name}), docker.place(spec))
+    placement = replace(docker.place(spec), gpus={}, gpu_hosts={})  # containers() below gives the GPUs
+    return build_plan(spec.model_copy(update={"backend": docker.name}), placement)
+
+
+def containers(spec: Spec, plan: Plan) -> tuple[dict[str, docker_gpus.Container], str]:
+    """Each service's GPUs and /dev/shm, and a header note ("" when there is nothing to say)."""
+    if not docker_gpus.asked(spec):
+        made, _ = docker_gpus.containers(spec, plan.tasks, (), spec.docker.shm_size)
+        return made, ""
+    here = plan_gpus.local_gpus()
+    host = here
+    note = ""
+    if not here:
+        need = sum(t for t in (plan_gpus.take_of(spec, x.type)[0] for x in plan.tasks) if isinstance(t, int))
+        host = tuple((i, "", "") for i in range(need))
+        note = ("this machine has no NVIDIA GPU (nvidia-smi -L): services with a GPU count reserve GPUs 0.. as if "
+                "the host had them, the others none; regenerate on the GPU host")
+    made, problems = docker_gpus.containers(spec, plan.tasks, host, spec.docker.shm_size)
+    if problems:
+        raise SpecError(f"devices: {problems[0].replace(docker_gpus.HOST, 'this machine (the compose host)')}")
+    return made, note
 
 
 def _escape(value: str) -> str:
@@ -76,10 +106,13 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
             host_path = (loaded.base_dir / host_path).resolve()
         extra_volumes.append(f"{_rel(host_path, out_dir)}:{rest}")
 
+    made, _ = containers(spec, plan)
     services: dict[str, Any] = {}
     for i, task in enumerate(plan.tasks):
-        env = dict(task.env)
+        gpu = made[task.key]
+        env = dict(gpu.env)
         env.pop(envnames.THREADS, None)  # threads: auto: made when a backend starts the task; compose does not
+        env.pop(envnames.GPUS, None)  # likewise a GPU request (launcher/gpus.py) nothing here would complete
         env.update(
             {
                 envnames.STATE_DIR: STATE_DIR,
@@ -108,6 +141,11 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
         )
         if opts.user:
             service["user"] = opts.user
+        if gpu.shm_size:
+            service["shm_size"] = gpu.shm_size
+        if gpu.device_ids:
+            service["deploy"] = {"resources": {"reservations": {"devices": [
+                {"driver": "nvidia", "device_ids": [str(d) for d in gpu.device_ids], "capabilities": ["gpu"]}]}}}
         services[task.slug] = service
     return {
         "version": "3.8",
@@ -132,6 +170,9 @@ def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = Non
         "# MultiWorkerMirroredStrategy cannot recover from; `tfcluster up` (backend: docker)",
         "# restarts the whole group and resumes from the backup in the state volume.",
     ]
+    _, note = containers(loaded.spec, plan)
+    if note:
+        lines.append(f"# GPUs: {note}.")
     if doc["services"].get(first, {}).get("build"):
         lines.append(f"# The image is built by service {first}: docker compose build {first}")
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=4096)

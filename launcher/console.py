@@ -8,16 +8,25 @@ panel, the tasks' progress protocol is shown as people's lines (launcher/peoplel
 epoch for the run, the strategy once); plain lines keep it as the tasks print it.
 
 Reader threads of every task write here concurrently; one lock keeps lines whole.
+
+The terminal may go away mid-run (its window closed, the SSH session to a jump host dropped):
+every write then fails (EIO; EPIPE for a closed pipe). Nothing written here ever raises: the
+first failure, or ``follow``'s check that the terminal is still there, marks the stream lost,
+points its descriptor at /dev/null (so that any other writer -- a thread's traceback, Python's
+last flush at exit -- goes nowhere too, silently) and tells ``follow``'s callback once, which
+stops the run as Ctrl-C does (launcher/execution.py).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Optional, TextIO
 
 from . import noise
+from .bounded import one_line
 from .peoplelines import PeopleLines
 
 if TYPE_CHECKING:
@@ -26,11 +35,84 @@ if TYPE_CHECKING:
 _COLORS = ("36", "33", "35", "32", "34", "31")
 
 
+class Stream:
+    """A console stream whose writes never raise. The first one that fails (or ``lose``) makes
+    it lost: its descriptor then points at /dev/null, what is written goes nowhere, and
+    ``on_lost(why)`` is called once (from whichever thread wrote)."""
+
+    def __init__(self, stream: TextIO, name: str, on_lost: Callable[["Stream", str], None]) -> None:
+        self.stream = stream
+        self.name = name
+        self.on_lost = on_lost
+        self.lost = False
+        self.was_tty = _isatty(stream)
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return self.stream.write(text)
+            except (OSError, ValueError) as exc:
+                self.lose(_why(exc))
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError) as exc:
+                self.lose(_why(exc))
+
+    def isatty(self) -> bool:
+        return not self.lost and _isatty(self.stream)
+
+    def gone(self) -> Optional[str]:
+        """Why this stream's terminal is gone, or None: a terminal answers no terminal request
+        once hung up (EIO), while writes may yet be buffered; checked without writing."""
+        if self.lost or not self.was_tty:
+            return None
+        try:
+            fd = self.stream.fileno()
+        except (OSError, ValueError):
+            return None
+        return None if os.isatty(fd) else "hung up"
+
+    def lose(self, why: str) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        try:
+            fd = self.stream.fileno()
+        except (OSError, ValueError, AttributeError):
+            fd = None
+        if fd is not None:
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)  # what the stream still buffers is flushed there, without an error
+                os.close(null)
+            except OSError:
+                pass
+        self.on_lost(self, why)
+
+    def __getattr__(self, name: str):  # encoding, errors, fileno...: the stream's
+        return getattr(self.stream, name)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.ENXIO):
+        return "hung up"
+    if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+        return "broken pipe"
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 class Console:
     def __init__(self, out: Optional[TextIO] = None, err: Optional[TextIO] = None, color: Optional[bool] = None) -> None:
-        self.out = out or sys.stdout
-        self.err = err or sys.stderr
+        self.out = Stream(out or sys.stdout, "stdout", self._lost)
+        self.err = Stream(err or sys.stderr, "stderr", self._lost)
         self.color = (_isatty(self.out) and not no_color()) if color is None else color
+        self.on_lost: Optional[Callable[[str], None]] = None  # see ``follow``
+        self._watch: Optional[threading.Event] = None
+        self._lost_why = ""
         # Held while a line or the panel is written: hold it too to keep a line whole (detach's hand-over).
         self.lock = threading.Lock()
         self._palette: dict[str, str] = {}
@@ -38,6 +120,51 @@ class Console:
         self.verbose = False  # also show the known harmless TF start-up lines
         self._panel = None  # liveview.LivePanel while the live panel is up
         self._people = PeopleLines()  # the task lines as the panel's reader sees them (peoplelines.py)
+
+    # -------------------------------------------------------------- a terminal that goes away
+
+    def follow(self, on_lost: Callable[[str], None], every: float = 0.5) -> None:
+        """Until ``unfollow``: call ``on_lost(why)`` once when stdout or stderr goes away, at
+        the first write that fails or within ``every`` s of its terminal hanging up (checked
+        without writing: a ``--quiet`` run may write nothing for minutes)."""
+        self.on_lost = on_lost
+        if self._lost_why:  # gone before this run started (``compare``'s next configuration)
+            on_lost(self._lost_why)
+        streams = [s for s in (self.out, self.err) if s.was_tty]
+        if not streams or self._watch is not None:
+            return
+        stop = self._watch = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(every):
+                for stream in streams:
+                    why = stream.gone()
+                    if why:
+                        stream.lose(why)
+
+        threading.Thread(target=watch, daemon=True, name="console-terminal").start()
+
+    def unfollow(self) -> None:
+        self.on_lost = None
+        if self._watch is not None:
+            self._watch.set()
+            self._watch = None
+
+    @property
+    def lost(self) -> bool:
+        return self.out.lost or self.err.lost
+
+    def _lost(self, stream: Stream, why: str) -> None:
+        first = not self._lost_why
+        if first:
+            self._lost_why = f"{stream.name}: {why}"  # "stdout: hung up"
+        # The terminal is one for both streams, as a rule: once one is gone, so is the other.
+        other = self.err if stream is self.out else self.out
+        if stream.was_tty and other.gone():
+            other.lose(why)
+        callback = self.on_lost
+        if first and callback is not None:
+            callback(self._lost_why)
 
     # -------------------------------------------------------------- the live panel
 
@@ -86,11 +213,13 @@ class Console:
             else:
                 self._panel.task_line(key, text)
 
+    # A message may quote outside bytes (a spec's value, a host's reply): one_line keeps it one
+    # bounded line with control characters escaped, whatever the caller put in it.
     def info(self, message: str) -> None:
-        self._message(f"tfcluster: {message}")
+        self._message(f"tfcluster: {one_line(message)}")
 
     def error(self, message: str) -> None:
-        self._message(f"tfcluster: error: {message}", style="bold red")
+        self._message(f"tfcluster: error: {one_line(message)}", style="bold red")
 
     def block(self, lines: list[str]) -> None:
         self._message("\n".join(lines))

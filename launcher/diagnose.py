@@ -96,9 +96,42 @@ SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
 )
 
 
-def hint(lines: Sequence[str]) -> Optional[str]:
+# GPU failures (one hint each). The first three hold whatever the task was given; the last two
+# only for a task that was given GPUs (``gpus``): TensorFlow's CPU runs print them as harmless noise
+# ("failed call to cuInit: ... UNKNOWN ERROR (303)" on every CPU host of this suite).
+GPU_SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"Duplicate GPU detected"),
+     "two NCCL ranks on one GPU: give each worker its own GPU (devices.gpus_per_task: 1 with enough GPUs per "
+     "host, or auto with no more workers than GPUs), or collective.implementation: ring"),
+    (re.compile(r"OOM when allocating[^\n]*GPU|CUDA_ERROR_OUT_OF_MEMORY|CUDA out of memory|"
+                r"failed to allocate [^\n]* from device: [^\n]*out of memory", re.I),
+     "a GPU ran out of memory: tasks sharing a GPU need devices.gpu_memory: growth or a MiB limit each, or fewer "
+     "tasks per GPU (devices.gpus_per_task: 1); else lower the batch size"),
+    (re.compile(r"Collective has timed out (?:during execution|waiting for other workers)|NCCL[^\n]*(?:timed? ?out|"
+                r"Timeout)|Watchdog caught collective operation timeout", re.I),
+     "a collective (all-reduce) timed out: a peer is slow, hung or unreachable, or NCCL cannot connect between "
+     "hosts (open its ports, set NCCL_SOCKET_IFNAME); raise collective.timeout if the step is just slow"),
+    (re.compile(r"Loaded runtime CuDNN library: [^\n]* but source was compiled with|"
+                r"CuDNN library needs to have matching major version"),
+     "the cuDNN library does not match this TensorFlow build: install the cuDNN its build needs "
+     "(pip install 'tensorflow[and-cuda]' brings matching CUDA/cuDNN) or fix LD_LIBRARY_PATH"),
+)
+GPU_ASKED_SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"Could not load dynamic library '?lib(?:cudnn|cudart|cublas|cublasLt|cufft|curand|cusolver|"
+                r"cusparse|nccl)[^\s']*|Cannot dlopen some GPU libraries"),
+     "this task was given GPUs but TensorFlow could not load the CUDA/cuDNN libraries: install the versions its "
+     "build needs (pip install 'tensorflow[and-cuda]') or fix LD_LIBRARY_PATH on that host"),
+    (re.compile(r"failed call to cuInit"),
+     "this task was given GPUs but CUDA did not start (failed call to cuInit): check the NVIDIA driver on that "
+     "host (nvidia-smi), that TensorFlow is a GPU build, and the task's CUDA_VISIBLE_DEVICES"),
+)
+
+
+def hint(lines: Sequence[str], gpus: bool = False) -> Optional[str]:
+    """One line for the first known signature in ``lines``; ``gpus``: the task was given GPUs
+    (then CUDA start-up failures count too)."""
     text = "\n".join(lines)
-    for pattern, message in SIGNATURES:
+    for pattern, message in SIGNATURES + GPU_SIGNATURES + (GPU_ASKED_SIGNATURES if gpus else ()):
         if pattern.search(text):
             return message
     return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import threading
@@ -27,10 +28,17 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 from pydantic import ValidationError
 
+from .bounded import listing, shorten_quoted, shown
 from .errors import SpecError, exc_text
-from .spec import Host, LoadedSpec, Spec, check_rules
+from .spec import SPEC_ITEMS, Host, LoadedSpec, Spec, YAMLBounds, YAMLBoundError, check_rules, load_yaml
 
-_SHOWN = 200  # characters of a command's output quoted in an error line
+# Bounds on what the command prints (no host list comes near them): past one, the output is refused
+# in one line and the last good list is kept. The host count is the spec's own bound on a list.
+OUTPUT_BYTES = 8 << 20  # 100,000 hosts of about 80 bytes each
+LINE_CHARS = 4096  # one line of plain 'name address ssh-target'
+_STDERR_BYTES = 64 << 10  # of what it says on stderr, kept for the one line
+_BOUNDS = YAMLBounds(depth=16, values=2_000_000, items=SPEC_ITEMS, chars=LINE_CHARS,
+                     fix="print a list of hosts: 'name address [ssh-target]' per line, or a YAML/JSON list")
 
 
 class DiscoveryError(Exception):
@@ -39,19 +47,21 @@ class DiscoveryError(Exception):
 
 def parse_hosts(text: str) -> list[Host]:
     """The hosts in a discovery command's output (see the module doc); DiscoveryError if it is
-    not a host list. An empty output is an empty list (every host gone)."""
+    not a host list. An empty output is an empty list (every host gone). Output past the bounds
+    above is a DiscoveryError too, whatever it holds."""
+    if len(text) > OUTPUT_BYTES:
+        raise DiscoveryError(f"output of {len(text):,} characters, above the bound of {OUTPUT_BYTES:,}")
     stripped = text.strip()
     if not stripped:
         return []
     data: Any = None
     if stripped[0] in "[{-":
         try:
-            data = json.loads(stripped) if stripped[0] in "[{" else yaml.safe_load(stripped)
+            data = json.loads(stripped) if stripped[0] in "[{" else _yaml(stripped)
+        except RecursionError:
+            raise DiscoveryError(f"output nested more than {_BOUNDS.depth} deep") from None
         except (ValueError, yaml.YAMLError):
-            try:
-                data = yaml.safe_load(stripped)
-            except yaml.YAMLError as exc:
-                raise DiscoveryError(f"output is neither a YAML/JSON list nor host lines ({_first_line(str(exc))})")
+            data = _yaml(stripped)
     if data is None:
         data = [_line_entry(n, line) for n, line in enumerate(stripped.splitlines(), 1)
                 if line.strip() and not line.lstrip().startswith("#")]
@@ -59,29 +69,50 @@ def parse_hosts(text: str) -> list[Host]:
         data = data["hosts"]  # `hosts: [...]`, as in cluster.yaml
     if not isinstance(data, list):
         raise DiscoveryError(f"output is a {type(data).__name__}, not a list of hosts")
+    if len(data) > SPEC_ITEMS:
+        raise DiscoveryError(f"output lists {len(data):,} hosts, above the bound of {SPEC_ITEMS:,}")
     hosts: list[Host] = []
     for i, entry in enumerate(data, 1):
         if not isinstance(entry, dict):
-            raise DiscoveryError(f"host {i} of the output is {entry!r}, not a mapping with name (and ssh, address)")
+            raise DiscoveryError(f"host {i} of the output is {shown(entry)}, not a mapping with name (and ssh, address)")
         try:
             hosts.append(Host(**entry))
         except ValidationError as exc:
             err = exc.errors()[0]
-            where = ".".join(str(p) for p in err.get("loc", ()))
-            raise DiscoveryError(f"host {i} of the output: {where + ': ' if where else ''}{err.get('msg')}") from None
+            where = ".".join(shown(p, 40) if not isinstance(p, str) or len(p) > 40 or not p.isprintable() else p
+                             for p in err.get("loc", ()))
+            said = shorten_quoted(str(err.get("msg")), err.get("input"))
+            raise DiscoveryError(f"host {i} of the output: {where + ': ' if where else ''}{said}") from None
         except TypeError as exc:
-            raise DiscoveryError(f"host {i} of the output: {exc}") from None
-    names = [h.name for h in hosts]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise DiscoveryError(f"host {twice[0]} is listed twice in the output")
+            raise DiscoveryError(f"host {i} of the output: {shown(str(exc))}") from None
+    seen: set[str] = set()
+    for h in hosts:  # (a set: 100,000 names are 100,000 look-ups)
+        if h.name in seen:
+            raise DiscoveryError(f"host {h.name} is listed twice in the output")
+        seen.add(h.name)
     return hosts
 
 
+def _yaml(text: str) -> Any:
+    """``text`` as YAML, within _BOUNDS: the spec loader's own bounded parse."""
+    try:
+        return load_yaml(text, _BOUNDS)[0]
+    except YAMLBoundError as exc:
+        line = f"line {exc.mark.line + 1}: " if exc.mark else ""
+        raise DiscoveryError(f"output {line}{exc.message.split('; ')[0]}") from None
+    except yaml.MarkedYAMLError as exc:
+        raise DiscoveryError(f"output is neither a YAML/JSON list nor host lines ({shown(exc.problem or exc.context or 'invalid YAML', 120)[1:-1]})") from None
+    except yaml.YAMLError as exc:
+        raise DiscoveryError(f"output is neither a YAML/JSON list nor host lines ({shown(_first_line(str(exc)), 120)[1:-1]})") from None
+
+
 def _line_entry(n: int, line: str) -> dict:
+    if len(line) > LINE_CHARS:
+        raise DiscoveryError(f"line {n} of the output is {len(line):,} characters long, above the bound of "
+                             f"{LINE_CHARS:,}; print 'name address [ssh-target]' per line, or a YAML/JSON list")
     parts = line.split()
     if len(parts) > 3:
-        raise DiscoveryError(f"line {n} of the output has {len(parts)} fields: {line.strip()[:_SHOWN]!r}; "
+        raise DiscoveryError(f"line {n} of the output has {len(parts)} fields: {shown(line.strip())}; "
                              "print 'name address [ssh-target]' per line, or a YAML/JSON list")
     entry = {"name": parts[0]}
     if len(parts) > 1:
@@ -97,25 +128,68 @@ def _first_line(text: str) -> str:
 
 def run_discovery(command: str, timeout: float, cwd: Path) -> list[Host]:
     """Run the command in a shell in ``cwd``; its hosts, or DiscoveryError (a non-zero exit, a
-    hang past ``timeout`` seconds, or output that is not a host list)."""
+    hang past ``timeout`` seconds, output past OUTPUT_BYTES, or output that is not a host list).
+    What it prints is read as it comes, never more than the bound (a runaway command's output
+    does not grow the launcher)."""
     try:
         proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         raise DiscoveryError(f"cannot run it ({exc.strerror})") from None
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = _read_bounded(proc, timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its whole process group: nothing is left running
-        except ProcessLookupError:
-            pass
-        proc.communicate()
+        _kill(proc)
         raise DiscoveryError(f"no answer within {timeout:g} s (discovery.timeout); the command was stopped") from None
+    except _TooMuch:
+        _kill(proc)
+        raise DiscoveryError(f"printed more than {OUTPUT_BYTES:,} bytes (the bound on a host list); the command "
+                             "was stopped") from None
+    out_text, err_text = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     if proc.returncode != 0:
-        said = _first_line(err or out)[:_SHOWN]
-        raise DiscoveryError(f"exited with {proc.returncode}" + (f": {said}" if said else ""))
-    return parse_hosts(out)
+        said = _first_line(err_text or out_text)
+        raise DiscoveryError(f"exited with {proc.returncode}" + (f": {shown(said, 200)[1:-1]}" if said else ""))
+    return parse_hosts(out_text)
+
+
+class _TooMuch(Exception):
+    pass
+
+
+def _read_bounded(proc: subprocess.Popen, timeout: float) -> tuple[bytes, bytes]:
+    """stdout (at most OUTPUT_BYTES, else _TooMuch) and the start of stderr, once both close and
+    the command exits; TimeoutExpired past ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    out, err = bytearray(), bytearray()
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    sel.unregister(key.fileobj)
+                elif key.data is out:
+                    out += data
+                    if len(out) > OUTPUT_BYTES:
+                        raise _TooMuch
+                elif len(err) < _STDERR_BYTES:
+                    err += data[: _STDERR_BYTES - len(err)]
+    proc.wait(max(0.0, deadline - time.monotonic()))
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
+    return bytes(out), bytes(err)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its whole process group: nothing is left running
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 def merge(static: Sequence[Host], found: Sequence[Host]) -> tuple[Host, ...]:
@@ -140,8 +214,8 @@ def with_discovered(loaded: LoadedSpec) -> LoadedSpec:
     problems = check_rules(merged)
     if problems:
         raise SpecError(*[f"{loaded.path}: {'.'.join(str(p) for p in loc)}: {msg} (with the hosts "
-                          f"discovery.command printed: {', '.join(h.name for h in found) or 'none'})"
-                          for loc, msg in problems])
+                          f"discovery.command printed: {listing([h.name for h in found], 'hosts') or 'none'})"
+                          for loc, msg in problems[:20]])
     return LoadedSpec(merged, loaded.path)
 
 

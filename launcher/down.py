@@ -58,6 +58,7 @@ def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
     from .record.reader import RecordDamaged, read_events
+    from .record.status import last_sign_of_life
     from .record.writer import append_event
 
     try:
@@ -68,8 +69,10 @@ def _record_stop(run_dir, console: Console) -> None:
     if any(e.get("event") == Event.OUTCOME for e in events):
         return
     attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == Event.START), default=-1)
+    ended = last_sign_of_life(run_dir, events)  # the run's end, not this `down`'s (status, runs)
     try:
         append_event(run_dir, Event.OUTCOME, outcome=Outcome.STOPPED, exit_code=130, attempts=attempts,
-                     reason="the supervisor was lost; what was left was stopped by tfcluster down")
+                     reason="the supervisor was lost; what was left was stopped by tfcluster down",
+                     **({"ended": round(ended, 3)} if ended is not None else {}))
     except OSError as exc:
         console.error(f"cannot write {run_dir / EVENTS_FILE}: {exc.strerror}; the run stays 'supervisor lost'")

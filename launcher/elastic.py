@@ -1,22 +1,29 @@
 """Elastic membership (issue 20): spare hosts, and the plan after a host is lost.
 
-Pure: no I/O. The supervisor asks its backend which hosts of the running plan are lost
-(``Backend.lost_hosts``), then asks :func:`replace_lost` for the next plan. A lost host's tasks
-move, with the same identities (type and index), onto spare hosts: hosts listed under ``hosts:``
-that no task of the plan uses and that were not lost before. Every task of the group then gets a
-new TF_CONFIG (the cluster's addresses changed) and the group restarts from the last backup.
+Pure: no I/O. After a failed attempt the supervisor (launcher/membership.py) takes as lost the
+hosts whose tasks' sessions were lost (``TaskHandle.session_lost``) and those that do not answer
+(``Backend.lost_hosts``); each is *suspect* (:func:`suspect_how`) until it has answered for
+``elastic.settle`` s without a break. It asks :func:`replace_lost` for the next plan. A lost
+host's tasks move, with the same identities (type and index), onto spare hosts: hosts listed
+under ``hosts:`` that no task of the plan uses and that are not suspect. Every task of the group
+then gets a new TF_CONFIG (the cluster's addresses changed) and the group restarts from the last
+backup.
 
-A host loss is a change of membership, not a failure of the training: it never spends
-``restart.max_restarts``. The run fails on host losses only when a lost host's tasks have no
-spare to go to (one line naming the missing hosts).
+A host loss is the infrastructure's, not a failure of the training: it never spends
+``restart.max_restarts``; ``elastic.max_host_losses`` bounds them instead (:func:`too_many_losses`).
+With no spare and no smaller group possible, the group waits up to ``elastic.host_wait`` for the
+hosts to settle and restarts on them, else the run ends in one line naming the missing hosts.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
 from .plan import Placement, Plan, Slot, build_plan
+from .record.view import SUSPECT, lost_phrase
 from .specmodel import Spec
 
 
@@ -39,16 +46,37 @@ class Replan:
         return tuple(sorted({new for _, new in self.moved.values()}))
 
     def describe(self, how: Mapping[str, str]) -> str:
-        """``h2 lost (unreachable for 5 s); worker:1 moved to h3``"""
-        parts = [f"{h} lost ({how[h]})" if how.get(h) else f"{h} lost" for h in self.lost]
+        """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
+        worker:1 moved to h3 (spare)``"""
+        parts = [lost_phrase(h, how.get(h, "")) for h in self.lost]
         parts += [f"{h} back" for h in dict.fromkeys(self.added.values())]
         parts += [f"{key} added on {host}" for key, host in self.added.items()]
-        parts += [f"{key} moved to {new}" for key, (_, new) in sorted(self.moved.items())]
+        parts += [f"{key} moved to {new} (spare)" for key, (_, new) in sorted(self.moved.items())]
         if self.dropped:
             workers = sum(1 for t in self.plan.tasks if t.type == "worker")
             parts.append(f"{', '.join(self.dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
                          "go on (no spare host)")
         return "; ".join(parts)
+
+
+def suspect_how(settle: float, lost_at: Optional[float], answering: bool) -> str:
+    """A host_lost event's ``how`` for a host whose task's session was lost (``lost_at``: when;
+    None: no session was seen to drop, the host just does not answer):
+    ``session lost at 12:01:07, host still answering; suspect until it answers for 30 s``."""
+    state = "host still answering" if answering else "host not answering"
+    first = f"session lost at {time.strftime('%H:%M:%S', time.localtime(lost_at))}, " if lost_at else ""
+    return f"{first}{state}; {SUSPECT} it answers for {settle:g} s"
+
+
+def too_many_losses(losses: Sequence[str], limit: int) -> Optional[str]:
+    """``losses``: every host loss of the run so far, in order (a host once per loss). None while
+    within ``elastic.max_host_losses``, else why the run ends (one line)."""
+    if len(losses) <= limit:
+        return None
+    counts = ", ".join(f"{h} {n} time{'s' if n != 1 else ''}" for h, n in Counter(losses).most_common())
+    return (f"{len(losses)} host losses in this run ({counts}), more than elastic.max_host_losses={limit}: "
+            "the hosts keep dropping their sessions; fix them (network, shutdowns) or raise "
+            "elastic.max_host_losses, then run `tfcluster up` again (it resumes from the last backup)")
 
 
 def elastic_enabled(spec: Spec) -> bool:

@@ -12,6 +12,14 @@ NAME = "TFCLUSTER_NAME"  # the spec's name
 STRATEGY = "TFCLUSTER_STRATEGY"  # the spec's strategy: the worker's --strategy default
 CPUS = "TFCLUSTER_CPUS"  # devices: {cpus: N}
 THREADS = "TFCLUSTER_THREADS"  # devices: {threads: auto}: "I/N", the task's place among N on its host (launcher/threads.py)
+# devices: {gpus_per_task, gpu_memory} (launcher/gpus.py, launcher/remote/gpuplace.py): where the plan
+# cannot know a host's GPUs, the task's GPU request, completed where it starts (by the task wrapper)
+# into CUDA_VISIBLE_DEVICES and the memory variables, then removed.
+GPUS = "TFCLUSTER_GPUS"
+GPU_MEMORY = "TFCLUSTER_GPU_MEMORY"  # devices: {gpu_memory: MiB}: each visible GPU's memory limit, MiB
+# collective: {implementation, timeout}: what MultiWorkerMirroredStrategy's CommunicationOptions get.
+COLLECTIVE = "TFCLUSTER_COLLECTIVE"  # auto | ring | nccl
+COLLECTIVE_TIMEOUT = "TFCLUSTER_COLLECTIVE_TIMEOUT"  # seconds
 TPU = "TFCLUSTER_TPU"  # tpu: name, zone, project
 TPU_ZONE = "TFCLUSTER_TPU_ZONE"
 TPU_PROJECT = "TFCLUSTER_TPU_PROJECT"

@@ -17,9 +17,11 @@ import threading
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import envnames
+from .bounded import escape
 from .console import Console
 from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
                      EXIT_USAGE, LaunchError)
+from .gpus import asked as gpus_asked
 from .plan import Plan, build_plan, redact_env
 from .record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from .spec import LoadedSpec, load_spec
@@ -32,30 +34,44 @@ if TYPE_CHECKING:  # pragma: no cover
 JSON_FORMAT = 1
 
 
+def hangup_reason(why: str) -> str:
+    """Why a foreground run stopped when its terminal went away (``why``: SIGHUP, or "stdout:
+    hung up" when writing to it failed): the outcome's reason, which `status` shows."""
+    return f"the terminal of `tfcluster up` went away ({why}); every task was stopped as on Ctrl-C"
 
-def plan_for(spec: "Spec") -> Plan:
+
+def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
     """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
-    backend's static placement, placeholders when it knows its nodes only after allocating."""
+    backend's static placement, placeholders when it knows its nodes only after allocating.
+    ``gpus=False``: without the hosts' GPUs (no GPU refusals, each task's request unmade): for the commands
+    that look at a run rather than start one (status, down, logs...), which must work when a
+    GPU is gone."""
+    from dataclasses import replace
+
     from .backends import backend_class
 
-    return build_plan(spec, backend_class(spec.backend).place(spec))
+    placement = backend_class(spec.backend).place(spec)
+    return build_plan(spec, placement if gpus else replace(placement, gpus={}))
 
 
 def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "") -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/elastic.py)."""
-    rows = [("task", "host", "address:port", "command")]
+    gpu_column = show_gpus(plan)
+    rows = [("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")]
     joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
     for t in plan.tasks:
         command = joined.get(t.command) or joined.setdefault(t.command, shlex.join(t.command))
-        rows.append((t.key, t.host, t.endpoint or "(no port: not in cluster)", command))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        rows.append((t.key, t.host) + ((t.gpus.describe(),) if gpu_column else ())
+                    + (t.endpoint or "(no port: not in cluster)", command))
+    cols = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(cols)]
     out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
     if plan.placeholder:
         out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
                    "hosts, addresses and TF_CONFIG below are stand-ins")
     for r in rows:
-        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:3])) + "  " + r[3])
+        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:cols])) + "  " + r[cols])
     if spares:
         out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
     if plan.cluster is None:  # single-host strategies: the task's role only
@@ -67,6 +83,8 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
     if plan.threads:
         out.append(plan.threads)
+    if plan.gpus:
+        out.append(plan.gpus)
     if standby:
         out.append(standby)  # launcher/standby.py's plan_line
     if plan.tasks:
@@ -79,7 +97,13 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
         for k, v in shown.items():
             out.append(f"  {k}={v}")
-    return "\n".join(out)
+    return "\n".join(escape(line) for line in out)  # (a spec's value with an escape sequence: shown, not run)
+
+
+def show_gpus(plan: Plan) -> bool:
+    """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
+    (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
+    return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)
 
 
 def standby_line(spec, plan: Plan) -> str:
@@ -140,7 +164,8 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         backend.preflight(plan)
         if dry_run:
-            print(render_plan(plan, spares=spares_of(spec), standby=standby_line(spec, plan)))
+            print(render_plan(backend.preflight_plan or plan, spares=spares_of(spec),
+                              standby=standby_line(spec, plan)))
             console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
             backend.close()
             return EXIT_OK
@@ -169,20 +194,33 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     previous = {}
 
     def on_signal(signum: int, _frame) -> None:
-        supervisor.interrupt()
+        if signum == signal.SIGHUP:
+            supervisor.stop(hangup_reason("SIGHUP"))
+        else:
+            supervisor.interrupt()
 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM) + (() if handover else (signal.SIGHUP,)):
+            if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # `nohup tfcluster up`: asked to outlive the terminal
             previous[sig] = signal.signal(sig, on_signal)
+    if handover is None:
+        # The terminal closed (SIGHUP may come, or not: a shell that does not pass it on),
+        # or a closed pipe: stop as on Ctrl-C, the console from then on silent. Called with
+        # the console's lock held: only says stop.
+        console.follow(lambda why: supervisor.stop(hangup_reason(why)))
     console.info(
         f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
         f"logs in {record.logs_dir}"
     )
+    if plan.gpus and (show_gpus(plan) or gpus_asked(spec)):  # said once: where the tasks' GPUs are
+        console.info(plan.gpus)
     if panel:
         console.start_panel(supervisor.view)  # on a terminal only
     try:
         return supervisor.run()
     finally:
+        console.unfollow()
         console.end_panel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

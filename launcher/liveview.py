@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
-                          TRAINING, RunView, TaskView)
+                          TRAINING, RunView, TaskView, suspect_lines)
 
 _STATE_STYLE = {
     STARTING: "dim", IMPORTING: "dim", READY: "cyan", TRAINING: "bold green", EVALUATING: "green",
@@ -34,12 +34,13 @@ def render(view: RunView, now: float, width: int = 160) -> Group:
     bar_width = 20 if width >= 140 else 10 if width >= 100 else 4
     parts: list = [_header(view, now), Text(f"run dir {view.run_dir}", style="dim", no_wrap=True, overflow="ellipsis")]
     table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", expand=False)
+    gpu = any(t.gpu_mib is not None for t in view.tasks.values())  # where nvidia-smi answers
     for name, justify in (("task", "left"), ("host", "left"), ("state", "left"), ("att", "right"),
                           ("epoch", "right"), ("in epoch", "left"), ("step", "right"), ("loss", "right"),
-                          ("acc", "right"), ("ex/s", "right"), ("idle", "right")):
+                          ("acc", "right"), ("ex/s", "right"), ("idle", "right")) + ((("gpu", "right"),) if gpu else ()):
         table.add_column(name, justify=justify, no_wrap=True)
     for t in view.tasks.values():
-        table.add_row(*_row(t, now, bar_width))
+        table.add_row(*_row(t, now, bar_width), *((gpu_text(t),) if gpu else ()))
     parts.append(table)
     extras = _extras(view)
     if extras:
@@ -71,6 +72,13 @@ def _row(t: TaskView, now: float, bar_width: int) -> list:
         str(t.attempt or ""), epoch, steps, _num(t.global_step), _metric(t.epoch_loss), _metric(t.epoch_accuracy),
         "" if t.examples_per_sec is None else f"{t.examples_per_sec:.0f}", since,
     ]
+
+
+def gpu_text(t: TaskView) -> str:
+    """A task's GPU memory and utilisation: ``1234M 37%`` ("" without figures)."""
+    if t.gpu_mib is None:
+        return ""
+    return f"{t.gpu_mib}M" + (f" {t.gpu_util}%" if t.gpu_util is not None else "")
 
 
 class _BarCell:
@@ -106,6 +114,8 @@ def _extras(view: RunView) -> str:
             bits.append(f"ps lost {view.ps_lost}")
     if view.spares:
         bits.append(f"spare hosts: {', '.join(view.spares)}")
+    if view.suspects:
+        bits.append(f"suspect hosts: {', '.join(suspect_lines(view))}")
     if view.host_changes:
         bits.append(view.host_changes[-1].describe())
     ev = view.evaluator()

@@ -7,14 +7,18 @@ parameter_server worker whose host is lost may be left out. The run's current pl
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from .backends.base import Backend
+from .bounded import listing
 from .console import Console
-from .elastic import Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts
+from .elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
+                      too_many_losses)
 from .plan import Plan
 from .record.events import Event
+from .record.view import lost_phrase
 from .record.states import Outcome
 from .record.writer import RunRecord
 from .specmodel import Spec
@@ -33,7 +37,8 @@ class Membership:
         self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)
         self.first_plan = plan
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
-        self.down: list[str] = []  # hosts lost in this run and not back (elastic.settle) yet
+        self.down: list[str] = []  # hosts lost (suspect) in this run and not back (elastic.settle) yet
+        self.losses: list[str] = []  # every host loss of the run, in order (elastic.max_host_losses)
         # Host discovery (launcher/discovery.py): polled in a thread; hosts: entries never vanish.
         self.poller = None
         self.static_hosts: set[str] = set()
@@ -90,28 +95,94 @@ class Membership:
             return True
         return bool(self.down) and self._hosts_back(number)
 
-    def move_lost_hosts(self, number: int, lost: Optional[dict[str, str]] = None) -> Optional[int]:
-        """After a failed attempt: are any of the plan's hosts lost? None: no (the failure is the
-        training's). 0: their tasks moved to spares, restart under the new plan. Else the run's
-        exit code (no spare left: one line naming the missing hosts; or interrupted). ``lost``:
-        already known (discovery says they are gone), nothing to ask the backend."""
+    def after_failure(self, number: int, sessions: Mapping[str, float]) -> Optional[int]:
+        """After a failed attempt: was it the infrastructure's? ``sessions``: the hosts whose
+        tasks' SSH sessions were lost in it (host -> when). Those hosts, and any host of the plan
+        that does not answer now (or announced its preemption), are *suspect* until they answer
+        for elastic.settle s without a break; the loss never spends restart.max_restarts. None:
+        no host is suspect (the failure is the training's). 0: restart under the plan now in use
+        (tasks moved to spares, a shrunk group, or the suspect hosts settled within
+        elastic.host_wait). Else the run's exit code (one line said why)."""
         assert self.spec is not None
+        opts = options(self.spec)
         hosts = sorted({t.host for t in self.plan.tasks})
-        if lost is None:
-            lost = self.backend.lost_hosts(hosts, options(self.spec).host_wait, self.stop_event)
+        quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event)  # one look each, no wait
         if self.stop_event.is_set():
             return self.finish(130, Outcome.INTERRUPTED)
+        lost = {}
+        for host in hosts:
+            if host in quiet and quiet[host].startswith("preempted"):
+                lost[host] = quiet[host]  # (GCE's notice: said as it was)
+            elif host in sessions or host in quiet:
+                lost[host] = suspect_how(opts.settle, sessions.get(host), answering=host not in quiet)
         if not lost:
             return None
+        return self._lose(number, lost)
+
+    def move_lost_hosts(self, number: int, lost: dict[str, str]) -> Optional[int]:
+        """Hosts of the plan gone for good (discovery dropped them): their tasks move to spares,
+        or the group shrinks; 0, or the run's exit code (one line)."""
+        return self._lose(number, lost, wait=False)
+
+    def _lose(self, number: int, lost: dict[str, str], wait: bool = True) -> int:
+        """Record ``lost`` (host -> how), count them against elastic.max_host_losses, and replan:
+        each lost host's tasks to a spare, else a shrink to tasks.worker.min, else (``wait``)
+        wait up to elastic.host_wait for the hosts to settle and restart on them."""
+        assert self.spec is not None
+        opts = options(self.spec)
         for host, how in sorted(lost.items()):
-            self.record.event(Event.HOST_LOST, host=host, how=how, attempt=number)
+            self.record.event(Event.HOST_LOST, host=host, how=how, attempt=number, settle=opts.settle)
+        self.losses += sorted(lost)
+        said = "; ".join(lost_phrase(h, how) for h, how in sorted(lost.items()))
+        too_many = too_many_losses(self.losses, opts.max_host_losses)
+        if too_many:
+            line = f"{said}; {too_many}"
+            self.console.error(line)
+            return self.finish(1, Outcome.FAILED, reason=line)
         change = replace_lost(self.spec, self.plan, sorted(lost), self.down)
+        self.down += [h for h in sorted(lost) if h not in self.down]
+        self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on: settle counts from here
         if isinstance(change, str):
-            self.console.error(change)
-            return self.finish(1, Outcome.FAILED, reason=change)
-        self.down += [h for h in change.lost if h not in self.down]
+            if not wait:
+                self.console.error(change)
+                return self.finish(1, Outcome.FAILED, reason=change)
+            return self._wait_for(number, lost, said, change)
         self.use(change, lost, number, "restarting the group there from the last backup")
         return 0
+
+    def _wait_for(self, number: int, lost: dict[str, str], said: str, why: str) -> int:
+        """No spare and no smaller group possible: wait up to elastic.host_wait for every lost
+        host to answer for elastic.settle s without a break, then restart the group on them under
+        the same plan (0); else one line naming the hosts (the run's exit code)."""
+        assert self.spec is not None
+        opts = options(self.spec)
+        hosts = sorted(lost)
+        keys = [t.key for t in self.plan.tasks if t.host in hosts]
+        them = "it" if len(hosts) == 1 else "them"
+        self.console.info(f"{said}; no spare host for {', '.join(keys)}: waiting up to elastic.host_wait="
+                          f"{opts.host_wait:g} s for {', '.join(hosts)} to settle, then restarting the group on "
+                          f"{them} (a host loss does not count against restart.max_restarts)")
+        deadline = time.monotonic() + opts.host_wait
+        while True:
+            back = set(self.backend.hosts_back(list(self.down), opts.settle))
+            if set(hosts) <= back:
+                for host in hosts:
+                    self.down.remove(host)
+                    self.record.event(Event.HOST_ADDED, host=host, attempt=number, settle=opts.settle, spare=False)
+                self.backend.hosts_back(list(self.down), opts.settle)  # no longer watched: a fresh clock next time
+                self.console.info(f"{', '.join(hosts)} answer{'s' if len(hosts) == 1 else ''} again "
+                                  f"({opts.settle:g} s without a break, elastic.settle); restarting the group on "
+                                  f"{them} from the last backup")
+                return 0
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if self.stop_event.wait(min(1.0, left)):
+                return self.finish(130, Outcome.INTERRUPTED)
+        line = why.replace(" lost and ", f" lost (no {opts.settle:g} s of answers without a break within "
+                           f"elastic.host_wait={opts.host_wait:g} s) and ", 1)
+        self.console.error(line)
+        return self.finish(1, Outcome.FAILED, reason=line)
 
     def use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
@@ -143,7 +214,7 @@ class Membership:
             if answer.problem != self._discovery_problem:
                 self._discovery_problem = answer.problem
                 self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
-                                   f"({', '.join(h.name for h in self.spec.hosts)}); the run goes on")
+                                   f"({listing([h.name for h in self.spec.hosts], 'hosts')}); the run goes on")
                 self.record.event(Event.DISCOVERY, ok=False, problem=answer.problem)
             return False
         self._discovery_problem = ""
@@ -158,9 +229,9 @@ class Membership:
         self.backend.add_hosts(added)
         self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
         self.record.event(Event.DISCOVERY, ok=True, added=[h.name for h in added], gone=gone)
-        bits = ([f"{', '.join(h.name for h in added)} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
+        bits = ([f"{listing([h.name for h in added], 'hosts')} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
                  f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
-        bits += [f"{', '.join(gone)} gone from the list"] if gone else []
+        bits += [f"{listing(gone, 'hosts')} gone from the list"] if gone else []
         self.console.info(f"discovery: {'; '.join(bits)}")
         in_plan = {t.host for t in self.plan.tasks}
         vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any, Iterator, Mapping, Optional
 
-from . import envnames, threads
+from . import envnames, gpus, threads
 from .errors import SpecError
+from .gpus import NO_GPU, TaskGpus
 from .specmodel import TASK_TYPES, Host, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
@@ -54,6 +55,13 @@ class Placement:
     # Host name -> its cores, where the backend knows them when it plans (local): ``threads: auto``
     # budgets are then in the plan; other hosts' are made when their tasks start.
     cores: Mapping[str, int] = field(default_factory=dict)
+    # Host name -> its GPUs (``nvidia-smi -L``: (index, name, uuid)), where the backend knows them
+    # when it plans (local; () for none): the tasks' GPUs are then in the plan, and a host that
+    # cannot give them is refused here; other hosts' are made when their tasks start.
+    gpus: Mapping[str, tuple[gpus.Gpu, ...]] = field(default_factory=dict)
+    # Host name -> the machine whose GPUs its tasks share, where that is not the host itself (docker:
+    # every container uses the engine host's GPUs): the GPU arithmetic runs over that machine's tasks.
+    gpu_hosts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,8 @@ class PlannedTask:
     cluster: Optional[Cluster] = None
     # Every task's environment except its own TF_CONFIG and TFCLUSTER_TASK, sorted.
     base_env: tuple[tuple[str, str], ...] = ()
+    # Its GPU request and, where the plan knew its host's GPUs, which ones (launcher/gpus.py).
+    gpus: TaskGpus = NO_GPU
 
     @property
     def key(self) -> str:
@@ -154,6 +164,8 @@ class Plan:
     placement_note: str = ""
     # ``devices.threads`` as ``plan`` shows it (launcher/threads.py's describe).
     threads: str = ""
+    # The GPUs as ``plan`` and ``up`` show them (launcher/gpus.py's describe).
+    gpus: str = ""
 
     def task(self, key: str) -> PlannedTask:
         return self._by_key[key]
@@ -206,15 +218,17 @@ class Plan:
         ``cluster`` (null for single-host strategies), the ``command`` and ``env`` every task
         shares (without TF_CONFIG and TFCLUSTER_TASK), and per task only what is its own; a task
         whose command differs carries its own; one whose env adds to or changes the shared one
-        carries those variables only (``env_extra``: e.g. its thread budget), one whose env lacks a
-        shared variable its whole env. Each task's TF_CONFIG is
+        carries those variables only (``env_extra``: e.g. its thread budget, its GPUs), one whose
+        env lacks a shared variable their names (``env_drop``: e.g. a GPU task's lacks the
+        ``CUDA_VISIBLE_DEVICES=-1`` of a first task without GPU). Records before ``env_drop``
+        carried such a task's whole ``env``, which ``expand_plan_json`` still reads. Each task's TF_CONFIG is
         ``{"cluster": cluster, "task": {"type": type, "index": index}}`` (``expand_plan_json``
         rebuilds the full shape)."""
         first = self.tasks[0] if self.tasks else None
         command = list(first.command) if first else []
         base = dict(first.base_env) if first else {}
         tasks = []
-        own_envs: dict[int, tuple[str, dict[str, str]]] = {}  # per distinct base_env (a few, shared)
+        own_envs: dict[int, tuple[dict[str, str], list[str]]] = {}  # per distinct base_env (a few, shared)
         for t in self.tasks:
             row: dict[str, Any] = {"type": t.type, "index": t.index, "host": t.host, "address": t.address,
                                    "port": t.port}
@@ -224,9 +238,13 @@ class Plan:
                 if id(t.base_env) not in own_envs:
                     env = dict(t.base_env)
                     extra = {k: v for k, v in env.items() if base.get(k) != v}
-                    own_envs[id(t.base_env)] = (("env_extra", extra) if set(base) <= set(env) else ("env", env))
-                key, env = own_envs[id(t.base_env)]
-                row[key] = env if secrets else redact_env(env)
+                    drop = sorted(set(base) - set(env))
+                    own_envs[id(t.base_env)] = (extra, drop)
+                extra, drop = own_envs[id(t.base_env)]
+                if extra:
+                    row["env_extra"] = extra if secrets else redact_env(extra)
+                if drop:
+                    row["env_drop"] = drop
             tasks.append(row)
         cluster = self.cluster
         return {**self._head(), "format": COMPACT, "cluster": cluster.to_json() if cluster else None,
@@ -271,6 +289,8 @@ def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
         tf_config = {"cluster": cluster, "task": own} if cluster is not None else {"task": own}
         task_env = {**row.get("env", env), **row.get("env_extra", {}), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
                     envnames.TASK: f"{row['type']}:{row['index']}"}
+        for name in row.get("env_drop", ()):
+            task_env.pop(name, None)
         tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
                       "tf_config": tf_config, "command": row.get("command", command),
                       "env": dict(sorted(task_env.items()))})
@@ -306,19 +326,45 @@ def build_plan(spec: Spec, placement: Placement) -> Plan:
     env.update(_device_env(spec))
     for own in ("TF_CONFIG", envnames.TASK):  # each task's own (PlannedTask.own_env)
         env.pop(own, None)
-    budgets, shown = _thread_env(spec, placement, [p[2] for p in placements])
+    host_names = [p[2] for p in placements]
+    budgets, shown = _thread_env(spec, placement, host_names)
+    problems = _slot_problems(spec, host_names)
+    if problems:
+        raise SpecError(*problems)
+    gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
+    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus)
+    if problems:
+        raise SpecError(*problems)
     variants: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # shared, not one per task
-    base_envs = [variants.setdefault(extra, tuple(sorted({**env, **dict(extra)}.items()))) for extra in budgets]
+    base_envs = [variants.setdefault(extra + more, tuple(sorted({**env, **dict(extra), **dict(more)}.items())))
+                 for extra, more in zip(budgets, gpu_env)]
     argv = tuple(spec.argv)
     tasks = tuple(
         PlannedTask(type=task_type, index=index, host=host, address=address, port=port, command=argv,
-                    cluster=cluster, base_env=base_env)
-        for (task_type, index, host, address), port, base_env in zip(placements, ports, base_envs)
+                    cluster=cluster, base_env=base_env, gpus=task_gpu)
+        for (task_type, index, host, address), port, base_env, task_gpu in zip(placements, ports, base_envs,
+                                                                                 task_gpus)
     )
     used_hosts = {t.host for t in tasks}
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
-                placeholder=placement.placeholder, placement_note=placement.note, threads=shown)
+                placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
+                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts))
+
+
+def _slot_problems(spec: Spec, hosts: list[str]) -> list[str]:
+    """``hosts[].slots``: one line for the hosts given more tasks than their slots."""
+    slots = {h.name: h.slots for h in spec.hosts if h.slots is not None}
+    if not slots:
+        return []
+    count: dict[str, int] = {}
+    for h in hosts:
+        count[h] = count.get(h, 0) + 1
+    over = [f"{h} ({count[h]} tasks, {n} slot{'s' if n != 1 else ''})" for h, n in slots.items() if count.get(h, 0) > n]
+    if not over:
+        return []
+    return [f"hosts[].slots: the tasks do not fit: {', '.join(over)}; add hosts, raise their slots, or place fewer "
+            "tasks there (tasks.<type>.hosts)"]
 
 
 def _thread_env(spec: Spec, placement: Placement, hosts: list[str]) -> tuple[list[tuple[tuple[str, str], ...]], str]:
@@ -351,8 +397,11 @@ def _thread_env(spec: Spec, placement: Placement, hosts: list[str]) -> tuple[lis
 def _device_env(spec: Spec) -> dict[str, str]:
     """``devices:`` and ``tpu:`` as the environment the worker reads."""
     env = {}
-    if spec.devices.cuda_visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = spec.devices.cuda_visible_devices
+    # CUDA_VISIBLE_DEVICES is each task's own (launcher/gpus.py); the collective settings every task's.
+    if spec.collective.implementation != "auto":
+        env[envnames.COLLECTIVE] = spec.collective.implementation
+    if spec.collective.timeout is not None:
+        env[envnames.COLLECTIVE_TIMEOUT] = f"{spec.collective.timeout:g}"
     if spec.devices.cpus is not None:
         env[envnames.CPUS] = str(spec.devices.cpus)
     if spec.strategy == "tpu":

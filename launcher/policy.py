@@ -105,6 +105,9 @@ class Attempt:
     state: str = AttemptState.RUNNING
     failure: Optional[Failure] = None
     ready_after: Optional[float] = None  # seconds until every task's port was open
+    # Hosts whose tasks' sessions were lost in this attempt (host -> when, time.time()): the
+    # infrastructure failed, not the training (launcher/membership.py, elastic runs).
+    sessions_lost: dict[str, float] = field(default_factory=dict)
 
 
 def describe_exit(code: int) -> str:

@@ -31,6 +31,12 @@ def task_table(view: RunView) -> list[str]:
             for r in rows]
 
 
+def gpu_peak_lines(view: RunView) -> list[str]:
+    """Each GPU task's peak GPU memory, where nvidia-smi answered during the run."""
+    peaks = [f"{key} {t.gpu_peak_mib} MiB" for key, t in view.tasks.items() if t.gpu_peak_mib is not None]
+    return [f"  gpu memory peak: {', '.join(peaks)}"] if peaks else []
+
+
 def locations(state_dir: Path, logs_dir: Path) -> dict[str, str]:
     """Where the final model, checkpoints and TensorBoard logs are (those that exist on this
     machine), the state dir, and the task logs."""

@@ -8,6 +8,7 @@ status.py (the run's state and task rows) and feed.py (the record replayed into 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shlex
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
+from .bounded import escape, listing
 from .console import Console
 from .errors import LaunchError, NoRun
 from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
@@ -49,7 +51,7 @@ def status(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     if args.json:
         print(json.dumps({"format": JSON_FORMAT, **view.to_json()}, indent=2))
     else:
-        print("\n".join(render_status(view, args.spec)))
+        print("\n".join(escape(line) for line in render_status(view, args.spec)))  # (a record's bytes: never raw)
     return exit_code(view)
 
 
@@ -69,6 +71,8 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
     lines += task_table(view)
     if view.spares:
         lines.append(f"spare hosts: {', '.join(view.spares)}")
+    if view.suspects:
+        lines.append(f"suspect hosts: {', '.join(view.suspects)}")
     lines += view.host_changes
     if view.state == LOST:
         lines += lost_advice(view, spec)
@@ -76,12 +80,21 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
 
 
 def task_table(view: RunStatus) -> list[str]:
-    rows = [("task", "host", "state", "epoch/step", "loss", "accuracy", "examples/s", "restarts", "last line")]
+    gpu = any(t.gpu_mib is not None for t in view.tasks)  # where nvidia-smi answered: memory, utilisation, peak
+    # Which GPUs: shown when some task has one or asked for a count (not for an auto request alone, which
+    # a CPU-only cluster's tasks carry too).
+    gpus = any(t.gpus not in ("", "cpu") and not t.gpus.startswith(("gpus auto", "gpus all")) for t in view.tasks)
+    rows = [("task", "host") + (("gpus",) if gpus else ()) + ("state", "epoch/step", "loss", "accuracy",
+                                                               "examples/s", "restarts")
+            + (("gpu (peak)",) if gpu else ()) + ("last line",)]
     for t in view.tasks:
         where = "-" if t.epoch is None else f"{t.epoch}/{t.step if t.step is not None else '-'}"
-        rows.append((t.key, t.host, t.state + (" (unsupervised)" if view.state == LOST and t.alive else ""),
-                     where, _num(t.loss, 4), _num(t.accuracy, 4), _num(t.examples_per_sec, 1), str(t.restarts),
-                     t.last_line[:60]))
+        gpu_cell = ("-" if t.gpu_mib is None else f"{t.gpu_mib}M" + (f" {t.gpu_util}%" if t.gpu_util is not None else "")
+                    + f" ({t.gpu_peak_mib}M)",) if gpu else ()
+        rows.append((t.key, t.host) + ((t.gpus or "-",) if gpus else ())
+                    + (t.state + (" (unsupervised)" if view.state == LOST and t.alive else ""),
+                     where, _num(t.loss, 4), _num(t.accuracy, 4), _num(t.examples_per_sec, 1), str(t.restarts))
+                    + gpu_cell + (t.last_line[:60],))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return ["  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:-1])) + "  " + r[-1] for r in rows]
 
@@ -125,7 +138,7 @@ def runs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(json.dumps(runs_json(views), indent=2))
     else:
-        print("\n".join(render_runs(views, name_dir(loaded))))
+        print("\n".join(escape(line) for line in render_runs(views, name_dir(loaded))))  # (a record's bytes: never raw)
     return EXIT_OK if views else EXIT_NO_RUN
 
 
@@ -144,7 +157,7 @@ def runs_under(path: Path, console: Console, as_json: bool = False) -> int:
         out: list[str] = []
         for name_dir in names:
             out += render_runs(list_runs(name_dir), name_dir)
-        print("\n".join(out))
+        print("\n".join(escape(line) for line in out))
     return EXIT_OK if views else EXIT_NO_RUN
 
 
@@ -178,7 +191,7 @@ def logs(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     run = _run(loaded, args.run)
     keys = [t.key for t in load_run(run, progress=False).tasks]
     if args.task is not None and args.task not in keys:
-        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {', '.join(keys)}")
+        raise LaunchError(f"TASK: no task {args.task} in run {run.name}; its tasks: {listing(keys, 'tasks')}")
     path = log_path(run, args.task) if args.task else run / OUTPUT_FILE
     start, end = _attempt_range(run, args.task, args.attempt)
     if args.tail is not None and args.tail < 0:
@@ -212,19 +225,53 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
 
 
 def _print_range(path: Path, start: int, end: Optional[int], tail: Optional[int]) -> int:
-    """Print the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached."""
+    """Print the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached.
+    Read a chunk at a time (a log of gigabytes, or one line of 100 MB, does not fill memory): the
+    last ``tail`` lines are kept as they pass, each cut to _TAIL_LINE bytes."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read() if end is None else fh.read(max(0, end - start))
+        fh = open(path, "rb")
     except FileNotFoundError:
         return start
-    complete = data[: data.rfind(b"\n") + 1] if end is None else data
-    lines = complete.decode("utf-8", "replace").splitlines()
-    if tail is not None:
-        lines = lines[-tail:] if tail else []
-    _out("\n".join(lines) + "\n" if lines else "")
-    return start + len(complete)
+    kept: "collections.deque[bytes]" = collections.deque(maxlen=tail or 1)
+    position = start
+    with fh:
+        fh.seek(start)
+        left = None if end is None else max(0, end - start)
+        carry = b""
+        while left is None or left > 0:
+            data = fh.read(_CHUNK if left is None else min(_CHUNK, left))
+            if not data:
+                break
+            if left is not None:
+                left -= len(data)
+            data = carry + data
+            cut = data.rfind(b"\n") + 1
+            complete, carry = data[:cut], data[cut:]
+            if tail is None:
+                if complete:
+                    _out(complete.decode("utf-8", "replace"))
+                if len(carry) > _TAIL_LINE:  # a line past the bound is printed as it comes
+                    _out(carry.decode("utf-8", "replace"))
+                    complete, carry = data, b""
+            else:
+                kept.extend(line[:_TAIL_LINE] for line in complete.split(b"\n")[:-1])
+                if len(carry) > _TAIL_LINE:
+                    kept.append(carry[:_TAIL_LINE])
+                    complete, carry = data, b""  # (the rest of that line is skipped)
+            position += len(complete)
+        if end is not None and carry:  # a range ends where the next attempt starts: its last line is whole
+            if tail is None:
+                _out(carry.decode("utf-8", "replace") + "\n")
+            else:
+                kept.append(carry[:_TAIL_LINE])
+            position += len(carry)
+    if tail:
+        _out("".join(line.decode("utf-8", "replace") + "\n" for line in kept))
+    return position
+
+
+_CHUNK = 1 << 20
+_TAIL_LINE = 1 << 20
 
 
 def _out(text: str, stream: Optional[TextIO] = None) -> None:
@@ -272,12 +319,31 @@ def follow(files: list[tuple[Path, int, str]], run: Path, stream_for=None,
 # ------------------------------------------------------------------ attach
 
 
+class _ConsoleGone(Exception):
+    """``attach``'s console went away (its terminal closed, its reader gone: over ssh, the
+    channel of the ``attach`` that runs it there): leave the run going, as on Ctrl-C."""
+
+
 def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
-    """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going.
+    """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going,
+    and so does a console that goes away (its writes never raise: launcher/console.py).
 
     On a terminal: the live panel of ``up`` (launcher/liveview.py), drawn from a ``RunView`` that
     launcher/record/feed.py replays from the record and then follows, with task output and the
     supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
+    console.follow(lambda why: None)  # (console.lost, checked below, also once its terminal hangs up)
+    try:
+        return _attach(loaded, args, console)
+    finally:
+        console.unfollow()
+
+
+def _gone(console: Console) -> None:
+    if console.lost:
+        raise _ConsoleGone()
+
+
+def _attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     run = _run(loaded, args.run)
     if load_run(run, progress=False).state == RUNNING:
         feed = RecordFeed.resume(run)  # (from the record's last snapshot on)
@@ -294,8 +360,8 @@ def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> in
     try:  # (the final view is reloaded with its task rows for the outcome)
         final = follow([(run / OUTPUT_FILE, _size(run / OUTPUT_FILE), ""),
                         (run / SUPERVISOR_LOG, _size(run / SUPERVISOR_LOG), "")], run,
-                       stream_for=renderer.stream_for)
-    except KeyboardInterrupt:
+                       stream_for=renderer.stream_for, on_state=lambda _view: _gone(console))
+    except (KeyboardInterrupt, _ConsoleGone):
         renderer.detached(view)
         return EXIT_OK
     final = load_run(run)
@@ -331,8 +397,9 @@ def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> i
                 feed.poll()
                 drain()
                 break
+            _gone(console)
             time.sleep(_POLL)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _ConsoleGone):
         console.end_panel()
         renderer.detached(load_run(run, progress=False))
         return EXIT_OK

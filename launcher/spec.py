@@ -13,6 +13,7 @@ rest of tfcluster works on validated, immutable values. Every problem becomes on
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,7 +21,9 @@ import yaml
 from pydantic import BaseModel, ValidationError, field_validator
 
 from .backends import REGISTRY, backend_class, backend_classes, backend_names
-from .errors import SpecError
+from .bounded import escape, listing, shorten_quoted
+from .bounded import shown as shown_value
+from .errors import SpecError, exc_text
 from .export.options import KubernetesOptions, VertexOptions
 from .specmodel import (  # noqa: F401 - the models are re-exported: ``from launcher.spec import Spec`` works
     CLUSTER_STRATEGIES,
@@ -84,6 +87,20 @@ def _known_backend(cls, v: str) -> str:
 
 # ---------------------------------------------------------------- loading
 
+# Bounds no honest spec meets, checked while the file is read, before anything grows with the input
+# (a spec may come from a stranger: a CI job that validates pull requests). Each is refused in one line
+# naming the bound. The README's "Bounds" paragraph lists them.
+SPEC_BYTES = 1 << 20  # the file: 1 MiB (10,000 hosts in flow style are about 400 KB)
+SPEC_DEPTH = 64  # lists and mappings inside each other (a spec needs about 6)
+SPEC_VALUES = 1_000_000  # values once aliases (*name) are expanded: the "billion laughs" stops here
+SPEC_ITEMS = 100_000  # entries in one list or mapping (hosts:, env:, ports:)
+SPEC_TASKS = 100_000  # tasks in all (issue 22 made 10,000 fast)
+# The kernel's own limits on what a task is started with: one argument or one KEY=value of the
+# environment (MAX_ARG_STRLEN, also the bound on every string of the spec), and the command line and
+# environment the spec adds, together: half the usual ARG_MAX of 2 MiB (TF_CONFIG and the inherited
+# environment need the rest).
+ARG_STRLEN = 131_072
+ARG_TOTAL = 1 << 20
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -93,61 +110,263 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden here
+            continue
         key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key is a {_yaml_type(key).split()[0]}; keys are names (strings)", key_node.start_mark
+            ) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key '{key}' appears twice (first on line {seen[key] + 1}); keep one", key_node.start_mark
+                None, None, f"key {shown_value(key)} appears twice (first on line {seen[key] + 1}); keep one",
+                key_node.start_mark
             )
         seen[key] = key_node.start_mark.line
+    loader.flatten_mapping(node)  # (SafeConstructor.construct_mapping would, but only after the keys above)
     return loader.construct_mapping(node, deep=deep)
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _construct_object(loader: yaml.SafeLoader, node: yaml.Node, deep: bool = False) -> Any:
+    """PyYAML's construct_object, with a value Python cannot make (an int of 5,000 digits, a date
+    that is none) a ConstructorError at the value's line instead of a ValueError from inside PyYAML."""
+    try:
+        return yaml.constructor.BaseConstructor.construct_object(loader, node, deep)
+    except yaml.YAMLError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - IndexError too (`!!int` of nothing): any of them is the input's
+        raise yaml.constructor.ConstructorError(None, None, f"this value cannot be read ({exc_text(exc)})",
+                                                node.start_mark) from None
+
+
+_UniqueKeyLoader.construct_object = _construct_object  # type: ignore[method-assign]
 
 if getattr(yaml, "CSafeLoader", None) is not None:  # PyYAML built with libyaml
     class _FastUniqueKeyLoader(yaml.CSafeLoader):
         """libyaml's parser, the same constructors: ~20x faster on a long hosts: list."""
 
     _FastUniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    _FastUniqueKeyLoader.construct_object = _construct_object  # type: ignore[method-assign]
 else:  # pragma: no cover
     _FastUniqueKeyLoader = None
 
 
-def _load_yaml(text: str) -> tuple[Any, Optional[yaml.Node]]:
-    """The spec's data and its node tree (for the line numbers of messages), parsed once with
-    libyaml when PyYAML has it (the pure-Python parser takes seconds on 10,000 hosts). A file
-    libyaml refuses is parsed again the pure-Python way, for the messages users have always got."""
+class YAMLBoundError(Exception):
+    """The YAML passes a bound (``what``: ``nesting``, ``values``, ...) at ``mark``: one line's words."""
+
+    def __init__(self, message: str, mark: Optional[yaml.Mark] = None) -> None:
+        super().__init__(message)
+        self.message, self.mark = message, mark
+
+
+@dataclass(frozen=True)
+class YAMLBounds:
+    depth: int = SPEC_DEPTH
+    values: int = SPEC_VALUES
+    items: int = SPEC_ITEMS
+    chars: int = ARG_STRLEN
+    fix: str = "this is not a spec a person wrote; fix whatever generated it"
+
+
+def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds()) -> Optional[yaml.Node]:
+    """The node tree of the one YAML document in ``text``, built from the parser's events without
+    recursion (PyYAML's composer recurses: 20,000 nested brackets were a RecursionError), refusing
+    with YAMLBoundError, as it goes, nesting past ``bounds.depth``, a string past ``bounds.chars``,
+    a list or mapping past ``bounds.items`` entries, and aliases that expand the document past
+    ``bounds.values`` values (or refer to the node that holds them). Parser errors are PyYAML's."""
+    loader = loader_cls(text)
+    get_event, resolve = loader.get_event, loader.resolve
+    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+    starts = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+    ends = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+    scalar_node = yaml.ScalarNode
+    try:
+        anchors: dict[str, yaml.Node] = {}
+        sizes: dict[int, int] = {}  # id(anchored node) -> values it expands to; absent while it is open
+        stack: list[list] = []  # open collections: [node, children so far, values in them]
+        total = 0
+        root: Optional[yaml.Node] = None
+        documents = 0
+
+        anchored: set[int] = set()
+
+        def anchor(name: str, node: yaml.Node, mark: yaml.Mark) -> None:
+            if name in anchors:
+                raise yaml.composer.ComposerError(f"found duplicate anchor {shown_value(name)}; first occurrence",
+                                                  anchors[name].start_mark, "second occurrence", mark)
+            anchors[name] = node
+            anchored.add(id(node))
+
+        while True:
+            event = get_event()
+            kind = type(event)
+            if kind is scalar_event:
+                value = event.value
+                if len(value) > bounds.chars:
+                    raise YAMLBoundError(f"a string of {len(value):,} characters, above the bound of "
+                                         f"{bounds.chars:,} (the kernel's limit on one argument); {bounds.fix}",
+                                         event.start_mark)
+                tag = event.tag
+                if tag is None or tag == "!":
+                    tag = resolve(scalar_node, value, event.implicit)
+                node = scalar_node(tag, value, event.start_mark, event.end_mark, style=event.style)
+                if event.anchor is not None:
+                    anchor(event.anchor, node, event.start_mark)
+                    sizes[id(node)] = 1
+                size = 1
+            elif kind is alias_event:
+                target = anchors.get(event.anchor)
+                if target is None:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"found undefined alias {shown_value(event.anchor)}", event.start_mark)
+                size = sizes.get(id(target), -1)
+                if size < 0:
+                    raise YAMLBoundError(f"the alias *{escape(event.anchor[:40])} refers to the list or mapping that "
+                                         "holds it (an endless value); write the value out", event.start_mark)
+                node = target
+            elif kind in starts:
+                if len(stack) >= bounds.depth:
+                    raise YAMLBoundError(f"lists and mappings nested more than {bounds.depth} deep; {bounds.fix}",
+                                         event.start_mark)
+                cls = yaml.SequenceNode if kind is yaml.SequenceStartEvent else yaml.MappingNode
+                tag = event.tag
+                if tag is None or tag == "!":
+                    tag = resolve(cls, None, event.implicit)
+                node = cls(tag, [], event.start_mark, None, flow_style=event.flow_style)
+                if event.anchor is not None:
+                    anchor(event.anchor, node, event.start_mark)
+                stack.append([node, [], 0])
+                total += 1
+                continue
+            elif kind in ends:
+                node, children, inner = stack.pop()
+                node.end_mark = event.end_mark
+                node.value = list(zip(children[0::2], children[1::2])) if kind is yaml.MappingEndEvent else children
+                size = inner + 1
+                total -= size  # (counted as it came: itself at its start, then its values)
+                if id(node) in anchored:
+                    sizes[id(node)] = size
+            elif kind is yaml.StreamEndEvent:
+                break
+            elif kind is yaml.DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    raise yaml.composer.ComposerError(
+                        None, None, "a second YAML document (after ---); a spec is one document", event.start_mark)
+                continue
+            else:  # the stream's start, a document's end
+                continue
+            total += size
+            if total > bounds.values:
+                raise YAMLBoundError(f"aliases (*name) expand it to more than {bounds.values:,} values (the "
+                                     f"'billion laughs' shape); write the values out or use fewer aliases",
+                                     event.start_mark)
+            if stack:
+                frame = stack[-1]
+                children = frame[1]
+                children.append(node)
+                frame[2] += size
+                if len(children) > bounds.items * (2 if frame[0].id == "mapping" else 1):
+                    raise YAMLBoundError(f"a list or mapping of more than {bounds.items:,} entries; "
+                                         f"{bounds.fix}", event.start_mark)
+            else:
+                root = node
+        return root
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str, bounds: YAMLBounds = YAMLBounds()) -> tuple[Any, Optional[yaml.Node]]:
+    """The data and the node tree (for the line numbers of messages) of ``text``, within
+    ``bounds`` (see compose_bounded), parsed with libyaml when PyYAML has it (the pure-Python
+    parser takes seconds on 10,000 hosts). A file libyaml refuses is parsed again the pure-Python
+    way, for the messages users have always got. Raises yaml.YAMLError or YAMLBoundError."""
+    root = None
     if _FastUniqueKeyLoader is not None:
-        loader = _FastUniqueKeyLoader(text)
         try:
-            root = loader.get_single_node()
-            return (loader.construct_document(root) if root is not None else None), root
+            root = compose_bounded(text, _FastUniqueKeyLoader, bounds)
         except yaml.YAMLError:
-            pass
-        finally:
-            loader.dispose()
-    data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    return data, yaml.compose(text, Loader=yaml.SafeLoader)
+            root = None
+        else:
+            return _construct(root, _FastUniqueKeyLoader), root
+    root = compose_bounded(text, _UniqueKeyLoader, bounds)
+    return _construct(root, _UniqueKeyLoader), root
+
+
+def _construct(root: Optional[yaml.Node], loader_cls: type) -> Any:
+    if root is None:
+        return None
+    loader = loader_cls("")
+    try:
+        return loader.construct_document(root)
+    except yaml.YAMLError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - as _construct_object, for the values constructed after their node  # int("9" * 5000), a date that is not one
+        raise yaml.constructor.ConstructorError(None, None, f"a value cannot be read ({exc_text(exc)})",
+                                                None) from None
+    finally:
+        loader.dispose()
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
     """Read, parse and validate a cluster spec; raise SpecError with one line per problem."""
     path = Path(path)
-    shown = str(path)
+    shown = escape(str(path))
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(SPEC_BYTES + 1)
+        if len(raw) > SPEC_BYTES:
+            size = path.stat().st_size
+            raise SpecError(f"{shown}: the file is {size:,} bytes, above the bound of {SPEC_BYTES:,} bytes (1 MiB) "
+                            "for a spec; a spec this big was not written by a person: fix whatever generated it")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{shown}: file not found; pass the path of your cluster.yaml") from None
     except IsADirectoryError:
         raise SpecError(f"{shown}: is a directory; pass the path of your cluster.yaml") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{shown}: cannot read ({exc})") from None
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SpecError(f"{shown}:{line}: the file is not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                        f"at offset {exc.start:,}); save it as UTF-8") from None
+    except OSError as exc:
+        raise SpecError(f"{shown}: cannot read ({exc_text(exc)})") from None
     return LoadedSpec(parse_spec(text, shown), path.resolve())
 
 
+ERROR_LINES = 20  # problems shown of a spec that has more; the rest are counted
+
+
 def parse_spec(text: str, shown: str = "cluster.yaml") -> Spec:
+    """Parse and validate ``text``: the Spec, or SpecError with one bounded line per problem (at
+    most ERROR_LINES and one that counts the rest). Whatever the text, nothing else is raised:
+    a RecursionError, MemoryError or UnicodeError on input is one line too."""
     try:
-        data, root = _load_yaml(text)
+        return _parse_spec(text, shown)
+    except (RecursionError, MemoryError, UnicodeError) as exc:
+        raise SpecError(f"{shown}: cannot be read as a spec ({type(exc).__name__}: {shown_value(str(exc))}); "
+                        "this is not a spec a person wrote: fix whatever generated it") from None
+
+
+def _parse_spec(text: str, shown: str) -> Spec:
+    if len(text) > SPEC_BYTES or len(text.encode("utf-8", "surrogatepass")) > SPEC_BYTES:
+        raise SpecError(f"{shown}: the spec is more than {SPEC_BYTES:,} bytes (1 MiB), the bound for a spec; "
+                        "a spec this big was not written by a person: fix whatever generated it")
+    try:
+        data, root = load_yaml(text)
+    except YAMLBoundError as exc:
+        line = f":{exc.mark.line + 1}" if exc.mark else ""
+        raise SpecError(f"{shown}{line}: {exc.message}") from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        what = f"character {shown_value(chr(exc.character))}" if isinstance(exc.character, int) else "a byte"
+        raise SpecError(f"{shown}{f':{line}' if line else ''}: YAML syntax error: {what} is not allowed in YAML "
+                        "(a control character); remove it, or write it as an escape in a double-quoted string") \
+            from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -165,15 +384,84 @@ def parse_spec(text: str, shown: str = "cluster.yaml") -> Spec:
         if "master" in data["tasks"]:
             line = line_of(root, ("tasks", "master"))
             raise SpecError(f"{shown}{line}: tasks.master: the legacy role 'master' is not supported; use chief")
+    problems = _bounds(data)
+    if problems:
+        raise SpecError(*_cut([f"{shown}{line_of(root, loc)}: {_path(loc)}: {msg}" for loc, msg in problems],
+                              len(problems), shown))
     try:
         spec = spec_model().model_validate(data)
     except ValidationError as exc:
         errs = sorted(exc.errors(), key=lambda e: _line_number(root, _clean_loc(e["loc"])))
-        raise SpecError(*[_format_error(err, root, shown) for err in errs]) from None
+        raise SpecError(*_cut([_format_error(err, root, shown) for err in errs[:ERROR_LINES + 1]], len(errs),
+                              shown)) from None
     problems = check_rules(spec)
     if problems:
-        raise SpecError(*[f"{shown}{line_of(root, loc)}: {dotted(loc)}: {msg}" for loc, msg in problems])
+        raise SpecError(*_cut([f"{shown}{line_of(root, loc)}: {_path(loc)}: {msg}"
+                               for loc, msg in problems[:ERROR_LINES + 1]], len(problems), shown))
     return spec
+
+
+def _cut(lines: list[str], total: int, shown: str) -> list[str]:
+    """At most ERROR_LINES of ``total`` problems' lines, and one that counts the rest."""
+    if total <= ERROR_LINES + 1:
+        return lines
+    return lines[:ERROR_LINES] + [f"{shown}: {total - ERROR_LINES:,} more problems not shown; fix the ones above first"]
+
+
+def _bounds(data: dict) -> list[tuple[tuple, str]]:
+    """The task counts and what a task is started with (its command line, its environment),
+    against SPEC_TASKS and the kernel's limits, checked on the YAML's data before the models see
+    it (a count of 100,000,000 would be planned task by task). A value of the wrong type is left
+    to the models' own message."""
+    problems: list[tuple[tuple, str]] = []
+    tasks = data.get("tasks")
+    total = 0
+    if isinstance(tasks, dict):
+        for task_type, group in tasks.items():
+            count = group.get("count") if isinstance(group, dict) else group
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                total += count
+                if count > SPEC_TASKS:
+                    problems.append((("tasks", task_type), f"{count:,} tasks, above the bound of {SPEC_TASKS:,} "
+                                     "tasks a spec may ask for; set a smaller count"))
+        if total > SPEC_TASKS and not problems:
+            problems.append((("tasks",), f"{total:,} tasks in all, above the bound of {SPEC_TASKS:,} tasks a "
+                             "spec may ask for; set smaller counts"))
+    used = 0
+    entry = data.get("entrypoint")
+    parts = [entry] if isinstance(entry, str) else list(entry) if isinstance(entry, list) else []
+    for i, part in enumerate(parts):
+        if not isinstance(part, str):
+            continue
+        loc = ("entrypoint",) if isinstance(entry, str) else ("entrypoint", i)
+        size = len(part.encode("utf-8", "surrogatepass")) + 1
+        used += size
+        if "\0" in part:
+            problems.append((loc, "holds a NUL character (\\x00), which no command line can carry; remove it"))
+        elif size > ARG_STRLEN:
+            problems.append((loc, f"{size - 1:,} bytes, above the kernel's bound of {ARG_STRLEN:,} bytes for one "
+                             "argument (MAX_ARG_STRLEN); put long input in a file the command reads"))
+    env = data.get("env")
+    if isinstance(env, dict):
+        for key, value in env.items():
+            if not isinstance(key, str) or not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                continue
+            text = f"{key}={value}"
+            size = len(text.encode("utf-8", "surrogatepass")) + 1
+            used += size
+            if "\0" in text:
+                problems.append((("env", key), "holds a NUL character (\\x00), which no environment can carry; "
+                                 "remove it"))
+            elif size > ARG_STRLEN:
+                problems.append((("env", key), f"{size - 1:,} bytes as KEY=value, above the kernel's bound of "
+                                 f"{ARG_STRLEN:,} bytes for one variable (MAX_ARG_STRLEN); put long values in a "
+                                 "file the task reads"))
+    if used > ARG_TOTAL and not problems:
+        problems.append((("env",) if isinstance(env, dict) else ("entrypoint",),
+                         f"the command line and env: together are {used:,} bytes, above the bound of "
+                         f"{ARG_TOTAL:,} (half the kernel's usual ARG_MAX, the rest is for TF_CONFIG and the "
+                         "inherited environment); put long values in a file the task reads"))
+    return problems
 
 
 # ---------------------------------------------------------------- cross-field rules
@@ -219,13 +507,17 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         if name in known:
             problems.append((("hosts", i, "name"), f"host '{name}' is defined twice; give each host a unique name"))
         known.add(name)
+    unknown = 0
     for task_type in TASK_TYPES:
         group = t.group(task_type)
         for j, name in enumerate(group.hosts or ()):
             if name not in known:
-                hint = _suggest(name, names)
-                known = f"defined hosts: {', '.join(names)}" if names else "no hosts are defined; add them under hosts:"
-                problems.append(((("tasks", task_type, "hosts", j)), f"unknown host '{name}'{hint}; {known}"))
+                unknown += 1  # (a close match among 20,000 names costs; the first few get one)
+                hint = _suggest(name, names) if unknown <= 5 else ""
+                defined = f"defined hosts: {listing(names, 'hosts')}" if names else \
+                    "no hosts are defined; add them under hosts:"
+                problems.append(((("tasks", task_type, "hosts", j)), f"unknown host {shown_value(name)}{hint}; "
+                                 f"{defined}"))
     backend = backend_class(spec.backend)
     if spec.restart.warm_standby is True and not backend.capabilities.warm_standby:  # auto: off there (plan says)
         able = [cls.name for cls in backend_classes() if cls.capabilities.warm_standby]
@@ -248,6 +540,13 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
                          f"with backend {' and '.join(able) or 'none'}; remove elastic:"))
+    for task_type in TASK_TYPES:
+        if t.group(task_type).gpus and spec.devices.gpus == 0:
+            problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
+                             f"tasks.{task_type}.gpus or set devices.gpus"))
+    if spec.strategy != "multi_worker_mirrored" and spec.collective != type(spec.collective)():
+        problems.append((("collective",), f"only multi_worker_mirrored runs collectives (all-reduce), not "
+                         f"{spec.strategy}; remove collective:"))
     problems += backend.check_spec(spec)
     return problems
 
@@ -256,40 +555,48 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
 
 
 def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
-    loc = _clean_loc(err["loc"])
     typ = err["type"]
+    # An unknown key is the user's, whatever it looks like ("str", "a[0]"): not a marker to drop.
+    loc = _clean_loc(err["loc"][:-1]) + err["loc"][-1:] if typ == "extra_forbidden" else _clean_loc(err["loc"])
     # A bare count (``worker: -1``) is reported at the task type, where the user wrote it.
     if len(loc) == 3 and loc[0] == "tasks" and loc[2] == "count" and not isinstance(_node_at(root, loc[:2]), yaml.MappingNode):
         loc = loc[:2]
     where = f"{shown}{line_of(root, loc)}"
-    path = dotted(loc)
+    path = _path(loc)
     value = err.get("input")
     if typ == "extra_forbidden":
-        key = str(loc[-1])
+        key = loc[-1]
         parent = loc[:-1]
         valid = _fields_at(parent)
-        hint = _suggest(key, valid)
-        listing = f"; valid keys: {', '.join(valid)}" if valid else ""
-        return f"{where}: {path}: unknown key '{key}'{hint}{listing}"
+        hint = _suggest(key, valid) if isinstance(key, str) else ""
+        keys = f"; valid keys: {', '.join(valid)}" if valid else ""
+        return f"{where}: {path}: unknown key {shown_value(str(key))}{hint}{keys}"
     if typ == "missing":
         return f"{where}: {path}: required key is missing; add {_missing_hint(loc)}"
     if typ == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
-        return f"{where}: {path}: {value!r} is not valid; use one of {expected}"
+        return f"{where}: {path}: {shown_value(value)} is not valid; use one of {expected}"
     if typ in ("int_type", "int_parsing", "int_from_float", "greater_than_equal", "less_than_equal", "greater_than"):
-        return f"{where}: {path}: {_number_rule(loc, err)} (got {value!r})"
+        return f"{where}: {path}: {_number_rule(loc, err)} (got {shown_value(value)})"
     if typ in ("float_type", "float_parsing"):
-        return f"{where}: {path}: must be a number of seconds (got {value!r})"
+        return f"{where}: {path}: must be a number of seconds (got {shown_value(value)})"
     if typ in ("string_type",):
-        return f"{where}: {path}: must be a string (got {value!r})"
+        return f"{where}: {path}: must be a string (got {shown_value(value)})"
     if typ in ("dict_type", "model_type", "model_attributes_type"):
         return f"{where}: {path}: must be a mapping of keys, not {_yaml_type(value)}"
     if typ in ("tuple_type", "list_type"):
         return f"{where}: {path}: must be a list, not {_yaml_type(value)}"
     if typ == "value_error":
-        msg = str(err.get("ctx", {}).get("error", err["msg"]))
+        msg = shorten_quoted(str(err.get("ctx", {}).get("error", err["msg"])), value)
         return f"{where}: {path}: {msg}"
     return f"{where}: {path}: {err['msg']}"
+
+
+def _path(loc: tuple) -> str:
+    """``dotted(loc)`` with each key from the input shown bounded and escaped (a key may be
+    anything: 100,000 characters, terminal escapes)."""
+    return dotted(tuple(p if isinstance(p, int) or (isinstance(p, str) and len(p) <= 40 and p.isprintable())
+                        else shown_value(p if isinstance(p, str) else str(p), 40) for p in loc))
 
 
 def _number_rule(loc: tuple, err: dict) -> str:
@@ -364,10 +671,10 @@ def _yaml_type(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "list"
     if isinstance(value, str):
-        return f"string {value!r}"
+        return f"string {shown_value(value)}"
     if value is None:
         return "null"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {shown_value(value)}"
 
 
 def _node_at(root: Optional[yaml.Node], loc: tuple) -> Optional[yaml.Node]:

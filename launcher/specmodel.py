@@ -49,6 +49,9 @@ class Host(OptionsModel):
     proxy_jump: Optional[str] = None
     # ssh backend: the interpreter that runs the task wrapper and preflight here (default: ssh.python).
     python: Optional[str] = None
+    # At most this many of the run's tasks on this host (None: no limit; a host's GPU count still
+    # bounds its gpus_per_task: N tasks).
+    slots: Optional[int] = Field(default=None, ge=1, strict=True)
 
     @field_validator("name")
     @classmethod
@@ -79,6 +82,9 @@ class TaskGroup(OptionsModel):
     # Elastic runs (launcher/elastic.py): with no spare host left, the group may go on with fewer
     # workers, never below min. None: every worker is needed.
     min: Optional[int] = Field(default=None, ge=1, strict=True)
+    # GPUs each task of this group gets, overriding devices.gpus_per_task and the role's default
+    # (ps and the parameter_server chief: none): N, or 0 for none (CUDA_VISIBLE_DEVICES=-1).
+    gpus: Optional[int] = Field(default=None, ge=0, strict=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -153,18 +159,25 @@ class Restart(OptionsModel):
 
 
 class Elastic(OptionsModel):
-    """``elastic:`` -- hosts that come and go (launcher/elastic.py): a host whose connection died
-    and that does not answer again within ``host_wait`` seconds is lost; its tasks move onto a
-    spare host (one listed under ``hosts:`` that no task uses) and the group resumes from the last
-    backup, without spending ``restart.max_restarts``."""
+    """``elastic:`` -- hosts that come and go (launcher/elastic.py): a host whose task's SSH session
+    or connection was lost is *suspect* until it has answered for ``settle`` seconds without a
+    break; its tasks move onto a spare host at once (one listed under ``hosts:`` that no task
+    uses), or the group shrinks to ``tasks.worker.min``, or (neither) waits up to ``host_wait``
+    seconds for the host to settle and restarts on it. None of it spends
+    ``restart.max_restarts``; ``max_host_losses`` bounds it instead."""
 
+    # No spare and no tasks.worker.min: how long the group waits for a suspect host to settle
+    # (answer for `settle` s without a break) before the run ends naming it.
     host_wait: float = Field(default=60.0, ge=0)
-    # A lost host that answers again without a break for this many seconds is usable again (a
-    # flapping host never is): a spare again, or grow's target.
+    # A suspect host that answers again without a break for this many seconds is usable again (a
+    # flapping host never is): a spare again, or grow's target, or the host the group waits for.
     settle: float = Field(default=30.0, ge=0)
     # A group shrunk below tasks.worker.count stops gracefully (SIGTERM: the workers save the
     # step they agree on) and restarts bigger once a host is usable again.
     grow: bool = True
+    # Host losses (a session lost, a host not answering, preempted, gone from discovery) a run
+    # takes in all; the next one ends it in one line: hosts that keep dropping cannot loop forever.
+    max_host_losses: int = Field(default=10, ge=0)
 
 
 class Discovery(OptionsModel):
@@ -188,11 +201,15 @@ class Watchdog(OptionsModel):
 
 
 class Devices(OptionsModel):
-    """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (CUDA_VISIBLE_DEVICES) and
-    ``cpus: N`` (N logical CPU devices, so mirrored/central_storage run N replicas without GPUs);
-    ``threads: auto | N | 0`` (each task's TF/OpenMP thread budget: launcher/threads.py)."""
+    """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (which of a host's GPUs the
+    run may use), ``gpus_per_task: auto | N | all`` and ``gpu_memory: auto | growth | all | MiB``
+    (each GPU task's share and its memory setting: launcher/gpus.py), ``cpus: N`` (N logical CPU
+    devices, so mirrored/central_storage run N replicas without GPUs); ``threads: auto | N | 0``
+    (each task's TF/OpenMP thread budget: launcher/threads.py)."""
 
     gpus: Any = "all"
+    gpus_per_task: Any = "auto"
+    gpu_memory: Any = "auto"
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
     # auto (issue 22's contract); its inter-op pool is never below 2 (threads.INTEROP_MIN: with
     # one, parameter_server tasks hung).
@@ -205,6 +222,22 @@ class Devices(OptionsModel):
             return v
         raise ValueError(f"{v!r} is not valid; use auto (each task its share of its host's cores), "
                          "a number of threads per task (2), or 0 (leave TensorFlow's defaults)")
+
+    @field_validator("gpus_per_task", mode="before")
+    @classmethod
+    def _gpus_per_task(cls, v: Any) -> Any:
+        if v in ("auto", "all") or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"{v!r} is not valid; use auto (the host's GPUs divided among its GPU tasks), a number "
+                         "of GPUs per task (1), or all (every task sees every GPU of its host)")
+
+    @field_validator("gpu_memory", mode="before")
+    @classmethod
+    def _gpu_memory(cls, v: Any) -> Any:
+        if v in ("auto", "growth", "all") or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"{v!r} is not valid; use auto (growth when tasks share a GPU), growth, all "
+                         "(TensorFlow's default: nearly all of it), or a limit per GPU in MiB (8000)")
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -226,6 +259,16 @@ class Devices(OptionsModel):
             return None
         ids = range(self.gpus) if isinstance(self.gpus, int) else self.gpus
         return ",".join(str(i) for i in ids) or "-1"  # -1: no GPU at all
+
+
+class Collective(OptionsModel):
+    """``collective:`` -- MultiWorkerMirroredStrategy's all-reduce: ``implementation`` (auto lets
+    TensorFlow pick, possibly RING on GPUs) and ``timeout`` (seconds: a hung collective becomes an
+    error, which the launcher can retry). The reference worker builds
+    ``tf.distribute.experimental.CommunicationOptions`` from them (TFCLUSTER_COLLECTIVE*)."""
+
+    implementation: Literal["auto", "ring", "nccl"] = "auto"
+    timeout: Optional[float] = Field(default=None, gt=0)
 
 
 class Tpu(OptionsModel):
@@ -301,6 +344,7 @@ class Spec(OptionsModel):
     # Working directory of local tasks, relative to the spec file.
     workdir: str = "."
     devices: Devices = Devices()
+    collective: Collective = Collective()
     tpu: Optional[Tpu] = None
 
     @model_validator(mode="before")

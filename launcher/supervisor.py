@@ -30,9 +30,10 @@ from .policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay,
 from .record.events import Event
 from .record.feed import SnapshotWriter
 from .record.states import AttemptState, Outcome
+from .gpuwatch import GpuWatch
 from .record.view import RunView
 from .record.writer import RunRecord
-from .report import location_lines, locations, task_table
+from .report import gpu_peak_lines, location_lines, locations, task_table
 from .specmodel import Restart, Spec, Watchdog
 from .standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
 
@@ -80,6 +81,7 @@ class Supervisor:
         self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
                                   static_hosts=static_hosts, discovery_cwd=discovery_cwd)
         self.hurry_event = threading.Event()
+        self.stop_reason = ""  # why it was stopped, when not by Ctrl-C (``stop``)
         self.poll_interval = poll_interval
         self.clock = clock
         self.attempts: list[Attempt] = []
@@ -116,6 +118,7 @@ class Supervisor:
                           warm_standby=self.standby_why,
                           **self.members.spares())
         snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
+        gpu_watch = self._gpu_watch()
         self.members.start()
         try:
             number = 0  # attempts so far - 1 (TFCLUSTER_RESTART_COUNT)
@@ -131,7 +134,7 @@ class Supervisor:
                         return self._finish(1, Outcome.FAILED, reason="; ".join(exc.lines))
                     return self._finish(0, Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
-                    return self._finish(130, Outcome.INTERRUPTED)
+                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
                 if attempt.state == AttemptState.REGROW:
                     moved = self.members.regrow(number)
                     if moved:
@@ -141,11 +144,11 @@ class Supervisor:
                 failure = attempt.failure
                 assert failure is not None
                 if self.members.elastic:
-                    moved = self.members.move_lost_hosts(number)
+                    moved = self.members.after_failure(number, attempt.sessions_lost)
                     if moved is not None:
                         if moved != 0:
-                            return moved  # the run's exit code: no spare left, or interrupted
-                        number += 1  # a host loss is a membership change, not a failure
+                            return moved  # the run's exit code: no spare left, too many losses, interrupted
+                        number += 1  # a host loss is the infrastructure's, not a failure of the training
                         continue
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
@@ -166,12 +169,14 @@ class Supervisor:
                 )
                 self.record.event(Event.RESTART, attempt=number, delay=delay, after=failure.key, reason=failure.reason)
                 if delay and self.stop_event.wait(delay):
-                    return self._finish(130, Outcome.INTERRUPTED)
+                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
             self.members.close()
             self._stop_all(grace=0)
             self.standby.drop()
             self.backend.close()
+            if gpu_watch is not None:
+                gpu_watch.close()
             snapshots.close()  # the last one: the record as it ends
 
     def interrupt(self) -> None:
@@ -180,6 +185,14 @@ class Supervisor:
             self.hurry_event.set()
             for handle in list(self._handles.values()):
                 handle.signal(9)
+        self.stop_event.set()
+
+    def stop(self, reason: str) -> None:
+        """Stop gracefully, as a first Ctrl-C, however often it is called and whatever came
+        before: a closed terminal says so several times (SIGHUP, each failed write to it), and
+        none of it is a user asking to kill at once. ``reason`` goes into the outcome."""
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
         self.stop_event.set()
 
     # -------------------------------------------------------------- one attempt
@@ -197,6 +210,8 @@ class Supervisor:
             return attempt
         finally:
             attempt.ended = time.time()
+            if attempt.state == FAILED and self.members.elastic:
+                self._sessions_lost(attempt)
             at_once = attempt.state == FAILED or self.hurry_event.is_set()
             self._stop_all(0 if at_once else self.watchdog.stop_grace)
 
@@ -217,7 +232,9 @@ class Supervisor:
             except LaunchError as exc:
                 if not self.members.elastic:
                     raise
-                # Its host may be gone: the failure is checked for lost hosts like any other.
+                # The session to its host failed: the host is suspect (membership.py), like a
+                # session lost while the task ran.
+                attempt.sessions_lost.setdefault(task.host, time.time())
                 self._fail(attempt, task.key, "; ".join(exc.lines), None)
                 return None
             exits[task.key] = None
@@ -389,6 +406,11 @@ class Supervisor:
         code = exits[key]
         if self.members.elastic:
             host = self.plan.task(key).host
+            if self._handles[key].session_lost is not None:
+                # Its session was lost, not the task: its host is suspect (it may be shutting
+                # down, its sshd still accepting), so the worker is not restarted onto it.
+                self._fail(attempt, key, self._handles[key].state_note() or describe_exit(code), code)
+                return False
             if self.backend.lost_hosts([host], 0.0, self.stop_event):
                 self._fail(attempt, key, _host_gone(code, host), code)
                 return False
@@ -416,6 +438,22 @@ class Supervisor:
         exits[key] = None
         order.remove(key)
         return True
+
+    def _sessions_lost(self, attempt: Attempt) -> None:
+        """A failed attempt's tasks whose sessions were lost (each still running polled once more:
+        its host's connection may have dropped with the others'): their hosts, and when."""
+        for handle in list(self._handles.values()):
+            handle.poll()
+            lost = handle.session_lost
+            if lost is not None:
+                host = handle.task.host
+                attempt.sessions_lost[host] = min(lost, attempt.sessions_lost.get(host, lost))
+
+    def _infra(self, attempt: Attempt) -> bool:
+        """Elastic runs: a task's session was lost in this attempt (so far): its failure is the
+        infrastructure's, and the membership line says it all (launcher/membership.py)."""
+        return self.members.elastic and (bool(attempt.sessions_lost) or any(
+            h.session_lost is not None for h in self._handles.values()))
 
     def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
         with self._lock:
@@ -459,19 +497,49 @@ class Supervisor:
         attempt.state = FAILED
         attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
                                   consequences=tuple(consequences), final=final)
-        self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
-        for line in consequence_lines(key, consequences):
-            self.console.info(line)
-        report = [line for k in shown
-                  for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose)]
-        if report:
-            self.console.block(report)
-        if others:
-            self.console.info(also_failed_line(others))
+        if not self._infra(attempt):  # (else: recorded, and said in the membership's one line)
+            self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
+            for line in consequence_lines(key, consequences):
+                self.console.info(line)
+            report = [line for k in shown
+                      for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
+                                               self._given_gpus(k))]
+            if report:
+                self.console.block(report)
+            if others:
+                self.console.info(also_failed_line(others))
         self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
                           last_lines=list(tail[-TAIL:]), others=list(others),
                           consequences={k: c for k, c in consequences},
-                          errors=list(exception_lines(tail)), hint=hint(tail))
+                          errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key)))
+
+    def _gpu_watch(self) -> Optional[GpuWatch]:
+        """Each GPU task's memory and utilisation from nvidia-smi (launcher/gpuwatch.py), where the
+        plan knows its GPUs on this machine (the local backend: tasks are process groups here)."""
+        gpu_ids = {t.key: t.gpus.ids for t in self.plan.tasks if t.gpus.ids}
+        if not gpu_ids or self.plan.backend != "local":
+            return None
+
+        def groups() -> dict[str, int]:
+            out = {}
+            for key, handle in list(self._handles.items()):
+                pgid = handle.info().get("pgid")
+                if isinstance(pgid, int):
+                    out[key] = pgid
+            return out
+
+        def on_sample(figures) -> None:
+            self.record.event(Event.GPU_USAGE, tasks={k: list(v) for k, v in figures.items()})
+
+        return GpuWatch(groups, gpu_ids, on_sample, self.console.info).start()
+
+    def _given_gpus(self, key: str) -> bool:
+        """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""
+        try:
+            g = self.plan.task(key).gpus
+        except KeyError:
+            return False
+        return bool(g.ids) or (g.ids is None and g.required)
 
     def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
         """The sink every backend's output reader calls. It never raises: a reader that stopped
@@ -520,7 +588,8 @@ class Supervisor:
         where = locations(self.record.state_dir, self.record.logs_dir)
         self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
                           tasks=self.view.outcome_facts(), locations=where)
-        self.console.report(task_table(self.view.snapshot()) + self._summary() + location_lines(where))
+        view = self.view.snapshot()
+        self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + location_lines(where))
         if outcome == Outcome.SUCCEEDED:
             self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
         elif outcome == Outcome.INTERRUPTED:

@@ -177,6 +177,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"worker: {task.key} strategy={args.strategy} loop={args.loop} "
           f"restart={os.environ.get(envnames.RESTART_COUNT, '0')} model_dir={model_dir(args)}", flush=True)
     import_tensorflow()
+    from .strategies import SettingError, collective_settings, configure_gpus
+
+    try:
+        print(f"worker: {task.key} gpus: {configure_gpus()}", flush=True)  # before any op initialises them
+        collective_settings()
+    except SettingError as exc:
+        print(f"worker: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if task.type == "evaluator":
         from .evaluator import run_evaluator
 

@@ -12,6 +12,11 @@ tpu                      ``TPUStrategy`` (tpu.py)
 =======================  ==============================================================
 
 ``parameter_server`` (asynchronous, a coordinator and servers) lives in pss.py.
+GPUs (``configure_gpus``, before any strategy or op): a per-GPU memory limit from
+$TFCLUSTER_GPU_MEMORY (MiB, the spec's ``devices: {gpu_memory: MiB}``) as a logical device
+configuration; memory growth comes from TF_FORCE_GPU_ALLOW_GROWTH, which TensorFlow reads itself.
+``multi_worker_mirrored`` gets ``CommunicationOptions`` from $TFCLUSTER_COLLECTIVE (auto, ring,
+nccl) and $TFCLUSTER_COLLECTIVE_TIMEOUT (seconds), the spec's ``collective:``.
 ``--cpus N`` ($TFCLUSTER_CPUS, from the spec's ``devices: {cpus: N}``) splits the CPU into N
 logical devices first, so mirrored and central_storage run N replicas without GPUs (they
 share the same cores: this measures distribution overhead, not speed-up).
@@ -21,8 +26,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+from typing import Optional
 
 import tensorflow as tf
+
+from launcher import envnames
 
 SYNC_STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored", "tpu")
 
@@ -32,6 +41,58 @@ def configure_cpus(n: int) -> None:
     if n and n > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+
+
+class SettingError(ValueError):
+    """A GPU or collective variable the worker cannot use (exit 2: permanent)."""
+
+
+def gpu_memory_limit() -> Optional[int]:
+    """$TFCLUSTER_GPU_MEMORY as MiB, or None when unset."""
+    value = os.environ.get(envnames.GPU_MEMORY, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise SettingError(f"{envnames.GPU_MEMORY}={value!r} is not a number of MiB; set devices.gpu_memory to one")
+    return int(value)
+
+
+def configure_gpus() -> str:
+    """Apply the memory limit to every visible GPU (before TensorFlow initialises them); what
+    was set, in words, for the worker's first line."""
+    limit = gpu_memory_limit()
+    gpus = tf.config.list_physical_devices("GPU")
+    if limit and gpus:
+        for gpu in gpus:
+            tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])
+    growth = os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true"
+    memory = f"limit {limit} MiB" if limit else "growth" if growth else "default"
+    return f"{len(gpus)} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), memory {memory}"
+
+
+_IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
+
+
+def collective_settings() -> tuple[str, Optional[float]]:
+    """($TFCLUSTER_COLLECTIVE, $TFCLUSTER_COLLECTIVE_TIMEOUT): the implementation and seconds."""
+    impl = (os.environ.get(envnames.COLLECTIVE) or "auto").strip().lower()
+    if impl not in _IMPLEMENTATIONS:
+        raise SettingError(f"{envnames.COLLECTIVE}={impl!r}; use auto, ring or nccl (collective.implementation)")
+    raw = (os.environ.get(envnames.COLLECTIVE_TIMEOUT) or "").strip()
+    try:
+        timeout = float(raw) if raw else None
+    except ValueError:
+        timeout = -1.0
+    if timeout is not None and timeout <= 0:
+        raise SettingError(f"{envnames.COLLECTIVE_TIMEOUT}={raw!r} is not a number of seconds > 0 (collective.timeout)")
+    return impl, timeout
+
+
+def communication_options() -> "tf.distribute.experimental.CommunicationOptions":
+    """MultiWorkerMirroredStrategy's CommunicationOptions from the collective settings."""
+    impl, timeout = collective_settings()
+    implementation = getattr(tf.distribute.experimental.CommunicationImplementation, _IMPLEMENTATIONS[impl])
+    return tf.distribute.experimental.CommunicationOptions(implementation=implementation, timeout_seconds=timeout)
 
 
 def local_devices() -> list[str]:
@@ -52,7 +113,10 @@ def make(args: argparse.Namespace) -> tf.distribute.Strategy:
     if name == "central_storage":
         return tf.distribute.experimental.CentralStorageStrategy(local_devices(), parameter_device="/cpu:0")
     if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        impl, timeout = collective_settings()
+        print(f"worker: collective implementation={impl} timeout={'none' if timeout is None else f'{timeout:g}s'}",
+              flush=True)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options())
     if name == "tpu":
         from .tpu import make_strategy
 

@@ -72,6 +72,14 @@ class TaskHandle(abc.ABC):
         """A short remark on the task's state for reports (e.g. 'stopped by SIGSTOP')."""
         return ""
 
+    @property
+    def session_lost(self) -> Optional[float]:
+        """When (time.time()) the task's session with its host was lost (a dropped connection, a
+        lease run out): the exit code was made up, the task did not exit on its own. Such an exit
+        is the infrastructure's, not the training's (launcher/membership.py). None: it exited by
+        itself, or still runs."""
+        return None
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -133,6 +141,9 @@ class Backend(abc.ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
     detach_note: ClassVar[str] = ""
+    # The plan the preflight placed otherwise than the static placement (ssh: by the hosts' GPU
+    # counts), which ``allocate`` then gives the run: what ``up --dry-run`` shows. None: the same.
+    preflight_plan: Optional["Plan"] = None
 
     # -------------------------------------------------------------- before a backend exists
 

@@ -10,6 +10,10 @@ configuration trains the same entrypoint (model, data, seed, per-replica batch, 
   ``{worker: W}``; ``parameter_server`` likewise, else ``{chief: 1, ps: 1, worker: W}``
   (``--workers``); neither takes devices.cpus; an evaluator task is dropped (the comparison
   evaluates after every epoch itself, with $TFCLUSTER_EPOCH_EVAL=1);
+* ``--gpus N`` (``Options.gpus``): ``mirrored``/``central_storage`` over N GPUs,
+  ``multi_worker_mirrored`` and ``parameter_server`` with N workers of one GPU each
+  (``tasks.worker.gpus: 1``), ``default``/``one_device`` on one GPU; ``devices.gpus: N`` (a
+  machine with fewer is refused in one line); without ``--strategies`` those three are compared;
 * the run name becomes ``<name>-<label>`` and run records go under the comparison's directory,
   so every configuration starts from an empty state dir.
 """
@@ -35,6 +39,9 @@ class Options:
     cpus: int = 2  # logical CPU devices for mirrored/central_storage (0: leave devices alone)
     workers: int = 2  # workers for multi_worker_mirrored/parameter_server derived from another strategy
     progress_every: int = 5  # steps between progress lines (the examples/s intervals)
+    # GPUs to compare on (0: none): mirrored/central_storage over N GPUs, multi_worker_mirrored and
+    # parameter_server with N workers a GPU each, default/one_device on one GPU.
+    gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,8 @@ def derive(raw: dict, strategy: str, label: str, options: Options, run_dir: str)
     own = raw.get("strategy")
     spec["strategy"] = strategy
     devices = dict(spec.get("devices") or {})
+    if options.gpus and strategy != "tpu":
+        return _on_gpus(spec, raw, strategy, options, devices)
     if strategy in SINGLE_HOST_STRATEGIES:
         spec["tasks"] = {"worker": _single_task(raw.get("tasks"))}
         if strategy in CPU_REPLICA_STRATEGIES:
@@ -106,6 +115,25 @@ def derive(raw: dict, strategy: str, label: str, options: Options, run_dir: str)
         spec.pop("devices", None)
     if strategy != "tpu":
         spec.pop("tpu", None)
+    return spec
+
+
+def _on_gpus(spec: dict, raw: dict, strategy: str, options: Options, devices: dict) -> dict:
+    """``--gpus N``: the run may use GPUs 0..N-1 (devices.gpus N: a machine with fewer is refused
+    in one line); mirrored/central_storage over all N in one task, multi_worker_mirrored and
+    parameter_server N workers with a GPU each, default/one_device one GPU."""
+    devices.pop("cpus", None)
+    n = options.gpus
+    if strategy in SINGLE_HOST_STRATEGIES:
+        spec["tasks"] = {"worker": _single_task(raw.get("tasks"))}
+        devices["gpus"] = n if strategy in CPU_REPLICA_STRATEGIES else 1
+    else:
+        workers = {"count": n, "gpus": 1}
+        spec["tasks"] = {"worker": workers} if strategy == "multi_worker_mirrored" else \
+            {"chief": 1, "ps": 1, "worker": workers}
+        devices["gpus"] = n
+    spec["devices"] = devices
+    spec.pop("tpu", None)
     return spec
 
 

@@ -15,6 +15,8 @@ from typing import Any, Optional
 import yaml
 
 from .. import envnames
+from .. import gpus
+from ..remote import gpuplace
 from ..compose import STATE_DIR, docker_plan
 from ..errors import SpecError
 from ..plan import Plan
@@ -34,6 +36,11 @@ DEFAULT_PERMANENT = tuple(range(1, 128))
 # THREADS: a ``threads: auto`` budget's place on a shared host: a replica there has its node (or
 # its pod's CPU limit) to itself, and nothing would complete it.
 PER_TASK_ENV = ("TF_CONFIG", envnames.TASK, envnames.THREADS)
+# A task's GPUs as the plan gives them on a host it shares: a replica's GPUs are what its pod or
+# machine was given (nvidia.com/gpu, acceleratorCount: ``type_gpus``), numbered from 0, so these
+# go (unless the spec's env sets them); a type without GPUs gets CUDA_VISIBLE_DEVICES=-1 of its
+# own (``type_env``: a CUDA image's NVIDIA_VISIBLE_DEVICES=all would show it the node's GPUs).
+GPU_ENV = (envnames.GPUS, gpuplace.CUDA_VAR, gpuplace.ORDER_VAR, gpuplace.GROWTH_VAR, envnames.GPU_MEMORY)
 
 
 def shown_path(loaded: LoadedSpec) -> str:
@@ -132,9 +139,37 @@ def state_dir(spec: Spec) -> str:
     return spec.state.dir if spec.state.is_url else STATE_DIR
 
 
+def type_gpus(spec: Spec, task_type: str) -> Optional[int]:
+    """GPUs each replica of ``task_type`` gets by the spec: its group's ``gpus``, else
+    ``devices.gpus_per_task`` N for a GPU role (0 for the ps and the parameter_server chief);
+    ``auto``/``all`` with a ``devices.gpus`` count: that count (the replica is alone on its
+    machine). None: the spec does not say (``auto``/``all`` on any machine, or its env sets
+    CUDA_VISIBLE_DEVICES): the export's own resource keys decide."""
+    if gpus.placement_off(spec):
+        return None
+    take, _ = gpus.take_of(spec, task_type)
+    if isinstance(take, int):
+        return take
+    count = spec.devices.gpus
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def type_env(spec: Spec, task_type: str) -> list[tuple[str, str]]:
+    """What a replica type's container gets beyond ``container_env``: -1 for a type without GPUs."""
+    if type_gpus(spec, task_type) == 0 and gpuplace.CUDA_VAR not in spec.env:
+        return [(gpuplace.CUDA_VAR, "-1")]
+    return []
+
+
 def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
     """The environment every replica gets: tfcluster's own, minus what the engine sets per replica."""
-    env = {k: v for k, v in plan.tasks[0].env if k not in PER_TASK_ENV} if plan.tasks else {}
+    drop = set(PER_TASK_ENV) | {k for k in GPU_ENV if k not in spec.env}
+    env = {k: v for k, v in plan.tasks[0].env if k not in drop} if plan.tasks else {}
+    mem = spec.devices.gpu_memory
+    if mem == "growth" and gpuplace.GROWTH_VAR not in spec.env:
+        env[gpuplace.GROWTH_VAR] = "true"
+    elif isinstance(mem, int) and envnames.GPU_MEMORY not in spec.env:
+        env[envnames.GPU_MEMORY] = str(mem)
     env[envnames.STATE_DIR] = state_dir(spec)
     env[envnames.RUN_ID] = "export"
     env[envnames.RESTART_COUNT] = "0"

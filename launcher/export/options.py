@@ -43,6 +43,11 @@ class _ByType(OptionsModel):
                 out.update({k: getattr(entry, k) for k in entry.model_fields_set})
         return out
 
+    def own(self, task_type: str) -> dict[str, Any]:
+        """Only the keys the type's own entry sets (not ``default``'s)."""
+        entry = getattr(self, task_type)
+        return {} if entry is None else {k: getattr(entry, k) for k in entry.model_fields_set}
+
 
 def _quantity(v: Any, example: str) -> Optional[str]:
     if v is None:

@@ -14,7 +14,8 @@ import math
 from typing import Any, Optional
 
 from ..specmodel import TASK_TYPES, LoadedSpec, Spec
-from .common import DEFAULT_PERMANENT, comment_lines, container_env, dump_yaml, export_plan, state_dir
+from .common import (DEFAULT_PERMANENT, comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env,
+                     type_gpus)
 from .validate import CONTAINER_NAME, PORT_NAME, TFJOB_API_VERSION
 
 REPLICA_TYPE = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
@@ -39,12 +40,26 @@ def _no_expand(value: str) -> str:
     return value.replace("$(", "$$(")
 
 
+def gpu_limit(spec: Spec, task_type: str) -> Optional[int]:
+    """``nvidia.com/gpu`` of a replica type: its own ``kubernetes.resources.<type>.gpus``, else
+    what the spec gives each of its tasks (common.type_gpus: gpus_per_task N, 0 for the ps and
+    the parameter_server chief), else ``kubernetes.resources.default.gpus``."""
+    own = spec.kubernetes.resources.own(task_type).get("gpus")
+    if own is not None:
+        return own
+    derived = type_gpus(spec, task_type)
+    if derived is not None:
+        return derived
+    return spec.kubernetes.resources.merged(task_type).get("gpus")
+
+
 def _resources(spec: Spec, task_type: str) -> Optional[dict[str, Any]]:
     r = spec.kubernetes.resources.merged(task_type)
     amounts = {k: v for k, v in (("cpu", r.get("cpu")), ("memory", r.get("memory"))) if v is not None}
     limits = dict(amounts)
-    if r.get("gpus"):
-        limits["nvidia.com/gpu"] = r["gpus"]  # GPUs go in limits (requests default to them)
+    gpus = gpu_limit(spec, task_type)
+    if gpus:
+        limits["nvidia.com/gpu"] = gpus  # GPUs go in limits (requests default to them)
     if not limits:
         return None
     out: dict[str, Any] = {"limits": limits}
@@ -70,7 +85,8 @@ def tfjob_dict(loaded: LoadedSpec, image: Optional[str] = None) -> dict[str, Any
             "image": image or spec.docker.image,
             "command": argv[:1],
             "args": argv[1:],
-            "env": [dict(e) for e in env],  # own copies: YAML would share one list through anchors
+            # own copies: YAML would share one list through anchors
+            "env": [dict(e) for e in env] + [{"name": k, "value": v} for k, v in type_env(spec, task_type)],
             "ports": [{"name": PORT_NAME, "containerPort": spec.ports.base}],
         }
         if spec.docker.pull == "never":

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from ..errors import SpecError
 from ..outfile import JSON_LABEL
 from ..specmodel import LoadedSpec, Spec
-from .common import comment_lines, container_env, dump_yaml, export_plan, state_dir
+from .common import comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env, type_gpus
 from .validate import VERTEX_POOLS
 
 DEFAULT_MACHINE_TYPE = "n1-standard-4"
@@ -43,6 +43,21 @@ def _machine(spec: Spec, task_type: str) -> tuple[dict[str, Any], Optional[dict[
     m = spec.vertex.machines.merged(task_type)
     machine: dict[str, Any] = {"machineType": m.get("machine_type") or DEFAULT_MACHINE_TYPE}
     count = m.get("accelerator_count")
+    own = spec.vertex.machines.own(task_type)
+    derived = type_gpus(spec, task_type)
+    if "accelerator_count" not in own and "accelerator_type" not in own and derived is not None:
+        # The spec's GPUs per task (gpus_per_task N; none for the ps and the parameter_server
+        # chief) decide the count; the type comes from the machines' entries.
+        if derived == 0:
+            m = {k: v for k, v in m.items() if not k.startswith("accelerator_")}
+            count = None
+        elif not m.get("accelerator_type"):
+            raise SpecError(f"vertex.machines.{task_type}.accelerator_type: each {task_type} replica needs "
+                            f"{derived} GPU(s) (devices.gpus_per_task / tasks.{task_type}.gpus) but no accelerator "
+                            "type is set; set vertex.machines.default.accelerator_type (e.g. NVIDIA_TESLA_T4) "
+                            "and a machine_type that takes it")
+        else:
+            count = derived
     if m.get("accelerator_type"):
         machine["acceleratorType"] = m["accelerator_type"]
         machine["acceleratorCount"] = 1 if count is None else count
@@ -83,6 +98,7 @@ def job_spec_dict(loaded: LoadedSpec, image: Optional[str] = None) -> dict[str, 
         if disk:
             pool["diskSpec"] = disk
         pool["containerSpec"] = json.loads(json.dumps(container))  # own copy: no YAML anchors
+        pool["containerSpec"]["env"] += [{"name": k, "value": v} for k, v in type_env(spec, task_type)]
         specs.append(pool)
     while specs and not specs[-1]:
         specs.pop()  # trailing unused pools are left out

@@ -9,7 +9,11 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``write
         (each task's TF port open) -> attempt_ready; exit (each task), sidecar_failed (an
         evaluator), task_restart (a parameter_server worker restarted alone), failure (the
         attempt's root cause), stopped / stop_unconfirmed (tasks stopped at the attempt's end)
-    restart (the next attempt, after a failure)   [elastic: host_lost, then replan first]
+    restart (the next attempt, after a failure of the training)
+        [elastic, instead of a restart: host_lost (a host whose session was lost or that does not
+        answer: suspect until it answers for elastic.settle s; its ``how`` says so), then replan
+        (tasks moved or left out), or host_added with spare false (the group waited for the host
+        and restarts on it)]
     host_preempted (ssh: a task's wrapper saw GCE's preemption notice; its host is lost at once)
     discovery (elastic: discovery.command's answer changed the hosts, or failed: ok, added, gone,
         problem)
@@ -17,7 +21,10 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``write
         grow: replan to a bigger group after the attempt stopped gracefully)
     outcome (last; written once, also by ``tfcluster down`` for a lost supervisor)
 
-and in between, backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
+and in between: gpu_usage (where nvidia-smi answers, a sample of each GPU task's memory and
+utilisation that changed: launcher/gpuwatch.py, or the ssh task wrapper), task_gpus (the GPUs a task
+got where it started, as that machine numbers them, where the backend learns them only there: a
+Slurm step, the ssh task wrapper); backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
 slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
 A new kind goes here first; readers (record/view, reader, feed, compare/measure) ignore kinds
 they do not know.
@@ -55,3 +62,5 @@ class Event(Word):
     SLURM_SUBMITTED = "slurm_submitted"
     SLURM_RUNNING = "slurm_running"
     SLURM_CANCELLED = "slurm_cancelled"
+    GPU_USAGE = "gpu_usage"
+    TASK_GPUS = "task_gpus"

@@ -29,13 +29,17 @@ from typing import Any, Callable, Optional
 
 from .events import Event
 from .layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
-from .reader import RecordDamaged, parse_events  # noqa: F401 (RecordDamaged re-exported)
+from ..errors import exc_text
+from .reader import FILE_BYTES, RecordDamaged, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from .view import RunView
 
 SNAPSHOT_VERSION = 1
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output
 STANDBY_PREFIX = "(standby) "
 CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log
+LINE_BYTES = 1 << 20  # a log line longer (a task that printed 100 MB without a newline) is fed in pieces
+# What a damaged record's values of the wrong kind raise in the code that reads them.
+DAMAGE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
 _BETWEEN = (Event.EXIT, Event.STOPPED, Event.FAILURE, Event.TASK_RESTART)  # after these, a task's next lines wait
 
 
@@ -83,7 +87,15 @@ class RecordFeed:
         return self._ended
 
     def poll(self) -> int:
-        """Apply the events and lines appended since the last poll; how many events that was."""
+        """Apply the events and lines appended since the last poll; how many events that was.
+        RecordDamaged, one line, for a record whose files hold what tfcluster never writes."""
+        try:
+            return self._poll()
+        except DAMAGE as exc:
+            raise RecordDamaged(f"run record damaged: {self.run_dir} holds an event tfcluster cannot read "
+                                f"({exc_text(exc)}); move it away (or delete the run) to read the others") from None
+
+    def _poll(self) -> int:
         events = self._new_events()
         for key in self._keys(events):
             if key not in self._fed:
@@ -130,7 +142,10 @@ class RecordFeed:
         try:
             with open(path, "rb") as fh:
                 fh.seek(self._events_at)
-                data = fh.read()
+                data = fh.read(FILE_BYTES + 1)
+            if len(data) > FILE_BYTES:
+                raise RecordDamaged(f"run record damaged: {path} grew by more than {FILE_BYTES:,} bytes, far more "
+                                    "than tfcluster writes there; move it away (or delete the run) to read the others")
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -173,8 +188,13 @@ class RecordFeed:
                 data = carry + data
                 cut = data.rfind(b"\n") + 1
                 complete, carry = data[:cut], data[cut:]
+                used = len(complete)
+                if len(carry) > LINE_BYTES:  # one line past the bound: its pieces are lines of their own
+                    used = len(data)
+                    complete += b"".join(carry[i:i + LINE_BYTES] + b"\n" for i in range(0, len(carry), LINE_BYTES))
+                    carry = b""
                 if complete:
-                    start += len(complete)
+                    start += used
                     self._fed[key] = start
                     lines = complete.decode("utf-8", "replace").split("\n")[:-1]
                     self.view.lines(key, [line for line in lines if not line.startswith(STANDBY_PREFIX)], now)
@@ -219,7 +239,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
     that end lines of ``events.jsonl`` and of each task log as they are now. None otherwise
     (a replay then starts at the record's start: a snapshot only saves time)."""
     try:
-        state = json.loads((run_dir / SNAPSHOT_FILE).read_text())
+        state = json.loads(read_bounded(run_dir / SNAPSHOT_FILE))
         if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
             return None
         ends = {run_dir / EVENTS_FILE: state["events_at"]}
@@ -234,7 +254,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
             return None
         RunView.from_json(state["view"])  # (one that does not read back is not used)
         return state
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, RecordDamaged) + DAMAGE:
         return None
 
 

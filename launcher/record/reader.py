@@ -11,11 +11,19 @@ show. The record is written by record/writer.py.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
+from ..bounded import shown
 from ..errors import LaunchError, NoRun
 from .layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
+
+# What a record's file may be, read whole: tfcluster writes far less (an event is a few hundred
+# bytes: 256 MiB is a million task starts; plan.json of 100,000 tasks is about 10 MB). Past these,
+# the file is damaged or not tfcluster's, and is named in one line instead of filling memory.
+FILE_BYTES = 256 << 20
+EVENT_CHARS = 1 << 20  # one line of events.jsonl
 
 # ------------------------------------------------------------------ events.jsonl
 
@@ -33,14 +41,14 @@ def parse_events(lines: list[str], path: Path, first: int = 1, strict: bool = Tr
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
-        except ValueError:
+            event = json.loads(line) if len(line) <= EVENT_CHARS else None
+        except (ValueError, RecursionError):  # (RecursionError: [[[[... nested past Python's limit)
             event = None
         if not isinstance(event, dict) or "event" not in event:
             if not strict:
                 continue
             raise RecordDamaged(f"run record damaged: {path} line {number} is not an event "
-                                f"({line[:60]!r}); the events before it are intact")
+                                f"({shown(line)}); the events before it are intact")
         out.append(event)
     return out
 
@@ -52,22 +60,36 @@ def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
     the line; also for a file that exists but cannot be read)."""
     path = Path(run_dir) / EVENTS_FILE
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_bounded(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return []
-    except OSError as exc:
+    except (OSError, RecordDamaged) as exc:
         if not strict:
             return []
+        if isinstance(exc, RecordDamaged):
+            raise
         raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
     return parse_events(text.split("\n")[:-1], path, strict=strict)
+
+
+def read_bounded(path: Path, limit: int = FILE_BYTES) -> bytes:
+    """The bytes of ``path``; RecordDamaged naming it and the bound if it holds more than ``limit``
+    (it is not read past the bound). OSError as ``open`` raises it."""
+    with open(path, "rb") as fh:
+        too_big = os.fstat(fh.fileno()).st_size > limit
+        data = b"" if too_big else fh.read(limit + 1)  # (a file growing meanwhile stops at the bound too)
+    if too_big or len(data) > limit:
+        raise RecordDamaged(f"run record damaged: {path} is more than {limit:,} bytes, far more than tfcluster "
+                            "writes there; move it away (or delete the run) to read the others")
+    return data
 
 
 def read_allocation(run_dir: Path, backend: str) -> dict[str, Any]:
     """What the backend of the run in ``run_dir`` allocated, from ``<backend>.json``: for a record
     whose launcher.json lacks its ``allocation`` (``RecordedRun.allocation``)."""
     try:
-        data = json.loads(allocation_path(run_dir, backend).read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_bounded(allocation_path(run_dir, backend)))
+    except (OSError, ValueError, RecursionError, RecordDamaged):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -114,7 +136,7 @@ def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
 
 def read_json(path: Path, required: bool = False) -> Optional[dict]:
     try:
-        text = path.read_text()
+        text = read_bounded(path).decode("utf-8", "replace")
     except FileNotFoundError:
         if required:
             raise RecordDamaged(f"run record incomplete: {path} is missing") from None
@@ -125,6 +147,8 @@ def read_json(path: Path, required: bool = False) -> Optional[dict]:
         data = json.loads(text)
     except ValueError as exc:
         raise RecordDamaged(f"run record damaged: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise RecordDamaged(f"run record damaged: {path} is not valid JSON (nested past Python's limit)") from None
     if not isinstance(data, dict):
         raise RecordDamaged(f"run record damaged: {path} is not a JSON object")
     return data

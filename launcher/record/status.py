@@ -13,6 +13,7 @@ file is reported by name (``RecordDamaged``), never with a traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -20,14 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
 from ..policy import describe_exit
 from ..procinfo import group_alive, is_same
+from ..errors import exc_text
 from .events import Event
-from .feed import replay
-from .layout import PLAN_FILE
+from .feed import DAMAGE, replay
+from .layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
 from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from .states import Outcome, RunState, TaskState
-from .view import RunView, TaskView
+from .view import RunView, TaskView, suspect_lines
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)
@@ -52,6 +55,7 @@ class TaskRow:
     restarts: int = 0  # starts after the first (group restarts and restarts alone)
     alive: Optional[bool] = None  # when the run's supervisor is gone: is its process still here?
     task: Optional[TaskView] = field(default=None, repr=False)  # the view's task: the figures
+    planned_gpus: str = ""  # its GPUs as the plan gave them (``gpu 1``, ``cpu``, ``1 gpu (at start)``; "" none said)
 
     # The figures are the view's task's (one run model: record/view.py), None/"" without one.
     epoch = _of_task("epoch")  # 1-based epoch in progress (or just completed), as the live panel shows
@@ -62,12 +66,23 @@ class TaskRow:
     examples_per_sec = _of_task("examples_per_sec")
     last_line = _of_task("last_line", "")
     has_result = _of_task("has_result", False)  # printed its final tfcluster-result line
+    gpu_mib = _of_task("gpu_mib")  # where nvidia-smi answered: its GPU memory (MiB), utilisation (%), peak
+    gpu_util = _of_task("gpu_util")
+    gpu_peak_mib = _of_task("gpu_peak_mib")
+
+    @property
+    def gpus(self) -> str:
+        """Its GPUs: as the machine it started on said (a task_gpus event), else as planned."""
+        said = self.task.gpus if self.task is not None else None
+        return gpu_ids_text(said) if said is not None else self.planned_gpus
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,
                 "epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": self.loss,
                 "accuracy": self.accuracy, "examples_per_sec": self.examples_per_sec, "restarts": self.restarts,
-                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result}
+                "last_line": self.last_line, "alive": self.alive, "has_result": self.has_result,
+                "gpu_mib": self.gpu_mib, "gpu_util": self.gpu_util, "gpu_peak_mib": self.gpu_peak_mib,
+                "gpus": self.gpus}
 
 
 @dataclass
@@ -102,6 +117,11 @@ class RunStatus:
         return list(self.view.spares) if self.view is not None else []
 
     @property
+    def suspects(self) -> list[str]:
+        """Hosts whose session was lost, not used until they answer for elastic.settle s."""
+        return suspect_lines(self.view) if self.view is not None else []
+
+    @property
     def host_changes(self) -> list[str]:
         """One line per membership change."""
         return [c.describe() for c in self.view.host_changes] if self.view is not None else []
@@ -129,7 +149,7 @@ class RunStatus:
             "supervisor_host": self.supervisor_host, "detached": self.detached,
             "final_accuracy": self.final_accuracy, "tasks": [t.to_json() for t in self.tasks],
             "still_running": self.still_running() if self.state == LOST else [],
-            "spares": self.spares, "host_changes": self.host_changes,
+            "spares": self.spares, "suspects": self.suspects, "host_changes": self.host_changes,
         }
 
 
@@ -139,29 +159,43 @@ class RunStatus:
 def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_same,
              group_alive: Callable[[int], bool] = group_alive, progress: bool = True) -> RunStatus:
     """Everything the record says about the run in ``run_dir`` (without reading the task logs
-    when ``progress`` is false: enough for the state, cheap enough to poll)."""
+    when ``progress`` is false: enough for the state, cheap enough to poll). A record whose files
+    hold values tfcluster never writes (a damaged or foreign one) is RecordDamaged, one line."""
+    try:
+        return _load_run(run_dir, alive, group_alive, progress)
+    except DAMAGE as exc:
+        raise RecordDamaged(f"run record damaged: {run_dir} holds values tfcluster cannot read ({exc_text(exc)}); "
+                            "move it away (or delete the run) to read the others") from None
+
+
+def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_alive: Callable[[int], bool],
+              progress: bool) -> RunStatus:
     plan = read_json(run_dir / PLAN_FILE, required=True) or {}
     launcher = read_launcher(run_dir) or {}
     events = read_events(run_dir, strict=True)
-    hosts = {f"{t['type']}:{t['index']}": t.get("host", "") for t in plan.get("tasks", [])
+    hosts = {f"{t['type']}:{t['index']}": _text(t.get("host", "")) for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
-    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=plan.get("name", run_dir.parent.name),
-                       backend=plan.get("backend", launcher.get("backend", "")), state=RUNNING,
-                       supervisor_pid=launcher.get("pid"), supervisor_host=launcher.get("host"),
+    status = RunStatus(run_id=run_dir.name, dir=run_dir, name=_text(plan.get("name", run_dir.parent.name)),
+                       backend=_text(plan.get("backend", launcher.get("backend", ""))), state=RUNNING,
+                       supervisor_pid=_whole(launcher.get("pid")),
+                       supervisor_host=_text(launcher["host"]) if launcher.get("host") is not None else None,
                        detached=bool(launcher.get("detached")))
     rows = {key: TaskRow(key, host) for key, host in hosts.items()}
+    for t in plan.get("tasks", []):
+        if isinstance(t, dict) and "type" in t and "index" in t:
+            rows[f"{t['type']}:{t['index']}"].planned_gpus = _planned_gpus(plan, t)
     outcome = None
     attempt = 0
     for e in events:
         kind = e.get("event")
         task = rows.get(e.get("task", ""))
         if kind == Event.RUN_START:
-            status.started = e.get("time")
+            status.started = _number(e.get("time"))
         elif kind == Event.START and task is not None:
-            task.host = e.get("host") or task.host  # where it runs now (tasks move when hosts are lost)
+            task.host = _text(e.get("host")) or task.host  # where it runs now (tasks move when hosts are lost)
             if task.attempt is not None:
                 task.restarts += 1
-            task.attempt = e.get("attempt")
+            task.attempt = _whole(e.get("attempt"))
             task.state = TaskState.STARTING
             attempt = max(attempt, int(e.get("attempt", 0) or 0))
         elif kind == Event.READY and task is not None:
@@ -183,8 +217,9 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
     if outcome is not None:
         status.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
             outcome.get("outcome"), FAILED)
-        status.ended = outcome.get("time")
-        status.reason = outcome.get("reason", "")
+        # `down` of a lost run writes its outcome later: when the run ended is in "ended".
+        status.ended = _number(outcome.get("ended")) or _number(outcome.get("time"))
+        status.reason = _text(outcome.get("reason", ""))
         status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
         for t in rows.values():
             if t.state in (TaskState.RUNNING, TaskState.STARTING):
@@ -208,14 +243,62 @@ def load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool] = is_sam
                     row.alive = bool(alive(int(pgid), info.get("start_time")) and group_alive(int(pgid)))
                     if not row.alive:
                         row.state = TaskState.GONE
-            if events:
-                status.ended = events[-1].get("time")
+            status.ended = last_sign_of_life(run_dir, events)
     if progress:
         status.view = replay(run_dir)
         for key, row in rows.items():
             row.task = status.view.tasks.get(key)
     status.tasks = list(rows.values())
     return status
+
+
+def _planned_gpus(plan: dict, row: dict) -> str:
+    """A task's GPUs from plan.json (either shape: its own env, or the shared one with its
+    ``env_extra``/``env_drop``), without expanding the plan."""
+    shared = row.get("env", plan.get("env")) or {}
+    extra, drop = row.get("env_extra") or {}, row.get("env_drop") or ()
+    drop = drop if isinstance(drop, (list, tuple)) else ()  # (a damaged record's: ignored, as its env)
+
+    def value(name: str) -> Optional[str]:
+        if name in drop:
+            return None
+        got = extra.get(name, shared.get(name))
+        return None if got is None else str(got)
+
+    return gpu_env_text(value) if isinstance(shared, dict) and isinstance(extra, dict) else ""
+
+
+def last_sign_of_life(run_dir: Path, events: list[dict[str, Any]]) -> Optional[float]:
+    """When a run whose supervisor was lost last showed it was alive: its last event, or the
+    last write to its record -- a task's output in its log or output.log, the supervisor's
+    snapshot (every few seconds while it runs), launcher.json, supervisor.log -- whichever
+    came last. (Events alone stop at the last start or ready: a run that trained for minutes
+    after that would look seconds long.) None for a record with none of it."""
+    times = [t for t in (_number(e.get("time")) for e in events[-1:]) if t is not None]
+    paths = [run_dir / name for name in (EVENTS_FILE, OUTPUT_FILE, SNAPSHOT_FILE, LAUNCHER_FILE, SUPERVISOR_LOG)]
+    try:
+        paths += list((run_dir / LOGS_DIR).glob("*.log"))
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else None
+
+
+def _text(value: Any) -> str:
+    """A string of the record as it should be one (a damaged record's number or list: its JSON)."""
+    return value if isinstance(value, str) else "" if value is None else json.dumps(value)[:200]
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def list_runs(name_dir: Path) -> list[RunStatus]:

@@ -62,6 +62,12 @@ class TaskView:
     accuracy: Optional[float] = None  # only a value within [0, 1]
     last_line: str = ""
     has_result: bool = False  # printed its final tfcluster-result line (accuracy is the test accuracy)
+    # Where nvidia-smi answers (gpu_usage events): its GPU memory (MiB) and utilisation (%) now, its peak memory.
+    gpu_mib: Optional[int] = None
+    gpu_util: Optional[int] = None
+    gpu_peak_mib: Optional[int] = None
+    # The GPU indices it got where it started (task_gpus events: Slurm's, the ssh wrapper's); None: not said.
+    gpus: Optional[tuple[int, ...]] = None
     throughput: Optional[Throughput] = field(default=None, repr=False)
 
     @property
@@ -88,6 +94,23 @@ class TaskView:
         return None
 
 
+SUSPECT = "suspect until"  # in a host_lost event's ``how``: the host's session was lost (see lost_phrase)
+
+
+def lost_phrase(host: str, how: str, when: str = "") -> str:
+    """How a host loss reads in one line: ``h2: session lost at 12:01:07, host still answering;
+    suspect until it answers for 30 s`` (a suspect host: its ``how`` says when), else
+    ``h2 lost at 12:01:07 (gone from discovery.command's list)``."""
+    if SUSPECT in how:
+        return f"{host}: {how}"
+    return f"{host} lost{when}" + (f" ({how})" if how else "")
+
+
+def suspect_lines(view: "RunView") -> list[str]:
+    """``h2 (until it answers for 30 s without a break)`` for each suspect host of ``view``."""
+    return [f"{h} (until it answers for {settle:g} s without a break)" for h, settle in view.suspects.items()]
+
+
 @dataclass
 class HostChange:
     """One membership change (a ``replan`` event, launcher/elastic.py), and where the group
@@ -109,12 +132,13 @@ class HostChange:
         return max(0, self.before - self.resumed_at)
 
     def describe(self) -> str:
-        """``h2 lost at 12:01:07 (unreachable for 60 s); worker:1 moved to h3; resumed at step 412, 0 steps redone``"""
+        """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
+        worker:1 moved to h3 (spare); resumed at step 412, 0 steps redone``"""
         when = f" at {time.strftime('%H:%M:%S', time.localtime(self.at))}" if self.at else ""
-        parts = [f"{host} lost{when}" + (f" ({how})" if how else "") for host, how in self.lost.items()]
+        parts = [lost_phrase(host, how, when) for host, how in self.lost.items()]
         parts += [f"{host} back{when}" for host in dict.fromkeys(self.added.values())]
         parts += [f"{key} added on {host}" for key, host in self.added.items()]
-        parts += [f"{key} moved to {host}" for key, host in sorted(self.moved.items())]
+        parts += [f"{key} moved to {host} (spare)" for key, host in sorted(self.moved.items())]
         if self.dropped:
             parts.append(f"{', '.join(self.dropped)} left out (no spare host)")
         if self.resumed_at is not None:
@@ -141,6 +165,9 @@ class RunView:
     ps_lost: int = 0
     spares: list[str] = field(default_factory=list)  # hosts no task uses (elastic runs)
     host_changes: list[HostChange] = field(default_factory=list)
+    # Hosts whose session was lost (host_lost events with a suspect ``how``) and that have not
+    # answered for elastic.settle s since (host_added): not used meanwhile. host -> settle (s).
+    suspects: dict[str, float] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict, repr=False)  # host_lost events not yet replanned
 
     def __post_init__(self) -> None:
@@ -186,6 +213,7 @@ class RunView:
             copied = copy.copy(self)
             copied.tasks = {k: copy.copy(t) for k, t in self.tasks.items()}
             copied.spares = list(self.spares)
+            copied.suspects = dict(self.suspects)
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
         copied._lock = threading.Lock()
         return copied
@@ -268,7 +296,10 @@ class RunView:
                 self.task(k)
             self.spares = list(record.get("spares", ()))
         elif kind == Event.HOST_LOST:
-            self._lost[str(record.get("host", ""))] = str(record.get("how", ""))
+            host, how = str(record.get("host", "")), str(record.get("how", ""))
+            self._lost[host] = how
+            if SUSPECT in how:
+                self.suspects[host] = _float(record.get("settle")) or 0.0
         elif kind == Event.REPLAN:
             moved = {k: str((v or {}).get("to", "")) for k, v in (record.get("moved") or {}).items()}
             steps = [t.global_step for t in self.tasks.values() if t.global_step is not None]
@@ -282,7 +313,9 @@ class RunView:
             self.spares = [h for h in self.spares if h not in moved.values() and h not in (record.get("added") or {}).values()]
         elif kind == Event.HOST_ADDED:
             host = str(record.get("host", ""))
-            if host and host not in self.spares:
+            self.suspects.pop(host, None)
+            self._lost.pop(host, None)  # back before any replan (the group waited for it)
+            if host and record.get("spare", True) and host not in self.spares:
                 self.spares.append(host)
         elif kind == Event.START and key:
             t = self.task(key)
@@ -326,6 +359,17 @@ class RunView:
             t.reason = str(record.get("reason", ""))
             if t.state not in TERMINAL:
                 t.state = FAILED
+        elif kind == Event.GPU_USAGE:
+            figures = record.get("tasks")
+            for key, pair in (figures.items() if isinstance(figures, dict) else ()):
+                if key in self.tasks and isinstance(pair, (list, tuple)) and len(pair) == 2:
+                    t = self.tasks[key]
+                    t.gpu_mib, t.gpu_util = _int(pair[0]), _int(pair[1])
+                    t.gpu_peak_mib = max(t.gpu_peak_mib or 0, t.gpu_mib or 0)
+        elif kind == Event.TASK_GPUS and key:
+            ids = record.get("gpus")
+            if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+                self.task(key).gpus = tuple(ids)
         elif kind == Event.OUTCOME:
             self.outcome = str(record.get("outcome", ""))
             self.exit_code = record.get("exit_code")
@@ -467,6 +511,10 @@ def _task_from_json(data: Mapping[str, Any]) -> TaskView:
     t = TaskView(**{k: v for k, v in data.items() if k in known})
     t.throughput = Throughput.from_json(throughput) if throughput is not None else None
     return t
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _float(value: Any) -> Optional[float]:

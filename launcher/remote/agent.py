@@ -2,16 +2,19 @@
 
 The ssh backend runs it once per host as ``python3 -S -c <this source> TAG`` -- the one
 remote shell that host costs before its first task runs (a login shell can cost 0.2 s of CPU,
-so one per host, not two, is what keeps fan-out near pdsh's).
+so one per host, not two, is what keeps fan-out near pdsh's). The shell runs it "quiet"
+(launcher/backends/ssh/commands.py): killed by a signal, it is reported as exit 128+N, and the
+shell never prints its command line (this source) into the task's output.
 
 Protocol (one JSON object per line on stdin/stdout):
 
 0. argv     -> TAG: the run-unique tail of the pid file of the task "go" will start
 1. request  -> {"require": [...], "workdir": d, "run_dir": d, "state_dir": d,
-                "files": {name: text}, "ports": [p, ...], "argv0": cmd}
+                "files": {name: text}, "ports": [p, ...], "argv0": cmd, "gpus": bool}
    reply    <- {"python": "3.11.7", "hostname": h, "home": d, "workdir": abs|null, "run_dir": abs,
                 "state_dir": abs, "deps": {module: [found, version]}, "ports": {p: null|problem},
-                "argv0_found": bool, "error": null|text}
+                "argv0_found": bool, "gpus": [[index, name, uuid], ...] (when asked: nvidia-smi -L
+                through the uploaded gpuplace.py; [] for none), "error": null|text}
    The listed ports stay bound (listening) until "go" or stdin closes, so other hosts can
    probe them.
 2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds per try,
@@ -149,6 +152,17 @@ def _prepare(req):
         if sock is not None:
             socks.append(sock)
     reply["ports"] = ports
+    if req.get("gpus") and reply.get("run_dir"):
+        sys.path.insert(0, reply["run_dir"])
+        try:
+            import gpuplace  # uploaded in this step, next to taskwrap.py
+
+            reply["gpus"] = [list(g) for g in gpuplace.host_gpus()]
+        except Exception as exc:  # an old or missing file: say so, the launcher reports it
+            reply["gpus"] = None
+            reply["gpus_error"] = "%s: %s" % (type(exc).__name__, exc)
+        finally:
+            sys.path.pop(0)
     return reply, socks
 
 

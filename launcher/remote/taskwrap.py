@@ -4,7 +4,8 @@
 Standalone and stdlib-only: the local backend runs it with the launcher's Python, the ssh
 backend copies it to each host. Usage::
 
-    python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] [--threads VAR] -- ARGV...
+    python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] [--threads VAR]
+                        [--gpus VAR [--gpu-memory-var NAME]] [--gpu-watch SECONDS] -- ARGV...
 
 * It makes itself the leader of a new session and process group, and the task runs in that
   same group, so ``killpg(wrapper_pid, sig)`` reaches the task and everything it spawned.
@@ -18,6 +19,17 @@ backend copies it to each host. Usage::
   (``I/N``, a ``devices: {threads: auto}`` budget the plan could not make: launcher/threads.py);
   the wrapper replaces it with TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS and OMP_NUM_THREADS
   (each unless already set) from this host's cores (its CPU affinity, capped by a cgroup limit).
+* ``--gpus VAR``: VAR, if set, is the task's GPU request (launcher/remote/gpuplace.py, next to
+  this file: uploaded with it); the wrapper makes it from this host's GPUs (``nvidia-smi -L``):
+  CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, TF_FORCE_GPU_ALLOW_GROWTH and the memory limit
+  (``--gpu-memory-var``'s name), each unless already set, and says which in one line
+  (``taskwrap: GPUs given 0,1``, or ``none``: the ssh backend records it). A host that cannot meet
+  it (fewer GPUs than asked) is one line on stderr and exit 2, the task not started.
+* ``--gpu-watch SECONDS``: where ``nvidia-smi`` answers and the task has GPUs, sample what its
+  process group holds on them and how busy they are (gpuplace.py's queries, as the launcher's
+  own watch does locally) at once and then every SECONDS, and write each changed figure as one
+  line ``taskwrap: GPU figures [MiB, util]`` (the ssh backend records it and does not log it).
+  An nvidia-smi that fails three times in a row ends it, said once.
 * It exits with the task's exit code, or 128+N when the task died of signal N, the same
   convention a shell, SSH and Docker use, so every backend reports exits alike.
 """
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import select
 import signal
 import sys
@@ -41,9 +54,12 @@ LEASE_EXPIRED = "no word from the launcher for"
 GCE_NOTICE = "GCE preemption notice"
 _GCE_DEFAULT = "metadata.google.internal"
 _GCE_PATH = "/computeMetadata/v1/instance/preempted"
+_GCE_BODY = 64  # bytes of the reply read: TRUE or FALSE
+_ETAG = re.compile(r"^[0-9A-Za-z_.-]{1,128}$")
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
-    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None}
+    opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None,
+            "gpus": None, "gpu-memory-var": "", "gpu-watch": 0.0}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -59,7 +75,7 @@ def _parse(argv: list[str]) -> tuple[dict, list[str]]:
         if value is None:
             sys.stderr.write(f"taskwrap: {flag} needs a value\n")
             sys.exit(2)
-        opts[name] = float(value) if name in ("lease", "grace") else value
+        opts[name] = float(value) if name in ("lease", "grace", "gpu-watch") else value
     if not cmd:
         sys.stderr.write("taskwrap: no command given after --\n")
         sys.exit(2)
@@ -101,6 +117,58 @@ def _thread_budget(var: str) -> None:
     budget = max(base + (1 if place < extra else 0), 1)
     for name in _THREAD_NAMES:
         os.environ.setdefault(name, str(max(budget, 2) if name == "TF_NUM_INTEROP_THREADS" else budget))
+
+
+def _gpu_request(var: str, limit_var: str) -> "str | None":
+    """``--gpus VAR``: make the task's GPUs from VAR's request on this host (gpuplace.complete),
+    in this process's env; the problem, if the host cannot meet it."""
+    if var not in os.environ:
+        return None
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import gpuplace
+    finally:
+        sys.path.pop(0)
+    gpus = gpuplace.host_gpus()
+    env, problem = gpuplace.complete(dict(os.environ), [g[0] for g in gpus], var, limit_var)
+    if problem:
+        import socket
+
+        return "%s %s" % (socket.gethostname(), problem)
+    os.environ.clear()
+    os.environ.update(env)
+    visible = env.get(gpuplace.CUDA_VAR)
+    _say(gpuplace.given_line(gpuplace.watched_ids(visible, gpus) if visible is not None else []))
+    return None
+
+
+def _watch_gpus(every: float, visible: "str | None", pgid: int, child: int, done: threading.Event) -> None:
+    """``--gpu-watch``: the task's GPU figures, each change one line on stderr (gpuplace.py)."""
+    if visible is not None and visible.strip().startswith("-"):
+        return  # CUDA_VISIBLE_DEVICES=-1: a CPU task (no nvidia-smi call at all)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import gpuplace
+    except ImportError:
+        return
+    finally:
+        sys.path.pop(0)
+    ids = gpuplace.watched_ids(visible, gpuplace.host_gpus())
+    last, misses = None, 0
+    while ids and not done.is_set():
+        got = gpuplace.query(min(every, 5.0))
+        if got is None:
+            misses += 1
+            if misses >= 3:
+                _say("taskwrap: nvidia-smi did not answer 3 times in a row; no more GPU figures for this task\n")
+                return
+        else:
+            misses = 0
+            fig = gpuplace.figures(set(_group_members(pgid)) | {child}, ids, *got)
+            if fig != last and not done.is_set():
+                last = fig
+                _say(gpuplace.figures_line(*fig))
+        done.wait(every)
 
 
 def _set_pdeathsig(sig: int) -> None:
@@ -157,7 +225,9 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
             conn = http.client.HTTPConnection(host, timeout=330)
             conn.request("GET", query, headers={"Metadata-Flavor": "Google"})
             reply = conn.getresponse()
-            body = reply.read().decode(errors="replace").strip()
+            # The flag is TRUE or FALSE: a longer body is not read (a server sending gigabytes does not
+            # fill this host's memory); http.client bounds the header lines.
+            body = reply.read(_GCE_BODY).decode(errors="replace").strip()
             etag = reply.getheader("ETag") or "0"
             conn.close()
         except (OSError, http.client.HTTPException):
@@ -169,6 +239,10 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
         if body.upper() == "TRUE":
             on_notice()
             return
+        if not _ETAG.match(etag):  # it goes into the next request's URL: only what an ETag holds
+            stopping.wait(5.0)
+            last = ""
+            continue
         last = etag
 
 
@@ -184,6 +258,11 @@ def main(argv: list[str]) -> int:
         os.chdir(opts["cwd"])
     if opts["threads"]:
         _thread_budget(opts["threads"])
+    if opts["gpus"]:
+        problem = _gpu_request(opts["gpus"], opts["gpu-memory-var"])
+        if problem:
+            _say(f"taskwrap: {problem}; the task was not started\n")
+            return 2
 
     child = os.fork()
     if child == 0:
@@ -262,6 +341,10 @@ def main(argv: list[str]) -> int:
             _killpg(pgid, signal.SIGTERM)
 
         threading.Thread(target=_watch_gce, args=(gce, on_notice, stopping), daemon=True).start()
+    ended = threading.Event()
+    if opts["gpu-watch"] > 0:
+        threading.Thread(target=_watch_gpus, daemon=True, name="gpu-watch",
+                         args=(opts["gpu-watch"], os.environ.get("CUDA_VISIBLE_DEVICES"), pgid, child, ended)).start()
 
     while True:
         try:
@@ -269,6 +352,7 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:
             continue
+    ended.set()
     # Leftover grandchildren of a finished task would be orphans: take them down with it.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for member in _group_members(pgid):

@@ -8,6 +8,12 @@ filesystem mounted on /sys/fs/cgroup"). Every file -- slurm.conf, state, spool, 
 under the lab's root, and clients find the config through ``SLURM_CONF`` (see ``env()``), so the
 machine's own /etc/slurm is never read or written.
 
+Every node declares ``gpus`` fake GPUs (``GresTypes=gpu``, ``Gres=gpu:N``, gres.conf ``File=`` device
+nodes the lab makes): Slurm grants them to steps and sets each step's CUDA_VISIBLE_DEVICES as on a
+GPU cluster (checked with srun: two ``--exact --gpus-per-task=1`` steps on one node get 0 and 1; two
+``--overlap`` steps both get 0, since overlapping steps share GRES too; a step without a GPU request
+sees all the job's GPUs, one with ``--gres=none`` has CUDA_VISIBLE_DEVICES unset).
+
 The nodes share this machine's file system (only the network differs), so a step runs the same
 Python and sees the same work tree as the launcher -- except ``private``: each slurmd runs in
 its own mount namespace (``unshare --mount``) with a tmpfs of its own there, so a workdir or run
@@ -22,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -61,6 +68,7 @@ class SlurmLab:
     root: Path
     count: int = 3
     cpus: int = 4
+    gpus: int = 2  # fake GPUs per node (gres.conf File= device files under root/dev); 0: no GresTypes
     net: Lab = field(init=False)
     munged: Optional[subprocess.Popen] = None
     slurmctld: Optional[subprocess.Popen] = None
@@ -167,9 +175,31 @@ class SlurmLab:
     def socket(self) -> Path:
         return self.root / "munge" / "munge.socket"
 
+    @property
+    def gpu_files(self) -> list[Path]:
+        """The device files every node's gres.conf names, GPU index order (the nodes share them:
+        only the network differs, and Slurm only stats them)."""
+        return [self.root / "dev" / f"nvidia{i}" for i in range(self.gpus)]
+
+    def _write_gres(self) -> None:
+        """gres.conf next to slurm.conf (slurmd looks there): ``Name=gpu File=...`` per node.
+        The files are character devices (1,3: /dev/null's numbers) as NVIDIA's are: with regular
+        files slurmd 22.05 logs "is not a valid character or block device, fix your gres.conf"
+        and steps get an empty CUDA_VISIBLE_DEVICES. With TaskPlugin=task/none nothing
+        constrains them; slurmd sets each step's CUDA_VISIBLE_DEVICES from the indices it granted."""
+        (self.root / "dev").mkdir(exist_ok=True)
+        for path in self.gpu_files:
+            if not path.exists():
+                os.mknod(path, stat.S_IFCHR, os.makedev(1, 3))
+                os.chmod(path, 0o666)
+        files = f"{self.root / 'dev'}/nvidia[0-{self.gpus - 1}]" if self.gpus > 1 else str(self.gpu_files[0])
+        (self.root / "gres.conf").write_text(f"NodeName=n[1-{self.count}] Name=gpu File={files}\n")
+
     def _write_conf(self) -> None:
         first, last = 11, 10 + self.count
         r = self.root
+        if self.gpus:
+            self._write_gres()
         self.conf.write_text("\n".join([
             "ClusterName=tfclab",
             f"SlurmctldHost={socket.gethostname()}({self.net.gateway})",
@@ -188,6 +218,7 @@ class SlurmLab:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "SlurmdParameters=config_overrides",
+            *(["GresTypes=gpu"] if self.gpus else []),
             "ReturnToService=2",
             "SchedulerType=sched/backfill",
             "MinJobAge=300",
@@ -200,7 +231,7 @@ class SlurmLab:
             f"SlurmctldLogFile={r / 'slurmctld.log'}",
             f"SlurmdLogFile={r / 'slurmd-%n.log'}",
             f"NodeName=n[1-{self.count}] NodeAddr={SUBNET}.[{first}-{last}] CPUs={self.cpus} RealMemory=1000 "
-            "State=UNKNOWN",
+            + (f"Gres=gpu:{self.gpus} " if self.gpus else "") + "State=UNKNOWN",
             # Jobs of URGENT preempt those of PARTITION: SIGTERM to every step at once, the job
             # cancelled GRACE s later (a site's preemption, for the graceful-preemption tests).
             "PreemptType=preempt/partition_prio",

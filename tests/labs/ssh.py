@@ -232,6 +232,58 @@ class Lab:
                 pass
         h.exec("ip", "link", "set", "eth0", "down")
 
+    def shutdown(self, name: str, notice: float = 3.0, reboot: bool = False) -> float:
+        """A VM shutting down as an OS does it (a Spot preemption's ACPI soft off, a reboot):
+        SIGTERM to every process of the host but its listening sshd, which, as until systemd
+        stops ssh.service, still accepts new connections; ``notice`` seconds later SIGKILL to all
+        (the listener too) and the link down. ``reboot``: the link up and sshd started again at
+        once (a fresh private disk), as a VM whose OS restarts quickly. Returns when the host
+        went down (time.time())."""
+        h = self.host(name)
+        listener = h.sshd.pid if h.sshd is not None and h.sshd.poll() is None else None
+        for pid in self._netns_pids(h.netns):
+            if pid != listener:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        time.sleep(notice)  # the fault's own schedule: the notice the OS gives its processes
+        for pid in self._netns_pids(h.netns):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if h.sshd is not None:
+            h.sshd.wait(5)
+            h.sshd = None
+        h.exec("ip", "link", "set", "eth0", "down")
+        went = time.time()
+        if reboot:
+            self.bring_back(name)
+        return went
+
+    def drop_sessions(self, name: str, every: float, duration: float, stop=None) -> int:
+        """A host whose sessions keep dropping (a flaky NIC, a conntrack table that overflows):
+        every ``every`` s for ``duration`` s (or until ``stop``, a threading.Event, is set), SIGKILL
+        to each of its sshd's session processes (every established SSH connection ends; the
+        listener stays and accepts new ones). Returns how many times sessions were dropped."""
+        h = self.host(name)
+        end, times = time.monotonic() + duration, 0
+        while time.monotonic() < end:
+            if stop is not None and stop.wait(every):  # the fault's own schedule
+                break
+            if stop is None:
+                time.sleep(every)
+            listener = h.sshd.pid if h.sshd is not None else None
+            sessions = [p for p in self._netns_pids(h.netns) if p != listener and _comm(p).startswith("sshd")]
+            for pid in sessions:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            times += bool(sessions)
+        return times
+
     def bring_back(self, name: str) -> None:
         """The VM starts again: its link up, sshd started (a fresh private disk), port 22 open."""
         h = self.host(name)
@@ -362,6 +414,13 @@ class Lab:
         )
         env["PDSH_RCMD_TYPE"] = "ssh"
         return env
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def have_prereqs() -> Optional[str]:

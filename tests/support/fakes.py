@@ -31,6 +31,7 @@ class Script:
     port_after: Optional[int] = 0
     silent: bool = False
     say: tuple[tuple[int, str], ...] = ()
+    lost: bool = False  # its exit is a lost session (TaskHandle.session_lost), not its own
     # As a warm standby: say "tfcluster-standby ready" at its first poll (``standby_mark``), and
     # "tfcluster-standby promoted" on SIGUSR1 (``standby_ack``; False: it never answers its promotion).
     standby_mark: bool = True
@@ -62,7 +63,15 @@ class ScriptedTask(TaskHandle):
                     self.on_line(self.key, line)
             if self.script.code is not None and self.polls >= self.script.polls:
                 self.code = self.script.code
+                if self.script.lost:
+                    self.lost_at = 1700000000.0 + self.polls  # a fixed wall time: 22:13:xx UTC
         return self.code
+
+    lost_at: Optional[float] = None
+
+    @property
+    def session_lost(self) -> Optional[float]:
+        return self.lost_at
 
     def signal(self, sig: int) -> None:
         self.signals.append(sig)
@@ -156,11 +165,11 @@ class Supervised:
 
 
 def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: float = 0.0, clock=None,
-              stop_after: Optional[int] = None) -> Supervised:
+              stop_after: Optional[int] = None, stop=None) -> Supervised:
     """Run ``Supervisor`` on the (dedented) spec with ``backend``, its record under
     ``tmp_path/runs``; ``clock`` is the supervisor's (None: its own, the real one; a ``Counter``
     for no wall-clock waits). ``stop_after``: interrupt once this many tasks have been started
-    (``backend`` a ScriptedBackend)."""
+    (``backend`` a ScriptedBackend), or call ``stop(supervisor)`` instead if given."""
     spec = parse_spec(textwrap.dedent(spec_yaml))
     plan = plan_for(spec)
     record = RunRecord(tmp_path / "runs", plan).create()
@@ -174,7 +183,7 @@ def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: floa
         def start_then_maybe_stop(task, env, on_line):
             handle = start(task, env, on_line)
             if len(backend.started) >= stop_after:
-                sup.interrupt()
+                (stop or Supervisor.interrupt)(sup)
             return handle
 
         backend.start = start_then_maybe_stop

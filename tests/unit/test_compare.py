@@ -17,6 +17,7 @@ from launcher.compare import report
 from launcher.compare.configs import Config, Options, configurations, derive, parse_strategies
 from launcher.compare.measure import FAILED, OK, Measurement, error_text, measure
 from launcher.progress import Throughput, format_line
+from launcher.errors import SpecError
 from launcher.spec import parse_spec
 
 RAW = {
@@ -65,6 +66,40 @@ def test_derived_devices_follow_the_spec_and_the_options():
     assert derive(raw, "multi_worker_mirrored", "m", Options(workers=4), "r")["tasks"] == {"worker": 4}
     assert "devices" not in derive({**RAW}, "mirrored", "m", Options(cpus=0), "r")  # --cpus 0: GPUs as found
     assert "tpu" not in derive(raw, "mirrored", "m", Options(), "r")
+
+
+@pytest.mark.parametrize("strategy, tasks, devices", [
+    ("default", {"worker": 1}, {"gpus": 1}),
+    ("one_device", {"worker": 1}, {"gpus": 1}),
+    ("mirrored", {"worker": 1}, {"gpus": 4}),
+    ("central_storage", {"worker": 1}, {"gpus": 4}),
+    ("multi_worker_mirrored", {"worker": {"count": 4, "gpus": 1}}, {"gpus": 4}),
+    ("parameter_server", {"chief": 1, "ps": 1, "worker": {"count": 4, "gpus": 1}}, {"gpus": 4}),
+])
+def test_compare_on_gpus_mirrored_over_n_mwms_a_gpu_per_worker_default_on_one(strategy, tasks, devices, monkeypatch,
+                                                                            tmp_path):
+    from launcher.execution import plan_for
+    from tests.support.gpus import fake_gpus
+
+    spec = derive({**RAW, "devices": {"cpus": 2}}, strategy, strategy, Options(gpus=4), "/tmp/out/runs")
+    assert spec["tasks"] == tasks and spec["devices"] == devices
+    fake_gpus(monkeypatch, tmp_path, 4)
+    plan = plan_for(parse_spec(yaml.safe_dump(spec), "derived.yaml"))
+    gpu_tasks = {t.key: t.env_dict.get("CUDA_VISIBLE_DEVICES") for t in plan.tasks if t.type == "worker"}
+    expected = {"default": {"worker:0": "0"}, "one_device": {"worker:0": "0"}, "mirrored": {"worker:0": "0,1,2,3"},
+                "central_storage": {"worker:0": "0,1,2,3"}}.get(strategy, {f"worker:{i}": str(i) for i in range(4)})
+    assert gpu_tasks == expected
+    fake_gpus(monkeypatch, tmp_path, 2)  # fewer GPUs than --gpus: refused in one line
+    if strategy != "default" and strategy != "one_device":
+        with pytest.raises(SpecError, match=r"^localhost has 2 GPUs \(0,1\), not GPU 2,3 that devices.gpus asks for"):
+            plan_for(parse_spec(yaml.safe_dump(spec), "derived.yaml"))
+
+
+def test_compare_gpus_must_not_be_negative(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(RAW))
+    assert main(["compare", str(path), "--gpus", "-1"]) == 2
+    assert "--gpus must be >= 0" in capsys.readouterr().err
 
 
 def test_a_single_host_strategy_keeps_the_first_host_of_an_ssh_spec():

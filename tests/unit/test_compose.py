@@ -149,3 +149,80 @@ def test_launcher_never_imports_tensorflow():
             "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
     root = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
+
+
+# ---------------------------------------------------------------- GPUs
+
+GPU_SPEC = """\
+name: gpus
+strategy: {strategy}
+backend: docker
+entrypoint: python -m worker
+tasks: {tasks}
+devices: {devices}
+"""
+
+
+def _gpu_doc(tmp_path, monkeypatch, gpus, strategy="multi_worker_mirrored", tasks="{worker: 2}",
+             devices="{gpus_per_task: 1}", extra=""):
+    from tests.support.gpus import fake_gpus
+
+    fake_gpus(monkeypatch, tmp_path, gpus)
+    loaded = _spec(tmp_path, GPU_SPEC.format(strategy=strategy, tasks=tasks, devices=devices) + extra)
+    return compose_dict(loaded, tmp_path), render_compose(loaded, tmp_path)
+
+
+def _devices(svc):
+    return svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+
+
+def test_gpu_services_reserve_their_own_gpus_with_shm(tmp_path, monkeypatch):
+    doc, text = _gpu_doc(tmp_path, monkeypatch, 2)
+    for name, gpu in (("worker-0", "0"), ("worker-1", "1")):
+        svc = doc["services"][name]
+        assert _devices(svc) == [{"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}]
+        assert svc["shm_size"] == "1g"
+        # Inside the container its one GPU is GPU 0; no request marker for a wrapper to complete.
+        assert svc["environment"]["CUDA_VISIBLE_DEVICES"] == "0"
+        assert "TFCLUSTER_GPUS" not in svc["environment"]
+    assert "# GPUs:" not in text
+
+
+def test_ps_and_coordinator_services_get_no_gpu_and_docker_shm_size_applies(tmp_path, monkeypatch):
+    doc, _ = _gpu_doc(tmp_path, monkeypatch, 2, strategy="parameter_server", tasks="{chief: 1, worker: 2, ps: 1}",
+                      devices="{gpus_per_task: auto}", extra="docker: {shm_size: 2g}\n")
+    svcs = doc["services"]
+    assert [_devices(svcs[n])[0]["device_ids"] for n in ("worker-0", "worker-1")] == [["0"], ["1"]]
+    for name in ("chief-0", "ps-0"):
+        assert _devices(svcs[name]) is None and svcs[name]["environment"]["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert {svc["shm_size"] for svc in svcs.values()} == {"2g"}
+
+
+def test_shared_gpu_services_grow_memory_and_cpu_services_keep_dockers_shm(tmp_path, monkeypatch):
+    doc, _ = _gpu_doc(tmp_path, monkeypatch, 1, devices="{gpus_per_task: auto}")
+    for name in ("worker-0", "worker-1"):
+        svc = doc["services"][name]
+        assert _devices(svc)[0]["device_ids"] == ["0"]
+        assert svc["environment"]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    doc, _ = _gpu_doc(tmp_path, monkeypatch, 1, devices="{gpus: 0}")
+    assert all("shm_size" not in s and "deploy" not in s for s in doc["services"].values())
+
+
+def test_without_gpus_here_counts_reserve_ids_from_zero_and_the_header_says_so(tmp_path, monkeypatch):
+    doc, text = _gpu_doc(tmp_path, monkeypatch, 0, devices="{gpus_per_task: 2}")
+    assert [_devices(doc["services"][n])[0]["device_ids"] for n in ("worker-0", "worker-1")] == [["0", "1"],
+                                                                                                ["2", "3"]]
+    assert "# GPUs: this machine has no NVIDIA GPU (nvidia-smi -L)" in text
+    doc, _ = _gpu_doc(tmp_path, monkeypatch, 0, devices="{gpus_per_task: auto}")
+    assert all("deploy" not in s for s in doc["services"].values())
+
+
+def test_too_few_gpus_here_is_one_spec_error(tmp_path, monkeypatch, capsys):
+    from tests.support.gpus import fake_gpus
+
+    fake_gpus(monkeypatch, tmp_path, 1)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(GPU_SPEC.format(strategy="multi_worker_mirrored", tasks="{worker: 2}", devices="{gpus_per_task: 1}"))
+    assert main(["compose", str(path), "-o", "-"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "this machine (the compose host) has 1 GPU; 2 tasks x gpus_per_task 1 need 2" in err[0], err

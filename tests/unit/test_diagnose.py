@@ -158,3 +158,62 @@ def test_consequence_is_retryable_a_genuine_bug_is_not(lines, peers, code, retry
 
 def test_peer_abort_lines():
     assert peer_abort(ABORTED) and peer_abort(["grpc: Socket closed"]) and not peer_abort(GENUINE)
+
+
+# GPU failures, as TensorFlow, CUDA and NCCL print them (each verbatim from a real log or the
+# library's source: TF's bfc_allocator/cuda_driver/dso_loader/cuda_dnn, NCCL's init.cc).
+GPU_OOM_TF = ["tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node "
+              "__wrapped__MatMul_device_/job:localhost/replica:0/task:0/device:GPU:0}} OOM when allocating tensor "
+              "with shape[32768,32768] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator "
+              "GPU_0_bfc [Op:MatMul]"]
+GPU_OOM_CUDA = ["2024-01-10 10:01:02.123456: E tensorflow/compiler/xla/stream_executor/cuda/cuda_driver.cc:628] "
+                "failed to allocate 14.76G (15852846080 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory"]
+CPU_OOM = ["ResourceExhaustedError: OOM when allocating tensor with shape[1000000,100000] and type float on "
+           "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu"]
+DUPLICATE = ["vm1:1585:1585 [0] init.cc:738 NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA "
+             "device 1000"]
+CUINIT_NEW = ["E0000 00:00:1795701429.344121   27269 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA "
+              "error: Failed call to cuInit: UNKNOWN ERROR (303)"]
+CUINIT_OLD = ["2023-05-02 09:12:00.1: E tensorflow/stream_executor/cuda/cuda_driver.cc:271] failed call to cuInit: "
+              "CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected"]
+LIBCUDNN = ["2022-03-01 12:00:00.1: W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load "
+            "dynamic library 'libcudnn.so.8'; dlerror: libcudnn.so.8: cannot open shared object file: No such file "
+            "or directory",
+            "W tensorflow/core/common_runtime/gpu/gpu_device.cc:1850] Cannot dlopen some GPU libraries. Please make "
+            "sure the missing libraries mentioned above are installed properly if you would like to use GPU."]
+CUDNN_MISMATCH = ["E tensorflow/stream_executor/cuda/cuda_dnn.cc:361] Loaded runtime CuDNN library: 8.0.5 but source "
+                  "was compiled with: 8.1.0.  CuDNN library needs to have matching major version and equal or higher "
+                  "minor version. If using a binary install, upgrade your CuDNN library."]
+COLLECTIVE_TIMEOUT = ["tensorflow.python.framework.errors_impl.DeadlineExceededError: Collective has timed out during "
+                      "execution. [Op:CollectiveReduceV2]"]
+COLLECTIVE_WAIT = ["DeadlineExceededError: Collective has timed out waiting for other workers."]
+
+
+@pytest.mark.parametrize("lines, gpus, start", [
+    (GPU_OOM_TF, False, "a GPU ran out of memory"),
+    (GPU_OOM_CUDA, True, "a GPU ran out of memory"),
+    (DUPLICATE, True, "two NCCL ranks on one GPU"),
+    (COLLECTIVE_TIMEOUT, False, "a collective (all-reduce) timed out"),
+    (COLLECTIVE_WAIT, True, "a collective (all-reduce) timed out"),
+    (CUDNN_MISMATCH, False, "the cuDNN library does not match"),
+    (CUINIT_NEW + GENUINE, True, "this task was given GPUs but CUDA did not start"),
+    (CUINIT_OLD, True, "this task was given GPUs but CUDA did not start"),
+    (LIBCUDNN, True, "this task was given GPUs but TensorFlow could not load the CUDA/cuDNN libraries"),
+])
+def test_gpu_failures_get_one_hint_each(lines, gpus, start):
+    got = hint(lines, gpus)
+    assert got is not None and got.startswith(start) and "\n" not in got, got
+
+
+@pytest.mark.parametrize("lines", [CUINIT_NEW + GENUINE, CUINIT_OLD, LIBCUDNN, CPU_OOM])
+def test_cuda_start_up_noise_is_no_hint_for_a_task_without_gpus(lines):
+    """TensorFlow on a CPU host prints cuInit failures and missing libraries as harmless warnings;
+    a CPU tensor's OOM is not a GPU's."""
+    assert hint(lines, gpus=False) is None
+
+
+def test_report_lines_hint_a_gpu_tasks_cuda_failure_only():
+    from launcher.blame import report_lines
+
+    assert "  hint: this task was given GPUs" in "\n".join(report_lines("worker:0", CUINIT_OLD, "l", False, True))
+    assert not any(line.startswith("  hint:") for line in report_lines("worker:0", CUINIT_OLD, "l", False, False))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from launcher.elastic import Replan, elastic_enabled, replace_lost, spare_hosts
+from launcher.elastic import Replan, elastic_enabled, replace_lost, spare_hosts, suspect_how, too_many_losses
 from launcher.errors import SpecError
 from launcher.execution import plan_for
 from launcher.spec import parse_spec
@@ -44,7 +46,12 @@ def test_a_lost_hosts_tasks_move_to_a_spare_with_their_identities_and_every_tf_c
     assert cluster["worker"] == ["10.0.0.4:23456", "10.0.0.3:23456"], cluster
     # Every task's TF_CONFIG names the new address; no task keeps the old one.
     assert all("10.0.0.2" not in t.tf_config_json for t in change.plan.tasks)
-    assert change.describe({"h2": "unreachable for 60 s"}) == "h2 lost (unreachable for 60 s); worker:0 moved to h4"
+    assert change.describe({"h2": "gone from discovery.command's list"}) == (
+        "h2 lost (gone from discovery.command's list); worker:0 moved to h4 (spare)")
+    how = suspect_how(30, 1700000000.0, answering=True)
+    assert re.fullmatch(r"session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 30 s", how)
+    assert change.describe({"h2": how}) == f"h2: {how}; worker:0 moved to h4 (spare)"
+    assert suspect_how(5, None, answering=False) == "host not answering; suspect until it answers for 5 s"
 
 
 def test_hosts_lost_earlier_are_never_spares_again_and_no_spare_is_one_line_naming_the_hosts():
@@ -111,3 +118,13 @@ def test_min_is_checked_in_one_line(text, line):
     with pytest.raises(SpecError) as err:
         parse_spec(f"name: t\nstrategy: multi_worker_mirrored\nentrypoint: python -m worker\n{text}\n")
     assert err.value.lines == (line,)
+
+
+
+def test_host_losses_are_bounded_by_max_host_losses_in_one_line():
+    assert too_many_losses(["h2", "h2"], 2) is None
+    line = too_many_losses(["h2", "h3", "h2"], 2)
+    assert line is not None and line.startswith(
+        "3 host losses in this run (h2 2 times, h3 1 time), more than elastic.max_host_losses=2: ")
+    assert "raise elastic.max_host_losses" in line and "\n" not in line
+    assert too_many_losses(["h2"], 0) is not None  # 0: the first loss ends the run

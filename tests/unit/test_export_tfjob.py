@@ -238,3 +238,54 @@ def test_schema_alone_misses_what_the_webhook_rules_catch(good):
 def test_readme_shows_the_generated_demo(capsys):
     assert main(["export", str(DEMO), "--to", "tfjob", "-o", "-"]) == 0
     assert readme_block("The demo (`tfcluster export\ncluster.yaml --to tfjob`)") == capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- GPUs follow the spec's GPUs per task
+
+GPU_PSS = """\
+name: pss-gpu
+strategy: parameter_server
+entrypoint: python -m worker
+tasks: {chief: 1, worker: 2, ps: 2}
+devices: {gpus_per_task: 2, gpu_memory: growth}
+kubernetes:
+  resources:
+    default: {cpu: 4, memory: 8Gi, gpus: 1}
+"""
+
+
+def test_gpus_per_task_sets_each_replica_types_gpu_limit_and_none_for_ps_and_coordinator(tmp_path):
+    doc = tfjob_dict(load_spec(_write(tmp_path, GPU_PSS)))
+    assert validate_tfjob(doc) == []
+    limits = {t: _container(doc, t)["resources"]["limits"] for t in ("Chief", "Worker", "PS")}
+    # gpus_per_task 2 for the workers; the ps and the PSS chief get none, default's gpus: 1 notwithstanding.
+    assert limits == {"Chief": {"cpu": "4", "memory": "8Gi"}, "Worker": {"cpu": "4", "memory": "8Gi",
+                                                                           "nvidia.com/gpu": 2},
+                      "PS": {"cpu": "4", "memory": "8Gi"}}
+    envs = {t: _env(_container(doc, t)) for t in ("Chief", "Worker", "PS")}
+    # A replica sees only its own GPUs: no plan-made CUDA_VISIBLE_DEVICES or request marker for it; the
+    # GPU-less types say -1 (a CUDA image's NVIDIA_VISIBLE_DEVICES=all would show them the node's GPUs).
+    assert "CUDA_VISIBLE_DEVICES" not in envs["Worker"] and envs["Chief"]["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert envs["PS"]["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert all("TFCLUSTER_GPUS" not in e and e["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" for e in envs.values())
+
+
+def test_a_groups_gpus_and_a_types_own_resources_entry_win(tmp_path):
+    text = (GPU_PSS.replace("ps: 2}", "ps: {count: 2, gpus: 1}}")
+            + "    worker: {gpus: 4}\n")
+    doc = tfjob_dict(load_spec(_write(tmp_path, text)))
+    assert validate_tfjob(doc) == []
+    assert _container(doc, "Worker")["resources"]["limits"]["nvidia.com/gpu"] == 4  # its own entry
+    assert _container(doc, "PS")["resources"]["limits"]["nvidia.com/gpu"] == 1  # tasks.ps.gpus
+    assert "CUDA_VISIBLE_DEVICES" not in _env(_container(doc, "PS"))
+    # gpus_per_task auto (the default) says no count: default's gpus applies to the GPU roles only.
+    doc = tfjob_dict(load_spec(_write(tmp_path, GPU_PSS.replace("gpus_per_task: 2, ", ""))))
+    assert _container(doc, "Worker")["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert "nvidia.com/gpu" not in _container(doc, "PS")["resources"]["limits"]
+
+
+def test_without_gpu_keys_the_demo_has_no_gpu_limit_or_gpu_env():
+    doc = tfjob_dict(load_spec(DEMO))
+    container = _container(doc, "Worker")
+    assert "resources" not in container
+    assert not {"CUDA_VISIBLE_DEVICES", "TFCLUSTER_GPUS", "TF_FORCE_GPU_ALLOW_GROWTH"} & set(_env(container))

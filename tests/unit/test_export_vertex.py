@@ -204,3 +204,50 @@ def test_gcloud_yaml_rejects_snake_case_keys_the_api_types_accept(api, good):
 def test_readme_shows_the_generated_demo(capsys):
     assert main(["export", str(DEMO), "--to", "vertex", "-o", "-"]) == 0
     assert readme_block("The demo (`tfcluster export cluster.yaml --to vertex`") == capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- accelerators follow the spec's GPUs per task
+
+GPU_PSS = """\
+name: pss-gpu
+strategy: parameter_server
+entrypoint: python -m worker
+tasks: {chief: 1, worker: 3, ps: 1}
+devices: {gpus_per_task: 2}
+vertex:
+  machines:
+    default: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4, accelerator_count: 1}
+"""
+
+
+def test_gpus_per_task_sets_each_pools_accelerator_count_and_none_for_ps_and_coordinator(api, tmp_path):
+    job = custom_job_dict(load_spec(_write(tmp_path, GPU_PSS)))
+    assert validate_custom_job(job, api) == [] and validate_vertex_spec(job["jobSpec"], api) == []
+    chief, workers, ps = job["jobSpec"]["workerPoolSpecs"]
+    assert workers["machineSpec"] == {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
+                                      "acceleratorCount": 2}
+    assert chief["machineSpec"] == ps["machineSpec"] == {"machineType": "n1-standard-8"}
+    assert _env(ps)["CUDA_VISIBLE_DEVICES"] == "-1" and "CUDA_VISIBLE_DEVICES" not in _env(workers)
+    assert "TFCLUSTER_GPUS" not in _env(workers)
+
+
+def test_a_pools_own_accelerator_entry_wins_and_mwms_chief_pool_gets_the_workers_count(api, tmp_path):
+    text = GPU_PSS + "    ps: {accelerator_count: 1}\n"
+    job = custom_job_dict(load_spec(_write(tmp_path, text)))
+    assert job["jobSpec"]["workerPoolSpecs"][2]["machineSpec"]["acceleratorCount"] == 1
+    mwms = GPU_PSS.replace("parameter_server", "multi_worker_mirrored").replace(", ps: 1", "").replace(
+        "chief: 1, ", "")
+    job = custom_job_dict(load_spec(_write(tmp_path, mwms)))
+    assert validate_custom_job(job, api) == []
+    assert [p["machineSpec"]["acceleratorCount"] for p in job["jobSpec"]["workerPoolSpecs"]] == [2, 2]
+
+
+def test_gpus_per_task_without_an_accelerator_type_is_one_line_exit_2(tmp_path, capsys):
+    spec = _write(tmp_path, GPU_PSS.replace(", accelerator_type: NVIDIA_TESLA_T4, accelerator_count: 1", ""))
+    out = tmp_path / "job.yaml"
+    assert main(["export", str(spec), "--to", "vertex", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["tfcluster: error: vertex.machines.worker.accelerator_type: each worker replica needs 2 GPU(s) "
+                   "(devices.gpus_per_task / tasks.worker.gpus) but no accelerator type is set; set "
+                   "vertex.machines.default.accelerator_type (e.g. NVIDIA_TESLA_T4) and a machine_type that takes it"]
+    assert not out.exists()

@@ -11,6 +11,7 @@ from launcher.errors import SpecError
 from launcher.execution import plan_for
 from launcher.plan import redact_env
 from launcher.spec import parse_spec
+from tests.support.gpus import fake_gpus
 
 
 def plan_of(text: str):
@@ -195,10 +196,11 @@ def test_to_json_shape():
 
 
 @pytest.mark.parametrize("extra, env", [
-    ("", {}),
+    ("", {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}),  # alone on its host: every GPU
     ("devices: {gpus: [0, 2], cpus: 4}\n", {"CUDA_VISIBLE_DEVICES": "0,2", "TFCLUSTER_CPUS": "4"}),
 ])
-def test_single_host_strategy_one_task_no_cluster_no_port(extra, env):
+def test_single_host_strategy_one_task_no_cluster_no_port(extra, env, monkeypatch, tmp_path):
+    fake_gpus(monkeypatch, tmp_path, 4)
     plan = plan_of("name: m\nstrategy: mirrored\nentrypoint: python -m worker\n" + extra)
     assert table(plan) == [("worker:0", "localhost", "localhost", None)]
     assert plan.tasks[0].tf_config == {"task": {"type": "worker", "index": 0}}
@@ -218,9 +220,12 @@ def test_tpu_env(tpu, env):
     assert {k: v for k, v in got.items() if k.startswith("TFCLUSTER_TPU")} == env
 
 
-def test_mwms_gpus_reach_every_worker():
+def test_mwms_gpus_reach_every_worker(monkeypatch, tmp_path):
+    fake_gpus(monkeypatch, tmp_path, 4)
     plan = plan_of("name: d\nstrategy: multi_worker_mirrored\nentrypoint: x\ntasks: {worker: 2}\ndevices: {gpus: 1}\n")
+    # devices.gpus 1: the run may use GPU 0 only; the two workers share it, with memory growth
     assert [t.env_dict["CUDA_VISIBLE_DEVICES"] for t in plan.tasks] == ["0", "0"]
+    assert [t.env_dict["TF_FORCE_GPU_ALLOW_GROWTH"] for t in plan.tasks] == ["true", "true"]
     assert all("cluster" in t.tf_config for t in plan.tasks)
 
 

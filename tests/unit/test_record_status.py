@@ -65,7 +65,8 @@ def test_running_rows_progress_throughput_and_restarts(tmp_path):
     assert [t.to_json() for t in quick.tasks][0] == {
         "key": "worker:0", "host": "h0", "state": "running", "attempt": 1, "epoch": None, "step": None,
         "global_step": None, "loss": None, "accuracy": None, "examples_per_sec": None, "restarts": 1,
-        "last_line": "", "alive": None, "has_result": False}
+        "last_line": "", "alive": None, "has_result": False,
+        "gpu_mib": None, "gpu_util": None, "gpu_peak_mib": None, "gpus": ""}
 
 
 def test_supervisor_gone_without_outcome_is_lost_and_checks_task_groups(tmp_path):
@@ -126,3 +127,147 @@ def test_a_supervisor_on_another_host_is_not_declared_lost_from_here(tmp_path):
     run = make_run(tmp_path, events, {}, {"pid": 4242, "start_time": 7, "host": "elsewhere-xyz", "tasks": {}})
     view = load_run(run, alive=lambda pid, st: False)
     assert view.state == RUNNING and "runs on elsewhere-xyz; whether it is alive cannot be checked" in view.reason
+
+
+def test_each_tasks_gpus_as_planned_or_as_the_machine_it_started_on_said(tmp_path, capsys):
+    """plan.json (compact: the shared env, each task's env_extra/env_drop) gives what the plan knew
+    (local, docker: indices; ssh, slurm: the request, made at start); a task_gpus event (a Slurm
+    step, the ssh wrapper) says what the task got, and wins."""
+    plan = {"format": "compact", "name": "t", "strategy": "parameter_server", "backend": "slurm",
+            "env": {"CUDA_VISIBLE_DEVICES": "-1"}, "tasks": [
+                {"type": "chief", "index": 0, "host": "n1"},
+                {"type": "worker", "index": 0, "host": "n1", "env_drop": ["CUDA_VISIBLE_DEVICES"],
+                 "env_extra": {"TFCLUSTER_GPUS": "take=1 place=0/1 offset=0 tasks=2 use=all need=0 mem=auto coll=auto"}},
+                {"type": "worker", "index": 1, "host": "n2", "env_extra": {"CUDA_VISIBLE_DEVICES": "2,3"}},
+                {"type": "ps", "index": 0, "host": "n2"}]}
+    events = [{"time": 1.0, "event": "run_start"},
+              {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0},
+              {"time": 2.5, "event": "task_gpus", "task": "worker:0", "gpus": [1]},
+              {"time": 3.0, "event": "outcome", "outcome": "succeeded", "exit_code": 0}]
+    run = make_run(tmp_path, events, {})
+    (run / "plan.json").write_text(json.dumps(plan))
+    rows = {t.key: t for t in load_run(run).tasks}
+    assert {k: t.gpus for k, t in rows.items()} == {"chief:0": "cpu", "worker:0": "gpu 1", "worker:1": "gpus 2,3",
+                                                   "ps:0": "cpu"}
+    assert load_run(run, progress=False).tasks[1].gpus == "1 gpu (at start)"  # without the events' view: as planned
+    assert rows["worker:1"].to_json()["gpus"] == "gpus 2,3"
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
+    assert main(["status", str(spec)]) == 0
+    table = [line.split()[:3] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert table[:3] == [["task", "host", "gpus"], ["chief:0", "n1", "cpu"], ["worker:0", "n1", "gpu"]], table
+    # An auto request alone (what a CPU-only cluster's tasks carry too) does not make the column.
+    for row in plan["tasks"]:
+        row.pop("env_extra", None)
+        row["env_drop"] = ["CUDA_VISIBLE_DEVICES"]
+        row["env_extra"] = {"TFCLUSTER_GPUS": "take=auto place=0/1 offset=0 tasks=1 use=all need=0 mem=auto coll=auto"}
+    (run / "plan.json").write_text(json.dumps(plan))
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events if e["event"] != "task_gpus"))
+    assert main(["status", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "gpus" not in out.split("\n  task", 1)[1].splitlines()[0], out
+
+
+# ---------------------------------------------------------------- how long a lost run lasted
+
+
+def _lost_run(tmp_path: Path, mtimes: dict[str, float]) -> Path:
+    """A run whose supervisor died 12 s in: its events stop at attempt_ready (2.5 s), its files
+    were last written at ``mtimes`` (path in the run dir -> time)."""
+    import os
+
+    events = [{"time": 1000.0, "event": "run_start"},
+              {"time": 1000.5, "event": "start", "task": "worker:0", "attempt": 0},
+              {"time": 1000.5, "event": "start", "task": "worker:1", "attempt": 0},
+              {"time": 1002.5, "event": "attempt_ready", "attempt": 0}]
+    run = make_run(tmp_path, events, {"worker:0": "step\n", "worker:1": "step\n"})
+    (run / "output.log").write_text("[worker:0] step\n")
+    (run / "snapshot.json").write_text("{}")
+    for name in ("plan.json", "events.jsonl", "launcher.json", "snapshot.json", "output.log",
+                 "logs/worker-0.log", "logs/worker-1.log"):
+        at = mtimes.get(name, 1000.0)
+        os.utime(run / name, (at, at))
+    return run
+
+
+def test_a_lost_runs_duration_runs_to_its_last_sign_of_life_not_its_last_event(tmp_path):
+    """The supervisor died at 12 s (a closed terminal, SIGKILL): its events stop at 2.5 s, but the
+    tasks' output went on into the logs until 12 s. `status` and `runs` said 2.5 s."""
+    from launcher.runcmds import render_runs
+
+    run = _lost_run(tmp_path, {"events.jsonl": 1002.5, "snapshot.json": 1002.6, "output.log": 1011.9,
+                               "logs/worker-0.log": 1012.0, "logs/worker-1.log": 1011.7})
+    view = load_run(run, alive=lambda pid, st: False)
+    assert view.state == LOST and view.ended == 1012.0 and view.elapsed() == 12.0
+    assert view.to_json()["elapsed"] == 12.0
+    [row] = render_runs([view], run.parent)[2:]
+    assert row.split()[3:5] == ["12.0s", "supervisor"], row
+
+
+@pytest.mark.parametrize("latest, ended", [
+    ("launcher.json", 1030.0),  # a task started late (its pid recorded), nothing else since
+    ("snapshot.json", 1030.0),  # the supervisor's last snapshot: alive, tasks silent
+    ("events.jsonl", 1030.0),  # an event file written after its last whole event (a torn line)
+])
+def test_any_write_to_the_record_is_a_sign_of_life(tmp_path, latest, ended):
+    run = _lost_run(tmp_path, {latest: 1030.0})
+    assert load_run(run, alive=lambda pid, st: False).ended == ended
+
+
+def test_a_last_event_later_than_every_file_still_counts_and_a_running_run_is_timed_to_now(tmp_path):
+    run = _lost_run(tmp_path, {})  # every file at 1000.0, the last event at 1002.5
+    assert load_run(run, alive=lambda pid, st: False).ended == 1002.5
+    running = load_run(run, alive=lambda pid, st: True)
+    assert running.state == RUNNING and running.ended is None and running.elapsed(now=1100.0) == 100.0
+
+
+def test_down_of_a_lost_run_keeps_its_duration_not_the_time_of_down(tmp_path):
+    from launcher.console import Console
+    from launcher.down import _record_stop
+
+    run = _lost_run(tmp_path, {"logs/worker-0.log": 1012.0})
+    _record_stop(run, Console())  # days later, say: the outcome's time is now
+    view = load_run(run, alive=lambda pid, st: False)
+    assert view.state == STOPPED and view.ended == 1012.0 and view.elapsed() == 12.0
+
+
+def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_path):
+    """`attach` (over ssh, the one ssh.supervisor's host runs for you) ended when a write to its
+    gone reader raised; console writes no longer raise, so it looks for the console being lost."""
+    import argparse
+    import io
+    import os
+    import threading
+
+    from launcher.console import Console
+    from launcher.procinfo import start_time
+    from launcher.runcmds import attach
+    from launcher.specmodel import LoadedSpec
+    from launcher.spec import parse_spec
+
+    events = [{"time": 1.0, "event": "run_start"}, {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0}]
+    run = make_run(tmp_path, events, {"worker:0": "a line\n"},
+                   {"pid": os.getpid(), "start_time": start_time(os.getpid()), "tasks": {}})  # alive: this process
+    (run / "output.log").write_text("[worker:0] a line\n")
+    r, w = os.pipe()
+    os.close(r)  # its reader is gone
+    out = os.fdopen(w, "w")
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
+    loaded = LoadedSpec(parse_spec(spec.read_text()), spec)
+    codes: list[int] = []
+    args = argparse.Namespace(run=None, spec=str(spec))
+    thread = threading.Thread(target=lambda: codes.append(attach(loaded, args, Console(out=out, err=io.StringIO()))),
+                              daemon=True)
+    try:
+        thread.start()
+        for i in range(150):  # the run goes on writing output, which attach passes on
+            with open(run / "output.log", "a") as fh:
+                fh.write(f"[worker:0] line {i}\n")
+            thread.join(0.1)
+            if not thread.is_alive():
+                break
+        assert codes == [0], "attach went on following a run for a reader that is gone"
+        assert load_run(run, alive=lambda pid, st: True).state == RUNNING  # the run is untouched
+    finally:
+        out.close()

@@ -353,3 +353,27 @@ def test_a_throughput_that_keeps_its_marks_goes_through_json():
     t.lap()
     back = Throughput.from_json(json.loads(json.dumps(t.to_json())))
     assert vars(back) == vars(t) and back.intervals() == t.intervals()
+
+
+def test_a_suspect_host_shows_in_the_panel_until_it_settles_and_the_change_reads_in_one_line():
+    view = _mwms_view()
+    how = "session lost at 12:01:07, host still answering; suspect until it answers for 30 s"
+    view.event(_ev("host_lost", T0 + 5, host="h2", how=how, attempt=0, settle=30))
+    view.event(_ev("replan", T0 + 6, lost=["h2"], moved={"worker:1": {"from": "h2", "to": "h3"}},
+                   tasks=["worker:0", "worker:1"]))
+    assert view.suspects == {"h2": 30.0}
+    text = _rendered(view, T0 + 7, width=400)
+    assert "suspect hosts: h2 (until it answers for 30 s without a break)" in text, text
+    assert f"h2: {how}; worker:1 moved to h3 (spare)" in text, text
+    # A host lost another way reads as before, and is not a suspect of this kind.
+    view.event(_ev("host_lost", T0 + 8, host="h4", how="gone from discovery.command's list", attempt=1))
+    assert "h4" not in view.suspects
+    # Settled: no longer suspect, and (not waited for by the group) a spare again.
+    view.event(_ev("host_added", T0 + 40, host="h2", attempt=1, settle=30))
+    assert view.suspects == {} and "h2" in view.spares
+    back = RunView.from_json(view.to_json())
+    assert back.suspects == {} and back.spares == view.spares
+    # A host the group waited for is back in the plan, not a spare.
+    view.event(_ev("host_lost", T0 + 50, host="h1", how=how, attempt=1, settle=30))
+    view.event(_ev("host_added", T0 + 60, host="h1", attempt=1, settle=30, spare=False))
+    assert "h1" not in view.spares and "h1" not in view.suspects

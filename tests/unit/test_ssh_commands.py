@@ -43,21 +43,23 @@ def test_task_command_exact():
     cmd = sc.task_command("/opt/py/bin/python3", "/srv/work", "/r/t/1", "/r/t/1/pids/worker-0.0.pid", 15, 5,
                          ["python", "-m", "worker", "--epochs", "1"])
     assert cmd == (
-        "cd /srv/work && /opt/py/bin/python3 -S /r/t/1/boot.py /r/t/1/taskwrap.py --lease 15 --grace 5 "
-        "--pidfile /r/t/1/pids/worker-0.0.pid --threads TFCLUSTER_THREADS -- python -m worker --epochs 1; exit $?"
+        "cd /srv/work && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec /opt/py/bin/python3 -S /r/t/1/boot.py "
+        "/r/t/1/taskwrap.py --lease 15 --grace 5 --pidfile /r/t/1/pids/worker-0.0.pid --threads TFCLUSTER_THREADS "
+        "--gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --gpu-watch 5 -- python -m worker --epochs 1); exit $?"
     )
 
 
 def test_task_command_quotes_every_value():
     cmd = sc.task_command(f"py{EVIL}", f"/w {EVIL}", f"/r;{EVIL}", f"/p {EVIL}", 1.5, 0, [EVIL, "$(id)", "`id`", "'"])
     assert cmd == (
-        "cd '/w x; touch /tmp/pwned' && 'pyx; touch /tmp/pwned' -S '/r;x; touch /tmp/pwned/boot.py' "
+        "cd '/w x; touch /tmp/pwned' && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec "
+        "'pyx; touch /tmp/pwned' -S '/r;x; touch /tmp/pwned/boot.py' "
         "'/r;x; touch /tmp/pwned/taskwrap.py' --lease 1.5 --grace 0 --pidfile '/p x; touch /tmp/pwned' "
-        "--threads TFCLUSTER_THREADS -- "
-        "'x; touch /tmp/pwned' '$(id)' '`id`' ''\"'\"''; exit $?"
+        "--threads TFCLUSTER_THREADS --gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --gpu-watch 5 -- "
+        "'x; touch /tmp/pwned' '$(id)' '`id`' ''\"'\"''); exit $?"
     )
     # A real POSIX shell sees exactly the values we meant (echo instead of running them).
-    probe = cmd.replace("; exit $?", "").split(" -- ", 1)[1]
+    probe = cmd.replace("); exit $?", "").split(" -- ", 1)[1]
     out = subprocess.run(["sh", "-c", f"printf '%s\\n' {probe}"], capture_output=True, text=True, timeout=10)
     assert out.stdout.splitlines() == [EVIL, "$(id)", "`id`", "'"]
 
@@ -121,11 +123,12 @@ def test_agent_command_exact_and_quoted():
     from launcher.remote import source
 
     cmd = sc.agent_command(f"/py {EVIL}", "/r/n;$(id) x/RUN/pids/worker-0.0.pid")
-    assert cmd == (f"'/py x; touch /tmp/pwned' -S -c {sc.q(source('agent.py'))} "
-                   "'n;$(id) x/RUN/pids/worker-0.0.pid'; exit $?")
-    assert sc.agent_command("python3", None) == f"python3 -S -c {sc.q(source('agent.py'))}; exit $?"
+    assert cmd == (f"exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec '/py x; touch /tmp/pwned' -S -c "
+                   f"{sc.q(source('agent.py'))} 'n;$(id) x/RUN/pids/worker-0.0.pid'); exit $?")
+    assert sc.agent_command("python3", None) == sc.quiet(f"python3 -S -c {sc.q(source('agent.py'))}")
     assert sc.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
         "--lease", "15", "--grace", "5", "--pidfile", "/r/p.pid", "--cwd", "/w", "--threads", "TFCLUSTER_THREADS",
+        "--gpus", "TFCLUSTER_GPUS", "--gpu-memory-var", "TFCLUSTER_GPU_MEMORY", "--gpu-watch", "5",
         "--", "python", "-m", "worker"]
 
 
@@ -385,3 +388,63 @@ def test_agent_refuses_go_with_another_pidfile_and_exits_on_eof(tmp_path):
         assert not _connects(port)
     finally:
         agent.close()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash", "dash"])
+@pytest.mark.parametrize("which", ["agent", "task"])
+def test_a_wrapper_killed_by_a_signal_is_exit_128_n_and_its_shell_prints_nothing(tmp_path, shell, which):
+    """A host runs the agent (its whole source on the command line) and a task's wrapper under
+    the user's login shell. Killed by SIGKILL, the shell must report exit 137 (paramiko ignores
+    SSH's exit-signal) and print nothing of its own: bash said "line 1: PID Killed <the
+    command line>", 300 lines of agent.py, into the task's output; dash said "Killed"."""
+    import os
+    import shutil
+    import sys
+
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell} here")
+    run = tmp_path / "run"
+    (run / "pids").mkdir(parents=True)
+    (run / "boot.py").write_text(remote_source("boot.py"))
+    (run / "taskwrap.py").write_text(remote_source("taskwrap.py"))
+    pidfile = str(run / "pids" / "worker-0.0.pid")
+    if which == "agent":
+        cmd = sc.agent_command(sys.executable, pidfile)
+    else:
+        cmd = sc.task_command(sys.executable, str(tmp_path), str(run), pidfile, 30, 1,
+                              [sys.executable, "-c", "import time; time.sleep(60)"])
+    proc = subprocess.Popen([shell, "-c", cmd], cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        if which == "task":
+            proc.stdin.write(sc.env_block({}))
+            proc.stdin.flush()
+        # The shell's one child is the wrapper itself (a subshell that became it): its command
+        # line carries the pid file's tail, as signal_command verifies.
+        wrapper = wait_for(lambda: next((c for c in _children(proc.pid)
+                                         if sc.pid_tag(pidfile).encode() in Path(f"/proc/{c}/cmdline").read_bytes()),
+                                        None), 10, 0.02, what=f"{shell}'s child running the {which}")
+        os.kill(wrapper, signal.SIGKILL)
+        assert proc.wait(10) == 128 + signal.SIGKILL
+        err = proc.stderr.read().decode()
+        assert err == "", err[:500]  # no "Killed", no command line, no agent source
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_a_missing_interpreter_is_still_named_by_the_quiet_shell(tmp_path, shell):
+    """The shell's own stderr is /dev/null while it waits; its "not found" for the interpreter
+    still reaches the launcher, with exit 127 (the preflight's "python '...' not found")."""
+    out = subprocess.run([shell, "-c", sc.agent_command("/nonexistent/python3", "t/RUN/pids/w.pid")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    assert out.returncode == 127 and "/nonexistent/python3: " in out.stderr, out  # "not found" or "No such file"

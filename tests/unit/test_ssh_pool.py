@@ -61,3 +61,33 @@ def test_commands_go_through_the_runner(tmp_path):
         assert calls == [("b", "true", 30.0)]
     finally:
         pool.close()
+
+
+def test_a_probe_whose_own_session_the_host_dropped_is_a_break_even_if_it_would_connect_again(tmp_path):
+    """A host that shuts down with its sshd still accepting, then reboots within one round of
+    probes, must not look as if it had answered all along: the probe's own connection, closed by
+    the host since the last round, counts as a failed probe (tests/labs/ssh.py shutdown)."""
+
+    class Dead:
+        def is_active(self):
+            return False
+
+    class Conn:
+        class client:
+            @staticmethod
+            def get_transport():
+                return Dead()
+
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    pool = _pool(tmp_path)
+    try:
+        conn = Conn()
+        pool._probes["a"] = conn
+        assert pool._probe("a") is False
+        assert "a" not in pool._probes and conn.closed
+    finally:
+        pool.close()

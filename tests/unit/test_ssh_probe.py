@@ -46,13 +46,15 @@ class FakeChannel:
 
 
 REQ = {"require": [], "ports": [23456]}
+REPLY = {"python": "3.11.7", "hostname": "h1", "workdir": "/w", "run_dir": "/r", "state_dir": "/s",
+         "deps": {"tensorflow": [True, "2.16.1"]}, "ports": {"23456": None}}
 NOT_FOUND = ("host h1: python '/nonexistent/python3' not found; install Python 3 there or set hosts[h1].python / "
              "ssh.python to its full path")
 
 
 def test_a_reply_is_returned_and_the_request_was_sent():
-    chan = FakeChannel(out=b'{"python": "3.11.7"}\n')
-    assert first_exchange("h1", "python3", chan, REQ, 60) == ({"python": "3.11.7"}, None)
+    chan = FakeChannel(out=json.dumps(REPLY).encode() + b"\n")
+    assert first_exchange("h1", "python3", chan, REQ, 60) == (REPLY, None)
     assert json.loads(chan.sent) == REQ
 
 

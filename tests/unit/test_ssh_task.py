@@ -52,3 +52,17 @@ def test_a_lease_expiry_whose_exit_arrives_first_names_the_silent_host():
 def test_a_plain_sigterm_keeps_its_exit_description():
     task = _task(b"ATTEMPT 0\nbye\n", 143, silence=0.1)
     assert task.poll() == 143 and task.state_note() == ""
+
+
+def test_the_wrappers_gpu_figures_are_handed_on_not_logged():
+    pool = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: 0.0), opts=SimpleNamespace(lease=3))
+    planned = PlannedTask(type="worker", index=1, host="h2", address="h2", port=1, command=("true",))
+    lines, figures, given = [], [], []
+    out = (b"taskwrap: GPUs given 2,3\nstep 1\ntaskwrap: GPU figures [1234, 37]\ntaskwrap: GPU figures [1300, null]\n"
+           b"taskwrap: GPU figures [not, json]\nstep 2\n")
+    task = SSHTask(planned, pool, SimpleNamespace(name="h2", transport=None), _Channel(out, 0), "pidfile",
+                   lambda key, line: lines.append(line), lambda key, mib, util: figures.append((key, mib, util)),
+                   lambda key, ids: given.append((key, ids)))
+    task._reader.join(5)
+    assert figures == [("worker:1", 1234, 37), ("worker:1", 1300, None)] and given == [("worker:1", [2, 3])]
+    assert lines == ["step 1", "taskwrap: GPU figures [not, json]", "step 2"]  # a garbled one stays output

@@ -176,6 +176,32 @@ def test_interrupt_stops_every_task_and_exits_130(tmp_path):
     assert all(h.code is not None for h in backend.handles) and backend.closed
 
 
+def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
+    """A closed terminal says so several times (SIGHUP, each failed write): every task still
+    gets the graceful SIGTERM only, and the outcome says why; a second Ctrl-C kills at once."""
+    def hangup(sup):
+        for why in ("the terminal went away (SIGHUP)", "stdout: hung up", "stderr: hung up"):
+            sup.stop(why)
+
+    graceful = mwms().replace("stop_grace: 0", "stop_grace: 30")
+    result = supervise(tmp_path / "hup", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+                       stop_after=2, stop=hangup)
+    assert result.code == 130
+    (outcome,) = of(result.events, "outcome")
+    assert outcome["outcome"] == "interrupted" and outcome["reason"] == "the terminal went away (SIGHUP)"
+    ends = lambda events: sorted(e["code"] for e in events if e["event"] in ("stopped", "exit"))  # noqa: E731
+    assert ends(result.events) == [143, 143]  # SIGTERM only: they saved
+
+    def ctrl_c_twice(sup):
+        sup.interrupt()
+        sup.interrupt()
+
+    result = supervise(tmp_path / "int", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+                       stop_after=2, stop=ctrl_c_twice)
+    assert 137 in ends(result.events)  # the second Ctrl-C: SIGKILL at once
+    assert of(result.events, "outcome")[0]["reason"] == ""
+
+
 @pytest.mark.parametrize("exit_code,retried", [(1, False), (2, False), (127, False), (137, True), (143, True),
                                                (255, True)])
 def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
@@ -220,36 +246,57 @@ ELASTIC = """\
     hosts: [{name: h1, address: 10.0.0.1}, {name: h2, address: 10.0.0.2}, {name: h3, address: 10.0.0.3}]
     tasks: {worker: 2}
     restart: {max_restarts: 0}
-    elastic: {host_wait: 7}
+    elastic: {host_wait: 1}
     watchdog: {stop_grace: 0}
 """
 
 
-def test_a_lost_hosts_tasks_move_to_the_spare_without_spending_a_restart(tmp_path):
-    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
-                            losses={0: {"h2": "unreachable for 7 s"}}, default=Script(code=0, polls=4))
+def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_at_once(tmp_path):
+    """worker:1's session dropped (exit 255, made up) while h2 still answers (its sshd accepts
+    during a shutdown): not a failure of the training. h2 is suspect; worker:1 moves to the spare
+    h3 at once, spending no restart (max_restarts: 0), in one line."""
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                            losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 0, out
-    assert backend.checked == [(["h1", "h2"], 7.0)]  # the plan's hosts, elastic.host_wait
+    assert backend.checked == [(["h1", "h2"], 0.0)]  # one look at the plan's hosts, no waiting
     assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h3")]
     assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3"]
-    assert "h2 lost (unreachable for 7 s); worker:1 moved to h3; restarting the group there" in out
-    assert not of(events, "restart") and "max_restarts" not in out.split("restarting the group there")[0]
+    said = re.findall(r"^tfcluster: h2: session lost.*", out, re.M)
+    assert len(said) == 1 and re.search(
+        r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 30 s; "
+        r"worker:1 moved to h3 \(spare\); restarting the group there", said[0]), out
+    assert "worker:1 failed" not in out and "max_restarts is 0" not in out  # the one line says it all
+    assert not of(events, "restart")
     (lost,) = of(events, "host_lost")
+    assert lost["host"] == "h2" and lost["settle"] == 30 and "host still answering" in lost["how"], lost
     (replan,) = of(events, "replan")
-    assert (lost["host"], lost["how"]) == ("h2", "unreachable for 7 s")
     assert (replan["plan"], replan["file"], replan["moved"]) == (2, "plan-2.json", {"worker:1": {"from": "h2", "to": "h3"}})
     second = json.loads((tmp_path / "runs" / "s" / "latest" / "plan-2.json").read_text())
     assert [t["host"] for t in second["tasks"]] == ["h1", "h3"]
     assert "plans used: 1: h1, h2" in out
-    assert re.search(r"  2: h1, h3 \(h2 lost at \d\d:\d\d:\d\d \(unreachable for 7 s\); worker:1 moved to h3\)", out), out
+    assert re.search(r"  2: h1, h3 \(h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it "
+                     r"answers for 30 s; worker:1 moved to h3 \(spare\)\)", out), out
+    # h2 never answered again for 30 s: still suspect, and so shown by status (the panel too).
+    status = tfcluster_status(tmp_path)
+    assert "suspect hosts: h2 (until it answers for 30 s without a break)" in status, status
+
+
+def test_a_host_that_does_not_answer_after_a_failure_is_suspect_too(tmp_path):
+    """No session was seen to drop (worker:1 exited 137), but h2 does not answer now: suspect."""
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
+                            losses={0: {"h2": "unreachable for 0 s"}}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 0, out
+    assert "h2: host not answering; suspect until it answers for 30 s; worker:1 moved to h3 (spare)" in out, out
+    assert backend.hosts_started[-1] == ("worker:1", "h3") and not of(events, "restart")
 
 
 def test_after_a_move_the_whole_restart_budget_is_still_there(tmp_path):
-    """max_restarts: 1, a host lost in attempt 1, a crash in attempt 2: the crash gets the one restart."""
-    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+    """max_restarts: 1, a session lost in attempt 1, a crash in attempt 2: the crash gets the one restart."""
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
                              ("worker:0", 1): Script(code=137, polls=2), ("worker:1", 1): Script(code=None)},
-                            losses={0: {"h2": "unreachable for 7 s"}}, default=Script(code=0, polls=4))
+                            losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, ELASTIC.replace("max_restarts: 0", "max_restarts: 1"), backend)
     assert code == 0, out
     assert "restarting the whole group (restart 1 of 1)" in out
@@ -262,18 +309,23 @@ def test_a_failure_with_every_host_there_spends_a_restart_as_before(tmp_path):
                             losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 1, out
+    assert "worker:1 failed: killed by SIGKILL (exit 137) (attempt 1 of 1)" in out
     assert "gave up after 1 attempt(s): restart.max_restarts is 0" in out
-    assert not of(events, "replan") and len(backend.checked) == 1
+    assert not of(events, "replan") and not of(events, "host_lost") and len(backend.checked) == 1
 
 
-def test_a_second_loss_with_no_spare_left_fails_in_one_line(tmp_path):
-    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
-                             ("worker:1", 1): Script(code=137, polls=2), ("worker:0", 1): Script(code=None)},
-                            losses={0: {"h2": "unreachable for 7 s"}, 1: {"h3": "unreachable for 7 s"}})
+def test_a_second_loss_with_no_spare_left_waits_host_wait_then_fails_in_one_line(tmp_path):
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                             ("worker:1", 1): Script(code=255, polls=2, lost=True), ("worker:0", 1): Script(code=None)},
+                            losses={})
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 1, out
-    assert ("host h3 (worker:1) lost and no spare host left for worker:1; list more hosts under hosts:" in out), out
-    assert of(events, "outcome")[0]["reason"].startswith("host h3 (worker:1) lost and no spare host left")
+    assert "no spare host for worker:1: waiting up to elastic.host_wait=1 s for h3 to settle" in out, out
+    line = ("host h3 (worker:1) lost (no 30 s of answers without a break within elastic.host_wait=1 s) and no spare "
+            "host left for worker:1; list more hosts under hosts:")
+    assert line in out and out.count("lost (no 30 s") == 1, out
+    assert of(events, "outcome")[0]["reason"].startswith("host h3 (worker:1) lost (no 30 s of answers")
+    assert not of(events, "restart")
 
 
 class ReturningBackend(LosingBackend):
@@ -290,7 +342,7 @@ class ReturningBackend(LosingBackend):
 
 
 SHRINK = ELASTIC.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 1}}").replace(
-    ", {name: h3, address: 10.0.0.3}", "").replace("elastic: {host_wait: 7}", "elastic: {host_wait: 7, settle: 9}").replace(
+    ", {name: h3, address: 10.0.0.3}", "").replace("elastic: {host_wait: 1}", "elastic: {host_wait: 1, settle: 9}").replace(
     "stop_grace: 0", "stop_grace: 3")
 
 
@@ -343,6 +395,67 @@ def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_agai
     assert "growing the group" not in out
 
 
+NO_SPARE = ELASTIC.replace(", {name: h3, address: 10.0.0.3}", "").replace(
+    "elastic: {host_wait: 1}", "elastic: {host_wait: 30, settle: 5, max_host_losses: 2}")
+
+
+def test_no_spare_no_min_the_group_waits_for_the_suspect_host_to_settle_and_restarts_on_it(tmp_path):
+    """A reboot: h2's session drops, h2 settles within elastic.host_wait: the group restarts on it
+    under the same plan, spending no restart (max_restarts: 0)."""
+    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                               losses={}, back=["h2"], after=3, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, NO_SPARE, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h2")]
+    assert re.search(r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 5 s; "
+                     r"no spare host for worker:1: waiting up to elastic.host_wait=30 s for h2 to settle", out), out
+    assert "h2 answers again (5 s without a break, elastic.settle); restarting the group on it from the last backup" in out
+    assert not of(events, "restart") and not of(events, "replan") and not backend.plans
+    (added,) = of(events, "host_added")
+    assert added["host"] == "h2" and added["spare"] is False
+    status = tfcluster_status(tmp_path)
+    assert "spare hosts" not in status and "suspect hosts" not in status, status
+
+
+def test_a_host_that_keeps_dropping_ends_the_run_at_elastic_max_host_losses(tmp_path):
+    """Every attempt's session on h2 drops, and h2 settles each time: bounded by
+    elastic.max_host_losses (2), not by restart.max_restarts (0, never spent); one line."""
+    drops = Script(code=255, polls=2, lost=True)
+    backend = ReturningBackend({("worker:1", n): drops for n in range(5)} | {("worker:0", n): Script(code=None)
+                                                                             for n in range(5)},
+                               losses={}, back=["h2"], after=1)
+    code, out, events = run(tmp_path, NO_SPARE, backend)
+    assert code == 1, out
+    assert backend.starts("worker:1") == [0, 1, 2]  # two losses taken, the third ends the run
+    lines = [line for line in out.splitlines() if "elastic.max_host_losses" in line]
+    assert len(lines) == 1 and re.search(
+        r"h2: session lost at .*; 3 host losses in this run \(h2 3 times\), more than elastic.max_host_losses=2", lines[0])
+    assert of(events, "outcome")[0]["reason"] == lines[0].split("tfcluster: error: ")[-1]
+    assert not of(events, "restart") and len(of(events, "host_lost")) == 3
+
+
+def test_no_spare_with_min_a_suspect_host_still_answering_shrinks_the_group_at_once(tmp_path):
+    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): Script(code=None)},
+                               losses={}, back=["h2"], after=4, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, SHRINK, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"),
+                                     ("worker:0", "h1"), ("worker:1", "h2")]
+    assert re.search(r"h2: session lost at .*, host still answering; suspect until it answers for 9 s; worker:1 left "
+                     r"out: 1 worker go on \(no spare host\)", out), out
+    assert "waiting up to elastic.host_wait" not in out  # a min: no waiting
+    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added")] == [
+        "host_lost", "replan", "host_added", "replan"]
+
+
+def tfcluster_status(tmp_path) -> str:
+    from launcher.record.status import load_run
+    from launcher.runcmds import render_status
+
+    return "\n".join(render_status(load_run(tmp_path / "runs" / "s" / "latest"), "cluster.yaml"))
+
+
 class HostGoneBackend(LosingBackend):
     """``gone`` hosts never answer (lost_hosts reports them, whatever the wait)."""
 
@@ -382,8 +495,34 @@ def test_pss_shrinks_to_min_from_the_last_backup_when_a_worker_host_is_gone(tmp_
     assert [t.key for t in backend.plans[0].tasks] == ["chief:0", "worker:0", "ps:0"]
     (replan,) = of(events, "replan")
     assert replan["dropped"] == ["worker:1"] and not of(events, "task_restart") and not of(events, "restart")
-    assert ("h3 lost (unreachable for 0 s); worker:1 left out: 1 worker go on (no spare host); restarting the "
-            "group there from the last backup") in out
+    assert ("h3: host not answering; suspect until it answers for 30 s; worker:1 left out: 1 worker go on (no "
+            "spare host); restarting the group there from the last backup") in out
+
+
+def test_pss_a_worker_whose_session_was_lost_is_not_restarted_onto_its_host_that_still_answers(tmp_path):
+    """h3 shuts down: worker:1's session drops while h3's sshd still accepts. Restarted alone there
+    it would die with the host (and spend max_restarts: 0): the host is suspect, the group
+    shrinks to min from the last backup instead, no restart spent."""
+    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("chief:0", 0): Script(code=None),
+                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                               ("chief:0", 1): Script(code=0, polls=6)}, gone=set(), default=Script(code=None))
+    code, out, events = run(tmp_path, PSS_ELASTIC, backend)
+    assert code == 0, out
+    assert backend.starts("worker:1") == [0] and not of(events, "task_restart") and not of(events, "restart")
+    assert re.search(r"h3: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for "
+                     r"30 s; worker:1 left out: 1 worker go on \(no spare host\)", out), out
+    assert "restarting it alone" not in out and "worker:1 failed" not in out
+
+
+def test_pss_a_ps_whose_session_was_lost_moves_to_the_spare(tmp_path):
+    spec = PSS_ELASTIC.replace("ps: {count: 1, hosts: [h1]}", "ps: {count: 1, hosts: [h2]}").replace(
+        "hosts: [h2, h3], min: 1}", "hosts: [h1]}")
+    backend = HostGoneBackend({("ps:0", 0): Script(code=255, polls=2, lost=True), ("chief:0", 1): Script(code=0, polls=6)},
+                              gone=set(), default=Script(code=None))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert re.search(r"h2: session lost at .*; suspect until it answers for 30 s; ps:0 moved to h3 \(spare\)", out), out
+    assert [t.host for t in backend.plans[0].tasks if t.type == "ps"] == ["h3"] and not of(events, "restart")
 
 
 def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_restart_onto_a_spare(tmp_path):
@@ -393,7 +532,8 @@ def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_resta
                                ("chief:0", 1): Script(code=0, polls=6)}, gone={"h2"}, default=Script(code=None))
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
-    assert "h2 lost (unreachable for 0 s); worker:0 moved to h3; worker:1 moved to h3" in out, out
+    assert ("h2: host not answering; suspect until it answers for 30 s; worker:0 moved to h3 (spare); worker:1 moved "
+            "to h3 (spare)") in out, out
     assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3", "h3", "h1"]
 
 

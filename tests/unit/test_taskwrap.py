@@ -121,3 +121,37 @@ def test_the_docker_image_runs_the_same_wrapper():
     root = Path(__file__).resolve().parents[2]
     module = ".".join(taskwrap_path().relative_to(root).with_suffix("").parts)
     assert f'LABEL tfcluster.lifeline="python -m {module}"' in (root / "docker" / "Dockerfile").read_text()
+
+
+def test_gpu_watch_reports_what_its_task_group_holds_on_its_gpus(tmp_path):
+    """--gpu-watch with the fake nvidia-smi (2 GPUs): each task lists its own pid as a compute app
+    holding 777 MiB on GPU 0; the GPU task's wrapper writes the figure (and the fake's 37 % on
+    GPU 0) once it sees it. A task with CUDA_VISIBLE_DEVICES=-1, started first, gets no watch:
+    no line by the time the GPU task's has come."""
+    from tests.support.gpus import fake_bin
+
+    apps = tmp_path / "apps"
+    env = dict(os.environ, PATH=f"{fake_bin(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}",
+               FAKE_NVIDIA_SMI_GPUS="2", FAKE_NVIDIA_SMI_APPS_FILE=str(apps))
+    hold = ("import os, sys, time; fh = open(sys.argv[1], 'a'); fh.write('%d:777\\n' % os.getpid()); fh.close(); "
+            "time.sleep(60)")
+
+    def run(visible: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(taskwrap_path()), "--gpu-watch", "0.2", "--",
+                                 sys.executable, "-c", hold, str(apps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=dict(env, CUDA_VISIBLE_DEVICES=visible))
+
+    cpu = run("-1")
+    wait_for(lambda: apps.exists() and apps.read_text().count(":777") == 1, 30, what="the CPU task to list itself")
+    p = run("0")
+    seen = b""
+    deadline = time.monotonic() + 30
+    try:
+        while b"taskwrap: GPU figures [777, 37]\n" not in seen and time.monotonic() < deadline:
+            seen += p.stdout.readline()
+    finally:
+        for proc in (p, cpu):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert b"taskwrap: GPU figures [777, 37]\n" in seen, seen.decode(errors="replace")[-2000:]
+    p.communicate(timeout=10)
+    assert b"GPU figures" not in cpu.communicate(timeout=10)[0]

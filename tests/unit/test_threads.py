@@ -28,10 +28,10 @@ def spec_of(text: str):
 
 
 def local_plan(text: str, cores: int):
-    """The local backend's placement, with ``cores`` for the host (not this machine's)."""
+    """The local backend's placement, with ``cores`` for the host (not this machine's) and no GPU."""
     spec = spec_of(text)
     slots = {f"{t}:{i}": Slot("localhost", "localhost") for t, i in task_keys(spec)}
-    return build_plan(spec, Placement(slots, cores={"localhost": cores}))
+    return build_plan(spec, Placement(slots, cores={"localhost": cores}, gpus={"localhost": ()}))
 
 
 def budget(n: int) -> dict[str, str]:
@@ -66,6 +66,14 @@ def test_shares_add_up_to_the_cores_when_there_are_enough():
             got = threads.shares(cores, n)
             assert sum(got) == cores and min(got) >= 1 and max(got) - min(got) <= 1
             assert got == sorted(got, reverse=True)  # the remainder goes to the first tasks
+
+
+def test_share_is_the_element_of_shares_for_every_place():
+    for cores in (1, 2, 3, 7, 16, 96):
+        for n in (1, 2, 3, 5, 8, 17, 200):
+            assert [threads.share(cores, i, n) for i in range(n)] == threads.shares(cores, n), (cores, n)
+    with pytest.raises(IndexError):
+        threads.share(4, 2, 2)
 
 
 def test_places_per_host_in_plan_order():
@@ -240,7 +248,7 @@ def test_compact_json_carries_only_each_tasks_budget_and_expands_back():
     assert all("env" not in r for r in rows)
     assert [r.get("env_extra", {}).get(envnames.THREADS) for r in rows][1:] == \
         [dict(t.env)[envnames.THREADS] for t in plan.tasks][1:]
-    assert all(set(r.get("env_extra", {})) <= {envnames.THREADS} for r in rows)
+    assert all(set(r.get("env_extra", {})) <= {envnames.THREADS, envnames.GPUS} for r in rows)  # and its GPU request
     assert expand_plan_json(compact) == plan.to_json()
     five = local_plan(TWO, 5)
     assert expand_plan_json(five.to_compact_json()) == five.to_json()

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ... import envnames, threads
+from ... import containergpus as gpus
+from ... import gpus as plan_gpus
 from ...console import Console
 from ...errors import LaunchError
 from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
@@ -205,8 +207,9 @@ class DockerBackend(Backend):
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
-        """A container per task, named (and dialled) like the task: ``worker-0``."""
-        return Placement({f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)})
+        """A container per task, named (and dialled) like the task: ``worker-0``; with the engine
+        host's GPUs where they hold the GPU tasks (the plan then shows each container's)."""
+        return gpus.with_engine_gpus(spec, Placement({f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)}))
 
     def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Console] = None) -> None:
         self.loaded = loaded
@@ -229,6 +232,7 @@ class DockerBackend(Backend):
         self._init = False
         self._prepared = False
         self._ncpu: Optional[int] = None
+        self._containers: dict[str, gpus.Container] = {}  # task key -> its GPUs and /dev/shm (preflight)
         self._lock = threading.Lock()
 
     # -------------------------------------------------------------- engine
@@ -249,6 +253,7 @@ class DockerBackend(Backend):
         client = self.client
         self._check_volumes()
         self._ensure_image()
+        self.plan_gpus(plan)
         if not self.prefix:
             return
         for task in plan.tasks:
@@ -262,6 +267,52 @@ class DockerBackend(Backend):
             raise LaunchError(
                 f"network name {self.network_name} is taken; remove it: docker network rm {self.network_name}"
             )
+
+    def plan_gpus(self, plan: Plan) -> None:
+        """Each container's GPUs from the engine host's (nvidia-smi -L here: the engine runs on
+        this machine), refused in one line when they do not suffice; with GPUs to give, one
+        probe container asks the engine for them (created, started, removed), so an engine
+        without a GPU runtime is one line before any task starts."""
+        asked = gpus.asked(self.spec)
+        engine_gpus = plan_gpus.local_gpus() if asked else ()
+        self._containers, problems = gpus.containers(self.spec, plan.tasks, engine_gpus, self.opts.shm_size)
+        if problems:
+            raise LaunchError(f"docker: {problems[0]}")
+        if not asked:
+            return
+        self.console.info(gpus.describe(self._containers, engine_gpus))
+        first = next((c for c in self._containers.values() if c.device_ids), None)
+        if first is not None:
+            self._probe_gpu_runtime(first)
+
+    def host_config(self, binds: Optional[dict] = None, container: Optional[gpus.Container] = None) -> dict:
+        """The HostConfig of a task's container: its mounts, its GPUs (a device request for
+        the engine host's indices) and its /dev/shm."""
+        c = container or gpus.Container({})
+        requests = [docker.types.DeviceRequest(device_ids=[str(i) for i in c.device_ids], capabilities=[["gpu"]])
+                    ] if c.device_ids else None
+        return self.client.api.create_host_config(binds=binds, init=self._init or None, auto_remove=False,
+                                                  device_requests=requests, shm_size=c.shm_size)
+
+    def _probe_gpu_runtime(self, container: gpus.Container) -> None:
+        client = self.client
+        cid = None
+        try:
+            cid = client.api.create_container(
+                self.opts.image, command=["true"], entrypoint=[], host_config=self.host_config(container=container),
+                labels={LABEL_RUN: self.run_id or "preflight", LABEL_NAME: self.spec.name},
+            )["Id"]
+            client.api.start(cid)
+        except docker.errors.APIError as exc:
+            problem = gpus.runtime_problem(self.url, exc.explanation or str(exc))
+            if problem:
+                raise LaunchError(problem) from None
+            raise LaunchError(f"docker: the engine at {self.url} refused a container with GPUs "
+                              f"{list(container.device_ids)}: {(exc.explanation or str(exc)).splitlines()[0][:200]}"
+                              ) from None
+        finally:
+            if cid is not None:
+                _remove(client, cid)
 
     def _check_volumes(self) -> None:
         for item in self.opts.volumes:
@@ -422,7 +473,8 @@ class DockerBackend(Backend):
                 _close_quietly(old.lifeline)
                 _remove(client, old.id)
             name = self.container_name(task)
-            environment = dict(task.env)
+            container = self._containers.get(task.key)
+            environment = dict(container.env if container is not None else task.env)
             environment.update({envnames.RUN_DIR: RUN_MOUNT, envnames.STATE_DIR: STATE_MOUNT})
             environment.update(env)
             if envnames.THREADS in environment:  # threads: auto: every task shares the engine's CPUs
@@ -438,7 +490,7 @@ class DockerBackend(Backend):
             for item in self.opts.volumes:
                 host, container_path, *mode = item.split(":")
                 binds[str(self._host_path(host))] = {"bind": container_path, "mode": mode[0] if mode else "rw"}
-            host_config = client.api.create_host_config(binds=binds, init=self._init or None, auto_remove=False)
+            host_config = self.host_config(binds, container)
             networking = client.api.create_networking_config(
                 {self.network_name: client.api.create_endpoint_config(aliases=[task.address])}
             )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
 from ...specmodel import IMAGE_RE, OptionsModel
+
+SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 
 
 class DockerBuild(OptionsModel):
@@ -37,6 +40,19 @@ class DockerOptions(OptionsModel):
     volumes: tuple[str, ...] = ()
     # Run tasks as this user (default: the image's user, or yours when you are not root).
     user: Optional[str] = None
+    # Each container's /dev/shm ("1g", "512m", bytes); default: 1g for a container with GPUs
+    # (NCCL's shared-memory transport needs more than Docker's 64m), the engine's for the others.
+    shm_size: Optional[str] = None
+
+    @field_validator("shm_size", mode="before")
+    @classmethod
+    def _shm_size(cls, v):
+        if v is None:
+            return v
+        text = str(v).strip() if not isinstance(v, bool) else ""
+        if not SIZE_RE.match(text):
+            raise ValueError(f"{v!r} is not a size; use e.g. 1g, 512m or a number of bytes")
+        return text.lower()
 
     @field_validator("image")
     @classmethod

@@ -5,7 +5,10 @@
   node sees the workdir and the state dir (shared.py), then place the tasks on its nodes in
   Slurm's order at each node's ``NodeAddr``;
 * start: ``srun --jobid=JOB --nodelist=NODE --overlap`` per task, under taskwrap (so the step
-  is stopped if this launcher dies); a restart is a new step in the same allocation;
+  is stopped if this launcher dies); a restart is a new step in the same allocation. GPU tasks'
+  steps ask Slurm for their GPUs instead (``--exact --gpus-per-task=N``, gpus.py): Slurm picks
+  them, binds them and sets CUDA_VISIBLE_DEVICES; the job holds the GPUs its nodes need
+  (``sbatch --gres=gpu:K``);
 * signal: ``scancel --signal=SIG JOB.STEP``, the step found by its unique name; never by name
   for a whole job;
 * close / ``tfcluster down``: ``scancel JOB`` of this run's job id (recorded with
@@ -25,17 +28,19 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ... import envnames, threads
+from ... import gpus as plan_gpus
 from ...console import Console
 from ...errors import AttemptImpossible, LaunchError
 from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
 from ...procinfo import group_alive, is_same, kill_group, start_time
 from ...record.events import Event
-from ...remote import taskwrap_path
+from ...remote import gpuplace, taskwrap_path
 from ...specmodel import LoadedSpec, Spec
 from . import alloc
+from . import gpus
 from . import cli
 from . import shared
 from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
@@ -44,18 +49,33 @@ from .options import SlurmOptions
 
 STEP_MARK = "tfcluster-slurm-step"
 COMPLETING_WAIT = 15.0  # s: how long prepare_attempt waits for an ending job's final state
-# The step prints its id first, so signals reach it without asking squeue.
-# Then it makes a ``threads: auto`` budget from the job's CPUs on its node (launcher/threads.py).
-_STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME"; '
+# The step prints its id first, so signals reach it without asking squeue, and the GPUs Slurm gave it
+# (the node's indices: SLURM_STEP_GPUS, set by slurmd's gres plugin; else CUDA_VISIBLE_DEVICES, -1 for
+# a CPU step), so ``status`` shows them. Then it makes a ``threads: auto`` budget from the job's CPUs
+# on its node (launcher/threads.py).
+_STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME '
+               'gpus=${SLURM_STEP_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"; '
                f'{threads.shell_budget(envnames.THREADS)}; exec "$@"')
+
+
+def step_gpus(text: str) -> Optional[list]:
+    """The step line's ``gpus=`` value as GPU indices ([] for -1), None when empty or not indices."""
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        return None
+    if not ids:
+        return None
+    return [] if any(i < 0 for i in ids) else ids
 
 
 class SlurmStep(ChildTask):
     """One task: a local ``taskwrap -- srun ...`` process and the step it created."""
 
     def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink, job_id: str,
-                 step_name: str, node: str) -> None:
+                 step_name: str, node: str, on_gpus: Optional[Callable[[str, list], None]] = None) -> None:
         self.job_id = job_id
+        self._on_gpus = on_gpus  # (key, the node's GPU indices the step got; [] none) from its first line
         self.step_name = step_name
         self.node = node
         self.step_id: Optional[str] = None
@@ -66,6 +86,10 @@ class SlurmStep(ChildTask):
             for part in line.split()[1:]:
                 if part.startswith("id="):
                     self.step_id = part[3:]
+                elif part.startswith("gpus=") and self._on_gpus is not None:
+                    ids = step_gpus(part[5:])
+                    if ids is not None:
+                        self._on_gpus(self.task.key, ids)
             return False
         return True
 
@@ -143,26 +167,90 @@ class SlurmBackend(Backend):
         self._launches = 0
         self._handles: list[SlurmStep] = []
         self._lock = threading.Lock()
+        self._node_gpus: Optional[dict[str, int]] = None  # the partition's nodes' GPUs (sinfo), when asked
+        self._partition = ""
+        self._gpus_per_node = 0  # what the job asks each node for (preflight decides)
+        self._steps: dict[str, gpus.Step] = {}  # task key -> its GPU part of the step, once allocated
+
+    # -------------------------------------------------------------- GPUs
+
+    def _takes(self, keys) -> dict[str, gpus.Take]:
+        """Task key -> its GPU request (0 for all when the spec's env sets CUDA_VISIBLE_DEVICES:
+        then tfcluster asks Slurm for nothing)."""
+        if plan_gpus.placement_off(self.spec):
+            return {k: 0 for k in keys}
+        return {k: plan_gpus.take_of(self.spec, k.split(":")[0])[0] for k in keys}
+
+    def _by_node(self, takes: Mapping[str, gpus.Take], nodes: Mapping[str, str]) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for key, take in takes.items():
+            out.setdefault(nodes[key], []).append(take)
+        return out
+
+    def _gpu_request(self, plan_tasks) -> int:
+        """GPUs per node the job asks for (0: none); reads sinfo once when a task uses GPUs."""
+        takes = self._takes([t.key for t in plan_tasks])
+        if not any(t != 0 for t in takes.values()):
+            return 0
+        if self._node_gpus is None:
+            self._partition = cli.partition(self.opts.partition).name  # one line if there is none
+            self._node_gpus = gpus.partition_gpus(self._partition)
+        # devices.gpus as a count or list: that many of a node's GPUs (Slurm picks which).
+        use = self.spec.devices.gpus
+        cap = None if use == "all" else use if isinstance(use, int) else len(use)
+        return gpus.job_gpus(self._by_node(takes, {t.key: t.host for t in plan_tasks}),
+                             list(self._node_gpus.values()), cap)
+
+    def _check_gpus(self, plan: Plan, per_node: int) -> None:
+        """Preflight: enough GPU nodes in the partition, no shared GPU under NCCL; says once
+        when the partition has no GPU and the tasks run on CPU."""
+        takes = self._takes([t.key for t in plan.tasks])
+        if not any(t != 0 for t in takes.values()):
+            return
+        node_gpus = self._node_gpus or {}
+        nodes = {t.key: t.host for t in plan.tasks}
+        by_node = self._by_node(takes, nodes)
+        sources = sorted({"devices." + t.gpus.source if t.gpus.source == "gpus_per_task" else t.gpus.source
+                          for t in plan.tasks if t.gpus.required}) or ["devices.gpus_per_task"]
+        name = self._partition
+        problem = gpus.check_partition(name, node_gpus, by_node, len(by_node), " / ".join(sources))
+        if problem:
+            raise LaunchError(problem)
+        if per_node == 0:
+            self.console.info(f"slurm: partition '{name}' has no GPU (sinfo Gres); the tasks run on CPU")
+            return
+        if self.spec.collective.implementation == "nccl":
+            shared = [k for k, st in gpus.steps(takes, nodes, per_node, 1).items() if st.shared]
+            if shared:
+                raise LaunchError(f"slurm: {', '.join(shared[:3])} would share GPUs ({per_node} per node for "
+                                  f"{len(shared)} GPU tasks), and NCCL refuses two ranks on one GPU; lower "
+                                  "slurm.tasks_per_node or set collective.implementation: ring")
 
     # -------------------------------------------------------------- allocation
 
-    def request(self, task_count: int) -> alloc.Request:
+    def request(self, task_count: int, gpus_per_node: int = 0) -> alloc.Request:
         o = self.opts
+        extra = tuple(o.sbatch)
+        # The GPUs the steps ask for, unless the spec's sbatch options ask for GPUs themselves.
+        if gpus_per_node and not any(a.startswith(("--gres", "--gpus")) for a in extra):
+            extra = (f"--gres=gpu:{gpus_per_node}",) + extra
         return alloc.Request(
             job_name=f"tfcluster-{self.spec.name}", nodes=alloc.nodes_needed(task_count, o.tasks_per_node, o.nodes),
-            tasks_per_node=o.tasks_per_node, partition=o.partition, time=o.time, account=o.account, extra=o.sbatch,
+            tasks_per_node=o.tasks_per_node, partition=o.partition, time=o.time, account=o.account, extra=extra,
         )
 
     def preflight(self, plan: Plan) -> None:
         """Commands found, partition exists and is UP, request satisfiable (nothing submitted)."""
         if not self.workdir.is_dir():
             raise LaunchError(f"workdir: {self.workdir} is not a directory; create it or fix workdir in the spec")
-        alloc.check_satisfiable(self.request(len(plan.tasks)))
+        self._gpus_per_node = per_node = self._gpu_request(plan.tasks)
+        self._check_gpus(plan, per_node)
+        alloc.check_satisfiable(self.request(len(plan.tasks), per_node))
 
     def allocate(self, spec: Spec) -> Placement:
         """Submit the holding job, record its id, wait until it runs; place the tasks on its nodes."""
         keys = [f"{t}:{i}" for t, i in task_keys(spec)]
-        req = self.request(len(keys))
+        req = self.request(len(keys), self._gpus_per_node)
         self.job_id = alloc.submit(req)
         self._record_allocation()
         self.console.info(f"slurm job {self.job_id}: {req.nodes} node(s) x {req.tasks_per_node} task(s)"
@@ -175,6 +263,9 @@ class SlurmBackend(Backend):
         nodes = alloc.wait_running(self.job_id, self.opts.queue_timeout, self.console.info)
         addresses = cli.node_addresses(nodes)
         slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)
+        if any(t != 0 for t in self._takes(keys).values()):
+            self._steps = gpus.steps(self._takes(keys), {k: v[0] for k, v in slots.items()}, self._gpus_per_node,
+                                     cli.job_cpus(self.job_id) // max(1, len(nodes)))
         if self.record is not None:
             self.record.event(Event.SLURM_RUNNING, job=self.job_id, nodes=nodes, addresses=addresses,
                               waited=round(time.monotonic() - t0, 3))
@@ -222,6 +313,9 @@ class SlurmBackend(Backend):
     def task_env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
         env = cli.client_env()
         env.update(task.env)
+        step = self._steps.get(task.key)
+        if step is not None:
+            self._gpu_env(env, task, step)
         path = env.get("PATH", "")
         if os.path.isabs(self.opts.python):
             path = os.pathsep.join([os.path.dirname(self.opts.python), path])
@@ -232,12 +326,27 @@ class SlurmBackend(Backend):
         env.update(extra)
         return env
 
+    def _gpu_env(self, env: dict, task: PlannedTask, step: gpus.Step) -> None:
+        """A step's environment for its GPUs: Slurm sets CUDA_VISIBLE_DEVICES, so the request
+        marker goes; the memory setting is made as the plan makes it where it knows the GPUs.
+        A step that has CPUs of its own (--exact) makes its thread budget from them alone."""
+        req = gpuplace.parse_request(env.pop(envnames.GPUS, ""))
+        if req is not None and (step.gpus or step.shared):
+            env.update(gpuplace.memory_env(req["mem"], step.shared, {**self.spec.env, **env}))
+            if req["mem"].isdigit() and envnames.GPU_MEMORY not in self.spec.env:
+                env.setdefault(envnames.GPU_MEMORY, req["mem"])
+            env.setdefault(gpuplace.ORDER_VAR, gpuplace.ORDER)
+        if step.exclusive and envnames.THREADS in env:
+            env[envnames.THREADS] = "0/1"
+
     def srun_argv(self, task: PlannedTask, step_name: str) -> list[str]:
         assert self.job_id is not None, "start before allocate"
+        step = self._steps.get(task.key, gpus.Step())
+        overlap = [] if "--overlap" in step.srun or "--exact" in step.srun else ["--overlap"]
         return ["srun", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={task.host}",
-                "--overlap", "--input=none", "--kill-on-bad-exit=1", f"--job-name={step_name}", "--export=ALL",
-                f"--chdir={self.workdir}", *self.opts.srun,
-                "/bin/sh", "-c", _STEP_SHELL, "sh", *task.command]
+                *overlap, *step.srun, "--input=none", "--kill-on-bad-exit=1", f"--job-name={step_name}",
+                "--export=ALL", f"--chdir={self.workdir}", *self.opts.srun,
+                "/bin/sh", "-c", step.shell + _STEP_SHELL, "sh", *task.command]
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SlurmStep:
         with self._lock:
@@ -248,10 +357,15 @@ class SlurmBackend(Backend):
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=self.workdir, env=self.task_env(task, env), start_new_session=True,
                                 close_fds=True)
-        handle = SlurmStep(task, proc, on_line, self.job_id or "", step_name, task.host)
+        handle = SlurmStep(task, proc, on_line, self.job_id or "", step_name, task.host, self._step_gpus)
         with self._lock:
             self._handles.append(handle)
         return handle
+
+    def _step_gpus(self, key: str, ids: list) -> None:
+        """The GPUs Slurm gave a task's step, as its node numbers them: a task_gpus event (status)."""
+        if self.record is not None:
+            self.record.event(Event.TASK_GPUS, task=key, gpus=ids)
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:

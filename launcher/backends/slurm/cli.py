@@ -173,6 +173,12 @@ def job_state(job_id: str) -> JobState:
     return JobState(state.strip(), reason.strip(), nodelist.strip())
 
 
+def job_cpus(job_id: str) -> int:
+    """The job's CPUs on all its nodes (``squeue %C``); 1 when squeue does not say."""
+    proc = run(["squeue", "-h", "-j", job_id, "-o", "%C"])
+    return _int(proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else None, 1) or 1
+
+
 def preempted_at(job_id: str) -> Optional[str]:
     """When Slurm chose the job for preemption (``PreemptTime`` of ``scontrol show job``), or
     None. Set at once, while the job still runs its GraceTime, before any state changes."""

@@ -34,12 +34,13 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from ... import envnames
+from ... import envnames, gpus
 from ...console import Console
-from ...errors import LaunchError, exc_text
-from ...plan import Placement, Plan, PlannedTask, Slot
+from ...errors import LaunchError, SpecError, exc_text
+from ...plan import Placement, Plan, PlannedTask, Slot, build_plan
+from ...remote.gpuplace import plural
 from ...record.events import Event
-from ...specmodel import TASK_TYPES, LoadedSpec, Spec
+from ...specmodel import TASK_TYPES, Host, LoadedSpec, Spec
 from . import down as ssh_down, probe as ssh_probe, sync as ssh_sync
 from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from .commands import env_block, port_check_command, promote_command, remote_paths, task_command, wrap_args
@@ -63,6 +64,99 @@ def require_ssh_libraries() -> None:
                           "install it with: pip install 'tfcluster[ssh]'") from None
 
 
+def gpu_notes(plan: Plan, found: dict) -> list[str]:
+    """What the preflight found of each host's GPUs, said once: the hosts whose GPU tasks run on
+    CPU (no NVIDIA GPU there), and what the others have."""
+    out = []
+    for name, host_gpus in found.items():
+        if host_gpus is None:
+            continue
+        mine = [t for t in plan.tasks if t.host == name and t.gpus.uses_gpu]
+        if not mine:
+            continue
+        if not host_gpus:
+            out.append(f"{name} has no NVIDIA GPU (nvidia-smi -L lists none): its {len(mine)} GPU task"
+                       f"{'s run' if len(mine) > 1 else ' runs'} on CPU")
+        else:
+            out.append(f"{name}: {len(host_gpus)} GPU{'s' if len(host_gpus) > 1 else ''} "
+                       f"({', '.join(sorted({g[1] for g in host_gpus}))}) "
+                       f"for {', '.join(t.key for t in mine)}")
+    return out
+
+
+def round_robin(spec: Spec, gpu_room: Optional[Mapping[str, int]] = None) -> dict[str, Slot]:
+    """Each task's host: a group's own ``hosts`` round-robin, else one cursor shared over all
+    ``hosts:``, skipping the full hosts: ``hosts[].slots`` tasks, or, for a host without slots
+    in ``gpu_room`` (host -> GPUs the run may use there), as many GPU-count tasks
+    (``gpus_per_task: N``, ``tasks.<type>.gpus: N``) as its GPUs hold. Where every host is full,
+    the task goes where the round-robin put it (the plan then refuses it in one line)."""
+    slots = {}
+    cursor = 0
+    by_name = {h.name: h for h in reversed(spec.hosts)}  # the first of a name, as spec.host; O(1) a task
+    limited = gpu_room is not None or any(h.slots is not None for h in spec.hosts)
+    used: dict[str, int] = {}
+    gpus_used: dict[str, int] = {}
+    room = gpu_room or {}
+
+    def free(host: Host, need: int) -> bool:
+        if host.slots is not None:
+            return used.get(host.name, 0) < host.slots
+        return not need or host.name not in room or gpus_used.get(host.name, 0) + need <= room[host.name]
+
+    for task_type in TASK_TYPES:
+        group = spec.tasks.group(task_type)
+        take = gpus.take_of(spec, task_type)[0] if gpu_room is not None else 0
+        need = take if isinstance(take, int) else 0
+        for index in range(group.count):
+            if group.hosts:
+                host = by_name[group.hosts[index % len(group.hosts)]]
+                if limited and not free(host, need):  # the group's next host with room
+                    host = next((by_name[n] for n in group.hosts if free(by_name[n], need)), host)
+            else:
+                host = spec.hosts[cursor % len(spec.hosts)]
+                cursor += 1
+                for _ in range(len(spec.hosts) if limited else 0):  # skip the full hosts (all full: back at the first)
+                    if free(host, need):
+                        break
+                    host = spec.hosts[cursor % len(spec.hosts)]
+                    cursor += 1
+            used[host.name] = used.get(host.name, 0) + 1
+            gpus_used[host.name] = gpus_used.get(host.name, 0) + need
+            slots[f"{task_type}:{index}"] = Slot(host.name, host.dial_address)
+    return slots
+
+
+def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]]) -> Optional[tuple[Placement, str]]:
+    """When the preflight found (``found``: host -> its GPUs, None where not asked) that the
+    round-robin over-fills some hosts' GPUs with GPU-count tasks, the placement that bounds each
+    host without ``slots`` by its GPUs instead, and the one line saying so; None when no host is
+    over-filled, a host's GPUs are unknown, or the GPUs cannot hold the tasks either way."""
+    if gpus.placement_off(spec) or any(v is None for v in found.values()) or plan.placeholder:
+        return None
+    over = [h for h, g in found.items() if gpus.host_problems(plan, h, g)]
+    if not over:
+        return None
+    room = gpus.gpu_room(spec, found)
+    if any(h not in room for h in over):  # a host with slots, or one whose trouble is not its count
+        return None
+    placement = Placement(round_robin(spec, room))
+    try:
+        replanned = build_plan(spec, placement)
+    except SpecError:
+        return None
+    if any(gpus.host_problems(replanned, h, g) for h, g in found.items()):
+        return None
+    counts: dict[str, int] = {}
+    for t in replanned.tasks:
+        if t.gpus.required:
+            counts[t.host] = counts.get(t.host, 0) + 1
+    before = {h: sum(1 for t in plan.tasks if t.host == h and t.gpus.required) for h in over}
+    said = ", ".join(f"{h} {plural(len(found[h]))} for {before[h]}" for h in over)
+    now = ", ".join(f"{h} {n}" for h, n in counts.items())
+    return placement, (f"gpus: round-robin would over-fill {said} GPU-count tasks; placed by each host's GPUs instead "
+                       f"(GPU tasks: {now}); set hosts[].slots to place them yourself")
+
+
 class SSHBackend(Backend):
     name = "ssh"
     options_key = "ssh"
@@ -77,19 +171,11 @@ class SSHBackend(Backend):
             slots = {f"{t}:{i}": Slot(f"host{n + 1}", f"host{n + 1}")
                      for n, (t, i) in enumerate((t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t)))}
             return Placement(slots, placeholder=True, note="hosts come from discovery.command when tfcluster plans a run")
-        slots = {}
-        cursor = 0
-        by_name = {h.name: h for h in reversed(spec.hosts)}  # the first of a name, as spec.host; O(1) a task
-        for task_type in TASK_TYPES:
-            group = spec.tasks.group(task_type)
-            for index in range(group.count):
-                if group.hosts:
-                    host = by_name[group.hosts[index % len(group.hosts)]]
-                else:
-                    host = spec.hosts[cursor % len(spec.hosts)]
-                    cursor += 1
-                slots[f"{task_type}:{index}"] = Slot(host.name, host.dial_address)
-        return Placement(slots)
+        return Placement(round_robin(spec))
+
+    def allocate(self, spec: Spec) -> Placement:
+        """The static placement, or the one the preflight made from the hosts' GPU counts."""
+        return self._gpu_placement if self._gpu_placement is not None else self.place(spec)
 
     @classmethod
     def check_spec(cls, spec: Spec) -> list[tuple[tuple, str]]:
@@ -139,6 +225,7 @@ class SSHBackend(Backend):
                              (run_dir, state_dir(self.spec.state, state), workdir),
                              runner=runner, on_preempted=self._preempted)
         self.state_sync = StateSync(self.pool, self.spec.state, self.console, record, self.run_id)  # (state.py)
+        self._gpu_placement: Optional[Placement] = None  # the preflight's, by the hosts' GPUs (gpu_replan)
 
     def _local(self, path: str) -> Path:
         from .connect import resolve_local
@@ -156,7 +243,43 @@ class SSHBackend(Backend):
             ssh_probe.unreachable_error(names, self.pool.connect(names))
             ssh_sync.sync_and_setup(self.pool, self.loaded, names)
         # Otherwise each host connects and starts its agent without waiting for the others.
-        ssh_probe.probe(self.pool, self.state_sync, plan, names)
+        try:
+            ssh_probe.probe(self.pool, self.state_sync, plan, names)
+        except LaunchError as exc:
+            plan = self._replan_by_gpus(plan, names, exc)
+            self._probe_again(plan, names)
+        for line in gpu_notes(plan, {n: self.pool.hosts[n].gpus for n in names}):
+            self.console.info(line)
+
+    def _replan_by_gpus(self, plan: Plan, names: list[str], exc: LaunchError) -> Plan:
+        """The preflight refused only hosts whose GPUs the round-robin over-fills, and placing by
+        each host's GPUs fits: that plan (said in one line; ``allocate`` gives it to the run),
+        to be probed once more. Else ``exc`` stands."""
+        found = {n: self.pool.hosts[n].gpus for n in names}
+        refused = [p for n, g in found.items() if g is not None for p in gpus.host_problems(plan, n, g)]
+        others = [line for line in exc.lines if line not in refused and line != "no task was started"]
+        got = None if others or not refused else gpu_replan(self.spec, plan, found)
+        if got is None:
+            raise exc
+        self._gpu_placement, line = got
+        self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
+        self.preflight_plan = build_plan(self.spec, self._gpu_placement)
+        return self.preflight_plan
+
+    def _probe_again(self, plan: Plan, names: list[str]) -> None:
+        """The preflight once more, for the plan placed by GPUs. The first probe's agents exit when
+        their channels close, releasing the task ports they held; one not gone yet makes a port
+        look in use (the first probe found no port in use, or there would be no replan): waited
+        for, a few times."""
+        for left in (3, 2, 1, 0):
+            try:
+                ssh_probe.probe(self.pool, self.state_sync, plan, names)
+                return
+            except LaunchError as exc:
+                ours = all(" is in use (" in line or line == "no task was started" for line in exc.lines)
+                if not left or not ours:
+                    raise
+                time.sleep(0.5)
 
     # -------------------------------------------------------------- state dir (state.py)
 
@@ -245,7 +368,8 @@ class SSHBackend(Backend):
             raise LaunchError(f"host {hs.name}: cannot start {task.key} "
                               f"({describe_channel_error(exc, self.opts.connect_timeout)}); "
                               "check the host and sshd's MaxSessions") from None
-        handle = self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line))
+        handle = self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures,
+                                         self._gpus_given))
         handle.promotion = promotion
         return handle
 
@@ -292,7 +416,19 @@ class SSHBackend(Backend):
         except Exception as exc:  # noqa: BLE001
             raise LaunchError(f"host {hs.name}: cannot start {task.key} ({exc_text(exc)}); "
                               "check the host") from None
-        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line))
+        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures,
+                                       self._gpus_given))
+
+    def _gpu_figures(self, key: str, mib: int, util: Optional[int]) -> None:
+        """A task's GPU memory and utilisation from its wrapper on the host (taskwrap --gpu-watch):
+        the same ``gpu_usage`` event the local backend's watch writes (panel, status, report)."""
+        if self.record is not None:
+            self.record.event(Event.GPU_USAGE, tasks={key: [mib, util]})
+
+    def _gpus_given(self, key: str, ids: list) -> None:
+        """The host's GPUs a task's wrapper gave it (taskwrap --gpus): a task_gpus event (status)."""
+        if self.record is not None:
+            self.record.event(Event.TASK_GPUS, task=key, gpus=ids)
 
     def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
         """Signal tasks, one command per host, hosts in parallel (task.py)."""

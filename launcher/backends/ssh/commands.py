@@ -20,21 +20,43 @@ def q(value: str) -> str:
     return shlex.quote(str(value))
 
 
+# Seconds between the task wrapper's samples of its task's GPU figures (taskwrap.py --gpu-watch;
+# the local backend's watch samples as often: launcher/gpuwatch.py).
+GPU_WATCH = 5.0
+
+
 def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: float, grace: float,
                  argv: Sequence[str], gce_metadata: str = "off") -> str:
     """The shell command that starts one task. The env is NOT in it (it goes over stdin).
-
-    ``; exit $?`` keeps the shell waiting, so a wrapper killed by signal N is reported as
-    exit status 128+N (paramiko ignores SSH's exit-signal message)."""
+    The wrapper runs ``quiet`` (see there): exit 128+N if it dies of signal N, and nothing
+    of the shell's own in the task's output."""
     boot = posixpath.join(run_dir, "boot.py")
     wrap = posixpath.join(run_dir, "taskwrap.py")
     # -S: the wrapper needs only the stdlib; skipping site saves a large part of its start-up.
     # The task itself starts its own interpreter normally.
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
-             "--pidfile", q(pidfile), "--threads", envnames.THREADS] \
+             "--pidfile", q(pidfile), "--threads", envnames.THREADS, "--gpus", envnames.GPUS,
+             "--gpu-memory-var", envnames.GPU_MEMORY, "--gpu-watch", f"{GPU_WATCH:g}"] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + ["--"] + [q(a) for a in argv]
-    return f"cd {q(workdir)} && " + " ".join(parts) + "; exit $?"
+    return f"cd {q(workdir)} && " + quiet(" ".join(parts))
+
+
+def quiet(command: str) -> str:
+    """Run ``command`` (one simple command: the task wrapper or the host agent) so that the
+    shell has nothing to say about it, and report how it ended.
+
+    The shell stays and waits (``; exit $?``), so a wrapper killed by signal N is reported as
+    exit status 128+N (paramiko ignores SSH's exit-signal message, which ``exec`` alone would
+    leave us). But a shell that sees its child die of a signal prints ``line 1: PID Killed
+    <the whole command line>``, and for the host agent that line is agent.py's whole source,
+    which then reached the task's output and the console. So the shell's own stderr is
+    /dev/null while it waits, and the command gets the channel's stderr back (kept on fd 3) in
+    a subshell that becomes it (``exec``): its own messages, and the shell's "not found" for
+    a missing interpreter, still reach the launcher. (In a subshell, not as a redirection on
+    the command itself: dash applies those in the shell, and prints "Killed" through them.)
+    POSIX sh, bash, dash and zsh alike; no extra process (the subshell is the command)."""
+    return f"exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec {command}); exit $?"
 
 
 def env_block(env: Mapping[str, str]) -> bytes:
@@ -112,14 +134,17 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
     """taskwrap's arguments for a task started by the host agent (which has no shell to cd)."""
     gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
     return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir,
-            "--threads", envnames.THREADS, *gce, "--", *argv]
+            "--threads", envnames.THREADS, "--gpus", envnames.GPUS, "--gpu-memory-var", envnames.GPU_MEMORY,
+            "--gpu-watch", f"{GPU_WATCH:g}", *gce,
+            "--", *argv]
 
 
 def agent_command(python: str, pidfile: Optional[str]) -> str:
     """The host agent (preflight, then the host's first task). -S for a fast start; it imports
-    site itself when it has modules to look for. ``; exit $?`` as in ``task_command``."""
+    site itself when it has modules to look for. Run ``quiet``, as a task: its source is on
+    this command line, and nothing of a shell may ever print it."""
     tag = f" {q(pid_tag(pidfile))}" if pidfile else ""
-    return f"{q(python)} -S -c {q(remote_source('agent.py'))}{tag}; exit $?"
+    return quiet(f"{q(python)} -S -c {q(remote_source('agent.py'))}{tag}")
 
 
 def remote_paths(opts: SSHOptions, name: str, run_id: str) -> tuple[str, str, str]:

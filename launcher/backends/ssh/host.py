@@ -22,6 +22,8 @@ class HostState:
         self.run_dir = ""
         self.state_dir = ""
         self.workdir = ""
+        # Its GPUs as the preflight agent found them (nvidia-smi -L: (index, name, uuid)); None: not asked.
+        self.gpus: Optional[tuple] = None
         self.lock = threading.Lock()
         self.forwarding = True
         # After preflight: (task key, channel) of the host agent waiting to become that task's

@@ -183,11 +183,11 @@ class HostPool:
         return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
 
     def is_lost(self, name: str) -> bool:
-        """Known to be gone: preempted, or lost and watched for its return (no connection is
-        tried: a host whose link is down would cost ssh.connect_timeout)."""
-        hs = self.hosts.get(name)
-        alive = hs is not None and hs.transport is not None and hs.transport.is_active()
-        return not alive and (name in self.preempted or name in self._watching)
+        """Known to be gone or suspect: preempted, or lost and watched for its return (no
+        connection is tried: a host whose link is down would cost ssh.connect_timeout). A suspect
+        host may still answer (its sshd accepts while the machine shuts down) and is not used
+        meanwhile, e.g. as the source of a state copy that would die with it."""
+        return name in self.preempted or name in self._watching
 
     def _probe(self, name: str) -> bool:
         """One probe of a lost host (watch.py): its own connection (reused while it lasts, never
@@ -197,8 +197,13 @@ class HostPool:
         with self._probes_lock:
             conn = self._probes.get(name)
         transport = conn.client.get_transport() if conn is not None else None
-        if transport is None or not transport.is_active():
+        if conn is not None and (transport is None or not transport.is_active()):
+            # The host dropped the probe's own session since the last round (a shutdown's SIGKILL,
+            # a reboot quicker than a round, sessions that keep dropping): a break in its answers,
+            # even if a new connection would open now.
             self._close_probe(name)
+            return False
+        if transport is None:
             try:
                 conn = make_connection(self.hosts[name].spec, self.opts, self.base_dir)
                 open_connection(conn, self.opts)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from ... import gpus
 from ...errors import LaunchError, exc_text
 from ...plan import Plan
 from ...remote import source as remote_source
 from .commands import agent_command, probe_deadline
 from .pairs import host_targets
-from .runner import close_channel, drain_stderr, readline
+from .runner import BadReply, check_probe_reply, check_probe_results, close_channel, drain_stderr, parse_reply, readline
 
 if TYPE_CHECKING:  # pragma: no cover
     from .pool import HostPool
@@ -40,7 +41,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
     address:ports its tasks will dial (pairs.py). On success each agent stays, waiting to
     become its host's first task."""
     # Uploaded into each run dir on the hosts by the probe (the agent writes them).
-    files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py")}
+    files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py"),
+             "gpuplace.py": remote_source("gpuplace.py")}
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
     sessions: dict[str, object] = {}
     replies: dict[str, dict] = {}
@@ -77,7 +79,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         hs, chan = pool.hosts[name], sessions[name]
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
         req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
-               "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0}
+               "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0,
+               "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
         reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
         if reply is not None:
             replies[name] = reply
@@ -126,7 +129,13 @@ def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> t
             return None, f"host {name}: preflight could not run ({exc_text(exc)}); check the host"
         line = b""  # the command is over: say why below
     if line:
-        return json.loads(line), None
+        try:
+            reply = parse_reply(line)
+            check_probe_reply(reply)
+        except BadReply as exc:
+            return None, (f"host {name}: the preflight agent answered {exc}; the host is treated as failing: check "
+                          f"it (is '{python}' a plain Python 3, and does its login print nothing?)")
+        return reply, None
     err = drain_stderr(chan)
     code = chan.recv_exit_status() if chan.exit_status_ready() else None
     if code == 127 or "not found" in err:
@@ -167,6 +176,9 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
                 keys = ", ".join(t.key for t in plan.tasks if t.host == name and str(t.port) == port)
                 problems.append(f"port {port} on host {name} is {problem} ({keys}); stop what holds it or "
                                 "change ports.base / the task's ports")
+        if rep.get("gpus") is not None:
+            problems += gpus.host_problems(plan, name, [tuple(g) for g in rep["gpus"]])
+            hs.gpus = tuple(tuple(g) for g in rep["gpus"])
     for module, by_version in versions.items():
         if len(by_version) > 1:
             desc = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in sorted(by_version.items()))
@@ -180,6 +192,7 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
         return []
     timeout = pool.opts.probe_timeout
     deadline = probe_deadline(timeout, len(names))
+    known = set(plan.keys)
 
     def one(name: str) -> list[str]:
         chan = sessions[name]
@@ -190,16 +203,18 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
             chan.settimeout(deadline + pool.opts.preflight_timeout)  # the probe's own deadline, then the slack
             chan.sendall(json.dumps({"targets": targets, "timeout": timeout, "deadline": deadline}).encode() + b"\n")
             line = readline(chan)
-            results = json.loads(line)["results"] if line else None
+            results = check_probe_results(parse_reply(line)) if line else None
         except TimeoutError:
             return [no_answer(name, "the reachability probe", deadline + pool.opts.preflight_timeout)]
+        except BadReply as exc:
+            return [f"host {name}: the reachability probe answered {exc}; the host is treated as failing: check it"]
         except Exception:  # noqa: BLE001
             results = None
         if results is None:
             return [f"host {name}: the reachability probe gave no answer; check the host"]
         out = []
         for key, problem in results:
-            if problem:
+            if problem and key in known:  # (a key the plan lacks: not what its agent was asked)
                 t = plan.task(key)
                 out.append(f"host {name} cannot reach {t.host} {t.address}:{t.port} ({key}): {problem}; "
                            f"open that port between the hosts or fix hosts[{t.host}].address")

@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ... import statelayout
+from ...bounded import HOST_LINE_BYTES, escape
 from ...errors import LaunchError, exc_text
 from ...plan import Plan
 from ...record.events import Event
 from ...remote import source as remote_source
 from ...remote import statesync as sync_lib
+from .runner import BadReply, parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...console import Console
@@ -155,7 +157,10 @@ class StateSync:
         from .runner import readline as _readline
 
         chan.sendall(json.dumps({"marker": {"op": op, "path": path}}).encode() + b"\n")
-        reply = json.loads(_readline(chan) or b"{}")
+        try:
+            reply = parse_reply(_readline(chan) or b"{}")
+        except BadReply as exc:
+            return f"the agent answered {exc}"
         return reply.get("marker") if not reply.get("error") else reply["error"]
 
     # ------------------------------------------------------------------ before each attempt
@@ -312,17 +317,21 @@ class StateSync:
         while time.monotonic() < deadline:
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
+                del err[:-HOST_LINE_BYTES]  # its last line is the summary: a flood before it stays bounded
             elif chan.exit_status_ready():
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
+                    del err[:-HOST_LINE_BYTES]
                 break
             else:
                 time.sleep(0.01)
         lines = err.decode("utf-8", "replace").strip().splitlines()
         try:
-            summary = json.loads(lines[-1])
-        except (IndexError, ValueError):
-            summary = {"error": (lines[-1] if lines else "no answer")[-300:]}
+            summary = parse_reply(lines[-1].encode())
+            if "error" not in summary and not isinstance(summary.get("size"), int):
+                raise BadReply(f"{lines[-1][:80]!r}, not the summary of a copy")
+        except (IndexError, BadReply):
+            summary = {"error": escape((lines[-1] if lines else "no answer")[-300:])}
         if chan.exit_status_ready() and chan.recv_exit_status() != 0 and "error" not in summary:
             summary = {"error": f"exit {chan.recv_exit_status()}"}
         return summary
@@ -333,7 +342,9 @@ class StateSync:
 
         try:
             line = _readline(chan)
-            return json.loads(line) if line else {"error": "no answer (connection lost?)"}
+            return parse_reply(line) if line else {"error": "no answer (connection lost?)"}
+        except BadReply as exc:
+            return {"error": f"the agent answered {exc}"}
         except Exception as exc:  # noqa: BLE001
             return {"error": f"no answer ({type(exc).__name__})"}
 

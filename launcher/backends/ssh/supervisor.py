@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
+from ...bounded import HOST_LINE_BYTES
 from ...console import Console
 from ...errors import LaunchError
 from ...specmodel import LoadedSpec
@@ -133,6 +134,8 @@ class _Relay:
         data = self._partial + data
         cut = data.rfind(b"\n") + 1
         self._partial = data[cut:]
+        if len(self._partial) > HOST_LINE_BYTES:  # a line without end: written as it comes, memory bounded
+            cut, self._partial = len(data), b""
         if cut:
             self._write(data[:cut])
 

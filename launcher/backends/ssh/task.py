@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import signal as _signal
 import threading
-from typing import Any, Optional, Protocol, Sequence
+import time
+from typing import Any, Callable, Optional, Protocol, Sequence
 
+from ...bounded import HOST_LINE_BYTES
 from ...plan import PlannedTask
+from ...remote.gpuplace import parse_figures_line, parse_given_line
 from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from ..base import LineSink, TaskHandle
 from .commands import signal_command, state_command
@@ -35,8 +38,11 @@ EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 
 class SSHTask(TaskHandle):
     def __init__(self, task: PlannedTask, pool: TaskHosts, host: HostState, channel, pidfile: str,
-                 on_line: LineSink) -> None:
+                 on_line: LineSink, on_gpu: Optional[Callable[[str, int, Optional[int]], None]] = None,
+                 on_gpus: Optional[Callable[[str, list], None]] = None) -> None:
         super().__init__(task)
+        # Its wrapper's GPU lines, handed here, not logged: its figures (--gpu-watch), the GPUs it got (--gpus).
+        self._on_gpu, self._on_gpus = on_gpu, on_gpus
         self.pool = pool
         self.host = host
         self.channel = channel
@@ -44,6 +50,7 @@ class SSHTask(TaskHandle):
         self._code: Optional[int] = None
         self._note = ""
         self._lease_expired = False  # its wrapper said the launcher went silent
+        self._lost_at: Optional[float] = None  # when its session was lost (the exit code is made up)
         self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"ssh-out-{task.key}")
         self._reader.start()
 
@@ -56,12 +63,24 @@ class SSHTask(TaskHandle):
                     break
                 pending += data
                 *lines, pending = pending.split(b"\n")
+                if len(pending) > HOST_LINE_BYTES:  # 100 MB without a newline: shown in pieces, memory bounded
+                    lines.append(pending)
+                    pending = b""
                 for raw in lines:
                     line = raw.decode("utf-8", "replace").rstrip("\r")
                     if line.startswith("taskwrap: " + LEASE_EXPIRED):
                         self._lease_expired = True
                     elif line.startswith("taskwrap: " + GCE_NOTICE):
                         self.pool.host_preempted(self.host.name)
+                    elif line.startswith("taskwrap: GPU"):
+                        figures = parse_figures_line(line) if self._on_gpu is not None else None
+                        if figures is not None:
+                            self._on_gpu(self.key, *figures)
+                            continue
+                        given = parse_given_line(line) if self._on_gpus is not None else None
+                        if given is not None:
+                            self._on_gpus(self.key, given)
+                            continue
                     on_line(self.key, line)
         except Exception:  # noqa: BLE001 - a dropped connection ends the stream
             pass
@@ -80,6 +99,7 @@ class SSHTask(TaskHandle):
         if silent > self.pool.opts.lease and not self.channel.exit_status_ready():
             # Its wrapper has heard nothing for as long and stops the task (the lease).
             self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+            self._lost_at = time.time() - silent
             self._code = EXIT_CONNECTION_LOST
             return self._code
         if not self.channel.exit_status_ready():
@@ -92,6 +112,7 @@ class SSHTask(TaskHandle):
         self._reader.join(timeout=2.0)
         if code is None or code < 0:
             code = EXIT_CONNECTION_LOST
+            self._lost_at = time.time()
             self._note = f"SSH connection to {self.host.name} lost; the wrapper stops the task within ssh.lease"
         elif self._lease_expired:
             # The wrapper heard nothing from us for ssh.lease and stopped the task (exit 143); its
@@ -99,12 +120,17 @@ class SSHTask(TaskHandle):
             # check fires: the cause is the same silent host, not a SIGTERM.
             silent = max(self.pool.heartbeat.silence(self.host.name), float(self.pool.opts.lease))
             self._note = f"{self.host.name}: no word for {silent:.0f} s (network partition or host down)"
+            self._lost_at = time.time() - silent
         self._code = code
         try:
             self.channel.close()
         except Exception:  # noqa: BLE001
             pass
         return code
+
+    @property
+    def session_lost(self) -> Optional[float]:
+        return self._lost_at
 
     def signal(self, sig: int) -> None:
         signal_tasks(self.pool, [self], sig)

@@ -1,0 +1,135 @@
+"""What a run on ssh hosts shows its user when things end badly: a task whose wrapper is killed
+is one line of the launcher's, never the remote shell's report of it (that report quoted the
+host agent's whole source, ~300 lines, into the task's log and the console); a terminal that
+goes away stops the run as Ctrl-C does, on every host."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from launcher.remote import source as remote_source
+from tests.integration.tfrun import progress, run_and_act
+from tests.support.cli import start_tfcluster, terminal_command, tfcluster
+from tests.support.prereq import require_tool
+from tests.support.processes import alive
+from tests.support.waits import wait_for
+
+from .conftest import PY, task_processes
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
+
+# Lines only the host agent's source has: if any reaches a log or the console, a shell quoted it.
+AGENT_TELLS = ("def _prepare(req):", "class _Drainer(object):", "Remote host agent: preflight")
+
+
+def _pidfiles(spec: Path, n: int, timeout: float = 60.0) -> dict[str, tuple[int, int]]:
+    """{pid file name: (wrapper pid, task pid)} once ``n`` remote tasks have written theirs."""
+    def found():
+        out = {}
+        for pf in (spec.parent / "remote" / "sshtest").glob("*/pids/*.pid"):
+            try:
+                wrapper, child = pf.read_text().split()
+                out[pf.name] = (int(wrapper), int(child))
+            except (OSError, ValueError):
+                continue
+        return out if len(out) >= n else None
+
+    return wait_for(found, timeout, 0.1, what=f"{n} remote tasks to write their pid files")
+
+
+def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, make_spec):
+    """worker:0 is h1's first task: the host agent became its wrapper. SIGKILL to the wrapper's
+    group (a user's `kill -9 -PGID`, the OOM killer's choice, the launcher's own SIGKILL) kills
+    the process its login shell waits for; bash then printed "line 1: PID Killed python3 -S -c
+    '<agent.py>' TAG" into worker:0's output. The group stop that follows SIGKILLs worker:1's
+    wrapper (also an agent) on h2 the same way."""
+    assert all(tell in remote_source("agent.py") for tell in AGENT_TELLS)  # the tells are still tells
+    script = ("import os,time; n=int(os.environ['TFCLUSTER_RESTART_COUNT']); print('ATTEMPT', n, flush=True); "
+              "time.sleep(120 if n == 0 else 0)")
+    spec = make_spec([PY, "-c", script], workers=2, restart={"max_restarts": 1})
+    proc = start_tfcluster("up", spec, stderr=subprocess.PIPE)
+    try:
+        wrapper, _task = _pidfiles(spec, 2)["worker-0.0.pid"]
+        os.killpg(wrapper, signal.SIGKILL)  # lab hosts are namespaces of this machine: same pids
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == 0, err[-3000:]
+    run = (spec.parent / "runs" / "sshtest" / "latest").resolve()
+    shown = {"the console": out + err, "worker-0.log": (run / "logs" / "worker-0.log").read_text(),
+             "worker-1.log": (run / "logs" / "worker-1.log").read_text(),
+             "output.log": (run / "output.log").read_text()}
+    for where, text in shown.items():
+        leaked = [tell for tell in AGENT_TELLS if tell in text]
+        assert not leaked, f"the agent's source reached {where}: {text[-2000:]}"
+        assert "Killed" not in text, f"a shell's kill report reached {where}: {text[-2000:]}"
+    # Each task's log is its own lines only: attempt 0, then attempt 1.
+    for key in ("worker-0", "worker-1"):
+        assert shown[f"{key}.log"].splitlines() == ["ATTEMPT 0", "ATTEMPT 1"], shown[f"{key}.log"]
+    # The kill: one line of the launcher's (and its row in the final report's attempt table), with
+    # the exit status the shell reported, not a lost connection.
+    kills = [line for line in err.splitlines() if line.startswith("tfcluster:") and "worker:0" in line
+             and "SIGKILL" in line]
+    assert kills == ["tfcluster: error: worker:0 failed: killed by SIGKILL (exit 137) (attempt 1 of 2)"], err
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    assert [e["code"] for e in events if e["event"] == "exit" and e["task"] == "worker:0"] == [137, 0]
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what="nothing of the run left on any host",
+             detail=lambda: str(task_processes(lab)))
+
+
+def _outcome(run: Path) -> Optional[dict]:
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    return next((e for e in events if e["event"] == "outcome"), None)
+
+
+@pytest.mark.tf
+@pytest.mark.timeout(480)
+def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_resumes(lab, make_spec):
+    """`tfcluster up` of two workers on h1 and h2, its live panel in a tmux window that is killed
+    mid-epoch: both workers save the step they agree on (the graceful SIGTERM over ssh), the run is
+    `stopped` with its record closed, nothing is left on any host, and the next `up` resumes at
+    that step on both."""
+    require_tool("tmux", "tmux")
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--step-delay", "0.3",
+         "--save-freq", "3", "--progress-every", "1"],
+        workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 0},
+        ssh={"require": ["tensorflow", "tf_keras"]}, watchdog={"startup_timeout": 120, "stop_grace": 30})
+    sock = f"tfcluster-hup-{spec.parent.name}"
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45",
+                    terminal_command("up", spec)], check=True, timeout=10)
+    latest = spec.parent / "runs" / "sshtest" / "latest"
+    try:
+        wait_for(lambda: (latest / "logs" / "worker-1.log").exists()
+                 and "tfcluster-step epoch=0 step=5 " in (latest / "logs" / "worker-1.log").read_text(), 240,
+                 what="worker:1 at step 5")
+        run = latest.resolve()
+        launcher = json.loads((run / "launcher.json").read_text())["pid"]
+        subprocess.run(["tmux", "-L", sock, "kill-session", "-t", "up"], check=True, timeout=10)
+        wait_for(lambda: _outcome(run), 120, what="the run's outcome in its record")
+        wait_for(lambda: not alive(launcher), 30, what=f"the launcher (pid {launcher}) to exit")
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
+    outcome = _outcome(run)
+    assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
+    status = tfcluster("status", str(spec))
+    assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
+    logs = tfcluster("logs", str(spec)).stdout
+    saved = {int(p["global_step"]) for k in ("worker:0", "worker:1") for p in progress(logs, "preempted", k)}
+    assert len(saved) == 1 and min(saved) >= 5, logs[-3000:]
+    wait_for(lambda: not any(task_processes(lab).values()), 30, what="nothing of the run left on any host",
+             detail=lambda: str(task_processes(lab)))
+    code, out = run_and_act(spec, [], timeout=280)
+    assert code == 0, out[-5000:]
+    starts = [(int(a["global_step"]), int(b["global_step"]))
+              for a, b in zip(progress(out, "start", "worker:0"), progress(out, "start", "worker:1"))]
+    assert starts == [(min(saved), min(saved))], out[-4000:]  # resumed there on both hosts, not at step 0

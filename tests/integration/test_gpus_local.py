@@ -1,0 +1,146 @@
+"""GPU placement on the local backend, end to end: `tfcluster up` with the fake nvidia-smi
+(tests/support/nvidia-smi) on PATH; each task records the environment it was started with. One
+test runs the real reference worker with a memory limit and collective settings (TensorFlow on
+CPU ignores GPU options, but the worker must accept and apply them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import tfcluster
+from tests.support.gpus import fake_bin
+from tests.support.ports import free_base
+from tests.support.specs import script_spec
+
+pytestmark = pytest.mark.integration
+
+RECORD = """\
+    import json, os, pathlib
+    task = os.environ["TFCLUSTER_TASK"]
+    keep = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TFCLUSTER_GPU_MEMORY",
+            "TFCLUSTER_GPUS", "TFCLUSTER_COLLECTIVE", "TFCLUSTER_COLLECTIVE_TIMEOUT")
+    pathlib.Path("env-" + task.replace(":", "-") + ".json").write_text(
+        json.dumps({k: os.environ.get(k) for k in keep}))
+"""
+
+
+def gpu_env(tmp_path: Path, gpus: int) -> dict[str, str]:
+    return {"PATH": f"{fake_bin(tmp_path / 'fakebin')}{os.pathsep}{os.environ['PATH']}",
+            "FAKE_NVIDIA_SMI_GPUS": str(gpus)}
+
+
+def recorded(tmp_path: Path) -> dict[str, dict]:
+    return {p.stem[4:].replace("-", ":"): json.loads(p.read_text()) for p in sorted(tmp_path.glob("env-*.json"))}
+
+
+def up(path: Path, tmp_path: Path, gpus: int):
+    return tfcluster("up", path, env=gpu_env(tmp_path, gpus), timeout=300)
+
+
+def test_workers_on_four_gpus_get_disjoint_ones(tmp_path):
+    path = script_spec(tmp_path, RECORD, "{worker: 4}", "devices: {gpus_per_task: 1}\n")
+    proc = up(path, tmp_path, 4)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = recorded(tmp_path)
+    assert {k: v["CUDA_VISIBLE_DEVICES"] for k, v in got.items()} == {
+        "worker:0": "0", "worker:1": "1", "worker:2": "2", "worker:3": "3"}
+    assert all(v["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and v["TF_FORCE_GPU_ALLOW_GROWTH"] is None
+               and v["TFCLUSTER_GPUS"] is None for v in got.values())
+    assert "gpus: gpus_per_task 1, gpu_memory auto; localhost: 4 GPUs (NVIDIA A100-SXM4-40GB) for 4 GPU tasks" \
+        in proc.stderr
+
+
+def test_pss_ps_and_chief_see_no_gpu_workers_share_with_growth(tmp_path):
+    # As under ParameterServerStrategy: the chief (the coordinator) ends the run; the workers and
+    # the ps serve until they are stopped. A worker that ended first would be restarted alone.
+    # The chief ends once every task has recorded its env (at most 60 s).
+    wait = ("    import time\n"
+            "    end = time.monotonic() + (60 if task == 'chief:0' else 300)\n"
+            "    while time.monotonic() < end and (task != 'chief:0' or len(list(pathlib.Path('.').glob('env-*.json'))) < 5):\n"
+            "        time.sleep(0.1)\n")
+    path = script_spec(tmp_path, RECORD + wait, "{chief: 1, ps: 1, worker: 3}", strategy="parameter_server")
+    proc = up(path, tmp_path, 2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = recorded(tmp_path)
+    assert {k: (v["CUDA_VISIBLE_DEVICES"], v["TF_FORCE_GPU_ALLOW_GROWTH"]) for k, v in got.items()} == {
+        "chief:0": ("-1", None), "ps:0": ("-1", None),
+        "worker:0": ("0", "true"), "worker:1": ("1", None), "worker:2": ("0", "true")}  # GPU 0 shared
+
+
+def test_plan_shows_each_tasks_gpus_and_refusals_are_one_line(tmp_path):
+    path = script_spec(tmp_path, RECORD, "{worker: 2}", "devices: {gpus_per_task: 1}\n")
+    env = gpu_env(tmp_path, 2)
+    plan = tfcluster("plan", path, env=env)
+    assert plan.returncode == 0, plan.stderr
+    rows = [line.split()[:4] for line in plan.stdout.splitlines() if line.startswith("  worker:") and "localhost" in line]
+    assert rows == [["worker:0", "localhost", "gpu", "0"], ["worker:1", "localhost", "gpu", "1"]]
+    env["FAKE_NVIDIA_SMI_GPUS"] = "1"
+    proc = tfcluster("up", path, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("tfcluster: error: localhost has 1 GPU; 2 tasks x gpus_per_task 1 need 2; ")
+    assert not recorded(tmp_path) and not (tmp_path / "runs").exists()  # nothing started
+    nccl = script_spec(tmp_path, RECORD, "{worker: 3}", "collective: {implementation: nccl}\n")
+    env["FAKE_NVIDIA_SMI_GPUS"] = "2"
+    proc = tfcluster("up", nccl, env=env)
+    assert proc.returncode == 2 and "NCCL refuses two ranks on one GPU" in proc.stderr, proc.stderr
+
+
+def test_no_nvidia_gpu_runs_on_cpu_said_once(tmp_path):
+    path = script_spec(tmp_path, RECORD, "{worker: 2}", "devices: {gpu_memory: growth}\n")
+    proc = up(path, tmp_path, 0)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("has no NVIDIA GPU") == 1
+    assert "localhost has no NVIDIA GPU (nvidia-smi -L lists none): its 2 GPU tasks run on CPU" in proc.stderr
+    assert {v["CUDA_VISIBLE_DEVICES"] for v in recorded(tmp_path).values()} == {None}
+
+
+@pytest.mark.tf
+def test_reference_worker_applies_memory_limit_and_collective(tmp_path):
+    """TensorFlow on CPU has no GPU to limit, but the worker reads the settings, says what it
+    applied, and builds MultiWorkerMirroredStrategy with the CommunicationOptions."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(f"""\
+name: g
+strategy: multi_worker_mirrored
+entrypoint: python -m worker --epochs 1 --steps-per-epoch 2 --batch-size 8
+tasks: {{worker: 1}}
+ports: {{base: {free_base()}}}
+devices: {{gpu_memory: 1024, gpus_per_task: 1}}
+collective: {{implementation: ring, timeout: 45}}
+env: {{TF_CPP_MIN_LOG_LEVEL: "2"}}
+watchdog: {{startup_timeout: 240}}
+""")
+    proc = up(path, tmp_path, 1)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    assert "[worker:0] worker: worker:0 gpus: 0 visible (CUDA_VISIBLE_DEVICES=0), memory limit 1024 MiB" in out, out[-3000:]
+    assert "[worker:0] worker: collective implementation=ring timeout=45s" in out
+
+
+def test_each_tasks_gpu_memory_in_status_events_and_the_final_peak(tmp_path):
+    """The fake nvidia-smi lists the compute processes the tasks write into its file (their own
+    pids, as the real one lists the processes holding GPU memory); the supervisor samples it every
+    5 s and matches them to the tasks' process groups."""
+    apps = tmp_path / "apps.txt"
+    path = script_spec(tmp_path, """\
+        import os, pathlib, time
+        mib = 300 if os.environ["TFCLUSTER_TASK"] == "worker:0" else 700
+        with open(os.environ["FAKE_NVIDIA_SMI_APPS_FILE"], "a") as fh:
+            fh.write(f"{os.getpid()}:{mib}\\n")
+        time.sleep(12)
+    """, "{worker: 2}", "devices: {gpus_per_task: 1}\n")
+    proc = tfcluster("up", path, env={**gpu_env(tmp_path, 2), "FAKE_NVIDIA_SMI_APPS_FILE": str(apps)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "  gpu memory peak: worker:0 300 MiB, worker:1 700 MiB" in proc.stderr, proc.stderr[-2000:]
+    run = (tmp_path / "runs" / "t" / "latest").resolve()
+    samples = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
+               if json.loads(line)["event"] == "gpu_usage"]
+    assert samples and samples[-1]["tasks"] == {"worker:0": [300, 37], "worker:1": [700, 0]}, samples
+    status = tfcluster("status", path)  # without the fake GPUs: looking at a run needs none
+    header = next((line for line in status.stdout.splitlines() if line.lstrip().startswith("task ")), status.stdout + status.stderr)
+    assert "gpu (peak)" in header, status.stdout
+    assert "300M 37% (300M)" in status.stdout and "700M 0% (700M)" in status.stdout, status.stdout

@@ -1,0 +1,161 @@
+"""A foreground `tfcluster up` whose terminal goes away (its window closed, the SSH session to a
+jump host dropped: SIGHUP, and the terminal gone with it) stops the run as Ctrl-C does: every task
+saves (SIGTERM), the record gets its outcome (`stopped`), nothing is left running, and the next
+`up` resumes. The launcher never dies writing to the dead terminal. Done the way it happens: `up`
+in a tmux window that is then killed, or on a pseudo-terminal whose master is closed with no
+SIGHUP sent (a shell that does not pass it on)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import subprocess
+import threading
+
+import pytest
+
+from tests.integration.tfrun import assert_no_processes, progress, run_dir, up, write_spec
+from tests.support.cli import start_on_terminal, terminal_command, tfcluster
+from tests.support.prereq import require_tool
+from tests.support.processes import alive, pids_with_env
+from tests.support.specs import script_spec
+from tests.support.waits import wait_for
+
+pytestmark = [pytest.mark.integration]
+
+# Each task serves its port (so the run is ready), prints a line every 50 ms, and on SIGTERM
+# says it saved and exits 143, as the reference worker does.
+SAVER = """
+    import json, os, signal, socket, sys, time
+    c = json.loads(os.environ["TF_CONFIG"])
+    me = c["cluster"][c["task"]["type"]][c["task"]["index"]]
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("", int(me.rsplit(":", 1)[1])))
+    server.listen(8)
+    n = 0
+
+    def term(*_):
+        print(f"saved at {n}", flush=True)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, term)
+    while True:
+        n += 1
+        print(f"line {n}", flush=True)
+        time.sleep(0.05)
+"""
+
+
+def _outcome(run) -> dict:
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    return next((e for e in events if e["event"] == "outcome"), None)
+
+
+class _Terminal:
+    """Reads a pseudo-terminal's master (a terminal that is never read fills up and blocks its
+    writer) until ``close``, which closes it: the window goes away."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.seen = bytearray()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            if select.select([self.master], [], [], 0.1)[0]:
+                try:
+                    data = os.read(self.master, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.seen += data
+
+    def close(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(5)
+            os.close(self.master)
+
+
+def test_a_terminal_that_goes_away_without_a_sighup_stops_the_run_as_ctrl_c(tmp_path):
+    """The launcher is not told (no SIGHUP): its next write to the terminal fails (EIO) or its
+    check finds it hung up. Before, that write raised out of the live panel and the launcher died
+    with no outcome recorded, its tasks killed by their lifelines without saving."""
+    spec = script_spec(tmp_path, SAVER, watchdog="{stop_grace: 20}")
+    proc, master = start_on_terminal("up", spec)
+    term = _Terminal(master)
+    try:
+        log = tmp_path / "runs" / "t" / "latest" / "logs" / "worker-1.log"
+        wait_for(lambda: log.exists() and "line 20\n" in log.read_text(), 60,
+                 what="worker:1's 20th line", detail=lambda: term.seen[-2000:].decode(errors="replace"))
+        assert b"worker:1" in term.seen  # the live panel was up on it
+        term.close()  # the window closes
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the launcher did not end within 60 s of its terminal going away") from None
+    finally:
+        term.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert code == 130
+    run = (tmp_path / "runs" / "t" / "latest").resolve()
+    outcome = _outcome(run)
+    assert outcome is not None and outcome["outcome"] == "interrupted", outcome
+    # Found by the failed write or the check, not by a signal.
+    assert re.fullmatch(r"the terminal of `tfcluster up` went away \(std(out|err): hung up\); every task was "
+                        r"stopped as on Ctrl-C", outcome["reason"]), outcome
+    for key in ("worker-0", "worker-1"):  # the graceful path: SIGTERM, and each saved
+        assert re.search(r"\nsaved at \d+\n$", (run / "logs" / f"{key}.log").read_text()), key
+    status = tfcluster("status", spec)
+    assert ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
+    assert "the terminal of `tfcluster up` went away" in status.stdout
+    wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run.name), 15, what="every task of the run to exit")
+
+
+CUSTOM = "python -m worker --loop custom --epochs 3 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
+
+
+@pytest.mark.tf
+def test_closing_the_tmux_window_of_up_saves_stops_and_the_next_up_resumes(tmp_path, tfds_dir):
+    """`tfcluster up` with its live panel in a tmux window; the window is killed mid-epoch (the
+    pty goes, tmux hangs up the command). Every task saves the same step, the run is `stopped`
+    with its record closed, no process of it (each has TF_CONFIG and the run id) is left, and
+    the next `up` starts at the saved step: zero steps redone."""
+    require_tool("tmux", "tmux")
+    spec = write_spec(tmp_path, tfds_dir, CUSTOM)
+    spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
+    sock = f"tfcluster-hup-{tmp_path.name}"
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45",
+                    terminal_command("up", spec)], check=True, timeout=10)
+    try:
+        log = tmp_path / "runs" / "demo" / "latest" / "logs" / "worker-0.log"
+        wait_for(lambda: log.exists() and re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()), 240,
+                 what="worker:0 at step 10")
+        launcher = json.loads((run_dir(spec) / "launcher.json").read_text())["pid"]
+        subprocess.run(["tmux", "-L", sock, "kill-session", "-t", "up"], check=True, timeout=10)
+        run = run_dir(spec)
+        wait_for(lambda: _outcome(run), 120, what="the run's outcome in its record")
+        wait_for(lambda: not alive(launcher), 30, what=f"the launcher (pid {launcher}) to exit")
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
+    outcome = _outcome(run)
+    assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
+    status = tfcluster("status", spec)
+    assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
+    out = tfcluster("logs", spec).stdout
+    saved = [int(p["global_step"]) for p in progress(out, "preempted")]
+    assert len(saved) == 1 and saved[0] >= 10, out[-3000:]
+    assert progress(out, "preempted", "worker:1")[0]["global_step"] == str(saved[0])  # both saved that step
+    assert_no_processes(spec)
+    result = up(spec)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert int(progress(result.stdout, "start")[0]["global_step"]) == saved[0]  # resumed there, not at 0
+    assert int(progress(result.stdout, "result")[0]["steps_run"]) == 90 - saved[0]
