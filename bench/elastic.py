@@ -41,10 +41,13 @@ NOTICE = 10.0
 STEP = re.compile(r"\[(worker:\d)\] tfcluster-(first_step|step|start) .*?global_step=(\d+).*?time=([\d.]+)")
 
 
-def spec_for(lab: Lab, work: Path, name: str, hosts: list[str], tasks, elastic=None) -> Path:
+def spec_for(lab: Lab, work: Path, name: str, hosts: list[str], tasks, elastic=None, warm=None, steps=30) -> Path:
     spec = {
         "name": name, "strategy": "multi_worker_mirrored", "backend": "ssh",
         "entrypoint": [sys.executable, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "30",
+                       "--step-delay", "0.3", "--save-freq", "3", "--progress-every", "1"]
+                      if steps == 30 else
+                      [sys.executable, "-m", "worker", "--epochs", "2", "--steps-per-epoch", str(steps),
                        "--step-delay", "0.3", "--save-freq", "3", "--progress-every", "1"],
         "hosts": lab.hosts_yaml(hosts), "tasks": tasks, "env": {"TF_CPP_MIN_LOG_LEVEL": "2"},
         "restart": {"max_restarts": 0}, "watchdog": {"startup_timeout": 120, "stop_grace": 5},
@@ -54,6 +57,8 @@ def spec_for(lab: Lab, work: Path, name: str, hosts: list[str], tasks, elastic=N
     }
     if elastic:
         spec["elastic"] = elastic
+    if warm is not None:
+        spec["restart"]["warm_standby"] = warm
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -100,6 +105,30 @@ def trial_spare(lab: Lab, work: Path) -> dict:
         lab.bring_back("h2")
 
 
+def trial_hot_spare(lab: Lab, work: Path, warm: bool) -> dict:
+    """The spare trial, cold (warm_standby: false) or with hot spares (the default, auto): h2 is
+    preempted at worker:1's first step once every standby (h1's, h2's, and h3's two) said it is
+    ready (cold: at the same step), so the figure is a warm move's."""
+    spec = spec_for(lab, work, "spare", ["h1", "h2", "h3"], {"worker": 2}, {"host_wait": 3},
+                    warm="auto" if warm else False, steps=80)
+    run = Run(spec)
+    try:
+        after = 0.0
+        if warm:
+            for _ in range(4):
+                after = run.wait_line(r"\] \(standby\) tfcluster-standby ready", after=after) + 1e-6
+        run.wait_line(r"\[worker:1\] tfcluster-step epoch=0 step=(1[5-9]|[2-7]\d) ", after=after)
+        t0 = time.time()
+        threading.Thread(target=lab.preempt, args=("h2", NOTICE), daemon=True).start()
+        assert run.finish() == 0, "\n".join(line for _, line in run.lines[-30:])
+        first, resumed = run.first_step_after(t0)
+        promoted = sum(1 for _, line in run.lines if "tfcluster-standby promoted" in line)
+        return {"seconds": first - t0, "redone": max(0, run.last_step_before(t0 + 0.001) - resumed),
+                "promoted": promoted}
+    finally:
+        lab.bring_back("h2")
+
+
 def trial_by_hand(lab: Lab, work: Path) -> dict:
     spec = spec_for(lab, work, "byhand", ["h1", "h2"], {"worker": 2})
     run = Run(spec)
@@ -142,6 +171,8 @@ def trial_shrink_grow(lab: Lab, work: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hot-spare", action="store_true",
+                        help="only the spare trial, cold (warm_standby: false) against hot spares (auto), alternated")
     args = parser.parse_args()
     reason = have_prereqs()
     if reason:
@@ -151,12 +182,15 @@ def main() -> int:
     lab = Lab(root, count=3, private=root / "private",
               prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfcb"),
               subnet=os.environ.get("TFCLUSTER_LAB_SUBNET", "10.238.0"))
-    results: dict[str, list[dict]] = {"spare": [], "by hand": [], "shrink/grow": []}
+    results: dict[str, list[dict]] = {}
     try:
         lab.start()
         for i in range(args.repeat):  # alternating: one of each per round
-            for name, trial in (("spare", trial_spare), ("by hand", trial_by_hand),
-                                ("shrink/grow", trial_shrink_grow)):
+            trials = ((("spare cold", lambda lab, work: trial_hot_spare(lab, work, False)),
+                       ("spare hot", lambda lab, work: trial_hot_spare(lab, work, True))) if args.hot_spare else
+                      (("spare", trial_spare), ("by hand", trial_by_hand), ("shrink/grow", trial_shrink_grow)))
+            for name, trial in trials:
+                results.setdefault(name, [])
                 work = root / f"{name.replace(' ', '').replace('/', '')}{i}"
                 work.mkdir()
                 result = trial(lab, work)
@@ -164,7 +198,11 @@ def main() -> int:
                 print(f"round {i + 1} {name}: " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
                                                         for k, v in result.items())
                       + f"  (load {os.getloadavg()[0]:.2f})", flush=True)
-    finally:
+    except BaseException:
+        print(f"kept for a look: {root}", file=sys.stderr)
+        lab.stop()
+        raise
+    else:
         lab.stop()
         shutil.rmtree(root, ignore_errors=True)
     print("medians:")

@@ -1,11 +1,21 @@
 #!/usr/bin/env python3
-"""Recovery figures for a 2-worker MWMS run on this machine:
+"""Recovery figures for a 2-worker MWMS run on this machine.
+
+Default (``--backend local`` or ``ssh``, the ssh lab: network namespaces with an sshd each, needs
+root): cold against warm standby, alternated in one run (``--trials`` each): SIGKILL of worker:1
+once the run trains (and, warm, both standbys said they are ready) -> worker:1's first training
+step after the restore (its own ``tfcluster-first_step`` time), with the standby's resident memory
+(VmRSS of a waiting reference worker) and the load average. Medians at the end.
+
+    python bench/recovery.py [--backend local|ssh] [--trials 3]
+
+``--preemption``: the older figures instead:
 
 * SIGKILL of worker:1 mid-epoch (Keras fit, BackupAndRestore every --save-freq steps):
   death -> whole group relaunched, death -> first training step after restore, steps redone;
 * SIGTERM to worker:1 (graceful preemption, custom loop and fit): steps redone (target 0).
 
-    python bench/recovery.py [--save-freq 10] [--trials 2] [--warm-standby]
+    python bench/recovery.py --preemption [--save-freq 10] [--trials 2] [--warm-standby]
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -21,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import ROOT, write_spec
-from tests.support.processes import task_pid
+from benchlib import ROOT, BackgroundUp, load_average, write_spec
+from tests.support.processes import pids_with_env, task_pid
 
 TIMEOUT = 300
 STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)")
@@ -84,12 +95,121 @@ def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:
     }
 
 
+COMPARE_TRAIN = ["-m", "worker", "--epochs", "2", "--steps-per-epoch", "60", "--step-delay", "0.2",
+                 "--save-freq", "10", "--progress-every", "1"]
+KILL_AT = 30  # worker:1's global step from which it is killed (warm: once both standbys are ready, too)
+
+
+def standby_rss(run_id: str) -> list[int]:
+    """VmRSS (bytes) of the run's waiting standbys (a reference worker with TensorFlow imported)."""
+    out = []
+    for pid in pids_with_env("TFCLUSTER_STANDBY", "1"):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if f"TFCLUSTER_RUN_ID={run_id}".encode() in env and b"taskwrap.py" not in cmd:
+            out.extend(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
+    return out
+
+
+def compare_spec(work: Path, warm: bool, lab=None) -> Path:
+    restart = {"max_restarts": 1, "warm_standby": warm}
+    if lab is None:
+        return write_spec(work, " ".join(["python", *COMPARE_TRAIN]), work.parent / "tfds",
+                          extra=f"restart: {json.dumps(restart)}\nwatchdog: {{startup_timeout: 180, stop_grace: 5}}\n")
+    import yaml
+
+    spec = {
+        "name": "bench", "strategy": "multi_worker_mirrored", "backend": "ssh",
+        "entrypoint": [sys.executable, *COMPARE_TRAIN], "hosts": lab.hosts_yaml(["h1", "h2"]),
+        "tasks": {"worker": 2}, "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "TFDS_DATA_DIR": str(work.parent / "tfds")},
+        "restart": restart, "watchdog": {"startup_timeout": 180, "stop_grace": 5},
+        "ssh": {"known_hosts": str(lab.known_hosts), "python": sys.executable, "remote_dir": str(work / "remote"),
+                "workdir": str(ROOT), "lease": 10, "connect_timeout": 3, "require": []},
+    }
+    path = work / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+FIRST_AT = re.compile(r"\[worker:1\] tfcluster-first_step .*time=([0-9.]+)")
+
+
+def compare_trial(work: Path, warm: bool, lab=None) -> dict:
+    spec = compare_spec(work, warm, lab)
+    run = BackgroundUp(spec)
+    try:
+        if warm:
+            for key in ("worker:0", "worker:1"):
+                run.wait_line(rf"\[{key}\] \(standby\) tfcluster-standby ready", timeout=300)
+        run.wait_line(rf"\[worker:1\] tfcluster-step epoch=\d+ step=\d+ global_step=({'|'.join(map(str, range(KILL_AT, 200)))}) ",
+                      timeout=300)
+        run_id = (work / "runs" / "bench" / "latest").resolve().name
+        rss = standby_rss(run_id) if warm else []
+        load = load_average()
+        os.kill(task_pid(run_id, "worker:1"), signal.SIGKILL)
+        died = time.time()
+        at = run.wait_line(r"\[worker:1\] tfcluster-first_step ", timeout=300, after=died)
+        line = next(line for t, line in run.lines if t >= at and FIRST_AT.search(line))
+        first = float(FIRST_AT.search(line).group(1))
+        code = run.finish()
+    finally:
+        if run.running():
+            os.killpg(run.proc.pid, signal.SIGKILL)
+    if code != 0:
+        raise SystemExit(f"run failed ({code}); see {work}")
+    promoted = any("tfcluster-standby promoted" in line for _, line in run.lines)
+    if warm and not promoted:
+        raise SystemExit(f"warm trial not promoted; see {work}")
+    return {"first_step": first - died, "rss": rss, "load": load}
+
+
+def compare(args) -> int:
+    lab = None
+    tmp = tempfile.mkdtemp(prefix="tfcluster-recovery-")
+    if args.backend == "ssh":
+        from tests.labs.ssh import Lab, have_prereqs
+
+        reason = have_prereqs()
+        if reason:
+            raise SystemExit(f"the ssh lab cannot start: {reason}")
+        lab = Lab(Path(tmp) / "lab", count=2).start()
+    try:
+        rows = {False: [], True: []}
+        for i in range(args.trials):
+            for warm in (False, True):
+                work = Path(tmp) / f"{'warm' if warm else 'cold'}{i}"
+                work.mkdir()
+                r = compare_trial(work, warm, lab)
+                rows[warm].append(r)
+                rss = f", standby RSS {', '.join(f'{b / 2**20:.0f}' for b in r['rss'])} MB" if r["rss"] else ""
+                print(f"{args.backend} {'warm' if warm else 'cold'} trial {i + 1}: death -> worker:1's first step after "
+                      f"restore {r['first_step']:.2f} s{rss} (load {r['load']})", flush=True)
+        cold = statistics.median(r["first_step"] for r in rows[False])
+        warm = statistics.median(r["first_step"] for r in rows[True])
+        rss = [b for r in rows[True] for b in r["rss"]]
+        print(f"{args.backend}: median death -> first step after restore: cold {cold:.2f} s, warm {warm:.2f} s "
+              f"({warm / cold:.0%} of cold; target <= 50%); standby RSS median "
+              f"{statistics.median(rss) / 2**20:.0f} MB (n={len(rss)}); load average now {load_average()}")
+    finally:
+        if lab is not None:
+            lab.stop()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=("local", "ssh"), default="local")
+    ap.add_argument("--preemption", action="store_true", help="the older SIGKILL/SIGTERM figures (local)")
     ap.add_argument("--save-freq", type=int, default=10)
-    ap.add_argument("--trials", type=int, default=2)
-    ap.add_argument("--warm-standby", action="store_true", help="restart.warm_standby: true")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--warm-standby", action="store_true", help="restart.warm_standby: true (--preemption)")
     args = ap.parse_args()
+    if not args.preemption:
+        return compare(args)
     global WARM
     WARM = args.warm_standby
     fit = (f"python -m worker --epochs 2 --steps-per-epoch 40 --step-delay 0.05 --progress-every 1 "

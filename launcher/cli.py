@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 from . import __version__, envnames
 from .console import Console
 from .errors import SpecError, UserError
-from .execution import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of
+from .execution import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
+                        standby_line)
 from .plan import COMPACT, Plan, write_full_json
 from .spec import LoadedSpec, load_spec
 DEFAULT_FILE = "cluster.yaml"
@@ -304,7 +305,8 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         elif args.json:
             write_full_json(plan, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT})
         else:
-            print(render_plan(plan, show_secrets=args.show_secrets, spares=spares_of(loaded.spec)))
+            print(render_plan(plan, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
+                              standby=standby_line(loaded.spec, plan)))
         return EXIT_OK
     if args.command == "up":
         return _up(loaded, plan, args, console)

@@ -54,7 +54,7 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
     return build_plan(spec, placement if gpus else replace(placement, gpus={}))
 
 
-def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = ()) -> str:
+def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "") -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/elastic.py)."""
     gpu_column = show_gpus(plan)
@@ -85,6 +85,8 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         out.append(plan.threads)
     if plan.gpus:
         out.append(plan.gpus)
+    if standby:
+        out.append(standby)  # launcher/standby.py's plan_line
     if plan.tasks:
         common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
         for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
@@ -102,6 +104,12 @@ def show_gpus(plan: Plan) -> bool:
     """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
     (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
     return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)
+
+
+def standby_line(spec, plan: Plan) -> str:
+    from .standby import plan_line
+
+    return plan_line(spec, plan.tasks)
 
 
 def spares_of(spec) -> list[str]:
@@ -156,7 +164,8 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         backend.preflight(plan)
         if dry_run:
-            print(render_plan(backend.preflight_plan or plan, spares=spares_of(spec)))
+            print(render_plan(backend.preflight_plan or plan, spares=spares_of(spec),
+                              standby=standby_line(spec, plan)))
             console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
             backend.close()
             return EXIT_OK

@@ -144,9 +144,18 @@ class Restart(OptionsModel):
     # codes outside this list are retryable, like Kubeflow's ExitCode policy.
     permanent_exit_codes: tuple[int, ...] = tuple(range(1, 128))
     # Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and
-    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them with SIGUSR1. Needs an entrypoint
-    # that honours TFCLUSTER_STANDBY (python -m worker does) and the local backend.
-    warm_standby: bool = False
+    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them (launcher/standby.py). auto: on
+    # where it is safe (a backend that can, restarts allowed, tfcluster's worker as entrypoint);
+    # true: also for an entrypoint of one's own that honours TFCLUSTER_STANDBY.
+    warm_standby: Any = "auto"
+
+    @field_validator("warm_standby", mode="before")
+    @classmethod
+    def _warm_standby(cls, v: Any) -> Any:
+        if v == "auto" or isinstance(v, bool):
+            return v
+        raise ValueError(f"{v!r} is not valid; use auto (on for tfcluster's worker where the backend can), "
+                         "true (also for an entrypoint of your own that honours TFCLUSTER_STANDBY) or false")
 
 
 class Elastic(OptionsModel):

@@ -21,6 +21,7 @@ from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, faile
                     summary_lines)
 from .console import Console
 from .diagnose import exception_lines, hint
+from .elastic import spare_hosts
 from .errors import AttemptImpossible, LaunchError, exc_text
 from .membership import Membership
 from .plan import Plan
@@ -34,7 +35,7 @@ from .record.view import RunView
 from .record.writer import RunRecord
 from .report import gpu_peak_lines, location_lines, locations, task_table
 from .specmodel import Restart, Spec, Watchdog
-from .standby import WarmStandby
+from .standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
@@ -91,6 +92,9 @@ class Supervisor:
         self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
+        self.standby_on, self.standby_why = standby_decision(
+            restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
+            elastic=self.members.elastic)
         self._sink_failed: set[str] = set()
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunView()
@@ -111,6 +115,7 @@ class Supervisor:
         self.record.event(Event.RUN_START, run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
                           backend=self.plan.backend, tasks=list(self.plan.keys),
                           run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
+                          warm_standby=self.standby_why,
                           **self.members.spares())
         snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
         gpu_watch = self._gpu_watch()
@@ -233,6 +238,7 @@ class Supervisor:
                 self._fail(attempt, task.key, "; ".join(exc.lines), None)
                 return None
             exits[task.key] = None
+        self.standby.drop(run_ends=False)  # standbys no task of this attempt took
         started = self.clock()
         return _Watch(started, exits, ready={t.key for t in self.plan.tasks if t.port is None},
                       next_ready_check=started, next_back_check=started)
@@ -243,6 +249,8 @@ class Supervisor:
             now = self.clock()
             if (self._readiness(attempt, watch, now) or self._hang(attempt, watch, now)
                     or self._membership(attempt, watch, now)):
+                return
+            if self._standby_acks(attempt):
                 return
             time.sleep(self.poll_interval)
 
@@ -312,8 +320,33 @@ class Supervisor:
             on_ready, self.on_ready = self.on_ready, None
             on_ready()
         number = attempt.number
-        if self.restart.warm_standby and number < self.restart.max_restarts:
-            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1))
+        if self.standby_on and (number < self.restart.max_restarts or self.members.elastic):
+            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1), spares=self._hot_spares())
+
+    def _hot_spares(self) -> list[tuple[str, str]]:
+        """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a
+        standby per task, so a move there is promoted like a restart."""
+        spec = self.members.spec
+        if not self.members.elastic or spec is None:
+            return []
+        names = spare_hosts(spec, [t.host for t in self.plan.tasks], self.members.down)
+        return [(name, spec.host(name).dial_address) for name in names]
+
+    def _standby_acks(self, attempt: Attempt) -> bool:
+        """A promoted standby that does not say it took its promotion (its entrypoint ignores
+        TFCLUSTER_STANDBY's protocol) is stopped and its task started cold, in one line. True:
+        the cold start failed (the attempt with it)."""
+        for key, handle in self.standby.overdue():
+            self.console.info(f"{key}: its warm standby did not answer the promotion within {ACK_BOUND:g} s "
+                              f"(no '{PROMOTED}' line); starting it cold")
+            self.record.event(Event.STANDBY_STOPPED, tasks=[key], reason="no answer to the promotion")
+            self.backend.stop([handle], grace=0)
+            try:
+                self._launch(key, attempt.number, standby_ok=False)
+            except LaunchError as exc:
+                self._fail(attempt, key, f"starting it cold failed: {exc.lines[0]}", None)
+                return True
+        return False
 
     def _hang(self, attempt: Attempt, watch: _Watch, now: float) -> bool:
         """The hang watchdog. Its clock starts once every task is up: until then startup_timeout
@@ -350,7 +383,7 @@ class Supervisor:
         with self._lock:
             self._tails[key] = collections.deque(maxlen=_TAIL_KEPT)
             self._activity[key] = self.clock()
-        handle = self.standby.promote(key) if standby_ok else None
+        handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
@@ -551,6 +584,7 @@ class Supervisor:
     # -------------------------------------------------------------- report
 
     def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+        self.standby.drop()  # before the outcome, which stays the record's last event
         where = locations(self.record.state_dir, self.record.logs_dir)
         self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
                           tasks=self.view.outcome_facts(), locations=where)

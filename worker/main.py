@@ -128,15 +128,41 @@ def import_tensorflow() -> None:
 def wait_as_standby() -> None:
     """Warm standby (TFCLUSTER_STANDBY=1, started by tfcluster ahead of a possible restart):
     do the slow part of starting -- importing TensorFlow -- now, then wait for SIGUSR1, which
-    the launcher sends when a failure promotes this process to the next attempt."""
+    the launcher sends when a failure promotes this process to the next attempt, after writing
+    that attempt's environment (TF_CONFIG may have changed: a replan) to the file named by
+    TFCLUSTER_STANDBY_ENV. The three ``tfcluster-standby`` lines are the protocol: ``waiting``
+    (SIGUSR1 is blocked: it may be promoted), ``ready`` (imports done), ``promoted`` (the new
+    environment is in place); one that never says ``promoted`` is replaced by a cold start."""
     # Blocked first thing, so a SIGUSR1 that comes early waits instead of killing us.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("tfcluster-standby waiting", flush=True)
     started = time.time()
     import_tensorflow()
     print(f"tfcluster-standby ready after={time.time() - started:.1f}s", flush=True)
     signal.sigwait({signal.SIGUSR1})
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    take_promotion_env()
     print("tfcluster-standby promoted", flush=True)
+
+
+def take_promotion_env() -> None:
+    """The next attempt's environment from the promotion file (then removed); this process is
+    no longer a standby, nor is anything it starts."""
+    os.environ.pop(envnames.STANDBY, None)
+    path = os.environ.pop(envnames.STANDBY_ENV, "")
+    if not path:
+        return
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            env = json.load(fh)
+        os.unlink(path)
+    except (OSError, ValueError) as exc:
+        print(f"worker: warning: standby promotion file {path}: {exc}; keeping the environment it started with",
+              file=sys.stderr, flush=True)
+        return
+    os.environ.update({str(k): str(v) for k, v in env.items()})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -86,7 +86,8 @@ class Capabilities:
     """What a backend can do, so callers ask instead of testing its name."""
 
     # Can pre-start the next attempt's processes (TFCLUSTER_STANDBY=1) and promote them with
-    # SIGUSR1 (restart.warm_standby); the spec refuses warm_standby on backends without it.
+    # ``Backend.promote`` (restart.warm_standby); the spec refuses ``warm_standby: true`` on
+    # backends without it (the default, auto, leaves it off there and ``plan`` says so).
     warm_standby: bool = False
     # preflight() checks that every task's port is free / reachable where the task will run.
     port_preflight: bool = False
@@ -197,6 +198,21 @@ class Backend(abc.ABC):
         """Start one task with the plan's env plus ``env`` (which wins); stream each line of its
         output (stdout and stderr) to ``on_line(task.key, line)`` from a reader thread. Raise
         LaunchError if it cannot be started; once started, failures show as poll() codes."""
+
+    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
+        """Promote a warm standby (a task started with TFCLUSTER_STANDBY=1) to ``task`` of the next
+        attempt: hand it the environment a cold start of ``task`` with ``env`` would get, then
+        SIGUSR1. Backends with ``capabilities.warm_standby`` start a standby with
+        TFCLUSTER_STANDBY_ENV naming a file and write that environment there (JSON, mode 0600)
+        just before the signal: the plan, so TF_CONFIG, may have changed since the standby started.
+        Raise LaunchError if it cannot be promoted (then the task starts cold). Default: the
+        signal alone."""
+        handle.signal(signal.SIGUSR1)
+
+    def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
+        """Available memory in bytes per host (MemAvailable), for those it could tell; the warm
+        standby is left off on a host short of it (launcher/standby.py). Default: none known."""
+        return {}
 
     def port_open(self, task: PlannedTask) -> bool:
         """Whether the task's TF port accepts connections where it runs (startup watchdog).

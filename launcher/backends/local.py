@@ -9,7 +9,9 @@ takes its task group down.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -155,6 +157,11 @@ class LocalBackend(Backend):
         return env
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> LocalTask:
+        promotion = None
+        if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file (see promote)
+            self._standbys = getattr(self, "_standbys", 0) + 1
+            promotion = self.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
+            env = {**env, envnames.STANDBY_ENV: str(promotion)}
         argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.stop_grace), "--", *task.command]
         proc = subprocess.Popen(
             argv,
@@ -166,7 +173,23 @@ class LocalBackend(Backend):
             start_new_session=True,
             close_fds=True,
         )
-        return LocalTask(task, proc, on_line)
+        handle = LocalTask(task, proc, on_line)
+        handle.promotion = promotion
+        return handle
+
+    def promote(self, handle, task: PlannedTask, env: Mapping[str, str]) -> None:
+        """The environment a cold start would add to this launcher's own (the plan's task env, the
+        run/state dirs, ``env``), written to the standby's promotion file, then SIGUSR1."""
+        path = getattr(handle, "promotion", None)
+        if path is not None:
+            overlay = {**task.env_dict, envnames.RUN_DIR: str(self.run_dir), envnames.STATE_DIR: str(self.state_dir),
+                       **env}
+            write_promotion(path, overlay)
+        handle.signal(signal.SIGUSR1)
+
+    def free_memory(self, hosts) -> dict[str, int]:
+        free = mem_available()
+        return {LOCAL_HOST: free} if free is not None else {}
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:
@@ -190,6 +213,28 @@ class LocalBackend(Backend):
         if leftovers:
             console.info(f"stopped leftover tasks: {', '.join(leftovers)}")
         return bool(leftovers)
+
+
+def mem_available() -> Optional[int]:
+    """This machine's MemAvailable in bytes (/proc/meminfo), or None."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def write_promotion(path: Path, env: Mapping[str, str]) -> None:
+    """A standby's promotion file, whole or not at all (mode 0600: it may hold secrets)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(dict(env), fh)
+    os.replace(tmp, path)
 
 
 def port_problem(port: int) -> Optional[str]:

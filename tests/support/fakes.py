@@ -12,7 +12,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from launcher.backends.base import Backend, TaskHandle
+from launcher.backends.base import Backend, Capabilities, TaskHandle
 from launcher.console import Console
 from launcher.execution import plan_for
 from launcher.record.writer import RunRecord
@@ -32,6 +32,10 @@ class Script:
     silent: bool = False
     say: tuple[tuple[int, str], ...] = ()
     lost: bool = False  # its exit is a lost session (TaskHandle.session_lost), not its own
+    # As a warm standby: say "tfcluster-standby ready" at its first poll (``standby_mark``), and
+    # "tfcluster-standby promoted" on SIGUSR1 (``standby_ack``; False: it never answers its promotion).
+    standby_mark: bool = True
+    standby_ack: bool = True
 
 
 RUN_FOREVER = Script(code=None)
@@ -42,6 +46,7 @@ class ScriptedTask(TaskHandle):
     def __init__(self, task, script: Script, on_line, attempt: int) -> None:
         super().__init__(task)
         self.script, self.on_line, self.attempt = script, on_line, attempt
+        self.standby = False
         self.polls = 0
         self.code: Optional[int] = None
         self.signals: list[int] = []
@@ -51,6 +56,8 @@ class ScriptedTask(TaskHandle):
             self.polls += 1
             if not self.script.silent:
                 self.on_line(self.key, f"tfcluster-step attempt={self.attempt} poll={self.polls}")
+            if self.polls == 1 and self.standby and self.script.standby_mark:
+                self.on_line(self.key, "tfcluster-standby ready")
             for at, line in self.script.say:
                 if at == self.polls:
                     self.on_line(self.key, line)
@@ -68,6 +75,8 @@ class ScriptedTask(TaskHandle):
 
     def signal(self, sig: int) -> None:
         self.signals.append(sig)
+        if sig == signal.SIGUSR1 and self.script.standby_ack and self.code is None:
+            self.on_line(self.key, "tfcluster-standby promoted")
         if self.code is None and sig in (signal.SIGTERM, signal.SIGKILL):
             self.code = 128 + sig
 
@@ -106,6 +115,7 @@ class ScriptedBackend(Backend):
         self.started.append((task.key, attempt))
         script = self.scripts.get((task.key, n), self.default)
         handle = ScriptedTask(task, script, on_line, attempt)
+        handle.standby = env.get("TFCLUSTER_STANDBY") == "1"
         self.handles.append(handle)
         return handle
 
@@ -123,6 +133,12 @@ class ScriptedBackend(Backend):
 
     def starts(self, key: str) -> list[int]:
         return [a for k, a in self.started if k == key]
+
+
+class StandbyScriptedBackend(ScriptedBackend):
+    """A ScriptedBackend that can keep warm standbys (so ``warm_standby: auto`` turns them on)."""
+
+    capabilities = Capabilities(warm_standby=True)
 
 
 class Counter:

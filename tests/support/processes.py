@@ -25,19 +25,23 @@ def pids_with_env(name: str, value: str) -> list[int]:
 
 
 def task_pids(run_id: str, key: str) -> list[int]:
-    """The active task processes (not their taskwrap wrappers, not warm standbys) of task
-    ``key`` in run ``run_id``."""
-    out = []
+    """The active task processes (not their taskwrap wrappers, not waiting warm standbys) of task
+    ``key`` in run ``run_id``. A promoted standby keeps TFCLUSTER_STANDBY=1 in its initial
+    environment (what /proc shows), so the active ones are told by their attempt: a waiting
+    standby was started for the next one (TFCLUSTER_RESTART_COUNT one higher), and an attempt's
+    processes are stopped before the next attempt's start: the lowest attempt alive is the active one."""
+    by_attempt: dict[int, list[int]] = {}
     for pid in pids_with_env("TFCLUSTER_RUN_ID", run_id):
         try:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if f"TFCLUSTER_TASK={key}".encode() in env and b"taskwrap.py" not in cmd \
-                and b"TFCLUSTER_STANDBY=1" not in env:
-            out.append(pid)
-    return out
+        if f"TFCLUSTER_TASK={key}".encode() in env and b"taskwrap.py" not in cmd:
+            counts = [e.split(b"=", 1)[1] for e in env if e.startswith(b"TFCLUSTER_RESTART_COUNT=")]
+            attempt = int(counts[0]) if counts and counts[0].isdigit() else 0
+            by_attempt.setdefault(attempt, []).append(pid)
+    return by_attempt[min(by_attempt)] if by_attempt else []
 
 
 def task_pid(run_id: str, key: str) -> int:

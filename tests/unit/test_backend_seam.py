@@ -152,8 +152,8 @@ def test_backend_rules_and_capabilities_are_asked_not_special_cased(queue):
     assert errors(spec_text("backend: queue\nqueue: {partition: p, nodes: 3}\n")) == [
         "c.yaml:6: queue.nodes: 3 nodes for 2 tasks; ask for at most 2"]
     (line,) = errors(spec_text("backend: queue\nqueue: {partition: p}\nrestart: {warm_standby: true}\n"))
-    assert line == ("c.yaml:7: restart.warm_standby: only the local backend supports warm standby; "
-                    "set it to false for backend queue")
+    assert line == ("c.yaml:7: restart.warm_standby: only the local and ssh backends support warm standby; "
+                    "set it to auto or false for backend queue")
 
 
 def test_placeholder_plan_says_so(queue, tmp_path, capsys):

@@ -15,7 +15,7 @@ from typing import Optional
 import pytest
 
 from launcher.backends.base import Backend
-from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedBackend, supervise
+from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedBackend, StandbyScriptedBackend, supervise
 
 
 def run(tmp_path, spec_yaml: str, backend: ScriptedBackend, stop_after: Optional[int] = None):
@@ -591,7 +591,7 @@ def test_pss_a_failed_restart_of_a_worker_fails_the_attempt_not_the_launcher(tmp
 
 
 def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_path):
-    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
                               default=Script(code=0, polls=3))
     spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
     code, out, events = run(tmp_path, spec, backend)
@@ -604,3 +604,56 @@ def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_
     assert "[worker:1] (standby) tfcluster-step attempt=1 poll=1" in out  # before its promotion
     assert "[worker:1] tfcluster-step attempt=1 poll=2" in out  # after it: the task's own lines
     assert not of(events, "standby_stopped")  # nothing left over to stop
+
+
+def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_restarts(tmp_path):
+    failing = {("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER}
+    backend = StandbyScriptedBackend(failing, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path / "auto", mwms(restarts=1), backend)  # warm_standby left out: auto
+    assert code == 0, out
+    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert of(events, "run_start")[0]["warm_standby"].startswith("on (auto: tfcluster's worker)")
+    # The same run on a backend that cannot keep standbys, or with no restart allowed: none.
+    plain = ScriptedBackend(failing, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path / "plain", mwms(restarts=1), plain)
+    assert code == 0 and not of(events, "standby_start"), out
+    assert "cannot keep processes waiting" in of(events, "run_start")[0]["warm_standby"]
+    none = StandbyScriptedBackend({("worker:0", 0): Script(code=0, polls=5)}, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path / "zero", mwms(restarts=0), none)
+    assert code == 0 and not of(events, "standby_start") and len(none.started) == 2, out
+
+
+def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(tmp_path):
+    """A standby that blocked SIGUSR1 and said it was ready, but ignores its promotion (no
+    'tfcluster-standby promoted'): stopped after ACK_BOUND and its task started cold, in one line;
+    the run still succeeds."""
+    from launcher.standby import ACK_BOUND
+
+    silent = Script(code=None, standby_ack=False)
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
+                                      ("worker:1", 1): silent},
+                                     default=Script(code=0, polls=int(ACK_BOUND) + 20))
+    code, out, events = run(tmp_path, mwms(restarts=1), backend)
+    assert code == 0, out
+    assert backend.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1), ("worker:1", 1)]
+    assert f"worker:1: its warm standby did not answer the promotion within {ACK_BOUND:g} s " \
+           "(no 'tfcluster-standby promoted' line); starting it cold" in out
+    assert backend.handles[3].signals == [signal.SIGUSR1, signal.SIGKILL]  # promoted, then stopped
+    (stopped,) = of(events, "standby_stopped")
+    assert stopped["tasks"] == ["worker:1"]
+    assert not of(events, "failure")[1:]  # only the first attempt's failure: the cold start is not one
+
+
+def test_a_standby_that_never_said_it_waits_is_not_promoted(tmp_path):
+    """A process started as a standby that printed no 'tfcluster-standby' line may not have
+    blocked SIGUSR1 (a script that ignores TFCLUSTER_STANDBY): it is stopped, never signalled
+    with SIGUSR1, and its task starts cold."""
+    mute = Script(code=None, standby_mark=False, standby_ack=False)
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
+                                      ("worker:0", 1): mute, ("worker:1", 1): mute},
+                                     default=Script(code=0, polls=3))
+    spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert len(backend.started) == 6 and not of(events, "standby_promoted")
+    assert all(signal.SIGUSR1 not in h.signals and signal.SIGKILL in h.signals for h in backend.handles[2:4])

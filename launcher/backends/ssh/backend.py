@@ -43,7 +43,7 @@ from ...record.events import Event
 from ...specmodel import TASK_TYPES, Host, LoadedSpec, Spec
 from . import down as ssh_down, probe as ssh_probe, sync as ssh_sync
 from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from .commands import env_block, port_check_command, remote_paths, task_command, wrap_args
+from .commands import env_block, port_check_command, promote_command, remote_paths, task_command, wrap_args
 from .host import HostState
 from .options import SSHOptions
 from .pool import HostPool
@@ -161,7 +161,7 @@ class SSHBackend(Backend):
     name = "ssh"
     options_key = "ssh"
     Options = SSHOptions
-    capabilities = Capabilities(port_preflight=True, port_probe=True, elastic=True)
+    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, elastic=True)
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
@@ -351,6 +351,10 @@ class SSHBackend(Backend):
         self._ensure_ready(hs)
         self.pool.starts[task.key] = n + 1
         pidfile = hs.pidfile(task, n)
+        promotion = None
+        if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file, beside its pid file
+            promotion = pidfile + ".env.json"
+            env = {**env, envnames.STANDBY_ENV: promotion}
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
                                task.command, self.opts.gce_metadata)
         try:
@@ -364,8 +368,40 @@ class SSHBackend(Backend):
             raise LaunchError(f"host {hs.name}: cannot start {task.key} "
                               f"({describe_channel_error(exc, self.opts.connect_timeout)}); "
                               "check the host and sshd's MaxSessions") from None
-        return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures,
-                                       self._gpus_given))
+        handle = self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self._gpu_figures,
+                                         self._gpus_given))
+        handle.promotion = promotion
+        return handle
+
+    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
+        """One command on the standby's host: the environment a cold start would send over stdin
+        into its promotion file, then SIGUSR1 to its group (commands.promote_command)."""
+        promotion = getattr(handle, "promotion", None)
+        if not isinstance(handle, SSHTask) or promotion is None:
+            return super().promote(handle, task, env)
+        hs = handle.host
+        body = json.dumps(self.task_env(task, hs, env), separators=(",", ":")).encode()
+        code, out = self.pool.run_on(hs.name, promote_command(promotion, handle.pidfile), body, 10.0)
+        if code != 0 or f"sent {handle.pidfile}" not in out:
+            raise LaunchError(f"host {hs.name}: cannot promote the standby of {task.key} "
+                              f"({(out.strip().splitlines() or ['exit %d' % code])[-1][:200]})")
+
+    def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
+        """MemAvailable of each host (one short command per host, in parallel); a host that does
+        not answer is left out."""
+        names = [h for h in hosts if h in self.pool.hosts]
+
+        def one(name: str):
+            code, out = self.pool.run_on(name, "grep MemAvailable: /proc/meminfo", None, 5.0)
+            try:
+                return name, int(out.split()[1]) * 1024 if code == 0 else None
+            except (IndexError, ValueError):
+                return name, None
+
+        if not names:
+            return {}
+        with self.pool.executor(len(names)) as ex:
+            return {n: v for n, v in ex.map(one, names) if v is not None}
 
     def _go(self, task: PlannedTask, hs: HostState, chan, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
         """Turn the host agent waiting on ``chan`` into ``task``'s wrapper: no new shell.

@@ -91,6 +91,13 @@ def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
     )
 
 
+def promote_command(promotion: str, pidfile: str) -> str:
+    """A warm standby's promotion: its environment (stdin, JSON) into its promotion file, whole
+    (a rename), then SIGUSR1 to its group, verified as ``signal_command`` does."""
+    return (f"umask 077 && cat > {q(promotion + '.tmp')} && mv -f {q(promotion + '.tmp')} {q(promotion)} && "
+            + signal_command(_signal.SIGUSR1, [pidfile]))
+
+
 def state_command(pidfile: str) -> str:
     """Print the scheduler state letter of the task process (the wrapper's child)."""
     return (

@@ -1,0 +1,108 @@
+"""Warm standby on the ssh backend (launcher/standby.py), on the lab of real sshd hosts, with an
+entrypoint of one's own that follows the protocol (tests/support/standby_task.py, stdlib only):
+a replan's new TF_CONFIG reaches the promoted standby, the standby on a lost host goes with its
+host's lease, and no standby is left on any host after a run ends, however it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+
+import pytest
+
+from tests.labs.ssh import GATEWAY
+from tests.integration.tfrun import run_and_act
+from tests.support.cli import ROOT, tfcluster
+from tests.support.waits import wait_for
+
+from .conftest import PY, task_processes
+from .test_ssh_backend import _nft, _nft_flush
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
+
+SCRIPT = str(ROOT / "tests" / "support" / "standby_task.py")
+READY = r"^\[worker:\d\] \(standby\) tfcluster-standby ready"
+TASK = re.compile(r"^\[(?P<key>\S+)\] standby-task key=\S+ attempt=(?P<attempt>\d+) pid=\d+ \S+ cluster=(?P<c>\{.*\})$",
+                  re.M)
+
+
+def _events(spec) -> list[dict]:
+    run = spec.parent / "runs" / "sshtest" / "latest"
+    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+
+
+def _no_task_left(lab) -> None:
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left on any host: {task_processes(lab)}")
+
+
+def _both_ready(action):
+    return [(READY, lambda p: None), (READY, action)]
+
+
+def test_a_standby_promoted_after_a_replan_gets_the_new_tf_config_and_the_lost_hosts_standby_goes(lab, make_spec):
+    """h1 (worker:0) is cut off once every standby waits (one per task on h1 and h2, and on the
+    spare h3 one per task: hot spares): h1 is lost and worker:0 moves to h3. worker:1's standby on
+    h2 is promoted with the new plan's TF_CONFIG (worker:0 at h3's address, which it never saw at
+    its start), worker:0's on h3 likewise; worker:0's standby on h1 is not promoted (another host
+    now), and h1's wrappers stop it and the task there when their lease runs out; h3's spare
+    standby for worker:1 is stopped once the new attempt has started."""
+    spec = make_spec([PY, SCRIPT, "ack"], hosts=["h1", "h2", "h3"], restart={"max_restarts": 0, "warm_standby": True},
+                     elastic={"host_wait": 3})
+    h1 = lab.host("h1")
+    try:
+        cut = lambda p: _nft(h1, f"ip saddr {GATEWAY} drop")  # noqa: E731
+        code, out = run_and_act(spec, [(READY, lambda p: None)] * 3 + [(READY, cut)], timeout=150)
+        wait_for(lambda: not task_processes(lab)["h1"], 20,
+                 what=f"h1's task and standby stopped by their lease: {task_processes(lab)['h1']}")
+    finally:
+        _nft_flush(h1)
+    assert code == 0, out[-4000:]
+    assert "worker:0 moved to h3" in out, out[-3000:]
+    clusters = {(m["key"], int(m["attempt"])): json.loads(m["c"]) for m in TASK.finditer(out)}
+    assert ("worker:1", 0) in clusters and ("worker:1", 1) in clusters, out[-3000:]
+    first, second = clusters[("worker:1", 0)], clusters[("worker:1", 1)]
+    assert first["worker"][0].startswith(lab.host("h1").address + ":"), first
+    assert second["worker"][0].startswith(lab.host("h3").address + ":"), second
+    assert clusters[("worker:0", 1)] == second, clusters
+    ev = _events(spec)
+    (started, *_) = [e for e in ev if e["event"] == "standby_start"]
+    assert started["hosts"] == ["h1", "h2", "h3"] and started["spares"] == ["h3"], started
+    promoted = {e["task"]: e["ssh_host"] for e in ev if e["event"] == "standby_promoted"}
+    assert promoted == {"worker:0": "h3", "worker:1": "h2"}, promoted  # not worker:0's own, on h1
+    assert "[worker:0] tfcluster-standby promoted" in out and "[worker:1] tfcluster-standby promoted" in out
+    _no_task_left(lab)
+
+
+@pytest.mark.parametrize("how", ["success", "failure", "ctrl-c", "down"])
+def test_no_standby_is_left_on_any_host(lab, make_spec, how):
+    """Standbys waiting on both hosts when the run ends: success (a restart promotes the first
+    ones, and the next attempt's standbys are stopped at its end), a permanent failure, Ctrl-C,
+    and `tfcluster down` after the launcher was SIGKILLed (down stops them at once, before the
+    lease would)."""
+    restart = {"max_restarts": 2, "warm_standby": True, "permanent_exit_codes": [143]}
+    spec = make_spec([PY, SCRIPT, "ack"], restart=restart, ssh={"lease": 60})
+
+    def kill(sig):
+        def act(_proc):
+            # The task's pid as it printed it in its log (the lab hosts share this pid namespace).
+            log = (spec.parent / "runs" / "sshtest" / "latest" / "logs" / "worker-1.log").read_text()
+            (pid,) = re.findall(r"^standby-task key=worker:1 attempt=0 pid=(\d+) ", log, re.M)
+            os.kill(int(pid), sig)
+        return act
+
+    act = {"success": kill(signal.SIGKILL), "failure": kill(signal.SIGTERM),
+           "ctrl-c": lambda p: p.send_signal(signal.SIGINT), "down": lambda p: p.kill()}[how]
+    code, out = run_and_act(spec, _both_ready(act), timeout=120)
+    assert code == {"success": 0, "failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
+    if how == "down":
+        res = tfcluster("down", str(spec), timeout=60)
+        assert res.returncode == 0, res.stderr
+        # With a 60 s lease, only down can have stopped them this soon.
+        wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"down to stop them: {task_processes(lab)}")
+    else:
+        assert "standby_stopped" in [e["event"] for e in _events(spec)]
+    if how == "success":
+        assert [e["task"] for e in _events(spec) if e["event"] == "standby_promoted"] != []
+    _no_task_left(lab)

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""A task entrypoint of one's own that follows the warm-standby protocol (README, "Restarts"), for
+the standby tests: stdlib only, no TensorFlow. It serves its TF_CONFIG port (so the startup
+watchdog sees it up), prints its task, attempt, pid and the cluster it was given, then runs until
+stopped (attempt 0) or exits 0 a moment later (a later attempt).
+
+    standby_task.py [ack | no-ack | ignore]
+
+``ack``: the protocol; ``no-ack``: blocks SIGUSR1 and says it is ready, but once promoted never
+goes on (a script that half-honours TFCLUSTER_STANDBY); ``ignore``: ignores TFCLUSTER_STANDBY.
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "ack"
+
+if os.environ.get("TFCLUSTER_STANDBY") == "1" and MODE != "ignore":
+    # The protocol's lines: block SIGUSR1, (import the slow modules,) say ready, wait, take the env.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("tfcluster-standby ready", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    if MODE == "no-ack":
+        while True:
+            time.sleep(3600)
+    with open(os.environ.pop("TFCLUSTER_STANDBY_ENV")) as fh:
+        os.environ.update(json.load(fh))
+    print("tfcluster-standby promoted", flush=True)
+
+config = json.loads(os.environ["TF_CONFIG"])
+task = config["task"]
+port = int(config["cluster"][task["type"]][task["index"]].rsplit(":", 1)[1])
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", port))
+server.listen()
+attempt = int(os.environ.get("TFCLUSTER_RESTART_COUNT", "0"))
+print(f"standby-task key={os.environ.get('TFCLUSTER_TASK')} attempt={attempt} pid={os.getpid()} "
+      f"standby={os.environ.get('TFCLUSTER_STANDBY', '-')} cluster={json.dumps(config['cluster'], sort_keys=True)}",
+      flush=True)
+if attempt == 0:
+    while True:
+        time.sleep(3600)
+time.sleep(1.0)
+sys.exit(0)
