@@ -94,7 +94,7 @@ SPEC_BYTES = 1 << 20  # the file: 1 MiB (10,000 hosts in flow style are about 40
 SPEC_DEPTH = 64  # lists and mappings inside each other (a spec needs about 6)
 SPEC_VALUES = 1_000_000  # values once aliases (*name) are expanded: the "billion laughs" stops here
 SPEC_ITEMS = 100_000  # entries in one list or mapping (hosts:, env:, ports:)
-SPEC_TASKS = 100_000  # tasks in all (issue 22 made 10,000 fast)
+SPEC_TASKS = 100_000  # tasks in all: ten times the 10,000 that plan in about 2 s (BENCHMARKS.md)
 # The kernel's own limits on what a task is started with: one argument or one KEY=value of the
 # environment (MAX_ARG_STRLEN, also the bound on every string of the spec), and the command line and
 # environment the spec adds, together: half the usual ARG_MAX of 2 MiB (TF_CONFIG and the inherited
