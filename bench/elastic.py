@@ -106,11 +106,11 @@ def trial_spare(lab: Lab, work: Path) -> dict:
 
 
 def trial_hot_spare(lab: Lab, work: Path, warm: bool) -> dict:
-    """The spare trial, cold (warm_standby: false) or with hot spares (the default, auto): h2 is
+    """The spare trial, cold (warm_standby: false) or with hot spares (warm_standby: true): h2 is
     preempted at worker:1's first step once every standby (h1's, h2's, and h3's two) said it is
     ready (cold: at the same step), so the figure is a warm move's."""
     spec = spec_for(lab, work, "spare", ["h1", "h2", "h3"], {"worker": 2}, {"host_wait": 3},
-                    warm="auto" if warm else False, steps=80)
+                    warm=True if warm else False, steps=80)
     run = Run(spec)
     try:
         after = 0.0
@@ -172,7 +172,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hot-spare", action="store_true",
-                        help="only the spare trial, cold (warm_standby: false) against hot spares (auto), alternated")
+                        help="only the spare trial, cold (warm_standby: false) against hot spares (true), alternated")
     args = parser.parse_args()
     reason = have_prereqs()
     if reason:

@@ -324,10 +324,14 @@ class Supervisor:
             self.standby.start(number + 1, self.plan.tasks, self._env(number + 1), spares=self._hot_spares())
 
     def _hot_spares(self) -> list[tuple[str, str]]:
-        """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a
-        standby per task, so a move there is promoted like a restart."""
+        """Elastic runs with ``restart.warm_standby: true``: the spare hosts (unused, not down) as
+        (name, address); each keeps a standby per task, so a move there is promoted like a
+        restart. Not under ``auto``: a hot move is faster than a suspect host's old tasks die
+        (its notice, or their lease), and one of them can reach the new attempt's chief on the
+        same port (TensorFlow: "Incarnation ID mismatch", once in five trials of bench/elastic.py
+        --hot-spare); until the new attempt is kept from them, hot spares are asked for."""
         spec = self.members.spec
-        if not self.members.elastic or spec is None:
+        if not self.members.elastic or spec is None or self.restart.warm_standby is not True:
             return []
         names = spare_hosts(spec, [t.host for t in self.plan.tasks], self.members.down)
         return [(name, spec.host(name).dial_address) for name in names]
