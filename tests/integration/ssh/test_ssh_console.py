@@ -44,6 +44,13 @@ def _pidfiles(spec: Path, n: int, timeout: float = 60.0) -> dict[str, tuple[int,
     return wait_for(found, timeout, 0.1, what=f"{n} remote tasks to write their pid files")
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, make_spec):
     """worker:0 is h1's first task: the host agent became its wrapper. SIGKILL to the wrapper's
     group (a user's `kill -9 -PGID`, the OOM killer's choice, the launcher's own SIGKILL) kills
@@ -57,6 +64,11 @@ def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, 
     proc = start_tfcluster("up", spec, stderr=subprocess.PIPE)
     try:
         wrapper, _task = _pidfiles(spec, 2)["worker-0.0.pid"]
+        # Both tasks have printed their first line: a kill before Python got that far (a busy
+        # machine) would leave no "ATTEMPT 0" to check the log for.
+        logs = spec.parent / "runs" / "sshtest" / "latest" / "logs"
+        wait_for(lambda: all("ATTEMPT 0" in _read(logs / f"worker-{i}.log") for i in (0, 1)), 60,
+                 what="both tasks to print ATTEMPT 0", detail=lambda: str([_read(logs / f"worker-{i}.log") for i in (0, 1)]))
         os.killpg(wrapper, signal.SIGKILL)  # lab hosts are namespaces of this machine: same pids
         out, err = proc.communicate(timeout=120)
     finally:
