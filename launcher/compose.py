@@ -25,14 +25,14 @@ from typing import Any, Optional
 
 import yaml
 
-from . import envnames
-from . import containergpus as docker_gpus
-from . import gpus as plan_gpus
-from .errors import SpecError
-from .backends import backend_class
-from .outfile import MARKER, check_overwritable, resolve_output, write_atomic
-from .plan import Plan, build_plan
-from .specmodel import IMAGE_RE, LoadedSpec, Spec
+from launcher import envnames
+from launcher import containergpus as docker_gpus
+from launcher import gpus as plan_gpus
+from launcher.errors import SpecError
+from launcher.backends import backend_class
+from launcher.outfile import MARKER, check_overwritable, resolve_output, write_atomic
+from launcher.plan import Plan, build_plan
+from launcher.specmodel import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
 # Where the image keeps state and run files (docker/Dockerfile creates them for its user).

@@ -25,12 +25,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Callable, Optional, TextIO
 
-from . import noise
-from .bounded import one_line
-from .peoplelines import PeopleLines
+from launcher import noise
+from launcher.bounded import one_line
+from launcher.peoplelines import PeopleLines
 
 if TYPE_CHECKING:
-    from .record.view import RunView
+    from launcher.record.view import RunView
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
 
@@ -173,7 +173,7 @@ class Console:
         True if it is up."""
         if not _isatty(self.out) or os.environ.get("TERM", "") in ("dumb", "unknown"):
             return False
-        from .liveview import LivePanel
+        from launcher.liveview import LivePanel
 
         panel = LivePanel(view, self.out)
         panel.start()

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
-from . import envnames
-from . import gpus as plan_gpus
-from .remote import gpuplace
+from launcher import envnames
+from launcher import gpus as plan_gpus
+from launcher.remote import gpuplace
 
 HOST = "the Docker engine's host"
 GPU_SHM = "1g"  # a GPU container's /dev/shm unless docker.shm_size says

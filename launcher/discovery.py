@@ -28,9 +28,9 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 from pydantic import ValidationError
 
-from .bounded import listing, shorten_quoted, shown
-from .errors import SpecError, exc_text
-from .spec import SPEC_ITEMS, Host, LoadedSpec, Spec, YAMLBounds, YAMLBoundError, check_rules, load_yaml
+from launcher.bounded import listing, shorten_quoted, shown
+from launcher.errors import SpecError, exc_text
+from launcher.spec import SPEC_ITEMS, Host, LoadedSpec, Spec, YAMLBounds, YAMLBoundError, check_rules, load_yaml
 
 # Bounds on what the command prints (no host list comes near them): past one, the output is refused
 # in one line and the last good list is kept. The host count is the spec's own bound on a list.

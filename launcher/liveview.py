@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
+from launcher.record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
                           TRAINING, RunView, TaskView, suspect_lines)
 
 _STATE_STYLE = {

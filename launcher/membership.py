@@ -11,17 +11,17 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from .backends.base import Backend
-from .bounded import listing
-from .console import Console
-from .elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
+from launcher.backends.base import Backend
+from launcher.bounded import listing
+from launcher.console import Console
+from launcher.elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
                       too_many_losses)
-from .plan import Plan
-from .record.events import Event
-from .record.view import lost_phrase
-from .record.states import Outcome
-from .record.writer import RunRecord
-from .specmodel import Spec
+from launcher.plan import Plan
+from launcher.record.events import Event
+from launcher.record.view import lost_phrase
+from launcher.record.states import Outcome
+from launcher.record.writer import RunRecord
+from launcher.specmodel import Spec
 
 
 class Membership:
@@ -46,7 +46,7 @@ class Membership:
         self._discovery_problem = ""
         self.vanished: dict[str, str] = {}  # plan hosts gone from discovery's list: their tasks move
         if self.elastic and spec is not None and spec.discovery is not None:
-            from .discovery import Poller
+            from launcher.discovery import Poller
 
             self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
             self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,

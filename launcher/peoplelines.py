@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from .progress import Progress, parse
+from launcher.progress import Progress, parse
 
 # Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint).
 HIDDEN = frozenset({"step", "first_step", "server", "checkpoint"})

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any, Iterator, Mapping, Optional
 
-from . import envnames, gpus, threads
-from .errors import SpecError
-from .gpus import NO_GPU, TaskGpus
-from .specmodel import TASK_TYPES, Host, Spec, Tpu
+from launcher import envnames, gpus, threads
+from launcher.errors import SpecError
+from launcher.gpus import NO_GPU, TaskGpus
+from launcher.specmodel import TASK_TYPES, Host, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from .diagnose import peer_abort
-from .record.states import AttemptState
+from launcher.diagnose import peer_abort
+from launcher.record.states import AttemptState
 
 RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
 

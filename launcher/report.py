@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from . import statelayout
-from .record.view import RunView
+from launcher import statelayout
+from launcher.record.view import RunView
 
 _COLUMNS = ("task", "host", "state", "exit", "attempts", "steps", "examples/s", "loss", "accuracy")
 

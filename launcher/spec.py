@@ -20,12 +20,12 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ValidationError, field_validator
 
-from .backends import REGISTRY, backend_class, backend_classes, backend_names
-from .bounded import escape, listing, shorten_quoted
-from .bounded import shown as shown_value
-from .errors import SpecError, exc_text
-from .export.options import KubernetesOptions, VertexOptions
-from .specmodel import (  # noqa: F401 - the models are re-exported: ``from launcher.spec import Spec`` works
+from launcher.backends import REGISTRY, backend_class, backend_classes, backend_names
+from launcher.bounded import escape, listing, shorten_quoted
+from launcher.bounded import shown as shown_value
+from launcher.errors import SpecError, exc_text
+from launcher.export.options import KubernetesOptions, VertexOptions
+from launcher.specmodel import (  # noqa: F401 - the models are re-exported: ``from launcher.spec import Spec`` works
     CLUSTER_STRATEGIES,
     RESERVED_ENV,
     SINGLE_HOST_STRATEGIES,

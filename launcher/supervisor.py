@@ -15,27 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from . import envnames
-from .backends.base import Backend, TaskHandle
-from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
+from launcher import envnames
+from launcher.backends.base import Backend, TaskHandle
+from launcher.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
                     summary_lines)
-from .console import Console
-from .diagnose import exception_lines, hint
-from .elastic import spare_hosts
-from .errors import AttemptImpossible, LaunchError, exc_text
-from .membership import Membership
-from .plan import Plan
-from .policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
+from launcher.console import Console
+from launcher.diagnose import exception_lines, hint
+from launcher.elastic import spare_hosts
+from launcher.errors import AttemptImpossible, LaunchError, exc_text
+from launcher.membership import Membership
+from launcher.plan import Plan
+from launcher.policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
-from .record.events import Event
-from .record.feed import SnapshotWriter
-from .record.states import AttemptState, Outcome
-from .gpuwatch import GpuWatch
-from .record.view import RunView
-from .record.writer import RunRecord
-from .report import gpu_peak_lines, location_lines, locations, task_table
-from .specmodel import Restart, Spec, Watchdog
-from .standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
+from launcher.record.events import Event
+from launcher.record.feed import SnapshotWriter
+from launcher.record.states import AttemptState, Outcome
+from launcher.gpuwatch import GpuWatch
+from launcher.record.view import RunView
+from launcher.record.writer import RunRecord
+from launcher.report import gpu_peak_lines, location_lines, locations, task_table
+from launcher.specmodel import Restart, Spec, Watchdog
+from launcher.standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from . import statelayout
-from .console import Console
-from .errors import LaunchError, NoRun, SpecError
-from .record.layout import runs_dir, state_dir
-from .record.reader import latest_run
-from .specmodel import LoadedSpec
+from launcher import statelayout
+from launcher.console import Console
+from launcher.errors import LaunchError, NoRun, SpecError
+from launcher.record.layout import runs_dir, state_dir
+from launcher.record.reader import latest_run
+from launcher.specmodel import LoadedSpec
 
 STOP_TIMEOUT = 10.0  # seconds TensorBoard gets to exit after Ctrl-C before it is killed
 

@@ -16,7 +16,7 @@ import tf_keras as keras
 # and the one place the line format is written (launcher/progress.py owns it: ``format_line``/``parse``).
 from launcher.progress import Throughput, format_line  # noqa: F401
 
-from .tensorboard import Scalars, learning_rate
+from worker.tensorboard import Scalars, learning_rate
 
 
 def emit(kind: str, **fields) -> None:

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-from ..plan import Placement, Plan, PlannedTask
+from launcher.plan import Placement, Plan, PlannedTask
 
 if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
-    from ..console import Console
-    from ..specmodel import LoadedSpec, Spec
+    from launcher.console import Console
+    from launcher.specmodel import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
 LineSink = Callable[[str, str], None]
@@ -123,7 +123,7 @@ class RecordedRun:
     def allocation(self) -> Mapping[str, Any]:
         """What the backend recorded with ``RunRecord.allocated(...)`` (e.g. a job id): launcher.json's
         ``allocation``, else (a record of an older tfcluster) the backend's own ``<backend>.json``."""
-        from ..record.reader import read_allocation
+        from launcher.record.reader import read_allocation
 
         return self.info.get("allocation") or read_allocation(self.dir, str(self.info.get("backend") or ""))
 

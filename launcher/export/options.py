@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 
 from pydantic import Field, field_validator
 
-from ..specmodel import OptionsModel
+from launcher.specmodel import OptionsModel
 
 # Kubernetes resource.Quantity, as the TFJob CRD's own pattern spells it.
 QUANTITY_RE = re.compile(

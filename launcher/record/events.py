@@ -32,7 +32,7 @@ they do not know.
 
 from __future__ import annotations
 
-from ._vocabulary import Word
+from launcher.record._vocabulary import Word
 
 
 class Event(Word):

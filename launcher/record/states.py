@@ -34,7 +34,7 @@ OK (outcome succeeded and exit 0) | FAILED | INTERRUPTED.
 
 from __future__ import annotations
 
-from ._vocabulary import Word
+from launcher.record._vocabulary import Word
 
 
 class AttemptState(Word):

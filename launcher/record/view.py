@@ -19,9 +19,9 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
-from ..progress import Progress, Throughput, parse, step_shape
-from .events import Event
-from .states import TaskState
+from launcher.progress import Progress, Throughput, parse, step_shape
+from launcher.record.events import Event
+from launcher.record.states import TaskState
 
 # A task's states (record/states.py: TaskState), in the order a healthy task goes through them.
 STARTING, IMPORTING, READY, TRAINING, EVALUATING = (TaskState.STARTING, TaskState.IMPORTING, TaskState.READY,

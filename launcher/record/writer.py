@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..plan import Plan
-from ..procinfo import start_time
-from .events import Event
-from .layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
+from launcher.plan import Plan
+from launcher.procinfo import start_time
+from launcher.record.events import Event
+from launcher.record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
                             later_plan_name, log_path, state_dir)
 
 

@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ... import envnames, threads
-from ... import containergpus as gpus
-from ... import gpus as plan_gpus
-from ...console import Console
-from ...errors import LaunchError
-from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
-from ...specmodel import LoadedSpec, Spec
-from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from .options import DockerOptions
+from launcher import envnames, threads
+from launcher import containergpus as gpus
+from launcher import gpus as plan_gpus
+from launcher.console import Console
+from launcher.errors import LaunchError
+from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys
+from launcher.specmodel import LoadedSpec, Spec
+from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from launcher.backends.docker.options import DockerOptions
 
 
 class _LazyModule:

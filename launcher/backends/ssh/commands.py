@@ -12,9 +12,9 @@ import shlex
 import signal as _signal
 from typing import Iterable, Mapping, Optional, Sequence
 
-from ... import envnames
-from ...remote import source as remote_source
-from .options import SSHOptions
+from launcher import envnames
+from launcher.remote import source as remote_source
+from launcher.backends.ssh.options import SSHOptions
 
 def q(value: str) -> str:
     return shlex.quote(str(value))

@@ -31,19 +31,19 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ... import statelayout
-from ...bounded import HOST_LINE_BYTES, escape
-from ...errors import LaunchError, exc_text
-from ...plan import Plan
-from ...record.events import Event
-from ...remote import source as remote_source
-from ...remote import statesync as sync_lib
-from .runner import BadReply, parse_reply
+from launcher import statelayout
+from launcher.bounded import HOST_LINE_BYTES, escape
+from launcher.errors import LaunchError, exc_text
+from launcher.plan import Plan
+from launcher.record.events import Event
+from launcher.remote import source as remote_source
+from launcher.remote import statesync as sync_lib
+from launcher.backends.ssh.runner import BadReply, parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...console import Console
-    from ...specmodel import State
-    from .pool import HostPool
+    from launcher.console import Console
+    from launcher.specmodel import State
+    from launcher.backends.ssh.pool import HostPool
 
 # Seconds without progress on a copy channel = that host's copy failed (a cut link): twice
 # ssh.lease, the silence after which remote tasks count the launcher as gone, at least 10.
@@ -154,7 +154,7 @@ class StateSync:
 
     @staticmethod
     def _ask(chan, op: str, path: str):
-        from .runner import readline as _readline
+        from launcher.backends.ssh.runner import readline as _readline
 
         chan.sendall(json.dumps({"marker": {"op": op, "path": path}}).encode() + b"\n")
         try:
@@ -221,7 +221,7 @@ class StateSync:
             chan.settimeout(self.io_timeout)
             chan.exec_command(command)
         except Exception as exc:  # noqa: BLE001
-            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+            from launcher.backends.ssh.connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
 
             raise LaunchError(describe_channel_error(exc, self.pool.opts.connect_timeout)) from None
         return chan
@@ -338,7 +338,7 @@ class StateSync:
 
     @staticmethod
     def _reply(chan) -> dict:
-        from .runner import readline as _readline
+        from launcher.backends.ssh.runner import readline as _readline
 
         try:
             line = _readline(chan)
