@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import yaml
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher import containergpus as docker_gpus
 from launcher import gpus as plan_gpus
 from launcher.errors import SpecError

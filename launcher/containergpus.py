@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher import gpus as plan_gpus
 from launcher.remote import gpuplace
 

@@ -16,7 +16,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher.bounded import escape
 from launcher.console import Console
 from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)

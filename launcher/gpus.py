@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher.remote import gpuplace
 from launcher.remote.gpuplace import CUDA_VAR, GROWTH_VAR, plural
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any, Iterator, Mapping, Optional
 
-from launcher import envnames, gpus, threads
+from launcher import gpus, threads
+from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.gpus import NO_GPU, TaskGpus
 from launcher.specmodel import TASK_TYPES, Host, Spec, Tpu

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher.backends.base import Backend, TaskHandle
 from launcher.console import Console
 from launcher.errors import LaunchError

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher.backends.base import Backend, TaskHandle
 from launcher.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
                     summary_lines)

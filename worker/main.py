@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher import envnames
+from launcher.contract import envnames
 
 from worker.cluster import ConfigError, task_from_env
 

@@ -31,7 +31,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from launcher import envnames
+from launcher.contract import envnames
 
 SYNC_STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored", "tpu")
 

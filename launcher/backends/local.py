@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher.errors import LaunchError
 from launcher.gpus import local_gpus, placement_off, take_of
 from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys

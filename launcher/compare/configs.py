@@ -24,7 +24,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher.specmodel import SINGLE_HOST_STRATEGIES, STRATEGIES
 
 # Strategies that run several replicas in one task: on a machine without GPUs, on logical CPUs.

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
-from launcher.progress import Progress, Throughput, parse
+from launcher.contract.progress import Progress, Throughput, parse
 from launcher.record.events import Event
 from launcher.record.states import Outcome, ResultStatus
 

@@ -31,7 +31,7 @@ import yaml
 from launcher import execution
 from launcher.console import Console
 from launcher.errors import UserError
-from launcher.progress import parse
+from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
 from launcher.spec import LoadedSpec, load_spec, parse_spec

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher import gpus
 from launcher.remote import gpuplace
 from launcher.compose import STATE_DIR, docker_plan

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
-from launcher.progress import Progress, Throughput, parse, step_shape
+from launcher.contract.progress import Progress, Throughput, parse, step_shape
 from launcher.record.events import Event
 from launcher.record.states import TaskState
 

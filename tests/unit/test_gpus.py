@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from launcher import envnames, gpus
+from launcher import gpus
+from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.execution import render_plan
 from launcher.plan import Placement, Slot, build_plan, task_keys

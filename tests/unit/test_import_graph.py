@@ -146,7 +146,7 @@ def test_the_graph_sees_module_and_function_imports_but_not_type_checking_ones()
     assert "launcher.specmodel" in graph["launcher.plan"]  # module level, relative
     assert "launcher.backends" in graph["launcher.spec"]  # the loader is above the registry
     assert "launcher.backends.ssh.supervisor" in graph["launcher.backends.ssh.backend"]  # inside a method
-    assert "launcher.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
+    assert "launcher.contract.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
     assert "launcher.backends.ssh.pool" not in graph["launcher.backends.ssh.probe"]  # if TYPE_CHECKING: only
 
 

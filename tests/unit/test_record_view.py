@@ -345,7 +345,7 @@ def test_to_json_and_from_json_give_the_same_view_elastic_fields_and_marks_inclu
 def test_a_throughput_that_keeps_its_marks_goes_through_json():
     import json
 
-    from launcher.progress import Throughput
+    from launcher.contract.progress import Throughput
 
     t = Throughput(32, keep_intervals=True)
     for step, at in ((1, 10.0), (5, 11.5), (9, 12.0)):

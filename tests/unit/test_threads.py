@@ -13,7 +13,8 @@ import textwrap
 
 import pytest
 
-from launcher import envnames, threads
+from launcher import threads
+from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.execution import plan_for, render_plan
 from launcher.plan import Placement, Slot, build_plan, task_keys

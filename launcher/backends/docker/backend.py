@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from launcher import envnames, threads
+from launcher import threads
+from launcher.contract import envnames
 from launcher import containergpus as gpus
 from launcher import gpus as plan_gpus
 from launcher.console import Console

@@ -30,7 +30,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from launcher import envnames, threads
+from launcher import threads
+from launcher.contract import envnames
 from launcher import gpus as plan_gpus
 from launcher.console import Console
 from launcher.errors import AttemptImpossible, LaunchError

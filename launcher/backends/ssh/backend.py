@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from launcher import envnames, gpus
+from launcher import gpus
+from launcher.contract import envnames
 from launcher.console import Console
 from launcher.errors import LaunchError, SpecError, exc_text
 from launcher.plan import Placement, Plan, PlannedTask, Slot, build_plan

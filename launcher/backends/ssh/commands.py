@@ -12,7 +12,7 @@ import shlex
 import signal as _signal
 from typing import Iterable, Mapping, Optional, Sequence
 
-from launcher import envnames
+from launcher.contract import envnames
 from launcher.remote import source as remote_source
 from launcher.backends.ssh.options import SSHOptions
 

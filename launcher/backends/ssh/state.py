@@ -6,7 +6,7 @@
   record say which and why.
 * ``prepare_attempt`` (``copy``, MultiWorkerMirroredStrategy): before every attempt -- so also
   before ``up`` resumes an earlier run of the same name -- the chief's latest complete backup
-  (``statelayout.RESUME_AREAS``) is streamed as a tar from the chief's host to every other
+  (``statedir.RESUME_AREAS``) is streamed as a tar from the chief's host to every other
   host's state dir over the connections already open (``remote/statesync.py``): one channel on
   the chief's host packs, the launcher relays the bytes to one channel per other host, each
   receiver extracts into a temp dir and renames it into place only when size and sha256 match
@@ -31,7 +31,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from launcher import statelayout
+from launcher.contract import statedir
 from launcher.bounded import HOST_LINE_BYTES, escape
 from launcher.errors import LaunchError, exc_text
 from launcher.plan import Plan
@@ -198,7 +198,7 @@ class StateSync:
         if not targets:
             self.writer, self.last_group = chief, group
             return
-        areas = [sync_lib.LATEST + a for a in statelayout.RESUME_AREAS]
+        areas = [sync_lib.LATEST + a for a in statedir.RESUME_AREAS]
         started = time.monotonic()
         size = self._copy(src, targets, areas)
         self.writer, self.last_group = chief, group
@@ -356,8 +356,8 @@ class StateSync:
         if self.cfg.fetch == "none" or self.plan is None or self.record is None:
             return
         # The TensorBoard logs too (the chief's train/; small), for `tfcluster tensorboard`.
-        areas = [statelayout.FINAL_MODEL, statelayout.TENSORBOARD] + (
-            [statelayout.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
+        areas = [statedir.FINAL_MODEL, statedir.TENSORBOARD] + (
+            [statedir.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
         src = self.chief_host()
         hs = self.pool.hosts[src]
         local: Path = self.record.state_dir
