@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from launcher.diagnose import exception_lines, hint, peer_abort, root_cause
-from launcher.noise import is_noise
+from launcher.ui.noise import is_noise
 from launcher.policy import Attempt, describe_exit, hang_watched, silent_by_design
 
 if TYPE_CHECKING:

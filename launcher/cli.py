@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from launcher import __version__
 from launcher.contract import envnames
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import SpecError, UserError
 from launcher.execution import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
                         standby_line)

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from launcher.console import Console
+from launcher.ui.console import Console
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan import Plan

@@ -11,7 +11,7 @@ import signal
 from typing import Optional
 
 from launcher.backends import RecordedRun, backend_class
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import NoRun
 from launcher.plan import Plan
 from launcher.procinfo import is_same, wait_gone

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.bounded import escape
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
                      EXIT_USAGE, LaunchError)
 from launcher.gpus import asked as gpus_asked

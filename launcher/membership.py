@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.backends.base import Backend
 from launcher.bounded import listing
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
                       too_many_losses)
 from launcher.plan import Plan

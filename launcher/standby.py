@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.backends.base import Backend, TaskHandle
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import LaunchError
 from launcher.plan import PlannedTask
 from launcher.record.events import Event

@@ -19,7 +19,7 @@ from launcher.contract import envnames
 from launcher.backends.base import Backend, TaskHandle
 from launcher.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
                     summary_lines)
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.diagnose import exception_lines, hint
 from launcher.elastic import spare_hosts
 from launcher.errors import AttemptImpossible, LaunchError, exc_text
@@ -33,7 +33,7 @@ from launcher.record.states import AttemptState, Outcome
 from launcher.gpuwatch import GpuWatch
 from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
-from launcher.report import gpu_peak_lines, location_lines, locations, task_table
+from launcher.ui.report import gpu_peak_lines, location_lines, locations, task_table
 from launcher.specmodel import Restart, Spec, Watchdog
 from launcher.standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from launcher.contract import statedir
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import LaunchError, NoRun, SpecError
 from launcher.record.layout import runs_dir, state_dir
 from launcher.record.reader import latest_run

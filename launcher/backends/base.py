@@ -36,7 +36,7 @@ from launcher.plan import Placement, Plan, PlannedTask
 if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
-    from launcher.console import Console
+    from launcher.ui.console import Console
     from launcher.specmodel import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.

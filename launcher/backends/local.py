@@ -31,7 +31,7 @@ from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
 from launcher.backends.childtask import ChildTask
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.console import Console
+    from launcher.ui.console import Console
     from launcher.specmodel import LoadedSpec, Spec
 
 LOCAL_HOST = "localhost"

@@ -29,7 +29,7 @@ from typing import Optional, Sequence, TextIO
 import yaml
 
 from launcher import execution
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import UserError
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir

@@ -8,7 +8,7 @@ Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
   ``progress.parse``; any other line only counts as a sign of life),
 
 so the same view can be driven live by the supervisor or later from a run's record on disk
-(``events.jsonl`` + ``logs/``). The rendering (launcher/liveview.py) only reads ``snapshot()``.
+(``events.jsonl`` + ``logs/``). The rendering (launcher/ui/panel.py) only reads ``snapshot()``.
 """
 
 from __future__ import annotations

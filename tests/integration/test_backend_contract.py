@@ -31,7 +31,7 @@ import yaml
 
 from launcher.backends import RecordedRun, backend_class, backend_names
 from launcher.backends.base import Backend, TaskHandle
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.plan import build_plan, task_keys
 from launcher.record.writer import RunRecord
 from launcher.spec import load_spec

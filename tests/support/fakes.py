@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from launcher.backends.base import Backend, Capabilities, TaskHandle
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.execution import plan_for
 from launcher.record.writer import RunRecord
 from launcher.spec import parse_spec

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 
 from launcher import gpuwatch
-from launcher.liveview import gpu_text, render
+from launcher.ui.panel import gpu_text, render
 from launcher.record.events import Event
 from launcher.record.view import RunView
-from launcher.report import gpu_peak_lines
+from launcher.ui.report import gpu_peak_lines
 
 APPS = "4242, 1234\n4343, 50\n4242, 100\n[Not Supported], 12\n"
 GPUS = "0, 37, 1384, 40960\n1, [N/A], 0, 40960\n"

@@ -11,7 +11,7 @@ import textwrap
 import threading
 
 from launcher.backends.base import Backend
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.discovery import Answer
 from launcher.execution import plan_for
 from launcher.membership import Membership

@@ -8,8 +8,8 @@ import pytest
 
 from rich.console import Console as RichConsole
 
-from launcher import report
-from launcher.liveview import render
+from launcher.ui import report
+from launcher.ui.panel import render
 from launcher.record.view import RunView
 
 T0 = 1000.0

@@ -25,7 +25,7 @@ from launcher import threads
 from launcher.contract import envnames
 from launcher import containergpus as gpus
 from launcher import gpus as plan_gpus
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import LaunchError
 from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.specmodel import LoadedSpec, Spec

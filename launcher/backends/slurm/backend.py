@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from launcher import threads
 from launcher.contract import envnames
 from launcher import gpus as plan_gpus
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.procinfo import group_alive, is_same, kill_group, start_time

@@ -36,7 +36,7 @@ from typing import Mapping, Optional, Sequence
 
 from launcher import gpus
 from launcher.contract import envnames
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import LaunchError, SpecError, exc_text
 from launcher.plan import Placement, Plan, PlannedTask, Slot, build_plan
 from launcher.remote.gpuplace import plural

@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.backends.base import RecordedRun
 from launcher.backends.ssh.commands import down_command
 

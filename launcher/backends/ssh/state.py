@@ -41,7 +41,7 @@ from launcher.remote import statesync as sync_lib
 from launcher.backends.ssh.runner import BadReply, parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.console import Console
+    from launcher.ui.console import Console
     from launcher.specmodel import State
     from launcher.backends.ssh.pool import HostPool
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import yaml
 
 from launcher.bounded import HOST_LINE_BYTES
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.errors import LaunchError
 from launcher.specmodel import LoadedSpec
 from launcher.backends.ssh.commands import q, remote_paths

@@ -9,7 +9,7 @@ once per worker. On a terminal, under the panel, that becomes one line per epoch
 and the strategy once. Heartbeats (steps) are the panel's rows; the other protocol lines become
 short sentences. Any line that is not the protocol -- a user's own script's output, a traceback --
 is passed on as it is. Only the terminal's view changes: the task logs keep every line, and
-``--plain``/pipes keep the prefixed stream (launcher/console.py). Pure: lines in, lines out.
+``--plain``/pipes keep the prefixed stream (launcher/ui/console.py). Pure: lines in, lines out.
 """
 
 from __future__ import annotations
