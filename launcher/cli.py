@@ -24,7 +24,7 @@ from launcher.errors import SpecError, UserError
 from launcher.execution import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
                         standby_line)
 from launcher.plan import COMPACT, Plan, write_full_json
-from launcher.spec import LoadedSpec, load_spec
+from launcher.spec.load import LoadedSpec, load_spec
 DEFAULT_FILE = "cluster.yaml"
 
 
@@ -251,7 +251,7 @@ def _validate_json(args: argparse.Namespace) -> int:
     as on stderr)."""
     out: dict = {"format": JSON_FORMAT, "file": args.spec}
     try:
-        from launcher.discovery import with_discovered
+        from launcher.spec.discovery import with_discovered
         from launcher.shadow import warnings
 
         loaded = with_discovered(load_spec(args.spec))
@@ -279,7 +279,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
 
     loaded = load_spec(args.spec)
     if args.command in ("plan", "validate", "up"):
-        from launcher.discovery import with_discovered
+        from launcher.spec.discovery import with_discovered
 
         loaded = with_discovered(loaded)  # hosts: plus what discovery.command prints now
     if args.command in ("validate", "up") and not getattr(args, "supervise", None):

@@ -32,7 +32,7 @@ from launcher.errors import SpecError
 from launcher.backends import backend_class
 from launcher.outfile import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.plan import Plan, build_plan
-from launcher.specmodel import IMAGE_RE, LoadedSpec, Spec
+from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
 # Where the image keeps state and run files (docker/Dockerfile creates them for its user).

@@ -29,7 +29,7 @@ from launcher.ui.console import Console
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan import Plan
-    from launcher.specmodel import LoadedSpec
+    from launcher.spec.model import LoadedSpec
 
 _MARK = "\x1e"  # starts every line the supervisor sends to the foreground
 _OUT, _ERR, _READY = "O", "E", "R"

@@ -19,7 +19,7 @@ from launcher.record.events import Event
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
 from launcher.record.reader import latest_run, read_launcher
 from launcher.record.states import Outcome
-from launcher.specmodel import LoadedSpec
+from launcher.spec.model import LoadedSpec
 
 
 def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None, timeout: float = 60.0) -> int:

@@ -24,7 +24,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 from launcher.plan import Placement, Plan, Slot, build_plan
 from launcher.record.view import SUSPECT, lost_phrase
-from launcher.specmodel import Spec
+from launcher.spec.model import Spec
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def elastic_enabled(spec: Spec) -> bool:
 
 def options(spec: Spec):
     """The spec's ``elastic:`` block, or its defaults when only spares turned elastic on."""
-    from launcher.specmodel import Elastic
+    from launcher.spec.model import Elastic
 
     return spec.elastic if spec.elastic is not None else Elastic()
 

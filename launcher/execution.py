@@ -24,10 +24,10 @@ from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK
 from launcher.gpus import asked as gpus_asked
 from launcher.plan import Plan, build_plan, redact_env
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
-from launcher.spec import LoadedSpec, load_spec
+from launcher.spec.load import LoadedSpec, load_spec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.spec import Spec
+    from launcher.spec.load import Spec
 
 # The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
 # meaning or goes away (adding a field does not raise it).

@@ -21,7 +21,7 @@ from launcher.record.events import Event
 from launcher.record.view import lost_phrase
 from launcher.record.states import Outcome
 from launcher.record.writer import RunRecord
-from launcher.specmodel import Spec
+from launcher.spec.model import Spec
 
 
 class Membership:
@@ -39,14 +39,14 @@ class Membership:
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
         self.down: list[str] = []  # hosts lost (suspect) in this run and not back (elastic.settle) yet
         self.losses: list[str] = []  # every host loss of the run, in order (elastic.max_host_losses)
-        # Host discovery (launcher/discovery.py): polled in a thread; hosts: entries never vanish.
+        # Host discovery (launcher/spec/discovery.py): polled in a thread; hosts: entries never vanish.
         self.poller = None
         self.static_hosts: set[str] = set()
         self._answers = 0
         self._discovery_problem = ""
         self.vanished: dict[str, str] = {}  # plan hosts gone from discovery's list: their tasks move
         if self.elastic and spec is not None and spec.discovery is not None:
-            from launcher.discovery import Poller
+            from launcher.spec.discovery import Poller
 
             self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
             self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
@@ -200,7 +200,7 @@ class Membership:
         self.backend.use_plan(change.plan)
 
     def _discovered(self) -> bool:
-        """While an attempt runs: the discovery command's newest answer (launcher/discovery.py).
+        """While an attempt runs: the discovery command's newest answer (launcher/spec/discovery.py).
         A failed one keeps the last good list and says why in one line (once per reason). New
         hosts are added and watched until they answer for elastic.settle s (then usable, as a
         lost host that came back). Hosts gone from the list are dropped; if the plan uses one,

@@ -19,7 +19,7 @@ from launcher import gpus, threads
 from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.gpus import NO_GPU, TaskGpus
-from launcher.specmodel import TASK_TYPES, Host, Spec, Tpu
+from launcher.spec.model import TASK_TYPES, Host, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")

@@ -25,7 +25,7 @@ from launcher.record.feed import RecordFeed
 from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
 from launcher.record.reader import find_run, read_events, runs_root
 from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, list_runs, load_run
-from launcher.specmodel import LoadedSpec
+from launcher.spec.model import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run
 

@@ -26,7 +26,7 @@ from launcher.plan import PlannedTask
 from launcher.record.events import Event
 from launcher.record.writer import RunRecord
 from launcher.shadow import module_of
-from launcher.specmodel import Restart
+from launcher.spec.model import Restart
 
 MARK = "tfcluster-standby"
 PROMOTED = MARK + " promoted"

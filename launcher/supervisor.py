@@ -34,7 +34,7 @@ from launcher.gpuwatch import GpuWatch
 from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
 from launcher.ui.report import gpu_peak_lines, location_lines, locations, task_table
-from launcher.specmodel import Restart, Spec, Watchdog
+from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
 
 INTERRUPTED = AttemptState.INTERRUPTED

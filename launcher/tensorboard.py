@@ -23,7 +23,7 @@ from launcher.ui.console import Console
 from launcher.errors import LaunchError, NoRun, SpecError
 from launcher.record.layout import runs_dir, state_dir
 from launcher.record.reader import latest_run
-from launcher.specmodel import LoadedSpec
+from launcher.spec.model import LoadedSpec
 
 STOP_TIMEOUT = 10.0  # seconds TensorBoard gets to exit after Ctrl-C before it is killed
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
     from launcher.ui.console import Console
-    from launcher.specmodel import LoadedSpec, Spec
+    from launcher.spec.model import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
 LineSink = Callable[[str, str], None]

@@ -32,7 +32,7 @@ from launcher.backends.childtask import ChildTask
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.ui.console import Console
-    from launcher.specmodel import LoadedSpec, Spec
+    from launcher.spec.model import LoadedSpec, Spec
 
 LOCAL_HOST = "localhost"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from launcher.contract import envnames
-from launcher.specmodel import SINGLE_HOST_STRATEGIES, STRATEGIES
+from launcher.spec.model import SINGLE_HOST_STRATEGIES, STRATEGIES
 
 # Strategies that run several replicas in one task: on a machine without GPUs, on logical CPUs.
 CPU_REPLICA_STRATEGIES = ("mirrored", "central_storage")

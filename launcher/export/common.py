@@ -20,7 +20,7 @@ from launcher.remote import gpuplace
 from launcher.compose import STATE_DIR, docker_plan
 from launcher.errors import SpecError
 from launcher.plan import Plan
-from launcher.specmodel import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of
+from launcher.spec.model import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
 # Top-level spec keys export reads, or that only concern tfcluster on this machine (run_dir,

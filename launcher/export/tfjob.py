@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from launcher.specmodel import TASK_TYPES, LoadedSpec, Spec
+from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.export.common import (DEFAULT_PERMANENT, comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env,
                      type_gpus)
 from launcher.export.validate import CONTAINER_NAME, PORT_NAME, TFJOB_API_VERSION

@@ -13,7 +13,7 @@ from typing import Optional
 
 from launcher.errors import SpecError
 from launcher.outfile import MARKER, check_overwritable, resolve_output, write_atomic
-from launcher.specmodel import LoadedSpec
+from launcher.spec.model import LoadedSpec
 from launcher.export.common import SpecWhere, check_image, default_output, inexpressible
 from launcher.export.tfjob import render_tfjob, tfjob_dict
 from launcher.export.validate import DNS1035_RE, aiplatform_types, validate_custom_job, validate_tfjob, validate_vertex_spec

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.specmodel import LoadedSpec
+    from launcher.spec.model import LoadedSpec
 
 PLAN_FILE = "plan.json"
 EVENTS_FILE = "events.jsonl"

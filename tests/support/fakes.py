@@ -16,7 +16,7 @@ from launcher.backends.base import Backend, Capabilities, TaskHandle
 from launcher.ui.console import Console
 from launcher.execution import plan_for
 from launcher.record.writer import RunRecord
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 from launcher.supervisor import Supervisor
 
 

@@ -12,12 +12,12 @@ import threading
 
 from launcher.backends.base import Backend
 from launcher.ui.console import Console
-from launcher.discovery import Answer
+from launcher.spec.discovery import Answer
 from launcher.execution import plan_for
 from launcher.membership import Membership
 from launcher.record.writer import RunRecord
-from launcher.spec import parse_spec
-from launcher.specmodel import Host
+from launcher.spec.load import parse_spec
+from launcher.spec.model import Host
 from tests.support.fakes import ScriptedBackend
 
 SPEC = """\

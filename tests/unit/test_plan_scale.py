@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.execution import plan_for
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 from tests.unit.plan_goldens_specs import SPECS
 
 GOLDENS = json.loads((Path(__file__).parent / "data" / "plan_goldens.json").read_text())

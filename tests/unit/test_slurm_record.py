@@ -15,7 +15,7 @@ from launcher.backends.slurm.backend import SlurmBackend
 from launcher.ui.console import Console
 from launcher.execution import plan_for
 from launcher.record.writer import RunRecord
-from launcher.spec import LoadedSpec, parse_spec
+from launcher.spec.load import LoadedSpec, parse_spec
 
 SPEC = """\
 name: demo

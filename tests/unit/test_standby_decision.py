@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.specmodel import Restart
+from launcher.spec.model import Restart
 from launcher.standby import decide, is_reference_worker
 
 WORKER = ["python", "-m", "worker", "--epochs", "2"]

@@ -19,7 +19,7 @@ from launcher.errors import SpecError
 from launcher.execution import plan_for, render_plan
 from launcher.plan import Placement, Slot, build_plan, task_keys
 from launcher.remote import taskwrap_path
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 
 NAMES = threads.NAMES
 

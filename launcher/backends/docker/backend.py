@@ -28,7 +28,7 @@ from launcher import gpus as plan_gpus
 from launcher.ui.console import Console
 from launcher.errors import LaunchError
 from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.specmodel import LoadedSpec, Spec
+from launcher.spec.model import LoadedSpec, Spec
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from launcher.backends.docker.options import DockerOptions
 

@@ -39,7 +39,7 @@ from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.procinfo import group_alive, is_same, kill_group, start_time
 from launcher.record.events import Event
 from launcher.remote import gpuplace, taskwrap_path
-from launcher.specmodel import LoadedSpec, Spec
+from launcher.spec.model import LoadedSpec, Spec
 from launcher.backends.slurm import alloc
 from launcher.backends.slurm import gpus
 from launcher.backends.slurm import cli

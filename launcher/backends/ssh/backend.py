@@ -41,7 +41,7 @@ from launcher.errors import LaunchError, SpecError, exc_text
 from launcher.plan import Placement, Plan, PlannedTask, Slot, build_plan
 from launcher.remote.gpuplace import plural
 from launcher.record.events import Event
-from launcher.specmodel import TASK_TYPES, Host, LoadedSpec, Spec
+from launcher.spec.model import TASK_TYPES, Host, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down, probe as ssh_probe, sync as ssh_sync
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from launcher.backends.ssh.commands import env_block, port_check_command, promote_command, remote_paths, task_command, wrap_args

@@ -29,7 +29,7 @@ from fabric import Config, Connection
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 from launcher.errors import exc_text
-from launcher.specmodel import Host
+from launcher.spec.model import Host
 from launcher.backends.ssh.options import SSHOptions
 
 _KH_LOCK = threading.Lock()

@@ -8,7 +8,7 @@ import threading
 from typing import Optional
 
 from launcher.plan import PlannedTask
-from launcher.specmodel import Host
+from launcher.spec.model import Host
 from launcher.backends.ssh.options import SSHOptions
 
 

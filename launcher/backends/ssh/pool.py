@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from launcher.specmodel import Host
+from launcher.spec.model import Host
 from launcher.backends.ssh.heartbeat import Heartbeat
 from launcher.backends.ssh.host import HostState, close_quietly
 from launcher.backends.ssh.lease import Lease

@@ -42,7 +42,7 @@ from launcher.backends.ssh.runner import BadReply, parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.ui.console import Console
-    from launcher.specmodel import State
+    from launcher.spec.model import State
     from launcher.backends.ssh.pool import HostPool
 
 # Seconds without progress on a copy channel = that host's copy failed (a cut link): twice

@@ -21,7 +21,7 @@ import yaml
 from launcher.bounded import HOST_LINE_BYTES
 from launcher.ui.console import Console
 from launcher.errors import LaunchError
-from launcher.specmodel import LoadedSpec
+from launcher.spec.model import LoadedSpec
 from launcher.backends.ssh.commands import q, remote_paths
 
 if TYPE_CHECKING:

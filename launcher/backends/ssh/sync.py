@@ -14,7 +14,7 @@ from launcher.record.layout import runs_dir
 from launcher.backends.ssh.commands import setup_command, sync_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.specmodel import LoadedSpec
+    from launcher.spec.model import LoadedSpec
     from launcher.backends.ssh.pool import HostPool
 
 _SYNC_EXCLUDE = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv", "venv", "node_modules"}

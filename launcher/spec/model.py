@@ -1,7 +1,7 @@
 """The cluster spec's models (cluster.yaml as frozen pydantic values) and where a field sits in the YAML.
 
 A leaf: it imports nothing from the rest of tfcluster. The backends import it for their options
-blocks (``OptionsModel``) and for ``Spec``/``Host``; the loader (launcher/spec.py), above the
+blocks (``OptionsModel``) and for ``Spec``/``Host``; the loader (launcher/spec/load.py), above the
 backends, composes the options blocks into the Spec class and runs the backend rules.
 """
 
@@ -181,7 +181,7 @@ class Elastic(OptionsModel):
 
 
 class Discovery(OptionsModel):
-    """``discovery:`` -- a command that prints the hosts that exist now (launcher/discovery.py),
+    """``discovery:`` -- a command that prints the hosts that exist now (launcher/spec/discovery.py),
     run when tfcluster plans and every ``every`` seconds during a run."""
 
     command: str = Field(min_length=1)
@@ -321,11 +321,11 @@ class State(OptionsModel):
 class Spec(OptionsModel):
     """The generic part of cluster.yaml. Each registered backend adds its own options block as a
     field (``spec.ssh``, ``spec.docker``, ...), and export its ``kubernetes:``/``vertex:`` blocks: the
-    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec.py, the loader)."""
+    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec/load.py, the loader)."""
 
     name: str
     strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
-    # A name in launcher.backends.REGISTRY (the loader, launcher/spec.py, checks it).
+    # A name in launcher.backends.REGISTRY (the loader, launcher/spec/load.py, checks it).
     backend: str = "local"
     entrypoint: Union[str, tuple[str, ...]]
     hosts: tuple[Host, ...] = ()
@@ -335,7 +335,7 @@ class Spec(OptionsModel):
     restart: Restart = Restart()
     # None: not asked for; membership changes are still handled when hosts: lists spares.
     elastic: Optional[Elastic] = None
-    # Hosts found by a command (in addition to hosts:); launcher/discovery.py.
+    # Hosts found by a command (in addition to hosts:); launcher/spec/discovery.py.
     discovery: Optional[Discovery] = None
     watchdog: Watchdog = Watchdog()
     state: State = State()
