@@ -13,8 +13,8 @@ from launcher.ui.noise import is_noise
 from launcher.policy import Attempt, describe_exit, hang_watched, silent_by_design
 
 if TYPE_CHECKING:
-    from launcher.elastic import Replan
-    from launcher.plan import Plan
+    from launcher.plan.elastic import Replan
+    from launcher.plan.build import Plan
     from launcher.record.view import HostChange
 
 TAIL = 15  # lines of a task's output shown in failure reports

@@ -23,7 +23,7 @@ from launcher.ui.console import Console
 from launcher.errors import SpecError, UserError
 from launcher.execution import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
                         standby_line)
-from launcher.plan import COMPACT, Plan, write_full_json
+from launcher.plan.build import COMPACT, Plan, write_full_json
 from launcher.spec.load import LoadedSpec, load_spec
 DEFAULT_FILE = "cluster.yaml"
 

@@ -27,11 +27,11 @@ import yaml
 
 from launcher.contract import envnames
 from launcher import containergpus as docker_gpus
-from launcher import gpus as plan_gpus
+from launcher.plan import gpus as plan_gpus
 from launcher.errors import SpecError
 from launcher.backends import backend_class
 from launcher.outfile import MARKER, check_overwritable, resolve_output, write_atomic
-from launcher.plan import Plan, build_plan
+from launcher.plan.build import Plan, build_plan
 from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
@@ -112,7 +112,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
         gpu = made[task.key]
         env = dict(gpu.env)
         env.pop(envnames.THREADS, None)  # threads: auto: made when a backend starts the task; compose does not
-        env.pop(envnames.GPUS, None)  # likewise a GPU request (launcher/gpus.py) nothing here would complete
+        env.pop(envnames.GPUS, None)  # likewise a GPU request (launcher/plan/gpus.py) nothing here would complete
         env.update(
             {
                 envnames.STATE_DIR: STATE_DIR,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from launcher.ui.console import Console
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.plan import Plan
+    from launcher.plan.build import Plan
     from launcher.spec.model import LoadedSpec
 
 _MARK = "\x1e"  # starts every line the supervisor sends to the foreground

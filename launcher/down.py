@@ -13,7 +13,7 @@ from typing import Optional
 from launcher.backends import RecordedRun, backend_class
 from launcher.ui.console import Console
 from launcher.errors import NoRun
-from launcher.plan import Plan
+from launcher.plan.build import Plan
 from launcher.procinfo import is_same, wait_gone
 from launcher.record.events import Event
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir

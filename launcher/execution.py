@@ -21,8 +21,8 @@ from launcher.bounded import escape
 from launcher.ui.console import Console
 from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
                      EXIT_USAGE, LaunchError)
-from launcher.gpus import asked as gpus_asked
-from launcher.plan import Plan, build_plan, redact_env
+from launcher.plan.gpus import asked as gpus_asked
+from launcher.plan.build import Plan, build_plan, redact_env
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.spec.load import LoadedSpec, load_spec
 
@@ -56,7 +56,7 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
 
 def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "") -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
-    task uses, where a lost host's tasks move (launcher/elastic.py)."""
+    task uses, where a lost host's tasks move (launcher/plan/elastic.py)."""
     gpu_column = show_gpus(plan)
     rows = [("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")]
     joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
@@ -115,7 +115,7 @@ def standby_line(spec, plan: Plan) -> str:
 def spares_of(spec) -> list[str]:
     """The spare hosts ``plan`` and ``up --dry-run`` show: on backends that move tasks only."""
     from launcher.backends import backend_class
-    from launcher.elastic import spare_hosts
+    from launcher.plan.elastic import spare_hosts
 
     return spare_hosts(spec, ()) if backend_class(spec.backend).capabilities.elastic else []
 

@@ -1,4 +1,4 @@
-"""Elastic host membership (launcher/elastic.py says what changes, pure; this applies it): which
+"""Elastic host membership (launcher/plan/elastic.py says what changes, pure; this applies it): which
 hosts a run uses and when that changes. A failed attempt's lost hosts move to spares; lost hosts
 that answer again make a shrunk group grow; discovery.command's answers add and drop hosts; a
 parameter_server worker whose host is lost may be left out. The run's current plan lives here.
@@ -14,9 +14,9 @@ from typing import Callable, Mapping, Optional, Sequence
 from launcher.backends.base import Backend
 from launcher.bounded import listing
 from launcher.ui.console import Console
-from launcher.elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
+from launcher.plan.elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
                       too_many_losses)
-from launcher.plan import Plan
+from launcher.plan.build import Plan
 from launcher.record.events import Event
 from launcher.record.view import lost_phrase
 from launcher.record.states import Outcome
@@ -31,7 +31,7 @@ class Membership:
         """``finish(code, outcome, reason=...)``: end the run (the supervisor's final report), its
         exit code returned."""
         self.plan = plan
-        # Hosts that come and go (launcher/elastic.py): on when the spec asks for it or lists
+        # Hosts that come and go (launcher/plan/elastic.py): on when the spec asks for it or lists
         # spare hosts, and the backend can tell which hosts are lost.
         self.spec = spec
         self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)

@@ -22,7 +22,7 @@ from launcher.contract import envnames
 from launcher.backends.base import Backend, TaskHandle
 from launcher.ui.console import Console
 from launcher.errors import LaunchError
-from launcher.plan import PlannedTask
+from launcher.plan.build import PlannedTask
 from launcher.record.events import Event
 from launcher.record.writer import RunRecord
 from launcher.shadow import module_of
@@ -73,7 +73,7 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
 def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
     """``tfcluster plan``'s line on warm standby: on or off, and why."""
     from launcher.backends import backend_class
-    from launcher.elastic import elastic_enabled
+    from launcher.plan.elastic import elastic_enabled
 
     cls = backend_class(spec.backend)
     _, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,

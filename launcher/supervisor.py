@@ -21,10 +21,10 @@ from launcher.blame import (TAIL, also_failed_line, blame_exit, consequence_line
                     summary_lines)
 from launcher.ui.console import Console
 from launcher.diagnose import exception_lines, hint
-from launcher.elastic import spare_hosts
+from launcher.plan.elastic import spare_hosts
 from launcher.errors import AttemptImpossible, LaunchError, exc_text
 from launcher.membership import Membership
-from launcher.plan import Plan
+from launcher.plan.build import Plan
 from launcher.policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
 from launcher.record.events import Event

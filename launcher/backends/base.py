@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-from launcher.plan import Placement, Plan, PlannedTask
+from launcher.plan.build import Placement, Plan, PlannedTask
 
 if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
@@ -99,7 +99,7 @@ class Capabilities:
     # and `up --dry-run` then show the placeholders and say so.
     static_placement: bool = True
     # lost_hosts() tells which hosts of a failed attempt are gone, so their tasks can move to a
-    # spare host (launcher/elastic.py); the spec refuses elastic: on backends without it.
+    # spare host (launcher/plan/elastic.py); the spec refuses elastic: on backends without it.
     elastic: bool = False
 
 
@@ -258,7 +258,7 @@ class Backend(abc.ABC):
         from now on usable like those of ``hosts:``."""
 
     def use_plan(self, plan: Plan) -> None:
-        """The supervisor moved tasks to other hosts (launcher/elastic.py): the plan the next
+        """The supervisor moved tasks to other hosts (launcher/plan/elastic.py): the plan the next
         attempts run. E.g. the ssh backend's state copy then targets the new hosts."""
 
     def prepare_attempt(self, number: int) -> None:

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Optional
 
-from launcher.plan import PlannedTask
+from launcher.plan.build import PlannedTask
 from launcher.backends.base import LineSink, TaskHandle, normalize_exit
 
 # After the leader is reaped its pgid could in theory be reused; only signal it shortly after.

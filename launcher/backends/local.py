@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from launcher.contract import envnames
 from launcher.errors import LaunchError
-from launcher.gpus import local_gpus, placement_off, take_of
-from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys
+from launcher.plan.gpus import local_gpus, placement_off, take_of
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.procinfo import group_alive, is_same, kill_group, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
-from launcher.threads import local_cores
+from launcher.plan.threads import local_cores
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
 from launcher.backends.childtask import ChildTask
 

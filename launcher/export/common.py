@@ -15,11 +15,11 @@ from typing import Any, Optional
 import yaml
 
 from launcher.contract import envnames
-from launcher import gpus
+from launcher.plan import gpus
 from launcher.remote import gpuplace
 from launcher.compose import STATE_DIR, docker_plan
 from launcher.errors import SpecError
-from launcher.plan import Plan
+from launcher.plan.build import Plan
 from launcher.spec.model import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from launcher.gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
+from launcher.plan.gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
 from launcher.policy import describe_exit
 from launcher.procinfo import group_alive, is_same
 from launcher.errors import exc_text

@@ -113,7 +113,7 @@ def suspect_lines(view: "RunView") -> list[str]:
 
 @dataclass
 class HostChange:
-    """One membership change (a ``replan`` event, launcher/elastic.py), and where the group
+    """One membership change (a ``replan`` event, launcher/plan/elastic.py), and where the group
     resumed after it: the last global step any task reached before, the first one after."""
 
     at: Optional[float]

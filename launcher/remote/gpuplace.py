@@ -1,6 +1,6 @@
 """Which of its host's GPUs a task gets: the arithmetic, in one place, stdlib only.
 
-The plan (launcher/gpus.py) runs it where it knows a host's GPUs (the local backend, from
+The plan (launcher/plan/gpus.py) runs it where it knows a host's GPUs (the local backend, from
 ``nvidia-smi -L`` at plan time); elsewhere the plan gives each GPU task a request (the
 ``TFCLUSTER_GPUS`` marker, ``format_request``) and the task wrapper (taskwrap.py ``--gpus VAR``,
 uploaded next to this file) completes it on the host with the indices ``nvidia-smi -L`` lists

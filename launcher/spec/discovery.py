@@ -5,7 +5,7 @@ A command run on the launcher's machine prints the hosts that exist now, in the 
 10.0.0.2}``), or plain lines ``name address [ssh-target]`` (``#`` starts a comment). tfcluster
 runs it when it plans (``plan``, ``validate``, ``up``) and, during a run, every ``every``
 seconds: hosts that appear are new spares (or a shrunk group's grow targets, once they answer
-for ``elastic.settle`` s), hosts that vanish are lost (launcher/elastic.py).
+for ``elastic.settle`` s), hosts that vanish are lost (launcher/plan/elastic.py).
 
 A command that fails, hangs past ``timeout`` or prints something that is not a host list keeps
 the last good list and says why in one line; it never stops a running group. At the start,

@@ -79,7 +79,7 @@ class TaskGroup(OptionsModel):
     count: int = Field(ge=0, strict=True)
     hosts: Optional[tuple[str, ...]] = None
     ports: Optional[tuple[int, ...]] = None
-    # Elastic runs (launcher/elastic.py): with no spare host left, the group may go on with fewer
+    # Elastic runs (launcher/plan/elastic.py): with no spare host left, the group may go on with fewer
     # workers, never below min. None: every worker is needed.
     min: Optional[int] = Field(default=None, ge=1, strict=True)
     # GPUs each task of this group gets, overriding devices.gpus_per_task and the role's default
@@ -159,7 +159,7 @@ class Restart(OptionsModel):
 
 
 class Elastic(OptionsModel):
-    """``elastic:`` -- hosts that come and go (launcher/elastic.py): a host whose task's SSH session
+    """``elastic:`` -- hosts that come and go (launcher/plan/elastic.py): a host whose task's SSH session
     or connection was lost is *suspect* until it has answered for ``settle`` seconds without a
     break; its tasks move onto a spare host at once (one listed under ``hosts:`` that no task
     uses), or the group shrinks to ``tasks.worker.min``, or (neither) waits up to ``host_wait``
@@ -203,9 +203,9 @@ class Watchdog(OptionsModel):
 class Devices(OptionsModel):
     """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (which of a host's GPUs the
     run may use), ``gpus_per_task: auto | N | all`` and ``gpu_memory: auto | growth | all | MiB``
-    (each GPU task's share and its memory setting: launcher/gpus.py), ``cpus: N`` (N logical CPU
+    (each GPU task's share and its memory setting: launcher/plan/gpus.py), ``cpus: N`` (N logical CPU
     devices, so mirrored/central_storage run N replicas without GPUs); ``threads: auto | N | 0``
-    (each task's TF/OpenMP thread budget: launcher/threads.py)."""
+    (each task's TF/OpenMP thread budget: launcher/plan/threads.py)."""
 
     gpus: Any = "all"
     gpus_per_task: Any = "auto"

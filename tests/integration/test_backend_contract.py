@@ -32,7 +32,7 @@ import yaml
 from launcher.backends import RecordedRun, backend_class, backend_names
 from launcher.backends.base import Backend, TaskHandle
 from launcher.ui.console import Console
-from launcher.plan import build_plan, task_keys
+from launcher.plan.build import build_plan, task_keys
 from launcher.record.writer import RunRecord
 from launcher.spec.load import load_spec
 from tests.support.ports import free_base

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from launcher.threads import INTEROP_MIN, local_cores, shares
+from launcher.plan.threads import INTEROP_MIN, local_cores, shares
 from tests.integration.tfrun import ROOT, up
 from tests.support.ports import free_base
 

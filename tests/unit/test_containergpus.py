@@ -9,7 +9,7 @@ import pytest
 
 from launcher import containergpus
 from launcher.backends.docker.backend import DockerBackend
-from launcher.plan import build_plan
+from launcher.plan.build import build_plan
 from launcher.spec.load import load_spec, parse_spec
 from tests.support.errors import spec_errors
 

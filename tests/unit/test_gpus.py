@@ -1,4 +1,4 @@
-"""GPU placement (launcher/gpus.py, launcher/remote/gpuplace.py): each task's GPUs from its place on
+"""GPU placement (launcher/plan/gpus.py, launcher/remote/gpuplace.py): each task's GPUs from its place on
 its host, the roles without GPUs, sharing with memory growth, the one-line refusals, what ``plan``
 shows, and the fake nvidia-smi's formats."""
 
@@ -9,11 +9,11 @@ import textwrap
 
 import pytest
 
-from launcher import gpus
+from launcher.plan import gpus
 from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.execution import render_plan
-from launcher.plan import Placement, Slot, build_plan, task_keys
+from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import gpuplace
 from launcher.spec.load import parse_spec
 from tests.support.errors import one_error

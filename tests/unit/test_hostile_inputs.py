@@ -257,7 +257,7 @@ def test_a_task_output_line_of_100_mb_is_shown_in_pieces_and_memory_stays_bounde
 
     from launcher.backends.ssh.task import SSHTask
     from launcher.bounded import HOST_LINE_BYTES
-    from launcher.plan import PlannedTask
+    from launcher.plan.build import PlannedTask
 
     class Chan:
         def __init__(self) -> None:

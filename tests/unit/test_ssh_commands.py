@@ -215,7 +215,7 @@ class FakeChannel:
 
 
 def _handle(backend, host, slug):
-    from launcher.plan import PlannedTask
+    from launcher.plan.build import PlannedTask
 
     task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, command=("x",))
     h = ssh_task.SSHTask.__new__(ssh_task.SSHTask)

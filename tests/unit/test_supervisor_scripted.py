@@ -211,7 +211,7 @@ def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
     assert len(of(events, "restart")) == (1 if retried else 0)
 
 
-# ---------------------------------------------------------------- hosts that come and go (launcher/elastic.py)
+# ---------------------------------------------------------------- hosts that come and go (launcher/plan/elastic.py)
 
 
 class LosingBackend(ScriptedBackend):

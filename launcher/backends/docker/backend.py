@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from launcher import threads
+from launcher.plan import threads
 from launcher.contract import envnames
 from launcher import containergpus as gpus
-from launcher import gpus as plan_gpus
+from launcher.plan import gpus as plan_gpus
 from launcher.ui.console import Console
 from launcher.errors import LaunchError
-from launcher.plan import Placement, Plan, PlannedTask, Slot, task_keys
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.spec.model import LoadedSpec, Spec
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from launcher.backends.docker.options import DockerOptions

@@ -34,11 +34,11 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from launcher import gpus
+from launcher.plan import gpus
 from launcher.contract import envnames
 from launcher.ui.console import Console
 from launcher.errors import LaunchError, SpecError, exc_text
-from launcher.plan import Placement, Plan, PlannedTask, Slot, build_plan
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot, build_plan
 from launcher.remote.gpuplace import plural
 from launcher.record.events import Event
 from launcher.spec.model import TASK_TYPES, Host, LoadedSpec, Spec

@@ -7,7 +7,7 @@ import posixpath
 import threading
 from typing import Optional
 
-from launcher.plan import PlannedTask
+from launcher.plan.build import PlannedTask
 from launcher.spec.model import Host
 from launcher.backends.ssh.options import SSHOptions
 

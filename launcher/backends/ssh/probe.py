@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from launcher import gpus
+from launcher.plan import gpus
 from launcher.errors import LaunchError, exc_text
-from launcher.plan import Plan
+from launcher.plan.build import Plan
 from launcher.remote import source as remote_source
 from launcher.backends.ssh.commands import agent_command, probe_deadline
 from launcher.backends.ssh.pairs import host_targets

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Optional
 from launcher.contract import statedir
 from launcher.bounded import HOST_LINE_BYTES, escape
 from launcher.errors import LaunchError, exc_text
-from launcher.plan import Plan
+from launcher.plan.build import Plan
 from launcher.record.events import Event
 from launcher.remote import source as remote_source
 from launcher.remote import statesync as sync_lib

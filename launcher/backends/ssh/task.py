@@ -9,7 +9,7 @@ import time
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from launcher.bounded import HOST_LINE_BYTES
-from launcher.plan import PlannedTask
+from launcher.plan.build import PlannedTask
 from launcher.remote.gpuplace import parse_figures_line, parse_given_line
 from launcher.remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from launcher.backends.base import LineSink, TaskHandle

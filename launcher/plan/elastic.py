@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
-from launcher.plan import Placement, Plan, Slot, build_plan
+from launcher.plan.build import Placement, Plan, Slot, build_plan
 from launcher.record.view import SUSPECT, lost_phrase
 from launcher.spec.model import Spec
 
