@@ -7,7 +7,7 @@ one at a time, which MultiWorkerMirroredStrategy cannot recover from; ``tfcluste
 ``backend: docker`` applies the group restart policy instead.
 
 GPUs: each service that uses GPUs reserves its share of this machine's GPUs (``nvidia-smi -L``
-here; the docker backend's arithmetic, launcher/backends/docker/gpus.py) as
+here; the docker backend's arithmetic, launcher/plan/containergpus.py) as
 ``deploy.resources.reservations.devices`` (driver nvidia, ``device_ids``, capability gpu) and gets
 ``shm_size`` (docker.shm_size; 1g with GPUs). On a machine without GPUs, ``gpus_per_task: N``
 services get ids 0.. as if the host had what they need, and auto ones none (the header says so).
@@ -26,7 +26,7 @@ from typing import Any, Optional
 import yaml
 
 from launcher.contract import envnames
-from launcher import containergpus as docker_gpus
+from launcher.plan import containergpus as docker_gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.errors import SpecError
 from launcher.backends import backend_class

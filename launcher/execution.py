@@ -86,7 +86,7 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
     if plan.gpus:
         out.append(plan.gpus)
     if standby:
-        out.append(standby)  # launcher/standby.py's plan_line
+        out.append(standby)  # launcher/supervise/standby.py's plan_line
     if plan.tasks:
         common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
         for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
@@ -107,7 +107,7 @@ def show_gpus(plan: Plan) -> bool:
 
 
 def standby_line(spec, plan: Plan) -> str:
-    from launcher.standby import plan_line
+    from launcher.supervise.standby import plan_line
 
     return plan_line(spec, plan.tasks)
 
@@ -154,7 +154,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     configuration through here too; ``on_record`` gets the run record once it exists)."""
     from launcher.backends import backend_class
     from launcher.record.writer import RunRecord
-    from launcher.supervisor import Supervisor
+    from launcher.supervise.loop import Supervisor
 
     spec = loaded.spec
     record = RunRecord(runs_dir(loaded), plan, run_id=run_id, on_problem=console.error)

@@ -76,7 +76,7 @@ class TaskHandle(abc.ABC):
     def session_lost(self) -> Optional[float]:
         """When (time.time()) the task's session with its host was lost (a dropped connection, a
         lease run out): the exit code was made up, the task did not exit on its own. Such an exit
-        is the infrastructure's, not the training's (launcher/membership.py). None: it exited by
+        is the infrastructure's, not the training's (launcher/supervise/membership.py). None: it exited by
         itself, or still runs."""
         return None
 
@@ -211,7 +211,7 @@ class Backend(abc.ABC):
 
     def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
         """Available memory in bytes per host (MemAvailable), for those it could tell; the warm
-        standby is left off on a host short of it (launcher/standby.py). Default: none known."""
+        standby is left off on a host short of it (launcher/supervise/standby.py). Default: none known."""
         return {}
 
     def port_open(self, task: PlannedTask) -> bool:

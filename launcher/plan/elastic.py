@@ -1,6 +1,6 @@
 """Elastic membership (issue 20): spare hosts, and the plan after a host is lost.
 
-Pure: no I/O. After a failed attempt the supervisor (launcher/membership.py) takes as lost the
+Pure: no I/O. After a failed attempt the supervisor (launcher/supervise/membership.py) takes as lost the
 hosts whose tasks' sessions were lost (``TaskHandle.session_lost``) and those that do not answer
 (``Backend.lost_hosts``); each is *suspect* (:func:`suspect_how`) until it has answered for
 ``elastic.settle`` s without a break. It asks :func:`replace_lost` for the next plan. A lost

@@ -173,7 +173,7 @@ def host_gpus(timeout=10.0):
     return parse_list(proc.stdout.decode("utf-8", "replace"))
 
 
-# What a task's GPUs hold and how busy they are (launcher/gpuwatch.py samples the local tasks, the
+# What a task's GPUs hold and how busy they are (launcher/supervise/gpuwatch.py samples the local tasks, the
 # task wrapper, ``--gpu-watch``, its own task on an ssh host): the queries and their parsing.
 APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
 GPUS_QUERY = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",

@@ -134,7 +134,7 @@ class Ports(OptionsModel):
 
 
 class Restart(OptionsModel):
-    """How the supervisor reacts to failures (see launcher.policy)."""
+    """How the supervisor reacts to failures (see launcher.supervise.policy)."""
 
     max_restarts: int = Field(default=0, ge=0, strict=True)
     # Seconds to wait before relaunch attempt n: backoff * 2**(n-1), capped at max_backoff.
@@ -144,7 +144,7 @@ class Restart(OptionsModel):
     # codes outside this list are retryable, like Kubeflow's ExitCode policy.
     permanent_exit_codes: tuple[int, ...] = tuple(range(1, 128))
     # Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and
-    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them (launcher/standby.py). auto: on
+    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them (launcher/supervise/standby.py). auto: on
     # where it is safe (a backend that can, restarts allowed, tfcluster's worker as entrypoint);
     # true: also for an entrypoint of one's own that honours TFCLUSTER_STANDBY.
     warm_standby: Any = "auto"

@@ -17,7 +17,7 @@ from launcher.ui.console import Console
 from launcher.execution import plan_for
 from launcher.record.writer import RunRecord
 from launcher.spec.load import parse_spec
-from launcher.supervisor import Supervisor
+from launcher.supervise.loop import Supervisor
 
 
 @dataclass(frozen=True)

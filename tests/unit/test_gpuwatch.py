@@ -1,4 +1,4 @@
-"""Each task's GPU memory and utilisation (launcher/gpuwatch.py): nvidia-smi's csv as NVIDIA
+"""Each task's GPU memory and utilisation (launcher/supervise/gpuwatch.py): nvidia-smi's csv as NVIDIA
 documents it, matched to the tasks' processes; the view, the live panel, status and the final
 report show the figures and the peak."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from launcher import gpuwatch
+from launcher.supervise import gpuwatch
 from launcher.ui.panel import gpu_text, render
 from launcher.record.events import Event
 from launcher.record.view import RunView

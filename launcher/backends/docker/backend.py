@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 
 from launcher.plan import threads
 from launcher.contract import envnames
-from launcher import containergpus as gpus
+from launcher.plan import containergpus as gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.ui.console import Console
 from launcher.errors import LaunchError

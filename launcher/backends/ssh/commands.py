@@ -21,7 +21,7 @@ def q(value: str) -> str:
 
 
 # Seconds between the task wrapper's samples of its task's GPU figures (taskwrap.py --gpu-watch;
-# the local backend's watch samples as often: launcher/gpuwatch.py).
+# the local backend's watch samples as often: launcher/supervise/gpuwatch.py).
 GPU_WATCH = 5.0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import containergpus as docker_gpus
+from launcher.plan import containergpus as docker_gpus
 from launcher.backends.docker.backend import DockerBackend
 from launcher.plan.build import build_plan
 from launcher.spec.load import load_spec
