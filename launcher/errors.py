@@ -6,7 +6,7 @@ escaping to the top is a bug in tfcluster and is shown with its traceback.
 
 from __future__ import annotations
 
-# Every exit code of the ``tfcluster`` command, defined here once (launcher/execution.py re-exports them).
+# Every exit code of the ``tfcluster`` command, defined here once (launcher/app/up.py re-exports them).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
 EXIT_NO_RUN = 4  # status/logs/attach/down/runs/tensorboard: no such run, or no run record at all

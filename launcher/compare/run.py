@@ -28,7 +28,7 @@ from typing import Optional, Sequence, TextIO
 
 import yaml
 
-from launcher import execution
+from launcher.app import up as execution
 from launcher.ui.console import Console
 from launcher.errors import UserError
 from launcher.contract.progress import parse

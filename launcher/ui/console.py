@@ -14,7 +14,7 @@ every write then fails (EIO; EPIPE for a closed pipe). Nothing written here ever
 first failure, or ``follow``'s check that the terminal is still there, marks the stream lost,
 points its descriptor at /dev/null (so that any other writer -- a thread's traceback, Python's
 last flush at exit -- goes nowhere too, silently) and tells ``follow``'s callback once, which
-stops the run as Ctrl-C does (launcher/execution.py).
+stops the run as Ctrl-C does (launcher/app/up.py).
 """
 
 from __future__ import annotations

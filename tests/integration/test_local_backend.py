@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec

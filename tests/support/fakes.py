@@ -14,7 +14,7 @@ from typing import Mapping, Optional
 
 from launcher.backends.base import Backend, Capabilities, TaskHandle
 from launcher.ui.console import Console
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
 from launcher.spec.load import parse_spec
 from launcher.supervise.loop import Supervisor

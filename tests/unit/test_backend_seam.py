@@ -16,9 +16,9 @@ from pydantic import Field
 
 from launcher.backends import REGISTRY, Capabilities, backend_class, backend_classes, backend_names
 from launcher.backends.local import LocalBackend
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.errors import SpecError
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.plan.build import Placement, Slot, task_keys
 from launcher.spec.load import parse_spec
 from launcher.spec.model import OptionsModel

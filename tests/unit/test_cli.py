@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from launcher.cli import main
+from launcher.cli.main import main
 from tests.support.cli import ROOT, tfcluster
 from tests.support.ports import free_base
 
@@ -82,7 +82,7 @@ def test_console_script_runs_without_tensorflow(tmp_path):
     env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}", "PATH": "/usr/bin:/bin"}
     proc = tfcluster("plan", spec, timeout=60, environ=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run([sys.executable, "-c", "import launcher.cli, launcher.supervise.loop, launcher.backends.local, sys;"
+    proc = subprocess.run([sys.executable, "-c", "import launcher.cli.main, launcher.supervise.loop, launcher.backends.local, sys;"
                            "print('tensorflow' in sys.modules)"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.stdout.strip() == "False", proc.stderr
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import EXAMPLES, _parser, main
+from launcher.cli.main import EXAMPLES, _parser, main
 from launcher.errors import EXIT_NO_RUN
 from tests.support.cli import tfcluster, tfcluster_argv
 from tests.support.specs import script_spec
@@ -182,7 +182,8 @@ def test_every_exit_code_is_defined_once():
                     and not line.startswith("EXIT_CONNECTION_LOST"):  # (ssh(1)'s own code, not ours)
                 found.append(f"{p.relative_to(root)}: {line}")
     assert found == []
-    from launcher import errors, execution
+    from launcher import errors
+    from launcher.app import up as execution
 
     assert (execution.EXIT_NO_RUN, errors.NoRun.exit_code) == (4, 4)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
-from launcher.execution import plan_for
+from launcher.cli.main import main
+from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
 from launcher.spec.load import load_spec
 from tests.support.errors import one_cli_error

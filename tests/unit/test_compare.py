@@ -12,7 +12,7 @@ import statistics
 import pytest
 import yaml
 
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.compare import report
 from launcher.compare.configs import Config, Options, configurations, derive, parse_strategies
 from launcher.compare.measure import FAILED, OK, Measurement, error_text, measure
@@ -78,7 +78,7 @@ def test_derived_devices_follow_the_spec_and_the_options():
 ])
 def test_compare_on_gpus_mirrored_over_n_mwms_a_gpu_per_worker_default_on_one(strategy, tasks, devices, monkeypatch,
                                                                             tmp_path):
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
     from tests.support.gpus import fake_gpus
 
     spec = derive({**RAW, "devices": {"cpus": 2}}, strategy, strategy, Options(gpus=4), "/tmp/out/runs")

@@ -8,7 +8,7 @@ import pytest
 
 from launcher.plan.elastic import Replan, elastic_enabled, replace_lost, spare_hosts, suspect_how, too_many_losses
 from launcher.errors import SpecError
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.spec.load import parse_spec
 
 SSH = """

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.cli import main
+from launcher.cli.main import main
 
 BASE = """\
 name: demo
@@ -135,7 +135,7 @@ def test_export_never_imports_tensorflow():
     import subprocess
     import sys
 
-    code = ("import sys; from launcher.cli import main; "
+    code = ("import sys; from launcher.cli.main import main; "
             "rc = main(['export', 'cluster.yaml', '--to', 'vertex', '-o', '-']); "
             "sys.exit(rc or (3 if 'tensorflow' in sys.modules else 0))")
     root = Path(__file__).resolve().parents[2]

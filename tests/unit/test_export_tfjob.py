@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.export.tfjob import tfjob_dict
 from launcher.export.validate import tfjob_schema, validate_tfjob
 from launcher.spec.load import load_spec

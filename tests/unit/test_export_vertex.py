@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.export import write as export_write
 from launcher.export.validate import aiplatform_types, validate_custom_job, validate_vertex_spec
 from launcher.export.vertex import custom_job_dict

@@ -12,7 +12,7 @@ import pytest
 from launcher.plan import gpus
 from launcher.contract import envnames
 from launcher.errors import SpecError
-from launcher.execution import render_plan
+from launcher.app.up import render_plan
 from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import gpuplace
 from launcher.spec.load import parse_spec
@@ -218,7 +218,7 @@ def test_unknown_hosts_carry_the_request_and_the_backend_completes_it():
 
 
 def test_local_backend_plan_reads_nvidia_smi(monkeypatch, tmp_path):
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
     from tests.support.gpus import fake_gpus
 
     fake_gpus(monkeypatch, tmp_path, 2)
@@ -261,7 +261,7 @@ def test_slots_bound_the_tasks_per_host():
         hosts: [{name: a, slots: 1}, {name: b, slots: 3}]
         tasks: {worker: 4}
     """
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
 
     assert [t.host for t in plan_for(spec_of(text)).tasks] == ["a", "b", "b", "b"]  # a full: skipped
     with pytest.raises(SpecError) as err:
@@ -285,7 +285,7 @@ def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
     """a has 1 GPU, b 4, c 1: the round-robin gives each host two workers; a and c cannot hold
     two GPU-count tasks, b has room: placed by GPUs, the CPU roles (chief, ps) kept round-robin."""
     from launcher.backends.ssh.backend import gpu_replan
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
 
     spec = spec_of(SSH4)
     plan = plan_for(spec)
@@ -308,7 +308,7 @@ def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
 ])
 def test_ssh_replan_only_when_it_helps(found, why):
     from launcher.backends.ssh.backend import gpu_replan
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
 
     spec = spec_of(SSH4)
     assert gpu_replan(spec, plan_for(spec), found) is None, why
@@ -316,7 +316,7 @@ def test_ssh_replan_only_when_it_helps(found, why):
 
 def test_ssh_replan_keeps_hosts_with_slots_and_auto_is_not_bounded():
     from launcher.backends.ssh.backend import gpu_replan, round_robin
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
 
     slotted = spec_of(SSH4.replace("{name: a}", "{name: a, slots: 3}"))
     assert gpu_replan(slotted, plan_for(slotted), {"a": a100(1), "b": a100(4), "c": a100(4)}) is None  # a: its slots

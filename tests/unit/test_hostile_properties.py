@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from launcher.spec.discovery import DiscoveryError, parse_hosts
 from launcher.errors import SpecError
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.record.status import RecordDamaged, load_run
-from launcher.runcmds import render_runs, render_status
+from launcher.app.inspect import render_runs, render_status
 from launcher.spec.load import Host, parse_spec
 
 _LONG = os.environ.get("TFCLUSTER_FUZZ_EXAMPLES")

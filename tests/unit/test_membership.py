@@ -13,7 +13,7 @@ import threading
 from launcher.backends.base import Backend
 from launcher.ui.console import Console
 from launcher.spec.discovery import Answer
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.supervise.membership import Membership
 from launcher.record.writer import RunRecord
 from launcher.spec.load import parse_spec

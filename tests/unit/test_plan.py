@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from launcher.errors import SpecError
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.plan.build import redact_env
 from launcher.spec.load import parse_spec
 from tests.support.gpus import fake_gpus

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.spec.load import parse_spec
 from tests.unit.plan_goldens_specs import SPECS
 
@@ -91,7 +91,7 @@ def test_compact_plan_json_grows_linearly():
 
 
 def test_rendered_plan_grows_linearly():
-    from launcher.execution import render_plan
+    from launcher.app.up import render_plan
 
     small = len(render_plan(plan_for(parse_spec(_ssh_spec(100)))))
     big = len(render_plan(plan_for(parse_spec(_ssh_spec(1000)))))
@@ -105,7 +105,7 @@ def with_format(text: str) -> str:
 
 
 def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
-    from launcher.cli import main
+    from launcher.cli.main import main
 
     for name, text in SPECS.items():
         path = tmp_path / f"{name}.yaml"
@@ -117,7 +117,7 @@ def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
 
 
 def test_plan_json_compact(tmp_path, capsys):
-    from launcher.cli import main
+    from launcher.cli.main import main
     from launcher.plan.build import expand_plan_json
 
     path = tmp_path / "c.yaml"
@@ -137,7 +137,7 @@ def test_plan_json_compact(tmp_path, capsys):
 def test_plan_json_flag_forms(tmp_path, capsys, monkeypatch):
     """--json before FILE still works; a form other than full/compact is one line, exit 2; without
     FILE, ./cluster.yaml is the spec, and with none there the error says how to give one."""
-    from launcher.cli import main
+    from launcher.cli.main import main
 
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))

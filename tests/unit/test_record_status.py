@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, RecordDamaged, load_run
 
 PLAN = {"name": "t", "strategy": "multi_worker_mirrored", "backend": "local", "tasks": [
@@ -193,7 +193,7 @@ def _lost_run(tmp_path: Path, mtimes: dict[str, float]) -> Path:
 def test_a_lost_runs_duration_runs_to_its_last_sign_of_life_not_its_last_event(tmp_path):
     """The supervisor died at 12 s (a closed terminal, SIGKILL): its events stop at 2.5 s, but the
     tasks' output went on into the logs until 12 s. `status` and `runs` said 2.5 s."""
-    from launcher.runcmds import render_runs
+    from launcher.app.inspect import render_runs
 
     run = _lost_run(tmp_path, {"events.jsonl": 1002.5, "snapshot.json": 1002.6, "output.log": 1011.9,
                                "logs/worker-0.log": 1012.0, "logs/worker-1.log": 1011.7})
@@ -223,7 +223,7 @@ def test_a_last_event_later_than_every_file_still_counts_and_a_running_run_is_ti
 
 def test_down_of_a_lost_run_keeps_its_duration_not_the_time_of_down(tmp_path):
     from launcher.ui.console import Console
-    from launcher.down import _record_stop
+    from launcher.app.down import _record_stop
 
     run = _lost_run(tmp_path, {"logs/worker-0.log": 1012.0})
     _record_stop(run, Console())  # days later, say: the outcome's time is now
@@ -241,7 +241,7 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
 
     from launcher.ui.console import Console
     from launcher.procinfo import start_time
-    from launcher.runcmds import attach
+    from launcher.app.inspect import attach
     from launcher.spec.model import LoadedSpec
     from launcher.spec.load import parse_spec
 

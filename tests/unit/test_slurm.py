@@ -128,7 +128,7 @@ def test_client_env_drops_an_enclosing_jobs_variables(monkeypatch):
 
 
 def test_plan_shows_placeholder_nodes_laid_out_like_the_allocation(tmp_path, capsys):
-    from launcher.cli import main
+    from launcher.cli.main import main
 
     spec = tmp_path / "c.yaml"
     spec.write_text(textwrap.dedent("""\
@@ -148,7 +148,7 @@ def test_plan_shows_placeholder_nodes_laid_out_like_the_allocation(tmp_path, cap
 
 
 def test_a_step_runs_on_its_node_in_the_job_and_its_env_stays_off_the_command_line(tmp_path):
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
     from launcher.backends.slurm.backend import SlurmBackend
     from launcher.spec.load import LoadedSpec
 

@@ -13,7 +13,7 @@ from launcher.backends import RecordedRun
 from launcher.backends.slurm import backend as slurm_backend
 from launcher.backends.slurm.backend import SlurmBackend
 from launcher.ui.console import Console
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
 from launcher.spec.load import LoadedSpec, parse_spec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from launcher.backends.ssh.pairs import host_targets, ring_order, tf_pairs
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.spec.load import parse_spec
 
 

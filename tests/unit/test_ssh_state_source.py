@@ -10,7 +10,7 @@ import textwrap
 from launcher.backends.ssh.options import SSHOptions
 from launcher.backends.ssh.state import StateSync
 from launcher.plan.elastic import replace_lost
-from launcher.execution import plan_for
+from launcher.app.up import plan_for
 from launcher.spec.load import parse_spec
 
 SPEC = parse_spec(textwrap.dedent("""\

@@ -366,7 +366,7 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
 def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, worker_image):
     from launcher.backends import make_backend
     from launcher.errors import LaunchError
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
     from launcher.spec.load import load_spec
 

@@ -496,7 +496,7 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     from launcher.backends.ssh.backend import SSHBackend
     from launcher.ui.console import Console
     from launcher.backends import RecordedRun
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
     from launcher.spec.load import load_spec
 

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from launcher.spec.model import LoadedSpec
 
 SHADOWED = ("worker", "launcher")  # the two top-level packages the distribution installs
-_PRODUCT = Path(__file__).resolve().parent.parent  # where this launcher/ (and its worker/) live
+_PRODUCT = Path(__file__).resolve().parents[2]  # where this launcher/ (and its worker/) live
 # Interpreter options that take a value as the next word (``python -X dev -m worker``).
 _WITH_VALUE = {"-X", "-W", "-Q"}
 

@@ -19,7 +19,7 @@ from typing import Optional, TextIO
 from launcher.bounded import escape, listing
 from launcher.ui.console import Console
 from launcher.errors import LaunchError, NoRun
-from launcher.execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
+from launcher.app.up import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
 from launcher.record.events import Event
 from launcher.record.feed import RecordFeed
 from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir

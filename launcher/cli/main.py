@@ -21,7 +21,7 @@ from launcher import __version__
 from launcher.contract import envnames
 from launcher.ui.console import Console
 from launcher.errors import SpecError, UserError
-from launcher.execution import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
+from launcher.app.up import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
                         standby_line)
 from launcher.plan.build import COMPACT, Plan, write_full_json
 from launcher.spec.load import LoadedSpec, load_spec
@@ -172,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.print_help()
             return EXIT_OK
         if args.command == "completion":
-            from launcher.completion import script
+            from launcher.cli.completion import script
 
             print(script(parser, args.shell), end="")
             return EXIT_OK
@@ -252,7 +252,7 @@ def _validate_json(args: argparse.Namespace) -> int:
     out: dict = {"format": JSON_FORMAT, "file": args.spec}
     try:
         from launcher.spec.discovery import with_discovered
-        from launcher.shadow import warnings
+        from launcher.spec.shadow import warnings
 
         loaded = with_discovered(load_spec(args.spec))
         plan = plan_for(loaded.spec)
@@ -272,7 +272,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         return _compare(args, console)
     if args.command == "runs" and (args.spec is None or Path(args.spec).is_dir() or (
             not Path(args.spec).exists() and Path(args.spec).suffix not in (".yaml", ".yml"))):
-        from launcher.runcmds import runs_under
+        from launcher.app.inspect import runs_under
 
         return runs_under(Path(args.spec or "runs"), console, as_json=args.json)
     from launcher.backends import backend_class
@@ -283,7 +283,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
 
         loaded = with_discovered(loaded)  # hosts: plus what discovery.command prints now
     if args.command in ("validate", "up") and not getattr(args, "supervise", None):
-        from launcher.shadow import warnings
+        from launcher.spec.shadow import warnings
 
         for line in warnings(loaded):
             console.info(line)
@@ -312,15 +312,14 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
     if args.command == "up":
         return _up(loaded, plan, args, console)
     if args.command == "down":
-        from launcher.down import down
+        from launcher.app.down import down
 
         return down(loaded, plan, console, run_id=args.run, timeout=args.timeout)
     if args.command in ("status", "logs", "attach", "runs"):
-        from launcher import runcmds
-
-        return getattr(runcmds, args.command)(loaded, args, console)
+        from launcher.app import inspect
+        return getattr(inspect, args.command)(loaded, args, console)
     if args.command == "compose":
-        from launcher.compose import write_compose
+        from launcher.app.compose import write_compose
 
         written = write_compose(loaded, args.output, image=args.image)
         if written is not None:
@@ -337,7 +336,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
             console.info(f"wrote {path}")
         return EXIT_OK
     if args.command == "tensorboard":
-        from launcher.tensorboard import tensorboard
+        from launcher.app.tensorboard import tensorboard
 
         return tensorboard(loaded, console, port=args.port)
     raise SpecError(f"unknown command {args.command}")
@@ -354,7 +353,8 @@ def _plan_args(args: argparse.Namespace) -> None:
 
 
 def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Console) -> int:
-    from launcher import detach, execution
+    from launcher.app import detach
+    from launcher.app import up as execution
 
     options = dict(dry_run=args.dry_run, force=args.force, quiet=args.quiet, verbose=args.verbose,
                    panel=not (args.quiet or args.plain))

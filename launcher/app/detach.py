@@ -113,7 +113,7 @@ def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, **opt
     """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
     as a foreground ``up`` would (``execution.up`` with the same ``options``), its output going
     through a Handover to the foreground until every task is ready."""
-    from launcher.execution import up
+    from launcher.app.up import up
 
     ignore_hangup()
     handover = Handover()
@@ -126,9 +126,9 @@ def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, **opt
 def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[str]:
     """This tfcluster as the detached supervisor. Not ``python -m launcher``: that would import a
     ``launcher.py`` or ``launcher/`` of the user's from the current directory instead of this one."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     main = (f"import sys; sys.path[:] = [{root!r}] + [p for p in sys.path if p not in ('', '.')]; "
-            "from launcher.cli import main_entry; main_entry()")
+            "from launcher.cli.main import main_entry; main_entry()")
     return [sys.executable, "-c", main, "up", spec, "--supervise", run_id, *extra]
 
 
@@ -144,7 +144,7 @@ def start(spec: str, console: Console, *, quiet: bool = False, force: bool = Fal
 def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
            commands: Callable[[str], list[str]]) -> int:
     """Start the detached supervisor, relay it until hand-over, print how to reach the run."""
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     proc = subprocess.Popen(supervisor_argv(spec, run_id, extra), stdin=subprocess.DEVNULL,
