@@ -319,7 +319,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         from launcher.app import inspect
         return getattr(inspect, args.command)(loaded, args, console)
     if args.command == "compose":
-        from launcher.app.compose import write_compose
+        from launcher.export.compose import write_compose
 
         written = write_compose(loaded, args.output, image=args.image)
         if written is not None:

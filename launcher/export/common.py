@@ -17,7 +17,7 @@ import yaml
 from launcher.contract import envnames
 from launcher.plan import gpus
 from launcher.remote import gpuplace
-from launcher.app.compose import STATE_DIR, docker_plan
+from launcher.export.compose import STATE_DIR, docker_plan
 from launcher.errors import SpecError
 from launcher.plan.build import Plan
 from launcher.spec.model import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of

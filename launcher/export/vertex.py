@@ -17,7 +17,7 @@ import json
 from typing import Any, Optional
 
 from launcher.errors import SpecError
-from launcher.outfile import JSON_LABEL
+from launcher.export.generated import JSON_LABEL
 from launcher.spec.model import LoadedSpec, Spec
 from launcher.export.common import comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env, type_gpus
 from launcher.export.validate import VERTEX_POOLS

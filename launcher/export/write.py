@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from launcher.errors import SpecError
-from launcher.outfile import MARKER, check_overwritable, resolve_output, write_atomic
+from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.spec.model import LoadedSpec
 from launcher.export.common import SpecWhere, check_image, default_output, inexpressible
 from launcher.export.tfjob import render_tfjob, tfjob_dict

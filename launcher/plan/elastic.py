@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
 from launcher.plan.build import Placement, Plan, Slot, build_plan
-from launcher.record.view import SUSPECT, lost_phrase
+from launcher.plan.hostloss import SUSPECT, lost_phrase
 from launcher.spec.model import Spec
 
 

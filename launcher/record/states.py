@@ -26,7 +26,7 @@ EVALUATING (an evaluator's eval line) -> SUCCEEDED (exit 0) | FAILED (another ex
 ``task_restart``) -> STARTING again. As ``status`` shows it from the record alone
 (launcher/record/status.py): NOT_STARTED -> STARTING -> RUNNING (ready) -> SUCCEEDED | STOPPED |
 EXITED (an exit without a code) | the exit described ("exit code 3", "killed by SIGKILL (exit
-137)", ``policy.describe_exit``); GONE when its supervisor is lost and its process too.
+137)", ``procinfo.describe_exit``); GONE when its supervisor is lost and its process too.
 
 ``ResultStatus`` -- a compared run's row in ``tfcluster compare`` (launcher/compare/measure.py):
 OK (outcome succeeded and exit 0) | FAILED | INTERRUPTED.

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from launcher.plan.gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
-from launcher.supervise.policy import describe_exit
+from launcher.procinfo import describe_exit
 from launcher.procinfo import group_alive, is_same
 from launcher.errors import exc_text
 from launcher.record.events import Event

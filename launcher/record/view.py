@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional, Sequence
 from launcher.contract.progress import Progress, Throughput, parse, step_shape
 from launcher.record.events import Event
 from launcher.record.states import TaskState
+from launcher.plan.hostloss import SUSPECT, lost_phrase
 
 # A task's states (record/states.py: TaskState), in the order a healthy task goes through them.
 STARTING, IMPORTING, READY, TRAINING, EVALUATING = (TaskState.STARTING, TaskState.IMPORTING, TaskState.READY,
@@ -92,18 +93,6 @@ class TaskView:
         if self.global_step is not None and self.start_global_step is not None:
             return self.global_step - self.start_global_step
         return None
-
-
-SUSPECT = "suspect until"  # in a host_lost event's ``how``: the host's session was lost (see lost_phrase)
-
-
-def lost_phrase(host: str, how: str, when: str = "") -> str:
-    """How a host loss reads in one line: ``h2: session lost at 12:01:07, host still answering;
-    suspect until it answers for 30 s`` (a suspect host: its ``how`` says when), else
-    ``h2 lost at 12:01:07 (gone from discovery.command's list)``."""
-    if SUSPECT in how:
-        return f"{host}: {how}"
-    return f"{host} lost{when}" + (f" ({how})" if how else "")
 
 
 def suspect_lines(view: "RunView") -> list[str]:

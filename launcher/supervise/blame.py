@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from launcher.supervise.diagnose import exception_lines, hint, peer_abort, root_cause
 from launcher.ui.noise import is_noise
-from launcher.supervise.policy import Attempt, describe_exit, hang_watched, silent_by_design
+from launcher.procinfo import describe_exit
+from launcher.supervise.policy import Attempt, hang_watched, silent_by_design
 
 if TYPE_CHECKING:
     from launcher.plan.elastic import Replan

@@ -25,7 +25,8 @@ from launcher.plan.elastic import spare_hosts
 from launcher.errors import AttemptImpossible, LaunchError, exc_text
 from launcher.supervise.membership import Membership
 from launcher.plan.build import Plan
-from launcher.supervise.policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
+from launcher.procinfo import describe_exit
+from launcher.supervise.policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, hang_watched,
                      retry_decision, silent_by_design)
 from launcher.record.events import Event
 from launcher.record.feed import SnapshotWriter

@@ -18,7 +18,7 @@ from launcher.plan.elastic import (Replan, elastic_enabled, grow, options, repla
                       too_many_losses)
 from launcher.plan.build import Plan
 from launcher.record.events import Event
-from launcher.record.view import lost_phrase
+from launcher.plan.hostloss import lost_phrase
 from launcher.record.states import Outcome
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Spec

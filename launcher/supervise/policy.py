@@ -12,13 +12,13 @@
 
 from __future__ import annotations
 
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from launcher.supervise.diagnose import peer_abort
 from launcher.record.states import AttemptState
+from launcher.procinfo import describe_exit
 
 RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
 
@@ -108,16 +108,6 @@ class Attempt:
     # Hosts whose tasks' sessions were lost in this attempt (host -> when, time.time()): the
     # infrastructure failed, not the training (launcher/supervise/membership.py, elastic runs).
     sessions_lost: dict[str, float] = field(default_factory=dict)
-
-
-def describe_exit(code: int) -> str:
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            return f"exit code {code}"
-        return f"killed by {name} (exit {code})"
-    return f"exit code {code}"
 
 
 def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tuple[bool, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from launcher.cli.main import main
-from launcher.app.compose import compose_dict, render_compose
+from launcher.export.compose import compose_dict, render_compose
 from launcher.spec.load import load_spec
 
 DEMO = """\
@@ -145,7 +145,7 @@ def test_launcher_never_imports_tensorflow():
     import subprocess
     import sys
 
-    code = ("import sys, launcher.cli.main, launcher.app.compose, launcher.backends.docker.backend; "
+    code = ("import sys, launcher.cli.main, launcher.export.compose, launcher.backends.docker.backend; "
             "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
     root = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0

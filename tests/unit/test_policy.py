@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.supervise.policy import FAILED, RUNNING, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision
+from launcher.procinfo import describe_exit
+from launcher.supervise.policy import FAILED, RUNNING, SUCCEEDED, Failure, assess, backoff_delay, retry_decision
 
 MWMS, PSS = "multi_worker_mirrored", "parameter_server"
 

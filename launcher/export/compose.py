@@ -30,7 +30,7 @@ from launcher.plan import containergpus as docker_gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.errors import SpecError
 from launcher.backends import backend_class
-from launcher.outfile import MARKER, check_overwritable, resolve_output, write_atomic
+from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.plan.build import Plan, build_plan
 from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
