@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+from tests.support.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"

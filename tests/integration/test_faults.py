@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+from tests.support.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 # The code pattern of TensorFlow's "Multi-worker training with Keras" tutorial (main.py +

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import run_and_act
+from tests.support.tfrun import run_and_act
 from tests.support.prereq import require_root
 from tests.support.specs import script_spec
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from tests.integration.tfrun import ROOT, progress, run_and_act, run_dir, up, write_spec
+from tests.support.tfrun import ROOT, progress, run_and_act, run_dir, up, write_spec
 from tests.support.ports import free_base
 from tests.support.processes import pids_with_env
 from tests.support.waits import wait_for

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
+from tests.support.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
                                      tensorboard_scalars, up, wait_line, write_spec)
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]

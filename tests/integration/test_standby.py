@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.standby import ACK_BOUND
-from tests.integration.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
+from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
 from tests.support.cli import ROOT, tfcluster
 from tests.support.ports import free_base
 

@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
+from tests.support.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
                                     up, write_spec)
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import progress, run_dir, tensorboard_scalars, up, write_spec
+from tests.support.tfrun import progress, run_dir, tensorboard_scalars, up, write_spec
 from tests.support.cli import start_tfcluster
 from tests.support.ports import free_base
 from tests.support.prereq import require

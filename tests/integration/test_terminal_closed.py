@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, progress, run_dir, up, write_spec
+from tests.support.tfrun import assert_no_processes, progress, run_dir, up, write_spec
 from tests.support.cli import start_on_terminal, terminal_command, tfcluster
 from tests.support.prereq import require_tool
 from tests.support.processes import alive, pids_with_env

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from launcher.threads import INTEROP_MIN, local_cores, shares
-from tests.integration.tfrun import ROOT, up
+from tests.support.tfrun import ROOT, up
 from tests.support.ports import free_base
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]

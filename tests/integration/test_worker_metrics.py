@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.tfrun import progress, up, write_spec
+from tests.support.tfrun import progress, up, write_spec
 from tests.support.approx import flat
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]

@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from tests.integration.tfrun import RUN_TIMEOUT, assert_no_processes, progress, start, up, write_spec
+from tests.support.tfrun import RUN_TIMEOUT, assert_no_processes, progress, start, up, write_spec
 from tests.support.cli import ROOT
 from tests.support.waits import wait_line
 

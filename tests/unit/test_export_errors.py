@@ -162,7 +162,7 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
 
 
 def test_readme_options_example_exports_to_both(tmp_path, capsys):
-    from tests.readme import readme_block
+    from tests.support.readme import readme_block
 
     block = readme_block("Options, both keyed like `tasks:`")
     assert block.startswith("kubernetes:") and "vertex:" in block

@@ -14,8 +14,8 @@ from launcher.cli import main
 from launcher.export.tfjob import tfjob_dict
 from launcher.export.validate import tfjob_schema, validate_tfjob
 from launcher.spec import load_spec
-from tests.readme import readme_block
-from tests.unit.export_golden import DEMO, DEMO_ENV, PSS
+from tests.support.readme import readme_block
+from tests.support.export_golden import DEMO, DEMO_ENV, PSS
 EVAL = """\
 name: mwms-eval
 strategy: multi_worker_mirrored

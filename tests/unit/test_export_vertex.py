@@ -17,9 +17,9 @@ from launcher.export import write as export_write
 from launcher.export.validate import aiplatform_types, validate_custom_job, validate_vertex_spec
 from launcher.export.vertex import custom_job_dict
 from launcher.spec import load_spec
-from tests.readme import readme_block
+from tests.support.readme import readme_block
 from tests.support.prereq import require
-from tests.unit.export_golden import DEMO, DEMO_ENV, PSS
+from tests.support.export_golden import DEMO, DEMO_ENV, PSS
 EVAL = """\
 name: mwms-eval
 strategy: multi_worker_mirrored

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import progress, wait_line
+from tests.support.tfrun import progress, wait_line
 from tests.support.waits import wait_for
 
 from .conftest import PY, ROOT, start_tfcluster, tfcluster

@@ -15,7 +15,7 @@ from typing import Optional
 import pytest
 
 from launcher.remote import source as remote_source
-from tests.integration.tfrun import progress, run_and_act
+from tests.support.tfrun import progress, run_and_act
 from tests.support.cli import start_tfcluster, terminal_command, tfcluster
 from tests.support.prereq import require_tool
 from tests.support.processes import alive

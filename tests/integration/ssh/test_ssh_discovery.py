@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from tests.integration.tfrun import progress, run_and_act
+from tests.support.tfrun import progress, run_and_act
 from tests.support.waits import wait_for
 
 from .conftest import PY

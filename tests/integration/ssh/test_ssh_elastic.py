@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from tests.support.waits import wait_for
-from tests.integration.tfrun import last_step_before, progress, run_and_act
+from tests.support.tfrun import last_step_before, progress, run_and_act
 
 from tests.support.cli import tfcluster
 

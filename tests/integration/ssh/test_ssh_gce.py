@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.integration.tfrun import progress, run_and_act
+from tests.support.tfrun import progress, run_and_act
 from tests.support.waits import wait_for
 
 from .conftest import PY

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.tfrun import run_and_act
+from tests.support.tfrun import run_and_act
 
 from .conftest import PY
 

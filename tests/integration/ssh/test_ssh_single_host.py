@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import last_step_before, progress, run_and_act
+from tests.support.tfrun import last_step_before, progress, run_and_act
 
 from .conftest import PY
 from .test_ssh_backend import _pidfiles

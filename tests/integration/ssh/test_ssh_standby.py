@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from tests.labs.ssh import GATEWAY
-from tests.integration.tfrun import run_and_act
+from tests.support.tfrun import run_and_act
 from tests.support.cli import ROOT, tfcluster
 from tests.support.waits import wait_for
 

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import last_step_before, progress, run_and_act
+from tests.support.tfrun import last_step_before, progress, run_and_act
 from tests.support.waits import wait_for
 
 from tests.support.cli import tfcluster
