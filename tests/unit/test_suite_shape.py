@@ -51,6 +51,7 @@ def test_what_tests_share_is_written_once_in_tests_support():
 
 SHARED_HOMES = ("tests.support", "tests.labs")
 IMPORT = re.compile(r"^\s*(?:from\s+(tests(?:\.\w+)+)\s+import|import\s+(tests(?:\.\w+)+))", re.M)
+RELATIVE = re.compile(r"^\s*from\s+\.+(\w+)\s+import", re.M)  # from .test_x import: a sibling's helpers
 
 
 def test_helpers_that_tests_share_live_in_tests_support():
@@ -60,6 +61,9 @@ def test_helpers_that_tests_share_live_in_tests_support():
             module = m.group(1) or m.group(2)
             if not module.startswith(SHARED_HOMES):
                 importers.setdefault(module, []).append(path.relative_to(TESTS.parent).as_posix())
+        for m in RELATIVE.finditer(path.read_text()):
+            if m.group(1) != "conftest":  # a folder's fixtures and constants stay in its conftest.py
+                importers.setdefault(f".{m.group(1)}", []).append(path.relative_to(TESTS.parent).as_posix())
     shared = {module: files for module, files in importers.items() if len(set(files)) > 1}
     assert not shared, f"move these to tests/support/: {shared}"
     # no test module is another's helper library: what a test file defines for others belongs in support

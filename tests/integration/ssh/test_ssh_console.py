@@ -21,27 +21,13 @@ from tests.support.prereq import require_tool
 from tests.support.processes import alive
 from tests.support.waits import wait_for
 
+from tests.support.ssh_helpers import pidfiles
 from .conftest import PY, task_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
 # Lines only the host agent's source has: if any reaches a log or the console, a shell quoted it.
 AGENT_TELLS = ("def _prepare(req):", "class _Drainer(object):", "Remote host agent: preflight")
-
-
-def _pidfiles(spec: Path, n: int, timeout: float = 60.0) -> dict[str, tuple[int, int]]:
-    """{pid file name: (wrapper pid, task pid)} once ``n`` remote tasks have written theirs."""
-    def found():
-        out = {}
-        for pf in (spec.parent / "remote" / "sshtest").glob("*/pids/*.pid"):
-            try:
-                wrapper, child = pf.read_text().split()
-                out[pf.name] = (int(wrapper), int(child))
-            except (OSError, ValueError):
-                continue
-        return out if len(out) >= n else None
-
-    return wait_for(found, timeout, 0.1, what=f"{n} remote tasks to write their pid files")
 
 
 def _read(path: Path) -> str:
@@ -63,7 +49,7 @@ def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, 
     spec = make_spec([PY, "-c", script], workers=2, restart={"max_restarts": 1})
     proc = start_tfcluster("up", spec, stderr=subprocess.PIPE)
     try:
-        wrapper, _task = _pidfiles(spec, 2)["worker-0.0.pid"]
+        wrapper, _task = pidfiles(spec, 2, timeout=60)["worker-0.0.pid"]
         # Both tasks have printed their first line: a kill before Python got that far (a busy
         # machine) would leave no "ATTEMPT 0" to check the log for.
         logs = spec.parent / "runs" / "sshtest" / "latest" / "logs"
