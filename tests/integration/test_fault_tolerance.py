@@ -65,7 +65,7 @@ def test_sigstop_hang_watchdog_restarts_group(tmp_path, tfds_dir):
 def test_a_hang_in_the_final_evaluation_resumes_at_the_end_not_at_step_0(tmp_path, tfds_dir):
     """Training is over (the last epoch line), the final evaluation and save run, and a worker
     hangs there: the restart must not train again. The backup outlives fit until the final model
-    is saved (a 20-minute soak redid all 2,000 steps when tf_keras deleted it at fit's end)."""
+    is saved (were it deleted at fit's end, as tf_keras does, every step would be trained again)."""
     spec, code, out, failed = _sigstop_when(tmp_path, tfds_dir, TRAIN + " --save-freq 5",
                                             r"\[worker:1\] tfcluster-epoch epoch=2 global_step=60 ", "worker:1")
     assert code == 0, out[-4000:]

@@ -1,4 +1,4 @@
-"""Faults found by fault injection (issue 15): a stopped peer is the root cause and the run is
+"""Faults found by fault injection: a stopped peer is the root cause and the run is
 retried; the report shows the task's exception line and a hint; the TF tutorial's own code
 pattern runs unmodified; a full disk under run_dir neither hangs nor contradicts the exit code."""
 

@@ -1,4 +1,4 @@
-"""A full disk under run_dir (issue 15 §2): a tiny tmpfs as run_dir fills while tasks print.
+"""A full disk under run_dir: a tiny tmpfs as run_dir fills while tasks print.
 The launcher keeps reading every task's output (a task never blocks on its pipe), says once per
 file, in one line, which file is no longer written and on which file system, and its exit code
 and its record never contradict each other; Ctrl-C still gives 130."""

@@ -1,4 +1,4 @@
-"""The single-host strategies end to end through ``tfcluster up`` (issue 11): one task, no TF
+"""The single-host strategies end to end through ``tfcluster up``: one task, no TF
 cluster, the CNN trained with ``model.fit`` and then the custom loop, the replica count each
 strategy reports, resume after a SIGKILL (fit and custom loop), graceful preemption (SIGTERM: the
 step is saved, the restart resumes there), and the TPU error path on a machine without a TPU.

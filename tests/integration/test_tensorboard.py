@@ -1,4 +1,4 @@
-"""TensorBoard (issue 10 section 5), with real TensorFlow processes through ``tfcluster up``:
+"""TensorBoard, with real TensorFlow processes through ``tfcluster up``:
 
 * a user script written like the official "Multi-worker training with Keras" tutorial, with
   ``tf.keras.callbacks.TensorBoard(log_dir)`` under MultiWorkerMirroredStrategy (2 workers),

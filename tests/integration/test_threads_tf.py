@@ -1,4 +1,4 @@
-"""``devices: {threads: ...}`` reaches TensorFlow (issue 22 item 3): two tasks on this machine run a
+"""``devices: {threads: ...}`` reaches TensorFlow: two tasks on this machine run a
 script that starts TF's runtime and reports the thread pools TensorFlow made. TF names its inter-op
 pool's threads ``tf_Compute`` (one per thread, /proc/self/task/*/comm); its intra-op pool (Eigen's)
 is unnamed, so the script counts the process's threads in all. ``tf.config.threading``'s getters

@@ -1,4 +1,4 @@
-"""The test suite's own shape (issue 21): what tests share is written once, in tests/support.
+"""The test suite's own shape: what tests share is written once, in tests/support.
 
 - the CLI runs in a subprocess through tests/support/cli.py (``tfcluster``, ``start_tfcluster``,
   ``terminal_command``), never through another ``[sys.executable, "-m", "launcher", ...]``;

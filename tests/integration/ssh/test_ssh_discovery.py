@@ -1,4 +1,4 @@
-"""Host discovery during a run (issue 23), on the ssh lab: the command is `cat` of a file the test
+"""Host discovery during a run, on the ssh lab: the command is `cat` of a file the test
 edits. A host that appears becomes usable once it answers for elastic.settle s; garbage output
 changes nothing and is said in one line; a host of the plan that vanishes from the list has its
 task moved (the group stopped gracefully first: 0 steps redone)."""

@@ -1,4 +1,4 @@
-"""GCE's preemption notice (issue 23), on the ssh lab: a small metadata server of the test's own
+"""GCE's preemption notice, on the ssh lab: a small metadata server of the test's own
 listens on 127.0.0.1 inside h2's network namespace (GCE_METADATA_HOST points there; on h1 and h3
 nothing listens at that address, as on a VM that is not preempted). When the test flips its
 instance/preempted flag to TRUE, h2's task wrapper sends the graceful SIGTERM at once: the workers

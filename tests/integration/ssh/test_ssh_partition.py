@@ -1,4 +1,4 @@
-"""A host cut off mid-run (issue 15 §3): the launcher notices within ``ssh.lease`` (+ a few s),
+"""A host cut off mid-run: the launcher notices within ``ssh.lease`` (+ a few s),
 from the answered heartbeat on the same transport as the lease, and names the host as the root
 cause. The task keeps running through the partition (not TF, whose own heartbeats would end it)."""
 

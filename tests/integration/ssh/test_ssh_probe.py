@@ -1,4 +1,4 @@
-"""The preflight reachability probe (issue 15 §4): a target that refuses at first (a slow host, a
+"""The preflight reachability probe: a target that refuses at first (a slow host, a
 port not yet served) is retried until the probe's deadline instead of being named as a
 firewall; a firewall that drops is still named (test_port_blocked_between_hosts_names_the_pair)."""
 

@@ -1,4 +1,4 @@
-"""A single-host strategy over ssh (issue 11: "a single GPU VM over ssh is the common case"):
+"""A single-host strategy over ssh (a single GPU VM over ssh is the common case):
 `mirrored` with two CPU replicas as the one task on one remote host, killed with SIGKILL
 mid-epoch, restarted and resumed from its backup in the remote state dir; the final model is
 fetched back."""
