@@ -221,11 +221,14 @@ def test_schema_alone_misses_what_the_webhook_rules_catch(good):
     import jsonschema
 
     schema_only = jsonschema.Draft4Validator(tfjob_schema())
-    for change in (BROKEN[0][1], BROKEN[1][1], BROKEN[8][1]):
+    by_name = {what: (change, expected) for what, change, expected in BROKEN}
+    for what in ("restartPolicy enum (schema misses it)", "container name", "unknown field in the spec"):
+        change, expected = by_name[what]
         doc = copy.deepcopy(good)
         change(doc)
-        assert list(schema_only.iter_errors(doc)) == []
-        assert validate_tfjob(doc) != []
+        assert list(schema_only.iter_errors(doc)) == [], what
+        problems = validate_tfjob(doc)
+        assert len(problems) == 1 and expected in problems[0], (what, problems)  # that problem, and only it
 
 
 

@@ -114,7 +114,7 @@ def test_restart_onto_a_host_still_cut_off_fails_in_one_line(lab, make_spec):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert code != 0 and "Traceback" not in err, err
+    assert code == 1 and "Traceback" not in err, err  # EXIT_FAILED: the restart failed too, in one line
     assert "worker:1 failed: h2: no word for " in err and "restarting the whole group (restart 1 of 1)" in err, err
     assert "error: host h2 (" in err.split("restarting the whole group")[1], err  # a fresh connection, named
 
