@@ -15,6 +15,17 @@ from pathlib import Path
 
 from tests.support.ports import free_base
 
+# The smallest valid spec, for tests that add or change one key (parse_spec, one_error).
+BASE = """\
+name: demo
+strategy: multi_worker_mirrored
+entrypoint: python -m worker
+tasks:
+  worker: 2
+"""
+# The same on the slurm backend.
+SLURM_BASE = BASE.replace("entrypoint:", "backend: slurm\nentrypoint:")
+
 
 def spec_file(directory: Path, text: str, name: str = "cluster.yaml") -> Path:
     """``text`` (dedented) written to ``directory/name``."""

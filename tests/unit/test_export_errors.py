@@ -9,14 +9,8 @@ import pytest
 import yaml
 
 from launcher.cli import main
+from tests.support.specs import BASE
 
-BASE = """\
-name: demo
-strategy: multi_worker_mirrored
-entrypoint: python -m worker
-tasks:
-  worker: 2
-"""
 HOSTS = """\
 name: demo
 strategy: multi_worker_mirrored
