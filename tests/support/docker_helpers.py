@@ -41,3 +41,13 @@ def leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:
         return [c.name for c in containers], [n.name for n in networks]
     finally:
         client.close()
+
+
+def containers_exited(engine: eng.Engine, name: str, count: int = 2) -> bool:
+    """Run ``name`` has ``count`` containers on ``engine``, every one exited (stopped, not removed)."""
+    client = engine.client()
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
+        return len(containers) == count and all(c.status == "exited" for c in containers)
+    finally:
+        client.close()

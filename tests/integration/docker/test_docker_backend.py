@@ -16,7 +16,7 @@ import pytest
 
 from tests.labs import docker as eng
 from tests.support.cli import start_tfcluster
-from tests.support.docker_helpers import docker_spec, leftovers, tfcluster_at_repo
+from tests.support.docker_helpers import containers_exited, docker_spec, leftovers, tfcluster_at_repo
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
 
@@ -270,15 +270,7 @@ def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engin
             proc.kill()
             proc.wait(10)
     # The stdin lifeline: with the launcher gone, each task's wrapper stops it (grace 3 s).
-    def all_exited():
-        client = docker_engine.client()
-        try:
-            cs = client.containers.list(all=True, filters={"label": "tfcluster.name=dk"})
-            return len(cs) == 2 and all(c.status == "exited" for c in cs)
-        finally:
-            client.close()
-
-    wait_for(all_exited, 60, 0.5, what="the lifeline to stop both tasks")
+    wait_for(lambda: containers_exited(docker_engine, "dk"), 60, 0.5, what="the lifeline to stop both tasks")
     names, nets = leftovers(docker_engine, "dk")
     assert len(names) == 2 and len(nets) == 1  # stopped, not removed: that is tfcluster down's job
     result = tfcluster_at_repo("down", str(spec), timeout=120)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.waits import wait_for
 
-from tests.support.docker_helpers import tfcluster_at_repo, leftovers, docker_spec
+from tests.support.docker_helpers import containers_exited, docker_spec, leftovers, tfcluster_at_repo
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
 
@@ -38,15 +38,7 @@ def test_detached_docker_run_supervisor_killed_status_lost_down_cleans(tmp_path,
         assert st.returncode == 3, st.stdout + st.stderr
         assert "supervisor lost" in st.stdout.splitlines()[0] and "clean up: tfcluster down" in st.stdout
 
-        def all_exited():
-            client = docker_engine.client()
-            try:
-                cs = client.containers.list(all=True, filters={"label": "tfcluster.name=dk"})
-                return len(cs) == 2 and all(c.status == "exited" for c in cs)
-            finally:
-                client.close()
-
-        wait_for(all_exited, 60, 0.5, what="the lifeline to stop both containers")
+        wait_for(lambda: containers_exited(docker_engine, "dk"), 60, 0.5, what="the lifeline to stop both containers")
         down = tfcluster_at_repo("down", str(spec), timeout=120)
         assert down.returncode == 0 and "removed" in down.stderr, down.stderr
         assert leftovers(docker_engine, "dk") == ([], [])
