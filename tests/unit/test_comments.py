@@ -11,7 +11,7 @@ import re
 import tokenize
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "launcher").is_dir())  # wherever this file sits
 FOLDERS = ("launcher", "worker", "tests", "bench")
 HISTORY = re.compile(r"\b(?:issues?|session)\s*#?\d+", re.I)
 
