@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import __version__, envnames
-from .console import Console
-from .errors import SpecError, UserError
-from .execution import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
+from launcher import __version__
+from launcher.contract import envnames
+from launcher.ui.console import Console
+from launcher.errors import SpecError, UserError
+from launcher.execution import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, JSON_FORMAT, plan_for, render_plan, spares_of,
                         standby_line)
-from .plan import COMPACT, Plan, write_full_json
-from .spec import LoadedSpec, load_spec
+from launcher.plan.build import COMPACT, Plan, write_full_json
+from launcher.spec.load import LoadedSpec, load_spec
 DEFAULT_FILE = "cluster.yaml"
 
 
@@ -171,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.print_help()
             return EXIT_OK
         if args.command == "completion":
-            from .completion import script
+            from launcher.completion import script
 
             print(script(parser, args.shell), end="")
             return EXIT_OK
@@ -250,8 +251,8 @@ def _validate_json(args: argparse.Namespace) -> int:
     as on stderr)."""
     out: dict = {"format": JSON_FORMAT, "file": args.spec}
     try:
-        from .discovery import with_discovered
-        from .shadow import warnings
+        from launcher.spec.discovery import with_discovered
+        from launcher.shadow import warnings
 
         loaded = with_discovered(load_spec(args.spec))
         plan = plan_for(loaded.spec)
@@ -271,18 +272,18 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
         return _compare(args, console)
     if args.command == "runs" and (args.spec is None or Path(args.spec).is_dir() or (
             not Path(args.spec).exists() and Path(args.spec).suffix not in (".yaml", ".yml"))):
-        from .runcmds import runs_under
+        from launcher.runcmds import runs_under
 
         return runs_under(Path(args.spec or "runs"), console, as_json=args.json)
-    from .backends import backend_class
+    from launcher.backends import backend_class
 
     loaded = load_spec(args.spec)
     if args.command in ("plan", "validate", "up"):
-        from .discovery import with_discovered
+        from launcher.spec.discovery import with_discovered
 
         loaded = with_discovered(loaded)  # hosts: plus what discovery.command prints now
     if args.command in ("validate", "up") and not getattr(args, "supervise", None):
-        from .shadow import warnings
+        from launcher.shadow import warnings
 
         for line in warnings(loaded):
             console.info(line)
@@ -311,15 +312,15 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
     if args.command == "up":
         return _up(loaded, plan, args, console)
     if args.command == "down":
-        from .down import down
+        from launcher.down import down
 
         return down(loaded, plan, console, run_id=args.run, timeout=args.timeout)
     if args.command in ("status", "logs", "attach", "runs"):
-        from . import runcmds
+        from launcher import runcmds
 
         return getattr(runcmds, args.command)(loaded, args, console)
     if args.command == "compose":
-        from .compose import write_compose
+        from launcher.compose import write_compose
 
         written = write_compose(loaded, args.output, image=args.image)
         if written is not None:
@@ -327,7 +328,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
                          f"--abort-on-container-exit --exit-code-from {plan.success_task.replace(':', '-')}")
         return EXIT_OK
     if args.command == "export":
-        from .export.write import export
+        from launcher.export.write import export
 
         result = export(loaded, args.to, args.output, image=args.image)
         for note in result.notes:
@@ -336,7 +337,7 @@ def _dispatch(args: argparse.Namespace, console: Console) -> int:
             console.info(f"wrote {path}")
         return EXIT_OK
     if args.command == "tensorboard":
-        from .tensorboard import tensorboard
+        from launcher.tensorboard import tensorboard
 
         return tensorboard(loaded, console, port=args.port)
     raise SpecError(f"unknown command {args.command}")
@@ -353,7 +354,7 @@ def _plan_args(args: argparse.Namespace) -> None:
 
 
 def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Console) -> int:
-    from . import detach, execution
+    from launcher import detach, execution
 
     options = dict(dry_run=args.dry_run, force=args.force, quiet=args.quiet, verbose=args.verbose,
                    panel=not (args.quiet or args.plain))
@@ -365,8 +366,8 @@ def _up(loaded: LoadedSpec, plan: Plan, args: argparse.Namespace, console: Conso
 
 
 def _compare(args: argparse.Namespace, console: Console) -> int:
-    from .compare.configs import Options, parse_strategies
-    from .compare.run import compare
+    from launcher.compare.configs import Options, parse_strategies
+    from launcher.compare.run import compare
 
     try:
         strategies = parse_strategies(args.strategies) if args.strategies is not None else ()

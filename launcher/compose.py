@@ -7,7 +7,7 @@ one at a time, which MultiWorkerMirroredStrategy cannot recover from; ``tfcluste
 ``backend: docker`` applies the group restart policy instead.
 
 GPUs: each service that uses GPUs reserves its share of this machine's GPUs (``nvidia-smi -L``
-here; the docker backend's arithmetic, launcher/backends/docker/gpus.py) as
+here; the docker backend's arithmetic, launcher/plan/containergpus.py) as
 ``deploy.resources.reservations.devices`` (driver nvidia, ``device_ids``, capability gpu) and gets
 ``shm_size`` (docker.shm_size; 1g with GPUs). On a machine without GPUs, ``gpus_per_task: N``
 services get ids 0.. as if the host had what they need, and auto ones none (the header says so).
@@ -25,14 +25,14 @@ from typing import Any, Optional
 
 import yaml
 
-from . import envnames
-from . import containergpus as docker_gpus
-from . import gpus as plan_gpus
-from .errors import SpecError
-from .backends import backend_class
-from .outfile import MARKER, check_overwritable, resolve_output, write_atomic
-from .plan import Plan, build_plan
-from .specmodel import IMAGE_RE, LoadedSpec, Spec
+from launcher.contract import envnames
+from launcher.plan import containergpus as docker_gpus
+from launcher.plan import gpus as plan_gpus
+from launcher.errors import SpecError
+from launcher.backends import backend_class
+from launcher.outfile import MARKER, check_overwritable, resolve_output, write_atomic
+from launcher.plan.build import Plan, build_plan
+from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
 # Where the image keeps state and run files (docker/Dockerfile creates them for its user).
@@ -112,7 +112,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
         gpu = made[task.key]
         env = dict(gpu.env)
         env.pop(envnames.THREADS, None)  # threads: auto: made when a backend starts the task; compose does not
-        env.pop(envnames.GPUS, None)  # likewise a GPU request (launcher/gpus.py) nothing here would complete
+        env.pop(envnames.GPUS, None)  # likewise a GPU request (launcher/plan/gpus.py) nothing here would complete
         env.update(
             {
                 envnames.STATE_DIR: STATE_DIR,

@@ -25,11 +25,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from .console import Console
+from launcher.ui.console import Console
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .plan import Plan
-    from .specmodel import LoadedSpec
+    from launcher.plan.build import Plan
+    from launcher.spec.model import LoadedSpec
 
 _MARK = "\x1e"  # starts every line the supervisor sends to the foreground
 _OUT, _ERR, _READY = "O", "E", "R"
@@ -113,7 +113,7 @@ def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, **opt
     """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
     as a foreground ``up`` would (``execution.up`` with the same ``options``), its output going
     through a Handover to the foreground until every task is ready."""
-    from .execution import up
+    from launcher.execution import up
 
     ignore_hangup()
     handover = Handover()
@@ -135,7 +135,7 @@ def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[s
 def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> int:
     """``up FILE --detach`` in the foreground: a new run id, its supervisor started and relayed
     until hand-over (``launch``)."""
-    from .record.writer import new_run_id
+    from launcher.record.writer import new_run_id
 
     extra = [flag for flag, on in (("--quiet", quiet), ("--force", force)) if on]
     return launch(spec, new_run_id(), extra, console, lambda rid: commands(spec, rid))

@@ -10,16 +10,16 @@ import os
 import signal
 from typing import Optional
 
-from .backends import RecordedRun, backend_class
-from .console import Console
-from .errors import NoRun
-from .plan import Plan
-from .procinfo import is_same, wait_gone
-from .record.events import Event
-from .record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
-from .record.reader import latest_run, read_launcher
-from .record.states import Outcome
-from .specmodel import LoadedSpec
+from launcher.backends import RecordedRun, backend_class
+from launcher.ui.console import Console
+from launcher.errors import NoRun
+from launcher.plan.build import Plan
+from launcher.procinfo import is_same, wait_gone
+from launcher.record.events import Event
+from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
+from launcher.record.reader import latest_run, read_launcher
+from launcher.record.states import Outcome
+from launcher.spec.model import LoadedSpec
 
 
 def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None, timeout: float = 60.0) -> int:
@@ -57,9 +57,9 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
 def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
-    from .record.reader import RecordDamaged, read_events
-    from .record.status import last_sign_of_life
-    from .record.writer import append_event
+    from launcher.record.reader import RecordDamaged, read_events
+    from launcher.record.status import last_sign_of_life
+    from launcher.record.writer import append_event
 
     try:
         events = read_events(run_dir, strict=True)

@@ -16,18 +16,18 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from . import envnames
-from .bounded import escape
-from .console import Console
-from .errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
+from launcher.contract import envnames
+from launcher.bounded import escape
+from launcher.ui.console import Console
+from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
                      EXIT_USAGE, LaunchError)
-from .gpus import asked as gpus_asked
-from .plan import Plan, build_plan, redact_env
-from .record.layout import SUPERVISOR_LOG, name_dir, runs_dir
-from .spec import LoadedSpec, load_spec
+from launcher.plan.gpus import asked as gpus_asked
+from launcher.plan.build import Plan, build_plan, redact_env
+from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
+from launcher.spec.load import LoadedSpec, load_spec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .spec import Spec
+    from launcher.spec.load import Spec
 
 # The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
 # meaning or goes away (adding a field does not raise it).
@@ -48,7 +48,7 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
     GPU is gone."""
     from dataclasses import replace
 
-    from .backends import backend_class
+    from launcher.backends import backend_class
 
     placement = backend_class(spec.backend).place(spec)
     return build_plan(spec, placement if gpus else replace(placement, gpus={}))
@@ -56,7 +56,7 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
 
 def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "") -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
-    task uses, where a lost host's tasks move (launcher/elastic.py)."""
+    task uses, where a lost host's tasks move (launcher/plan/elastic.py)."""
     gpu_column = show_gpus(plan)
     rows = [("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")]
     joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
@@ -86,7 +86,7 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
     if plan.gpus:
         out.append(plan.gpus)
     if standby:
-        out.append(standby)  # launcher/standby.py's plan_line
+        out.append(standby)  # launcher/supervise/standby.py's plan_line
     if plan.tasks:
         common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
         for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
@@ -107,15 +107,15 @@ def show_gpus(plan: Plan) -> bool:
 
 
 def standby_line(spec, plan: Plan) -> str:
-    from .standby import plan_line
+    from launcher.supervise.standby import plan_line
 
     return plan_line(spec, plan.tasks)
 
 
 def spares_of(spec) -> list[str]:
     """The spare hosts ``plan`` and ``up --dry-run`` show: on backends that move tasks only."""
-    from .backends import backend_class
-    from .elastic import spare_hosts
+    from launcher.backends import backend_class
+    from launcher.plan.elastic import spare_hosts
 
     return spare_hosts(spec, ()) if backend_class(spec.backend).capabilities.elastic else []
 
@@ -123,7 +123,7 @@ def spares_of(spec) -> list[str]:
 def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
     """LaunchError if a run of this spec is still running (``up`` without ``--force``);
     ``shown`` is the spec path as the user typed it, for the commands the message suggests."""
-    from .record.status import running_runs
+    from launcher.record.status import running_runs
 
     spec = loaded.spec
     busy = running_runs(name_dir(loaded))
@@ -152,9 +152,9 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
     supervisor until success, failure or interruption (``tfcluster compare`` runs each
     configuration through here too; ``on_record`` gets the run record once it exists)."""
-    from .backends import backend_class
-    from .record.writer import RunRecord
-    from .supervisor import Supervisor
+    from launcher.backends import backend_class
+    from launcher.record.writer import RunRecord
+    from launcher.supervise.loop import Supervisor
 
     spec = loaded.spec
     record = RunRecord(runs_dir(loaded), plan, run_id=run_id, on_problem=console.error)

@@ -16,16 +16,16 @@ import time
 from pathlib import Path
 from typing import Optional, TextIO
 
-from .bounded import escape, listing
-from .console import Console
-from .errors import LaunchError, NoRun
-from .execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
-from .record.events import Event
-from .record.feed import RecordFeed
-from .record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
-from .record.reader import find_run, read_events, runs_root
-from .record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, list_runs, load_run
-from .specmodel import LoadedSpec
+from launcher.bounded import escape, listing
+from launcher.ui.console import Console
+from launcher.errors import LaunchError, NoRun
+from launcher.execution import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST, JSON_FORMAT
+from launcher.record.events import Event
+from launcher.record.feed import RecordFeed
+from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_dir
+from launcher.record.reader import find_run, read_events, runs_root
+from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, list_runs, load_run
+from launcher.spec.model import LoadedSpec
 
 _POLL = 0.3  # seconds between looks at a followed run
 
@@ -326,9 +326,9 @@ class _ConsoleGone(Exception):
 
 def attach(loaded: LoadedSpec, args: argparse.Namespace, console: Console) -> int:
     """The live view of a run from its record, until the run ends; Ctrl-C leaves the run going,
-    and so does a console that goes away (its writes never raise: launcher/console.py).
+    and so does a console that goes away (its writes never raise: launcher/ui/console.py).
 
-    On a terminal: the live panel of ``up`` (launcher/liveview.py), drawn from a ``RunView`` that
+    On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunView`` that
     launcher/record/feed.py replays from the record and then follows, with task output and the
     supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come."""
     console.follow(lambda why: None)  # (console.lost, checked below, also once its terminal hangs up)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .specmodel import LoadedSpec
+from launcher.spec.model import LoadedSpec
 
 SHADOWED = ("worker", "launcher")  # the two top-level packages the distribution installs
 _PRODUCT = Path(__file__).resolve().parent.parent  # where this launcher/ (and its worker/) live

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from . import statelayout
-from .console import Console
-from .errors import LaunchError, NoRun, SpecError
-from .record.layout import runs_dir, state_dir
-from .record.reader import latest_run
-from .specmodel import LoadedSpec
+from launcher.contract import statedir
+from launcher.ui.console import Console
+from launcher.errors import LaunchError, NoRun, SpecError
+from launcher.record.layout import runs_dir, state_dir
+from launcher.record.reader import latest_run
+from launcher.spec.model import LoadedSpec
 
 STOP_TIMEOUT = 10.0  # seconds TensorBoard gets to exit after Ctrl-C before it is killed
 
@@ -43,11 +43,11 @@ def logdir_of(loaded: LoadedSpec) -> Path:
     if latest_run(root, spec.name) is None:
         raise NoRun(f"no run of '{spec.name}' yet (nothing under {root / spec.name}); "
                           f"start one with 'tfcluster up {loaded.path}'")
-    logdir = state_dir(root, spec.name) / statelayout.TENSORBOARD
+    logdir = state_dir(root, spec.name) / statedir.TENSORBOARD
     if not logdir.is_dir():
         raise LaunchError(f"no TensorBoard logs in {logdir} yet: python -m worker writes them at the end of the "
                           "first epoch (a script of your own: write to $TFCLUSTER_STATE_DIR/"
-                          f"{statelayout.TENSORBOARD}/<name>); on backend ssh they come back from the chief's host "
+                          f"{statedir.TENSORBOARD}/<name>); on backend ssh they come back from the chief's host "
                           "after a successful run (state.fetch)")
     return logdir
 

@@ -27,15 +27,15 @@ from pathlib import Path
 import tensorflow as tf
 import tf_keras as keras
 
-from . import data as data_lib
-from . import strategies
-from .cluster import TaskInfo
-from .layout import Layout
-from .model import build_cnn, gradient_step, per_example_loss
-from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
-from .progress import ProgressLogger, Throughput, emit, epoch_end, fit_result, start_fields
-from .resize import Position, describe, resume_position
-from .tensorboard import Scalars
+from worker import data as data_lib
+from worker import strategies
+from worker.cluster import TaskInfo
+from worker.layout import Layout
+from worker.model import build_cnn, gradient_step, per_example_loss
+from worker.preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
+from worker.progress import ProgressLogger, Throughput, emit, epoch_end, fit_result, start_fields
+from worker.resize import Position, describe, resume_position
+from worker.tensorboard import Scalars
 
 
 class StepDelay(keras.callbacks.Callback):

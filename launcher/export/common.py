@@ -14,13 +14,13 @@ from typing import Any, Optional
 
 import yaml
 
-from .. import envnames
-from .. import gpus
-from ..remote import gpuplace
-from ..compose import STATE_DIR, docker_plan
-from ..errors import SpecError
-from ..plan import Plan
-from ..specmodel import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of
+from launcher.contract import envnames
+from launcher.plan import gpus
+from launcher.remote import gpuplace
+from launcher.compose import STATE_DIR, docker_plan
+from launcher.errors import SpecError
+from launcher.plan.build import Plan
+from launcher.spec.model import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
 # Top-level spec keys export reads, or that only concern tfcluster on this machine (run_dir,

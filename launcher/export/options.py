@@ -13,7 +13,7 @@ Both are keyed by task type like ``tasks:``, plus ``default`` for every type not
         worker: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4, accelerator_count: 1}
 
 A type's own entry overrides the ``default`` entry key by key (see ``merged``).
-Like the backends' blocks, these are OptionsModels (launcher/specmodel.py); the loader, spec.py,
+Like the backends' blocks, these are OptionsModels (launcher/spec/model.py); the loader, spec.py,
 adds them to the Spec class.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 
 from pydantic import Field, field_validator
 
-from ..specmodel import OptionsModel
+from launcher.spec.model import OptionsModel
 
 # Kubernetes resource.Quantity, as the TFJob CRD's own pattern spells it.
 QUANTITY_RE = re.compile(

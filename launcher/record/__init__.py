@@ -13,10 +13,10 @@ This package's __init__ imports only the vocabulary (policy.py imports record.st
 status imports policy), so import those modules by name: ``from launcher.record.writer import ...``.
 """
 
-from .events import Event
-from .layout import (EVENTS_FILE, LAUNCHER_FILE, OUTPUT_FILE, PLAN_FILE, RECORD_FILES, SNAPSHOT_FILE, SUPERVISOR_LOG,
+from launcher.record.events import Event
+from launcher.record.layout import (EVENTS_FILE, LAUNCHER_FILE, OUTPUT_FILE, PLAN_FILE, RECORD_FILES, SNAPSHOT_FILE, SUPERVISOR_LOG,
                      allocation_path, later_plan_name, log_path, name_dir, runs_dir, state_dir)
-from .states import AttemptState, Outcome, ResultStatus, RunState, TaskState
+from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskState
 
 __all__ = ["Event", "EVENTS_FILE", "LAUNCHER_FILE", "OUTPUT_FILE", "PLAN_FILE", "RECORD_FILES", "SNAPSHOT_FILE",
            "SUPERVISOR_LOG",

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .events import Event
-from .layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
-from ..errors import exc_text
-from .reader import FILE_BYTES, RecordDamaged, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
-from .view import RunView
+from launcher.record.events import Event
+from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
+from launcher.errors import exc_text
+from launcher.record.reader import FILE_BYTES, RecordDamaged, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
+from launcher.record.view import RunView
 
 SNAPSHOT_VERSION = 1
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output

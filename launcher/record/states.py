@@ -5,7 +5,7 @@ written is the value). Transitions:
 supervisor's ``Attempt``): RUNNING -> SUCCEEDED (success per the strategy's rule) | FAILED (a
 task's exit, the startup or hang watchdog, the backend) | INTERRUPTED (Ctrl-C, SIGTERM,
 ``tfcluster down``) | REGROW (elastic runs: a lost host answers again and the shrunk group is
-stopped gracefully to restart bigger; launcher/elastic.py). A FAILED attempt is followed by a
+stopped gracefully to restart bigger; launcher/plan/elastic.py). A FAILED attempt is followed by a
 new RUNNING one while the restart policy allows; a REGROW one always.
 
 ``Outcome`` -- the ``outcome`` event that ends a run record: SUCCEEDED | FAILED | INTERRUPTED
@@ -34,7 +34,7 @@ OK (outcome succeeded and exit 0) | FAILED | INTERRUPTED.
 
 from __future__ import annotations
 
-from ._vocabulary import Word
+from launcher.record._vocabulary import Word
 
 
 class AttemptState(Word):

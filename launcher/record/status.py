@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
-from ..policy import describe_exit
-from ..procinfo import group_alive, is_same
-from ..errors import exc_text
-from .events import Event
-from .feed import DAMAGE, replay
-from .layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
-from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
-from .states import Outcome, RunState, TaskState
-from .view import RunView, TaskView, suspect_lines
+from launcher.plan.gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
+from launcher.supervise.policy import describe_exit
+from launcher.procinfo import group_alive, is_same
+from launcher.errors import exc_text
+from launcher.record.events import Event
+from launcher.record.feed import DAMAGE, replay
+from launcher.record.layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
+from launcher.record.reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
+from launcher.record.states import Outcome, RunState, TaskState
+from launcher.record.view import RunView, TaskView, suspect_lines
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)

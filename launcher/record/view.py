@@ -8,7 +8,7 @@ Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
   ``progress.parse``; any other line only counts as a sign of life),
 
 so the same view can be driven live by the supervisor or later from a run's record on disk
-(``events.jsonl`` + ``logs/``). The rendering (launcher/liveview.py) only reads ``snapshot()``.
+(``events.jsonl`` + ``logs/``). The rendering (launcher/ui/panel.py) only reads ``snapshot()``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
-from ..progress import Progress, Throughput, parse, step_shape
-from .events import Event
-from .states import TaskState
+from launcher.contract.progress import Progress, Throughput, parse, step_shape
+from launcher.record.events import Event
+from launcher.record.states import TaskState
 
 # A task's states (record/states.py: TaskState), in the order a healthy task goes through them.
 STARTING, IMPORTING, READY, TRAINING, EVALUATING = (TaskState.STARTING, TaskState.IMPORTING, TaskState.READY,
@@ -113,7 +113,7 @@ def suspect_lines(view: "RunView") -> list[str]:
 
 @dataclass
 class HostChange:
-    """One membership change (a ``replan`` event, launcher/elastic.py), and where the group
+    """One membership change (a ``replan`` event, launcher/plan/elastic.py), and where the group
     resumed after it: the last global step any task reached before, the first one after."""
 
     at: Optional[float]

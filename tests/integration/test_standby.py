@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.standby import ACK_BOUND
+from launcher.supervise.standby import ACK_BOUND
 from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
 from tests.support.cli import ROOT, tfcluster
 from tests.support.specs import local_spec

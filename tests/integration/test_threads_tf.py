@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from launcher.threads import INTEROP_MIN, local_cores, shares
+from launcher.plan.threads import INTEROP_MIN, local_cores, shares
 from tests.support.tfrun import ROOT, up
 from tests.support.specs import local_spec
 

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from launcher.progress import parse
+from launcher.contract.progress import parse
 from tests.support.cli import ROOT, start_tfcluster, tfcluster
 from tests.support.specs import local_spec
 from tests.support.processes import pids_with_env, task_pids
@@ -43,7 +43,7 @@ def run_dir(path: Path) -> Path:
 
 def progress(text: str, kind: str, task: str = "worker:0") -> list[dict]:
     """The fields of ``task``'s ``tfcluster-<kind>`` lines in the launcher's output ``text``,
-    read by the launcher's own parser (launcher/progress.py owns the format)."""
+    read by the launcher's own parser (launcher/contract/progress.py owns the format)."""
     prefix = f"[{task}] "
     lines = (parse(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
     return [dict(p.fields) for p in lines if p is not None and p.kind == kind]

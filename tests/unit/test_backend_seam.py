@@ -19,9 +19,9 @@ from launcher.backends.local import LocalBackend
 from launcher.cli import main
 from launcher.errors import SpecError
 from launcher.execution import plan_for
-from launcher.plan import Placement, Slot, task_keys
-from launcher.spec import parse_spec
-from launcher.specmodel import OptionsModel
+from launcher.plan.build import Placement, Slot, task_keys
+from launcher.spec.load import parse_spec
+from launcher.spec.model import OptionsModel
 from tests.support.ports import free_base
 from tests.support.specs import script_spec
 

@@ -1,9 +1,9 @@
-"""Failure blame and report text (launcher/blame.py), pure functions of data: peers' states, the
+"""Failure blame and report text (launcher/supervise/blame.py), pure functions of data: peers' states, the
 root cause of an exit and its consequences, the report's lines."""
 
 from __future__ import annotations
 
-from launcher.blame import TAIL, Fault, blame_exit, peer_notes, report_lines
+from launcher.supervise.blame import TAIL, Fault, blame_exit, peer_notes, report_lines
 
 ABORTED = "Collective ops is aborted by: task /job:worker/replica:0/task:1 stopped sending heartbeats"
 

@@ -76,7 +76,7 @@ def test_console_script_runs_without_tensorflow(tmp_path):
     env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}", "PATH": "/usr/bin:/bin"}
     proc = tfcluster("plan", spec, timeout=60, environ=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run([sys.executable, "-c", "import launcher.cli, launcher.supervisor, launcher.backends.local, sys;"
+    proc = subprocess.run([sys.executable, "-c", "import launcher.cli, launcher.supervise.loop, launcher.backends.local, sys;"
                            "print('tensorflow' in sys.modules)"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.stdout.strip() == "False", proc.stderr
 

@@ -219,8 +219,8 @@ def test_no_color_removes_colour_codes_on_a_terminal(tmp_path):
 def test_no_color_reaches_the_live_panel(monkeypatch):
     import io
 
-    from launcher.console import Console
-    from launcher.liveview import LivePanel
+    from launcher.ui.console import Console
+    from launcher.ui.panel import LivePanel
     from launcher.record.view import RunView
 
     class Tty(io.StringIO):

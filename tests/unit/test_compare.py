@@ -16,9 +16,9 @@ from launcher.cli import main
 from launcher.compare import report
 from launcher.compare.configs import Config, Options, configurations, derive, parse_strategies
 from launcher.compare.measure import FAILED, OK, Measurement, error_text, measure
-from launcher.progress import Throughput, format_line
+from launcher.contract.progress import Throughput, format_line
 from launcher.errors import SpecError
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 
 RAW = {
     "name": "demo", "strategy": "multi_worker_mirrored", "entrypoint": "python -m worker --epochs 2",

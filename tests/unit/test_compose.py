@@ -9,7 +9,7 @@ import yaml
 
 from launcher.cli import main
 from launcher.compose import compose_dict, render_compose
-from launcher.spec import load_spec
+from launcher.spec.load import load_spec
 
 DEMO = """\
 name: demo

@@ -1,11 +1,11 @@
-"""launcher/console.py: which lines reach the terminal in each mode (panel, plain, quiet)."""
+"""launcher/ui/console.py: which lines reach the terminal in each mode (panel, plain, quiet)."""
 
 from __future__ import annotations
 
 import io
 import re
 
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.record.view import RunView
 
 NOISE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"

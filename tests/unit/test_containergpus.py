@@ -1,4 +1,4 @@
-"""Containers' GPUs (launcher/containergpus.py, shared by backend: docker and tfcluster compose):
+"""Containers' GPUs (launcher/plan/containergpus.py, shared by backend: docker and tfcluster compose):
 every container on the engine's one host, its GPUs as host indices for the device request and
 0.. inside, /dev/shm, the runtime refusal's one line, docker.shm_size's validation. Pure; the
 real engine reads the HostConfig back in tests/integration/docker/test_docker_gpus.py."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import containergpus
+from launcher.plan import containergpus
 from launcher.backends.docker.backend import DockerBackend
-from launcher.plan import build_plan
-from launcher.spec import load_spec, parse_spec
+from launcher.plan.build import build_plan
+from launcher.spec.load import load_spec, parse_spec
 from tests.support.errors import spec_errors
 
 GPUS4 = tuple((i, "NVIDIA A100-SXM4-40GB", f"GPU-{i}") for i in range(4))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.diagnose import exception_lines, hint, named_peer, peer_abort, root_cause, shorten
-from launcher.policy import Failure, retry_decision
+from launcher.supervise.diagnose import exception_lines, hint, named_peer, peer_abort, root_cause, shorten
+from launcher.supervise.policy import Failure, retry_decision
 
 PERMANENT = tuple(range(1, 128))
 # worker:0's last lines when worker:1 was SIGSTOPped (TF 2.21, tf_keras model.fit), verbatim.
@@ -213,7 +213,7 @@ def test_cuda_start_up_noise_is_no_hint_for_a_task_without_gpus(lines):
 
 
 def test_report_lines_hint_a_gpu_tasks_cuda_failure_only():
-    from launcher.blame import report_lines
+    from launcher.supervise.blame import report_lines
 
     assert "  hint: this task was given GPUs" in "\n".join(report_lines("worker:0", CUINIT_OLD, "l", False, True))
     assert not any(line.startswith("  hint:") for line in report_lines("worker:0", CUINIT_OLD, "l", False, False))

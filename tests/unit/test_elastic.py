@@ -1,4 +1,4 @@
-"""launcher/elastic.py: spares and the plan after a host is lost (pure), and the spec's elastic: rules."""
+"""launcher/plan/elastic.py: spares and the plan after a host is lost (pure), and the spec's elastic: rules."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from launcher.elastic import Replan, elastic_enabled, replace_lost, spare_hosts, suspect_how, too_many_losses
+from launcher.plan.elastic import Replan, elastic_enabled, replace_lost, spare_hosts, suspect_how, too_many_losses
 from launcher.errors import SpecError
 from launcher.execution import plan_for
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 
 SSH = """
 name: t

@@ -141,7 +141,7 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
     """A backend's options block added to the spec later (e.g. ``slurm:``) is refused without export
     knowing its name: export accepts only the keys it handles."""
     from launcher.export.common import inexpressible
-    from launcher.spec import LoadedSpec, spec_model
+    from launcher.spec.load import LoadedSpec, spec_model
 
     class WithSlurm(spec_model()):  # the Spec class parse_spec builds, with the registered backends' blocks
         slurm: dict = {}

@@ -1,4 +1,4 @@
-"""GPU placement (launcher/gpus.py, launcher/remote/gpuplace.py): each task's GPUs from its place on
+"""GPU placement (launcher/plan/gpus.py, launcher/remote/gpuplace.py): each task's GPUs from its place on
 its host, the roles without GPUs, sharing with memory growth, the one-line refusals, what ``plan``
 shows, and the fake nvidia-smi's formats."""
 
@@ -9,12 +9,13 @@ import textwrap
 
 import pytest
 
-from launcher import envnames, gpus
+from launcher.plan import gpus
+from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.execution import render_plan
-from launcher.plan import Placement, Slot, build_plan, task_keys
+from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import gpuplace
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 from tests.support.errors import one_error
 from tests.support.gpus import FAKE
 
@@ -352,7 +353,7 @@ def test_parse_list_skips_mig_lines():
 
 
 def test_discovery_output_carries_slots():
-    from launcher.discovery import DiscoveryError, parse_hosts
+    from launcher.spec.discovery import DiscoveryError, parse_hosts
 
     hosts = parse_hosts('[{"name": "vm1", "address": "10.0.0.2", "slots": 2}, {"name": "vm2"}]')
     assert [(h.name, h.slots) for h in hosts] == [("vm1", 2), ("vm2", None)]

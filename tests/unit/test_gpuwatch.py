@@ -1,4 +1,4 @@
-"""Each task's GPU memory and utilisation (launcher/gpuwatch.py): nvidia-smi's csv as NVIDIA
+"""Each task's GPU memory and utilisation (launcher/supervise/gpuwatch.py): nvidia-smi's csv as NVIDIA
 documents it, matched to the tasks' processes; the view, the live panel, status and the final
 report show the figures and the peak."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-from launcher import gpuwatch
-from launcher.liveview import gpu_text, render
+from launcher.supervise import gpuwatch
+from launcher.ui.panel import gpu_text, render
 from launcher.record.events import Event
 from launcher.record.view import RunView
-from launcher.report import gpu_peak_lines
+from launcher.ui.report import gpu_peak_lines
 
 APPS = "4242, 1234\n4343, 50\n4242, 100\n[Not Supported], 12\n"
 GPUS = "0, 37, 1384, 40960\n1, [N/A], 0, 40960\n"

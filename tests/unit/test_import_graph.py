@@ -143,10 +143,10 @@ def cycle_in(graph: dict[str, set[str]], component: list[str]) -> list[str]:
 
 def test_the_graph_sees_module_and_function_imports_but_not_type_checking_ones():
     graph = import_graph()
-    assert "launcher.specmodel" in graph["launcher.plan"]  # module level, relative
-    assert "launcher.backends" in graph["launcher.spec"]  # the loader is above the registry
+    assert "launcher.spec.model" in graph["launcher.plan.build"]  # module level, relative
+    assert "launcher.backends" in graph["launcher.spec.load"]  # the loader is above the registry
     assert "launcher.backends.ssh.supervisor" in graph["launcher.backends.ssh.backend"]  # inside a method
-    assert "launcher.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
+    assert "launcher.contract.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
     assert "launcher.backends.ssh.pool" not in graph["launcher.backends.ssh.probe"]  # if TYPE_CHECKING: only
 
 
@@ -211,10 +211,10 @@ def test_no_private_name_is_used_from_another_module():
 
 def test_spec_models_are_a_leaf_and_only_the_loader_above_the_backends_composes_them():
     graph = import_graph()
-    assert graph["launcher.specmodel"] == set(), graph["launcher.specmodel"]
-    below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan", "launcher.record.writer"}
-    assert not [m for m in below if "launcher.spec" in graph[m]], "the loader, launcher.spec, is above the backends"
-    assert "launcher.backends" in graph["launcher.spec"] and "launcher.export.options" in graph["launcher.spec"]
+    assert graph["launcher.spec.model"] == set(), graph["launcher.spec.model"]
+    below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan.build", "launcher.record.writer"}
+    assert not [m for m in below if "launcher.spec.load" in graph[m]], "the loader, launcher.spec.load, is above the backends"
+    assert "launcher.backends" in graph["launcher.spec.load"] and "launcher.export.options" in graph["launcher.spec.load"]
 
 
 def _backend_of(module: str, prefixes: dict[str, str]):

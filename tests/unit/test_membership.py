@@ -1,4 +1,4 @@
-"""Membership (launcher/membership.py) on discovery.command's answers during a run, with a fake
+"""Membership (launcher/supervise/membership.py) on discovery.command's answers during a run, with a fake
 poller: a failed answer is one line (once per reason) and the last good list is kept; a new host is
 added and watched; a host of the plan gone from the list ends the attempt and its task moves to a
 spare. No processes, no threads."""
@@ -11,13 +11,13 @@ import textwrap
 import threading
 
 from launcher.backends.base import Backend
-from launcher.console import Console
-from launcher.discovery import Answer
+from launcher.ui.console import Console
+from launcher.spec.discovery import Answer
 from launcher.execution import plan_for
-from launcher.membership import Membership
+from launcher.supervise.membership import Membership
 from launcher.record.writer import RunRecord
-from launcher.spec import parse_spec
-from launcher.specmodel import Host
+from launcher.spec.load import parse_spec
+from launcher.spec.model import Host
 from tests.support.fakes import ScriptedBackend
 
 SPEC = """\

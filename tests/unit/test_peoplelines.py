@@ -1,8 +1,8 @@
-"""launcher/peoplelines.py: the tasks' progress protocol as the lines a person reads above the panel."""
+"""launcher/ui/peoplelines.py: the tasks' progress protocol as the lines a person reads above the panel."""
 
 from __future__ import annotations
 
-from launcher.peoplelines import PeopleLines, compact_keys
+from launcher.ui.peoplelines import PeopleLines, compact_keys
 
 START = "tfcluster-start epoch=0 step=0 global_step=0 time=1.0 strategy={s} strategy_class=a.b.{c} replicas=3 " \
         "global_batch=96 epochs=3 steps_per_epoch=10"

@@ -9,8 +9,8 @@ import pytest
 
 from launcher.errors import SpecError
 from launcher.execution import plan_for
-from launcher.plan import redact_env
-from launcher.spec import parse_spec
+from launcher.plan.build import redact_env
+from launcher.spec.load import parse_spec
 from tests.support.gpus import fake_gpus
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.execution import plan_for
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 from tests.unit.plan_goldens_specs import SPECS
 
 GOLDENS = json.loads((Path(__file__).parent / "data" / "plan_goldens.json").read_text())
@@ -22,7 +22,7 @@ def plan_of(text: str):
     return plan_for(parse_spec(textwrap.dedent(text)))
 
 
-# Each task's GPUs came later (launcher/gpus.py: its own CUDA_VISIBLE_DEVICES, or the request the
+# Each task's GPUs came later (launcher/plan/gpus.py: its own CUDA_VISIBLE_DEVICES, or the request the
 # backend completes where it starts; test_gpus.py checks those): compared without them.
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TFCLUSTER_GPUS", "TF_FORCE_GPU_ALLOW_GROWTH")
 
@@ -54,7 +54,7 @@ def test_to_json_is_the_full_shape_as_before(name):
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_compact_json_expands_to_the_full_shape(name):
-    from launcher.plan import expand_plan_json
+    from launcher.plan.build import expand_plan_json
 
     plan = plan_of(SPECS[name])
     compact = plan.to_compact_json()
@@ -118,7 +118,7 @@ def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
 
 def test_plan_json_compact(tmp_path, capsys):
     from launcher.cli import main
-    from launcher.plan import expand_plan_json
+    from launcher.plan.build import expand_plan_json
 
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
@@ -157,7 +157,7 @@ def test_plan_json_flag_forms(tmp_path, capsys, monkeypatch):
 def test_the_records_plan_json_holds_the_cluster_once_and_reads_back(tmp_path):
     """plan.json is the compact shape, secrets redacted; status reads it, and still reads a record
     written before (every task with its whole TF_CONFIG)."""
-    from launcher.plan import expand_plan_json
+    from launcher.plan.build import expand_plan_json
     from launcher.record.writer import RunRecord
     from launcher.record.status import load_run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.policy import FAILED, RUNNING, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision
+from launcher.supervise.policy import FAILED, RUNNING, SUCCEEDED, Failure, assess, backoff_delay, describe_exit, retry_decision
 
 MWMS, PSS = "multi_worker_mirrored", "parameter_server"
 

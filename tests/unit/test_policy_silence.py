@@ -1,6 +1,6 @@
-"""Which tasks the hang watchdog may name for silence (launcher/policy.py)."""
+"""Which tasks the hang watchdog may name for silence (launcher/supervise/policy.py)."""
 
-from launcher.policy import hang_watched, silent_by_design
+from launcher.supervise.policy import hang_watched, silent_by_design
 
 
 def test_pss_servers_are_silent_by_design_but_not_the_chief():

@@ -1,6 +1,6 @@
 import pytest
 
-from launcher.progress import Progress, format_line, parse
+from launcher.contract.progress import Progress, format_line, parse
 
 
 @pytest.mark.parametrize("line, kind, fields", [

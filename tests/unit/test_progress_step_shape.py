@@ -1,4 +1,4 @@
-"""launcher/progress.py owns the progress-line format, the fast read of the worker's step lines
+"""launcher/contract/progress.py owns the progress-line format, the fast read of the worker's step lines
 (``step_shape``, what ``RunView.lines`` skips by) included: it accepts exactly the worker's own
 step lines (as ``format_line`` writes them) and agrees with ``parse`` on each one it accepts."""
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from launcher.progress import format_line, parse, step_shape
+from launcher.contract.progress import format_line, parse, step_shape
 
 
 def test_the_workers_step_lines_are_read_as_parse_reads_them():

@@ -222,7 +222,7 @@ def test_a_last_event_later_than_every_file_still_counts_and_a_running_run_is_ti
 
 
 def test_down_of_a_lost_run_keeps_its_duration_not_the_time_of_down(tmp_path):
-    from launcher.console import Console
+    from launcher.ui.console import Console
     from launcher.down import _record_stop
 
     run = _lost_run(tmp_path, {"logs/worker-0.log": 1012.0})
@@ -239,11 +239,11 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
     import os
     import threading
 
-    from launcher.console import Console
+    from launcher.ui.console import Console
     from launcher.procinfo import start_time
     from launcher.runcmds import attach
-    from launcher.specmodel import LoadedSpec
-    from launcher.spec import parse_spec
+    from launcher.spec.model import LoadedSpec
+    from launcher.spec.load import parse_spec
 
     events = [{"time": 1.0, "event": "run_start"}, {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0}]
     run = make_run(tmp_path, events, {"worker:0": "a line\n"},

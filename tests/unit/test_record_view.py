@@ -8,8 +8,8 @@ import pytest
 
 from rich.console import Console as RichConsole
 
-from launcher import report
-from launcher.liveview import render
+from launcher.ui import report
+from launcher.ui.panel import render
 from launcher.record.view import RunView
 
 T0 = 1000.0
@@ -183,7 +183,7 @@ def test_first_step_counts_the_step_that_just_ended():
 def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(tmp_path):
     from launcher.execution import plan_for
     from launcher.record.writer import RunRecord
-    from launcher.spec import load_spec
+    from launcher.spec.load import load_spec
     from tests.support.specs import script_spec
 
     plan = plan_for(load_spec(script_spec(tmp_path, "pass\n")).spec)
@@ -345,7 +345,7 @@ def test_to_json_and_from_json_give_the_same_view_elastic_fields_and_marks_inclu
 def test_a_throughput_that_keeps_its_marks_goes_through_json():
     import json
 
-    from launcher.progress import Throughput
+    from launcher.contract.progress import Throughput
 
     t = Throughput(32, keep_intervals=True)
     for step, at in ((1, 10.0), (5, 11.5), (9, 12.0)):

@@ -89,7 +89,7 @@ def test_devices_gpus_count_caps_what_auto_tasks_ask_for():
 def _backend(tmp_path, body):
     from launcher.backends.slurm.backend import SlurmBackend
     from launcher.execution import plan_for
-    from launcher.spec import LoadedSpec, parse_spec
+    from launcher.spec.load import LoadedSpec, parse_spec
 
     path = tmp_path / "c.yaml"
     path.write_text("name: g\nbackend: slurm\nentrypoint: python -m worker\n" + body)
@@ -144,7 +144,7 @@ def test_the_step_line_says_the_gpus_slurm_gave_it(env, said):
     import subprocess
 
     from launcher.backends.slurm.backend import _STEP_SHELL, SlurmStep
-    from launcher.plan import PlannedTask
+    from launcher.plan.build import PlannedTask
 
     proc = subprocess.Popen(["/bin/sh", "-c", _STEP_SHELL, "sh", "echo", "task output"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7",

@@ -12,10 +12,10 @@ import os
 from launcher.backends import RecordedRun
 from launcher.backends.slurm import backend as slurm_backend
 from launcher.backends.slurm.backend import SlurmBackend
-from launcher.console import Console
+from launcher.ui.console import Console
 from launcher.execution import plan_for
 from launcher.record.writer import RunRecord
-from launcher.spec import LoadedSpec, parse_spec
+from launcher.spec.load import LoadedSpec, parse_spec
 from tests.support.specs import SLURM_BASE
 
 SPEC = SLURM_BASE

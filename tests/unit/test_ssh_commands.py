@@ -15,8 +15,8 @@ from launcher.backends.ssh import backend as S
 from launcher.backends.ssh import commands as sc
 from launcher.backends.ssh import probe as ssh_probe, sync as ssh_sync, task as ssh_task
 from launcher.remote import source as remote_source
-from launcher.console import Console
-from launcher.spec import LoadedSpec, parse_spec
+from launcher.ui.console import Console
+from launcher.spec.load import LoadedSpec, parse_spec
 from tests.support.waits import wait_for
 
 EVIL = "x; touch /tmp/pwned"
@@ -215,7 +215,7 @@ class FakeChannel:
 
 
 def _handle(backend, host, slug):
-    from launcher.plan import PlannedTask
+    from launcher.plan.build import PlannedTask
 
     task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, command=("x",))
     h = ssh_task.SSHTask.__new__(ssh_task.SSHTask)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from launcher.backends.ssh.options import SSHOptions
 from launcher.backends.ssh.pool import HostPool
-from launcher.specmodel import Host
+from launcher.spec.model import Host
 
 DIRS = ("base/t/RUN", "base/t/state", "base/t/work")
 

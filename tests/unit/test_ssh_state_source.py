@@ -9,9 +9,9 @@ import textwrap
 
 from launcher.backends.ssh.options import SSHOptions
 from launcher.backends.ssh.state import StateSync
-from launcher.elastic import replace_lost
+from launcher.plan.elastic import replace_lost
 from launcher.execution import plan_for
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 
 SPEC = parse_spec(textwrap.dedent("""\
     name: s

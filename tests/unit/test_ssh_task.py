@@ -6,7 +6,7 @@ import time
 from types import SimpleNamespace
 
 from launcher.backends.ssh.task import SSHTask
-from launcher.plan import PlannedTask
+from launcher.plan.build import PlannedTask
 from launcher.remote.taskwrap import LEASE_EXPIRED
 
 

@@ -1,11 +1,11 @@
-"""When warm standby is on (launcher/standby.py's decide, pure) and what ``tfcluster plan`` says."""
+"""When warm standby is on (launcher/supervise/standby.py's decide, pure) and what ``tfcluster plan`` says."""
 
 from __future__ import annotations
 
 import pytest
 
-from launcher.specmodel import Restart
-from launcher.standby import decide, is_reference_worker
+from launcher.spec.model import Restart
+from launcher.supervise.standby import decide, is_reference_worker
 
 WORKER = ["python", "-m", "worker", "--epochs", "2"]
 

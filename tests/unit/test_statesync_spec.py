@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import statelayout
-from launcher.spec import parse_spec
+from launcher.contract import statedir as statelayout
+from launcher.spec.load import parse_spec
 from tests.support.errors import one_error
 from tests.support.specs import BASE
 
@@ -41,7 +41,7 @@ def test_state_errors(state, expected):
 
 
 def test_worker_layout_uses_the_launchers_names():
-    """worker/layout.py (imported without TF) builds every path from launcher/statelayout.py."""
+    """worker/layout.py (imported without TF) builds every path from launcher/contract/statedir.py."""
     from worker.layout import Layout
 
     lay = Layout(Path("/s"))

@@ -211,7 +211,7 @@ def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
     assert len(of(events, "restart")) == (1 if retried else 0)
 
 
-# ---------------------------------------------------------------- hosts that come and go (launcher/elastic.py)
+# ---------------------------------------------------------------- hosts that come and go (launcher/plan/elastic.py)
 
 
 class LosingBackend(ScriptedBackend):
@@ -587,7 +587,7 @@ def test_pss_a_failed_restart_of_a_worker_fails_the_attempt_not_the_launcher(tmp
     assert [e["attempt"] for e in of(events, "restart")] == [1]
 
 
-# ---------------------------------------------------------------- warm standby (launcher/standby.py)
+# ---------------------------------------------------------------- warm standby (launcher/supervise/standby.py)
 
 
 def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_path):
@@ -627,7 +627,7 @@ def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(t
     """A standby that blocked SIGUSR1 and said it was ready, but ignores its promotion (no
     'tfcluster-standby promoted'): stopped after ACK_BOUND and its task started cold, in one line;
     the run still succeeds."""
-    from launcher.standby import ACK_BOUND
+    from launcher.supervise.standby import ACK_BOUND
 
     silent = Script(code=None, standby_ack=False)
     backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,

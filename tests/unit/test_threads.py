@@ -13,12 +13,13 @@ import textwrap
 
 import pytest
 
-from launcher import envnames, threads
+from launcher.plan import threads
+from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.execution import plan_for, render_plan
-from launcher.plan import Placement, Slot, build_plan, task_keys
+from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import taskwrap_path
-from launcher.spec import parse_spec
+from launcher.spec.load import parse_spec
 
 NAMES = threads.NAMES
 
@@ -240,7 +241,7 @@ def test_compose_and_exports_carry_no_place():
 
 
 def test_compact_json_carries_only_each_tasks_budget_and_expands_back():
-    from launcher.plan import expand_plan_json
+    from launcher.plan.build import expand_plan_json
 
     plan = plan_for(spec_of(SSH))
     compact = plan.to_compact_json()

@@ -1,4 +1,4 @@
-"""progress.Throughput (launcher/progress.py, re-exported by worker/progress.py), the one place examples/s is computed, and worker/layout.py."""
+"""progress.Throughput (launcher/contract/progress.py, re-exported by worker/progress.py), the one place examples/s is computed, and worker/layout.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture
 def Throughput():  # noqa: N802
-    from launcher.progress import Throughput  # no TensorFlow needed: status computes examples/s too
+    from launcher.contract.progress import Throughput  # no TensorFlow needed: status computes examples/s too
 
     return Throughput
 
@@ -59,13 +59,13 @@ def test_lap_is_each_epochs_own_rate_and_leaves_the_total_alone(Throughput):
 
 
 def test_layout_tensorboard_runs_are_train_and_eval_under_one_logdir():
-    from launcher import statelayout
+    from launcher.contract import statedir
     from worker.layout import Layout
 
     layout = Layout(Path("/state"))
     assert (layout.tensorboard_train, layout.tensorboard_eval) == (
         Path("/state/tensorboard/train"), Path("/state/tensorboard/eval"))
-    assert layout.tensorboard_train.parent == layout.tensorboard == Path("/state") / statelayout.TENSORBOARD
+    assert layout.tensorboard_train.parent == layout.tensorboard == Path("/state") / statedir.TENSORBOARD
 
 
 @pytest.mark.tf

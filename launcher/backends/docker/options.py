@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from ...specmodel import IMAGE_RE, OptionsModel
+from launcher.spec.model import IMAGE_RE, OptionsModel
 
 SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 

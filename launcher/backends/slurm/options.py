@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from ...specmodel import OptionsModel
+from launcher.spec.model import OptionsModel
 
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(unlimited|infinite|UNLIMITED|INFINITE)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")

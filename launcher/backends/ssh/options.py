@@ -6,7 +6,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from ...specmodel import OptionsModel
+from launcher.spec.model import OptionsModel
 
 
 class SSHOptions(OptionsModel):

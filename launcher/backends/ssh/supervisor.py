@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
-from ...bounded import HOST_LINE_BYTES
-from ...console import Console
-from ...errors import LaunchError
-from ...specmodel import LoadedSpec
-from .commands import q, remote_paths
+from launcher.bounded import HOST_LINE_BYTES
+from launcher.ui.console import Console
+from launcher.errors import LaunchError
+from launcher.spec.model import LoadedSpec
+from launcher.backends.ssh.commands import q, remote_paths
 
 if TYPE_CHECKING:
-    from .pool import HostPool
+    from launcher.backends.ssh.pool import HostPool
 
 _IDLE = 0.05
 

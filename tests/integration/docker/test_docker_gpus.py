@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import containergpus as docker_gpus
+from launcher.plan import containergpus as docker_gpus
 from launcher.backends.docker.backend import DockerBackend
-from launcher.plan import build_plan
-from launcher.spec import load_spec
+from launcher.plan.build import build_plan
+from launcher.spec.load import load_spec
 from tests.labs import docker as eng
 from tests.support.cli import tfcluster
 from tests.support.docker_helpers import leftovers

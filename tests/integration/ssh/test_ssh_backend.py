@@ -431,11 +431,11 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     """Tasks whose launcher is gone but whose lease has not expired yet (a frozen laptop):
     down() finds them from the record and stops them, verified by pid."""
     from launcher.backends.ssh.backend import SSHBackend
-    from launcher.console import Console
+    from launcher.ui.console import Console
     from launcher.backends import RecordedRun
     from launcher.execution import plan_for
     from launcher.record.writer import RunRecord
-    from launcher.spec import load_spec
+    from launcher.spec.load import load_spec
 
     spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 60})
     loaded = load_spec(spec)

@@ -1,4 +1,4 @@
-"""Warm standby on the ssh backend (launcher/standby.py), on the lab of real sshd hosts, with an
+"""Warm standby on the ssh backend (launcher/supervise/standby.py), on the lab of real sshd hosts, with an
 entrypoint of one's own that follows the protocol (tests/support/standby_task.py, stdlib only):
 a replan's new TF_CONFIG reaches the promoted standby, the standby on a lost host goes with its
 host's lease, and no standby is left on any host after a run ends, however it ends."""

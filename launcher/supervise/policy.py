@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from .diagnose import peer_abort
-from .record.states import AttemptState
+from launcher.supervise.diagnose import peer_abort
+from launcher.record.states import AttemptState
 
 RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
 
@@ -106,7 +106,7 @@ class Attempt:
     failure: Optional[Failure] = None
     ready_after: Optional[float] = None  # seconds until every task's port was open
     # Hosts whose tasks' sessions were lost in this attempt (host -> when, time.time()): the
-    # infrastructure failed, not the training (launcher/membership.py, elastic runs).
+    # infrastructure failed, not the training (launcher/supervise/membership.py, elastic runs).
     sessions_lost: dict[str, float] = field(default_factory=dict)
 
 

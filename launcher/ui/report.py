@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from . import statelayout
-from .record.view import RunView
+from launcher.contract import statedir
+from launcher.record.view import RunView
 
 _COLUMNS = ("task", "host", "state", "exit", "attempts", "steps", "examples/s", "loss", "accuracy")
 
@@ -41,8 +41,8 @@ def locations(state_dir: Path, logs_dir: Path) -> dict[str, str]:
     """Where the final model, checkpoints and TensorBoard logs are (those that exist on this
     machine), the state dir, and the task logs."""
     where: dict[str, str] = {}
-    for label, name in (("final model", statelayout.FINAL_MODEL), ("checkpoints", statelayout.CHECKPOINTS),
-                        ("TensorBoard logs", statelayout.TENSORBOARD)):
+    for label, name in (("final model", statedir.FINAL_MODEL), ("checkpoints", statedir.CHECKPOINTS),
+                        ("TensorBoard logs", statedir.TENSORBOARD)):
         path = state_dir / name
         if path.exists():
             where[label] = str(path)

@@ -2,7 +2,7 @@
 
 The panel stays pinned at the bottom of the terminal; task output and launcher messages are
 printed above it. Only used when stdout is a terminal: files and pipes get plain lines
-(launcher/console.py) and never a colour or cursor escape.
+(launcher/ui/console.py) and never a colour or cursor escape.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
+from launcher.record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
                           TRAINING, RunView, TaskView, suspect_lines)
 
 _STATE_STYLE = {

@@ -6,13 +6,13 @@ Use them as ``envnames.STATE_DIR``; a new variable starts here.
 
 from __future__ import annotations
 
-# Set for every task by the plan (launcher/plan.py).
+# Set for every task by the plan (launcher/plan/build.py).
 TASK = "TFCLUSTER_TASK"  # the task's key, "worker:3"
 NAME = "TFCLUSTER_NAME"  # the spec's name
 STRATEGY = "TFCLUSTER_STRATEGY"  # the spec's strategy: the worker's --strategy default
 CPUS = "TFCLUSTER_CPUS"  # devices: {cpus: N}
-THREADS = "TFCLUSTER_THREADS"  # devices: {threads: auto}: "I/N", the task's place among N on its host (launcher/threads.py)
-# devices: {gpus_per_task, gpu_memory} (launcher/gpus.py, launcher/remote/gpuplace.py): where the plan
+THREADS = "TFCLUSTER_THREADS"  # devices: {threads: auto}: "I/N", the task's place among N on its host (launcher/plan/threads.py)
+# devices: {gpus_per_task, gpu_memory} (launcher/plan/gpus.py, launcher/remote/gpuplace.py): where the plan
 # cannot know a host's GPUs, the task's GPU request, completed where it starts (by the task wrapper)
 # into CUDA_VISIBLE_DEVICES and the memory variables, then removed.
 GPUS = "TFCLUSTER_GPUS"

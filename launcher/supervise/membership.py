@@ -1,4 +1,4 @@
-"""Elastic host membership (launcher/elastic.py says what changes, pure; this applies it): which
+"""Elastic host membership (launcher/plan/elastic.py says what changes, pure; this applies it): which
 hosts a run uses and when that changes. A failed attempt's lost hosts move to spares; lost hosts
 that answer again make a shrunk group grow; discovery.command's answers add and drop hosts; a
 parameter_server worker whose host is lost may be left out. The run's current plan lives here.
@@ -11,17 +11,17 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from .backends.base import Backend
-from .bounded import listing
-from .console import Console
-from .elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
+from launcher.backends.base import Backend
+from launcher.bounded import listing
+from launcher.ui.console import Console
+from launcher.plan.elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
                       too_many_losses)
-from .plan import Plan
-from .record.events import Event
-from .record.view import lost_phrase
-from .record.states import Outcome
-from .record.writer import RunRecord
-from .specmodel import Spec
+from launcher.plan.build import Plan
+from launcher.record.events import Event
+from launcher.record.view import lost_phrase
+from launcher.record.states import Outcome
+from launcher.record.writer import RunRecord
+from launcher.spec.model import Spec
 
 
 class Membership:
@@ -31,7 +31,7 @@ class Membership:
         """``finish(code, outcome, reason=...)``: end the run (the supervisor's final report), its
         exit code returned."""
         self.plan = plan
-        # Hosts that come and go (launcher/elastic.py): on when the spec asks for it or lists
+        # Hosts that come and go (launcher/plan/elastic.py): on when the spec asks for it or lists
         # spare hosts, and the backend can tell which hosts are lost.
         self.spec = spec
         self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)
@@ -39,14 +39,14 @@ class Membership:
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
         self.down: list[str] = []  # hosts lost (suspect) in this run and not back (elastic.settle) yet
         self.losses: list[str] = []  # every host loss of the run, in order (elastic.max_host_losses)
-        # Host discovery (launcher/discovery.py): polled in a thread; hosts: entries never vanish.
+        # Host discovery (launcher/spec/discovery.py): polled in a thread; hosts: entries never vanish.
         self.poller = None
         self.static_hosts: set[str] = set()
         self._answers = 0
         self._discovery_problem = ""
         self.vanished: dict[str, str] = {}  # plan hosts gone from discovery's list: their tasks move
         if self.elastic and spec is not None and spec.discovery is not None:
-            from .discovery import Poller
+            from launcher.spec.discovery import Poller
 
             self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
             self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
@@ -200,7 +200,7 @@ class Membership:
         self.backend.use_plan(change.plan)
 
     def _discovered(self) -> bool:
-        """While an attempt runs: the discovery command's newest answer (launcher/discovery.py).
+        """While an attempt runs: the discovery command's newest answer (launcher/spec/discovery.py).
         A failed one keeps the last good list and says why in one line (once per reason). New
         hosts are added and watched until they answer for elastic.settle s (then usable, as a
         lost host that came back). Hosts gone from the list are dropped; if the plan uses one,

@@ -15,27 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from . import envnames
-from .backends.base import Backend, TaskHandle
-from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
+from launcher.contract import envnames
+from launcher.backends.base import Backend, TaskHandle
+from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
                     summary_lines)
-from .console import Console
-from .diagnose import exception_lines, hint
-from .elastic import spare_hosts
-from .errors import AttemptImpossible, LaunchError, exc_text
-from .membership import Membership
-from .plan import Plan
-from .policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
+from launcher.ui.console import Console
+from launcher.supervise.diagnose import exception_lines, hint
+from launcher.plan.elastic import spare_hosts
+from launcher.errors import AttemptImpossible, LaunchError, exc_text
+from launcher.supervise.membership import Membership
+from launcher.plan.build import Plan
+from launcher.supervise.policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
                      retry_decision, silent_by_design)
-from .record.events import Event
-from .record.feed import SnapshotWriter
-from .record.states import AttemptState, Outcome
-from .gpuwatch import GpuWatch
-from .record.view import RunView
-from .record.writer import RunRecord
-from .report import gpu_peak_lines, location_lines, locations, task_table
-from .specmodel import Restart, Spec, Watchdog
-from .standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
+from launcher.record.events import Event
+from launcher.record.feed import SnapshotWriter
+from launcher.record.states import AttemptState, Outcome
+from launcher.supervise.gpuwatch import GpuWatch
+from launcher.record.view import RunView
+from launcher.record.writer import RunRecord
+from launcher.ui.report import gpu_peak_lines, location_lines, locations, task_table
+from launcher.spec.model import Restart, Spec, Watchdog
+from launcher.supervise.standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
@@ -455,7 +455,7 @@ class Supervisor:
 
     def _infra(self, attempt: Attempt) -> bool:
         """Elastic runs: a task's session was lost in this attempt (so far): its failure is the
-        infrastructure's, and the membership line says it all (launcher/membership.py)."""
+        infrastructure's, and the membership line says it all (launcher/supervise/membership.py)."""
         return self.members.elastic and (bool(attempt.sessions_lost) or any(
             h.session_lost is not None for h in self._handles.values()))
 
@@ -481,7 +481,7 @@ class Supervisor:
         return self._handles[key].state_note()
 
     def _fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
-        """An exit failed the attempt: blame the root cause (launcher/blame.py)."""
+        """An exit failed the attempt: blame the root cause (launcher/supervise/blame.py)."""
         since = started + attempt.ready_after if attempt.ready_after is not None else None
         now = self.clock()
         with self._lock:
@@ -518,7 +518,7 @@ class Supervisor:
                           errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key)))
 
     def _gpu_watch(self) -> Optional[GpuWatch]:
-        """Each GPU task's memory and utilisation from nvidia-smi (launcher/gpuwatch.py), where the
+        """Each GPU task's memory and utilisation from nvidia-smi (launcher/supervise/gpuwatch.py), where the
         plan knows its GPUs on this machine (the local backend: tasks are process groups here)."""
         gpu_ids = {t.key: t.gpus.ids for t in self.plan.tasks if t.gpus.ids}
         if not gpu_ids or self.plan.backend != "local":

@@ -1,6 +1,6 @@
 """Elastic membership: spare hosts, and the plan after a host is lost.
 
-Pure: no I/O. After a failed attempt the supervisor (launcher/membership.py) takes as lost the
+Pure: no I/O. After a failed attempt the supervisor (launcher/supervise/membership.py) takes as lost the
 hosts whose tasks' sessions were lost (``TaskHandle.session_lost``) and those that do not answer
 (``Backend.lost_hosts``); each is *suspect* (:func:`suspect_how`) until it has answered for
 ``elastic.settle`` s without a break. It asks :func:`replace_lost` for the next plan. A lost
@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
-from .plan import Placement, Plan, Slot, build_plan
-from .record.view import SUSPECT, lost_phrase
-from .specmodel import Spec
+from launcher.plan.build import Placement, Plan, Slot, build_plan
+from launcher.record.view import SUSPECT, lost_phrase
+from launcher.spec.model import Spec
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def elastic_enabled(spec: Spec) -> bool:
 
 def options(spec: Spec):
     """The spec's ``elastic:`` block, or its defaults when only spares turned elastic on."""
-    from .specmodel import Elastic
+    from launcher.spec.model import Elastic
 
     return spec.elastic if spec.elastic is not None else Elastic()
 
@@ -96,7 +96,7 @@ def spare_hosts(spec: Spec, used: Sequence[str], down: Sequence[str] = ()) -> li
     """Hosts of ``hosts:`` that no task uses (``used``: the running plan's hosts; empty: the
     spec's own placement) and that are not known to be down, in the spec's order."""
     if not used:
-        from .backends import backend_class  # the spec's static placement (late import: no circle)
+        from launcher.backends import backend_class  # the spec's static placement (late import: no circle)
 
         try:
             used = [slot.host for slot in backend_class(spec.backend).place(spec).slots.values()]

@@ -18,15 +18,15 @@ import os
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
-from . import envnames
-from .backends.base import Backend, TaskHandle
-from .console import Console
-from .errors import LaunchError
-from .plan import PlannedTask
-from .record.events import Event
-from .record.writer import RunRecord
-from .shadow import module_of
-from .specmodel import Restart
+from launcher.contract import envnames
+from launcher.backends.base import Backend, TaskHandle
+from launcher.ui.console import Console
+from launcher.errors import LaunchError
+from launcher.plan.build import PlannedTask
+from launcher.record.events import Event
+from launcher.record.writer import RunRecord
+from launcher.shadow import module_of
+from launcher.spec.model import Restart
 
 MARK = "tfcluster-standby"
 PROMOTED = MARK + " promoted"
@@ -72,8 +72,8 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
 
 def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
     """``tfcluster plan``'s line on warm standby: on or off, and why."""
-    from .backends import backend_class
-    from .elastic import elastic_enabled
+    from launcher.backends import backend_class
+    from launcher.plan.elastic import elastic_enabled
 
     cls = backend_class(spec.backend)
     _, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,

@@ -3,7 +3,7 @@ GPUs each container gets, as a device request, and its ``/dev/shm``.
 
 Every container of a run shares one host, the engine's (the backend's engine runs on this
 machine: its containers bind-mount the run record), so the plan's per-host arithmetic
-(launcher/gpus.py, launcher/remote/gpuplace.py) runs once over all the tasks as if on that one
+(launcher/plan/gpus.py, launcher/remote/gpuplace.py) runs once over all the tasks as if on that one
 host, with the GPUs ``nvidia-smi -L`` lists here: ``gpus_per_task: N`` tasks get disjoint
 indices, ``auto`` divides them, ps and the parameter_server chief get none.
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
-from . import envnames
-from . import gpus as plan_gpus
-from .remote import gpuplace
+from launcher.contract import envnames
+from launcher.plan import gpus as plan_gpus
+from launcher.remote import gpuplace
 
 HOST = "the Docker engine's host"
 GPU_SHM = "1g"  # a GPU container's /dev/shm unless docker.shm_size says

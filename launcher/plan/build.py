@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO, Any, Iterator, Mapping, Optional
 
-from . import envnames, gpus, threads
-from .errors import SpecError
-from .gpus import NO_GPU, TaskGpus
-from .specmodel import TASK_TYPES, Host, Spec, Tpu
+from launcher.plan import gpus
+from launcher.plan import threads
+from launcher.contract import envnames
+from launcher.errors import SpecError
+from launcher.plan.gpus import NO_GPU, TaskGpus
+from launcher.spec.model import TASK_TYPES, Host, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")
@@ -103,7 +105,7 @@ class PlannedTask:
     cluster: Optional[Cluster] = None
     # Every task's environment except its own TF_CONFIG and TFCLUSTER_TASK, sorted.
     base_env: tuple[tuple[str, str], ...] = ()
-    # Its GPU request and, where the plan knew its host's GPUs, which ones (launcher/gpus.py).
+    # Its GPU request and, where the plan knew its host's GPUs, which ones (launcher/plan/gpus.py).
     gpus: TaskGpus = NO_GPU
 
     @property
@@ -162,9 +164,9 @@ class Plan:
     # True when hosts/addresses are stand-ins until the backend allocates (see Placement).
     placeholder: bool = False
     placement_note: str = ""
-    # ``devices.threads`` as ``plan`` shows it (launcher/threads.py's describe).
+    # ``devices.threads`` as ``plan`` shows it (launcher/plan/threads.py's describe).
     threads: str = ""
-    # The GPUs as ``plan`` and ``up`` show them (launcher/gpus.py's describe).
+    # The GPUs as ``plan`` and ``up`` show them (launcher/plan/gpus.py's describe).
     gpus: str = ""
 
     def task(self, key: str) -> PlannedTask:
@@ -397,7 +399,7 @@ def _thread_env(spec: Spec, placement: Placement, hosts: list[str]) -> tuple[lis
 def _device_env(spec: Spec) -> dict[str, str]:
     """``devices:`` and ``tpu:`` as the environment the worker reads."""
     env = {}
-    # CUDA_VISIBLE_DEVICES is each task's own (launcher/gpus.py); the collective settings every task's.
+    # CUDA_VISIBLE_DEVICES is each task's own (launcher/plan/gpus.py); the collective settings every task's.
     if spec.collective.implementation != "auto":
         env[envnames.COLLECTIVE] = spec.collective.implementation
     if spec.collective.timeout is not None:

@@ -5,7 +5,7 @@ A command run on the launcher's machine prints the hosts that exist now, in the 
 10.0.0.2}``), or plain lines ``name address [ssh-target]`` (``#`` starts a comment). tfcluster
 runs it when it plans (``plan``, ``validate``, ``up``) and, during a run, every ``every``
 seconds: hosts that appear are new spares (or a shrunk group's grow targets, once they answer
-for ``elastic.settle`` s), hosts that vanish are lost (launcher/elastic.py).
+for ``elastic.settle`` s), hosts that vanish are lost (launcher/plan/elastic.py).
 
 A command that fails, hangs past ``timeout`` or prints something that is not a host list keeps
 the last good list and says why in one line; it never stops a running group. At the start,
@@ -28,9 +28,9 @@ from typing import Any, Callable, Optional, Sequence
 import yaml
 from pydantic import ValidationError
 
-from .bounded import listing, shorten_quoted, shown
-from .errors import SpecError, exc_text
-from .spec import SPEC_ITEMS, Host, LoadedSpec, Spec, YAMLBounds, YAMLBoundError, check_rules, load_yaml
+from launcher.bounded import listing, shorten_quoted, shown
+from launcher.errors import SpecError, exc_text
+from launcher.spec.load import SPEC_ITEMS, Host, LoadedSpec, Spec, YAMLBounds, YAMLBoundError, check_rules, load_yaml
 
 # Bounds on what the command prints (no host list comes near them): past one, the output is refused
 # in one line and the last good list is kept. The host count is the spec's own bound on a list.

@@ -1,7 +1,7 @@
 """What a person reads above the live panel: the tasks' progress protocol turned into lines for people.
 
 The tasks speak a machine protocol (``tfcluster-epoch epoch=16 global_step=368 loss=0.0851
-accuracy=0.9803 examples_per_sec=4029.9 learning_rate=0.001 time=1795696618.254``, launcher/progress.py),
+accuracy=0.9803 examples_per_sec=4029.9 learning_rate=0.001 time=1795696618.254``, launcher/contract/progress.py),
 once per worker. On a terminal, under the panel, that becomes one line per epoch for the run::
 
     epoch 16/30  loss 0.0851  accuracy 0.980  4,030 ex/s  (worker:0-1)
@@ -9,7 +9,7 @@ once per worker. On a terminal, under the panel, that becomes one line per epoch
 and the strategy once. Heartbeats (steps) are the panel's rows; the other protocol lines become
 short sentences. Any line that is not the protocol -- a user's own script's output, a traceback --
 is passed on as it is. Only the terminal's view changes: the task logs keep every line, and
-``--plain``/pipes keep the prefixed stream (launcher/console.py). Pure: lines in, lines out.
+``--plain``/pipes keep the prefixed stream (launcher/ui/console.py). Pure: lines in, lines out.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from .progress import Progress, parse
+from launcher.contract.progress import Progress, parse
 
 # Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint).
 HIDDEN = frozenset({"step", "first_step", "server", "checkpoint"})

@@ -1,7 +1,7 @@
 """The cluster spec's models (cluster.yaml as frozen pydantic values) and where a field sits in the YAML.
 
 A leaf: it imports nothing from the rest of tfcluster. The backends import it for their options
-blocks (``OptionsModel``) and for ``Spec``/``Host``; the loader (launcher/spec.py), above the
+blocks (``OptionsModel``) and for ``Spec``/``Host``; the loader (launcher/spec/load.py), above the
 backends, composes the options blocks into the Spec class and runs the backend rules.
 """
 
@@ -79,7 +79,7 @@ class TaskGroup(OptionsModel):
     count: int = Field(ge=0, strict=True)
     hosts: Optional[tuple[str, ...]] = None
     ports: Optional[tuple[int, ...]] = None
-    # Elastic runs (launcher/elastic.py): with no spare host left, the group may go on with fewer
+    # Elastic runs (launcher/plan/elastic.py): with no spare host left, the group may go on with fewer
     # workers, never below min. None: every worker is needed.
     min: Optional[int] = Field(default=None, ge=1, strict=True)
     # GPUs each task of this group gets, overriding devices.gpus_per_task and the role's default
@@ -134,7 +134,7 @@ class Ports(OptionsModel):
 
 
 class Restart(OptionsModel):
-    """How the supervisor reacts to failures (see launcher.policy)."""
+    """How the supervisor reacts to failures (see launcher.supervise.policy)."""
 
     max_restarts: int = Field(default=0, ge=0, strict=True)
     # Seconds to wait before relaunch attempt n: backoff * 2**(n-1), capped at max_backoff.
@@ -144,7 +144,7 @@ class Restart(OptionsModel):
     # codes outside this list are retryable, like Kubeflow's ExitCode policy.
     permanent_exit_codes: tuple[int, ...] = tuple(range(1, 128))
     # Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and
-    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them (launcher/standby.py). auto: on
+    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them (launcher/supervise/standby.py). auto: on
     # where it is safe (a backend that can, restarts allowed, tfcluster's worker as entrypoint);
     # true: also for an entrypoint of one's own that honours TFCLUSTER_STANDBY.
     warm_standby: Any = "auto"
@@ -159,7 +159,7 @@ class Restart(OptionsModel):
 
 
 class Elastic(OptionsModel):
-    """``elastic:`` -- hosts that come and go (launcher/elastic.py): a host whose task's SSH session
+    """``elastic:`` -- hosts that come and go (launcher/plan/elastic.py): a host whose task's SSH session
     or connection was lost is *suspect* until it has answered for ``settle`` seconds without a
     break; its tasks move onto a spare host at once (one listed under ``hosts:`` that no task
     uses), or the group shrinks to ``tasks.worker.min``, or (neither) waits up to ``host_wait``
@@ -181,7 +181,7 @@ class Elastic(OptionsModel):
 
 
 class Discovery(OptionsModel):
-    """``discovery:`` -- a command that prints the hosts that exist now (launcher/discovery.py),
+    """``discovery:`` -- a command that prints the hosts that exist now (launcher/spec/discovery.py),
     run when tfcluster plans and every ``every`` seconds during a run."""
 
     command: str = Field(min_length=1)
@@ -203,9 +203,9 @@ class Watchdog(OptionsModel):
 class Devices(OptionsModel):
     """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (which of a host's GPUs the
     run may use), ``gpus_per_task: auto | N | all`` and ``gpu_memory: auto | growth | all | MiB``
-    (each GPU task's share and its memory setting: launcher/gpus.py), ``cpus: N`` (N logical CPU
+    (each GPU task's share and its memory setting: launcher/plan/gpus.py), ``cpus: N`` (N logical CPU
     devices, so mirrored/central_storage run N replicas without GPUs); ``threads: auto | N | 0``
-    (each task's TF/OpenMP thread budget: launcher/threads.py)."""
+    (each task's TF/OpenMP thread budget: launcher/plan/threads.py)."""
 
     gpus: Any = "all"
     gpus_per_task: Any = "auto"
@@ -321,11 +321,11 @@ class State(OptionsModel):
 class Spec(OptionsModel):
     """The generic part of cluster.yaml. Each registered backend adds its own options block as a
     field (``spec.ssh``, ``spec.docker``, ...), and export its ``kubernetes:``/``vertex:`` blocks: the
-    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec.py, the loader)."""
+    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec/load.py, the loader)."""
 
     name: str
     strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
-    # A name in launcher.backends.REGISTRY (the loader, launcher/spec.py, checks it).
+    # A name in launcher.backends.REGISTRY (the loader, launcher/spec/load.py, checks it).
     backend: str = "local"
     entrypoint: Union[str, tuple[str, ...]]
     hosts: tuple[Host, ...] = ()
@@ -335,7 +335,7 @@ class Spec(OptionsModel):
     restart: Restart = Restart()
     # None: not asked for; membership changes are still handled when hosts: lists spares.
     elastic: Optional[Elastic] = None
-    # Hosts found by a command (in addition to hosts:); launcher/discovery.py.
+    # Hosts found by a command (in addition to hosts:); launcher/spec/discovery.py.
     discovery: Optional[Discovery] = None
     watchdog: Watchdog = Watchdog()
     state: State = State()

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from . import envnames
-from .remote import gpuplace
-from .remote.gpuplace import CUDA_VAR, GROWTH_VAR, plural
+from launcher.contract import envnames
+from launcher.remote import gpuplace
+from launcher.remote.gpuplace import CUDA_VAR, GROWTH_VAR, plural
 
 # (index, name, uuid) of one GPU, as ``nvidia-smi -L`` lists it.
 Gpu = tuple[int, str, str]

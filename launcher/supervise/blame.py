@@ -8,14 +8,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
-from .diagnose import exception_lines, hint, peer_abort, root_cause
-from .noise import is_noise
-from .policy import Attempt, describe_exit, hang_watched, silent_by_design
+from launcher.supervise.diagnose import exception_lines, hint, peer_abort, root_cause
+from launcher.ui.noise import is_noise
+from launcher.supervise.policy import Attempt, describe_exit, hang_watched, silent_by_design
 
 if TYPE_CHECKING:
-    from .elastic import Replan
-    from .plan import Plan
-    from .record.view import HostChange
+    from launcher.plan.elastic import Replan
+    from launcher.plan.build import Plan
+    from launcher.record.view import HostChange
 
 TAIL = 15  # lines of a task's output shown in failure reports
 

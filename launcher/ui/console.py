@@ -1,10 +1,10 @@
 """The terminal side of a run: task lines with ``[type:index]`` prefixes, launcher messages.
 
-Three ways to show a run (chosen by ``tfcluster up``): a live panel (launcher/liveview.py) pinned
+Three ways to show a run (chosen by ``tfcluster up``): a live panel (launcher/ui/panel.py) pinned
 at the bottom of a terminal with task output scrolling above it; plain prefixed lines (not a
 terminal, or ``--plain``); launcher messages and the final report only (``--quiet``). Known
-harmless TensorFlow start-up lines (launcher/noise.py) are hidden unless ``verbose``. Above the
-panel, the tasks' progress protocol is shown as people's lines (launcher/peoplelines.py: one line per
+harmless TensorFlow start-up lines (launcher/ui/noise.py) are hidden unless ``verbose``. Above the
+panel, the tasks' progress protocol is shown as people's lines (launcher/ui/peoplelines.py: one line per
 epoch for the run, the strategy once); plain lines keep it as the tasks print it.
 
 Reader threads of every task write here concurrently; one lock keeps lines whole.
@@ -25,12 +25,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Callable, Optional, TextIO
 
-from . import noise
-from .bounded import one_line
-from .peoplelines import PeopleLines
+from launcher.ui import noise
+from launcher.bounded import one_line
+from launcher.ui.peoplelines import PeopleLines
 
 if TYPE_CHECKING:
-    from .record.view import RunView
+    from launcher.record.view import RunView
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
 
@@ -118,7 +118,7 @@ class Console:
         self._palette: dict[str, str] = {}
         self.quiet_tasks = False
         self.verbose = False  # also show the known harmless TF start-up lines
-        self._panel = None  # liveview.LivePanel while the live panel is up
+        self._panel = None  # ui.panel.LivePanel while the live panel is up
         self._people = PeopleLines()  # the task lines as the panel's reader sees them (peoplelines.py)
 
     # -------------------------------------------------------------- a terminal that goes away
@@ -173,7 +173,7 @@ class Console:
         True if it is up."""
         if not _isatty(self.out) or os.environ.get("TERM", "") in ("dumb", "unknown"):
             return False
-        from .liveview import LivePanel
+        from launcher.ui.panel import LivePanel
 
         panel = LivePanel(view, self.out)
         panel.start()

@@ -1,9 +1,9 @@
 """The cluster spec (cluster.yaml): loading, and validation with one-line errors.
 
 The loader sits above the backends: it composes the Spec class from the models
-(launcher/specmodel.py, a leaf) and every registered backend's and export's options block, and runs
+(launcher/spec/model.py, a leaf) and every registered backend's and export's options block, and runs
 the rules that span fields, the backends' own among them. Modules that only need the models import
-launcher.specmodel; the names stay importable from here.
+launcher.spec.model; the names stay importable from here.
 
 The YAML is parsed only here, at the edge. The models are frozen pydantic models so the
 rest of tfcluster works on validated, immutable values. Every problem becomes one line
@@ -20,12 +20,12 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ValidationError, field_validator
 
-from .backends import REGISTRY, backend_class, backend_classes, backend_names
-from .bounded import escape, listing, shorten_quoted
-from .bounded import shown as shown_value
-from .errors import SpecError, exc_text
-from .export.options import KubernetesOptions, VertexOptions
-from .specmodel import (  # noqa: F401 - the models are re-exported: ``from launcher.spec import Spec`` works
+from launcher.backends import REGISTRY, backend_class, backend_classes, backend_names
+from launcher.bounded import escape, listing, shorten_quoted
+from launcher.bounded import shown as shown_value
+from launcher.errors import SpecError, exc_text
+from launcher.export.options import KubernetesOptions, VertexOptions
+from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``from launcher.spec.load import Spec`` works
     CLUSTER_STRATEGIES,
     RESERVED_ENV,
     SINGLE_HOST_STRATEGIES,
