@@ -149,7 +149,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         save_freq=steps if args.save_freq == "epoch" else args.save_freq,
         # Kept past fit's end until the final model is saved (then removed below): a failure in
         # the final evaluation or save (a hang, a lost host) resumes at the end, not at step 0
-        # (the soak's group trained all 2,000 steps again after a hang in the final evaluation).
+        # (which would train every step again).
         delete_checkpoint=False,
         keep_own=task.keeps_own_backup(),
         # Not save_before_preemption: tf_keras enables it only on GCP, detected by

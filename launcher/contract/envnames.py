@@ -28,7 +28,7 @@ TPU_PROJECT = "TFCLUSTER_TPU_PROJECT"
 RUN_DIR = "TFCLUSTER_RUN_DIR"
 STATE_DIR = "TFCLUSTER_STATE_DIR"
 # "1": the task's state dir is its host's own (state.sync: copy, private disks): every worker keeps
-# its own backups there, not only the chief, so a backup outlives the chief's host (issue 23).
+# its own backups there, not only the chief, so a backup outlives the chief's host.
 STATE_PRIVATE = "TFCLUSTER_STATE_PRIVATE"
 
 # Set by the supervisor for each attempt.

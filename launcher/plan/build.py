@@ -280,7 +280,7 @@ COMPACT = "compact"
 
 def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
     """A plan JSON in the full shape (every task with ``tf_config``, ``command`` and ``env``),
-    from either shape: a compact one (``Plan.to_compact_json``, records since issue 22) is
+    from either shape: a compact one (``Plan.to_compact_json``, what records hold now) is
     expanded, a full one (older records, ``plan --json``) comes back as it is."""
     if COMPACT not in (data.get("format"), data.get("shape")):  # (shape: `plan --json=compact`'s own output)
         return dict(data)

@@ -1,4 +1,4 @@
-"""Elastic membership (issue 20): spare hosts, and the plan after a host is lost.
+"""Elastic membership: spare hosts, and the plan after a host is lost.
 
 Pure: no I/O. After a failed attempt the supervisor (launcher/supervise/membership.py) takes as lost the
 hosts whose tasks' sessions were lost (``TaskHandle.session_lost``) and those that do not answer

@@ -1,4 +1,4 @@
-"""Thread budgets for tasks that share a host (``devices: {threads: auto | N | 0}``, issue 22).
+"""Thread budgets for tasks that share a host (``devices: {threads: auto | N | 0}``).
 
 TensorFlow sizes its intra-op and inter-op thread pools for the whole machine (and OpenMP/oneDNN
 likewise), so two tasks on one host run twice as many busy threads as it has cores. A budget is

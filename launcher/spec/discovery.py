@@ -1,4 +1,4 @@
-"""Host discovery (issue 23): ``discovery: {command: "...", every: 30, timeout: 10}``.
+"""Host discovery: ``discovery: {command: "...", every: 30, timeout: 10}``.
 
 A command run on the launcher's machine prints the hosts that exist now, in the fields of
 ``hosts:`` entries: a YAML or JSON list of mappings (``- {name: vm1, ssh: me@vm1, address:

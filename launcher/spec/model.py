@@ -211,8 +211,8 @@ class Devices(OptionsModel):
     gpus_per_task: Any = "auto"
     gpu_memory: Any = "auto"
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
-    # auto (issue 22's contract); its inter-op pool is never below 2 (threads.INTEROP_MIN: with
-    # one, parameter_server tasks hung).
+    # auto: the host's cores shared among its tasks (launcher/plan/threads.py); the inter-op pool is
+    # never below 2 (threads.INTEROP_MIN: with one, parameter_server tasks hung).
     threads: Any = "auto"
 
     @field_validator("threads", mode="before")

@@ -375,8 +375,8 @@ class Supervisor:
         watch.next_back_check = now + 1.0
         if any(t.training_done for t in self.view.snapshot().tasks.values()):
             # Training is over (the final evaluation and save run): a restart now would find no
-            # backup (fit deletes it at its end) and train again from step 0, as the soak saw
-            # when a host came back in that window. The run ends as it is.
+            # backup (fit deletes it at its end) and train again from step 0, all of it, for a
+            # host that came back in that window. The run ends as it is.
             return False
         if not self.members.changed(attempt.number):
             return False

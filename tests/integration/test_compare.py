@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from launcher.compare.report import COLUMNS
-from tests.integration.tfrun import write_spec
+from tests.support.tfrun import write_spec
 from tests.support.cli import tfcluster
 from tests.support.prereq import require
 from tests.support.processes import pids_with_env

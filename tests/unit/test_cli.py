@@ -6,18 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 from launcher.cli.main import main
 from tests.support.cli import ROOT, tfcluster
-from tests.support.ports import free_base
+from tests.support.specs import script_spec, spec_file
 
 
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 GOOD = """\
@@ -30,12 +24,12 @@ GOOD = """\
 
 
 def test_validate_ok(tmp_path, capsys):
-    assert main(["validate", str(write(tmp_path, GOOD))]) == 0
+    assert main(["validate", str(spec_file(tmp_path, GOOD))]) == 0
     assert "ok (multi_worker_mirrored, 2 tasks on local)" in capsys.readouterr().out
 
 
 def test_validate_bad_spec_exit_2_one_line_no_traceback(tmp_path, capsys):
-    path = write(tmp_path, GOOD.replace("chief: 1", "master: 1"))
+    path = spec_file(tmp_path, GOOD.replace("chief: 1", "master: 1"))
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert err == f"tfcluster: error: {path}:4: tasks.master: the legacy role 'master' is not supported; use chief\n"
@@ -52,7 +46,7 @@ def test_usage_error_exit_2(capsys):
 
 
 def test_plan_json_is_the_contract(tmp_path, capsys):
-    assert main(["plan", str(write(tmp_path, GOOD)), "--json"]) == 0
+    assert main(["plan", str(spec_file(tmp_path, GOOD)), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     first = data["tasks"][0]
     assert {k: first[k] for k in ("type", "index", "host", "address", "port")} == {
@@ -64,7 +58,7 @@ def test_plan_json_is_the_contract(tmp_path, capsys):
 
 
 def test_plan_text_shows_tasks_and_tf_config(tmp_path, capsys):
-    assert main(["plan", str(write(tmp_path, GOOD))]) == 0
+    assert main(["plan", str(spec_file(tmp_path, GOOD))]) == 0
     out = capsys.readouterr().out
     assert "worker:0" in out and "localhost:23457" in out
     # The cluster once, then each task's own part of its TF_CONFIG (a copy per task is O(n²)).
@@ -78,7 +72,7 @@ def test_console_script_runs_without_tensorflow(tmp_path):
     blocker = tmp_path / "block" / "tensorflow"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('tensorflow is blocked in this test')\n")
-    spec = write(tmp_path, GOOD)
+    spec = spec_file(tmp_path, GOOD)
     env = {"PYTHONPATH": f"{blocker.parent}:{ROOT}", "PATH": "/usr/bin:/bin"}
     proc = tfcluster("plan", spec, timeout=60, environ=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -96,14 +90,7 @@ def test_a_local_install_runs_without_the_ssh_and_docker_extras(tmp_path):
         (block / module).mkdir(parents=True)
         (block / module / "__init__.py").write_text(f"raise ImportError('{module} is blocked in this test')\n")
     env = {**os.environ, "PYTHONPATH": f"{block}:{ROOT}"}
-    (tmp_path / "task.py").write_text("print('local task ran', flush=True)\n")
-    local = write(tmp_path, f"""\
-        name: l
-        strategy: multi_worker_mirrored
-        entrypoint: [{json.dumps(sys.executable)}, task.py]
-        tasks: {{worker: 1}}
-        ports: {{base: {free_base()}}}
-    """)
+    local = script_spec(tmp_path, "print('local task ran', flush=True)\n", tasks="{worker: 1}", watchdog=None)
     run = tfcluster("up", local, "--plain", environ=env, cwd=tmp_path)
     assert run.returncode == 0 and "[worker:0] local task ran" in run.stdout, run.stdout + run.stderr
     ssh = tmp_path / "ssh.yaml"

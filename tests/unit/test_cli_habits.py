@@ -18,7 +18,7 @@ import pytest
 from launcher.cli.main import EXAMPLES, _parser, main
 from launcher.errors import EXIT_NO_RUN
 from tests.support.cli import tfcluster, tfcluster_argv
-from tests.support.specs import script_spec
+from tests.support.specs import script_spec, spec_file
 
 COMMANDS = ["validate", "plan", "up", "status", "logs", "attach", "runs", "down", "compose", "export", "compare",
             "tensorboard", "completion"]
@@ -36,9 +36,7 @@ def _env(**extra: str) -> dict:
 
 
 def _write(directory: Path, name: str = "cluster.yaml", spec_name: str = "t") -> Path:
-    path = directory / name
-    path.write_text(textwrap.dedent(SPEC).replace("name: t", f"name: {spec_name}"))
-    return path
+    return spec_file(directory, textwrap.dedent(SPEC).replace("name: t", f"name: {spec_name}"), name)
 
 
 # ------------------------------------------------------------------ FILE

@@ -1,4 +1,4 @@
-"""The environment variables tfcluster sets are named once, in launcher/contract/envnames.py (issue 21):
+"""The environment variables tfcluster sets are named once, in launcher/contract/envnames.py:
 launcher/ and worker/ use its constants; prose (docstrings, help texts) may still name them."""
 
 from __future__ import annotations

@@ -9,14 +9,8 @@ import pytest
 import yaml
 
 from launcher.cli.main import main
+from tests.support.specs import BASE
 
-BASE = """\
-name: demo
-strategy: multi_worker_mirrored
-entrypoint: python -m worker
-tasks:
-  worker: 2
-"""
 HOSTS = """\
 name: demo
 strategy: multi_worker_mirrored
@@ -162,7 +156,7 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
 
 
 def test_readme_options_example_exports_to_both(tmp_path, capsys):
-    from tests.readme import readme_block
+    from tests.support.readme import readme_block
 
     block = readme_block("Options, both keyed like `tasks:`")
     assert block.startswith("kubernetes:") and "vertex:" in block

@@ -5,7 +5,6 @@ fed to the validator, to show it catches each rule."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
@@ -14,8 +13,9 @@ from launcher.cli.main import main
 from launcher.export.tfjob import tfjob_dict
 from launcher.export.validate import tfjob_schema, validate_tfjob
 from launcher.spec.load import load_spec
-from tests.readme import readme_block
-from tests.unit.export_golden import DEMO, DEMO_ENV, PSS
+from tests.support.readme import readme_block
+from tests.support.specs import spec_file
+from tests.support.export_golden import DEMO, DEMO_ENV, PSS
 EVAL = """\
 name: mwms-eval
 strategy: multi_worker_mirrored
@@ -33,12 +33,6 @@ kubernetes:
     default: {cpu: 2, memory: 4Gi}
     worker: {cpu: 500m, gpus: 1}
 """
-
-
-def _write(tmp_path: Path, text: str, name: str = "cluster.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def _container(doc: dict, rtype: str) -> dict:
@@ -90,7 +84,7 @@ def test_pss_example_replica_types_and_policies():
 
 
 def test_evaluator_spec_resources_restart_env_and_options(tmp_path):
-    doc = tfjob_dict(load_spec(_write(tmp_path, EVAL)), image="gcr.io/p/worker:7")
+    doc = tfjob_dict(load_spec(spec_file(tmp_path, EVAL)), image="gcr.io/p/worker:7")
     assert validate_tfjob(doc) == []
     assert doc["metadata"]["namespace"] == "training"
     assert doc["spec"]["runPolicy"] == {"cleanPodPolicy": "All", "backoffLimit": 3,
@@ -112,13 +106,13 @@ def test_evaluator_spec_resources_restart_env_and_options(tmp_path):
 
 def test_max_restarts_zero_is_never(tmp_path):
     text = EVAL.replace("restart: {max_restarts: 3, permanent_exit_codes: []}", "restart: {max_restarts: 0}")
-    doc = tfjob_dict(load_spec(_write(tmp_path, text)))
+    doc = tfjob_dict(load_spec(spec_file(tmp_path, text)))
     assert {r["restartPolicy"] for r in doc["spec"]["tfReplicaSpecs"].values()} == {"Never"}
     assert doc["spec"]["runPolicy"]["backoffLimit"] == 0
 
 
 def test_cli_writes_beside_the_spec_with_header(tmp_path, capsys):
-    spec = _write(tmp_path, DEMO.read_text())
+    spec = spec_file(tmp_path, DEMO.read_text())
     assert main(["export", str(spec), "--to", "tfjob"]) == 0
     out = tmp_path / "demo.tfjob.yaml"
     text = out.read_text()
@@ -140,7 +134,7 @@ def test_cli_stdout(capsys):
 
 
 def test_cli_refuses_a_foreign_file_with_exit_1(tmp_path, capsys):
-    spec = _write(tmp_path, DEMO.read_text())
+    spec = spec_file(tmp_path, DEMO.read_text())
     mine = tmp_path / "mine.yaml"
     mine.write_text("kind: Something\n")
     assert main(["export", str(spec), "--to", "tfjob", "-o", str(mine)]) == 1
@@ -227,11 +221,14 @@ def test_schema_alone_misses_what_the_webhook_rules_catch(good):
     import jsonschema
 
     schema_only = jsonschema.Draft4Validator(tfjob_schema())
-    for change in (BROKEN[0][1], BROKEN[1][1], BROKEN[8][1]):
+    by_name = {what: (change, expected) for what, change, expected in BROKEN}
+    for what in ("restartPolicy enum (schema misses it)", "container name", "unknown field in the spec"):
+        change, expected = by_name[what]
         doc = copy.deepcopy(good)
         change(doc)
-        assert list(schema_only.iter_errors(doc)) == []
-        assert validate_tfjob(doc) != []
+        assert list(schema_only.iter_errors(doc)) == [], what
+        problems = validate_tfjob(doc)
+        assert len(problems) == 1 and expected in problems[0], (what, problems)  # that problem, and only it
 
 
 
@@ -255,7 +252,7 @@ kubernetes:
 
 
 def test_gpus_per_task_sets_each_replica_types_gpu_limit_and_none_for_ps_and_coordinator(tmp_path):
-    doc = tfjob_dict(load_spec(_write(tmp_path, GPU_PSS)))
+    doc = tfjob_dict(load_spec(spec_file(tmp_path, GPU_PSS)))
     assert validate_tfjob(doc) == []
     limits = {t: _container(doc, t)["resources"]["limits"] for t in ("Chief", "Worker", "PS")}
     # gpus_per_task 2 for the workers; the ps and the PSS chief get none, default's gpus: 1 notwithstanding.
@@ -273,13 +270,13 @@ def test_gpus_per_task_sets_each_replica_types_gpu_limit_and_none_for_ps_and_coo
 def test_a_groups_gpus_and_a_types_own_resources_entry_win(tmp_path):
     text = (GPU_PSS.replace("ps: 2}", "ps: {count: 2, gpus: 1}}")
             + "    worker: {gpus: 4}\n")
-    doc = tfjob_dict(load_spec(_write(tmp_path, text)))
+    doc = tfjob_dict(load_spec(spec_file(tmp_path, text)))
     assert validate_tfjob(doc) == []
     assert _container(doc, "Worker")["resources"]["limits"]["nvidia.com/gpu"] == 4  # its own entry
     assert _container(doc, "PS")["resources"]["limits"]["nvidia.com/gpu"] == 1  # tasks.ps.gpus
     assert "CUDA_VISIBLE_DEVICES" not in _env(_container(doc, "PS"))
     # gpus_per_task auto (the default) says no count: default's gpus applies to the GPU roles only.
-    doc = tfjob_dict(load_spec(_write(tmp_path, GPU_PSS.replace("gpus_per_task: 2, ", ""))))
+    doc = tfjob_dict(load_spec(spec_file(tmp_path, GPU_PSS.replace("gpus_per_task: 2, ", ""))))
     assert _container(doc, "Worker")["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert "nvidia.com/gpu" not in _container(doc, "PS")["resources"]["limits"]
 

@@ -1,4 +1,4 @@
-"""No import circle in launcher/ or worker/ (issue 21).
+"""No import circle in launcher/ or worker/.
 
 The graph is built from the source with ``ast``: every ``import``/``from ... import`` counts, at module
 level and inside functions (a function-level import is still a dependency, only a late one); imports

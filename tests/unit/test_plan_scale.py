@@ -1,4 +1,4 @@
-"""Plans that grow with n (issue 22 item 2): the cluster is held once and shared by the plan's
+"""Plans that grow with n: the cluster is held once and shared by the plan's
 tasks, each task's TF_CONFIG is made when asked for, and still byte for byte what it was when
 every task held its own copy (tests/unit/data/plan_goldens.json, written by the plan before the
 change, for the specs of plan_goldens_specs.py)."""

@@ -80,8 +80,10 @@ def test_a_final_failure_is_never_retried(code):
 
 
 def test_retry_classification_is_configurable():
-    ok, _ = retry_decision(Failure("worker:0", "exit code 3", 3), (1, 2))
-    assert ok
+    """The same exit code is retried or not as restart.permanent_exit_codes lists it."""
+    assert retry_decision(Failure("worker:0", "exit code 3", 3), (1, 2)) == (True, "exit code 3 is retryable")
+    ok, why = retry_decision(Failure("worker:0", "exit code 3", 3), (1, 2, 3))
+    assert not ok and why.startswith("not retried: exit code 3 is listed in restart.permanent_exit_codes"), why
 
 
 def test_backoff_doubles_and_caps():

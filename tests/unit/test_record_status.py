@@ -232,8 +232,8 @@ def test_down_of_a_lost_run_keeps_its_duration_not_the_time_of_down(tmp_path):
 
 
 def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_path):
-    """`attach` (over ssh, the one ssh.supervisor's host runs for you) ended when a write to its
-    gone reader raised; console writes no longer raise, so it looks for the console being lost."""
+    """`attach` (over ssh, the one ssh.supervisor's host runs for you) ends when its reader is
+    gone: console writes do not raise, so it looks for the console being lost."""
     import argparse
     import io
     import os

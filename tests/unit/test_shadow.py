@@ -9,28 +9,17 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from launcher.spec.shadow import module_of
 from tests.support.cli import ROOT, tfcluster
-from tests.support.ports import free_base
+from tests.support.specs import local_spec
 
 
 def _spec(directory: Path, entrypoint: str, workdir: str = ".", backend: str = "local") -> Path:
-    path = directory / "cluster.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: t
-        strategy: multi_worker_mirrored
-        backend: {backend}
-        entrypoint: {entrypoint}
-        tasks: {{worker: 2}}
-        ports: {{base: {free_base()}}}
-        workdir: {workdir}
-    """))
-    return path
+    return local_spec(directory, entrypoint, extra=f"backend: {backend}\nworkdir: {workdir}\n")
 
 
 def _warnings(result: subprocess.CompletedProcess) -> list[str]:

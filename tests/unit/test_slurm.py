@@ -14,15 +14,9 @@ from launcher.backends.slurm.cli import _partitions, client_env, fields, first_e
 from launcher.errors import LaunchError
 from launcher.spec.load import parse_spec
 from tests.support.errors import one_error
+from tests.support.specs import SLURM_BASE
 
-BASE = """\
-name: demo
-strategy: multi_worker_mirrored
-backend: slurm
-entrypoint: python -m worker
-tasks:
-  worker: 2
-"""
+BASE = SLURM_BASE
 
 
 def test_slurm_options_defaults_and_values():

@@ -16,15 +16,9 @@ from launcher.ui.console import Console
 from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
 from launcher.spec.load import LoadedSpec, parse_spec
+from tests.support.specs import SLURM_BASE
 
-SPEC = """\
-name: demo
-strategy: multi_worker_mirrored
-backend: slurm
-entrypoint: python -m worker
-tasks:
-  worker: 2
-"""
+SPEC = SLURM_BASE
 
 
 def _backend(tmp_path):

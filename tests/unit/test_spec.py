@@ -10,14 +10,7 @@ import pytest
 from launcher.errors import SpecError
 from launcher.spec.load import load_spec, parse_spec
 from tests.support.errors import one_error, spec_errors
-
-BASE = """\
-name: demo
-strategy: multi_worker_mirrored
-entrypoint: python -m worker
-tasks:
-  worker: 2
-"""
+from tests.support.specs import BASE
 
 
 def test_valid_minimal_spec_has_defaults():

@@ -9,15 +9,9 @@ import pytest
 from launcher.contract import statedir as statelayout
 from launcher.spec.load import parse_spec
 from tests.support.errors import one_error
+from tests.support.specs import BASE
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = """\
-name: demo
-strategy: multi_worker_mirrored
-entrypoint: python -m worker
-tasks:
-  worker: 2
-"""
 
 
 def test_state_defaults():

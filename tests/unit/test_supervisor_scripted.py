@@ -372,7 +372,7 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
 
 def test_a_host_back_after_training_ended_does_not_restart_the_group(tmp_path):
     """Once training is over (here worker:0's result line; fit has deleted its backup), a returning
-    host is not grown into the group: the restart would train again from step 0 (the soak saw it)."""
+    host is not grown into the group: the restart would find no backup and train again from step 0."""
     done = Script(code=0, polls=8, say=((1, "tfcluster-result task=worker:0 epochs=2 epochs_run=2 accuracy=0.9"),))
     backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
                                 ("worker:0", 1): done},

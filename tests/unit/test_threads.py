@@ -1,4 +1,4 @@
-"""Thread budgets for tasks that share a host (``devices: {threads: auto | N | 0}``, issue 22 item 3):
+"""Thread budgets for tasks that share a host (``devices: {threads: auto | N | 0}``):
 the arithmetic, the plan's env (the spec's env wins, 0 sets nothing), and where the budget is made
 when the plan does not know the host's cores (the task wrapper, the Slurm step's shell, compose
 and the exports)."""

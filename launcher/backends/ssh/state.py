@@ -178,8 +178,8 @@ class StateSync:
         """The host to copy the latest backup from: the last attempt's chief host while it
         answers, else one of that attempt's hosts still here (the plan's chief's first), else
         the chief's. Never merely the new plan's chief: after a move, a shrink or a grow that
-        can be a host that just joined, with an old backup or none (the soak restarted from
-        step 0 so, 1,364 steps back)."""
+        can be a host that just joined, with an old backup or none, and the group would resume
+        from that (step 0 or an old step: every step since lost)."""
         chief, group = self.chief_host(), self.training_hosts()
         candidates = [self.writer] if self.writer else []
         candidates += sorted((h for h in self.last_group if h in group), key=lambda h: h != chief)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from launcher.contract.progress import parse
 from tests.support.cli import ROOT, start_tfcluster, tfcluster
-from tests.support.ports import free_base
+from tests.support.specs import local_spec
 from tests.support.processes import pids_with_env, task_pids
 from tests.support.waits import wait_for, wait_line
 
@@ -22,20 +22,11 @@ RUN_TIMEOUT = 300
 
 def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{worker: 2}", extra: str = "",
                strategy: str = "multi_worker_mirrored") -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: demo
-        strategy: {strategy}
-        entrypoint: {entrypoint}
-        tasks: {tasks}
-        ports: {{base: {free_base()}}}
-        env:
-          PYTHONPATH: {ROOT}
-          TFDS_DATA_DIR: {tfds_dir}
-          TF_CPP_MIN_LOG_LEVEL: "2"
-        watchdog: {{startup_timeout: 120, stop_grace: 3}}
-    """) + textwrap.dedent(extra))
-    return path
+    """A spec (run name ``demo``) for a TensorFlow run of ``entrypoint`` that imports this
+    checkout's worker and reads its datasets from ``tfds_dir``."""
+    return local_spec(tmp_path, entrypoint, name="demo", tasks=tasks, strategy=strategy, extra=extra,
+                      env={"PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir), "TF_CPP_MIN_LOG_LEVEL": '"2"'},
+                      watchdog="{startup_timeout: 120, stop_grace: 3}")
 
 
 def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:

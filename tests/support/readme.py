@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_block(after: str) -> str:
