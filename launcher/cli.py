@@ -48,6 +48,7 @@ EXAMPLES = {
     "compare": ["tfcluster compare --strategies default,mirrored,multi_worker_mirrored",
                 "tfcluster compare a.yaml b.yaml --repeat 3"],
     "tensorboard": ["tfcluster tensorboard", "tfcluster tensorboard --port 6007"],
+    "schema": ["tfcluster schema > cluster.schema.json"],
     "completion": ["tfcluster completion bash > ~/.local/share/bash-completion/completions/tfcluster",
                    "tfcluster completion zsh > ~/.zfunc/_tfcluster"],
 }
@@ -155,6 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     tb = command("tensorboard", "run TensorBoard on the logs of the latest run of this spec")
     tb.add_argument("--port", type=int, default=6006, help="the port TensorBoard serves on (default: 6006)")
 
+    command("schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
+            "'# yaml-language-server: $schema=cluster.schema.json'", spec=None)
+
     cpl = command("completion", "print a shell completion script (generated from this parser)", spec=None)
     cpl.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
 
@@ -174,6 +178,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from .completion import script
 
             print(script(parser, args.shell), end="")
+            return EXIT_OK
+        if args.command == "schema":
+            from .spec import json_schema
+
+            print(json.dumps(json_schema(), indent=2))
             return EXIT_OK
         _resolve_file(args, argv)
         if args.command == "validate" and args.json:
