@@ -165,6 +165,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's parser, for what is generated from it (the docs' CLI reference)."""
+    return _parser()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     console = Console()
     try:
