@@ -106,7 +106,7 @@ def _known_backend(cls, v: str) -> str:
 
 # Bounds no honest spec meets, checked while the file is read, before anything grows with the input
 # (a spec may come from a stranger: a CI job that validates pull requests). Each is refused in one line
-# naming the bound. The README's "Bounds" paragraph lists them.
+# naming the bound. The "Bounds" paragraph of docs/concepts/spec.md lists them.
 SPEC_BYTES = 1 << 20  # the file: 1 MiB (10,000 hosts in flow style are about 400 KB)
 SPEC_DEPTH = 64  # lists and mappings inside each other (a spec needs about 6)
 SPEC_VALUES = 1_000_000  # values once aliases (*name) are expanded: the "billion laughs" stops here

@@ -18,11 +18,6 @@ def _block_after(text: str, after: str) -> str:
     return rest[start:rest.index("\n```", start)] + "\n"
 
 
-def readme_block(after: str) -> str:
-    """The fenced YAML block that follows the text ``after`` in README.md."""
-    return _block_after(README.read_text(), after)
-
-
 def docs_block(page: str, after: str) -> str:
     """The fenced YAML block that follows the text ``after`` in the docs page ``page`` (docs/PAGE)."""
     return _block_after((DOCS / page).read_text(), after)
