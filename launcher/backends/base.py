@@ -17,7 +17,7 @@ failure means (that is the supervisor and its policy). Its life in ``tfcluster u
 and in ``tfcluster down``: ``cls.from_spec(loaded, None).down(RecordedRun, console)``.
 
 To add a backend: subclass Backend (and TaskHandle), list it in ``launcher/backends/__init__.py``
-(REGISTRY), and pass tests/integration/test_backend_contract.py (README: "Adding a backend").
+(REGISTRY), and pass tests/integration/test_backend_contract.py (docs/contributing.md: "Adding a backend").
 Importing a backend's module must stay cheap (no SDK import at module level): validating a
 spec imports every registered backend to learn its options block.
 """

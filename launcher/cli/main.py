@@ -49,6 +49,7 @@ EXAMPLES = {
     "compare": ["tfcluster compare --strategies default,mirrored,multi_worker_mirrored",
                 "tfcluster compare a.yaml b.yaml --repeat 3"],
     "tensorboard": ["tfcluster tensorboard", "tfcluster tensorboard --port 6007"],
+    "schema": ["tfcluster schema > cluster.schema.json"],
     "completion": ["tfcluster completion bash > ~/.local/share/bash-completion/completions/tfcluster",
                    "tfcluster completion zsh > ~/.zfunc/_tfcluster"],
 }
@@ -156,10 +157,18 @@ def _parser() -> argparse.ArgumentParser:
     tb = command("tensorboard", "run TensorBoard on the logs of the latest run of this spec")
     tb.add_argument("--port", type=int, default=6006, help="the port TensorBoard serves on (default: 6006)")
 
+    command("schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
+            "'# yaml-language-server: $schema=cluster.schema.json'", spec=None)
+
     cpl = command("completion", "print a shell completion script (generated from this parser)", spec=None)
     cpl.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
 
     return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's parser, for what is generated from it (the docs' CLI reference)."""
+    return _parser()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -175,6 +184,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from launcher.cli.completion import script
 
             print(script(parser, args.shell), end="")
+            return EXIT_OK
+        if args.command == "schema":
+            from launcher.spec.load import json_schema
+
+            print(json.dumps(json_schema(), indent=2))
             return EXIT_OK
         _resolve_file(args, argv)
         if args.command == "validate" and args.json:

@@ -21,18 +21,18 @@ GPU_MEMORY = "TFCLUSTER_GPU_MEMORY"  # devices: {gpu_memory: MiB}: each visible 
 COLLECTIVE = "TFCLUSTER_COLLECTIVE"  # auto | ring | nccl
 COLLECTIVE_TIMEOUT = "TFCLUSTER_COLLECTIVE_TIMEOUT"  # seconds
 TPU = "TFCLUSTER_TPU"  # tpu: name, zone, project
-TPU_ZONE = "TFCLUSTER_TPU_ZONE"
-TPU_PROJECT = "TFCLUSTER_TPU_PROJECT"
+TPU_ZONE = "TFCLUSTER_TPU_ZONE"  # tpu: zone
+TPU_PROJECT = "TFCLUSTER_TPU_PROJECT"  # tpu: project
 
 # Set by the backend that starts the task: where its run record and its state dir are on its host.
-RUN_DIR = "TFCLUSTER_RUN_DIR"
-STATE_DIR = "TFCLUSTER_STATE_DIR"
+RUN_DIR = "TFCLUSTER_RUN_DIR"  # the run's record dir (runs/<name>/<run id>) as the task's host sees it
+STATE_DIR = "TFCLUSTER_STATE_DIR"  # the state dir: checkpoints, backups, the final model, TensorBoard logs
 # "1": the task's state dir is its host's own (state.sync: copy, private disks): every worker keeps
 # its own backups there, not only the chief, so a backup outlives the chief's host.
 STATE_PRIVATE = "TFCLUSTER_STATE_PRIVATE"
 
 # Set by the supervisor for each attempt.
-RUN_ID = "TFCLUSTER_RUN_ID"
+RUN_ID = "TFCLUSTER_RUN_ID"  # the run's id, the name of its record dir
 RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"  # 0-based attempt number
 STANDBY = "TFCLUSTER_STANDBY"  # "1": a warm standby, waiting for SIGUSR1
 # A warm standby's promotion file: the next attempt's environment (JSON), written by the backend

@@ -15,10 +15,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import yaml
-from pydantic import BaseModel, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, WithJsonSchema, field_validator
 
 from launcher.backends import REGISTRY, backend_class, backend_classes, backend_names
 from launcher.bounded import escape, listing, shorten_quoted
@@ -59,22 +59,39 @@ def spec_model() -> type[Spec]:
 
 
         # Read only by `tfcluster export` (launcher/export/options.py).
-        fields: dict[str, Any] = {"kubernetes": (KubernetesOptions, KubernetesOptions()),
-                                  "vertex": (VertexOptions, VertexOptions())}
+        fields: dict[str, Any] = {"kubernetes": (KubernetesOptions, Field(KubernetesOptions(), description=_doc(
+                                      KubernetesOptions))),
+                                  "vertex": (VertexOptions, Field(VertexOptions(), description=_doc(VertexOptions)))}
         for cls in backend_classes():
             if cls.options_key and cls.Options is not None:
+                described = Field(description=_doc(cls.Options))
                 try:
                     default = cls.Options()
                 except ValidationError:  # a block with required keys: absent unless given
-                    fields[cls.options_key] = (Optional[cls.Options], None)
+                    fields[cls.options_key] = (Optional[cls.Options], Field(None, description=described.description))
                 else:
-                    fields[cls.options_key] = (cls.Options, default)
+                    fields[cls.options_key] = (cls.Options, Field(default, description=described.description))
+        # backend: one of the registered names (the validator below says which); the schema lists them.
+        fields["backend"] = (Annotated[str, WithJsonSchema({"enum": list(backend_names()), "type": "string"})],
+                             Field("local", description=Spec.model_fields["backend"].description))
         checks = {"_backend": field_validator("backend")(_known_backend)}
         _SPEC_MODELS[key] = create_model("Spec", __base__=Spec, __module__=__name__, __validators__=checks, **fields)
     return _SPEC_MODELS[key]
 
 
 _SPEC_MODELS: dict[tuple, type[Spec]] = {}  # per registry content (tests register backends)
+
+
+def _doc(model: type) -> str:
+    """A block's description: its class docstring, one paragraph."""
+    return " ".join((model.__doc__ or "").split())
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of cluster.yaml with every registered backend's block:
+    what `tfcluster schema` prints, and what editors check a spec against."""
+    schema = spec_model().model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
 def _known_backend(cls, v: str) -> str:
@@ -89,7 +106,7 @@ def _known_backend(cls, v: str) -> str:
 
 # Bounds no honest spec meets, checked while the file is read, before anything grows with the input
 # (a spec may come from a stranger: a CI job that validates pull requests). Each is refused in one line
-# naming the bound. The README's "Bounds" paragraph lists them.
+# naming the bound. The "Bounds" paragraph of docs/concepts/spec.md lists them.
 SPEC_BYTES = 1 << 20  # the file: 1 MiB (10,000 hosts in flow style are about 400 KB)
 SPEC_DEPTH = 64  # lists and mappings inside each other (a spec needs about 6)
 SPEC_VALUES = 1_000_000  # values once aliases (*name) are expanded: the "billion laughs" stops here

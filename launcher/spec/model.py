@@ -11,10 +11,10 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 # Cluster strategies run a TF cluster over tasks and hosts; single-host strategies run one task.
@@ -29,29 +29,60 @@ RESERVED_ENV = ("TF_CONFIG",)
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
 
+# ---------------------------------------------------------------- JSON Schema of the shorthands
+# The models read several values in more than one form (``worker: 2`` for ``{count: 2}``, ``auto``
+# or a number, ...) through before-validators, which pydantic's generated schema cannot see. Each
+# such field declares the forms it accepts (``WithJsonSchema``), so ``tfcluster schema`` accepts
+# every spec the loader accepts, and an editor completes and checks them.
+
+_UINT = {"type": "integer", "minimum": 0}
+_POSINT = {"type": "integer", "minimum": 1}
+
+
+def _count_shorthand(schema: dict[str, Any]) -> None:
+    """A task group is its mapping or, as a shorthand, its count."""
+    body = {k: schema.pop(k) for k in list(schema) if k not in ("title", "description")}
+    schema["anyOf"] = [{**_UINT, "description": "the count alone: `worker: 2` is `worker: {count: 2}`"}, body]
+
+
+def _tasks_needed_by_cluster_strategies(schema: dict[str, Any]) -> None:
+    """``tasks:`` may be left out for the single-host strategies (it is ``{worker: 1}``)."""
+    schema["required"] = [r for r in schema.get("required", []) if r != "tasks"]
+    schema["if"] = {"properties": {"strategy": {"enum": list(CLUSTER_STRATEGIES)}}, "required": ["strategy"]}
+    schema["then"] = {"required": ["tasks"]}
+
+
 class OptionsModel(BaseModel):
     """The base of every block of cluster.yaml, the backends' and export's options blocks too:
-    frozen, and a key it does not know is an error."""
+    frozen, and a key it does not know is an error. A field's docstring is its description (in
+    ``tfcluster schema`` and the generated spec reference)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, use_attribute_docstrings=True)
 
 
 class Host(OptionsModel):
     """A machine tasks run on: how the launcher reaches it, and what other tasks dial."""
 
-    name: str
+    name: str = Field(json_schema_extra={"pattern": _NAME_RE.pattern})
+    """The host's name in this spec (what `tasks.<type>.hosts` and the errors name); also the SSH target
+    when `ssh` is not given."""
     ssh: Optional[str] = None
+    """SSH target: `user@host`, `host` or an alias of ~/.ssh/config (default: `name`)."""
     address: Optional[str] = None
+    """The address other tasks dial to reach this host's tasks (default: the host part of the SSH target)."""
     port: Optional[int] = Field(default=None, ge=1, le=65535, strict=True)
+    """SSH port (default: 22, or the one ~/.ssh/config gives)."""
     user: Optional[str] = None
+    """SSH user (default: the one in `ssh`, ~/.ssh/config, or yours)."""
     key: Optional[str] = None
-    # ssh backend: ProxyJump hop(s) like "bastion" or "me@jump:2222,other" (also read from ~/.ssh/config).
+    """Private key file for SSH (default: ssh-agent, ~/.ssh/config's IdentityFile, the usual keys)."""
     proxy_jump: Optional[str] = None
-    # ssh backend: the interpreter that runs the task wrapper and preflight here (default: ssh.python).
+    """ssh backend: ProxyJump hop(s), like `bastion` or `me@jump:2222,other` (also read from ~/.ssh/config)."""
     python: Optional[str] = None
-    # At most this many of the run's tasks on this host (None: no limit; a host's GPU count still
-    # bounds its gpus_per_task: N tasks).
+    """ssh backend: the interpreter that runs the task wrapper and preflight on this host (default: `ssh.python`)."""
     slots: Optional[int] = Field(default=None, ge=1, strict=True)
+    """At most this many of the run's tasks on this host (none: no limit; a host's GPU count still bounds
+    its `gpus_per_task: N` tasks)."""
 
     @field_validator("name")
     @classmethod
@@ -76,15 +107,21 @@ class Host(OptionsModel):
 class TaskGroup(OptionsModel):
     """``N`` or ``{count: N, hosts: [names], ports: [..]}`` for one task type."""
 
+    model_config = ConfigDict(json_schema_extra=_count_shorthand)
+
     count: int = Field(ge=0, strict=True)
+    """How many tasks of this type."""
     hosts: Optional[tuple[str, ...]] = None
-    ports: Optional[tuple[int, ...]] = None
-    # Elastic runs (launcher/plan/elastic.py): with no spare host left, the group may go on with fewer
-    # workers, never below min. None: every worker is needed.
+    """The hosts (by name) this group's tasks go on, round-robin (ssh backend; default: all hosts)."""
+    ports: Optional[tuple[int, ...]] = Field(default=None, json_schema_extra={"items": {"type": "integer", "minimum": 1,
+                                                                                        "maximum": 65535}})
+    """One TF port per task, in task order (default: `ports.base` plus the task's place on its host)."""
     min: Optional[int] = Field(default=None, ge=1, strict=True)
-    # GPUs each task of this group gets, overriding devices.gpus_per_task and the role's default
-    # (ps and the parameter_server chief: none): N, or 0 for none (CUDA_VISIBLE_DEVICES=-1).
+    """Elastic runs: with no spare host left, the group may go on with fewer workers, never below this
+    (none: every worker is needed)."""
     gpus: Optional[int] = Field(default=None, ge=0, strict=True)
+    """GPUs each task of this group gets, overriding `devices.gpus_per_task` and the role's default (ps
+    and the parameter_server chief: none); 0: none (CUDA_VISIBLE_DEVICES=-1)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -117,10 +154,17 @@ class TaskGroup(OptionsModel):
 
 
 class Tasks(OptionsModel):
+    """``tasks:`` -- how many tasks of each type (a count, or a mapping with the count)."""
+
     chief: TaskGroup = TaskGroup(count=0)
+    """The chief: at most one (multi_worker_mirrored: optional, worker 0 is the chief without one;
+    parameter_server: exactly one, the coordinator)."""
     worker: TaskGroup = TaskGroup(count=0)
+    """The workers that train."""
     ps: TaskGroup = TaskGroup(count=0)
+    """Parameter servers (parameter_server only: at least one)."""
     evaluator: TaskGroup = TaskGroup(count=0)
+    """At most one evaluator: scores every checkpoint, outside the TF cluster."""
 
     def group(self, task_type: str) -> TaskGroup:
         return getattr(self, task_type)
@@ -130,24 +174,30 @@ class Tasks(OptionsModel):
 
 
 class Ports(OptionsModel):
+    """``ports:`` -- where the tasks' TF ports start."""
+
     base: int = Field(default=23456, ge=1, le=65535, strict=True)
+    """The first TF port on each host; a host's n-th task gets base + n."""
 
 
 class Restart(OptionsModel):
-    """How the supervisor reacts to failures (see launcher.supervise.policy)."""
+    """``restart:`` -- how the supervisor reacts to failures (see launcher.supervise.policy)."""
 
     max_restarts: int = Field(default=0, ge=0, strict=True)
-    # Seconds to wait before relaunch attempt n: backoff * 2**(n-1), capped at max_backoff.
+    """Whole-group restarts after a failure (0: none); under parameter_server also the budget of
+    single-worker relaunches."""
     backoff: float = Field(default=0.0, ge=0)
+    """Seconds to wait before relaunch attempt n: backoff * 2**(n-1), capped at `max_backoff`."""
     max_backoff: float = Field(default=30.0, ge=0)
-    # Exit codes that are never retried (a Python error, bad usage). Signals (128+N) and
-    # codes outside this list are retryable, like Kubeflow's ExitCode policy.
+    """The cap of the wait between attempts, in seconds."""
     permanent_exit_codes: tuple[int, ...] = tuple(range(1, 128))
-    # Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and
-    # wait (TFCLUSTER_STANDBY=1) until a failure promotes them (launcher/supervise/standby.py). auto: on
-    # where it is safe (a backend that can, restarts allowed, tfcluster's worker as entrypoint);
-    # true: also for an entrypoint of one's own that honours TFCLUSTER_STANDBY.
-    warm_standby: Any = "auto"
+    """Exit codes that are never retried (a Python error, bad usage; default 1-127). Signals (128+N) and
+    codes outside this list are retryable, like Kubeflow's ExitCode policy."""
+    warm_standby: Annotated[Any, WithJsonSchema({"enum": ["auto", True, False]})] = "auto"
+    """Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and wait
+    (TFCLUSTER_STANDBY=1) until a failure promotes them. auto: on where it is safe (a backend that can,
+    restarts allowed, tfcluster's worker as entrypoint); true: also for an entrypoint of one's own
+    that honours TFCLUSTER_STANDBY; false: off."""
 
     @field_validator("warm_standby", mode="before")
     @classmethod
@@ -166,18 +216,18 @@ class Elastic(OptionsModel):
     seconds for the host to settle and restarts on it. None of it spends
     ``restart.max_restarts``; ``max_host_losses`` bounds it instead."""
 
-    # No spare and no tasks.worker.min: how long the group waits for a suspect host to settle
-    # (answer for `settle` s without a break) before the run ends naming it.
     host_wait: float = Field(default=60.0, ge=0)
-    # A suspect host that answers again without a break for this many seconds is usable again (a
-    # flapping host never is): a spare again, or grow's target, or the host the group waits for.
+    """No spare and no `tasks.worker.min`: how long (seconds) the group waits for a suspect host to settle
+    before the run ends naming it."""
     settle: float = Field(default=30.0, ge=0)
-    # A group shrunk below tasks.worker.count stops gracefully (SIGTERM: the workers save the
-    # step they agree on) and restarts bigger once a host is usable again.
+    """A suspect host that answers again without a break for this many seconds is usable again (a
+    flapping host never is): a spare again, or grow's target, or the host the group waits for."""
     grow: bool = True
-    # Host losses (a session lost, a host not answering, preempted, gone from discovery) a run
-    # takes in all; the next one ends it in one line: hosts that keep dropping cannot loop forever.
+    """A group shrunk below `tasks.worker.count` stops gracefully (the workers save the step they agree
+    on) and restarts bigger once a host is usable again."""
     max_host_losses: int = Field(default=10, ge=0)
+    """Host losses (a session lost, a host not answering, preempted, gone from discovery) a run takes in
+    all; the next one ends it in one line."""
 
 
 class Discovery(OptionsModel):
@@ -185,19 +235,23 @@ class Discovery(OptionsModel):
     run when tfcluster plans and every ``every`` seconds during a run."""
 
     command: str = Field(min_length=1)
+    """Shell command (run in the spec's directory) that prints the hosts: a YAML/JSON list of `hosts:`
+    entries, or lines `name address [ssh-target]`."""
     every: float = Field(default=30.0, gt=0)
+    """Seconds between runs of the command during a run."""
     timeout: float = Field(default=10.0, gt=0)
+    """Seconds one run of the command may take; then it is killed (its whole process group)."""
 
 
 class Watchdog(OptionsModel):
-    """Timeouts that turn a silent cluster into a reported failure."""
+    """``watchdog:`` -- timeouts that turn a silent cluster into a reported failure."""
 
-    # Seconds every task has to open its TF port (or print our worker's ready marker).
     startup_timeout: float = Field(default=300.0, gt=0)
-    # Seconds without any progress (output or heartbeat) before a live task counts as hung; 0 = off.
+    """Seconds every task has to open its TF port (or print the reference worker's ready marker)."""
     hang_timeout: float = Field(default=0.0, ge=0)
-    # Seconds between SIGTERM and SIGKILL when stopping tasks.
+    """Seconds without any progress (output or heartbeat) before a live task counts as hung; 0: off."""
     stop_grace: float = Field(default=5.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL when stopping tasks."""
 
 
 class Devices(OptionsModel):
@@ -207,13 +261,21 @@ class Devices(OptionsModel):
     devices, so mirrored/central_storage run N replicas without GPUs); ``threads: auto | N | 0``
     (each task's TF/OpenMP thread budget: launcher/plan/threads.py)."""
 
-    gpus: Any = "all"
-    gpus_per_task: Any = "auto"
-    gpu_memory: Any = "auto"
+    gpus: Annotated[Any, WithJsonSchema({"anyOf": [
+        {"const": "all"}, _UINT, {"type": "array", "items": _UINT, "uniqueItems": True}]})] = "all"
+    """Which of a host's GPUs the run may use: all, N (GPUs 0..N-1; 0: none) or a list of indices ([0, 2])."""
+    gpus_per_task: Annotated[Any, WithJsonSchema({"anyOf": [{"enum": ["auto", "all"]}, _POSINT]})] = "auto"
+    """Each GPU task's GPUs: auto (a host's GPUs divided among its GPU tasks), N (each its own N), or all
+    (every GPU task sees every GPU of its host)."""
+    gpu_memory: Annotated[Any, WithJsonSchema({"anyOf": [{"enum": ["auto", "growth", "all"]}, _POSINT]})] = "auto"
+    """Each GPU task's memory setting: auto (growth when tasks share a GPU), growth, all (TensorFlow's
+    default: nearly all of it), or a limit per GPU in MiB."""
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
-    # auto: the host's cores shared among its tasks (launcher/plan/threads.py); the inter-op pool is
-    # never below 2 (threads.INTEROP_MIN: with one, parameter_server tasks hung).
-    threads: Any = "auto"
+    """N logical CPU devices, so mirrored/central_storage run N replicas without GPUs (single-host
+    strategies only)."""
+    threads: Annotated[Any, WithJsonSchema({"anyOf": [{"const": "auto"}, _UINT]})] = "auto"
+    """Each task's TF/OpenMP thread budget: auto (its share of its host's cores; the inter-op pool never
+    below 2), N threads per task, or 0 (TensorFlow's own defaults)."""
 
     @field_validator("threads", mode="before")
     @classmethod
@@ -268,15 +330,20 @@ class Collective(OptionsModel):
     ``tf.distribute.experimental.CommunicationOptions`` from them (TFCLUSTER_COLLECTIVE*)."""
 
     implementation: Literal["auto", "ring", "nccl"] = "auto"
+    """The all-reduce: auto (TensorFlow picks), ring or nccl (GPUs; refuses two ranks on one GPU)."""
     timeout: Optional[float] = Field(default=None, gt=0)
+    """Seconds after which a hung collective becomes an error the launcher can retry (none: no limit)."""
 
 
 class Tpu(OptionsModel):
     """``tpu:`` -- which TPU ``strategy: tpu`` connects to (TPUClusterResolver's arguments)."""
 
-    name: str = "local"  # "local" = a TPU VM's own TPU; else the Cloud TPU's name
+    name: str = "local"
+    """local: a TPU VM's own TPU; else the Cloud TPU's name."""
     zone: Optional[str] = None
+    """The Cloud TPU's zone."""
     project: Optional[str] = None
+    """The Cloud TPU's project."""
 
 
 # ---------------------------------------------------------------- state: (statesync)
@@ -286,16 +353,16 @@ class State(OptionsModel):
     """``state:`` -- the state dir on ssh hosts (checkpoints, backups, final model) and how the
     hosts see the chief's backup after a restart."""
 
-    # Path on every host (relative to the remote home) or a gs:// URL
-    # (default: <ssh.remote_dir>/<name>/state).
     dir: Optional[str] = None
-    # auto: preflight writes a marker through the chief's host and looks for it through the
-    # others (shared if all see it, else copy); shared: NFS or gs://; copy: before every
-    # attempt tfcluster copies the chief's latest backup to every other host.
+    """Path on every host (relative to the remote home) or a gs:// URL (default:
+    `<ssh.remote_dir>/<name>/state`)."""
     sync: Literal["auto", "shared", "copy"] = "auto"
-    # After a successful run, bring back under runs/<name>/state/: the final model (and the
-    # TensorBoard logs), or those and the checkpoints, or nothing.
+    """auto: preflight writes a marker through the chief's host and looks for it through the others
+    (shared if all see it, else copy); shared: NFS or gs://; copy: before every attempt tfcluster
+    copies the chief's latest backup to every other host."""
     fetch: Literal["model", "checkpoints", "none"] = "model"
+    """After a successful run, bring back under runs/<name>/state/: the final model (and the TensorBoard
+    logs), or those and the checkpoints, or nothing."""
 
     @field_validator("dir")
     @classmethod
@@ -323,29 +390,50 @@ class Spec(OptionsModel):
     field (``spec.ssh``, ``spec.docker``, ...), and export its ``kubernetes:``/``vertex:`` blocks: the
     class ``parse_spec`` builds is ``spec_model()`` (launcher/spec/load.py, the loader)."""
 
-    name: str
+    model_config = ConfigDict(json_schema_extra=_tasks_needed_by_cluster_strategies, title="cluster.yaml")
+
+    name: str = Field(json_schema_extra={"pattern": _NAME_RE.pattern})
+    """The run's name: names run records (runs/<name>/), containers and the state dir."""
     strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
-    # A name in launcher.backends.REGISTRY (the loader, launcher/spec/load.py, checks it).
+    """The tf.distribute strategy. Cluster strategies (multi_worker_mirrored, parameter_server) run a TF
+    cluster over tasks and hosts; the others (mirrored, central_storage, one_device, default, tpu) run
+    one task."""
     backend: str = "local"
+    """Where the tasks run: one of the registered backends (local, ssh, docker, slurm)."""
     entrypoint: Union[str, tuple[str, ...]]
+    """The command every task runs: a string (split like a shell) or an argv list, e.g.
+    `tfcluster-worker --epochs 3`."""
     hosts: tuple[Host, ...] = ()
+    """The machines (ssh backend; local runs everything here); hosts no task uses are spares."""
     tasks: Tasks
+    """How many tasks of each type; may be left out for the single-host strategies (`{worker: 1}`)."""
     ports: Ports = Ports()
-    env: dict[str, str] = Field(default_factory=dict)
+    """Where the TF ports start."""
+    env: dict[str, str] = Field(default_factory=dict, json_schema_extra={
+        "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+        "propertyNames": {"pattern": _ENV_RE.pattern, "not": {"enum": list(RESERVED_ENV)}}})
+    """Extra environment for every task (numbers and booleans become strings; TF_CONFIG is tfcluster's)."""
     restart: Restart = Restart()
-    # None: not asked for; membership changes are still handled when hosts: lists spares.
+    """How the supervisor reacts to failures."""
     elastic: Optional[Elastic] = None
-    # Hosts found by a command (in addition to hosts:); launcher/spec/discovery.py.
+    """Hosts that come and go (ssh); none: not asked for (membership changes are still handled when
+    hosts: lists spares)."""
     discovery: Optional[Discovery] = None
+    """Hosts found by a command, in addition to `hosts:`."""
     watchdog: Watchdog = Watchdog()
+    """Timeouts that turn a silent cluster into a reported failure."""
     state: State = State()
-    # Where run records go, relative to the spec file.
+    """The state dir on ssh hosts and how it is kept consistent."""
     run_dir: str = "runs"
-    # Working directory of local tasks, relative to the spec file.
+    """Where run records go, relative to the spec file."""
     workdir: str = "."
+    """Working directory of local tasks, relative to the spec file."""
     devices: Devices = Devices()
+    """What each task uses: GPUs, logical CPUs, threads."""
     collective: Collective = Collective()
+    """MultiWorkerMirroredStrategy's all-reduce options."""
     tpu: Optional[Tpu] = None
+    """Which TPU `strategy: tpu` connects to."""
 
     @model_validator(mode="before")
     @classmethod

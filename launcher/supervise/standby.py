@@ -3,7 +3,7 @@ attempt is ready, import TensorFlow and wait for SIGUSR1; a restart promotes the
 starting cold. Their output is marked ``(standby)`` until they are promoted.
 
 The protocol, which the reference worker follows (worker/main.py) and a script of its own can
-(README, "Restarts"): started with TFCLUSTER_STANDBY=1, it blocks SIGUSR1 and says a line starting
+(docs/concepts/runs.md, "Warm standby"): started with TFCLUSTER_STANDBY=1, it blocks SIGUSR1 and says a line starting
 ``tfcluster-standby`` (``waiting``, then ``ready`` once its imports are done); promoted, it reads
 the next attempt's environment from the file TFCLUSTER_STANDBY_ENV names (the backend writes it
 just before the signal: TF_CONFIG may have changed, a replan) and says ``tfcluster-standby
@@ -66,7 +66,7 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
     others = sorted({" ".join(c[:3]) for c in commands if not is_reference_worker(c)})
     if others:
         return False, (f"off: the entrypoint ({others[0]}) is not tfcluster's worker; set restart.warm_standby: "
-                       "true if it honours TFCLUSTER_STANDBY (README, Restarts)")
+                       "true if it honours TFCLUSTER_STANDBY (docs: concepts/runs.md, Warm standby)")
     return True, f"on (auto: tfcluster's worker): each task's next process waits with TensorFlow imported ({cost})"
 
 

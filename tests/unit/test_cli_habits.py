@@ -21,7 +21,7 @@ from tests.support.cli import tfcluster, tfcluster_argv
 from tests.support.specs import script_spec, spec_file
 
 COMMANDS = ["validate", "plan", "up", "status", "logs", "attach", "runs", "down", "compose", "export", "compare",
-            "tensorboard", "completion"]
+            "tensorboard", "schema", "completion"]
 SPEC = """\
     name: t
     strategy: multi_worker_mirrored

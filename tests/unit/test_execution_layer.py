@@ -1,5 +1,6 @@
-"""The CLI is the top: running a spec lives in launcher/app/up.py, and no module of the
-launcher imports launcher/cli/ (only ``python -m launcher``, __main__.py, calls its main)."""
+"""The CLI is the top: running a spec lives in launcher/app/up.py, and no module of the launcher
+outside launcher/cli/ imports it (only ``python -m launcher``, __main__.py, calls its main, and
+``python -m launcher.cli.docsgen`` documents its parser: entry points, which nothing imports)."""
 
 import ast
 from pathlib import Path
@@ -26,6 +27,12 @@ def test_nothing_in_the_launcher_imports_the_cli():
     importers = [str(p.relative_to(LAUNCHER.parent)) for p in sorted(LAUNCHER.rglob("*.py"))
                  if p.name != "__main__.py" and LAUNCHER / "cli" not in p.parents
                  and any(m.startswith("launcher.cli") for m in _imports(p))]
+    assert importers == []
+
+
+def test_nothing_imports_the_entry_points_above_the_cli():
+    importers = [str(p.relative_to(LAUNCHER.parent)) for p in sorted(LAUNCHER.rglob("*.py"))
+                 if _imports(p) & {"launcher.cli.docsgen", "launcher.__main__"}]
     assert importers == []
 
 

@@ -155,10 +155,10 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
         assert "export a spec without slurm:" in problems[0]
 
 
-def test_readme_options_example_exports_to_both(tmp_path, capsys):
-    from tests.support.readme import readme_block
+def test_the_docs_options_example_exports_to_both(tmp_path, capsys):
+    from tests.support.readme import docs_block
 
-    block = readme_block("Options, both keyed like `tasks:`")
+    block = docs_block("export.md", "Options, both keyed like `tasks:`")
     assert block.startswith("kubernetes:") and "vertex:" in block
     spec = tmp_path / "cluster.yaml"
     spec.write_text(BASE + block)

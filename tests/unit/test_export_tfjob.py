@@ -13,7 +13,7 @@ from launcher.cli.main import main
 from launcher.export.tfjob import tfjob_dict
 from launcher.export.validate import tfjob_schema, validate_tfjob
 from launcher.spec.load import load_spec
-from tests.support.readme import readme_block
+from tests.support.readme import docs_block
 from tests.support.specs import spec_file
 from tests.support.export_golden import DEMO, DEMO_ENV, PSS
 EVAL = """\
@@ -232,9 +232,9 @@ def test_schema_alone_misses_what_the_webhook_rules_catch(good):
 
 
 
-def test_readme_shows_the_generated_demo(capsys):
+def test_the_docs_show_the_generated_demo(capsys):
     assert main(["export", str(DEMO), "--to", "tfjob", "-o", "-"]) == 0
-    assert readme_block("The demo (`tfcluster export\ncluster.yaml --to tfjob`)") == capsys.readouterr().out
+    assert docs_block("export.md", "The demo (`tfcluster export\ncluster.yaml --to tfjob`)") == capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- GPUs follow the spec's GPUs per task

@@ -16,7 +16,7 @@ from launcher.export import write as export_write
 from launcher.export.validate import aiplatform_types, validate_custom_job, validate_vertex_spec
 from launcher.export.vertex import custom_job_dict
 from launcher.spec.load import load_spec
-from tests.support.readme import readme_block
+from tests.support.readme import docs_block
 from tests.support.specs import spec_file
 from tests.support.prereq import require
 from tests.support.export_golden import DEMO, DEMO_ENV, PSS
@@ -195,9 +195,9 @@ def test_gcloud_yaml_rejects_snake_case_keys_the_api_types_accept(api, good):
     assert any("workerPoolSpecs[1].container_spec: snake_case key" in p for p in problems), problems
 
 
-def test_readme_shows_the_generated_demo(capsys):
+def test_the_docs_show_the_generated_demo(capsys):
     assert main(["export", str(DEMO), "--to", "vertex", "-o", "-"]) == 0
-    assert readme_block("The demo (`tfcluster export cluster.yaml --to vertex`") == capsys.readouterr().out
+    assert docs_block("export.md", "The demo (`tfcluster export cluster.yaml --to vertex`") == capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- accelerators follow the spec's GPUs per task
