@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from .console import Console
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plan import Plan
@@ -184,8 +185,8 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
             except subprocess.TimeoutExpired:  # its output closed, yet it lives on: not ours to guess
                 console.error(f"the supervisor (pid {proc.pid}) closed its output without handing over; "
                               f"see `tfcluster status {spec}`")
-                return 1
-            return 130 if interrupted and code != 0 else code
+                return EXIT_FAILED
+            return EXIT_INTERRUPTED if interrupted and code != EXIT_OK else code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -195,7 +196,7 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
         lines.append(note.strip())
     lines += commands(rid)
     _emit(console.out, "\n".join(lines))
-    return 0
+    return EXIT_OK
 
 
 def _emit(stream, text: str) -> None:

@@ -22,7 +22,7 @@ from .blame import (TAIL, also_failed_line, blame_exit, consequence_lines, faile
 from .console import Console
 from .diagnose import exception_lines, hint
 from .elastic import spare_hosts
-from .errors import AttemptImpossible, LaunchError, exc_text
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from .membership import Membership
 from .plan import Plan
 from .policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, describe_exit, hang_watched,
@@ -131,10 +131,10 @@ class Supervisor:
                     except LaunchError as exc:
                         for line in exc.lines:
                             self.console.error(line)
-                        return self._finish(1, Outcome.FAILED, reason="; ".join(exc.lines))
-                    return self._finish(0, Outcome.SUCCEEDED)
+                        return self._finish(EXIT_FAILED, Outcome.FAILED, reason="; ".join(exc.lines))
+                    return self._finish(EXIT_OK, Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
-                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
+                    return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
                 if attempt.state == AttemptState.REGROW:
                     moved = self.members.regrow(number)
                     if moved:
@@ -154,12 +154,12 @@ class Supervisor:
                 if not retryable:
                     if not failure.final:  # a final failure's own line already said it all
                         self.console.error(f"{failure.key}: {why}")
-                    return self._finish(1, Outcome.FAILED, reason=why)
+                    return self._finish(EXIT_FAILED, Outcome.FAILED, reason=why)
                 if failures >= self.restart.max_restarts:
                     why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
                            f"{self.restart.max_restarts}; raise it to retry more")
                     self.console.error(why)
-                    return self._finish(1, Outcome.FAILED, reason=why)
+                    return self._finish(EXIT_FAILED, Outcome.FAILED, reason=why)
                 number += 1
                 failures += 1
                 delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
@@ -169,7 +169,7 @@ class Supervisor:
                 )
                 self.record.event(Event.RESTART, attempt=number, delay=delay, after=failure.key, reason=failure.reason)
                 if delay and self.stop_event.wait(delay):
-                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
+                    return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
             self.members.close()
             self._stop_all(grace=0)
