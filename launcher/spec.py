@@ -520,7 +520,7 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
                                  f"{defined}"))
     backend = backend_class(spec.backend)
     if spec.restart.warm_standby is True and not backend.capabilities.warm_standby:  # auto: off there (plan says)
-        able = [cls.name for cls in backend_classes() if cls.capabilities.warm_standby]
+        able = _able("warm_standby")
         who = f"the {' and '.join(able)} backend{'s' if len(able) > 1 else ''}" if able else "no backend"
         problems.append((("restart", "warm_standby"), f"only {who} support{'' if len(able) > 1 else 's'} warm "
                          f"standby; set it to auto or false for backend {spec.backend}"))
@@ -529,17 +529,14 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
             problems.append((("tasks", task_type, "min"), f"only workers can be fewer than count; a lost {task_type}'s "
                              "host is replaced by a spare: remove min"))
     if t.worker.min is not None and not backend.capabilities.elastic:
-        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("tasks", "worker", "min"), f"backend {spec.backend} cannot go on with fewer workers; min "
-                         f"works with backend {' and '.join(able) or 'none'}; remove min"))
+                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove min"))
     if spec.discovery is not None and not backend.capabilities.elastic:
-        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("discovery",), f"backend {spec.backend} cannot use hosts that come and go; discovery: "
-                         f"works with backend {' and '.join(able) or 'none'}; remove discovery:"))
+                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove discovery:"))
     if spec.elastic is not None and not backend.capabilities.elastic:
-        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
-                         f"with backend {' and '.join(able) or 'none'}; remove elastic:"))
+                         f"with backend {' and '.join(_able('elastic')) or 'none'}; remove elastic:"))
     for task_type in TASK_TYPES:
         if t.group(task_type).gpus and spec.devices.gpus == 0:
             problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
@@ -552,6 +549,11 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
 
 
 # ---------------------------------------------------------------- error formatting
+
+
+def _able(capability: str) -> list[str]:
+    """The backends with ``capability`` (a ``Capabilities`` field), for a refusal that names them."""
+    return [cls.name for cls in backend_classes() if getattr(cls.capabilities, capability)]
 
 
 def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
