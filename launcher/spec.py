@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import yaml
 from pydantic import BaseModel, ValidationError, field_validator
@@ -25,6 +25,7 @@ from .bounded import escape, listing, shorten_quoted
 from .bounded import shown as shown_value
 from .errors import SpecError, exc_text
 from .export.options import KubernetesOptions, VertexOptions
+from .specmodel import EXPORTED, NOT_EXPORTED
 from .specmodel import (  # noqa: F401 - the models are re-exported: ``from launcher.spec import Spec`` works
     CLUSTER_STRATEGIES,
     RESERVED_ENV,
@@ -59,16 +60,17 @@ def spec_model() -> type[Spec]:
 
 
         # Read only by `tfcluster export` (launcher/export/options.py).
-        fields: dict[str, Any] = {"kubernetes": (KubernetesOptions, KubernetesOptions()),
-                                  "vertex": (VertexOptions, VertexOptions())}
+        fields: dict[str, Any] = {"kubernetes": (Annotated[KubernetesOptions, EXPORTED], KubernetesOptions()),
+                                  "vertex": (Annotated[VertexOptions, EXPORTED], VertexOptions())}
         for cls in backend_classes():
             if cls.options_key and cls.Options is not None:
+                verdict = EXPORTED if cls.options_exported else NOT_EXPORTED
                 try:
                     default = cls.Options()
                 except ValidationError:  # a block with required keys: absent unless given
-                    fields[cls.options_key] = (Optional[cls.Options], None)
+                    fields[cls.options_key] = (Annotated[Optional[cls.Options], verdict], None)
                 else:
-                    fields[cls.options_key] = (cls.Options, default)
+                    fields[cls.options_key] = (Annotated[cls.Options, verdict], default)
         checks = {"_backend": field_validator("backend")(_known_backend)}
         _SPEC_MODELS[key] = create_model("Spec", __base__=Spec, __module__=__name__, __validators__=checks, **fields)
     return _SPEC_MODELS[key]

@@ -11,7 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,6 +27,23 @@ _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = ("TF_CONFIG",)
 # A container image reference (lowercase): docker.image, and the --image of compose and export.
 IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+class Export(str):
+    """What ``tfcluster export`` does with a top-level key of the spec, declared on the key itself
+    (``name: Annotated[str, EXPORTED]``) so that a new key comes with its answer; launcher/export/common.py
+    asks ``export_verdicts`` and tests/unit/test_export_errors.py fails for a key without one."""
+
+
+EXPORTED = Export("exported")  # the export writes it into the engine's job (or checks its values there)
+LOCAL_ONLY = Export("local only")  # it only concerns tfcluster on this machine: ignored by the export
+NOT_EXPORTED = Export("not exported")  # set, an engine cannot express it: the export refuses it, one line
+
+
+def export_verdicts(model: type[BaseModel]) -> dict[str, Optional[Export]]:
+    """Each top-level key of ``model`` (a Spec class) and its ``Export`` verdict (None: it has none)."""
+    return {name: next((m for m in info.metadata if isinstance(m, Export)), None)
+            for name, info in model.model_fields.items()}
 
 
 class OptionsModel(BaseModel):
@@ -321,31 +338,33 @@ class State(OptionsModel):
 class Spec(OptionsModel):
     """The generic part of cluster.yaml. Each registered backend adds its own options block as a
     field (``spec.ssh``, ``spec.docker``, ...), and export its ``kubernetes:``/``vertex:`` blocks: the
-    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec.py, the loader)."""
+    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec.py, the loader). Each key says what
+    ``tfcluster export`` does with it (``Export``)."""
 
-    name: str
-    strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
+    name: Annotated[str, EXPORTED]
+    strategy: Annotated[Literal[STRATEGIES], EXPORTED]  # type: ignore[valid-type]
     # A name in launcher.backends.REGISTRY (the loader, launcher/spec.py, checks it).
-    backend: str = "local"
-    entrypoint: Union[str, tuple[str, ...]]
-    hosts: tuple[Host, ...] = ()
-    tasks: Tasks
-    ports: Ports = Ports()
-    env: dict[str, str] = Field(default_factory=dict)
-    restart: Restart = Restart()
+    backend: Annotated[str, LOCAL_ONLY] = "local"
+    entrypoint: Annotated[Union[str, tuple[str, ...]], EXPORTED]
+    hosts: Annotated[tuple[Host, ...], NOT_EXPORTED] = ()
+    tasks: Annotated[Tasks, EXPORTED]
+    ports: Annotated[Ports, EXPORTED] = Ports()
+    env: Annotated[dict[str, str], EXPORTED] = Field(default_factory=dict)
+    restart: Annotated[Restart, EXPORTED] = Restart()
     # None: not asked for; membership changes are still handled when hosts: lists spares.
-    elastic: Optional[Elastic] = None
+    elastic: Annotated[Optional[Elastic], NOT_EXPORTED] = None
     # Hosts found by a command (in addition to hosts:); launcher/discovery.py.
-    discovery: Optional[Discovery] = None
-    watchdog: Watchdog = Watchdog()
-    state: State = State()
+    discovery: Annotated[Optional[Discovery], NOT_EXPORTED] = None
+    watchdog: Annotated[Watchdog, EXPORTED] = Watchdog()
+    state: Annotated[State, EXPORTED] = State()
     # Where run records go, relative to the spec file.
-    run_dir: str = "runs"
+    run_dir: Annotated[str, LOCAL_ONLY] = "runs"
     # Working directory of local tasks, relative to the spec file.
-    workdir: str = "."
-    devices: Devices = Devices()
-    collective: Collective = Collective()
-    tpu: Optional[Tpu] = None
+    workdir: Annotated[str, LOCAL_ONLY] = "."
+    devices: Annotated[Devices, EXPORTED] = Devices()
+    # (its settings reach every task as TFCLUSTER_COLLECTIVE* in the environment the export writes)
+    collective: Annotated[Collective, EXPORTED] = Collective()
+    tpu: Annotated[Optional[Tpu], NOT_EXPORTED] = None
 
     @model_validator(mode="before")
     @classmethod
