@@ -18,12 +18,14 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
+from .record.fold import ENDED
+from .record.view import (EVALUATING, FAILED, GONE, IMPORTING, RESTARTING, RUNNING, STARTING, STOPPED, SUCCEEDED,
                           TRAINING, RunView, TaskView, suspect_lines)
 
+# By the word a task shows (``TaskLife.shown``: a live task's phase, else its state).
 _STATE_STYLE = {
-    STARTING: "dim", IMPORTING: "dim", READY: "cyan", TRAINING: "bold green", EVALUATING: "green",
-    RESTARTING: "bold yellow", SUCCEEDED: "green", FAILED: "bold red", STOPPED: "yellow",
+    STARTING: "dim", IMPORTING: "dim", RUNNING: "cyan", TRAINING: "bold green", EVALUATING: "green",
+    RESTARTING: "bold yellow", SUCCEEDED: "green", FAILED: "bold red", STOPPED: "yellow", GONE: "yellow",
 }
 _KEY_STYLES = ("cyan", "yellow", "magenta", "green", "blue", "red")
 
@@ -57,7 +59,7 @@ def _header(view: RunView, now: float) -> Text:
 
 
 def _row(t: TaskView, now: float, bar_width: int) -> list:
-    state = t.state + (" (lost)" if t.lost and t.state not in (FAILED, STOPPED, SUCCEEDED) else "")
+    state = t.shown + (" (lost)" if t.lost and t.state not in ENDED else "")
     epoch = ""
     if t.epoch is not None:
         epoch = f"{t.epoch}/{t.epochs}" if t.epochs else str(t.epoch)
@@ -68,7 +70,7 @@ def _row(t: TaskView, now: float, bar_width: int) -> list:
         steps = Text("")
     since = "" if t.last_line_at is None else f"{max(0.0, now - t.last_line_at):.0f}s"
     return [
-        Text(t.key, style=_key_style(t.key)), t.host, Text(state, style=_STATE_STYLE.get(t.state, "")),
+        Text(t.key, style=_key_style(t.key)), t.host, Text(state, style=_STATE_STYLE.get(t.shown, "")),
         str(t.attempt or ""), epoch, steps, _num(t.global_step), _metric(t.epoch_loss), _metric(t.epoch_accuracy),
         "" if t.examples_per_sec is None else f"{t.examples_per_sec:.0f}", since,
     ]
@@ -107,7 +109,7 @@ def _extras(view: RunView) -> str:
             total = chief.total_steps
             bits.append(f"chief step {chief.global_step}" + (f"/{total}" if total else ""))
         servers = [t for t in view.tasks.values() if t.key.split(":")[0] in ("ps", "worker")]
-        up = sum(1 for t in servers if t.state in (READY, TRAINING) and not t.lost)
+        up = sum(1 for t in servers if (t.state == RUNNING or (t.live and t.phase == TRAINING)) and not t.lost)
         bits.append(f"servers up {up}/{len(servers)}")
         bits.append(f"workers lost {view.workers_lost}, recovered {view.workers_recovered}")
         if view.ps_lost:

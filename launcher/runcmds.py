@@ -101,7 +101,7 @@ def task_table(view: RunStatus) -> list[str]:
 
 def lost_advice(view: RunStatus, spec: str) -> list[str]:
     alive = [t.key for t in view.tasks if t.alive]
-    unknown = [t.key for t in view.tasks if t.alive is None and t.state in ("running", "starting")]
+    unknown = [t.key for t in view.tasks if t.alive is None and t.life.live]
     out = []
     if alive:
         out.append(f"still running without a supervisor: {', '.join(alive)}")
