@@ -79,7 +79,8 @@ T = TypeVar("T", bound=TaskLife)
 def step(tasks: MutableMapping[str, T], record: Mapping[str, Any], new: Callable[[str], T]) -> Optional[T]:
     """Apply one event (a dict of events.jsonl) to ``tasks`` (key -> task; ``new(key)`` adds one
     the event names that is not there yet). Returns the task a ``start`` started (its caller
-    resets what belongs to the previous process), else None. Other kinds change no task state."""
+    resets what belongs to the previous process), else None. Other kinds change no task state.
+    An exit code that is not a number raises ValueError or TypeError (a damaged record)."""
     kind = record.get("event")
     key = record.get("task")
     if kind == Event.RESTART:
@@ -113,12 +114,12 @@ def step(tasks: MutableMapping[str, T], record: Mapping[str, Any], new: Callable
         if t.state == STARTING:
             _enter_running(t)
     elif kind == Event.EXIT:
-        t.exit_code = _whole(record.get("code"))
+        t.exit_code = _code(record.get("code"))
         t.state = SUCCEEDED if t.exit_code == 0 else FAILED
     elif kind == Event.STOPPED:
         if t.state not in ENDED:
             t.state = STOPPED
-            t.exit_code = _whole(record.get("code"))
+            t.exit_code = _code(record.get("code"))
     elif kind == Event.FAILURE:
         t.reason = str(record.get("reason", ""))
         if t.state not in ENDED:
@@ -165,6 +166,12 @@ def _enter_running(t: TaskLife) -> None:
     t.state = RUNNING
     if t.phase == TaskPhase.IMPORTING:
         t.phase = ""
+
+
+def _code(value: Any) -> Optional[int]:
+    """An event's exit code: None (not known), else a number; a value tfcluster never writes
+    raises (ValueError, TypeError: the reader reports the record as damaged, record/status.py)."""
+    return None if value is None else int(value)
 
 
 def _whole(value: Any) -> Optional[int]:

@@ -3,6 +3,7 @@ and the live panel's RunView agreeing with the fold ``status`` uses on any seque
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from launcher.record.fold import TaskLife, fold, lose, on_line, step
@@ -114,12 +115,16 @@ def test_output_lines_give_a_live_task_its_phase():
     assert (ps.state, ps.shown) == ("running", "running")
 
 
-def test_damaged_values_and_other_kinds_change_nothing_and_raise_nothing():
+def test_damaged_values_and_other_kinds_change_nothing_and_a_damaged_exit_code_raises():
     events = [{"event": "start", "task": "worker:0", "attempt": "x", "host": 7}, {"event": "exit", "task": 3, "code": 1},
-              {"event": "exit", "task": "worker:0", "code": "y"}, {"event": "gpu_usage", "tasks": {}},
-              {"event": "host_lost", "task": "worker:0"}, {"nothing": 1}]
+              {"event": "gpu_usage", "tasks": {}}, {"event": "host_lost", "task": "worker:0"}, {"nothing": 1}]
     t = fold(events)["worker:0"]
-    assert (t.state, t.attempt, t.host, t.exit_code) == ("failed", 1, "", None)
+    assert (t.state, t.attempt, t.host, t.exit_code) == ("starting", 1, "", None)
+    # (status reads such a record as damaged, in one line: test_hostile_inputs.py)
+    with pytest.raises(ValueError):
+        fold(events + [{"event": "exit", "task": "worker:0", "code": "y"}])
+    with pytest.raises(TypeError):
+        fold(events + [{"event": "stopped", "task": "worker:0", "code": [1]}])
 
 
 EVENT = st.one_of(
