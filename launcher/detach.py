@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from .console import Console
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from .ui.table import render
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plan import Plan
@@ -214,5 +215,4 @@ def commands(spec: str, run_id: str) -> list[str]:
             (f"tfcluster logs {f} {r} -f", "follow every task's output (add a TASK such as worker:0 for one)"),
             (f"tfcluster attach {f} {r}", "live view; Ctrl-C detaches again"),
             (f"tfcluster down {f} {r}", "stop it (tasks save, as on Ctrl-C)")]
-    width = max(len(c) for c, _ in rows)
-    return [f"  {c.ljust(width)}  # {what}" for c, what in rows]
+    return render(None, [(c, f"# {what}") for c, what in rows])

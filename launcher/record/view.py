@@ -263,7 +263,7 @@ class RunView:
         return self.tasks.get("evaluator:0")
 
     def outcome_facts(self) -> dict[str, dict[str, Any]]:
-        """Per task, what the final report shows (also the ``outcome`` event's ``tasks``)."""
+        """Per task, how it ended: the ``outcome`` event's ``tasks`` (the report's table reads the view itself)."""
         out: dict[str, dict[str, Any]] = {}
         for key, t in self.tasks.items():
             out[key] = {
