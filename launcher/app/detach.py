@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from launcher.ui.console import Console
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from launcher.ui.table import render
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan.build import Plan
@@ -184,8 +186,8 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
             except subprocess.TimeoutExpired:  # its output closed, yet it lives on: not ours to guess
                 console.error(f"the supervisor (pid {proc.pid}) closed its output without handing over; "
                               f"see `tfcluster status {spec}`")
-                return 1
-            return 130 if interrupted and code != 0 else code
+                return EXIT_FAILED
+            return EXIT_INTERRUPTED if interrupted and code != EXIT_OK else code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -195,7 +197,7 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
         lines.append(note.strip())
     lines += commands(rid)
     _emit(console.out, "\n".join(lines))
-    return 0
+    return EXIT_OK
 
 
 def _emit(stream, text: str) -> None:
@@ -213,5 +215,4 @@ def commands(spec: str, run_id: str) -> list[str]:
             (f"tfcluster logs {f} {r} -f", "follow every task's output (add a TASK such as worker:0 for one)"),
             (f"tfcluster attach {f} {r}", "live view; Ctrl-C detaches again"),
             (f"tfcluster down {f} {r}", "stop it (tasks save, as on Ctrl-C)")]
-    width = max(len(c) for c, _ in rows)
-    return [f"  {c.ljust(width)}  # {what}" for c, what in rows]
+    return render(None, [(c, f"# {what}") for c, what in rows])

@@ -12,7 +12,7 @@ from typing import Optional
 
 from launcher.backends import RecordedRun, backend_class
 from launcher.ui.console import Console
-from launcher.errors import NoRun
+from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, NoRun
 from launcher.plan.build import Plan
 from launcher.procinfo import is_same, wait_gone
 from launcher.record.events import Event
@@ -51,7 +51,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
     if not supervised:
         _record_stop(run_dir, console)
     console.info(f"run {info['run_id']}: " + ("stopped" if stopped_any else "nothing was running"))
-    return 0
+    return EXIT_OK
 
 
 def _record_stop(run_dir, console: Console) -> None:
@@ -71,7 +71,7 @@ def _record_stop(run_dir, console: Console) -> None:
     attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == Event.START), default=-1)
     ended = last_sign_of_life(run_dir, events)  # the run's end, not this `down`'s (status, runs)
     try:
-        append_event(run_dir, Event.OUTCOME, outcome=Outcome.STOPPED, exit_code=130, attempts=attempts,
+        append_event(run_dir, Event.OUTCOME, outcome=Outcome.STOPPED, exit_code=EXIT_INTERRUPTED, attempts=attempts,
                      reason="the supervisor was lost; what was left was stopped by tfcluster down",
                      **({"ended": round(ended, 3)} if ended is not None else {}))
     except OSError as exc:

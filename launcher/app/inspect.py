@@ -26,6 +26,8 @@ from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG, log_path, name_d
 from launcher.record.reader import find_run, read_events, runs_root
 from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, list_runs, load_run
 from launcher.spec.model import LoadedSpec
+from launcher.ui.columns import STATUS, Row, plain
+from launcher.ui.table import render
 
 _POLL = 0.3  # seconds between looks at a followed run
 
@@ -80,28 +82,13 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
 
 
 def task_table(view: RunStatus) -> list[str]:
-    gpu = any(t.gpu_mib is not None for t in view.tasks)  # where nvidia-smi answered: memory, utilisation, peak
-    # Which GPUs: shown when some task has one or asked for a count (not for an auto request alone, which
-    # a CPU-only cluster's tasks carry too).
-    gpus = any(t.gpus not in ("", "cpu") and not t.gpus.startswith(("gpus auto", "gpus all")) for t in view.tasks)
-    rows = [("task", "host") + (("gpus",) if gpus else ()) + ("state", "epoch/step", "loss", "accuracy",
-                                                               "examples/s", "restarts")
-            + (("gpu (peak)",) if gpu else ()) + ("last line",)]
-    for t in view.tasks:
-        where = "-" if t.epoch is None else f"{t.epoch}/{t.step if t.step is not None else '-'}"
-        gpu_cell = ("-" if t.gpu_mib is None else f"{t.gpu_mib}M" + (f" {t.gpu_util}%" if t.gpu_util is not None else "")
-                    + f" ({t.gpu_peak_mib}M)",) if gpu else ()
-        rows.append((t.key, t.host) + ((t.gpus or "-",) if gpus else ())
-                    + (t.state + (" (unsupervised)" if view.state == LOST and t.alive else ""),
-                     where, _num(t.loss, 4), _num(t.accuracy, 4), _num(t.examples_per_sec, 1), str(t.restarts))
-                    + gpu_cell + (t.last_line[:60],))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return ["  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:-1])) + "  " + r[-1] for r in rows]
+    """A row per task (status's columns: launcher/ui/columns.py)."""
+    return plain(STATUS, [Row.of_status(t, view.state == LOST) for t in view.tasks])
 
 
 def lost_advice(view: RunStatus, spec: str) -> list[str]:
     alive = [t.key for t in view.tasks if t.alive]
-    unknown = [t.key for t in view.tasks if t.alive is None and t.state in ("running", "starting")]
+    unknown = [t.key for t in view.tasks if t.alive is None and t.life.live]
     out = []
     if alive:
         out.append(f"still running without a supervisor: {', '.join(alive)}")
@@ -172,16 +159,15 @@ def runs_json(views: list[RunStatus]) -> dict:
 def render_runs(views: list[RunStatus], where: Path) -> list[str]:
     if not views:
         return [f"no runs under {where}"]
-    rows = [("run", "started", "duration", "outcome", "attempts", "accuracy")]
+    rows = []
     for v in views:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.started)) if v.started else "-"
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.started)) if v.started else None
         elapsed = v.elapsed()
-        rows.append((v.run_id, started, duration(elapsed) if elapsed is not None else "-",
+        rows.append((v.run_id, started, duration(elapsed) if elapsed is not None else None,
                      v.state if v.state != LOST else "supervisor lost", str(v.attempts or "-"),
                      _num(v.final_accuracy, 4)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [f"runs of {views[0].name} ({where}):"] + [
-        "  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    return [f"runs of {views[0].name} ({where}):"] + render(
+        ("run", "started", "duration", "outcome", "attempts", "accuracy"), rows)
 
 
 # ------------------------------------------------------------------ logs

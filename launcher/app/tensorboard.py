@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from launcher.contract import statedir
+from launcher.contract import statedir as statelayout
 from launcher.ui.console import Console
-from launcher.errors import LaunchError, NoRun, SpecError
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, LaunchError, NoRun, SpecError
 from launcher.record.layout import runs_dir, state_dir
 from launcher.record.reader import latest_run
 from launcher.spec.model import LoadedSpec
@@ -81,11 +81,11 @@ def tensorboard(loaded: LoadedSpec, console: Console, port: int = 6006) -> int:
     except KeyboardInterrupt:
         _stop(proc)
         console.info("tensorboard stopped")
-        return 130
+        return EXIT_INTERRUPTED
     if code != 0:
         console.error(f"tensorboard exited with code {code}; its messages are above")
-        return 1
-    return 0
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -25,6 +25,7 @@ from launcher.plan.gpus import asked as gpus_asked
 from launcher.plan.build import Plan, build_plan, redact_env
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.spec.load import LoadedSpec, load_spec
+from launcher.ui.table import render
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.spec.load import Spec
@@ -58,20 +59,18 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/plan/elastic.py)."""
     gpu_column = show_gpus(plan)
-    rows = [("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")]
+    headers = ("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")
+    rows = []
     joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
     for t in plan.tasks:
         command = joined.get(t.command) or joined.setdefault(t.command, shlex.join(t.command))
         rows.append((t.key, t.host) + ((t.gpus.describe(),) if gpu_column else ())
                     + (t.endpoint or "(no port: not in cluster)", command))
-    cols = len(rows[0]) - 1
-    widths = [max(len(r[i]) for r in rows) for i in range(cols)]
     out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
     if plan.placeholder:
         out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
                    "hosts, addresses and TF_CONFIG below are stand-ins")
-    for r in rows:
-        out.append("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r[:cols])) + "  " + r[cols])
+    out += render(headers, rows)
     if spares:
         out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
     if plan.cluster is None:  # single-host strategies: the task's role only

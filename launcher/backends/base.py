@@ -138,6 +138,9 @@ class Backend(abc.ABC):
     # registered backend, ``spec.<options_key>``, an ``Options`` instance (default ``Options()``).
     options_key: ClassVar[Optional[str]] = None
     Options: ClassVar[Optional[type["BaseModel"]]] = None
+    # Whether `tfcluster export` reads that block (docker: the image, its volumes and user) or refuses it
+    # when set (the block configures what tfcluster itself does on the hosts: ssh, slurm).
+    options_exported: ClassVar[bool] = False
     capabilities: ClassVar[Capabilities] = Capabilities()
     # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
     detach_note: ClassVar[str] = ""

@@ -5,10 +5,11 @@ event kind or a state imports them from here (tests/unit/test_record_vocabulary.
 
 Its modules: ``writer`` writes the record (RunRecord, append_event); ``reader`` is the one reader
 of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;
+``fold`` is the task state machine and the one fold of events into it (view and status share it);
 ``view`` is the one run model (RunView) the live panel and the final report show; ``feed``
 replays a record into a RunView (and writes its snapshots); ``status`` is a run as ``status``
 and ``runs`` show it: the replayed RunView plus what only the record says (run state, attempts,
-the supervisor, each task's recorded state, whether its process is alive).
+the supervisor, each task's folded state, whether its process is alive).
 This package's __init__ imports only the vocabulary (policy.py imports record.states, and
 status imports policy), so import those modules by name: ``from launcher.record.writer import ...``.
 """
@@ -16,9 +17,9 @@ status imports policy), so import those modules by name: ``from launcher.record.
 from launcher.record.events import Event
 from launcher.record.layout import (EVENTS_FILE, LAUNCHER_FILE, OUTPUT_FILE, PLAN_FILE, RECORD_FILES, SNAPSHOT_FILE, SUPERVISOR_LOG,
                      allocation_path, later_plan_name, log_path, name_dir, runs_dir, state_dir)
-from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskState
+from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState
 
 __all__ = ["Event", "EVENTS_FILE", "LAUNCHER_FILE", "OUTPUT_FILE", "PLAN_FILE", "RECORD_FILES", "SNAPSHOT_FILE",
            "SUPERVISOR_LOG",
            "allocation_path", "later_plan_name", "log_path", "name_dir", "runs_dir", "state_dir",
-           "AttemptState", "Outcome", "ResultStatus", "RunState", "TaskState"]
+           "AttemptState", "Outcome", "ResultStatus", "RunState", "TaskPhase", "TaskState"]

@@ -25,6 +25,7 @@ from launcher.bounded import escape, listing, shorten_quoted
 from launcher.bounded import shown as shown_value
 from launcher.errors import SpecError, exc_text
 from launcher.export.options import KubernetesOptions, VertexOptions
+from launcher.spec.model import EXPORTED, LOCAL_ONLY, NOT_EXPORTED
 from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``from launcher.spec.load import Spec`` works
     CLUSTER_STRATEGIES,
     RESERVED_ENV,
@@ -59,20 +60,22 @@ def spec_model() -> type[Spec]:
 
 
         # Read only by `tfcluster export` (launcher/export/options.py).
-        fields: dict[str, Any] = {"kubernetes": (KubernetesOptions, Field(KubernetesOptions(), description=_doc(
-                                      KubernetesOptions))),
-                                  "vertex": (VertexOptions, Field(VertexOptions(), description=_doc(VertexOptions)))}
+        fields: dict[str, Any] = {
+            "kubernetes": (Annotated[KubernetesOptions, EXPORTED], Field(KubernetesOptions(), description=_doc(KubernetesOptions))),
+            "vertex": (Annotated[VertexOptions, EXPORTED], Field(VertexOptions(), description=_doc(VertexOptions)))}
         for cls in backend_classes():
             if cls.options_key and cls.Options is not None:
+                verdict = EXPORTED if cls.options_exported else NOT_EXPORTED
                 described = Field(description=_doc(cls.Options))
                 try:
                     default = cls.Options()
                 except ValidationError:  # a block with required keys: absent unless given
-                    fields[cls.options_key] = (Optional[cls.Options], Field(None, description=described.description))
+                    fields[cls.options_key] = (Annotated[Optional[cls.Options], verdict],
+                                               Field(None, description=described.description))
                 else:
-                    fields[cls.options_key] = (cls.Options, Field(default, description=described.description))
+                    fields[cls.options_key] = (Annotated[cls.Options, verdict], Field(default, description=described.description))
         # backend: one of the registered names (the validator below says which); the schema lists them.
-        fields["backend"] = (Annotated[str, WithJsonSchema({"enum": list(backend_names()), "type": "string"})],
+        fields["backend"] = (Annotated[str, WithJsonSchema({"enum": list(backend_names()), "type": "string"}), LOCAL_ONLY],
                              Field("local", description=Spec.model_fields["backend"].description))
         checks = {"_backend": field_validator("backend")(_known_backend)}
         _SPEC_MODELS[key] = create_model("Spec", __base__=Spec, __module__=__name__, __validators__=checks, **fields)
@@ -537,7 +540,7 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
                                  f"{defined}"))
     backend = backend_class(spec.backend)
     if spec.restart.warm_standby is True and not backend.capabilities.warm_standby:  # auto: off there (plan says)
-        able = [cls.name for cls in backend_classes() if cls.capabilities.warm_standby]
+        able = _able("warm_standby")
         who = f"the {' and '.join(able)} backend{'s' if len(able) > 1 else ''}" if able else "no backend"
         problems.append((("restart", "warm_standby"), f"only {who} support{'' if len(able) > 1 else 's'} warm "
                          f"standby; set it to auto or false for backend {spec.backend}"))
@@ -546,17 +549,14 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
             problems.append((("tasks", task_type, "min"), f"only workers can be fewer than count; a lost {task_type}'s "
                              "host is replaced by a spare: remove min"))
     if t.worker.min is not None and not backend.capabilities.elastic:
-        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("tasks", "worker", "min"), f"backend {spec.backend} cannot go on with fewer workers; min "
-                         f"works with backend {' and '.join(able) or 'none'}; remove min"))
+                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove min"))
     if spec.discovery is not None and not backend.capabilities.elastic:
-        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("discovery",), f"backend {spec.backend} cannot use hosts that come and go; discovery: "
-                         f"works with backend {' and '.join(able) or 'none'}; remove discovery:"))
+                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove discovery:"))
     if spec.elastic is not None and not backend.capabilities.elastic:
-        able = [cls.name for cls in backend_classes() if cls.capabilities.elastic]
         problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
-                         f"with backend {' and '.join(able) or 'none'}; remove elastic:"))
+                         f"with backend {' and '.join(_able('elastic')) or 'none'}; remove elastic:"))
     for task_type in TASK_TYPES:
         if t.group(task_type).gpus and spec.devices.gpus == 0:
             problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
@@ -569,6 +569,11 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
 
 
 # ---------------------------------------------------------------- error formatting
+
+
+def _able(capability: str) -> list[str]:
+    """The backends with ``capability`` (a ``Capabilities`` field), for a refusal that names them."""
+    return [cls.name for cls in backend_classes() if getattr(cls.capabilities, capability)]
 
 
 def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:

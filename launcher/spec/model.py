@@ -52,6 +52,23 @@ def _tasks_needed_by_cluster_strategies(schema: dict[str, Any]) -> None:
     schema["then"] = {"required": ["tasks"]}
 
 
+class Export(str):
+    """What ``tfcluster export`` does with a top-level key of the spec, declared on the key itself
+    (``name: Annotated[str, EXPORTED]``) so that a new key comes with its answer; launcher/export/common.py
+    asks ``export_verdicts`` and tests/unit/test_export_errors.py fails for a key without one."""
+
+
+EXPORTED = Export("exported")  # the export writes it into the engine's job (or checks its values there)
+LOCAL_ONLY = Export("local only")  # it only concerns tfcluster on this machine: ignored by the export
+NOT_EXPORTED = Export("not exported")  # set, an engine cannot express it: the export refuses it, one line
+
+
+def export_verdicts(model: type[BaseModel]) -> dict[str, Optional[Export]]:
+    """Each top-level key of ``model`` (a Spec class) and its ``Export`` verdict (None: it has none)."""
+    return {name: next((m for m in info.metadata if isinstance(m, Export)), None)
+            for name, info in model.model_fields.items()}
+
+
 class OptionsModel(BaseModel):
     """The base of every block of cluster.yaml, the backends' and export's options blocks too:
     frozen, and a key it does not know is an error. A field's docstring is its description (in
@@ -388,51 +405,52 @@ class State(OptionsModel):
 class Spec(OptionsModel):
     """The generic part of cluster.yaml. Each registered backend adds its own options block as a
     field (``spec.ssh``, ``spec.docker``, ...), and export its ``kubernetes:``/``vertex:`` blocks: the
-    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec/load.py, the loader)."""
+    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec/load.py, the loader). Each key says what
+    ``tfcluster export`` does with it (``Export``)."""
 
     model_config = ConfigDict(json_schema_extra=_tasks_needed_by_cluster_strategies, title="cluster.yaml")
 
-    name: str = Field(json_schema_extra={"pattern": _NAME_RE.pattern})
+    name: Annotated[str, EXPORTED] = Field(json_schema_extra={"pattern": _NAME_RE.pattern})
     """The run's name: names run records (runs/<name>/), containers and the state dir."""
-    strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
+    strategy: Annotated[Literal[STRATEGIES], EXPORTED]  # type: ignore[valid-type]
     """The tf.distribute strategy. Cluster strategies (multi_worker_mirrored, parameter_server) run a TF
     cluster over tasks and hosts; the others (mirrored, central_storage, one_device, default, tpu) run
     one task."""
-    backend: str = "local"
+    backend: Annotated[str, LOCAL_ONLY] = "local"
     """Where the tasks run: one of the registered backends (local, ssh, docker, slurm)."""
-    entrypoint: Union[str, tuple[str, ...]]
+    entrypoint: Annotated[Union[str, tuple[str, ...]], EXPORTED]
     """The command every task runs: a string (split like a shell) or an argv list, e.g.
     `tfcluster-worker --epochs 3`."""
-    hosts: tuple[Host, ...] = ()
+    hosts: Annotated[tuple[Host, ...], NOT_EXPORTED] = ()
     """The machines (ssh backend; local runs everything here); hosts no task uses are spares."""
-    tasks: Tasks
+    tasks: Annotated[Tasks, EXPORTED]
     """How many tasks of each type; may be left out for the single-host strategies (`{worker: 1}`)."""
-    ports: Ports = Ports()
+    ports: Annotated[Ports, EXPORTED] = Ports()
     """Where the TF ports start."""
-    env: dict[str, str] = Field(default_factory=dict, json_schema_extra={
+    env: Annotated[dict[str, str], EXPORTED] = Field(default_factory=dict, json_schema_extra={
         "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
         "propertyNames": {"pattern": _ENV_RE.pattern, "not": {"enum": list(RESERVED_ENV)}}})
     """Extra environment for every task (numbers and booleans become strings; TF_CONFIG is tfcluster's)."""
-    restart: Restart = Restart()
+    restart: Annotated[Restart, EXPORTED] = Restart()
     """How the supervisor reacts to failures."""
-    elastic: Optional[Elastic] = None
+    elastic: Annotated[Optional[Elastic], NOT_EXPORTED] = None
     """Hosts that come and go (ssh); none: not asked for (membership changes are still handled when
     hosts: lists spares)."""
-    discovery: Optional[Discovery] = None
+    discovery: Annotated[Optional[Discovery], NOT_EXPORTED] = None
     """Hosts found by a command, in addition to `hosts:`."""
-    watchdog: Watchdog = Watchdog()
+    watchdog: Annotated[Watchdog, EXPORTED] = Watchdog()
     """Timeouts that turn a silent cluster into a reported failure."""
-    state: State = State()
+    state: Annotated[State, EXPORTED] = State()
     """The state dir on ssh hosts and how it is kept consistent."""
-    run_dir: str = "runs"
+    run_dir: Annotated[str, LOCAL_ONLY] = "runs"
     """Where run records go, relative to the spec file."""
-    workdir: str = "."
+    workdir: Annotated[str, LOCAL_ONLY] = "."
     """Working directory of local tasks, relative to the spec file."""
-    devices: Devices = Devices()
+    devices: Annotated[Devices, EXPORTED] = Devices()
     """What each task uses: GPUs, logical CPUs, threads."""
-    collective: Collective = Collective()
+    collective: Annotated[Collective, EXPORTED] = Collective()
     """MultiWorkerMirroredStrategy's all-reduce options."""
-    tpu: Optional[Tpu] = None
+    tpu: Annotated[Optional[Tpu], NOT_EXPORTED] = None
     """Which TPU `strategy: tpu` connects to."""
 
     @model_validator(mode="before")

@@ -12,6 +12,7 @@ from launcher.supervise.diagnose import exception_lines, hint, peer_abort, root_
 from launcher.ui.noise import is_noise
 from launcher.procinfo import describe_exit
 from launcher.supervise.policy import Attempt, hang_watched, silent_by_design
+from launcher.ui.table import render
 
 if TYPE_CHECKING:
     from launcher.plan.elastic import Replan
@@ -119,12 +120,11 @@ def summary_lines(attempts: Sequence[Attempt], first_plan: Plan, replans: Sequen
         for n, (change, how) in enumerate(replans, start=2):
             said = host_changes[n - 2].describe() if n - 2 < len(host_changes) else change.describe(how)
             lines.append(f"  {' ' * 12}{n}: {', '.join(sorted({t.host for t in change.plan.tasks}))} ({said})")
-    lines.append("  attempt  started   duration  outcome")
+    rows = []
     for a in attempts:
         dur = (a.ended or time.time()) - a.started
         what = a.state
         if a.failure:
             what = f"failed: {a.failure.key} {a.failure.reason}"
-        lines.append(f"  {a.number + 1:>7}  {time.strftime('%H:%M:%S', time.localtime(a.started))}  "
-                     f"{dur:>7.1f}s  {what}")
-    return lines
+        rows.append((str(a.number + 1), time.strftime('%H:%M:%S', time.localtime(a.started)), f"{dur:.1f}s", what))
+    return lines + render(("attempt", "started", "duration", "outcome"), rows, right={0, 2})

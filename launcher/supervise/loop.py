@@ -22,10 +22,10 @@ from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, conseq
 from launcher.ui.console import Console
 from launcher.supervise.diagnose import exception_lines, hint
 from launcher.plan.elastic import spare_hosts
-from launcher.errors import AttemptImpossible, LaunchError, exc_text
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from launcher.supervise.membership import Membership
-from launcher.plan.build import Plan
 from launcher.procinfo import describe_exit
+from launcher.plan.build import Plan
 from launcher.supervise.policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, hang_watched,
                      retry_decision, silent_by_design)
 from launcher.record.events import Event
@@ -132,10 +132,10 @@ class Supervisor:
                     except LaunchError as exc:
                         for line in exc.lines:
                             self.console.error(line)
-                        return self._finish(1, Outcome.FAILED, reason="; ".join(exc.lines))
-                    return self._finish(0, Outcome.SUCCEEDED)
+                        return self._finish(EXIT_FAILED, Outcome.FAILED, reason="; ".join(exc.lines))
+                    return self._finish(EXIT_OK, Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
-                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
+                    return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
                 if attempt.state == AttemptState.REGROW:
                     moved = self.members.regrow(number)
                     if moved:
@@ -155,12 +155,12 @@ class Supervisor:
                 if not retryable:
                     if not failure.final:  # a final failure's own line already said it all
                         self.console.error(f"{failure.key}: {why}")
-                    return self._finish(1, Outcome.FAILED, reason=why)
+                    return self._finish(EXIT_FAILED, Outcome.FAILED, reason=why)
                 if failures >= self.restart.max_restarts:
                     why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
                            f"{self.restart.max_restarts}; raise it to retry more")
                     self.console.error(why)
-                    return self._finish(1, Outcome.FAILED, reason=why)
+                    return self._finish(EXIT_FAILED, Outcome.FAILED, reason=why)
                 number += 1
                 failures += 1
                 delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
@@ -170,7 +170,7 @@ class Supervisor:
                 )
                 self.record.event(Event.RESTART, attempt=number, delay=delay, after=failure.key, reason=failure.reason)
                 if delay and self.stop_event.wait(delay):
-                    return self._finish(130, Outcome.INTERRUPTED, reason=self.stop_reason)
+                    return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
             self.members.close()
             self._stop_all(grace=0)

@@ -17,6 +17,7 @@ from launcher.ui.console import Console
 from launcher.plan.elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
                       too_many_losses)
 from launcher.plan.build import Plan
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from launcher.record.events import Event
 from launcher.plan.hostloss import lost_phrase
 from launcher.record.states import Outcome
@@ -108,7 +109,7 @@ class Membership:
         hosts = sorted({t.host for t in self.plan.tasks})
         quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event)  # one look each, no wait
         if self.stop_event.is_set():
-            return self.finish(130, Outcome.INTERRUPTED)
+            return self.finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED)
         lost = {}
         for host in hosts:
             if host in quiet and quiet[host].startswith("preempted"):
@@ -138,14 +139,14 @@ class Membership:
         if too_many:
             line = f"{said}; {too_many}"
             self.console.error(line)
-            return self.finish(1, Outcome.FAILED, reason=line)
+            return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
         change = replace_lost(self.spec, self.plan, sorted(lost), self.down)
         self.down += [h for h in sorted(lost) if h not in self.down]
         self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on: settle counts from here
         if isinstance(change, str):
             if not wait:
                 self.console.error(change)
-                return self.finish(1, Outcome.FAILED, reason=change)
+                return self.finish(EXIT_FAILED, Outcome.FAILED, reason=change)
             return self._wait_for(number, lost, said, change)
         self.use(change, lost, number, "restarting the group there from the last backup")
         return 0
@@ -178,11 +179,11 @@ class Membership:
             if left <= 0:
                 break
             if self.stop_event.wait(min(1.0, left)):
-                return self.finish(130, Outcome.INTERRUPTED)
+                return self.finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED)
         line = why.replace(" lost and ", f" lost (no {opts.settle:g} s of answers without a break within "
                            f"elastic.host_wait={opts.host_wait:g} s) and ", 1)
         self.console.error(line)
-        return self.finish(1, Outcome.FAILED, reason=line)
+        return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
 
     def use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),

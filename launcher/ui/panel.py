@@ -13,39 +13,47 @@ from typing import Callable, Optional, TextIO
 
 from rich.console import Console as RichConsole, Group
 from rich.live import Live
-from rich.measure import Measurement
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from launcher.record.view import (EVALUATING, FAILED, IMPORTING, READY, RESTARTING, STARTING, STOPPED, SUCCEEDED,
-                          TRAINING, RunView, TaskView, suspect_lines)
+from launcher.record.view import (EVALUATING, FAILED, GONE, IMPORTING, RESTARTING, RUNNING, STARTING, STOPPED, SUCCEEDED,
+                          TRAINING, RunView, suspect_lines)
+from launcher.ui.columns import PANEL, Row, for_table, gpu_text  # noqa: F401 (gpu_text: re-exported)
 
+# By the word a task shows (``TaskLife.shown``: a live task's phase, else its state).
 _STATE_STYLE = {
-    STARTING: "dim", IMPORTING: "dim", READY: "cyan", TRAINING: "bold green", EVALUATING: "green",
-    RESTARTING: "bold yellow", SUCCEEDED: "green", FAILED: "bold red", STOPPED: "yellow",
+    STARTING: "dim", IMPORTING: "dim", RUNNING: "cyan", TRAINING: "bold green", EVALUATING: "green",
+    RESTARTING: "bold yellow", SUCCEEDED: "green", FAILED: "bold red", STOPPED: "yellow", GONE: "yellow",
 }
 _KEY_STYLES = ("cyan", "yellow", "magenta", "green", "blue", "red")
 
 
 def render(view: RunView, now: float, width: int = 160) -> Group:
     """The panel for ``view`` at time ``now`` on a terminal ``width`` columns wide: header, one
-    row per task, PSS/evaluator extras."""
+    row per task (the panel's columns: launcher/ui/columns.py), PSS/evaluator extras."""
     bar_width = 20 if width >= 140 else 10 if width >= 100 else 4
     parts: list = [_header(view, now), Text(f"run dir {view.run_dir}", style="dim", no_wrap=True, overflow="ellipsis")]
     table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", expand=False)
-    gpu = any(t.gpu_mib is not None for t in view.tasks.values())  # where nvidia-smi answers
-    for name, justify in (("task", "left"), ("host", "left"), ("state", "left"), ("att", "right"),
-                          ("epoch", "right"), ("in epoch", "left"), ("step", "right"), ("loss", "right"),
-                          ("acc", "right"), ("ex/s", "right"), ("idle", "right")) + ((("gpu", "right"),) if gpu else ()):
-        table.add_column(name, justify=justify, no_wrap=True)
-    for t in view.tasks.values():
-        table.add_row(*_row(t, now, bar_width), *((gpu_text(t),) if gpu else ()))
+    rows = [Row.of_view(t, now, bar_width) for t in view.tasks.values()]
+    columns = for_table(PANEL, rows)
+    for c in columns:
+        table.add_column(c.header, justify="right" if c.right else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(*(_styled(c.name, r, c.value(r)) for c in columns))
     parts.append(table)
     extras = _extras(view)
     if extras:
         parts.append(Text(extras, style="dim"))
     return Group(*parts)
+
+
+def _styled(column: str, r: Row, value):
+    """A panel cell: the task key and its state in colour, a missing value blank."""
+    if column == "task":
+        return Text(value, style=_key_style(r.key))
+    if column == "panel state":
+        return Text(value, style=_STATE_STYLE.get(r.life.shown, ""))
+    return "" if value is None else value
 
 
 def _header(view: RunView, now: float) -> Text:
@@ -56,49 +64,6 @@ def _header(view: RunView, now: float) -> Text:
     return text
 
 
-def _row(t: TaskView, now: float, bar_width: int) -> list:
-    state = t.state + (" (lost)" if t.lost and t.state not in (FAILED, STOPPED, SUCCEEDED) else "")
-    epoch = ""
-    if t.epoch is not None:
-        epoch = f"{t.epoch}/{t.epochs}" if t.epochs else str(t.epoch)
-    if t.steps_per_epoch and t.step is not None:
-        bar = ProgressBar(total=t.steps_per_epoch, completed=min(t.step, t.steps_per_epoch), width=bar_width)
-        steps = _BarCell(bar, f" {t.step}/{t.steps_per_epoch}")
-    else:
-        steps = Text("")
-    since = "" if t.last_line_at is None else f"{max(0.0, now - t.last_line_at):.0f}s"
-    return [
-        Text(t.key, style=_key_style(t.key)), t.host, Text(state, style=_STATE_STYLE.get(t.state, "")),
-        str(t.attempt or ""), epoch, steps, _num(t.global_step), _metric(t.epoch_loss), _metric(t.epoch_accuracy),
-        "" if t.examples_per_sec is None else f"{t.examples_per_sec:.0f}", since,
-    ]
-
-
-def gpu_text(t: TaskView) -> str:
-    """A task's GPU memory and utilisation: ``1234M 37%`` ("" without figures)."""
-    if t.gpu_mib is None:
-        return ""
-    return f"{t.gpu_mib}M" + (f" {t.gpu_util}%" if t.gpu_util is not None else "")
-
-
-class _BarCell:
-    """A progress bar followed by "i/N" in one table cell."""
-
-    def __init__(self, bar: ProgressBar, label: str) -> None:
-        self.bar, self.label = bar, label
-
-    def __rich_console__(self, console, options):
-        grid = Table.grid(padding=0)
-        grid.add_column(no_wrap=True)
-        grid.add_column(no_wrap=True)
-        grid.add_row(self.bar, self.label)
-        yield grid
-
-    def __rich_measure__(self, console, options):
-        width = (self.bar.width or 20) + len(self.label)
-        return Measurement(width, width)
-
-
 def _extras(view: RunView) -> str:
     bits = []
     if view.strategy == "parameter_server":
@@ -107,7 +72,7 @@ def _extras(view: RunView) -> str:
             total = chief.total_steps
             bits.append(f"chief step {chief.global_step}" + (f"/{total}" if total else ""))
         servers = [t for t in view.tasks.values() if t.key.split(":")[0] in ("ps", "worker")]
-        up = sum(1 for t in servers if t.state in (READY, TRAINING) and not t.lost)
+        up = sum(1 for t in servers if (t.state == RUNNING or (t.live and t.phase == TRAINING)) and not t.lost)
         bits.append(f"servers up {up}/{len(servers)}")
         bits.append(f"workers lost {view.workers_lost}, recovered {view.workers_recovered}")
         if view.ps_lost:
@@ -131,10 +96,6 @@ def _extras(view: RunView) -> str:
 def _key_style(key: str) -> str:
     kind, _, index = key.partition(":")
     return _KEY_STYLES[(hash(kind) + int(index or 0)) % len(_KEY_STYLES)] if index.isdigit() else ""
-
-
-def _num(value: Optional[int]) -> str:
-    return "" if value is None else str(value)
 
 
 def _metric(value: Optional[float]) -> str:

@@ -6,29 +6,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
-from launcher.contract import statedir
+from launcher.contract import statedir as statelayout
 from launcher.record.view import RunView
-
-_COLUMNS = ("task", "host", "state", "exit", "attempts", "steps", "examples/s", "loss", "accuracy")
+from launcher.ui.columns import REPORT, Row, plain
+from launcher.ui.table import render
 
 
 def task_table(view: RunView) -> list[str]:
-    """One row per task: final state, exit code, processes started, steps it ran in its last
-    attempt, examples/s, and the final loss/accuracy it printed (its evaluation, else the last
-    epoch's; blank when it printed none)."""
-    rows = [_COLUMNS]
-    for key, facts in view.outcome_facts().items():
-        rows.append((
-            key, view.tasks[key].host or "-", facts["state"], _opt(facts["exit_code"]), str(facts["attempts"]),
-            _opt(facts["steps_run"]), _fmt(facts["examples_per_sec"], "{:.1f}"), _fmt(facts["loss"], "{:.4f}"),
-            _fmt(facts["accuracy"], "{:.4f}"),
-        ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
-    left = {0, 1, 2}
-    return ["  " + "  ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(r)).rstrip()
-            for r in rows]
+    """One row per task (the report's columns: launcher/ui/columns.py): final state, exit code,
+    processes started, steps it ran in its last attempt, examples/s, and the final loss/accuracy it
+    printed (its evaluation, else the last epoch's; "-" when it printed none)."""
+    return plain(REPORT, [Row.of_view(t) for t in view.tasks.values()])
 
 
 def gpu_peak_lines(view: RunView) -> list[str]:
@@ -52,13 +41,6 @@ def locations(state_dir: Path, logs_dir: Path) -> dict[str, str]:
 
 
 def location_lines(where: dict[str, str]) -> list[str]:
-    width = max(len(label) for label in where) + 1
-    return [f"  {(label + ':').ljust(width)} {path}" for label, path in where.items()]
+    return render(None, [[f"{label}:", path] for label, path in where.items()], gap=" ")
 
 
-def _opt(value: Optional[int]) -> str:
-    return "-" if value is None else str(value)
-
-
-def _fmt(value: Optional[float], fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)

@@ -139,12 +139,16 @@ def test_export_never_imports_tensorflow():
 
 def test_any_other_backend_options_block_is_refused(tmp_path):
     """A backend's options block added to the spec later (e.g. ``slurm:``) is refused without export
-    knowing its name: export accepts only the keys it handles."""
+    knowing its name: spec_model() declares each backend's block NOT_EXPORTED unless the backend says
+    the export reads it (docker)."""
+    from typing import Annotated
+
     from launcher.export.common import inexpressible
     from launcher.spec.load import LoadedSpec, spec_model
+    from launcher.spec.model import NOT_EXPORTED
 
     class WithSlurm(spec_model()):  # the Spec class parse_spec builds, with the registered backends' blocks
-        slurm: dict = {}
+        slurm: Annotated[dict, NOT_EXPORTED] = {}
 
     path = tmp_path / "cluster.yaml"
     path.write_text(BASE + "slurm:\n  partition: gpu\n")
@@ -153,6 +157,59 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
         problems = inexpressible(LoadedSpec(spec, path), target)
         assert len(problems) == 1 and ":6: slurm: options of a backend tfcluster runs itself" in problems[0]
         assert "export a spec without slurm:" in problems[0]
+
+
+def test_every_spec_key_declares_what_export_does_with_it():
+    """The export's key list is the spec model's: each top-level key (the backends' blocks and
+    export's own included) carries an Export verdict, so a new key cannot be forgotten by the export."""
+    from launcher.spec.load import spec_model
+    from launcher.spec.model import EXPORTED, LOCAL_ONLY, NOT_EXPORTED, export_verdicts
+
+    verdicts = export_verdicts(spec_model())
+    assert [k for k, v in verdicts.items() if v is None] == []
+    assert verdicts["hosts"] == NOT_EXPORTED and verdicts["run_dir"] == LOCAL_ONLY and verdicts["tasks"] == EXPORTED
+    assert verdicts["docker"] == EXPORTED and verdicts["ssh"] == NOT_EXPORTED and verdicts["vertex"] == EXPORTED
+
+
+@pytest.mark.parametrize("verdict", ["none", "exported", "local only"])
+def test_a_new_spec_key_is_noticed_by_the_export(tmp_path, verdict):
+    """A dummy key added to a copy of the model: declared exported or local only, the export takes a
+    spec that sets it; declared with no verdict, the export refuses it by name (never drops it silently)."""
+    from typing import Annotated
+
+    from launcher.export.common import inexpressible
+    from launcher.spec.load import LoadedSpec, spec_model
+    from launcher.spec.model import Export, export_verdicts
+
+    base = spec_model()
+    if verdict == "none":
+        class WithDummy(base):
+            dummy: int = 0
+    else:
+        class WithDummy(base):  # type: ignore[no-redef]
+            dummy: Annotated[int, Export(verdict)] = 0
+
+    assert export_verdicts(WithDummy)["dummy"] == (None if verdict == "none" else verdict)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(BASE + "dummy: 3\n")
+    spec = WithDummy.model_validate(yaml.safe_load(path.read_text()))
+    for target in ("tfjob", "vertex"):
+        problems = inexpressible(LoadedSpec(spec, path), target)
+        if verdict == "none":
+            assert len(problems) == 1 and ":6: dummy: tfcluster export does not know" in problems[0], problems
+            assert "export a spec without dummy:" in problems[0]
+        else:
+            assert problems == []
+
+
+def test_collective_settings_reach_the_exported_environment(tmp_path, capsys):
+    """collective: becomes TFCLUSTER_COLLECTIVE* in every task's environment, which the export writes."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(BASE + "collective: {implementation: ring, timeout: 30}\n")
+    for target in ("tfjob", "vertex"):
+        assert main(["export", str(spec), "--to", target, "-o", "-"]) == 0
+        out = capsys.readouterr().out
+        assert "TFCLUSTER_COLLECTIVE" in out and "RING" in out.upper() and "30" in out, out
 
 
 def test_the_docs_options_example_exports_to_both(tmp_path, capsys):

@@ -55,7 +55,7 @@ def test_follow_applies_appended_events_and_lines_and_holds_the_next_attempts_li
     feed = RecordFeed(rec.dir, view, clock=lambda: T0 + 100)
     assert feed.poll() == 2
     w = view.tasks["worker:0"]
-    assert (w.state, w.epoch, w.step, w.global_step, w.examples_per_sec) == ("training", 1, 8, 8, 4 * 32 / 1.0)
+    assert (w.shown, w.epoch, w.step, w.global_step, w.examples_per_sec) == ("training", 1, 8, 8, 4 * 32 / 1.0)
     assert feed.poll() == 0 and w.global_step == 8  # nothing new, nothing fed twice
 
     rec.event("exit", T0 + 4, task="worker:0", attempt=0, code=137)
@@ -75,7 +75,7 @@ def test_follow_applies_appended_events_and_lines_and_holds_the_next_attempts_li
         fh.write("half a line")  # not fed until its newline
     feed.poll()
     # the new attempt's start line came after its start event: it counts its steps from 8
-    assert (w.state, w.attempt, w.starts, w.start_global_step, w.steps_this_attempt()) == ("training", 2, 2, 8, 2)
+    assert (w.shown, w.attempt, w.starts, w.start_global_step, w.steps_this_attempt()) == ("training", 2, 2, 8, 2)
     assert w.last_line.startswith("tfcluster-step") and not feed.ended
     rec.log("worker:0", " written")
     rec.event("outcome", T0 + 8, outcome="succeeded", exit_code=0)
@@ -130,7 +130,7 @@ def test_a_log_read_in_small_chunks_replays_the_same_and_stops_at_the_next_attem
 
     def snapshot(view):
         t = view.tasks["worker:0"]
-        return (t.state, t.global_step, t.start_global_step, t.last_line, t.examples_per_sec, t.starts)
+        return (t.shown, t.global_step, t.start_global_step, t.last_line, t.examples_per_sec, t.starts)
 
     whole = replay(rec.dir)
     seen: list[str] = []

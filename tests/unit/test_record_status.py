@@ -89,6 +89,25 @@ def test_outcomes(tmp_path):
     assert view.state == STOPPED and view.elapsed() == 8.0 and view.tasks[0].state == "stopped"
 
 
+def test_status_words_the_folded_states_and_a_failed_tasks_exit(tmp_path):
+    """status reads each task's state from the one machine (launcher/record/fold.py), wording a
+    failed task's exit; a task a failure named is failed (as the panel and report say), not stopped."""
+    events = [{"time": 1.0, "event": "run_start"},
+              {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0},
+              {"time": 2.0, "event": "start", "task": "worker:1", "attempt": 0},
+              {"time": 3.0, "event": "ready", "task": "worker:1", "attempt": 0},
+              {"time": 4.0, "event": "exit", "task": "worker:0", "attempt": 0, "code": 137},
+              {"time": 4.5, "event": "failure", "task": "worker:1", "reason": "no progress for 30 s"},
+              {"time": 5.0, "event": "stopped", "task": "worker:1", "code": -15}]
+    run = make_run(tmp_path, events, {})
+    rows = load_run(run, alive=lambda pid, st: True).tasks
+    assert [(t.state, t.life.state, t.life.exit_code) for t in rows] == [
+        ("killed by SIGKILL (exit 137)", "failed", 137), ("failed", "failed", None)]
+    events += [{"time": 6.0, "event": "restart", "attempt": 1}]
+    rows = load_run(make_run(tmp_path / "again", events, {}), alive=lambda pid, st: True).tasks
+    assert [t.state for t in rows] == ["restarting", "restarting"]
+
+
 def test_torn_last_line_is_skipped_a_damaged_line_is_named(tmp_path, capsys):
     events = [{"time": 1.0, "event": "run_start"},
               {"time": 3.0, "event": "outcome", "outcome": "failed", "attempts": 1, "reason": "x"}]

@@ -34,13 +34,14 @@ def test_states_follow_a_healthy_task_from_start_to_success():
     assert (w0.state, w0.attempt, w0.host, view.max_attempts) == ("starting", 1, "localhost", 3)
     view.line("worker:0", "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
               T0 + 1)
-    assert w0.state == "importing" and w0.last_line_at == T0 + 1
+    # (the state is the record's; the panel shows a live task's phase: record/fold.py)
+    assert (w0.state, w0.phase, w0.shown) == ("starting", "importing", "importing") and w0.last_line_at == T0 + 1
     view.event(_ev("ready", T0 + 2, task="worker:0", attempt=0, after=1.9))
-    assert w0.state == "ready"
+    assert (w0.state, w0.phase, w0.shown) == ("running", "", "running")
     view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 time=1003.000 strategy=multi_worker_mirrored "
               "replicas=2 global_batch=64 epochs=3 steps_per_epoch=20", T0 + 3)
-    assert (w0.state, w0.epoch, w0.epochs, w0.step, w0.steps_per_epoch, w0.global_step) == (
-        "training", 1, 3, 0, 20, 0)
+    assert (w0.state, w0.shown, w0.epoch, w0.epochs, w0.step, w0.steps_per_epoch, w0.global_step) == (
+        "running", "training", 1, 3, 0, 20, 0)
     view.line("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 loss=2.2 accuracy=0.2 time=1004.000", T0 + 4)
     view.line("worker:0", "tfcluster-step epoch=0 step=20 global_step=20 loss=2.1 accuracy=0.3 time=1006.000", T0 + 6)
     # 10 steps of 64 examples in 2 s, the worker's own clock (progress.Throughput).
@@ -94,7 +95,7 @@ def test_parameter_server_extras_lost_recovered_and_the_evaluator():
         view.event(_ev("start", T0, task=key, attempt=0, host="localhost"))
     for key in ("ps:0", "worker:0", "worker:1"):
         view.line(key, "tfcluster-server task=%s target=grpc://localhost:1 time=1001" % key, T0 + 1)
-    assert view.tasks["ps:0"].state == "ready"
+    assert view.tasks["ps:0"].state == "running"  # (a server line: its port is up)
     view.line("chief:0", "tfcluster-start epoch=0 step=0 global_step=0 strategy=parameter_server replicas=1 "
               "global_batch=32 workers=2 epochs=2 steps_per_epoch=50", T0 + 2)
     view.line("chief:0", "tfcluster-step epoch=0 step=30 global_step=30 time=1003", T0 + 3)
@@ -105,7 +106,7 @@ def test_parameter_server_extras_lost_recovered_and_the_evaluator():
     view.line("evaluator:0", "tfcluster-eval checkpoint=ckpt-2 global_step=50 loss=1.2000 accuracy=0.6500 time=1006",
               T0 + 6)
     ev = view.evaluator()
-    assert (ev.state, ev.last_checkpoint, ev.final_accuracy) == ("evaluating", "ckpt-2", 0.65)
+    assert (ev.shown, ev.last_checkpoint, ev.final_accuracy) == ("evaluating", "ckpt-2", 0.65)
     text = _rendered(view, T0 + 8)
     assert "chief step 30/100" in text and "servers up 3/3" in text
     assert "workers lost 1, recovered 1" in text and "evaluator: ckpt-2 accuracy 0.6500" in text
@@ -177,7 +178,7 @@ def test_first_step_counts_the_step_that_just_ended():
               T0 + 1)
     view.line("worker:0", "tfcluster-first_step epoch=0 step=0 global_step=1 time=1002.000", T0 + 2)
     w0 = view.tasks["worker:0"]
-    assert (w0.state, w0.epoch, w0.step, w0.global_step) == ("training", 1, 1, 1)
+    assert (w0.shown, w0.epoch, w0.step, w0.global_step) == ("training", 1, 1, 1)
 
 
 def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(tmp_path):

@@ -10,12 +10,12 @@ import pytest
 from launcher.backends import backend_names
 from launcher.record import layout
 from launcher.record.events import Event
-from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskState
+from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "launcher"
 RECORD = LAUNCHER / "record"
 FILE_NAMES = set(layout.RECORD_FILES) | {f"{name}.json" for name in backend_names()}
-STATES = {m.value for enum in (AttemptState, Outcome, ResultStatus, RunState, TaskState) for m in enum}
+STATES = {m.value for enum in (AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState) for m in enum}
 # The writers and where the kind goes: RunRecord.event(kind, ...), writer.append_event(run_dir, kind, ...).
 WRITERS = {"event": 0, "append_event": 1}
 
@@ -103,7 +103,7 @@ def test_the_runs_dir_of_a_spec_is_computed_only_by_record_layout():
     assert found == []
 
 
-@pytest.mark.parametrize("enum", [Event, AttemptState, Outcome, ResultStatus, RunState, TaskState])
+@pytest.mark.parametrize("enum", [Event, AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState])
 def test_members_are_their_strings(enum):
     """What is printed, compared, hashed and written is the value, as with the strings before."""
     import json

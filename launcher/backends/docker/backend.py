@@ -202,6 +202,7 @@ class DockerTask(TaskHandle):
 class DockerBackend(Backend):
     name = "docker"
     options_key = "docker"
+    options_exported = True
     Options = DockerOptions
     # Every container has its own network namespace: task ports cannot clash, nothing to preflight.
     capabilities = Capabilities(port_probe=True)
