@@ -1,7 +1,7 @@
 """The run record. Its vocabulary, defined once: where a run's files are and what they are called
 (``layout``), the kinds of events ``events.jsonl`` holds (``events.Event``), and the states a
 run, an attempt and a task go through (``states``); every module that names a record file, an
-event kind or a state imports them from here (tests/unit/test_record_vocabulary.py keeps it so).
+event kind or a state imports them from here (tests/unit/record/test_record_vocabulary.py keeps it so).
 
 Its modules: ``writer`` writes the record (RunRecord, append_event); ``reader`` is the one reader
 of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;

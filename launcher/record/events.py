@@ -2,7 +2,7 @@
 
 Written through ``RunRecord.event`` (the supervisor and the backends) or ``writer.append_event``
 (``tfcluster down`` of a run whose supervisor is gone), never as bare strings
-(tests/unit/test_record_vocabulary.py checks every call). A run's events come in this order:
+(tests/unit/record/test_record_vocabulary.py checks every call). A run's events come in this order:
 
     run_start
     per attempt: start (each task; a warm standby: standby_start, standby_promoted) -> ready

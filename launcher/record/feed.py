@@ -15,7 +15,7 @@ and where the feed stands (the bytes of ``events.jsonl`` and of each task log it
 tasks wait for their next start). ``RecordFeed.resume`` starts from the last snapshot, so a replay
 reads only what came after it; a record without one (written before, or a snapshot that does
 not fit the record) is replayed from its start. Either way the view is the one a replay from
-the start gives (tests/unit/test_record_feed.py).
+the start gives (tests/unit/record/test_record_feed.py).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def _tasks_needed_by_cluster_strategies(schema: dict[str, Any]) -> None:
 class Export(str):
     """What ``tfcluster export`` does with a top-level key of the spec, declared on the key itself
     (``name: Annotated[str, EXPORTED]``) so that a new key comes with its answer; launcher/export/common.py
-    asks ``export_verdicts`` and tests/unit/test_export_errors.py fails for a key without one."""
+    asks ``export_verdicts`` and tests/unit/export/test_export_errors.py fails for a key without one."""
 
 
 EXPORTED = Export("exported")  # the export writes it into the engine's job (or checks its values there)

@@ -82,6 +82,16 @@ ONE_TESTS_DATA = ("plan_goldens_specs.py",)  # test_plan_scale.py's specs
 
 def test_the_rules_see_the_files():
     files = {p.relative_to(TESTS).as_posix() for p in _test_files()}
-    assert {"integration/test_local_tf.py", "unit/test_spec.py", "unit/test_supervisor_scripted.py"} <= files
+    assert {"integration/test_local_tf.py", "unit/spec/test_spec.py", "unit/supervise/test_supervisor_scripted.py"} <= files
     assert "integration/ssh/test_ssh_elastic.py" in files  # the ssh lab's tests too
     assert not any(f.startswith("support/") for f in files)
+
+
+def test_the_unit_tests_mirror_the_packages():
+    """tests/unit/<package>/ holds the tests of launcher/<package>/ (tests/unit/worker/ those of worker/);
+    tests/unit/ itself the top-level modules' and the rules of the whole tree (layers, comments, docs)."""
+    root = TESTS.parent
+    folders = {p.parent.relative_to(TESTS / "unit").as_posix() for p in (TESTS / "unit").rglob("test_*.py")} - {"."}
+    strays = sorted(f for f in folders if f != "worker" and not (root / "launcher" / f / "__init__.py").exists())
+    assert not strays, f"tests/unit/ folders with no launcher package of that name: {strays}"
+    assert {"spec", "plan", "supervise", "backends/ssh", "record", "ui", "cli"} <= folders

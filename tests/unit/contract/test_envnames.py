@@ -9,7 +9,7 @@ from pathlib import Path
 
 from launcher.contract import envnames
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NAME = re.compile(r"^TFCLUSTER_[A-Z0-9_]+$")
 
 

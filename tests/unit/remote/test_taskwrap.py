@@ -118,7 +118,7 @@ def test_the_docker_image_runs_the_same_wrapper():
     """The image's tfcluster.lifeline label runs, as a module, the file taskwrap_path() names."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     module = ".".join(taskwrap_path().relative_to(root).with_suffix("").parts)
     assert f'LABEL tfcluster.lifeline="python -m {module}"' in (root / "docker" / "Dockerfile").read_text()
 

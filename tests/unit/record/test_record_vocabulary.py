@@ -12,7 +12,7 @@ from launcher.record import layout
 from launcher.record.events import Event
 from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState
 
-LAUNCHER = Path(__file__).resolve().parents[2] / "launcher"
+LAUNCHER = Path(__file__).resolve().parents[3] / "launcher"
 RECORD = LAUNCHER / "record"
 FILE_NAMES = set(layout.RECORD_FILES) | {f"{name}.json" for name in backend_names()}
 STATES = {m.value for enum in (AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState) for m in enum}

@@ -88,7 +88,7 @@ def test_the_tf_extra_and_the_worker_image_install_tensorboard():
     """TF 2.21 does not pull in tensorboard; tf.keras.callbacks.TensorBoard needs it."""
     import tomllib
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["tf"]
     assert any(req.split(">")[0].split("=")[0].strip() == "tensorboard" for req in extra), extra
     # The image installs the [tf] extra (the dependency layer), so it gets tensorboard too.

@@ -172,7 +172,7 @@ def test_runs_status_and_validate_json_carry_format_1(tmp_path):
 
 def test_every_exit_code_is_defined_once():
     """launcher/errors.py defines the EXIT_* codes; nowhere else assigns one."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     found = []
     for p in sorted((root / "launcher").rglob("*.py")):
         for line in p.read_text().splitlines():

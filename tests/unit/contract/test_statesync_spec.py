@@ -11,7 +11,7 @@ from launcher.spec.load import parse_spec
 from tests.support.errors import one_error
 from tests.support.specs import BASE
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_state_defaults():

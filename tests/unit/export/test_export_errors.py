@@ -132,7 +132,7 @@ def test_export_never_imports_tensorflow():
     code = ("import sys; from launcher.cli.main import main; "
             "rc = main(['export', 'cluster.yaml', '--to', 'vertex', '-o', '-']); "
             "sys.exit(rc or (3 if 'tensorflow' in sys.modules else 0))")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 

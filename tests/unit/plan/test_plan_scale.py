@@ -1,6 +1,6 @@
 """Plans that grow with n: the cluster is held once and shared by the plan's
 tasks, each task's TF_CONFIG is made when asked for, and still byte for byte what it was when
-every task held its own copy (tests/unit/data/plan_goldens.json, written by the plan before the
+every task held its own copy (tests/unit/plan/data/plan_goldens.json, written by the plan before the
 change, for the specs of plan_goldens_specs.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from launcher.app.up import plan_for
 from launcher.spec.load import parse_spec
-from tests.unit.plan_goldens_specs import SPECS
+from tests.unit.plan.plan_goldens_specs import SPECS
 
 GOLDENS = json.loads((Path(__file__).parent / "data" / "plan_goldens.json").read_text())
 

@@ -147,7 +147,7 @@ def test_launcher_never_imports_tensorflow():
 
     code = ("import sys, launcher.cli.main, launcher.export.compose, launcher.backends.docker.backend; "
             "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
 
 

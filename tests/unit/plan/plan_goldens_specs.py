@@ -1,4 +1,4 @@
-"""The sample specs whose every task's TF_CONFIG and env ``tests/unit/data/plan_goldens.json`` holds,
+"""The sample specs whose every task's TF_CONFIG and env ``tests/unit/plan/data/plan_goldens.json`` holds,
 as the plan built them before the cluster was shared: test_plan_scale.py checks
 that the plan still gives each task exactly those bytes. They run with ``devices: {threads: 0}``,
 as every plan did then (the thread budgets came later: test_threads.py checks those)."""
