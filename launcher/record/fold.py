@@ -130,6 +130,9 @@ def step(tasks: MutableMapping[str, T], record: Mapping[str, Any], new: Callable
 
 
 _TASK_KINDS = (Event.START, Event.READY, Event.EXIT, Event.STOPPED, Event.FAILURE, Event.TASK_RESTART)
+# Every kind ``step`` acts on: a new kind that moves a task's state is added to ``step`` and here,
+# and nowhere else (RunView feeds exactly these to ``step``).
+STATE_KINDS = (*_TASK_KINDS, Event.RESTART, Event.ATTEMPT_READY, Event.OUTCOME)
 
 
 def on_line(t: TaskLife, kind: Optional[str]) -> None:

@@ -92,10 +92,6 @@ class TaskView(TaskLife):
         return None
 
 
-# The events that change a task's state (record/fold.py's machine).
-_STATE_KINDS = (Event.START, Event.READY, Event.ATTEMPT_READY, Event.EXIT, Event.STOPPED, Event.FAILURE,
-                Event.TASK_RESTART, Event.RESTART, Event.OUTCOME)
-
 
 def suspect_lines(view: "RunView") -> list[str]:
     """``h2 (until it answers for 30 s without a break)`` for each suspect host of ``view``."""
@@ -308,7 +304,7 @@ class RunView:
             self._lost.pop(host, None)  # back before any replan (the group waited for it)
             if host and record.get("spare", True) and host not in self.spares:
                 self.spares.append(host)
-        elif kind in _STATE_KINDS:
+        elif kind in fold.STATE_KINDS:
             started = fold.step(self.tasks, record, TaskView)
             if started is not None:  # a new process: the figures of the previous one go
                 self.attempt = max(self.attempt, started.attempt)
