@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli.main import EXAMPLES, _parser, main
+from launcher.cli.main import main
+from launcher.cli.parser import EXAMPLES, build_parser as _parser
 from launcher.errors import EXIT_NO_RUN
 from tests.support.cli import tfcluster, tfcluster_argv
 from tests.support.specs import script_spec, spec_file
