@@ -12,6 +12,10 @@ from launcher.plan.build import Plan
 from launcher.spec.load import LoadedSpec, load_spec
 from launcher.ui.console import Console
 
+# The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
+# meaning or goes away (adding a field does not raise it).
+JSON_FORMAT = 1
+
 
 def load(spec: str, console: Console, *, discover: bool = False, warn: bool = False,
          gpus: bool = False) -> tuple[LoadedSpec, Plan]:

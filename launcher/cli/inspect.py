@@ -10,9 +10,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Optional
 
-from launcher.app.up import JSON_FORMAT
 from launcher.backends.elsewhere import Elsewhere
-from launcher.cli.common import elsewhere, load, print_record_lines
+from launcher.cli.common import JSON_FORMAT, elsewhere, load, print_record_lines
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST
 from launcher.ui.console import Console
 

@@ -6,12 +6,13 @@ import argparse
 import json
 import sys
 
-from launcher.app.up import EXIT_OK, JSON_FORMAT, plan_for, render_plan, spares_of, standby_line
-from launcher.cli.common import load
+from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
+from launcher.cli.common import JSON_FORMAT, load
 from launcher.errors import UserError
 from launcher.plan.build import COMPACT, write_full_json
 from launcher.spec.load import load_spec
 from launcher.ui.console import Console
+from launcher.ui.plantext import render_plan
 
 
 def validate(args: argparse.Namespace, console: Console) -> int:
