@@ -21,13 +21,14 @@ def up(args: argparse.Namespace, console: Console) -> int:
                                            verbose=args.verbose, force=args.force), console)
         if code is not None:  # the supervisor runs on another host (ssh.supervisor)
             return code
-    options = dict(dry_run=args.dry_run, force=args.force, quiet=args.quiet, verbose=args.verbose,
-                   panel=not (args.quiet or args.plain))
+    panel = not (args.quiet or args.plain)
     if args.detach and not args.dry_run and not supervise:
         return detach.start(args.spec, console, quiet=args.quiet, force=args.force)
     if supervise:
-        return detach.supervise(loaded, plan, args.spec, supervise, **options)
-    return execution.up(loaded, plan, console, shown=args.spec, **options)
+        return detach.supervise(loaded, plan, args.spec, supervise, dry_run=args.dry_run, force=args.force,
+                                quiet=args.quiet, verbose=args.verbose, panel=panel)
+    return execution.up(loaded, plan, console, shown=args.spec, dry_run=args.dry_run, force=args.force,
+                        quiet=args.quiet, verbose=args.verbose, panel=panel)
 
 
 def down(args: argparse.Namespace, console: Console) -> int:
