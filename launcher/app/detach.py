@@ -111,15 +111,17 @@ def ignore_hangup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
-def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, **options) -> int:
+def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, *, dry_run: bool = False,
+              force: bool = False, quiet: bool = False, verbose: bool = False, panel: bool = False) -> int:
     """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
-    as a foreground ``up`` would (``execution.up`` with the same ``options``), its output going
-    through a Handover to the foreground until every task is ready."""
+    as a foreground ``up`` would (``app.up.up`` with the same options), its output going through a
+    Handover to the foreground until every task is ready."""
     from launcher.app.up import up
 
     ignore_hangup()
     handover = Handover()
-    return up(loaded, plan, handover.console, shown=shown, run_id=run_id, handover=handover, **options)
+    return up(loaded, plan, handover.console, shown=shown, run_id=run_id, handover=handover, dry_run=dry_run,
+              force=force, quiet=quiet, verbose=verbose, panel=panel)
 
 
 # ------------------------------------------------------------------ foreground side

@@ -11,29 +11,21 @@ Exit codes (``tfcluster up`` and what ``main`` returns): 0 ok, 1 run failed (or 
 
 from __future__ import annotations
 
-import shlex
 import signal
 import threading
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional
 
-from launcher.contract import envnames
-from launcher.bounded import escape
 from launcher.ui.console import Console
 from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
                      EXIT_USAGE, LaunchError)
 from launcher.plan.gpus import asked as gpus_asked
-from launcher.plan.build import Plan, build_plan, redact_env
+from launcher.plan.build import Plan, build_plan
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.spec.load import LoadedSpec, load_spec
-from launcher.ui.table import render
+from launcher.ui.plantext import render_plan, show_gpus
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.spec.load import Spec
-
-# The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
-# meaning or goes away (adding a field does not raise it).
-JSON_FORMAT = 1
-
 
 def hangup_reason(why: str) -> str:
     """Why a foreground run stopped when its terminal went away (``why``: SIGHUP, or "stdout:
@@ -53,56 +45,6 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
 
     placement = backend_class(spec.backend).place(spec)
     return build_plan(spec, placement if gpus else replace(placement, gpus={}))
-
-
-def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "") -> str:
-    """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
-    task uses, where a lost host's tasks move (launcher/plan/elastic.py)."""
-    gpu_column = show_gpus(plan)
-    headers = ("task", "host") + (("gpus",) if gpu_column else ()) + ("address:port", "command")
-    rows = []
-    joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
-    for t in plan.tasks:
-        command = joined.get(t.command) or joined.setdefault(t.command, shlex.join(t.command))
-        rows.append((t.key, t.host) + ((t.gpus.describe(),) if gpu_column else ())
-                    + (t.endpoint or "(no port: not in cluster)", command))
-    out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]
-    if plan.placeholder:
-        out.append(f"placeholder placement: {plan.placement_note or 'hosts are known only after allocation'}; "
-                   "hosts, addresses and TF_CONFIG below are stand-ins")
-    out += render(headers, rows)
-    if spares:
-        out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
-    if plan.cluster is None:  # single-host strategies: the task's role only
-        out.append("TF_CONFIG:")
-        out.extend(f"  {t.key}: {t.tf_config_json}" for t in plan.tasks)
-    else:  # the cluster once (a copy per task is O(n²)), then each task's own part
-        out.append('TF_CONFIG (every task: {"cluster":CLUSTER,"task":TASK}):')
-        out.append(f"  CLUSTER: {plan.cluster.json_text}")
-        out.extend(f"  {t.key}: TASK {t.task_json}" for t in plan.tasks)
-    if plan.threads:
-        out.append(plan.threads)
-    if plan.gpus:
-        out.append(plan.gpus)
-    if standby:
-        out.append(standby)  # launcher/supervise/standby.py's plan_line
-    if plan.tasks:
-        common = {k: v for k, v in plan.tasks[0].base_env if not k.startswith(envnames.TASK)}
-        for env in {id(t.base_env): t.base_env for t in plan.tasks}.values():  # a few shared tuples
-            if env is not plan.tasks[0].base_env:
-                own = dict(env)
-                common = {k: v for k, v in common.items() if own.get(k) == v}
-        shown = common if show_secrets else redact_env(common)
-        out.append("env (every task, plus TF_CONFIG and TFCLUSTER_TASK):")
-        for k, v in shown.items():
-            out.append(f"  {k}={v}")
-    return "\n".join(escape(line) for line in out)  # (a spec's value with an escape sequence: shown, not run)
-
-
-def show_gpus(plan: Plan) -> bool:
-    """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
-    (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
-    return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)
 
 
 def standby_line(spec, plan: Plan) -> str:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
+from launcher.backends.elsewhere import Elsewhere
 from launcher.plan.build import Placement, Plan, PlannedTask
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,11 +173,10 @@ class Backend(abc.ABC):
         return cls(loaded=loaded, record=record, console=console)  # type: ignore[call-arg]
 
     @classmethod
-    def run_elsewhere(cls, loaded: "LoadedSpec", argv: Sequence[str], spec_arg: str, command: str,
-                      console: "Console") -> Optional[int]:
+    def run_elsewhere(cls, loaded: "LoadedSpec", request: Elsewhere, console: "Console") -> Optional[int]:
         """``up``/``status``/``logs``/``attach``/``down``/``runs`` for a spec whose supervisor
-        and run record live on another machine: run ``argv`` there and return its exit code.
-        None (the default): they live here."""
+        and run record live on another machine: run ``request`` there (``request.argv``, naming
+        the spec by its path there) and return its exit code. None (the default): they live here."""
         return None
 
     # -------------------------------------------------------------- up

@@ -126,3 +126,11 @@ def _zsh(parser: argparse.ArgumentParser) -> str:
         lines.append(f"        {name}) _arguments -s {' '.join(specs)} ;;")
     lines += ["    esac", "}", '_tfcluster "$@"', ""]
     return "\n".join(lines)
+
+
+def completion(args: argparse.Namespace, console: object) -> int:
+    """``tfcluster completion SHELL``: the script on stdout."""
+    from launcher.cli.parser import build_parser
+
+    print(script(build_parser(), args.shell), end="")
+    return 0

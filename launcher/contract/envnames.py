@@ -43,5 +43,5 @@ STANDBY_ENV = "TFCLUSTER_STANDBY_ENV"
 EPOCH_EVAL = "TFCLUSTER_EPOCH_EVAL"  # "1": evaluate after every epoch
 PROGRESS_EVERY = "TFCLUSTER_PROGRESS_EVERY"  # a progress line every N steps
 
-# Read by the CLI (launcher/cli/main.py), never set for a task.
+# Read by the CLI (launcher/cli/parser.py), never set for a task.
 FILE = "TFCLUSTER_FILE"  # the spec a command reads when no FILE is given (before ./cluster.yaml)

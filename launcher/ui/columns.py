@@ -1,4 +1,4 @@
-"""The per-task columns of the three task tables, declared once: ``status`` (launcher/app/inspect.py),
+"""The per-task columns of the three task tables, declared once: ``status`` (launcher/ui/runstatus.py),
 the live panel (launcher/ui/panel.py) and the final report (launcher/ui/report.py).
 
 Each ``Column`` names the tables that show it, its header there, how its text comes from a task

@@ -28,7 +28,7 @@ def test_the_generated_reference_is_fresh(tmp_path):
 def test_the_reference_covers_every_key_flag_variable_and_exit_code():
     from launcher import errors
     from launcher.contract import envnames
-    from launcher.cli.main import build_parser
+    from launcher.cli.parser import build_parser
     from launcher.spec.load import spec_model
 
     pages = docsgen.pages()

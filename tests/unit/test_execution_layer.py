@@ -37,6 +37,6 @@ def test_nothing_imports_the_entry_points_above_the_cli():
 
 
 def test_the_use_cases_are_reached_through_execution():
-    assert "launcher.app.up" in _imports(LAUNCHER / "cli" / "main.py")
+    assert "launcher.app.up" in _imports(LAUNCHER / "cli" / "lifecycle.py")  # `tfcluster up`
     assert "launcher.app.up" in _imports(LAUNCHER / "compare" / "run.py")
     assert "launcher.app.up" in _imports(LAUNCHER / "app" / "detach.py")

@@ -27,7 +27,7 @@ from launcher.spec.discovery import DiscoveryError, parse_hosts
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
 from launcher.record.status import RecordDamaged, load_run
-from launcher.app.inspect import render_runs, render_status
+from launcher.ui.runstatus import render_runs, render_status
 from launcher.spec.load import Host, parse_spec
 
 _LONG = os.environ.get("TFCLUSTER_FUZZ_EXAMPLES")

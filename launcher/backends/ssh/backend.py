@@ -44,6 +44,7 @@ from launcher.record.events import Event
 from launcher.spec.model import TASK_TYPES, Host, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down, probe as ssh_probe, sync as ssh_sync
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import env_block, port_check_command, promote_command, remote_paths, task_command, wrap_args
 from launcher.backends.ssh.host import HostState
 from launcher.backends.ssh.options import SSHOptions
@@ -196,12 +197,14 @@ class SSHBackend(Backend):
         return problems
 
     @classmethod
-    def run_elsewhere(cls, loaded: LoadedSpec, argv, spec_arg: str, command: str, console) -> Optional[int]:
+    def run_elsewhere(cls, loaded: LoadedSpec, request: Elsewhere, console) -> Optional[int]:
         if not loaded.spec.ssh.supervisor:
             return None
         from launcher.backends.ssh.supervisor import delegate
 
-        return delegate(loaded, argv, spec_arg, command, console, cls(loaded, record=None, console=console).pool)
+        # (the command line names the spec as "{spec}": delegate puts in its path on that host)
+        return delegate(loaded, request.argv("{spec}"), "{spec}", request.command, console,
+                        cls(loaded, record=None, console=console).pool)
 
     # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
     detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "

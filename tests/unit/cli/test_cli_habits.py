@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli.main import EXAMPLES, _parser, main
+from launcher.cli.main import main
+from launcher.cli.parser import EXAMPLES, build_parser
 from launcher.errors import EXIT_NO_RUN
 from tests.support.cli import tfcluster, tfcluster_argv
 from tests.support.specs import script_spec, spec_file
@@ -67,7 +68,7 @@ def test_no_file_anywhere_is_one_line_exit_2(tmp_path):
 
 def test_logs_takes_a_task_alone_and_keeps_f_for_follow(tmp_path):
     _write(tmp_path)
-    args = _parser().parse_args(["logs", "worker:1", "-f"])
+    args = build_parser().parse_args(["logs", "worker:1", "-f"])
     assert (args.spec, args.task, args.follow) == ("worker:1", None, True)  # (resolved below)
     res = tfcluster("logs", "worker:1", cwd=tmp_path, environ=_env())
     # ./cluster.yaml was read (its run dir named) and worker:1 taken as the TASK, not as FILE
@@ -91,8 +92,15 @@ def test_version_is_the_package_version():
 # ------------------------------------------------------------------ help, completion
 
 
+def test_every_command_of_the_parser_has_its_function_and_no_other_is_listed():
+    from launcher.cli import main as cli_main
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert sorted(cli_main.COMMANDS) == sorted(sub.choices) == sorted(COMMANDS)
+
+
 def test_every_subcommand_help_shows_examples_that_parse():
-    parser = _parser()
+    parser = build_parser()
     assert sorted(EXAMPLES) == sorted(COMMANDS)
     for command, examples in EXAMPLES.items():
         assert examples, command

@@ -78,7 +78,8 @@ def test_plan_shows_each_containers_gpus_from_the_engine_host_where_they_hold(tm
     """This machine (the engine's host) has 2 fake GPUs: the plan gives each worker container its
     own, as the preflight's device requests will (the same arithmetic); with 1 GPU for 2
     gpus_per_task-1 workers the plan leaves them to the preflight, which refuses in its line."""
-    from launcher.app.up import plan_for, render_plan
+    from launcher.app.up import plan_for
+    from launcher.ui.plantext import render_plan
     from tests.support.gpus import fake_gpus
 
     fake_gpus(monkeypatch, tmp_path, 2)

@@ -12,7 +12,7 @@ import pytest
 from launcher.plan import gpus
 from launcher.contract import envnames
 from launcher.errors import SpecError
-from launcher.app.up import render_plan
+from launcher.ui.plantext import render_plan
 from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import gpuplace
 from launcher.spec.load import parse_spec

@@ -91,7 +91,7 @@ def test_compact_plan_json_grows_linearly():
 
 
 def test_rendered_plan_grows_linearly():
-    from launcher.app.up import render_plan
+    from launcher.ui.plantext import render_plan
 
     small = len(render_plan(plan_for(parse_spec(_ssh_spec(100)))))
     big = len(render_plan(plan_for(parse_spec(_ssh_spec(1000)))))

@@ -16,7 +16,8 @@ import pytest
 from launcher.plan import threads
 from launcher.contract import envnames
 from launcher.errors import SpecError
-from launcher.app.up import plan_for, render_plan
+from launcher.app.up import plan_for
+from launcher.ui.plantext import render_plan
 from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import taskwrap_path
 from launcher.spec.load import parse_spec

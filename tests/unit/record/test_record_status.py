@@ -212,7 +212,7 @@ def _lost_run(tmp_path: Path, mtimes: dict[str, float]) -> Path:
 def test_a_lost_runs_duration_runs_to_its_last_sign_of_life_not_its_last_event(tmp_path):
     """The supervisor died at 12 s (a closed terminal, SIGKILL): its events stop at 2.5 s, but the
     tasks' output went on into the logs until 12 s. `status` and `runs` said 2.5 s."""
-    from launcher.app.inspect import render_runs
+    from launcher.ui.runstatus import render_runs
 
     run = _lost_run(tmp_path, {"events.jsonl": 1002.5, "snapshot.json": 1002.6, "output.log": 1011.9,
                                "logs/worker-0.log": 1012.0, "logs/worker-1.log": 1011.7})
@@ -253,14 +253,13 @@ def test_down_of_a_lost_run_keeps_its_duration_not_the_time_of_down(tmp_path):
 def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_path):
     """`attach` (over ssh, the one ssh.supervisor's host runs for you) ends when its reader is
     gone: console writes do not raise, so it looks for the console being lost."""
-    import argparse
     import io
     import os
     import threading
 
     from launcher.ui.console import Console
     from launcher.procinfo import start_time
-    from launcher.app.inspect import attach
+    from launcher.app.attach import attach
     from launcher.spec.model import LoadedSpec
     from launcher.spec.load import parse_spec
 
@@ -274,10 +273,9 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
     spec = tmp_path / "cluster.yaml"
     spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
     loaded = LoadedSpec(parse_spec(spec.read_text()), spec)
-    codes: list[int] = []
-    args = argparse.Namespace(run=None, spec=str(spec))
-    thread = threading.Thread(target=lambda: codes.append(attach(loaded, args, Console(out=out, err=io.StringIO()))),
-                              daemon=True)
+    ends = []
+    thread = threading.Thread(target=lambda: ends.append(attach(loaded, Console(out=out, err=io.StringIO()),
+                                                                shown=str(spec))), daemon=True)
     try:
         thread.start()
         for i in range(150):  # the run goes on writing output, which attach passes on
@@ -286,7 +284,7 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
             thread.join(0.1)
             if not thread.is_alive():
                 break
-        assert codes == [0], "attach went on following a run for a reader that is gone"
+        assert [e.detached for e in ends] == [True], "attach went on following a run for a reader that is gone"
         assert load_run(run, alive=lambda pid, st: True).state == RUNNING  # the run is untouched
     finally:
         out.close()

@@ -451,7 +451,7 @@ def test_no_spare_with_min_a_suspect_host_still_answering_shrinks_the_group_at_o
 
 def tfcluster_status(tmp_path) -> str:
     from launcher.record.status import load_run
-    from launcher.app.inspect import render_status
+    from launcher.ui.runstatus import render_status
 
     return "\n".join(render_status(load_run(tmp_path / "runs" / "s" / "latest"), "cluster.yaml"))
 

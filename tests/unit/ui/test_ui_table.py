@@ -13,7 +13,7 @@ from pathlib import Path
 
 from launcher.record.status import RunStatus, TaskRow
 from launcher.record.view import RunView
-from launcher.app.inspect import task_table as status_table
+from launcher.ui.runstatus import task_table as status_table
 from launcher.ui.report import task_table as report_table
 from launcher.ui import columns
 from launcher.ui.table import render
