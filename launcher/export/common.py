@@ -20,7 +20,8 @@ from launcher.remote import gpuplace
 from launcher.export.compose import STATE_DIR, docker_plan
 from launcher.errors import SpecError
 from launcher.plan.build import Plan
-from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, dotted, export_verdicts, line_of
+from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, export_verdicts
+from launcher.spec.yamlread import dotted, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
 # Keras BackupAndRestore's default-like policy: exit codes 1-127 are the program's own errors.

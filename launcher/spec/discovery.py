@@ -30,7 +30,9 @@ from pydantic import ValidationError
 
 from launcher.bounded import listing, shorten_quoted, shown
 from launcher.errors import SpecError, exc_text
-from launcher.spec.load import SPEC_ITEMS, Host, LoadedSpec, Spec, YAMLBounds, YAMLBoundError, check_rules, load_yaml
+from launcher.spec.model import Host, LoadedSpec
+from launcher.spec.rules import check_rules
+from launcher.spec.yamlread import SPEC_ITEMS, YAMLBoundError, YAMLBounds, load_yaml
 
 # Bounds on what the command prints (no host list comes near them): past one, the output is refused
 # in one line and the last good list is kept. The host count is the spec's own bound on a list.

@@ -2,26 +2,24 @@
 
 The loader sits above the backends: it composes the Spec class from the models
 (launcher/spec/model.py, a leaf) and every registered backend's and export's options block, and runs
-the rules that span fields, the backends' own among them. Modules that only need the models import
-launcher.spec.model; the names stay importable from here.
+the rules that span fields (launcher/spec/rules.py), the backends' own among them. Modules that only
+need the models import launcher.spec.model; the names stay importable from here.
 
-The YAML is parsed only here, at the edge. The models are frozen pydantic models so the
-rest of tfcluster works on validated, immutable values. Every problem becomes one line
-``FILE:LINE: field.path: what is wrong; the fix``.
+The YAML is read only here (through launcher/spec/yamlread.py, its bounds and positions), at the
+edge. The models are frozen pydantic models so the rest of tfcluster works on validated, immutable
+values. Every problem becomes one line ``FILE:LINE: field.path: what is wrong; the fix``.
 """
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, WithJsonSchema, field_validator
 
-from launcher.backends import REGISTRY, backend_class, backend_classes, backend_names
-from launcher.bounded import escape, listing, shorten_quoted
+from launcher.backends import REGISTRY, backend_classes, backend_names
+from launcher.bounded import escape, shorten_quoted
 from launcher.bounded import shown as shown_value
 from launcher.errors import SpecError, exc_text
 from launcher.export.options import KubernetesOptions, VertexOptions
@@ -45,9 +43,9 @@ from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``
     Tasks,
     Tpu,
     Watchdog,
-    dotted,
-    line_of,
 )
+from launcher.spec.rules import check_bounds, check_rules, suggest
+from launcher.spec.yamlread import SPEC_BYTES, YAMLBoundError, dotted, line_of, load_yaml, node_at, yaml_type
 
 
 def spec_model() -> type[Spec]:
@@ -103,234 +101,6 @@ def _known_backend(cls, v: str) -> str:
         choices = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
         raise ValueError(f"{v!r} is not valid; use one of {choices}")
     return v
-
-
-# ---------------------------------------------------------------- loading
-
-# Bounds no honest spec meets, checked while the file is read, before anything grows with the input
-# (a spec may come from a stranger: a CI job that validates pull requests). Each is refused in one line
-# naming the bound. The "Bounds" paragraph of docs/concepts/spec.md lists them.
-SPEC_BYTES = 1 << 20  # the file: 1 MiB (10,000 hosts in flow style are about 400 KB)
-SPEC_DEPTH = 64  # lists and mappings inside each other (a spec needs about 6)
-SPEC_VALUES = 1_000_000  # values once aliases (*name) are expanded: the "billion laughs" stops here
-SPEC_ITEMS = 100_000  # entries in one list or mapping (hosts:, env:, ports:)
-SPEC_TASKS = 100_000  # tasks in all: ten times the 10,000 that plan in about 2 s (BENCHMARKS.md)
-# The kernel's own limits on what a task is started with: one argument or one KEY=value of the
-# environment (MAX_ARG_STRLEN, also the bound on every string of the spec), and the command line and
-# environment the spec adds, together: half the usual ARG_MAX of 2 MiB (TF_CONFIG and the inherited
-# environment need the rest).
-ARG_STRLEN = 131_072
-ARG_TOTAL = 1 << 20
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last silently)."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: its keys may be overridden here
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a key is a {_yaml_type(key).split()[0]}; keys are names (strings)", key_node.start_mark
-            ) from None
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {shown_value(key)} appears twice (first on line {seen[key] + 1}); keep one",
-                key_node.start_mark
-            )
-        seen[key] = key_node.start_mark.line
-    loader.flatten_mapping(node)  # (SafeConstructor.construct_mapping would, but only after the keys above)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _construct_object(loader: yaml.SafeLoader, node: yaml.Node, deep: bool = False) -> Any:
-    """PyYAML's construct_object, with a value Python cannot make (an int of 5,000 digits, a date
-    that is none) a ConstructorError at the value's line instead of a ValueError from inside PyYAML."""
-    try:
-        return yaml.constructor.BaseConstructor.construct_object(loader, node, deep)
-    except yaml.YAMLError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - IndexError too (`!!int` of nothing): any of them is the input's
-        raise yaml.constructor.ConstructorError(None, None, f"this value cannot be read ({exc_text(exc)})",
-                                                node.start_mark) from None
-
-
-_UniqueKeyLoader.construct_object = _construct_object  # type: ignore[method-assign]
-
-if getattr(yaml, "CSafeLoader", None) is not None:  # PyYAML built with libyaml
-    class _FastUniqueKeyLoader(yaml.CSafeLoader):
-        """libyaml's parser, the same constructors: ~20x faster on a long hosts: list."""
-
-    _FastUniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-    _FastUniqueKeyLoader.construct_object = _construct_object  # type: ignore[method-assign]
-else:  # pragma: no cover
-    _FastUniqueKeyLoader = None
-
-
-class YAMLBoundError(Exception):
-    """The YAML passes a bound (``what``: ``nesting``, ``values``, ...) at ``mark``: one line's words."""
-
-    def __init__(self, message: str, mark: Optional[yaml.Mark] = None) -> None:
-        super().__init__(message)
-        self.message, self.mark = message, mark
-
-
-@dataclass(frozen=True)
-class YAMLBounds:
-    depth: int = SPEC_DEPTH
-    values: int = SPEC_VALUES
-    items: int = SPEC_ITEMS
-    chars: int = ARG_STRLEN
-    fix: str = "this is not a spec a person wrote; fix whatever generated it"
-
-
-def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds()) -> Optional[yaml.Node]:
-    """The node tree of the one YAML document in ``text``, built from the parser's events without
-    recursion (PyYAML's composer recurses: 20,000 nested brackets were a RecursionError), refusing
-    with YAMLBoundError, as it goes, nesting past ``bounds.depth``, a string past ``bounds.chars``,
-    a list or mapping past ``bounds.items`` entries, and aliases that expand the document past
-    ``bounds.values`` values (or refer to the node that holds them). Parser errors are PyYAML's."""
-    loader = loader_cls(text)
-    get_event, resolve = loader.get_event, loader.resolve
-    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
-    starts = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
-    ends = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
-    scalar_node = yaml.ScalarNode
-    try:
-        anchors: dict[str, yaml.Node] = {}
-        sizes: dict[int, int] = {}  # id(anchored node) -> values it expands to; absent while it is open
-        stack: list[list] = []  # open collections: [node, children so far, values in them]
-        total = 0
-        root: Optional[yaml.Node] = None
-        documents = 0
-
-        anchored: set[int] = set()
-
-        def anchor(name: str, node: yaml.Node, mark: yaml.Mark) -> None:
-            if name in anchors:
-                raise yaml.composer.ComposerError(f"found duplicate anchor {shown_value(name)}; first occurrence",
-                                                  anchors[name].start_mark, "second occurrence", mark)
-            anchors[name] = node
-            anchored.add(id(node))
-
-        while True:
-            event = get_event()
-            kind = type(event)
-            if kind is scalar_event:
-                value = event.value
-                if len(value) > bounds.chars:
-                    raise YAMLBoundError(f"a string of {len(value):,} characters, above the bound of "
-                                         f"{bounds.chars:,} (the kernel's limit on one argument); {bounds.fix}",
-                                         event.start_mark)
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = resolve(scalar_node, value, event.implicit)
-                node = scalar_node(tag, value, event.start_mark, event.end_mark, style=event.style)
-                if event.anchor is not None:
-                    anchor(event.anchor, node, event.start_mark)
-                    sizes[id(node)] = 1
-                size = 1
-            elif kind is alias_event:
-                target = anchors.get(event.anchor)
-                if target is None:
-                    raise yaml.composer.ComposerError(
-                        None, None, f"found undefined alias {shown_value(event.anchor)}", event.start_mark)
-                size = sizes.get(id(target), -1)
-                if size < 0:
-                    raise YAMLBoundError(f"the alias *{escape(event.anchor[:40])} refers to the list or mapping that "
-                                         "holds it (an endless value); write the value out", event.start_mark)
-                node = target
-            elif kind in starts:
-                if len(stack) >= bounds.depth:
-                    raise YAMLBoundError(f"lists and mappings nested more than {bounds.depth} deep; {bounds.fix}",
-                                         event.start_mark)
-                cls = yaml.SequenceNode if kind is yaml.SequenceStartEvent else yaml.MappingNode
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = resolve(cls, None, event.implicit)
-                node = cls(tag, [], event.start_mark, None, flow_style=event.flow_style)
-                if event.anchor is not None:
-                    anchor(event.anchor, node, event.start_mark)
-                stack.append([node, [], 0])
-                total += 1
-                continue
-            elif kind in ends:
-                node, children, inner = stack.pop()
-                node.end_mark = event.end_mark
-                node.value = list(zip(children[0::2], children[1::2])) if kind is yaml.MappingEndEvent else children
-                size = inner + 1
-                total -= size  # (counted as it came: itself at its start, then its values)
-                if id(node) in anchored:
-                    sizes[id(node)] = size
-            elif kind is yaml.StreamEndEvent:
-                break
-            elif kind is yaml.DocumentStartEvent:
-                documents += 1
-                if documents > 1:
-                    raise yaml.composer.ComposerError(
-                        None, None, "a second YAML document (after ---); a spec is one document", event.start_mark)
-                continue
-            else:  # the stream's start, a document's end
-                continue
-            total += size
-            if total > bounds.values:
-                raise YAMLBoundError(f"aliases (*name) expand it to more than {bounds.values:,} values (the "
-                                     f"'billion laughs' shape); write the values out or use fewer aliases",
-                                     event.start_mark)
-            if stack:
-                frame = stack[-1]
-                children = frame[1]
-                children.append(node)
-                frame[2] += size
-                if len(children) > bounds.items * (2 if frame[0].id == "mapping" else 1):
-                    raise YAMLBoundError(f"a list or mapping of more than {bounds.items:,} entries; "
-                                         f"{bounds.fix}", event.start_mark)
-            else:
-                root = node
-        return root
-    finally:
-        loader.dispose()
-
-
-def load_yaml(text: str, bounds: YAMLBounds = YAMLBounds()) -> tuple[Any, Optional[yaml.Node]]:
-    """The data and the node tree (for the line numbers of messages) of ``text``, within
-    ``bounds`` (see compose_bounded), parsed with libyaml when PyYAML has it (the pure-Python
-    parser takes seconds on 10,000 hosts). A file libyaml refuses is parsed again the pure-Python
-    way, for the messages users have always got. Raises yaml.YAMLError or YAMLBoundError."""
-    root = None
-    if _FastUniqueKeyLoader is not None:
-        try:
-            root = compose_bounded(text, _FastUniqueKeyLoader, bounds)
-        except yaml.YAMLError:
-            root = None
-        else:
-            return _construct(root, _FastUniqueKeyLoader), root
-    root = compose_bounded(text, _UniqueKeyLoader, bounds)
-    return _construct(root, _UniqueKeyLoader), root
-
-
-def _construct(root: Optional[yaml.Node], loader_cls: type) -> Any:
-    if root is None:
-        return None
-    loader = loader_cls("")
-    try:
-        return loader.construct_document(root)
-    except yaml.YAMLError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - as _construct_object, for the values constructed after their node  # int("9" * 5000), a date that is not one
-        raise yaml.constructor.ConstructorError(None, None, f"a value cannot be read ({exc_text(exc)})",
-                                                None) from None
-    finally:
-        loader.dispose()
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
@@ -398,13 +168,13 @@ def _parse_spec(text: str, shown: str) -> Spec:
         raise SpecError(f"{shown}: the file is empty; start from the example cluster.yaml in the README")
     if not isinstance(data, dict):
         raise SpecError(
-            f"{shown}:1: the top level must be a mapping (name:, strategy:, tasks:, ...), not a {_yaml_type(data)}"
+            f"{shown}:1: the top level must be a mapping (name:, strategy:, tasks:, ...), not a {yaml_type(data)}"
         )
     if "tasks" in data and isinstance(data["tasks"], dict):
         if "master" in data["tasks"]:
             line = line_of(root, ("tasks", "master"))
             raise SpecError(f"{shown}{line}: tasks.master: the legacy role 'master' is not supported; use chief")
-    problems = _bounds(data)
+    problems = check_bounds(data)
     if problems:
         raise SpecError(*_cut([f"{shown}{line_of(root, loc)}: {_path(loc)}: {msg}" for loc, msg in problems],
                               len(problems), shown))
@@ -428,152 +198,7 @@ def _cut(lines: list[str], total: int, shown: str) -> list[str]:
     return lines[:ERROR_LINES] + [f"{shown}: {total - ERROR_LINES:,} more problems not shown; fix the ones above first"]
 
 
-def _bounds(data: dict) -> list[tuple[tuple, str]]:
-    """The task counts and what a task is started with (its command line, its environment),
-    against SPEC_TASKS and the kernel's limits, checked on the YAML's data before the models see
-    it (a count of 100,000,000 would be planned task by task). A value of the wrong type is left
-    to the models' own message."""
-    problems: list[tuple[tuple, str]] = []
-    tasks = data.get("tasks")
-    total = 0
-    if isinstance(tasks, dict):
-        for task_type, group in tasks.items():
-            count = group.get("count") if isinstance(group, dict) else group
-            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-                total += count
-                if count > SPEC_TASKS:
-                    problems.append((("tasks", task_type), f"{count:,} tasks, above the bound of {SPEC_TASKS:,} "
-                                     "tasks a spec may ask for; set a smaller count"))
-        if total > SPEC_TASKS and not problems:
-            problems.append((("tasks",), f"{total:,} tasks in all, above the bound of {SPEC_TASKS:,} tasks a "
-                             "spec may ask for; set smaller counts"))
-    used = 0
-    entry = data.get("entrypoint")
-    parts = [entry] if isinstance(entry, str) else list(entry) if isinstance(entry, list) else []
-    for i, part in enumerate(parts):
-        if not isinstance(part, str):
-            continue
-        loc = ("entrypoint",) if isinstance(entry, str) else ("entrypoint", i)
-        size = len(part.encode("utf-8", "surrogatepass")) + 1
-        used += size
-        if "\0" in part:
-            problems.append((loc, "holds a NUL character (\\x00), which no command line can carry; remove it"))
-        elif size > ARG_STRLEN:
-            problems.append((loc, f"{size - 1:,} bytes, above the kernel's bound of {ARG_STRLEN:,} bytes for one "
-                             "argument (MAX_ARG_STRLEN); put long input in a file the command reads"))
-    env = data.get("env")
-    if isinstance(env, dict):
-        for key, value in env.items():
-            if not isinstance(key, str) or not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                continue
-            text = f"{key}={value}"
-            size = len(text.encode("utf-8", "surrogatepass")) + 1
-            used += size
-            if "\0" in text:
-                problems.append((("env", key), "holds a NUL character (\\x00), which no environment can carry; "
-                                 "remove it"))
-            elif size > ARG_STRLEN:
-                problems.append((("env", key), f"{size - 1:,} bytes as KEY=value, above the kernel's bound of "
-                                 f"{ARG_STRLEN:,} bytes for one variable (MAX_ARG_STRLEN); put long values in a "
-                                 "file the task reads"))
-    if used > ARG_TOTAL and not problems:
-        problems.append((("env",) if isinstance(env, dict) else ("entrypoint",),
-                         f"the command line and env: together are {used:,} bytes, above the bound of "
-                         f"{ARG_TOTAL:,} (half the kernel's usual ARG_MAX, the rest is for TF_CONFIG and the "
-                         "inherited environment); put long values in a file the task reads"))
-    return problems
-
-
-# ---------------------------------------------------------------- cross-field rules
-
-
-def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
-    """Rules that span fields: topology per strategy, host references. Returns (loc, message)."""
-    problems: list[tuple[tuple, str]] = []
-    t = spec.tasks
-    chief, worker, ps, evaluator = (t.count(x) for x in TASK_TYPES)
-    if evaluator > 1:
-        problems.append((("tasks", "evaluator"), f"{evaluator} evaluators; at most one evaluator is allowed"))
-    if chief > 1:
-        problems.append((("tasks", "chief"), f"{chief} chiefs; a cluster has at most one chief"))
-    if spec.single_host:
-        if (chief, worker, ps, evaluator) != (0, 1, 0, 0):
-            problems.append((("tasks",), f"strategy {spec.strategy} runs one task on one host; for several hosts "
-                             "use multi_worker_mirrored (or set tasks: {worker: 1})"))
-    elif spec.devices.cpus is not None:
-        problems.append((("devices", "cpus"), f"{spec.strategy} runs one replica per task on CPU (TF splits only "
-                         "GPUs across a worker's replicas); drop devices.cpus or use strategy: mirrored"))
-    if spec.tpu is not None and spec.strategy != "tpu":
-        problems.append((("tpu",), "only strategy tpu uses a TPU; remove tpu: or set strategy: tpu"))
-    if spec.strategy == "multi_worker_mirrored":
-        if ps:
-            problems.append(
-                (("tasks", "ps"), "multi_worker_mirrored has no parameter servers; set ps: 0 or use strategy: parameter_server")
-            )
-        if chief + worker == 0:
-            problems.append((("tasks", "worker"), "no workers; multi_worker_mirrored needs at least one worker or chief"))
-    elif spec.strategy == "parameter_server":
-        if chief != 1:
-            if chief == 0:
-                problems.append((("tasks", "chief"), "parameter_server needs exactly one chief (the coordinator); set chief: 1"))
-        if ps < 1:
-            problems.append((("tasks", "ps"), "parameter_server needs at least one ps; set ps: 1 or more"))
-        if worker < 1:
-            problems.append((("tasks", "worker"), "parameter_server needs at least one worker; set worker: 1 or more"))
-
-    names = [h.name for h in spec.hosts]
-    known: set[str] = set()  # (sets: 10,000 hosts are 10,000 look-ups, not 50 million comparisons)
-    for i, name in enumerate(names):
-        if name in known:
-            problems.append((("hosts", i, "name"), f"host '{name}' is defined twice; give each host a unique name"))
-        known.add(name)
-    unknown = 0
-    for task_type in TASK_TYPES:
-        group = t.group(task_type)
-        for j, name in enumerate(group.hosts or ()):
-            if name not in known:
-                unknown += 1  # (a close match among 20,000 names costs; the first few get one)
-                hint = _suggest(name, names) if unknown <= 5 else ""
-                defined = f"defined hosts: {listing(names, 'hosts')}" if names else \
-                    "no hosts are defined; add them under hosts:"
-                problems.append(((("tasks", task_type, "hosts", j)), f"unknown host {shown_value(name)}{hint}; "
-                                 f"{defined}"))
-    backend = backend_class(spec.backend)
-    if spec.restart.warm_standby is True and not backend.capabilities.warm_standby:  # auto: off there (plan says)
-        able = _able("warm_standby")
-        who = f"the {' and '.join(able)} backend{'s' if len(able) > 1 else ''}" if able else "no backend"
-        problems.append((("restart", "warm_standby"), f"only {who} support{'' if len(able) > 1 else 's'} warm "
-                         f"standby; set it to auto or false for backend {spec.backend}"))
-    for task_type in TASK_TYPES:
-        if task_type != "worker" and t.group(task_type).min is not None:
-            problems.append((("tasks", task_type, "min"), f"only workers can be fewer than count; a lost {task_type}'s "
-                             "host is replaced by a spare: remove min"))
-    if t.worker.min is not None and not backend.capabilities.elastic:
-        problems.append((("tasks", "worker", "min"), f"backend {spec.backend} cannot go on with fewer workers; min "
-                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove min"))
-    if spec.discovery is not None and not backend.capabilities.elastic:
-        problems.append((("discovery",), f"backend {spec.backend} cannot use hosts that come and go; discovery: "
-                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove discovery:"))
-    if spec.elastic is not None and not backend.capabilities.elastic:
-        problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
-                         f"with backend {' and '.join(_able('elastic')) or 'none'}; remove elastic:"))
-    for task_type in TASK_TYPES:
-        if t.group(task_type).gpus and spec.devices.gpus == 0:
-            problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
-                             f"tasks.{task_type}.gpus or set devices.gpus"))
-    if spec.strategy != "multi_worker_mirrored" and spec.collective != type(spec.collective)():
-        problems.append((("collective",), f"only multi_worker_mirrored runs collectives (all-reduce), not "
-                         f"{spec.strategy}; remove collective:"))
-    problems += backend.check_spec(spec)
-    return problems
-
-
 # ---------------------------------------------------------------- error formatting
-
-
-def _able(capability: str) -> list[str]:
-    """The backends with ``capability`` (a ``Capabilities`` field), for a refusal that names them."""
-    return [cls.name for cls in backend_classes() if getattr(cls.capabilities, capability)]
 
 
 def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
@@ -581,7 +206,7 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
     # An unknown key is the user's, whatever it looks like ("str", "a[0]"): not a marker to drop.
     loc = _clean_loc(err["loc"][:-1]) + err["loc"][-1:] if typ == "extra_forbidden" else _clean_loc(err["loc"])
     # A bare count (``worker: -1``) is reported at the task type, where the user wrote it.
-    if len(loc) == 3 and loc[0] == "tasks" and loc[2] == "count" and not isinstance(_node_at(root, loc[:2]), yaml.MappingNode):
+    if len(loc) == 3 and loc[0] == "tasks" and loc[2] == "count" and not isinstance(node_at(root, loc[:2]), yaml.MappingNode):
         loc = loc[:2]
     where = f"{shown}{line_of(root, loc)}"
     path = _path(loc)
@@ -590,7 +215,7 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
         key = loc[-1]
         parent = loc[:-1]
         valid = _fields_at(parent)
-        hint = _suggest(key, valid) if isinstance(key, str) else ""
+        hint = suggest(key, valid) if isinstance(key, str) else ""
         keys = f"; valid keys: {', '.join(valid)}" if valid else ""
         return f"{where}: {path}: unknown key {shown_value(str(key))}{hint}{keys}"
     if typ == "missing":
@@ -605,9 +230,9 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
     if typ in ("string_type",):
         return f"{where}: {path}: must be a string (got {shown_value(value)})"
     if typ in ("dict_type", "model_type", "model_attributes_type"):
-        return f"{where}: {path}: must be a mapping of keys, not {_yaml_type(value)}"
+        return f"{where}: {path}: must be a mapping of keys, not {yaml_type(value)}"
     if typ in ("tuple_type", "list_type"):
-        return f"{where}: {path}: must be a list, not {_yaml_type(value)}"
+        return f"{where}: {path}: must be a list, not {yaml_type(value)}"
     if typ == "value_error":
         msg = shorten_quoted(str(err.get("ctx", {}).get("error", err["msg"])), value)
         return f"{where}: {path}: {msg}"
@@ -681,34 +306,6 @@ def _model_of(annotation: Any) -> Any:
             return found
     return None
 
-
-def _suggest(word: str, options: list[str]) -> str:
-    match = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return f" (did you mean '{match[0]}'?)" if match else ""
-
-
-def _yaml_type(value: Any) -> str:
-    if isinstance(value, dict):
-        return "mapping"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    if isinstance(value, str):
-        return f"string {shown_value(value)}"
-    if value is None:
-        return "null"
-    return f"{type(value).__name__} {shown_value(value)}"
-
-
-def _node_at(root: Optional[yaml.Node], loc: tuple) -> Optional[yaml.Node]:
-    node = root
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if getattr(k, "value", None) == str(part)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
-            return None
-    return node
 
 
 def _line_number(root: Optional[yaml.Node], loc: tuple) -> int:

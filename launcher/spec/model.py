@@ -1,8 +1,9 @@
-"""The cluster spec's models (cluster.yaml as frozen pydantic values) and where a field sits in the YAML.
+"""The cluster spec's models: cluster.yaml as frozen pydantic values.
 
 A leaf: it imports nothing from the rest of tfcluster. The backends import it for their options
 blocks (``OptionsModel``) and for ``Spec``/``Host``; the loader (launcher/spec/load.py), above the
-backends, composes the options blocks into the Spec class and runs the backend rules.
+backends, composes the options blocks into the Spec class, and launcher/spec/rules.py runs the
+rules that span fields, the backends' among them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
@@ -535,42 +535,3 @@ class LoadedSpec:
     @property
     def base_dir(self) -> Path:
         return self.path.parent
-
-
-# ---------------------------------------------------------------- positions in the YAML
-
-
-def dotted(loc: tuple) -> str:
-    """A field's path as the errors name it: ``tasks.worker.hosts[0]``."""
-    parts: list[str] = []
-    for p in loc:
-        if isinstance(p, int):
-            parts.append(f"[{p}]")
-        else:
-            parts.append(("." if parts else "") + str(p))
-    return "".join(parts) or "(top level)"
-
-
-def line_of(root: Optional[yaml.Node], loc: tuple) -> str:
-    """``:LINE`` of the deepest YAML node along loc (the key itself for mapping entries)."""
-    node = root
-    line = None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if getattr(k, "value", None) == str(part):
-                    line = k.start_mark.line
-                    nxt = v
-                    break
-            if nxt is None:
-                break
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line
-        else:
-            break
-    if line is None and root is not None and loc and isinstance(root, yaml.MappingNode):
-        return ""
-    return f":{line + 1}" if line is not None else ""

@@ -213,8 +213,12 @@ def test_spec_models_are_a_leaf_and_only_the_loader_above_the_backends_composes_
     graph = import_graph()
     assert graph["launcher.spec.model"] == set(), graph["launcher.spec.model"]
     below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan.build", "launcher.record.writer"}
-    assert not [m for m in below if "launcher.spec.load" in graph[m]], "the loader, launcher.spec.load, is above the backends"
+    above = {"launcher.spec.load", "launcher.spec.rules"}
+    assert not [m for m in below if graph[m] & above], "the loader and its rules are above the backends"
     assert "launcher.backends" in graph["launcher.spec.load"] and "launcher.export.options" in graph["launcher.spec.load"]
+    assert "launcher.backends" in graph["launcher.spec.rules"]  # what each backend can do, through the registry
+    # the YAML reader knows no spec key: discovery reads a command's host list with it too
+    assert graph["launcher.spec.yamlread"] <= {"launcher.bounded", "launcher.errors"}, graph["launcher.spec.yamlread"]
 
 
 def _backend_of(module: str, prefixes: dict[str, str]):
@@ -281,7 +285,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("launcher.ui",),  # what a person reads
     ("launcher.record",),  # the run's record: events in, views out
     ("launcher.plan",),  # pure: spec -> plan
-    ("launcher.spec",),  # the user's file: model, loader, discovery
+    ("launcher.spec",),  # the user's file: model, YAML reader, loader, rules, discovery
     ("launcher.contract", "launcher.remote", "worker"),  # what tasks read; code shipped to hosts; the reference worker
     ("launcher", "launcher.errors", "launcher.bounded", "launcher.procinfo"),  # leaves every layer uses
 ]
@@ -292,6 +296,7 @@ LAYERS: list[tuple[str, ...]] = [
 UPWARD = {
     ("launcher.spec.load", "launcher.backends"): "the loader checks `backend:` and its options through the registry",
     ("launcher.spec.load", "launcher.export.options"): "the export's option models are spec keys kept with their provider",
+    ("launcher.spec.rules", "launcher.backends"): "a rule asks the registry what each backend can do, and runs its check_spec",
     ("launcher.plan.elastic", "launcher.backends"): "spares are the hosts the backend's static placement leaves free",
 }
 

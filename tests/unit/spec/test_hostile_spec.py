@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from launcher.spec.load import ARG_STRLEN, ARG_TOTAL, SPEC_BYTES, SPEC_DEPTH, SPEC_ITEMS, SPEC_TASKS, SPEC_VALUES
+from launcher.spec.yamlread import ARG_STRLEN, ARG_TOTAL, SPEC_BYTES, SPEC_DEPTH, SPEC_ITEMS, SPEC_TASKS, SPEC_VALUES
 from tests.support.cli import tfcluster_measured
 
 HEAD = "name: x\nstrategy: multi_worker_mirrored\nentrypoint: python -m worker\n"
@@ -181,7 +181,7 @@ def test_aliases_count_as_the_values_they_expand_to():
     """``a: &x [1, 2, 3]`` and ``b: [*x, *x]``: the mapping, 2 keys, x (4 values) and b (1 + 4 + 4): 16."""
     import yaml
 
-    from launcher.spec.load import YAMLBoundError, YAMLBounds, compose_bounded
+    from launcher.spec.yamlread import YAMLBoundError, YAMLBounds, compose_bounded
 
     text = "a: &x [1, 2, 3]\nb: [*x, *x]\n"
     root = compose_bounded(text, yaml.SafeLoader, YAMLBounds(values=16))

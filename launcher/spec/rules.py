@@ -1,0 +1,168 @@
+"""The spec's rules that one field's model cannot check alone, each problem a ``(loc, message)``
+pair that the loader turns into ``FILE:LINE: field: problem; fix``.
+
+``check_bounds``: on the YAML's data, before the models see it, the task counts and what a task is
+started with against the bounds (a count of 100,000,000 would be planned task by task).
+``check_rules``: on the validated Spec, the rules that span fields (topology per strategy, host
+references, what the backend can do) and the backend's own ``check_spec``. Above the backends: it
+asks the registry what each backend can do.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from launcher.backends import backend_class, backend_classes
+from launcher.bounded import listing
+from launcher.bounded import shown as shown_value
+from launcher.spec.model import TASK_TYPES, Spec
+from launcher.spec.yamlread import ARG_STRLEN, ARG_TOTAL, SPEC_TASKS
+
+
+def check_bounds(data: dict) -> list[tuple[tuple, str]]:
+    """The task counts and what a task is started with (its command line, its environment),
+    against SPEC_TASKS and the kernel's limits, checked on the YAML's data before the models see
+    it (a count of 100,000,000 would be planned task by task). A value of the wrong type is left
+    to the models' own message."""
+    problems: list[tuple[tuple, str]] = []
+    tasks = data.get("tasks")
+    total = 0
+    if isinstance(tasks, dict):
+        for task_type, group in tasks.items():
+            count = group.get("count") if isinstance(group, dict) else group
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                total += count
+                if count > SPEC_TASKS:
+                    problems.append((("tasks", task_type), f"{count:,} tasks, above the bound of {SPEC_TASKS:,} "
+                                     "tasks a spec may ask for; set a smaller count"))
+        if total > SPEC_TASKS and not problems:
+            problems.append((("tasks",), f"{total:,} tasks in all, above the bound of {SPEC_TASKS:,} tasks a "
+                             "spec may ask for; set smaller counts"))
+    used = 0
+    entry = data.get("entrypoint")
+    parts = [entry] if isinstance(entry, str) else list(entry) if isinstance(entry, list) else []
+    for i, part in enumerate(parts):
+        if not isinstance(part, str):
+            continue
+        loc = ("entrypoint",) if isinstance(entry, str) else ("entrypoint", i)
+        size = len(part.encode("utf-8", "surrogatepass")) + 1
+        used += size
+        if "\0" in part:
+            problems.append((loc, "holds a NUL character (\\x00), which no command line can carry; remove it"))
+        elif size > ARG_STRLEN:
+            problems.append((loc, f"{size - 1:,} bytes, above the kernel's bound of {ARG_STRLEN:,} bytes for one "
+                             "argument (MAX_ARG_STRLEN); put long input in a file the command reads"))
+    env = data.get("env")
+    if isinstance(env, dict):
+        for key, value in env.items():
+            if not isinstance(key, str) or not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                continue
+            text = f"{key}={value}"
+            size = len(text.encode("utf-8", "surrogatepass")) + 1
+            used += size
+            if "\0" in text:
+                problems.append((("env", key), "holds a NUL character (\\x00), which no environment can carry; "
+                                 "remove it"))
+            elif size > ARG_STRLEN:
+                problems.append((("env", key), f"{size - 1:,} bytes as KEY=value, above the kernel's bound of "
+                                 f"{ARG_STRLEN:,} bytes for one variable (MAX_ARG_STRLEN); put long values in a "
+                                 "file the task reads"))
+    if used > ARG_TOTAL and not problems:
+        problems.append((("env",) if isinstance(env, dict) else ("entrypoint",),
+                         f"the command line and env: together are {used:,} bytes, above the bound of "
+                         f"{ARG_TOTAL:,} (half the kernel's usual ARG_MAX, the rest is for TF_CONFIG and the "
+                         "inherited environment); put long values in a file the task reads"))
+    return problems
+
+
+def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
+    """Rules that span fields: topology per strategy, host references. Returns (loc, message)."""
+    problems: list[tuple[tuple, str]] = []
+    t = spec.tasks
+    chief, worker, ps, evaluator = (t.count(x) for x in TASK_TYPES)
+    if evaluator > 1:
+        problems.append((("tasks", "evaluator"), f"{evaluator} evaluators; at most one evaluator is allowed"))
+    if chief > 1:
+        problems.append((("tasks", "chief"), f"{chief} chiefs; a cluster has at most one chief"))
+    if spec.single_host:
+        if (chief, worker, ps, evaluator) != (0, 1, 0, 0):
+            problems.append((("tasks",), f"strategy {spec.strategy} runs one task on one host; for several hosts "
+                             "use multi_worker_mirrored (or set tasks: {worker: 1})"))
+    elif spec.devices.cpus is not None:
+        problems.append((("devices", "cpus"), f"{spec.strategy} runs one replica per task on CPU (TF splits only "
+                         "GPUs across a worker's replicas); drop devices.cpus or use strategy: mirrored"))
+    if spec.tpu is not None and spec.strategy != "tpu":
+        problems.append((("tpu",), "only strategy tpu uses a TPU; remove tpu: or set strategy: tpu"))
+    if spec.strategy == "multi_worker_mirrored":
+        if ps:
+            problems.append(
+                (("tasks", "ps"), "multi_worker_mirrored has no parameter servers; set ps: 0 or use strategy: parameter_server")
+            )
+        if chief + worker == 0:
+            problems.append((("tasks", "worker"), "no workers; multi_worker_mirrored needs at least one worker or chief"))
+    elif spec.strategy == "parameter_server":
+        if chief != 1:
+            if chief == 0:
+                problems.append((("tasks", "chief"), "parameter_server needs exactly one chief (the coordinator); set chief: 1"))
+        if ps < 1:
+            problems.append((("tasks", "ps"), "parameter_server needs at least one ps; set ps: 1 or more"))
+        if worker < 1:
+            problems.append((("tasks", "worker"), "parameter_server needs at least one worker; set worker: 1 or more"))
+
+    names = [h.name for h in spec.hosts]
+    known: set[str] = set()  # (sets: 10,000 hosts are 10,000 look-ups, not 50 million comparisons)
+    for i, name in enumerate(names):
+        if name in known:
+            problems.append((("hosts", i, "name"), f"host '{name}' is defined twice; give each host a unique name"))
+        known.add(name)
+    unknown = 0
+    for task_type in TASK_TYPES:
+        group = t.group(task_type)
+        for j, name in enumerate(group.hosts or ()):
+            if name not in known:
+                unknown += 1  # (a close match among 20,000 names costs; the first few get one)
+                hint = suggest(name, names) if unknown <= 5 else ""
+                defined = f"defined hosts: {listing(names, 'hosts')}" if names else \
+                    "no hosts are defined; add them under hosts:"
+                problems.append(((("tasks", task_type, "hosts", j)), f"unknown host {shown_value(name)}{hint}; "
+                                 f"{defined}"))
+    backend = backend_class(spec.backend)
+    if spec.restart.warm_standby is True and not backend.capabilities.warm_standby:  # auto: off there (plan says)
+        able = _able("warm_standby")
+        who = f"the {' and '.join(able)} backend{'s' if len(able) > 1 else ''}" if able else "no backend"
+        problems.append((("restart", "warm_standby"), f"only {who} support{'' if len(able) > 1 else 's'} warm "
+                         f"standby; set it to auto or false for backend {spec.backend}"))
+    for task_type in TASK_TYPES:
+        if task_type != "worker" and t.group(task_type).min is not None:
+            problems.append((("tasks", task_type, "min"), f"only workers can be fewer than count; a lost {task_type}'s "
+                             "host is replaced by a spare: remove min"))
+    if t.worker.min is not None and not backend.capabilities.elastic:
+        problems.append((("tasks", "worker", "min"), f"backend {spec.backend} cannot go on with fewer workers; min "
+                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove min"))
+    if spec.discovery is not None and not backend.capabilities.elastic:
+        problems.append((("discovery",), f"backend {spec.backend} cannot use hosts that come and go; discovery: "
+                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove discovery:"))
+    if spec.elastic is not None and not backend.capabilities.elastic:
+        problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
+                         f"with backend {' and '.join(_able('elastic')) or 'none'}; remove elastic:"))
+    for task_type in TASK_TYPES:
+        if t.group(task_type).gpus and spec.devices.gpus == 0:
+            problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
+                             f"tasks.{task_type}.gpus or set devices.gpus"))
+    if spec.strategy != "multi_worker_mirrored" and spec.collective != type(spec.collective)():
+        problems.append((("collective",), f"only multi_worker_mirrored runs collectives (all-reduce), not "
+                         f"{spec.strategy}; remove collective:"))
+    problems += backend.check_spec(spec)
+    return problems
+
+
+def _able(capability: str) -> list[str]:
+    """The backends with ``capability`` (a ``Capabilities`` field), for a refusal that names them."""
+    return [cls.name for cls in backend_classes() if getattr(cls.capabilities, capability)]
+
+
+def suggest(word: str, options: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options`` to a misspelt ``word``, or nothing."""
+    match = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
