@@ -176,8 +176,7 @@ def _parse_spec(text: str, shown: str) -> Spec:
             raise SpecError(f"{shown}{line}: tasks.master: the legacy role 'master' is not supported; use chief")
     problems = check_bounds(data)
     if problems:
-        raise SpecError(*_cut([f"{shown}{line_of(root, loc)}: {_path(loc)}: {msg}" for loc, msg in problems],
-                              len(problems), shown))
+        raise SpecError(*_problem_lines(problems, root, shown))
     try:
         spec = spec_model().model_validate(data)
     except ValidationError as exc:
@@ -186,9 +185,14 @@ def _parse_spec(text: str, shown: str) -> Spec:
                               shown)) from None
     problems = check_rules(spec)
     if problems:
-        raise SpecError(*_cut([f"{shown}{line_of(root, loc)}: {_path(loc)}: {msg}"
-                               for loc, msg in problems[:ERROR_LINES + 1]], len(problems), shown))
+        raise SpecError(*_problem_lines(problems, root, shown))
     return spec
+
+
+def _problem_lines(problems: list[tuple[tuple, str]], root: Optional[yaml.Node], shown: str) -> list[str]:
+    """``FILE:LINE: field: message`` of each (loc, message) of the rules, cut to ERROR_LINES."""
+    return _cut([f"{shown}{line_of(root, loc)}: {_path(loc)}: {msg}" for loc, msg in problems[:ERROR_LINES + 1]],
+                len(problems), shown)
 
 
 def _cut(lines: list[str], total: int, shown: str) -> list[str]:

@@ -136,15 +136,16 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         if task_type != "worker" and t.group(task_type).min is not None:
             problems.append((("tasks", task_type, "min"), f"only workers can be fewer than count; a lost {task_type}'s "
                              "host is replaced by a spare: remove min"))
-    if t.worker.min is not None and not backend.capabilities.elastic:
-        problems.append((("tasks", "worker", "min"), f"backend {spec.backend} cannot go on with fewer workers; min "
-                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove min"))
-    if spec.discovery is not None and not backend.capabilities.elastic:
-        problems.append((("discovery",), f"backend {spec.backend} cannot use hosts that come and go; discovery: "
-                         f"works with backend {' and '.join(_able('elastic')) or 'none'}; remove discovery:"))
-    if spec.elastic is not None and not backend.capabilities.elastic:
-        problems.append((("elastic",), f"backend {spec.backend} cannot move tasks to other hosts; elastic: works "
-                         f"with backend {' and '.join(_able('elastic')) or 'none'}; remove elastic:"))
+    if not backend.capabilities.elastic:  # the keys only an elastic backend honours
+        for loc, given, cannot, key in ((("tasks", "worker", "min"), t.worker.min is not None,
+                                         "go on with fewer workers", "min"),
+                                        (("discovery",), spec.discovery is not None, "use hosts that come and go",
+                                         "discovery:"),
+                                        (("elastic",), spec.elastic is not None, "move tasks to other hosts",
+                                         "elastic:")):
+            if given:
+                problems.append((loc, f"backend {spec.backend} cannot {cannot}; {key} works with backend "
+                                 f"{' and '.join(_able('elastic')) or 'none'}; remove {key}"))
     for task_type in TASK_TYPES:
         if t.group(task_type).gpus and spec.devices.gpus == 0:
             problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "

@@ -10,7 +10,7 @@ spec's keys: discovery reads a command's host list with it too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import yaml
 
@@ -271,39 +271,35 @@ def dotted(loc: tuple) -> str:
     return "".join(parts) or "(top level)"
 
 
-def line_of(root: Optional[yaml.Node], loc: tuple) -> str:
-    """``:LINE`` of the deepest YAML node along loc (the key itself for mapping entries)."""
+def _along(root: Optional[yaml.Node], loc: tuple) -> Iterator[tuple[int, yaml.Node]]:
+    """The YAML nodes along loc, each with its line (a mapping entry's: its key's), as far as the
+    YAML has them."""
     node = root
-    line = None
     for part in loc:
         if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if getattr(k, "value", None) == str(part):
-                    line = k.start_mark.line
-                    nxt = v
-                    break
-            if nxt is None:
-                break
-            node = nxt
+            entry = next(((k, v) for k, v in node.value if getattr(k, "value", None) == str(part)), None)
+            if entry is None:
+                return
+            line, node = entry[0].start_mark.line, entry[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             node = node.value[part]
             line = node.start_mark.line
         else:
-            break
-    if line is None and root is not None and loc and isinstance(root, yaml.MappingNode):
-        return ""
+            return
+        yield line, node
+
+
+def line_of(root: Optional[yaml.Node], loc: tuple) -> str:
+    """``:LINE`` of the deepest YAML node along loc (the key itself for mapping entries)."""
+    line = None
+    for line, _ in _along(root, loc):
+        pass
     return f":{line + 1}" if line is not None else ""
 
 
 def node_at(root: Optional[yaml.Node], loc: tuple) -> Optional[yaml.Node]:
     """The YAML node at loc (None: the YAML has nothing there)."""
-    node = root
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if getattr(k, "value", None) == str(part)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
-            return None
-    return node
+    node, depth = root, 0
+    for depth, (_, node) in enumerate(_along(root, loc), 1):
+        pass
+    return node if depth == len(loc) else None
