@@ -13,8 +13,8 @@ Both are keyed by task type like ``tasks:``, plus ``default`` for every type not
         worker: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4, accelerator_count: 1}
 
 A type's own entry overrides the ``default`` entry key by key (see ``merged``).
-Like the backends' blocks, these are OptionsModels (launcher/spec/model.py); the loader, spec.py,
-adds them to the Spec class.
+Like the backends' blocks, these are OptionsModels (launcher/spec/model/); the loader,
+launcher/spec/load.py, adds them to the Spec class.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The cluster spec (cluster.yaml): loading, and validation with one-line errors.
 
-The loader sits above the backends: it composes the Spec class from the models
-(launcher/spec/model.py, a leaf) and every registered backend's and export's options block, and runs
+The loader sits above the backends: it composes the Spec class from the models (the package
+launcher/spec/model/, a leaf) and every registered backend's and export's options block, and runs
 the rules that span fields (launcher/spec/rules.py), the backends' own among them. Modules that only
 need the models import launcher.spec.model; the names stay importable from here.
 
-The YAML is read only here (through launcher/spec/yamlread.py, its bounds and positions), at the
+The spec's YAML is read only here (through launcher/spec/yamlread.py, its bounds and positions), at the
 edge. The models are frozen pydantic models so the rest of tfcluster works on validated, immutable
 values. Every problem becomes one line ``FILE:LINE: field.path: what is wrong; the fix``.
 """

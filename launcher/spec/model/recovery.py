@@ -1,0 +1,121 @@
+"""What a run does when things go wrong: ``restart:`` (failures), ``elastic:`` and ``discovery:``
+(hosts that come and go), ``watchdog:`` (a silent cluster), ``state:`` (the checkpoints and backups a
+restart resumes from)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
+
+from launcher.spec.model.base import OptionsModel
+
+
+class Restart(OptionsModel):
+    """``restart:`` -- how the supervisor reacts to failures (see launcher.supervise.policy)."""
+
+    max_restarts: int = Field(default=0, ge=0, strict=True)
+    """Whole-group restarts after a failure (0: none); under parameter_server also the budget of
+    single-worker relaunches."""
+    backoff: float = Field(default=0.0, ge=0)
+    """Seconds to wait before relaunch attempt n: backoff * 2**(n-1), capped at `max_backoff`."""
+    max_backoff: float = Field(default=30.0, ge=0)
+    """The cap of the wait between attempts, in seconds."""
+    permanent_exit_codes: tuple[int, ...] = tuple(range(1, 128))
+    """Exit codes that are never retried (a Python error, bad usage; default 1-127). Signals (128+N) and
+    codes outside this list are retryable, like Kubeflow's ExitCode policy."""
+    warm_standby: Annotated[Any, WithJsonSchema({"enum": ["auto", True, False]})] = "auto"
+    """Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and wait
+    (TFCLUSTER_STANDBY=1) until a failure promotes them. auto: on where it is safe (a backend that can,
+    restarts allowed, tfcluster's worker as entrypoint); true: also for an entrypoint of one's own
+    that honours TFCLUSTER_STANDBY; false: off."""
+
+    @field_validator("warm_standby", mode="before")
+    @classmethod
+    def _warm_standby(cls, v: Any) -> Any:
+        if v == "auto" or isinstance(v, bool):
+            return v
+        raise ValueError(f"{v!r} is not valid; use auto (on for tfcluster's worker where the backend can), "
+                         "true (also for an entrypoint of your own that honours TFCLUSTER_STANDBY) or false")
+
+
+class Elastic(OptionsModel):
+    """``elastic:`` -- hosts that come and go (launcher/plan/elastic.py): a host whose task's SSH session
+    or connection was lost is *suspect* until it has answered for ``settle`` seconds without a
+    break; its tasks move onto a spare host at once (one listed under ``hosts:`` that no task
+    uses), or the group shrinks to ``tasks.worker.min``, or (neither) waits up to ``host_wait``
+    seconds for the host to settle and restarts on it. None of it spends
+    ``restart.max_restarts``; ``max_host_losses`` bounds it instead."""
+
+    host_wait: float = Field(default=60.0, ge=0)
+    """No spare and no `tasks.worker.min`: how long (seconds) the group waits for a suspect host to settle
+    before the run ends naming it."""
+    settle: float = Field(default=30.0, ge=0)
+    """A suspect host that answers again without a break for this many seconds is usable again (a
+    flapping host never is): a spare again, or grow's target, or the host the group waits for."""
+    grow: bool = True
+    """A group shrunk below `tasks.worker.count` stops gracefully (the workers save the step they agree
+    on) and restarts bigger once a host is usable again."""
+    max_host_losses: int = Field(default=10, ge=0)
+    """Host losses (a session lost, a host not answering, preempted, gone from discovery) a run takes in
+    all; the next one ends it in one line."""
+
+
+class Discovery(OptionsModel):
+    """``discovery:`` -- a command that prints the hosts that exist now (launcher/spec/discovery.py),
+    run when tfcluster plans and every ``every`` seconds during a run."""
+
+    command: str = Field(min_length=1)
+    """Shell command (run in the spec's directory) that prints the hosts: a YAML/JSON list of `hosts:`
+    entries, or lines `name address [ssh-target]`."""
+    every: float = Field(default=30.0, gt=0)
+    """Seconds between runs of the command during a run."""
+    timeout: float = Field(default=10.0, gt=0)
+    """Seconds one run of the command may take; then it is killed (its whole process group)."""
+
+
+class Watchdog(OptionsModel):
+    """``watchdog:`` -- timeouts that turn a silent cluster into a reported failure."""
+
+    startup_timeout: float = Field(default=300.0, gt=0)
+    """Seconds every task has to open its TF port (or print the reference worker's ready marker)."""
+    hang_timeout: float = Field(default=0.0, ge=0)
+    """Seconds without any progress (output or heartbeat) before a live task counts as hung; 0: off."""
+    stop_grace: float = Field(default=5.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL when stopping tasks."""
+
+
+class State(OptionsModel):
+    """``state:`` -- the state dir on ssh hosts (checkpoints, backups, final model) and how the
+    hosts see the chief's backup after a restart."""
+
+    dir: Optional[str] = None
+    """Path on every host (relative to the remote home) or a gs:// URL (default:
+    `<ssh.remote_dir>/<name>/state`)."""
+    sync: Literal["auto", "shared", "copy"] = "auto"
+    """auto: preflight writes a marker through the chief's host and looks for it through the others
+    (shared if all see it, else copy); shared: NFS or gs://; copy: before every attempt tfcluster
+    copies the chief's latest backup to every other host."""
+    fetch: Literal["model", "checkpoints", "none"] = "model"
+    """After a successful run, bring back under runs/<name>/state/: the final model (and the TensorBoard
+    logs), or those and the checkpoints, or nothing."""
+
+    @field_validator("dir")
+    @classmethod
+    def _dir(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not v.strip():
+            raise ValueError("empty path; give a directory on the hosts or remove the key")
+        if v is not None and "://" in v and not v.startswith("gs://"):
+            raise ValueError(f"'{v}': the only URL scheme supported is gs:// (GCS); give a path or a gs:// URL")
+        return v
+
+    @model_validator(mode="after")
+    def _gcs_is_shared(self) -> "State":
+        if self.is_url and self.sync == "copy":
+            raise ValueError(f"sync: copy with dir {self.dir}: a gs:// dir is shared storage; set sync: shared "
+                             "or auto")
+        return self
+
+    @property
+    def is_url(self) -> bool:
+        return bool(self.dir) and "://" in str(self.dir)
