@@ -32,7 +32,7 @@ from launcher.bounded import listing, shorten_quoted, shown
 from launcher.errors import SpecError, exc_text
 from launcher.spec.model import Host, LoadedSpec
 from launcher.spec.rules import check_rules
-from launcher.spec.yamlread import SPEC_ITEMS, YAMLBoundError, YAMLBounds, load_yaml
+from launcher.spec.yamlread import SPEC_ITEMS, YAMLBoundError, YAMLBounds, load_yaml, shown_dotted
 
 # Bounds on what the command prints (no host list comes near them): past one, the output is refused
 # in one line and the last good list is kept. The host count is the spec's own bound on a list.
@@ -81,8 +81,7 @@ def parse_hosts(text: str) -> list[Host]:
             hosts.append(Host(**entry))
         except ValidationError as exc:
             err = exc.errors()[0]
-            where = ".".join(shown(p, 40) if not isinstance(p, str) or len(p) > 40 or not p.isprintable() else p
-                             for p in err.get("loc", ()))
+            where = shown_dotted(tuple(err["loc"])) if err.get("loc") else ""
             said = shorten_quoted(str(err.get("msg")), err.get("input"))
             raise DiscoveryError(f"host {i} of the output: {where + ': ' if where else ''}{said}") from None
         except TypeError as exc:

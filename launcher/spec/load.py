@@ -45,7 +45,7 @@ from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``
     Watchdog,
 )
 from launcher.spec.rules import check_bounds, check_rules, suggest
-from launcher.spec.yamlread import SPEC_BYTES, YAMLBoundError, dotted, line_of, load_yaml, node_at, yaml_type
+from launcher.spec.yamlread import SPEC_BYTES, YAMLBoundError, line_of, load_yaml, node_at, shown_dotted, yaml_type
 
 
 def spec_model() -> type[Spec]:
@@ -191,8 +191,8 @@ def _parse_spec(text: str, shown: str) -> Spec:
 
 def _problem_lines(problems: list[tuple[tuple, str]], root: Optional[yaml.Node], shown: str) -> list[str]:
     """``FILE:LINE: field: message`` of each (loc, message) of the rules, cut to ERROR_LINES."""
-    return _cut([f"{shown}{line_of(root, loc)}: {_path(loc)}: {msg}" for loc, msg in problems[:ERROR_LINES + 1]],
-                len(problems), shown)
+    return _cut([f"{shown}{line_of(root, loc)}: {shown_dotted(loc)}: {msg}"
+                 for loc, msg in problems[:ERROR_LINES + 1]], len(problems), shown)
 
 
 def _cut(lines: list[str], total: int, shown: str) -> list[str]:
@@ -213,7 +213,7 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
     if len(loc) == 3 and loc[0] == "tasks" and loc[2] == "count" and not isinstance(node_at(root, loc[:2]), yaml.MappingNode):
         loc = loc[:2]
     where = f"{shown}{line_of(root, loc)}"
-    path = _path(loc)
+    path = shown_dotted(loc)
     value = err.get("input")
     if typ == "extra_forbidden":
         key = loc[-1]
@@ -241,13 +241,6 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
         msg = shorten_quoted(str(err.get("ctx", {}).get("error", err["msg"])), value)
         return f"{where}: {path}: {msg}"
     return f"{where}: {path}: {err['msg']}"
-
-
-def _path(loc: tuple) -> str:
-    """``dotted(loc)`` with each key from the input shown bounded and escaped (a key may be
-    anything: 100,000 characters, terminal escapes)."""
-    return dotted(tuple(p if isinstance(p, int) or (isinstance(p, str) and len(p) <= 40 and p.isprintable())
-                        else shown_value(p if isinstance(p, str) else str(p), 40) for p in loc))
 
 
 def _number_rule(loc: tuple, err: dict) -> str:

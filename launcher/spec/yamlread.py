@@ -271,6 +271,13 @@ def dotted(loc: tuple) -> str:
     return "".join(parts) or "(top level)"
 
 
+def shown_dotted(loc: tuple) -> str:
+    """``dotted(loc)`` with each key from the input shown bounded and escaped (a key may be
+    anything: 100,000 characters, terminal escapes)."""
+    return dotted(tuple(p if isinstance(p, int) or (isinstance(p, str) and len(p) <= 40 and p.isprintable())
+                        else shown_value(p if isinstance(p, str) else str(p), 40) for p in loc))
+
+
 def _along(root: Optional[yaml.Node], loc: tuple) -> Iterator[tuple[int, yaml.Node]]:
     """The YAML nodes along loc, each with its line (a mapping entry's: its key's), as far as the
     YAML has them."""
