@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from launcher.contract import statedir as statelayout
+from launcher.contract import statedir
 from launcher.ui.console import Console
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, LaunchError, NoRun, SpecError
 from launcher.record.layout import runs_dir, state_dir

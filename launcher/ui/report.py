@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.contract import statedir as statelayout
+from launcher.contract import statedir
 from launcher.record.view import RunView
 from launcher.ui.columns import REPORT, Row, plain
 from launcher.ui.table import render
