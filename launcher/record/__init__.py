@@ -6,7 +6,8 @@ event kind or a state imports them from here (tests/unit/record/test_record_voca
 Its modules: ``writer`` writes the record (RunRecord, append_event); ``reader`` is the one reader
 of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;
 ``fold`` is the task state machine and the one fold of events into it (view and status share it);
-``view`` is the one run model (RunView) the live panel and the final report show; ``feed``
+``view`` is the one run model (RunView) the live panel and the final report show (its tasks:
+``taskview``; its host membership in elastic runs: ``hosts``); ``feed``
 replays a record into a RunView (and writes its snapshots); ``status`` is a run as ``status``
 and ``runs`` show it: the replayed RunView plus what only the record says (run state, attempts,
 the supervisor, each task's folded state, whether its process is alive).

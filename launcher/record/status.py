@@ -31,7 +31,9 @@ from launcher.record.layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_
 from launcher.record.reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from launcher.record.fold import TaskLife, fold, lose
 from launcher.record.states import Outcome, RunState, TaskState
-from launcher.record.view import RunView, TaskView, suspect_lines
+from launcher.record.hosts import suspect_lines
+from launcher.record.taskview import TaskView
+from launcher.record.view import RunView
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)

@@ -11,22 +11,24 @@ so the same view can be driven live by the supervisor or later from a run's reco
 (``events.jsonl`` + ``logs/``). A task's state and phase follow the one machine of
 launcher/record/fold.py (``status`` folds the same events); the rendering (launcher/ui/panel.py)
 only reads ``snapshot()``.
+
+Beside it: taskview.py (TaskView, a task's figures, and its JSON form in a snapshot), hosts.py
+(the membership events of elastic runs: lost and suspect hosts, spares, HostChange).
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract.progress import Progress, Throughput, parse, step_shape
-from launcher.plan.hostloss import SUSPECT, lost_phrase
-from launcher.record import fold
+from launcher.record import fold, hosts
 from launcher.record.events import Event
-from launcher.record.fold import TaskLife
+from launcher.record.hosts import HostChange
 from launcher.record.states import TaskPhase, TaskState
+from launcher.record.taskview import TaskView, task_from_json, task_json
 
 # A task's states and phases (record/states.py; the machine: record/fold.py).
 STARTING, RUNNING, RESTARTING = TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING
@@ -34,103 +36,6 @@ SUCCEEDED, FAILED, STOPPED, GONE = TaskState.SUCCEEDED, TaskState.FAILED, TaskSt
 IMPORTING, TRAINING, EVALUATING = TaskPhase.IMPORTING, TaskPhase.TRAINING, TaskPhase.EVALUATING
 
 
-@dataclass
-class TaskView(TaskLife):
-    """A task as the live panel shows it: its state (``TaskLife``: key, host, state, phase,
-    attempt, starts, exit_code, reason; record/fold.py) and the figures its output gave."""
-
-    epoch: Optional[int] = None  # 1-based epoch in progress (or just completed)
-    epochs: Optional[int] = None
-    step: Optional[int] = None  # steps done in that epoch
-    steps_per_epoch: Optional[int] = None
-    global_step: Optional[int] = None
-    start_global_step: Optional[int] = None  # where this attempt started
-    epoch_loss: Optional[float] = None  # the last completed epoch's
-    epoch_accuracy: Optional[float] = None
-    examples_per_sec: Optional[float] = None
-    last_line_at: Optional[float] = None
-    steps_run: Optional[int] = None  # from its result line
-    final_loss: Optional[float] = None  # from its result (evaluation) or eval line
-    final_accuracy: Optional[float] = None
-    last_checkpoint: str = ""  # the evaluator's last evaluated checkpoint
-    lost: bool = False  # PSS: the coordinator reported this worker/ps lost (until recovered)
-    # This attempt's latest figures, whatever line carried them (step, epoch, result, eval), and
-    # its last non-empty line: what ``tfcluster status`` shows per task.
-    loss: Optional[float] = None
-    accuracy: Optional[float] = None  # only a value within [0, 1]
-    last_line: str = ""
-    has_result: bool = False  # printed its final tfcluster-result line (accuracy is the test accuracy)
-    # Where nvidia-smi answers (gpu_usage events): its GPU memory (MiB) and utilisation (%) now, its peak memory.
-    gpu_mib: Optional[int] = None
-    gpu_util: Optional[int] = None
-    gpu_peak_mib: Optional[int] = None
-    # The GPU indices it got where it started (task_gpus events: Slurm's, the ssh wrapper's); None: not said.
-    gpus: Optional[tuple[int, ...]] = None
-    throughput: Optional[Throughput] = field(default=None, repr=False)
-
-    @property
-    def total_steps(self) -> Optional[int]:
-        if self.epochs is None or self.steps_per_epoch is None:
-            return None
-        return self.epochs * self.steps_per_epoch
-
-    @property
-    def training_done(self) -> bool:
-        """Its training is over: it printed its result, or its global step reached epochs x
-        steps per epoch (fit has then ended: the backup is gone and the final evaluation and save
-        run). Unknown for a script that prints neither: False."""
-        if self.has_result:
-            return True
-        total = self.total_steps
-        return total is not None and self.global_step is not None and self.global_step >= total
-
-    def steps_this_attempt(self) -> Optional[int]:
-        if self.steps_run is not None:
-            return self.steps_run
-        if self.global_step is not None and self.start_global_step is not None:
-            return self.global_step - self.start_global_step
-        return None
-
-
-
-def suspect_lines(view: "RunView") -> list[str]:
-    """``h2 (until it answers for 30 s without a break)`` for each suspect host of ``view``."""
-    return [f"{h} (until it answers for {settle:g} s without a break)" for h, settle in view.suspects.items()]
-
-
-@dataclass
-class HostChange:
-    """One membership change (a ``replan`` event, launcher/plan/elastic.py), and where the group
-    resumed after it: the last global step any task reached before, the first one after."""
-
-    at: Optional[float]
-    lost: dict[str, str]  # host -> how it was lost
-    moved: dict[str, str]  # task key -> its new host
-    dropped: list[str] = field(default_factory=list)  # tasks left out (no spare: fewer workers)
-    added: dict[str, str] = field(default_factory=dict)  # grow: task key -> the host it was added on
-    before: Optional[int] = None
-    resumed_at: Optional[int] = None  # the lowest step a task's first start line after it gave
-    resumed_by: list[str] = field(default_factory=list)  # tasks whose start line after it was seen
-
-    @property
-    def redone(self) -> Optional[int]:
-        if self.before is None or self.resumed_at is None:
-            return None
-        return max(0, self.before - self.resumed_at)
-
-    def describe(self) -> str:
-        """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
-        worker:1 moved to h3 (spare); resumed at step 412, 0 steps redone``"""
-        when = f" at {time.strftime('%H:%M:%S', time.localtime(self.at))}" if self.at else ""
-        parts = [lost_phrase(host, how, when) for host, how in self.lost.items()]
-        parts += [f"{host} back{when}" for host in dict.fromkeys(self.added.values())]
-        parts += [f"{key} added on {host}" for key, host in self.added.items()]
-        parts += [f"{key} moved to {host} (spare)" for key, host in sorted(self.moved.items())]
-        if self.dropped:
-            parts.append(f"{', '.join(self.dropped)} left out (no spare host)")
-        if self.resumed_at is not None:
-            parts.append(f"resumed at step {self.resumed_at}, {self.redone} steps redone")
-        return "; ".join(parts)
 
 
 @dataclass
@@ -212,7 +117,7 @@ class RunView:
         with self._lock:
             out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
                                    if f.name not in ("tasks", "host_changes")}
-            out["tasks"] = {key: _task_json(t) for key, t in self.tasks.items()}
+            out["tasks"] = {key: task_json(t) for key, t in self.tasks.items()}
             out["host_changes"] = [asdict(c) for c in self.host_changes]
             return copy.deepcopy(out)
 
@@ -220,7 +125,7 @@ class RunView:
     def from_json(cls, data: Mapping[str, Any]) -> "RunView":
         """The view ``to_json`` gave ``data``."""
         data = copy.deepcopy(dict(data))
-        tasks = {key: _task_from_json(t) for key, t in data.pop("tasks", {}).items()}
+        tasks = {key: task_from_json(t) for key, t in data.pop("tasks", {}).items()}
         changes = [HostChange(**c) for c in data.pop("host_changes", [])]
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes)
@@ -282,28 +187,8 @@ class RunView:
             for k in record.get("tasks", ()):
                 self.task(k)
             self.spares = list(record.get("spares", ()))
-        elif kind == Event.HOST_LOST:
-            host, how = str(record.get("host", "")), str(record.get("how", ""))
-            self._lost[host] = how
-            if SUSPECT in how:
-                self.suspects[host] = _float(record.get("settle")) or 0.0
-        elif kind == Event.REPLAN:
-            moved = {k: str((v or {}).get("to", "")) for k, v in (record.get("moved") or {}).items()}
-            steps = [t.global_step for t in self.tasks.values() if t.global_step is not None]
-            lost = {h: self._lost.pop(h, "") for h in record.get("lost", ())}
-            self.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.get("dropped", ())),
-                                                added=dict(record.get("added") or {}),
-                                                before=max(steps) if steps else None))
-            keys = record.get("tasks")
-            if keys is not None:  # a shrunk group: the rows of the tasks left out go
-                self.tasks = {k: self.tasks.get(k) or TaskView(k) for k in keys}
-            self.spares = [h for h in self.spares if h not in moved.values() and h not in (record.get("added") or {}).values()]
-        elif kind == Event.HOST_ADDED:
-            host = str(record.get("host", ""))
-            self.suspects.pop(host, None)
-            self._lost.pop(host, None)  # back before any replan (the group waited for it)
-            if host and record.get("spare", True) and host not in self.spares:
-                self.spares.append(host)
+        elif kind in hosts.KINDS:
+            hosts.apply(self, kind, record, at)
         elif kind in fold.STATE_KINDS:
             started = fold.step(self.tasks, record, TaskView)
             if started is not None:  # a new process: the figures of the previous one go
@@ -358,11 +243,7 @@ class RunView:
         t.steps_per_epoch = p.integer("steps_per_epoch") or t.steps_per_epoch
         self._position(t, p)
         t.start_global_step = t.global_step
-        change = self.host_changes[-1] if self.host_changes else None
-        if change is not None and t.global_step is not None and t.key not in change.resumed_by:
-            # each task's first start after the change counts, whichever is read first
-            change.resumed_by = sorted([*change.resumed_by, t.key])
-            change.resumed_at = t.global_step if change.resumed_at is None else min(change.resumed_at, t.global_step)
+        hosts.resumed(self, t)
         batch = p.integer("global_batch")
         t.throughput = Throughput(batch) if batch else None
 
@@ -446,29 +327,6 @@ class RunView:
             t.step = step
         if global_step is not None:
             t.global_step = global_step
-
-
-def _task_json(t: TaskView) -> dict[str, Any]:
-    out = {f.name: getattr(t, f.name) for f in fields(t) if f.name != "throughput"}
-    out["throughput"] = t.throughput.to_json() if t.throughput is not None else None
-    return out
-
-
-# A snapshot written before the phases were apart from the state (a run started by an older
-# tfcluster, read by this one): its state word -> (state, phase).
-_OLD_WORDS = {"importing": (STARTING, IMPORTING), "ready": (RUNNING, ""), "training": (RUNNING, TRAINING),
-              "evaluating": (RUNNING, EVALUATING)}
-
-
-def _task_from_json(data: Mapping[str, Any]) -> TaskView:
-    data = dict(data)
-    if data.get("state") in _OLD_WORDS:
-        data["state"], data["phase"] = _OLD_WORDS[data["state"]]
-    throughput = data.pop("throughput", None)
-    known = {f.name for f in fields(TaskView)}
-    t = TaskView(**{k: v for k, v in data.items() if k in known})
-    t.throughput = Throughput.from_json(throughput) if throughput is not None else None
-    return t
 
 
 def _int(value: Any) -> Optional[int]:

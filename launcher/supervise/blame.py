@@ -17,7 +17,7 @@ from launcher.ui.table import render
 if TYPE_CHECKING:
     from launcher.plan.elastic import Replan
     from launcher.plan.build import Plan
-    from launcher.record.view import HostChange
+    from launcher.record.hosts import HostChange
 
 TAIL = 15  # lines of a task's output shown in failure reports
 

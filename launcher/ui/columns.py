@@ -19,7 +19,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from launcher.record.fold import ENDED, TaskLife
-from launcher.record.view import TaskView
+from launcher.record.taskview import TaskView
 
 STATUS, PANEL, REPORT = "status", "panel", "report"
 

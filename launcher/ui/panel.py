@@ -16,8 +16,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from launcher.record.hosts import suspect_lines
 from launcher.record.view import (EVALUATING, FAILED, GONE, IMPORTING, RESTARTING, RUNNING, STARTING, STOPPED, SUCCEEDED,
-                          TRAINING, RunView, suspect_lines)
+                          TRAINING, RunView)
 from launcher.ui.columns import PANEL, Row, for_table, gpu_text  # noqa: F401 (gpu_text: re-exported)
 
 # By the word a task shows (``TaskLife.shown``: a live task's phase, else its state).

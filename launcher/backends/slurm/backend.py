@@ -17,6 +17,10 @@
 
 Success is judged per task from each step's own exit status (srun returns the task's exit
 code, 128+N for signal N), as on every other backend.
+
+Beside this module: step.py (a task's srun command line and its handle), alloc.py (the holding
+job), cli.py (Slurm's commands and their output), gpus.py (GPUs per node and per step),
+shared.py (every node sees the workdir and the state dir), options.py (the ``slurm:`` block).
 """
 
 from __future__ import annotations
@@ -28,15 +32,14 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from launcher.plan import threads
 from launcher.contract import envnames
 from launcher.plan import gpus as plan_gpus
 from launcher.ui.console import Console
 from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.procinfo import group_alive, is_same, kill_group, start_time
+from launcher.procinfo import group_alive, is_same, kill_group
 from launcher.record.events import Event
 from launcher.remote import gpuplace, taskwrap_path
 from launcher.spec.model import LoadedSpec, Spec
@@ -45,84 +48,11 @@ from launcher.backends.slurm import gpus
 from launcher.backends.slurm import cli
 from launcher.backends.slurm import shared
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from launcher.backends.childtask import ChildTask
+from launcher.backends.slurm.step import SlurmStep
+from launcher.backends.slurm.step import srun_argv as step_argv
 from launcher.backends.slurm.options import SlurmOptions
 
-STEP_MARK = "tfcluster-slurm-step"
 COMPLETING_WAIT = 15.0  # s: how long prepare_attempt waits for an ending job's final state
-# The step prints its id first, so signals reach it without asking squeue, and the GPUs Slurm gave it
-# (the node's indices: SLURM_STEP_GPUS, set by slurmd's gres plugin; else CUDA_VISIBLE_DEVICES, -1 for
-# a CPU step), so ``status`` shows them. Then it makes a ``threads: auto`` budget from the job's CPUs
-# on its node (launcher/plan/threads.py).
-_STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME '
-               'gpus=${SLURM_STEP_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"; '
-               f'{threads.shell_budget(envnames.THREADS)}; exec "$@"')
-
-
-def step_gpus(text: str) -> Optional[list]:
-    """The step line's ``gpus=`` value as GPU indices ([] for -1), None when empty or not indices."""
-    try:
-        ids = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        return None
-    if not ids:
-        return None
-    return [] if any(i < 0 for i in ids) else ids
-
-
-class SlurmStep(ChildTask):
-    """One task: a local ``taskwrap -- srun ...`` process and the step it created."""
-
-    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink, job_id: str,
-                 step_name: str, node: str, on_gpus: Optional[Callable[[str, list], None]] = None) -> None:
-        self.job_id = job_id
-        self._on_gpus = on_gpus  # (key, the node's GPU indices the step got; [] none) from its first line
-        self.step_name = step_name
-        self.node = node
-        self.step_id: Optional[str] = None
-        super().__init__(task, proc, on_line)  # starts the reader, which sets step_id
-
-    def _keep(self, line: str) -> bool:
-        if self.step_id is None and line.startswith(STEP_MARK + " "):
-            for part in line.split()[1:]:
-                if part.startswith("id="):
-                    self.step_id = part[3:]
-                elif part.startswith("gpus=") and self._on_gpus is not None:
-                    ids = step_gpus(part[5:])
-                    if ids is not None:
-                        self._on_gpus(self.task.key, ids)
-            return False
-        return True
-
-    def step(self) -> Optional[str]:
-        """``JOB.STEP`` of this task's step: printed by the step itself, else asked of squeue."""
-        if self.step_id is None:
-            try:
-                self.step_id = cli.step_ids(self.job_id).get(self.step_name)
-            except LaunchError:
-                return None
-        return self.step_id
-
-    def signal(self, sig: int) -> None:
-        if self.reaped_long_ago():
-            return
-        step = self.step()
-        if step is not None:
-            try:
-                cli.scancel(step, signals.Signals(sig).name.replace("SIG", ""))
-            except LaunchError:
-                pass
-        if sig == signals.SIGKILL or step is None and sig in (signals.SIGTERM, signals.SIGINT):
-            # No step yet (srun still asking slurmctld): stopping srun stops its step request.
-            # After SIGKILL of the step, srun exits on its own; this only hurries a stuck one.
-            try:
-                os.killpg(self.proc.pid, signals.SIGTERM if sig != signals.SIGKILL else signals.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def info(self) -> dict:
-        return {"pid": self.proc.pid, "pgid": self.proc.pid, "start_time": start_time(self.proc.pid),
-                "slurm_job": self.job_id, "slurm_step": self.step_name, "node": self.node}
 
 
 class SlurmBackend(Backend):
@@ -342,12 +272,8 @@ class SlurmBackend(Backend):
 
     def srun_argv(self, task: PlannedTask, step_name: str) -> list[str]:
         assert self.job_id is not None, "start before allocate"
-        step = self._steps.get(task.key, gpus.Step())
-        overlap = [] if "--overlap" in step.srun or "--exact" in step.srun else ["--overlap"]
-        return ["srun", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={task.host}",
-                *overlap, *step.srun, "--input=none", "--kill-on-bad-exit=1", f"--job-name={step_name}",
-                "--export=ALL", f"--chdir={self.workdir}", *self.opts.srun,
-                "/bin/sh", "-c", step.shell + _STEP_SHELL, "sh", *task.command]
+        return step_argv(self.job_id, task, step_name, self._steps.get(task.key, gpus.Step()), self.workdir,
+                         self.opts.srun)
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SlurmStep:
         with self._lock:

@@ -143,10 +143,10 @@ def test_the_step_line_says_the_gpus_slurm_gave_it(env, said):
     them off it (and hides the line) and hands them on, as the backend's task_gpus event."""
     import subprocess
 
-    from launcher.backends.slurm.backend import _STEP_SHELL, SlurmStep
+    from launcher.backends.slurm.step import STEP_SHELL, SlurmStep
     from launcher.plan.build import PlannedTask
 
-    proc = subprocess.Popen(["/bin/sh", "-c", _STEP_SHELL, "sh", "echo", "task output"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(["/bin/sh", "-c", STEP_SHELL, "sh", "echo", "task output"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7",
                                                            "SLURM_STEP_ID": "3", **env})
     got, lines = [], []

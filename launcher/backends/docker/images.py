@@ -1,0 +1,125 @@
+"""The run's image: present on the engine, pulled or built as the spec says, and what it tells
+the backend about itself (its own init, the lifeline wrapper, its user)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import LaunchError
+from launcher.ui.console import Console
+from launcher.backends.docker.engine import docker, requests
+from launcher.backends.docker.options import DockerOptions
+
+# On the image: the command that runs a task under a stdin lifeline (docker/Dockerfile sets it).
+LABEL_LIFELINE = "tfcluster.lifeline"
+_BUILD_TIMEOUT = 3600
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What the image's config decides about its containers."""
+
+    init: bool  # the image has no init (tini) of its own: the engine's goes in
+    wrapper: list[str] = field(default_factory=list)  # the lifeline command, [] without one
+    user: str = ""  # the image's USER
+
+
+def config(client: Any, image: str) -> ImageConfig:
+    cfg = client.api.inspect_image(image)["Config"] or {}
+    wrapper = (cfg.get("Labels") or {}).get(LABEL_LIFELINE, "")
+    return ImageConfig(init=not cfg.get("Entrypoint"), wrapper=shlex.split(wrapper) if wrapper else [],
+                       user=cfg.get("User") or "")
+
+
+def ensure(client: Any, opts: DockerOptions, base_dir: Path, url: str, console: Console) -> None:
+    """The image on the engine: kept if there (unless docker.build.when says rebuild), else built
+    from docker.build, else pulled unless docker.pull is never."""
+    image = opts.image
+    build = opts.build
+    present = True
+    try:
+        client.api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        present = False
+    if present and (build is None or build.when == "missing"):
+        return
+    if build is not None:
+        build_image(client, opts, base_dir, console)
+        return
+    fix = f"build it (docker build -f docker/Dockerfile -t {image} .) or add docker.build to the spec"
+    if opts.pull == "never":
+        raise LaunchError(
+            f"docker.image: image '{image}' is not on the Docker engine at {url} and docker.pull is never; {fix}"
+        )
+    pull_image(client, image, url, console, fix)
+
+
+def pull_image(client: Any, image: str, url: str, console: Console, fix: str) -> None:
+    console.info(f"pulling image {image}")
+    error = ""
+    try:
+        for chunk in client.api.pull(image, stream=True, decode=True):
+            if "error" in chunk:
+                error = str(chunk["error"])
+    except docker.errors.APIError as exc:
+        error = exc.explanation or str(exc)
+    except requests.exceptions.RequestException as exc:
+        error = f"lost the engine during the pull ({exc.__class__.__name__})"
+    if error:
+        reason = error.strip().splitlines()[0][:200]
+        raise LaunchError(
+            f"docker.image: image '{image}' is not on the Docker engine at {url} and pulling it failed "
+            f"({reason}); {fix}, or check the name and registry login"
+        )
+
+
+def build_image(client: Any, opts: DockerOptions, base_dir: Path, console: Console) -> None:
+    build = opts.build
+    assert build is not None
+    image = opts.image
+    context = (base_dir / build.context).resolve()
+    if not context.is_dir():
+        raise LaunchError(f"docker.build.context: {context} is not a directory; fix the path (relative to the spec)")
+    dockerfile = context / build.dockerfile
+    if not dockerfile.is_file():
+        raise LaunchError(
+            f"docker.build.dockerfile: {dockerfile} not found; give its path relative to the build context"
+        )
+    args = dict(build.args)
+    if build.base_image:
+        args["BASE_IMAGE"] = build.base_image
+    console.info(f"building image {image} from {dockerfile} (context {context})")
+    started = time.monotonic()
+    tail: list[str] = []
+    error = ""
+    try:
+        stream = client.api.build(
+            path=str(context), dockerfile=build.dockerfile, tag=image, buildargs=args or None,
+            network_mode=build.network, rm=True, forcerm=True, decode=True, timeout=_BUILD_TIMEOUT,
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                error = str(chunk["error"]).strip()
+            text = chunk.get("stream")
+            if text:
+                for line in text.rstrip("\n").splitlines():
+                    tail = (tail + [line])[-20:]
+                    if line.startswith("Step ") or line.startswith("Successfully"):
+                        console.info(f"build: {line}")
+    except docker.errors.APIError as exc:
+        error = exc.explanation or str(exc)
+    except requests.exceptions.RequestException as exc:
+        error = f"lost the engine during the build ({exc.__class__.__name__})"
+    if error:
+        if tail:
+            console.block([f"  | {line}" for line in tail])
+        first = error.splitlines()[0][:300]
+        raise LaunchError(
+            f"docker.build: building image '{image}' failed: {first}; fix the Dockerfile, docker.build.args "
+            "or the network the build needs (docker.build.network)"
+        )
+    console.info(f"built image {image} in {time.monotonic() - started:.0f} s")

@@ -1,0 +1,101 @@
+"""The run view's host membership (elastic runs): the hosts lost and suspect, the spares, and
+each membership change (a ``replan``) with where the group resumed after it.
+
+``apply`` folds the membership events (``host_lost``, ``replan``, ``host_added``) into a
+``RunView``'s ``suspects``, ``spares``, ``host_changes`` and ``tasks``; ``resumed`` notes a task's
+first start line after the last change."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.record.events import Event
+from launcher.record.taskview import TaskView
+
+KINDS = (Event.HOST_LOST, Event.REPLAN, Event.HOST_ADDED)
+
+
+def suspect_lines(view: Any) -> list[str]:
+    """``h2 (until it answers for 30 s without a break)`` for each suspect host of ``view`` (a RunView)."""
+    return [f"{h} (until it answers for {settle:g} s without a break)" for h, settle in view.suspects.items()]
+
+
+@dataclass
+class HostChange:
+    """One membership change (a ``replan`` event, launcher/plan/elastic.py), and where the group
+    resumed after it: the last global step any task reached before, the first one after."""
+
+    at: Optional[float]
+    lost: dict[str, str]  # host -> how it was lost
+    moved: dict[str, str]  # task key -> its new host
+    dropped: list[str] = field(default_factory=list)  # tasks left out (no spare: fewer workers)
+    added: dict[str, str] = field(default_factory=dict)  # grow: task key -> the host it was added on
+    before: Optional[int] = None
+    resumed_at: Optional[int] = None  # the lowest step a task's first start line after it gave
+    resumed_by: list[str] = field(default_factory=list)  # tasks whose start line after it was seen
+
+    @property
+    def redone(self) -> Optional[int]:
+        if self.before is None or self.resumed_at is None:
+            return None
+        return max(0, self.before - self.resumed_at)
+
+    def describe(self) -> str:
+        """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
+        worker:1 moved to h3 (spare); resumed at step 412, 0 steps redone``"""
+        when = f" at {time.strftime('%H:%M:%S', time.localtime(self.at))}" if self.at else ""
+        parts = [lost_phrase(host, how, when) for host, how in self.lost.items()]
+        parts += [f"{host} back{when}" for host in dict.fromkeys(self.added.values())]
+        parts += [f"{key} added on {host}" for key, host in self.added.items()]
+        parts += [f"{key} moved to {host} (spare)" for key, host in sorted(self.moved.items())]
+        if self.dropped:
+            parts.append(f"{', '.join(self.dropped)} left out (no spare host)")
+        if self.resumed_at is not None:
+            parts.append(f"resumed at step {self.resumed_at}, {self.redone} steps redone")
+        return "; ".join(parts)
+
+
+def apply(view: Any, kind: str, record: Mapping[str, Any], at: Optional[float]) -> None:
+    """Fold one membership event (one of KINDS) into ``view`` (a RunView; ``view._lost``: the
+    host_lost events not yet replanned)."""
+    if kind == Event.HOST_LOST:
+        host, how = str(record.get("host", "")), str(record.get("how", ""))
+        view._lost[host] = how
+        if SUSPECT in how:
+            view.suspects[host] = _float(record.get("settle")) or 0.0
+    elif kind == Event.REPLAN:
+        moved = {k: str((v or {}).get("to", "")) for k, v in (record.get("moved") or {}).items()}
+        steps = [t.global_step for t in view.tasks.values() if t.global_step is not None]
+        lost = {h: view._lost.pop(h, "") for h in record.get("lost", ())}
+        view.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.get("dropped", ())),
+                                            added=dict(record.get("added") or {}),
+                                            before=max(steps) if steps else None))
+        keys = record.get("tasks")
+        if keys is not None:  # a shrunk group: the rows of the tasks left out go
+            view.tasks = {k: view.tasks.get(k) or TaskView(k) for k in keys}
+        view.spares = [h for h in view.spares if h not in moved.values() and h not in (record.get("added") or {}).values()]
+    elif kind == Event.HOST_ADDED:
+        host = str(record.get("host", ""))
+        view.suspects.pop(host, None)
+        view._lost.pop(host, None)  # back before any replan (the group waited for it)
+        if host and record.get("spare", True) and host not in view.spares:
+            view.spares.append(host)
+
+
+def resumed(view: Any, t: TaskView) -> None:
+    """Task ``t`` printed its start line: the first after the last change counts (whichever
+    task's is read first) towards where the group resumed."""
+    change = view.host_changes[-1] if view.host_changes else None
+    if change is not None and t.global_step is not None and t.key not in change.resumed_by:
+        change.resumed_by = sorted([*change.resumed_by, t.key])
+        change.resumed_at = t.global_step if change.resumed_at is None else min(change.resumed_at, t.global_step)
+
+
+def _float(value: Any) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
