@@ -14,8 +14,8 @@ from typing import Callable, Mapping, Optional, Sequence
 from .backends.base import Backend
 from .bounded import listing
 from .console import Console
-from .elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
-                      too_many_losses)
+from .elastic import (Replan, elastic_enabled, fresh_ports, grow, options, replace_lost, shrunk, spare_hosts,
+                      suspect_how, too_many_losses)
 from .plan import Plan
 from .record.events import Event
 from .record.view import lost_phrase
@@ -82,7 +82,7 @@ class Membership:
             if moved:
                 return moved
         else:
-            change = grow(self.spec, self.plan, self.down)
+            change = grow(self.spec, self.plan, self.down, avoid=self._ports_used())
             if change is not None:
                 self.use(change, {}, number, "restarting the bigger group from the step just saved")
         return None
@@ -139,7 +139,7 @@ class Membership:
             line = f"{said}; {too_many}"
             self.console.error(line)
             return self.finish(1, Outcome.FAILED, reason=line)
-        change = replace_lost(self.spec, self.plan, sorted(lost), self.down)
+        change = replace_lost(self.spec, self.plan, sorted(lost), self.down, avoid=self._ports_used())
         self.down += [h for h in sorted(lost) if h not in self.down]
         self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on: settle counts from here
         if isinstance(change, str):
@@ -183,6 +183,12 @@ class Membership:
                            f"elastic.host_wait={opts.host_wait:g} s) and ", 1)
         self.console.error(line)
         return self.finish(1, Outcome.FAILED, reason=line)
+
+    def _ports_used(self) -> frozenset[tuple[str, int]]:
+        """The ports of every plan of the run so far, which a replan does not take again
+        (launcher/elastic.py's fresh_ports: an old task that outlives its host's loss then dials
+        addresses nobody listens on)."""
+        return fresh_ports([self.first_plan, *(change.plan for change, _ in self.replans)])
 
     def use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
