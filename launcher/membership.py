@@ -24,6 +24,9 @@ from .record.writer import RunRecord
 from .specmodel import Spec
 
 
+LOOK = 1.0  # s: how long a host whose sessions were lost is given to say it still answers
+
+
 class Membership:
     def __init__(self, plan: Plan, backend: Backend, record: RunRecord, console: Console,
                  stop_event: threading.Event, finish: Callable[..., int], spec: Optional[Spec] = None,
@@ -106,7 +109,10 @@ class Membership:
         assert self.spec is not None
         opts = options(self.spec)
         hosts = sorted({t.host for t in self.plan.tasks})
-        quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event)  # one look each, no wait
+        # One look each, no wait. A host whose sessions were lost is suspect whatever it says:
+        # the look only words its loss, so it ends after LOOK s (a host shutting down can accept
+        # the connection and never answer: ssh.connect_timeout would be spent on every move).
+        quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event, look={h: LOOK for h in hosts if h in sessions})
         if self.stop_event.is_set():
             return self.finish(130, Outcome.INTERRUPTED)
         lost = {}

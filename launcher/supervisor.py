@@ -324,14 +324,12 @@ class Supervisor:
             self.standby.start(number + 1, self.plan.tasks, self._env(number + 1), spares=self._hot_spares())
 
     def _hot_spares(self) -> list[tuple[str, str]]:
-        """Elastic runs with ``restart.warm_standby: true``: the spare hosts (unused, not down) as
-        (name, address); each keeps a standby per task, so a move there is promoted like a
-        restart. Not under ``auto``: a hot move is faster than a suspect host's old tasks die
-        (its notice, or their lease), and one of them can reach the new attempt's chief on the
-        same port (TensorFlow: "Incarnation ID mismatch", once in five trials of bench/elastic.py
-        --hot-spare); until the new attempt is kept from them, hot spares are asked for."""
+        """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a
+        standby per task, so a move there is promoted like a restart. A hot move is faster than
+        a suspect host's old tasks die (their lease, their grace): a replan's fresh ports keep
+        them from the new attempt (launcher/elastic.py, fresh_ports)."""
         spec = self.members.spec
-        if not self.members.elastic or spec is None or self.restart.warm_standby is not True:
+        if not self.members.elastic or spec is None:
             return []
         names = spare_hosts(spec, [t.host for t in self.plan.tasks], self.members.down)
         return [(name, spec.host(name).dial_address) for name in names]

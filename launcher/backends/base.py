@@ -241,11 +241,14 @@ class Backend(abc.ABC):
             alive = [h for h in alive if h.poll() is None]
         return [h.key for h in alive]
 
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop: Any = None) -> dict[str, str]:
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop: Any = None,
+                   look: Mapping[str, float] = {}) -> dict[str, str]:
         """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each
         with a few words on how ("unreachable for 60 s"). A host whose connection is healthy is
         not lost; one whose connection died may take up to ``wait`` seconds to answer again
-        (``stop``, a threading.Event, ends the wait early). The default: none."""
+        (``stop``, a threading.Event, ends the wait early). ``look``: host -> the most seconds
+        its first look may take, answered or not (a host whose loss is already known, looked at
+        only to say whether it still answers). The default: none."""
         return {}
 
     def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:

@@ -224,10 +224,12 @@ class LosingBackend(ScriptedBackend):
         super().__init__(scripts, default)
         self.losses = losses
         self.checked: list[tuple[list[str], float]] = []
+        self.looks: list[dict] = []
         self.plans: list = []
 
-    def lost_hosts(self, hosts, wait, stop=None):
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
+        self.looks.append(dict(look))
         return self.losses.get(len(self.checked) - 1, {})
 
     def use_plan(self, plan) -> None:
@@ -260,6 +262,8 @@ def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_a
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 0, out
     assert backend.checked == [(["h1", "h2"], 0.0)]  # one look at the plan's hosts, no waiting
+    # h2's loss is known (its session): its look only words it, so it is bounded (1 s).
+    assert backend.looks == [{"h2": 1.0}]
     assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h3")]
     assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3"]
     said = re.findall(r"^tfcluster: h2: session lost.*", out, re.M)
@@ -463,7 +467,7 @@ class HostGoneBackend(LosingBackend):
         super().__init__(scripts, {}, default)
         self.gone = gone
 
-    def lost_hosts(self, hosts, wait, stop=None):
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
         return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
 
@@ -546,7 +550,7 @@ class StartFailsBackend(HostGoneBackend):
         super().__init__(scripts, gone, default)
         self.fail_start, self.failed_starts = fail_start, 0
 
-    def lost_hosts(self, hosts, wait, stop=None):
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
         if not self.checked:
             self.checked.append((list(hosts), wait))
             return {}
