@@ -117,7 +117,7 @@ def test_a_stale_task_of_a_lost_host_cannot_reach_the_next_attempt(lab, make_spe
     run must finish with the new attempt's chief never told of a second worker:1 (TensorFlow:
     "Incarnation ID mismatch ... The task has restarted")."""
     spec = make_spec(
-        [PY, "-m", "worker", "--epochs", "1", "--steps-per-epoch", "60", "--step-delay", "0.3",
+        [PY, "-m", "worker", "--epochs", "1", "--steps-per-epoch", "80", "--step-delay", "0.3",
          "--save-freq", "3", "--progress-every", "1"],
         hosts=["h1", "h2", "h3"], env={"TF_CPP_MIN_LOG_LEVEL": "1"},
         restart={"max_restarts": 0, "warm_standby": True}, elastic={"host_wait": 3},
@@ -128,7 +128,7 @@ def test_a_stale_task_of_a_lost_host_cannot_reach_the_next_attempt(lab, make_spe
     resume = lambda p: lab.resume(paused)  # noqa: E731
     try:
         code, out = run_and_act(spec, [(READY, lambda p: None)] * 3 + [
-            (READY, lambda p: None), (r"^\[worker:1\] tfcluster-step epoch=0 step=3 ", pause),
+            (READY, lambda p: None), (r"^\[worker:1\] tfcluster-step ", pause),
             (r"worker:1 moved to h3", lambda p: None), (r"^\[worker:0\] tfcluster-first_step ", resume)],
             timeout=200)
     finally:
