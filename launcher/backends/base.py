@@ -86,8 +86,8 @@ class Capabilities:
     """What a backend can do, so callers ask instead of testing its name."""
 
     # Can pre-start the next attempt's processes (TFCLUSTER_STANDBY=1) and promote them with
-    # ``Backend.promote`` (restart.warm_standby); the spec refuses ``warm_standby: true`` on
-    # backends without it (the default, auto, leaves it off there and ``plan`` says so).
+    # ``Backend.promote`` (restart.warm_standby); without it, standby is off whatever the spec
+    # says (``warm_standby: true`` is not refused) and ``plan`` says so in one line.
     warm_standby: bool = False
     # preflight() checks that every task's port is free / reachable where the task will run.
     port_preflight: bool = False

@@ -621,7 +621,7 @@ def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_res
     plain = ScriptedBackend(failing, default=Script(code=0, polls=3))
     code, out, events = run(tmp_path / "plain", mwms(restarts=1), plain)
     assert code == 0 and not of(events, "standby_start"), out
-    assert "cannot keep processes waiting" in of(events, "run_start")[0]["warm_standby"]
+    assert "keeps no standby; every restart starts cold" in of(events, "run_start")[0]["warm_standby"]
     none = StandbyScriptedBackend({("worker:0", 0): Script(code=0, polls=5)}, default=Script(code=0, polls=3))
     code, out, events = run(tmp_path / "zero", mwms(restarts=0), none)
     assert code == 0 and not of(events, "standby_start") and len(none.started) == 2, out
