@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What planning costs at 1,000 and 10,000 tasks (issue 22 item 2): each command runs as a whole
+"""What planning costs at 1,000 and 10,000 tasks: each command runs as a whole
 in a fresh process (``python -m launcher ...``), timed from outside, its peak memory from
 ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a one-command wrapper, its output's bytes
 counted. The commands alternate within each trial; the table shows every trial's figures and

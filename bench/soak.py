@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A soak under random faults (issue 23): one training on 4 ssh hosts + 1 spare, found by a
+"""A soak under random faults: one training on 4 ssh hosts + 1 spare, found by a
 discovery command (a file this script edits), with a random fault every 30-90 s:
 
   sigkill    SIGKILL to one worker's task process           (a crash: a restart, from the last backup)

@@ -8,7 +8,7 @@ and checks that both give the same figures (status against the independent repla
 
     python bench/status_replay.py [--mb 10,100] [--repeat 3]
 
-With ``--snapshot`` (issue 22 item 4): after growing the logs, the record's snapshot is written
+With ``--snapshot``: after growing the logs, the record's snapshot is written
 as the supervisor writes it (``feed.SnapshotWriter``, timed here: the supervisor spreads that
 work over the run), then ``--tail-mb`` more of step lines are appended to each log (what a task
 prints between two snapshots, and more), and ``status`` from the snapshot is timed against

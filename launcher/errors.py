@@ -6,8 +6,13 @@ escaping to the top is a bug in tfcluster and is shown with its traceback.
 
 from __future__ import annotations
 
-# Every exit code of the ``tfcluster`` command, defined here once (launcher/execution.py re-exports them).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Every exit code of the ``tfcluster`` command, defined here once (launcher/app/up.py re-exports them);
+# each code's comment is its meaning in the docs' exit-code reference (launcher/cli/docsgen.py).
+
+EXIT_OK = 0  # success: the spec is valid, the run succeeded, the command did what it says
+EXIT_FAILED = 1  # the run failed (a task's failure, restarts spent) or could not start (preflight)
+EXIT_USAGE = 2  # a bad spec or command line: one line per problem, nothing started
+EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or a closed terminal: the run was stopped (the workers saved)
 EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
 EXIT_NO_RUN = 4  # status/logs/attach/down/runs/tensorboard: no such run, or no run record at all
 

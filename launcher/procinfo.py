@@ -1,4 +1,5 @@
-"""Identify processes by (pid, start time) so a recycled pid is never mistaken for ours."""
+"""Processes: identify them by (pid, start time) so a recycled pid is never mistaken for ours, and
+say how one ended."""
 
 from __future__ import annotations
 
@@ -59,3 +60,14 @@ def kill_group(pgid: int, grace: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def describe_exit(code: int) -> str:
+    """How a process ended, for a person: ``exit code 3``, ``killed by SIGKILL (exit 137)``."""
+    if code > 128:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            return f"exit code {code}"
+        return f"killed by {name} (exit {code})"
+    return f"exit code {code}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the whole test suite as a new user gets it: system packages for the ssh, docker and slurm tests
-# (as root, Debian), then the project with its tf, test, export and compare extras installed into a
+# (as root, Debian), then the project with its tf, test, export, compare, ssh, docker and docs extras installed into a
 # FRESH virtualenv at the newest versions pyproject.toml's ranges allow, then pytest in that virtualenv.
 # The Python that runs this script only creates the virtualenv: its own site-packages play no part
 # (a machine's Python may ship packages, or older versions, that a user's virtualenv will not have).
@@ -22,9 +22,9 @@ base_python=$(command -v python3)
 rm -rf "$venv"
 "$base_python" -m venv "$venv"
 # Newest versions within the ranges: a fresh virtualenv has nothing to keep, and --upgrade says so.
-timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade -e ".[tf,test,export,compare,ssh,docker]"
+timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade -e ".[tf,test,export,compare,ssh,docker,docs]"
 "$venv/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
-    | grep -iE '^(pytest|tensorflow|tf[-_]keras|pydantic|fabric|paramiko|docker|rich|jsonschema|pyyaml) ' \
+    | grep -iE '^(pytest|tensorflow|tf[-_]keras|pydantic|fabric|paramiko|docker|rich|jsonschema|pyyaml|mkdocs|mkdocs-material) ' \
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"

@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from launcher import envnames
+from launcher.contract import envnames
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ import signal
 import time
 from pathlib import Path
 
-from .cluster import TaskInfo
-from .layout import Layout
+from worker.cluster import TaskInfo
+from worker.layout import Layout
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
 _POLL = 1.0
@@ -59,7 +59,7 @@ def final_number(args: argparse.Namespace, task: TaskInfo, num_train: int) -> in
     """The number in the last checkpoint's name: the epoch count (fit), or the total steps (custom)."""
     if args.loop != "custom":
         return args.epochs
-    from .data import steps_per_epoch
+    from worker.data import steps_per_epoch
 
     if args.strategy == "parameter_server":
         per_step = args.batch_size  # one worker's batch per step
@@ -106,16 +106,16 @@ def run_evaluator(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> 
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from . import data as data_lib
-    from .model import build_cnn
-    from .progress import emit
+    from worker import data as data_lib
+    from worker.model import build_cnn
+    from worker.progress import emit
 
     tfds.disable_progress_bar()
     data = data_lib.load(args.dataset, args.data_dir, download=not args.no_download)
     test = data.test.batch(256).cache()
     model = build_cnn(data.shape, data.num_classes, args.learning_rate)
     last = final_number(args, task, data.num_train)
-    from .tensorboard import Scalars
+    from worker.tensorboard import Scalars
 
     scalars = Scalars.eval(layout)
     final_name = layout.checkpoint_name(args.loop, last)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The names are the launcher's (it copies and fetches these directories without importing TF).
-from launcher import statelayout as names
+from launcher.contract import statedir as names
 
 
 @dataclass(frozen=True)

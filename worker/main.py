@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher import envnames
+from launcher.contract import envnames
 
-from .cluster import ConfigError, task_from_env
+from worker.cluster import ConfigError, task_from_env
 
 STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "central_storage", "one_device", "default",
               "tpu")
@@ -119,7 +119,7 @@ def import_tensorflow() -> None:
         import tensorflow_datasets  # noqa: F401
         import tf_keras  # noqa: F401
 
-        from . import pss, sync  # noqa: F401
+        from worker import pss, sync  # noqa: F401
     finally:
         gc.freeze()
         gc.enable()
@@ -177,7 +177,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"worker: {task.key} strategy={args.strategy} loop={args.loop} "
           f"restart={os.environ.get(envnames.RESTART_COUNT, '0')} model_dir={model_dir(args)}", flush=True)
     import_tensorflow()
-    from .strategies import SettingError, collective_settings, configure_gpus
+    from worker.strategies import SettingError, collective_settings, configure_gpus
 
     try:
         print(f"worker: {task.key} gpus: {configure_gpus()}", flush=True)  # before any op initialises them
@@ -186,18 +186,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"worker: error: {exc}", file=sys.stderr, flush=True)
         return 2
     if task.type == "evaluator":
-        from .evaluator import run_evaluator
+        from worker.evaluator import run_evaluator
 
         return run_evaluator(args, task, model_dir(args))
     if args.strategy == "parameter_server":
-        from .pss import run_pss
+        from worker.pss import run_pss
 
         return run_pss(args, task, model_dir(args))
     if task.type not in ("chief", "worker"):
         print(f"worker: error: task type {task.type!r} has no role under {args.strategy}", file=sys.stderr)
         return 2
-    from .sync import run_sync
-    from .tpu import TpuUnavailable
+    from worker.sync import run_sync
+    from worker.tpu import TpuUnavailable
 
     try:
         return run_sync(args, task, model_dir(args))

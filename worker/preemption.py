@@ -17,7 +17,7 @@ import time
 import tensorflow as tf
 import tf_keras as keras
 
-from .progress import emit
+from worker.progress import emit
 
 PREEMPTED_EXIT = 128 + signal.SIGTERM
 

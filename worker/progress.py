@@ -13,10 +13,10 @@ from typing import Optional
 import tf_keras as keras
 
 # The one place examples/s is computed (TF-free: the launcher's live view and tfcluster compare use it too),
-# and the one place the line format is written (launcher/progress.py owns it: ``format_line``/``parse``).
-from launcher.progress import Throughput, format_line  # noqa: F401
+# and the one place the line format is written (launcher/contract/progress.py owns it: ``format_line``/``parse``).
+from launcher.contract.progress import Throughput, format_line  # noqa: F401
 
-from .tensorboard import Scalars, learning_rate
+from worker.tensorboard import Scalars, learning_rate
 
 
 def emit(kind: str, **fields) -> None:

@@ -34,13 +34,13 @@ from pathlib import Path
 import tensorflow as tf
 import tf_keras as keras
 
-from . import data as data_lib
-from . import progress as progress_lib
-from .cluster import TaskInfo
-from .layout import Layout
-from .model import build_cnn, gradient_step, per_example_loss
-from .progress import Throughput, emit, epoch_end, fit_result
-from .tensorboard import Scalars
+from worker import data as data_lib
+from worker import progress as progress_lib
+from worker.cluster import TaskInfo
+from worker.layout import Layout
+from worker.model import build_cnn, gradient_step, per_example_loss
+from worker.progress import Throughput, emit, epoch_end, fit_result
+from worker.tensorboard import Scalars
 
 
 def run_pss(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:

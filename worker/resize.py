@@ -1,4 +1,4 @@
-"""Resuming a backup with a different number of workers (issue 20: an elastic MWMS group that
+"""Resuming a backup with a different number of workers (an elastic MWMS group that
 shrinks when a host is lost and grows back when it returns). No TensorFlow here.
 
 The per-replica batch (``--batch-size``) stays, so the global batch follows the replica count,

@@ -31,7 +31,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from launcher import envnames
+from launcher.contract import envnames
 
 SYNC_STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored", "tpu")
 
@@ -118,7 +118,7 @@ def make(args: argparse.Namespace) -> tf.distribute.Strategy:
               flush=True)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options())
     if name == "tpu":
-        from .tpu import make_strategy
+        from worker.tpu import make_strategy
 
         return make_strategy(args.tpu, args.tpu_zone, args.tpu_project, args.tpu_timeout)
     raise ValueError(f"not a synchronous strategy: {name}")

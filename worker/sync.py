@@ -27,15 +27,15 @@ from pathlib import Path
 import tensorflow as tf
 import tf_keras as keras
 
-from . import data as data_lib
-from . import strategies
-from .cluster import TaskInfo
-from .layout import Layout
-from .model import build_cnn, gradient_step, per_example_loss
-from .preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
-from .progress import ProgressLogger, Throughput, emit, epoch_end, fit_result, start_fields
-from .resize import Position, describe, resume_position
-from .tensorboard import Scalars
+from worker import data as data_lib
+from worker import strategies
+from worker.cluster import TaskInfo
+from worker.layout import Layout
+from worker.model import build_cnn, gradient_step, per_example_loss
+from worker.preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
+from worker.progress import ProgressLogger, Throughput, emit, epoch_end, fit_result, start_fields
+from worker.resize import Position, describe, resume_position
+from worker.tensorboard import Scalars
 
 
 class StepDelay(keras.callbacks.Callback):
@@ -149,7 +149,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         save_freq=steps if args.save_freq == "epoch" else args.save_freq,
         # Kept past fit's end until the final model is saved (then removed below): a failure in
         # the final evaluation or save (a hang, a lost host) resumes at the end, not at step 0
-        # (the soak's group trained all 2,000 steps again after a hang in the final evaluation).
+        # (which would train every step again).
         delete_checkpoint=False,
         keep_own=task.keeps_own_backup(),
         # Not save_before_preemption: tf_keras enables it only on GCP, detected by

@@ -21,8 +21,8 @@ import tensorflow as tf
 import tf_keras as keras
 from tensorflow.core.framework import summary_pb2
 
-from .cluster import TaskInfo
-from .layout import Layout
+from worker.cluster import TaskInfo
+from worker.layout import Layout
 
 # What tf.summary.scalar attaches: the scalars plugin's tag, so TensorBoard shows a chart.
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, Capabilities, RecordedRun, TaskHandle
+from launcher.backends.base import Backend, Capabilities, RecordedRun, TaskHandle
 
 REGISTRY: dict[str, str] = {
     "local": "launcher.backends.local:LocalBackend",

@@ -17,7 +17,7 @@ failure means (that is the supervisor and its policy). Its life in ``tfcluster u
 and in ``tfcluster down``: ``cls.from_spec(loaded, None).down(RecordedRun, console)``.
 
 To add a backend: subclass Backend (and TaskHandle), list it in ``launcher/backends/__init__.py``
-(REGISTRY), and pass tests/integration/test_backend_contract.py (README: "Adding a backend").
+(REGISTRY), and pass tests/integration/test_backend_contract.py (docs/contributing.md: "Adding a backend").
 Importing a backend's module must stay cheap (no SDK import at module level): validating a
 spec imports every registered backend to learn its options block.
 """
@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-from ..plan import Placement, Plan, PlannedTask
+from launcher.backends.elsewhere import Elsewhere
+from launcher.plan.build import Placement, Plan, PlannedTask
 
 if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
-    from ..console import Console
-    from ..specmodel import LoadedSpec, Spec
+    from launcher.ui.console import Console
+    from launcher.spec.model import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
 LineSink = Callable[[str, str], None]
@@ -76,7 +77,7 @@ class TaskHandle(abc.ABC):
     def session_lost(self) -> Optional[float]:
         """When (time.time()) the task's session with its host was lost (a dropped connection, a
         lease run out): the exit code was made up, the task did not exit on its own. Such an exit
-        is the infrastructure's, not the training's (launcher/membership.py). None: it exited by
+        is the infrastructure's, not the training's (launcher/supervise/membership.py). None: it exited by
         itself, or still runs."""
         return None
 
@@ -99,7 +100,7 @@ class Capabilities:
     # and `up --dry-run` then show the placeholders and say so.
     static_placement: bool = True
     # lost_hosts() tells which hosts of a failed attempt are gone, so their tasks can move to a
-    # spare host (launcher/elastic.py); the spec refuses elastic: on backends without it.
+    # spare host (launcher/plan/elastic.py); the spec refuses elastic: on backends without it.
     elastic: bool = False
 
 
@@ -123,7 +124,7 @@ class RecordedRun:
     def allocation(self) -> Mapping[str, Any]:
         """What the backend recorded with ``RunRecord.allocated(...)`` (e.g. a job id): launcher.json's
         ``allocation``, else (a record of an older tfcluster) the backend's own ``<backend>.json``."""
-        from ..record.reader import read_allocation
+        from launcher.record.reader import read_allocation
 
         return self.info.get("allocation") or read_allocation(self.dir, str(self.info.get("backend") or ""))
 
@@ -138,6 +139,9 @@ class Backend(abc.ABC):
     # registered backend, ``spec.<options_key>``, an ``Options`` instance (default ``Options()``).
     options_key: ClassVar[Optional[str]] = None
     Options: ClassVar[Optional[type["BaseModel"]]] = None
+    # Whether `tfcluster export` reads that block (docker: the image, its volumes and user) or refuses it
+    # when set (the block configures what tfcluster itself does on the hosts: ssh, slurm).
+    options_exported: ClassVar[bool] = False
     capabilities: ClassVar[Capabilities] = Capabilities()
     # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
     detach_note: ClassVar[str] = ""
@@ -169,11 +173,10 @@ class Backend(abc.ABC):
         return cls(loaded=loaded, record=record, console=console)  # type: ignore[call-arg]
 
     @classmethod
-    def run_elsewhere(cls, loaded: "LoadedSpec", argv: Sequence[str], spec_arg: str, command: str,
-                      console: "Console") -> Optional[int]:
+    def run_elsewhere(cls, loaded: "LoadedSpec", request: Elsewhere, console: "Console") -> Optional[int]:
         """``up``/``status``/``logs``/``attach``/``down``/``runs`` for a spec whose supervisor
-        and run record live on another machine: run ``argv`` there and return its exit code.
-        None (the default): they live here."""
+        and run record live on another machine: run ``request`` there (``request.argv``, naming
+        the spec by its path there) and return its exit code. None (the default): they live here."""
         return None
 
     # -------------------------------------------------------------- up
@@ -211,7 +214,7 @@ class Backend(abc.ABC):
 
     def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
         """Available memory in bytes per host (MemAvailable), for those it could tell; the warm
-        standby is left off on a host short of it (launcher/standby.py). Default: none known."""
+        standby is left off on a host short of it (launcher/supervise/standby.py). Default: none known."""
         return {}
 
     def port_open(self, task: PlannedTask) -> bool:
@@ -261,7 +264,7 @@ class Backend(abc.ABC):
         from now on usable like those of ``hosts:``."""
 
     def use_plan(self, plan: Plan) -> None:
-        """The supervisor moved tasks to other hosts (launcher/elastic.py): the plan the next
+        """The supervisor moved tasks to other hosts (launcher/plan/elastic.py): the plan the next
         attempts run. E.g. the ssh backend's state copy then targets the new hosts."""
 
     def prepare_attempt(self, number: int) -> None:

@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Optional
 
-from ..plan import PlannedTask
-from .base import LineSink, TaskHandle, normalize_exit
+from launcher.plan.build import PlannedTask
+from launcher.backends.base import LineSink, TaskHandle, normalize_exit
 
 # After the leader is reaped its pgid could in theory be reused; only signal it shortly after.
 REAPED_SIGNAL_WINDOW = 5.0

@@ -19,20 +19,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from .. import envnames
-from ..errors import LaunchError
-from ..gpus import local_gpus, placement_off, take_of
-from ..plan import Placement, Plan, PlannedTask, Slot, task_keys
-from ..procinfo import group_alive, is_same, kill_group, start_time
-from ..record.layout import name_dir, runs_dir, state_dir
-from ..remote import taskwrap_path
-from ..threads import local_cores
-from .base import Backend, Capabilities, LineSink, RecordedRun
-from .childtask import ChildTask
+from launcher.contract import envnames
+from launcher.errors import LaunchError
+from launcher.plan.gpus import local_gpus, placement_off, take_of
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
+from launcher.procinfo import group_alive, is_same, kill_group, start_time
+from launcher.record.layout import name_dir, runs_dir, state_dir
+from launcher.remote import taskwrap_path
+from launcher.plan.threads import local_cores
+from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
+from launcher.backends.childtask import ChildTask
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..console import Console
-    from ..specmodel import LoadedSpec, Spec
+    from launcher.ui.console import Console
+    from launcher.spec.model import LoadedSpec, Spec
 
 LOCAL_HOST = "localhost"
 

@@ -24,8 +24,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .. import envnames
-from ..specmodel import SINGLE_HOST_STRATEGIES, STRATEGIES
+from launcher.contract import envnames
+from launcher.spec.model import SINGLE_HOST_STRATEGIES, STRATEGIES
 
 # Strategies that run several replicas in one task: on a machine without GPUs, on logical CPUs.
 CPU_REPLICA_STRATEGIES = ("mirrored", "central_storage")

@@ -13,9 +13,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
-from ..progress import Progress, Throughput, parse
-from ..record.events import Event
-from ..record.states import Outcome, ResultStatus
+from launcher.contract.progress import Progress, Throughput, parse
+from launcher.record.events import Event
+from launcher.record.states import Outcome, ResultStatus
 
 OK, FAILED, INTERRUPTED = ResultStatus.OK, ResultStatus.FAILED, ResultStatus.INTERRUPTED
 

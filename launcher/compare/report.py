@@ -9,8 +9,8 @@ import json
 import statistics
 from typing import Any, Optional, Sequence
 
-from .configs import CPU_REPLICA_STRATEGIES, Config
-from .measure import OK, Measurement
+from launcher.compare.configs import CPU_REPLICA_STRATEGIES, Config
+from launcher.compare.measure import OK, Measurement
 
 # Figures reported as the median over the successful runs, with their min and max.
 SPREAD = ("time_to_first_step_s", "examples_per_sec", "time_per_epoch_s", "test_accuracy", "time_to_target_s")

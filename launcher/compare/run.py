@@ -28,16 +28,16 @@ from typing import Optional, Sequence, TextIO
 
 import yaml
 
-from .. import execution
-from ..console import Console
-from ..errors import UserError
-from ..progress import parse
-from ..record.layout import COMPARE_DIR, name_dir
-from ..record.reader import read_events
-from ..spec import LoadedSpec, load_spec, parse_spec
-from . import plots, report, tensorboard
-from .configs import Config, Options, configurations
-from .measure import FAILED, INTERRUPTED, OK, Measurement, measure
+from launcher.app import up as execution
+from launcher.ui.console import Console
+from launcher.errors import UserError
+from launcher.contract.progress import parse
+from launcher.record.layout import COMPARE_DIR, name_dir
+from launcher.record.reader import read_events
+from launcher.spec.load import LoadedSpec, load_spec, parse_spec
+from launcher.compare import plots, report, tensorboard
+from launcher.compare.configs import Config, Options, configurations
+from launcher.compare.measure import FAILED, INTERRUPTED, OK, Measurement, measure
 
 
 class _Captured(Console):

@@ -1,1 +1,3 @@
-"""``tfcluster export``: the spec as a Kubeflow TFJob or a Vertex AI CustomJob, validated offline."""
+"""Files for other systems, generated from the spec and checked offline: `tfcluster compose` (a
+docker-compose file), `tfcluster export` (a Kubeflow TFJob, a Vertex AI CustomJob), and the
+marker that lets tfcluster rewrite only the files it generated (generated)."""

@@ -14,22 +14,15 @@ from typing import Any, Optional
 
 import yaml
 
-from .. import envnames
-from .. import gpus
-from ..remote import gpuplace
-from ..compose import STATE_DIR, docker_plan
-from ..errors import SpecError
-from ..plan import Plan
-from ..specmodel import IMAGE_RE, TASK_TYPES, LoadedSpec, Spec, dotted, line_of
+from launcher.contract import envnames
+from launcher.plan import gpus
+from launcher.remote import gpuplace
+from launcher.export.compose import STATE_DIR, docker_plan
+from launcher.errors import SpecError
+from launcher.plan.build import Plan
+from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, dotted, export_verdicts, line_of
 
 ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
-# Top-level spec keys export reads, or that only concern tfcluster on this machine (run_dir,
-# workdir: local paths; backend: which launcher backend `up` uses). Any other key the spec sets
-# (hosts, ssh:, a future backend's options block...) cannot be expressed and is refused.
-HANDLED_KEYS = frozenset({
-    "name", "strategy", "backend", "entrypoint", "tasks", "ports", "env", "restart", "watchdog",
-    "docker", "state", "devices", "run_dir", "workdir", "kubernetes", "vertex",
-})
 # Keras BackupAndRestore's default-like policy: exit codes 1-127 are the program's own errors.
 DEFAULT_PERMANENT = tuple(range(1, 128))
 # Per task: the engine tells each replica who it is (TF_CONFIG); one template serves all indices.
@@ -74,7 +67,11 @@ def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
     engine = ENGINES[target]
     where = SpecWhere(loaded)
     problems: list[str] = []
-    for key in sorted(spec.model_fields_set - HANDLED_KEYS, key=lambda k: list(type(spec).model_fields).index(k)):
+    verdicts = export_verdicts(type(spec))
+    # Each key the spec sets whose declaration says the export cannot express it (specmodel.Export);
+    # a key declared without a verdict is refused too, rather than silently dropped.
+    refused = [k for k, verdict in verdicts.items() if k in spec.model_fields_set and verdict in (NOT_EXPORTED, None)]
+    for key in refused:
         if key == "hosts":
             if not spec.hosts:
                 continue
@@ -82,6 +79,9 @@ def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
                    "expressed; export a spec without hosts (and without tasks.*.hosts)")
         elif key == "tpu" or spec.strategy == "tpu":
             continue  # reported once, below
+        elif verdicts[key] is None:
+            msg = (f"tfcluster export does not know what {engine} should do with {key}: (the spec model declares "
+                   f"no export verdict for it); export a spec without {key}:")
         else:
             msg = (f"options of a backend tfcluster runs itself (setup commands, file sync, hosts); {engine} "
                    f"cannot express them; bake what they do into the image and export a spec without {key}:")

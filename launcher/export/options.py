@@ -13,7 +13,7 @@ Both are keyed by task type like ``tasks:``, plus ``default`` for every type not
         worker: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4, accelerator_count: 1}
 
 A type's own entry overrides the ``default`` entry key by key (see ``merged``).
-Like the backends' blocks, these are OptionsModels (launcher/specmodel.py); the loader, spec.py,
+Like the backends' blocks, these are OptionsModels (launcher/spec/model.py); the loader, spec.py,
 adds them to the Spec class.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 
 from pydantic import Field, field_validator
 
-from ..specmodel import OptionsModel
+from launcher.spec.model import OptionsModel
 
 # Kubernetes resource.Quantity, as the TFJob CRD's own pattern spells it.
 QUANTITY_RE = re.compile(
@@ -64,8 +64,11 @@ class PodResources(OptionsModel):
     """Requests = limits for one pod: ``cpu`` (2, 500m), ``memory`` (8Gi), ``gpus`` (nvidia.com/gpu)."""
 
     cpu: Optional[Union[str, int, float]] = None
+    """CPU request = limit, a Kubernetes quantity (2, 500m)."""
     memory: Optional[Union[str, int]] = None
+    """Memory request = limit, a Kubernetes quantity (8Gi)."""
     gpus: Optional[int] = Field(default=None, ge=0, strict=True)
+    """GPUs per pod: the nvidia.com/gpu limit (default: from the spec's devices and the group's gpus)."""
 
     @field_validator("cpu", mode="before")
     @classmethod
@@ -79,23 +82,33 @@ class PodResources(OptionsModel):
 
 
 class ResourcesByType(_ByType):
+    """Pod resources keyed by task type, plus ``default`` for every type not listed."""
+
     default: Optional[PodResources] = None
+    """For every type; a type's own keys override these."""
     chief: Optional[PodResources] = None
+    """The chief's pod."""
     worker: Optional[PodResources] = None
+    """Each worker's pod."""
     ps: Optional[PodResources] = None
+    """Each parameter server's pod."""
     evaluator: Optional[PodResources] = None
+    """The evaluator's pod."""
 
 
 class KubernetesOptions(OptionsModel):
     """``kubernetes:`` -- what ``tfcluster export --to tfjob`` puts in the TFJob beyond the spec."""
 
     namespace: str = "default"
+    """The TFJob's namespace (a DNS-1123 label)."""
     resources: ResourcesByType = ResourcesByType()
-    # runPolicy.ttlSecondsAfterFinished: delete the finished TFJob (and its pods) after this long.
+    """Per pod: requests = limits, by task type plus `default`."""
     ttl_seconds_after_finished: Optional[int] = Field(default=None, ge=0, strict=True)
-    # runPolicy.activeDeadlineSeconds: fail the job when it runs longer than this.
+    """runPolicy.ttlSecondsAfterFinished: delete the finished TFJob (and its pods) after this long."""
     active_deadline_seconds: Optional[int] = Field(default=None, ge=1, strict=True)
+    """runPolicy.activeDeadlineSeconds: fail the job when it runs longer than this."""
     service_account: Optional[str] = None
+    """The pods' serviceAccountName."""
 
     @field_validator("namespace", "service_account")
     @classmethod
@@ -109,29 +122,43 @@ class Machine(OptionsModel):
     """One Vertex worker pool's machine: machineSpec and diskSpec of its WorkerPoolSpec."""
 
     machine_type: Optional[str] = None
-    accelerator_type: Optional[str] = None  # e.g. NVIDIA_TESLA_T4 (the API's AcceleratorType enum)
+    """machineSpec.machineType, e.g. n1-standard-8 (default n1-standard-4)."""
+    accelerator_type: Optional[str] = None
+    """machineSpec.acceleratorType, e.g. NVIDIA_TESLA_T4 (the API's AcceleratorType enum)."""
     accelerator_count: Optional[int] = Field(default=None, ge=0, strict=True)
-    boot_disk_type: Optional[str] = None  # pd-ssd (Vertex's default) or pd-standard
+    """machineSpec.acceleratorCount (default: from the spec's devices and the group's gpus)."""
+    boot_disk_type: Optional[str] = None
+    """diskSpec.bootDiskType: pd-ssd (Vertex's default) or pd-standard."""
     boot_disk_size_gb: Optional[int] = Field(default=None, ge=1, strict=True)
+    """diskSpec.bootDiskSizeGb."""
 
 
 class MachinesByType(_ByType):
+    """Worker pool machines keyed by task type, plus ``default`` for every type not listed."""
+
     default: Optional[Machine] = None
+    """For every pool; a type's own keys override these."""
     chief: Optional[Machine] = None
+    """The chief's pool."""
     worker: Optional[Machine] = None
+    """The workers' pool."""
     ps: Optional[Machine] = None
+    """The parameter servers' pool."""
     evaluator: Optional[Machine] = None
+    """The evaluator's pool."""
 
 
 class VertexOptions(OptionsModel):
     """``vertex:`` -- what ``tfcluster export --to vertex`` puts in the CustomJob beyond the spec."""
 
     machines: MachinesByType = MachinesByType()
-    # CustomJobSpec.baseOutputDirectory.outputUriPrefix (Vertex then sets AIP_MODEL_DIR etc.).
+    """machineSpec/diskSpec per worker pool, by task type plus `default`."""
     base_output_directory: Optional[str] = None
+    """CustomJobSpec.baseOutputDirectory.outputUriPrefix (Vertex then sets AIP_MODEL_DIR etc.)."""
     service_account: Optional[str] = None
-    # scheduling.timeout in seconds (Vertex's default: 7 days).
+    """The service account the CustomJob runs as."""
     timeout: Optional[int] = Field(default=None, ge=1, strict=True)
+    """scheduling.timeout in seconds (Vertex's default: 7 days)."""
 
     @field_validator("base_output_directory")
     @classmethod

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ..specmodel import TASK_TYPES, LoadedSpec, Spec
-from .common import (DEFAULT_PERMANENT, comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env,
+from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
+from launcher.export.common import (DEFAULT_PERMANENT, comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env,
                      type_gpus)
-from .validate import CONTAINER_NAME, PORT_NAME, TFJOB_API_VERSION
+from launcher.export.validate import CONTAINER_NAME, PORT_NAME, TFJOB_API_VERSION
 
 REPLICA_TYPE = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "tfcluster")

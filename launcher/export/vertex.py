@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from ..errors import SpecError
-from ..outfile import JSON_LABEL
-from ..specmodel import LoadedSpec, Spec
-from .common import comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env, type_gpus
-from .validate import VERTEX_POOLS
+from launcher.errors import SpecError
+from launcher.export.generated import JSON_LABEL
+from launcher.spec.model import LoadedSpec, Spec
+from launcher.export.common import comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env, type_gpus
+from launcher.export.validate import VERTEX_POOLS
 
 DEFAULT_MACHINE_TYPE = "n1-standard-4"
 

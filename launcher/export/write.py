@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..errors import SpecError
-from ..outfile import MARKER, check_overwritable, resolve_output, write_atomic
-from ..specmodel import LoadedSpec
-from .common import SpecWhere, check_image, default_output, inexpressible
-from .tfjob import render_tfjob, tfjob_dict
-from .validate import DNS1035_RE, aiplatform_types, validate_custom_job, validate_tfjob, validate_vertex_spec
-from .vertex import custom_job_dict, render_custom_job_json, render_job_spec_yaml
+from launcher.errors import SpecError
+from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
+from launcher.spec.model import LoadedSpec
+from launcher.export.common import SpecWhere, check_image, default_output, inexpressible
+from launcher.export.tfjob import render_tfjob, tfjob_dict
+from launcher.export.validate import DNS1035_RE, aiplatform_types, validate_custom_job, validate_tfjob, validate_vertex_spec
+from launcher.export.vertex import custom_job_dict, render_custom_job_json, render_job_spec_yaml
 
 HEADER = MARKER + " export`"
 TARGETS = ("tfjob", "vertex")

@@ -1,24 +1,25 @@
 """The run record. Its vocabulary, defined once: where a run's files are and what they are called
 (``layout``), the kinds of events ``events.jsonl`` holds (``events.Event``), and the states a
 run, an attempt and a task go through (``states``); every module that names a record file, an
-event kind or a state imports them from here (tests/unit/test_record_vocabulary.py keeps it so).
+event kind or a state imports them from here (tests/unit/record/test_record_vocabulary.py keeps it so).
 
 Its modules: ``writer`` writes the record (RunRecord, append_event); ``reader`` is the one reader
 of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;
+``fold`` is the task state machine and the one fold of events into it (view and status share it);
 ``view`` is the one run model (RunView) the live panel and the final report show; ``feed``
 replays a record into a RunView (and writes its snapshots); ``status`` is a run as ``status``
 and ``runs`` show it: the replayed RunView plus what only the record says (run state, attempts,
-the supervisor, each task's recorded state, whether its process is alive).
+the supervisor, each task's folded state, whether its process is alive).
 This package's __init__ imports only the vocabulary (policy.py imports record.states, and
 status imports policy), so import those modules by name: ``from launcher.record.writer import ...``.
 """
 
-from .events import Event
-from .layout import (EVENTS_FILE, LAUNCHER_FILE, OUTPUT_FILE, PLAN_FILE, RECORD_FILES, SNAPSHOT_FILE, SUPERVISOR_LOG,
+from launcher.record.events import Event
+from launcher.record.layout import (EVENTS_FILE, LAUNCHER_FILE, OUTPUT_FILE, PLAN_FILE, RECORD_FILES, SNAPSHOT_FILE, SUPERVISOR_LOG,
                      allocation_path, later_plan_name, log_path, name_dir, runs_dir, state_dir)
-from .states import AttemptState, Outcome, ResultStatus, RunState, TaskState
+from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState
 
 __all__ = ["Event", "EVENTS_FILE", "LAUNCHER_FILE", "OUTPUT_FILE", "PLAN_FILE", "RECORD_FILES", "SNAPSHOT_FILE",
            "SUPERVISOR_LOG",
            "allocation_path", "later_plan_name", "log_path", "name_dir", "runs_dir", "state_dir",
-           "AttemptState", "Outcome", "ResultStatus", "RunState", "TaskState"]
+           "AttemptState", "Outcome", "ResultStatus", "RunState", "TaskPhase", "TaskState"]

@@ -8,7 +8,7 @@ from enum import Enum
 
 class Word(str, Enum):
     """A str-valued Enum whose str(), format() and hash are the value's (like Python 3.11's
-    StrEnum, which Python 3.10 lacks): ``f"{TaskState.READY}"`` is ``ready``, and a member
+    StrEnum, which Python 3.10 lacks): ``f"{TaskState.RUNNING}"`` is ``running``, and a member
     finds a dict entry keyed by its plain string and the other way round."""
 
     __str__ = str.__str__

@@ -2,7 +2,7 @@
 
 Written through ``RunRecord.event`` (the supervisor and the backends) or ``writer.append_event``
 (``tfcluster down`` of a run whose supervisor is gone), never as bare strings
-(tests/unit/test_record_vocabulary.py checks every call). A run's events come in this order:
+(tests/unit/record/test_record_vocabulary.py checks every call). A run's events come in this order:
 
     run_start
     per attempt: start (each task; a warm standby: standby_start, standby_promoted) -> ready
@@ -22,7 +22,7 @@ Written through ``RunRecord.event`` (the supervisor and the backends) or ``write
     outcome (last; written once, also by ``tfcluster down`` for a lost supervisor)
 
 and in between: gpu_usage (where nvidia-smi answers, a sample of each GPU task's memory and
-utilisation that changed: launcher/gpuwatch.py, or the ssh task wrapper), task_gpus (the GPUs a task
+utilisation that changed: launcher/supervise/gpuwatch.py, or the ssh task wrapper), task_gpus (the GPUs a task
 got where it started, as that machine numbers them, where the backend learns them only there: a
 Slurm step, the ssh task wrapper); backends' own: state_sync, state_copy, state_fetch (ssh's state dir),
 slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
@@ -32,7 +32,7 @@ they do not know.
 
 from __future__ import annotations
 
-from ._vocabulary import Word
+from launcher.record._vocabulary import Word
 
 
 class Event(Word):

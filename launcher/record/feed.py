@@ -15,7 +15,7 @@ and where the feed stands (the bytes of ``events.jsonl`` and of each task log it
 tasks wait for their next start). ``RecordFeed.resume`` starts from the last snapshot, so a replay
 reads only what came after it; a record without one (written before, or a snapshot that does
 not fit the record) is replayed from its start. Either way the view is the one a replay from
-the start gives (tests/unit/test_record_feed.py).
+the start gives (tests/unit/record/test_record_feed.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .events import Event
-from .layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
-from ..errors import exc_text
-from .reader import FILE_BYTES, RecordDamaged, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
-from .view import RunView
+from launcher.record.events import Event
+from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
+from launcher.errors import exc_text
+from launcher.record.reader import FILE_BYTES, RecordDamaged, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
+from launcher.record.view import RunView
 
 SNAPSHOT_VERSION = 1
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..specmodel import LoadedSpec
+    from launcher.spec.model import LoadedSpec
 
 PLAN_FILE = "plan.json"
 EVENTS_FILE = "events.jsonl"
@@ -59,7 +59,7 @@ def state_dir(root: Path, name: str) -> Path:
 
 
 def later_plan_name(number: int) -> str:
-    """A run's plan ``number`` (2, 3, ...) after hosts were lost (launcher/elastic.py), written
+    """A run's plan ``number`` (2, 3, ...) after hosts were lost (launcher/plan/elastic.py), written
     next to ``plan.json`` (the first): ``plan-2.json``."""
     return f"plan-{number}.json"
 

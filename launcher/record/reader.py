@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from ..bounded import shown
-from ..errors import LaunchError, NoRun
-from .layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
+from launcher.bounded import shown
+from launcher.errors import LaunchError, NoRun
+from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
 
 # What a record's file may be, read whole: tfcluster writes far less (an event is a few hundred
 # bytes: 256 MiB is a million task starts; plan.json of 100,000 tasks is about 10 MB). Past these,

@@ -5,7 +5,7 @@ written is the value). Transitions:
 supervisor's ``Attempt``): RUNNING -> SUCCEEDED (success per the strategy's rule) | FAILED (a
 task's exit, the startup or hang watchdog, the backend) | INTERRUPTED (Ctrl-C, SIGTERM,
 ``tfcluster down``) | REGROW (elastic runs: a lost host answers again and the shrunk group is
-stopped gracefully to restart bigger; launcher/elastic.py). A FAILED attempt is followed by a
+stopped gracefully to restart bigger; launcher/plan/elastic.py). A FAILED attempt is followed by a
 new RUNNING one while the restart policy allows; a REGROW one always.
 
 ``Outcome`` -- the ``outcome`` event that ends a run record: SUCCEEDED | FAILED | INTERRUPTED
@@ -18,15 +18,12 @@ FAILED | STOPPED (its outcome: succeeded; failed; interrupted or stopped) or -> 
 and its supervisor gone) -> STOPPED (once ``tfcluster down`` records the outcome). DAMAGED: a
 record that cannot be read (``runs`` lists it, with why).
 
-``TaskState`` -- a task. As the live panel and the final report show it (launcher/record/view.py,
-fed events and output lines): PENDING -> STARTING (its ``start`` event) -> IMPORTING (its first
-line) -> READY (its TF port open, or a PSS server line) -> TRAINING (a progress line) <->
-EVALUATING (an evaluator's eval line) -> SUCCEEDED (exit 0) | FAILED (another exit, or named by a
-``failure``) | STOPPED (stopped at the attempt's end); RESTARTING (a group ``restart`` or a
-``task_restart``) -> STARTING again. As ``status`` shows it from the record alone
-(launcher/record/status.py): NOT_STARTED -> STARTING -> RUNNING (ready) -> SUCCEEDED | STOPPED |
-EXITED (an exit without a code) | the exit described ("exit code 3", "killed by SIGKILL (exit
-137)", ``policy.describe_exit``); GONE when its supervisor is lost and its process too.
+``TaskState`` -- a task: PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED | STOPPED, with
+RESTARTING between attempts and GONE for a task whose process went with its supervisor. One machine
+for the live panel, ``status`` and the final report: its transitions, and ``TaskPhase`` (what a
+live task's output says it is doing: importing, training, evaluating), are in
+launcher/record/fold.py. A failed task's exit is described where it is shown (``status``: "exit
+code 3", "killed by SIGKILL (exit 137)", ``procinfo.describe_exit``).
 
 ``ResultStatus`` -- a compared run's row in ``tfcluster compare`` (launcher/compare/measure.py):
 OK (outcome succeeded and exit 0) | FAILED | INTERRUPTED.
@@ -34,7 +31,7 @@ OK (outcome succeeded and exit 0) | FAILED | INTERRUPTED.
 
 from __future__ import annotations
 
-from ._vocabulary import Word
+from launcher.record._vocabulary import Word
 
 
 class AttemptState(Word):
@@ -63,19 +60,19 @@ class RunState(Word):
 
 class TaskState(Word):
     PENDING = "pending"
-    NOT_STARTED = "not started"
     STARTING = "starting"
-    IMPORTING = "importing"
-    READY = "ready"
     RUNNING = "running"
-    TRAINING = "training"
-    EVALUATING = "evaluating"
     RESTARTING = "restarting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
-    EXITED = "exited"
     GONE = "gone"
+
+
+class TaskPhase(Word):
+    IMPORTING = "importing"
+    TRAINING = "training"
+    EVALUATING = "evaluating"
 
 
 class ResultStatus(Word):

@@ -21,16 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
-from ..policy import describe_exit
-from ..procinfo import group_alive, is_same
-from ..errors import exc_text
-from .events import Event
-from .feed import DAMAGE, replay
-from .layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
-from .reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
-from .states import Outcome, RunState, TaskState
-from .view import RunView, TaskView, suspect_lines
+from launcher.plan.gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
+from launcher.procinfo import describe_exit
+from launcher.procinfo import group_alive, is_same
+from launcher.errors import exc_text
+from launcher.record.events import Event
+from launcher.record.feed import DAMAGE, replay
+from launcher.record.layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
+from launcher.record.reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
+from launcher.record.fold import TaskLife, fold, lose
+from launcher.record.states import Outcome, RunState, TaskState
+from launcher.record.view import RunView, TaskView, suspect_lines
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)
@@ -43,19 +44,40 @@ def _of_task(name: str, default: Any = None) -> property:
 
 @dataclass
 class TaskRow:
-    """One task as ``status`` shows it: what the record says of it in events.jsonl and
-    launcher.json (its state as the record says, where and in which attempt it last started,
-    whether its process is alive), and its figures, read from the run's ``RunView`` task (None
-    until the view has the task, or when the run was loaded without progress)."""
+    """One task as ``status`` shows it: its state as the record's events fold into it
+    (``life``, launcher/record/fold.py: state, host, attempt, starts, exit code), whether its
+    process is alive, and its figures, read from the run's ``RunView`` task (None until the view
+    has the task, or when the run was loaded without progress)."""
 
     key: str
-    host: str
-    state: str = TaskState.NOT_STARTED
-    attempt: Optional[int] = None  # 0-based attempt of the task's last start
-    restarts: int = 0  # starts after the first (group restarts and restarts alone)
+    life: TaskLife
     alive: Optional[bool] = None  # when the run's supervisor is gone: is its process still here?
     task: Optional[TaskView] = field(default=None, repr=False)  # the view's task: the figures
     planned_gpus: str = ""  # its GPUs as the plan gave them (``gpu 1``, ``cpu``, ``1 gpu (at start)``; "" none said)
+    planned_host: str = ""  # its host in the plan (where it runs until a start says otherwise)
+
+    @property
+    def host(self) -> str:
+        """Where it runs now (tasks move when hosts are lost), else where the plan put it."""
+        return self.life.host or self.planned_host
+
+    @property
+    def state(self) -> str:
+        """Its state as ``status`` words it: a failed task's exit described (``exit code 3``)."""
+        life = self.life
+        if life.state == TaskState.FAILED and life.exit_code is not None:
+            return describe_exit(life.exit_code)
+        return life.state
+
+    @property
+    def attempt(self) -> Optional[int]:
+        """0-based attempt of its last start (None: never started)."""
+        return self.life.attempt - 1 if self.life.starts else None
+
+    @property
+    def restarts(self) -> int:
+        """Starts after the first (group restarts and restarts alone)."""
+        return max(0, self.life.starts - 1)
 
     # The figures are the view's task's (one run model: record/view.py), None/"" without one.
     epoch = _of_task("epoch")  # 1-based epoch in progress (or just completed), as the live panel shows
@@ -137,8 +159,7 @@ class RunStatus:
 
     def still_running(self) -> list[str]:
         """Tasks that may still run without a supervisor (alive, or not checkable from here)."""
-        return [t.key for t in self.tasks
-                if t.state in (TaskState.RUNNING, TaskState.STARTING) and t.alive is not False]
+        return [t.key for t in self.tasks if t.life.live and t.alive is not False]
 
 
     def to_json(self) -> dict[str, Any]:
@@ -180,7 +201,8 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
                        supervisor_pid=_whole(launcher.get("pid")),
                        supervisor_host=_text(launcher["host"]) if launcher.get("host") is not None else None,
                        detached=bool(launcher.get("detached")))
-    rows = {key: TaskRow(key, host) for key, host in hosts.items()}
+    lives = fold(events, hosts)  # (the task states: launcher/record/fold.py)
+    rows = {key: TaskRow(key, lives[key], planned_host=host) for key, host in hosts.items()}
     for t in plan.get("tasks", []):
         if isinstance(t, dict) and "type" in t and "index" in t:
             rows[f"{t['type']}:{t['index']}"].planned_gpus = _planned_gpus(plan, t)
@@ -188,29 +210,10 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
     attempt = 0
     for e in events:
         kind = e.get("event")
-        task = rows.get(e.get("task", ""))
         if kind == Event.RUN_START:
             status.started = _number(e.get("time"))
-        elif kind == Event.START and task is not None:
-            task.host = _text(e.get("host")) or task.host  # where it runs now (tasks move when hosts are lost)
-            if task.attempt is not None:
-                task.restarts += 1
-            task.attempt = _whole(e.get("attempt"))
-            task.state = TaskState.STARTING
+        elif kind == Event.START and e.get("task") in rows:
             attempt = max(attempt, int(e.get("attempt", 0) or 0))
-        elif kind == Event.READY and task is not None:
-            task.state = TaskState.RUNNING
-        elif kind == Event.ATTEMPT_READY:
-            for t in rows.values():
-                if t.state == TaskState.STARTING and t.attempt == e.get("attempt"):
-                    t.state = TaskState.RUNNING
-        elif kind == Event.EXIT and task is not None:
-            code = e.get("code")
-            task.state = (TaskState.SUCCEEDED if code == 0 else describe_exit(int(code)) if code is not None
-                          else TaskState.EXITED)
-        elif kind == Event.STOPPED and task is not None:
-            if task.state in (TaskState.RUNNING, TaskState.STARTING):
-                task.state = TaskState.STOPPED
         elif kind == Event.OUTCOME:
             outcome = e
     status.attempts = attempt + 1 if events and any(e.get("event") == Event.START for e in events) else 0
@@ -221,9 +224,6 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
         status.ended = _number(outcome.get("ended")) or _number(outcome.get("time"))
         status.reason = _text(outcome.get("reason", ""))
         status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
-        for t in rows.values():
-            if t.state in (TaskState.RUNNING, TaskState.STARTING):
-                t.state = TaskState.STOPPED
     else:
         pid = status.supervisor_pid
         here = status.supervisor_host in (None, socket.gethostname())
@@ -236,13 +236,12 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
                            else "no supervisor is recorded and the run has no outcome")
             for key, info in (launcher.get("tasks") or {}).items():
                 row = rows.get(key)
-                if row is None or row.state not in (TaskState.RUNNING, TaskState.STARTING):
+                if row is None or not row.life.live:
                     continue
                 pgid = info.get("pgid")  # a process group on this machine (local backend)
                 if pgid:
                     row.alive = bool(alive(int(pgid), info.get("start_time")) and group_alive(int(pgid)))
-                    if not row.alive:
-                        row.state = TaskState.GONE
+                    lose(row.life, row.alive)
             status.ended = last_sign_of_life(run_dir, events)
     if progress:
         status.view = replay(run_dir)

@@ -8,7 +8,9 @@ Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
   ``progress.parse``; any other line only counts as a sign of life),
 
 so the same view can be driven live by the supervisor or later from a run's record on disk
-(``events.jsonl`` + ``logs/``). The rendering (launcher/liveview.py) only reads ``snapshot()``.
+(``events.jsonl`` + ``logs/``). A task's state and phase follow the one machine of
+launcher/record/fold.py (``status`` folds the same events); the rendering (launcher/ui/panel.py)
+only reads ``snapshot()``.
 """
 
 from __future__ import annotations
@@ -19,26 +21,24 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
-from ..progress import Progress, Throughput, parse, step_shape
-from .events import Event
-from .states import TaskState
+from launcher.contract.progress import Progress, Throughput, parse, step_shape
+from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.record import fold
+from launcher.record.events import Event
+from launcher.record.fold import TaskLife
+from launcher.record.states import TaskPhase, TaskState
 
-# A task's states (record/states.py: TaskState), in the order a healthy task goes through them.
-STARTING, IMPORTING, READY, TRAINING, EVALUATING = (TaskState.STARTING, TaskState.IMPORTING, TaskState.READY,
-                                                    TaskState.TRAINING, TaskState.EVALUATING)
-RESTARTING, SUCCEEDED, FAILED, STOPPED = TaskState.RESTARTING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED
-TERMINAL = (SUCCEEDED, FAILED, STOPPED)
-# Progress kinds that mean the task is running training steps.
-_TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "preempted", "saved", "result")
+# A task's states and phases (record/states.py; the machine: record/fold.py).
+STARTING, RUNNING, RESTARTING = TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING
+SUCCEEDED, FAILED, STOPPED, GONE = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.GONE
+IMPORTING, TRAINING, EVALUATING = TaskPhase.IMPORTING, TaskPhase.TRAINING, TaskPhase.EVALUATING
 
 
 @dataclass
-class TaskView:
-    key: str
-    host: str = ""
-    state: str = TaskState.PENDING
-    attempt: int = 0  # 1-based group attempt this task runs in (0: not started yet)
-    starts: int = 0  # processes started for it (group attempts + restarts on its own)
+class TaskView(TaskLife):
+    """A task as the live panel shows it: its state (``TaskLife``: key, host, state, phase,
+    attempt, starts, exit_code, reason; record/fold.py) and the figures its output gave."""
+
     epoch: Optional[int] = None  # 1-based epoch in progress (or just completed)
     epochs: Optional[int] = None
     step: Optional[int] = None  # steps done in that epoch
@@ -49,8 +49,6 @@ class TaskView:
     epoch_accuracy: Optional[float] = None
     examples_per_sec: Optional[float] = None
     last_line_at: Optional[float] = None
-    exit_code: Optional[int] = None
-    reason: str = ""  # why it failed, when the supervisor said
     steps_run: Optional[int] = None  # from its result line
     final_loss: Optional[float] = None  # from its result (evaluation) or eval line
     final_accuracy: Optional[float] = None
@@ -94,17 +92,6 @@ class TaskView:
         return None
 
 
-SUSPECT = "suspect until"  # in a host_lost event's ``how``: the host's session was lost (see lost_phrase)
-
-
-def lost_phrase(host: str, how: str, when: str = "") -> str:
-    """How a host loss reads in one line: ``h2: session lost at 12:01:07, host still answering;
-    suspect until it answers for 30 s`` (a suspect host: its ``how`` says when), else
-    ``h2 lost at 12:01:07 (gone from discovery.command's list)``."""
-    if SUSPECT in how:
-        return f"{host}: {how}"
-    return f"{host} lost{when}" + (f" ({how})" if how else "")
-
 
 def suspect_lines(view: "RunView") -> list[str]:
     """``h2 (until it answers for 30 s without a break)`` for each suspect host of ``view``."""
@@ -113,7 +100,7 @@ def suspect_lines(view: "RunView") -> list[str]:
 
 @dataclass
 class HostChange:
-    """One membership change (a ``replan`` event, launcher/elastic.py), and where the group
+    """One membership change (a ``replan`` event, launcher/plan/elastic.py), and where the group
     resumed after it: the last global step any task reached before, the first one after."""
 
     at: Optional[float]
@@ -262,7 +249,7 @@ class RunView:
         return self.tasks.get("evaluator:0")
 
     def outcome_facts(self) -> dict[str, dict[str, Any]]:
-        """Per task, what the final report shows (also the ``outcome`` event's ``tasks``)."""
+        """Per task, how it ended: the ``outcome`` event's ``tasks`` (the report's table reads the view itself)."""
         out: dict[str, dict[str, Any]] = {}
         for key, t in self.tasks.items():
             out[key] = {
@@ -317,48 +304,24 @@ class RunView:
             self._lost.pop(host, None)  # back before any replan (the group waited for it)
             if host and record.get("spare", True) and host not in self.spares:
                 self.spares.append(host)
-        elif kind == Event.START and key:
-            t = self.task(key)
-            attempt = int(record.get("attempt", 0)) + 1
-            self.attempt = max(self.attempt, attempt)
-            t.host = record.get("host") or t.host
-            t.attempt = attempt
-            t.starts += 1
-            t.state = STARTING
-            t.exit_code = None
-            t.reason = ""
-            t.lost = False
-            t.throughput = None
-            t.examples_per_sec = None
-            t.steps_run = None
-            t.start_global_step = None
-            t.last_line_at = at
-            t.loss = t.accuracy = None
-            t.last_line = ""
-            t.has_result = False
-        elif kind == Event.READY and key:
-            t = self.task(key)
-            if t.state in (STARTING, IMPORTING):
-                t.state = READY
-        elif kind == Event.EXIT and key:
-            t = self.task(key)
-            t.exit_code = record.get("code")
-            t.state = SUCCEEDED if t.exit_code == 0 else FAILED
-        elif kind == Event.STOPPED and key:
-            t = self.task(key)
-            if t.state not in TERMINAL:
-                t.state = STOPPED
-                t.exit_code = record.get("code")
-        elif kind == Event.TASK_RESTART and key:
-            self.task(key).state = RESTARTING
-        elif kind == Event.RESTART:
-            for t in self.tasks.values():
-                t.state = RESTARTING
-        elif kind == Event.FAILURE and key:
-            t = self.task(key)
-            t.reason = str(record.get("reason", ""))
-            if t.state not in TERMINAL:
-                t.state = FAILED
+        elif kind in fold.STATE_KINDS:
+            started = fold.step(self.tasks, record, TaskView)
+            if started is not None:  # a new process: the figures of the previous one go
+                self.attempt = max(self.attempt, started.attempt)
+                t = started
+                t.lost = False
+                t.throughput = None
+                t.examples_per_sec = None
+                t.steps_run = None
+                t.start_global_step = None
+                t.last_line_at = at
+                t.loss = t.accuracy = None
+                t.last_line = ""
+                t.has_result = False
+            if kind == Event.OUTCOME:
+                self.outcome = str(record.get("outcome", ""))
+                self.exit_code = record.get("exit_code")
+                self.ended_at = at
         elif kind == Event.GPU_USAGE:
             figures = record.get("tasks")
             for key, pair in (figures.items() if isinstance(figures, dict) else ()):
@@ -370,23 +333,16 @@ class RunView:
             ids = record.get("gpus")
             if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
                 self.task(key).gpus = tuple(ids)
-        elif kind == Event.OUTCOME:
-            self.outcome = str(record.get("outcome", ""))
-            self.exit_code = record.get("exit_code")
-            self.ended_at = at
 
     def _line(self, key: str, text: str, now: float) -> None:
         t = self.task(key)
         t.last_line_at = now
         if text.strip():
             t.last_line = text.strip()[:200]
-        if t.state == STARTING:
-            t.state = IMPORTING
         p = parse(text)
+        fold.on_line(t, p.kind if p is not None else None)
         if p is None:
             return
-        if p.kind in _TRAINING_KINDS and t.state not in TERMINAL:
-            t.state = TRAINING
         if p.kind in ("step", "epoch", "result", "eval"):
             loss, accuracy = p.number("loss"), p.number("accuracy")
             if loss is not None:
@@ -456,17 +412,11 @@ class RunView:
         t.final_accuracy = p.number("accuracy")
 
     def _on_eval(self, t: TaskView, p: Progress, now: float) -> None:
-        if t.state not in TERMINAL:
-            t.state = EVALUATING
         t.last_checkpoint = p.get("checkpoint", t.last_checkpoint) or ""
         if p.integer("global_step") is not None:
             t.global_step = p.integer("global_step")
         t.final_loss = p.number("loss")
         t.final_accuracy = p.number("accuracy")
-
-    def _on_server(self, t: TaskView, p: Progress, now: float) -> None:
-        if t.state in (STARTING, IMPORTING):
-            t.state = READY
 
     def _on_worker_lost(self, t: TaskView, p: Progress, now: float) -> None:
         self.workers_lost += 1
@@ -504,8 +454,16 @@ def _task_json(t: TaskView) -> dict[str, Any]:
     return out
 
 
+# A snapshot written before the phases were apart from the state (a run started by an older
+# tfcluster, read by this one): its state word -> (state, phase).
+_OLD_WORDS = {"importing": (STARTING, IMPORTING), "ready": (RUNNING, ""), "training": (RUNNING, TRAINING),
+              "evaluating": (RUNNING, EVALUATING)}
+
+
 def _task_from_json(data: Mapping[str, Any]) -> TaskView:
     data = dict(data)
+    if data.get("state") in _OLD_WORDS:
+        data["state"], data["phase"] = _OLD_WORDS[data["state"]]
     throughput = data.pop("throughput", None)
     known = {f.name for f in fields(TaskView)}
     t = TaskView(**{k: v for k, v in data.items() if k in known})

@@ -3,7 +3,7 @@
 Layout under ``<spec dir>/<run_dir>/<name>/`` (the names: launcher/record/layout.py)::
 
     <run id>/plan.json        the plan as executed (the first one; the cluster once: plan.expand_plan_json)
-    <run id>/plan-2.json ...  later plans, after hosts were lost (launcher/elastic.py)
+    <run id>/plan-2.json ...  later plans, after hosts were lost (launcher/plan/elastic.py)
     <run id>/events.jsonl     one JSON object per start, exit, failure, restart and the outcome
     <run id>/logs/<type>-<index>.log   each task's output, all attempts
     <run id>/output.log       every task's output interleaved as it arrived, each line "[type:index] ..."
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..plan import Plan
-from ..procinfo import start_time
-from .events import Event
-from .layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
+from launcher.plan.build import Plan
+from launcher.procinfo import start_time
+from launcher.record.events import Event
+from launcher.record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
                             later_plan_name, log_path, state_dir)
 
 
@@ -85,7 +85,7 @@ class RunRecord:
             self._write_plan()
 
     def add_plan(self, plan: Plan, number: int) -> str:
-        """A later plan of the run (hosts moved, launcher/elastic.py): ``plan.json`` stays the
+        """A later plan of the run (hosts moved, launcher/plan/elastic.py): ``plan.json`` stays the
         first; plan ``number`` (2, 3, ...) is written next to it. Returns its file name."""
         self.plan = plan
         name = later_plan_name(number)

@@ -8,7 +8,7 @@ launcher itself (it imports at most their constants).
   ``python -c``);
 * gpuplace.py, which of its host's GPUs a task gets: uploaded next to taskwrap.py (the wrapper and
   the preflight agent run it on the hosts), and the one module here the launcher also runs
-  (launcher/gpus.py), so a task gets the same GPUs whether the plan or its host made them.
+  (launcher/plan/gpus.py), so a task gets the same GPUs whether the plan or its host made them.
 
 The one locator of this code: ``taskwrap_path()`` for the wrapper, ``source(name)`` for the text
 of any of these files."""

@@ -1,6 +1,6 @@
 """Which of its host's GPUs a task gets: the arithmetic, in one place, stdlib only.
 
-The plan (launcher/gpus.py) runs it where it knows a host's GPUs (the local backend, from
+The plan (launcher/plan/gpus.py) runs it where it knows a host's GPUs (the local backend, from
 ``nvidia-smi -L`` at plan time); elsewhere the plan gives each GPU task a request (the
 ``TFCLUSTER_GPUS`` marker, ``format_request``) and the task wrapper (taskwrap.py ``--gpus VAR``,
 uploaded next to this file) completes it on the host with the indices ``nvidia-smi -L`` lists
@@ -173,7 +173,7 @@ def host_gpus(timeout=10.0):
     return parse_list(proc.stdout.decode("utf-8", "replace"))
 
 
-# What a task's GPUs hold and how busy they are (launcher/gpuwatch.py samples the local tasks, the
+# What a task's GPUs hold and how busy they are (launcher/supervise/gpuwatch.py samples the local tasks, the
 # task wrapper, ``--gpu-watch``, its own task on an ssh host): the queries and their parsing.
 APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
 GPUS_QUERY = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",

@@ -16,7 +16,7 @@ backend copies it to each host. Usage::
 * Stop it by signalling the whole group (``killpg``); the wrapper ignores SIGTERM/SIGINT/SIGHUP
   itself and stays to report the exit code.
 * ``--threads VAR``: the environment variable VAR, if set, is the task's place on its host
-  (``I/N``, a ``devices: {threads: auto}`` budget the plan could not make: launcher/threads.py);
+  (``I/N``, a ``devices: {threads: auto}`` budget the plan could not make: launcher/plan/threads.py);
   the wrapper replaces it with TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS and OMP_NUM_THREADS
   (each unless already set) from this host's cores (its CPU affinity, capped by a cgroup limit).
 * ``--gpus VAR``: VAR, if set, is the task's GPU request (launcher/remote/gpuplace.py, next to
@@ -87,7 +87,7 @@ _THREAD_NAMES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_TH
 
 def _host_cores() -> int:
     """This host's cores for this process: CPU affinity, capped by a cgroup v2 CPU limit
-    (launcher/threads.py's local_cores; this file is stdlib only and stands alone)."""
+    (launcher/plan/threads.py's local_cores; this file is stdlib only and stands alone)."""
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -103,7 +103,7 @@ def _host_cores() -> int:
 
 
 def _thread_budget(var: str) -> None:
-    """``--threads VAR``: make the task's thread budget from VAR's ``I/N`` (launcher/threads.py's
+    """``--threads VAR``: make the task's thread budget from VAR's ``I/N`` (launcher/plan/threads.py's
     share: floor division, the remainder to the first tasks, at least 1; the inter-op pool at
     least 2, its INTEROP_MIN), in this process's env."""
     value = os.environ.pop(var, "")

@@ -31,10 +31,10 @@ import yaml
 
 from launcher.backends import RecordedRun, backend_class, backend_names
 from launcher.backends.base import Backend, TaskHandle
-from launcher.console import Console
-from launcher.plan import build_plan, task_keys
+from launcher.ui.console import Console
+from launcher.plan.build import build_plan, task_keys
 from launcher.record.writer import RunRecord
-from launcher.spec import load_spec
+from launcher.spec.load import load_spec
 from tests.support.ports import free_base
 from tests.support.waits import wait_for
 

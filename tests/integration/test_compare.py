@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from launcher.compare.report import COLUMNS
-from tests.integration.tfrun import write_spec
+from tests.support.tfrun import write_spec
 from tests.support.cli import tfcluster
 from tests.support.prereq import require
 from tests.support.processes import pids_with_env
@@ -31,7 +31,7 @@ BATCH, EPOCHS, EVERY = 32, 2, 4
 
 def _step_marks(log: Path) -> tuple[float, list[tuple[int, float]], int]:
     """(first step's time, [(global_step, time) of every step line], global batch) read with
-    a regex, independently of launcher/progress.py."""
+    a regex, independently of launcher/contract/progress.py."""
     text = log.read_text()
     first = float(re.search(r"^tfcluster-first_step .*time=([\d.]+)", text, re.M).group(1))
     batch = int(re.search(r"^tfcluster-start .*global_batch=(\d+)", text, re.M).group(1))

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.tfrun import run_dir, write_spec
+from tests.support.tfrun import run_dir, write_spec
 from tests.support.cli import terminal_command, tfcluster
 from tests.support.prereq import require_tool
 from tests.support.processes import pids_with_env

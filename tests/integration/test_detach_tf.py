@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, progress, run_dir, up, write_spec
+from tests.support.tfrun import assert_no_processes, progress, run_dir, up, write_spec
 from tests.support.cli import tfcluster
 from tests.support.waits import wait_for
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, progress, up, write_spec
+from tests.support.tfrun import assert_no_processes, progress, up, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 

@@ -1,4 +1,4 @@
-"""Faults found by fault injection (issue 15): a stopped peer is the root cause and the run is
+"""Faults found by fault injection: a stopped peer is the root cause and the run is
 retried; the report shows the task's exception line and a hint; the TF tutorial's own code
 pattern runs unmodified; a full disk under run_dir neither hangs nor contradicts the exit code."""
 
@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+from tests.support.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 # The code pattern of TensorFlow's "Multi-worker training with Keras" tutorial (main.py +

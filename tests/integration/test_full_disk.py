@@ -1,4 +1,4 @@
-"""A full disk under run_dir (issue 15 §2): a tiny tmpfs as run_dir fills while tasks print.
+"""A full disk under run_dir: a tiny tmpfs as run_dir fills while tasks print.
 The launcher keeps reading every task's output (a task never blocks on its pipe), says once per
 file, in one line, which file is no longer written and on which file system, and its exit code
 and its record never contradict each other; Ctrl-C still gives 130."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import run_and_act
+from tests.support.tfrun import run_and_act
 from tests.support.prereq import require_root
 from tests.support.specs import script_spec
 

@@ -13,8 +13,7 @@ import pytest
 
 from tests.support.cli import tfcluster
 from tests.support.gpus import fake_bin
-from tests.support.ports import free_base
-from tests.support.specs import script_spec
+from tests.support.specs import local_spec, script_spec
 
 pytestmark = pytest.mark.integration
 
@@ -102,18 +101,10 @@ def test_no_nvidia_gpu_runs_on_cpu_said_once(tmp_path):
 def test_reference_worker_applies_memory_limit_and_collective(tmp_path):
     """TensorFlow on CPU has no GPU to limit, but the worker reads the settings, says what it
     applied, and builds MultiWorkerMirroredStrategy with the CommunicationOptions."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(f"""\
-name: g
-strategy: multi_worker_mirrored
-entrypoint: python -m worker --epochs 1 --steps-per-epoch 2 --batch-size 8
-tasks: {{worker: 1}}
-ports: {{base: {free_base()}}}
-devices: {{gpu_memory: 1024, gpus_per_task: 1}}
-collective: {{implementation: ring, timeout: 45}}
-env: {{TF_CPP_MIN_LOG_LEVEL: "2"}}
-watchdog: {{startup_timeout: 240}}
-""")
+    path = local_spec(tmp_path, "python -m worker --epochs 1 --steps-per-epoch 2 --batch-size 8", name="g",
+                      tasks="{worker: 1}", env={"TF_CPP_MIN_LOG_LEVEL": '"2"'}, watchdog="{startup_timeout: 240}",
+                      extra="devices: {gpu_memory: 1024, gpus_per_task: 1}\n"
+                            "collective: {implementation: ring, timeout: 45}\n")
     proc = up(path, tmp_path, 1)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = proc.stdout

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import main
+from launcher.cli.main import main
 from tests.support.cli import start_tfcluster, tfcluster
-from tests.support.processes import pids_with_env
+from tests.support.processes import alive, pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
 
@@ -134,9 +134,11 @@ def test_sigkill_of_launcher_leaves_no_task(tmp_path):
     proc = start_tfcluster("up", path)
     try:
         run_id = _wait_run(tmp_path, 4)
+        tasks = pids_with_env("TFCLUSTER_RUN_ID", run_id)  # the 2 wrappers and their 2 tasks
         proc.kill()
-        proc.wait(timeout=10)
-        wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 15, what="tasks to die with the launcher")
+        assert proc.wait(timeout=10) == -signal.SIGKILL  # no handler of the launcher's ran
+        wait_for(lambda: not any(alive(p) for p in tasks), 15, what="tasks to die with the launcher")
+        assert [p for p in tasks if alive(p)] == [] and pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from tests.integration.tfrun import ROOT, progress, run_and_act, run_dir, up, write_spec
+from tests.support.tfrun import ROOT, progress, run_and_act, run_dir, up, write_spec
 from tests.support.ports import free_base
 from tests.support.processes import pids_with_env
 from tests.support.waits import wait_for
@@ -48,7 +48,8 @@ def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     start_line = progress(result.stdout, "start")[0]
     assert int(start_line["epoch"]) >= 1 and int(start_line["global_step"]) >= 30, start_line
-    assert progress(result.stdout, "result")[0]["epochs_run"] != "3"
+    # the rerun ran only the epochs left from where it resumed (0-based epoch index), not all 3
+    assert progress(result.stdout, "result")[0]["epochs_run"] == str(3 - int(start_line["epoch"])), result.stdout[-3000:]
 
 
 def test_user_script_reading_tf_config_runs_unmodified(tmp_path, tfds_dir):

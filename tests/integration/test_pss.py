@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
+from tests.support.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
                                      tensorboard_scalars, up, wait_line, write_spec)
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -24,9 +24,7 @@ PSS_TASKS = "{chief: 1, worker: 2, ps: 1, evaluator: 1}"
 
 
 def pss_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = PSS_TASKS, extra: str = "") -> Path:
-    spec = write_spec(tmp_path, tfds_dir, entrypoint, tasks=tasks, extra=extra)
-    spec.write_text(spec.read_text().replace("strategy: multi_worker_mirrored", "strategy: parameter_server"))
-    return spec
+    return write_spec(tmp_path, tfds_dir, entrypoint, tasks=tasks, extra=extra, strategy="parameter_server")
 
 
 def run_with_kill(spec: Path, wait_pattern: str, key: str, then: str | None = None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.cli import main
+from launcher.cli.main import main
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for

@@ -9,15 +9,14 @@ from __future__ import annotations
 import re
 import signal
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from launcher.standby import ACK_BOUND
-from tests.integration.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
+from launcher.supervise.standby import ACK_BOUND
+from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
 from tests.support.cli import ROOT, tfcluster
-from tests.support.ports import free_base
+from tests.support.specs import local_spec
 
 pytestmark = [pytest.mark.integration]
 
@@ -26,17 +25,8 @@ TASK = re.compile(r"^\[(?P<key>\S+)\] standby-task key=\S+ attempt=(?P<attempt>\
 
 
 def spec_for(tmp_path: Path, mode: str, restart: str = "{max_restarts: 1, warm_standby: true}") -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: demo
-        strategy: multi_worker_mirrored
-        entrypoint: [{sys.executable}, {SCRIPT}, {mode}]
-        tasks: {{worker: 2}}
-        ports: {{base: {free_base()}}}
-        restart: {restart}
-        watchdog: {{startup_timeout: 60, stop_grace: 2}}
-    """))
-    return path
+    return local_spec(tmp_path, f"[{sys.executable}, {SCRIPT}, {mode}]", name="demo",
+                      watchdog="{startup_timeout: 60, stop_grace: 2}", extra=f"restart: {restart}\n")
 
 
 READY = r"^\[worker:\d\] \(standby\) tfcluster-standby ready"

@@ -1,4 +1,4 @@
-"""The single-host strategies end to end through ``tfcluster up`` (issue 11): one task, no TF
+"""The single-host strategies end to end through ``tfcluster up``: one task, no TF
 cluster, the CNN trained with ``model.fit`` and then the custom loop, the replica count each
 strategy reports, resume after a SIGKILL (fit and custom loop), graceful preemption (SIGTERM: the
 step is saved, the restart resumes there), and the TPU error path on a machine without a TPU.
@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
+from tests.support.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
                                     up, write_spec)
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]

@@ -1,4 +1,4 @@
-"""TensorBoard (issue 10 section 5), with real TensorFlow processes through ``tfcluster up``:
+"""TensorBoard, with real TensorFlow processes through ``tfcluster up``:
 
 * a user script written like the official "Multi-worker training with Keras" tutorial, with
   ``tf.keras.callbacks.TensorBoard(log_dir)`` under MultiWorkerMirroredStrategy (2 workers),
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import progress, run_dir, tensorboard_scalars, up, write_spec
+from tests.support.tfrun import progress, run_dir, tensorboard_scalars, up, write_spec
 from tests.support.cli import start_tfcluster
 from tests.support.ports import free_base
 from tests.support.prereq import require

@@ -7,7 +7,6 @@ SIGHUP sent (a shell that does not pass it on)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import select
@@ -16,11 +15,11 @@ import threading
 
 import pytest
 
-from tests.integration.tfrun import assert_no_processes, progress, run_dir, up, write_spec
-from tests.support.cli import start_on_terminal, terminal_command, tfcluster
-from tests.support.prereq import require_tool
-from tests.support.processes import alive, pids_with_env
+from tests.support.tfrun import assert_no_processes, progress, up, write_spec
+from tests.support.cli import start_on_terminal, tfcluster
+from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
+from tests.support.terminal import outcome as outcome_of, up_in_a_terminal_closed_when
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -49,9 +48,6 @@ SAVER = """
 """
 
 
-def _outcome(run) -> dict:
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
-    return next((e for e in events if e["event"] == "outcome"), None)
 
 
 class _Terminal:
@@ -107,7 +103,7 @@ def test_a_terminal_that_goes_away_without_a_sighup_stops_the_run_as_ctrl_c(tmp_
             proc.wait(10)
     assert code == 130
     run = (tmp_path / "runs" / "t" / "latest").resolve()
-    outcome = _outcome(run)
+    outcome = outcome_of(run)
     assert outcome is not None and outcome["outcome"] == "interrupted", outcome
     # Found by the failed write or the check, not by a signal.
     assert re.fullmatch(r"the terminal of `tfcluster up` went away \(std(out|err): hung up\); every task was "
@@ -129,24 +125,13 @@ def test_closing_the_tmux_window_of_up_saves_stops_and_the_next_up_resumes(tmp_p
     pty goes, tmux hangs up the command). Every task saves the same step, the run is `stopped`
     with its record closed, no process of it (each has TF_CONFIG and the run id) is left, and
     the next `up` starts at the saved step: zero steps redone."""
-    require_tool("tmux", "tmux")
     spec = write_spec(tmp_path, tfds_dir, CUSTOM)
     spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
-    sock = f"tfcluster-hup-{tmp_path.name}"
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45",
-                    terminal_command("up", spec)], check=True, timeout=10)
-    try:
-        log = tmp_path / "runs" / "demo" / "latest" / "logs" / "worker-0.log"
-        wait_for(lambda: log.exists() and re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()), 240,
-                 what="worker:0 at step 10")
-        launcher = json.loads((run_dir(spec) / "launcher.json").read_text())["pid"]
-        subprocess.run(["tmux", "-L", sock, "kill-session", "-t", "up"], check=True, timeout=10)
-        run = run_dir(spec)
-        wait_for(lambda: _outcome(run), 120, what="the run's outcome in its record")
-        wait_for(lambda: not alive(launcher), 30, what=f"the launcher (pid {launcher}) to exit")
-    finally:
-        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
-    outcome = _outcome(run)
+    latest = tmp_path / "runs" / "demo" / "latest"
+    log = latest / "logs" / "worker-0.log"
+    outcome = up_in_a_terminal_closed_when(
+        spec, latest, lambda: log.exists() and re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()),
+        "worker:0 at step 10")
     assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
     status = tfcluster("status", spec)
     assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout

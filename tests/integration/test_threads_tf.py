@@ -1,4 +1,4 @@
-"""``devices: {threads: ...}`` reaches TensorFlow (issue 22 item 3): two tasks on this machine run a
+"""``devices: {threads: ...}`` reaches TensorFlow: two tasks on this machine run a
 script that starts TF's runtime and reports the thread pools TensorFlow made. TF names its inter-op
 pool's threads ``tf_Compute`` (one per thread, /proc/self/task/*/comm); its intra-op pool (Eigen's)
 is unnamed, so the script counts the process's threads in all. ``tf.config.threading``'s getters
@@ -7,13 +7,12 @@ do not say: they return the context's own setting (0) whatever the environment h
 from __future__ import annotations
 
 import re
-import textwrap
 
 import pytest
 
-from launcher.threads import INTEROP_MIN, local_cores, shares
-from tests.integration.tfrun import ROOT, up
-from tests.support.ports import free_base
+from launcher.plan.threads import INTEROP_MIN, local_cores, shares
+from tests.support.tfrun import ROOT, up
+from tests.support.specs import local_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -33,17 +32,9 @@ print(f"tfthreads inter_op={names.count('tf_Compute')} threads={len(names)} "
 
 def run(tmp_path, threads) -> dict[str, dict[str, str]]:
     (tmp_path / "tfthreads.py").write_text(SCRIPT)
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(textwrap.dedent(f"""\
-        name: demo
-        strategy: multi_worker_mirrored
-        entrypoint: python {tmp_path / 'tfthreads.py'}
-        tasks: {{worker: 2}}
-        ports: {{base: {free_base()}}}
-        devices: {{threads: {threads}}}
-        env: {{PYTHONPATH: {ROOT}, TF_CPP_MIN_LOG_LEVEL: "3"}}
-        watchdog: {{startup_timeout: 120, stop_grace: 3}}
-    """))
+    spec = local_spec(tmp_path, f"python {tmp_path / 'tfthreads.py'}", name="demo",
+                      env={"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": '"3"'},
+                      watchdog="{startup_timeout: 120, stop_grace: 3}", extra=f"devices: {{threads: {threads}}}\n")
     result = up(spec)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     found = {}

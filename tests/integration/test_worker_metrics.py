@@ -1,4 +1,4 @@
-"""Every number the worker prints is true (issue 10 §1): epoch loss/accuracy are the same with
+"""Every number the worker prints is true: epoch loss/accuracy are the same with
 graceful preemption on and off (its in-graph flag must not change how tf_keras reduces the
 step's logs across workers), accuracy lies in [0, 1], the result line's training metrics are
 History's, and examples/s agrees with steps x batch / elapsed taken from the progress lines'
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.tfrun import progress, up, write_spec
+from tests.support.tfrun import progress, up, write_spec
 from tests.support.approx import flat
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -62,8 +62,8 @@ def check_numbers(out: str, task: str, batch: int, step_metrics: bool = True) ->
 
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_mwms_metrics_equal_with_and_without_graceful_preemption(tmp_path, tfds_dir, loop):
-    """Fails on the code before issue 10's fix: with the flag on, fit's epoch accuracy was
-    summed over the two workers (above 1)."""
+    """The in-graph preemption flag must not change how tf_keras reduces the step's logs: where it
+    did, fit's epoch accuracy was summed over the two workers (above 1)."""
     runs = {}
     for name, flags in (("on", ""), ("off", "--no-graceful-preemption")):
         (tmp_path / name).mkdir()

@@ -1,4 +1,4 @@
-"""The bundled worker resumed by a group of another size (issue 20: an elastic MWMS group shrinks
+"""The bundled worker resumed by a group of another size (an elastic MWMS group shrinks
 when a host is lost with no spare, and grows back when it returns), with real TensorFlow on the
 local backend: ``tfcluster up`` of 2 workers stopped gracefully in epoch 1 (SIGINT to the
 launcher: every worker saves the step they agree on), ``up`` of the same spec with 1 worker
@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from tests.integration.tfrun import RUN_TIMEOUT, assert_no_processes, progress, start, up, write_spec
+from tests.support.tfrun import RUN_TIMEOUT, assert_no_processes, progress, start, up, write_spec
 from tests.support.cli import ROOT
 from tests.support.waits import wait_line
 

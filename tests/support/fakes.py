@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from launcher.backends.base import Backend, Capabilities, TaskHandle
-from launcher.console import Console
-from launcher.execution import plan_for
+from launcher.ui.console import Console
+from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
-from launcher.spec import parse_spec
-from launcher.supervisor import Supervisor
+from launcher.spec.load import parse_spec
+from launcher.supervise.loop import Supervisor
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A task entrypoint of one's own that follows the warm-standby protocol (README, "Restarts"), for
+"""A task entrypoint of one's own that follows the warm-standby protocol (docs/concepts/runs.md, "Warm standby"), for
 the standby tests: stdlib only, no TensorFlow. It serves its TF_CONFIG port (so the startup
 watchdog sees it up), prints its task, attempt, pid and the cluster it was given, then runs until
 stopped (attempt 0) or exits 0 a moment later (a later attempt).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from launcher.bounded import escape, listing, one_line, shorten_quoted, shown
-from launcher.console import Console
+from launcher.ui.console import Console
 
 
 def test_a_string_is_quoted_escaped_and_cut_with_its_length():

@@ -1,5 +1,6 @@
-"""The CLI is the top: running a spec lives in launcher/execution.py, and no module of the
-launcher imports launcher/cli.py (only ``python -m launcher``, __main__.py, calls its main)."""
+"""The CLI is the top: running a spec lives in launcher/app/up.py, and no module of the launcher
+outside launcher/cli/ imports it (only ``python -m launcher``, __main__.py, calls its main, and
+``python -m launcher.cli.docsgen`` documents its parser: entry points, which nothing imports)."""
 
 import ast
 from pathlib import Path
@@ -24,11 +25,18 @@ def _imports(path: Path) -> set[str]:
 
 def test_nothing_in_the_launcher_imports_the_cli():
     importers = [str(p.relative_to(LAUNCHER.parent)) for p in sorted(LAUNCHER.rglob("*.py"))
-                 if p.name != "__main__.py" and p != LAUNCHER / "cli.py" and "launcher.cli" in _imports(p)]
+                 if p.name != "__main__.py" and LAUNCHER / "cli" not in p.parents
+                 and any(m.startswith("launcher.cli") for m in _imports(p))]
+    assert importers == []
+
+
+def test_nothing_imports_the_entry_points_above_the_cli():
+    importers = [str(p.relative_to(LAUNCHER.parent)) for p in sorted(LAUNCHER.rglob("*.py"))
+                 if _imports(p) & {"launcher.cli.docsgen", "launcher.__main__"}]
     assert importers == []
 
 
 def test_the_use_cases_are_reached_through_execution():
-    assert "launcher.execution" in _imports(LAUNCHER / "cli.py")
-    assert "launcher.execution" in _imports(LAUNCHER / "compare" / "run.py")
-    assert "launcher.execution" in _imports(LAUNCHER / "detach.py")
+    assert "launcher.app.up" in _imports(LAUNCHER / "cli" / "lifecycle.py")  # `tfcluster up`
+    assert "launcher.app.up" in _imports(LAUNCHER / "compare" / "run.py")
+    assert "launcher.app.up" in _imports(LAUNCHER / "app" / "detach.py")

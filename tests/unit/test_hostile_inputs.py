@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.discovery import LINE_CHARS, OUTPUT_BYTES, DiscoveryError, parse_hosts, run_discovery
+from launcher.spec.discovery import LINE_CHARS, OUTPUT_BYTES, DiscoveryError, parse_hosts, run_discovery
 from launcher.record.reader import FILE_BYTES
 from tests.support.cli import tfcluster_measured
 
@@ -257,7 +257,7 @@ def test_a_task_output_line_of_100_mb_is_shown_in_pieces_and_memory_stays_bounde
 
     from launcher.backends.ssh.task import SSHTask
     from launcher.bounded import HOST_LINE_BYTES
-    from launcher.plan import PlannedTask
+    from launcher.plan.build import PlannedTask
 
     class Chan:
         def __init__(self) -> None:

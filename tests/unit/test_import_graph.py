@@ -1,4 +1,4 @@
-"""No import circle in launcher/ or worker/ (issue 21).
+"""No import circle in launcher/ or worker/.
 
 The graph is built from the source with ``ast``: every ``import``/``from ... import`` counts, at module
 level and inside functions (a function-level import is still a dependency, only a late one); imports
@@ -143,10 +143,10 @@ def cycle_in(graph: dict[str, set[str]], component: list[str]) -> list[str]:
 
 def test_the_graph_sees_module_and_function_imports_but_not_type_checking_ones():
     graph = import_graph()
-    assert "launcher.specmodel" in graph["launcher.plan"]  # module level, relative
-    assert "launcher.backends" in graph["launcher.spec"]  # the loader is above the registry
+    assert "launcher.spec.model" in graph["launcher.plan.build"]  # module level, relative
+    assert "launcher.backends" in graph["launcher.spec.load"]  # the loader is above the registry
     assert "launcher.backends.ssh.supervisor" in graph["launcher.backends.ssh.backend"]  # inside a method
-    assert "launcher.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
+    assert "launcher.contract.progress" in graph["worker.progress"]  # worker/ imports launcher/ absolutely
     assert "launcher.backends.ssh.pool" not in graph["launcher.backends.ssh.probe"]  # if TYPE_CHECKING: only
 
 
@@ -211,10 +211,10 @@ def test_no_private_name_is_used_from_another_module():
 
 def test_spec_models_are_a_leaf_and_only_the_loader_above_the_backends_composes_them():
     graph = import_graph()
-    assert graph["launcher.specmodel"] == set(), graph["launcher.specmodel"]
-    below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan", "launcher.record.writer"}
-    assert not [m for m in below if "launcher.spec" in graph[m]], "the loader, launcher.spec, is above the backends"
-    assert "launcher.backends" in graph["launcher.spec"] and "launcher.export.options" in graph["launcher.spec"]
+    assert graph["launcher.spec.model"] == set(), graph["launcher.spec.model"]
+    below = {m for m in graph if m.startswith("launcher.backends")} | {"launcher.plan.build", "launcher.record.writer"}
+    assert not [m for m in below if "launcher.spec.load" in graph[m]], "the loader, launcher.spec.load, is above the backends"
+    assert "launcher.backends" in graph["launcher.spec.load"] and "launcher.export.options" in graph["launcher.spec.load"]
 
 
 def _backend_of(module: str, prefixes: dict[str, str]):
@@ -267,3 +267,67 @@ def test_the_record_package_has_one_writer_one_reader_and_one_run_model():
     # the status model is built on the view the feed replays, through the one reader
     assert {"launcher.record.feed", "launcher.record.view", "launcher.record.reader"} <= graph["launcher.record.status"]
     assert "launcher.record.writer" not in graph["launcher.record.status"] | graph["launcher.record.feed"]
+
+
+# The layers, top to bottom. A module may import its own package and any package below its layer,
+# never one above: the arrows of the package graph all point down.
+LAYERS: list[tuple[str, ...]] = [
+    ("launcher.__main__", "launcher.cli"),  # parses, calls a use case, prints, exits
+    ("launcher.compare",),  # a use case made of use cases (one `up` per strategy)
+    ("launcher.app",),  # the use cases
+    ("launcher.export",),  # files for other systems (compose, TFJob, Vertex)
+    ("launcher.supervise",),  # the loop over a plan on a backend, and its helpers
+    ("launcher.backends",),  # one package per provider, behind launcher.backends' registry
+    ("launcher.ui",),  # what a person reads
+    ("launcher.record",),  # the run's record: events in, views out
+    ("launcher.plan",),  # pure: spec -> plan
+    ("launcher.spec",),  # the user's file: model, loader, discovery
+    ("launcher.contract", "launcher.remote", "worker"),  # what tasks read; code shipped to hosts; the reference worker
+    ("launcher", "launcher.errors", "launcher.bounded", "launcher.procinfo"),  # leaves every layer uses
+]
+# Reaching up, each with its reason. The registry (launcher.backends itself) maps a backend's name to
+# its class without importing one; the loader asks it which backends and which options exist,
+# and so do the placement of spares and the export, by name. The export's option models are spec
+# keys (`kubernetes:`, `vertex:`) kept with their provider.
+UPWARD = {
+    ("launcher.spec.load", "launcher.backends"): "the loader checks `backend:` and its options through the registry",
+    ("launcher.spec.load", "launcher.export.options"): "the export's option models are spec keys kept with their provider",
+    ("launcher.plan.elastic", "launcher.backends"): "spares are the hosts the backend's static placement leaves free",
+}
+
+
+def layer_of(module: str) -> int:
+    best, rank = -1, None
+    for i, layer in enumerate(LAYERS):
+        for package in layer:
+            if (module == package or module.startswith(package + ".")) and len(package) > best:
+                best, rank = len(package), i
+    assert rank is not None, f"{module} is in no layer: add its package to LAYERS"
+    return rank
+
+
+def test_every_module_has_a_layer_and_the_layers_are_known():
+    graph = import_graph()
+    assert {layer_of(m) for m in graph} == set(range(len(LAYERS)))  # no layer is empty
+    assert layer_of("launcher.cli") < layer_of("launcher.app.up") < layer_of("launcher.supervise.loop") \
+        < layer_of("launcher.backends.ssh.backend") < layer_of("launcher.record.view") < layer_of("launcher.plan.build") \
+        < layer_of("launcher.spec.model") < layer_of("launcher.contract.envnames")
+
+
+def test_no_import_runs_up_the_layers():
+    """cli -> app -> supervise -> backends -> ui -> record -> plan -> spec -> contract: every import
+    goes down (or stays in its package), but for the few in UPWARD, each with its reason."""
+    graph = import_graph(type_checking=True)
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if layer_of(target) < layer_of(module) and (module, target) not in UPWARD:
+                found.append(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})")
+    assert not found, "imports that run up the layers:\n" + "\n".join(found)
+    stale = [pair for pair in UPWARD if pair[1] not in graph[pair[0]]]
+    assert not stale, f"these upward imports are gone; remove them from UPWARD: {stale}"
+
+
+def test_the_layer_rule_sees_an_upward_import():
+    assert layer_of("launcher.record.status") > layer_of("launcher.supervise.policy")  # what it would catch
+    assert layer_of("launcher") == len(LAYERS) - 1 and layer_of("launcher.bounded") == len(LAYERS) - 1

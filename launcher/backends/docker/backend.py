@@ -21,15 +21,16 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ... import envnames, threads
-from ... import containergpus as gpus
-from ... import gpus as plan_gpus
-from ...console import Console
-from ...errors import LaunchError
-from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
-from ...specmodel import LoadedSpec, Spec
-from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from .options import DockerOptions
+from launcher.plan import threads
+from launcher.contract import envnames
+from launcher.plan import containergpus as gpus
+from launcher.plan import gpus as plan_gpus
+from launcher.ui.console import Console
+from launcher.errors import LaunchError
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
+from launcher.spec.model import LoadedSpec, Spec
+from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from launcher.backends.docker.options import DockerOptions
 
 
 class _LazyModule:
@@ -201,6 +202,7 @@ class DockerTask(TaskHandle):
 class DockerBackend(Backend):
     name = "docker"
     options_key = "docker"
+    options_exported = True
     Options = DockerOptions
     # Every container has its own network namespace: task ports cannot clash, nothing to preflight.
     capabilities = Capabilities(port_probe=True)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, WithJsonSchema, field_validator
 
-from ...specmodel import IMAGE_RE, OptionsModel
+from launcher.spec.model import IMAGE_RE, OptionsModel
 
 SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 
@@ -15,34 +15,39 @@ SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 class DockerBuild(OptionsModel):
     """How ``backend: docker`` builds its image (docker/Dockerfile of this project by default)."""
 
-    # Build context, relative to the spec file; the Dockerfile path is relative to the context.
     context: str = "."
+    """Build context, relative to the spec file; the Dockerfile path is relative to the context."""
     dockerfile: str = "docker/Dockerfile"
-    # The BASE_IMAGE build arg (default in the Dockerfile: an official Python image).
+    """The Dockerfile, relative to the context."""
     base_image: Optional[str] = None
+    """The BASE_IMAGE build arg (default in the Dockerfile: an official Python image)."""
     args: dict[str, str] = Field(default_factory=dict)
-    # Network for RUN steps, e.g. "host" when the engine's bridge has no way out.
+    """Build args (--build-arg KEY=value)."""
     network: Optional[str] = None
-    # "missing": build only when the image is absent; "always": build on every `up` (cached).
+    """Network for RUN steps, e.g. "host" when the engine's bridge has no way out."""
     when: Literal["missing", "always"] = "missing"
+    """missing: build only when the image is absent; always: build on every `up` (cached)."""
 
 
 class DockerOptions(OptionsModel):
     """``docker:`` -- the image, its build, and the engine used by ``backend: docker``."""
 
     image: str = "tfcluster-worker:latest"
+    """The image every task's container runs (built from `build` or pulled when missing)."""
     build: Optional[DockerBuild] = None
-    # Without docker.build, a missing image is pulled ("missing") or reported ("never").
+    """How to build the image (none: pull it, or report it missing)."""
     pull: Literal["missing", "never"] = "missing"
-    # Engine URL like unix:///var/run/docker.sock or tcp://host:2375 (default: $DOCKER_HOST).
+    """Without docker.build, a missing image is pulled ("missing") or reported ("never")."""
     engine: Optional[str] = None
-    # Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec).
+    """Engine URL like unix:///var/run/docker.sock or tcp://host:2375 (default: $DOCKER_HOST)."""
     volumes: tuple[str, ...] = ()
-    # Run tasks as this user (default: the image's user, or yours when you are not root).
+    """Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec)."""
     user: Optional[str] = None
-    # Each container's /dev/shm ("1g", "512m", bytes); default: 1g for a container with GPUs
-    # (NCCL's shared-memory transport needs more than Docker's 64m), the engine's for the others.
-    shm_size: Optional[str] = None
+    """Run tasks as this user (default: the image's user, or yours when you are not root)."""
+    shm_size: Annotated[Optional[str], WithJsonSchema({"anyOf": [
+        {"type": "string", "pattern": SIZE_RE.pattern}, {"type": "integer", "minimum": 1}, {"type": "null"}]})] = None
+    """Each container's /dev/shm ("1g", "512m", bytes); default: 1g for a container with GPUs (NCCL's
+    shared-memory transport needs more than Docker's 64m), the engine's for the others."""
 
     @field_validator("shm_size", mode="before")
     @classmethod

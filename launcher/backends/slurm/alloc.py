@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ...errors import LaunchError
-from . import cli
+from launcher.errors import LaunchError
+from launcher.backends.slurm import cli
 
 HOLD_SCRIPT = "exec sleep infinity"
 _POLL = 0.5

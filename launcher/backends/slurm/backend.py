@@ -30,29 +30,30 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ... import envnames, threads
-from ... import gpus as plan_gpus
-from ...console import Console
-from ...errors import AttemptImpossible, LaunchError
-from ...plan import Placement, Plan, PlannedTask, Slot, task_keys
-from ...procinfo import group_alive, is_same, kill_group, start_time
-from ...record.events import Event
-from ...remote import gpuplace, taskwrap_path
-from ...specmodel import LoadedSpec, Spec
-from . import alloc
-from . import gpus
-from . import cli
-from . import shared
-from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from ..childtask import ChildTask
-from .options import SlurmOptions
+from launcher.plan import threads
+from launcher.contract import envnames
+from launcher.plan import gpus as plan_gpus
+from launcher.ui.console import Console
+from launcher.errors import AttemptImpossible, LaunchError
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
+from launcher.procinfo import group_alive, is_same, kill_group, start_time
+from launcher.record.events import Event
+from launcher.remote import gpuplace, taskwrap_path
+from launcher.spec.model import LoadedSpec, Spec
+from launcher.backends.slurm import alloc
+from launcher.backends.slurm import gpus
+from launcher.backends.slurm import cli
+from launcher.backends.slurm import shared
+from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from launcher.backends.childtask import ChildTask
+from launcher.backends.slurm.options import SlurmOptions
 
 STEP_MARK = "tfcluster-slurm-step"
 COMPLETING_WAIT = 15.0  # s: how long prepare_attempt waits for an ending job's final state
 # The step prints its id first, so signals reach it without asking squeue, and the GPUs Slurm gave it
 # (the node's indices: SLURM_STEP_GPUS, set by slurmd's gres plugin; else CUDA_VISIBLE_DEVICES, -1 for
 # a CPU step), so ``status`` shows them. Then it makes a ``threads: auto`` budget from the job's CPUs
-# on its node (launcher/threads.py).
+# on its node (launcher/plan/threads.py).
 _STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME '
                'gpus=${SLURM_STEP_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"; '
                f'{threads.shell_budget(envnames.THREADS)}; exec "$@"')

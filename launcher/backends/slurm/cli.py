@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ...errors import LaunchError
+from launcher.errors import LaunchError
 
 COMMANDS = ("sbatch", "srun", "squeue", "scontrol", "scancel")
 # States in which a job still holds (or waits for) its allocation.

@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Union
 
-from ...errors import LaunchError
-from . import cli
+from launcher.errors import LaunchError
+from launcher.backends.slurm import cli
 
 Take = Union[int, str]  # 0: no GPU; N; "auto"; "all"
 

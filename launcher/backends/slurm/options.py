@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from ...specmodel import OptionsModel
+from launcher.spec.model import OptionsModel
 
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(unlimited|infinite|UNLIMITED|INFINITE)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -19,22 +19,24 @@ OWN_OPTIONS = ("--jobid", "--nodelist", "--nodes", "--ntasks-per-node", "--ntask
 class SlurmOptions(OptionsModel):
     """``slurm:`` -- the allocation ``backend: slurm`` asks for and how its steps run."""
 
-    # Partition (sbatch --partition); default: the cluster's default partition.
     partition: Optional[str] = None
-    # Time limit of the allocation (sbatch --time): "MM", "HH:MM:SS", "D-HH:MM:SS", ...
+    """Partition (sbatch --partition); default: the cluster's default partition."""
     time: Optional[str] = None
+    """Time limit of the allocation (sbatch --time): "MM", "HH:MM:SS", "D-HH:MM:SS", ..."""
     account: Optional[str] = None
-    # Nodes to allocate; default: enough for every task at tasks_per_node tasks per node.
+    """Account to charge (sbatch --account)."""
     nodes: Optional[int] = Field(default=None, ge=1, strict=True)
+    """Nodes to allocate; default: enough for every task at tasks_per_node tasks per node."""
     tasks_per_node: int = Field(default=1, ge=1, strict=True)
-    # Extra sbatch options, passed through (e.g. ["--gres=gpu:4", "--exclusive"]).
+    """At most this many tasks on one node."""
     sbatch: tuple[str, ...] = ()
-    # Extra srun options for every task's step (e.g. ["--mem=0"]).
+    """Extra sbatch options, passed through (e.g. ["--gres=gpu:4", "--exclusive"])."""
     srun: tuple[str, ...] = ()
-    # Interpreter on the nodes (an absolute path is put first on the tasks' PATH).
+    """Extra srun options for every task's step (e.g. ["--mem=0"])."""
     python: str = "python3"
-    # Seconds the allocation may stay pending before it is cancelled and reported with Slurm's reason.
+    """Interpreter on the nodes (an absolute path is put first on the tasks' PATH)."""
     queue_timeout: float = Field(default=600.0, gt=0)
+    """Seconds the allocation may stay pending before it is cancelled and reported with Slurm's reason."""
 
     @field_validator("time")
     @classmethod

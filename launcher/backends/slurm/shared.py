@@ -18,8 +18,8 @@ import secrets
 from pathlib import Path
 from typing import Sequence
 
-from ...errors import LaunchError
-from . import cli
+from launcher.errors import LaunchError
+from launcher.backends.slurm import cli
 
 STEP_NAME = "tfcluster-shared-check"
 # $1 workdir, $2 marker, $3 token: one word per node.

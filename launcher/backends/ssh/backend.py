@@ -34,22 +34,24 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from ... import envnames, gpus
-from ...console import Console
-from ...errors import LaunchError, SpecError, exc_text
-from ...plan import Placement, Plan, PlannedTask, Slot, build_plan
-from ...remote.gpuplace import plural
-from ...record.events import Event
-from ...specmodel import TASK_TYPES, Host, LoadedSpec, Spec
-from . import down as ssh_down, probe as ssh_probe, sync as ssh_sync
-from ..base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
-from .commands import env_block, port_check_command, promote_command, remote_paths, task_command, wrap_args
-from .host import HostState
-from .options import SSHOptions
-from .pool import HostPool
-from .runner import Runner
-from .state import StateSync, state_dir
-from .task import SSHTask, signal_tasks
+from launcher.plan import gpus
+from launcher.contract import envnames
+from launcher.ui.console import Console
+from launcher.errors import LaunchError, SpecError, exc_text
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot, build_plan
+from launcher.remote.gpuplace import plural
+from launcher.record.events import Event
+from launcher.spec.model import TASK_TYPES, Host, LoadedSpec, Spec
+from launcher.backends.ssh import down as ssh_down, probe as ssh_probe, sync as ssh_sync
+from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from launcher.backends.elsewhere import Elsewhere
+from launcher.backends.ssh.commands import env_block, port_check_command, promote_command, remote_paths, task_command, wrap_args
+from launcher.backends.ssh.host import HostState
+from launcher.backends.ssh.options import SSHOptions
+from launcher.backends.ssh.pool import HostPool
+from launcher.backends.ssh.runner import Runner
+from launcher.backends.ssh.state import StateSync, state_dir
+from launcher.backends.ssh.task import SSHTask, signal_tasks
 
 
 def require_ssh_libraries() -> None:
@@ -195,12 +197,14 @@ class SSHBackend(Backend):
         return problems
 
     @classmethod
-    def run_elsewhere(cls, loaded: LoadedSpec, argv, spec_arg: str, command: str, console) -> Optional[int]:
+    def run_elsewhere(cls, loaded: LoadedSpec, request: Elsewhere, console) -> Optional[int]:
         if not loaded.spec.ssh.supervisor:
             return None
-        from .supervisor import delegate
+        from launcher.backends.ssh.supervisor import delegate
 
-        return delegate(loaded, argv, spec_arg, command, console, cls(loaded, record=None, console=console).pool)
+        # (the command line names the spec as "{spec}": delegate puts in its path on that host)
+        return delegate(loaded, request.argv("{spec}"), "{spec}", request.command, console,
+                        cls(loaded, record=None, console=console).pool)
 
     # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
     detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "
@@ -228,7 +232,7 @@ class SSHBackend(Backend):
         self._gpu_placement: Optional[Placement] = None  # the preflight's, by the hosts' GPUs (gpu_replan)
 
     def _local(self, path: str) -> Path:
-        from .connect import resolve_local
+        from launcher.backends.ssh.connect import resolve_local
 
         return resolve_local(path, self.loaded.base_dir)
 
@@ -363,7 +367,7 @@ class SSHBackend(Backend):
             chan.exec_command(command)
             chan.sendall(env_block(self.task_env(task, hs, env)))
         except Exception as exc:  # noqa: BLE001
-            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+            from launcher.backends.ssh.connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
 
             raise LaunchError(f"host {hs.name}: cannot start {task.key} "
                               f"({describe_channel_error(exc, self.opts.connect_timeout)}); "

@@ -12,16 +12,16 @@ import shlex
 import signal as _signal
 from typing import Iterable, Mapping, Optional, Sequence
 
-from ... import envnames
-from ...remote import source as remote_source
-from .options import SSHOptions
+from launcher.contract import envnames
+from launcher.remote import source as remote_source
+from launcher.backends.ssh.options import SSHOptions
 
 def q(value: str) -> str:
     return shlex.quote(str(value))
 
 
 # Seconds between the task wrapper's samples of its task's GPU figures (taskwrap.py --gpu-watch;
-# the local backend's watch samples as often: launcher/gpuwatch.py).
+# the local backend's watch samples as often: launcher/supervise/gpuwatch.py).
 GPU_WATCH = 5.0
 
 

@@ -28,9 +28,9 @@ from fabric import Config, Connection
 # Every failure that matters reaches the user as one line of ours instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-from ...errors import exc_text
-from ...specmodel import Host
-from .options import SSHOptions
+from launcher.errors import exc_text
+from launcher.spec.model import Host
+from launcher.backends.ssh.options import SSHOptions
 
 _KH_LOCK = threading.Lock()
 

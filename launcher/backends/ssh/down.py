@@ -6,12 +6,12 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from ...console import Console
-from ..base import RecordedRun
-from .commands import down_command
+from launcher.ui.console import Console
+from launcher.backends.base import RecordedRun
+from launcher.backends.ssh.commands import down_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .pool import HostPool
+    from launcher.backends.ssh.pool import HostPool
 
 
 def down(pool: "HostPool", run: RecordedRun, console: Console, stop_grace: float) -> bool:

@@ -7,9 +7,9 @@ import posixpath
 import threading
 from typing import Optional
 
-from ...plan import PlannedTask
-from ...specmodel import Host
-from .options import SSHOptions
+from launcher.plan.build import PlannedTask
+from launcher.spec.model import Host
+from launcher.backends.ssh.options import SSHOptions
 
 
 class HostState:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from .task import SSHTask
+from launcher.backends.ssh.task import SSHTask
 
 
 class Lease:

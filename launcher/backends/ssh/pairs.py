@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ...plan import CLUSTER_TYPES, Plan, PlannedTask
+from launcher.plan.build import CLUSTER_TYPES, Plan, PlannedTask
 
 PSS_COORDINATION_ENV = "TF_PSS_ENABLE_COORDINATION_SERVICE"
 

@@ -16,14 +16,14 @@ from concurrent.futures import ThreadPoolExecutor, wait as wait_futures
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from ...specmodel import Host
-from .heartbeat import Heartbeat
-from .host import HostState, close_quietly
-from .lease import Lease
-from .options import SSHOptions
-from .runner import Runner, close_channel, run_command
-from .task import SSHTask
-from .watch import HostWatch
+from launcher.spec.model import Host
+from launcher.backends.ssh.heartbeat import Heartbeat
+from launcher.backends.ssh.host import HostState, close_quietly
+from launcher.backends.ssh.lease import Lease
+from launcher.backends.ssh.options import SSHOptions
+from launcher.backends.ssh.runner import Runner, close_channel, run_command
+from launcher.backends.ssh.task import SSHTask
+from launcher.backends.ssh.watch import HostWatch
 
 
 class HostPool:
@@ -65,7 +65,7 @@ class HostPool:
 
     def connect_one(self, name: str) -> Optional[str]:
         """Open (or reuse) the host's connection; None, or the one-line problem."""
-        from .connect import describe_connect_error, make_connection, open_connection
+        from launcher.backends.ssh.connect import describe_connect_error, make_connection, open_connection
 
         hs = self.hosts[name]
         with hs.lock:
@@ -216,7 +216,7 @@ class HostPool:
     def _probe(self, name: str) -> bool:
         """One probe of a lost host (watch.py): its own connection (reused while it lasts, never
         the host's working one) that runs ``true`` within a second."""
-        from .connect import make_connection, open_connection
+        from launcher.backends.ssh.connect import make_connection, open_connection
 
         with self._probes_lock:
             conn = self._probes.get(name)

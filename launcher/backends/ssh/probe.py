@@ -9,17 +9,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
-from ... import gpus
-from ...errors import LaunchError, exc_text
-from ...plan import Plan
-from ...remote import source as remote_source
-from .commands import agent_command, probe_deadline
-from .pairs import host_targets
-from .runner import BadReply, check_probe_reply, check_probe_results, close_channel, drain_stderr, parse_reply, readline
+from launcher.plan import gpus
+from launcher.errors import LaunchError, exc_text
+from launcher.plan.build import Plan
+from launcher.remote import source as remote_source
+from launcher.backends.ssh.commands import agent_command, probe_deadline
+from launcher.backends.ssh.pairs import host_targets
+from launcher.backends.ssh.runner import BadReply, check_probe_reply, check_probe_results, close_channel, drain_stderr, parse_reply, readline
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .pool import HostPool
-    from .state import StateSync
+    from launcher.backends.ssh.pool import HostPool
+    from launcher.backends.ssh.state import StateSync
 
 
 def no_answer(name: str, what: str, seconds: float) -> str:
@@ -69,7 +69,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
             chan.exec_command(agent_command(hs.python, pidfile))
             sessions[name] = chan
         except Exception as exc:  # noqa: BLE001
-            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+            from launcher.backends.ssh.connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
 
             return (f"host {name}: preflight could not run "
                     f"({describe_channel_error(exc, pool.opts.connect_timeout)}); check the host")

@@ -8,8 +8,8 @@ import re
 import time
 from typing import Any, Callable, Optional
 
-from ...bounded import HOST_LINE_BYTES, shown
-from ...errors import exc_text
+from launcher.bounded import HOST_LINE_BYTES, shown
+from launcher.errors import exc_text
 
 # (host name, command, stdin bytes or None, timeout) -> (exit code, combined output); -1 = no answer
 Runner = Callable[[str, str, Optional[bytes], float], tuple[int, str]]

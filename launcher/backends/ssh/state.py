@@ -6,7 +6,7 @@
   record say which and why.
 * ``prepare_attempt`` (``copy``, MultiWorkerMirroredStrategy): before every attempt -- so also
   before ``up`` resumes an earlier run of the same name -- the chief's latest complete backup
-  (``statelayout.RESUME_AREAS``) is streamed as a tar from the chief's host to every other
+  (``statedir.RESUME_AREAS``) is streamed as a tar from the chief's host to every other
   host's state dir over the connections already open (``remote/statesync.py``): one channel on
   the chief's host packs, the launcher relays the bytes to one channel per other host, each
   receiver extracts into a temp dir and renames it into place only when size and sha256 match
@@ -31,19 +31,19 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ... import statelayout
-from ...bounded import HOST_LINE_BYTES, escape
-from ...errors import LaunchError, exc_text
-from ...plan import Plan
-from ...record.events import Event
-from ...remote import source as remote_source
-from ...remote import statesync as sync_lib
-from .runner import BadReply, parse_reply
+from launcher.contract import statedir
+from launcher.bounded import HOST_LINE_BYTES, escape
+from launcher.errors import LaunchError, exc_text
+from launcher.plan.build import Plan
+from launcher.record.events import Event
+from launcher.remote import source as remote_source
+from launcher.remote import statesync as sync_lib
+from launcher.backends.ssh.runner import BadReply, parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...console import Console
-    from ...specmodel import State
-    from .pool import HostPool
+    from launcher.ui.console import Console
+    from launcher.spec.model import State
+    from launcher.backends.ssh.pool import HostPool
 
 # Seconds without progress on a copy channel = that host's copy failed (a cut link): twice
 # ssh.lease, the silence after which remote tasks count the launcher as gone, at least 10.
@@ -154,7 +154,7 @@ class StateSync:
 
     @staticmethod
     def _ask(chan, op: str, path: str):
-        from .runner import readline as _readline
+        from launcher.backends.ssh.runner import readline as _readline
 
         chan.sendall(json.dumps({"marker": {"op": op, "path": path}}).encode() + b"\n")
         try:
@@ -178,8 +178,8 @@ class StateSync:
         """The host to copy the latest backup from: the last attempt's chief host while it
         answers, else one of that attempt's hosts still here (the plan's chief's first), else
         the chief's. Never merely the new plan's chief: after a move, a shrink or a grow that
-        can be a host that just joined, with an old backup or none (the soak restarted from
-        step 0 so, 1,364 steps back)."""
+        can be a host that just joined, with an old backup or none, and the group would resume
+        from that (step 0 or an old step: every step since lost)."""
         chief, group = self.chief_host(), self.training_hosts()
         candidates = [self.writer] if self.writer else []
         candidates += sorted((h for h in self.last_group if h in group), key=lambda h: h != chief)
@@ -198,7 +198,7 @@ class StateSync:
         if not targets:
             self.writer, self.last_group = chief, group
             return
-        areas = [sync_lib.LATEST + a for a in statelayout.RESUME_AREAS]
+        areas = [sync_lib.LATEST + a for a in statedir.RESUME_AREAS]
         started = time.monotonic()
         size = self._copy(src, targets, areas)
         self.writer, self.last_group = chief, group
@@ -221,7 +221,7 @@ class StateSync:
             chan.settimeout(self.io_timeout)
             chan.exec_command(command)
         except Exception as exc:  # noqa: BLE001
-            from .connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
+            from launcher.backends.ssh.connect import describe_channel_error  # (late: paramiko is the [ssh] extra's)
 
             raise LaunchError(describe_channel_error(exc, self.pool.opts.connect_timeout)) from None
         return chan
@@ -338,7 +338,7 @@ class StateSync:
 
     @staticmethod
     def _reply(chan) -> dict:
-        from .runner import readline as _readline
+        from launcher.backends.ssh.runner import readline as _readline
 
         try:
             line = _readline(chan)
@@ -356,8 +356,8 @@ class StateSync:
         if self.cfg.fetch == "none" or self.plan is None or self.record is None:
             return
         # The TensorBoard logs too (the chief's train/; small), for `tfcluster tensorboard`.
-        areas = [statelayout.FINAL_MODEL, statelayout.TENSORBOARD] + (
-            [statelayout.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
+        areas = [statedir.FINAL_MODEL, statedir.TENSORBOARD] + (
+            [statedir.CHECKPOINTS] if self.cfg.fetch == "checkpoints" else [])
         src = self.chief_host()
         hs = self.pool.hosts[src]
         local: Path = self.record.state_dir

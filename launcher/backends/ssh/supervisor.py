@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
-from ...bounded import HOST_LINE_BYTES
-from ...console import Console
-from ...errors import LaunchError
-from ...specmodel import LoadedSpec
-from .commands import q, remote_paths
+from launcher.bounded import HOST_LINE_BYTES
+from launcher.ui.console import Console
+from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError
+from launcher.spec.model import LoadedSpec
+from launcher.backends.ssh.commands import q, remote_paths
 
 if TYPE_CHECKING:
-    from .pool import HostPool
+    from launcher.backends.ssh.pool import HostPool
 
 _IDLE = 0.05
 
@@ -111,7 +111,7 @@ class RemoteSupervisor:
             if on_interrupt:
                 self.console.info(f"interrupted; stopping the run on host {self.host}")
                 self.run(on_interrupt)
-            return 130
+            return EXIT_INTERRUPTED
         finally:
             try:
                 chan.close()
@@ -172,10 +172,10 @@ def delegate(loaded: LoadedSpec, argv: Sequence[str], spec_arg: str, command: st
                          "disconnect once the run is detached")
         stop = ["down", "{spec}"] if upload else None
         code = remote.run(args, on_interrupt=stop)
-        if code == 130 and command == "attach":  # Ctrl-C detaches, as it does here
+        if code == EXIT_INTERRUPTED and command == "attach":  # Ctrl-C detaches, as it does here
             console.info(f"detached; the run goes on on host {remote.host} "
                          f"(stop it with: tfcluster down {loaded.path})")
-            return 0
+            return EXIT_OK
         return code
     finally:
         remote.close()

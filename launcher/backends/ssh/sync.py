@@ -9,13 +9,13 @@ import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
-from ...errors import LaunchError
-from ...record.layout import runs_dir
-from .commands import setup_command, sync_command
+from launcher.errors import LaunchError
+from launcher.record.layout import runs_dir
+from launcher.backends.ssh.commands import setup_command, sync_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ...specmodel import LoadedSpec
-    from .pool import HostPool
+    from launcher.spec.model import LoadedSpec
+    from launcher.backends.ssh.pool import HostPool
 
 _SYNC_EXCLUDE = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv", "venv", "node_modules"}
 

@@ -8,13 +8,13 @@ import threading
 import time
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from ...bounded import HOST_LINE_BYTES
-from ...plan import PlannedTask
-from ...remote.gpuplace import parse_figures_line, parse_given_line
-from ...remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
-from ..base import LineSink, TaskHandle
-from .commands import signal_command, state_command
-from .host import HostState
+from launcher.bounded import HOST_LINE_BYTES
+from launcher.plan.build import PlannedTask
+from launcher.remote.gpuplace import parse_figures_line, parse_given_line
+from launcher.remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
+from launcher.backends.base import LineSink, TaskHandle
+from launcher.backends.ssh.commands import signal_command, state_command
+from launcher.backends.ssh.host import HostState
 
 
 

@@ -1,4 +1,4 @@
-"""Hosts that were lost, watched for their return (elastic runs, launcher/elastic.py).
+"""Hosts that were lost, watched for their return (elastic runs, launcher/plan/elastic.py).
 
 A thread of its own probes each watched host about once a second (all of them at once) and
 keeps, per host, since when it has answered without a break; a probe that fails starts the

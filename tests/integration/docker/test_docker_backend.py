@@ -9,14 +9,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.labs import docker as eng
-from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.cli import start_tfcluster
+from tests.support.docker_helpers import containers_exited, docker_spec, leftovers, tfcluster_at_repo
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
 
@@ -26,23 +26,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1
 REPO = eng.REPO
 # Short: the machine is shared; 2 epochs of 15 steps still exercise MWMS across two containers.
 DEMO_ARGS = "python -m worker --epochs 2 --steps-per-epoch 15 --batch-size 16 --progress-every 5"
-
-
-def _spec(tmp_path: Path, engine_url: str, entrypoint: str, name: str = "dk", extra: str = "",
-          max_restarts: int = 0, image: str = eng.WORKER_IMAGE) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(
-        f"name: {name}\n"
-        "strategy: multi_worker_mirrored\n"
-        "backend: docker\n"
-        f"entrypoint: {json.dumps(entrypoint)}\n"
-        "tasks: {worker: 2}\n"
-        "env: {TF_CPP_MIN_LOG_LEVEL: '2'}\n"
-        f"restart: {{max_restarts: {max_restarts}}}\n"
-        "watchdog: {startup_timeout: 240, stop_grace: 3}\n"
-        f"docker:\n  image: {image}\n  engine: {engine_url}\n" + extra
-    )
-    return path
 
 
 def _launch(spec: Path, *args: str) -> subprocess.Popen:
@@ -73,20 +56,6 @@ def _reap(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return tfcluster(*args, timeout=timeout, cwd=REPO, env={"PYTHONPATH": str(REPO)})
-
-
-def _leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:
-    client = engine.client()
-    try:
-        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
-        networks = client.networks.list(filters={"label": f"tfcluster.name={name}"})
-        return [c.name for c in containers], [n.name for n in networks]
-    finally:
-        client.close()
-
-
 def _run_dir(spec: Path, name: str = "dk") -> Path:
     return (spec.parent / "runs" / name / "latest").resolve()
 
@@ -102,7 +71,7 @@ def test_generated_compose_passes_docker_compose_config(tmp_path):
     spec.write_text(text)
     out = tmp_path / "compose" / "docker-compose.yml"
     out.parent.mkdir()
-    result = _cli("compose", str(spec), "-o", str(out))
+    result = tfcluster_at_repo("compose", str(spec), "-o", str(out))
     assert result.returncode == 0, result.stderr
     check = subprocess.run([compose, "-f", str(out), "config", "-q"], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
@@ -122,7 +91,7 @@ def test_compose_with_chief_evaluator_volumes_and_dollars_passes_config(tmp_path
     )
     (tmp_path / "Dockerfile").write_text("FROM scratch\n")
     out = tmp_path / "docker-compose.yml"
-    assert _cli("compose", str(spec)).returncode == 0
+    assert tfcluster_at_repo("compose", str(spec)).returncode == 0
     check = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
     assert "WARNING" not in check.stderr, check.stderr  # no unset-variable interpolation
@@ -146,9 +115,9 @@ def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engin
               "(state / ('ok-%d' % t['index'])).write_text('x'); start = time.time(); "
               "[time.sleep(0.1) for _ in iter(lambda: t['index'] == 0 and not (state / 'ok-1').exists() "
               "and time.time() - start < 60, False)]; time.sleep(3 * t['index'])")
-    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}", name="dkc")
+    spec = docker_spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}", name="dkc")
     out = tmp_path / "docker-compose.yml"
-    assert _cli("compose", str(spec), "-o", str(out), "--image", worker_image).returncode == 0
+    assert tfcluster_at_repo("compose", str(spec), "-o", str(out), "--image", worker_image).returncode == 0
     env = {**os.environ, "DOCKER_HOST": docker_engine.url, "COMPOSE_PROJECT_NAME": "tfclustertest"}
     base = [compose, "-f", str(out)]
     try:
@@ -173,8 +142,8 @@ def test_generated_compose_runs_with_plain_docker_compose(tmp_path, docker_engin
 
 def test_engine_down_is_one_clear_line(tmp_path):
     sock = tmp_path / "nothing.sock"
-    spec = _spec(tmp_path, f"unix://{sock}", "true")
-    result = _cli("up", str(spec))
+    spec = docker_spec(tmp_path, f"unix://{sock}", "true")
+    result = tfcluster_at_repo("up", str(spec))
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines == [f"tfcluster: error: cannot reach the Docker engine at unix://{sock}: is dockerd running? "
@@ -183,8 +152,8 @@ def test_engine_down_is_one_clear_line(tmp_path):
 
 
 def test_missing_image_without_build_is_one_clear_line(tmp_path, docker_engine):
-    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-nothing:none", extra="  pull: never\n")
-    result = _cli("up", str(spec))
+    spec = docker_spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-nothing:none", extra="  pull: never\n")
+    result = tfcluster_at_repo("up", str(spec))
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "docker.image: image 'tfcluster-test-nothing:none' is not on the Docker engine" in lines[0]
@@ -194,8 +163,8 @@ def test_missing_image_without_build_is_one_clear_line(tmp_path, docker_engine):
 def test_missing_image_that_cannot_be_pulled_is_one_clear_line(tmp_path, docker_engine):
     # A registry on a closed loopback port: the pull is refused at once, and no traffic
     # leaves this machine (a bare name would send the engine to Docker Hub).
-    spec = _spec(tmp_path, docker_engine.url, "true", image="127.0.0.1:9/tfcluster-test-nothing:none")
-    result = _cli("up", str(spec))
+    spec = docker_spec(tmp_path, docker_engine.url, "true", image="127.0.0.1:9/tfcluster-test-nothing:none")
+    result = tfcluster_at_repo("up", str(spec))
     assert result.returncode == 1
     err = [line for line in result.stderr.strip().splitlines() if "pulling image" not in line]
     assert len(err) == 1 and "and pulling it failed (" in err[0] and "check the name and registry login" in err[0], err
@@ -206,8 +175,8 @@ def test_broken_build_is_reported(tmp_path, docker_engine, base_image):
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(f"FROM {base_image}\nRUN exit 3\n")
     extra = "  build: {context: ctx, dockerfile: Dockerfile}\n"
-    spec = _spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-broken:1", extra=extra)
-    result = _cli("up", str(spec), timeout=300)
+    spec = docker_spec(tmp_path, docker_engine.url, "true", image="tfcluster-test-broken:1", extra=extra)
+    result = tfcluster_at_repo("up", str(spec), timeout=300)
     assert result.returncode == 1
     assert "docker.build: building image 'tfcluster-test-broken:1' failed" in result.stderr
     assert "Traceback" not in result.stderr
@@ -219,8 +188,8 @@ def test_image_is_built_from_the_spec_when_missing(tmp_path, docker_engine, work
     args = eng.build_args(wheelhouse_url)
     extra = (f"  build:\n    context: {REPO}\n    network: host\n    base_image: {args['BASE_IMAGE']}\n"
              f"    args: {{PIP_NO_INDEX: '1', PIP_FIND_LINKS: '{args['PIP_FIND_LINKS']}'}}\n")
-    spec = _spec(tmp_path, docker_engine.url, "true", image=tag, extra=extra)
-    result = _cli("up", str(spec), "--dry-run", timeout=900)
+    spec = docker_spec(tmp_path, docker_engine.url, "true", image=tag, extra=extra)
+    result = tfcluster_at_repo("up", str(spec), "--dry-run", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"built image {tag}" in result.stderr
     client = docker_engine.client()
@@ -241,7 +210,7 @@ def test_trivial_entrypoint_env_mounts_and_cleanup(tmp_path, docker_engine, work
         "print('hello from', os.environ['TFCLUSTER_TASK'], 'as uid', os.getuid(), t['cluster']['worker'], flush=True); "
         "pathlib.Path(os.environ['TFCLUSTER_STATE_DIR'], os.environ['TFCLUSTER_TASK'].replace(':', '-')).write_text('x')"
     )
-    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
+    spec = docker_spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
     code, out = _run(spec, timeout=180)
     assert code == 0, out
     assert re.search(r"worker:0.*hello from worker:0 as uid 1000 \['worker-0:23456', 'worker-1:23456'\]", out), out
@@ -252,32 +221,32 @@ def test_trivial_entrypoint_env_mounts_and_cleanup(tmp_path, docker_engine, work
     assert "hello from worker:1" in (run / "logs" / "worker-1.log").read_text()
     info = json.loads((run / "launcher.json").read_text())
     assert info["tasks"]["worker:0"]["container"] == f"tfcluster-dk-{run.name}-worker-0"
-    assert _leftovers(docker_engine, "dk") == ([], [])
+    assert leftovers(docker_engine, "dk") == ([], [])
 
 
 def test_failing_task_is_reported_and_cleaned_up(tmp_path, docker_engine, worker_image):
     script = "import os, sys; print('boom', flush=True); sys.exit(3 if os.environ['TFCLUSTER_TASK'] == 'worker:1' else 0)"
-    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
+    spec = docker_spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
     code, out = _run(spec, timeout=180)
     assert code == 1, out
     assert "worker:1 failed: exit code 3" in out, out
-    assert _leftovers(docker_engine, "dk") == ([], [])
+    assert leftovers(docker_engine, "dk") == ([], [])
 
 
 def test_missing_entrypoint_in_image_fails_cleanly(tmp_path, docker_engine, worker_image):
-    spec = _spec(tmp_path, docker_engine.url, "no-such-command --flag")
+    spec = docker_spec(tmp_path, docker_engine.url, "no-such-command --flag")
     code, out = _run(spec, timeout=180)
     assert code == 1, out
     assert "no-such-command" in out and "Traceback" not in out
-    assert _leftovers(docker_engine, "dk") == ([], [])
+    assert leftovers(docker_engine, "dk") == ([], [])
 
 
 def test_ctrl_c_leaves_no_container_or_network(tmp_path, docker_engine, worker_image):
-    spec = _spec(tmp_path, docker_engine.url,
+    spec = docker_spec(tmp_path, docker_engine.url,
                  "python -c \"import time; print('up', flush=True); time.sleep(600)\"")
     proc = _launch(spec)
     try:
-        wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
+        wait_for(lambda: len(leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
         wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, 0.5, what="output of worker:1",
                  proc=proc)
         proc.send_signal(signal.SIGINT)
@@ -286,14 +255,14 @@ def test_ctrl_c_leaves_no_container_or_network(tmp_path, docker_engine, worker_i
         _reap(proc)
     assert proc.returncode == 130, out
     assert "interrupted" in out
-    assert _leftovers(docker_engine, "dk") == ([], [])
+    assert leftovers(docker_engine, "dk") == ([], [])
 
 
 def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engine, worker_image):
-    spec = _spec(tmp_path, docker_engine.url, "python -c \"import time; time.sleep(600)\"")
+    spec = docker_spec(tmp_path, docker_engine.url, "python -c \"import time; time.sleep(600)\"")
     proc = _launch(spec)
     try:
-        wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
+        wait_for(lambda: len(leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
         proc.kill()  # a crash: no chance to clean up
         proc.wait(10)
     finally:
@@ -301,25 +270,17 @@ def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engin
             proc.kill()
             proc.wait(10)
     # The stdin lifeline: with the launcher gone, each task's wrapper stops it (grace 3 s).
-    def all_exited():
-        client = docker_engine.client()
-        try:
-            cs = client.containers.list(all=True, filters={"label": "tfcluster.name=dk"})
-            return len(cs) == 2 and all(c.status == "exited" for c in cs)
-        finally:
-            client.close()
-
-    wait_for(all_exited, 60, 0.5, what="the lifeline to stop both tasks")
-    names, nets = _leftovers(docker_engine, "dk")
+    wait_for(lambda: containers_exited(docker_engine, "dk"), 60, 0.5, what="the lifeline to stop both tasks")
+    names, nets = leftovers(docker_engine, "dk")
     assert len(names) == 2 and len(nets) == 1  # stopped, not removed: that is tfcluster down's job
-    result = _cli("down", str(spec), timeout=120)
+    result = tfcluster_at_repo("down", str(spec), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "removed" in result.stderr
-    assert _leftovers(docker_engine, "dk") == ([], [])
+    assert leftovers(docker_engine, "dk") == ([], [])
 
 
 def test_demo_trains_in_containers(tmp_path, docker_engine, worker_image):
-    spec = _spec(tmp_path, docker_engine.url, DEMO_ARGS)
+    spec = docker_spec(tmp_path, docker_engine.url, DEMO_ARGS)
     started = time.monotonic()
     code, out = _run(spec, timeout=900)
     assert code == 0, out[-6000:]
@@ -332,13 +293,13 @@ def test_demo_trains_in_containers(tmp_path, docker_engine, worker_image):
     # The startup watchdog saw each TF server listen on its container's address.
     events = [json.loads(line) for line in (_run_dir(spec) / "events.jsonl").read_text().splitlines()]
     assert {e["task"] for e in events if e["event"] == "ready"} == {"worker:0", "worker:1"}
-    assert _leftovers(docker_engine, "dk") == ([], [])
+    assert leftovers(docker_engine, "dk") == ([], [])
     print(f"demo in containers: {time.monotonic() - started:.0f} s")
 
 
 def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_image):
     # Slow steps so the kill lands mid-run, after the first epoch's backup.
-    spec = _spec(tmp_path, docker_engine.url, "python -m worker --epochs 3 --steps-per-epoch 15 --batch-size 16 "
+    spec = docker_spec(tmp_path, docker_engine.url, "python -m worker --epochs 3 --steps-per-epoch 15 --batch-size 16 "
                  "--progress-every 5 --step-delay 0.5", max_restarts=2)
     proc = _launch(spec)
     try:
@@ -360,17 +321,17 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
     starts = re.findall(r"worker:0\S*\s+.*tfcluster-start epoch=(\d+) step=\d+ global_step=(\d+)", out)
     assert len(starts) == 2, starts
     assert int(starts[1][1]) > 0 and int(starts[1][0]) >= 1, starts  # resumed from the backup
-    assert _leftovers(docker_engine, "dk") == ([], [])
+    assert leftovers(docker_engine, "dk") == ([], [])
 
 
 def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, worker_image):
     from launcher.backends import make_backend
     from launcher.errors import LaunchError
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
-    from launcher.spec import load_spec
+    from launcher.spec.load import load_spec
 
-    loaded = load_spec(_spec(tmp_path, docker_engine.url, "true"))
+    loaded = load_spec(docker_spec(tmp_path, docker_engine.url, "true"))
     plan = plan_for(loaded.spec)
     record = RunRecord(tmp_path / "runs", plan, run_id="fixed-1")
     name = "tfcluster-dk-fixed-1-worker-1"
@@ -393,12 +354,12 @@ def test_paused_container_is_caught_by_the_hang_watchdog(tmp_path, docker_engine
     script = ("import json, os, socket, time; c = json.loads(os.environ['TF_CONFIG']); s = socket.socket(); "
               "s.bind(('0.0.0.0', int(c['cluster']['worker'][c['task']['index']].rsplit(':', 1)[1]))); s.listen(); "
               "[print('tick', flush=True) or time.sleep(0.5) for _ in iter(int, 1)]")
-    spec = _spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
+    spec = docker_spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")
     spec.write_text(spec.read_text().replace("watchdog: {startup_timeout: 240, stop_grace: 3}",
                                              "watchdog: {startup_timeout: 600, hang_timeout: 8, stop_grace: 3}"))
     proc = _launch(spec)
     try:
-        wait_for(lambda: len(_leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
+        wait_for(lambda: len(leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
         wait_for(lambda: (_run_dir(spec) / "logs" / "worker-1.log").exists(), 60, 0.5, what="output of worker:1",
                  proc=proc)
         client = docker_engine.client()
@@ -411,4 +372,4 @@ def test_paused_container_is_caught_by_the_hang_watchdog(tmp_path, docker_engine
         _reap(proc)
     assert proc.returncode == 1, out
     assert "worker:1 failed: hung: no progress for 8 s (watchdog.hang_timeout); container is paused" in out, out
-    assert _leftovers(docker_engine, "dk") == ([], [])  # a paused container is removed too
+    assert leftovers(docker_engine, "dk") == ([], [])  # a paused container is removed too

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.waits import wait_for
 
-from .test_docker_backend import _cli, _leftovers, _spec
+from tests.support.docker_helpers import containers_exited, docker_spec, leftovers, tfcluster_at_repo
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
 
@@ -24,33 +24,25 @@ SERVE = ("python -c \"import json,os,socket,time; c=json.loads(os.environ['TF_CO
 
 
 def test_detached_docker_run_supervisor_killed_status_lost_down_cleans(tmp_path, docker_engine, worker_image):
-    spec = _spec(tmp_path, docker_engine.url, SERVE)
+    spec = docker_spec(tmp_path, docker_engine.url, SERVE)
     try:
-        res = _cli("up", str(spec), "--detach", timeout=600)
+        res = tfcluster_at_repo("up", str(spec), "--detach", timeout=600)
         assert res.returncode == 0, res.stdout + res.stderr
         assert "is running detached" in res.stdout
-        st = _cli("status", str(spec), "--json")
+        st = tfcluster_at_repo("status", str(spec), "--json")
         data = json.loads(st.stdout)
         assert st.returncode == 0 and data["state"] == "running" and data["backend"] == "docker", data
-        assert len(_leftovers(docker_engine, "dk")[0]) == 2
+        assert len(leftovers(docker_engine, "dk")[0]) == 2
         os.kill(int(data["supervisor_pid"]), signal.SIGKILL)
-        st = _cli("status", str(spec))
+        st = tfcluster_at_repo("status", str(spec))
         assert st.returncode == 3, st.stdout + st.stderr
         assert "supervisor lost" in st.stdout.splitlines()[0] and "clean up: tfcluster down" in st.stdout
 
-        def all_exited():
-            client = docker_engine.client()
-            try:
-                cs = client.containers.list(all=True, filters={"label": "tfcluster.name=dk"})
-                return len(cs) == 2 and all(c.status == "exited" for c in cs)
-            finally:
-                client.close()
-
-        wait_for(all_exited, 60, 0.5, what="the lifeline to stop both containers")
-        down = _cli("down", str(spec), timeout=120)
+        wait_for(lambda: containers_exited(docker_engine, "dk"), 60, 0.5, what="the lifeline to stop both containers")
+        down = tfcluster_at_repo("down", str(spec), timeout=120)
         assert down.returncode == 0 and "removed" in down.stderr, down.stderr
-        assert _leftovers(docker_engine, "dk") == ([], [])
-        data = json.loads(_cli("status", str(spec), "--json").stdout)
+        assert leftovers(docker_engine, "dk") == ([], [])
+        data = json.loads(tfcluster_at_repo("status", str(spec), "--json").stdout)
         assert data["state"] == "stopped", data
     finally:
-        _cli("down", str(spec), timeout=120)
+        tfcluster_at_repo("down", str(spec), timeout=120)

@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from launcher import containergpus as docker_gpus
+from launcher.plan import containergpus as docker_gpus
 from launcher.backends.docker.backend import DockerBackend
-from launcher.plan import build_plan
-from launcher.spec import load_spec
+from launcher.plan.build import build_plan
+from launcher.spec.load import load_spec
 from tests.labs import docker as eng
 from tests.support.cli import tfcluster
+from tests.support.docker_helpers import leftovers
 from tests.support.gpus import fake_gpus
 from tests.support.prereq import require_tool
+from tests.support.specs import spec_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -32,22 +34,12 @@ ENGINE_DEFAULT_SHM = 64 * MIB
 
 def _spec(tmp_path: Path, engine_url: str, name: str, strategy: str, tasks: dict, entrypoint: list,
           devices: dict = None, docker_extra: dict = None) -> Path:
-    path = tmp_path / "cluster.yaml"
     doc = {"name": name, "strategy": strategy, "backend": "docker", "entrypoint": entrypoint, "tasks": tasks,
            "watchdog": {"startup_timeout": 120, "stop_grace": 3},
            "docker": {"image": eng.WORKER_IMAGE, "engine": engine_url, **(docker_extra or {})}}
     if devices:
         doc["devices"] = devices
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def _leftovers(engine: eng.Engine, name: str) -> list[str]:
-    client = engine.client()
-    try:
-        return [c.name for c in client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})]
-    finally:
-        client.close()
+    return spec_file(tmp_path, json.dumps(doc))
 
 
 def _up(spec: Path, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -132,7 +124,7 @@ def test_asking_an_engine_without_gpu_runtime_for_gpus_is_one_line_and_leaves_no
     ], proc.stderr
     assert "docker: the Docker engine's host has 2 GPUs; worker:0 gpu 0; worker:1 gpu 1" in proc.stderr
     assert "RAN" not in proc.stdout and "Traceback" not in proc.stderr
-    assert _leftovers(docker_engine, "dkgpuno") == []
+    assert leftovers(docker_engine, "dkgpuno")[0] == []
 
 
 def test_too_few_engine_gpus_is_one_line_before_anything_is_created(tmp_path, monkeypatch, docker_engine,
@@ -145,7 +137,7 @@ def test_too_few_engine_gpus_is_one_line_before_anything_is_created(tmp_path, mo
     errors = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
     assert len(errors) == 1 and errors[0].startswith(
         "tfcluster: error: docker: the Docker engine's host has 1 GPU; 2 tasks x gpus_per_task 1 need 2"), proc.stderr
-    assert _leftovers(docker_engine, "dkgpufew") == []
+    assert leftovers(docker_engine, "dkgpufew")[0] == []
 
 
 def test_cpu_tasks_containers_run_on_a_gpu_host_without_gpu_runtime(tmp_path, monkeypatch, docker_engine,
@@ -159,7 +151,7 @@ def test_cpu_tasks_containers_run_on_a_gpu_host_without_gpu_runtime(tmp_path, mo
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     seen = sorted(line.split("SEEN ", 1)[1] for line in proc.stdout.splitlines() if "SEEN " in line)
     assert seen == ["worker:0 -1 64", "worker:1 -1 64"], proc.stdout[-2000:]
-    assert _leftovers(docker_engine, "dkgpucpu") == []
+    assert leftovers(docker_engine, "dkgpucpu")[0] == []
 
 
 def test_compose_gpu_reservations_pass_docker_compose_config(tmp_path, monkeypatch):

@@ -8,14 +8,14 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.integration.tfrun import progress, wait_line
+from tests.support.tfrun import progress, wait_line
+from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
 from tests.support.waits import wait_for
 
-from .conftest import PY, ROOT, start_tfcluster, tfcluster
+from .conftest import PY, start_tfcluster, tfcluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -28,26 +28,6 @@ TRAIN = ["python", "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "
          "--progress-every", "4"]
 
 
-def _tf_env(tfds_dir) -> dict:
-    return {"PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir), "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
-def _record(spec: Path) -> Path:
-    return (spec.parent / "runs" / "slurmtest" / "latest").resolve()
-
-
-def _job_id(spec: Path) -> str:
-    return json.loads((_record(spec) / "slurm.json").read_text())["job_id"]
-
-
-def _assert_clean(lab, spec: Path) -> None:
-    """The run's job is gone and no process is left on any node."""
-    job = _job_id(spec)
-    wait_for(lambda: job not in lab.jobs(), 30, what=f"slurm job {job} to end")
-    for node in lab.nodes:
-        wait_for(lambda node=node: not lab.node_pids(node), 20, what=f"no process left on {node}")
-
-
 def test_tasks_run_as_steps_on_their_nodes_with_node_addresses(lab, make_spec):
     spec = make_spec([PY, "-c", SHOW], tasks={"worker": 3})
     proc = tfcluster(lab, "up", str(spec))
@@ -55,22 +35,22 @@ def test_tasks_run_as_steps_on_their_nodes_with_node_addresses(lab, make_spec):
     rows = [line.split("] ", 1)[1].split("|") for line in proc.stdout.splitlines() if "] TASK|" in line]
     by_task = {r[1]: r for r in rows}
     assert set(by_task) == {"worker:0", "worker:1", "worker:2"}, proc.stdout
-    job = _job_id(spec)
+    job = job_id(spec)
     # One allocation (one job id for every task), one task per node in Slurm's node order.
     assert {r[3] for r in rows} == {job}
     assert [by_task[f"worker:{i}"][2] for i in range(3)] == ["n1", "n2", "n3"]
     # TF_CONFIG carries each node's NodeAddr, not its name.
     assert json.loads(by_task["worker:0"][4]) == {"worker": [f"{lab.node_address(n)}:23456" for n in lab.nodes]}
-    record = json.loads((_record(spec) / "slurm.json").read_text())
+    record = json.loads((latest_run(spec) / "slurm.json").read_text())
     assert record["nodes"] == ["n1", "n2", "n3"]
     assert record["addresses"] == {n: lab.node_address(n) for n in lab.nodes}
-    plan = json.loads((_record(spec) / "plan.json").read_text())
+    plan = json.loads((latest_run(spec) / "plan.json").read_text())
     assert [t["host"] for t in plan["tasks"]] == ["n1", "n2", "n3"]
     # Output is prefixed per task and kept in the task's log; the step-id line is not output.
-    assert "TASK|worker:2|n3|" in (_record(spec) / "logs" / "worker-2.log").read_text()
+    assert "TASK|worker:2|n3|" in (latest_run(spec) / "logs" / "worker-2.log").read_text()
     assert "tfcluster-slurm-step" not in proc.stdout
     assert f"slurm job {job}" in proc.stderr
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_tasks_per_node_packs_tasks_and_gives_each_its_own_port(lab, make_spec):
@@ -83,7 +63,7 @@ def test_tasks_per_node_packs_tasks_and_gives_each_its_own_port(lab, make_spec):
     a1, a2 = lab.node_address("n1"), lab.node_address("n2")
     assert json.loads(rows["worker:0"][4]) == {"worker": [f"{a1}:23456", f"{a1}:23457", f"{a2}:23456",
                                                           f"{a2}:23457"]}
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_a_failing_task_fails_the_run_with_its_own_exit_code(lab, make_spec):
@@ -95,16 +75,16 @@ def test_a_failing_task_fails_the_run_with_its_own_exit_code(lab, make_spec):
     assert proc.stderr.count("worker:1 failed: killed by SIGKILL (exit 137)") == 2, proc.stderr
     assert "gave up after 2 attempt(s)" in proc.stderr
     # The restart was a new step in the same allocation: one job, two step launches of worker:1.
-    events = [json.loads(line) for line in (_record(spec) / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (latest_run(spec) / "events.jsonl").read_text().splitlines()]
     starts = [e for e in events if e["event"] == "start" and e["task"] == "worker:1"]
-    assert len(starts) == 2 and {e["slurm_job"] for e in starts} == {_job_id(spec)}
+    assert len(starts) == 2 and {e["slurm_job"] for e in starts} == {job_id(spec)}
     assert len([e for e in events if e["event"] == "slurm_submitted"]) == 1
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 @pytest.mark.tf
 def test_mwms_two_workers_on_two_nodes_train_and_finish(lab, make_spec, tfds_dir):
-    spec = make_spec(TRAIN, env=_tf_env(tfds_dir))
+    spec = make_spec(TRAIN, env=tf_env(tfds_dir))
     proc = tfcluster(lab, "up", str(spec), timeout=280)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     for key in ("worker:0", "worker:1"):
@@ -114,7 +94,7 @@ def test_mwms_two_workers_on_two_nodes_train_and_finish(lab, make_spec, tfds_dir
     assert 0.2 < float(result["accuracy"]) <= 1.0, result  # above chance (10 classes)
     epochs = progress(proc.stdout, "epoch", "worker:0")
     assert [e["epoch"] for e in epochs] == ["1", "2"], epochs
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 # ---------------------------------------------------------------- teardown
@@ -147,7 +127,7 @@ def test_ctrl_c_cancels_the_job_and_leaves_nothing_on_any_node(lab, make_spec):
     proc = start_tfcluster(lab, "up", str(spec))
     try:
         _wait_started(proc, 2)
-        job = _job_id(spec)
+        job = job_id(spec)
         assert job in lab.jobs()
         assert all(lab.node_pids(n) for n in ("n1", "n2"))  # the steps really run there
         proc.send_signal(signal.SIGINT)
@@ -157,7 +137,7 @@ def test_ctrl_c_cancels_the_job_and_leaves_nothing_on_any_node(lab, make_spec):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, out[-3000:]
     assert job not in lab.jobs()  # close() waited until Slurm no longer lists it as live
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_down_stops_the_run_and_its_job(lab, make_spec):
@@ -165,7 +145,7 @@ def test_down_stops_the_run_and_its_job(lab, make_spec):
     proc = start_tfcluster(lab, "up", str(spec))
     try:
         _wait_started(proc, 2)
-        job = _job_id(spec)
+        job = job_id(spec)
         down = tfcluster(lab, "down", str(spec), timeout=90)
         assert down.returncode == 0, down.stderr
         out = _finish(proc)
@@ -174,7 +154,7 @@ def test_down_stops_the_run_and_its_job(lab, make_spec):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, out[-3000:]
     assert job not in lab.jobs()
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_down_cancels_the_job_of_a_launcher_that_was_killed(lab, make_spec):
@@ -184,7 +164,7 @@ def test_down_cancels_the_job_of_a_launcher_that_was_killed(lab, make_spec):
     proc = start_tfcluster(lab, "up", str(spec))
     try:
         _wait_started(proc, 2)
-        job = _job_id(spec)
+        job = job_id(spec)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -198,7 +178,7 @@ def test_down_cancels_the_job_of_a_launcher_that_was_killed(lab, make_spec):
     assert down.returncode == 0, down.stderr
     assert f"cancelled slurm job {job}" in down.stderr
     assert job not in lab.jobs()  # ...until down cancels it by id
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 # ---------------------------------------------------------------- preflight
@@ -240,7 +220,7 @@ def test_a_job_pending_beyond_queue_timeout_is_cancelled_with_slurms_reason(lab,
     proc = tfcluster(lab, "up", str(spec))
     took = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr
-    job = _job_id(spec)
+    job = job_id(spec)
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (f"tfcluster: error: slurm: job {job} still pending after slurm.queue_timeout=3 s (reason: "
                     "Resources); cancelled it; free nodes, choose another partition or raise slurm.queue_timeout"), \
@@ -284,7 +264,7 @@ def test_an_allocation_ended_by_slurm_fails_the_run_in_one_line(lab, make_spec):
     proc = start_tfcluster(lab, "up", str(spec))
     try:
         _wait_started(proc, 2)
-        job = _job_id(spec)
+        job = job_id(spec)
         lab.run("scancel", job)
         out = _finish(proc)
     finally:
@@ -293,7 +273,7 @@ def test_an_allocation_ended_by_slurm_fails_the_run_in_one_line(lab, make_spec):
     assert proc.returncode == 1, out[-3000:]
     assert f"slurm: allocation job {job} is no longer running (CANCELLED" in out, out[-3000:]
     assert "run tfcluster up again to resume" in out
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_dry_run_checks_the_request_and_shows_placeholders_without_submitting(lab, make_spec):
@@ -366,7 +346,7 @@ def test_startup_watchdog_dials_the_node_addresses(lab, make_spec):
     a2 = lab.node_address("n2")
     assert ("worker:1 failed: never came up: no TF server listening within watchdog.startup_timeout=6 s: "
             f"worker:1 ({a2}:23456)") in proc.stderr, proc.stderr
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_up_detach_hands_over_once_every_step_listens_and_down_cancels_the_job(lab, make_spec):
@@ -377,9 +357,9 @@ def test_up_detach_hands_over_once_every_step_listens_and_down_cancels_the_job(l
     try:
         up = tfcluster(lab, "up", str(spec), "--detach", timeout=90)
         assert up.returncode == 0, up.stdout + up.stderr
-        job = _job_id(spec)
+        job = job_id(spec)
         assert job in lab.jobs()
-        supervisor = int(json.loads((_record(spec) / "launcher.json").read_text())["pid"])
+        supervisor = int(json.loads((latest_run(spec) / "launcher.json").read_text())["pid"])
         assert os.path.exists(f"/proc/{supervisor}")  # the detached supervisor holds the run
         status = tfcluster(lab, "status", str(spec), "--json")
         assert status.returncode == 0 and json.loads(status.stdout)["state"] == "running", status.stdout
@@ -390,4 +370,4 @@ def test_up_detach_hands_over_once_every_step_listens_and_down_cancels_the_job(l
         tfcluster(lab, "down", str(spec), timeout=90)
     assert job not in lab.jobs()
     wait_for(lambda: not os.path.exists(f"/proc/{supervisor}"), 20, what="the detached supervisor to exit")
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)

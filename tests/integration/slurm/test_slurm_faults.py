@@ -12,11 +12,11 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import progress, wait_line
+from tests.support.tfrun import progress, wait_line
 from tests.support.waits import wait_for
 
 from .conftest import start_tfcluster
-from .test_slurm_backend import _assert_clean, _job_id, _record, _tf_env
+from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.tf, pytest.mark.timeout(400)]
 
@@ -41,7 +41,7 @@ def _run_and_act(lab, spec, pattern, action, timeout=300) -> tuple[int, str]:
 
 
 def _events(spec) -> list[dict]:
-    return [json.loads(line) for line in (_record(spec) / "events.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (latest_run(spec) / "events.jsonl").read_text().splitlines()]
 
 
 def _worker_pid(lab, node: str) -> int:
@@ -62,7 +62,7 @@ def _cmdline(pid: int) -> str:
 
 def test_sigkill_of_a_worker_on_its_node_restarts_the_group_in_the_allocation_and_resumes(lab, make_spec, tfds_dir):
     # 3 epochs: 50 steps left after the trigger for the kill to land in (found in the node's namespace).
-    spec = make_spec(_train(epochs=3) + ["--save-freq", "5"], env=_tf_env(tfds_dir), restart={"max_restarts": 2})
+    spec = make_spec(_train(epochs=3) + ["--save-freq", "5"], env=tf_env(tfds_dir), restart={"max_restarts": 2})
     code, out = _run_and_act(lab, spec, r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
                              lambda: os.kill(_worker_pid(lab, "n2"), signal.SIGKILL))
     assert code == 0, out[-4000:]
@@ -78,16 +78,16 @@ def test_sigkill_of_a_worker_on_its_node_restarts_the_group_in_the_allocation_an
     # No re-queueing: one allocation, the second attempt's steps in the same job on the same nodes.
     assert [e["event"] for e in events].count("slurm_submitted") == 1
     starts = [e for e in events if e["event"] == "start"]
-    assert len(starts) == 4 and {e["slurm_job"] for e in starts} == {_job_id(spec)}
+    assert len(starts) == 4 and {e["slurm_job"] for e in starts} == {job_id(spec)}
     assert [e["node"] for e in starts] == ["n1", "n2", "n1", "n2"]
     assert len({e["slurm_step"] for e in starts}) == 4  # every launch its own step
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_slurm_sigterm_to_the_job_saves_and_resumes_with_zero_steps_lost(lab, make_spec, tfds_dir):
-    spec = make_spec(_train() + ["--loop", "custom"], env=_tf_env(tfds_dir), restart={"max_restarts": 1})
+    spec = make_spec(_train() + ["--loop", "custom"], env=tf_env(tfds_dir), restart={"max_restarts": 1})
     code, out = _run_and_act(lab, spec, r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
-                             lambda: lab.run("scancel", "--signal=TERM", _job_id(spec)))
+                             lambda: lab.run("scancel", "--signal=TERM", job_id(spec)))
     assert code == 0, out[-4000:]
     saved = {p["global_step"] for t in ("worker:0", "worker:1") for p in progress(out, "preempted", t)}
     assert len(saved) == 1, out[-3000:]  # both workers saved the same step
@@ -99,12 +99,12 @@ def test_slurm_sigterm_to_the_job_saves_and_resumes_with_zero_steps_lost(lab, ma
     (result,) = progress(out, "result")
     assert int(result["steps_run"]) == 60 - step
     assert [e["event"] for e in _events(spec)].count("slurm_submitted") == 1
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(lab, make_spec, tfds_dir):
     spec = make_spec(["python", "-m", "worker", "--epochs", "3", "--steps-per-epoch", "30", "--step-delay", "0.25",
-                      "--progress-every", "5"], env=_tf_env(tfds_dir), strategy="parameter_server",
+                      "--progress-every", "5"], env=tf_env(tfds_dir), strategy="parameter_server",
                      tasks={"chief": 1, "worker": 2, "ps": 1}, slurm={"nodes": 3, "tasks_per_node": 2},
                      restart={"max_restarts": 2})
     code, out = _run_and_act(lab, spec, r"\[chief:0\] tfcluster-step epoch=0 step=10 ",
@@ -114,7 +114,7 @@ def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(l
     # 4 tasks on 3 nodes, spread in Slurm's node order: n1 chief + worker:0, n2 worker:1, n3 ps:0.
     assert {e["task"]: e["node"] for e in starts[:4]} == {"chief:0": "n1", "worker:0": "n1", "worker:1": "n2",
                                                           "ps:0": "n3"}
-    plan = json.loads((_record(spec) / "plan.json").read_text())
+    plan = json.loads((latest_run(spec) / "plan.json").read_text())
     cluster = plan["cluster"]  # held once (the compact plan.json)
     a = {n: lab.node_address(n) for n in lab.nodes}
     assert cluster == {"chief": [f"{a['n1']}:23456"], "worker": [f"{a['n1']}:23457", f"{a['n2']}:23456"],
@@ -129,7 +129,7 @@ def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(l
     assert 0.1 <= float(res["accuracy"]) <= 1.0
     stopped = {e["task"] for e in _events(spec) if e["event"] == "stopped"}
     assert {"worker:0", "worker:1", "ps:0"} <= stopped  # the servers were stopped at the end
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)
 
 
 def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resumes_there(lab, make_spec, tfds_dir):
@@ -143,7 +143,7 @@ def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resum
 
     # 120 steps: after the trigger at step 10, 110 (8 s or more) for sbatch, slurmctld's
     # preemption and its SIGTERM to land in.
-    spec = make_spec(_train(steps_per_epoch=60) + ["--loop", "custom"], env=_tf_env(tfds_dir),
+    spec = make_spec(_train(steps_per_epoch=60) + ["--loop", "custom"], env=tf_env(tfds_dir),
                      restart={"max_restarts": 2})
     urgent: list[str] = []
 
@@ -153,7 +153,7 @@ def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resum
 
     code, out = _run_and_act(lab, spec, r"\[worker:0\] tfcluster-step epoch=0 step=10 ", preempt)
     assert code == 1, out[-4000:]
-    job = _job_id(spec)
+    job = job_id(spec)
     saved = {p["global_step"] for t in ("worker:0", "worker:1") for p in progress(out, "preempted", t)}
     assert len(saved) == 1, out[-3000:]  # both workers saved the same step
     step = int(saved.pop())
@@ -174,4 +174,4 @@ def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resum
     assert [int(s["global_step"]) for s in progress(out, "start")] == [step]  # zero steps redone
     (result,) = progress(out, "result")
     assert int(result["steps_run"]) == 120 - step and 0.1 <= float(result["accuracy"]) <= 1.0
-    _assert_clean(lab, spec)
+    assert_clean(lab, spec)

@@ -16,22 +16,13 @@ import yaml
 
 from tests.labs.ssh import GATEWAY
 
-from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.cli import tfcluster
 from tests.support.waits import wait_for
 
+from tests.support.ssh_helpers import SHOW, launch, finish, pidfiles, wait_gone, firewall, firewall_flush
 from .conftest import PY, ROOT, cmdline, pids_in_netns, task_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
-
-# A tiny task: prints where it runs and what it got, then exits (or sleeps).
-SHOW = (
-    "import json,os,socket,sys,time;"
-    "c=json.loads(os.environ['TF_CONFIG']);"
-    "print('TASK', os.environ['TFCLUSTER_TASK'], socket.gethostname(), json.dumps(c['cluster']), "
-    "os.environ['TFCLUSTER_RUN_DIR'], os.environ.get('MYVAR','-'), sep='|', flush=True);"
-    "time.sleep(float(sys.argv[1]) if len(sys.argv)>1 else 0)"
-)
-
 
 def _lines(out: str, tag: str) -> list[list[str]]:
     return [line.split("|") for line in out.splitlines() if f"] {tag}|" in line or line.startswith(tag + "|")]
@@ -83,69 +74,15 @@ def test_one_remote_shell_per_host_for_its_first_task(lab, make_spec):
 SLEEPER = "import os,time; print('ATTEMPT', os.environ['TFCLUSTER_RESTART_COUNT'], flush=True); time.sleep(120)"
 
 
-def _launch(spec: Path) -> subprocess.Popen:
-    return start_tfcluster("up", spec, stderr=subprocess.PIPE)
-
-
-def _pidfiles(spec: Path, n: int, timeout: float = 30.0) -> dict[str, tuple[int, int]]:
-    """Wait until ``n`` tasks wrote their remote pid files; {file name: (wrapper pid, task pid)}."""
-    end = time.monotonic() + timeout
-    remote = spec.parent / "remote" / "sshtest"
-    while True:
-        found = {}
-        for pf in remote.glob("*/pids/*.pid"):
-            try:
-                wrapper, child = pf.read_text().split()
-                found[pf.name] = (int(wrapper), int(child))
-            except (OSError, ValueError):
-                continue
-        if len(found) >= n:
-            return found
-        if time.monotonic() > end:
-            raise AssertionError(f"only {sorted(found)} of {n} remote tasks started within {timeout:g} s")
-        time.sleep(0.1)
-
-
-def _wait_gone(pids, timeout: float) -> float:
-    start = time.monotonic()
-    while any(alive(p) for p in pids):
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"still alive after {timeout:g} s: {[p for p in pids if alive(p)]}")
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=10)
-        raise AssertionError(f"launcher did not finish within {timeout} s:\n{err[-3000:]}")
-    return proc.returncode, out, err
-
-
-def _nft(host, *rules: str) -> None:
-    host.exec("nft", "add", "table", "inet", "tfcstest")
-    host.exec("nft", "add", "chain", "inet", "tfcstest", "input",
-              "{ type filter hook input priority 0 ; policy accept ; }")
-    for rule in rules:
-        host.exec("nft", *f"add rule inet tfcstest input {rule}".split())
-
-
-def _nft_flush(host) -> None:
-    host.exec("nft", "delete", "table", "inet", "tfcstest", check=False)
-
-
 def _up_behind_firewall(spec: Path, host, rule: str) -> tuple[subprocess.CompletedProcess, float]:
     """`tfcluster up` while ``host`` drops what ``rule`` matches; (result, seconds taken)."""
-    _nft(host, rule)
+    firewall(host, rule)
     try:
         started = time.monotonic()
         proc = tfcluster("up", str(spec))
         return proc, time.monotonic() - started
     finally:
-        _nft_flush(host)
+        firewall_flush(host)
 
 
 # ---------------------------------------------------------------- training
@@ -172,7 +109,7 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
     """ParameterServerStrategy across three hosts: chief, ps and two workers; a worker SIGKILLed
     on its host is relaunched alone there (a second remote start, through boot.py), rejoins, and
     the run succeeds with the servers stopped on every host."""
-    from tests.integration.tfrun import progress, run_and_act
+    from tests.support.tfrun import progress, run_and_act
     spec = make_spec(
         # 110 steps (27 s) left after the kill at step 10: a rejoin takes 6-9 s on a busy machine
         # (BENCHMARKS.md), and training goes on meanwhile; with 70 steps left the full suite at
@@ -188,7 +125,7 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
     assert len(set(where.values())) == 3, where  # really spread over the hosts
 
     def kill_worker1(_proc):
-        pids = _pidfiles(spec, 4)
+        pids = pidfiles(spec, 4)
         os.kill(pids["worker-1.0.pid"][1], signal.SIGKILL)
 
     code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=0 step=10 ", kill_worker1),
@@ -203,9 +140,9 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
     events = [json.loads(x) for x in (spec.parent / "runs/sshtest/latest/events.jsonl").read_text().splitlines()]
     starts = [e["ssh_host"] for e in events if e["event"] == "start" and e["task"] == "worker:1"]
     assert starts == [where["worker:1"]] * 2  # relaunched on its own host
-    pids = _pidfiles(spec, 5)
+    pids = pidfiles(spec, 5)
     assert "worker-1.1.pid" in pids
-    _wait_gone([p for pair in pids.values() for p in pair], 15)
+    wait_gone([p for pair in pids.values() for p in pair], 15)
 
 
 # ---------------------------------------------------------------- preflight
@@ -385,11 +322,11 @@ def test_sigkill_remote_worker_restarts_group_to_success(lab, make_spec):
     script = ("import os,time; n=int(os.environ['TFCLUSTER_RESTART_COUNT']); print('ATTEMPT', n, flush=True); "
               "time.sleep(120 if n == 0 else 0)")
     spec = make_spec([PY, "-c", script], workers=2, restart={"max_restarts": 1})
-    proc = _launch(spec)
+    proc = launch(spec)
     try:
-        pids = _pidfiles(spec, 2)
+        pids = pidfiles(spec, 2)
         os.kill(pids["worker-1.0.pid"][1], signal.SIGKILL)  # the task itself, on h2
-        code, out, err = _finish(proc)
+        code, out, err = finish(proc)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -399,19 +336,19 @@ def test_sigkill_remote_worker_restarts_group_to_success(lab, make_spec):
     assert out.count("ATTEMPT 1") == 2
     events = [json.loads(x) for x in (spec.parent / "runs/sshtest/latest/events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "exit" and e["task"] == "worker:1" and e["code"] == 137 for e in events)
-    _wait_gone([p for pair in pids.values() for p in pair], 10)
+    wait_gone([p for pair in pids.values() for p in pair], 10)
 
 
 def test_sigkill_launcher_takes_remote_tasks_down(lab, make_spec):
     spec = make_spec([PY, "-c", SLEEPER], workers=2)
-    proc = _launch(spec)
+    proc = launch(spec)
     try:
-        pids = _pidfiles(spec, 2)
+        pids = pidfiles(spec, 2)
         everything = [p for pair in pids.values() for p in pair]
         assert all(alive(p) for p in everything)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        took = _wait_gone(everything, 15)
+        took = wait_gone(everything, 15)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -424,16 +361,16 @@ def test_sigkill_launcher_takes_remote_tasks_down(lab, make_spec):
 def test_network_partition_expires_the_lease(lab, make_spec):
     spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 3})
     h2 = lab.host("h2")
-    proc = _launch(spec)
+    proc = launch(spec)
     try:
-        pids = _pidfiles(spec, 2)
-        _nft(h2, f"ip saddr {GATEWAY} drop")  # the launcher can no longer reach h2
-        took = _wait_gone(list(pids["worker-1.0.pid"]), 20)
+        pids = pidfiles(spec, 2)
+        firewall(h2, f"ip saddr {GATEWAY} drop")  # the launcher can no longer reach h2
+        took = wait_gone(list(pids["worker-1.0.pid"]), 20)
         # The launcher, hearing nothing from h2 for as long, stops the group itself: only h2 is
         # named (h1 still hears the launcher; test_ssh_partition.py checks the report).
-        code, _, err = _finish(proc, timeout=30)
+        code, _, err = finish(proc, timeout=30)
     finally:
-        _nft_flush(h2)
+        firewall_flush(h2)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
@@ -475,14 +412,14 @@ def test_shell_injection_values_are_inert(lab, make_spec, tmp_path):
 def test_down_stops_a_runs_remote_tasks(lab, make_spec):
     """``tfcluster down`` asks the launcher to stop; its tasks on every host go away."""
     spec = make_spec([PY, "-c", SLEEPER], workers=2)
-    proc = _launch(spec)
+    proc = launch(spec)
     try:
-        pids = _pidfiles(spec, 2)
+        pids = pidfiles(spec, 2)
         everything = [p for pair in pids.values() for p in pair]
         res = tfcluster("down", str(spec), timeout=60)
         assert res.returncode == 0, res.stderr
-        _wait_gone(everything, 10)
-        code, _out, err = _finish(proc, 30)
+        wait_gone(everything, 10)
+        code, _out, err = finish(proc, 30)
         assert code == 130, err
     finally:
         if proc.poll() is None:
@@ -494,11 +431,11 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     """Tasks whose launcher is gone but whose lease has not expired yet (a frozen laptop):
     down() finds them from the record and stops them, verified by pid."""
     from launcher.backends.ssh.backend import SSHBackend
-    from launcher.console import Console
+    from launcher.ui.console import Console
     from launcher.backends import RecordedRun
-    from launcher.execution import plan_for
+    from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
-    from launcher.spec import load_spec
+    from launcher.spec.load import load_spec
 
     spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 60})
     loaded = load_spec(spec)
@@ -509,12 +446,12 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
         backend.preflight(plan)
         handles = [backend.start(t, {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": record.run_id},
                                  lambda k, line: None) for t in plan.tasks]
-        pids = _pidfiles(spec, 2)
+        pids = pidfiles(spec, 2)
         info = {"tasks": {h.key: h.info() for h in handles}}
         assert info["tasks"]["worker:1"]["ssh_host"] == "h2"
         other = SSHBackend(loaded, None)
         assert other.down(RecordedRun(record.dir, info), Console()) is True
-        _wait_gone([p for pair in pids.values() for p in pair], 10)
+        wait_gone([p for pair in pids.values() for p in pair], 10)
         end = time.monotonic() + 10
         while any(h.poll() is None for h in handles) and time.monotonic() < end:
             time.sleep(0.05)
@@ -535,11 +472,11 @@ def test_proxy_jump_reaches_a_host_the_launcher_cannot(lab, make_spec, tmp_path)
     data = yaml.safe_load(spec.read_text())
     data["hosts"][1]["proxy_jump"] = f"root@{h1.address}"
     spec.write_text(yaml.safe_dump(data))
-    _nft(h2, f"ip saddr {GATEWAY} drop")
+    firewall(h2, f"ip saddr {GATEWAY} drop")
     try:
         proc = tfcluster("up", str(spec))
     finally:
-        _nft_flush(h2)
+        firewall_flush(h2)
     assert proc.returncode == 0, proc.stderr
     assert "|worker:1|h2|" in proc.stdout
 

@@ -10,38 +10,22 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
 from launcher.remote import source as remote_source
-from tests.integration.tfrun import progress, run_and_act
-from tests.support.cli import start_tfcluster, terminal_command, tfcluster
-from tests.support.prereq import require_tool
-from tests.support.processes import alive
+from tests.support.tfrun import progress, run_and_act
+from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.terminal import up_in_a_terminal_closed_when
 from tests.support.waits import wait_for
 
+from tests.support.ssh_helpers import pidfiles
 from .conftest import PY, task_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
 # Lines only the host agent's source has: if any reaches a log or the console, a shell quoted it.
 AGENT_TELLS = ("def _prepare(req):", "class _Drainer(object):", "Remote host agent: preflight")
-
-
-def _pidfiles(spec: Path, n: int, timeout: float = 60.0) -> dict[str, tuple[int, int]]:
-    """{pid file name: (wrapper pid, task pid)} once ``n`` remote tasks have written theirs."""
-    def found():
-        out = {}
-        for pf in (spec.parent / "remote" / "sshtest").glob("*/pids/*.pid"):
-            try:
-                wrapper, child = pf.read_text().split()
-                out[pf.name] = (int(wrapper), int(child))
-            except (OSError, ValueError):
-                continue
-        return out if len(out) >= n else None
-
-    return wait_for(found, timeout, 0.1, what=f"{n} remote tasks to write their pid files")
 
 
 def _read(path: Path) -> str:
@@ -63,7 +47,7 @@ def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, 
     spec = make_spec([PY, "-c", script], workers=2, restart={"max_restarts": 1})
     proc = start_tfcluster("up", spec, stderr=subprocess.PIPE)
     try:
-        wrapper, _task = _pidfiles(spec, 2)["worker-0.0.pid"]
+        wrapper, _task = pidfiles(spec, 2, timeout=60)["worker-0.0.pid"]
         # Both tasks have printed their first line: a kill before Python got that far (a busy
         # machine) would leave no "ATTEMPT 0" to check the log for.
         logs = spec.parent / "runs" / "sshtest" / "latest" / "logs"
@@ -98,11 +82,6 @@ def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, 
              detail=lambda: str(task_processes(lab)))
 
 
-def _outcome(run: Path) -> Optional[dict]:
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
-    return next((e for e in events if e["event"] == "outcome"), None)
-
-
 @pytest.mark.tf
 @pytest.mark.timeout(480)
 def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_resumes(lab, make_spec):
@@ -110,28 +89,15 @@ def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_r
     mid-epoch: both workers save the step they agree on (the graceful SIGTERM over ssh), the run is
     `stopped` with its record closed, nothing is left on any host, and the next `up` resumes at
     that step on both."""
-    require_tool("tmux", "tmux")
     spec = make_spec(
         [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--step-delay", "0.3",
          "--save-freq", "3", "--progress-every", "1"],
         workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 0},
         ssh={"require": ["tensorflow", "tf_keras"]}, watchdog={"startup_timeout": 120, "stop_grace": 30})
-    sock = f"tfcluster-hup-{spec.parent.name}"
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45",
-                    terminal_command("up", spec)], check=True, timeout=10)
     latest = spec.parent / "runs" / "sshtest" / "latest"
-    try:
-        wait_for(lambda: (latest / "logs" / "worker-1.log").exists()
-                 and "tfcluster-step epoch=0 step=5 " in (latest / "logs" / "worker-1.log").read_text(), 240,
-                 what="worker:1 at step 5")
-        run = latest.resolve()
-        launcher = json.loads((run / "launcher.json").read_text())["pid"]
-        subprocess.run(["tmux", "-L", sock, "kill-session", "-t", "up"], check=True, timeout=10)
-        wait_for(lambda: _outcome(run), 120, what="the run's outcome in its record")
-        wait_for(lambda: not alive(launcher), 30, what=f"the launcher (pid {launcher}) to exit")
-    finally:
-        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
-    outcome = _outcome(run)
+    outcome = up_in_a_terminal_closed_when(
+        spec, latest, lambda: "tfcluster-step epoch=0 step=5 " in _read(latest / "logs" / "worker-1.log"),
+        "worker:1 at step 5")
     assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
     status = tfcluster("status", str(spec))
     assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout

@@ -1,4 +1,4 @@
-"""Host discovery during a run (issue 23), on the ssh lab: the command is `cat` of a file the test
+"""Host discovery during a run, on the ssh lab: the command is `cat` of a file the test
 edits. A host that appears becomes usable once it answers for elastic.settle s; garbage output
 changes nothing and is said in one line; a host of the plan that vanishes from the list has its
 task moved (the group stopped gracefully first: 0 steps redone)."""
@@ -10,12 +10,12 @@ import json
 import pytest
 import yaml
 
-from tests.integration.tfrun import progress, run_and_act
+from tests.support.tfrun import progress, run_and_act
 from tests.support.waits import wait_for
 
 from .conftest import PY
 from .conftest import task_processes
-from .test_ssh_elastic import _private_state
+from tests.support.ssh_helpers import private_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
@@ -34,7 +34,7 @@ def test_discovery_adds_a_host_ignores_garbage_and_moves_the_task_of_a_host_that
         hosts=[], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 0},
         discovery={"command": f"cat {listing}", "every": 1, "timeout": 5},
         elastic={"host_wait": 3, "settle": 2}, watchdog={"startup_timeout": 120, "stop_grace": 15},
-        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": private_state(lab, tmp_path)},
     )
     written = yaml.safe_load(spec.read_text())
     del written["hosts"]  # every host comes from the command

@@ -13,22 +13,14 @@ import threading
 import pytest
 
 from tests.support.waits import wait_for
-from tests.integration.tfrun import last_step_before, progress, run_and_act
+from tests.support.tfrun import last_step_before, progress, run_and_act
 
 from tests.support.cli import tfcluster
 
+from tests.support.ssh_helpers import NOTICE, private_state, bring_back
 from .conftest import PY, task_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
-
-# Seconds between the SIGTERM and the SIGKILL, the host's sshd accepting meanwhile (a Spot VM gets
-# 30; long enough that the launcher's look at the host, on a loaded machine, falls inside it).
-NOTICE = 6.0
-
-
-def _private_state(lab, tmp_path) -> str:
-    return str(lab.private / tmp_path.name / "state")
-
 
 class Background:
     """Actions for run_and_act that run in a thread of their own (a shutdown takes its notice),
@@ -51,16 +43,6 @@ class Background:
     def join(self) -> None:
         for thread in self.threads:
             thread.join(NOTICE + 60)
-
-
-def preempt(lab, name: str) -> None:
-    """The host's end as the GCE test has its OS end it, after the notice: SIGTERM to every
-    process, SIGKILL to what is left, its link down (no sshd lingering: the notice came first)."""
-    lab.preempt(name, NOTICE)
-
-
-def bring_back(lab, name: str) -> None:
-    lab.bring_back(name)
 
 
 def session_lost(spec, background: Background, host: str) -> str:
@@ -100,7 +82,7 @@ def test_a_spare_replaces_a_host_shutting_down_without_spending_a_restart(lab, m
          "--save-freq", "3", "--progress-every", "1"],
         hosts=["h1", "h2", "h3"], workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         restart={"max_restarts": 0}, ssh={"require": ["tensorflow", "tf_keras"]},
-        state={"dir": _private_state(lab, tmp_path)},  # no elastic: block: the spare turns it on
+        state={"dir": private_state(lab, tmp_path)},  # no elastic: block: the spare turns it on
     )
     plan = tfcluster("plan", str(spec))
     assert plan.returncode == 0, plan.stderr
@@ -169,7 +151,7 @@ def test_with_no_spare_and_no_min_the_group_restarts_on_the_rebooted_host_spendi
          "--save-freq", "3", "--progress-every", "1"],
         hosts=["h1", "h2"], workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         restart={"max_restarts": 0}, elastic={"host_wait": 90, "settle": NOTICE + 2},
-        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": private_state(lab, tmp_path)},
     )
     background = Background()
     try:
@@ -246,7 +228,7 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
          "--save-freq", "3", "--progress-every", "1"],
         hosts=["h1", "h2"], tasks={"worker": {"count": 2, "min": 1}}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         restart={"max_restarts": 0}, elastic={"settle": NOTICE + 2},
-        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": private_state(lab, tmp_path)},
     )
     background = Background()
     settled_from: list[float] = []

@@ -1,4 +1,4 @@
-"""GCE's preemption notice (issue 23), on the ssh lab: a small metadata server of the test's own
+"""GCE's preemption notice, on the ssh lab: a small metadata server of the test's own
 listens on 127.0.0.1 inside h2's network namespace (GCE_METADATA_HOST points there; on h1 and h3
 nothing listens at that address, as on a VM that is not preempted). When the test flips its
 instance/preempted flag to TRUE, h2's task wrapper sends the graceful SIGTERM at once: the workers
@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from tests.integration.tfrun import progress, run_and_act
+from tests.support.tfrun import progress, run_and_act
 from tests.support.waits import wait_for
 
 from .conftest import PY
 from .conftest import task_processes
-from .test_ssh_elastic import NOTICE, _private_state, bring_back, preempt
+from tests.support.ssh_helpers import NOTICE, private_state, bring_back, preempt
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
@@ -83,7 +83,7 @@ def test_the_gce_notice_saves_before_the_os_sigterm_and_the_task_moves_to_the_sp
             hosts=["h1", "h2", "h3"], env={"TF_CPP_MIN_LOG_LEVEL": "2", "GCE_METADATA_HOST": f"127.0.0.1:{PORT}"},
             restart={"max_restarts": 0}, elastic={"host_wait": 60},
             watchdog={"startup_timeout": 120, "stop_grace": 15},
-            ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+            ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": private_state(lab, tmp_path)},
         )
         os_sigterm: list[float] = []
 

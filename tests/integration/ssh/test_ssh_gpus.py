@@ -99,7 +99,7 @@ def test_shared_gpu_gets_growth_and_a_gpu_less_host_runs_on_cpu(lab, make_spec, 
 
 def test_too_few_gpus_on_a_host_is_one_line_before_anything_starts(lab, make_spec, tmp_path):
     proc = run(make_spec, tmp_path, {"h1": 2, "h2": 1}, workers=4, devices={"gpus_per_task": 1})
-    assert proc.returncode != 0
+    assert proc.returncode == 1, proc.stderr[-3000:]  # EXIT_FAILED: refused in the preflight
     lines = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
     assert lines[0] == ("tfcluster: error: h2 has 1 GPU; 2 tasks x gpus_per_task 1 need 2; put fewer GPU tasks on it "
                         "(tasks.<type>.hosts, hosts[].slots), lower the count, or set devices.gpus_per_task: auto "
@@ -114,7 +114,7 @@ def test_the_wrapper_refuses_a_request_the_host_cannot_meet(lab, make_spec, tmp_
     the task wrapper in one line, exit 2 (permanent), the task not started."""
     proc = run(make_spec, tmp_path, {"h1": 2}, workers=2, devices={"gpus_per_task": 1},
                env={"FAKE_NVIDIA_SMI_GPUS": "1"})  # the task wrapper sees the spec's env: 1 GPU
-    assert proc.returncode != 0
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]  # EXIT_FAILED: exit 2 is permanent, not retried
     assert "taskwrap: " in proc.stderr + proc.stdout and "has 1 GPU; its GPU tasks need 2; the task was not started" \
         in proc.stderr + proc.stdout, (proc.stdout + proc.stderr)[-3000:]
     assert {k: v["CUDA_VISIBLE_DEVICES"] for k, v in recorded(tmp_path).items()} in ({}, {"worker:0": "0"})

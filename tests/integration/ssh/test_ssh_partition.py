@@ -1,4 +1,4 @@
-"""A host cut off mid-run (issue 15 §3): the launcher notices within ``ssh.lease`` (+ a few s),
+"""A host cut off mid-run: the launcher notices within ``ssh.lease`` (+ a few s),
 from the answered heartbeat on the same transport as the lease, and names the host as the root
 cause. The task keeps running through the partition (not TF, whose own heartbeats would end it)."""
 
@@ -15,7 +15,7 @@ import pytest
 from tests.labs.ssh import GATEWAY, SUBNET
 
 from .conftest import PY
-from .test_ssh_backend import _finish, _launch, _nft, _nft_flush, _pidfiles, _wait_gone
+from tests.support.ssh_helpers import finish, launch, firewall, firewall_flush, pidfiles, wait_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 TICKER = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.5)\n"
@@ -52,18 +52,18 @@ def _follow(proc, on_out=lambda line: None, on_err=lambda line: None, timeout: f
 def test_lost_host_is_noticed_within_the_lease_and_named(lab, make_spec):
     spec = make_spec([PY, "-c", TICKER], workers=2, ssh={"lease": LEASE}, restart={"max_restarts": 0})
     h2 = lab.host("h2")
-    proc = _launch(spec)
+    proc = launch(spec)
     try:
-        pids = _pidfiles(spec, 2)
+        pids = pidfiles(spec, 2)
         time.sleep(1.0)
-        _nft(h2, f"ip saddr {GATEWAY} drop")  # the launcher can no longer reach h2 (nor h2 it)
+        firewall(h2, f"ip saddr {GATEWAY} drop")  # the launcher can no longer reach h2 (nor h2 it)
         cut = time.monotonic()
-        code, out, err = _finish(proc, timeout=LEASE + 60)
+        code, out, err = finish(proc, timeout=LEASE + 60)
         took = time.monotonic() - cut
         # h2's wrapper stopped its task by the lease too, on its side of the partition.
-        _wait_gone(list(pids["worker-1.0.pid"]), 10)
+        wait_gone(list(pids["worker-1.0.pid"]), 10)
     finally:
-        _nft_flush(h2)
+        firewall_flush(h2)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
@@ -85,14 +85,14 @@ def test_group_restarts_once_the_lost_host_is_back(lab, make_spec):
     spec = make_spec([PY, "-c", script], workers=2, ssh={"lease": LEASE},
                      restart={"max_restarts": 1, "backoff": 4})
     h2 = lab.host("h2")
-    proc = _launch(spec)
+    proc = launch(spec)
     try:
-        _pidfiles(spec, 2)
-        _nft(h2, f"ip saddr {GATEWAY} drop")
+        pidfiles(spec, 2)
+        firewall(h2, f"ip saddr {GATEWAY} drop")
         # heal once the launcher has noticed; the restart waits out its 4 s backoff
-        code, out, err = _follow(proc, on_err=lambda line: "no word for" in line and _nft_flush(h2), timeout=90)
+        code, out, err = _follow(proc, on_err=lambda line: "no word for" in line and firewall_flush(h2), timeout=90)
     finally:
-        _nft_flush(h2)
+        firewall_flush(h2)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
@@ -104,17 +104,17 @@ def test_group_restarts_once_the_lost_host_is_back(lab, make_spec):
 def test_restart_onto_a_host_still_cut_off_fails_in_one_line(lab, make_spec):
     spec = make_spec([PY, "-c", TICKER], workers=2, ssh={"lease": LEASE}, restart={"max_restarts": 1})
     h2 = lab.host("h2")
-    proc = _launch(spec)
+    proc = launch(spec)
     try:
-        _pidfiles(spec, 2)
-        _nft(h2, f"ip saddr {GATEWAY} drop")
-        code, out, err = _finish(proc, timeout=LEASE + 60)
+        pidfiles(spec, 2)
+        firewall(h2, f"ip saddr {GATEWAY} drop")
+        code, out, err = finish(proc, timeout=LEASE + 60)
     finally:
-        _nft_flush(h2)
+        firewall_flush(h2)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert code != 0 and "Traceback" not in err, err
+    assert code == 1 and "Traceback" not in err, err  # EXIT_FAILED: the restart failed too, in one line
     assert "worker:1 failed: h2: no word for " in err and "restarting the whole group (restart 1 of 1)" in err, err
     assert "error: host h2 (" in err.split("restarting the whole group")[1], err  # a fresh connection, named
 
@@ -130,18 +130,18 @@ def test_tf_survivor_aborted_by_a_partition_is_a_consequence_and_the_group_resta
                      ssh={"lease": 15, "require": ["tensorflow", "tf_keras"]},
                      restart={"max_restarts": 1, "backoff": 5})
     h2 = lab.host("h2")
-    proc = _launch(spec)
+    proc = launch(spec)
     cut = threading.Event()
 
     def on_out(line):
         if "[worker:1] tfcluster-step epoch=0 step=10 " in line and not cut.is_set():
-            _nft(h2, f"ip saddr {SUBNET}.0/24 drop")  # h2 hears nobody: launcher, h1
+            firewall(h2, f"ip saddr {SUBNET}.0/24 drop")  # h2 hears nobody: launcher, h1
             cut.set()
 
     try:
-        code, out, err = _follow(proc, on_out, lambda line: "as a consequence of worker:1" in line and _nft_flush(h2))
+        code, out, err = _follow(proc, on_out, lambda line: "as a consequence of worker:1" in line and firewall_flush(h2))
     finally:
-        _nft_flush(h2)
+        firewall_flush(h2)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)

@@ -1,4 +1,4 @@
-"""A ProxyCommand in the ssh config file is honoured (issue 23: VMs with no external address are
+"""A ProxyCommand in the ssh config file is honoured (VMs with no external address are
 reached through `gcloud compute start-iap-tunnel VM 22 --listen-on-stdin`, a stdin/stdout relay).
 Here the relay is a small script of the test's own; h2 is named by a HostName nothing resolves,
 so the connection can only have gone through the relay, which logs each use."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.tfrun import run_and_act
+from tests.support.tfrun import run_and_act
 
 from .conftest import PY
 

@@ -1,4 +1,4 @@
-"""A single-host strategy over ssh (issue 11: "a single GPU VM over ssh is the common case"):
+"""A single-host strategy over ssh (a single GPU VM over ssh is the common case):
 `mirrored` with two CPU replicas as the one task on one remote host, killed with SIGKILL
 mid-epoch, restarted and resumed from its backup in the remote state dir; the final model is
 fetched back."""
@@ -11,10 +11,10 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import last_step_before, progress, run_and_act
+from tests.support.tfrun import last_step_before, progress, run_and_act
 
 from .conftest import PY
-from .test_ssh_backend import _pidfiles
+from tests.support.ssh_helpers import pidfiles
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
@@ -28,7 +28,7 @@ def test_mirrored_on_one_ssh_host_resumes_after_sigkill_and_the_model_comes_back
     )
 
     def kill_worker0(_proc):
-        os.kill(_pidfiles(spec, 1)["worker-0.0.pid"][1], signal.SIGKILL)  # the task itself, on h1
+        os.kill(pidfiles(spec, 1)["worker-0.0.pid"][1], signal.SIGKILL)  # the task itself, on h1
 
     # Killed after step 5: 7 steps (2 s) before the first epoch's end, which the TensorBoard
     # check below needs it to beat.
@@ -54,7 +54,7 @@ def test_mirrored_on_one_ssh_host_resumes_after_sigkill_and_the_model_comes_back
     assert "fetched final_model, tensorboard from h1" in out, out[-3000:]
     train = local.parent / "tensorboard" / "train"
     assert len(list(train.glob("events.out.tfevents.*"))) == 1, list(train.iterdir())
-    from launcher.spec import load_spec
-    from launcher.tensorboard import logdir_of
+    from launcher.spec.load import load_spec
+    from launcher.app.tensorboard import logdir_of
 
     assert logdir_of(load_spec(str(spec))) == local.parent / "tensorboard"

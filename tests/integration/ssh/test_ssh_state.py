@@ -9,21 +9,18 @@ import signal
 
 import pytest
 
-from tests.integration.tfrun import last_step_before, progress, run_and_act
+from tests.support.tfrun import last_step_before, progress, run_and_act
 from tests.support.waits import wait_for
 
 from tests.support.cli import tfcluster
 
+from tests.support.ssh_helpers import private_state
 from .conftest import PY
-from .test_ssh_backend import _pidfiles
+from tests.support.ssh_helpers import pidfiles
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
 
 SHOW = "print('ran', flush=True)"
-
-
-def _private_state(lab, tmp_path) -> str:
-    return str(lab.private / tmp_path.name / "state")
 
 
 def _on(lab, host: str, script: str) -> str:
@@ -36,7 +33,7 @@ def _on(lab, host: str, script: str) -> str:
 
 
 def test_auto_detects_private_and_shared_state_dirs(lab, make_spec, tmp_path):
-    private = _private_state(lab, tmp_path)
+    private = private_state(lab, tmp_path)
     spec = make_spec([PY, "-c", SHOW], state={"dir": private})
     proc = tfcluster("up", "--dry-run", str(spec))
     assert proc.returncode == 0, proc.stderr
@@ -52,7 +49,7 @@ def test_auto_detects_private_and_shared_state_dirs(lab, make_spec, tmp_path):
 
 def test_copy_with_an_evaluator_away_from_the_chief_is_refused(lab, make_spec, tmp_path):
     spec = make_spec([PY, "-c", SHOW], tasks={"worker": 2, "evaluator": {"count": 1, "hosts": ["h2"]}},
-                     state={"dir": _private_state(lab, tmp_path), "sync": "copy"})
+                     state={"dir": private_state(lab, tmp_path), "sync": "copy"})
     proc = tfcluster("up", str(spec))
     assert proc.returncode == 1
     assert ("evaluator:0 is on host h2 but with state.sync: copy the chief's checkpoints are only on h1; put it "
@@ -64,7 +61,7 @@ def test_copy_with_an_evaluator_away_from_the_chief_is_refused(lab, make_spec, t
 
 
 def test_a_copy_that_fails_on_a_full_disk_is_reported_and_never_used(lab, make_spec, tmp_path):
-    state = _private_state(lab, tmp_path)
+    state = private_state(lab, tmp_path)
     chief_dir = f"{state}/backup/chief"
     _on(lab, "h1", f"mkdir -p {chief_dir} && cd {chief_dir} && head -c 4000000 /dev/urandom > ckpt-7.data-00000-of-00001"
                    f" && echo i > ckpt-7.index && echo 'model_checkpoint_path: \"ckpt-7\"' > checkpoint")
@@ -95,19 +92,19 @@ def test_a_copy_whose_link_is_cut_is_reported_and_never_used(lab, make_spec, tmp
     fails within 2 x ssh.lease (at least 10 s) with one line, and its half-written temp dir is
     never renamed into place (it is removed once the connection's end reaches h2)."""
     from tests.labs.ssh import GATEWAY
-    from .test_ssh_backend import _nft, _nft_flush
+    from tests.support.ssh_helpers import firewall, firewall_flush
 
-    state = _private_state(lab, tmp_path)
+    state = private_state(lab, tmp_path)
     chief_dir = f"{state}/backup/chief"
     _on(lab, "h1", f"mkdir -p {chief_dir} && cd {chief_dir} && head -c 30000000 /dev/urandom > ckpt-7.data-00000-of-00001"
                    f" && echo i > ckpt-7.index && echo 'model_checkpoint_path: \"ckpt-7\"' > checkpoint")
     spec = make_spec([PY, "-c", SHOW], state={"dir": state, "sync": "copy"}, restart={"max_restarts": 0})
     h2 = lab.host("h2")
-    _nft(h2, f"ip saddr {GATEWAY} quota over 4 mbytes drop")
+    firewall(h2, f"ip saddr {GATEWAY} quota over 4 mbytes drop")
     try:
         code, out = run_and_act(spec, [], timeout=60)
     finally:
-        _nft_flush(h2)
+        firewall_flush(h2)
     assert code == 1, out[-3000:]
     failed = [line for line in out.splitlines() if "state copy from h1 failed" in line]
     assert failed and "host h2: state copy from h1 failed: no progress for 10 s (link down?)" in failed[0], \
@@ -126,7 +123,7 @@ def _train_spec(make_spec, lab, tmp_path, *extra_args, steps=12, max_restarts=2)
         [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", str(steps), "--step-delay", "0.3",
          "--save-freq", "3", "--progress-every", "1", *extra_args],
         workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": max_restarts},
-        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": _private_state(lab, tmp_path)},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": private_state(lab, tmp_path)},
     )
 
 
@@ -145,7 +142,7 @@ def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_c
     spec = _train_spec(make_spec, lab, tmp_path, "--loop", loop)
 
     def kill_worker1(_proc):
-        os.kill(_pidfiles(spec, 2)["worker-1.0.pid"][1], signal.SIGKILL)
+        os.kill(pidfiles(spec, 2)["worker-1.0.pid"][1], signal.SIGKILL)
 
     code, out = run_and_act(spec, [(r"state dir .*: copy \(h2 cannot see", lambda p: None),
                                    (r"\[worker:1\] tfcluster-step epoch=0 step=8 ", kill_worker1)], timeout=280)
@@ -187,7 +184,7 @@ def test_sigterm_on_one_host_loses_no_step_and_both_hosts_resume_there(lab, make
     spec = _train_spec(make_spec, lab, tmp_path, "--save-freq", "50")  # no periodic backup before the end
 
     def term_worker1(_proc):
-        os.kill(_pidfiles(spec, 2)["worker-1.0.pid"][1], signal.SIGTERM)
+        os.kill(pidfiles(spec, 2)["worker-1.0.pid"][1], signal.SIGTERM)
 
     code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=0 step=5 ", term_worker1)], timeout=280)
     assert code == 0, out[-5000:]

@@ -1,0 +1,177 @@
+"""``tfcluster attach``: the live view of a run from its record, until the run ends.
+
+On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunView`` that
+launcher/record/feed.py replays from the record and then follows, with task output and the
+supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come
+(``follow``: app/inspect.py). It writes through the ``Console`` it is given and returns how it
+ended (``Attached``); the CLI chooses the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from launcher.app.inspect import POLL, Write, find, follow
+from launcher.record.feed import RecordFeed
+from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG
+from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, load_run
+from launcher.spec.model import LoadedSpec
+from launcher.ui.console import Console
+from launcher.ui.runstatus import lost_advice, render_status
+
+
+@dataclass(frozen=True)
+class Attached:
+    """How ``attach`` ended: ``detached`` (Ctrl-C, or its console went away: the run goes on), or
+    not, with the run's ``final`` view (what the exit code says)."""
+    final: RunStatus
+    detached: bool = False
+
+
+class _ConsoleGone(Exception):
+    """``attach``'s console went away (its terminal closed, its reader gone: over ssh, the
+    channel of the ``attach`` that runs it there): leave the run going, as on Ctrl-C."""
+
+
+def attach(loaded: LoadedSpec, console: Console, *, run_id: Optional[str] = None, shown: str) -> Attached:
+    """Follow run ``run_id`` (default: the latest) on ``console`` until it ends; Ctrl-C leaves the
+    run going, and so does a console that goes away (its writes never raise:
+    launcher/ui/console.py). ``shown`` is the spec as the user named it (for the commands advised)."""
+    console.follow(lambda why: None)  # (console.lost, checked below, also once its terminal hangs up)
+    try:
+        return _attach(loaded, console, run_id, shown)
+    finally:
+        console.unfollow()
+
+
+def _gone(console: Console) -> None:
+    if console.lost:
+        raise _ConsoleGone()
+
+
+def _attach(loaded: LoadedSpec, console: Console, run_id: Optional[str], shown: str) -> Attached:
+    run = find(loaded, run_id)
+    if load_run(run, progress=False).state == RUNNING:
+        feed = RecordFeed.resume(run)  # (from the record's last snapshot on)
+        live = feed.view
+        feed.poll()
+        if console.start_panel(live):
+            return _attach_panel(run, feed, console, shown)
+    view = load_run(run)
+    renderer = TextRenderer(console, shown)
+    renderer.start(view)
+    if view.state != RUNNING:
+        renderer.finished(view)
+        return Attached(view)
+    try:  # (the final view is reloaded with its task rows for the outcome)
+        follow([(run / OUTPUT_FILE, _size(run / OUTPUT_FILE), ""),
+                (run / SUPERVISOR_LOG, _size(run / SUPERVISOR_LOG), "")], run,
+               renderer.write_for, on_state=lambda _view: _gone(console))
+    except (KeyboardInterrupt, _ConsoleGone):
+        renderer.detached(view)
+        return Attached(view, detached=True)
+    final = load_run(run)
+    renderer.finished(final)
+    return Attached(final)
+
+
+def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> Attached:
+    """Follow the run under the live panel ``console`` shows for ``feed.view``."""
+    renderer = TextRenderer(console, spec)
+    output, messages = run / OUTPUT_FILE, run / SUPERVISOR_LOG
+    at = {output: _size(output), messages: _size(messages)}
+    console.info(f"attached to run {run.name}; Ctrl-C detaches (the run goes on)")
+
+    def drain() -> None:
+        for path in at:
+            at[path], lines = _new_lines(path, at[path])
+            for line in lines:
+                key, _, rest = line[1:].partition("] ") if line.startswith("[") else ("", "", "")
+                if path == output and key:
+                    console.task_line(key, rest)
+                else:
+                    console.block([line])
+
+    try:
+        while True:
+            feed.poll()
+            drain()
+            if feed.ended:
+                break
+            state = load_run(run, progress=False)
+            if state.state != RUNNING:  # (supervisor lost: no outcome will come)
+                feed.poll()
+                drain()
+                break
+            _gone(console)
+            time.sleep(POLL)
+    except (KeyboardInterrupt, _ConsoleGone):
+        console.end_panel()
+        now = load_run(run, progress=False)
+        renderer.detached(now)
+        return Attached(now, detached=True)
+    console.end_panel()  # (the supervisor's own report has scrolled by above it)
+    final = load_run(run)
+    renderer.finished(final)
+    return Attached(final)
+
+
+def _new_lines(path: Path, offset: int) -> tuple[int, list[str]]:
+    """The complete lines of ``path`` after byte ``offset``, and the offset after them."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return offset, []
+    complete = data[: data.rfind(b"\n") + 1]
+    return offset + len(complete), complete.decode("utf-8", "replace").splitlines()
+
+
+class TextRenderer:
+    """Plain-text rendering of a run for ``attach`` when stdout is not a terminal: the status
+    block, then the output lines as they arrive (task lines on stdout, launcher messages on
+    stderr), then the outcome. (Its messages also serve the live panel's attach.)"""
+
+    def __init__(self, console: Console, spec: str) -> None:
+        self.console = console
+        self.spec = spec
+
+    def start(self, view: RunStatus) -> None:
+        self.console.block(render_status(view, self.spec))
+        if view.state == RUNNING:
+            self.console.info(f"attached to run {view.run_id}; Ctrl-C detaches (the run goes on)")
+
+    def write_for(self, path: Path) -> Write:
+        """Task lines to stdout, the supervisor's messages to stderr, each shown at once."""
+        stream = self.console.err if path.name == SUPERVISOR_LOG else self.console.out
+
+        def write(text: str) -> None:
+            stream.write(text)
+            stream.flush()
+
+        return write
+
+    def detached(self, view: RunStatus) -> None:
+        self.console.info(f"detached from run {view.run_id}; it goes on "
+                          f"(stop it with: tfcluster down {shlex.quote(self.spec)} --run {view.run_id})")
+
+    def finished(self, view: RunStatus) -> None:
+        if view.state == STOPPED:
+            self.console.info(f"run {view.run_id} stopped")
+        elif view.state == LOST:
+            self.console.block(lost_advice(view, self.spec))
+        elif view.state in (SUCCEEDED, FAILED):
+            self.console.info(f"run {view.run_id} {view.state}" + (f": {view.reason}" if view.reason else ""))
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -1,0 +1,220 @@
+"""``tfcluster up FILE --detach``: the run goes on in a supervisor process of its own.
+
+The foreground ``up`` starts the supervisor at once, as ``tfcluster up FILE --supervise RUN_ID``
+in a new session (no controlling terminal; SIGHUP ignored) with stdin from /dev/null and its
+output on one pipe. Everything up to "every task is ready" happens there as in a foreground
+``up`` -- the spec check, the preflight (a taken port, an unreachable host), starting the tasks
+-- and the foreground relays it line by line, so a problem is the same one line with the same
+exit code. Once every task is ready the supervisor writes a hand-over line and moves its output
+to ``<run>/supervisor.log``; the foreground prints the run id and the commands that reach the
+run, and exits 0. Task output goes on into the run's logs (``tfcluster logs``).
+
+Ctrl-C (or a closed terminal) before the hand-over stops the run as it would stop a foreground
+``up``: the supervisor gets SIGTERM and tears down.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+from launcher.ui.console import Console
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from launcher.ui.table import render
+
+if TYPE_CHECKING:  # pragma: no cover
+    from launcher.plan.build import Plan
+    from launcher.spec.model import LoadedSpec
+
+_MARK = "\x1e"  # starts every line the supervisor sends to the foreground
+_OUT, _ERR, _READY = "O", "E", "R"
+
+
+# ------------------------------------------------------------------ supervisor side
+
+
+class Handover:
+    """The detached supervisor's output: relayed to the foreground until every task is ready,
+    then only into the run dir. Its launcher messages also go to ``supervisor.log`` from the
+    moment the run record exists."""
+
+    def __init__(self) -> None:
+        self.attached = True
+        self._pipe = os.dup(1)  # the foreground's end, kept apart from fd 1/2 (redirected at hand-over)
+        self._log: Optional[int] = None
+        self.console = Console(out=_Channel(self, _OUT), err=_Channel(self, _ERR), color=False)
+
+    def open_log(self, path: Path) -> None:
+        try:
+            self._log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            self._log = None
+
+    def send(self, tag: str, line: str) -> None:
+        if tag == _ERR and self._log is not None:
+            _write(self._log, line + "\n")
+        if self.attached:
+            _write(self._pipe, _MARK + tag + line + "\n")
+
+    def hand_over(self, run_id: str, note: str = "") -> None:
+        """Every task is ready: tell the foreground, then write only into the run dir."""
+        with self.console.lock:  # no line of a task or a message is cut in two
+            if not self.attached:
+                return
+            _write(self._pipe, f"{_MARK}{_READY}{run_id} {os.getpid()} {note}\n")
+            self.attached = False
+            sys.stdout.flush()
+            sys.stderr.flush()
+            target = self._log if self._log is not None else os.open(os.devnull, os.O_WRONLY)
+            os.dup2(target, 1)
+            os.dup2(target, 2)
+            os.close(self._pipe)
+        self.console.quiet_tasks = True  # their output is in the run's logs
+
+
+class _Channel(io.TextIOBase):
+    """A text stream for Console that sends whole lines through the Handover."""
+
+    def __init__(self, handover: Handover, tag: str) -> None:
+        self.handover = handover
+        self.tag = tag
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        data = self._partial + text
+        *lines, self._partial = data.split("\n")
+        for line in lines:
+            self.handover.send(self.tag, line)
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _write(fd: int, text: str) -> None:
+    data = text.encode("utf-8", "replace")
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass  # the foreground is gone (Ctrl-C'd, terminal closed): the run goes on
+
+
+def ignore_hangup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, *, dry_run: bool = False,
+              force: bool = False, quiet: bool = False, verbose: bool = False, panel: bool = False) -> int:
+    """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
+    as a foreground ``up`` would (``app.up.up`` with the same options), its output going through a
+    Handover to the foreground until every task is ready."""
+    from launcher.app.up import up
+
+    ignore_hangup()
+    handover = Handover()
+    return up(loaded, plan, handover.console, shown=shown, run_id=run_id, handover=handover, dry_run=dry_run,
+              force=force, quiet=quiet, verbose=verbose, panel=panel)
+
+
+# ------------------------------------------------------------------ foreground side
+
+
+def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[str]:
+    """This tfcluster as the detached supervisor. Not ``python -m launcher``: that would import a
+    ``launcher.py`` or ``launcher/`` of the user's from the current directory instead of this one."""
+    root = str(Path(__file__).resolve().parents[2])
+    main = (f"import sys; sys.path[:] = [{root!r}] + [p for p in sys.path if p not in ('', '.')]; "
+            "from launcher.cli.main import main_entry; main_entry()")
+    return [sys.executable, "-c", main, "up", spec, "--supervise", run_id, *extra]
+
+
+def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> int:
+    """``up FILE --detach`` in the foreground: a new run id, its supervisor started and relayed
+    until hand-over (``launch``)."""
+    from launcher.record.writer import new_run_id
+
+    extra = [flag for flag, on in (("--quiet", quiet), ("--force", force)) if on]
+    return launch(spec, new_run_id(), extra, console, lambda rid: commands(spec, rid))
+
+
+def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
+           commands: Callable[[str], list[str]]) -> int:
+    """Start the detached supervisor, relay it until hand-over, print how to reach the run."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen(supervisor_argv(spec, run_id, extra), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env, close_fds=True)
+    assert proc.stdout is not None
+    interrupted = []
+
+    def on_signal(signum: int, _frame) -> None:
+        interrupted.append(signum)
+        try:
+            proc.send_signal(signal.SIGTERM)  # as Ctrl-C on a foreground up: graceful, then at once
+        except ProcessLookupError:
+            pass
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, on_signal)
+    ready: Optional[str] = None
+    try:
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line.startswith(_MARK + _READY):
+                ready = line[2:]
+                break
+            if line.startswith(_MARK + _OUT):
+                _emit(console.out, line[2:])
+            elif line.startswith(_MARK + _ERR):
+                _emit(console.err, line[2:])
+            else:
+                _emit(console.err, line)
+        proc.stdout.close()
+        if ready is None:
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # its output closed, yet it lives on: not ours to guess
+                console.error(f"the supervisor (pid {proc.pid}) closed its output without handing over; "
+                              f"see `tfcluster status {spec}`")
+                return EXIT_FAILED
+            return EXIT_INTERRUPTED if interrupted and code != EXIT_OK else code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    rid, pid, note = (ready.split(" ", 2) + ["", ""])[:3]
+    lines = [f"run {rid} is running detached (supervisor pid {pid}); it goes on when this terminal closes."]
+    if note.strip():
+        lines.append(note.strip())
+    lines += commands(rid)
+    _emit(console.out, "\n".join(lines))
+    return EXIT_OK
+
+
+def _emit(stream, text: str) -> None:
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass  # the terminal is gone (SIGHUP forwarded already): keep draining the supervisor
+
+
+def commands(spec: str, run_id: str) -> list[str]:
+    """The commands that reach a detached run, as printed when it detaches."""
+    f, r = shlex.quote(spec), f"--run {run_id}"
+    rows = [(f"tfcluster status {f} {r}", "state, attempt, a row per task"),
+            (f"tfcluster logs {f} {r} -f", "follow every task's output (add a TASK such as worker:0 for one)"),
+            (f"tfcluster attach {f} {r}", "live view; Ctrl-C detaches again"),
+            (f"tfcluster down {f} {r}", "stop it (tasks save, as on Ctrl-C)")]
+    return render(None, [(c, f"# {what}") for c, what in rows])

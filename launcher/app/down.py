@@ -1,0 +1,78 @@
+"""``tfcluster down``: stop a run from its record, by pid and start time, never by name.
+
+If the run's launcher is alive it gets SIGTERM and tears its tasks down itself (letting them
+save on the way out); what it leaves behind the run's backend stops directly (``Backend.down``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Optional
+
+from launcher.backends import RecordedRun, backend_class
+from launcher.ui.console import Console
+from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, NoRun
+from launcher.plan.build import Plan
+from launcher.procinfo import is_same, wait_gone
+from launcher.record.events import Event
+from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
+from launcher.record.reader import latest_run, read_launcher
+from launcher.record.states import Outcome
+from launcher.spec.model import LoadedSpec
+
+
+def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None, timeout: float = 60.0) -> int:
+    spec = loaded.spec
+    root = runs_dir(loaded)
+    run_dir = (root / spec.name / run_id) if run_id else latest_run(root, spec.name)
+    if run_dir is None or not (run_dir / LAUNCHER_FILE).is_file():
+        where = root / spec.name / (run_id or LATEST)
+        raise NoRun(f"no run record at {where}; nothing to stop (check the spec path or --run)")
+    info = read_launcher(run_dir, required=True) or {}
+    pid, started = int(info["pid"]), info.get("start_time")
+    stopped_any = False
+    supervised = pid == os.getpid() or is_same(pid, started)
+    if pid != os.getpid() and is_same(pid, started):
+        console.info(f"asking launcher {pid} of run {info['run_id']} to stop (SIGTERM)")
+        os.kill(pid, signal.SIGTERM)
+        stopped_any = True
+        if not wait_gone(pid, started, timeout):
+            console.error(f"launcher {pid} did not stop within {timeout:g} s; killing it (its tasks follow)")
+            os.kill(pid, signal.SIGKILL)
+            wait_gone(pid, started, 5)
+    # What the launcher left behind (or all of it, if the launcher was gone): the backend
+    # finds it by the ids in the record.
+    backend = backend_class(spec.backend).from_spec(loaded, None, console)
+    try:
+        stopped_any = backend.down(RecordedRun(run_dir, info), console) or stopped_any
+    finally:
+        backend.close()
+    if not supervised:
+        _record_stop(run_dir, console)
+    console.info(f"run {info['run_id']}: " + ("stopped" if stopped_any else "nothing was running"))
+    return EXIT_OK
+
+
+def _record_stop(run_dir, console: Console) -> None:
+    """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
+    say it was stopped rather than "supervisor lost" forever."""
+    from launcher.record.reader import RecordDamaged, read_events
+    from launcher.record.status import last_sign_of_life
+    from launcher.record.writer import append_event
+
+    try:
+        events = read_events(run_dir, strict=True)
+    except RecordDamaged as exc:
+        console.error(exc.lines[0])
+        return
+    if any(e.get("event") == Event.OUTCOME for e in events):
+        return
+    attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == Event.START), default=-1)
+    ended = last_sign_of_life(run_dir, events)  # the run's end, not this `down`'s (status, runs)
+    try:
+        append_event(run_dir, Event.OUTCOME, outcome=Outcome.STOPPED, exit_code=EXIT_INTERRUPTED, attempts=attempts,
+                     reason="the supervisor was lost; what was left was stopped by tfcluster down",
+                     **({"ended": round(ended, 3)} if ended is not None else {}))
+    except OSError as exc:
+        console.error(f"cannot write {run_dir / EVENTS_FILE}: {exc.strerror}; the run stays 'supervisor lost'")

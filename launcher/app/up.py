@@ -1,0 +1,182 @@
+"""Running a spec: the use case under ``tfcluster up``, ``up --detach`` and ``tfcluster compare``.
+
+The CLI parses argv and calls in here; ``compare`` runs each configuration through
+``execute`` and the detached supervisor (``detach.supervise``) through ``up``, so a run is
+started, supervised, interrupted and torn down the same way whoever asked for it. Nothing here
+parses argv, and nothing in ``launcher/`` imports the CLI.
+
+Exit codes (``tfcluster up`` and what ``main`` returns): 0 ok, 1 run failed (or could not start),
+2 bad spec or usage, 130 interrupted; ``status``/``attach`` also 3, the run's supervisor is lost.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import TYPE_CHECKING, Callable, Optional
+
+from launcher.ui.console import Console
+from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
+                     EXIT_USAGE, LaunchError)
+from launcher.plan.gpus import asked as gpus_asked
+from launcher.plan.build import Plan, build_plan
+from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
+from launcher.spec.load import LoadedSpec, load_spec
+from launcher.ui.plantext import render_plan, show_gpus
+
+if TYPE_CHECKING:  # pragma: no cover
+    from launcher.spec.load import Spec
+
+def hangup_reason(why: str) -> str:
+    """Why a foreground run stopped when its terminal went away (``why``: SIGHUP, or "stdout:
+    hung up" when writing to it failed): the outcome's reason, which `status` shows."""
+    return f"the terminal of `tfcluster up` went away ({why}); every task was stopped as on Ctrl-C"
+
+
+def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
+    """The plan from the spec alone (``tfcluster validate``/``plan``, ``up --dry-run``): the
+    backend's static placement, placeholders when it knows its nodes only after allocating.
+    ``gpus=False``: without the hosts' GPUs (no GPU refusals, each task's request unmade): for the commands
+    that look at a run rather than start one (status, down, logs...), which must work when a
+    GPU is gone."""
+    from dataclasses import replace
+
+    from launcher.backends import backend_class
+
+    placement = backend_class(spec.backend).place(spec)
+    return build_plan(spec, placement if gpus else replace(placement, gpus={}))
+
+
+def standby_line(spec, plan: Plan) -> str:
+    from launcher.supervise.standby import plan_line
+
+    return plan_line(spec, plan.tasks)
+
+
+def spares_of(spec) -> list[str]:
+    """The spare hosts ``plan`` and ``up --dry-run`` show: on backends that move tasks only."""
+    from launcher.backends import backend_class
+    from launcher.plan.elastic import spare_hosts
+
+    return spare_hosts(spec, ()) if backend_class(spec.backend).capabilities.elastic else []
+
+
+def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
+    """LaunchError if a run of this spec is still running (``up`` without ``--force``);
+    ``shown`` is the spec path as the user typed it, for the commands the message suggests."""
+    from launcher.record.status import running_runs
+
+    spec = loaded.spec
+    busy = running_runs(name_dir(loaded))
+    if busy:
+        run = busy[-1]
+        raise LaunchError(f"run {run.run_id} of {spec.name} is still running (supervisor pid {run.supervisor_pid}); "
+                          f"see `tfcluster status {shown}`, stop it with `tfcluster down {shown}`, "
+                          "or start another anyway with --force")
+
+
+def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run: bool = False,
+       force: bool = False, run_id: Optional[str] = None, handover=None, quiet: bool = False,
+       verbose: bool = False, panel: bool = False) -> int:
+    """``tfcluster up`` in this process (in the foreground, or as the detached supervisor with
+    its ``handover``): refuse while a run of the spec is still running unless ``force``, then
+    ``execute``."""
+    if not force and not dry_run:
+        refuse_if_running(loaded, shown)
+    return execute(loaded, plan, console, dry_run=dry_run, run_id=run_id, handover=handover,
+                   quiet=quiet, verbose=verbose, panel=panel)
+
+
+def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool = False,
+            run_id: Optional[str] = None, handover=None, quiet: bool = False, verbose: bool = False,
+            panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> int:
+    """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
+    supervisor until success, failure or interruption (``tfcluster compare`` runs each
+    configuration through here too; ``on_record`` gets the run record once it exists)."""
+    from launcher.backends import backend_class
+    from launcher.record.writer import RunRecord
+    from launcher.supervise.loop import Supervisor
+
+    spec = loaded.spec
+    record = RunRecord(runs_dir(loaded), plan, run_id=run_id, on_problem=console.error)
+    if handover is not None:
+        record.launcher_info["detached"] = True
+    backend = backend_class(spec.backend).from_spec(loaded, record, console)
+    try:
+        backend.preflight(plan)
+        if dry_run:
+            print(render_plan(backend.preflight_plan or plan, spares=spares_of(spec),
+                              standby=standby_line(spec, plan)))
+            console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
+            backend.close()
+            return EXIT_OK
+        try:
+            record.create()
+        except OSError as exc:
+            raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
+                              "fix run_dir in the spec or the directory's permissions") from None
+        # The hosts the tasks get (a workload manager answers once the job is allocated).
+        plan = build_plan(spec, stoppable(lambda: backend.allocate(spec)))
+        record.set_plan(plan)
+    except BaseException:
+        backend.close()  # connections and clients opened for the preflight, the allocation
+        record.close()
+        raise
+    if on_record is not None:
+        on_record(record)
+    console.quiet_tasks = quiet
+    console.verbose = verbose
+    static = [h.name for h in load_spec(loaded.path).spec.hosts] if spec.discovery is not None else None
+    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, spec=spec,
+                            static_hosts=static, discovery_cwd=loaded.base_dir)
+    if handover is not None:
+        handover.open_log(record.dir / SUPERVISOR_LOG)
+        supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)
+    previous = {}
+
+    def on_signal(signum: int, _frame) -> None:
+        if signum == signal.SIGHUP:
+            supervisor.stop(hangup_reason("SIGHUP"))
+        else:
+            supervisor.interrupt()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM) + (() if handover else (signal.SIGHUP,)):
+            if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # `nohup tfcluster up`: asked to outlive the terminal
+            previous[sig] = signal.signal(sig, on_signal)
+    if handover is None:
+        # The terminal closed (SIGHUP may come, or not: a shell that does not pass it on),
+        # or a closed pipe: stop as on Ctrl-C, the console from then on silent. Called with
+        # the console's lock held: only says stop.
+        console.follow(lambda why: supervisor.stop(hangup_reason(why)))
+    console.info(
+        f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
+        f"logs in {record.logs_dir}"
+    )
+    if plan.gpus and (show_gpus(plan) or gpus_asked(spec)):  # said once: where the tasks' GPUs are
+        console.info(plan.gpus)
+    if panel:
+        console.start_panel(supervisor.view)  # on a terminal only
+    try:
+        return supervisor.run()
+    finally:
+        console.unfollow()
+        console.end_panel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        record.close()
+
+
+def stoppable(fn):
+    """Run ``fn`` with SIGTERM and SIGHUP raising KeyboardInterrupt like Ctrl-C, so `tfcluster
+    down` or a closed terminal while it blocks (a queued allocation) still runs the cleanup."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # a detached supervisor ignores SIGHUP
+    try:
+        return fn()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

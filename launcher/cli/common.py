@@ -1,0 +1,49 @@
+"""What the commands that read a spec share: loading it (and its plan) the one way, and handing a
+command to the machine where its run lives (``Backend.run_elsewhere``)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from launcher.app.up import plan_for
+from launcher.backends.elsewhere import Elsewhere
+from launcher.bounded import escape
+from launcher.plan.build import Plan
+from launcher.spec.load import LoadedSpec, load_spec
+from launcher.ui.console import Console
+
+# The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
+# meaning or goes away (adding a field does not raise it).
+JSON_FORMAT = 1
+
+
+def load(spec: str, console: Console, *, discover: bool = False, warn: bool = False,
+         gpus: bool = False) -> tuple[LoadedSpec, Plan]:
+    """The spec at ``spec`` and its plan. ``discover``: hosts: plus what discovery.command prints
+    now; ``warn``: say the spec's warnings (keys it shadows); ``gpus``: this machine's GPUs in the
+    plan (for the commands that start a run or show what would start). Placeholder hosts where the
+    backend places tasks when it allocates."""
+    loaded = load_spec(spec)
+    if discover:
+        from launcher.spec.discovery import with_discovered
+
+        loaded = with_discovered(loaded)
+    if warn:
+        from launcher.spec.shadow import warnings
+
+        for line in warnings(loaded):
+            console.info(line)
+    return loaded, plan_for(loaded.spec, gpus=gpus)
+
+
+def elsewhere(loaded: LoadedSpec, request: Elsewhere, console: Console) -> Optional[int]:
+    """Run ``request`` where the spec's supervisor and run record live, if that is not here
+    (ssh.supervisor): its exit code; None: they live here."""
+    from launcher.backends import backend_class
+
+    return backend_class(loaded.spec.backend).run_elsewhere(loaded, request, console)
+
+
+def print_record_lines(lines: Iterable[str]) -> None:
+    """Lines that hold a run record's bytes, on stdout: escaped, never raw."""
+    print("\n".join(escape(line) for line in lines))

@@ -1,0 +1,121 @@
+"""``tfcluster status``, ``logs``, ``attach`` and ``runs``: call the use case (launcher/app/inspect.py,
+app/attach.py), print what it returns (launcher/ui/runstatus.py), choose the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from typing import TYPE_CHECKING, Optional
+
+from launcher.backends.elsewhere import Elsewhere
+from launcher.cli.common import JSON_FORMAT, elsewhere, load, print_record_lines
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST
+from launcher.ui.console import Console
+
+if TYPE_CHECKING:  # pragma: no cover
+    from launcher.record.status import RunStatus
+
+# (the record's reader and the tables are imported where used: `tfcluster up` starts without them)
+
+
+def exit_code(view: "RunStatus") -> int:
+    """status/attach: 0 running or succeeded, 1 failed or stopped, 3 supervisor lost."""
+    from launcher.record.status import LOST, RUNNING, SUCCEEDED
+
+    if view.state in (RUNNING, SUCCEEDED):
+        return EXIT_OK
+    if view.state == LOST:
+        return EXIT_SUPERVISOR_LOST
+    return EXIT_FAILED
+
+
+def status(args: argparse.Namespace, console: Console) -> int:
+    from launcher.app import inspect
+    from launcher.ui.runstatus import render_status
+
+    loaded, _plan = load(args.spec, console)
+    code = elsewhere(loaded, Elsewhere("status", run_id=args.run, json=args.json), console)
+    if code is not None:
+        return code
+    view = inspect.status(loaded, args.run)
+    if args.json:
+        print(json.dumps({"format": JSON_FORMAT, **view.to_json()}, indent=2))
+    else:
+        print_record_lines(render_status(view, args.spec))
+    return exit_code(view)
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def logs(args: argparse.Namespace, console: Console) -> int:
+    from launcher.app import inspect
+
+    loaded, _plan = load(args.spec, console)
+    request = Elsewhere("logs", run_id=args.run, task=args.task, follow=args.follow, attempt=args.attempt,
+                        tail=args.tail)
+    code = elsewhere(loaded, request, console)
+    if code is not None:
+        return code
+    done = inspect.logs(loaded, _stdout, task=args.task, run_id=args.run, attempt=args.attempt, tail=args.tail,
+                        follow_run=args.follow)
+    return EXIT_INTERRUPTED if done.interrupted else EXIT_OK
+
+
+def attach(args: argparse.Namespace, console: Console) -> int:
+    from launcher.app.attach import attach as attach_run
+
+    loaded, _plan = load(args.spec, console)
+    code = elsewhere(loaded, Elsewhere("attach", run_id=args.run), console)
+    if code is not None:
+        return code
+    ended = attach_run(loaded, console, run_id=args.run, shown=args.spec)
+    return EXIT_OK if ended.detached else exit_code(ended.final)
+
+
+def runs_json(views: "list[RunStatus]") -> dict:
+    """``runs --json``: ``{"format": 1, "runs": [{"name", "run", "started", "duration", "outcome",
+    "attempts", "accuracy"}, ...]}`` (started: Unix seconds; duration: seconds; null when unknown)."""
+    return {"format": JSON_FORMAT, "runs": [
+        {"name": v.name, "run": v.run_id, "started": v.started, "duration": v.elapsed(), "outcome": v.state,
+         "attempts": v.attempts or None, "accuracy": v.final_accuracy} for v in views]}
+
+
+def _names_a_run_dir(spec: Optional[str]) -> bool:
+    """``runs DIR`` (or no FILE at all: ./runs) rather than ``runs cluster.yaml``."""
+    return spec is None or Path(spec).is_dir() or (not Path(spec).exists()
+                                                   and Path(spec).suffix not in (".yaml", ".yml"))
+
+
+def runs(args: argparse.Namespace, console: Console) -> int:
+    """The runs of a spec, or under a run dir (one folder per spec name, or one name's folder).
+    No run: exit 4 (EXIT_NO_RUN), after saying so (or an empty list in JSON)."""
+    from launcher.app import inspect
+    from launcher.ui.runstatus import render_runs
+
+    if _names_a_run_dir(args.spec):
+        path = Path(args.spec or "runs")
+        lists = inspect.runs_under(path)
+        views = [v for found in lists for v in found.runs]
+        if args.json:
+            print(json.dumps(runs_json(views), indent=2))
+        elif not lists:
+            print(f"no runs under {path}")
+        else:
+            print_record_lines(line for found in lists for line in render_runs(found.runs, found.where))
+        return EXIT_OK if views else EXIT_NO_RUN
+    loaded, _plan = load(args.spec, console)
+    code = elsewhere(loaded, Elsewhere("runs", json=args.json), console)
+    if code is not None:
+        return code
+    found = inspect.runs(loaded)
+    if args.json:
+        print(json.dumps(runs_json(found.runs), indent=2))
+    else:
+        print_record_lines(render_runs(found.runs, found.where))
+    return EXIT_OK if found.runs else EXIT_NO_RUN

@@ -1,0 +1,76 @@
+"""``tfcluster`` command line: ``main(argv) -> int`` is the only exit.
+
+argv is parsed by launcher/cli/parser.py (every command and flag); each command is a function of
+the module for it (or for its group of commands) in launcher/cli/, listed in ``COMMANDS``: it turns
+its args into a typed call of a use case (launcher/app/, export/, compare/), prints what that
+returns and chooses the exit code. Nothing in ``launcher/`` imports this package.
+
+Exit codes (``errors.EXIT_*``, defined there once): 0 ok, 1 run failed (or could not start), 2 bad
+spec or usage, 3 the run's supervisor is lost (status/attach), 4 no such run or no run record,
+130 interrupted. Every ``--json`` output carries ``"format": JSON_FORMAT``. FILE, where a command takes
+one, is the positional argument, else ``-f/--file``, else ``$TFCLUSTER_FILE``, else ``./cluster.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Optional, Sequence
+
+from launcher.cli import compare, files, inspect, lifecycle, specfile
+from launcher.cli.completion import completion
+from launcher.cli.parser import build_parser, resolve_file
+from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
+from launcher.ui.console import Console
+
+Command = Callable[[argparse.Namespace, Console], int]
+
+# Each command and the function that runs it. A new command: its flags in parser.py, its examples
+# in parser.EXAMPLES, its function here.
+COMMANDS: dict[str, Command] = {
+    "validate": specfile.validate, "plan": specfile.plan, "schema": specfile.schema,
+    "up": lifecycle.up, "down": lifecycle.down, "tensorboard": lifecycle.tensorboard,
+    "status": inspect.status, "logs": inspect.logs, "attach": inspect.attach, "runs": inspect.runs,
+    "compose": files.compose, "export": files.export,
+    "compare": compare.compare,
+    "completion": completion,
+}
+NO_SPEC = ("schema", "completion")  # commands that read no spec
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    console = Console()
+    try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:  # bare `tfcluster`: what it can do
+            parser.print_help()
+            return EXIT_OK
+        if args.command not in NO_SPEC:
+            resolve_file(args, argv)
+        return COMMANDS[args.command](args, console)
+    except UserError as exc:
+        for line in exc.lines:
+            console.error(line)
+        return exc.exit_code
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_USAGE
+    except KeyboardInterrupt:
+        console.error("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tfcluster status FILE | head`: the reader has what it wanted
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+
+
+def main_entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

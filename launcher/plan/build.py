@@ -1,0 +1,468 @@
+"""spec + placement -> plan: a pure function that assigns ports and builds TF_CONFIG.
+
+Where each task runs (its host and the address others dial) is the backend's answer
+(``Backend.place`` / ``Backend.allocate``, a ``Placement``); everything else is decided here.
+The plan is the single immutable description every backend executes and ``tfcluster plan``
+prints; nothing here touches the network, the file system or the clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import textwrap
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import IO, AbstractSet, Any, Iterator, Mapping, Optional
+
+from launcher.plan import gpus
+from launcher.plan import threads
+from launcher.contract import envnames
+from launcher.errors import SpecError
+from launcher.plan.gpus import NO_GPU, TaskGpus
+from launcher.spec.model import TASK_TYPES, Host, Spec, Tpu
+
+# Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
+CLUSTER_TYPES = ("chief", "worker", "ps")
+# Keras 3 (tf.keras since TF 2.16) cannot fit on a distributed dataset under these strategies;
+# tf_keras can. Tasks get TF_USE_LEGACY_KERAS=1 by default (as Ray Train's TensorflowTrainer
+# does), so the TF tutorial runs unmodified; a spec's ``env`` overrides it.
+DEFAULT_ENV = {
+    "multi_worker_mirrored": {"TF_USE_LEGACY_KERAS": "1"},
+    "parameter_server": {"TF_USE_LEGACY_KERAS": "1"},
+}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one task runs: ``host`` names the machine (spec host, "localhost", container or
+    node name); ``address`` is what the other tasks dial to reach it."""
+
+    host: str
+    address: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A backend's answer to "where does each task run?" (``Backend.place``/``allocate``).
+
+    ``slots`` maps every task key (``worker:0``) to its Slot. ``placeholder`` is True when the
+    hosts are stand-ins because the backend learns the real nodes only when it allocates them;
+    ``note`` then says so in a few words for ``tfcluster plan`` and ``--dry-run``.
+    """
+
+    slots: Mapping[str, Slot]
+    placeholder: bool = False
+    note: str = ""
+    # Host name -> its cores, where the backend knows them when it plans (local): ``threads: auto``
+    # budgets are then in the plan; other hosts' are made when their tasks start.
+    cores: Mapping[str, int] = field(default_factory=dict)
+    # Host name -> its GPUs (``nvidia-smi -L``: (index, name, uuid)), where the backend knows them
+    # when it plans (local; () for none): the tasks' GPUs are then in the plan, and a host that
+    # cannot give them is refused here; other hosts' are made when their tasks start.
+    gpus: Mapping[str, tuple[gpus.Gpu, ...]] = field(default_factory=dict)
+    # Host name -> the machine whose GPUs its tasks share, where that is not the host itself (docker:
+    # every container uses the engine host's GPUs): the GPU arithmetic runs over that machine's tasks.
+    gpu_hosts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """TF_CONFIG's ``cluster``: every member's ``address:port`` by task type, in plan order.
+
+    A plan holds it once and every task shares it (a copy per task is O(n²) in all: 10,000
+    tasks would hold 10,000 copies of a 10,000-entry list); its JSON text is made once.
+    """
+
+    jobs: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def __hash__(self) -> int:  # the JSON text's (made once, its hash cached): tasks hash in O(1)
+        return hash(self.json_text)
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {task_type: list(members) for task_type, members in self.jobs}
+
+    @cached_property
+    def json_text(self) -> str:
+        """The cluster as TF_CONFIG spells it (compact separators), made once."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    """One task of a plan. Its TF_CONFIG and environment are built from the plan's shared pieces
+    (``cluster``, ``base_env``) when asked for (``tf_config_json``, ``env``), i.e. when the task
+    is started or shown: the plan itself stays O(n) in the number of tasks."""
+
+    type: str
+    index: int
+    host: str  # host name (spec hosts, "localhost", or the container name)
+    address: str  # what other tasks dial
+    port: Optional[int]  # None for the evaluator, which serves nothing
+    command: tuple[str, ...]
+    # Shared by every task of the plan (the same objects): None for single-host strategies,
+    # whose TF_CONFIG is the task's role only.
+    cluster: Optional[Cluster] = None
+    # Every task's environment except its own TF_CONFIG and TFCLUSTER_TASK, sorted.
+    base_env: tuple[tuple[str, str], ...] = ()
+    # Its GPU request and, where the plan knew its host's GPUs, which ones (launcher/plan/gpus.py).
+    gpus: TaskGpus = NO_GPU
+
+    @property
+    def key(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    @property
+    def slug(self) -> str:
+        """File- and container-friendly name: ``worker-1``."""
+        return f"{self.type}-{self.index}"
+
+    @property
+    def endpoint(self) -> Optional[str]:
+        return f"{self.address}:{self.port}" if self.port is not None else None
+
+    @property
+    def task_json(self) -> str:
+        """TF_CONFIG's ``task`` part, this task's own: ``{"type":"worker","index":1}``."""
+        return f'{{"type":{json.dumps(self.type)},"index":{self.index}}}'
+
+    @property
+    def tf_config_json(self) -> str:
+        """The TF_CONFIG this task gets (built now: O(n) in the cluster's size)."""
+        if self.cluster is None:
+            return f'{{"task":{self.task_json}}}'
+        return f'{{"cluster":{self.cluster.json_text},"task":{self.task_json}}}'
+
+    @property
+    def tf_config(self) -> dict[str, Any]:
+        if self.cluster is None:
+            return {"task": {"type": self.type, "index": self.index}}
+        return {"cluster": self.cluster.to_json(), "task": {"type": self.type, "index": self.index}}
+
+    @property
+    def own_env(self) -> dict[str, str]:
+        """What only this task's environment holds (on top of ``base_env``)."""
+        return {"TF_CONFIG": self.tf_config_json, envnames.TASK: self.key}
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        """The task's whole environment, sorted: ``base_env`` plus its TF_CONFIG and TFCLUSTER_TASK."""
+        return tuple(sorted({**dict(self.base_env), **self.own_env}.items()))
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    strategy: str
+    backend: str
+    tasks: tuple[PlannedTask, ...]
+    hosts: tuple[Host, ...] = field(default=())
+    # True when hosts/addresses are stand-ins until the backend allocates (see Placement).
+    placeholder: bool = False
+    placement_note: str = ""
+    # ``devices.threads`` as ``plan`` shows it (launcher/plan/threads.py's describe).
+    threads: str = ""
+    # The GPUs as ``plan`` and ``up`` show them (launcher/plan/gpus.py's describe).
+    gpus: str = ""
+
+    def task(self, key: str) -> PlannedTask:
+        return self._by_key[key]
+
+    @cached_property
+    def _by_key(self) -> dict[str, PlannedTask]:
+        return {t.key: t for t in self.tasks}
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(t.key for t in self.tasks)
+
+    @property
+    def success_task(self) -> str:
+        """The task whose exit decides success: the chief, or worker 0 when there is none."""
+        types = {t.type for t in self.tasks}
+        return "chief:0" if "chief" in types else "worker:0"
+
+    def host(self, name: str) -> Optional[Host]:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    @property
+    def cluster(self) -> Optional[Cluster]:
+        """The cluster every task shares (None: a single-host strategy, or no task)."""
+        return self.tasks[0].cluster if self.tasks else None
+
+    def to_json(self, secrets: bool = True) -> dict[str, Any]:
+        """The documented ``plan --json`` shape: every task with its whole TF_CONFIG and env
+        (O(n²) in all; ``to_compact_json`` holds the cluster once). ``secrets=False``
+        redacts secret-looking env values."""
+        return {**self._head(), "tasks": list(self.iter_task_json(secrets))}
+
+    def iter_task_json(self, secrets: bool = True) -> Iterator[dict[str, Any]]:
+        """``to_json``'s tasks one at a time (a writer can stream them: one copy at a time)."""
+        for t in self.tasks:
+            env = t.env_dict
+            yield {
+                "type": t.type,
+                "index": t.index,
+                "host": t.host,
+                "address": t.address,
+                "port": t.port,
+                "tf_config": t.tf_config,
+                "command": list(t.command),
+                "env": env if secrets else redact_env(env),
+            }
+
+    def to_compact_json(self, secrets: bool = True) -> dict[str, Any]:
+        """The plan with the cluster once (``plan --json=compact`` and the record's ``plan.json``):
+        ``cluster`` (null for single-host strategies), the ``command`` and ``env`` every task
+        shares (without TF_CONFIG and TFCLUSTER_TASK), and per task only what is its own; a task
+        whose command differs carries its own; one whose env adds to or changes the shared one
+        carries those variables only (``env_extra``: e.g. its thread budget, its GPUs), one whose
+        env lacks a shared variable their names (``env_drop``: e.g. a GPU task's lacks the
+        ``CUDA_VISIBLE_DEVICES=-1`` of a first task without GPU). Records before ``env_drop``
+        carried such a task's whole ``env``, which ``expand_plan_json`` still reads. Each task's TF_CONFIG is
+        ``{"cluster": cluster, "task": {"type": type, "index": index}}`` (``expand_plan_json``
+        rebuilds the full shape)."""
+        first = self.tasks[0] if self.tasks else None
+        command = list(first.command) if first else []
+        base = dict(first.base_env) if first else {}
+        tasks = []
+        own_envs: dict[int, tuple[dict[str, str], list[str]]] = {}  # per distinct base_env (a few, shared)
+        for t in self.tasks:
+            row: dict[str, Any] = {"type": t.type, "index": t.index, "host": t.host, "address": t.address,
+                                   "port": t.port}
+            if t.command != first.command:
+                row["command"] = list(t.command)
+            if t.base_env is not first.base_env and t.base_env != first.base_env:
+                if id(t.base_env) not in own_envs:
+                    env = dict(t.base_env)
+                    extra = {k: v for k, v in env.items() if base.get(k) != v}
+                    drop = sorted(set(base) - set(env))
+                    own_envs[id(t.base_env)] = (extra, drop)
+                extra, drop = own_envs[id(t.base_env)]
+                if extra:
+                    row["env_extra"] = extra if secrets else redact_env(extra)
+                if drop:
+                    row["env_drop"] = drop
+            tasks.append(row)
+        cluster = self.cluster
+        return {**self._head(), "format": COMPACT, "cluster": cluster.to_json() if cluster else None,
+                "command": command, "env": base if secrets else redact_env(base), "tasks": tasks}
+
+    def _head(self) -> dict[str, Any]:
+        return {"name": self.name, "strategy": self.strategy, "backend": self.backend,
+                "placeholder": self.placeholder}
+
+
+def write_full_json(plan: Plan, out: IO[str], secrets: bool = True, head: Optional[Mapping[str, Any]] = None) -> None:
+    """``json.dumps({**head, **plan.to_json(secrets)}, indent=2)`` and a newline, written a task at
+    a time: the text is O(n²) (each task holds the whole cluster), the memory only one task's."""
+    tasks = plan.iter_task_json(secrets)
+    first = next(tasks, None)
+    if first is None:
+        out.write(json.dumps({**(head or {}), **plan.to_json(secrets)}, indent=2) + "\n")
+        return
+    head = json.dumps({**(head or {}), **plan._head()}, indent=2)
+    out.write(head[:-2] + ',\n  "tasks": [\n')
+    for i, task in enumerate(itertools.chain([first], tasks)):
+        if i:
+            out.write(",\n")
+        out.write(textwrap.indent(json.dumps(task, indent=2), "    "))
+    out.write("\n  ]\n}\n")
+
+
+# ``format`` of a compact plan JSON (``Plan.to_compact_json``); the full shape has no ``format``.
+COMPACT = "compact"
+
+
+def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan JSON in the full shape (every task with ``tf_config``, ``command`` and ``env``),
+    from either shape: a compact one (``Plan.to_compact_json``, what records hold now) is
+    expanded, a full one (older records, ``plan --json``) comes back as it is."""
+    if COMPACT not in (data.get("format"), data.get("shape")):  # (shape: `plan --json=compact`'s own output)
+        return dict(data)
+    cluster, command, env = data.get("cluster"), data.get("command", []), data.get("env", {})
+    tasks = []
+    for row in data.get("tasks", []):
+        own = {"type": row["type"], "index": row["index"]}
+        tf_config = {"cluster": cluster, "task": own} if cluster is not None else {"task": own}
+        task_env = {**row.get("env", env), **row.get("env_extra", {}), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
+                    envnames.TASK: f"{row['type']}:{row['index']}"}
+        for name in row.get("env_drop", ()):
+            task_env.pop(name, None)
+        tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
+                      "tf_config": tf_config, "command": row.get("command", command),
+                      "env": dict(sorted(task_env.items()))})
+    head = {k: v for k, v in data.items() if k not in ("format", "shape", "cluster", "command", "env", "tasks")}
+    return {**head, "tasks": tasks}
+
+
+def task_keys(spec: Spec) -> list[tuple[str, int]]:
+    """Every task of the spec as (type, index), in plan order (chief, worker, ps, evaluator)."""
+    return [(t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t))]
+
+
+def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Plan:
+    """Assign ports on the hosts of ``placement``; the cluster and the environment every task
+    shares are built once (each task's TF_CONFIG is made from them when it is asked for).
+    ``avoid``: (host, port) pairs no port of ``ports.base``'s counting may take (an elastic
+    run's replan: the ports of its earlier plans, see launcher/elastic.py)."""
+    placements = []  # [(type, index, host_name, address)]
+    for task_type, index in task_keys(spec):
+        slot = placement.slots.get(f"{task_type}:{index}")
+        if slot is None:
+            raise ValueError(f"placement has no slot for {task_type}:{index}")  # a backend's bug
+        placements.append((task_type, index, slot.host, slot.address))
+    ports = _assign_ports(spec, placements, avoid)
+    cluster: Optional[Cluster] = None
+    if not spec.single_host:  # single-host strategies: the task's role only (no TF server to start)
+        jobs: dict[str, list[str]] = {}
+        for (task_type, index, _host, address), port in zip(placements, ports):
+            if task_type in CLUSTER_TYPES:
+                jobs.setdefault(task_type, []).append(f"{address}:{port}")
+        cluster = Cluster(tuple((task_type, tuple(members)) for task_type, members in jobs.items()))
+    env = dict(DEFAULT_ENV.get(spec.strategy, {}))
+    env.update(spec.env)
+    env.update({"PYTHONUNBUFFERED": "1", envnames.NAME: spec.name, envnames.STRATEGY: spec.strategy})
+    env.update(_device_env(spec))
+    for own in ("TF_CONFIG", envnames.TASK):  # each task's own (PlannedTask.own_env)
+        env.pop(own, None)
+    host_names = [p[2] for p in placements]
+    budgets, shown = _thread_env(spec, placement, host_names)
+    problems = _slot_problems(spec, host_names)
+    if problems:
+        raise SpecError(*problems)
+    gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
+    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus)
+    if problems:
+        raise SpecError(*problems)
+    variants: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # shared, not one per task
+    base_envs = [variants.setdefault(extra + more, tuple(sorted({**env, **dict(extra), **dict(more)}.items())))
+                 for extra, more in zip(budgets, gpu_env)]
+    argv = tuple(spec.argv)
+    tasks = tuple(
+        PlannedTask(type=task_type, index=index, host=host, address=address, port=port, command=argv,
+                    cluster=cluster, base_env=base_env, gpus=task_gpu)
+        for (task_type, index, host, address), port, base_env, task_gpu in zip(placements, ports, base_envs,
+                                                                                 task_gpus)
+    )
+    used_hosts = {t.host for t in tasks}
+    hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
+    return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
+                placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
+                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts))
+
+
+def _slot_problems(spec: Spec, hosts: list[str]) -> list[str]:
+    """``hosts[].slots``: one line for the hosts given more tasks than their slots."""
+    slots = {h.name: h.slots for h in spec.hosts if h.slots is not None}
+    if not slots:
+        return []
+    count: dict[str, int] = {}
+    for h in hosts:
+        count[h] = count.get(h, 0) + 1
+    over = [f"{h} ({count[h]} tasks, {n} slot{'s' if n != 1 else ''})" for h, n in slots.items() if count.get(h, 0) > n]
+    if not over:
+        return []
+    return [f"hosts[].slots: the tasks do not fit: {', '.join(over)}; add hosts, raise their slots, or place fewer "
+            "tasks there (tasks.<type>.hosts)"]
+
+
+def _thread_env(spec: Spec, placement: Placement, hosts: list[str]) -> tuple[list[tuple[tuple[str, str], ...]], str]:
+    """``devices.threads`` as each task's extra env (in plan order) and the line ``plan`` shows.
+    ``auto``: the budget where the placement knows the host's cores, else the task's place on its
+    host (``TFCLUSTER_THREADS=I/N``) for the backend to complete when it starts the task."""
+    setting = spec.devices.threads
+    user = set(spec.env)
+    if setting == 0 or user.issuperset(threads.NAMES):
+        return [()] * len(hosts), threads.describe(0 if setting == 0 else "env")
+    if setting != "auto":
+        extra = tuple(sorted(threads.budget_env(setting, user).items()))
+        return [extra] * len(hosts), threads.describe(setting)
+    out = []
+    known = set()
+    for host, (place, n) in zip(hosts, threads.places(hosts)):
+        cores = placement.cores.get(host)
+        if cores is None:
+            out.append(((envnames.THREADS, f"{place}/{n}"),))
+        else:
+            known.add(host)
+            out.append(tuple(sorted(threads.budget_env(threads.share(cores, place, n), user).items())))
+    if len(known) == 1 and len(set(hosts)) == 1:
+        host = hosts[0]
+        n = len(hosts)
+        return out, threads.describe("auto", placement.cores[host], threads.shares(placement.cores[host], n))
+    return out, threads.describe("auto")
+
+
+def _device_env(spec: Spec) -> dict[str, str]:
+    """``devices:`` and ``tpu:`` as the environment the worker reads."""
+    env = {}
+    # CUDA_VISIBLE_DEVICES is each task's own (launcher/plan/gpus.py); the collective settings every task's.
+    if spec.collective.implementation != "auto":
+        env[envnames.COLLECTIVE] = spec.collective.implementation
+    if spec.collective.timeout is not None:
+        env[envnames.COLLECTIVE_TIMEOUT] = f"{spec.collective.timeout:g}"
+    if spec.devices.cpus is not None:
+        env[envnames.CPUS] = str(spec.devices.cpus)
+    if spec.strategy == "tpu":
+        tpu = spec.tpu or Tpu()
+        env[envnames.TPU] = tpu.name
+        env.update({k: v for k, v in ((envnames.TPU_ZONE, tpu.zone), (envnames.TPU_PROJECT, tpu.project)) if v})
+    return env
+
+
+def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]],
+                  avoid: AbstractSet[tuple[str, int]] = frozenset()) -> list[Optional[int]]:
+    """Explicit ports first, then ``base + n`` per host in task order, skipping taken ones and
+    those in ``avoid``."""
+    explicit: dict[int, int] = {}  # placement idx -> port
+    taken: dict[tuple[str, int], str] = {}  # (host, port) -> task key
+    for i, (task_type, index, host, _addr) in enumerate(placements):
+        group = spec.tasks.group(task_type)
+        if group.ports is not None:
+            port = group.ports[index]
+            if task_type == "evaluator":
+                continue
+            other = taken.get((host, port))
+            if other:
+                raise SpecError(
+                    f"tasks.{task_type}.ports: port {port} on {host} is used by both {other} and "
+                    f"{task_type}:{index}; give each task on a host its own port"
+                )
+            taken[(host, port)] = f"{task_type}:{index}"
+            explicit[i] = port
+    next_port: dict[str, int] = {}
+    ports: list[Optional[int]] = []
+    for i, (task_type, index, host, _addr) in enumerate(placements):
+        if task_type == "evaluator" or spec.single_host:  # serves nothing
+            ports.append(None)
+            continue
+        if i in explicit:
+            ports.append(explicit[i])
+            continue
+        port = next_port.get(host, spec.ports.base)
+        while (host, port) in taken or (host, port) in avoid:
+            port += 1
+        if port > 65535:
+            raise SpecError(
+                f"ports.base: {spec.ports.base} leaves no room for {task_type}:{index} on {host} "
+                f"(would need port {port} > 65535); lower ports.base"
+            )
+        taken[(host, port)] = f"{task_type}:{index}"
+        next_port[host] = port + 1
+        ports.append(port)
+    return ports
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Hide values of secret-looking variables (KEY, TOKEN, SECRET, PASSWORD) for display."""
+    return {k: ("***" if is_secret(k) else v) for k, v in env.items()}
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"))

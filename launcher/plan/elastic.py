@@ -1,0 +1,202 @@
+"""Elastic membership: spare hosts, and the plan after a host is lost.
+
+Pure: no I/O. After a failed attempt the supervisor (launcher/supervise/membership.py) takes as lost the
+hosts whose tasks' sessions were lost (``TaskHandle.session_lost``) and those that do not answer
+(``Backend.lost_hosts``); each is *suspect* (:func:`suspect_how`) until it has answered for
+``elastic.settle`` s without a break. It asks :func:`replace_lost` for the next plan. A lost
+host's tasks move, with the same identities (type and index), onto spare hosts: hosts listed
+under ``hosts:`` that no task of the plan uses and that are not suspect. Every task of the group
+then gets a new TF_CONFIG (the cluster's addresses changed) and the group restarts from the last
+backup.
+
+A host loss is the infrastructure's, not a failure of the training: it never spends
+``restart.max_restarts``; ``elastic.max_host_losses`` bounds them instead (:func:`too_many_losses`).
+With no spare and no smaller group possible, the group waits up to ``elastic.host_wait`` for the
+hosts to settle and restarts on them, else the run ends in one line naming the missing hosts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import AbstractSet, Mapping, Optional, Sequence, Union
+
+from launcher.plan.build import Placement, Plan, Slot, build_plan
+from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The next plan and what changed: ``moved`` maps each moved task to (old host, new host)."""
+
+    plan: Plan
+    lost: tuple[str, ...]
+    moved: Mapping[str, tuple[str, str]]  # the task's key in the new plan -> (old host, new host)
+    dropped: tuple[str, ...] = ()  # tasks of the old plan left out (a shrink: no spare left)
+    added: Mapping[str, str] = field(default_factory=dict)  # grow: new task key -> its host
+
+    @property
+    def old_hosts(self) -> tuple[str, ...]:
+        return tuple(sorted({old for old, _ in self.moved.values()}))
+
+    @property
+    def new_hosts(self) -> tuple[str, ...]:
+        return tuple(sorted({new for _, new in self.moved.values()}))
+
+    def describe(self, how: Mapping[str, str]) -> str:
+        """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
+        worker:1 moved to h3 (spare)``"""
+        parts = [lost_phrase(h, how.get(h, "")) for h in self.lost]
+        parts += [f"{h} back" for h in dict.fromkeys(self.added.values())]
+        parts += [f"{key} added on {host}" for key, host in self.added.items()]
+        parts += [f"{key} moved to {new} (spare)" for key, (_, new) in sorted(self.moved.items())]
+        if self.dropped:
+            workers = sum(1 for t in self.plan.tasks if t.type == "worker")
+            parts.append(f"{', '.join(self.dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
+                         "go on (no spare host)")
+        return "; ".join(parts)
+
+
+def suspect_how(settle: float, lost_at: Optional[float], answering: bool) -> str:
+    """A host_lost event's ``how`` for a host whose task's session was lost (``lost_at``: when;
+    None: no session was seen to drop, the host just does not answer):
+    ``session lost at 12:01:07, host still answering; suspect until it answers for 30 s``."""
+    state = "host still answering" if answering else "host not answering"
+    first = f"session lost at {time.strftime('%H:%M:%S', time.localtime(lost_at))}, " if lost_at else ""
+    return f"{first}{state}; {SUSPECT} it answers for {settle:g} s"
+
+
+def too_many_losses(losses: Sequence[str], limit: int) -> Optional[str]:
+    """``losses``: every host loss of the run so far, in order (a host once per loss). None while
+    within ``elastic.max_host_losses``, else why the run ends (one line)."""
+    if len(losses) <= limit:
+        return None
+    counts = ", ".join(f"{h} {n} time{'s' if n != 1 else ''}" for h, n in Counter(losses).most_common())
+    return (f"{len(losses)} host losses in this run ({counts}), more than elastic.max_host_losses={limit}: "
+            "the hosts keep dropping their sessions; fix them (network, shutdowns) or raise "
+            "elastic.max_host_losses, then run `tfcluster up` again (it resumes from the last backup)")
+
+
+def elastic_enabled(spec: Spec) -> bool:
+    """Membership changes are handled when the spec asks for them (``elastic:``, ``discovery:``)
+    or lists spares."""
+    return spec.elastic is not None or spec.discovery is not None or bool(spare_hosts(spec, ()))
+
+
+def options(spec: Spec):
+    """The spec's ``elastic:`` block, or its defaults when only spares turned elastic on."""
+    from launcher.spec.model import Elastic
+
+    return spec.elastic if spec.elastic is not None else Elastic()
+
+
+def spare_hosts(spec: Spec, used: Sequence[str], down: Sequence[str] = ()) -> list[str]:
+    """Hosts of ``hosts:`` that no task uses (``used``: the running plan's hosts; empty: the
+    spec's own placement) and that are not known to be down, in the spec's order."""
+    if not used:
+        from launcher.backends import backend_class  # the spec's static placement (late import: no circle)
+
+        try:
+            used = [slot.host for slot in backend_class(spec.backend).place(spec).slots.values()]
+        except Exception:  # noqa: BLE001  (a spec the backend cannot place has no spares to show)
+            return []
+    taken, gone = set(used), set(down)
+    return [h.name for h in spec.hosts if h.name not in taken and h.name not in gone]
+
+
+def with_workers(spec: Spec, count: int) -> Spec:
+    """``spec`` with ``count`` workers (explicit ports cut to match): the shape of a shrunk plan."""
+    group = spec.tasks.worker
+    ports = group.ports[:count] if group.ports is not None else None
+    worker = group.model_copy(update={"count": count, "ports": ports})
+    return spec.model_copy(update={"tasks": spec.tasks.model_copy(update={"worker": worker})})
+
+
+def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str] = (),
+                 avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Union[Replan, str]:
+    """The plan with every task of the ``lost`` hosts moved onto a spare (one spare per lost
+    host, in the spec's order); with no spare left, a group whose lost tasks are all workers and
+    that keeps at least ``tasks.worker.min`` of them goes on with fewer (renumbered 0..k-1, the
+    workers left keep their order); else one line saying why no plan is possible. ``down``: hosts
+    lost earlier in the run, never used again. ``avoid``: (host, port) pairs the new plan's
+    ports must not take (:func:`fresh_ports`)."""
+    used = [t.host for t in plan.tasks]
+    spares = spare_hosts(spec, used, [*down, *lost])
+    lost = tuple(h for h in dict.fromkeys(lost) if h in used)
+    target = dict(zip(lost, spares))
+    unplaced = [h for h in lost if h not in target]
+    dropped = [t for t in plan.tasks if t.host in unplaced]
+    workers = [t for t in plan.tasks if t.type == "worker"]
+    left = len(workers) - len(dropped)
+    group_min = spec.tasks.worker.min
+    if dropped and (group_min is None or any(t.type != "worker" for t in dropped) or left < group_min):
+        keys = [t.key for t in dropped]
+        listed = ", ".join(f"{h} ({', '.join(t.key for t in plan.tasks if t.host == h)})" for h in unplaced)
+        if group_min is not None and all(t.type == "worker" for t in dropped):
+            why = f"{left} worker{'s' if left != 1 else ''} would be left, below tasks.worker.min={group_min}"
+        else:
+            why = f"no spare host left for {', '.join(keys)}"
+        return (f"host{'s' if len(unplaced) > 1 else ''} {listed} lost and {why}; list more hosts under hosts: "
+                f"(the unused ones are spares) or bring {', '.join(unplaced)} back and run `tfcluster up` again "
+                "(it resumes from the last backup)")
+    index = {t.key: i for i, t in enumerate(t for t in workers if t not in dropped)}
+    slots: dict[str, Slot] = {}
+    moved: dict[str, tuple[str, str]] = {}
+    for task in plan.tasks:
+        if task in dropped:
+            continue
+        key = f"worker:{index[task.key]}" if task.type == "worker" else task.key
+        host = target.get(task.host)
+        if host is None:
+            slots[key] = Slot(task.host, task.address)
+        else:
+            slots[key] = Slot(host, spec.host(host).dial_address)
+            moved[key] = (task.host, host)
+    new = build_plan(with_workers(spec, left) if dropped else spec, Placement(slots), avoid)
+    return Replan(plan=new, lost=lost, moved=moved, dropped=tuple(t.key for t in dropped))
+
+
+def grow(spec: Spec, plan: Plan, down: Sequence[str] = (),
+         avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Optional[Replan]:
+    """A shrunk group back towards ``tasks.worker.count``: one new worker (the next indices) on
+    each spare host, in the spec's order, while workers are missing. None: nothing to add.
+    ``avoid`` as for :func:`replace_lost`."""
+    workers = [t for t in plan.tasks if t.type == "worker"]
+    missing = spec.tasks.worker.count - len(workers)
+    spares = spare_hosts(spec, [t.host for t in plan.tasks], down)[:max(0, missing)]
+    if not spares:
+        return None
+    slots = {t.key: Slot(t.host, t.address) for t in plan.tasks}
+    added = {}
+    for i, host in enumerate(spares):
+        key = f"worker:{len(workers) + i}"
+        slots[key] = Slot(host, spec.host(host).dial_address)
+        added[key] = host
+    new = build_plan(with_workers(spec, len(workers) + len(spares)), Placement(slots), avoid)
+    return Replan(plan=new, lost=(), moved={}, added=added)
+
+
+def fresh_ports(plans: Sequence[Plan]) -> frozenset[tuple[str, int]]:
+    """Every (host, port) a task of ``plans`` (the run's plans so far) was given: a replan takes
+    none of them again (ports.base's counting skips them; explicit tasks.*.ports stay as given).
+    A lost host's old tasks can outlive the move: it keeps running while it does not answer (a
+    partition, a paused VM) or is slow to shut down, until its wrappers' lease runs out and their
+    grace after it. TensorFlow's runtime in such a task keeps dialling its cluster's addresses;
+    had the new attempt's chief the old one's port, the stale worker's heartbeat would reach its
+    coordination service, which then aborts the new attempt ("Incarnation ID mismatch ... The task
+    has restarted"). On fresh ports it dials addresses nobody listens on, and gives up alone."""
+    return frozenset((t.host, t.port) for plan in plans for t in plan.tasks if t.port is not None)
+
+
+def shrunk(spec: Spec, plan: Plan) -> bool:
+    return sum(1 for t in plan.tasks if t.type == "worker") < spec.tasks.worker.count
+
+
+def plans_in_use(first: Plan, later: Sequence[Replan]) -> list[tuple[str, ...]]:
+    """Each plan's hosts, in order (the final report's "plans used")."""
+    out = [tuple(sorted({t.host for t in first.tasks}))]
+    out += [tuple(sorted({t.host for t in r.plan.tasks})) for r in later]
+    return out
+

@@ -1,0 +1,321 @@
+"""GPU placement (``devices: {gpus, gpus_per_task, gpu_memory}``, ``tasks.<type>.gpus``,
+``collective:``): which of its host's GPUs each task gets, and its memory setting.
+
+Which tasks use GPUs: the chief and workers under the synchronous strategies, the workers under
+parameter_server, and the evaluator; the ps tasks and the parameter_server chief (the
+coordinator) get none (``CUDA_VISIBLE_DEVICES=-1``) unless their group says ``gpus: N``.
+``devices.gpus`` (all | N | [ids]) is which of a host's GPUs the run may use at all; 0 is none.
+
+Each GPU task's request (``TaskGpus.request``, launcher/remote/gpuplace.py's marker) is made
+here from its place among its host's GPU tasks. Where the plan knows the host's GPUs (the local
+backend: ``nvidia-smi -L`` at plan time, ``Placement.gpus``), the plan holds the result
+(CUDA_VISIBLE_DEVICES, TF_FORCE_GPU_ALLOW_GROWTH, TFCLUSTER_GPU_MEMORY) and refuses what the
+host cannot give in one line naming it; elsewhere the task's env carries the request
+(``TFCLUSTER_GPUS``) and the backend completes it where the task starts (``complete``: the ssh
+task wrapper with ``--gpus``, docker from the engine's GPUs), after checking the host in its
+preflight (``host_problems``). A variable the spec's ``env:`` sets always wins; a spec ``env:``
+with CUDA_VISIBLE_DEVICES turns the placement off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
+
+from launcher.contract import envnames
+from launcher.remote import gpuplace
+from launcher.remote.gpuplace import CUDA_VAR, GROWTH_VAR, plural
+
+# (index, name, uuid) of one GPU, as ``nvidia-smi -L`` lists it.
+Gpu = tuple[int, str, str]
+
+
+@dataclass(frozen=True)
+class TaskGpus:
+    """One task's GPUs in the plan.
+
+    ``take``: 0 (no GPU: CUDA_VISIBLE_DEVICES=-1), N, "auto" or "all"; ``source`` the key that
+    asked for it (``devices.gpus_per_task``, ``tasks.ps.gpus``). ``request``: the marker text
+    (gpuplace.format_request; "" for take 0). ``ids``: the task's GPU indices where the plan
+    knew its host's GPUs (``()``: the host has none, the task runs on CPU), None where the
+    backend completes the request when the task starts. ``shared``: another task uses one of
+    them."""
+
+    take: Union[int, str] = 0
+    source: str = ""
+    request: str = ""
+    ids: Optional[tuple[int, ...]] = None
+    shared: bool = False
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.take != 0
+
+    @property
+    def required(self) -> bool:
+        """The spec requires GPUs for this task (a count, not auto/all)."""
+        return isinstance(self.take, int) and self.take > 0
+
+    def describe(self) -> str:
+        """``plan``'s column: ``gpu 1``, ``gpus 0,1``, ``gpu 0 shared``, ``cpu``, ``gpus auto``."""
+        if not self.uses_gpu:
+            return "cpu"
+        if self.ids is None:  # made where the task starts
+            return f"{plural(self.take, 'gpu')} (at start)" if isinstance(self.take, int) else f"gpus {self.take} (at start)"
+        if not self.ids:
+            return "cpu (no gpu)"
+        word = "gpu" if len(self.ids) == 1 else "gpus"
+        return f"{word} {','.join(str(i) for i in self.ids)}" + (" shared" if self.shared else "")
+
+
+NO_GPU = TaskGpus()
+
+
+def uses_gpu_by_role(strategy: str, task_type: str) -> bool:
+    """Whether a task of this type uses GPUs when its group does not say (``tasks.<type>.gpus``)."""
+    if strategy == "parameter_server":
+        return task_type in ("worker", "evaluator")
+    return task_type in ("chief", "worker", "evaluator")
+
+
+def take_of(spec, task_type: str) -> tuple[Union[int, str], str]:
+    """(take, source) for a task of ``task_type``: its group's ``gpus``, else devices.gpus_per_task
+    for a GPU role, else 0."""
+    group = spec.tasks.group(task_type)
+    if spec.devices.gpus == 0:
+        return 0, "devices.gpus"
+    if group.gpus is not None:
+        return group.gpus, f"tasks.{task_type}.gpus"
+    if uses_gpu_by_role(spec.strategy, task_type):
+        return spec.devices.gpus_per_task, "gpus_per_task"
+    return 0, ""
+
+
+def use_of(spec) -> tuple[str, bool]:
+    """(use, need): devices.gpus as the request's ``use`` field, and whether it names GPUs the
+    host must have (a count or a list)."""
+    g = spec.devices.gpus
+    if g == "all":
+        return "all", False
+    ids = range(g) if isinstance(g, int) else g
+    return ",".join(str(i) for i in ids), True
+
+
+def placement_off(spec) -> bool:
+    """The spec's ``env:`` sets CUDA_VISIBLE_DEVICES: it wins, tfcluster places nothing."""
+    return CUDA_VAR in spec.env
+
+
+def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[str, Sequence[Gpu]]
+              ) -> tuple[list[TaskGpus], list[tuple[tuple[str, str], ...]], list[str]]:
+    """Every task's TaskGpus and extra env (in plan order: ``hosts[i]`` and ``types[i]`` are task
+    i's), and the one-line problems of the hosts whose GPUs are ``known`` (host -> its GPUs;
+    a host not in it is completed where its tasks start)."""
+    n = len(hosts)
+    if placement_off(spec):
+        return [NO_GPU] * n, [()] * n, []
+    use, need = use_of(spec)
+    coll = spec.collective.implementation
+    mem = str(spec.devices.gpu_memory)
+    takes = [take_of(spec, t) for t in types]
+    by_host: dict[str, list[int]] = {}
+    for i, (host, (take, _)) in enumerate(zip(hosts, takes)):
+        if take != 0:
+            by_host.setdefault(host, []).append(i)
+    out: list[TaskGpus] = [NO_GPU] * n
+    extras: list[tuple[tuple[str, str], ...]] = [((CUDA_VAR, "-1"),) if CUDA_VAR not in spec.env else ()] * n
+    problems: list[str] = []
+    cache: dict[tuple, tuple[tuple[str, str], ...]] = {}  # a few distinct extras, shared
+    for host, members in by_host.items():
+        counted = sum(int(takes[i][0]) for i in members if isinstance(takes[i][0], int))
+        autos = [i for i in members if takes[i][0] == "auto"]
+        offset = 0
+        host_problem: Optional[str] = None
+        for i in members:
+            take, source = takes[i]
+            if isinstance(take, int):
+                place, count, off = 0, 1, offset
+                offset += take
+            else:
+                place, count, off = (autos.index(i) if take == "auto" else 0), max(len(autos), 1), counted
+            request = gpuplace.format_request(take, place, count, off, len(members), use, need, mem, coll)
+            if host not in known:
+                out[i] = TaskGpus(take, source, request)
+                extras[i] = cache.setdefault(("req", request), ((envnames.GPUS, request),))
+                continue
+            ids_known = [g[0] for g in known[host]]
+            ids, shared, problem = gpuplace.resolve(gpuplace.parse_request(request), ids_known)
+            if problem and host_problem is None:
+                host_problem = problem
+            out[i] = TaskGpus(take, source, request, tuple(ids), shared)
+            extras[i] = cache.setdefault(("ids", tuple(ids), shared), tuple(sorted(_made_env(spec, ids, shared).items())))
+        if host_problem is not None:
+            problems.append(refusal(host, [(t_key(types, i), out[i]) for i in members],
+                                    [g[0] for g in known[host]], spec.devices.gpus, host_problem))
+    return out, extras, problems
+
+
+def t_key(types: Sequence[str], i: int) -> str:
+    return f"{types[i]}:{sum(1 for t in types[:i] if t == types[i])}"
+
+
+def _made_env(spec, ids: Sequence[int], shared: bool) -> dict[str, str]:
+    """The env a completed request gives (gpuplace.complete's, the spec's env winning)."""
+    if not ids:
+        return {}
+    env = {CUDA_VAR: ",".join(str(i) for i in ids), gpuplace.ORDER_VAR: gpuplace.ORDER}
+    env.update(gpuplace.memory_env(str(spec.devices.gpu_memory), shared, spec.env))
+    mem = spec.devices.gpu_memory
+    if isinstance(mem, int) and envnames.GPU_MEMORY not in spec.env:
+        env[envnames.GPU_MEMORY] = str(mem)
+    return {k: v for k, v in env.items() if k not in spec.env}
+
+
+def refusal(host: str, tasks: Sequence[tuple[str, TaskGpus]], host_ids: Sequence[int], devices_gpus,
+            problem: str) -> str:
+    """The one line for a host that cannot give its tasks their GPUs: ``vm2 has 1 GPU; 2 tasks x
+    gpus_per_task 1 need 2; ...fix``."""
+    if "need" in problem and "its GPU tasks need" in problem:
+        usable = gpuplace.usable(host_ids, gpuplace.parse_request(tasks[0][1].request)["use"]) if tasks else []
+        groups: dict[tuple[str, Union[int, str]], list[str]] = {}
+        for key, tg in tasks:
+            if tg.required:
+                groups.setdefault((tg.source, tg.take), []).append(key)
+        parts = [f"{len(keys)} task{'s' if len(keys) > 1 else ''} x {source} {take}" if len(keys) > 1
+                 else f"{keys[0]} x {source} {take}" for (source, take), keys in groups.items()]
+        total = sum(int(take) * len(keys) for (_s, take), keys in groups.items())
+        have = plural(len(usable)) + ("" if devices_gpus == "all" else " the run may use (devices.gpus)")
+        return (f"{host} has {have}; {' + '.join(parts)} need {total}; put fewer GPU tasks on it "
+                "(tasks.<type>.hosts, hosts[].slots), lower the count, or set devices.gpus_per_task: auto to share")
+    if "NCCL" in problem:
+        return (f"{host}: its {len(tasks)} GPU tasks {problem}; put fewer GPU tasks on it, give it more GPUs, or set "
+                "collective.implementation: ring")
+    return f"{host} {problem}; fix devices.gpus or the host's GPUs"
+
+
+def host_problems(plan, host: str, gpus: Sequence[Gpu]) -> list[str]:
+    """The one-line problems of ``host`` (its GPUs as ``nvidia-smi -L`` lists them there) for the
+    plan's tasks on it: what a backend's preflight calls once it knows the host's GPUs."""
+    members = [t for t in plan.tasks if t.host == host and t.gpus.uses_gpu and t.gpus.request]
+    if not members:
+        return []
+    ids = [g[0] for g in gpus]
+    first = None
+    for t in members:
+        _ids, _shared, problem = gpuplace.resolve(gpuplace.parse_request(t.gpus.request), ids)
+        if problem:
+            first = problem
+            break
+    if first is None:
+        return []
+    req = gpuplace.parse_request(members[0].gpus.request)
+    devices_gpus = "all" if req["use"] == "all" else req["use"]
+    return [refusal(host, [(t.key, t.gpus) for t in members], ids, devices_gpus, first)]
+
+
+def complete(env: Mapping[str, str], gpus: Sequence[Gpu]) -> tuple[dict[str, str], Optional[str]]:
+    """(env, problem): a task's env with its request (``TFCLUSTER_GPUS``) made for a host whose
+    GPUs are ``gpus``, for a backend that completes it in the launcher (docker: the engine's
+    host). The ssh task wrapper does the same on the host (taskwrap.py ``--gpus``)."""
+    return gpuplace.complete(env, [g[0] for g in gpus], envnames.GPUS, envnames.GPU_MEMORY)
+
+
+def visible_ids(env: Mapping[str, str]) -> Optional[list[int]]:
+    """The GPU indices a completed env's CUDA_VISIBLE_DEVICES names ([] for -1 or empty), or
+    None when it sets none (every GPU visible)."""
+    value = env.get(CUDA_VAR)
+    if value is None:
+        return None
+    try:
+        ids = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        return None
+    return [] if any(i < 0 for i in ids) else ids
+
+
+def local_gpus(timeout: float = 10.0) -> tuple[Gpu, ...]:
+    """This machine's GPUs (``nvidia-smi -L``, bounded by ``timeout``); () when there is none."""
+    return tuple(gpuplace.host_gpus(timeout))
+
+
+def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_hosts: Mapping[str, str] = {}) -> str:
+    """The line ``plan`` and ``up`` show for the GPUs: what each known host has and what its GPU
+    tasks get, or that the figures are made where the tasks start. ``gpu_hosts``: a task host ->
+    the machine whose GPUs it uses (Placement.gpu_hosts)."""
+    if placement_off(spec):
+        return "gpus: as the spec's env sets CUDA_VISIBLE_DEVICES"
+    if spec.devices.gpus == 0:
+        return "gpus: none (devices.gpus 0: every task CUDA_VISIBLE_DEVICES=-1)"
+    users = [t for t in tasks if t.gpus.uses_gpu]
+    if not users:
+        return "gpus: no task uses one (CUDA_VISIBLE_DEVICES=-1)"
+    setting = f"gpus_per_task {spec.devices.gpus_per_task}, gpu_memory {spec.devices.gpu_memory}"
+    parts = []
+    unknown = False
+    def gpu_host(t) -> str:
+        return gpu_hosts.get(t.host, t.host)
+
+    for host in dict.fromkeys(gpu_host(t) for t in users):
+        if host not in known:
+            unknown = True
+            continue
+        mine = [t for t in users if gpu_host(t) == host]
+        gpus = known[host]
+        if not gpus:
+            parts.append(f"{host} has no NVIDIA GPU (nvidia-smi -L lists none): its {plural(len(mine), 'GPU task')} "
+                         "run on CPU")
+            continue
+        names = sorted({g[1] for g in gpus})
+        shared = any(t.gpus.shared for t in mine)
+        may = gpuplace.usable([g[0] for g in gpus], use_of(spec)[0])
+        limit = f", the run may use {len(may)} (devices.gpus)" if len(may) < len(gpus) else ""
+        parts.append(f"{host}: {plural(len(gpus))} ({', '.join(names)}{limit}) for {plural(len(mine), 'GPU task')}"
+                     + (", shared" + (" (memory growth)" if any(GROWTH_VAR in dict(t.base_env) for t in mine) else "")
+                        if shared else ""))
+    if unknown:
+        parts.append(("other hosts'" if parts else "each host's") + " at start, from nvidia-smi -L there")
+    return f"gpus: {setting}; " + "; ".join(parts)
+
+
+def asked(spec) -> bool:
+    """The spec sets a GPU key (so ``up`` says where the GPUs are, or that a host has none)."""
+    d = spec.devices
+    return (d.gpus != "all" or d.gpus_per_task != "auto" or d.gpu_memory != "auto"
+            or spec.collective.implementation != "auto"
+            or any(spec.tasks.group(t).gpus for t in ("chief", "worker", "ps", "evaluator")))
+
+
+def cpu_hosts(known: Mapping[str, Sequence[Gpu]], tasks: Iterable) -> list[str]:
+    """The hosts with GPU tasks and no NVIDIA GPU (their tasks run on CPU)."""
+    return [h for h in dict.fromkeys(t.host for t in tasks if t.gpus.uses_gpu) if h in known and not known[h]]
+
+
+def gpu_room(spec, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, int]:
+    """The GPUs the run may use on each host whose GPUs are known and that has no ``slots``:
+    how many GPU-count tasks (``gpus_per_task: N``) it can hold, in GPUs."""
+    use = use_of(spec)[0]
+    slotted = {h.name for h in spec.hosts if h.slots is not None}
+    return {h: len(gpuplace.usable([g[0] for g in g_list], use)) for h, g_list in found.items()
+            if g_list is not None and h not in slotted}
+
+
+def ids_text(ids: Sequence[int]) -> str:
+    """``gpu 1``, ``gpus 0,1``, or ``cpu`` for none."""
+    if not ids:
+        return "cpu"
+    return ("gpu " if len(ids) == 1 else "gpus ") + ",".join(str(i) for i in ids)
+
+
+def env_text(env_value: Callable[[str], Optional[str]]) -> str:
+    """A planned task's GPUs as ``status`` shows them, from its env in the run record
+    (``env_value(name)``): its CUDA_VISIBLE_DEVICES, else its request (``1 gpu (at start)``),
+    else "" (the plan said nothing of GPUs)."""
+    visible = env_value(CUDA_VAR)
+    if visible is not None:
+        ids = visible_ids({CUDA_VAR: visible})
+        return ids_text(ids) if ids is not None else visible[:40]
+    req = gpuplace.parse_request(env_value(envnames.GPUS) or "")
+    if req is None:
+        return ""
+    take = int(req["take"]) if req["take"].isdigit() else req["take"]
+    return TaskGpus(take=take).describe()

@@ -1,0 +1,181 @@
+"""A task's state machine, and the one fold of a run's events into it.
+
+The live panel (``RunView``, record/view.py), ``status`` (``load_run``, record/status.py) and the
+final report (launcher/ui/report.py, from the supervisor's ``RunView``) all read a task's state from
+here: ``step`` applies one event, ``fold`` a whole record's, ``on_line`` what a task's output says.
+Pure: no IO, no clock.
+
+A task's ``state`` (record/states.py: ``TaskState``)::
+
+    state        entered on                                          from
+    -----------  --------------------------------------------------  ---------------------------------
+    pending      (a task of the plan no event has named yet)          -
+    starting     ``start`` (a process started for it)                 any
+    running      ``ready`` (its TF port answers) for the task, or     starting
+                 ``attempt_ready`` for its attempt, or a parameter-
+                 server ``server`` line in its output
+    restarting   ``restart`` (every task: the group's next attempt)   any
+                 or ``task_restart`` (that task alone)
+    succeeded    ``exit`` with code 0                                 any
+    failed       ``exit`` with another code (``exit_code``), or       any (exit);
+                 named by a ``failure`` (``reason``)                  not ended (failure)
+    stopped      ``stopped`` (stopped at the attempt's end)           not ended
+                 ``outcome`` (the run ended: what had not)            starting, running, restarting
+    gone         ``lose``: the run's supervisor is lost and the       starting, running
+                 task's process is gone too (only ``status`` can
+                 tell: it looks at this machine's processes)
+
+"Ended": succeeded, failed, stopped, gone (``ENDED``); "live": starting, running (``LIVE``: a
+process that may be running). A ``start`` clears ``exit_code``, ``reason`` and ``phase``.
+
+A live task's ``phase`` (``TaskPhase``) is what its output says it is doing, shown by the live
+panel instead of the state: importing (a first line while starting), training (a progress line
+of the training: start, step, epoch, ...), evaluating (an evaluator's eval line). "" until a
+line says; entering running ends importing. The record alone (``status``) has no phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional, TypeVar
+
+from launcher.record.events import Event
+from launcher.record.states import TaskPhase, TaskState
+
+PENDING, STARTING, RUNNING, RESTARTING = TaskState.PENDING, TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING
+SUCCEEDED, FAILED, STOPPED, GONE = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.GONE
+LIVE = (STARTING, RUNNING)
+ENDED = (SUCCEEDED, FAILED, STOPPED, GONE)
+# Progress lines (launcher/contract/progress.py kinds) that mean the task is running training steps.
+TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "preempted", "saved", "result")
+
+
+@dataclass
+class TaskLife:
+    """What the machine keeps of one task (``TaskView`` adds the figures its output gives)."""
+
+    key: str
+    host: str = ""
+    state: str = PENDING
+    phase: str = ""  # TaskPhase, or "" (see the module docstring)
+    attempt: int = 0  # 1-based group attempt of its last start (0: not started)
+    starts: int = 0  # processes started for it (group attempts and restarts on its own)
+    exit_code: Optional[int] = None  # of its last exit (or of the process a ``stopped`` found ended)
+    reason: str = ""  # why it failed, when a ``failure`` named it
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    @property
+    def shown(self) -> str:
+        """The word the live panel shows: a live task's phase, else its state."""
+        return self.phase if self.phase and self.state in LIVE else self.state
+
+
+T = TypeVar("T", bound=TaskLife)
+
+
+def step(tasks: MutableMapping[str, T], record: Mapping[str, Any], new: Callable[[str], T]) -> Optional[T]:
+    """Apply one event (a dict of events.jsonl) to ``tasks`` (key -> task; ``new(key)`` adds one
+    the event names that is not there yet). Returns the task a ``start`` started (its caller
+    resets what belongs to the previous process), else None. Other kinds change no task state.
+    An exit code that is not a number raises ValueError or TypeError (a damaged record)."""
+    kind = record.get("event")
+    key = record.get("task")
+    if kind == Event.RESTART:
+        for t in tasks.values():
+            t.state = RESTARTING
+        return None
+    if kind == Event.ATTEMPT_READY:
+        number = _whole(record.get("attempt"))
+        for t in tasks.values():
+            if t.state == STARTING and number is not None and t.attempt == number + 1:
+                _enter_running(t)
+        return None
+    if kind == Event.OUTCOME:
+        for t in tasks.values():
+            if t.state in LIVE or t.state == RESTARTING:
+                t.state = STOPPED
+        return None
+    if not isinstance(key, str) or not key or kind not in _TASK_KINDS:
+        return None
+    t = tasks.get(key)
+    if t is None:
+        t = tasks[key] = new(key)
+    if kind == Event.START:
+        host = record.get("host")
+        t.host = host if isinstance(host, str) and host else t.host
+        t.attempt = (_whole(record.get("attempt")) or 0) + 1
+        t.starts += 1
+        t.state, t.phase, t.exit_code, t.reason = STARTING, "", None, ""
+        return t
+    if kind == Event.READY:
+        if t.state == STARTING:
+            _enter_running(t)
+    elif kind == Event.EXIT:
+        t.exit_code = _code(record.get("code"))
+        t.state = SUCCEEDED if t.exit_code == 0 else FAILED
+    elif kind == Event.STOPPED:
+        if t.state not in ENDED:
+            t.state = STOPPED
+            t.exit_code = _code(record.get("code"))
+    elif kind == Event.FAILURE:
+        t.reason = str(record.get("reason", ""))
+        if t.state not in ENDED:
+            t.state = FAILED
+    elif kind == Event.TASK_RESTART:
+        t.state = RESTARTING
+    return None
+
+
+_TASK_KINDS = (Event.START, Event.READY, Event.EXIT, Event.STOPPED, Event.FAILURE, Event.TASK_RESTART)
+# Every kind ``step`` acts on: a new kind that moves a task's state is added to ``step`` and here,
+# and nowhere else (RunView feeds exactly these to ``step``).
+STATE_KINDS = (*_TASK_KINDS, Event.RESTART, Event.ATTEMPT_READY, Event.OUTCOME)
+
+
+def on_line(t: TaskLife, kind: Optional[str]) -> None:
+    """A line of ``t``'s output arrived; ``kind``: its progress kind (launcher/contract/progress.py), None
+    for any other line."""
+    if t.state == STARTING and not t.phase:
+        t.phase = TaskPhase.IMPORTING
+    if kind is None or t.state in ENDED:
+        return
+    if kind in TRAINING_KINDS:
+        t.phase = TaskPhase.TRAINING
+    elif kind == "eval":
+        t.phase = TaskPhase.EVALUATING
+    elif kind == "server" and t.state == STARTING:
+        _enter_running(t)
+
+
+def lose(t: TaskLife, alive: bool) -> None:
+    """The run's supervisor is lost: a live task whose process is gone (``alive`` false) is GONE."""
+    if t.state in LIVE and not alive:
+        t.state = GONE
+
+
+def fold(events: Iterable[Mapping[str, Any]], keys: Iterable[str] = ()) -> dict[str, TaskLife]:
+    """Each task's state after ``events`` (in order): the plan's tasks ``keys`` first (pending
+    until an event names them), then any other task an event names."""
+    tasks: dict[str, TaskLife] = {key: TaskLife(key) for key in keys}
+    for record in events:
+        step(tasks, record, TaskLife)
+    return tasks
+
+
+def _enter_running(t: TaskLife) -> None:
+    t.state = RUNNING
+    if t.phase == TaskPhase.IMPORTING:
+        t.phase = ""
+
+
+def _code(value: Any) -> Optional[int]:
+    """An event's exit code: None (not known), else a number; a value tfcluster never writes
+    raises (ValueError, TypeError: the reader reports the record as damaged, record/status.py)."""
+    return None if value is None else int(value)
+
+
+def _whole(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

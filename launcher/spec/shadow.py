@@ -1,0 +1,77 @@
+"""Whether an entrypoint ``python -m worker`` / ``python -m launcher`` would run someone else's code.
+
+``python -m NAME`` puts the task's working directory first on ``sys.path``, so a ``worker.py`` (or
+a ``worker/`` package) there runs instead of tfcluster's reference worker, silently. ``validate``
+and ``up`` say so in one warning line; the ``tfcluster-worker`` script has no such trap (it imports
+the installed package, never the working directory). Pure: paths and the spec in, lines out.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+from launcher.spec.model import LoadedSpec
+
+SHADOWED = ("worker", "launcher")  # the two top-level packages the distribution installs
+_PRODUCT = Path(__file__).resolve().parents[2]  # where this launcher/ (and its worker/) live
+# Interpreter options that take a value as the next word (``python -X dev -m worker``).
+_WITH_VALUE = {"-X", "-W", "-Q"}
+
+
+def module_of(argv: Sequence[str]) -> Optional[str]:
+    """NAME of ``python[3[.x]] [options] -m NAME ...``, or None for any other command."""
+    if not argv or not os.path.basename(argv[0]).startswith("python"):
+        return None
+    words = iter(argv[1:])
+    for word in words:
+        if word == "-m":
+            return next(words, None)
+        if word.startswith("-m") and len(word) > 2:
+            return word[2:]
+        if word in _WITH_VALUE:
+            next(words, None)
+        elif word == "-c" or not word.startswith("-"):  # a command string or a script: no module
+            return None
+    return None
+
+
+def shadowing_file(directory: Path, module: str) -> Optional[Path]:
+    """The file in ``directory`` that ``python -m module`` run there would import instead of
+    tfcluster's own package (None if there is none, or if it *is* tfcluster's own, as in a checkout)."""
+    for candidate in (directory / f"{module}.py", directory / module / "__init__.py", directory / module / "__main__.py"):
+        if candidate.is_file():
+            if candidate.parent.resolve() == (_PRODUCT / module).resolve():
+                return None  # tfcluster's own checkout: this is the reference package
+            return candidate
+    return None
+
+
+def _task_dirs(loaded: LoadedSpec) -> list[Path]:
+    """The local directories whose content becomes a task's working directory: the spec's workdir
+    for the backends that run tasks there (local; slurm on the shared file system), and for ssh
+    the workdir when ``ssh.sync`` uploads all of it and no ``ssh.workdir`` is set."""
+    spec = loaded.spec
+    workdir = (loaded.base_dir / spec.workdir).resolve()
+    if spec.backend in ("local", "slurm"):
+        return [workdir]
+    ssh = getattr(spec, "ssh", None)
+    if spec.backend == "ssh" and ssh is not None and not ssh.workdir and "." in [p.rstrip("/") for p in ssh.sync]:
+        return [workdir]
+    return []
+
+
+def warnings(loaded: LoadedSpec) -> list[str]:
+    """One line per entrypoint that a file in the task's working directory would shadow."""
+    module = module_of(loaded.spec.argv)
+    if module not in SHADOWED:
+        return []
+    out = []
+    for directory in _task_dirs(loaded):
+        found = shadowing_file(directory, module)
+        if found is not None:
+            fix = "use the `tfcluster-worker` command instead" if module == "worker" else "use the `tfcluster` command"
+            out.append(f"warning: entrypoint: `python -m {module}` would run {found} (the task's directory comes "
+                       f"first on sys.path), not tfcluster's {module}; {fix}, or rename that file")
+    return out

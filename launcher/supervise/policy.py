@@ -1,0 +1,151 @@
+"""What task exits mean for the run: pure functions the supervisor applies every tick.
+
+* MultiWorkerMirrored: the group is the unit of failure. Any chief/worker failure fails the
+  attempt (TF cannot re-admit a single restarted worker: "different incarnation"); success is
+  every chief/worker exiting 0.
+* ParameterServer: success follows the chief; the servers (ps, worker) never exit on their
+  own, so any ps exit loses the job, while a dead worker is restarted alone on its address.
+* Single-host strategies (mirrored, central_storage, one_device, default, tpu) run one task:
+  success is that task exiting 0, any other exit fails the attempt (the MWMS rule for one member).
+* The evaluator is a sidecar: its failure is reported but does not fail training.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from launcher.supervise.diagnose import peer_abort
+from launcher.record.states import AttemptState
+from launcher.procinfo import describe_exit
+
+RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str  # RUNNING | SUCCEEDED | FAILED
+    failed: tuple[str, ...] = ()  # keys that failed the attempt, root cause first
+    restart_alone: tuple[str, ...] = ()  # PSS workers to relaunch without stopping the rest
+    sidecar_failed: tuple[str, ...] = ()  # evaluator exits that do not fail training
+
+
+def task_type(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def assess(strategy: str, success_task: str, exits: Mapping[str, Optional[int]], order: Sequence[str] = ()) -> Verdict:
+    """Reduce per-task exit codes (None = running) to the attempt's state.
+
+    ``order`` lists keys in the order their exits were noticed, so the first failure is
+    reported as the root cause.
+    """
+    ranked = [k for k in order if k in exits] + [k for k in exits if k not in order]
+    sidecars = tuple(k for k in ranked if task_type(k) == "evaluator" and exits[k] not in (None, 0))
+    if strategy == "parameter_server":
+        chief = exits.get(success_task)
+        failed = [
+            k
+            for k in ranked
+            if (task_type(k) == "ps" and exits[k] is not None) or (k == success_task and exits[k] not in (None, 0))
+        ]
+        if failed:
+            return Verdict(FAILED, failed=tuple(failed), sidecar_failed=sidecars)
+        if chief == 0:
+            return Verdict(SUCCEEDED, sidecar_failed=sidecars)
+        restart = tuple(k for k in ranked if task_type(k) == "worker" and exits[k] is not None)
+        return Verdict(RUNNING, restart_alone=restart, sidecar_failed=sidecars)
+
+    members = [k for k in ranked if task_type(k) != "evaluator"]
+    failed = tuple(k for k in members if exits[k] not in (None, 0))
+    if failed:
+        return Verdict(FAILED, failed=failed, sidecar_failed=sidecars)
+    if members and all(exits[k] == 0 for k in members):
+        return Verdict(SUCCEEDED, sidecar_failed=sidecars)
+    return Verdict(RUNNING, sidecar_failed=sidecars)
+
+
+def silent_by_design(strategy: str, key: str) -> bool:
+    """Tasks that print nothing for as long as training runs: under ParameterServer the ps and
+    worker tasks sit in ``tf.distribute.Server(...).join()``. The hang watchdog may only name
+    them when they are stopped (SIGSTOP), never for their silence."""
+    return strategy == "parameter_server" and task_type(key) in ("ps", "worker")
+
+
+def hang_watched(key: str) -> bool:
+    """The evaluator is a sidecar (silent between checkpoints; its failure does not fail
+    training), so the hang watchdog ignores it."""
+    return task_type(key) != "evaluator"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why an attempt failed, attributed to one task (the root cause)."""
+
+    key: str
+    reason: str  # "exit code 3", "killed by SIGKILL (exit 137)", "no progress for 30 s"
+    code: Optional[int] = None  # the exit code; None for watchdog failures
+    last_lines: tuple[str, ...] = ()
+    others: tuple[str, ...] = field(default=())  # further keys that failed in the same attempt
+    # Exits of other tasks caused by this one ((key, exit code), e.g. TF aborting the survivors
+    # of a stopped peer): reported as consequences, and never what decides a retry.
+    consequences: tuple[tuple[str, int], ...] = field(default=())
+    # The backend cannot run another attempt (errors.AttemptImpossible): never retried.
+    final: bool = False
+
+
+@dataclass
+class Attempt:
+    """One attempt of the group, as the supervisor runs it and the report tells it."""
+
+    number: int  # 0-based; TFCLUSTER_RESTART_COUNT
+    started: float = field(default_factory=time.time)
+    ended: Optional[float] = None
+    state: str = AttemptState.RUNNING
+    failure: Optional[Failure] = None
+    ready_after: Optional[float] = None  # seconds until every task's port was open
+    # Hosts whose tasks' sessions were lost in this attempt (host -> when, time.time()): the
+    # infrastructure failed, not the training (launcher/supervise/membership.py, elastic runs).
+    sessions_lost: dict[str, float] = field(default_factory=dict)
+
+
+def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tuple[bool, str]:
+    """(retryable, explanation). Exit codes listed as permanent (by default 1-127: a Python
+    error, bad usage, a missing module) are not retried; signals and watchdog failures are.
+
+    A failure whose root cause is another task's state (stopped, hung, unreachable: ``code`` is
+    None) is retryable even if the survivors it took down exited with a permanent code: their
+    exits are consequences. A task that exits with a permanent code on its own, every peer
+    healthy, is the root cause itself and stays permanent, unless its own last lines show
+    TensorFlow aborting it for a lost peer (diagnose.peer_abort: both sides of a partition). A
+    ``final`` failure (the backend can run no further attempt) is never retried."""
+    code = failure.code
+    if failure.final:
+        return False, f"not retried: {failure.reason}"
+    if code is None:
+        if failure.consequences:
+            exits = ", ".join(f"{k} ({describe_exit(c)})" for k, c in failure.consequences)
+            return True, f"{exits} followed from {failure.key}'s state ({failure.reason}); retryable"
+        return True, "watchdog failures are retryable"
+    if code in permanent_exit_codes and peer_abort(failure.last_lines):
+        # A partition cuts both ways: the task cut off exits 1 too, TensorFlow having given up on
+        # the peers or the coordination service it can no longer reach. Not an error of the task.
+        return True, (f"{failure.key}'s {describe_exit(code)} was TensorFlow aborting it for a lost peer "
+                      "(its last lines); retryable")
+    if code in permanent_exit_codes:
+        hint = {
+            1: "an uncaught error in the task (exit 1) fails the same way every time",
+            2: "a usage error (exit 2) fails the same way every time",
+            126: "the command is not executable (exit 126)",
+            127: "the command was not found (exit 127)",
+        }.get(code, f"exit code {code} is listed in restart.permanent_exit_codes")
+        return False, f"not retried: {hint}; fix the cause, or remove {code} from restart.permanent_exit_codes"
+    return True, f"{describe_exit(code)} is retryable"
+
+
+def backoff_delay(attempt: int, backoff: float, max_backoff: float) -> float:
+    """Seconds to wait before relaunch ``attempt`` (1-based): backoff * 2**(attempt-1), capped."""
+    if backoff <= 0 or attempt <= 0:
+        return 0.0
+    return min(max_backoff, backoff * (2 ** (attempt - 1)))

@@ -1,0 +1,239 @@
+"""Warm standby (restart.warm_standby): the next attempt's processes, started once the current
+attempt is ready, import TensorFlow and wait for SIGUSR1; a restart promotes them instead of
+starting cold. Their output is marked ``(standby)`` until they are promoted.
+
+The protocol, which the reference worker follows (worker/main.py) and a script of its own can
+(docs/concepts/runs.md, "Warm standby"): started with TFCLUSTER_STANDBY=1, it blocks SIGUSR1 and says a line starting
+``tfcluster-standby`` (``waiting``, then ``ready`` once its imports are done); promoted, it reads
+the next attempt's environment from the file TFCLUSTER_STANDBY_ENV names (the backend writes it
+just before the signal: TF_CONFIG may have changed, a replan) and says ``tfcluster-standby
+promoted``. A standby that never said a ``tfcluster-standby`` line is not promoted (it may not
+have blocked the signal); one promoted that does not say ``promoted`` within ACK_BOUND seconds
+of being ready is stopped and its task started cold, in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Sequence
+
+from launcher.contract import envnames
+from launcher.backends.base import Backend, TaskHandle
+from launcher.ui.console import Console
+from launcher.errors import LaunchError
+from launcher.plan.build import PlannedTask
+from launcher.record.events import Event
+from launcher.record.writer import RunRecord
+from launcher.spec.shadow import module_of
+from launcher.spec.model import Restart
+
+MARK = "tfcluster-standby"
+PROMOTED = MARK + " promoted"
+# Seconds a promoted standby (already ready) has to say PROMOTED before it is started cold.
+ACK_BOUND = 10.0
+# A waiting reference worker's resident memory: TensorFlow, tf_keras and TFDS imported (measured
+# with bench/recovery.py: 566-572 MB on this machine; BENCHMARKS.md, "Recovery").
+STANDBY_BYTES = 600 * 2**20
+# What a host keeps free besides its standbys: below this plus STANDBY_BYTES per task, none there.
+RESERVE_BYTES = 2**30
+
+
+def is_reference_worker(argv: Sequence[str]) -> bool:
+    """``python -m worker`` (or ``worker.main``) or the ``tfcluster-worker`` script: tfcluster's
+    own worker, which honours TFCLUSTER_STANDBY."""
+    if argv and os.path.basename(argv[0]) == "tfcluster-worker":
+        return True
+    return module_of(argv) in ("worker", "worker.main")
+
+
+def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, backend: str,
+           elastic: bool = False) -> tuple[bool, str]:
+    """Whether the run keeps warm standbys, and why, in words ``plan`` shows. ``auto`` (the
+    default) turns it on where it is safe: a backend that can, a run that may restart (or move
+    tasks: elastic), and an entrypoint known to honour TFCLUSTER_STANDBY (a script that does not
+    would start training as a standby)."""
+    value = restart.warm_standby
+    if value is False:
+        return False, "off (restart.warm_standby: false)"
+    if not capable:
+        return False, (f"off: backend {backend} keeps no standby; every restart starts cold"
+                       + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
+    if restart.max_restarts == 0 and not elastic:
+        return False, "off: restart.max_restarts is 0 (no restart to make faster)"
+    cost = f"about {STANDBY_BYTES / 2**30:.1f} GB each; left off on a host with less memory available"
+    if value is True:
+        return True, f"on (restart.warm_standby: true): each task's next process waits, imports done ({cost})"
+    others = sorted({" ".join(c[:3]) for c in commands if not is_reference_worker(c)})
+    if others:
+        return False, (f"off: the entrypoint ({others[0]}) is not tfcluster's worker; set restart.warm_standby: "
+                       "true if it honours TFCLUSTER_STANDBY (docs: concepts/runs.md, Warm standby)")
+    return True, f"on (auto: tfcluster's worker): each task's next process waits with TensorFlow imported ({cost})"
+
+
+def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
+    """``tfcluster plan``'s line on warm standby: on or off, and why."""
+    from launcher.backends import backend_class
+    from launcher.plan.elastic import elastic_enabled
+
+    cls = backend_class(spec.backend)
+    _, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
+                    elastic=cls.capabilities.elastic and elastic_enabled(spec))
+    return f"warm standby: {why}"
+
+
+@dataclass
+class _Standby:
+    task: PlannedTask  # the plan it started under
+    handle: TaskHandle
+    active: bool = False  # promoted: its lines are the task's
+    marked: bool = False  # said a tfcluster-standby line: SIGUSR1 is blocked
+    ready: bool = False  # its imports are done
+    acked: bool = False  # said PROMOTED
+    stopping: bool = False  # being stopped: what it still says (a shell's "Killed") is only logged
+    promoted_at: Optional[float] = None
+    bound_from: Optional[float] = None  # when ACK_BOUND started counting
+
+
+def _same_process(a: PlannedTask, b: PlannedTask) -> bool:
+    """Whether a standby started for ``a`` can become ``b``: same host, command and environment
+    but for TF_CONFIG and the task's name (which the promotion file carries)."""
+    return a.host == b.host and a.command == b.command and a.base_env == b.base_env
+
+
+class WarmStandby:
+    def __init__(self, backend: Backend, record: RunRecord, console: Console, clock: Callable[[], float],
+                 on_line: Callable[[str, str], None],
+                 drain_line: Callable[[str, str, Optional[Callable[[str, str], None]]], None]) -> None:
+        """``on_line``: what a promoted standby's lines go to (the supervisor's sink);
+        ``drain_line(key, line, sink)``: the never-raising wrapper every output reader calls."""
+        self.backend = backend
+        self.record = record
+        self.console = console
+        self.clock = clock
+        self.on_line = on_line
+        self.drain_line = drain_line
+        self._waiting: dict[str, list[_Standby]] = {}  # task key -> its standbys (its host's, spares')
+        self._promoted: dict[str, _Standby] = {}  # promoted, not yet heard saying so
+        self._short_said: set[str] = set()
+
+    def start(self, number: int, tasks: Sequence[PlannedTask], env: dict[str, str],
+              spares: Sequence[tuple[str, str]] = ()) -> None:
+        """Start attempt ``number``'s processes now; they import TensorFlow and wait for SIGUSR1.
+        Hot spares: each spare host ((name, address), elastic runs) keeps one standby per task,
+        for the task that moves there. Hosts short of memory get none (said once per host)."""
+        if self._waiting:
+            return
+        tasks = list(tasks) + [replace(t, host=name, address=address) for name, address in spares for t in tasks]
+        short = self._short_hosts(tasks)
+        started = []
+        for task in tasks:
+            if task.host in short:
+                continue
+            entry: list[_Standby] = []
+
+            def sink(key: str, line: str, entry=entry) -> None:
+                s = entry[0] if entry else None
+                if s is not None and line.startswith(MARK):
+                    s.marked = True
+                    s.ready = s.ready or line.startswith(MARK + " ready")
+                    s.acked = s.acked or line.startswith(PROMOTED)
+                if s is not None and s.active:
+                    self.on_line(key, line)
+                elif s is not None and s.stopping:
+                    self.record.log_line(key, f"(standby) {line}")
+                else:
+                    self.record.log_line(key, f"(standby) {line}")
+                    self.console.task_line(key, f"(standby) {line}")
+
+            try:
+                handle = self.backend.start(task, {**env, envnames.STANDBY: "1"},
+                                            lambda key, line, sink=sink: self.drain_line(key, line, sink))
+            except LaunchError as exc:
+                self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
+                continue
+            entry.append(_Standby(task, handle))
+            self._waiting.setdefault(task.key, []).append(entry[0])
+            started.append(entry[0])
+        if started:
+            own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
+            self.record.event(Event.STANDBY_START, attempt=number, pids=own,
+                              hosts=sorted({s.task.host for s in started}),
+                              **({"spares": sorted({s.task.host for s in started} & set(dict(spares)))}
+                                 if spares else {}))
+
+    def _short_hosts(self, tasks: Sequence[PlannedTask]) -> set[str]:
+        per_host: dict[str, int] = {}
+        for t in tasks:
+            per_host[t.host] = per_host.get(t.host, 0) + 1
+        try:
+            free = self.backend.free_memory(sorted(per_host))
+        except Exception:  # noqa: BLE001 - memory unknown: not a reason to fail the run
+            free = {}
+        short = {h for h, n in per_host.items() if h in free and free[h] < n * STANDBY_BYTES + RESERVE_BYTES}
+        for host in sorted(short - self._short_said):
+            self._short_said.add(host)
+            self.console.info(f"warm standby: none on {host}: {free[host] / 2**30:.1f} GB available, under the "
+                              f"{(per_host[host] * STANDBY_BYTES + RESERVE_BYTES) / 2**30:.1f} GB its "
+                              f"{per_host[host]} standby process(es) and a reserve need; its restarts are cold")
+        return short
+
+    def promote(self, task: PlannedTask, env: dict[str, str]) -> Optional[TaskHandle]:
+        """Hand over the waiting standby for ``task`` (of the plan now in use) with the next
+        attempt's ``env``, or None: none, dead, not (yet) blocking SIGUSR1, started for another
+        host or command (a replan moved the task), or its promotion failed; then it is stopped
+        and the task starts cold."""
+        mine = self._waiting.get(task.key, [])
+        s = next((s for s in mine if s.task.host == task.host), None)
+        if s is None:
+            return None  # none on its host: the others are stopped once the attempt has started
+        mine.remove(s)
+        if not mine:
+            del self._waiting[task.key]
+        if s.handle.poll() is not None or not s.marked or not _same_process(s.task, task):
+            s.stopping = True
+            self.backend.stop([s.handle], grace=0)
+            return None
+        s.active = True
+        try:
+            self.backend.promote(s.handle, task, env)
+        except LaunchError as exc:
+            self.console.info(f"{task.key}: its warm standby could not be promoted ({exc.lines[0]}); starting it cold")
+            s.stopping = True
+            self.backend.stop([s.handle], grace=0)
+            return None
+        s.promoted_at = self.clock()
+        self._promoted[task.key] = s
+        self.record.event(Event.STANDBY_PROMOTED, task=task.key, **s.handle.info())
+        return s.handle
+
+    def overdue(self) -> list[tuple[str, TaskHandle]]:
+        """Promoted standbys that said nothing of their promotion within ACK_BOUND seconds of
+        being promoted and ready (removed from here: the caller stops them and starts cold)."""
+        late = []
+        now = self.clock()
+        for key, s in list(self._promoted.items()):
+            if s.acked or s.handle.poll() is not None:
+                del self._promoted[key]
+                continue
+            if not s.ready:
+                continue  # still importing: the startup watchdog bounds that
+            if s.bound_from is None:
+                s.bound_from = max(now, s.promoted_at or now)
+            if now - s.bound_from > ACK_BOUND:
+                del self._promoted[key]
+                late.append((key, s.handle))
+        return late
+
+    def drop(self, run_ends: bool = True) -> None:
+        """Stop every standby not promoted: the run ends, or (``run_ends`` False) a new attempt has
+        started without them (a task left out by a replan, a standby on a lost host)."""
+        if run_ends:
+            self._promoted.clear()
+        if self._waiting:
+            left = [s for mine in self._waiting.values() for s in mine]
+            for s in left:
+                s.stopping = True
+            self.backend.stop([s.handle for s in left], grace=0)
+            self.record.event(Event.STANDBY_STOPPED, tasks=list(self._waiting))
+            self._waiting.clear()

@@ -1,0 +1,166 @@
+"""What a person reads above the live panel: the tasks' progress protocol turned into lines for people.
+
+The tasks speak a machine protocol (``tfcluster-epoch epoch=16 global_step=368 loss=0.0851
+accuracy=0.9803 examples_per_sec=4029.9 learning_rate=0.001 time=1795696618.254``, launcher/contract/progress.py),
+once per worker. On a terminal, under the panel, that becomes one line per epoch for the run::
+
+    epoch 16/30  loss 0.0851  accuracy 0.980  4,030 ex/s  (worker:0-1)
+
+and the strategy once. Heartbeats (steps) are the panel's rows; the other protocol lines become
+short sentences. Any line that is not the protocol -- a user's own script's output, a traceback --
+is passed on as it is. Only the terminal's view changes: the task logs keep every line, and
+``--plain``/pipes keep the prefixed stream (launcher/ui/console.py). Pure: lines in, lines out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+from launcher.contract.progress import Progress, parse
+
+# Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint).
+HIDDEN = frozenset({"step", "first_step", "server", "checkpoint"})
+Line = tuple[Optional[str], str]  # (the task it is about, or None for the run; the text)
+
+
+class PeopleLines:
+    """Feed it every task line (``feed``); it returns what to show now. An epoch is shown once
+    every task that trains has reported it (or when a later epoch, or the end, comes first)."""
+
+    def __init__(self) -> None:
+        self.epochs: Optional[int] = None  # the run's epochs, from the start lines
+        self.strategy_shown = False
+        self.started: set[str] = set()  # tasks that printed a start line this attempt
+        self.expected: set[str] = set()  # the tasks that reported the last epoch shown
+        self.pending: dict[tuple[str, int], dict[str, Progress]] = {}  # (kind, epoch) -> key -> its line
+        self.shown: set[tuple[str, int]] = set()
+
+    # -------------------------------------------------------------- in
+
+    def feed(self, key: str, line: str) -> list[Line]:
+        progress = parse(line)
+        if progress is None:
+            return [(key, line)]
+        kind = progress.kind
+        if kind in HIDDEN:
+            return []
+        if kind == "start":
+            return self._start(key, progress)
+        if kind in ("epoch", "result"):
+            return self._report(key, progress)
+        if kind == "eval":
+            return [(key, "evaluated " + _join(progress.get("checkpoint"), _metrics(progress)))]
+        if kind == "eval_done":
+            return [(key, f"evaluator done ({progress.get('reason', '?')}, "
+                          f"{progress.get('evaluated', '?')} checkpoint(s) evaluated)")]
+        if kind == "preempted":
+            return [(key, f"preempted at epoch {progress.get('epoch', '?')} step {progress.get('step', '?')}"
+                          + (f"; saved to {progress.get('saved')}" if progress.get("saved") else ""))]
+        if kind == "saved":
+            return [(key, f"saved {progress.get('path', '')}".rstrip())]
+        return [(key, line)]  # a protocol line of a kind not known here: as it is
+
+    def flush(self) -> list[Line]:
+        """Every report still waiting for other tasks (the panel is going away)."""
+        out: list[Line] = []
+        for slot in sorted(self.pending, key=lambda s: (s[0] == "result", s[1])):
+            out += self._show(slot)
+        return out
+
+    # -------------------------------------------------------------- the parts
+
+    def _start(self, key: str, p: Progress) -> list[Line]:
+        out: list[Line] = []
+        if key in self.started:  # a second start from the same task: a new attempt
+            out = self.flush()  # (what the last attempt's tasks reported, before its epochs repeat)
+            self.started.clear()
+            self.shown.clear()
+        self.started.add(key)
+        epochs = p.integer("epochs")
+        if epochs:
+            self.epochs = epochs
+        if self.strategy_shown or not p.get("strategy"):
+            return out
+        self.strategy_shown = True
+        cls = (p.get("strategy_class") or "").rpartition(".")[2]
+        details = [d for d in (cls, f"{p.get('replicas')} replica(s)" if p.get("replicas") else "",
+                               f"global batch {p.get('global_batch')}" if p.get("global_batch") else "") if d]
+        return out + [(None, f"strategy {p.get('strategy')}" + (f" ({', '.join(details)})" if details else ""))]
+
+    def _report(self, key: str, p: Progress) -> list[Line]:
+        slot = (p.kind, (p.integer("epoch") or 0) if p.kind == "epoch" else 0)
+        out: list[Line] = []
+        if p.kind == "epoch":  # an earlier epoch still waiting will not complete now: show it
+            for older in sorted(s for s in self.pending if s[0] == "epoch" and s[1] < slot[1]):
+                out += self._show(older)
+        if slot in self.shown:  # a straggler of a report already shown: its task joins silently
+            return out
+        self.pending.setdefault(slot, {})[key] = p
+        waiting_for = (self.expected or self.started) - set(self.pending[slot])
+        if not waiting_for:
+            out += self._show(slot)
+        return out
+
+    def _show(self, slot: tuple[str, int]) -> list[Line]:
+        reports = self.pending.pop(slot, {})
+        if not reports:
+            return []
+        self.shown.add(slot)
+        if slot[0] == "epoch":
+            self.expected = set(reports)
+        first = reports[min(reports, key=_order)]
+        rates = [r.number("examples_per_sec") for r in reports.values() if r.number("examples_per_sec") is not None]
+        rate = f"{statistics.median(rates):,.0f} ex/s" if rates else ""
+        if slot[0] == "epoch":
+            head = f"epoch {slot[1]}" + (f"/{self.epochs}" if self.epochs else "")
+            extra = _metrics(first, "test_loss", "test_accuracy", "test ")
+        else:
+            head = "result"
+            extra = ""
+        text = _join(head, _metrics(first), rate, extra, f"({compact_keys(reports)})")
+        return [(None, text)]
+
+
+def _metrics(p: Progress, loss: str = "loss", accuracy: str = "accuracy", label: str = "") -> str:
+    parts = []
+    if p.number(loss) is not None:
+        parts.append(f"{label}loss {p.number(loss):.4f}")
+    if p.number(accuracy) is not None:
+        parts.append(f"{label}accuracy {p.number(accuracy):.3f}")
+    return "  ".join(parts)
+
+
+def _join(*parts: Optional[str]) -> str:
+    return "  ".join(p for p in parts if p)
+
+
+_TYPE_ORDER = {"chief": 0, "worker": 1, "ps": 2, "evaluator": 3}
+
+
+def _order(key: str) -> tuple:
+    kind, _, index = key.partition(":")
+    return (_TYPE_ORDER.get(kind, 9), kind, int(index) if index.isdigit() else 0, key)
+
+
+def compact_keys(keys) -> str:
+    """``worker:0-1``, ``chief:0, worker:0-2,5``: task keys, each type once, runs of indexes joined."""
+    by_type: dict[str, list[int]] = {}
+    others = []
+    for key in sorted(keys, key=_order):
+        kind, _, index = key.partition(":")
+        if index.isdigit():
+            by_type.setdefault(kind, []).append(int(index))
+        else:
+            others.append(key)
+    out = []
+    for kind, indexes in by_type.items():
+        runs, start = [], None
+        for i, n in enumerate(indexes):
+            if start is None:
+                start = n
+            if i + 1 == len(indexes) or indexes[i + 1] != n + 1:
+                runs.append(str(start) if start == n else f"{start}-{n}")
+                start = None
+        out.append(f"{kind}:{','.join(runs)}")
+    return ", ".join(out + others)

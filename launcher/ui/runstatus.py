@@ -1,0 +1,91 @@
+"""A run record's state for people: ``tfcluster status``'s block (head line, task table, hosts,
+the advice for a run whose supervisor is lost) and ``tfcluster runs``' table. Pure formatting of
+``RunStatus`` (launcher/record/status.py); the lines hold a record's bytes, so whoever prints them
+escapes them (launcher/bounded.py)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Optional
+
+from launcher.record.status import LOST, RUNNING, SUCCEEDED, RunStatus
+from launcher.ui.columns import STATUS, Row, plain
+from launcher.ui.table import render
+
+
+def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> list[str]:
+    """``status``'s lines; ``spec`` is the spec as the user named it (for the commands advised)."""
+    elapsed = view.elapsed(now)
+    head = f"run {view.run_id} ({view.name}, {view.backend}): {view.state}"
+    if view.attempts:
+        head += f", attempt {view.attempts}"
+    if elapsed is not None:
+        head += f", {duration(elapsed)}" + (" elapsed" if view.state == RUNNING else "")
+    if view.state == RUNNING and view.supervisor_pid:
+        where = f" on {view.supervisor_host}" if view.supervisor_host else ""
+        head += f"; supervisor pid {view.supervisor_pid}{where}" + (" (detached)" if view.detached else "")
+    lines = [head]
+    if view.reason and view.state != SUCCEEDED:  # (why it failed or stopped, or a note on the supervisor)
+        lines.append(f"  {view.reason}")
+    lines += task_table(view)
+    if view.spares:
+        lines.append(f"spare hosts: {', '.join(view.spares)}")
+    if view.suspects:
+        lines.append(f"suspect hosts: {', '.join(view.suspects)}")
+    lines += view.host_changes
+    if view.state == LOST:
+        lines += lost_advice(view, spec)
+    return lines
+
+
+def task_table(view: RunStatus) -> list[str]:
+    """A row per task (status's columns: launcher/ui/columns.py)."""
+    return plain(STATUS, [Row.of_status(t, view.state == LOST) for t in view.tasks])
+
+
+def lost_advice(view: RunStatus, spec: str) -> list[str]:
+    alive = [t.key for t in view.tasks if t.alive]
+    unknown = [t.key for t in view.tasks if t.alive is None and t.life.live]
+    out = []
+    if alive:
+        out.append(f"still running without a supervisor: {', '.join(alive)}")
+    if unknown:
+        out.append(f"may still be running (not checkable from here): {', '.join(unknown)}; they stop on their own "
+                   "once their lifeline (the supervisor's connection) is gone")
+    if not alive and not unknown:
+        out.append("no task of the run is left running here (they stopped with their lifeline)")
+    out.append(f"clean up: tfcluster down {shlex.quote(spec)} --run {view.run_id}   "
+               "(stops what is left and marks the run stopped)")
+    return out
+
+
+def _num(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def render_runs(views: list[RunStatus], where: Path) -> list[str]:
+    """``runs``' table of the runs of one spec name, kept under ``where``."""
+    if not views:
+        return [f"no runs under {where}"]
+    rows = []
+    for v in views:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.started)) if v.started else None
+        elapsed = v.elapsed()
+        rows.append((v.run_id, started, duration(elapsed) if elapsed is not None else None,
+                     v.state if v.state != LOST else "supervisor lost", str(v.attempts or "-"),
+                     _num(v.final_accuracy, 4)))
+    return [f"runs of {views[0].name} ({where}):"] + render(
+        ("run", "started", "duration", "outcome", "attempts", "accuracy"), rows)

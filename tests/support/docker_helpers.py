@@ -1,0 +1,53 @@
+"""What the docker lab's tests share (the engine itself is tests/labs/docker.py): a docker spec,
+the CLI run from the checkout, and what a run left on the engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.labs import docker as eng
+from tests.support.cli import tfcluster
+from tests.support.specs import spec_file
+
+
+def docker_spec(tmp_path: Path, engine_url: str, entrypoint: str, name: str = "dk", extra: str = "",
+                max_restarts: int = 0, image: str = eng.WORKER_IMAGE) -> Path:
+    return spec_file(tmp_path, (
+        f"name: {name}\n"
+        "strategy: multi_worker_mirrored\n"
+        "backend: docker\n"
+        f"entrypoint: {json.dumps(entrypoint)}\n"
+        "tasks: {worker: 2}\n"
+        "env: {TF_CPP_MIN_LOG_LEVEL: '2'}\n"
+        f"restart: {{max_restarts: {max_restarts}}}\n"
+        "watchdog: {startup_timeout: 240, stop_grace: 3}\n"
+        f"docker:\n  image: {image}\n  engine: {engine_url}\n" + extra
+    ))
+
+
+def tfcluster_at_repo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``tfcluster ARGS`` run in the checkout (the path the lab's images mount)."""
+    return tfcluster(*args, timeout=timeout, cwd=eng.REPO, env={"PYTHONPATH": str(eng.REPO)})
+
+
+def leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:
+    """The containers and networks that run ``name`` left on ``engine``."""
+    client = engine.client()
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
+        networks = client.networks.list(filters={"label": f"tfcluster.name={name}"})
+        return [c.name for c in containers], [n.name for n in networks]
+    finally:
+        client.close()
+
+
+def containers_exited(engine: eng.Engine, name: str, count: int = 2) -> bool:
+    """Run ``name`` has ``count`` containers on ``engine``, every one exited (stopped, not removed)."""
+    client = engine.client()
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
+        return len(containers) == count and all(c.status == "exited" for c in containers)
+    finally:
+        client.close()

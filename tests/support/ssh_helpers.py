@@ -1,0 +1,95 @@
+"""What the ssh lab's tests share (the lab itself is tests/labs/ssh.py): a tiny task, the
+launcher started and finished, the remote tasks' pid files, a host's firewall, a host's private
+state dir, a host's preemption and return."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.cli import start_tfcluster
+from tests.support.processes import alive
+from tests.support.waits import wait_for
+
+# A tiny task: prints where it runs and what it got, then exits (or sleeps).
+SHOW = (
+    "import json,os,socket,sys,time;"
+    "c=json.loads(os.environ['TF_CONFIG']);"
+    "print('TASK', os.environ['TFCLUSTER_TASK'], socket.gethostname(), json.dumps(c['cluster']), "
+    "os.environ['TFCLUSTER_RUN_DIR'], os.environ.get('MYVAR','-'), sep='|', flush=True);"
+    "time.sleep(float(sys.argv[1]) if len(sys.argv)>1 else 0)"
+)
+
+# Seconds between the SIGTERM and the SIGKILL, the host's sshd accepting meanwhile (a Spot VM gets
+# 30; long enough that the launcher's look at the host, on a loaded machine, falls inside it).
+NOTICE = 6.0
+
+
+def launch(spec: Path) -> subprocess.Popen:
+    return start_tfcluster("up", spec, stderr=subprocess.PIPE)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"launcher did not finish within {timeout} s:\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def pidfiles(spec: Path, n: int, timeout: float = 30.0) -> dict[str, tuple[int, int]]:
+    """{pid file name: (wrapper pid, task pid)} once ``n`` remote tasks have written theirs."""
+    def found():
+        out = {}
+        for pf in (spec.parent / "remote" / "sshtest").glob("*/pids/*.pid"):
+            try:
+                wrapper, child = pf.read_text().split()
+                out[pf.name] = (int(wrapper), int(child))
+            except (OSError, ValueError):
+                continue
+        return out if len(out) >= n else None
+
+    return wait_for(found, timeout, 0.1, what=f"{n} remote tasks to write their pid files")
+
+
+def wait_gone(pids, timeout: float) -> float:
+    """Seconds until every one of ``pids`` has exited (an AssertionError after ``timeout``)."""
+    start = time.monotonic()
+    while any(alive(p) for p in pids):
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"still alive after {timeout:g} s: {[p for p in pids if alive(p)]}")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def firewall(host, *rules: str) -> None:
+    """``host`` applies the nftables input ``rules`` (until ``firewall_flush``)."""
+    host.exec("nft", "add", "table", "inet", "tfcstest")
+    host.exec("nft", "add", "chain", "inet", "tfcstest", "input",
+              "{ type filter hook input priority 0 ; policy accept ; }")
+    for rule in rules:
+        host.exec("nft", *f"add rule inet tfcstest input {rule}".split())
+
+
+def firewall_flush(host) -> None:
+    host.exec("nft", "delete", "table", "inet", "tfcstest", check=False)
+
+
+def private_state(lab, tmp_path) -> str:
+    """A state dir on each host's private disk (another host does not see its files)."""
+    return str(lab.private / tmp_path.name / "state")
+
+
+def preempt(lab, name: str) -> None:
+    """The host's end as the GCE test has its OS end it, after the notice: SIGTERM to every
+    process, SIGKILL to what is left, its link down (no sshd lingering: the notice came first)."""
+    lab.preempt(name, NOTICE)
+
+
+def bring_back(lab, name: str) -> None:
+    lab.bring_back(name)

@@ -1,0 +1,116 @@
+"""Helpers for tests that run real TensorFlow clusters through ``tfcluster up``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from launcher.contract.progress import parse
+from tests.support.cli import ROOT, start_tfcluster, tfcluster
+from tests.support.specs import local_spec
+from tests.support.processes import pids_with_env, task_pids
+from tests.support.waits import wait_for, wait_line
+
+RUN_TIMEOUT = 300
+
+
+
+def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{worker: 2}", extra: str = "",
+               strategy: str = "multi_worker_mirrored") -> Path:
+    """A spec (run name ``demo``) for a TensorFlow run of ``entrypoint`` that imports this
+    checkout's worker and reads its datasets from ``tfds_dir``."""
+    return local_spec(tmp_path, entrypoint, name="demo", tasks=tasks, strategy=strategy, extra=extra,
+                      env={"PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir), "TF_CPP_MIN_LOG_LEVEL": '"2"'},
+                      watchdog="{startup_timeout: 120, stop_grace: 3}")
+
+
+def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    return tfcluster("up", path, timeout=timeout)
+
+
+def start(path: Path) -> subprocess.Popen:
+    return start_tfcluster("up", path)
+
+
+def run_dir(path: Path) -> Path:
+    return (path.parent / "runs" / "demo" / "latest").resolve()
+
+
+def progress(text: str, kind: str, task: str = "worker:0") -> list[dict]:
+    """The fields of ``task``'s ``tfcluster-<kind>`` lines in the launcher's output ``text``,
+    read by the launcher's own parser (launcher/contract/progress.py owns the format)."""
+    prefix = f"[{task}] "
+    lines = (parse(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    return [dict(p.fields) for p in lines if p is not None and p.kind == kind]
+
+
+def last_step_before(text: str, marker: str, task: str = "worker:0") -> int:
+    """The highest global_step of ``task``'s step lines before ``marker`` first appears in
+    ``text``: how far the task had got by the time something (its kill) was reported. A kill
+    triggered by a step line lands a moment later on a busy machine; bound what it hit by this,
+    not by the trigger's step."""
+    return max(int(s["global_step"]) for s in progress(text[:text.index(marker)], "step", task))
+
+
+def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT) -> tuple[int, str]:
+    """Run ``tfcluster up spec``; for each (pattern, action) wait for a matching output line,
+    then call ``action(proc)``. Returns (exit code, all output). Whatever happens, the
+    launcher's process group does not outlive the call."""
+    proc = start(spec)
+    seen: list[str] = []
+    try:
+        for pattern, action in steps:
+            wait_line(proc, pattern, seen, timeout)
+            action(proc)
+        rest, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    return proc.returncode, "\n".join(seen) + "\n" + rest
+
+
+def events(spec: Path) -> list[dict]:
+    return [json.loads(l) for l in (run_dir(spec) / "events.jsonl").read_text().splitlines()]
+
+
+def assert_no_processes(spec: Path) -> None:
+    run_id = run_dir(spec).name
+    wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run_id), 15, what="every process of the run to exit")
+
+
+def tensorboard_scalars(logdir: Path, pattern: str = "events.out.tfevents.*",
+                        only_scalars: bool = True) -> list[tuple[str, int, float]]:
+    """(tag, step, value) of every scalar in the event files under ``logdir`` matching
+    ``pattern`` (a glob, ``**/`` for subdirectories), read by TF in a subprocess. With
+    ``only_scalars`` every summary in them must be a scalar; else others (a model's config as
+    text, a graph) are left out."""
+    code = textwrap.dedent(f"""\
+        import glob, json
+        import tensorflow as tf
+        out = []
+        for path in sorted(glob.glob({str(logdir)!r} + "/" + {pattern!r}, recursive=True)):
+            for event in tf.compat.v1.train.summary_iterator(path):
+                for v in event.summary.value:
+                    plugin = v.metadata.plugin_data.plugin_name
+                    value = float(tf.make_ndarray(v.tensor)) if plugin == "scalars" else None
+                    out.append((v.tag, event.step, value, plugin))
+        print(json.dumps(out))
+    """)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert all(r[3] == "scalars" for r in rows) or not only_scalars, rows
+    return [(t, s, v) for t, s, v, plugin in rows if plugin == "scalars"]
+
+
+def kill_task(spec: Path, key: str, sig: int) -> None:
+    pids = wait_for(lambda: task_pids(run_dir(spec).name, key), 30, what=f"{key}'s process")
+    for pid in pids:
+        os.kill(pid, sig)

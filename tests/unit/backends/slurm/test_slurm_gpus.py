@@ -1,0 +1,159 @@
+"""GPUs on ``backend: slurm`` (launcher/backends/slurm/gpus.py): what sinfo's Gres says, what the
+job and each step ask Slurm for, and the partition check's one line. Pure; the lab test
+(tests/integration/slurm/test_slurm_gpus.py) shows Slurm doing it."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.backends.slurm import gpus
+from launcher.backends.slurm.gpus import CPU_STEP, Step
+
+
+def test_gres_strings_as_sinfo_prints_them():
+    assert gpus.gres_gpus("gpu:2") == 2
+    assert gpus.gres_gpus("gpu:a100:4(S:0-1)") == 4
+    assert gpus.gres_gpus("gpu:a100:4(S:0-1),mps:400") == 4
+    assert gpus.gres_gpus("gpu:tesla:1,gpu:k80:2") == 3
+    assert gpus.gres_gpus("mps:100") == 0
+    assert gpus.gres_gpus("(null)") == 0
+    assert gpus.gres_gpus("") == 0
+
+
+def test_sinfo_node_lines_count_each_node_once():
+    text = "n1|gpu:2\nn1|gpu:2\nn2|(null)\nn3|gpu:v100:4(S:0)\n"
+    assert gpus.parse_sinfo(text) == {"n1": 2, "n2": 0, "n3": 4}
+
+
+def test_fixed_counts_get_exclusive_steps_with_their_share_of_cpus():
+    takes = {"worker:0": 1, "worker:1": 1, "ps:0": 0}
+    nodes = {"worker:0": "n1", "worker:1": "n1", "ps:0": "n2"}
+    assert gpus.job_gpus({"n1": [1, 1], "n2": [0]}, [2, 2]) == 2
+    out = gpus.steps(takes, nodes, per_node=2, cpus_per_node=4)
+    assert out["worker:0"] == Step(srun=("--exact", "--cpus-per-task=2", "--gpus-per-task=1"), gpus=1)
+    assert out["worker:0"].exclusive and "--overlap" not in out["worker:0"].srun
+    # The ps: no GPU request, and the -1 Slurm would otherwise unset.
+    assert out["ps:0"] is CPU_STEP
+    assert out["ps:0"].srun == ("--overlap", "--gres=none")
+    assert "CUDA_VISIBLE_DEVICES=-1" in out["ps:0"].shell
+
+
+def test_auto_divides_a_nodes_gpus_and_shares_when_there_are_more_tasks():
+    nodes = {f"worker:{i}": "n1" for i in range(2)}
+    out = gpus.steps({k: "auto" for k in nodes}, nodes, per_node=4, cpus_per_node=2)
+    assert [o.gpus for o in out.values()] == [2, 2]
+    assert all("--gpus-per-task=2" in o.srun and not o.shared for o in out.values())
+    nodes = {f"worker:{i}": "n1" for i in range(3)}
+    out = gpus.steps({k: "auto" for k in nodes}, nodes, per_node=2, cpus_per_node=3)
+    assert all(o.shared and o.srun == ("--overlap", "--gres=gpu:2") for o in out.values())
+    # Alone on its node: all of them.
+    out = gpus.steps({"worker:0": "auto"}, {"worker:0": "n1"}, per_node=2, cpus_per_node=1)
+    assert out["worker:0"].srun[-1] == "--gpus-per-task=2" and not out["worker:0"].shared
+
+
+def test_all_sees_the_jobs_gpus_and_auto_asks_for_the_smallest_gpu_node():
+    out = gpus.steps({"worker:0": "all", "worker:1": "all"}, {"worker:0": "n1", "worker:1": "n1"}, 2, 2)
+    assert all(o.srun == ("--overlap", "--gres=gpu:2") and o.shared for o in out.values())
+    assert gpus.job_gpus({"n1": ["auto"]}, [0, 8, 4]) == 4
+    assert gpus.job_gpus({"n1": ["auto", 3]}, [2, 2]) == 3
+    assert gpus.job_gpus({"n1": ["auto"]}, [0, 0]) == 0
+
+
+def test_no_gpus_in_the_job_leaves_steps_as_they_were():
+    out = gpus.steps({"worker:0": "auto", "ps:0": 0}, {"worker:0": "n1", "ps:0": "n1"}, 0, 2)
+    assert out["worker:0"].srun == () and out["worker:0"].shell == ""
+    assert out["ps:0"].srun == () and "=-1" in out["ps:0"].shell
+
+
+def test_partition_with_too_few_gpus_is_one_line_naming_counts_and_fix():
+    nodes = {"n1": 2, "n2": 2, "n3": 0}
+    assert gpus.check_partition("debug", nodes, {"node1": [1, 1], "node2": [1]}, 2, "devices.gpus_per_task") is None
+    msg = gpus.check_partition("debug", nodes, {"node1": [2, 2]}, 1, "devices.gpus_per_task")
+    assert msg is not None and "\n" not in msg
+    assert "partition 'debug' has 0 node(s) with 4 GPUs" in msg
+    assert "2 task(s) x 2 GPU(s) per node" in msg and "n1 2, n2 2, n3 0" in msg
+    assert "devices.gpus_per_task" in msg and "slurm.partition" in msg
+    # Enough GPU nodes for one node's need but not for three.
+    msg = gpus.check_partition("debug", nodes, {"a": [1], "b": [1], "c": [1]}, 3, "devices.gpus_per_task")
+    assert "has 2 node(s) with 1 GPUs, the run needs 3" in msg
+    # auto/all require nothing.
+    assert gpus.check_partition("cpu", {"c1": 0}, {"a": ["auto", "all"]}, 1, "x") is None
+
+
+def test_devices_gpus_count_caps_what_auto_tasks_ask_for():
+    assert gpus.job_gpus({"n1": ["auto"]}, [4, 8], cap=1) == 1
+    assert gpus.job_gpus({"n1": ["auto", 2]}, [4], cap=1) == 2  # a fixed count still needs its GPUs
+    assert gpus.job_gpus({"n1": ["auto"]}, [4], cap=None) == 4
+
+
+def _backend(tmp_path, body):
+    from launcher.backends.slurm.backend import SlurmBackend
+    from launcher.app.up import plan_for
+    from launcher.spec.load import LoadedSpec, parse_spec
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: g\nbackend: slurm\nentrypoint: python -m worker\n" + body)
+    loaded = LoadedSpec(parse_spec(path.read_text(), str(path)), path)
+    backend = SlurmBackend(loaded)
+    backend.job_id = "42"
+    plan = plan_for(loaded.spec)
+    takes = backend._takes([t.key for t in plan.tasks])
+    backend._steps = gpus.steps(takes, {t.key: t.host for t in plan.tasks}, 2, 4)
+    return backend, plan
+
+
+def test_gpu_steps_are_exact_cpu_steps_overlap_and_the_request_marker_stays_off_the_step(tmp_path):
+    backend, plan = _backend(tmp_path, "strategy: parameter_server\ntasks: {chief: 1, worker: 2, ps: 1}\n"
+                             "devices: {gpus_per_task: 1, threads: auto}\nslurm: {tasks_per_node: 2}\n")
+    worker = plan.task("worker:0")
+    argv = backend.srun_argv(worker, "worker-0.1")
+    assert "--exact" in argv and "--gpus-per-task=1" in argv and "--cpus-per-task=2" in argv
+    assert "--overlap" not in argv
+    env = backend.task_env(worker, {})
+    assert "TFCLUSTER_GPUS" not in env and "CUDA_VISIBLE_DEVICES" not in env  # Slurm sets it
+    assert env["TFCLUSTER_THREADS"] == "0/1"  # its own CPUs: the budget is all of them
+    ps = plan.task("ps:0")
+    argv = backend.srun_argv(ps, "ps-0.1")
+    assert "--overlap" in argv and "--gres=none" in argv and "--exact" not in argv
+    assert argv[argv.index("-c") + 1].startswith("export CUDA_VISIBLE_DEVICES=-1; ")
+    assert backend.task_env(ps, {})["CUDA_VISIBLE_DEVICES"] == "-1"
+
+
+def test_shared_gpu_steps_grow_memory_unless_the_spec_env_says(tmp_path):
+    body = "strategy: multi_worker_mirrored\ntasks: {worker: 3}\nslurm: {tasks_per_node: 3}\n"
+    backend, plan = _backend(tmp_path, body)
+    argv = backend.srun_argv(plan.task("worker:2"), "worker-2.1")
+    assert "--overlap" in argv and "--gres=gpu:2" in argv
+    assert backend.task_env(plan.task("worker:2"), {})["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    backend, plan = _backend(tmp_path, body + "env: {TF_FORCE_GPU_ALLOW_GROWTH: 'false'}\n")
+    assert backend.task_env(plan.task("worker:2"), {})["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
+    backend, plan = _backend(tmp_path, body.replace("worker: 3", "worker: 2") + "devices: {gpu_memory: 2048}\n")
+    env = backend.task_env(plan.task("worker:1"), {})
+    assert env["TFCLUSTER_GPU_MEMORY"] == "2048" and "TF_FORCE_GPU_ALLOW_GROWTH" not in env
+
+
+@pytest.mark.parametrize("env, said", [
+    ({"SLURM_STEP_GPUS": "1", "CUDA_VISIBLE_DEVICES": "0"}, [1]),  # the node's index, not the cgroup's
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, [0, 1]),
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, []),  # a CPU step
+    ({}, None),  # nothing said: no event
+])
+def test_the_step_line_says_the_gpus_slurm_gave_it(env, said):
+    """The step's shell (a real /bin/sh) prints its GPUs on its first line; the step handle reads
+    them off it (and hides the line) and hands them on, as the backend's task_gpus event."""
+    import subprocess
+
+    from launcher.backends.slurm.backend import _STEP_SHELL, SlurmStep
+    from launcher.plan.build import PlannedTask
+
+    proc = subprocess.Popen(["/bin/sh", "-c", _STEP_SHELL, "sh", "echo", "task output"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7",
+                                                           "SLURM_STEP_ID": "3", **env})
+    got, lines = [], []
+    task = PlannedTask(type="worker", index=0, host="n1", address="n1", port=1, command=("true",))
+    step = SlurmStep(task, proc, lambda key, line: lines.append(line), "7", "worker-0.1", "n1",
+                     lambda key, ids: got.append((key, ids)))
+    proc.wait(timeout=30)
+    step._reader.join(10)
+    assert lines == ["task output"] and step.step_id == "7.3"
+    assert got == ([] if said is None else [("worker:0", said)])

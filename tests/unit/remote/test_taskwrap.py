@@ -1,0 +1,157 @@
+"""taskwrap.py with real processes: exit codes, group cleanup, and the lifeline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from launcher.remote import taskwrap_path
+from tests.support.processes import pids_with_env
+from tests.support.waits import wait_for
+
+
+def wrap(cmd: list[str], *opts: str, env_tag: str = "", **kw) -> subprocess.Popen:
+    env = dict(os.environ, TFCLUSTER_TEST_TAG=env_tag)
+    return subprocess.Popen([sys.executable, str(taskwrap_path()), *opts, "--", *cmd], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env, **kw)
+
+
+def finish(p: subprocess.Popen, timeout: float = 20) -> bytes:
+    """Wait with stdin (the lifeline) still open, unlike communicate(), then read the output."""
+    p.wait(timeout=timeout)
+    return p.stdout.read()
+
+
+def test_exit_code_passes_through():
+    p = wrap([sys.executable, "-c", "import sys; print('hi'); sys.exit(7)"])
+    out = finish(p)
+    assert p.returncode == 7 and b"hi" in out
+
+
+def test_signal_death_becomes_128_plus_n():
+    p = wrap([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    finish(p)
+    assert p.returncode == 128 + signal.SIGKILL
+
+
+def test_missing_command_is_127():
+    p = wrap(["/nonexistent/prog"])
+    out = finish(p)
+    assert p.returncode == 127 and b"cannot run '/nonexistent/prog'" in out
+
+
+def test_killpg_sigterm_reaches_task_and_wrapper_reports_it():
+    p = wrap([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"])
+    assert p.stdout.readline().strip() == b"up"
+    os.killpg(p.pid, signal.SIGTERM)
+    finish(p)
+    assert p.returncode == 128 + signal.SIGTERM
+
+
+def test_lifeline_eof_kills_task_and_grandchildren():
+    tag = f"lifeline-{os.getpid()}-{time.time()}"
+    script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']);"
+              "print('up', flush=True); time.sleep(120)")
+    p = wrap([sys.executable, "-c", script], "--grace", "1", env_tag=tag)
+    assert p.stdout.readline().strip() == b"up"
+    wait_for(lambda: len(pids_with_env("TFCLUSTER_TEST_TAG", tag)) == 3, 10, what="wrapper, task and grandchild")
+    p.stdin.close()  # what happens when the launcher dies
+    p.wait(timeout=20)
+    wait_for(lambda: not pids_with_env("TFCLUSTER_TEST_TAG", tag), 10, what="every process of the group to exit")
+
+
+def test_task_ignoring_sigterm_is_killed_after_grace_on_lifeline_loss():
+    tag = f"stubborn-{os.getpid()}-{time.time()}"
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
+    p = wrap([sys.executable, "-c", script], "--grace", "0.5", env_tag=tag)
+    assert p.stdout.readline().strip() == b"up"
+    started = time.monotonic()
+    p.stdin.close()
+    p.wait(timeout=20)
+    assert time.monotonic() - started < 10
+    wait_for(lambda: not pids_with_env("TFCLUSTER_TEST_TAG", tag), 10, what="the stubborn task to die")
+
+
+def test_lease_expiry_kills_group():
+    tag = f"lease-{os.getpid()}-{time.time()}"
+    p = wrap([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"], "--lease", "1",
+             "--grace", "0.5", env_tag=tag)
+    assert p.stdout.readline().strip() == b"up"
+    # stdin stays open but silent: the lease must expire on its own
+    p.wait(timeout=20)
+    out = p.stdout.read()
+    assert b"lease expired" in out
+    wait_for(lambda: not pids_with_env("TFCLUSTER_TEST_TAG", tag), 10, what="the task to die")
+
+
+def test_leftover_grandchild_is_killed_when_task_exits():
+    tag = f"leftover-{os.getpid()}-{time.time()}"
+    script = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])"
+    p = wrap([sys.executable, "-c", script], env_tag=tag)
+    finish(p)
+    assert p.returncode == 0
+    wait_for(lambda: not pids_with_env("TFCLUSTER_TEST_TAG", tag), 10, what="the grandchild to be killed")
+
+
+def test_pidfile_written(tmp_path):
+    pidfile = tmp_path / "task.pid"
+    p = wrap([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"], "--pidfile", str(pidfile))
+    assert p.stdout.readline().strip() == b"up"
+    wrapper_pid, task_pid = map(int, pidfile.read_text().split())
+    assert wrapper_pid == p.pid and os.getpgid(task_pid) == p.pid
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+
+
+def test_task_stdin_is_devnull_not_the_lifeline():
+    p = wrap([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], "--lease", "5")
+    p.stdin.write(b"lease bytes\n")
+    p.stdin.flush()
+    out = finish(p)
+    assert p.returncode == 0 and out.strip() == b"''"
+
+
+def test_the_docker_image_runs_the_same_wrapper():
+    """The image's tfcluster.lifeline label runs, as a module, the file taskwrap_path() names."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    module = ".".join(taskwrap_path().relative_to(root).with_suffix("").parts)
+    assert f'LABEL tfcluster.lifeline="python -m {module}"' in (root / "docker" / "Dockerfile").read_text()
+
+
+def test_gpu_watch_reports_what_its_task_group_holds_on_its_gpus(tmp_path):
+    """--gpu-watch with the fake nvidia-smi (2 GPUs): each task lists its own pid as a compute app
+    holding 777 MiB on GPU 0; the GPU task's wrapper writes the figure (and the fake's 37 % on
+    GPU 0) once it sees it. A task with CUDA_VISIBLE_DEVICES=-1, started first, gets no watch:
+    no line by the time the GPU task's has come."""
+    from tests.support.gpus import fake_bin
+
+    apps = tmp_path / "apps"
+    env = dict(os.environ, PATH=f"{fake_bin(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}",
+               FAKE_NVIDIA_SMI_GPUS="2", FAKE_NVIDIA_SMI_APPS_FILE=str(apps))
+    hold = ("import os, sys, time; fh = open(sys.argv[1], 'a'); fh.write('%d:777\\n' % os.getpid()); fh.close(); "
+            "time.sleep(60)")
+
+    def run(visible: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(taskwrap_path()), "--gpu-watch", "0.2", "--",
+                                 sys.executable, "-c", hold, str(apps)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=dict(env, CUDA_VISIBLE_DEVICES=visible))
+
+    cpu = run("-1")
+    wait_for(lambda: apps.exists() and apps.read_text().count(":777") == 1, 30, what="the CPU task to list itself")
+    p = run("0")
+    seen = b""
+    deadline = time.monotonic() + 30
+    try:
+        while b"taskwrap: GPU figures [777, 37]\n" not in seen and time.monotonic() < deadline:
+            seen += p.stdout.readline()
+    finally:
+        for proc in (p, cpu):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert b"taskwrap: GPU figures [777, 37]\n" in seen, seen.decode(errors="replace")[-2000:]
+    p.communicate(timeout=10)
+    assert b"GPU figures" not in cpu.communicate(timeout=10)[0]

@@ -1,0 +1,691 @@
+"""The supervisor's restart and watchdog logic against a fake backend whose tasks follow a script
+(like torchelastic's TestAgent): which attempt of which task exits with which code after how many
+polls, when its port opens, what it prints. No TensorFlow, no processes, no wall-clock waits: the
+supervisor's clock is a counter that advances one second per reading (the backend and the
+clock: tests/support/fakes.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from typing import Optional
+
+import pytest
+
+from launcher.backends.base import Backend
+from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedBackend, StandbyScriptedBackend, supervise
+
+
+def run(tmp_path, spec_yaml: str, backend: ScriptedBackend, stop_after: Optional[int] = None):
+    """(exit code, console text, events) of the supervisor on ``spec_yaml`` with ``backend``, its
+    clock a counter; ``stop_after``: interrupt once this many tasks have been started."""
+    result = supervise(tmp_path, spec_yaml, backend, clock=Counter(), stop_after=stop_after)
+    return result.code, result.err + result.out, result.events
+
+
+def of(events, kind):
+    return [e for e in events if e["event"] == kind]
+
+
+MWMS = """\
+    name: s
+    strategy: multi_worker_mirrored
+    entrypoint: python -m worker
+    tasks: {{worker: 2}}
+    restart: {{max_restarts: {restarts}, backoff: {backoff}}}
+    watchdog: {{startup_timeout: {startup}, hang_timeout: {hang}, stop_grace: 0}}
+"""
+
+
+def mwms(restarts=2, backoff=0, startup=1000, hang=0):
+    return MWMS.format(restarts=restarts, backoff=backoff, startup=startup, hang=hang)
+
+
+PSS = """\
+    name: s
+    strategy: parameter_server
+    entrypoint: python -m worker
+    tasks: {chief: 1, worker: 2, ps: 1}
+    restart: {max_restarts: 2}
+    watchdog: {stop_grace: 0}
+"""
+
+
+# ---------------------------------------------------------------- group restart (MWMS)
+
+
+def test_a_retryable_exit_restarts_the_whole_group_and_the_next_attempt_succeeds(tmp_path):
+    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
+                              default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, mwms(), backend)
+    assert code == 0, out
+    assert backend.starts("worker:0") == [0, 1] and backend.starts("worker:1") == [0, 1]
+    assert "restarting the whole group (restart 1 of 2)" in out
+    (failure,) = of(events, "failure")
+    assert (failure["task"], failure["code"]) == ("worker:1", 137)
+    # worker:0 of the failed attempt was still running: stopped, not left behind.
+    first = backend.handles[0]
+    assert first.key == "worker:0" and signal.SIGKILL in first.signals and first.code == 128 + signal.SIGKILL
+    assert of(events, "outcome")[0]["outcome"] == "succeeded" and backend.closed
+
+
+def test_a_permanent_exit_code_is_not_retried(tmp_path):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=1, polls=2)}, default=RUN_FOREVER)
+    code, out, events = run(tmp_path, mwms(), backend)
+    assert code == 1
+    assert len(backend.started) == 2  # one attempt only
+    assert "not retried: an uncaught error in the task (exit 1) fails the same way every time" in out
+    assert of(events, "restart") == []
+    assert all(h.code is not None for h in backend.handles)  # nothing left running
+
+
+def test_the_restart_budget_ends_the_run(tmp_path):
+    backend = ScriptedBackend({}, default=Script(code=143, polls=2))
+    code, out, events = run(tmp_path, mwms(restarts=2), backend)
+    assert code == 1
+    assert backend.starts("worker:0") == [0, 1, 2]
+    assert "gave up after 3 attempt(s): restart.max_restarts is 2" in out
+    assert [e["attempt"] for e in of(events, "restart")] == [1, 2]
+
+
+def test_backoff_doubles_between_group_restarts(tmp_path):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=137, polls=1), ("worker:0", 1): Script(code=137, polls=1)},
+                              default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, mwms(restarts=3, backoff=0.01), backend)
+    assert code == 0, out
+    assert [e["delay"] for e in of(events, "restart")] == [0.01, 0.02]
+
+
+# ---------------------------------------------------------------- worker-only restart (PSS)
+
+
+def test_pss_worker_death_restarts_that_worker_alone(tmp_path):
+    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=3),
+                               ("chief:0", 0): Script(code=0, polls=12)}, default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    assert backend.starts("worker:1") == [0, 0]  # relaunched within attempt 0
+    assert backend.starts("chief:0") == [0] and backend.starts("ps:0") == [0] and backend.starts("worker:0") == [0]
+    assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2)" in out
+    assert "restarting the whole group" not in out
+    assert [e["task"] for e in of(events, "task_restart")] == ["worker:1"]
+    # The servers never exit on their own: stopped at the end, after the chief succeeded.
+    assert all(h.code is not None for h in backend.handles)
+
+
+def test_pss_worker_restart_budget_then_group_restart(tmp_path):
+    dies = Script(code=137, polls=2)
+    backend = ScriptedBackend({("worker:0", n): dies for n in range(3)} | {("chief:0", 1): Script(code=0, polls=5)},
+                              default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    assert "worker:0 failed: killed by SIGKILL (exit 137) (worker restart budget used up)" in out
+    assert [e["attempt"] for e in of(events, "restart")] == [1]
+    assert backend.starts("chief:0") == [0, 1]
+
+
+def test_pss_a_ps_exit_fails_the_attempt(tmp_path):
+    backend = ScriptedBackend({("ps:0", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=4)},
+                              default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    assert of(events, "failure")[0]["task"] == "ps:0"
+    assert backend.starts("ps:0") == [0, 1] and backend.starts("worker:0") == [0, 1]
+
+
+def test_an_evaluator_failure_does_not_fail_training(tmp_path):
+    spec = mwms().replace("{worker: 2}", "{worker: 2, evaluator: 1}")
+    backend = ScriptedBackend({("evaluator:0", 0): Script(code=1, polls=1)}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert "evaluator:0 (sidecar) failed: exit code 1; training goes on" in out
+    assert len(backend.started) == 3
+
+
+# ---------------------------------------------------------------- watchdogs
+
+
+def test_startup_watchdog_fails_an_attempt_whose_port_never_opens_and_retries(tmp_path):
+    backend = ScriptedBackend({("worker:1", 0): Script(code=None, port_after=None)},
+                              default=Script(code=0, polls=30, port_after=1))
+    code, out, events = run(tmp_path, mwms(startup=10), backend)
+    assert code == 0, out
+    (failure,) = of(events, "failure")
+    assert failure["task"] == "worker:1" and failure["code"] is None
+    assert "never came up: no TF server listening within watchdog.startup_timeout=10 s" in failure["reason"]
+    assert backend.starts("worker:1") == [0, 1]
+
+
+def test_hang_watchdog_names_the_silent_task(tmp_path):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=None, silent=True)},
+                              default=Script(code=None))
+    backend.scripts[("worker:0", 1)] = backend.scripts[("worker:1", 1)] = Script(code=0, polls=3)
+    code, out, events = run(tmp_path, mwms(hang=20), backend)
+    assert code == 0, out
+    (failure,) = of(events, "failure")
+    assert failure["task"] == "worker:0" and failure["reason"].startswith("hung: no progress for 20 s")
+
+
+def test_interrupt_stops_every_task_and_exits_130(tmp_path):
+    backend = ScriptedBackend({}, default=RUN_FOREVER)
+    code, out, events = run(tmp_path, mwms(), backend, stop_after=2)
+    assert code == 130
+    assert of(events, "outcome")[0]["outcome"] == "interrupted"
+    assert all(h.code is not None for h in backend.handles) and backend.closed
+
+
+def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
+    """A closed terminal says so several times (SIGHUP, each failed write): every task still
+    gets the graceful SIGTERM only, and the outcome says why; a second Ctrl-C kills at once."""
+    def hangup(sup):
+        for why in ("the terminal went away (SIGHUP)", "stdout: hung up", "stderr: hung up"):
+            sup.stop(why)
+
+    graceful = mwms().replace("stop_grace: 0", "stop_grace: 30")
+    result = supervise(tmp_path / "hup", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+                       stop_after=2, stop=hangup)
+    assert result.code == 130
+    (outcome,) = of(result.events, "outcome")
+    assert outcome["outcome"] == "interrupted" and outcome["reason"] == "the terminal went away (SIGHUP)"
+    ends = lambda events: sorted(e["code"] for e in events if e["event"] in ("stopped", "exit"))  # noqa: E731
+    assert ends(result.events) == [143, 143]  # SIGTERM only: they saved
+
+    def ctrl_c_twice(sup):
+        sup.interrupt()
+        sup.interrupt()
+
+    result = supervise(tmp_path / "int", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+                       stop_after=2, stop=ctrl_c_twice)
+    assert 137 in ends(result.events)  # the second Ctrl-C: SIGKILL at once
+    assert of(result.events, "outcome")[0]["reason"] == ""
+
+
+@pytest.mark.parametrize("exit_code,retried", [(1, False), (2, False), (127, False), (137, True), (143, True),
+                                               (255, True)])
+def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
+    backend = ScriptedBackend({("worker:0", 0): Script(code=exit_code, polls=1)}, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, mwms(restarts=1), backend)
+    assert code == (0 if retried else 1), out
+    assert len(of(events, "restart")) == (1 if retried else 0)
+
+
+# ---------------------------------------------------------------- hosts that come and go (launcher/plan/elastic.py)
+
+
+class LosingBackend(ScriptedBackend):
+    """A backend that can move tasks: after attempt ``n``'s failure, ``losses[n]`` are the lost
+    hosts it reports (each check is recorded in ``checked``)."""
+
+    capabilities = Backend.capabilities.__class__(elastic=True)
+
+    def __init__(self, scripts, losses: dict[int, dict[str, str]], default: Script = Script()) -> None:
+        super().__init__(scripts, default)
+        self.losses = losses
+        self.checked: list[tuple[list[str], float]] = []
+        self.looks: list[dict] = []
+        self.plans: list = []
+
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
+        self.checked.append((list(hosts), wait))
+        self.looks.append(dict(look))
+        return self.losses.get(len(self.checked) - 1, {})
+
+    def use_plan(self, plan) -> None:
+        self.plans.append(plan)
+
+    def start(self, task, env, on_line):
+        self.hosts_started = getattr(self, "hosts_started", []) + [(task.key, task.host)]
+        return super().start(task, env, on_line)
+
+
+ELASTIC = """\
+    name: s
+    strategy: multi_worker_mirrored
+    backend: ssh
+    entrypoint: python -m worker
+    hosts: [{name: h1, address: 10.0.0.1}, {name: h2, address: 10.0.0.2}, {name: h3, address: 10.0.0.3}]
+    tasks: {worker: 2}
+    restart: {max_restarts: 0}
+    elastic: {host_wait: 1}
+    watchdog: {stop_grace: 0}
+"""
+
+
+def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_at_once(tmp_path):
+    """worker:1's session dropped (exit 255, made up) while h2 still answers (its sshd accepts
+    during a shutdown): not a failure of the training. h2 is suspect; worker:1 moves to the spare
+    h3 at once, spending no restart (max_restarts: 0), in one line."""
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 0, out
+    assert backend.checked == [(["h1", "h2"], 0.0)]  # one look at the plan's hosts, no waiting
+    # h2's loss is known (its session): its look only words it, so it is bounded (1 s).
+    assert backend.looks == [{"h2": 1.0}]
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h3")]
+    assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3"]
+    said = re.findall(r"^tfcluster: h2: session lost.*", out, re.M)
+    assert len(said) == 1 and re.search(
+        r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 30 s; "
+        r"worker:1 moved to h3 \(spare\); restarting the group there", said[0]), out
+    assert "worker:1 failed" not in out and "max_restarts is 0" not in out  # the one line says it all
+    assert not of(events, "restart")
+    (lost,) = of(events, "host_lost")
+    assert lost["host"] == "h2" and lost["settle"] == 30 and "host still answering" in lost["how"], lost
+    (replan,) = of(events, "replan")
+    assert (replan["plan"], replan["file"], replan["moved"]) == (2, "plan-2.json", {"worker:1": {"from": "h2", "to": "h3"}})
+    second = json.loads((tmp_path / "runs" / "s" / "latest" / "plan-2.json").read_text())
+    assert [t["host"] for t in second["tasks"]] == ["h1", "h3"]
+    assert "plans used: 1: h1, h2" in out
+    assert re.search(r"  2: h1, h3 \(h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it "
+                     r"answers for 30 s; worker:1 moved to h3 \(spare\)\)", out), out
+    # h2 never answered again for 30 s: still suspect, and so shown by status (the panel too).
+    status = tfcluster_status(tmp_path)
+    assert "suspect hosts: h2 (until it answers for 30 s without a break)" in status, status
+
+
+def test_a_host_that_does_not_answer_after_a_failure_is_suspect_too(tmp_path):
+    """No session was seen to drop (worker:1 exited 137), but h2 does not answer now: suspect."""
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
+                            losses={0: {"h2": "unreachable for 0 s"}}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 0, out
+    assert "h2: host not answering; suspect until it answers for 30 s; worker:1 moved to h3 (spare)" in out, out
+    assert backend.hosts_started[-1] == ("worker:1", "h3") and not of(events, "restart")
+
+
+def test_after_a_move_the_whole_restart_budget_is_still_there(tmp_path):
+    """max_restarts: 1, a session lost in attempt 1, a crash in attempt 2: the crash gets the one restart."""
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                             ("worker:0", 1): Script(code=137, polls=2), ("worker:1", 1): Script(code=None)},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC.replace("max_restarts: 0", "max_restarts: 1"), backend)
+    assert code == 0, out
+    assert "restarting the whole group (restart 1 of 1)" in out
+    assert [e["attempt"] for e in of(events, "restart")] == [2]  # the third attempt, the first restart
+    assert backend.hosts_started[-2:] == [("worker:0", "h1"), ("worker:1", "h3")]  # the new plan is kept
+
+
+def test_a_failure_with_every_host_there_spends_a_restart_as_before(tmp_path):
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 1, out
+    assert "worker:1 failed: killed by SIGKILL (exit 137) (attempt 1 of 1)" in out
+    assert "gave up after 1 attempt(s): restart.max_restarts is 0" in out
+    assert not of(events, "replan") and not of(events, "host_lost") and len(backend.checked) == 1
+
+
+def test_a_second_loss_with_no_spare_left_waits_host_wait_then_fails_in_one_line(tmp_path):
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                             ("worker:1", 1): Script(code=255, polls=2, lost=True), ("worker:0", 1): Script(code=None)},
+                            losses={})
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 1, out
+    assert "no spare host for worker:1: waiting up to elastic.host_wait=1 s for h3 to settle" in out, out
+    line = ("host h3 (worker:1) lost (no 30 s of answers without a break within elastic.host_wait=1 s) and no spare "
+            "host left for worker:1; list more hosts under hosts:")
+    assert line in out and out.count("lost (no 30 s") == 1, out
+    assert of(events, "outcome")[0]["reason"].startswith("host h3 (worker:1) lost (no 30 s of answers")
+    assert not of(events, "restart")
+
+
+class ReturningBackend(LosingBackend):
+    """As LosingBackend; ``hosts_back`` answers ``back`` from its ``after``-th call on."""
+
+    def __init__(self, scripts, losses, back: list[str], after: int, default: Script = Script()) -> None:
+        super().__init__(scripts, losses, default)
+        self.back, self.after = back, after
+        self.asked: list[tuple[list[str], float]] = []
+
+    def hosts_back(self, hosts, settle):
+        self.asked.append((list(hosts), settle))
+        return [h for h in self.back if h in hosts] if len(self.asked) >= self.after else []
+
+
+SHRINK = ELASTIC.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 1}}").replace(
+    ", {name: h3, address: 10.0.0.3}", "").replace("elastic: {host_wait: 1}", "elastic: {host_wait: 1, settle: 9}").replace(
+    "stop_grace: 0", "stop_grace: 3")
+
+
+def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_returns(tmp_path):
+    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): Script(code=None)},
+                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
+                               default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, SHRINK, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"),  # the plan
+                                     ("worker:0", "h1"),  # shrunk: worker:1 left out, no spare
+                                     ("worker:0", "h1"), ("worker:1", "h2")]  # grown back on h2
+    assert backend.asked[0] == (["h2"], 9.0)  # the lost host, elastic.settle
+    # The shrunk attempt was stopped gracefully (SIGTERM first), not killed.
+    shrunk_w0 = backend.handles[2]
+    assert shrunk_w0.signals[0] == signal.SIGTERM, shrunk_w0.signals
+    assert "worker:1 left out: 1 worker go on (no spare host)" in out
+    assert "h2 answers again (9 s without a break, elastic.settle): usable again" in out
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
+    assert not of(events, "restart") and not of(events, "failure")[1:]  # one failure: the loss
+    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added")] == [
+        "host_lost", "replan", "host_added", "replan"]
+    assert [r["tasks"] for r in of(events, "replan")] == [["worker:0"], ["worker:0", "worker:1"]]
+    assert [r["added"] for r in of(events, "replan")] == [{}, {"worker:1": "h2"}]
+
+
+def test_a_host_back_after_training_ended_does_not_restart_the_group(tmp_path):
+    """Once training is over (here worker:0's result line; fit has deleted its backup), a returning
+    host is not grown into the group: the restart would find no backup and train again from step 0."""
+    done = Script(code=0, polls=8, say=((1, "tfcluster-result task=worker:0 epochs=2 epochs_run=2 accuracy=0.9"),))
+    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): done},
+                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
+                               default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, SHRINK, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]  # no grow
+    assert len(of(events, "replan")) == 1 and "restarting the bigger group" not in out
+
+
+def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_again(tmp_path):
+    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): Script(code=0, polls=30)},
+                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3)
+    code, out, events = run(tmp_path, SHRINK.replace("settle: 9}", "settle: 9, grow: false}"), backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]
+    assert len(of(events, "host_added")) == 1 and len(of(events, "replan")) == 1
+    assert "growing the group" not in out
+
+
+NO_SPARE = ELASTIC.replace(", {name: h3, address: 10.0.0.3}", "").replace(
+    "elastic: {host_wait: 1}", "elastic: {host_wait: 30, settle: 5, max_host_losses: 2}")
+
+
+def test_no_spare_no_min_the_group_waits_for_the_suspect_host_to_settle_and_restarts_on_it(tmp_path):
+    """A reboot: h2's session drops, h2 settles within elastic.host_wait: the group restarts on it
+    under the same plan, spending no restart (max_restarts: 0)."""
+    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                               losses={}, back=["h2"], after=3, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, NO_SPARE, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h2")]
+    assert re.search(r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 5 s; "
+                     r"no spare host for worker:1: waiting up to elastic.host_wait=30 s for h2 to settle", out), out
+    assert "h2 answers again (5 s without a break, elastic.settle); restarting the group on it from the last backup" in out
+    assert not of(events, "restart") and not of(events, "replan") and not backend.plans
+    (added,) = of(events, "host_added")
+    assert added["host"] == "h2" and added["spare"] is False
+    status = tfcluster_status(tmp_path)
+    assert "spare hosts" not in status and "suspect hosts" not in status, status
+
+
+def test_a_host_that_keeps_dropping_ends_the_run_at_elastic_max_host_losses(tmp_path):
+    """Every attempt's session on h2 drops, and h2 settles each time: bounded by
+    elastic.max_host_losses (2), not by restart.max_restarts (0, never spent); one line."""
+    drops = Script(code=255, polls=2, lost=True)
+    backend = ReturningBackend({("worker:1", n): drops for n in range(5)} | {("worker:0", n): Script(code=None)
+                                                                             for n in range(5)},
+                               losses={}, back=["h2"], after=1)
+    code, out, events = run(tmp_path, NO_SPARE, backend)
+    assert code == 1, out
+    assert backend.starts("worker:1") == [0, 1, 2]  # two losses taken, the third ends the run
+    lines = [line for line in out.splitlines() if "elastic.max_host_losses" in line]
+    assert len(lines) == 1 and re.search(
+        r"h2: session lost at .*; 3 host losses in this run \(h2 3 times\), more than elastic.max_host_losses=2", lines[0])
+    assert of(events, "outcome")[0]["reason"] == lines[0].split("tfcluster: error: ")[-1]
+    assert not of(events, "restart") and len(of(events, "host_lost")) == 3
+
+
+def test_no_spare_with_min_a_suspect_host_still_answering_shrinks_the_group_at_once(tmp_path):
+    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                                ("worker:0", 1): Script(code=None)},
+                               losses={}, back=["h2"], after=4, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, SHRINK, backend)
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"),
+                                     ("worker:0", "h1"), ("worker:1", "h2")]
+    assert re.search(r"h2: session lost at .*, host still answering; suspect until it answers for 9 s; worker:1 left "
+                     r"out: 1 worker go on \(no spare host\)", out), out
+    assert "waiting up to elastic.host_wait" not in out  # a min: no waiting
+    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added")] == [
+        "host_lost", "replan", "host_added", "replan"]
+
+
+def tfcluster_status(tmp_path) -> str:
+    from launcher.record.status import load_run
+    from launcher.ui.runstatus import render_status
+
+    return "\n".join(render_status(load_run(tmp_path / "runs" / "s" / "latest"), "cluster.yaml"))
+
+
+class HostGoneBackend(LosingBackend):
+    """``gone`` hosts never answer (lost_hosts reports them, whatever the wait)."""
+
+    def __init__(self, scripts, gone: set[str], default: Script = Script()) -> None:
+        super().__init__(scripts, {}, default)
+        self.gone = gone
+
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
+        self.checked.append((list(hosts), wait))
+        return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
+
+
+PSS_ELASTIC = """\
+    name: s
+    strategy: parameter_server
+    backend: ssh
+    entrypoint: python -m worker
+    hosts: [{name: h1, address: 10.0.0.1}, {name: h2, address: 10.0.0.2}, {name: h3, address: 10.0.0.3}]
+    tasks: {chief: {count: 1, hosts: [h1]}, ps: {count: 1, hosts: [h1]}, worker: {count: 2, hosts: [h2, h3], min: 1}}
+    restart: {max_restarts: 0}
+    elastic: {host_wait: 5}
+    watchdog: {stop_grace: 0}
+"""
+
+
+def test_pss_shrinks_to_min_from_the_last_backup_when_a_worker_host_is_gone(tmp_path):
+    """TensorFlow's coordinator cannot train on without a worker that never answers again (its
+    recovery waits for the worker's address): the group restarts without it, spending no restart."""
+    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
+                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                               ("chief:0", 1): Script(code=0, polls=6)}, gone={"h3"}, default=Script(code=None))
+    code, out, events = run(tmp_path, PSS_ELASTIC, backend)
+    assert code == 0, out
+    assert backend.starts("worker:1") == [0]  # never restarted onto the host that is gone
+    assert ("h3", ) == tuple(backend.checked[0][0]) and backend.checked[0][1] == 0.0  # one look, no wait
+    assert backend.starts("chief:0") == [0, 1] and backend.starts("worker:0") == [0, 1]
+    assert [t.key for t in backend.plans[0].tasks] == ["chief:0", "worker:0", "ps:0"]
+    (replan,) = of(events, "replan")
+    assert replan["dropped"] == ["worker:1"] and not of(events, "task_restart") and not of(events, "restart")
+    assert ("h3: host not answering; suspect until it answers for 30 s; worker:1 left out: 1 worker go on (no "
+            "spare host); restarting the group there from the last backup") in out
+
+
+def test_pss_a_worker_whose_session_was_lost_is_not_restarted_onto_its_host_that_still_answers(tmp_path):
+    """h3 shuts down: worker:1's session drops while h3's sshd still accepts. Restarted alone there
+    it would die with the host (and spend max_restarts: 0): the host is suspect, the group
+    shrinks to min from the last backup instead, no restart spent."""
+    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("chief:0", 0): Script(code=None),
+                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                               ("chief:0", 1): Script(code=0, polls=6)}, gone=set(), default=Script(code=None))
+    code, out, events = run(tmp_path, PSS_ELASTIC, backend)
+    assert code == 0, out
+    assert backend.starts("worker:1") == [0] and not of(events, "task_restart") and not of(events, "restart")
+    assert re.search(r"h3: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for "
+                     r"30 s; worker:1 left out: 1 worker go on \(no spare host\)", out), out
+    assert "restarting it alone" not in out and "worker:1 failed" not in out
+
+
+def test_pss_a_ps_whose_session_was_lost_moves_to_the_spare(tmp_path):
+    spec = PSS_ELASTIC.replace("ps: {count: 1, hosts: [h1]}", "ps: {count: 1, hosts: [h2]}").replace(
+        "hosts: [h2, h3], min: 1}", "hosts: [h1]}")
+    backend = HostGoneBackend({("ps:0", 0): Script(code=255, polls=2, lost=True), ("chief:0", 1): Script(code=0, polls=6)},
+                              gone=set(), default=Script(code=None))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert re.search(r"h2: session lost at .*; suspect until it answers for 30 s; ps:0 moved to h3 \(spare\)", out), out
+    assert [t.host for t in backend.plans[0].tasks if t.type == "ps"] == ["h3"] and not of(events, "restart")
+
+
+def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_restart_onto_a_spare(tmp_path):
+    spec = PSS_ELASTIC.replace(", min: 1}", "}").replace("hosts: [h2, h3]}", "hosts: [h2, h2]}")
+    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
+                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                               ("chief:0", 1): Script(code=0, polls=6)}, gone={"h2"}, default=Script(code=None))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert ("h2: host not answering; suspect until it answers for 30 s; worker:0 moved to h3 (spare); worker:1 moved "
+            "to h3 (spare)") in out, out
+    assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3", "h3", "h1"]
+
+
+class StartFailsBackend(HostGoneBackend):
+    """The first look finds every host answering; then ``fail_start`` cannot be started again
+    (its host went away in between: a preempted host's connection still looked alive), and
+    ``gone`` hosts are lost from the second look on."""
+
+    def __init__(self, scripts, gone: set[str], fail_start: str, default: Script = Script()) -> None:
+        super().__init__(scripts, gone, default)
+        self.fail_start, self.failed_starts = fail_start, 0
+
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
+        if not self.checked:
+            self.checked.append((list(hosts), wait))
+            return {}
+        return super().lost_hosts(hosts, wait, stop)
+
+    def start(self, task, env, on_line):
+        if task.key == self.fail_start and self.starts(task.key) and not self.failed_starts:
+            from launcher.errors import LaunchError
+
+            self.failed_starts += 1
+            raise LaunchError(f"host {task.host}: the connection closed during preflight; check the host",
+                              "no task was started")
+        return super().start(task, env, on_line)
+
+
+def test_pss_a_worker_whose_restart_fails_because_its_host_went_away_shrinks_the_group(tmp_path):
+    backend = StartFailsBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
+                                 ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                                 ("chief:0", 1): Script(code=0, polls=6)},
+                                gone={"h3"}, fail_start="worker:1", default=Script(code=None))
+    spec = PSS_ELASTIC.replace("max_restarts: 0", "max_restarts: 2")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert "no task was started" not in out
+    (replan,) = of(events, "replan")
+    assert replan["dropped"] == ["worker:1"] and not of(events, "restart")  # a membership change, no restart spent
+    assert backend.starts("chief:0") == [0, 1]
+
+
+def test_pss_a_failed_restart_of_a_worker_fails_the_attempt_not_the_launcher(tmp_path):
+    """Not elastic: the start's error is that worker's failure, and the group restarts."""
+    backend = StartFailsBackend({("worker:1", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=6)},
+                                gone=set(), fail_start="worker:1", default=RUN_FOREVER)
+    code, out, events = run(tmp_path, PSS, backend)
+    assert code == 0, out
+    (failure,) = [e for e in of(events, "failure") if e["task"] == "worker:1"]
+    assert failure["reason"].startswith("restarting it failed: host "), failure
+    assert [e["attempt"] for e in of(events, "restart")] == [1]
+
+
+# ---------------------------------------------------------------- warm standby (launcher/supervise/standby.py)
+
+
+def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_path):
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                              default=Script(code=0, polls=3))
+    spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    # Two starts per task: the first attempt's, and the standby (TFCLUSTER_RESTART_COUNT=1) it promotes.
+    assert backend.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1)]
+    assert [e["attempt"] for e in of(events, "standby_start")] == [1]
+    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert [h.signals[:1] for h in backend.handles[2:]] == [[signal.SIGUSR1], [signal.SIGUSR1]]
+    assert "[worker:1] (standby) tfcluster-step attempt=1 poll=1" in out  # before its promotion
+    assert "[worker:1] tfcluster-step attempt=1 poll=2" in out  # after it: the task's own lines
+    assert not of(events, "standby_stopped")  # nothing left over to stop
+
+
+def test_the_next_attempts_standbys_wait_for_a_trained_step_or_their_bound(tmp_path):
+    """tfcluster's worker: the standbys start once a task of the attempt trained a step (its own
+    first_step line), not while the attempt builds, restores and traces beside them; a worker
+    that trains no step before the bound gets them then; one that fails first restarts cold."""
+    from tests.support.fakes import Counter, supervise
+
+    start = "tfcluster-start epoch=0 step=0 global_step=0 time=1700000000.0 epochs=1 steps_per_epoch=50"
+    first = "tfcluster-first_step epoch=0 step=0 global_step=1 time=1700000001.0"
+
+    def attempt0(say):
+        return {("worker:0", 0): Script(code=None, say=say), ("worker:1", 0): Script(code=137, polls=30, say=say)}
+
+    def go(name, say, bound):
+        backend = StandbyScriptedBackend(attempt0(say), default=Script(code=0, polls=3))
+        res = supervise(tmp_path / name, mwms(restarts=1), backend, clock=Counter(), standby_after_ready=bound)
+        assert res.code == 0, res.err + res.out
+        return res.err + res.out, res.events
+
+    out, events = go("stepped", ((2, start), (12, first)), 10_000)
+    assert [e["attempt"] for e in of(events, "standby_start")] == [1]
+    assert out.index("[worker:0] tfcluster-first_step ") < out.index("(standby) ")
+    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    out, events = go("no-step", ((2, start),), 10_000)
+    assert not of(events, "standby_start") and not of(events, "standby_promoted")  # a cold restart
+    out, events = go("bound", ((2, start),), 20)
+    assert [e["attempt"] for e in of(events, "standby_start")] == [1] and of(events, "standby_promoted")
+
+
+def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_restarts(tmp_path):
+    failing = {("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER}
+    backend = StandbyScriptedBackend(failing, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path / "auto", mwms(restarts=1), backend)  # warm_standby left out: auto
+    assert code == 0, out
+    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert of(events, "run_start")[0]["warm_standby"].startswith("on (auto: tfcluster's worker)")
+    # The same run on a backend that cannot keep standbys, or with no restart allowed: none.
+    plain = ScriptedBackend(failing, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path / "plain", mwms(restarts=1), plain)
+    assert code == 0 and not of(events, "standby_start"), out
+    assert "keeps no standby; every restart starts cold" in of(events, "run_start")[0]["warm_standby"]
+    none = StandbyScriptedBackend({("worker:0", 0): Script(code=0, polls=5)}, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path / "zero", mwms(restarts=0), none)
+    assert code == 0 and not of(events, "standby_start") and len(none.started) == 2, out
+
+
+def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(tmp_path):
+    """A standby that blocked SIGUSR1 and said it was ready, but ignores its promotion (no
+    'tfcluster-standby promoted'): stopped after ACK_BOUND and its task started cold, in one line;
+    the run still succeeds."""
+    from launcher.supervise.standby import ACK_BOUND
+
+    silent = Script(code=None, standby_ack=False)
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
+                                      ("worker:1", 1): silent},
+                                     default=Script(code=0, polls=int(ACK_BOUND) + 20))
+    code, out, events = run(tmp_path, mwms(restarts=1), backend)
+    assert code == 0, out
+    assert backend.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1), ("worker:1", 1)]
+    assert f"worker:1: its warm standby did not answer the promotion within {ACK_BOUND:g} s " \
+           "(no 'tfcluster-standby promoted' line); starting it cold" in out
+    assert backend.handles[3].signals == [signal.SIGUSR1, signal.SIGKILL]  # promoted, then stopped
+    (stopped,) = of(events, "standby_stopped")
+    assert stopped["tasks"] == ["worker:1"]
+    assert not of(events, "failure")[1:]  # only the first attempt's failure: the cold start is not one
+
+
+def test_a_standby_that_never_said_it_waits_is_not_promoted(tmp_path):
+    """A process started as a standby that printed no 'tfcluster-standby' line may not have
+    blocked SIGUSR1 (a script that ignores TFCLUSTER_STANDBY): it is stopped, never signalled
+    with SIGUSR1, and its task starts cold."""
+    mute = Script(code=None, standby_mark=False, standby_ack=False)
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
+                                      ("worker:0", 1): mute, ("worker:1", 1): mute},
+                                     default=Script(code=0, polls=3))
+    spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert len(backend.started) == 6 and not of(events, "standby_promoted")
+    assert all(signal.SIGUSR1 not in h.signals and signal.SIGKILL in h.signals for h in backend.handles[2:4])

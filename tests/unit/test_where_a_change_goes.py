@@ -1,0 +1,82 @@
+"""docs/architecture.md's "Where a change goes", held to its word.
+
+A new spec key is one field in the model: a dummy key added to a copy of the model reaches the
+loader, the JSON Schema, the generated reference and the export without any other edit. A new
+event kind that moves a task's state is one entry in record/fold.py: every kind the fold acts on
+moves a state there, and every other kind moves none, in the fold and in the live panel's view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+
+from launcher.cli import docsgen
+from launcher.errors import SpecError
+from launcher.export.common import inexpressible
+from launcher.record import fold
+from launcher.record.events import Event
+from launcher.record.view import RunView
+from launcher.spec import load
+from launcher.spec.model import EXPORTED, LoadedSpec, Spec
+from tests.support.specs import BASE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WithDummy(Spec):
+    dummy: Annotated[int, EXPORTED] = 0
+    """A key that exists only in this test."""
+
+
+@pytest.fixture
+def dummy_key(monkeypatch):
+    """The loader's own Spec replaced by one with the dummy key, its built models forgotten."""
+    home = load.spec_model.__globals__
+    assert home["Spec"] is Spec  # the loader builds on the model's Spec: what the doc says
+    monkeypatch.setitem(home, "Spec", WithDummy)
+    monkeypatch.setitem(home, "_SPEC_MODELS", {})
+    yield
+    home["_SPEC_MODELS"].clear()
+
+
+def test_a_new_spec_key_is_one_field_of_the_model(dummy_key, tmp_path):
+    spec = load.parse_spec(BASE + "dummy: 3\n")
+    assert spec.dummy == 3
+    with pytest.raises(SpecError) as bad:
+        load.parse_spec(BASE + "dummy: three\n", shown="c.yaml")
+    assert str(bad.value).startswith(f"c.yaml:{BASE.count(chr(10)) + 1}: dummy:"), str(bad.value)
+    schema = load.json_schema()
+    assert schema["properties"]["dummy"]["description"] == "A key that exists only in this test."
+    assert "dummy" in docsgen.spec_page(schema) and "exists only in this test" in docsgen.spec_page(schema)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(BASE + "dummy: 3\n")
+    assert inexpressible(LoadedSpec(spec, path), "tfjob") == []  # EXPORTED: the export takes it
+
+
+def test_without_the_dummy_the_loader_refuses_the_key():
+    """The control: the same text on the real model is an unknown key (so the test above is the
+    field's doing)."""
+    with pytest.raises(SpecError, match="dummy"):
+        load.parse_spec(BASE + "dummy: 3\n")
+
+
+def _running() -> list[dict]:
+    return [{"event": Event.START, "task": "worker:0", "host": "h1", "attempt": 0},
+            {"event": Event.READY, "task": "worker:0"}]
+
+
+@pytest.mark.parametrize("kind", list(Event))
+def test_only_the_folds_kinds_move_a_tasks_state(kind):
+    event = {"event": kind.value, "task": "worker:0", "code": 3, "attempt": 0, "reason": "r", "host": "h1"}
+    before = fold.fold(_running(), ["worker:0"])["worker:0"].state
+    after = fold.fold([*_running(), event], ["worker:0"])["worker:0"].state
+    view = RunView(name="demo", strategy="multi_worker_mirrored", backend="local")
+    for record in (*_running(), event):
+        view.event(record)
+    assert view.tasks["worker:0"].state == after  # the panel folds it the same way
+    if kind in fold.STATE_KINDS:
+        assert after != before or kind in (Event.READY, Event.ATTEMPT_READY), (kind, before, after)
+    else:
+        assert after == before, f"{kind} moved a task's state but is not in fold.STATE_KINDS"
