@@ -19,6 +19,7 @@ the moment the first SIGTERM is sent. Prints each trial, the medians and the loa
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -38,6 +39,7 @@ from benchlib import BackgroundUp  # noqa: E402
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 NOTICE = 10.0
+TIMELINE = False
 STEP = re.compile(r"\[(worker:\d)\] tfcluster-(first_step|step|start) .*?global_step=(\d+).*?time=([\d.]+)")
 
 
@@ -106,11 +108,11 @@ def trial_spare(lab: Lab, work: Path) -> dict:
 
 
 def trial_hot_spare(lab: Lab, work: Path, warm: bool) -> dict:
-    """The spare trial, cold (warm_standby: false) or with hot spares (warm_standby: true): h2 is
+    """The spare trial, cold (warm_standby: false) or with hot spares (the default, auto): h2 is
     preempted at worker:1's first step once every standby (h1's, h2's, and h3's two) said it is
     ready (cold: at the same step), so the figure is a warm move's."""
     spec = spec_for(lab, work, "spare", ["h1", "h2", "h3"], {"worker": 2}, {"host_wait": 3},
-                    warm=True if warm else False, steps=80)
+                    warm=None if warm else False, steps=80)
     run = Run(spec)
     try:
         after = 0.0
@@ -123,10 +125,36 @@ def trial_hot_spare(lab: Lab, work: Path, warm: bool) -> dict:
         assert run.finish() == 0, "\n".join(line for _, line in run.lines[-30:])
         first, resumed = run.first_step_after(t0)
         promoted = sum(1 for _, line in run.lines if "tfcluster-standby promoted" in line)
+        if TIMELINE:
+            print(f"timeline ({'hot' if warm else 'cold'}):\n" + "\n".join(timeline(run, work, t0)), flush=True)
         return {"seconds": first - t0, "redone": max(0, run.last_step_before(t0 + 0.001) - resumed),
                 "promoted": promoted}
     finally:
         lab.bring_back("h2")
+
+
+MARKS = re.compile(r"\[worker:\d\] (tfcluster-standby promoted|tfcluster-(start|first_step) |worker: worker:\d "
+                   r"multi_worker|state: copied)")
+QUIET = {"task_gpus", "progress", "log_line", "task_progress"}
+
+
+def timeline(run: Run, work: Path, t0: float) -> list[str]:
+    """One move, second by second from the preemption (``t0``): the run record's events and the
+    marks of the task lines (as they reached the launcher's console), for --timeline."""
+    rows = []
+    for path in work.glob("runs/*/latest/events.jsonl"):
+        for text in path.read_text().splitlines():
+            e = json.loads(text)
+            if e["event"] in QUIET or e.get("time", 0) < t0 - 0.5:
+                continue
+            what = " ".join(f"{k}={e[k]}" for k in ("task", "host", "endpoint", "reason", "how", "code", "seconds")
+                            if k in e)
+            rows.append((e["time"], f"event {e['event']} {what}"[:150]))
+    for at, line in run.lines:
+        if at >= t0 and MARKS.search(line):
+            m = re.search(r" time=([\d.]+)", line)
+            rows.append((float(m.group(1)) if m else at, f"line  {line}"[:150]))
+    return [f"  +{at - t0:6.2f}  {what}" for at, what in sorted(rows)]
 
 
 def trial_by_hand(lab: Lab, work: Path) -> dict:
@@ -172,8 +200,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hot-spare", action="store_true",
-                        help="only the spare trial, cold (warm_standby: false) against hot spares (true), alternated")
+                        help="only the spare trial, cold (warm_standby: false) against hot spares (the default), alternated")
+    parser.add_argument("--timeline", action="store_true",
+                        help="with --hot-spare: print each move's timeline (run record events, task marks)")
     args = parser.parse_args()
+    global TIMELINE
+    TIMELINE = args.timeline
     reason = have_prereqs()
     if reason:
         print(f"bench/elastic.py: {reason}", file=sys.stderr)

@@ -87,8 +87,8 @@ class Capabilities:
     """What a backend can do, so callers ask instead of testing its name."""
 
     # Can pre-start the next attempt's processes (TFCLUSTER_STANDBY=1) and promote them with
-    # ``Backend.promote`` (restart.warm_standby); the spec refuses ``warm_standby: true`` on
-    # backends without it (the default, auto, leaves it off there and ``plan`` says so).
+    # ``Backend.promote`` (restart.warm_standby); without it, standby is off whatever the spec
+    # says (``warm_standby: true`` is not refused) and ``plan`` says so in one line.
     warm_standby: bool = False
     # preflight() checks that every task's port is free / reachable where the task will run.
     port_preflight: bool = False
@@ -244,11 +244,14 @@ class Backend(abc.ABC):
             alive = [h for h in alive if h.poll() is None]
         return [h.key for h in alive]
 
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop: Any = None) -> dict[str, str]:
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop: Any = None,
+                   look: Mapping[str, float] = {}) -> dict[str, str]:
         """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each
         with a few words on how ("unreachable for 60 s"). A host whose connection is healthy is
         not lost; one whose connection died may take up to ``wait`` seconds to answer again
-        (``stop``, a threading.Event, ends the wait early). The default: none."""
+        (``stop``, a threading.Event, ends the wait early). ``look``: host -> the most seconds
+        its first look may take, answered or not (a host whose loss is already known, looked at
+        only to say whether it still answers). The default: none."""
         return {}
 
     def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:

@@ -9,7 +9,7 @@ tasks, their TF_CONFIG and environment, its JSON shapes) is launcher/plan/model.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import AbstractSet, Optional
 
 from launcher.plan import gpus
 from launcher.plan import threads
@@ -45,16 +45,18 @@ def task_keys(spec: Spec) -> list[tuple[str, int]]:
     return [(t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t))]
 
 
-def build_plan(spec: Spec, placement: Placement) -> Plan:
+def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Plan:
     """Assign ports on the hosts of ``placement``; the cluster and the environment every task
-    shares are built once (each task's TF_CONFIG is made from them when it is asked for)."""
+    shares are built once (each task's TF_CONFIG is made from them when it is asked for).
+    ``avoid``: (host, port) pairs no port of ``ports.base``'s counting may take (an elastic
+    run's replan: the ports of its earlier plans, see launcher/plan/elastic.py)."""
     placements = []  # [(type, index, host_name, address)]
     for task_type, index in task_keys(spec):
         slot = placement.slots.get(f"{task_type}:{index}")
         if slot is None:
             raise ValueError(f"placement has no slot for {task_type}:{index}")  # a backend's bug
         placements.append((task_type, index, slot.host, slot.address))
-    ports = _assign_ports(spec, placements)
+    ports = _assign_ports(spec, placements, avoid)
     cluster: Optional[Cluster] = None
     if not spec.single_host:  # single-host strategies: the task's role only (no TF server to start)
         jobs: dict[str, list[str]] = {}
@@ -153,8 +155,10 @@ def _device_env(spec: Spec) -> dict[str, str]:
     return env
 
 
-def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]]) -> list[Optional[int]]:
-    """Explicit ports first, then ``base + n`` per host in task order, skipping taken ones."""
+def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]],
+                  avoid: AbstractSet[tuple[str, int]] = frozenset()) -> list[Optional[int]]:
+    """Explicit ports first, then ``base + n`` per host in task order, skipping taken ones and
+    those in ``avoid``."""
     explicit: dict[int, int] = {}  # placement idx -> port
     taken: dict[tuple[str, int], str] = {}  # (host, port) -> task key
     for i, (task_type, index, host, _addr) in enumerate(placements):
@@ -181,7 +185,7 @@ def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]]) -> li
             ports.append(explicit[i])
             continue
         port = next_port.get(host, spec.ports.base)
-        while (host, port) in taken:
+        while (host, port) in taken or (host, port) in avoid:
             port += 1
         if port > 65535:
             raise SpecError(

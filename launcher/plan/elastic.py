@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence, Union
+from typing import AbstractSet, Mapping, Optional, Sequence, Union
 
 from launcher.plan.build import Placement, Plan, Slot, build_plan
 from launcher.plan.hostloss import SUSPECT, lost_phrase
@@ -114,12 +114,14 @@ def with_workers(spec: Spec, count: int) -> Spec:
     return spec.model_copy(update={"tasks": spec.tasks.model_copy(update={"worker": worker})})
 
 
-def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str] = ()) -> Union[Replan, str]:
+def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str] = (),
+                 avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Union[Replan, str]:
     """The plan with every task of the ``lost`` hosts moved onto a spare (one spare per lost
     host, in the spec's order); with no spare left, a group whose lost tasks are all workers and
     that keeps at least ``tasks.worker.min`` of them goes on with fewer (renumbered 0..k-1, the
     workers left keep their order); else one line saying why no plan is possible. ``down``: hosts
-    lost earlier in the run, never used again."""
+    lost earlier in the run, never used again. ``avoid``: (host, port) pairs the new plan's
+    ports must not take (:func:`fresh_ports`)."""
     used = [t.host for t in plan.tasks]
     spares = spare_hosts(spec, used, [*down, *lost])
     lost = tuple(h for h in dict.fromkeys(lost) if h in used)
@@ -152,13 +154,15 @@ def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str
         else:
             slots[key] = Slot(host, spec.host(host).dial_address)
             moved[key] = (task.host, host)
-    new = build_plan(with_workers(spec, left) if dropped else spec, Placement(slots))
+    new = build_plan(with_workers(spec, left) if dropped else spec, Placement(slots), avoid)
     return Replan(plan=new, lost=lost, moved=moved, dropped=tuple(t.key for t in dropped))
 
 
-def grow(spec: Spec, plan: Plan, down: Sequence[str] = ()) -> Optional[Replan]:
+def grow(spec: Spec, plan: Plan, down: Sequence[str] = (),
+         avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Optional[Replan]:
     """A shrunk group back towards ``tasks.worker.count``: one new worker (the next indices) on
-    each spare host, in the spec's order, while workers are missing. None: nothing to add."""
+    each spare host, in the spec's order, while workers are missing. None: nothing to add.
+    ``avoid`` as for :func:`replace_lost`."""
     workers = [t for t in plan.tasks if t.type == "worker"]
     missing = spec.tasks.worker.count - len(workers)
     spares = spare_hosts(spec, [t.host for t in plan.tasks], down)[:max(0, missing)]
@@ -170,8 +174,20 @@ def grow(spec: Spec, plan: Plan, down: Sequence[str] = ()) -> Optional[Replan]:
         key = f"worker:{len(workers) + i}"
         slots[key] = Slot(host, spec.host(host).dial_address)
         added[key] = host
-    new = build_plan(with_workers(spec, len(workers) + len(spares)), Placement(slots))
+    new = build_plan(with_workers(spec, len(workers) + len(spares)), Placement(slots), avoid)
     return Replan(plan=new, lost=(), moved={}, added=added)
+
+
+def fresh_ports(plans: Sequence[Plan]) -> frozenset[tuple[str, int]]:
+    """Every (host, port) a task of ``plans`` (the run's plans so far) was given: a replan takes
+    none of them again (ports.base's counting skips them; explicit tasks.*.ports stay as given).
+    A lost host's old tasks can outlive the move: it keeps running while it does not answer (a
+    partition, a paused VM) or is slow to shut down, until its wrappers' lease runs out and their
+    grace after it. TensorFlow's runtime in such a task keeps dialling its cluster's addresses;
+    had the new attempt's chief the old one's port, the stale worker's heartbeat would reach its
+    coordination service, which then aborts the new attempt ("Incarnation ID mismatch ... The task
+    has restarted"). On fresh ports it dials addresses nobody listens on, and gives up alone."""
+    return frozenset((t.host, t.port) for plan in plans for t in plan.tasks if t.port is not None)
 
 
 def shrunk(spec: Spec, plan: Plan) -> bool:

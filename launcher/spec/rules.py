@@ -127,11 +127,8 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
                 problems.append(((("tasks", task_type, "hosts", j)), f"unknown host {shown_value(name)}{hint}; "
                                  f"{defined}"))
     backend = backend_class(spec.backend)
-    if spec.restart.warm_standby is True and not backend.capabilities.warm_standby:  # auto: off there (plan says)
-        able = _able("warm_standby")
-        who = f"the {' and '.join(able)} backend{'s' if len(able) > 1 else ''}" if able else "no backend"
-        problems.append((("restart", "warm_standby"), f"only {who} support{'' if len(able) > 1 else 's'} warm "
-                         f"standby; set it to auto or false for backend {spec.backend}"))
+    # restart.warm_standby: true on a backend that keeps no standby is not refused: the run is
+    # the same, with cold restarts, and `plan` says so in one line (launcher/supervise/standby.py).
     for task_type in TASK_TYPES:
         if task_type != "worker" and t.group(task_type).min is not None:
             problems.append((("tasks", task_type, "min"), f"only workers can be fewer than count; a lost {task_type}'s "

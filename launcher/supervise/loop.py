@@ -36,11 +36,14 @@ from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
 from launcher.ui.report import gpu_peak_lines, location_lines, locations, task_table
 from launcher.spec.model import Restart, Spec, Watchdog
-from launcher.supervise.standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision
+from launcher.supervise.standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision, is_reference_worker
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 _READY_CHECK_EVERY = 0.5
+# tfcluster's worker: the most seconds after every task is up that the next attempt's standbys
+# wait for its first step (a slow restore, a long first trace) before they start anyway.
+STANDBY_AFTER_READY = 60.0
 
 
 @dataclass
@@ -96,6 +99,9 @@ class Supervisor:
         self.standby_on, self.standby_why = standby_decision(
             restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
             elastic=self.members.elastic)
+        self.standby_after_ready = STANDBY_AFTER_READY
+        self._standby_due: Optional[float] = None  # when this attempt's standbys start at the latest
+        self._standby_checked = 0.0
         self._sink_failed: set[str] = set()
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunView()
@@ -219,6 +225,7 @@ class Supervisor:
     def _start_group(self, attempt: Attempt) -> Optional[_Watch]:
         """Prepare the attempt and start every task. None: the attempt already failed."""
         number = attempt.number
+        self._standby_due = None  # (an earlier attempt's, not started before it ended)
         try:
             self.backend.prepare_attempt(number)
         except LaunchError as exc:
@@ -253,6 +260,7 @@ class Supervisor:
                 return
             if self._standby_acks(attempt):
                 return
+            self._standby_when_due(attempt, now)
             time.sleep(self.poll_interval)
 
     def _interrupted(self, attempt: Attempt) -> bool:
@@ -322,17 +330,41 @@ class Supervisor:
             on_ready()
         number = attempt.number
         if self.standby_on and (number < self.restart.max_restarts or self.members.elastic):
-            self.standby.start(number + 1, self.plan.tasks, self._env(number + 1), spares=self._hot_spares())
+            # tfcluster's worker says when it has trained a step: its standbys start then, not
+            # while it builds, restores and traces (two standbys importing TensorFlow beside a
+            # promoted pair on 2 cores made its first step 2-3 s later). Other entrypoints: now.
+            wait = self.standby_after_ready if all(is_reference_worker(t.command) for t in self.plan.tasks) else 0.0
+            self._standby_due, self._standby_checked = self.clock() + wait, 0.0
+            if wait <= 0:
+                self._standby_when_due(attempt, self._standby_due)
+
+    def _standby_when_due(self, attempt: Attempt, now: float) -> None:
+        """Start the next attempt's standbys once a task of this attempt trained a step (its
+        own first_step line), or when due (STANDBY_AFTER_READY after every task was up, or at
+        once for an entrypoint that prints no steps)."""
+        due = self._standby_due
+        if due is None:
+            return
+        if now < due:
+            if now < self._standby_checked + _READY_CHECK_EVERY:
+                return
+            self._standby_checked = now
+            keys = {t.key for t in self.plan.tasks}
+            if not any(t.global_step is not None and t.start_global_step is not None
+                       and t.global_step > t.start_global_step and t.attempt == attempt.number + 1
+                       for k, t in self.view.snapshot().tasks.items() if k in keys):
+                return
+        self._standby_due = None
+        number = attempt.number
+        self.standby.start(number + 1, self.plan.tasks, self._env(number + 1), spares=self._hot_spares())
 
     def _hot_spares(self) -> list[tuple[str, str]]:
-        """Elastic runs with ``restart.warm_standby: true``: the spare hosts (unused, not down) as
-        (name, address); each keeps a standby per task, so a move there is promoted like a
-        restart. Not under ``auto``: a hot move is faster than a suspect host's old tasks die
-        (its notice, or their lease), and one of them can reach the new attempt's chief on the
-        same port (TensorFlow: "Incarnation ID mismatch", once in five trials of bench/elastic.py
-        --hot-spare); until the new attempt is kept from them, hot spares are asked for."""
+        """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a
+        standby per task, so a move there is promoted like a restart. A hot move is faster than
+        a suspect host's old tasks die (their lease, their grace): a replan's fresh ports keep
+        them from the new attempt (launcher/plan/elastic.py, fresh_ports)."""
         spec = self.members.spec
-        if not self.members.elastic or spec is None or self.restart.warm_standby is not True:
+        if not self.members.elastic or spec is None:
             return []
         names = spare_hosts(spec, [t.host for t in self.plan.tasks], self.members.down)
         return [(name, spec.host(name).dial_address) for name in names]

@@ -14,8 +14,8 @@ from typing import Callable, Mapping, Optional, Sequence
 from launcher.backends.base import Backend
 from launcher.bounded import listing
 from launcher.ui.console import Console
-from launcher.plan.elastic import (Replan, elastic_enabled, grow, options, replace_lost, shrunk, spare_hosts, suspect_how,
-                      too_many_losses)
+from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, options, replace_lost, shrunk,
+                                   spare_hosts, suspect_how, too_many_losses)
 from launcher.plan.build import Plan
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from launcher.record.events import Event
@@ -23,6 +23,9 @@ from launcher.plan.hostloss import lost_phrase
 from launcher.record.states import Outcome
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Spec
+
+
+LOOK = 1.0  # s: how long a host whose sessions were lost is given to say it still answers
 
 
 class Membership:
@@ -83,7 +86,7 @@ class Membership:
             if moved:
                 return moved
         else:
-            change = grow(self.spec, self.plan, self.down)
+            change = grow(self.spec, self.plan, self.down, avoid=self._ports_used())
             if change is not None:
                 self.use(change, {}, number, "restarting the bigger group from the step just saved")
         return None
@@ -107,7 +110,10 @@ class Membership:
         assert self.spec is not None
         opts = options(self.spec)
         hosts = sorted({t.host for t in self.plan.tasks})
-        quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event)  # one look each, no wait
+        # One look each, no wait. A host whose sessions were lost is suspect whatever it says:
+        # the look only words its loss, so it ends after LOOK s (a host shutting down can accept
+        # the connection and never answer: ssh.connect_timeout would be spent on every move).
+        quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event, look={h: LOOK for h in hosts if h in sessions})
         if self.stop_event.is_set():
             return self.finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED)
         lost = {}
@@ -140,7 +146,7 @@ class Membership:
             line = f"{said}; {too_many}"
             self.console.error(line)
             return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
-        change = replace_lost(self.spec, self.plan, sorted(lost), self.down)
+        change = replace_lost(self.spec, self.plan, sorted(lost), self.down, avoid=self._ports_used())
         self.down += [h for h in sorted(lost) if h not in self.down]
         self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on: settle counts from here
         if isinstance(change, str):
@@ -184,6 +190,12 @@ class Membership:
                            f"elastic.host_wait={opts.host_wait:g} s) and ", 1)
         self.console.error(line)
         return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
+
+    def _ports_used(self) -> frozenset[tuple[str, int]]:
+        """The ports of every plan of the run so far, which a replan does not take again
+        (launcher/plan/elastic.py's fresh_ports: an old task that outlives its host's loss then dials
+        addresses nobody listens on)."""
+        return fresh_ports([self.first_plan, *(change.plan for change, _ in self.replans)])
 
     def use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),

@@ -57,7 +57,8 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
     if value is False:
         return False, "off (restart.warm_standby: false)"
     if not capable:
-        return False, f"off: backend {backend} cannot keep processes waiting (restart.warm_standby)"
+        return False, (f"off: backend {backend} keeps no standby; every restart starts cold"
+                       + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if restart.max_restarts == 0 and not elastic:
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
     cost = f"about {STANDBY_BYTES / 2**30:.1f} GB each; left off on a host with less memory available"

@@ -284,6 +284,26 @@ class Lab:
             times += bool(sessions)
         return times
 
+    def pause(self, name: str) -> list[int]:
+        """A VM paused (a live migration that hangs, a hypervisor that stalls): every process of
+        the host stopped (SIGSTOP), its link up; nothing it runs notices. Returns the pids, for
+        :meth:`resume`."""
+        pids = self._netns_pids(self.host(name).netns)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def resume(self, pids: list[int]) -> None:
+        """The paused VM runs again where it stopped (SIGCONT to what :meth:`pause` stopped)."""
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
     def bring_back(self, name: str) -> None:
         """The VM starts again: its link up, sshd started (a fresh private disk), port 22 open."""
         h = self.host(name)

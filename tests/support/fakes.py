@@ -165,11 +165,13 @@ class Supervised:
 
 
 def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: float = 0.0, clock=None,
-              stop_after: Optional[int] = None, stop=None) -> Supervised:
+              stop_after: Optional[int] = None, stop=None, standby_after_ready: float = 0.0) -> Supervised:
     """Run ``Supervisor`` on the (dedented) spec with ``backend``, its record under
     ``tmp_path/runs``; ``clock`` is the supervisor's (None: its own, the real one; a ``Counter``
     for no wall-clock waits). ``stop_after``: interrupt once this many tasks have been started
-    (``backend`` a ScriptedBackend), or call ``stop(supervisor)`` instead if given."""
+    (``backend`` a ScriptedBackend), or call ``stop(supervisor)`` instead if given.
+    ``standby_after_ready``: how long after every task is up the next attempt's standbys wait
+    for a first step (0: they start then, as the scripted tasks print no real steps)."""
     spec = parse_spec(textwrap.dedent(spec_yaml))
     plan = plan_for(spec)
     record = RunRecord(tmp_path / "runs", plan).create()
@@ -177,6 +179,7 @@ def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: floa
     extra = {} if clock is None else {"clock": clock}
     sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
                      poll_interval=poll_interval, spec=spec, **extra)
+    sup.standby_after_ready = standby_after_ready
     if stop_after is not None:
         start = backend.start
 

@@ -299,8 +299,8 @@ class SSHBackend(Backend):
         if self.record is not None:
             self.record.event(Event.HOST_PREEMPTED, host=name)
 
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None) -> dict[str, str]:
-        return self.pool.lost_hosts(hosts, wait, stop)
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
+        return self.pool.lost_hosts(hosts, wait, stop, look)
 
     def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
         return self.pool.hosts_back(hosts, settle)

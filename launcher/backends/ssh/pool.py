@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait as wait_futures
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from launcher.spec.model import Host
 from launcher.backends.ssh.heartbeat import Heartbeat
@@ -150,6 +150,29 @@ class HostPool:
             return True
         return False
 
+    def _silent_now(self, hosts: Sequence[str], look: Mapping[str, float]) -> list[str]:
+        """The hosts of ``hosts`` that do not answer now, asked in parallel. A host in ``look``
+        that has not answered within its bound counts as silent, and its look goes on in the
+        background (a host shutting down can accept the connection and never send sshd's
+        banner: ssh.connect_timeout would pass first)."""
+        if not hosts:
+            return []
+        pool = self.executor(len(hosts))
+        try:
+            started = time.monotonic()
+            futures = {n: pool.submit(self._answers, n) for n in hosts}
+            silent = []
+            for n, f in futures.items():
+                if n in look:
+                    done, _ = wait_futures([f], timeout=max(0.0, started + look[n] - time.monotonic()))
+                    if f not in done or not f.result():
+                        silent.append(n)
+                elif not f.result():
+                    silent.append(n)
+            return silent
+        finally:
+            pool.shutdown(wait=not look)
+
     def host_preempted(self, name: str) -> None:
         """A task on ``name`` saw GCE's preemption notice: the host is going away; it counts as
         lost at once (``lost_hosts``), without waiting elastic.host_wait."""
@@ -162,15 +185,16 @@ class HostPool:
         if self.on_preempted is not None:
             self.on_preempted(name)
 
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None) -> dict[str, str]:
-        """Hosts that announced their preemption are lost at once. Every other host that does not
-        answer now is tried again each second for ``wait`` s, all in parallel; those still
-        silent then are lost."""
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
+        """Hosts that announced their preemption are lost at once. Every other host is looked at
+        now, all in parallel (a host in ``look``: for at most that many seconds, silent if not
+        answered by then); one that does not answer is tried again each second for ``wait`` s;
+        those still silent then are lost."""
         lost = {n: f"preempted: GCE notice at {time.strftime('%H:%M:%S', time.localtime(self.preempted.pop(n)))}"
                 for n in hosts if n in self.preempted}
         hosts = [n for n in hosts if n not in lost]
         started = time.monotonic()
-        silent = [n for n in hosts if not self._answers(n)]
+        silent = self._silent_now(hosts, look)
         while silent and time.monotonic() - started < wait:
             if stop is not None and stop.wait(1.0):
                 break

@@ -107,3 +107,40 @@ def test_no_standby_is_left_on_any_host(lab, make_spec, how):
         # the restart promoted both tasks' standbys (the next attempt's were stopped at its end)
         assert sorted(e["task"] for e in _events(spec) if e["event"] == "standby_promoted") == ["worker:0", "worker:1"]
     _no_task_left(lab)
+
+
+def test_a_stale_task_of_a_lost_host_cannot_reach_the_next_attempt(lab, make_spec, tmp_path):
+    """h2 pauses (every process stopped, as a VM whose live migration hangs) once every standby
+    waits; the launcher hears nothing from it for ssh.lease s, h2 is lost, and worker:1 moves to
+    the hot spare h3. Once the new attempt trains, h2 resumes: its old worker:1, TensorFlow's
+    runtime intact, runs again (for watchdog.stop_grace s after its wrapper finds its lease run
+    out) and dials its old cluster's addresses. None of them may belong to the new attempt: the
+    run must finish with the new attempt's chief never told of a second worker:1 (TensorFlow:
+    "Incarnation ID mismatch ... The task has restarted")."""
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", "1", "--steps-per-epoch", "80", "--step-delay", "0.3",
+         "--save-freq", "3", "--progress-every", "1"],
+        hosts=["h1", "h2", "h3"], env={"TF_CPP_MIN_LOG_LEVEL": "1"},
+        restart={"max_restarts": 0, "warm_standby": True}, elastic={"host_wait": 3},
+        watchdog={"startup_timeout": 120, "stop_grace": 10},
+        ssh={"require": ["tensorflow", "tf_keras"]}, state={"dir": str(lab.private / tmp_path.name / "state")})
+    paused: list[int] = []
+    pause = lambda p: paused.extend(lab.pause("h2"))  # noqa: E731
+    resume = lambda p: lab.resume(paused)  # noqa: E731
+    try:
+        code, out = run_and_act(spec, [(READY, lambda p: None)] * 3 + [
+            (READY, lambda p: None), (r"^\[worker:1\] tfcluster-step ", pause),
+            (r"worker:1 moved to h3", lambda p: None), (r"^\[worker:0\] tfcluster-first_step ", resume)],
+            timeout=200)
+    finally:
+        lab.resume(paused)
+    assert code == 0, out[-6000:]
+    assert "Incarnation ID mismatch" not in out, out[-6000:]
+    run = spec.parent / "runs" / "sshtest" / "latest"
+    chief = (run / "logs" / "worker-0.log").read_text(errors="replace")
+    assert "Incarnation ID mismatch" not in chief, chief[-4000:]
+    promoted = {e["task"]: e["ssh_host"] for e in _events(spec) if e["event"] == "standby_promoted"}
+    assert promoted == {"worker:0": "h1", "worker:1": "h3"}, promoted  # the move was a hot one
+    wait_for(lambda: not task_processes(lab)["h2"], 30,
+             what=f"h2's old worker:1 stopped by its wrapper (lease run out): {task_processes(lab)['h2']}")
+    _no_task_left(lab)

@@ -151,9 +151,9 @@ def test_backend_rules_and_capabilities_are_asked_not_special_cased(queue):
         "c.yaml:5: backend: backend queue needs a queue: block with partition; add queue: {partition: p}"]
     assert errors(spec_text("backend: queue\nqueue: {partition: p, nodes: 3}\n")) == [
         "c.yaml:6: queue.nodes: 3 nodes for 2 tasks; ask for at most 2"]
-    (line,) = errors(spec_text("backend: queue\nqueue: {partition: p}\nrestart: {warm_standby: true}\n"))
-    assert line == ("c.yaml:7: restart.warm_standby: only the local and ssh backends support warm standby; "
-                    "set it to auto or false for backend queue")
+    # warm_standby: true where the backend keeps no standby: not refused (plan says it is off).
+    spec = parse_spec(spec_text("backend: queue\nqueue: {partition: p}\nrestart: {warm_standby: true}\n"), "c.yaml")
+    assert spec.restart.warm_standby is True
 
 
 def test_placeholder_plan_says_so(queue, tmp_path, capsys):

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from launcher.plan.elastic import Replan, elastic_enabled, replace_lost, spare_hosts, suspect_how, too_many_losses
+from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, replace_lost, spare_hosts, suspect_how,
+                                   too_many_losses)
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
 from launcher.spec.load import parse_spec
@@ -52,6 +53,27 @@ def test_a_lost_hosts_tasks_move_to_a_spare_with_their_identities_and_every_tf_c
     assert re.fullmatch(r"session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 30 s", how)
     assert change.describe({"h2": how}) == f"h2: {how}; worker:0 moved to h4 (spare)"
     assert suspect_how(5, None, answering=False) == "host not answering; suspect until it answers for 5 s"
+
+
+def test_a_replan_takes_no_port_an_earlier_plan_of_the_run_gave_and_explicit_ports_stay():
+    """A lost host's old tasks can outlive the move (a partition, a paused VM): on the ports of
+    the earlier plans, the new attempt's tasks would be reachable by them."""
+    spec = parse_spec(SSH.replace("tasks:", "  - {name: h5, address: 10.0.0.5}\ntasks:"))
+    plan = plan_for(spec)
+    assert [t.endpoint for t in plan.tasks] == ["10.0.0.1:23456", "10.0.0.2:23456", "10.0.0.3:23456"]
+    first = replace_lost(spec, plan, ["h2"], avoid=fresh_ports([plan]))
+    assert isinstance(first, Replan)
+    assert [t.endpoint for t in first.plan.tasks] == ["10.0.0.1:23457", "10.0.0.4:23456", "10.0.0.3:23457"]
+    assert first.plan.tasks[0].tf_config["cluster"]["chief"] == ["10.0.0.1:23457"]
+    second = replace_lost(spec, first.plan, ["h3"], ["h2"], avoid=fresh_ports([plan, first.plan]))
+    assert isinstance(second, Replan)
+    assert [t.endpoint for t in second.plan.tasks] == ["10.0.0.1:23458", "10.0.0.4:23457", "10.0.0.5:23456"]
+    # Without avoid: the old behaviour, the same ports again.
+    assert [t.port for t in replace_lost(spec, plan, ["h2"]).plan.tasks] == [23456, 23456, 23456]
+    explicit = parse_spec(SSH.replace("tasks: {chief: 1, worker: 2}",
+                                      "tasks: {chief: {count: 1, ports: [9000]}, worker: 2}"))
+    moved = replace_lost(explicit, plan_for(explicit), ["h2"], avoid=fresh_ports([plan_for(explicit)]))
+    assert isinstance(moved, Replan) and moved.plan.tasks[0].port == 9000  # as the user gave it
 
 
 def test_hosts_lost_earlier_are_never_spares_again_and_no_spare_is_one_line_naming_the_hosts():

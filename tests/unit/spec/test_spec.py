@@ -206,14 +206,12 @@ def test_several_errors_reported_one_line_each():
     assert lines[0].startswith("c.yaml:6: bogus: unknown key") and lines[1].startswith("c.yaml:7: ports.base:")
 
 
-def test_warm_standby_is_auto_by_default_and_true_is_refused_only_where_the_backend_cannot():
+def test_warm_standby_is_auto_by_default_and_true_is_not_refused_where_the_backend_keeps_none():
     assert parse_spec(BASE + "restart: {max_restarts: 1, warm_standby: true}\n").restart.warm_standby is True
     assert parse_spec(BASE).restart.warm_standby == "auto"
     assert parse_spec(BASE + "backend: docker\n").restart.warm_standby == "auto"  # the default: not refused
     assert parse_spec(BASE + "backend: docker\nrestart: {warm_standby: false}\n").restart.warm_standby is False
-    msg = one_error(BASE + "backend: docker\nrestart: {warm_standby: true}\n")
-    assert ("restart.warm_standby: only the local and ssh backends support warm standby; set it to auto or false "
-            "for backend docker") in msg
+    assert parse_spec(BASE + "backend: docker\nrestart: {warm_standby: true}\n").restart.warm_standby is True
     assert "restart.warm_standby" in one_error(BASE + "restart: {warm_standby: sometimes}\n")
 
 

@@ -27,7 +27,7 @@ def test_auto_is_on_for_the_reference_worker_on_a_backend_that_can():
 
 @pytest.mark.parametrize("restart, commands, capable, elastic, off_because", [
     (Restart(max_restarts=2, warm_standby=False), [WORKER], True, False, "off (restart.warm_standby: false)"),
-    (Restart(max_restarts=2), [WORKER], False, False, "off: backend docker cannot keep processes waiting"),
+    (Restart(max_restarts=2), [WORKER], False, False, "off: backend docker keeps no standby; every restart starts cold"),
     (Restart(max_restarts=0), [WORKER], True, False, "off: restart.max_restarts is 0"),
     (Restart(max_restarts=2), [WORKER, ["python", "train.py", "--x"]], True, False,
      "off: the entrypoint (python train.py --x) is not tfcluster's worker; set restart.warm_standby: true"),
@@ -40,7 +40,9 @@ def test_auto_leaves_it_off_and_says_why(restart, commands, capable, elastic, of
 def test_true_trusts_the_entrypoint_and_elastic_runs_move_tasks_without_restarts():
     assert decide(Restart(max_restarts=1, warm_standby=True), [["python", "train.py"]], True, "local")[0]
     assert decide(Restart(max_restarts=0), [WORKER], True, "ssh", elastic=True)[0]
-    assert not decide(Restart(max_restarts=1, warm_standby=True), [WORKER], False, "slurm")[0]
+    on, why = decide(Restart(max_restarts=1, warm_standby=True), [WORKER], False, "slurm")
+    assert not on and why == ("off: backend slurm keeps no standby; every restart starts cold "
+                              "(restart.warm_standby: true has no effect here)")
 
 
 def test_plan_says_whether_standby_is_on(tmp_path):
@@ -57,4 +59,4 @@ def test_plan_says_whether_standby_is_on(tmp_path):
         (lines[name],) = [line for line in out.stdout.splitlines() if line.startswith("warm standby: ")]
     assert lines["worker"].startswith("warm standby: on (auto: tfcluster's worker)")
     assert lines["own"].startswith("warm standby: off: the entrypoint (python train.py) is not tfcluster's worker")
-    assert lines["docker"] == "warm standby: off: backend docker cannot keep processes waiting (restart.warm_standby)"
+    assert lines["docker"] == "warm standby: off: backend docker keeps no standby; every restart starts cold"

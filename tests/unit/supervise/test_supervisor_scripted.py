@@ -224,10 +224,12 @@ class LosingBackend(ScriptedBackend):
         super().__init__(scripts, default)
         self.losses = losses
         self.checked: list[tuple[list[str], float]] = []
+        self.looks: list[dict] = []
         self.plans: list = []
 
-    def lost_hosts(self, hosts, wait, stop=None):
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
+        self.looks.append(dict(look))
         return self.losses.get(len(self.checked) - 1, {})
 
     def use_plan(self, plan) -> None:
@@ -260,6 +262,8 @@ def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_a
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 0, out
     assert backend.checked == [(["h1", "h2"], 0.0)]  # one look at the plan's hosts, no waiting
+    # h2's loss is known (its session): its look only words it, so it is bounded (1 s).
+    assert backend.looks == [{"h2": 1.0}]
     assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h3")]
     assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3"]
     said = re.findall(r"^tfcluster: h2: session lost.*", out, re.M)
@@ -463,7 +467,7 @@ class HostGoneBackend(LosingBackend):
         super().__init__(scripts, {}, default)
         self.gone = gone
 
-    def lost_hosts(self, hosts, wait, stop=None):
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
         return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
 
@@ -546,7 +550,7 @@ class StartFailsBackend(HostGoneBackend):
         super().__init__(scripts, gone, default)
         self.fail_start, self.failed_starts = fail_start, 0
 
-    def lost_hosts(self, hosts, wait, stop=None):
+    def lost_hosts(self, hosts, wait, stop=None, look={}):
         if not self.checked:
             self.checked.append((list(hosts), wait))
             return {}
@@ -606,6 +610,34 @@ def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_
     assert not of(events, "standby_stopped")  # nothing left over to stop
 
 
+def test_the_next_attempts_standbys_wait_for_a_trained_step_or_their_bound(tmp_path):
+    """tfcluster's worker: the standbys start once a task of the attempt trained a step (its own
+    first_step line), not while the attempt builds, restores and traces beside them; a worker
+    that trains no step before the bound gets them then; one that fails first restarts cold."""
+    from tests.support.fakes import Counter, supervise
+
+    start = "tfcluster-start epoch=0 step=0 global_step=0 time=1700000000.0 epochs=1 steps_per_epoch=50"
+    first = "tfcluster-first_step epoch=0 step=0 global_step=1 time=1700000001.0"
+
+    def attempt0(say):
+        return {("worker:0", 0): Script(code=None, say=say), ("worker:1", 0): Script(code=137, polls=30, say=say)}
+
+    def go(name, say, bound):
+        backend = StandbyScriptedBackend(attempt0(say), default=Script(code=0, polls=3))
+        res = supervise(tmp_path / name, mwms(restarts=1), backend, clock=Counter(), standby_after_ready=bound)
+        assert res.code == 0, res.err + res.out
+        return res.err + res.out, res.events
+
+    out, events = go("stepped", ((2, start), (12, first)), 10_000)
+    assert [e["attempt"] for e in of(events, "standby_start")] == [1]
+    assert out.index("[worker:0] tfcluster-first_step ") < out.index("(standby) ")
+    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    out, events = go("no-step", ((2, start),), 10_000)
+    assert not of(events, "standby_start") and not of(events, "standby_promoted")  # a cold restart
+    out, events = go("bound", ((2, start),), 20)
+    assert [e["attempt"] for e in of(events, "standby_start")] == [1] and of(events, "standby_promoted")
+
+
 def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_restarts(tmp_path):
     failing = {("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER}
     backend = StandbyScriptedBackend(failing, default=Script(code=0, polls=3))
@@ -617,7 +649,7 @@ def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_res
     plain = ScriptedBackend(failing, default=Script(code=0, polls=3))
     code, out, events = run(tmp_path / "plain", mwms(restarts=1), plain)
     assert code == 0 and not of(events, "standby_start"), out
-    assert "cannot keep processes waiting" in of(events, "run_start")[0]["warm_standby"]
+    assert "keeps no standby; every restart starts cold" in of(events, "run_start")[0]["warm_standby"]
     none = StandbyScriptedBackend({("worker:0", 0): Script(code=0, polls=5)}, default=Script(code=0, polls=3))
     code, out, events = run(tmp_path / "zero", mwms(restarts=0), none)
     assert code == 0 and not of(events, "standby_start") and len(none.started) == 2, out

@@ -91,3 +91,26 @@ def test_a_probe_whose_own_session_the_host_dropped_is_a_break_even_if_it_would_
         assert "a" not in pool._probes and conn.closed
     finally:
         pool.close()
+
+
+def test_a_bounded_look_counts_a_host_that_has_not_answered_by_then_as_silent_and_waits_no_longer(tmp_path):
+    """A host shutting down can accept the connection and never send sshd's banner: with a
+    bound (its loss is already known), the look ends then; without one, it is waited for."""
+    import threading
+    import time
+
+    pool = _pool(tmp_path, names=("a", "b", "c"))
+    release = threading.Event()
+    answers = {"a": lambda: True, "b": lambda: release.wait(30) and False, "c": lambda: False}
+    pool._answers = lambda name: answers[name]()
+    try:
+        started = time.monotonic()
+        silent = pool.lost_hosts(["a", "b", "c"], 0.0, look={"b": 0.2, "c": 0.2})
+        took = time.monotonic() - started
+        assert set(silent) == {"b", "c"} and took < 10, (silent, took)  # b did not answer within 0.2 s
+        assert not release.is_set()
+        answers["b"] = lambda: True
+        assert pool.lost_hosts(["a", "b"], 0.0) == {}
+    finally:
+        release.set()
+        pool.close()
