@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from launcher.backends.ssh.backend import SSHBackend  # noqa: E402
 from launcher.app.up import plan_for  # noqa: E402
 from launcher.remote.statesync import LATEST  # noqa: E402
-from launcher.spec.load import load_spec  # noqa: E402
+from launcher.loader.load import load_spec  # noqa: E402
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 PY = sys.executable

@@ -21,11 +21,11 @@ from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK
 from launcher.plan.gpus import asked as gpus_asked
 from launcher.plan.build import Plan, build_plan
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
-from launcher.spec.load import LoadedSpec, load_spec
+from launcher.loader.load import LoadedSpec, load_spec
 from launcher.ui.plantext import render_plan, show_gpus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.spec.load import Spec
+    from launcher.loader.load import Spec
 
 def hangup_reason(why: str) -> str:
     """Why a foreground run stopped when its terminal went away (``why``: SIGHUP, or "stdout:

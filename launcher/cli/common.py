@@ -9,7 +9,7 @@ from launcher.app.up import plan_for
 from launcher.backends.elsewhere import Elsewhere
 from launcher.bounded import escape
 from launcher.plan.build import Plan
-from launcher.spec.load import LoadedSpec, load_spec
+from launcher.loader.load import LoadedSpec, load_spec
 from launcher.ui.console import Console
 
 # The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
@@ -25,11 +25,11 @@ def load(spec: str, console: Console, *, discover: bool = False, warn: bool = Fa
     backend places tasks when it allocates."""
     loaded = load_spec(spec)
     if discover:
-        from launcher.spec.discovery import with_discovered
+        from launcher.loader.discovery import with_discovered
 
         loaded = with_discovered(loaded)
     if warn:
-        from launcher.spec.shadow import warnings
+        from launcher.loader.shadow import warnings
 
         for line in warnings(loaded):
             console.info(line)

@@ -306,7 +306,7 @@ def backends_page() -> str:
 def pages() -> dict[str, str]:
     """File name under docs/reference/ -> its content."""
     from launcher.cli.parser import build_parser
-    from launcher.spec.load import json_schema
+    from launcher.loader.load import json_schema
 
     schema = json_schema()
     return {

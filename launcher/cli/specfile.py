@@ -10,7 +10,7 @@ from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
 from launcher.cli.common import JSON_FORMAT, load
 from launcher.errors import UserError
 from launcher.plan.build import COMPACT, write_full_json
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 from launcher.ui.console import Console
 from launcher.ui.plantext import render_plan
 
@@ -28,8 +28,8 @@ def _validate_json(spec: str) -> int:
     as on stderr)."""
     out: dict = {"format": JSON_FORMAT, "file": spec}
     try:
-        from launcher.spec.discovery import with_discovered
-        from launcher.spec.shadow import warnings
+        from launcher.loader.discovery import with_discovered
+        from launcher.loader.shadow import warnings
 
         loaded = with_discovered(load_spec(spec))
         plan = plan_for(loaded.spec)
@@ -58,7 +58,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 
 
 def schema(args: argparse.Namespace, console: Console) -> int:
-    from launcher.spec.load import json_schema
+    from launcher.loader.load import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return EXIT_OK

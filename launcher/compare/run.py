@@ -34,7 +34,7 @@ from launcher.errors import UserError
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
-from launcher.spec.load import LoadedSpec, load_spec, parse_spec
+from launcher.loader.load import LoadedSpec, load_spec, parse_spec
 from launcher.compare import plots, report, tensorboard
 from launcher.compare.configs import Config, Options, configurations
 from launcher.compare.measure import FAILED, INTERRUPTED, OK, Measurement, measure

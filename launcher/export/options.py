@@ -14,7 +14,7 @@ Both are keyed by task type like ``tasks:``, plus ``default`` for every type not
 
 A type's own entry overrides the ``default`` entry key by key (see ``merged``).
 Like the backends' blocks, these are OptionsModels (launcher/spec/model/); the loader,
-launcher/spec/load.py, adds them to the Spec class.
+launcher/loader/load.py, adds them to the Spec class.
 """
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-"""The user's cluster.yaml: model (the pydantic models, every key and its default), load (YAML with
-positions and bounds, then the cross-field rules, giving `FILE:LINE: field: problem; fix` errors),
-discovery (hosts named by a command's output). A new spec key goes in model, its cross-field rule
-(if any) in load."""
+"""The spec as data: model/ (the pydantic models, every key, its default and its description; a
+leaf that the backends' own option blocks build on) and yamlread (YAML read within bounds, with
+each value's line). Reading a user's file into a checked Spec is launcher/loader/."""

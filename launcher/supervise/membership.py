@@ -43,14 +43,14 @@ class Membership:
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
         self.down: list[str] = []  # hosts lost (suspect) in this run and not back (elastic.settle) yet
         self.losses: list[str] = []  # every host loss of the run, in order (elastic.max_host_losses)
-        # Host discovery (launcher/spec/discovery.py): polled in a thread; hosts: entries never vanish.
+        # Host discovery (launcher/loader/discovery.py): polled in a thread; hosts: entries never vanish.
         self.poller = None
         self.static_hosts: set[str] = set()
         self._answers = 0
         self._discovery_problem = ""
         self.vanished: dict[str, str] = {}  # plan hosts gone from discovery's list: their tasks move
         if self.elastic and spec is not None and spec.discovery is not None:
-            from launcher.spec.discovery import Poller
+            from launcher.loader.discovery import Poller
 
             self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
             self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
@@ -213,7 +213,7 @@ class Membership:
         self.backend.use_plan(change.plan)
 
     def _discovered(self) -> bool:
-        """While an attempt runs: the discovery command's newest answer (launcher/spec/discovery.py).
+        """While an attempt runs: the discovery command's newest answer (launcher/loader/discovery.py).
         A failed one keeps the last good list and says why in one line (once per reason). New
         hosts are added and watched until they answer for elastic.settle s (then usable, as a
         lost host that came back). Hosts gone from the list are dropped; if the plan uses one,

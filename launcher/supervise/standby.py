@@ -25,7 +25,7 @@ from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask
 from launcher.record.events import Event
 from launcher.record.writer import RunRecord
-from launcher.spec.shadow import module_of
+from launcher.loader.shadow import module_of
 from launcher.spec.model import Restart
 
 MARK = "tfcluster-standby"

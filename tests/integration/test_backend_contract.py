@@ -34,7 +34,7 @@ from launcher.backends.base import Backend, TaskHandle
 from launcher.ui.console import Console
 from launcher.plan.build import build_plan, task_keys
 from launcher.record.writer import RunRecord
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 from tests.support.ports import free_base
 from tests.support.waits import wait_for
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from launcher.errors import SpecError
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 
 
 def spec_errors(text: str, name: str = "c.yaml") -> list[str]:

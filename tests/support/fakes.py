@@ -16,7 +16,7 @@ from launcher.backends.base import Backend, Capabilities, TaskHandle
 from launcher.ui.console import Console
 from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from launcher.supervise.loop import Supervisor
 
 

@@ -29,7 +29,7 @@ def test_the_reference_covers_every_key_flag_variable_and_exit_code():
     from launcher import errors
     from launcher.contract import envnames
     from launcher.cli.parser import build_parser
-    from launcher.spec.load import spec_model
+    from launcher.loader.load import spec_model
 
     pages = docsgen.pages()
     spec = pages["spec.md"]

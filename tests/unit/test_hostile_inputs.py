@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.spec.discovery import LINE_CHARS, OUTPUT_BYTES, DiscoveryError, parse_hosts, run_discovery
+from launcher.loader.discovery import LINE_CHARS, OUTPUT_BYTES, DiscoveryError, parse_hosts, run_discovery
 from launcher.record.reader import FILE_BYTES
 from tests.support.cli import tfcluster_measured
 

@@ -4,7 +4,7 @@ exception, within a time bound.
 
 - the spec loader: any bytes; any YAML that PyYAML can write (so can parse); any mapping of the
   spec's keys with values of the wrong types. The outcome is a plan, or SpecError lines;
-- the discovery-output parser (launcher/spec/discovery.py): a host list or one DiscoveryError line;
+- the discovery-output parser (launcher/loader/discovery.py): a host list or one DiscoveryError line;
 - the run record's reader (launcher/record/reader.py and status.py): whatever the files hold.
 
 A bounded number of examples, derandomized (the same examples every run: a CI run does not fail on
@@ -23,12 +23,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.spec.discovery import DiscoveryError, parse_hosts
+from launcher.loader.discovery import DiscoveryError, parse_hosts
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
 from launcher.record.status import RecordDamaged, load_run
 from launcher.ui.runstatus import render_runs, render_status
-from launcher.spec.load import Host, parse_spec
+from launcher.loader.load import Host, parse_spec
 
 _LONG = os.environ.get("TFCLUSTER_FUZZ_EXAMPLES")
 SETTINGS = settings(

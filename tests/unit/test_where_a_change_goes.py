@@ -18,7 +18,7 @@ from launcher.export.common import inexpressible
 from launcher.record import fold
 from launcher.record.events import Event
 from launcher.record.view import RunView
-from launcher.spec import load
+from launcher.loader import load
 from launcher.spec.model import EXPORTED, LoadedSpec, Spec
 from tests.support.specs import BASE
 

@@ -8,8 +8,8 @@ devices.py  ``devices:``, ``collective:``, ``tpu:``
 cluster.py  the top level (``Spec``) and ``LoadedSpec``
 
 A leaf: the package imports nothing from the rest of tfcluster. The backends import it for their
-options blocks (``OptionsModel``) and for ``Spec``/``Host``; the loader (launcher/spec/load.py),
-above the backends, composes the options blocks into the Spec class, and launcher/spec/rules.py
+options blocks (``OptionsModel``) and for ``Spec``/``Host``; the loader (launcher/loader/load.py),
+above the backends, composes the options blocks into the Spec class, and launcher/loader/rules.py
 runs the rules that span fields, the backends' among them. Every name is imported from here
 (``from launcher.spec.model import Spec``), not from the topic modules, which may move.
 """

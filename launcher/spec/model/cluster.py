@@ -36,7 +36,7 @@ def _tasks_needed_by_cluster_strategies(schema: dict[str, Any]) -> None:
 class Spec(OptionsModel):
     """The generic part of cluster.yaml. Each registered backend adds its own options block as a
     field (``spec.ssh``, ``spec.docker``, ...), and export its ``kubernetes:``/``vertex:`` blocks: the
-    class ``parse_spec`` builds is ``spec_model()`` (launcher/spec/load.py, the loader). Each key says what
+    class ``parse_spec`` builds is ``spec_model()`` (launcher/loader/load.py, the loader). Each key says what
     ``tfcluster export`` does with it (``Export``)."""
 
     model_config = ConfigDict(json_schema_extra=_tasks_needed_by_cluster_strategies, title="cluster.yaml")

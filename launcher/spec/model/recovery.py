@@ -62,7 +62,7 @@ class Elastic(OptionsModel):
 
 
 class Discovery(OptionsModel):
-    """``discovery:`` -- a command that prints the hosts that exist now (launcher/spec/discovery.py),
+    """``discovery:`` -- a command that prints the hosts that exist now (launcher/loader/discovery.py),
     run when tfcluster plans and every ``every`` seconds during a run."""
 
     command: str = Field(min_length=1)

@@ -329,7 +329,7 @@ def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, 
     from launcher.errors import LaunchError
     from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
-    from launcher.spec.load import load_spec
+    from launcher.loader.load import load_spec
 
     loaded = load_spec(docker_spec(tmp_path, docker_engine.url, "true"))
     plan = plan_for(loaded.spec)

@@ -16,7 +16,7 @@ import pytest
 from launcher.plan import containergpus as docker_gpus
 from launcher.backends.docker.backend import DockerBackend
 from launcher.plan.build import build_plan
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 from tests.labs import docker as eng
 from tests.support.cli import tfcluster
 from tests.support.docker_helpers import leftovers

@@ -435,7 +435,7 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     from launcher.backends import RecordedRun
     from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
-    from launcher.spec.load import load_spec
+    from launcher.loader.load import load_spec
 
     spec = make_spec([PY, "-c", SLEEPER], workers=2, ssh={"lease": 60})
     loaded = load_spec(spec)

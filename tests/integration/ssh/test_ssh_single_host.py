@@ -54,7 +54,7 @@ def test_mirrored_on_one_ssh_host_resumes_after_sigkill_and_the_model_comes_back
     assert "fetched final_model, tensorboard from h1" in out, out[-3000:]
     train = local.parent / "tensorboard" / "train"
     assert len(list(train.glob("events.out.tfevents.*"))) == 1, list(train.iterdir())
-    from launcher.spec.load import load_spec
+    from launcher.loader.load import load_spec
     from launcher.app.tensorboard import logdir_of
 
     assert logdir_of(load_spec(str(spec))) == local.parent / "tensorboard"

@@ -20,7 +20,7 @@ from launcher.cli.main import main
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
 from launcher.plan.build import Placement, Slot, task_keys
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from launcher.spec.model import OptionsModel
 from tests.support.ports import free_base
 from tests.support.specs import script_spec

@@ -14,7 +14,7 @@ import pytest
 from launcher.cli.main import main
 from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 from tests.support.errors import one_cli_error
 
 SPEC = """\

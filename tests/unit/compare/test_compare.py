@@ -18,7 +18,7 @@ from launcher.compare.configs import Config, Options, configurations, derive, pa
 from launcher.compare.measure import FAILED, OK, Measurement, error_text, measure
 from launcher.contract.progress import Throughput, format_line
 from launcher.errors import SpecError
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 
 RAW = {
     "name": "demo", "strategy": "multi_worker_mirrored", "entrypoint": "python -m worker --epochs 2",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.contract import statedir as statelayout
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from tests.support.errors import one_error
 from tests.support.specs import BASE
 

@@ -9,7 +9,7 @@ import yaml
 
 from launcher.cli.main import main
 from launcher.export.compose import compose_dict, render_compose
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 
 DEMO = """\
 name: demo

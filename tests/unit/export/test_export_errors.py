@@ -144,7 +144,7 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
     from typing import Annotated
 
     from launcher.export.common import inexpressible
-    from launcher.spec.load import LoadedSpec, spec_model
+    from launcher.loader.load import LoadedSpec, spec_model
     from launcher.spec.model import NOT_EXPORTED
 
     class WithSlurm(spec_model()):  # the Spec class parse_spec builds, with the registered backends' blocks
@@ -162,7 +162,7 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
 def test_every_spec_key_declares_what_export_does_with_it():
     """The export's key list is the spec model's: each top-level key (the backends' blocks and
     export's own included) carries an Export verdict, so a new key cannot be forgotten by the export."""
-    from launcher.spec.load import spec_model
+    from launcher.loader.load import spec_model
     from launcher.spec.model import EXPORTED, LOCAL_ONLY, NOT_EXPORTED, export_verdicts
 
     verdicts = export_verdicts(spec_model())
@@ -178,7 +178,7 @@ def test_a_new_spec_key_is_noticed_by_the_export(tmp_path, verdict):
     from typing import Annotated
 
     from launcher.export.common import inexpressible
-    from launcher.spec.load import LoadedSpec, spec_model
+    from launcher.loader.load import LoadedSpec, spec_model
     from launcher.spec.model import Export, export_verdicts
 
     base = spec_model()

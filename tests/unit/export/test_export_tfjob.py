@@ -12,7 +12,7 @@ import yaml
 from launcher.cli.main import main
 from launcher.export.tfjob import tfjob_dict
 from launcher.export.validate import tfjob_schema, validate_tfjob
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 from tests.support.readme import docs_block
 from tests.support.specs import spec_file
 from tests.support.export_golden import DEMO, DEMO_ENV, PSS

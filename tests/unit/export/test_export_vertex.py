@@ -15,7 +15,7 @@ from launcher.cli.main import main
 from launcher.export import write as export_write
 from launcher.export.validate import aiplatform_types, validate_custom_job, validate_vertex_spec
 from launcher.export.vertex import custom_job_dict
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 from tests.support.readme import docs_block
 from tests.support.specs import spec_file
 from tests.support.prereq import require

@@ -10,7 +10,7 @@ import pytest
 from launcher.plan import containergpus
 from launcher.backends.docker.backend import DockerBackend
 from launcher.plan.build import build_plan
-from launcher.spec.load import load_spec, parse_spec
+from launcher.loader.load import load_spec, parse_spec
 from tests.support.errors import spec_errors
 
 GPUS4 = tuple((i, "NVIDIA A100-SXM4-40GB", f"GPU-{i}") for i in range(4))

@@ -10,7 +10,7 @@ from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, replace
                                    too_many_losses)
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 
 SSH = """
 name: t

@@ -15,7 +15,7 @@ from launcher.errors import SpecError
 from launcher.ui.plantext import render_plan
 from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import gpuplace
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from tests.support.errors import one_error
 from tests.support.gpus import FAKE
 
@@ -353,7 +353,7 @@ def test_parse_list_skips_mig_lines():
 
 
 def test_discovery_output_carries_slots():
-    from launcher.spec.discovery import DiscoveryError, parse_hosts
+    from launcher.loader.discovery import DiscoveryError, parse_hosts
 
     hosts = parse_hosts('[{"name": "vm1", "address": "10.0.0.2", "slots": 2}, {"name": "vm2"}]')
     assert [(h.name, h.slots) for h in hosts] == [("vm1", 2), ("vm2", None)]

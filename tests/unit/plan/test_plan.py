@@ -10,7 +10,7 @@ import pytest
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
 from launcher.plan.build import redact_env
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from tests.support.gpus import fake_gpus
 
 

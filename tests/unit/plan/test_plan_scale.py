@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.app.up import plan_for
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from tests.unit.plan.plan_goldens_specs import SPECS
 
 GOLDENS = json.loads((Path(__file__).parent / "data" / "plan_goldens.json").read_text())

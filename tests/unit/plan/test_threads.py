@@ -20,7 +20,7 @@ from launcher.app.up import plan_for
 from launcher.ui.plantext import render_plan
 from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.remote import taskwrap_path
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 
 NAMES = threads.NAMES
 

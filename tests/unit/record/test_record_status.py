@@ -261,7 +261,7 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
     from launcher.procinfo import start_time
     from launcher.app.attach import attach
     from launcher.spec.model import LoadedSpec
-    from launcher.spec.load import parse_spec
+    from launcher.loader.load import parse_spec
 
     events = [{"time": 1.0, "event": "run_start"}, {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0}]
     run = make_run(tmp_path, events, {"worker:0": "a line\n"},

@@ -184,7 +184,7 @@ def test_first_step_counts_the_step_that_just_ended():
 def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(tmp_path):
     from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
-    from launcher.spec.load import load_spec
+    from launcher.loader.load import load_spec
     from tests.support.specs import script_spec
 
     plan = plan_for(load_spec(script_spec(tmp_path, "pass\n")).spec)

@@ -1,4 +1,4 @@
-"""launcher/spec/discovery.py: the host list a discovery command prints, and what a failing, hanging or
+"""launcher/loader/discovery.py: the host list a discovery command prints, and what a failing, hanging or
 garbage-printing command does (one line, nothing changed, nothing left running)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from launcher.spec.discovery import DiscoveryError, Poller, parse_hosts, run_discovery, with_discovered
+from launcher.loader.discovery import DiscoveryError, Poller, parse_hosts, run_discovery, with_discovered
 from launcher.errors import SpecError
-from launcher.spec.load import load_spec
+from launcher.loader.load import load_spec
 
 
 def names(hosts):
@@ -113,7 +113,7 @@ def test_the_poller_keeps_every_answer_good_or_not(tmp_path):
         a = next(answers)
         if isinstance(a, Exception):
             raise a
-        from launcher.spec.load import Host
+        from launcher.loader.load import Host
         return [Host(name=n) for n in a]
 
     poller = Poller("x", 0.01, 1, tmp_path, run=run).start()

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import SpecError
-from launcher.spec.load import load_spec, parse_spec
+from launcher.loader.load import load_spec, parse_spec
 from tests.support.readme import fenced_blocks, markdown_pages
 from tests.support.cli import ROOT, tfcluster
 

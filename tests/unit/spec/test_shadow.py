@@ -1,6 +1,6 @@
 """The reference worker is unambiguous: the ``tfcluster-worker`` script, and a one-line warning from
 ``validate``/``up`` when ``python -m worker``/``python -m launcher`` would import a file of that name
-from the task's working directory instead of tfcluster's own (launcher/spec/shadow.py)."""
+from the task's working directory instead of tfcluster's own (launcher/loader/shadow.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.spec.shadow import module_of
+from launcher.loader.shadow import module_of
 from tests.support.cli import ROOT, tfcluster
 from tests.support.specs import local_spec
 

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from launcher.errors import SpecError
-from launcher.spec.load import load_spec, parse_spec
+from launcher.loader.load import load_spec, parse_spec
 from tests.support.errors import one_error, spec_errors
 from tests.support.specs import BASE
 

@@ -12,11 +12,11 @@ import threading
 
 from launcher.backends.base import Backend
 from launcher.ui.console import Console
-from launcher.spec.discovery import Answer
+from launcher.loader.discovery import Answer
 from launcher.app.up import plan_for
 from launcher.supervise.membership import Membership
 from launcher.record.writer import RunRecord
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from launcher.spec.model import Host
 from tests.support.fakes import ScriptedBackend
 

@@ -12,7 +12,7 @@ import pytest
 from launcher.backends.slurm.alloc import Request, nodes_needed, placement
 from launcher.backends.slurm.cli import _partitions, client_env, fields, first_error
 from launcher.errors import LaunchError
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 from tests.support.errors import one_error
 from tests.support.specs import SLURM_BASE
 
@@ -144,7 +144,7 @@ def test_plan_shows_placeholder_nodes_laid_out_like_the_allocation(tmp_path, cap
 def test_a_step_runs_on_its_node_in_the_job_and_its_env_stays_off_the_command_line(tmp_path):
     from launcher.app.up import plan_for
     from launcher.backends.slurm.backend import SlurmBackend
-    from launcher.spec.load import LoadedSpec
+    from launcher.loader.load import LoadedSpec
 
     path = tmp_path / "c.yaml"
     path.write_text(BASE + "env: {API_TOKEN: s3cret}\nslurm:\n  python: /opt/venv/bin/python\n  srun: [\"--mem=0\"]\n")
@@ -171,7 +171,7 @@ def test_a_restart_in_an_ending_allocation_waits_for_the_state_that_says_why(tmp
     from launcher.backends.slurm import backend as slurm_backend
     from launcher.backends.slurm.cli import JobState
     from launcher.errors import AttemptImpossible
-    from launcher.spec.load import LoadedSpec
+    from launcher.loader.load import LoadedSpec
 
     path = tmp_path / "c.yaml"
     path.write_text(BASE + "slurm: {}\n")

@@ -89,7 +89,7 @@ def test_devices_gpus_count_caps_what_auto_tasks_ask_for():
 def _backend(tmp_path, body):
     from launcher.backends.slurm.backend import SlurmBackend
     from launcher.app.up import plan_for
-    from launcher.spec.load import LoadedSpec, parse_spec
+    from launcher.loader.load import LoadedSpec, parse_spec
 
     path = tmp_path / "c.yaml"
     path.write_text("name: g\nbackend: slurm\nentrypoint: python -m worker\n" + body)

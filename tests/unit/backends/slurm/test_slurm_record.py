@@ -15,7 +15,7 @@ from launcher.backends.slurm.backend import SlurmBackend
 from launcher.ui.console import Console
 from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
-from launcher.spec.load import LoadedSpec, parse_spec
+from launcher.loader.load import LoadedSpec, parse_spec
 from tests.support.specs import SLURM_BASE
 
 SPEC = SLURM_BASE

@@ -16,7 +16,7 @@ from launcher.backends.ssh import commands as sc
 from launcher.backends.ssh import probe as ssh_probe, sync as ssh_sync, task as ssh_task
 from launcher.remote import source as remote_source
 from launcher.ui.console import Console
-from launcher.spec.load import LoadedSpec, parse_spec
+from launcher.loader.load import LoadedSpec, parse_spec
 from tests.support.waits import wait_for
 
 EVIL = "x; touch /tmp/pwned"

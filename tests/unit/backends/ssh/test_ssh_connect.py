@@ -10,7 +10,7 @@ import paramiko
 import pytest
 
 from launcher.backends.ssh import connect as C
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 
 
 def _spec(extra: str = "", host: str = "{name: a, ssh: deploy@10.0.0.1, port: 2222}"):

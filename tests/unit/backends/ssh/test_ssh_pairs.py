@@ -6,7 +6,7 @@ import textwrap
 
 from launcher.backends.ssh.pairs import host_targets, ring_order, tf_pairs
 from launcher.app.up import plan_for
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 
 
 def ssh_plan(n_hosts: int, tasks: str, strategy: str = "multi_worker_mirrored", env: str = ""):

@@ -11,7 +11,7 @@ from launcher.backends.ssh.options import SSHOptions
 from launcher.backends.ssh.state import StateSync
 from launcher.plan.elastic import replace_lost
 from launcher.app.up import plan_for
-from launcher.spec.load import parse_spec
+from launcher.loader.load import parse_spec
 
 SPEC = parse_spec(textwrap.dedent("""\
     name: s

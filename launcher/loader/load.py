@@ -2,7 +2,7 @@
 
 The loader sits above the backends: it composes the Spec class from the models (the package
 launcher/spec/model/, a leaf) and every registered backend's and export's options block, and runs
-the rules that span fields (launcher/spec/rules.py), the backends' own among them. Modules that only
+the rules that span fields (launcher/loader/rules.py), the backends' own among them. Modules that only
 need the models import launcher.spec.model; the names stay importable from here.
 
 The spec's YAML is read only here (through launcher/spec/yamlread.py, its bounds and positions), at the
@@ -24,7 +24,7 @@ from launcher.bounded import shown as shown_value
 from launcher.errors import SpecError, exc_text
 from launcher.export.options import KubernetesOptions, VertexOptions
 from launcher.spec.model import EXPORTED, LOCAL_ONLY, NOT_EXPORTED
-from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``from launcher.spec.load import Spec`` works
+from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``from launcher.loader.load import Spec`` works
     CLUSTER_STRATEGIES,
     RESERVED_ENV,
     SINGLE_HOST_STRATEGIES,
@@ -44,7 +44,7 @@ from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``
     Tpu,
     Watchdog,
 )
-from launcher.spec.rules import check_bounds, check_rules, suggest
+from launcher.loader.rules import check_bounds, check_rules, suggest
 from launcher.spec.yamlread import SPEC_BYTES, YAMLBoundError, line_of, load_yaml, node_at, shown_dotted, yaml_type
 
 

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from launcher.bounded import listing, shorten_quoted, shown
 from launcher.errors import SpecError, exc_text
 from launcher.spec.model import Host, LoadedSpec
-from launcher.spec.rules import check_rules
+from launcher.loader.rules import check_rules
 from launcher.spec.yamlread import SPEC_ITEMS, YAMLBoundError, YAMLBounds, load_yaml, shown_dotted
 
 # Bounds on what the command prints (no host list comes near them): past one, the output is refused
