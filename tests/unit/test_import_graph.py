@@ -301,7 +301,6 @@ UPWARD = {
     ("launcher.spec.load", "launcher.backends"): "the loader checks `backend:` and its options through the registry",
     ("launcher.spec.load", "launcher.export.options"): "the export's option models are spec keys kept with their provider",
     ("launcher.spec.rules", "launcher.backends"): "a rule asks the registry what each backend can do, and runs its check_spec",
-    ("launcher.plan.elastic", "launcher.backends"): "spares are the hosts the backend's static placement leaves free",
 }
 
 
