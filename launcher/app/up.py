@@ -55,10 +55,11 @@ def standby_line(spec, plan: Plan) -> str:
 
 def spares_of(spec) -> list[str]:
     """The spare hosts ``plan`` and ``up --dry-run`` show: on backends that move tasks only."""
-    from launcher.backends import backend_class
+    from launcher.backends import backend_class, placed_hosts
     from launcher.plan.elastic import spare_hosts
 
-    return spare_hosts(spec, ()) if backend_class(spec.backend).capabilities.elastic else []
+    placed = placed_hosts(spec) if backend_class(spec.backend).capabilities.elastic else None
+    return spare_hosts(spec, placed) if placed is not None else []
 
 
 def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:

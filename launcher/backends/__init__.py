@@ -9,6 +9,7 @@ first use). This is the one place that knows the backends by name; everything el
 from __future__ import annotations
 
 import importlib
+from typing import Optional
 
 from launcher.backends.base import Backend, Capabilities, RecordedRun, TaskHandle
 
@@ -36,10 +37,20 @@ def backend_classes() -> list[type[Backend]]:
     return [backend_class(name) for name in REGISTRY]
 
 
+def placed_hosts(spec) -> Optional[list[str]]:
+    """The hosts the spec's static placement gives its tasks (its backend's ``place``), which
+    the spare hosts are counted from before a run (``launcher.plan.elastic``); None where the
+    backend cannot place the spec (it then has no spares to show)."""
+    try:
+        return [slot.host for slot in backend_class(spec.backend).place(spec).slots.values()]
+    except Exception:  # noqa: BLE001  (a spec the backend cannot place has no spares to show)
+        return None
+
+
 def make_backend(name: str, **kwargs) -> Backend:
     """Construct the backend for ``name`` directly with its constructor's arguments."""
     return backend_class(name)(**kwargs)
 
 
 __all__ = ["Backend", "Capabilities", "RecordedRun", "TaskHandle", "REGISTRY", "backend_class", "backend_classes",
-           "backend_names", "make_backend"]
+           "backend_names", "make_backend", "placed_hosts"]

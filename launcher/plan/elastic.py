@@ -79,10 +79,13 @@ def too_many_losses(losses: Sequence[str], limit: int) -> Optional[str]:
             "elastic.max_host_losses, then run `tfcluster up` again (it resumes from the last backup)")
 
 
-def elastic_enabled(spec: Spec) -> bool:
+def elastic_enabled(spec: Spec, placed: Optional[Sequence[str]]) -> bool:
     """Membership changes are handled when the spec asks for them (``elastic:``, ``discovery:``)
-    or lists spares."""
-    return spec.elastic is not None or spec.discovery is not None or bool(spare_hosts(spec, ()))
+    or lists spares. ``placed``: the hosts the spec's static placement gives its tasks (its
+    backend's ``place``, which the caller asks: ``launcher.backends.placed_hosts``); None where
+    the backend cannot place the spec, which then has no spares."""
+    return spec.elastic is not None or spec.discovery is not None or (
+        placed is not None and bool(spare_hosts(spec, placed)))
 
 
 def options(spec: Spec):
@@ -93,15 +96,9 @@ def options(spec: Spec):
 
 
 def spare_hosts(spec: Spec, used: Sequence[str], down: Sequence[str] = ()) -> list[str]:
-    """Hosts of ``hosts:`` that no task uses (``used``: the running plan's hosts; empty: the
-    spec's own placement) and that are not known to be down, in the spec's order."""
-    if not used:
-        from launcher.backends import backend_class  # the spec's static placement (late import: no circle)
-
-        try:
-            used = [slot.host for slot in backend_class(spec.backend).place(spec).slots.values()]
-        except Exception:  # noqa: BLE001  (a spec the backend cannot place has no spares to show)
-            return []
+    """Hosts of ``hosts:`` that no task uses (``used``: the running plan's hosts, or before a run
+    the static placement's, ``launcher.backends.placed_hosts``) and that are not known to be
+    down, in the spec's order."""
     taken, gone = set(used), set(down)
     return [h.name for h in spec.hosts if h.name not in taken and h.name not in gone]
 

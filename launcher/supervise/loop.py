@@ -1,9 +1,14 @@
 """The supervisor loop (after torchelastic's ``_invoke_run``): start the group, poll, reduce to
 a group state, apply the restart policy, and always tear down in ``finally``.
 
-Threads only read task output; every decision is made here, on the calling thread. Beside it:
-membership.py (elastic runs' host changes and the plan in use), standby.py (warm standby) and
-blame.py (who failed an attempt, and the report's text).
+Threads only read task output; every decision is made here, on the calling thread. This module
+holds the algorithm: ``run`` (attempts until an outcome, and what follows each: retry, move,
+give up), ``_run_attempt`` (start the group, watch it, stop it), and the tasks' start, output
+and stop. Beside it: phases.py (one attempt's watch phases: exits, readiness, hang,
+membership), prewarm.py (when and where the next attempt's warm standbys start), outcome.py (a
+failed attempt's report, the run's outcome and final report), membership.py (elastic runs'
+host changes and the plan in use), standby.py (warm standby processes) and blame.py (who
+failed an attempt, and the report's text).
 """
 
 from __future__ import annotations
@@ -11,55 +16,37 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from launcher.contract import envnames
 from launcher.backends.base import Backend, TaskHandle
-from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes, report_lines,
-                    summary_lines)
-from launcher.ui.console import Console
-from launcher.supervise.diagnose import exception_lines, hint
-from launcher.plan.elastic import spare_hosts
+from launcher.contract import envnames
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
-from launcher.supervise.membership import Membership
-from launcher.procinfo import describe_exit
 from launcher.plan.build import Plan
-from launcher.supervise.policy import (FAILED, SUCCEEDED, Attempt, Failure, assess, backoff_delay, hang_watched,
-                     retry_decision, silent_by_design)
 from launcher.record.events import Event
 from launcher.record.feed import SnapshotWriter
 from launcher.record.states import AttemptState, Outcome
-from launcher.supervise.gpuwatch import GpuWatch
 from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
-from launcher.ui.report import gpu_peak_lines, location_lines, locations, task_table
 from launcher.spec.model import Restart, Spec, Watchdog
-from launcher.supervise.standby import ACK_BOUND, PROMOTED, WarmStandby, decide as standby_decision, is_reference_worker
+from launcher.supervise.gpuwatch import GpuWatch
+from launcher.supervise.membership import Membership
+from launcher.supervise.outcome import Reporting
+from launcher.supervise.phases import AttemptPhases, AttemptWatch
+from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
+from launcher.supervise.prewarm import STANDBY_AFTER_READY, Prewarm
+from launcher.supervise.standby import WarmStandby, decide as standby_decision
+from launcher.ui.console import Console
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
-_READY_CHECK_EVERY = 0.5
-# tfcluster's worker: the most seconds after every task is up that the next attempt's standbys
-# wait for its first step (a slow restore, a long first trace) before they start anyway.
-STANDBY_AFTER_READY = 60.0
 
 
-@dataclass
-class _Watch:
-    """One attempt's running state, which its phases read and update."""
+class Supervisor(AttemptPhases, Prewarm, Reporting):
+    """One run of a plan on a backend, from the first attempt to the outcome. Its parts: the
+    watch phases (phases.py), the warm standby wiring (prewarm.py), the failure and final
+    reports (outcome.py)."""
 
-    started: float  # the clock when every task had been started
-    exits: dict[str, Optional[int]]  # key -> exit code, None while it runs
-    ready: set[str]  # tasks whose port is open (or that serve none)
-    next_ready_check: float
-    next_back_check: float
-    order: list[str] = field(default_factory=list)  # keys in the order they exited
-    warned_sidecars: set[str] = field(default_factory=set)
-
-
-class Supervisor:
     def __init__(
         self,
         plan: Plan,
@@ -222,7 +209,7 @@ class Supervisor:
             at_once = attempt.state == FAILED or self.hurry_event.is_set()
             self._stop_all(0 if at_once else self.watchdog.stop_grace)
 
-    def _start_group(self, attempt: Attempt) -> Optional[_Watch]:
+    def _start_group(self, attempt: Attempt) -> Optional[AttemptWatch]:
         """Prepare the attempt and start every task. None: the attempt already failed."""
         number = attempt.number
         self._standby_due = None  # (an earlier attempt's, not started before it ended)
@@ -248,10 +235,10 @@ class Supervisor:
             exits[task.key] = None
         self.standby.drop(run_ends=False)  # standbys no task of this attempt took
         started = self.clock()
-        return _Watch(started, exits, ready={t.key for t in self.plan.tasks if t.port is None},
-                      next_ready_check=started, next_back_check=started)
+        return AttemptWatch(started, exits, ready={t.key for t in self.plan.tasks if t.port is None},
+                            next_ready_check=started, next_back_check=started)
 
-    def _watch(self, attempt: Attempt, watch: _Watch) -> None:
+    def _watch(self, attempt: Attempt, watch: AttemptWatch) -> None:
         """Poll the group until a phase ends the attempt (its state set)."""
         while not (self._interrupted(attempt) or self._exits(attempt, watch)):
             now = self.clock()
@@ -270,150 +257,7 @@ class Supervisor:
         self.console.info("stopping every task (Ctrl-C again to kill at once)")
         return True
 
-    def _exits(self, attempt: Attempt, watch: _Watch) -> bool:
-        """New exits, and what they mean for the group: success, failure, a sidecar lost, a
-        parameter_server worker restarted alone. True: the attempt is over."""
-        exits = watch.exits
-        for key, handle in self._handles.items():
-            if exits.get(key) is None:
-                code = handle.poll()
-                if code is not None:
-                    exits[key] = code
-                    watch.order.append(key)
-                    self.record.event(Event.EXIT, task=key, attempt=attempt.number, code=code, how=describe_exit(code))
-        verdict = assess(self.plan.strategy, self.plan.success_task, exits, watch.order)
-        for key in verdict.sidecar_failed:
-            if key not in watch.warned_sidecars:
-                watch.warned_sidecars.add(key)
-                self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
-                self.record.event(Event.SIDECAR_FAILED, task=key, code=exits[key])
-        if verdict.state == SUCCEEDED:
-            attempt.state = SUCCEEDED
-            return True
-        if verdict.state == FAILED:
-            self._fail_exit(attempt, verdict.failed, exits, watch.started)
-            return True
-        for key in verdict.restart_alone:
-            if not self._restart_alone(attempt, key, exits, watch.order):
-                return True
-        return False
-
-    def _readiness(self, attempt: Attempt, watch: _Watch, now: float) -> bool:
-        """Until every task's port is open (checked every _READY_CHECK_EVERY s; runs once even
-        when no task serves a port, e.g. single-host strategies). True: the attempt failed
-        (watchdog.startup_timeout)."""
-        if attempt.ready_after is not None or now < watch.next_ready_check:
-            return False
-        watch.next_ready_check = now + _READY_CHECK_EVERY
-        for task in self.plan.tasks:
-            if task.key not in watch.ready and watch.exits.get(task.key) is None and self.backend.port_open(task):
-                watch.ready.add(task.key)
-                self.record.event(Event.READY, task=task.key, attempt=attempt.number,
-                                  after=round(now - watch.started, 3))
-        if len(watch.ready) == len(self.plan.tasks):
-            self._all_ready(attempt, now - watch.started)
-            return False
-        if now - watch.started <= self.watchdog.startup_timeout:
-            return False
-        missing = [t.key for t in self.plan.tasks if t.key not in watch.ready]
-        ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
-        self._fail(attempt, missing[0], f"never came up: no TF server listening within watchdog.startup_timeout="
-                   f"{self.watchdog.startup_timeout:g} s: {ports}", None, others=tuple(missing[1:]))
-        return True
-
-    def _all_ready(self, attempt: Attempt, after: float) -> None:
-        """Every task is up: record it, hand over once (``on_ready``), start the warm standby."""
-        attempt.ready_after = after
-        self.record.event(Event.ATTEMPT_READY, attempt=attempt.number, after=round(after, 3))
-        if self.on_ready is not None:
-            on_ready, self.on_ready = self.on_ready, None
-            on_ready()
-        number = attempt.number
-        if self.standby_on and (number < self.restart.max_restarts or self.members.elastic):
-            # tfcluster's worker says when it has trained a step: its standbys start then, not
-            # while it builds, restores and traces (two standbys importing TensorFlow beside a
-            # promoted pair on 2 cores made its first step 2-3 s later). Other entrypoints: now.
-            wait = self.standby_after_ready if all(is_reference_worker(t.command) for t in self.plan.tasks) else 0.0
-            self._standby_due, self._standby_checked = self.clock() + wait, 0.0
-            if wait <= 0:
-                self._standby_when_due(attempt, self._standby_due)
-
-    def _standby_when_due(self, attempt: Attempt, now: float) -> None:
-        """Start the next attempt's standbys once a task of this attempt trained a step (its
-        own first_step line), or when due (STANDBY_AFTER_READY after every task was up, or at
-        once for an entrypoint that prints no steps)."""
-        due = self._standby_due
-        if due is None:
-            return
-        if now < due:
-            if now < self._standby_checked + _READY_CHECK_EVERY:
-                return
-            self._standby_checked = now
-            keys = {t.key for t in self.plan.tasks}
-            if not any(t.global_step is not None and t.start_global_step is not None
-                       and t.global_step > t.start_global_step and t.attempt == attempt.number + 1
-                       for k, t in self.view.snapshot().tasks.items() if k in keys):
-                return
-        self._standby_due = None
-        number = attempt.number
-        self.standby.start(number + 1, self.plan.tasks, self._env(number + 1), spares=self._hot_spares())
-
-    def _hot_spares(self) -> list[tuple[str, str]]:
-        """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a
-        standby per task, so a move there is promoted like a restart. A hot move is faster than
-        a suspect host's old tasks die (their lease, their grace): a replan's fresh ports keep
-        them from the new attempt (launcher/plan/elastic.py, fresh_ports)."""
-        spec = self.members.spec
-        if not self.members.elastic or spec is None:
-            return []
-        names = spare_hosts(spec, [t.host for t in self.plan.tasks], self.members.down)
-        return [(name, spec.host(name).dial_address) for name in names]
-
-    def _standby_acks(self, attempt: Attempt) -> bool:
-        """A promoted standby that does not say it took its promotion (its entrypoint ignores
-        TFCLUSTER_STANDBY's protocol) is stopped and its task started cold, in one line. True:
-        the cold start failed (the attempt with it)."""
-        for key, handle in self.standby.overdue():
-            self.console.info(f"{key}: its warm standby did not answer the promotion within {ACK_BOUND:g} s "
-                              f"(no '{PROMOTED}' line); starting it cold")
-            self.record.event(Event.STANDBY_STOPPED, tasks=[key], reason="no answer to the promotion")
-            self.backend.stop([handle], grace=0)
-            try:
-                self._launch(key, attempt.number, standby_ok=False)
-            except LaunchError as exc:
-                self._fail(attempt, key, f"starting it cold failed: {exc.lines[0]}", None)
-                return True
-        return False
-
-    def _hang(self, attempt: Attempt, watch: _Watch, now: float) -> bool:
-        """The hang watchdog. Its clock starts once every task is up: until then startup_timeout
-        governs, and importing TensorFlow can be silent for many seconds. True: a task hung."""
-        if self.watchdog.hang_timeout <= 0 or attempt.ready_after is None:
-            return False
-        hung = self._hung(now, watch.exits, since=watch.started + attempt.ready_after)
-        if not hung:
-            return False
-        note = self._handles[hung].state_note()
-        self._fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
-                   + (f"; {note}" if note else ""), None)
-        return True
-
-    def _membership(self, attempt: Attempt, watch: _Watch, now: float) -> bool:
-        """Elastic: hosts dropped by discovery, lost hosts back (checked about once a second, once
-        every task is up: a group stopped while it starts would save nothing). True: the attempt
-        ends (REGROW), its tasks stopped with the usual grace (a graceful save)."""
-        if not (self.members.elastic and attempt.ready_after is not None and now >= watch.next_back_check):
-            return False
-        watch.next_back_check = now + 1.0
-        if any(t.training_done for t in self.view.snapshot().tasks.values()):
-            # Training is over (the final evaluation and save run): a restart now would find no
-            # backup (fit deletes it at its end) and train again from step 0, all of it, for a
-            # host that came back in that window. The run ends as it is.
-            return False
-        if not self.members.changed(attempt.number):
-            return False
-        attempt.state = AttemptState.REGROW
-        return True
+    # -------------------------------------------------------------- the tasks: start, output, stop
 
     def _launch(self, key: str, number: int, standby_ok: bool = True) -> None:
         task = self.plan.task(key)
@@ -430,125 +274,6 @@ class Supervisor:
 
     def _env(self, number: int) -> dict[str, str]:
         return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}
-
-    def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
-        """ParameterServer: relaunch one dead worker on its address while training goes on
-        (TensorFlow's coordinator recovers a worker that answers at its address again). Elastic
-        runs first ask whether its host still answers: if not, the attempt fails and the host's
-        loss moves the worker to a spare or shrinks the group to tasks.worker.min, from the last
-        backup (membership.py). The coordinator cannot go on without a worker that never comes
-        back: its recovery waits for every worker's address to answer (TensorFlow's
-        cluster_coordinator.py: "TODO: support partial cluster recovery"; the chief hung in
-        "Waiting for all global closures to be finished" when we left a lost worker out)."""
-        code = exits[key]
-        if self.members.elastic:
-            host = self.plan.task(key).host
-            if self._handles[key].session_lost is not None:
-                # Its session was lost, not the task: its host is suspect (it may be shutting
-                # down, its sshd still accepting), so the worker is not restarted onto it.
-                self._fail(attempt, key, self._handles[key].state_note() or describe_exit(code), code)
-                return False
-            if self.backend.lost_hosts([host], 0.0, self.stop_event):
-                self._fail(attempt, key, _host_gone(code, host), code)
-                return False
-        if self._worker_restarts >= self.restart.max_restarts:
-            self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
-            return False
-        self._worker_restarts += 1
-        self.console.info(
-            f"{key} exited ({describe_exit(code)}); restarting it alone "
-            f"({self._worker_restarts} of {self.restart.max_restarts}), training continues"
-        )
-        self.record.event(Event.TASK_RESTART, task=key, code=code, restart=self._worker_restarts)
-        self._handles[key].signal(9)
-        try:
-            self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
-        except LaunchError as exc:
-            # Its host failed the start (gone since the check above, or broken): that worker's
-            # failure, not the run's. An elastic run leaves it out if its host is now lost.
-            if self.members.elastic and self.backend.lost_hosts([host], 0.0, self.stop_event):
-                self._worker_restarts -= 1  # a host lost spends no restart
-                self._fail(attempt, key, _host_gone(code, host), code)
-                return False
-            self._fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
-            return False
-        exits[key] = None
-        order.remove(key)
-        return True
-
-    def _sessions_lost(self, attempt: Attempt) -> None:
-        """A failed attempt's tasks whose sessions were lost (each still running polled once more:
-        its host's connection may have dropped with the others'): their hosts, and when."""
-        for handle in list(self._handles.values()):
-            handle.poll()
-            lost = handle.session_lost
-            if lost is not None:
-                host = handle.task.host
-                attempt.sessions_lost[host] = min(lost, attempt.sessions_lost.get(host, lost))
-
-    def _infra(self, attempt: Attempt) -> bool:
-        """Elastic runs: a task's session was lost in this attempt (so far): its failure is the
-        infrastructure's, and the membership line says it all (launcher/supervise/membership.py)."""
-        return self.members.elastic and (bool(attempt.sessions_lost) or any(
-            h.session_lost is not None for h in self._handles.values()))
-
-    def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
-        with self._lock:
-            stale = [
-                (max(since, self._activity[k]), k)
-                for k in self._handles
-                if exits.get(k) is None and hang_watched(k)
-                and now - max(since, self._activity.get(k, now)) > self.watchdog.hang_timeout
-            ]
-        if not stale:
-            return None
-        # A stopped process is the likeliest culprit; otherwise the one silent the longest,
-        # except tasks that are silent by design (PSS servers), which only count when stopped.
-        for _, key in sorted(stale):
-            if self._handles[key].state_note():
-                return key
-        silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
-        return sorted(silent)[0][1] if silent else None
-
-    def _state_note(self, key: str) -> str:
-        return self._handles[key].state_note()
-
-    def _fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
-        """An exit failed the attempt: blame the root cause (launcher/supervise/blame.py)."""
-        since = started + attempt.ready_after if attempt.ready_after is not None else None
-        now = self.clock()
-        with self._lock:
-            tails = {k: tuple(self._tails.get(k, ())) for k in failed}
-            activity = dict(self._activity)
-        notes = peer_notes(failed[0], list(self._handles), exits, self._state_note, now=now, since=since,
-                           activity=activity, hang_timeout=self.watchdog.hang_timeout, strategy=self.plan.strategy)
-        fault = blame_exit(failed, exits, tails, notes, self._state_note)
-        self._fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
-
-    def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
-              consequences: tuple = (), final: bool = False) -> None:
-        shown = [key] + [k for k, _ in consequences]  # whose exception and last lines the report shows
-        with self._lock:
-            tails = {k: tuple(self._tails.get(k, ())) for k in shown}
-        tail = tails[key]
-        attempt.state = FAILED
-        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
-                                  consequences=tuple(consequences), final=final)
-        if not self._infra(attempt):  # (else: recorded, and said in the membership's one line)
-            self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
-            for line in consequence_lines(key, consequences):
-                self.console.info(line)
-            report = [line for k in shown
-                      for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
-                                               self._given_gpus(k))]
-            if report:
-                self.console.block(report)
-            if others:
-                self.console.info(also_failed_line(others))
-        self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
-                          last_lines=list(tail[-TAIL:]), others=list(others),
-                          consequences={k: c for k, c in consequences},
-                          errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key)))
 
     def _gpu_watch(self) -> Optional[GpuWatch]:
         """Each GPU task's memory and utilisation from nvidia-smi (launcher/supervise/gpuwatch.py), where the
@@ -569,14 +294,6 @@ class Supervisor:
             self.record.event(Event.GPU_USAGE, tasks={k: list(v) for k, v in figures.items()})
 
         return GpuWatch(groups, gpu_ids, on_sample, self.console.info).start()
-
-    def _given_gpus(self, key: str) -> bool:
-        """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""
-        try:
-            g = self.plan.task(key).gpus
-        except KeyError:
-            return False
-        return bool(g.ids) or (g.ids is None and g.required)
 
     def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
         """The sink every backend's output reader calls. It never raises: a reader that stopped
@@ -617,29 +334,3 @@ class Supervisor:
             self.console.error(f"could not confirm that {', '.join(left)} stopped; check the host")
             self.record.event(Event.STOP_UNCONFIRMED, tasks=left)
         self._handles.clear()
-
-    # -------------------------------------------------------------- report
-
-    def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
-        self.standby.drop()  # before the outcome, which stays the record's last event
-        where = locations(self.record.state_dir, self.record.logs_dir)
-        self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
-                          tasks=self.view.outcome_facts(), locations=where)
-        view = self.view.snapshot()
-        self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + location_lines(where))
-        if outcome == Outcome.SUCCEEDED:
-            self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
-        elif outcome == Outcome.INTERRUPTED:
-            self.console.info(f"interrupted; every task stopped; record: {self.record.dir}")
-        else:
-            self.console.info(f"run failed; record: {self.record.dir}")
-        return code
-
-    def _summary(self) -> list[str]:
-        replans = self.members.replans
-        changes = self.view.snapshot().host_changes if replans else []
-        return summary_lines(self.attempts, self.members.first_plan, replans, changes)
-
-
-def _host_gone(code: Optional[int], host: str) -> str:
-    return f"{describe_exit(code) if code is not None else 'gone'}; its host {host} does not answer"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+from launcher.backends import placed_hosts
 from launcher.backends.base import Backend
 from launcher.bounded import listing
 from launcher.ui.console import Console
@@ -38,7 +39,8 @@ class Membership:
         # Hosts that come and go (launcher/plan/elastic.py): on when the spec asks for it or lists
         # spare hosts, and the backend can tell which hosts are lost.
         self.spec = spec
-        self.elastic = spec is not None and backend.capabilities.elastic and elastic_enabled(spec)
+        self.elastic = (spec is not None and backend.capabilities.elastic
+                        and elastic_enabled(spec, placed_hosts(spec)))
         self.first_plan = plan
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
         self.down: list[str] = []  # hosts lost (suspect) in this run and not back (elastic.settle) yet

@@ -73,12 +73,12 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
 
 def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
     """``tfcluster plan``'s line on warm standby: on or off, and why."""
-    from launcher.backends import backend_class
+    from launcher.backends import backend_class, placed_hosts
     from launcher.plan.elastic import elastic_enabled
 
     cls = backend_class(spec.backend)
     _, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
-                    elastic=cls.capabilities.elastic and elastic_enabled(spec))
+                    elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)))
     return f"warm standby: {why}"
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, replace_lost, spare_hosts, suspect_how,
                                    too_many_losses)
+from launcher.backends import placed_hosts
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
 from launcher.loader.load import parse_spec
@@ -28,11 +29,15 @@ tasks: {chief: 1, worker: 2}
 
 def test_the_hosts_no_task_uses_are_spares_and_turn_elastic_on():
     spec = parse_spec(SSH)
-    assert spare_hosts(spec, ()) == ["h4"]
-    assert elastic_enabled(spec)
+    assert placed_hosts(spec) == ["h1", "h2", "h3"]  # the backend's static placement
+    assert spare_hosts(spec, placed_hosts(spec)) == ["h4"]
+    assert spare_hosts(spec, ["h1", "h4"], down=["h3"]) == ["h2"]  # pure: the hosts given, in the spec's order
+    assert elastic_enabled(spec, placed_hosts(spec))
+    assert not elastic_enabled(spec, None)  # a spec its backend cannot place has no spares
     three = parse_spec(SSH.replace("  - {name: h4, address: 10.0.0.4}\n", ""))
-    assert spare_hosts(three, ()) == [] and not elastic_enabled(three)
-    assert elastic_enabled(parse_spec(SSH.replace("  - {name: h4, address: 10.0.0.4}\n", "") + "elastic: {}\n"))
+    assert spare_hosts(three, placed_hosts(three)) == [] and not elastic_enabled(three, placed_hosts(three))
+    asked = parse_spec(SSH.replace("  - {name: h4, address: 10.0.0.4}\n", "") + "elastic: {}\n")
+    assert elastic_enabled(asked, placed_hosts(asked)) and elastic_enabled(asked, None)
 
 
 def test_a_lost_hosts_tasks_move_to_a_spare_with_their_identities_and_every_tf_config_changes():
@@ -106,7 +111,7 @@ MIN = SSH.replace("tasks: {chief: 1, worker: 2}", "tasks: {worker: {count: 4, mi
 def test_with_no_spare_the_workers_left_go_on_renumbered_while_at_least_min_remain():
     spec = parse_spec(MIN)
     plan = plan_for(spec)
-    assert [t.host for t in plan.tasks] == ["h1", "h2", "h3", "h4"] and spare_hosts(spec, ()) == []
+    assert [t.host for t in plan.tasks] == ["h1", "h2", "h3", "h4"] and spare_hosts(spec, placed_hosts(spec)) == []
     change = replace_lost(spec, plan, ["h2"])
     assert isinstance(change, Replan)
     assert [(t.key, t.host) for t in change.plan.tasks] == [("worker:0", "h1"), ("worker:1", "h3"), ("worker:2", "h4")]

@@ -1,0 +1,95 @@
+"""What the run says about itself: a failed attempt (blamed, recorded as a failure event, shown
+with its exception and last lines) and, once the run ends, its outcome event and final report
+(the task table, GPU peaks, the summary of attempts and host changes, where the record is).
+
+``Reporting`` is a part of ``Supervisor`` (a mixin): its methods use the supervisor's plan,
+record, console, view, handles, task output, attempts, membership and standby.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from launcher.record.events import Event
+from launcher.record.states import Outcome
+from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
+                                      report_lines, summary_lines)
+from launcher.supervise.diagnose import exception_lines, hint
+from launcher.supervise.policy import FAILED, Attempt, Failure
+from launcher.ui.report import gpu_peak_lines, location_lines, locations, task_table
+
+
+class Reporting:
+    def _infra(self, attempt: Attempt) -> bool:
+        """Elastic runs: a task's session was lost in this attempt (so far): its failure is the
+        infrastructure's, and the membership line says it all (launcher/supervise/membership.py)."""
+        return self.members.elastic and (bool(attempt.sessions_lost) or any(
+            h.session_lost is not None for h in self._handles.values()))
+
+    def _state_note(self, key: str) -> str:
+        return self._handles[key].state_note()
+
+    def _fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
+        """An exit failed the attempt: blame the root cause (launcher/supervise/blame.py)."""
+        since = started + attempt.ready_after if attempt.ready_after is not None else None
+        now = self.clock()
+        with self._lock:
+            tails = {k: tuple(self._tails.get(k, ())) for k in failed}
+            activity = dict(self._activity)
+        notes = peer_notes(failed[0], list(self._handles), exits, self._state_note, now=now, since=since,
+                           activity=activity, hang_timeout=self.watchdog.hang_timeout, strategy=self.plan.strategy)
+        fault = blame_exit(failed, exits, tails, notes, self._state_note)
+        self._fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
+
+    def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
+              consequences: tuple = (), final: bool = False) -> None:
+        shown = [key] + [k for k, _ in consequences]  # whose exception and last lines the report shows
+        with self._lock:
+            tails = {k: tuple(self._tails.get(k, ())) for k in shown}
+        tail = tails[key]
+        attempt.state = FAILED
+        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
+                                  consequences=tuple(consequences), final=final)
+        if not self._infra(attempt):  # (else: recorded, and said in the membership's one line)
+            self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
+            for line in consequence_lines(key, consequences):
+                self.console.info(line)
+            report = [line for k in shown
+                      for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
+                                               self._given_gpus(k))]
+            if report:
+                self.console.block(report)
+            if others:
+                self.console.info(also_failed_line(others))
+        self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
+                          last_lines=list(tail[-TAIL:]), others=list(others),
+                          consequences={k: c for k, c in consequences},
+                          errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key)))
+
+    def _given_gpus(self, key: str) -> bool:
+        """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""
+        try:
+            g = self.plan.task(key).gpus
+        except KeyError:
+            return False
+        return bool(g.ids) or (g.ids is None and g.required)
+
+    def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+        self.standby.drop()  # before the outcome, which stays the record's last event
+        where = locations(self.record.state_dir, self.record.logs_dir)
+        self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
+                          tasks=self.view.outcome_facts(), locations=where)
+        view = self.view.snapshot()
+        self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + location_lines(where))
+        if outcome == Outcome.SUCCEEDED:
+            self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
+        elif outcome == Outcome.INTERRUPTED:
+            self.console.info(f"interrupted; every task stopped; record: {self.record.dir}")
+        else:
+            self.console.info(f"run failed; record: {self.record.dir}")
+        return code
+
+    def _summary(self) -> list[str]:
+        replans = self.members.replans
+        changes = self.view.snapshot().host_changes if replans else []
+        return summary_lines(self.attempts, self.members.first_plan, replans, changes)

@@ -1,0 +1,197 @@
+"""One attempt's watch phases, which the supervisor's loop (loop.py) calls in turn on its own
+thread until one ends the attempt: new exits and what they mean for the group (success, failure,
+a sidecar lost, a parameter_server worker restarted alone), readiness (watchdog.startup_timeout),
+the hang watchdog (watchdog.hang_timeout) and, in elastic runs, membership changes while every
+task is up. Each phase reads and updates the attempt's ``AttemptWatch`` and returns True when the
+attempt is over (its state set).
+
+``AttemptPhases`` is a part of ``Supervisor`` (a mixin): its methods use the supervisor's plan,
+backend, record, console, handles and task output, and its ``_launch`` (loop.py), ``_fail`` and
+``_fail_exit`` (outcome.py) and ``_all_ready`` (prewarm.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from launcher.errors import LaunchError
+from launcher.procinfo import describe_exit
+from launcher.record.events import Event
+from launcher.record.states import AttemptState
+from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess, hang_watched, silent_by_design
+
+READY_CHECK_EVERY = 0.5
+
+
+@dataclass
+class AttemptWatch:
+    """One attempt's running state, which its phases read and update."""
+
+    started: float  # the clock when every task had been started
+    exits: dict[str, Optional[int]]  # key -> exit code, None while it runs
+    ready: set[str]  # tasks whose port is open (or that serve none)
+    next_ready_check: float
+    next_back_check: float
+    order: list[str] = field(default_factory=list)  # keys in the order they exited
+    warned_sidecars: set[str] = field(default_factory=set)
+
+
+class AttemptPhases:
+    def _exits(self, attempt: Attempt, watch: AttemptWatch) -> bool:
+        """New exits, and what they mean for the group: success, failure, a sidecar lost, a
+        parameter_server worker restarted alone. True: the attempt is over."""
+        exits = watch.exits
+        for key, handle in self._handles.items():
+            if exits.get(key) is None:
+                code = handle.poll()
+                if code is not None:
+                    exits[key] = code
+                    watch.order.append(key)
+                    self.record.event(Event.EXIT, task=key, attempt=attempt.number, code=code, how=describe_exit(code))
+        verdict = assess(self.plan.strategy, self.plan.success_task, exits, watch.order)
+        for key in verdict.sidecar_failed:
+            if key not in watch.warned_sidecars:
+                watch.warned_sidecars.add(key)
+                self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
+                self.record.event(Event.SIDECAR_FAILED, task=key, code=exits[key])
+        if verdict.state == SUCCEEDED:
+            attempt.state = SUCCEEDED
+            return True
+        if verdict.state == FAILED:
+            self._fail_exit(attempt, verdict.failed, exits, watch.started)
+            return True
+        for key in verdict.restart_alone:
+            if not self._restart_alone(attempt, key, exits, watch.order):
+                return True
+        return False
+
+    def _readiness(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+        """Until every task's port is open (checked every READY_CHECK_EVERY s; runs once even
+        when no task serves a port, e.g. single-host strategies). True: the attempt failed
+        (watchdog.startup_timeout)."""
+        if attempt.ready_after is not None or now < watch.next_ready_check:
+            return False
+        watch.next_ready_check = now + READY_CHECK_EVERY
+        for task in self.plan.tasks:
+            if task.key not in watch.ready and watch.exits.get(task.key) is None and self.backend.port_open(task):
+                watch.ready.add(task.key)
+                self.record.event(Event.READY, task=task.key, attempt=attempt.number,
+                                  after=round(now - watch.started, 3))
+        if len(watch.ready) == len(self.plan.tasks):
+            self._all_ready(attempt, now - watch.started)
+            return False
+        if now - watch.started <= self.watchdog.startup_timeout:
+            return False
+        missing = [t.key for t in self.plan.tasks if t.key not in watch.ready]
+        ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
+        self._fail(attempt, missing[0], f"never came up: no TF server listening within watchdog.startup_timeout="
+                   f"{self.watchdog.startup_timeout:g} s: {ports}", None, others=tuple(missing[1:]))
+        return True
+
+    def _hang(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+        """The hang watchdog. Its clock starts once every task is up: until then startup_timeout
+        governs, and importing TensorFlow can be silent for many seconds. True: a task hung."""
+        if self.watchdog.hang_timeout <= 0 or attempt.ready_after is None:
+            return False
+        hung = self._hung(now, watch.exits, since=watch.started + attempt.ready_after)
+        if not hung:
+            return False
+        note = self._handles[hung].state_note()
+        self._fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
+                   + (f"; {note}" if note else ""), None)
+        return True
+
+    def _membership(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+        """Elastic: hosts dropped by discovery, lost hosts back (checked about once a second, once
+        every task is up: a group stopped while it starts would save nothing). True: the attempt
+        ends (REGROW), its tasks stopped with the usual grace (a graceful save)."""
+        if not (self.members.elastic and attempt.ready_after is not None and now >= watch.next_back_check):
+            return False
+        watch.next_back_check = now + 1.0
+        if any(t.training_done for t in self.view.snapshot().tasks.values()):
+            # Training is over (the final evaluation and save run): a restart now would find no
+            # backup (fit deletes it at its end) and train again from step 0, all of it, for a
+            # host that came back in that window. The run ends as it is.
+            return False
+        if not self.members.changed(attempt.number):
+            return False
+        attempt.state = AttemptState.REGROW
+        return True
+
+    def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
+        """ParameterServer: relaunch one dead worker on its address while training goes on
+        (TensorFlow's coordinator recovers a worker that answers at its address again). Elastic
+        runs first ask whether its host still answers: if not, the attempt fails and the host's
+        loss moves the worker to a spare or shrinks the group to tasks.worker.min, from the last
+        backup (membership.py). The coordinator cannot go on without a worker that never comes
+        back: its recovery waits for every worker's address to answer (TensorFlow's
+        cluster_coordinator.py: "TODO: support partial cluster recovery"; the chief hung in
+        "Waiting for all global closures to be finished" when we left a lost worker out)."""
+        code = exits[key]
+        if self.members.elastic:
+            host = self.plan.task(key).host
+            if self._handles[key].session_lost is not None:
+                # Its session was lost, not the task: its host is suspect (it may be shutting
+                # down, its sshd still accepting), so the worker is not restarted onto it.
+                self._fail(attempt, key, self._handles[key].state_note() or describe_exit(code), code)
+                return False
+            if self.backend.lost_hosts([host], 0.0, self.stop_event):
+                self._fail(attempt, key, _host_gone(code, host), code)
+                return False
+        if self._worker_restarts >= self.restart.max_restarts:
+            self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
+            return False
+        self._worker_restarts += 1
+        self.console.info(
+            f"{key} exited ({describe_exit(code)}); restarting it alone "
+            f"({self._worker_restarts} of {self.restart.max_restarts}), training continues"
+        )
+        self.record.event(Event.TASK_RESTART, task=key, code=code, restart=self._worker_restarts)
+        self._handles[key].signal(9)
+        try:
+            self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
+        except LaunchError as exc:
+            # Its host failed the start (gone since the check above, or broken): that worker's
+            # failure, not the run's. An elastic run leaves it out if its host is now lost.
+            if self.members.elastic and self.backend.lost_hosts([host], 0.0, self.stop_event):
+                self._worker_restarts -= 1  # a host lost spends no restart
+                self._fail(attempt, key, _host_gone(code, host), code)
+                return False
+            self._fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
+            return False
+        exits[key] = None
+        order.remove(key)
+        return True
+
+    def _sessions_lost(self, attempt: Attempt) -> None:
+        """A failed attempt's tasks whose sessions were lost (each still running polled once more:
+        its host's connection may have dropped with the others'): their hosts, and when."""
+        for handle in list(self._handles.values()):
+            handle.poll()
+            lost = handle.session_lost
+            if lost is not None:
+                host = handle.task.host
+                attempt.sessions_lost[host] = min(lost, attempt.sessions_lost.get(host, lost))
+
+    def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
+        with self._lock:
+            stale = [
+                (max(since, self._activity[k]), k)
+                for k in self._handles
+                if exits.get(k) is None and hang_watched(k)
+                and now - max(since, self._activity.get(k, now)) > self.watchdog.hang_timeout
+            ]
+        if not stale:
+            return None
+        # A stopped process is the likeliest culprit; otherwise the one silent the longest,
+        # except tasks that are silent by design (PSS servers), which only count when stopped.
+        for _, key in sorted(stale):
+            if self._handles[key].state_note():
+                return key
+        silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
+        return sorted(silent)[0][1] if silent else None
+
+
+def _host_gone(code: Optional[int], host: str) -> str:
+    return f"{describe_exit(code) if code is not None else 'gone'}; its host {host} does not answer"
