@@ -284,7 +284,7 @@ SSH4 = """\
 def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
     """a has 1 GPU, b 4, c 1: the round-robin gives each host two workers; a and c cannot hold
     two GPU-count tasks, b has room: placed by GPUs, the CPU roles (chief, ps) kept round-robin."""
-    from launcher.backends.ssh.backend import gpu_replan
+    from launcher.backends.ssh.placement import gpu_replan
     from launcher.app.up import plan_for
 
     spec = spec_of(SSH4)
@@ -307,7 +307,7 @@ def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
     ({"a": a100(1), "b": None, "c": a100(4)}, "a host's GPUs unknown"),
 ])
 def test_ssh_replan_only_when_it_helps(found, why):
-    from launcher.backends.ssh.backend import gpu_replan
+    from launcher.backends.ssh.placement import gpu_replan
     from launcher.app.up import plan_for
 
     spec = spec_of(SSH4)
@@ -315,7 +315,7 @@ def test_ssh_replan_only_when_it_helps(found, why):
 
 
 def test_ssh_replan_keeps_hosts_with_slots_and_auto_is_not_bounded():
-    from launcher.backends.ssh.backend import gpu_replan, round_robin
+    from launcher.backends.ssh.placement import gpu_replan, round_robin
     from launcher.app.up import plan_for
 
     slotted = spec_of(SSH4.replace("{name: a}", "{name: a, slots: 3}"))

@@ -1,0 +1,106 @@
+"""Where the ssh backend's tasks go: the round-robin over ``hosts:`` (bounded by ``hosts[].slots``
+or, after the preflight, by each host's GPUs), the placement by GPUs when the round-robin
+over-fills a host, and the preflight's one line per host on its GPUs."""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from launcher.plan import gpus
+from launcher.errors import SpecError
+from launcher.plan.build import Placement, Plan, Slot, build_plan
+from launcher.remote.gpuplace import plural
+from launcher.spec.model import TASK_TYPES, Host, Spec
+
+
+def gpu_notes(plan: Plan, found: dict) -> list[str]:
+    """What the preflight found of each host's GPUs, said once: the hosts whose GPU tasks run on
+    CPU (no NVIDIA GPU there), and what the others have."""
+    out = []
+    for name, host_gpus in found.items():
+        if host_gpus is None:
+            continue
+        mine = [t for t in plan.tasks if t.host == name and t.gpus.uses_gpu]
+        if not mine:
+            continue
+        if not host_gpus:
+            out.append(f"{name} has no NVIDIA GPU (nvidia-smi -L lists none): its {len(mine)} GPU task"
+                       f"{'s run' if len(mine) > 1 else ' runs'} on CPU")
+        else:
+            out.append(f"{name}: {len(host_gpus)} GPU{'s' if len(host_gpus) > 1 else ''} "
+                       f"({', '.join(sorted({g[1] for g in host_gpus}))}) "
+                       f"for {', '.join(t.key for t in mine)}")
+    return out
+
+
+def round_robin(spec: Spec, gpu_room: Optional[Mapping[str, int]] = None) -> dict[str, Slot]:
+    """Each task's host: a group's own ``hosts`` round-robin, else one cursor shared over all
+    ``hosts:``, skipping the full hosts: ``hosts[].slots`` tasks, or, for a host without slots
+    in ``gpu_room`` (host -> GPUs the run may use there), as many GPU-count tasks
+    (``gpus_per_task: N``, ``tasks.<type>.gpus: N``) as its GPUs hold. Where every host is full,
+    the task goes where the round-robin put it (the plan then refuses it in one line)."""
+    slots = {}
+    cursor = 0
+    by_name = {h.name: h for h in reversed(spec.hosts)}  # the first of a name, as spec.host; O(1) a task
+    limited = gpu_room is not None or any(h.slots is not None for h in spec.hosts)
+    used: dict[str, int] = {}
+    gpus_used: dict[str, int] = {}
+    room = gpu_room or {}
+
+    def free(host: Host, need: int) -> bool:
+        if host.slots is not None:
+            return used.get(host.name, 0) < host.slots
+        return not need or host.name not in room or gpus_used.get(host.name, 0) + need <= room[host.name]
+
+    for task_type in TASK_TYPES:
+        group = spec.tasks.group(task_type)
+        take = gpus.take_of(spec, task_type)[0] if gpu_room is not None else 0
+        need = take if isinstance(take, int) else 0
+        for index in range(group.count):
+            if group.hosts:
+                host = by_name[group.hosts[index % len(group.hosts)]]
+                if limited and not free(host, need):  # the group's next host with room
+                    host = next((by_name[n] for n in group.hosts if free(by_name[n], need)), host)
+            else:
+                host = spec.hosts[cursor % len(spec.hosts)]
+                cursor += 1
+                for _ in range(len(spec.hosts) if limited else 0):  # skip the full hosts (all full: back at the first)
+                    if free(host, need):
+                        break
+                    host = spec.hosts[cursor % len(spec.hosts)]
+                    cursor += 1
+            used[host.name] = used.get(host.name, 0) + 1
+            gpus_used[host.name] = gpus_used.get(host.name, 0) + need
+            slots[f"{task_type}:{index}"] = Slot(host.name, host.dial_address)
+    return slots
+
+
+def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]]) -> Optional[tuple[Placement, str]]:
+    """When the preflight found (``found``: host -> its GPUs, None where not asked) that the
+    round-robin over-fills some hosts' GPUs with GPU-count tasks, the placement that bounds each
+    host without ``slots`` by its GPUs instead, and the one line saying so; None when no host is
+    over-filled, a host's GPUs are unknown, or the GPUs cannot hold the tasks either way."""
+    if gpus.placement_off(spec) or any(v is None for v in found.values()) or plan.placeholder:
+        return None
+    over = [h for h, g in found.items() if gpus.host_problems(plan, h, g)]
+    if not over:
+        return None
+    room = gpus.gpu_room(spec, found)
+    if any(h not in room for h in over):  # a host with slots, or one whose trouble is not its count
+        return None
+    placement = Placement(round_robin(spec, room))
+    try:
+        replanned = build_plan(spec, placement)
+    except SpecError:
+        return None
+    if any(gpus.host_problems(replanned, h, g) for h, g in found.items()):
+        return None
+    counts: dict[str, int] = {}
+    for t in replanned.tasks:
+        if t.gpus.required:
+            counts[t.host] = counts.get(t.host, 0) + 1
+    before = {h: sum(1 for t in plan.tasks if t.host == h and t.gpus.required) for h in over}
+    said = ", ".join(f"{h} {plural(len(found[h]))} for {before[h]}" for h in over)
+    now = ", ".join(f"{h} {n}" for h, n in counts.items())
+    return placement, (f"gpus: round-robin would over-fill {said} GPU-count tasks; placed by each host's GPUs instead "
+                       f"(GPU tasks: {now}); set hosts[].slots to place them yourself")
