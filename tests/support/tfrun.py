@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import signal
@@ -55,6 +57,16 @@ def last_step_before(text: str, marker: str, task: str = "worker:0") -> int:
     triggered by a step line lands a moment later on a busy machine; bound what it hit by this,
     not by the trigger's step."""
     return max(int(s["global_step"]) for s in progress(text[:text.index(marker)], "step", task))
+
+
+def last_step_of_first_attempt(text: str, task: str = "worker:0") -> int:
+    """The highest global_step of ``task``'s step lines before worker:0's second start line: how
+    far the first attempt got. Unlike a bound taken at the line that reported a fault, it counts
+    the steps whose lines were still on their way when the launcher printed that line (its reader
+    threads and its own lines are not ordered on the console)."""
+    starts = [m.start() for m in re.finditer(r"\[worker:0\] tfcluster-start ", text)]
+    end = starts[1] if len(starts) > 1 else len(text)
+    return max((int(s["global_step"]) for s in progress(text[:end], "step", task)), default=0)
 
 
 def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT) -> tuple[int, str]:
