@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 from launcher.contract import envnames
 
 from worker.cluster import ConfigError, task_from_env
+from worker.output import outlive_reader
 
 STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "central_storage", "one_device", "default",
               "tpu")
@@ -166,6 +167,7 @@ def take_promotion_env() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    outlive_reader()  # a preempted host's session ends before the save its SIGTERM asks for
     if os.environ.get(envnames.STANDBY) == "1":
         wait_as_standby()
     args = parse_args(argv)

@@ -2,8 +2,11 @@
 
 SIGTERM (from ``tfcluster down``, Ctrl-C on the launcher, or a host shutting down) only raises
 a local flag. The flags are all-reduced every step, so all workers learn of a preemption at the
-same step, save exactly that step and exit with 143 (128 + SIGTERM), which the launcher treats
-as retryable; the next attempt resumes at the step after it.
+same step, say ``tfcluster-saving``, save exactly that step, say ``tfcluster-preempted`` and
+exit with 143 (128 + SIGTERM), which the launcher treats as retryable; the next attempt resumes
+at the step after it. A host shutting down ends its tasks' sessions at once: the saving line
+tells the launcher to let the other hosts' workers finish that save (output.py keeps the
+preempted host's own worker going without its reader).
 
 tf_keras' own ``save_before_preemption`` is not used: in TF 2.21 it only activates on GCP (it
 asks the GCE metadata server), and TF's default SIGTERM handler swallows the signal.
@@ -111,8 +114,11 @@ class SaveOnPreemption(keras.callbacks.Callback):
             # The epoch's last batch (every worker sees the same count): let the epoch end, so
             # its ModelCheckpoint is written; the next batch stops, or fit simply finishes.
             return
-        # Everyone at the same batch: back it up (the checkpoint records epoch and batch).
+        # Everyone at the same batch: back it up (the checkpoint records epoch and batch). The
+        # saving line first: the launcher waits for this save instead of killing a preempted
+        # host's peers (launcher/supervise/phases.py, _let_survivors_save).
+        global_step = int(self.model.optimizer.iterations.numpy())
+        emit("saving", epoch=self._epoch, step=batch + 1, global_step=global_step)
         self.backup._backup(epoch=self._epoch, batch=batch)
-        emit("preempted", epoch=self._epoch, step=batch + 1,
-             global_step=int(self.model.optimizer.iterations.numpy()), saved=self.backup.backup_dir)
+        emit("preempted", epoch=self._epoch, step=batch + 1, global_step=global_step, saved=self.backup.backup_dir)
         raise Preempted()

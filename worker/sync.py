@@ -298,6 +298,8 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         # does, so no epoch line is lost), unless training is complete anyway.
         stop = int(preempted.numpy()) > 0 and epoch < args.epochs
         due = epoch_ended if args.save_freq == "epoch" else global_step % int(args.save_freq) == 0
+        if stop:  # (the launcher waits for this save instead of killing a preempted host's peers)
+            emit("saving", epoch=epoch, step=done, global_step=global_step)
         if due or stop or epoch == args.epochs:  # the evaluator waits for the last
             save(global_step, epoch, done)
         if stop:

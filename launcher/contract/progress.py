@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 PREFIX = "tfcluster-"
+# The reference worker's line when a preemption's agreed save starts (worker/preemption.py): the
+# supervisor lets the task finish it instead of killing it with a lost host's group.
+SAVING_LINE = PREFIX + "saving "
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ SUCCEEDED, FAILED, STOPPED, GONE = TaskState.SUCCEEDED, TaskState.FAILED, TaskSt
 LIVE = (STARTING, RUNNING)
 ENDED = (SUCCEEDED, FAILED, STOPPED, GONE)
 # Progress lines (launcher/contract/progress.py kinds) that mean the task is running training steps.
-TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "preempted", "saved", "result")
+TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "saving", "preempted", "saved", "result")
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Callable, Optional, Sequence
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.contract import envnames
+from launcher.contract.progress import SAVING_LINE
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from launcher.plan.build import Plan
 from launcher.record.events import Event
@@ -79,6 +80,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         self._handles: dict[str, TaskHandle] = {}
         self._tails: dict[str, collections.deque] = {}
         self._activity: dict[str, float] = {}
+        self._saving: dict[str, float] = {}  # key -> when it said tfcluster-saving (clock)
         self._lock = threading.Lock()
         self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
@@ -206,6 +208,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             attempt.ended = time.time()
             if attempt.state == FAILED and self.members.elastic:
                 self._sessions_lost(attempt)
+            if attempt.state == FAILED:
+                self._let_survivors_save(attempt)
             at_once = attempt.state == FAILED or self.hurry_event.is_set()
             self._stop_all(0 if at_once else self.watchdog.stop_grace)
 
@@ -315,6 +319,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             if tail is not None:
                 tail.append(line)
             self._activity[key] = self.clock()
+            if line.startswith(SAVING_LINE):
+                self._saving[key] = self._activity[key]
         self.record.log_line(key, line)
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)

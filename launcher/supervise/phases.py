@@ -12,6 +12,8 @@ backend, record, console, handles and task output, and its ``_launch`` (loop.py)
 
 from __future__ import annotations
 
+import signal
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -22,6 +24,12 @@ from launcher.record.states import AttemptState
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess, hang_watched, silent_by_design
 
 READY_CHECK_EVERY = 0.5
+# A lost session's survivors (``_let_survivors_save``): how many of their step times, and at
+# least how many seconds, they get to start the save a preemption's SIGTERM agreed on. Two
+# steps reach the agreement (the preempted worker's SIGTERM lands mid-step; the next step
+# all-reduces the flags); the third covers the signal's way here and over SSH.
+SAVE_LOOK = 3
+SAVE_LOOK_MIN = 0.5
 
 
 @dataclass
@@ -173,6 +181,53 @@ class AttemptPhases:
             if lost is not None:
                 host = handle.task.host
                 attempt.sessions_lost[host] = min(lost, attempt.sessions_lost.get(host, lost))
+
+    def _let_survivors_save(self, attempt: Attempt) -> None:
+        """An attempt that failed with a lost session (a host shutting down, preempted, cut
+        off): the tasks still running elsewhere are stopped gracefully, not killed at once. A
+        host's shutdown sends SIGTERM to its tasks as it ends their sessions, and the reference
+        worker's graceful preemption then has every worker save the step they agree on
+        (worker/preemption.py): the survivors take part in that save, so killing them would
+        lose it, and the next attempt would redo the steps since the last periodic backup. They
+        get SIGTERM too (a cut-off host's workers then agree to save all the same), SAVE_LOOK
+        step times (at least SAVE_LOOK_MIN s) to say ``tfcluster-saving``, and a survivor that
+        says it gets until its exit, up to watchdog.stop_grace; the rest is killed as before
+        (a peer gone without a SIGTERM leaves them blocked in a collective: no save comes)."""
+        survivors = [h for h in self._handles.values() if h.poll() is None and h.session_lost is None]
+        if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not any(
+                h.session_lost is not None for h in self._handles.values()):
+            return
+        start = self.clock()
+        look = min(self.watchdog.stop_grace, max(SAVE_LOOK_MIN, SAVE_LOOK * self._step_seconds(survivors)))
+        keys = ", ".join(h.key for h in survivors)
+        self.console.info(f"stopping {keys} (SIGTERM; a save they start within {look:.1f} s is awaited, "
+                          f"up to watchdog.stop_grace={self.watchdog.stop_grace:g} s; else SIGKILL)")
+        for h in survivors:
+            h.signal(signal.SIGTERM)
+        running = list(survivors)
+        while running and not self.hurry_event.is_set():
+            for h in list(running):
+                code = h.poll()
+                if code is not None:
+                    running.remove(h)
+                    self.record.event(Event.STOPPED, task=h.key, code=code)
+            now = self.clock()
+            with self._lock:
+                saving = any(self._saving.get(h.key, float("-inf")) >= start for h in running)
+            if not running or now - start > (self.watchdog.stop_grace if saving else look):
+                return
+            time.sleep(min(self.poll_interval, 0.05))
+
+    def _step_seconds(self, handles) -> float:
+        """The slowest of these tasks' seconds per step in this attempt (from their progress
+        lines; 0 when none trained two steps yet)."""
+        tasks = self.view.snapshot().tasks
+        paces = []
+        for h in handles:
+            tp = tasks[h.key].throughput if h.key in tasks else None
+            if tp is not None and tp.first_time is not None and tp.last_step > tp.first_step:
+                paces.append((tp.last_time - tp.first_time) / (tp.last_step - tp.first_step))
+        return max(paces, default=0.0)
 
     def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
         with self._lock:

@@ -36,6 +36,11 @@ class Script:
     # "tfcluster-standby promoted" on SIGUSR1 (``standby_ack``; False: it never answers its promotion).
     standby_mark: bool = True
     standby_ack: bool = True
+    # On SIGTERM: "exit" (143 at once), "ignore" (as a worker blocked in a collective with a
+    # vanished peer), or "save" (the reference worker's agreed save: "tfcluster-saving" at the
+    # next poll, 143 ``save_polls`` polls later).
+    term: str = "exit"
+    save_polls: int = 2
 
 
 RUN_FOREVER = Script(code=None)
@@ -50,6 +55,7 @@ class ScriptedTask(TaskHandle):
         self.polls = 0
         self.code: Optional[int] = None
         self.signals: list[int] = []
+        self.saving_at: Optional[int] = None  # the poll that says tfcluster-saving (term "save")
 
     def poll(self) -> Optional[int]:
         if self.code is None:
@@ -61,6 +67,12 @@ class ScriptedTask(TaskHandle):
             for at, line in self.script.say:
                 if at == self.polls:
                     self.on_line(self.key, line)
+            if self.saving_at is not None:
+                if self.polls == self.saving_at:
+                    self.on_line(self.key, f"tfcluster-saving epoch=0 step={self.polls} global_step={self.polls}")
+                if self.polls >= self.saving_at + self.script.save_polls:
+                    self.code = 128 + signal.SIGTERM
+                    return self.code
             if self.script.code is not None and self.polls >= self.script.polls:
                 self.code = self.script.code
                 if self.script.lost:
@@ -77,7 +89,10 @@ class ScriptedTask(TaskHandle):
         self.signals.append(sig)
         if sig == signal.SIGUSR1 and self.script.standby_ack and self.code is None:
             self.on_line(self.key, "tfcluster-standby promoted")
-        if self.code is None and sig in (signal.SIGTERM, signal.SIGKILL):
+        if self.code is None and sig == signal.SIGTERM and self.script.term != "exit":
+            if self.script.term == "save" and self.saving_at is None:
+                self.saving_at = self.polls + 1
+        elif self.code is None and sig in (signal.SIGTERM, signal.SIGKILL):
             self.code = 128 + sig
 
     @property

@@ -689,3 +689,55 @@ def test_a_standby_that_never_said_it_waits_is_not_promoted(tmp_path):
     assert code == 0, out
     assert len(backend.started) == 6 and not of(events, "standby_promoted")
     assert all(signal.SIGUSR1 not in h.signals and signal.SIGKILL in h.signals for h in backend.handles[2:4])
+
+
+# ---------------------------------------------------------------- a lost session's survivors save first
+
+GRACEFUL = ELASTIC.replace("watchdog: {stop_grace: 0}", "watchdog: {stop_grace: 10}")
+
+
+def test_a_lost_sessions_survivor_is_asked_to_save_and_its_agreed_save_is_awaited(tmp_path):
+    """h2's session dropped (its shutdown's SIGTERM reached worker:1 too): worker:0 on h1 gets
+    SIGTERM, not SIGKILL at once, and says tfcluster-saving (the step the workers agreed on):
+    the supervisor waits for its exit (143, saved) before the move, so no step is redone."""
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                             ("worker:0", 0): Script(code=None, term="save", save_polls=2)},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, GRACEFUL, backend)
+    assert code == 0, out
+    first = backend.handles[0]
+    assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
+    assert "stopping worker:0 (SIGTERM; a save they start within 0.5 s is awaited, up to watchdog.stop_grace=10 s;" \
+           in out, out
+    stopped = [e for e in of(events, "stopped") if e["task"] == "worker:0"]
+    assert stopped[0]["code"] == 143, stopped
+    # It exited by itself, after its save, before the replan: the move came after it.
+    kinds = [e["event"] for e in events]
+    assert kinds.index("stopped") < kinds.index("replan"), kinds
+    assert backend.hosts_started[-1] == ("worker:1", "h3")
+
+
+def test_a_survivor_that_starts_no_save_is_killed_after_the_look(tmp_path):
+    """The same lost session, but worker:0 starts no save (blocked in a collective with a peer
+    that vanished without a SIGTERM): SIGTERM, then SIGKILL once the look is over."""
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                             ("worker:0", 0): Script(code=None, term="ignore")},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, GRACEFUL, backend)
+    assert code == 0, out
+    first = backend.handles[0]
+    assert first.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and first.code == 137, first.signals
+    assert [e["code"] for e in of(events, "stopped") if e["task"] == "worker:0"][0] == 137
+
+
+def test_a_task_that_failed_on_its_own_gets_its_peers_killed_at_once(tmp_path):
+    """The control: worker:1 crashed (137; its session is fine): its peers cannot save without
+    it, so worker:0 gets SIGKILL at once, no SIGTERM, whatever watchdog.stop_grace says."""
+    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2),
+                             ("worker:0", 0): Script(code=None, term="save")},
+                            losses={0: {"h2": "unreachable for 0 s"}}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, GRACEFUL, backend)
+    assert code == 0, out
+    first = backend.handles[0]
+    assert first.signals[0] == signal.SIGKILL and signal.SIGTERM not in first.signals, first.signals
+    assert "a save they start" not in out
