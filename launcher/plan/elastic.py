@@ -74,7 +74,8 @@ def too_many_losses(losses: Sequence[str], limit: int) -> Optional[str]:
     if len(losses) <= limit:
         return None
     counts = ", ".join(f"{h} {n} time{'s' if n != 1 else ''}" for h, n in Counter(losses).most_common())
-    return (f"{len(losses)} host losses in this run ({counts}), more than elastic.max_host_losses={limit}: "
+    n = len(losses)
+    return (f"{n} host loss{'es' if n != 1 else ''} in this run ({counts}), more than elastic.max_host_losses={limit}: "
             "the hosts keep dropping their sessions; fix them (network, shutdowns) or raise "
             "elastic.max_host_losses, then run `tfcluster up` again (it resumes from the last backup)")
 

@@ -155,4 +155,4 @@ def test_host_losses_are_bounded_by_max_host_losses_in_one_line():
         "3 host losses in this run (h2 2 times, h3 1 time), more than elastic.max_host_losses=2: ")
     assert "raise elastic.max_host_losses" in line and "\n" not in line
     assert (too_many_losses(["h2"], 0) or "").startswith(  # 0: the first loss ends the run
-        "1 host losses in this run (h2 1 time), more than elastic.max_host_losses=0: ")
+        "1 host loss in this run (h2 1 time), more than elastic.max_host_losses=0: ")
