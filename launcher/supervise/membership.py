@@ -18,7 +18,7 @@ from launcher.ui.console import Console
 from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, options, replace_lost, shrunk,
                                    spare_hosts, suspect_how, too_many_losses)
 from launcher.plan.build import Plan
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, SpecError
 from launcher.record.events import Event
 from launcher.plan.hostloss import lost_phrase
 from launcher.record.states import Outcome
@@ -88,7 +88,13 @@ class Membership:
             if moved:
                 return moved
         else:
-            change = grow(self.spec, self.plan, self.down, avoid=self._ports_used())
+            try:
+                change = grow(self.spec, self.plan, self.down, avoid=self._ports_used())
+            except SpecError as exc:  # no fresh port left: go on as the group is, without them
+                self.console.error(f"{', '.join(self.down)}: back, but the group cannot grow onto them: "
+                                   f"{exc.lines[0]}; it goes on without them")
+                self.down = []
+                change = None
             if change is not None:
                 self.use(change, {}, number, "restarting the bigger group from the step just saved")
         return None
@@ -148,7 +154,12 @@ class Membership:
             line = f"{said}; {too_many}"
             self.console.error(line)
             return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
-        change = replace_lost(self.spec, self.plan, sorted(lost), self.down, avoid=self._ports_used())
+        try:
+            change = replace_lost(self.spec, self.plan, sorted(lost), self.down, avoid=self._ports_used())
+        except SpecError as exc:  # no fresh port left below 65536 (each replan takes new ones)
+            line = f"{said}; the group cannot be replanned: {exc.lines[0]}"
+            self.console.error(line)
+            return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
         self.down += [h for h in sorted(lost) if h not in self.down]
         self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on: settle counts from here
         if isinstance(change, str):

@@ -741,3 +741,19 @@ def test_a_task_that_failed_on_its_own_gets_its_peers_killed_at_once(tmp_path):
     first = backend.handles[0]
     assert first.signals[0] == signal.SIGKILL and signal.SIGTERM not in first.signals, first.signals
     assert "a save they start" not in out
+
+
+def test_a_replan_with_no_fresh_port_left_ends_the_run_in_one_line(tmp_path):
+    """Every replan takes ports no earlier plan used; at ports.base 65535, worker:0 staying on
+    h1 needs 65536. The run ends with one line naming the hosts' loss, the field and the fix,
+    not a traceback."""
+    spec = ELASTIC.replace("tasks: {worker: 2}", "tasks: {worker: 2}\n    ports: {base: 65535}")
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 1, out
+    (line,) = [l for l in out.splitlines() if "cannot be replanned" in l]
+    assert re.search(r"h2: session lost at .*; the group cannot be replanned: ports.base: 65535 leaves no room for "
+                     r"worker:0 on h1 \(would need port 65536 > 65535\); lower ports.base$", line), line
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2")]
+    assert of(events, "outcome")[0]["outcome"] == "failed"
