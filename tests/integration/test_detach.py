@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -188,12 +189,18 @@ def test_down_stops_a_detached_run_gracefully_and_attach_ctrl_c_leaves_it_going(
         try:
             # live task lines arrive while attached
             seen = []
-            deadline = time.monotonic() + 30
-            for line in attach.stdout:
-                seen.append(line)
-                if re.match(r"\[worker:1\] tfcluster-step ", line) or time.monotonic() > deadline:
-                    break
-            assert any(re.match(r"\[worker:1\] tfcluster-step ", l) for l in seen), seen
+            # A silent attach must not hang the test: the timer kills it, which ends the read.
+            timer = threading.Timer(30, attach.kill)
+            timer.start()
+            try:
+                for line in attach.stdout:
+                    seen.append(line)
+                    if re.match(r"\[worker:1\] tfcluster-step ", line):
+                        break
+            finally:
+                timer.cancel()
+            assert any(re.match(r"\[worker:1\] tfcluster-step ", l) for l in seen), \
+                f"no worker:1 step line within 30 s of attaching: {seen[-20:]}"
             attach.send_signal(signal.SIGINT)
             _, err = attach.communicate(timeout=30)
         finally:
