@@ -18,7 +18,7 @@
   the chief) is a plain, unpartitioned Keras SavedModel that loads without a cluster.
 
 This module says which role a task plays and runs the servers; the chief's shared set-up is
-pss_chief.py, its loops pss_fit.py and pss_custom.py.
+chief.py, its loops fit.py and custom.py.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import tensorflow as tf
 
 from worker.cluster import TaskInfo
 from worker.progress import emit
-from worker.pss_custom import run_custom
-from worker.pss_fit import run_fit
+from worker.pss.custom import run_custom
+from worker.pss.fit import run_fit
 
 
 def run_pss(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:

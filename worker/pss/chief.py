@@ -1,8 +1,8 @@
 """The parameter_server chief (the coordinator): what both of its loops share -- the strategy and
 the coordinator's failure lines (``CoordinatorEvents``), the dataset (loaded once on the chief,
 a pipeline per worker), the partitioning said, the exact evaluation with a plain copy of the
-model and the final save. The loops are pss_fit.py (``model.fit``) and pss_custom.py
-(``ClusterCoordinator``); pss.py says which runs."""
+model and the final save. The loops are fit.py (``model.fit``) and custom.py
+(``ClusterCoordinator``); the package's __init__ says which runs."""
 
 from __future__ import annotations
 

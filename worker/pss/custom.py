@@ -17,7 +17,7 @@ from worker.cluster import TaskInfo
 from worker.layout import Layout
 from worker.model import build_cnn, gradient_step, per_example_loss
 from worker.progress import Throughput, emit, epoch_end
-from worker.pss_chief import (describe_partitioning, evaluate_and_save, evaluate_plain, load_data, make_dataset_fn,
+from worker.pss.chief import (describe_partitioning, evaluate_and_save, evaluate_plain, load_data, make_dataset_fn,
                               make_strategy, start_fields, steps_per_epoch)
 from worker.tensorboard import Scalars
 
