@@ -208,6 +208,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             attempt.ended = time.time()
             if attempt.state == FAILED and self.members.elastic:
                 self._sessions_lost(attempt)
+                self.members.look_ahead(attempt.sessions_lost)  # while the survivors save
             if attempt.state == FAILED:
                 self._let_survivors_save(attempt)
             at_once = attempt.state == FAILED or self.hurry_event.is_set()

@@ -62,6 +62,7 @@ class Membership:
         self.console = console
         self.stop_event = stop_event
         self.finish = finish
+        self._looking: Optional[_Look] = None  # after_failure's look, started early (look_ahead)
 
     def start(self) -> None:
         if self.poller is not None:
@@ -117,11 +118,12 @@ class Membership:
         elastic.host_wait). Else the run's exit code (one line said why)."""
         assert self.spec is not None
         opts = options(self.spec)
-        hosts = sorted({t.host for t in self.plan.tasks})
-        # One look each, no wait. A host whose sessions were lost is suspect whatever it says:
-        # the look only words its loss, so it ends after LOOK s (a host shutting down can accept
-        # the connection and never answer: ssh.connect_timeout would be spent on every move).
-        quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event, look={h: LOOK for h in hosts if h in sessions})
+        hosts, look = self._look_at(sessions)
+        early, self._looking = self._looking, None
+        if early is not None and (early.hosts, early.look) == (hosts, look):
+            quiet = early.result()
+        else:
+            quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event, look=look)
         if self.stop_event.is_set():
             return self.finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED)
         lost = {}
@@ -133,6 +135,22 @@ class Membership:
         if not lost:
             return None
         return self._lose(number, lost)
+
+    def look_ahead(self, sessions: Mapping[str, float]) -> None:
+        """Start after_failure's look at the plan's hosts now, in a thread, for the same
+        ``sessions``: it overlaps the survivors' save (loop.py), and the look at a host going
+        down takes LOOK s when its link is already gone."""
+        if self.elastic and self.spec is not None and sessions:
+            hosts, look = self._look_at(sessions)
+            self._looking = _Look(hosts, look, lambda: self.backend.lost_hosts(hosts, 0.0, self.stop_event, look=look))
+
+    def _look_at(self, sessions: Mapping[str, float]) -> tuple[list[str], dict[str, float]]:
+        """The hosts after_failure looks at, and how long each may take. One look each, no wait.
+        A host whose sessions were lost is suspect whatever it says: the look only words its
+        loss, so it ends after LOOK s (a host shutting down can accept the connection and never
+        answer: ssh.connect_timeout would be spent on every move)."""
+        hosts = sorted({t.host for t in self.plan.tasks})
+        return hosts, {h: LOOK for h in hosts if h in sessions}
 
     def move_lost_hosts(self, number: int, lost: dict[str, str]) -> Optional[int]:
         """Hosts of the plan gone for good (discovery dropped them): their tasks move to spares,
@@ -287,3 +305,25 @@ class Membership:
         self.console.info("growing the group: stopping it gracefully (SIGTERM: the workers save the step they "
                           "agree on) to restart it bigger")
         return True
+
+
+class _Look:
+    """A look at hosts (``Backend.lost_hosts``) running in its own thread; ``result`` waits for it."""
+
+    def __init__(self, hosts: list[str], look: dict[str, float], run: Callable[[], dict[str, str]]) -> None:
+        self.hosts, self.look = hosts, look
+        self._run, self._answer, self._error = run, None, None
+        self._thread = threading.Thread(target=self._go, daemon=True, name="look-ahead")
+        self._thread.start()
+
+    def _go(self) -> None:
+        try:
+            self._answer = self._run()
+        except BaseException as exc:  # noqa: BLE001 - raised where the answer is read
+            self._error = exc
+
+    def result(self) -> dict[str, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._answer or {}

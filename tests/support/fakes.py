@@ -9,6 +9,7 @@ import io
 import json
 import signal
 import textwrap
+import threading
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -41,6 +42,7 @@ class Script:
     # next poll, 143 ``save_polls`` polls later).
     term: str = "exit"
     save_polls: int = 2
+    save_gate: Optional[threading.Event] = None  # set: the save may end (e.g. once a look began)
 
 
 RUN_FOREVER = Script(code=None)
@@ -70,7 +72,8 @@ class ScriptedTask(TaskHandle):
             if self.saving_at is not None:
                 if self.polls == self.saving_at:
                     self.on_line(self.key, f"tfcluster-saving epoch=0 step={self.polls} global_step={self.polls}")
-                if self.polls >= self.saving_at + self.script.save_polls:
+                gate = self.script.save_gate
+                if self.polls >= self.saving_at + self.script.save_polls and (gate is None or gate.is_set()):
                     self.code = 128 + signal.SIGTERM
                     return self.code
             if self.script.code is not None and self.polls >= self.script.polls:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import threading
 from typing import Optional
 
 import pytest
@@ -700,11 +701,20 @@ def test_a_lost_sessions_survivor_is_asked_to_save_and_its_agreed_save_is_awaite
     """h2's session dropped (its shutdown's SIGTERM reached worker:1 too): worker:0 on h1 gets
     SIGTERM, not SIGKILL at once, and says tfcluster-saving (the step the workers agreed on):
     the supervisor waits for its exit (143, saved) before the move, so no step is redone."""
-    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True),
-                             ("worker:0", 0): Script(code=None, term="save", save_polls=2)},
-                            losses={}, default=Script(code=0, polls=4))
+    looked = threading.Event()  # worker:0's save ends only once the look at the hosts began
+
+    class Looking(LosingBackend):
+        def lost_hosts(self, hosts, wait, stop=None, look={}):
+            looked.set()
+            return super().lost_hosts(hosts, wait, stop, look)
+
+    backend = Looking({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                       ("worker:0", 0): Script(code=None, term="save", save_polls=2, save_gate=looked)},
+                      losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, GRACEFUL, backend)
     assert code == 0, out
+    # The look at the hosts (up to 1 s for a host going down) ran beside the save, not after it.
+    assert backend.checked == [(["h1", "h2"], 0.0)] and backend.looks == [{"h2": 1.0}]
     first = backend.handles[0]
     assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
     assert "stopping worker:0 (SIGTERM; a save they start within 0.5 s is awaited, up to watchdog.stop_grace=10 s;" \
