@@ -22,6 +22,7 @@ PREFIX = "tfcluster-"
 # The reference worker's line when a preemption's agreed save starts (worker/preemption.py): the
 # supervisor lets the task finish it instead of killing it with a lost host's group.
 SAVING_LINE = PREFIX + "saving "
+SAVED_LINE = PREFIX + "preempted "  # ... and the save is written: the task may be killed now
 
 
 @dataclass(frozen=True)

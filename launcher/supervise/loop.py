@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.contract import envnames
-from launcher.contract.progress import SAVING_LINE
+from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from launcher.plan.build import Plan
 from launcher.record.events import Event
@@ -81,6 +81,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         self._tails: dict[str, collections.deque] = {}
         self._activity: dict[str, float] = {}
         self._saving: dict[str, float] = {}  # key -> when it said tfcluster-saving (clock)
+        self._saved: dict[str, float] = {}  # key -> when it said tfcluster-preempted (clock): saved
         self._lock = threading.Lock()
         self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
@@ -322,6 +323,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             self._activity[key] = self.clock()
             if line.startswith(SAVING_LINE):
                 self._saving[key] = self._activity[key]
+            elif line.startswith(SAVED_LINE):
+                self._saved[key] = self._activity[key]
         self.record.log_line(key, line)
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)

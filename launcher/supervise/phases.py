@@ -191,8 +191,10 @@ class AttemptPhases:
         lose it, and the next attempt would redo the steps since the last periodic backup. They
         get SIGTERM too (a cut-off host's workers then agree to save all the same), SAVE_LOOK
         step times (at least SAVE_LOOK_MIN s) to say ``tfcluster-saving``, and a survivor that
-        says it gets until its exit, up to watchdog.stop_grace; the rest is killed as before
-        (a peer gone without a SIGTERM leaves them blocked in a collective: no save comes)."""
+        says it gets until it says ``tfcluster-preempted`` (saved) or exits, up to
+        watchdog.stop_grace; the rest is killed as before (a peer gone without a SIGTERM leaves
+        them blocked in a collective: no save comes). Nothing waits for a saved task's exit:
+        TensorFlow's shutdown can wait seconds for a peer on the host going down."""
         survivors = [h for h in self._handles.values() if h.poll() is None and h.session_lost is None]
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not any(
                 h.session_lost is not None for h in self._handles.values()):
@@ -213,8 +215,9 @@ class AttemptPhases:
                     self.record.event(Event.STOPPED, task=h.key, code=code)
             now = self.clock()
             with self._lock:
-                saving = any(self._saving.get(h.key, float("-inf")) >= start for h in running)
-            if not running or now - start > (self.watchdog.stop_grace if saving else look):
+                saving = [h.key for h in running if self._saving.get(h.key, float("-inf")) >= start]
+                unsaved = [k for k in saving if self._saved.get(k, float("-inf")) < start]
+            if not running or (saving and not unsaved) or now - start > (self.watchdog.stop_grace if saving else look):
                 return
             time.sleep(min(self.poll_interval, 0.05))
 

@@ -43,6 +43,7 @@ class Script:
     term: str = "exit"
     save_polls: int = 2
     save_gate: Optional[threading.Event] = None  # set: the save may end (e.g. once a look began)
+    exit_after_save: bool = True  # False: says it saved, then hangs (TensorFlow's shutdown waiting on a peer)
 
 
 RUN_FOREVER = Script(code=None)
@@ -73,7 +74,14 @@ class ScriptedTask(TaskHandle):
                 if self.polls == self.saving_at:
                     self.on_line(self.key, f"tfcluster-saving epoch=0 step={self.polls} global_step={self.polls}")
                 gate = self.script.save_gate
-                if self.polls >= self.saving_at + self.script.save_polls and (gate is None or gate.is_set()):
+                if self.polls == self.saving_at + self.script.save_polls and (gate is None or gate.is_set()):
+                    self.on_line(self.key, f"tfcluster-preempted epoch=0 step={self.saving_at} "
+                                           f"global_step={self.saving_at} saved=backup")
+                    if self.script.exit_after_save:
+                        self.code = 128 + signal.SIGTERM
+                        return self.code
+                elif self.polls > self.saving_at + self.script.save_polls and self.script.exit_after_save \
+                        and (gate is None or gate.is_set()):
                     self.code = 128 + signal.SIGTERM
                     return self.code
             if self.script.code is not None and self.polls >= self.script.polls:

@@ -767,3 +767,19 @@ def test_a_replan_with_no_fresh_port_left_ends_the_run_in_one_line(tmp_path):
                      r"worker:0 on h1 \(would need port 65536 > 65535\); lower ports.base$", line), line
     assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2")]
     assert of(events, "outcome")[0]["outcome"] == "failed"
+
+
+def test_a_survivor_that_saved_is_not_awaited_until_its_exit(tmp_path):
+    """worker:0 said tfcluster-preempted (its save is written) but does not exit (TensorFlow's
+    shutdown waiting on the peer whose host went down): the look ends at that line, well
+    before watchdog.stop_grace, and it is killed."""
+    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                             ("worker:0", 0): Script(code=None, term="save", save_polls=2, exit_after_save=False)},
+                            losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, GRACEFUL, backend)
+    assert code == 0, out
+    first = backend.handles[0]
+    assert first.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and first.code == 137, first.signals
+    assert "[worker:0] tfcluster-preempted" in out or "preempted at epoch 0" in out, out
+    # Its polls: up to the saved line, then two for the stop (to stop_grace: about 5 more).
+    assert first.polls <= first.saving_at + 2 + 2, (first.polls, first.saving_at)
