@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.labs import docker as eng
-from tests.support.cli import start_tfcluster
-from tests.support.docker_helpers import containers_exited, docker_spec, leftovers, tfcluster_at_repo
+from tests.support.docker_helpers import (containers_exited, docker_spec, latest_run_dir, launch_up, leftovers, reap,
+                                          tfcluster_at_repo)
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
 
@@ -28,8 +28,9 @@ REPO = eng.REPO
 DEMO_ARGS = "python -m worker --epochs 2 --steps-per-epoch 15 --batch-size 16 --progress-every 5"
 
 
-def _launch(spec: Path, *args: str) -> subprocess.Popen:
-    return start_tfcluster("up", spec, *args, cwd=REPO, env={"PYTHONPATH": str(REPO)}, new_session=False)
+_launch = launch_up
+_reap = reap
+_run_dir = latest_run_dir
 
 
 def _run(spec: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
@@ -43,21 +44,6 @@ def _run(spec: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
     finally:
         _reap(proc)
     return proc.returncode, out
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Never leave a launcher behind: Ctrl-C it (it removes its containers), then kill it."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-def _run_dir(spec: Path, name: str = "dk") -> Path:
-    return (spec.parent / "runs" / name / "latest").resolve()
 
 
 # ------------------------------------------------------------------ compose
