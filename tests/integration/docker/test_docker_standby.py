@@ -20,8 +20,8 @@ from tests.support.waits import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
 
 # Slow steps: the standbys (started after the first step) import TensorFlow while attempt 0 still
-# trains, and the kill lands before its last epoch.
-WORKER = "python -m worker --epochs 4 --steps-per-epoch 15 --batch-size 16 --progress-every 5 --step-delay 0.5"
+# trains (45 s of steps: a loaded machine imports slowly), and the kill lands before its last epoch.
+WORKER = "python -m worker --epochs 6 --steps-per-epoch 15 --batch-size 16 --progress-every 5 --step-delay 0.5"
 READY = "(standby) tfcluster-standby ready"
 
 
@@ -77,7 +77,7 @@ def test_killed_container_restarts_from_promoted_standbys(tmp_path, docker_engin
         wait_for(lambda: "tfcluster-epoch epoch=1 " in _log(spec, "worker:0"), 600, 0.5, what="epoch 1's backup",
                  proc=proc)
         run = latest_run_dir(spec).name
-        assert "tfcluster-epoch epoch=4 " not in _log(spec, "worker:0"), "trained to the end before the kill"
+        assert "tfcluster-epoch epoch=6 " not in _log(spec, "worker:0"), "trained to the end before the kill"
         _kill_container(docker_engine, f"tfcluster-dk-{run}-worker-1")
         out, _ = proc.communicate(timeout=900)
     finally:
