@@ -9,7 +9,6 @@ takes its task group down.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import shutil
@@ -29,6 +28,7 @@ from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
 from launcher.backends.childtask import ChildTask
+from launcher.backends.standbyfile import mem_available, write_promotion
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.ui.console import Console
@@ -213,28 +213,6 @@ class LocalBackend(Backend):
         if leftovers:
             console.info(f"stopped leftover tasks: {', '.join(leftovers)}")
         return bool(leftovers)
-
-
-def mem_available() -> Optional[int]:
-    """This machine's MemAvailable in bytes (/proc/meminfo), or None."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def write_promotion(path: Path, env: Mapping[str, str]) -> None:
-    """A standby's promotion file, whole or not at all (mode 0600: it may hold secrets)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(dict(env), fh)
-    os.replace(tmp, path)
 
 
 def port_problem(port: int) -> Optional[str]:

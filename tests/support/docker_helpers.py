@@ -4,11 +4,12 @@ the CLI run from the checkout, and what a run left on the engine."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 
 from tests.labs import docker as eng
-from tests.support.cli import tfcluster
+from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.specs import spec_file
 
 
@@ -51,3 +52,24 @@ def containers_exited(engine: eng.Engine, name: str, count: int = 2) -> bool:
         return len(containers) == count and all(c.status == "exited" for c in containers)
     finally:
         client.close()
+
+
+def launch_up(spec: Path, *args: str) -> subprocess.Popen:
+    """``tfcluster up SPEC ARGS`` started in the checkout, its output one text pipe."""
+    return start_tfcluster("up", spec, *args, cwd=eng.REPO, env={"PYTHONPATH": str(eng.REPO)}, new_session=False)
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """Never leave a launcher behind: Ctrl-C it (it removes its containers), then kill it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def latest_run_dir(spec: Path, name: str = "dk") -> Path:
+    """The record of the spec's latest run (runs/NAME/latest beside the spec)."""
+    return (spec.parent / "runs" / name / "latest").resolve()

@@ -3,6 +3,7 @@
 The backend class is ``backend.DockerBackend`` (registered in launcher.backends as "docker",
 imported only when a spec names it); its parts: engine.py (the SDK, imported on first use, and a
 client), images.py (inspect, pull, build), volumes.py (the mounts and their ownership),
-containers.py (labels, HostConfig, create/start, the task handle, removal); options.py is the
+containers.py (labels, HostConfig, create/start, the task handle, removal), standby.py (warm
+standby: a container per standby, promoted by its alias, name and promotion file); options.py is the
 ``docker:`` block. Nothing outside launcher/backends/ imports this package.
 """

@@ -12,7 +12,8 @@ therefore run on this machine (a local socket, or a TCP engine on this host).
 
 This module is what the backend does, in order; the parts live beside it: engine.py (the SDK,
 the engine's address, a client), images.py (inspect, pull, build), volumes.py (the mounts and
-their ownership), containers.py (labels, HostConfig, create/start, the task handle, removal).
+their ownership), containers.py (labels, HostConfig, create/start, the task handle, removal),
+standby.py (warm standby: the standby's promotion).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.spec.model import LoadedSpec, Spec
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
-from launcher.backends.docker import containers, images, volumes
+from launcher.backends.standbyfile import mem_available
+from launcher.backends.docker import containers, images, standby, volumes
 from launcher.backends.docker.containers import DockerTask
 from launcher.backends.docker.engine import connect, docker, engine_url, requests
 from launcher.backends.docker.options import DockerOptions
@@ -42,7 +44,8 @@ class DockerBackend(Backend):
     options_exported = True
     Options = DockerOptions
     # Every container has its own network namespace: task ports cannot clash, nothing to preflight.
-    capabilities = Capabilities(port_probe=True)
+    # Warm standby: a container per standby, given the task's DNS name when promoted (standby.py).
+    capabilities = Capabilities(warm_standby=True, port_probe=True)
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
@@ -68,6 +71,8 @@ class DockerBackend(Backend):
         self._lifelines: list[Any] = []
         self._wrapper: list[str] = []
         self._user: Optional[str] = None
+        self._owner: Optional[tuple[int, int]] = None  # the containers' uid, gid (promotion files)
+        self._standbys = 0
         self._init = False
         self._prepared = False
         self._ncpu: Optional[int] = None
@@ -80,7 +85,8 @@ class DockerBackend(Backend):
     def client(self) -> Any:
         if self._client is None:
             tasks = sum(self.spec.tasks.count(t) for t in ("chief", "worker", "ps", "evaluator"))
-            self._client = connect(self.url, self._explicit, pool=max(10, 2 * tasks + 4))
+            # Two streams per container (its logs, its exit), a standby beside each task.
+            self._client = connect(self.url, self._explicit, pool=max(10, 4 * tasks + 4))
         return self._client
 
     def container_name(self, task: PlannedTask) -> str:
@@ -158,6 +164,7 @@ class DockerBackend(Backend):
         self._init = image.init
         self._wrapper = image.wrapper
         self._user = volumes.prepare_owner(self.record, self.opts.user, image.user)
+        self._owner = standby.owner(self._user, image.user)
         self._prepared = True
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
@@ -170,42 +177,86 @@ class DockerBackend(Backend):
             raise LaunchError(f"{task.key}: lost the Docker engine at {self.url}: is dockerd running? "
                               f"(tfcluster down removes what is left once it is back)") from None
 
+    def _environment(self, task: PlannedTask, env: Mapping[str, str]) -> dict[str, str]:
+        """What a task's container gets besides the image's environment."""
+        container = self._containers.get(task.key)
+        environment = dict(container.env if container is not None else task.env)
+        environment.update({envnames.RUN_DIR: volumes.RUN_MOUNT, envnames.STATE_DIR: volumes.STATE_MOUNT})
+        environment.update(env)
+        if envnames.THREADS in environment:  # threads: auto: every task shares the engine's CPUs
+            keys = [f"{t}:{i}" for t, i in task_keys(self.spec)]
+            environment[envnames.THREADS] = f"{keys.index(task.key)}/{len(keys)}"
+            environment = threads.complete(environment, self._engine_cpus(self.client), envnames.THREADS)
+        if self._user and not self.opts.user:
+            environment.setdefault("HOME", "/tmp")
+        return environment
+
     def _start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
+        is_standby = env.get(envnames.STANDBY) == "1"
         with self._lock:
             self._prepare()
             client = self.client
-            old = self._handles.pop(task.key, None)
-            if old is not None:  # the previous attempt's container: free its name and address
-                containers.close_quietly(old.lifeline)
-                containers.remove(client, old.id)
             name = self.container_name(task)
+            promotion = None
+            if is_standby:  # a container of its own, without the task's DNS name (standby.py)
+                self._standbys += 1
+                name = f"{name}-standby-{self._standbys}"
+                if self._owner is not None:
+                    promotion, inside = standby.promotion_paths(self.record.dir, task.slug, self._standbys)
+                    env = {**env, envnames.STANDBY_ENV: inside}
+            else:
+                old = self._handles.pop(task.key, None)
+                if old is not None:  # the previous attempt's container: free its name and address
+                    containers.close_quietly(old.lifeline)
+                    containers.remove(client, old.id)
             container = self._containers.get(task.key)
-            environment = dict(container.env if container is not None else task.env)
-            environment.update({envnames.RUN_DIR: volumes.RUN_MOUNT, envnames.STATE_DIR: volumes.STATE_MOUNT})
-            environment.update(env)
-            if envnames.THREADS in environment:  # threads: auto: every task shares the engine's CPUs
-                keys = [f"{t}:{i}" for t, i in task_keys(self.spec)]
-                environment[envnames.THREADS] = f"{keys.index(task.key)}/{len(keys)}"
-                environment = threads.complete(environment, self._engine_cpus(client), envnames.THREADS)
-            if self._user and not self.opts.user:
-                environment.setdefault("HOME", "/tmp")
+            environment = self._environment(task, env)
             binds = volumes.binds(self.record, self.opts.volumes, self.loaded.base_dir)
             host_config = self.host_config(binds, container)
             networking = client.api.create_networking_config(
-                {self.network_name: client.api.create_endpoint_config(aliases=[task.address])}
+                {self.network_name: client.api.create_endpoint_config(aliases=None if is_standby else [task.address])}
             )
+            label = containers.labels(self.run_id, self.spec.name, task.key)
+            if is_standby:
+                label[standby.LABEL_STANDBY] = "1"
             command = list(task.command)
             if self._wrapper:
                 command = [*self._wrapper, "--grace", f"{self.spec.watchdog.stop_grace:g}", "--", *command]
             cid, lifeline = containers.create_and_start(
                 client, self.opts.image, task, name, command, environment, self._user, host_config, networking,
-                containers.labels(self.run_id, self.spec.name, task.key), bool(self._wrapper), self._created,
-                on_line)
+                label, bool(self._wrapper), self._created, on_line)
             handle = DockerTask(task, self, cid, name, on_line)
             handle.lifeline = lifeline
-            self._handles[task.key] = handle
+            handle.promotion = promotion
+            if not is_standby:
+                self._handles[task.key] = handle
             self._lifelines.append(lifeline)
             return handle
+
+    def promote(self, handle, task: PlannedTask, env: Mapping[str, str]) -> None:
+        """A standby container becomes ``task`` (launcher/backends/docker/standby.py). Failing, it
+        is removed (it may hold the task's name by now) and the task starts cold."""
+        try:
+            with self._lock:
+                standby.promote(self, handle, task, self._environment(task, env))
+            return
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            what = (exc.explanation or str(exc)) if isinstance(exc, docker.errors.APIError) else str(exc)
+            problem = (f"the Docker engine at {self.url} refused the promotion: "
+                       f"{(what or exc.__class__.__name__).splitlines()[0][:200]}")
+        except OSError as exc:
+            problem = f"cannot write its promotion file: {exc}"
+        try:
+            containers.remove(self.client, handle.id)
+        except Exception:  # noqa: BLE001 - the engine is gone: close() and tfcluster down say so
+            pass
+        raise LaunchError(problem)  # the supervisor names the task
+
+    def free_memory(self, hosts) -> dict[str, int]:
+        """Every container shares the engine's machine (this one): an equal share of its
+        MemAvailable per task host."""
+        free = mem_available()
+        return {h: free // max(len(hosts), 1) for h in hosts} if free is not None else {}
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:

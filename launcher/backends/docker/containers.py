@@ -133,6 +133,7 @@ class DockerTask(TaskHandle):
         self._drained = False
         self._ip: Optional[str] = None
         self.lifeline: Any = None  # the attached stdin socket; closing it stops the task
+        self.promotion: Any = None  # a warm standby's promotion file here (a Path), if it has one
         self._logs = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"logs-{task.key}")
         self._waiter = threading.Thread(target=self._wait, daemon=True, name=f"wait-{task.key}")
         self._logs.start()
@@ -204,6 +205,10 @@ class DockerTask(TaskHandle):
         if state.get("Paused"):
             return "container is paused (docker pause?)"
         return ""
+
+    def forget_ip(self) -> None:
+        """Reconnected to the network (a promoted standby): its address is asked again."""
+        self._ip = None
 
     def ip(self) -> Optional[str]:
         if self._ip is None:

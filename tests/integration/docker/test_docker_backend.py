@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.labs import docker as eng
-from tests.support.cli import start_tfcluster
-from tests.support.docker_helpers import containers_exited, docker_spec, leftovers, tfcluster_at_repo
+from tests.support.docker_helpers import (containers_exited, docker_spec, latest_run_dir, launch_up, leftovers, reap,
+                                          tfcluster_at_repo)
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
 
@@ -28,8 +28,9 @@ REPO = eng.REPO
 DEMO_ARGS = "python -m worker --epochs 2 --steps-per-epoch 15 --batch-size 16 --progress-every 5"
 
 
-def _launch(spec: Path, *args: str) -> subprocess.Popen:
-    return start_tfcluster("up", spec, *args, cwd=REPO, env={"PYTHONPATH": str(REPO)}, new_session=False)
+_launch = launch_up
+_reap = reap
+_run_dir = latest_run_dir
 
 
 def _run(spec: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
@@ -43,21 +44,6 @@ def _run(spec: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
     finally:
         _reap(proc)
     return proc.returncode, out
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Never leave a launcher behind: Ctrl-C it (it removes its containers), then kill it."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-def _run_dir(spec: Path, name: str = "dk") -> Path:
-    return (spec.parent / "runs" / name / "latest").resolve()
 
 
 # ------------------------------------------------------------------ compose
@@ -301,6 +287,8 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
     # Slow steps so the kill lands mid-run, after the first epoch's backup.
     spec = docker_spec(tmp_path, docker_engine.url, "python -m worker --epochs 3 --steps-per-epoch 15 --batch-size 16 "
                  "--progress-every 5 --step-delay 0.5", max_restarts=2)
+    # The cold restart: new containers for every task (the warm one: test_docker_standby.py).
+    spec.write_text(spec.read_text().replace("restart: {max_restarts: 2}", "restart: {max_restarts: 2, warm_standby: false}"))
     proc = _launch(spec)
     try:
         log0 = lambda: (_run_dir(spec) / "logs" / "worker-0.log")  # noqa: E731
@@ -317,7 +305,7 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
         _reap(proc)
     assert proc.returncode == 0, out[-6000:]
     assert "restarting the whole group (restart 1 of 2)" in out, out[-6000:]
-    assert "run succeeded after 2 attempt(s)" in out
+    assert "run succeeded after 2 attempt(s)" in out and "(standby)" not in out
     starts = re.findall(r"worker:0\S*\s+.*tfcluster-start epoch=(\d+) step=\d+ global_step=(\d+)", out)
     assert len(starts) == 2, starts
     assert int(starts[1][1]) > 0 and int(starts[1][0]) >= 1, starts  # resumed from the backup

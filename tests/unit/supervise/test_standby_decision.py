@@ -27,13 +27,13 @@ def test_auto_is_on_for_the_reference_worker_on_a_backend_that_can():
 
 @pytest.mark.parametrize("restart, commands, capable, elastic, off_because", [
     (Restart(max_restarts=2, warm_standby=False), [WORKER], True, False, "off (restart.warm_standby: false)"),
-    (Restart(max_restarts=2), [WORKER], False, False, "off: backend docker keeps no standby; every restart starts cold"),
+    (Restart(max_restarts=2), [WORKER], False, False, "off: backend slurm keeps no standby; every restart starts cold"),
     (Restart(max_restarts=0), [WORKER], True, False, "off: restart.max_restarts is 0"),
     (Restart(max_restarts=2), [WORKER, ["python", "train.py", "--x"]], True, False,
      "off: the entrypoint (python train.py --x) is not tfcluster's worker; set restart.warm_standby: true"),
 ])
 def test_auto_leaves_it_off_and_says_why(restart, commands, capable, elastic, off_because):
-    on, why = decide(restart, commands, capable, "docker", elastic=elastic)
+    on, why = decide(restart, commands, capable, "slurm", elastic=elastic)
     assert not on and why.startswith(off_because), why
 
 
@@ -51,7 +51,8 @@ def test_plan_says_whether_standby_is_on(tmp_path):
     base = "name: t\nstrategy: multi_worker_mirrored\nentrypoint: {e}\ntasks: {{worker: 2}}\nrestart: {{max_restarts: 2}}\n"
     lines = {}
     for name, text in (("worker", base.format(e="python -m worker")), ("own", base.format(e="python train.py")),
-                       ("docker", base.format(e="python -m worker") + "backend: docker\n")):
+                       ("docker", base.format(e="python -m worker") + "backend: docker\n"),
+                       ("slurm", base.format(e="python -m worker") + "backend: slurm\n")):
         spec = tmp_path / f"{name}.yaml"
         spec.write_text(text)
         out = tfcluster("plan", str(spec))
@@ -59,4 +60,6 @@ def test_plan_says_whether_standby_is_on(tmp_path):
         (lines[name],) = [line for line in out.stdout.splitlines() if line.startswith("warm standby: ")]
     assert lines["worker"].startswith("warm standby: on (auto: tfcluster's worker)")
     assert lines["own"].startswith("warm standby: off: the entrypoint (python train.py) is not tfcluster's worker")
-    assert lines["docker"] == "warm standby: off: backend docker keeps no standby; every restart starts cold"
+    # docker keeps its standbys in containers of their own (launcher/backends/docker/standby.py)
+    assert lines["docker"].startswith("warm standby: on (auto: tfcluster's worker)")
+    assert lines["slurm"] == "warm standby: off: backend slurm keeps no standby; every restart starts cold"

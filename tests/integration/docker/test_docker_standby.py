@@ -1,0 +1,186 @@
+"""Warm standby on the docker backend (restart.warm_standby: auto): the next attempt's containers
+wait with TensorFlow imported, without the tasks' DNS names; a killed container's restart
+promotes them (the task's name and alias, the promotion file, SIGUSR1 through tini and the
+lifeline wrapper), and no standby container outlives the run: success, failure, Ctrl-C, down."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.labs import docker as eng
+from tests.support.docker_helpers import (docker_spec, latest_run_dir, launch_up, leftovers, reap,
+                                          tfcluster_at_repo)
+from tests.support.waits import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
+
+# Slow steps: the standbys (started after the first step) import TensorFlow while attempt 0 still
+# trains (45 s of steps: a loaded machine imports slowly), and the kill lands before its last epoch.
+WORKER = "python -m worker --epochs 6 --steps-per-epoch 15 --batch-size 16 --progress-every 5 --step-delay 0.5"
+READY = "(standby) tfcluster-standby ready"
+
+
+def _log(spec: Path, key: str) -> str:
+    path = latest_run_dir(spec) / "logs" / f"{key.replace(':', '-')}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _standbys_ready(spec: Path) -> bool:
+    return all(READY in _log(spec, k) for k in ("worker:0", "worker:1"))
+
+
+def _events(spec: Path) -> list[dict]:
+    return [json.loads(line) for line in (latest_run_dir(spec) / "events.jsonl").read_text().splitlines()]
+
+
+def _containers(engine: eng.Engine, name: str = "dk") -> dict[str, dict]:
+    """The run's containers: name -> labels."""
+    client = engine.client()
+    try:
+        return {c.name: c.labels for c in client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})}
+    finally:
+        client.close()
+
+
+def _kill_container(engine: eng.Engine, name: str) -> None:
+    client = engine.client()
+    try:
+        client.containers.get(name).kill()  # SIGKILL: exit 137, a task death on docker
+    finally:
+        client.close()
+
+
+def _wait_standbys(spec: Path, engine: eng.Engine, proc=None) -> dict[str, dict]:
+    """Both standbys said ready; the run's four containers: two tasks, two standbys."""
+    wait_for(lambda: _standbys_ready(spec), 600, 0.5, what="both standbys to say ready", proc=proc,
+             detail=lambda: _log(spec, "worker:1")[-2000:])
+    found = _containers(engine)
+    standbys = sorted(n for n, labels in found.items() if labels.get("tfcluster.standby") == "1")
+    run = latest_run_dir(spec).name
+    assert standbys == [f"tfcluster-dk-{run}-worker-0-standby-1", f"tfcluster-dk-{run}-worker-1-standby-2"], found
+    assert len(found) == 4 and all(labels.get("tfcluster.run_id") == run for labels in found.values()), found
+    return found
+
+
+def test_killed_container_restarts_from_promoted_standbys(tmp_path, docker_engine, worker_image):
+    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    plan = tfcluster_at_repo("plan", str(spec))
+    assert "warm standby: on (auto: tfcluster's worker)" in plan.stdout, plan.stdout + plan.stderr
+    proc = launch_up(spec)
+    try:
+        _wait_standbys(spec, docker_engine, proc)
+        wait_for(lambda: "tfcluster-epoch epoch=1 " in _log(spec, "worker:0"), 600, 0.5, what="epoch 1's backup",
+                 proc=proc)
+        run = latest_run_dir(spec).name
+        assert "tfcluster-epoch epoch=6 " not in _log(spec, "worker:0"), "trained to the end before the kill"
+        _kill_container(docker_engine, f"tfcluster-dk-{run}-worker-1")
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, out[-6000:]
+    assert "restarting the whole group (restart 1 of 1)" in out and "run succeeded after 2 attempt(s)" in out, out[-6000:]
+    events = _events(spec)
+    assert [e["attempt"] for e in events if e["event"] == "standby_start"] == [1]
+    promoted = {e["task"]: e for e in events if e["event"] == "standby_promoted"}
+    assert sorted(promoted) == ["worker:0", "worker:1"], [e for e in events if "standby" in e["event"]]
+    first = {e["task"]: e["container_id"] for e in events if e["event"] == "start" and e["attempt"] == 0}
+    for key, e in promoted.items():
+        # A container of its own, renamed like the task once its old container was removed.
+        assert e["container"] == f"tfcluster-dk-{run}-{key.replace(':', '-')}" and e["container_id"] != first[key], e
+    for key in ("worker:0", "worker:1"):
+        log = _log(spec, key)
+        waiting, _, after = log.partition("tfcluster-standby promoted\n")
+        assert after, log[-3000:]
+        assert "(standby) tfcluster-standby waiting" in waiting
+        # The promoted process is the new attempt's task: its TF_CONFIG and restart count.
+        index = key.split(":")[1]
+        assert re.search(rf"^worker: {key} strategy=multi_worker_mirrored loop=fit restart=1 ", after, re.M), after[:2000]
+        assert f"(CollectiveAllReduceStrategy on /job:worker/replica:0/task:{index}/device:CPU:0), 2 task(s)" in after
+        starts = re.findall(r"^tfcluster-start epoch=(\d+) step=\d+ global_step=(\d+)", after, re.M)
+        assert starts and int(starts[0][1]) > 0, starts  # resumed from the backup
+    # The launcher wrote each promotion file on the run's mount; the worker read and removed it.
+    promotions = latest_run_dir(spec) / "standby"
+    assert promotions.is_dir() and list(promotions.iterdir()) == []
+    assert "standby promotion file" not in out
+    assert leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_a_dead_standby_and_a_refused_promotion_start_their_tasks_cold(tmp_path, docker_engine, worker_image):
+    """worker:0's standby container is killed while it waits (an OOM kill); worker:1's is cut off
+    the run's network behind tfcluster's back, so the engine refuses its promotion: both tasks
+    start cold, each said, and the run still succeeds with nothing left."""
+    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    proc = launch_up(spec)
+    try:
+        _wait_standbys(spec, docker_engine, proc)
+        run = latest_run_dir(spec).name
+        client = docker_engine.client()
+        try:
+            client.containers.get(f"tfcluster-dk-{run}-worker-0-standby-1").kill()
+            client.networks.get(f"tfcluster-dk-{run}").disconnect(f"tfcluster-dk-{run}-worker-1-standby-2")
+        finally:
+            client.close()
+        _kill_container(docker_engine, f"tfcluster-dk-{run}-worker-1")
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, out[-6000:]
+    assert "run succeeded after 2 attempt(s)" in out, out[-6000:]
+    assert re.search(r"worker:1: its warm standby could not be promoted \(the Docker engine at \S+ refused the "
+                     r"promotion: .+\); starting it cold", out), out[-6000:]
+    assert not [e for e in _events(spec) if e["event"] == "standby_promoted"]
+    starts = {e["task"]: e["container"] for e in _events(spec) if e["event"] == "start" and e["attempt"] == 1}
+    assert starts == {k: f"tfcluster-dk-{run}-{k.replace(':', '-')}" for k in ("worker:0", "worker:1")}, starts
+    for key in ("worker:0", "worker:1"):
+        assert "tfcluster-standby promoted" not in _log(spec, key)
+        assert re.search(rf"^worker: {key} strategy=multi_worker_mirrored loop=fit restart=1 ", _log(spec, key), re.M)
+    assert leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_a_failed_run_leaves_no_standby(tmp_path, docker_engine, worker_image):
+    # 137 made permanent: the kill fails the run while both standbys wait.
+    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    spec.write_text(spec.read_text().replace("restart: {max_restarts: 1}",
+                                             "restart: {max_restarts: 1, permanent_exit_codes: [137]}"))
+    proc = launch_up(spec)
+    try:
+        _wait_standbys(spec, docker_engine, proc)
+        _kill_container(docker_engine, f"tfcluster-dk-{latest_run_dir(spec).name}-worker-1")
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        reap(proc)
+    assert proc.returncode == 1, out[-4000:]
+    assert "worker:1 failed: killed by SIGKILL (exit 137)" in out, out[-4000:]
+    assert not [e for e in _events(spec) if e["event"] == "standby_promoted"]
+    assert leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_ctrl_c_leaves_no_standby(tmp_path, docker_engine, worker_image):
+    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    proc = launch_up(spec)
+    try:
+        _wait_standbys(spec, docker_engine, proc)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        reap(proc)
+    assert proc.returncode == 130, out[-4000:]
+    assert leftovers(docker_engine, "dk") == ([], [])
+
+
+def test_down_of_a_detached_run_removes_its_standbys(tmp_path, docker_engine, worker_image):
+    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    try:
+        res = tfcluster_at_repo("up", str(spec), "--detach", timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        _wait_standbys(spec, docker_engine)
+        down = tfcluster_at_repo("down", str(spec), timeout=180)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert leftovers(docker_engine, "dk") == ([], [])
+    finally:
+        tfcluster_at_repo("down", str(spec), timeout=180)
