@@ -159,6 +159,12 @@ class Backend(abc.ABC):
         return []
 
     @classmethod
+    def standby_off(cls, spec: "Spec") -> Optional[str]:
+        """Why this spec's run keeps no warm standby though the backend can keep them (a few words
+        ``plan`` shows after "off: "), or None (the default: it may)."""
+        return None
+
+    @classmethod
     def place(cls, spec: "Spec") -> Placement:
         """Pure: the host and dial address of every task (``plan.task_keys(spec)``), from the spec
         alone. A backend whose nodes are known only after allocating returns placeholders with

@@ -88,7 +88,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
         self.standby_on, self.standby_why = standby_decision(
             restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
-            elastic=self.members.elastic)
+            elastic=self.members.elastic,
+            refused=backend.standby_off(spec) if spec is not None and backend.capabilities.warm_standby else None)
         self.standby_after_ready = STANDBY_AFTER_READY
         self._standby_due: Optional[float] = None  # when this attempt's standbys start at the latest
         self._standby_checked = 0.0

@@ -48,16 +48,20 @@ def is_reference_worker(argv: Sequence[str]) -> bool:
 
 
 def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, backend: str,
-           elastic: bool = False) -> tuple[bool, str]:
+           elastic: bool = False, refused: Optional[str] = None) -> tuple[bool, str]:
     """Whether the run keeps warm standbys, and why, in words ``plan`` shows. ``auto`` (the
     default) turns it on where it is safe: a backend that can, a run that may restart (or move
     tasks: elastic), and an entrypoint known to honour TFCLUSTER_STANDBY (a script that does not
-    would start training as a standby)."""
+    would start training as a standby). ``refused``: why this backend keeps none for this spec
+    (``Backend.standby_off``)."""
     value = restart.warm_standby
     if value is False:
         return False, "off (restart.warm_standby: false)"
     if not capable:
         return False, (f"off: backend {backend} keeps no standby; every restart starts cold"
+                       + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
+    if refused:
+        return False, (f"off on backend {backend}: {refused}"
                        + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if restart.max_restarts == 0 and not elastic:
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
@@ -78,7 +82,8 @@ def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
 
     cls = backend_class(spec.backend)
     _, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
-                    elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)))
+                    elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)),
+                    refused=cls.standby_off(spec) if cls.capabilities.warm_standby else None)
     return f"warm standby: {why}"
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Mapping, Optional
 
 from launcher.contract.progress import parse
 from tests.support.cli import ROOT, start_tfcluster, tfcluster
@@ -35,8 +36,8 @@ def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
     return tfcluster("up", path, timeout=timeout)
 
 
-def start(path: Path) -> subprocess.Popen:
-    return start_tfcluster("up", path)
+def start(path: Path, env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
+    return start_tfcluster("up", path, env=env)
 
 
 def run_dir(path: Path) -> Path:
@@ -69,11 +70,12 @@ def last_step_of_first_attempt(text: str, task: str = "worker:0") -> int:
     return max((int(s["global_step"]) for s in progress(text[:end], "step", task)), default=0)
 
 
-def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT) -> tuple[int, str]:
-    """Run ``tfcluster up spec``; for each (pattern, action) wait for a matching output line,
-    then call ``action(proc)``. Returns (exit code, all output). Whatever happens, the
-    launcher's process group does not outlive the call."""
-    proc = start(spec)
+def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT,
+                env: Optional[Mapping[str, str]] = None) -> tuple[int, str]:
+    """Run ``tfcluster up spec`` (``env`` added to its environment: a lab's); for each
+    (pattern, action) wait for a matching output line, then call ``action(proc)``. Returns
+    (exit code, all output). Whatever happens, the launcher's process group does not outlive the call."""
+    proc = start(spec, env)
     seen: list[str] = []
     try:
         for pattern, action in steps:

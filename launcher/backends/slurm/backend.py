@@ -5,7 +5,8 @@
   node sees the workdir and the state dir (shared.py), then place the tasks on its nodes in
   Slurm's order at each node's ``NodeAddr``;
 * start: ``srun --jobid=JOB --nodelist=NODE --overlap`` per task, under taskwrap (so the step
-  is stopped if this launcher dies); a restart is a new step in the same allocation. GPU tasks'
+  is stopped if this launcher dies); a restart is a new step in the same allocation, or the
+  warm standby's step promoted (standby.py). GPU tasks'
   steps ask Slurm for their GPUs instead (``--exact --gpus-per-task=N``, gpus.py): Slurm picks
   them, binds them and sets CUDA_VISIBLE_DEVICES; the job holds the GPUs its nodes need
   (``sbatch --gres=gpu:K``);
@@ -20,7 +21,8 @@ code, 128+N for signal N), as on every other backend.
 
 Beside this module: step.py (a task's srun command line and its handle), alloc.py (the holding
 job), cli.py (Slurm's commands and their output), gpus.py (GPUs per node and per step),
-shared.py (every node sees the workdir and the state dir), options.py (the ``slurm:`` block).
+shared.py (every node sees the workdir and the state dir), standby.py (warm standby),
+options.py (the ``slurm:`` block).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from launcher.backends.slurm import alloc
 from launcher.backends.slurm import gpus
 from launcher.backends.slurm import cli
 from launcher.backends.slurm import shared
+from launcher.backends.slurm import standby
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from launcher.backends.slurm.step import SlurmStep
 from launcher.backends.slurm.step import srun_argv as step_argv
@@ -60,8 +63,9 @@ class SlurmBackend(Backend):
     options_key = "slurm"
     Options = SlurmOptions
     # Nodes are known only once the job runs; the launcher dials the nodes' addresses for the
-    # startup watchdog; ports are not checked before (the nodes are not known then).
-    capabilities = Capabilities(port_probe=True, static_placement=False)
+    # startup watchdog; ports are not checked before (the nodes are not known then). A warm
+    # standby is one more step on its task's node (standby.py).
+    capabilities = Capabilities(warm_standby=True, port_probe=True, static_placement=False)
     detach_note = ("the supervisor and its srun steps run on this machine: keep it on; if it stops, the steps "
                    "stop and the allocation stays until `tfcluster down` or slurm.time")
 
@@ -75,6 +79,17 @@ class SlurmBackend(Backend):
         slots = alloc.placement(keys, names, {n: n for n in names}, o.tasks_per_node)
         return Placement({k: Slot(*v) for k, v in slots.items()}, placeholder=True,
                          note="slurm assigns the nodes when the job starts")
+
+    @classmethod
+    def standby_off(cls, spec: Spec) -> Optional[str]:
+        return standby.refusal(spec)
+
+    def _standby_off_now(self, spec: Spec) -> Optional[str]:
+        """Once the job runs, from the steps' GPUs as the partition has them (none: no reason)."""
+        if self.job_id is None:
+            return standby.refusal(spec)
+        own = {k: self.placed[k] for k, st in self._steps.items() if st.exclusive and k in self.placed}
+        return standby.dividing(own, self.opts.tasks_per_node)
 
     @classmethod
     def check_spec(cls, spec: Spec) -> list[tuple[tuple, str]]:
@@ -102,6 +117,8 @@ class SlurmBackend(Backend):
         self._partition = ""
         self._gpus_per_node = 0  # what the job asks each node for (preflight decides)
         self._steps: dict[str, gpus.Step] = {}  # task key -> its GPU part of the step, once allocated
+        self.placed: dict[str, str] = {}  # task key -> its node, once allocated
+        self.standby_off = self._standby_off_now  # type: ignore[method-assign]  # the run's: its steps known
 
     # -------------------------------------------------------------- GPUs
 
@@ -194,6 +211,7 @@ class SlurmBackend(Backend):
         nodes = alloc.wait_running(self.job_id, self.opts.queue_timeout, self.console.info)
         addresses = cli.node_addresses(nodes)
         slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)
+        self.placed = {k: v[0] for k, v in slots.items()}
         if any(t != 0 for t in self._takes(keys).values()):
             self._steps = gpus.steps(self._takes(keys), {k: v[0] for k, v in slots.items()}, self._gpus_per_node,
                                      cli.job_cpus(self.job_id) // max(1, len(nodes)))
@@ -270,24 +288,44 @@ class SlurmBackend(Backend):
         if step.exclusive and envnames.THREADS in env:
             env[envnames.THREADS] = "0/1"
 
-    def srun_argv(self, task: PlannedTask, step_name: str) -> list[str]:
+    def srun_argv(self, task: PlannedTask, step_name: str, standby: bool = False) -> list[str]:
         assert self.job_id is not None, "start before allocate"
         return step_argv(self.job_id, task, step_name, self._steps.get(task.key, gpus.Step()), self.workdir,
-                         self.opts.srun)
+                         self.opts.srun, standby=standby)
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SlurmStep:
         with self._lock:
             self._launches += 1
             step_name = f"{task.slug}.{self._launches}"
+        promotion = None
+        is_standby = env.get(envnames.STANDBY) == "1"
+        if is_standby:  # a warm standby: its own step, --overlap, and its promotion file (standby.py)
+            env, promotion = standby.prepare(self._steps.get(task.key, gpus.Step()), self._gpus_per_node, env,
+                                             self.record.dir if self.record is not None else None, step_name)
         argv = [sys.executable, str(taskwrap_path()), "--grace", f"{self.stop_grace:g}", "--",
-                *self.srun_argv(task, step_name)]
+                *self.srun_argv(task, step_name, standby=is_standby)]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=self.workdir, env=self.task_env(task, env), start_new_session=True,
                                 close_fds=True)
         handle = SlurmStep(task, proc, on_line, self.job_id or "", step_name, task.host, self._step_gpus)
+        handle.promotion = promotion
         with self._lock:
             self._handles.append(handle)
         return handle
+
+    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
+        """The environment a cold start of ``task`` would add to the Slurm client's (the plan's
+        task env, its GPU settings, the run/state dirs, ``env``) into the standby's promotion
+        file, then SIGUSR1 to its srun, which forwards it to the step (standby.py)."""
+        assert isinstance(handle, SlurmStep)
+        client = cli.client_env()
+        overlay = {k: v for k, v in self.task_env(task, env).items() if client.get(k) != v}
+        with self._lock:  # the task's earlier steps (the attempt just stopped): gone from its node first
+            earlier = {h.step_name for h in self._handles if h.key == task.key and h is not handle
+                       and h.proc.poll() is not None}
+        if self.job_id:
+            standby.wait_gone(self.job_id, earlier)
+        standby.promote(handle, getattr(handle, "promotion", None), overlay)
 
     def _step_gpus(self, key: str, ids: list) -> None:
         """The GPUs Slurm gave a task's step, as its node numbers them: a task_gpus event (status)."""

@@ -97,11 +97,15 @@ class SlurmStep(ChildTask):
 
 
 def srun_argv(job_id: str, task: PlannedTask, step_name: str, step: gpus.Step, workdir: Path,
-              srun: Sequence[str]) -> list[str]:
+              srun: Sequence[str], standby: bool = False) -> list[str]:
     """The step of ``task`` on its node in job ``job_id``: ``--overlap`` unless its GPU part asks
     for CPUs of its own (``--exact``), named ``step_name`` (unique in the run), the spec's
-    slurm.srun options, then STEP_SHELL and the task's command."""
-    overlap = [] if "--overlap" in step.srun or "--exact" in step.srun else ["--overlap"]
+    slurm.srun options, then STEP_SHELL and the task's command. A warm standby's step is
+    ``--overlap`` always: it is made while its task's step holds the CPUs and GPUs it asks for
+    (an ``--exact`` step would wait for them), and Slurm gives an overlapping step the GPUs it
+    asks for among the job's on the node (launcher/backends/slurm/standby.py)."""
+    mine = "--overlap" in step.srun or ("--exact" in step.srun and not standby)
+    overlap = [] if mine else ["--overlap"]
     return ["srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={task.host}",
             *overlap, *step.srun, "--input=none", "--kill-on-bad-exit=1", f"--job-name={step_name}",
             "--export=ALL", f"--chdir={workdir}", *srun,

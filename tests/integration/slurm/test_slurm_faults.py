@@ -12,6 +12,7 @@ import signal
 
 import pytest
 
+from tests.support.processes import pids_with_env
 from tests.support.tfrun import progress, wait_line
 from tests.support.waits import wait_for
 
@@ -45,9 +46,11 @@ def _events(spec) -> list[dict]:
 
 
 def _worker_pid(lab, node: str) -> int:
-    """The training process (``python -m worker``) on ``node``: found in the node's namespace."""
+    """The training process (``python -m worker``) on ``node``: found in the node's namespace, not
+    the warm standby beside it (started with TFCLUSTER_STANDBY=1)."""
     def find():
-        return [p for p in lab.node_pids(node) if "-m worker" in _cmdline(p)]
+        standbys = set(pids_with_env("TFCLUSTER_STANDBY", "1"))
+        return [p for p in lab.node_pids(node) if "-m worker" in _cmdline(p) and p not in standbys]
     (pid,) = wait_for(find, 30, what=f"the worker process on {node}")
     return pid
 

@@ -40,9 +40,20 @@ def test_auto_leaves_it_off_and_says_why(restart, commands, capable, elastic, of
 def test_true_trusts_the_entrypoint_and_elastic_runs_move_tasks_without_restarts():
     assert decide(Restart(max_restarts=1, warm_standby=True), [["python", "train.py"]], True, "local")[0]
     assert decide(Restart(max_restarts=0), [WORKER], True, "ssh", elastic=True)[0]
-    on, why = decide(Restart(max_restarts=1, warm_standby=True), [WORKER], False, "slurm")
-    assert not on and why == ("off: backend slurm keeps no standby; every restart starts cold "
+    on, why = decide(Restart(max_restarts=1, warm_standby=True), [WORKER], False, "queue")
+    assert not on and why == ("off: backend queue keeps no standby; every restart starts cold "
                               "(restart.warm_standby: true has no effect here)")
+
+
+def test_a_backend_that_can_may_refuse_a_spec_and_says_why():
+    """``Backend.standby_off`` (slurm: GPU tasks dividing a node's GPUs) wins over auto and true."""
+    why = "GPU tasks worker:0 and worker:1 divide their node's GPUs"
+    assert decide(Restart(max_restarts=2), [WORKER], True, "slurm", refused=why) == (False, f"off on backend slurm: {why}")
+    on, said = decide(Restart(max_restarts=2, warm_standby=True), [WORKER], True, "slurm", refused=why)
+    assert not on and said.endswith("(restart.warm_standby: true has no effect here)")
+    assert decide(Restart(max_restarts=2, warm_standby=False), [WORKER], True, "slurm", refused=why)[1] == \
+        "off (restart.warm_standby: false)"
+    assert decide(Restart(max_restarts=2), [WORKER], True, "slurm", refused=None)[0]
 
 
 def test_plan_says_whether_standby_is_on(tmp_path):
@@ -62,4 +73,6 @@ def test_plan_says_whether_standby_is_on(tmp_path):
     assert lines["own"].startswith("warm standby: off: the entrypoint (python train.py) is not tfcluster's worker")
     # docker keeps its standbys in containers of their own (launcher/backends/docker/standby.py)
     assert lines["docker"].startswith("warm standby: on (auto: tfcluster's worker)")
-    assert lines["slurm"] == "warm standby: off: backend slurm keeps no standby; every restart starts cold"
+    # slurm keeps one more job step per task (launcher/backends/slurm/standby.py); off only where GPU
+    # tasks divide a node's GPUs (tests/unit/backends/slurm/test_slurm_standby.py)
+    assert lines["slurm"].startswith("warm standby: on (auto: tfcluster's worker)")

@@ -1,0 +1,118 @@
+"""Warm standby on ``backend: slurm`` (launcher/backends/slurm/standby.py) on the real Slurm lab: the
+next attempt's processes are job steps of the run's allocation on their tasks' nodes, promoted by
+their promotion file (in the run's record dir, which the nodes see) and ``scancel --signal=USR1``;
+no standby step outlives the run, however it ends."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import signal
+
+import pytest
+
+from tests.support.cli import ROOT
+from tests.support.processes import task_pids
+from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
+from tests.support.tfrun import progress, run_and_act
+
+from .conftest import PY, tfcluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+READY = r"^\[worker:\d\] \(standby\) tfcluster-standby ready"
+SCRIPT = str(ROOT / "tests" / "support" / "standby_task.py")
+
+
+def _events(spec) -> list[dict]:
+    return [json.loads(line) for line in (latest_run(spec) / "events.jsonl").read_text().splitlines()]
+
+
+def _kill_task_on(lab, spec, key: str, node: str, sig: int):
+    """An action killing ``key``'s running process (not its standby, not the local srun) on ``node``."""
+    def act(_proc):
+        ours = set(task_pids(latest_run(spec).name, key)) & set(lab.node_pids(node))
+        assert len(ours) == 1, (ours, lab.node_cmdlines(node))
+        os.kill(ours.pop(), sig)
+    return act
+
+
+@pytest.mark.tf
+@pytest.mark.timeout(500)
+def test_a_killed_worker_restarts_the_group_from_promoted_standbys_with_their_gpus(lab, make_spec, tfds_dir):
+    """2-worker MWMS, tfcluster's worker: once attempt 0 trains, each node gets worker's next
+    process as one more step (``--overlap``: the lab's nodes have 2 GPUs, each worker's step holds
+    both, and the standby's step is given the same two). worker:1 SIGKILLed on n2 once both wait:
+    the restart promotes both standbys (their promotion files written, read and removed by the
+    workers), TFCLUSTER_RESTART_COUNT=1 reaches them, they resume from the backup and finish."""
+    # 200 steps of 0.3 s at least: time for two standbys to import TensorFlow beside the training.
+    spec = make_spec(["python", "-m", "worker", "--epochs", "2", "--steps-per-epoch", "100", "--step-delay", "0.3",
+                      "--save-freq", "5", "--progress-every", "5"], env=tf_env(tfds_dir), restart={"max_restarts": 2})
+    plan = tfcluster(lab, "plan", str(spec))
+    assert "warm standby: on (auto: tfcluster's worker)" in plan.stdout, plan.stdout + plan.stderr
+    code, out = run_and_act(spec, [(READY, lambda p: None),
+                                   (READY, _kill_task_on(lab, spec, "worker:1", "n2", signal.SIGKILL))],
+                            timeout=400, env=lab.env())
+    assert code == 0, out[-5000:]
+    assert "worker:1 failed: killed by SIGKILL (exit 137)" in out, out[-4000:]
+    assert "restarting the whole group (restart 1 of 2)" in out
+    ev = _events(spec)
+    job = job_id(spec)
+    promoted = {e["task"]: e for e in ev if e["event"] == "standby_promoted"}
+    assert sorted(promoted) == ["worker:0", "worker:1"], [e for e in ev if "standby" in e["event"]]
+    assert {k: (e["node"], e["slurm_job"]) for k, e in promoted.items()} == {"worker:0": ("n1", job),
+                                                                           "worker:1": ("n2", job)}
+    starts = [e for e in ev if e["event"] == "start"]
+    # Attempt 1 started no new step: its tasks are the standbys' steps.
+    assert {e["task"]: e["slurm_step"] for e in starts if e["attempt"] == 1} == \
+        {k: e["slurm_step"] for k, e in promoted.items()}, starts
+    assert not {e["slurm_step"] for e in promoted.values()} & {e["slurm_step"] for e in starts if e["attempt"] == 0}
+    for key in ("worker:0", "worker:1"):
+        assert f"[{key}] tfcluster-standby promoted" in out, out[-4000:]
+        assert re.search(rf"^\[{key}\] worker: {key} strategy=\S+ loop=\S+ restart=1 ", out, re.M), out[-4000:]
+        # The standby's step got the GPUs its task's step had (a node's both): the lab's indices.
+        gpus = [e["gpus"] for e in ev if e["event"] == "task_gpus" and e["task"] == key]
+        assert gpus[:2] == [[0, 1], [0, 1]], gpus
+    assert "standby promotion file" not in out  # each read its file
+    assert not list((latest_run(spec) / "standby").glob("*.json"))  # and removed it
+    first, resumed = progress(out, "start")
+    assert first["global_step"] == "0" and int(resumed["global_step"]) >= 5, resumed  # from the backup
+    (result,) = progress(out, "result")
+    assert 0.1 <= float(result["accuracy"]) <= 1.0
+    # Attempt 1's own standbys (for a restart 2) waited and were stopped with the run.
+    assert [e for e in ev if e["event"] == "standby_stopped"], [e["event"] for e in ev]
+    assert_clean(lab, spec)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how", ["success", "failure", "ctrl-c", "down"])
+def test_no_standby_step_outlives_the_run(lab, make_spec, how):
+    """Standbys (an entrypoint of one's own that follows the protocol: tests/support/standby_task.py,
+    which fails without its promotion file) wait on both nodes when the run ends: success (worker:1
+    SIGKILLed, both standbys promoted, the next attempt's stopped at the end), a permanent failure,
+    Ctrl-C, and ``tfcluster down`` after the launcher was SIGKILLed. Then no step of the job is
+    left and no process on any node."""
+    spec = make_spec([PY, SCRIPT, "ack"], devices={"gpus": 0},
+                     restart={"max_restarts": 2, "warm_standby": True, "permanent_exit_codes": [143]})
+    act = {"success": _kill_task_on(lab, spec, "worker:1", "n2", signal.SIGKILL),
+           "failure": _kill_task_on(lab, spec, "worker:1", "n2", signal.SIGTERM),
+           "ctrl-c": lambda p: p.send_signal(signal.SIGINT), "down": lambda p: p.kill()}[how]
+    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, act)], timeout=150, env=lab.env())
+    assert code == {"success": 0, "failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
+    ev = _events(spec)
+    started = [e for e in ev if e["event"] == "standby_start"]
+    assert started and started[0]["hosts"] == ["n1", "n2"], started
+    job = job_id(spec)
+    if how == "down":
+        assert job in lab.jobs()  # the launcher died: its job and the steps are left for down
+        res = tfcluster(lab, "down", str(spec), timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"cancelled slurm job {job}" in res.stdout + res.stderr
+    else:
+        assert "standby_stopped" in [e["event"] for e in ev], [e["event"] for e in ev]
+    if how == "success":
+        assert sorted(e["task"] for e in ev if e["event"] == "standby_promoted") == ["worker:0", "worker:1"]
+        assert re.search(r"^\[worker:1\] standby-task key=worker:1 attempt=1 pid=\d+ ", out, re.M), out
+    assert_clean(lab, spec)
+    assert not lab.run("squeue", "-h", "-s", "-j", job, check=False).stdout.strip()
