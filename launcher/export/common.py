@@ -97,8 +97,9 @@ def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
                                   "and assigns the port layout itself; remove the per-task ports"))
     restart = spec.restart
     if restart.warm_standby is True:  # auto (the default) is simply off there
-        problems.append(where(("restart", "warm_standby"), f"pre-started standby processes are a local and ssh "
-                              f"backend feature; {engine} cannot express them; set it to false or auto"))
+        problems.append(where(("restart", "warm_standby"), "pre-started standby processes are a feature of "
+                              f"tfcluster's own supervisor (every backend); {engine} cannot express them; "
+                              "set it to false or auto"))
     if target == "tfjob" and restart.max_restarts and restart.permanent_exit_codes not in (DEFAULT_PERMANENT, ()):
         problems.append(where(("restart", "permanent_exit_codes"), "a TFJob's ExitCode policy fixes 1-127 as "
                               "permanent and 128-255 as retried; drop the key (that default) or set [] (retry "
