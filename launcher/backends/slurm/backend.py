@@ -84,6 +84,9 @@ class SlurmBackend(Backend):
     def standby_off(cls, spec: Spec) -> Optional[str]:
         return standby.refusal(spec)
 
+    def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
+        return standby.free_memory(self.job_id, sorted(hosts))
+
     def _standby_off_now(self, spec: Spec) -> Optional[str]:
         """Once the job runs, from the steps' GPUs as the partition has them (none: no reason)."""
         if self.job_id is None:

@@ -136,3 +136,38 @@ def promote(handle: "SlurmStep", path: Optional[Path], env: Mapping[str, str]) -
     except (ProcessLookupError, PermissionError) as exc:
         raise LaunchError(f"slurm: cannot signal the srun of {key}'s standby (pid {handle.proc.pid}): "
                           f"{exc.strerror}") from None
+
+
+MEMORY_STEP = "tfcluster-free-memory"
+# One line per node: its name and /proc/meminfo's MemAvailable line.
+_MEMORY_SCRIPT = 'echo "$SLURMD_NODENAME $(grep MemAvailable: /proc/meminfo)"'
+
+
+def memory_argv(job_id: str, nodes: "list[str]") -> "list[str]":
+    """One step over ``nodes`` (``--overlap``, as shared.py's check) that says each node's MemAvailable."""
+    n = len(nodes)
+    return ["srun", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--overlap", "--input=none", "--chdir=/", f"--job-name={MEMORY_STEP}",
+            "/bin/sh", "-c", _MEMORY_SCRIPT]
+
+
+def parse_memory(stdout: str, nodes: "list[str]") -> dict[str, int]:
+    """Bytes available per node from the step's output (pure); a node that said nothing usable is left out."""
+    out: dict[str, int] = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] in nodes and parts[1] == "MemAvailable:" and parts[2].isdigit():
+            out[parts[0]] = int(parts[2]) * 1024
+    return out
+
+
+def free_memory(job_id: Optional[str], nodes: "list[str]", timeout: float = 20.0) -> dict[str, int]:
+    """MemAvailable of each node, read on the node itself (Slurm's FreeMem counts the page cache
+    as used); {} before the job runs or when the step fails: memory unknown keeps the standby."""
+    if job_id is None or not nodes:
+        return {}
+    try:
+        proc = cli.run(memory_argv(job_id, nodes), timeout=timeout)
+    except LaunchError:
+        return {}
+    return parse_memory(proc.stdout, nodes)

@@ -117,3 +117,21 @@ def test_the_promotion_file_is_whole_and_private(tmp_path):
     assert json.loads(path.read_text()) == {"TF_CONFIG": "{}", "TFCLUSTER_RESTART_COUNT": "1"}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert [p.name for p in path.parent.iterdir()] == ["worker-0.3.json"]  # no temporary left
+
+
+def test_free_memory_is_each_nodes_memavailable_read_on_the_node_in_one_step():
+    from launcher.backends.slurm.standby import MEMORY_STEP, memory_argv, parse_memory
+
+    argv = memory_argv("42", ["n1", "n2"])
+    assert argv[:7] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2",
+                        "--overlap"] and f"--job-name={MEMORY_STEP}" in argv
+    out = "n2 MemAvailable:   2048 kB\nn1 MemAvailable: 1024 kB\nn9 MemAvailable: 1 kB\nn1\ngarbage \x1b[31m\n"
+    # kB -> bytes; a node not asked about, a node that said nothing usable, garbage: left out.
+    assert parse_memory(out, ["n1", "n2", "n3"]) == {"n1": 1024 * 1024, "n2": 2048 * 1024}
+    assert parse_memory("n1 MemAvailable: lots kB\n", ["n1"]) == {}
+
+
+def test_free_memory_before_the_job_runs_is_unknown_which_keeps_the_standby():
+    from launcher.backends.slurm.standby import free_memory
+
+    assert free_memory(None, ["n1"]) == {} and free_memory("42", []) == {}
