@@ -161,7 +161,7 @@ def parse_memory(stdout: str, nodes: "list[str]") -> dict[str, int]:
     return out
 
 
-def free_memory(job_id: Optional[str], nodes: "list[str]", timeout: float = 20.0) -> dict[str, int]:
+def free_memory(job_id: Optional[str], nodes: "list[str]", timeout: float = 10.0) -> dict[str, int]:
     """MemAvailable of each node, read on the node itself (Slurm's FreeMem counts the page cache
     as used); {} before the job runs or when the step fails: memory unknown keeps the standby."""
     if job_id is None or not nodes:
