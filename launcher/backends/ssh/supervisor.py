@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 _IDLE = 0.05
 
 
+# tfcluster's CLI on the supervisor host, run in the tasks' workdir (relative paths in the spec
+# mean what they mean for the tasks) but never from it: ``python -m launcher`` would put the
+# workdir first on sys.path and run a user's own ``launcher.py`` or ``launcher/`` instead
+# (launcher/app/detach.py's supervisor_argv does the same here).
+_MAIN = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+         "from launcher.cli.main import main_entry; main_entry()")
+
 class RemoteSupervisor:
     def __init__(self, loaded: LoadedSpec, console: Console, pool: "HostPool") -> None:
         self.loaded = loaded
@@ -51,7 +58,7 @@ class RemoteSupervisor:
             raise LaunchError(f"{problems[self.host]} (ssh.supervisor)")
         code, out = self.pool.run_on(self.host, self._cli_command(["--version"]), None, 60)
         if code != 0 or not out.startswith("tfcluster "):
-            raise LaunchError(f"host {self.host} (ssh.supervisor): `{self.opts.python} -m launcher` does not run there "
+            raise LaunchError(f"host {self.host} (ssh.supervisor): tfcluster does not run there with {self.opts.python} "
                               f"({out.strip().splitlines()[-1][:160] if out.strip() else f'exit {code}'}); install "
                               f"tfcluster for ssh.python on {self.host}, or remove ssh.supervisor")
         if upload:
@@ -71,7 +78,7 @@ class RemoteSupervisor:
         return header + yaml.safe_dump(data, sort_keys=False)
 
     def _cli_command(self, args: Sequence[str]) -> str:
-        return f"cd {q(self.workdir)} && exec {q(self.opts.python)} -m launcher " + " ".join(args)
+        return f"cd {q(self.workdir)} && exec {q(self.opts.python)} -c {q(_MAIN)} " + " ".join(args)
 
     # -------------------------------------------------------------- running
 

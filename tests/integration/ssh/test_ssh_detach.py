@@ -110,9 +110,28 @@ def test_supervisor_host_must_be_a_host_and_have_tfcluster(lab, make_spec):
     spec = make_spec([PY, "-c", TRAINER, "1"], hosts=["h1", "h2"], ssh={"supervisor": "h1", "python": "/bin/false"})
     res = tfcluster("up", str(spec), "--detach", timeout=120)
     assert res.returncode == 1
-    assert res.stderr.startswith("tfcluster: error: host h1 (ssh.supervisor): `/bin/false -m launcher` does not run "
-                                 "there"), res.stderr
+    assert res.stderr.startswith("tfcluster: error: host h1 (ssh.supervisor): tfcluster does not run there with "
+                                 "/bin/false"), res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_launcher_of_the_users_in_the_workdir_does_not_replace_the_remote_supervisor(lab, make_spec, tmp_path):
+    """The supervisor host runs tfcluster in the tasks' workdir: a ``launcher/`` package of the
+    user's there (a common name) must not run instead (``python -m launcher`` would import it)."""
+    work = tmp_path / "userwork"
+    (work / "launcher").mkdir(parents=True)
+    (work / "launcher" / "__init__.py").write_text("raise SystemExit('the user launcher ran')\n")
+    spec = make_spec([PY, "-c", TRAINER, "1"], hosts=["h1", "h2"], ssh={"supervisor": "h1", "workdir": str(work)})
+    try:
+        res = tfcluster("up", str(spec), "--detach", timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "the user launcher ran" not in res.stdout + res.stderr
+        follow = tfcluster("logs", str(spec), "-f", timeout=120)
+        assert follow.returncode == 0 and "the user launcher ran" not in follow.stdout + follow.stderr, follow.stderr
+        st = tfcluster("status", str(spec))
+        assert st.returncode == 0 and "(sshtest, ssh): succeeded" in st.stdout, st.stdout
+    finally:
+        tfcluster("down", str(spec), timeout=120)
 
 
 def test_sigkilled_remote_supervisor_tasks_stop_by_lease_status_says_lost(lab, make_spec):
