@@ -2,7 +2,7 @@
 launcher itself (it imports at most their constants).
 
 * taskwrap.py, the per-task wrapper: every backend runs it (local and slurm as a file here, ssh
-  uploads it, the docker image runs it as ``python -m launcher.remote.taskwrap``, its
+  uploads it, the docker image runs its copy in /usr/local/lib/tfcluster/, its
   tfcluster.lifeline label);
 * agent.py, boot.py, statesync.py: helpers the ssh backend sends to hosts (uploaded, or passed to
   ``python -c``);
