@@ -121,6 +121,7 @@ class WarmStandby:
         self._waiting: dict[str, list[_Standby]] = {}  # task key -> its standbys (its host's, spares')
         self._promoted: dict[str, _Standby] = {}  # promoted, not yet heard saying so
         self._short_said: set[str] = set()
+        self._free: dict[str, int] = {}  # host -> bytes available, as the last start found them
 
     def start(self, number: int, tasks: Sequence[PlannedTask], env: dict[str, str],
               spares: Sequence[tuple[str, str]] = ()) -> None:
@@ -164,6 +165,9 @@ class WarmStandby:
             own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
             self.record.event(Event.STANDBY_START, attempt=number, pids=own,
                               hosts=sorted({s.task.host for s in started}),
+                              # what each host said it had (Backend.free_memory), when it could
+                              **({"available_mb": {h: n // 2**20 for h, n in sorted(self._free.items())}}
+                                 if self._free else {}),
                               **({"spares": sorted({s.task.host for s in started} & set(dict(spares)))}
                                  if spares else {}))
 
@@ -175,6 +179,7 @@ class WarmStandby:
             free = self.backend.free_memory(sorted(per_host))
         except Exception:  # noqa: BLE001 - memory unknown: not a reason to fail the run
             free = {}
+        self._free = dict(free)
         short = {h for h, n in per_host.items() if h in free and free[h] < n * STANDBY_BYTES + RESERVE_BYTES}
         for host in sorted(short - self._short_said):
             self._short_said.add(host)

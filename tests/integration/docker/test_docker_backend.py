@@ -210,6 +210,22 @@ def test_trivial_entrypoint_env_mounts_and_cleanup(tmp_path, docker_engine, work
     assert leftovers(docker_engine, "dk") == ([], [])
 
 
+def test_a_launcher_of_the_users_in_the_working_dir_does_not_replace_the_wrapper(tmp_path, docker_engine,
+                                                                                 worker_image):
+    """The user's code in the container's working directory (here mounted over the image's
+    /home/tfcluster) has a ``launcher/`` package, a common name: the lifeline wrapper, run as a
+    file, is still tfcluster's (``python -m launcher.remote.taskwrap`` would import the user's)."""
+    code_dir = tmp_path / "code"
+    (code_dir / "launcher").mkdir(parents=True)
+    (code_dir / "launcher" / "__init__.py").write_text("raise SystemExit('the user launcher ran')\n")
+    spec = docker_spec(tmp_path, docker_engine.url, "python -c \"print('task ran', flush=True)\"",
+                       extra=f"  volumes: ['{code_dir}:/home/tfcluster:ro']\n")
+    code, out = _run(spec, timeout=180)
+    assert code == 0 and "the user launcher ran" not in out, out
+    assert out.count("task ran") >= 2, out
+    assert leftovers(docker_engine, "dk") == ([], [])
+
+
 def test_failing_task_is_reported_and_cleaned_up(tmp_path, docker_engine, worker_image):
     script = "import os, sys; print('boom', flush=True); sys.exit(3 if os.environ['TFCLUSTER_TASK'] == 'worker:1' else 0)"
     spec = docker_spec(tmp_path, docker_engine.url, f"python -c {json.dumps(script)}")

@@ -103,6 +103,12 @@ def test_no_standby_step_outlives_the_run(lab, make_spec, how):
     ev = _events(spec)
     started = [e for e in ev if e["event"] == "standby_start"]
     assert started and started[0]["hosts"] == ["n1", "n2"], started
+    # Each node's MemAvailable, read on the node (one step over the nodes): the lab's nodes share
+    # this machine's memory, so both say what /proc/meminfo says here, give or take.
+    here = int(next(l for l in open("/proc/meminfo") if l.startswith("MemAvailable:")).split()[1]) // 1024
+    available = started[0]["available_mb"]
+    assert sorted(available) == ["n1", "n2"] and all(abs(v - here) < 0.5 * here for v in available.values()), \
+        (available, here)
     job = job_id(spec)
     if how == "down":
         assert job in lab.jobs()  # the launcher died: its job and the steps are left for down
