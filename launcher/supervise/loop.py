@@ -271,6 +271,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         with self._lock:
             self._tails[key] = collections.deque(maxlen=_TAIL_KEPT)
             self._activity[key] = self.clock()
+            self._saving.pop(key, None)  # a new process: its own save marks
+            self._saved.pop(key, None)
         handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)

@@ -183,21 +183,27 @@ class AttemptPhases:
                 attempt.sessions_lost[host] = min(lost, attempt.sessions_lost.get(host, lost))
 
     def _let_survivors_save(self, attempt: Attempt) -> None:
-        """An attempt that failed with a lost session (a host shutting down, preempted, cut
-        off): the tasks still running elsewhere are stopped gracefully, not killed at once. A
-        host's shutdown sends SIGTERM to its tasks as it ends their sessions, and the reference
-        worker's graceful preemption then has every worker save the step they agree on
-        (worker/preemption.py): the survivors take part in that save, so killing them would
-        lose it, and the next attempt would redo the steps since the last periodic backup. They
-        get SIGTERM too (a cut-off host's workers then agree to save all the same), SAVE_LOOK
-        step times (at least SAVE_LOOK_MIN s) to say ``tfcluster-saving``, and a survivor that
-        says it gets until it says ``tfcluster-preempted`` (saved) or exits, up to
-        watchdog.stop_grace; the rest is killed as before (a peer gone without a SIGTERM leaves
-        them blocked in a collective: no save comes). Nothing waits for a saved task's exit:
-        TensorFlow's shutdown can wait seconds for a peer on the host going down."""
-        survivors = [h for h in self._handles.values() if h.poll() is None and h.session_lost is None]
-        if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not any(
-                h.session_lost is not None for h in self._handles.values()):
+        """A failed attempt whose group may be saving: the tasks still running are stopped
+        gracefully, not killed at once. Two ways a save is under way when an attempt fails:
+        a host's shutdown (a Spot preemption) sends SIGTERM to its tasks as it ends their
+        sessions (a lost session), and a task SIGTERMed on its own (the GCE notice's wrapper, a
+        ``kill``) says ``tfcluster-saving`` and exits 143 once saved. Either way the reference
+        worker's graceful preemption has every worker save the step they agree on
+        (worker/preemption.py): the survivors take part in that save, so killing them would lose
+        it, and the next attempt would redo the steps since the last periodic backup. They get
+        SIGTERM too (a cut-off host's workers then agree to save all the same), SAVE_LOOK step
+        times (at least SAVE_LOOK_MIN s) to say ``tfcluster-saving``, and one that says it gets
+        until it says ``tfcluster-preempted`` (saved) or exits, up to watchdog.stop_grace; the
+        rest is killed as before (a peer gone without a SIGTERM leaves them blocked in a
+        collective: no save comes). Nothing waits for a saved task's exit: TensorFlow's
+        shutdown can wait seconds for a peer on the host going down. A task that failed on its
+        own (a crash) gets its peers killed at once: they cannot save without it."""
+        handles = list(self._handles.values())
+        survivors = [h for h in handles if h.poll() is None and h.session_lost is None]
+        with self._lock:
+            agreed = any(h.key in self._saving for h in handles)
+        lost = any(h.session_lost is not None for h in handles)
+        if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
         start = self.clock()
         look = min(self.watchdog.stop_grace, max(SAVE_LOOK_MIN, SAVE_LOOK * self._step_seconds(survivors)))
@@ -214,9 +220,9 @@ class AttemptPhases:
                     running.remove(h)
                     self.record.event(Event.STOPPED, task=h.key, code=code)
             now = self.clock()
-            with self._lock:
-                saving = [h.key for h in running if self._saving.get(h.key, float("-inf")) >= start]
-                unsaved = [k for k in saving if self._saved.get(k, float("-inf")) < start]
+            with self._lock:  # (both are this attempt's: _launch clears a task's marks)
+                saving = [h.key for h in running if h.key in self._saving]
+                unsaved = [k for k in saving if k not in self._saved]
             if not running or (saving and not unsaved) or now - start > (self.watchdog.stop_grace if saving else look):
                 return
             time.sleep(min(self.poll_interval, 0.05))

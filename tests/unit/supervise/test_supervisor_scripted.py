@@ -783,3 +783,19 @@ def test_a_survivor_that_saved_is_not_awaited_until_its_exit(tmp_path):
     assert "[worker:0] tfcluster-preempted" in out or "preempted at epoch 0" in out, out
     # Its polls: up to the saved line, then two for the stop (to stop_grace: about 5 more).
     assert first.polls <= first.saving_at + 2 + 2, (first.polls, first.saving_at)
+
+
+def test_a_task_that_saved_and_exited_143_gets_its_peers_save_awaited_too(tmp_path):
+    """No session lost: worker:1 was SIGTERMed on its own (the GCE notice's wrapper, a kill),
+    said tfcluster-saving and exited 143 once saved. worker:0 takes part in the same save: it is
+    asked (SIGTERM) and awaited, not killed mid-write by the group's stop."""
+    spec = mwms(restarts=1).replace("stop_grace: 0", "stop_grace: 10")
+    backend = ScriptedBackend({("worker:1", 0): Script(code=143, polls=3,
+                                                       say=((2, "tfcluster-saving epoch=0 step=2 global_step=2"),)),
+                               ("worker:0", 0): Script(code=None, term="save", save_polls=2)},
+                              default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    first = backend.handles[0]
+    assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
+    assert "stopping worker:0 (SIGTERM; a save they start within" in out, out
