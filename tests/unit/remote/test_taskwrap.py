@@ -115,12 +115,18 @@ def test_task_stdin_is_devnull_not_the_lifeline():
 
 
 def test_the_docker_image_runs_the_same_wrapper():
-    """The image's tfcluster.lifeline label runs, as a module, the file taskwrap_path() names."""
+    """The image copies the file taskwrap_path() names (and gpuplace.py beside it) out of the
+    installed package and its tfcluster.lifeline label runs that copy as a file (a user's
+    ``launcher/`` in the working directory would replace ``python -m launcher.remote.taskwrap``)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
-    module = ".".join(taskwrap_path().relative_to(root).with_suffix("").parts)
-    assert f'LABEL tfcluster.lifeline="python -m {module}"' in (root / "docker" / "Dockerfile").read_text()
+    text = (root / "docker" / "Dockerfile").read_text()
+    package = ".".join(taskwrap_path().parent.relative_to(root).parts)
+    assert f"import {package} as r" in text
+    assert f'/{taskwrap_path().name} \\\n' in text and "/gpuplace.py \\\n" in text
+    assert 'LABEL tfcluster.lifeline="python /usr/local/lib/tfcluster/taskwrap.py"' in text
+    assert "-m launcher" not in text.split("LABEL tfcluster.lifeline", 1)[1].splitlines()[0]
 
 
 def test_gpu_watch_reports_what_its_task_group_holds_on_its_gpus(tmp_path):
