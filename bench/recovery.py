@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Recovery figures for a 2-worker MWMS run on this machine.
 
-Default (``--backend local`` or ``ssh``, the ssh lab: network namespaces with an sshd each, needs
-root): cold against warm standby, alternated in one run (``--trials`` each): SIGKILL of worker:1
+Default (``--backend local``; ``ssh``: the ssh lab, network namespaces with an sshd each; ``docker``:
+the tests' private dockerd and worker image, tests/labs/docker.py; ``slurm``: the tests' Slurm lab,
+tests/labs/slurm.py, which reads TFCLUSTER_SLURM_SUBNET/PREFIX/PORT; the labs need root): cold against
+warm standby, alternated in one run (``--trials`` each): SIGKILL of worker:1
 once the run trains (and, warm, both standbys said they are ready) -> worker:1's first training
 step after the restore (its own ``tfcluster-first_step`` time), with the standby's resident memory
-(VmRSS of a waiting reference worker) and the load average. Medians at the end.
+(VmRSS of a waiting reference worker: on docker the ``python -m worker`` process inside the standby
+container, read from this machine's /proc; on slurm the standby step's process on its node) and the
+load average. The kill is a task death on that backend: docker, worker:1's container killed
+(SIGKILL, exit 137); slurm, worker:1's process SIGKILLed on its node (not the standby beside it).
+A warm trial counts only if both tasks' standbys were promoted (the output and worker:1's log say
+``tfcluster-standby promoted``); a cold one only if none was. Medians at the end.
 
-    python bench/recovery.py [--backend local|ssh] [--trials 3]
+    python bench/recovery.py [--backend local|ssh|docker|slurm] [--trials 3]
 
 ``--preemption``: the older figures instead:
 
@@ -101,18 +108,149 @@ KILL_AT = 30  # worker:1's global step from which it is killed (warm: once both 
 
 
 def standby_rss(run_id: str) -> list[int]:
-    """VmRSS (bytes) of the run's waiting standbys (a reference worker with TensorFlow imported)."""
+    """VmRSS (bytes) of the run's waiting standbys (a reference worker with TensorFlow imported):
+    the ``python -m worker`` processes started with TFCLUSTER_STANDBY=1 (not taskwrap, tini or a
+    local srun, which may carry the same environment). /proc here sees the docker containers' and
+    the Slurm nodes' processes too (same kernel, own network namespaces)."""
     out = []
     for pid in pids_with_env("TFCLUSTER_STANDBY", "1"):
         try:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        if f"TFCLUSTER_RUN_ID={run_id}".encode() in env and b"taskwrap.py" not in cmd:
+        python = Path(argv[0].decode(errors="replace")).name.startswith("python")
+        if f"TFCLUSTER_RUN_ID={run_id}".encode() in env and python and argv[1:3] == [b"-m", b"worker"]:
             out.extend(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
     return out
+
+
+# docker and slurm: 200 steps (40 s at least), time for both standbys to import TensorFlow beside
+# the training on a loaded machine before the kill (their integration tests train as long).
+LAB_TRAIN = [a if a != "60" else "100" for a in COMPARE_TRAIN]
+
+
+class LocalBackend:
+    """``local``, or ``ssh`` on the ssh lab: worker:1's process SIGKILLed here (or on its host)."""
+
+    name = "local"
+
+    def __init__(self, tmp: Path, ssh: bool = False) -> None:
+        self.lab = None
+        if ssh:
+            from tests.labs.ssh import Lab, have_prereqs
+
+            self.name = "ssh"
+            reason = have_prereqs()
+            if reason:
+                raise SystemExit(f"the ssh lab cannot start: {reason}")
+            self.lab = Lab(tmp / "lab", count=2).start()
+
+    def spec(self, work: Path, warm: bool) -> Path:
+        return compare_spec(work, warm, self.lab)
+
+    def kill(self, run_dir: Path) -> None:
+        os.kill(task_pid(run_dir.name, "worker:1"), signal.SIGKILL)
+
+    def close(self) -> None:
+        if self.lab is not None:
+            self.lab.stop()
+
+
+class DockerBackend:
+    """The docker tests' private engine and worker image (tests/support/docker_warmup.py, as the
+    ``docker_engine`` and ``worker_image`` fixtures start them); the spec is the docker tests' own
+    (tests/support/docker_helpers.py); the kill removes worker:1's container from under the run
+    (SIGKILL to the container: exit 137), as tests/integration/docker/test_docker_standby.py does."""
+
+    name = "docker"
+
+    def __init__(self, tmp: Path) -> None:
+        from tests.support.docker_warmup import docker_prereqs, docker_warmup
+
+        docker_prereqs()
+        self.warmup = docker_warmup()
+        self.engine = self.warmup.engine()
+        self.warmup.images()
+
+    def spec(self, work: Path, warm: bool) -> Path:
+        from tests.support.docker_helpers import docker_spec
+
+        spec = docker_spec(work, self.engine.url, " ".join(["python", *LAB_TRAIN]), name="bench", max_restarts=1)
+        text = spec.read_text()
+        assert "restart: {max_restarts: 1}" in text, text
+        spec.write_text(text.replace("restart: {max_restarts: 1}",
+                                     f"restart: {{max_restarts: 1, warm_standby: {str(warm).lower()}}}"))
+        return spec
+
+    def kill(self, run_dir: Path) -> None:
+        client = self.engine.client()
+        try:
+            client.containers.get(f"tfcluster-bench-{run_dir.name}-worker-1").kill()  # SIGKILL: exit 137
+        finally:
+            client.close()
+
+    def close(self) -> None:
+        self.warmup.close()
+
+
+class SlurmBackend:
+    """The slurm tests' lab (the ``slurm`` fixture: SlurmLab(root, count=3)) and their spec
+    (tests/integration/slurm/conftest.py ``make_spec``, tf_env); the kill is worker:1's process
+    SIGKILLed on its node, found in the node's namespace and not the standby beside it, as
+    tests/integration/slurm/test_slurm_faults.py does."""
+
+    name = "slurm"
+
+    def __init__(self, tmp: Path) -> None:
+        from tests.labs.slurm import SlurmLab, have_prereqs
+
+        reason = have_prereqs()
+        if reason:
+            raise SystemExit(f"the slurm lab cannot start: {reason}")
+        self.lab = SlurmLab(tmp / "slurmlab", count=3)
+        try:
+            self.lab.start()
+        except BaseException:
+            self.lab.stop()
+            raise
+        os.environ.update(self.lab.env())  # SLURM_CONF, for the launcher BackgroundUp starts
+
+    def spec(self, work: Path, warm: bool) -> Path:
+        import yaml
+
+        from tests.labs.slurm import PARTITION
+        from tests.support.slurm_helpers import tf_env
+
+        problem = self.lab.bridge_ok()
+        if problem:
+            raise SystemExit(f"the slurm lab broke: {problem}")
+        self.lab.cancel_all()
+        self.lab.wait_idle(30)
+        spec = {
+            "name": "bench", "strategy": "multi_worker_mirrored", "backend": "slurm",
+            "entrypoint": ["python", *LAB_TRAIN], "tasks": {"worker": 2}, "ports": {"base": 23456},
+            "watchdog": {"startup_timeout": 180, "stop_grace": 5}, "workdir": str(ROOT),
+            "slurm": {"partition": PARTITION, "time": "15", "python": sys.executable, "queue_timeout": 30},
+            "env": tf_env(work.parent / "tfds"), "restart": {"max_restarts": 1, "warm_standby": warm},
+        }
+        path = work / "cluster.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    def kill(self, run_dir: Path) -> None:
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        node = next(e["node"] for e in events if e["event"] == "start" and e["task"] == "worker:1")
+        standbys = set(pids_with_env("TFCLUSTER_STANDBY", "1"))
+        pids = [p for p in self.lab.node_pids(node) if p not in standbys
+                and b"-m\0worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        if len(pids) != 1:
+            raise SystemExit(f"not one worker process on {node}: {pids} {self.lab.node_cmdlines(node)}")
+        os.kill(pids[0], signal.SIGKILL)
+
+    def close(self) -> None:
+        self.lab.stop()
 
 
 def compare_spec(work: Path, warm: bool, lab=None) -> Path:
@@ -138,71 +276,79 @@ def compare_spec(work: Path, warm: bool, lab=None) -> Path:
 FIRST_AT = re.compile(r"\[worker:1\] tfcluster-first_step .*time=([0-9.]+)")
 
 
-def compare_trial(work: Path, warm: bool, lab=None) -> dict:
-    spec = compare_spec(work, warm, lab)
+def compare_trial(work: Path, warm: bool, backend) -> dict:
+    spec = backend.spec(work, warm)
     run = BackgroundUp(spec)
     try:
         if warm:
             for key in ("worker:0", "worker:1"):
-                run.wait_line(rf"\[{key}\] \(standby\) tfcluster-standby ready", timeout=300)
-        run.wait_line(rf"\[worker:1\] tfcluster-step epoch=\d+ step=\d+ global_step=({'|'.join(map(str, range(KILL_AT, 200)))}) ",
-                      timeout=300)
-        run_id = (work / "runs" / "bench" / "latest").resolve().name
-        rss = standby_rss(run_id) if warm else []
+                run.wait_line(rf"\[{key}\] \(standby\) tfcluster-standby ready", timeout=400)
+        run.wait_line(rf"\[worker:1\] tfcluster-step epoch=\d+ step=\d+ global_step=({'|'.join(map(str, range(KILL_AT, 1000)))}) ",
+                      timeout=400)
+        run_dir = (work / "runs" / "bench" / "latest").resolve()
+        rss = standby_rss(run_dir.name) if warm else []
         load = load_average()
-        os.kill(task_pid(run_id, "worker:1"), signal.SIGKILL)
+        backend.kill(run_dir)
         died = time.time()
-        at = run.wait_line(r"\[worker:1\] tfcluster-first_step ", timeout=300, after=died)
+        at = run.wait_line(r"\[worker:1\] tfcluster-first_step ", timeout=400, after=died)
         line = next(line for t, line in run.lines if t >= at and FIRST_AT.search(line))
         first = float(FIRST_AT.search(line).group(1))
         code = run.finish()
     finally:
         if run.running():
             os.killpg(run.proc.pid, signal.SIGKILL)
+    out = "\n".join(line for _, line in run.lines)
+    # Each line with when it arrived here, relative to the kill: where a restore's time went.
+    (work / "lines.txt").write_text("".join(f"{t - died:+9.3f} {line}\n" for t, line in run.lines))
     if code != 0:
-        raise SystemExit(f"run failed ({code}); see {work}")
-    promoted = any("tfcluster-standby promoted" in line for _, line in run.lines)
-    if warm and not promoted:
-        raise SystemExit(f"warm trial not promoted; see {work}")
-    return {"first_step": first - died, "rss": rss, "load": load}
+        raise SystemExit(f"run failed ({code}); see {work}:\n{out[-3000:]}")
+    if "run succeeded after 2 attempt(s)" not in out:
+        raise SystemExit(f"not one restart; see {work}:\n{out[-3000:]}")
+    log1 = (run_dir / "logs" / "worker-1.log").read_text(errors="replace")
+    promoted = [key for key in ("worker:0", "worker:1") if f"[{key}] tfcluster-standby promoted" in out]
+    if warm and (promoted != ["worker:0", "worker:1"] or "tfcluster-standby promoted" not in log1):
+        raise SystemExit(f"warm trial not promoted (promoted: {promoted}); see {run_dir}:\n{out[-3000:]}")
+    if not warm and (promoted or "tfcluster-standby" in log1):
+        raise SystemExit(f"cold trial had a standby; see {run_dir}")
+    return {"first_step": first - died, "rss": rss, "load": load, "at": time.strftime("%H:%M:%S", time.localtime(died))}
 
 
 def compare(args) -> int:
-    lab = None
-    tmp = tempfile.mkdtemp(prefix="tfcluster-recovery-")
-    if args.backend == "ssh":
-        from tests.labs.ssh import Lab, have_prereqs
-
-        reason = have_prereqs()
-        if reason:
-            raise SystemExit(f"the ssh lab cannot start: {reason}")
-        lab = Lab(Path(tmp) / "lab", count=2).start()
+    tmp = Path(tempfile.mkdtemp(prefix="tfcluster-recovery-"))
+    if args.backend == "docker":
+        backend = DockerBackend(tmp)
+    elif args.backend == "slurm":
+        backend = SlurmBackend(tmp)
+    else:
+        backend = LocalBackend(tmp, ssh=args.backend == "ssh")
+    print(f"{args.backend}: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {load_average()}", flush=True)
     try:
         rows = {False: [], True: []}
         for i in range(args.trials):
             for warm in (False, True):
-                work = Path(tmp) / f"{'warm' if warm else 'cold'}{i}"
+                work = tmp / f"{'warm' if warm else 'cold'}{i}"
                 work.mkdir()
-                r = compare_trial(work, warm, lab)
+                r = compare_trial(work, warm, backend)
                 rows[warm].append(r)
                 rss = f", standby RSS {', '.join(f'{b / 2**20:.0f}' for b in r['rss'])} MB" if r["rss"] else ""
-                print(f"{args.backend} {'warm' if warm else 'cold'} trial {i + 1}: death -> worker:1's first step after "
-                      f"restore {r['first_step']:.2f} s{rss} (load {r['load']})", flush=True)
+                print(f"{args.backend} {'warm' if warm else 'cold'} trial {i + 1} ({r['at']}): death -> worker:1's "
+                      f"first step after restore {r['first_step']:.2f} s{rss} (load {r['load']})"
+                      f"{' (promoted: both standbys)' if warm else ''}", flush=True)
         cold = statistics.median(r["first_step"] for r in rows[False])
         warm = statistics.median(r["first_step"] for r in rows[True])
         rss = [b for r in rows[True] for b in r["rss"]]
+        rss_note = (f"standby RSS median {statistics.median(rss) / 2**20:.0f} MB (n={len(rss)})" if rss
+                    else "standby RSS: no standby process found")
         print(f"{args.backend}: median death -> first step after restore: cold {cold:.2f} s, warm {warm:.2f} s "
-              f"({warm / cold:.0%} of cold; target <= 50%); standby RSS median "
-              f"{statistics.median(rss) / 2**20:.0f} MB (n={len(rss)}); load average now {load_average()}")
+              f"({warm / cold:.0%} of cold; target <= 50%); {rss_note}; load average now {load_average()}")
     finally:
-        if lab is not None:
-            lab.stop()
+        backend.close()
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=("local", "ssh"), default="local")
+    ap.add_argument("--backend", choices=("local", "ssh", "docker", "slurm"), default="local")
     ap.add_argument("--preemption", action="store_true", help="the older SIGKILL/SIGTERM figures (local)")
     ap.add_argument("--save-freq", type=int, default=10)
     ap.add_argument("--trials", type=int, default=3)
