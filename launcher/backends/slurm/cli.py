@@ -49,6 +49,14 @@ def run(argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProce
                           "is slurmctld reachable? (try: sinfo)") from None
 
 
+def step_on_each_node(job_id: str, nodes: Sequence[str], name: str) -> list[str]:
+    """``srun`` of one short step named ``name`` with one task on each of ``nodes``, beside the
+    run's own steps (``--overlap``), from / and with no input; the command follows."""
+    n = len(nodes)
+    return ["srun", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--overlap", "--input=none", "--chdir=/", f"--job-name={name}"]
+
+
 def first_error(proc: subprocess.CompletedProcess) -> str:
     """Slurm's own complaint in one line (its ``sbatch: error: `` prefixes dropped)."""
     lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]

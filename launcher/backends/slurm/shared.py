@@ -28,10 +28,8 @@ _SCRIPT = ('n="$SLURMD_NODENAME"; cd "$1" 2>/dev/null || { echo "$n workdir"; ex
 
 
 def argv(job_id: str, nodes: Sequence[str], workdir: Path, marker: Path, token: str) -> list[str]:
-    n = len(nodes)
-    return ["srun", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", "--overlap", "--input=none", "--chdir=/", f"--job-name={STEP_NAME}",
-            "/bin/sh", "-c", _SCRIPT, "sh", str(workdir), str(marker), token]
+    return [*cli.step_on_each_node(job_id, nodes, STEP_NAME), "/bin/sh", "-c", _SCRIPT, "sh", str(workdir), str(marker),
+            token]
 
 
 def problems(stdout: str, nodes: Sequence[str], workdir: Path, state_dir: Path) -> list[str]:

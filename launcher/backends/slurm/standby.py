@@ -23,7 +23,6 @@ the run say so; every restart of the run starts cold).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -35,6 +34,7 @@ from launcher.errors import LaunchError
 from launcher.plan import gpus as plan_gpus
 from launcher.plan.build import task_keys
 from launcher.backends.slurm import alloc, cli
+from launcher.backends.standbyfile import write_promotion
 from launcher.backends.slurm.gpus import Step
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,16 +92,6 @@ def promotion_path(run_dir: Path, step_name: str) -> Path:
     return run_dir / STANDBY_DIR / f"{step_name}.json"
 
 
-def write_promotion(path: Path, env: Mapping[str, str]) -> None:
-    """The promotion file, whole or not at all (mode 0600: it may hold secrets)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(dict(env), fh)
-    os.replace(tmp, path)
-
-
 def wait_gone(job_id: str, names: Set[str], timeout: float = GONE_WAIT) -> None:
     """Until none of the steps ``names`` is listed by squeue (their processes have ended), at most
     ``timeout`` s. A stopped task's local srun ends at once (SIGKILL), its step on the node a moment
@@ -144,11 +134,8 @@ _MEMORY_SCRIPT = 'echo "$SLURMD_NODENAME $(grep MemAvailable: /proc/meminfo)"'
 
 
 def memory_argv(job_id: str, nodes: "list[str]") -> "list[str]":
-    """One step over ``nodes`` (``--overlap``, as shared.py's check) that says each node's MemAvailable."""
-    n = len(nodes)
-    return ["srun", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", "--overlap", "--input=none", "--chdir=/", f"--job-name={MEMORY_STEP}",
-            "/bin/sh", "-c", _MEMORY_SCRIPT]
+    """One step over ``nodes`` that says each node's MemAvailable."""
+    return [*cli.step_on_each_node(job_id, nodes, MEMORY_STEP), "/bin/sh", "-c", _MEMORY_SCRIPT]
 
 
 def parse_memory(stdout: str, nodes: "list[str]") -> dict[str, int]:
