@@ -80,8 +80,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         self._handles: dict[str, TaskHandle] = {}
         self._tails: dict[str, collections.deque] = {}
         self._activity: dict[str, float] = {}
-        self._saving: dict[str, float] = {}  # key -> when it said tfcluster-saving (clock)
-        self._saved: dict[str, float] = {}  # key -> when it said tfcluster-preempted (clock): saved
+        self._saving: set[str] = set()  # tasks that said tfcluster-saving (their process: _launch clears)
+        self._saved: set[str] = set()  # ... and tfcluster-preempted: the save is written
         self._lock = threading.Lock()
         self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
@@ -271,8 +271,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         with self._lock:
             self._tails[key] = collections.deque(maxlen=_TAIL_KEPT)
             self._activity[key] = self.clock()
-            self._saving.pop(key, None)  # a new process: its own save marks
-            self._saved.pop(key, None)
+            self._saving.discard(key)  # a new process: its own save marks
+            self._saved.discard(key)
         handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)
@@ -325,9 +325,9 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
                 tail.append(line)
             self._activity[key] = self.clock()
             if line.startswith(SAVING_LINE):
-                self._saving[key] = self._activity[key]
+                self._saving.add(key)
             elif line.startswith(SAVED_LINE):
-                self._saved[key] = self._activity[key]
+                self._saved.add(key)
         self.record.log_line(key, line)
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)
