@@ -157,3 +157,66 @@ def test_the_step_line_says_the_gpus_slurm_gave_it(env, said):
     step._reader.join(10)
     assert lines == ["task output"] and step.step_id == "7.3"
     assert got == ([] if said is None else [("worker:0", said)])
+
+
+def test_sinfo_with_cpus_gives_each_nodes_gpus_and_cpus():
+    text = "n1|gpu:a100:4(S:0-1)|64\nn1|gpu:a100:4(S:0-1)|64\nn2|(null)|8\nn3|gpu:2\n"
+    assert gpus.parse_nodes(text) == {"n1": (4, 64), "n2": (0, 8), "n3": (2, 0)}
+    assert gpus.parse_sinfo(text) == {"n1": 4, "n2": 0, "n3": 2}
+
+
+def test_default_cpus_per_task_divides_the_smallest_nodes_cpus_among_its_tasks():
+    assert gpus.default_cpus_per_task([16, 32], 4) == 4
+    assert gpus.default_cpus_per_task([16, 32], 3) == 5  # floor: every task the same
+    assert gpus.default_cpus_per_task([16], 4, max_per_node=8) == 2  # the partition's MaxCPUsPerNode
+    assert gpus.default_cpus_per_task([2], 4) == 1
+    assert gpus.default_cpus_per_task([0], 2) == 1  # Slurm said nothing: its default
+
+
+def test_the_users_own_cpu_options_are_recognised():
+    for opts in (["--exclusive"], ["--cpus-per-task=8"], ["-c8"], ["--mincpus=4"], ["--cpus-per-gpu=6"]):
+        assert gpus.asks_cpus(opts), opts
+    for opts in ([], ["--constraint=a100"], ["--gres=gpu:4"], ["--mem=0"]):
+        assert not gpus.asks_cpus(opts), opts
+
+
+def test_a_typed_gpu_request_in_the_users_sbatch_options_is_found():
+    assert gpus.user_gpus(["--gres=gpu:a100:4"]) == ("a100", 4)
+    assert gpus.user_gpus(["--gres=gpu:4"]) == (None, 4)
+    assert gpus.user_gpus(["--gres=mps:100,gpu:h100:8(S:0-1)"]) == ("h100", 8)
+    assert gpus.user_gpus(["--gpus-per-node=a100:2"]) == ("a100", 2)
+    assert gpus.user_gpus(["--gpus=a100:8"]) == ("a100", None)  # a job total: the type only
+    assert gpus.user_gpus(["--gpus-per-node=2"]) == (None, 2)
+    assert gpus.user_gpus(["--exclusive", "--mem=0"]) == (None, None)
+
+
+def test_typed_gres_makes_every_steps_request_typed_and_steps_get_their_cpus():
+    nodes = {"worker:0": "n1", "worker:1": "n1", "ps:0": "n1"}
+    out = gpus.steps({"worker:0": 1, "worker:1": 1, "ps:0": 0}, nodes, per_node=2, cpus_per_node=12,
+                     gpu_type="a100")
+    assert out["worker:0"].srun == ("--exact", "--cpus-per-task=4", "--gpus-per-task=a100:1")
+    out = gpus.steps({"worker:0": "all"}, {"worker:0": "n1"}, 4, 8, gpu_type="a100")
+    assert out["worker:0"].srun == ("--overlap", "--gres=gpu:a100:4")
+    # slurm.cpus_per_task: exactly that, whatever the node holds.
+    out = gpus.steps({"worker:0": 1}, {"worker:0": "n1"}, 1, 32, cpus_per_task=6)
+    assert "--cpus-per-task=6" in out["worker:0"].srun
+
+
+def test_shared_auto_keeps_each_task_one_gpu_as_local_divides_them():
+    keys = [f"worker:{i}" for i in range(3)]
+    out = gpus.steps({k: "auto" for k in keys}, {k: "n1" for k in keys}, per_node=2, cpus_per_node=6)
+    # The local backend's round-robin: 0, 1, 0 (positions among the step's GPUs; cut is 1-based).
+    assert [gpus.local_share(i, 3, 2) for i in range(3)] == [[0], [1], [0]]
+    assert ["cut -d, -f1)" in out[k].shell for k in keys] == [True, False, True]
+    assert "cut -d, -f2)" in out["worker:1"].shell
+    assert all(o.shared and o.srun == ("--overlap", "--gres=gpu:2") for o in out.values())
+
+
+def test_the_pick_shell_keeps_the_chosen_gpus_of_what_slurm_showed(tmp_path):
+    import subprocess
+
+    shell = gpus.pick_shell([1]) + 'echo "$CUDA_VISIBLE_DEVICES|${SLURM_STEP_GPUS:-unset}"'
+    run = lambda env: subprocess.run(["/bin/sh", "-c", shell], capture_output=True, text=True,  # noqa: E731
+                                     env={"PATH": "/usr/bin:/bin", **env}).stdout.strip()
+    assert run({"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "2,3"}) == "1|3"
+    assert run({"CUDA_VISIBLE_DEVICES": "4,5,6"}) == "5|unset"
