@@ -166,8 +166,8 @@ def pick_shell(positions: Sequence[int]) -> str:
     fields = ",".join(str(p + 1) for p in positions)
     return (f'CUDA_VISIBLE_DEVICES=$(echo "$CUDA_VISIBLE_DEVICES" | cut -d, -f{fields}); '
             'export CUDA_VISIBLE_DEVICES; '
-            f'if [ -n "${{SLURM_STEP_GPUS:-}}" ]; then SLURM_STEP_GPUS=$(echo "$SLURM_STEP_GPUS" | cut -d, -f{fields}); '
-            'fi; ')
+            'if [ -n "${SLURM_STEP_GPUS:-}" ]; then '
+            f'SLURM_STEP_GPUS=$(echo "$SLURM_STEP_GPUS" | cut -d, -f{fields}); fi; ')
 
 
 @dataclass(frozen=True)
