@@ -220,3 +220,67 @@ def test_the_pick_shell_keeps_the_chosen_gpus_of_what_slurm_showed(tmp_path):
                                      env={"PATH": "/usr/bin:/bin", **env}).stdout.strip()
     assert run({"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_STEP_GPUS": "2,3"}) == "1|3"
     assert run({"CUDA_VISIBLE_DEVICES": "4,5,6"}) == "5|unset"
+
+
+def _launch(tmp_path, monkeypatch, body, nodes=None):
+    """SlurmBackend.launch_lines for a spec, the partition's nodes as sinfo would say them."""
+    from launcher.app.up import plan_for
+    from launcher.backends.slurm import cli
+    from launcher.backends.slurm.backend import SlurmBackend
+    from launcher.loader.load import LoadedSpec, parse_spec
+
+    monkeypatch.setattr(cli, "partition", lambda name: cli.Partition(name or "gpu", "UP", 2, None, None, True))
+    monkeypatch.setattr(gpus, "partition_nodes", lambda name: nodes or {"g1": (4, 64), "g2": (4, 64)})
+    path = tmp_path / "c.yaml"
+    path.write_text("name: g\nstrategy: multi_worker_mirrored\nbackend: slurm\nentrypoint: python -m worker\n" + body)
+    loaded = LoadedSpec(parse_spec(path.read_text(), str(path)), path)
+    return SlurmBackend.launch_lines(loaded, plan_for(loaded.spec))
+
+
+def test_the_sbatch_line_asks_cpus_per_task_from_the_nodes_cpus(tmp_path, monkeypatch):
+    lines = _launch(tmp_path, monkeypatch, "tasks: {worker: 8}\nslurm: {tasks_per_node: 4}\n")
+    sbatch = list(lines.allocation)
+    for opt in ("--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=16", "--gres=gpu:4"):
+        assert opt in sbatch, sbatch
+    assert sbatch[-2:] == ["--wrap", "exec sleep infinity"]
+    for key, argv in lines.tasks.items():
+        assert argv[:2] == ("srun", "--jobid=JOB"), argv
+        assert "--exact" in argv and "--cpus-per-task=16" in argv and "--gpus-per-task=1" in argv, (key, argv)
+    assert lines.tasks["worker:0"][4] == "--nodelist=node1" and lines.tasks["worker:7"][4] == "--nodelist=node2"
+
+
+def test_cpus_per_task_and_the_users_own_cpu_options_win(tmp_path, monkeypatch):
+    lines = _launch(tmp_path, monkeypatch, "tasks: {worker: 2}\nslurm: {tasks_per_node: 2, cpus_per_task: 3}\n")
+    assert "--cpus-per-task=3" in lines.allocation and "--cpus-per-task=3" in lines.tasks["worker:1"]
+    lines = _launch(tmp_path, monkeypatch, "tasks: {worker: 2}\nslurm: {tasks_per_node: 2, sbatch: [--exclusive]}\n")
+    assert not any(a.startswith("--cpus-per-task") for a in lines.allocation), lines.allocation
+    assert "--cpus-per-task=32" in lines.tasks["worker:0"]  # half of the node the job holds whole
+    # A CPU run: Slurm's default, nothing added.
+    lines = _launch(tmp_path, monkeypatch, "tasks: {worker: 2}\ndevices: {gpus: 0}\n")
+    assert not any(a.startswith(("--cpus-per-task", "--gres")) for a in lines.allocation), lines.allocation
+
+
+def test_a_typed_gres_makes_the_step_lines_typed_and_sets_the_gpus_they_divide(tmp_path, monkeypatch):
+    lines = _launch(tmp_path, monkeypatch,
+                    "tasks: {worker: 2}\nslurm: {tasks_per_node: 2, sbatch: ['--gres=gpu:a100:2']}\n")
+    assert "--gres=gpu:a100:2" in lines.allocation and "--gres=gpu:4" not in lines.allocation
+    assert all("--gpus-per-task=a100:1" in argv for argv in lines.tasks.values()), lines.tasks
+
+
+def test_plan_prints_the_commands_or_says_in_one_line_why_not(tmp_path, monkeypatch, capsys):
+    from launcher.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("name: g\nstrategy: multi_worker_mirrored\nbackend: slurm\nentrypoint: python -m worker\n"
+                    "tasks: {worker: 2}\nslurm: {partition: nowhere}\n")
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no Slurm commands here
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    said = [ln for ln in out.splitlines() if ln.startswith("commands on backend slurm")]
+    assert said == ["commands on backend slurm: not shown: slurm: 'scontrol' not found on PATH; install the Slurm "
+                    "client commands (Debian: slurm-client) or run tfcluster on a login node"], out
+    assert main(["plan", str(path), "--json"]) == 0
+    import json
+
+    assert "error" in json.loads(capsys.readouterr().out)["launch"]
