@@ -284,3 +284,39 @@ def test_plan_prints_the_commands_or_says_in_one_line_why_not(tmp_path, monkeypa
     import json
 
     assert "error" in json.loads(capsys.readouterr().out)["launch"]
+
+
+def _takes():
+    from hypothesis import strategies as st
+
+    return st.lists(st.sampled_from([0, 1, 2, "auto", "auto", "all"]), min_size=1, max_size=8)
+
+
+def test_steps_property_equal_auto_shares_within_the_nodes_gpus_and_cpus():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=150, deadline=None)
+    @given(takes=_takes(), per_node=st.integers(0, 8), cpus=st.integers(1, 128), typed=st.sampled_from([None, "a100"]))
+    def check(takes, per_node, cpus, typed):
+        if "all" in takes and any(isinstance(t, str) and t != "all" or isinstance(t, int) and t for t in takes):
+            takes = ["all" if t else 0 for t in takes]  # all with others: not this property's subject
+        keys = {f"worker:{i}": t for i, t in enumerate(takes)}
+        fixed = sum(t for t in takes if isinstance(t, int))
+        if fixed > per_node:
+            return  # the partition check refuses it
+        out = gpus.steps(keys, {k: "n1" for k in keys}, per_node, cpus, gpu_type=typed)
+        own = [o for o in out.values() if o.exclusive]
+        assert sum(o.gpus for o in own) <= per_node
+        assert len({o.gpus for k, o in out.items() if o.exclusive and keys[k] == "auto"}) <= 1  # equal auto shares
+        assert sum(int(a.split("=")[1]) for o in own for a in o.srun if a.startswith("--cpus-per-task=")) <= max(
+            cpus, len(own))
+        for key, o in out.items():
+            request = [a for a in o.srun if a.startswith(("--gpus-per-task=", "--gres=gpu:"))]
+            if typed and request:
+                assert all(":a100:" in a or "=a100:" in a for a in request), o.srun
+            if keys[key] == "auto" and o.shared and o.shell:
+                kept = [int(p) - 1 for p in o.shell.split("-f")[1].split(")")[0].split(",")]
+                assert all(fixed <= p < per_node for p in kept), (o.shell, fixed, per_node)
+
+    check()
