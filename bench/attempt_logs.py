@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -40,7 +41,8 @@ TASK = textwrap.dedent("""\
 
 def free_base(count: int) -> int:
     """A base port with ``count`` free ports above it (bound and released)."""
-    for base in range(24000, 60000, 97):
+    # (random: other programs on a busy machine, test suites among them, take ports near ours)
+    for base in random.sample(range(20000, 60000, 97), 200):
         socks = []
         try:
             for port in range(base, base + count):
