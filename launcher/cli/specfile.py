@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
+from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line, start_note
 from launcher.cli.common import JSON_FORMAT, load
 from launcher.errors import UserError
 from launcher.plan.build import COMPACT, write_full_json
@@ -53,7 +53,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
         write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT})
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
-                          standby=standby_line(loaded.spec, planned)))
+                          standby=standby_line(loaded.spec, planned), notes=[start_note(loaded.spec, planned)]))
     return EXIT_OK
 
 

@@ -150,6 +150,15 @@ class SSHBackend(Backend):
         names = [h.name for h in plan.hosts]
         if not names:
             return
+        if self._starts_small():  # a worker group with a min: the hosts that answer now (startsmall.py)
+            from launcher.backends.ssh.startsmall import hosts_there
+            from launcher.plan.elastic import short_why
+
+            plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info)
+            self.absent = {h: "not answering" for h in absent}
+            self.short_why = short_why(self.spec, plan, sorted(absent))
+            self.start_plan = self.preflight_plan = plan
+            names = [h.name for h in plan.hosts]
         if self.opts.sync or self.opts.setup:
             # Setup runs on every host at once (a ThreadingGroup): connect them all first.
             ssh_probe.unreachable_error(names, self.pool.connect(names))
@@ -161,9 +170,16 @@ class SSHBackend(Backend):
             self._gpu_placement, line = ssh_preflight.replan_by_gpus(self.pool, self.spec, plan, names, exc)
             self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
             plan = self.preflight_plan = build_plan(self.spec, self._gpu_placement)
+            self.start_plan = None  # (the placement by GPUs is the full group's)
             ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
         for line in gpu_notes(plan, {n: self.pool.hosts[n].gpus for n in names}):
             self.console.info(line)
+
+    def _starts_small(self) -> bool:
+        from launcher.backends import placed_hosts
+        from launcher.plan.elastic import elastic_enabled, starts_small
+
+        return starts_small(self.spec, elastic_enabled(self.spec, placed_hosts(self.spec)))
 
     # -------------------------------------------------------------- state dir (state.py)
 
