@@ -117,8 +117,8 @@ def _resized(view: Any, record: Mapping[str, Any], lost: Mapping[str, str], keys
     of = view.group_sizes[0]["of"]
     back = list(dict.fromkeys((record.get("added") or {}).values()))
     why = "; ".join(([f"{', '.join(lost)} lost"] if lost else []) + ([f"{', '.join(back)} back"] if back else []))
-    attempt = record.get("attempt")
-    view.group_sizes.append({"attempt": attempt if isinstance(attempt, int) else len(view.group_sizes) + 1,
+    attempt = record.get("attempt")  # (0-based, as TFCLUSTER_RESTART_COUNT: the attempt the new plan starts)
+    view.group_sizes.append({"attempt": attempt + 1 if isinstance(attempt, int) else len(view.group_sizes) + 1,
                              "size": size, "of": of, "why": why})
 
 

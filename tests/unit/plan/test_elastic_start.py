@@ -84,7 +84,7 @@ def test_the_view_keeps_the_groups_size_attempt_by_attempt():
                 "group": {"type": "worker", "size": 1, "of": 2, "why": "h2 not answering"}})
     assert size_now(view) == "worker: 1 of 2 (h2 not answering)"
     view.event({"event": "host_added", "time": 2.0, "host": "h2", "settle": 3})
-    view.event({"event": "replan", "time": 3.0, "plan": 2, "attempt": 2, "lost": [], "moved": {}, "dropped": [],
+    view.event({"event": "replan", "time": 3.0, "plan": 2, "attempt": 1, "lost": [], "moved": {}, "dropped": [],
                 "added": {"worker:1": "h2"}, "tasks": ["worker:0", "worker:1"]})
     assert size_now(view) == ""
     assert sizes_line(view) == "worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)"
