@@ -55,3 +55,26 @@ def hosts_there(pool: "HostPool", spec: Spec, plan: Plan, say: Callable[[str], N
         pause(min(1.0, left))
         problems = pool.connect(absent)  # the ones that answer now are the plan's again
 
+
+
+# The preflight's lines for a host whose sessions died under it (probe.py): a host shutting down
+# (its sessions end while its sshd still answers), or a link that dropped.
+_DROPPED = ("the connection closed during preflight", "preflight could not run",
+            "the reachability probe gave no answer")
+
+
+def dropped_hosts(lines: tuple[str, ...], plan: Plan) -> list[str]:
+    """The hosts whose sessions the preflight lost, where that is all that went wrong and they hold
+    only workers; else [] (the error stands as it is)."""
+    hosts = {t.host for t in plan.tasks}
+    gone: set[str] = set()
+    for line in lines:
+        if line == "no task was started" or line.startswith("nothing was started:"):
+            continue
+        host = next((h for h in hosts if any(line.startswith(f"host {h}: {what}") for what in _DROPPED)), None)
+        if host is None:
+            return []
+        gone.add(host)
+    if any(t.host in gone and t.type != "worker" for t in plan.tasks):
+        return []
+    return sorted(gone)
