@@ -63,6 +63,51 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
         return smaller
 
 
+def plan_with_room(loaded: LoadedSpec, console: Console, gpus: bool = True,
+                   clock: Optional[Callable[[], float]] = None,
+                   pause: Optional[Callable[[float], None]] = None) -> tuple[LoadedSpec, Plan]:
+    """``up``'s plan where hosts come from discovery.command and a worker group with a min: the
+    hosts it lists now may have no room for even ``min`` workers (hosts[].slots). Then, as for
+    listed hosts that do not answer, the run waits up to elastic.host_wait, running the command
+    again every discovery.every s, and ends in one line if the room never comes."""
+    import time
+
+    from launcher.errors import SpecError
+    from launcher.loader.discovery import with_discovered
+    from launcher.plan.elastic import options
+
+    clock, pause = clock or time.monotonic, pause or time.sleep
+    spec = loaded.spec
+    try:
+        return loaded, plan_for(spec, gpus=gpus)
+    except SpecError as exc:
+        if spec.discovery is None or not starts_small_here(spec) or not any(NO_ROOM in line for line in exc.lines):
+            raise
+        problem = exc.lines[0]
+    opts = options(spec)
+    deadline = clock() + opts.host_wait
+    console.info(f"discovery.command lists room for fewer than tasks.worker.min={spec.tasks.worker.min} workers; "
+                 f"waiting up to elastic.host_wait={opts.host_wait:g} s for hosts, running it every "
+                 f"{spec.discovery.every:g} s")
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            raise LaunchError(f"no room for tasks.worker.min={spec.tasks.worker.min} workers on the hosts "
+                              f"discovery.command listed within elastic.host_wait={opts.host_wait:g} s ({problem}); "
+                              "start more hosts, raise hosts[].slots, or lower tasks.worker.min")
+        pause(min(spec.discovery.every, left))
+        again = with_discovered(load_spec(loaded.path))
+        try:
+            return again, plan_for(again.spec, gpus=gpus)
+        except SpecError as exc:
+            if not any(NO_ROOM in line for line in exc.lines):
+                raise
+            problem = exc.lines[0]
+
+
+NO_ROOM = "hosts[].slots: the tasks do not fit"
+
+
 def starts_small_here(spec: "Spec") -> bool:
     """The spec's worker group starts with the hosts there (launcher/plan/elastic.py's
     starts_small): it has a min, and its backend moves tasks with elastic on."""
