@@ -155,7 +155,8 @@ class SSHBackend(Backend):
         if small:  # a worker group with a min: the hosts that answer now (startsmall.py)
             from launcher.backends.ssh.startsmall import hosts_there
 
-            plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info)
+            plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info,
+                                       countdown=self.console.countdown)
             self._start_with(plan, {h: "not answering" for h in absent})
             names = [h.name for h in plan.hosts]
         if self.opts.sync or self.opts.setup:

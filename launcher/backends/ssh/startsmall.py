@@ -7,8 +7,9 @@ usual one."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Optional, Union
 
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan
@@ -22,39 +23,62 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def hosts_there(pool: "HostPool", spec: Spec, plan: Plan, say: Callable[[str], None],
                 clock: Callable[[], float] = time.monotonic,
-                pause: Callable[[float], None] = time.sleep) -> tuple[Plan, dict[str, str]]:
+                pause: Callable[[float], None] = time.sleep,
+                countdown: Optional[Callable[[Callable[[], str]], ContextManager]] = None) -> tuple[Plan, dict[str, str]]:
     """Connect to the plan's hosts and the spares (in parallel, each within ssh.connect_timeout):
     (the plan to start with, {absent host: its one-line problem}). Raises the usual unreachable
     error where a chief, ps or evaluator host does not answer, and one line when fewer than
-    tasks.worker.min workers have hosts after elastic.host_wait."""
+    tasks.worker.min workers have hosts after elastic.host_wait. ``countdown(text)``: a context
+    in which ``text()`` is shown as a line that counts down (Console.countdown, on a terminal)."""
     names = sorted({t.host for t in plan.tasks})
     spares = spare_hosts(spec, names)
     problems = pool.connect([*names, *spares])
     if not problems:
         return plan, {}
+    change = _start_plan(spec, plan, names, problems)
+    if not isinstance(change, str):
+        return change, dict(problems)
     opts = options(spec)
     deadline = clock() + opts.host_wait
-    said = False
-    while True:
-        absent = sorted(problems)
-        change = start_without(spec, plan, absent)
-        if change is None:  # a chief, ps or evaluator host: not elastic, the usual error
-            ssh_probe.unreachable_error(names, {h: p for h, p in problems.items() if h in names})
-        if change is not None and not isinstance(change, str):
-            return change.plan, dict(problems)
-        left = deadline - clock()
-        if left <= 0:
-            why = "; ".join(problems[h] for h in absent)
-            raise LaunchError(f"{', '.join(absent)} not answering after elastic.host_wait={opts.host_wait:g} s: "
-                              f"{change} ({why}); bring {'them' if len(absent) > 1 else 'it'} back, list more hosts "
-                              "under hosts: (spares), or lower tasks.worker.min")
-        if not said:
-            said = True
-            say(f"{', '.join(absent)} not answering: {change}; waiting up to elastic.host_wait={opts.host_wait:g} s "
-                f"for hosts (until {time.strftime('%H:%M:%S', time.localtime(time.time() + left))})")
-        pause(min(1.0, left))
-        problems = pool.connect(absent)  # the ones that answer now are the plan's again
+    absent = sorted(problems)
+    say(f"{', '.join(absent)} not answering: {change}; waiting up to elastic.host_wait={opts.host_wait:g} s "
+        f"for hosts (until {time.strftime('%H:%M:%S', time.localtime(time.time() + opts.host_wait))})")
+    shown = [absent]  # (read by the countdown's thread: replaced, never changed in place)
 
+    def left_text() -> str:
+        return (f"waiting for {', '.join(shown[0])} (tasks.worker.min={spec.tasks.worker.min}): "
+                f"{max(0.0, deadline - clock()):.0f} s left of elastic.host_wait={opts.host_wait:g} s")
+
+    with (countdown or _no_countdown)(left_text):
+        while True:
+            left = deadline - clock()
+            if left <= 0:
+                why = "; ".join(problems[h] for h in absent)
+                raise LaunchError(f"{', '.join(absent)} not answering after elastic.host_wait={opts.host_wait:g} s: "
+                                  f"{change} ({why}); bring {'them' if len(absent) > 1 else 'it'} back, list more "
+                                  "hosts under hosts: (spares), or lower tasks.worker.min")
+            pause(min(1.0, left))
+            problems = pool.connect(absent)  # the ones that answer now are the plan's again
+            change = _start_plan(spec, plan, names, problems)
+            if not isinstance(change, str):
+                return change, dict(problems)
+            absent = shown[0] = sorted(problems)
+
+
+def _start_plan(spec: Spec, plan: Plan, names: list[str], problems: dict[str, str]) -> Union[Plan, str]:
+    """The plan without the hosts of ``problems``, or why fewer than min workers can start (a few
+    words); the usual unreachable error where one of them holds a chief, ps or evaluator."""
+    change = start_without(spec, plan, sorted(problems))
+    if change is None:  # not elastic: the usual error
+        ssh_probe.unreachable_error(names, {h: p for h, p in problems.items() if h in names})
+    if isinstance(change, str):
+        return change
+    return change.plan
+
+
+@contextlib.contextmanager
+def _no_countdown(_text: Callable[[], str]) -> Iterator[None]:
+    yield
 
 
 # The preflight's lines for a host whose sessions died under it (probe.py): a host shutting down

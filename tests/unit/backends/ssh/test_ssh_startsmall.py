@@ -3,6 +3,8 @@ whose hosts answer as scripted (connect -> {host: problem}) and a scripted clock
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from launcher.app.up import plan_for
@@ -66,8 +68,24 @@ def test_below_min_it_waits_for_hosts_and_starts_once_enough_answer():
     spec, clock = parse_spec(SPEC), Clock()
     pool = Pool({"h2": 2.5, "h3": 99}, clock)
     said: list[str] = []
-    plan, absent = hosts_there(pool, spec, plan_for(spec), said.append, clock, clock.pause)
+    shown: list[str] = []
+
+    @contextlib.contextmanager
+    def countdown(text):  # (Console.countdown redraws text() on a terminal; here: read once a pause)
+        pauses = clock.pause
+
+        def pause(seconds):
+            shown.append(text())
+            pauses(seconds)
+        clock_pause[0] = pause
+        yield
+
+    clock_pause = [clock.pause]
+    plan, absent = hosts_there(pool, spec, plan_for(spec), said.append, clock, lambda s: clock_pause[0](s),
+                               countdown)
     assert [t.host for t in plan.tasks] == ["h1", "h2"] and list(absent) == ["h3"]
+    assert shown[:2] == ["waiting for h2, h3 (tasks.worker.min=2): 5 s left of elastic.host_wait=5 s",
+                         "waiting for h2, h3 (tasks.worker.min=2): 4 s left of elastic.host_wait=5 s"], shown
     assert 2.5 <= clock.now <= 3.0, clock.now
     assert len(said) == 1 and said[0].startswith("h2, h3 not answering: 1 worker can start now, below "
                                                  "tasks.worker.min=2; waiting up to elastic.host_wait=5 s for hosts")
