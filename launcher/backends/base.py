@@ -163,6 +163,13 @@ class Backend(abc.ABC):
     # The plan the preflight placed otherwise than the static placement (ssh: by the hosts' GPU
     # counts), which ``allocate`` then gives the run: what ``up --dry-run`` shows. None: the same.
     preflight_plan: Optional["Plan"] = None
+    # The plan the preflight found hosts for now, where a worker group with tasks.worker.min starts
+    # with the hosts there (launcher/plan/elastic.py's start_without): the run starts under it
+    # instead of ``allocate``'s. None: the usual. ``absent``: the hosts that did not answer then
+    # (host -> why), watched from the start to grow the group; ``short_why``: why it is smaller.
+    start_plan: Optional["Plan"] = None
+    absent: Mapping[str, str] = {}
+    short_why: str = ""
 
     # -------------------------------------------------------------- before a backend exists
 

@@ -8,7 +8,7 @@ import shlex
 import sys
 from typing import Optional
 
-from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
+from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line, start_note
 from launcher.cli.common import JSON_FORMAT, load
 from launcher.bounded import escape
 from launcher.errors import LaunchError, UserError
@@ -82,7 +82,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
         write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT, **extra})
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
-                          standby=standby_line(loaded.spec, planned)))
+                          standby=standby_line(loaded.spec, planned), notes=[start_note(loaded.spec, planned)]))
         if launch is not None:
             print("\n".join(escape(line) for line in _launch_text(planned.backend, launch)))
     return EXIT_OK

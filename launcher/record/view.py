@@ -61,6 +61,9 @@ class RunView:
     # answered for elastic.settle s since (host_added): not used meanwhile. host -> settle (s).
     suspects: dict[str, float] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict, repr=False)  # host_lost events not yet replanned
+    # A worker group with a min (run_start's ``group``): its size attempt by attempt, each
+    # {"attempt", "size", "of", "why"} (launcher/record/hosts.py's sizes_line).
+    group_sizes: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -107,6 +110,7 @@ class RunView:
             copied.spares = list(self.spares)
             copied.suspects = dict(self.suspects)
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
+            copied.group_sizes = list(self.group_sizes)
         copied._lock = threading.Lock()
         return copied
 
@@ -187,6 +191,7 @@ class RunView:
             for k in record.get("tasks", ()):
                 self.task(k)
             self.spares = list(record.get("spares", ()))
+            hosts.started(self, record.get("group"))
         elif kind in hosts.KINDS:
             hosts.apply(self, kind, record, at)
         elif kind in fold.STATE_KINDS:
