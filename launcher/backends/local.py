@@ -37,19 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
 LOCAL_HOST = "localhost"
 
 
-def visible(gpus: tuple) -> tuple:
-    """The GPUs this launcher's own CUDA_VISIBLE_DEVICES leaves (nvidia-smi lists every GPU): a
-    user who hid GPUs from the shell the launcher runs in hides them from its tasks too."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return gpus
-    try:
-        wanted = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:  # UUIDs or MIG names: left as the user set them (the tasks inherit it)
-        return gpus
-    return tuple(g for g in gpus if g[0] in wanted and all(i >= 0 for i in wanted))
-
-
 class LocalTask(ChildTask):
     def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink) -> None:
         self.pgid = proc.pid  # start_new_session: the wrapper leads its own group
@@ -114,7 +101,9 @@ class LocalBackend(Backend):
         wants_gpu = any(gpu_take != 0 for gpu_take in {take_of(spec, t)[0] for t in {t for t, _ in keys}})
         return Placement({f"{t}:{i}": Slot(LOCAL_HOST, LOCAL_HOST) for t, i in keys},
                          cores={LOCAL_HOST: local_cores()},
-                         gpus={LOCAL_HOST: visible(local_gpus())} if wants_gpu and not placement_off(spec) else {})
+                         gpus={LOCAL_HOST: local_gpus()} if wants_gpu and not placement_off(spec) else {},
+                         gpu_limits=({LOCAL_HOST: os.environ["CUDA_VISIBLE_DEVICES"]}
+                                     if "CUDA_VISIBLE_DEVICES" in os.environ else {}))
 
     # -------------------------------------------------------------- preflight
 
