@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from launcher.contract import envnames
 from launcher.errors import LaunchError
-from launcher.plan.gpus import local_gpus, placement_off, take_of
+from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.procinfo import group_alive, is_same, kill_group, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
@@ -99,9 +99,11 @@ class LocalBackend(Backend):
         one) are known now, so the plan holds the thread budgets and each task's GPUs."""
         keys = task_keys(spec)
         wants_gpu = any(gpu_take != 0 for gpu_take in {take_of(spec, t)[0] for t in {t for t, _ in keys}})
+        found, failure = local_gpus_checked() if wants_gpu and not placement_off(spec) else ((), None)
         return Placement({f"{t}:{i}": Slot(LOCAL_HOST, LOCAL_HOST) for t, i in keys},
                          cores={LOCAL_HOST: local_cores()},
-                         gpus={LOCAL_HOST: local_gpus()} if wants_gpu and not placement_off(spec) else {},
+                         gpus={LOCAL_HOST: found} if wants_gpu and not placement_off(spec) else {},
+                         gpu_failures={LOCAL_HOST: failure} if failure else {},
                          gpu_limits=({LOCAL_HOST: os.environ["CUDA_VISIBLE_DEVICES"]}
                                      if "CUDA_VISIBLE_DEVICES" in os.environ else {}))
 

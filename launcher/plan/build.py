@@ -77,7 +77,7 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
         raise SpecError(*problems)
     gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
     task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus,
-                                                  placement.gpu_limits)
+                                                  placement.gpu_limits, placement.gpu_failures)
     if problems:
         raise SpecError(*problems)
     chosen, why = gpus.collective_choice(spec, [p[0] for p in placements], task_gpus)
@@ -98,7 +98,8 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
                 placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
-                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts, placement.gpu_limits, why))
+                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts, placement.gpu_limits, why,
+                                    placement.gpu_failures))
 
 
 def _slot_problems(spec: Spec, hosts: list[str]) -> list[str]:

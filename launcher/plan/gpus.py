@@ -126,7 +126,7 @@ def cap_of(spec) -> int:
 
 
 def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[str, Sequence[Gpu]],
-              limits: Mapping[str, Optional[str]] = {}
+              limits: Mapping[str, Optional[str]] = {}, failures: Mapping[str, str] = {}
               ) -> tuple[list[TaskGpus], list[tuple[tuple[str, str], ...]], list[str]]:
     """Every task's TaskGpus and extra env (in plan order: ``hosts[i]`` and ``types[i]`` are task
     i's), and the one-line problems of the hosts whose GPUs are ``known`` (host -> its placement
@@ -179,7 +179,9 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
             ids = tuple(g[0] for g in got)
             out[i] = TaskGpus(take, source, request, ids, shared, value if value != ",".join(map(str, ids)) else "")
             extras[i] = cache.setdefault(("ids", value, shared), tuple(sorted(_made_env(spec, value, shared).items())))
-        if host_problem is not None:
+        if host_problem is not None and failures.get(host) and not units[host][0]:
+            problems.append(failure_line(spec, host, failures[host]))
+        elif host_problem is not None:
             problems.append(refusal(host, [(t_key(types, i), out[i]) for i in members],
                                     [g[0] for g in units[host][0]], spec.devices.gpus, host_problem))
     return out, extras, problems
@@ -319,8 +321,33 @@ def local_gpus(timeout: float = 10.0) -> tuple[Gpu, ...]:
     return tuple(gpuplace.host_gpus(timeout))
 
 
+def local_gpus_checked(timeout: float = 10.0) -> tuple[tuple[Gpu, ...], Optional[str]]:
+    """(GPUs, failure): ``local_gpus`` and nvidia-smi's own words where it failed."""
+    found, failure = gpuplace.host_gpus_checked(timeout)
+    return tuple(found), failure
+
+
+def failure_line(spec, host: str, failure: str) -> str:
+    """The one line for GPUs asked for on a host whose nvidia-smi failed: its words and the fix."""
+    return (f"{host}: GPUs asked for ({asked_key(spec)}) but {failure}; install or load the NVIDIA driver there "
+            "(nvidia-smi -L must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the requirement, "
+            "devices.gpus: 0 every GPU")
+
+
+def asked_key(spec) -> str:
+    """The key that requires GPUs, in words (``devices.gpus_per_task 1``)."""
+    if isinstance(spec.devices.gpus_per_task, int):
+        return f"devices.gpus_per_task {spec.devices.gpus_per_task}"
+    if spec.devices.gpus not in ("all", 0):
+        return f"devices.gpus {spec.devices.gpus}"
+    for t in ("chief", "worker", "ps", "evaluator"):
+        if spec.tasks.group(t).gpus:
+            return f"tasks.{t}.gpus {spec.tasks.group(t).gpus}"
+    return "devices"
+
+
 def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_hosts: Mapping[str, str] = {},
-             limits: Mapping[str, Optional[str]] = {}, collective: str = "") -> str:
+             limits: Mapping[str, Optional[str]] = {}, collective: str = "", failures: Mapping[str, str] = {}) -> str:
     """The line ``plan`` and ``up`` show for the GPUs: what each known host has, what its GPU
     tasks get and which of its GPUs stay idle and why, or that the figures are made where the tasks
     start; then the collective ``collective_choice`` made. ``gpu_hosts``: a task host -> the
@@ -347,7 +374,8 @@ def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_host
         mine = [t for t in users if gpu_host(t) == host]
         units, by_uuid = gpuplace.within(known[host], limits.get(host))
         if not known[host]:
-            parts.append(f"no GPU found ({host}: nvidia-smi -L lists none): its {plural(len(mine), 'GPU task')} "
+            why = failures.get(host) or "nvidia-smi -L lists none"
+            parts.append(f"no GPU found ({host}: {why}): its {plural(len(mine), 'GPU task')} "
                          "run on CPU")
             continue
         if not units:
@@ -417,9 +445,11 @@ def collective_choice(spec, types: Sequence[str], task_gpus: Sequence[TaskGpus])
     if any(tg.ids is None for tg in mine):
         return None, "collective auto: nccl where each worker owns its GPUs, else ring (decided on each host at start)"
     if any(not tg.ids for tg in mine):
-        return "ring", "collective ring (auto: the workers run on CPU, no GPU found)"
+        return "ring", "collective ring (auto: the workers run on CPU)"
     if any(tg.shared for tg in mine):
         return "ring", "collective ring (auto: workers share GPUs, and NCCL refuses two ranks on one GPU)"
+    if any("MIG-" in tg.visible for tg in mine):  # NVIDIA's MIG user guide: no GPU-to-GPU P2P under MIG
+        return "ring", "collective ring (auto: the workers' GPUs are MIG devices, which have no peer-to-peer)"
     return "nccl", "collective nccl (auto: each worker owns its GPUs)"
 
 

@@ -54,6 +54,9 @@ class Placement:
     # Host name -> the CUDA_VISIBLE_DEVICES in force there when the plan knows it (local: the
     # launcher's own): the GPUs its tasks may get, which they receive subsets of.
     gpu_limits: Mapping[str, str] = field(default_factory=dict)
+    # Host name -> why nvidia-smi -L listed no GPU there, in its own words, where it failed (no
+    # driver): a plan that needs GPUs there is refused with it, an ``auto`` one says it.
+    gpu_failures: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

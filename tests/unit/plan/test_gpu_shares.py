@@ -143,6 +143,7 @@ def test_a_uuid_limit_is_kept_and_tasks_get_subsets_named_by_uuid():
 def test_mig_devices_are_units_one_per_task_by_their_mig_uuid():
     plan = plan_over(MWMS % (2, 0), {"vm": mig_units(3)})
     assert [t.env_dict["CUDA_VISIBLE_DEVICES"] for t in plan.tasks] == [mig_units(3)[0][2], mig_units(3)[1][2]]
+    assert "collective ring (auto: the workers' GPUs are MIG devices" in plan.gpus
     one = plan_over(MWMS % (1, 0), {"vm": mig_units(3)})  # alone: still one (CUDA shows a process one)
     assert one.tasks[0].env_dict["CUDA_VISIBLE_DEVICES"] == mig_units(3)[0][2]
     with pytest.raises(SpecError, match="MIG devices, and CUDA gives a process one MIG device"):

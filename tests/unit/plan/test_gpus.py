@@ -187,7 +187,7 @@ def test_too_few_gpus_is_one_line_naming_the_host_and_counts():
 def test_a_host_without_gpus_runs_on_cpu_said_once_unless_required():
     plan = plan_on(MWMS % 2, {"h1": 0})
     assert cvd(plan) == {"worker:0": "unset", "worker:1": "unset"}
-    assert "; no GPU found (h1: nvidia-smi -L lists none): its 2 GPU tasks run on CPU; collective ring" in plan.gpus
+    assert "; no GPU found (h1: nvidia-smi -L lists none): its 2 GPU tasks run on CPU; collective ring (auto: the workers run on CPU)" in plan.gpus
     assert "gpus" not in render_plan(plan).splitlines()[1]  # no column: nothing to show per task
     with pytest.raises(SpecError, match="^h1 has 0 GPUs; 2 tasks x gpus_per_task 1 need 2;"):
         plan_on(MWMS % 2 + "    devices: {gpus_per_task: 1}\n", {"h1": 0})
