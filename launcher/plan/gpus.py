@@ -165,8 +165,9 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
                 offset += take
             else:
                 place, count, off = (autos.index(i) if take == "auto" else 0), max(len(autos), 1), counted
-            request = gpuplace.format_request(take, place, count, off, len(members), use, need, mem, coll,
-                                              trainers=trainers, cap=cap)
+            pick = coll == "auto" and spec.strategy == "multi_worker_mirrored" and trains(spec.strategy, types[i])
+            request = gpuplace.format_request(take, place, count, off, len(members), use, need, mem,
+                                              "pick" if pick else coll, trainers=trainers, cap=cap)
             if host not in known:
                 out[i] = TaskGpus(take, source, request)
                 extras[i] = cache.setdefault(("req", request), ((envnames.GPUS, request),))
@@ -226,6 +227,32 @@ def _common_cap(spec, by_host, takes, orders, units, use) -> tuple[int, Optional
     return low, None
 
 
+def hosts_problem(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optional[str]:
+    """The one line for hosts (their units as the preflight found them) on which the plan's auto
+    trainers would get different counts, or where collective auto would pick NCCL on some and RING
+    on others: what the ssh preflight says before anything starts (there each host makes its own
+    tasks' GPUs, so the plan cannot let the smallest decide). None when they agree."""
+    seen: dict[str, tuple[int, bool]] = {}
+    for host, units in found.items():
+        if units is None:
+            continue
+        for t in plan.tasks:
+            req = gpuplace.parse_request(t.gpus.request) if t.host == host and t.gpus.request else None
+            if req is None or req["take"] != "auto" or req["place"] >= req["trainers"]:
+                continue
+            ids, shared, _problem = gpuplace.resolve(req, list(units))
+            seen[host] = (len(ids), req["coll"] == "pick" and (shared or any(gpuplace.is_mig(u) for u in ids)))
+            break
+    if len({k for k, _ in seen.values()}) > 1:
+        return unequal_line({h: k for h, (k, _) in seen.items()})
+    if len({r for _, r in seen.values()}) > 1:
+        ring = [h for h, (_, r) in seen.items() if r]
+        return (f"collective auto: the workers on {', '.join(ring)} share GPUs (or use MIG devices) and the others own "
+                "theirs, so NCCL would run on some and RING on others; set collective.implementation: ring, or give "
+                "each worker its own GPUs")
+    return None
+
+
 def unequal_line(counts: Mapping[str, int]) -> str:
     """The one line for hosts whose GPU workers would get different counts."""
     parts = ", ".join(f"{h} {plural(k)}" for h, k in counts.items())
@@ -275,12 +302,18 @@ def refusal(host: str, tasks: Sequence[tuple[str, TaskGpus]], host_ids: Sequence
     return f"{host} {problem}; fix devices.gpus or the host's GPUs"
 
 
-def host_problems(plan, host: str, gpus: Sequence[Gpu]) -> list[str]:
-    """The one-line problems of ``host`` (its GPUs as ``nvidia-smi -L`` lists them there) for the
-    plan's tasks on it: what a backend's preflight calls once it knows the host's GPUs."""
+def host_problems(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str] = None) -> list[str]:
+    """The one-line problems of ``host`` (its GPUs as ``nvidia-smi -L`` lists them there, within its
+    CUDA_VISIBLE_DEVICES) for the plan's tasks on it: what a backend's preflight calls once it
+    knows the host's GPUs. ``failure``: nvidia-smi's own words where it failed there."""
     members = [t for t in plan.tasks if t.host == host and t.gpus.uses_gpu and t.gpus.request]
     if not members:
         return []
+    if failure and not gpus and any(t.gpus.required for t in members):
+        key = next(f"{t.gpus.source} {t.gpus.take}" for t in members if t.gpus.required)
+        return [f"{host}: GPUs asked for ({key}) but {failure}; install or load the NVIDIA driver there "
+                "(nvidia-smi -L must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the "
+                "requirement, devices.gpus: 0 every GPU"]
     units = list(gpus)
     ids = [g[0] for g in gpus]
     first = None
@@ -300,7 +333,7 @@ def complete(env: Mapping[str, str], gpus: Sequence[Gpu]) -> tuple[dict[str, str
     """(env, problem): a task's env with its request (``TFCLUSTER_GPUS``) made for a host whose
     GPUs are ``gpus``, for a backend that completes it in the launcher (docker: the engine's
     host). The ssh task wrapper does the same on the host (taskwrap.py ``--gpus``)."""
-    return gpuplace.complete(env, [g[0] for g in gpus], envnames.GPUS, envnames.GPU_MEMORY)
+    return gpuplace.complete(env, [g[0] for g in gpus], envnames.GPUS, envnames.GPU_MEMORY, envnames.COLLECTIVE)
 
 
 def visible_ids(env: Mapping[str, str]) -> Optional[list[int]]:

@@ -21,7 +21,8 @@ A request (the marker's fields, space-separated ``key=value``):
 * ``use``: ``all`` or the comma list of GPU indices ``devices.gpus`` lets the run use (``need``
   marks a ``devices.gpus`` count or list: the host must have those GPUs);
 * ``mem``: ``devices.gpu_memory`` (auto, growth, all, or MiB); ``coll``: the collective
-  implementation (``nccl`` refuses a shared GPU).
+  implementation (``nccl`` refuses a shared GPU; ``pick``: auto, for a multi_worker_mirrored
+  trainer, NCCL where it owns its GPUs, decided where the request is made).
 Imports nothing; Python 3.6+.
 """
 
@@ -231,12 +232,14 @@ def visible_value(units, by_uuid):
                     for u in units)
 
 
-def complete(env, host_ids, marker, limit_var):
+def complete(env, host_ids, marker, limit_var, coll_var=None):
     """(env, problem): ``env`` with the request in ``marker`` made for a host with placement units
     ``host_ids`` (GPU indices, or ``parse_list``'s tuples): CUDA_VISIBLE_DEVICES, the memory
     variables, and the marker removed. A CUDA_VISIBLE_DEVICES already in ``env`` (the host's, or
     the launcher's) is the limit: the task gets a subset of it, named as it names them (indices or
-    UUIDs). An env without the marker comes back unchanged."""
+    UUIDs). A request with ``coll=pick`` (a multi_worker_mirrored trainer under collective auto)
+    sets ``coll_var`` to nccl where the task owns whole GPUs (launcher/plan/gpus.py
+    collective_choice: the same rule). An env without the marker comes back unchanged."""
     out = dict(env)
     req = parse_request(out.pop(marker, ""))
     if req is None:
@@ -251,6 +254,8 @@ def complete(env, host_ids, marker, limit_var):
         out.update({k: v for k, v in memory_env(req["mem"], shared, out).items()})
         if req["mem"].isdigit():
             out.setdefault(limit_var, req["mem"])
+        if coll_var and req["coll"] == "pick" and not shared and not any(is_mig(u) for u in ids):
+            out.setdefault(coll_var, "nccl")
     elif CUDA_VAR in out:
         out[CUDA_VAR] = "-1"  # the limit leaves none: CPU, said as such
     return out, None

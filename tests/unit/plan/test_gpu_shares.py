@@ -166,3 +166,55 @@ def test_within_reads_cuda_visible_devices_as_cuda_does():
     assert gpuplace.within(host, "1,-1,2") == ([host[1]], False)  # stops at the first invalid entry
     assert gpuplace.within(host, host[1][2][:12]) == ([host[1]], True)  # a unique UUID prefix
     assert gpuplace.within(host, "GPU-0000")[0] == []  # ambiguous: none
+
+
+def test_the_wrapper_makes_the_same_shares_on_its_host_within_its_limit_and_picks_nccl():
+    """What the ssh task wrapper does on a host (gpuplace.complete): the equal shares, the host's
+    own CUDA_VISIBLE_DEVICES as the limit (subsets named as it names them), NCCL for a
+    multi_worker_mirrored trainer that owns its GPUs."""
+    host = units(8)
+    req = lambda place, n=3: gpuplace.format_request("auto", place, n, tasks=n, coll="pick")  # noqa: E731
+    made = [gpuplace.complete({"M": req(p)}, list(host), "M", "MEM", "COLL")[0] for p in range(3)]
+    assert [m["CUDA_VISIBLE_DEVICES"] for m in made] == ["0,1", "2,3", "4,5"]
+    assert {m["COLL"] for m in made} == {"nccl"}
+    limit = f"{host[5][2]},{host[6][2]}"
+    got, _ = gpuplace.complete({"M": req(1, 2), "CUDA_VISIBLE_DEVICES": limit}, list(host), "M", "MEM", "COLL")
+    assert got["CUDA_VISIBLE_DEVICES"] == host[6][2]
+    shared, _ = gpuplace.complete({"M": req(2)}, list(units(2)), "M", "MEM", "COLL")
+    assert "COLL" not in shared and shared["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"  # RING: TensorFlow's AUTO
+    mig, _ = gpuplace.complete({"M": req(0, 2)}, list(mig_units(2)), "M", "MEM", "COLL")
+    assert mig["CUDA_VISIBLE_DEVICES"] == mig_units(2)[0][2] and "COLL" not in mig
+
+
+def test_the_ssh_preflight_refuses_hosts_that_would_give_workers_unequal_shares():
+    spec = parse_spec(textwrap.dedent(MWMS % (2, 0)))
+    slots = {"worker:0": Slot("vm1", "vm1"), "worker:1": Slot("vm2", "vm2")}
+    plan = build_plan(spec, Placement(slots))  # the hosts' GPUs unknown: made where the tasks start
+    assert all(t.gpus.ids is None for t in plan.tasks)
+    assert "collective auto: nccl where each worker owns its GPUs" in plan.gpus
+    assert gpus.hosts_problem(plan, {"vm1": units(2), "vm2": units(2)}) is None
+    line = gpus.hosts_problem(plan, {"vm1": units(4), "vm2": units(2)})
+    assert line.startswith("gpus: the workers would get unequal GPU shares (vm1 4 GPUs, vm2 2 GPUs each)")
+    assert line.endswith("set devices.gpus_per_task: 2")
+    assert gpus.hosts_problem(plan, {"vm1": mig_units(1), "vm2": units(1)}).startswith("collective auto: the workers on vm1")
+
+
+def test_a_hosts_failing_nvidia_smi_is_its_one_line_where_gpus_are_required():
+    spec = parse_spec(textwrap.dedent(MWMS % (1, 0) + "devices: {gpus_per_task: 1}\n"))
+    plan = build_plan(spec, Placement({"worker:0": Slot("vm1", "vm1")}))
+    words = "nvidia-smi -L failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    assert gpus.host_problems(plan, "vm1", (), words) == [
+        f"vm1: GPUs asked for (gpus_per_task 1) but {words}; install or load the NVIDIA driver there (nvidia-smi -L "
+        "must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the requirement, devices.gpus: 0 every GPU"]
+
+
+def test_a_groups_gpus_that_makes_the_trainers_unequal_is_refused_at_load():
+    with pytest.raises(SpecError) as err:
+        parse_spec("name: g\nstrategy: multi_worker_mirrored\nentrypoint: python -m worker\n"
+                   "tasks: {chief: {count: 1, gpus: 2}, worker: 2}\n")
+    assert str(err.value) == (
+        "cluster.yaml:4: tasks.chief.gpus: gives the chief 2 GPU(s) and the worker auto (gpus_per_task); multi_worker_mirrored "
+        "needs the same count on every task that trains (TensorFlow: otherwise undefined); set tasks.worker.gpus: 2 "
+        "too, or drop tasks.chief.gpus")
+    parse_spec("name: g\nstrategy: parameter_server\nentrypoint: python -m worker\n"  # the coordinator trains not
+               "tasks: {chief: {count: 1, gpus: 1}, ps: 1, worker: 2}\n")
