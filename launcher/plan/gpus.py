@@ -517,12 +517,20 @@ def ids_text(ids: Sequence[int]) -> str:
 
 def env_text(env_value: Callable[[str], Optional[str]]) -> str:
     """A planned task's GPUs as ``status`` shows them, from its env in the run record
-    (``env_value(name)``): its CUDA_VISIBLE_DEVICES, else its request (``1 gpu (at start)``),
-    else "" (the plan said nothing of GPUs)."""
+    (``env_value(name)``): its CUDA_VISIBLE_DEVICES (a UUID cut to 12 characters), else its
+    request (``1 gpu (at start)``), else "" (the plan said nothing of GPUs); a
+    multi_worker_mirrored task on GPUs also its all-reduce (``gpus 0,1 nccl``: the plan's choice;
+    ``ring`` where TensorFlow's AUTO runs RING)."""
     visible = env_value(CUDA_VAR)
+    coll = ""
+    if env_value(envnames.STRATEGY) == "multi_worker_mirrored":
+        coll = " " + (env_value(envnames.COLLECTIVE) or "ring")
     if visible is not None:
         ids = visible_ids({CUDA_VAR: visible})
-        return ids_text(ids) if ids is not None else visible[:40]
+        if ids is not None:
+            return ids_text(ids) + (coll if ids else "")
+        named = ",".join(v.strip()[:12] for v in visible.split(","))[:60]
+        return ("gpu " if "," not in visible else "gpus ") + named + coll
     req = gpuplace.parse_request(env_value(envnames.GPUS) or "")
     if req is None:
         return ""

@@ -218,3 +218,12 @@ def test_a_groups_gpus_that_makes_the_trainers_unequal_is_refused_at_load():
         "too, or drop tasks.chief.gpus")
     parse_spec("name: g\nstrategy: parameter_server\nentrypoint: python -m worker\n"  # the coordinator trains not
                "tasks: {chief: {count: 1, gpus: 1}, ps: 1, worker: 2}\n")
+
+
+def test_status_shows_each_tasks_gpus_and_its_all_reduce():
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "TFCLUSTER_STRATEGY": "multi_worker_mirrored", "TFCLUSTER_COLLECTIVE": "nccl"}
+    assert gpus.env_text(env.get) == "gpus 0,1 nccl"
+    assert gpus.env_text({**env, "TFCLUSTER_COLLECTIVE": None}.get) == "gpus 0,1 ring"  # TensorFlow's AUTO
+    mig = {**env, "CUDA_VISIBLE_DEVICES": mig_units(1)[0][2]}
+    assert gpus.env_text(mig.get) == f"gpu {mig_units(1)[0][2][:12]} nccl"
+    assert gpus.env_text({"CUDA_VISIBLE_DEVICES": "-1", "TFCLUSTER_STRATEGY": "multi_worker_mirrored"}.get) == "cpu"
