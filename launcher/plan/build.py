@@ -154,6 +154,8 @@ def _device_env(spec: Spec) -> dict[str, str]:
         env[envnames.COLLECTIVE_TIMEOUT] = f"{spec.collective.timeout:g}"
     if spec.devices.cpus is not None:
         env[envnames.CPUS] = str(spec.devices.cpus)
+    if spec.devices.cpu_fallback:
+        env[envnames.CPU_FALLBACK] = "1"
     if spec.strategy == "tpu":
         tpu = spec.tpu or Tpu()
         env[envnames.TPU] = tpu.name

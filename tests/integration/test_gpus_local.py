@@ -156,13 +156,30 @@ def test_reference_worker_applies_memory_limit_and_collective(tmp_path):
     applied, and builds MultiWorkerMirroredStrategy with the CommunicationOptions."""
     path = local_spec(tmp_path, "python -m worker --epochs 1 --steps-per-epoch 2 --batch-size 8", name="g",
                       tasks="{worker: 1}", env={"TF_CPP_MIN_LOG_LEVEL": '"2"'}, watchdog="{startup_timeout: 240}",
-                      extra="devices: {gpu_memory: 1024, gpus_per_task: 1}\n"
+                      extra="devices: {gpu_memory: 1024, gpus_per_task: 1, cpu_fallback: true}\n"
                             "collective: {implementation: ring, timeout: 45}\n")
     proc = up(path, tmp_path, 1)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = proc.stdout
     assert "[worker:0] worker: worker:0 gpus: 0 visible (CUDA_VISIBLE_DEVICES=0), memory limit 1024 MiB" in out, out[-3000:]
     assert "[worker:0] worker: collective implementation=ring timeout=45s" in out
+    assert "TensorFlow sees no GPU: training on CPU (devices.cpu_fallback)" in out
+
+
+@pytest.mark.tf
+def test_reference_worker_given_gpus_its_tensorflow_cannot_see_fails_fast_in_one_line(tmp_path):
+    """The fake nvidia-smi lists a GPU, the plan gives it to the task, TensorFlow (no GPU here) sees
+    none: the worker stops at once (exit 2, a setting: not restarted) naming the likely cause."""
+    path = local_spec(tmp_path, "python -m worker --epochs 1 --steps-per-epoch 2 --batch-size 8", name="g",
+                      tasks="{worker: 1}", env={"TF_CPP_MIN_LOG_LEVEL": '"2"'}, watchdog="{startup_timeout: 240}",
+                      extra="devices: {gpus_per_task: 1}\n")
+    proc = up(path, tmp_path, 1)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    lines = [line for line in proc.stdout.splitlines()
+             if line.startswith("[worker:0] worker: error: given GPUs (CUDA_VISIBLE_DEVICES=0) but TensorFlow sees none: ")]
+    assert len(lines) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert ("CPU-only build" in lines[0] or "CUDA/cuDNN mismatch" in lines[0]) and "devices.cpu_fallback: true" in lines[0]
+    assert "not retried: a usage error (exit 2)" in proc.stderr  # fails fast: no restart
 
 
 def test_each_tasks_gpu_memory_in_status_events_and_the_final_peak(tmp_path):
