@@ -129,7 +129,7 @@ def runtime_problem(url: str, explanation: str) -> Optional[str]:
 def describe(found: Mapping[str, Container], engine_gpus: Sequence) -> str:
     """The start line: which container gets which of the engine host's GPUs."""
     if not engine_gpus:
-        return f"docker: {HOST} has no NVIDIA GPU (nvidia-smi -L); the tasks run on CPU"
+        return f"docker: no GPU found ({HOST}: nvidia-smi -L lists none): the tasks run on CPU"
     parts = [f"{k} gpu{'s' if len(c.device_ids) > 1 else ''} {','.join(str(i) for i in c.device_ids)}"
              for k, c in found.items() if c.device_ids]
     return f"docker: {HOST} has {gpuplace.plural(len(engine_gpus))}; " + ("; ".join(parts) or "no task uses one")
