@@ -8,8 +8,9 @@ there (``complete``). Both call ``resolve``, so a task gets the same GPUs either
 
 A request (the marker's fields, space-separated ``key=value``):
 
-* ``take``: ``auto`` (the host's usable GPUs divided among its auto tasks; more tasks than GPUs:
-  round-robin, shared), ``all`` (every usable GPU), or ``N`` (its own N, disjoint from its
+* ``take``: ``auto`` (the host's usable placement units shared out by ``shares``: every trainer
+  the same count, leftovers to the evaluator or idle; more trainers than units: round-robin,
+  shared), ``all`` (every usable GPU), or ``N`` (its own N, disjoint from its
   neighbours', by ``offset``);
 * ``place=I/N``: the task's place among its host's ``auto`` tasks, trainers first;
 * ``trainers``: how many of those N places are trainers (the workers, and the chief where it

@@ -21,8 +21,9 @@ class Devices(OptionsModel):
         {"const": "all"}, UINT, {"type": "array", "items": UINT, "uniqueItems": True}]})] = "all"
     """Which of a host's GPUs the run may use: all, N (GPUs 0..N-1; 0: none) or a list of indices ([0, 2])."""
     gpus_per_task: Annotated[Any, WithJsonSchema({"anyOf": [{"enum": ["auto", "all"]}, POSINT]})] = "auto"
-    """Each GPU task's GPUs: auto (a host's GPUs divided among its GPU tasks), N (each its own N), or all
-    (every GPU task sees every GPU of its host)."""
+    """Each GPU task's GPUs: auto (a host's GPUs shared out with the same count for every worker, as TensorFlow
+    requires; leftovers to the evaluator, else idle), N (each its own N), or all (every GPU task sees every GPU of
+    its host)."""
     gpu_memory: Annotated[Any, WithJsonSchema({"anyOf": [{"enum": ["auto", "growth", "all"]}, POSINT]})] = "auto"
     """Each GPU task's memory setting: auto (growth when tasks share a GPU), growth, all (TensorFlow's
     default: nearly all of it), or a limit per GPU in MiB."""

@@ -359,6 +359,9 @@ def test_parse_list_gives_a_mig_gpus_devices_as_units():
     assert gpuplace.parse_list(text) == [(0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-bbb"),
                                          (0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-ddd"),
                                          (1, "Tesla T4", "GPU-ccc")]
+    old_driver = ("GPU 0: A100-SXM4-40GB (UUID: GPU-aaa)\n"  # drivers before R470 named MIG devices this way
+                  "  MIG 1g.5gb Device 0: (UUID: MIG-GPU-aaa/7/0)\n")
+    assert gpuplace.parse_list(old_driver) == [(0, "A100-SXM4-40GB MIG 1g.5gb", "MIG-GPU-aaa/7/0")]
 
 
 def test_discovery_output_carries_slots():
