@@ -227,12 +227,11 @@ def _common_cap(spec, by_host, takes, orders, units, use) -> tuple[int, Optional
     return low, None
 
 
-def hosts_problem(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optional[str]:
-    """The one line for hosts (their units as the preflight found them) on which the plan's auto
-    trainers would get different counts, or where collective auto would pick NCCL on some and RING
-    on others: what the ssh preflight says before anything starts (there each host makes its own
-    tasks' GPUs, so the plan cannot let the smallest decide). None when they agree."""
-    seen: dict[str, tuple[int, bool]] = {}
+def _host_picks(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, tuple[int, bool, bool]]:
+    """Host -> (units each auto trainer gets, whether collective auto would run RING there, whether
+    it decides at all: a multi_worker_mirrored trainer under auto) for the hosts whose units are
+    known."""
+    seen: dict[str, tuple[int, bool, bool]] = {}
     for host, units in found.items():
         if units is None:
             continue
@@ -241,8 +240,32 @@ def hosts_problem(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optiona
             if req is None or req["take"] != "auto" or req["place"] >= req["trainers"]:
                 continue
             ids, shared, _problem = gpuplace.resolve(req, list(units))
-            seen[host] = (len(ids), req["coll"] == "pick" and (shared or any(gpuplace.is_mig(u) for u in ids)))
+            pick = req["coll"] == "pick"
+            seen[host] = (len(ids), pick and (shared or not ids or any(gpuplace.is_mig(u) for u in ids)), pick)
             break
+    return seen
+
+
+def start_collective(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optional[str]:
+    """The start line for collective auto where each host's task wrappers decide it (ssh), once the
+    preflight knows every host's units: which they will pick and why; None where there is nothing to
+    say (not auto, not multi_worker_mirrored, hosts unknown)."""
+    seen = _host_picks(plan, found)
+    if not seen or not all(p for _k, _r, p in seen.values()) or len({r for _k, r, _p in seen.values()}) != 1:
+        return None
+    if not any(r for _k, r, _p in seen.values()):
+        return "collective nccl (auto: each worker owns its GPUs)"
+    if all(k == 0 for k, _r, _p in seen.values()):
+        return "collective ring (auto: the workers run on CPU)"
+    return "collective ring (auto: workers share GPUs or use MIG devices, which NCCL cannot serve)"
+
+
+def hosts_problem(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optional[str]:
+    """The one line for hosts (their units as the preflight found them) on which the plan's auto
+    trainers would get different counts, or where collective auto would pick NCCL on some and RING
+    on others: what the ssh preflight says before anything starts (there each host makes its own
+    tasks' GPUs, so the plan cannot let the smallest decide). None when they agree."""
+    seen = {h: (k, r) for h, (k, r, _p) in _host_picks(plan, found).items()}
     if len({k for k, _ in seen.values()}) > 1:
         return unequal_line({h: k for h, (k, _) in seen.items()})
     if len({r for _, r in seen.values()}) > 1:

@@ -39,6 +39,9 @@ def gpu_notes(plan: Plan, found: dict) -> list[str]:
             out.append(f"{name}: {len(host_gpus)} {word}{'s' if len(host_gpus) > 1 else ''} "
                        f"({', '.join(sorted({g[1] for g in host_gpus}))}) "
                        f"for {', '.join(t.key for t in mine)}")
+    chosen = gpus.start_collective(plan, found)  # what the task wrappers will pick, said once
+    if chosen:
+        out.append(chosen)
     return out
 
 

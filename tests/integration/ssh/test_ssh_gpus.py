@@ -129,6 +129,7 @@ def test_the_hosts_uuid_limit_equal_shares_and_nccl(lab, make_spec, tmp_path):
     assert got == {"h1": (f"{uuid(2)},{uuid(3)}", "nccl"), "h2": ("0,1", "nccl")}, got
     assert "collective auto: nccl where each worker owns its GPUs, else ring (decided on each host at start)" \
         in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.count("collective nccl (auto: each worker owns its GPUs)") == 1  # said at start, once
 
 
 def test_mig_devices_one_per_task_on_each_host(lab, make_spec, tmp_path):
@@ -141,6 +142,7 @@ def test_mig_devices_one_per_task_on_each_host(lab, make_spec, tmp_path):
         assert len(mine) == 2 and len(set(mine)) == 2 and all(m.startswith("MIG-") and "," not in m for m in mine), got
     assert {v["TFCLUSTER_COLLECTIVE"] for v in got.values()} == {None}  # MIG devices: RING
     assert "h1: 2 MIG devices (NVIDIA A100-SXM4-40GB MIG 1g.5gb)" in proc.stderr, proc.stderr[-3000:]
+    assert "collective ring (auto: workers share GPUs or use MIG devices" in proc.stderr
 
 
 def test_a_hosts_failing_nvidia_smi_is_one_line_in_its_words(lab, make_spec, tmp_path):

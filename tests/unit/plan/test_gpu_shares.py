@@ -197,6 +197,8 @@ def test_the_ssh_preflight_refuses_hosts_that_would_give_workers_unequal_shares(
     assert line.startswith("gpus: the workers would get unequal GPU shares (vm1 4 GPUs, vm2 2 GPUs each)")
     assert line.endswith("set devices.gpus_per_task: 2")
     assert gpus.hosts_problem(plan, {"vm1": mig_units(1), "vm2": units(1)}).startswith("collective auto: the workers on vm1")
+    assert gpus.start_collective(plan, {"vm1": units(2), "vm2": units(2)}) == "collective nccl (auto: each worker owns its GPUs)"
+    assert gpus.start_collective(plan, {"vm1": (), "vm2": ()}) == "collective ring (auto: the workers run on CPU)"
 
 
 def test_a_hosts_failing_nvidia_smi_is_its_one_line_where_gpus_are_required():
