@@ -57,17 +57,47 @@ def gpu_memory_limit() -> Optional[int]:
     return int(value)
 
 
+def given_gpus(visible: Optional[str]) -> bool:
+    """The launcher gave this task GPUs: CUDA_VISIBLE_DEVICES names at least one (not -1, not empty)."""
+    if visible is None:
+        return False
+    first = visible.split(",")[0].strip()
+    return bool(first) and not first.startswith("-")
+
+
+def unseen_gpus_cause() -> str:
+    """Why a TensorFlow given GPUs sees none, in words: a CPU-only build, else the CUDA/cuDNN it was
+    built against (tf.sysconfig.get_build_info()) missing or mismatched on this machine."""
+    if not tf.test.is_built_with_cuda():
+        return (f"this TensorFlow ({tf.__version__}) is a CPU-only build; install one with CUDA "
+                "(pip install 'tensorflow[and-cuda]')")
+    info = tf.sysconfig.get_build_info()
+    return (f"TensorFlow {tf.__version__} was built for CUDA {info.get('cuda_version', '?')} / cuDNN "
+            f"{info.get('cudnn_version', '?')} and could not use them here: a CUDA/cuDNN mismatch, missing CUDA "
+            "libraries or a driver too old (TensorFlow's log above names the library it could not load)")
+
+
 def configure_gpus() -> str:
     """Apply the memory limit to every visible GPU (before TensorFlow initialises them); what
-    was set, in words, for the worker's first line."""
+    was set, in words, for the worker's first line. A task given GPUs (CUDA_VISIBLE_DEVICES)
+    whose TensorFlow sees none is a SettingError naming the likely cause, unless
+    $TFCLUSTER_CPU_FALLBACK (``devices.cpu_fallback: true``) says CPU is fine."""
     limit = gpu_memory_limit()
     gpus = tf.config.list_physical_devices("GPU")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not gpus and given_gpus(visible):
+        if os.environ.get(envnames.CPU_FALLBACK) != "1":
+            raise SettingError(f"given GPUs (CUDA_VISIBLE_DEVICES={visible[:80]}) but TensorFlow sees none: "
+                               f"{unseen_gpus_cause()}; or set devices.cpu_fallback: true to train on CPU")
+        cpu = "; TensorFlow sees no GPU: training on CPU (devices.cpu_fallback)"
+    else:
+        cpu = ""
     if limit and gpus:
         for gpu in gpus:
             tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])
     growth = os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true"
     memory = f"limit {limit} MiB" if limit else "growth" if growth else "default"
-    return f"{len(gpus)} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), memory {memory}"
+    return f"{len(gpus)} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), memory {memory}" + cpu
 
 
 _IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}

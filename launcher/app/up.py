@@ -253,7 +253,9 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
         f"run {record.run_id}: {len(plan.tasks)} tasks ({', '.join(plan.keys)}) on {plan.backend}; "
         f"logs in {record.logs_dir}"
     )
-    if plan.gpus and (show_gpus(plan) or gpus_asked(spec)):  # said once: where the tasks' GPUs are
+    # Said once: where the tasks' GPUs are, or that a machine with nvidia-smi found none (auto: CPU).
+    cpu_said = "no GPU found (" in plan.gpus and "nvidia-smi not found" not in plan.gpus
+    if plan.gpus and (show_gpus(plan) or gpus_asked(spec) or cpu_said):
         console.info(plan.gpus)
     if panel:
         console.start_panel(supervisor.view)  # on a terminal only

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from launcher.contract import envnames
 from launcher.errors import LaunchError
-from launcher.plan.gpus import local_gpus, placement_off, take_of
+from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.procinfo import group_alive, is_same, kill_group, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
@@ -35,19 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from launcher.spec.model import LoadedSpec, Spec
 
 LOCAL_HOST = "localhost"
-
-
-def visible(gpus: tuple) -> tuple:
-    """The GPUs this launcher's own CUDA_VISIBLE_DEVICES leaves (nvidia-smi lists every GPU): a
-    user who hid GPUs from the shell the launcher runs in hides them from its tasks too."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return gpus
-    try:
-        wanted = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:  # UUIDs or MIG names: left as the user set them (the tasks inherit it)
-        return gpus
-    return tuple(g for g in gpus if g[0] in wanted and all(i >= 0 for i in wanted))
 
 
 class LocalTask(ChildTask):
@@ -112,9 +99,13 @@ class LocalBackend(Backend):
         one) are known now, so the plan holds the thread budgets and each task's GPUs."""
         keys = task_keys(spec)
         wants_gpu = any(gpu_take != 0 for gpu_take in {take_of(spec, t)[0] for t in {t for t, _ in keys}})
+        found, failure = local_gpus_checked() if wants_gpu and not placement_off(spec) else ((), None)
         return Placement({f"{t}:{i}": Slot(LOCAL_HOST, LOCAL_HOST) for t, i in keys},
                          cores={LOCAL_HOST: local_cores()},
-                         gpus={LOCAL_HOST: visible(local_gpus())} if wants_gpu and not placement_off(spec) else {})
+                         gpus={LOCAL_HOST: found} if wants_gpu and not placement_off(spec) else {},
+                         gpu_failures={LOCAL_HOST: failure} if failure else {},
+                         gpu_limits=({LOCAL_HOST: os.environ["CUDA_VISIBLE_DEVICES"]}
+                                     if "CUDA_VISIBLE_DEVICES" in os.environ else {}))
 
     # -------------------------------------------------------------- preflight
 

@@ -17,6 +17,7 @@ THREADS = "TFCLUSTER_THREADS"  # devices: {threads: auto}: "I/N", the task's pla
 # into CUDA_VISIBLE_DEVICES and the memory variables, then removed.
 GPUS = "TFCLUSTER_GPUS"
 GPU_MEMORY = "TFCLUSTER_GPU_MEMORY"  # devices: {gpu_memory: MiB}: each visible GPU's memory limit, MiB
+CPU_FALLBACK = "TFCLUSTER_CPU_FALLBACK"  # devices: {cpu_fallback: true}: "1": no visible GPU is fine, train on CPU
 # collective: {implementation, timeout}: what MultiWorkerMirroredStrategy's CommunicationOptions get.
 COLLECTIVE = "TFCLUSTER_COLLECTIVE"  # auto | ring | nccl
 COLLECTIVE_TIMEOUT = "TFCLUSTER_COLLECTIVE_TIMEOUT"  # seconds

@@ -147,11 +147,34 @@ def check_rules(spec: Spec) -> list[tuple[tuple, str]]:
         if t.group(task_type).gpus and spec.devices.gpus == 0:
             problems.append((("tasks", task_type, "gpus"), f"devices.gpus 0 lets no task use a GPU; drop "
                              f"tasks.{task_type}.gpus or set devices.gpus"))
+    problems += _unequal_trainers(spec)
     if spec.strategy != "multi_worker_mirrored" and spec.collective != type(spec.collective)():
         problems.append((("collective",), f"only multi_worker_mirrored runs collectives (all-reduce), not "
                          f"{spec.strategy}; remove collective:"))
     problems += backend.check_spec(spec)
     return problems
+
+
+def _unequal_trainers(spec: Spec) -> list[tuple[tuple, str]]:
+    """A group's ``gpus:`` that gives the chief (where it trains, in multi_worker_mirrored) another
+    count than each worker: MultiWorkerMirroredStrategy needs the same devices on every worker
+    (its docstring: otherwise "the behavior is undefined"; launcher/plan/gpus.py trains)."""
+    from launcher.plan.gpus import take_of, trains
+
+    t = spec.tasks
+    if spec.single_host or not (t.count("chief") and t.count("worker")) or not trains(spec.strategy, "chief"):
+        return []
+    (chief, c_src), (worker, w_src) = take_of(spec, "chief"), take_of(spec, "worker")
+    if chief == worker or spec.devices.gpus == 0:
+        return []
+    where = "chief" if t.group("chief").gpus is not None else "worker"
+    if t.group(where).gpus is None:
+        return []
+    other = "worker" if where == "chief" else "chief"
+    mine, theirs = (chief, worker) if where == "chief" else (worker, chief)
+    return [(("tasks", where, "gpus"), f"gives the {where} {mine} GPU(s) and the {other} {theirs} "
+             f"({w_src if where == 'chief' else c_src}); {spec.strategy} needs the same count on every task that "
+             f"trains (TensorFlow: otherwise undefined); set tasks.{other}.gpus: {mine} too, or drop tasks.{where}.gpus")]
 
 
 def _able(capability: str) -> list[str]:

@@ -76,9 +76,14 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
     if problems:
         raise SpecError(*problems)
     gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
-    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus)
+    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus,
+                                                  placement.gpu_limits, placement.gpu_failures)
     if problems:
         raise SpecError(*problems)
+    chosen, why = gpus.collective_choice(spec, [p[0] for p in placements], task_gpus)
+    # Only NCCL needs saying: TensorFlow's AUTO is RING (gpus.collective_choice).
+    if chosen == "nccl" and envnames.COLLECTIVE not in spec.env:
+        env[envnames.COLLECTIVE] = chosen
     variants: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # shared, not one per task
     base_envs = [variants.setdefault(extra + more, tuple(sorted({**env, **dict(extra), **dict(more)}.items())))
                  for extra, more in zip(budgets, gpu_env)]
@@ -93,7 +98,8 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
                 placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
-                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts))
+                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts, placement.gpu_limits, why,
+                                    placement.gpu_failures))
 
 
 def _slot_problems(spec: Spec, hosts: list[str]) -> list[str]:
@@ -148,6 +154,8 @@ def _device_env(spec: Spec) -> dict[str, str]:
         env[envnames.COLLECTIVE_TIMEOUT] = f"{spec.collective.timeout:g}"
     if spec.devices.cpus is not None:
         env[envnames.CPUS] = str(spec.devices.cpus)
+    if spec.devices.cpu_fallback:
+        env[envnames.CPU_FALLBACK] = "1"
     if spec.strategy == "tpu":
         tpu = spec.tpu or Tpu()
         env[envnames.TPU] = tpu.name

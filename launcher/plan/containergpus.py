@@ -34,10 +34,10 @@ MADE = (envnames.GPUS, envnames.GPU_MEMORY, gpuplace.CUDA_VAR, gpuplace.ORDER_VA
 
 @dataclass(frozen=True)
 class Container:
-    """One task's container, for its GPUs: its env, device ids (host indices), /dev/shm."""
+    """One task's container, for its GPUs: its env, device ids (host indices, or UUIDs), /dev/shm."""
 
     env: dict
-    device_ids: tuple[int, ...] = ()
+    device_ids: tuple = ()
     shm_size: Optional[str] = None
 
     def device_requests(self) -> list[dict]:
@@ -56,13 +56,18 @@ def asked(spec) -> bool:
     return any(plan_gpus.take_of(spec, t)[0] != 0 for t in types)
 
 
-def containers(spec, tasks: Sequence, engine_gpus: Sequence, shm_size: Optional[str]
+def containers(spec, tasks: Sequence, engine_gpus: Sequence, shm_size: Optional[str], limit: Optional[str] = None
                ) -> tuple[dict[str, Container], list[str]]:
     """(task key -> Container, one-line problems) for the plan's ``tasks`` (PlannedTask: key,
-    type, env) on an engine host with ``engine_gpus`` (``nvidia-smi -L``'s (index, name,
-    uuid)). Pure."""
+    type, env) on an engine host with ``engine_gpus`` (``nvidia-smi -L``'s placement units: (index,
+    name, uuid), a MIG device one unit), within ``limit`` (the launcher's CUDA_VISIBLE_DEVICES: the
+    containers get subsets of it). A container's device request names its GPUs by index, or by UUID
+    where the limit named UUIDs or they are MIG devices (the NVIDIA container runtime takes both).
+    Pure."""
     types = [t.type for t in tasks]
-    task_gpus, extras, problems = plan_gpus.plan_gpus(spec, [HOST] * len(tasks), types, {HOST: tuple(engine_gpus)})
+    limits = {HOST: limit} if limit is not None else {}
+    task_gpus, extras, problems = plan_gpus.plan_gpus(spec, [HOST] * len(tasks), types, {HOST: tuple(engine_gpus)},
+                                                      limits)
     out: dict[str, Container] = {}
     off = plan_gpus.placement_off(spec)
     for task, tg, extra in zip(tasks, task_gpus, extras):
@@ -72,7 +77,9 @@ def containers(spec, tasks: Sequence, engine_gpus: Sequence, shm_size: Optional[
                 if name not in spec.env:
                     env.pop(name, None)
             env.update(dict(extra))
-        ids = tuple(plan_gpus.visible_ids(env) or ()) if not off else ()
+        ids: tuple = ()
+        if not off and tg.ids:
+            ids = tuple(tg.visible.split(",")) if tg.visible else tuple(tg.ids)
         if ids and gpuplace.CUDA_VAR not in spec.env:
             env[gpuplace.CUDA_VAR] = ",".join(str(i) for i in range(len(ids)))  # numbered from 0 inside
             env.pop(gpuplace.ORDER_VAR, None)
@@ -91,10 +98,22 @@ def with_engine_gpus(spec, placement):
     if not found:
         return placement
     keys = list(placement.slots)
-    _, _, problems = plan_gpus.plan_gpus(spec, [HOST] * len(keys), [k.split(":")[0] for k in keys], {HOST: found})
+    limits = launcher_limit()
+    _, _, problems = plan_gpus.plan_gpus(spec, [HOST] * len(keys), [k.split(":")[0] for k in keys], {HOST: found},
+                                         limits)
     if problems:
         return placement
-    return replace(placement, gpus={HOST: found}, gpu_hosts={slot.host: HOST for slot in placement.slots.values()})
+    return replace(placement, gpus={HOST: found}, gpu_hosts={slot.host: HOST for slot in placement.slots.values()},
+                   gpu_limits=limits)
+
+
+def launcher_limit() -> dict[str, str]:
+    """{HOST: the launcher's CUDA_VISIBLE_DEVICES} where it has one: the engine host's GPUs the run
+    may use (the engine runs on this machine)."""
+    import os
+
+    value = os.environ.get(gpuplace.CUDA_VAR)
+    return {HOST: value} if value is not None else {}
 
 
 def runtime_problem(url: str, explanation: str) -> Optional[str]:
@@ -110,7 +129,7 @@ def runtime_problem(url: str, explanation: str) -> Optional[str]:
 def describe(found: Mapping[str, Container], engine_gpus: Sequence) -> str:
     """The start line: which container gets which of the engine host's GPUs."""
     if not engine_gpus:
-        return f"docker: {HOST} has no NVIDIA GPU (nvidia-smi -L); the tasks run on CPU"
+        return f"docker: no GPU found ({HOST}: nvidia-smi -L lists none): the tasks run on CPU"
     parts = [f"{k} gpu{'s' if len(c.device_ids) > 1 else ''} {','.join(str(i) for i in c.device_ids)}"
              for k, c in found.items() if c.device_ids]
     return f"docker: {HOST} has {gpuplace.plural(len(engine_gpus))}; " + ("; ".join(parts) or "no task uses one")

@@ -46,6 +46,9 @@ class TaskGpus:
     request: str = ""
     ids: Optional[tuple[int, ...]] = None
     shared: bool = False
+    # Its CUDA_VISIBLE_DEVICES where that is not ``ids`` (UUIDs: the launcher's limit named
+    # UUIDs, or MIG devices); "" otherwise.
+    visible: str = ""
 
     @property
     def uses_gpu(self) -> bool:
@@ -65,7 +68,9 @@ class TaskGpus:
         if not self.ids:
             return "cpu (no gpu)"
         word = "gpu" if len(self.ids) == 1 else "gpus"
-        return f"{word} {','.join(str(i) for i in self.ids)}" + (" shared" if self.shared else "")
+        named = ",".join(v[:12] if len(v) > 12 else v for v in self.visible.split(",")) if self.visible else \
+            ",".join(str(i) for i in self.ids)
+        return f"{word} {named}" + (" shared" if self.shared else "")
 
 
 NO_GPU = TaskGpus()
@@ -106,11 +111,28 @@ def placement_off(spec) -> bool:
     return CUDA_VAR in spec.env
 
 
-def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[str, Sequence[Gpu]]
+def trains(strategy: str, task_type: str) -> bool:
+    """A task of this type is a trainer: its GPU count must equal every other trainer's
+    (gpuplace.shares): the workers, and the chief where it trains (not parameter_server's)."""
+    if strategy == "parameter_server":
+        return task_type == "worker"
+    return task_type in ("chief", "worker")
+
+
+def cap_of(spec) -> int:
+    """The most GPUs an auto trainer gets: one_device's 1 (OneDeviceStrategy uses one device; a
+    task seeing more maps memory on every one), else none (0)."""
+    return 1 if spec.strategy == "one_device" else 0
+
+
+def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[str, Sequence[Gpu]],
+              limits: Mapping[str, Optional[str]] = {}, failures: Mapping[str, str] = {}
               ) -> tuple[list[TaskGpus], list[tuple[tuple[str, str], ...]], list[str]]:
     """Every task's TaskGpus and extra env (in plan order: ``hosts[i]`` and ``types[i]`` are task
-    i's), and the one-line problems of the hosts whose GPUs are ``known`` (host -> its GPUs;
-    a host not in it is completed where its tasks start)."""
+    i's), and the one-line problems of the hosts whose GPUs are ``known`` (host -> its placement
+    units, nvidia-smi -L's; a host not in it is completed where its tasks start). ``limits``: host
+    -> the CUDA_VISIBLE_DEVICES in force there (the launcher's own, locally): tasks get subsets
+    of it, named as it names them."""
     n = len(hosts)
     if placement_off(spec):
         return [NO_GPU] * n, [()] * n, []
@@ -126,9 +148,14 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
     extras: list[tuple[tuple[str, str], ...]] = [((CUDA_VAR, "-1"),) if CUDA_VAR not in spec.env else ()] * n
     problems: list[str] = []
     cache: dict[tuple, tuple[tuple[str, str], ...]] = {}  # a few distinct extras, shared
+    units = {h: gpuplace.within(known[h], limits.get(h)) for h in by_host if h in known}
+    orders = {h: _auto_order(spec, types, takes, members) for h, members in by_host.items()}
+    cap, problem = _common_cap(spec, by_host, takes, orders, units, use)
+    if problem:
+        return [NO_GPU] * n, [()] * n, [problem]
     for host, members in by_host.items():
         counted = sum(int(takes[i][0]) for i in members if isinstance(takes[i][0], int))
-        autos = [i for i in members if takes[i][0] == "auto"]
+        autos, trainers = orders[host]
         offset = 0
         host_problem: Optional[str] = None
         for i in members:
@@ -138,32 +165,137 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
                 offset += take
             else:
                 place, count, off = (autos.index(i) if take == "auto" else 0), max(len(autos), 1), counted
-            request = gpuplace.format_request(take, place, count, off, len(members), use, need, mem, coll)
+            pick = coll == "auto" and spec.strategy == "multi_worker_mirrored" and trains(spec.strategy, types[i])
+            request = gpuplace.format_request(take, place, count, off, len(members), use, need, mem,
+                                              "pick" if pick else coll, trainers=trainers, cap=cap)
             if host not in known:
                 out[i] = TaskGpus(take, source, request)
                 extras[i] = cache.setdefault(("req", request), ((envnames.GPUS, request),))
                 continue
-            ids_known = [g[0] for g in known[host]]
-            ids, shared, problem = gpuplace.resolve(gpuplace.parse_request(request), ids_known)
+            host_units, by_uuid = units[host]
+            got, shared, problem = gpuplace.resolve(gpuplace.parse_request(request), host_units)
             if problem and host_problem is None:
                 host_problem = problem
-            out[i] = TaskGpus(take, source, request, tuple(ids), shared)
-            extras[i] = cache.setdefault(("ids", tuple(ids), shared), tuple(sorted(_made_env(spec, ids, shared).items())))
-        if host_problem is not None:
+            value = gpuplace.visible_value(got, by_uuid)
+            ids = tuple(g[0] for g in got)
+            out[i] = TaskGpus(take, source, request, ids, shared, value if value != ",".join(map(str, ids)) else "")
+            extras[i] = cache.setdefault(("ids", value, shared), tuple(sorted(_made_env(spec, value, shared).items())))
+        if host_problem is not None and failures.get(host) and not units[host][0]:
+            problems.append(failure_line(spec, host, failures[host]))
+        elif host_problem is not None:
             problems.append(refusal(host, [(t_key(types, i), out[i]) for i in members],
-                                    [g[0] for g in known[host]], spec.devices.gpus, host_problem))
+                                    [g[0] for g in units[host][0]], spec.devices.gpus, host_problem))
     return out, extras, problems
+
+
+def _auto_order(spec, types: Sequence[str], takes, members: Sequence[int]) -> tuple[list[int], int]:
+    """(a host's auto tasks, trainers first; how many trainers): their places in shares()."""
+    autos = [i for i in members if takes[i][0] == "auto"]
+    first = [i for i in autos if trains(spec.strategy, types[i])]
+    return first + [i for i in autos if i not in first], len(first)
+
+
+def trainer_share(units: Sequence, autos: int, trainers: int, counted: int, use: str, cap: int = 0) -> int:
+    """How many units each auto trainer of a host gets (gpuplace.shares over what the count tasks
+    leave)."""
+    left = max(len(gpuplace.usable(units, use)) - counted, 0)
+    if any(gpuplace.is_mig(u) for u in units):
+        cap = 1
+    places, _idle = gpuplace.shares(left, trainers, autos - trainers, cap)
+    return len(places[0][0]) if trainers and places else 0
+
+
+def _common_cap(spec, by_host, takes, orders, units, use) -> tuple[int, Optional[str]]:
+    """(cap, problem): where the plan knows every host with auto trainers and they would give their
+    trainers different counts, the smallest decides (the cap); a host that would give none while
+    another gives some is the problem, in one line naming them."""
+    cap = cap_of(spec)
+    counts: dict[str, int] = {}
+    for host, members in by_host.items():
+        autos, trainers = orders[host]
+        if not trainers:
+            continue
+        if host not in units:
+            return cap, None  # completed where the tasks start: the ssh preflight compares the hosts
+        counted = sum(int(takes[i][0]) for i in members if isinstance(takes[i][0], int))
+        counts[host] = trainer_share(units[host][0], len(autos), trainers, counted, use, cap)
+    if len(set(counts.values())) <= 1:
+        return cap, None
+    low = min(counts.values())
+    if low == 0:
+        return cap, unequal_line(counts)
+    return low, None
+
+
+def _host_picks(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, tuple[int, bool, bool]]:
+    """Host -> (units each auto trainer gets, whether collective auto would run RING there, whether
+    it decides at all: a multi_worker_mirrored trainer under auto) for the hosts whose units are
+    known."""
+    seen: dict[str, tuple[int, bool, bool]] = {}
+    for host, units in found.items():
+        if units is None:
+            continue
+        for t in plan.tasks:
+            req = gpuplace.parse_request(t.gpus.request) if t.host == host and t.gpus.request else None
+            if req is None or req["take"] != "auto" or req["place"] >= req["trainers"]:
+                continue
+            ids, shared, _problem = gpuplace.resolve(req, list(units))
+            pick = req["coll"] == "pick"
+            seen[host] = (len(ids), pick and (shared or not ids or any(gpuplace.is_mig(u) for u in ids)), pick)
+            break
+    return seen
+
+
+def start_collective(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optional[str]:
+    """The start line for collective auto where each host's task wrappers decide it (ssh), once the
+    preflight knows every host's units: which they will pick and why; None where there is nothing to
+    say (not auto, not multi_worker_mirrored, hosts unknown)."""
+    seen = _host_picks(plan, found)
+    if not seen or not all(p for _k, _r, p in seen.values()) or len({r for _k, r, _p in seen.values()}) != 1:
+        return None
+    if not any(r for _k, r, _p in seen.values()):
+        return "collective nccl (auto: each worker owns its GPUs)"
+    if all(k == 0 for k, _r, _p in seen.values()):
+        return "collective ring (auto: the workers run on CPU)"
+    return "collective ring (auto: workers share GPUs or use MIG devices, which NCCL cannot serve)"
+
+
+def hosts_problem(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optional[str]:
+    """The one line for hosts (their units as the preflight found them) on which the plan's auto
+    trainers would get different counts, or where collective auto would pick NCCL on some and RING
+    on others: what the ssh preflight says before anything starts (there each host makes its own
+    tasks' GPUs, so the plan cannot let the smallest decide). None when they agree."""
+    seen = {h: (k, r) for h, (k, r, _p) in _host_picks(plan, found).items()}
+    if len({k for k, _ in seen.values()}) > 1:
+        return unequal_line({h: k for h, (k, _) in seen.items()})
+    if len({r for _, r in seen.values()}) > 1:
+        ring = [h for h, (_, r) in seen.items() if r]
+        return (f"collective auto: the workers on {', '.join(ring)} share GPUs (or use MIG devices) and the others own "
+                "theirs, so NCCL would run on some and RING on others; set collective.implementation: ring, or give "
+                "each worker its own GPUs")
+    return None
+
+
+def unequal_line(counts: Mapping[str, int]) -> str:
+    """The one line for hosts whose GPU workers would get different counts."""
+    parts = ", ".join(f"{h} {plural(k)}" for h, k in counts.items())
+    low = min(counts.values())
+    fix = (f"set devices.gpus_per_task: {low}" if low else
+           "give every GPU host a GPU, or run on CPU (devices.gpus: 0)")
+    return (f"gpus: the workers would get unequal GPU shares ({parts} each); TensorFlow needs the same count on every "
+            f"worker (ParameterServerStrategy: Mismatched number of GPUs per worker); {fix}")
 
 
 def t_key(types: Sequence[str], i: int) -> str:
     return f"{types[i]}:{sum(1 for t in types[:i] if t == types[i])}"
 
 
-def _made_env(spec, ids: Sequence[int], shared: bool) -> dict[str, str]:
-    """The env a completed request gives (gpuplace.complete's, the spec's env winning)."""
-    if not ids:
+def _made_env(spec, value: str, shared: bool) -> dict[str, str]:
+    """The env a completed request gives (gpuplace.complete's, the spec's env winning): ``value``
+    the task's CUDA_VISIBLE_DEVICES ("" for none)."""
+    if not value:
         return {}
-    env = {CUDA_VAR: ",".join(str(i) for i in ids), gpuplace.ORDER_VAR: gpuplace.ORDER}
+    env = {CUDA_VAR: value, gpuplace.ORDER_VAR: gpuplace.ORDER}
     env.update(gpuplace.memory_env(str(spec.devices.gpu_memory), shared, spec.env))
     mem = spec.devices.gpu_memory
     if isinstance(mem, int) and envnames.GPU_MEMORY not in spec.env:
@@ -193,16 +325,23 @@ def refusal(host: str, tasks: Sequence[tuple[str, TaskGpus]], host_ids: Sequence
     return f"{host} {problem}; fix devices.gpus or the host's GPUs"
 
 
-def host_problems(plan, host: str, gpus: Sequence[Gpu]) -> list[str]:
-    """The one-line problems of ``host`` (its GPUs as ``nvidia-smi -L`` lists them there) for the
-    plan's tasks on it: what a backend's preflight calls once it knows the host's GPUs."""
+def host_problems(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str] = None) -> list[str]:
+    """The one-line problems of ``host`` (its GPUs as ``nvidia-smi -L`` lists them there, within its
+    CUDA_VISIBLE_DEVICES) for the plan's tasks on it: what a backend's preflight calls once it
+    knows the host's GPUs. ``failure``: nvidia-smi's own words where it failed there."""
     members = [t for t in plan.tasks if t.host == host and t.gpus.uses_gpu and t.gpus.request]
     if not members:
         return []
+    if failure and not gpus and any(t.gpus.required for t in members):
+        key = next(f"{t.gpus.source} {t.gpus.take}" for t in members if t.gpus.required)
+        return [f"{host}: GPUs asked for ({key}) but {failure}; install or load the NVIDIA driver there "
+                "(nvidia-smi -L must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the "
+                "requirement, devices.gpus: 0 every GPU"]
+    units = list(gpus)
     ids = [g[0] for g in gpus]
     first = None
     for t in members:
-        _ids, _shared, problem = gpuplace.resolve(gpuplace.parse_request(t.gpus.request), ids)
+        _ids, _shared, problem = gpuplace.resolve(gpuplace.parse_request(t.gpus.request), units)
         if problem:
             first = problem
             break
@@ -217,7 +356,7 @@ def complete(env: Mapping[str, str], gpus: Sequence[Gpu]) -> tuple[dict[str, str
     """(env, problem): a task's env with its request (``TFCLUSTER_GPUS``) made for a host whose
     GPUs are ``gpus``, for a backend that completes it in the launcher (docker: the engine's
     host). The ssh task wrapper does the same on the host (taskwrap.py ``--gpus``)."""
-    return gpuplace.complete(env, [g[0] for g in gpus], envnames.GPUS, envnames.GPU_MEMORY)
+    return gpuplace.complete(env, [g[0] for g in gpus], envnames.GPUS, envnames.GPU_MEMORY, envnames.COLLECTIVE)
 
 
 def visible_ids(env: Mapping[str, str]) -> Optional[list[int]]:
@@ -238,20 +377,49 @@ def local_gpus(timeout: float = 10.0) -> tuple[Gpu, ...]:
     return tuple(gpuplace.host_gpus(timeout))
 
 
-def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_hosts: Mapping[str, str] = {}) -> str:
-    """The line ``plan`` and ``up`` show for the GPUs: what each known host has and what its GPU
-    tasks get, or that the figures are made where the tasks start. ``gpu_hosts``: a task host ->
-    the machine whose GPUs it uses (Placement.gpu_hosts)."""
+def local_gpus_checked(timeout: float = 10.0) -> tuple[tuple[Gpu, ...], Optional[str]]:
+    """(GPUs, failure): ``local_gpus`` and nvidia-smi's own words where it failed."""
+    found, failure = gpuplace.host_gpus_checked(timeout)
+    return tuple(found), failure
+
+
+def failure_line(spec, host: str, failure: str) -> str:
+    """The one line for GPUs asked for on a host whose nvidia-smi failed: its words and the fix."""
+    return (f"{host}: GPUs asked for ({asked_key(spec)}) but {failure}; install or load the NVIDIA driver there "
+            "(nvidia-smi -L must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the requirement, "
+            "devices.gpus: 0 every GPU")
+
+
+def asked_key(spec) -> str:
+    """The key that requires GPUs, in words (``devices.gpus_per_task 1``)."""
+    if isinstance(spec.devices.gpus_per_task, int):
+        return f"devices.gpus_per_task {spec.devices.gpus_per_task}"
+    if spec.devices.gpus not in ("all", 0):
+        return f"devices.gpus {spec.devices.gpus}"
+    for t in ("chief", "worker", "ps", "evaluator"):
+        if spec.tasks.group(t).gpus:
+            return f"tasks.{t}.gpus {spec.tasks.group(t).gpus}"
+    return "devices"
+
+
+def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_hosts: Mapping[str, str] = {},
+             limits: Mapping[str, Optional[str]] = {}, collective: str = "", failures: Mapping[str, str] = {}) -> str:
+    """The line ``plan`` and ``up`` show for the GPUs: what each known host has, what its GPU
+    tasks get and which of its GPUs stay idle and why, or that the figures are made where the tasks
+    start; then the collective ``collective_choice`` made. ``gpu_hosts``: a task host -> the
+    machine whose GPUs it uses (Placement.gpu_hosts); ``limits``: Placement.gpu_limits."""
+    tail = f"; {collective}" if collective else ""
     if placement_off(spec):
-        return "gpus: as the spec's env sets CUDA_VISIBLE_DEVICES"
+        return "gpus: as the spec's env sets CUDA_VISIBLE_DEVICES" + tail
     if spec.devices.gpus == 0:
-        return "gpus: none (devices.gpus 0: every task CUDA_VISIBLE_DEVICES=-1)"
+        return "gpus: none (devices.gpus 0: every task CUDA_VISIBLE_DEVICES=-1)" + tail
     users = [t for t in tasks if t.gpus.uses_gpu]
     if not users:
-        return "gpus: no task uses one (CUDA_VISIBLE_DEVICES=-1)"
+        return "gpus: no task uses one (CUDA_VISIBLE_DEVICES=-1)" + tail
     setting = f"gpus_per_task {spec.devices.gpus_per_task}, gpu_memory {spec.devices.gpu_memory}"
     parts = []
     unknown = False
+
     def gpu_host(t) -> str:
         return gpu_hosts.get(t.host, t.host)
 
@@ -260,21 +428,85 @@ def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_host
             unknown = True
             continue
         mine = [t for t in users if gpu_host(t) == host]
-        gpus = known[host]
-        if not gpus:
-            parts.append(f"{host} has no NVIDIA GPU (nvidia-smi -L lists none): its {plural(len(mine), 'GPU task')} "
+        units, by_uuid = gpuplace.within(known[host], limits.get(host))
+        if not known[host]:
+            why = failures.get(host) or "nvidia-smi -L lists none"
+            parts.append(f"no GPU found ({host}: {why}): its {plural(len(mine), 'GPU task')} "
                          "run on CPU")
             continue
-        names = sorted({g[1] for g in gpus})
+        if not units:
+            parts.append(f"no GPU found ({host}: CUDA_VISIBLE_DEVICES={limits.get(host)} leaves none): its "
+                         f"{plural(len(mine), 'GPU task')} run on CPU")
+            continue
+        names = sorted({g[1] for g in units})
         shared = any(t.gpus.shared for t in mine)
-        may = gpuplace.usable([g[0] for g in gpus], use_of(spec)[0])
-        limit = f", the run may use {len(may)} (devices.gpus)" if len(may) < len(gpus) else ""
-        parts.append(f"{host}: {plural(len(gpus))} ({', '.join(names)}{limit}) for {plural(len(mine), 'GPU task')}"
-                     + (", shared" + (" (memory growth)" if any(GROWTH_VAR in dict(t.base_env) for t in mine) else "")
-                        if shared else ""))
+        may = gpuplace.usable(units, use_of(spec)[0])
+        word = "MIG device" if any(gpuplace.is_mig(u) for u in units) else "GPU"
+        limit = f", the run may use {len(may)} (devices.gpus)" if len(may) < len(units) else ""
+        if host in limits:
+            limit += f", within CUDA_VISIBLE_DEVICES={limits[host][:80]}"
+        line = (f"{host}: {plural(len(units), word)} ({', '.join(names)}{limit}) for {plural(len(mine), 'GPU task')}"
+                + (", shared" + (" (memory growth)" if any(GROWTH_VAR in dict(t.base_env) for t in mine) else "")
+                   if shared else ""))
+        taken = {i for t in mine for i in range(len(may)) if t.gpus.ids is not None
+                 and _unit_in(may[i], t.gpus, by_uuid)}
+        idle = [may[i] for i in range(len(may)) if i not in taken]
+        if idle:
+            line += (f"; {gpuplace.visible_value(idle, by_uuid)} idle: " + idle_reason(spec, mine))
+        parts.append(line)
     if unknown:
         parts.append(("other hosts'" if parts else "each host's") + " at start, from nvidia-smi -L there")
-    return f"gpus: {setting}; " + "; ".join(parts)
+    return f"gpus: {setting}; " + "; ".join(parts) + tail
+
+
+def _unit_in(unit, tg: TaskGpus, by_uuid: bool) -> bool:
+    """Whether a task's GPUs include the placement unit ``unit``."""
+    if tg.visible:
+        return str(unit[2]) in tg.visible.split(",")
+    return unit[0] in (tg.ids or ())
+
+
+def idle_reason(spec, tasks: Sequence) -> str:
+    """Why GPUs stay idle: the equal shares (TensorFlow's rule), one_device, or the counts."""
+    if spec.strategy == "one_device":
+        return "one_device uses one GPU"
+    if any(t.gpus.take == "auto" for t in tasks):
+        return ("each worker gets the same count (TensorFlow's rule: ParameterServerStrategy refuses unequal "
+                "workers, MultiWorkerMirroredStrategy leaves them undefined) and no evaluator takes the rest")
+    return "the tasks' GPU counts (devices.gpus_per_task, tasks.<type>.gpus) take fewer"
+
+
+def collective_choice(spec, types: Sequence[str], task_gpus: Sequence[TaskGpus]) -> tuple[Optional[str], str]:
+    """(implementation, the words plan/up/status show) for ``collective.implementation``.
+
+    An explicit value wins. ``auto`` under multi_worker_mirrored resolves here, because
+    TensorFlow's AUTO does not pick NCCL: its collective resolver uses NCCL only when NCCL is asked
+    for (``use_nccl = (nccl_ || communication_hint == "nccl") && device_type == DEVICE_GPU`` in
+    tensorflow/core/common_runtime/collective_param_resolver_local.cc, AssignCollectiveType), so
+    workers that own their GPUs would all-reduce over RING. NCCL where every trainer owns its GPUs
+    (no two NCCL ranks on one GPU: NCCL refuses them, "Duplicate GPU detected"); RING on CPU or
+    shared GPUs (collective_util.py: NCCL "doesn't work for CPU"). Where the plan does not know the
+    hosts' GPUs (the ssh backend), the request carries ``coll=auto`` and the task wrapper decides by
+    the same rule on its host."""
+    impl = spec.collective.implementation
+    if spec.strategy != "multi_worker_mirrored":
+        return None, ""
+    if impl != "auto":
+        return None, f"collective {impl} (collective.implementation)"
+    if placement_off(spec):
+        return None, "collective auto (TensorFlow's: RING; the spec's env sets CUDA_VISIBLE_DEVICES)"
+    mine = [tg for t, tg in zip(types, task_gpus) if trains(spec.strategy, t)]
+    if not mine or any(not tg.uses_gpu for tg in mine):
+        return "ring", "collective ring (auto: the workers run on CPU)"
+    if any(tg.ids is None for tg in mine):
+        return None, "collective auto: nccl where each worker owns its GPUs, else ring (decided on each host at start)"
+    if any(not tg.ids for tg in mine):
+        return "ring", "collective ring (auto: the workers run on CPU)"
+    if any(tg.shared for tg in mine):
+        return "ring", "collective ring (auto: workers share GPUs, and NCCL refuses two ranks on one GPU)"
+    if any("MIG-" in tg.visible for tg in mine):  # NVIDIA's MIG user guide: no GPU-to-GPU P2P under MIG
+        return "ring", "collective ring (auto: the workers' GPUs are MIG devices, which have no peer-to-peer)"
+    return "nccl", "collective nccl (auto: each worker owns its GPUs)"
 
 
 def asked(spec) -> bool:
@@ -308,12 +540,20 @@ def ids_text(ids: Sequence[int]) -> str:
 
 def env_text(env_value: Callable[[str], Optional[str]]) -> str:
     """A planned task's GPUs as ``status`` shows them, from its env in the run record
-    (``env_value(name)``): its CUDA_VISIBLE_DEVICES, else its request (``1 gpu (at start)``),
-    else "" (the plan said nothing of GPUs)."""
+    (``env_value(name)``): its CUDA_VISIBLE_DEVICES (a UUID cut to 12 characters), else its
+    request (``1 gpu (at start)``), else "" (the plan said nothing of GPUs); a
+    multi_worker_mirrored task on GPUs also its all-reduce (``gpus 0,1 nccl``: the plan's choice;
+    ``ring`` where TensorFlow's AUTO runs RING)."""
     visible = env_value(CUDA_VAR)
+    coll = ""
+    if env_value(envnames.STRATEGY) == "multi_worker_mirrored":
+        coll = " " + (env_value(envnames.COLLECTIVE) or "ring")
     if visible is not None:
         ids = visible_ids({CUDA_VAR: visible})
-        return ids_text(ids) if ids is not None else visible[:40]
+        if ids is not None:
+            return ids_text(ids) + (coll if ids else "")
+        named = ",".join(v.strip()[:12] for v in visible.split(","))[:60]
+        return ("gpu " if "," not in visible else "gpus ") + named + coll
     req = gpuplace.parse_request(env_value(envnames.GPUS) or "")
     if req is None:
         return ""

@@ -51,6 +51,12 @@ class Placement:
     # Host name -> the machine whose GPUs its tasks share, where that is not the host itself (docker:
     # every container uses the engine host's GPUs): the GPU arithmetic runs over that machine's tasks.
     gpu_hosts: Mapping[str, str] = field(default_factory=dict)
+    # Host name -> the CUDA_VISIBLE_DEVICES in force there when the plan knows it (local: the
+    # launcher's own): the GPUs its tasks may get, which they receive subsets of.
+    gpu_limits: Mapping[str, str] = field(default_factory=dict)
+    # Host name -> why nvidia-smi -L listed no GPU there, in its own words, where it failed (no
+    # driver): a plan that needs GPUs there is refused with it, an ``auto`` one says it.
+    gpu_failures: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

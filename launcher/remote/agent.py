@@ -157,7 +157,11 @@ def _prepare(req):
         try:
             import gpuplace  # uploaded in this step, next to taskwrap.py
 
-            reply["gpus"] = [list(g) for g in gpuplace.host_gpus()]
+            found, failure = gpuplace.host_gpus_checked()
+            # The host's own CUDA_VISIBLE_DEVICES (its environment, which the tasks inherit) bounds them.
+            reply["gpus"] = [list(g) for g in gpuplace.within(found, os.environ.get(gpuplace.CUDA_VAR))[0]]
+            if failure:
+                reply["gpus_failure"] = failure
         except Exception as exc:  # an old or missing file: say so, the launcher reports it
             reply["gpus"] = None
             reply["gpus_error"] = "%s: %s" % (type(exc).__name__, exc)

@@ -8,16 +8,22 @@ there (``complete``). Both call ``resolve``, so a task gets the same GPUs either
 
 A request (the marker's fields, space-separated ``key=value``):
 
-* ``take``: ``auto`` (the host's usable GPUs divided among its auto tasks; more tasks than GPUs:
-  round-robin, shared), ``all`` (every usable GPU), or ``N`` (its own N, disjoint from its
+* ``take``: ``auto`` (the host's usable placement units shared out by ``shares``: every trainer
+  the same count, leftovers to the evaluator or idle; more trainers than units: round-robin,
+  shared), ``all`` (every usable GPU), or ``N`` (its own N, disjoint from its
   neighbours', by ``offset``);
-* ``place=I/N``: the task's place among its host's ``auto`` tasks;
+* ``place=I/N``: the task's place among its host's ``auto`` tasks, trainers first;
+* ``trainers``: how many of those N places are trainers (the workers, and the chief where it
+  trains: TensorFlow needs them equal, ``shares``); the rest are the evaluator's;
+* ``cap``: the most GPUs a trainer gets (0: no cap): one_device's 1, or the smallest host's share
+  where the plan knew every host;
 * ``offset``: GPUs the host's ``N``-tasks before it take (for an auto task: all the N-tasks take);
 * ``tasks``: the host's GPU tasks (``all`` with more than one shares);
 * ``use``: ``all`` or the comma list of GPU indices ``devices.gpus`` lets the run use (``need``
   marks a ``devices.gpus`` count or list: the host must have those GPUs);
 * ``mem``: ``devices.gpu_memory`` (auto, growth, all, or MiB); ``coll``: the collective
-  implementation (``nccl`` refuses a shared GPU).
+  implementation (``nccl`` refuses a shared GPU; ``pick``: auto, for a multi_worker_mirrored
+  trainer, NCCL where it owns its GPUs, decided where the request is made).
 Imports nothing; Python 3.6+.
 """
 
@@ -28,10 +34,11 @@ CUDA_VAR = "CUDA_VISIBLE_DEVICES"
 ORDER_VAR, ORDER = "CUDA_DEVICE_ORDER", "PCI_BUS_ID"
 
 
-def format_request(take, place=0, n=1, offset=0, tasks=1, use="all", need=False, mem="auto", coll="auto"):
-    """The marker's text for one task's request."""
-    return "take=%s place=%d/%d offset=%d tasks=%d use=%s need=%d mem=%s coll=%s" % (
-        take, place, n, offset, tasks, use, 1 if need else 0, mem, coll)
+def format_request(take, place=0, n=1, offset=0, tasks=1, use="all", need=False, mem="auto", coll="auto",
+                   trainers=None, cap=0):
+    """The marker's text for one task's request (``trainers``: None, every auto place is one)."""
+    return "take=%s place=%d/%d trainers=%d cap=%d offset=%d tasks=%d use=%s need=%d mem=%s coll=%s" % (
+        take, place, n, n if trainers is None else trainers, cap, offset, tasks, use, 1 if need else 0, mem, coll)
 
 
 def parse_request(text):
@@ -44,7 +51,8 @@ def parse_request(text):
         place, n = (int(x) for x in out.get("place", "0/1").split("/"))
         req = {"take": out["take"], "place": place, "n": max(n, 1), "offset": int(out.get("offset", "0")),
                "tasks": int(out.get("tasks", "1")), "use": out.get("use", "all"), "need": out.get("need") == "1",
-               "mem": out.get("mem", "auto"), "coll": out.get("coll", "auto")}
+               "mem": out.get("mem", "auto"), "coll": out.get("coll", "auto"),
+               "trainers": int(out.get("trainers", str(n))), "cap": int(out.get("cap", "0"))}
     except (KeyError, ValueError):
         return None
     if req["take"] not in ("auto", "all") and not req["take"].isdigit():
@@ -52,32 +60,99 @@ def parse_request(text):
     return req
 
 
+def _index(unit):
+    """A placement unit's GPU index: the unit itself (an int) or its first field (index, name, uuid)."""
+    return unit if isinstance(unit, int) else unit[0]
+
+
 def usable(host_ids, use):
-    """The host's GPU indices the run may use: ``use`` is ``all`` or a comma list."""
+    """The host's placement units the run may use: ``use`` is ``all`` or a comma list of GPU
+    indices (``devices.gpus``); a unit is a GPU index or an (index, name, uuid) of ``parse_list``
+    (a MIG device carries its GPU's index)."""
     if use == "all":
         return list(host_ids)
     wanted = [int(x) for x in use.split(",") if x.strip()]
-    return [i for i in wanted if i in set(host_ids)]
+    return [u for i in wanted for u in host_ids if _index(u) == i]
 
 
 def plural(n, word="GPU"):
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
 
 
+def shares(count, trainers, others=0, cap=0):
+    """THE arithmetic of ``auto``: ``count`` placement units of one host (GPUs, or MIG devices)
+    shared out among its auto GPU tasks, ``trainers`` of them first (the workers, and the chief
+    where it trains), then ``others`` (the evaluator). Pure; every backend calls it (the plan for
+    local and docker, the ssh task wrapper on its host, slurm for its step counts).
+
+    TensorFlow's rule: every trainer gets the same count. ParameterServerStrategy refuses
+    unequal workers (``_set_num_gpus`` in tensorflow/python/distribute/
+    parameter_server_strategy_v2.py raises "Mismatched number of GPUs per worker");
+    MultiWorkerMirroredStrategy's docstring (collective_all_reduce_strategy.py): "All workers
+    need to use the same number of devices, otherwise the behavior is undefined."
+
+    So: each other task is kept one unit where the trainers still get one each, the trainers get
+    the largest equal share of the rest (at most ``cap`` when cap > 0), and what is left over
+    goes to the others (the evaluator needs no equal share), else stays idle: a remainder never
+    goes to the first trainers. Fewer units than trainers: one each, round-robin (shared).
+
+    Returns (places, idle): per place (trainers first) a (positions, shared) pair, positions
+    being indices into the host's units, shared whether another place uses one of them; idle,
+    the positions no place got."""
+    n = trainers + others
+    if n == 0 or count <= 0:
+        return [((), False)] * n, tuple(range(max(count, 0)))
+    got = []
+    if count < max(trainers, 1):  # round-robin over the units, one each
+        got = [(p % count,) for p in range(n)]
+    else:
+        if trainers:
+            share = (count - others) // trainers if count - others >= trainers else count // trainers
+            if cap > 0:
+                share = min(share, cap)
+        else:
+            share = 0
+        got = [tuple(range(p * share, (p + 1) * share)) for p in range(trainers)]
+        rest = list(range(share * trainers, count))
+        if others:
+            if len(rest) >= others:  # the leftover to the others, evenly (the first one the remainder)
+                base, extra = divmod(len(rest), others)
+                at = 0
+                for o in range(others):
+                    size = base + (1 if o < extra else 0)
+                    got.append(tuple(rest[at:at + size]))
+                    at += size
+            else:  # too few left: the others share round-robin (what is left, else every unit)
+                pool = rest or list(range(count))
+                got += [(pool[o % len(pool)],) for o in range(others)]
+    users = {}
+    for positions in got:
+        for x in positions:
+            users[x] = users.get(x, 0) + 1
+    places = [(positions, any(users[x] > 1 for x in positions)) for positions in got]
+    idle = tuple(x for x in range(count) if x not in users)
+    return places, idle
+
+
 def resolve(req, host_ids):
-    """(ids, shared, problem) for one request on a host whose GPU indices are ``host_ids``:
-    ``ids`` the task's GPUs (empty: the host has none it may use, the task runs on CPU),
-    ``shared`` whether another task uses one of them, ``problem`` a phrase (without the host's
-    name) when the request cannot be met."""
+    """(ids, shared, problem) for one request on a host whose placement units are ``host_ids``
+    (GPU indices, or ``parse_list``'s (index, name, uuid)): ``ids`` the task's units (empty: the
+    host has none it may use, the task runs on CPU), ``shared`` whether another task uses one of
+    them, ``problem`` a phrase (without the host's name) when the request cannot be met."""
     use = usable(host_ids, req["use"])
     if req["need"] and req["use"] != "all":
-        missing = [i for i in req["use"].split(",") if i and int(i) not in set(host_ids)]
+        have = set(_index(u) for u in host_ids)
+        missing = [i for i in req["use"].split(",") if i and int(i) not in have]
         if missing:
             return [], False, "has %s (%s), not GPU %s that devices.gpus asks for" % (
-                plural(len(host_ids)), ",".join(str(i) for i in host_ids) or "none", ",".join(missing))
+                plural(len(have)), ",".join(str(i) for i in sorted(have)) or "none", ",".join(missing))
     take = req["take"]
+    mig = any(is_mig(u) for u in use)
     if take.isdigit():
         want = int(take)
+        if mig and want > 1:
+            return [], False, ("has MIG devices, and CUDA gives a process one MIG device; a task cannot use %d: "
+                               "set devices.gpus_per_task: 1 or auto" % want)
         end = req["offset"] + want
         if end > len(use):
             return [], False, "has %s; its GPU tasks need %d" % (plural(len(use)), end)
@@ -92,15 +167,12 @@ def resolve(req, host_ids):
             return [], False, "has %s, all taken by tasks with a GPU count; none left for the auto tasks" % (
                 plural(len(use)))
         n, place = req["n"], req["place"]
-        if n <= len(rest):  # disjoint: floor division, the remainder to the first tasks
-            base, extra = divmod(len(rest), n)
-            start = place * base + min(place, extra)
-            ids = rest[start:start + base + (1 if place < extra else 0)]
-            return ids, False, None
-        # round-robin: a GPU is shared by the tasks whose places differ by a multiple of the GPUs
-        count = len(rest)
-        shared = place + count < n or place - count >= 0
-        return [rest[place % count]], shared, _nccl(req, True)
+        trainers = min(req.get("trainers", n), n)
+        cap = 1 if mig else req.get("cap", 0)  # a MIG device is a unit, one per task
+        places, _idle = shares(len(rest), trainers, n - trainers, cap)
+        positions, shared = places[place] if place < len(places) else ((), False)
+        ids = [rest[x] for x in positions]
+        return ids, shared, _nccl(req, shared and place < trainers)
     return use, shared, _nccl(req, shared)
 
 
@@ -119,31 +191,95 @@ def memory_env(mem, shared, env):
     return {}
 
 
-def complete(env, host_ids, marker, limit_var):
-    """(env, problem): ``env`` with the request in ``marker`` made for a host with GPU indices
-    ``host_ids``: CUDA_VISIBLE_DEVICES (unless ``env`` sets it), the memory variables, and the
-    marker removed. An env without the marker comes back unchanged."""
+def is_mig(unit):
+    """A placement unit that is a MIG device (its UUID ``MIG-...``)."""
+    return not isinstance(unit, int) and str(unit[2]).startswith("MIG-")
+
+
+def within(units, limit):
+    """(units, by_uuid): the host's placement units a CUDA_VISIBLE_DEVICES value ``limit`` leaves
+    (None: no limit), in the limit's order, and whether it named them by UUID. CUDA's reading:
+    a comma list of indices or UUIDs (``GPU-...``, ``MIG-...``; a unique prefix names one), read
+    up to the first entry that names no device; a negative index hides every GPU. An index of a
+    GPU in MIG mode names its MIG devices; a ``GPU-`` UUID names a whole GPU only."""
+    if limit is None:
+        return list(units), False
+    out, by_uuid = [], False
+    for part in limit.split(","):
+        part = part.strip()
+        if part.lstrip("-").isdigit():
+            if int(part) < 0:
+                break
+            match = [u for u in units if _index(u) == int(part)]
+        elif part:
+            by_uuid = True
+            match = [u for u in units if not isinstance(u, int) and u[2]
+                     and (u[2] == part or u[2].startswith(part))]
+            if len(match) > 1 and not any(u[2] == part for u in match):
+                match = []  # an ambiguous prefix names none
+            match = [u for u in match if u[2] == part] or match
+        else:
+            match = []
+        if not match:
+            break
+        out += [u for u in match if u not in out]
+    return out, by_uuid
+
+
+def visible_value(units, by_uuid):
+    """The CUDA_VISIBLE_DEVICES value naming ``units``: their indices, or their UUIDs where the
+    limit named UUIDs or a unit is a MIG device (CUDA names a MIG device only by its UUID)."""
+    return ",".join(str(u[2]) if not isinstance(u, int) and (by_uuid or is_mig(u)) else str(_index(u))
+                    for u in units)
+
+
+def complete(env, host_ids, marker, limit_var, coll_var=None):
+    """(env, problem): ``env`` with the request in ``marker`` made for a host with placement units
+    ``host_ids`` (GPU indices, or ``parse_list``'s tuples): CUDA_VISIBLE_DEVICES, the memory
+    variables, and the marker removed. A CUDA_VISIBLE_DEVICES already in ``env`` (the host's, or
+    the launcher's) is the limit: the task gets a subset of it, named as it names them (indices or
+    UUIDs). A request with ``coll=pick`` (a multi_worker_mirrored trainer under collective auto)
+    sets ``coll_var`` to nccl where the task owns whole GPUs (launcher/plan/gpus.py
+    collective_choice: the same rule). An env without the marker comes back unchanged."""
     out = dict(env)
     req = parse_request(out.pop(marker, ""))
     if req is None:
         return out, None
-    ids, shared, problem = resolve(req, host_ids)
+    units, by_uuid = within(host_ids, out.get(CUDA_VAR))
+    ids, shared, problem = resolve(req, units)
     if problem:
         return out, problem
     if ids:
-        out.setdefault(CUDA_VAR, ",".join(str(i) for i in ids))
+        out[CUDA_VAR] = visible_value(ids, by_uuid)
         out.setdefault(ORDER_VAR, ORDER)
         out.update({k: v for k, v in memory_env(req["mem"], shared, out).items()})
         if req["mem"].isdigit():
             out.setdefault(limit_var, req["mem"])
+        if coll_var and req["coll"] == "pick" and not shared and not any(is_mig(u) for u in ids):
+            out.setdefault(coll_var, "nccl")
+    elif CUDA_VAR in out:
+        out[CUDA_VAR] = "-1"  # the limit leaves none: CPU, said as such
     return out, None
 
 
 def parse_list(text):
-    """``nvidia-smi -L``'s lines -> [(index, name, uuid)]: ``GPU 0: NVIDIA A100-SXM4-40GB (UUID:
-    GPU-...)``; MIG lines (indented ``MIG ...``) and anything else are skipped."""
+    """``nvidia-smi -L``'s lines -> the host's placement units [(index, name, uuid)]: each GPU
+    (``GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-...)``), except that a GPU in MIG mode is its MIG
+    devices, one unit each (``  MIG 1g.5gb     Device  0: (UUID: MIG-...)`` under it: (the GPU's
+    index, "NAME MIG 1g.5gb", "MIG-...")), as NVIDIA's MIG user guide shows them (CUDA Device
+    Enumeration); CUDA lets a process use one MIG device, so a MIG device is given whole, one per
+    task. Anything else is skipped."""
     out = []
+    parent = None  # (index, name, uuid) of the GPU the MIG lines below belong to
+    migs = {}
     for line in (text or "").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("MIG ") and parent is not None:
+            head, _, rest = stripped.partition(" Device")
+            uuid = rest.rpartition("(UUID: ")[2].rstrip(")").strip()
+            if uuid:
+                migs.setdefault(parent[0], []).append((parent[0], "%s MIG %s" % (parent[1], head[4:].strip()), uuid))
+            continue
         if not line.startswith("GPU "):
             continue
         head, _, rest = line.partition(": ")
@@ -154,23 +290,48 @@ def parse_list(text):
         name, _, uuid = rest.rpartition(" (UUID: ")
         if not _:
             name, uuid = rest, ""
-        out.append((index, name.strip(), uuid.rstrip(")").strip()))
-    return out
+        parent = (index, name.strip(), uuid.rstrip(")").strip())
+        out.append(parent)
+    return [m for g in out for m in migs.get(g[0], [g])]
 
 
 def host_gpus(timeout=10.0):
-    """This host's GPUs from ``nvidia-smi -L``: [(index, name, uuid)]; [] when nvidia-smi is
-    missing, fails or times out (no NVIDIA GPU this run can use)."""
+    """This host's placement units from ``nvidia-smi -L``: [(index, name, uuid)]; [] when
+    nvidia-smi is missing, fails or times out (no NVIDIA GPU this run can use)."""
+    return host_gpus_checked(timeout)[0]
+
+
+# nvidia-smi's exit status when it found no GPU (nvidia-smi(1), RETURN VALUE: 6 "A query to find
+# an object was unsuccessful"): no GPU, not a failure.
+NO_DEVICES = 6
+
+
+def host_gpus_checked(timeout=10.0):
+    """(units, failure): ``host_gpus``'s list and, when nvidia-smi is missing, fails (other than
+    finding no GPU) or times out, its own words in one bounded line (None otherwise)."""
     import subprocess
 
     try:
-        proc = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        proc = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=timeout, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return []
+    except FileNotFoundError:
+        return [], "nvidia-smi not found (no NVIDIA driver installed)"
+    except subprocess.TimeoutExpired:
+        return [], "nvidia-smi -L did not answer in %gs" % timeout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], "nvidia-smi -L could not run: %s" % _words(str(exc))
+    text = proc.stdout.decode("utf-8", "replace")
+    if proc.returncode == NO_DEVICES:
+        return [], None
     if proc.returncode != 0:
-        return []
-    return parse_list(proc.stdout.decode("utf-8", "replace"))
+        return [], "nvidia-smi -L failed (exit %d): %s" % (proc.returncode, _words(text) or "no output")
+    return parse_list(text), None
+
+
+def _words(text, limit=200):
+    """Outside bytes as one bounded printable line."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
 # What a task's GPUs hold and how busy they are (launcher/supervise/gpuwatch.py samples the local tasks, the

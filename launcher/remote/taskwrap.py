@@ -5,7 +5,7 @@ Standalone and stdlib-only: the local backend runs it with the launcher's Python
 backend copies it to each host. Usage::
 
     python3 taskwrap.py [--lease SECONDS] [--grace SECONDS] [--pidfile PATH] [--cwd DIR] [--threads VAR]
-                        [--gpus VAR [--gpu-memory-var NAME]] [--gpu-watch SECONDS] -- ARGV...
+                        [--gpus VAR [--gpu-memory-var NAME] [--collective-var NAME]] [--gpu-watch SECONDS] -- ARGV...
 
 * It makes itself the leader of a new session and process group, and the task runs in that
   same group, so ``killpg(wrapper_pid, sig)`` reaches the task and everything it spawned.
@@ -59,7 +59,7 @@ _ETAG = re.compile(r"^[0-9A-Za-z_.-]{1,128}$")
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
     opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None,
-            "gpus": None, "gpu-memory-var": "", "gpu-watch": 0.0}
+            "gpus": None, "gpu-memory-var": "", "gpu-watch": 0.0, "collective-var": ""}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -119,7 +119,7 @@ def _thread_budget(var: str) -> None:
         os.environ.setdefault(name, str(max(budget, 2) if name == "TF_NUM_INTEROP_THREADS" else budget))
 
 
-def _gpu_request(var: str, limit_var: str) -> "str | None":
+def _gpu_request(var: str, limit_var: str, coll_var: str = "") -> "str | None":
     """``--gpus VAR``: make the task's GPUs from VAR's request on this host (gpuplace.complete),
     in this process's env; the problem, if the host cannot meet it."""
     if var not in os.environ:
@@ -129,8 +129,8 @@ def _gpu_request(var: str, limit_var: str) -> "str | None":
         import gpuplace
     finally:
         sys.path.pop(0)
-    gpus = gpuplace.host_gpus()
-    env, problem = gpuplace.complete(dict(os.environ), [g[0] for g in gpus], var, limit_var)
+    gpus = gpuplace.host_gpus()  # placement units: a MIG device is one; the host's CUDA_VISIBLE_DEVICES bounds them
+    env, problem = gpuplace.complete(dict(os.environ), gpus, var, limit_var, coll_var or None)
     if problem:
         import socket
 
@@ -156,7 +156,7 @@ def _watch_gpus(every: float, visible: "str | None", pgid: int, child: int, done
     ids = gpuplace.watched_ids(visible, gpuplace.host_gpus())
     last, misses = None, 0
     while ids and not done.is_set():
-        got = gpuplace.query(min(every, 5.0))
+        got = gpuplace.query(min(max(every, 2.0), 5.0))  # nvidia-smi itself may take a second on a busy host
         if got is None:
             misses += 1
             if misses >= 3:
@@ -259,7 +259,7 @@ def main(argv: list[str]) -> int:
     if opts["threads"]:
         _thread_budget(opts["threads"])
     if opts["gpus"]:
-        problem = _gpu_request(opts["gpus"], opts["gpu-memory-var"])
+        problem = _gpu_request(opts["gpus"], opts["gpu-memory-var"], opts["collective-var"])
         if problem:
             _say(f"taskwrap: {problem}; the task was not started\n")
             return 2

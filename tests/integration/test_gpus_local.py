@@ -92,9 +92,62 @@ def test_no_nvidia_gpu_runs_on_cpu_said_once(tmp_path):
     path = script_spec(tmp_path, RECORD, "{worker: 2}", "devices: {gpu_memory: growth}\n")
     proc = up(path, tmp_path, 0)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stderr.count("has no NVIDIA GPU") == 1
-    assert "localhost has no NVIDIA GPU (nvidia-smi -L lists none): its 2 GPU tasks run on CPU" in proc.stderr
+    assert proc.stderr.count("no GPU found") == 1
+    assert "no GPU found (localhost: nvidia-smi -L lists none): its 2 GPU tasks run on CPU" in proc.stderr
     assert {v["CUDA_VISIBLE_DEVICES"] for v in recorded(tmp_path).values()} == {None}
+
+
+def uuid(i: int) -> str:
+    """The stand-in nvidia-smi's UUID of GPU ``i``."""
+    return "GPU-%08x-1d2e-4f3a-9b8c-%012x" % (0x2b3c1f9e + i, 0x5d6e7f809a1b + i)
+
+
+def test_equal_shares_on_eight_gpus_and_nccl_for_owned_gpus(tmp_path):
+    path = script_spec(tmp_path, RECORD, "{worker: 3}")
+    proc = up(path, tmp_path, 8)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = recorded(tmp_path)
+    assert {k: v["CUDA_VISIBLE_DEVICES"] for k, v in got.items()} == {
+        "worker:0": "0,1", "worker:1": "2,3", "worker:2": "4,5"}  # equal: 6,7 idle, not 3/3/2
+    assert {v["TFCLUSTER_COLLECTIVE"] for v in got.values()} == {"nccl"}
+    assert "6,7 idle: each worker gets the same count" in proc.stderr
+    assert "collective nccl (auto: each worker owns its GPUs)" in proc.stderr
+
+
+def test_the_launchers_uuid_limit_is_kept(tmp_path):
+    path = script_spec(tmp_path, RECORD, "{worker: 2}")
+    env = {**gpu_env(tmp_path, 4), "CUDA_VISIBLE_DEVICES": f"{uuid(1)},{uuid(3)}"}
+    proc = tfcluster("up", path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {k: v["CUDA_VISIBLE_DEVICES"] for k, v in recorded(tmp_path).items()} == {
+        "worker:0": uuid(1), "worker:1": uuid(3)}  # never GPU 0 or 2, which the user hid
+
+
+def test_mig_devices_one_per_task_by_their_uuid(tmp_path):
+    path = script_spec(tmp_path, RECORD, "{worker: 2}")
+    env = {**gpu_env(tmp_path, 1), "FAKE_NVIDIA_SMI_MIG": "0:2"}
+    listing = tfcluster("plan", path, env=env)
+    assert listing.returncode == 0, listing.stderr
+    proc = tfcluster("up", path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = {k: v["CUDA_VISIBLE_DEVICES"] for k, v in recorded(tmp_path).items()}
+    assert sorted(got) == ["worker:0", "worker:1"] and all(v.startswith("MIG-") for v in got.values())
+    assert len(set(got.values())) == 2, got  # two MIG devices of GPU 0, not GPU 0 twice
+    assert "localhost: 2 MIG devices (NVIDIA A100-SXM4-40GB MIG 1g.5gb)" in listing.stdout
+
+
+def test_gpus_asked_for_and_nvidia_smi_failing_is_one_line_with_its_words(tmp_path):
+    path = script_spec(tmp_path, RECORD, "{worker: 2}", "devices: {gpus_per_task: 1}\n")
+    proc = tfcluster("up", path, env={**gpu_env(tmp_path, 2), "FAKE_NVIDIA_SMI_FAIL": "1"})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("tfcluster: error: localhost: GPUs asked for (devices.gpus_per_task 1) but "
+                                  "nvidia-smi -L failed (exit 9): NVIDIA-SMI has failed because it couldn't "
+                                  "communicate with the NVIDIA driver."), proc.stderr
+    assert "install or load the NVIDIA driver" in proc.stderr and not recorded(tmp_path)
+    auto = script_spec(tmp_path, RECORD, "{worker: 2}")
+    proc = tfcluster("up", auto, env={**gpu_env(tmp_path, 2), "FAKE_NVIDIA_SMI_FAIL": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("no GPU found (localhost: nvidia-smi -L failed (exit 9): NVIDIA-SMI has failed") == 1
 
 
 @pytest.mark.tf
@@ -103,13 +156,30 @@ def test_reference_worker_applies_memory_limit_and_collective(tmp_path):
     applied, and builds MultiWorkerMirroredStrategy with the CommunicationOptions."""
     path = local_spec(tmp_path, "python -m worker --epochs 1 --steps-per-epoch 2 --batch-size 8", name="g",
                       tasks="{worker: 1}", env={"TF_CPP_MIN_LOG_LEVEL": '"2"'}, watchdog="{startup_timeout: 240}",
-                      extra="devices: {gpu_memory: 1024, gpus_per_task: 1}\n"
+                      extra="devices: {gpu_memory: 1024, gpus_per_task: 1, cpu_fallback: true}\n"
                             "collective: {implementation: ring, timeout: 45}\n")
     proc = up(path, tmp_path, 1)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = proc.stdout
     assert "[worker:0] worker: worker:0 gpus: 0 visible (CUDA_VISIBLE_DEVICES=0), memory limit 1024 MiB" in out, out[-3000:]
     assert "[worker:0] worker: collective implementation=ring timeout=45s" in out
+    assert "TensorFlow sees no GPU: training on CPU (devices.cpu_fallback)" in out
+
+
+@pytest.mark.tf
+def test_reference_worker_given_gpus_its_tensorflow_cannot_see_fails_fast_in_one_line(tmp_path):
+    """The fake nvidia-smi lists a GPU, the plan gives it to the task, TensorFlow (no GPU here) sees
+    none: the worker stops at once (exit 2, a setting: not restarted) naming the likely cause."""
+    path = local_spec(tmp_path, "python -m worker --epochs 1 --steps-per-epoch 2 --batch-size 8", name="g",
+                      tasks="{worker: 1}", env={"TF_CPP_MIN_LOG_LEVEL": '"2"'}, watchdog="{startup_timeout: 240}",
+                      extra="devices: {gpus_per_task: 1}\n")
+    proc = up(path, tmp_path, 1)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    lines = [line for line in proc.stdout.splitlines()
+             if line.startswith("[worker:0] worker: error: given GPUs (CUDA_VISIBLE_DEVICES=0) but TensorFlow sees none: ")]
+    assert len(lines) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert ("CPU-only build" in lines[0] or "CUDA/cuDNN mismatch" in lines[0]) and "devices.cpu_fallback: true" in lines[0]
+    assert "not retried: a usage error (exit 2)" in proc.stderr  # fails fast: no restart
 
 
 def test_each_tasks_gpu_memory_in_status_events_and_the_final_peak(tmp_path):

@@ -120,7 +120,8 @@ class DockerBackend(Backend):
         without a GPU runtime is one line before any task starts."""
         asked = gpus.asked(self.spec)
         engine_gpus = plan_gpus.local_gpus() if asked else ()
-        self._containers, problems = gpus.containers(self.spec, plan.tasks, engine_gpus, self.opts.shm_size)
+        self._containers, problems = gpus.containers(self.spec, plan.tasks, engine_gpus, self.opts.shm_size,
+                                                     gpus.launcher_limit().get(gpus.HOST))
         if problems:
             raise LaunchError(f"docker: {problems[0]}")
         if not asked:

@@ -36,7 +36,8 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     # The task itself starts its own interpreter normally.
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
              "--pidfile", q(pidfile), "--threads", envnames.THREADS, "--gpus", envnames.GPUS,
-             "--gpu-memory-var", envnames.GPU_MEMORY, "--gpu-watch", f"{GPU_WATCH:g}"] \
+             "--gpu-memory-var", envnames.GPU_MEMORY, "--collective-var", envnames.COLLECTIVE,
+             "--gpu-watch", f"{GPU_WATCH:g}"] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + ["--"] + [q(a) for a in argv]
     return f"cd {q(workdir)} && " + quiet(" ".join(parts))
@@ -135,7 +136,7 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
     gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
     return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir,
             "--threads", envnames.THREADS, "--gpus", envnames.GPUS, "--gpu-memory-var", envnames.GPU_MEMORY,
-            "--gpu-watch", f"{GPU_WATCH:g}", *gce,
+            "--collective-var", envnames.COLLECTIVE, "--gpu-watch", f"{GPU_WATCH:g}", *gce,
             "--", *argv]
 
 

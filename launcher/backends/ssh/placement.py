@@ -32,12 +32,16 @@ def gpu_notes(plan: Plan, found: dict) -> list[str]:
         if not mine:
             continue
         if not host_gpus:
-            out.append(f"{name} has no NVIDIA GPU (nvidia-smi -L lists none): its {len(mine)} GPU task"
+            out.append(f"no GPU found ({name}: nvidia-smi -L lists none): its {len(mine)} GPU task"
                        f"{'s run' if len(mine) > 1 else ' runs'} on CPU")
         else:
-            out.append(f"{name}: {len(host_gpus)} GPU{'s' if len(host_gpus) > 1 else ''} "
+            word = "MIG device" if any(str(g[2]).startswith("MIG-") for g in host_gpus) else "GPU"
+            out.append(f"{name}: {len(host_gpus)} {word}{'s' if len(host_gpus) > 1 else ''} "
                        f"({', '.join(sorted({g[1] for g in host_gpus}))}) "
                        f"for {', '.join(t.key for t in mine)}")
+    chosen = gpus.start_collective(plan, found)  # what the task wrappers will pick, said once
+    if chosen:
+        out.append(chosen)
     return out
 
 

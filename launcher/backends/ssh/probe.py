@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
+from launcher.bounded import one_line
 from launcher.plan import gpus
 from launcher.errors import LaunchError, exc_text
 from launcher.plan.build import Plan
@@ -150,6 +151,7 @@ def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> t
 def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
     problems: list[str] = []
     versions: dict[str, dict[str, list[str]]] = {}
+    found: dict[str, tuple] = {}  # host -> its GPUs, for the hosts that said
     for name in names:
         rep, hs = replies[name], pool.hosts[name]
         if rep.get("error"):
@@ -177,8 +179,14 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
                 problems.append(f"port {port} on host {name} is {problem} ({keys}); stop what holds it or "
                                 "change ports.base / the task's ports")
         if rep.get("gpus") is not None:
-            problems += gpus.host_problems(plan, name, [tuple(g) for g in rep["gpus"]])
+            said = rep.get("gpus_failure")  # the host's nvidia-smi, in its words: outside bytes, bounded
+            failure = one_line(said, 240) if isinstance(said, str) else None
+            problems += gpus.host_problems(plan, name, [tuple(g) for g in rep["gpus"]], failure)
             hs.gpus = tuple(tuple(g) for g in rep["gpus"])
+            found[name] = hs.gpus
+    unequal = gpus.hosts_problem(plan, found)
+    if unequal:
+        problems.append(unequal)
     for module, by_version in versions.items():
         if len(by_version) > 1:
             desc = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in sorted(by_version.items()))

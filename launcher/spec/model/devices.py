@@ -12,7 +12,8 @@ from launcher.spec.model.base import POSINT, UINT, OptionsModel
 class Devices(OptionsModel):
     """``devices:`` -- what each task uses: ``gpus: all | N | [0, 2]`` (which of a host's GPUs the
     run may use), ``gpus_per_task: auto | N | all`` and ``gpu_memory: auto | growth | all | MiB``
-    (each GPU task's share and its memory setting: launcher/plan/gpus.py), ``cpus: N`` (N logical CPU
+    (each GPU task's share and its memory setting: launcher/plan/gpus.py), ``cpu_fallback`` (a task
+    given GPUs its TensorFlow cannot see trains on CPU instead of failing), ``cpus: N`` (N logical CPU
     devices, so mirrored/central_storage run N replicas without GPUs); ``threads: auto | N | 0``
     (each task's TF/OpenMP thread budget: launcher/plan/threads.py)."""
 
@@ -20,11 +21,16 @@ class Devices(OptionsModel):
         {"const": "all"}, UINT, {"type": "array", "items": UINT, "uniqueItems": True}]})] = "all"
     """Which of a host's GPUs the run may use: all, N (GPUs 0..N-1; 0: none) or a list of indices ([0, 2])."""
     gpus_per_task: Annotated[Any, WithJsonSchema({"anyOf": [{"enum": ["auto", "all"]}, POSINT]})] = "auto"
-    """Each GPU task's GPUs: auto (a host's GPUs divided among its GPU tasks), N (each its own N), or all
-    (every GPU task sees every GPU of its host)."""
+    """Each GPU task's GPUs: auto (a host's GPUs shared out with the same count for every worker, as TensorFlow
+    requires; leftovers to the evaluator, else idle), N (each its own N), or all (every GPU task sees every GPU of
+    its host)."""
     gpu_memory: Annotated[Any, WithJsonSchema({"anyOf": [{"enum": ["auto", "growth", "all"]}, POSINT]})] = "auto"
     """Each GPU task's memory setting: auto (growth when tasks share a GPU), growth, all (TensorFlow's
     default: nearly all of it), or a limit per GPU in MiB."""
+    cpu_fallback: bool = Field(default=False, strict=True)
+    """A task given GPUs whose TensorFlow sees none: false (default) fails at once in one line naming the likely
+    cause (a CPU-only TensorFlow, a CUDA/cuDNN mismatch); true trains on CPU instead, said in its log (the
+    reference worker; TFCLUSTER_CPU_FALLBACK)."""
     cpus: Optional[int] = Field(default=None, ge=1, strict=True)
     """N logical CPU devices, so mirrored/central_storage run N replicas without GPUs (single-host
     strategies only)."""
@@ -79,15 +85,18 @@ class Devices(OptionsModel):
 
 
 class Collective(OptionsModel):
-    """``collective:`` -- MultiWorkerMirroredStrategy's all-reduce: ``implementation`` (auto lets
-    TensorFlow pick, possibly RING on GPUs) and ``timeout`` (seconds: a hung collective becomes an
-    error, which the launcher can retry). The reference worker builds
+    """``collective:`` -- MultiWorkerMirroredStrategy's all-reduce: ``implementation`` (auto: the
+    plan picks NCCL where every worker owns its GPUs, else RING: launcher/plan/gpus.py
+    collective_choice) and ``timeout`` (seconds: TensorFlow's ``timeout_seconds``, documented by it
+    as for debugging hangs: it starts a thread per collective). The reference worker builds
     ``tf.distribute.experimental.CommunicationOptions`` from them (TFCLUSTER_COLLECTIVE*)."""
 
     implementation: Literal["auto", "ring", "nccl"] = "auto"
-    """The all-reduce: auto (TensorFlow picks), ring or nccl (GPUs; refuses two ranks on one GPU)."""
+    """The all-reduce: auto (nccl where every worker owns its GPUs, else ring; plan says which and why), ring, or
+    nccl (GPUs; refused where tasks share a GPU: NCCL refuses two ranks on one GPU)."""
     timeout: Optional[float] = Field(default=None, gt=0)
-    """Seconds after which a hung collective becomes an error the launcher can retry (none: no limit)."""
+    """Seconds after which a hung collective becomes an error the launcher can retry (none: no limit). For
+    debugging, as TensorFlow documents timeout_seconds: it runs a thread per collective."""
 
 
 class Tpu(OptionsModel):

@@ -24,7 +24,7 @@ RECORD = """\
 import json, os, pathlib, socket, sys
 task = os.environ["TFCLUSTER_TASK"]
 keep = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TFCLUSTER_GPU_MEMORY",
-        "TFCLUSTER_GPUS")
+        "TFCLUSTER_GPUS", "TFCLUSTER_COLLECTIVE")
 out = {k: os.environ.get(k) for k in keep}
 out["host"] = socket.gethostname()
 pathlib.Path(sys.argv[1], "env-" + task.replace(":", "-") + ".json").write_text(json.dumps(out))
@@ -39,13 +39,15 @@ while len(list(pathlib.Path(sys.argv[1]).glob("env-*.json"))) < int(sys.argv[2])
 """
 
 
-def with_gpus(tmp_path: Path, counts: dict[str, int]) -> dict[str, dict]:
-    """host_keys giving each lab host an interpreter that sees ``counts[host]`` fake GPUs."""
+def with_gpus(tmp_path: Path, counts: dict[str, int], extra: dict[str, str] | None = None) -> dict[str, dict]:
+    """host_keys giving each lab host an interpreter that sees ``counts[host]`` fake GPUs, in the
+    host's environment ``extra[host]`` (``VAR=value ...``: its own CUDA_VISIBLE_DEVICES, MIG)."""
     fakebin = fake_bin(tmp_path / "fakebin")
     keys = {}
     for host, n in counts.items():
         wrapper = tmp_path / f"python-{host}"
-        wrapper.write_text(f'#!/bin/sh\nPATH="{fakebin}:$PATH" FAKE_NVIDIA_SMI_GPUS={n} exec "{PY}" "$@"\n')
+        more = (extra or {}).get(host, "")
+        wrapper.write_text(f'#!/bin/sh\nPATH="{fakebin}:$PATH" FAKE_NVIDIA_SMI_GPUS={n} {more} exec "{PY}" "$@"\n')
         wrapper.chmod(0o755)
         keys[host] = {"python": str(wrapper)}
     return keys
@@ -55,13 +57,13 @@ def recorded(tmp_path: Path) -> dict[str, dict]:
     return {p.stem[4:].replace("-", ":"): json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("env-*.json"))}
 
 
-def run(make_spec, tmp_path: Path, counts: dict[str, int], **spec):
-    (tmp_path / "out").mkdir(exist_ok=True)
+def run(make_spec, tmp_path: Path, counts: dict[str, int], host_env: dict[str, str] | None = None, **spec):
+    (tmp_path / "out").mkdir(parents=True, exist_ok=True)
     (tmp_path / "record.py").write_text(RECORD)
     tasks = spec.get("tasks", {"worker": spec.get("workers", 2)})
     path = make_spec([PY, str(tmp_path / "record.py"), str(tmp_path / "out"), str(sum(tasks.values()))],
                      hosts=list(counts),
-                     host_keys=with_gpus(tmp_path, counts), **spec)
+                     host_keys=with_gpus(tmp_path, counts, host_env), **spec)
     return tfcluster("up", path, timeout=240)
 
 
@@ -87,14 +89,71 @@ def test_each_host_gives_its_tasks_disjoint_gpus_and_pss_roles_none(lab, make_sp
                      for k, v in got.items()}, (shown, got)
 
 
-def test_shared_gpu_gets_growth_and_a_gpu_less_host_runs_on_cpu(lab, make_spec, tmp_path):
-    proc = run(make_spec, tmp_path, {"h1": 1, "h3": 0}, workers=4, devices={"gpu_memory": "auto"})
+def test_shared_gpu_gets_growth_and_gpu_less_hosts_run_on_cpu(lab, make_spec, tmp_path):
+    proc = run(make_spec, tmp_path, {"h1": 1, "h2": 1}, workers=4, devices={"gpu_memory": "auto"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = recorded(tmp_path)
-    on = {k: (v["CUDA_VISIBLE_DEVICES"], v["TF_FORCE_GPU_ALLOW_GROWTH"]) for k, v in got.items()}
-    assert on == {"worker:0": ("0", "true"), "worker:1": ("0", "true"),  # h1: one GPU, two tasks
-                  "worker:2": (None, None), "worker:3": (None, None)}, on  # h3: none, CPU
-    assert proc.stderr.count("h3 has no NVIDIA GPU (nvidia-smi -L lists none): its 2 GPU tasks run on CPU") == 1
+    on = {(v["host"], v["CUDA_VISIBLE_DEVICES"], v["TF_FORCE_GPU_ALLOW_GROWTH"]) for v in got.values()}
+    assert on == {("h1", "0", "true"), ("h2", "0", "true")}, got  # one GPU, two tasks on each host: shared
+    assert {v["TFCLUSTER_COLLECTIVE"] for v in got.values()} == {None}  # shared GPUs: RING, TensorFlow's AUTO
+    proc = run(make_spec, tmp_path / "cpu", {"h1": 0, "h3": 0}, workers=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("no GPU found (h3: nvidia-smi -L lists none): its 1 GPU task runs on CPU") == 1
+
+
+def test_hosts_that_would_give_workers_unequal_shares_are_one_line(lab, make_spec, tmp_path):
+    """h1 has 4 GPUs, h2 2: one worker on each would get 4 and 2; TensorFlow needs the same count
+    on every worker, so the preflight refuses, naming the hosts; a host with none is refused too."""
+    proc = run(make_spec, tmp_path, {"h1": 4, "h2": 2}, workers=2)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
+    assert lines[0] == ("tfcluster: error: gpus: the workers would get unequal GPU shares (h1 4 GPUs, h2 2 GPUs "
+                        "each); TensorFlow needs the same count on every worker (ParameterServerStrategy: "
+                        "Mismatched number of GPUs per worker); set devices.gpus_per_task: 2"), proc.stderr
+    assert not recorded(tmp_path) and task_processes(lab) == {h.name: [] for h in lab.hosts}
+    proc = run(make_spec, tmp_path, {"h1": 1, "h3": 0}, workers=2)
+    assert proc.returncode == 1 and "(h1 1 GPU, h3 0 GPUs each)" in proc.stderr, proc.stderr[-3000:]
+
+
+def uuid(i: int) -> str:
+    """The stand-in nvidia-smi's UUID of GPU ``i``."""
+    return "GPU-%08x-1d2e-4f3a-9b8c-%012x" % (0x2b3c1f9e + i, 0x5d6e7f809a1b + i)
+
+
+def test_the_hosts_uuid_limit_equal_shares_and_nccl(lab, make_spec, tmp_path):
+    """h1 has 4 GPUs but its environment limits them to GPUs 2 and 3 by UUID; h2 has 2. Each
+    host's worker gets 2, h1's named by UUID within its limit; both own their GPUs: NCCL."""
+    proc = run(make_spec, tmp_path, {"h1": 4, "h2": 2}, {"h1": f"CUDA_VISIBLE_DEVICES={uuid(2)},{uuid(3)}"}, workers=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = {v["host"]: (v["CUDA_VISIBLE_DEVICES"], v["TFCLUSTER_COLLECTIVE"]) for v in recorded(tmp_path).values()}
+    assert got == {"h1": (f"{uuid(2)},{uuid(3)}", "nccl"), "h2": ("0,1", "nccl")}, got
+    assert "collective auto: nccl where each worker owns its GPUs, else ring (decided on each host at start)" \
+        in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.count("collective nccl (auto: each worker owns its GPUs)") == 1  # said at start, once
+
+
+def test_mig_devices_one_per_task_on_each_host(lab, make_spec, tmp_path):
+    proc = run(make_spec, tmp_path, {"h1": 1, "h2": 1}, {"h1": "FAKE_NVIDIA_SMI_MIG=0:2", "h2": "FAKE_NVIDIA_SMI_MIG=0:2"},
+               workers=4)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = recorded(tmp_path)
+    for host in ("h1", "h2"):
+        mine = [v["CUDA_VISIBLE_DEVICES"] for v in got.values() if v["host"] == host]
+        assert len(mine) == 2 and len(set(mine)) == 2 and all(m.startswith("MIG-") and "," not in m for m in mine), got
+    assert {v["TFCLUSTER_COLLECTIVE"] for v in got.values()} == {None}  # MIG devices: RING
+    assert "h1: 2 MIG devices (NVIDIA A100-SXM4-40GB MIG 1g.5gb)" in proc.stderr, proc.stderr[-3000:]
+    assert "collective ring (auto: workers share GPUs or use MIG devices" in proc.stderr
+
+
+def test_a_hosts_failing_nvidia_smi_is_one_line_in_its_words(lab, make_spec, tmp_path):
+    proc = run(make_spec, tmp_path, {"h1": 2}, {"h1": "FAKE_NVIDIA_SMI_FAIL=1"}, workers=2,
+               devices={"gpus_per_task": 1})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
+    assert lines[0].startswith("tfcluster: error: h1: GPUs asked for (gpus_per_task 1) but nvidia-smi -L failed "
+                               "(exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                               "driver."), proc.stderr[-3000:]
+    assert not recorded(tmp_path)
 
 
 def test_too_few_gpus_on_a_host_is_one_line_before_anything_starts(lab, make_spec, tmp_path):

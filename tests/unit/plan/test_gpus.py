@@ -61,7 +61,8 @@ def cvd(plan) -> dict[str, str]:
 @pytest.mark.parametrize("n, host, expected", [
     (1, 4, [[0, 1, 2, 3]]),              # alone: every GPU
     (2, 4, [[0, 1], [2, 3]]),
-    (3, 4, [[0, 1], [2], [3]]),          # the remainder to the first
+    (3, 4, [[0], [1], [2]]),             # equal shares: the remainder idles (TensorFlow's rule)
+    (3, 8, [[0, 1], [2, 3], [4, 5]]),
     (4, 4, [[0], [1], [2], [3]]),
     (3, 2, [[0], [1], [0]]),             # more tasks than GPUs: round-robin, shared
 ])
@@ -82,7 +83,10 @@ def test_counts_are_disjoint_by_offset_and_refused_past_the_host():
 def test_request_text_round_trips_and_rejects_garbage():
     text = gpuplace.format_request("auto", 1, 3, 2, 4, "0,2", True, "2048", "nccl")
     assert gpuplace.parse_request(text) == {"take": "auto", "place": 1, "n": 3, "offset": 2, "tasks": 4,
-                                            "use": "0,2", "need": True, "mem": "2048", "coll": "nccl"}
+                                            "use": "0,2", "need": True, "mem": "2048", "coll": "nccl",
+                                            "trainers": 3, "cap": 0}
+    text = gpuplace.format_request("auto", 2, 3, trainers=2, cap=1)
+    assert (gpuplace.parse_request(text)["trainers"], gpuplace.parse_request(text)["cap"]) == (2, 1)
     assert gpuplace.parse_request("") is None and gpuplace.parse_request("take=lots") is None
 
 
@@ -95,9 +99,11 @@ def test_complete_sets_cuda_memory_and_removes_the_marker_the_env_winning():
                    "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     out, _ = gpus.complete({marker: gpuplace.format_request("auto", 1, 3, tasks=3)}, a100(2))
     assert out["CUDA_VISIBLE_DEVICES"] == "1" and "TF_FORCE_GPU_ALLOW_GROWTH" not in out  # GPU 1 is its own
-    mine = {**env, "TF_FORCE_GPU_ALLOW_GROWTH": "false", "CUDA_VISIBLE_DEVICES": "7"}
-    out, _ = gpus.complete(mine, a100(2))
-    assert out["TF_FORCE_GPU_ALLOW_GROWTH"] == "false" and out["CUDA_VISIBLE_DEVICES"] == "7"
+    mine = {**env, "TF_FORCE_GPU_ALLOW_GROWTH": "false", "CUDA_VISIBLE_DEVICES": "1"}
+    out, _ = gpus.complete(mine, a100(2))  # the host's CUDA_VISIBLE_DEVICES is a limit: a subset of it
+    assert out["TF_FORCE_GPU_ALLOW_GROWTH"] == "false" and out["CUDA_VISIBLE_DEVICES"] == "1"
+    out, _ = gpus.complete({**env, "CUDA_VISIBLE_DEVICES": "7"}, a100(2))  # names no GPU here: none
+    assert out["CUDA_VISIBLE_DEVICES"] == "-1"
     out, _ = gpus.complete({marker: gpuplace.format_request(1, mem="3000")}, a100(1))
     assert out[envnames.GPU_MEMORY] == "3000" and "TF_FORCE_GPU_ALLOW_GROWTH" not in out
     out, problem = gpus.complete({marker: gpuplace.format_request(1, offset=1, tasks=2)}, a100(1))
@@ -181,7 +187,7 @@ def test_too_few_gpus_is_one_line_naming_the_host_and_counts():
 def test_a_host_without_gpus_runs_on_cpu_said_once_unless_required():
     plan = plan_on(MWMS % 2, {"h1": 0})
     assert cvd(plan) == {"worker:0": "unset", "worker:1": "unset"}
-    assert plan.gpus.endswith("h1 has no NVIDIA GPU (nvidia-smi -L lists none): its 2 GPU tasks run on CPU")
+    assert "; no GPU found (h1: nvidia-smi -L lists none): its 2 GPU tasks run on CPU; collective ring (auto: the workers run on CPU)" in plan.gpus
     assert "gpus" not in render_plan(plan).splitlines()[1]  # no column: nothing to show per task
     with pytest.raises(SpecError, match="^h1 has 0 GPUs; 2 tasks x gpus_per_task 1 need 2;"):
         plan_on(MWMS % 2 + "    devices: {gpus_per_task: 1}\n", {"h1": 0})
@@ -347,11 +353,17 @@ def test_fake_nvidia_smi_prints_nvidias_formats(tmp_path):
     assert none.returncode == 6 and gpuplace.parse_list(none.stdout) == []
 
 
-def test_parse_list_skips_mig_lines():
+def test_parse_list_gives_a_mig_gpus_devices_as_units():
     text = ("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-aaa)\n"
-            "  MIG 1g.5gb     Device  0: (UUID: MIG-bbb)\n"
+            "  MIG 1g.5gb      Device  0: (UUID: MIG-bbb)\n"
+            "  MIG 1g.5gb      Device  1: (UUID: MIG-ddd)\n"
             "GPU 1: Tesla T4 (UUID: GPU-ccc)\n")
-    assert gpuplace.parse_list(text) == [(0, "NVIDIA A100-SXM4-40GB", "GPU-aaa"), (1, "Tesla T4", "GPU-ccc")]
+    assert gpuplace.parse_list(text) == [(0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-bbb"),
+                                         (0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-ddd"),
+                                         (1, "Tesla T4", "GPU-ccc")]
+    old_driver = ("GPU 0: A100-SXM4-40GB (UUID: GPU-aaa)\n"  # drivers before R470 named MIG devices this way
+                  "  MIG 1g.5gb Device 0: (UUID: MIG-GPU-aaa/7/0)\n")
+    assert gpuplace.parse_list(old_driver) == [(0, "A100-SXM4-40GB MIG 1g.5gb", "MIG-GPU-aaa/7/0")]
 
 
 def test_discovery_output_carries_slots():

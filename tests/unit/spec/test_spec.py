@@ -241,7 +241,7 @@ def test_devices_gpus(gpus, visible):
     ("{gpus: many}", "devices.gpus: 'many' is not valid; use all, a number of GPUs (2), or a list of GPU indices ([0, 2])"),
     ("{gpus: [1, 1]}", "devices.gpus: [1, 1] lists a GPU twice; list each GPU index once"),
     ("{cpus: 0}", "devices.cpus: must be a whole number >= 1 (got 0)"),
-    ("{tpus: 1}", "devices.tpus: unknown key 'tpus' (did you mean 'gpus'?); valid keys: gpus, gpus_per_task, gpu_memory, cpus, threads"),
+    ("{tpus: 1}", "devices.tpus: unknown key 'tpus' (did you mean 'gpus'?); valid keys: gpus, gpus_per_task, gpu_memory, cpu_fallback, cpus, threads"),
 ])
 def test_bad_devices_are_one_line(devices, problem):
     assert one_error(SINGLE.format("mirrored") + f"devices: {devices}\n") == f"c.yaml:4: {problem}"

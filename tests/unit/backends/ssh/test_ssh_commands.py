@@ -45,7 +45,7 @@ def test_task_command_exact():
     assert cmd == (
         "cd /srv/work && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec /opt/py/bin/python3 -S /r/t/1/boot.py "
         "/r/t/1/taskwrap.py --lease 15 --grace 5 --pidfile /r/t/1/pids/worker-0.0.pid --threads TFCLUSTER_THREADS "
-        "--gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --gpu-watch 5 -- python -m worker --epochs 1); exit $?"
+        "--gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 -- python -m worker --epochs 1); exit $?"
     )
 
 
@@ -55,7 +55,7 @@ def test_task_command_quotes_every_value():
         "cd '/w x; touch /tmp/pwned' && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec "
         "'pyx; touch /tmp/pwned' -S '/r;x; touch /tmp/pwned/boot.py' "
         "'/r;x; touch /tmp/pwned/taskwrap.py' --lease 1.5 --grace 0 --pidfile '/p x; touch /tmp/pwned' "
-        "--threads TFCLUSTER_THREADS --gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --gpu-watch 5 -- "
+        "--threads TFCLUSTER_THREADS --gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 -- "
         "'x; touch /tmp/pwned' '$(id)' '`id`' ''\"'\"''); exit $?"
     )
     # A real POSIX shell sees exactly the values we meant (echo instead of running them).
@@ -128,7 +128,7 @@ def test_agent_command_exact_and_quoted():
     assert sc.agent_command("python3", None) == sc.quiet(f"python3 -S -c {sc.q(source('agent.py'))}")
     assert sc.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
         "--lease", "15", "--grace", "5", "--pidfile", "/r/p.pid", "--cwd", "/w", "--threads", "TFCLUSTER_THREADS",
-        "--gpus", "TFCLUSTER_GPUS", "--gpu-memory-var", "TFCLUSTER_GPU_MEMORY", "--gpu-watch", "5",
+        "--gpus", "TFCLUSTER_GPUS", "--gpu-memory-var", "TFCLUSTER_GPU_MEMORY", "--collective-var", "TFCLUSTER_COLLECTIVE", "--gpu-watch", "5",
         "--", "python", "-m", "worker"]
 
 
