@@ -231,6 +231,8 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
         return f"{where}: {path}: {_number_rule(loc, err)} (got {shown_value(value)})"
     if typ in ("float_type", "float_parsing"):
         return f"{where}: {path}: must be a number of seconds (got {shown_value(value)})"
+    if typ in ("bool_type", "bool_parsing"):
+        return f"{where}: {path}: must be true or false (got {shown_value(value)})"
     if typ in ("string_type",):
         return f"{where}: {path}: must be a string (got {shown_value(value)})"
     if typ in ("dict_type", "model_type", "model_attributes_type"):

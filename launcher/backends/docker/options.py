@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, WithJsonSchema, field_validator
 
-from launcher.spec.model import IMAGE_RE, OptionsModel
+from launcher.spec.model import IMAGE_RE, OptionsModel, whole_number
 
 SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 
@@ -32,7 +32,7 @@ class DockerBuild(OptionsModel):
 class DockerOptions(OptionsModel):
     """``docker:`` -- the image, its build, and the engine used by ``backend: docker``."""
 
-    image: str = "tfcluster-worker:latest"
+    image: str = Field("tfcluster-worker:latest", json_schema_extra={"pattern": IMAGE_RE.pattern})
     """The image every task's container runs (built from `build` or pulled when missing)."""
     build: Optional[DockerBuild] = None
     """How to build the image (none: pull it, or report it missing)."""
@@ -45,13 +45,14 @@ class DockerOptions(OptionsModel):
     user: Optional[str] = None
     """Run tasks as this user (default: the image's user, or yours when you are not root)."""
     shm_size: Annotated[Optional[str], WithJsonSchema({"anyOf": [
-        {"type": "string", "pattern": SIZE_RE.pattern}, {"type": "integer", "minimum": 1}, {"type": "null"}]})] = None
+        {"type": "string", "pattern": "^[1-9][0-9]*[bkmgBKMG]?$"}, {"type": "integer", "minimum": 1}, {"type": "null"}]})] = None
     """Each container's /dev/shm ("1g", "512m", bytes); default: 1g for a container with GPUs (NCCL's
     shared-memory transport needs more than Docker's 64m), the engine's for the others."""
 
     @field_validator("shm_size", mode="before")
     @classmethod
     def _shm_size(cls, v):
+        v = whole_number(v)
         if v is None:
             return v
         text = str(v).strip() if not isinstance(v, bool) else ""
