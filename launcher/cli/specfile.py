@@ -8,9 +8,9 @@ import sys
 
 from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
 from launcher.cli.common import JSON_FORMAT, load
-from launcher.errors import UserError
+from launcher.errors import SpecError, UserError
 from launcher.plan.build import COMPACT, write_full_json
-from launcher.loader.load import load_spec
+from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console
 from launcher.ui.plantext import render_plan
 
@@ -34,8 +34,10 @@ def _validate_json(spec: str) -> int:
         loaded = with_discovered(load_spec(spec))
         plan = plan_for(loaded.spec)
     except UserError as exc:
+        if isinstance(exc, SpecError):
+            exc = locate(exc, spec)
         print(json.dumps({**out, "valid": False, "errors": list(exc.lines)}, indent=2))
-        raise
+        raise exc from None
     notes = warnings(loaded)
     print(json.dumps({**out, "valid": True, "name": loaded.spec.name, "strategy": plan.strategy,
                       "backend": plan.backend, "tasks": len(plan.tasks), "warnings": notes}, indent=2))

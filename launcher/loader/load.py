@@ -128,6 +128,28 @@ def load_spec(path: str | Path) -> LoadedSpec:
     return LoadedSpec(parse_spec(text, shown), path.resolve())
 
 
+def locate(exc: SpecError, path: str | Path) -> SpecError:
+    """A SpecError raised after loading with the keys its lines are about (``SpecError.keys``: a
+    plan's ports, slots, GPUs) as ``FILE:LINE: ...`` lines of the spec at ``path``, the line of each
+    key (of the deepest part of it the file has); the error itself when it has no keys."""
+    if not exc.keys:
+        return exc
+    shown = escape(str(path))
+    root = None
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(SPEC_BYTES + 1)
+        if len(raw) <= SPEC_BYTES:
+            root = load_yaml(raw.decode("utf-8"))[1]
+    except (OSError, ValueError, yaml.YAMLError, YAMLBoundError, RecursionError):
+        pass  # (the file changed since it was loaded: the lines without their numbers)
+    lines = [f"{shown}{line_of(root, exc.keys[i])}: {line}" if i < len(exc.keys) and exc.keys[i] is not None
+             else line for i, line in enumerate(exc.lines)]
+    located = SpecError(*lines)
+    located.__cause__ = exc.__cause__
+    return located
+
+
 ERROR_LINES = 20  # problems shown of a spec that has more; the rest are counted
 
 
