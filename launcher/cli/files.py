@@ -24,7 +24,7 @@ def export(args: argparse.Namespace, console: Console) -> int:
     from launcher.export.write import export as write
 
     loaded, _plan = load(args.spec, console)
-    result = write(loaded, args.to, args.output, image=args.image)
+    result = write(loaded, args.to, args.output, image=args.image, strict=args.strict)
     for note in result.notes:
         console.info(note)
     for path in result.written:

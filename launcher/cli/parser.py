@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where to write (default: NAME.tfjob.yaml / NAME.vertex.yaml beside FILE, vertex also "
                          "writes the CustomJob .json beside the .yaml; '-' for the YAML on stdout)")
     ex.add_argument("--image", metavar="IMAGE", help="image for every replica (default: docker.image of the spec)")
+    ex.add_argument("--strict", action="store_true",
+                    help="fail (exit 2) when a check cannot run here (--to vertex without the [export] extra: "
+                         "the Vertex API types) instead of writing the file with the check marked as skipped")
 
     cmp = command("compare", "run the same training under several strategies or specs, one after "
                   "another, and write a table, a report and plots", spec="*")
