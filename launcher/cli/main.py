@@ -32,11 +32,11 @@ COMMANDS: dict[str, Command] = {
     "validate": specfile.validate, "plan": specfile.plan, "schema": specfile.schema,
     "up": lifecycle.up, "down": lifecycle.down, "tensorboard": lifecycle.tensorboard,
     "status": inspect.status, "logs": inspect.logs, "attach": inspect.attach, "runs": inspect.runs,
-    "compose": files.compose, "export": files.export,
+    "compose": files.compose, "export": files.export, "image": files.image,
     "compare": compare.compare,
     "completion": completion,
 }
-NO_SPEC = ("schema", "completion")  # commands that read no spec
+NO_SPEC = ("schema", "completion", "image")  # commands that read no spec
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

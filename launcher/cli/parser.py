@@ -38,7 +38,9 @@ EXAMPLES = {
     "compare": ["tfcluster compare --strategies default,mirrored,multi_worker_mirrored",
                 "tfcluster compare a.yaml b.yaml --repeat 3"],
     "tensorboard": ["tfcluster tensorboard", "tfcluster tensorboard --port 6007"],
-    "schema": ["tfcluster schema > cluster.schema.json"],
+    "schema": ["tfcluster schema -o cluster.schema.json", "tfcluster schema > ~/cluster.schema.json"],
+    "image": ["tfcluster image build", "tfcluster image build -t registry.example/me/tfcluster-worker:1",
+              "tfcluster image print --context tfcluster-image", "tfcluster image print > Dockerfile"],
     "completion": ["tfcluster completion bash > ~/.local/share/bash-completion/completions/tfcluster",
                    "tfcluster completion zsh > ~/.zfunc/_tfcluster"],
 }
@@ -150,8 +152,26 @@ def build_parser() -> argparse.ArgumentParser:
     tb = command("tensorboard", "run TensorBoard on the logs of the latest run of this spec")
     tb.add_argument("--port", type=int, default=6006, help="the port TensorBoard serves on (default: 6006)")
 
-    command("schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
-            "'# yaml-language-server: $schema=cluster.schema.json'", spec=None)
+    sc = command("schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
+                 "'# yaml-language-server: $schema=cluster.schema.json'", spec=None)
+    sc.add_argument("-o", "--output", metavar="PATH", help="write it to PATH instead of stdout")
+
+    im = command("image", "build tfcluster's worker image from the installed tfcluster (no checkout needed: its "
+                 "Dockerfile ships in the package), or print that Dockerfile or write its build context", spec=None)
+    im.add_argument("action", choices=("build", "print"),
+                    help="build: build the image on the Docker engine ($DOCKER_HOST or --engine); print: the "
+                         "Dockerfile on stdout, or with --context DIR the whole build context (for docker compose)")
+    im.add_argument("-t", "--tag", default="tfcluster-worker:latest", metavar="IMAGE",
+                    help="build: the image's name (default: tfcluster-worker:latest, docker.image's default)")
+    im.add_argument("--base-image", metavar="IMAGE",
+                    help="build: the BASE_IMAGE build arg (Debian-like with python3 >= 3.10 and venv)")
+    im.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="build: a build arg, e.g. PIP_INDEX_URL=... (repeatable)")
+    im.add_argument("--network", metavar="NET", help="build: the network of RUN steps, e.g. host")
+    im.add_argument("--engine", metavar="URL", help="build: the engine's URL (default: $DOCKER_HOST)")
+    im.add_argument("--context", metavar="DIR",
+                    help="print: write the build context (Dockerfile, requirements.txt, src/) into DIR, new or "
+                         "empty; then docker build DIR, or compose's build: {context: DIR}")
 
     cpl = command("completion", "print a shell completion script (generated from this parser)", spec=None)
     cpl.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")

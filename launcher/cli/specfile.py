@@ -62,5 +62,12 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 def schema(args: argparse.Namespace, console: Console) -> int:
     from launcher.loader.load import json_schema
 
-    print(json.dumps(json_schema(), indent=2))
+    text = json.dumps(json_schema(), indent=2)
+    if args.output and args.output != "-":
+        from pathlib import Path
+
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        console.info(f"wrote {args.output}; start cluster.yaml with '# yaml-language-server: $schema={args.output}'")
+        return EXIT_OK
+    print(text)
     return EXIT_OK

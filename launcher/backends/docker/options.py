@@ -13,12 +13,20 @@ SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 
 
 class DockerBuild(OptionsModel):
-    """How ``backend: docker`` builds its image (docker/Dockerfile of this project by default)."""
+    """How ``backend: docker`` builds its image: with neither ``context`` nor ``dockerfile``, tfcluster's
+    own worker image, from the installed tfcluster (its Dockerfile ships in the package; no checkout
+    needed: `tfcluster image build` builds the same); else the Dockerfile of a context of yours."""
 
-    context: str = "."
-    """Build context, relative to the spec file; the Dockerfile path is relative to the context."""
-    dockerfile: str = "docker/Dockerfile"
-    """The Dockerfile, relative to the context."""
+    context: Optional[str] = None
+    """Build context, relative to the spec file; the Dockerfile path is relative to the context (none, with no
+    dockerfile either: the worker image of the installed tfcluster; with a dockerfile: the spec's directory)."""
+    dockerfile: Optional[str] = None
+    """The Dockerfile, relative to the context (default with a context: docker/Dockerfile, a checkout's)."""
+
+    @property
+    def packaged(self) -> bool:
+        """Neither context nor dockerfile: tfcluster's own worker image (launcher/image/)."""
+        return self.context is None and self.dockerfile is None
     base_image: Optional[str] = None
     """The BASE_IMAGE build arg (default in the Dockerfile: an official Python image)."""
     args: dict[str, str] = Field(default_factory=dict)

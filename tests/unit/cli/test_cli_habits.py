@@ -22,7 +22,7 @@ from tests.support.cli import tfcluster, tfcluster_argv
 from tests.support.specs import script_spec, spec_file
 
 COMMANDS = ["validate", "plan", "up", "status", "logs", "attach", "runs", "down", "compose", "export", "compare",
-            "tensorboard", "schema", "completion"]
+            "tensorboard", "schema", "completion", "image"]
 SPEC = """\
     name: t
     strategy: multi_worker_mirrored
