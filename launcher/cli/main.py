@@ -7,7 +7,7 @@ returns and chooses the exit code. Nothing in ``launcher/`` imports this package
 
 Exit codes (``errors.EXIT_*``, defined there once): 0 ok, 1 run failed (or could not start), 2 bad
 spec or usage, 3 the run's supervisor is lost (status/attach), 4 no such run or no run record,
-130 interrupted. Every ``--json`` output carries ``"format": JSON_FORMAT``. FILE, where a command takes
+130 interrupted. Every ``--json`` output carries ``"format": JSON_FORMAT`` and ``"tfcluster"`` (its version): JSON_HEAD. FILE, where a command takes
 one, is the positional argument, else ``-f/--file``, else ``$TFCLUSTER_FILE``, else ``./cluster.yaml``.
 """
 

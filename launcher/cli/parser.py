@@ -12,6 +12,7 @@ from typing import Optional
 
 from launcher import __version__
 from launcher.contract import envnames
+from launcher.bounded import escape
 from launcher.errors import SpecError
 
 DEFAULT_FILE = "cluster.yaml"
@@ -62,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name]),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if spec is not None:
-            c.add_argument("spec", metavar="FILE", nargs=spec, default=None, help=_FILE_HELP)
+            flags = "/".join(file_flags) + ("" if "-f" in file_flags else " (or -f before the command)")
+            c.add_argument("spec", metavar="FILE", nargs=spec, default=None,
+                           help=f"the spec (default: {flags}, then ${envnames.FILE}, then ./{DEFAULT_FILE})")
             # SUPPRESS: not given here, the global -f (before COMMAND) is kept.
             c.add_argument(*file_flags, dest="file", metavar="FILE", default=argparse.SUPPRESS,
                            help="the spec, as FILE")
@@ -195,6 +198,9 @@ def resolve_file(args: argparse.Namespace, argv: list[str]) -> None:
     if given is not None and args.file is not None and given != args.file:
         raise SpecError(f"two specs given: FILE {given} and --file {args.file}; give one")
     chosen = given or args.file or os.environ.get(envnames.FILE) or None
+    if chosen is not None and given is None and args.file is None and not Path(chosen).exists():
+        raise SpecError(f"${envnames.FILE} is {escape(repr(chosen))}, which does not exist; fix or unset "
+                        f"{envnames.FILE}, or give FILE (tfcluster {args.command} path/to/cluster.yaml)")
     positional = given is not None
     if chosen is None and args.command != "runs":
         if not Path(DEFAULT_FILE).is_file():

@@ -7,7 +7,7 @@ import json
 import sys
 
 from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
-from launcher.cli.common import JSON_FORMAT, load
+from launcher.cli.common import JSON_HEAD, load
 from launcher.errors import SpecError, UserError
 from launcher.plan.build import COMPACT, write_full_json
 from launcher.loader.load import load_spec, locate
@@ -26,7 +26,7 @@ def validate(args: argparse.Namespace, console: Console) -> int:
 def _validate_json(spec: str) -> int:
     """``validate --json``: one JSON object on stdout, valid or not (the error lines in it as well
     as on stderr)."""
-    out: dict = {"format": JSON_FORMAT, "file": spec}
+    out: dict = {**JSON_HEAD, "file": spec}
     try:
         from launcher.loader.discovery import with_discovered
         from launcher.loader.shadow import warnings
@@ -50,9 +50,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     loaded, planned = load(args.spec, console, discover=True, gpus=True)
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
         compact = {k: v for k, v in planned.to_compact_json(secrets=args.show_secrets).items() if k != "format"}
-        print(json.dumps({"format": JSON_FORMAT, "shape": COMPACT, **compact}, indent=2))
+        print(json.dumps({**JSON_HEAD, "shape": COMPACT, **compact}, indent=2))
     elif args.json:
-        write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT})
+        write_full_json(planned, sys.stdout, secrets=args.show_secrets, head=JSON_HEAD)
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
                           standby=standby_line(loaded.spec, planned)))

@@ -12,6 +12,7 @@ values. Every problem becomes one line ``FILE:LINE: field.path: what is wrong; t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -91,8 +92,27 @@ def _doc(model: type) -> str:
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of cluster.yaml with every registered backend's block:
     what `tfcluster schema` prints, and what editors check a spec against."""
-    schema = spec_model().model_json_schema()
+    schema = _public(spec_model().model_json_schema())
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+# Where a docstring points a reader of the code at a module: not for the editor's hover text.
+_MODULE_REFS = (re.compile(r"\s*\((?:see )?launcher[/.][\w/.]*\)"), re.compile(r": launcher/[\w/]+\.py(?=\))"))
+
+
+def _public(node: Any) -> Any:
+    """The schema with tfcluster's internal module paths taken out of its descriptions."""
+    if isinstance(node, dict):
+        out = {k: _public(v) for k, v in node.items()}
+        if isinstance(out.get("description"), str):
+            text = out["description"]
+            for pattern in _MODULE_REFS:
+                text = pattern.sub("", text)
+            out["description"] = text
+        return out
+    if isinstance(node, list):
+        return [_public(v) for v in node]
+    return node
 
 
 def _known_backend(cls, v: str) -> str:

@@ -150,3 +150,9 @@ def test_the_loader_and_the_schema_agree_on_every_field(path, value):
 def test_every_field_against_every_scalar_mistake(path):
     for value in SCALARS:
         _check(path, value)
+
+
+def test_the_schema_descriptions_name_no_internal_module():
+    # (the docstrings point a reader of the code at modules; the editor's hover text does not)
+    text = json.dumps(SCHEMA)
+    assert not re.findall(r"launcher[/.][\w/.]+", text), re.findall(r".{40}launcher[/.][\w/.]+", text)[:5]
