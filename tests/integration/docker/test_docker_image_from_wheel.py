@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.labs import docker as eng
+from tests.support.cli import tfcluster
 from tests.support.docker_helpers import leftovers
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -44,8 +45,7 @@ def installed(tmp_path_factory) -> dict[str, str]:
 
 
 def _tfcluster(env: dict[str, str], cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "launcher", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return tfcluster(*args, cwd=cwd, environ=env, timeout=timeout)
 
 
 def test_the_installed_wheel_is_what_runs(installed, tmp_path):
