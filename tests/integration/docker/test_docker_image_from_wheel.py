@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1
 REPO = eng.REPO
 PY = sys.executable
 TAG = "tfcluster-test-worker:from-wheel"
+CLI_TAG = "tfcluster-test-worker:from-wheel-cli"
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +103,17 @@ def test_a_wheel_install_builds_the_worker_image_and_runs_two_workers(installed,
         events = [json.loads(line) for line in next((user / "runs" / "wheel").glob("*/events.jsonl")).read_text().splitlines()]
         assert {e["task"] for e in events if e.get("event") == "ready"} == {"worker:0", "worker:1"}
         assert sorted(p.name for p in user.iterdir()) == ["cluster.yaml", "runs"]  # nothing of a checkout made
+        # `tfcluster image build` (compose users: the docker CLI) builds the same image (its layers cached)
+        built = _tfcluster(installed, user, "image", "build", "-t", CLI_TAG, "--engine", docker_engine.url,
+                           "--base-image", args["BASE_IMAGE"], "--network", "host", "--build-arg", "PIP_NO_INDEX=1",
+                           "--build-arg", f"PIP_FIND_LINKS={args['PIP_FIND_LINKS']}", timeout=1500)
+        assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+        assert f"built {CLI_TAG}" in built.stderr
+        assert client.images.get(CLI_TAG).id == client.images.get(TAG).id  # the same layers: the same image
     finally:
-        try:
-            client.images.remove(TAG, force=True)
-        except Exception:  # noqa: BLE001 - not built: nothing to remove
-            pass
+        for tag in (TAG, CLI_TAG):
+            try:
+                client.images.remove(tag, force=True)
+            except Exception:  # noqa: BLE001 - not built: nothing to remove
+                pass
         client.close()
