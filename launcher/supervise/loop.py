@@ -273,13 +273,17 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             self._activity[key] = self.clock()
             self._saving.discard(key)  # a new process: its own save marks
             self._saved.discard(key)
+        # Where this attempt's lines begin, fixed before the task (or the standby promoted for it)
+        # can write one: a task that prints at once would otherwise have lines before its offset,
+        # counted in the attempt before (`logs --attempt`, `status`, `attach` cut logs by them).
+        offsets = self.record.log_offsets(key)
         handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.event(Event.START, task=key, attempt=number, host=task.host, endpoint=task.endpoint,
-                          **handle.info(), **self.record.log_offsets(key))
+                          **handle.info(), **offsets)
 
     def _env(self, number: int) -> dict[str, str]:
         return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}

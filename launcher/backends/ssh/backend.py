@@ -73,7 +73,8 @@ class SSHBackend(Backend):
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
-        """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``. With no
+        """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``, each
+        host's tasks of a group numbered consecutively (placement.py: ranks in blocks). With no
         hosts yet (``discovery:`` finds them when tfcluster plans to run), placeholders."""
         if not spec.hosts and spec.discovery is not None:
             slots = {f"{t}:{i}": Slot(f"host{n + 1}", f"host{n + 1}")

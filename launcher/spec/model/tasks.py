@@ -67,7 +67,8 @@ class TaskGroup(OptionsModel):
     count: UInt
     """How many tasks of this type."""
     hosts: Optional[tuple[str, ...]] = None
-    """The hosts (by name) this group's tasks go on, round-robin (ssh backend; default: all hosts)."""
+    """The hosts (by name) this group's tasks go on: dealt round-robin, a host's tasks numbered
+    consecutively (ssh backend; default: all hosts)."""
     ports: Optional[tuple[Whole, ...]] = Field(default=None, json_schema_extra={"items": {"type": "integer", "minimum": 1,
                                                                                         "maximum": 65535}})
     """One TF port per task, in task order (default: `ports.base` plus the task's place on its host)."""
