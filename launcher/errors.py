@@ -28,9 +28,17 @@ class UserError(Exception):
 
 
 class SpecError(UserError):
-    """cluster.yaml is missing, malformed or violates a rule (exit 2)."""
+    """cluster.yaml is missing, malformed or violates a rule (exit 2).
+
+    ``keys``: for a problem found after loading (while planning: ports, slots, GPUs), the key of the
+    spec each line is about, as a path (``("ports", "base")``, ``("hosts", 2, "slots")``); whoever knows
+    the spec's file puts ``FILE:LINE:`` before those lines (``launcher.loader.load.locate``)."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, *lines: str, keys: tuple = ()) -> None:
+        super().__init__(*lines)
+        self.keys = tuple(keys)
 
 
 class LaunchError(UserError):

@@ -7,6 +7,7 @@ from typing import Iterable, Optional
 
 from launcher.app.up import plan_for
 from launcher.backends.elsewhere import Elsewhere
+from launcher import __version__
 from launcher.bounded import escape
 from launcher.plan.build import Plan
 from launcher.loader.load import LoadedSpec, load_spec
@@ -15,6 +16,8 @@ from launcher.ui.console import Console
 # The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
 # meaning or goes away (adding a field does not raise it).
 JSON_FORMAT = 1
+# What every JSON document the CLI prints starts with: its format and the tfcluster that wrote it.
+JSON_HEAD = {"format": JSON_FORMAT, "tfcluster": __version__}
 
 
 def load(spec: str, console: Console, *, discover: bool = False, warn: bool = False,

@@ -1,14 +1,23 @@
 """``tfcluster completion bash|zsh``: a shell completion script generated from the CLI's own parser,
 so a new command or flag completes without editing a script by hand.
 
-Both complete the subcommands, each subcommand's flags, a flag's choices (``export --to``), and
-otherwise file names (FILE is a path).
+Both complete the subcommands, each subcommand's flags, a flag's choices (``export --to``), a run
+id after ``--run`` (the runs under ./runs, the default ``run_dir`` of a spec here), and otherwise
+file names (FILE is a path).
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+
+# A run's directory: runs/<name>/<run id>, the run id 20261123-093836-0ded (launcher/record/).
+RUN_GLOB = "runs/*/[0-9]*-[0-9]*-*"
+RUN_FLAG_DEST = "run"
+
+
+def _run_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {f for a in parser._actions if a.dest == RUN_FLAG_DEST for f in a.option_strings}
 
 
 def _commands(parser: argparse.ArgumentParser) -> dict[str, tuple[str, argparse.ArgumentParser]]:
@@ -64,6 +73,9 @@ def _bash(parser: argparse.ArgumentParser) -> str:
         flags = _flags(sub)
         lines.append(f"        {name})")
         lines.append('            case "$prev" in')
+        for flag in sorted(_run_flags(sub)):
+            lines.append(f'                {flag}) local d ids=""; for d in {RUN_GLOB}; do [[ -d $d ]] && ids+=" ${{d##*/}}"; '
+                         'done; COMPREPLY=($(compgen -W "$ids" -- "$cur")); return ;;')
         for flag, _, choices, takes in flags:
             if choices:
                 lines.append(f'                {flag}) COMPREPLY=($(compgen -W {shlex.quote(" ".join(choices))} -- "$cur")); return ;;')
@@ -119,6 +131,8 @@ def _zsh(parser: argparse.ArgumentParser) -> str:
             if flag in ("-h", "--help"):
                 continue
             value = (f":value:({' '.join(choices)})" if choices else ":value:_files") if takes else ""
+            if flag in _run_flags(sub):
+                value = f":run id:{{compadd - {RUN_GLOB}(N/:t)}}"
             specs.append(f"'{flag}[{_zq(help)}]{value}'")
         positional = [a for a in sub._actions if not a.option_strings]
         pchoices = [str(c) for a in positional if a.choices for c in a.choices]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from launcher.backends.elsewhere import Elsewhere
-from launcher.cli.common import JSON_FORMAT, elsewhere, load, print_record_lines
+from launcher.cli.common import JSON_HEAD, elsewhere, load, print_record_lines
 from launcher.interrupts import watching
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST
 from launcher.ui.console import Console
@@ -44,7 +44,7 @@ def status(args: argparse.Namespace, console: Console) -> int:
         return code
     view = inspect.status(loaded, args.run)
     if args.json:
-        print(json.dumps({"format": JSON_FORMAT, **view.to_json()}, indent=2))
+        print(json.dumps({**JSON_HEAD, **view.to_json()}, indent=2))
     else:
         print_record_lines(render_status(view, args.spec))
     return exit_code(view)
@@ -87,7 +87,7 @@ def attach(args: argparse.Namespace, console: Console) -> int:
 def runs_json(views: "list[RunStatus]") -> dict:
     """``runs --json``: ``{"format": 1, "runs": [{"name", "run", "started", "duration", "outcome",
     "attempts", "accuracy"}, ...]}`` (started: Unix seconds; duration: seconds; null when unknown)."""
-    return {"format": JSON_FORMAT, "runs": [
+    return {**JSON_HEAD, "runs": [
         {"name": v.name, "run": v.run_id, "started": v.started, "duration": v.elapsed(), "outcome": v.state,
          "attempts": v.attempts or None, "accuracy": v.final_accuracy} for v in views]}
 

@@ -7,7 +7,7 @@ returns and chooses the exit code. Nothing in ``launcher/`` imports this package
 
 Exit codes (``errors.EXIT_*``, defined there once): 0 ok, 1 run failed (or could not start), 2 bad
 spec or usage, 3 the run's supervisor is lost (status/attach), 4 no such run or no run record,
-130 interrupted. Every ``--json`` output carries ``"format": JSON_FORMAT``. FILE, where a command takes
+130 interrupted. Every ``--json`` output carries ``"format": JSON_FORMAT`` and ``"tfcluster"`` (its version): JSON_HEAD. FILE, where a command takes
 one, is the positional argument, else ``-f/--file``, else ``$TFCLUSTER_FILE``, else ``./cluster.yaml``.
 """
 
@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence
 from launcher.cli import compare, files, inspect, lifecycle, specfile
 from launcher.cli.completion import completion
 from launcher.cli.parser import build_parser, resolve_file
-from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
+from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SpecError, UserError
 from launcher.ui.console import Console
 
 Command = Callable[[argparse.Namespace, Console], int]
@@ -32,11 +32,11 @@ COMMANDS: dict[str, Command] = {
     "validate": specfile.validate, "plan": specfile.plan, "schema": specfile.schema,
     "up": lifecycle.up, "down": lifecycle.down, "tensorboard": lifecycle.tensorboard,
     "status": inspect.status, "logs": inspect.logs, "attach": inspect.attach, "runs": inspect.runs,
-    "compose": files.compose, "export": files.export,
+    "compose": files.compose, "export": files.export, "image": files.image,
     "compare": compare.compare,
     "completion": completion,
 }
-NO_SPEC = ("schema", "completion")  # commands that read no spec
+NO_SPEC = ("schema", "completion", "image")  # commands that read no spec
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -52,6 +52,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             resolve_file(args, argv)
         return COMMANDS[args.command](args, console)
     except UserError as exc:
+        spec = getattr(locals().get("args"), "spec", None)
+        if isinstance(exc, SpecError) and exc.keys and isinstance(spec, str):
+            from launcher.loader.load import locate  # (a plan-time error: FILE:LINE of its key)
+
+            exc = locate(exc, spec)
         for line in exc.lines:
             console.error(line)
         return exc.exit_code

@@ -12,6 +12,7 @@ from typing import Optional
 
 from launcher import __version__
 from launcher.contract import envnames
+from launcher.bounded import escape
 from launcher.errors import SpecError
 
 DEFAULT_FILE = "cluster.yaml"
@@ -38,7 +39,9 @@ EXAMPLES = {
     "compare": ["tfcluster compare --strategies default,mirrored,multi_worker_mirrored",
                 "tfcluster compare a.yaml b.yaml --repeat 3"],
     "tensorboard": ["tfcluster tensorboard", "tfcluster tensorboard --port 6007"],
-    "schema": ["tfcluster schema > cluster.schema.json"],
+    "schema": ["tfcluster schema -o cluster.schema.json", "tfcluster schema > ~/cluster.schema.json"],
+    "image": ["tfcluster image build", "tfcluster image build -t registry.example/me/tfcluster-worker:1",
+              "tfcluster image print --context tfcluster-image", "tfcluster image print > Dockerfile"],
     "completion": ["tfcluster completion bash > ~/.local/share/bash-completion/completions/tfcluster",
                    "tfcluster completion zsh > ~/.zfunc/_tfcluster"],
 }
@@ -60,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name]),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if spec is not None:
-            c.add_argument("spec", metavar="FILE", nargs=spec, default=None, help=_FILE_HELP)
+            flags = "/".join(file_flags) + ("" if "-f" in file_flags else " (or -f before the command)")
+            c.add_argument("spec", metavar="FILE", nargs=spec, default=None,
+                           help=f"the spec (default: {flags}, then ${envnames.FILE}, then ./{DEFAULT_FILE})")
             # SUPPRESS: not given here, the global -f (before COMMAND) is kept.
             c.add_argument(*file_flags, dest="file", metavar="FILE", default=argparse.SUPPRESS,
                            help="the spec, as FILE")
@@ -126,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where to write (default: NAME.tfjob.yaml / NAME.vertex.yaml beside FILE, vertex also "
                          "writes the CustomJob .json beside the .yaml; '-' for the YAML on stdout)")
     ex.add_argument("--image", metavar="IMAGE", help="image for every replica (default: docker.image of the spec)")
+    ex.add_argument("--strict", action="store_true",
+                    help="fail (exit 2) when a check cannot run here (--to vertex without the [export] extra: "
+                         "the Vertex API types) instead of writing the file with the check marked as skipped")
 
     cmp = command("compare", "run the same training under several strategies or specs, one after "
                   "another, and write a table, a report and plots", spec="*")
@@ -147,8 +155,26 @@ def build_parser() -> argparse.ArgumentParser:
     tb = command("tensorboard", "run TensorBoard on the logs of the latest run of this spec")
     tb.add_argument("--port", type=int, default=6006, help="the port TensorBoard serves on (default: 6006)")
 
-    command("schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
-            "'# yaml-language-server: $schema=cluster.schema.json'", spec=None)
+    sc = command("schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
+                 "'# yaml-language-server: $schema=cluster.schema.json'", spec=None)
+    sc.add_argument("-o", "--output", metavar="PATH", help="write it to PATH instead of stdout")
+
+    im = command("image", "build tfcluster's worker image from the installed tfcluster (no checkout needed: its "
+                 "Dockerfile ships in the package), or print that Dockerfile or write its build context", spec=None)
+    im.add_argument("action", choices=("build", "print"),
+                    help="build: build the image on the Docker engine ($DOCKER_HOST or --engine); print: the "
+                         "Dockerfile on stdout, or with --context DIR the whole build context (for docker compose)")
+    im.add_argument("-t", "--tag", default="tfcluster-worker:latest", metavar="IMAGE",
+                    help="build: the image's name (default: tfcluster-worker:latest, docker.image's default)")
+    im.add_argument("--base-image", metavar="IMAGE",
+                    help="build: the BASE_IMAGE build arg (Debian-like with python3 >= 3.10 and venv)")
+    im.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="build: a build arg, e.g. PIP_INDEX_URL=... (repeatable)")
+    im.add_argument("--network", metavar="NET", help="build: the network of RUN steps, e.g. host")
+    im.add_argument("--engine", metavar="URL", help="build: the engine's URL (default: $DOCKER_HOST)")
+    im.add_argument("--context", metavar="DIR",
+                    help="print: write the build context (Dockerfile, requirements.txt, src/) into DIR, new or "
+                         "empty; then docker build DIR, or compose's build: {context: DIR}")
 
     cpl = command("completion", "print a shell completion script (generated from this parser)", spec=None)
     cpl.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
@@ -172,6 +198,9 @@ def resolve_file(args: argparse.Namespace, argv: list[str]) -> None:
     if given is not None and args.file is not None and given != args.file:
         raise SpecError(f"two specs given: FILE {given} and --file {args.file}; give one")
     chosen = given or args.file or os.environ.get(envnames.FILE) or None
+    if chosen is not None and given is None and args.file is None and not Path(chosen).exists():
+        raise SpecError(f"${envnames.FILE} is {escape(repr(chosen))}, which does not exist; fix or unset "
+                        f"{envnames.FILE}, or give FILE (tfcluster {args.command} path/to/cluster.yaml)")
     positional = given is not None
     if chosen is None and args.command != "runs":
         if not Path(DEFAULT_FILE).is_file():

@@ -9,11 +9,11 @@ import sys
 from typing import Optional
 
 from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line, start_note
-from launcher.cli.common import JSON_FORMAT, load
+from launcher.cli.common import JSON_HEAD, load
 from launcher.bounded import escape
-from launcher.errors import LaunchError, UserError
+from launcher.errors import LaunchError, SpecError, UserError
 from launcher.plan.build import COMPACT, write_full_json
-from launcher.loader.load import load_spec
+from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console
 from launcher.ui.plantext import render_plan
 
@@ -29,7 +29,7 @@ def validate(args: argparse.Namespace, console: Console) -> int:
 def _validate_json(spec: str) -> int:
     """``validate --json``: one JSON object on stdout, valid or not (the error lines in it as well
     as on stderr)."""
-    out: dict = {"format": JSON_FORMAT, "file": spec}
+    out: dict = {**JSON_HEAD, "file": spec}
     try:
         from launcher.loader.discovery import with_discovered
         from launcher.loader.shadow import warnings
@@ -37,8 +37,10 @@ def _validate_json(spec: str) -> int:
         loaded = with_discovered(load_spec(spec))
         plan = plan_for(loaded.spec)
     except UserError as exc:
+        if isinstance(exc, SpecError):
+            exc = locate(exc, spec)
         print(json.dumps({**out, "valid": False, "errors": list(exc.lines)}, indent=2))
-        raise
+        raise exc from None
     notes = warnings(loaded)
     print(json.dumps({**out, "valid": True, "name": loaded.spec.name, "strategy": plan.strategy,
                       "backend": plan.backend, "tasks": len(plan.tasks), "warnings": notes}, indent=2))
@@ -77,9 +79,9 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     extra = {} if launch is None else {"launch": launch}
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
         compact = {k: v for k, v in planned.to_compact_json(secrets=args.show_secrets).items() if k != "format"}
-        print(json.dumps({"format": JSON_FORMAT, "shape": COMPACT, **compact, **extra}, indent=2))
+        print(json.dumps({**JSON_HEAD, "shape": COMPACT, **compact, **extra}, indent=2))
     elif args.json:
-        write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT, **extra})
+        write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={**JSON_HEAD, **extra})
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
                           standby=standby_line(loaded.spec, planned), notes=[start_note(loaded.spec, planned)]))
@@ -91,5 +93,12 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 def schema(args: argparse.Namespace, console: Console) -> int:
     from launcher.loader.load import json_schema
 
-    print(json.dumps(json_schema(), indent=2))
+    text = json.dumps(json_schema(), indent=2)
+    if args.output and args.output != "-":
+        from pathlib import Path
+
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        console.info(f"wrote {args.output}; start cluster.yaml with '# yaml-language-server: $schema={args.output}'")
+        return EXIT_OK
+    print(text)
     return EXIT_OK

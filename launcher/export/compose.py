@@ -81,6 +81,10 @@ def _rel(path: Path, base: Path) -> str:
     return "./" + rel  # compose reads a bare name in volumes as a named volume
 
 
+# Where compose expects the worker image's context when docker.build names none (compose writes a note).
+PACKAGED_CONTEXT = "tfcluster-image"
+
+
 def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None) -> dict[str, Any]:
     """The compose document for ``loaded``; relative paths are relative to ``out_dir``."""
     spec = loaded.spec
@@ -89,8 +93,11 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
     image = image or opts.image
     build: Optional[dict[str, Any]] = None
     if opts.build is not None:
-        context = (loaded.base_dir / opts.build.context).resolve()
-        build = {"context": _rel(context, out_dir), "dockerfile": opts.build.dockerfile}
+        if opts.build.packaged:  # tfcluster's own worker image: `tfcluster image print --context DIR` makes it
+            build = {"context": f"./{PACKAGED_CONTEXT}", "dockerfile": "Dockerfile"}
+        else:
+            context = (loaded.base_dir / (opts.build.context or ".")).resolve()
+            build = {"context": _rel(context, out_dir), "dockerfile": opts.build.dockerfile or "docker/Dockerfile"}
         args = dict(opts.build.args)
         if opts.build.base_image:
             args["BASE_IMAGE"] = opts.build.base_image
@@ -175,6 +182,9 @@ def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = Non
         lines.append(f"# GPUs: {note}.")
     if doc["services"].get(first, {}).get("build"):
         lines.append(f"# The image is built by service {first}: docker compose build {first}")
+        if loaded.spec.docker.build is not None and loaded.spec.docker.build.packaged:
+            lines.append(f"# Its context, tfcluster's worker image: tfcluster image print --context {PACKAGED_CONTEXT} "
+                         "(beside this file) first")
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=4096)
     return "\n".join(lines) + "\n" + body
 

@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 
 from pydantic import Field, field_validator
 
-from launcher.spec.model import OptionsModel
+from launcher.spec.model import OptionsModel, PosInt, UInt
 
 # Kubernetes resource.Quantity, as the TFJob CRD's own pattern spells it.
 QUANTITY_RE = re.compile(
@@ -63,11 +63,11 @@ def _quantity(v: Any, example: str) -> Optional[str]:
 class PodResources(OptionsModel):
     """Requests = limits for one pod: ``cpu`` (2, 500m), ``memory`` (8Gi), ``gpus`` (nvidia.com/gpu)."""
 
-    cpu: Optional[Union[str, int, float]] = None
+    cpu: Optional[Union[str, int, float]] = Field(None, json_schema_extra={"pattern": QUANTITY_RE.pattern})
     """CPU request = limit, a Kubernetes quantity (2, 500m)."""
-    memory: Optional[Union[str, int]] = None
+    memory: Optional[Union[str, int, float]] = Field(None, json_schema_extra={"pattern": QUANTITY_RE.pattern})
     """Memory request = limit, a Kubernetes quantity (8Gi)."""
-    gpus: Optional[int] = Field(default=None, ge=0, strict=True)
+    gpus: Optional[UInt] = None
     """GPUs per pod: the nvidia.com/gpu limit (default: from the spec's devices and the group's gpus)."""
 
     @field_validator("cpu", mode="before")
@@ -99,15 +99,15 @@ class ResourcesByType(_ByType):
 class KubernetesOptions(OptionsModel):
     """``kubernetes:`` -- what ``tfcluster export --to tfjob`` puts in the TFJob beyond the spec."""
 
-    namespace: str = "default"
+    namespace: str = Field("default", json_schema_extra={"pattern": DNS1123_LABEL_RE.pattern, "maxLength": 63})
     """The TFJob's namespace (a DNS-1123 label)."""
     resources: ResourcesByType = ResourcesByType()
     """Per pod: requests = limits, by task type plus `default`."""
-    ttl_seconds_after_finished: Optional[int] = Field(default=None, ge=0, strict=True)
+    ttl_seconds_after_finished: Optional[UInt] = None
     """runPolicy.ttlSecondsAfterFinished: delete the finished TFJob (and its pods) after this long."""
-    active_deadline_seconds: Optional[int] = Field(default=None, ge=1, strict=True)
+    active_deadline_seconds: Optional[PosInt] = None
     """runPolicy.activeDeadlineSeconds: fail the job when it runs longer than this."""
-    service_account: Optional[str] = None
+    service_account: Optional[str] = Field(None, json_schema_extra={"pattern": DNS1123_LABEL_RE.pattern, "maxLength": 63})
     """The pods' serviceAccountName."""
 
     @field_validator("namespace", "service_account")
@@ -125,11 +125,11 @@ class Machine(OptionsModel):
     """machineSpec.machineType, e.g. n1-standard-8 (default n1-standard-4)."""
     accelerator_type: Optional[str] = None
     """machineSpec.acceleratorType, e.g. NVIDIA_TESLA_T4 (the API's AcceleratorType enum)."""
-    accelerator_count: Optional[int] = Field(default=None, ge=0, strict=True)
+    accelerator_count: Optional[UInt] = None
     """machineSpec.acceleratorCount (default: from the spec's devices and the group's gpus)."""
     boot_disk_type: Optional[str] = None
     """diskSpec.bootDiskType: pd-ssd (Vertex's default) or pd-standard."""
-    boot_disk_size_gb: Optional[int] = Field(default=None, ge=1, strict=True)
+    boot_disk_size_gb: Optional[PosInt] = None
     """diskSpec.bootDiskSizeGb."""
 
 
@@ -153,11 +153,11 @@ class VertexOptions(OptionsModel):
 
     machines: MachinesByType = MachinesByType()
     """machineSpec/diskSpec per worker pool, by task type plus `default`."""
-    base_output_directory: Optional[str] = None
+    base_output_directory: Optional[str] = Field(None, json_schema_extra={"pattern": "^gs://"})
     """CustomJobSpec.baseOutputDirectory.outputUriPrefix (Vertex then sets AIP_MODEL_DIR etc.)."""
     service_account: Optional[str] = None
     """The service account the CustomJob runs as."""
-    timeout: Optional[int] = Field(default=None, ge=1, strict=True)
+    timeout: Optional[PosInt] = None
     """scheduling.timeout in seconds (Vertex's default: 7 days)."""
 
     @field_validator("base_output_directory")

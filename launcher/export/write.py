@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from launcher.errors import SpecError
+from launcher.errors import SpecError, UserError
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.spec.model import LoadedSpec
 from launcher.export.common import SpecWhere, check_image, default_output, inexpressible
@@ -30,13 +30,30 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)
 
 
+# The Vertex API's own types check the CustomJob only where the [export] extra is installed; without it
+# the file says so (its header) as well as stderr, and `export --strict` refuses to write it.
+VERTEX_TYPES = "the Vertex API types (google.cloud.aiplatform_v1 CustomJob/CustomJobSpec)"
+VERTEX_TYPES_MISSING = "google-cloud-aiplatform is not installed: pip install 'tfcluster[export]'"
+
+
+@dataclass(frozen=True)
+class Checks:
+    """What an export was checked with: ``ran`` (each check that ran and passed) and ``skipped``
+    (each check that could not run, with why); the file's header states both."""
+
+    ran: tuple[str, ...]
+    skipped: tuple[str, ...] = ()
+
+
 def _invalid(target: str, problems: list[str]) -> SpecError:
     what = "TFJob" if target == "tfjob" else "CustomJob"
     return SpecError(*[f"export --to {target}: the generated {what} is invalid: {p}; {FIX[target]}" for p in problems])
 
 
-def build(loaded: LoadedSpec, target: str, image: Optional[str] = None) -> tuple[dict, Optional[dict], list[str]]:
-    """(main document, CustomJob or None, notes), validated; raise SpecError when it cannot be."""
+def build(loaded: LoadedSpec, target: str, image: Optional[str] = None,
+          strict: bool = False) -> tuple[dict, Optional[dict], list[str], Checks]:
+    """(main document, CustomJob or None, notes, the checks made), validated; raise SpecError when it
+    cannot be, and UserError under ``strict`` when a check cannot run here."""
     if target not in TARGETS:
         raise SpecError(f"--to {target}: unknown target; use tfjob or vertex")
     check_image(image)
@@ -54,28 +71,36 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None) -> tuple
         if problems:
             raise _invalid(target, problems)
         notes.append("validated against the TFJob CRD schema (training-operator v1.9.0) and its webhook rules")
-        return doc, None, notes
+        return doc, None, notes, Checks(("the training-operator v1.9.0 TFJob CRD schema and its webhook rules",))
     job = custom_job_dict(loaded, image)
     types = aiplatform_types()
+    if types is None and strict:
+        raise UserError(f"export --to vertex --strict: cannot check {VERTEX_TYPES}: {VERTEX_TYPES_MISSING}; "
+                        "install it, or export without --strict (the file then says the check was skipped)")
     problems = validate_custom_job(job, types) or validate_vertex_spec(job["jobSpec"], types)
     if problems:
         raise _invalid(target, problems)
     if types is None:
         notes.append("skipped the Vertex API type check (google-cloud-aiplatform is not installed: "
-                     "pip install 'tfcluster[export]'); tfcluster's own pool checks passed")
+                     "pip install 'tfcluster[export]'); tfcluster's own pool checks passed; the file says so too "
+                     "(--strict: refuse instead)")
+        checks = Checks(("tfcluster's pool rules",), (f"{VERTEX_TYPES}: {VERTEX_TYPES_MISSING}",))
     else:
         notes.append("validated with google.cloud.aiplatform_v1 CustomJob/CustomJobSpec and tfcluster's pool rules")
-    return job["jobSpec"], job, notes
+        checks = Checks(("google.cloud.aiplatform_v1 types", "tfcluster's pool rules"))
+    return job["jobSpec"], job, notes, checks
 
 
-def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image: Optional[str] = None) -> ExportResult:
-    """Write the export (``-o -``: the YAML to stdout); refuse to clobber files tfcluster did not write."""
-    doc, job, notes = build(loaded, target, image)
+def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image: Optional[str] = None,
+           strict: bool = False) -> ExportResult:
+    """Write the export (``-o -``: the YAML to stdout); refuse to clobber files tfcluster did not write.
+    ``strict``: refuse (UserError) when a check cannot run here, rather than say so in the file."""
+    doc, job, notes, checks = build(loaded, target, image, strict)
     result = ExportResult(notes=notes)
     suffix = "tfjob.yaml" if target == "tfjob" else "vertex.yaml"
     if output == "-":
         name = f"{loaded.spec.name}.{suffix}"
-        print(_render(loaded, target, doc, name, None), end="")
+        print(_render(loaded, target, doc, name, None, checks), end="")
         return result
     path = resolve_output(output, default_output(loaded, suffix), f"{loaded.spec.name}.{suffix}")
     files = [(path, None)]
@@ -88,13 +113,13 @@ def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image:
         check_overwritable(file)
     for file, text in files:
         if text is None:
-            text = _render(loaded, target, doc, file.name, files[1][0].name if job is not None else None)
+            text = _render(loaded, target, doc, file.name, files[1][0].name if job is not None else None, checks)
         write_atomic(file, text)
         result.written.append(file)
     return result
 
 
-def _render(loaded: LoadedSpec, target: str, doc: dict, name: str, json_name: Optional[str]) -> str:
+def _render(loaded: LoadedSpec, target: str, doc: dict, name: str, json_name: Optional[str], checks: Checks) -> str:
     if target == "tfjob":
         return render_tfjob(loaded, doc, HEADER, name)
-    return render_job_spec_yaml(loaded, doc, HEADER, name, json_name)
+    return render_job_spec_yaml(loaded, doc, HEADER, name, json_name, checks.ran, checks.skipped)

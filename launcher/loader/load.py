@@ -12,6 +12,7 @@ values. Every problem becomes one line ``FILE:LINE: field.path: what is wrong; t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -91,8 +92,27 @@ def _doc(model: type) -> str:
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of cluster.yaml with every registered backend's block:
     what `tfcluster schema` prints, and what editors check a spec against."""
-    schema = spec_model().model_json_schema()
+    schema = _public(spec_model().model_json_schema())
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+# Where a docstring points a reader of the code at a module: not for the editor's hover text.
+_MODULE_REFS = (re.compile(r"\s*\((?:see )?launcher[/.][\w/.]*\)"), re.compile(r": launcher/[\w/]+\.py(?=\))"))
+
+
+def _public(node: Any) -> Any:
+    """The schema with tfcluster's internal module paths taken out of its descriptions."""
+    if isinstance(node, dict):
+        out = {k: _public(v) for k, v in node.items()}
+        if isinstance(out.get("description"), str):
+            text = out["description"]
+            for pattern in _MODULE_REFS:
+                text = pattern.sub("", text)
+            out["description"] = text
+        return out
+    if isinstance(node, list):
+        return [_public(v) for v in node]
+    return node
 
 
 def _known_backend(cls, v: str) -> str:
@@ -126,6 +146,28 @@ def load_spec(path: str | Path) -> LoadedSpec:
     except OSError as exc:
         raise SpecError(f"{shown}: cannot read ({exc_text(exc)})") from None
     return LoadedSpec(parse_spec(text, shown), path.resolve())
+
+
+def locate(exc: SpecError, path: str | Path) -> SpecError:
+    """A SpecError raised after loading with the keys its lines are about (``SpecError.keys``: a
+    plan's ports, slots, GPUs) as ``FILE:LINE: ...`` lines of the spec at ``path``, the line of each
+    key (of the deepest part of it the file has); the error itself when it has no keys."""
+    if not exc.keys:
+        return exc
+    shown = escape(str(path))
+    root = None
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(SPEC_BYTES + 1)
+        if len(raw) <= SPEC_BYTES:
+            root = load_yaml(raw.decode("utf-8"))[1]
+    except (OSError, ValueError, yaml.YAMLError, YAMLBoundError, RecursionError):
+        pass  # (the file changed since it was loaded: the lines without their numbers)
+    lines = [f"{shown}{line_of(root, exc.keys[i])}: {line}" if i < len(exc.keys) and exc.keys[i] is not None
+             else line for i, line in enumerate(exc.lines)]
+    located = SpecError(*lines)
+    located.__cause__ = exc.__cause__
+    return located
 
 
 ERROR_LINES = 20  # problems shown of a spec that has more; the rest are counted
@@ -231,6 +273,8 @@ def _format_error(err: dict, root: Optional[yaml.Node], shown: str) -> str:
         return f"{where}: {path}: {_number_rule(loc, err)} (got {shown_value(value)})"
     if typ in ("float_type", "float_parsing"):
         return f"{where}: {path}: must be a number of seconds (got {shown_value(value)})"
+    if typ in ("bool_type", "bool_parsing"):
+        return f"{where}: {path}: must be true or false (got {shown_value(value)})"
     if typ in ("string_type",):
         return f"{where}: {path}: must be a string (got {shown_value(value)})"
     if typ in ("dict_type", "model_type", "model_attributes_type"):

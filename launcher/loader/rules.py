@@ -19,6 +19,33 @@ from launcher.spec.model import TASK_TYPES, Spec
 from launcher.spec.yamlread import ARG_STRLEN, ARG_TOTAL, SPEC_TASKS
 
 
+# The rules the loader applies that `tfcluster schema` (JSON Schema) cannot express: a value the schema
+# accepts may still be refused by one of these, and by nothing else (tests/unit/spec/test_schema_types.py
+# checks it on every key; docs/concepts/spec.md lists them). (name, pattern of its message, reason).
+SCHEMA_BLIND: tuple[tuple[str, str, str], ...] = (
+    ("task counts per strategy", r"evaluators; at most one|chiefs; a cluster has at most one|runs one task on one "
+     r"host|has no parameter servers|no workers; multi_worker_mirrored|parameter_server needs",
+     "how many tasks of each type a spec may have depends on its strategy (one field against another)"),
+    ("a task group's own keys", r"ports listed for \d+ tasks|hosts is empty; name at least one|min \d+ is above count",
+     "a group's ports, hosts and min are checked against its count"),
+    ("keys for another strategy", r"devices\.cpus|only strategy tpu uses a TPU|only multi_worker_mirrored runs "
+     r"collectives", "devices.cpus, tpu: and collective: are read by one strategy only"),
+    ("what the backend can do", r"backend \w+ cannot |only workers can be fewer|backend ssh needs hosts|"
+     r"node\(s\) x \d+ task\(s\) per node", "min, elastic:, discovery: and the hosts depend on the backend's "
+     "capabilities and sizes"),
+    ("names of hosts", r"unknown host|is defined twice|cannot be combined with ssh\.sync",
+     "a name must be one of hosts: (ssh.supervisor, tasks.<type>.hosts), and each host's name once"),
+    ("GPUs", r"devices\.gpus 0 lets no task|lists a GPU twice", "a group's gpus against devices.gpus; "
+     "a GPU index once in a list (JSON Schema's uniqueItems sees 1 and 1.0 as one, but not the loader's order)"),
+    ("a shell command line", r"empty command|cannot split the command",
+     "entrypoint as a string is split like a shell: a command of quotes only ('' or \"\") is empty"),
+    ("a gs:// state dir is shared", r"a gs:// dir is shared storage", "state.sync: copy against a gs:// state.dir"),
+    ("Slurm's own options", r"is not an option; give each|tfcluster sets [-\w]+ itself",
+     "slurm.sbatch/srun items are read as sbatch/srun parse them (an option, or the value of the one before; "
+     "the options tfcluster sets itself refused by any spelling)"),
+)
+
+
 def check_bounds(data: dict) -> list[tuple[tuple, str]]:
     """The task counts and what a task is started with (its command line, its environment),
     against SPEC_TASKS and the kernel's limits, checked on the YAML's data before the models see

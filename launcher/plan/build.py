@@ -74,12 +74,12 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
     budgets, shown = _thread_env(spec, placement, host_names)
     problems = _slot_problems(spec, host_names)
     if problems:
-        raise SpecError(*problems)
+        raise SpecError(problems[0][1], keys=(problems[0][0],))
     gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
     task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus,
                                                   placement.gpu_limits, placement.gpu_failures)
     if problems:
-        raise SpecError(*problems)
+        raise SpecError(*problems, keys=tuple(_gpu_key(spec, line) for line in problems))
     chosen, why = gpus.collective_choice(spec, [p[0] for p in placements], task_gpus)
     # Only NCCL needs saying: TensorFlow's AUTO is RING (gpus.collective_choice).
     if chosen == "nccl" and envnames.COLLECTIVE not in spec.env:
@@ -102,8 +102,23 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
                                     placement.gpu_failures))
 
 
-def _slot_problems(spec: Spec, hosts: list[str]) -> list[str]:
-    """``hosts[].slots``: one line for the hosts given more tasks than their slots."""
+def _gpu_key(spec: Spec, line: str) -> tuple:
+    """The key a GPU refusal is about: the one it names (a group's ``gpus``, ``devices.gpus``), else
+    a group's own ``gpus``, else ``devices.gpus_per_task``."""
+    named = [("tasks", t, "gpus") for t in TASK_TYPES if f"tasks.{t}.gpus" in line]
+    if named:
+        return named[0]
+    if "devices.gpus " in line or "devices.gpus)" in line or line.rstrip().endswith("devices.gpus"):
+        return ("devices", "gpus")
+    for task_type in TASK_TYPES:
+        if spec.tasks.group(task_type).gpus is not None:
+            return ("tasks", task_type, "gpus")
+    return ("devices", "gpus_per_task")
+
+
+def _slot_problems(spec: Spec, hosts: list[str]) -> list[tuple[tuple, str]]:
+    """``hosts[].slots``: one line for the hosts given more tasks than their slots, at the first
+    such host's ``slots``."""
     slots = {h.name: h.slots for h in spec.hosts if h.slots is not None}
     if not slots:
         return []
@@ -113,8 +128,9 @@ def _slot_problems(spec: Spec, hosts: list[str]) -> list[str]:
     over = [f"{h} ({count[h]} tasks, {n} slot{'s' if n != 1 else ''})" for h, n in slots.items() if count.get(h, 0) > n]
     if not over:
         return []
-    return [f"hosts[].slots: the tasks do not fit: {', '.join(over)}; add hosts, raise their slots, or place fewer "
-            "tasks there (tasks.<type>.hosts)"]
+    first = next(i for i, h in enumerate(spec.hosts) if h.slots is not None and count.get(h.name, 0) > h.slots)
+    return [(("hosts", first, "slots"), f"hosts[].slots: the tasks do not fit: {', '.join(over)}; add hosts, raise "
+             "their slots, or place fewer tasks there (tasks.<type>.hosts)")]
 
 
 def _thread_env(spec: Spec, placement: Placement, hosts: list[str]) -> tuple[list[tuple[tuple[str, str], ...]], str]:
@@ -179,8 +195,8 @@ def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]],
             if other:
                 raise SpecError(
                     f"tasks.{task_type}.ports: port {port} on {host} is used by both {other} and "
-                    f"{task_type}:{index}; give each task on a host its own port"
-                )
+                    f"{task_type}:{index}; give each task on a host its own port",
+                    keys=(("tasks", task_type, "ports", index),))
             taken[(host, port)] = f"{task_type}:{index}"
             explicit[i] = port
     next_port: dict[str, int] = {}
@@ -198,8 +214,7 @@ def _assign_ports(spec: Spec, placements: list[tuple[str, int, str, str]],
         if port > 65535:
             raise SpecError(
                 f"ports.base: {spec.ports.base} leaves no room for {task_type}:{index} on {host} "
-                f"(would need port {port} > 65535); lower ports.base"
-            )
+                f"(would need port {port} > 65535); lower ports.base", keys=(("ports", "base"),))
         taken[(host, port)] = f"{task_type}:{index}"
         next_port[host] = port + 1
         ports.append(port)

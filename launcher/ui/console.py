@@ -180,7 +180,7 @@ class Console:
         panel.start()
         with self.lock:
             self._panel = panel
-            self._people = PeopleLines()
+            self._people = PeopleLines(tasks=lambda: tuple(view.tasks))
         return True
 
     @contextlib.contextmanager

@@ -7,28 +7,38 @@ once per worker. On a terminal, under the panel, that becomes one line per epoch
     epoch 16/30  loss 0.0851  accuracy 0.980  4,030 ex/s  (worker:0-1)
 
 and the strategy once. Heartbeats (steps) are the panel's rows; the other protocol lines become
-short sentences. Any line that is not the protocol -- a user's own script's output, a traceback --
-is passed on as it is. Only the terminal's view changes: the task logs keep every line, and
+short sentences. The reference worker's start-up lines (``worker: worker:0 strategy=...``), the same
+for every task but its key, are folded the same way: one line for the run with the tasks that said it
+(``worker: strategy=... (worker:0-1)``); a warm standby's protocol (``(standby) tfcluster-standby
+waiting``) is the panel's business, not a line. Any other line -- a user's own script's output, a
+traceback, the worker's errors and warnings -- is passed on as it is. Only the terminal's view changes: the task logs keep every line, and
 ``--plain``/pipes keep the prefixed stream (launcher/ui/console.py). Pure: lines in, lines out.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Optional
+from typing import Callable, Iterable, Optional
 
 from launcher.contract.progress import Progress, parse
 
 # Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint).
 HIDDEN = frozenset({"step", "first_step", "server", "checkpoint", "saving"})  # ("preempted" follows "saving")
 Line = tuple[Optional[str], str]  # (the task it is about, or None for the run; the text)
+STANDBY = "(standby) "  # how the supervisor marks a warm standby's lines (launcher/supervise/standby.py)
+STANDBY_PROTOCOL = STANDBY + "tfcluster-standby"
+WORKER = "worker: "  # the reference worker's own lines (worker/); its errors and warnings are never folded
+NOT_FOLDED = ("worker: error", "worker: warning")
 
 
 class PeopleLines:
     """Feed it every task line (``feed``); it returns what to show now. An epoch is shown once
     every task that trains has reported it (or when a later epoch, or the end, comes first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tasks: Callable[[], Iterable[str]] = tuple) -> None:
+        self.tasks = tasks  # the run's tasks now (the panel's view): who a start-up line waits for
+        self.folding: dict[str, dict[str, str]] = {}  # start-up line's template -> task -> its line
+        self.folded: set[str] = set()  # templates shown this attempt
         self.epochs: Optional[int] = None  # the run's epochs, from the start lines
         self.strategy_shown = False
         self.started: set[str] = set()  # tasks that printed a start line this attempt
@@ -41,7 +51,14 @@ class PeopleLines:
     def feed(self, key: str, line: str) -> list[Line]:
         progress = parse(line)
         if progress is None:
-            return [(key, line)]
+            if line.startswith(STANDBY_PROTOCOL):
+                return []
+            template = _template(key, line)
+            return [(key, line)] if template is None else self._fold(key, template)
+        out = self._fold_all() if progress.kind in ("start", "epoch", "result") else []
+        return out + self._feed(key, progress, line)
+
+    def _feed(self, key: str, progress: Progress, line: str) -> list[Line]:
         kind = progress.kind
         if kind in HIDDEN:
             return []
@@ -63,7 +80,7 @@ class PeopleLines:
 
     def flush(self) -> list[Line]:
         """Every report still waiting for other tasks (the panel is going away)."""
-        out: list[Line] = []
+        out: list[Line] = self._fold_all()
         for slot in sorted(self.pending, key=lambda s: (s[0] == "result", s[1])):
             out += self._show(slot)
         return out
@@ -76,6 +93,7 @@ class PeopleLines:
             out = self.flush()  # (what the last attempt's tasks reported, before its epochs repeat)
             self.started.clear()
             self.shown.clear()
+            self.folded.clear()
         self.started.add(key)
         epochs = p.integer("epochs")
         if epochs:
@@ -87,6 +105,32 @@ class PeopleLines:
         details = [d for d in (cls, f"{p.get('replicas')} replica(s)" if p.get("replicas") else "",
                                f"global batch {p.get('global_batch')}" if p.get("global_batch") else "") if d]
         return out + [(None, f"strategy {p.get('strategy')}" + (f" ({', '.join(details)})" if details else ""))]
+
+    def _fold(self, key: str, template: str) -> list[Line]:
+        """A start-up line: shown once every task of the run said it (or when training starts)."""
+        if template in self.folded:  # a straggler of a line already shown: its task joins silently
+            return []
+        said = self.folding.setdefault(template, {})
+        said[key] = template
+        try:
+            waiting = set(self.tasks()) - set(said)
+        except RuntimeError:  # (the view's tasks changed while read: ask again at the next line)
+            waiting = {""}
+        return self._show_folded(template) if not waiting else []
+
+    def _fold_all(self) -> list[Line]:
+        out: list[Line] = []
+        for template in list(self.folding):
+            out += self._show_folded(template)
+        return out
+
+    def _show_folded(self, template: str) -> list[Line]:
+        said = self.folding.pop(template, {})
+        if not said:
+            return []
+        self.folded.add(template)
+        text = template.replace(_KEY + " ", "").replace(_KEY, "").rstrip()
+        return [(None, f"{text}  ({compact_keys(said)})")]
 
     def _report(self, key: str, p: Progress) -> list[Line]:
         slot = (p.kind, (p.integer("epoch") or 0) if p.kind == "epoch" else 0)
@@ -120,6 +164,18 @@ class PeopleLines:
             extra = ""
         text = _join(head, _metrics(first), rate, extra, f"({compact_keys(reports)})")
         return [(None, text)]
+
+
+_KEY = "\0"  # where the task's key was in a start-up line's template
+
+
+def _template(key: str, line: str) -> Optional[str]:
+    """The line with its task's key taken out, if it is one of the reference worker's start-up
+    lines (``worker: ...``, or a standby's), else None."""
+    text = line[len(STANDBY):] if line.startswith(STANDBY) else line
+    if not text.startswith(WORKER) or text.startswith(NOT_FOLDED):
+        return None
+    return line.replace(key, _KEY)
 
 
 def _metrics(p: Progress, loss: str = "loss", accuracy: str = "accuracy", label: str = "") -> str:

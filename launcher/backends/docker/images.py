@@ -80,26 +80,47 @@ def pull_image(client: Any, image: str, url: str, console: Console, fix: str) ->
 def build_image(client: Any, opts: DockerOptions, base_dir: Path, console: Console) -> None:
     build = opts.build
     assert build is not None
-    image = opts.image
-    context = (base_dir / build.context).resolve()
-    if not context.is_dir():
-        raise LaunchError(f"docker.build.context: {context} is not a directory; fix the path (relative to the spec)")
-    dockerfile = context / build.dockerfile
-    if not dockerfile.is_file():
-        raise LaunchError(
-            f"docker.build.dockerfile: {dockerfile} not found; give its path relative to the build context"
-        )
     args = dict(build.args)
     if build.base_image:
         args["BASE_IMAGE"] = build.base_image
-    console.info(f"building image {image} from {dockerfile} (context {context})")
+    if build.packaged:  # tfcluster's own worker image, from the installed tfcluster
+        build_packaged(client, opts.image, args, build.network, console)
+        return
+    context = (base_dir / (build.context or ".")).resolve()
+    if not context.is_dir():
+        raise LaunchError(f"docker.build.context: {context} is not a directory; fix the path (relative to the spec)")
+    dockerfile = build.dockerfile or "docker/Dockerfile"
+    if not (context / dockerfile).is_file():
+        raise LaunchError(
+            f"docker.build.dockerfile: {context / dockerfile} not found; give its path relative to the build context"
+        )
+    console.info(f"building image {opts.image} from {context / dockerfile} (context {context})")
+    _build(client, opts.image, context, dockerfile, args, build.network, console)
+
+
+def build_packaged(client: Any, image: str, args: dict[str, str], network: Any, console: Console) -> None:
+    """The worker image of the installed tfcluster: its packaged Dockerfile on a context made from
+    what is installed (launcher/image/), in a temporary directory."""
+    import tempfile
+
+    from launcher import image as workerimage
+
+    with tempfile.TemporaryDirectory(prefix="tfcluster-image-") as tmp:
+        context = workerimage.make_context(Path(tmp) / "context")
+        console.info(f"building image {image} from tfcluster {workerimage.launcher.__version__}'s worker "
+                     "Dockerfile (the installed package)")
+        _build(client, image, context, "Dockerfile", args, network, console)
+
+
+def _build(client: Any, image: str, context: Path, dockerfile: str, args: dict[str, str], network: Any,
+           console: Console) -> None:
     started = time.monotonic()
     tail: list[str] = []
     error = ""
     try:
         stream = client.api.build(
-            path=str(context), dockerfile=build.dockerfile, tag=image, buildargs=args or None,
-            network_mode=build.network, rm=True, forcerm=True, decode=True, timeout=_BUILD_TIMEOUT,
+            path=str(context), dockerfile=dockerfile, tag=image, buildargs=args or None,
+            network_mode=network, rm=True, forcerm=True, decode=True, timeout=_BUILD_TIMEOUT,
         )
         for chunk in stream:
             if "error" in chunk:

@@ -7,18 +7,26 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, WithJsonSchema, field_validator
 
-from launcher.spec.model import IMAGE_RE, OptionsModel
+from launcher.spec.model import IMAGE_RE, OptionsModel, whole_number
 
 SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 
 
 class DockerBuild(OptionsModel):
-    """How ``backend: docker`` builds its image (docker/Dockerfile of this project by default)."""
+    """How ``backend: docker`` builds its image: with neither ``context`` nor ``dockerfile``, tfcluster's
+    own worker image, from the installed tfcluster (its Dockerfile ships in the package; no checkout
+    needed: `tfcluster image build` builds the same); else the Dockerfile of a context of yours."""
 
-    context: str = "."
-    """Build context, relative to the spec file; the Dockerfile path is relative to the context."""
-    dockerfile: str = "docker/Dockerfile"
-    """The Dockerfile, relative to the context."""
+    context: Optional[str] = None
+    """Build context, relative to the spec file; the Dockerfile path is relative to the context (none, with no
+    dockerfile either: the worker image of the installed tfcluster; with a dockerfile: the spec's directory)."""
+    dockerfile: Optional[str] = None
+    """The Dockerfile, relative to the context (default with a context: docker/Dockerfile, a checkout's)."""
+
+    @property
+    def packaged(self) -> bool:
+        """Neither context nor dockerfile: tfcluster's own worker image (launcher/image/)."""
+        return self.context is None and self.dockerfile is None
     base_image: Optional[str] = None
     """The BASE_IMAGE build arg (default in the Dockerfile: an official Python image)."""
     args: dict[str, str] = Field(default_factory=dict)
@@ -29,10 +37,14 @@ class DockerBuild(OptionsModel):
     """missing: build only when the image is absent; always: build on every `up` (cached)."""
 
 
+# HOST_PATH:/CONTAINER_PATH[:ro|rw], as _volumes reads it (the schema says the same to an editor).
+VOLUME_PATTERN = "^[^:]+:/[^:]*(:(ro|rw))?$"
+
+
 class DockerOptions(OptionsModel):
     """``docker:`` -- the image, its build, and the engine used by ``backend: docker``."""
 
-    image: str = "tfcluster-worker:latest"
+    image: str = Field("tfcluster-worker:latest", json_schema_extra={"pattern": IMAGE_RE.pattern})
     """The image every task's container runs (built from `build` or pulled when missing)."""
     build: Optional[DockerBuild] = None
     """How to build the image (none: pull it, or report it missing)."""
@@ -40,18 +52,19 @@ class DockerOptions(OptionsModel):
     """Without docker.build, a missing image is pulled ("missing") or reported ("never")."""
     engine: Optional[str] = None
     """Engine URL like unix:///var/run/docker.sock or tcp://host:2375 (default: $DOCKER_HOST)."""
-    volumes: tuple[str, ...] = ()
+    volumes: tuple[Annotated[str, WithJsonSchema({"type": "string", "pattern": VOLUME_PATTERN})], ...] = ()
     """Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec)."""
     user: Optional[str] = None
     """Run tasks as this user (default: the image's user, or yours when you are not root)."""
     shm_size: Annotated[Optional[str], WithJsonSchema({"anyOf": [
-        {"type": "string", "pattern": SIZE_RE.pattern}, {"type": "integer", "minimum": 1}, {"type": "null"}]})] = None
+        {"type": "string", "pattern": "^[1-9][0-9]*[bkmgBKMG]?$"}, {"type": "integer", "minimum": 1}, {"type": "null"}]})] = None
     """Each container's /dev/shm ("1g", "512m", bytes); default: 1g for a container with GPUs (NCCL's
     shared-memory transport needs more than Docker's 64m), the engine's for the others."""
 
     @field_validator("shm_size", mode="before")
     @classmethod
     def _shm_size(cls, v):
+        v = whole_number(v)
         if v is None:
             return v
         text = str(v).strip() if not isinstance(v, bool) else ""

@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from launcher.spec.model import OptionsModel
+from launcher.spec.model import OptionsModel, PosInt, Seconds
 
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(unlimited|infinite|UNLIMITED|INFINITE)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -19,17 +19,17 @@ OWN_OPTIONS = ("--jobid", "--nodelist", "--nodes", "--ntasks-per-node", "--ntask
 class SlurmOptions(OptionsModel):
     """``slurm:`` -- the allocation ``backend: slurm`` asks for and how its steps run."""
 
-    partition: Optional[str] = None
+    partition: Optional[str] = Field(None, json_schema_extra={"pattern": _NAME_RE.pattern})
     """Partition (sbatch --partition); default: the cluster's default partition."""
-    time: Optional[str] = None
+    time: Optional[str] = Field(None, json_schema_extra={"pattern": _TIME_RE.pattern})
     """Time limit of the allocation (sbatch --time): "MM", "HH:MM:SS", "D-HH:MM:SS", ..."""
-    account: Optional[str] = None
+    account: Optional[str] = Field(None, json_schema_extra={"pattern": _NAME_RE.pattern})
     """Account to charge (sbatch --account)."""
-    nodes: Optional[int] = Field(default=None, ge=1, strict=True)
+    nodes: Optional[PosInt] = None
     """Nodes to allocate; default: enough for every task at tasks_per_node tasks per node."""
-    tasks_per_node: int = Field(default=1, ge=1, strict=True)
+    tasks_per_node: PosInt = 1
     """At most this many tasks on one node."""
-    cpus_per_task: Optional[int] = Field(default=None, ge=1, strict=True)
+    cpus_per_task: Optional[PosInt] = None
     """CPUs of each task's step (the job asks sbatch --cpus-per-task for them). Default: on a run
     whose tasks use GPUs, the CPUs of the partition's nodes (Slurm's own count, sinfo) divided among
     tasks_per_node, so a GPU task's input pipeline is not left one CPU; otherwise Slurm's default
@@ -40,7 +40,7 @@ class SlurmOptions(OptionsModel):
     """Extra srun options for every task's step (e.g. ["--mem=0"])."""
     python: str = "python3"
     """Interpreter on the nodes (an absolute path is put first on the tasks' PATH)."""
-    queue_timeout: float = Field(default=600.0, gt=0)
+    queue_timeout: Seconds = Field(default=600.0, gt=0)
     """Seconds the allocation may stay pending before it is cancelled and reported with Slurm's reason."""
 
     @field_validator("time")

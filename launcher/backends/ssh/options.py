@@ -6,13 +6,13 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, WithJsonSchema, field_validator
 
-from launcher.spec.model import OptionsModel
+from launcher.spec.model import Flag, OptionsModel, Seconds
 
 
 class SSHOptions(OptionsModel):
     """``ssh:`` -- how ``backend: ssh`` connects, verifies hosts and runs tasks remotely."""
 
-    connect_timeout: float = Field(default=10.0, gt=0)
+    connect_timeout: Seconds = Field(default=10.0, gt=0)
     """Seconds to wait for TCP connect + SSH handshake per host."""
     # true/false are read as on/off (the before-validator below); the schema says so.
     gce_metadata: Annotated[Literal["auto", "on", "off"],
@@ -26,12 +26,12 @@ class SSHOptions(OptionsModel):
     """known_hosts file that host keys are checked against (default ~/.ssh/known_hosts plus any
     UserKnownHostsFile from ssh_config). Unknown or changed keys are refused unless
     `trust_on_first_use`."""
-    trust_on_first_use: bool = False
+    trust_on_first_use: Flag = False
     """True: unknown host keys are accepted once and appended to known_hosts. A changed key
     is always refused."""
     config: Optional[str] = None
     """An ssh_config file to read aliases, User, Port, IdentityFile, ProxyJump from (default ~/.ssh/config)."""
-    lease: float = Field(default=15.0, gt=0)
+    lease: Seconds = Field(default=15.0, gt=0)
     """Remote tasks are stopped when the launcher has not been heard from for this many seconds."""
     python: str = "python3"
     """Interpreter on the hosts for the task wrapper and preflight (an absolute path is put first on PATH)."""
@@ -43,13 +43,13 @@ class SSHOptions(OptionsModel):
     """Local paths (relative to workdir) uploaded into the remote workdir before setup; ["."] = everything."""
     setup: tuple[str, ...] = ()
     """Shell commands run once per host (in the remote workdir) before any task starts."""
-    setup_timeout: float = Field(default=600.0, gt=0)
+    setup_timeout: Seconds = Field(default=600.0, gt=0)
     """Seconds the `setup` commands may take on each host."""
     require: tuple[str, ...] = ("tensorflow",)
     """Python modules every host must import (same versions everywhere), checked in preflight."""
-    probe_timeout: float = Field(default=3.0, gt=0)
+    probe_timeout: Seconds = Field(default=3.0, gt=0)
     """Seconds each host gets to connect to each task port during the reachability probe."""
-    preflight_timeout: float = Field(default=60.0, gt=0)
+    preflight_timeout: Seconds = Field(default=60.0, gt=0)
     """Seconds each host's preflight agent gets to answer (Python, ssh.require, workdir, ports) and, on top
     of the reachability probe's own deadline, to report it. A host that does not answer in time is named;
     raise this for hosts that start Python slowly (an overloaded machine)."""

@@ -26,7 +26,14 @@ from launcher.spec.model.base import (
     TASK_TYPES,
     Export,
     OptionsModel,
+    Flag,
+    PosInt,
+    Port,
+    Seconds,
+    UInt,
+    Whole,
     export_verdicts,
+    whole_number,
 )
 from launcher.spec.model.cluster import LoadedSpec, Spec
 from launcher.spec.model.devices import Collective, Devices, Tpu
@@ -37,4 +44,5 @@ __all__ = [
     "CLUSTER_STRATEGIES", "EXPORTED", "IMAGE_RE", "LOCAL_ONLY", "NOT_EXPORTED", "RESERVED_ENV", "SINGLE_HOST_STRATEGIES",
     "STRATEGIES", "TASK_TYPES", "Collective", "Devices", "Discovery", "Elastic", "Export", "Host", "LoadedSpec",
     "OptionsModel", "Ports", "Restart", "Spec", "State", "TaskGroup", "Tasks", "Tpu", "Watchdog", "export_verdicts",
+    "Flag", "PosInt", "Port", "Seconds", "UInt", "Whole", "whole_number",
 ]

@@ -4,9 +4,10 @@ JSON Schema pieces of the shorthands, the export's verdict on a key, and ``Optio
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Annotated, Optional
 
-from pydantic import BaseModel, ConfigDict
+from annotated_types import Ge, Le
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 # Cluster strategies run a TF cluster over tasks and hosts; single-host strategies run one task.
@@ -28,7 +29,39 @@ IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 # every spec the loader accepts, and an editor completes and checks them.
 
 UINT = {"type": "integer", "minimum": 0}
+NONBLANK = r"\S"  # a string with something in it besides white space
 POSINT = {"type": "integer", "minimum": 1}
+
+
+# ---------------------------------------------------------------- scalar types: strict, as the schema is
+# The loader reads numbers and flags exactly as `tfcluster schema` (JSON Schema) does, so an editor and
+# `tfcluster validate` give one verdict (docs/concepts/spec.md, "Types"): a string is never read as a
+# number ('120', '1e3'), nor a boolean as a number (true is not 1) or a number as a boolean. The one
+# conversion is JSON Schema's own: a number with no fraction is an integer (2.0 is 2).
+
+
+def whole_number(value: object) -> object:
+    """``2.0`` as ``2``: JSON Schema's ``integer`` is any number without a fraction, so a count or a
+    port written ``2.0`` is the whole number 2; ``2.5``, ``'2'`` and ``true`` stay what they are (and
+    are refused by the strict int after it)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# (The bounds go before the BeforeValidator: after it, pydantic writes them into the schema as "ge".)
+Whole = Annotated[int, Strict(), BeforeValidator(whole_number)]
+"""A whole number: an int, or a float without a fraction."""
+UInt = Annotated[int, Strict(), Ge(0), BeforeValidator(whole_number)]
+"""A whole number >= 0 (a count)."""
+PosInt = Annotated[int, Strict(), Ge(1), BeforeValidator(whole_number)]
+"""A whole number >= 1."""
+Port = Annotated[int, Strict(), Ge(1), Le(65535), BeforeValidator(whole_number)]
+"""A TCP port, 1 to 65535."""
+Seconds = Annotated[float, Strict()]
+"""A duration in seconds: an int or a float, never a string or a boolean."""
+Flag = Annotated[bool, Strict()]
+"""true or false, never 1, 'yes' or 'on'."""
 
 
 class Export(str):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from launcher.spec.model.base import (
     CLUSTER_STRATEGIES,
@@ -15,6 +15,7 @@ from launcher.spec.model.base import (
     EXPORTED,
     LOCAL_ONLY,
     NAME_RE,
+    NONBLANK,
     NOT_EXPORTED,
     RESERVED_ENV,
     SINGLE_HOST_STRATEGIES,
@@ -49,7 +50,11 @@ class Spec(OptionsModel):
     one task."""
     backend: Annotated[str, LOCAL_ONLY] = "local"
     """Where the tasks run: one of the registered backends (local, ssh, docker, slurm)."""
-    entrypoint: Annotated[Union[str, tuple[str, ...]], EXPORTED]
+    # The schema refuses what it can see of an empty command ('', [], a blank first word); how a
+    # string splits like a shell (quotes) is the loader's alone (docs/concepts/spec.md, "Types").
+    entrypoint: Annotated[Union[str, tuple[str, ...]], EXPORTED, WithJsonSchema({"anyOf": [
+        {"type": "string", "pattern": NONBLANK},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1, "prefixItems": [{"type": "string", "pattern": NONBLANK}]}]})]
     """The command every task runs: a string (split like a shell) or an argv list, e.g.
     `tfcluster-worker --epochs 3`."""
     hosts: Annotated[tuple[Host, ...], NOT_EXPORTED] = ()

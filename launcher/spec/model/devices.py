@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, WithJsonSchema, field_validator
 
-from launcher.spec.model.base import POSINT, UINT, OptionsModel
+from launcher.spec.model.base import POSINT, UINT, Flag, OptionsModel, PosInt, Seconds, whole_number
 
 
 class Devices(OptionsModel):
@@ -27,11 +27,11 @@ class Devices(OptionsModel):
     gpu_memory: Annotated[Any, WithJsonSchema({"anyOf": [{"enum": ["auto", "growth", "all"]}, POSINT]})] = "auto"
     """Each GPU task's memory setting: auto (growth when tasks share a GPU), growth, all (TensorFlow's
     default: nearly all of it), or a limit per GPU in MiB."""
-    cpu_fallback: bool = Field(default=False, strict=True)
+    cpu_fallback: Flag = False
     """A task given GPUs whose TensorFlow sees none: false (default) fails at once in one line naming the likely
     cause (a CPU-only TensorFlow, a CUDA/cuDNN mismatch); true trains on CPU instead, said in its log (the
     reference worker; TFCLUSTER_CPU_FALLBACK)."""
-    cpus: Optional[int] = Field(default=None, ge=1, strict=True)
+    cpus: Optional[PosInt] = None
     """N logical CPU devices, so mirrored/central_storage run N replicas without GPUs (single-host
     strategies only)."""
     threads: Annotated[Any, WithJsonSchema({"anyOf": [{"const": "auto"}, UINT]})] = "auto"
@@ -41,6 +41,7 @@ class Devices(OptionsModel):
     @field_validator("threads", mode="before")
     @classmethod
     def _threads(cls, v: Any) -> Any:
+        v = whole_number(v)
         if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
             return v
         raise ValueError(f"{v!r} is not valid; use auto (each task its share of its host's cores), "
@@ -49,6 +50,7 @@ class Devices(OptionsModel):
     @field_validator("gpus_per_task", mode="before")
     @classmethod
     def _gpus_per_task(cls, v: Any) -> Any:
+        v = whole_number(v)
         if v in ("auto", "all") or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             return v
         raise ValueError(f"{v!r} is not valid; use auto (the host's GPUs divided among its GPU tasks), a number "
@@ -57,6 +59,7 @@ class Devices(OptionsModel):
     @field_validator("gpu_memory", mode="before")
     @classmethod
     def _gpu_memory(cls, v: Any) -> Any:
+        v = whole_number(v)
         if v in ("auto", "growth", "all") or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             return v
         raise ValueError(f"{v!r} is not valid; use auto (growth when tasks share a GPU), growth, all "
@@ -65,6 +68,7 @@ class Devices(OptionsModel):
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpus(cls, v: Any) -> Any:
+        v = [whole_number(i) for i in v] if isinstance(v, (list, tuple)) else whole_number(v)
         if v == "all":
             return v
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
@@ -86,7 +90,7 @@ class Devices(OptionsModel):
 
 class Collective(OptionsModel):
     """``collective:`` -- MultiWorkerMirroredStrategy's all-reduce: ``implementation`` (auto: the
-    plan picks NCCL where every worker owns its GPUs, else RING: launcher/plan/gpus.py
+    plan picks NCCL where every worker owns its GPUs, else RING (`tfcluster plan` says which and why)
     collective_choice) and ``timeout`` (seconds: TensorFlow's ``timeout_seconds``, documented by it
     as for debugging hangs: it starts a thread per collective). The reference worker builds
     ``tf.distribute.experimental.CommunicationOptions`` from them (TFCLUSTER_COLLECTIVE*)."""
@@ -94,7 +98,7 @@ class Collective(OptionsModel):
     implementation: Literal["auto", "ring", "nccl"] = "auto"
     """The all-reduce: auto (nccl where every worker owns its GPUs, else ring; plan says which and why), ring, or
     nccl (GPUs; refused where tasks share a GPU: NCCL refuses two ranks on one GPU)."""
-    timeout: Optional[float] = Field(default=None, gt=0)
+    timeout: Optional[Seconds] = Field(default=None, gt=0)
     """Seconds after which a hung collective becomes an error the launcher can retry (none: no limit). For
     debugging, as TensorFlow documents timeout_seconds: it runs a thread per collective."""
 

@@ -8,20 +8,20 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
-from launcher.spec.model.base import OptionsModel
+from launcher.spec.model.base import NONBLANK, Flag, OptionsModel, Seconds, UInt, Whole
 
 
 class Restart(OptionsModel):
     """``restart:`` -- how the supervisor reacts to failures (see launcher.supervise.policy)."""
 
-    max_restarts: int = Field(default=0, ge=0, strict=True)
+    max_restarts: UInt = 0
     """Whole-group restarts after a failure (0: none); under parameter_server also the budget of
     single-worker relaunches."""
-    backoff: float = Field(default=0.0, ge=0)
+    backoff: Seconds = Field(default=0.0, ge=0)
     """Seconds to wait before relaunch attempt n: backoff * 2**(n-1), capped at `max_backoff`."""
-    max_backoff: float = Field(default=30.0, ge=0)
+    max_backoff: Seconds = Field(default=30.0, ge=0)
     """The cap of the wait between attempts, in seconds."""
-    permanent_exit_codes: tuple[int, ...] = tuple(range(1, 128))
+    permanent_exit_codes: tuple[Whole, ...] = tuple(range(1, 128))
     """Exit codes that are never retried (a Python error, bad usage; default 1-127). Signals (128+N) and
     codes outside this list are retryable, like Kubeflow's ExitCode policy."""
     warm_standby: Annotated[Any, WithJsonSchema({"enum": ["auto", True, False]})] = "auto"
@@ -47,17 +47,17 @@ class Elastic(OptionsModel):
     seconds for the host to settle and restarts on it. None of it spends
     ``restart.max_restarts``; ``max_host_losses`` bounds it instead."""
 
-    host_wait: float = Field(default=60.0, ge=0)
+    host_wait: Seconds = Field(default=60.0, ge=0)
     """No spare and no `tasks.worker.min`: how long (seconds) the group waits for a suspect host to settle
     before the run ends naming it. At `up`, fewer hosts answering than `tasks.worker.min` needs: how
     long it waits for them."""
-    settle: float = Field(default=30.0, ge=0)
+    settle: Seconds = Field(default=30.0, ge=0)
     """A suspect host that answers again without a break for this many seconds is usable again (a
     flapping host never is): a spare again, or grow's target, or the host the group waits for."""
-    grow: bool = True
+    grow: Flag = True
     """A group shrunk below `tasks.worker.count` stops gracefully (the workers save the step they agree
     on) and restarts bigger once a host is usable again."""
-    max_host_losses: int = Field(default=10, ge=0)
+    max_host_losses: UInt = 10
     """Host losses (a session lost, a host not answering, preempted, gone from discovery) a run takes in
     all; the next one ends it in one line."""
 
@@ -69,20 +69,20 @@ class Discovery(OptionsModel):
     command: str = Field(min_length=1)
     """Shell command (run in the spec's directory) that prints the hosts: a YAML/JSON list of `hosts:`
     entries, or lines `name address [ssh-target]`."""
-    every: float = Field(default=30.0, gt=0)
+    every: Seconds = Field(default=30.0, gt=0)
     """Seconds between runs of the command during a run."""
-    timeout: float = Field(default=10.0, gt=0)
+    timeout: Seconds = Field(default=10.0, gt=0)
     """Seconds one run of the command may take; then it is killed (its whole process group)."""
 
 
 class Watchdog(OptionsModel):
     """``watchdog:`` -- timeouts that turn a silent cluster into a reported failure."""
 
-    startup_timeout: float = Field(default=300.0, gt=0)
+    startup_timeout: Seconds = Field(default=300.0, gt=0)
     """Seconds every task has to open its TF port (or print the reference worker's ready marker)."""
-    hang_timeout: float = Field(default=0.0, ge=0)
+    hang_timeout: Seconds = Field(default=0.0, ge=0)
     """Seconds without any progress (output or heartbeat) before a live task counts as hung; 0: off."""
-    stop_grace: float = Field(default=5.0, ge=0)
+    stop_grace: Seconds = Field(default=5.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping tasks."""
 
 
@@ -90,7 +90,7 @@ class State(OptionsModel):
     """``state:`` -- the state dir on ssh hosts (checkpoints, backups, final model) and how the
     hosts see the chief's backup after a restart."""
 
-    dir: Optional[str] = None
+    dir: Optional[str] = Field(None, json_schema_extra={"pattern": NONBLANK})
     """Path on every host (relative to the remote home) or a gs:// URL (default:
     `<ssh.remote_dir>/<name>/state`)."""
     sync: Literal["auto", "shared", "copy"] = "auto"

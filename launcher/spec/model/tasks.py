@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from launcher.spec.model.base import NAME_RE, UINT, OptionsModel
+from launcher.spec.model.base import NAME_RE, UINT, OptionsModel, PosInt, Port, UInt, Whole
 
 
 def _count_shorthand(schema: dict[str, Any]) -> None:
@@ -25,7 +25,7 @@ class Host(OptionsModel):
     """SSH target: `user@host`, `host` or an alias of ~/.ssh/config (default: `name`)."""
     address: Optional[str] = None
     """The address other tasks dial to reach this host's tasks (default: the host part of the SSH target)."""
-    port: Optional[int] = Field(default=None, ge=1, le=65535, strict=True)
+    port: Optional[Port] = None
     """SSH port (default: 22, or the one ~/.ssh/config gives)."""
     user: Optional[str] = None
     """SSH user (default: the one in `ssh`, ~/.ssh/config, or yours)."""
@@ -35,7 +35,7 @@ class Host(OptionsModel):
     """ssh backend: ProxyJump hop(s), like `bastion` or `me@jump:2222,other` (also read from ~/.ssh/config)."""
     python: Optional[str] = None
     """ssh backend: the interpreter that runs the task wrapper and preflight on this host (default: `ssh.python`)."""
-    slots: Optional[int] = Field(default=None, ge=1, strict=True)
+    slots: Optional[PosInt] = None
     """At most this many of the run's tasks on this host (none: no limit; a host's GPU count still bounds
     its `gpus_per_task: N` tasks)."""
 
@@ -64,19 +64,19 @@ class TaskGroup(OptionsModel):
 
     model_config = ConfigDict(json_schema_extra=_count_shorthand)
 
-    count: int = Field(ge=0, strict=True)
+    count: UInt
     """How many tasks of this type."""
     hosts: Optional[tuple[str, ...]] = None
     """The hosts (by name) this group's tasks go on: dealt round-robin, a host's tasks numbered
     consecutively (ssh backend; default: all hosts)."""
-    ports: Optional[tuple[int, ...]] = Field(default=None, json_schema_extra={"items": {"type": "integer", "minimum": 1,
+    ports: Optional[tuple[Whole, ...]] = Field(default=None, json_schema_extra={"items": {"type": "integer", "minimum": 1,
                                                                                         "maximum": 65535}})
     """One TF port per task, in task order (default: `ports.base` plus the task's place on its host)."""
-    min: Optional[int] = Field(default=None, ge=1, strict=True)
+    min: Optional[PosInt] = None
     """Elastic runs: with no spare host left, the group may go on with fewer workers, never below this
     (none: every worker is needed); at `up` it starts with the hosts that answer (at least this many
     workers) and grows as hosts appear. Setting it turns elastic membership on."""
-    gpus: Optional[int] = Field(default=None, ge=0, strict=True)
+    gpus: Optional[UInt] = None
     """GPUs each task of this group gets, overriding `devices.gpus_per_task` and the role's default (ps
     and the parameter_server chief: none); 0: none (CUDA_VISIBLE_DEVICES=-1)."""
 
@@ -89,7 +89,7 @@ class TaskGroup(OptionsModel):
 
     @field_validator("ports")
     @classmethod
-    def _ports(cls, v: Optional[tuple[int, ...]]) -> Optional[tuple[int, ...]]:
+    def _ports(cls, v: Optional[tuple[Whole, ...]]) -> Optional[tuple[Whole, ...]]:
         if v is None:
             return v
         for p in v:
@@ -133,5 +133,5 @@ class Tasks(OptionsModel):
 class Ports(OptionsModel):
     """``ports:`` -- where the tasks' TF ports start."""
 
-    base: int = Field(default=23456, ge=1, le=65535, strict=True)
+    base: Port = 23456
     """The first TF port on each host; a host's n-th task gets base + n."""

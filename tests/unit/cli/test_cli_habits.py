@@ -17,12 +17,13 @@ import pytest
 
 from launcher.cli.main import main
 from launcher.cli.parser import EXAMPLES, build_parser
+from launcher import __version__
 from launcher.errors import EXIT_NO_RUN
 from tests.support.cli import tfcluster, tfcluster_argv
 from tests.support.specs import script_spec, spec_file
 
 COMMANDS = ["validate", "plan", "up", "status", "logs", "attach", "runs", "down", "compose", "export", "compare",
-            "tensorboard", "schema", "completion"]
+            "tensorboard", "schema", "completion", "image"]
 SPEC = """\
     name: t
     strategy: multi_worker_mirrored
@@ -57,6 +58,20 @@ def test_file_defaults_to_cluster_yaml_then_env_then_flag(tmp_path):
     both = tfcluster("validate", "cluster.yaml", "--file", "other.yaml", cwd=tmp_path, environ=_env())
     assert both.returncode == 2 and both.stderr == (
         "tfcluster: error: two specs given: FILE cluster.yaml and --file other.yaml; give one\n")
+
+
+def test_a_bad_tfcluster_file_names_the_variable(tmp_path):
+    res = tfcluster("validate", cwd=tmp_path, environ=_env(TFCLUSTER_FILE="nope.yaml"))
+    assert res.returncode == 2
+    assert res.stderr == ("tfcluster: error: $TFCLUSTER_FILE is 'nope.yaml', which does not exist; fix or unset "
+                          "TFCLUSTER_FILE, or give FILE (tfcluster validate path/to/cluster.yaml)\n")
+
+
+def test_the_file_help_of_logs_does_not_offer_f_which_is_follow_there():
+    logs = tfcluster("logs", "--help").stdout
+    assert "-f, --follow" in logs and "-f/--file" not in logs
+    assert "default: --file (or -f before the command)" in " ".join(logs.split())
+    assert "default: -f/--file" in " ".join(tfcluster("status", "--help").stdout.split())
 
 
 def test_no_file_anywhere_is_one_line_exit_2(tmp_path):
@@ -133,6 +148,13 @@ def test_bash_completion_is_valid_bash_and_completes_commands_flags_and_choices(
     assert complete("tfcluster", "export", "--to", "") == ["tfjob", "vertex"]
     assert set(complete("tfcluster", "-f", "x.yaml", "up", "--d")) == {"--dry-run", "--detach"}
     assert complete("tfcluster", "completion", "") == ["bash", "zsh"]
+    # --run: the run ids of ./runs (runs/<name>/<run id>), not file names
+    for run in ("20261123-093836-0ded", "20261124-101010-ab12"):
+        (tmp_path / "runs" / "demo" / run).mkdir(parents=True)
+    (tmp_path / "runs" / "demo" / "state").mkdir()
+    for command in ("logs", "status", "attach", "down"):
+        assert complete("tfcluster", command, "--run", "") == ["20261123-093836-0ded", "20261124-101010-ab12"]
+    assert complete("tfcluster", "logs", "--run", "20261124") == ["20261124-101010-ab12"]
 
 
 def test_zsh_completion_names_every_command():
@@ -162,13 +184,19 @@ def test_runs_status_and_validate_json_carry_format_1(tmp_path):
     runs = json.loads(tfcluster("runs", path, "--json").stdout)
     [run] = runs["runs"]
     assert runs["format"] == 1 and (run["name"], run["outcome"], run["attempts"]) == ("t", "succeeded", 1)
+    assert runs["tfcluster"] == __version__  # every --json output names the tfcluster that wrote it
     assert run["run"] == (tmp_path / "runs" / "t" / "latest").resolve().name and run["duration"] >= 0
     assert json.loads(tfcluster("runs", tmp_path / "runs", "--json").stdout) == runs  # (the run dir form)
     status = tfcluster("status", path, "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["format"] == 1
+    assert json.loads(status.stdout)["tfcluster"] == __version__
+    planned = json.loads(tfcluster("plan", path, "--json").stdout)
+    assert (planned["format"], planned["tfcluster"]) == (1, __version__)
+    compact = json.loads(tfcluster("plan", path, "--json=compact").stdout)
+    assert (compact["format"], compact["tfcluster"]) == (1, __version__)
     valid = tfcluster("validate", path, "--json")
     assert valid.returncode == 0 and json.loads(valid.stdout) == {
-        "format": 1, "file": str(path), "valid": True, "name": "t", "strategy": "multi_worker_mirrored",
+        "format": 1, "tfcluster": __version__, "file": str(path), "valid": True, "name": "t", "strategy": "multi_worker_mirrored",
         "backend": "local", "tasks": 1, "warnings": []}
     path.write_text(path.read_text().replace("strategy: multi_worker_mirrored", "strategy: mirorred"))
     invalid = tfcluster("validate", path, "--json")

@@ -87,6 +87,16 @@ def test_build_on_first_service_only_and_paths_relative_to_output(tmp_path):
     assert first["volumes"][-1] == "../data:/data:ro"
 
 
+def test_a_build_without_context_is_the_worker_image_of_the_installed_tfcluster(tmp_path):
+    text = DEMO + "docker:\n  build: {base_image: 'python:3.11-slim'}\n"
+    loaded = _spec(tmp_path, text)
+    doc = compose_dict(loaded, tmp_path)
+    assert doc["services"]["worker-0"]["build"] == {
+        "context": "./tfcluster-image", "dockerfile": "Dockerfile", "args": {"BASE_IMAGE": "python:3.11-slim"}}
+    assert "# Its context, tfcluster's worker image: tfcluster image print --context tfcluster-image" in \
+        render_compose(loaded, tmp_path)
+
+
 def test_dollars_are_escaped_for_compose_interpolation(tmp_path):
     text = DEMO.replace('TF_CPP_MIN_LOG_LEVEL: "2"', 'PRICE: "$5"').replace(
         "entrypoint: python -m worker --epochs 3", "entrypoint: ['sh', '-c', 'echo $HOME']"

@@ -132,6 +132,30 @@ def test_without_aiplatform_the_export_works_and_says_so(tmp_path, capsys, monke
     captured = capsys.readouterr()
     assert yaml.safe_load(captured.out)["workerPoolSpecs"][0]["replicaCount"] == 1
     assert "skipped the Vertex API type check" in captured.err
+    # The file says it too, and claims only the check that ran.
+    header = [line for line in captured.out.splitlines() if line.startswith("#")]
+    assert not any("Validated" in line for line in header), header
+    assert "# Checked offline with tfcluster's pool rules only; not run here." in header
+    assert any(line.startswith("# NOT checked: the Vertex API types (google.cloud.aiplatform_v1") and
+               "pip install 'tfcluster[export]'" in line for line in header), header
+
+
+def test_strict_refuses_an_export_whose_check_cannot_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(export_write, "aiplatform_types", lambda: None)
+    spec = spec_file(tmp_path, DEMO.read_text())
+    assert main(["export", str(spec), "--to", "vertex", "--strict"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "--strict: cannot check the Vertex API types" in err[0], err
+    assert captured.out == "" and not list(tmp_path.glob("*.vertex.*"))  # nothing written
+
+
+def test_strict_with_every_check_available_writes_it(api, tmp_path, capsys):
+    spec = spec_file(tmp_path, DEMO.read_text())
+    assert main(["export", str(spec), "--to", "vertex", "--strict", "-o", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "# Validated offline (google.cloud.aiplatform_v1 types and tfcluster's pool rules); not run here." in out
+    assert main(["export", str(spec), "--to", "tfjob", "--strict", "-o", "-"]) == 0
 
 
 def test_bad_accelerator_type_is_one_line_exit_2(api, tmp_path, capsys):

@@ -5,6 +5,8 @@ change, for the specs of plan_goldens_specs.py)."""
 
 from __future__ import annotations
 
+from launcher import __version__
+
 import json
 import textwrap
 from pathlib import Path
@@ -99,9 +101,10 @@ def test_rendered_plan_grows_linearly():
 
 
 def with_format(text: str) -> str:
-    """A golden ``plan --json`` text with the CLI's ``"format": 1`` first (the version of the output)."""
+    """A golden ``plan --json`` text with the CLI's ``"format": 1`` and ``"tfcluster"`` (its version)
+    first, as every --json output starts."""
     assert text.startswith("{\n")
-    return '{\n  "format": 1,\n' + text[2:]
+    return f'{{\n  "format": 1,\n  "tfcluster": "{__version__}",\n' + text[2:]
 
 
 def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
@@ -124,7 +127,7 @@ def test_plan_json_compact(tmp_path, capsys):
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
     assert main(["plan", str(path), "--json=compact"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert (data["format"], data["shape"]) == (1, "compact")
+    assert (data["format"], data["shape"], data.pop("tfcluster")) == (1, "compact", __version__)
     assert data["cluster"] == {"chief": ["localhost:3000"],
                                "worker": ["localhost:3001", "localhost:3002", "localhost:3003"]}
     assert data["env"]["API_TOKEN"] == "***" and "TF_CONFIG" not in data["env"]

@@ -76,3 +76,44 @@ def test_compact_keys():
     assert compact_keys(["worker:1", "worker:0"]) == "worker:0-1"
     assert compact_keys(["worker:5", "chief:0", "worker:0", "worker:1", "worker:2"]) == "chief:0, worker:0-2,5"
     assert compact_keys(["evaluator:0", "ps:1", "ps:0"]) == "ps:0-1, evaluator:0"
+
+
+def _fed(people: PeopleLines, lines: list[tuple[str, str]]) -> list:
+    out = []
+    for key, line in lines:
+        out += people.feed(key, line)
+    return out
+
+
+def test_the_workers_start_up_lines_are_one_line_for_the_run_and_a_standby_protocol_none():
+    tasks = ("worker:0", "worker:1")
+    people = PeopleLines(tasks=lambda: tasks)
+    out = _fed(people, [
+        ("worker:0", "worker: worker:0 strategy=multi_worker_mirrored loop=fit epochs=3"),
+        ("worker:0", "worker: collective implementation=auto timeout=none"),
+        ("worker:1", "worker: worker:1 strategy=multi_worker_mirrored loop=fit epochs=3"),
+        ("worker:1", "worker: collective implementation=auto timeout=none"),
+        ("worker:1", "my own line"),
+        ("worker:0", "worker: error: something"),
+        ("worker:1", "(standby) tfcluster-standby waiting"),
+        ("worker:1", "(standby) tfcluster-standby ready after=3.1s"),
+    ])
+    assert out == [
+        (None, "worker: strategy=multi_worker_mirrored loop=fit epochs=3  (worker:0-1)"),
+        (None, "worker: collective implementation=auto timeout=none  (worker:0-1)"),
+        ("worker:1", "my own line"),
+        ("worker:0", "worker: error: something"),
+    ]
+
+
+def test_a_start_up_line_not_every_task_says_is_shown_when_training_starts_or_at_the_end():
+    people = PeopleLines(tasks=lambda: ("worker:0", "worker:1", "evaluator:0"))
+    out = _fed(people, [
+        ("worker:0", "worker: worker:0 gpus: none"),
+        ("worker:1", "worker: worker:1 gpus: none"),
+        ("worker:0", "tfcluster-start strategy=multi_worker_mirrored epochs=2"),
+        ("worker:1", "worker: worker:1 gpus: none"),  # (again: a straggler, already shown)
+        ("evaluator:0", "worker: evaluator:0 watching /state"),
+    ])
+    assert out[0] == (None, "worker: gpus: none  (worker:0-1)")
+    assert people.flush() == [(None, "worker: watching /state  (evaluator:0)")]
