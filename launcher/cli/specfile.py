@@ -18,7 +18,8 @@ from launcher.ui.plantext import render_plan
 def validate(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         return _validate_json(args.spec)
-    _loaded, plan = load(args.spec, console, discover=True, warn=True)
+    # No command of the spec runs here (docs/concepts/trust.md): discovery.command runs at `up`.
+    _loaded, plan = load(args.spec, console, warn=True)
     print(f"{args.spec}: ok ({plan.strategy}, {len(plan.tasks)} tasks on {plan.backend})")
     return EXIT_OK
 
@@ -28,10 +29,9 @@ def _validate_json(spec: str) -> int:
     as on stderr)."""
     out: dict = {"format": JSON_FORMAT, "file": spec}
     try:
-        from launcher.loader.discovery import with_discovered
         from launcher.loader.shadow import warnings
 
-        loaded = with_discovered(load_spec(spec))
+        loaded = load_spec(spec)  # (discovery.command does not run: validating runs nothing of the spec)
         plan = plan_for(loaded.spec)
     except UserError as exc:
         print(json.dumps({**out, "valid": False, "errors": list(exc.lines)}, indent=2))
@@ -45,7 +45,11 @@ def _validate_json(spec: str) -> int:
 
 
 def plan(args: argparse.Namespace, console: Console) -> int:
-    loaded, planned = load(args.spec, console, discover=True, gpus=True)
+    discover = getattr(args, "discover", False)
+    loaded, planned = load(args.spec, console, discover=discover, gpus=True)
+    if loaded.spec.discovery is not None and not discover and not planned.placeholder:
+        console.info(f"hosts: only those under hosts: ({len(loaded.spec.hosts)}); more come from discovery.command "
+                     "at `up` (run it now: tfcluster plan --discover)")
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
         compact = {k: v for k, v in planned.to_compact_json(secrets=args.show_secrets).items() if k != "format"}
         print(json.dumps({"format": JSON_FORMAT, "shape": COMPACT, **compact}, indent=2))
