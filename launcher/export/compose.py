@@ -187,6 +187,6 @@ def write_compose(loaded: LoadedSpec, output: Optional[str], image: Optional[str
         print(render_compose(loaded, Path.cwd(), image), end="")
         return None
     path = resolve_output(output, loaded.base_dir / "docker-compose.yml", "docker-compose.yml")
-    check_overwritable(path)
+    check_overwritable(path, named=output is not None)
     write_atomic(path, render_compose(loaded, path.parent, image))
     return path

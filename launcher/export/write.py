@@ -85,7 +85,7 @@ def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image:
             raise SpecError(f"-o {output}: give the .yaml path; the CustomJob .json is written beside it")
         files.append((json_path, render_custom_job_json(job)))
     for file, _ in files:
-        check_overwritable(file)
+        check_overwritable(file, named=output is not None and file == path)
     for file, text in files:
         if text is None:
             text = _render(loaded, target, doc, file.name, files[1][0].name if job is not None else None)

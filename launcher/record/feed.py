@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from launcher.safefile import write_whole
 from launcher.record.events import Event
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
@@ -221,17 +222,7 @@ def replay(run_dir: Path, snapshot: bool = True) -> RunView:
 
 def write_snapshot(run_dir: Path, feed: RecordFeed) -> None:
     """Write ``feed``'s state as the record's snapshot, atomically (a reader sees the last whole one)."""
-    path = run_dir / SNAPSHOT_FILE
-    tmp = path.with_name(f".{SNAPSHOT_FILE}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(feed.to_json(), fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_whole(run_dir / SNAPSHOT_FILE, json.dumps(feed.to_json(), separators=(",", ":")))
 
 
 def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
