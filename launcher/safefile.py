@@ -15,6 +15,7 @@ bound. A leaf: it imports nothing of tfcluster.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -24,7 +25,14 @@ from typing import BinaryIO, Optional, Union
 
 class UnsafeFile(OSError):
     """What was found at a path is not what tfcluster reads or writes there; ``str()`` is one line
-    that says what it is (never its contents), to follow the path: ``PATH: {exc}``."""
+    that says what it is (never its contents), to follow the path: ``PATH: {exc}``; ``strerror``
+    is the same line (a caller that says ``cannot read PATH: {exc.strerror}`` reads it right)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EINVAL, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class NotRegular(UnsafeFile):
@@ -49,15 +57,17 @@ def kind_of(mode: int) -> str:
 
 def open_regular(path: Union[str, Path], *, follow: bool = True, within: Optional[Path] = None) -> BinaryIO:
     """``path`` opened for reading, binary; NotRegular if it is not a regular file (it never blocks
-    on a FIFO), UnsafeFile if ``follow`` is False and it is a symlink, or if ``within`` is given and
+    on a FIFO), UnsafeFile if ``follow`` is False and it or its directory is a symlink, or if ``within`` is given and
     its real place is outside that directory (a symlink out of a run dir). OSError as ``open`` raises
     it otherwise (missing, no permission)."""
     path = Path(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    if not follow and is_symlink(path.parent):  # (a record's logs/ pointed elsewhere)
+        raise UnsafeFile(f"is in {path.parent.name}/, a symbolic link; tfcluster does not read through it here")
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        if not follow and exc.errno == 40:  # ELOOP: the path is a symlink
+        if not follow and exc.errno == errno.ELOOP:  # ELOOP: the path is a symlink
             raise UnsafeFile("is a symbolic link; tfcluster does not read through it here") from None
         raise
     try:
