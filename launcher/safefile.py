@@ -69,6 +69,12 @@ def open_regular(path: Union[str, Path], *, follow: bool = True, within: Optiona
     except OSError as exc:
         if not follow and exc.errno == errno.ELOOP:  # ELOOP: the path is a symlink
             raise UnsafeFile("is a symbolic link; tfcluster does not read through it here") from None
+        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):  # a socket, a device with no driver
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                raise exc from None
+            raise NotRegular(f"is {kind_of(mode)}, not a regular file") from None
         raise
     try:
         st = os.fstat(fd)

@@ -16,17 +16,20 @@ MAX_LINES = 20
 EXITS = (0, 1, 2, 4)
 
 
-def assert_bounded(result: subprocess.CompletedProcess, code: int | tuple = EXITS, output: bool = False) -> None:
+def assert_bounded(result: subprocess.CompletedProcess, code: int | tuple = EXITS, output: bool = False,
+                   task_bytes: bool = False) -> None:
     """``result`` of a tfcluster command exited with ``code`` (one of them), in at most MAX_LINES
     lines on stderr (and stdout too with ``output=False``: a command whose output is a document
-    passes True), with no traceback and no raw control byte."""
+    passes True), with no traceback and no raw control byte (on stdout too unless ``task_bytes``:
+    `logs` into a pipe writes a task's bytes as they are)."""
     codes = code if isinstance(code, tuple) else (code,)
     assert result.returncode in codes, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
     for stream in (result.stdout, result.stderr):
         if not (output and stream is result.stdout):
             assert len(stream.splitlines()) <= MAX_LINES, stream[-3000:]
         assert "Traceback" not in stream, stream[-3000:]
-        assert not RAW_CONTROL.search(stream), repr(stream[:3000])
+        if not (task_bytes and stream is result.stdout):
+            assert not RAW_CONTROL.search(stream), repr(stream[:3000])
 
 
 def spec_text(**extra: str) -> str:
@@ -57,3 +60,19 @@ def wait_for(check, timeout: float, what: str):
             return value
         time.sleep(0.05)
     raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def plant_socket(path: Path) -> None:
+    """A Unix socket at ``path`` (bound at a short name, then moved: a socket's path has a 108-byte
+    bound that pytest's folders pass)."""
+    import socket
+    import tempfile
+
+    short = Path(tempfile.mkdtemp(prefix="tfcs")) / "s"
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(short))
+    finally:
+        sock.close()
+    os.replace(short, path)
+    short.parent.rmdir()
