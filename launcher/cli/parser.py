@@ -168,7 +168,7 @@ def resolve_file(args: argparse.Namespace, argv: list[str]) -> None:
     ``compare`` records as the command that made its report)."""
     if args.command == "plan":
         _plan_json(args)
-    if args.command == "logs" and args.task is None and args.spec is not None and _TASK_KEY.match(args.spec) \
+    if args.command == "logs" and args.task is None and args.spec is not None and _TASK_KEY.fullmatch(args.spec) \
             and not Path(args.spec).exists():
         args.task, args.spec = args.spec, None  # `tfcluster logs worker:0`
     given = args.spec if args.command != "compare" else (args.spec[0] if args.spec else None)

@@ -126,7 +126,7 @@ def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
 
 
 def check_image(image: Optional[str]) -> None:
-    if image is not None and not IMAGE_RE.match(image):
+    if image is not None and not IMAGE_RE.fullmatch(image):
         raise SpecError(f"--image: '{image}' is not a valid image reference; use e.g. "
                         "us-docker.pkg.dev/my-project/repo/tfcluster-worker:1")
 

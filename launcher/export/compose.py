@@ -181,7 +181,7 @@ def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = Non
 
 def write_compose(loaded: LoadedSpec, output: Optional[str], image: Optional[str] = None) -> Optional[Path]:
     """Write the compose file (``-`` = stdout); refuse to clobber a file tfcluster did not write."""
-    if image is not None and not IMAGE_RE.match(image):
+    if image is not None and not IMAGE_RE.fullmatch(image):
         raise SpecError(f"--image: '{image}' is not a valid image reference; use e.g. tfcluster-worker:latest")
     if output == "-":
         print(render_compose(loaded, Path.cwd(), image), end="")

@@ -42,7 +42,7 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None) -> tuple
     check_image(image)
     problems = inexpressible(loaded, target)
     spec = loaded.spec
-    if target == "tfjob" and (len(spec.name) > 63 or not DNS1035_RE.match(spec.name)):
+    if target == "tfjob" and (len(spec.name) > 63 or not DNS1035_RE.fullmatch(spec.name)):
         problems.insert(0, SpecWhere(loaded)(("name",), f"'{spec.name}' cannot name a TFJob (a DNS-1035 label: lowercase "
                                           "letters, digits and '-', starting with a letter); rename it"))
     if problems:

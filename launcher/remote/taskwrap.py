@@ -239,7 +239,7 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
         if body.upper() == "TRUE":
             on_notice()
             return
-        if not _ETAG.match(etag):  # it goes into the next request's URL: only what an ETag holds
+        if not _ETAG.fullmatch(etag):  # it goes into the next request's URL: only what an ETag holds
             stopping.wait(5.0)
             last = ""
             continue
