@@ -189,3 +189,10 @@ def for_terminal(text: str) -> str:
     """A task's output (decoded with ``surrogateescape``) as a terminal may show it: colours kept,
     every other escape sequence and control character dropped (see above)."""
     return _TERMINAL.sub(_terminal_one, text)
+
+
+def yaml_comment(text: str) -> str:
+    """``text`` safe inside a YAML comment: every character that ends a line for YAML (``\\n``,
+    ``\\r``, NEL, U+2028/U+2029) or acts on a terminal written as an escape, so that a file name
+    cannot start a line of its own (a top-level ``include:`` that Compose would honour)."""
+    return escape(text).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\ufeff", "\\ufeff")

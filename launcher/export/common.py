@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
+from launcher.bounded import yaml_comment as comment_text  # noqa: F401 (tfjob, vertex)
 from launcher.contract import envnames
 from launcher.plan import gpus
 from launcher.remote import gpuplace
@@ -179,7 +180,7 @@ def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
 
 
 def comment_lines(text: str) -> list[str]:
-    return ["# " + line if line else "#" for line in text.splitlines()]
+    return ["# " + comment_text(line) if line else "#" for line in text.splitlines()]
 
 
 def dump_yaml(doc: Any) -> str:
