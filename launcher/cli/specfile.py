@@ -7,6 +7,7 @@ import json
 import sys
 
 from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
+from launcher.bounded import escape
 from launcher.cli.common import JSON_FORMAT, load
 from launcher.errors import UserError
 from launcher.plan.build import COMPACT, write_full_json
@@ -20,7 +21,7 @@ def validate(args: argparse.Namespace, console: Console) -> int:
         return _validate_json(args.spec)
     # No command of the spec runs here (docs/concepts/trust.md): discovery.command runs at `up`.
     _loaded, plan = load(args.spec, console, warn=True)
-    print(f"{args.spec}: ok ({plan.strategy}, {len(plan.tasks)} tasks on {plan.backend})")
+    print(f"{escape(str(args.spec))}: ok ({plan.strategy}, {len(plan.tasks)} tasks on {plan.backend})")
     return EXIT_OK
 
 
