@@ -104,6 +104,7 @@ def test_a_run_dir_and_file_name_with_escapes_reach_no_terminal_raw(tmp_path):
     for args in (("validate", spec), ("up", "--plain", spec), ("status", spec), ("runs", spec)):
         result = tfcluster(*args, cwd=where, timeout=120)
         assert_bounded(result, 0, output=True)
-    seen = _pty_output(tfcluster_argv("up", "--plain", spec), where)
-    assert b"\x1b]0;PWN" not in seen and b"\x1b[2J" not in seen, seen[-2000:]
-    assert b"\\x1b]0;PWN\\x07" in seen, seen[-2000:]
+    for plain in (("--plain",), ()):  # prefixed lines, and the live panel
+        seen = _pty_output(tfcluster_argv("up", *plain, spec), where)
+        assert b"\x1b]0;PWN" not in seen and b"\x1b[2J" not in seen, seen[-2000:]
+        assert b"\\x1b]0;PWN\\x07" in seen, seen[-2000:]
