@@ -12,6 +12,7 @@ values. Every problem becomes one line ``FILE:LINE: field.path: what is wrong; t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -130,6 +131,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     return LoadedSpec(parse_spec(text, shown), path.resolve())
 
 
+_QUOTED_TEXT = re.compile(r"\b(alias|tag|anchor|handle|directive|prefix) '[^']*'")
 # The keys that make a mapping a spec (each spec has them): a mapping with none of them is not one.
 SPEC_MARKS = frozenset({"name", "strategy", "entrypoint", "tasks"})
 ERROR_LINES = 20  # problems shown of a spec that has more; the rest are counted
@@ -164,7 +166,9 @@ def _parse_spec(text: str, shown: str) -> Spec:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        problem = exc.problem or exc.context or "invalid YAML"
+        # (no alias, anchor, tag or directive the text holds is quoted: a file that does not parse may be
+        # a secret a symlink points at; a quoted character, such as '\t', stays)
+        problem = _QUOTED_TEXT.sub(r"\1", exc.problem or exc.context or "invalid YAML")
         raise SpecError(f"{shown}{line}: YAML syntax error: {problem}; fix the indentation or quoting there") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{shown}: YAML syntax error: {exc}") from None

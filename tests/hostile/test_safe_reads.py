@@ -145,6 +145,8 @@ def test_a_spec_that_is_no_regular_file_is_one_line_and_no_hang(tmp_path, plante
     "password: " + SECRET + "\nlogin: me\n",  # a YAML mapping of secrets
     "-----BEGIN OPENSSH PRIVATE KEY-----\n" + SECRET + "\n-----END OPENSSH PRIVATE KEY-----\n",
     "[" + SECRET + "]\n",
+    "*" + SECRET.replace("$", "") + "\n",  # an alias YAML cannot resolve
+    "!!python/object:" + SECRET.replace("$", "") + " x\n",  # a tag it cannot construct
 ])
 def test_a_spec_symlinked_to_a_secret_is_never_quoted(tmp_path, secret):
     (tmp_path / "secret").write_text(secret)
@@ -153,7 +155,7 @@ def test_a_spec_symlinked_to_a_secret_is_never_quoted(tmp_path, secret):
         result = tfcluster(*args, "cluster.yaml", cwd=tmp_path)
         assert_bounded(result, 2, output=True)
         said = result.stdout + result.stderr
-        for part in ("saltsalt", SECRET, "github.com", "daemon"):
+        for part in ("saltsalt", SECRET, SECRET.replace("$", ""), "github.com", "daemon"):
             assert part not in said, (args, said)
 
 
