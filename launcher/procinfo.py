@@ -94,6 +94,7 @@ def run_bounded(argv: "list[str]", timeout: float, *, cwd=None, env=None, out_by
     inodes = {os.fstat(p.fileno()).st_ino for p in pipes}
     deadline = time.monotonic() + timeout
     out, err = bytearray(), bytearray()
+    closed = False  # both pipes at their end: no process holds them any more
     try:
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -112,13 +113,14 @@ def run_bounded(argv: "list[str]", timeout: float, *, cwd=None, env=None, out_by
                             raise OutputTooLarge
                     elif len(err) < err_bytes:
                         err += data[: err_bytes - len(err)]
+        closed = True
         left = deadline - time.monotonic()
         if left <= 0:
             raise subprocess.TimeoutExpired(proc.args, timeout)
         code = proc.wait(left)
         return code, bytes(out), bytes(err)
     finally:
-        end_everything(proc, inodes)
+        end_everything(proc, () if closed else inodes)  # (the /proc walk only when a pipe is still held)
         for p in pipes:
             p.close()
 
