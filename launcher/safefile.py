@@ -57,13 +57,15 @@ def kind_of(mode: int) -> str:
 
 def open_regular(path: Union[str, Path], *, follow: bool = True, within: Optional[Path] = None) -> BinaryIO:
     """``path`` opened for reading, binary; NotRegular if it is not a regular file (it never blocks
-    on a FIFO), UnsafeFile if ``follow`` is False and it or its directory is a symlink, or if ``within`` is given and
+    on a FIFO), UnsafeFile if ``follow`` is False and it is a symlink or its directory a symlink out
+    of its own folder (``latest`` to a run beside it is fine), or if ``within`` is given and
     its real place is outside that directory (a symlink out of a run dir). OSError as ``open`` raises
     it otherwise (missing, no permission)."""
     path = Path(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    if not follow and is_symlink(path.parent):  # (a record's logs/ pointed elsewhere)
-        raise UnsafeFile(f"is in {path.parent.name}/, a symbolic link; tfcluster does not read through it here")
+    if not follow and is_symlink(path.parent) and not _sibling_link(path.parent):  # (a record's logs/ elsewhere)
+        raise UnsafeFile(f"is in {path.parent.name}/, a symbolic link out of its folder; tfcluster does not read "
+                         "through it here")
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -89,6 +91,13 @@ def open_regular(path: Union[str, Path], *, follow: bool = True, within: Optiona
     except BaseException:
         os.close(fd)
         raise
+
+
+def _sibling_link(link: Path) -> bool:
+    """True if the symlink ``link`` leads to a directory beside it (``runs/NAME/latest`` -> a run of
+    the same folder), which stays inside what the reader was pointed at."""
+    real = Path(os.path.realpath(link))
+    return real.parent == Path(os.path.realpath(link.parent)) and real.is_dir()
 
 
 def read_regular(path: Union[str, Path], limit: int, *, follow: bool = True,
