@@ -119,10 +119,11 @@ def test_a_discovery_grandchild_that_leaves_the_group_and_holds_the_pipe_ends_at
     started = time.monotonic()
     with pytest.raises(DiscoveryError) as err:
         # setsid: the grandchild leaves the command's process group; it keeps stdout (the pipe).
-        run_discovery(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' & echo h1 10.0.0.1", 1, tmp_path)
+        run_discovery(f"setsid sh -c 'echo $$ > {pidfile}.new && mv {pidfile}.new {pidfile}; exec sleep 60' & "
+                      f"while [ ! -s {pidfile} ]; do sleep 0.05; done; echo h1 10.0.0.1", 3, tmp_path)
     took = time.monotonic() - started
-    assert "no answer within 1 s (discovery.timeout)" in str(err.value)
-    assert took < 4, took
+    assert "no answer within 3 s (discovery.timeout)" in str(err.value)
+    assert took < 6, took  # (the timeout, not the grandchild's 60 s)
     pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 5, "the grandchild's pid"))
 
     def gone() -> bool:
@@ -137,7 +138,9 @@ def test_a_discovery_grandchild_that_leaves_the_group_and_holds_the_pipe_ends_at
 
 def test_a_command_that_exits_leaves_no_background_child(tmp_path):
     pidfile = tmp_path / "child.pid"
-    hosts = run_discovery(f"sh -c 'echo $$ > {pidfile}; exec sleep 60' >/dev/null 2>&1 & echo h1 10.0.0.1", 5,
+    # (the command waits for its child's pid: once it exits, the child is killed with its group)
+    hosts = run_discovery(f"sh -c 'echo $$ > {pidfile}.new && mv {pidfile}.new {pidfile}; exec sleep 60' "
+                          f">/dev/null 2>&1 & while [ ! -s {pidfile} ]; do sleep 0.05; done; echo h1 10.0.0.1", 20,
                           tmp_path)
     assert [h.name for h in hosts] == ["h1"]
     pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 5, "the child's pid"))
