@@ -160,3 +160,39 @@ def one_line(text: str, limit: int = LINE_CHARS) -> str:
         return text
     head, tail = limit * 2 // 3, limit // 3
     return f"{text[:head]} ...({len(text) - head - tail:,} characters cut)... {text[-tail:]}"
+
+
+# A task's output shown on a terminal: its colours (SGR: ``ESC [ ... m``) are kept; every other
+# escape sequence is dropped with its body: OSC (window title, clipboard writes: OSC 52,
+# hyperlinks), DCS, SOS, PM, APC, cursor-moving and screen-clearing CSI, lone ESC; so are C0 controls
+# other than tab, newline and carriage return, the C1 controls (U+0080..U+009F: 0x9b is a CSI on some
+# terminals) and bytes that are not UTF-8 (shown as U+FFFD). An OSC's body stops at its end (BEL, ST)
+# or at the end of the line.
+_TERMINAL = re.compile(
+    r"(\x1b\[[0-9;:]*m)"
+    r"|\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[\]PX^_][^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|([\ud800-\udfff])"
+    r"|[\x00-\x08\x0b-\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]"
+)
+
+
+def _terminal_one(m: "re.Match[str]") -> str:
+    if m.group(1):
+        return m.group(1)
+    return "\ufffd" if m.group(2) else ""
+
+
+def for_terminal(text: str) -> str:
+    """A task's output (decoded with ``surrogateescape``) as a terminal may show it: colours kept,
+    every other escape sequence and control character dropped (see above)."""
+    return _TERMINAL.sub(_terminal_one, text)
+
+
+def yaml_comment(text: str) -> str:
+    """``text`` safe inside a YAML comment: every character that ends a line for YAML (``\\n``,
+    ``\\r``, NEL, U+2028/U+2029) or acts on a terminal written as an escape, so that a file name
+    cannot start a line of its own (a top-level ``include:`` that Compose would honour)."""
+    return escape(text).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\ufeff", "\\ufeff")

@@ -71,3 +71,100 @@ def describe_exit(code: int) -> str:
             return f"exit code {code}"
         return f"killed by {name} (exit {code})"
     return f"exit code {code}"
+
+
+class OutputTooLarge(Exception):
+    """A command run by ``run_bounded`` printed more than its bound on stdout (it was ended)."""
+
+
+def run_bounded(argv: "list[str]", timeout: float, *, cwd=None, env=None, out_bytes: int = 8 << 20,
+                err_bytes: int = 64 << 10) -> "tuple[int, bytes, bytes]":
+    """Run ``argv`` (stdin /dev/null) in a process group of its own; (exit code, stdout, the start of
+    stderr). ``subprocess.TimeoutExpired`` past ``timeout`` seconds, OutputTooLarge past ``out_bytes``
+    of stdout; OSError if it cannot start. However it ends, nothing it started is left: its whole
+    process group is killed, and so is any process still holding one of its pipes (a grandchild that
+    left the group with ``setsid`` but kept stdout keeps the pipe open: it would outlive the timeout,
+    and reading would wait on it). Never waits past ``timeout`` plus a moment for the kill."""
+    import selectors
+    import subprocess
+
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    pipes = [proc.stdout, proc.stderr]
+    inodes = {os.fstat(p.fileno()).st_ino for p in pipes}
+    deadline = time.monotonic() + timeout
+    out, err = bytearray(), bytearray()
+    closed = False  # both pipes at their end: no process holds them any more
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, out)
+            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(proc.args, timeout)
+                for key, _ in sel.select(left):
+                    data = os.read(key.fd, 1 << 16)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                    elif key.data is out:
+                        out += data
+                        if len(out) > out_bytes:
+                            raise OutputTooLarge
+                    elif len(err) < err_bytes:
+                        err += data[: err_bytes - len(err)]
+        closed = True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        code = proc.wait(left)
+        return code, bytes(out), bytes(err)
+    finally:
+        end_everything(proc, () if closed else inodes)  # (the /proc walk only when a pipe is still held)
+        for p in pipes:
+            p.close()
+
+
+def end_everything(proc, pipe_inodes=()) -> None:
+    """SIGKILL ``proc``'s process group (it was started with ``start_new_session``) and every process
+    of this user that still holds one of the pipes ``pipe_inodes``; then reap ``proc``."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in pipe_holders(pipe_inodes):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(5)
+    except Exception:  # noqa: BLE001 - killed; a zombie the next wait reaps
+        pass
+
+
+def pipe_holders(inodes) -> "list[int]":
+    """Pids (other than this process) with a file descriptor on one of the pipes ``inodes``."""
+    wanted = {f"pipe:[{i}]" for i in inodes}
+    if not wanted:
+        return []
+    me, found = os.getpid(), []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or another user's
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    found.append(pid)
+                    break
+            except OSError:
+                continue
+    return found

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from launcher.interrupts import take_interrupt
+from launcher.safefile import open_regular
 from launcher.app.inspect import POLL, Write, find, follow
 from launcher.record.feed import RecordFeed
 from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG
@@ -128,9 +129,9 @@ def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> A
 def _new_lines(path: Path, offset: int) -> tuple[int, list[str]]:
     """The complete lines of ``path`` after byte ``offset``, and the offset after them."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, follow=False) as fh:  # (never a FIFO or a link out of the run dir)
             fh.seek(offset)
-            data = fh.read()
+            data = fh.read(64 << 20)  # (the rest at the next call)
     except OSError:
         return offset, []
     complete = data[: data.rfind(b"\n") + 1]

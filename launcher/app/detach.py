@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+from launcher.safefile import open_append
 from launcher.ui.console import Console
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from launcher.ui.table import render
@@ -53,7 +54,7 @@ class Handover:
 
     def open_log(self, path: Path) -> None:
         try:
-            self._log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._log = open_append(path)  # (never through a symlink planted in the run dir)
         except OSError:
             self._log = None
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from launcher.safefile import UnsafeFile, open_regular
 from launcher.bounded import listing
 from launcher.interrupts import take_interrupt
 from launcher.errors import LaunchError, NoRun
@@ -121,9 +122,11 @@ def _write_range(path: Path, start: int, end: Optional[int], tail: Optional[int]
     Read a chunk at a time (a log of gigabytes, or one line of 100 MB, does not fill memory): the
     last ``tail`` lines are kept as they pass, each cut to _TAIL_LINE bytes."""
     try:
-        fh = open(path, "rb")
+        fh = open_regular(path, follow=False)
     except FileNotFoundError:
         return start
+    except UnsafeFile as exc:  # a FIFO, a device, a symlink planted in the run dir: never read
+        raise LaunchError(f"run record damaged: {path} {exc}; move it away (or delete the run)") from None
     kept: "collections.deque[bytes]" = collections.deque(maxlen=tail or 1)
     position = start
     with fh:
@@ -141,9 +144,9 @@ def _write_range(path: Path, start: int, end: Optional[int], tail: Optional[int]
             complete, carry = data[:cut], data[cut:]
             if tail is None:
                 if complete:
-                    _out(write, complete.decode("utf-8", "replace"))
+                    _out(write, complete.decode("utf-8", "surrogateescape"))
                 if len(carry) > _TAIL_LINE:  # a line past the bound is printed as it comes
-                    _out(write, carry.decode("utf-8", "replace"))
+                    _out(write, carry.decode("utf-8", "surrogateescape"))
                     complete, carry = data, b""
             else:
                 kept.extend(line[:_TAIL_LINE] for line in complete.split(b"\n")[:-1])
@@ -153,12 +156,12 @@ def _write_range(path: Path, start: int, end: Optional[int], tail: Optional[int]
             position += len(complete)
         if end is not None and carry:  # a range ends where the next attempt starts: its last line is whole
             if tail is None:
-                _out(write, carry.decode("utf-8", "replace") + "\n")
+                _out(write, carry.decode("utf-8", "surrogateescape") + "\n")
             else:
                 kept.append(carry[:_TAIL_LINE])
             position += len(carry)
     if tail:
-        _out(write, "".join(line.decode("utf-8", "replace") + "\n" for line in kept))
+        _out(write, "".join(line.decode("utf-8", "surrogateescape") + "\n" for line in kept))
     return position
 
 
@@ -181,15 +184,15 @@ def follow(files: list[tuple[Path, int, str]], run: Path, write_for: Callable[[P
     def drain() -> None:
         for path in positions:
             try:
-                with open(path, "rb") as fh:
+                with open_regular(path, follow=False) as fh:
                     fh.seek(positions[path])
-                    data = fh.read()
-            except FileNotFoundError:
+                    data = fh.read(_CHUNK * 64)  # (the rest at the next drain)
+            except (FileNotFoundError, UnsafeFile):
                 continue
             complete = data[: data.rfind(b"\n") + 1]
             if complete:
                 positions[path] += len(complete)
-                text = complete.decode("utf-8", "replace")
+                text = complete.decode("utf-8", "surrogateescape")
                 if prefixes[path]:
                     text = "".join(prefixes[path] + line + "\n" for line in text.splitlines())
                 _out(write_for(path), text)

@@ -4,9 +4,10 @@ promotion file a standby reads when promoted, and this machine's available memor
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Mapping, Optional
+
+from launcher.safefile import write_whole
 
 
 def mem_available() -> Optional[int]:
@@ -24,8 +25,4 @@ def mem_available() -> Optional[int]:
 def write_promotion(path: Path, env: Mapping[str, str]) -> None:
     """A standby's promotion file, whole or not at all (mode 0600: it may hold secrets)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(dict(env), fh)
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(dict(env)), mode=0o600)  # (exclusive, no-follow: launcher/safefile.py)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Optional
 
+from launcher.bounded import for_terminal
 from launcher.backends.elsewhere import Elsewhere
 from launcher.cli.common import JSON_HEAD, elsewhere, load, print_record_lines
 from launcher.interrupts import watching
@@ -51,8 +52,28 @@ def status(args: argparse.Namespace, console: Console) -> int:
 
 
 def _stdout(text: str) -> None:
-    sys.stdout.write(text)
+    """A log's text (decoded with surrogateescape) on stdout: into a pipe or a file its bytes as the
+    task wrote them; on a terminal its colours only, no other escape sequence (bounded.for_terminal:
+    a task must not retitle the terminal or write the clipboard through OSC 52)."""
+    if _on_terminal():
+        sys.stdout.write(for_terminal(text))
+        sys.stdout.flush()
+        return
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # (a stdout replaced by a text-only stream)
+        sys.stdout.write(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+    else:
+        sys.stdout.flush()
+        buffer.write(text.encode("utf-8", "surrogateescape"))
+        buffer.flush()
     sys.stdout.flush()
+
+
+def _on_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def logs(args: argparse.Namespace, console: Console) -> int:

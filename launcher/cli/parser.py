@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="machine-readable plan: --json (full: every task with its whole TF_CONFIG and env) or "
                          "--json=compact (the cluster and the shared env once, each task's own part: for big specs)")
     pl.add_argument("--show-secrets", action="store_true", help="do not redact KEY/TOKEN/SECRET/PASSWORD values")
+    pl.add_argument("--discover", action="store_true",
+                    help="run the spec's discovery.command now and plan with the hosts it prints (without it, "
+                         "no command of the spec runs before `up`)")
 
     up = command("up", "start the cluster and supervise it until it succeeds or fails")
     up.add_argument("--dry-run", action="store_true", help="plan and preflight only; start nothing")
@@ -191,7 +194,7 @@ def resolve_file(args: argparse.Namespace, argv: list[str]) -> None:
     ``compare`` records as the command that made its report)."""
     if args.command == "plan":
         _plan_json(args)
-    if args.command == "logs" and args.task is None and args.spec is not None and _TASK_KEY.match(args.spec) \
+    if args.command == "logs" and args.task is None and args.spec is not None and _TASK_KEY.fullmatch(args.spec) \
             and not Path(args.spec).exists():
         args.task, args.spec = args.spec, None  # `tfcluster logs worker:0`
     given = args.spec if args.command != "compare" else (args.spec[0] if args.spec else None)

@@ -21,8 +21,9 @@ from launcher.ui.plantext import render_plan
 def validate(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         return _validate_json(args.spec)
-    _loaded, plan = load(args.spec, console, discover=True, warn=True)
-    print(f"{args.spec}: ok ({plan.strategy}, {len(plan.tasks)} tasks on {plan.backend})")
+    # No command of the spec runs here (docs/concepts/trust.md): discovery.command runs at `up`.
+    _loaded, plan = load(args.spec, console, warn=True)
+    print(f"{escape(str(args.spec))}: ok ({plan.strategy}, {len(plan.tasks)} tasks on {plan.backend})")
     return EXIT_OK
 
 
@@ -31,10 +32,9 @@ def _validate_json(spec: str) -> int:
     as on stderr)."""
     out: dict = {**JSON_HEAD, "file": spec}
     try:
-        from launcher.loader.discovery import with_discovered
         from launcher.loader.shadow import warnings
 
-        loaded = with_discovered(load_spec(spec))
+        loaded = load_spec(spec)  # (discovery.command does not run: validating runs nothing of the spec)
         plan = plan_for(loaded.spec)
     except UserError as exc:
         if isinstance(exc, SpecError):
@@ -74,7 +74,11 @@ def _launch_text(backend: str, launch: dict) -> list[str]:
 
 
 def plan(args: argparse.Namespace, console: Console) -> int:
-    loaded, planned = load(args.spec, console, discover=True, gpus=True)
+    discover = getattr(args, "discover", False)
+    loaded, planned = load(args.spec, console, discover=discover, gpus=True)
+    if loaded.spec.discovery is not None and not discover and not planned.placeholder:
+        console.info(f"hosts: only those under hosts: ({len(loaded.spec.hosts)}); more come from discovery.command "
+                     "at `up` (run it now: tfcluster plan --discover)")
     launch = _launch(loaded, planned)
     extra = {} if launch is None else {"launch": launch}
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
@@ -95,9 +99,13 @@ def schema(args: argparse.Namespace, console: Console) -> int:
 
     text = json.dumps(json_schema(), indent=2)
     if args.output and args.output != "-":
-        from pathlib import Path
+        from launcher.safefile import write_whole
 
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        try:  # (a new file renamed into place: a symlink planted at the path is replaced, never followed)
+            write_whole(args.output, text + "\n")
+        except OSError as exc:
+            raise LaunchError(f"-o: cannot write {escape(args.output)}: {exc.strerror or exc}; "
+                              "give a path in a folder you can write") from None
         console.info(f"wrote {args.output}; start cluster.yaml with '# yaml-language-server: $schema={args.output}'")
         return EXIT_OK
     print(text)

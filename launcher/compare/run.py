@@ -28,6 +28,7 @@ from typing import Optional, Sequence, TextIO
 
 import yaml
 
+from launcher.procinfo import OutputTooLarge, run_bounded
 from launcher.app import up as execution
 from launcher.ui.console import Console
 from launcher.errors import UserError
@@ -142,9 +143,9 @@ def machine_info(hosts: int = 1) -> dict:
         cores = os.cpu_count()
     gpus: list[str] = []
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=15)
-        gpus = [line.strip() for line in out.stdout.splitlines() if line.startswith("GPU")]
-    except (OSError, subprocess.SubprocessError):
+        _code, out, _err = run_bounded(["nvidia-smi", "-L"], 15, out_bytes=1 << 20)  # (ends its group and pipes)
+        gpus = [line.strip() for line in out.decode("utf-8", "replace").splitlines() if line.startswith("GPU")]
+    except (OSError, subprocess.SubprocessError, OutputTooLarge):
         pass
     try:
         tf_version = importlib.metadata.version("tensorflow")

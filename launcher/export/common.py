@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
+from launcher.bounded import yaml_comment as comment_text  # noqa: F401 (tfjob, vertex)
 from launcher.contract import envnames
 from launcher.plan import gpus
 from launcher.remote import gpuplace
@@ -126,7 +127,7 @@ def inexpressible(loaded: LoadedSpec, target: str) -> list[str]:
 
 
 def check_image(image: Optional[str]) -> None:
-    if image is not None and not IMAGE_RE.match(image):
+    if image is not None and not IMAGE_RE.fullmatch(image):
         raise SpecError(f"--image: '{image}' is not a valid image reference; use e.g. "
                         "us-docker.pkg.dev/my-project/repo/tfcluster-worker:1")
 
@@ -179,7 +180,7 @@ def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
 
 
 def comment_lines(text: str) -> list[str]:
-    return ["# " + line if line else "#" for line in text.splitlines()]
+    return ["# " + comment_text(line) if line else "#" for line in text.splitlines()]
 
 
 def dump_yaml(doc: Any) -> str:

@@ -30,6 +30,7 @@ from launcher.plan import containergpus as docker_gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.errors import SpecError
 from launcher.backends import backend_class
+from launcher.bounded import yaml_comment as comment_text
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.plan.build import Plan, build_plan
 from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
@@ -97,21 +98,22 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
             build = {"context": f"./{PACKAGED_CONTEXT}", "dockerfile": "Dockerfile"}
         else:
             context = (loaded.base_dir / (opts.build.context or ".")).resolve()
-            build = {"context": _rel(context, out_dir), "dockerfile": opts.build.dockerfile or "docker/Dockerfile"}
+            build = {"context": _escape(_rel(context, out_dir)),
+                     "dockerfile": _escape(opts.build.dockerfile or "docker/Dockerfile")}
         args = dict(opts.build.args)
         if opts.build.base_image:
             args["BASE_IMAGE"] = opts.build.base_image
         if args:
-            build["args"] = {k: _escape(v) for k, v in sorted(args.items())}
+            build["args"] = {k: _escape(v) for k, v in sorted(args.items())}  # (keys: ENV_RE names, no $)
         if opts.build.network:
-            build["network"] = opts.build.network
+            build["network"] = _escape(opts.build.network)
     extra_volumes = []
     for item in opts.volumes:
         host, _, rest = item.partition(":")
         host_path = Path(host).expanduser()
         if not host_path.is_absolute():
             host_path = (loaded.base_dir / host_path).resolve()
-        extra_volumes.append(f"{_rel(host_path, out_dir)}:{rest}")
+        extra_volumes.append(_escape(f"{_rel(host_path, out_dir)}:{rest}"))
 
     made, _ = containers(spec, plan)
     services: dict[str, Any] = {}
@@ -147,7 +149,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
             }
         )
         if opts.user:
-            service["user"] = opts.user
+            service["user"] = _escape(opts.user)
         if gpu.shm_size:
             service["shm_size"] = gpu.shm_size
         if gpu.device_ids:
@@ -168,7 +170,7 @@ def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = Non
     first = plan.tasks[0].slug if plan.tasks else "worker-0"
     success = plan.success_task.replace(":", "-")
     lines = [
-        f"{HEADER} from {loaded.path.name}; edit the spec and regenerate rather than this file.",
+        f"{HEADER} from {comment_text(loaded.path.name)}; edit the spec and regenerate rather than this file.",
         f"# Cluster '{loaded.spec.name}' ({loaded.spec.strategy}): {', '.join(plan.keys)}.",
         "# Run it (the run succeeds when " + success + " exits 0):",
         f"#   docker compose up --abort-on-container-exit --exit-code-from {success}",
@@ -191,12 +193,12 @@ def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = Non
 
 def write_compose(loaded: LoadedSpec, output: Optional[str], image: Optional[str] = None) -> Optional[Path]:
     """Write the compose file (``-`` = stdout); refuse to clobber a file tfcluster did not write."""
-    if image is not None and not IMAGE_RE.match(image):
+    if image is not None and not IMAGE_RE.fullmatch(image):
         raise SpecError(f"--image: '{image}' is not a valid image reference; use e.g. tfcluster-worker:latest")
     if output == "-":
         print(render_compose(loaded, Path.cwd(), image), end="")
         return None
     path = resolve_output(output, loaded.base_dir / "docker-compose.yml", "docker-compose.yml")
-    check_overwritable(path)
+    check_overwritable(path, named=output is not None)
     write_atomic(path, render_compose(loaded, path.parent, image))
     return path

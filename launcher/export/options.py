@@ -55,7 +55,7 @@ def _quantity(v: Any, example: str) -> Optional[str]:
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         raise ValueError(f"{v!r} is not a Kubernetes quantity; use e.g. {example}")
     text = f"{v:g}" if isinstance(v, float) else str(v)
-    if not QUANTITY_RE.match(text):
+    if not QUANTITY_RE.fullmatch(text):
         raise ValueError(f"'{text}' is not a Kubernetes quantity; use e.g. {example}")
     return text
 
@@ -113,7 +113,7 @@ class KubernetesOptions(OptionsModel):
     @field_validator("namespace", "service_account")
     @classmethod
     def _dns_label(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and (len(v) > 63 or not DNS1123_LABEL_RE.match(v)):
+        if v is not None and (len(v) > 63 or not DNS1123_LABEL_RE.fullmatch(v)):
             raise ValueError(f"'{v}' is not a DNS-1123 label; use lowercase letters, digits and '-' (at most 63)")
         return v
 

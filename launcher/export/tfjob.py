@@ -14,7 +14,7 @@ import math
 from typing import Any, Optional
 
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
-from launcher.export.common import (DEFAULT_PERMANENT, comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env,
+from launcher.export.common import (DEFAULT_PERMANENT, comment_lines, comment_text, container_env, dump_yaml, export_plan, state_dir, type_env,
                      type_gpus)
 from launcher.export.validate import CONTAINER_NAME, PORT_NAME, TFJOB_API_VERSION
 
@@ -127,7 +127,7 @@ def render_tfjob(loaded: LoadedSpec, doc: dict[str, Any], header: str, out_name:
     success = ("the Chief succeeds" if "Chief" in doc["spec"]["tfReplicaSpecs"]
                else "all Workers succeed (successPolicy AllWorkers)")
     state = state_dir(spec)
-    first_line = f"{header} from {loaded.path.name} (--to tfjob); edit the spec and regenerate rather than this file."
+    first_line = f"{header} from {comment_text(loaded.path.name)} (--to tfjob); edit the spec and regenerate rather than this file."
     text = f"""\
 TFJob '{spec.name}' ({spec.strategy}): {replicas}, namespace {ns}.
 Submit: kubectl apply -f {out_name}   (needs the Kubeflow training operator, kubeflow.org/v1)

@@ -97,11 +97,11 @@ def _metadata_problems(meta: Any) -> list[str]:
     problems = [f"metadata.{k}: unknown field (use name, namespace, labels, annotations)" for k in meta
                 if k not in METADATA_KEYS]
     name = meta.get("name")
-    if not isinstance(name, str) or len(name) > 63 or not DNS1035_RE.match(name):
+    if not isinstance(name, str) or len(name) > 63 or not DNS1035_RE.fullmatch(name):
         problems.append(f"metadata.name: {name!r} is not a DNS-1035 label (lowercase letters, digits, '-', "
                         "starting with a letter, at most 63) (TFJob webhook)")
     namespace = meta.get("namespace")
-    if namespace is not None and (not isinstance(namespace, str) or not DNS1123_LABEL_RE.match(namespace)):
+    if namespace is not None and (not isinstance(namespace, str) or not DNS1123_LABEL_RE.fullmatch(namespace)):
         problems.append(f"metadata.namespace: {namespace!r} is not a DNS-1123 label")
     for key in ("labels", "annotations"):
         value = meta.get(key, {})
@@ -268,7 +268,7 @@ def validate_custom_job(job: Any, types: Any = "auto") -> list[str]:
         problems.append("displayName: required, 1 to 128 characters")
     labels = job.get("labels") or {}
     for key, value in labels.items() if isinstance(labels, dict) else ():
-        if not VERTEX_LABEL_KEY_RE.match(str(key)) or not VERTEX_LABEL_VALUE_RE.match(str(value)):
+        if not VERTEX_LABEL_KEY_RE.fullmatch(str(key)) or not VERTEX_LABEL_VALUE_RE.fullmatch(str(value)):
             problems.append(f"labels.{key}: keys and values take lowercase letters, digits, '_' and '-' "
                             "(at most 64)")
     problems += _job_spec_problems(job.get("jobSpec"), "jobSpec")

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from launcher.errors import SpecError
 from launcher.export.generated import JSON_LABEL
 from launcher.spec.model import LoadedSpec, Spec
-from launcher.export.common import comment_lines, container_env, dump_yaml, export_plan, state_dir, type_env, type_gpus
+from launcher.export.common import comment_lines, comment_text, container_env, dump_yaml, export_plan, state_dir, type_env, type_gpus
 from launcher.export.validate import VERTEX_POOLS
 
 DEFAULT_MACHINE_TYPE = "n1-standard-4"
@@ -135,7 +135,7 @@ def render_job_spec_yaml(loaded: LoadedSpec, job_spec: dict[str, Any], header: s
     spec = loaded.spec
     used = [f"[{i}] {role} x{count}" for i, (role, count, _t) in enumerate(pools(spec)) if count]
     primary = "the chief" if spec.tasks.count("chief") else "worker 0 (TF_CONFIG calls it chief)"
-    first_line = f"{header} from {loaded.path.name} (--to vertex); edit the spec and regenerate rather than this file."
+    first_line = f"{header} from {comment_text(loaded.path.name)} (--to vertex); edit the spec and regenerate rather than this file."
     text = f"""\
 Vertex AI CustomJobSpec for '{spec.name}' ({spec.strategy}): pools {', '.join(used)}; pool 0 runs {primary}.
 Submit: gcloud ai custom-jobs create --region REGION --display-name {spec.name} --config {out_name}

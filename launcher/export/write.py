@@ -59,7 +59,7 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None,
     check_image(image)
     problems = inexpressible(loaded, target)
     spec = loaded.spec
-    if target == "tfjob" and (len(spec.name) > 63 or not DNS1035_RE.match(spec.name)):
+    if target == "tfjob" and (len(spec.name) > 63 or not DNS1035_RE.fullmatch(spec.name)):
         problems.insert(0, SpecWhere(loaded)(("name",), f"'{spec.name}' cannot name a TFJob (a DNS-1035 label: lowercase "
                                           "letters, digits and '-', starting with a letter); rename it"))
     if problems:
@@ -110,7 +110,7 @@ def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image:
             raise SpecError(f"-o {output}: give the .yaml path; the CustomJob .json is written beside it")
         files.append((json_path, render_custom_job_json(job)))
     for file, _ in files:
-        check_overwritable(file)
+        check_overwritable(file, named=output is not None and file == path)
     for file, text in files:
         if text is None:
             text = _render(loaded, target, doc, file.name, files[1][0].name if job is not None else None, checks)

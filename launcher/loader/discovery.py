@@ -3,8 +3,9 @@
 A command run on the launcher's machine prints the hosts that exist now, in the fields of
 ``hosts:`` entries: a YAML or JSON list of mappings (``- {name: vm1, ssh: me@vm1, address:
 10.0.0.2}``), or plain lines ``name address [ssh-target]`` (``#`` starts a comment). tfcluster
-runs it when it plans (``plan``, ``validate``, ``up``) and, during a run, every ``every``
-seconds: hosts that appear are new spares (or a shrunk group's grow targets, once they answer
+runs it at ``up`` (and at ``plan --discover``, where the user asks for it), never while it only
+reads a spec (``validate``, ``plan``, ``compose``, ``export``: a spec may come from anyone, its
+command runs only when the user runs the spec), and, during a run, every ``every`` seconds: hosts that appear are new spares (or a shrunk group's grow targets, once they answer
 for ``elastic.settle`` s), hosts that vanish are lost (launcher/plan/elastic.py).
 
 A command that fails, hangs past ``timeout`` or prints something that is not a host list keeps
@@ -15,9 +16,6 @@ with no list yet, it is an error (nothing is started).
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import signal
 import subprocess
 import threading
 import time
@@ -30,6 +28,7 @@ from pydantic import ValidationError
 
 from launcher.bounded import listing, shorten_quoted, shown
 from launcher.errors import SpecError, exc_text
+from launcher.procinfo import OutputTooLarge, run_bounded
 from launcher.spec.model import Host, LoadedSpec
 from launcher.loader.rules import check_rules
 from launcher.spec.yamlread import SPEC_ITEMS, YAMLBoundError, YAMLBounds, load_yaml, shown_dotted
@@ -131,66 +130,23 @@ def run_discovery(command: str, timeout: float, cwd: Path) -> list[Host]:
     """Run the command in a shell in ``cwd``; its hosts, or DiscoveryError (a non-zero exit, a
     hang past ``timeout`` seconds, output past OUTPUT_BYTES, or output that is not a host list).
     What it prints is read as it comes, never more than the bound (a runaway command's output
-    does not grow the launcher)."""
+    does not grow the launcher). However it ends, its whole process group ends with it, and so
+    does any process it started that still holds its output pipe (launcher/procinfo.py)."""
     try:
-        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        code, out, err = run_bounded(["/bin/sh", "-c", command], timeout, cwd=cwd, out_bytes=OUTPUT_BYTES,
+                                     err_bytes=_STDERR_BYTES)
     except OSError as exc:
         raise DiscoveryError(f"cannot run it ({exc.strerror})") from None
-    try:
-        out, err = _read_bounded(proc, timeout)
     except subprocess.TimeoutExpired:
-        _kill(proc)
         raise DiscoveryError(f"no answer within {timeout:g} s (discovery.timeout); the command was stopped") from None
-    except _TooMuch:
-        _kill(proc)
+    except OutputTooLarge:
         raise DiscoveryError(f"printed more than {OUTPUT_BYTES:,} bytes (the bound on a host list); the command "
                              "was stopped") from None
     out_text, err_text = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-    if proc.returncode != 0:
+    if code != 0:
         said = _first_line(err_text or out_text)
-        raise DiscoveryError(f"exited with {proc.returncode}" + (f": {shown(said, 200)[1:-1]}" if said else ""))
+        raise DiscoveryError(f"exited with {code}" + (f": {shown(said, 200)[1:-1]}" if said else ""))
     return parse_hosts(out_text)
-
-
-class _TooMuch(Exception):
-    pass
-
-
-def _read_bounded(proc: subprocess.Popen, timeout: float) -> tuple[bytes, bytes]:
-    """stdout (at most OUTPUT_BYTES, else _TooMuch) and the start of stderr, once both close and
-    the command exits; TimeoutExpired past ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    out, err = bytearray(), bytearray()
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.stderr, selectors.EVENT_READ, err)
-        while sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(proc.args, timeout)
-            for key, _ in sel.select(left):
-                data = os.read(key.fd, 1 << 16)
-                if not data:
-                    sel.unregister(key.fileobj)
-                elif key.data is out:
-                    out += data
-                    if len(out) > OUTPUT_BYTES:
-                        raise _TooMuch
-                elif len(err) < _STDERR_BYTES:
-                    err += data[: _STDERR_BYTES - len(err)]
-    proc.wait(max(0.0, deadline - time.monotonic()))
-    for pipe in (proc.stdout, proc.stderr):
-        pipe.close()
-    return bytes(out), bytes(err)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # its whole process group: nothing is left running
-    except ProcessLookupError:
-        pass
-    proc.communicate()
 
 
 def merge(static: Sequence[Host], found: Sequence[Host]) -> tuple[Host, ...]:

@@ -46,6 +46,7 @@ from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``
     Watchdog,
 )
 from launcher.loader.rules import check_bounds, check_rules, suggest
+from launcher.safefile import NotRegular, TooBig, read_regular
 from launcher.spec.yamlread import SPEC_BYTES, YAMLBoundError, line_of, load_yaml, node_at, shown_dotted, yaml_type
 
 
@@ -128,13 +129,14 @@ def load_spec(path: str | Path) -> LoadedSpec:
     path = Path(path)
     shown = escape(str(path))
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(SPEC_BYTES + 1)
-        if len(raw) > SPEC_BYTES:
-            size = path.stat().st_size
-            raise SpecError(f"{shown}: the file is {size:,} bytes, above the bound of {SPEC_BYTES:,} bytes (1 MiB) "
-                            "for a spec; a spec this big was not written by a person: fix whatever generated it")
+        # A regular file only (a FIFO would hang, /dev/zero never ends), read up to the bound.
+        raw = read_regular(path, SPEC_BYTES)
         text = raw.decode("utf-8")
+    except TooBig as exc:
+        raise SpecError(f"{shown}: the file is {exc.size:,} bytes, above the bound of {SPEC_BYTES:,} bytes (1 MiB) "
+                        "for a spec; a spec this big was not written by a person: fix whatever generated it") from None
+    except NotRegular as exc:
+        raise SpecError(f"{shown}: {exc}; pass the path of your cluster.yaml") from None
     except FileNotFoundError:
         raise SpecError(f"{shown}: file not found; pass the path of your cluster.yaml") from None
     except IsADirectoryError:
@@ -170,6 +172,9 @@ def locate(exc: SpecError, path: str | Path) -> SpecError:
     return located
 
 
+_QUOTED_TEXT = re.compile(r"\b(alias|tag|anchor|handle|directive|prefix) '[^']*'")
+# The keys that make a mapping a spec (each spec has them): a mapping with none of them is not one.
+SPEC_MARKS = frozenset({"name", "strategy", "entrypoint", "tasks"})
 ERROR_LINES = 20  # problems shown of a spec that has more; the rest are counted
 
 
@@ -202,16 +207,24 @@ def _parse_spec(text: str, shown: str) -> Spec:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        problem = exc.problem or exc.context or "invalid YAML"
+        # (no alias, anchor, tag or directive the text holds is quoted: a file that does not parse may be
+        # a secret a symlink points at; a quoted character, such as '\t', stays)
+        problem = _QUOTED_TEXT.sub(r"\1", exc.problem or exc.context or "invalid YAML")
         raise SpecError(f"{shown}{line}: YAML syntax error: {problem}; fix the indentation or quoting there") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{shown}: YAML syntax error: {exc}") from None
     if data is None:
         raise SpecError(f"{shown}: the file is empty; start from the example cluster.yaml in the README")
+    # A file that is no spec at all (a secret a symlink points at, a shadow file, a key) is named by
+    # its shape only: no byte of it is quoted (docs/concepts/trust.md).
     if not isinstance(data, dict):
         raise SpecError(
-            f"{shown}:1: the top level must be a mapping (name:, strategy:, tasks:, ...), not a {yaml_type(data)}"
+            f"{shown}:1: the top level must be a mapping (name:, strategy:, tasks:, ...), not a "
+            f"{yaml_type(data).split()[0]}"
         )
+    if not data.keys() & SPEC_MARKS:
+        raise SpecError(f"{shown}: is not a tfcluster spec (a mapping with none of {', '.join(sorted(SPEC_MARKS))}); "
+                        "pass the path of your cluster.yaml")
     if "tasks" in data and isinstance(data["tasks"], dict):
         if "master" in data["tasks"]:
             line = line_of(root, ("tasks", "master"))

@@ -99,7 +99,32 @@ def check_bounds(data: dict) -> list[tuple[tuple, str]]:
                          f"the command line and env: together are {used:,} bytes, above the bound of "
                          f"{ARG_TOTAL:,} (half the kernel's usual ARG_MAX, the rest is for TF_CONFIG and the "
                          "inherited environment); put long values in a file the task reads"))
+    problems += _nul_strings(data, skip={"entrypoint", "env"} if problems else set())
     return problems
+
+
+def _nul_strings(data: dict, skip: set) -> list[tuple[tuple, str]]:
+    """A NUL in any string of the spec, a key or a value (a path, a user, an image, a name): refused
+    where it is, before anything uses it (a NUL cannot pass to a command, a file name or Compose).
+    Each mapping or list is walked once, however often YAML aliases repeat it."""
+    problems: list[tuple[tuple, str]] = []
+    seen: set[int] = set()
+    stack: list[tuple[tuple, object]] = [((k,), v) for k, v in data.items() if k not in skip]
+    stack += [((k,), k) for k in data if isinstance(k, str) and "\0" in k]
+    while stack and len(problems) < 20:
+        loc, value = stack.pop()
+        if isinstance(value, str):
+            if "\0" in value:
+                problems.append((loc, "holds a NUL character (\\x00), which no name, path or command can carry; "
+                                 "remove it"))
+        elif isinstance(value, (dict, list)) and id(value) not in seen:
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in items:
+                if isinstance(k, str) and "\0" in k:
+                    stack.append((loc + (k,), k))
+                stack.append((loc + (k,), v))
+    return sorted(problems, key=lambda p: [str(x) for x in p[0]])
 
 
 def check_rules(spec: Spec) -> list[tuple[tuple, str]]:

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from launcher.safefile import open_regular
+from launcher.safefile import write_whole
 from launcher.record.events import Event
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
@@ -140,7 +142,7 @@ class RecordFeed:
     def _new_events(self) -> list[dict]:
         path = self.run_dir / EVENTS_FILE
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path, follow=False) as fh:  # (not a FIFO, nor a link out of the run dir)
                 fh.seek(self._events_at)
                 data = fh.read(FILE_BYTES + 1)
             if len(data) > FILE_BYTES:
@@ -149,7 +151,7 @@ class RecordFeed:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
+            raise RecordDamaged(f"cannot read {path}: {exc.strerror or exc}") from None
         complete = data[: data.rfind(b"\n") + 1]  # a torn last line (a crash mid-append) waits
         self._events_at += len(complete)
         lines = complete.decode("utf-8", "replace").split("\n")[:-1]
@@ -167,8 +169,8 @@ class RecordFeed:
             return
         path = log_path(self.run_dir, key)
         try:
-            fh = open(path, "rb")
-        except OSError:
+            fh = open_regular(path, follow=False)
+        except OSError:  # (missing, or not a regular file of the run dir: nothing of it is read)
             return
         with fh:
             stamp = os.fstat(fh.fileno()).st_mtime
@@ -221,17 +223,7 @@ def replay(run_dir: Path, snapshot: bool = True) -> RunView:
 
 def write_snapshot(run_dir: Path, feed: RecordFeed) -> None:
     """Write ``feed``'s state as the record's snapshot, atomically (a reader sees the last whole one)."""
-    path = run_dir / SNAPSHOT_FILE
-    tmp = path.with_name(f".{SNAPSHOT_FILE}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(feed.to_json(), fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_whole(run_dir / SNAPSHOT_FILE, json.dumps(feed.to_json(), separators=(",", ":")))
 
 
 def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
@@ -259,7 +251,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
 
 
 def _ends_a_line(path: Path, at: int) -> bool:
-    with open(path, "rb") as fh:
+    with open_regular(path, follow=False) as fh:
         fh.seek(at - 1)
         return fh.read(1) == b"\n"
 

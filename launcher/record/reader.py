@@ -11,10 +11,12 @@ show. The record is written by record/writer.py.
 from __future__ import annotations
 
 import json
+import re
 import os
 from pathlib import Path
 from typing import Any, Optional
 
+from launcher.safefile import open_regular
 from launcher.bounded import shown
 from launcher.errors import LaunchError, NoRun
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
@@ -74,8 +76,10 @@ def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
 
 def read_bounded(path: Path, limit: int = FILE_BYTES) -> bytes:
     """The bytes of ``path``; RecordDamaged naming it and the bound if it holds more than ``limit``
-    (it is not read past the bound). OSError as ``open`` raises it."""
-    with open(path, "rb") as fh:
+    (it is not read past the bound). OSError as ``open`` raises it; UnsafeFile (an OSError) for
+    anything but a regular file, or a symlink: tfcluster writes none in a run dir, and one planted
+    there must not lead out of it (launcher/safefile.py)."""
+    with open_regular(path, follow=False) as fh:
         too_big = os.fstat(fh.fileno()).st_size > limit
         data = b"" if too_big else fh.read(limit + 1)  # (a file growing meanwhile stops at the bound too)
     if too_big or len(data) > limit:
@@ -113,9 +117,15 @@ def latest_run(root: Path, name: str) -> Optional[Path]:
     return None
 
 
+# A run id as tfcluster makes them (20250101-120000-ab12): one name, never a path.
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
     """The run ``run_id`` (or the latest) under ``name_dir``; LaunchError naming the fix if none."""
     if run_id:
+        if not RUN_ID_RE.fullmatch(run_id):  # (a path such as ../../x would lead out of name_dir)
+            raise NoRun(f"--run: {shown(run_id)} is not a run id (such as 20250101-120000-ab12); see `tfcluster runs`")
         run = name_dir / run_id
         if not (run / EVENTS_FILE).exists() and not (run / LAUNCHER_FILE).exists():
             known = [p.name for p in runs_root(name_dir)][-5:]
@@ -124,7 +134,9 @@ def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
         return run
     link = name_dir / LATEST
     if link.exists():
-        return link.resolve()
+        target = link.resolve()
+        if target.parent == name_dir.resolve() and not target.is_symlink():  # (one tfcluster made: a run of here)
+            return target
     runs = runs_root(name_dir)
     if runs:
         return runs[-1]

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from launcher.safefile import open_append, write_whole
 from launcher.plan.build import Plan
 from launcher.procinfo import start_time
 from launcher.record.events import Event
@@ -243,20 +244,9 @@ def new_run_id() -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` so that a reader (or a crash) never sees it half-written."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    """Write ``path`` so that a reader (or a crash) never sees it half-written: a new file created
+    exclusively, without following a symlink, beside it, then renamed over it (launcher/safefile.py)."""
+    write_whole(path, text)
 
 
 def _size_of(path: Path) -> int:
@@ -267,7 +257,7 @@ def _size_of(path: Path) -> int:
 
 
 def _open_append(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return open_append(path)  # (never through a symlink planted in the run dir)
 
 
 def _write_all(fd: int, data: bytes) -> None:

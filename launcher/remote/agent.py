@@ -103,8 +103,11 @@ def _bind(port):
 
 
 def _write(path, text, mode=0o644):
-    tmp = path + ".tmp%d" % os.getpid()
-    with open(tmp, "w") as fh:
+    # A new file of a name no one could plant beforehand (exclusive: a symlink there fails the open),
+    # renamed over the target (which replaces a symlink there, never its target).
+    tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(6).hex())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.chmod(tmp, mode)
     os.replace(tmp, path)

@@ -239,7 +239,7 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
         if body.upper() == "TRUE":
             on_notice()
             return
-        if not _ETAG.match(etag):  # it goes into the next request's URL: only what an ETag holds
+        if not _ETAG.fullmatch(etag):  # it goes into the next request's URL: only what an ETag holds
             stopping.wait(5.0)
             last = ""
             continue
@@ -279,8 +279,10 @@ def main(argv: list[str]) -> int:
             os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 
     if opts["pidfile"]:
-        tmp = opts["pidfile"] + ".tmp"
-        with open(tmp, "w") as fh:
+        # (exclusive, a name no one planted: a symlink at PIDFILE.tmp is never written through)
+        tmp = f"{opts['pidfile']}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as fh:
             fh.write(f"{os.getpid()} {child}\n")
         os.replace(tmp, opts["pidfile"])
 

@@ -27,7 +27,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, TextIO
 
 from launcher.ui import noise
-from launcher.bounded import one_line
+from launcher.bounded import escape, for_terminal, one_line
 from launcher.ui.peoplelines import PeopleLines
 
 if TYPE_CHECKING:
@@ -225,6 +225,8 @@ class Console:
             if self.color:
                 code = self._palette.setdefault(key, _COLORS[len(self._palette) % len(_COLORS)])
                 prefix = f"\033[{code}m{prefix}\033[0m"
+            if _isatty(self.out):  # a task's colours, never its OSC/DCS/APC (a title, a clipboard write)
+                line = for_terminal(line)
             self.out.write(f"{prefix} {line}\n")
             self.out.flush()
 
@@ -244,7 +246,8 @@ class Console:
         self._message(f"tfcluster: error: {one_line(message)}", style="bold red")
 
     def block(self, lines: list[str]) -> None:
-        self._message("\n".join(lines))
+        # (each line escaped: a report names paths, and a path may hold any byte but / and NUL)
+        self._message("\n".join(escape(line) for line in lines))
 
     def report(self, lines: list[str]) -> None:
         """The final report: the panel goes away first, so the report is the last thing shown."""

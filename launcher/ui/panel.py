@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from launcher.bounded import escape, for_terminal
 from launcher.record.hosts import size_now, suspect_lines
 from launcher.record.view import (EVALUATING, FAILED, GONE, IMPORTING, RESTARTING, RUNNING, STARTING, STOPPED, SUCCEEDED,
                           TRAINING, RunView)
@@ -33,7 +34,7 @@ def render(view: RunView, now: float, width: int = 160) -> Group:
     """The panel for ``view`` at time ``now`` on a terminal ``width`` columns wide: header, one
     row per task (the panel's columns: launcher/ui/columns.py), PSS/evaluator extras."""
     bar_width = 20 if width >= 140 else 10 if width >= 100 else 4
-    parts: list = [_header(view, now), Text(f"run dir {view.run_dir}", style="dim", no_wrap=True, overflow="ellipsis")]
+    parts: list = [_header(view, now), Text(f"run dir {escape(str(view.run_dir))}", style="dim", no_wrap=True, overflow="ellipsis")]
     table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold", expand=False)
     rows = [Row.of_view(t, now, bar_width) for t in view.tasks.values()]
     columns = for_table(PANEL, rows)
@@ -149,7 +150,8 @@ class LivePanel:
     def task_line(self, key: str, line: str) -> None:
         with self._lock:
             style = self._palette.setdefault(key, _KEY_STYLES[len(self._palette) % len(_KEY_STYLES)])
-            self._pending.append(Text.assemble((f"[{key}]", style), " ", line))
+            # (a task's colours, never its OSC/DCS/APC: launcher/bounded.py for_terminal)
+            self._pending.append(Text.assemble((f"[{key}]", style), " ", Text.from_ansi(for_terminal(line))))
 
     def message(self, text: str, style: str = "") -> None:
         with self._lock:

@@ -268,7 +268,7 @@ def test_the_record_package_has_one_writer_one_reader_and_one_run_model():
     reader = graph["launcher.record.reader"]
     # launcher.bounded (how outside bytes are shown in a line) is a leaf, as low as it gets.
     assert graph["launcher.bounded"] == set(), graph["launcher.bounded"]
-    assert reader <= {"launcher.errors", "launcher.bounded", "launcher.record.layout"}, reader
+    assert reader <= {"launcher.errors", "launcher.bounded", "launcher.safefile", "launcher.record.layout"}, reader
     record_io = {"launcher.record.reader", "launcher.record.writer", "launcher.record.feed", "launcher.record.status"}
     assert not graph["launcher.record.view"] & record_io, graph["launcher.record.view"]
     assert graph["launcher.record"] <= {"launcher.record.events", "launcher.record.layout", "launcher.record.states"}
@@ -292,7 +292,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("launcher.plan",),  # pure: spec -> plan
     ("launcher.spec",),  # the spec as data: the models, the bounded YAML reader
     ("launcher.contract", "launcher.remote", "worker"),  # what tasks read; code shipped to hosts; the reference worker
-    ("launcher", "launcher.errors", "launcher.bounded", "launcher.procinfo", "launcher.interrupts"),  # leaves every layer uses
+    ("launcher", "launcher.errors", "launcher.bounded", "launcher.procinfo", "launcher.safefile",
+     "launcher.interrupts"),  # leaves every layer uses
 ]
 # Reaching up, each with its reason (none is the goal: the test fails on a stale entry).
 UPWARD: dict[tuple[str, str], str] = {}

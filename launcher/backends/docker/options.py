@@ -68,14 +68,14 @@ class DockerOptions(OptionsModel):
         if v is None:
             return v
         text = str(v).strip() if not isinstance(v, bool) else ""
-        if not SIZE_RE.match(text):
+        if not SIZE_RE.fullmatch(text):
             raise ValueError(f"{v!r} is not a size; use e.g. 1g, 512m or a number of bytes")
         return text.lower()
 
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
-        if not IMAGE_RE.match(v):
+        if not IMAGE_RE.fullmatch(v):
             raise ValueError(f"'{v}' is not a valid image reference; use e.g. tfcluster-worker:latest (lowercase)")
         return v
 

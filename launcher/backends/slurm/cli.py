@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from launcher.procinfo import OutputTooLarge, run_bounded
 from launcher.errors import LaunchError
 
 COMMANDS = ("sbatch", "srun", "squeue", "scontrol", "scancel")
@@ -37,10 +38,15 @@ def missing_commands() -> list[str]:
 
 
 def run(argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProcess:
-    """Run a Slurm command; LaunchError (one line) if it cannot run or times out."""
+    """Run a Slurm command; LaunchError (one line) if it cannot run or times out. However it ends,
+    nothing it started is left (its process group, and whatever holds its pipes: procinfo.run_bounded)."""
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=client_env(),
-                              stdin=subprocess.DEVNULL)
+        code, out, err = run_bounded(list(argv), timeout, env=client_env(), out_bytes=64 << 20, err_bytes=1 << 20)
+        return subprocess.CompletedProcess(list(argv), code, out.decode("utf-8", "replace"),
+                                           err.decode("utf-8", "replace"))
+    except OutputTooLarge:
+        raise LaunchError(f"slurm: '{' '.join(argv[:3])} ...' printed more than 64 MiB; "
+                          "is this the Slurm client? (try: sinfo)") from None
     except FileNotFoundError:
         raise LaunchError(f"slurm: '{argv[0]}' not found on PATH; install the Slurm client commands "
                           "(Debian: slurm-client) or run tfcluster on a login node") from None

@@ -46,26 +46,60 @@ class SlurmOptions(OptionsModel):
     @field_validator("time")
     @classmethod
     def _time(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not _TIME_RE.match(str(v).strip()):
+        if v is not None and not _TIME_RE.fullmatch(str(v).strip()):
             raise ValueError(f"'{v}' is not a Slurm time limit; use MM, HH:MM:SS or D-HH:MM:SS (quoted: \"02:00:00\")")
         return v
 
     @field_validator("partition", "account")
     @classmethod
     def _name(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not _NAME_RE.match(v):
+        if v is not None and not _NAME_RE.fullmatch(v):
             raise ValueError(f"'{v}' is not a Slurm name (letters, digits, _ . + -); fix the name")
         return v
 
     @field_validator("sbatch", "srun")
     @classmethod
     def _options(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        value_next = False  # the item before was an option whose value may be the next item
         for item in v:
-            if not str(item).startswith("-"):
+            item = str(item)
+            if not item.startswith("-"):
+                if value_next:
+                    value_next = False
+                    continue
                 raise ValueError(f"'{item}' is not an option; give each as one string starting with -, "
                                  "e.g. \"--gres=gpu:4\"")
-            for own in OWN_OPTIONS:
-                if item == own or item.startswith(own + "="):
-                    raise ValueError(f"'{item}': tfcluster sets {own} itself; remove it (use slurm.nodes / "
-                                     "slurm.tasks_per_node for the shape)")
+            own, value_next = own_option(item)
+            if own:
+                raise ValueError(f"'{item}': tfcluster sets {own} itself; remove it (use slurm.nodes / "
+                                 "slurm.tasks_per_node for the shape)")
         return v
+
+
+# sbatch's and srun's short forms of OWN_OPTIONS, and the short options that take a value (the rest
+# of a bundle such as -vo, or the next item, is then that value): as getopt parses them.
+OWN_SHORT = {"w": "--nodelist", "N": "--nodes", "n": "--ntasks", "J": "--job-name", "o": "--output",
+             "D": "--chdir", "i": "--input"}
+SHORT_WITH_VALUE = set("AabCcDdeGiJLMmNnopqSTtwx")
+
+
+def own_option(item: str) -> tuple[Optional[str], bool]:
+    """(the option of OWN_OPTIONS that ``item`` sets as sbatch/srun parse it, or None; whether its
+    value may be the next item). Long options count by any prefix that could name one of them
+    (getopt takes a unique prefix: ``--outp=x`` is --output, ``--expor`` --export; a prefix that
+    names several is refused by sbatch anyway), ``--opt value`` as ``--opt=value``; short options
+    in any bundle (``-o x``, ``-ox``, ``-vo x``)."""
+    if item.startswith("--"):
+        name, eq, _ = item[2:].partition("=")
+        if not name:
+            return None, False
+        for own in OWN_OPTIONS:
+            if own[2:].startswith(name):
+                return own, False
+        return None, not eq
+    for i, c in enumerate(item[1:]):
+        if c in OWN_SHORT:
+            return OWN_SHORT[c], False
+        if c in SHORT_WITH_VALUE:
+            return None, i == len(item) - 2  # (-p alone: the value is the next item)
+    return None, False

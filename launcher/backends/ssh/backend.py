@@ -75,11 +75,11 @@ class SSHBackend(Backend):
     def place(cls, spec: Spec) -> Placement:
         """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``, each
         host's tasks of a group numbered consecutively (placement.py: ranks in blocks). With no
-        hosts yet (``discovery:`` finds them when tfcluster plans to run), placeholders."""
+        hosts yet (``discovery:`` finds them at ``up``, or ``plan --discover``), placeholders."""
         if not spec.hosts and spec.discovery is not None:
             slots = {f"{t}:{i}": Slot(f"host{n + 1}", f"host{n + 1}")
                      for n, (t, i) in enumerate((t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t)))}
-            return Placement(slots, placeholder=True, note="hosts come from discovery.command when tfcluster plans a run")
+            return Placement(slots, placeholder=True, note="hosts come from discovery.command at `up` (tfcluster plan --discover runs it now)")
         return Placement(round_robin(spec))
 
     def allocate(self, spec: Spec) -> Placement:

@@ -106,7 +106,7 @@ class Spec(OptionsModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(
                 f"'{v}' is not a valid run name; use letters, digits, '.', '_' or '-' (it names files and containers)"
             )
@@ -133,7 +133,7 @@ class Spec(OptionsModel):
             return v
         out = {}
         for key, value in v.items():
-            if not isinstance(key, str) or not ENV_RE.match(key):
+            if not isinstance(key, str) or not ENV_RE.fullmatch(key):
                 raise ValueError(f"'{key}' is not a valid environment variable name")
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by tfcluster for each task; remove it from env")

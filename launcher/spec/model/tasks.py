@@ -42,7 +42,7 @@ class Host(OptionsModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(f"'{v}' is not a valid host name; use letters, digits, '.', '_' or '-'")
         return v
 
