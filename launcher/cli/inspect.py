@@ -4,7 +4,6 @@ app/attach.py), print what it returns (launcher/ui/runstatus.py), choose the exi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from launcher.backends.elsewhere import Elsewhere
 from launcher.cli.common import JSON_FORMAT, elsewhere, load, print_record_lines
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST
 from launcher.ui.console import Console
+from launcher.ui.jsontext import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.record.status import RunStatus
@@ -42,7 +42,7 @@ def status(args: argparse.Namespace, console: Console) -> int:
         return code
     view = inspect.status(loaded, args.run)
     if args.json:
-        print(json.dumps({"format": JSON_FORMAT, **view.to_json()}, indent=2))
+        print(json_text({"format": JSON_FORMAT, **view.to_json()}))
     else:
         print_record_lines(render_status(view, args.spec))
     return exit_code(view)
@@ -103,7 +103,7 @@ def runs(args: argparse.Namespace, console: Console) -> int:
         lists = inspect.runs_under(path)
         views = [v for found in lists for v in found.runs]
         if args.json:
-            print(json.dumps(runs_json(views), indent=2))
+            print(json_text(runs_json(views)))
         elif not lists:
             print(f"no runs under {path}")
         else:
@@ -115,7 +115,7 @@ def runs(args: argparse.Namespace, console: Console) -> int:
         return code
     found = inspect.runs(loaded)
     if args.json:
-        print(json.dumps(runs_json(found.runs), indent=2))
+        print(json_text(runs_json(found.runs)))
     else:
         print_record_lines(render_runs(found.runs, found.where))
     return EXIT_OK if found.runs else EXIT_NO_RUN

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
@@ -12,6 +11,7 @@ from launcher.errors import UserError
 from launcher.plan.build import COMPACT, write_full_json
 from launcher.loader.load import load_spec
 from launcher.ui.console import Console
+from launcher.ui.jsontext import json_text
 from launcher.ui.plantext import render_plan
 
 
@@ -34,11 +34,11 @@ def _validate_json(spec: str) -> int:
         loaded = with_discovered(load_spec(spec))
         plan = plan_for(loaded.spec)
     except UserError as exc:
-        print(json.dumps({**out, "valid": False, "errors": list(exc.lines)}, indent=2))
+        print(json_text({**out, "valid": False, "errors": list(exc.lines)}))
         raise
     notes = warnings(loaded)
-    print(json.dumps({**out, "valid": True, "name": loaded.spec.name, "strategy": plan.strategy,
-                      "backend": plan.backend, "tasks": len(plan.tasks), "warnings": notes}, indent=2))
+    print(json_text({**out, "valid": True, "name": loaded.spec.name, "strategy": plan.strategy,
+                     "backend": plan.backend, "tasks": len(plan.tasks), "warnings": notes}))
     for line in notes:
         Console().info(line)
     return EXIT_OK
@@ -48,7 +48,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     loaded, planned = load(args.spec, console, discover=True, gpus=True)
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
         compact = {k: v for k, v in planned.to_compact_json(secrets=args.show_secrets).items() if k != "format"}
-        print(json.dumps({"format": JSON_FORMAT, "shape": COMPACT, **compact}, indent=2))
+        print(json_text({"format": JSON_FORMAT, "shape": COMPACT, **compact}))
     elif args.json:
         write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT})
     else:
@@ -60,5 +60,5 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 def schema(args: argparse.Namespace, console: Console) -> int:
     from launcher.loader.load import json_schema
 
-    print(json.dumps(json_schema(), indent=2))
+    print(json_text(json_schema()))
     return EXIT_OK

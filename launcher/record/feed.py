@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 from launcher.record.events import Event
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
-from launcher.record.reader import FILE_BYTES, RecordDamaged, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
+from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from launcher.record.view import RunView
 
 SNAPSHOT_VERSION = 1
@@ -239,7 +239,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
     that end lines of ``events.jsonl`` and of each task log as they are now. None otherwise
     (a replay then starts at the record's start: a snapshot only saves time)."""
     try:
-        state = json.loads(read_bounded(run_dir / SNAPSHOT_FILE))
+        state = loads_strict(read_bounded(run_dir / SNAPSHOT_FILE).decode("utf-8", "replace"))
         if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
             return None
         ends = {run_dir / EVENTS_FILE: state["events_at"]}

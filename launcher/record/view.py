@@ -2,7 +2,7 @@
 
 Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
 
-* the run's events, as the dicts ``events.jsonl`` holds (``run_start``, ``start``, ``ready``,
+* the run's events, as record/events.py reads them from ``events.jsonl`` (``run_start``, ``start``, ``ready``,
   ``exit``, ``stopped``, ``restart``, ``task_restart``, ``failure``, ``outcome``), and
 * each task's output lines with the time they arrived (progress lines are read through
   ``progress.parse``; any other line only counts as a sign of life),
@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract.progress import Progress, Throughput, parse, step_shape
 from launcher.record import fold, hosts
-from launcher.record.events import Event
+from launcher.record.events import Event, RecordEvent, parse_event
 from launcher.record.hosts import HostChange
 from launcher.record.states import TaskPhase, TaskState
 from launcher.record.taskview import TaskView, task_from_json, task_json
@@ -68,7 +68,10 @@ class RunView:
     # -------------------------------------------------------------- feeding
 
     def event(self, record: Mapping[str, Any]) -> None:
-        """Apply one run event (a dict as written to events.jsonl)."""
+        """Apply one run event (record/events.py; a plain dict as events.jsonl holds it is read
+        through ``parse_event`` first: RunRecordDamaged for one tfcluster never writes)."""
+        if not isinstance(record, RecordEvent):
+            record = parse_event(dict(record))
         with self._lock:
             self._event(record)
 
@@ -171,9 +174,9 @@ class RunView:
 
     # -------------------------------------------------------------- internals
 
-    def _event(self, record: Mapping[str, Any]) -> None:
-        kind = record.get("event")
-        at = _float(record.get("time"))
+    def _event(self, record: RecordEvent) -> None:
+        kind = record.kind
+        at = record.time
         key = record.get("task")
         if kind == Event.RUN_START:
             self.name = record.get("name", self.name)
@@ -332,9 +335,3 @@ class RunView:
 def _int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-
-def _float(value: Any) -> Optional[float]:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None

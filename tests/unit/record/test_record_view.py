@@ -10,6 +10,7 @@ from rich.console import Console as RichConsole
 
 from launcher.ui import report
 from launcher.ui.panel import render
+from launcher.record import events as ev
 from launcher.record.view import RunView
 
 T0 = 1000.0
@@ -196,8 +197,9 @@ def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(
         raise ValueError("drawing failed")
 
     record.listeners += [broken, view.event]
-    record.event("run_start", name="t", strategy="multi_worker_mirrored", backend="local", tasks=list(plan.keys))
-    record.event("start", task="worker:0", attempt=0, host="localhost")
+    record.write(ev.RunStart(run_id=record.run_id, name="t", strategy="multi_worker_mirrored", backend="local",
+                             tasks=list(plan.keys)))
+    record.write(ev.Start(task="worker:0", attempt=0, host="localhost"))
     record.close()
     assert view.name == "t" and view.tasks["worker:0"].state == "starting"
     assert len(problems) == 1 and "drawing failed" in problems[0] and "the run goes on" in problems[0]
