@@ -80,6 +80,7 @@ def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
     from launcher.record.reader import RecordDamaged, read_events
+    from launcher.record.run import fold_run
     from launcher.record.status import last_sign_of_life
     from launcher.record.writer import append_event
 
@@ -88,12 +89,12 @@ def _record_stop(run_dir, console: Console) -> None:
     except RecordDamaged as exc:
         console.error(exc.lines[0])
         return
-    if any(e.get("event") == Event.OUTCOME for e in events):
+    if any(e.kind == Event.OUTCOME for e in events):
         return
-    attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == Event.START), default=-1)
-    ended = last_sign_of_life(run_dir, events)  # the run's end, not this `down`'s (status, runs)
+    run = fold_run(events)
+    ended = last_sign_of_life(run_dir, run.last)  # the run's end, not this `down`'s (status, runs)
     try:
-        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, exit_code=EXIT_INTERRUPTED, attempts=attempts,
+        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, exit_code=EXIT_INTERRUPTED, attempts=run.attempts,
                                          reason="the supervisor was lost; what was left was stopped by tfcluster down",
                                          ended=round(ended, 3) if ended is not None else None))
     except OSError as exc:

@@ -27,6 +27,7 @@ from launcher.contract.progress import Progress, Throughput, parse, step_shape
 from launcher.record import fold, hosts
 from launcher.record.events import Event, RecordEvent, parse_event
 from launcher.record.hosts import HostChange
+from launcher.record.run import RunFacts
 from launcher.record.states import TaskPhase, TaskState
 from launcher.record.taskview import TaskView, task_from_json, task_json
 
@@ -61,6 +62,9 @@ class RunView:
     # answered for elastic.settle s since (host_added): not used meanwhile. host -> settle (s).
     suspects: dict[str, float] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict, repr=False)  # host_lost events not yet replanned
+    # The run's own facts (record/run.py, the one run fold): started_at, ended_at, outcome and
+    # exit_code above are read from it as each event is applied.
+    run: RunFacts = field(default_factory=RunFacts, repr=False)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -119,7 +123,8 @@ class RunView:
         (launcher/record/feed.py) holds one, so ``status`` replays only what came after it."""
         with self._lock:
             out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
-                                   if f.name not in ("tasks", "host_changes")}
+                                   if f.name not in ("tasks", "host_changes", "run")}
+            out["run"] = self.run.to_json()
             out["tasks"] = {key: task_json(t) for key, t in self.tasks.items()}
             out["host_changes"] = [asdict(c) for c in self.host_changes]
             return copy.deepcopy(out)
@@ -130,8 +135,9 @@ class RunView:
         data = copy.deepcopy(dict(data))
         tasks = {key: task_from_json(t) for key, t in data.pop("tasks", {}).items()}
         changes = [HostChange(**c) for c in data.pop("host_changes", [])]
+        run = RunFacts.from_json(data.pop("run", {}))
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes)
+        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes, run=run)
 
     # -------------------------------------------------------------- reading
 
@@ -178,6 +184,7 @@ class RunView:
         kind = record.kind
         at = record.time
         key = record.get("task")
+        self.run.apply(record)
         if kind == Event.RUN_START:
             self.name = record.get("name", self.name)
             self.strategy = record.get("strategy", self.strategy)
@@ -186,7 +193,7 @@ class RunView:
             self.run_dir = record.get("run_dir", self.run_dir)
             if record.get("max_restarts") is not None:
                 self.max_attempts = int(record["max_restarts"]) + 1
-            self.started_at = at
+            self.started_at = self.run.started
             for k in record.get("tasks", ()):
                 self.task(k)
             self.spares = list(record.get("spares", ()))
@@ -207,9 +214,7 @@ class RunView:
                 t.last_line = ""
                 t.has_result = False
             if kind == Event.OUTCOME:
-                self.outcome = str(record.get("outcome", ""))
-                self.exit_code = record.get("exit_code")
-                self.ended_at = at
+                self.outcome, self.exit_code, self.ended_at = self.run.outcome, self.run.exit_code, self.run.ended
         elif kind == Event.GPU_USAGE:
             figures = record.get("tasks")
             for key, pair in (figures.items() if isinstance(figures, dict) else ()):

@@ -249,3 +249,24 @@ def test_status_json_of_a_record_with_a_nan_loss_is_strict_json(tmp_path, capsys
     assert data["tasks"][0]["key"] == "worker:0" and data["tasks"][0]["global_step"] == 1
     assert data["tasks"][0]["loss"] is None  # (a loss=nan line: not a figure)
     load_run(run, alive=lambda pid, st: False)  # (and the record itself reads)
+
+
+@SETTINGS
+@given(st.one_of(JSON_VALUES, st.dictionaries(st.sampled_from(["pid", "host", "start_time", "cmdline", "tasks",
+                                                               "detached", "run_id"]), JSON_VALUES, max_size=5)))
+def test_any_launcher_json_is_checked_fields_or_one_damaged_line(tmp_path_factory, data):
+    run = tmp_path_factory.mktemp("rec")
+    try:
+        text = json.dumps(data)
+    except ValueError:
+        return
+    (run / "launcher.json").write_text(text)
+    try:
+        info = read_launcher(run)
+    except RecordDamaged as exc:
+        assert "launcher.json" in _one_line(exc)
+        return
+    pid = info.get("pid")
+    assert pid is None or (type(pid) is int and pid >= 0)
+    assert all(isinstance(t, dict) for t in (info.get("tasks") or {}).values())
+    json.dumps(info, allow_nan=False)  # nothing that is not strict JSON got through
