@@ -74,7 +74,7 @@ class TaskRow:
     @property
     def attempt(self) -> Optional[int]:
         """0-based attempt of its last start (None: never started)."""
-        return self.life.attempt - 1 if self.life.starts else None
+        return self.life.attempt
 
     @property
     def restarts(self) -> int:

@@ -47,7 +47,7 @@ class RunView:
     run_id: str = ""
     run_dir: str = ""
     max_attempts: Optional[int] = None
-    attempt: int = 0  # 1-based current group attempt
+    attempt: Optional[int] = None  # the 0-based index of the last attempt a task started in (the panel says "attempt N+1")
     started_at: Optional[float] = None
     ended_at: Optional[float] = None
     outcome: str = ""
@@ -202,7 +202,7 @@ class RunView:
         elif kind in fold.STATE_KINDS:
             started = fold.step(self.tasks, record, TaskView)
             if started is not None:  # a new process: the figures of the previous one go
-                self.attempt = max(self.attempt, started.attempt)
+                self.attempt = started.attempt if self.attempt is None else max(self.attempt, started.attempt)
                 t = started
                 t.lost = False
                 t.throughput = None
