@@ -531,6 +531,23 @@ def check_fields(data: dict[str, Any], hints: Mapping[str, Any], where: str) -> 
     return data
 
 
+def fields_conform(obj: Any) -> Optional[str]:
+    """The first field of dataclass ``obj`` whose value is not what its annotation says (checked
+    as an event's are, where the annotation is one ``parse_event`` knows: numbers, text, flags,
+    lists and dicts of them), as ``name: problem``; None when all conform. For values read back
+    from a record's own JSON (a snapshot's view) that are not events."""
+    for name, hint in typing.get_type_hints(type(obj), include_extras=True).items():
+        if typing.get_origin(hint) is ClassVar or name.startswith("_"):
+            continue
+        try:
+            _check(getattr(obj, name, None), hint)
+        except _Bad as exc:
+            return f"{name}: {exc}"
+        except (TypeError, RecursionError):
+            continue  # (an annotation this does not check: a class of its own)
+    return None
+
+
 _HINTS: dict[type, dict[str, Any]] = {}
 
 

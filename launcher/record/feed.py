@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from launcher.record.events import Event
+from launcher.record.events import Event, fields_conform
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
 from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
@@ -141,10 +141,14 @@ class RecordFeed:
         path = self.run_dir / EVENTS_FILE
         try:
             with open(path, "rb") as fh:
-                fh.seek(self._events_at)
-                data = fh.read(FILE_BYTES + 1)
-            if len(data) > FILE_BYTES:
-                raise RecordDamaged(f"run record damaged: {path} grew by more than {FILE_BYTES:,} bytes, far more "
+                # (the size first: a file past the bound is named without reading it into memory)
+                grown = os.fstat(fh.fileno()).st_size - self._events_at
+                if grown <= FILE_BYTES:
+                    fh.seek(self._events_at)
+                    data = fh.read(FILE_BYTES + 1)
+            if grown > FILE_BYTES or len(data) > FILE_BYTES:
+                how = "grew by" if self._events_at else "is"
+                raise RecordDamaged(f"run record damaged: {path} {how} more than {FILE_BYTES:,} bytes, far more "
                                     "than tfcluster writes there; move it away (or delete the run) to read the others")
         except FileNotFoundError:
             return []
@@ -252,7 +256,9 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
         if not (isinstance(state["events_read"], int) and isinstance(state["waiting"], list)
                 and isinstance(state["ended"], bool) and isinstance(state["view"], dict)):
             return None
-        RunView.from_json(state["view"])  # (one that does not read back is not used)
+        view = RunView.from_json(state["view"])  # (one that does not read back is not used)
+        if any(fields_conform(x) is not None for x in (view, view.run, *view.tasks.values())):
+            return None
         return state
     except (OSError, RecordDamaged) + DAMAGE:
         return None

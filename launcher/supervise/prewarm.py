@@ -53,7 +53,7 @@ class Prewarm:
             self._standby_checked = now
             keys = {t.key for t in self.plan.tasks}
             if not any(t.global_step is not None and t.start_global_step is not None
-                       and t.global_step > t.start_global_step and t.attempt == attempt.number + 1
+                       and t.global_step > t.start_global_step and t.attempt == attempt.number
                        for k, t in self.view.snapshot().tasks.items() if k in keys):
                 return
         self._standby_due = None

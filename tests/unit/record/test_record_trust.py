@@ -270,3 +270,19 @@ def test_any_launcher_json_is_checked_fields_or_one_damaged_line(tmp_path_factor
     assert pid is None or (type(pid) is int and pid >= 0)
     assert all(isinstance(t, dict) for t in (info.get("tasks") or {}).values())
     json.dumps(info, allow_nan=False)  # nothing that is not strict JSON got through
+
+
+@pytest.mark.parametrize("view", [{"started_at": "x"}, {"tasks": {"worker:0": {"key": "worker:0", "global_step": "7"}}},
+                                  {"run": {"started": [1]}}, {"attempt": True}])
+def test_a_snapshot_with_values_of_the_wrong_type_is_not_used(tmp_path, view):
+    """The snapshot only saves time: one whose view does not check out is passed over and the
+    record replayed from its start (the status is the record's, not the snapshot's)."""
+    from launcher.record.feed import SNAPSHOT_VERSION, read_snapshot
+
+    _record(tmp_path, {"pid": 999999, "start_time": 1})
+    run = tmp_path / "runs" / "t" / RUN_ID
+    (run / "snapshot.json").write_text(json.dumps({"version": SNAPSHOT_VERSION, "events_at": 0, "events_read": 0,
+                                                   "fed": {}, "waiting": [], "ended": False, "view": view}))
+    assert read_snapshot(run) is None
+    got = load_run(run, alive=lambda pid, st: False)
+    assert got.started == 1.0 and json.dumps(got.to_json(), allow_nan=False)
