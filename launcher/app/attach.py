@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from launcher.interrupts import take_interrupt
 from launcher.app.inspect import POLL, Write, find, follow
 from launcher.record.feed import RecordFeed
 from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG
@@ -50,8 +51,11 @@ def attach(loaded: LoadedSpec, console: Console, *, run_id: Optional[str] = None
 
 
 def _gone(console: Console) -> None:
+    """At each poll: leave if the console went away or Ctrl-C was pressed (launcher/interrupts.py:
+    taken here, between polls, not wherever the main thread was when it came)."""
     if console.lost:
         raise _ConsoleGone()
+    take_interrupt()
 
 
 def _attach(loaded: LoadedSpec, console: Console, run_id: Optional[str], shown: str) -> Attached:

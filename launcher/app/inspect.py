@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from launcher.bounded import listing
+from launcher.interrupts import take_interrupt
 from launcher.errors import LaunchError, NoRun
 from launcher.record.events import Event
 from launcher.record.layout import OUTPUT_FILE, log_path, name_dir
@@ -91,7 +92,7 @@ def logs(loaded: LoadedSpec, write: Write, *, task: Optional[str] = None, run_id
     if not follow_run or end is not None:
         return LogsDone()
     try:
-        follow([(path, position, "")], run, lambda _path: write)
+        follow([(path, position, "")], run, lambda _path: write, on_state=lambda _view: take_interrupt())
     except KeyboardInterrupt:
         return LogsDone(interrupted=True)
     return LogsDone()

@@ -20,6 +20,7 @@ from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK
                      EXIT_USAGE, LaunchError)
 from launcher.plan.gpus import asked as gpus_asked
 from launcher.plan.build import Plan, build_plan
+from launcher.plan.elastic import fitting_now
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.loader.load import LoadedSpec, load_spec
 from launcher.ui.plantext import render_plan, show_gpus
@@ -43,8 +44,101 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
 
     from launcher.backends import backend_class
 
-    placement = backend_class(spec.backend).place(spec)
-    return build_plan(spec, placement if gpus else replace(placement, gpus={}))
+    from launcher.errors import SpecError
+
+    cls = backend_class(spec.backend)
+
+    def place(shape):
+        placement = cls.place(shape)
+        return placement if gpus else replace(placement, gpus={})
+
+    try:
+        return build_plan(spec, place(spec))
+    except SpecError:
+        # A group with tasks.worker.min starts with the room the hosts known now have (slots:
+        # discovery has not found every host yet) and grows as hosts appear.
+        smaller = fitting_now(spec, place) if starts_small_here(spec) else None
+        if smaller is None:
+            raise
+        return smaller
+
+
+def plan_with_room(loaded: LoadedSpec, console: Console, gpus: bool = True,
+                   clock: Optional[Callable[[], float]] = None,
+                   pause: Optional[Callable[[float], None]] = None) -> tuple[LoadedSpec, Plan]:
+    """``up``'s plan where hosts come from discovery.command and a worker group with a min: the
+    hosts it lists now may have no room for even ``min`` workers (hosts[].slots). Then, as for
+    listed hosts that do not answer, the run waits up to elastic.host_wait, running the command
+    again every discovery.every s, and ends in one line if the room never comes."""
+    import time
+
+    from launcher.errors import SpecError
+    from launcher.loader.discovery import with_discovered
+    from launcher.plan.elastic import options
+
+    clock, pause = clock or time.monotonic, pause or time.sleep
+    spec = loaded.spec
+    try:
+        return loaded, plan_for(spec, gpus=gpus)
+    except SpecError as exc:
+        if spec.discovery is None or not starts_small_here(spec) or not any(NO_ROOM in line for line in exc.lines):
+            raise
+        problem = exc.lines[0]
+    opts = options(spec)
+    deadline = clock() + opts.host_wait
+    console.info(f"discovery.command lists room for fewer than tasks.worker.min={spec.tasks.worker.min} workers; "
+                 f"waiting up to elastic.host_wait={opts.host_wait:g} s for hosts, running it every "
+                 f"{spec.discovery.every:g} s")
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            raise LaunchError(f"no room for tasks.worker.min={spec.tasks.worker.min} workers on the hosts "
+                              f"discovery.command listed within elastic.host_wait={opts.host_wait:g} s ({problem}); "
+                              "start more hosts, raise hosts[].slots, or lower tasks.worker.min")
+        pause(min(spec.discovery.every, left))
+        again = with_discovered(load_spec(loaded.path))
+        try:
+            return again, plan_for(again.spec, gpus=gpus)
+        except SpecError as exc:
+            if not any(NO_ROOM in line for line in exc.lines):
+                raise
+            problem = exc.lines[0]
+
+
+NO_ROOM = "hosts[].slots: the tasks do not fit"
+
+
+def starts_small_here(spec: "Spec") -> bool:
+    """The spec's worker group starts with the hosts there (launcher/plan/elastic.py's
+    starts_small): it has a min, and its backend moves tasks with elastic on."""
+    from launcher.backends import backend_class, placed_hosts
+    from launcher.plan.elastic import elastic_enabled, starts_small
+
+    elastic = backend_class(spec.backend).capabilities.elastic and elastic_enabled(spec, placed_hosts(spec))
+    return starts_small(spec, elastic)
+
+
+def short_line(spec: "Spec", plan: Plan, why: str) -> str:
+    """``worker: 1 of 2 (h2 not answering)`` where the group starts smaller than its count, else ""."""
+    from launcher.plan.elastic import group_size, size_phrase
+
+    group = group_size(spec, plan, why)
+    return size_phrase(group["size"], group["of"], group.get("why", "")) if group["size"] < group["of"] else ""
+
+
+def start_note(spec: "Spec", plan: Plan) -> str:
+    """What ``plan`` says of a worker group that starts with the hosts there: ``worker: starts
+    with 1..2 of 2 workers where hosts are short (tasks.worker.min=1); grows as hosts appear``."""
+    if not starts_small_here(spec):
+        return ""
+    group = spec.tasks.worker
+    size = sum(1 for t in plan.tasks if t.type == "worker")
+    if size < group.count:
+        return (f"worker: starts with {size} of {group.count} workers (no room for more on the hosts known now); "
+                f"grows as hosts appear (tasks.worker.min={group.min})")
+    return (f"worker: starts with {group.min}..{group.count} of {group.count} workers where hosts are short "
+            f"(tasks.worker.min={group.min}: hosts that do not answer at `up` are waited for, not errors); "
+            "grows as hosts appear")
 
 
 def standby_line(spec, plan: Plan) -> str:
@@ -106,9 +200,12 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         backend.preflight(plan)
         if dry_run:
-            print(render_plan(backend.preflight_plan or plan, spares=spares_of(spec),
-                              standby=standby_line(spec, plan)))
-            console.info(f"dry run: preflight passed; would start {len(plan.tasks)} tasks on backend {plan.backend}")
+            now = backend.preflight_plan or plan
+            print(render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan),
+                              notes=[start_note(spec, now)]))
+            small = short_line(spec, now, backend.short_why)
+            console.info(f"dry run: preflight passed; would start {len(now.tasks)} tasks on backend {plan.backend}"
+                         + (f" ({small})" if small else ""))
             backend.close()
             return EXIT_OK
         try:
@@ -117,7 +214,8 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
             raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
                               "fix run_dir in the spec or the directory's permissions") from None
         # The hosts the tasks get (a workload manager answers once the job is allocated).
-        plan = build_plan(spec, stoppable(lambda: backend.allocate(spec)))
+        # A worker group with a min starts with the hosts the preflight found there (start_plan).
+        plan = backend.start_plan or build_plan(spec, stoppable(lambda: backend.allocate(spec)))
         record.set_plan(plan)
     except BaseException:
         backend.close()  # connections and clients opened for the preflight, the allocation

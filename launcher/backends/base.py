@@ -105,6 +105,21 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class LaunchLines:
+    """The commands a backend will run for a plan, as ``tfcluster plan`` shows them: the
+    allocation's (``sbatch ...``; empty when there is none) and each task's (task key -> argv),
+    with ``note`` saying what in them is a stand-in (the job id, placeholder nodes)."""
+
+    allocation: tuple[str, ...] = ()
+    tasks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return {"allocation": list(self.allocation), "tasks": {k: list(v) for k, v in self.tasks.items()},
+                "note": self.note}
+
+
+@dataclass(frozen=True)
 class RecordedRun:
     """A run as ``tfcluster down`` finds it on disk: its directory and launcher.json
     (``run_id``, the launcher's ``pid``, and ``tasks``: key -> what TaskHandle.info() returned)."""
@@ -148,6 +163,13 @@ class Backend(abc.ABC):
     # The plan the preflight placed otherwise than the static placement (ssh: by the hosts' GPU
     # counts), which ``allocate`` then gives the run: what ``up --dry-run`` shows. None: the same.
     preflight_plan: Optional["Plan"] = None
+    # The plan the preflight found hosts for now, where a worker group with tasks.worker.min starts
+    # with the hosts there (launcher/plan/elastic.py's start_without): the run starts under it
+    # instead of ``allocate``'s. None: the usual. ``absent``: the hosts that did not answer then
+    # (host -> why), watched from the start to grow the group; ``short_why``: why it is smaller.
+    start_plan: Optional["Plan"] = None
+    absent: Mapping[str, str] = {}
+    short_why: str = ""
 
     # -------------------------------------------------------------- before a backend exists
 
@@ -177,6 +199,13 @@ class Backend(abc.ABC):
         """Construct for ``tfcluster up`` (``record`` is the RunRecord: run_id, dir, state_dir)
         or, with ``record=None``, for ``tfcluster down``. No network or engine access here."""
         return cls(loaded=loaded, record=record, console=console)  # type: ignore[call-arg]
+
+    @classmethod
+    def launch_lines(cls, loaded: "LoadedSpec", plan: Plan) -> Optional[LaunchLines]:
+        """The command lines a run of ``plan`` would start (``tfcluster plan`` shows them), or
+        None (the default: the plan's commands are what runs). May ask the workload manager
+        (read only); raises LaunchError in one line when it cannot."""
+        return None
 
     @classmethod
     def run_elsewhere(cls, loaded: "LoadedSpec", request: Elsewhere, console: "Console") -> Optional[int]:

@@ -18,11 +18,12 @@ JSON_FORMAT = 1
 
 
 def load(spec: str, console: Console, *, discover: bool = False, warn: bool = False,
-         gpus: bool = False) -> tuple[LoadedSpec, Plan]:
+         gpus: bool = False, wait_for_room: bool = False) -> tuple[LoadedSpec, Plan]:
     """The spec at ``spec`` and its plan. ``discover``: hosts: plus what discovery.command prints
     now; ``warn``: say the spec's warnings (keys it shadows); ``gpus``: this machine's GPUs in the
-    plan (for the commands that start a run or show what would start). Placeholder hosts where the
-    backend places tasks when it allocates."""
+    plan (for the commands that start a run or show what would start); ``wait_for_room``: ``up``'s
+    wait for discovered hosts with room for tasks.worker.min (launcher/app/up.py's plan_with_room).
+    Placeholder hosts where the backend places tasks when it allocates."""
     loaded = load_spec(spec)
     if discover:
         from launcher.loader.discovery import with_discovered
@@ -33,6 +34,10 @@ def load(spec: str, console: Console, *, discover: bool = False, warn: bool = Fa
 
         for line in warnings(loaded):
             console.info(line)
+    if wait_for_room:  # up: discovered hosts without room for tasks.worker.min yet are waited for
+        from launcher.app.up import plan_with_room
+
+        return plan_with_room(loaded, console, gpus=gpus)
     return loaded, plan_for(loaded.spec, gpus=gpus)
 
 

@@ -4,6 +4,7 @@ app/attach.py), print what it returns (launcher/ui/runstatus.py), choose the exi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 from launcher.backends.elsewhere import Elsewhere
 from launcher.cli.common import JSON_FORMAT, elsewhere, load, print_record_lines
+from launcher.interrupts import watching
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST
 from launcher.ui.console import Console
 from launcher.ui.jsontext import json_text
@@ -59,11 +61,13 @@ def logs(args: argparse.Namespace, console: Console) -> int:
     loaded, _plan = load(args.spec, console)
     request = Elsewhere("logs", run_id=args.run, task=args.task, follow=args.follow, attempt=args.attempt,
                         tail=args.tail)
-    code = elsewhere(loaded, request, console)
-    if code is not None:
-        return code
-    done = inspect.logs(loaded, _stdout, task=args.task, run_id=args.run, attempt=args.attempt, tail=args.tail,
-                        follow_run=args.follow)
+    # Following, Ctrl-C ends it within a second whatever it is blocked on (launcher/interrupts.py).
+    with watching("tfcluster: interrupted", EXIT_INTERRUPTED) if args.follow else contextlib.nullcontext():
+        code = elsewhere(loaded, request, console)
+        if code is not None:
+            return code
+        done = inspect.logs(loaded, _stdout, task=args.task, run_id=args.run, attempt=args.attempt,
+                            tail=args.tail, follow_run=args.follow)
     return EXIT_INTERRUPTED if done.interrupted else EXIT_OK
 
 
@@ -71,10 +75,12 @@ def attach(args: argparse.Namespace, console: Console) -> int:
     from launcher.app.attach import attach as attach_run
 
     loaded, _plan = load(args.spec, console)
-    code = elsewhere(loaded, Elsewhere("attach", run_id=args.run), console)
-    if code is not None:
-        return code
-    ended = attach_run(loaded, console, run_id=args.run, shown=args.spec)
+    # Ctrl-C detaches within a second whatever attach is blocked on (launcher/interrupts.py).
+    with watching("tfcluster: detached (Ctrl-C); the run goes on", EXIT_OK):
+        code = elsewhere(loaded, Elsewhere("attach", run_id=args.run), console)
+        if code is not None:
+            return code
+        ended = attach_run(loaded, console, run_id=args.run, shown=args.spec)
     return EXIT_OK if ended.detached else exit_code(ended.final)
 
 

@@ -15,7 +15,7 @@ def up(args: argparse.Namespace, console: Console) -> int:
     from launcher.app import up as execution
 
     supervise = args.supervise  # set: this process is the detached supervisor
-    loaded, plan = load(args.spec, console, discover=True, warn=not supervise, gpus=True)
+    loaded, plan = load(args.spec, console, discover=True, warn=not supervise, gpus=True, wait_for_room=True)
     if not (args.dry_run or supervise):
         code = elsewhere(loaded, Elsewhere("up", detach=args.detach, quiet=args.quiet, plain=args.plain,
                                            verbose=args.verbose, force=args.force), console)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from typing import Optional
 
-from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line
+from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line, start_note
 from launcher.cli.common import JSON_FORMAT, load
-from launcher.errors import UserError
+from launcher.bounded import escape
+from launcher.errors import LaunchError, UserError
 from launcher.plan.build import COMPACT, write_full_json
 from launcher.loader.load import load_spec
 from launcher.ui.console import Console
@@ -44,16 +47,44 @@ def _validate_json(spec: str) -> int:
     return EXIT_OK
 
 
+def _launch(loaded, planned) -> Optional[dict]:
+    """The backend's own command lines for the plan (``sbatch``, each ``srun``), as JSON, or
+    None where the plan's commands are what runs; ``{"error": ...}`` when the backend cannot
+    say now (its workload manager unreachable): the plan is still shown."""
+    from launcher.backends import backend_class
+
+    try:
+        lines = backend_class(loaded.spec.backend).launch_lines(loaded, planned)
+    except LaunchError as exc:
+        return {"error": exc.lines[0]}
+    return None if lines is None else lines.to_json()
+
+
+def _launch_text(backend: str, launch: dict) -> list[str]:
+    if "error" in launch:
+        return [f"commands on backend {backend}: not shown: {launch['error']}"]
+    out = [f"commands on backend {backend} ({launch['note']}):" if launch["note"] else
+           f"commands on backend {backend}:"]
+    if launch["allocation"]:
+        out.append(f"  allocation: {shlex.join(launch['allocation'])}")
+    out.extend(f"  {key}: {shlex.join(argv)}" for key, argv in launch["tasks"].items())
+    return out
+
+
 def plan(args: argparse.Namespace, console: Console) -> int:
     loaded, planned = load(args.spec, console, discover=True, gpus=True)
+    launch = _launch(loaded, planned)
+    extra = {} if launch is None else {"launch": launch}
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
         compact = {k: v for k, v in planned.to_compact_json(secrets=args.show_secrets).items() if k != "format"}
-        print(json_text({"format": JSON_FORMAT, "shape": COMPACT, **compact}))
+        print(json_text({"format": JSON_FORMAT, "shape": COMPACT, **compact, **extra}))
     elif args.json:
-        write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT})
+        write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={"format": JSON_FORMAT, **extra})
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
-                          standby=standby_line(loaded.spec, planned)))
+                          standby=standby_line(loaded.spec, planned), notes=[start_note(loaded.spec, planned)]))
+        if launch is not None:
+            print("\n".join(escape(line) for line in _launch_text(planned.backend, launch)))
     return EXIT_OK
 
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import AbstractSet, Mapping, Optional, Sequence, Union
+from typing import AbstractSet, Callable, Mapping, Optional, Sequence, Union
 
 from launcher.plan.build import Placement, Plan, Slot, build_plan
+from launcher.errors import SpecError
 from launcher.plan.hostloss import SUSPECT, lost_phrase
 from launcher.spec.model import Spec
 
@@ -81,11 +82,12 @@ def too_many_losses(losses: Sequence[str], limit: int) -> Optional[str]:
 
 
 def elastic_enabled(spec: Spec, placed: Optional[Sequence[str]]) -> bool:
-    """Membership changes are handled when the spec asks for them (``elastic:``, ``discovery:``)
-    or lists spares. ``placed``: the hosts the spec's static placement gives its tasks (its
+    """Membership changes are handled when the spec asks for them (``elastic:``, ``discovery:``,
+    a worker group with ``tasks.worker.min``, which the loader lets through on backends that can
+    move tasks only) or lists spares. ``placed``: the hosts the spec's static placement gives its tasks (its
     backend's ``place``, which the caller asks: ``launcher.backends.placed_hosts``); None where
     the backend cannot place the spec, which then has no spares."""
-    return spec.elastic is not None or spec.discovery is not None or (
+    return spec.elastic is not None or spec.discovery is not None or spec.tasks.worker.min is not None or (
         placed is not None and bool(spare_hosts(spec, placed)))
 
 
@@ -198,3 +200,67 @@ def plans_in_use(first: Plan, later: Sequence[Replan]) -> list[tuple[str, ...]]:
     out += [tuple(sorted({t.host for t in r.plan.tasks})) for r in later]
     return out
 
+
+
+# -------------------------------------------------------------- starting smaller (a group with a min)
+
+
+def starts_small(spec: Spec, elastic_on: bool) -> bool:
+    """A worker group with ``tasks.worker.min`` on a run whose membership is handled (``elastic_on``:
+    :func:`elastic_enabled` on a backend that moves tasks) starts with the hosts that are there:
+    any size in [min, count] they can take now, growing to count as hosts answer."""
+    return elastic_on and spec.tasks.worker.min is not None
+
+
+def fitting_now(spec: Spec, place: Callable[[Spec], Placement]) -> Optional[Plan]:
+    """The full plan does not fit the hosts known now (``hosts[].slots`` over-filled: discovery
+    has not found every host yet) and the worker group has a ``min``: the plan of the biggest group
+    in [min, count) that fits (``place``: the backend's static placement), else None."""
+    group = spec.tasks.worker
+    if group.min is None:
+        return None
+    for size in range(group.count - 1, group.min - 1, -1):
+        smaller = with_workers(spec, size)
+        try:
+            return build_plan(smaller, place(smaller))
+        except SpecError:
+            continue
+    return None
+
+
+def start_without(spec: Spec, plan: Plan, absent: Sequence[str]) -> Union[Replan, str, None]:
+    """The plan to start with while the hosts ``absent`` do not answer (the preflight's connection,
+    within ssh.connect_timeout): their workers move to spares that answer, else the group starts
+    smaller (never below ``tasks.worker.min``). None: a chief, ps or evaluator must be on an
+    absent host (not elastic: the preflight's own error stands). A string: fewer than ``min``
+    workers can start now (why, in a few words)."""
+    if any(t.host in absent and t.type != "worker" for t in plan.tasks):
+        return None
+    change = replace_lost(spec, plan, absent, down=absent)
+    if isinstance(change, str):
+        left = sum(1 for t in plan.tasks if t.type == "worker" and t.host not in absent)
+        return f"{left} worker{'s' if left != 1 else ''} can start now, below tasks.worker.min={spec.tasks.worker.min}"
+    return change
+
+
+def short_why(spec: Spec, plan: Plan, absent: Sequence[str]) -> str:
+    """Why a group starts with fewer workers than ``tasks.worker.count``: ``h2 not answering``, or,
+    with every host there, ``no room for more: hosts[].slots``."""
+    if absent:
+        return f"{', '.join(absent)} not answering"
+    return "no room for more on the hosts there (hosts[].slots)"
+
+
+def group_size(spec: Spec, plan: Plan, why: str = "") -> dict:
+    """The run_start event's ``group`` field: the worker group's size at the start, its
+    ``tasks.worker.count``, and why it is smaller (``status`` and the panel show it)."""
+    size = sum(1 for t in plan.tasks if t.type == "worker")
+    out = {"type": "worker", "size": size, "of": spec.tasks.worker.count}
+    if why and size < spec.tasks.worker.count:
+        out["why"] = why
+    return out
+
+
+def size_phrase(size: int, of: int, why: str = "") -> str:
+    """``worker: 1 of 2 (h2 not answering)``"""
+    return f"worker: {size} of {of}" + (f" ({why})" if why else "")

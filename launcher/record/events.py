@@ -185,6 +185,7 @@ class RunStart(RecordEvent):
     max_restarts: Optional[Count] = None
     warm_standby: JSON = None  # why a warm standby is (not) used
     spares: Optional[list[str]] = None  # elastic: the spec's hosts the plan does not use
+    group: Optional[dict[str, JSON]] = None  # a worker group with a min: its size, of, why (plan/elastic.py)
 
 
 @dataclass(frozen=True, kw_only=True)

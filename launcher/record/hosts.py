@@ -74,6 +74,7 @@ def apply(view: Any, kind: str, record: Mapping[str, Any], at: Optional[float]) 
                                             added=dict(record.get("added") or {}),
                                             before=max(steps) if steps else None))
         keys = record.get("tasks")
+        _resized(view, record, lost, keys)
         if keys is not None:  # a shrunk group: the rows of the tasks left out go
             view.tasks = {k: view.tasks.get(k) or TaskView(k) for k in keys}
         view.spares = [h for h in view.spares if h not in moved.values() and h not in (record.get("added") or {}).values()]
@@ -93,3 +94,40 @@ def resumed(view: Any, t: TaskView) -> None:
         change.resumed_by = sorted([*change.resumed_by, t.key])
         change.resumed_at = t.global_step if change.resumed_at is None else min(change.resumed_at, t.global_step)
 
+
+def started(view: Any, group: Any) -> None:
+    """run_start's ``group`` (a worker group with a min, launcher/plan/elastic.py's group_size):
+    the group's size in attempt 1."""
+    if isinstance(group, Mapping) and isinstance(group.get("size"), int) and isinstance(group.get("of"), int):
+        view.group_sizes = [{"attempt": 1, "size": group["size"], "of": group["of"], "why": str(group.get("why", ""))}]
+
+
+def _resized(view: Any, record: Mapping[str, Any], lost: Mapping[str, str], keys: Any) -> None:
+    """A replan of a run whose worker group has a min: its size from the replan's attempt on."""
+    if not view.group_sizes or not isinstance(keys, list):
+        return
+    size = sum(1 for k in keys if str(k).startswith("worker:"))
+    of = view.group_sizes[0]["of"]
+    back = list(dict.fromkeys((record.get("added") or {}).values()))
+    why = "; ".join(([f"{', '.join(lost)} lost"] if lost else []) + ([f"{', '.join(back)} back"] if back else []))
+    attempt = record.get("attempt")  # (0-based, as TFCLUSTER_RESTART_COUNT: the attempt the new plan starts)
+    view.group_sizes.append({"attempt": attempt + 1 if isinstance(attempt, int) else len(view.group_sizes) + 1,
+                             "size": size, "of": of, "why": why})
+
+
+def size_now(view: Any) -> str:
+    """The panel's ``worker: 1 of 2 (h2 not answering)`` while the group is smaller than its count."""
+    if not view.group_sizes:
+        return ""
+    last = view.group_sizes[-1]
+    if last["size"] >= last["of"]:
+        return ""
+    return f"worker: {last['size']} of {last['of']}" + (f" ({last['why']})" if last["why"] else "")
+
+
+def sizes_line(view: Any) -> str:
+    """``status``'s ``worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)``."""
+    if not view.group_sizes or all(g["size"] >= g["of"] for g in view.group_sizes):
+        return ""
+    return "worker group by attempt: " + "; ".join(
+        f"{g['attempt']}: {g['size']} of {g['of']}" + (f" ({g['why']})" if g["why"] else "") for g in view.group_sizes)

@@ -146,6 +146,13 @@ class RunStatus:
         return suspect_lines(self.view) if self.view is not None else []
 
     @property
+    def group_sizes(self) -> str:
+        """A worker group with a min: its size attempt by attempt, where it was ever smaller."""
+        from launcher.record.hosts import sizes_line
+
+        return sizes_line(self.view) if self.view is not None else ""
+
+    @property
     def host_changes(self) -> list[str]:
         """One line per membership change."""
         return [c.describe() for c in self.view.host_changes] if self.view is not None else []
@@ -173,6 +180,7 @@ class RunStatus:
             "final_accuracy": self.final_accuracy, "tasks": [t.to_json() for t in self.tasks],
             "still_running": self.still_running() if self.state == LOST else [],
             "spares": self.spares, "suspects": self.suspects, "host_changes": self.host_changes,
+            "group_sizes": list(self.view.group_sizes) if self.view is not None else [],
         }
 
 

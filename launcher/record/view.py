@@ -65,6 +65,9 @@ class RunView:
     # The run's own facts (record/run.py, the one run fold): started_at, ended_at, outcome and
     # exit_code above are read from it as each event is applied.
     run: RunFacts = field(default_factory=RunFacts, repr=False)
+    # A worker group with a min (run_start's ``group``): its size attempt by attempt, each
+    # {"attempt", "size", "of", "why"} (launcher/record/hosts.py's sizes_line).
+    group_sizes: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -114,6 +117,7 @@ class RunView:
             copied.spares = list(self.spares)
             copied.suspects = dict(self.suspects)
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
+            copied.group_sizes = list(self.group_sizes)
         copied._lock = threading.Lock()
         return copied
 
@@ -197,6 +201,7 @@ class RunView:
             for k in record.get("tasks", ()):
                 self.task(k)
             self.spares = list(record.get("spares", ()))
+            hosts.started(self, record.get("group"))
         elif kind in hosts.KINDS:
             hosts.apply(self, kind, record, at)
         elif kind in fold.STATE_KINDS:

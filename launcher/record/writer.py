@@ -197,8 +197,10 @@ class RunRecord:
         return self.dir / OUTPUT_FILE
 
     def log_offsets(self, key: str) -> dict[str, int]:
-        """Where the next line of ``key`` will start in its log and in output.log (``logs --attempt``)."""
-        return {"log_offset": _size_of(self.log_path(key)), "output_offset": _size_of(self.output_path)}
+        """Where the next line of ``key`` will start in its log and in output.log (``logs --attempt``):
+        read under the lock that every line is written under, so never inside a line."""
+        with self._lock:
+            return {"log_offset": _size_of(self.log_path(key)), "output_offset": _size_of(self.output_path)}
 
     def task_started(self, key: str, **info: Any) -> None:
         with self._lock:

@@ -110,10 +110,12 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
 
     def run(self) -> int:
         """Run attempts until success, a permanent failure, the restart budget, or a stop."""
+        elastic = self.members.spares()  # (spares, group: the elastic fields)
         self.record.write(ev.RunStart(run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
                                       backend=self.plan.backend, tasks=list(self.plan.keys),
                                       run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
-                                      warm_standby=self.standby_why, spares=self.members.spares().get("spares")))
+                                      warm_standby=self.standby_why, spares=elastic.get("spares"),
+                                      group=elastic.get("group")))
         snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
         gpu_watch = self._gpu_watch()
         self.members.start()
@@ -272,13 +274,17 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             self._activity[key] = self.clock()
             self._saving.discard(key)  # a new process: its own save marks
             self._saved.discard(key)
+        # Where this attempt's lines begin, fixed before the task (or the standby promoted for it)
+        # can write one: a task that prints at once would otherwise have lines before its offset,
+        # counted in the attempt before (`logs --attempt`, `status`, `attach` cut logs by them).
+        offsets = self.record.log_offsets(key)
         handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
-                                   process=handle.info(), **self.record.log_offsets(key)))
+                                   process=handle.info(), **offsets))
 
     def _env(self, number: int) -> dict[str, str]:
         return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}

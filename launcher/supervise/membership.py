@@ -15,8 +15,8 @@ from launcher.backends import placed_hosts
 from launcher.backends.base import Backend
 from launcher.bounded import listing
 from launcher.ui.console import Console
-from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, options, replace_lost, shrunk,
-                                   spare_hosts, suspect_how, too_many_losses)
+from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, group_size, options, replace_lost,
+                                   shrunk, size_phrase, spare_hosts, suspect_how, too_many_losses)
 from launcher.plan.build import Plan
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, SpecError
 from launcher.record import events as ev
@@ -63,8 +63,23 @@ class Membership:
         self.stop_event = stop_event
         self.finish = finish
         self._looking: Optional[_Look] = None  # after_failure's look, started early (look_ahead)
+        # A worker group with a min started with the hosts there (the preflight's start_plan):
+        # the listed hosts that did not answer then are watched from the start, as lost hosts
+        # are, and the group grows onto them once they answer for elastic.settle s.
+        self.small = self.elastic and spec is not None and spec.tasks.worker.min is not None
+        if self.small:
+            self.down = sorted(getattr(backend, "absent", {}) or {})
 
     def start(self) -> None:
+        if self.small and self.spec is not None:
+            opts = options(self.spec)
+            group = group_size(self.spec, self.plan, getattr(self.backend, "short_why", ""))
+            if group["size"] < group["of"]:
+                self.console.info(f"{size_phrase(group['size'], group['of'], group.get('why', ''))}; the group grows as "
+                                  f"hosts answer for elastic.settle={opts.settle:g} s"
+                                  + (" or discovery.command finds them" if self.poller is not None else ""))
+            if self.down:
+                self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on
         if self.poller is not None:
             self.poller.start()
 
@@ -72,10 +87,16 @@ class Membership:
         if self.poller is not None:
             self.poller.close()
 
-    def spares(self) -> dict[str, list[str]]:
-        """The run_start event's spares field: the spec's hosts the plan does not use (elastic runs)."""
+    def spares(self) -> dict:
+        """The run_start event's elastic fields: ``spares``, the spec's hosts the plan does not use
+        (elastic runs), and ``group`` where a worker group with a min started with the hosts
+        there (its size, tasks.worker.count, and why it is smaller: launcher/plan/elastic.py's
+        group_size)."""
         if self.elastic and self.spec is not None:
-            return {"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks])}
+            out: dict = {"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks], self.down)}
+            if self.small:
+                out["group"] = group_size(self.spec, self.plan, getattr(self.backend, "short_why", ""))
+            return out
         return {}
 
     def regrow(self, number: int) -> Optional[int]:

@@ -19,11 +19,12 @@ stops the run as Ctrl-C does (launcher/app/up.py).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, TextIO
 
 from launcher.ui import noise
 from launcher.bounded import one_line
@@ -181,6 +182,27 @@ class Console:
             self._panel = panel
             self._people = PeopleLines()
         return True
+
+    @contextlib.contextmanager
+    def countdown(self, text: Callable[[], str]) -> Iterator[None]:
+        """While the block runs, ``text()`` shown as one line redrawn twice a second below the
+        messages (a wait before the run starts and its panel exists: its countdown), on a
+        terminal only; elsewhere nothing (the one line said when the wait began stands)."""
+        if self._panel is not None or not _isatty(self.err) or os.environ.get("TERM", "") in ("dumb", "unknown"):
+            yield
+            return
+        from rich.console import Console as RichConsole
+        from rich.live import Live
+        from rich.text import Text
+
+        live = Live(console=RichConsole(file=self.err, highlight=False, markup=False, emoji=False),
+                    get_renderable=lambda: Text(one_line(text()), no_wrap=True, overflow="ellipsis"),
+                    refresh_per_second=2, transient=True, redirect_stdout=False, redirect_stderr=False)
+        live.start()
+        try:
+            yield
+        finally:
+            live.stop()
 
     def end_panel(self) -> None:
         with self.lock:

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from launcher.record.hosts import suspect_lines
+from launcher.record.hosts import size_now, suspect_lines
 from launcher.record.view import (EVALUATING, FAILED, GONE, IMPORTING, RESTARTING, RUNNING, STARTING, STOPPED, SUCCEEDED,
                           TRAINING, RunView)
 from launcher.ui.columns import PANEL, Row, for_table, gpu_text  # noqa: F401 (gpu_text: re-exported)
@@ -80,6 +80,8 @@ def _extras(view: RunView) -> str:
             bits.append(f"ps lost {view.ps_lost}")
     if view.spares:
         bits.append(f"spare hosts: {', '.join(view.spares)}")
+    if size_now(view):
+        bits.append(size_now(view))
     if view.suspects:
         bits.append(f"suspect hosts: {', '.join(suspect_lines(view))}")
     if view.host_changes:

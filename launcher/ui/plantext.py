@@ -13,7 +13,8 @@ from launcher.plan.build import Plan, redact_env
 from launcher.ui.table import render
 
 
-def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "") -> str:
+def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = (), standby: str = "",
+                notes: Sequence[str] = ()) -> str:
     """The plan as ``tfcluster plan`` and ``up --dry-run`` print it; ``spares``: the hosts no
     task uses, where a lost host's tasks move (launcher/plan/elastic.py)."""
     gpu_column = show_gpus(plan)
@@ -31,6 +32,7 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
     out += render(headers, rows)
     if spares:
         out.append(f"spare hosts: {', '.join(spares)} (no task; a lost host's tasks move there)")
+    out += [note for note in notes if note]  # (a worker group that starts with the hosts there)
     if plan.cluster is None:  # single-host strategies: the task's role only
         out.append("TF_CONFIG:")
         out.extend(f"  {t.key}: {t.tf_config_json}" for t in plan.tasks)

@@ -35,6 +35,8 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
     if view.suspects:
         lines.append(f"suspect hosts: {', '.join(view.suspects)}")
     lines += view.host_changes
+    if view.group_sizes:
+        lines.append(view.group_sizes)
     if view.state == LOST:
         lines += lost_advice(view, spec)
     return lines

@@ -8,8 +8,8 @@ filesystem mounted on /sys/fs/cgroup"). Every file -- slurm.conf, state, spool, 
 under the lab's root, and clients find the config through ``SLURM_CONF`` (see ``env()``), so the
 machine's own /etc/slurm is never read or written.
 
-Every node declares ``gpus`` fake GPUs (``GresTypes=gpu``, ``Gres=gpu:N``, gres.conf ``File=`` device
-nodes the lab makes): Slurm grants them to steps and sets each step's CUDA_VISIBLE_DEVICES as on a
+Every node declares ``gpus`` fake GPUs of type ``tfake`` (``GresTypes=gpu``, ``Gres=gpu:tfake:N``,
+gres.conf ``Type=tfake File=`` device nodes the lab makes): Slurm grants them to steps and sets each step's CUDA_VISIBLE_DEVICES as on a
 GPU cluster (checked with srun: two ``--exact --gpus-per-task=1`` steps on one node get 0 and 1; two
 ``--overlap`` steps both get 0, since overlapping steps share GRES too; a step without a GPU request
 sees all the job's GPUs, one with ``--gres=none`` has CUDA_VISIBLE_DEVICES unset).
@@ -43,6 +43,7 @@ CTLD_PORT = int(os.environ.get("TFCLUSTER_SLURM_PORT", "6917"))  # slurmd listen
 PARTITION = "debug"
 URGENT = "urgent"  # its jobs preempt PARTITION's
 GRACE = 30  # s between the preemption's SIGTERM and the cancel
+GPU_TYPE = "tfake"  # the fake GPUs' type: a job may ask --gres=gpu:tfake:N (untyped requests match too)
 TOOLS = (("slurmctld", "slurmctld"), ("slurmd", "slurmd"), ("sbatch", "slurm-client"),
          ("srun", "slurm-client"), ("squeue", "slurm-client"), ("scontrol", "slurm-client"),
          ("scancel", "slurm-client"), ("sinfo", "slurm-client"), ("munged", "munge"), ("nsenter", "util-linux"),
@@ -69,6 +70,7 @@ class SlurmLab:
     count: int = 3
     cpus: int = 4
     gpus: int = 2  # fake GPUs per node (gres.conf File= device files under root/dev); 0: no GresTypes
+    gpu_type: str = GPU_TYPE  # their type (Gres=gpu:<type>:N), as on real clusters; "" untyped
     net: Lab = field(init=False)
     munged: Optional[subprocess.Popen] = None
     slurmctld: Optional[subprocess.Popen] = None
@@ -193,7 +195,8 @@ class SlurmLab:
                 os.mknod(path, stat.S_IFCHR, os.makedev(1, 3))
                 os.chmod(path, 0o666)
         files = f"{self.root / 'dev'}/nvidia[0-{self.gpus - 1}]" if self.gpus > 1 else str(self.gpu_files[0])
-        (self.root / "gres.conf").write_text(f"NodeName=n[1-{self.count}] Name=gpu File={files}\n")
+        kind = f" Type={self.gpu_type}" if self.gpu_type else ""
+        (self.root / "gres.conf").write_text(f"NodeName=n[1-{self.count}] Name=gpu{kind} File={files}\n")
 
     def _write_conf(self) -> None:
         first, last = 11, 10 + self.count
@@ -231,7 +234,8 @@ class SlurmLab:
             f"SlurmctldLogFile={r / 'slurmctld.log'}",
             f"SlurmdLogFile={r / 'slurmd-%n.log'}",
             f"NodeName=n[1-{self.count}] NodeAddr={SUBNET}.[{first}-{last}] CPUs={self.cpus} RealMemory=1000 "
-            + (f"Gres=gpu:{self.gpus} " if self.gpus else "") + "State=UNKNOWN",
+            + (f"Gres=gpu:{self.gpu_type + ':' if self.gpu_type else ''}{self.gpus} " if self.gpus else "")
+            + "State=UNKNOWN",
             # Jobs of URGENT preempt those of PARTITION: SIGTERM to every step at once, the job
             # cancelled GRACE s later (a site's preemption, for the graceful-preemption tests).
             "PreemptType=preempt/partition_prio",

@@ -31,6 +31,7 @@ class Request:
     time: Optional[str] = None
     account: Optional[str] = None
     extra: tuple[str, ...] = ()
+    cpus_per_task: Optional[int] = None  # --cpus-per-task: the CPUs each task's step may get
 
     def sbatch_argv(self, test_only: bool = False) -> list[str]:
         """The sbatch command line (pure). ``--export=NONE``: the holding job needs no
@@ -38,6 +39,8 @@ class Request:
         a requeued job would be a new allocation under the running tasks."""
         argv = ["sbatch", "--parsable", f"--job-name={self.job_name}", f"--nodes={self.nodes}",
                 f"--ntasks-per-node={self.tasks_per_node}", "--output=/dev/null", "--export=NONE", "--no-requeue"]
+        if self.cpus_per_task:
+            argv.append(f"--cpus-per-task={self.cpus_per_task}")
         if self.partition:
             argv.append(f"--partition={self.partition}")
         if self.time:

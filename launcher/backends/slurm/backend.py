@@ -50,7 +50,7 @@ from launcher.backends.slurm import gpus
 from launcher.backends.slurm import cli
 from launcher.backends.slurm import shared
 from launcher.backends.slurm import standby
-from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from launcher.backends.base import Backend, Capabilities, LaunchLines, LineSink, RecordedRun, TaskHandle
 from launcher.backends.slurm.step import SlurmStep
 from launcher.backends.slurm.step import srun_argv as step_argv
 from launcher.backends.slurm.options import SlurmOptions
@@ -117,7 +117,10 @@ class SlurmBackend(Backend):
         self._handles: list[SlurmStep] = []
         self._lock = threading.Lock()
         self._node_gpus: Optional[dict[str, int]] = None  # the partition's nodes' GPUs (sinfo), when asked
+        self._node_cpus: dict[str, int] = {}  # and their CPUs (Slurm's count), read with them
+        self._max_cpus: Optional[int] = None  # the partition's MaxCPUsPerNode
         self._partition = ""
+        self._cpus_per_task: Optional[int] = None  # what the job asks each task for (preflight decides)
         self._gpus_per_node = 0  # what the job asks each node for (preflight decides)
         self._steps: dict[str, gpus.Step] = {}  # task key -> its GPU part of the step, once allocated
         self.placed: dict[str, str] = {}  # task key -> its node, once allocated
@@ -138,14 +141,25 @@ class SlurmBackend(Backend):
             out.setdefault(nodes[key], []).append(take)
         return out
 
+    def _read_nodes(self) -> None:
+        """The partition's nodes' GPUs and CPUs (sinfo), read once."""
+        if self._node_gpus is None:
+            part = cli.partition(self.opts.partition)  # one line if there is none
+            self._partition, self._max_cpus = part.name, part.max_cpus_per_node
+            facts = gpus.partition_nodes(self._partition)
+            self._node_gpus = {n: g for n, (g, _) in facts.items()}
+            self._node_cpus = {n: c for n, (_, c) in facts.items()}
+
     def _gpu_request(self, plan_tasks) -> int:
-        """GPUs per node the job asks for (0: none); reads sinfo once when a task uses GPUs."""
+        """GPUs per node the job asks for (0: none); reads sinfo once when a task uses GPUs.
+        Where the spec's sbatch options ask for GPUs per node themselves, that count."""
         takes = self._takes([t.key for t in plan_tasks])
         if not any(t != 0 for t in takes.values()):
             return 0
-        if self._node_gpus is None:
-            self._partition = cli.partition(self.opts.partition).name  # one line if there is none
-            self._node_gpus = gpus.partition_gpus(self._partition)
+        self._read_nodes()
+        asked = gpus.user_gpus(self.opts.sbatch)[1]
+        if asked is not None:
+            return asked
         # devices.gpus as a count or list: that many of a node's GPUs (Slurm picks which).
         use = self.spec.devices.gpus
         cap = None if use == "all" else use if isinstance(use, int) else len(use)
@@ -177,9 +191,34 @@ class SlurmBackend(Backend):
                                   f"{len(shared)} GPU tasks), and NCCL refuses two ranks on one GPU; lower "
                                   "slurm.tasks_per_node or set collective.implementation: ring")
 
+    def _cpu_request(self, per_node: int) -> Optional[int]:
+        """CPUs per task the job asks for (``--cpus-per-task``): slurm.cpus_per_task; else, when
+        the job holds GPUs, the partition's GPU nodes' CPUs (Slurm's count) divided among
+        tasks_per_node; None (Slurm's default, 1) for a CPU run or when slurm.sbatch asks for
+        CPUs itself (--exclusive, --cpus-per-task, ...)."""
+        if gpus.asks_cpus(self.opts.sbatch):
+            return None
+        if self.opts.cpus_per_task is not None:
+            return self.opts.cpus_per_task
+        if per_node == 0:
+            return None
+        self._read_nodes()
+        gpu_nodes = [n for n, g in (self._node_gpus or {}).items() if g > 0]
+        cpus = [self._node_cpus.get(n, 0) for n in gpu_nodes or list(self._node_cpus)]
+        return gpus.default_cpus_per_task(cpus, self.opts.tasks_per_node, self._max_cpus)
+
+    def _steps_for(self, keys: Sequence[str], nodes: Mapping[str, str], cpus_per_node: int) -> dict[str, gpus.Step]:
+        """Each task's GPU part of its step, once the job's GPUs per node are decided; {} for a
+        run without GPU tasks (their steps are plain --overlap ones)."""
+        takes = self._takes(keys)
+        if not any(t != 0 for t in takes.values()):
+            return {}
+        return gpus.steps(takes, nodes, self._gpus_per_node, cpus_per_node, gpus.user_gpus(self.opts.sbatch)[0],
+                          self.opts.cpus_per_task)
+
     # -------------------------------------------------------------- allocation
 
-    def request(self, task_count: int, gpus_per_node: int = 0) -> alloc.Request:
+    def request(self, task_count: int, gpus_per_node: int = 0, cpus_per_task: Optional[int] = None) -> alloc.Request:
         o = self.opts
         extra = tuple(o.sbatch)
         # The GPUs the steps ask for, unless the spec's sbatch options ask for GPUs themselves.
@@ -188,6 +227,7 @@ class SlurmBackend(Backend):
         return alloc.Request(
             job_name=f"tfcluster-{self.spec.name}", nodes=alloc.nodes_needed(task_count, o.tasks_per_node, o.nodes),
             tasks_per_node=o.tasks_per_node, partition=o.partition, time=o.time, account=o.account, extra=extra,
+            cpus_per_task=cpus_per_task,
         )
 
     def preflight(self, plan: Plan) -> None:
@@ -195,13 +235,14 @@ class SlurmBackend(Backend):
         if not self.workdir.is_dir():
             raise LaunchError(f"workdir: {self.workdir} is not a directory; create it or fix workdir in the spec")
         self._gpus_per_node = per_node = self._gpu_request(plan.tasks)
+        self._cpus_per_task = self._cpu_request(per_node)
         self._check_gpus(plan, per_node)
-        alloc.check_satisfiable(self.request(len(plan.tasks), per_node))
+        alloc.check_satisfiable(self.request(len(plan.tasks), per_node, self._cpus_per_task))
 
     def allocate(self, spec: Spec) -> Placement:
         """Submit the holding job, record its id, wait until it runs; place the tasks on its nodes."""
         keys = [f"{t}:{i}" for t, i in task_keys(spec)]
-        req = self.request(len(keys), self._gpus_per_node)
+        req = self.request(len(keys), self._gpus_per_node, self._cpus_per_task)
         self.job_id = alloc.submit(req)
         self._record_allocation()
         self.console.info(f"slurm job {self.job_id}: {req.nodes} node(s) x {req.tasks_per_node} task(s)"
@@ -216,8 +257,7 @@ class SlurmBackend(Backend):
         slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)
         self.placed = {k: v[0] for k, v in slots.items()}
         if any(t != 0 for t in self._takes(keys).values()):
-            self._steps = gpus.steps(self._takes(keys), {k: v[0] for k, v in slots.items()}, self._gpus_per_node,
-                                     cli.job_cpus(self.job_id) // max(1, len(nodes)))
+            self._steps = self._steps_for(keys, self.placed, cli.job_cpus(self.job_id) // max(1, len(nodes)))
         if self.record is not None:
             self.record.write(ev.SlurmRunning(job=self.job_id, nodes=list(nodes), addresses=dict(addresses),
                                                waited=round(time.monotonic() - t0, 3)))
@@ -290,6 +330,26 @@ class SlurmBackend(Backend):
             env.setdefault(gpuplace.ORDER_VAR, gpuplace.ORDER)
         if step.exclusive and envnames.THREADS in env:
             env[envnames.THREADS] = "0/1"
+
+    @classmethod
+    def launch_lines(cls, loaded: LoadedSpec, plan: Plan) -> LaunchLines:
+        """The ``sbatch`` line preflight would submit and each task's first ``srun`` line, from
+        the partition as sinfo shows it now (read only: nothing is submitted). The job id
+        (``JOB``) and the nodes (``node1``, ...) are stand-ins until the job runs."""
+        self = cls(loaded)
+        per_node = self._gpus_per_node = self._gpu_request(plan.tasks)
+        cpus = self._cpu_request(per_node)
+        req = self.request(len(plan.tasks), per_node, cpus)
+        if cpus is not None:
+            held = cpus * self.opts.tasks_per_node
+        else:  # the user's own CPU options (--exclusive ...): a node's CPUs; else 1 per task
+            known = [c for c in self._node_cpus.values() if c > 0] if gpus.asks_cpus(self.opts.sbatch) else []
+            held = min(known) if known else self.opts.tasks_per_node
+        steps = self._steps_for([t.key for t in plan.tasks], {t.key: t.host for t in plan.tasks}, held)
+        lines = {t.key: tuple(step_argv("JOB", t, f"{t.slug}.{n}", steps.get(t.key, gpus.Step()), self.workdir,
+                                        self.opts.srun)) for n, t in enumerate(plan.tasks, 1)}
+        return LaunchLines(tuple(req.sbatch_argv()), lines,
+                           note="JOB: the id sbatch prints; node1...: the job's nodes in Slurm's order")
 
     def srun_argv(self, task: PlannedTask, step_name: str, standby: bool = False) -> list[str]:
         assert self.job_id is not None, "start before allocate"

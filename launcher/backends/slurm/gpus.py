@@ -17,9 +17,24 @@ checked against Slurm 22.05 (tests/labs/slurm.py's nodes declare ``Gres=gpu:2``)
 * tasks that see the same GPUs (``gpus_per_task: all``, or ``auto`` with more GPU tasks on a
   node than it has GPUs) are ``--overlap --gres=gpu:K`` steps: every one sees the job's K.
 
-``sinfo -N -o '%N|%G'`` says how many GPUs each node of the partition has (``gpu:2``,
-``gpu:a100:4(S:0-1)``, several types comma-separated); a partition whose nodes have too few for
-what the spec requires fails in preflight in one line.
+``sinfo -N -o '%N|%G|%c'`` says how many GPUs (``gpu:2``, ``gpu:a100:4(S:0-1)``, several
+types comma-separated) and CPUs each node of the partition has; a partition whose nodes have too
+few GPUs for what the spec requires fails in preflight in one line.
+
+CPUs: the job asks ``--cpus-per-task=C`` (``slurm.cpus_per_task``, or by default the partition's
+smallest GPU node's CPUs divided among ``tasks_per_node``), so its node share is C x
+tasks_per_node CPUs and each ``--exact`` GPU step gets its share of them (without it the job holds
+one CPU per task and a GPU task's input pipeline runs on one CPU).
+
+Typed GPUs: when ``slurm.sbatch`` asks for a type (``--gres=gpu:a100:4``, ``--gpus-per-node=a100:4``),
+every step's request names it too (``--gpus-per-task=a100:N``, ``--gres=gpu:a100:K``): Slurm 23
+refuses an untyped step request in a job whose GPUs are typed ("Step requested GRES
+(gpu:(null)) not found in the job").
+
+Shared ``auto`` (more auto tasks on a node than the GPUs left for them): every such step sees the
+job's GPUs on the node (``--overlap --gres=gpu:K``) and its shell keeps the one the local backend
+would give it (:func:`local_share`), so tasks are spread over the GPUs as on ``backend: local``
+instead of each seeing every GPU.
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Union
 
 from launcher.errors import LaunchError
+from launcher.remote import gpuplace
 from launcher.backends.slurm import cli
 
 Take = Union[int, str]  # 0: no GPU; N; "auto"; "all"
@@ -47,27 +63,111 @@ def gres_gpus(gres: str) -> int:
     return total
 
 
-def parse_sinfo(text: str) -> dict[str, int]:
-    """``sinfo -h -N -o '%N|%G'`` output -> node -> GPUs (a node listed twice, once per
-    partition, counts once)."""
-    out: dict[str, int] = {}
+def parse_nodes(text: str) -> dict[str, tuple[int, int]]:
+    """``sinfo -h -N -o '%N|%G|%c'`` output -> node -> (GPUs, CPUs) (a node listed twice, once
+    per partition, counts once; CPUs 0 where the line has none)."""
+    out: dict[str, tuple[int, int]] = {}
     for line in text.splitlines():
-        if "|" not in line:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 2 or not parts[0]:
             continue
-        node, gres = line.split("|", 1)
-        if node.strip():
-            out[node.strip()] = max(out.get(node.strip(), 0), gres_gpus(gres.strip()))
+        cpus = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
+        had = out.get(parts[0], (0, 0))
+        out[parts[0]] = (max(had[0], gres_gpus(parts[1])), max(had[1], cpus))
     return out
 
 
-def partition_gpus(partition: Optional[str]) -> dict[str, int]:
-    """Each node of the partition (the default one when None) and its GPUs, from sinfo."""
-    argv = ["sinfo", "-h", "-N", "-o", "%N|%G"] + ([f"--partition={partition}"] if partition else [])
+def parse_sinfo(text: str) -> dict[str, int]:
+    """``sinfo -h -N -o '%N|%G'`` output -> node -> GPUs (a node listed twice, once per
+    partition, counts once)."""
+    return {node: g for node, (g, _) in parse_nodes(text).items()}
+
+
+def partition_nodes(partition: Optional[str]) -> dict[str, tuple[int, int]]:
+    """Each node of the partition (the default one when None) and its (GPUs, CPUs), from sinfo."""
+    argv = ["sinfo", "-h", "-N", "-o", "%N|%G|%c"] + ([f"--partition={partition}"] if partition else [])
     proc = cli.run(argv)
     if proc.returncode != 0:
         raise LaunchError(f"slurm: cannot read the nodes' GPUs (sinfo): {cli.first_error(proc)}; "
                           "is slurmctld reachable? (try: sinfo)")
-    return parse_sinfo(proc.stdout)
+    return parse_nodes(proc.stdout)
+
+
+def partition_gpus(partition: Optional[str]) -> dict[str, int]:
+    """Each node of the partition (the default one when None) and its GPUs, from sinfo."""
+    return {node: g for node, (g, _) in partition_nodes(partition).items()}
+
+
+# sbatch options that ask for CPUs themselves: tfcluster then adds no --cpus-per-task.
+CPU_OPTIONS = ("--cpus-per-task", "--exclusive", "--mincpus", "--cpus-per-gpu", "--cores-per-socket")
+
+
+def asks_cpus(options: Sequence[str]) -> bool:
+    """The user's sbatch options ask for CPUs themselves (``-c4`` included)."""
+    return any(o == own or o.startswith(own + "=") for o in options for own in CPU_OPTIONS) or any(
+        o.startswith("-c") and not o.startswith("--") for o in options)
+
+
+def default_cpus_per_task(node_cpus: Sequence[int], tasks_per_node: int,
+                          max_per_node: Optional[int] = None) -> int:
+    """The nodes' CPUs (Slurm's count; the smallest node decides, bounded by the partition's
+    MaxCPUsPerNode) divided among ``tasks_per_node`` tasks; at least 1."""
+    have = [c for c in node_cpus if c > 0]
+    if not have:
+        return 1
+    per_node = min(have) if max_per_node is None else min(min(have), max_per_node)
+    return max(1, per_node // max(1, tasks_per_node))
+
+
+def user_gpus(options: Sequence[str]) -> tuple[Optional[str], Optional[int]]:
+    """What the user's sbatch options ask of GPUs: (type, GPUs per node), each None where they
+    do not say. ``--gres=gpu:a100:4`` -> ("a100", 4); ``--gres=gpu:4`` -> (None, 4);
+    ``--gpus-per-node=a100:2`` -> ("a100", 2); ``--gpus=a100:8`` -> ("a100", None) (a job total)."""
+    kind: Optional[str] = None
+    per_node: Optional[int] = None
+    for opt in options:
+        name, _, value = opt.partition("=")
+        if name == "--gres":
+            for item in re.split(r",(?![^()]*\))", value):
+                parts = item.split("(")[0].strip().split(":")
+                if parts[0] != "gpu":
+                    continue
+                if len(parts) == 3 and parts[2].isdigit():
+                    kind, per_node = parts[1], int(parts[2])
+                elif len(parts) == 2:
+                    if parts[1].isdigit():
+                        per_node = int(parts[1])
+                    else:
+                        kind, per_node = parts[1], 1
+                elif len(parts) == 1:
+                    per_node = 1
+        elif name in ("--gpus-per-node", "--gpus", "-G", "--gpus-per-task", "--gpus-per-socket"):
+            parts = value.split(":")
+            if len(parts) == 2 and not parts[0].isdigit():
+                kind = parts[0]
+            if name == "--gpus-per-node" and parts[-1].isdigit():
+                per_node = int(parts[-1])
+        elif opt.startswith("-G") and not opt.startswith("--") and ":" in opt:
+            kind = opt[2:].lstrip("=").split(":")[0]
+    return kind, per_node
+
+
+def local_share(place: int, count: int, gpus: int) -> list[int]:
+    """The GPUs (0-based positions among ``gpus``) that auto task ``place`` of ``count`` gets where
+    they outnumber the GPUs: the local backend's division, the one place slurm asks for it."""
+    req = gpuplace.parse_request(gpuplace.format_request("auto", place, count, 0, count))
+    ids, _shared, _problem = gpuplace.resolve(req, list(range(gpus)))
+    return ids
+
+
+def pick_shell(positions: Sequence[int]) -> str:
+    """The step shell's prefix keeping the GPUs at ``positions`` (0-based) of those Slurm showed
+    the step (CUDA_VISIBLE_DEVICES, and SLURM_STEP_GPUS, the node's indices, alike)."""
+    fields = ",".join(str(p + 1) for p in positions)
+    return (f'CUDA_VISIBLE_DEVICES=$(echo "$CUDA_VISIBLE_DEVICES" | cut -d, -f{fields}); '
+            'export CUDA_VISIBLE_DEVICES; '
+            'if [ -n "${SLURM_STEP_GPUS:-}" ]; then '
+            f'SLURM_STEP_GPUS=$(echo "$SLURM_STEP_GPUS" | cut -d, -f{fields}); fi; ')
 
 
 @dataclass(frozen=True)
@@ -111,16 +211,20 @@ def job_gpus(takes_by_node: Mapping[str, Sequence[Take]], node_gpus: Sequence[in
 
 
 def steps(takes: Mapping[str, Take], nodes: Mapping[str, str], per_node: int,
-          cpus_per_node: int) -> dict[str, Step]:
+          cpus_per_node: int, gpu_type: Optional[str] = None, cpus_per_task: Optional[int] = None
+          ) -> dict[str, Step]:
     """Each task's Step (pure). ``takes``: task key -> its GPU request; ``nodes``: task key ->
-    node; ``per_node``: the GPUs the job holds on each node; ``cpus_per_node``: its CPUs there."""
+    node; ``per_node``: the GPUs the job holds on each node; ``cpus_per_node``: its CPUs there;
+    ``gpu_type``: the type the job's GPUs were asked with (the steps name it too);
+    ``cpus_per_task``: slurm.cpus_per_task (else a GPU step gets its share of the node's CPUs)."""
     on_node: dict[str, list[str]] = {}
     for key in takes:
         on_node.setdefault(nodes[key], []).append(key)
+    typed = f"{gpu_type}:" if gpu_type else ""
     out: dict[str, Step] = {}
     for node, keys in on_node.items():
         gpu_keys = [k for k in keys if _uses(takes[k])]
-        cpus = max(1, cpus_per_node // max(1, len(keys)))
+        cpus = cpus_per_task or max(1, cpus_per_node // max(1, len(keys)))
         autos = [k for k in gpu_keys if takes[k] == "auto"]
         fixed = sum(t for k in gpu_keys if isinstance(t := takes[k], int))
         left = per_node - fixed  # what the auto tasks divide
@@ -134,10 +238,18 @@ def steps(takes: Mapping[str, Take], nodes: Mapping[str, str], per_node: int,
                 n = take
             elif take == "auto" and left >= len(autos):
                 n = left // len(autos)
-            else:  # all, or auto with more tasks than GPUs: every one sees the job's GPUs
-                out[key] = Step(srun=("--overlap", f"--gres=gpu:{per_node}"), gpus=0, shared=len(gpu_keys) > 1)
+            elif take == "auto" and left > 0:
+                # More auto tasks than GPUs: each sees the job's GPUs and keeps its share of
+                # those after the fixed counts' (as local divides them).
+                keep = [fixed + p for p in local_share(autos.index(key), len(autos), left)]
+                out[key] = Step(srun=("--overlap", f"--gres=gpu:{typed}{per_node}"), shell=pick_shell(keep),
+                                gpus=0, shared=True)
                 continue
-            out[key] = Step(srun=("--exact", f"--cpus-per-task={cpus}", f"--gpus-per-task={n}"), gpus=n)
+            else:  # all: every one sees the job's GPUs
+                out[key] = Step(srun=("--overlap", f"--gres=gpu:{typed}{per_node}"), gpus=0,
+                                shared=len(gpu_keys) > 1)
+                continue
+            out[key] = Step(srun=("--exact", f"--cpus-per-task={cpus}", f"--gpus-per-task={typed}{n}"), gpus=n)
     return out
 
 

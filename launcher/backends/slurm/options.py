@@ -29,6 +29,11 @@ class SlurmOptions(OptionsModel):
     """Nodes to allocate; default: enough for every task at tasks_per_node tasks per node."""
     tasks_per_node: int = Field(default=1, ge=1, strict=True)
     """At most this many tasks on one node."""
+    cpus_per_task: Optional[int] = Field(default=None, ge=1, strict=True)
+    """CPUs of each task's step (the job asks sbatch --cpus-per-task for them). Default: on a run
+    whose tasks use GPUs, the CPUs of the partition's nodes (Slurm's own count, sinfo) divided among
+    tasks_per_node, so a GPU task's input pipeline is not left one CPU; otherwise Slurm's default
+    (1). Not added when slurm.sbatch asks for CPUs itself (--cpus-per-task, --exclusive, ...)."""
     sbatch: tuple[str, ...] = ()
     """Extra sbatch options, passed through (e.g. ["--gres=gpu:4", "--exclusive"])."""
     srun: tuple[str, ...] = ()

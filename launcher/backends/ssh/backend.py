@@ -73,7 +73,8 @@ class SSHBackend(Backend):
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
-        """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``. With no
+        """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``, each
+        host's tasks of a group numbered consecutively (placement.py: ranks in blocks). With no
         hosts yet (``discovery:`` finds them when tfcluster plans to run), placeholders."""
         if not spec.hosts and spec.discovery is not None:
             slots = {f"{t}:{i}": Slot(f"host{n + 1}", f"host{n + 1}")
@@ -150,6 +151,15 @@ class SSHBackend(Backend):
         names = [h.name for h in plan.hosts]
         if not names:
             return
+        full = plan
+        small = self._starts_small()
+        if small:  # a worker group with a min: the hosts that answer now (startsmall.py)
+            from launcher.backends.ssh.startsmall import hosts_there
+
+            plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info,
+                                       countdown=self.console.countdown)
+            self._start_with(plan, {h: "not answering" for h in absent})
+            names = [h.name for h in plan.hosts]
         if self.opts.sync or self.opts.setup:
             # Setup runs on every host at once (a ThreadingGroup): connect them all first.
             ssh_probe.unreachable_error(names, self.pool.connect(names))
@@ -157,13 +167,58 @@ class SSHBackend(Backend):
         # Otherwise each host connects and starts its agent without waiting for the others.
         try:
             ssh_probe.probe(self.pool, self.state_sync, plan, names)
-        except LaunchError as exc:  # (preflight.py) placed by the hosts' GPUs where that fits, else exc
-            self._gpu_placement, line = ssh_preflight.replan_by_gpus(self.pool, self.spec, plan, names, exc)
-            self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
-            plan = self.preflight_plan = build_plan(self.spec, self._gpu_placement)
-            ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
+        except LaunchError as exc:
+            smaller = self._without_dropped(full, plan, exc) if small else None
+            if smaller is not None:  # worker hosts that dropped their sessions: started without them
+                plan, names = smaller, [h.name for h in smaller.hosts]
+                ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
+            else:  # (preflight.py) placed by the hosts' GPUs where that fits, else exc
+                self._gpu_placement, line = ssh_preflight.replan_by_gpus(self.pool, self.spec, plan, names, exc)
+                self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
+                plan = self.preflight_plan = build_plan(self.spec, self._gpu_placement)
+                self.start_plan = None  # (the placement by GPUs is the full group's)
+                ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
         for line in gpu_notes(plan, {n: self.pool.hosts[n].gpus for n in names}):
             self.console.info(line)
+
+    def _start_with(self, plan: Plan, absent: Mapping[str, str]) -> None:
+        """The run starts under ``plan`` (a worker group with a min, smaller where hosts are
+        absent: host -> why); the supervisor watches the absent hosts to grow the group."""
+        from launcher.plan.elastic import short_why
+
+        self.absent = dict(absent)
+        self.short_why = short_why(self.spec, plan, sorted(absent))
+        self.start_plan = self.preflight_plan = plan
+
+    def _without_dropped(self, full: Plan, plan: Plan, exc: LaunchError) -> Optional[Plan]:
+        """The probe failed only because worker hosts dropped its sessions (a VM shutting down:
+        its sshd still accepts connections for a while, its sessions die): the plan without
+        them, or None where the failure is another (the usual error). One line where fewer than
+        tasks.worker.min workers would be left."""
+        from launcher.backends.ssh.startsmall import dropped_hosts
+        from launcher.plan.elastic import Replan, start_without
+
+        gone = dropped_hosts(exc.lines, plan)
+        if not gone:
+            return None
+        absent = {**self.absent, **{h: "dropped its sessions at the start" for h in gone}}
+        change = start_without(self.spec, full, sorted(absent))
+        if not isinstance(change, Replan):
+            return None
+        for h in gone:
+            self.pool.forget_connection(self.pool.hosts[h])
+        self.console.info(f"{', '.join(gone)}: {'their' if len(gone) > 1 else 'its'} sessions dropped during the "
+                          "preflight (a host shutting down?); starting without "
+                          f"{'them' if len(gone) > 1 else 'it'}")
+        self._start_with(change.plan, absent)
+        self.short_why = "; ".join(f"{h} {why}" for h, why in sorted(absent.items()))
+        return change.plan
+
+    def _starts_small(self) -> bool:
+        from launcher.backends import placed_hosts
+        from launcher.plan.elastic import elastic_enabled, starts_small
+
+        return starts_small(self.spec, elastic_enabled(self.spec, placed_hosts(self.spec)))
 
     # -------------------------------------------------------------- state dir (state.py)
 

@@ -1,6 +1,14 @@
 """Where the ssh backend's tasks go: the round-robin over ``hosts:`` (bounded by ``hosts[].slots``
-or, after the preflight, by each host's GPUs), the placement by GPUs when the round-robin
-over-fills a host, and the preflight's one line per host on its GPUs."""
+or, after the preflight, by each host's GPUs) decides how many tasks of each group a host gets,
+and a host's tasks of a group get consecutive indices (ranks in blocks, :func:`in_blocks`); the
+placement by GPUs when the round-robin over-fills a host, and the preflight's one line per host
+on its GPUs.
+
+Why blocks: a ring all-reduce (NCCL's, TensorFlow's RING) passes data from rank i to rank i+1.
+Dealt one by one (worker:0 on vm1, worker:1 on vm2, worker:2 on vm1, ...) every hop of the ring
+crosses the network; in blocks (worker:0 and worker:1 on vm1, worker:2 and worker:3 on vm2) it
+crosses once per host, and a host's GPUs talk over NVLink/PCIe. torchrun and Horovod number a
+host's ranks consecutively for the same reason."""
 
 from __future__ import annotations
 
@@ -72,7 +80,29 @@ def round_robin(spec: Spec, gpu_room: Optional[Mapping[str, int]] = None) -> dic
             used[host.name] = used.get(host.name, 0) + 1
             gpus_used[host.name] = gpus_used.get(host.name, 0) + need
             slots[f"{task_type}:{index}"] = Slot(host.name, host.dial_address)
-    return slots
+    return in_blocks(spec, slots)
+
+
+def in_blocks(spec: Spec, dealt: Mapping[str, Slot]) -> dict[str, Slot]:
+    """The same number of each group's tasks on each host as ``dealt`` (so slots, GPU room and the
+    spare hosts are as the round-robin left them), renumbered so a host's tasks of a group have
+    consecutive indices, hosts in the group's ``hosts`` order, else ``hosts:`` order (the first
+    host's block first: the chief, or worker:0 where there is no chief, stays on the first host
+    the round-robin used)."""
+    out: dict[str, Slot] = {}
+    every = list(dict.fromkeys(h.name for h in spec.hosts))
+    for task_type in TASK_TYPES:
+        group = spec.tasks.group(task_type)
+        keys = [f"{task_type}:{i}" for i in range(group.count)]
+        mine = [dealt[k] for k in keys if k in dealt]
+        if len(mine) != len(keys):  # not ours to renumber (a partial placement)
+            out.update({k: dealt[k] for k in keys if k in dealt})
+            continue
+        order = list(dict.fromkeys(group.hosts)) if group.hosts else every
+        rank = {name: n for n, name in enumerate(order)}
+        ordered = sorted(mine, key=lambda slot: rank.get(slot.host, len(order)))  # stable: a host's slots together
+        out.update(zip(keys, ordered))
+    return out
 
 
 def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]]) -> Optional[tuple[Placement, str]]:

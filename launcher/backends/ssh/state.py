@@ -63,6 +63,7 @@ class StateSync:
         self.writer: Optional[str] = None
         self.last_group: list[str] = []
         self.copies: list[dict] = []  # one entry per copy: size, seconds, hosts
+        self.assumed = False  # "shared" decided with one host only: checked again once there are more
         self.io_timeout = max(_MIN_IO_TIMEOUT, 2 * pool.opts.lease)
 
     # ------------------------------------------------------------------ preflight
@@ -86,6 +87,9 @@ class StateSync:
             self.mode, why = "shared", "a gs:// dir"
         elif len(hosts) < 2:
             self.mode, why = "shared", "one host"
+            # A group that started smaller than its count (a worker group with a min) may grow
+            # onto other hosts: asked again then (``recheck``), before the copy would be needed.
+            self.assumed = True
         else:
             seen, problems = statecheck.markers(self.pool, self.chief_host(), hosts, sessions, self.run_id)
             if problems:
@@ -127,7 +131,37 @@ class StateSync:
                 return host
         return chief
 
+    def recheck(self) -> None:
+        """The run started on one host (state dir "shared": nothing to tell) and its plan now
+        has more (a group that started small grew): is the state dir shared with them? The same
+        marker test as ``detect``, over one short command per host on the connections open."""
+        if not self.assumed or self.plan is None or len(self.training_hosts()) < 2:
+            return
+        import shlex
+
+        self.assumed = False
+        chief = self.chief_host()
+        marker = statecheck.marker_name(self.run_id)
+        path = {h: shlex.quote(f"{self.pool.hosts[h].state_dir.rstrip('/')}/{marker}") for h in self.training_hosts()}
+        code, out = self.pool.run_on(chief, f"mkdir -p {shlex.quote(self.pool.hosts[chief].state_dir)} && "
+                                     f": > {path[chief]}", None, 30.0)
+        try:
+            blind = [h for h in self.training_hosts() if h != chief
+                     and self.pool.run_on(h, f"test -e {path[h]}", None, 30.0)[0] != 0]
+        finally:
+            self.pool.run_on(chief, f"rm -f {path[chief]}", None, 30.0)
+        if code != 0:
+            blind = [h for h in self.training_hosts() if h != chief]  # (copy: the safe answer)
+        if not blind:
+            return
+        self.mode = "copy"
+        why = f"{', '.join(blind)} cannot see a file written through {chief} (the group grew onto {'them' if len(blind) > 1 else 'it'})"
+        self.console.info(f"state dir {self.pool.hosts[chief].state_dir}: copy ({why})")
+        if self.record is not None:
+            self.record.write(ev.StateSync(mode=self.mode, why=why, fetch=self.cfg.fetch))
+
     def prepare_attempt(self, number: int) -> None:
+        self.recheck()
         if self.mode != "copy" or self.plan is None or self.plan.strategy != MWMS:
             return
         chief = self.chief_host()

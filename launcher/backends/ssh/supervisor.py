@@ -20,6 +20,7 @@ import yaml
 
 from launcher.bounded import HOST_LINE_BYTES
 from launcher.ui.console import Console
+from launcher.interrupts import take_interrupt
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError
 from launcher.spec.model import LoadedSpec
 from launcher.backends.ssh.commands import q, remote_paths
@@ -94,6 +95,9 @@ class RemoteSupervisor:
         out, err = _Relay(sys.stdout, self), _Relay(sys.stderr, self)
         try:
             while True:
+                # Ctrl-C under `attach` / `logs -f` is a flag read here, between polls: raised
+                # inside paramiko it can leave a lock held (launcher/interrupts.py).
+                take_interrupt()
                 busy = False
                 if chan.recv_ready():
                     out.feed(chan.recv(65536))

@@ -49,7 +49,8 @@ class Elastic(OptionsModel):
 
     host_wait: float = Field(default=60.0, ge=0)
     """No spare and no `tasks.worker.min`: how long (seconds) the group waits for a suspect host to settle
-    before the run ends naming it."""
+    before the run ends naming it. At `up`, fewer hosts answering than `tasks.worker.min` needs: how
+    long it waits for them."""
     settle: float = Field(default=30.0, ge=0)
     """A suspect host that answers again without a break for this many seconds is usable again (a
     flapping host never is): a spare again, or grow's target, or the host the group waits for."""

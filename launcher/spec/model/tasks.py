@@ -67,13 +67,15 @@ class TaskGroup(OptionsModel):
     count: int = Field(ge=0, strict=True)
     """How many tasks of this type."""
     hosts: Optional[tuple[str, ...]] = None
-    """The hosts (by name) this group's tasks go on, round-robin (ssh backend; default: all hosts)."""
+    """The hosts (by name) this group's tasks go on: dealt round-robin, a host's tasks numbered
+    consecutively (ssh backend; default: all hosts)."""
     ports: Optional[tuple[int, ...]] = Field(default=None, json_schema_extra={"items": {"type": "integer", "minimum": 1,
                                                                                         "maximum": 65535}})
     """One TF port per task, in task order (default: `ports.base` plus the task's place on its host)."""
     min: Optional[int] = Field(default=None, ge=1, strict=True)
     """Elastic runs: with no spare host left, the group may go on with fewer workers, never below this
-    (none: every worker is needed)."""
+    (none: every worker is needed); at `up` it starts with the hosts that answer (at least this many
+    workers) and grows as hosts appear. Setting it turns elastic membership on."""
     gpus: Optional[int] = Field(default=None, ge=0, strict=True)
     """GPUs each task of this group gets, overriding `devices.gpus_per_task` and the role's default (ps
     and the parameter_server chief: none); 0: none (CUDA_VISIBLE_DEVICES=-1)."""

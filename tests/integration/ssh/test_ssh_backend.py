@@ -54,19 +54,33 @@ def test_tasks_run_on_their_hosts_with_tf_config_addresses(lab, make_spec):
 
 def test_one_remote_shell_per_host_for_its_first_task(lab, make_spec):
     """A host's agent (preflight + port hold + probe) becomes its first task: no second shell.
-    Each further task on a host costs one more (here worker:2 shares h1 with worker:0). (The
+    Each further task on a host costs one more (here worker:1 shares h1 with worker:0). (The
     state dir check rides on the agents too; fetching the final model after success is one more
     command on the chief's host, so it is off here.)"""
     spec = make_spec([PY, "-c", SHOW], workers=3, state={"fetch": "none"})
     plan = json.loads(tfcluster("plan", "--json", str(spec)).stdout)
     hosts = {f"{t['type']}:{t['index']}": t["host"] for t in plan["tasks"]}
-    assert hosts == {"worker:0": "h1", "worker:1": "h2", "worker:2": "h1"}
+    assert hosts == {"worker:0": "h1", "worker:1": "h1", "worker:2": "h2"}  # ranks in blocks
     before = {h: lab.remote_commands(lab.host(h)) for h in ("h1", "h2")}
     proc = tfcluster("up", str(spec))
     assert proc.returncode == 0, proc.stderr
     assert sorted(r[1] for r in _lines(proc.stdout, "TASK")) == ["worker:0", "worker:1", "worker:2"]
     after = {h: lab.remote_commands(lab.host(h)) for h in ("h1", "h2")}
     assert {h: after[h] - before[h] for h in after} == {"h1": 2, "h2": 1}
+
+
+def test_a_hosts_tasks_get_consecutive_ranks(lab, make_spec):
+    """Ranks in blocks: 4 workers on 2 hosts run as worker:0, worker:1 on h1 and worker:2,
+    worker:3 on h2 (each task reports the host it really ran on), so a ring crosses the network
+    once per host; the cluster in TF_CONFIG lists them in that order."""
+    spec = make_spec([PY, "-c", SHOW], workers=4, state={"fetch": "none"})
+    proc = tfcluster("up", str(spec))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = {r[1]: r[2] for r in _lines(proc.stdout, "TASK")}
+    assert ran == {"worker:0": "h1", "worker:1": "h1", "worker:2": "h2", "worker:3": "h2"}, ran
+    rows = {r[1]: r for r in _lines(proc.stdout, "TASK")}
+    h1, h2 = lab.host("h1").address, lab.host("h2").address
+    assert json.loads(rows["worker:0"][3]) == {"worker": [f"{h1}:23456", f"{h1}:23457", f"{h2}:23456", f"{h2}:23457"]}
 
 
 # ---------------------------------------------------------------- helpers

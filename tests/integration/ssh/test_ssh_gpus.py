@@ -92,8 +92,8 @@ def test_shared_gpu_gets_growth_and_a_gpu_less_host_runs_on_cpu(lab, make_spec, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = recorded(tmp_path)
     on = {k: (v["CUDA_VISIBLE_DEVICES"], v["TF_FORCE_GPU_ALLOW_GROWTH"]) for k, v in got.items()}
-    assert on == {"worker:0": ("0", "true"), "worker:2": ("0", "true"),  # h1: one GPU, two tasks
-                  "worker:1": (None, None), "worker:3": (None, None)}, on  # h3: none, CPU
+    assert on == {"worker:0": ("0", "true"), "worker:1": ("0", "true"),  # h1: one GPU, two tasks
+                  "worker:2": (None, None), "worker:3": (None, None)}, on  # h3: none, CPU
     assert proc.stderr.count("h3 has no NVIDIA GPU (nvidia-smi -L lists none): its 2 GPU tasks run on CPU") == 1
 
 

@@ -289,16 +289,18 @@ def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
 
     spec = spec_of(SSH4)
     plan = plan_for(spec)
-    assert [t.host for t in plan.tasks if t.type == "worker"] == ["b", "c", "a", "b", "c", "a"]
+    # The round-robin's counts, each host's workers in one block (ranks in blocks).
+    assert [t.host for t in plan.tasks if t.type == "worker"] == ["a", "a", "b", "b", "c", "c"]
     found = {"a": a100(1), "b": a100(4), "c": a100(1)}
     placement, line = gpu_replan(spec, plan, found)
     replanned = build_plan(spec, placement)
     workers = [t.host for t in replanned.tasks if t.type == "worker"]
-    assert workers == ["b", "c", "a", "b", "b", "b"], workers  # the round-robin, skipping the full hosts
+    # The round-robin skipping the full hosts (a 1, b 4, c 1), in blocks.
+    assert workers == ["a", "b", "b", "b", "b", "c"], workers
     assert [t.host for t in replanned.tasks if t.type in ("chief", "ps")] == ["a", "c"]  # unbounded by GPUs
     assert not any(gpus.host_problems(replanned, h, g) for h, g in found.items())
     assert line == ("gpus: round-robin would over-fill a 1 GPU for 2, c 1 GPU for 2 GPU-count tasks; placed by each "
-                    "host's GPUs instead (GPU tasks: b 4, c 1, a 1); set hosts[].slots to place them yourself")
+                    "host's GPUs instead (GPU tasks: a 1, b 4, c 1); set hosts[].slots to place them yourself")
 
 
 @pytest.mark.parametrize("found, why", [

@@ -85,10 +85,12 @@ def test_ssh_round_robin_placement_and_per_host_ports():
           ps: {count: 1, hosts: [vm2]}
         ports: {base: 5000}
     """)
+    # The round-robin's counts (vm1: chief and one worker, vm2: two workers and the ps), each
+    # host's workers in one block of consecutive indices.
     assert table(plan) == [
         ("chief:0", "vm1", "10.0.0.1", 5000),
-        ("worker:0", "vm2", "10.0.0.2", 5000),
-        ("worker:1", "vm1", "10.0.0.1", 5001),
+        ("worker:0", "vm1", "10.0.0.1", 5001),
+        ("worker:1", "vm2", "10.0.0.2", 5000),
         ("worker:2", "vm2", "10.0.0.2", 5001),
         ("ps:0", "vm2", "10.0.0.2", 5002),
     ]

@@ -15,6 +15,7 @@ from typing import Optional
 
 import pytest
 
+from launcher.app.up import plan_for
 from launcher.backends.base import Backend
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedBackend, StandbyScriptedBackend, supervise
 
@@ -373,6 +374,32 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
         "host_lost", "replan", "host_added", "replan"]
     assert [r["tasks"] for r in of(events, "replan")] == [["worker:0"], ["worker:0", "worker:1"]]
     assert [r["added"] for r in of(events, "replan")] == [{}, {"worker:1": "h2"}]
+
+
+def test_a_group_that_started_without_an_absent_host_grows_onto_it_once_it_settles(tmp_path):
+    """The preflight found h2 not answering (tasks.worker.min: 1): the run starts as worker:0 alone,
+    h2 is watched from the start, and once it has answered for elastic.settle s the group is
+    stopped gracefully and grows onto it; nothing lost, no restart spent."""
+    from launcher.plan.elastic import start_without
+
+    backend = ReturningBackend({("worker:0", 0): Script(code=None)}, losses={}, back=["h2"], after=3,
+                               default=Script(code=0, polls=4))
+    backend.absent, backend.short_why = {"h2": "not answering"}, "h2 not answering"
+    result = supervise(tmp_path, SHRINK, backend, clock=Counter(),
+                       plan=lambda spec: start_without(spec, plan_for(spec), ["h2"]).plan)
+    code, out, events = result.code, result.err + result.out, result.events
+    assert code == 0, out
+    assert backend.hosts_started == [("worker:0", "h1"), ("worker:0", "h1"), ("worker:1", "h2")]
+    assert backend.asked[0] == (["h2"], 9.0)  # watched from the start, elastic.settle
+    assert backend.handles[0].signals[0] == signal.SIGTERM  # the grow: stopped gracefully
+    assert "worker: 1 of 2 (h2 not answering); the group grows as hosts answer for elastic.settle=9 s" in out, out
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
+    (start,) = of(events, "run_start")
+    assert start["group"] == {"type": "worker", "size": 1, "of": 2, "why": "h2 not answering"} and start["spares"] == []
+    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added", "restart")] == [
+        "host_added", "replan"]
+    status = tfcluster_status(tmp_path)
+    assert "worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)" in status, status
 
 
 def test_a_host_back_after_training_ended_does_not_restart_the_group(tmp_path):

@@ -67,11 +67,12 @@ def test_pss_chief_dials_everyone_workers_dial_every_ps_evaluator_nothing():
 
 
 def test_tasks_sharing_a_host_dial_from_it_once_per_target():
-    plan = ssh_plan(2, "{worker: 4}")  # h1: worker:0, worker:2; h2: worker:1, worker:3
+    plan = ssh_plan(2, "{worker: 4}")  # in blocks: h1: worker:0, worker:1; h2: worker:2, worker:3
+    assert [t.host for t in plan.tasks] == ["h1", "h1", "h2", "h2"]
     targets = {h: [t.key for t in ts] for h, ts in host_targets(plan).items()}
-    # h1: worker:0 dials worker:3 (ring); worker:2 dials worker:0 (leader, tree) and worker:1 (ring)
-    assert targets["h1"] == ["worker:0", "worker:1", "worker:3"]
-    # h2: worker:1 dials worker:0 (leader, ring, tree: once); worker:3 dials worker:2 and worker:1 (its host's own)
+    # h1: worker:0 dials worker:3 (ring); worker:1 dials worker:0 (leader, ring, tree: its host's own)
+    assert targets["h1"] == ["worker:0", "worker:3"]
+    # h2: worker:2 dials worker:0 (leader, tree) and worker:1 (ring); worker:3 dials worker:0 and its host's own
     assert targets["h2"] == ["worker:0", "worker:1", "worker:2"]
 
 

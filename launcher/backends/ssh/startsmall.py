@@ -1,0 +1,104 @@
+"""The ssh preflight of a worker group with ``tasks.worker.min``: it starts with the hosts that
+answer (launcher/plan/elastic.py's ``start_without`` says with which plan). A listed host that does
+not answer within ``ssh.connect_timeout`` is not an error but a host the group grows onto later;
+below ``min`` the preflight waits up to ``elastic.host_wait`` for hosts to answer, then ends in one
+line naming them. A host that must hold a chief, ps or evaluator is not elastic: its error is the
+usual one."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Optional, Union
+
+from launcher.errors import LaunchError
+from launcher.plan.build import Plan
+from launcher.plan.elastic import options, spare_hosts, start_without
+from launcher.spec.model import Spec
+from launcher.backends.ssh import probe as ssh_probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from launcher.backends.ssh.pool import HostPool
+
+
+def hosts_there(pool: "HostPool", spec: Spec, plan: Plan, say: Callable[[str], None],
+                clock: Callable[[], float] = time.monotonic,
+                pause: Callable[[float], None] = time.sleep,
+                countdown: Optional[Callable[[Callable[[], str]], ContextManager]] = None) -> tuple[Plan, dict[str, str]]:
+    """Connect to the plan's hosts and the spares (in parallel, each within ssh.connect_timeout):
+    (the plan to start with, {absent host: its one-line problem}). Raises the usual unreachable
+    error where a chief, ps or evaluator host does not answer, and one line when fewer than
+    tasks.worker.min workers have hosts after elastic.host_wait. ``countdown(text)``: a context
+    in which ``text()`` is shown as a line that counts down (Console.countdown, on a terminal)."""
+    names = sorted({t.host for t in plan.tasks})
+    spares = spare_hosts(spec, names)
+    problems = pool.connect([*names, *spares])
+    if not problems:
+        return plan, {}
+    change = _start_plan(spec, plan, names, problems)
+    if not isinstance(change, str):
+        return change, dict(problems)
+    opts = options(spec)
+    deadline = clock() + opts.host_wait
+    absent = sorted(problems)
+    say(f"{', '.join(absent)} not answering: {change}; waiting up to elastic.host_wait={opts.host_wait:g} s "
+        f"for hosts (until {time.strftime('%H:%M:%S', time.localtime(time.time() + opts.host_wait))})")
+    shown = [absent]  # (read by the countdown's thread: replaced, never changed in place)
+
+    def left_text() -> str:
+        return (f"waiting for {', '.join(shown[0])} (tasks.worker.min={spec.tasks.worker.min}): "
+                f"{max(0.0, deadline - clock()):.0f} s left of elastic.host_wait={opts.host_wait:g} s")
+
+    with (countdown or _no_countdown)(left_text):
+        while True:
+            left = deadline - clock()
+            if left <= 0:
+                why = "; ".join(problems[h] for h in absent)
+                raise LaunchError(f"{', '.join(absent)} not answering after elastic.host_wait={opts.host_wait:g} s: "
+                                  f"{change} ({why}); bring {'them' if len(absent) > 1 else 'it'} back, list more "
+                                  "hosts under hosts: (spares), or lower tasks.worker.min")
+            pause(min(1.0, left))
+            problems = pool.connect(absent)  # the ones that answer now are the plan's again
+            change = _start_plan(spec, plan, names, problems)
+            if not isinstance(change, str):
+                return change, dict(problems)
+            absent = shown[0] = sorted(problems)
+
+
+def _start_plan(spec: Spec, plan: Plan, names: list[str], problems: dict[str, str]) -> Union[Plan, str]:
+    """The plan without the hosts of ``problems``, or why fewer than min workers can start (a few
+    words); the usual unreachable error where one of them holds a chief, ps or evaluator."""
+    change = start_without(spec, plan, sorted(problems))
+    if change is None:  # not elastic: the usual error
+        ssh_probe.unreachable_error(names, {h: p for h, p in problems.items() if h in names})
+    if isinstance(change, str):
+        return change
+    return change.plan
+
+
+@contextlib.contextmanager
+def _no_countdown(_text: Callable[[], str]) -> Iterator[None]:
+    yield
+
+
+# The preflight's lines for a host whose sessions died under it (probe.py): a host shutting down
+# (its sessions end while its sshd still answers), or a link that dropped.
+_DROPPED = ("the connection closed during preflight", "preflight could not run",
+            "the reachability probe gave no answer")
+
+
+def dropped_hosts(lines: tuple[str, ...], plan: Plan) -> list[str]:
+    """The hosts whose sessions the preflight lost, where that is all that went wrong and they hold
+    only workers; else [] (the error stands as it is)."""
+    hosts = {t.host for t in plan.tasks}
+    gone: set[str] = set()
+    for line in lines:
+        if line == "no task was started" or line.startswith("nothing was started:"):
+            continue
+        host = next((h for h in hosts if any(line.startswith(f"host {h}: {what}") for what in _DROPPED)), None)
+        if host is None:
+            return []
+        gone.add(host)
+    if any(t.host in gone and t.type != "worker" for t in plan.tasks):
+        return []
+    return sorted(gone)

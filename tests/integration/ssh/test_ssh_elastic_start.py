@@ -1,0 +1,236 @@
+"""A worker group with tasks.worker.min starts with the hosts that are there, on the ssh lab (sshd
+hosts with private disks): a listed host down at `up` (its link cut, as a preempted VM), a host
+that discovery.command lists only mid-run, a parameter_server worker group, a host going down the
+way a VM shuts down while the run starts (its sessions die while its sshd answers a few seconds
+longer), and a run that never reaches min. Each grows through the grow path (a graceful stop at
+an agreed step, a replan, 0 steps redone) and spends no restart (restart.max_restarts: 0)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+import yaml
+
+from tests.support.cli import tfcluster
+from tests.support.ssh_helpers import NOTICE, bring_back, private_state
+from tests.support.tfrun import progress, run_and_act
+from tests.support.waits import wait_for
+
+from .conftest import PY, task_processes
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
+
+WORKER = [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "20", "--step-delay", "0.3", "--save-freq", "3",
+          "--progress-every", "1"]
+
+
+def run_of(spec):
+    return spec.parent / "runs" / "sshtest" / "latest"
+
+
+def events_of(spec) -> list[dict]:
+    return [json.loads(line) for line in (run_of(spec) / "events.jsonl").read_text().splitlines()]
+
+
+def plan_hosts(spec, name: str) -> list[str]:
+    return [t["host"] for t in json.loads((run_of(spec) / name).read_text())["tasks"]]
+
+
+def nothing_left(lab) -> None:
+    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
+
+
+def cut(lab, name: str) -> None:
+    """The host's link down: it does not answer (a preempted VM, a partition)."""
+    lab.host(name).exec("ip", "link", "set", "eth0", "down")
+
+
+def in_background(fn):
+    """An action for run_and_act that runs in a thread (bringing a host back waits for its sshd),
+    so the launcher's output is read meanwhile."""
+    threads: list[threading.Thread] = []
+
+    def act(_proc):
+        thread = threading.Thread(target=fn, daemon=True)
+        thread.start()
+        threads.append(thread)
+    act.threads = threads
+    return act
+
+
+def assert_grown_with_nothing_redone(out: str, before: int = 1) -> int:
+    """worker:0 started alone (``before`` start lines), then both resumed at the step worker:0 saved
+    when the group was stopped to grow: 0 steps redone. Returns that step."""
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out, out[-4000:]
+    w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
+    assert len(w0) == before + 1 and len(w1) == 1, out[-4000:]
+    assert [int(w["replicas"]) for w in w0] == [1] * before + [2], w0
+    saved = [int(p["global_step"]) for p in progress(out, "preempted", "worker:0")]
+    grown = int(w0[-1]["global_step"])
+    assert saved and saved[-1] == grown == int(w1[0]["global_step"]) > 0, (saved, w0, w1)
+    assert f"resumed at step {grown}, 0 steps redone" in out, out[-3000:]
+    (res,) = progress(out, "result", "worker:0")
+    assert int(res["steps_run"]) == 40 - grown, res
+    return grown
+
+
+def test_a_listed_host_down_at_up_starts_the_group_smaller_and_it_grows_when_the_host_answers(lab, make_spec, tmp_path):
+    spec = make_spec(WORKER, hosts=["h1", "h2"], tasks={"worker": {"count": 2, "min": 1}},
+                     env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 0},
+                     elastic={"settle": 3, "host_wait": 30}, ssh={"require": ["tensorflow", "tf_keras"]},
+                     state={"dir": private_state(lab, tmp_path)})
+    planned = tfcluster("plan", str(spec))  # no connection: the full plan, and that it may start smaller
+    assert planned.returncode == 0, planned.stderr
+    assert "worker:1  h2" in planned.stdout and "starts with 1..2 of 2 workers where hosts are short" in planned.stdout
+    cut(lab, "h2")
+    try:
+        dry = tfcluster("up", "--dry-run", str(spec))  # what would start now
+        assert dry.returncode == 0, dry.stderr
+        assert "worker:1" not in dry.stdout and "worker:0  h1" in dry.stdout, dry.stdout
+        assert "would start 1 tasks on backend ssh (worker: 1 of 2 (h2 not answering))" in dry.stderr, dry.stderr
+        back = in_background(lambda: bring_back(lab, "h2"))
+        code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=4 ", back)], timeout=400)
+        for thread in back.threads:
+            thread.join(60)
+    finally:
+        bring_back(lab, "h2")
+    assert code == 0, out[-6000:]
+    assert "worker: 1 of 2 (h2 not answering); the group grows as hosts answer for elastic.settle=3 s" in out, out[-4000:]
+    assert "h2 answers again (3 s without a break, elastic.settle): usable again" in out, out[-4000:]
+    assert_grown_with_nothing_redone(out)
+    assert "restart.max_restarts is 0" not in out and "failed" not in out.lower().replace("failed=0", "")
+    recorded = events_of(spec)
+    (start,) = [e for e in recorded if e["event"] == "run_start"]
+    assert start["tasks"] == ["worker:0"] and start["group"] == {"type": "worker", "size": 1, "of": 2,
+                                                                   "why": "h2 not answering"}, start
+    kinds = [e["event"] for e in recorded if e["event"] in ("host_lost", "replan", "host_added", "restart")]
+    assert kinds == ["host_added", "replan"], kinds  # nothing lost, nothing restarted: it only grew
+    assert plan_hosts(spec, "plan.json") == ["h1"] and plan_hosts(spec, "plan-2.json") == ["h1", "h2"]
+    status = tfcluster("status", str(spec))
+    assert status.returncode == 0, status.stderr
+    assert "worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)" in status.stdout, status.stdout
+    nothing_left(lab)
+
+
+def test_discovery_with_slots_starts_with_the_room_there_and_grows_when_the_second_host_is_listed(
+        lab, make_spec, tmp_path):
+    listing = tmp_path / "hosts.yaml"
+
+    def publish(names):
+        listing.write_text(yaml.safe_dump([{**h, "slots": 1} for h in lab.hosts_yaml(names)]))
+
+    publish(["h1"])
+    spec = make_spec(WORKER, hosts=[], tasks={"worker": {"count": 2, "min": 1}}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                     restart={"max_restarts": 0}, discovery={"command": f"cat {listing}", "every": 1, "timeout": 5},
+                     elastic={"settle": 2}, ssh={"require": ["tensorflow", "tf_keras"]},
+                     state={"dir": private_state(lab, tmp_path)})
+    written = yaml.safe_load(spec.read_text())
+    del written["hosts"]  # every host comes from the command
+    spec.write_text(yaml.safe_dump(written, sort_keys=False))
+    planned = tfcluster("plan", str(spec))
+    assert planned.returncode == 0, planned.stderr  # (it used to be: hosts[].slots: the tasks do not fit)
+    assert "worker: starts with 1 of 2 workers (no room for more on the hosts known now)" in planned.stdout, \
+        planned.stdout
+    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-step epoch=0 step=4 ",
+                                    lambda _p: publish(["h1", "h2"]))], timeout=400)
+    assert code == 0, out[-6000:]
+    assert "worker: 1 of 2 (no room for more on the hosts there (hosts[].slots)); the group grows as hosts answer" \
+        in out, out[-4000:]
+    assert "discovery: h2 found (usable once it answers for elastic.settle=2 s)" in out, out[-4000:]
+    assert_grown_with_nothing_redone(out)
+    assert plan_hosts(spec, "plan.json") == ["h1"] and plan_hosts(spec, "plan-2.json") == ["h1", "h2"]
+    recorded = events_of(spec)
+    assert not [e for e in recorded if e["event"] in ("restart", "failure", "host_lost")]
+    nothing_left(lab)
+
+
+def test_a_parameter_server_worker_group_starts_without_a_worker_host_and_grows_onto_it(lab, make_spec):
+    spec = make_spec(
+        [PY, "-m", "worker", "--epochs", "3", "--steps-per-epoch", "30", "--step-delay", "0.25", "--progress-every",
+         "5"], hosts=["h1", "h2", "h3"], strategy="parameter_server",
+        tasks={"chief": {"count": 1, "hosts": ["h1"]}, "ps": {"count": 1, "hosts": ["h1"]},
+               "worker": {"count": 2, "hosts": ["h2", "h3"], "min": 1}},
+        restart={"max_restarts": 0}, elastic={"settle": 3}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        ssh={"require": ["tensorflow", "tf_keras"]})
+    cut(lab, "h3")
+    try:
+        back = in_background(lambda: bring_back(lab, "h3"))
+        code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=0 step=10 ", back)], timeout=400)
+        for thread in back.threads:
+            thread.join(60)
+    finally:
+        bring_back(lab, "h3")
+    assert code == 0, out[-6000:]
+    assert "worker: 1 of 2 (h3 not answering)" in out, out[-4000:]
+    assert "h3 back; worker:1 added on h3" in out, out[-4000:]
+    starts = progress(out, "start", "chief:0")
+    assert [s["workers"] for s in starts] == ["1", "2"], starts
+    (res,) = progress(out, "result", "chief:0")
+    assert 90 <= int(res["global_step"]) <= 91, res
+    assert plan_hosts(spec, "plan.json") == ["h1", "h2", "h1"]  # chief, worker:0, ps
+    assert plan_hosts(spec, "plan-2.json") == ["h1", "h2", "h3", "h1"]
+    assert not [e for e in events_of(spec) if e["event"] in ("restart", "task_restart", "host_lost")]
+    nothing_left(lab)
+
+
+def test_below_min_the_run_waits_host_wait_then_ends_in_one_line_naming_the_hosts(lab, make_spec):
+    spec = make_spec([PY, "-c", "print('up', flush=True)"], hosts=["h1", "h2"], tasks={"worker": {"count": 2, "min": 2}},
+                     restart={"max_restarts": 0}, elastic={"host_wait": 4})
+    cut(lab, "h2")
+    try:
+        began = time.monotonic()
+        result = tfcluster("up", str(spec))
+        took = time.monotonic() - began
+    finally:
+        bring_back(lab, "h2")
+    assert result.returncode == 1, result.stderr
+    waiting = [line for line in result.stderr.splitlines() if "waiting up to elastic.host_wait=4 s" in line]
+    assert len(waiting) == 1 and waiting[0].startswith("tfcluster: h2 not answering: 1 worker can start now, below "
+                                                       "tasks.worker.min=2"), result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and re.search(r"h2 not answering after elastic.host_wait=4 s: 1 worker can start now, "
+                                          r"below tasks.worker.min=2 \(host h2 \(.*\): timed out after 3 s; .*\); bring it back", errors[0]), \
+        result.stderr
+    assert took >= 4, took
+    assert "[worker:0] up" not in result.stdout + result.stderr  # nothing started
+    nothing_left(lab)
+
+
+def test_a_host_shutting_down_as_the_run_starts_leaves_the_group_smaller_and_it_grows_back(lab, make_spec, tmp_path):
+    """h2 goes down the way a VM shuts down while `up` starts: SIGTERM to its processes while its
+    sshd accepts new connections for NOTICE s more, then SIGKILL and its link down. Whether the
+    preflight or the first attempt sees its sessions die, the group goes on as worker:0 alone
+    (tasks.worker.min: 1, no restart spent) and grows back once h2 answers for elastic.settle."""
+    spec = make_spec(WORKER, hosts=["h1", "h2"], tasks={"worker": {"count": 2, "min": 1}},
+                     env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 0},
+                     elastic={"settle": NOTICE + 2, "host_wait": 60}, ssh={"require": ["tensorflow", "tf_keras"]},
+                     state={"dir": private_state(lab, tmp_path)})
+    gone = threading.Event()
+
+    def shutdown_then_back():
+        lab.shutdown("h2", NOTICE)
+        gone.set()
+        bring_back(lab, "h2")
+
+    thread = threading.Thread(target=shutdown_then_back, daemon=True)
+    try:
+        thread.start()
+        code, out = run_and_act(spec, [], timeout=400)
+        thread.join(NOTICE + 60)
+    finally:
+        bring_back(lab, "h2")
+    assert gone.is_set()
+    assert code == 0, out[-6000:]
+    w0 = progress(out, "start", "worker:0")
+    assert [int(w["replicas"]) for w in w0][-1] == 2 and 1 in [int(w["replicas"]) for w in w0], w0
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out, out[-4000:]
+    assert "restart.max_restarts is 0" not in out
+    recorded = events_of(spec)
+    assert not [e for e in recorded if e["event"] == "restart"]
+    assert [t["host"] for t in json.loads(sorted(run_of(spec).glob("plan-*.json"))[-1].read_text())["tasks"]] \
+        == ["h1", "h2"]
+    nothing_left(lab)

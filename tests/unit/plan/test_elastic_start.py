@@ -1,0 +1,129 @@
+"""launcher/plan/elastic.py: a worker group with a min starts with the hosts there (pure), plan_for's
+smaller plan where hosts[].slots have no room for every worker yet, and the record's group sizes."""
+
+from __future__ import annotations
+
+from launcher.app.up import plan_for, short_line, start_note, starts_small_here
+from launcher.errors import SpecError
+from launcher.loader.load import parse_spec
+from launcher.plan.elastic import Replan, group_size, start_without
+from launcher.record.hosts import size_now, sizes_line
+from launcher.record.view import RunView
+
+import pytest
+
+SSH = """
+name: t
+strategy: multi_worker_mirrored
+backend: ssh
+entrypoint: python -m worker
+hosts:
+  - {name: h1, address: 10.0.0.1}
+  - {name: h2, address: 10.0.0.2}
+tasks: {worker: {count: 2, min: 1}}
+elastic: {host_wait: 5}
+"""
+
+
+def test_a_group_with_min_starts_without_the_hosts_that_do_not_answer():
+    spec = parse_spec(SSH)
+    plan = plan_for(spec)
+    assert starts_small_here(spec)
+    change = start_without(spec, plan, ["h2"])
+    assert isinstance(change, Replan)
+    assert [(t.key, t.host) for t in change.plan.tasks] == [("worker:0", "h1")]
+    assert change.dropped == ("worker:1",)
+    # worker:0's host absent: worker:1 becomes worker:0 (renumbered in order)
+    other = start_without(spec, plan, ["h1"])
+    assert [(t.key, t.host) for t in other.plan.tasks] == [("worker:0", "h2")]
+    assert start_without(spec, plan, ["h1", "h2"]) == "0 workers can start now, below tasks.worker.min=1"
+    group = group_size(spec, change.plan, "h2 not answering")
+    assert group == {"type": "worker", "size": 1, "of": 2, "why": "h2 not answering"}
+    assert short_line(spec, change.plan, "h2 not answering") == "worker: 1 of 2 (h2 not answering)"
+    assert short_line(spec, plan, "") == ""
+    assert "starts with 1..2 of 2 workers where hosts are short" in start_note(spec, plan)
+    assert start_note(spec, plan).endswith("grows as hosts appear")
+
+
+def test_a_spare_that_answers_takes_the_absent_hosts_worker_and_chief_hosts_are_not_elastic():
+    spec = parse_spec(SSH.replace("  - {name: h2, address: 10.0.0.2}\n",
+                                  "  - {name: h2, address: 10.0.0.2}\n  - {name: h3, address: 10.0.0.3}\n"))
+    plan = plan_for(spec)
+    change = start_without(spec, plan, ["h2"])
+    assert [(t.key, t.host) for t in change.plan.tasks] == [("worker:0", "h1"), ("worker:1", "h3")]
+    chief = parse_spec(SSH.replace("tasks: {worker: {count: 2, min: 1}}",
+                                   "tasks: {chief: 1, worker: {count: 1, min: 1}}"))
+    assert start_without(chief, plan_for(chief), ["h1"]) is None  # the chief's host: the usual error
+    assert isinstance(start_without(chief, plan_for(chief), ["h3"]), Replan)  # (not a host of the plan)
+
+
+def test_no_min_keeps_the_usual_start_and_a_min_alone_turns_elastic_on():
+    spec = parse_spec(SSH.replace("tasks: {worker: {count: 2, min: 1}}", "tasks: {worker: 2}"))
+    assert not starts_small_here(spec.model_copy(update={"elastic": None}))
+    assert start_note(spec.model_copy(update={"elastic": None}), plan_for(spec)) == ""
+    alone = parse_spec(SSH.replace("elastic: {host_wait: 5}\n", ""))  # no elastic: block, no spare
+    assert starts_small_here(alone)
+
+
+def test_plan_for_starts_with_the_room_the_slots_have_now_and_refuses_below_min():
+    spec = parse_spec(SSH.replace("  - {name: h1, address: 10.0.0.1}\n  - {name: h2, address: 10.0.0.2}\n",
+                                  "  - {name: h1, address: 10.0.0.1, slots: 1}\n"))
+    plan = plan_for(spec)
+    assert [(t.key, t.host) for t in plan.tasks] == [("worker:0", "h1")]
+    assert start_note(spec, plan) == ("worker: starts with 1 of 2 workers (no room for more on the hosts known now); "
+                                      "grows as hosts appear (tasks.worker.min=1)")
+    strict = parse_spec(SSH.replace("  - {name: h1, address: 10.0.0.1}\n  - {name: h2, address: 10.0.0.2}\n",
+                                    "  - {name: h1, address: 10.0.0.1, slots: 1}\n").replace("min: 1", "min: 2"))
+    with pytest.raises(SpecError, match=r"hosts\[\]\.slots: the tasks do not fit: h1 \(2 tasks, 1 slot\)"):
+        plan_for(strict)
+
+
+def test_the_view_keeps_the_groups_size_attempt_by_attempt():
+    view = RunView()
+    view.event({"event": "run_start", "time": 1.0, "tasks": ["worker:0"], "spares": [],
+                "group": {"type": "worker", "size": 1, "of": 2, "why": "h2 not answering"}})
+    assert size_now(view) == "worker: 1 of 2 (h2 not answering)"
+    view.event({"event": "host_added", "time": 2.0, "host": "h2", "settle": 3})
+    view.event({"event": "replan", "time": 3.0, "plan": 2, "attempt": 1, "lost": [], "moved": {}, "dropped": [],
+                "added": {"worker:1": "h2"}, "tasks": ["worker:0", "worker:1"]})
+    assert size_now(view) == ""
+    assert sizes_line(view) == "worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)"
+    again = RunView.from_json(view.to_json())  # (a snapshot keeps them)
+    assert sizes_line(again) == sizes_line(view)
+    full = RunView()
+    full.event({"event": "run_start", "time": 1.0, "tasks": ["worker:0", "worker:1"],
+                "group": {"type": "worker", "size": 2, "of": 2}})
+    assert sizes_line(full) == "" and size_now(full) == ""
+
+
+def test_up_waits_for_discovered_room_for_min_then_ends_in_one_line(tmp_path):
+    from launcher.app.up import plan_with_room
+    from launcher.errors import LaunchError
+    from launcher.loader.discovery import with_discovered
+    from launcher.loader.load import load_spec
+    from launcher.ui.console import Console
+
+    listing = tmp_path / "hosts.txt"
+    listing.write_text("- {name: h1, address: 10.0.0.1, slots: 1}\n")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(SSH.replace("hosts:\n  - {name: h1, address: 10.0.0.1}\n  - {name: h2, address: 10.0.0.2}\n", "")
+                    .replace("min: 1", "min: 2") + f"discovery: {{command: cat {listing}, every: 1}}\n")
+    now = [0.0]
+
+    def pause(seconds):  # the second host is listed after 2 s
+        now[0] += seconds
+        if now[0] >= 2:
+            listing.write_text("- {name: h1, address: 10.0.0.1, slots: 1}\n- {name: h2, address: 10.0.0.2, slots: 1}\n")
+
+    loaded, plan = plan_with_room(with_discovered(load_spec(str(path))), Console(), False, lambda: now[0], pause)
+    assert [(t.key, t.host) for t in plan.tasks] == [("worker:0", "h1"), ("worker:1", "h2")] and now[0] == 2
+    assert [h.name for h in loaded.spec.hosts] == ["h1", "h2"]
+    listing.write_text("- {name: h1, address: 10.0.0.1, slots: 1}\n")
+    now[0] = 0.0
+    with pytest.raises(LaunchError) as got:
+        plan_with_room(with_discovered(load_spec(str(path))), Console(), False, lambda: now[0],
+                       lambda s: now.__setitem__(0, now[0] + s))
+    assert len(got.value.lines) == 1 and now[0] == 5.0
+    assert got.value.lines[0].startswith("no room for tasks.worker.min=2 workers on the hosts discovery.command listed "
+                                         "within elastic.host_wait=5 s (hosts[].slots: the tasks do not fit: h1 (2 tasks, "
+                                         "1 slot);")
