@@ -550,6 +550,9 @@ def fields_conform(obj: Any) -> Optional[str]:
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
+# Hints whose value of exactly that type passes as it is (a float: when finite).
+_SIMPLE: dict[Any, type] = {str: str, int: int, float: float, bool: bool, Optional[str]: str, Optional[int]: int,
+                            Optional[float]: float}  # (not Count, Seconds: their range is checked too)
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -563,6 +566,16 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def _check(value: Any, hint: Any) -> Any:
     """``value`` as ``hint`` says (an int where a float goes becomes a float); _Bad otherwise."""
+    # (the common cases first, without typing's introspection: a record has many events)
+    kind = _SIMPLE.get(hint)
+    if kind is not None and type(value) is kind:
+        if kind is float and not math.isfinite(value):
+            raise _Bad(f"{value!r} where a finite number goes")
+        return value
+    return _check_hint(value, hint)
+
+
+def _check_hint(value: Any, hint: Any) -> Any:
     origin = typing.get_origin(hint)
     if origin is Annotated:
         inner, *marks = typing.get_args(hint)
