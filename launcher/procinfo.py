@@ -1,4 +1,5 @@
-"""Processes: identify them by (pid, start time) so a recycled pid is never mistaken for ours, and
+"""Processes: identify them by (pid, start time) so a recycled pid is never mistaken for ours, prove
+that a process a run record names is the run's own before anything signals it (``not_own``), and
 say how one ended."""
 
 from __future__ import annotations
@@ -26,6 +27,79 @@ def is_same(pid: int, started: Optional[int]) -> bool:
     """True if ``pid`` is alive and is the process that started at ``started``."""
     now = start_time(pid)
     return now is not None and (started is None or now == started)
+
+
+PROC_BYTES = 1 << 20  # /proc/PID/cmdline and environ are read up to this (a page or two in practice)
+
+
+def _proc_file(pid: int, name: str) -> Optional[bytes]:
+    """/proc/PID/NAME's bytes (bounded), or None: gone, or not ours to read (another user's)."""
+    try:
+        with open(f"/proc/{int(pid)}/{name}", "rb") as fh:
+            return fh.read(PROC_BYTES)
+    except (OSError, ValueError):
+        return None
+
+
+def cmdline(pid: int) -> Optional[list[str]]:
+    """The process's command line as it was started (argv), or None."""
+    data = _proc_file(pid, "cmdline")
+    if data is None:
+        return None
+    return [a.decode("utf-8", "surrogateescape") for a in data.split(b"\0")[:-1]] if data else []
+
+
+def environ_value(pid: int, name: str) -> Optional[str]:
+    """``name`` in the environment the process was started with, or None (unset, or unreadable)."""
+    data = _proc_file(pid, "environ")
+    prefix = name.encode() + b"="
+    for entry in (data or b"").split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("utf-8", "surrogateescape")
+    return None
+
+
+def holds_open(pid: int, path) -> bool:
+    """Whether the process has ``path`` (that very file: device and inode) open."""
+    try:
+        want = os.stat(path)
+        fds = os.listdir(f"/proc/{int(pid)}/fd")
+    except (OSError, ValueError):
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{int(pid)}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+            return True
+    return False
+
+
+def not_own(pid: int, started: Optional[int], marker: tuple[str, str], cmd: Optional[list[str]] = None,
+            holds: Optional[object] = None) -> Optional[str]:
+    """Why process ``pid`` cannot be proven to be the one a run record names, or None when it is
+    proven: alive with the recorded start time (``started``: a record without one proves
+    nothing), the recorded command line ``cmd`` (where recorded), and either the environment
+    marker ``marker`` (NAME, VALUE: set by the launcher where it started the process) or, for a
+    process it did not start (the launcher itself, run in a terminal), the file ``holds`` open
+    (the run's events.jsonl). The caller says so in one line and signals nothing unless None."""
+    now = start_time(pid)
+    if now is None:
+        return f"process {pid} is not running"
+    if started is None:
+        return f"the record gives no start time for process {pid}"
+    if now != started:
+        return f"process {pid} started at another time than the record says (a different process)"
+    if cmd is not None and cmdline(pid) != cmd:
+        return f"process {pid} runs another command line than the record says"
+    name, value = marker
+    if environ_value(pid, name) == value:
+        return None
+    if holds is not None and holds_open(pid, holds):
+        return None
+    return (f"process {pid} carries no {name}={value} marker" + (" and does not hold the run's record open"
+                                                                   if holds is not None else ""))
 
 
 def group_alive(pgid: int) -> bool:

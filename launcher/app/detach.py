@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from launcher.safefile import open_append
+from launcher.contract import envnames
 from launcher.ui.console import Console
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from launcher.ui.table import render
@@ -152,6 +153,7 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env[envnames.SUPERVISOR] = run_id  # `down` signals it only with this mark (procinfo.not_own)
     proc = subprocess.Popen(supervisor_argv(spec, run_id, extra), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                             env=env, close_fds=True)

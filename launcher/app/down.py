@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+from pathlib import Path
 from typing import Optional
 
 from launcher.backends import RecordedRun, backend_class
+from launcher.bounded import shown
+from launcher.contract import envnames
 from launcher.ui.console import Console
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, NoRun
 from launcher.plan.build import Plan
-from launcher.procinfo import is_same, wait_gone
-from launcher.record.events import Event
+from launcher.procinfo import is_same, not_own, wait_gone
+from launcher.record.events import Event, RunOutcome
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
 from launcher.record.reader import latest_run, read_launcher
 from launcher.record.states import Outcome
@@ -30,17 +34,22 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
         where = root / spec.name / (run_id or LATEST)
         raise NoRun(f"no run record at {where}; nothing to stop (check the spec path or --run)")
     info = read_launcher(run_dir, required=True) or {}
-    pid, started = int(info["pid"]), info.get("start_time")
+    pid, started = info.get("pid"), info.get("start_time")
     stopped_any = False
-    supervised = pid == os.getpid() or is_same(pid, started)
-    if pid != os.getpid() and is_same(pid, started):
-        console.info(f"asking launcher {pid} of run {info['run_id']} to stop (SIGTERM)")
-        os.kill(pid, signal.SIGTERM)
-        stopped_any = True
-        if not wait_gone(pid, started, timeout):
-            console.error(f"launcher {pid} did not stop within {timeout:g} s; killing it (its tasks follow)")
-            os.kill(pid, signal.SIGKILL)
-            wait_gone(pid, started, 5)
+    supervised = pid == os.getpid()
+    if pid is not None and pid != os.getpid() and is_same(pid, started):
+        why = _not_the_supervisor(run_dir, info)
+        if why is not None:  # a record is data, not orders: a pid it names is signalled only once proven
+            console.error(f"not signalling process {pid}, which run {run_dir.name}'s launcher.json names: {why}")
+        else:
+            supervised = True
+            console.info(f"asking launcher {pid} of run {run_dir.name} to stop (SIGTERM)")
+            os.kill(pid, signal.SIGTERM)
+            stopped_any = True
+            if not wait_gone(pid, started, timeout):
+                console.error(f"launcher {pid} did not stop within {timeout:g} s; killing it (its tasks follow)")
+                os.kill(pid, signal.SIGKILL)
+                wait_gone(pid, started, 5)
     # What the launcher left behind (or all of it, if the launcher was gone): the backend
     # finds it by the ids in the record.
     backend = backend_class(spec.backend).from_spec(loaded, None, console)
@@ -50,14 +59,28 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
         backend.close()
     if not supervised:
         _record_stop(run_dir, console)
-    console.info(f"run {info['run_id']}: " + ("stopped" if stopped_any else "nothing was running"))
+    console.info(f"run {run_dir.name}: " + ("stopped" if stopped_any else "nothing was running"))
     return EXIT_OK
+
+
+def _not_the_supervisor(run_dir: Path, info: dict) -> Optional[str]:
+    """Why the live process launcher.json names cannot be proven to be this run's supervisor
+    (None: proven). It must run on this host, have started when the record says, run the command
+    line the record says (records that keep it), and carry the run's mark: TFCLUSTER_SUPERVISOR
+    in its environment (``up --detach`` sets it) or, a launcher run in a terminal, this run's
+    events.jsonl open (procinfo.not_own)."""
+    host = info.get("host")
+    if host is not None and host != socket.gethostname():
+        return f"it runs on {shown(host, 60)}, not here; run `tfcluster down` there"
+    return not_own(info["pid"], info.get("start_time"), (envnames.SUPERVISOR, run_dir.name),
+                   cmd=info.get("cmdline"), holds=run_dir / EVENTS_FILE)
 
 
 def _record_stop(run_dir, console: Console) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
     from launcher.record.reader import RecordDamaged, read_events
+    from launcher.record.run import fold_run
     from launcher.record.status import last_sign_of_life
     from launcher.record.writer import append_event
 
@@ -66,13 +89,13 @@ def _record_stop(run_dir, console: Console) -> None:
     except RecordDamaged as exc:
         console.error(exc.lines[0])
         return
-    if any(e.get("event") == Event.OUTCOME for e in events):
+    if any(e.kind == Event.OUTCOME for e in events):
         return
-    attempts = 1 + max((int(e.get("attempt", 0) or 0) for e in events if e.get("event") == Event.START), default=-1)
-    ended = last_sign_of_life(run_dir, events)  # the run's end, not this `down`'s (status, runs)
+    run = fold_run(events)
+    ended = last_sign_of_life(run_dir, run.last)  # the run's end, not this `down`'s (status, runs)
     try:
-        append_event(run_dir, Event.OUTCOME, outcome=Outcome.STOPPED, exit_code=EXIT_INTERRUPTED, attempts=attempts,
-                     reason="the supervisor was lost; what was left was stopped by tfcluster down",
-                     **({"ended": round(ended, 3)} if ended is not None else {}))
+        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, exit_code=EXIT_INTERRUPTED, attempts=run.attempts,
+                                         reason="the supervisor was lost; what was left was stopped by tfcluster down",
+                                         ended=round(ended, 3) if ended is not None else None))
     except OSError as exc:
         console.error(f"cannot write {run_dir / EVENTS_FILE}: {exc.strerror}; the run stays 'supervisor lost'")

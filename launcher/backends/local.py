@@ -22,7 +22,7 @@ from launcher.contract import envnames
 from launcher.errors import LaunchError
 from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.procinfo import group_alive, is_same, kill_group, start_time
+from launcher.procinfo import group_alive, is_same, kill_group, not_own, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
@@ -194,13 +194,21 @@ class LocalBackend(Backend):
     # -------------------------------------------------------------- tfcluster down
 
     def down(self, run: RecordedRun, console: "Console") -> bool:
-        """Kill the task groups the run left behind, by pgid and start time (never by name)."""
+        """Kill the task groups the run left behind, by pgid and start time (never by name), each
+        only once its leader is proven the run's own (procinfo.not_own: its start time and the
+        run's id in its environment, as the supervisor started it); otherwise one line, no signal."""
         leftovers = []
         for key, task in run.tasks.items():
             pgid = task.get("pgid")
-            if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
-                leftovers.append(key)
-                kill_group(pgid, self.stop_grace)
+            if not (pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid)):
+                continue
+            why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.dir.name))
+            if why is not None:
+                console.error(f"{key}: not stopping process group {pgid}: {why}; the record names a process "
+                              "that is not this run's")
+                continue
+            leftovers.append(key)
+            kill_group(pgid, self.stop_grace)
         if leftovers:
             console.info(f"stopped leftover tasks: {', '.join(leftovers)}")
         return bool(leftovers)

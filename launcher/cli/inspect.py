@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from launcher.cli.common import JSON_HEAD, elsewhere, load, print_record_lines
 from launcher.interrupts import watching
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST
 from launcher.ui.console import Console
+from launcher.ui.jsontext import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.record.status import RunStatus
@@ -45,7 +45,7 @@ def status(args: argparse.Namespace, console: Console) -> int:
         return code
     view = inspect.status(loaded, args.run)
     if args.json:
-        print(json.dumps({**JSON_HEAD, **view.to_json()}, indent=2))
+        print(json_text({**JSON_HEAD, **view.to_json()}))
     else:
         print_record_lines(render_status(view, args.spec))
     return exit_code(view)
@@ -130,7 +130,7 @@ def runs(args: argparse.Namespace, console: Console) -> int:
         lists = inspect.runs_under(path)
         views = [v for found in lists for v in found.runs]
         if args.json:
-            print(json.dumps(runs_json(views), indent=2))
+            print(json_text(runs_json(views)))
         elif not lists:
             print(f"no runs under {path}")
         else:
@@ -142,7 +142,7 @@ def runs(args: argparse.Namespace, console: Console) -> int:
         return code
     found = inspect.runs(loaded)
     if args.json:
-        print(json.dumps(runs_json(found.runs), indent=2))
+        print(json_text(runs_json(found.runs)))
     else:
         print_record_lines(render_runs(found.runs, found.where))
     return EXIT_OK if found.runs else EXIT_NO_RUN

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from typing import Optional
@@ -15,6 +14,7 @@ from launcher.errors import LaunchError, SpecError, UserError
 from launcher.plan.build import COMPACT, write_full_json
 from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console
+from launcher.ui.jsontext import json_text
 from launcher.ui.plantext import render_plan
 
 
@@ -39,11 +39,11 @@ def _validate_json(spec: str) -> int:
     except UserError as exc:
         if isinstance(exc, SpecError):
             exc = locate(exc, spec)
-        print(json.dumps({**out, "valid": False, "errors": list(exc.lines)}, indent=2))
+        print(json_text({**out, "valid": False, "errors": list(exc.lines)}))
         raise exc from None
     notes = warnings(loaded)
-    print(json.dumps({**out, "valid": True, "name": loaded.spec.name, "strategy": plan.strategy,
-                      "backend": plan.backend, "tasks": len(plan.tasks), "warnings": notes}, indent=2))
+    print(json_text({**out, "valid": True, "name": loaded.spec.name, "strategy": plan.strategy,
+                     "backend": plan.backend, "tasks": len(plan.tasks), "warnings": notes}))
     for line in notes:
         Console().info(line)
     return EXIT_OK
@@ -83,7 +83,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     extra = {} if launch is None else {"launch": launch}
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
         compact = {k: v for k, v in planned.to_compact_json(secrets=args.show_secrets).items() if k != "format"}
-        print(json.dumps({**JSON_HEAD, "shape": COMPACT, **compact, **extra}, indent=2))
+        print(json_text({**JSON_HEAD, "shape": COMPACT, **compact, **extra}))
     elif args.json:
         write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={**JSON_HEAD, **extra})
     else:
@@ -97,7 +97,7 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 def schema(args: argparse.Namespace, console: Console) -> int:
     from launcher.loader.load import json_schema
 
-    text = json.dumps(json_schema(), indent=2)
+    text = json_text(json_schema())
     if args.output and args.output != "-":
         from launcher.safefile import write_whole
 

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
 from launcher.contract.progress import Progress, Throughput, parse
-from launcher.record.events import Event
+from launcher.record.events import Event, RecordEvent, parse_event
+from launcher.record.run import fold_run
 from launcher.record.states import Outcome, ResultStatus
 
 OK, FAILED, INTERRUPTED = ResultStatus.OK, ResultStatus.FAILED, ResultStatus.INTERRUPTED
@@ -53,18 +54,18 @@ class Measurement:
 
 
 def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optional[float] = None) -> Measurement:
-    events = list(events)
+    events = [e if isinstance(e, RecordEvent) else parse_event(dict(e)) for e in events]
     records = [p for p in (parse(line) for line in lines) if p is not None]
     m = Measurement()
-    t0 = _first_time(events, Event.RUN_START)
-    m.started_at = t0
-    outcome = next((e for e in reversed(events) if e.get("event") == Event.OUTCOME), None)
-    if outcome is not None:
-        m.status = {Outcome.SUCCEEDED: OK, Outcome.INTERRUPTED: INTERRUPTED}.get(outcome.get("outcome"), FAILED)
-        m.exit_code = outcome.get("exit_code")
-        m.attempts = int(outcome.get("attempts") or 0)
-        if t0 is not None:
-            m.wall_s = _round(outcome["time"] - t0)
+    run = fold_run(events)  # (the run's start, outcome and attempts: record/run.py)
+    t0 = m.started_at = run.started
+    outcome = next((e for e in reversed(events) if e.kind == Event.OUTCOME), None)
+    if run.outcome:
+        m.status = {Outcome.SUCCEEDED: OK, Outcome.INTERRUPTED: INTERRUPTED}.get(run.outcome, FAILED)
+        m.exit_code = run.exit_code
+        m.attempts = run.outcome_attempts or 0
+        if t0 is not None and run.ended is not None:
+            m.wall_s = _round(run.ended - t0)
     failure = next((e for e in reversed(events) if e.get("event") == Event.FAILURE), None)
     if m.status != OK:
         m.error = error_text(failure, outcome)
@@ -165,10 +166,6 @@ def _last_attempt(records: list[Progress], kind: str) -> list[Progress]:
     """The ``kind`` records since the last start line (the attempt that finished)."""
     last_start = max((i for i, p in enumerate(records) if p.kind == "start"), default=-1)
     return [p for p in records[last_start + 1:] if p.kind == kind]
-
-
-def _first_time(events: list[dict], kind: str) -> Optional[float]:
-    return next((e["time"] for e in events if e.get("event") == kind and "time" in e), None)
 
 
 def _last(records: list[Progress], kind: str) -> Optional[Progress]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 from typing import Any, Optional, Sequence
 
+from launcher.ui.jsontext import json_text
 from launcher.compare.configs import CPU_REPLICA_STRATEGIES, Config
 from launcher.compare.measure import OK, Measurement
 
@@ -73,8 +73,8 @@ def to_json(rows: Sequence[dict], runs: dict[str, list], machine: dict, meta: di
     configs = []
     for r in rows:
         configs.append({**r, "runs": runs.get(r["config"], [])})
-    return json.dumps({"meta": meta, "machine": machine, "columns": list(COLUMNS), "configs": configs},
-                      indent=2, default=str) + "\n"
+    return json_text({"meta": meta, "machine": machine, "columns": list(COLUMNS), "configs": configs},
+                     default=str) + "\n"
 
 
 # ------------------------------------------------------------------ report.md

@@ -29,13 +29,13 @@ from typing import Any, Callable, Optional
 
 from launcher.safefile import open_regular
 from launcher.safefile import write_whole
-from launcher.record.events import Event
+from launcher.record.events import Event, fields_conform
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
-from launcher.record.reader import FILE_BYTES, RecordDamaged, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
+from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from launcher.record.view import RunView
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: the view holds the run fold (record/run.py); a version-1 snapshot is replayed past
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output
 STANDBY_PREFIX = "(standby) "
 CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log
@@ -143,10 +143,14 @@ class RecordFeed:
         path = self.run_dir / EVENTS_FILE
         try:
             with open_regular(path, follow=False) as fh:  # (not a FIFO, nor a link out of the run dir)
-                fh.seek(self._events_at)
-                data = fh.read(FILE_BYTES + 1)
-            if len(data) > FILE_BYTES:
-                raise RecordDamaged(f"run record damaged: {path} grew by more than {FILE_BYTES:,} bytes, far more "
+                # (the size first: a file past the bound is named without reading it into memory)
+                grown = os.fstat(fh.fileno()).st_size - self._events_at
+                if grown <= FILE_BYTES:
+                    fh.seek(self._events_at)
+                    data = fh.read(FILE_BYTES + 1)
+            if grown > FILE_BYTES or len(data) > FILE_BYTES:
+                how = "grew by" if self._events_at else "is"
+                raise RecordDamaged(f"run record damaged: {path} {how} more than {FILE_BYTES:,} bytes, far more "
                                     "than tfcluster writes there; move it away (or delete the run) to read the others")
         except FileNotFoundError:
             return []
@@ -231,7 +235,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
     that end lines of ``events.jsonl`` and of each task log as they are now. None otherwise
     (a replay then starts at the record's start: a snapshot only saves time)."""
     try:
-        state = json.loads(read_bounded(run_dir / SNAPSHOT_FILE))
+        state = loads_strict(read_bounded(run_dir / SNAPSHOT_FILE).decode("utf-8", "replace"))
         if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
             return None
         ends = {run_dir / EVENTS_FILE: state["events_at"]}
@@ -244,7 +248,9 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
         if not (isinstance(state["events_read"], int) and isinstance(state["waiting"], list)
                 and isinstance(state["ended"], bool) and isinstance(state["view"], dict)):
             return None
-        RunView.from_json(state["view"])  # (one that does not read back is not used)
+        view = RunView.from_json(state["view"])  # (one that does not read back is not used)
+        if any(fields_conform(x) is not None for x in (view, view.run, *view.tasks.values())):
+            return None
         return state
     except (OSError, RecordDamaged) + DAMAGE:
         return None

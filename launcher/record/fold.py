@@ -58,7 +58,7 @@ class TaskLife:
     host: str = ""
     state: str = PENDING
     phase: str = ""  # TaskPhase, or "" (see the module docstring)
-    attempt: int = 0  # 1-based group attempt of its last start (0: not started)
+    attempt: Optional[int] = None  # the 0-based attempt of its last start, as the record numbers it; None: not started
     starts: int = 0  # processes started for it (group attempts and restarts on its own)
     exit_code: Optional[int] = None  # of its last exit (or of the process a ``stopped`` found ended)
     reason: str = ""  # why it failed, when a ``failure`` named it
@@ -90,7 +90,7 @@ def step(tasks: MutableMapping[str, T], record: Mapping[str, Any], new: Callable
     if kind == Event.ATTEMPT_READY:
         number = _whole(record.get("attempt"))
         for t in tasks.values():
-            if t.state == STARTING and number is not None and t.attempt == number + 1:
+            if t.state == STARTING and number is not None and t.attempt == number:
                 _enter_running(t)
         return None
     if kind == Event.OUTCOME:
@@ -106,7 +106,7 @@ def step(tasks: MutableMapping[str, T], record: Mapping[str, Any], new: Callable
     if kind == Event.START:
         host = record.get("host")
         t.host = host if isinstance(host, str) and host else t.host
-        t.attempt = (_whole(record.get("attempt")) or 0) + 1
+        t.attempt = _whole(record.get("attempt")) or 0
         t.starts += 1
         t.state, t.phase, t.exit_code, t.reason = STARTING, "", None, ""
         return t

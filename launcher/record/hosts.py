@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.plan.hostloss import lost_phrase
 from launcher.record.events import Event
 from launcher.record.taskview import TaskView
 
@@ -64,8 +64,8 @@ def apply(view: Any, kind: str, record: Mapping[str, Any], at: Optional[float]) 
     if kind == Event.HOST_LOST:
         host, how = str(record.get("host", "")), str(record.get("how", ""))
         view._lost[host] = how
-        if SUSPECT in how:
-            view.suspects[host] = _float(record.get("settle")) or 0.0
+        if record.get("suspect"):
+            view.suspects[host] = record.get("settle") or 0.0
     elif kind == Event.REPLAN:
         moved = {k: str((v or {}).get("to", "")) for k, v in (record.get("moved") or {}).items()}
         steps = [t.global_step for t in view.tasks.values() if t.global_step is not None]
@@ -93,13 +93,6 @@ def resumed(view: Any, t: TaskView) -> None:
     if change is not None and t.global_step is not None and t.key not in change.resumed_by:
         change.resumed_by = sorted([*change.resumed_by, t.key])
         change.resumed_at = t.global_step if change.resumed_at is None else min(change.resumed_at, t.global_step)
-
-
-def _float(value: Any) -> Optional[float]:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def started(view: Any, group: Any) -> None:

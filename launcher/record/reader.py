@@ -18,7 +18,8 @@ from typing import Any, Optional
 
 from launcher.safefile import open_regular
 from launcher.bounded import shown
-from launcher.errors import LaunchError, NoRun
+from launcher.errors import NoRun
+from launcher.record.events import JSON, Count, RecordEvent, RunRecordDamaged, check_fields, parse_event
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
 
 # What a record's file may be, read whole: tfcluster writes far less (an event is a few hundred
@@ -30,32 +31,45 @@ EVENT_CHARS = 1 << 20  # one line of events.jsonl
 # ------------------------------------------------------------------ events.jsonl
 
 
-class RecordDamaged(LaunchError):
-    """A file of the run record cannot be read as what it should be."""
+RecordDamaged = RunRecordDamaged  # (the name its readers have used)
 
 
-def parse_events(lines: list[str], path: Path, first: int = 1, strict: bool = True) -> list[dict[str, Any]]:
-    """The events in ``lines`` (complete lines of ``path``, the first being line ``first``).
-    A line that is not an event raises RecordDamaged naming it, or with ``strict=False`` is
-    skipped (a line a full disk cut short)."""
+def parse_events(lines: list[str], path: Path, first: int = 1, strict: bool = True) -> list[RecordEvent]:
+    """The events in ``lines`` (complete lines of ``path``, the first being line ``first``), each
+    checked field by field (``events.parse_event``). A line that is not an event of its kind
+    raises RunRecordDamaged naming it, or with ``strict=False`` is skipped (a line a full disk
+    cut short). NaN and Infinity are not JSON, and not read as numbers."""
     out = []
     for number, line in enumerate(lines, first):
         if not line.strip():
             continue
+        where = f"{path} line {number}"
         try:
-            event = json.loads(line) if len(line) <= EVENT_CHARS else None
-        except (ValueError, RecursionError):  # (RecursionError: [[[[... nested past Python's limit)
-            event = None
-        if not isinstance(event, dict) or "event" not in event:
+            raw = json.loads(line, parse_constant=_no_constant) if len(line) <= EVENT_CHARS else None
+            if raw is None:
+                raise RunRecordDamaged(f"run record damaged: {where} is not an event ({shown(line)})")
+            out.append(parse_event(raw, where))
+        except (ValueError, RecursionError, RunRecordDamaged) as exc:  # (RecursionError: [[[[... nested)
             if not strict:
                 continue
-            raise RecordDamaged(f"run record damaged: {path} line {number} is not an event "
-                                f"({shown(line)}); the events before it are intact")
-        out.append(event)
+            if isinstance(exc, RunRecordDamaged):
+                raise RunRecordDamaged(f"{exc.lines[0]}; the events before it are intact") from None
+            raise RunRecordDamaged(f"run record damaged: {where} is not an event ({shown(line)}); "
+                                   "the events before it are intact") from None
     return out
 
 
-def read_events(run_dir: Path, strict: bool = False) -> list[dict[str, Any]]:
+def _no_constant(name: str) -> Any:
+    """json's hook for NaN, Infinity and -Infinity, which Python reads and JSON lacks."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_strict(text: str) -> Any:
+    """JSON as the standard says it (NaN and Infinity refused: ValueError)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def read_events(run_dir: Path, strict: bool = False) -> list[RecordEvent]:
     """A run's ``events.jsonl`` as written by ``RunRecord.event``; no file, no events. A last
     line without its newline was cut by a crash mid-write and is skipped. Any other line that is
     not an event is skipped, or with ``strict`` makes the record damaged (RecordDamaged naming
@@ -92,7 +106,7 @@ def read_allocation(run_dir: Path, backend: str) -> dict[str, Any]:
     """What the backend of the run in ``run_dir`` allocated, from ``<backend>.json``: for a record
     whose launcher.json lacks its ``allocation`` (``RecordedRun.allocation``)."""
     try:
-        data = json.loads(read_bounded(allocation_path(run_dir, backend)))
+        data = loads_strict(read_bounded(allocation_path(run_dir, backend)).decode("utf-8", "replace"))
     except (OSError, ValueError, RecursionError, RecordDamaged):
         return {}
     return data if isinstance(data, dict) else {}
@@ -156,9 +170,11 @@ def read_json(path: Path, required: bool = False) -> Optional[dict]:
     except OSError as exc:
         raise RecordDamaged(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = json.loads(text)
-    except ValueError as exc:
+        data = loads_strict(text)
+    except json.JSONDecodeError as exc:
         raise RecordDamaged(f"run record damaged: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:
+        raise RecordDamaged(f"run record damaged: {path} is not valid JSON ({exc})") from None
     except RecursionError:
         raise RecordDamaged(f"run record damaged: {path} is not valid JSON (nested past Python's limit)") from None
     if not isinstance(data, dict):
@@ -166,9 +182,26 @@ def read_json(path: Path, required: bool = False) -> Optional[dict]:
     return data
 
 
+# launcher.json's fields (record/writer.py's _write_launcher) and what each must be; a task's
+# entry is its handle's info() (TASK_FIELDS checked, the backend's other facts any JSON).
+LAUNCHER_FIELDS: dict[str, Any] = {
+    "pid": Count, "host": str, "start_time": Count, "run_id": str, "backend": str, "detached": bool,
+    "cmdline": list[str], "tasks": dict[str, dict[str, JSON]], "allocation": dict[str, JSON],
+}
+TASK_FIELDS: dict[str, Any] = {"pid": Count, "pgid": Count, "start_time": Count}
+
+
 def read_launcher(run_dir: Path, required: bool = False) -> Optional[dict]:
-    """The run's launcher.json (the supervisor's pid, host and start time, each task's pid/pgid,
-    the backend's ``allocation``): the one reader of it (``status``, ``runs``, ``up``'s check
-    for a running run, ``down``). None when it is missing, unless ``required``; RecordDamaged
-    when it cannot be read or is not a JSON object."""
-    return read_json(Path(run_dir) / LAUNCHER_FILE, required=required)
+    """The run's launcher.json (the supervisor's pid, host, start time and command line, each
+    task's pid/pgid, the backend's ``allocation``): the one reader of it (``status``, ``runs``,
+    ``up``'s check for a running run, ``down``), each field checked (``LAUNCHER_FIELDS``: a pid
+    that is text, negative or NaN is damage, never a traceback later). None when it is missing,
+    unless ``required``; RecordDamaged when it cannot be read or is not what tfcluster writes."""
+    path = Path(run_dir) / LAUNCHER_FILE
+    data = read_json(path, required=required)
+    if data is None:
+        return None
+    check_fields(data, LAUNCHER_FIELDS, str(path))
+    for key, task in (data.get("tasks") or {}).items():
+        check_fields(task, TASK_FIELDS, f"{path} task {shown(key, 40)}")
+    return data

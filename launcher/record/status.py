@@ -25,12 +25,12 @@ from launcher.plan.gpus import env_text as gpu_env_text, ids_text as gpu_ids_tex
 from launcher.procinfo import describe_exit
 from launcher.procinfo import group_alive, is_same
 from launcher.errors import exc_text
-from launcher.record.events import Event
 from launcher.record.feed import DAMAGE, replay
 from launcher.record.layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
 from launcher.record.reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from launcher.record.fold import TaskLife, fold, lose
-from launcher.record.states import Outcome, RunState, TaskState
+from launcher.record.run import fold_run
+from launcher.record.states import RunState, TaskState
 from launcher.record.hosts import suspect_lines
 from launcher.record.taskview import TaskView
 from launcher.record.view import RunView
@@ -74,7 +74,7 @@ class TaskRow:
     @property
     def attempt(self) -> Optional[int]:
         """0-based attempt of its last start (None: never started)."""
-        return self.life.attempt - 1 if self.life.starts else None
+        return self.life.attempt
 
     @property
     def restarts(self) -> int:
@@ -203,60 +203,53 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
               progress: bool) -> RunStatus:
     plan = read_json(run_dir / PLAN_FILE, required=True) or {}
     launcher = read_launcher(run_dir) or {}
-    events = read_events(run_dir, strict=True)
     hosts = {f"{t['type']}:{t['index']}": _text(t.get("host", "")) for t in plan.get("tasks", [])
              if isinstance(t, dict) and "type" in t and "index" in t}
     status = RunStatus(run_id=run_dir.name, dir=run_dir, name=_text(plan.get("name", run_dir.parent.name)),
                        backend=_text(plan.get("backend", launcher.get("backend", ""))), state=RUNNING,
-                       supervisor_pid=_whole(launcher.get("pid")),
-                       supervisor_host=_text(launcher["host"]) if launcher.get("host") is not None else None,
+                       supervisor_pid=launcher.get("pid"), supervisor_host=launcher.get("host"),
                        detached=bool(launcher.get("detached")))
-    lives = fold(events, hosts)  # (the task states: launcher/record/fold.py)
-    rows = {key: TaskRow(key, lives[key], planned_host=host) for key, host in hosts.items()}
+    # The events are folded once: with progress, by the replay into the run's view (its tasks are
+    # the task fold's TaskLife, its ``run`` the run fold); without, by the two folds here.
+    if progress:
+        status.view = replay(run_dir)
+        lives: dict[str, TaskLife] = dict(status.view.tasks)
+        run, last_event = status.view.run, status.view.run.last
+    else:
+        events = read_events(run_dir, strict=True)
+        lives, run = fold(events, hosts), fold_run(events)
+        last_event = run.last
+    rows = {key: TaskRow(key, lives.get(key) or TaskLife(key), planned_host=host) for key, host in hosts.items()}
+    for key, row in rows.items():
+        row.task = status.view.tasks.get(key) if status.view is not None else None
     for t in plan.get("tasks", []):
         if isinstance(t, dict) and "type" in t and "index" in t:
             rows[f"{t['type']}:{t['index']}"].planned_gpus = _planned_gpus(plan, t)
-    outcome = None
-    attempt = 0
-    for e in events:
-        kind = e.get("event")
-        if kind == Event.RUN_START:
-            status.started = _number(e.get("time"))
-        elif kind == Event.START and e.get("task") in rows:
-            attempt = max(attempt, int(e.get("attempt", 0) or 0))
-        elif kind == Event.OUTCOME:
-            outcome = e
-    status.attempts = attempt + 1 if events and any(e.get("event") == Event.START for e in events) else 0
-    if outcome is not None:
-        status.state = {Outcome.SUCCEEDED: SUCCEEDED, Outcome.INTERRUPTED: STOPPED, Outcome.STOPPED: STOPPED}.get(
-            outcome.get("outcome"), FAILED)
-        # `down` of a lost run writes its outcome later: when the run ended is in "ended".
-        status.ended = _number(outcome.get("ended")) or _number(outcome.get("time"))
-        status.reason = _text(outcome.get("reason", ""))
-        status.attempts = int(outcome.get("attempts", status.attempts) or status.attempts)
+    status.started = run.started
+    status.attempts = run.attempts
+    if run.state is not None:
+        status.state = run.state
+        status.ended = run.ended  # (`down` of a lost run writes its outcome later, with "ended")
+        status.reason = run.reason
     else:
         pid = status.supervisor_pid
         here = status.supervisor_host in (None, socket.gethostname())
         if not here:
             status.reason = (f"the supervisor runs on {status.supervisor_host}; whether it is alive cannot be "
                              "checked from here")
-        elif pid is None or not alive(int(pid), launcher.get("start_time")):
+        elif pid is None or not alive(pid, launcher.get("start_time")):
             status.state = LOST
             status.reason = (f"supervisor {pid} is gone and the run has no outcome" if pid
-                           else "no supervisor is recorded and the run has no outcome")
+                             else "no supervisor is recorded and the run has no outcome")
             for key, info in (launcher.get("tasks") or {}).items():
                 row = rows.get(key)
                 if row is None or not row.life.live:
                     continue
                 pgid = info.get("pgid")  # a process group on this machine (local backend)
                 if pgid:
-                    row.alive = bool(alive(int(pgid), info.get("start_time")) and group_alive(int(pgid)))
+                    row.alive = bool(alive(pgid, info.get("start_time")) and group_alive(pgid))
                     lose(row.life, row.alive)
-            status.ended = last_sign_of_life(run_dir, events)
-    if progress:
-        status.view = replay(run_dir)
-        for key, row in rows.items():
-            row.task = status.view.tasks.get(key)
+            status.ended = last_sign_of_life(run_dir, last_event)
     status.tasks = list(rows.values())
     return status
 
@@ -277,13 +270,14 @@ def _planned_gpus(plan: dict, row: dict) -> str:
     return gpu_env_text(value) if isinstance(shared, dict) and isinstance(extra, dict) else ""
 
 
-def last_sign_of_life(run_dir: Path, events: list[dict[str, Any]]) -> Optional[float]:
-    """When a run whose supervisor was lost last showed it was alive: its last event, or the
-    last write to its record -- a task's output in its log or output.log, the supervisor's
-    snapshot (every few seconds while it runs), launcher.json, supervisor.log -- whichever
-    came last. (Events alone stop at the last start or ready: a run that trained for minutes
-    after that would look seconds long.) None for a record with none of it."""
-    times = [t for t in (_number(e.get("time")) for e in events[-1:]) if t is not None]
+def last_sign_of_life(run_dir: Path, last_event: Optional[float]) -> Optional[float]:
+    """When a run whose supervisor was lost last showed it was alive: its last event's time
+    (``last_event``: RunFacts.last), or the last write to its record -- a task's output in its
+    log or output.log, the supervisor's snapshot (every few seconds while it runs),
+    launcher.json, supervisor.log -- whichever came last. (Events alone stop at the last start
+    or ready: a run that trained for minutes after that would look seconds long.) None for a
+    record with none of it."""
+    times = [last_event] if last_event is not None else []
     paths = [run_dir / name for name in (EVENTS_FILE, OUTPUT_FILE, SNAPSHOT_FILE, LAUNCHER_FILE, SUPERVISOR_LOG)]
     try:
         paths += list((run_dir / LOGS_DIR).glob("*.log"))
@@ -301,13 +295,6 @@ def _text(value: Any) -> str:
     """A string of the record as it should be one (a damaged record's number or list: its JSON)."""
     return value if isinstance(value, str) else "" if value is None else json.dumps(value)[:200]
 
-
-def _number(value: Any) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _whole(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def list_runs(name_dir: Path) -> list[RunStatus]:
@@ -333,7 +320,7 @@ def running_runs(name_dir: Path) -> list[RunStatus]:
         if not launcher or launcher.get("host", socket.gethostname()) != socket.gethostname() \
                 or launcher.get("pid") == os.getpid():
             continue  # (a run of this very process has ended: it is not "another run")
-        if not is_same(int(launcher.get("pid", 0) or 0), launcher.get("start_time")):
+        if not is_same(launcher.get("pid") or 0, launcher.get("start_time")):
             continue
         try:
             view = load_run(run, progress=False)  # the state is enough (no task logs read)

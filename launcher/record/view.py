@@ -2,7 +2,7 @@
 
 Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
 
-* the run's events, as the dicts ``events.jsonl`` holds (``run_start``, ``start``, ``ready``,
+* the run's events, as record/events.py reads them from ``events.jsonl`` (``run_start``, ``start``, ``ready``,
   ``exit``, ``stopped``, ``restart``, ``task_restart``, ``failure``, ``outcome``), and
 * each task's output lines with the time they arrived (progress lines are read through
   ``progress.parse``; any other line only counts as a sign of life),
@@ -25,8 +25,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract.progress import Progress, Throughput, parse, step_shape
 from launcher.record import fold, hosts
-from launcher.record.events import Event
+from launcher.record.events import Event, RecordEvent, parse_event
 from launcher.record.hosts import HostChange
+from launcher.record.run import RunFacts
 from launcher.record.states import TaskPhase, TaskState
 from launcher.record.taskview import TaskView, task_from_json, task_json
 
@@ -46,7 +47,7 @@ class RunView:
     run_id: str = ""
     run_dir: str = ""
     max_attempts: Optional[int] = None
-    attempt: int = 0  # 1-based current group attempt
+    attempt: Optional[int] = None  # the 0-based index of the last attempt a task started in (the panel says "attempt N+1")
     started_at: Optional[float] = None
     ended_at: Optional[float] = None
     outcome: str = ""
@@ -61,6 +62,9 @@ class RunView:
     # answered for elastic.settle s since (host_added): not used meanwhile. host -> settle (s).
     suspects: dict[str, float] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict, repr=False)  # host_lost events not yet replanned
+    # The run's own facts (record/run.py, the one run fold): started_at, ended_at, outcome and
+    # exit_code above are read from it as each event is applied.
+    run: RunFacts = field(default_factory=RunFacts, repr=False)
     # A worker group with a min (run_start's ``group``): its size attempt by attempt, each
     # {"attempt", "size", "of", "why"} (launcher/record/hosts.py's sizes_line).
     group_sizes: list[dict] = field(default_factory=list)
@@ -71,7 +75,10 @@ class RunView:
     # -------------------------------------------------------------- feeding
 
     def event(self, record: Mapping[str, Any]) -> None:
-        """Apply one run event (a dict as written to events.jsonl)."""
+        """Apply one run event (record/events.py; a plain dict as events.jsonl holds it is read
+        through ``parse_event`` first: RunRecordDamaged for one tfcluster never writes)."""
+        if not isinstance(record, RecordEvent):
+            record = parse_event(dict(record))
         with self._lock:
             self._event(record)
 
@@ -120,7 +127,8 @@ class RunView:
         (launcher/record/feed.py) holds one, so ``status`` replays only what came after it."""
         with self._lock:
             out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
-                                   if f.name not in ("tasks", "host_changes")}
+                                   if f.name not in ("tasks", "host_changes", "run")}
+            out["run"] = self.run.to_json()
             out["tasks"] = {key: task_json(t) for key, t in self.tasks.items()}
             out["host_changes"] = [asdict(c) for c in self.host_changes]
             return copy.deepcopy(out)
@@ -131,8 +139,9 @@ class RunView:
         data = copy.deepcopy(dict(data))
         tasks = {key: task_from_json(t) for key, t in data.pop("tasks", {}).items()}
         changes = [HostChange(**c) for c in data.pop("host_changes", [])]
+        run = RunFacts.from_json(data.pop("run", {}))
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes)
+        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes, run=run)
 
     # -------------------------------------------------------------- reading
 
@@ -175,10 +184,11 @@ class RunView:
 
     # -------------------------------------------------------------- internals
 
-    def _event(self, record: Mapping[str, Any]) -> None:
-        kind = record.get("event")
-        at = _float(record.get("time"))
+    def _event(self, record: RecordEvent) -> None:
+        kind = record.kind
+        at = record.time
         key = record.get("task")
+        self.run.apply(record)
         if kind == Event.RUN_START:
             self.name = record.get("name", self.name)
             self.strategy = record.get("strategy", self.strategy)
@@ -187,7 +197,7 @@ class RunView:
             self.run_dir = record.get("run_dir", self.run_dir)
             if record.get("max_restarts") is not None:
                 self.max_attempts = int(record["max_restarts"]) + 1
-            self.started_at = at
+            self.started_at = self.run.started
             for k in record.get("tasks", ()):
                 self.task(k)
             self.spares = list(record.get("spares", ()))
@@ -197,7 +207,7 @@ class RunView:
         elif kind in fold.STATE_KINDS:
             started = fold.step(self.tasks, record, TaskView)
             if started is not None:  # a new process: the figures of the previous one go
-                self.attempt = max(self.attempt, started.attempt)
+                self.attempt = started.attempt if self.attempt is None else max(self.attempt, started.attempt)
                 t = started
                 t.lost = False
                 t.throughput = None
@@ -209,9 +219,7 @@ class RunView:
                 t.last_line = ""
                 t.has_result = False
             if kind == Event.OUTCOME:
-                self.outcome = str(record.get("outcome", ""))
-                self.exit_code = record.get("exit_code")
-                self.ended_at = at
+                self.outcome, self.exit_code, self.ended_at = self.run.outcome, self.run.exit_code, self.run.ended
         elif kind == Event.GPU_USAGE:
             figures = record.get("tasks")
             for key, pair in (figures.items() if isinstance(figures, dict) else ()):
@@ -337,9 +345,3 @@ class RunView:
 def _int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-
-def _float(value: Any) -> Optional[float]:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None

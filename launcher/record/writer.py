@@ -34,8 +34,9 @@ from typing import Any, Callable, Optional
 
 from launcher.safefile import open_append, write_whole
 from launcher.plan.build import Plan
-from launcher.procinfo import start_time
-from launcher.record.events import Event
+from launcher.procinfo import cmdline, start_time
+from launcher.errors import exc_text
+from launcher.record.events import RecordEvent, RunRecordDamaged, parse_event
 from launcher.record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
                             later_plan_name, log_path, state_dir)
 
@@ -60,6 +61,7 @@ class RunRecord:
         # Called with every event as written (the live view and the final report follow the run).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.launcher_info: dict[str, Any] = {}  # more for launcher.json (e.g. detached: true)
+        self._cmdline = cmdline(os.getpid())
 
     # -------------------------------------------------------------- lifecycle
 
@@ -126,17 +128,23 @@ class RunRecord:
 
     # -------------------------------------------------------------- writing
 
-    def event(self, kind: Event, **fields: Any) -> None:
-        kind = str(kind)  # (the plain string: listeners and messages see what the file holds)
-        record = {"time": round(time.time(), 3), "event": kind, **fields}
+    def write(self, event: RecordEvent) -> None:
+        """Append ``event`` (record/events.py), stamped with the time now, to events.jsonl and
+        hand it to the listeners. An event that would not read back (a field of the wrong type,
+        NaN: a bug) is reported in one line and not written, so the record stays readable."""
+        event = event.stamped(round(time.time(), 3))
+        try:
+            data = (_line(event) + "\n").encode("utf-8")
+        except (RunRecordDamaged, ValueError, TypeError) as exc:
+            self.on_problem(f"an event of kind {event.kind!r} was not written: {exc_text(exc)}")
+            return
         for listener in list(self.listeners):
             try:
-                listener(record)
+                listener(event)
             except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
                 self.listeners.remove(listener)
                 self.on_problem(f"the live view stopped following the run ({type(exc).__name__}: {exc}); "
                                 "the run goes on")
-        data = (json.dumps(record, default=str) + "\n").encode("utf-8")
         with self._lock:
             if self._events is None:
                 return
@@ -145,7 +153,7 @@ class RunRecord:
             except OSError as exc:
                 # Later events may fit again (space freed); the one that failed is reported.
                 self._problem(EVENTS_FILE, self.dir / EVENTS_FILE, exc,
-                              f"events from {kind!r} on are missing from it")
+                              f"events from {event.kind!r} on are missing from it")
 
     def log_line(self, key: str, line: str) -> None:
         """Append one line to ``key``'s log. Never raises: the caller is the thread that drains
@@ -205,6 +213,7 @@ class RunRecord:
             "pid": os.getpid(),
             "host": socket.gethostname(),  # where pid means something (status checks it there)
             "start_time": start_time(os.getpid()),
+            "cmdline": self._cmdline,  # what `down` checks before it signals pid (procinfo.not_own)
             "run_id": self.run_id,
             "backend": self.plan.backend,
             "tasks": self._tasks,
@@ -228,15 +237,23 @@ class RunRecord:
         self.on_problem(f"cannot write {path}: {why}{_filesystem_note(path)}; {consequence}")
 
 
-def append_event(run_dir: Path, kind: Event, **fields: Any) -> None:
+def append_event(run_dir: Path, event: RecordEvent) -> None:
     """One event appended to a run's events.jsonl from outside its supervisor (``down`` of a run
     whose supervisor is gone), in one write(2) like the supervisor's own."""
-    record = {"time": round(time.time(), 3), "event": str(kind), **fields}
+    data = (_line(event.stamped(round(time.time(), 3))) + "\n").encode("utf-8")
     fd = _open_append(run_dir / EVENTS_FILE)
     try:
-        _write_all(fd, (json.dumps(record, default=str) + "\n").encode("utf-8"))
+        _write_all(fd, data)
     finally:
         _close(fd)
+
+
+def _line(event: RecordEvent) -> str:
+    """The event's line of events.jsonl: strict JSON (no NaN), and one that reads back as the
+    event it is (``parse_event``; RunRecordDamaged or ValueError otherwise)."""
+    line = event.to_json()
+    parse_event(line, f"the {event.kind} event being written")
+    return json.dumps(line, allow_nan=False)
 
 
 def new_run_id() -> str:

@@ -24,7 +24,7 @@ from launcher.contract import envnames
 from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from launcher.plan.build import Plan
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.record.feed import SnapshotWriter
 from launcher.record.states import AttemptState, Outcome
 from launcher.record.view import RunView
@@ -110,11 +110,12 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
 
     def run(self) -> int:
         """Run attempts until success, a permanent failure, the restart budget, or a stop."""
-        self.record.event(Event.RUN_START, run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
-                          backend=self.plan.backend, tasks=list(self.plan.keys),
-                          run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
-                          warm_standby=self.standby_why,
-                          **self.members.spares())
+        elastic = self.members.spares()  # (spares, group: the elastic fields)
+        self.record.write(ev.RunStart(run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
+                                      backend=self.plan.backend, tasks=list(self.plan.keys),
+                                      run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
+                                      warm_standby=self.standby_why, spares=elastic.get("spares"),
+                                      group=elastic.get("group")))
         snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
         gpu_watch = self._gpu_watch()
         self.members.start()
@@ -165,7 +166,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
                     f"restarting the whole group (restart {failures} of {self.restart.max_restarts})"
                     + (f" in {delay:.1f} s" if delay else "")
                 )
-                self.record.event(Event.RESTART, attempt=number, delay=delay, after=failure.key, reason=failure.reason)
+                self.record.write(ev.Restart(attempt=number, delay=delay, after=failure.key, reason=failure.reason))
                 if delay and self.stop_event.wait(delay):
                     return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
@@ -282,8 +283,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             handle = self.backend.start(task, self._env(number), self._drain_line)
         self._handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
-        self.record.event(Event.START, task=key, attempt=number, host=task.host, endpoint=task.endpoint,
-                          **handle.info(), **offsets)
+        self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
+                                   process=handle.info(), **offsets))
 
     def _env(self, number: int) -> dict[str, str]:
         return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}
@@ -304,7 +305,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             return out
 
         def on_sample(figures) -> None:
-            self.record.event(Event.GPU_USAGE, tasks={k: list(v) for k, v in figures.items()})
+            self.record.write(ev.GpuUsage(tasks={k: list(v) for k, v in figures.items()}))
 
         return GpuWatch(groups, gpu_ids, on_sample, self.console.info).start()
 
@@ -346,8 +347,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             self.console.info(f"stopping {', '.join(running)} ({how})")
         left = self.backend.stop(handles, grace)
         for key in running:
-            self.record.event(Event.STOPPED, task=key, code=self._handles[key].poll())
+            self.record.write(ev.Stopped(task=key, code=self._handles[key].poll()))
         if left:
             self.console.error(f"could not confirm that {', '.join(left)} stopped; check the host")
-            self.record.event(Event.STOP_UNCONFIRMED, tasks=left)
+            self.record.write(ev.StopUnconfirmed(tasks=left))
         self._handles.clear()

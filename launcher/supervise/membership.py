@@ -19,8 +19,8 @@ from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, g
                                    shrunk, size_phrase, spare_hosts, suspect_how, too_many_losses)
 from launcher.plan.build import Plan
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, SpecError
-from launcher.record.events import Event
-from launcher.plan.hostloss import lost_phrase
+from launcher.record import events as ev
+from launcher.plan.hostloss import SUSPECT, lost_phrase
 from launcher.record.states import Outcome
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Spec
@@ -185,7 +185,7 @@ class Membership:
         assert self.spec is not None
         opts = options(self.spec)
         for host, how in sorted(lost.items()):
-            self.record.event(Event.HOST_LOST, host=host, how=how, attempt=number, settle=opts.settle)
+            self.record.write(ev.HostLost(host=host, how=how, suspect=SUSPECT in how, attempt=number, settle=opts.settle))
         self.losses += sorted(lost)
         said = "; ".join(lost_phrase(h, how) for h, how in sorted(lost.items()))
         too_many = too_many_losses(self.losses, opts.max_host_losses)
@@ -227,7 +227,7 @@ class Membership:
             if set(hosts) <= back:
                 for host in hosts:
                     self.down.remove(host)
-                    self.record.event(Event.HOST_ADDED, host=host, attempt=number, settle=opts.settle, spare=False)
+                    self.record.write(ev.HostAdded(host=host, attempt=number, settle=opts.settle, spare=False))
                 self.backend.hosts_back(list(self.down), opts.settle)  # no longer watched: a fresh clock next time
                 self.console.info(f"{', '.join(hosts)} answer{'s' if len(hosts) == 1 else ''} again "
                                   f"({opts.settle:g} s without a break, elastic.settle); restarting the group on "
@@ -255,10 +255,11 @@ class Membership:
         self.replans.append((change, dict(lost)))
         n = len(self.replans) + 1
         name = self.record.add_plan(change.plan, n)
-        self.record.event(Event.REPLAN, plan=n, file=name, attempt=number + 1, lost=list(change.lost),
-                          old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
-                          moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
-                          dropped=list(change.dropped), added=dict(change.added), tasks=list(change.plan.keys))
+        self.record.write(ev.Replan(plan=n, file=name, attempt=number + 1, lost=list(change.lost),
+                                    old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
+                                    moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
+                                    dropped=list(change.dropped), added=dict(change.added),
+                                    tasks=list(change.plan.keys)))
         self.console.info(f"{change.describe(lost)}; {then} (plan {n}; a membership change does not count "
                           "against restart.max_restarts)")
         self.plan = change.plan
@@ -280,7 +281,7 @@ class Membership:
                 self._discovery_problem = answer.problem
                 self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
                                    f"({listing([h.name for h in self.spec.hosts], 'hosts')}); the run goes on")
-                self.record.event(Event.DISCOVERY, ok=False, problem=answer.problem)
+                self.record.write(ev.Discovery(ok=False, problem=answer.problem))
             return False
         self._discovery_problem = ""
         known = {h.name for h in self.spec.hosts}
@@ -293,7 +294,7 @@ class Membership:
         self.spec = self.spec.model_copy(update={"hosts": hosts})
         self.backend.add_hosts(added)
         self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
-        self.record.event(Event.DISCOVERY, ok=True, added=[h.name for h in added], gone=gone)
+        self.record.write(ev.Discovery(ok=True, added=[h.name for h in added], gone=list(gone)))
         bits = ([f"{listing([h.name for h in added], 'hosts')} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
                  f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
         bits += [f"{listing(gone, 'hosts')} gone from the list"] if gone else []
@@ -318,7 +319,7 @@ class Membership:
             return False
         for host in back:
             self.down.remove(host)
-            self.record.event(Event.HOST_ADDED, host=host, attempt=number, settle=opts.settle)
+            self.record.write(ev.HostAdded(host=host, attempt=number, settle=opts.settle))
         self.console.info(f"{', '.join(back)} answer{'s' if len(back) == 1 else ''} again "
                           f"({opts.settle:g} s without a break, elastic.settle): usable again")
         if not (opts.grow and shrunk(self.spec, self.plan)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.record.states import Outcome
 from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
                                       report_lines, summary_lines)
@@ -61,10 +61,10 @@ class Reporting:
                 self.console.block(report)
             if others:
                 self.console.info(also_failed_line(others))
-        self.record.event(Event.FAILURE, task=key, attempt=attempt.number, reason=reason, code=code,
-                          last_lines=list(tail[-TAIL:]), others=list(others),
-                          consequences={k: c for k, c in consequences},
-                          errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key)))
+        self.record.write(ev.Failure(task=key, attempt=attempt.number, reason=reason, code=code,
+                                     last_lines=list(tail[-TAIL:]), others=list(others),
+                                     consequences={k: c for k, c in consequences},
+                                     errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key))))
 
     def _given_gpus(self, key: str) -> bool:
         """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""
@@ -77,8 +77,8 @@ class Reporting:
     def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
         self.standby.drop()  # before the outcome, which stays the record's last event
         where = locations(self.record.state_dir, self.record.logs_dir)
-        self.record.event(Event.OUTCOME, outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
-                          tasks=self.view.outcome_facts(), locations=where)
+        self.record.write(ev.RunOutcome(outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
+                                        tasks=self.view.outcome_facts(), locations=where))
         view = self.view.snapshot()
         self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + location_lines(where))
         if outcome == Outcome.SUCCEEDED:

@@ -19,7 +19,7 @@ from typing import Optional
 
 from launcher.errors import LaunchError
 from launcher.procinfo import describe_exit
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.record.states import AttemptState
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess, hang_watched, silent_by_design
 
@@ -56,13 +56,13 @@ class AttemptPhases:
                 if code is not None:
                     exits[key] = code
                     watch.order.append(key)
-                    self.record.event(Event.EXIT, task=key, attempt=attempt.number, code=code, how=describe_exit(code))
+                    self.record.write(ev.Exit(task=key, attempt=attempt.number, code=code, how=describe_exit(code)))
         verdict = assess(self.plan.strategy, self.plan.success_task, exits, watch.order)
         for key in verdict.sidecar_failed:
             if key not in watch.warned_sidecars:
                 watch.warned_sidecars.add(key)
                 self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
-                self.record.event(Event.SIDECAR_FAILED, task=key, code=exits[key])
+                self.record.write(ev.SidecarFailed(task=key, code=exits[key]))
         if verdict.state == SUCCEEDED:
             attempt.state = SUCCEEDED
             return True
@@ -84,8 +84,8 @@ class AttemptPhases:
         for task in self.plan.tasks:
             if task.key not in watch.ready and watch.exits.get(task.key) is None and self.backend.port_open(task):
                 watch.ready.add(task.key)
-                self.record.event(Event.READY, task=task.key, attempt=attempt.number,
-                                  after=round(now - watch.started, 3))
+                self.record.write(ev.Ready(task=task.key, attempt=attempt.number,
+                                           after=round(now - watch.started, 3)))
         if len(watch.ready) == len(self.plan.tasks):
             self._all_ready(attempt, now - watch.started)
             return False
@@ -155,7 +155,7 @@ class AttemptPhases:
             f"{key} exited ({describe_exit(code)}); restarting it alone "
             f"({self._worker_restarts} of {self.restart.max_restarts}), training continues"
         )
-        self.record.event(Event.TASK_RESTART, task=key, code=code, restart=self._worker_restarts)
+        self.record.write(ev.TaskRestart(task=key, code=code, restart=self._worker_restarts))
         self._handles[key].signal(9)
         try:
             self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
@@ -218,7 +218,7 @@ class AttemptPhases:
                 code = h.poll()
                 if code is not None:
                     running.remove(h)
-                    self.record.event(Event.STOPPED, task=h.key, code=code)
+                    self.record.write(ev.Stopped(task=h.key, code=code))
             now = self.clock()
             with self._lock:  # (both are this attempt's: _launch clears a task's marks)
                 saving = [h.key for h in running if h.key in self._saving]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from launcher.errors import LaunchError
 from launcher.plan.elastic import spare_hosts
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.supervise.phases import READY_CHECK_EVERY
 from launcher.supervise.policy import Attempt
 from launcher.supervise.standby import ACK_BOUND, PROMOTED, is_reference_worker
@@ -26,7 +26,7 @@ class Prewarm:
     def _all_ready(self, attempt: Attempt, after: float) -> None:
         """Every task is up: record it, hand over once (``on_ready``), start the warm standby."""
         attempt.ready_after = after
-        self.record.event(Event.ATTEMPT_READY, attempt=attempt.number, after=round(after, 3))
+        self.record.write(ev.AttemptReady(attempt=attempt.number, after=round(after, 3)))
         if self.on_ready is not None:
             on_ready, self.on_ready = self.on_ready, None
             on_ready()
@@ -53,7 +53,7 @@ class Prewarm:
             self._standby_checked = now
             keys = {t.key for t in self.plan.tasks}
             if not any(t.global_step is not None and t.start_global_step is not None
-                       and t.global_step > t.start_global_step and t.attempt == attempt.number + 1
+                       and t.global_step > t.start_global_step and t.attempt == attempt.number
                        for k, t in self.view.snapshot().tasks.items() if k in keys):
                 return
         self._standby_due = None
@@ -78,7 +78,7 @@ class Prewarm:
         for key, handle in self.standby.overdue():
             self.console.info(f"{key}: its warm standby did not answer the promotion within {ACK_BOUND:g} s "
                               f"(no '{PROMOTED}' line); starting it cold")
-            self.record.event(Event.STANDBY_STOPPED, tasks=[key], reason="no answer to the promotion")
+            self.record.write(ev.StandbyStopped(tasks=[key], reason="no answer to the promotion"))
             self.backend.stop([handle], grace=0)
             try:
                 self._launch(key, attempt.number, standby_ok=False)

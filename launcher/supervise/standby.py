@@ -23,7 +23,7 @@ from launcher.backends.base import Backend, TaskHandle
 from launcher.ui.console import Console
 from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.record.writer import RunRecord
 from launcher.loader.shadow import module_of
 from launcher.spec.model import Restart
@@ -163,13 +163,11 @@ class WarmStandby:
             started.append(entry[0])
         if started:
             own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
-            self.record.event(Event.STANDBY_START, attempt=number, pids=own,
-                              hosts=sorted({s.task.host for s in started}),
-                              # what each host said it had (Backend.free_memory), when it could
-                              **({"available_mb": {h: n // 2**20 for h, n in sorted(self._free.items())}}
-                                 if self._free else {}),
-                              **({"spares": sorted({s.task.host for s in started} & set(dict(spares)))}
-                                 if spares else {}))
+            self.record.write(ev.StandbyStart(
+                attempt=number, pids=own, hosts=sorted({s.task.host for s in started}),
+                # what each host said it had (Backend.free_memory), when it could
+                available_mb={h: n // 2**20 for h, n in sorted(self._free.items())} if self._free else None,
+                spares=sorted({s.task.host for s in started} & set(dict(spares))) if spares else None))
 
     def _short_hosts(self, tasks: Sequence[PlannedTask]) -> set[str]:
         per_host: dict[str, int] = {}
@@ -214,7 +212,7 @@ class WarmStandby:
             return None
         s.promoted_at = self.clock()
         self._promoted[task.key] = s
-        self.record.event(Event.STANDBY_PROMOTED, task=task.key, **s.handle.info())
+        self.record.write(ev.StandbyPromoted(task=task.key, process=s.handle.info()))
         return s.handle
 
     def overdue(self) -> list[tuple[str, TaskHandle]]:
@@ -245,5 +243,5 @@ class WarmStandby:
             for s in left:
                 s.stopping = True
             self.backend.stop([s.handle for s in left], grace=0)
-            self.record.event(Event.STANDBY_STOPPED, tasks=list(self._waiting))
+            self.record.write(ev.StandbyStopped(tasks=list(self._waiting)))
             self._waiting.clear()

@@ -147,7 +147,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("panel state", "state", (PANEL,), _panel_state),
     Column("final state", "state", (REPORT,), lambda r: r.life.state),
     Column("exit", "exit", (REPORT,), lambda r: _text(r.life.exit_code), right=True),
-    Column("attempt", "att", (PANEL,), lambda r: str(r.life.attempt or ""), right=True),
+    Column("attempt", "att", (PANEL,), lambda r: "" if r.life.attempt is None else str(r.life.attempt + 1), right=True),
     Column("attempts", "attempts", (REPORT,), lambda r: str(r.life.starts), right=True),
     Column("epoch/step", "epoch/step", (STATUS,), _epoch_step),
     Column("epoch", "epoch", (PANEL,), _panel_epoch, right=True),

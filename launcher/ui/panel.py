@@ -59,7 +59,7 @@ def _styled(column: str, r: Row, value):
 
 
 def _header(view: RunView, now: float) -> Text:
-    attempt = f"attempt {view.attempt or 1}" + (f" of {view.max_attempts}" if view.max_attempts else "")
+    attempt = f"attempt {(view.attempt or 0) + 1}" + (f" of {view.max_attempts}" if view.max_attempts else "")
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(view.name or "run", style="bold")
     text.append(f"  {view.strategy} on {view.backend}  {attempt}  {_clock(view.elapsed(now))} elapsed")

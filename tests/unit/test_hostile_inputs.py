@@ -116,9 +116,9 @@ def run_cli(tmp_path: Path, *args: str):
     ({"events": json.dumps(EVENTS[0]).encode() + b"\n" + b"\x1b]0;x" * 2_000_000 + b"\n"},
      "events.jsonl line 2 is not an event ('\\x1b]0;x"),
     ({"events": b'{"event": "start", "task": ["a"], "attempt": "x"}\n'},
-     "holds values tfcluster cannot read (TypeError: unhashable type: 'list')"),
+     "events.jsonl line 1 ('start'): task: a list where text goes"),
     ({"events": b'{"event": "exit", "task": "worker:0", "code": "x"}\n'},
-     "holds values tfcluster cannot read (ValueError: invalid literal for int()"),
+     "events.jsonl line 1 ('exit'): code: text 'x' where a whole number goes"),
     ({"plan": b"[" * 100_000}, "plan.json is not valid JSON (nested past Python's limit)"),
     ({"plan": b'{"tasks": 5}'}, "holds values tfcluster cannot read (TypeError"),
 ])

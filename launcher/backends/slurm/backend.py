@@ -42,7 +42,7 @@ from launcher.ui.console import Console
 from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.procinfo import group_alive, is_same, kill_group
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.remote import gpuplace, taskwrap_path
 from launcher.spec.model import LoadedSpec, Spec
 from launcher.backends.slurm import alloc
@@ -248,8 +248,8 @@ class SlurmBackend(Backend):
         self.console.info(f"slurm job {self.job_id}: {req.nodes} node(s) x {req.tasks_per_node} task(s)"
                           + (f" in partition {req.partition}" if req.partition else ""))
         if self.record is not None:
-            self.record.event(Event.SLURM_SUBMITTED, job=self.job_id, nodes=req.nodes,
-                              tasks_per_node=req.tasks_per_node)
+            self.record.write(ev.SlurmSubmitted(job=self.job_id, nodes=req.nodes,
+                                                 tasks_per_node=req.tasks_per_node))
         t0 = time.monotonic()
         # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (execution.stoppable); close() cancels the job.
         nodes = alloc.wait_running(self.job_id, self.opts.queue_timeout, self.console.info)
@@ -259,8 +259,8 @@ class SlurmBackend(Backend):
         if any(t != 0 for t in self._takes(keys).values()):
             self._steps = self._steps_for(keys, self.placed, cli.job_cpus(self.job_id) // max(1, len(nodes)))
         if self.record is not None:
-            self.record.event(Event.SLURM_RUNNING, job=self.job_id, nodes=nodes, addresses=addresses,
-                              waited=round(time.monotonic() - t0, 3))
+            self.record.write(ev.SlurmRunning(job=self.job_id, nodes=list(nodes), addresses=dict(addresses),
+                                               waited=round(time.monotonic() - t0, 3)))
         self._record_allocation(nodes=nodes, addresses=addresses)
         if self.record is not None:  # every node sees the code and the checkpoints (else close() cancels)
             shared.check(self.job_id, nodes, self.workdir, self.record.state_dir)
@@ -393,7 +393,7 @@ class SlurmBackend(Backend):
     def _step_gpus(self, key: str, ids: list) -> None:
         """The GPUs Slurm gave a task's step, as its node numbers them: a task_gpus event (status)."""
         if self.record is not None:
-            self.record.event(Event.TASK_GPUS, task=key, gpus=ids)
+            self.record.write(ev.TaskGpus(task=key, gpus=ids))
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:
@@ -437,7 +437,7 @@ class SlurmBackend(Backend):
             sys.stderr.write(f"tfcluster: error: {exc.lines[0]}\n")
         else:
             if self.record is not None:
-                self.record.event(Event.SLURM_CANCELLED, job=job)
+                self.record.write(ev.SlurmCancelled(job=job))
 
     # -------------------------------------------------------------- down
 

@@ -37,7 +37,7 @@ from typing import Mapping, Optional, Sequence
 from launcher.ui.console import Console
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, build_plan
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, probe as ssh_probe, sync as ssh_sync
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
@@ -232,7 +232,7 @@ class SSHBackend(Backend):
         counts the host as lost at once, without waiting elastic.host_wait."""
         self.console.info(f"{name}: GCE preemption notice; its tasks save and stop now")
         if self.record is not None:
-            self.record.event(Event.HOST_PREEMPTED, host=name)
+            self.record.write(ev.HostPreempted(host=name))
 
     def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
         return self.pool.lost_hosts(hosts, wait, stop, look)
@@ -287,12 +287,12 @@ class SSHBackend(Backend):
         """A task's GPU memory and utilisation from its wrapper on the host (taskwrap --gpu-watch):
         the same ``gpu_usage`` event the local backend's watch writes (panel, status, report)."""
         if self.record is not None:
-            self.record.event(Event.GPU_USAGE, tasks={key: [mib, util]})
+            self.record.write(ev.GpuUsage(tasks={key: [mib, util]}))
 
     def _gpus_given(self, key: str, ids: list) -> None:
         """The host's GPUs a task's wrapper gave it (taskwrap --gpus): a task_gpus event (status)."""
         if self.record is not None:
-            self.record.event(Event.TASK_GPUS, task=key, gpus=ids)
+            self.record.write(ev.TaskGpus(task=key, gpus=ids))
 
     def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
         """Signal tasks, one command per host, hosts in parallel (task.py)."""

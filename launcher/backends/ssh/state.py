@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Optional
 
 from launcher.contract import statedir
 from launcher.plan.build import Plan
-from launcher.record.events import Event
+from launcher.record import events as ev
 from launcher.remote import statesync as sync_lib
 from launcher.backends.ssh import statecheck, statecopy, statefetch
 
@@ -103,7 +103,7 @@ class StateSync:
                 self.mode, why = "shared", f"every host sees a file written through {chief}"
         self.console.info(f"state dir {self.pool.hosts[self.chief_host()].state_dir}: {self.mode} ({why})")
         if self.record is not None:
-            self.record.event(Event.STATE_SYNC, mode=self.mode, why=why, fetch=self.cfg.fetch)
+            self.record.write(ev.StateSync(mode=self.mode, why=why, fetch=self.cfg.fetch))
         return statecheck.placement_problems(plan, self.mode, self.chief_host())
 
     # ------------------------------------------------------------------ before each attempt
@@ -158,7 +158,7 @@ class StateSync:
         why = f"{', '.join(blind)} cannot see a file written through {chief} (the group grew onto {'them' if len(blind) > 1 else 'it'})"
         self.console.info(f"state dir {self.pool.hosts[chief].state_dir}: copy ({why})")
         if self.record is not None:
-            self.record.event(Event.STATE_SYNC, mode=self.mode, why=why, fetch=self.cfg.fetch)
+            self.record.write(ev.StateSync(mode=self.mode, why=why, fetch=self.cfg.fetch))
 
     def prepare_attempt(self, number: int) -> None:
         self.recheck()
@@ -180,8 +180,8 @@ class StateSync:
         self.console.info(f"state: copied {src}'s latest backup ({statecopy.mb(size)}) to {', '.join(targets)} "
                             f"in {took:.1f} s")
         if self.record is not None:
-            self.record.event(Event.STATE_COPY, attempt=number, source=src, to=targets, bytes=size,
-                                seconds=round(took, 3))
+            self.record.write(ev.StateCopy(attempt=number, source=src, to=list(targets), bytes=size,
+                                            seconds=round(took, 3)))
 
     def _copy(self, src: str, targets: list[str], areas: list[str]) -> int:
         """``areas`` of ``src``'s state dir into each target's (statecopy.py); the bytes copied."""
@@ -200,4 +200,4 @@ class StateSync:
         src = self.chief_host()
         present, size, took = statefetch.fetch(self.pool, src, areas, self.record.state_dir, self.io_timeout,
                                                self.console)
-        self.record.event(Event.STATE_FETCH, source=src, areas=present, bytes=size, seconds=round(took, 3))
+        self.record.write(ev.StateFetch(source=src, areas=list(present), bytes=size, seconds=round(took, 3)))

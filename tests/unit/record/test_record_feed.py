@@ -75,7 +75,7 @@ def test_follow_applies_appended_events_and_lines_and_holds_the_next_attempts_li
         fh.write("half a line")  # not fed until its newline
     feed.poll()
     # the new attempt's start line came after its start event: it counts its steps from 8
-    assert (w.shown, w.attempt, w.starts, w.start_global_step, w.steps_this_attempt()) == ("training", 2, 2, 8, 2)
+    assert (w.shown, w.attempt, w.starts, w.start_global_step, w.steps_this_attempt()) == ("training", 1, 2, 8, 2)
     assert w.last_line.startswith("tfcluster-step") and not feed.ended
     rec.log("worker:0", " written")
     rec.event("outcome", T0 + 8, outcome="succeeded", exit_code=0)

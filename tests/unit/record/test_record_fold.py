@@ -21,7 +21,7 @@ def test_a_healthy_task_starts_runs_and_succeeds():
     assert _states(fold(events, KEYS)) == {"worker:0": "pending", "worker:1": "pending"}
     events.append({"event": "start", "task": "worker:0", "attempt": 0, "host": "h1"})
     t = fold(events, KEYS)["worker:0"]
-    assert (t.state, t.host, t.attempt, t.starts) == ("starting", "h1", 1, 1)
+    assert (t.state, t.host, t.attempt, t.starts) == ("starting", "h1", 0, 1)  # (0-based, as the record)
     events.append({"event": "ready", "task": "worker:0", "attempt": 0})
     assert fold(events, KEYS)["worker:0"].state == "running"
     events.append({"event": "exit", "task": "worker:0", "attempt": 0, "code": 0})
@@ -62,7 +62,7 @@ def test_a_restart_then_a_start_clears_the_last_exit():
     assert _states(tasks) == {"worker:0": "restarting", "worker:1": "restarting"} and tasks["worker:0"].exit_code == 1
     events.append({"event": "start", "task": "worker:0", "attempt": 1, "host": "h2"})
     t = fold(events, KEYS)["worker:0"]
-    assert (t.state, t.attempt, t.starts, t.exit_code, t.reason, t.host) == ("starting", 2, 2, None, "", "h2")
+    assert (t.state, t.attempt, t.starts, t.exit_code, t.reason, t.host) == ("starting", 1, 2, None, "", "h2")
 
 
 def test_a_task_restarted_alone_and_a_ready_after_an_exit():
@@ -119,7 +119,7 @@ def test_damaged_values_and_other_kinds_change_nothing_and_a_damaged_exit_code_r
     events = [{"event": "start", "task": "worker:0", "attempt": "x", "host": 7}, {"event": "exit", "task": 3, "code": 1},
               {"event": "gpu_usage", "tasks": {}}, {"event": "host_lost", "task": "worker:0"}, {"nothing": 1}]
     t = fold(events)["worker:0"]
-    assert (t.state, t.attempt, t.host, t.exit_code) == ("starting", 1, "", None)
+    assert (t.state, t.attempt, t.host, t.exit_code) == ("starting", 0, "", None)
     # (status reads such a record as damaged, in one line: test_hostile_inputs.py)
     with pytest.raises(ValueError):
         fold(events + [{"event": "exit", "task": "worker:0", "code": "y"}])

@@ -10,6 +10,7 @@ from rich.console import Console as RichConsole
 
 from launcher.ui import report
 from launcher.ui.panel import render
+from launcher.record import events as ev
 from launcher.record.view import RunView
 
 T0 = 1000.0
@@ -31,7 +32,7 @@ def _mwms_view() -> RunView:
 def test_states_follow_a_healthy_task_from_start_to_success():
     view = _mwms_view()
     w0 = view.tasks["worker:0"]
-    assert (w0.state, w0.attempt, w0.host, view.max_attempts) == ("starting", 1, "localhost", 3)
+    assert (w0.state, w0.attempt, w0.host, view.max_attempts) == ("starting", 0, "localhost", 3)
     view.line("worker:0", "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
               T0 + 1)
     # (the state is the record's; the panel shows a live task's phase: record/fold.py)
@@ -78,7 +79,7 @@ def test_a_group_restart_resets_attempt_progress_and_counts_attempts():
     assert {t.state for t in view.tasks.values()} == {"restarting"}
     view.event(_ev("start", T0 + 5, task="worker:1", attempt=1, host="localhost"))
     assert (w1.state, w1.attempt, w1.starts, view.attempt, w1.exit_code, w1.reason) == (
-        "starting", 2, 2, 2, None, "")
+        "starting", 1, 2, 1, None, "")
     # The resumed attempt starts at global step 10; its steps run count from there.
     view.line("worker:1", "tfcluster-start epoch=0 step=10 global_step=10 global_batch=64 epochs=2 steps_per_epoch=20",
               T0 + 6)
@@ -121,7 +122,7 @@ def test_pss_worker_restarted_alone_counts_a_second_start_in_the_same_attempt():
     view.event(_ev("task_restart", T0 + 1, task="worker:0", code=-9, restart=1))
     assert view.tasks["worker:0"].state == "restarting"
     view.event(_ev("start", T0 + 1.1, task="worker:0", attempt=0, host="h1"))
-    assert (view.tasks["worker:0"].attempt, view.tasks["worker:0"].starts, view.attempt) == (1, 2, 1)
+    assert (view.tasks["worker:0"].attempt, view.tasks["worker:0"].starts, view.attempt) == (0, 2, 0)
 
 
 def _rendered(view: RunView, now: float, width: int = 160) -> str:
@@ -196,8 +197,9 @@ def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(
         raise ValueError("drawing failed")
 
     record.listeners += [broken, view.event]
-    record.event("run_start", name="t", strategy="multi_worker_mirrored", backend="local", tasks=list(plan.keys))
-    record.event("start", task="worker:0", attempt=0, host="localhost")
+    record.write(ev.RunStart(run_id=record.run_id, name="t", strategy="multi_worker_mirrored", backend="local",
+                             tasks=list(plan.keys)))
+    record.write(ev.Start(task="worker:0", attempt=0, host="localhost"))
     record.close()
     assert view.name == "t" and view.tasks["worker:0"].state == "starting"
     assert len(problems) == 1 and "drawing failed" in problems[0] and "the run goes on" in problems[0]

@@ -1,5 +1,5 @@
 """The run record's vocabulary is defined once, in launcher/record/: no other module spells a
-record file name, passes an event kind that is not an ``Event`` to the record's writer, or
+record file name, writes an event that is not a value of its class in events.py, or
 defines a state of its own (read with ``ast``, so docstrings and comments may mention them)."""
 
 import ast
@@ -9,6 +9,7 @@ import pytest
 
 from launcher.backends import backend_names
 from launcher.record import layout
+from launcher.record import events
 from launcher.record.events import Event
 from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState
 
@@ -16,8 +17,8 @@ LAUNCHER = Path(__file__).resolve().parents[3] / "launcher"
 RECORD = LAUNCHER / "record"
 FILE_NAMES = set(layout.RECORD_FILES) | {f"{name}.json" for name in backend_names()}
 STATES = {m.value for enum in (AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState) for m in enum}
-# The writers and where the kind goes: RunRecord.event(kind, ...), writer.append_event(run_dir, kind, ...).
-WRITERS = {"event": 0, "append_event": 1}
+# The writers and where the event goes: RunRecord.write(event), writer.append_event(run_dir, event).
+WRITERS = {"write": 0, "append_event": 1}
 
 
 def _modules():
@@ -53,9 +54,20 @@ def test_record_file_names_are_spelled_only_in_the_record_package():
     assert found == []
 
 
-def test_every_event_written_is_an_event_kind():
-    """Each call of the record's event writers names its kind as ``Event.<MEMBER>`` (or passes on
-    a variable); a bare string, or a name that is not a member, fails here with file:line."""
+def _event_class(node: ast.AST):
+    """The events.py class a call ``ev.Start(...)`` / ``Start(...)`` builds, else None."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    return getattr(events, name, None) if name else None
+
+
+def test_every_event_written_is_an_event_value():
+    """Each call of the record's writers (``RunRecord.write(event)``, ``append_event(run_dir,
+    event)``) passes an event class of launcher/record/events.py built in place; no keyword-bag
+    writer (``record.event(Event.X, key=...)``) is left. A bare dict, a string or another
+    class fails here with file:line."""
     found, written = [], set()
     for path, tree in _modules():
         for node in ast.walk(tree):
@@ -63,17 +75,28 @@ def test_every_event_written_is_an_event_kind():
                 continue
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name == "event" and isinstance(func, ast.Attribute) and node.args and \
+                    isinstance(node.args[0], ast.Attribute) and getattr(node.args[0].value, "id", "") == "Event":
+                found.append(f"{_where(path, node)}: a keyword-bag event: write record.write(ev.<Kind>(...))")
+                continue
             if name not in WRITERS or len(node.args) <= WRITERS[name]:
                 continue
-            kind = node.args[WRITERS[name]]
-            if isinstance(kind, ast.Constant):
-                found.append(f"{_where(path, node)}: {name}({kind.value!r}, ...): write Event.{str(kind.value).upper()}")
-            elif isinstance(kind, ast.Attribute) and isinstance(kind.value, ast.Name) and kind.value.id == "Event":
-                if kind.attr not in Event.__members__:
-                    found.append(f"{_where(path, node)}: Event.{kind.attr} is not a kind in launcher/record/events.py")
-                written.add(kind.attr)
+            if name == "write" and not (isinstance(func, ast.Attribute) and "record" in ast.unparse(func.value)):
+                continue  # (another object's write: a file's, a snapshot's)
+            cls = _event_class(node.args[WRITERS[name]])
+            if cls is None or not (isinstance(cls, type) and issubclass(cls, events.RecordEvent)) \
+                    or cls.KIND not in events.KINDS:
+                found.append(f"{_where(path, node)}: {name}({ast.unparse(node.args[WRITERS[name]])[:60]}): "
+                             "write an event class of launcher/record/events.py")
+                continue
+            written.add(cls.KIND)
     assert found == []
-    assert {"RUN_START", "START", "EXIT", "OUTCOME"} <= written  # (the scan does see the writers)
+    assert {"run_start", "start", "exit", "outcome"} <= written  # (the scan does see the writers)
+
+
+def test_every_kind_has_one_class_and_every_class_one_kind():
+    assert set(events.KINDS) == set(Event.values())
+    assert all(cls.KIND == kind for kind, cls in events.KINDS.items())
 
 
 def test_states_are_defined_only_in_the_record_package():

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from launcher.supervise import gpuwatch
 from launcher.ui.panel import gpu_text, render
-from launcher.record.events import Event
+from launcher.record.events import Event, RunRecordDamaged
 from launcher.record.view import RunView
 from launcher.ui.report import gpu_peak_lines
 
@@ -52,10 +54,12 @@ def test_view_panel_status_and_report_show_memory_utilisation_and_peak():
     view.event({"event": Event.RUN_START, "name": "g", "strategy": "multi_worker_mirrored", "backend": "local",
                 "tasks": ["worker:0", "worker:1"]})
     view.event({"event": Event.GPU_USAGE, "tasks": {"worker:0": [2048, 90], "worker:1": [512, None]}})
-    view.event({"event": Event.GPU_USAGE, "tasks": {"worker:0": [1024, 40], "bogus": "x", "worker:1": "y"}})
+    with pytest.raises(RunRecordDamaged, match=r"gpu_usage.*tasks: text 'x' where a list goes"):
+        view.event({"event": Event.GPU_USAGE, "tasks": {"worker:0": [1024, 40], "bogus": "x", "worker:1": "y"}})
+    view.event({"event": Event.GPU_USAGE, "tasks": {"worker:0": [1024, 40], "bogus": [1, 2]}})
     t0, t1 = view.tasks["worker:0"], view.tasks["worker:1"]
     assert (t0.gpu_mib, t0.gpu_util, t0.gpu_peak_mib) == (1024, 40, 2048)
-    assert (t1.gpu_mib, t1.gpu_peak_mib) == (512, 512)  # a malformed figure is ignored
+    assert (t1.gpu_mib, t1.gpu_peak_mib) == (512, 512)  # a malformed event is damage, read by no one
     assert gpu_text(t0) == "1024M 40%" and gpu_text(t1) == "512M"
     assert gpu_peak_lines(view) == ["  gpu memory peak: worker:0 2048 MiB, worker:1 512 MiB"]
     assert RunView.from_json(view.to_json()).tasks["worker:0"].gpu_peak_mib == 2048

@@ -155,7 +155,7 @@ def test_startup_watchdog_fails_an_attempt_whose_port_never_opens_and_retries(tm
     code, out, events = run(tmp_path, mwms(startup=10), backend)
     assert code == 0, out
     (failure,) = of(events, "failure")
-    assert failure["task"] == "worker:1" and failure["code"] is None
+    assert failure["task"] == "worker:1" and failure.get("code") is None  # (None: left out of the line)
     assert "never came up: no TF server listening within watchdog.startup_timeout=10 s" in failure["reason"]
     assert backend.starts("worker:1") == [0, 1]
 
