@@ -64,6 +64,7 @@ class Span:
     last: Optional[float] = None  # its last step or epoch line
     last_step: Optional[int] = None
     backup_s: float = 0.0  # backups written while training (between first and last)
+    backup_tail: float = 0.0  # backups written since its last step line
     saving_at: Optional[float] = None  # an agreed save's start...
     saved_at: Optional[float] = None  # ...and end
     saved_step: Optional[int] = None
@@ -120,7 +121,7 @@ class Marks:
         if not spans:
             return
         s = spans[-1]
-        if p.kind == Event.START:
+        if p.kind == "start":
             s.restored = p.integer("global_step")
         elif at is None:
             return
@@ -130,11 +131,12 @@ class Marks:
                 s.last, s.last_step = at, s.first_step
         elif p.kind in _STEP_KINDS and s.first is not None and s.saving_at is None:
             s.last = max(at, s.last or at)
+            s.backup_s, s.backup_tail = s.backup_s + s.backup_tail, 0.0
             step = p.integer("global_step")
             if step is not None:
                 s.last_step = step
         elif p.kind == "backup" and s.first is not None and s.saving_at is None:
-            s.backup_s += max(0.0, p.number("seconds") or 0.0)
+            s.backup_tail += max(0.0, p.number("seconds") or 0.0)
         elif p.kind == "saving" and s.saving_at is None:
             s.saving_at = at
         elif p.kind == "preempted":
@@ -256,6 +258,8 @@ def measure(marks: Marks, now: float) -> Optional[Goodput]:
             out["redone"] += lost
         if s.saving_at is not None:
             put("checkpoint", s.saved_at if s.saved_at is not None else end)
+        else:
+            put("checkpoint", cursor + s.backup_tail)  # backups after its last step line (an epoch's end)
         fault = marks.faults.get(s.attempt)
         if fault is not None and (nxt is not None or fault >= cursor):
             if s.saving_at is None:  # trained after its last line until the fault: lost, unless a backup kept it

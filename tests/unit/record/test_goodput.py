@@ -94,9 +94,11 @@ def test_a_preemption_with_an_agreed_save_redoes_nothing():
 
 def test_backups_while_training_are_checkpoint_time():
     run = Run().attempt(0, 0.1)
-    run.train("worker:0", 0, 2.0, 3.0, 101, 13.0)
-    for at in (5.0, 8.0, 11.0):
-        run.say("worker:0", "backup", at, global_step=1, seconds="0.25")
+    run.say("worker:0", "start", 2.0, global_step=0).say("worker:0", "first_step", 3.0, global_step=1)
+    for at, step in ((5.0, 30), (8.0, 60), (11.0, 90)):
+        run.say("worker:0", "backup", at, global_step=step, seconds="0.25")
+        run.say("worker:0", "step", at + 0.5, global_step=step + 5)
+    run.say("worker:0", "step", 13.0, global_step=101)
     g = run.ev("outcome", 14.0, outcome="succeeded").measure()
     assert g.badput["checkpoint"] == pytest.approx(0.75)
     assert g.productive == pytest.approx(10.0 - 0.75)
@@ -159,3 +161,13 @@ def test_the_marks_survive_json():
     again = Marks.from_json(run.marks.to_json())
     assert measure(again, 10.0) == measure(run.marks, 10.0)
     assert again.to_json() == run.marks.to_json()
+
+
+def test_a_backup_after_the_last_step_line_is_checkpoint_time_too():
+    run = Run().attempt(0, 0.1)
+    run.train("worker:0", 0, 2.0, 3.0, 101, 13.0)
+    run.say("worker:0", "backup", 13.5, global_step=101, seconds="0.5")
+    g = run.ev("outcome", 15.0, outcome="succeeded").measure()
+    assert g.badput["checkpoint"] == pytest.approx(0.5)
+    assert g.productive == pytest.approx(10.0)
+    assert g.badput["other"] == pytest.approx(1.5)
