@@ -25,6 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract.progress import Progress, Throughput, parse, step_shape
 from launcher.record import fold, hosts
+from launcher.record.goodput import Goodput, Marks, measure
 from launcher.record.events import Event
 from launcher.record.hosts import HostChange
 from launcher.record.states import TaskPhase, TaskState
@@ -61,6 +62,8 @@ class RunView:
     # answered for elastic.settle s since (host_added): not used meanwhile. host -> settle (s).
     suspects: dict[str, float] = field(default_factory=dict)
     _lost: dict[str, str] = field(default_factory=dict, repr=False)  # host_lost events not yet replanned
+    # What the run's goodput is folded from (launcher/record/goodput.py): a few numbers per attempt.
+    marks: Marks = field(default_factory=Marks, repr=False)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -107,6 +110,7 @@ class RunView:
             copied.spares = list(self.spares)
             copied.suspects = dict(self.suspects)
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
+            copied.marks = self.marks.copy()
         copied._lock = threading.Lock()
         return copied
 
@@ -116,7 +120,8 @@ class RunView:
         (launcher/record/feed.py) holds one, so ``status`` replays only what came after it."""
         with self._lock:
             out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
-                                   if f.name not in ("tasks", "host_changes")}
+                                   if f.name not in ("tasks", "host_changes", "marks")}
+            out["marks"] = self.marks.to_json()
             out["tasks"] = {key: task_json(t) for key, t in self.tasks.items()}
             out["host_changes"] = [asdict(c) for c in self.host_changes]
             return copy.deepcopy(out)
@@ -127,8 +132,9 @@ class RunView:
         data = copy.deepcopy(dict(data))
         tasks = {key: task_from_json(t) for key, t in data.pop("tasks", {}).items()}
         changes = [HostChange(**c) for c in data.pop("host_changes", [])]
+        marks = Marks.from_json(data.pop("marks", None) or {})
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes)
+        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes, marks=marks)
 
     # -------------------------------------------------------------- reading
 
@@ -136,6 +142,11 @@ class RunView:
         if self.started_at is None:
             return 0.0
         return max(0.0, (self.ended_at or now) - self.started_at)
+
+    def goodput(self, now: float) -> Optional[Goodput]:
+        """The run's goodput at ``now`` (at its end once it has one): launcher/record/goodput.py."""
+        with self._lock:
+            return measure(self.marks, now)
 
     def task(self, key: str) -> TaskView:
         view = self.tasks.get(key)
@@ -175,6 +186,7 @@ class RunView:
         kind = record.get("event")
         at = _float(record.get("time"))
         key = record.get("task")
+        self.marks.event(record)
         if kind == Event.RUN_START:
             self.name = record.get("name", self.name)
             self.strategy = record.get("strategy", self.strategy)
@@ -228,6 +240,7 @@ class RunView:
         fold.on_line(t, p.kind if p is not None else None)
         if p is None:
             return
+        self.marks.line(key, p)
         if p.kind in ("step", "epoch", "result", "eval"):
             loss, accuracy = p.number("loss"), p.number("accuracy")
             if loss is not None:
