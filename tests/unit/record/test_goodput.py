@@ -171,3 +171,39 @@ def test_a_backup_after_the_last_step_line_is_checkpoint_time_too():
     assert g.badput["checkpoint"] == pytest.approx(0.5)
     assert g.productive == pytest.approx(10.0)
     assert g.badput["other"] == pytest.approx(1.5)
+
+
+def _trained_view():
+    from launcher.record.view import RunView
+
+    view = RunView()
+    view.event({"event": "run_start", "time": 1000.0, "name": "demo", "strategy": "multi_worker_mirrored",
+                "backend": "local", "tasks": ["worker:0"], "max_restarts": 2})
+    view.event({"event": "start", "time": 1000.1, "task": "worker:0", "attempt": 0})
+    view.lines("worker:0", ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 time=1002.000",
+                            "tfcluster-first_step epoch=0 step=0 global_step=1 time=1003.000",
+                            "tfcluster-step epoch=0 step=10 global_step=10 time=1004.000",
+                            "tfcluster-step epoch=0 step=20 global_step=20 time=1005.000",
+                            "tfcluster-step epoch=0 step=30 global_step=30 time=1013.000"], now=2000.0)
+    return view
+
+
+def test_the_view_folds_goodput_from_its_lines_own_times_and_the_panel_shows_it():
+    import io
+
+    from rich.console import Console as RichConsole
+
+    from launcher.record.view import RunView
+    from launcher.ui.panel import render
+    from launcher.ui.report import goodput_lines
+
+    view = _trained_view()
+    g = view.goodput(1015.0)  # (the lines' own times, not when the replay read them: 2000)
+    assert g.productive == pytest.approx(10.0) and g.badput["startup"] == pytest.approx(3.0)
+    console = RichConsole(file=io.StringIO(), width=160, force_terminal=False, color_system=None)
+    console.print(render(view.snapshot(), 1015.0, 160))
+    assert console.file.getvalue().splitlines()[0].endswith("goodput 66.7 %")
+    view.event({"event": "outcome", "time": 1015.0, "outcome": "succeeded"})
+    assert goodput_lines(view, 5000.0) == ["  goodput 66.7 %: startup 20.0 %, other 13.3 %"]
+    again = RunView.from_json(view.to_json())  # (a snapshot's view goes on from its marks)
+    assert again.goodput(5000.0) == view.goodput(5000.0)
