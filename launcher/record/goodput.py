@@ -129,7 +129,10 @@ class Marks:
             if s.first is None:
                 s.first, s.first_step = at, p.integer("global_step")
                 s.last, s.last_step = at, s.first_step
-        elif p.kind in _STEP_KINDS and s.first is not None and s.saving_at is None:
+        elif p.kind in _STEP_KINDS and s.first is None and s.saving_at is None:  # (a script without first_step lines)
+            s.first, s.first_step = at, p.integer("global_step")
+            s.last, s.last_step = at, s.first_step
+        elif p.kind in _STEP_KINDS and s.saving_at is None:
             s.last = max(at, s.last or at)
             s.backup_s, s.backup_tail = s.backup_s + s.backup_tail, 0.0
             step = p.integer("global_step")
@@ -191,7 +194,7 @@ class Goodput:
             return f"{100 * s / self.elapsed:.1f} %" if self.elapsed > 0 else "0.0 %"
         head = f"goodput {'at most ' if not self.exact else ''}{pct(self.productive)}"
         parts = [f"{c} {pct(s)}" for c, s in self.badput.items() if self.elapsed > 0 and s / self.elapsed >= 0.0005]
-        tail = "" if self.exact else " (no step lines: see docs/goodput.md to be measured exactly)"
+        tail = "" if self.exact else " (no step lines: an upper bound)"
         return head + (": " + ", ".join(parts) if parts else "") + tail
 
     def short(self) -> str:

@@ -207,3 +207,11 @@ def test_the_view_folds_goodput_from_its_lines_own_times_and_the_panel_shows_it(
     assert goodput_lines(view, 5000.0) == ["  goodput 66.7 %: startup 20.0 %, other 13.3 %"]
     again = RunView.from_json(view.to_json())  # (a snapshot's view goes on from its marks)
     assert again.goodput(5000.0) == view.goodput(5000.0)
+
+
+def test_a_script_printing_only_step_lines_is_measured_exactly():
+    run = Run().attempt(0, 0.1)
+    for g in range(1, 11):  # `tfcluster-step global_step=N time=T`, once a second from t=3
+        run.say("worker:0", "step", 2.0 + g, global_step=g)
+    g = run.ev("outcome", 14.0, outcome="succeeded").measure()
+    assert g.exact and g.productive == pytest.approx(9.0) and g.badput["startup"] == pytest.approx(3.0)
