@@ -215,3 +215,46 @@ def test_a_script_printing_only_step_lines_is_measured_exactly():
         run.say("worker:0", "step", 2.0 + g, global_step=g)
     g = run.ev("outcome", 14.0, outcome="succeeded").measure()
     assert g.exact and g.productive == pytest.approx(9.0) and g.badput["startup"] == pytest.approx(3.0)
+
+
+def test_status_runs_and_their_json_read_the_goodput_from_the_record(tmp_path):
+    import json
+
+    from launcher.cli.inspect import runs_json
+    from launcher.record.status import load_run
+    from launcher.ui.runstatus import render_runs, render_status
+
+    run = tmp_path / "runs" / "t" / "20260101-000000-abcd"
+    (run / "logs").mkdir(parents=True)
+    (run / "plan.json").write_text(json.dumps({"name": "t", "backend": "local", "tasks": [
+        {"type": "worker", "index": 0, "host": "h0"}, {"type": "worker", "index": 1, "host": "h1"}]}))
+    (run / "launcher.json").write_text(json.dumps({"pid": 1, "start_time": 1, "tasks": {}}))
+    first = ("tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=12.000\n"
+             "tfcluster-first_step epoch=0 step=0 global_step=1 time=13.000\n"
+             + "".join(f"tfcluster-step epoch=0 step={g} global_step={g} time={12 + g}.000\n" for g in range(2, 9)))
+    second = ("tfcluster-start epoch=0 step=5 global_step=5 global_batch=32 time=24.000\n"
+              "tfcluster-first_step epoch=0 step=5 global_step=6 time=25.000\n"
+              + "".join(f"tfcluster-step epoch=0 step={g} global_step={g} time={19 + g}.000\n" for g in range(7, 16)))
+    (run / "logs" / "worker-0.log").write_text(first + second)
+    events = [{"time": 10.0, "event": "run_start"},
+              {"time": 11.0, "event": "start", "task": "worker:0", "attempt": 0, "log_offset": 0},
+              {"time": 11.0, "event": "start", "task": "worker:1", "attempt": 0, "log_offset": 0},
+              {"time": 21.0, "event": "exit", "task": "worker:1", "attempt": 0, "code": 137},
+              {"time": 21.5, "event": "restart", "attempt": 1},
+              {"time": 22.0, "event": "start", "task": "worker:0", "attempt": 1, "log_offset": len(first)},
+              {"time": 22.0, "event": "start", "task": "worker:1", "attempt": 1, "log_offset": 0},
+              {"time": 36.0, "event": "outcome", "outcome": "succeeded", "exit_code": 0, "attempts": 2}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run.parent / "latest").symlink_to(run.name)
+    status = load_run(run)
+    g = status.to_json()["goodput"]
+    # startup 10 -> 13; trained 13 -> 20 (steps 1..8), killed 21: 20 -> 21 lost; recovery 21 -> 25;
+    # steps 6..8 again (3 steps at 1 s); trained 25 -> 34; the rest 34 -> 36
+    assert g["elapsed"] == 26.0 and g["exact"] is True
+    assert g["badput"] == {"startup": 3.0, "recovery": 4.0, "redone": 4.0, "checkpoint": 0.0, "waiting": 0.0,
+                           "other": 2.0}
+    assert g["productive"] == 13.0 and g["fraction"] == round(13 / 26, 4)
+    assert "goodput 50.0 %: startup 11.5 %, recovery 15.4 %, redone 15.4 %, other 7.7 %" in render_status(status, "c.yaml")
+    table = render_runs([status], tmp_path / "runs" / "t")
+    assert table[1].split()[-1] == "goodput" and table[2].endswith("50.0 %")
+    assert runs_json([status])["runs"][0]["goodput"] == g
