@@ -81,6 +81,7 @@ class Marks:
     faults: dict[int, float] = field(default_factory=dict)  # attempt -> its first fault's time
     planned: dict[int, float] = field(default_factory=dict)  # attempt -> a planned stop (replan, no fault)
     waits: list[list[float]] = field(default_factory=list)  # [from, to] the group waited for hosts
+    restarts: list[float] = field(default_factory=list)  # restart and replan events' times
     _attempt: int = 0
     _waiting_since: Optional[float] = None
 
@@ -105,9 +106,12 @@ class Marks:
             self.ready.setdefault(attempt, at)
         elif kind in _FAULTS or (kind == Event.EXIT and record.get("code") not in (0, None)):
             self.faults.setdefault(attempt if kind != Event.RESTART else attempt - 1, at)
+            if kind == Event.RESTART:
+                self.restarts.append(at)
             if kind == Event.HOST_LOST:
                 self._waiting_since = at if self._waiting_since is None else self._waiting_since
         elif kind == Event.REPLAN:
+            self.restarts.append(at)
             before = attempt - 1  # (its attempt is the one it plans)
             if before not in self.faults:
                 self.planned.setdefault(before, at)
@@ -154,6 +158,7 @@ class Marks:
                 "spans": {k: [vars(s) for s in v] for k, v in self.spans.items()},
                 "ready": [[k, v] for k, v in self.ready.items()], "faults": [[k, v] for k, v in self.faults.items()],
                 "planned": [[k, v] for k, v in self.planned.items()], "waits": [list(w) for w in self.waits],
+                "restarts": list(self.restarts),
                 "attempt": self._attempt, "waiting_since": self._waiting_since}
 
     @classmethod
@@ -163,7 +168,8 @@ class Marks:
                   ready={int(k): float(v) for k, v in data.get("ready") or ()},
                   faults={int(k): float(v) for k, v in data.get("faults") or ()},
                   planned={int(k): float(v) for k, v in data.get("planned") or ()},
-                  waits=[[float(a), float(b)] for a, b in data.get("waits") or ()])
+                  waits=[[float(a), float(b)] for a, b in data.get("waits") or ()],
+                  restarts=[float(t) for t in data.get("restarts") or ()])
         out._attempt = int(data.get("attempt") or 0)
         out._waiting_since = data.get("waiting_since")
         return out
@@ -264,6 +270,9 @@ def measure(marks: Marks, now: float) -> Optional[Goodput]:
         else:
             put("checkpoint", cursor + s.backup_tail)  # backups after its last step line (an epoch's end)
         fault = marks.faults.get(s.attempt)
+        if nxt is None and fault is not None and marks.ended is not None \
+                and not any(t >= fault for t in marks.restarts):
+            fault = None  # it ended there (a stop, the last failure): what follows is teardown
         if fault is not None and (nxt is not None or fault >= cursor):
             if s.saving_at is None:  # trained after its last line until the fault: lost, unless a backup kept it
                 kept = 0.0

@@ -258,3 +258,22 @@ def test_status_runs_and_their_json_read_the_goodput_from_the_record(tmp_path):
     table = render_runs([status], tmp_path / "runs" / "t")
     assert table[1].split()[-1] == "goodput" and table[2].endswith("50.0 %")
     assert runs_json([status])["runs"][0]["goodput"] == g
+
+
+def test_a_stopped_run_ends_in_teardown_not_recovery():
+    run = Run().attempt(0, 0.1)
+    run.train("worker:0", 0, 2.0, 3.0, 51, 8.0)
+    run.say("worker:0", "saving", 8.2, global_step=52).say("worker:0", "preempted", 8.6, global_step=52)
+    run.ev("exit", 9.0, task="worker:0", attempt=0, code=143)
+    g = run.ev("outcome", 10.0, outcome="interrupted").measure()
+    assert g.badput["recovery"] == 0 and g.badput["checkpoint"] == pytest.approx(0.4)
+    assert g.badput["other"] == pytest.approx(1.4)
+
+
+def test_restarts_that_never_train_again_are_recovery():
+    run = Run().attempt(0, 0.1)
+    run.train("worker:0", 0, 2.0, 3.0, 51, 8.0)
+    run.ev("exit", 8.5, task="worker:1", attempt=0, code=137).ev("restart", 8.7, attempt=1).attempt(1, 8.8)
+    run.ev("exit", 12.0, task="worker:1", attempt=1, code=1)
+    g = run.ev("outcome", 13.0, outcome="failed").measure()
+    assert g.badput["recovery"] == pytest.approx(13.0 - 8.5)
