@@ -208,6 +208,7 @@ def independent_goodput(lines: list[tuple[float, str]], faults: list[dict], star
     last: dict[int, float] = {}  # global step -> the duration of its last occurrence
     backups: dict[int, float] = {}  # global step -> backup seconds after it, in that same occurrence
     prev = None  # arrival of the attempt's previous step line
+    pending = 0.0  # backup seconds since it
     firsts: list[float] = []
     for at, line in lines:
         if not line.startswith(prefix):
@@ -216,9 +217,9 @@ def independent_goodput(lines: list[tuple[float, str]], faults: list[dict], star
         if p is None:
             continue
         if p.kind == "start":
-            prev = None
+            prev, pending = None, 0.0
         elif p.kind == "first_step":
-            prev = at
+            prev, pending = at, 0.0
             firsts.append(at)
             step = p.integer("global_step")
             last.pop(step, None)  # (trained again, now as tracing: not productive)
@@ -226,12 +227,10 @@ def independent_goodput(lines: list[tuple[float, str]], faults: list[dict], star
         elif p.kind == "step" and prev is not None:
             step = p.integer("global_step")
             last[step] = at - prev
-            backups[step] = 0.0
+            backups[step], pending = pending, 0.0  # (a backup's time is in the interval of the step line after it)
             prev = at
         elif p.kind == "backup" and prev is not None:
-            step = p.integer("global_step")
-            if step in backups:
-                backups[step] += p.number("seconds") or 0.0
+            pending += p.number("seconds") or 0.0
     productive = sum(last.values()) - sum(backups.values())
     elapsed = ended - started
     recovery = []
