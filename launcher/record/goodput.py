@@ -30,7 +30,8 @@ Of a task's lines, their own ``time=`` (the record's log lines carry no other ti
 * ``checkpoint``: backups written while training, and agreed saves (``saving`` to ``preempted``);
 * ``redone``: steps trained again: per attempt, its last step reached minus the step the next
   attempt restored, at the run's step time (its steps' seconds over their number), plus the time
-  from its last step line to the fault (trained, never saved);
+  from its last step line to the fault (trained, never saved) for at most the longest time
+  between two of its step lines (beyond, it was not training: a hang is recovery);
 * ``productive``: the attempts' time from first step to last step line, less backups and redone;
 * ``other``: the rest (evaluation and the final save after the last step, teardown).
 
@@ -65,6 +66,7 @@ class Span:
     last_step: Optional[int] = None
     backup_s: float = 0.0  # backups written while training (between first and last)
     backup_tail: float = 0.0  # backups written since its last step line
+    gap: float = 0.0  # the longest time between two of its step lines
     saving_at: Optional[float] = None  # an agreed save's start...
     saved_at: Optional[float] = None  # ...and end
     saved_step: Optional[int] = None
@@ -137,6 +139,7 @@ class Marks:
             s.first, s.first_step = at, p.integer("global_step")
             s.last, s.last_step = at, s.first_step
         elif p.kind in _STEP_KINDS and s.saving_at is None:
+            s.gap = max(s.gap, at - (s.last or at))
             s.last = max(at, s.last or at)
             s.backup_s, s.backup_tail = s.backup_s + s.backup_tail, 0.0
             step = p.integer("global_step")
@@ -274,11 +277,14 @@ def measure(marks: Marks, now: float) -> Optional[Goodput]:
                 and not any(t >= fault for t in marks.restarts):
             fault = None  # it ended there (a stop, the last failure): what follows is teardown
         if fault is not None and (nxt is not None or fault >= cursor):
-            if s.saving_at is None:  # trained after its last line until the fault: lost, unless a backup kept it
+            if s.saving_at is None:
+                # Trained after its last line until the fault (lost, unless a backup kept it), for
+                # at most as long as its lines ever took to come: longer, it was not training (a
+                # hang until the watchdog, a partition): recovery.
                 kept = 0.0
                 if nxt is not None and reached is not None and nxt.restored is not None and nxt.restored > reached:
                     kept = (nxt.restored - reached) * rate
-                tail_end = min(fault, nxt.first if nxt is not None else end)
+                tail_end = min(fault, nxt.first if nxt is not None else end, cursor + s.gap)
                 put("productive", min(tail_end, cursor + kept))
                 put("redone", tail_end)
             put("recovery", nxt.first if nxt is not None else end)

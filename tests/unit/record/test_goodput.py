@@ -277,3 +277,13 @@ def test_restarts_that_never_train_again_are_recovery():
     run.ev("exit", 12.0, task="worker:1", attempt=1, code=1)
     g = run.ev("outcome", 13.0, outcome="failed").measure()
     assert g.badput["recovery"] == pytest.approx(13.0 - 8.5)
+
+
+def test_a_hang_until_the_watchdog_is_recovery_not_redone():
+    run = Run().attempt(0, 0.1)
+    run.train("worker:0", 0, 2.0, 3.0, 51, 8.0)  # a line every 10 steps: 1 s apart
+    run.ev("failure", 28.0, task="worker:1", attempt=0, reason="hung").ev("restart", 28.5, attempt=1).attempt(1, 28.6)
+    run.train("worker:0", 50, 30.0, 31.0, 101, 36.0)
+    g = run.ev("outcome", 37.0, outcome="succeeded").measure()
+    assert g.badput["redone"] == pytest.approx(0.1 + 1.0, abs=0.01)  # step 51 again; 1 s after the last line
+    assert g.badput["recovery"] == pytest.approx(31.0 - 9.0)
