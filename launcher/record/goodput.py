@@ -135,16 +135,8 @@ class Marks:
             if s.first is None:
                 s.first, s.first_step = at, p.integer("global_step")
                 s.last, s.last_step = at, s.first_step
-        elif p.kind in _STEP_KINDS and s.first is None and s.saving_at is None:  # (a script without first_step lines)
-            s.first, s.first_step = at, p.integer("global_step")
-            s.last, s.last_step = at, s.first_step
-        elif p.kind in _STEP_KINDS and s.saving_at is None:
-            s.gap = max(s.gap, at - (s.last or at))
-            s.last = max(at, s.last or at)
-            s.backup_s, s.backup_tail = s.backup_s + s.backup_tail, 0.0
-            step = p.integer("global_step")
-            if step is not None:
-                s.last_step = step
+        elif p.kind in _STEP_KINDS:
+            self._step(s, p.integer("global_step"), at)
         elif p.kind == "backup" and s.first is not None and s.saving_at is None:
             s.backup_tail += max(0.0, p.number("seconds") or 0.0)
         elif p.kind == "saving" and s.saving_at is None:
@@ -152,6 +144,26 @@ class Marks:
         elif p.kind == "preempted":
             s.saved_at = at
             s.saved_step = p.integer("global_step")
+
+    def step(self, key: str, global_step: Optional[int], at: float) -> None:
+        """A step line of ``key``'s (``line`` of a ``step`` line, without parsing it again)."""
+        spans = self.spans.get(key)
+        if spans:
+            self._step(spans[-1], global_step, at)
+
+    @staticmethod
+    def _step(s: Span, global_step: Optional[int], at: float) -> None:
+        if s.saving_at is not None:
+            return
+        if s.first is None:  # (a script that prints no first_step line)
+            s.first, s.first_step = at, global_step
+            s.last, s.last_step = at, global_step
+            return
+        s.gap = max(s.gap, at - (s.last or at))
+        s.last = max(at, s.last or at)
+        s.backup_s, s.backup_tail = s.backup_s + s.backup_tail, 0.0
+        if global_step is not None:
+            s.last_step = global_step
 
     def copy(self) -> "Marks":
         return copy.deepcopy(self)

@@ -99,6 +99,7 @@ class RunView:
                 if shape is not None and 0 < i < last and shapes[i - 1] is not None:
                     after = shapes[i + 1]
                     if after is not None and after[0] == shape[0] and after[1] >= shape[1] and after[2] >= shape[2]:
+                        self.marks.step(key, shape[1], shape[2])  # (goodput's gaps see every line)
                         continue
                 self._line(key, text, now)
 
