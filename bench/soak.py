@@ -22,6 +22,13 @@ paces the soak: a sleep the weights never see) for the reference accuracy, then 
 against the undisturbed one (within 0.02), each fault (for the whole --minutes: a training that ends sooner fails the soak), with its time and what the launcher said
 next, steps redone per resume (at most --save-freq, 0 after a graceful save), recovery times
 (fault -> the next first training step), and the processes left on any host (must be none).
+
+Goodput: tfcluster's figure (``status --json``, folded from the run's record: launcher/record/goodput.py)
+beside an independent count made here, from worker:0's own lines as they arrived (this script's
+clock) and the faults it injected: the time of each global step's last occurrence (a step
+trained again after a restore counts once, its last time; an attempt's first step, which holds
+its tracing, not at all) less the backups its lines report, over the time from starting
+``tfcluster up`` to its exit. The two must agree within 2 percentage points.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchlib import BackgroundUp  # noqa: E402
+from launcher.contract.progress import parse  # noqa: E402
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 STEP = re.compile(r"\[(worker:\d+)\] tfcluster-(start|first_step|step|result) .*?global_step=(\d+)")
@@ -191,6 +200,57 @@ def resumes(lines: list[tuple[float, str]]) -> list[dict]:
     return out
 
 
+def independent_goodput(lines: list[tuple[float, str]], faults: list[dict], started: float, ended: float) -> dict:
+    """Goodput counted from worker:0's lines as they arrived and the injected faults (see the
+    module's docstring): productive seconds, the fraction, the steps kept, and recovery (each
+    fault that ends an attempt -> worker:0's next first step)."""
+    prefix = "[worker:0] "
+    last: dict[int, float] = {}  # global step -> the duration of its last occurrence
+    backups: dict[int, float] = {}  # global step -> backup seconds after it, in that same occurrence
+    prev = None  # arrival of the attempt's previous step line
+    pending = 0.0  # backup seconds since it
+    firsts: list[float] = []
+    for at, line in lines:
+        if not line.startswith(prefix):
+            continue
+        p = parse(line[len(prefix):])
+        if p is None:
+            continue
+        if p.kind == "start":
+            prev, pending = None, 0.0
+        elif p.kind == "first_step":
+            prev, pending = at, 0.0
+            firsts.append(at)
+            step = p.integer("global_step")
+            last.pop(step, None)  # (trained again, now as tracing: not productive)
+            backups.pop(step, None)
+        elif p.kind == "step" and prev is not None:
+            step = p.integer("global_step")
+            last[step] = at - prev
+            backups[step], pending = pending, 0.0  # (a backup's time is in the interval of the step line after it)
+            prev = at
+        elif p.kind == "backup" and prev is not None:
+            pending += p.number("seconds") or 0.0
+    productive = sum(last.values()) - sum(backups.values())
+    elapsed = ended - started
+    recovery = []
+    for f in faults:
+        after = [t for t in firsts if t > f["at"]]
+        if after and f["kind"] not in ("discovery", "return"):
+            recovery.append(after[0] - f["at"])
+    return {"elapsed": elapsed, "productive": productive, "fraction": productive / elapsed if elapsed > 0 else 0.0,
+            "steps": len(last), "backups": sum(backups.values()), "recovery": recovery}
+
+
+def tfcluster_goodput(spec: Path) -> dict:
+    """``tfcluster status --json SPEC``'s goodput."""
+    res = subprocess.run([sys.executable, "-m", "launcher", "status", "--json", str(spec)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise SystemExit(f"tfcluster status failed ({res.returncode}): {res.stderr.strip()[-500:]}")
+    return json.loads(res.stdout)["goodput"] or {}
+
+
 def accuracy(lines) -> float:
     for _, line in lines:
         if "[worker:0] tfcluster-result" in line:
@@ -259,7 +319,8 @@ def main() -> int:
         faults = Faults(lab, listing, rng, kinds)
         faults.publish()
         started = time.time()
-        run = Run(spec_for(lab, work, "soak", listing, epochs))
+        soak_spec = spec_for(lab, work, "soak", listing, epochs)
+        run = Run(soak_spec)
         end = started + args.minutes * 60
         next_at = started + 60 + rng.uniform(30, 90)  # the first after start-up
         while run.running() and time.time() < end:
@@ -274,7 +335,8 @@ def main() -> int:
             faults.spare_listed = True
             faults.publish()
         code = run.finish(3600)
-        seconds = time.time() - started
+        ended = time.time()
+        seconds = ended - started
         res = resumes(run.lines)
         acc = accuracy(run.lines)
         time.sleep(2)
@@ -306,6 +368,17 @@ def main() -> int:
         print(f"restarts spent: {spent} (sigkill and sigstop faults: "
               f"{kinds.get('sigkill', 0) + kinds.get('sigstop', 0)}); host losses said: {losses}")
         print(f"processes left on the hosts: {left or 'none'}")
+        theirs = tfcluster_goodput(soak_spec)
+        ours = independent_goodput(run.lines, faults.log, started, ended)
+        gap = abs(theirs.get("fraction", 0.0) - ours["fraction"]) * 100
+        report.update({"goodput": theirs, "independent": ours, "goodput_gap_points": gap})
+        print(f"tfcluster: goodput {100 * theirs.get('fraction', 0):.1f} % of {theirs.get('elapsed', 0):.0f} s "
+              f"(productive {theirs.get('productive', 0):.0f} s; badput: "
+              + ", ".join(f"{c} {s:.0f} s" for c, s in (theirs.get("badput") or {}).items()) + ")")
+        print(f"independent: goodput {100 * ours['fraction']:.1f} % of {ours['elapsed']:.0f} s (productive "
+              f"{ours['productive']:.0f} s: {ours['steps']} steps kept, backups {ours['backups']:.1f} s; "
+              f"fault -> next first step: {sum(ours['recovery']):.0f} s over {len(ours['recovery'])} faults)")
+        print(f"goodput difference: {gap:.2f} percentage points (bound: 2)")
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         (Path(tempfile.gettempdir()) / "tfcluster-soak.json").write_text(json.dumps(report, indent=1))
         # Faults for the whole time asked: a training that ended sooner soaked less (raise --epochs).
@@ -314,7 +387,7 @@ def main() -> int:
         print(f"faults injected for {min(seconds, args.minutes * 60) / 60:.1f} of the {args.minutes:g} minutes asked "
               f"(the last at {last_fault:.0f} s)" + ("" if full else "; training ended first: raise --epochs"))
         ok = code == 0 and abs(acc - report["reference"]["accuracy"]) <= 0.02 and not left \
-            and all(r["redone"] <= SAVE_FREQ for r in res) and full
+            and all(r["redone"] <= SAVE_FREQ for r in res) and full and gap <= 2.0
         report["passed"] = ok
         print("soak: " + ("passed" if ok else "FAILED"))
         return 0 if ok else 1

@@ -118,7 +118,8 @@ class SaveOnPreemption(keras.callbacks.Callback):
         # saving line first: the launcher waits for this save instead of killing a preempted
         # host's peers (launcher/supervise/phases.py, _let_survivors_save).
         global_step = int(self.model.optimizer.iterations.numpy())
-        emit("saving", epoch=self._epoch, step=batch + 1, global_step=global_step)
+        emit("saving", epoch=self._epoch, step=batch + 1, global_step=global_step, time=f"{time.time():.3f}")
         self.backup._backup(epoch=self._epoch, batch=batch)
-        emit("preempted", epoch=self._epoch, step=batch + 1, global_step=global_step, saved=self.backup.backup_dir)
+        emit("preempted", epoch=self._epoch, step=batch + 1, global_step=global_step, saved=self.backup.backup_dir,
+             time=f"{time.time():.3f}")
         raise Preempted()

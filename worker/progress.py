@@ -23,6 +23,14 @@ def emit(kind: str, **fields) -> None:
     print(format_line(kind, **fields), flush=True)
 
 
+def backed_up(global_step: int, began: float) -> None:
+    """A backup (or checkpoint) written at ``global_step``, begun at ``began``: the
+    ``tfcluster-backup`` line, whose ``seconds`` tfcluster counts as checkpoint time in the run's
+    goodput (launcher/record/goodput.py)."""
+    now = time.time()
+    emit("backup", global_step=global_step, seconds=f"{now - began:.3f}", time=f"{now:.3f}")
+
+
 def start_fields(name: str, strategy, global_batch: int, **extra) -> dict:
     """The strategy part of every ``tfcluster-start`` line: the strategy the task was asked for
     (``name``, the spec's), the ``tf.distribute`` class TensorFlow built for it

@@ -33,7 +33,7 @@ from worker.cluster import TaskInfo
 from worker.layout import Layout
 from worker.model import build_cnn, gradient_step, per_example_loss
 from worker.preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
-from worker.progress import ProgressLogger, Throughput, emit, epoch_end, fit_result, start_fields
+from worker.progress import ProgressLogger, Throughput, backed_up, emit, epoch_end, fit_result, start_fields
 from worker.resize import Position, describe, resume_position
 from worker.tensorboard import Scalars
 
@@ -60,6 +60,11 @@ class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
         super().__init__(**kwargs)
         self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
         self.keep_own = keep_own
+
+    def _backup(self, epoch, batch=0):
+        began = time.time()
+        super()._backup(epoch, batch)
+        backed_up(int(self.model.optimizer.iterations.numpy()), began)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)  # restores model, optimizer, epoch and batch from the backup
@@ -242,7 +247,9 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         for name, value in (("epoch", epoch), ("step_in_epoch", done), ("global_batch", global_batch),
                             ("steps_per_epoch", steps_per_epoch)):
             position[name].assign(value)
+        began = time.time()
         manager.save(checkpoint_number=step)  # all workers: saving runs collectives
+        backed_up(step, began)
         if not keep:
             shutil.rmtree(write_dir, ignore_errors=True)
 
@@ -299,11 +306,11 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         stop = int(preempted.numpy()) > 0 and epoch < args.epochs
         due = epoch_ended if args.save_freq == "epoch" else global_step % int(args.save_freq) == 0
         if stop:  # (the launcher waits for this save instead of killing a preempted host's peers)
-            emit("saving", epoch=epoch, step=done, global_step=global_step)
+            emit("saving", epoch=epoch, step=done, global_step=global_step, time=f"{time.time():.3f}")
         if due or stop or epoch == args.epochs:  # the evaluator waits for the last
             save(global_step, epoch, done)
         if stop:
-            emit("preempted", epoch=epoch, step=done, global_step=global_step, saved=ckpt_dir)
+            emit("preempted", epoch=epoch, step=done, global_step=global_step, saved=ckpt_dir, time=f"{time.time():.3f}")
             return PREEMPTED_EXIT
 
     test_accuracy.reset_states()

@@ -107,10 +107,15 @@ def attach(args: argparse.Namespace, console: Console) -> int:
 
 def runs_json(views: "list[RunStatus]") -> dict:
     """``runs --json``: ``{"format": 1, "runs": [{"name", "run", "started", "duration", "outcome",
-    "attempts", "accuracy"}, ...]}`` (started: Unix seconds; duration: seconds; null when unknown)."""
+    "attempts", "accuracy", "goodput"}, ...]}`` (started: Unix seconds; duration: seconds; goodput:
+    as ``status --json`` has it; null when unknown)."""
+    def goodput(v: "RunStatus") -> Optional[dict]:
+        g = v.goodput()
+        return g.to_json() if g is not None else None
+
     return {**JSON_HEAD, "runs": [
         {"name": v.name, "run": v.run_id, "started": v.started, "duration": v.elapsed(), "outcome": v.state,
-         "attempts": v.attempts or None, "accuracy": v.final_accuracy} for v in views]}
+         "attempts": v.attempts or None, "accuracy": v.final_accuracy, "goodput": goodput(v)} for v in views]}
 
 
 def _names_a_run_dir(spec: Optional[str]) -> bool:

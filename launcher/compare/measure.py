@@ -42,6 +42,10 @@ class Measurement:
     time_to_target_s: Optional[float] = None
     wall_s: Optional[float] = None
     started_at: Optional[float] = None  # the run_start event's time (epoch seconds)
+    # The run's goodput (launcher/record/goodput.py): productive training over wall time, and
+    # its badput by category (s); set from the whole record (every task's lines), not by ``measure``.
+    goodput: Optional[float] = None
+    badput: dict = field(default_factory=dict)
     # Test accuracy after every epoch: {"epoch", "elapsed_s", "examples", "test_accuracy", "test_loss"}.
     curve: list = field(default_factory=list)
     # Training progress for TensorBoard: {"global_step", "time", "loss", "accuracy"} per step line.

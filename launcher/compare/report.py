@@ -14,7 +14,7 @@ from launcher.compare.measure import OK, Measurement
 
 # Figures reported as the median over the successful runs, with their min and max.
 SPREAD = ("time_to_first_step_s", "examples_per_sec", "time_per_epoch_s", "test_accuracy", "time_to_target_s")
-MEDIANS = SPREAD + ("examples_per_sec_overall", "train_accuracy", "train_loss", "test_loss", "wall_s")
+MEDIANS = SPREAD + ("examples_per_sec_overall", "train_accuracy", "train_loss", "test_loss", "wall_s", "goodput")
 
 COLUMNS = (
     "config", "strategy", "topology", "tasks", "replicas", "devices", "global_batch", "runs", "ok_runs", "status",
@@ -23,7 +23,7 @@ COLUMNS = (
     "time_per_epoch_s", "time_per_epoch_s_min", "time_per_epoch_s_max",
     "train_accuracy", "train_loss", "test_accuracy", "test_accuracy_min", "test_accuracy_max", "test_loss",
     "target_accuracy", "time_to_target_s", "time_to_target_s_min", "time_to_target_s_max",
-    "wall_s", "exit_code", "error",
+    "wall_s", "goodput", "exit_code", "error",
 )
 
 
@@ -86,7 +86,7 @@ TABLE = (  # (column, header, format)
     ("examples_per_sec_overall", "examples/s overall", "{:.0f}"),
     ("time_per_epoch_s", "s/epoch", "{:.2f}"), ("train_accuracy", "train acc", "{:.3f}"),
     ("test_accuracy", "test acc", "{:.3f}"), ("test_loss", "test loss", "{:.3f}"),
-    ("time_to_target_s", "to target (s)", "{:.1f}"), ("status", "status", "{}"),
+    ("time_to_target_s", "to target (s)", "{:.1f}"), ("goodput", "goodput", "{:.1%}"), ("status", "status", "{}"),
 )
 
 

@@ -35,6 +35,7 @@ from launcher.errors import UserError
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
+from launcher.record.feed import replay
 from launcher.loader.load import LoadedSpec, load_spec, parse_spec
 from launcher.compare import plots, report, tensorboard
 from launcher.compare.configs import Config, Options, configurations
@@ -241,6 +242,9 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
         except OSError:
             lines = []
         m = measure(events, lines, options.target_accuracy)
+        g = replay(record.dir).goodput(time.time())  # (at the run's end: it has its outcome)
+        if g is not None:
+            m.goodput, m.badput = round(g.fraction, 4), {c: round(s, 3) for c, s in g.badput.items()}
         if m.status == OK and code != execution.EXIT_OK:
             m.status, m.exit_code = FAILED, code
         if m.status == OK:

@@ -35,7 +35,7 @@ from launcher.errors import exc_text
 from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from launcher.record.view import RunView
 
-SNAPSHOT_VERSION = 2  # 2: the view holds the run fold (record/run.py); a version-1 snapshot is replayed past
+SNAPSHOT_VERSION = 3  # 3: the view holds the run fold (record/run.py) and its goodput marks; an older snapshot is replayed past
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output
 STANDBY_PREFIX = "(standby) "
 CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log

@@ -29,8 +29,9 @@ from launcher.record.feed import DAMAGE, replay
 from launcher.record.layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
 from launcher.record.reader import RecordDamaged, read_events, read_json, read_launcher, runs_root
 from launcher.record.fold import TaskLife, fold, lose
+from launcher.record.goodput import Goodput
 from launcher.record.run import fold_run
-from launcher.record.states import RunState, TaskState
+from launcher.record.states import Outcome, RunState, TaskState
 from launcher.record.hosts import suspect_lines
 from launcher.record.taskview import TaskView
 from launcher.record.view import RunView
@@ -157,6 +158,14 @@ class RunStatus:
         """One line per membership change."""
         return [c.describe() for c in self.view.host_changes] if self.view is not None else []
 
+    def goodput(self, now: Optional[float] = None) -> Optional[Goodput]:
+        """The run's goodput (launcher/record/goodput.py) until its end, or ``now`` while it runs;
+        None without the view (loaded without progress) or before it started."""
+        if self.view is None:
+            return None
+        at = self.ended if self.ended is not None else (now or time.time())
+        return self.view.goodput(at)
+
     def elapsed(self, now: Optional[float] = None) -> Optional[float]:
         if self.started is None:
             return None
@@ -181,6 +190,7 @@ class RunStatus:
             "still_running": self.still_running() if self.state == LOST else [],
             "spares": self.spares, "suspects": self.suspects, "host_changes": self.host_changes,
             "group_sizes": list(self.view.group_sizes) if self.view is not None else [],
+            "goodput": _goodput_json(self.goodput()),
         }
 
 
@@ -289,6 +299,10 @@ def last_sign_of_life(run_dir: Path, last_event: Optional[float]) -> Optional[fl
         except OSError:
             continue
     return max(times) if times else None
+
+
+def _goodput_json(g: Optional[Goodput]) -> Optional[dict[str, Any]]:
+    return g.to_json() if g is not None else None
 
 
 def _text(value: Any) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract.progress import Progress, Throughput, parse, step_shape
 from launcher.record import fold, hosts
+from launcher.record.goodput import Goodput, Marks, measure
 from launcher.record.events import Event, RecordEvent, parse_event
 from launcher.record.hosts import HostChange
 from launcher.record.run import RunFacts
@@ -68,6 +69,8 @@ class RunView:
     # A worker group with a min (run_start's ``group``): its size attempt by attempt, each
     # {"attempt", "size", "of", "why"} (launcher/record/hosts.py's sizes_line).
     group_sizes: list[dict] = field(default_factory=list)
+    # What the run's goodput is folded from (launcher/record/goodput.py): a few numbers per attempt.
+    marks: Marks = field(default_factory=Marks, repr=False)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -106,6 +109,7 @@ class RunView:
                 if shape is not None and 0 < i < last and shapes[i - 1] is not None:
                     after = shapes[i + 1]
                     if after is not None and after[0] == shape[0] and after[1] >= shape[1] and after[2] >= shape[2]:
+                        self.marks.step(key, shape[1], shape[2])  # (goodput's gaps see every line)
                         continue
                 self._line(key, text, now)
 
@@ -118,6 +122,7 @@ class RunView:
             copied.suspects = dict(self.suspects)
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
             copied.group_sizes = list(self.group_sizes)
+            copied.marks = self.marks.copy()
         copied._lock = threading.Lock()
         return copied
 
@@ -127,8 +132,9 @@ class RunView:
         (launcher/record/feed.py) holds one, so ``status`` replays only what came after it."""
         with self._lock:
             out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)
-                                   if f.name not in ("tasks", "host_changes", "run")}
+                                   if f.name not in ("tasks", "host_changes", "run", "marks")}
             out["run"] = self.run.to_json()
+            out["marks"] = self.marks.to_json()
             out["tasks"] = {key: task_json(t) for key, t in self.tasks.items()}
             out["host_changes"] = [asdict(c) for c in self.host_changes]
             return copy.deepcopy(out)
@@ -140,8 +146,10 @@ class RunView:
         tasks = {key: task_from_json(t) for key, t in data.pop("tasks", {}).items()}
         changes = [HostChange(**c) for c in data.pop("host_changes", [])]
         run = RunFacts.from_json(data.pop("run", {}))
+        marks = Marks.from_json(data.pop("marks", None) or {})
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes, run=run)
+        return cls(**{k: v for k, v in data.items() if k in known}, tasks=tasks, host_changes=changes, run=run,
+                   marks=marks)
 
     # -------------------------------------------------------------- reading
 
@@ -149,6 +157,11 @@ class RunView:
         if self.started_at is None:
             return 0.0
         return max(0.0, (self.ended_at or now) - self.started_at)
+
+    def goodput(self, now: float) -> Optional[Goodput]:
+        """The run's goodput at ``now`` (at its end once it has one): launcher/record/goodput.py."""
+        with self._lock:
+            return measure(self.marks, now)
 
     def task(self, key: str) -> TaskView:
         view = self.tasks.get(key)
@@ -189,6 +202,7 @@ class RunView:
         at = record.time
         key = record.get("task")
         self.run.apply(record)
+        self.marks.event(record)
         if kind == Event.RUN_START:
             self.name = record.get("name", self.name)
             self.strategy = record.get("strategy", self.strategy)
@@ -241,6 +255,7 @@ class RunView:
         fold.on_line(t, p.kind if p is not None else None)
         if p is None:
             return
+        self.marks.line(key, p)
         if p.kind in ("step", "epoch", "result", "eval"):
             loss, accuracy = p.number("loss"), p.number("accuracy")
             if loss is not None:

@@ -8,6 +8,8 @@ record, console, view, handles, task output, attempts, membership and standby.
 
 from __future__ import annotations
 
+import time
+
 from typing import Optional
 
 from launcher.record import events as ev
@@ -16,7 +18,7 @@ from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, conseq
                                       report_lines, summary_lines)
 from launcher.supervise.diagnose import exception_lines, hint
 from launcher.supervise.policy import FAILED, Attempt, Failure
-from launcher.ui.report import gpu_peak_lines, location_lines, locations, task_table
+from launcher.ui.report import goodput_lines, gpu_peak_lines, location_lines, locations, task_table
 
 
 class Reporting:
@@ -80,7 +82,8 @@ class Reporting:
         self.record.write(ev.RunOutcome(outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
                                         tasks=self.view.outcome_facts(), locations=where))
         view = self.view.snapshot()
-        self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + location_lines(where))
+        self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + goodput_lines(view, time.time())
+                            + location_lines(where))
         if outcome == Outcome.SUCCEEDED:
             self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
         elif outcome == Outcome.INTERRUPTED:

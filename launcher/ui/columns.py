@@ -176,6 +176,48 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
+def duration(seconds: float) -> str:
+    """``12.3s``, ``4m05s``, ``2h03m``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+@dataclass(frozen=True)
+class RunColumn:
+    """A column of ``tfcluster runs``' table: a run (record/status.py's RunStatus) per row."""
+
+    header: str
+    value: Callable[[Any], Optional[str]]  # its text; None: "-"
+
+
+def _started(v: Any) -> Optional[str]:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.started)) if v.started else None
+
+
+def _goodput_short(v: Any) -> Optional[str]:
+    g = v.goodput()
+    return g.short() if g is not None and g.elapsed > 0 else None
+
+
+RUN_COLUMNS = (
+    RunColumn("run", lambda v: v.run_id),
+    RunColumn("started", _started),
+    RunColumn("duration", lambda v: None if v.elapsed() is None else duration(v.elapsed())),
+    RunColumn("outcome", lambda v: str(v.state)),
+    RunColumn("attempts", lambda v: str(v.attempts or "-")),
+    RunColumn("accuracy", lambda v: _num(v.final_accuracy, 4)),
+    RunColumn("goodput", _goodput_short),  # (launcher/record/goodput.py; "<=": an upper bound, no step lines)
+)
+
+
 def for_table(table: str, rows: Sequence[Row]) -> list[Column]:
     """The columns ``table`` shows for ``rows``, in order."""
     return [c for c in COLUMNS if table in c.tables and (c.shown_if is None or c.shown_if(rows))]

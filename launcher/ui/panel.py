@@ -63,6 +63,9 @@ def _header(view: RunView, now: float) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(view.name or "run", style="bold")
     text.append(f"  {view.strategy} on {view.backend}  {attempt}  {_clock(view.elapsed(now))} elapsed")
+    g = view.goodput(now)
+    if g is not None and g.productive > 0:  # (once it trained: before, every run is at 0 %)
+        text.append(f"  goodput {g.short()}")
     return text
 
 

@@ -22,8 +22,9 @@ from typing import Callable, Iterable, Optional
 
 from launcher.contract.progress import Progress, parse
 
-# Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint).
-HIDDEN = frozenset({"step", "first_step", "server", "checkpoint", "saving"})  # ("preempted" follows "saving")
+# Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint,
+# a backup's seconds: the run's goodput counts them).
+HIDDEN = frozenset({"step", "first_step", "server", "checkpoint", "backup", "saving"})  # ("preempted" follows "saving")
 Line = tuple[Optional[str], str]  # (the task it is about, or None for the run; the text)
 STANDBY = "(standby) "  # how the supervisor marks a warm standby's lines (launcher/supervise/standby.py)
 STANDBY_PROTOCOL = STANDBY + "tfcluster-standby"

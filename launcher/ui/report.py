@@ -26,6 +26,12 @@ def gpu_peak_lines(view: RunView) -> list[str]:
     return [f"  gpu memory peak: {', '.join(peaks)}"] if peaks else []
 
 
+def goodput_lines(view: RunView, now: float) -> list[str]:
+    """The run's goodput line (launcher/record/goodput.py) at its end (``now`` while it runs)."""
+    g = view.goodput(view.ended_at if view.ended_at is not None else now)
+    return [f"  {g.line()}"] if g is not None and g.elapsed > 0 else []
+
+
 def locations(state_dir: Path, logs_dir: Path) -> dict[str, str]:
     """Where the final model, checkpoints and TensorBoard logs are (those that exist on this
     machine), the state dir, and the task logs."""

@@ -6,12 +6,11 @@ escapes them (launcher/bounded.py)."""
 from __future__ import annotations
 
 import shlex
-import time
 from pathlib import Path
 from typing import Optional
 
 from launcher.record.status import LOST, RUNNING, SUCCEEDED, RunStatus
-from launcher.ui.columns import STATUS, Row, plain
+from launcher.ui.columns import RUN_COLUMNS, STATUS, Row, duration, plain
 from launcher.ui.table import render
 
 
@@ -29,6 +28,9 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
     lines = [head]
     if view.reason and view.state != SUCCEEDED:  # (why it failed or stopped, or a note on the supervisor)
         lines.append(f"  {view.reason}")
+    g = view.goodput(now)
+    if g is not None and g.elapsed > 0:
+        lines.append(g.line())
     lines += task_table(view)
     if view.spares:
         lines.append(f"spare hosts: {', '.join(view.spares)}")
@@ -63,31 +65,9 @@ def lost_advice(view: RunStatus, spec: str) -> list[str]:
     return out
 
 
-def _num(value: Optional[float], digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, sec = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{sec:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
 def render_runs(views: list[RunStatus], where: Path) -> list[str]:
     """``runs``' table of the runs of one spec name, kept under ``where``."""
     if not views:
         return [f"no runs under {where}"]
-    rows = []
-    for v in views:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.started)) if v.started else None
-        elapsed = v.elapsed()
-        rows.append((v.run_id, started, duration(elapsed) if elapsed is not None else None,
-                     v.state if v.state != LOST else "supervisor lost", str(v.attempts or "-"),
-                     _num(v.final_accuracy, 4)))
-    return [f"runs of {views[0].name} ({where}):"] + render(
-        ("run", "started", "duration", "outcome", "attempts", "accuracy"), rows)
+    rows = [[c.value(v) for c in RUN_COLUMNS] for v in views]
+    return [f"runs of {views[0].name} ({where}):"] + render([c.header for c in RUN_COLUMNS], rows)

@@ -87,6 +87,9 @@ def test_compare_five_configurations_with_one_failing(tmp_path, tfds_dir):
         assert 0 < float(row["time_to_first_step_s"]) < wall
         assert 0 < float(row["time_per_epoch_s"]) < wall
         assert float(row["time_to_first_step_s"]) < float(row["time_to_target_s"]) <= wall
+        # Its goodput (from the run's record): trained time over wall time, the first step's startup not in it.
+        assert 0 < float(row["goodput"]) < 1 - float(row["time_to_first_step_s"]) / wall + 0.01, row
+        assert cfg["runs"][0]["badput"]["startup"] > 0 and cfg["runs"][0]["badput"]["recovery"] == 0, cfg["runs"][0]
 
         # examples/s against the log, read independently: the median of (steps x batch / time)
         # between the first step and each step line, and the overall rate as a bound.

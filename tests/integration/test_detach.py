@@ -150,7 +150,7 @@ def test_detach_in_a_killed_tmux_session_then_status_logs_runs(tmp_path, tmux):
                  30, what="the supervisor to exit")
         runs = tfcluster("runs", str(path))
         row = [l for l in runs.stdout.splitlines() if l.strip().startswith(run_id)]
-        assert row and re.search(r"\bsucceeded\s+1\s+0\.9100$", row[0]), runs.stdout
+        assert row and re.search(r"\bsucceeded\s+1\s+0\.9100\s+(<=)?\d+\.\d %$", row[0]), runs.stdout  # (then its goodput)
         assert "supervisor.log" in os.listdir(tmp_path / "runs" / "t" / run_id)
         assert "run succeeded after 1 attempt(s)" in (tmp_path / "runs" / "t" / run_id / "supervisor.log").read_text()
     finally:

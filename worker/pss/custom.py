@@ -16,7 +16,7 @@ import tf_keras as keras
 from worker.cluster import TaskInfo
 from worker.layout import Layout
 from worker.model import build_cnn, gradient_step, per_example_loss
-from worker.progress import Throughput, emit, epoch_end
+from worker.progress import Throughput, backed_up, emit, epoch_end
 from worker.pss.chief import (describe_partitioning, evaluate_and_save, evaluate_plain, load_data, make_dataset_fn,
                               make_strategy, start_fields, steps_per_epoch)
 from worker.tensorboard import Scalars
@@ -70,8 +70,10 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         print(f"worker: restored {manager.latest_checkpoint}", flush=True)
 
     def save(step: int) -> None:
+        began = time.time()
         path = manager.save(checkpoint_number=step)
         emit("checkpoint", global_step=step, path=path)
+        backed_up(step, began)
 
     global_step = int(optimizer.iterations.numpy())
     epoch, step_in_epoch = divmod(global_step, per_epoch)

@@ -232,6 +232,16 @@ def test_rows_take_medians_and_min_max_over_successful_repeats():
     assert (dead["status"], dead["examples_per_sec"], dead["exit_code"]) == (FAILED, None, 1)
 
 
+def test_each_configuration_reports_its_runs_median_goodput():
+    runs = [_ok(300.0, 0.8), _ok(100.0, 0.9), _ok(200.0, 0.85)]
+    for m, g in zip(runs, (0.9, 0.5, 0.7)):
+        m.goodput = g
+    r = report.row(_config(), runs)
+    assert r["goodput"] == 0.7
+    lines = report.table([r]).splitlines()
+    assert "| goodput |" in lines[0] and "| 70.0% |" in lines[2]
+
+
 def test_csv_and_json_have_every_column_for_every_row():
     rows = [report.row(_config(), [_ok(300.0, 0.8)]), report.row(_config("tpu", "tpu"),
                                                                     [Measurement(error="no TPU")])]

@@ -1,0 +1,93 @@
+"""Goodput as a user sees it, with real TensorFlow workers on local: the report's line, ``status``,
+``status --json`` and ``runs``, checked against what worker:0's own lines say (its step times)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from launcher.contract.progress import parse
+from tests.support.cli import tfcluster
+from tests.support.tfrun import assert_no_processes, kill_task, run_and_act, run_dir, up, write_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.tf]
+DELAY = 0.05
+TRAIN = f"python -m worker --epochs 2 --steps-per-epoch 30 --step-delay {DELAY} --progress-every 5 --save-freq 10"
+
+
+def _own_lines(spec) -> dict:
+    """From worker:0's log: per attempt (each start line) the span from its first step's end to
+    its last step line, the backups' seconds, the global steps trained."""
+    attempts = []
+    for line in (run_dir(spec) / "logs" / "worker-0.log").read_text().splitlines():
+        p = parse(line)
+        if p is None:
+            continue
+        if p.kind == "start":
+            attempts.append({"restored": p.integer("global_step"), "first": None, "last": None, "step": None,
+                             "backups": 0.0})
+        elif attempts and p.kind == "first_step":
+            attempts[-1].update(first=p.number("time"), last=p.number("time"), step=p.integer("global_step"))
+        elif attempts and p.kind in ("step", "epoch") and attempts[-1]["first"] is not None:
+            attempts[-1].update(last=p.number("time"), step=p.integer("global_step"))
+        elif attempts and p.kind == "backup":
+            attempts[-1]["backups"] += p.number("seconds")
+    trained = [a for a in attempts if a["first"] is not None]
+    return {"attempts": attempts, "span": sum(a["last"] - a["first"] for a in trained),
+            "backups": sum(a["backups"] for a in attempts),
+            "final_step": trained[-1]["step"] if trained else 0,
+            "first_restored": attempts[0]["restored"] if attempts else 0}
+
+
+def _status_goodput(spec) -> dict:
+    res = tfcluster("status", spec, "--json")
+    assert res.returncode == 0, res.stderr
+    g = json.loads(res.stdout)["goodput"]
+    assert g is not None and g["exact"] is True, g
+    total = g["productive"] + sum(g["badput"].values())
+    assert abs(total - g["elapsed"]) <= 0.03 * g["elapsed"], g  # productive + badput = elapsed within 3 %
+    assert g["fraction"] == pytest.approx(g["productive"] / g["elapsed"], abs=1e-3)
+    return g
+
+
+def test_a_clean_run_shows_its_goodput_with_no_recovery_and_nothing_redone(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, TRAIN)
+    res = up(spec)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    report = [line for line in (res.stdout + res.stderr).splitlines() if line.strip().startswith("goodput ")]
+    assert len(report) == 1 and "recovery" not in report[0] and "redone" not in report[0], report
+    g = _status_goodput(spec)
+    assert g["badput"]["recovery"] == 0 and g["badput"]["redone"] == 0, g
+    assert g["badput"]["startup"] > 0, g
+    own = _own_lines(spec)
+    # Never more than the span of the worker's own step lines; at least the steps it trained at
+    # their --step-delay each (every step sleeps that long after it computed).
+    assert g["productive"] <= own["span"] + 0.01, (g, own)
+    steps = own["final_step"] - own["first_restored"] - 1  # (the first step is startup: tracing)
+    assert g["productive"] >= steps * DELAY - own["backups"], (g, own)
+    assert g["badput"]["checkpoint"] == pytest.approx(own["backups"], abs=0.01)
+    status = tfcluster("status", spec)
+    assert any(line.startswith("goodput ") for line in status.stdout.splitlines()), status.stdout
+    runs = tfcluster("runs", spec)
+    header, row = runs.stdout.splitlines()[1:3]
+    assert header.split()[-1] == "goodput" and row.split()[-2:] == [f"{100 * g['fraction']:.1f}", "%"], runs.stdout
+    assert_no_processes(spec)
+
+
+def test_a_sigkilled_worker_shows_recovery(tmp_path, tfds_dir):
+    spec = write_spec(tmp_path, tfds_dir, TRAIN.replace("--epochs 2", "--epochs 3"),
+                      extra="restart: {max_restarts: 2}\n")
+    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
+                                    lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
+    assert code == 0, out[-4000:]
+    assert "restarting the whole group" in out
+    g = _status_goodput(spec)
+    assert g["badput"]["recovery"] > 0, g
+    own = _own_lines(spec)
+    assert len(own["attempts"]) == 2, own
+    assert g["productive"] <= own["span"] + 0.01, (g, own)
+    report = [line for line in out.splitlines() if line.strip().startswith("goodput ")]
+    assert len(report) == 1 and "recovery" in report[0], report
+    assert_no_processes(spec)
