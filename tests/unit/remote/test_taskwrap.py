@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from launcher.remote import taskwrap_path
 from tests.support.processes import pids_with_env
@@ -180,7 +183,8 @@ def _blocked_in_pipe_write(pid: int) -> bool:
     return False
 
 
-def test_a_daemon_thread_blocked_on_stderr_cannot_hold_or_change_the_exit_code(tmp_path):
+@pytest.mark.parametrize("through", ["taskwrap", "boot"])
+def test_a_daemon_thread_blocked_on_stderr_cannot_hold_or_change_the_exit_code(tmp_path, through):
     """The wrapper's stderr is a pipe its reader has stopped draining (full). Its GPU watch (a daemon
     thread; a fake nvidia-smi with 2 GPUs, the task on GPU 0) writes the task's first figures and
     blocks in that write; the task then exits on its own. The wrapper must exit at once with the
@@ -189,7 +193,8 @@ def test_a_daemon_thread_blocked_on_stderr_cannot_hold_or_change_the_exit_code(t
     end of the script waited for it for as long as the reader did not read, and a flush at
     interpreter shutdown behind such a write aborts ("Fatal Python error: _enter_buffered_busy:
     could not acquire lock for <stderr> at interpreter shutdown, possibly due to daemon threads":
-    SIGABRT, 134 over ssh)."""
+    SIGABRT, 134 over ssh). ``boot``: as the ssh backend and the host agent start it (boot.py reads
+    the task's environment from stdin, then runs taskwrap's main in its own process)."""
     from tests.support.gpus import fake_bin
 
     read_end, write_end = os.pipe()
@@ -207,10 +212,16 @@ def test_a_daemon_thread_blocked_on_stderr_cannot_hold_or_change_the_exit_code(t
     env.update(PATH=f"{fake_bin(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}", FAKE_NVIDIA_SMI_GPUS="2",
                FAKE_NVIDIA_SMI_APPS_FILE=str(tmp_path / "apps"), CUDA_VISIBLE_DEVICES="0")
     script = "import time; print('up', flush=True); time.sleep(120)"
-    p = subprocess.Popen([sys.executable, str(taskwrap_path()), "--gpu-watch", "0.2", "--pidfile", str(pidfile), "--",
-                          sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=write_end, start_new_session=True, env=env)
+    wrapper = [sys.executable, str(taskwrap_path())]
+    if through == "boot":
+        wrapper = [sys.executable, str(taskwrap_path().with_name("boot.py")), str(taskwrap_path())]
+    p = subprocess.Popen([*wrapper, "--gpu-watch", "0.2", "--pidfile", str(pidfile), "--", sys.executable, "-c", script],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_end, start_new_session=True, env=env)
     os.close(write_end)
+    if through == "boot":
+        task_env = json.dumps({"TFCLUSTER_TEST_TAG": "boot"}).encode()
+        p.stdin.write(b"%d\n%s" % (len(task_env), task_env))
+        p.stdin.flush()
     drained = bytearray()
     held = None
     try:
