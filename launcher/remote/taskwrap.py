@@ -315,10 +315,14 @@ def main(argv: list[str]) -> int:
         if stopping.is_set():
             return
         stopping.set()
+        # The line first (the launcher reads the reason from it): while the task lives, the wrapper's
+        # main thread cannot end before it is out. The launcher may be gone with the read end of
+        # stderr, or no longer reading it: the line is written by a thread of its own and waited for
+        # a bounded while, so that a blocked write cannot hold back the stop.
+        sayer = threading.Thread(target=_say, args=(f"taskwrap: {reason}; stopping task group {pgid}\n",), daemon=True)
+        sayer.start()
+        sayer.join(2.0)
         _killpg(pgid, signal.SIGTERM)
-        # The launcher may be gone with the read end of stderr, or no longer reading it: the line is
-        # written by a thread of its own, so that a blocked write cannot hold back the SIGKILL below.
-        threading.Thread(target=_say, args=(f"taskwrap: {reason}; stopping task group {pgid}\n",), daemon=True).start()
         deadline = time.monotonic() + opts["grace"]
         while time.monotonic() < deadline and _group_members(pgid):
             time.sleep(0.05)
