@@ -99,6 +99,12 @@ def leave(code: int) -> None:
     os._exit(code)
 
 
+def pause(seconds: float) -> None:
+    """Wait ``seconds`` between two polls; a Ctrl-C under ``watching()`` ends the wait at once
+    (the flag is an event the handler sets), so the loop takes it now, not at its next poll."""
+    _requested.wait(seconds)
+
+
 def take_interrupt() -> None:
     """Raise KeyboardInterrupt here, at the caller's safe point, if Ctrl-C was pressed."""
     if _requested.is_set():

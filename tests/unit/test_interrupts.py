@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from launcher.interrupts import requested, take_interrupt, watching
+from launcher.interrupts import pause, requested, take_interrupt, watching
 
 paramiko = pytest.importorskip("paramiko")
 from paramiko.buffered_pipe import BufferedPipe  # noqa: E402
@@ -192,3 +192,15 @@ def test_after_a_ctrl_c_taken_the_process_ends_without_the_interpreters_shutdown
     assert ctrl_c, f"without a Ctrl-C the process ended ({proc.returncode}) past a thread that never ends"
     assert proc.returncode == 7, err
     assert out == "atexit ran\ndetached", out + err
+
+
+def test_a_ctrl_c_ends_the_pause_between_polls_at_once():
+    """attach and logs -f wait between polls with ``pause``: under ``watching()`` a Ctrl-C ends
+    the wait then, not at the end of the interval (here an hour)."""
+    with watching("x", 0, bound=None):
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        pause(3600)
+        took = time.monotonic() - started
+        assert requested()
+    assert took < 60, f"the pause went on {took:.1f} s after the Ctrl-C"
