@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from launcher.interrupts import take_interrupt
+from launcher.interrupts import pause, take_interrupt
 from launcher.safefile import open_regular
 from launcher.app.inspect import POLL, Write, find, follow
 from launcher.record.feed import RecordFeed
@@ -114,7 +113,7 @@ def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> A
                 drain()
                 break
             _gone(console)
-            time.sleep(POLL)
+            pause(POLL)
     except (KeyboardInterrupt, _ConsoleGone):
         console.end_panel()
         now = load_run(run, progress=False)

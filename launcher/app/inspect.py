@@ -9,14 +9,13 @@ given, and ``follow`` keeps doing so until the run ends (``attach`` follows too:
 from __future__ import annotations
 
 import collections
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from launcher.safefile import UnsafeFile, open_regular
 from launcher.bounded import listing
-from launcher.interrupts import take_interrupt
+from launcher.interrupts import pause, take_interrupt
 from launcher.errors import LaunchError, NoRun
 from launcher.record.events import Event
 from launcher.record.layout import OUTPUT_FILE, log_path, name_dir
@@ -205,4 +204,4 @@ def follow(files: list[tuple[Path, int, str]], run: Path, write_for: Callable[[P
         if view.state != RUNNING:
             drain()
             return view
-        time.sleep(interval)
+        pause(interval)

@@ -22,6 +22,7 @@ from launcher.cli import compare, files, inspect, lifecycle, specfile
 from launcher.cli.completion import completion
 from launcher.cli.parser import build_parser, resolve_file
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SpecError, UserError
+from launcher.interrupts import leave
 from launcher.ui.console import Console
 
 Command = Callable[[argparse.Namespace, Console], int]
@@ -74,8 +75,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def main_entry() -> None:
-    sys.exit(main())
+    leave(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main_entry()

@@ -45,7 +45,9 @@ def _read_env(fd=0):
 
 def become(taskwrap_path, env, args):
     """Apply ``env`` and run taskwrap's ``main(args)`` in this process (the host agent's
-    "go" ends here too)."""
+    "go" ends here too). It does not return: the process ends through taskwrap's ``end`` with
+    the task's code, not through the interpreter's shutdown, which a wrapper thread still
+    writing to stderr would turn into an abort (exit 134)."""
     for key, value in env.items():
         os.environ[str(key)] = str(value)
     # Like the local backend: `python` in the entrypoint is the interpreter running this wrapper.
@@ -56,7 +58,7 @@ def become(taskwrap_path, env, args):
     sys.argv = [taskwrap_path] + list(args)
     import taskwrap  # noqa: E402 - uploaded next to this file
 
-    return taskwrap.main(list(args))
+    taskwrap.end(taskwrap.main(list(args)))
 
 
 def main(argv):

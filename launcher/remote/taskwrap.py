@@ -180,12 +180,37 @@ def _set_pdeathsig(sig: int) -> None:
         pass
 
 
+# The wrapper's own lines: one lock so that lines from its threads never interleave, and each
+# written with os.write on descriptor 2, never through sys.stderr. sys.stderr is a buffered
+# stream (unless PYTHONUNBUFFERED is set) whose lock a thread holds for as long as its write
+# blocks (a launcher or SSH channel slow to read); a daemon thread holding it when the
+# interpreter shuts down made the wrapper abort ("Fatal Python error: _enter_buffered_busy:
+# could not acquire lock for <stderr> at interpreter shutdown"), and the task's exit code became
+# 134. The wrapper also ends with os._exit (end below), so no thread of its own decides its code.
+_SAY_LOCK = threading.Lock()
+
+
 def _say(text: str) -> None:
-    try:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    data = text.encode("utf-8", "replace")
+    with _SAY_LOCK:
+        try:
+            while data:
+                data = data[os.write(2, data):]
+        except OSError:
+            pass  # the reader is gone (EPIPE) or stderr is closed: the line is dropped
+
+
+def end(code: int) -> None:
+    """End the wrapper with ``code`` whatever its daemon threads are doing: a line being written
+    gets a bounded while to finish (one second: a reader that has stopped reading does not hold
+    the task's code back), then the process exits without the interpreter's shutdown."""
+    if _SAY_LOCK.acquire(timeout=1.0):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()  # nothing of the wrapper's own goes there after _parse; kept for safety
+            except (OSError, ValueError, AttributeError):
+                pass
+    os._exit(code)
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -292,9 +317,14 @@ def main(argv: list[str]) -> int:
         if stopping.is_set():
             return
         stopping.set()
+        # The line first (the launcher reads the reason from it): while the task lives, the wrapper's
+        # main thread cannot end before it is out. The launcher may be gone with the read end of
+        # stderr, or no longer reading it: the line is written by a thread of its own and waited for
+        # a bounded while, so that a blocked write cannot hold back the stop.
+        sayer = threading.Thread(target=_say, args=(f"taskwrap: {reason}; stopping task group {pgid}\n",), daemon=True)
+        sayer.start()
+        sayer.join(2.0)
         _killpg(pgid, signal.SIGTERM)
-        # The launcher may be gone with the read end of stderr: never let a write stop us.
-        _say(f"taskwrap: {reason}; stopping task group {pgid}\n")
         deadline = time.monotonic() + opts["grace"]
         while time.monotonic() < deadline and _group_members(pgid):
             time.sleep(0.05)
@@ -390,4 +420,4 @@ def _group_members(pgid: int) -> list[int]:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    end(main(sys.argv[1:]))

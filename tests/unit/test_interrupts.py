@@ -8,6 +8,7 @@ channel then blocks for ever. The lock below delivers the signal exactly there, 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import time
 
 import pytest
 
-from launcher.interrupts import requested, take_interrupt, watching
+from launcher.interrupts import pause, requested, take_interrupt, watching
 
 paramiko = pytest.importorskip("paramiko")
 from paramiko.buffered_pipe import BufferedPipe  # noqa: E402
@@ -147,3 +148,59 @@ def test_the_previous_handler_comes_back():
     with watching("x", 0):
         assert signal.getsignal(signal.SIGINT) is not before
     assert signal.getsignal(signal.SIGINT) is before
+
+
+LEAVE = textwrap.dedent("""\
+    import atexit, os, signal, sys, threading
+    from launcher.interrupts import leave, requested, watching
+
+    class Collected:
+        def __del__(self):  # what the interpreter's shutdown runs (the garbage collection it does)
+            os.write(1, b"shutdown ran\\n")
+
+    kept = Collected()
+    atexit.register(lambda: os.write(1, b"atexit ran\\n"))
+    # A thread that never ends: the interpreter's shutdown would wait for it for ever.
+    threading.Thread(target=threading.Event().wait).start()
+    with watching("x", 0, bound=None):
+        if CTRL_C:
+            os.kill(os.getpid(), signal.SIGINT)
+            while not requested():
+                signal.pause()
+    print("detached", end="")  # left in stdout's buffer: leave() must flush it
+    leave(7)
+""")
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False])
+def test_after_a_ctrl_c_taken_the_process_ends_without_the_interpreters_shutdown(ctrl_c):
+    """attach and logs -f end through ``leave``: after a Ctrl-C they took, the exit skips the
+    interpreter's shutdown (its garbage collection took over two seconds on a loaded machine after
+    attach had said it detached); the atexit functions run and stdout is flushed. Without a
+    Ctrl-C, the usual exit (here held by the thread that never ends, so it is killed)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered, as on a terminal's pipe
+    proc = subprocess.Popen([sys.executable, "-c", LEAVE.replace("CTRL_C", repr(ctrl_c))], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=3 if not ctrl_c else 20)
+    except subprocess.TimeoutExpired:
+        assert not ctrl_c, "leave() after a Ctrl-C did not end the process"
+        proc.kill()
+        out, err = proc.communicate(timeout=10)
+        assert "shutdown ran" not in out and "atexit ran" not in out  # held in the interpreter's shutdown
+        return
+    assert ctrl_c, f"without a Ctrl-C the process ended ({proc.returncode}) past a thread that never ends"
+    assert proc.returncode == 7, err
+    assert out == "atexit ran\ndetached", out + err
+
+
+def test_a_ctrl_c_ends_the_pause_between_polls_at_once():
+    """attach and logs -f wait between polls with ``pause``: under ``watching()`` a Ctrl-C ends
+    the wait then, not at the end of the interval (here an hour)."""
+    with watching("x", 0, bound=None):
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        pause(3600)
+        took = time.monotonic() - started
+        assert requested()
+    assert took < 60, f"the pause went on {took:.1f} s after the Ctrl-C"

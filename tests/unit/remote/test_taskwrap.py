@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from launcher.remote import taskwrap_path
 from tests.support.processes import pids_with_env
@@ -161,3 +165,84 @@ def test_gpu_watch_reports_what_its_task_group_holds_on_its_gpus(tmp_path):
     assert b"taskwrap: GPU figures [777, 37]\n" in seen, seen.decode(errors="replace")[-2000:]
     p.communicate(timeout=10)
     assert b"GPU figures" not in cpu.communicate(timeout=10)[0]
+
+
+def _blocked_in_pipe_write(pid: int) -> bool:
+    """One of ``pid``'s threads sleeps in a write to a full pipe (its kernel wait channel)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/wchan") as fh:
+                if "pipe" in fh.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("through", ["taskwrap", "boot"])
+def test_a_daemon_thread_blocked_on_stderr_cannot_hold_or_change_the_exit_code(tmp_path, through):
+    """The wrapper's stderr is a pipe its reader has stopped draining (full). Its GPU watch (a daemon
+    thread; a fake nvidia-smi with 2 GPUs, the task on GPU 0) writes the task's first figures and
+    blocks in that write; the task then exits on its own. The wrapper must exit at once with the
+    task's code. Through ``sys.stderr`` (a buffered stream with a lock, PYTHONUNBUFFERED unset as
+    on a cluster host) that blocked write held the stream's lock: the interpreter's flush at the
+    end of the script waited for it for as long as the reader did not read, and a flush at
+    interpreter shutdown behind such a write aborts ("Fatal Python error: _enter_buffered_busy:
+    could not acquire lock for <stderr> at interpreter shutdown, possibly due to daemon threads":
+    SIGABRT, 134 over ssh). ``boot``: as the ssh backend and the host agent start it (boot.py reads
+    the task's environment from stdin, then runs taskwrap's main in its own process)."""
+    from tests.support.gpus import fake_bin
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+    pidfile = tmp_path / "pids"
+    # Python's stderr is a buffered stream with a lock unless PYTHONUNBUFFERED is set (as it is
+    # in some shells and CI images, not on a cluster host reached over ssh): the wrapper as a host runs it.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update(PATH=f"{fake_bin(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}", FAKE_NVIDIA_SMI_GPUS="2",
+               FAKE_NVIDIA_SMI_APPS_FILE=str(tmp_path / "apps"), CUDA_VISIBLE_DEVICES="0")
+    script = "import time; print('up', flush=True); time.sleep(120)"
+    wrapper = [sys.executable, str(taskwrap_path())]
+    if through == "boot":
+        wrapper = [sys.executable, str(taskwrap_path().with_name("boot.py")), str(taskwrap_path())]
+    p = subprocess.Popen([*wrapper, "--gpu-watch", "0.2", "--pidfile", str(pidfile), "--", sys.executable, "-c", script],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_end, start_new_session=True, env=env)
+    os.close(write_end)
+    if through == "boot":
+        task_env = json.dumps({"TFCLUSTER_TEST_TAG": "boot"}).encode()
+        p.stdin.write(b"%d\n%s" % (len(task_env), task_env))
+        p.stdin.flush()
+    drained = bytearray()
+    held = None
+    try:
+        assert p.stdout.readline().strip() == b"up"
+        task = int(pidfile.read_text().split()[1])
+        wait_for(lambda: _blocked_in_pipe_write(p.pid), 20, what="the GPU watch to block writing to stderr")
+        os.kill(task, signal.SIGUSR2)  # the task ends on its own: the wrapper's code is 128 + SIGUSR2
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            held = "the wrapper did not exit within 15 s of its task while its stderr was not read"
+    finally:
+        deadline = time.monotonic() + 15
+        while p.poll() is None and time.monotonic() < deadline:
+            if select.select([read_end], [], [], 0.5)[0]:
+                drained += os.read(read_end, 65536)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+        os.close(read_end)
+        p.stdin.close()
+    said = bytes(drained).replace(b"x", b"").decode(errors="replace")
+    assert held is None and p.returncode == 128 + signal.SIGUSR2, \
+        f"{held or 'the wrapper exited ' + str(p.returncode) + ', not the task code'}; it said: {said[-1500:]}"
