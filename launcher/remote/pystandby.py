@@ -2,9 +2,10 @@
 
 Stdlib only. A task whose command is ``python [options] SCRIPT ARGS...`` or ``python [options] -m
 MODULE ARGS...`` gets its standby started as ``python [options] -c <this text> SCRIPT ARGS...``
-(``-m MODULE ARGS...``): nothing of the script is imported; this imports TensorFlow (when
-installed), follows the standby protocol (SIGUSR1 blocked, the ``tfcluster-standby`` lines, the
-promotion file TFCLUSTER_STANDBY_ENV names), and once promoted runs the script as ``__main__``
+(``-m MODULE ARGS...``): nothing of the script is imported; this imports TensorFlow (when installed
+and the script, or a .py file beside it, names tensorflow or keras), follows the standby protocol
+(SIGUSR1 blocked, the ``tfcluster-standby`` lines, the promotion file TFCLUSTER_STANDBY_ENV
+names), and once promoted runs the script as ``__main__``
 with what a cold start of the same command gives it: ``sys.argv``, ``sys.path[0]`` (the script's
 directory with symlinks resolved; for ``-m`` the working directory; nothing with -P/-I), the
 ``__main__`` module's ``__file__``/``__loader__``/``__spec__``, the signal dispositions it
@@ -15,6 +16,41 @@ import os
 import signal
 import sys
 import time
+
+
+def _uses_tensorflow(target, module):
+    """Whether the script (or the module), or a .py file beside it, names TensorFlow or Keras: read
+    as text, nothing of it run (a package's own __init__ is not imported to find a module). Not
+    found or not readable: True (the stub is there for TensorFlow scripts)."""
+    if module:
+        parts = target.split(".")
+        where = None
+        for entry in sys.path:
+            base = os.path.join(entry or os.getcwd(), *parts)
+            for path in (base + ".py", os.path.join(base, "__main__.py")):
+                if os.path.isfile(path):
+                    where = path
+                    break
+            if where:
+                break
+    else:
+        where = target
+    if not where or not os.path.isfile(where):
+        return True
+    folder = os.path.dirname(os.path.abspath(where))
+    try:
+        names = [where] + sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))[:200]
+    except OSError:
+        return True
+    for path in names:
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read(2**20)
+        except OSError:
+            continue
+        if b"tensorflow" in text or b"keras" in text:
+            return True
+    return False
 
 
 def _main():
@@ -31,10 +67,11 @@ def _main():
             handlers[s] = signal.getsignal(s)
         except (OSError, ValueError):
             pass
-    try:
-        import tensorflow  # noqa: F401 - the slow part of a cold start, done ahead
-    except ImportError:
-        pass
+    if _uses_tensorflow(target, module):
+        try:
+            import tensorflow  # noqa: F401 - the slow part of a cold start, done ahead
+        except ImportError:
+            pass
     for s, h in handlers.items():
         if h is not None and signal.getsignal(s) is not h:
             try:

@@ -98,19 +98,24 @@ def _warm(argv: list[str], cwd: Path, env: dict, promotion: Path) -> subprocess.
 
 
 CASES = {
-    "exit7": ("import sys, os\nprint(os.environ.get('ATTEMPT_ONLY'), 'TFCLUSTER_STANDBY' in os.environ)\n"
+    # (TensorFlow's name written in two halves: the stub reads the script's text for it)
+    "exit7": ("import sys, os\nprint(os.environ.get('ATTEMPT_ONLY'), 'TFCLUSTER_STANDBY' in os.environ, "
+              "('tensor' + 'flow') in sys.modules)\n"
               "sys.exit(7)\n", None),
     "raises": ("def f():\n    raise ValueError('boom')\n\nf()\n", None),
     "message": ("import sys\nsys.exit('stopped: ' + sys.argv[1])\n", None),
     "syntax": ("x = (\n", None),
     "module": ("import sys\nprint(__name__, __spec__.name, sys.argv)\nraise SystemExit(3)\n", "-m"),
+    # The stub imports TensorFlow ahead only for a script that names it (or keras), as this one does.
+    "tfnamed": ("import sys  # keras\nprint(('tensor' + 'flow') in sys.modules)\n", None),
 }
 
 
 def test_the_stub_exits_and_reports_errors_as_a_cold_start_does(tmp_path):
     """Each script run cold (``python [-u] script.py a``, ``python -m pkg a``) and as a promoted
     standby: the same exit code, the same stderr at its end (the traceback without the stub's
-    frames), the same stdout after the ``promoted`` line."""
+    frames), the same stdout after the ``promoted`` line (but what the promotion file changed and
+TensorFlow, imported ahead for a script that names it)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONDONTWRITEBYTECODE": "1"}
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
@@ -120,8 +125,10 @@ def test_the_stub_exits_and_reports_errors_as_a_cold_start_does(tmp_path):
             (tmp_path / "pkg" / "__main__.py").write_text(text)
             argv = [sys.executable, "-m", "pkg", "a"]
         else:
-            (tmp_path / f"{name}.py").write_text(text)
-            argv = [sys.executable, "-u", f"{name}.py", "a"]
+            # (in a folder of its own: the stub looks at the .py files beside a script, too)
+            (tmp_path / name).mkdir()
+            (tmp_path / name / f"{name}.py").write_text(text)
+            argv = [sys.executable, "-u", f"{name}/{name}.py", "a"]
         runs[name] = (argv, _warm(argv, tmp_path, env, tmp_path / f"{name}.promotion.json"))
     for name, (argv, proc) in runs.items():
         lines: list[str] = []
@@ -132,10 +139,10 @@ def test_the_stub_exits_and_reports_errors_as_a_cold_start_does(tmp_path):
         out, err = proc.communicate(timeout=120)
         cold = _cold(argv, tmp_path, env)
         assert proc.returncode == cold.returncode, (name, proc.returncode, cold.returncode, err[-2000:])
-        assert out.split("tfcluster-standby promoted\n", 1)[1] == cold.stdout.replace("None False", "1 False"), \
-            (name, out, cold.stdout)
+        expected = {"exit7": ("None False False", "1 False False"), "tfnamed": ("False", "True")}.get(name, ("", ""))
+        assert out.split("tfcluster-standby promoted\n", 1)[1] == cold.stdout.replace(*expected), (name, out, cold.stdout)
         assert err.endswith(cold.stderr), (name, err[-2000:], cold.stderr)
         assert bool(cold.stderr.strip()) is (name in ("raises", "message", "syntax")), (name, cold.stderr)
         assert "<string>" not in err, (name, err[-2000:])
         assert not (tmp_path / f"{name}.promotion.json").exists()
-    assert [runs[n][1].returncode for n in CASES] == [7, 1, 1, 1, 3]
+    assert [runs[n][1].returncode for n in CASES] == [7, 1, 1, 1, 3, 0]
