@@ -3,11 +3,11 @@
 Stdlib only. A task whose command is ``python [options] SCRIPT ARGS...`` or ``python [options] -m
 MODULE ARGS...`` gets its standby started as ``python [options] -c <this text> SCRIPT ARGS...``
 (``-m MODULE ARGS...``): nothing of the script is imported; this imports TensorFlow (when installed
-and the script, or a .py file beside it, names tensorflow or keras), follows the standby protocol
-(SIGUSR1 blocked, the ``tfcluster-standby`` lines, the promotion file TFCLUSTER_STANDBY_ENV
-names), and once promoted runs the script as ``__main__``
-with what a cold start of the same command gives it: ``sys.argv``, ``sys.path[0]`` (the script's
-directory with symlinks resolved; for ``-m`` the working directory; nothing with -P/-I), the
+and the script, or a module beside it that it imports, names tensorflow or keras), follows the
+standby protocol (SIGUSR1 blocked, the ``tfcluster-standby`` lines, the promotion file
+TFCLUSTER_STANDBY_ENV names), and once promoted runs the script as ``__main__`` with what a cold
+start of the same command gives it: ``sys.argv``, ``sys.path[0]`` (the script's directory with
+symlinks resolved; for ``-m`` the working directory; nothing with -P/-I), the
 ``__main__`` module's ``__file__``/``__loader__``/``__spec__``, the signal dispositions it
 started with (TensorFlow's import may not change them) and SIGUSR1 unblocked, the exit code (an
 uncaught exception: its traceback without this stub's frames, exit 1; a missing script: exit 2).
@@ -19,9 +19,12 @@ import time
 
 
 def _uses_tensorflow(target, module):
-    """Whether the script (or the module), or a .py file beside it, names TensorFlow or Keras: read
-    as text, nothing of it run (a package's own __init__ is not imported to find a module). Not
-    found or not readable: True (the stub is there for TensorFlow scripts)."""
+    """Whether the script (or the module), or a module beside it that it imports (two levels),
+    names TensorFlow or Keras: read as text, nothing of it run (a package's own __init__ is not
+    imported to find a module). Not found or not readable: True (the stub is there for
+    TensorFlow scripts)."""
+    import re
+
     if module:
         parts = target.split(".")
         where = None
@@ -37,19 +40,28 @@ def _uses_tensorflow(target, module):
         where = target
     if not where or not os.path.isfile(where):
         return True
-    folder = os.path.dirname(os.path.abspath(where))
-    try:
-        names = [where] + sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))[:200]
-    except OSError:
-        return True
-    for path in names:
+    todo, seen = [(os.path.abspath(where), 0)], set()
+    while todo:
+        path, depth = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
         try:
             with open(path, "rb") as fh:
                 text = fh.read(2**20)
         except OSError:
+            if depth == 0:
+                return True
             continue
         if b"tensorflow" in text or b"keras" in text:
             return True
+        if depth < 2:
+            folder = os.path.dirname(path)
+            for name in set(re.findall(rb"^[ \t]*(?:from|import)[ \t]+\.?([A-Za-z_]\w*)", text, re.M)):
+                name = name.decode()
+                for near in (os.path.join(folder, name + ".py"), os.path.join(folder, name, "__init__.py")):
+                    if os.path.isfile(near):
+                        todo.append((near, depth + 1))
     return False
 
 

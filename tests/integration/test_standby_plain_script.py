@@ -125,7 +125,7 @@ TensorFlow, imported ahead for a script that names it)."""
             (tmp_path / "pkg" / "__main__.py").write_text(text)
             argv = [sys.executable, "-m", "pkg", "a"]
         else:
-            # (in a folder of its own: the stub looks at the .py files beside a script, too)
+            # (each in a folder of its own)
             (tmp_path / name).mkdir()
             (tmp_path / name / f"{name}.py").write_text(text)
             argv = [sys.executable, "-u", f"{name}/{name}.py", "a"]
