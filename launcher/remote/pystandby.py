@@ -17,6 +17,10 @@ import signal
 import sys
 import time
 
+# The variables' names, from launcher/contract/envnames.py: the launcher puts them in this text
+# before it passes it (launcher/supervise/standby.py's stub_command).
+STANDBY, STANDBY_ENV = "@STANDBY@", "@STANDBY_ENV@"
+
 
 def _uses_tensorflow(target, module):
     """Whether the script (or the module), or a module beside it that it imports (two levels),
@@ -92,8 +96,8 @@ def _main():
                 pass
     print(f"tfcluster-standby ready after={time.time() - began:.1f}s", flush=True)
     signal.sigwait({signal.SIGUSR1})
-    os.environ.pop("TFCLUSTER_STANDBY", None)
-    path = os.environ.pop("TFCLUSTER_STANDBY_ENV", "")
+    os.environ.pop(STANDBY, None)
+    path = os.environ.pop(STANDBY_ENV, "")
     if path:
         import json
 

@@ -98,7 +98,8 @@ def python_entry(argv: Sequence[str]) -> tuple[Optional[tuple[list[str], list[st
 def _stub_source() -> str:
     from launcher.remote import source
 
-    return source("pystandby.py")
+    return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
+            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)))
 
 
 def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
