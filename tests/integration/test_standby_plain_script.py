@@ -35,7 +35,11 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     (tmp_path / "state").mkdir()
     # A relative script path from the run's workdir (the spec's directory): sys.argv[0] stays as
     # given, sys.path[0] and __file__ are made absolute, as python does.
-    spec = local_spec(tmp_path, f"[{sys.executable}, sub/train.py, --steps, '150', --delay, '0.1', --state, "
+    # As many steps as it takes the standbys to be ready (a loaded machine imports TensorFlow
+    # slowly), then, with the kill, 30 more than the first attempt reached (read at each start).
+    steps = tmp_path / "steps"
+    steps.write_text("100000")
+    spec = local_spec(tmp_path, f"[{sys.executable}, sub/train.py, --steps, '@{steps}', --delay, '0.1', --state, "
                                 f"{tmp_path / 'state'}]", name="demo",
                       env={"TF_CPP_MIN_LOG_LEVEL": "'2'"},
                       watchdog="{startup_timeout: 180, stop_grace: 2}", extra="restart: {max_restarts: 1}\n")
@@ -44,9 +48,15 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     assert "warm standby: on (auto: a Python entrypoint)" in plan.stdout, plan.stdout
     assert "sub/train.py --steps ...: under tfcluster's standby stub" in plan.stdout, plan.stdout
 
-    steps = [(READY, lambda p: None), (READY, lambda p: None),
-             (r"^\[worker:1\] plain-step \d+ ", lambda p: kill_task(spec, "worker:1", signal.SIGKILL))]
-    code, out = run_and_act(spec, steps, timeout=400)
+    def kill(_proc):
+        kill_task(spec, "worker:1", signal.SIGKILL)
+        reached = int((tmp_path / "state" / "step").read_text())
+        steps.write_text(str(reached + 30))
+        end.append(reached + 30)
+
+    end: list[int] = []
+    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None),
+                                   (r"^\[worker:1\] plain-step \d+ ", kill)], timeout=400)
     assert code == 0, out[-4000:]
     assert "run succeeded after 2 attempt(s)" in out, out[-3000:]
 
@@ -78,8 +88,9 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     # attempt went on from the step the first one reached (the script's own progress file).
     sums = re.findall(r"plain-step (\d+) sum=(\S+)", out)
     assert sums and {s for _, s in sums} == {"2"}, sorted({s for _, s in sums})
-    assert "plain-done worker:0 steps=150" in out and "plain-done worker:1 steps=150" in out
-    assert (tmp_path / "state" / "step").read_text() == "150"
+    (last,) = end
+    assert f"plain-done worker:0 steps={last}" in out and f"plain-done worker:1 steps={last}" in out
+    assert (tmp_path / "state" / "step").read_text() == str(last)
     assert_no_processes(spec)
 
 

@@ -5,7 +5,10 @@ last step in a file under --state), exit code --exit once --steps steps are done
 what a cold start and a warm standby's promotion must agree on: argv, sys.path[0], __file__,
 __name__, __spec__, its pid and its parent's (the task wrapper's), and whether SIGUSR1 is blocked.
 
-    python plain_tf_config.py --steps N --delay S --state DIR [--exit CODE]
+    python plain_tf_config.py --steps N|@FILE --delay S --state DIR [--exit CODE]
+
+``--steps @FILE``: the number read from FILE when the script starts (a test ends a run it lets
+train until the standbys are ready by writing a near number there).
 """
 
 import argparse
@@ -18,11 +21,15 @@ import time
 import tensorflow as tf
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--steps", type=int, required=True)
+ap.add_argument("--steps", required=True)
 ap.add_argument("--delay", type=float, default=0.1)
 ap.add_argument("--state", required=True)
 ap.add_argument("--exit", type=int, default=0)
 args = ap.parse_args()
+if args.steps.startswith("@"):
+    with open(args.steps[1:]) as fh:
+        args.steps = fh.read().strip()
+args.steps = int(args.steps)
 
 config = json.loads(os.environ["TF_CONFIG"])
 me = f"{config['task']['type']}:{config['task']['index']}"

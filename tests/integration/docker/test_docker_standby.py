@@ -200,7 +200,9 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
     shutil.copy(ROOT / "tests" / "support" / "plain_tf_config.py", job / "train.py")
     for path in (job, job / "state"):
         path.chmod(0o777)  # the containers' user writes the progress file
-    spec = docker_spec(tmp_path, docker_engine.url, "python /job/train.py --steps 200 --delay 0.2 --state /job/state",
+    # As many steps as the standbys take to be ready, then 30 more than the kill found (read at each start).
+    (job / "steps").write_text("100000")
+    spec = docker_spec(tmp_path, docker_engine.url, "python /job/train.py --steps @/job/steps --delay 0.2 --state /job/state",
                        max_restarts=1, extra=f"  volumes: ['{job}:/job']\n")
     plan = tfcluster_at_repo("plan", str(spec))
     assert "warm standby: on (auto: a Python entrypoint)" in plan.stdout, plan.stdout + plan.stderr
@@ -210,6 +212,8 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
         wait_for(lambda: "plain-step 5 " in _log(spec, "worker:1"), 600, 0.5, what="worker:1's step 5", proc=proc)
         run = latest_run_dir(spec).name
         _kill_container(docker_engine, f"tfcluster-dk-{run}-worker-1")
+        last = int((job / "state" / "step").read_text()) + 30
+        (job / "steps").write_text(str(last))
         out, _ = proc.communicate(timeout=900)
     finally:
         reap(proc)
@@ -226,7 +230,7 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
         for said in (cold, warm):
             del said["pid"], said["ppid"]
         assert warm == cold and cold["argv"][0] == "/job/train.py" and cold["path0"] == "/job", (cold, warm)
-        assert f"plain-done {key} steps=200" in after
+        assert f"plain-done {key} steps={last}" in after
     assert set(re.findall(r"plain-step \d+ sum=(\S+)", out)) == {"2"}
-    assert (job / "state" / "step").read_text() == "200"
+    assert (job / "state" / "step").read_text() == str(last)
     assert leftovers(docker_engine, "dk") == ([], [])
