@@ -140,8 +140,9 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
     cost = f"about {STANDBY_BYTES / 2**30:.1f} GB each; left off on a host with less memory available"
     stubbed = sorted({_entry_words(c) for c in commands if stub_command(c) is not None})
-    how = (f"; {', '.join(stubbed)}: under tfcluster's standby stub (TensorFlow imported where the script names it, nothing of the "
-           "script's; once promoted it runs as __main__ with the cold start's argv, sys.path[0] and exit code)"
+    how = (f"; {', '.join(stubbed)}: under tfcluster's standby stub (TensorFlow imported where the script names "
+           "it, nothing of the script's; once promoted it runs as __main__ with the cold start's argv, sys.path[0] "
+           "and exit code)"
            if stubbed else "")
     if value is True:
         return True, (f"on (restart.warm_standby: true): each task's next process waits, imports done ({cost})"
