@@ -16,6 +16,15 @@ A warm trial counts only if both tasks' standbys were promoted (the output and w
 
     python bench/recovery.py [--backend local|ssh|docker|slurm] [--trials 3]
 
+``--plain``: a user's own plain TF_CONFIG script instead of tfcluster's worker
+(tests/support/plain_tf_config.py, not one tfcluster line), 2 local workers: the default
+(``warm_standby`` left out: its standbys run under the standby stub) against ``warm_standby: false``,
+alternated; SIGKILL of worker:1 once it trained 10 steps (default: once both standbys said they
+are ready, too) -> worker:1's first step line after the restart as it reached the launcher (the
+script prints no times of its own), and -> its first line (the script running again).
+
+    python bench/recovery.py --plain [--trials 3]
+
 ``--preemption``: the older figures instead:
 
 * SIGKILL of worker:1 mid-epoch (Keras fit, BackupAndRestore every --save-freq steps):
@@ -321,6 +330,67 @@ def compare_trial(work: Path, warm: bool, backend) -> dict:
     return {"first_step": first - died, "rss": rss, "load": load, "at": time.strftime("%H:%M:%S", time.localtime(died))}
 
 
+PLAIN = ROOT / "tests" / "support" / "plain_tf_config.py"
+PLAIN_KILL_AT = 10  # worker:1's step from which it is killed
+
+
+def plain_trial(work: Path, warm: bool) -> dict:
+    """One --plain trial: ``warm`` is the default (the standby stub), else ``warm_standby: false``."""
+    (work / "state").mkdir()
+    restart = "{max_restarts: 1}" if warm else "{max_restarts: 1, warm_standby: false}"
+    entry = json.dumps([sys.executable, str(PLAIN), "--steps", "300", "--delay", "0.1", "--state", str(work / "state")])
+    spec = write_spec(work, entry, work.parent / "tfds",
+                      extra=f"restart: {restart}\nwatchdog: {{startup_timeout: 180, stop_grace: 5}}\n")
+    run = BackgroundUp(spec)
+    try:
+        if warm:
+            for key in ("worker:0", "worker:1"):
+                run.wait_line(rf"\[{key}\] \(standby\) tfcluster-standby ready", timeout=400)
+        run.wait_line(rf"\[worker:1\] plain-step ({'|'.join(map(str, range(PLAIN_KILL_AT, 400)))}) ", timeout=400)
+        run_dir = (work / "runs" / "bench" / "latest").resolve()
+        load = load_average()
+        os.kill(task_pid(run_dir.name, "worker:1"), signal.SIGKILL)
+        died = time.time()
+        first_line = run.wait_line(r"\[worker:1\] plain-start ", timeout=400, after=died)
+        first_step = run.wait_line(r"\[worker:1\] plain-step ", timeout=400, after=first_line)
+        code = run.finish()
+    finally:
+        if run.running():
+            os.killpg(run.proc.pid, signal.SIGKILL)
+    out = "\n".join(line for _, line in run.lines)
+    (work / "lines.txt").write_text("".join(f"{t - died:+9.3f} {line}\n" for t, line in run.lines))
+    if code != 0 or "run succeeded after 2 attempt(s)" not in out:
+        raise SystemExit(f"run failed ({code}) or not one restart; see {work}:\n{out[-3000:]}")
+    promoted = [key for key in ("worker:0", "worker:1") if f"[{key}] tfcluster-standby promoted" in out]
+    if warm and promoted != ["worker:0", "worker:1"]:
+        raise SystemExit(f"default trial not promoted (promoted: {promoted}); see {work}:\n{out[-3000:]}")
+    if not warm and promoted:
+        raise SystemExit(f"warm_standby: false trial had a standby; see {work}")
+    return {"first_step": first_step - died, "first_line": first_line - died, "load": load,
+            "at": time.strftime("%H:%M:%S", time.localtime(died))}
+
+
+def plain(args) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="tfcluster-recovery-plain-"))
+    print(f"plain script, local: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {load_average()}", flush=True)
+    rows = {False: [], True: []}
+    for i in range(args.trials):
+        for warm in (False, True):
+            work = tmp / f"{'default' if warm else 'cold'}{i}"
+            work.mkdir()
+            r = plain_trial(work, warm)
+            rows[warm].append(r)
+            print(f"plain {'default (stub)' if warm else 'warm_standby: false'} trial {i + 1} ({r['at']}): death -> "
+                  f"worker:1's first line {r['first_line']:.2f} s, first step {r['first_step']:.2f} s "
+                  f"(load {r['load']})", flush=True)
+    med = {w: {k: statistics.median(r[k] for r in rows[w]) for k in ("first_step", "first_line")} for w in rows}
+    print(f"plain script, local: median death -> worker:1's first step after the restart: warm_standby: false "
+          f"{med[False]['first_step']:.2f} s, default {med[True]['first_step']:.2f} s "
+          f"({med[True]['first_step'] / med[False]['first_step']:.0%} of cold; target <= 50%); first line "
+          f"{med[False]['first_line']:.2f} s against {med[True]['first_line']:.2f} s; load average now {load_average()}")
+    return 0
+
+
 def compare(args) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="tfcluster-recovery-"))
     if args.backend == "docker":
@@ -358,10 +428,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=("local", "ssh", "docker", "slurm"), default="local")
     ap.add_argument("--preemption", action="store_true", help="the older SIGKILL/SIGTERM figures (local)")
+    ap.add_argument("--plain", action="store_true", help="a plain TF_CONFIG script: default against warm_standby: false")
     ap.add_argument("--save-freq", type=int, default=10)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--warm-standby", action="store_true", help="restart.warm_standby: true (--preemption)")
     args = ap.parse_args()
+    if args.plain:
+        return plain(args)
     if not args.preemption:
         return compare(args)
     global WARM

@@ -102,6 +102,10 @@ class Capabilities:
     # lost_hosts() tells which hosts of a failed attempt are gone, so their tasks can move to a
     # spare host (launcher/plan/elastic.py); the spec refuses elastic: on backends without it.
     elastic: bool = False
+    # A restart's tasks get ports no earlier attempt of the run used (launcher/plan/elastic.py's
+    # on_fresh_ports): a stopped task leaves its host a while after the backend stopped it (slurm:
+    # the step ends on its node about 2 s after its srun), and a promoted standby would wait for it.
+    fresh_ports_per_restart: bool = False
 
 
 @dataclass(frozen=True)

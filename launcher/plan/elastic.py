@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Callable, Mapping, Optional, Sequence, Union
 
 from launcher.plan.build import Placement, Plan, Slot, build_plan
@@ -176,6 +176,24 @@ def grow(spec: Spec, plan: Plan, down: Sequence[str] = (),
         added[key] = host
     new = build_plan(with_workers(spec, len(workers) + len(spares)), Placement(slots), avoid)
     return Replan(plan=new, lost=(), moved={}, added=added)
+
+
+def on_fresh_ports(spec: Spec, plan: Plan, avoid: AbstractSet[tuple[str, int]]) -> Plan:
+    """``plan``'s tasks on the same hosts, ports.base's counting skipping ``avoid`` (every port of
+    the run so far: :func:`fresh_ports`; explicit tasks.*.ports stay). A restart on a backend whose
+    stopped task leaves its host a while after it was stopped (Capabilities.fresh_ports_per_restart:
+    slurm's step) then need not wait for it: the new attempt's task, a promoted standby above all,
+    binds a port the old one never held. SpecError: no fresh port left below 65536."""
+    slots = {t.key: Slot(t.host, t.address) for t in plan.tasks}
+    workers = sum(1 for t in plan.tasks if t.type == "worker")
+    group = getattr(spec.tasks, "worker", None)
+    shape = with_workers(spec, workers) if group is not None and workers != group.count else spec
+    ported = build_plan(shape, Placement(slots), avoid)
+    # Only the ports (and the TF_CONFIG cluster naming them) change: each task keeps the rest of
+    # what its plan gave it (threads and GPUs made from the hosts the backend placed it on), so a
+    # standby started under ``plan`` is still its task's process (standby.py's _same_process).
+    return replace(plan, tasks=tuple(replace(t, port=ported.task(t.key).port, cluster=ported.task(t.key).cluster)
+                                     for t in plan.tasks))
 
 
 def fresh_ports(plans: Sequence[Plan]) -> frozenset[tuple[str, int]]:

@@ -261,6 +261,7 @@ class Restart(RecordEvent):
     delay: Seconds = 0.0
     after: Optional[str] = None  # the task whose failure it follows
     reason: str = ""
+    ports: Optional[dict[str, Optional[Count]]] = None  # a restart on fresh ports: each task's new port
 
 
 @dataclass(frozen=True, kw_only=True)

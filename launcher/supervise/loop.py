@@ -162,11 +162,13 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
                 number += 1
                 failures += 1
                 delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
+                fresh = self.members.restart_on_fresh_ports()  # (slurm: the old steps leave their nodes late)
                 self.console.info(
                     f"restarting the whole group (restart {failures} of {self.restart.max_restarts})"
-                    + (f" in {delay:.1f} s" if delay else "")
+                    + (f" {fresh}" if fresh else "") + (f" in {delay:.1f} s" if delay else "")
                 )
-                self.record.write(ev.Restart(attempt=number, delay=delay, after=failure.key, reason=failure.reason))
+                self.record.write(ev.Restart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
+                                             ports={t.key: t.port for t in self.plan.tasks} if fresh else None))
                 if delay and self.stop_event.wait(delay):
                     return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:

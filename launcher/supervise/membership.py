@@ -15,8 +15,8 @@ from launcher.backends import placed_hosts
 from launcher.backends.base import Backend
 from launcher.bounded import listing
 from launcher.ui.console import Console
-from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, group_size, options, replace_lost,
-                                   shrunk, size_phrase, spare_hosts, suspect_how, too_many_losses)
+from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, group_size, on_fresh_ports, options,
+                                   replace_lost, shrunk, size_phrase, spare_hosts, suspect_how, too_many_losses)
 from launcher.plan.build import Plan
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, SpecError
 from launcher.record import events as ev
@@ -43,6 +43,7 @@ class Membership:
                         and elastic_enabled(spec, placed_hosts(spec)))
         self.first_plan = plan
         self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
+        self.port_plans: list[Plan] = []  # restarts on fresh ports (fresh_ports_per_restart): same hosts
         self.down: list[str] = []  # hosts lost (suspect) in this run and not back (elastic.settle) yet
         self.losses: list[str] = []  # every host loss of the run, in order (elastic.max_host_losses)
         # Host discovery (launcher/loader/discovery.py): polled in a thread; hosts: entries never vanish.
@@ -247,7 +248,26 @@ class Membership:
         """The ports of every plan of the run so far, which a replan does not take again
         (launcher/plan/elastic.py's fresh_ports: an old task that outlives its host's loss then dials
         addresses nobody listens on)."""
-        return fresh_ports([self.first_plan, *(change.plan for change, _ in self.replans)])
+        return fresh_ports([self.first_plan, *(change.plan for change, _ in self.replans), *self.port_plans])
+
+    def restart_on_fresh_ports(self) -> Optional[str]:
+        """Before a restart, where the backend asks for it (Capabilities.fresh_ports_per_restart):
+        the same tasks on the same hosts, on ports no earlier plan of the run used (each task's
+        start event records its endpoint). Returns what the restart line says of it, or None (the
+        backend does not ask, or no fresh port is left: the same ports, said once)."""
+        if self.spec is None or not self.backend.capabilities.fresh_ports_per_restart:
+            return None
+        try:
+            plan = on_fresh_ports(self.spec, self.plan, self._ports_used())
+        except SpecError as exc:
+            self.console.info(f"restarting on the same ports: {exc.lines[0]}")
+            return None
+        if plan == self.plan:
+            return None  # explicit tasks.*.ports: they stay
+        self.port_plans.append(plan)
+        self.plan = plan
+        self.backend.use_plan(plan)
+        return "on fresh ports"
 
     def use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),

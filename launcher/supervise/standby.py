@@ -15,7 +15,9 @@ of being ready is stopped and its task started cold, in one line.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
 from launcher.contract import envnames
@@ -47,6 +49,77 @@ def is_reference_worker(argv: Sequence[str]) -> bool:
     return module_of(argv) in ("worker", "worker.main")
 
 
+# An interpreter by its name (python, python3, python3.11, /venv/bin/python).
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+# Interpreter options the standby stub keeps (given to the stub's interpreter as they are: its
+# sys.flags are the cold start's); -W/-X take a value. Any other (-c, -i, -x, -h, a long option)
+# leaves the entrypoint without a stub, and plan says which.
+_FLAGS = set("bBdEIOPqRsSuv")
+_VALUED = set("WX")
+
+
+def python_entry(argv: Sequence[str]) -> tuple[Optional[tuple[list[str], list[str]]], str]:
+    """``python [options] SCRIPT ARGS...`` or ``python [options] -m MODULE ARGS...`` split into
+    (interpreter and options, ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``), or None and
+    why it is not one (the words of ``plan``)."""
+    if not argv or not _PYTHON.fullmatch(os.path.basename(argv[0])):
+        return None, "not a Python interpreter"
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            i += 1
+            break
+        if word == "-" or not word.startswith("-"):
+            break
+        if word.startswith("--"):
+            return None, f"the interpreter option {word} (the stub keeps only short ones)"
+        for j, flag in enumerate(word[1:], 1):
+            if flag == "m":
+                module = word[j + 1:] or (argv[i + 1] if i + 1 < len(argv) else "")
+                rest = argv[i + 1:] if word[j + 1:] else argv[i + 2:]
+                if not module:
+                    return None, "-m without a module"
+                return (list(argv[:i]) + ([word[:j]] if j > 1 else []), ["-m", module, *rest]), ""
+            if flag in _VALUED:
+                if word[j + 1:] == "":
+                    i += 1  # its value is the next word
+                break
+            if flag not in _FLAGS:
+                return None, (f"the interpreter option -{flag} (a command string)" if flag == "c" else
+                              f"the interpreter option -{flag}")
+        i += 1
+    if i >= len(argv) or argv[i] == "-":
+        return None, "no script (the program comes from stdin)"
+    return (list(argv[:i]), list(argv[i:])), ""
+
+
+@lru_cache(maxsize=1)
+def _stub_source() -> str:
+    from launcher.remote import source
+
+    return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
+            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)))
+
+
+def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
+    """The command a warm standby of ``argv`` runs: tfcluster's worker and commands that are not
+    a Python script or module run as they are (None); ``python [options] SCRIPT ARGS...`` becomes
+    ``python [options] -c STUB SCRIPT ARGS...`` (-m likewise): launcher/remote/pystandby.py, which
+    imports TensorFlow, waits to be promoted and then runs the script as a cold start would."""
+    if is_reference_worker(argv):
+        return None
+    parts, _ = python_entry(argv)
+    if parts is None:
+        return None
+    interpreter, target = parts
+    return [*interpreter, "-c", _stub_source(), *target]
+
+
+def _entry_words(argv: Sequence[str]) -> str:
+    return " ".join(argv[:3]) + (" ..." if len(argv) > 3 else "")
+
+
 def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, backend: str,
            elastic: bool = False, refused: Optional[str] = None) -> tuple[bool, str]:
     """Whether the run keeps warm standbys, and why, in words ``plan`` shows. ``auto`` (the
@@ -66,12 +139,25 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
     if restart.max_restarts == 0 and not elastic:
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
     cost = f"about {STANDBY_BYTES / 2**30:.1f} GB each; left off on a host with less memory available"
+    stubbed = sorted({_entry_words(c) for c in commands if stub_command(c) is not None})
+    how = (f"; {', '.join(stubbed)}: under tfcluster's standby stub (TensorFlow imported where the script names "
+           "it, nothing of the script's; once promoted it runs as __main__ with the cold start's argv, sys.path[0] "
+           "and exit code)"
+           if stubbed else "")
     if value is True:
-        return True, f"on (restart.warm_standby: true): each task's next process waits, imports done ({cost})"
-    others = sorted({" ".join(c[:3]) for c in commands if not is_reference_worker(c)})
+        return True, (f"on (restart.warm_standby: true): each task's next process waits, imports done ({cost})"
+                      + how)
+    others = {}
+    for c in commands:
+        if not is_reference_worker(c) and stub_command(c) is None:
+            others.setdefault(_entry_words(c), python_entry(c)[1])
     if others:
-        return False, (f"off: the entrypoint ({others[0]}) is not tfcluster's worker; set restart.warm_standby: "
-                       "true if it honours TFCLUSTER_STANDBY (docs: concepts/runs.md, Warm standby)")
+        words, why = sorted(others.items())[0]
+        return False, (f"off: the entrypoint ({words}) is neither tfcluster's worker nor a Python script or "
+                       f"module ({why}); set restart.warm_standby: true if it honours TFCLUSTER_STANDBY "
+                       "(docs: concepts/runs.md, Warm standby)")
+    if stubbed:
+        return True, f"on (auto: a Python entrypoint): each task's next process waits ({cost}){how}"
     return True, f"on (auto: tfcluster's worker): each task's next process waits with TensorFlow imported ({cost})"
 
 
@@ -152,8 +238,10 @@ class WarmStandby:
                     self.record.log_line(key, f"(standby) {line}")
                     self.console.task_line(key, f"(standby) {line}")
 
+            stub = stub_command(task.command)  # a Python script or module: under the standby stub
             try:
-                handle = self.backend.start(task, {**env, envnames.STANDBY: "1"},
+                handle = self.backend.start(task if stub is None else replace(task, command=tuple(stub)),
+                                            {**env, envnames.STANDBY: "1"},
                                             lambda key, line, sink=sink: self.drain_line(key, line, sink))
             except LaunchError as exc:
                 self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")

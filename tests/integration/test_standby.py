@@ -2,7 +2,10 @@
 stdlib only: these tests are about the launcher's side of the protocol, cheap enough to run often;
 the reference worker's side is test_fault_tolerance.py's and bench/recovery.py's): promotion with
 the environment written at promotion, a promoted standby that never answers, a script without
-standby support, and no standby outliving the run (success, failure, Ctrl-C, down)."""
+standby support, and no standby outliving the run (success, failure, Ctrl-C, down). The script is
+started through ``env`` (a command that is not ``python SCRIPT``): such an entrypoint runs as it is
+and speaks the protocol itself; ``python SCRIPT`` and ``python -m MODULE`` get the standby stub
+instead (test_standby_plain_script.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ TASK = re.compile(r"^\[(?P<key>\S+)\] standby-task key=\S+ attempt=(?P<attempt>\
 
 
 def spec_for(tmp_path: Path, mode: str, restart: str = "{max_restarts: 1, warm_standby: true}") -> Path:
-    return local_spec(tmp_path, f"[{sys.executable}, {SCRIPT}, {mode}]", name="demo",
+    return local_spec(tmp_path, f"[env, {sys.executable}, {SCRIPT}, {mode}]", name="demo",
                       watchdog="{startup_timeout: 60, stop_grace: 2}", extra=f"restart: {restart}\n")
 
 
@@ -75,12 +78,14 @@ def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(t
     assert_no_processes(spec)
 
 
-def test_a_script_of_ones_own_is_not_pre_started_by_default(tmp_path):
-    """warm_standby left out (auto): a script that ignores TFCLUSTER_STANDBY would start training as
-    a standby, so none is started; its restart is cold and works as before."""
+def test_an_entrypoint_that_is_not_a_python_script_is_not_pre_started_by_default(tmp_path):
+    """warm_standby left out (auto): a command that is not ``python SCRIPT`` (here ``env python
+    SCRIPT``) and ignores TFCLUSTER_STANDBY would start training as a standby, so none is started;
+    its restart is cold and works as before."""
     spec = spec_for(tmp_path, "ignore", restart="{max_restarts: 1}")
     plan = tfcluster("plan", str(spec))
-    assert "warm standby: off: the entrypoint (" in plan.stdout and "is not tfcluster's worker" in plan.stdout
+    assert "warm standby: off: the entrypoint (env " in plan.stdout, plan.stdout
+    assert "is neither tfcluster's worker nor a Python script or module (not a Python interpreter)" in plan.stdout
     code, out = run_and_act(spec, [(r"^\[worker:1\] standby-task .*attempt=0",
                                     lambda p: kill_task(spec, "worker:1", signal.SIGKILL))], timeout=60)
     assert code == 0, out[-3000:]

@@ -65,7 +65,8 @@ class SlurmBackend(Backend):
     # Nodes are known only once the job runs; the launcher dials the nodes' addresses for the
     # startup watchdog; ports are not checked before (the nodes are not known then). A warm
     # standby is one more step on its task's node (standby.py).
-    capabilities = Capabilities(warm_standby=True, port_probe=True, static_placement=False)
+    capabilities = Capabilities(warm_standby=True, port_probe=True, static_placement=False,
+                                fresh_ports_per_restart=True)
     detach_note = ("the supervisor and its srun steps run on this machine: keep it on; if it stops, the steps "
                    "stop and the allocation stays until `tfcluster down` or slurm.time")
 
@@ -383,9 +384,10 @@ class SlurmBackend(Backend):
         assert isinstance(handle, SlurmStep)
         client = cli.client_env()
         overlay = {k: v for k, v in self.task_env(task, env).items() if client.get(k) != v}
-        with self._lock:  # the task's earlier steps (the attempt just stopped): gone from its node first
+        with self._lock:  # the task's earlier steps (the attempt just stopped) on its port: gone from its node
+            # first. A restart's tasks are on fresh ports (Capabilities.fresh_ports_per_restart): none then.
             earlier = {h.step_name for h in self._handles if h.key == task.key and h is not handle
-                       and h.proc.poll() is not None}
+                       and h.proc.poll() is not None and h.task.port == task.port}
         if self.job_id:
             standby.wait_gone(self.job_id, earlier)
         standby.promote(handle, getattr(handle, "promotion", None), overlay)

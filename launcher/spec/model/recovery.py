@@ -27,16 +27,18 @@ class Restart(OptionsModel):
     warm_standby: Annotated[Any, WithJsonSchema({"enum": ["auto", True, False]})] = "auto"
     """Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and wait
     (TFCLUSTER_STANDBY=1) until a failure promotes them. auto: on where it is safe (a backend that can,
-    restarts allowed, tfcluster's worker as entrypoint); true: also for an entrypoint of one's own
-    that honours TFCLUSTER_STANDBY; false: off."""
+    restarts allowed, and an entrypoint that is tfcluster's worker or any `python SCRIPT` / `python -m
+    MODULE`: those wait under tfcluster's standby stub, which runs the script once promoted, unchanged);
+    true: also for another command that honours TFCLUSTER_STANDBY itself; false: off (every restart
+    starts cold)."""
 
     @field_validator("warm_standby", mode="before")
     @classmethod
     def _warm_standby(cls, v: Any) -> Any:
         if v == "auto" or isinstance(v, bool):
             return v
-        raise ValueError(f"{v!r} is not valid; use auto (on for tfcluster's worker where the backend can), "
-                         "true (also for an entrypoint of your own that honours TFCLUSTER_STANDBY) or false")
+        raise ValueError(f"{v!r} is not valid; use auto (on for tfcluster's worker and Python scripts where the "
+                         "backend can), true (also for another command that honours TFCLUSTER_STANDBY) or false")
 
 
 class Elastic(OptionsModel):

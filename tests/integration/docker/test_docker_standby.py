@@ -184,3 +184,53 @@ def test_down_of_a_detached_run_removes_its_standbys(tmp_path, docker_engine, wo
         assert leftovers(docker_engine, "dk") == ([], [])
     finally:
         tfcluster_at_repo("down", str(spec), timeout=180)
+
+
+def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, docker_engine, worker_image):
+    """A user's plain TF_CONFIG script (tests/support/plain_tf_config.py, not one tfcluster line) on
+    a volume, warm_standby left out: each standby container runs it under the standby stub (passed
+    as ``python -c``: nothing installed in the image for it). worker:1's container killed: both
+    standbys are promoted and run the script, which goes on from its own progress file."""
+    import shutil
+
+    from tests.support.cli import ROOT
+
+    job = tmp_path / "job"
+    (job / "state").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "support" / "plain_tf_config.py", job / "train.py")
+    for path in (job, job / "state"):
+        path.chmod(0o777)  # the containers' user writes the progress file
+    # As many steps as the standbys take to be ready, then 30 more than the kill found (read at each start).
+    (job / "steps").write_text("100000")
+    spec = docker_spec(tmp_path, docker_engine.url, "python /job/train.py --steps @/job/steps --delay 0.2 --state /job/state",
+                       max_restarts=1, extra=f"  volumes: ['{job}:/job']\n")
+    plan = tfcluster_at_repo("plan", str(spec))
+    assert "warm standby: on (auto: a Python entrypoint)" in plan.stdout, plan.stdout + plan.stderr
+    proc = launch_up(spec)
+    try:
+        _wait_standbys(spec, docker_engine, proc)
+        wait_for(lambda: "plain-step 5 " in _log(spec, "worker:1"), 600, 0.5, what="worker:1's step 5", proc=proc)
+        run = latest_run_dir(spec).name
+        _kill_container(docker_engine, f"tfcluster-dk-{run}-worker-1")
+        last = int((job / "state" / "step").read_text()) + 30
+        (job / "steps").write_text(str(last))
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, out[-6000:]
+    assert "run succeeded after 2 attempt(s)" in out, out[-6000:]
+    events = _events(spec)
+    assert sorted(e["task"] for e in events if e["event"] == "standby_promoted") == ["worker:0", "worker:1"]
+    for key in ("worker:0", "worker:1"):
+        log = _log(spec, key)
+        before, _, after = log.partition("tfcluster-standby promoted\n")
+        assert after, log[-3000:]
+        cold = json.loads(re.search(r"^plain-start (\{.*\})$", before, re.M).group(1))
+        warm = json.loads(re.search(r"^plain-start (\{.*\})$", after, re.M).group(1))
+        for said in (cold, warm):
+            del said["pid"], said["ppid"]
+        assert warm == cold and cold["argv"][0] == "/job/train.py" and cold["path0"] == "/job", (cold, warm)
+        assert f"plain-done {key} steps={last}" in after
+    assert set(re.findall(r"plain-step \d+ sum=(\S+)", out)) == {"2"}
+    assert (job / "state" / "step").read_text() == str(last)
+    assert leftovers(docker_engine, "dk") == ([], [])

@@ -156,3 +156,25 @@ def test_host_losses_are_bounded_by_max_host_losses_in_one_line():
     assert "raise elastic.max_host_losses" in line and "\n" not in line
     assert (too_many_losses(["h2"], 0) or "").startswith(  # 0: the first loss ends the run
         "1 host loss in this run (h2 1 time), more than elastic.max_host_losses=0: ")
+
+
+def test_a_restart_on_fresh_ports_changes_only_the_ports_and_the_tf_config_naming_them():
+    """on_fresh_ports (a backend with Capabilities.fresh_ports_per_restart): the same tasks on the
+    same hosts, ports no earlier plan used, the rest of each task (its env, threads, GPUs) as it was."""
+    from dataclasses import replace
+
+    from launcher.plan.elastic import on_fresh_ports
+
+    local = parse_spec("name: t\nstrategy: multi_worker_mirrored\nentrypoint: python -m worker\ntasks: {worker: 2}\n"
+                       "devices: {threads: auto}\n")
+    plan = plan_for(local)
+    second = on_fresh_ports(local, plan, fresh_ports([plan]))
+    third = on_fresh_ports(local, second, fresh_ports([plan, second]))
+    ports = [{t.port for t in p.tasks} for p in (plan, second, third)]
+    assert len(set.union(*ports)) == 6, ports  # each plan's own
+    for old, new in zip(plan.tasks, third.tasks):
+        assert replace(new, port=old.port, cluster=old.cluster) == old
+        assert new.tf_config["cluster"]["worker"][new.index].endswith(f":{new.port}")
+    explicit = parse_spec(SSH.replace("tasks: {chief: 1, worker: 2}", "tasks: {chief: 1, worker: {count: 2, ports: [7001, 7002]}}"))
+    moved = on_fresh_ports(explicit, plan_for(explicit), fresh_ports([plan_for(explicit)]))
+    assert [t.port for t in moved.tasks if t.type == "worker"] == [7001, 7002]  # explicit ports stay

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.spec.model import Restart
-from launcher.supervise.standby import decide, is_reference_worker
+from launcher.supervise.standby import decide, is_reference_worker, python_entry, stub_command
 
 WORKER = ["python", "-m", "worker", "--epochs", "2"]
 
@@ -29,12 +29,59 @@ def test_auto_is_on_for_the_reference_worker_on_a_backend_that_can():
     (Restart(max_restarts=2, warm_standby=False), [WORKER], True, False, "off (restart.warm_standby: false)"),
     (Restart(max_restarts=2), [WORKER], False, False, "off: backend slurm keeps no standby; every restart starts cold"),
     (Restart(max_restarts=0), [WORKER], True, False, "off: restart.max_restarts is 0"),
-    (Restart(max_restarts=2), [WORKER, ["python", "train.py", "--x"]], True, False,
-     "off: the entrypoint (python train.py --x) is not tfcluster's worker; set restart.warm_standby: true"),
+    (Restart(max_restarts=2), [WORKER, ["bash", "train.sh", "--x"]], True, False,
+     "off: the entrypoint (bash train.sh --x) is neither tfcluster's worker nor a Python script or module "
+     "(not a Python interpreter); set restart.warm_standby: true"),
+    (Restart(max_restarts=2), [["python", "-c", "import train"]], True, False,
+     "off: the entrypoint (python -c import train) is neither tfcluster's worker nor a Python script or module "
+     "(the interpreter option -c (a command string))"),
+    (Restart(max_restarts=2, warm_standby=False), [["python", "train.py"]], True, False,
+     "off (restart.warm_standby: false)"),
 ])
 def test_auto_leaves_it_off_and_says_why(restart, commands, capable, elastic, off_because):
     on, why = decide(restart, commands, capable, "slurm", elastic=elastic)
     assert not on and why.startswith(off_because), why
+
+
+def test_auto_is_on_for_a_python_script_or_module_of_ones_own_under_the_stub():
+    on, why = decide(Restart(max_restarts=2), [["python", "train.py", "--epochs", "3"], ["python3", "-m", "pkg.train"]],
+                     True, "local")
+    assert on and why.startswith("on (auto: a Python entrypoint)"), why
+    assert "python train.py --epochs ..., python3 -m pkg.train: under tfcluster's standby stub" in why
+
+
+@pytest.mark.parametrize("argv, split", [
+    (["python", "train.py", "--x"], (["python"], ["train.py", "--x"])),
+    (["/venv/bin/python3.11", "-u", "-X", "dev", "-m", "pkg", "a"], (["/venv/bin/python3.11", "-u", "-X", "dev"],
+                                                                      ["-m", "pkg", "a"])),
+    (["python", "-um", "pkg"], (["python", "-u"], ["-m", "pkg"])),
+    (["python", "-mpkg.sub", "-v"], (["python"], ["-m", "pkg.sub", "-v"])),
+    (["python", "-Wignore", "-B", "t.py", "-m"], (["python", "-Wignore", "-B"], ["t.py", "-m"])),
+    (["python", "--", "t.py"], (["python", "--"], ["t.py"])),
+])
+def test_python_entrypoints_are_split_into_interpreter_options_and_the_program(argv, split):
+    assert python_entry(argv) == (split, "")
+    stub = stub_command(argv)
+    assert stub[:len(split[0])] == split[0] and stub[len(split[0])] == "-c" and stub[len(split[0]) + 2:] == split[1]
+    assert "tfcluster-standby promoted" in stub[len(split[0]) + 1]
+    # the variables' names put in from launcher/contract/envnames.py
+    assert "STANDBY, STANDBY_ENV = 'TFCLUSTER_STANDBY', 'TFCLUSTER_STANDBY_ENV'" in stub[len(split[0]) + 1]
+    compile(stub[len(split[0]) + 1], "<string>", "exec")
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["python", "-c", "x"], "the interpreter option -c (a command string)"), (["python", "-i", "t.py"], "the interpreter option -i"),
+    (["python"], "no script (the program comes from stdin)"), (["python", "-"], "no script (the program comes from stdin)"),
+    (["python", "--check-hash-based-pycs", "always", "t.py"], "the interpreter option --check-hash-based-pycs"),
+    (["bash", "t.py"], "not a Python interpreter"), (["pythonista", "t.py"], "not a Python interpreter"),
+])
+def test_what_the_stub_does_not_take_is_said(argv, why):
+    parts, said = python_entry(argv)
+    assert parts is None and said.startswith(why) and stub_command(argv) is None
+
+
+def test_the_reference_worker_runs_as_it_is():
+    assert stub_command(WORKER) is None and stub_command(["tfcluster-worker"]) is None
 
 
 def test_true_trusts_the_entrypoint_and_elastic_runs_move_tasks_without_restarts():
@@ -70,7 +117,8 @@ def test_plan_says_whether_standby_is_on(tmp_path):
         assert out.returncode == 0, out.stderr
         (lines[name],) = [line for line in out.stdout.splitlines() if line.startswith("warm standby: ")]
     assert lines["worker"].startswith("warm standby: on (auto: tfcluster's worker)")
-    assert lines["own"].startswith("warm standby: off: the entrypoint (python train.py) is not tfcluster's worker")
+    assert lines["own"].startswith("warm standby: on (auto: a Python entrypoint)")
+    assert "python train.py: under tfcluster's standby stub" in lines["own"]
     # docker keeps its standbys in containers of their own (launcher/backends/docker/standby.py)
     assert lines["docker"].startswith("warm standby: on (auto: tfcluster's worker)")
     # slurm keeps one more job step per task (launcher/backends/slurm/standby.py); off only where GPU

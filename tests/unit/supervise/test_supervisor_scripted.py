@@ -826,3 +826,57 @@ def test_a_task_that_saved_and_exited_143_gets_its_peers_save_awaited_too(tmp_pa
     first = backend.handles[0]
     assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
     assert "stopping worker:0 (SIGTERM; a save they start within" in out, out
+
+
+# ---------------------------------------------------------------- fresh ports per restart
+
+
+class FreshPortsBackend(StandbyScriptedBackend):
+    """A backend whose stopped tasks leave their hosts late (slurm's steps): it asks for fresh ports
+    on every restart (Capabilities.fresh_ports_per_restart) and records each promotion's task."""
+
+    from launcher.backends.base import Capabilities as _C
+
+    capabilities = _C(warm_standby=True, fresh_ports_per_restart=True)
+    del _C
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.promoted: list = []
+        self.plans: list = []
+
+    def promote(self, handle, task, env):
+        self.promoted.append(task)
+        super().promote(handle, task, env)
+
+    def use_plan(self, plan):
+        self.plans.append(plan)
+
+
+def test_a_restart_on_a_backend_that_asks_for_it_gets_fresh_ports_and_still_promotes_its_standbys(tmp_path):
+    backend = FreshPortsBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                                default=Script(code=0, polls=3))
+    spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert "restarting the whole group (restart 1 of 1) on fresh ports" in out, out
+    starts = {(e["task"], e["attempt"]): e["endpoint"] for e in of(events, "start")}
+    ports = {a: {int(starts[(k, a)].rsplit(":", 1)[1]) for k in ("worker:0", "worker:1")} for a in (0, 1)}
+    assert len(ports[1]) == 2 and not ports[0] & ports[1], ports  # none of the first attempt's
+    (restart,) = of(events, "restart")
+    assert set(restart["ports"].values()) == ports[1], restart
+    # the standbys started under the first plan were promoted with the new one's TF_CONFIG
+    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert {t.port for t in backend.promoted} == ports[1]
+    assert all(json.loads(t.tf_config_json)["cluster"]["worker"][t.index].endswith(f":{t.port}") for t in backend.promoted)
+    assert [{t.port for t in p.tasks} for p in backend.plans] == [ports[1]]
+
+
+def test_a_backend_that_does_not_ask_restarts_on_the_same_ports(tmp_path):
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                                     default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, mwms(restarts=1), backend)
+    assert code == 0, out
+    starts = of(events, "start")
+    assert {e["endpoint"] for e in starts if e["attempt"] == 0} == {e["endpoint"] for e in starts if e["attempt"] == 1}
+    assert "fresh ports" not in out and "ports" not in of(events, "restart")[0]

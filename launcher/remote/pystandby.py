@@ -1,0 +1,159 @@
+"""tfcluster's warm standby for a Python entrypoint of one's own (docs/concepts/runs.md, "Warm standby").
+
+Stdlib only. A task whose command is ``python [options] SCRIPT ARGS...`` or ``python [options] -m
+MODULE ARGS...`` gets its standby started as ``python [options] -c <this text> SCRIPT ARGS...``
+(``-m MODULE ARGS...``): nothing of the script is imported; this imports TensorFlow (when installed
+and the script, or a module beside it that it imports, names tensorflow or keras), follows the
+standby protocol (SIGUSR1 blocked, the ``tfcluster-standby`` lines, the promotion file
+TFCLUSTER_STANDBY_ENV names), and once promoted runs the script as ``__main__`` with what a cold
+start of the same command gives it: ``sys.argv``, ``sys.path[0]`` (the script's directory with
+symlinks resolved; for ``-m`` the working directory; nothing with -P/-I), the
+``__main__`` module's ``__file__``/``__loader__``/``__spec__``, the signal dispositions it
+started with (TensorFlow's import may not change them) and SIGUSR1 unblocked, the exit code (an
+uncaught exception: its traceback without this stub's frames, exit 1; a missing script: exit 2).
+"""
+import os
+import signal
+import sys
+import time
+
+# The variables' names, from launcher/contract/envnames.py: the launcher puts them in this text
+# before it passes it (launcher/supervise/standby.py's stub_command).
+STANDBY, STANDBY_ENV = "@STANDBY@", "@STANDBY_ENV@"
+
+
+def _uses_tensorflow(target, module):
+    """Whether the script (or the module), or a module beside it that it imports (two levels),
+    names TensorFlow or Keras: read as text, nothing of it run (a package's own __init__ is not
+    imported to find a module). Not found or not readable: True (the stub is there for
+    TensorFlow scripts)."""
+    import re
+
+    if module:
+        parts = target.split(".")
+        where = None
+        for entry in sys.path:
+            base = os.path.join(entry or os.getcwd(), *parts)
+            for path in (base + ".py", os.path.join(base, "__main__.py")):
+                if os.path.isfile(path):
+                    where = path
+                    break
+            if where:
+                break
+    else:
+        where = target
+    if not where or not os.path.isfile(where):
+        return True
+    todo, seen = [(os.path.abspath(where), 0)], set()
+    while todo:
+        path, depth = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read(2**20)
+        except OSError:
+            if depth == 0:
+                return True
+            continue
+        if b"tensorflow" in text or b"keras" in text:
+            return True
+        if depth < 2:
+            folder = os.path.dirname(path)
+            for name in set(re.findall(rb"^[ \t]*(?:from|import)[ \t]+\.?([A-Za-z_]\w*)", text, re.M)):
+                name = name.decode()
+                for near in (os.path.join(folder, name + ".py"), os.path.join(folder, name, "__init__.py")):
+                    if os.path.isfile(near):
+                        todo.append((near, depth + 1))
+    return False
+
+
+def _main():
+    argv = sys.argv[1:]
+    module = argv[:1] == ["-m"]
+    target, args = (argv[1], argv[2:]) if module else (argv[0], argv[1:])
+    # Blocked first thing (threads started later inherit it): an early SIGUSR1 waits, it does not kill.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("tfcluster-standby waiting", flush=True)
+    began = time.time()
+    handlers = {}
+    for s in signal.valid_signals():
+        try:
+            handlers[s] = signal.getsignal(s)
+        except (OSError, ValueError):
+            pass
+    if _uses_tensorflow(target, module):
+        try:
+            import tensorflow  # noqa: F401 - the slow part of a cold start, done ahead
+        except ImportError:
+            pass
+    for s, h in handlers.items():
+        if h is not None and signal.getsignal(s) is not h:
+            try:
+                signal.signal(s, h)
+            except (OSError, ValueError, TypeError):
+                pass
+    print(f"tfcluster-standby ready after={time.time() - began:.1f}s", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    os.environ.pop(STANDBY, None)
+    path = os.environ.pop(STANDBY_ENV, "")
+    if path:
+        import json
+
+        try:
+            with open(path, encoding="utf-8") as fh:
+                env = json.load(fh)
+            os.unlink(path)
+            os.environ.update({str(k): str(v) for k, v in env.items()})
+        except (OSError, ValueError) as exc:
+            print(f"tfcluster-standby: warning: promotion file {path}: {exc}; keeping the environment it "
+                  "started with", file=sys.stderr, flush=True)
+    print("tfcluster-standby promoted", flush=True)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__builtins__, main.__annotations__ = builtins, {}
+    safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
+    if module:
+        import runpy
+
+        sys.argv[:] = ["-m", *args]
+        if not safe and sys.path[:1] == [""]:
+            sys.path[0] = os.getcwd()
+        sys.modules["__main__"] = main
+        return lambda: runpy._run_module_as_main(target)
+    where = os.path.abspath(target)
+    sys.argv[:] = [target, *args]
+    if not safe and sys.path[:1] == [""]:
+        sys.path[0] = os.path.dirname(os.path.realpath(where))
+    try:
+        with open(where, "rb") as fh:
+            source = fh.read()
+    except OSError as exc:
+        print(f"{sys.executable}: can't open file {where!r}: [Errno {exc.errno}] {exc.strerror}",
+              file=sys.stderr, flush=True)
+        sys.exit(2)
+    import importlib.machinery
+
+    main.__file__, main.__cached__, main.__spec__, main.__package__ = where, None, None, None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", where)
+    sys.modules["__main__"] = main
+    return lambda: exec(compile(source, where, "exec", dont_inherit=True), main.__dict__)
+
+
+def _run(go):
+    try:
+        go()()
+    except Exception as exc:  # noqa: BLE001 - what the interpreter does with it, without our frames
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+            tb = tb.tb_next
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        del exc, tb
+        sys.exit(1)
+
+
+_run(_main)
