@@ -152,6 +152,18 @@ def user_gpus(options: Sequence[str]) -> tuple[Optional[str], Optional[int]]:
     return kind, per_node
 
 
+def auto_counts(autos: Sequence[str], left: int) -> dict[str, int]:
+    """The GPUs each auto task of one node gets of the ``left`` it divides, by the arithmetic every
+    backend uses (gpuplace.shares: the trainers equal, a remainder to the evaluator or idle, never
+    to the first workers). Only where there is a GPU for each; fewer are shared (local_share)."""
+    if left < len(autos) or not autos:
+        return {}
+    trainers = [k for k in autos if not k.startswith("evaluator:")]
+    others = [k for k in autos if k.startswith("evaluator:")]
+    places, _idle = gpuplace.shares(left, len(trainers), len(others))
+    return {key: len(positions) for key, (positions, _shared) in zip(trainers + others, places)}
+
+
 def local_share(place: int, count: int, gpus: int) -> list[int]:
     """The GPUs (0-based positions among ``gpus``) that auto task ``place`` of ``count`` gets where
     they outnumber the GPUs: the local backend's division, the one place slurm asks for it."""
@@ -228,6 +240,7 @@ def steps(takes: Mapping[str, Take], nodes: Mapping[str, str], per_node: int,
         autos = [k for k in gpu_keys if takes[k] == "auto"]
         fixed = sum(t for k in gpu_keys if isinstance(t := takes[k], int))
         left = per_node - fixed  # what the auto tasks divide
+        counts = auto_counts(autos, left)
         for key in keys:
             take = takes[key]
             if not _uses(take) or per_node == 0:
@@ -237,7 +250,7 @@ def steps(takes: Mapping[str, Take], nodes: Mapping[str, str], per_node: int,
             if isinstance(take, int):
                 n = take
             elif take == "auto" and left >= len(autos):
-                n = left // len(autos)
+                n = counts[key]
             elif take == "auto" and left > 0:
                 # More auto tasks than GPUs: each sees the job's GPUs and keeps its share of
                 # those after the fixed counts' (as local divides them).

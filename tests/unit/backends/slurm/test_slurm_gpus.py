@@ -320,3 +320,15 @@ def test_steps_property_equal_auto_shares_within_the_nodes_gpus_and_cpus():
                 assert all(fixed <= p < per_node for p in kept), (o.shell, fixed, per_node)
 
     check()
+
+
+def test_auto_steps_divide_a_node_as_every_backend_does_workers_equal_the_rest_to_the_evaluator():
+    # TensorFlow's rule (gpuplace.shares): trainers equal; a remainder never to the first workers.
+    nodes = {"worker:0": "n1", "worker:1": "n1", "worker:2": "n1"}
+    out = gpus.steps({k: "auto" for k in nodes}, nodes, per_node=8, cpus_per_node=8)
+    assert [out[k].gpus for k in nodes] == [2, 2, 2]  # 3/3/2 would be unequal: two GPUs idle instead
+    nodes = {"worker:0": "n1", "worker:1": "n1", "evaluator:0": "n1"}
+    out = gpus.steps({k: "auto" for k in nodes}, nodes, per_node=8, cpus_per_node=8)
+    assert (out["worker:0"].gpus, out["worker:1"].gpus, out["evaluator:0"].gpus) == (3, 3, 2)
+    assert gpus.auto_counts(["chief:0", "worker:0", "worker:1", "evaluator:0"], 4) == {
+        "chief:0": 1, "worker:0": 1, "worker:1": 1, "evaluator:0": 1}
