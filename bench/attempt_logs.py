@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -75,7 +76,8 @@ def one_run(directory: Path, lines: int) -> tuple[int, int]:
     wrong = checked = 0
     for k in range(6):
         for attempt in (1, 2):
-            got = tfcluster("logs", str(spec), f"worker:{k}", "--attempt", str(attempt)).stdout.splitlines()
+            res = tfcluster("logs", str(spec), f"worker:{k}", "--attempt", str(attempt))
+            got = res.stdout.splitlines()
             want = [f"attempt {attempt - 1} line {i}" for i in range(lines)]
             checked += 1
             # Only this attempt's lines, in order; the last attempt's complete. (The first attempt
@@ -83,7 +85,11 @@ def one_run(directory: Path, lines: int) -> tuple[int, int]:
             if got != (want if attempt == 2 else want[:len(got)]):
                 wrong += 1
                 print(f"  worker:{k} --attempt {attempt}: {len(got)} lines, first {got[:1]}, want {lines} of attempt "
-                      f"{attempt - 1}", file=sys.stderr)
+                      f"{attempt - 1} (logs exit {res.returncode}: {res.stderr.strip()[-300:]})", file=sys.stderr)
+                keep = Path(os.environ.get("ATTEMPT_LOGS_KEEP", "/tmp/attempt-logs-wrong"))
+                if not keep.exists():  # the first wrong run's spec dir and record, to read after
+                    shutil.copytree(directory, keep, symlinks=True)
+                    (keep / "up.stderr").write_text(up.stderr)
     return wrong, checked
 
 

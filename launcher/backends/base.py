@@ -73,6 +73,10 @@ class TaskHandle(abc.ABC):
         """A short remark on the task's state for reports (e.g. 'stopped by SIGSTOP')."""
         return ""
 
+    def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for what the task already printed to reach the line sink
+        (its reader thread on a busy machine may still hold it). Default: nothing to wait for."""
+
     @property
     def session_lost(self) -> Optional[float]:
         """When (time.time()) the task's session with its host was lost (a dropped connection, a

@@ -51,6 +51,9 @@ class ChildTask(TaskHandle):
                     pass
         return normalize_exit(code)
 
+    def drain(self, timeout: float) -> None:
+        self._reader.join(timeout=max(0.0, timeout))
+
     def reaped_long_ago(self) -> bool:
         """Reaped more than REAPED_SIGNAL_WINDOW ago: its ids may belong to someone else now."""
         return self._reaped_at is not None and time.monotonic() - self._reaped_at > REAPED_SIGNAL_WINDOW

@@ -41,6 +41,8 @@ from launcher.ui.console import Console
 
 INTERRUPTED = AttemptState.INTERRUPTED
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
+# Seconds, all tasks together, that the end of an attempt waits for output its readers still hold.
+DRAIN_BOUND = 5.0
 
 
 class Supervisor(AttemptPhases, Prewarm, Reporting):
@@ -348,6 +350,13 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             how = "SIGKILL" if grace <= 0 else f"SIGTERM, SIGKILL after {grace:g} s"
             self.console.info(f"stopping {', '.join(running)} ({how})")
         left = self.backend.stop(handles, grace)
+        # Each stopped task's last lines into its log before the attempt (or the run) ends: a reader
+        # thread the load held up past poll()'s short wait would otherwise log them after the next
+        # attempt's offsets, or die with this process when the run ends, the lines lost.
+        deadline = time.monotonic() + DRAIN_BOUND
+        for h in handles:
+            if h.poll() is not None:
+                h.drain(deadline - time.monotonic())
         for key in running:
             self.record.write(ev.Stopped(task=key, code=self._handles[key].poll()))
         if left:
