@@ -43,6 +43,9 @@ def make_spec(tmp_path, lab):
             "slurm": {"partition": PARTITION, "time": "15", "python": PY, "queue_timeout": 30, **(slurm or {})},
             **extra,
         }
+        # The lab's GPUs are device files Slurm hands out (gres), which no TensorFlow can use: the
+        # reference worker, given them, trains on CPU as told instead of failing fast.
+        spec["devices"] = {"cpu_fallback": True, **(extra.get("devices") or {})}
         path = tmp_path / "cluster.yaml"
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
         return path
