@@ -151,7 +151,7 @@ def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> t
 def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:
     problems: list[str] = []
     versions: dict[str, dict[str, list[str]]] = {}
-    found: dict[str, tuple] = {}  # host -> its GPUs, for the hosts that said
+    said_gpus: dict[str, tuple] = {}  # host -> its GPUs, for the hosts that said
     for name in names:
         rep, hs = replies[name], pool.hosts[name]
         if rep.get("error"):
@@ -183,8 +183,8 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
             failure = one_line(said, 240) if isinstance(said, str) else None
             problems += gpus.host_problems(plan, name, [tuple(g) for g in rep["gpus"]], failure)
             hs.gpus = tuple(tuple(g) for g in rep["gpus"])
-            found[name] = hs.gpus
-    unequal = gpus.hosts_problem(plan, found)
+            said_gpus[name] = hs.gpus
+    unequal = gpus.hosts_problem(plan, said_gpus)
     if unequal:
         problems.append(unequal)
     for module, by_version in versions.items():
