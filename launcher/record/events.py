@@ -249,7 +249,7 @@ class Failure(RecordEvent):
     code: Optional[int] = None
     last_lines: list[str] = field(default_factory=list)
     others: list[str] = field(default_factory=list)
-    consequences: dict[str, str] = field(default_factory=dict)
+    consequences: dict[str, JSON] = field(default_factory=dict)  # task -> its exit code (or why it ended)
     errors: list[str] = field(default_factory=list)
     hint: Optional[str] = None
 

@@ -132,7 +132,11 @@ def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
         assert re.match(r"demo\s+multi_worker_mirrored on local\s+attempt 1 of 1\s+\d\d:\d\d elapsed$",
                         lines[header]), lines[header]
         assert lines[header + 1] == f"run dir {run_dir(spec)}"
-        assert header > max(i for i, line in enumerate(lines) if line.startswith("[worker:"))
+        # the tasks' lines scroll above the panel: as they are, or folded for the run with the
+        # tasks that said them ("worker: strategy=...  (worker:0-1)", launcher/ui/peoplelines.py)
+        above = [i for i, line in enumerate(lines)
+                 if line.startswith("[worker:") or re.search(r"  \(worker:[0-9,-]+\)$", line.rstrip())]
+        assert above and header > max(above), screen
         for line in lines:
             m = row.match(line)
             if m:  # the global step agrees with epoch and step in the epoch

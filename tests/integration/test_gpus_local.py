@@ -80,7 +80,9 @@ def test_plan_shows_each_tasks_gpus_and_refusals_are_one_line(tmp_path):
     env["FAKE_NVIDIA_SMI_GPUS"] = "1"
     proc = tfcluster("up", path, env=env)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("tfcluster: error: localhost has 1 GPU; 2 tasks x gpus_per_task 1 need 2; ")
+    # (a plan-time spec error: FILE:LINE of the key that asks for the GPUs, as every spec error)
+    assert proc.stderr.startswith(f"tfcluster: error: {path}:"), proc.stderr
+    assert ": localhost has 1 GPU; 2 tasks x gpus_per_task 1 need 2; " in proc.stderr, proc.stderr
     assert not recorded(tmp_path) and not (tmp_path / "runs").exists()  # nothing started
     nccl = script_spec(tmp_path, RECORD, "{worker: 3}", "collective: {implementation: nccl}\n")
     env["FAKE_NVIDIA_SMI_GPUS"] = "2"
@@ -140,9 +142,9 @@ def test_gpus_asked_for_and_nvidia_smi_failing_is_one_line_with_its_words(tmp_pa
     path = script_spec(tmp_path, RECORD, "{worker: 2}", "devices: {gpus_per_task: 1}\n")
     proc = tfcluster("up", path, env={**gpu_env(tmp_path, 2), "FAKE_NVIDIA_SMI_FAIL": "1"})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("tfcluster: error: localhost: GPUs asked for (devices.gpus_per_task 1) but "
-                                  "nvidia-smi -L failed (exit 9): NVIDIA-SMI has failed because it couldn't "
-                                  "communicate with the NVIDIA driver."), proc.stderr
+    assert proc.stderr.startswith(f"tfcluster: error: {path}:"), proc.stderr  # (FILE:LINE of the key)
+    assert (": localhost: GPUs asked for (devices.gpus_per_task 1) but nvidia-smi -L failed (exit 9): NVIDIA-SMI "
+            "has failed because it couldn't communicate with the NVIDIA driver.") in proc.stderr, proc.stderr
     assert "install or load the NVIDIA driver" in proc.stderr and not recorded(tmp_path)
     auto = script_spec(tmp_path, RECORD, "{worker: 2}")
     proc = tfcluster("up", auto, env={**gpu_env(tmp_path, 2), "FAKE_NVIDIA_SMI_FAIL": "1"}, timeout=300)
