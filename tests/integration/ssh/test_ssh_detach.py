@@ -83,7 +83,8 @@ def test_supervisor_on_a_host_launcher_disconnects_run_completes(lab, make_spec,
         st = tfcluster("status", str(spec))
         assert st.returncode == 0 and f"run {run_id} (sshtest, ssh): succeeded" in st.stdout, st.stdout
         runs = tfcluster("runs", str(spec))
-        assert re.search(rf"^\s+{run_id}\s.*\ssucceeded\s+1\s+0\.9300$", runs.stdout, re.M), runs.stdout
+        # (the runs row ends with its goodput, after the accuracy)
+        assert re.search(rf"^\s+{run_id}\s.*\ssucceeded\s+1\s+0\.9300\s+[0-9.]+ %$", runs.stdout, re.M), runs.stdout
         wait_for(lambda: not supervisors(), 30, what="the supervisor to exit")
     finally:
         tfcluster("down", str(spec), timeout=120)
