@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 # Raw control bytes a terminal acts on (tab and newline are text).
@@ -51,15 +50,6 @@ def tree(root: Path) -> dict[str, tuple]:
             out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return out
 
-
-def wait_for(check, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def plant_socket(path: Path) -> None:

@@ -15,7 +15,9 @@ import pytest
 from launcher.loader.discovery import DiscoveryError, run_discovery
 from tests.support.cli import ROOT, tfcluster
 
-from .conftest import assert_bounded, wait_for
+from tests.support.waits import wait_for
+
+from .conftest import assert_bounded
 
 SSH_SPEC = """\
 name: t
@@ -128,7 +130,7 @@ def test_a_discovery_grandchild_that_leaves_the_group_and_holds_the_pipe_ends_at
     took = time.monotonic() - started
     assert "no answer within 3 s (discovery.timeout)" in str(err.value)
     assert took < 6, took  # (the timeout, not the grandchild's 60 s)
-    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 5, "the grandchild's pid"))
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 5, what="the grandchild's pid"))
 
     def gone() -> bool:
         try:
@@ -137,7 +139,7 @@ def test_a_discovery_grandchild_that_leaves_the_group_and_holds_the_pipe_ends_at
         except OSError:
             return True
 
-    wait_for(gone, 5, f"grandchild {pid} ended")
+    wait_for(gone, 5, what=f"grandchild {pid} ended")
 
 
 def test_a_command_that_exits_leaves_no_background_child(tmp_path):
@@ -147,6 +149,6 @@ def test_a_command_that_exits_leaves_no_background_child(tmp_path):
                           f">/dev/null 2>&1 & while [ ! -s {pidfile} ]; do sleep 0.05; done; echo h1 10.0.0.1", 20,
                           tmp_path)
     assert [h.name for h in hosts] == ["h1"]
-    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 5, "the child's pid"))
+    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 5, what="the child's pid"))
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1][0] in "ZX",
-             5, f"background child {pid} ended with its group")
+             5, what=f"background child {pid} ended with its group")
