@@ -23,7 +23,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.support.ports import free_base  # noqa: E402
 PY = sys.executable
 
 # A plain script as a user writes one for a cluster: it reads TF_CONFIG, listens on its task's
@@ -68,23 +68,6 @@ RUNNER = (
 
 def tfcluster(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "launcher", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-def free_base(count: int) -> int:
-    for base in range(24000, 60000, 97):
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("0.0.0.0", port))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise SystemExit("attach_ctrl_c: no free ports")
 
 
 def local_spec(work: Path) -> Path:

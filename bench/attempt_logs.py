@@ -20,14 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.support.ports import free_base  # noqa: E402  (a random base: other suites take ports near ours)
 
 TASK = textwrap.dedent("""\
     import json, os, sys
@@ -38,25 +40,6 @@ TASK = textwrap.dedent("""\
     if index == 2 and attempt == 0:
         os.kill(os.getpid(), 9)
 """)
-
-
-def free_base(count: int) -> int:
-    """A base port with ``count`` free ports above it (bound and released)."""
-    # (random: other programs on a busy machine, test suites among them, take ports near ours)
-    for base in random.sample(range(20000, 60000, 97), 200):
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise SystemExit("no free ports")
 
 
 def tfcluster(*args: str) -> subprocess.CompletedProcess:
