@@ -196,11 +196,18 @@ if [ "$NUNIT" -ge 1 ]; then
     n=$(( NUNIT > 8 ? 8 : NUNIT ))
     echo; echo "== 1. every GPU: $n workers, gpus_per_task: 1"
     spec "$TMP/every.yaml" multi_worker_mirrored "{worker: $n}" "gpus_per_task: 1"
-    run_up every "$TMP/every.yaml"
+    GPU_CHECK_HOLD=${GPU_CHECK_HOLD:-12} run_up every "$TMP/every.yaml"
     check "every unit: up exits 0" "$?"
     got=$(shares_ok every "$n"); rc=$?
     check "every unit: $n tasks, one unit each, disjoint ($got)" "$rc"
     fw_check every 1 "every unit"
+    # The supervisor's GPU watch against the real nvidia-smi: each task's processes found by pid in
+    # --query-compute-apps (the probes hold their memory GPU_CHECK_HOLD s, over two 5 s samples).
+    if [ "$FW" != none ] && [ -z "$FAKE" ]; then
+        peak=$(grep 'gpu memory peak:' "$TMP/every.out")
+        check "every unit: the report shows each task's GPU memory from nvidia-smi (${peak:-no peak line})" \
+            "$(yes_no [ "$(printf '%s' "$peak" | grep -oE 'worker:[0-9]+ [1-9][0-9]* MiB' | wc -l)" = "$n" ])"
+    fi
 
     for w in 2 3; do
         echo; echo "== $((w)). $w workers, gpus_per_task: auto"

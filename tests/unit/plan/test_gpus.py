@@ -4,8 +4,10 @@ shows, and the fake nvidia-smi's formats."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -351,6 +353,33 @@ def test_fake_nvidia_smi_prints_nvidias_formats(tmp_path):
     env["FAKE_NVIDIA_SMI_GPUS"] = "0"
     none = run("-L")
     assert none.returncode == 6 and gpuplace.parse_list(none.stdout) == []
+
+
+def real_outputs():
+    """The real nvidia-smi's answers to the launcher's three queries, read on an H100 (data/)."""
+    out, command = {}, None
+    for line in (Path(__file__).parent / "data" / "nvidia-smi-h100.txt").read_text().splitlines():
+        if line.startswith("$ nvidia-smi "):
+            command = line[len("$ nvidia-smi "):]
+            out[command] = ""
+        elif command is not None:
+            out[command] += line + "\n"
+    return out
+
+
+def test_the_real_nvidia_smis_answers_parse_and_the_fake_answers_in_their_shape():
+    real = real_outputs()
+    apps_query, gpus_query = " ".join(gpuplace.APPS_QUERY[1:]), " ".join(gpuplace.GPUS_QUERY[1:])
+    assert set(real) == {"-L", apps_query, gpus_query}  # the recording is of the queries the launcher makes
+    assert gpuplace.parse_list(real["-L"]) == [(0, "NVIDIA H100 80GB HBM3", "GPU-b7566d77-1004-aa69-ffa2-0e54f19979be")]
+    assert gpuplace.parse_apps(real[apps_query]) == {474: 838}
+    assert gpuplace.parse_gpus(real[gpus_query]) == {0: 0}
+    env = {"FAKE_NVIDIA_SMI_GPUS": "1", "FAKE_NVIDIA_SMI_APPS": "4242:1234", "PATH": "/usr/bin:/bin"}
+    shape = lambda text: [re.sub(r"[0-9a-f]{4,}|\d+", "N", re.sub(r"\(UUID: .*\)", "(UUID)", re.sub(  # noqa: E731
+        r"^GPU (\d+): .* \(", r"GPU \1: NAME (", line))) for line in text.splitlines()]
+    for command, text in real.items():
+        fake = subprocess.run([str(FAKE), *command.split()], capture_output=True, text=True, env=env, timeout=20)
+        assert fake.returncode == 0 and shape(fake.stdout) == shape(text), (command, fake.stdout, text)
 
 
 def test_parse_list_gives_a_mig_gpus_devices_as_units():
