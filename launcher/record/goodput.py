@@ -36,8 +36,8 @@ Of a task's lines, their own ``time=`` (the record's log lines carry no other ti
 * ``other``: the rest (evaluation and the final save after the last step, teardown).
 
 A run whose progress task printed no step lines still gets startup, recovery and waiting: its
-training is taken to run from each attempt's ``attempt_ready`` to its end, so ``productive`` is
-an upper bound (``exact`` false).
+training is taken to run from each attempt's ``attempt_ready`` (once ended without one: its last
+task's ``start``) to its end, so ``productive`` is an upper bound (``exact`` false).
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class Marks:
     ended: Optional[float] = None
     spans: dict[str, list[Span]] = field(default_factory=dict)
     ready: dict[int, float] = field(default_factory=dict)  # attempt -> attempt_ready time
+    launched: dict[int, float] = field(default_factory=dict)  # attempt -> its last task's start
     faults: dict[int, float] = field(default_factory=dict)  # attempt -> its first fault's time
     planned: dict[int, float] = field(default_factory=dict)  # attempt -> a planned stop (replan, no fault)
     waits: list[list[float]] = field(default_factory=list)  # [from, to] the group waited for hosts
@@ -103,6 +104,7 @@ class Marks:
             self._attempt = max(self._attempt, attempt)
             if isinstance(key, str):
                 self.spans.setdefault(key, []).append(Span(attempt))
+            self.launched[attempt] = max(at, self.launched.get(attempt, at))
             self._end_wait(at, waited=False)
         elif kind == Event.ATTEMPT_READY:
             self.ready.setdefault(attempt, at)
@@ -171,7 +173,8 @@ class Marks:
     def to_json(self) -> dict[str, Any]:
         return {"started": self.started, "ended": self.ended,
                 "spans": {k: [vars(s) for s in v] for k, v in self.spans.items()},
-                "ready": [[k, v] for k, v in self.ready.items()], "faults": [[k, v] for k, v in self.faults.items()],
+                "ready": [[k, v] for k, v in self.ready.items()],
+                "launched": [[k, v] for k, v in self.launched.items()], "faults": [[k, v] for k, v in self.faults.items()],
                 "planned": [[k, v] for k, v in self.planned.items()], "waits": [list(w) for w in self.waits],
                 "restarts": list(self.restarts),
                 "attempt": self._attempt, "waiting_since": self._waiting_since}
@@ -181,6 +184,7 @@ class Marks:
         out = cls(started=data.get("started"), ended=data.get("ended"),
                   spans={k: [Span(**s) for s in v] for k, v in (data.get("spans") or {}).items()},
                   ready={int(k): float(v) for k, v in data.get("ready") or ()},
+                  launched={int(k): float(v) for k, v in data.get("launched") or ()},
                   faults={int(k): float(v) for k, v in data.get("faults") or ()},
                   planned={int(k): float(v) for k, v in data.get("planned") or ()},
                   waits=[[float(a), float(b)] for a, b in data.get("waits") or ()],
@@ -311,14 +315,26 @@ def measure(marks: Marks, now: float) -> Optional[Goodput]:
 
 
 def _ready_spans(marks: Marks, end: float) -> list[Span]:
-    """Without step lines: each attempt trains (at most) from its attempt_ready to its fault or the end."""
+    """Without step lines: each attempt trains (at most) from its attempt_ready to its fault or the end.
+
+    An attempt that ended without an attempt_ready (its tasks never opened their ports: a script
+    that trains without a cluster server, or one that ends first) trained at most from its last
+    task's start: an upper bound must not be below what the run may have trained. The attempt
+    still running without one is starting (its ports are not open yet)."""
     out = []
-    attempts = sorted(marks.ready)
+    ended = marks.ended is not None
+    attempts = sorted(set(marks.ready) | set(marks.launched))
     for i, a in enumerate(attempts):
         last = marks.faults.get(a, marks.planned.get(a))
+        later = attempts[i + 1] if i + 1 < len(attempts) else None
+        first = marks.ready.get(a)
+        if first is None and (last is not None or later is not None or ended):
+            first = marks.launched[a]
+        if first is None:
+            continue
         if last is None:
-            last = marks.ready[attempts[i + 1]] if i + 1 < len(attempts) else end
-        out.append(Span(a, first=marks.ready[a], last=max(last, marks.ready[a])))
+            last = marks.ready.get(later, marks.launched.get(later, end)) if later is not None else end
+        out.append(Span(a, first=first, last=max(last, first)))
     return out
 
 

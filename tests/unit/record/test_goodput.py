@@ -145,6 +145,29 @@ def test_a_script_without_step_lines_gets_an_upper_bound():
     assert g.line().startswith("goodput at most 66.7 %") and g.short() == "<=66.7 %"
 
 
+def test_a_run_whose_tasks_never_opened_their_ports_is_bounded_from_their_start():
+    # Seen on a real H100 (bench/gpu_check-h100.log): probes that compute on the GPU without a
+    # cluster server print no step lines and open no port; the bound was "at most 0.0 %", below
+    # what they trained. An ended attempt trained at most from its last task's start.
+    run = Run().attempt(0, 0.5).ev("exit", 10.0, task="worker:0", attempt=0, code=0)
+    run.ev("exit", 10.5, task="worker:1", attempt=0, code=0)
+    live = run.measure(now=8.0)
+    assert live.productive == 0 and live.badput["startup"] == pytest.approx(8.0)  # running: still starting
+    g = run.ev("outcome", 11.0, outcome="succeeded").measure()
+    assert not g.exact
+    assert g.badput["startup"] == pytest.approx(0.5)
+    assert g.productive == pytest.approx(11.0 - 0.5)
+    assert g.line().startswith("goodput at most 95.5 %")
+    # A failed attempt without ports, then one with: each bounded from its own sign.
+    run = Run().attempt(0, 0.5).ev("exit", 3.0, task="worker:1", attempt=0, code=1)
+    run.ev("restart", 3.2, attempt=1).attempt(1, 4.0).ev("attempt_ready", 5.0, attempt=1)
+    g = run.ev("outcome", 9.0, outcome="succeeded").measure()
+    assert g.badput["startup"] == pytest.approx(0.5)
+    assert g.productive == pytest.approx((3.0 - 0.5) + (9.0 - 5.0))
+    assert g.badput["recovery"] == pytest.approx(5.0 - 3.0)
+    assert Marks.from_json(run.marks.to_json()).launched == run.marks.launched
+
+
 def test_live_recovery_while_the_group_restarts():
     run = Run().attempt(0, 0.1)
     run.train("worker:0", 0, 2.0, 3.0, 51, 8.0)
