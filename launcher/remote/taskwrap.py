@@ -142,6 +142,9 @@ def _gpu_request(var: str, limit_var: str, coll_var: str = "") -> "str | None":
     return None
 
 
+QUERY_TIMEOUT = 10.0  # s: one nvidia-smi query of --gpu-watch; three misses in a row end the watch
+
+
 def _watch_gpus(every: float, visible: "str | None", pgid: int, child: int, done: threading.Event) -> None:
     """``--gpu-watch``: the task's GPU figures, each change one line on stderr (gpuplace.py)."""
     if visible is not None and visible.strip().startswith("-"):
@@ -156,7 +159,9 @@ def _watch_gpus(every: float, visible: "str | None", pgid: int, child: int, done
     ids = gpuplace.watched_ids(visible, gpuplace.host_gpus())
     last, misses = None, 0
     while ids and not done.is_set():
-        got = gpuplace.query(min(max(every, 2.0), 5.0))  # nvidia-smi itself may take a second on a busy host
+        # nvidia-smi may take seconds on a busy host (the suite's stand-in, a Python script, took
+        # over 2 s at load 20): the sampling interval is not its deadline.
+        got = gpuplace.query(QUERY_TIMEOUT)
         if got is None:
             misses += 1
             if misses >= 3:
