@@ -205,6 +205,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_sync(args, task, model_dir(args))
     except TpuUnavailable as exc:
         print(f"worker: error: {exc}", file=sys.stderr, flush=True)
+        if exc.stuck:  # its thread is still inside TensorFlow: no interpreter teardown around it
+            sys.stdout.flush()
+            os._exit(2)
         return 2
 
 

@@ -14,7 +14,13 @@ from typing import Any, Callable, Optional
 
 
 class TpuUnavailable(Exception):
-    """No usable TPU; the message is one line for the user."""
+    """No usable TPU; the message is one line for the user. ``stuck``: the attempt still runs in
+    its thread (inside TensorFlow, perhaps holding its locks), so the process must not finalize
+    the interpreter around it: the worker ends with ``os._exit``."""
+
+    def __init__(self, message: str, stuck: bool = False) -> None:
+        super().__init__(message)
+        self.stuck = stuck
 
 
 def resolver_args(name: str, zone: Optional[str] = None, project: Optional[str] = None) -> dict[str, Any]:
@@ -55,7 +61,7 @@ def connect(name: str, zone: Optional[str] = None, project: Optional[str] = None
     thread.join(timeout)
     if thread.is_alive():
         raise TpuUnavailable(f"TPU {args['tpu']!r}: {describe(args)} did not answer within {timeout:g} s while "
-                             f"{stage[0]} it; check tpu.name, tpu.zone and tpu.project")
+                             f"{stage[0]} it; check tpu.name, tpu.zone and tpu.project", stuck=True)
     if "error" in outcome:
         exc = outcome["error"]
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -82,3 +82,34 @@ def test_worker_main_exits_2_with_one_line(tpu, monkeypatch, capsys, tmp_path):
     assert main.main(["--strategy", "tpu", "--model-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["worker: error: TPU 'local' not usable: initialising it failed; this machine has no TPU"]
+
+
+def test_a_resolver_still_stuck_is_not_torn_down_around(tmp_path):
+    """The resolver times out while its thread is still inside TensorFlow (here: holding a lock
+    that an exit hook needs, as TensorFlow's own atexit hooks need its context): the worker says
+    its one line and ends with exit 2 at once, instead of finalizing the interpreter around the
+    stuck thread (which waits for ever here, and aborts or hangs in TensorFlow)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import atexit, sys, threading, time
+import tensorflow as tf
+from worker import main, tpu
+held = threading.Lock()
+def resolver(**kwargs):
+    held.acquire()
+    time.sleep(600)
+atexit.register(lambda: held.acquire())
+tf.config.experimental_connect_to_cluster = lambda r: None
+tf.tpu.experimental.initialize_tpu_system = lambda r: None
+real = tpu.connect
+tpu.connect = lambda name, zone=None, project=None, timeout=120.0: real(name, zone, project, 0.5, resolver_cls=resolver)
+sys.exit(main.main(["--strategy", "tpu", "--model-dir", {str(tmp_path)!r}]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in __import__("os").environ.items() if k != "TF_CONFIG"})
+    err = [line for line in proc.stderr.splitlines() if line.startswith("worker: ")]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert err == ["worker: error: TPU 'local': TPUClusterResolver(tpu='local') did not answer within 0.5 s "
+                   "while resolving it; check tpu.name, tpu.zone and tpu.project"], proc.stderr[-2000:]
