@@ -95,8 +95,18 @@ def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
 def promote_command(promotion: str, pidfile: str) -> str:
     """A warm standby's promotion: its environment (stdin, JSON) into its promotion file, whole
     (a rename), then SIGUSR1 to its group, verified as ``signal_command`` does."""
-    return (f"umask 077 && cat > {q(promotion + '.tmp')} && mv -f {q(promotion + '.tmp')} {q(promotion)} && "
+    return (f"umask 077 && {exclusive_write(q(promotion))} && "
             + signal_command(_signal.SIGUSR1, [pidfile]))
+
+
+def exclusive_write(target: str) -> str:
+    """Shell: stdin into ``target`` (shell text: quoted, or ``"$HOME"/'...'``) whole, never through
+    a planted symlink: a new file of a name no one can know beforehand (``mktemp``: exclusive, mode
+    0600) in the target's directory, then renamed over the target (``mv -T``: a symlink there is
+    replaced, its target untouched, even a directory's). On failure the temporary file is removed
+    and the status is non-zero."""
+    return (f'{{ t=$(mktemp "$(dirname {target})/.tfcluster.XXXXXXXX") && '
+            f'{{ cat > "$t" && mv -fT "$t" {target} || {{ rm -f "$t"; false; }}; }}; }}')
 
 
 def state_command(pidfile: str) -> str:

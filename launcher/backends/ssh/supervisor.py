@@ -23,7 +23,7 @@ from launcher.ui.console import Console
 from launcher.interrupts import take_interrupt
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError
 from launcher.spec.model import LoadedSpec
-from launcher.backends.ssh.commands import q, remote_paths
+from launcher.backends.ssh.commands import exclusive_write, q, remote_paths
 
 if TYPE_CHECKING:
     from launcher.backends.ssh.pool import HostPool
@@ -66,7 +66,7 @@ class RemoteSupervisor:
             text = self._copy_text().encode("utf-8")
             target = self.spec_arg
             code, out = self.pool.run_on(
-                self.host, f"mkdir -p $(dirname {target}) && cat > {target}.tmp && mv {target}.tmp {target}", text, 60)
+                self.host, f'mkdir -p "$(dirname {target})" && {exclusive_write(target)}', text, 60)
             if code != 0:
                 raise LaunchError(f"host {self.host} (ssh.supervisor): cannot write {self.spec_path}: "
                                   f"{out.strip()[-160:] or f'exit {code}'}; check ssh.remote_dir")

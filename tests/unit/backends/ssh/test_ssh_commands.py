@@ -463,3 +463,33 @@ def test_a_missing_interpreter_is_still_named_by_the_quiet_shell(tmp_path, shell
     out = subprocess.run([shell, "-c", sc.agent_command("/nonexistent/python3", "t/RUN/pids/w.pid")], cwd=tmp_path,
                          capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
     assert out.returncode == 127 and "/nonexistent/python3: " in out.stderr, out  # "not found" or "No such file"
+
+
+@pytest.mark.parametrize("planted", ["file", "dangling", "dir"])
+def test_exclusive_write_replaces_a_planted_symlink_never_its_target(tmp_path, planted):
+    """The shell the supervisor's spec copy and a standby's promotion are written with: stdin into
+    the target whole, through no symlink planted there (to a file, to nothing, to a directory)."""
+    outside = tmp_path / "outside"
+    if planted == "file":
+        outside.write_text("precious\n")
+    elif planted == "dir":
+        outside.mkdir()
+    where = tmp_path / "d;$(id) x"
+    where.mkdir()
+    target = where / "cluster.yaml"
+    target.symlink_to(outside)
+    out = subprocess.run(["sh", "-c", sc.exclusive_write(sc.q(str(target)))], input=b"new\n", capture_output=True,
+                         timeout=10)
+    assert out.returncode == 0, out.stderr
+    assert not target.is_symlink() and target.read_bytes() == b"new\n"
+    assert [p.name for p in where.iterdir()] == ["cluster.yaml"]  # no temporary file left
+    if planted == "file":
+        assert outside.read_text() == "precious\n"
+    elif planted == "dir":
+        assert list(outside.iterdir()) == []
+    else:
+        assert not outside.exists()
+    # A directory that is not there: non-zero, nothing left.
+    out = subprocess.run(["sh", "-c", sc.exclusive_write(sc.q(str(tmp_path / "none" / "f")))], input=b"x",
+                         capture_output=True, timeout=10)
+    assert out.returncode != 0 and not (tmp_path / "none").exists()
