@@ -12,7 +12,6 @@ import pytest
 from tests.support.cli import tfcluster
 
 from .conftest import assert_bounded, spec_text
-from .test_safe_reads import recorded, run  # noqa: F401 - the fixtures: a real run's record, copied
 
 COMMANDS = (("status",), ("status", "--json"), ("runs",), ("logs",), ("logs", "--tail", "3"), ("down",))
 

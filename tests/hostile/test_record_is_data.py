@@ -21,7 +21,6 @@ from launcher.procinfo import cmdline, start_time
 from tests.support.cli import tfcluster
 
 from .conftest import assert_bounded
-from .test_safe_reads import recorded, run  # noqa: F401 - the fixtures: a real run's record, copied
 
 
 def _someone_elses(env: dict | None = None) -> subprocess.Popen:

@@ -13,10 +13,15 @@ import pytest
 from tests.support.slurm_helpers import assert_clean, job_id, latest_run
 from tests.support.waits import wait_for
 
-from .conftest import start_tfcluster, tfcluster
-from .test_slurm_backend import SLEEPER, _wait_started
+from tests.support.tfrun import wait_line
+
+from .conftest import PY, start_tfcluster, tfcluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(300)]
+
+
+# Each task says it started, then sleeps: the run holds its allocation while the test tampers.
+SLEEPER = [PY, "-c", "import time; print('STARTED', flush=True); time.sleep(120)"]
 
 
 def _other_job(lab, *args: str) -> str:
@@ -27,7 +32,9 @@ def test_down_cancels_the_runs_job_but_not_jobs_of_another_run_or_user_that_a_ta
     spec = make_spec(SLEEPER)
     proc = start_tfcluster(lab, "up", str(spec))
     try:
-        _wait_started(proc, 2)
+        seen: list[str] = []
+        for _ in range(2):
+            wait_line(proc, r"\] STARTED", seen, 60)
         job = job_id(spec)
         os.killpg(proc.pid, signal.SIGKILL)  # the allocation outlives its launcher (down's own case)
         proc.wait(10)
