@@ -16,7 +16,7 @@ from launcher.backends import RecordedRun, backend_class
 from launcher.bounded import shown
 from launcher.contract import envnames
 from launcher.ui.console import Console
-from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, NoRun
+from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError, NoRun
 from launcher.plan.build import Plan
 from launcher.procinfo import is_same, not_own, wait_gone
 from launcher.record.events import Event, RunOutcome
@@ -35,12 +35,14 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
         raise NoRun(f"no run record at {where}; nothing to stop (check the spec path or --run)")
     info = read_launcher(run_dir, required=True) or {}
     pid, started = info.get("pid"), info.get("start_time")
+    recorded = RecordedRun(run_dir, info)
     stopped_any = False
     supervised = pid == os.getpid()
     if pid is not None and pid != os.getpid() and is_same(pid, started):
         why = _not_the_supervisor(run_dir, info)
         if why is not None:  # a record is data, not orders: a pid it names is signalled only once proven
-            console.error(f"not signalling process {pid}, which run {run_dir.name}'s launcher.json names: {why}")
+            recorded.refuse(console, f"not signalling process {pid}, which run {run_dir.name}'s launcher.json names: "
+                                     f"{why}")
         else:
             supervised = True
             console.info(f"asking launcher {pid} of run {run_dir.name} to stop (SIGTERM)")
@@ -54,12 +56,15 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
     # finds it by the ids in the record.
     backend = backend_class(spec.backend).from_spec(loaded, None, console)
     try:
-        stopped_any = backend.down(RecordedRun(run_dir, info), console) or stopped_any
+        stopped_any = backend.down(recorded, console) or stopped_any
     finally:
         backend.close()
     if not supervised:
         _record_stop(run_dir, console)
     console.info(f"run {run_dir.name}: " + ("stopped" if stopped_any else "nothing was running"))
+    if recorded.refused:
+        raise LaunchError(f"run {run_dir.name}: {len(recorded.refused)} thing(s) its record names could not be "
+                          "proven the run's own and were left alone (above); stop them by hand if they are")
     return EXIT_OK
 
 

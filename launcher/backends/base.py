@@ -134,10 +134,20 @@ class RecordedRun:
 
     dir: Path
     info: Mapping[str, Any] = field(default_factory=dict)
+    # One line per process, container or job the record names that ``down`` could not prove the
+    # run's own and so left alone (a record is data, not orders); ``down`` exits non-zero if any.
+    refused: list[str] = field(default_factory=list, compare=False)
 
     @property
     def run_id(self) -> str:
-        return str(self.info.get("run_id") or self.dir.name)
+        """The run's id: its record dir's name. A record's own ``run_id`` that says otherwise is
+        not believed (a copied or planted record would otherwise point ``down`` at another run)."""
+        return self.dir.name
+
+    def refuse(self, console: "Console", line: str) -> None:
+        """Leave something the record names alone, saying why in one line."""
+        self.refused.append(line)
+        console.error(line)
 
     @property
     def tasks(self) -> Mapping[str, Mapping[str, Any]]:

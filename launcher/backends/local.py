@@ -204,8 +204,8 @@ class LocalBackend(Backend):
                 continue
             why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.dir.name))
             if why is not None:
-                console.error(f"{key}: not stopping process group {pgid}: {why}; the record names a process "
-                              "that is not this run's")
+                run.refuse(console, f"{key}: not stopping process group {pgid}: {why}; the record names a process "
+                                    "that is not this run's")
                 continue
             leftovers.append(key)
             kill_group(pgid, self.stop_grace)

@@ -306,14 +306,39 @@ def host_gpus(timeout=10.0):
 NO_DEVICES = 6
 
 
+def _run(argv, timeout, merge_stderr=False):
+    """(exit code, stdout bytes) of ``argv`` run in a process group of its own; TimeoutExpired past
+    ``timeout`` s, once the whole group is killed (SIGKILL): a hung nvidia-smi, or a child of it
+    that keeps the pipe open, never outlives the timeout (``subprocess.run`` kills only the child
+    it started). Stdlib only, as launcher.procinfo.run_bounded does it where the launcher runs."""
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    finally:
+        if proc.returncode is None:  # timed out (or interrupted): the group goes, whatever holds the pipe
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.stdout.close()
+            proc.wait()
+
+
 def host_gpus_checked(timeout=10.0):
     """(units, failure): ``host_gpus``'s list and, when nvidia-smi is missing, fails (other than
     finding no GPU) or times out, its own words in one bounded line (None otherwise)."""
     import subprocess
 
     try:
-        proc = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        code, out = _run(["nvidia-smi", "-L"], timeout, merge_stderr=True)
+        proc = subprocess.CompletedProcess(["nvidia-smi", "-L"], code, out)
     except FileNotFoundError:
         return [], "nvidia-smi not found (no NVIDIA driver installed)"
     except subprocess.TimeoutExpired:
@@ -386,10 +411,8 @@ def query(timeout=5.0):
     import subprocess
 
     try:
-        apps = subprocess.run(APPS_QUERY, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              stdin=subprocess.DEVNULL, timeout=timeout)
-        gpus = subprocess.run(GPUS_QUERY, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              stdin=subprocess.DEVNULL, timeout=timeout)
+        apps = subprocess.CompletedProcess(APPS_QUERY, *_run(APPS_QUERY, timeout))
+        gpus = subprocess.CompletedProcess(GPUS_QUERY, *_run(GPUS_QUERY, timeout))
     except (OSError, subprocess.SubprocessError):
         return None
     if apps.returncode != 0 or gpus.returncode != 0:

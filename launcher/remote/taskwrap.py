@@ -276,6 +276,16 @@ def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
         last = etag
 
 
+def _start_ticks() -> str:
+    """This process's start time (/proc/self/stat field 22, clock ticks since boot), written into
+    the pid file: ``tfcluster down`` signals the pid only while it is still this process."""
+    try:
+        with open("/proc/self/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
 def main(argv: list[str]) -> int:
     opts, cmd = _parse(argv)
     if os.getpgid(0) != os.getpid():
@@ -313,7 +323,7 @@ def main(argv: list[str]) -> int:
         tmp = f"{opts['pidfile']}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w") as fh:
-            fh.write(f"{os.getpid()} {child}\n")
+            fh.write(f"{os.getpid()} {child} {_start_ticks()}\n")
         os.replace(tmp, opts["pidfile"])
 
     stopping = threading.Event()

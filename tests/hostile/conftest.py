@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
+
+from tests.support.cli import tfcluster
 
 # Raw control bytes a terminal acts on (tab and newline are text).
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
@@ -66,3 +71,42 @@ def plant_socket(path: Path) -> None:
         sock.close()
     os.replace(short, path)
     short.parent.rmdir()
+
+
+# A real run's record, shared by the cases that plant or tamper with one (test_safe_reads.py,
+# test_record_is_data.py, test_no_crash.py).
+SECRET = "s3cr3t-PASSWORD-hash$6$salt"
+# A task that prints a colour, a window title (OSC 0), a clipboard write (OSC 52), a DCS and an APC.
+ESCAPES = b"\x1b]0;TITLE\x07\x1b]52;c;ZXZpbA==\x1b\\\x1bP+q\x1b\\\x1b_apc\x1b\\\x1b[31mred\x1b[0m\n"
+TASK = f"import sys; sys.stdout.buffer.write(b'hello\\n' + {ESCAPES!r})\n"
+RUN_SPEC = """\
+name: r
+strategy: multi_worker_mirrored
+entrypoint: python task.py
+tasks: {worker: 2}
+run_dir: ./runs
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A real run's record (two local tasks that print escapes), made once."""
+    where = tmp_path_factory.mktemp("recorded")
+    (where / "r.yaml").write_text(RUN_SPEC)
+    (where / "task.py").write_text(TASK)
+    result = tfcluster("up", "r.yaml", "--plain", cwd=where, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return where
+
+
+@pytest.fixture
+def run(recorded, tmp_path):
+    """A copy of the recorded run: (its folder, the run dir in it, a folder 'outside' with a secret)."""
+    shutil.copytree(recorded, tmp_path / "w", symlinks=True)
+    work = tmp_path / "w"
+    run_dir = next(p for p in (work / "runs" / "r").iterdir() if p.name != "latest" and p.is_dir()
+                   and not p.is_symlink() and p.name != "state")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text(SECRET + "\n")
+    return work, run_dir, outside

@@ -48,7 +48,7 @@ def pidfiles(spec: Path, n: int, timeout: float = 30.0) -> dict[str, tuple[int, 
         out = {}
         for pf in (spec.parent / "remote" / "sshtest").glob("*/pids/*.pid"):
             try:
-                wrapper, child = pf.read_text().split()
+                wrapper, child = pf.read_text().split()[:2]  # (then the wrapper's start time)
                 out[pf.name] = (int(wrapper), int(child))
             except (OSError, ValueError):
                 continue

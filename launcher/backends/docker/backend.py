@@ -27,6 +27,7 @@ from launcher.contract import envnames
 from launcher.plan import containergpus as gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.ui.console import Console
+from launcher.bounded import one_line
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.spec.model import LoadedSpec, Spec
@@ -310,7 +311,9 @@ class DockerBackend(Backend):
     # -------------------------------------------------------------- tfcluster down
 
     def down(self, run: RecordedRun, console: Console) -> bool:
-        """Remove what the run left behind: its containers and network, by run id."""
+        """Remove what the run left behind: its containers and network, by id, each only once its
+        labels prove it this run's (containers.not_own); a container the record names that is
+        not gets one line and stays."""
         run_id = run.run_id
         tasks = run.tasks
         urls = {t.get("engine") for t in tasks.values() if t.get("engine")}
@@ -321,15 +324,32 @@ class DockerBackend(Backend):
                 self.url, self._explicit = recorded, True
         client = self.client
         removed: list[str] = []
-        ids = {t["container_id"]: t.get("container", t["container_id"][:12]) for t in tasks.values()
-               if t.get("container_id")}
+        ids: dict[str, str] = {}
+        for key, t in tasks.items():
+            cid = t.get("container_id")
+            if not isinstance(cid, str) or not cid:
+                continue
+            name = one_line(str(t.get("container") or cid[:12]), 80)
+            try:
+                found = (client.api.inspect_container(cid).get("Config") or {}).get("Labels")
+            except docker.errors.NotFound:
+                continue
+            why = containers.not_own(found, run_id, self.spec.name)
+            if why is not None:
+                run.refuse(console, f"{key}: not removing container {name}, which run {run_id}'s record names: "
+                                    f"{why}")
+                continue
+            ids[cid] = name
         for c in client.api.containers(all=True, filters={"label": f"{containers.LABEL_RUN}={run_id}"}):
-            ids.setdefault(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
+            if containers.not_own(c.get("Labels"), run_id, self.spec.name) is None:
+                ids.setdefault(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
         for cid, name in ids.items():
             if containers.remove(client, cid, grace=self.spec.watchdog.stop_grace):
                 removed.append(name)
         nets = client.api.networks(filters={"label": f"{containers.LABEL_RUN}={run_id}"})
         for net in nets:
+            if containers.not_own(net.get("Labels"), run_id, self.spec.name) is not None:
+                continue
             try:
                 client.api.remove_network(net["Id"])
                 removed.append(f"network {net['Name']}")

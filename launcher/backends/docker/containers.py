@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
+from launcher.bounded import shown
 from launcher.errors import LaunchError
 from launcher.plan import containergpus as gpus
 from launcher.plan.build import PlannedTask
@@ -24,6 +25,21 @@ def labels(run_id: str, name: str, task_key: str = "") -> dict:
     if task_key:
         out[LABEL_TASK] = task_key
     return out
+
+
+def not_own(found: Optional[Mapping[str, Any]], run_id: str, name: str) -> Optional[str]:
+    """Why a container (or network) whose labels are ``found`` cannot be proven to be run
+    ``run_id`` of spec ``name`` (None: proven). Pure. ``tfcluster down`` removes nothing a run
+    record names by id until its labels, set by tfcluster when it created it, say it is this
+    run's: a tampered or planted record could name any container on the engine."""
+    got = dict(found or {})
+    if LABEL_RUN not in got:
+        return f"it has no {LABEL_RUN} label (tfcluster did not create it)"
+    if got[LABEL_RUN] != run_id:
+        return f"its label {LABEL_RUN} is {shown(str(got[LABEL_RUN]), 60)}, not {run_id}"
+    if got.get(LABEL_NAME) != name:
+        return f"its label {LABEL_NAME} is {shown(str(got.get(LABEL_NAME)), 60)}, not {name}"
+    return None
 
 
 def host_config(client: Any, binds: Optional[dict], container: Optional[gpus.Container], init: bool) -> dict:

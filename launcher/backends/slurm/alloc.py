@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from launcher.bounded import shown
 from launcher.errors import LaunchError
 from launcher.backends.slurm import cli
 
@@ -32,6 +33,7 @@ class Request:
     account: Optional[str] = None
     extra: tuple[str, ...] = ()
     cpus_per_task: Optional[int] = None  # --cpus-per-task: the CPUs each task's step may get
+    comment: Optional[str] = None  # --comment: the run's mark (job_comment), what `down` proves the job by
 
     def sbatch_argv(self, test_only: bool = False) -> list[str]:
         """The sbatch command line (pure). ``--export=NONE``: the holding job needs no
@@ -39,6 +41,8 @@ class Request:
         a requeued job would be a new allocation under the running tasks."""
         argv = ["sbatch", "--parsable", f"--job-name={self.job_name}", f"--nodes={self.nodes}",
                 f"--ntasks-per-node={self.tasks_per_node}", "--output=/dev/null", "--export=NONE", "--no-requeue"]
+        if self.comment:
+            argv.append(f"--comment={self.comment}")
         if self.cpus_per_task:
             argv.append(f"--cpus-per-task={self.cpus_per_task}")
         if self.partition:
@@ -52,6 +56,30 @@ class Request:
             argv.append("--test-only")
         argv += ["--wrap", HOLD_SCRIPT]
         return argv
+
+
+def job_comment(name: str, run_id: str) -> str:
+    """The comment tfcluster submits a run's job with (``tfcluster:NAME/RUN_ID``): what ``tfcluster
+    down`` proves a recorded job id to be this run's by (with the job's user and name)."""
+    return f"tfcluster:{name}/{run_id}"
+
+
+def not_own(job: Optional[cli.JobOwner], user: str, name: str, run_id: str) -> Optional[str]:
+    """Why a job Slurm reports as ``job`` (its user, name and comment; None: Slurm does not know it)
+    cannot be proven to be run ``run_id`` of spec ``name`` submitted by ``user`` (None: proven).
+    Pure. A run record on a shared disk is someone else's input: the job id it names is cancelled
+    only once Slurm itself says the job is this run's."""
+    if job is None:
+        return "Slurm reports no such job (or its user, name and comment could not be read)"
+    if job.user != user:
+        return f"its user is {shown(job.user, 40)}, not {user}"
+    want = f"tfcluster-{name}"
+    if job.name != want:
+        return f"its name is {shown(job.name, 60)}, not {want}"
+    mark = job_comment(name, run_id)
+    if job.comment != mark:
+        return f"its comment is {shown(job.comment, 80)}, not {mark} (another run's job, or not tfcluster's)"
+    return None
 
 
 def nodes_needed(task_count: int, tasks_per_node: int, nodes: Optional[int]) -> int:

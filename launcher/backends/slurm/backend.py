@@ -28,6 +28,8 @@ options.py (the ``slurm:`` block).
 from __future__ import annotations
 
 import os
+import pwd
+import re
 import signal as signals
 import socket
 import subprocess
@@ -39,9 +41,10 @@ from typing import Any, Mapping, Optional, Sequence
 from launcher.contract import envnames
 from launcher.plan import gpus as plan_gpus
 from launcher.ui.console import Console
+from launcher.bounded import shown
 from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.procinfo import group_alive, is_same, kill_group
+from launcher.procinfo import group_alive, is_same, kill_group, not_own
 from launcher.record import events as ev
 from launcher.remote import gpuplace, taskwrap_path
 from launcher.spec.model import LoadedSpec, Spec
@@ -229,6 +232,7 @@ class SlurmBackend(Backend):
             job_name=f"tfcluster-{self.spec.name}", nodes=alloc.nodes_needed(task_count, o.tasks_per_node, o.nodes),
             tasks_per_node=o.tasks_per_node, partition=o.partition, time=o.time, account=o.account, extra=extra,
             cpus_per_task=cpus_per_task,
+            comment=alloc.job_comment(self.spec.name, self.record.run_id) if self.record is not None else None,
         )
 
     def preflight(self, plan: Plan) -> None:
@@ -444,12 +448,19 @@ class SlurmBackend(Backend):
     # -------------------------------------------------------------- down
 
     def down(self, run: RecordedRun, console: Console) -> bool:
-        """``tfcluster down``: stop the run's local srun wrappers (by pgid and start time) and
-        cancel its job (by the id in its record). True if anything was still live."""
+        """``tfcluster down``: stop the run's local srun wrappers (by pgid and start time, each
+        proven the run's own: procinfo.not_own) and cancel its job (by the id in its record, once
+        Slurm says the job is this user's, named and commented as this run's: alloc.not_own).
+        True if anything was still live."""
         stopped = False
         for key, task in run.tasks.items():
             pgid = task.get("pgid")
             if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
+                why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.run_id))
+                if why is not None:
+                    run.refuse(console, f"{key}: not stopping process group {pgid}: {why}; the record names a "
+                                        "process that is not this run's")
+                    continue
                 kill_group(pgid, self.stop_grace)
                 console.info(f"stopped the leftover srun of {key}")
                 stopped = True
@@ -459,7 +470,18 @@ class SlurmBackend(Backend):
         for task in run.tasks.values():
             if task.get("slurm_job"):
                 jobs.add(str(task["slurm_job"]))
+        user = pwd.getpwuid(os.getuid()).pw_name
         for job in sorted(jobs):
+            if not re.fullmatch(r"[0-9]{1,20}", job):
+                run.refuse(console, f"not cancelling slurm job {shown(job, 40)}, which run {run.run_id}'s record "
+                                    "names: not a job id")
+                continue
+            if not cli.job_state(job).live:
+                continue
+            why = alloc.not_own(cli.job_owner(job), user, self.spec.name, run.run_id)
+            if why is not None:
+                run.refuse(console, f"not cancelling slurm job {job}, which run {run.run_id}'s record names: {why}")
+                continue
             if alloc.cancel(job):
                 console.info(f"cancelled slurm job {job}")
                 stopped = True

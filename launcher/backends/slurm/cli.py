@@ -173,6 +173,26 @@ class JobState:
         return self.state in LIVE_STATES
 
 
+@dataclass(frozen=True)
+class JobOwner:
+    """Whose a job is, as Slurm reports it: its user, name and comment (alloc.not_own)."""
+
+    user: str
+    name: str
+    comment: str
+
+
+def job_owner(job_id: str) -> Optional[JobOwner]:
+    """The job's user, name and comment (``squeue %u|%j|%k``); None when Slurm does not know the
+    job, or its line cannot be read unambiguously (a name or comment holding the separator)."""
+    proc = run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%u|%j|%k"])
+    lines = proc.stdout.splitlines() if proc.returncode == 0 else []
+    if len(lines) != 1 or lines[0].count("|") != 2:
+        return None
+    user, name, comment = lines[0].split("|")
+    return JobOwner(user.strip(), name.strip(), comment.strip())
+
+
 def job_state(job_id: str) -> JobState:
     proc = run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%T|%r|%N"])
     if proc.returncode != 0:

@@ -13,7 +13,7 @@ _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^(unlimited|infinite|UNLIMIT
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 # Options tfcluster sets itself on sbatch/srun; a spec must not pass them through.
 OWN_OPTIONS = ("--jobid", "--nodelist", "--nodes", "--ntasks-per-node", "--ntasks", "--job-name", "--parsable",
-               "--wrap", "--output", "--export", "--chdir", "--input")
+               "--wrap", "--output", "--export", "--chdir", "--input", "--comment")
 
 
 class SlurmOptions(OptionsModel):

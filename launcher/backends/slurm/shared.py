@@ -14,6 +14,7 @@ is named in one line with the fix; the caller cancels the allocation.
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Sequence
@@ -58,10 +59,19 @@ def check(job_id: str, nodes: Sequence[str], workdir: Path, state_dir: Path, tim
     token = secrets.token_hex(8)
     marker = state_dir / f".tfcluster-shared-{token}"
     try:
-        marker.write_text(token)
+        # A new file, exclusive and never through a symlink: the state dir is on a shared disk, and
+        # a link planted at the marker's name (someone else's file) is not written through.
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        raise LaunchError(f"state dir: something is already at {marker}, which tfcluster was about to create "
+                          f"(planted there?); nothing was written: check {state_dir}") from None
     except OSError as exc:
         raise LaunchError(f"state dir: cannot write {marker}: {exc.strerror}; make {state_dir} writable "
                           "(run_dir in the spec)") from None
+    try:
+        os.write(fd, token.encode("ascii"))
+    finally:
+        os.close(fd)
     try:
         proc = cli.run(argv(job_id, nodes, workdir, marker, token), timeout=timeout)
     finally:

@@ -345,4 +345,4 @@ class SSHBackend(Backend):
 
     def down(self, run: RecordedRun, console: Console) -> bool:
         """Stop a run's remote tasks from its record (down.py). True if any ran."""
-        return ssh_down.down(self.pool, run, console, self.stop_grace)
+        return ssh_down.down(self.pool, run, console, self.stop_grace, self.spec.name)

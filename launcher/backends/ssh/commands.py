@@ -73,7 +73,7 @@ def pid_tag(pidfile: str) -> str:
 
 
 _VERIFY = (
-    'read pid child < "$pf" 2>/dev/null || {{ echo "nopid $pf"; continue; }}; '
+    'read pid child st < "$pf" 2>/dev/null || {{ echo "nopid $pf"; continue; }}; '
     'case $pid in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
     'tag=${{pf#"${{pf%/*/*/*/*}}"}}; tag=${{tag#/}}; [ -n "$tag" ] || tag=$pf; '
     'grep -qaF -- "$tag" /proc/$pid/cmdline 2>/dev/null || {{ echo "gone $pf"; continue; }}; '
@@ -95,25 +95,61 @@ def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
 def promote_command(promotion: str, pidfile: str) -> str:
     """A warm standby's promotion: its environment (stdin, JSON) into its promotion file, whole
     (a rename), then SIGUSR1 to its group, verified as ``signal_command`` does."""
-    return (f"umask 077 && cat > {q(promotion + '.tmp')} && mv -f {q(promotion + '.tmp')} {q(promotion)} && "
+    return (f"umask 077 && {exclusive_write(q(promotion))} && "
             + signal_command(_signal.SIGUSR1, [pidfile]))
+
+
+def exclusive_write(target: str) -> str:
+    """Shell: stdin into ``target`` (shell text: quoted, or ``"$HOME"/'...'``) whole, never through
+    a planted symlink: a new file of a name no one can know beforehand (``mktemp``: exclusive, mode
+    0600) in the target's directory, then renamed over the target (``mv -T``: a symlink there is
+    replaced, its target untouched, even a directory's). On failure the temporary file is removed
+    and the status is non-zero."""
+    return (f'{{ t=$(mktemp "$(dirname {target})/.tfcluster.XXXXXXXX") && '
+            f'{{ cat > "$t" && mv -fT "$t" {target} || {{ rm -f "$t"; false; }}; }}; }}')
 
 
 def state_command(pidfile: str) -> str:
     """Print the scheduler state letter of the task process (the wrapper's child)."""
     return (
-        f"pf={q(pidfile)}; tag={q(pid_tag(pidfile))}; read pid child < \"$pf\" && "
+        f"pf={q(pidfile)}; tag={q(pid_tag(pidfile))}; read pid child st < \"$pf\" && "
         "grep -qaF -- \"$tag\" /proc/$pid/cmdline && sed 's/.*) //' /proc/$child/stat | cut -d' ' -f1"
     )
 
 
-def down_command(run_dirs: Iterable[str], grace: float) -> str:
-    """Stop every task of the given remote run dirs: verified TERM to each group, wait up to
-    ``grace`` s, then KILL what is left. Prints ``stopped PIDFILE`` per task it stopped."""
+# ``down``'s proof that a pid file's process is the run's own task wrapper (a record and the files
+# it points at are input from someone else): the pid's start time is the one the wrapper wrote
+# (else the wrapper is gone and the pid reused: quiet), its command line names the pid file's
+# run-unique tail, its child (the task) is its child and carries the run's TFCLUSTER_RUN_ID.
+# Anything else is one ``notown PIDFILE WHY`` line, and no signal.
+_PROVE = (
+    'read pid child st < "$pf" 2>/dev/null || {{ echo "nopid $pf"; continue; }}; '
+    'case $pid in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
+    'now=$(sed "s/.*) //" /proc/$pid/stat 2>/dev/null | cut -d" " -f20); '
+    '[ -n "$now" ] || {{ echo "gone $pf"; continue; }}; '
+    'if [ -n "$st" ] && [ "$st" != "$now" ]; then echo "gone $pf"; continue; fi; '
+    'tag=${{pf#"${{pf%/*/*/*/*}}"}}; tag=${{tag#/}}; [ -n "$tag" ] || tag=$pf; '
+    'grep -qaF -- "$tag" /proc/$pid/cmdline 2>/dev/null || '
+    '{{ echo "notown $pf process $pid is not the task wrapper of $tag (its command line does not name it)"; continue; }}; '
+    '[ -n "$st" ] || {{ echo "notown $pf the pid file gives no start time for process $pid"; continue; }}; '
+    'case $child in ""|*[!0-9]*) echo "notown $pf the pid file names no task process"; continue;; esac; '
+    'pp=$(sed "s/.*) //" /proc/$child/stat 2>/dev/null | cut -d" " -f2); '
+    '[ -n "$pp" ] || {{ echo "gone $pf"; continue; }}; '
+    '[ "$pp" = "$pid" ] || {{ echo "notown $pf process $child is not the child of wrapper $pid"; continue; }}; '
+    'tr "\\000" "\\n" < /proc/$child/environ 2>/dev/null | grep -qxF -- "$mark" || '
+    '{{ echo "notown $pf process $child carries no $mark marker"; continue; }}; '
+)
+
+
+def down_command(run_dirs: Iterable[str], grace: float, run_id: str) -> str:
+    """Stop every task of the given remote run dirs of run ``run_id``: TERM to each group proven
+    the run's own (_PROVE), wait up to ``grace`` s, then KILL what is left. Prints ``stopped
+    PIDFILE`` per task it stopped, ``notown PIDFILE WHY`` per live process it left alone."""
     globs = " ".join(f"{q(posixpath.join(d, 'pids'))}/*.pid" for d in run_dirs)
     return (
+        f"mark={q(f'{envnames.RUN_ID}={run_id}')}; "
         f'found=""; for pf in {globs}; do [ -f "$pf" ] || continue; '
-        + _VERIFY.format()
+        + _PROVE.format()
         + 'kill -s TERM -- "-$pid" 2>/dev/null && { found="$found $pid"; echo "stopped $pf"; }; done; '
         f"n=0; while [ -n \"$found\" ] && [ $n -lt {max(0, int(round(grace * 10)))} ]; do "
         'alive=""; for pid in $found; do kill -0 -- "-$pid" 2>/dev/null && alive="$alive $pid"; done; '

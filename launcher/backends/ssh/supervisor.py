@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import yaml
 
-from launcher.bounded import HOST_LINE_BYTES
+from launcher.bounded import HOST_LINE_BYTES, for_terminal
 from launcher.ui.console import Console
 from launcher.interrupts import take_interrupt
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError
 from launcher.spec.model import LoadedSpec
-from launcher.backends.ssh.commands import q, remote_paths
+from launcher.backends.ssh.commands import exclusive_write, q, remote_paths
 
 if TYPE_CHECKING:
     from launcher.backends.ssh.pool import HostPool
@@ -66,7 +66,7 @@ class RemoteSupervisor:
             text = self._copy_text().encode("utf-8")
             target = self.spec_arg
             code, out = self.pool.run_on(
-                self.host, f"mkdir -p $(dirname {target}) && cat > {target}.tmp && mv {target}.tmp {target}", text, 60)
+                self.host, f'mkdir -p "$(dirname {target})" && {exclusive_write(target)}', text, 60)
             if code != 0:
                 raise LaunchError(f"host {self.host} (ssh.supervisor): cannot write {self.spec_path}: "
                                   f"{out.strip()[-160:] or f'exit {code}'}; check ssh.remote_dir")
@@ -134,31 +134,62 @@ class RemoteSupervisor:
 
 
 class _Relay:
-    """Whole lines, with the copy's path shown as the user's spec path."""
+    """Whole lines, with the copy's path shown as the user's spec path. The bytes are the remote
+    host's (its tfcluster relays its tasks' output raw into the channel, a pipe there): on a
+    terminal here they are shown as ``logs`` shows a task's output (colours kept, OSC/DCS/APC and
+    every other control sequence dropped: bounded.for_terminal), into a pipe as they are. A line
+    longer than ``limit`` bytes is cut there, with a note, and the rest of it dropped: memory and
+    what reaches the terminal stay bounded."""
 
-    def __init__(self, stream, remote: RemoteSupervisor) -> None:
+    def __init__(self, stream, remote: RemoteSupervisor, limit: int = HOST_LINE_BYTES) -> None:
         self.stream = stream
         self.remote = remote
+        self.limit = limit
         self._partial = b""
+        self._cut = 0  # bytes dropped of the line being cut (0: not cutting)
 
     def feed(self, data: bytes) -> None:
-        data = self._partial + data
-        cut = data.rfind(b"\n") + 1
-        self._partial = data[cut:]
-        if len(self._partial) > HOST_LINE_BYTES:  # a line without end: written as it comes, memory bounded
-            cut, self._partial = len(data), b""
-        if cut:
-            self._write(data[:cut])
+        while data:
+            if self._cut:  # the rest of an over-long line: dropped up to its end
+                end = data.find(b"\n")
+                if end < 0:
+                    self._cut += len(data)
+                    return
+                self._cut += end
+                self._write(f" ...({self._cut:,} bytes of this line cut)\n".encode())
+                self._cut, data = 0, data[end + 1:]
+                continue
+            data = self._partial + data
+            cut = data.rfind(b"\n") + 1
+            self._partial = data[cut:]
+            if cut:
+                self._write(data[:cut])
+            if len(self._partial) > self.limit:
+                self._write(self._partial[:self.limit])
+                self._cut, self._partial = len(self._partial) - self.limit, b""
+            return
 
     def flush(self) -> None:
         if self._partial:
             self._write(self._partial)
             self._partial = b""
+        if self._cut:
+            self._write(f" ...({self._cut:,} bytes of this line cut)\n".encode())
+            self._cut = 0
 
     def _write(self, data: bytes) -> None:
         text = data.decode("utf-8", "replace")
+        if _isatty(self.stream):
+            text = for_terminal(text)
         self.stream.write(_local_paths(text, self.remote))
         self.stream.flush()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _local_paths(text: str, remote: RemoteSupervisor) -> str:

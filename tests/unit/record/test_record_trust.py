@@ -192,6 +192,7 @@ def test_down_does_not_signal_a_foreign_process_that_a_tampered_record_names(tmp
         assert len(lines) == 2, said
         assert f"process {foreign.pid}" in lines[0] and f"carries no {envnames.SUPERVISOR}={RUN_ID} marker" in lines[0]
         assert f"process group {group.pid}" in lines[1] and f"{envnames.RUN_ID}={RUN_ID}" in lines[1]
+        assert code == 1 and "2 thing(s) its record names could not be proven the run's own" in said, said
     finally:
         for proc in (foreign, group):
             proc.kill()
@@ -212,6 +213,7 @@ def test_down_signals_the_runs_own_processes_once_proven(tmp_path, capsys):
         assert supervisor.wait(timeout=30) == -signal.SIGTERM, said
         assert task.wait(timeout=30) in (-signal.SIGTERM, -signal.SIGKILL), said
         assert "not signalling" not in said and "not stopping" not in said, said
+        assert code == 0, said
     finally:
         for proc in (supervisor, task):
             if proc.poll() is None:
@@ -226,6 +228,7 @@ def test_down_refuses_a_recorded_command_line_that_is_not_the_processes(tmp_path
                                   "host": os.uname().nodename, "cmdline": ["tfcluster", "up"]})
         code, said = _down(spec, capsys)
         assert marked.poll() is None and "runs another command line than the record says" in said, said
+        assert code == 1, said
     finally:
         marked.kill()
         marked.wait()

@@ -104,7 +104,8 @@ def test_pidfile_written(tmp_path):
     pidfile = tmp_path / "task.pid"
     p = wrap([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"], "--pidfile", str(pidfile))
     assert p.stdout.readline().strip() == b"up"
-    wrapper_pid, task_pid = map(int, pidfile.read_text().split())
+    wrapper_pid, task_pid, started = map(int, pidfile.read_text().split())
+    assert started == int(open(f"/proc/{wrapper_pid}/stat").read().rsplit(")", 1)[1].split()[19])
     assert wrapper_pid == p.pid and os.getpgid(task_pid) == p.pid
     os.killpg(p.pid, signal.SIGKILL)
     p.wait(timeout=10)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 
 from launcher.backends import RecordedRun
 from launcher.backends.slurm import backend as slurm_backend
@@ -55,6 +56,10 @@ def test_down_cancels_the_recorded_job_from_launcher_json_or_an_old_slurm_json(t
     record.close()
     cancelled = []
     monkeypatch.setattr(slurm_backend.alloc, "cancel", lambda job: cancelled.append(job) or True)
+    monkeypatch.setattr(slurm_backend.cli, "job_state", lambda job: slurm_backend.cli.JobState("RUNNING", "", "n1"))
+    owner = slurm_backend.cli.JobOwner(pwd.getpwuid(os.getuid()).pw_name, "tfcluster-demo",
+                                       slurm_backend.alloc.job_comment("demo", record.run_id))
+    monkeypatch.setattr(slurm_backend.cli, "job_owner", lambda job: owner)
     info = json.loads((record.dir / "launcher.json").read_text())
     assert backend.down(RecordedRun(record.dir, info), Console(color=False)) is True
     old = {k: v for k, v in info.items() if k != "allocation"}  # written before launcher.json had it

@@ -27,3 +27,29 @@ def test_one_step_task_per_node_inside_the_job_without_touching_its_cpus():
     assert a[:9] == ["srun", "--jobid=7", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n3",
                      "--overlap", "--input=none", "--chdir=/"]
     assert a[-4:] == ["sh", "/work", "/work/runs/x/state/.m", "tok"]
+
+
+def test_a_symlink_planted_at_the_marker_is_not_written_through(tmp_path, monkeypatch):
+    """The state dir is on a shared disk: a link someone planted where the marker goes (its name
+    guessed, here made known) must not redirect the write to the link's target."""
+    from launcher.backends.slurm import shared
+    from launcher.errors import LaunchError
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setattr(shared.secrets, "token_hex", lambda n: "0123456789abcdef")
+    (state / ".tfcluster-shared-0123456789abcdef").symlink_to(victim)
+    ran = []
+    monkeypatch.setattr(shared.cli, "run", lambda *a, **k: ran.append(a))
+    with pytest.raises(LaunchError) as exc:
+        shared.check("42", ["n1"], tmp_path, state)
+    assert "something is already at" in str(exc.value) and "nothing was written" in str(exc.value)
+    assert victim.read_text() == "precious\n" and ran == []
+    # A dangling link is not followed either (its target is not created).
+    (state / ".tfcluster-shared-0123456789abcdef").unlink()
+    (state / ".tfcluster-shared-0123456789abcdef").symlink_to(tmp_path / "created")
+    with pytest.raises(LaunchError):
+        shared.check("42", ["n1"], tmp_path, state)
+    assert not (tmp_path / "created").exists()

@@ -94,7 +94,7 @@ def test_signal_command_exact_and_verifies_pid():
     cmd = sc.signal_command(signal.SIGTERM, ["/r/pids/worker-0.0.pid", f"/r/{EVIL}.pid"])
     assert cmd == (
         "for pf in /r/pids/worker-0.0.pid '/r/x; touch /tmp/pwned.pid'; do "
-        'read pid child < "$pf" 2>/dev/null || { echo "nopid $pf"; continue; }; '
+        'read pid child st < "$pf" 2>/dev/null || { echo "nopid $pf"; continue; }; '
         'case $pid in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
         'tag=${pf#"${pf%/*/*/*/*}"}; tag=${tag#/}; [ -n "$tag" ] || tag=$pf; '
         'grep -qaF -- "$tag" /proc/$pid/cmdline 2>/dev/null || { echo "gone $pf"; continue; }; '
@@ -158,13 +158,19 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
                          "import time; print('up', flush=True); time.sleep(60)"])
     proc = subprocess.Popen(["sh", "-c", cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        proc.stdin.write(sc.env_block({"X": "1"}))
+        proc.stdin.write(sc.env_block({"X": "1", "TFCLUSTER_RUN_ID": "RUN"}))
         proc.stdin.flush()
         assert proc.stdout.readline() == b"up\n"
         end = time.monotonic() + 5
         while not os.path.exists(pf) and time.monotonic() < end:
             time.sleep(0.02)
-        out = subprocess.run(["sh", "-c", sc.down_command([str(run)], 1)], capture_output=True, text=True, timeout=10)
+        # Another run's down (the task carries this run's id, not OTHER's): one line, no signal.
+        out = subprocess.run(["sh", "-c", sc.down_command([str(run)], 1, "OTHER")], capture_output=True, text=True,
+                             timeout=10)
+        assert [line.split(" ", 2)[:2] for line in out.stdout.splitlines()] == [["notown", pf.split(" ")[0]]], out
+        assert "carries no TFCLUSTER_RUN_ID=OTHER marker" in out.stdout and proc.poll() is None
+        out = subprocess.run(["sh", "-c", sc.down_command([str(run)], 1, "RUN")], capture_output=True, text=True,
+                             timeout=10)
         assert out.stdout.splitlines() == [f"stopped {pf}"]
         assert proc.wait(10) == 128 + signal.SIGTERM
     finally:
@@ -174,8 +180,8 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
 
 
 def test_down_command_exact():
-    cmd = sc.down_command(["/r/a", "/r/b c"], 5)
-    assert cmd.startswith('found=""; for pf in /r/a/pids/*.pid \'/r/b c/pids\'/*.pid; do [ -f "$pf" ] || continue; ')
+    cmd = sc.down_command(["/r/a", "/r/b c"], 5, "RUN")
+    assert cmd.startswith('mark=TFCLUSTER_RUN_ID=RUN; found=""; for pf in /r/a/pids/*.pid \'/r/b c/pids\'/*.pid; do [ -f "$pf" ] || continue; ')
     assert '[ $n -lt 50 ]; do alive=""' in cmd
     assert 'kill -s KILL -- "-$pid"' in cmd
 
@@ -241,14 +247,23 @@ def test_down_uses_record_and_reports(tmp_path, capsys):
     runner = FakeRunner({"a": (0, "stopped /r/run/pids/worker-0.0.pid\n"), "b": (0, "")})
     backend = S.SSHBackend(_loaded(tmp_path), None, runner=runner)
     backend.pool.connect = lambda names: {}  # no network in unit tests
-    info = {"tasks": {"worker:0": {"ssh_host": "a", "remote_run_dir": "/r/run"},
-                      "worker:1": {"ssh_host": "b", "remote_run_dir": "/r/run"},
-                      "worker:2": {"ssh_host": "gone", "remote_run_dir": "/r/run"}}}
-    assert backend.down(RecordedRun(tmp_path, info), Console()) is True
-    assert sorted(runner.calls) == [("a", sc.down_command(["/r/run"], 5.0)), ("b", sc.down_command(["/r/run"], 5.0))]
+    rdir, rid = f"/r/t/{tmp_path.name}", tmp_path.name
+    runner.replies["b"] = (0, f"notown {rdir}/pids/worker-1.0.pid process 7 carries no TFCLUSTER_RUN_ID={rid} marker\n")
+    info = {"tasks": {"worker:0": {"ssh_host": "a", "remote_run_dir": rdir},
+                      "worker:1": {"ssh_host": "b", "remote_run_dir": rdir},
+                      "worker:2": {"ssh_host": "gone", "remote_run_dir": rdir},
+                      "worker:3": {"ssh_host": "a", "remote_run_dir": "/home/other/.tfcluster/t/OTHER-RUN"}}}
+    recorded = RecordedRun(tmp_path, info)
+    assert backend.down(recorded, Console()) is True
+    assert sorted(runner.calls) == [("a", sc.down_command([rdir], 5.0, rid)), ("b", sc.down_command([rdir], 5.0, rid))]
     err = capsys.readouterr().err
     assert "stopped remote tasks: a:worker-0.0.pid" in err
     assert "host gone of the run is no longer in the spec" in err
+    # A task dir that is not this run's is not looked in; a process not proven its own is named.
+    assert recorded.refused == [
+        f"worker:3: not stopping anything in '/home/other/.tfcluster/t/OTHER-RUN' on host 'a': it is not run {rid}'s "
+        f"remote run dir (.../t/{rid})",
+        f"worker-1.0.pid on host b: not signalled: process 7 carries no TFCLUSTER_RUN_ID={rid} marker"], err
 
 
 def test_make_tar_skips_caches_and_rejects_outside_paths(tmp_path):
@@ -448,3 +463,33 @@ def test_a_missing_interpreter_is_still_named_by_the_quiet_shell(tmp_path, shell
     out = subprocess.run([shell, "-c", sc.agent_command("/nonexistent/python3", "t/RUN/pids/w.pid")], cwd=tmp_path,
                          capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
     assert out.returncode == 127 and "/nonexistent/python3: " in out.stderr, out  # "not found" or "No such file"
+
+
+@pytest.mark.parametrize("planted", ["file", "dangling", "dir"])
+def test_exclusive_write_replaces_a_planted_symlink_never_its_target(tmp_path, planted):
+    """The shell the supervisor's spec copy and a standby's promotion are written with: stdin into
+    the target whole, through no symlink planted there (to a file, to nothing, to a directory)."""
+    outside = tmp_path / "outside"
+    if planted == "file":
+        outside.write_text("precious\n")
+    elif planted == "dir":
+        outside.mkdir()
+    where = tmp_path / "d;$(id) x"
+    where.mkdir()
+    target = where / "cluster.yaml"
+    target.symlink_to(outside)
+    out = subprocess.run(["sh", "-c", sc.exclusive_write(sc.q(str(target)))], input=b"new\n", capture_output=True,
+                         timeout=10)
+    assert out.returncode == 0, out.stderr
+    assert not target.is_symlink() and target.read_bytes() == b"new\n"
+    assert [p.name for p in where.iterdir()] == ["cluster.yaml"]  # no temporary file left
+    if planted == "file":
+        assert outside.read_text() == "precious\n"
+    elif planted == "dir":
+        assert list(outside.iterdir()) == []
+    else:
+        assert not outside.exists()
+    # A directory that is not there: non-zero, nothing left.
+    out = subprocess.run(["sh", "-c", sc.exclusive_write(sc.q(str(tmp_path / "none" / "f")))], input=b"x",
+                         capture_output=True, timeout=10)
+    assert out.returncode != 0 and not (tmp_path / "none").exists()
