@@ -480,7 +480,8 @@ class SlurmBackend(Backend):
                 continue
             why = alloc.not_own(cli.job_owner(job), user, self.spec.name, run.run_id)
             if why is not None:
-                run.refuse(console, f"not cancelling slurm job {job}, which run {run.run_id}'s record names: {why}")
+                run.refuse(console, f"not cancelling slurm job {job}, which run {run.run_id}'s record names: {why}; "
+                                    f"if it is yours (a run of an older tfcluster has no comment), scancel {job}")
                 continue
             if alloc.cancel(job):
                 console.info(f"cancelled slurm job {job}")
