@@ -538,22 +538,46 @@ def ids_text(ids: Sequence[int]) -> str:
     return ("gpu " if len(ids) == 1 else "gpus ") + ",".join(str(i) for i in ids)
 
 
+def env_collective(env_value: Callable[[str], Optional[str]]) -> str:
+    """The all-reduce ``status`` shows for a planned task, from its env in the run record
+    (``env_value(name)``): for a multi_worker_mirrored task its TFCLUSTER_COLLECTIVE (the plan's
+    choice), else ``ring`` (TensorFlow's AUTO runs RING); "" under the other strategies."""
+    if env_value(envnames.STRATEGY) != "multi_worker_mirrored":
+        return ""
+    return env_value(envnames.COLLECTIVE) or "ring"
+
+
+def _uuids_text(visible: str) -> str:
+    """A CUDA_VISIBLE_DEVICES of UUIDs as ``plan`` and ``status`` show it: each cut to 12
+    characters (``gpu MIG-7c1e2d3f``), ``gpus`` before two or more."""
+    named = ",".join(v.strip()[:12] for v in visible.split(","))[:60]
+    return ("gpu " if "," not in visible else "gpus ") + named
+
+
+def said_text(ids: Sequence[int], visible: str = "", collective: str = "") -> str:
+    """A task's GPUs as the machine it started on said them (a task_gpus event): its MIG device
+    or UUIDs where it said those (``gpu MIG-7c1e2d3f``, as ``plan`` shows a MIG device), else
+    its indices (``gpus 0,1``), ``cpu`` for none; then ``collective`` (its all-reduce) where it
+    has GPUs."""
+    if not ids:
+        return "cpu"
+    return (_uuids_text(visible) if visible else ids_text(ids)) + (f" {collective}" if collective else "")
+
+
 def env_text(env_value: Callable[[str], Optional[str]]) -> str:
     """A planned task's GPUs as ``status`` shows them, from its env in the run record
     (``env_value(name)``): its CUDA_VISIBLE_DEVICES (a UUID cut to 12 characters), else its
     request (``1 gpu (at start)``), else "" (the plan said nothing of GPUs); a
     multi_worker_mirrored task on GPUs also its all-reduce (``gpus 0,1 nccl``: the plan's choice;
-    ``ring`` where TensorFlow's AUTO runs RING)."""
+    ``ring`` where TensorFlow's AUTO runs RING: ``env_collective``)."""
     visible = env_value(CUDA_VAR)
-    coll = ""
-    if env_value(envnames.STRATEGY) == "multi_worker_mirrored":
-        coll = " " + (env_value(envnames.COLLECTIVE) or "ring")
+    coll = env_collective(env_value)
+    coll = f" {coll}" if coll else ""
     if visible is not None:
         ids = visible_ids({CUDA_VAR: visible})
         if ids is not None:
             return ids_text(ids) + (coll if ids else "")
-        named = ",".join(v.strip()[:12] for v in visible.split(","))[:60]
-        return ("gpu " if "," not in visible else "gpus ") + named + coll
+        return _uuids_text(visible) + coll
     req = gpuplace.parse_request(env_value(envnames.GPUS) or "")
     if req is None:
         return ""
