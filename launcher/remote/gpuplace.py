@@ -16,7 +16,7 @@ A request (the marker's fields, space-separated ``key=value``):
 * ``trainers``: how many of those N places are trainers (the workers, and the chief where it
   trains: TensorFlow needs them equal, ``shares``); the rest are the evaluator's;
 * ``cap``: the most GPUs a trainer gets (0: no cap): one_device's 1, or the smallest host's share
-  where the plan knew every host;
+  where the plan knew every host or the ssh preflight saw every host's GPUs;
 * ``offset``: GPUs the host's ``N``-tasks before it take (for an auto task: all the N-tasks take);
 * ``tasks``: the host's GPU tasks (``all`` with more than one shares);
 * ``use``: ``all`` or the comma list of GPU indices ``devices.gpus`` lets the run use (``need``

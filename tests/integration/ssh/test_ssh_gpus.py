@@ -101,18 +101,26 @@ def test_shared_gpu_gets_growth_and_gpu_less_hosts_run_on_cpu(lab, make_spec, tm
     assert proc.stderr.count("no GPU found (h3: nvidia-smi -L lists none): its 1 GPU task runs on CPU") == 1
 
 
-def test_hosts_that_would_give_workers_unequal_shares_are_one_line(lab, make_spec, tmp_path):
+def test_hosts_with_unequal_gpus_give_every_worker_the_smallest_hosts_share(lab, make_spec, tmp_path):
     """h1 has 4 GPUs, h2 2: one worker on each would get 4 and 2; TensorFlow needs the same count
-    on every worker, so the preflight refuses, naming the hosts; a host with none is refused too."""
+    on every worker, so the smallest host decides, as where the plan knows every host: both get 2
+    (h1's other two idle), said in one line. A host with none while another has some is refused
+    in one line naming them, before anything starts."""
     proc = run(make_spec, tmp_path, {"h1": 4, "h2": 2}, workers=2)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
-    assert lines[0] == ("tfcluster: error: gpus: the workers would get unequal GPU shares (h1 4 GPUs, h2 2 GPUs "
-                        "each); TensorFlow needs the same count on every worker (ParameterServerStrategy: "
-                        "Mismatched number of GPUs per worker); set devices.gpus_per_task: 2"), proc.stderr
-    assert not recorded(tmp_path) and task_processes(lab) == {h.name: [] for h in lab.hosts}
-    proc = run(make_spec, tmp_path, {"h1": 1, "h3": 0}, workers=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("gpus: the workers would get unequal GPU shares (h1 4 GPUs, h2 2 GPUs each); the smallest host decides: "
+            "every worker gets 2 GPUs (TensorFlow needs the same count on every worker), the rest of h1's idle; "
+            "set devices.gpus_per_task to choose") in proc.stderr, proc.stderr[-3000:]
+    got = {v["host"]: v["CUDA_VISIBLE_DEVICES"] for v in recorded(tmp_path).values()}
+    assert got == {"h1": "0,1", "h2": "0,1"}, got
+    assert sorted(shown_gpus(tmp_path).values()) == ["gpus 0,1 nccl", "gpus 0,1 nccl"]
+    proc = run(make_spec, tmp_path / "none", {"h1": 1, "h3": 0}, workers=2)
     assert proc.returncode == 1 and "(h1 1 GPU, h3 0 GPUs each)" in proc.stderr, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
+    assert lines[0] == ("tfcluster: error: gpus: the workers would get unequal GPU shares (h1 1 GPU, h3 0 GPUs each); "
+                        "TensorFlow needs the same count on every worker (ParameterServerStrategy: Mismatched number "
+                        "of GPUs per worker); give every GPU host a GPU, or run on CPU (devices.gpus: 0)"), proc.stderr
+    assert not recorded(tmp_path / "none") and task_processes(lab) == {h.name: [] for h in lab.hosts}
 
 
 def uuid(i: int) -> str:
