@@ -167,8 +167,8 @@ def _capped(spec: Spec, placement: Placement, found: Mapping[str, Optional[tuple
         parts = ", ".join(f"{h} {plural(k)}" for h, k in before.items())
         idle = [h for h, k in before.items() if k > cap]
         said = said + [f"gpus: the workers would get unequal GPU shares ({parts} each); the smallest host decides: "
-                       f"every worker gets {plural(cap)} (TensorFlow needs the same count on every worker), the rest of "
-                       f"{', '.join(idle)}'s idle; set devices.gpus_per_task to choose"]
+                       f"every worker gets {plural(cap)} (TensorFlow needs the same count on every worker), the others idle on "
+                       f"{', '.join(idle)}; set devices.gpus_per_task to choose"]
     elif gpus.hosts_problem(planned, found):
         return None
     if not said:

@@ -109,7 +109,7 @@ def test_hosts_with_unequal_gpus_give_every_worker_the_smallest_hosts_share(lab,
     proc = run(make_spec, tmp_path, {"h1": 4, "h2": 2}, workers=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("gpus: the workers would get unequal GPU shares (h1 4 GPUs, h2 2 GPUs each); the smallest host decides: "
-            "every worker gets 2 GPUs (TensorFlow needs the same count on every worker), the rest of h1's idle; "
+            "every worker gets 2 GPUs (TensorFlow needs the same count on every worker), the others idle on h1; "
             "set devices.gpus_per_task to choose") in proc.stderr, proc.stderr[-3000:]
     got = {v["host"]: v["CUDA_VISIBLE_DEVICES"] for v in recorded(tmp_path).values()}
     assert got == {"h1": "0,1", "h2": "0,1"}, got

@@ -355,7 +355,7 @@ def test_ssh_hosts_with_unequal_gpus_give_every_worker_the_smallest_hosts_share(
     assert {h: [g[0] for g in got] for h, got in given.items()} == {"a": [0, 1], "b": [0, 1], "c": [0, 1]}
     assert line == ("gpus: the workers would get unequal GPU shares (a 4 GPUs, b 2 GPUs, c 4 GPUs each); the smallest "
                     "host decides: every worker gets 2 GPUs (TensorFlow needs the same count on every worker), the "
-                    "rest of a, c's idle; set devices.gpus_per_task to choose")
+                    "others idle on a, c; set devices.gpus_per_task to choose")
     # A host that would give its worker none while others give some stays refused (its line stands).
     assert gpu_replan(spec, plan, {"a": a100(4), "b": (), "c": a100(4)}) is None
     assert gpu_replan(spec, plan, {"a": a100(2), "b": a100(2), "c": a100(2)}) is None  # equal: nothing to do
