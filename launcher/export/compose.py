@@ -9,7 +9,8 @@ one at a time, which MultiWorkerMirroredStrategy cannot recover from; ``tfcluste
 GPUs: each service that uses GPUs reserves its share of this machine's GPUs (``nvidia-smi -L``
 here; the docker backend's arithmetic, launcher/plan/containergpus.py) as
 ``deploy.resources.reservations.devices`` (driver nvidia, ``device_ids``, capability gpu) and gets
-``shm_size`` (docker.shm_size; 1g with GPUs). On a machine without GPUs, ``gpus_per_task: N``
+``shm_size`` (docker.shm_size; 1g with GPUs), within this machine's CUDA_VISIBLE_DEVICES (its
+GPUs by UUID where that names UUIDs; a MIG device by its ``MIG-`` UUID, one per service). On a machine without GPUs, ``gpus_per_task: N``
 services get ids 0.. as if the host had what they need, and auto ones none (the header says so).
 
 ``compose_dict`` builds a dict from the spec (reading only nvidia-smi); only ``write_compose``
@@ -64,7 +65,10 @@ def containers(spec: Spec, plan: Plan) -> tuple[dict[str, docker_gpus.Container]
         host = tuple((i, "", "") for i in range(need))
         note = ("this machine has no NVIDIA GPU (nvidia-smi -L): services with a GPU count reserve GPUs 0.. as if "
                 "the host had them, the others none; regenerate on the GPU host")
-    made, problems = docker_gpus.containers(spec, plan.tasks, host, spec.docker.shm_size)
+    # This machine's CUDA_VISIBLE_DEVICES bounds the services' GPUs as it bounds the docker backend's
+    # containers (indices or UUIDs: each service gets a subset, by UUID where it names UUIDs).
+    limit = docker_gpus.launcher_limit().get(docker_gpus.HOST) if here else None
+    made, problems = docker_gpus.containers(spec, plan.tasks, host, spec.docker.shm_size, limit)
     if problems:
         raise SpecError(f"devices: {problems[0].replace(docker_gpus.HOST, 'this machine (the compose host)')}")
     return made, note

@@ -77,7 +77,7 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
         raise SpecError(problems[0][1], keys=(problems[0][0],))
     gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
     task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus,
-                                                  placement.gpu_limits, placement.gpu_failures)
+                                                  placement.gpu_limits, placement.gpu_failures, placement.gpu_cap)
     if problems:
         raise SpecError(*problems, keys=tuple(_gpu_key(spec, line) for line in problems))
     chosen, why = gpus.collective_choice(spec, [p[0] for p in placements], task_gpus)

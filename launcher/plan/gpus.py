@@ -126,13 +126,14 @@ def cap_of(spec) -> int:
 
 
 def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[str, Sequence[Gpu]],
-              limits: Mapping[str, Optional[str]] = {}, failures: Mapping[str, str] = {}
+              limits: Mapping[str, Optional[str]] = {}, failures: Mapping[str, str] = {}, most: int = 0
               ) -> tuple[list[TaskGpus], list[tuple[tuple[str, str], ...]], list[str]]:
     """Every task's TaskGpus and extra env (in plan order: ``hosts[i]`` and ``types[i]`` are task
     i's), and the one-line problems of the hosts whose GPUs are ``known`` (host -> its placement
     units, nvidia-smi -L's; a host not in it is completed where its tasks start). ``limits``: host
     -> the CUDA_VISIBLE_DEVICES in force there (the launcher's own, locally): tasks get subsets
-    of it, named as it names them."""
+    of it, named as it names them. ``most``: the most GPUs an auto trainer gets (0: none said;
+    the ssh preflight's smallest host share, ``Placement.gpu_cap``)."""
     n = len(hosts)
     if placement_off(spec):
         return [NO_GPU] * n, [()] * n, []
@@ -151,6 +152,8 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
     units = {h: gpuplace.within(known[h], limits.get(h)) for h in by_host if h in known}
     orders = {h: _auto_order(spec, types, takes, members) for h, members in by_host.items()}
     cap, problem = _common_cap(spec, by_host, takes, orders, units, use)
+    if most and (not cap or most < cap):
+        cap = most
     if problem:
         return [NO_GPU] * n, [()] * n, [problem]
     for host, members in by_host.items():
@@ -227,7 +230,7 @@ def _common_cap(spec, by_host, takes, orders, units, use) -> tuple[int, Optional
     return low, None
 
 
-def _host_picks(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, tuple[int, bool, bool]]:
+def host_picks(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, tuple[int, bool, bool]]:
     """Host -> (units each auto trainer gets, whether collective auto would run RING there, whether
     it decides at all: a multi_worker_mirrored trainer under auto) for the hosts whose units are
     known."""
@@ -250,7 +253,7 @@ def start_collective(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Opti
     """The start line for collective auto where each host's task wrappers decide it (ssh), once the
     preflight knows every host's units: which they will pick and why; None where there is nothing to
     say (not auto, not multi_worker_mirrored, hosts unknown)."""
-    seen = _host_picks(plan, found)
+    seen = host_picks(plan, found)
     if not seen or not all(p for _k, _r, p in seen.values()) or len({r for _k, r, _p in seen.values()}) != 1:
         return None
     if not any(r for _k, r, _p in seen.values()):
@@ -260,12 +263,22 @@ def start_collective(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Opti
     return "collective ring (auto: workers share GPUs or use MIG devices, which NCCL cannot serve)"
 
 
+def smallest_share(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> int:
+    """Where the plan's auto trainers would get different counts on the hosts (their units as the
+    preflight found them) and every host gives some: the smallest host's count, which the ssh
+    preflight makes every trainer's (``Placement.gpu_cap``), as the plan does where it knows every
+    host (``_common_cap``); 0 otherwise (they agree, or a host gives none: ``hosts_problem``)."""
+    counts = {k for k, _r, _p in host_picks(plan, found).values()}
+    return min(counts) if len(counts) > 1 and min(counts) > 0 else 0
+
+
 def hosts_problem(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optional[str]:
     """The one line for hosts (their units as the preflight found them) on which the plan's auto
     trainers would get different counts, or where collective auto would pick NCCL on some and RING
-    on others: what the ssh preflight says before anything starts (there each host makes its own
-    tasks' GPUs, so the plan cannot let the smallest decide). None when they agree."""
-    seen = {h: (k, r) for h, (k, r, _p) in _host_picks(plan, found).items()}
+    on others: what the ssh preflight's probe says before anything starts. Where every host gives
+    some, the preflight then plans once more with the smallest share for every trainer
+    (``smallest_share``); a host giving none stays refused. None when they agree."""
+    seen = {h: (k, r) for h, (k, r, _p) in host_picks(plan, found).items()}
     if len({k for k, _ in seen.values()}) > 1:
         return unequal_line({h: k for h, (k, _) in seen.items()})
     if len({r for _, r in seen.values()}) > 1:
@@ -538,22 +551,46 @@ def ids_text(ids: Sequence[int]) -> str:
     return ("gpu " if len(ids) == 1 else "gpus ") + ",".join(str(i) for i in ids)
 
 
+def env_collective(env_value: Callable[[str], Optional[str]]) -> str:
+    """The all-reduce ``status`` shows for a planned task, from its env in the run record
+    (``env_value(name)``): for a multi_worker_mirrored task its TFCLUSTER_COLLECTIVE (the plan's
+    choice), else ``ring`` (TensorFlow's AUTO runs RING); "" under the other strategies."""
+    if env_value(envnames.STRATEGY) != "multi_worker_mirrored":
+        return ""
+    return env_value(envnames.COLLECTIVE) or "ring"
+
+
+def _uuids_text(visible: str) -> str:
+    """A CUDA_VISIBLE_DEVICES of UUIDs as ``plan`` and ``status`` show it: each cut to 12
+    characters (``gpu MIG-7c1e2d3f``), ``gpus`` before two or more."""
+    named = ",".join(v.strip()[:12] for v in visible.split(","))[:60]
+    return ("gpu " if "," not in visible else "gpus ") + named
+
+
+def said_text(ids: Sequence[int], visible: str = "", collective: str = "") -> str:
+    """A task's GPUs as the machine it started on said them (a task_gpus event): its MIG device
+    or UUIDs where it said those (``gpu MIG-7c1e2d3f``, as ``plan`` shows a MIG device), else
+    its indices (``gpus 0,1``), ``cpu`` for none; then ``collective`` (its all-reduce) where it
+    has GPUs."""
+    if not ids:
+        return "cpu"
+    return (_uuids_text(visible) if visible else ids_text(ids)) + (f" {collective}" if collective else "")
+
+
 def env_text(env_value: Callable[[str], Optional[str]]) -> str:
     """A planned task's GPUs as ``status`` shows them, from its env in the run record
     (``env_value(name)``): its CUDA_VISIBLE_DEVICES (a UUID cut to 12 characters), else its
     request (``1 gpu (at start)``), else "" (the plan said nothing of GPUs); a
     multi_worker_mirrored task on GPUs also its all-reduce (``gpus 0,1 nccl``: the plan's choice;
-    ``ring`` where TensorFlow's AUTO runs RING)."""
+    ``ring`` where TensorFlow's AUTO runs RING: ``env_collective``)."""
     visible = env_value(CUDA_VAR)
-    coll = ""
-    if env_value(envnames.STRATEGY) == "multi_worker_mirrored":
-        coll = " " + (env_value(envnames.COLLECTIVE) or "ring")
+    coll = env_collective(env_value)
+    coll = f" {coll}" if coll else ""
     if visible is not None:
         ids = visible_ids({CUDA_VAR: visible})
         if ids is not None:
             return ids_text(ids) + (coll if ids else "")
-        named = ",".join(v.strip()[:12] for v in visible.split(","))[:60]
-        return ("gpu " if "," not in visible else "gpus ") + named + coll
+        return _uuids_text(visible) + coll
     req = gpuplace.parse_request(env_value(envnames.GPUS) or "")
     if req is None:
         return ""

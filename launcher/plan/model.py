@@ -57,6 +57,10 @@ class Placement:
     # Host name -> why nvidia-smi -L listed no GPU there, in its own words, where it failed (no
     # driver): a plan that needs GPUs there is refused with it, an ``auto`` one says it.
     gpu_failures: Mapping[str, str] = field(default_factory=dict)
+    # The most GPUs an auto trainer gets on hosts that make their tasks' GPUs where they start
+    # (ssh), once the preflight has seen every host's: the smallest host's share, so every worker
+    # gets the same count (0: no cap).
+    gpu_cap: int = 0
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ A run's events come in this order:
 and in between: gpu_usage (where nvidia-smi answers, a sample of each GPU task's memory and
 utilisation that changed: launcher/supervise/gpuwatch.py, or the ssh task wrapper), task_gpus (the
 GPUs a task got where it started, as that machine numbers them, where the backend learns them only
-there: a Slurm step, the ssh task wrapper); backends' own: state_sync, state_copy, state_fetch (ssh's
+there: a Slurm step, the ssh task wrapper, with the MIG device or UUIDs and the collective the
+wrapper set); backends' own: state_sync, state_copy, state_fetch (ssh's
 state dir), slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
 A new kind goes here first: its ``Event`` word and its class (``KINDS`` maps one to the other).
 """
@@ -437,9 +438,16 @@ class GpuUsage(RecordEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class TaskGpus(RecordEvent):
+    """The GPUs a task got where it started: ``gpus`` as that machine numbers them; ``visible`` its
+    CUDA_VISIBLE_DEVICES where that names UUIDs (a MIG device, a host's UUID limit), "" otherwise;
+    ``collective`` the all-reduce set there for it (the ssh wrapper decides collective auto on the
+    host: ``nccl``), "" where none was set (TensorFlow's AUTO: RING)."""
+
     KIND: ClassVar[str] = Event.TASK_GPUS
     task: str
     gpus: list[Union[int, str]] = field(default_factory=list)
+    visible: str = ""
+    collective: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from launcher.plan.gpus import env_text as gpu_env_text, ids_text as gpu_ids_text
+from launcher.plan.gpus import env_collective as gpu_env_collective, env_text as gpu_env_text, said_text as gpu_said_text
 from launcher.procinfo import describe_exit
 from launcher.procinfo import group_alive, is_same
 from launcher.errors import exc_text
@@ -58,6 +58,9 @@ class TaskRow:
     task: Optional[TaskView] = field(default=None, repr=False)  # the view's task: the figures
     planned_gpus: str = ""  # its GPUs as the plan gave them (``gpu 1``, ``cpu``, ``1 gpu (at start)``; "" none said)
     planned_host: str = ""  # its host in the plan (where it runs until a start says otherwise)
+    # Its all-reduce as planned where it has one (multi_worker_mirrored: ``nccl`` the plan's choice, else
+    # ``ring``); "" under the other strategies.
+    planned_collective: str = ""
 
     @property
     def host(self) -> str:
@@ -97,9 +100,14 @@ class TaskRow:
 
     @property
     def gpus(self) -> str:
-        """Its GPUs: as the machine it started on said (a task_gpus event), else as planned."""
-        said = self.task.gpus if self.task is not None else None
-        return gpu_ids_text(said) if said is not None else self.planned_gpus
+        """Its GPUs: as the machine it started on said (a task_gpus event: its MIG device or UUIDs
+        where it said those, and the collective set there, ssh's wrapper deciding collective auto on
+        its host), else as planned."""
+        t = self.task
+        if t is None or t.gpus is None:
+            return self.planned_gpus
+        coll = (t.collective or self.planned_collective) if self.planned_collective else ""
+        return gpu_said_text(t.gpus, t.gpus_visible, coll)
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "host": self.host, "state": self.state, "attempt": self.attempt,
@@ -234,7 +242,8 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
         row.task = status.view.tasks.get(key) if status.view is not None else None
     for t in plan.get("tasks", []):
         if isinstance(t, dict) and "type" in t and "index" in t:
-            rows[f"{t['type']}:{t['index']}"].planned_gpus = _planned_gpus(plan, t)
+            row = rows[f"{t['type']}:{t['index']}"]
+            row.planned_gpus, row.planned_collective = _planned_gpus(plan, t)
     status.started = run.started
     status.attempts = run.attempts
     if run.state is not None:
@@ -264,9 +273,9 @@ def _load_run(run_dir: Path, alive: Callable[[int, Optional[int]], bool], group_
     return status
 
 
-def _planned_gpus(plan: dict, row: dict) -> str:
-    """A task's GPUs from plan.json (either shape: its own env, or the shared one with its
-    ``env_extra``/``env_drop``), without expanding the plan."""
+def _planned_gpus(plan: dict, row: dict) -> tuple[str, str]:
+    """A task's GPUs and its all-reduce (``planned_collective``) from plan.json (either shape: its
+    own env, or the shared one with its ``env_extra``/``env_drop``), without expanding the plan."""
     shared = row.get("env", plan.get("env")) or {}
     extra, drop = row.get("env_extra") or {}, row.get("env_drop") or ()
     drop = drop if isinstance(drop, (list, tuple)) else ()  # (a damaged record's: ignored, as its env)
@@ -277,7 +286,9 @@ def _planned_gpus(plan: dict, row: dict) -> str:
         got = extra.get(name, shared.get(name))
         return None if got is None else str(got)
 
-    return gpu_env_text(value) if isinstance(shared, dict) and isinstance(extra, dict) else ""
+    if not (isinstance(shared, dict) and isinstance(extra, dict)):
+        return "", ""
+    return gpu_env_text(value), gpu_env_collective(value)
 
 
 def last_sign_of_life(run_dir: Path, last_event: Optional[float]) -> Optional[float]:

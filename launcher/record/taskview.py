@@ -43,6 +43,8 @@ class TaskView(TaskLife):
     gpu_peak_mib: Optional[int] = None
     # The GPU indices it got where it started (task_gpus events: Slurm's, the ssh wrapper's); None: not said.
     gpus: Optional[tuple[int, ...]] = None
+    gpus_visible: str = ""  # its CUDA_VISIBLE_DEVICES there where that names UUIDs (a MIG device); "" otherwise
+    collective: str = ""  # the all-reduce set for it there (the ssh wrapper's collective auto); "" none
     throughput: Optional[Throughput] = field(default=None, repr=False)
 
     @property

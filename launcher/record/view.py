@@ -244,7 +244,11 @@ class RunView:
         elif kind == Event.TASK_GPUS and key:
             ids = record.get("gpus")
             if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
-                self.task(key).gpus = tuple(ids)
+                t = self.task(key)
+                t.gpus = tuple(ids)
+                visible, coll = record.get("visible"), record.get("collective")
+                t.gpus_visible = visible if isinstance(visible, str) else ""
+                t.collective = coll if isinstance(coll, str) else ""
 
     def _line(self, key: str, text: str, now: float) -> None:
         t = self.task(key)

@@ -16,7 +16,7 @@ A request (the marker's fields, space-separated ``key=value``):
 * ``trainers``: how many of those N places are trainers (the workers, and the chief where it
   trains: TensorFlow needs them equal, ``shares``); the rest are the evaluator's;
 * ``cap``: the most GPUs a trainer gets (0: no cap): one_device's 1, or the smallest host's share
-  where the plan knew every host;
+  where the plan knew every host or the ssh preflight saw every host's GPUs;
 * ``offset``: GPUs the host's ``N``-tasks before it take (for an auto task: all the N-tasks take);
 * ``tasks``: the host's GPU tasks (``all`` with more than one shares);
 * ``use``: ``all`` or the comma list of GPU indices ``devices.gpus`` lets the run use (``need``
@@ -468,21 +468,48 @@ def parse_figures_line(line):
 
 
 # The line the wrapper writes once it has made a task's request (``taskwrap: GPUs given 0,1``, or
-# ``none``): which of its host's GPUs the task got; the ssh backend records it (``status``).
+# ``none``): which of its host's GPUs the task got, then, where they are not plain indices, the
+# CUDA_VISIBLE_DEVICES it set (``visible=MIG-...``: a MIG device, or UUIDs where the host's limit
+# named UUIDs), and the all-reduce it set (``collective=nccl``: collective auto decided on the
+# host); the ssh backend records it (a task_gpus event: ``status``).
 GIVEN_LINE = "GPUs given"
+_UUID_CHARS = frozenset("0123456789abcdefABCDEF-GPUMI")
 
 
-def given_line(ids):
-    return "taskwrap: %s %s\n" % (GIVEN_LINE, ",".join(str(i) for i in ids) or "none")
+def given_line(ids, visible=None, collective=""):
+    text = "taskwrap: %s %s" % (GIVEN_LINE, ",".join(str(i) for i in ids) or "none")
+    if visible and any(p.strip().startswith(("GPU-", "MIG-")) for p in visible.split(",")):
+        text += " visible=" + ",".join(p.strip() for p in visible.split(","))
+    collective = (collective or "").strip().lower()
+    if collective.isalpha() and len(collective) <= 10:  # (a spec's env may set any value: said only if a word)
+        text += " collective=" + collective
+    return text + "\n"
+
+
+def _uuid_like(part):
+    """A CUDA_VISIBLE_DEVICES entry the given line may carry: a GPU-/MIG- UUID (or its prefix),
+    hex and dashes only, bounded (the line comes from another machine)."""
+    return part.startswith(("GPU-", "MIG-")) and len(part) <= 64 and all(c in _UUID_CHARS for c in part)
 
 
 def parse_given_line(line):
-    """The GPU indices of a wrapper's given line ([] for none), or None when ``line`` is not one."""
+    """(GPU indices ([] for none), its CUDA_VISIBLE_DEVICES where the line says it ("" otherwise),
+    the collective it set ("" none)) of a wrapper's given line, or None when ``line`` is not one."""
     head = "taskwrap: %s " % GIVEN_LINE
-    if not line.startswith(head) or len(line) > 200:
+    if not line.startswith(head) or len(line) > 2000:
         return None
-    rest = line[len(head):].strip()
-    if rest == "none":
-        return []
-    parts = rest.split(",")
-    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None
+    first, *more = line[len(head):].split() or [""]
+    if first == "none":
+        ids = []
+    elif first and all(p.isdigit() for p in first.split(",")):
+        ids = [int(p) for p in first.split(",")]
+    else:
+        return None
+    visible, collective = "", ""
+    for part in more:
+        key, _, value = part.partition("=")
+        if key == "visible" and value and all(_uuid_like(v) for v in value.split(",")):
+            visible = value
+        elif key == "collective" and value.isalpha() and value.islower() and len(value) <= 10:
+            collective = value  # (anything else after the indices: not read)
+    return ids, visible, collective

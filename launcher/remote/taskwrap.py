@@ -138,7 +138,8 @@ def _gpu_request(var: str, limit_var: str, coll_var: str = "") -> "str | None":
     os.environ.clear()
     os.environ.update(env)
     visible = env.get(gpuplace.CUDA_VAR)
-    _say(gpuplace.given_line(gpuplace.watched_ids(visible, gpus) if visible is not None else []))
+    _say(gpuplace.given_line(gpuplace.watched_ids(visible, gpus) if visible is not None else [], visible,
+                             env.get(coll_var, "") if coll_var else ""))
     return None
 
 

@@ -289,10 +289,13 @@ class SSHBackend(Backend):
         if self.record is not None:
             self.record.write(ev.GpuUsage(tasks={key: [mib, util]}))
 
-    def _gpus_given(self, key: str, ids: list) -> None:
-        """The host's GPUs a task's wrapper gave it (taskwrap --gpus): a task_gpus event (status)."""
+    def _gpus_given(self, key: str, given: tuple) -> None:
+        """The host's GPUs a task's wrapper gave it (taskwrap --gpus: its indices, its
+        CUDA_VISIBLE_DEVICES where that names a MIG device or UUIDs, the collective it set there):
+        a task_gpus event (status)."""
+        ids, visible, collective = given
         if self.record is not None:
-            self.record.write(ev.TaskGpus(task=key, gpus=ids))
+            self.record.write(ev.TaskGpus(task=key, gpus=ids, visible=visible, collective=collective))
 
     def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
         """Signal tasks, one command per host, hosts in parallel (task.py)."""

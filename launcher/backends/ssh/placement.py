@@ -12,6 +12,7 @@ host's ranks consecutively for the same reason."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Optional
 
 from launcher.plan import gpus
@@ -112,13 +113,15 @@ def in_blocks(spec: Spec, dealt: Mapping[str, Slot]) -> dict[str, Slot]:
 def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]]) -> Optional[tuple[Placement, str]]:
     """When the preflight found (``found``: host -> its GPUs, None where not asked) that the
     round-robin over-fills some hosts' GPUs with GPU-count tasks, the placement that bounds each
-    host without ``slots`` by its GPUs instead, and the one line saying so; None when no host is
-    over-filled, a host's GPUs are unknown, or the GPUs cannot hold the tasks either way."""
+    host without ``slots`` by its GPUs instead; where the hosts would give their auto workers
+    different counts, the smallest host's count for every worker (``gpu_cap``: TensorFlow needs
+    them equal); and the line saying so. None when neither applies, a host's GPUs are unknown, or
+    the GPUs cannot hold the tasks either way."""
     if gpus.placement_off(spec) or any(v is None for v in found.values()) or plan.placeholder:
         return None
     over = [h for h, g in found.items() if gpus.host_problems(plan, h, g)]
     if not over:
-        return None
+        return _capped(spec, Placement(round_robin(spec)), found, [])
     room = gpus.gpu_room(spec, found)
     if any(h not in room for h in over):  # a host with slots, or one whose trouble is not its count
         return None
@@ -136,5 +139,38 @@ def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]]) -> 
     before = {h: sum(1 for t in plan.tasks if t.host == h and t.gpus.required) for h in over}
     said = ", ".join(f"{h} {plural(len(found[h]))} for {before[h]}" for h in over)
     now = ", ".join(f"{h} {n}" for h, n in counts.items())
-    return placement, (f"gpus: round-robin would over-fill {said} GPU-count tasks; placed by each host's GPUs instead "
-                       f"(GPU tasks: {now}); set hosts[].slots to place them yourself")
+    return _capped(spec, placement, found, [
+        f"gpus: round-robin would over-fill {said} GPU-count tasks; placed by each host's GPUs instead "
+        f"(GPU tasks: {now}); set hosts[].slots to place them yourself"])
+
+
+def _capped(spec: Spec, placement: Placement, found: Mapping[str, Optional[tuple]],
+            said: list[str]) -> Optional[tuple[Placement, str]]:
+    """``placement`` with the smallest host's share as every auto worker's GPU count where the
+    hosts would give different counts (gpus.smallest_share), and what the preflight says of it
+    after ``said``; None when nothing was said and no cap is needed, or the capped plan still
+    has a problem (a host that gives none, NCCL on some hosts and RING on others)."""
+    try:
+        planned = build_plan(spec, placement)
+    except SpecError:
+        return None
+    cap = gpus.smallest_share(planned, found)
+    if cap:
+        before = {h: k for h, (k, _r, _p) in gpus.host_picks(planned, found).items()}
+        placement = replace(placement, gpu_cap=cap)
+        try:
+            planned = build_plan(spec, placement)
+        except SpecError:
+            return None
+        if gpus.hosts_problem(planned, found) or any(gpus.host_problems(planned, h, g) for h, g in found.items()):
+            return None
+        parts = ", ".join(f"{h} {plural(k)}" for h, k in before.items())
+        idle = [h for h, k in before.items() if k > cap]
+        said = said + [f"gpus: the workers would get unequal GPU shares ({parts} each); the smallest host decides: "
+                       f"every worker gets {plural(cap)} (TensorFlow needs the same count on every worker), the others idle on "
+                       f"{', '.join(idle)}; set devices.gpus_per_task to choose"]
+    elif gpus.hosts_problem(planned, found):
+        return None
+    if not said:
+        return None
+    return placement, "; ".join(said)

@@ -1,5 +1,6 @@
 """The ssh preflight's second chance: when the probe refused only hosts whose GPUs the round-robin
-over-fills, the placement by each host's GPUs (``placement.gpu_replan``), and the probe once
+over-fills or that would give the workers unequal GPU counts, the placement by each host's GPUs
+with the smallest host's count for every worker (``placement.gpu_replan``), and the probe once
 more for that plan. The probe itself is probe.py; the backend's ``preflight`` ties them."""
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def replan_by_gpus(pool: "HostPool", spec: Spec, plan: Plan, names: list[str],
                    exc: LaunchError) -> tuple[Placement, str]:
-    """The preflight refused only hosts whose GPUs the round-robin over-fills, and placing by
-    each host's GPUs fits: that placement (``allocate`` gives it to the run) and the one line
-    saying so; its plan is to be probed once more. Else ``exc`` stands (raised)."""
+    """The preflight refused only hosts whose GPUs the round-robin over-fills, or hosts that
+    would give the workers unequal GPU counts, and placing by each host's GPUs (the smallest
+    host's count for every worker) fits: that placement (``allocate`` gives it to the run) and
+    the one line saying so; its plan is to be probed once more. Else ``exc`` stands (raised)."""
     found = {n: pool.hosts[n].gpus for n in names}
     refused = [p for n, g in found.items() if g is not None for p in gpus.host_problems(plan, n, g)]
+    unequal = gpus.hosts_problem(plan, {n: g for n, g in found.items() if g is not None})
+    refused += [unequal] if unequal else []
     others = [line for line in exc.lines if line not in refused and line != "no task was started"]
     got = None if others or not refused else gpu_replan(spec, plan, found)
     if got is None:

@@ -22,12 +22,13 @@ from launcher.backends.ssh.task import SSHTask
 
 
 class Starts:
-    """``gpu_figures(key, mib, util)`` and ``gpus_given(key, ids)`` take what a task's wrapper
+    """``gpu_figures(key, mib, util)`` and ``gpus_given(key, given)`` (gpuplace.parse_given_line's
+    (ids, visible, collective)) take what a task's wrapper
     reports of its GPUs (the backend writes them into the run record)."""
 
     def __init__(self, pool: HostPool, state_sync: StateSync, spec_name: str, strategy: str, stop_grace: float,
                  gpu_figures: Callable[[str, int, Optional[int]], None],
-                 gpus_given: Callable[[str, list], None]) -> None:
+                 gpus_given: Callable[[str, tuple], None]) -> None:
         self.pool = pool
         self.opts = pool.opts
         self.state_sync = state_sync

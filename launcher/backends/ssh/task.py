@@ -39,7 +39,7 @@ EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 class SSHTask(TaskHandle):
     def __init__(self, task: PlannedTask, pool: TaskHosts, host: HostState, channel, pidfile: str,
                  on_line: LineSink, on_gpu: Optional[Callable[[str, int, Optional[int]], None]] = None,
-                 on_gpus: Optional[Callable[[str, list], None]] = None) -> None:
+                 on_gpus: Optional[Callable[[str, tuple], None]] = None) -> None:
         super().__init__(task)
         # Its wrapper's GPU lines, handed here, not logged: its figures (--gpu-watch), the GPUs it got (--gpus).
         self._on_gpu, self._on_gpus = on_gpu, on_gpus

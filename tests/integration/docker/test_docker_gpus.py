@@ -2,8 +2,10 @@
 the NVIDIA Container Toolkit) has no GPU runtime. The fake nvidia-smi (tests/support/gpus.py)
 makes this machine -- the engine's host -- look like it has 2 GPUs. What the backend asks the
 engine for is read back through the engine's API (``HostConfig.DeviceRequests``, ``ShmSize``)
-from containers it created and did not start; asking this engine for GPUs at start is refused in
-one line before any task runs; a run whose tasks use no GPU still runs."""
+from containers it created and did not start: indices, UUIDs within the launcher's UUID limit, one
+MIG device per container by its MIG- UUID; asking this engine for GPUs at start is refused in one
+line before any task runs; a run whose tasks use no GPU still runs. ``tfcluster compose``'s device
+reservations are read back through ``docker-compose config`` the same way."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 
 from launcher.plan import containergpus as docker_gpus
 from launcher.backends.docker.backend import DockerBackend
+from launcher.errors import LaunchError
 from launcher.plan.build import build_plan
 from launcher.loader.load import load_spec
 from tests.labs import docker as eng
@@ -84,6 +87,94 @@ def test_host_config_gives_each_gpu_task_its_gpus_and_shm_and_cpu_tasks_none(tmp
     for key in ("chief:0", "ps:0"):
         requests, shm, cvd, marker = seen[key]
         assert not requests and shm == ENGINE_DEFAULT_SHM and cvd == "-1" and marker is None, seen[key]
+
+
+def uuid(i: int) -> str:
+    """The stand-in nvidia-smi's UUID of GPU ``i`` (tests/support/nvidia-smi)."""
+    return "GPU-%08x-1d2e-4f3a-9b8c-%012x" % (0x2b3c1f9e + i, 0x5d6e7f809a1b + i)
+
+
+def mig_uuid(gpu: int, i: int) -> str:
+    """Its UUID of MIG device ``i`` of GPU ``gpu`` (FAKE_NVIDIA_SMI_MIG)."""
+    return "MIG-%08x-5e6f-5a7b-8c9d-%012x" % (0x7c1d2e3f + gpu * 16 + i, 0x1a2b3c4d5e6f + i)
+
+
+def _created(tmp_path: Path, docker_engine, worker_image, name: str, workers: int) -> tuple[dict, str]:
+    """The backend's own preflight GPU step on the engine's host (the stand-in nvidia-smi on PATH,
+    the launcher's CUDA_VISIBLE_DEVICES as the test set it), then each task's container created
+    (not started: this engine has no GPU runtime) as the backend makes it, and read back from the
+    engine: task key -> (HostConfig.DeviceRequests, its env); and the preflight's error."""
+    spec = _spec(tmp_path, docker_engine.url, name, "multi_worker_mirrored", {"worker": workers},
+                 ["python", "-c", "pass"])
+    loaded = load_spec(spec)
+    plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
+    backend = DockerBackend(loaded)
+    client = docker_engine.client()
+    created, seen = [], {}
+    try:
+        # Its GPU runtime probe asks this engine for the first container's GPUs and is refused:
+        # what each container gets is made before it (the backend's own arithmetic, no stand-in).
+        with pytest.raises(LaunchError) as refused:
+            backend.plan_gpus(plan)
+        for task in plan.tasks:
+            c = backend._containers[task.key]
+            cid = client.api.create_container(worker_image, command=["true"], environment=c.env,
+                                              host_config=backend.host_config(container=c),
+                                              labels={"tfcluster.name": name})["Id"]
+            created.append(cid)
+            info = client.api.inspect_container(cid)
+            seen[task.key] = (info["HostConfig"].get("DeviceRequests"),
+                              dict(e.split("=", 1) for e in info["Config"]["Env"]))
+    finally:
+        for cid in created:
+            client.api.remove_container(cid, force=True)
+        client.close()
+        backend.close()
+    assert leftovers(docker_engine, name)[0] == []  # the probe's container is gone too
+    return seen, str(refused.value)
+
+
+def _units(seen: dict) -> dict[str, list[str]]:
+    """Task key -> the DeviceIDs of its container's one GPU request; the request's form checked."""
+    out = {}
+    for key, (requests, env) in seen.items():
+        (req,) = requests
+        assert req["Capabilities"] == [["gpu"]] and req["Count"] == 0 and req["Driver"] == "", requests
+        out[key] = req["DeviceIDs"]
+        # Inside the container its GPUs are numbered from 0; no request is left to complete; the
+        # GPUs are the device request's (the worker image, on Debian, sets no NVIDIA_VISIBLE_DEVICES
+        # either: the runtime would take that for every GPU).
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in range(len(req["DeviceIDs"]))), env
+        assert "TFCLUSTER_GPUS" not in env and "NVIDIA_VISIBLE_DEVICES" not in env, env
+    return out
+
+
+def test_a_uuid_limit_gives_each_container_its_gpus_by_uuid_within_it(tmp_path, monkeypatch, docker_engine,
+                                                                      worker_image):
+    """The launcher's CUDA_VISIBLE_DEVICES names GPUs 3 and 1 of the engine host's 4 by UUID: the
+    two workers get one each, in the limit's order, named by UUID in the device request (never a
+    GPU the user hid); each owns its GPU, so collective auto is NCCL."""
+    fake_gpus(monkeypatch, tmp_path, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{uuid(3)},{uuid(1)}")
+    seen, refused = _created(tmp_path, docker_engine, worker_image, "dkgpuuuid", 2)
+    assert "has no GPU runtime" in refused, refused
+    assert _units(seen) == {"worker:0": [uuid(3)], "worker:1": [uuid(1)]}, seen
+    assert {k: env.get("TFCLUSTER_COLLECTIVE") for k, (_, env) in seen.items()} == {"worker:0": "nccl",
+                                                                                     "worker:1": "nccl"}
+
+
+def test_mig_devices_are_given_one_per_container_by_their_uuid(tmp_path, monkeypatch, docker_engine, worker_image):
+    """The engine host's 2 GPUs are in MIG mode, 2 devices each: 4 workers get one MIG device each,
+    disjoint, by its MIG- UUID (CUDA shows a process one MIG device); MIG devices have no
+    peer-to-peer, so collective auto stays RING (nothing set: TensorFlow's AUTO)."""
+    fake_gpus(monkeypatch, tmp_path, 2)
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_MIG", "0:2,1:2")
+    seen, refused = _created(tmp_path, docker_engine, worker_image, "dkgpumig", 4)
+    assert "has no GPU runtime" in refused, refused
+    units = _units(seen)
+    assert sorted(u for ids in units.values() for u in ids) == sorted(mig_uuid(g, d) for g in (0, 1) for d in (0, 1))
+    assert all(len(ids) == 1 for ids in units.values()), units
+    assert all("TFCLUSTER_COLLECTIVE" not in env for _, env in seen.values()), seen
 
 
 def test_shm_size_from_the_spec_applies_to_every_container(tmp_path, docker_engine, worker_image):
@@ -173,3 +264,39 @@ def test_compose_gpu_reservations_pass_docker_compose_config(tmp_path, monkeypat
         assert device == {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}, services[name]
         assert services[name]["shm_size"] == "1g"
     assert "deploy" not in services["ps-0"] and "deploy" not in services["chief-0"]
+
+
+def _compose_devices(tmp_path: Path, workers: int) -> dict[str, tuple[list[str], str]]:
+    """``tfcluster compose`` of a multi_worker_mirrored spec here, read back through
+    ``docker-compose config``: service -> (its reserved device_ids, its CUDA_VISIBLE_DEVICES)."""
+    import yaml
+
+    compose = require_tool("docker-compose", "docker-compose")
+    tmp_path.mkdir(parents=True)
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(f"name: cu\nstrategy: multi_worker_mirrored\nbackend: docker\nentrypoint: python -m worker\n"
+                    f"tasks: {{worker: {workers}}}\n")
+    out = tmp_path / "docker-compose.yml"
+    made = tfcluster("compose", str(spec), "-o", str(out), cwd=REPO, env={"PYTHONPATH": str(REPO)})
+    assert made.returncode == 0, made.stderr
+    check = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stderr
+    got = {}
+    for name, service in yaml.safe_load(check.stdout)["services"].items():
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"], service
+        got[name] = (device["device_ids"], service["environment"]["CUDA_VISIBLE_DEVICES"])
+    return got
+
+
+def test_compose_keeps_a_uuid_limit_and_gives_mig_devices_by_uuid(tmp_path, monkeypatch):
+    """``tfcluster compose`` divides this machine's GPUs as the docker backend does: within its
+    CUDA_VISIBLE_DEVICES (by UUID where that names UUIDs), a MIG device by its MIG- UUID, one each."""
+    fake_gpus(monkeypatch, tmp_path, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{uuid(3)},{uuid(1)}")
+    assert _compose_devices(tmp_path / "limit", 2) == {"worker-0": ([uuid(3)], "0"), "worker-1": ([uuid(1)], "0")}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_MIG", "0:2,1:2")
+    got = _compose_devices(tmp_path / "mig", 4)
+    assert sorted(ids[0] for ids, _ in got.values()) == sorted(mig_uuid(g, d) for g in (0, 1) for d in (0, 1)), got
+    assert all(len(ids) == 1 and cvd == "0" for ids, cvd in got.values()), got

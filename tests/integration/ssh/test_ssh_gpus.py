@@ -101,23 +101,41 @@ def test_shared_gpu_gets_growth_and_gpu_less_hosts_run_on_cpu(lab, make_spec, tm
     assert proc.stderr.count("no GPU found (h3: nvidia-smi -L lists none): its 1 GPU task runs on CPU") == 1
 
 
-def test_hosts_that_would_give_workers_unequal_shares_are_one_line(lab, make_spec, tmp_path):
+def test_hosts_with_unequal_gpus_give_every_worker_the_smallest_hosts_share(lab, make_spec, tmp_path):
     """h1 has 4 GPUs, h2 2: one worker on each would get 4 and 2; TensorFlow needs the same count
-    on every worker, so the preflight refuses, naming the hosts; a host with none is refused too."""
+    on every worker, so the smallest host decides, as where the plan knows every host: both get 2
+    (h1's other two idle), said in one line. A host with none while another has some is refused
+    in one line naming them, before anything starts."""
     proc = run(make_spec, tmp_path, {"h1": 4, "h2": 2}, workers=2)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
-    assert lines[0] == ("tfcluster: error: gpus: the workers would get unequal GPU shares (h1 4 GPUs, h2 2 GPUs "
-                        "each); TensorFlow needs the same count on every worker (ParameterServerStrategy: "
-                        "Mismatched number of GPUs per worker); set devices.gpus_per_task: 2"), proc.stderr
-    assert not recorded(tmp_path) and task_processes(lab) == {h.name: [] for h in lab.hosts}
-    proc = run(make_spec, tmp_path, {"h1": 1, "h3": 0}, workers=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("gpus: the workers would get unequal GPU shares (h1 4 GPUs, h2 2 GPUs each); the smallest host decides: "
+            "every worker gets 2 GPUs (TensorFlow needs the same count on every worker), the others idle on h1; "
+            "set devices.gpus_per_task to choose") in proc.stderr, proc.stderr[-3000:]
+    got = {v["host"]: v["CUDA_VISIBLE_DEVICES"] for v in recorded(tmp_path).values()}
+    assert got == {"h1": "0,1", "h2": "0,1"}, got
+    assert sorted(shown_gpus(tmp_path).values()) == ["gpus 0,1 nccl", "gpus 0,1 nccl"]
+    proc = run(make_spec, tmp_path / "none", {"h1": 1, "h3": 0}, workers=2)
     assert proc.returncode == 1 and "(h1 1 GPU, h3 0 GPUs each)" in proc.stderr, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tfcluster: error:")]
+    assert lines[0] == ("tfcluster: error: gpus: the workers would get unequal GPU shares (h1 1 GPU, h3 0 GPUs each); "
+                        "TensorFlow needs the same count on every worker (ParameterServerStrategy: Mismatched number "
+                        "of GPUs per worker); give every GPU host a GPU, or run on CPU (devices.gpus: 0)"), proc.stderr
+    assert not recorded(tmp_path / "none") and task_processes(lab) == {h.name: [] for h in lab.hosts}
 
 
 def uuid(i: int) -> str:
     """The stand-in nvidia-smi's UUID of GPU ``i``."""
     return "GPU-%08x-1d2e-4f3a-9b8c-%012x" % (0x2b3c1f9e + i, 0x5d6e7f809a1b + i)
+
+
+def shown_gpus(tmp_path: Path) -> dict[str, str]:
+    """Each task's gpus as ``tfcluster status`` prints them (its table, checked against --json)."""
+    spec = str(tmp_path / "cluster.yaml")
+    as_json = {t["key"]: t["gpus"] for t in json.loads(tfcluster("status", spec, "--json").stdout)["tasks"]}
+    table = tfcluster("status", spec).stdout
+    for key, gpus in as_json.items():
+        assert any(line.split()[:1] == [key] and f"  {gpus}  " in line + "  " for line in table.splitlines()), table
+    return as_json
 
 
 def test_the_hosts_uuid_limit_equal_shares_and_nccl(lab, make_spec, tmp_path):
@@ -130,6 +148,11 @@ def test_the_hosts_uuid_limit_equal_shares_and_nccl(lab, make_spec, tmp_path):
     assert "collective auto: nccl where each worker owns its GPUs, else ring (decided on each host at start)" \
         in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.count("collective nccl (auto: each worker owns its GPUs)") == 1  # said at start, once
+    # status shows what each host's wrapper gave and chose: h1's GPUs by UUID (each cut to 12
+    # characters, as plan shows UUIDs), and the all-reduce each wrapper decided on its host.
+    hosts = {t["key"]: t["host"] for t in json.loads(tfcluster("status", str(tmp_path / "cluster.yaml"), "--json").stdout)["tasks"]}
+    assert shown_gpus(tmp_path) == {k: {"h1": f"gpus {uuid(2)[:12]},{uuid(3)[:12]} nccl", "h2": "gpus 0,1 nccl"}[h]
+                                    for k, h in hosts.items()}, hosts
 
 
 def test_mig_devices_one_per_task_on_each_host(lab, make_spec, tmp_path):
@@ -143,6 +166,10 @@ def test_mig_devices_one_per_task_on_each_host(lab, make_spec, tmp_path):
     assert {v["TFCLUSTER_COLLECTIVE"] for v in got.values()} == {None}  # MIG devices: RING
     assert "h1: 2 MIG devices (NVIDIA A100-SXM4-40GB MIG 1g.5gb)" in proc.stderr, proc.stderr[-3000:]
     assert "collective ring (auto: workers share GPUs or use MIG devices" in proc.stderr
+    # status shows each task's MIG device (its UUID cut to 12 characters, as plan shows a MIG
+    # device), not its parent GPU's index 0, and the all-reduce: RING on MIG devices.
+    want = {k: "gpu %s ring" % v["CUDA_VISIBLE_DEVICES"][:12] for k, v in got.items()}
+    assert all(w.startswith("gpu MIG-") for w in want.values()) and shown_gpus(tmp_path) == want, got
 
 
 def test_a_hosts_failing_nvidia_smi_is_one_line_in_its_words(lab, make_spec, tmp_path):
@@ -192,10 +219,11 @@ def test_a_host_with_few_gpus_takes_fewer_tasks_when_slots_are_not_given(lab, ma
     assert sorted(len(v) for v in by_host.values()) == [1, 3], by_host
     assert sorted(sorted(v) for v in by_host.values()) == [["0"], ["0", "1", "2"]], by_host  # disjoint on each
     assert "h2: 3 GPUs (NVIDIA A100-SXM4-40GB) for worker:" in proc.stderr
-    # The run record holds the plan placed by GPUs, and each task's GPUs as its wrapper gave them.
+    # The run record holds the plan placed by GPUs, and each task's GPUs as its wrapper gave them
+    # (each worker owns its GPU: the wrappers chose NCCL).
     status = json.loads(tfcluster("status", str(tmp_path / "cluster.yaml"), "--json").stdout)
     assert sorted((t["host"], t["gpus"]) for t in status["tasks"]) == [
-        ("h1", "gpu 0"), ("h2", "gpu 0"), ("h2", "gpu 1"), ("h2", "gpu 2")], status["tasks"]
+        ("h1", "gpu 0 nccl"), ("h2", "gpu 0 nccl"), ("h2", "gpu 1 nccl"), ("h2", "gpu 2 nccl")], status["tasks"]
     dry = tfcluster("up", str(tmp_path / "cluster.yaml"), "--dry-run", timeout=120)  # shows the plan placed by GPUs
     assert dry.returncode == 0, dry.stderr[-2000:]
     hosts = sorted(line.split()[1] for line in dry.stdout.splitlines() if line.startswith("  worker:") and "TASK" not in line)

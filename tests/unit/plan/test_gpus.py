@@ -324,6 +324,43 @@ def test_ssh_replan_only_when_it_helps(found, why):
     assert gpu_replan(spec, plan_for(spec), found) is None, why
 
 
+SSH_MWMS = """\
+    name: s
+    strategy: multi_worker_mirrored
+    backend: ssh
+    entrypoint: x
+    hosts: [{name: a}, {name: b}, {name: c}]
+    tasks: {worker: 3}
+"""
+
+
+def test_ssh_hosts_with_unequal_gpus_give_every_worker_the_smallest_hosts_share():
+    """a has 4 GPUs, b 2, c 4: one worker on each would get 4, 2, 4 (TensorFlow needs them equal).
+    As where the plan knows every host, the smallest decides: every request carries cap 2, so each
+    host's wrapper gives its worker 2 (the others' extra GPUs idle), said in one line."""
+    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.app.up import plan_for
+
+    spec = spec_of(SSH_MWMS)
+    plan = plan_for(spec)
+    found = {"a": a100(4), "b": a100(2), "c": a100(4)}
+    assert gpus.hosts_problem(plan, found).startswith("gpus: the workers would get unequal GPU shares")
+    placement, line = gpu_replan(spec, plan, found)
+    assert placement.gpu_cap == 2
+    replanned = build_plan(spec, placement)
+    assert [t.host for t in replanned.tasks] == [t.host for t in plan.tasks]  # the same hosts, capped
+    assert gpus.hosts_problem(replanned, found) is None
+    given = {t.host: gpuplace.resolve(gpuplace.parse_request(t.gpus.request), list(found[t.host]))[0]
+             for t in replanned.tasks}
+    assert {h: [g[0] for g in got] for h, got in given.items()} == {"a": [0, 1], "b": [0, 1], "c": [0, 1]}
+    assert line == ("gpus: the workers would get unequal GPU shares (a 4 GPUs, b 2 GPUs, c 4 GPUs each); the smallest "
+                    "host decides: every worker gets 2 GPUs (TensorFlow needs the same count on every worker), the "
+                    "others idle on a, c; set devices.gpus_per_task to choose")
+    # A host that would give its worker none while others give some stays refused (its line stands).
+    assert gpu_replan(spec, plan, {"a": a100(4), "b": (), "c": a100(4)}) is None
+    assert gpu_replan(spec, plan, {"a": a100(2), "b": a100(2), "c": a100(2)}) is None  # equal: nothing to do
+
+
 def test_ssh_replan_keeps_hosts_with_slots_and_auto_is_not_bounded():
     from launcher.backends.ssh.placement import gpu_replan, round_robin
     from launcher.app.up import plan_for

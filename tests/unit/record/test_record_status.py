@@ -187,6 +187,34 @@ def test_each_tasks_gpus_as_planned_or_as_the_machine_it_started_on_said(tmp_pat
     assert "gpus" not in out.split("\n  task", 1)[1].splitlines()[0], out
 
 
+def test_an_ssh_tasks_mig_device_and_the_collective_its_host_chose_are_what_status_shows(tmp_path):
+    """Over ssh the plan holds only each task's request; the wrapper's task_gpus event says what
+    the host gave: a MIG device shows as its UUID (as ``plan`` shows one locally, not its parent
+    GPU's index), UUIDs as UUIDs, and the all-reduce the wrapper set (collective auto decided on
+    the host) follows; where it set none, TensorFlow's AUTO: ring."""
+    req = "take=auto place=0/2 trainers=2 cap=0 offset=0 tasks=2 use=all need=0 mem=auto coll=pick"
+    plan = {"format": "compact", "name": "t", "strategy": "multi_worker_mirrored", "backend": "ssh",
+            "env": {"TFCLUSTER_STRATEGY": "multi_worker_mirrored", "TFCLUSTER_GPUS": req},
+            "tasks": [{"type": "worker", "index": i, "host": h} for i, h in enumerate(("h1", "h2", "h1", "h2"))]}
+    mig = "MIG-6b9c1f2a-0c1d-5e2f-8a3b-4c5d6e7f8091"
+    events = [{"time": 1.0, "event": "run_start"},
+              {"time": 2.0, "event": "task_gpus", "task": "worker:0", "gpus": [0], "visible": mig},
+              {"time": 2.0, "event": "task_gpus", "task": "worker:1", "gpus": [2, 3],
+               "visible": "GPU-2b3c1fa0-1d2e-4f3a-9b8c-5d6e7f809a1d,GPU-2b3c1fa1-1d2e-4f3a-9b8c-5d6e7f809a1e",
+               "collective": "nccl"},
+              {"time": 2.0, "event": "task_gpus", "task": "worker:2", "gpus": [1], "collective": "nccl"},
+              {"time": 3.0, "event": "outcome", "outcome": "succeeded", "exit_code": 0}]
+    run = make_run(tmp_path, events, {})
+    (run / "plan.json").write_text(json.dumps(plan))
+    rows = {t.key: t.gpus for t in load_run(run).tasks}
+    assert rows == {"worker:0": "gpu MIG-6b9c1f2a ring", "worker:1": "gpus GPU-2b3c1fa0,GPU-2b3c1fa1 nccl",
+                    "worker:2": "gpu 1 nccl", "worker:3": "gpus auto (at start)"}, rows
+    # Under parameter_server there is no all-reduce to show, whatever the wrapper said.
+    plan["strategy"] = plan["env"]["TFCLUSTER_STRATEGY"] = "parameter_server"
+    (run / "plan.json").write_text(json.dumps(plan))
+    assert {t.key: t.gpus for t in load_run(run).tasks}["worker:2"] == "gpu 1"
+
+
 # ---------------------------------------------------------------- how long a lost run lasted
 
 

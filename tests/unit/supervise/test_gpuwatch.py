@@ -89,5 +89,16 @@ def test_the_wrappers_figures_line_and_watched_ids():
                 "taskwrap: GPU figures [1, " + "9" * 90 + "]", "worker: GPU figures [1, 2]"):
         assert gpuplace.parse_figures_line(bad) is None, bad
     for ids in ([0], [1, 3], []):
-        assert gpuplace.parse_given_line(gpuplace.given_line(ids).rstrip("\n")) == ids
+        assert gpuplace.parse_given_line(gpuplace.given_line(ids).rstrip("\n")) == (ids, "", "")
     assert gpuplace.parse_given_line("taskwrap: GPUs given 0,x") is None and gpuplace.parse_given_line("GPUs given 0") is None
+    # Where the task's CUDA_VISIBLE_DEVICES names UUIDs (its MIG device, the host's UUID limit) the line
+    # carries it, and the collective the wrapper set (collective auto decided on the host).
+    mig = "MIG-6b9c1f2a-0c1d-5e2f-8a3b-4c5d6e7f8091"
+    line = gpuplace.given_line([0], mig, "").rstrip("\n")
+    assert line == "taskwrap: GPUs given 0 visible=" + mig and gpuplace.parse_given_line(line) == ([0], mig, "")
+    line = gpuplace.given_line([2, 3], "GPU-aaaa,GPU-bbbb", "nccl").rstrip("\n")
+    assert gpuplace.parse_given_line(line) == ([2, 3], "GPU-aaaa,GPU-bbbb", "nccl")
+    assert gpuplace.given_line([1], "1", "nccl") == "taskwrap: GPUs given 1 collective=nccl\n"  # indices: not repeated
+    assert gpuplace.given_line([], "-1") == "taskwrap: GPUs given none\n"
+    # Another machine's bytes: what is not a UUID or a word is not read (never shown raw).
+    assert gpuplace.parse_given_line("taskwrap: GPUs given 0 visible=MIG-\x1b[31m collective=nc;cl") == ([0], "", "")

@@ -58,11 +58,11 @@ def test_the_wrappers_gpu_figures_are_handed_on_not_logged():
     pool = SimpleNamespace(heartbeat=SimpleNamespace(silence=lambda host: 0.0), opts=SimpleNamespace(lease=3))
     planned = PlannedTask(type="worker", index=1, host="h2", address="h2", port=1, command=("true",))
     lines, figures, given = [], [], []
-    out = (b"taskwrap: GPUs given 2,3\nstep 1\ntaskwrap: GPU figures [1234, 37]\ntaskwrap: GPU figures [1300, null]\n"
+    out = (b"taskwrap: GPUs given 2,3 collective=nccl\nstep 1\ntaskwrap: GPU figures [1234, 37]\ntaskwrap: GPU figures [1300, null]\n"
            b"taskwrap: GPU figures [not, json]\nstep 2\n")
     task = SSHTask(planned, pool, SimpleNamespace(name="h2", transport=None), _Channel(out, 0), "pidfile",
                    lambda key, line: lines.append(line), lambda key, mib, util: figures.append((key, mib, util)),
-                   lambda key, ids: given.append((key, ids)))
+                   lambda key, got: given.append((key, got)))
     task._reader.join(5)
-    assert figures == [("worker:1", 1234, 37), ("worker:1", 1300, None)] and given == [("worker:1", [2, 3])]
+    assert figures == [("worker:1", 1234, 37), ("worker:1", 1300, None)] and given == [("worker:1", ([2, 3], "", "nccl"))]
     assert lines == ["step 1", "taskwrap: GPU figures [not, json]", "step 2"]  # a garbled one stays output
