@@ -234,3 +234,46 @@ def test_a_host_shutting_down_as_the_run_starts_leaves_the_group_smaller_and_it_
     assert [t["host"] for t in json.loads(sorted(run_of(spec).glob("plan-*.json"))[-1].read_text())["tasks"]] \
         == ["h1", "h2"]
     nothing_left(lab)
+
+
+ENV_OF = """\
+import json, os, pathlib, socket, sys, time
+task = os.environ["TFCLUSTER_TASK"]
+out = {"host": socket.gethostname(), "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+pathlib.Path(sys.argv[1], "env-" + task.replace(":", "-") + ".json").write_text(json.dumps(out))
+deadline = time.time() + 60  # the run ends once every task of the start plan has written its env
+while len(list(pathlib.Path(sys.argv[1]).glob("env-*.json"))) < int(sys.argv[2]) and time.time() < deadline:
+    time.sleep(0.1)
+"""
+
+
+def test_a_group_starting_small_is_placed_by_the_gpus_of_the_hosts_that_answered(lab, make_spec, tmp_path):
+    """h2 is down at `up`: the group (4 workers, min 1, a GPU each) starts without it, as h1's two
+    workers and h3's one. h1 has 1 GPU, h3 2: the preflight places by GPUs over h1 and h3 only
+    (the full group's placement by GPUs put workers on h2, which does not answer), so the run starts
+    with 3 workers, one GPU each, and says why it is smaller."""
+    from tests.support.gpus import gpu_pythons
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (tmp_path / "env_of.py").write_text(ENV_OF)
+    spec = make_spec([PY, str(tmp_path / "env_of.py"), str(out_dir), "3"], hosts=["h1", "h2", "h3"],
+                     host_keys=gpu_pythons(tmp_path, {"h1": 1, "h2": 2, "h3": 2}, PY),
+                     tasks={"worker": {"count": 4, "min": 1}}, devices={"gpus_per_task": 1},
+                     restart={"max_restarts": 0}, elastic={"settle": 3, "host_wait": 30})
+    cut(lab, "h2")
+    try:
+        result = tfcluster("up", str(spec), timeout=240)
+    finally:
+        bring_back(lab, "h2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert ("gpus: round-robin would over-fill h1 1 GPU for 2 GPU-count tasks; placed by each host's GPUs instead "
+            "(GPU tasks: h1 1, h3 2)") in result.stderr, result.stderr[-4000:]
+    assert "worker: 3 of 4 (h2 not answering)" in result.stderr, result.stderr[-4000:]
+    got = {p.stem[4:]: json.loads(p.read_text()) for p in out_dir.glob("env-*.json")}
+    assert sorted((env["host"], env["CUDA_VISIBLE_DEVICES"]) for env in got.values()) == [
+        ("h1", "0"), ("h3", "0"), ("h3", "1")], got
+    (start,) = [e for e in events_of(spec) if e["event"] == "run_start"]
+    assert start["group"] == {"type": "worker", "size": 3, "of": 4, "why": "h2 not answering"}, start
+    assert plan_hosts(spec, "plan.json") == ["h1", "h3", "h3"]
+    nothing_left(lab)
