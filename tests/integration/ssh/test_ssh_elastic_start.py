@@ -277,3 +277,57 @@ def test_a_group_starting_small_is_placed_by_the_gpus_of_the_hosts_that_answered
     assert start["group"] == {"type": "worker", "size": 3, "of": 4, "why": "h2 not answering"}, start
     assert plan_hosts(spec, "plan.json") == ["h1", "h3", "h3"]
     nothing_left(lab)
+
+
+GROUP_OF = """\
+import json, os, pathlib, signal, socket, sys, time
+out, want = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+config = json.loads(os.environ["TF_CONFIG"])
+workers = config["cluster"]["worker"]
+me = workers[config["task"]["index"]]
+server = socket.socket()  # "up" as a TF server is: listening on its address
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", int(me.rsplit(":", 1)[1])))
+server.listen()
+task = os.environ["TFCLUSTER_TASK"]
+(out / f"{len(workers)}-{task.replace(':', '-')}").write_text(socket.gethostname())
+print(f"group of {len(workers)}", flush=True)
+deadline = time.time() + 60
+if len(workers) < want:  # until the group is stopped gracefully to grow (SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while time.time() < deadline:
+        time.sleep(0.1)
+    sys.exit(3)  # never grown
+while len(list(out.glob(f"{want}-*"))) < want and time.time() < deadline:
+    time.sleep(0.1)
+"""
+
+
+def test_the_group_grows_into_every_free_slot_of_a_host_that_comes_back(lab, make_spec, tmp_path):
+    """h1 and h2 have 2 slots each; h2 is down at `up`: the group (4 workers, min 1) starts as h1's
+    two. When h2 answers for elastic.settle it grows into both of h2's slots at once (one worker
+    per empty host left it at 3 of 4 for good), through the grow path, no restart spent."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (tmp_path / "group_of.py").write_text(GROUP_OF)
+    spec = make_spec([PY, str(tmp_path / "group_of.py"), str(out_dir), "4"], hosts=["h1", "h2"],
+                     host_keys={"h1": {"slots": 2}, "h2": {"slots": 2}}, tasks={"worker": {"count": 4, "min": 1}},
+                     restart={"max_restarts": 0}, elastic={"settle": 2, "host_wait": 30})
+    cut(lab, "h2")
+    try:
+        back = in_background(lambda: bring_back(lab, "h2"))
+        code, out = run_and_act(spec, [(r"\[worker:1\] group of 2", back)], timeout=300)
+        for thread in back.threads:
+            thread.join(60)
+    finally:
+        bring_back(lab, "h2")
+    assert code == 0, out[-6000:]
+    assert "worker: 2 of 4 (h2 not answering)" in out, out[-4000:]
+    assert "h2 back; worker:2 added on h2; worker:3 added on h2; restarting the bigger group" in out, out[-4000:]
+    assert sorted((p.name, p.read_text()) for p in out_dir.glob("4-*")) == [
+        ("4-worker-0", "h1"), ("4-worker-1", "h1"), ("4-worker-2", "h2"), ("4-worker-3", "h2")]
+    assert not list(out_dir.glob("3-*"))
+    kinds = [e["event"] for e in events_of(spec) if e["event"] in ("host_lost", "replan", "host_added", "restart")]
+    assert kinds == ["host_added", "replan"], kinds
+    assert plan_hosts(spec, "plan-2.json") == ["h1", "h1", "h2", "h2"]
+    nothing_left(lab)
