@@ -108,8 +108,18 @@ def test_a_spare_replaces_a_host_shutting_down_without_spending_a_restart(lab, m
     (saving,) = progress(out, "saving", other_key)
     (saved,) = progress(out, "preempted", other_key)
     assert saving["global_step"] == saved["global_step"], (saving, saved)
-    assert re.search(rf"stopping {other_key} \(SIGTERM; a save they start within \d+\.\d s is awaited", out), \
-        out[-4000:]
+    # The survivor's save was not cut short: either it was still running when the attempt's
+    # failure was handled, and the supervisor stopped it gracefully (SIGTERM, its save awaited: a
+    # ``stopped`` event with 143), or it had saved and exited on its own (143, an ``exit`` event of
+    # attempt 0 before the failure's): under load the survivor's agreed save can end before the
+    # supervisor notices the lost session, and then there is no one left to stop (no line).
+    recorded = events_of(spec)
+    ends = [e for e in recorded if e.get("task") == other_key and e["event"] in ("exit", "stopped")
+            and e.get("attempt", 0) == 0 and e["time"] <= next(f["time"] for f in recorded if f["event"] == "replan")]
+    assert [e["code"] for e in ends] == [143], ends
+    if ends[0]["event"] == "stopped":
+        assert re.search(rf"stopping {other_key} \(SIGTERM; a save they start within \d+\.\d s is awaited", out), \
+            out[-4000:]
     w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
     assert len(w0) == len(w1) == 2, out[-4000:]
     n0, n1 = int(w0[1]["global_step"]), int(w1[1]["global_step"])
