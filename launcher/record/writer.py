@@ -53,6 +53,10 @@ class RunRecord:
         self._lock = threading.Lock()
         self._logs: dict[str, int] = {}  # key -> fd
         self._events: Optional[int] = None
+        # Events written before ``create`` (the preflight's wait for hosts below tasks.worker.min):
+        # written first once the record exists; a run that never starts (a dry run, a preflight
+        # that fails) leaves no record of them.
+        self._early: Optional[list[bytes]] = []
         self._output: Optional[int] = None
         self._tasks: dict[str, dict[str, Any]] = {}
         self.allocation: dict[str, Any] = {}
@@ -70,6 +74,13 @@ class RunRecord:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_plan()
         self._events = _open_append(self.dir / EVENTS_FILE)
+        with self._lock:
+            early, self._early = self._early or [], None
+            for data in early:
+                try:
+                    _write_all(self._events, data)
+                except OSError:
+                    break
         latest = self.name_dir / LATEST
         try:
             tmp = self.name_dir / f".latest-{self.run_id}"
@@ -147,6 +158,8 @@ class RunRecord:
                                 "the run goes on")
         with self._lock:
             if self._events is None:
+                if self._early is not None:
+                    self._early.append(data)
                 return
             try:
                 _write_all(self._events, data)
