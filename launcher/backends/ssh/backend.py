@@ -158,7 +158,7 @@ class SSHBackend(Backend):
 
             plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info,
                                        countdown=self.console.countdown,
-                                       record=self.record.write if self.record is not None else None)
+                                       record=self.record.write_early if self.record is not None else None)
             self._start_with(plan, {h: "not answering" for h in absent})
             names = [h.name for h in plan.hosts]
         if self.opts.sync or self.opts.setup:

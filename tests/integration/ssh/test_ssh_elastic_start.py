@@ -331,3 +331,33 @@ def test_the_group_grows_into_every_free_slot_of_a_host_that_comes_back(lab, mak
     assert kinds == ["host_added", "replan"], kinds
     assert plan_hosts(spec, "plan-2.json") == ["h1", "h1", "h2", "h2"]
     nothing_left(lab)
+
+
+def test_a_wait_below_min_at_up_is_in_the_record_before_the_run_starts(lab, make_spec, tmp_path):
+    """h2 is down at `up` and the group needs both workers (min 2): the preflight waits for it
+    (elastic.host_wait), said in one plain line off a terminal; h2 comes back, the run starts with
+    both, and its record begins with the wait (a host_wait event: the hosts, 1 of min 2 workers,
+    its deadline), which status and the panel count down from while it lasts."""
+    spec = make_spec([PY, "-c", "print('up', flush=True)"], hosts=["h1", "h2"], tasks={"worker": {"count": 2, "min": 2}},
+                     restart={"max_restarts": 0}, elastic={"host_wait": 120, "settle": 2})
+    cut(lab, "h2")
+    try:
+        back = in_background(lambda: bring_back(lab, "h2"))
+        code, out = run_and_act(spec, [(r"waiting up to elastic\.host_wait=120 s", back)], timeout=240)
+        for thread in back.threads:
+            thread.join(60)
+    finally:
+        bring_back(lab, "h2")
+    assert code == 0, out[-4000:]
+    waits = [line for line in out.splitlines() if "waiting up to elastic.host_wait=120 s" in line]
+    assert len(waits) == 1 and waits[0].startswith("tfcluster: h2 not answering: 1 worker can start now, below "
+                                                   "tasks.worker.min=2"), out[-3000:]
+    assert "\x1b[" not in out  # off a terminal: plain lines, no countdown redrawn
+    recorded = events_of(spec)
+    assert [e["event"] for e in recorded[:2]] == ["host_wait", "run_start"], recorded[:3]
+    wait = recorded[0]
+    assert (wait["hosts"], wait["have"], wait["need"], wait["wait"]) == (["h2"], 1, 2, 120.0), wait
+    assert 119 <= wait["until"] - wait["time"] <= 121, wait
+    assert recorded[1]["tasks"] == ["worker:0", "worker:1"]
+    assert "[worker:1] up" in out
+    nothing_left(lab)

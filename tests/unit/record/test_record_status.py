@@ -347,7 +347,8 @@ def test_events_written_before_the_record_exists_are_its_first_lines(tmp_path):
     spec = parse_spec("name: t\nstrategy: multi_worker_mirrored\nbackend: local\nentrypoint: x\ntasks: {worker: 1}\n")
     plan = build_plan(spec, Placement({"worker:0": Slot("localhost", "localhost")}))
     record = RunRecord(tmp_path / "runs", plan)
-    record.write(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
+    record.write_early(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
+    record.write(ev.StateSync(mode="shared"))  # (not early: dropped, as before the record exists)
     assert not record.dir.exists()
     record.create()
     record.write(ev.RunStart(run_id=record.run_id, name="t", strategy="multi_worker_mirrored", backend="local",
@@ -356,6 +357,6 @@ def test_events_written_before_the_record_exists_are_its_first_lines(tmp_path):
     kinds = [json.loads(line)["event"] for line in (record.dir / "events.jsonl").read_text().splitlines()]
     assert kinds == ["host_wait", "run_start"]
     never = RunRecord(tmp_path / "never", plan)
-    never.write(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
+    never.write_early(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
     never.close()
     assert not (tmp_path / "never").exists()
