@@ -37,6 +37,7 @@ class Replan:
     moved: Mapping[str, tuple[str, str]]  # the task's key in the new plan -> (old host, new host)
     dropped: tuple[str, ...] = ()  # tasks of the old plan left out (a shrink: no spare left)
     added: Mapping[str, str] = field(default_factory=dict)  # grow: new task key -> its host
+    back: tuple[str, ...] = ()  # grow: the hosts of ``added`` that held no task before (back, or found)
 
     @property
     def old_hosts(self) -> tuple[str, ...]:
@@ -50,7 +51,7 @@ class Replan:
         """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
         worker:1 moved to h3 (spare)``"""
         parts = [lost_phrase(h, how.get(h, "")) for h in self.lost]
-        parts += [f"{h} back" for h in dict.fromkeys(self.added.values())]
+        parts += [f"{h} back" for h in self.back]
         parts += [f"{key} added on {host}" for key, host in self.added.items()]
         parts += [f"{key} moved to {new} (spare)" for key, (_, new) in sorted(self.moved.items())]
         if self.dropped:
@@ -160,22 +161,46 @@ def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str
 
 def grow(spec: Spec, plan: Plan, down: Sequence[str] = (),
          avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Optional[Replan]:
-    """A shrunk group back towards ``tasks.worker.count``: one new worker (the next indices) on
-    each spare host, in the spec's order, while workers are missing. None: nothing to add.
-    ``avoid`` as for :func:`replace_lost`."""
+    """A shrunk group back towards ``tasks.worker.count``: new workers (the next indices) in the
+    free room of the hosts there (:func:`room_to_grow`), in the spec's order, while workers are
+    missing; the workers there keep their hosts and indices. None: nothing to add. ``avoid`` as for
+    :func:`replace_lost`."""
     workers = [t for t in plan.tasks if t.type == "worker"]
     missing = spec.tasks.worker.count - len(workers)
-    spares = spare_hosts(spec, [t.host for t in plan.tasks], down)[:max(0, missing)]
-    if not spares:
+    if missing <= 0:
+        return None
+    hosts = [h for h, free in room_to_grow(spec, plan, down).items() for _ in range(free)][:missing]
+    if not hosts:
         return None
     slots = {t.key: Slot(t.host, t.address) for t in plan.tasks}
     added = {}
-    for i, host in enumerate(spares):
+    for i, host in enumerate(hosts):
         key = f"worker:{len(workers) + i}"
         slots[key] = Slot(host, spec.host(host).dial_address)
         added[key] = host
-    new = build_plan(with_workers(spec, len(workers) + len(spares)), Placement(slots), avoid)
-    return Replan(plan=new, lost=(), moved={}, added=added)
+    new = build_plan(with_workers(spec, len(workers) + len(hosts)), Placement(slots), avoid)
+    held = {t.host for t in plan.tasks}
+    return Replan(plan=new, lost=(), moved={}, added=added,
+                  back=tuple(h for h in dict.fromkeys(hosts) if h not in held))
+
+
+def room_to_grow(spec: Spec, plan: Plan, down: Sequence[str] = ()) -> dict[str, int]:
+    """How many more workers each host can take (host -> count, spec order, none of ``down`` and
+    only the worker group's ``hosts`` where it names them): a host with ``hosts[].slots`` its free
+    slots, whether it holds tasks already or not; a host without slots one worker where it holds
+    no task (a spare), none where it holds some (nothing bounds it: the group spreads instead)."""
+    used = Counter(t.host for t in plan.tasks)
+    allowed = set(spec.tasks.worker.hosts) if spec.tasks.worker.hosts else None
+    gone = set(down)
+    out: dict[str, int] = {}
+    for host in spec.hosts:
+        name = host.name
+        if name in out or name in gone or (allowed is not None and name not in allowed):
+            continue
+        free = host.slots - used[name] if host.slots is not None else (0 if used[name] else 1)
+        if free > 0:
+            out[name] = free
+    return out
 
 
 def on_fresh_ports(spec: Spec, plan: Plan, avoid: AbstractSet[tuple[str, int]]) -> Plan:

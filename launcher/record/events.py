@@ -31,6 +31,9 @@ A run's events come in this order:
         [elastic, instead of a restart: host_lost (a host whose session was lost or that does not
         answer: ``suspect`` until it answers for ``settle`` s), then replan (tasks moved or left
         out), or host_added with spare false (the group waited for the host and restarts on it)]
+    host_wait (fewer than tasks.worker.min workers can run: the run waits up to elastic.host_wait
+        for hosts, at the preflight (written before run_start, once the record exists) or after a
+        host loss; it ends with the next start, replan or outcome)
     host_preempted (ssh: a task's wrapper saw GCE's preemption notice; its host is lost at once)
     discovery (elastic: discovery.command's answer changed the hosts, or failed: ok, added, gone,
         problem)
@@ -79,6 +82,7 @@ class Event(Word):
     HOST_LOST = "host_lost"
     REPLAN = "replan"
     HOST_ADDED = "host_added"
+    HOST_WAIT = "host_wait"
     HOST_PREEMPTED = "host_preempted"
     DISCOVERY = "discovery"
     OUTCOME = "outcome"
@@ -349,6 +353,21 @@ class HostAdded(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HostWait(RecordEvent):
+    """Fewer than ``tasks.worker.min`` workers can run: the run waits for ``hosts`` until ``until``
+    (the time, elastic.host_wait = ``wait`` s after the wait began); ``have`` workers could run,
+    ``need`` (the min) must. ``attempt``: the attempt that waits (None: before the first, at the
+    preflight). The wait ends with the next attempt's start (or a replan, or the outcome)."""
+    KIND: ClassVar[str] = Event.HOST_WAIT
+    hosts: list[str] = field(default_factory=list)
+    have: Count = 0
+    need: Count = 0
+    until: Seconds = 0.0
+    wait: Seconds = 0.0
+    attempt: Optional[Count] = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HostPreempted(RecordEvent):
     KIND: ClassVar[str] = Event.HOST_PREEMPTED
     host: str
@@ -468,7 +487,7 @@ class OtherEvent(RecordEvent):
 
 KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
     RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, Restart, TaskRestart, Stopped,
-    StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostPreempted,
+    StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
     Discovery, RunOutcome, StateSync, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
     GpuUsage, TaskGpus)}
 

@@ -125,6 +125,20 @@ def size_now(view: Any) -> str:
     return f"worker: {last['size']} of {last['of']}" + (f" ({last['why']})" if last["why"] else "")
 
 
+def waiting_line(waiting: Optional[Mapping[str, Any]], now: float) -> str:
+    """The panel's and ``status``'s ``waiting for 2 more hosts of worker (min 3): 41 s left (h2, h3
+    not answering)`` while the run waits below tasks.worker.min (RunFacts.waiting); "" otherwise."""
+    if not waiting:
+        return ""
+    hosts = [str(h) for h in waiting.get("hosts") or ()]
+    need, have = waiting.get("need") or 0, waiting.get("have") or 0
+    more = max(1, need - have)
+    left = max(0.0, float(waiting.get("until") or 0.0) - now)
+    why = f" ({', '.join(hosts)} not answering)" if hosts else ""
+    return (f"waiting for {more} more host{'s' if more != 1 else ''} of worker (min {need}): {left:.0f} s left of "
+            f"elastic.host_wait={float(waiting.get('wait') or 0.0):g} s{why}")
+
+
 def sizes_line(view: Any) -> str:
     """``status``'s ``worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)``."""
     if not view.group_sizes or all(g["size"] >= g["of"] for g in view.group_sizes):

@@ -45,6 +45,9 @@ class RunFacts:
     outcome_attempts: Optional[int] = None  # the outcome's own count
     last: Optional[float] = None  # the last event's time (status: a lost run's last sign of life)
     goodput: Optional[Any] = None  # launcher/record/goodput.py's figures (see the module docstring)
+    # Below tasks.worker.min, the wait for hosts under way (a host_wait event's fields: hosts, have,
+    # need, until, wait, attempt); None once the next attempt starts (or a replan, or the outcome).
+    waiting: Optional[dict] = None
 
     @property
     def attempts(self) -> int:
@@ -65,6 +68,10 @@ class RunFacts:
     def apply(self, event: RecordEvent) -> None:
         kind, at = event.kind, event.time
         self.last = at if at is not None else self.last
+        if kind == Event.HOST_WAIT:
+            self.waiting = {k: event.get(k) for k in ("hosts", "have", "need", "until", "wait", "attempt")}
+        elif kind in (Event.RUN_START, Event.START, Event.RESTART, Event.REPLAN, Event.OUTCOME):
+            self.waiting = None
         if kind == Event.RUN_START:
             self.started = at
             self.group.append(GroupSize(at, len(event.get("tasks") or ()), 0))

@@ -162,6 +162,11 @@ class RunStatus:
         return sizes_line(self.view) if self.view is not None else ""
 
     @property
+    def waiting(self) -> Optional[dict]:
+        """Below tasks.worker.min, the wait for hosts under way (RunFacts.waiting), else None."""
+        return self.view.run.waiting if self.view is not None and not self.finished else None
+
+    @property
     def host_changes(self) -> list[str]:
         """One line per membership change."""
         return [c.describe() for c in self.view.host_changes] if self.view is not None else []
@@ -198,6 +203,7 @@ class RunStatus:
             "still_running": self.still_running() if self.state == LOST else [],
             "spares": self.spares, "suspects": self.suspects, "host_changes": self.host_changes,
             "group_sizes": list(self.view.group_sizes) if self.view is not None else [],
+            "waiting": self.waiting,
             "goodput": _goodput_json(self.goodput()),
         }
 

@@ -53,6 +53,10 @@ class RunRecord:
         self._lock = threading.Lock()
         self._logs: dict[str, int] = {}  # key -> fd
         self._events: Optional[int] = None
+        # Events written early, before ``create`` (``write_early``: the preflight's wait for hosts
+        # below tasks.worker.min): written first once the record exists; a run that never starts
+        # (a dry run, a preflight that fails) leaves no record of them.
+        self._early: Optional[list[bytes]] = []
         self._output: Optional[int] = None
         self._tasks: dict[str, dict[str, Any]] = {}
         self.allocation: dict[str, Any] = {}
@@ -70,6 +74,13 @@ class RunRecord:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_plan()
         self._events = _open_append(self.dir / EVENTS_FILE)
+        with self._lock:
+            early, self._early = self._early or [], None
+            for data in early:
+                try:
+                    _write_all(self._events, data)
+                except OSError:
+                    break
         latest = self.name_dir / LATEST
         try:
             tmp = self.name_dir / f".latest-{self.run_id}"
@@ -128,10 +139,11 @@ class RunRecord:
 
     # -------------------------------------------------------------- writing
 
-    def write(self, event: RecordEvent) -> None:
+    def write(self, event: RecordEvent, early: bool = False) -> None:
         """Append ``event`` (record/events.py), stamped with the time now, to events.jsonl and
         hand it to the listeners. An event that would not read back (a field of the wrong type,
-        NaN: a bug) is reported in one line and not written, so the record stays readable."""
+        NaN: a bug) is reported in one line and not written, so the record stays readable.
+        Before ``create`` an event is dropped, unless ``early`` (``write_early``)."""
         event = event.stamped(round(time.time(), 3))
         try:
             data = (_line(event) + "\n").encode("utf-8")
@@ -147,6 +159,8 @@ class RunRecord:
                                 "the run goes on")
         with self._lock:
             if self._events is None:
+                if self._early is not None and early:
+                    self._early.append(data)
                 return
             try:
                 _write_all(self._events, data)
@@ -154,6 +168,11 @@ class RunRecord:
                 # Later events may fit again (space freed); the one that failed is reported.
                 self._problem(EVENTS_FILE, self.dir / EVENTS_FILE, exc,
                               f"events from {event.kind!r} on are missing from it")
+
+    def write_early(self, event: RecordEvent) -> None:
+        """``write``, and where the record does not exist yet (the preflight's wait for hosts
+        below tasks.worker.min), kept to be its first lines once ``create`` makes it."""
+        self.write(event, early=True)
 
     def log_line(self, key: str, line: str) -> None:
         """Append one line to ``key``'s log. Never raises: the caller is the thread that drains

@@ -223,6 +223,11 @@ class Membership:
                           f"{opts.host_wait:g} s for {', '.join(hosts)} to settle, then restarting the group on "
                           f"{them} (a host loss does not count against restart.max_restarts)")
         deadline = time.monotonic() + opts.host_wait
+        group_min = self.spec.tasks.worker.min
+        if group_min is not None and all(k.startswith("worker:") for k in keys):  # below min: the panel counts down
+            have = sum(1 for t in self.plan.tasks if t.type == "worker" and t.host not in hosts)
+            self.record.write(ev.HostWait(hosts=hosts, have=have, need=group_min, until=time.time() + opts.host_wait,
+                                          wait=opts.host_wait, attempt=number))
         while True:
             back = set(self.backend.hosts_back(list(self.down), opts.settle))
             if set(hosts) <= back:

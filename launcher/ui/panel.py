@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from launcher.bounded import escape, for_terminal
-from launcher.record.hosts import size_now, suspect_lines
+from launcher.record.hosts import size_now, suspect_lines, waiting_line
 from launcher.record.view import (EVALUATING, FAILED, GONE, IMPORTING, RESTARTING, RUNNING, STARTING, STOPPED, SUCCEEDED,
                           TRAINING, RunView)
 from launcher.ui.columns import PANEL, Row, for_table, gpu_text  # noqa: F401 (gpu_text: re-exported)
@@ -43,7 +43,7 @@ def render(view: RunView, now: float, width: int = 160) -> Group:
     for r in rows:
         table.add_row(*(_styled(c.name, r, c.value(r)) for c in columns))
     parts.append(table)
-    extras = _extras(view)
+    extras = _extras(view, now)
     if extras:
         parts.append(Text(extras, style="dim"))
     return Group(*parts)
@@ -69,7 +69,7 @@ def _header(view: RunView, now: float) -> Text:
     return text
 
 
-def _extras(view: RunView) -> str:
+def _extras(view: RunView, now: float) -> str:
     bits = []
     if view.strategy == "parameter_server":
         chief = view.chief()
@@ -86,6 +86,8 @@ def _extras(view: RunView) -> str:
         bits.append(f"spare hosts: {', '.join(view.spares)}")
     if size_now(view):
         bits.append(size_now(view))
+    if view.run.waiting:  # below tasks.worker.min: the countdown of the wait for hosts
+        bits.append(waiting_line(view.run.waiting, now))
     if view.suspects:
         bits.append(f"suspect hosts: {', '.join(suspect_lines(view))}")
     if view.host_changes:

@@ -6,9 +6,11 @@ escapes them (launcher/bounded.py)."""
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 from typing import Optional
 
+from launcher.record.hosts import waiting_line
 from launcher.record.status import LOST, RUNNING, SUCCEEDED, RunStatus
 from launcher.ui.columns import RUN_COLUMNS, STATUS, Row, duration, plain
 from launcher.ui.table import render
@@ -39,6 +41,8 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
     lines += view.host_changes
     if view.group_sizes:
         lines.append(view.group_sizes)
+    if view.waiting and view.state == RUNNING:
+        lines.append(waiting_line(view.waiting, time.time() if now is None else now))
     if view.state == LOST:
         lines += lost_advice(view, spec)
     return lines

@@ -23,3 +23,18 @@ def fake_gpus(monkeypatch, tmp_path: Path, gpus: int) -> None:
     monkeypatch.setenv("PATH", f"{fake_bin(tmp_path / 'fakebin')}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("FAKE_NVIDIA_SMI_GPUS", str(gpus))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def gpu_pythons(directory: Path, counts: dict, python: str, extra: dict | None = None) -> dict[str, dict]:
+    """ssh lab hosts[] keys giving each host an interpreter (``hosts[].python``: a wrapper around
+    ``python``) that sees ``counts[host]`` fake GPUs, for the preflight agent and the task wrapper
+    alike, in the host's environment ``extra[host]`` (``VAR=value ...``)."""
+    fakebin = fake_bin(directory / "fakebin")
+    keys = {}
+    for host, n in counts.items():
+        wrapper = directory / f"python-{host}"
+        more = (extra or {}).get(host, "")
+        wrapper.write_text(f'#!/bin/sh\nPATH="{fakebin}:$PATH" FAKE_NVIDIA_SMI_GPUS={n} {more} exec "{python}" "$@"\n')
+        wrapper.chmod(0o755)
+        keys[host] = {"python": str(wrapper)}
+    return keys

@@ -157,7 +157,8 @@ class SSHBackend(Backend):
             from launcher.backends.ssh.startsmall import hosts_there
 
             plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info,
-                                       countdown=self.console.countdown)
+                                       countdown=self.console.countdown,
+                                       record=self.record.write_early if self.record is not None else None)
             self._start_with(plan, {h: "not answering" for h in absent})
             names = [h.name for h in plan.hosts]
         if self.opts.sync or self.opts.setup:
@@ -173,13 +174,30 @@ class SSHBackend(Backend):
                 plan, names = smaller, [h.name for h in smaller.hosts]
                 ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
             else:  # (preflight.py) placed by the hosts' GPUs where that fits, else exc
-                self._gpu_placement, line = ssh_preflight.replan_by_gpus(self.pool, self.spec, plan, names, exc)
+                self._gpu_placement, line = ssh_preflight.replan_by_gpus(
+                    self.pool, self.spec, plan, names, exc, self.spec.tasks.worker.min if small else None)
                 self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
-                plan = self.preflight_plan = build_plan(self.spec, self._gpu_placement)
-                self.start_plan = None  # (the placement by GPUs is the full group's)
+                plan = self.preflight_plan = self._by_gpus(plan, small)
                 ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
         for line in gpu_notes(plan, {n: self.pool.hosts[n].gpus for n in names}):
             self.console.info(line)
+
+    def _by_gpus(self, before: Plan, small: bool) -> Plan:
+        """The plan of the placement by the hosts' GPUs. A group starting small keeps starting
+        small: that plan, over the hosts that answered only, is the one it starts with (fewer
+        workers where their GPUs hold fewer); else the full group's placement is ``allocate``'s."""
+        from launcher.plan.elastic import with_workers
+
+        workers = sum(1 for key in self._gpu_placement.slots if key.startswith("worker:"))
+        if not small:
+            self.start_plan = None
+            return build_plan(self.spec, self._gpu_placement)
+        plan = build_plan(with_workers(self.spec, workers), self._gpu_placement)
+        why = self.short_why if self.absent else ""  # (with every host there, its why is the slots')
+        self._start_with(plan, self.absent)
+        if workers < sum(1 for t in before.tasks if t.type == "worker"):
+            self.short_why = "; ".join(w for w in (why, "no GPU room for more on the hosts there") if w)
+        return plan
 
     def _start_with(self, plan: Plan, absent: Mapping[str, str]) -> None:
         """The run starts under ``plan`` (a worker group with a min, smaller where hosts are

@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 from launcher.plan import gpus
 from launcher.errors import SpecError
 from launcher.plan.build import Placement, Plan, Slot, build_plan
+from launcher.plan.elastic import with_workers
 from launcher.remote.gpuplace import plural
 from launcher.spec.model import TASK_TYPES, Host, Spec
 
@@ -110,28 +111,38 @@ def in_blocks(spec: Spec, dealt: Mapping[str, Slot]) -> dict[str, Slot]:
     return out
 
 
-def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]]) -> Optional[tuple[Placement, str]]:
+def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]],
+               smallest: Optional[int] = None) -> Optional[tuple[Placement, str]]:
     """When the preflight found (``found``: host -> its GPUs, None where not asked) that the
     round-robin over-fills some hosts' GPUs with GPU-count tasks, the placement that bounds each
     host without ``slots`` by its GPUs instead; where the hosts would give their auto workers
     different counts, the smallest host's count for every worker (``gpu_cap``: TensorFlow needs
     them equal); and the line saying so. None when neither applies, a host's GPUs are unknown, or
-    the GPUs cannot hold the tasks either way."""
+    the GPUs cannot hold the tasks either way.
+
+    ``smallest``: ``plan`` is a worker group starting small (``tasks.worker.min``) on the hosts
+    that answered, which are ``found``'s: placed over those hosts only, never onto a host that did
+    not answer, with the plan's workers or, where those hosts' GPUs hold fewer, the most they hold
+    down to ``smallest`` workers (the group grows as hosts answer)."""
     if gpus.placement_off(spec) or any(v is None for v in found.values()) or plan.placeholder:
         return None
     over = [h for h, g in found.items() if gpus.host_problems(plan, h, g)]
     if not over:
-        return _capped(spec, Placement(round_robin(spec)), found, [])
+        # Only unequal shares: the smallest host decides (a group starting small keeps its own
+        # placement, which a round-robin of the whole spec would lose: refused as it is).
+        return None if smallest is not None else _capped(spec, Placement(round_robin(spec)), found, [])
     room = gpus.gpu_room(spec, found)
     if any(h not in room for h in over):  # a host with slots, or one whose trouble is not its count
         return None
-    placement = Placement(round_robin(spec, room))
-    try:
-        replanned = build_plan(spec, placement)
-    except SpecError:
+    workers = sum(1 for t in plan.tasks if t.type == "worker")
+    sizes = [None] if smallest is None else range(workers, smallest - 1, -1)
+    for size in sizes:
+        got = _placed_by_gpus(spec, found, room, size)
+        if got is not None:
+            break
+    else:
         return None
-    if any(gpus.host_problems(replanned, h, g) for h, g in found.items()):
-        return None
+    placement, replanned = got
     counts: dict[str, int] = {}
     for t in replanned.tasks:
         if t.gpus.required:
@@ -139,9 +150,11 @@ def gpu_replan(spec: Spec, plan: Plan, found: Mapping[str, Optional[tuple]]) -> 
     before = {h: sum(1 for t in plan.tasks if t.host == h and t.gpus.required) for h in over}
     said = ", ".join(f"{h} {plural(len(found[h]))} for {before[h]}" for h in over)
     now = ", ".join(f"{h} {n}" for h, n in counts.items())
-    return _capped(spec, placement, found, [
+    fewer = "" if size is None or size == workers else \
+        f"; the hosts there hold {size} of the {workers} workers now (the group grows as hosts answer)"
+    return _capped(spec if size is None else with_workers(spec, size), placement, found, [
         f"gpus: round-robin would over-fill {said} GPU-count tasks; placed by each host's GPUs instead "
-        f"(GPU tasks: {now}); set hosts[].slots to place them yourself"])
+        f"(GPU tasks: {now}){fewer}; set hosts[].slots to place them yourself"])
 
 
 def _capped(spec: Spec, placement: Placement, found: Mapping[str, Optional[tuple]],
@@ -174,3 +187,38 @@ def _capped(spec: Spec, placement: Placement, found: Mapping[str, Optional[tuple
     if not said:
         return None
     return placement, "; ".join(said)
+
+
+def _placed_by_gpus(spec: Spec, found: Mapping[str, Optional[tuple]], room: Mapping[str, int],
+                    size: Optional[int]) -> Optional[tuple[Placement, Plan]]:
+    """The placement bounded by ``room`` and its plan, where no host of ``found`` is over-filled
+    then; None otherwise. ``size``: that many workers over ``found``'s hosts only (a group starting
+    small); None: the spec's tasks over every host."""
+    shape = spec if size is None else _over_hosts(with_workers(spec, size), set(found))
+    if shape is None:
+        return None
+    placement = Placement(round_robin(shape, room))
+    try:
+        replanned = build_plan(spec if size is None else with_workers(spec, size), placement)
+    except SpecError:
+        return None
+    if any(gpus.host_problems(replanned, h, g) for h, g in found.items()):
+        return None
+    return placement, replanned
+
+
+def _over_hosts(spec: Spec, names: set) -> Optional[Spec]:
+    """``spec`` with only the hosts ``names`` (under ``hosts:`` and each group's ``hosts``); None
+    where a group with tasks would have none of its hosts left."""
+    groups = {}
+    for task_type in TASK_TYPES:
+        group = spec.tasks.group(task_type)
+        if group.hosts:
+            kept = [h for h in group.hosts if h in names]
+            if not kept and group.count:
+                return None
+            groups[task_type] = group.model_copy(update={"hosts": tuple(kept)})
+    hosts = tuple(h for h in spec.hosts if h.name in names)
+    if not hosts:
+        return None
+    return spec.model_copy(update={"hosts": hosts, "tasks": spec.tasks.model_copy(update=groups)})

@@ -6,7 +6,7 @@ more for that plan. The probe itself is probe.py; the backend's ``preflight`` ti
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from launcher.plan import gpus
 from launcher.errors import LaunchError
@@ -21,17 +21,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def replan_by_gpus(pool: "HostPool", spec: Spec, plan: Plan, names: list[str],
-                   exc: LaunchError) -> tuple[Placement, str]:
+                   exc: LaunchError, smallest: Optional[int] = None) -> tuple[Placement, str]:
     """The preflight refused only hosts whose GPUs the round-robin over-fills, or hosts that
     would give the workers unequal GPU counts, and placing by each host's GPUs (the smallest
     host's count for every worker) fits: that placement (``allocate`` gives it to the run) and
-    the one line saying so; its plan is to be probed once more. Else ``exc`` stands (raised)."""
+    the one line saying so; its plan is to be probed once more. Else ``exc`` stands (raised).
+    ``smallest``: the group starts small on ``names`` (the hosts that answered): placed over them
+    only, with down to that many workers (``placement.gpu_replan``)."""
     found = {n: pool.hosts[n].gpus for n in names}
     refused = [p for n, g in found.items() if g is not None for p in gpus.host_problems(plan, n, g)]
     unequal = gpus.hosts_problem(plan, {n: g for n, g in found.items() if g is not None})
     refused += [unequal] if unequal else []
     others = [line for line in exc.lines if line not in refused and line != "no task was started"]
-    got = None if others or not refused else gpu_replan(spec, plan, found)
+    got = None if others or not refused else gpu_replan(spec, plan, found, smallest)
     if got is None:
         raise exc
     return got

@@ -12,6 +12,8 @@ import time
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Optional, Union
 
 from launcher.errors import LaunchError
+from launcher.record import events as ev
+from launcher.record.hosts import waiting_line
 from launcher.plan.build import Plan
 from launcher.plan.elastic import options, spare_hosts, start_without
 from launcher.spec.model import Spec
@@ -24,12 +26,16 @@ if TYPE_CHECKING:  # pragma: no cover
 def hosts_there(pool: "HostPool", spec: Spec, plan: Plan, say: Callable[[str], None],
                 clock: Callable[[], float] = time.monotonic,
                 pause: Callable[[float], None] = time.sleep,
-                countdown: Optional[Callable[[Callable[[], str]], ContextManager]] = None) -> tuple[Plan, dict[str, str]]:
+                countdown: Optional[Callable[[Callable[[], str]], ContextManager]] = None,
+                record: Optional[Callable[[ev.HostWait], None]] = None) -> tuple[Plan, dict[str, str]]:
     """Connect to the plan's hosts and the spares (in parallel, each within ssh.connect_timeout):
     (the plan to start with, {absent host: its one-line problem}). Raises the usual unreachable
     error where a chief, ps or evaluator host does not answer, and one line when fewer than
     tasks.worker.min workers have hosts after elastic.host_wait. ``countdown(text)``: a context
-    in which ``text()`` is shown as a line that counts down (Console.countdown, on a terminal)."""
+    in which ``text()`` is shown as a line that counts down (Console.countdown, on a terminal);
+    ``record(event)``: the wait, as the run record's ``host_wait`` events (one as it begins, one
+    each time the hosts waited for change), which that line is drawn from, as the panel and
+    ``status`` draw theirs."""
     names = sorted({t.host for t in plan.tasks})
     spares = spare_hosts(spec, names)
     problems = pool.connect([*names, *spares])
@@ -43,11 +49,12 @@ def hosts_there(pool: "HostPool", spec: Spec, plan: Plan, say: Callable[[str], N
     absent = sorted(problems)
     say(f"{', '.join(absent)} not answering: {change}; waiting up to elastic.host_wait={opts.host_wait:g} s "
         f"for hosts (until {time.strftime('%H:%M:%S', time.localtime(time.time() + opts.host_wait))})")
-    shown = [absent]  # (read by the countdown's thread: replaced, never changed in place)
+    until = time.time() + opts.host_wait  # (the record's clock: the deadline as status reads it)
+    shown = [_wait_event(spec, plan, absent, until, opts.host_wait)]  # (read by the countdown's thread: replaced)
+    (record or _unrecorded)(shown[0])
 
     def left_text() -> str:
-        return (f"waiting for {', '.join(shown[0])} (tasks.worker.min={spec.tasks.worker.min}): "
-                f"{max(0.0, deadline - clock()):.0f} s left of elastic.host_wait={opts.host_wait:g} s")
+        return waiting_line(shown[0], until - (deadline - clock()))  # (now, as the record's clock reads it)
 
     with (countdown or _no_countdown)(left_text):
         while True:
@@ -62,7 +69,21 @@ def hosts_there(pool: "HostPool", spec: Spec, plan: Plan, say: Callable[[str], N
             change = _start_plan(spec, plan, names, problems)
             if not isinstance(change, str):
                 return change, dict(problems)
-            absent = shown[0] = sorted(problems)
+            if sorted(problems) != absent:
+                absent = sorted(problems)
+                shown[0] = _wait_event(spec, plan, absent, until, opts.host_wait)
+                (record or _unrecorded)(shown[0])
+
+
+def _wait_event(spec: Spec, plan: Plan, absent: list[str], until: float, wait: float) -> ev.HostWait:
+    """The wait below tasks.worker.min as the record's event: the hosts waited for, the workers
+    that could start without them."""
+    have = sum(1 for t in plan.tasks if t.type == "worker" and t.host not in absent)
+    return ev.HostWait(hosts=list(absent), have=have, need=spec.tasks.worker.min or 0, until=until, wait=wait)
+
+
+def _unrecorded(_event: ev.HostWait) -> None:
+    pass
 
 
 def _start_plan(spec: Spec, plan: Plan, names: list[str], problems: dict[str, str]) -> Union[Plan, str]:

@@ -108,8 +108,21 @@ def test_a_spare_replaces_a_host_shutting_down_without_spending_a_restart(lab, m
     (saving,) = progress(out, "saving", other_key)
     (saved,) = progress(out, "preempted", other_key)
     assert saving["global_step"] == saved["global_step"], (saving, saved)
-    assert re.search(rf"stopping {other_key} \(SIGTERM; a save they start within \d+\.\d s is awaited", out), \
-        out[-4000:]
+    # The survivor's save was not cut short: its preempted line (the save done) is above. Whether
+    # the supervisor still had it to stop depends on the load, and each way is the product's: it
+    # was still running when the attempt's failure was handled (a ``stopped`` event: the stopping
+    # line, its save awaited, then, saved, stopped without waiting for TensorFlow's shutdown), or
+    # it had saved and exited on its own before the supervisor noticed the lost session (an
+    # ``exit`` event of attempt 0, 143, written before the failure's: no one left to stop, no line).
+    recorded = events_of(spec)
+    replanned = next(e["time"] for e in recorded if e["event"] == "replan")
+    (end,) = [e for e in recorded if e.get("task") == other_key and e["event"] in ("exit", "stopped")
+              and e.get("attempt", 0) == 0 and e["time"] <= replanned]
+    if end["event"] == "stopped":
+        assert re.search(rf"stopping {other_key} \(SIGTERM; a save they start within \d+\.\d s is awaited", out), \
+            out[-4000:]
+    else:
+        assert end["code"] == 143, end
     w0, w1 = progress(out, "start", "worker:0"), progress(out, "start", "worker:1")
     assert len(w0) == len(w1) == 2, out[-4000:]
     n0, n1 = int(w0[1]["global_step"]), int(w1[1]["global_step"])

@@ -127,3 +127,43 @@ def test_up_waits_for_discovered_room_for_min_then_ends_in_one_line(tmp_path):
     assert got.value.lines[0].startswith("no room for tasks.worker.min=2 workers on the hosts discovery.command listed "
                                          "within elastic.host_wait=5 s (hosts[].slots: the tasks do not fit: h1 (2 tasks, "
                                          "1 slot);")
+
+
+SLOTTED = """
+name: t
+strategy: multi_worker_mirrored
+backend: ssh
+entrypoint: python -m worker
+hosts:
+  - {name: h1, address: 10.0.0.1, slots: 2}
+  - {name: h2, address: 10.0.0.2, slots: 2}
+  - {name: h3, address: 10.0.0.3}
+tasks: {worker: {count: 5, min: 1}}
+"""
+
+
+def test_the_group_grows_into_every_free_slot_not_one_worker_per_empty_host():
+    """h1 and h2 have 2 slots each; h3 none. The group runs as worker:0 on h1 alone (h2 was not
+    there): it grows into h1's free slot, both of h2's and one on h3 (a host without slots takes
+    one worker while it holds none), five in all, the running worker keeping its host and index."""
+    from launcher.plan.build import Placement, Slot, build_plan
+    from launcher.plan.elastic import grow, room_to_grow, with_workers
+
+    spec = parse_spec(SLOTTED)
+    alone = build_plan(with_workers(spec, 1), Placement({"worker:0": Slot("h1", "10.0.0.1")}))
+    assert room_to_grow(spec, alone) == {"h1": 1, "h2": 2, "h3": 1}
+    assert room_to_grow(spec, alone, down=["h2"]) == {"h1": 1, "h3": 1}
+    change = grow(spec, alone)
+    assert [(t.key, t.host) for t in change.plan.tasks] == [
+        ("worker:0", "h1"), ("worker:1", "h1"), ("worker:2", "h2"), ("worker:3", "h2"), ("worker:4", "h3")]
+    assert change.added == {"worker:1": "h1", "worker:2": "h2", "worker:3": "h2", "worker:4": "h3"}
+    assert change.describe({}) == ("h2 back; h3 back; worker:1 added on h1; worker:2 added on h2; worker:3 added on "
+                                   "h2; worker:4 added on h3")  # h1 held a task: not "back"
+    # Only as many as are missing, in the spec's order; nothing missing or no room: None.
+    four = parse_spec(SLOTTED.replace("count: 5", "count: 3"))
+    assert [t.host for t in grow(four, alone).plan.tasks] == ["h1", "h1", "h2"]
+    full = grow(spec, alone).plan
+    assert grow(spec, full) is None and room_to_grow(spec, full) == {}
+    # A worker group with its own hosts grows on those only.
+    own = parse_spec(SLOTTED.replace("count: 5, min: 1", "count: 5, min: 1, hosts: [h1, h3]"))
+    assert room_to_grow(own, alone) == {"h1": 1, "h3": 1}

@@ -373,6 +373,61 @@ def test_ssh_replan_keeps_hosts_with_slots_and_auto_is_not_bounded():
                          {"a": a100(4), "b": (), "c": None}) == {"a": 2, "b": 0}
 
 
+SMALL = """\
+    name: s
+    strategy: multi_worker_mirrored
+    backend: ssh
+    entrypoint: x
+    hosts: [{name: a}, {name: b}, {name: c}]
+    tasks: {worker: {count: 4, min: 1}}
+    devices: {gpus_per_task: 1}
+"""
+
+
+def test_a_group_starting_small_is_replanned_by_gpus_over_the_hosts_that_answered_only():
+    """b does not answer at `up`: the group starts as a's two workers and c's one. a has 1 GPU, c
+    2: placed by GPUs over a and c only (the full group's placement put a worker on b, which is
+    not there), with the three workers of the start plan, not the spec's four."""
+    from launcher.app.up import plan_for
+    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.plan.elastic import start_without, with_workers
+
+    spec = spec_of(SMALL)
+    full = plan_for(spec)
+    assert [t.host for t in full.tasks] == ["a", "a", "b", "c"]
+    start = start_without(spec, full, ["b"]).plan
+    assert [t.host for t in start.tasks] == ["a", "a", "c"]
+    found = {"a": a100(1), "c": a100(2)}
+    every, _ = gpu_replan(spec, start, found)  # the full group's placement, over every host: onto b, not there
+    assert "b" in {slot.host for slot in every.slots.values()} and len(every.slots) == 4
+    placement, line = gpu_replan(spec, start, found, smallest=1)
+    assert sorted(placement.slots) == ["worker:0", "worker:1", "worker:2"]
+    replanned = build_plan(with_workers(spec, 3), placement)
+    assert [t.host for t in replanned.tasks] == ["a", "c", "c"]
+    assert not any(gpus.host_problems(replanned, h, g) for h, g in found.items())
+    assert line == ("gpus: round-robin would over-fill a 1 GPU for 2 GPU-count tasks; placed by each host's GPUs "
+                    "instead (GPU tasks: a 1, c 2); set hosts[].slots to place them yourself")
+
+
+def test_a_group_starting_small_starts_with_what_the_gpus_there_hold_down_to_min():
+    """a and c have 1 GPU each: the three workers of the start plan do not fit, two do (min 1);
+    below min nothing fits and the preflight's refusal stands."""
+    from launcher.app.up import plan_for
+    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.plan.elastic import start_without
+
+    spec = spec_of(SMALL)
+    start = start_without(spec, plan_for(spec), ["b"]).plan
+    found = {"a": a100(1), "c": a100(1)}
+    placement, line = gpu_replan(spec, start, found, smallest=1)
+    assert sorted((k, s.host) for k, s in placement.slots.items()) == [("worker:0", "a"), ("worker:1", "c")]
+    assert line.endswith("(GPU tasks: a 1, c 1); the hosts there hold 2 of the 3 workers now (the group grows as "
+                         "hosts answer); set hosts[].slots to place them yourself"), line
+    assert gpu_replan(spec, start, found, smallest=3) is None  # min 3: the refusal stands
+    grouped = spec_of(SMALL.replace("{count: 4, min: 1}", "{count: 4, min: 1, hosts: [b]}"))
+    assert gpu_replan(grouped, start, found, smallest=1) is None  # the group's only host is not there
+
+
 # ---------------------------------------------------------------- the fake nvidia-smi
 
 

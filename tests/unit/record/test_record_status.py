@@ -316,3 +316,75 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
         assert load_run(run, alive=lambda pid, st: True).state == RUNNING  # the run is untouched
     finally:
         out.close()
+
+
+def test_a_wait_below_min_is_a_countdown_in_status_and_the_panel_until_the_next_attempt_starts(tmp_path):
+    """A host_wait event (the group below tasks.worker.min waits for hosts up to elastic.host_wait):
+    status and the live panel count down from it, both with the same line; the next attempt's
+    start ends the wait."""
+    import io
+
+    from rich.console import Console as RichConsole
+
+    from launcher.record.view import RunView
+    from launcher.ui.panel import render
+    from launcher.ui.runstatus import render_status
+
+    waiting = [
+        {"time": 10.0, "event": "run_start", "tasks": ["worker:0", "worker:1"]},
+        {"time": 11.0, "event": "start", "task": "worker:0", "attempt": 0, "log_offset": 0},
+        {"time": 11.0, "event": "start", "task": "worker:1", "attempt": 0, "log_offset": 0},
+        {"time": 30.0, "event": "host_lost", "host": "h1", "how": "unreachable", "attempt": 0},
+        {"time": 31.0, "event": "host_wait", "hosts": ["h1", "h2"], "have": 1, "need": 3, "until": 91.0, "wait": 60.0,
+         "attempt": 0},
+    ]
+    run = make_run(tmp_path, waiting, {})
+    line = "waiting for 2 more hosts of worker (min 3): 41 s left of elastic.host_wait=60 s (h1, h2 not answering)"
+    view = load_run(run, alive=lambda pid, st: True)
+    assert view.state == RUNNING and view.waiting["until"] == 91.0
+    assert line in render_status(view, "cluster.yaml", now=50.0)
+    assert view.to_json()["waiting"] == {"hosts": ["h1", "h2"], "have": 1, "need": 3, "until": 91.0, "wait": 60.0,
+                                         "attempt": 0}
+    out = io.StringIO()
+    RichConsole(file=out, width=300, color_system=None).print(render(view.view.snapshot(), 50.0, 300))
+    assert line in out.getvalue(), out.getvalue()
+    # The next attempt starts: no wait any more, in status or in the panel.
+    live = RunView()
+    for event in [*waiting, {"time": 60.0, "event": "host_added", "host": "h1", "attempt": 0, "spare": False},
+                  {"time": 61.0, "event": "restart", "attempt": 1}]:
+        live.event(event)
+    assert live.run.waiting is None
+    out = io.StringIO()
+    RichConsole(file=out, width=300, color_system=None).print(render(live.snapshot(), 62.0, 300))
+    assert "waiting for" not in out.getvalue()
+    # A run that ended is not waiting, whatever its last wait said.
+    ended = load_run(make_run(tmp_path / "ended", [*waiting, {"time": 92.0, "event": "outcome", "outcome": "failed",
+                                                               "exit_code": 1, "attempts": 1}], {}),
+                     alive=lambda pid, st: True)
+    assert ended.waiting is None and not any("waiting for" in x for x in render_status(ended, "c.yaml", now=50.0))
+
+
+def test_events_written_before_the_record_exists_are_its_first_lines(tmp_path):
+    """The preflight's wait for hosts below min happens before the record is made: its host_wait
+    events are written first once it is; a run that never starts leaves nothing."""
+    from launcher.plan.build import Placement, Slot, build_plan
+    from launcher.loader.load import parse_spec
+    from launcher.record import events as ev
+    from launcher.record.writer import RunRecord
+
+    spec = parse_spec("name: t\nstrategy: multi_worker_mirrored\nbackend: local\nentrypoint: x\ntasks: {worker: 1}\n")
+    plan = build_plan(spec, Placement({"worker:0": Slot("localhost", "localhost")}))
+    record = RunRecord(tmp_path / "runs", plan)
+    record.write_early(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
+    record.write(ev.StateSync(mode="shared"))  # (not early: dropped, as before the record exists)
+    assert not record.dir.exists()
+    record.create()
+    record.write(ev.RunStart(run_id=record.run_id, name="t", strategy="multi_worker_mirrored", backend="local",
+                             tasks=["worker:0"]))
+    record.close()
+    kinds = [json.loads(line)["event"] for line in (record.dir / "events.jsonl").read_text().splitlines()]
+    assert kinds == ["host_wait", "run_start"]
+    never = RunRecord(tmp_path / "never", plan)
+    never.write_early(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
+    never.close()
+    assert not (tmp_path / "never").exists()

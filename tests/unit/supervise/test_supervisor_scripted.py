@@ -880,3 +880,20 @@ def test_a_backend_that_does_not_ask_restarts_on_the_same_ports(tmp_path):
     starts = of(events, "start")
     assert {e["endpoint"] for e in starts if e["attempt"] == 0} == {e["endpoint"] for e in starts if e["attempt"] == 1}
     assert "fresh ports" not in out and "ports" not in of(events, "restart")[0]
+
+
+def test_a_wait_below_min_is_a_host_wait_event_that_the_next_attempt_ends(tmp_path):
+    """worker group 2 of 2 with min 2, no spare: h2's loss leaves 1 worker, below min, so the group
+    waits for h2 (elastic.host_wait): a host_wait event the panel and status count down from,
+    ended by the restart on h2."""
+    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                               losses={}, back=["h2"], after=3, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, NO_SPARE.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 2}}"),
+                            backend)
+    assert code == 0, out
+    (wait,) = of(events, "host_wait")
+    assert (wait["hosts"], wait["have"], wait["need"], wait["wait"], wait["attempt"]) == (["h2"], 1, 2, 30.0, 0)
+    assert wait["time"] + 29 <= wait["until"] <= wait["time"] + 31
+    kinds = [e["event"] for e in events if e["event"] in ("host_lost", "host_wait", "host_added", "start")]
+    assert kinds[2:] == ["host_lost", "host_wait", "host_added", "start", "start"], kinds
+    assert "waiting for" not in tfcluster_status(tmp_path)  # (over: the run ended)

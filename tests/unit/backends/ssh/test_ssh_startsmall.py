@@ -81,11 +81,16 @@ def test_below_min_it_waits_for_hosts_and_starts_once_enough_answer():
         yield
 
     clock_pause = [clock.pause]
+    recorded: list = []
     plan, absent = hosts_there(pool, spec, plan_for(spec), said.append, clock, lambda s: clock_pause[0](s),
-                               countdown)
+                               countdown, recorded.append)
     assert [t.host for t in plan.tasks] == ["h1", "h2"] and list(absent) == ["h3"]
-    assert shown[:2] == ["waiting for h2, h3 (tasks.worker.min=2): 5 s left of elastic.host_wait=5 s",
-                         "waiting for h2, h3 (tasks.worker.min=2): 4 s left of elastic.host_wait=5 s"], shown
+    # The countdown line is the record's host_wait event as the panel and status say it.
+    assert shown[:2] == ["waiting for 1 more host of worker (min 2): 5 s left of elastic.host_wait=5 s (h2, h3 not "
+                         "answering)",
+                         "waiting for 1 more host of worker (min 2): 4 s left of elastic.host_wait=5 s (h2, h3 not "
+                         "answering)"], shown
+    assert [(e.kind, e.hosts, e.have, e.need, e.wait) for e in recorded] == [("host_wait", ["h2", "h3"], 1, 2, 5.0)]
     assert 2.5 <= clock.now <= 3.0, clock.now
     assert len(said) == 1 and said[0].startswith("h2, h3 not answering: 1 worker can start now, below "
                                                  "tasks.worker.min=2; waiting up to elastic.host_wait=5 s for hosts")
