@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from launcher.ui.console import Console
+from launcher.notices import Notices
 from launcher.backends.base import RecordedRun
 from launcher.backends.ssh.commands import down_command
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from launcher.backends.ssh.pool import HostPool
 
 
-def down(pool: "HostPool", run: RecordedRun, console: Console, stop_grace: float) -> bool:
+def down(pool: "HostPool", run: RecordedRun, console: Notices, stop_grace: float) -> bool:
     """Stop a run's remote tasks from its record (launcher.json's tasks). True if any ran.
     Closes ``pool``."""
     by_host: dict[str, set[str]] = {}
