@@ -16,6 +16,20 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or a closed terminal: the run was stop
 EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
 EXIT_NO_RUN = 4  # status/logs/attach/down/runs/tensorboard: no such run, or no run record at all
 
+# How a command ended, in the words its use case's result says it (launcher/app/results.py;
+# a run's are record/states.py's Outcome): the CLI alone turns it into the exit code.
+_EXIT_FOR = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED,
+             "stopped": EXIT_INTERRUPTED, "supervisor lost": EXIT_SUPERVISOR_LOST}
+
+
+def exit_code_for(outcome: str) -> int:
+    """The exit code of a command that ended ``outcome`` (``succeeded``, ``failed``,
+    ``interrupted``, ``stopped``, ``supervisor lost``); a word without one is a bug (ValueError)."""
+    try:
+        return _EXIT_FOR[str(outcome)]
+    except KeyError:
+        raise ValueError(f"no exit code for the outcome {str(outcome)!r}") from None
+
 
 class UserError(Exception):
     """An error caused by the user's input or environment; printed as one line per message."""

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from launcher.safefile import open_append
 from launcher.contract import envnames
+from launcher.app.results import DetachResult, RunResult
+from launcher.record.states import Outcome
 from launcher.ui.console import Console
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from launcher.ui.table import render
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,7 +115,7 @@ def ignore_hangup() -> None:
 
 
 def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, *, dry_run: bool = False,
-              force: bool = False, quiet: bool = False, verbose: bool = False, panel: bool = False) -> int:
+              force: bool = False, quiet: bool = False, verbose: bool = False, panel: bool = False) -> RunResult:
     """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
     as a foreground ``up`` would (``app.up.up`` with the same options), its output going through a
     Handover to the foreground until every task is ready."""
@@ -138,7 +139,7 @@ def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[s
     return [sys.executable, "-c", main, "up", spec, "--supervise", run_id, *extra]
 
 
-def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> int:
+def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> DetachResult:
     """``up FILE --detach`` in the foreground: a new run id, its supervisor started and relayed
     until hand-over (``launch``)."""
     from launcher.record.writer import new_run_id
@@ -148,8 +149,9 @@ def start(spec: str, console: Console, *, quiet: bool = False, force: bool = Fal
 
 
 def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
-           commands: Callable[[str], list[str]]) -> int:
-    """Start the detached supervisor, relay it until hand-over, print how to reach the run."""
+           commands: Callable[[str], list[str]]) -> DetachResult:
+    """Start the detached supervisor and relay it until hand-over; the result holds how to reach
+    the run (for the CLI to show), or how the supervisor ended before it handed over."""
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -179,11 +181,11 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
                 ready = line[2:]
                 break
             if line.startswith(_MARK + _OUT):
-                _emit(console.out, line[2:])
+                emit_line(console.out, line[2:])
             elif line.startswith(_MARK + _ERR):
-                _emit(console.err, line[2:])
+                emit_line(console.err, line[2:])
             else:
-                _emit(console.err, line)
+                emit_line(console.err, line)
         proc.stdout.close()
         if ready is None:
             try:
@@ -191,8 +193,10 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
             except subprocess.TimeoutExpired:  # its output closed, yet it lives on: not ours to guess
                 console.error(f"the supervisor (pid {proc.pid}) closed its output without handing over; "
                               f"see `tfcluster status {spec}`")
-                return EXIT_FAILED
-            return EXIT_INTERRUPTED if interrupted and code != EXIT_OK else code
+                return DetachResult(Outcome.FAILED, run_id)
+            if interrupted and code != 0:
+                return DetachResult(Outcome.INTERRUPTED, run_id)
+            return DetachResult(Outcome.SUCCEEDED if code == 0 else Outcome.FAILED, run_id, relayed_exit=code)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -200,12 +204,10 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
     lines = [f"run {rid} is running detached (supervisor pid {pid}); it goes on when this terminal closes."]
     if note.strip():
         lines.append(note.strip())
-    lines += commands(rid)
-    _emit(console.out, "\n".join(lines))
-    return EXIT_OK
+    return DetachResult(Outcome.SUCCEEDED, rid, tuple(lines + commands(rid)))
 
 
-def _emit(stream, text: str) -> None:
+def emit_line(stream, text: str) -> None:
     try:
         stream.write(text + "\n")
         stream.flush()

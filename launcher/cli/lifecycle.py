@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 
+from launcher.app.results import DetachResult, RunResult
 from launcher.backends.elsewhere import Elsewhere
 from launcher.cli.common import elsewhere, load
+from launcher.errors import exit_code_for
+from launcher.record.states import Outcome
 from launcher.ui.console import Console
 
 
@@ -23,12 +26,32 @@ def up(args: argparse.Namespace, console: Console) -> int:
             return code
     panel = not (args.quiet or args.plain)
     if args.detach and not args.dry_run and not supervise:
-        return detach.start(args.spec, console, quiet=args.quiet, force=args.force)
+        return show_detached(detach.start(args.spec, console, quiet=args.quiet, force=args.force), console)
     if supervise:
-        return detach.supervise(loaded, plan, args.spec, supervise, dry_run=args.dry_run, force=args.force,
-                                quiet=args.quiet, verbose=args.verbose, panel=panel)
-    return execution.up(loaded, plan, console, shown=args.spec, dry_run=args.dry_run, force=args.force,
-                        quiet=args.quiet, verbose=args.verbose, panel=panel)
+        return show_run(detach.supervise(loaded, plan, args.spec, supervise, dry_run=args.dry_run, force=args.force,
+                                         quiet=args.quiet, verbose=args.verbose, panel=panel), console)
+    return show_run(execution.up(loaded, plan, console, shown=args.spec, dry_run=args.dry_run, force=args.force,
+                                 quiet=args.quiet, verbose=args.verbose, panel=panel), console)
+
+
+def show_run(result: RunResult, console: Console) -> int:
+    """A run's end is said by its supervisor (the report); a dry run's plan is shown here."""
+    if result.dry_run is not None:
+        print(result.dry_run.plan_text)
+        console.info(result.dry_run.note)
+    return exit_code_for(result.outcome)
+
+
+def show_detached(result: DetachResult, console: Console) -> int:
+    """Handed over: the run id and the commands that reach the run, on stdout. Else the
+    supervisor's own exit status, passed on."""
+    from launcher.app.detach import emit_line
+
+    if result.lines:
+        emit_line(console.out, "\n".join(result.lines))
+    if result.relayed_exit is not None:
+        return result.relayed_exit
+    return exit_code_for(result.outcome)
 
 
 def down(args: argparse.Namespace, console: Console) -> int:
@@ -38,11 +61,18 @@ def down(args: argparse.Namespace, console: Console) -> int:
     code = elsewhere(loaded, Elsewhere("down", run_id=args.run, timeout=args.timeout), console)
     if code is not None:
         return code
-    return stop(loaded, plan, console, run_id=args.run, timeout=args.timeout)
+    result = stop(loaded, plan, console, run_id=args.run, timeout=args.timeout)
+    console.info(f"run {result.run_id}: " + ("stopped" if result.stopped_any else "nothing was running"))
+    return exit_code_for(result.outcome)
 
 
 def tensorboard(args: argparse.Namespace, console: Console) -> int:
     from launcher.app.tensorboard import tensorboard as serve
 
     loaded, _plan = load(args.spec, console)
-    return serve(loaded, console, port=args.port)
+    result = serve(loaded, console, port=args.port)
+    if result.outcome == Outcome.INTERRUPTED:
+        console.info("tensorboard stopped")
+    elif result.outcome == Outcome.FAILED:
+        console.error(f"tensorboard exited with code {result.server_exit}; its messages are above")
+    return exit_code_for(result.outcome)
