@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import io
 import os
-import shlex
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from launcher.safefile import open_append
 from launcher.contract import envnames
 from launcher.app.results import DetachResult, RunResult
 from launcher.record.states import Outcome
 from launcher.ui.console import Console
-from launcher.ui.table import render
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan.build import Plan
@@ -145,13 +143,12 @@ def start(spec: str, console: Console, *, quiet: bool = False, force: bool = Fal
     from launcher.record.writer import new_run_id
 
     extra = [flag for flag, on in (("--quiet", quiet), ("--force", force)) if on]
-    return launch(spec, new_run_id(), extra, console, lambda rid: commands(spec, rid))
+    return launch(spec, new_run_id(), extra, console)
 
 
-def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
-           commands: Callable[[str], list[str]]) -> DetachResult:
-    """Start the detached supervisor and relay it until hand-over; the result holds how to reach
-    the run (for the CLI to show), or how the supervisor ended before it handed over."""
+def launch(spec: str, run_id: str, extra: Sequence[str], console: Console) -> DetachResult:
+    """Start the detached supervisor and relay it until hand-over; the result names the run and
+    its supervisor (the CLI shows how to reach it), or how the supervisor ended before it handed over."""
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -201,10 +198,7 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     rid, pid, note = (ready.split(" ", 2) + ["", ""])[:3]
-    lines = [f"run {rid} is running detached (supervisor pid {pid}); it goes on when this terminal closes."]
-    if note.strip():
-        lines.append(note.strip())
-    return DetachResult(Outcome.SUCCEEDED, rid, tuple(lines + commands(rid)))
+    return DetachResult(Outcome.SUCCEEDED, rid, supervisor_pid=pid, note=note.strip())
 
 
 def emit_line(stream, text: str) -> None:
@@ -213,13 +207,3 @@ def emit_line(stream, text: str) -> None:
         stream.flush()
     except (OSError, ValueError):
         pass  # the terminal is gone (SIGHUP forwarded already): keep draining the supervisor
-
-
-def commands(spec: str, run_id: str) -> list[str]:
-    """The commands that reach a detached run, as printed when it detaches."""
-    f, r = shlex.quote(spec), f"--run {run_id}"
-    rows = [(f"tfcluster status {f} {r}", "state, attempt, a row per task"),
-            (f"tfcluster logs {f} {r} -f", "follow every task's output (add a TASK such as worker:0 for one)"),
-            (f"tfcluster attach {f} {r}", "live view; Ctrl-C detaches again"),
-            (f"tfcluster down {f} {r}", "stop it (tasks save, as on Ctrl-C)")]
-    return render(None, [(c, f"# {what}") for c, what in rows])

@@ -37,15 +37,16 @@ class DryRun:
 
 @dataclass(frozen=True)
 class DetachResult:
-    """``up --detach`` in the foreground. Handed over: ``outcome`` succeeded, ``run_id``, and
-    ``lines`` (the run id and the commands that reach it, for stdout). Otherwise the supervisor
-    ended before every task was ready: ``relayed_exit`` is its own exit status, which the
-    foreground passes on (a spec error there is exit 2 here too), unless Ctrl-C stopped it
-    (``interrupted``) or it never said (``failed``)."""
+    """``up --detach`` in the foreground. Handed over: ``outcome`` succeeded, ``run_id``, its
+    supervisor's pid and the backend's note (the CLI shows them with the commands that reach the
+    run). Otherwise the supervisor ended before every task was ready (``supervisor_pid`` ""):
+    ``relayed_exit`` is its own exit status, which the foreground passes on (a spec error there is
+    exit 2 here too), unless Ctrl-C stopped it (``interrupted``) or it never said (``failed``)."""
 
     outcome: Outcome
     run_id: str = ""
-    lines: tuple[str, ...] = ()
+    supervisor_pid: str = ""
+    note: str = ""
     relayed_exit: Optional[int] = None
 
 

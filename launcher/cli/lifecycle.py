@@ -4,6 +4,7 @@ the detached supervisor itself), stop one, serve its TensorBoard logs."""
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from launcher.app.results import DetachResult, RunResult
 from launcher.backends.elsewhere import Elsewhere
@@ -11,6 +12,7 @@ from launcher.cli.common import elsewhere, load
 from launcher.errors import exit_code_for
 from launcher.record.states import Outcome
 from launcher.ui.console import Console
+from launcher.ui.table import render
 
 
 def up(args: argparse.Namespace, console: Console) -> int:
@@ -26,7 +28,7 @@ def up(args: argparse.Namespace, console: Console) -> int:
             return code
     panel = not (args.quiet or args.plain)
     if args.detach and not args.dry_run and not supervise:
-        return show_detached(detach.start(args.spec, console, quiet=args.quiet, force=args.force), console)
+        return show_detached(detach.start(args.spec, console, quiet=args.quiet, force=args.force), args.spec, console)
     if supervise:
         return show_run(detach.supervise(loaded, plan, args.spec, supervise, dry_run=args.dry_run, force=args.force,
                                          quiet=args.quiet, verbose=args.verbose, panel=panel), console)
@@ -42,16 +44,30 @@ def show_run(result: RunResult, console: Console) -> int:
     return exit_code_for(result.outcome)
 
 
-def show_detached(result: DetachResult, console: Console) -> int:
+def show_detached(result: DetachResult, spec: str, console: Console) -> int:
     """Handed over: the run id and the commands that reach the run, on stdout. Else the
     supervisor's own exit status, passed on."""
     from launcher.app.detach import emit_line
 
-    if result.lines:
-        emit_line(console.out, "\n".join(result.lines))
+    if result.supervisor_pid:
+        lines = [f"run {result.run_id} is running detached (supervisor pid {result.supervisor_pid}); "
+                 "it goes on when this terminal closes."]
+        if result.note:
+            lines.append(result.note)
+        emit_line(console.out, "\n".join(lines + commands(spec, result.run_id)))
     if result.relayed_exit is not None:
         return result.relayed_exit
     return exit_code_for(result.outcome)
+
+
+def commands(spec: str, run_id: str) -> list[str]:
+    """The commands that reach a detached run, as printed when it detaches."""
+    f, r = shlex.quote(spec), f"--run {run_id}"
+    rows = [(f"tfcluster status {f} {r}", "state, attempt, a row per task"),
+            (f"tfcluster logs {f} {r} -f", "follow every task's output (add a TASK such as worker:0 for one)"),
+            (f"tfcluster attach {f} {r}", "live view; Ctrl-C detaches again"),
+            (f"tfcluster down {f} {r}", "stop it (tasks save, as on Ctrl-C)")]
+    return render(None, [(c, f"# {what}") for c, what in rows])
 
 
 def down(args: argparse.Namespace, console: Console) -> int:
