@@ -6,8 +6,9 @@ output on one pipe. Everything up to "every task is ready" happens there as in a
 ``up`` -- the spec check, the preflight (a taken port, an unreachable host), starting the tasks
 -- and the foreground relays it line by line, so a problem is the same one line with the same
 exit code. Once every task is ready the supervisor writes a hand-over line and moves its output
-to ``<run>/supervisor.log``; the foreground prints the run id and the commands that reach the
-run, and exits 0. Task output goes on into the run's logs (``tfcluster logs``).
+to ``<run>/supervisor.log``; the foreground returns the run id and its supervisor's pid (a
+``DetachResult``: the CLI prints them with the commands that reach the run) and exits 0. Task
+output goes on into the run's logs (``tfcluster logs``).
 
 Ctrl-C (or a closed terminal) before the hand-over stops the run as it would stop a foreground
 ``up``: the supervisor gets SIGTERM and tears down.
