@@ -6,7 +6,8 @@ escaping to the top is a bug in tfcluster and is shown with its traceback.
 
 from __future__ import annotations
 
-# Every exit code of the ``tfcluster`` command, defined here once (launcher/app/up.py re-exports them);
+# Every exit code of the ``tfcluster`` command, defined here once (the CLI returns them; a use case says
+# how it ended in words, which ``exit_code_for`` below maps);
 # each code's comment is its meaning in the docs' exit-code reference (launcher/cli/docsgen.py).
 
 EXIT_OK = 0  # success: the spec is valid, the run succeeded, the command did what it says
