@@ -6,7 +6,8 @@ escaping to the top is a bug in tfcluster and is shown with its traceback.
 
 from __future__ import annotations
 
-# Every exit code of the ``tfcluster`` command, defined here once (launcher/app/up.py re-exports them);
+# Every exit code of the ``tfcluster`` command, defined here once (the CLI returns them; a use case says
+# how it ended in words, which ``exit_code_for`` below maps);
 # each code's comment is its meaning in the docs' exit-code reference (launcher/cli/docsgen.py).
 
 EXIT_OK = 0  # success: the spec is valid, the run succeeded, the command did what it says
@@ -15,6 +16,20 @@ EXIT_USAGE = 2  # a bad spec or command line: one line per problem, nothing star
 EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or a closed terminal: the run was stopped (the workers saved)
 EXIT_SUPERVISOR_LOST = 3  # status/attach: the run's supervisor is gone, tasks may still run
 EXIT_NO_RUN = 4  # status/logs/attach/down/runs/tensorboard: no such run, or no run record at all
+
+# How a command ended, in the words its use case's result says it (launcher/app/results.py;
+# a run's are record/states.py's Outcome): the CLI alone turns it into the exit code.
+_EXIT_FOR = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED,
+             "stopped": EXIT_INTERRUPTED, "supervisor lost": EXIT_SUPERVISOR_LOST}
+
+
+def exit_code_for(outcome: str) -> int:
+    """The exit code of a command that ended ``outcome`` (``succeeded``, ``failed``,
+    ``interrupted``, ``stopped``, ``supervisor lost``); a word without one is a bug (ValueError)."""
+    try:
+        return _EXIT_FOR[str(outcome)]
+    except KeyError:
+        raise ValueError(f"no exit code for the outcome {str(outcome)!r}") from None
 
 
 class UserError(Exception):

@@ -3,27 +3,26 @@
 On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunView`` that
 launcher/record/feed.py replays from the record and then follows, with task output and the
 supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come
-(``follow``: app/inspect.py). It writes through the ``Console`` it is given and returns how it
-ended (``Attached``); the CLI chooses the exit code.
+(``follow``: app/inspect.py). It writes through the ``Console`` it is given, the text drawn by
+launcher/ui/attachtext.py, and returns how it ended (``Attached``); the CLI chooses the exit code.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from launcher.interrupts import pause, take_interrupt
 from launcher.safefile import open_regular
-from launcher.app.inspect import POLL, Write, find, follow
+from launcher.app.inspect import POLL, find, follow
 from launcher.record.feed import RecordFeed
 from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG
-from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus, load_run
+from launcher.record.status import RUNNING, RunStatus, load_run
 from launcher.spec.model import LoadedSpec
 from launcher.ui.console import Console
-from launcher.ui.runstatus import lost_advice, render_status
+from launcher.ui.attachtext import TextRenderer
 
 
 @dataclass(frozen=True)
@@ -135,43 +134,6 @@ def _new_lines(path: Path, offset: int) -> tuple[int, list[str]]:
         return offset, []
     complete = data[: data.rfind(b"\n") + 1]
     return offset + len(complete), complete.decode("utf-8", "replace").splitlines()
-
-
-class TextRenderer:
-    """Plain-text rendering of a run for ``attach`` when stdout is not a terminal: the status
-    block, then the output lines as they arrive (task lines on stdout, launcher messages on
-    stderr), then the outcome. (Its messages also serve the live panel's attach.)"""
-
-    def __init__(self, console: Console, spec: str) -> None:
-        self.console = console
-        self.spec = spec
-
-    def start(self, view: RunStatus) -> None:
-        self.console.block(render_status(view, self.spec))
-        if view.state == RUNNING:
-            self.console.info(f"attached to run {view.run_id}; Ctrl-C detaches (the run goes on)")
-
-    def write_for(self, path: Path) -> Write:
-        """Task lines to stdout, the supervisor's messages to stderr, each shown at once."""
-        stream = self.console.err if path.name == SUPERVISOR_LOG else self.console.out
-
-        def write(text: str) -> None:
-            stream.write(text)
-            stream.flush()
-
-        return write
-
-    def detached(self, view: RunStatus) -> None:
-        self.console.info(f"detached from run {view.run_id}; it goes on "
-                          f"(stop it with: tfcluster down {shlex.quote(self.spec)} --run {view.run_id})")
-
-    def finished(self, view: RunStatus) -> None:
-        if view.state == STOPPED:
-            self.console.info(f"run {view.run_id} stopped")
-        elif view.state == LOST:
-            self.console.block(lost_advice(view, self.spec))
-        elif view.state in (SUCCEEDED, FAILED):
-            self.console.info(f"run {view.run_id} {view.state}" + (f": {view.reason}" if view.reason else ""))
 
 
 def _size(path: Path) -> int:

@@ -6,8 +6,9 @@ output on one pipe. Everything up to "every task is ready" happens there as in a
 ``up`` -- the spec check, the preflight (a taken port, an unreachable host), starting the tasks
 -- and the foreground relays it line by line, so a problem is the same one line with the same
 exit code. Once every task is ready the supervisor writes a hand-over line and moves its output
-to ``<run>/supervisor.log``; the foreground prints the run id and the commands that reach the
-run, and exits 0. Task output goes on into the run's logs (``tfcluster logs``).
+to ``<run>/supervisor.log``; the foreground returns the run id and its supervisor's pid (a
+``DetachResult``: the CLI prints them with the commands that reach the run) and exits 0. Task
+output goes on into the run's logs (``tfcluster logs``).
 
 Ctrl-C (or a closed terminal) before the hand-over stops the run as it would stop a foreground
 ``up``: the supervisor gets SIGTERM and tears down.
@@ -17,19 +18,18 @@ from __future__ import annotations
 
 import io
 import os
-import shlex
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from launcher.safefile import open_append
 from launcher.contract import envnames
+from launcher.app.results import DetachResult, RunResult
+from launcher.record.states import Outcome
 from launcher.ui.console import Console
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from launcher.ui.table import render
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan.build import Plan
@@ -114,7 +114,7 @@ def ignore_hangup() -> None:
 
 
 def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, *, dry_run: bool = False,
-              force: bool = False, quiet: bool = False, verbose: bool = False, panel: bool = False) -> int:
+              force: bool = False, quiet: bool = False, verbose: bool = False, panel: bool = False) -> RunResult:
     """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
     as a foreground ``up`` would (``app.up.up`` with the same options), its output going through a
     Handover to the foreground until every task is ready."""
@@ -138,18 +138,18 @@ def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[s
     return [sys.executable, "-c", main, "up", spec, "--supervise", run_id, *extra]
 
 
-def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> int:
+def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> DetachResult:
     """``up FILE --detach`` in the foreground: a new run id, its supervisor started and relayed
     until hand-over (``launch``)."""
     from launcher.record.writer import new_run_id
 
     extra = [flag for flag, on in (("--quiet", quiet), ("--force", force)) if on]
-    return launch(spec, new_run_id(), extra, console, lambda rid: commands(spec, rid))
+    return launch(spec, new_run_id(), extra, console)
 
 
-def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
-           commands: Callable[[str], list[str]]) -> int:
-    """Start the detached supervisor, relay it until hand-over, print how to reach the run."""
+def launch(spec: str, run_id: str, extra: Sequence[str], console: Console) -> DetachResult:
+    """Start the detached supervisor and relay it until hand-over; the result names the run and
+    its supervisor (the CLI shows how to reach it), or how the supervisor ended before it handed over."""
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -179,11 +179,11 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
                 ready = line[2:]
                 break
             if line.startswith(_MARK + _OUT):
-                _emit(console.out, line[2:])
+                emit_line(console.out, line[2:])
             elif line.startswith(_MARK + _ERR):
-                _emit(console.err, line[2:])
+                emit_line(console.err, line[2:])
             else:
-                _emit(console.err, line)
+                emit_line(console.err, line)
         proc.stdout.close()
         if ready is None:
             try:
@@ -191,33 +191,20 @@ def launch(spec: str, run_id: str, extra: Sequence[str], console: Console,
             except subprocess.TimeoutExpired:  # its output closed, yet it lives on: not ours to guess
                 console.error(f"the supervisor (pid {proc.pid}) closed its output without handing over; "
                               f"see `tfcluster status {spec}`")
-                return EXIT_FAILED
-            return EXIT_INTERRUPTED if interrupted and code != EXIT_OK else code
+                return DetachResult(Outcome.FAILED, run_id)
+            if interrupted and code != 0:
+                return DetachResult(Outcome.INTERRUPTED, run_id)
+            return DetachResult(Outcome.SUCCEEDED if code == 0 else Outcome.FAILED, run_id, relayed_exit=code)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     rid, pid, note = (ready.split(" ", 2) + ["", ""])[:3]
-    lines = [f"run {rid} is running detached (supervisor pid {pid}); it goes on when this terminal closes."]
-    if note.strip():
-        lines.append(note.strip())
-    lines += commands(rid)
-    _emit(console.out, "\n".join(lines))
-    return EXIT_OK
+    return DetachResult(Outcome.SUCCEEDED, rid, supervisor_pid=pid, note=note.strip())
 
 
-def _emit(stream, text: str) -> None:
+def emit_line(stream, text: str) -> None:
     try:
         stream.write(text + "\n")
         stream.flush()
     except (OSError, ValueError):
         pass  # the terminal is gone (SIGHUP forwarded already): keep draining the supervisor
-
-
-def commands(spec: str, run_id: str) -> list[str]:
-    """The commands that reach a detached run, as printed when it detaches."""
-    f, r = shlex.quote(spec), f"--run {run_id}"
-    rows = [(f"tfcluster status {f} {r}", "state, attempt, a row per task"),
-            (f"tfcluster logs {f} {r} -f", "follow every task's output (add a TASK such as worker:0 for one)"),
-            (f"tfcluster attach {f} {r}", "live view; Ctrl-C detaches again"),
-            (f"tfcluster down {f} {r}", "stop it (tasks save, as on Ctrl-C)")]
-    return render(None, [(c, f"# {what}") for c, what in rows])

@@ -15,8 +15,9 @@ from typing import Optional
 from launcher.backends import RecordedRun, backend_class
 from launcher.bounded import shown
 from launcher.contract import envnames
+from launcher.app.results import DownResult
 from launcher.ui.console import Console
-from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError, NoRun
+from launcher.errors import NoRun, exit_code_for
 from launcher.plan.build import Plan
 from launcher.procinfo import is_same, not_own, wait_gone
 from launcher.record.events import Event, RunOutcome
@@ -26,7 +27,10 @@ from launcher.record.states import Outcome
 from launcher.spec.model import LoadedSpec
 
 
-def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None, timeout: float = 60.0) -> int:
+def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None,
+         timeout: float = 60.0) -> DownResult:
+    """Stop run ``run_id`` (default: the latest): its launcher asked first, then what it left
+    behind by the record's ids; the result says whether anything was still running."""
     spec = loaded.spec
     root = runs_dir(loaded)
     run_dir = (root / spec.name / run_id) if run_id else latest_run(root, spec.name)
@@ -61,11 +65,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
         backend.close()
     if not supervised:
         _record_stop(run_dir, console)
-    console.info(f"run {run_dir.name}: " + ("stopped" if stopped_any else "nothing was running"))
-    if recorded.refused:
-        raise LaunchError(f"run {run_dir.name}: {len(recorded.refused)} thing(s) its record names could not be "
-                          "proven the run's own and were left alone (above); stop them by hand if they are")
-    return EXIT_OK
+    return DownResult(run_dir.name, stopped_any, refused=tuple(recorded.refused))
 
 
 def _not_the_supervisor(run_dir: Path, info: dict) -> Optional[str]:
@@ -99,7 +99,7 @@ def _record_stop(run_dir, console: Console) -> None:
     run = fold_run(events)
     ended = last_sign_of_life(run_dir, run.last)  # the run's end, not this `down`'s (status, runs)
     try:
-        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, exit_code=EXIT_INTERRUPTED, attempts=run.attempts,
+        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, exit_code=exit_code_for(Outcome.STOPPED), attempts=run.attempts,
                                          reason="the supervisor was lost; what was left was stopped by tfcluster down",
                                          ended=round(ended, 3) if ended is not None else None))
     except OSError as exc:

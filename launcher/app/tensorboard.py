@@ -20,7 +20,9 @@ from typing import Optional
 
 from launcher.contract import statedir
 from launcher.ui.console import Console
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, LaunchError, NoRun, SpecError
+from launcher.app.results import TensorBoardResult
+from launcher.errors import LaunchError, NoRun, SpecError
+from launcher.record.states import Outcome
 from launcher.record.layout import runs_dir, state_dir
 from launcher.record.reader import latest_run
 from launcher.spec.model import LoadedSpec
@@ -62,7 +64,9 @@ def port_free(port: int) -> bool:
     return True
 
 
-def tensorboard(loaded: LoadedSpec, console: Console, port: int = 6006) -> int:
+def tensorboard(loaded: LoadedSpec, console: Console, port: int = 6006) -> TensorBoardResult:
+    """Serve the spec's TensorBoard logs on ``port`` until Ctrl-C (interrupted) or the server
+    ends by itself (its exit status, if not 0, in the result: failed)."""
     if not 1 <= port <= 65535:
         raise SpecError(f"--port {port}: not a TCP port; give one in 1-65535")
     logdir = logdir_of(loaded)
@@ -80,12 +84,8 @@ def tensorboard(loaded: LoadedSpec, console: Console, port: int = 6006) -> int:
         code = proc.wait()
     except KeyboardInterrupt:
         _stop(proc)
-        console.info("tensorboard stopped")
-        return EXIT_INTERRUPTED
-    if code != 0:
-        console.error(f"tensorboard exited with code {code}; its messages are above")
-        return EXIT_FAILED
-    return EXIT_OK
+        return TensorBoardResult(Outcome.INTERRUPTED)
+    return TensorBoardResult(Outcome.SUCCEEDED if code == 0 else Outcome.FAILED, server_exit=code)
 
 
 def _stop(proc: subprocess.Popen) -> None:

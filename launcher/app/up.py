@@ -5,8 +5,9 @@ The CLI parses argv and calls in here; ``compare`` runs each configuration throu
 started, supervised, interrupted and torn down the same way whoever asked for it. Nothing here
 parses argv, and nothing in ``launcher/`` imports the CLI.
 
-Exit codes (``tfcluster up`` and what ``main`` returns): 0 ok, 1 run failed (or could not start),
-2 bad spec or usage, 130 interrupted; ``status``/``attach`` also 3, the run's supervisor is lost.
+``up`` and ``execute`` return a ``RunResult`` (launcher/app/results.py): the run's outcome, id,
+record and reason; the CLI shows what is left to show and turns the outcome into the exit code
+(launcher/errors.py's ``exit_code_for``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Callable, Optional
 
+from launcher.app.results import DryRun, RunResult
 from launcher.ui.console import Console
-from launcher.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST,  # noqa: F401 (re-exported)
-                     EXIT_USAGE, LaunchError)
+from launcher.errors import LaunchError
 from launcher.plan.gpus import asked as gpus_asked
 from launcher.plan.build import Plan, build_plan
 from launcher.plan.elastic import fitting_now
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
+from launcher.record.states import Outcome
 from launcher.loader.load import LoadedSpec, load_spec
 from launcher.ui.plantext import render_plan, show_gpus
 
@@ -172,7 +174,7 @@ def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
 
 def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run: bool = False,
        force: bool = False, run_id: Optional[str] = None, handover=None, quiet: bool = False,
-       verbose: bool = False, panel: bool = False) -> int:
+       verbose: bool = False, panel: bool = False) -> RunResult:
     """``tfcluster up`` in this process (in the foreground, or as the detached supervisor with
     its ``handover``): refuse while a run of the spec is still running unless ``force``, then
     ``execute``."""
@@ -184,10 +186,11 @@ def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run:
 
 def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool = False,
             run_id: Optional[str] = None, handover=None, quiet: bool = False, verbose: bool = False,
-            panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> int:
+            panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> RunResult:
     """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
     supervisor until success, failure or interruption (``tfcluster compare`` runs each
-    configuration through here too; ``on_record`` gets the run record once it exists)."""
+    configuration through here too; ``on_record`` gets the run record once it exists). A dry
+    run stops after the preflight: its result holds the plan for the CLI to show."""
     from launcher.backends import backend_class
     from launcher.record.writer import RunRecord
     from launcher.supervise.loop import Supervisor
@@ -200,23 +203,8 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     try:
         backend.preflight(plan)
         if dry_run:
-            now = backend.preflight_plan or plan
-            print(render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan),
-                              notes=[start_note(spec, now)]))
-            small = short_line(spec, now, backend.short_why)
-            console.info(f"dry run: preflight passed; would start {len(now.tasks)} tasks on backend {plan.backend}"
-                         + (f" ({small})" if small else ""))
-            backend.close()
-            return EXIT_OK
-        try:
-            record.create()
-        except OSError as exc:
-            raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
-                              "fix run_dir in the spec or the directory's permissions") from None
-        # The hosts the tasks get (a workload manager answers once the job is allocated).
-        # A worker group with a min starts with the hosts the preflight found there (start_plan).
-        plan = backend.start_plan or build_plan(spec, stoppable(lambda: backend.allocate(spec)))
-        record.set_plan(plan)
+            return _dry_run(spec, plan, backend)
+        plan = _start(spec, plan, record, backend)
     except BaseException:
         backend.close()  # connections and clients opened for the preflight, the allocation
         record.close()
@@ -231,6 +219,39 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     if handover is not None:
         handover.open_log(record.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)
+    return _supervise(supervisor, spec, plan, record, console, foreground=handover is None, panel=panel)
+
+
+def _dry_run(spec: "Spec", plan: Plan, backend) -> RunResult:
+    """``up --dry-run`` once the preflight passed: the plan it would start (the hosts the
+    preflight found there, for a group that starts small), nothing started."""
+    now = backend.preflight_plan or plan
+    text = render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan), notes=[start_note(spec, now)])
+    small = short_line(spec, now, backend.short_why)
+    note = (f"dry run: preflight passed; would start {len(now.tasks)} tasks on backend {plan.backend}"
+            + (f" ({small})" if small else ""))
+    backend.close()
+    return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan_text=text, note=note))
+
+
+def _start(spec: "Spec", plan: Plan, record, backend) -> Plan:
+    """The run record written, and the plan the tasks start with: the hosts a workload manager
+    gives once the job is allocated; a worker group with a min starts with the hosts the
+    preflight found there (start_plan)."""
+    try:
+        record.create()
+    except OSError as exc:
+        raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
+                          "fix run_dir in the spec or the directory's permissions") from None
+    plan = backend.start_plan or build_plan(spec, stoppable(lambda: backend.allocate(spec)))
+    record.set_plan(plan)
+    return plan
+
+
+def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: Console, *, foreground: bool,
+               panel: bool) -> RunResult:
+    """The supervisor run to its end under the signals that stop it (Ctrl-C, SIGTERM, and in the
+    foreground a closed terminal), the run's first lines said; how it ended, from its record."""
     previous = {}
 
     def on_signal(signum: int, _frame) -> None:
@@ -240,11 +261,11 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
             supervisor.interrupt()
 
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM) + (() if handover else (signal.SIGHUP,)):
+        for sig in (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if foreground else ()):
             if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
                 continue  # `nohup tfcluster up`: asked to outlive the terminal
             previous[sig] = signal.signal(sig, on_signal)
-    if handover is None:
+    if foreground:
         # The terminal closed (SIGHUP may come, or not: a shell that does not pass it on),
         # or a closed pipe: stop as on Ctrl-C, the console from then on silent. Called with
         # the console's lock held: only says stop.
@@ -260,13 +281,23 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     if panel:
         console.start_panel(supervisor.view)  # on a terminal only
     try:
-        return supervisor.run()
+        supervisor.run()
     finally:
         console.unfollow()
         console.end_panel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         record.close()
+    return run_result(supervisor.view.run, record)
+
+
+def run_result(run, record) -> RunResult:
+    """The result of a supervised run from its one run fold (record/run.py's RunFacts, as the
+    supervisor's view folded the events it wrote): the outcome event's outcome and reason. A run
+    whose outcome never reached the view (its listener failed) is said failed, with that reason."""
+    if not run.outcome:
+        return RunResult(Outcome.FAILED, record.run_id, record.dir, "the run's outcome was not recorded")
+    return RunResult(Outcome(run.outcome), record.run_id, record.dir, run.reason)
 
 
 def stoppable(fn):

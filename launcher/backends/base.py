@@ -37,7 +37,7 @@ from launcher.plan.build import Placement, Plan, PlannedTask
 if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
-    from launcher.ui.console import Console
+    from launcher.notices import Notices
     from launcher.spec.model import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
@@ -144,7 +144,7 @@ class RecordedRun:
         not believed (a copied or planted record would otherwise point ``down`` at another run)."""
         return self.dir.name
 
-    def refuse(self, console: "Console", line: str) -> None:
+    def refuse(self, console: "Notices", line: str) -> None:
         """Leave something the record names alone, saying why in one line."""
         self.refused.append(line)
         console.error(line)
@@ -213,7 +213,7 @@ class Backend(abc.ABC):
         raise NotImplementedError(f"backend {cls.name} does not say where tasks run; implement {cls.__name__}.place")
 
     @classmethod
-    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Console"] = None) -> "Backend":
+    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Notices"] = None) -> "Backend":
         """Construct for ``tfcluster up`` (``record`` is the RunRecord: run_id, dir, state_dir)
         or, with ``record=None``, for ``tfcluster down``. No network or engine access here."""
         return cls(loaded=loaded, record=record, console=console)  # type: ignore[call-arg]
@@ -226,7 +226,7 @@ class Backend(abc.ABC):
         return None
 
     @classmethod
-    def run_elsewhere(cls, loaded: "LoadedSpec", request: Elsewhere, console: "Console") -> Optional[int]:
+    def run_elsewhere(cls, loaded: "LoadedSpec", request: Elsewhere, console: "Notices") -> Optional[int]:
         """``up``/``status``/``logs``/``attach``/``down``/``runs`` for a spec whose supervisor
         and run record live on another machine: run ``request`` there (``request.argv``, naming
         the spec by its path there) and return its exit code. None (the default): they live here."""
@@ -337,7 +337,7 @@ class Backend(abc.ABC):
 
     # -------------------------------------------------------------- down
 
-    def down(self, run: RecordedRun, console: "Console") -> bool:
+    def down(self, run: RecordedRun, console: "Notices") -> bool:
         """``tfcluster down``: stop and remove whatever the recorded run left behind on this
         backend (after its launcher, if alive, was asked to stop), by the ids the record holds,
         never by name. Report through ``console``; True if anything was still running."""

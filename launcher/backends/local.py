@@ -31,7 +31,7 @@ from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.ui.console import Console
+    from launcher.notices import Notices
     from launcher.spec.model import LoadedSpec, Spec
 
 LOCAL_HOST = "localhost"
@@ -86,7 +86,7 @@ class LocalBackend(Backend):
         self.stop_grace = stop_grace
 
     @classmethod
-    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Console"] = None) -> "LocalBackend":
+    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Notices"] = None) -> "LocalBackend":
         spec = loaded.spec
         run_dir = record.dir if record is not None else name_dir(loaded)
         state = record.state_dir if record is not None else state_dir(runs_dir(loaded), spec.name)
@@ -193,7 +193,7 @@ class LocalBackend(Backend):
 
     # -------------------------------------------------------------- tfcluster down
 
-    def down(self, run: RecordedRun, console: "Console") -> bool:
+    def down(self, run: RecordedRun, console: "Notices") -> bool:
         """Kill the task groups the run left behind, by pgid and start time (never by name), each
         only once its leader is proven the run's own (procinfo.not_own: its start time and the
         run's id in its environment, as the supervisor started it); otherwise one line, no signal."""

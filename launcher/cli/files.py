@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from launcher.app.up import EXIT_OK
+from launcher.errors import EXIT_OK
 from launcher.errors import LaunchError, SpecError
 from launcher.cli.common import load
 from launcher.ui.console import Console

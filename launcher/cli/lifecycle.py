@@ -4,10 +4,15 @@ the detached supervisor itself), stop one, serve its TensorBoard logs."""
 from __future__ import annotations
 
 import argparse
+import shlex
 
+from launcher.app.results import DetachResult, RunResult
 from launcher.backends.elsewhere import Elsewhere
 from launcher.cli.common import elsewhere, load
+from launcher.errors import LaunchError, exit_code_for
+from launcher.record.states import Outcome
 from launcher.ui.console import Console
+from launcher.ui.table import render
 
 
 def up(args: argparse.Namespace, console: Console) -> int:
@@ -23,12 +28,46 @@ def up(args: argparse.Namespace, console: Console) -> int:
             return code
     panel = not (args.quiet or args.plain)
     if args.detach and not args.dry_run and not supervise:
-        return detach.start(args.spec, console, quiet=args.quiet, force=args.force)
+        return show_detached(detach.start(args.spec, console, quiet=args.quiet, force=args.force), args.spec, console)
     if supervise:
-        return detach.supervise(loaded, plan, args.spec, supervise, dry_run=args.dry_run, force=args.force,
-                                quiet=args.quiet, verbose=args.verbose, panel=panel)
-    return execution.up(loaded, plan, console, shown=args.spec, dry_run=args.dry_run, force=args.force,
-                        quiet=args.quiet, verbose=args.verbose, panel=panel)
+        return show_run(detach.supervise(loaded, plan, args.spec, supervise, dry_run=args.dry_run, force=args.force,
+                                         quiet=args.quiet, verbose=args.verbose, panel=panel), console)
+    return show_run(execution.up(loaded, plan, console, shown=args.spec, dry_run=args.dry_run, force=args.force,
+                                 quiet=args.quiet, verbose=args.verbose, panel=panel), console)
+
+
+def show_run(result: RunResult, console: Console) -> int:
+    """A run's end is said by its supervisor (the report); a dry run's plan is shown here."""
+    if result.dry_run is not None:
+        print(result.dry_run.plan_text)
+        console.info(result.dry_run.note)
+    return exit_code_for(result.outcome)
+
+
+def show_detached(result: DetachResult, spec: str, console: Console) -> int:
+    """Handed over: the run id and the commands that reach the run, on stdout. Else the
+    supervisor's own exit status, passed on."""
+    from launcher.app.detach import emit_line
+
+    if result.supervisor_pid:
+        lines = [f"run {result.run_id} is running detached (supervisor pid {result.supervisor_pid}); "
+                 "it goes on when this terminal closes."]
+        if result.note:
+            lines.append(result.note)
+        emit_line(console.out, "\n".join(lines + commands(spec, result.run_id)))
+    if result.relayed_exit is not None:
+        return result.relayed_exit
+    return exit_code_for(result.outcome)
+
+
+def commands(spec: str, run_id: str) -> list[str]:
+    """The commands that reach a detached run, as printed when it detaches."""
+    f, r = shlex.quote(spec), f"--run {run_id}"
+    rows = [(f"tfcluster status {f} {r}", "state, attempt, a row per task"),
+            (f"tfcluster logs {f} {r} -f", "follow every task's output (add a TASK such as worker:0 for one)"),
+            (f"tfcluster attach {f} {r}", "live view; Ctrl-C detaches again"),
+            (f"tfcluster down {f} {r}", "stop it (tasks save, as on Ctrl-C)")]
+    return render(None, [(c, f"# {what}") for c, what in rows])
 
 
 def down(args: argparse.Namespace, console: Console) -> int:
@@ -38,11 +77,21 @@ def down(args: argparse.Namespace, console: Console) -> int:
     code = elsewhere(loaded, Elsewhere("down", run_id=args.run, timeout=args.timeout), console)
     if code is not None:
         return code
-    return stop(loaded, plan, console, run_id=args.run, timeout=args.timeout)
+    result = stop(loaded, plan, console, run_id=args.run, timeout=args.timeout)
+    console.info(f"run {result.run_id}: " + ("stopped" if result.stopped_any else "nothing was running"))
+    if result.refused:
+        raise LaunchError(f"run {result.run_id}: {len(result.refused)} thing(s) its record names could not be "
+                          "proven the run's own and were left alone (above); stop them by hand if they are")
+    return exit_code_for(result.outcome)
 
 
 def tensorboard(args: argparse.Namespace, console: Console) -> int:
     from launcher.app.tensorboard import tensorboard as serve
 
     loaded, _plan = load(args.spec, console)
-    return serve(loaded, console, port=args.port)
+    result = serve(loaded, console, port=args.port)
+    if result.outcome == Outcome.INTERRUPTED:
+        console.info("tensorboard stopped")
+    elif result.outcome == Outcome.FAILED:
+        console.error(f"tensorboard exited with code {result.server_exit}; its messages are above")
+    return exit_code_for(result.outcome)

@@ -7,10 +7,10 @@ import shlex
 import sys
 from typing import Optional
 
-from launcher.app.up import EXIT_OK, plan_for, spares_of, standby_line, start_note
+from launcher.app.up import plan_for, spares_of, standby_line, start_note
 from launcher.cli.common import JSON_HEAD, load
 from launcher.bounded import escape
-from launcher.errors import LaunchError, SpecError, UserError
+from launcher.errors import EXIT_OK, LaunchError, SpecError, UserError
 from launcher.plan.build import COMPACT, write_full_json
 from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console

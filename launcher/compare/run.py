@@ -31,11 +31,12 @@ import yaml
 from launcher.procinfo import OutputTooLarge, run_bounded
 from launcher.app import up as execution
 from launcher.ui.console import Console
-from launcher.errors import UserError
+from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code_for
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
 from launcher.record.feed import replay
+from launcher.record.states import Outcome
 from launcher.loader.load import LoadedSpec, load_spec, parse_spec
 from launcher.compare import plots, report, tensorboard
 from launcher.compare.configs import Config, Options, configurations
@@ -200,8 +201,8 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
             for label in results}
     _write_outputs(outdir, rows, runs, machine, meta, console)
     if interrupted:
-        return execution.EXIT_INTERRUPTED
-    return execution.EXIT_OK if all(r["status"] == OK for r in rows) else execution.EXIT_FAILED
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(r["status"] == OK for r in rows) else EXIT_FAILED
 
 
 def _run_one(config: Config, repeat: int, options: Options, outdir: Path, console: Console,
@@ -226,13 +227,13 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
             # Relative paths (workdir, docker build context, ...) resolve against the source spec.
             loaded = LoadedSpec(parse_spec(text, shown=str(spec_path)), Path(config.source))
             plan = execution.plan_for(loaded.spec)  # placed by the backend, as tfcluster up does
-            code = execution.execute(loaded, plan, _Captured(sink), on_record=on_record)
+            result = execution.execute(loaded, plan, _Captured(sink), on_record=on_record)
         except UserError as exc:
             m = Measurement(status=FAILED, exit_code=exc.exit_code, error=" / ".join(exc.lines))
             line.done(f"failed: {m.error}")
             return m, extra
         except KeyboardInterrupt:
-            m = Measurement(status=INTERRUPTED, exit_code=execution.EXIT_INTERRUPTED, error="interrupted")
+            m = Measurement(status=INTERRUPTED, exit_code=EXIT_INTERRUPTED, error="interrupted")
             line.done("interrupted")
             return m, extra
         record = records[0]
@@ -245,8 +246,8 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
         g = replay(record.dir).goodput(time.time())  # (at the run's end: it has its outcome)
         if g is not None:
             m.goodput, m.badput = round(g.fraction, 4), {c: round(s, 3) for c, s in g.badput.items()}
-        if m.status == OK and code != execution.EXIT_OK:
-            m.status, m.exit_code = FAILED, code
+        if m.status == OK and result.outcome != Outcome.SUCCEEDED:
+            m.status, m.exit_code = FAILED, exit_code_for(result.outcome)
         if m.status == OK:
             line.done(f"ok in {m.wall_s or 0:.0f} s: {m.examples_per_sec or 0:.0f} examples/s, "
                       f"test accuracy {m.test_accuracy if m.test_accuracy is not None else '?'}")

@@ -296,7 +296,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("launcher.spec",),  # the spec as data: the models, the bounded YAML reader
     ("launcher.contract", "launcher.remote", "worker"),  # what tasks read; code shipped to hosts; the reference worker
     ("launcher", "launcher.errors", "launcher.bounded", "launcher.procinfo", "launcher.safefile",
-     "launcher.interrupts"),  # leaves every layer uses
+     "launcher.interrupts", "launcher.notices"),  # leaves every layer uses
 ]
 # Reaching up, each with its reason (none is the goal: the test fails on a stale entry).
 UPWARD: dict[tuple[str, str], str] = {}
@@ -337,3 +337,42 @@ def test_no_import_runs_up_the_layers():
 def test_the_layer_rule_sees_an_upward_import():
     assert layer_of("launcher.record.status") > layer_of("launcher.supervise.policy")  # what it would catch
     assert layer_of("launcher") == len(LAYERS) - 1 and layer_of("launcher.bounded") == len(LAYERS) - 1
+
+
+def imported_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every module an Import/ImportFrom names (absolute ones; TYPE_CHECKING imports included), with its line."""
+    found = []
+    for node in _imports(tree, type_checking=True):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif not node.level and node.module:
+            found += [(node.lineno, node.module)] + [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def _terminal_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    first: dict[int, str] = {}  # one per import line
+    for line, name in imported_names(tree):
+        if name.split(".")[0] == "rich" or name == "launcher.ui" or name.startswith("launcher.ui."):
+            first.setdefault(line, name)
+    return sorted(first.items())
+
+
+def test_no_backend_imports_the_terminal():
+    """A backend says what it has to say through the narrow sink below it (launcher/notices.py), never
+    the console, the panel or rich: what a person reads is the CLI's to decide. TYPE_CHECKING
+    imports count too (a backend typed against the console is one a console's change breaks)."""
+    found = []
+    for name, path in _modules().items():
+        if name == "launcher.backends" or name.startswith("launcher.backends."):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            found += [f"{path.relative_to(ROOT)}:{line}: imports {what}" for line, what in _terminal_imports(tree)]
+    assert not found, "backends that import the terminal (report through launcher.notices.Notices):\n" + "\n".join(found)
+
+
+def test_the_terminal_rule_sees_every_spelling():
+    snippets = ["from launcher.ui.console import Console", "import rich.live", "from rich import print",
+                "from launcher import ui", "if TYPE_CHECKING:\n    from launcher.ui.console import Console",
+                "def f():\n    from launcher.ui import table"]
+    assert all(_terminal_imports(ast.parse(s)) for s in snippets)
+    assert not _terminal_imports(ast.parse("from launcher.notices import Notices\nimport richer"))

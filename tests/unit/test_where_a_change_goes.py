@@ -80,3 +80,36 @@ def test_only_the_folds_kinds_move_a_tasks_state(kind):
         assert after != before or kind in (Event.READY, Event.ATTEMPT_READY), (kind, before, after)
     else:
         assert after == before, f"{kind} moved a task's state but is not in fold.STATE_KINDS"
+
+
+def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code():
+    """"A new CLI command": its use case in launcher/app/ returns a result of app/results.py (how it
+    ended, in words); launcher/cli/ shows it and calls errors.exit_code_for. Outside the CLI the
+    mapping is called only by compare (its report records each run's exit code) and by ``down``
+    (the outcome event it writes for a run whose supervisor was lost carries the record's exit code)."""
+    import ast
+
+    from launcher.app import detach, down, results, tensorboard, up
+
+    kinds = {name for name, value in vars(results).items() if isinstance(value, type) and value.__module__ == results.__name__}
+    use_cases = [up.up, up.execute, detach.start, detach.launch, detach.supervise, down.down, tensorboard.tensorboard]
+    returns = {f.__qualname__: f.__annotations__["return"] for f in use_cases}  # (names: postponed annotations)
+    assert set(returns.values()) <= kinds, returns
+    callers = set()
+    for path in sorted((ROOT / "launcher").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(n, ast.Name) and n.id == "exit_code_for" for n in ast.walk(tree)):
+            callers.add(str(path.relative_to(ROOT)))
+    assert callers == {"launcher/cli/lifecycle.py", "launcher/compare/run.py", "launcher/app/down.py"}, callers
+
+
+def test_a_new_notice_is_a_method_of_the_sink_and_of_the_console():
+    """"Something a backend tells the user": a method of launcher/notices.py's Notices, which the
+    console (what the CLI hands a backend) and PlainNotices (a backend's default) both have."""
+    from launcher.notices import Notices, PlainNotices
+    from launcher.ui.console import Console
+
+    said = {n for n in vars(Notices) if not n.startswith("_") and callable(getattr(Notices, n))}
+    assert said == {"info", "error", "block", "countdown"}, said
+    for sink in (Console, PlainNotices):
+        assert all(callable(getattr(sink, n, None)) for n in said), sink

@@ -26,8 +26,8 @@ from launcher.plan import threads
 from launcher.contract import envnames
 from launcher.plan import containergpus as gpus
 from launcher.plan import gpus as plan_gpus
-from launcher.ui.console import Console
 from launcher.bounded import one_line
+from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.spec.model import LoadedSpec, Spec
@@ -54,12 +54,12 @@ class DockerBackend(Backend):
         host's GPUs where they hold the GPU tasks (the plan then shows each container's)."""
         return gpus.with_engine_gpus(spec, Placement({f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)}))
 
-    def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Console] = None) -> None:
+    def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Notices] = None) -> None:
         self.loaded = loaded
         self.spec = loaded.spec
         self.opts = loaded.spec.docker
         self.record = record
-        self.console = console or Console()
+        self.console = console or PlainNotices()
         self.url = engine_url(loaded)
         self._explicit = bool(self.opts.engine)
         self._client: Optional[Any] = None
@@ -310,7 +310,7 @@ class DockerBackend(Backend):
 
     # -------------------------------------------------------------- tfcluster down
 
-    def down(self, run: RecordedRun, console: Console) -> bool:
+    def down(self, run: RecordedRun, console: Notices) -> bool:
         """Remove what the run left behind: its containers and network, by id, each only once its
         labels prove it this run's (containers.not_own); a container the record names that is
         not gets one line and stays."""

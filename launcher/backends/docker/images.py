@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import LaunchError
-from launcher.ui.console import Console
+from launcher.notices import Notices
 from launcher.backends.docker.engine import docker, requests
 from launcher.backends.docker.options import DockerOptions
 
@@ -35,7 +35,7 @@ def config(client: Any, image: str) -> ImageConfig:
                        user=cfg.get("User") or "")
 
 
-def ensure(client: Any, opts: DockerOptions, base_dir: Path, url: str, console: Console) -> None:
+def ensure(client: Any, opts: DockerOptions, base_dir: Path, url: str, console: Notices) -> None:
     """The image on the engine: kept if there (unless docker.build.when says rebuild), else built
     from docker.build, else pulled unless docker.pull is never."""
     image = opts.image
@@ -58,7 +58,7 @@ def ensure(client: Any, opts: DockerOptions, base_dir: Path, url: str, console: 
     pull_image(client, image, url, console, fix)
 
 
-def pull_image(client: Any, image: str, url: str, console: Console, fix: str) -> None:
+def pull_image(client: Any, image: str, url: str, console: Notices, fix: str) -> None:
     console.info(f"pulling image {image}")
     error = ""
     try:
@@ -77,7 +77,7 @@ def pull_image(client: Any, image: str, url: str, console: Console, fix: str) ->
         )
 
 
-def build_image(client: Any, opts: DockerOptions, base_dir: Path, console: Console) -> None:
+def build_image(client: Any, opts: DockerOptions, base_dir: Path, console: Notices) -> None:
     build = opts.build
     assert build is not None
     args = dict(build.args)
@@ -98,7 +98,7 @@ def build_image(client: Any, opts: DockerOptions, base_dir: Path, console: Conso
     _build(client, opts.image, context, dockerfile, args, build.network, console)
 
 
-def build_packaged(client: Any, image: str, args: dict[str, str], network: Any, console: Console) -> None:
+def build_packaged(client: Any, image: str, args: dict[str, str], network: Any, console: Notices) -> None:
     """The worker image of the installed tfcluster: its packaged Dockerfile on a context made from
     what is installed (launcher/image/), in a temporary directory."""
     import tempfile
@@ -113,7 +113,7 @@ def build_packaged(client: Any, image: str, args: dict[str, str], network: Any, 
 
 
 def _build(client: Any, image: str, context: Path, dockerfile: str, args: dict[str, str], network: Any,
-           console: Console) -> None:
+           console: Notices) -> None:
     started = time.monotonic()
     tail: list[str] = []
     error = ""

@@ -40,8 +40,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.plan import gpus as plan_gpus
-from launcher.ui.console import Console
 from launcher.bounded import shown
+from launcher.notices import Notices, PlainNotices
 from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.procinfo import group_alive, is_same, kill_group, not_own
@@ -108,13 +108,13 @@ class SlurmBackend(Backend):
                      "slurm.tasks_per_node, or drop slurm.nodes for the default")]
         return []
 
-    def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Console] = None) -> None:
+    def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Notices] = None) -> None:
         spec = loaded.spec
         self.spec = spec
         self.opts: SlurmOptions = spec.slurm
         self.workdir = (loaded.base_dir / spec.workdir).resolve()
         self.record = record
-        self.console = console or Console()
+        self.console = console or PlainNotices()
         self.stop_grace = spec.watchdog.stop_grace
         self.job_id: Optional[str] = None
         self._launches = 0
@@ -447,7 +447,7 @@ class SlurmBackend(Backend):
 
     # -------------------------------------------------------------- down
 
-    def down(self, run: RecordedRun, console: Console) -> bool:
+    def down(self, run: RecordedRun, console: Notices) -> bool:
         """``tfcluster down``: stop the run's local srun wrappers (by pgid and start time, each
         proven the run's own: procinfo.not_own) and cancel its job (by the id in its record, once
         Slurm says the job is this user's, named and commented as this run's: alloc.not_own).

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from launcher.ui.console import Console
+from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, build_plan
 from launcher.record import events as ev
@@ -117,7 +117,7 @@ class SSHBackend(Backend):
     detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "
                    "(or set ssh.supervisor: HOST to run it on a cluster host)")
 
-    def __init__(self, loaded: LoadedSpec, record=None, console: Optional[Console] = None,
+    def __init__(self, loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
                  runner: Optional[Runner] = None) -> None:
         if runner is None:
             require_ssh_libraries()
@@ -125,7 +125,7 @@ class SSHBackend(Backend):
         self.spec = loaded.spec
         self.opts: SSHOptions = loaded.spec.ssh
         self.record = record
-        self.console = console or Console()
+        self.console = console or PlainNotices()
         self.run_id = record.run_id if record is not None else "down"
         self.stop_grace = self.spec.watchdog.stop_grace
         if self.opts.config and not self._local(self.opts.config).is_file():
@@ -364,6 +364,6 @@ class SSHBackend(Backend):
 
     # -------------------------------------------------------------- down
 
-    def down(self, run: RecordedRun, console: Console) -> bool:
+    def down(self, run: RecordedRun, console: Notices) -> bool:
         """Stop a run's remote tasks from its record (down.py). True if any ran."""
         return ssh_down.down(self.pool, run, console, self.stop_grace, self.spec.name)

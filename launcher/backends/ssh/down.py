@@ -7,7 +7,7 @@ import posixpath
 from typing import TYPE_CHECKING
 
 from launcher.bounded import one_line, shown
-from launcher.ui.console import Console
+from launcher.notices import Notices
 from launcher.backends.base import RecordedRun
 from launcher.backends.ssh.commands import down_command
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from launcher.backends.ssh.pool import HostPool
 
 
-def down(pool: "HostPool", run: RecordedRun, console: Console, stop_grace: float, spec_name: str) -> bool:
+def down(pool: "HostPool", run: RecordedRun, console: Notices, stop_grace: float, spec_name: str) -> bool:
     """Stop a run's remote tasks from its record (launcher.json's tasks). True if any ran.
     Only the run's own remote run dir (``.../NAME/RUN_ID``) is looked in, and only a process proven
     the run's own task wrapper there is signalled (commands._PROVE). Closes ``pool``."""

@@ -32,7 +32,7 @@ def hosts_there(pool: "HostPool", spec: Spec, plan: Plan, say: Callable[[str], N
     (the plan to start with, {absent host: its one-line problem}). Raises the usual unreachable
     error where a chief, ps or evaluator host does not answer, and one line when fewer than
     tasks.worker.min workers have hosts after elastic.host_wait. ``countdown(text)``: a context
-    in which ``text()`` is shown as a line that counts down (Console.countdown, on a terminal);
+    in which ``text()`` is shown as a line that counts down (Notices.countdown: the console draws it on a terminal);
     ``record(event)``: the wait, as the run record's ``host_wait`` events (one as it begins, one
     each time the hosts waited for change), which that line is drawn from, as the panel and
     ``status`` draw theirs."""

@@ -33,7 +33,7 @@ from launcher.remote import statesync as sync_lib
 from launcher.backends.ssh import statecheck, statecopy, statefetch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.ui.console import Console
+    from launcher.notices import Notices
     from launcher.spec.model import State
     from launcher.backends.ssh.pool import HostPool
 
@@ -49,7 +49,7 @@ def state_dir(cfg: "State", default: str) -> str:
 
 
 class StateSync:
-    def __init__(self, pool: "HostPool", cfg: "State", console: "Console", record, run_id: str) -> None:
+    def __init__(self, pool: "HostPool", cfg: "State", console: "Notices", record, run_id: str) -> None:
         self.pool = pool  # the hosts and their connections
         self.console = console
         self.record = record  # the run record, or None (no run: down, the supervisor)

@@ -13,12 +13,12 @@ from launcher.remote import statesync as sync_lib
 from launcher.backends.ssh.statecopy import CHUNK, mb, open_channel, sender_summary, state_command
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.ui.console import Console
+    from launcher.notices import Notices
     from launcher.backends.ssh.pool import HostPool
 
 
 def fetch(pool: "HostPool", src: str, areas: list[str], local: Path, io_timeout: float,
-          console: "Console") -> tuple[list[str], int, float]:
+          console: "Notices") -> tuple[list[str], int, float]:
     """``areas`` of ``src``'s state dir into ``local`` (only those that came replace the local
     ones); said on the console. The areas that came, the bytes and the seconds it took."""
     hs = pool.hosts[src]

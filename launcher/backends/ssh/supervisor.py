@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import yaml
 
 from launcher.bounded import HOST_LINE_BYTES, for_terminal
-from launcher.ui.console import Console
+from launcher.notices import Notices
 from launcher.interrupts import take_interrupt
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError
 from launcher.spec.model import LoadedSpec
@@ -39,7 +39,7 @@ _MAIN = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')];
          "from launcher.cli.main import main_entry; main_entry()")
 
 class RemoteSupervisor:
-    def __init__(self, loaded: LoadedSpec, console: Console, pool: "HostPool") -> None:
+    def __init__(self, loaded: LoadedSpec, console: Notices, pool: "HostPool") -> None:
         self.loaded = loaded
         self.console = console
         self.host = loaded.spec.ssh.supervisor or ""
@@ -200,7 +200,7 @@ def _local_paths(text: str, remote: RemoteSupervisor) -> str:
     return re.sub(r"(?:/[^\s'\"]*)?" + re.escape(remote.spec_path), local, text)
 
 
-def delegate(loaded: LoadedSpec, argv: Sequence[str], spec_arg: str, command: str, console: Console,
+def delegate(loaded: LoadedSpec, argv: Sequence[str], spec_arg: str, command: str, console: Notices,
              pool: "HostPool") -> int:
     """Run ``argv`` (a tfcluster command line naming ``spec_arg``) on the ssh.supervisor host, over
     ``pool``'s connections (the spec's hosts; closed at the end)."""

@@ -217,9 +217,8 @@ def test_every_exit_code_is_defined_once():
                 found.append(f"{p.relative_to(root)}: {line}")
     assert found == []
     from launcher import errors
-    from launcher.app import up as execution
 
-    assert (execution.EXIT_NO_RUN, errors.NoRun.exit_code) == (4, 4)
+    assert (errors.EXIT_NO_RUN, errors.NoRun.exit_code) == (4, 4)
 
 
 # ------------------------------------------------------------------ NO_COLOR
