@@ -13,15 +13,13 @@ failed an attempt, and the report's text).
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from launcher.backends.base import Backend, TaskHandle
+from launcher.backends.base import Backend
 from launcher.contract import envnames
-from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from launcher.plan.build import Plan
 from launcher.record import events as ev
@@ -31,6 +29,7 @@ from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.supervise.gpuwatch import GpuWatch
+from launcher.supervise.group import TaskGroup
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporting
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
@@ -40,7 +39,6 @@ from launcher.supervise.standby import WarmStandby, decide as standby_decision
 from launcher.ui.console import Console
 
 INTERRUPTED = AttemptState.INTERRUPTED
-_TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 # Seconds, all tasks together, that the end of an attempt waits for output its readers still hold.
 DRAIN_BOUND = 5.0
 
@@ -79,12 +77,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         self.poll_interval = poll_interval
         self.clock = clock
         self.attempts: list[Attempt] = []
-        self._handles: dict[str, TaskHandle] = {}
-        self._tails: dict[str, collections.deque] = {}
-        self._activity: dict[str, float] = {}
-        self._saving: set[str] = set()  # tasks that said tfcluster-saving (their process: _launch clears)
-        self._saved: set[str] = set()  # ... and tfcluster-preempted: the save is written
-        self._lock = threading.Lock()
+        self.group = TaskGroup(clock)  # the attempt's handles, task output and save marks
         self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
@@ -186,7 +179,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""
         if self.stop_event.is_set():
             self.hurry_event.set()
-            for handle in list(self._handles.values()):
+            for handle in list(self.group.handles.values()):
                 handle.signal(9)
         self.stop_event.set()
 
@@ -273,11 +266,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
 
     def _launch(self, key: str, number: int, standby_ok: bool = True) -> None:
         task = self.plan.task(key)
-        with self._lock:
-            self._tails[key] = collections.deque(maxlen=_TAIL_KEPT)
-            self._activity[key] = self.clock()
-            self._saving.discard(key)  # a new process: its own save marks
-            self._saved.discard(key)
+        self.group.new_process(key)
         # Where this attempt's lines begin, fixed before the task (or the standby promoted for it)
         # can write one: a task that prints at once would otherwise have lines before its offset,
         # counted in the attempt before (`logs --attempt`, `status`, `attach` cut logs by them).
@@ -285,7 +274,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)
-        self._handles[key] = handle
+        self.group.handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
                                    process=handle.info(), **offsets))
@@ -302,7 +291,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
 
         def groups() -> dict[str, int]:
             out = {}
-            for key, handle in list(self._handles.items()):
+            for key, handle in list(self.group.handles.items()):
                 pgid = handle.info().get("pgid")
                 if isinstance(pgid, int):
                     out[key] = pgid
@@ -328,21 +317,13 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
                     pass
 
     def _on_line(self, key: str, line: str) -> None:
-        with self._lock:
-            tail = self._tails.get(key)
-            if tail is not None:
-                tail.append(line)
-            self._activity[key] = self.clock()
-            if line.startswith(SAVING_LINE):
-                self._saving.add(key)
-            elif line.startswith(SAVED_LINE):
-                self._saved.add(key)
+        self.group.line(key, line)
         self.record.log_line(key, line)
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)
 
     def _stop_all(self, grace: float) -> None:
-        handles = list(self._handles.values())
+        handles = list(self.group.handles.values())
         if not handles:
             return
         running = [h.key for h in handles if h.poll() is None]
@@ -358,8 +339,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             if h.poll() is not None:
                 h.drain(deadline - time.monotonic())
         for key in running:
-            self.record.write(ev.Stopped(task=key, code=self._handles[key].poll()))
+            self.record.write(ev.Stopped(task=key, code=self.group.handles[key].poll()))
         if left:
             self.console.error(f"could not confirm that {', '.join(left)} stopped; check the host")
             self.record.write(ev.StopUnconfirmed(tasks=left))
-        self._handles.clear()
+        self.group.handles.clear()

@@ -26,19 +26,19 @@ class Reporting:
         """Elastic runs: a task's session was lost in this attempt (so far): its failure is the
         infrastructure's, and the membership line says it all (launcher/supervise/membership.py)."""
         return self.members.elastic and (bool(attempt.sessions_lost) or any(
-            h.session_lost is not None for h in self._handles.values()))
+            h.session_lost is not None for h in self.group.handles.values()))
 
     def _state_note(self, key: str) -> str:
-        return self._handles[key].state_note()
+        return self.group.handles[key].state_note()
 
     def _fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
         """An exit failed the attempt: blame the root cause (launcher/supervise/blame.py)."""
         since = started + attempt.ready_after if attempt.ready_after is not None else None
         now = self.clock()
-        with self._lock:
-            tails = {k: tuple(self._tails.get(k, ())) for k in failed}
-            activity = dict(self._activity)
-        notes = peer_notes(failed[0], list(self._handles), exits, self._state_note, now=now, since=since,
+        with self.group.lock:
+            tails = {k: tuple(self.group.tails.get(k, ())) for k in failed}
+            activity = dict(self.group.activity)
+        notes = peer_notes(failed[0], list(self.group.handles), exits, self._state_note, now=now, since=since,
                            activity=activity, hang_timeout=self.watchdog.hang_timeout, strategy=self.plan.strategy)
         fault = blame_exit(failed, exits, tails, notes, self._state_note)
         self._fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
@@ -46,8 +46,7 @@ class Reporting:
     def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
               consequences: tuple = (), final: bool = False) -> None:
         shown = [key] + [k for k, _ in consequences]  # whose exception and last lines the report shows
-        with self._lock:
-            tails = {k: tuple(self._tails.get(k, ())) for k in shown}
+        tails = self.group.tails_of(shown)
         tail = tails[key]
         attempt.state = FAILED
         attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),

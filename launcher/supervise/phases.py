@@ -50,7 +50,7 @@ class AttemptPhases:
         """New exits, and what they mean for the group: success, failure, a sidecar lost, a
         parameter_server worker restarted alone. True: the attempt is over."""
         exits = watch.exits
-        for key, handle in self._handles.items():
+        for key, handle in self.group.handles.items():
             if exits.get(key) is None:
                 code = handle.poll()
                 if code is not None:
@@ -105,7 +105,7 @@ class AttemptPhases:
         hung = self._hung(now, watch.exits, since=watch.started + attempt.ready_after)
         if not hung:
             return False
-        note = self._handles[hung].state_note()
+        note = self.group.handles[hung].state_note()
         self._fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
                    + (f"; {note}" if note else ""), None)
         return True
@@ -139,10 +139,10 @@ class AttemptPhases:
         code = exits[key]
         if self.members.elastic:
             host = self.plan.task(key).host
-            if self._handles[key].session_lost is not None:
+            if self.group.handles[key].session_lost is not None:
                 # Its session was lost, not the task: its host is suspect (it may be shutting
                 # down, its sshd still accepting), so the worker is not restarted onto it.
-                self._fail(attempt, key, self._handles[key].state_note() or describe_exit(code), code)
+                self._fail(attempt, key, self.group.handles[key].state_note() or describe_exit(code), code)
                 return False
             if self.backend.lost_hosts([host], 0.0, self.stop_event):
                 self._fail(attempt, key, _host_gone(code, host), code)
@@ -156,7 +156,7 @@ class AttemptPhases:
             f"({self._worker_restarts} of {self.restart.max_restarts}), training continues"
         )
         self.record.write(ev.TaskRestart(task=key, code=code, restart=self._worker_restarts))
-        self._handles[key].signal(9)
+        self.group.handles[key].signal(9)
         try:
             self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
         except LaunchError as exc:
@@ -175,7 +175,7 @@ class AttemptPhases:
     def _sessions_lost(self, attempt: Attempt) -> None:
         """A failed attempt's tasks whose sessions were lost (each still running polled once more:
         its host's connection may have dropped with the others'): their hosts, and when."""
-        for handle in list(self._handles.values()):
+        for handle in list(self.group.handles.values()):
             handle.poll()
             lost = handle.session_lost
             if lost is not None:
@@ -198,10 +198,10 @@ class AttemptPhases:
         collective: no save comes). Nothing waits for a saved task's exit: TensorFlow's
         shutdown can wait seconds for a peer on the host going down. A task that failed on its
         own (a crash) gets its peers killed at once: they cannot save without it."""
-        handles = list(self._handles.values())
+        handles = list(self.group.handles.values())
         survivors = [h for h in handles if h.poll() is None and h.session_lost is None]
-        with self._lock:
-            agreed = any(h.key in self._saving for h in handles)
+        with self.group.lock:
+            agreed = any(h.key in self.group.saving for h in handles)
         lost = any(h.session_lost is not None for h in handles)
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
@@ -220,9 +220,9 @@ class AttemptPhases:
                     running.remove(h)
                     self.record.write(ev.Stopped(task=h.key, code=code))
             now = self.clock()
-            with self._lock:  # (both are this attempt's: _launch clears a task's marks)
-                saving = [h.key for h in running if h.key in self._saving]
-                unsaved = [k for k in saving if k not in self._saved]
+            with self.group.lock:  # (both are this attempt's: _launch clears a task's marks)
+                saving = [h.key for h in running if h.key in self.group.saving]
+                unsaved = [k for k in saving if k not in self.group.saved]
             if not running or (saving and not unsaved) or now - start > (self.watchdog.stop_grace if saving else look):
                 return
             time.sleep(min(self.poll_interval, 0.05))
@@ -239,19 +239,19 @@ class AttemptPhases:
         return max(paces, default=0.0)
 
     def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
-        with self._lock:
+        with self.group.lock:
             stale = [
-                (max(since, self._activity[k]), k)
-                for k in self._handles
+                (max(since, self.group.activity[k]), k)
+                for k in self.group.handles
                 if exits.get(k) is None and hang_watched(k)
-                and now - max(since, self._activity.get(k, now)) > self.watchdog.hang_timeout
+                and now - max(since, self.group.activity.get(k, now)) > self.watchdog.hang_timeout
             ]
         if not stale:
             return None
         # A stopped process is the likeliest culprit; otherwise the one silent the longest,
         # except tasks that are silent by design (PSS servers), which only count when stopped.
         for _, key in sorted(stale):
-            if self._handles[key].state_note():
+            if self.group.handles[key].state_note():
                 return key
         silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
         return sorted(silent)[0][1] if silent else None
