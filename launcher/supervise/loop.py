@@ -31,7 +31,7 @@ from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.supervise.gpuwatch import GpuWatch
 from launcher.supervise.group import TaskGroup
 from launcher.supervise.membership import Membership
-from launcher.supervise.outcome import Reporting
+from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
 from launcher.supervise.prewarm import STANDBY_AFTER_READY, Prewarm
@@ -43,7 +43,7 @@ INTERRUPTED = AttemptState.INTERRUPTED
 DRAIN_BOUND = 5.0
 
 
-class Supervisor(AttemptPhases, Prewarm, Reporting):
+class Supervisor(AttemptPhases, Prewarm):
     """One run of a plan on a backend, from the first attempt to the outcome. Its parts: the
     watch phases (phases.py), the warm standby wiring (prewarm.py), the failure and final
     reports (outcome.py)."""
@@ -92,6 +92,10 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunView()
         record.listeners.append(self.view.event)
+        # A failed attempt's report, the run's outcome and final report (outcome.py).
+        self.report = Reporter(record=record, console=console, view=self.view, group=self.group,
+                               members=self.members, standby=self.standby, attempts=self.attempts,
+                               restart=restart, watchdog=watchdog, clock=clock)
         # Called once, on this thread, the first time every task of an attempt is ready
         # (``up --detach`` hands the run over to the background then).
         self.on_ready: Optional[Callable[[], None]] = None
@@ -191,6 +195,10 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             self.stop_reason = reason
         self.stop_event.set()
 
+    def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+        """End the run: its outcome and final report (Membership ends it too: no spare left...)."""
+        return self.report.finish(code, outcome, reason=reason)
+
     # -------------------------------------------------------------- one attempt
 
     def _run_attempt(self, number: int) -> Attempt:
@@ -221,7 +229,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         try:
             self.backend.prepare_attempt(number)
         except LaunchError as exc:
-            self._fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
+            self.report.fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
             return None
         exits: dict[str, Optional[int]] = {}
         for task in self.plan.tasks:
@@ -235,7 +243,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
                 # The session to its host failed: the host is suspect (membership.py), like a
                 # session lost while the task ran.
                 attempt.sessions_lost.setdefault(task.host, time.time())
-                self._fail(attempt, task.key, "; ".join(exc.lines), None)
+                self.report.fail(attempt, task.key, "; ".join(exc.lines), None)
                 return None
             exits[task.key] = None
         self.standby.drop(run_ends=False)  # standbys no task of this attempt took

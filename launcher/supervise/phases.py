@@ -6,8 +6,8 @@ task is up. Each phase reads and updates the attempt's ``AttemptWatch`` and retu
 attempt is over (its state set).
 
 ``AttemptPhases`` is a part of ``Supervisor`` (a mixin): its methods use the supervisor's plan,
-backend, record, console, handles and task output, and its ``_launch`` (loop.py), ``_fail`` and
-``_fail_exit`` (outcome.py) and ``_all_ready`` (prewarm.py).
+backend, record, console, handles and task output, and its ``_launch`` (loop.py), ``report`` (outcome.py's Reporter) and
+``_all_ready`` (prewarm.py).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class AttemptPhases:
             attempt.state = SUCCEEDED
             return True
         if verdict.state == FAILED:
-            self._fail_exit(attempt, verdict.failed, exits, watch.started)
+            self.report.fail_exit(attempt, verdict.failed, exits, watch.started)
             return True
         for key in verdict.restart_alone:
             if not self._restart_alone(attempt, key, exits, watch.order):
@@ -93,7 +93,7 @@ class AttemptPhases:
             return False
         missing = [t.key for t in self.plan.tasks if t.key not in watch.ready]
         ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
-        self._fail(attempt, missing[0], f"never came up: no TF server listening within watchdog.startup_timeout="
+        self.report.fail(attempt, missing[0], f"never came up: no TF server listening within watchdog.startup_timeout="
                    f"{self.watchdog.startup_timeout:g} s: {ports}", None, others=tuple(missing[1:]))
         return True
 
@@ -106,7 +106,7 @@ class AttemptPhases:
         if not hung:
             return False
         note = self.group.handles[hung].state_note()
-        self._fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
+        self.report.fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
                    + (f"; {note}" if note else ""), None)
         return True
 
@@ -142,13 +142,13 @@ class AttemptPhases:
             if self.group.handles[key].session_lost is not None:
                 # Its session was lost, not the task: its host is suspect (it may be shutting
                 # down, its sshd still accepting), so the worker is not restarted onto it.
-                self._fail(attempt, key, self.group.handles[key].state_note() or describe_exit(code), code)
+                self.report.fail(attempt, key, self.group.handles[key].state_note() or describe_exit(code), code)
                 return False
             if self.backend.lost_hosts([host], 0.0, self.stop_event):
-                self._fail(attempt, key, _host_gone(code, host), code)
+                self.report.fail(attempt, key, _host_gone(code, host), code)
                 return False
         if self._worker_restarts >= self.restart.max_restarts:
-            self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
+            self.report.fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
             return False
         self._worker_restarts += 1
         self.console.info(
@@ -164,9 +164,9 @@ class AttemptPhases:
             # failure, not the run's. An elastic run leaves it out if its host is now lost.
             if self.members.elastic and self.backend.lost_hosts([host], 0.0, self.stop_event):
                 self._worker_restarts -= 1  # a host lost spends no restart
-                self._fail(attempt, key, _host_gone(code, host), code)
+                self.report.fail(attempt, key, _host_gone(code, host), code)
                 return False
-            self._fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
+            self.report.fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
             return False
         exits[key] = None
         order.remove(key)

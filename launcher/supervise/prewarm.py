@@ -4,7 +4,7 @@ where (every task's host, and in elastic runs the hot spares), and a promoted st
 took its promotion (started cold instead).
 
 ``Prewarm`` is a part of ``Supervisor`` (a mixin): its methods use the supervisor's plan, view,
-membership, standby, clock and record, and its ``_launch``/``_env`` (loop.py) and ``_fail``
+membership, standby, clock and record, and its ``_launch``/``_env`` (loop.py) and ``report``
 (outcome.py).
 """
 
@@ -83,6 +83,6 @@ class Prewarm:
             try:
                 self._launch(key, attempt.number, standby_ok=False)
             except LaunchError as exc:
-                self._fail(attempt, key, f"starting it cold failed: {exc.lines[0]}", None)
+                self.report.fail(attempt, key, f"starting it cold failed: {exc.lines[0]}", None)
                 return True
         return False
