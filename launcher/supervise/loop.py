@@ -34,7 +34,7 @@ from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
-from launcher.supervise.prewarm import STANDBY_AFTER_READY, Prewarm
+from launcher.supervise.prewarm import Prewarm
 from launcher.supervise.standby import WarmStandby, decide as standby_decision
 from launcher.ui.console import Console
 
@@ -43,7 +43,7 @@ INTERRUPTED = AttemptState.INTERRUPTED
 DRAIN_BOUND = 5.0
 
 
-class Supervisor(AttemptPhases, Prewarm):
+class Supervisor(AttemptPhases):
     """One run of a plan on a backend, from the first attempt to the outcome. Its parts: the
     watch phases (phases.py), the warm standby wiring (prewarm.py), the failure and final
     reports (outcome.py)."""
@@ -81,13 +81,10 @@ class Supervisor(AttemptPhases, Prewarm):
         self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
-        self.standby_on, self.standby_why = standby_decision(
+        standby_on, self.standby_why = standby_decision(
             restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
             elastic=self.members.elastic,
             refused=backend.standby_off(spec) if spec is not None and backend.capabilities.warm_standby else None)
-        self.standby_after_ready = STANDBY_AFTER_READY
-        self._standby_due: Optional[float] = None  # when this attempt's standbys start at the latest
-        self._standby_checked = 0.0
         self._sink_failed: set[str] = set()
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunView()
@@ -96,6 +93,10 @@ class Supervisor(AttemptPhases, Prewarm):
         self.report = Reporter(record=record, console=console, view=self.view, group=self.group,
                                members=self.members, standby=self.standby, attempts=self.attempts,
                                restart=restart, watchdog=watchdog, clock=clock)
+        # When and where the next attempt's standbys start (prewarm.py).
+        self.prewarm = Prewarm(enabled=standby_on, standby=self.standby, members=self.members, view=self.view,
+                               record=record, console=console, backend=backend, restart=restart, clock=clock,
+                               env=self._env, launch=self._launch, report=self.report)
         # Called once, on this thread, the first time every task of an attempt is ready
         # (``up --detach`` hands the run over to the background then).
         self.on_ready: Optional[Callable[[], None]] = None
@@ -195,6 +196,15 @@ class Supervisor(AttemptPhases, Prewarm):
             self.stop_reason = reason
         self.stop_event.set()
 
+    def _all_ready(self, attempt: Attempt, after: float) -> None:
+        """Every task is up: record it, hand over once (``on_ready``), arm the warm standby."""
+        attempt.ready_after = after
+        self.record.write(ev.AttemptReady(attempt=attempt.number, after=round(after, 3)))
+        if self.on_ready is not None:
+            on_ready, self.on_ready = self.on_ready, None
+            on_ready()
+        self.prewarm.arm(attempt)
+
     def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
         """End the run: its outcome and final report (Membership ends it too: no spare left...)."""
         return self.report.finish(code, outcome, reason=reason)
@@ -225,7 +235,7 @@ class Supervisor(AttemptPhases, Prewarm):
     def _start_group(self, attempt: Attempt) -> Optional[AttemptWatch]:
         """Prepare the attempt and start every task. None: the attempt already failed."""
         number = attempt.number
-        self._standby_due = None  # (an earlier attempt's, not started before it ended)
+        self.prewarm.due = None  # (an earlier attempt's, not started before it ended)
         try:
             self.backend.prepare_attempt(number)
         except LaunchError as exc:
@@ -258,9 +268,9 @@ class Supervisor(AttemptPhases, Prewarm):
             if (self._readiness(attempt, watch, now) or self._hang(attempt, watch, now)
                     or self._membership(attempt, watch, now)):
                 return
-            if self._standby_acks(attempt):
+            if self.prewarm.acks(attempt):
                 return
-            self._standby_when_due(attempt, now)
+            self.prewarm.when_due(attempt, now)
             time.sleep(self.poll_interval)
 
     def _interrupted(self, attempt: Attempt) -> bool:

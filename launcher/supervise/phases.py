@@ -7,7 +7,7 @@ attempt is over (its state set).
 
 ``AttemptPhases`` is a part of ``Supervisor`` (a mixin): its methods use the supervisor's plan,
 backend, record, console, handles and task output, and its ``_launch`` (loop.py), ``report`` (outcome.py's Reporter) and
-``_all_ready`` (prewarm.py).
+``_all_ready`` (loop.py).
 """
 
 from __future__ import annotations
