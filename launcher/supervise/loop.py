@@ -4,11 +4,12 @@ a group state, apply the restart policy, and always tear down in ``finally``.
 Threads only read task output; every decision is made here, on the calling thread. This module
 holds the algorithm: ``run`` (attempts until an outcome, and what follows each: retry, move,
 give up), ``_run_attempt`` (start the group, watch it, stop it), and the tasks' start, output
-and stop. Beside it: phases.py (one attempt's watch phases: exits, readiness, hang,
-membership), prewarm.py (when and where the next attempt's warm standbys start), outcome.py (a
-failed attempt's report, the run's outcome and final report), membership.py (elastic runs'
-host changes and the plan in use), standby.py (warm standby processes) and blame.py (who
-failed an attempt, and the report's text).
+and stop. ``Supervisor`` has no base classes: it owns its collaborators and hands each what it
+reads: the task group (group.py: handles, task output, save marks), one attempt's watch phases
+(phases.py: exits, readiness, hang, membership), the warm standby wiring (prewarm.py: when and
+where the next attempt's standbys start), the reports (outcome.py: a failed attempt's, the run's
+outcome and final report), the membership (membership.py: elastic runs' host changes and the
+plan in use) and the standbys (standby.py); blame.py says who failed an attempt.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ INTERRUPTED = AttemptState.INTERRUPTED
 DRAIN_BOUND = 5.0
 
 
-class Supervisor(AttemptPhases):
-    """One run of a plan on a backend, from the first attempt to the outcome. Its parts: the
-    watch phases (phases.py), the warm standby wiring (prewarm.py), the failure and final
-    reports (outcome.py)."""
+class Supervisor:
+    """One run of a plan on a backend, from the first attempt to the outcome. Its collaborators,
+    each given what it reads: ``group`` (the tasks' handles and output), ``members`` (the plan in
+    use), ``standby``, ``report`` (outcome.py), ``prewarm`` and ``phases``."""
 
     def __init__(
         self,
@@ -78,7 +79,6 @@ class Supervisor(AttemptPhases):
         self.clock = clock
         self.attempts: list[Attempt] = []
         self.group = TaskGroup(clock)  # the attempt's handles, task output and save marks
-        self._worker_restarts = 0
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
         standby_on, self.standby_why = standby_decision(
@@ -97,6 +97,12 @@ class Supervisor(AttemptPhases):
         self.prewarm = Prewarm(enabled=standby_on, standby=self.standby, members=self.members, view=self.view,
                                record=record, console=console, backend=backend, restart=restart, clock=clock,
                                env=self._env, launch=self._launch, report=self.report)
+        # One attempt's watch phases: exits, readiness, hang, membership (phases.py).
+        self.phases = AttemptPhases(group=self.group, members=self.members, backend=backend, record=record,
+                                    console=console, view=self.view, restart=restart, watchdog=watchdog,
+                                    stop_event=self.stop_event, hurry_event=self.hurry_event, clock=clock,
+                                    poll_interval=poll_interval, launch=self._launch, all_ready=self._all_ready,
+                                    report=self.report)
         # Called once, on this thread, the first time every task of an attempt is ready
         # (``up --detach`` hands the run over to the background then).
         self.on_ready: Optional[Callable[[], None]] = None
@@ -225,10 +231,10 @@ class Supervisor(AttemptPhases):
         finally:
             attempt.ended = time.time()
             if attempt.state == FAILED and self.members.elastic:
-                self._sessions_lost(attempt)
+                self.phases.sessions_lost(attempt)
                 self.members.look_ahead(attempt.sessions_lost)  # while the survivors save
             if attempt.state == FAILED:
-                self._let_survivors_save(attempt)
+                self.phases.let_survivors_save(attempt)
             at_once = attempt.state == FAILED or self.hurry_event.is_set()
             self._stop_all(0 if at_once else self.watchdog.stop_grace)
 
@@ -263,10 +269,11 @@ class Supervisor(AttemptPhases):
 
     def _watch(self, attempt: Attempt, watch: AttemptWatch) -> None:
         """Poll the group until a phase ends the attempt (its state set)."""
-        while not (self._interrupted(attempt) or self._exits(attempt, watch)):
+        phases = self.phases
+        while not (self._interrupted(attempt) or phases.exits(attempt, watch)):
             now = self.clock()
-            if (self._readiness(attempt, watch, now) or self._hang(attempt, watch, now)
-                    or self._membership(attempt, watch, now)):
+            if (phases.readiness(attempt, watch, now) or phases.hang(attempt, watch, now)
+                    or phases.membership(attempt, watch, now)):
                 return
             if self.prewarm.acks(attempt):
                 return
