@@ -187,24 +187,28 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
     return 0
 
 
-def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: int) -> int:
-    pipes = data_lib.training_pipelines(args, global_batch, drop_test_remainder=True)
-    data, train, test, steps_per_epoch = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
-    dist_train = strategy.experimental_distribute_dataset(train)
-    dist_test = strategy.experimental_distribute_dataset(test)
+class _CustomParts:
+    """The model, its optimizer and the metrics of ``--loop custom``, made in the strategy's scope."""
 
-    with strategies.scope(strategy, args.strategy):
-        model = build_cnn(data.shape, data.num_classes, args.learning_rate)
-        optimizer = model.optimizer
-        train_accuracy = keras.metrics.SparseCategoricalAccuracy()
-        test_accuracy = keras.metrics.SparseCategoricalAccuracy()
-        test_loss = keras.metrics.Mean()
-    loss_fn = per_example_loss()
+    def __init__(self, args, data, strategy) -> None:
+        with strategies.scope(strategy, args.strategy):
+            self.model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+            self.optimizer = self.model.optimizer
+            self.train_accuracy = keras.metrics.SparseCategoricalAccuracy()
+            self.test_accuracy = keras.metrics.SparseCategoricalAccuracy()
+            self.test_loss = keras.metrics.Mean()
+        self.loss_fn = per_example_loss()
+
+
+def _custom_steps(strategy, parts: _CustomParts, global_batch: int, dist_test, num_test: int):
+    """train_step(iterator, preempt) -> (loss, preempt flags), each summed over replicas and
+    workers; evaluate(): the test split into parts.test_accuracy and parts.test_loss, reset first."""
+    model, loss_fn = parts.model, parts.loss_fn
 
     def step_fn(inputs, preempt):
         images, labels = inputs
         # tf.identity: a per-replica value, which strategy.reduce needs (the input is not).
-        return gradient_step(model, loss_fn, train_accuracy, images, labels, global_batch), tf.identity(preempt)
+        return gradient_step(model, loss_fn, parts.train_accuracy, images, labels, global_batch), tf.identity(preempt)
 
     @tf.function
     def train_step(iterator, preempt):
@@ -218,52 +222,84 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         def fn(inputs):
             images, labels = inputs
             logits = model(images, training=False)
-            test_accuracy.update_state(labels, logits)
-            test_loss.update_state(loss_fn(labels, logits))
+            parts.test_accuracy.update_state(labels, logits)
+            parts.test_loss.update_state(loss_fn(labels, logits))
         strategy.run(fn, args=(next(iterator),))
 
     def evaluate() -> None:
+        parts.test_accuracy.reset_states()
+        parts.test_loss.reset_states()
         test_iterator = iter(dist_test)
-        for _ in range(data.num_test // global_batch):
+        for _ in range(num_test // global_batch):
             test_step(test_iterator)
 
-    # Checkpoints: everyone reads the chief's; only the chief's writes are kept. Besides model
-    # and optimizer they hold the position in the epoch and the global batch and steps per epoch
-    # they were written with: a group resumed with another number of workers converts the
-    # position (resize.py); the global step is the optimizer's iterations either way.
-    ckpt_dir = layout.custom_checkpoints
-    position = {name: tf.Variable(-1, dtype=tf.int64, trainable=False, name=f"tfcluster_{name}")
-                for name in ("epoch", "step_in_epoch", "global_batch", "steps_per_epoch")}
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **position)
-    latest = tf.train.latest_checkpoint(str(ckpt_dir))
-    if latest:
-        checkpoint.restore(latest).expect_partial()
-    # On a private disk every worker keeps its checkpoints (TaskInfo.keeps_own_backup).
-    keep = task.keeps_own_backup()
-    write_dir = str(ckpt_dir) if keep else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
-    manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=3)
+    return train_step, evaluate
 
-    def save(step: int, epoch: int, done: int) -> None:
-        for name, value in (("epoch", epoch), ("step_in_epoch", done), ("global_batch", global_batch),
-                            ("steps_per_epoch", steps_per_epoch)):
-            position[name].assign(value)
-        began = time.time()
-        manager.save(checkpoint_number=step)  # all workers: saving runs collectives
-        backed_up(step, began)
-        if not keep:
-            shutil.rmtree(write_dir, ignore_errors=True)
 
-    global_step = int(optimizer.iterations.numpy())
-    saved = {name: int(v.numpy()) for name, v in position.items()}
-    if saved["epoch"] < 0:  # a fresh start, or a checkpoint written before positions were recorded
-        epoch, done = divmod(global_step, steps_per_epoch)
-    else:
+class _CustomCheckpoints:
+    """Checkpoints: everyone reads the chief's; only the chief's writes are kept. Besides model
+    and optimizer they hold the position in the epoch and the global batch and steps per epoch
+    they were written with: a group resumed with another number of workers converts the
+    position (resize.py); the global step is the optimizer's iterations either way."""
+
+    def __init__(self, layout: Layout, task: TaskInfo, parts: _CustomParts, global_batch: int,
+                 steps_per_epoch: int) -> None:
+        self.dir = layout.custom_checkpoints
+        self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
+        self.position = {name: tf.Variable(-1, dtype=tf.int64, trainable=False, name=f"tfcluster_{name}")
+                         for name in ("epoch", "step_in_epoch", "global_batch", "steps_per_epoch")}
+        self.checkpoint = tf.train.Checkpoint(model=parts.model, optimizer=parts.optimizer, **self.position)
+        latest = tf.train.latest_checkpoint(str(self.dir))
+        if latest:
+            self.checkpoint.restore(latest).expect_partial()
+        # On a private disk every worker keeps its checkpoints (TaskInfo.keeps_own_backup).
+        self.keep = task.keeps_own_backup()
+        self.write_dir = str(self.dir) if self.keep else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.write_dir, max_to_keep=3)
+
+    def resume_at(self, global_step: int) -> tuple[int, int]:
+        """The (epoch, step in it) to go on from, converted when the group's batch changed."""
+        global_batch, steps_per_epoch = self.global_batch, self.steps_per_epoch
+        saved = {name: int(v.numpy()) for name, v in self.position.items()}
+        if saved["epoch"] < 0:  # a fresh start, or a checkpoint written before positions were recorded
+            return divmod(global_step, steps_per_epoch)
         before = Position(saved["epoch"], saved["step_in_epoch"])
         epoch, done = resume_position(before.epoch, before.done, saved["global_batch"], saved["steps_per_epoch"],
                                       global_batch, steps_per_epoch)
         if (saved["global_batch"], saved["steps_per_epoch"]) != (global_batch, steps_per_epoch):
             print(describe(saved["global_batch"], saved["steps_per_epoch"], before, global_batch, steps_per_epoch,
                            Position(epoch, done)), flush=True)
+        return epoch, done
+
+    def save(self, step: int, epoch: int, done: int) -> None:
+        for name, value in (("epoch", epoch), ("step_in_epoch", done), ("global_batch", self.global_batch),
+                            ("steps_per_epoch", self.steps_per_epoch)):
+            self.position[name].assign(value)
+        began = time.time()
+        self.manager.save(checkpoint_number=step)  # all workers: saving runs collectives
+        backed_up(step, began)
+        if not self.keep:
+            shutil.rmtree(self.write_dir, ignore_errors=True)
+
+
+def _tested(parts: _CustomParts, evaluate) -> dict:
+    """The test split's loss and accuracy now, as fit's validation_data reports them."""
+    evaluate()
+    return {"test_loss": f"{float(parts.test_loss.result()):.4f}",
+            "test_accuracy": f"{float(parts.test_accuracy.result()):.4f}"}
+
+
+def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: int) -> int:
+    pipes = data_lib.training_pipelines(args, global_batch, drop_test_remainder=True)
+    data, train, test, steps_per_epoch = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
+    dist_train = strategy.experimental_distribute_dataset(train)
+    dist_test = strategy.experimental_distribute_dataset(test)
+    parts = _CustomParts(args, data, strategy)
+    train_step, evaluate = _custom_steps(strategy, parts, global_batch, dist_test, data.num_test)
+    ckpts = _CustomCheckpoints(layout, task, parts, global_batch, steps_per_epoch)
+
+    global_step = int(parts.optimizer.iterations.numpy())
+    epoch, done = ckpts.resume_at(global_step)
     emit("start", epoch=epoch, step=done, global_step=global_step, time=f"{time.time():.3f}",
          **start_fields(args.strategy, strategy, global_batch, epochs=args.epochs, steps_per_epoch=steps_per_epoch))
     iterator = iter(dist_train)
@@ -284,21 +320,16 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
                  time=f"{throughput.first_time:.3f}")
         if global_step % args.progress_every == 0:  # with the epoch's running loss and accuracy, as fit's
             emit("step", epoch=epoch, step=done, global_step=global_step, loss=f"{loss_sum / loss_steps:.4f}",
-                 accuracy=f"{float(train_accuracy.result()):.4f}", time=f"{time.time():.3f}")
+                 accuracy=f"{float(parts.train_accuracy.result()):.4f}", time=f"{time.time():.3f}")
         if args.step_delay > 0:
             time.sleep(args.step_delay)
         epoch_ended = done == steps_per_epoch
         if epoch_ended:
-            train_loss, train_acc = loss_sum / loss_steps, float(train_accuracy.result())
-            tested = {}
-            if args.epoch_eval:  # the test split now, as fit's validation_data does
-                test_accuracy.reset_states()
-                test_loss.reset_states()
-                evaluate()
-                tested = {"test_loss": f"{float(test_loss.result()):.4f}",
-                          "test_accuracy": f"{float(test_accuracy.result()):.4f}"}
-            epoch_end(epoch + 1, global_step, train_loss, train_acc, throughput, optimizer, scalars, extra=tested)
-            train_accuracy.reset_states()
+            train_loss, train_acc = loss_sum / loss_steps, float(parts.train_accuracy.result())
+            tested = _tested(parts, evaluate) if args.epoch_eval else {}  # as fit's validation_data does
+            epoch_end(epoch + 1, global_step, train_loss, train_acc, throughput, parts.optimizer, scalars,
+                      extra=tested)
+            parts.train_accuracy.reset_states()
             loss_sum, loss_steps = 0.0, 0
             epoch, done = epoch + 1, 0
         # Every worker got the same sum: all stop at this step (after its epoch's end, as fit
@@ -308,16 +339,15 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         if stop:  # (the launcher waits for this save instead of killing a preempted host's peers)
             emit("saving", epoch=epoch, step=done, global_step=global_step, time=f"{time.time():.3f}")
         if due or stop or epoch == args.epochs:  # the evaluator waits for the last
-            save(global_step, epoch, done)
+            ckpts.save(global_step, epoch, done)
         if stop:
-            emit("preempted", epoch=epoch, step=done, global_step=global_step, saved=ckpt_dir, time=f"{time.time():.3f}")
+            emit("preempted", epoch=epoch, step=done, global_step=global_step, saved=ckpts.dir,
+                 time=f"{time.time():.3f}")
             return PREEMPTED_EXIT
 
-    test_accuracy.reset_states()
-    test_loss.reset_states()
-    evaluate()
-    save_final_model(model, layout.final, task)
+    tested = _tested(parts, evaluate)
+    save_final_model(parts.model, layout.final, task)
     emit("result", task=task.key, epochs=args.epochs, steps_run=steps_run,
-         examples_per_sec=f"{throughput.rate():.1f}", accuracy=f"{float(test_accuracy.result()):.4f}",
-         loss=f"{float(test_loss.result()):.4f}", train_loss=f"{train_loss:.4f}", train_accuracy=f"{train_acc:.4f}")
+         examples_per_sec=f"{throughput.rate():.1f}", accuracy=tested["test_accuracy"],
+         loss=tested["test_loss"], train_loss=f"{train_loss:.4f}", train_accuracy=f"{train_acc:.4f}")
     return 0

@@ -57,24 +57,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"tfcluster {__version__}")
     p.add_argument("-f", "--file", metavar="FILE", default=None, help=_FILE_HELP)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # In this order: the order of `tfcluster --help` and of the generated CLI reference.
+    _add_spec_commands(sub)
+    _add_run_commands(sub)
+    _add_output_commands(sub)
+    _add_tool_commands(sub)
+    return p
 
-    def command(name: str, help: str, spec: Optional[str] = "?", file_flags=("-f", "--file")) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",
-                           epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name]),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        if spec is not None:
-            flags = "/".join(file_flags) + ("" if "-f" in file_flags else " (or -f before the command)")
-            c.add_argument("spec", metavar="FILE", nargs=spec, default=None,
-                           help=f"the spec (default: {flags}, then ${envnames.FILE}, then ./{DEFAULT_FILE})")
-            # SUPPRESS: not given here, the global -f (before COMMAND) is kept.
-            c.add_argument(*file_flags, dest="file", metavar="FILE", default=argparse.SUPPRESS,
-                           help="the spec, as FILE")
-        return c
 
-    v = command("validate", "check cluster.yaml; exit 0 if valid, 2 if not")
+def _command(sub, name: str, help: str, spec: Optional[str] = "?",
+             file_flags=("-f", "--file")) -> argparse.ArgumentParser:
+    """One subcommand with its --help examples and, unless ``spec`` is None, its FILE argument."""
+    c = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",
+                       epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES[name]),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    if spec is not None:
+        flags = "/".join(file_flags) + ("" if "-f" in file_flags else " (or -f before the command)")
+        c.add_argument("spec", metavar="FILE", nargs=spec, default=None,
+                       help=f"the spec (default: {flags}, then ${envnames.FILE}, then ./{DEFAULT_FILE})")
+        # SUPPRESS: not given here, the global -f (before COMMAND) is kept.
+        c.add_argument(*file_flags, dest="file", metavar="FILE", default=argparse.SUPPRESS,
+                       help="the spec, as FILE")
+    return c
+
+
+def _add_spec_commands(sub) -> None:
+    """validate, plan, up: the commands that read a spec and act on it."""
+    v = _command(sub, "validate", "check cluster.yaml; exit 0 if valid, 2 if not")
     v.add_argument("--json", action="store_true", help="machine-readable result (also for an invalid spec)")
 
-    pl = command("plan", "print the plan: every task's host, port, TF_CONFIG, command and env")
+    pl = _command(sub, "plan", "print the plan: every task's host, port, TF_CONFIG, command and env")
     pl.add_argument("--json", nargs="?", const="full", metavar="FORM",
                     help="machine-readable plan: --json (full: every task with its whole TF_CONFIG and env) or "
                          "--json=compact (the cluster and the shared env once, each task's own part: for big specs)")
@@ -83,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run the spec's discovery.command now and plan with the hosts it prints (without it, "
                          "no command of the spec runs before `up`)")
 
-    up = command("up", "start the cluster and supervise it until it succeeds or fails")
+    up = _command(sub, "up", "start the cluster and supervise it until it succeeds or fails")
     up.add_argument("--dry-run", action="store_true", help="plan and preflight only; start nothing")
     up.add_argument("--quiet", action="store_true",
                     help="show only launcher messages and the final report (log files still get task output)")
@@ -96,12 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--force", action="store_true", help="start even if a run of this spec is still running")
     up.add_argument("--supervise", metavar="RUN_ID", help=argparse.SUPPRESS)  # the detached supervisor itself
 
-    st = command("status", "state of the latest (or given) run: attempt, elapsed, a row per task")
+
+def _add_run_commands(sub) -> None:
+    """status, logs, attach, runs, down: the commands about a run (the latest, or --run)."""
+    st = _command(sub, "status", "state of the latest (or given) run: attempt, elapsed, a row per task")
     st.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
     st.add_argument("--json", action="store_true", help="machine-readable status")
 
     # (-f is --follow here, as in `tail -f`: the spec is FILE, --file FILE or the global -f before `logs`)
-    lg = command("logs", "a task's log, or every task's output interleaved", file_flags=("--file",))
+    lg = _command(sub, "logs", "a task's log, or every task's output interleaved", file_flags=("--file",))
     lg.add_argument("task", metavar="TASK", nargs="?", help="e.g. worker:0 (default: every task, prefixed); "
                     "`tfcluster logs worker:0` alone takes the default FILE")
     lg.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
@@ -109,26 +124,29 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--attempt", type=int, metavar="N", help="only attempt N (1 = the first)")
     lg.add_argument("--tail", type=int, metavar="N", help="start with the last N lines")
 
-    at = command("attach", "watch a (detached) run live; Ctrl-C detaches, the run goes on")
+    at = _command(sub, "attach", "watch a (detached) run live; Ctrl-C detaches, the run goes on")
     at.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
 
-    rs = command("runs", "the runs of a spec (or under a run dir): id, start, duration, outcome", spec=None)
+    rs = _command(sub, "runs", "the runs of a spec (or under a run dir): id, start, duration, outcome", spec=None)
     rs.add_argument("spec", metavar="FILE", nargs="?", default=None,
                     help="a cluster.yaml, or a run dir such as runs/ or runs/NAME (default: -f/--file or "
                          f"${envnames.FILE}, else ./runs)")
     rs.add_argument("-f", "--file", dest="file", metavar="FILE", default=argparse.SUPPRESS, help="the spec, as FILE")
     rs.add_argument("--json", action="store_true", help="machine-readable list of runs")
 
-    down = command("down", "stop the latest (or given) run of this spec")
+    down = _command(sub, "down", "stop the latest (or given) run of this spec")
     down.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
     down.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the run to stop")
 
-    co = command("compose", "write the plan as a standalone docker-compose.yml")
+
+def _add_output_commands(sub) -> None:
+    """compose, export, compare: the commands that write files from a spec."""
+    co = _command(sub, "compose", "write the plan as a standalone docker-compose.yml")
     co.add_argument("-o", "--output", metavar="PATH",
                     help="where to write (default: docker-compose.yml beside FILE; '-' for stdout)")
     co.add_argument("--image", metavar="IMAGE", help="image for every service (default: docker.image of the spec)")
 
-    ex = command("export", "write the spec as a Kubeflow TFJob or a Vertex AI CustomJob, validated offline")
+    ex = _command(sub, "export", "write the spec as a Kubeflow TFJob or a Vertex AI CustomJob, validated offline")
     ex.add_argument("--to", required=True, choices=("tfjob", "vertex"), help="the engine that runs the job")
     ex.add_argument("-o", "--output", metavar="PATH",
                     help="where to write (default: NAME.tfjob.yaml / NAME.vertex.yaml beside FILE, vertex also "
@@ -138,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fail (exit 2) when a check cannot run here (--to vertex without the [export] extra: "
                          "the Vertex API types) instead of writing the file with the check marked as skipped")
 
-    cmp = command("compare", "run the same training under several strategies or specs, one after "
+    cmp = _command(sub, "compare", "run the same training under several strategies or specs, one after "
                   "another, and write a table, a report and plots", spec="*")
     cmp.add_argument("--strategies", metavar="LIST",
                      help="comma-separated strategies to derive from each FILE, e.g. default,one_device,mirrored")
@@ -155,14 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--progress-every", type=int, default=5, metavar="N",
                      help="steps between progress lines: the intervals examples/s is the median of")
 
-    tb = command("tensorboard", "run TensorBoard on the logs of the latest run of this spec")
+
+def _add_tool_commands(sub) -> None:
+    """tensorboard, schema, image, completion: tools around the runs and the spec."""
+    tb = _command(sub, "tensorboard", "run TensorBoard on the logs of the latest run of this spec")
     tb.add_argument("--port", type=int, default=6006, help="the port TensorBoard serves on (default: 6006)")
 
-    sc = command("schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
+    sc = _command(sub, "schema", "print the JSON Schema of cluster.yaml, for editors: save it and start cluster.yaml with "
                  "'# yaml-language-server: $schema=cluster.schema.json'", spec=None)
     sc.add_argument("-o", "--output", metavar="PATH", help="write it to PATH instead of stdout")
 
-    im = command("image", "build tfcluster's worker image from the installed tfcluster (no checkout needed: its "
+    im = _command(sub, "image", "build tfcluster's worker image from the installed tfcluster (no checkout needed: its "
                  "Dockerfile ships in the package), or print that Dockerfile or write its build context", spec=None)
     im.add_argument("action", choices=("build", "print"),
                     help="build: build the image on the Docker engine ($DOCKER_HOST or --engine); print: the "
@@ -179,10 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print: write the build context (Dockerfile, requirements.txt, src/) into DIR, new or "
                          "empty; then docker build DIR, or compose's build: {context: DIR}")
 
-    cpl = command("completion", "print a shell completion script (generated from this parser)", spec=None)
+    cpl = _command(sub, "completion", "print a shell completion script (generated from this parser)", spec=None)
     cpl.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
-
-    return p
 
 
 _TASK_KEY = re.compile(r"^(chief|worker|ps|evaluator):\d+$")

@@ -289,22 +289,46 @@ def _start_ticks() -> str:
 
 def main(argv: list[str]) -> int:
     opts, cmd = _parse(argv)
+    pgid = _own_group()
+    problem = _prepare(opts)
+    if problem:
+        _say(f"taskwrap: {problem}; the task was not started\n")
+        return 2
+    child = _start_task(cmd)
+    if opts["pidfile"]:
+        _write_pidfile(opts["pidfile"], child)
+    stopping = threading.Event()
+    stop_group = _group_stopper(pgid, opts["grace"], stopping)
+    _survive_stop_signals()
+    ended = threading.Event()
+    _start_watchers(opts, pgid, child, stop_group, stopping, ended)
+    return _wait_and_reap(child, pgid, ended)
+
+
+def _own_group() -> int:
+    """Lead a process group of its own (the task's group, which a stop signals as a whole): its id."""
     if os.getpgid(0) != os.getpid():
         try:
             os.setsid()
         except OSError:
             os.setpgid(0, 0)
-    pgid = os.getpgid(0)
+    return os.getpgid(0)
+
+
+def _prepare(opts: dict) -> "str | None":
+    """The task's directory, thread budget and GPUs, before it starts: a problem that keeps it from
+    starting, or None."""
     if opts["cwd"]:
         os.chdir(opts["cwd"])
     if opts["threads"]:
         _thread_budget(opts["threads"])
     if opts["gpus"]:
-        problem = _gpu_request(opts["gpus"], opts["gpu-memory-var"], opts["collective-var"])
-        if problem:
-            _say(f"taskwrap: {problem}; the task was not started\n")
-            return 2
+        return _gpu_request(opts["gpus"], opts["gpu-memory-var"], opts["collective-var"])
+    return None
 
+
+def _start_task(cmd: list[str]) -> int:
+    """Fork and exec the task (in this group): the child's pid. Never returns in the child."""
     child = os.fork()
     if child == 0:
         # In the task: die with the wrapper even if the wrapper itself is SIGKILLed.
@@ -318,17 +342,23 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             _say(f"taskwrap: cannot run {cmd[0]!r}: {exc.strerror}\n")
             os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+    return child
 
-    if opts["pidfile"]:
-        # (exclusive, a name no one planted: a symlink at PIDFILE.tmp is never written through)
-        tmp = f"{opts['pidfile']}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{os.getpid()} {child} {_start_ticks()}\n")
-        os.replace(tmp, opts["pidfile"])
 
-    stopping = threading.Event()
+def _write_pidfile(path: str, child: int) -> None:
+    """``WRAPPER_PID TASK_PID START_TICKS`` at ``path``, replaced whole (the start time: ``tfcluster
+    down`` signals the pid only while it is still this process)."""
+    # (exclusive, a name no one planted: a symlink at PIDFILE.tmp is never written through)
+    tmp = f"{path}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{os.getpid()} {child} {_start_ticks()}\n")
+    os.replace(tmp, path)
 
+
+def _group_stopper(pgid: int, grace: float, stopping: threading.Event):
+    """stop_group(reason): say why, SIGTERM the group, SIGKILL it (this wrapper too) after ``grace``
+    seconds or once it is empty; only the first call acts (``stopping`` is set by it)."""
     def stop_group(reason: str) -> None:
         if stopping.is_set():
             return
@@ -341,11 +371,14 @@ def main(argv: list[str]) -> int:
         sayer.start()
         sayer.join(2.0)
         _killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + opts["grace"]
+        deadline = time.monotonic() + grace
         while time.monotonic() < deadline and _group_members(pgid):
             time.sleep(0.05)
         _killpg(pgid, signal.SIGKILL)  # includes this wrapper: nothing outlives the lifeline
+    return stop_group
 
+
+def _survive_stop_signals() -> None:
     def ignore(_signum: int, _frame) -> None:
         """Stop signals reach the task because senders signal the whole group; the wrapper
         itself stays to report the exit code. A Python handler, not SIG_IGN, because the
@@ -355,32 +388,38 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, ignore)
 
-    def watch_lifeline() -> None:
-        stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
-        fd = stdin.fileno()
-        lease = opts["lease"]
-        last = time.monotonic()
-        while True:
-            timeout = 1.0 if lease <= 0 else max(0.1, min(1.0, lease / 4))
-            try:
-                ready, _, _ = select.select([fd], [], [], timeout)
-            except (OSError, ValueError):
-                stop_group("lifeline unreadable")
-                return
-            if ready:
-                try:
-                    data = os.read(fd, 4096)
-                except OSError:
-                    data = b""
-                if not data:
-                    stop_group("launcher went away (lifeline closed)")
-                    return
-                last = time.monotonic()
-            elif lease > 0 and time.monotonic() - last > lease:
-                stop_group(f"{LEASE_EXPIRED} {lease:g} s (lease expired)")
-                return
 
-    threading.Thread(target=watch_lifeline, daemon=True).start()
+def _watch_lifeline(lease: float, stop_group) -> None:
+    """Stop the group when stdin (the launcher's lifeline) closes or, with a lease, stays silent
+    for ``lease`` seconds."""
+    stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+    fd = stdin.fileno()
+    last = time.monotonic()
+    while True:
+        timeout = 1.0 if lease <= 0 else max(0.1, min(1.0, lease / 4))
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout)
+        except (OSError, ValueError):
+            stop_group("lifeline unreadable")
+            return
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                data = b""
+            if not data:
+                stop_group("launcher went away (lifeline closed)")
+                return
+            last = time.monotonic()
+        elif lease > 0 and time.monotonic() - last > lease:
+            stop_group(f"{LEASE_EXPIRED} {lease:g} s (lease expired)")
+            return
+
+
+def _start_watchers(opts: dict, pgid: int, child: int, stop_group, stopping: threading.Event,
+                    ended: threading.Event) -> None:
+    """The daemon threads beside the task: the lifeline, the GCE preemption notice, the GPU watch."""
+    threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
     gce = _gce_metadata_host(opts["gce-metadata"])
     if gce:
         def on_notice() -> None:
@@ -389,11 +428,13 @@ def main(argv: list[str]) -> int:
             _killpg(pgid, signal.SIGTERM)
 
         threading.Thread(target=_watch_gce, args=(gce, on_notice, stopping), daemon=True).start()
-    ended = threading.Event()
     if opts["gpu-watch"] > 0:
         threading.Thread(target=_watch_gpus, daemon=True, name="gpu-watch",
                          args=(opts["gpu-watch"], os.environ.get("CUDA_VISIBLE_DEVICES"), pgid, child, ended)).start()
 
+
+def _wait_and_reap(child: int, pgid: int, ended: threading.Event) -> int:
+    """Wait for the task, take its leftovers down with it: its exit code (128+N for signal N)."""
     while True:
         try:
             _, status = os.waitpid(child, 0)

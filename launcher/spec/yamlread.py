@@ -104,6 +104,99 @@ class YAMLBounds:
     fix: str = "this is not a spec a person wrote; fix whatever generated it"
 
 
+class _Composer:
+    """The state of compose_bounded as it reads the parser's events: the anchors and the values each
+    anchored node expands to, the open collections, and the values counted so far. Each step takes
+    one event and raises YAMLBoundError (or PyYAML's ComposerError) where the document breaks a bound."""
+
+    def __init__(self, resolve, bounds: YAMLBounds) -> None:
+        self.resolve, self.bounds = resolve, bounds
+        self.anchors: dict[str, yaml.Node] = {}
+        self.anchored: set[int] = set()
+        self.sizes: dict[int, int] = {}  # id(anchored node) -> values it expands to; absent while it is open
+        self.stack: list[list] = []  # open collections: [node, children so far, values in them]
+        self.total = 0
+        self.root: Optional[yaml.Node] = None
+
+    def anchor(self, name: str, node: yaml.Node, mark: yaml.Mark) -> None:
+        if name in self.anchors:
+            raise yaml.composer.ComposerError(f"found duplicate anchor {shown_value(name)}; first occurrence",
+                                              self.anchors[name].start_mark, "second occurrence", mark)
+        self.anchors[name] = node
+        self.anchored.add(id(node))
+
+    def scalar(self, event: yaml.ScalarEvent) -> tuple[yaml.Node, int]:
+        value = event.value
+        bounds = self.bounds
+        if len(value) > bounds.chars:
+            raise YAMLBoundError(f"a string of {len(value):,} characters, above the bound of "
+                                 f"{bounds.chars:,} (the kernel's limit on one argument); {bounds.fix}",
+                                 event.start_mark)
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(yaml.ScalarNode, value, event.implicit)
+        node = yaml.ScalarNode(tag, value, event.start_mark, event.end_mark, style=event.style)
+        if event.anchor is not None:
+            self.anchor(event.anchor, node, event.start_mark)
+            self.sizes[id(node)] = 1
+        return node, 1
+
+    def alias(self, event: yaml.AliasEvent) -> tuple[yaml.Node, int]:
+        target = self.anchors.get(event.anchor)
+        if target is None:
+            raise yaml.composer.ComposerError(
+                None, None, f"found undefined alias {shown_value(event.anchor)}", event.start_mark)
+        size = self.sizes.get(id(target), -1)
+        if size < 0:
+            raise YAMLBoundError(f"the alias *{escape(event.anchor[:40])} refers to the list or mapping that "
+                                 "holds it (an endless value); write the value out", event.start_mark)
+        return target, size
+
+    def open(self, event: yaml.CollectionStartEvent) -> None:
+        bounds = self.bounds
+        if len(self.stack) >= bounds.depth:
+            raise YAMLBoundError(f"lists and mappings nested more than {bounds.depth} deep; {bounds.fix}",
+                                 event.start_mark)
+        cls = yaml.SequenceNode if type(event) is yaml.SequenceStartEvent else yaml.MappingNode
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self.resolve(cls, None, event.implicit)
+        node = cls(tag, [], event.start_mark, None, flow_style=event.flow_style)
+        if event.anchor is not None:
+            self.anchor(event.anchor, node, event.start_mark)
+        self.stack.append([node, [], 0])
+        self.total += 1
+
+    def close(self, event: yaml.CollectionEndEvent) -> tuple[yaml.Node, int]:
+        node, children, inner = self.stack.pop()
+        node.end_mark = event.end_mark
+        node.value = list(zip(children[0::2], children[1::2])) if type(event) is yaml.MappingEndEvent else children
+        size = inner + 1
+        self.total -= size  # (counted as it came: itself at its start, then its values)
+        if id(node) in self.anchored:
+            self.sizes[id(node)] = size
+        return node, size
+
+    def place(self, node: yaml.Node, size: int, event: yaml.Event) -> None:
+        """Count a finished value and put it into the open collection (or make it the root)."""
+        bounds = self.bounds
+        self.total += size
+        if self.total > bounds.values:
+            raise YAMLBoundError(f"aliases (*name) expand it to more than {bounds.values:,} values (the "
+                                 f"'billion laughs' shape); write the values out or use fewer aliases",
+                                 event.start_mark)
+        if self.stack:
+            frame = self.stack[-1]
+            children = frame[1]
+            children.append(node)
+            frame[2] += size
+            if len(children) > bounds.items * (2 if frame[0].id == "mapping" else 1):
+                raise YAMLBoundError(f"a list or mapping of more than {bounds.items:,} entries; "
+                                     f"{bounds.fix}", event.start_mark)
+        else:
+            self.root = node
+
+
 def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds()) -> Optional[yaml.Node]:
     """The node tree of the one YAML document in ``text``, built from the parser's events without
     recursion (PyYAML's composer recurses: 20,000 nested brackets were a RecursionError), refusing
@@ -111,77 +204,24 @@ def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds
     a list or mapping past ``bounds.items`` entries, and aliases that expand the document past
     ``bounds.values`` values (or refer to the node that holds them). Parser errors are PyYAML's."""
     loader = loader_cls(text)
-    get_event, resolve = loader.get_event, loader.resolve
-    scalar_event, alias_event = yaml.ScalarEvent, yaml.AliasEvent
+    get_event = loader.get_event
     starts = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
     ends = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
-    scalar_node = yaml.ScalarNode
     try:
-        anchors: dict[str, yaml.Node] = {}
-        sizes: dict[int, int] = {}  # id(anchored node) -> values it expands to; absent while it is open
-        stack: list[list] = []  # open collections: [node, children so far, values in them]
-        total = 0
-        root: Optional[yaml.Node] = None
+        composer = _Composer(loader.resolve, bounds)
+        scalar, alias, close, place = composer.scalar, composer.alias, composer.close, composer.place
         documents = 0
-
-        anchored: set[int] = set()
-
-        def anchor(name: str, node: yaml.Node, mark: yaml.Mark) -> None:
-            if name in anchors:
-                raise yaml.composer.ComposerError(f"found duplicate anchor {shown_value(name)}; first occurrence",
-                                                  anchors[name].start_mark, "second occurrence", mark)
-            anchors[name] = node
-            anchored.add(id(node))
-
         while True:
             event = get_event()
             kind = type(event)
-            if kind is scalar_event:
-                value = event.value
-                if len(value) > bounds.chars:
-                    raise YAMLBoundError(f"a string of {len(value):,} characters, above the bound of "
-                                         f"{bounds.chars:,} (the kernel's limit on one argument); {bounds.fix}",
-                                         event.start_mark)
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = resolve(scalar_node, value, event.implicit)
-                node = scalar_node(tag, value, event.start_mark, event.end_mark, style=event.style)
-                if event.anchor is not None:
-                    anchor(event.anchor, node, event.start_mark)
-                    sizes[id(node)] = 1
-                size = 1
-            elif kind is alias_event:
-                target = anchors.get(event.anchor)
-                if target is None:
-                    raise yaml.composer.ComposerError(
-                        None, None, f"found undefined alias {shown_value(event.anchor)}", event.start_mark)
-                size = sizes.get(id(target), -1)
-                if size < 0:
-                    raise YAMLBoundError(f"the alias *{escape(event.anchor[:40])} refers to the list or mapping that "
-                                         "holds it (an endless value); write the value out", event.start_mark)
-                node = target
+            if kind is yaml.ScalarEvent:
+                place(*scalar(event), event)
+            elif kind is yaml.AliasEvent:
+                place(*alias(event), event)
             elif kind in starts:
-                if len(stack) >= bounds.depth:
-                    raise YAMLBoundError(f"lists and mappings nested more than {bounds.depth} deep; {bounds.fix}",
-                                         event.start_mark)
-                cls = yaml.SequenceNode if kind is yaml.SequenceStartEvent else yaml.MappingNode
-                tag = event.tag
-                if tag is None or tag == "!":
-                    tag = resolve(cls, None, event.implicit)
-                node = cls(tag, [], event.start_mark, None, flow_style=event.flow_style)
-                if event.anchor is not None:
-                    anchor(event.anchor, node, event.start_mark)
-                stack.append([node, [], 0])
-                total += 1
-                continue
+                composer.open(event)
             elif kind in ends:
-                node, children, inner = stack.pop()
-                node.end_mark = event.end_mark
-                node.value = list(zip(children[0::2], children[1::2])) if kind is yaml.MappingEndEvent else children
-                size = inner + 1
-                total -= size  # (counted as it came: itself at its start, then its values)
-                if id(node) in anchored:
-                    sizes[id(node)] = size
+                place(*close(event), event)
             elif kind is yaml.StreamEndEvent:
                 break
             elif kind is yaml.DocumentStartEvent:
@@ -189,25 +229,8 @@ def compose_bounded(text: str, loader_cls: type, bounds: YAMLBounds = YAMLBounds
                 if documents > 1:
                     raise yaml.composer.ComposerError(
                         None, None, "a second YAML document (after ---); a spec is one document", event.start_mark)
-                continue
-            else:  # the stream's start, a document's end
-                continue
-            total += size
-            if total > bounds.values:
-                raise YAMLBoundError(f"aliases (*name) expand it to more than {bounds.values:,} values (the "
-                                     f"'billion laughs' shape); write the values out or use fewer aliases",
-                                     event.start_mark)
-            if stack:
-                frame = stack[-1]
-                children = frame[1]
-                children.append(node)
-                frame[2] += size
-                if len(children) > bounds.items * (2 if frame[0].id == "mapping" else 1):
-                    raise YAMLBoundError(f"a list or mapping of more than {bounds.items:,} entries; "
-                                         f"{bounds.fix}", event.start_mark)
-            else:
-                root = node
-        return root
+            # else: the stream's start, a document's end
+        return composer.root
     finally:
         loader.dispose()
 

@@ -4,24 +4,23 @@ a group state, apply the restart policy, and always tear down in ``finally``.
 Threads only read task output; every decision is made here, on the calling thread. This module
 holds the algorithm: ``run`` (attempts until an outcome, and what follows each: retry, move,
 give up), ``_run_attempt`` (start the group, watch it, stop it), and the tasks' start, output
-and stop. Beside it: phases.py (one attempt's watch phases: exits, readiness, hang,
-membership), prewarm.py (when and where the next attempt's warm standbys start), outcome.py (a
-failed attempt's report, the run's outcome and final report), membership.py (elastic runs'
-host changes and the plan in use), standby.py (warm standby processes) and blame.py (who
-failed an attempt, and the report's text).
+and stop. ``Supervisor`` has no base classes: it owns its collaborators and hands each what it
+reads: the task group (group.py: handles, task output, save marks), one attempt's watch phases
+(phases.py: exits, readiness, hang, membership), the warm standby wiring (prewarm.py: when and
+where the next attempt's standbys start), the reports (outcome.py: a failed attempt's, the run's
+outcome and final report), the membership (membership.py: elastic runs' host changes and the
+plan in use) and the standbys (standby.py); blame.py says who failed an attempt.
 """
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from launcher.backends.base import Backend, TaskHandle
+from launcher.backends.base import Backend
 from launcher.contract import envnames
-from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from launcher.plan.build import Plan
 from launcher.record import events as ev
@@ -31,24 +30,24 @@ from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.supervise.gpuwatch import GpuWatch
+from launcher.supervise.group import TaskGroup
 from launcher.supervise.membership import Membership
-from launcher.supervise.outcome import Reporting
+from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
-from launcher.supervise.prewarm import STANDBY_AFTER_READY, Prewarm
+from launcher.supervise.prewarm import Prewarm
 from launcher.supervise.standby import WarmStandby, decide as standby_decision
 from launcher.ui.console import Console
 
 INTERRUPTED = AttemptState.INTERRUPTED
-_TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 # Seconds, all tasks together, that the end of an attempt waits for output its readers still hold.
 DRAIN_BOUND = 5.0
 
 
-class Supervisor(AttemptPhases, Prewarm, Reporting):
-    """One run of a plan on a backend, from the first attempt to the outcome. Its parts: the
-    watch phases (phases.py), the warm standby wiring (prewarm.py), the failure and final
-    reports (outcome.py)."""
+class Supervisor:
+    """One run of a plan on a backend, from the first attempt to the outcome. Its collaborators,
+    each given what it reads: ``group`` (the tasks' handles and output), ``members`` (the plan in
+    use), ``standby``, ``report`` (outcome.py), ``prewarm`` and ``phases``."""
 
     def __init__(
         self,
@@ -79,26 +78,31 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         self.poll_interval = poll_interval
         self.clock = clock
         self.attempts: list[Attempt] = []
-        self._handles: dict[str, TaskHandle] = {}
-        self._tails: dict[str, collections.deque] = {}
-        self._activity: dict[str, float] = {}
-        self._saving: set[str] = set()  # tasks that said tfcluster-saving (their process: _launch clears)
-        self._saved: set[str] = set()  # ... and tfcluster-preempted: the save is written
-        self._lock = threading.Lock()
-        self._worker_restarts = 0
+        self.group = TaskGroup(clock)  # the attempt's handles, task output and save marks
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
-        self.standby_on, self.standby_why = standby_decision(
+        standby_on, self.standby_why = standby_decision(
             restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
             elastic=self.members.elastic,
             refused=backend.standby_off(spec) if spec is not None and backend.capabilities.warm_standby else None)
-        self.standby_after_ready = STANDBY_AFTER_READY
-        self._standby_due: Optional[float] = None  # when this attempt's standbys start at the latest
-        self._standby_checked = 0.0
         self._sink_failed: set[str] = set()
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunView()
         record.listeners.append(self.view.event)
+        # A failed attempt's report, the run's outcome and final report (outcome.py).
+        self.report = Reporter(record=record, console=console, view=self.view, group=self.group,
+                               members=self.members, standby=self.standby, attempts=self.attempts,
+                               restart=restart, watchdog=watchdog, clock=clock)
+        # When and where the next attempt's standbys start (prewarm.py).
+        self.prewarm = Prewarm(enabled=standby_on, standby=self.standby, members=self.members, view=self.view,
+                               record=record, console=console, backend=backend, restart=restart, clock=clock,
+                               env=self._env, launch=self._launch, report=self.report)
+        # One attempt's watch phases: exits, readiness, hang, membership (phases.py).
+        self.phases = AttemptPhases(group=self.group, members=self.members, backend=backend, record=record,
+                                    console=console, view=self.view, restart=restart, watchdog=watchdog,
+                                    stop_event=self.stop_event, hurry_event=self.hurry_event, clock=clock,
+                                    poll_interval=poll_interval, launch=self._launch, all_ready=self._all_ready,
+                                    report=self.report)
         # Called once, on this thread, the first time every task of an attempt is ready
         # (``up --detach`` hands the run over to the background then).
         self.on_ready: Optional[Callable[[], None]] = None
@@ -186,7 +190,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""
         if self.stop_event.is_set():
             self.hurry_event.set()
-            for handle in list(self._handles.values()):
+            for handle in list(self.group.handles.values()):
                 handle.signal(9)
         self.stop_event.set()
 
@@ -197,6 +201,19 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         if not self.stop_event.is_set():
             self.stop_reason = reason
         self.stop_event.set()
+
+    def _all_ready(self, attempt: Attempt, after: float) -> None:
+        """Every task is up: record it, hand over once (``on_ready``), arm the warm standby."""
+        attempt.ready_after = after
+        self.record.write(ev.AttemptReady(attempt=attempt.number, after=round(after, 3)))
+        if self.on_ready is not None:
+            on_ready, self.on_ready = self.on_ready, None
+            on_ready()
+        self.prewarm.arm(attempt)
+
+    def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+        """End the run: its outcome and final report (Membership ends it too: no spare left...)."""
+        return self.report.finish(code, outcome, reason=reason)
 
     # -------------------------------------------------------------- one attempt
 
@@ -214,21 +231,21 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         finally:
             attempt.ended = time.time()
             if attempt.state == FAILED and self.members.elastic:
-                self._sessions_lost(attempt)
+                self.phases.sessions_lost(attempt)
                 self.members.look_ahead(attempt.sessions_lost)  # while the survivors save
             if attempt.state == FAILED:
-                self._let_survivors_save(attempt)
+                self.phases.let_survivors_save(attempt)
             at_once = attempt.state == FAILED or self.hurry_event.is_set()
             self._stop_all(0 if at_once else self.watchdog.stop_grace)
 
     def _start_group(self, attempt: Attempt) -> Optional[AttemptWatch]:
         """Prepare the attempt and start every task. None: the attempt already failed."""
         number = attempt.number
-        self._standby_due = None  # (an earlier attempt's, not started before it ended)
+        self.prewarm.due = None  # (an earlier attempt's, not started before it ended)
         try:
             self.backend.prepare_attempt(number)
         except LaunchError as exc:
-            self._fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
+            self.report.fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
             return None
         exits: dict[str, Optional[int]] = {}
         for task in self.plan.tasks:
@@ -242,7 +259,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
                 # The session to its host failed: the host is suspect (membership.py), like a
                 # session lost while the task ran.
                 attempt.sessions_lost.setdefault(task.host, time.time())
-                self._fail(attempt, task.key, "; ".join(exc.lines), None)
+                self.report.fail(attempt, task.key, "; ".join(exc.lines), None)
                 return None
             exits[task.key] = None
         self.standby.drop(run_ends=False)  # standbys no task of this attempt took
@@ -252,14 +269,15 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
 
     def _watch(self, attempt: Attempt, watch: AttemptWatch) -> None:
         """Poll the group until a phase ends the attempt (its state set)."""
-        while not (self._interrupted(attempt) or self._exits(attempt, watch)):
+        phases = self.phases
+        while not (self._interrupted(attempt) or phases.exits(attempt, watch)):
             now = self.clock()
-            if (self._readiness(attempt, watch, now) or self._hang(attempt, watch, now)
-                    or self._membership(attempt, watch, now)):
+            if (phases.readiness(attempt, watch, now) or phases.hang(attempt, watch, now)
+                    or phases.membership(attempt, watch, now)):
                 return
-            if self._standby_acks(attempt):
+            if self.prewarm.acks(attempt):
                 return
-            self._standby_when_due(attempt, now)
+            self.prewarm.when_due(attempt, now)
             time.sleep(self.poll_interval)
 
     def _interrupted(self, attempt: Attempt) -> bool:
@@ -273,11 +291,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
 
     def _launch(self, key: str, number: int, standby_ok: bool = True) -> None:
         task = self.plan.task(key)
-        with self._lock:
-            self._tails[key] = collections.deque(maxlen=_TAIL_KEPT)
-            self._activity[key] = self.clock()
-            self._saving.discard(key)  # a new process: its own save marks
-            self._saved.discard(key)
+        self.group.new_process(key)
         # Where this attempt's lines begin, fixed before the task (or the standby promoted for it)
         # can write one: a task that prints at once would otherwise have lines before its offset,
         # counted in the attempt before (`logs --attempt`, `status`, `attach` cut logs by them).
@@ -285,7 +299,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
         handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
             handle = self.backend.start(task, self._env(number), self._drain_line)
-        self._handles[key] = handle
+        self.group.handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
                                    process=handle.info(), **offsets))
@@ -302,7 +316,7 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
 
         def groups() -> dict[str, int]:
             out = {}
-            for key, handle in list(self._handles.items()):
+            for key, handle in list(self.group.handles.items()):
                 pgid = handle.info().get("pgid")
                 if isinstance(pgid, int):
                     out[key] = pgid
@@ -328,21 +342,13 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
                     pass
 
     def _on_line(self, key: str, line: str) -> None:
-        with self._lock:
-            tail = self._tails.get(key)
-            if tail is not None:
-                tail.append(line)
-            self._activity[key] = self.clock()
-            if line.startswith(SAVING_LINE):
-                self._saving.add(key)
-            elif line.startswith(SAVED_LINE):
-                self._saved.add(key)
+        self.group.line(key, line)
         self.record.log_line(key, line)
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)
 
     def _stop_all(self, grace: float) -> None:
-        handles = list(self._handles.values())
+        handles = list(self.group.handles.values())
         if not handles:
             return
         running = [h.key for h in handles if h.poll() is None]
@@ -358,8 +364,8 @@ class Supervisor(AttemptPhases, Prewarm, Reporting):
             if h.poll() is not None:
                 h.drain(deadline - time.monotonic())
         for key in running:
-            self.record.write(ev.Stopped(task=key, code=self._handles[key].poll()))
+            self.record.write(ev.Stopped(task=key, code=self.group.handles[key].poll()))
         if left:
             self.console.error(f"could not confirm that {', '.join(left)} stopped; check the host")
             self.record.write(ev.StopUnconfirmed(tasks=left))
-        self._handles.clear()
+        self.group.handles.clear()

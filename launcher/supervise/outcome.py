@@ -2,63 +2,82 @@
 with its exception and last lines) and, once the run ends, its outcome event and final report
 (the task table, GPU peaks, the summary of attempts and host changes, where the record is).
 
-``Reporting`` is a part of ``Supervisor`` (a mixin): its methods use the supervisor's plan,
-record, console, view, handles, task output, attempts, membership and standby.
+``Reporter`` is a collaborator of ``Supervisor`` (loop.py): it is given what it reads (the
+record, console and view, the task group, the membership and its plan, the standbys, the
+attempts so far) and writes only the record, the console and an attempt's failure.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable, Optional
 
-from typing import Optional
-
+from launcher.plan.build import Plan
 from launcher.record import events as ev
+from launcher.record.view import RunView
+from launcher.record.writer import RunRecord
+from launcher.spec.model import Restart, Watchdog
 from launcher.record.states import Outcome
 from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
                                       report_lines, summary_lines)
 from launcher.supervise.diagnose import exception_lines, hint
+from launcher.supervise.group import TaskGroup
+from launcher.supervise.membership import Membership
 from launcher.supervise.policy import FAILED, Attempt, Failure
+from launcher.supervise.standby import WarmStandby
+from launcher.ui.console import Console
 from launcher.ui.report import goodput_lines, gpu_peak_lines, location_lines, locations, task_table
 
 
-class Reporting:
-    def _infra(self, attempt: Attempt) -> bool:
+class Reporter:
+    def __init__(self, *, record: RunRecord, console: Console, view: RunView, group: TaskGroup, members: Membership,
+                 standby: WarmStandby, attempts: list[Attempt], restart: Restart, watchdog: Watchdog,
+                 clock: Callable[[], float]) -> None:
+        self.record, self.console, self.view = record, console, view
+        self.group, self.members, self.standby = group, members, standby
+        self.attempts = attempts  # the supervisor's list, appended to as attempts start
+        self.restart, self.watchdog, self.clock = restart, watchdog, clock
+
+    @property
+    def plan(self) -> Plan:
+        return self.members.plan
+
+    def infra(self, attempt: Attempt) -> bool:
         """Elastic runs: a task's session was lost in this attempt (so far): its failure is the
         infrastructure's, and the membership line says it all (launcher/supervise/membership.py)."""
         return self.members.elastic and (bool(attempt.sessions_lost) or any(
-            h.session_lost is not None for h in self._handles.values()))
+            h.session_lost is not None for h in self.group.handles.values()))
 
-    def _state_note(self, key: str) -> str:
-        return self._handles[key].state_note()
+    def state_note(self, key: str) -> str:
+        return self.group.handles[key].state_note()
 
-    def _fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
+    def fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
         """An exit failed the attempt: blame the root cause (launcher/supervise/blame.py)."""
         since = started + attempt.ready_after if attempt.ready_after is not None else None
         now = self.clock()
-        with self._lock:
-            tails = {k: tuple(self._tails.get(k, ())) for k in failed}
-            activity = dict(self._activity)
-        notes = peer_notes(failed[0], list(self._handles), exits, self._state_note, now=now, since=since,
+        with self.group.lock:
+            tails = {k: tuple(self.group.tails.get(k, ())) for k in failed}
+            activity = dict(self.group.activity)
+        notes = peer_notes(failed[0], list(self.group.handles), exits, self.state_note, now=now, since=since,
                            activity=activity, hang_timeout=self.watchdog.hang_timeout, strategy=self.plan.strategy)
-        fault = blame_exit(failed, exits, tails, notes, self._state_note)
-        self._fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
+        fault = blame_exit(failed, exits, tails, notes, self.state_note)
+        self.fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
 
-    def _fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
+    def fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
               consequences: tuple = (), final: bool = False) -> None:
         shown = [key] + [k for k, _ in consequences]  # whose exception and last lines the report shows
-        with self._lock:
-            tails = {k: tuple(self._tails.get(k, ())) for k in shown}
+        tails = self.group.tails_of(shown)
         tail = tails[key]
         attempt.state = FAILED
         attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
                                   consequences=tuple(consequences), final=final)
-        if not self._infra(attempt):  # (else: recorded, and said in the membership's one line)
+        if not self.infra(attempt):  # (else: recorded, and said in the membership's one line)
             self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
             for line in consequence_lines(key, consequences):
                 self.console.info(line)
             report = [line for k in shown
                       for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
-                                               self._given_gpus(k))]
+                                               self.given_gpus(k))]
             if report:
                 self.console.block(report)
             if others:
@@ -66,9 +85,9 @@ class Reporting:
         self.record.write(ev.Failure(task=key, attempt=attempt.number, reason=reason, code=code,
                                      last_lines=list(tail[-TAIL:]), others=list(others),
                                      consequences={k: c for k, c in consequences},
-                                     errors=list(exception_lines(tail)), hint=hint(tail, self._given_gpus(key))))
+                                     errors=list(exception_lines(tail)), hint=hint(tail, self.given_gpus(key))))
 
-    def _given_gpus(self, key: str) -> bool:
+    def given_gpus(self, key: str) -> bool:
         """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""
         try:
             g = self.plan.task(key).gpus
@@ -76,13 +95,13 @@ class Reporting:
             return False
         return bool(g.ids) or (g.ids is None and g.required)
 
-    def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+    def finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
         self.standby.drop()  # before the outcome, which stays the record's last event
         where = locations(self.record.state_dir, self.record.logs_dir)
         self.record.write(ev.RunOutcome(outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
                                         tasks=self.view.outcome_facts(), locations=where))
         view = self.view.snapshot()
-        self.console.report(task_table(view) + gpu_peak_lines(view) + self._summary() + goodput_lines(view, time.time())
+        self.console.report(task_table(view) + gpu_peak_lines(view) + self.summary() + goodput_lines(view, time.time())
                             + location_lines(where))
         if outcome == Outcome.SUCCEEDED:
             self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
@@ -92,7 +111,7 @@ class Reporting:
             self.console.info(f"run failed; record: {self.record.dir}")
         return code
 
-    def _summary(self) -> list[str]:
+    def summary(self) -> list[str]:
         replans = self.members.replans
         changes = self.view.snapshot().host_changes if replans else []
         return summary_lines(self.attempts, self.members.first_plan, replans, changes)

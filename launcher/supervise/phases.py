@@ -5,23 +5,35 @@ the hang watchdog (watchdog.hang_timeout) and, in elastic runs, membership chang
 task is up. Each phase reads and updates the attempt's ``AttemptWatch`` and returns True when the
 attempt is over (its state set).
 
-``AttemptPhases`` is a part of ``Supervisor`` (a mixin): its methods use the supervisor's plan,
-backend, record, console, handles and task output, and its ``_launch`` (loop.py), ``_fail`` and
-``_fail_exit`` (outcome.py) and ``_all_ready`` (prewarm.py).
+``AttemptPhases`` is a collaborator of ``Supervisor`` (loop.py): it owns the count of workers
+restarted alone and is given what it reads (the task group, the membership and its plan, the
+backend, record, console, view, the restart and watchdog settings, the stop and hurry events) and
+the supervisor's ways to start a task (``launch``), say every task is up (``all_ready``) and fail
+an attempt (``report``).
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
+from launcher.backends.base import Backend
 from launcher.errors import LaunchError
+from launcher.plan.build import Plan
 from launcher.procinfo import describe_exit
 from launcher.record import events as ev
 from launcher.record.states import AttemptState
+from launcher.record.view import RunView
+from launcher.record.writer import RunRecord
+from launcher.spec.model import Restart, Watchdog
+from launcher.supervise.group import TaskGroup
+from launcher.supervise.membership import Membership
+from launcher.supervise.outcome import Reporter
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess, hang_watched, silent_by_design
+from launcher.ui.console import Console
 
 READY_CHECK_EVERY = 0.5
 # A lost session's survivors (``_let_survivors_save``): how many of their step times, and at
@@ -46,11 +58,28 @@ class AttemptWatch:
 
 
 class AttemptPhases:
-    def _exits(self, attempt: Attempt, watch: AttemptWatch) -> bool:
+    def __init__(self, *, group: TaskGroup, members: Membership, backend: Backend, record: RunRecord,
+                 console: Console, view: RunView, restart: Restart, watchdog: Watchdog,
+                 stop_event: threading.Event, hurry_event: threading.Event, clock: Callable[[], float],
+                 poll_interval: float, launch: Callable[..., None], all_ready: Callable[[Attempt, float], None],
+                 report: Reporter) -> None:
+        self.group, self.members, self.backend = group, members, backend
+        self.record, self.console, self.view = record, console, view
+        self.restart, self.watchdog = restart, watchdog
+        self.stop_event, self.hurry_event = stop_event, hurry_event
+        self.clock, self.poll_interval = clock, poll_interval
+        self.launch, self.all_ready, self.report = launch, all_ready, report
+        self.worker_restarts = 0  # parameter_server workers restarted alone, run-wide
+
+    @property
+    def plan(self) -> Plan:
+        return self.members.plan
+
+    def exits(self, attempt: Attempt, watch: AttemptWatch) -> bool:
         """New exits, and what they mean for the group: success, failure, a sidecar lost, a
         parameter_server worker restarted alone. True: the attempt is over."""
         exits = watch.exits
-        for key, handle in self._handles.items():
+        for key, handle in self.group.handles.items():
             if exits.get(key) is None:
                 code = handle.poll()
                 if code is not None:
@@ -67,14 +96,14 @@ class AttemptPhases:
             attempt.state = SUCCEEDED
             return True
         if verdict.state == FAILED:
-            self._fail_exit(attempt, verdict.failed, exits, watch.started)
+            self.report.fail_exit(attempt, verdict.failed, exits, watch.started)
             return True
         for key in verdict.restart_alone:
             if not self._restart_alone(attempt, key, exits, watch.order):
                 return True
         return False
 
-    def _readiness(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+    def readiness(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
         """Until every task's port is open (checked every READY_CHECK_EVERY s; runs once even
         when no task serves a port, e.g. single-host strategies). True: the attempt failed
         (watchdog.startup_timeout)."""
@@ -87,30 +116,30 @@ class AttemptPhases:
                 self.record.write(ev.Ready(task=task.key, attempt=attempt.number,
                                            after=round(now - watch.started, 3)))
         if len(watch.ready) == len(self.plan.tasks):
-            self._all_ready(attempt, now - watch.started)
+            self.all_ready(attempt, now - watch.started)
             return False
         if now - watch.started <= self.watchdog.startup_timeout:
             return False
         missing = [t.key for t in self.plan.tasks if t.key not in watch.ready]
         ports = ", ".join(f"{k} ({self.plan.task(k).endpoint})" for k in missing)
-        self._fail(attempt, missing[0], f"never came up: no TF server listening within watchdog.startup_timeout="
+        self.report.fail(attempt, missing[0], f"never came up: no TF server listening within watchdog.startup_timeout="
                    f"{self.watchdog.startup_timeout:g} s: {ports}", None, others=tuple(missing[1:]))
         return True
 
-    def _hang(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+    def hang(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
         """The hang watchdog. Its clock starts once every task is up: until then startup_timeout
         governs, and importing TensorFlow can be silent for many seconds. True: a task hung."""
         if self.watchdog.hang_timeout <= 0 or attempt.ready_after is None:
             return False
-        hung = self._hung(now, watch.exits, since=watch.started + attempt.ready_after)
+        hung = self.hung(now, watch.exits, since=watch.started + attempt.ready_after)
         if not hung:
             return False
-        note = self._handles[hung].state_note()
-        self._fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
+        note = self.group.handles[hung].state_note()
+        self.report.fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
                    + (f"; {note}" if note else ""), None)
         return True
 
-    def _membership(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+    def membership(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
         """Elastic: hosts dropped by discovery, lost hosts back (checked about once a second, once
         every task is up: a group stopped while it starts would save nothing). True: the attempt
         ends (REGROW), its tasks stopped with the usual grace (a graceful save)."""
@@ -139,50 +168,50 @@ class AttemptPhases:
         code = exits[key]
         if self.members.elastic:
             host = self.plan.task(key).host
-            if self._handles[key].session_lost is not None:
+            if self.group.handles[key].session_lost is not None:
                 # Its session was lost, not the task: its host is suspect (it may be shutting
                 # down, its sshd still accepting), so the worker is not restarted onto it.
-                self._fail(attempt, key, self._handles[key].state_note() or describe_exit(code), code)
+                self.report.fail(attempt, key, self.group.handles[key].state_note() or describe_exit(code), code)
                 return False
             if self.backend.lost_hosts([host], 0.0, self.stop_event):
-                self._fail(attempt, key, _host_gone(code, host), code)
+                self.report.fail(attempt, key, _host_gone(code, host), code)
                 return False
-        if self._worker_restarts >= self.restart.max_restarts:
-            self._fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
+        if self.worker_restarts >= self.restart.max_restarts:
+            self.report.fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
             return False
-        self._worker_restarts += 1
+        self.worker_restarts += 1
         self.console.info(
             f"{key} exited ({describe_exit(code)}); restarting it alone "
-            f"({self._worker_restarts} of {self.restart.max_restarts}), training continues"
+            f"({self.worker_restarts} of {self.restart.max_restarts}), training continues"
         )
-        self.record.write(ev.TaskRestart(task=key, code=code, restart=self._worker_restarts))
-        self._handles[key].signal(9)
+        self.record.write(ev.TaskRestart(task=key, code=code, restart=self.worker_restarts))
+        self.group.handles[key].signal(9)
         try:
-            self._launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
+            self.launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
         except LaunchError as exc:
             # Its host failed the start (gone since the check above, or broken): that worker's
             # failure, not the run's. An elastic run leaves it out if its host is now lost.
             if self.members.elastic and self.backend.lost_hosts([host], 0.0, self.stop_event):
-                self._worker_restarts -= 1  # a host lost spends no restart
-                self._fail(attempt, key, _host_gone(code, host), code)
+                self.worker_restarts -= 1  # a host lost spends no restart
+                self.report.fail(attempt, key, _host_gone(code, host), code)
                 return False
-            self._fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
+            self.report.fail(attempt, key, f"restarting it failed: {exc.lines[0]}", code)
             return False
         exits[key] = None
         order.remove(key)
         return True
 
-    def _sessions_lost(self, attempt: Attempt) -> None:
+    def sessions_lost(self, attempt: Attempt) -> None:
         """A failed attempt's tasks whose sessions were lost (each still running polled once more:
         its host's connection may have dropped with the others'): their hosts, and when."""
-        for handle in list(self._handles.values()):
+        for handle in list(self.group.handles.values()):
             handle.poll()
             lost = handle.session_lost
             if lost is not None:
                 host = handle.task.host
                 attempt.sessions_lost[host] = min(lost, attempt.sessions_lost.get(host, lost))
 
-    def _let_survivors_save(self, attempt: Attempt) -> None:
+    def let_survivors_save(self, attempt: Attempt) -> None:
         """A failed attempt whose group may be saving: the tasks still running are stopped
         gracefully, not killed at once. Two ways a save is under way when an attempt fails:
         a host's shutdown (a Spot preemption) sends SIGTERM to its tasks as it ends their
@@ -198,15 +227,15 @@ class AttemptPhases:
         collective: no save comes). Nothing waits for a saved task's exit: TensorFlow's
         shutdown can wait seconds for a peer on the host going down. A task that failed on its
         own (a crash) gets its peers killed at once: they cannot save without it."""
-        handles = list(self._handles.values())
+        handles = list(self.group.handles.values())
         survivors = [h for h in handles if h.poll() is None and h.session_lost is None]
-        with self._lock:
-            agreed = any(h.key in self._saving for h in handles)
+        with self.group.lock:
+            agreed = any(h.key in self.group.saving for h in handles)
         lost = any(h.session_lost is not None for h in handles)
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
         start = self.clock()
-        look = min(self.watchdog.stop_grace, max(SAVE_LOOK_MIN, SAVE_LOOK * self._step_seconds(survivors)))
+        look = min(self.watchdog.stop_grace, max(SAVE_LOOK_MIN, SAVE_LOOK * self.step_seconds(survivors)))
         keys = ", ".join(h.key for h in survivors)
         self.console.info(f"stopping {keys} (SIGTERM; a save they start within {look:.1f} s is awaited, "
                           f"up to watchdog.stop_grace={self.watchdog.stop_grace:g} s; else SIGKILL)")
@@ -220,14 +249,14 @@ class AttemptPhases:
                     running.remove(h)
                     self.record.write(ev.Stopped(task=h.key, code=code))
             now = self.clock()
-            with self._lock:  # (both are this attempt's: _launch clears a task's marks)
-                saving = [h.key for h in running if h.key in self._saving]
-                unsaved = [k for k in saving if k not in self._saved]
+            with self.group.lock:  # (both are this attempt's: a new process clears its marks)
+                saving = [h.key for h in running if h.key in self.group.saving]
+                unsaved = [k for k in saving if k not in self.group.saved]
             if not running or (saving and not unsaved) or now - start > (self.watchdog.stop_grace if saving else look):
                 return
             time.sleep(min(self.poll_interval, 0.05))
 
-    def _step_seconds(self, handles) -> float:
+    def step_seconds(self, handles) -> float:
         """The slowest of these tasks' seconds per step in this attempt (from their progress
         lines; 0 when none trained two steps yet)."""
         tasks = self.view.snapshot().tasks
@@ -238,20 +267,20 @@ class AttemptPhases:
                 paces.append((tp.last_time - tp.first_time) / (tp.last_step - tp.first_step))
         return max(paces, default=0.0)
 
-    def _hung(self, now: float, exits: dict, since: float) -> Optional[str]:
-        with self._lock:
+    def hung(self, now: float, exits: dict, since: float) -> Optional[str]:
+        with self.group.lock:
             stale = [
-                (max(since, self._activity[k]), k)
-                for k in self._handles
+                (max(since, self.group.activity[k]), k)
+                for k in self.group.handles
                 if exits.get(k) is None and hang_watched(k)
-                and now - max(since, self._activity.get(k, now)) > self.watchdog.hang_timeout
+                and now - max(since, self.group.activity.get(k, now)) > self.watchdog.hang_timeout
             ]
         if not stale:
             return None
         # A stopped process is the likeliest culprit; otherwise the one silent the longest,
         # except tasks that are silent by design (PSS servers), which only count when stopped.
         for _, key in sorted(stale):
-            if self._handles[key].state_note():
+            if self.group.handles[key].state_note():
                 return key
         silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
         return sorted(silent)[0][1] if silent else None

@@ -207,7 +207,7 @@ def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: floa
     extra = {} if clock is None else {"clock": clock}
     sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
                      poll_interval=poll_interval, spec=spec, **extra)
-    sup.standby_after_ready = standby_after_ready
+    sup.prewarm.after_ready = standby_after_ready
     if stop_after is not None:
         start = backend.start
 

@@ -22,48 +22,61 @@ from worker.pss.chief import (describe_partitioning, evaluate_and_save, evaluate
 from worker.tensorboard import Scalars
 
 
-def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
-    tf.keras.utils.set_random_seed(args.seed)
-    strategy = make_strategy(args, task)
-    data = load_data(args)
-    per_epoch = steps_per_epoch(args, data)
-    total_steps = args.epochs * per_epoch
-    save_every = per_epoch if args.save_freq == "epoch" else int(args.save_freq)
-    batch = args.batch_size
+class _Parts:
+    """The model, its optimizer and the training metrics, made in the strategy's scope (the loss
+    sum and count are variables: the replicas on the workers add to them)."""
 
-    with strategy.scope():
-        model = build_cnn(data.shape, data.num_classes, args.learning_rate)
-        optimizer = model.optimizer
-        train_accuracy = keras.metrics.SparseCategoricalAccuracy()
-        loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
-        loss_count = tf.Variable(0.0, dtype=tf.float32, trainable=False)
-    describe_partitioning(model)
-    loss_fn = per_example_loss()
+    def __init__(self, args: argparse.Namespace, data, strategy) -> None:
+        with strategy.scope():
+            self.model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+            self.optimizer = self.model.optimizer
+            self.train_accuracy = keras.metrics.SparseCategoricalAccuracy()
+            self.loss_sum = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+            self.loss_count = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+        describe_partitioning(self.model)
+        self.loss_fn = per_example_loss()
 
-    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    def epoch_figures(self) -> tuple[float, float]:
+        """The mean training loss and the accuracy since the last reset."""
+        n = float(self.loss_count.numpy())
+        return (float(self.loss_sum.numpy()) / n if n else float("nan")), float(self.train_accuracy.result())
+
+    def reset_epoch(self) -> None:
+        self.train_accuracy.reset_states()
+        self.loss_sum.assign(0.0)
+        self.loss_count.assign(0.0)
+
+
+def _per_worker_iterator(args: argparse.Namespace, strategy, coordinator):
     dataset_fn = make_dataset_fn(args)
 
     @tf.function
     def per_worker_dataset_fn():
         return strategy.distribute_datasets_from_function(dataset_fn)
 
-    per_worker_iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+    return iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
+
+def _train_step(strategy, parts: _Parts, batch: int):
+    """The step the coordinator schedules: one batch on a worker, its loss summed over replicas."""
     @tf.function
     def train_step(iterator):
         def replica_fn(inputs):
             images, labels = inputs
-            loss = gradient_step(model, loss_fn, train_accuracy, images, labels, batch)
-            loss_sum.assign_add(loss)
-            loss_count.assign_add(1.0)
+            loss = gradient_step(parts.model, parts.loss_fn, parts.train_accuracy, images, labels, batch)
+            parts.loss_sum.assign_add(loss)
+            parts.loss_count.assign_add(1.0)
             return loss
 
         losses = strategy.run(replica_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
-    p = Layout(model_dir)
-    ckpt_dir = p.custom_checkpoints
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    return train_step
+
+
+def _checkpoint_saver(ckpt_dir: Path, parts: _Parts):
+    """Restore the newest checkpoint in ``ckpt_dir`` if there is one: save(step) writes the next."""
+    checkpoint = tf.train.Checkpoint(model=parts.model, optimizer=parts.optimizer)
     manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=3)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).expect_partial()
@@ -75,7 +88,33 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         emit("checkpoint", global_step=step, path=path)
         backed_up(step, began)
 
-    global_step = int(optimizer.iterations.numpy())
+    return save
+
+
+def _next_boundary(global_step: int, total_steps: int, per_epoch: int, save_every: int, progress_every: int) -> int:
+    """The next step at which to join: a progress line, an epoch's end, a checkpoint or the end."""
+    return min([total_steps, (global_step // per_epoch + 1) * per_epoch,
+                (global_step // save_every + 1) * save_every,
+                (global_step // progress_every + 1) * progress_every])
+
+
+def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
+    tf.keras.utils.set_random_seed(args.seed)
+    strategy = make_strategy(args, task)
+    data = load_data(args)
+    per_epoch = steps_per_epoch(args, data)
+    total_steps = args.epochs * per_epoch
+    save_every = per_epoch if args.save_freq == "epoch" else int(args.save_freq)
+    batch = args.batch_size
+
+    parts = _Parts(args, data, strategy)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    per_worker_iterator = _per_worker_iterator(args, strategy, coordinator)
+    train_step = _train_step(strategy, parts, batch)
+    p = Layout(model_dir)
+    save = _checkpoint_saver(p.custom_checkpoints, parts)
+
+    global_step = int(parts.optimizer.iterations.numpy())
     epoch, step_in_epoch = divmod(global_step, per_epoch)
     emit("start", epoch=epoch, step=step_in_epoch, global_step=global_step, time=f"{time.time():.3f}",
          **start_fields(strategy, task, batch), epochs=args.epochs, steps_per_epoch=per_epoch)
@@ -91,17 +130,14 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
         if first_step_time is None:
             target = global_step + 1
         else:
-            nxt = [total_steps, (global_step // per_epoch + 1) * per_epoch,
-                   (global_step // save_every + 1) * save_every,
-                   (global_step // args.progress_every + 1) * args.progress_every]
-            target = min(nxt)
+            target = _next_boundary(global_step, total_steps, per_epoch, save_every, args.progress_every)
         for _ in range(target - scheduled):
             coordinator.schedule(train_step, args=(per_worker_iterator,))
             if args.step_delay > 0:
                 time.sleep(args.step_delay)
         scheduled = target
         coordinator.join()
-        global_step = int(optimizer.iterations.numpy())
+        global_step = int(parts.optimizer.iterations.numpy())
         if global_step != scheduled:
             # The optimizer's counter is the source of truth (it is what checkpoints restore).
             print(f"worker: note: optimizer.iterations={global_step} after {scheduled} scheduled steps", flush=True)
@@ -115,23 +151,19 @@ def run_custom(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int
             emit("step", epoch=(global_step - 1) // per_epoch, step=(global_step - 1) % per_epoch + 1,
                  global_step=global_step, time=f"{time.time():.3f}")
         if global_step % per_epoch == 0 or global_step >= total_steps:
-            n = float(loss_count.numpy())
-            train_loss = float(loss_sum.numpy()) / n if n else float("nan")
-            train_acc = float(train_accuracy.result())
+            train_loss, train_acc = parts.epoch_figures()
             tested = {}
             if args.epoch_eval:
-                test_loss, test_accuracy = evaluate_plain(model, data, args)[:2]
+                test_loss, test_accuracy = evaluate_plain(parts.model, data, args)[:2]
                 tested = {"test_loss": f"{test_loss:.4f}", "test_accuracy": f"{test_accuracy:.4f}"}
-            epoch_end(math.ceil(global_step / per_epoch), global_step, train_loss, train_acc, throughput, optimizer,
-                      scalars, extra=tested)
-            train_accuracy.reset_states()
-            loss_sum.assign(0.0)
-            loss_count.assign(0.0)
+            epoch_end(math.ceil(global_step / per_epoch), global_step, train_loss, train_acc, throughput,
+                      parts.optimizer, scalars, extra=tested)
+            parts.reset_epoch()
         if global_step % save_every == 0 or global_step >= total_steps:
             save(global_step)
 
     rate = throughput.rate()
-    loss, accuracy = evaluate_and_save(model, data, args, p.final)
+    loss, accuracy = evaluate_and_save(parts.model, data, args, p.final)
     emit("result", task=task.key, epochs=args.epochs, steps_run=global_step - start_global, global_step=global_step,
          examples_per_sec=f"{rate:.1f}", accuracy=f"{accuracy:.4f}", loss=f"{loss:.4f}",
          train_loss=f"{train_loss:.4f}", train_accuracy=f"{train_acc:.4f}")
