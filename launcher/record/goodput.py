@@ -12,7 +12,9 @@ snapshot stays small however long the run trains). Of the events it reads ``time
   ``failure``, ``host_lost``, ``host_preempted``, ``restart``; a ``replan`` without one (a grow)
   ends it too, as a planned stop;
 * waiting: from a ``host_lost`` to the ``host_added`` (``spare`` false) the group waited for,
-  with no ``replan`` or ``start`` between.
+  with no ``replan`` or ``start`` between; and from a ``host_wait`` (fewer than tasks.worker.min
+  workers can run) to the next ``start``, ``replan``, ``restart`` or ``outcome``. The preflight's
+  wait at ``up`` is written before ``run_start``: elapsed then starts at that wait.
 
 Of a task's lines, their own ``time=`` (the record's log lines carry no other time): ``start``
 (``global_step``: the step the attempt resumed at), ``first_step``, ``step`` and ``epoch``
@@ -87,6 +89,7 @@ class Marks:
     restarts: list[float] = field(default_factory=list)  # restart and replan events' times
     _attempt: int = 0
     _waiting_since: Optional[float] = None
+    _held_since: Optional[float] = None  # a host_wait (below tasks.worker.min) not yet ended
 
     def event(self, record: Mapping[str, Any]) -> None:
         kind, at = record.get("event"), _num(record.get("time"))
@@ -94,8 +97,15 @@ class Marks:
             return
         attempt = record.get("attempt")
         attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else self._attempt
+        if kind in (Event.START, Event.REPLAN, Event.RESTART, Event.OUTCOME):
+            self._end_hold(at)
         if kind == Event.RUN_START:
-            self.started = at
+            # The preflight's wait below min came first (its host_wait events lead the record):
+            # the user waited from there, so elapsed does too.
+            self.started = at if self._held_since is None else min(at, self._held_since)
+            self._end_hold(at)
+        elif kind == Event.HOST_WAIT:
+            self._held_since = at if self._held_since is None else self._held_since
         elif kind == Event.OUTCOME:
             self.ended = at
             self._end_wait(at, waited=False)
@@ -177,7 +187,7 @@ class Marks:
                 "launched": [[k, v] for k, v in self.launched.items()], "faults": [[k, v] for k, v in self.faults.items()],
                 "planned": [[k, v] for k, v in self.planned.items()], "waits": [list(w) for w in self.waits],
                 "restarts": list(self.restarts),
-                "attempt": self._attempt, "waiting_since": self._waiting_since}
+                "attempt": self._attempt, "waiting_since": self._waiting_since, "held_since": self._held_since}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Marks":
@@ -191,7 +201,13 @@ class Marks:
                   restarts=[float(t) for t in data.get("restarts") or ()])
         out._attempt = int(data.get("attempt") or 0)
         out._waiting_since = data.get("waiting_since")
+        out._held_since = data.get("held_since")
         return out
+
+    def _end_hold(self, at: float) -> None:
+        if self._held_since is not None:
+            self.waits.append([self._held_since, max(at, self._held_since)])
+            self._held_since = None
 
     def _end_wait(self, at: float, waited: bool) -> None:
         if self._waiting_since is not None and waited:
@@ -349,7 +365,15 @@ def _step_time(spans: list[Span]) -> float:
 
 
 def _overlap(waits: list[list[float]], a: float, b: float) -> float:
-    return sum(max(0.0, min(b, w1) - max(a, w0)) for w0, w1 in waits)
+    """The time in [a, b] inside any of ``waits`` (overlapping waits count once: a host lost and
+    the group below min at once)."""
+    total, reach = 0.0, a
+    for w0, w1 in sorted(waits):
+        lo, hi = max(reach, w0), min(b, w1)
+        if hi > lo:
+            total += hi - lo
+            reach = hi
+    return total
 
 
 def _num(value: Any) -> Optional[float]:

@@ -310,3 +310,22 @@ def test_a_hang_until_the_watchdog_is_recovery_not_redone():
     g = run.ev("outcome", 37.0, outcome="succeeded").measure()
     assert g.badput["redone"] == pytest.approx(0.1 + 1.0, abs=0.01)  # step 51 again; 1 s after the last line
     assert g.badput["recovery"] == pytest.approx(31.0 - 9.0)
+
+
+def test_the_wait_below_min_is_waiting_from_the_preflight_and_mid_run_counted_once():
+    # The preflight waited 30 s for hosts below tasks.worker.min (its host_wait leads the record).
+    run = Run()
+    run.marks = Marks()
+    run.ev("host_wait", 0.0, hosts=["h2"], have=1, need=2, until=60.0, wait=60.0)
+    run.ev("run_start", 30.0, tasks=["worker:0", "worker:1"]).attempt(0, 31.0)
+    run.train("worker:0", 0, 32.0, 35.0, 101, 45.0)
+    # Mid-run: h2 lost, the group below min waits for it, h2 back, a replan: both waits are one.
+    run.ev("host_lost", 46.0, host="h2", suspect=True, attempt=0)
+    run.ev("host_wait", 47.0, hosts=["h2"], have=1, need=2, until=107.0, wait=60.0, attempt=1)
+    run.ev("host_added", 70.0, host="h2", spare=False).ev("replan", 71.0, attempt=1, plan=2).attempt(1, 72.0)
+    run.train("worker:0", 100, 73.0, 75.0, 201, 85.0)
+    g = run.ev("outcome", 86.0, outcome="succeeded").measure()
+    assert g.elapsed == pytest.approx(86.0)  # from the preflight's wait, not run_start
+    assert g.badput["waiting"] == pytest.approx(30.0 + (71.0 - 46.0))
+    assert g.badput["startup"] == pytest.approx(35.0 - 30.0)
+    assert Marks.from_json(run.marks.to_json()).waits == run.marks.waits
