@@ -366,6 +366,14 @@ def test_a_wait_below_min_at_up_is_in_the_record_before_the_run_starts(lab, make
     assert 119 <= wait["until"] - wait["time"] <= 121, wait
     assert recorded[1]["tasks"] == ["worker:0", "worker:1"]
     assert "[worker:1] up" in out
+    # Goodput: the user waited from the preflight's wait, so elapsed starts there and that time
+    # is waiting, not startup.
+    status = tfcluster("status", "--json", str(spec))
+    assert status.returncode == 0, status.stderr[-2000:]
+    goodput = json.loads(status.stdout)["goodput"]
+    waited = recorded[1]["time"] - wait["time"]
+    assert waited > 1 and goodput["badput"]["waiting"] == pytest.approx(waited, abs=0.01), (goodput, waited)
+    assert goodput["elapsed"] >= waited, goodput
     nothing_left(lab)
 
 
