@@ -26,6 +26,7 @@ left in the namespaces (``ip netns pids``: slurmstepd and the tasks), never by n
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import stat
@@ -304,6 +305,24 @@ class SlurmLab:
         end = time.monotonic() + 30
         while self.jobs() and time.monotonic() < end:
             time.sleep(0.2)
+
+    def out_of_service(self) -> dict[str, str]:
+        """Nodes Slurm took out of service (DRAIN, DOWN, FAIL in their state), each with Slurm's
+        own reason (``scontrol show node``'s Reason=, e.g. "Kill task failed": a step's processes
+        outlived UnkillableStepTimeout)."""
+        out = self.run("scontrol", "show", "node", "-o", check=False).stdout
+        found = {}
+        for line in out.splitlines():
+            fields = dict(f.split("=", 1) for f in re.findall(r"(\w+=(?:\S+(?: (?!\w+=)\S+)*))", line))
+            state = fields.get("State", "")
+            if any(word in state for word in ("DRAIN", "DOWN", "FAIL")):
+                found[fields.get("NodeName", "?")] = f"{state}: {fields.get('Reason', 'no reason given')}"
+        return found
+
+    def resume(self, nodes: "list[str]") -> None:
+        """Put nodes Slurm took out of service back (between tests, once their reason is said)."""
+        for node in nodes:
+            self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
 
     def stop(self) -> None:
         for job in self.jobs() if self.slurmctld is not None and self.slurmctld.poll() is None else []:

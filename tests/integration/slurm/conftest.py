@@ -21,9 +21,18 @@ def lab(slurm):
     problem = slurm.bridge_ok()
     assert problem is None, f"the slurm lab broke before this test: {problem}"
     slurm.cancel_all()
+    left = slurm.out_of_service()
+    slurm.resume(list(left))  # (said by the test that left them: below)
     slurm.wait_idle(30)
     yield slurm
     slurm.cancel_all()
+    # A node Slurm took out of service during this test is this test's trouble, in Slurm's words;
+    # it is put back so that the tests after it do not fail for it too.
+    left = slurm.out_of_service()
+    if left:
+        slurm.resume(list(left))
+        pytest.fail("Slurm took node(s) out of service during this test: "
+                    + "; ".join(f"{node} {why}" for node, why in sorted(left.items())), pytrace=False)
 
 
 @pytest.fixture
