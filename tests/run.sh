@@ -35,14 +35,17 @@ if [ "${TFCLUSTER_TEST_SHARDS:-2}" = 1 ]; then
     exec python -m pytest "$@"
 fi
 local_log=$(mktemp /tmp/tfcluster-tests-local.XXXXXX)
-# A background job of a script starts with SIGINT ignored; give pytest back its Ctrl-C (the
-# terminal sends it to both shards: one process group).
-python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' \
-    --shard local "$@" > "$local_log" 2>&1 &
+# A background job of a script starts with SIGINT ignored, and so does everything this script
+# starts when it is itself such a job (a CI runner's, `nohup ... &`); give each pytest back its
+# Ctrl-C (the terminal sends it to both shards: one process group).
+pytest_with_ctrl_c() {
+    python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' "$@"
+}
+pytest_with_ctrl_c --shard local "$@" > "$local_log" 2>&1 &
 local_pid=$!
 trap 'kill -TERM "$local_pid" 2>/dev/null || true' TERM
 set +e
-python -m pytest --shard labs "$@"
+pytest_with_ctrl_c --shard labs "$@"
 labs=$?
 wait "$local_pid"
 local=$?
