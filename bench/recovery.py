@@ -251,6 +251,9 @@ class SlurmBackend:
             "watchdog": {"startup_timeout": 180, "stop_grace": 5}, "workdir": str(ROOT),
             "slurm": {"partition": PARTITION, "time": "15", "python": sys.executable, "queue_timeout": 30},
             "env": tf_env(work.parent / "tfds"), "restart": {"max_restarts": 1, "warm_standby": warm},
+            # The lab's GPUs are gres device files no TensorFlow can use: the reference worker,
+            # given them, trains on CPU as told instead of failing fast (as the lab's tests say).
+            "devices": {"cpu_fallback": True},
         }
         path = work / "cluster.yaml"
         path.write_text(yaml.safe_dump(spec, sort_keys=False))

@@ -333,10 +333,11 @@ def measure(marks: Marks, now: float) -> Optional[Goodput]:
 def _ready_spans(marks: Marks, end: float) -> list[Span]:
     """Without step lines: each attempt trains (at most) from its attempt_ready to its fault or the end.
 
-    An attempt that ended without an attempt_ready (its tasks never opened their ports: a script
-    that trains without a cluster server, or one that ends first) trained at most from its last
-    task's start: an upper bound must not be below what the run may have trained. The attempt
-    still running without one is starting (its ports are not open yet)."""
+    An attempt that ended without an attempt_ready and without a fault (its tasks never opened
+    their ports: a script that computes without a cluster server) trained at most from its last
+    task's start: an upper bound must not be below what the run may have trained. One that failed
+    first never showed a sign of training (a usage error at start-up): none. The attempt still
+    running without one is starting (its ports are not open yet)."""
     out = []
     ended = marks.ended is not None
     attempts = sorted(set(marks.ready) | set(marks.launched))
@@ -344,7 +345,7 @@ def _ready_spans(marks: Marks, end: float) -> list[Span]:
         last = marks.faults.get(a, marks.planned.get(a))
         later = attempts[i + 1] if i + 1 < len(attempts) else None
         first = marks.ready.get(a)
-        if first is None and (last is not None or later is not None or ended):
+        if first is None and a not in marks.faults and (last is not None or later is not None or ended):
             first = marks.launched[a]
         if first is None:
             continue
