@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import pty
-import time
 
 import pytest
 import yaml
 
 from launcher.bounded import for_terminal, yaml_comment
-from tests.support.cli import tfcluster, tfcluster_argv
+from tests.support.cli import output_on_terminal, tfcluster, tfcluster_argv
 
 from .conftest import assert_bounded
 
@@ -75,24 +72,6 @@ def test_yaml_comment_and_for_terminal_leave_no_line_break_nor_escape():
     assert for_terminal("a\x1b]52;c;ZXZpbA==\x07b\x1bP1$r\x1b\\c\x1b_x\x1b\\d\u009b2Je\x1b[2Jf") == "abcd2Jef"
 
 
-def _pty_output(argv, cwd, timeout=60.0) -> bytes:
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.chdir(cwd)
-        os.execvp(argv[0], argv)
-    out = bytearray()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        out += data
-    os.waitpid(pid, 0)
-    os.close(fd)
-    return bytes(out)
 
 
 def test_a_run_dir_and_file_name_with_escapes_reach_no_terminal_raw(tmp_path):
@@ -105,6 +84,6 @@ def test_a_run_dir_and_file_name_with_escapes_reach_no_terminal_raw(tmp_path):
         result = tfcluster(*args, cwd=where, timeout=120)
         assert_bounded(result, 0, output=True)
     for plain in (("--plain",), ()):  # prefixed lines, and the live panel
-        seen = _pty_output(tfcluster_argv("up", *plain, spec), where)
+        seen = output_on_terminal(tfcluster_argv("up", *plain, spec), where)
         assert b"\x1b]0;PWN" not in seen and b"\x1b[2J" not in seen, seen[-2000:]
         assert b"\\x1b]0;PWN\\x07" in seen, seen[-2000:]

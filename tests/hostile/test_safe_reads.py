@@ -5,14 +5,13 @@ leaves the run dir; a file that is no spec is never quoted; `logs` on a terminal
 from __future__ import annotations
 
 import os
-import pty
 import shutil
 import subprocess
 import time
 
 import pytest
 
-from tests.support.cli import tfcluster, tfcluster_argv
+from tests.support.cli import output_on_terminal, tfcluster, tfcluster_argv
 
 from .conftest import ESCAPES, SECRET, assert_bounded, plant_socket
 
@@ -122,29 +121,10 @@ def test_a_spec_symlinked_to_a_secret_is_never_quoted(tmp_path, secret):
             assert part not in said, (args, said)
 
 
-def _on_terminal(argv, cwd, timeout=30.0) -> bytes:
-    """What ``argv`` writes on a pseudo-terminal, to its end."""
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.chdir(cwd)
-        os.execvp(argv[0], argv)
-    out = bytearray()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        out += data
-    os.waitpid(pid, 0)
-    os.close(fd)
-    return bytes(out)
 
 
 def test_logs_on_a_terminal_keeps_colours_and_drops_osc_dcs_apc_into_a_pipe_the_bytes_are_the_tasks(recorded):
-    seen = _on_terminal(tfcluster_argv("logs", "r.yaml"), recorded)
+    seen = output_on_terminal(tfcluster_argv("logs", "r.yaml"), recorded, timeout=30.0)
     assert b"\x1b[31mred\x1b[0m" in seen, seen
     for sequence in (b"\x1b]", b"\x1bP", b"\x1b_", b"\x07", b"TITLE", b"ZXZpbA=="):
         assert sequence not in seen, (sequence, seen)

@@ -116,3 +116,29 @@ def start_on_terminal(*args, cwd: Optional[Path] = None) -> tuple[subprocess.Pop
     finally:
         os.close(slave)
     return proc, master
+
+
+def output_on_terminal(argv, cwd: Optional[Path] = None, timeout: float = 60.0) -> bytes:
+    """What ``argv`` writes on a pseudo-terminal (its controlling terminal), to its end or
+    ``timeout`` s, run from ``cwd`` (default: here)."""
+    import pty
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        if cwd is not None:
+            os.chdir(cwd)
+        os.execvp(argv[0], argv)
+    out = bytearray()
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        out += data
+    os.waitpid(pid, 0)
+    os.close(fd)
+    return bytes(out)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import alive
-from tests.support.cli import tfcluster, tfcluster_argv
+from tests.support.cli import output_on_terminal, tfcluster, tfcluster_argv
 from tests.support.ssh_helpers import launch, pidfiles, wait_gone
 
 from .conftest import PY
@@ -87,30 +87,11 @@ ESCAPES = ("import sys; sys.stdout.write('\\x1b[32mgreen\\x1b[0m \\x1b]52;c;ZXZp
            "\\x1b]2;PWNED2\\x1b\\\\\\x1bP1$r\\x1b\\\\\\x1b_apc\\x1b\\\\\\x1b[2Jdone\\n'); sys.stdout.flush()")
 
 
-def _on_terminal(argv, timeout: float = 180.0) -> bytes:
-    import pty
-
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.execvp(argv[0], argv)
-    out = bytearray()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        out += data
-    os.waitpid(pid, 0)
-    os.close(fd)
-    return bytes(out)
 
 
 def test_the_supervisor_relay_shows_a_tasks_colours_but_no_other_escape_on_the_terminal(lab, make_spec):
     spec = make_spec([PY, "-c", ESCAPES], workers=2, hosts=["h1", "h2"], ssh={"supervisor": "h1"})
-    seen = _on_terminal(tfcluster_argv("up", "--plain", str(spec)))
+    seen = output_on_terminal(tfcluster_argv("up", "--plain", str(spec)), timeout=180.0)
     assert seen.count(b"\x1b[32mgreen\x1b[0m done") == 2, seen[-3000:]  # both tasks' lines, colours kept
     for raw in (b"\x1b]52", b"\x1b]0;", b"\x1b]2;", b"PWNED", b"\x1bP", b"\x1b_", b"\x1b[2J", b"\x07"):
         assert raw not in seen, (raw, seen[-3000:])
