@@ -19,6 +19,7 @@ import pytest
 
 from launcher.procinfo import cmdline, start_time
 from tests.support.cli import tfcluster
+from tests.support.waits import wait_for
 
 from .conftest import assert_bounded
 
@@ -27,10 +28,8 @@ def _someone_elses(env: dict | None = None) -> subprocess.Popen:
     """A process of this machine that no run started (a session of its own, as a task group's leader)."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
                             env={**os.environ, **(env or {})})
-    end = time.monotonic() + 10
-    while start_time(proc.pid) is None or not cmdline(proc.pid):
-        assert time.monotonic() < end, "the process did not show in /proc within 10 s"
-        time.sleep(0.01)
+    wait_for(lambda: start_time(proc.pid) is not None and cmdline(proc.pid), 10, interval=0.01,
+             what="the process to show in /proc")
     return proc
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.processes import alive
 from tests.support.cli import output_on_terminal, tfcluster, tfcluster_argv
+from tests.support.waits import wait_for
 from tests.support.ssh_helpers import launch, pidfiles, wait_gone
 
 from .conftest import PY
@@ -31,10 +31,8 @@ def _start_ticks(pid: int) -> str:
 def _victim(*argv: str) -> subprocess.Popen:
     """A process of the host's that is not the run's (the lab's hosts share this pid namespace)."""
     proc = subprocess.Popen(list(argv), start_new_session=True)
-    end = time.monotonic() + 10
-    while not Path(f"/proc/{proc.pid}/cmdline").read_bytes():
-        assert time.monotonic() < end, "the victim process did not show in /proc within 10 s"
-        time.sleep(0.01)
+    wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(), 10, interval=0.01,
+             what="the victim process to show in /proc")
     return proc
 
 
