@@ -28,9 +28,9 @@ timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-che
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# Two shards at once (tests/conftest.py, --shard): the labs' tests and the unit tests here, every
-# other test in a second pytest started beside it, whose output follows this one's. Together they
-# keep the 2 cores busy where one pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest.
+# Two shards at once (tests/conftest.py, --shard): the labs' tests here, every other test (the unit
+# tests and TensorFlow on this machine) in a second pytest started beside it, whose output follows
+# this one's. Together they keep the 2 cores busy where one pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest.
 if [ "${TFCLUSTER_TEST_SHARDS:-2}" = 1 ]; then
     exec python -m pytest "$@"
 fi

@@ -96,8 +96,14 @@ def _zombie(pid: int) -> bool:
         return False
 
 
+# How long a session waits for another one's engine (the lock below) and, in the fixtures, for the
+# engine to be ready: 30 minutes, or TFCLUSTER_TEST_DOCKER_WAIT_S where suites run side by side on
+# purpose (tests/race_hunt.sh) and one waits for a whole suite of another's.
+SESSION_WAIT_S = float(os.environ.get("TFCLUSTER_TEST_DOCKER_WAIT_S", "1800"))
+
+
 @contextlib.contextmanager
-def session_lock(timeout: float = 1800.0) -> Iterator[None]:
+def session_lock(timeout: float = SESSION_WAIT_S) -> Iterator[None]:
     """One test session at a time uses the private engine (its paths are fixed per machine).
 
     Held for the whole session, so a dockerd found via our pidfile while we hold the lock can
@@ -413,13 +419,13 @@ class Warmup:
         if not event.wait(timeout):
             raise RuntimeError(f"the docker warm-up did not {what} within {timeout:g} s")
 
-    def engine(self, timeout: float = 1800.0) -> Engine:
+    def engine(self, timeout: float = SESSION_WAIT_S) -> Engine:
         self._wait(self._engine_ready, "start the engine", timeout)
         if self._engine is None:
             raise RuntimeError(f"the private docker engine did not start: {self._error}") from self._error
         return self._engine
 
-    def images(self, timeout: float = 1800.0) -> None:
+    def images(self, timeout: float = SESSION_WAIT_S) -> None:
         self._wait(self._done, "build the images", timeout)
         if self._error is not None:
             raise RuntimeError(f"the docker test images could not be prepared: {self._error}") from self._error
