@@ -13,12 +13,15 @@ from tests.support.cli import tfcluster
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
-# 90 steps: after step 10, 80 (8 s or more) for status and down, two CLI starts, to land in.
-CUSTOM = "python -m worker --loop custom --epochs 3 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
+# 90 steps: after step 10, 80 for status and down, two CLI starts, to land in. At 0.05 s a step
+# that was 4-6 s, and in three suites run side by side at load 10-12 the training ended before
+# `down` came (every worker logged step 90; the outcome: interrupted, nothing saved). At 1 s a step
+# the window is 80 s; the resumed run, which needs no window, goes at full speed.
+CUSTOM = "python -m worker --loop custom --epochs 3 --steps-per-epoch 30 --step-delay {delay} --progress-every 5"
 
 
 def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, CUSTOM)
+    spec = write_spec(tmp_path, tfds_dir, CUSTOM.format(delay=1))
     spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
     try:
         res = tfcluster("up", str(spec), "--detach", timeout=300)
@@ -40,6 +43,9 @@ def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_
         status = tfcluster("status", str(spec))
         assert status.returncode == 1 and ": stopped," in status.stdout.splitlines()[0], status.stdout
         assert_no_processes(spec)
+        text = spec.read_text()
+        assert CUSTOM.format(delay=1) in text
+        spec.write_text(text.replace(CUSTOM.format(delay=1), CUSTOM.format(delay=0)))
         result = up(spec)
         assert result.returncode == 0, result.stdout[-3000:]
         assert int(progress(result.stdout, "start")[0]["global_step"]) == saved[0]  # zero steps redone
