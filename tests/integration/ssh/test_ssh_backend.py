@@ -88,6 +88,13 @@ def test_a_hosts_tasks_get_consecutive_ranks(lab, make_spec):
 SLEEPER = "import os,time; print('ATTEMPT', os.environ['TFCLUSTER_RESTART_COUNT'], flush=True); time.sleep(120)"
 
 
+# What tells "named at once" from a hang: the connection and probe deadlines are 3 s, and what
+# they bound would otherwise wait for the kernel's SYN retries (about 127 s) or the watchdog's
+# startup timeout. Not a speed figure: at load 10-12 (three suites side by side) one such `up`
+# took 16.2 s; the four tests that use it took 12 s together at load 5-8.
+HANG = 60
+
+
 def _up_behind_firewall(spec: Path, host, rule: str) -> tuple[subprocess.CompletedProcess, float]:
     """`tfcluster up` while ``host`` drops what ``rule`` matches; (result, seconds taken)."""
     firewall(host, rule)
@@ -177,7 +184,7 @@ def test_host_with_sshd_down_is_named_and_nothing_starts(lab, make_spec):
     assert "host h1" not in proc.stderr and "host h2" not in proc.stderr  # only the failing host is named
     assert not (spec.parent / "remote").exists()  # nothing was started, nothing even uploaded
     assert "TASK|" not in proc.stdout
-    assert took < 15
+    assert took < HANG, took
 
 
 def test_every_failing_host_is_named_with_its_own_reason(lab, make_spec, tmp_path):
@@ -195,7 +202,7 @@ def test_every_failing_host_is_named_with_its_own_reason(lab, make_spec, tmp_pat
     assert "nothing was started: 2 of 3 hosts unreachable" in proc.stderr
     assert "host h1" not in proc.stderr and "Traceback" not in proc.stderr
     assert not (spec.parent / "remote").exists() and "TASK|" not in proc.stdout
-    assert took < 15
+    assert took < HANG, took
 
 
 def test_unknown_host_key_refused_by_default_and_accepted_with_opt_in(lab, make_spec, tmp_path):
@@ -233,7 +240,7 @@ def test_port_blocked_between_hosts_names_the_pair(lab, make_spec):
     assert f"host h2 cannot reach h1 {h1.address}:23456 (worker:0): timed out" in proc.stderr, proc.stderr
     assert "host h1 cannot reach" not in proc.stderr
     assert "TASK|" not in proc.stdout
-    assert took < 15
+    assert took < HANG, took
 
 
 def test_port_blocked_on_a_ring_pair_names_it(lab, make_spec):
@@ -246,7 +253,7 @@ def test_port_blocked_on_a_ring_pair_names_it(lab, make_spec):
     assert f"host h3 cannot reach h2 {h2.address}:23456 (worker:1): timed out" in proc.stderr, proc.stderr
     assert proc.stderr.count("cannot reach") == 1, proc.stderr
     assert "TASK|" not in proc.stdout
-    assert took < 15
+    assert took < HANG, took
 
 
 def test_a_pair_tensorflow_never_dials_is_not_probed(lab, make_spec):
