@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
                                      tensorboard_scalars, up, wait_line, write_spec)
+from tests.support.waits import read_rest
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 RUN_TIMEOUT = 240
@@ -190,7 +191,7 @@ def test_evaluator_on_sigterm_evaluates_what_was_written_and_times_out_cleanly(t
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
         # ... then training ends and the launcher stops the sidecar with SIGTERM.
         proc.send_signal(signal.SIGTERM)
-        out = "\n".join(seen) + "\n" + proc.communicate(timeout=60)[0]
+        out = "\n".join(seen) + "\n" + read_rest(proc, 60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -203,7 +204,7 @@ def test_evaluator_on_sigterm_evaluates_what_was_written_and_times_out_cleanly(t
     # A second evaluator: ckpt-001 predates it (skipped), nothing new comes, it gives up in time.
     proc = evaluator_proc(state, tfds_dir, "--epochs", "3", "--eval-timeout", "2")
     try:
-        out = proc.communicate(timeout=RUN_TIMEOUT)[0]
+        out = read_rest(proc, RUN_TIMEOUT)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -25,7 +25,7 @@ import pytest
 
 from tests.support.tfrun import RUN_TIMEOUT, assert_no_processes, progress, start, up, write_spec
 from tests.support.cli import ROOT
-from tests.support.waits import wait_line
+from tests.support.waits import read_rest, wait_line
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -55,7 +55,7 @@ def run_and_stop(spec, should_stop, what: str) -> tuple[int, str]:
             if should_stop(progress(seen[-1], "step")[0]):
                 break
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        rest = read_rest(proc, RUN_TIMEOUT)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -190,7 +190,7 @@ def test_evaluator_knows_the_custom_loops_final_checkpoint_whatever_its_global_s
         assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
         assert int(progress("\n".join(f"[worker:0] {l}" for l in train.stdout.splitlines()),
                             "result")[0]["steps_run"]) == EPOCHS * STEPS[1]
-        out = "\n".join(seen) + "\n" + evaluator.communicate(timeout=RUN_TIMEOUT)[0]
+        out = "\n".join(seen) + "\n" + read_rest(evaluator, RUN_TIMEOUT)
     finally:
         if evaluator.poll() is None:
             os.killpg(evaluator.pid, signal.SIGKILL)

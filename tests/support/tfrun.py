@@ -17,7 +17,7 @@ from launcher.contract.progress import parse
 from tests.support.cli import ROOT, start_tfcluster, tfcluster
 from tests.support.specs import local_spec
 from tests.support.processes import pids_with_env, task_pids
-from tests.support.waits import wait_for, wait_line
+from tests.support.waits import read_rest, wait_for, wait_line
 
 RUN_TIMEOUT = 300
 
@@ -81,7 +81,7 @@ def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT,
         for pattern, action in steps:
             wait_line(proc, pattern, seen, timeout)
             action(proc)
-        rest, _ = proc.communicate(timeout=timeout)
+        rest = read_rest(proc, timeout)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

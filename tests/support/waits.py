@@ -52,3 +52,28 @@ def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: fl
     why = f"no line matched {pattern!r} within {timeout:g} s (killed)" if expired.is_set() else \
         f"launcher ended before printing {pattern!r}"
     raise AssertionError(why + ":\n" + "\n".join(seen[-30:]))
+
+
+def read_rest(proc: subprocess.Popen, timeout: float) -> str:
+    """The rest of ``proc``'s output (a text pipe) to its end, ``proc`` waited for; after
+    ``timeout`` s its process group is killed and ``subprocess.TimeoutExpired`` raised (so ``proc``
+    must lead its own group). Read through the same file object as ``wait_line``: its read-ahead
+    keeps the lines after the matched one in that object's buffer, and ``Popen.communicate`` with
+    a timeout reads the file descriptor beneath it, so those lines would be lost (seen in three
+    suites run side by side: a resumed run's first ``tfcluster-start`` line, missing)."""
+    expired = threading.Event()
+
+    def kill() -> None:
+        expired.set()
+        os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    try:
+        rest = proc.stdout.read()
+        proc.wait()
+    finally:
+        timer.cancel()
+    if expired.is_set():
+        raise subprocess.TimeoutExpired(proc.args, timeout, output=rest)
+    return rest

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.tfrun import progress, wait_line
 from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
-from tests.support.waits import wait_for
+from tests.support.waits import read_rest, wait_for
 
 from .conftest import PY, start_tfcluster, tfcluster
 
@@ -114,7 +114,7 @@ def _wait_started(proc, count: int, timeout: float = 60) -> list[str]:
 
 def _finish(proc, timeout: float = 60) -> str:
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out = read_rest(proc, timeout)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

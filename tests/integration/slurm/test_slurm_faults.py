@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.processes import pids_with_env
 from tests.support.tfrun import progress, wait_line
-from tests.support.waits import wait_for
+from tests.support.waits import read_rest, wait_for
 
 from .conftest import start_tfcluster
 from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
@@ -33,7 +33,7 @@ def _run_and_act(lab, spec, pattern, action, timeout=300) -> tuple[int, str]:
     try:
         wait_line(proc, pattern, seen, timeout)
         action()
-        rest, _ = proc.communicate(timeout=timeout)
+        rest = read_rest(proc, timeout)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
