@@ -47,7 +47,7 @@ stop_hogs() {
 stop_all() {
     stop_hogs
     kill "$sampler" 2>/dev/null
-    for p in "${run_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done  # tests/run.sh passes it on
+    for p in "${run_pids[@]}"; do pkill -TERM -P "$p" 2>/dev/null; done  # tests/run.sh passes it on
 }
 trap stop_all EXIT
 # The load the runs met, a line a minute, beside the summary.
@@ -75,7 +75,7 @@ while [ "$i" -lt "$runs" ]; do
     for _ in $(seq "$parallel"); do
         [ "$i" -ge "$runs" ] && break
         i=$((i + 1))
-        rm -rf "$out/clone-$i"
+        rm -rf "$out/clone-$i" "$out/run-$i.end"
         git clone -q . "$out/clone-$i"
         env=(CI=true TFCLUSTER_TEST_VENV="$out/venv-$i")
         if [ "$parallel" -gt 1 ]; then
@@ -87,8 +87,10 @@ while [ "$i" -lt "$runs" ]; do
         began[$i]=$(date +%s)
         # In this script's session: nice orders processes only within one session (the kernel's
         # autogroup), so the runs and the hogs share one, and the hogs' lower nice counts.
-        (cd "$out/clone-$i" && exec env "${env[@]}" nice -n "$test_nice" bash tests/run.sh "$@") \
-            > "$out/run-$i.log" 2>&1 &
+        # Each run notes its own end: the summary waits for the runs in order, so a run that
+        # ended before the one waited for would otherwise be timed to that one's end.
+        (cd "$out/clone-$i" && env "${env[@]}" nice -n "$test_nice" bash tests/run.sh "$@"
+         code=$?; date +%s > "$out/run-$i.end"; exit "$code") > "$out/run-$i.log" 2>&1 &
         run_pids+=($!)
         batch+=("$i:$!")
         echo "race hunt: run $i of $runs started at $(date -u +%T) in $out/clone-$i" | tee -a "$out/summary.txt"
@@ -101,11 +103,14 @@ while [ "$i" -lt "$runs" ]; do
         pid=${entry#*:}
         wait "$pid"
         code=$?
-        end=$(date +%s)
-        echo "race hunt: run $n of $runs: exit $code, $((end - ${began[$n]})) s, ended $(date -u +%T), load average at its end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/summary.txt"
+        end=$(cat "$out/run-$n.end" 2>/dev/null || date +%s)
+        echo "race hunt: run $n of $runs: exit $code, $((end - ${began[$n]})) s, ended $(date -u -d "@$end" +%T)" | tee -a "$out/summary.txt"
         grep -E '^(FAILED|ERROR) ' "$out/run-$n.log" | sed "s/^/  run $n: /" | tee -a "$out/summary.txt"
         grep -E '^[=]+ .*(passed|failed|error).* in ' "$out/run-$n.log" | sed "s/^/  run $n: /" | tee -a "$out/summary.txt"
-        sort -k2 -n "$out/load.txt" | sed -n '1s/^/  load so far, lowest 1-min sample: /p;$s/^/  load so far, highest 1-min sample: /p' | tee -a "$out/summary.txt"
+        awk -v a="$(date -u -d "@${began[$n]}" +%T)" -v b="$(date -u -d "@$end" +%T)" -v n="$n" \
+            '$1 >= a && $1 <= b { if (!c++ || $2 < lo) lo = $2; if ($2 > hi) hi = $2 }
+             END { if (c) printf "  run %s: load %s to %s (the 1-minute average, sampled each minute)\n", n, lo, hi }' \
+            "$out/load.txt" | tee -a "$out/summary.txt"
     done
     stop_hogs
     unset began
