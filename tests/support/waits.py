@@ -3,13 +3,14 @@ timeout, and its failure says what was awaited (and, given ``detail``, what was 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.1, what: str = "condition",
@@ -30,10 +31,10 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
     raise AssertionError(message + (f"; {detail()}" if detail else ""))
 
 
-def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: float) -> None:
-    """Read ``proc``'s output (a text pipe) into ``seen`` until a line matches ``pattern``; after
-    ``timeout`` s its process group is killed, which ends the read (so ``proc`` must lead its own
-    group: ``start_new_session=True``)."""
+@contextlib.contextmanager
+def _group_killed_after(proc: subprocess.Popen, timeout: float) -> Iterator[threading.Event]:
+    """Within the block, ``proc``'s process group is killed after ``timeout`` s (which ends any read
+    of its output); the event yielded says whether that happened."""
     expired = threading.Event()
 
     def kill() -> None:
@@ -43,12 +44,20 @@ def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: fl
     timer = threading.Timer(timeout, kill)
     timer.start()
     try:
+        yield expired
+    finally:
+        timer.cancel()
+
+
+def wait_line(proc: subprocess.Popen, pattern: str, seen: list[str], timeout: float) -> None:
+    """Read ``proc``'s output (a text pipe) into ``seen`` until a line matches ``pattern``; after
+    ``timeout`` s its process group is killed, which ends the read (so ``proc`` must lead its own
+    group: ``start_new_session=True``)."""
+    with _group_killed_after(proc, timeout) as expired:
         for line in proc.stdout:
             seen.append(line.rstrip("\n"))
             if re.search(pattern, line):
                 return
-    finally:
-        timer.cancel()
     why = f"no line matched {pattern!r} within {timeout:g} s (killed)" if expired.is_set() else \
         f"launcher ended before printing {pattern!r}"
     raise AssertionError(why + ":\n" + "\n".join(seen[-30:]))
@@ -61,19 +70,10 @@ def read_rest(proc: subprocess.Popen, timeout: float) -> str:
     keeps the lines after the matched one in that object's buffer, and ``Popen.communicate`` with
     a timeout reads the file descriptor beneath it, so those lines would be lost (seen in three
     suites run side by side: a resumed run's first ``tfcluster-start`` line, missing)."""
-    expired = threading.Event()
-
-    def kill() -> None:
-        expired.set()
-        os.killpg(proc.pid, signal.SIGKILL)
-
-    timer = threading.Timer(timeout, kill)
-    timer.start()
-    try:
+    with _group_killed_after(proc, timeout) as expired:
         rest = proc.stdout.read()
+        proc.stdout.close()
         proc.wait()
-    finally:
-        timer.cancel()
     if expired.is_set():
         raise subprocess.TimeoutExpired(proc.args, timeout, output=rest)
     return rest

@@ -11,13 +11,19 @@ import pytest
 from tests.support.waits import read_rest, wait_line
 
 TESTS = Path(__file__).resolve().parents[1]
-# Two lines in one write, so one read of the pipe takes both; a third after wait_line returned.
-TWO_AT_ONCE = "import time; print('one\\ntwo', flush=True); time.sleep(0.3); print('three', flush=True)"
+# Two lines in one write, so one read of the pipe takes both; a third once the test says so on
+# stdin (after wait_line returned), or never.
+TWO_AT_ONCE = "import sys; print('one\\ntwo', flush=True); sys.stdin.readline(); print('three', flush=True)"
 
 
-def _started() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", TWO_AT_ONCE], stdout=subprocess.PIPE,
+def _started(code: str = TWO_AT_ONCE) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _go_on(proc: subprocess.Popen) -> None:
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
 
 
 def test_communicate_after_wait_line_loses_the_lines_its_read_ahead_took():
@@ -26,6 +32,7 @@ def test_communicate_after_wait_line_loses_the_lines_its_read_ahead_took():
     proc = _started()
     seen: list[str] = []
     wait_line(proc, "one", seen, 10)
+    _go_on(proc)
     rest, _ = proc.communicate(timeout=10)
     assert seen == ["one"] and "two" not in rest and "three" in rest
 
@@ -34,14 +41,16 @@ def test_read_rest_after_wait_line_keeps_every_line():
     proc = _started()
     seen: list[str] = []
     wait_line(proc, "one", seen, 10)
+    _go_on(proc)
+    proc.stdin.close()
     assert read_rest(proc, 10).split() == ["two", "three"] and proc.returncode == 0
 
 
 def test_read_rest_past_its_timeout_kills_the_group_and_says_so():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = _started("import sys; print('up', flush=True); sys.stdin.readline()")  # held until killed
     with pytest.raises(subprocess.TimeoutExpired) as exc:
         read_rest(proc, 1)
+    proc.stdin.close()
     assert exc.value.output.split() == ["up"] and proc.poll() is not None
 
 
