@@ -41,13 +41,17 @@ TRAINER = (
 )
 
 
-def supervisors() -> list[int]:
-    """Every detached supervisor process of an sshtest run on this machine (any namespace)."""
+def supervisors(spec: Path) -> list[int]:
+    """Every detached supervisor process of this test's run on this machine (any namespace).
+    Its spec copy lies under the test's own ``ssh.remote_dir`` (make_spec: beside the spec): two
+    suites side by side (tests/race_hunt.sh) each have an sshtest run, and a test that took the
+    other's supervisor for its own would count it, wait on it, or kill it."""
+    own = f"{spec.parent / 'remote'}/sshtest/supervisor/cluster.yaml"
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             cmd = cmdline(int(entry.name))
-            if "--supervise" in cmd and "sshtest/supervisor/cluster.yaml" in cmd:
+            if "--supervise" in cmd and own in cmd:
                 out.append(int(entry.name))
     return out
 
@@ -63,7 +67,7 @@ def test_supervisor_on_a_host_launcher_disconnects_run_completes(lab, make_spec,
         assert f"tfcluster status {spec} --run {run_id}" in res.stdout  # the user's spec path, not the copy's
         # The launching side is gone entirely (subprocess.run returned); the supervisor runs in h1's
         # network namespace, nowhere else, and the record is there, not here.
-        sup = supervisors()
+        sup = supervisors(spec)
         assert len(sup) == 1 and sup[0] in pids_in_netns(lab.host("h1")), sup
         assert not (spec.parent / "runs").exists()
         record = tmp_path / "remote" / "sshtest" / "supervisor" / "runs" / "sshtest" / run_id
@@ -85,7 +89,7 @@ def test_supervisor_on_a_host_launcher_disconnects_run_completes(lab, make_spec,
         runs = tfcluster("runs", str(spec))
         # (the runs row ends with its goodput, after the accuracy)
         assert re.search(rf"^\s+{run_id}\s.*\ssucceeded\s+1\s+0\.9300\s+[0-9.]+ %$", runs.stdout, re.M), runs.stdout
-        wait_for(lambda: not supervisors(), 30, what="the supervisor to exit")
+        wait_for(lambda: not supervisors(spec), 30, what="the supervisor to exit")
     finally:
         tfcluster("down", str(spec), timeout=120)
 
@@ -101,7 +105,7 @@ def test_down_reaches_the_remote_supervisor_which_stops_gracefully(lab, make_spe
         assert st.returncode == 1 and "(sshtest, ssh): stopped" in st.stdout, st.stdout
         logs = tfcluster("logs", str(spec), "worker:1").stdout
         assert "tfcluster-preempted global_step=" in logs  # SIGTERM reached the task on h2: it saved
-        assert not supervisors()
+        assert not supervisors(spec)
         assert not [p for p in pids_in_netns(lab.host("h2")) if "tfcluster-start" in cmdline(p)]
     finally:
         tfcluster("down", str(spec), timeout=120)
@@ -144,7 +148,7 @@ def test_sigkilled_remote_supervisor_tasks_stop_by_lease_status_says_lost(lab, m
         h2 = lab.host("h2")
         tasks_on_h2 = lambda: [p for p in pids_in_netns(h2) if "tfcluster-start" in cmdline(p)]  # noqa: E731
         assert tasks_on_h2()
-        (sup,) = supervisors()
+        (sup,) = supervisors(spec)
         os.kill(sup, signal.SIGKILL)
         st = tfcluster("status", str(spec))
         assert st.returncode == 3, st.stdout + st.stderr
