@@ -73,9 +73,9 @@ def test_a_clean_run_shows_its_goodput_with_no_recovery_and_nothing_redone(tmp_p
     runs = tfcluster("runs", spec)
     header, row = runs.stdout.splitlines()[1:3]
     assert header.split()[-1] == "goodput" and row.split()[-1] == "%", runs.stdout
-    # The table rounds the exact fraction to 0.1 %; --json gives it to 4 places, already rounded
-    # once (0.37255 there may show as 37.3 here, where 37.255 would round to 37.2): so the two
-    # agree within half the table's unit plus half the JSON's.
+    # The table rounds the exact fraction to 0.1 %; --json gives it rounded to 4 places, and
+    # rounding that again can differ (an exact 0.372531 shows as 37.3 % here; --json says 0.3725,
+    # and 37.25 rounds to 37.2): so the two agree within half the table's unit plus half the JSON's.
     assert abs(float(row.split()[-2]) - 100 * g["fraction"]) <= 0.05 + 0.005 + 1e-9, (runs.stdout, g)
     assert_no_processes(spec)
 
