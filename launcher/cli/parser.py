@@ -35,7 +35,8 @@ EXAMPLES = {
     "runs": ["tfcluster runs", "tfcluster runs cluster.yaml --json", "tfcluster runs runs/"],
     "down": ["tfcluster down", "tfcluster down --run 20250101-120000-ab12 --timeout 30"],
     "compose": ["tfcluster compose", "tfcluster compose -o - --image registry.example/me/train:1"],
-    "export": ["tfcluster export --to tfjob", "tfcluster export cluster.yaml --to vertex -o -"],
+    "export": ["tfcluster export --to tfjob", "tfcluster export cluster.yaml --to jobset --image REGISTRY/worker:1",
+               "tfcluster export cluster.yaml --to vertex -o -"],
     "compare": ["tfcluster compare --strategies default,mirrored,multi_worker_mirrored",
                 "tfcluster compare a.yaml b.yaml --repeat 3"],
     "tensorboard": ["tfcluster tensorboard", "tfcluster tensorboard --port 6007"],
@@ -146,11 +147,13 @@ def _add_output_commands(sub) -> None:
                     help="where to write (default: docker-compose.yml beside FILE; '-' for stdout)")
     co.add_argument("--image", metavar="IMAGE", help="image for every service (default: docker.image of the spec)")
 
-    ex = _command(sub, "export", "write the spec as a Kubeflow TFJob or a Vertex AI CustomJob, validated offline")
-    ex.add_argument("--to", required=True, choices=("tfjob", "vertex"), help="the engine that runs the job")
+    ex = _command(sub, "export", "write the spec as a Kubeflow TFJob, a Kubernetes JobSet or a Vertex AI CustomJob, "
+                  "validated offline")
+    ex.add_argument("--to", required=True, choices=("tfjob", "jobset", "vertex"), help="the engine that runs the job")
     ex.add_argument("-o", "--output", metavar="PATH",
-                    help="where to write (default: NAME.tfjob.yaml / NAME.vertex.yaml beside FILE, vertex also "
-                         "writes the CustomJob .json beside the .yaml; '-' for the YAML on stdout)")
+                    help="where to write (default: NAME.tfjob.yaml / NAME.jobset.yaml / NAME.vertex.yaml beside FILE; "
+                         "vertex also writes the CustomJob .json beside the .yaml, tfjob and jobset the Secret of "
+                         "the env's secret values, mode 0600, as PATH's .secret.yaml; '-' for the YAML on stdout)")
     ex.add_argument("--image", metavar="IMAGE", help="image for every replica (default: docker.image of the spec)")
     ex.add_argument("--strict", action="store_true",
                     help="fail (exit 2) when a check cannot run here (--to vertex without the [export] extra: "

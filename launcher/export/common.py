@@ -1,9 +1,10 @@
-"""What both export targets share: which spec keys an engine cannot express, the container's
+"""What the export targets share: which spec keys an engine cannot express, the container's
 command, environment and image, and where the state goes.
 
-An engine (the Kubeflow operator, Vertex AI) places and starts the tasks and sets TF_CONFIG
-itself, so a spec that pins hosts, per-task ports, host paths or another backend's options cannot
-be expressed: each such key is refused with one line ``FILE:LINE: key: problem; fix`` (exit 2).
+An engine (the Kubeflow operator, Vertex AI, JobSet) places and starts the tasks and gives each
+its TF_CONFIG (JobSet through tfcluster's pod helper, launcher/remote/jobsetpod.py), so a spec
+that pins hosts, per-task ports, host paths or another backend's options cannot be expressed:
+each such key is refused with one line ``FILE:LINE: key: problem; fix`` (exit 2).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from launcher.plan.build import Plan
 from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, export_verdicts
 from launcher.spec.yamlread import dotted, line_of
 
-ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob"}
+ENGINES = {"tfjob": "a TFJob (Kubeflow training operator)", "vertex": "a Vertex AI CustomJob",
+           "jobset": "a JobSet (Kubernetes, jobset.x-k8s.io)"}
 # Keras BackupAndRestore's default-like policy: exit codes 1-127 are the program's own errors.
 DEFAULT_PERMANENT = tuple(range(1, 128))
 # Per task: the engine tells each replica who it is (TF_CONFIG); one template serves all indices.
@@ -183,8 +185,19 @@ def comment_lines(text: str) -> list[str]:
     return ["# " + comment_text(line) if line else "#" for line in text.splitlines()]
 
 
+class FlowList(list):
+    """A list the export's YAML writes on one line (a long list of exit codes)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
 def dump_yaml(doc: Any) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=4096)
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
 
 
 def default_output(loaded: LoadedSpec, suffix: str) -> Path:

@@ -88,9 +88,9 @@ def _not_generated(path: Path, follow: bool) -> str:
     return ""
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` whole: a new file (exclusive, no-follow) in its directory renamed over it."""
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``path`` whole: a new file (exclusive, no-follow, ``mode``) in its directory renamed over it."""
     try:
-        write_whole(path, text)
+        write_whole(path, text, mode)
     except OSError as exc:
         raise LaunchError(f"{path}: cannot write ({exc.strerror or exc}); pass -o with a writable path") from None

@@ -97,20 +97,22 @@ class ResourcesByType(_ByType):
 
 
 class KubernetesOptions(OptionsModel):
-    """``kubernetes:`` -- what ``tfcluster export --to tfjob`` puts in the TFJob beyond the spec."""
+    """``kubernetes:`` -- what ``tfcluster export --to tfjob|jobset`` puts in the TFJob or JobSet beyond the spec."""
 
     namespace: str = Field("default", json_schema_extra={"pattern": DNS1123_LABEL_RE.pattern, "maxLength": 63})
-    """The TFJob's namespace (a DNS-1123 label)."""
+    """The job's namespace (a DNS-1123 label); its Secret (secret env values) goes there too."""
     resources: ResourcesByType = ResourcesByType()
     """Per pod: requests = limits, by task type plus `default`."""
     ttl_seconds_after_finished: Optional[UInt] = None
-    """runPolicy.ttlSecondsAfterFinished: delete the finished TFJob (and its pods) after this long."""
+    """Delete the finished TFJob or JobSet (and its pods) after this long (ttlSecondsAfterFinished)."""
     active_deadline_seconds: Optional[PosInt] = None
-    """runPolicy.activeDeadlineSeconds: fail the job when it runs longer than this."""
+    """Fail the job when it runs longer than this (TFJob: runPolicy; JobSet: each attempt's Jobs)."""
     service_account: Optional[str] = Field(None, json_schema_extra={"pattern": DNS1123_LABEL_RE.pattern, "maxLength": 63})
     """The pods' serviceAccountName."""
+    queue: Optional[str] = Field(None, json_schema_extra={"pattern": DNS1123_LABEL_RE.pattern, "maxLength": 63})
+    """Kueue's LocalQueue for the job: the label kueue.x-k8s.io/queue-name (Kueue then admits it)."""
 
-    @field_validator("namespace", "service_account")
+    @field_validator("namespace", "service_account", "queue")
     @classmethod
     def _dns_label(cls, v: Optional[str]) -> Optional[str]:
         if v is not None and (len(v) > 63 or not DNS1123_LABEL_RE.fullmatch(v)):

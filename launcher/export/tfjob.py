@@ -4,22 +4,24 @@ One replica spec per task type (Chief, Worker, PS, Evaluator), each a pod templa
 container named ``tensorflow`` whose port ``tfjob-port`` is the spec's ``ports.base``. The operator
 (training-operator v1.9.0) creates the pods and services and sets TF_CONFIG in every replica
 (addresses ``<job>-<type>-<index>.<namespace>.svc:<port>``), so the manifest never sets it.
+Secret env values are read from a Secret by reference (launcher/export/kube.py).
 
 Pure: ``tfjob_dict`` builds the manifest; ``render_tfjob`` adds the explaining header.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Optional
 
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
-from launcher.export.common import (DEFAULT_PERMANENT, comment_lines, comment_text, container_env, dump_yaml, export_plan, state_dir, type_env,
-                     type_gpus)
+from launcher.export.common import (DEFAULT_PERMANENT, comment_lines, comment_text, container_env, dump_yaml, export_plan, state_dir,
+                                    type_env)
+from launcher.export.kube import env_entries, labels, no_expand, resources, secret_env, secret_name
 from launcher.export.validate import CONTAINER_NAME, PORT_NAME, TFJOB_API_VERSION
 
 REPLICA_TYPE = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
-MANAGED_BY_LABEL = ("app.kubernetes.io/managed-by", "tfcluster")
 
 
 def restart_mapping(spec: Spec) -> tuple[str, int, str]:
@@ -35,46 +37,14 @@ def restart_mapping(spec: Spec) -> tuple[str, int, str]:
             f"1-127 fails the job, 128-255 such as SIGKILL/OOM 137 recreates the pod), backoffLimit {r.max_restarts}.")
 
 
-def _no_expand(value: str) -> str:
-    """Kubernetes expands ``$(VAR)`` in command, args and env values; ``$$(`` is a literal ``$(``."""
-    return value.replace("$(", "$$(")
-
-
-def gpu_limit(spec: Spec, task_type: str) -> Optional[int]:
-    """``nvidia.com/gpu`` of a replica type: its own ``kubernetes.resources.<type>.gpus``, else
-    what the spec gives each of its tasks (common.type_gpus: gpus_per_task N, 0 for the ps and
-    the parameter_server chief), else ``kubernetes.resources.default.gpus``."""
-    own = spec.kubernetes.resources.own(task_type).get("gpus")
-    if own is not None:
-        return own
-    derived = type_gpus(spec, task_type)
-    if derived is not None:
-        return derived
-    return spec.kubernetes.resources.merged(task_type).get("gpus")
-
-
-def _resources(spec: Spec, task_type: str) -> Optional[dict[str, Any]]:
-    r = spec.kubernetes.resources.merged(task_type)
-    amounts = {k: v for k, v in (("cpu", r.get("cpu")), ("memory", r.get("memory"))) if v is not None}
-    limits = dict(amounts)
-    gpus = gpu_limit(spec, task_type)
-    if gpus:
-        limits["nvidia.com/gpu"] = gpus  # GPUs go in limits (requests default to them)
-    if not limits:
-        return None
-    out: dict[str, Any] = {"limits": limits}
-    if amounts:
-        out["requests"] = amounts
-    return out
-
-
 def tfjob_dict(loaded: LoadedSpec, image: Optional[str] = None) -> dict[str, Any]:
     spec = loaded.spec
     plan = export_plan(spec)
     k8s = spec.kubernetes
     policy, backoff, _ = restart_mapping(spec)
-    env = [{"name": k, "value": _no_expand(v)} for k, v in container_env(spec, plan).items()]
-    argv = [_no_expand(a) for a in spec.argv]
+    common_env = container_env(spec, plan)
+    env = env_entries(common_env, secret_env(common_env), secret_name(spec))
+    argv = [no_expand(a) for a in spec.argv]
     replicas: dict[str, Any] = {}
     for task_type in TASK_TYPES:
         count = spec.tasks.count(task_type)
@@ -86,14 +56,14 @@ def tfjob_dict(loaded: LoadedSpec, image: Optional[str] = None) -> dict[str, Any
             "command": argv[:1],
             "args": argv[1:],
             # own copies: YAML would share one list through anchors
-            "env": [dict(e) for e in env] + [{"name": k, "value": v} for k, v in type_env(spec, task_type)],
+            "env": copy.deepcopy(env) + [{"name": k, "value": v} for k, v in type_env(spec, task_type)],
             "ports": [{"name": PORT_NAME, "containerPort": spec.ports.base}],
         }
         if spec.docker.pull == "never":
             container["imagePullPolicy"] = "Never"
-        resources = _resources(spec, task_type)
-        if resources:
-            container["resources"] = resources
+        limits = resources(spec, task_type)
+        if limits:
+            container["resources"] = limits
         pod: dict[str, Any] = {
             "containers": [container],
             "terminationGracePeriodSeconds": math.ceil(spec.watchdog.stop_grace),
@@ -113,12 +83,13 @@ def tfjob_dict(loaded: LoadedSpec, image: Optional[str] = None) -> dict[str, Any
     return {
         "apiVersion": TFJOB_API_VERSION,
         "kind": "TFJob",
-        "metadata": {"name": spec.name, "namespace": k8s.namespace, "labels": dict([MANAGED_BY_LABEL])},
+        "metadata": {"name": spec.name, "namespace": k8s.namespace, "labels": labels(spec)},
         "spec": job_spec,
     }
 
 
-def render_tfjob(loaded: LoadedSpec, doc: dict[str, Any], header: str, out_name: str) -> str:
+def render_tfjob(loaded: LoadedSpec, doc: dict[str, Any], header: str, out_name: str,
+                 secret_file: Optional[str] = None) -> str:
     spec = loaded.spec
     ns = doc["metadata"]["namespace"]
     replicas = ", ".join(f"{t} x{r['replicas']}" for t, r in doc["spec"]["tfReplicaSpecs"].items())
@@ -127,10 +98,11 @@ def render_tfjob(loaded: LoadedSpec, doc: dict[str, Any], header: str, out_name:
     success = ("the Chief succeeds" if "Chief" in doc["spec"]["tfReplicaSpecs"]
                else "all Workers succeed (successPolicy AllWorkers)")
     state = state_dir(spec)
+    apply = f"kubectl apply -f {secret_file} && kubectl apply -f {out_name}" if secret_file else f"kubectl apply -f {out_name}"
     first_line = f"{header} from {comment_text(loaded.path.name)} (--to tfjob); edit the spec and regenerate rather than this file."
     text = f"""\
 TFJob '{spec.name}' ({spec.strategy}): {replicas}, namespace {ns}.
-Submit: kubectl apply -f {out_name}   (needs the Kubeflow training operator, kubeflow.org/v1)
+Submit: {apply}   (needs the Kubeflow training operator, kubeflow.org/v1)
 Validated offline against the training-operator v1.9.0 TFJob CRD schema and its webhook rules; not run here.
 The operator sets TF_CONFIG in every replica (e.g. {spec.name}-{first}-0.{ns}.svc:{spec.ports.base}); this file does not.
 The job succeeds when {success}; cleanPodPolicy All then deletes every pod{' (ps included)' if spec.tasks.count('ps') else ''}.

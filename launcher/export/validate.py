@@ -44,13 +44,17 @@ VERTEX_POOLS = ("chief", "worker", "ps", "evaluator")  # workerPoolSpecs[0..3]
 # ---------------------------------------------------------------- TFJob
 
 
-@lru_cache(maxsize=1)
-def tfjob_schema() -> dict[str, Any]:
-    """``spec.versions[0].schema.openAPIV3Schema`` of the vendored CRD."""
-    text = resources.files("launcher").joinpath("schemas", CRD_FILE).read_text(encoding="utf-8")
+@lru_cache(maxsize=2)
+def crd_schema(name: str) -> dict[str, Any]:
+    """``spec.versions[0].schema.openAPIV3Schema`` of a vendored CRD (launcher/schemas/)."""
+    text = resources.files("launcher").joinpath("schemas", name).read_text(encoding="utf-8")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def tfjob_schema() -> dict[str, Any]:
+    return crd_schema(CRD_FILE)
 
 
 def _path(parts) -> str:
@@ -60,17 +64,17 @@ def _path(parts) -> str:
     return out or "(top level)"
 
 
-def _schema_problems(doc: Any) -> list[str]:
+def _schema_problems(doc: Any, schema: Optional[dict[str, Any]] = None, kind: str = "TFJob") -> list[str]:
     import jsonschema
 
-    validator = jsonschema.Draft4Validator(tfjob_schema())
+    validator = jsonschema.Draft4Validator(tfjob_schema() if schema is None else schema)
     problems = []
     for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
-        problems.append(f"{_path(err.absolute_path)}: {err.message} (TFJob CRD schema)")
+        problems.append(f"{_path(err.absolute_path)}: {err.message} ({kind} CRD schema)")
     return problems
 
 
-def _unknown_fields(node: Any, schema: dict[str, Any], parts: tuple) -> list[str]:
+def _unknown_fields(node: Any, schema: dict[str, Any], parts: tuple, kind: str = "TFJob") -> list[str]:
     """Keys the structural schema does not declare (the API server would prune them)."""
     problems: list[str] = []
     if isinstance(node, dict) and schema.get("type") == "object":
@@ -80,18 +84,18 @@ def _unknown_fields(node: Any, schema: dict[str, Any], parts: tuple) -> list[str
             return problems  # free-form (metadata is checked on its own)
         for key, value in node.items():
             if props is not None and key in props:
-                problems += _unknown_fields(value, props[key], parts + (key,))
+                problems += _unknown_fields(value, props[key], parts + (key,), kind)
             elif isinstance(extra, dict):
-                problems += _unknown_fields(value, extra, parts + (key,))
+                problems += _unknown_fields(value, extra, parts + (key,), kind)
             else:
-                problems.append(f"{_path(parts + (key,))}: unknown field (not in the TFJob CRD schema)")
+                problems.append(f"{_path(parts + (key,))}: unknown field (not in the {kind} CRD schema)")
     elif isinstance(node, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(node):
-            problems += _unknown_fields(item, schema["items"], parts + (i,))
+            problems += _unknown_fields(item, schema["items"], parts + (i,), kind)
     return problems
 
 
-def _metadata_problems(meta: Any) -> list[str]:
+def _metadata_problems(meta: Any, kind: str = "TFJob") -> list[str]:
     if not isinstance(meta, dict):
         return ["metadata: required mapping with name"]
     problems = [f"metadata.{k}: unknown field (use name, namespace, labels, annotations)" for k in meta
@@ -99,7 +103,7 @@ def _metadata_problems(meta: Any) -> list[str]:
     name = meta.get("name")
     if not isinstance(name, str) or len(name) > 63 or not DNS1035_RE.fullmatch(name):
         problems.append(f"metadata.name: {name!r} is not a DNS-1035 label (lowercase letters, digits, '-', "
-                        "starting with a letter, at most 63) (TFJob webhook)")
+                        f"starting with a letter, at most 63) ({kind} webhook)")
     namespace = meta.get("namespace")
     if namespace is not None and (not isinstance(namespace, str) or not DNS1123_LABEL_RE.fullmatch(namespace)):
         problems.append(f"metadata.namespace: {namespace!r} is not a DNS-1123 label")
@@ -173,6 +177,138 @@ def _container_problems(where: str, rspec: dict) -> list[str]:
         if len(ports) != 1:
             problems.append(f"{path}: the {CONTAINER_NAME} container needs exactly one port named '{PORT_NAME}' "
                             f"(found {len(ports)}); the operator builds TF_CONFIG from it")
+    return problems
+
+
+# ---------------------------------------------------------------- JobSet
+
+JOBSET_CRD_FILE = "jobset.x-k8s.io_jobsets.yaml"
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+# What the JobSet webhook (v0.12.0, pkg/webhooks/jobset_webhook.go) and the batch/v1 Job API check
+# that the CRD's schema does not (launcher/schemas/README.md).
+JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes", "MaxFailedIndexesExceeded",
+                       "PodFailurePolicy")
+RULE_NAME_RE = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+COMPLETION_MODES = ("NonIndexed", "Indexed")
+JOB_RESTART_POLICIES = ("Never", "OnFailure")
+POD_NAME_SUFFIX = "-abcde"  # the 5 random characters Kubernetes appends to a Job's pod
+
+
+def jobset_schema() -> dict[str, Any]:
+    return crd_schema(JOBSET_CRD_FILE)
+
+
+def _dns1035(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and bool(DNS1035_RE.fullmatch(value))
+
+
+def validate_jobset(doc: Any) -> list[str]:
+    """Every problem of a JobSet manifest, one line each."""
+    if not isinstance(doc, dict):
+        return ["(top level): a JobSet is a mapping"]
+    schema = jobset_schema()
+    problems = _schema_problems(doc, schema, "JobSet")
+    problems += _unknown_fields({k: v for k, v in doc.items() if k != "metadata"}, schema, (), "JobSet")
+    if doc.get("apiVersion") != JOBSET_API_VERSION or doc.get("kind") != "JobSet":
+        problems.append(f"apiVersion/kind: {doc.get('apiVersion')!r}/{doc.get('kind')!r}; "
+                        f"must be {JOBSET_API_VERSION}/JobSet")
+    problems += _metadata_problems(doc.get("metadata"), "JobSet")
+    name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    subdomain = (spec.get("network") or {}).get("subdomain") if isinstance(spec.get("network"), dict) else None
+    if subdomain is not None and not _dns1035(subdomain):
+        problems.append(f"spec.network.subdomain: {subdomain!r} is not a DNS-1035 label (it names a Service) "
+                        "(JobSet webhook)")
+    jobs = spec.get("replicatedJobs")
+    if not isinstance(jobs, list) or not jobs:
+        return problems + ["spec.replicatedJobs: required; give at least one replicated job"]
+    names: list[str] = []
+    for i, rjob in enumerate(jobs):
+        if isinstance(rjob, dict):
+            problems += _replicated_job_problems(f"spec.replicatedJobs[{i}]", str(name), rjob)
+            names.append(rjob.get("name"))
+    for dup in sorted({n for n in names if names.count(n) > 1}, key=str):
+        problems.append(f"spec.replicatedJobs: name {dup!r} is used twice")
+    return problems + _policy_problems(spec, names)
+
+
+def _policy_problems(spec: dict, names: list[str]) -> list[str]:
+    problems = []
+    success = spec.get("successPolicy") if isinstance(spec.get("successPolicy"), dict) else {}
+    for target in success.get("targetReplicatedJobs") or []:
+        if target not in names:
+            problems.append(f"spec.successPolicy.targetReplicatedJobs: {target!r} is not a replicated job (JobSet webhook)")
+    failure = spec.get("failurePolicy") if isinstance(spec.get("failurePolicy"), dict) else {}
+    for i, rule in enumerate(failure.get("rules") or []):
+        where = f"spec.failurePolicy.rules[{i}]"
+        if not isinstance(rule, dict):
+            continue
+        rule_name = rule.get("name")
+        if not isinstance(rule_name, str) or len(rule_name) > 128 or not RULE_NAME_RE.fullmatch(rule_name):
+            problems.append(f"{where}.name: {rule_name!r} must match {RULE_NAME_RE.pattern} (JobSet webhook)")
+        for target in rule.get("targetReplicatedJobs") or []:
+            if target not in names:
+                problems.append(f"{where}.targetReplicatedJobs: {target!r} is not a replicated job (JobSet webhook)")
+        for reason in rule.get("onJobFailureReasons") or []:
+            if reason not in JOB_FAILURE_REASONS:
+                problems.append(f"{where}.onJobFailureReasons: {reason!r} is not one of {', '.join(JOB_FAILURE_REASONS)}")
+    if isinstance(spec.get("replicatedJobs"), list) and spec["replicatedJobs"]:
+        first = spec["replicatedJobs"][0]
+        if isinstance(first, dict) and first.get("dependsOn"):
+            problems.append("spec.replicatedJobs[0].dependsOn: the first replicated job cannot depend on another")
+    return problems
+
+
+def _replicated_job_problems(where: str, jobset: str, rjob: dict) -> list[str]:
+    problems = []
+    rname = rjob.get("name")
+    if not _dns1035(rname):
+        problems.append(f"{where}.name: {rname!r} is not a DNS-1035 label")
+    replicas = rjob.get("replicas", 1)
+    job = (rjob.get("template") or {}).get("spec") if isinstance(rjob.get("template"), dict) else None
+    job = job if isinstance(job, dict) else {}
+    completions = job.get("completions")
+    if isinstance(replicas, int) and isinstance(rname, str):
+        longest_job = f"{jobset}-{rname}-{replicas - 1}"
+        if not _dns1035(longest_job):
+            problems.append(f"{where}.name: its Job name {longest_job!r} is not a DNS-1035 label of at most 63 "
+                            "(JobSet webhook); shorten the JobSet's name")
+        if job.get("completionMode") == "Indexed" and isinstance(completions, int):
+            pod = f"{longest_job}-{completions - 1}{POD_NAME_SUFFIX}"
+            if not _dns1035(pod):
+                problems.append(f"{where}.name: its pod name {pod!r} is not a DNS-1035 label of at most 63 "
+                                "(JobSet webhook); shorten the JobSet's name")
+    mode = job.get("completionMode")
+    if mode is not None and mode not in COMPLETION_MODES:
+        problems.append(f"{where}.template.spec.completionMode: {mode!r} is not one of {', '.join(COMPLETION_MODES)}")
+    return problems + _pod_problems(f"{where}.template.spec", job)
+
+
+def _pod_problems(where: str, job: dict) -> list[str]:
+    """The batch/v1 Job API's rules on its pod template (the CRD's schema leaves them out)."""
+    problems = []
+    pod = (job.get("template") or {}).get("spec") if isinstance(job.get("template"), dict) else None
+    pod = pod if isinstance(pod, dict) else {}
+    policy = pod.get("restartPolicy")
+    if policy is not None and policy not in JOB_RESTART_POLICIES:
+        problems.append(f"{where}.template.spec.restartPolicy: {policy!r}; a Job's pods take Never or OnFailure")
+    pfp = job.get("podFailurePolicy") if isinstance(job.get("podFailurePolicy"), dict) else None
+    if pfp is not None and policy != "Never":
+        problems.append(f"{where}.podFailurePolicy: needs the pods' restartPolicy Never (Job API)")
+    for i, rule in enumerate((pfp or {}).get("rules") or []):
+        codes = (rule.get("onExitCodes") or {}) if isinstance(rule, dict) else {}
+        values = codes.get("values") or []
+        if values != sorted(set(values)) or len(values) > 255:
+            problems.append(f"{where}.podFailurePolicy.rules[{i}].onExitCodes.values: must be unique, ascending, "
+                            "at most 255 (Job API)")
+        if codes.get("operator") == "In" and 0 in values:
+            problems.append(f"{where}.podFailurePolicy.rules[{i}].onExitCodes.values: 0 cannot be used with In (Job API)")
+    containers = pod.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return problems + [f"{where}.template.spec.containers: required"]
+    for i, c in enumerate(containers):
+        if isinstance(c, dict) and not c.get("image"):
+            problems.append(f"{where}.template.spec.containers[{i}].image: required")
     return problems
 
 

@@ -15,13 +15,21 @@ from launcher.errors import SpecError, UserError
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.spec.model import LoadedSpec
 from launcher.export.common import SpecWhere, check_image, default_output, inexpressible
+from launcher.export.jobset import jobset_dict, render_jobset
+from launcher.export.kube import render_secret, secret_dict, secret_env, secret_path
 from launcher.export.tfjob import render_tfjob, tfjob_dict
-from launcher.export.validate import DNS1035_RE, aiplatform_types, validate_custom_job, validate_tfjob, validate_vertex_spec
+from launcher.export.validate import (DNS1035_RE, aiplatform_types, validate_custom_job, validate_jobset, validate_tfjob,
+                                      validate_vertex_spec)
 from launcher.export.vertex import custom_job_dict, render_custom_job_json, render_job_spec_yaml
 
 HEADER = MARKER + " export`"
-TARGETS = ("tfjob", "vertex")
-FIX = {"tfjob": "check the kubernetes: options", "vertex": "check the vertex: options"}
+TARGETS = ("tfjob", "vertex", "jobset")
+KUBERNETES = ("tfjob", "jobset")  # the targets whose secret env values go into a Secret of their own
+FIX = {"tfjob": "check the kubernetes: options", "vertex": "check the vertex: options",
+       "jobset": "check the kubernetes: options"}
+KIND = {"tfjob": "TFJob", "vertex": "CustomJob", "jobset": "JobSet"}
+SUFFIX = {"tfjob": "tfjob.yaml", "vertex": "vertex.yaml", "jobset": "jobset.yaml"}
+SECRET_MODE = 0o600
 
 
 @dataclass
@@ -46,8 +54,17 @@ class Checks:
 
 
 def _invalid(target: str, problems: list[str]) -> SpecError:
-    what = "TFJob" if target == "tfjob" else "CustomJob"
-    return SpecError(*[f"export --to {target}: the generated {what} is invalid: {p}; {FIX[target]}" for p in problems])
+    return SpecError(*[f"export --to {target}: the generated {KIND[target]} is invalid: {p}; {FIX[target]}"
+                       for p in problems])
+
+
+def secrets_of(loaded: LoadedSpec, target: str) -> dict[str, str]:
+    """The env values a Kubernetes export keeps out of its job's file (empty for Vertex)."""
+    if target not in KUBERNETES:
+        return {}
+    from launcher.export.common import container_env, export_plan
+
+    return secret_env(container_env(loaded.spec, export_plan(loaded.spec)))
 
 
 def build(loaded: LoadedSpec, target: str, image: Optional[str] = None,
@@ -55,13 +72,13 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None,
     """(main document, CustomJob or None, notes, the checks made), validated; raise SpecError when it
     cannot be, and UserError under ``strict`` when a check cannot run here."""
     if target not in TARGETS:
-        raise SpecError(f"--to {target}: unknown target; use tfjob or vertex")
+        raise SpecError(f"--to {target}: unknown target; use tfjob, jobset or vertex")
     check_image(image)
     problems = inexpressible(loaded, target)
     spec = loaded.spec
-    if target == "tfjob" and (len(spec.name) > 63 or not DNS1035_RE.fullmatch(spec.name)):
-        problems.insert(0, SpecWhere(loaded)(("name",), f"'{spec.name}' cannot name a TFJob (a DNS-1035 label: lowercase "
-                                          "letters, digits and '-', starting with a letter); rename it"))
+    if target in KUBERNETES and (len(spec.name) > 63 or not DNS1035_RE.fullmatch(spec.name)):
+        problems.insert(0, SpecWhere(loaded)(("name",), f"'{spec.name}' cannot name a {KIND[target]} (a DNS-1035 label: "
+                                             "lowercase letters, digits and '-', starting with a letter); rename it"))
     if problems:
         raise SpecError(*problems)
     notes: list[str] = []
@@ -72,6 +89,13 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None,
             raise _invalid(target, problems)
         notes.append("validated against the TFJob CRD schema (training-operator v1.9.0) and its webhook rules")
         return doc, None, notes, Checks(("the training-operator v1.9.0 TFJob CRD schema and its webhook rules",))
+    if target == "jobset":
+        doc = jobset_dict(loaded, image)
+        problems = validate_jobset(doc)
+        if problems:
+            raise _invalid(target, problems)
+        notes.append("validated against the JobSet CRD schema (jobset v0.12.0) and its webhook rules")
+        return doc, None, notes, Checks(("the JobSet v0.12.0 CRD schema and its webhook rules",))
     job = custom_job_dict(loaded, image)
     types = aiplatform_types()
     if types is None and strict:
@@ -94,32 +118,47 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None,
 def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image: Optional[str] = None,
            strict: bool = False) -> ExportResult:
     """Write the export (``-o -``: the YAML to stdout); refuse to clobber files tfcluster did not write.
-    ``strict``: refuse (UserError) when a check cannot run here, rather than say so in the file."""
+    ``strict``: refuse (UserError) when a check cannot run here, rather than say so in the file.
+    Beside the job's file: Vertex's CustomJob .json; a Kubernetes job's Secret (mode 0600) when the env
+    has secret values."""
     doc, job, notes, checks = build(loaded, target, image, strict)
     result = ExportResult(notes=notes)
-    suffix = "tfjob.yaml" if target == "tfjob" else "vertex.yaml"
+    suffix = SUFFIX[target]
+    secrets = secrets_of(loaded, target)
     if output == "-":
-        name = f"{loaded.spec.name}.{suffix}"
-        print(_render(loaded, target, doc, name, None, checks), end="")
+        if secrets:
+            raise SpecError(f"-o -: the env's secret values ({', '.join(secrets)}) go into a Secret file of its own "
+                            "(mode 0600), which stdout cannot be; give -o PATH")
+        print(_render(loaded, target, doc, f"{loaded.spec.name}.{suffix}", None, checks), end="")
         return result
     path = resolve_output(output, default_output(loaded, suffix), f"{loaded.spec.name}.{suffix}")
-    files = [(path, None)]
+    files: list[tuple[Path, Optional[str], int]] = [(path, None, 0o644)]
     if job is not None:
         json_path = path.with_suffix(".json")
         if json_path == path:
             raise SpecError(f"-o {output}: give the .yaml path; the CustomJob .json is written beside it")
-        files.append((json_path, render_custom_job_json(job)))
-    for file, _ in files:
+        files.append((json_path, render_custom_job_json(job), 0o644))
+    if secrets:
+        spath = secret_path(path)
+        text = render_secret(HEADER, loaded.path.name, secret_dict(loaded.spec, secrets), path.name, spath.name)
+        files.append((spath, text, SECRET_MODE))
+        result.notes.append(f"the env's secret values ({', '.join(secrets)}) are in {spath.name} (mode 0600), "
+                            f"read by reference (secretKeyRef); apply it before {path.name}")
+    for file, _, _ in files:
         check_overwritable(file, named=output is not None and file == path)
-    for file, text in files:
+    beside = files[1][0].name if len(files) > 1 else None
+    for file, text, mode in files:
         if text is None:
-            text = _render(loaded, target, doc, file.name, files[1][0].name if job is not None else None, checks)
-        write_atomic(file, text)
+            text = _render(loaded, target, doc, file.name, beside, checks)
+        write_atomic(file, text, mode)
         result.written.append(file)
     return result
 
 
-def _render(loaded: LoadedSpec, target: str, doc: dict, name: str, json_name: Optional[str], checks: Checks) -> str:
+def _render(loaded: LoadedSpec, target: str, doc: dict, name: str, beside: Optional[str], checks: Checks) -> str:
+    """The job's file; ``beside``: the file written with it (the CustomJob .json, or the Secret)."""
     if target == "tfjob":
-        return render_tfjob(loaded, doc, HEADER, name)
-    return render_job_spec_yaml(loaded, doc, HEADER, name, json_name, checks.ran, checks.skipped)
+        return render_tfjob(loaded, doc, HEADER, name, beside)
+    if target == "jobset":
+        return render_jobset(loaded, doc, HEADER, name, beside)
+    return render_job_spec_yaml(loaded, doc, HEADER, name, beside, checks.ran, checks.skipped)
