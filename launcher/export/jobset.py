@@ -44,6 +44,9 @@ PERMANENT_RULE = "permanentExitCode"
 # Parameter servers and workers serve first (InOrder waits for each replicated job's pods to be
 # Ready: their TF server's port answers), then the chief that dials them, then the evaluator.
 PSS_ORDER = ("ps", "worker", "chief", "evaluator")
+# The JobSet controller labels every pod with the set's restart attempt (0, 1, ...): the task's
+# TFCLUSTER_RESTART_COUNT, as `tfcluster up` gives it, through the downward API.
+RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 _SIZE_UNITS = {"k": "Ki", "m": "Mi", "g": "Gi"}
 
 
@@ -130,7 +133,9 @@ def jobset_dict(loaded: LoadedSpec, image: Optional[str] = None) -> dict[str, An
     spec = loaded.spec
     plan = export_plan(spec)
     common_env = container_env(spec, plan)
-    env = env_entries(common_env, secret_env(common_env), secret_name(spec))
+    env = [{"name": e["name"], "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RESTART_LABEL}']"}}}
+           if e["name"] == envnames.RESTART_COUNT else e
+           for e in env_entries(common_env, secret_env(common_env), secret_name(spec))]
     cluster = json.dumps(layout(spec, plan), separators=(",", ":"))
     argv = [no_expand(a) for a in spec.argv]
     order, startup = type_order(spec)

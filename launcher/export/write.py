@@ -14,7 +14,7 @@ from typing import Optional
 from launcher.errors import SpecError, UserError
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.spec.model import LoadedSpec
-from launcher.export.common import SpecWhere, check_image, default_output, inexpressible
+from launcher.export.common import SpecWhere, check_image, container_env, default_output, export_plan, inexpressible
 from launcher.export.jobset import jobset_dict, render_jobset
 from launcher.export.kube import render_secret, secret_dict, secret_env, secret_path
 from launcher.export.tfjob import render_tfjob, tfjob_dict
@@ -62,8 +62,6 @@ def secrets_of(loaded: LoadedSpec, target: str) -> dict[str, str]:
     """The env values a Kubernetes export keeps out of its job's file (empty for Vertex)."""
     if target not in KUBERNETES:
         return {}
-    from launcher.export.common import container_env, export_plan
-
     return secret_env(container_env(loaded.spec, export_plan(loaded.spec)))
 
 

@@ -145,7 +145,7 @@ def test_bash_completion_is_valid_bash_and_completes_commands_flags_and_choices(
 
     assert set(COMMANDS) <= set(complete("tfcluster", ""))
     assert complete("tfcluster", "st") == ["status"]
-    assert complete("tfcluster", "export", "--to", "") == ["tfjob", "vertex"]
+    assert complete("tfcluster", "export", "--to", "") == ["tfjob", "jobset", "vertex"]
     assert set(complete("tfcluster", "-f", "x.yaml", "up", "--d")) == {"--dry-run", "--detach"}
     assert complete("tfcluster", "completion", "") == ["bash", "zsh"]
     # --run: the run ids of ./runs (runs/<name>/<run id>), not file names

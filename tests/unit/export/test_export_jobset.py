@@ -39,11 +39,14 @@ env:
   DATA_DIR: /data
 restart: {max_restarts: 4}
 """
+# A single-host strategy: TF_CONFIG is the task alone (no cluster).
+ONE = "name: one\nstrategy: mirrored\nentrypoint: tfcluster-worker --epochs 1\ntasks: {worker: 1}\n"
 # What the fake entrypoint prints: what the pod's process was given.
 PRINTER = """#!{python}
 import json, os, sys
 print(json.dumps({{"argv": sys.argv[1:], "tf_config": os.environ["TF_CONFIG"],
-                  "task": os.environ.get("TFCLUSTER_TASK"), "token": os.environ.get("API_TOKEN")}}))
+                  "task": os.environ.get("TFCLUSTER_TASK"), "token": os.environ.get("API_TOKEN"),
+                  "restart": os.environ.get("TFCLUSTER_RESTART_COUNT")}}))
 """
 
 
@@ -118,7 +121,10 @@ def test_restart_budgets_without_permanent_codes_and_none(tmp_path):
 def _pod_env(container: dict, secret: dict, index: int, bin_dir: Path) -> dict[str, str]:
     env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin", "JOB_COMPLETION_INDEX": str(index)}
     for entry in container["env"]:
-        if "valueFrom" in entry:
+        if "fieldRef" in entry.get("valueFrom", {}):  # the JobSet controller's label on the pod, first attempt
+            assert entry["valueFrom"]["fieldRef"] == {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"}
+            env[entry["name"]] = "0"
+        elif "valueFrom" in entry:
             ref = entry["valueFrom"]["secretKeyRef"]
             assert ref["name"] == secret["metadata"]["name"]  # the Secret the export wrote
             env[entry["name"]] = secret["stringData"][ref["key"]]
@@ -150,7 +156,7 @@ def _jobset_address(spec_name: str, address: str) -> str:
     return f"{spec_name}-{task_type}-0-{index}.{spec_name}:{port}"
 
 
-@pytest.mark.parametrize("text", [DEMO3, PSS], ids=["demo-3-workers", "pss"])
+@pytest.mark.parametrize("text", [DEMO3, PSS, ONE], ids=["demo-3-workers", "pss", "single-host"])
 def test_every_pod_sees_the_plans_tf_config_with_jobset_hostnames(tmp_path, text, capsys):
     tini = require_tool("tini", "tini")
     doc, secret, _ = _export(tmp_path, text)
@@ -184,7 +190,7 @@ def test_every_pod_sees_the_plans_tf_config_with_jobset_hostnames(tmp_path, text
                                               for i in range(len(members))]
             assert json.loads(got["tf_config"]) == want
             assert "evaluator" not in want.get("cluster", {})
-            assert got["task"] == f"{name}:{index}"
+            assert got["task"] == f"{name}:{index}" and got["restart"] == "0"
             assert got["argv"] == list(spec.argv[1:])  # the entrypoint's own args, $(HOME) not expanded
             if "API_TOKEN" in spec.env:
                 assert got["token"] == "tok-$(not-expanded)-42"
@@ -230,7 +236,7 @@ def test_secret_values_go_to_a_0600_secret_read_by_reference(tmp_path, target, c
     refs, plain = [], []
     for container in _all_containers(job):
         for entry in container["env"]:
-            (refs if "valueFrom" in entry else plain).append(entry)
+            (refs if "secretKeyRef" in entry.get("valueFrom", {}) else plain).append(entry)
     assert refs and all(r == {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {
         "name": secret["metadata"]["name"], "key": "API_TOKEN"}}} for r in refs)
     assert {"name": "DATA_DIR", "value": "/data"} in plain
@@ -383,3 +389,10 @@ def test_the_vendored_crd_is_the_recorded_one():
     readme = (ROOT / "launcher" / "schemas" / "README.md").read_text()
     assert hashlib.sha256(crd.read_bytes()).hexdigest() in readme
     assert (ROOT / "launcher" / "schemas" / "LICENSE.jobset").read_text().lstrip().startswith("Apache License")
+
+
+def test_the_docs_show_the_generated_demo(capsys):
+    from tests.support.readme import docs_block
+
+    assert main(["export", str(DEMO), "--to", "jobset", "-o", "-"]) == 0
+    assert docs_block("gke-jobset.md", "The demo (`tfcluster export cluster.yaml --to jobset`)") == capsys.readouterr().out
