@@ -25,24 +25,24 @@ tasks:
 
 # (case, spec text, targets, the one line must contain)
 CASES = [
-    ("hosts pinning", HOSTS, ("tfjob", "vertex"), ":5: hosts: "),
-    ("ssh backend options", BASE + "ssh:\n  setup: ['pip install -r requirements.txt']\n", ("tfjob", "vertex"),
+    ("hosts pinning", HOSTS, ("tfjob", "jobset", "vertex"), ":5: hosts: "),
+    ("ssh backend options", BASE + "ssh:\n  setup: ['pip install -r requirements.txt']\n", ("tfjob", "jobset", "vertex"),
      ":6: ssh: options of a backend tfcluster runs itself"),
     ("per-task ports", BASE.replace("  worker: 2\n", "  worker: {count: 2, ports: [5000, 5001]}\n"),
-     ("tfjob", "vertex"), ":5: tasks.worker.ports: "),
-    ("warm standby", BASE + "restart: {max_restarts: 1, warm_standby: true}\n", ("tfjob", "vertex"),
+     ("tfjob", "jobset", "vertex"), ":5: tasks.worker.ports: "),
+    ("warm standby", BASE + "restart: {max_restarts: 1, warm_standby: true}\n", ("tfjob", "jobset", "vertex"),
      ":6: restart.warm_standby: "),
-    ("state dir on hosts", BASE + "state: {dir: /nfs/state}\n", ("tfjob", "vertex"), ":6: state.dir: '/nfs/state'"),
-    ("state sync copy", BASE + "state: {sync: copy}\n", ("tfjob", "vertex"), ":6: state.sync: copy"),
-    ("gpu indices", BASE + "devices: {gpus: [0, 2]}\n", ("tfjob", "vertex"), ":6: devices.gpus: [0, 2]"),
-    ("bind mounts", BASE + "docker: {volumes: ['./data:/data']}\n", ("tfjob", "vertex"), ":6: docker.volumes: "),
-    ("docker user", BASE + "docker: {user: '1000'}\n", ("tfjob", "vertex"), ":6: docker.user: "),
-    ("tpu", "name: t\nstrategy: tpu\nentrypoint: python -m worker\ntpu: {name: my-tpu}\n", ("tfjob", "vertex"),
+    ("state dir on hosts", BASE + "state: {dir: /nfs/state}\n", ("tfjob", "jobset", "vertex"), ":6: state.dir: '/nfs/state'"),
+    ("state sync copy", BASE + "state: {sync: copy}\n", ("tfjob", "jobset", "vertex"), ":6: state.sync: copy"),
+    ("gpu indices", BASE + "devices: {gpus: [0, 2]}\n", ("tfjob", "jobset", "vertex"), ":6: devices.gpus: [0, 2]"),
+    ("bind mounts", BASE + "docker: {volumes: ['./data:/data']}\n", ("tfjob", "jobset", "vertex"), ":6: docker.volumes: "),
+    ("docker user", BASE + "docker: {user: '1000'}\n", ("tfjob", "jobset", "vertex"), ":6: docker.user: "),
+    ("tpu", "name: t\nstrategy: tpu\nentrypoint: python -m worker\ntpu: {name: my-tpu}\n", ("tfjob", "jobset", "vertex"),
      ":2: strategy: tpu: "),
     ("exit codes TFJob cannot express", BASE + "restart: {max_restarts: 2, permanent_exit_codes: [1, 2]}\n",
      ("tfjob",), ":6: restart.permanent_exit_codes: "),
-    ("name Kubernetes refuses", BASE.replace("name: demo", "name: My_Run"), ("tfjob",),
-     ":1: name: 'My_Run' cannot name a TFJob"),
+    ("name Kubernetes refuses", BASE.replace("name: demo", "name: My_Run"), ("tfjob", "jobset"),
+     ":1: name: 'My_Run' cannot name a "),
 ]
 
 
@@ -153,7 +153,7 @@ def test_any_other_backend_options_block_is_refused(tmp_path):
     path = tmp_path / "cluster.yaml"
     path.write_text(BASE + "slurm:\n  partition: gpu\n")
     spec = WithSlurm.model_validate(yaml.safe_load(path.read_text()))
-    for target in ("tfjob", "vertex"):
+    for target in ("tfjob", "jobset", "vertex"):
         problems = inexpressible(LoadedSpec(spec, path), target)
         assert len(problems) == 1 and ":6: slurm: options of a backend tfcluster runs itself" in problems[0]
         assert "export a spec without slurm:" in problems[0]
@@ -193,7 +193,7 @@ def test_a_new_spec_key_is_noticed_by_the_export(tmp_path, verdict):
     path = tmp_path / "cluster.yaml"
     path.write_text(BASE + "dummy: 3\n")
     spec = WithDummy.model_validate(yaml.safe_load(path.read_text()))
-    for target in ("tfjob", "vertex"):
+    for target in ("tfjob", "jobset", "vertex"):
         problems = inexpressible(LoadedSpec(spec, path), target)
         if verdict == "none":
             assert len(problems) == 1 and ":6: dummy: tfcluster export does not know" in problems[0], problems
@@ -206,7 +206,7 @@ def test_collective_settings_reach_the_exported_environment(tmp_path, capsys):
     """collective: becomes TFCLUSTER_COLLECTIVE* in every task's environment, which the export writes."""
     spec = tmp_path / "cluster.yaml"
     spec.write_text(BASE + "collective: {implementation: ring, timeout: 30}\n")
-    for target in ("tfjob", "vertex"):
+    for target in ("tfjob", "jobset", "vertex"):
         assert main(["export", str(spec), "--to", target, "-o", "-"]) == 0
         out = capsys.readouterr().out
         assert "TFCLUSTER_COLLECTIVE" in out and "RING" in out.upper() and "30" in out, out
@@ -219,7 +219,7 @@ def test_the_docs_options_example_exports_to_both(tmp_path, capsys):
     assert block.startswith("kubernetes:") and "vertex:" in block
     spec = tmp_path / "cluster.yaml"
     spec.write_text(BASE + block)
-    for target in ("tfjob", "vertex"):
+    for target in ("tfjob", "jobset", "vertex"):
         assert main(["export", str(spec), "--to", target, "-o", "-"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "nvidia.com/gpu: 1" in out and "acceleratorType: NVIDIA_TESLA_T4" in out

@@ -396,3 +396,13 @@ def test_the_docs_show_the_generated_demo(capsys):
 
     assert main(["export", str(DEMO), "--to", "jobset", "-o", "-"]) == 0
     assert docs_block("gke-jobset.md", "The demo (`tfcluster export cluster.yaml --to jobset`)") == capsys.readouterr().out
+
+
+def test_any_permanent_exit_codes_map_to_the_pod_failure_policy(tmp_path):
+    """What a TFJob cannot express (codes other than 1-127 or none) a JobSet can: exactly those codes."""
+    doc = jobset_dict(load_spec(spec_file(tmp_path, PSS.replace("{max_restarts: 4}", "{max_restarts: 2, "
+                                                                "permanent_exit_codes: [3, 1, 42]}"))))
+    assert validate_jobset(doc) == []
+    for job in doc["spec"]["replicatedJobs"]:
+        rule = job["template"]["spec"]["podFailurePolicy"]["rules"][0]
+        assert rule["onExitCodes"] == {"containerName": "tensorflow", "operator": "In", "values": [1, 3, 42]}
