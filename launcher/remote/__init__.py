@@ -6,6 +6,8 @@ launcher itself (it imports at most their constants).
   tfcluster.lifeline label);
 * agent.py, boot.py, statesync.py: helpers the ssh backend sends to hosts (uploaded, or passed to
   ``python -c``);
+* jobsetpod.py, a JobSet pod's start (``tfcluster export --to jobset``): the worker image's copy in
+  /usr/local/lib/tfcluster/ makes the task's TF_CONFIG from its pod index and execs the entrypoint;
 * gpuplace.py, which of its host's GPUs a task gets: uploaded next to taskwrap.py (the wrapper and
   the preflight agent run it on the hosts), and the one module here the launcher also runs
   (launcher/plan/gpus.py), so a task gets the same GPUs whether the plan or its host made them.
