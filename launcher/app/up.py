@@ -22,6 +22,7 @@ from launcher.errors import LaunchError
 from launcher.plan.gpus import asked as gpus_asked
 from launcher.plan.build import Plan, build_plan
 from launcher.plan.elastic import fitting_now
+from launcher.plan.startsmall import PreflightPlans, preflight_plans
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.record.states import Outcome
 from launcher.loader.load import LoadedSpec, load_spec
@@ -201,10 +202,10 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
         record.launcher_info["detached"] = True
     backend = backend_class(spec.backend).from_spec(loaded, record, console)
     try:
-        backend.preflight(plan)
+        found = preflight_plans(spec, plan, backend.preflight(plan))  # the plans the hosts found give
         if dry_run:
-            return _dry_run(spec, plan, backend)
-        plan = _start(spec, plan, record, backend)
+            return _dry_run(spec, plan, backend, found)
+        plan = _start(spec, plan, record, backend, found)
     except BaseException:
         backend.close()  # connections and clients opened for the preflight, the allocation
         record.close()
@@ -215,35 +216,36 @@ def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool =
     console.verbose = verbose
     static = [h.name for h in load_spec(loaded.path).spec.hosts] if spec.discovery is not None else None
     supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, spec=spec,
-                            static_hosts=static, discovery_cwd=loaded.base_dir)
+                            static_hosts=static, discovery_cwd=loaded.base_dir,
+                            absent=found.absent, short_why=found.short_why)
     if handover is not None:
         handover.open_log(record.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)
     return _supervise(supervisor, spec, plan, record, console, foreground=handover is None, panel=panel)
 
 
-def _dry_run(spec: "Spec", plan: Plan, backend) -> RunResult:
+def _dry_run(spec: "Spec", plan: Plan, backend, found: PreflightPlans) -> RunResult:
     """``up --dry-run`` once the preflight passed: the plan it would start (the hosts the
-    preflight found there, for a group that starts small), nothing started."""
-    now = backend.preflight_plan or plan
+    preflight found there, for a group that starts small; placed by their GPUs), nothing started."""
+    now = found.start or plan
     text = render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan), notes=[start_note(spec, now)])
-    small = short_line(spec, now, backend.short_why)
+    small = short_line(spec, now, found.short_why)
     note = (f"dry run: preflight passed; would start {len(now.tasks)} tasks on backend {plan.backend}"
             + (f" ({small})" if small else ""))
     backend.close()
     return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan_text=text, note=note))
 
 
-def _start(spec: "Spec", plan: Plan, record, backend) -> Plan:
+def _start(spec: "Spec", plan: Plan, record, backend, found: PreflightPlans) -> Plan:
     """The run record written, and the plan the tasks start with: the hosts a workload manager
-    gives once the job is allocated; a worker group with a min starts with the hosts the
-    preflight found there (start_plan)."""
+    gives once the job is allocated; the plan the preflight's findings give where they give one
+    (a worker group with a min starts with the hosts there; placed by the hosts' GPUs)."""
     try:
         record.create()
     except OSError as exc:
         raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
                           "fix run_dir in the spec or the directory's permissions") from None
-    plan = backend.start_plan or build_plan(spec, stoppable(lambda: backend.allocate(spec)))
+    plan = found.start or build_plan(spec, stoppable(lambda: backend.allocate(spec)))
     record.set_plan(plan)
     return plan
 

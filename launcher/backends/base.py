@@ -5,10 +5,14 @@ failure means (that is the supervisor and its policy). Its life in ``tfcluster u
 
     spec --Backend.place(spec)--> placement --build_plan--> plan      (validate, plan, --dry-run)
     backend = cls.from_spec(loaded, record)
-    backend.preflight(plan)                  checks, before anything is allocated or started
+    report = backend.preflight(plan)         checks, before anything is allocated or started;
+                                             what it found of the hosts (HostReport, or None)
+    preflight_plans(spec, plan, report)      pure (launcher/plan/startsmall.py): the plan to start
+                                             with where the hosts found give another one
     record.create()                          launcher.json: `tfcluster down` can find the run
     placement = backend.allocate(spec)       the real hosts (at once for local/ssh/docker)
-    plan = build_plan(spec, placement)       pure; the supervisor executes this plan
+    plan = build_plan(spec, placement)       pure (unless the report gave the start plan); the
+                                             supervisor executes this plan
     per attempt: prepare_attempt(n); start(task, env, on_line) -> TaskHandle for every task;
                  handle.poll() / port_open(task) / handle.signal(sig) while supervising;
                  stop(handles, grace) to end the attempt
@@ -38,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
     from launcher.notices import Notices
+    from launcher.plan.startsmall import HostReport
     from launcher.spec.model import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
@@ -178,16 +183,6 @@ class Backend(abc.ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
     detach_note: ClassVar[str] = ""
-    # The plan the preflight placed otherwise than the static placement (ssh: by the hosts' GPU
-    # counts), which ``allocate`` then gives the run: what ``up --dry-run`` shows. None: the same.
-    preflight_plan: Optional["Plan"] = None
-    # The plan the preflight found hosts for now, where a worker group with tasks.worker.min starts
-    # with the hosts there (launcher/plan/elastic.py's start_without): the run starts under it
-    # instead of ``allocate``'s. None: the usual. ``absent``: the hosts that did not answer then
-    # (host -> why), watched from the start to grow the group; ``short_why``: why it is smaller.
-    start_plan: Optional["Plan"] = None
-    absent: Mapping[str, str] = {}
-    short_why: str = ""
 
     # -------------------------------------------------------------- before a backend exists
 
@@ -234,11 +229,13 @@ class Backend(abc.ABC):
 
     # -------------------------------------------------------------- up
 
-    def preflight(self, plan: Plan) -> None:
+    def preflight(self, plan: Plan) -> Optional[HostReport]:
         """Check everything that can be checked before allocating or starting anything (hosts
         reachable, images present, ports free, the request satisfiable); raise LaunchError with
         one line per problem naming the host/task and the fix. ``plan`` may be a placeholder
-        plan (see place)."""
+        plan (see place). Returns what it found of the hosts where that can change the plan
+        (which answered, their GPUs, which are absent and why: ssh), else None (the default);
+        the plans are made from it in launcher/plan/startsmall.py, never here."""
 
     def allocate(self, spec: "Spec") -> Placement:
         """Obtain the machines and answer where each task runs. May block (a queued job): Ctrl-C,

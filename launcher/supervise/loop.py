@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.backends.base import Backend
 from launcher.contract import envnames
@@ -63,7 +63,12 @@ class Supervisor:
         spec: Optional[Spec] = None,
         static_hosts: Optional[Sequence[str]] = None,
         discovery_cwd: Optional[Path] = None,
+        absent: Mapping[str, str] = {},
+        short_why: str = "",
     ) -> None:
+        """``absent`` (host -> why) and ``short_why``: a worker group with a min that the preflight's
+        findings start smaller (launcher/plan/startsmall.py's PreflightPlans): the hosts watched
+        from the start to grow it, and why it is smaller."""
         self.backend = backend
         self.record = record
         self.console = console
@@ -72,7 +77,8 @@ class Supervisor:
         self.stop_event = stop_event or threading.Event()
         # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
         self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
-                                  static_hosts=static_hosts, discovery_cwd=discovery_cwd)
+                                  static_hosts=static_hosts, discovery_cwd=discovery_cwd,
+                                  absent=absent, short_why=short_why)
         self.hurry_event = threading.Event()
         self.stop_reason = ""  # why it was stopped, when not by Ctrl-C (``stop``)
         self.poll_interval = poll_interval

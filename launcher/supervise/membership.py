@@ -32,9 +32,11 @@ LOOK = 1.0  # s: how long a host whose sessions were lost is given to say it sti
 class Membership:
     def __init__(self, plan: Plan, backend: Backend, record: RunRecord, console: Console,
                  stop_event: threading.Event, finish: Callable[..., int], spec: Optional[Spec] = None,
-                 static_hosts: Optional[Sequence[str]] = None, discovery_cwd: Optional[Path] = None) -> None:
+                 static_hosts: Optional[Sequence[str]] = None, discovery_cwd: Optional[Path] = None,
+                 absent: Mapping[str, str] = {}, short_why: str = "") -> None:
         """``finish(code, outcome, reason=...)``: end the run (the supervisor's final report), its
-        exit code returned."""
+        exit code returned. ``absent`` (host -> why), ``short_why``: a worker group with a min the
+        preflight's findings start smaller (launcher/plan/startsmall.py's PreflightPlans)."""
         self.plan = plan
         # Hosts that come and go (launcher/plan/elastic.py): on when the spec asks for it or lists
         # spare hosts, and the backend can tell which hosts are lost.
@@ -64,17 +66,18 @@ class Membership:
         self.stop_event = stop_event
         self.finish = finish
         self._looking: Optional[_Look] = None  # after_failure's look, started early (look_ahead)
-        # A worker group with a min started with the hosts there (the preflight's start_plan):
+        # A worker group with a min started with the hosts there (the preflight's start plan):
         # the listed hosts that did not answer then are watched from the start, as lost hosts
         # are, and the group grows onto them once they answer for elastic.settle s.
         self.small = self.elastic and spec is not None and spec.tasks.worker.min is not None
         if self.small:
-            self.down = sorted(getattr(backend, "absent", {}) or {})
+            self.down = sorted(absent)
+        self.short_why = short_why
 
     def start(self) -> None:
         if self.small and self.spec is not None:
             opts = options(self.spec)
-            group = group_size(self.spec, self.plan, getattr(self.backend, "short_why", ""))
+            group = group_size(self.spec, self.plan, self.short_why)
             if group["size"] < group["of"]:
                 self.console.info(f"{size_phrase(group['size'], group['of'], group.get('why', ''))}; the group grows as "
                                   f"hosts answer for elastic.settle={opts.settle:g} s"
@@ -96,7 +99,7 @@ class Membership:
         if self.elastic and self.spec is not None:
             out: dict = {"spares": spare_hosts(self.spec, [t.host for t in self.plan.tasks], self.down)}
             if self.small:
-                out["group"] = group_size(self.spec, self.plan, getattr(self.backend, "short_why", ""))
+                out["group"] = group_size(self.spec, self.plan, self.short_why)
             return out
         return {}
 

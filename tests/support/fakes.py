@@ -192,21 +192,22 @@ class Supervised:
 
 def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: float = 0.0, clock=None,
               stop_after: Optional[int] = None, stop=None, standby_after_ready: float = 0.0,
-              plan=None) -> Supervised:
+              plan=None, absent: Optional[dict] = None, short_why: str = "") -> Supervised:
     """Run ``Supervisor`` on the (dedented) spec with ``backend``, its record under
     ``tmp_path/runs``; ``clock`` is the supervisor's (None: its own, the real one; a ``Counter``
     for no wall-clock waits). ``stop_after``: interrupt once this many tasks have been started
     (``backend`` a ScriptedBackend), or call ``stop(supervisor)`` instead if given.
     ``standby_after_ready``: how long after every task is up the next attempt's standbys wait
     for a first step (0: they start then, as the scripted tasks print no real steps). ``plan``:
-    the plan to start with (a function of the spec: a group that starts smaller), else the spec's."""
+    the plan to start with (a function of the spec: a group that starts smaller), else the spec's;
+    ``absent`` (host -> why) and ``short_why``: why it is smaller, as the preflight's findings say."""
     spec = parse_spec(textwrap.dedent(spec_yaml))
     plan = plan_for(spec) if plan is None else plan(spec)
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     extra = {} if clock is None else {"clock": clock}
     sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
-                     poll_interval=poll_interval, spec=spec, **extra)
+                     poll_interval=poll_interval, spec=spec, absent=absent or {}, short_why=short_why, **extra)
     sup.prewarm.after_ready = standby_after_ready
     if stop_after is not None:
         start = backend.start

@@ -21,8 +21,8 @@ Files of this package: options.py (the ``ssh:`` block), commands.py (remote comm
 pool.py (the hosts: connections, per-host state, starts, lease, heartbeat, hosts that come and go),
 sync.py (ssh.sync/ssh.setup), probe.py (the preflight probe), task.py (a running task),
 lease.py (the lease thread), heartbeat.py (is the host still there), state.py (the state
-dir), down.py (``tfcluster down``), placement.py (where tasks go: the round-robin, by GPUs),
-preflight.py (the replan by GPUs and the probe again), starts.py (starting tasks, promoting
+dir), down.py (``tfcluster down``), placement.py (the preflight's lines on the hosts' GPUs),
+preflight.py (the probe again), starts.py (starting tasks, promoting
 standbys); the helpers take the pool, not the backend; this file ties them into the Backend.
 """
 
@@ -31,12 +31,15 @@ from __future__ import annotations
 import difflib
 import signal as _signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
-from launcher.plan.build import Placement, Plan, PlannedTask, Slot, build_plan
+from launcher.plan.build import Placement, Plan, PlannedTask, Slot
+from launcher.plan.roundrobin import round_robin
+from launcher.plan.startsmall import DROPPED, NOT_ANSWERING, HostReport, by_gpus, gpu_refusals_only, without_dropped
 from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, probe as ssh_probe, sync as ssh_sync
@@ -45,7 +48,7 @@ from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
 from launcher.backends.ssh.host import HostState
 from launcher.backends.ssh.options import SSHOptions
-from launcher.backends.ssh.placement import gpu_notes, round_robin
+from launcher.backends.ssh.placement import gpu_notes
 from launcher.backends.ssh.pool import HostPool
 from launcher.backends.ssh.runner import Runner
 from launcher.backends.ssh.starts import Starts
@@ -81,10 +84,6 @@ class SSHBackend(Backend):
                      for n, (t, i) in enumerate((t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t)))}
             return Placement(slots, placeholder=True, note="hosts come from discovery.command at `up` (tfcluster plan --discover runs it now)")
         return Placement(round_robin(spec))
-
-    def allocate(self, spec: Spec) -> Placement:
-        """The static placement, or the one the preflight made from the hosts' GPU counts."""
-        return self._gpu_placement if self._gpu_placement is not None else self.place(spec)
 
     @classmethod
     def check_spec(cls, spec: Spec) -> list[tuple[tuple, str]]:
@@ -138,7 +137,6 @@ class SSHBackend(Backend):
         self.state_sync = StateSync(self.pool, self.spec.state, self.console, record, self.run_id)  # (state.py)
         self.starts = Starts(self.pool, self.state_sync, self.spec.name, self.spec.strategy, self.stop_grace,
                              self._gpu_figures, self._gpus_given)  # (starts.py)
-        self._gpu_placement: Optional[Placement] = None  # the preflight's, by the hosts' GPUs (gpu_replan)
 
     def _local(self, path: str) -> Path:
         from launcher.backends.ssh.connect import resolve_local
@@ -147,19 +145,23 @@ class SSHBackend(Backend):
 
     # -------------------------------------------------------------- preflight
 
-    def preflight(self, plan: Plan) -> None:
+    def preflight(self, plan: Plan) -> Optional[HostReport]:
+        """The hosts found out (launcher/plan/startsmall.py makes the plans of what is found): a
+        worker group with a min starts with the hosts that answer (startsmall.py), and where the
+        probe refuses only the round-robin's GPU placement, the plan placed by each host's GPUs
+        is probed again (preflight.py). Returns what was found, for the use case's plans."""
         names = [h.name for h in plan.hosts]
         if not names:
-            return
+            return None
         full = plan
-        small = self._starts_small()
-        if small:  # a worker group with a min: the hosts that answer now (startsmall.py)
+        report = HostReport(small=self._starts_small())
+        if report.small:  # a worker group with a min: the hosts that answer now (startsmall.py)
             from launcher.backends.ssh.startsmall import hosts_there
 
             plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info,
                                        countdown=self.console.countdown,
                                        record=self.record.write_early if self.record is not None else None)
-            self._start_with(plan, {h: "not answering" for h in absent})
+            report = replace(report, absent={h: NOT_ANSWERING for h in absent})
             names = [h.name for h in plan.hosts]
         if self.opts.sync or self.opts.setup:
             # Setup runs on every host at once (a ThreadingGroup): connect them all first.
@@ -169,68 +171,49 @@ class SSHBackend(Backend):
         try:
             ssh_probe.probe(self.pool, self.state_sync, plan, names)
         except LaunchError as exc:
-            smaller = self._without_dropped(full, plan, exc) if small else None
+            smaller = self._without_dropped(full, plan, exc, report) if report.small else None
             if smaller is not None:  # worker hosts that dropped their sessions: started without them
-                plan, names = smaller, [h.name for h in smaller.hosts]
+                report, plan = smaller
+                names = [h.name for h in plan.hosts]
                 ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
-            else:  # (preflight.py) placed by the hosts' GPUs where that fits, else exc
-                self._gpu_placement, line = ssh_preflight.replan_by_gpus(
-                    self.pool, self.spec, plan, names, exc, self.spec.tasks.worker.min if small else None)
+            else:  # placed by the hosts' GPUs where that fits, else exc
+                report = replace(report, answered=tuple(names), gpus=self._gpus(names))
+                got = by_gpus(self.spec, plan, report) if gpu_refusals_only(plan, report.gpus, exc.lines) else None
+                if got is None:
+                    raise
+                plan, line = got
+                report = replace(report, by_gpus=True)
                 self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
-                plan = self.preflight_plan = self._by_gpus(plan, small)
                 ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
-        for line in gpu_notes(plan, {n: self.pool.hosts[n].gpus for n in names}):
+        report = replace(report, answered=tuple(names), gpus=self._gpus(names))
+        for line in gpu_notes(plan, dict(report.gpus)):
             self.console.info(line)
+        return report
 
-    def _by_gpus(self, before: Plan, small: bool) -> Plan:
-        """The plan of the placement by the hosts' GPUs. A group starting small keeps starting
-        small: that plan, over the hosts that answered only, is the one it starts with (fewer
-        workers where their GPUs hold fewer); else the full group's placement is ``allocate``'s."""
-        from launcher.plan.elastic import with_workers
+    def _gpus(self, names: Sequence[str]) -> dict:
+        return {n: self.pool.hosts[n].gpus for n in names}
 
-        workers = sum(1 for key in self._gpu_placement.slots if key.startswith("worker:"))
-        if not small:
-            self.start_plan = None
-            return build_plan(self.spec, self._gpu_placement)
-        plan = build_plan(with_workers(self.spec, workers), self._gpu_placement)
-        why = self.short_why if self.absent else ""  # (with every host there, its why is the slots')
-        self._start_with(plan, self.absent)
-        if workers < sum(1 for t in before.tasks if t.type == "worker"):
-            self.short_why = "; ".join(w for w in (why, "no GPU room for more on the hosts there") if w)
-        return plan
-
-    def _start_with(self, plan: Plan, absent: Mapping[str, str]) -> None:
-        """The run starts under ``plan`` (a worker group with a min, smaller where hosts are
-        absent: host -> why); the supervisor watches the absent hosts to grow the group."""
-        from launcher.plan.elastic import short_why
-
-        self.absent = dict(absent)
-        self.short_why = short_why(self.spec, plan, sorted(absent))
-        self.start_plan = self.preflight_plan = plan
-
-    def _without_dropped(self, full: Plan, plan: Plan, exc: LaunchError) -> Optional[Plan]:
+    def _without_dropped(self, full: Plan, plan: Plan, exc: LaunchError,
+                         report: HostReport) -> Optional[tuple[HostReport, Plan]]:
         """The probe failed only because worker hosts dropped its sessions (a VM shutting down:
-        its sshd still accepts connections for a while, its sessions die): the plan without
-        them, or None where the failure is another (the usual error). One line where fewer than
-        tasks.worker.min workers would be left."""
+        its sshd still accepts connections for a while, its sessions die): the report with them
+        absent and the plan without them, or None where the failure is another (the usual error).
+        One line where fewer than tasks.worker.min workers would be left."""
         from launcher.backends.ssh.startsmall import dropped_hosts
-        from launcher.plan.elastic import Replan, start_without
 
         gone = dropped_hosts(exc.lines, plan)
         if not gone:
             return None
-        absent = {**self.absent, **{h: "dropped its sessions at the start" for h in gone}}
-        change = start_without(self.spec, full, sorted(absent))
-        if not isinstance(change, Replan):
+        report = replace(report, absent={**report.absent, **{h: DROPPED for h in gone}}, dropped=tuple(gone))
+        smaller = without_dropped(self.spec, full, report)
+        if smaller is None:
             return None
         for h in gone:
             self.pool.forget_connection(self.pool.hosts[h])
         self.console.info(f"{', '.join(gone)}: {'their' if len(gone) > 1 else 'its'} sessions dropped during the "
                           "preflight (a host shutting down?); starting without "
                           f"{'them' if len(gone) > 1 else 'it'}")
-        self._start_with(change.plan, absent)
-        self.short_why = "; ".join(f"{h} {why}" for h, why in sorted(absent.items()))
-        return change.plan
+        return report, smaller
 
     def _starts_small(self) -> bool:
         from launcher.backends import placed_hosts

@@ -1,5 +1,5 @@
 """The ssh preflight of a worker group with ``tasks.worker.min``: it starts with the hosts that
-answer (launcher/plan/elastic.py's ``start_without`` says with which plan). A listed host that does
+answer (launcher/plan/startsmall.py's ``start_small`` says with which plan). A listed host that does
 not answer within ``ssh.connect_timeout`` is not an error but a host the group grows onto later;
 below ``min`` the preflight waits up to ``elastic.host_wait`` for hosts to answer, then ends in one
 line naming them. A host that must hold a chief, ps or evaluator is not elastic: its error is the
@@ -15,7 +15,8 @@ from launcher.errors import LaunchError
 from launcher.record import events as ev
 from launcher.record.hosts import waiting_line
 from launcher.plan.build import Plan
-from launcher.plan.elastic import options, spare_hosts, start_without
+from launcher.plan.elastic import options, spare_hosts
+from launcher.plan.startsmall import HostReport, start_small
 from launcher.spec.model import Spec
 from launcher.backends.ssh import probe as ssh_probe
 
@@ -89,12 +90,10 @@ def _unrecorded(_event: ev.HostWait) -> None:
 def _start_plan(spec: Spec, plan: Plan, names: list[str], problems: dict[str, str]) -> Union[Plan, str]:
     """The plan without the hosts of ``problems``, or why fewer than min workers can start (a few
     words); the usual unreachable error where one of them holds a chief, ps or evaluator."""
-    change = start_without(spec, plan, sorted(problems))
+    change = start_small(spec, plan, HostReport(small=True, absent=problems))
     if change is None:  # not elastic: the usual error
         ssh_probe.unreachable_error(names, {h: p for h, p in problems.items() if h in names})
-    if isinstance(change, str):
-        return change
-    return change.plan
+    return change
 
 
 @contextlib.contextmanager

@@ -292,7 +292,7 @@ SSH4 = """\
 def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
     """a has 1 GPU, b 4, c 1: the round-robin gives each host two workers; a and c cannot hold
     two GPU-count tasks, b has room: placed by GPUs, the CPU roles (chief, ps) kept round-robin."""
-    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.plan.roundrobin import gpu_replan
     from launcher.app.up import plan_for
 
     spec = spec_of(SSH4)
@@ -317,7 +317,7 @@ def test_ssh_replans_by_gpu_counts_when_the_round_robin_over_fills_a_host():
     ({"a": a100(1), "b": None, "c": a100(4)}, "a host's GPUs unknown"),
 ])
 def test_ssh_replan_only_when_it_helps(found, why):
-    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.plan.roundrobin import gpu_replan
     from launcher.app.up import plan_for
 
     spec = spec_of(SSH4)
@@ -338,7 +338,7 @@ def test_ssh_hosts_with_unequal_gpus_give_every_worker_the_smallest_hosts_share(
     """a has 4 GPUs, b 2, c 4: one worker on each would get 4, 2, 4 (TensorFlow needs them equal).
     As where the plan knows every host, the smallest decides: every request carries cap 2, so each
     host's wrapper gives its worker 2 (the others' extra GPUs idle), said in one line."""
-    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.plan.roundrobin import gpu_replan
     from launcher.app.up import plan_for
 
     spec = spec_of(SSH_MWMS)
@@ -362,7 +362,7 @@ def test_ssh_hosts_with_unequal_gpus_give_every_worker_the_smallest_hosts_share(
 
 
 def test_ssh_replan_keeps_hosts_with_slots_and_auto_is_not_bounded():
-    from launcher.backends.ssh.placement import gpu_replan, round_robin
+    from launcher.plan.roundrobin import gpu_replan, round_robin
     from launcher.app.up import plan_for
 
     slotted = spec_of(SSH4.replace("{name: a}", "{name: a, slots: 3}"))
@@ -389,7 +389,7 @@ def test_a_group_starting_small_is_replanned_by_gpus_over_the_hosts_that_answere
     2: placed by GPUs over a and c only (the full group's placement put a worker on b, which is
     not there), with the three workers of the start plan, not the spec's four."""
     from launcher.app.up import plan_for
-    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.plan.roundrobin import gpu_replan
     from launcher.plan.elastic import start_without, with_workers
 
     spec = spec_of(SMALL)
@@ -413,7 +413,7 @@ def test_a_group_starting_small_starts_with_what_the_gpus_there_hold_down_to_min
     """a and c have 1 GPU each: the three workers of the start plan do not fit, two do (min 1);
     below min nothing fits and the preflight's refusal stands."""
     from launcher.app.up import plan_for
-    from launcher.backends.ssh.placement import gpu_replan
+    from launcher.plan.roundrobin import gpu_replan
     from launcher.plan.elastic import start_without
 
     spec = spec_of(SMALL)

@@ -384,9 +384,9 @@ def test_a_group_that_started_without_an_absent_host_grows_onto_it_once_it_settl
 
     backend = ReturningBackend({("worker:0", 0): Script(code=None)}, losses={}, back=["h2"], after=3,
                                default=Script(code=0, polls=4))
-    backend.absent, backend.short_why = {"h2": "not answering"}, "h2 not answering"
     result = supervise(tmp_path, SHRINK, backend, clock=Counter(),
-                       plan=lambda spec: start_without(spec, plan_for(spec), ["h2"]).plan)
+                       plan=lambda spec: start_without(spec, plan_for(spec), ["h2"]).plan,
+                       absent={"h2": "not answering"}, short_why="h2 not answering")
     code, out, events = result.code, result.err + result.out, result.events
     assert code == 0, out
     assert backend.hosts_started == [("worker:0", "h1"), ("worker:0", "h1"), ("worker:1", "h2")]

@@ -1,4 +1,4 @@
-"""Ranks in blocks (launcher/backends/ssh/placement.py): the round-robin decides how many tasks of
+"""Ranks in blocks (launcher/plan/roundrobin.py): the round-robin decides how many tasks of
 each group a host gets, and a host's tasks of a group get consecutive indices, so a ring crosses
 the network once per host. The elastic replan (launcher/plan/elastic.py) keeps the blocks."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.app.up import plan_for
-from launcher.backends.ssh.placement import round_robin
+from launcher.plan.roundrobin import round_robin
 from launcher.loader.load import parse_spec
 from launcher.plan import elastic
 
