@@ -77,7 +77,7 @@ class SSHBackend(Backend):
     @classmethod
     def place(cls, spec: Spec) -> Placement:
         """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``, each
-        host's tasks of a group numbered consecutively (placement.py: ranks in blocks). With no
+        host's tasks of a group numbered consecutively (launcher/plan/roundrobin.py: ranks in blocks). With no
         hosts yet (``discovery:`` finds them at ``up``, or ``plan --discover``), placeholders."""
         if not spec.hosts and spec.discovery is not None:
             slots = {f"{t}:{i}": Slot(f"host{n + 1}", f"host{n + 1}")
