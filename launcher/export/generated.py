@@ -88,9 +88,10 @@ def _not_generated(path: Path, follow: bool) -> str:
     return ""
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` whole: a new file (exclusive, no-follow) in its directory renamed over it."""
+def write_atomic(path: Path, text: str, private: bool = False) -> None:
+    """Write ``path`` whole: a new file (exclusive, no-follow) in its directory renamed over it;
+    ``private``: readable and writable by its owner only (0600: it holds secrets)."""
     try:
-        write_whole(path, text)
+        write_whole(path, text, mode=0o600 if private else 0o644)
     except OSError as exc:
         raise LaunchError(f"{path}: cannot write ({exc.strerror or exc}); pass -o with a writable path") from None

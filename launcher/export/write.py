@@ -18,6 +18,7 @@ from launcher.export.common import SpecWhere, check_image, default_output, inexp
 from launcher.export.tfjob import render_tfjob, tfjob_dict
 from launcher.export.validate import DNS1035_RE, aiplatform_types, validate_custom_job, validate_tfjob, validate_vertex_spec
 from launcher.export.vertex import custom_job_dict, render_custom_job_json, render_job_spec_yaml
+from launcher.export.vertex import secret_names as vertex_secrets
 
 HEADER = MARKER + " export`"
 TARGETS = ("tfjob", "vertex")
@@ -111,10 +112,14 @@ def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image:
         files.append((json_path, render_custom_job_json(job)))
     for file, _ in files:
         check_overwritable(file, named=output is not None and file == path)
+    secrets = vertex_secrets(doc) if target == "vertex" else []  # (the Vertex API takes env values only)
+    if secrets:
+        result.notes.append(f"{', '.join(secrets)} are in clear in the files, as the Vertex API takes them: written "
+                            "readable by you alone (0600)")
     for file, text in files:
         if text is None:
             text = _render(loaded, target, doc, file.name, files[1][0].name if job is not None else None, checks)
-        write_atomic(file, text)
+        write_atomic(file, text, private=bool(secrets))
         result.written.append(file)
     return result
 
