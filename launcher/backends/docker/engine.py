@@ -98,7 +98,7 @@ def check_transport(engine: Engine) -> None:
     """LaunchError (one line) for plain TCP to an engine on another machine, unless the spec
     accepts it (``docker.insecure: true``): the Docker API has no authentication of its own, so
     whoever reaches that port runs containers as root there, and sees every command."""
-    parts = urlsplit(engine.url if "://" in engine.url else f"tcp://{engine.url}")
+    parts = _parts(engine.url)
     if parts.scheme not in _TCP or engine.tls or parts.scheme == "https" or engine.insecure:
         return
     host = parts.hostname or ""
@@ -108,6 +108,11 @@ def check_transport(engine: Engine) -> None:
         f"{engine.field}: {engine.url} is plain TCP to another machine: whoever reaches that port commands its "
         "Docker engine (root there), unencrypted; give docker.tls: {ca, cert, key} (or DOCKER_TLS_VERIFY=1 and "
         "DOCKER_CERT_PATH), use ssh://host, or set docker.insecure: true to accept it")
+
+
+def _parts(url: str) -> Any:
+    """``url`` split, a bare ``host:port`` read as tcp:// (as the SDK reads it)."""
+    return urlsplit(url if "://" in url else f"tcp://{url}")
 
 
 def _loopback(host: str) -> bool:
@@ -120,7 +125,7 @@ def _loopback(host: str) -> bool:
 def client_kwargs(engine: Engine) -> dict[str, Any]:
     """The SDK's ``DockerClient`` arguments for ``engine`` (``base_url``, and ``tls`` over TCP)."""
     kwargs: dict[str, Any] = {"base_url": engine.url}
-    if engine.tls and urlsplit(engine.url).scheme in _TCP:
+    if engine.tls and _parts(engine.url).scheme in _TCP:
         kwargs["tls"] = _pinned_tls()(client_cert=engine.cert, ca_cert=engine.ca, verify=engine.verify)
     return kwargs
 

@@ -30,7 +30,7 @@ def loaded(tmp_path: Path, docker: str = "{}"):
 
 
 @pytest.mark.parametrize("url", ["tcp://10.1.2.3:2375", "http://engine.example:2375", "tcp://[2001:db8::1]:2375",
-                                 "tcp://127.0.0.1.example:2375"])
+                                 "tcp://127.0.0.1.example:2375", "10.1.2.3:2375"])
 def test_plain_tcp_to_another_machine_is_one_line_naming_the_field_and_the_fix(tmp_path, url):
     engine = engine_of(loaded(tmp_path, f"{{engine: '{url}'}}"), environ={})
     with pytest.raises(LaunchError) as info:
