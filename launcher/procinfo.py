@@ -242,3 +242,63 @@ def pipe_holders(inodes) -> "list[int]":
             except OSError:
                 continue
     return found
+
+
+# /proc/net/tcp's states that hold a port against a new bind (not TIME_WAIT, 06, which gRPC's
+# SO_REUSEADDR binds over): ESTABLISHED..CLOSING and LISTEN.
+_HOLDING = {"01", "02", "03", "04", "05", "07", "08", "09", "0A", "0B"}
+
+
+def port_holders(port: int, limit: int = 3, budget: float = 1.0) -> "list[str]":
+    """Who holds TCP ``port`` on this machine, for a message: ``pid 123 (python -m http.server)``
+    per process found (at most ``limit``), or ``a process of uid 1000`` where its descriptors
+    cannot be read (another user's). Reads /proc/net/tcp and tcp6, then the socket inodes in
+    /proc/*/fd, for at most ``budget`` seconds; [] if nothing is found."""
+    owners: dict[str, str] = {}  # socket inode -> uid
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/net/{name}", "rb") as fh:
+                rows = fh.read(8 << 20).decode("ascii", "replace").splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[1].rsplit(":", 1)[-1] == f"{port:04X}" and cols[3] in _HOLDING:
+                owners.setdefault(cols[9], cols[7])
+    owners.pop("0", None)
+    if not owners:
+        return []
+    found: dict[str, str] = {}
+    wanted = {f"socket:[{inode}]": inode for inode in owners}
+    end = time.monotonic() + budget
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        pids = []
+    for pid in pids:
+        if time.monotonic() > end or len(found) >= min(limit, len(owners)):
+            break
+        for link in _fd_links(pid):
+            if link in wanted and wanted[link] not in found:
+                argv = cmdline(int(pid)) or []
+                found[wanted[link]] = f"pid {pid} ({' '.join(argv)[:120] or '?'})"
+                break
+    out = list(dict.fromkeys(found.values()))
+    out += [f"a process of uid {uid}" for inode, uid in owners.items() if inode not in found]
+    return list(dict.fromkeys(out))[:limit]
+
+
+def _fd_links(pid: str) -> "list[str]":
+    """What each of ``pid``'s descriptors points at ([] if they cannot be read); one that closes
+    while they are read (this process's own listing of them, among others) is left out."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    links = []
+    for fd in fds:
+        try:
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return links

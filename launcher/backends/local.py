@@ -22,7 +22,7 @@ from launcher.contract import envnames
 from launcher.errors import LaunchError
 from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.procinfo import group_alive, is_same, kill_group, not_own, start_time
+from launcher.procinfo import group_alive, is_same, kill_group, not_own, port_holders, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
@@ -123,8 +123,10 @@ class LocalBackend(Backend):
                 continue
             problem = port_problem(task.port)
             if problem:
+                holders = port_holders(task.port) if problem == "in use" else []
+                held = f" by {', '.join(holders)}" if holders else ""
                 raise LaunchError(
-                    f"port {task.port} on {task.host} is {problem} (task {task.key}); "
+                    f"port {task.port} on {task.host} is {problem}{held} (task {task.key}); "
                     "stop what holds it or change ports.base in the spec"
                 )
 

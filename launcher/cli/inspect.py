@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Optional
 
-from launcher.bounded import for_terminal
+from launcher.bounded import escape, for_terminal
 from launcher.backends.elsewhere import Elsewhere
 from launcher.cli.common import JSON_HEAD, elsewhere, load, print_record_lines
 from launcher.interrupts import watching
@@ -137,7 +137,7 @@ def runs(args: argparse.Namespace, console: Console) -> int:
         if args.json:
             print(json_text(runs_json(views)))
         elif not lists:
-            print(f"no runs under {path}")
+            print(escape(f"no runs under {path}"))  # (a name from the command line: shown, not run)
         else:
             print_record_lines(line for found in lists for line in render_runs(found.runs, found.where))
         return EXIT_OK if views else EXIT_NO_RUN

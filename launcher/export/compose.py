@@ -33,7 +33,7 @@ from launcher.errors import SpecError
 from launcher.backends import backend_class
 from launcher.bounded import yaml_comment as comment_text
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
-from launcher.plan.build import Plan, build_plan
+from launcher.plan.build import Plan, build_plan, is_secret
 from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
@@ -79,6 +79,28 @@ def _escape(value: str) -> str:
     return value.replace("$", "$$")
 
 
+def _value(name: str, value: str) -> str:
+    """A variable's value as the file holds it: a secret (``is_secret``) is not written but
+    referred to, ``${NAME:?...}``, which compose fills from the environment it runs in (and
+    refuses to run without); any other value is literal."""
+    if is_secret(name, value):
+        return f"${{{name}:?{SECRET_UNSET.format(name=name)}}}"
+    return _escape(value)
+
+
+# What compose says when a secret the file refers to is not set.
+SECRET_UNSET = "set {name} in the environment docker compose runs in"
+
+
+def secret_names(doc: dict[str, Any]) -> list[str]:
+    """The variables ``doc`` refers to rather than holds (``_value``), each once."""
+    names = set()
+    for service in doc.get("services", {}).values():
+        for where in (service.get("environment", {}), service.get("build", {}).get("args", {})):
+            names.update(k for k, v in where.items() if v.startswith(f"${{{k}:?"))  # (a literal $ is $$)
+    return sorted(names)
+
+
 def _rel(path: Path, base: Path) -> str:
     rel = os.path.relpath(path, base)
     if rel == "." or rel.startswith(".."):
@@ -108,7 +130,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
         if opts.build.base_image:
             args["BASE_IMAGE"] = opts.build.base_image
         if args:
-            build["args"] = {k: _escape(v) for k, v in sorted(args.items())}  # (keys: ENV_RE names, no $)
+            build["args"] = {k: _value(k, v) for k, v in sorted(args.items())}  # (keys: ENV_RE names, no $)
         if opts.build.network:
             build["network"] = _escape(opts.build.network)
     extra_volumes = []
@@ -142,7 +164,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
             {
                 "hostname": task.address,
                 "command": [_escape(a) for a in task.command],
-                "environment": {k: _escape(v) for k, v in sorted(env.items())},
+                "environment": {k: _value(k, v) for k, v in sorted(env.items())},
                 "networks": [NETWORK],
                 "volumes": [f"{STATE_VOLUME}:{STATE_DIR}", f"{RUN_VOLUME}:{RUN_DIR}", *extra_volumes],
                 # Never restart one task alone: MWMS needs the whole group restarted together.
@@ -183,6 +205,9 @@ def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = Non
         "# MultiWorkerMirroredStrategy cannot recover from; `tfcluster up` (backend: docker)",
         "# restarts the whole group and resumes from the backup in the state volume.",
     ]
+    secrets = secret_names(doc)
+    if secrets:
+        lines.append(f"# Secrets are not in this file; set {', '.join(secrets)} in the environment `docker compose` runs in.")
     _, note = containers(loaded.spec, plan)
     if note:
         lines.append(f"# GPUs: {note}.")

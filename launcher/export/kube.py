@@ -73,7 +73,7 @@ def resources(spec: Spec, task_type: str) -> Optional[dict[str, Any]]:
 def secret_env(env: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``env`` whose values stay out of the job's file: the one place the
     export asks ``is_secret`` (so what it learns to recognise, the exports follow)."""
-    return {k: v for k, v in env.items() if is_secret(k)}
+    return {k: v for k, v in env.items() if is_secret(k, v)}
 
 
 def secret_name(spec: Spec) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from launcher.errors import SpecError
 from launcher.export.generated import JSON_LABEL
+from launcher.plan.build import is_secret
 from launcher.spec.model import LoadedSpec, Spec
 from launcher.export.common import comment_lines, comment_text, container_env, dump_yaml, export_plan, state_dir, type_env, type_gpus
 from launcher.export.validate import VERTEX_POOLS
@@ -144,8 +145,16 @@ Submit: gcloud ai custom-jobs create --region REGION --display-name {spec.name} 
 Vertex sets TF_CONFIG and CLUSTER_SPEC in every replica and picks the port (ports.base is not used).
 Restarts: {restart_note(spec)}
 State: TFCLUSTER_STATE_DIR={state_dir(spec)}{'' if spec.state.is_url else ' is on the replica: a restarted job starts without the backup; set state.dir: gs://... to resume'}.
-The image must be in a registry Vertex can pull from (Artifact Registry)."""
+The image must be in a registry Vertex can pull from (Artifact Registry).{_secrets_note(job_spec)}"""
     return "\n".join([first_line, *comment_lines(text)]) + "\n" + dump_yaml(job_spec)
+
+
+def _secrets_note(job_spec: dict[str, Any]) -> str:
+    names = secret_names(job_spec)
+    if not names:
+        return ""
+    return (f"\nSecrets: {', '.join(names)} are in clear here, as the Vertex API takes env values: this file and its "
+            ".json are written readable by you alone (0600); keep them out of version control.")
 
 
 def _checked(ran: tuple[str, ...], skipped: tuple[str, ...]) -> str:
@@ -153,6 +162,13 @@ def _checked(ran: tuple[str, ...], skipped: tuple[str, ...]) -> str:
         return f"Validated offline ({' and '.join(ran)}); not run here."
     return "\n".join([f"Checked offline with {' and '.join(ran)} only; not run here.",
                       *(f"NOT checked: {what}." for what in skipped)])
+
+
+def secret_names(job_spec: dict[str, Any]) -> list[str]:
+    """The variables of the pools' ``containerSpec.env`` that are secrets (``is_secret``): the
+    Vertex API takes only values there, so the files hold them and are written for their owner only."""
+    return sorted({e["name"] for pool in job_spec.get("workerPoolSpecs", []) for e in pool.get("containerSpec", {}).get("env", [])
+                   if is_secret(e["name"], e["value"])})
 
 
 def render_custom_job_json(job: dict[str, Any]) -> str:

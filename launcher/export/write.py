@@ -21,6 +21,7 @@ from launcher.export.tfjob import render_tfjob, tfjob_dict
 from launcher.export.validate import (DNS1035_RE, aiplatform_types, validate_custom_job, validate_jobset, validate_tfjob,
                                       validate_vertex_spec)
 from launcher.export.vertex import custom_job_dict, render_custom_job_json, render_job_spec_yaml
+from launcher.export.vertex import secret_names as vertex_secrets
 
 HEADER = MARKER + " export`"
 TARGETS = ("tfjob", "vertex", "jobset")
@@ -144,11 +145,15 @@ def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image:
                             f"read by reference (secretKeyRef); apply it before {path.name}")
     for file, _, _ in files:
         check_overwritable(file, named=output is not None and file == path)
+    clear = vertex_secrets(doc) if target == "vertex" else []  # (the Vertex API takes env values only)
+    if clear:
+        result.notes.append(f"{', '.join(clear)} are in clear in the files, as the Vertex API takes them: written "
+                            "readable by you alone (0600)")
     beside = files[1][0].name if len(files) > 1 else None
     for file, text, mode in files:
         if text is None:
             text = _render(loaded, target, doc, file.name, beside, checks)
-        write_atomic(file, text, mode)
+        write_atomic(file, text, SECRET_MODE if clear else mode)
         result.written.append(file)
     return result
 

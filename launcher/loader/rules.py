@@ -43,6 +43,8 @@ SCHEMA_BLIND: tuple[tuple[str, str, str], ...] = (
     ("Slurm's own options", r"is not an option; give each|tfcluster sets [-\w]+ itself",
      "slurm.sbatch/srun items are read as sbatch/srun parse them (an option, or the value of the one before; "
      "the options tfcluster sets itself refused by any spelling)"),
+    ("a client certificate and its key", r"give cert and key together",
+     "docker.tls.cert and docker.tls.key are given together (one field against the other)"),
 )
 
 

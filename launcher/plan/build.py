@@ -23,6 +23,7 @@ from launcher.plan.model import (  # noqa: F401 - the plan's types are re-export
     PlannedTask,
     Slot,
     expand_plan_json,
+    MASK,
     is_secret,
     redact_env,
     write_full_json,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -298,10 +299,32 @@ def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Hide values of secret-looking variables (KEY, TOKEN, SECRET, PASSWORD) for display."""
-    return {k: ("***" if is_secret(k) else v) for k, v in env.items()}
+    """Hide the values ``is_secret`` picks out (by name or by value) for display and records."""
+    return {k: (MASK if is_secret(k, v) else v) for k, v in env.items()}
 
 
-def is_secret(name: str) -> bool:
+MASK = "***"
+# Words that make a variable's name a secret's (a part of the name between underscores for
+# PAT, which is also in PATH; anywhere for the rest).
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "PRIVATE")
+_SECRET_PARTS = ("PAT", "PASS")
+# Values that are secrets whatever the variable is called: a URL carrying a password
+# (scheme://user:pw@host), the prefixes of common issued tokens, a PEM private key.
+_SECRET_VALUE = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@"
+    r"|(?<![A-Za-z0-9])(?:"
+    r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
+    r"|(?:AKIA|ASIA)[A-Z0-9]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|AIza[A-Za-z0-9_-]{35})"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+
+
+def is_secret(name: str, value: str = "") -> bool:
+    """Whether a variable holds a secret: its name says so (KEY, TOKEN, SECRET, PASSWORD, AUTH,
+    PRIVATE, a PAT part...) or its value looks like one (a URL with a password, a token with a
+    known issuer's prefix, a PEM private key). The one place tfcluster decides what to mask
+    (plans, records, exports); a task's own environment always has the real value."""
     upper = name.upper()
-    return any(word in upper for word in ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"))
+    if any(word in upper for word in _SECRET_WORDS) or any(part in _SECRET_PARTS for part in upper.split("_")):
+        return True
+    return bool(value) and _SECRET_VALUE.search(value) is not None

@@ -93,14 +93,15 @@ def also_failed_line(others: Sequence[str]) -> str:
     return f"also failed: {', '.join(others)}"
 
 
-def report_lines(key: str, tail: Sequence[str], log_path: object, verbose: bool, gpus: bool = False) -> list[str]:
+def report_lines(key: str, tail: Sequence[str], log_path: object, verbose: bool, gpus: bool = False,
+                 port: Optional[int] = None) -> list[str]:
     """The exception line(s) a task died of, a hint for a known signature (``gpus``: the task was
     given GPUs), its last lines (without TF's known harmless lines unless ``verbose``: the log at
     ``log_path`` has them all)."""
     if not tail:
         return []
     lines = [f"  {key}: {line}" for line in exception_lines(tail)]
-    known = hint(tail, gpus)
+    known = hint(tail, gpus, port)
     if known:
         lines.append(f"  hint: {known}")
     lines.append(f"  last lines of {key} ({log_path}):")

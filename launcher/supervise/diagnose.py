@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from launcher.procinfo import port_holders
+
 MESSAGE_CHARS = 240  # an exception message longer than this is cut in the middle
 _EXC = re.compile(
     r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Exhausted|Abort(?:ed)?|Failure))"
@@ -72,6 +74,7 @@ def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
     return f"{text[:head]} ... {text[-tail:]}"
 
 
+PORT_TAKEN = "a TF port is taken: stop what holds it (ss -ltnp) or change ports.base in the spec"
 # (pattern over the joined lines, hint). Order matters: the first match wins.
 SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"PerReplica'?>?\)? to a Tensor|Keras 3.*(?:distribut|strateg)|"
@@ -83,7 +86,7 @@ SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
      "a peer stopped or died and TensorFlow aborted this task; look at the task named as the root cause"),
     (re.compile(r"Address already in use|Failed to add port|Could not start (?:the )?gRPC server|"
                 r"UNKNOWN: Could not start server", re.I),
-     "a TF port is taken: stop what holds it (ss -ltnp) or change ports.base in the spec"),
+     PORT_TAKEN),
     (re.compile(r"No space left on device|Disk quota exceeded|ENOSPC"),
      "a file system is full: free space on it, or set run_dir (logs, checkpoints under state/) to a larger one"),
     (re.compile(r"(?:tensorflow_datasets|tfds|DownloadError|download).*"
@@ -127,12 +130,16 @@ GPU_ASKED_SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
 )
 
 
-def hint(lines: Sequence[str], gpus: bool = False) -> Optional[str]:
+def hint(lines: Sequence[str], gpus: bool = False, port: Optional[int] = None) -> Optional[str]:
     """One line for the first known signature in ``lines``; ``gpus``: the task was given GPUs
-    (then CUDA start-up failures count too)."""
+    (then CUDA start-up failures count too); ``port``: the task's port on this machine, whose
+    holder a taken port names (taken between the preflight's check and the task's bind)."""
     text = "\n".join(lines)
     for pattern, message in SIGNATURES + GPU_SIGNATURES + (GPU_ASKED_SIGNATURES if gpus else ()):
         if pattern.search(text):
+            holders = port_holders(port) if message == PORT_TAKEN and port is not None else []
+            if holders:
+                return f"port {port} was taken by {', '.join(holders)}: stop it, or change ports.base in the spec"
             return message
     return None
 

@@ -77,7 +77,7 @@ class Reporter:
                 self.console.info(line)
             report = [line for k in shown
                       for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
-                                               self.given_gpus(k))]
+                                               self.given_gpus(k), self.port_here(k))]
             if report:
                 self.console.block(report)
             if others:
@@ -85,7 +85,16 @@ class Reporter:
         self.record.write(ev.Failure(task=key, attempt=attempt.number, reason=reason, code=code,
                                      last_lines=list(tail[-TAIL:]), others=list(others),
                                      consequences={k: c for k, c in consequences},
-                                     errors=list(exception_lines(tail)), hint=hint(tail, self.given_gpus(key))))
+                                     errors=list(exception_lines(tail)), hint=hint(tail, self.given_gpus(key), self.port_here(key))))
+
+    def port_here(self, key: str) -> Optional[int]:
+        """``key``'s port when it runs on this machine (others dial it at localhost): a port it
+        could not bind is then named with its holder (diagnose.hint)."""
+        try:
+            task = self.plan.task(key)
+        except KeyError:
+            return None
+        return task.port if task.address in ("localhost", "127.0.0.1") else None
 
     def given_gpus(self, key: str) -> bool:
         """Whether the plan gave ``key`` GPUs: some on a known host, or a count where it starts."""

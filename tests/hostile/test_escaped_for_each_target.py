@@ -8,6 +8,7 @@ import yaml
 
 from launcher.bounded import for_terminal, yaml_comment
 from tests.support.cli import output_on_terminal, tfcluster, tfcluster_argv
+from tests.support.ports import free_base
 
 from .conftest import assert_bounded
 
@@ -87,3 +88,37 @@ def test_a_run_dir_and_file_name_with_escapes_reach_no_terminal_raw(tmp_path):
         seen = output_on_terminal(tfcluster_argv("up", *plain, spec), where)
         assert b"\x1b]0;PWN" not in seen and b"\x1b[2J" not in seen, seen[-2000:]
         assert b"\\x1b]0;PWN\\x07" in seen, seen[-2000:]
+
+
+# An argument that retitles the terminal (OSC 0) if echoed raw.
+TITLE = "x\x1b]0;PWNED\x07y"
+ECHOED = [
+    ("runs", TITLE), ("runs", "{dir}"), ("status", TITLE), ("logs", TITLE), ("attach", TITLE), ("down", TITLE),
+    ("validate", TITLE), ("plan", TITLE), ("compose", TITLE), ("export", TITLE, "--to", "vertex"),
+    ("tensorboard", TITLE), ("up", TITLE), ("-f", TITLE, "status"), ("completion", TITLE),
+    ("status", "{spec}", "--run", TITLE), ("logs", "{spec}", "--run", TITLE), ("attach", "{spec}", "--run", TITLE),
+    ("down", "{spec}", "--run", TITLE), ("logs", "{spec}", TITLE),
+    ("compose", "{spec}", "--image", TITLE), ("export", "{spec}", "--to", "tfjob", "--image", TITLE),
+    ("compare", "{spec}", "--strategies", TITLE),
+]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A spec with one finished run (what ``--run`` and a task name are looked up in), and a
+    folder named with the escape."""
+    where = tmp_path_factory.mktemp("echoed")
+    (where / "cluster.yaml").write_text("name: e\nstrategy: multi_worker_mirrored\nentrypoint: python -c pass\n"
+                                        "tasks: {worker: 2}\nports: {base: %d}\n" % free_base())
+    assert tfcluster("up", "cluster.yaml", cwd=where).returncode == 0
+    (where / TITLE).mkdir()
+    return where
+
+
+@pytest.mark.parametrize("args", ECHOED, ids=lambda a: " ".join(a).replace(TITLE, "ESC-TITLE"))
+def test_an_argument_with_escapes_is_echoed_escaped(finished_run, args):
+    argv = [a.format(spec="cluster.yaml", dir=TITLE) if "{" in a else a for a in args]
+    result = tfcluster(*argv, cwd=finished_run, timeout=120)
+    assert_bounded(result)
+    shown = result.stdout + result.stderr
+    assert "\x1b" not in shown and "\x07" not in shown, shown

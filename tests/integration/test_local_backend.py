@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from launcher.cli.main import main
 from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.errors import one_cli_error
 from tests.support.processes import alive, pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
@@ -77,9 +79,72 @@ def test_port_in_use_fails_before_anything_starts(tmp_path, capsys):
         holder.listen()
         assert main(["up", str(path)]) == 1
     captured = capsys.readouterr()
-    assert f"tfcluster: error: port {port} on localhost is in use (task worker:1)" in captured.err
+    assert f"tfcluster: error: port {port} on localhost is in use by pid {os.getpid()} (" in captured.err
+    assert captured.err.rstrip().endswith("(task worker:1); stop what holds it or change ports.base in the spec")
     assert "must not run" not in captured.out
     assert not (tmp_path / "runs").exists()
+
+
+HOLD = ("import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True)\n"
+        "time.sleep(300)\n")
+
+
+def hold_port(port: int, tmp_path: Path) -> subprocess.Popen:
+    """Another process listening on ``port`` (all interfaces, as TensorFlow's gRPC server)."""
+    (tmp_path / "holder.py").write_text(HOLD)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "holder.py"), str(port)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_port_held_by_another_process_names_it_in_one_line(tmp_path):
+    path = script_spec(tmp_path, "print('must not run')\n")
+    port = json.loads(tfcluster("plan", path, "--json").stdout)["tasks"][0]["port"]
+    holder = hold_port(port, tmp_path)
+    try:
+        res = tfcluster("up", path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 1
+    line = one_cli_error(res.stderr)
+    assert f"port {port} on localhost is in use by pid {holder.pid} ({sys.executable} {tmp_path / 'holder.py'}" in line
+    assert "must not run" not in res.stdout
+
+
+def test_a_port_taken_between_the_check_and_the_bind_names_its_holder(tmp_path):
+    """The window between the preflight's check and the task's own bind (TensorFlow's, seconds
+    later): the task waits for a gate, the port is taken meanwhile, the task's bind fails, and
+    the failure's hint names the process that holds it."""
+    path = script_spec(tmp_path, """\
+        import json, os, pathlib, socket, time
+        task = json.loads(os.environ["TF_CONFIG"])["task"]
+        if task["index"] == 1:
+            while not pathlib.Path("gate").exists():
+                time.sleep(0.05)
+            port = int(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"][1].rsplit(":", 1)[1])
+            socket.socket().bind(("0.0.0.0", port))  # as TensorFlow's server would
+        time.sleep(60)
+    """)
+    port = json.loads(tfcluster("plan", path, "--json").stdout)["tasks"][1]["port"]
+    run = start_tfcluster("up", "--plain", path, cwd=tmp_path)
+    holder = None
+    try:
+        wait_for(lambda: (tmp_path / "runs" / "t" / "latest" / "events.jsonl").exists()
+                 and '"start"' in (tmp_path / "runs" / "t" / "latest" / "events.jsonl").read_text(), 60,
+                 what="the tasks started", proc=run)
+        holder = hold_port(port, tmp_path)
+        (tmp_path / "gate").touch()
+        out, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+    assert run.returncode == 1, out
+    assert f"hint: port {port} was taken by pid {holder.pid} (" in out, out
 
 
 def test_missing_command_is_reported_before_start(tmp_path, capsys):

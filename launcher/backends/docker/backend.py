@@ -35,7 +35,7 @@ from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
 from launcher.backends.standbyfile import mem_available
 from launcher.backends.docker import containers, images, standby, volumes
 from launcher.backends.docker.containers import DockerTask
-from launcher.backends.docker.engine import connect, docker, engine_url, requests
+from launcher.backends.docker.engine import Engine, connect, docker, engine_of, engine_url, requests
 from launcher.backends.docker.options import DockerOptions
 
 
@@ -60,8 +60,8 @@ class DockerBackend(Backend):
         self.opts = loaded.spec.docker
         self.record = record
         self.console = console or PlainNotices()
-        self.url = engine_url(loaded)
-        self._explicit = bool(self.opts.engine)
+        self.engine = engine_of(loaded)
+        self.url = self.engine.url
         self._client: Optional[Any] = None
         self.run_id: Optional[str] = getattr(record, "run_id", None)
         self.prefix = f"tfcluster-{self.spec.name}-{self.run_id}" if self.run_id else ""
@@ -87,7 +87,7 @@ class DockerBackend(Backend):
         if self._client is None:
             tasks = sum(self.spec.tasks.count(t) for t in ("chief", "worker", "ps", "evaluator"))
             # Two streams per container (its logs, its exit), a standby beside each task.
-            self._client = connect(self.url, self._explicit, pool=max(10, 4 * tasks + 4))
+            self._client = connect(self.engine, pool=max(10, 4 * tasks + 4))
         return self._client
 
     def container_name(self, task: PlannedTask) -> str:
@@ -321,7 +321,8 @@ class DockerBackend(Backend):
             # The engine the run used; a unix socket needs no TLS settings from the environment.
             recorded = urls.pop()
             if recorded != self.url and recorded.startswith("unix://"):
-                self.url, self._explicit = recorded, True
+                self.engine = Engine(url=recorded)
+                self.url = recorded
         client = self.client
         removed: list[str] = []
         ids: dict[str, str] = {}

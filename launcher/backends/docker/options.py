@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Optional
 
-from pydantic import Field, WithJsonSchema, field_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
-from launcher.spec.model import IMAGE_RE, OptionsModel, whole_number
+from launcher.spec.model import IMAGE_RE, Flag, OptionsModel, whole_number
 
 SIZE_RE = re.compile(r"^[1-9][0-9]*[bkmg]?$", re.IGNORECASE)
 
@@ -37,6 +37,26 @@ class DockerBuild(OptionsModel):
     """missing: build only when the image is absent; always: build on every `up` (cached)."""
 
 
+class DockerTls(OptionsModel):
+    """TLS to an engine over TCP (dockerd --tlsverify), as the docker CLI's --tlscacert, --tlscert,
+    --tlskey and --tlsverify; paths relative to the spec file."""
+
+    ca: Optional[str] = None
+    """The CA certificate that signed the engine's (default: the system's CAs)."""
+    cert: Optional[str] = None
+    """Your client certificate (with `key`), which an engine run with --tlsverify asks for."""
+    key: Optional[str] = None
+    """The client certificate's private key."""
+    verify: Flag = True
+    """Check the engine's certificate against `ca` (false: encrypt only, as DOCKER_TLS_VERIFY unset)."""
+
+    @model_validator(mode="after")
+    def _pair(self) -> "DockerTls":
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("give cert and key together (the client certificate and its private key)")
+        return self
+
+
 # HOST_PATH:/CONTAINER_PATH[:ro|rw], as _volumes reads it (the schema says the same to an editor).
 VOLUME_PATTERN = "^[^:]+:/[^:]*(:(ro|rw))?$"
 
@@ -51,7 +71,13 @@ class DockerOptions(OptionsModel):
     pull: Literal["missing", "never"] = "missing"
     """Without docker.build, a missing image is pulled ("missing") or reported ("never")."""
     engine: Optional[str] = None
-    """Engine URL like unix:///var/run/docker.sock or tcp://host:2375 (default: $DOCKER_HOST)."""
+    """Engine URL like unix:///var/run/docker.sock, ssh://user@host or tcp://host:2376 with `tls`
+    (default: $DOCKER_HOST, with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH). Plain TCP to another
+    machine is refused unless `insecure` is true: the Docker API has no authentication of its own."""
+    tls: Optional[DockerTls] = None
+    """TLS to a tcp:// engine (default: DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, as the docker CLI)."""
+    insecure: Flag = False
+    """Accept plain TCP (no TLS) to an engine on another machine: whoever reaches its port commands it."""
     volumes: tuple[Annotated[str, WithJsonSchema({"type": "string", "pattern": VOLUME_PATTERN})], ...] = ()
     """Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec)."""
     user: Optional[str] = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import statistics
 
@@ -345,3 +346,18 @@ def test_the_progress_line_follows_the_log_in_place_on_a_terminal(tmp_path):
     with ProgressLine(plain, "[1/1] x") as line:
         line.done("failed: boom")
     assert plain.getvalue() == "[1/1] x: failed: boom\n"  # no escape codes off a terminal
+
+
+def test_a_derived_spec_with_a_secret_is_written_for_its_owner_alone(tmp_path):
+    import stat
+
+    from launcher.compare.run import write_derived_spec
+
+    plain, secret = tmp_path / "plain.yaml", tmp_path / "secret.yaml"
+    write_derived_spec(plain, {"name": "a", "env": {"LR": "0.1"}}, "# derived\n")
+    write_derived_spec(secret, {"name": "a", "env": {"DATABASE_URL": "postgres://u:pw@h/db"}}, "# derived\n")
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(plain.stat().st_mode) == 0o644 & ~umask
+    assert secret.read_text().startswith("# derived\nname: a\n") and "postgres://u:pw@h/db" in secret.read_text()

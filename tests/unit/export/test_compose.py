@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -10,6 +11,7 @@ import yaml
 from launcher.cli.main import main
 from launcher.export.compose import compose_dict, render_compose
 from launcher.loader.load import load_spec
+from tests.support.prereq import require_tool
 
 DEMO = """\
 name: demo
@@ -236,3 +238,35 @@ def test_too_few_gpus_here_is_one_spec_error(tmp_path, monkeypatch, capsys):
     assert main(["compose", str(path), "-o", "-"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "this machine (the compose host) has 1 GPU; 2 tasks x gpus_per_task 1 need 2" in err[0], err
+
+
+SECRET_SPEC = DEMO.replace('  TF_CPP_MIN_LOG_LEVEL: "2"\n', """\
+  TF_CPP_MIN_LOG_LEVEL: "2"
+  DATABASE_URL: "postgres://app:pw0rdZ9q@db.example:5432/app"
+  GITHUB_PAT: "ghp_Zq7Zq7Zq7Zq7Zq7Zq7Zq7Zq7Zq7Zq7Zq7Zq7"
+  PLAIN: "a$b"
+""").replace("ports: {base: 23456}\n", "ports: {base: 23456}\ndocker: {build: {context: ., args: {HF_TOKEN: hf_xyz}}}\n")
+
+
+def test_compose_refers_to_secrets_and_compose_fills_them_from_its_environment(tmp_path):
+    """A secret's value is not in docker-compose.yml: ``${NAME:?...}``, which docker-compose (v1,
+    its own interpolation) fills from the environment it runs in, and refuses to run without."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(SECRET_SPEC)
+    assert main(["compose", str(spec)]) == 0
+    out = tmp_path / "docker-compose.yml"
+    text = out.read_text()
+    assert "pw0rdZ9q" not in text and "ghp_Zq7" not in text and "hf_xyz" not in text
+    assert "# Secrets are not in this file; set DATABASE_URL, GITHUB_PAT, HF_TOKEN in the environment" in text
+    env = yaml.safe_load(text)["services"]["worker-1"]["environment"]
+    assert env["DATABASE_URL"].startswith("${DATABASE_URL:?") and env["PLAIN"] == "a$$b"
+    compose = require_tool("docker-compose", "docker-compose")
+    given = {"PATH": "/usr/bin:/bin", "DATABASE_URL": "postgres://u:p@h/db", "GITHUB_PAT": "ghp_x", "HF_TOKEN": "hf_y"}
+    done = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60, env=given)
+    assert done.returncode == 0, done.stderr
+    resolved = yaml.safe_load(done.stdout)["services"]["worker-0"]
+    assert resolved["environment"]["DATABASE_URL"] == "postgres://u:p@h/db"
+    assert resolved["environment"]["PLAIN"] == "a$$b"  # (config writes a literal $ as $$ again)
+    unset = {k: v for k, v in given.items() if k != "GITHUB_PAT"}
+    done = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60, env=unset)
+    assert done.returncode != 0 and "set GITHUB_PAT in the environment docker compose runs in" in done.stderr

@@ -247,6 +247,21 @@ def test_secret_values_go_to_a_0600_secret_read_by_reference(tmp_path, target, c
     assert out == "" and "API_TOKEN" in err and "give -o PATH" in err
 
 
+@pytest.mark.parametrize("target", ["jobset", "tfjob"])
+def test_a_secret_known_by_its_value_alone_goes_to_the_secret(tmp_path, target):
+    """A name the name rule misses (DATABASE_URL, HF_HUB) with a secret-shaped value (a URL with a
+    password, an issued token's prefix) is kept out of the job's file too: the export asks the
+    same rule as the plan's masking, value included."""
+    extra = "env:\n  DATABASE_URL: postgres://app:pw-9f3@db:5432/x\n  HF_HUB: hf_abcdefghijklmnopqrstuvwxyz0123\n  PLAIN_X: hello\n"
+    assert "\nenv:" in DEMO3  # (the demo has an env block: the variables join it)
+    spec = spec_file(tmp_path, DEMO3.replace("\nenv:\n", "\n" + extra, 1))
+    assert main(["export", str(spec), "--to", target]) == 0
+    job_text = next(p for p in tmp_path.glob(f"*.{target}.yaml")).read_text()
+    assert "pw-9f3" not in job_text and "hf_abcdefghij" not in job_text and "hello" in job_text
+    secret = yaml.safe_load(next(tmp_path.glob(f"*.{target}.secret.yaml")).read_text())
+    assert sorted(secret["stringData"]) == ["DATABASE_URL", "HF_HUB"]
+
+
 def _all_containers(doc: dict) -> list[dict]:
     if doc["kind"] == "TFJob":
         return [r["template"]["spec"]["containers"][0] for r in doc["spec"]["tfReplicaSpecs"].values()]

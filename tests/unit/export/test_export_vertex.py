@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 
 import pytest
 import yaml
@@ -269,3 +271,32 @@ def test_gpus_per_task_without_an_accelerator_type_is_one_line_exit_2(tmp_path, 
                    "(devices.gpus_per_task / tasks.worker.gpus) but no accelerator type is set; set "
                    "vertex.machines.default.accelerator_type (e.g. NVIDIA_TESLA_T4) and a machine_type that takes it"]
     assert not out.exists()
+
+
+def test_a_job_with_secrets_is_written_for_its_owner_alone_and_says_so(tmp_path, capsys):
+    """The Vertex API takes env values only: the files hold them, 0600, with a line saying so;
+    a job without secrets keeps the usual mode."""
+    spec = spec_file(tmp_path, DEMO.read_text())
+    assert main(["export", str(spec), "--to", "vertex"]) == 0
+    plain = sorted(tmp_path.glob("*.vertex.*"))
+    assert [stat.S_IMODE(p.stat().st_mode) & 0o077 for p in plain] == [0o044 & ~_umask()] * 2
+    assert "Secrets" not in plain[1].read_text()
+    text = DEMO.read_text().replace("env:\n", 'env:\n  DATABASE_URL: "postgres://app:pw0rdZ9q@db/app"\n'
+                                              '  HF_AUTH: hf_abc\n', 1)
+    assert text != DEMO.read_text()
+    spec.write_text(text)
+    capsys.readouterr()
+    assert main(["export", str(spec), "--to", "vertex"]) == 0
+    for path in plain:  # (rewritten: a new file, never the old one's mode)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 & ~_umask(), path
+        assert "pw0rdZ9q" in path.read_text()
+    header = [line for line in plain[1].read_text().splitlines() if line.startswith("# Secrets")]
+    assert header == ["# Secrets: DATABASE_URL, HF_AUTH are in clear here, as the Vertex API takes env values: this "
+                      "file and its .json are written readable by you alone (0600); keep them out of version control."]
+    assert "DATABASE_URL, HF_AUTH are in clear in the files" in capsys.readouterr().err
+
+
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
