@@ -65,6 +65,13 @@ class TaskHandle(abc.ABC):
     def signal(self, sig: int) -> None:
         """Deliver ``sig`` to the task and everything it started; no error if already gone."""
 
+    def signal_process(self, sig: int) -> None:
+        """Deliver ``sig`` to the task's own process only, not to what it started nor its wrapper
+        (the stacks' signal, launcher/contract/liveness.py: a child of the task's, or the wrapper,
+        would die of it); no error if already gone. Backends whose ``Capabilities.stacks`` is True
+        implement it."""
+        raise NotImplementedError("this backend cannot signal a task's own process")
+
     def info(self) -> dict:
         """What the run record keeps about this task (pids, container ids) for ``down``."""
         return {}
@@ -110,6 +117,9 @@ class Capabilities:
     # on_fresh_ports): a stopped task leaves its host a while after the backend stopped it (slurm:
     # the step ends on its node about 2 s after its srun), and a promoted standby would wait for it.
     fresh_ports_per_restart: bool = False
+    # TaskHandle.signal_process: the stacks' signal reaches the task's own process, so a hang's
+    # report shows every task's stacks and names the one in user code (launcher/supervise/stuck.py).
+    stacks: bool = False
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,12 @@ def log_path(run_dir: Path, key: str) -> Path:
     return run_dir / LOGS_DIR / (key.replace(":", "-") + ".log")
 
 
+def stacks_path(run_dir: Path, attempt: int, key: str) -> Path:
+    """``<run>/stacks/<attempt>/<type>-<index>.txt`` (attempt 1 = the first): a task's every thread's
+    stack, taken when its group stopped progressing (launcher/supervise/hangwatch.py)."""
+    return run_dir / "stacks" / str(attempt) / (key.replace(":", "-") + ".txt")
+
+
 def allocation_path(run_dir: Path, backend: str) -> Path:
     """``<run>/<backend>.json``: what a backend allocated for the run (``RunRecord.allocated``)."""
     return run_dir / f"{backend}.json"

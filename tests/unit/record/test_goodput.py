@@ -278,7 +278,7 @@ def test_status_runs_and_their_json_read_the_goodput_from_the_record(tmp_path):
     # steps 6..8 again (3 steps at 1 s); trained 25 -> 34; the rest 34 -> 36
     assert g["elapsed"] == 26.0 and g["exact"] is True
     assert g["badput"] == {"startup": 3.0, "recovery": 4.0, "redone": 4.0, "checkpoint": 0.0, "waiting": 0.0,
-                           "other": 2.0}
+                           "hung": 0.0, "other": 2.0}
     assert g["productive"] == 13.0 and g["fraction"] == round(13 / 26, 4)
     assert "goodput 50.0 %: startup 11.5 %, recovery 15.4 %, redone 15.4 %, other 7.7 %" in render_status(status, "c.yaml")
     table = render_runs([status], tmp_path / "runs" / "t")
