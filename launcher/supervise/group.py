@@ -17,7 +17,7 @@ import threading
 from typing import Callable
 
 from launcher.backends.base import TaskHandle
-from launcher.contract.liveness import BEAT
+from launcher.contract.liveness import BEAT as BEAT_LINE
 from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.supervise.stuck import is_stack_line
 
@@ -57,7 +57,7 @@ class TaskGroup:
         """A line of ``key``'s output (a reader's thread): its tail, its activity, its save marks,
         its beats and stacks. What it was: BEAT (after its first: no line to show or log), STACK
         (one the watchdog asked for) or LINE."""
-        at = line.find(BEAT + " ")
+        at = line.find(BEAT_LINE + " ")
         if at >= 0:
             return self._beat(key, line, at)
         with self.lock:
@@ -80,7 +80,7 @@ class TaskGroup:
         try:
             n = int(fields.get("n", ""))
         except ValueError:
-            return True
+            return LINE
         now = self.clock()
         with self.lock:
             first = key not in self.counts
