@@ -18,24 +18,29 @@ On a stall every live task's stacks are taken (the stacks' signal, through the b
 
 from __future__ import annotations
 
+import json
 import linecache
+import signal
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from launcher.backends.base import Backend
 from launcher.plan.build import Plan
-from launcher.record.layout import stacks_path
+from launcher.record.layout import live_stacks_dir, stacks_path
 from launcher.record.writer import RunRecord, write_atomic
 from launcher.spec.model import Watchdog
 from launcher.supervise.group import TaskGroup
-from launcher.supervise.policy import hang_limit, hang_watched, output_limit, silent_by_design
+from launcher.supervise.policy import AUTO_FACTOR, AUTO_FLOOR, hang_limit, hang_watched, output_limit, silent_by_design
 from launcher.supervise.stuck import Verdict, decide
 
 # Seconds the stacks have to come back once asked (over ssh, docker, slurm: a round trip), and
 # the quiet after a task's last stack line that says its text is complete.
 STACKS_WAIT = 6.0
 STACKS_QUIET = 0.4
+# How ``tfcluster stacks`` asks a run's supervisor for every live task's stacks (launcher/app/stacks.py):
+# this signal to the supervisor's pid; it writes them to the record's live_stacks_dir, ``done`` last.
+REQUEST_SIGNAL = signal.SIGUSR2
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,35 @@ class HangWatch:
         hung_since = time.time() - (self.clock() - stall.since)
         return Finding(verdict.key, self.reason(verdict, stall, stopped), verdict, stacks, hung_since)
 
+    def snapshot(self, exits: dict) -> None:
+        """Every live task's stacks now, for ``tfcluster stacks``: into the record's live stacks dir,
+        with ``done`` (the time, each task's note) written last."""
+        where = live_stacks_dir(self.record.dir)
+        live = [k for k in self.group.handles if exits.get(k) is None]
+        stopped = {k: note for k in live if (note := self.group.handles[k].state_note())}
+        stacks = self.take_stacks([k for k in live if k not in stopped])
+        notes = {}
+        for key in live:
+            if key in stacks:
+                notes[key] = ""
+            elif key in stopped:
+                notes[key] = f"no stacks: {stopped[key]}"
+            elif not self.backend.capabilities.stacks:
+                notes[key] = f"no stacks: the {self.backend.name} backend cannot signal a task's own process"
+            elif key not in self.group.stack_signal:
+                notes[key] = "no stacks: it never said it takes the stacks' signal (not a Python task under tfcluster)"
+            else:
+                notes[key] = f"no stacks: none came within {STACKS_WAIT:g} s"
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            for old in where.glob("*.txt"):
+                old.unlink()
+            for key, text in stacks.items():
+                write_atomic(where / (key.replace(":", "-") + ".txt"), text + "\n")
+            write_atomic(where / "done", json.dumps({"time": time.time(), "tasks": notes}) + "\n")
+        except OSError:
+            pass  # (the command waiting for them says none came)
+
     def take_stacks(self, keys) -> dict[str, str]:
         """Every one of ``keys`` that takes the stacks' signal is sent it; their faulthandler text,
         as it comes back on their output within STACKS_WAIT seconds."""
@@ -170,3 +204,24 @@ class HangWatch:
             return f"stuck {stall.idle:.0f} s, behind the others in its count of TensorFlow calls {limit}"
         code = linecache.getline(verdict.frame.file, verdict.frame.line).strip()
         return f"stuck {stall.idle:.0f} s at {verdict.frame.where()}" + (f": {code}" if code else "") + f" {limit}"
+
+
+def plan_line(watchdog: Watchdog, commands, stacks: bool) -> str:
+    """What the hang watchdog does for this plan, as ``tfcluster plan`` says it: how its limit is
+    computed, which tasks count their progress, and whether stacks can be taken on this backend."""
+    from launcher.supervise.standby import is_reference_worker, stub_command
+
+    setting = watchdog.hang_timeout
+    if setting == 0:
+        return "hang watchdog: off (watchdog.hang_timeout: 0)"
+    if setting == "auto":
+        how = (f"auto: a task is stuck once its count of TensorFlow calls has not risen for max({AUTO_FLOOR:g} s, "
+               f"{AUTO_FACTOR:g} x its longest gap so far)")
+    else:
+        how = f"a task is stuck once its count of TensorFlow calls has not risen for {setting:g} s"
+    line = f"hang watchdog: {how}; its clock starts at the first step (watchdog.startup_timeout before); output is not progress"
+    if not all(is_reference_worker(c) or stub_command(c) is not None for c in commands):
+        line += ("; a command that is not a Python entrypoint counts nothing: " +
+                 ("never called hung by auto" if setting == "auto" else f"hung after {setting:g} s without output"))
+    return line + ("; at a stall every task's stacks are taken" if stacks else
+                   "; this backend cannot take stacks: a stall names a stopped task or the one behind")

@@ -71,6 +71,7 @@ class Supervisor:
         self.restart = restart
         self.watchdog = watchdog
         self.stop_event = stop_event or threading.Event()
+        self.stacks_wanted = threading.Event()  # `tfcluster stacks` asked for every live task's stacks
         # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
         self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
                                   static_hosts=static_hosts, discovery_cwd=discovery_cwd)
@@ -282,6 +283,9 @@ class Supervisor:
             if self.prewarm.acks(attempt):
                 return
             self.prewarm.when_due(attempt, now)
+            if self.stacks_wanted.is_set():  # `tfcluster stacks` asked
+                self.stacks_wanted.clear()
+                phases.hangs.snapshot(watch.exits)
             time.sleep(self.poll_interval)
 
     def _interrupted(self, attempt: Attempt) -> bool:
