@@ -13,8 +13,9 @@ What ``install`` sets up:
 * **The beat.** A daemon thread wakes every ``EVERY`` seconds and, when the count changed,
   writes ``tfcluster-beat n=COUNT`` on file descriptor 2 (an ``os.write``: no lock of
   ``sys.stderr``'s to be held at exit). Its first line, at once, also names the signal that takes
-  the stacks: ``tfcluster-beat n=0 stacks=12``. The supervisor reads the count as progress
-  (watchdog.hang_timeout); printing is not progress.
+  the stacks: ``tfcluster-beat n=0 stacks=12``; once TensorFlow is imported, one says so
+  (``tf=1``): from then on the supervisor reads the count as the task's progress
+  (watchdog.hang_timeout), and printing is not progress.
 * **The stacks.** ``faulthandler.register(STACKS_SIGNAL, all_threads=True, chain=False)`` on
   file descriptor 2: the signal makes the process write every thread's Python stack in
   faulthandler's format, from C, even while its main thread is blocked inside TensorFlow. The
@@ -79,6 +80,8 @@ def _beat(every):
         time.sleep(every)
         if not hooked:
             hooked = hook()
+            if hooked:  # TensorFlow is in: from now on the count is this task's progress
+                _say("%s n=%d tf=1" % (BEAT, _count[0]))
         n = _count[0]
         if n != said:
             said = n

@@ -5,8 +5,8 @@ everything else reads and changes it on the supervisor's thread. One object, pas
 supervisor's collaborators (phases.py, outcome.py) that read it.
 
 A Python task also beats (launcher/contract/liveness.py): ``tfcluster-beat n=COUNT``, its
-TensorFlow function calls completed, which is its progress (``progress``: when its count last
-rose), apart from its other lines. Its first beat says it takes the stacks' signal
+TensorFlow function calls completed, which is its progress once it imported TensorFlow
+(``counting``; ``progress``: when its count last rose), apart from its other lines. Its first beat says it takes the stacks' signal
 (``stack_signal``); while ``collect`` asks for them, the lines of faulthandler's text it writes
 are kept aside (``stacks``)."""
 
@@ -39,6 +39,7 @@ class TaskGroup:
         self.progress: dict[str, float] = {}  # key -> when its count last rose (or it first beat)
         self.gaps: dict[str, float] = {}  # key -> the longest time between two rises of its count
         self.stack_signal: dict[str, int] = {}  # key -> the signal that takes its stacks
+        self.counting: set[str] = set()  # tasks that imported TensorFlow: their count is their progress
         self.stacks: dict[str, list[str]] = {}  # key -> its stack lines since ``collect`` asked
         self.stacks_at: dict[str, float] = {}  # key -> when its last stack line came
         self.lock = threading.Lock()
@@ -52,6 +53,7 @@ class TaskGroup:
             self.saved.discard(key)
             for beats in (self.counts, self.progress, self.gaps, self.stack_signal, self.stacks, self.stacks_at):
                 beats.pop(key, None)
+            self.counting.discard(key)
 
     def line(self, key: str, line: str) -> str:
         """A line of ``key``'s output (a reader's thread): its tail, its activity, its save marks,
@@ -91,6 +93,8 @@ class TaskGroup:
             self.counts[key] = n
             if fields.get("stacks", "").isdigit():
                 self.stack_signal[key] = int(fields["stacks"])
+            if fields.get("tf") == "1" or n > 0:
+                self.counting.add(key)
         return LINE if first or at > 0 else BEAT
 
     def collect(self, keys) -> None:

@@ -84,7 +84,7 @@ class HangWatch:
         strategy = self.plan().strategy
         with self.group.lock:
             keys = [k for k in self.group.handles if exits.get(k) is None and hang_watched(k)
-                    and k in self.group.counts and not silent_by_design(strategy, k)]
+                    and k in self.group.counting and not silent_by_design(strategy, k)]
             progress = {k: self.group.progress[k] for k in keys if k in self.group.progress}
             gaps = {k: self.group.gaps.get(k, 0.0) for k in keys}
         if keys and not progress:  # not one step yet: the first step's tracing is start-up
@@ -115,8 +115,8 @@ class HangWatch:
             stale = [(max(since, self.group.activity[k]), k) for k in self.group.handles
                      if exits.get(k) is None and hang_watched(k)
                      and now - max(since, self.group.activity.get(k, now)) > limit]
-        # A task that counts is watched by its count (``stalled``), unless it is stopped.
-        stale = [(t, k) for t, k in stale if k not in self.group.counts or self.group.handles[k].state_note()]
+        # A task that counts (it imported TensorFlow) is watched by its count (``stalled``), unless stopped.
+        stale = [(t, k) for t, k in stale if k not in self.group.counting or self.group.handles[k].state_note()]
         for _, key in sorted(stale):
             if self.group.handles[key].state_note():
                 return key
@@ -221,7 +221,7 @@ def plan_line(watchdog: Watchdog, commands, stacks: bool) -> str:
         how = f"a task is stuck once its count of TensorFlow calls has not risen for {setting:g} s"
     line = f"hang watchdog: {how}; its clock starts at the first step (watchdog.startup_timeout before); output is not progress"
     if not all(is_reference_worker(c) or stub_command(c) is not None for c in commands):
-        line += ("; a command that is not a Python entrypoint counts nothing: " +
+        line += ("; a command that is not a Python entrypoint counts nothing (nor Python without TensorFlow): " +
                  ("never called hung by auto" if setting == "auto" else f"hung after {setting:g} s without output"))
     return line + ("; at a stall every task's stacks are taken" if stacks else
                    "; this backend cannot take stacks: a stall names a stopped task or the one behind")

@@ -58,8 +58,16 @@ class Verdict:
 
 
 def parse(text: str) -> list[Thread]:
-    """Every thread in faulthandler's text (its ``Thread 0x...``/``Current thread 0x...`` blocks);
-    any other line is passed over."""
+    """Every thread in faulthandler's text (its ``Thread 0x...``/``Current thread 0x...`` blocks),
+    once (a signal that reached a task twice, through its wrapper and its group, dumps twice: the
+    first is kept); any other line is passed over."""
+    seen: dict[str, Thread] = {}
+    for thread in _threads(text):
+        seen.setdefault(thread.ident, thread)
+    return list(seen.values())
+
+
+def _threads(text: str) -> list[Thread]:
     threads: list[Thread] = []
     ident, frames = None, []
     for line in text.splitlines():

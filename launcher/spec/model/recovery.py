@@ -88,10 +88,11 @@ class Watchdog(OptionsModel):
     step), not its output: printing is not progress. `auto`: a task that counts is stuck once it has
     not progressed for max(120 s, 3 x the longest gap between its rises seen so far in this
     attempt); its clock starts at its first step (until then `startup_timeout` applies, from when every
-    task is up); tasks that report no count (parameter servers, the evaluator, commands that are not
-    Python) are never called hung by it. Seconds: that limit instead of auto's, and a task that
-    reports no count is hung after that long without output. On a stall every task's stacks are
-    taken and the task that stopped the others is named (docs/guides/hangs.md)."""
+    task is up); tasks that count nothing (parameter servers, the evaluator, a Python task that never
+    imports TensorFlow, a command that is not Python) are never called hung by it. Seconds: that
+    limit instead of auto's, and a task that counts nothing is hung after that long without output.
+    On a stall every task's stacks are taken and the task that stopped the others is named
+    (docs/hangs.md)."""
     stop_grace: Seconds = Field(default=5.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping tasks."""
 

@@ -37,7 +37,7 @@ def watch(setting, keys=("worker:0", "worker:1"), strategy="multi_worker_mirrore
 def beat(group, clock, key, n, at=None):
     if at is not None:
         clock.now = at
-    return group.line(key, f"tfcluster-beat n={n}" + (" stacks=12" if n == 0 else ""))
+    return group.line(key, f"tfcluster-beat n={n}" + (" stacks=12 tf=1" if n == 0 else ""))
 
 
 def test_auto_is_the_floor_until_long_gaps_were_seen_then_three_times_the_longest():
@@ -104,6 +104,21 @@ def test_before_the_first_step_startup_timeout_governs_and_servers_that_never_st
         beat(group, clock, key, 0, at=1000.0)
         beat(group, clock, key, 1, at=1001.0)
     assert hw.stalled(1001.0 + 121.0, {}, 1000.0).keys == ("chief:0",)
+
+
+def test_a_python_task_that_never_imports_tensorflow_is_watched_by_its_output_not_its_count():
+    hw, group, clock = watch(10.0, startup=30.0)
+    for key in ("worker:0", "worker:1"):
+        clock.now = 1000.0
+        group.line(key, "tfcluster-beat n=0 stacks=12")  # the stub's first beat: no TensorFlow yet
+    assert not group.counting and hw.stalled(99_999.0, {}, 1000.0) is None
+    assert hw.silent(1011.0, {}, 1000.0) == "worker:0"  # seconds: its silence, as before
+    hw, group, clock = watch("auto", startup=30.0)
+    clock.now = 1000.0
+    group.line("worker:0", "tfcluster-beat n=0 stacks=12")
+    assert hw.stalled(99_999.0, {}, 1000.0) is None and hw.silent(99_999.0, {}, 1000.0) is None
+    group.line("worker:0", "tfcluster-beat n=0 tf=1")  # it imported TensorFlow: startup_timeout for a first step
+    assert hw.stalled(1031.0, {}, 1000.0).what.startswith("watchdog.startup_timeout")
 
 
 def test_off_and_exited_tasks_are_never_stalled():
