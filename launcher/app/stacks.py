@@ -14,7 +14,7 @@ import os
 import time
 from typing import Optional
 
-from launcher.app.down import _not_the_supervisor
+from launcher.app.down import not_the_supervisor
 from launcher.app.results import StacksResult
 from launcher.errors import LaunchError, NoRun
 from launcher.procinfo import is_same
@@ -39,7 +39,7 @@ def stacks(loaded: LoadedSpec, run_id: Optional[str] = None, task: Optional[str]
     if not (isinstance(pid, int) and is_same(pid, started)):
         raise NoRun(f"run {run_dir.name} is not running here (its supervisor is gone); its stacks at a hang, "
                     f"if any, are in {run_dir / 'stacks'}")
-    why = _not_the_supervisor(run_dir, info)
+    why = not_the_supervisor(run_dir, info)
     if why is not None:
         raise LaunchError(f"not signalling process {pid}, which run {run_dir.name}'s launcher.json names: {why}")
     done = live_stacks_dir(run_dir) / "done"
