@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from launcher.contract import envnames
+from launcher.contract import envnames, liveness
 
 from worker.cluster import ConfigError, task_from_env
 from worker.output import outlive_reader
@@ -170,6 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     outlive_reader()  # a preempted host's session ends before the save its SIGTERM asks for
     if os.environ.get(envnames.STANDBY) == "1":
         wait_as_standby()
+    liveness.install()  # progress apart from output, and the stacks' signal (the hang watchdog)
     args = parse_args(argv)
     try:
         task = task_from_env()

@@ -43,7 +43,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
     stopped_any = False
     supervised = pid == os.getpid()
     if pid is not None and pid != os.getpid() and is_same(pid, started):
-        why = _not_the_supervisor(run_dir, info)
+        why = not_the_supervisor(run_dir, info)
         if why is not None:  # a record is data, not orders: a pid it names is signalled only once proven
             recorded.refuse(console, f"not signalling process {pid}, which run {run_dir.name}'s launcher.json names: "
                                      f"{why}")
@@ -68,7 +68,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str]
     return DownResult(run_dir.name, stopped_any, refused=tuple(recorded.refused))
 
 
-def _not_the_supervisor(run_dir: Path, info: dict) -> Optional[str]:
+def not_the_supervisor(run_dir: Path, info: dict) -> Optional[str]:
     """Why the live process launcher.json names cannot be proven to be this run's supervisor
     (None: proven). It must run on this host, have started when the record says, run the command
     line the record says (records that keep it), and carry the run's mark: TFCLUSTER_SUPERVISOR

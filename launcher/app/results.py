@@ -72,3 +72,17 @@ class TensorBoardResult:
 
     outcome: Outcome
     server_exit: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class StacksResult:
+    """``stacks``: the run asked, every live task's stacks (task -> faulthandler's text) and, for
+    a task without, why (task -> note)."""
+
+    run_id: str
+    stacks: dict
+    notes: dict
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.SUCCEEDED if self.stacks else Outcome.FAILED

@@ -150,6 +150,14 @@ def standby_line(spec, plan: Plan) -> str:
     return plan_line(spec, plan.tasks)
 
 
+def hang_line(spec, plan: Plan) -> str:
+    """What the hang watchdog does for this plan (launcher/supervise/hangwatch.py's plan_line)."""
+    from launcher.backends import backend_class
+    from launcher.supervise.hangwatch import plan_line
+
+    return plan_line(spec.watchdog, [t.command for t in plan.tasks], backend_class(spec.backend).capabilities.stacks)
+
+
 def spares_of(spec) -> list[str]:
     """The spare hosts ``plan`` and ``up --dry-run`` show: on backends that move tasks only."""
     from launcher.backends import backend_class, placed_hosts
@@ -228,7 +236,8 @@ def _dry_run(spec: "Spec", plan: Plan, backend, found: PreflightPlans) -> RunRes
     """``up --dry-run`` once the preflight passed: the plan it would start (the hosts the
     preflight found there, for a group that starts small; placed by their GPUs), nothing started."""
     now = found.start or plan
-    text = render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan), notes=[start_note(spec, now)])
+    text = render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan),
+                       notes=[start_note(spec, now), hang_line(spec, now)])
     small = short_line(spec, now, found.short_why)
     note = (f"dry run: preflight passed; would start {len(now.tasks)} tasks on backend {plan.backend}"
             + (f" ({small})" if small else ""))
@@ -253,17 +262,22 @@ def _start(spec: "Spec", plan: Plan, record, backend, found: PreflightPlans) -> 
 def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: Console, *, foreground: bool,
                panel: bool) -> RunResult:
     """The supervisor run to its end under the signals that stop it (Ctrl-C, SIGTERM, and in the
-    foreground a closed terminal), the run's first lines said; how it ended, from its record."""
+    foreground a closed terminal), the run's first lines said; how it ended, from its record.
+    REQUEST_SIGNAL asks it for every live task's stacks (``tfcluster stacks``)."""
+    from launcher.supervise.hangwatch import REQUEST_SIGNAL
+
     previous = {}
 
     def on_signal(signum: int, _frame) -> None:
-        if signum == signal.SIGHUP:
+        if signum == REQUEST_SIGNAL:
+            supervisor.stacks_wanted.set()  # `tfcluster stacks`
+        elif signum == signal.SIGHUP:
             supervisor.stop(hangup_reason("SIGHUP"))
         else:
             supervisor.interrupt()
 
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if foreground else ()):
+        for sig in (signal.SIGINT, signal.SIGTERM, REQUEST_SIGNAL) + ((signal.SIGHUP,) if foreground else ()):
             if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
                 continue  # `nohup tfcluster up`: asked to outlive the terminal
             previous[sig] = signal.signal(sig, on_signal)

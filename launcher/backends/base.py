@@ -70,6 +70,13 @@ class TaskHandle(abc.ABC):
     def signal(self, sig: int) -> None:
         """Deliver ``sig`` to the task and everything it started; no error if already gone."""
 
+    def signal_process(self, sig: int) -> None:
+        """Deliver ``sig`` (the stacks' signal, launcher/contract/liveness.py) to the task's own
+        process, not to what it started, where the backend can reach it alone (a child of the
+        task's that does not handle it would end); else to its group, whose wrapper survives it.
+        No error if already gone. Backends whose ``Capabilities.stacks`` is True implement it."""
+        raise NotImplementedError("this backend cannot signal a task's own process")
+
     def info(self) -> dict:
         """What the run record keeps about this task (pids, container ids) for ``down``."""
         return {}
@@ -115,6 +122,10 @@ class Capabilities:
     # on_fresh_ports): a stopped task leaves its host a while after the backend stopped it (slurm:
     # the step ends on its node about 2 s after its srun), and a promoted standby would wait for it.
     fresh_ports_per_restart: bool = False
+    # TaskHandle.signal_process: the stacks' signal reaches the task's process (its own process
+    # alone where the backend can: local, ssh), so a hang's report shows every task's stacks and
+    # names the one in user code (launcher/supervise/stuck.py), and `tfcluster stacks` works.
+    stacks: bool = False
 
 
 @dataclass(frozen=True)

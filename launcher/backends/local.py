@@ -50,6 +50,17 @@ class LocalTask(ChildTask):
         except (ProcessLookupError, PermissionError):
             pass
 
+    def signal_process(self, sig: int) -> None:
+        if self.reaped_long_ago():
+            return
+        pid = self._task_pid()
+        if pid == self.proc.pid:
+            return  # the wrapper's child is gone (or not yet there): nothing of the task's to ask
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def info(self) -> dict:
         return {"pid": self.proc.pid, "pgid": self.pgid, "start_time": start_time(self.proc.pid)}
 
@@ -77,7 +88,7 @@ class LocalTask(ChildTask):
 
 class LocalBackend(Backend):
     name = "local"
-    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True)
+    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, stacks=True)
 
     def __init__(self, workdir: Path, run_dir: Path, state_dir: Path, stop_grace: float = 5.0) -> None:
         self.workdir = Path(workdir)

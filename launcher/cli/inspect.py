@@ -1,4 +1,4 @@
-"""``tfcluster status``, ``logs``, ``attach`` and ``runs``: call the use case (launcher/app/inspect.py,
+"""``tfcluster status``, ``logs``, ``attach``, ``runs`` and ``stacks``: call the use case (launcher/app/inspect.py,
 app/attach.py), print what it returns (launcher/ui/runstatus.py), choose the exit code."""
 
 from __future__ import annotations
@@ -151,3 +151,19 @@ def runs(args: argparse.Namespace, console: Console) -> int:
     else:
         print_record_lines(render_runs(found.runs, found.where))
     return EXIT_OK if found.runs else EXIT_NO_RUN
+
+
+def stacks(args: argparse.Namespace, console: Console) -> int:
+    """``tfcluster stacks``: each live task's stacks (faulthandler's text, from the record: escaped),
+    under a ``== TASK ==`` line; a task without, one line saying why."""
+    from launcher.app.stacks import stacks as take
+    from launcher.errors import exit_code_for
+
+    loaded, _plan = load(args.spec, console)
+    result = take(loaded, run_id=args.run, task=args.task, timeout=args.timeout)
+    for key in sorted(set(result.stacks) | set(result.notes)):
+        if key in result.stacks:
+            print_record_lines([f"== {key} ==", *result.stacks[key].rstrip("\n").splitlines(), ""])
+        else:
+            console.info(f"{key}: {result.notes[key]}")
+    return exit_code_for(result.outcome)

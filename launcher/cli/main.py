@@ -32,7 +32,7 @@ Command = Callable[[argparse.Namespace, Console], int]
 COMMANDS: dict[str, Command] = {
     "validate": specfile.validate, "plan": specfile.plan, "schema": specfile.schema,
     "up": lifecycle.up, "down": lifecycle.down, "tensorboard": lifecycle.tensorboard,
-    "status": inspect.status, "logs": inspect.logs, "attach": inspect.attach, "runs": inspect.runs,
+    "status": inspect.status, "logs": inspect.logs, "stacks": inspect.stacks, "attach": inspect.attach, "runs": inspect.runs,
     "compose": files.compose, "export": files.export, "image": files.image,
     "compare": compare.compare,
     "completion": completion,

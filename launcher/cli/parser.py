@@ -33,6 +33,7 @@ EXAMPLES = {
              "tfcluster logs --file other.yaml worker:1 --attempt 2"],
     "attach": ["tfcluster attach", "tfcluster attach --run 20250101-120000-ab12"],
     "runs": ["tfcluster runs", "tfcluster runs cluster.yaml --json", "tfcluster runs runs/"],
+    "stacks": ["tfcluster stacks", "tfcluster stacks worker:1", "tfcluster stacks other.yaml --run 20250101-120000-ab12"],
     "down": ["tfcluster down", "tfcluster down --run 20250101-120000-ab12 --timeout 30"],
     "compose": ["tfcluster compose", "tfcluster compose -o - --image registry.example/me/train:1"],
     "export": ["tfcluster export --to tfjob", "tfcluster export cluster.yaml --to jobset --image REGISTRY/worker:1",
@@ -111,7 +112,7 @@ def _add_spec_commands(sub) -> None:
 
 
 def _add_run_commands(sub) -> None:
-    """status, logs, attach, runs, down: the commands about a run (the latest, or --run)."""
+    """status, logs, attach, runs, stacks, down: the commands about a run (the latest, or --run)."""
     st = _command(sub, "status", "state of the latest (or given) run: attempt, elapsed, a row per task")
     st.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
     st.add_argument("--json", action="store_true", help="machine-readable status")
@@ -134,6 +135,12 @@ def _add_run_commands(sub) -> None:
                          f"${envnames.FILE}, else ./runs)")
     rs.add_argument("-f", "--file", dest="file", metavar="FILE", default=argparse.SUPPRESS, help="the spec, as FILE")
     rs.add_argument("--json", action="store_true", help="machine-readable list of runs")
+
+    sk = _command(sub, "stacks", "every live task's current stacks (all threads) of the latest (or given) run")
+    sk.add_argument("task", metavar="TASK", nargs="?", help="e.g. worker:1 (default: every live task); "
+                    "`tfcluster stacks worker:1` alone takes the default FILE")
+    sk.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
+    sk.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the stacks")
 
     down = _command(sub, "down", "stop the latest (or given) run of this spec")
     down.add_argument("--run", metavar="RUN_ID", help="a run id under runs/<name>/ (default: latest)")
@@ -216,7 +223,7 @@ def resolve_file(args: argparse.Namespace, argv: list[str]) -> None:
     ``compare`` records as the command that made its report)."""
     if args.command == "plan":
         _plan_json(args)
-    if args.command == "logs" and args.task is None and args.spec is not None and _TASK_KEY.fullmatch(args.spec) \
+    if args.command in ("logs", "stacks") and args.task is None and args.spec is not None and _TASK_KEY.fullmatch(args.spec) \
             and not Path(args.spec).exists():
         args.task, args.spec = args.spec, None  # `tfcluster logs worker:0`
     given = args.spec if args.command != "compare" else (args.spec[0] if args.spec else None)

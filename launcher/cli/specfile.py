@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import Optional
 
-from launcher.app.up import plan_for, spares_of, standby_line, start_note
+from launcher.app.up import plan_for, spares_of, hang_line, standby_line, start_note
 from launcher.cli.common import JSON_HEAD, load
 from launcher.bounded import escape
 from launcher.errors import EXIT_OK, LaunchError, SpecError, UserError
@@ -88,7 +88,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
         write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={**JSON_HEAD, **extra})
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
-                          standby=standby_line(loaded.spec, planned), notes=[start_note(loaded.spec, planned)]))
+                          standby=standby_line(loaded.spec, planned),
+                          notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned)]))
         if launch is not None:
             print("\n".join(escape(line) for line in _launch_text(planned.backend, launch)))
     return EXIT_OK

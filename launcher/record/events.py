@@ -257,6 +257,10 @@ class Failure(RecordEvent):
     consequences: dict[str, JSON] = field(default_factory=dict)  # task -> its exit code (or why it ended)
     errors: list[str] = field(default_factory=list)
     hint: Optional[str] = None
+    # The hang watchdog's (launcher/supervise/hangwatch.py): when the group last progressed (time
+    # since the epoch; goodput counts from there to the stop as `hung`), and the culprit's stacks.
+    hung_since: Optional[float] = None
+    stack: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ snapshot stays small however long the run trains). Of the events it reads ``time
 * ``run_start`` (elapsed starts), ``outcome`` (elapsed ends; without one, at ``now``);
 * ``start`` (``task``, ``attempt``): a task's new process; ``attempt_ready`` (``attempt``): every
   task's port open, the first sign of training for a script that prints no steps;
-* faults, the first of which ends an attempt's useful work: ``exit`` with a non-zero ``code``,
+* faults, the first of which ends an attempt's useful work (a hang's ``failure``: at its ``hung_since``): ``exit`` with a non-zero ``code``,
   ``failure``, ``host_lost``, ``host_preempted``, ``restart``; a ``replan`` without one (a grow)
   ends it too, as a planned stop;
 * waiting: from a ``host_lost`` to the ``host_added`` (``spare`` false) the group waited for,
@@ -35,6 +35,8 @@ Of a task's lines, their own ``time=`` (the record's log lines carry no other ti
   from its last step line to the fault (trained, never saved) for at most the longest time
   between two of its step lines (beyond, it was not training: a hang is recovery);
 * ``productive``: the attempts' time from first step to last step line, less backups and redone;
+* ``hung``: from an attempt's last progress to its tasks stopped, when the hang watchdog failed it
+  (the ``failure`` event's ``hung_since``; the ``stopped`` events after it);
 * ``other``: the rest (evaluation and the final save after the last step, teardown).
 
 A run whose progress task printed no step lines still gets startup, recovery and waiting: its
@@ -51,7 +53,7 @@ from typing import Any, Mapping, Optional
 from launcher.contract.progress import Progress
 from launcher.record.events import Event
 
-CATEGORIES = ("startup", "recovery", "redone", "checkpoint", "waiting", "other")
+CATEGORIES = ("startup", "recovery", "redone", "checkpoint", "waiting", "hung", "other")
 _FAULTS = (Event.FAILURE, Event.HOST_LOST, Event.HOST_PREEMPTED, Event.RESTART)
 _STEP_KINDS = ("step", "epoch")
 
@@ -87,6 +89,7 @@ class Marks:
     planned: dict[int, float] = field(default_factory=dict)  # attempt -> a planned stop (replan, no fault)
     waits: list[list[float]] = field(default_factory=list)  # [from, to] the group waited for hosts
     restarts: list[float] = field(default_factory=list)  # restart and replan events' times
+    hung: dict[int, list[float]] = field(default_factory=dict)  # attempt -> [last progress, its tasks stopped]
     _attempt: int = 0
     _waiting_since: Optional[float] = None
     _held_since: Optional[float] = None  # a host_wait (below tasks.worker.min) not yet ended
@@ -118,6 +121,12 @@ class Marks:
             self._end_wait(at, waited=False)
         elif kind == Event.ATTEMPT_READY:
             self.ready.setdefault(attempt, at)
+        elif kind == Event.FAILURE and _num(record.get("hung_since")) is not None:
+            since = min(_num(record.get("hung_since")), at)
+            self.faults[attempt] = min(self.faults.get(attempt, since), since)
+            self.hung[attempt] = [since, at]
+        elif kind == Event.STOPPED and self._attempt in self.hung:
+            self.hung[self._attempt][1] = max(self.hung[self._attempt][1], at)
         elif kind in _FAULTS or (kind == Event.EXIT and record.get("code") not in (0, None)):
             self.faults.setdefault(attempt if kind != Event.RESTART else attempt - 1, at)
             if kind == Event.RESTART:
@@ -186,7 +195,7 @@ class Marks:
                 "ready": [[k, v] for k, v in self.ready.items()],
                 "launched": [[k, v] for k, v in self.launched.items()], "faults": [[k, v] for k, v in self.faults.items()],
                 "planned": [[k, v] for k, v in self.planned.items()], "waits": [list(w) for w in self.waits],
-                "restarts": list(self.restarts),
+                "restarts": list(self.restarts), "hung": [[k, list(v)] for k, v in self.hung.items()],
                 "attempt": self._attempt, "waiting_since": self._waiting_since, "held_since": self._held_since}
 
     @classmethod
@@ -198,7 +207,8 @@ class Marks:
                   faults={int(k): float(v) for k, v in data.get("faults") or ()},
                   planned={int(k): float(v) for k, v in data.get("planned") or ()},
                   waits=[[float(a), float(b)] for a, b in data.get("waits") or ()],
-                  restarts=[float(t) for t in data.get("restarts") or ()])
+                  restarts=[float(t) for t in data.get("restarts") or ()],
+                  hung={int(k): [float(a), float(b)] for k, (a, b) in data.get("hung") or ()})
         out._attempt = int(data.get("attempt") or 0)
         out._waiting_since = data.get("waiting_since")
         out._held_since = data.get("held_since")
@@ -319,7 +329,11 @@ def measure(marks: Marks, now: float) -> Optional[Goodput]:
                 tail_end = min(fault, nxt.first if nxt is not None else end, cursor + s.gap)
                 put("productive", min(tail_end, cursor + kept))
                 put("redone", tail_end)
+            if s.attempt in marks.hung:
+                put("hung", marks.hung[s.attempt][1])
             put("recovery", nxt.first if nxt is not None else end)
+        elif s.attempt in marks.hung:
+            put("hung", marks.hung[s.attempt][1])
         elif nxt is not None:
             put("other", marks.planned.get(s.attempt, cursor))  # a planned stop; the next attempt's start is startup
     put("other", end)

@@ -69,6 +69,18 @@ def log_path(run_dir: Path, key: str) -> Path:
     return run_dir / LOGS_DIR / (key.replace(":", "-") + ".log")
 
 
+def stacks_path(run_dir: Path, attempt: int, key: str) -> Path:
+    """``<run>/stacks/<attempt>/<type>-<index>.txt`` (attempt 1 = the first): a task's every thread's
+    stack, taken when its group stopped progressing (launcher/supervise/hangwatch.py)."""
+    return run_dir / "stacks" / str(attempt) / (key.replace(":", "-") + ".txt")
+
+
+def live_stacks_dir(run_dir: Path) -> Path:
+    """``<run>/stacks/live/``: every live task's stacks as ``tfcluster stacks`` last asked for them
+    (``<type>-<index>.txt``), and ``done`` (JSON: when, and each task's note) once written."""
+    return run_dir / "stacks" / "live"
+
+
 def allocation_path(run_dir: Path, backend: str) -> Path:
     """``<run>/<backend>.json``: what a backend allocated for the run (``RunRecord.allocated``)."""
     return run_dir / f"{backend}.json"

@@ -1,6 +1,12 @@
-"""tfcluster's warm standby for a Python entrypoint of one's own (docs/concepts/runs.md, "Warm standby").
+"""tfcluster's stub for a Python entrypoint of one's own: every such task runs under it, cold
+starts and warm standbys alike (docs/concepts/runs.md, "Warm standby"; docs/guides/hangs.md).
 
-Stdlib only. A task whose command is ``python [options] SCRIPT ARGS...`` or ``python [options] -m
+Before the script runs, it installs the task's liveness (launcher/contract/liveness.py, whose
+text the launcher puts in LIVENESS below): the count of TensorFlow function calls, the beat lines
+that report it, and the stacks' signal. A cold start (TFCLUSTER_STANDBY not "1") then runs the
+script at once, as below.
+
+Stdlib only. A warm standby: a task whose command is ``python [options] SCRIPT ARGS...`` or ``python [options] -m
 MODULE ARGS...`` gets its standby started as ``python [options] -c <this text> SCRIPT ARGS...``
 (``-m MODULE ARGS...``): nothing of the script is imported; this imports TensorFlow (when installed
 and the script, or a module beside it that it imports, names tensorflow or keras), follows the
@@ -20,6 +26,17 @@ import time
 # The variables' names, from launcher/contract/envnames.py: the launcher puts them in this text
 # before it passes it (launcher/supervise/standby.py's stub_command).
 STANDBY, STANDBY_ENV = "@STANDBY@", "@STANDBY_ENV@"
+LIVENESS = "@LIVENESS@"
+
+
+def _liveness():
+    """The task's liveness (launcher/contract/liveness.py), its frames named <tfcluster-liveness>."""
+    space = {"__name__": "tfcluster_liveness"}
+    try:
+        exec(compile(LIVENESS, "<tfcluster-liveness>", "exec"), space)
+        space["install"]()
+    except Exception as exc:  # noqa: BLE001 - the script runs all the same, without it
+        print(f"tfcluster: warning: no liveness for this task ({exc!r})", file=sys.stderr, flush=True)
 
 
 def _uses_tensorflow(target, module):
@@ -73,6 +90,15 @@ def _main():
     argv = sys.argv[1:]
     module = argv[:1] == ["-m"]
     target, args = (argv[1], argv[2:]) if module else (argv[0], argv[1:])
+    if os.environ.get(STANDBY) == "1":
+        _standby(target, module)
+    _liveness()
+    return _as_main(target, args, module)
+
+
+def _standby(target, module):
+    """The standby protocol: SIGUSR1 blocked, TensorFlow imported ahead, promoted by SIGUSR1 with
+    the next attempt's environment."""
     # Blocked first thing (threads started later inherit it): an early SIGUSR1 waits, it does not kill.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     print("tfcluster-standby waiting", flush=True)
@@ -111,6 +137,10 @@ def _main():
                   "started with", file=sys.stderr, flush=True)
     print("tfcluster-standby promoted", flush=True)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+
+
+def _as_main(target, args, module):
+    """What runs the script (or module) as ``__main__``, as a cold start of it would."""
     import builtins
     import types
 

@@ -384,8 +384,10 @@ def _survive_stop_signals() -> None:
         itself stays to report the exit code. A Python handler, not SIG_IGN, because the
         task inherits ignored dispositions across exec."""
 
-    # SIGUSR1 wakes a warm-standby task (sent to the group); the wrapper must survive it.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    # SIGUSR1 wakes a warm-standby task (sent to the group); SIGUSR2 asks a task for its stacks
+    # (launcher/contract/liveness.py: where a backend can only signal the group, docker's init
+    # and slurm's step); the wrapper must survive both.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, ignore)
 
 

@@ -12,6 +12,7 @@ from launcher.supervise.diagnose import exception_lines, hint, peer_abort, root_
 from launcher.ui.noise import is_noise
 from launcher.procinfo import describe_exit
 from launcher.supervise.policy import Attempt, hang_watched, silent_by_design
+from launcher.supervise.stuck import in_user_code, parse
 from launcher.ui.table import render
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from launcher.record.hosts import HostChange
 
 TAIL = 15  # lines of a task's output shown in failure reports
+STACK_DEPTH = 12  # frames of each thread shown in a hang's report (the record keeps them all)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,22 @@ def report_lines(key: str, tail: Sequence[str], log_path: object, verbose: bool,
     lines.append(f"  last lines of {key} ({log_path}):")
     shown = [line for line in tail if verbose or not is_noise(line)]
     lines += [f"  | {line}" for line in shown[-TAIL:]]
+    return lines
+
+
+def stack_lines(key: str, stack: str, path: object) -> list[str]:
+    """A hung task's stacks as the report shows them: the threads in code of the user's own first
+    (launcher/supervise/stuck.py), each innermost frame first."""
+    threads = parse(stack)
+    threads.sort(key=lambda t: in_user_code(t) is None)
+    lines = [f"  stacks of {key} ({path}):"]
+    for t in threads:
+        if not t.frames:
+            continue
+        lines.append(f"  | thread {t.ident}" + (" (in user code)" if in_user_code(t) is not None else ""))
+        lines += [f"  |   {f.file}:{f.line} in {f.func}" for f in t.frames[:STACK_DEPTH]]
+        if len(t.frames) > STACK_DEPTH:
+            lines.append(f"  |   ... {len(t.frames) - STACK_DEPTH} more")
     return lines
 
 

@@ -2,7 +2,13 @@
 each printed, when each last printed, and its save marks (``tfcluster-saving``, then
 ``tfcluster-preempted``). The output readers' threads add lines and marks under ``lock``;
 everything else reads and changes it on the supervisor's thread. One object, passed to the
-supervisor's collaborators (phases.py, outcome.py) that read it."""
+supervisor's collaborators (phases.py, outcome.py) that read it.
+
+A Python task also beats (launcher/contract/liveness.py): ``tfcluster-beat n=COUNT``, its
+TensorFlow function calls completed, which is its progress once it imported TensorFlow
+(``counting``; ``progress``: when its count last rose), apart from its other lines. Its first beat says it takes the stacks' signal
+(``stack_signal``); while ``collect`` asks for them, the lines of faulthandler's text it writes
+are kept aside (``stacks``)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,13 @@ import threading
 from typing import Callable
 
 from launcher.backends.base import TaskHandle
+from launcher.contract.liveness import BEAT as BEAT_LINE
 from launcher.contract.progress import SAVED_LINE, SAVING_LINE
+from launcher.supervise.stuck import is_stack_line
 
+# What a line was (``TaskGroup.line``): a beat after its first (progress, not output), a line of
+# the stacks the hang watchdog asked for, or any other line.
+BEAT, STACK, LINE = "beat", "stack", "line"
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 
 
@@ -24,6 +35,13 @@ class TaskGroup:
         self.activity: dict[str, float] = {}
         self.saving: set[str] = set()  # tasks that said tfcluster-saving (their process: new_process clears)
         self.saved: set[str] = set()  # ... and tfcluster-preempted: the save is written
+        self.counts: dict[str, int] = {}  # key -> its last beat's count (this process's)
+        self.progress: dict[str, float] = {}  # key -> when its count last rose (or it first beat)
+        self.gaps: dict[str, float] = {}  # key -> the longest time between two rises of its count
+        self.stack_signal: dict[str, int] = {}  # key -> the signal that takes its stacks
+        self.counting: set[str] = set()  # tasks that imported TensorFlow: their count is their progress
+        self.stacks: dict[str, list[str]] = {}  # key -> its stack lines since ``collect`` asked
+        self.stacks_at: dict[str, float] = {}  # key -> when its last stack line came
         self.lock = threading.Lock()
 
     def new_process(self, key: str) -> None:
@@ -33,10 +51,22 @@ class TaskGroup:
             self.activity[key] = self.clock()
             self.saving.discard(key)  # a new process: its own save marks
             self.saved.discard(key)
+            for beats in (self.counts, self.progress, self.gaps, self.stack_signal, self.stacks, self.stacks_at):
+                beats.pop(key, None)
+            self.counting.discard(key)
 
-    def line(self, key: str, line: str) -> None:
-        """A line of ``key``'s output (a reader's thread): its tail, its activity, its save marks."""
+    def line(self, key: str, line: str) -> str:
+        """A line of ``key``'s output (a reader's thread): its tail, its activity, its save marks,
+        its beats and stacks. What it was: BEAT (after its first: no line to show or log), STACK
+        (one the watchdog asked for) or LINE."""
+        at = line.find(BEAT_LINE + " ")
+        if at >= 0:
+            return self._beat(key, line, at)
         with self.lock:
+            if key in self.stacks and (is_stack_line(line) or not line.strip()):
+                self.stacks[key].append(line)
+                self.stacks_at[key] = self.clock()
+                return STACK
             tail = self.tails.get(key)
             if tail is not None:
                 tail.append(line)
@@ -45,6 +75,41 @@ class TaskGroup:
                 self.saving.add(key)
             elif line.startswith(SAVED_LINE):
                 self.saved.add(key)
+        return LINE
+
+    def _beat(self, key: str, line: str, at: int) -> str:
+        fields = dict(w.partition("=")[::2] for w in line[at:].split()[1:])
+        try:
+            n = int(fields.get("n", ""))
+        except ValueError:
+            return LINE
+        now = self.clock()
+        with self.lock:
+            first = key not in self.counts
+            if n > self.counts.get(key, 0):  # (a count that rises: its clock starts at the first step)
+                if key in self.progress:
+                    self.gaps[key] = max(self.gaps.get(key, 0.0), now - self.progress[key])
+                self.progress[key] = now
+            self.counts[key] = n
+            if fields.get("stacks", "").isdigit():
+                self.stack_signal[key] = int(fields["stacks"])
+            if fields.get("tf") == "1" or n > 0:
+                self.counting.add(key)
+        return LINE if first or at > 0 else BEAT
+
+    def collect(self, keys) -> None:
+        """From now on keep the stack lines of ``keys`` (their earlier ones dropped)."""
+        with self.lock:
+            for key in keys:
+                self.stacks[key] = []
+                self.stacks_at.pop(key, None)
+
+    def collected(self) -> dict[str, str]:
+        """The stacks kept since ``collect``, as text, and no more kept."""
+        with self.lock:
+            out = {k: "\n".join(v) for k, v in self.stacks.items() if v}
+            self.stacks.clear()
+            return out
 
     def tails_of(self, keys) -> dict[str, tuple[str, ...]]:
         with self.lock:

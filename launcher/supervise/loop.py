@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -30,13 +31,13 @@ from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.supervise.gpuwatch import GpuWatch
-from launcher.supervise.group import TaskGroup
+from launcher.supervise.group import BEAT, STACK, TaskGroup
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
 from launcher.supervise.prewarm import Prewarm
-from launcher.supervise.standby import WarmStandby, decide as standby_decision
+from launcher.supervise.standby import WarmStandby, decide as standby_decision, stub_command
 from launcher.ui.console import Console
 
 INTERRUPTED = AttemptState.INTERRUPTED
@@ -75,6 +76,7 @@ class Supervisor:
         self.restart = restart
         self.watchdog = watchdog
         self.stop_event = stop_event or threading.Event()
+        self.stacks_wanted = threading.Event()  # `tfcluster stacks` asked for every live task's stacks
         # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
         self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
                                   static_hosts=static_hosts, discovery_cwd=discovery_cwd,
@@ -239,9 +241,12 @@ class Supervisor:
             if attempt.state == FAILED and self.members.elastic:
                 self.phases.sessions_lost(attempt)
                 self.members.look_ahead(attempt.sessions_lost)  # while the survivors save
-            if attempt.state == FAILED:
+            hung = attempt.state == FAILED and attempt.failure is not None and attempt.failure.hung
+            if hung and attempt.failure.key in self.group.handles:
+                self.group.handles[attempt.failure.key].signal(9)  # the stuck task; the others save where they can
+            elif attempt.state == FAILED:
                 self.phases.let_survivors_save(attempt)
-            at_once = attempt.state == FAILED or self.hurry_event.is_set()
+            at_once = (attempt.state == FAILED and not hung) or self.hurry_event.is_set()
             self._stop_all(0 if at_once else self.watchdog.stop_grace)
 
     def _start_group(self, attempt: Attempt) -> Optional[AttemptWatch]:
@@ -284,6 +289,9 @@ class Supervisor:
             if self.prewarm.acks(attempt):
                 return
             self.prewarm.when_due(attempt, now)
+            if self.stacks_wanted.is_set():  # `tfcluster stacks` asked
+                self.stacks_wanted.clear()
+                phases.hangs.snapshot(watch.exits)
             time.sleep(self.poll_interval)
 
     def _interrupted(self, attempt: Attempt) -> bool:
@@ -304,7 +312,9 @@ class Supervisor:
         offsets = self.record.log_offsets(key)
         handle = self.standby.promote(task, self._env(number)) if standby_ok else None
         if handle is None:
-            handle = self.backend.start(task, self._env(number), self._drain_line)
+            stub = stub_command(task.command)  # a Python script or module: under the stub, for its liveness
+            handle = self.backend.start(task if stub is None else replace(task, command=tuple(stub)),
+                                        self._env(number), self._drain_line)
         self.group.handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
@@ -348,7 +358,12 @@ class Supervisor:
                     pass
 
     def _on_line(self, key: str, line: str) -> None:
-        self.group.line(key, line)
+        kind = self.group.line(key, line)
+        if kind == BEAT:
+            return  # progress, not output
+        if kind == STACK:  # asked for by the hang watchdog: into the log and the record, not on the console
+            self.record.log_line(key, line)
+            return
         self.record.log_line(key, line)
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)

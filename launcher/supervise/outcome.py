@@ -15,15 +15,16 @@ from typing import Callable, Optional
 from launcher.plan.build import Plan
 from launcher.record import events as ev
 from launcher.record.view import RunView
+from launcher.record.layout import stacks_path
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Watchdog
 from launcher.record.states import Outcome
 from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
-                                      report_lines, summary_lines)
+                                      report_lines, stack_lines, summary_lines)
 from launcher.supervise.diagnose import exception_lines, hint
 from launcher.supervise.group import TaskGroup
 from launcher.supervise.membership import Membership
-from launcher.supervise.policy import FAILED, Attempt, Failure
+from launcher.supervise.policy import FAILED, Attempt, Failure, output_limit
 from launcher.supervise.standby import WarmStandby
 from launcher.ui.console import Console
 from launcher.ui.report import goodput_lines, gpu_peak_lines, location_lines, locations, task_table
@@ -59,18 +60,21 @@ class Reporter:
             tails = {k: tuple(self.group.tails.get(k, ())) for k in failed}
             activity = dict(self.group.activity)
         notes = peer_notes(failed[0], list(self.group.handles), exits, self.state_note, now=now, since=since,
-                           activity=activity, hang_timeout=self.watchdog.hang_timeout, strategy=self.plan.strategy)
+                           activity=activity, hang_timeout=output_limit(self.watchdog.hang_timeout), strategy=self.plan.strategy)
         fault = blame_exit(failed, exits, tails, notes, self.state_note)
         self.fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
 
     def fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
-              consequences: tuple = (), final: bool = False) -> None:
+              consequences: tuple = (), final: bool = False, hung_since: Optional[float] = None,
+              stack: str = "") -> None:
+        """Fail ``attempt`` on ``key``; a hang's failure (``hung_since``) shows ``stack``, the
+        culprit's stacks, in place of its last lines."""
         shown = [key] + [k for k, _ in consequences]  # whose exception and last lines the report shows
         tails = self.group.tails_of(shown)
         tail = tails[key]
         attempt.state = FAILED
         attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
-                                  consequences=tuple(consequences), final=final)
+                                  consequences=tuple(consequences), final=final, hung=hung_since is not None)
         if not self.infra(attempt):  # (else: recorded, and said in the membership's one line)
             self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
             for line in consequence_lines(key, consequences):
@@ -78,6 +82,8 @@ class Reporter:
             report = [line for k in shown
                       for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
                                                self.given_gpus(k), self.port_here(k))]
+            if stack:
+                report = stack_lines(key, stack, stacks_path(self.record.dir, attempt.number + 1, key))
             if report:
                 self.console.block(report)
             if others:
@@ -85,7 +91,8 @@ class Reporter:
         self.record.write(ev.Failure(task=key, attempt=attempt.number, reason=reason, code=code,
                                      last_lines=list(tail[-TAIL:]), others=list(others),
                                      consequences={k: c for k, c in consequences},
-                                     errors=list(exception_lines(tail)), hint=hint(tail, self.given_gpus(key), self.port_here(key))))
+                                     errors=list(exception_lines(tail)), hint=hint(tail, self.given_gpus(key), self.port_here(key)),
+                                     hung_since=hung_since, stack=stack.splitlines()))
 
     def port_here(self, key: str) -> Optional[int]:
         """``key``'s port when it runs on this machine (others dial it at localhost): a port it

@@ -30,9 +30,10 @@ from launcher.record.view import RunView
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Watchdog
 from launcher.supervise.group import TaskGroup
+from launcher.supervise.hangwatch import HangWatch
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
-from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess, hang_watched, silent_by_design
+from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess
 from launcher.ui.console import Console
 
 READY_CHECK_EVERY = 0.5
@@ -70,6 +71,8 @@ class AttemptPhases:
         self.clock, self.poll_interval = clock, poll_interval
         self.launch, self.all_ready, self.report = launch, all_ready, report
         self.worker_restarts = 0  # parameter_server workers restarted alone, run-wide
+        self.hangs = HangWatch(group=group, backend=backend, record=record, plan=lambda: self.members.plan,
+                               watchdog=watchdog, clock=clock)
 
     @property
     def plan(self) -> Plan:
@@ -127,11 +130,23 @@ class AttemptPhases:
         return True
 
     def hang(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
-        """The hang watchdog. Its clock starts once every task is up: until then startup_timeout
-        governs, and importing TensorFlow can be silent for many seconds. True: a task hung."""
-        if self.watchdog.hang_timeout <= 0 or attempt.ready_after is None:
+        """The hang watchdog (hangwatch.py). Its clock starts once every task is up: until then
+        startup_timeout governs, and importing TensorFlow can be silent for many seconds. True:
+        the group stopped progressing (or, hang_timeout in seconds, a task that reports no count
+        was silent that long); the task that stopped it failed."""
+        if self.watchdog.hang_timeout == 0 or attempt.ready_after is None:
             return False
-        hung = self.hung(now, watch.exits, since=watch.started + attempt.ready_after)
+        since = watch.started + attempt.ready_after
+        stall = self.hangs.stalled(now, watch.exits, since)
+        if stall is not None:
+            self.console.info(f"no progress from {', '.join(stall.keys)} for {stall.idle:.0f} s "
+                              f"(limit {stall.limit:g} s: {stall.what}); taking every task's stacks")
+            found = self.hangs.find(attempt.number, watch.exits, stall)
+            key = found.key or stall.keys[0]
+            self.report.fail(attempt, key, found.reason, None, hung_since=found.hung_since,
+                             stack=found.stacks.get(key, ""))
+            return True
+        hung = self.hangs.silent(now, watch.exits, since)
         if not hung:
             return False
         note = self.group.handles[hung].state_note()
@@ -266,24 +281,6 @@ class AttemptPhases:
             if tp is not None and tp.first_time is not None and tp.last_step > tp.first_step:
                 paces.append((tp.last_time - tp.first_time) / (tp.last_step - tp.first_step))
         return max(paces, default=0.0)
-
-    def hung(self, now: float, exits: dict, since: float) -> Optional[str]:
-        with self.group.lock:
-            stale = [
-                (max(since, self.group.activity[k]), k)
-                for k in self.group.handles
-                if exits.get(k) is None and hang_watched(k)
-                and now - max(since, self.group.activity.get(k, now)) > self.watchdog.hang_timeout
-            ]
-        if not stale:
-            return None
-        # A stopped process is the likeliest culprit; otherwise the one silent the longest,
-        # except tasks that are silent by design (PSS servers), which only count when stopped.
-        for _, key in sorted(stale):
-            if self.group.handles[key].state_note():
-                return key
-        silent = [(t, k) for t, k in stale if not silent_by_design(self.plan.strategy, k)]
-        return sorted(silent)[0][1] if silent else None
 
 
 def _host_gone(code: Optional[int], host: str) -> str:

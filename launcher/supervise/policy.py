@@ -73,6 +73,29 @@ def silent_by_design(strategy: str, key: str) -> bool:
     return strategy == "parameter_server" and task_type(key) in ("ps", "worker")
 
 
+# watchdog.hang_timeout: auto. A task that counts its TensorFlow calls is stuck once it has not
+# progressed for max(AUTO_FLOOR, AUTO_FACTOR x the longest gap between its rises so far). The floor
+# lets a legitimate pause (a callback's upload, a long evaluation, a large model's save) pass, and
+# still finds a stall of a run whose steps take seconds within 2 minutes of its last step; a run
+# that has shown long pauses gets that much more room.
+AUTO_FLOOR = 120.0
+AUTO_FACTOR = 3.0
+
+
+def hang_limit(setting, longest_gap: float) -> float:
+    """Seconds without progress after which a counting task is stuck: watchdog.hang_timeout's
+    seconds, or for ``auto`` max(AUTO_FLOOR, AUTO_FACTOR x ``longest_gap``); 0: never."""
+    if setting == "auto":
+        return max(AUTO_FLOOR, AUTO_FACTOR * longest_gap)
+    return float(setting)
+
+
+def output_limit(setting) -> float:
+    """Seconds without output after which a task that reports no count is hung: the seconds
+    given; never under ``auto`` (0)."""
+    return 0.0 if setting == "auto" else float(setting)
+
+
 def hang_watched(key: str) -> bool:
     """The evaluator is a sidecar (silent between checkpoints; its failure does not fail
     training), so the hang watchdog ignores it."""
@@ -93,6 +116,9 @@ class Failure:
     consequences: tuple[tuple[str, int], ...] = field(default=())
     # The backend cannot run another attempt (errors.AttemptImpossible): never retried.
     final: bool = False
+    # The hang watchdog's failure: the task stopped the group's progress (it is killed; the
+    # others are stopped with the usual grace, so they save where they can).
+    hung: bool = False
 
 
 @dataclass

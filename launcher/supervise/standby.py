@@ -98,15 +98,21 @@ def python_entry(argv: Sequence[str]) -> tuple[Optional[tuple[list[str], list[st
 def _stub_source() -> str:
     from launcher.remote import source
 
+    from launcher.contract import liveness
+
+    with open(liveness.__file__, encoding="utf-8") as fh:
+        live = fh.read()
     return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
-            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)))
+            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live)))
 
 
 def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
-    """The command a warm standby of ``argv`` runs: tfcluster's worker and commands that are not
-    a Python script or module run as they are (None); ``python [options] SCRIPT ARGS...`` becomes
-    ``python [options] -c STUB SCRIPT ARGS...`` (-m likewise): launcher/remote/pystandby.py, which
-    imports TensorFlow, waits to be promoted and then runs the script as a cold start would."""
+    """The command a task of ``argv`` runs, cold or as a warm standby: tfcluster's worker (which
+    installs its liveness itself) and commands that are not a Python script or module run as they
+    are (None); ``python [options] SCRIPT ARGS...`` becomes ``python [options] -c STUB SCRIPT
+    ARGS...`` (-m likewise): launcher/remote/pystandby.py, which installs the task's liveness
+    (launcher/contract/liveness.py) and runs the script as a cold start would (a standby first
+    imports TensorFlow and waits to be promoted)."""
     if is_reference_worker(argv):
         return None
     parts, _ = python_entry(argv)

@@ -89,10 +89,11 @@ def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code()
     (the outcome event it writes for a run whose supervisor was lost carries the record's exit code)."""
     import ast
 
-    from launcher.app import detach, down, results, tensorboard, up
+    from launcher.app import detach, down, results, stacks, tensorboard, up
 
     kinds = {name for name, value in vars(results).items() if isinstance(value, type) and value.__module__ == results.__name__}
-    use_cases = [up.up, up.execute, detach.start, detach.launch, detach.supervise, down.down, tensorboard.tensorboard]
+    use_cases = [up.up, up.execute, detach.start, detach.launch, detach.supervise, down.down, tensorboard.tensorboard,
+                 stacks.stacks]
     returns = {f.__qualname__: f.__annotations__["return"] for f in use_cases}  # (names: postponed annotations)
     assert set(returns.values()) <= kinds, returns
     callers = set()
@@ -100,7 +101,8 @@ def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         if any(isinstance(n, ast.Name) and n.id == "exit_code_for" for n in ast.walk(tree)):
             callers.add(str(path.relative_to(ROOT)))
-    assert callers == {"launcher/cli/lifecycle.py", "launcher/compare/run.py", "launcher/app/down.py"}, callers
+    assert callers == {"launcher/cli/lifecycle.py", "launcher/cli/inspect.py", "launcher/compare/run.py",
+                       "launcher/app/down.py"}, callers
 
 
 def test_a_new_notice_is_a_method_of_the_sink_and_of_the_console():

@@ -46,7 +46,7 @@ class DockerBackend(Backend):
     Options = DockerOptions
     # Every container has its own network namespace: task ports cannot clash, nothing to preflight.
     # Warm standby: a container per standby, given the task's DNS name when promoted (standby.py).
-    capabilities = Capabilities(warm_standby=True, port_probe=True)
+    capabilities = Capabilities(warm_standby=True, port_probe=True, stacks=True)
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:

@@ -207,6 +207,11 @@ class DockerTask(TaskHandle):
         except Exception:  # noqa: BLE001 - already stopped (409), removed (404), engine gone
             pass
 
+    def signal_process(self, sig: int) -> None:
+        # The container's init (tini -g, or the engine's) passes it to the task's group: the task
+        # (and the wrapper, which survives it) get it; nothing narrower reaches into a container.
+        self.signal(sig)
+
     def info(self) -> dict:
         return {"container": self.name, "container_id": self.id, "network": self.backend.network_name,
                 "engine": self.backend.url}

@@ -69,7 +69,7 @@ class SlurmBackend(Backend):
     # startup watchdog; ports are not checked before (the nodes are not known then). A warm
     # standby is one more step on its task's node (standby.py).
     capabilities = Capabilities(warm_standby=True, port_probe=True, static_placement=False,
-                                fresh_ports_per_restart=True)
+                                fresh_ports_per_restart=True, stacks=True)
     detach_note = ("the supervisor and its srun steps run on this machine: keep it on; if it stops, the steps "
                    "stop and the allocation stays until `tfcluster down` or slurm.time")
 

@@ -91,6 +91,17 @@ class SlurmStep(ChildTask):
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def signal_process(self, sig: int) -> None:
+        # scancel --signal reaches the step's processes (the wrapper survives it), never srun here.
+        if self.reaped_long_ago():
+            return
+        step = self.step()
+        if step is not None:
+            try:
+                cli.scancel(step, signals.Signals(sig).name.replace("SIG", ""))
+            except LaunchError:
+                pass
+
     def info(self) -> dict:
         return {"pid": self.proc.pid, "pgid": self.proc.pid, "start_time": start_time(self.proc.pid),
                 "slurm_job": self.job_id, "slurm_step": self.step_name, "node": self.node}

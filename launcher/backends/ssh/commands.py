@@ -92,6 +92,20 @@ def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
     )
 
 
+def process_signal_command(sig: int, pidfiles: Iterable[str]) -> str:
+    """Signal each task's own process (the pid file's TASK_PID), not its group: only while the
+    wrapper is still the one that wrote the file (as ``signal_command``) and the task is its child."""
+    name = _signal.Signals(sig).name.removeprefix("SIG")
+    files = " ".join(q(p) for p in pidfiles)
+    return (
+        f"for pf in {files}; do "
+        + _VERIFY.format()
+        + 'case $child in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
+        + 'grep -q "^PPid:[[:space:]]*$pid$" /proc/$child/status 2>/dev/null || { echo "gone $pf"; continue; }; '
+        + f'kill -s {name} "$child" 2>/dev/null && echo "sent $pf" || echo "gone $pf"; done; true'
+    )
+
+
 def promote_command(promotion: str, pidfile: str) -> str:
     """A warm standby's promotion: its environment (stdin, JSON) into its promotion file, whole
     (a rename), then SIGUSR1 to its group, verified as ``signal_command`` does."""

@@ -13,7 +13,7 @@ from launcher.plan.build import PlannedTask
 from launcher.remote.gpuplace import parse_figures_line, parse_given_line
 from launcher.remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from launcher.backends.base import LineSink, TaskHandle
-from launcher.backends.ssh.commands import signal_command, state_command
+from launcher.backends.ssh.commands import process_signal_command, signal_command, state_command
 from launcher.backends.ssh.host import HostState
 
 
@@ -134,6 +134,10 @@ class SSHTask(TaskHandle):
 
     def signal(self, sig: int) -> None:
         signal_tasks(self.pool, [self], sig)
+
+    def signal_process(self, sig: int) -> None:
+        if self.exit_code is None:
+            self.pool.run_on(self.host.name, process_signal_command(sig, [self.pidfile]), None, 10.0)
 
     def info(self) -> dict:
         # No "host"/"pid"/"pgid" keys: the supervisor logs host itself and down.py treats pgid as local.

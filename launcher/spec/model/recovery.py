@@ -4,9 +4,9 @@ restart resumes from)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import Field, Strict, WithJsonSchema, field_validator, model_validator
 
 from launcher.spec.model.base import NONBLANK, Flag, OptionsModel, Seconds, UInt, Whole
 
@@ -82,8 +82,17 @@ class Watchdog(OptionsModel):
 
     startup_timeout: Seconds = Field(default=300.0, gt=0)
     """Seconds every task has to open its TF port (or print the reference worker's ready marker)."""
-    hang_timeout: Seconds = Field(default=0.0, ge=0)
-    """Seconds without any progress (output or heartbeat) before a live task counts as hung; 0: off."""
+    hang_timeout: Union[Literal["auto"], Annotated[float, Strict(), Field(ge=0)]] = "auto"
+    """When the group counts as stopped: seconds without progress, `auto`, or 0 (off). Progress is a
+    Python task's count of TensorFlow function calls completed (a training, evaluation or predict
+    step), not its output: printing is not progress. `auto`: a task that counts is stuck once it has
+    not progressed for max(120 s, 3 x the longest gap between its rises seen so far in this
+    attempt); its clock starts at its first step (until then `startup_timeout` applies, from when every
+    task is up); tasks that count nothing (parameter servers, the evaluator, a Python task that never
+    imports TensorFlow, a command that is not Python) are never called hung by it. Seconds: that
+    limit instead of auto's, and a task that counts nothing is hung after that long without output.
+    On a stall every task's stacks are taken and the task that stopped the others is named
+    (docs/hangs.md)."""
     stop_grace: Seconds = Field(default=5.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping tasks."""
 

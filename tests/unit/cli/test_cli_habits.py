@@ -22,7 +22,7 @@ from launcher.errors import EXIT_NO_RUN
 from tests.support.cli import tfcluster, tfcluster_argv
 from tests.support.specs import script_spec, spec_file
 
-COMMANDS = ["validate", "plan", "up", "status", "logs", "attach", "runs", "down", "compose", "export", "compare",
+COMMANDS = ["validate", "plan", "up", "status", "logs", "attach", "runs", "stacks", "down", "compose", "export", "compare",
             "tensorboard", "schema", "completion", "image"]
 SPEC = """\
     name: t
@@ -144,7 +144,7 @@ def test_bash_completion_is_valid_bash_and_completes_commands_flags_and_choices(
         return out.stdout.split()
 
     assert set(COMMANDS) <= set(complete("tfcluster", ""))
-    assert complete("tfcluster", "st") == ["status"]
+    assert complete("tfcluster", "sta") == ["status", "stacks"]
     assert complete("tfcluster", "export", "--to", "") == ["tfjob", "jobset", "vertex"]
     assert set(complete("tfcluster", "-f", "x.yaml", "up", "--d")) == {"--dry-run", "--detach"}
     assert complete("tfcluster", "completion", "") == ["bash", "zsh"]

@@ -278,7 +278,7 @@ def test_status_runs_and_their_json_read_the_goodput_from_the_record(tmp_path):
     # steps 6..8 again (3 steps at 1 s); trained 25 -> 34; the rest 34 -> 36
     assert g["elapsed"] == 26.0 and g["exact"] is True
     assert g["badput"] == {"startup": 3.0, "recovery": 4.0, "redone": 4.0, "checkpoint": 0.0, "waiting": 0.0,
-                           "other": 2.0}
+                           "hung": 0.0, "other": 2.0}
     assert g["productive"] == 13.0 and g["fraction"] == round(13 / 26, 4)
     assert "goodput 50.0 %: startup 11.5 %, recovery 15.4 %, redone 15.4 %, other 7.7 %" in render_status(status, "c.yaml")
     table = render_runs([status], tmp_path / "runs" / "t")
@@ -332,3 +332,24 @@ def test_the_wait_below_min_is_waiting_from_the_preflight_and_mid_run_counted_on
     assert g.badput["waiting"] == pytest.approx(30.0 + (71.0 - 46.0))
     assert g.badput["startup"] == pytest.approx(35.0 - 30.0)
     assert Marks.from_json(run.marks.to_json()).waits == run.marks.waits
+
+
+def test_a_hang_the_watchdog_found_is_hung_from_its_last_progress_to_its_tasks_stopped():
+    # A script of its own (no step lines): ready at 2, last progress at 10, found at 40, stopped
+    # by 43, restarted, ready again at 46, done at 50.
+    run = Run().attempt(0, 0.1).ev("attempt_ready", 2.0, attempt=0)
+    run.ev("failure", 40.0, task="worker:1", attempt=0, reason="stuck", hung_since=10.0)
+    run.ev("stopped", 41.0, task="worker:1", code=137).ev("stopped", 43.0, task="worker:0", code=143)
+    run.ev("restart", 44.0, attempt=1).attempt(1, 44.1).ev("attempt_ready", 46.0, attempt=1)
+    g = run.ev("outcome", 50.0, outcome="succeeded").measure()
+    assert g.badput["hung"] == pytest.approx(33.0)  # 10 -> 43
+    assert g.badput["recovery"] == pytest.approx(3.0)  # 43 -> 46
+    assert g.productive == pytest.approx(8.0 + 4.0)
+    assert "hung 66.0 %" in g.line()
+    # The last attempt, no restart: the hang is still hung, not teardown.
+    run = Run().attempt(0, 0.1).ev("attempt_ready", 2.0, attempt=0)
+    run.ev("failure", 40.0, task="worker:1", attempt=0, reason="stuck", hung_since=10.0)
+    run.ev("stopped", 42.0, task="worker:0", code=143)
+    g = run.ev("outcome", 43.0, outcome="failed").measure()
+    assert g.badput["hung"] == pytest.approx(32.0) and g.productive == pytest.approx(8.0)
+    assert Marks.from_json(run.marks.to_json()).hung == {0: [10.0, 42.0]}

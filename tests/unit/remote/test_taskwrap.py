@@ -55,6 +55,22 @@ def test_killpg_sigterm_reaches_task_and_wrapper_reports_it():
     assert p.returncode == 128 + signal.SIGTERM
 
 
+def test_the_stacks_signal_to_the_group_reaches_a_task_under_the_stub_and_the_wrapper_survives_it(tmp_path):
+    # Docker's init and slurm's scancel signal the whole group: the stub's task writes its stacks
+    # (launcher/contract/liveness.py), the wrapper stays, and the run goes on to its own exit code.
+    from launcher.supervise.standby import stub_command
+
+    task = tmp_path / "task.py"
+    task.write_text("import sys, time; print('up', flush=True); time.sleep(1.5); sys.exit(5)")
+    p = wrap(stub_command([sys.executable, str(task)]))
+    assert p.stdout.readline().startswith(b"tfcluster-beat n=0 stacks=12")
+    assert p.stdout.readline().strip() == b"up"
+    os.killpg(p.pid, signal.SIGUSR2)
+    out = finish(p)
+    assert p.returncode == 5, out
+    assert b"(most recent call first):" in out and f'"{task}", line 1 in <module>'.encode() in out, out
+
+
 def test_lifeline_eof_kills_task_and_grandchildren():
     tag = f"lifeline-{os.getpid()}-{time.time()}"
     script = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']);"

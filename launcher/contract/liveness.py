@@ -1,0 +1,103 @@
+"""A Python task's liveness, apart from what it prints: how many TensorFlow function calls it has
+completed, and its every thread's stack on request. Stdlib only, and imports nothing of
+tfcluster's: the reference worker calls ``install`` (worker/main.py); a script of one's own runs
+under the task stub (launcher/remote/pystandby.py), which carries this text and runs it first.
+
+What ``install`` sets up:
+
+* **The count.** Once ``tensorflow.python.eager.context`` is imported (looked for by the beat
+  thread, so a task that never imports TensorFlow pays nothing but that thread's wake-ups), its
+  ``Context.call_function`` is wrapped to count each call that returns. Every eager call of a
+  ``tf.function``'s graph goes through it (``AtomicFunction.call_flat``): a Keras ``fit`` step, a
+  custom loop's step, ``evaluate`` and ``predict`` steps. The cost is one int increment per call.
+* **The beat.** A daemon thread wakes every ``EVERY`` seconds and, when the count changed,
+  writes ``tfcluster-beat n=COUNT`` on file descriptor 2 (an ``os.write``: no lock of
+  ``sys.stderr``'s to be held at exit). Its first line, at once, also names the signal that takes
+  the stacks: ``tfcluster-beat n=0 stacks=12``; once TensorFlow is imported, one says so
+  (``tf=1``): from then on the supervisor reads the count as the task's progress
+  (watchdog.hang_timeout), and printing is not progress.
+* **The stacks.** ``faulthandler.register(STACKS_SIGNAL, all_threads=True, chain=False)`` on
+  file descriptor 2: the signal makes the process write every thread's Python stack in
+  faulthandler's format, from C, even while its main thread is blocked inside TensorFlow. The
+  process is not stopped. SIGUSR1 is the warm standby's; TensorFlow uses neither.
+"""
+
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+
+BEAT = "tfcluster-beat"
+STACKS_SIGNAL = signal.SIGUSR2
+EVERY = 1.0  # seconds between beats while the count changes
+_CONTEXT = "tensorflow.python.eager.context"
+_count = [0]
+_installed = []
+
+
+def count():
+    """The TensorFlow function calls completed so far in this process."""
+    return _count[0]
+
+
+def _counted(call):
+    def call_function(self, *args, **kwargs):
+        out = call(self, *args, **kwargs)
+        _count[0] += 1
+        return out
+
+    call_function.tfcluster_counted = True
+    call_function.__wrapped__ = call
+    call_function.__doc__ = call.__doc__
+    return call_function
+
+
+def hook():
+    """Wrap ``Context.call_function`` once TensorFlow's eager context module is loaded (its class
+    defined); True once wrapped."""
+    module = sys.modules.get(_CONTEXT)
+    context = getattr(module, "Context", None)
+    call = getattr(context, "call_function", None)
+    if call is None:
+        return False
+    if not getattr(call, "tfcluster_counted", False):
+        context.call_function = _counted(call)
+    return True
+
+
+def _say(text):
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+def _beat(every):
+    hooked, said = False, 0
+    while True:
+        time.sleep(every)
+        if not hooked:
+            hooked = hook()
+            if hooked:  # TensorFlow is in: from now on the count is this task's progress
+                _say("%s n=%d tf=1" % (BEAT, _count[0]))
+        n = _count[0]
+        if n != said:
+            said = n
+            _say("%s n=%d" % (BEAT, n))
+
+
+def install(every=EVERY):
+    """The count, the beat and the stacks' signal, once per process; False where the stacks'
+    signal cannot be registered here (not the main thread's interpreter, no such signal)."""
+    if _installed:
+        return True
+    try:
+        faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True, chain=False)
+    except (ValueError, OSError, RuntimeError, AttributeError):
+        return False
+    _installed.append(True)
+    _say("%s n=0 stacks=%d" % (BEAT, int(STACKS_SIGNAL)))
+    threading.Thread(target=_beat, args=(every,), name="tfcluster-beat", daemon=True).start()
+    return True

@@ -1,0 +1,157 @@
+"""Which task stopped the group, from evidence, pure: a function of every task's stacks (faulthandler's
+text, launcher/contract/liveness.py), its count of TensorFlow function calls and its process state.
+The supervisor takes the stacks when the group stops progressing (launcher/supervise/phases.py) and
+says the verdict; ``tfcluster stacks`` prints the same stacks.
+
+The evidence, in order:
+
+1. a stopped process (SIGSTOP, a paused container): it stopped the others;
+2. a task with a thread that sits in user code -- the main thread in a callback, or a thread
+   TensorFlow called into (``from_generator``, ``py_function``) in the generator -- while the others
+   wait inside TensorFlow. A thread sits in user code when, from its innermost frame outwards, a
+   frame of the user's own comes before any of TensorFlow's or Keras's (the standard library and
+   other libraries -- ``time.sleep``, ``socket``, ``requests`` -- are passed over: a generator
+   blocked in a download is the generator's). A user frame that every task shows alike (a
+   metrics thread on every worker) is no evidence;
+3. among several such tasks, or none, the one behind the others in its count.
+
+Where none of that decides, the verdict says so and names no task.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):\s*$")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.+?)\s*$')
+# Frames of TensorFlow's own execution (and of Keras, which drives it): a thread whose innermost
+# non-library frame is one of these waits inside TensorFlow.
+_TF = re.compile(r"/(site|dist)-packages/(tensorflow|keras|tf_keras|tensorflow_datasets|tsl|xla|jax|absl)/")
+_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/")
+# tfcluster's own code beside the task: the stub (<string>), its liveness, the reference worker's helpers.
+_OURS = re.compile(r"^<[^>]*>$|/launcher/(contract|remote)/")
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    func: str
+
+    def where(self) -> str:
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line} in {self.func}()"
+
+
+@dataclass(frozen=True)
+class Thread:
+    ident: str
+    frames: tuple[Frame, ...]  # innermost first, as faulthandler prints them
+
+
+@dataclass(frozen=True)
+class Verdict:
+    key: Optional[str]  # the task that stopped the others; None: the evidence does not decide
+    why: str  # "stopped", "user code", "behind", or what did not decide
+    frame: Optional[Frame] = None  # the culprit's innermost user frame, when its stacks show one
+
+
+def parse(text: str) -> list[Thread]:
+    """Every thread in faulthandler's text (its ``Thread 0x...``/``Current thread 0x...`` blocks),
+    once (a signal that reached a task twice, through its wrapper and its group, dumps twice: the
+    first is kept); any other line is passed over."""
+    seen: dict[str, Thread] = {}
+    for thread in _threads(text):
+        seen.setdefault(thread.ident, thread)
+    return list(seen.values())
+
+
+def _threads(text: str) -> list[Thread]:
+    threads: list[Thread] = []
+    ident, frames = None, []
+    for line in text.splitlines():
+        head = _HEADER.match(line)
+        if head:
+            if ident is not None:
+                threads.append(Thread(ident, tuple(frames)))
+            ident, frames = head.group(2), []
+            continue
+        frame = _FRAME.match(line)
+        if frame and ident is not None:
+            frames.append(Frame(frame.group(1), int(frame.group(2)), frame.group(3)))
+    if ident is not None:
+        threads.append(Thread(ident, tuple(frames)))
+    return threads
+
+
+def is_stack_line(line: str) -> bool:
+    """A line of faulthandler's text (a thread's header, a frame, its ``<no Python frame>``)."""
+    return bool(_HEADER.match(line) or _FRAME.match(line)) or line.strip() == "<no Python frame>"
+
+
+def kind(frame: Frame) -> str:
+    """``ours`` (tfcluster's stub), ``tf`` (TensorFlow, Keras), ``library`` (the standard library,
+    another installed package) or ``user``."""
+    if _OURS.search(frame.file):
+        return "ours"
+    if _TF.search(frame.file):
+        return "tf"
+    if _LIBRARY.search(frame.file):
+        return "library"
+    return "user"
+
+
+def in_user_code(thread: Thread) -> Optional[Frame]:
+    """The user frame a thread sits in, or None: from its innermost frame outwards, libraries are
+    passed over; the first other frame decides (user code, or TensorFlow/tfcluster: waiting)."""
+    for frame in thread.frames:
+        k = kind(frame)
+        if k == "library":
+            continue
+        return frame if k == "user" else None
+    return None
+
+
+def user_frames(text: str) -> list[Frame]:
+    """The user frame each thread of these stacks sits in (threads in TensorFlow or idle: none)."""
+    return [f for f in (in_user_code(t) for t in parse(text)) if f is not None]
+
+
+def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, Optional[int]],
+           stopped: Mapping[str, str]) -> Verdict:
+    """Which of ``keys`` (the live tasks, in the plan's order) stopped the group.
+    ``stacks``: each task's faulthandler text (absent: none came); ``counts``: its TensorFlow calls
+    completed (None: it reports none); ``stopped``: a note for each stopped process."""
+    halted = [k for k in keys if stopped.get(k)]
+    if halted:
+        return Verdict(halted[0], "stopped")
+    frames = {k: user_frames(stacks[k]) for k in keys if k in stacks}
+    common = set.intersection(*({(f.file, f.line, f.func) for f in fs} for fs in frames.values())) \
+        if len(frames) > 1 else set()
+    evidence = {k: [f for f in fs if (f.file, f.line, f.func) not in common] for k, fs in frames.items()}
+    suspects = [k for k in keys if evidence.get(k)]
+    behind = _behind(suspects or list(keys), counts)
+    if len(suspects) == 1:
+        return Verdict(suspects[0], "user code", evidence[suspects[0]][0])
+    if len(suspects) > 1 and behind is not None:
+        return Verdict(behind, "user code", evidence[behind][0])
+    if not suspects and behind is not None:
+        return Verdict(behind, "behind", _first(frames.get(behind, ())))
+    if suspects:
+        return Verdict(None, f"{', '.join(suspects)} all sit in code of their own, none behind the others")
+    if not frames:
+        return Verdict(None, "no stacks came, and no task is behind the others")
+    return Verdict(None, "every task waits inside TensorFlow or sits where the others do, none behind the others")
+
+
+def _behind(keys: Sequence[str], counts: Mapping[str, Optional[int]]) -> Optional[str]:
+    """The one task whose count is below every other's (of those that report one), or None."""
+    known = sorted((c, k) for k in keys if (c := counts.get(k)) is not None)
+    if len(known) < 2 or known[0][0] == known[1][0]:
+        return None
+    return known[0][1]
+
+
+def _first(frames: Sequence[Frame]) -> Optional[Frame]:
+    return frames[0] if frames else None

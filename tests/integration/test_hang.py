@@ -1,0 +1,107 @@
+"""A run that stops making progress is found, named and shown (launcher/supervise/hangwatch.py): a
+user's own MultiWorkerMirroredStrategy Keras fit script (tests/support/hang_script.py, not one
+line for tfcluster) on 2 local workers, stuck one way or another. Each run ends, its ``failure``
+event names the stuck task, ``up`` shows the stuck user-code line and its stacks, the record holds
+every task's stacks, goodput counts ``hung``, and nothing is left running."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from launcher.record.status import load_run
+from tests.support.cli import ROOT, start_tfcluster, tfcluster
+from tests.support.specs import local_spec
+from tests.support.tfrun import assert_no_processes, events, run_dir
+from tests.support.waits import wait_for
+
+pytestmark = [pytest.mark.integration]
+
+SCRIPT = ROOT / "tests" / "support" / "hang_script.py"
+RUN_TIMEOUT = 400
+
+
+def hang_spec(tmp_path: Path, *args: str, watchdog: str = "{startup_timeout: 240, stop_grace: 2, hang_timeout: 15}"
+              ) -> Path:
+    shutil.copy(SCRIPT, tmp_path / "train.py")
+    words = ", ".join(f'"{a}"' for a in args)
+    return local_spec(tmp_path, f"[{sys.executable}, train.py, {words}]", name="demo",
+                      env={"TF_CPP_MIN_LOG_LEVEL": "'2'"}, watchdog=watchdog)
+
+
+@pytest.mark.parametrize("mode,task,line", [
+    ("generator", "worker:1", "train.py:45 in retry_forever(): time.sleep(1)"),
+    ("silent", "worker:1", "train.py:49 in silent_stall(): time.sleep(100000)"),
+    ("busy", "worker:1", "train.py:78 in on_train_batch_end(): n += 1"),
+    ("deadlock", "worker:0", "train.py:82 in on_train_batch_end(): with held:"),
+])
+def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path, mode, task, line):
+    assert (SCRIPT.read_text().splitlines()[int(line.split(":")[1].split()[0]) - 1].strip()
+            == line.split("(): ", 1)[1]), "the script's lines moved: update the expected lines"
+    spec = hang_spec(tmp_path, mode, "--task", task)
+    result = tfcluster("up", spec, timeout=RUN_TIMEOUT)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-4000:]
+    assert (run_dir(spec) / "events.jsonl").is_file(), out[-4000:]
+    failure = [e for e in events(spec) if e["event"] == "failure"]
+    assert len(failure) == 1 and failure[0]["task"] == task, (failure, out[-4000:])
+    assert failure[0]["reason"].startswith("stuck ") and line in failure[0]["reason"], failure
+    assert f"{task} failed: stuck " in result.stderr and line in result.stderr, out[-4000:]
+    assert f"stacks of {task} (" in result.stderr and "(in user code)" in result.stderr, out[-4000:]
+    other = "worker:0" if task == "worker:1" else "worker:1"
+    record = run_dir(spec)
+    for key in (task, other):  # every live task's stacks, in the record
+        text = (record / "stacks" / "1" / f"{key.replace(':', '-')}.txt").read_text()
+        assert "(most recent call first):" in text, text
+    goodput = load_run(record).to_json()["goodput"]
+    assert goodput["badput"]["hung"] >= 10.0, goodput
+    assert "tfcluster-beat" not in (record / "logs" / "worker-0.log").read_text().replace(
+        "tfcluster-beat n=0 stacks=", ""), "beats after the first are progress, not log lines"
+    assert_no_processes(spec)
+
+
+def test_a_legit_25_s_pause_is_no_hang_under_the_default_auto(tmp_path):
+    # No hang_timeout: auto, the default. worker:0's callback pauses 25 s (an upload, a long save).
+    spec = hang_spec(tmp_path, "pause", "--task", "worker:0", "--pause", "25", "--steps", "12",
+                     watchdog="{startup_timeout: 240, stop_grace: 2}")
+    result = tfcluster("up", spec, timeout=RUN_TIMEOUT)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "worker:0 done" in out and "worker:1 done" in out, out[-4000:]
+    assert not [e for e in events(spec) if e["event"] == "failure"]
+    assert_no_processes(spec)
+
+
+def test_tfcluster_stacks_prints_every_live_tasks_stacks(tmp_path):
+    # Trains on (no hang), a metrics thread on each worker: `stacks` shows both workers' threads.
+    spec = hang_spec(tmp_path, "silent", "--after", "1000000", "--steps", "1000000",
+                     watchdog="{startup_timeout: 240, stop_grace: 2, hang_timeout: 0}")
+    proc = start_tfcluster("up", spec, "--plain")
+    seen: list[str] = []
+    try:
+        def both_metrics() -> bool:
+            seen.append(proc.stdout.readline())
+            return all(any(s.startswith(f"[{k}] {k} metrics: ok") for s in seen) for k in ("worker:0", "worker:1"))
+        wait_for(both_metrics, 240, interval=0, what="both workers training", detail=lambda: "".join(seen[-30:]))
+        # (its output keeps flowing to a reader: a thread drains it while `stacks` runs)
+        drain = threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True)
+        drain.start()
+        result = tfcluster("stacks", spec, timeout=120)
+        assert result.returncode == 0, result.stderr
+        for key in ("worker:0", "worker:1"):
+            assert f"== {key} ==" in result.stdout, result.stdout
+        assert result.stdout.count("in metrics_thread") == 2, result.stdout
+        assert result.stdout.count("Current thread 0x") == 2, result.stdout
+        one = tfcluster("stacks", spec, "worker:1", timeout=120)
+        assert one.returncode == 0 and "== worker:1 ==" in one.stdout and "== worker:0 ==" not in one.stdout, one
+        # Nothing of it on the run's console: the stacks went to the logs and the record.
+        assert not any("most recent call first" in s for s in seen), "".join(seen[-40:])
+        assert "most recent call first" in (run_dir(spec) / "logs" / "worker-1.log").read_text()
+    finally:
+        tfcluster("down", spec, timeout=120)
+        proc.wait(timeout=60)
+    assert_no_processes(spec)

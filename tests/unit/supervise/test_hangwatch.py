@@ -1,0 +1,153 @@
+"""The hang watchdog's timing (launcher/supervise/hangwatch.py, policy.hang_limit): progress is the
+beat's count (group.py), never output; auto's limit is max(120 s, 3 x the longest gap so far); the
+clock starts at the first step (startup_timeout before it); tasks that report no count are never
+called hung by auto."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from launcher.spec.model import Watchdog
+from launcher.supervise.group import BEAT, LINE, STACK, TaskGroup
+from launcher.supervise.hangwatch import HangWatch
+from launcher.supervise.policy import AUTO_FLOOR, hang_limit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watch(setting, keys=("worker:0", "worker:1"), strategy="multi_worker_mirrored", startup=300.0):
+    clock = Clock()
+    group = TaskGroup(clock)
+    for key in keys:
+        group.new_process(key)
+        group.handles[key] = SimpleNamespace(state_note=lambda: "")
+    hw = HangWatch(group=group, backend=None, record=None, plan=lambda: SimpleNamespace(strategy=strategy),
+                   watchdog=Watchdog(hang_timeout=setting, startup_timeout=startup), clock=clock)
+    return hw, group, clock
+
+
+def beat(group, clock, key, n, at=None):
+    if at is not None:
+        clock.now = at
+    return group.line(key, f"tfcluster-beat n={n}" + (" stacks=12 tf=1" if n == 0 else ""))
+
+
+def test_auto_is_the_floor_until_long_gaps_were_seen_then_three_times_the_longest():
+    assert hang_limit("auto", 0.0) == AUTO_FLOOR == 120.0
+    assert hang_limit("auto", 25.0) == 120.0  # a legit 25 s pause seen: still the floor
+    assert hang_limit("auto", 60.0) == 180.0
+    assert hang_limit(40.0, 500.0) == 40.0 and hang_limit(0.0, 5.0) == 0.0
+    # A run whose steps take 5 s: a stall is found 120 s after its last progress (within 5 minutes).
+    assert hang_limit("auto", 5.0) <= 300.0
+
+
+def test_a_legit_25_s_pause_is_not_a_hang_and_a_stall_is_found_at_the_limit():
+    hw, group, clock = watch("auto")
+    for key in ("worker:0", "worker:1"):
+        beat(group, clock, key, 0, at=1000.0)
+    since = 1010.0  # every task up
+    for t in range(1020, 1100, 2):  # stepping, a beat every 2 s
+        for key in ("worker:0", "worker:1"):
+            beat(group, clock, key, t, at=float(t))
+    assert hw.stalled(1098.0 + 25.0, {}, since) is None  # a 25 s pause (an upload in a callback)
+    for key in ("worker:0", "worker:1"):
+        beat(group, clock, key, 2000, at=1123.0)
+    assert group.gaps["worker:0"] == 25.0
+    assert hw.stalled(1123.0 + 119.0, {}, since) is None
+    stall = hw.stalled(1123.0 + 121.0, {}, since)
+    assert stall is not None and stall.keys == ("worker:0", "worker:1") and stall.limit == 120.0
+    assert stall.what == "watchdog.hang_timeout=auto" and stall.since == 1123.0
+
+
+def test_printing_is_not_progress_and_beats_are_not_lines():
+    hw, group, clock = watch(10.0)
+    assert beat(group, clock, "worker:0", 0, at=1000.0) == LINE  # its first beat is logged (it says stacks=12)
+    assert group.stack_signal["worker:0"] == 12
+    assert beat(group, clock, "worker:0", 5, at=1001.0) == BEAT
+    for t in range(1002, 1030):
+        clock.now = float(t)
+        assert group.line("worker:0", "fetching the next shard failed; retrying in 1 s") == LINE
+    stall = hw.stalled(1012.0, {}, 1000.0)
+    assert stall is not None and stall.keys == ("worker:0",) and stall.what == "watchdog.hang_timeout=10"
+    # A task that reports no count (worker:1 printed only) is no part of the count's watch...
+    assert "worker:1" not in stall.keys
+    # ...but with seconds, its silence is a hang as before (output); under auto never.
+    clock.now = 1000.0
+    group.line("worker:1", "hello")
+    assert hw.silent(1011.0, {}, 1000.0) == "worker:1"
+    hw_auto, group_auto, _ = watch("auto")
+    assert hw_auto.silent(10_000.0, {}, 1000.0) is None
+
+
+def test_before_the_first_step_startup_timeout_governs_and_servers_that_never_step_are_not_watched():
+    hw, group, clock = watch("auto", startup=60.0)
+    for key in ("worker:0", "worker:1"):
+        beat(group, clock, key, 0, at=1000.0)
+    assert hw.stalled(1059.0, {}, 1000.0) is None
+    stall = hw.stalled(1061.0, {}, 1000.0)
+    assert stall is not None and stall.what.startswith("watchdog.startup_timeout")
+    # Once one task steps, one that never does (a server) is not called hung.
+    beat(group, clock, "worker:0", 3, at=1061.0)
+    assert hw.stalled(1061.0 + 119.0, {}, 1000.0) is None
+    assert hw.stalled(1061.0 + 121.0, {}, 1000.0).keys == ("worker:0",)
+    # PSS's ps and workers, and the evaluator, are never watched by their count.
+    hw, group, clock = watch("auto", keys=("chief:0", "ps:0", "evaluator:0"), strategy="parameter_server")
+    for key in ("chief:0", "ps:0", "evaluator:0"):
+        beat(group, clock, key, 0, at=1000.0)
+        beat(group, clock, key, 1, at=1001.0)
+    assert hw.stalled(1001.0 + 121.0, {}, 1000.0).keys == ("chief:0",)
+
+
+def test_a_python_task_that_never_imports_tensorflow_is_watched_by_its_output_not_its_count():
+    hw, group, clock = watch(10.0, startup=30.0)
+    for key in ("worker:0", "worker:1"):
+        clock.now = 1000.0
+        group.line(key, "tfcluster-beat n=0 stacks=12")  # the stub's first beat: no TensorFlow yet
+    assert not group.counting and hw.stalled(99_999.0, {}, 1000.0) is None
+    assert hw.silent(1011.0, {}, 1000.0) == "worker:0"  # seconds: its silence, as before
+    hw, group, clock = watch("auto", startup=30.0)
+    clock.now = 1000.0
+    group.line("worker:0", "tfcluster-beat n=0 stacks=12")
+    assert hw.stalled(99_999.0, {}, 1000.0) is None and hw.silent(99_999.0, {}, 1000.0) is None
+    group.line("worker:0", "tfcluster-beat n=0 tf=1")  # it imported TensorFlow: startup_timeout for a first step
+    assert hw.stalled(1031.0, {}, 1000.0).what.startswith("watchdog.startup_timeout")
+
+
+def test_off_and_exited_tasks_are_never_stalled():
+    hw, group, clock = watch(0.0)
+    beat(group, clock, "worker:0", 0, at=1000.0)
+    beat(group, clock, "worker:0", 1, at=1001.0)
+    assert hw.stalled(99_999.0, {}, 1000.0) is None
+    hw, group, clock = watch(5.0)
+    beat(group, clock, "worker:0", 0, at=1000.0)
+    beat(group, clock, "worker:0", 1, at=1001.0)
+    assert hw.stalled(1010.0, {"worker:0": 0}, 1000.0) is None
+
+
+@pytest.mark.parametrize("line", ["partial progress bar tfcluster-beat n=7"])
+def test_a_beat_after_partial_output_is_read_and_the_line_kept(line):
+    hw, group, clock = watch(5.0)
+    beat(group, clock, "worker:0", 0, at=1000.0)
+    clock.now = 1003.0
+    assert group.line("worker:0", line) == LINE
+    assert group.counts["worker:0"] == 7 and group.progress["worker:0"] == 1003.0
+
+
+def test_stack_lines_are_kept_aside_only_while_asked_for():
+    hw, group, clock = watch(5.0)
+    header = "Current thread 0x00007f68b064ab80 (most recent call first):"
+    assert group.line("worker:0", header) == LINE
+    group.collect(["worker:0"])
+    assert group.line("worker:0", header) == STACK
+    assert group.line("worker:0", '  File "/home/me/train.py", line 9 in examples') == STACK
+    assert group.line("worker:0", "an ordinary line") == LINE
+    assert group.collected() == {"worker:0": header + '\n  File "/home/me/train.py", line 9 in examples'}
+    assert group.line("worker:0", header) == LINE
