@@ -96,10 +96,14 @@ def python_entry(argv: Sequence[str]) -> tuple[Optional[tuple[list[str], list[st
 
 @lru_cache(maxsize=1)
 def _stub_source() -> str:
+    from pathlib import Path
+
+    from launcher.contract import standbyprio
     from launcher.remote import source
 
     return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
-            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)))
+            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV))
+            .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8")))
 
 
 def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
