@@ -28,6 +28,7 @@ from launcher.plan.build import PlannedTask
 from launcher.record import events as ev
 from launcher.record.writer import RunRecord
 from launcher.loader.shadow import module_of
+from launcher.notices import HostNote, fold_hosts
 from launcher.spec.model import Restart
 
 MARK = "tfcluster-standby"
@@ -271,11 +272,16 @@ class WarmStandby:
             free = {}
         self._free = dict(free)
         short = {h for h, n in per_host.items() if h in free and free[h] < n * STANDBY_BYTES + RESERVE_BYTES}
+        notes = []
         for host in sorted(short - self._short_said):
             self._short_said.add(host)
-            self.console.info(f"warm standby: none on {host}: {free[host] / 2**30:.1f} GB available, under the "
-                              f"{(per_host[host] * STANDBY_BYTES + RESERVE_BYTES) / 2**30:.1f} GB its "
-                              f"{per_host[host]} standby process(es) and a reserve need; its restarts are cold")
+            notes.append(HostNote(host, f"warm standby: none on {host}: {free[host] / 2**30:.1f} GB available, under "
+                                        f"the {(per_host[host] * STANDBY_BYTES + RESERVE_BYTES) / 2**30:.1f} GB its "
+                                        f"{per_host[host]} standby process(es) and a reserve need; its restarts are cold",
+                                  "warm standby: none on {hosts}: less memory available than their standby processes "
+                                  f"({STANDBY_BYTES / 2**30:.1f} GB each) and a reserve need; their restarts are cold"))
+        for line in fold_hosts(notes):
+            self.console.info(line)
         return short
 
     def promote(self, task: PlannedTask, env: dict[str, str]) -> Optional[TaskHandle]:

@@ -6,12 +6,14 @@ host to every task). On success each agent stays, waiting to become its host's f
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Mapping, Optional, Sequence
 
 from launcher.bounded import one_line
 from launcher.plan import gpus
 from launcher.errors import LaunchError, exc_text
+from launcher.notices import Tally
 from launcher.plan.build import Plan
 from launcher.remote import source as remote_source
 from launcher.backends.ssh.commands import agent_command, probe_deadline
@@ -36,11 +38,23 @@ def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None
                           f"nothing was started: {len(problems)} of {len(names)} hosts unreachable")
 
 
-def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str]) -> None:
+def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str],
+          countdown: Optional[Callable[[Callable[[], str]], ContextManager]] = None) -> None:
     """One host agent per host (connecting first if needed): interpreter, deps, workdir,
     upload helpers, bind every planned port, then connect from each host to the task
     address:ports its tasks will dial (pairs.py). On success each agent stays, waiting to
-    become its host's first task."""
+    become its host's first task. ``countdown`` (``Notices.countdown``): how many hosts answered
+    so far, shown on a terminal while they do (``probing hosts 37/64``)."""
+    tally = Tally("connecting to hosts", len(names))
+    with (countdown or _no_countdown)(tally.text):
+        _probe(pool, state_sync, plan, names, tally)
+
+
+def _no_countdown(_text: Callable[[], str]) -> ContextManager:
+    return contextlib.nullcontext()
+
+
+def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str], tally: Tally) -> None:
     # Uploaded into each run dir on the hosts by the probe (the agent writes them).
     files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py"),
              "gpuplace.py": remote_source("gpuplace.py")}
@@ -61,6 +75,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         if problem:
             unreachable[name] = problem
             return None
+        tally.one()
         hs = pool.hosts[name]
         pidfile = reserved[name][1] if name in reserved else None
         try:
@@ -83,6 +98,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
                "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0,
                "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
         reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
+        tally.one()
         if reply is not None:
             replies[name] = reply
         return problem
@@ -93,6 +109,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
             unreachable_error(names, unreachable)
             if problems:
                 raise LaunchError(*problems, "no task was started")
+            tally.next("probing hosts")
             problems = [p for p in ex.map(prepare, names) if p]
         if problems:
             raise LaunchError(*problems, "no task was started")
@@ -105,7 +122,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         problems += state_sync.detect(plan, names, sessions)
         if problems:
             raise LaunchError(*problems, "no task was started")
-        problems += _reachability(pool, plan, names, sessions)
+        tally.next("checking reachability from hosts")
+        problems += _reachability(pool, plan, names, sessions, tally)
         if problems:
             raise LaunchError(*problems, "no task was started")
         for name, (key, _) in reserved.items():
@@ -193,7 +211,7 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
             problems.append(f"{module} versions differ between hosts ({desc}); install the same version everywhere")
     return problems
 
-def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict) -> list[str]:
+def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict, tally: Tally) -> list[str]:
     """Each host dials only what its tasks will dial under TensorFlow (pairs.py: O(n) pairs)."""
     wanted = host_targets(plan)
     if not wanted:
@@ -228,5 +246,11 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
                            f"open that port between the hosts or fix hosts[{t.host}].address")
         return out
 
+    def counted(name: str) -> list[str]:
+        try:
+            return one(name)
+        finally:
+            tally.one()
+
     with pool.executor(len(names)) as ex:
-        return [p for ps in ex.map(one, names) for p in ps]
+        return [p for ps in ex.map(counted, names) for p in ps]
