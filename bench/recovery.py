@@ -330,7 +330,15 @@ def compare_trial(work: Path, warm: bool, backend) -> dict:
         raise SystemExit(f"warm trial not promoted (promoted: {promoted}); see {run_dir}:\n{out[-3000:]}")
     if not warm and (promoted or "tfcluster-standby" in log1):
         raise SystemExit(f"cold trial had a standby; see {run_dir}")
-    return {"first_step": first - died, "rss": rss, "load": load, "at": time.strftime("%H:%M:%S", time.localtime(died))}
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    promos = [e for e in events if e["event"] == "standby_promoted" and e.get("began") is not None]
+    restart = next((e["time"] for e in events if e["event"] == "restart"), None)
+    # The promotions of the restart: every host's at once (their spans overlap), each its own round trip.
+    spread = ({"hosts": len(promos), "all": max(e["ended"] for e in promos) - min(e["began"] for e in promos),
+               "longest": max(e["ended"] - e["began"] for e in promos),
+               "after_restart": (max(e["ended"] for e in promos) - restart) if restart else None} if promos else None)
+    return {"first_step": first - died, "rss": rss, "load": load, "at": time.strftime("%H:%M:%S", time.localtime(died)),
+            "promotions": spread}
 
 
 PLAIN = ROOT / "tests" / "support" / "plain_tf_config.py"
@@ -412,9 +420,12 @@ def compare(args) -> int:
                 r = compare_trial(work, warm, backend)
                 rows[warm].append(r)
                 rss = f", standby RSS {', '.join(f'{b / 2**20:.0f}' for b in r['rss'])} MB" if r["rss"] else ""
+                p = r["promotions"]
+                promos = (f"; promotions: {p['hosts']} in {p['all']:.3f} s from the first's start to the last's end "
+                          f"(longest one {p['longest']:.3f} s)" if p else "")
                 print(f"{args.backend} {'warm' if warm else 'cold'} trial {i + 1} ({r['at']}): death -> worker:1's "
                       f"first step after restore {r['first_step']:.2f} s{rss} (load {r['load']})"
-                      f"{' (promoted: both standbys)' if warm else ''}", flush=True)
+                      f"{' (promoted: both standbys)' if warm else ''}{promos}", flush=True)
         cold = statistics.median(r["first_step"] for r in rows[False])
         warm = statistics.median(r["first_step"] for r in rows[True])
         rss = [b for r in rows[True] for b in r["rss"]]

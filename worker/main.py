@@ -15,7 +15,6 @@ import argparse
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -133,14 +132,16 @@ def wait_as_standby() -> None:
     that attempt's environment (TF_CONFIG may have changed: a replan) to the file named by
     TFCLUSTER_STANDBY_ENV. The three ``tfcluster-standby`` lines are the protocol: ``waiting``
     (SIGUSR1 is blocked: it may be promoted), ``ready`` (imports done), ``promoted`` (the new
-    environment is in place); one that never says ``promoted`` is replaced by a cold start."""
+    environment is in place); one that never says ``promoted`` is replaced by a cold start.
+    The import runs at the lowest CPU and I/O priority, every thread back to the normal one once
+    promoted (launcher/contract/standbyprio.py); it does not wait for the host to idle: the
+    launcher starts a reference worker's standbys at the attempt's first step already."""
+    from launcher.contract.standbyprio import wait_as_standby as wait_low
+
     # Blocked first thing, so a SIGUSR1 that comes early waits instead of killing us.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     print("tfcluster-standby waiting", flush=True)
-    started = time.time()
-    import_tensorflow()
-    print(f"tfcluster-standby ready after={time.time() - started:.1f}s", flush=True)
-    signal.sigwait({signal.SIGUSR1})
+    wait_low(import_tensorflow, heavy=False)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     take_promotion_env()
     print("tfcluster-standby promoted", flush=True)

@@ -310,6 +310,10 @@ class StandbyPromoted(RecordEvent):
     FLAT: ClassVar[Optional[str]] = "process"
     task: str
     process: dict[str, JSON] = field(default_factory=dict)
+    # When its promotion (the backend's: the promotion file, SIGUSR1) began and ended, epoch
+    # seconds: a restart promotes every host's standbys at once, so these overlap across hosts.
+    began: Optional[float] = None
+    ended: Optional[float] = None
 
 
 @dataclass(frozen=True, kw_only=True)

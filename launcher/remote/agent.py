@@ -22,6 +22,11 @@ Protocol (one JSON object per line on stdin/stdout):
    reply    <- {"results": [[key, null|problem], ...]}
    request  -> {"marker": {"op": "write"|"check"|"remove", "path": p}}   (state.sync: auto)
    reply    <- {"marker": bool, "error": null|text}
+   The marker ops also ride on the other requests, saving a round trip each: request 1 with
+   "marker" (a write: the chief's host; the launcher asks for its removal once every host looked,
+   and this agent removes it at "go" or when it ends if that request never came) and
+   a "targets" request with "marker" (a check: the other hosts) add "marker" (and
+   "marker_error") to their replies.
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
    and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged. The ``--pidfile`` of
@@ -311,27 +316,58 @@ def main(argv):
     line = lines.readline()
     if not line:
         return 0
-    reply, socks = _prepare(json.loads(line.decode("utf-8")))
+    first = json.loads(line.decode("utf-8"))
+    reply, socks = _prepare(first)
+    written = None  # the marker this agent wrote in its first exchange: removed at "go" or its end
+    if first.get("marker") and not reply["error"]:
+        reply.update(_riding(first["marker"]))
+        written = first["marker"]["path"] if reply.get("marker") is True else None
     drainer = _Drainer(socks)
     _send(reply)
-    while True:
-        line = lines.readline()
-        if not line:
-            break
-        req = json.loads(line.decode("utf-8"))
-        if "targets" in req:
-            _send({"results": _probe(req["targets"], float(req.get("timeout", 3.0)), req.get("deadline"))})
-        elif "marker" in req:
-            _send(_marker(req["marker"]))
-        elif "go" in req and not reply["error"]:
-            timer.cancel()
-            timer.join()
-            drainer.stop()
-            return _go(req["go"], socks, reply["run_dir"], tag)
+    try:
+        while True:
+            line = lines.readline()
+            if not line:
+                break
+            req = json.loads(line.decode("utf-8"))
+            if "targets" in req:
+                out = {"results": _probe(req["targets"], float(req.get("timeout", 3.0)), req.get("deadline"))}
+                if req.get("marker"):
+                    out.update(_riding(req["marker"]))
+                _send(out)
+            elif "marker" in req:
+                _send(_marker(req["marker"]))
+            elif "go" in req and not reply["error"]:
+                timer.cancel()
+                timer.join()
+                drainer.stop()
+                _unlink(written)
+                written = None
+                return _go(req["go"], socks, reply["run_dir"], tag)
+    finally:
+        _unlink(written)
     drainer.stop()
     for s in socks:
         s.close()
     return 0
+
+
+def _riding(req):
+    """A marker op on another request: its answer as "marker", its error as "marker_error"
+    ("error" is that request's own)."""
+    got = _marker(req)
+    out = {"marker": got["marker"]}
+    if got.get("error"):
+        out["marker_error"] = got["error"]
+    return out
+
+
+def _unlink(path):
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

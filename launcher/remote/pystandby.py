@@ -11,17 +11,16 @@ MODULE ARGS...`` gets its standby started as ``python [options] -c <this text> S
 (``-m MODULE ARGS...``): nothing of the script is imported; this imports TensorFlow (when installed
 and the script, or a module beside it that it imports, names tensorflow or keras), follows the
 standby protocol (SIGUSR1 blocked, the ``tfcluster-standby`` lines, the promotion file
-TFCLUSTER_STANDBY_ENV names), and once promoted runs the script as ``__main__`` with what a cold
-start of the same command gives it: ``sys.argv``, ``sys.path[0]`` (the script's directory with
-symlinks resolved; for ``-m`` the working directory; nothing with -P/-I), the
-``__main__`` module's ``__file__``/``__loader__``/``__spec__``, the signal dispositions it
+TFCLUSTER_STANDBY_ENV names) at the lowest priority once its host idles (standbyprio.py), and
+once promoted runs the script as ``__main__`` with what a cold start of the same command gives
+it: ``sys.argv``, ``sys.path[0]`` (the script's directory with symlinks resolved; for ``-m`` the
+working directory; nothing with -P/-I), the ``__main__`` module's ``__file__``/``__loader__``/``__spec__``, the signal dispositions it
 started with (TensorFlow's import may not change them) and SIGUSR1 unblocked, the exit code (an
 uncaught exception: its traceback without this stub's frames, exit 1; a missing script: exit 2).
 """
 import os
 import signal
 import sys
-import time
 
 # The variables' names, from launcher/contract/envnames.py: the launcher puts them in this text
 # before it passes it (launcher/supervise/standby.py's stub_command).
@@ -37,6 +36,9 @@ def _liveness():
         space["install"]()
     except Exception as exc:  # noqa: BLE001 - the script runs all the same, without it
         print(f"tfcluster: warning: no liveness for this task ({exc!r})", file=sys.stderr, flush=True)
+
+# launcher/contract/standbyprio.py's text goes here (stub_command): the standby's priority and wait.
+# @STANDBYPRIO@
 
 
 def _uses_tensorflow(target, module):
@@ -102,26 +104,30 @@ def _standby(target, module):
     # Blocked first thing (threads started later inherit it): an early SIGUSR1 waits, it does not kill.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     print("tfcluster-standby waiting", flush=True)
-    began = time.time()
     handlers = {}
     for s in signal.valid_signals():
         try:
             handlers[s] = signal.getsignal(s)
         except (OSError, ValueError):
             pass
-    if _uses_tensorflow(target, module):
-        try:
-            import tensorflow  # noqa: F401 - the slow part of a cold start, done ahead
-        except ImportError:
-            pass
-    for s, h in handlers.items():
-        if h is not None and signal.getsignal(s) is not h:
+    heavy = _uses_tensorflow(target, module)
+
+    def imports():
+        if heavy:
             try:
-                signal.signal(s, h)
-            except (OSError, ValueError, TypeError):
+                import tensorflow  # noqa: F401 - the slow part of a cold start, done ahead
+            except ImportError:
                 pass
-    print(f"tfcluster-standby ready after={time.time() - began:.1f}s", flush=True)
-    signal.sigwait({signal.SIGUSR1})
+        for s, h in handlers.items():
+            if h is not None and signal.getsignal(s) is not h:
+                try:
+                    signal.signal(s, h)
+                except (OSError, ValueError, TypeError):
+                    pass
+
+    # Waits for the host to idle, imports at the lowest priority, returns once promoted with every
+    # thread at the normal priority again (wait_as_standby: launcher/contract/standbyprio.py's text, above).
+    wait_as_standby(imports, heavy)
     os.environ.pop(STANDBY, None)
     path = os.environ.pop(STANDBY_ENV, "")
     if path:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from launcher.backends.base import Backend
+from launcher.backends.base import Backend, TaskHandle
 from launcher.contract import envnames
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
 from launcher.plan.build import Plan
@@ -259,11 +259,15 @@ class Supervisor:
             self.report.fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
             return None
         exits: dict[str, Optional[int]] = {}
+        # Every host's standbys promoted at once (each task's log offsets fixed first), then the rest started.
+        offsets = {t.key: self._new_process(t.key) for t in self.plan.tasks}
+        promoted = self.standby.promote_all(self.plan.tasks, self._env(number))
         for task in self.plan.tasks:
             if self.stop_event.is_set():
+                self.backend.stop([promoted.pop(k) for k in list(promoted) if k not in exits], grace=0)
                 break
             try:
-                self._launch(task.key, number)
+                self._launch(task.key, number, ready=(offsets[task.key], promoted.pop(task.key, None)))
             except LaunchError as exc:
                 if not self.members.elastic:
                     raise
@@ -303,14 +307,28 @@ class Supervisor:
 
     # -------------------------------------------------------------- the tasks: start, output, stop
 
-    def _launch(self, key: str, number: int, standby_ok: bool = True) -> None:
-        task = self.plan.task(key)
+    def _new_process(self, key: str) -> dict:
+        """A new process of ``key`` is about to start: where this attempt's lines begin, fixed
+        before the task (or the standby promoted for it) can write one: a task that prints at once
+        would otherwise have lines before its offset, counted in the attempt before (`logs
+        --attempt`, `status`, `attach` cut logs by them)."""
         self.group.new_process(key)
-        # Where this attempt's lines begin, fixed before the task (or the standby promoted for it)
-        # can write one: a task that prints at once would otherwise have lines before its offset,
-        # counted in the attempt before (`logs --attempt`, `status`, `attach` cut logs by them).
-        offsets = self.record.log_offsets(key)
-        handle = self.standby.promote(task, self._env(number)) if standby_ok else None
+        return self.record.log_offsets(key)
+
+    def _launch(self, key: str, number: int, standby_ok: bool = True,
+                ready: Optional[tuple[dict, Optional[TaskHandle]]] = None, alone: bool = False) -> None:
+        """Start ``key`` for attempt ``number``: its standby promoted (unless not ``standby_ok``),
+        else cold. ``ready``: its offsets (``_new_process``) and its standby already promoted, or
+        None (``_start_group`` promotes every host's at once). ``alone``: the task restarts while
+        the attempt goes on (a parameter_server worker): a standby promoted for it is replaced by
+        a new one."""
+        task = self.plan.task(key)
+        if ready is not None:
+            offsets, handle = ready
+        else:
+            offsets = self._new_process(key)
+            handle = self.standby.promote(task, self._env(number)) if standby_ok else None
+        warm = handle is not None
         if handle is None:
             stub = stub_command(task.command)  # a Python script or module: under the stub, for its liveness
             handle = self.backend.start(task if stub is None else replace(task, command=tuple(stub)),
@@ -319,6 +337,8 @@ class Supervisor:
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
                                    process=handle.info(), **offsets))
+        if warm and alone:
+            self.standby.restock(number + 1, task, self._env(number + 1))
 
     def _env(self, number: int) -> dict[str, str]:
         return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}

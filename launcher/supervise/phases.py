@@ -202,7 +202,7 @@ class AttemptPhases:
         self.record.write(ev.TaskRestart(task=key, code=code, restart=self.worker_restarts))
         self.group.handles[key].signal(9)
         try:
-            self.launch(key, attempt.number, standby_ok=False)  # standbys wait for the next group attempt
+            self.launch(key, attempt.number, alone=True)  # its standby promoted where one waits, and a new one made
         except LaunchError as exc:
             # Its host failed the start (gone since the check above, or broken): that worker's
             # failure, not the run's. An elastic run leaves it out if its host is now lost.

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Optional, Sequence
@@ -28,6 +30,7 @@ from launcher.plan.build import PlannedTask
 from launcher.record import events as ev
 from launcher.record.writer import RunRecord
 from launcher.loader.shadow import module_of
+from launcher.notices import HostNote, fold_hosts
 from launcher.spec.model import Restart
 
 MARK = "tfcluster-standby"
@@ -96,14 +99,15 @@ def python_entry(argv: Sequence[str]) -> tuple[Optional[tuple[list[str], list[st
 
 @lru_cache(maxsize=1)
 def _stub_source() -> str:
+    from pathlib import Path
+
+    from launcher.contract import liveness, standbyprio
     from launcher.remote import source
 
-    from launcher.contract import liveness
-
-    with open(liveness.__file__, encoding="utf-8") as fh:
-        live = fh.read()
+    live = Path(liveness.__file__).read_text(encoding="utf-8")
     return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
-            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live)))
+            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live))
+            .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8")))
 
 
 def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
@@ -219,42 +223,12 @@ class WarmStandby:
               spares: Sequence[tuple[str, str]] = ()) -> None:
         """Start attempt ``number``'s processes now; they import TensorFlow and wait for SIGUSR1.
         Hot spares: each spare host ((name, address), elastic runs) keeps one standby per task,
-        for the task that moves there. Hosts short of memory get none (said once per host)."""
-        if self._waiting:
-            return
+        for the task that moves there. Hosts short of memory get none (said once per host); a
+        task that has one waiting on a host already (``restock``) gets no second one there."""
         tasks = list(tasks) + [replace(t, host=name, address=address) for name, address in spares for t in tasks]
+        tasks = [t for t in tasks if not self.waiting_on(t)]
         short = self._short_hosts(tasks)
-        started = []
-        for task in tasks:
-            if task.host in short:
-                continue
-            entry: list[_Standby] = []
-
-            def sink(key: str, line: str, entry=entry) -> None:
-                s = entry[0] if entry else None
-                if s is not None and line.startswith(MARK):
-                    s.marked = True
-                    s.ready = s.ready or line.startswith(MARK + " ready")
-                    s.acked = s.acked or line.startswith(PROMOTED)
-                if s is not None and s.active:
-                    self.on_line(key, line)
-                elif s is not None and s.stopping:
-                    self.record.log_line(key, f"(standby) {line}")
-                else:
-                    self.record.log_line(key, f"(standby) {line}")
-                    self.console.task_line(key, f"(standby) {line}")
-
-            stub = stub_command(task.command)  # a Python script or module: under the standby stub
-            try:
-                handle = self.backend.start(task if stub is None else replace(task, command=tuple(stub)),
-                                            {**env, envnames.STANDBY: "1"},
-                                            lambda key, line, sink=sink: self.drain_line(key, line, sink))
-            except LaunchError as exc:
-                self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
-                continue
-            entry.append(_Standby(task, handle))
-            self._waiting.setdefault(task.key, []).append(entry[0])
-            started.append(entry[0])
+        started = [s for s in (self._start_one(t, env) for t in tasks if t.host not in short) if s is not None]
         if started:
             own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
             self.record.write(ev.StandbyStart(
@@ -262,6 +236,45 @@ class WarmStandby:
                 # what each host said it had (Backend.free_memory), when it could
                 available_mb={h: n // 2**20 for h, n in sorted(self._free.items())} if self._free else None,
                 spares=sorted({s.task.host for s in started} & set(dict(spares))) if spares else None))
+
+    def restock(self, number: int, task: PlannedTask, env: dict[str, str]) -> None:
+        """``task``'s standby was promoted while the attempt goes on (a parameter_server worker
+        restarted alone): a new one for it, so that its next restart is warm too."""
+        self.start(number, [task], env)
+
+    def waiting_on(self, task: PlannedTask) -> bool:
+        """Whether a standby for ``task`` waits on its host."""
+        return any(s.task.host == task.host for s in self._waiting.get(task.key, []))
+
+    def _start_one(self, task: PlannedTask, env: dict[str, str]) -> Optional[_Standby]:
+        """One standby process for ``task`` (its output marked ``(standby)`` until promoted), or None."""
+        entry: list[_Standby] = []
+
+        def sink(key: str, line: str) -> None:
+            s = entry[0] if entry else None
+            if s is not None and line.startswith(MARK):
+                s.marked = True
+                s.ready = s.ready or line.startswith(MARK + " ready")
+                s.acked = s.acked or line.startswith(PROMOTED)
+            if s is not None and s.active:
+                self.on_line(key, line)
+            elif s is not None and s.stopping:
+                self.record.log_line(key, f"(standby) {line}")
+            else:
+                self.record.log_line(key, f"(standby) {line}")
+                self.console.task_line(key, f"(standby) {line}")
+
+        stub = stub_command(task.command)  # a Python script or module: under the standby stub
+        try:
+            handle = self.backend.start(task if stub is None else replace(task, command=tuple(stub)),
+                                        {**env, envnames.STANDBY: "1"},
+                                        lambda key, line: self.drain_line(key, line, sink))
+        except LaunchError as exc:
+            self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
+            return None
+        entry.append(_Standby(task, handle))
+        self._waiting.setdefault(task.key, []).append(entry[0])
+        return entry[0]
 
     def _short_hosts(self, tasks: Sequence[PlannedTask]) -> set[str]:
         per_host: dict[str, int] = {}
@@ -273,11 +286,16 @@ class WarmStandby:
             free = {}
         self._free = dict(free)
         short = {h for h, n in per_host.items() if h in free and free[h] < n * STANDBY_BYTES + RESERVE_BYTES}
+        notes = []
         for host in sorted(short - self._short_said):
             self._short_said.add(host)
-            self.console.info(f"warm standby: none on {host}: {free[host] / 2**30:.1f} GB available, under the "
-                              f"{(per_host[host] * STANDBY_BYTES + RESERVE_BYTES) / 2**30:.1f} GB its "
-                              f"{per_host[host]} standby process(es) and a reserve need; its restarts are cold")
+            notes.append(HostNote(host, f"warm standby: none on {host}: {free[host] / 2**30:.1f} GB available, under "
+                                        f"the {(per_host[host] * STANDBY_BYTES + RESERVE_BYTES) / 2**30:.1f} GB its "
+                                        f"{per_host[host]} standby process(es) and a reserve need; its restarts are cold",
+                                  "warm standby: none on {hosts}: less memory available than their standby processes "
+                                  f"({STANDBY_BYTES / 2**30:.1f} GB each) and a reserve need; their restarts are cold"))
+        for line in fold_hosts(notes):
+            self.console.info(line)
         return short
 
     def promote(self, task: PlannedTask, env: dict[str, str]) -> Optional[TaskHandle]:
@@ -285,6 +303,50 @@ class WarmStandby:
         attempt's ``env``, or None: none, dead, not (yet) blocking SIGUSR1, started for another
         host or command (a replan moved the task), or its promotion failed; then it is stopped
         and the task starts cold."""
+        return self.promote_all([task], env).get(task.key)
+
+    def promote_all(self, tasks: Sequence[PlannedTask], env: dict[str, str]) -> dict[str, TaskHandle]:
+        """``promote`` for each of ``tasks``, every host's at once (a thread per host, its own
+        tasks one after another): a restart over ssh costs one round trip, not one a host. The
+        record's StandbyPromoted events say when each promotion began and ended."""
+        picked = [(t, s) for t in tasks if (s := self._take(t)) is not None]
+        by_host: dict[str, list[tuple[PlannedTask, _Standby]]] = {}
+        for t, s in picked:
+            by_host.setdefault(t.host, []).append((t, s))
+
+        def host(pairs: list[tuple[PlannedTask, _Standby]]) -> list[tuple]:
+            done = []
+            for t, s in pairs:
+                began = time.time()
+                try:
+                    self.backend.promote(s.handle, t, env)
+                    done.append((t, s, began, time.time(), None))
+                except LaunchError as exc:
+                    done.append((t, s, began, time.time(), exc))
+            return done
+
+        if len(by_host) > 1:
+            with ThreadPoolExecutor(max_workers=min(len(by_host), 64), thread_name_prefix="promote") as ex:
+                results = [r for rs in ex.map(host, by_host.values()) for r in rs]
+        else:
+            results = [r for pairs in by_host.values() for r in host(pairs)]
+        handles = {}
+        for t, s, began, ended, exc in results:  # (the record and console on this thread)
+            if exc is not None:
+                self.console.info(f"{t.key}: its warm standby could not be promoted ({exc.lines[0]}); starting it cold")
+                s.stopping = True
+                self.backend.stop([s.handle], grace=0)
+                continue
+            s.promoted_at = self.clock()
+            self._promoted[t.key] = s
+            self.record.write(ev.StandbyPromoted(task=t.key, process=s.handle.info(), began=round(began, 3),
+                                                 ended=round(ended, 3)))
+            handles[t.key] = s.handle
+        return handles
+
+    def _take(self, task: PlannedTask) -> Optional[_Standby]:
+        """The waiting standby that can become ``task``, taken from the waiting ones and marked
+        active (its lines are the task's from now on), or None (one unfit is stopped)."""
         mine = self._waiting.get(task.key, [])
         s = next((s for s in mine if s.task.host == task.host), None)
         if s is None:
@@ -297,17 +359,7 @@ class WarmStandby:
             self.backend.stop([s.handle], grace=0)
             return None
         s.active = True
-        try:
-            self.backend.promote(s.handle, task, env)
-        except LaunchError as exc:
-            self.console.info(f"{task.key}: its warm standby could not be promoted ({exc.lines[0]}); starting it cold")
-            s.stopping = True
-            self.backend.stop([s.handle], grace=0)
-            return None
-        s.promoted_at = self.clock()
-        self._promoted[task.key] = s
-        self.record.write(ev.StandbyPromoted(task=task.key, process=s.handle.info()))
-        return s.handle
+        return s
 
     def overdue(self) -> list[tuple[str, TaskHandle]]:
         """Promoted standbys that said nothing of their promotion within ACK_BOUND seconds of

@@ -107,6 +107,31 @@ def test_pss_worker_killed_is_restarted_alone_and_rejoins(tmp_path, tfds_dir):
     assert_no_processes(spec)
 
 
+def test_pss_worker_killed_with_its_standby_waiting_is_replaced_by_that_standby(tmp_path, tfds_dir):
+    """A parameter_server worker restarted alone uses what is warm: its standby (TensorFlow
+    imported) is promoted within the attempt instead of a cold start, the chief recovers it, and a
+    new standby for it is started at once."""
+    spec = pss_spec(tmp_path, tfds_dir,
+                    "python -m worker --epochs 1 --steps-per-epoch 400 --step-delay 0.2 --progress-every 5",
+                    tasks="{chief: 1, worker: 2, ps: 1}", extra="restart: {max_restarts: 2}\n")
+    out = run_with_kill(spec, r"^\[worker:1\] \(standby\) tfcluster-standby ready", "worker:1",
+                        then=r"\[chief:0\] tfcluster-worker_recovered task=worker:1 ")
+    assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2), training continues" in out
+    assert "[worker:1] tfcluster-standby promoted" in out, out[-5000:]
+    evs = events(spec)
+    kinds = [(e["event"], e.get("task")) for e in evs]
+    at = kinds.index(("task_restart", "worker:1"))
+    assert ("standby_promoted", "worker:1") in kinds[at:], kinds
+    (promoted,) = [e for e in evs if e["event"] == "standby_promoted"]
+    restarted = [e for e in evs if e["event"] == "start" and e["task"] == "worker:1"][1]
+    assert restarted["attempt"] == 0 and restarted["pid"] == promoted["pid"]  # the standby is the new worker:1
+    later = [e for e in evs[at:] if e["event"] == "standby_start"]
+    assert [list(e["pids"]) for e in later] == [["worker:1"]], later  # its place taken by a new standby
+    assert len(progress(out, "start", "chief:0")) == 1  # training never restarted
+    assert evs[-1]["outcome"] == "succeeded" and evs[-1]["attempts"] == 1
+    assert_no_processes(spec)
+
+
 def test_pss_ps_killed_restarts_cluster_and_resumes_from_epoch_backup(tmp_path, tfds_dir):
     spec = pss_spec(tmp_path, tfds_dir,
                     "python -m worker --epochs 3 --steps-per-epoch 10 --step-delay 0.2 --progress-every 5",

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A task entrypoint of one's own that follows the warm-standby protocol (docs/concepts/runs.md, "Warm standby"), for
 the standby tests: stdlib only, no TensorFlow. It serves its TF_CONFIG port (so the startup
-watchdog sees it up), prints its task, attempt, pid and the cluster it was given, then runs until
-stopped (attempt 0) or exits 0 a moment later (a later attempt).
+watchdog sees it up), prints its task, attempt, pid, each thread's CPU policy and I/O class and
+the cluster it was given, then runs until stopped (attempt 0) or exits 0 a moment later (a later
+attempt).
 
     standby_task.py [ack | no-ack | ignore]
 
@@ -39,8 +40,16 @@ server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind(("0.0.0.0", port))
 server.listen()
 attempt = int(os.environ.get("TFCLUSTER_RESTART_COUNT", "0"))
+threads = sorted(int(t) for t in os.listdir("/proc/self/task"))
+try:  # each thread's I/O class (3: idle), as the standby's priority sets it
+    from launcher.contract.standbyprio import io_class
+except ImportError:
+    def io_class(tid):
+        return "?"
 print(f"standby-task key={os.environ.get('TFCLUSTER_TASK')} attempt={attempt} pid={os.getpid()} "
-      f"standby={os.environ.get('TFCLUSTER_STANDBY', '-')} cluster={json.dumps(config['cluster'], sort_keys=True)}",
+      f"standby={os.environ.get('TFCLUSTER_STANDBY', '-')} "
+      f"sched={','.join(str(os.sched_getscheduler(t)) for t in threads)} "
+      f"io={','.join(str(io_class(t)) for t in threads)} cluster={json.dumps(config['cluster'], sort_keys=True)}",
       flush=True)
 if attempt == 0:
     while True:

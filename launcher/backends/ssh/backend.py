@@ -169,7 +169,7 @@ class SSHBackend(Backend):
             ssh_sync.sync_and_setup(self.pool, self.loaded, names)
         # Otherwise each host connects and starts its agent without waiting for the others.
         try:
-            ssh_probe.probe(self.pool, self.state_sync, plan, names)
+            ssh_probe.probe(self.pool, self.state_sync, plan, names, countdown=self.console.countdown)
         except LaunchError as exc:
             smaller = self._without_dropped(full, plan, exc, report) if report.small else None
             if smaller is not None:  # worker hosts that dropped their sessions: started without them

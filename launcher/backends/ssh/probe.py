@@ -6,16 +6,20 @@ host to every task). On success each agent stays, waiting to become its host's f
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+import posixpath
+from typing import TYPE_CHECKING, Callable, ContextManager, Mapping, Optional, Sequence
 
 from launcher.bounded import one_line
 from launcher.plan import gpus
 from launcher.errors import LaunchError, exc_text
+from launcher.notices import Tally
 from launcher.plan.build import Plan
 from launcher.remote import source as remote_source
 from launcher.backends.ssh.commands import agent_command, probe_deadline
 from launcher.backends.ssh.pairs import host_targets
+from launcher.backends.ssh.statecheck import ask as statecheck_ask, marker_name
 from launcher.backends.ssh.runner import BadReply, check_probe_reply, check_probe_results, close_channel, drain_stderr, parse_reply, readline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,11 +40,23 @@ def unreachable_error(names: Sequence[str], problems: Mapping[str, str]) -> None
                           f"nothing was started: {len(problems)} of {len(names)} hosts unreachable")
 
 
-def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str]) -> None:
+def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str],
+          countdown: Optional[Callable[[Callable[[], str]], ContextManager]] = None) -> None:
     """One host agent per host (connecting first if needed): interpreter, deps, workdir,
     upload helpers, bind every planned port, then connect from each host to the task
     address:ports its tasks will dial (pairs.py). On success each agent stays, waiting to
-    become its host's first task."""
+    become its host's first task. ``countdown`` (``Notices.countdown``): how many hosts answered
+    so far, shown on a terminal while they do (``probing hosts 37/64``)."""
+    tally = Tally("connecting to hosts", len(names))
+    with (countdown or _no_countdown)(tally.text):
+        _probe(pool, state_sync, plan, names, tally)
+
+
+def _no_countdown(_text: Callable[[], str]) -> ContextManager:
+    return contextlib.nullcontext()
+
+
+def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str], tally: Tally) -> None:
     # Uploaded into each run dir on the hosts by the probe (the agent writes them).
     files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py"),
              "gpuplace.py": remote_source("gpuplace.py")}
@@ -61,6 +77,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         if problem:
             unreachable[name] = problem
             return None
+        tally.one()
         hs = pool.hosts[name]
         pidfile = reserved[name][1] if name in reserved else None
         try:
@@ -76,13 +93,20 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
                     f"({describe_channel_error(exc, pool.opts.connect_timeout)}); check the host")
         return None
 
+    # state.sync auto over several hosts: the chief's agent writes the marker in its first exchange
+    # (_second_round: the others look, the chief's removes it; one round trip instead of three).
+    marks = state_sync.marker_hosts(plan)
+
     def prepare(name: str) -> Optional[str]:
         hs, chan = pool.hosts[name], sessions[name]
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
         req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
                "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0,
                "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
+        if marks and name == marks[0]:
+            req["marker"] = {"op": "write", "path": _marker_path(pool, state_sync, name)}
         reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
+        tally.one()
         if reply is not None:
             replies[name] = reply
         return problem
@@ -93,6 +117,7 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
             unreachable_error(names, unreachable)
             if problems:
                 raise LaunchError(*problems, "no task was started")
+            tally.next("probing hosts")
             problems = [p for p in ex.map(prepare, names) if p]
         if problems:
             raise LaunchError(*problems, "no task was started")
@@ -102,10 +127,8 @@ def probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str
         for name in names:
             hs, rep = pool.hosts[name], replies[name]
             hs.run_dir, hs.state_dir, hs.workdir, hs.ready = rep["run_dir"], rep["state_dir"], rep["workdir"], True
-        problems += state_sync.detect(plan, names, sessions)
-        if problems:
-            raise LaunchError(*problems, "no task was started")
-        problems += _reachability(pool, plan, names, sessions)
+        tally.next("checking reachability from hosts")
+        problems += _second_round(pool, state_sync, plan, names, sessions, replies, marks, tally)
         if problems:
             raise LaunchError(*problems, "no task was started")
         for name, (key, _) in reserved.items():
@@ -193,10 +216,53 @@ def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, di
             problems.append(f"{module} versions differ between hosts ({desc}); install the same version everywhere")
     return problems
 
-def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict) -> list[str]:
-    """Each host dials only what its tasks will dial under TensorFlow (pairs.py: O(n) pairs)."""
+def _second_round(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str], sessions: dict,
+                  replies: dict[str, dict], marks: Optional[tuple[str, list[str]]], tally: Tally) -> list[str]:
+    """The reachability probe, the other hosts' look for the chief's marker riding on it, the
+    marker's removal, and the state dir's mode decided from what they saw: problem lines."""
+    def marker_path(name: str) -> str:
+        return _marker_path(pool, state_sync, name)
+
+    seen: dict[str, object] = {}  # host -> whether it saw the chief's marker
+    checks = {h: marker_path(h) for h in marks[1] if h != marks[0]} if marks and replies[marks[0]].get("marker") else {}
+    problems = _reachability(pool, plan, names, sessions, tally, checks, seen)
+    if checks:  # every host looked: the marker goes (its agent would remove it at its end, too late to be sure)
+        try:
+            statecheck_ask(sessions[marks[0]], "remove", marker_path(marks[0]))
+        except Exception:  # noqa: BLE001 - a leftover marker is harmless (run-unique name)
+            pass
+    return problems + state_sync.detect(plan, names, sessions, marked=_marked(pool, marks, replies, seen))
+
+
+def _marker_path(pool: "HostPool", state_sync: "StateSync", name: str) -> str:
+    return posixpath.join(pool.hosts[name].state_dir, marker_name(state_sync.run_id))
+
+
+def _marked(pool: "HostPool", marks: Optional[tuple[str, list[str]]], replies: dict[str, dict],
+            seen: dict[str, object]) -> Optional[tuple[dict[str, bool], list[str]]]:
+    """What ``StateSync.detect`` reads of the marker the preflight's exchanges carried: (host ->
+    saw it, problem lines), or None where they carried none (detect asks then)."""
+    if not marks:
+        return None
+    chief, hosts = marks
+    wrote = replies[chief].get("marker")
+    if wrote is None:
+        return None
+    if wrote is not True:
+        said = replies[chief].get("marker_error")
+        return {}, [f"host {chief}: cannot write in the state dir {pool.hosts[chief].state_dir}: "
+                    f"{one_line(said, 200) if isinstance(said, str) else 'no answer'}; fix state.dir or its permissions"]
+    return {chief: True, **{h: seen.get(h) is True for h in hosts if h != chief}}, []
+
+
+def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict, tally: Tally,
+                  checks: Optional[Mapping[str, str]] = None, seen: Optional[dict] = None) -> list[str]:
+    """Each host dials only what its tasks will dial under TensorFlow (pairs.py: O(n) pairs).
+    ``checks``: host -> the marker path it looks for in the same exchange (its answer into
+    ``seen``)."""
     wanted = host_targets(plan)
-    if not wanted:
+    checks = checks or {}
+    if not wanted and not checks:
         return []
     timeout = pool.opts.probe_timeout
     deadline = probe_deadline(timeout, len(names))
@@ -205,13 +271,19 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
     def one(name: str) -> list[str]:
         chan = sessions[name]
         targets = [[t.key, t.address, t.port] for t in wanted.get(name, ())]
-        if not targets:
+        if not targets and name not in checks:
             return []
+        req = {"targets": targets, "timeout": timeout, "deadline": deadline}
+        if name in checks:
+            req["marker"] = {"op": "check", "path": checks[name]}
         try:
             chan.settimeout(deadline + pool.opts.preflight_timeout)  # the probe's own deadline, then the slack
-            chan.sendall(json.dumps({"targets": targets, "timeout": timeout, "deadline": deadline}).encode() + b"\n")
+            chan.sendall(json.dumps(req).encode() + b"\n")
             line = readline(chan)
-            results = check_probe_results(parse_reply(line)) if line else None
+            reply = parse_reply(line) if line else None
+            results = check_probe_results(reply) if reply is not None else None
+            if reply is not None and seen is not None and name in checks:
+                seen[name] = reply.get("marker") is True
         except TimeoutError:
             return [no_answer(name, "the reachability probe", deadline + pool.opts.preflight_timeout)]
         except BadReply as exc:
@@ -228,5 +300,11 @@ def _reachability(pool: "HostPool", plan: Plan, names: list[str], sessions: dict
                            f"open that port between the hosts or fix hosts[{t.host}].address")
         return out
 
+    def counted(name: str) -> list[str]:
+        try:
+            return one(name)
+        finally:
+            tally.one()
+
     with pool.executor(len(names)) as ex:
-        return [p for ps in ex.map(one, names) for p in ps]
+        return [p for ps in ex.map(counted, names) for p in ps]

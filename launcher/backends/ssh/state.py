@@ -75,8 +75,20 @@ class StateSync:
         assert self.plan is not None
         return self.plan.task(self.plan.success_task).host
 
-    def detect(self, plan: Plan, names: list[str], sessions: dict) -> list[str]:
-        """Decide shared or copy (once, in preflight); problem lines, or []."""
+    def marker_hosts(self, plan: Plan) -> Optional[tuple[str, list[str]]]:
+        """Where ``detect`` will look for the marker (state.sync auto over two hosts or more):
+        (the chief's host, every host), for the preflight to fold the write and the checks into
+        its own exchanges; else None."""
+        if self.mode is not None or not plan.tasks or self.cfg.sync != "auto" or self.cfg.is_url:
+            return None
+        hosts = sorted({t.host for t in plan.tasks})
+        return (plan.task(plan.success_task).host, hosts) if len(hosts) >= 2 else None
+
+    def detect(self, plan: Plan, names: list[str], sessions: dict,
+               marked: Optional[tuple[dict[str, bool], list[str]]] = None) -> list[str]:
+        """Decide shared or copy (once, in preflight); problem lines, or []. ``marked``: which
+        hosts saw the marker (or the problem lines), as the preflight's own exchanges found it
+        (``marker_hosts``); else asked here over the agents' channels."""
         if self.mode is not None or not plan.tasks:
             return []
         self.plan = plan
@@ -91,7 +103,7 @@ class StateSync:
             # onto other hosts: asked again then (``recheck``), before the copy would be needed.
             self.assumed = True
         else:
-            seen, problems = statecheck.markers(self.pool, self.chief_host(), hosts, sessions, self.run_id)
+            seen, problems = marked or statecheck.markers(self.pool, self.chief_host(), hosts, sessions, self.run_id)
             if problems:
                 return problems
             blind = [h for h in hosts if not seen.get(h)]

@@ -111,3 +111,19 @@ def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_r
     starts = [(int(a["global_step"]), int(b["global_step"]))
               for a, b in zip(progress(out, "start", "worker:0"), progress(out, "start", "worker:1"))]
     assert starts == [(min(saved), min(saved))], out[-4000:]  # resumed there on both hosts, not at step 0
+
+
+def test_a_terminal_sees_how_many_hosts_answered_the_preflight_and_a_pipe_does_not(lab, make_spec, monkeypatch):
+    """While the hosts answer the preflight, a terminal shows how many did (a line redrawn in
+    place: ``probing hosts 1/2``); the same run with its output in a pipe writes no such line."""
+    import re
+
+    from tests.support.cli import output_on_terminal, tfcluster_argv
+
+    spec = make_spec([PY, "-c", "print('done')"])
+    monkeypatch.setenv("TERM", "xterm")
+    shown = output_on_terminal(tfcluster_argv("up", spec), timeout=120).decode(errors="replace")
+    assert re.search(r"(connecting to|probing) hosts \d/2", shown), shown[-3000:]
+    piped = tfcluster("up", str(spec))
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    assert not re.search(r"hosts \d+/\d+", piped.stdout + piped.stderr), piped.stderr[-3000:]

@@ -638,6 +638,30 @@ def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_
     assert not of(events, "standby_stopped")  # nothing left over to stop
 
 
+def test_a_pss_worker_restarted_alone_is_its_promoted_standby_and_a_new_standby_takes_its_place(tmp_path):
+    """A parameter_server worker that dies while standbys wait: its replacement is its standby,
+    promoted within the attempt (no cold start), and a new standby for it is made at once, so
+    its next restart is warm too; the other tasks' standbys go on waiting."""
+    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=30),
+                                      ("chief:0", 0): Script(code=0, polls=60)}, default=RUN_FOREVER)
+    spec = PSS.replace("max_restarts: 2}", "max_restarts: 2, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2)" in out
+    # Its first process, its standby (started for the next attempt), then the standby that replaces it.
+    assert backend.starts("worker:1") == [0, 1, 1], backend.started
+    assert backend.starts("chief:0") == [0, 1] and backend.starts("worker:0") == [0, 1]  # (theirs still waiting)
+    (promoted,) = of(events, "standby_promoted")
+    assert promoted["task"] == "worker:1"
+    standby, restocked = [h for h in backend.handles if h.key == "worker:1"][1:]
+    assert standby.signals[:1] == [signal.SIGUSR1] and signal.SIGUSR1 not in restocked.signals
+    starts = [e for e in of(events, "start") if e["task"] == "worker:1"]
+    assert [e["attempt"] for e in starts] == [0, 0]  # within the attempt: no group restart
+    assert [sorted(e["pids"]) for e in of(events, "standby_start")] == [["chief:0", "ps:0", "worker:0", "worker:1"],
+                                                                        ["worker:1"]]
+    assert not of(events, "restart")
+
+
 def test_the_next_attempts_standbys_wait_for_a_trained_step_or_their_bound(tmp_path):
     """tfcluster's worker: the standbys start once a task of the attempt trained a step (its own
     first_step line), not while the attempt builds, restores and traces beside them; a worker

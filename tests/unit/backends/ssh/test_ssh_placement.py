@@ -81,3 +81,17 @@ def test_the_elastic_replan_keeps_blocks_a_lost_hosts_block_moves_whole():
     replan = elastic.replace_lost(spec, plan, ["a"])
     assert not isinstance(replan, str), replan
     assert hosts_of(replan.plan) == ["c", "c", "b", "b"] and blocks(hosts_of(replan.plan))
+
+
+def test_the_preflight_says_64_hosts_without_a_gpu_in_one_line():
+    from launcher.backends.ssh.placement import gpu_notes
+
+    names = [f"h{i}" for i in range(1, 65)]
+    spec = spec_of("[" + ", ".join(f"{{name: {n}}}" for n in names) + "]", "{worker: 64}",
+                   extra="devices: {gpus_per_task: 1}")
+    plan = plan_for(spec)
+    notes = gpu_notes(plan, {n: () for n in names})
+    assert notes[0] == "no GPU found on 64 hosts (h1…h64): nvidia-smi -L lists none there; their GPU tasks run on CPU", notes
+    assert not any("no GPU found (" in n for n in notes)
+    one = gpu_notes(plan, {"h3": (), **{n: None for n in names if n != "h3"}})
+    assert one[0] == "no GPU found (h3: nvidia-smi -L lists none): its 1 GPU task runs on CPU", one

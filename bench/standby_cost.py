@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""What a warm standby costs a run that never restarts: a user's plain TF_CONFIG script
+(tests/support/plain_tf_config.py, 2 local workers, ``--steps`` steps, no delay between them),
+the default (``warm_standby`` left out: the standby stub) against ``warm_standby: false``,
+alternated. Per trial:
+
+* ``first step``: ``tfcluster up`` -> both workers' first step line, as the launcher printed it;
+* ``peak PSS``: the largest sum of Pss (/proc/PID/smaps_rollup) over every process of the run
+  (the launcher, the wrappers, the tasks, the standbys), sampled every 0.2 s;
+* ``CPU``: user + system seconds of ``up`` and everything it reaped (wait4's rusage);
+* ``steps/s``: worker:0's steps after its 10th, over the time their lines took to arrive;
+* the standbys' ready lines (what priority they got, how long they waited for the host to idle).
+
+Medians at the end, with the ratios the targets name (first step <= 1.10, PSS <= 1.20, CPU <= 1.15,
+steps/s >= 0.97) and the load average before and after. The machine must be otherwise quiet for
+these to mean anything: the script prints the load and warns above 3.
+
+    python bench/standby_cost.py [--trials 3] [--steps 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchlib import ROOT, load_average
+from tests.support.ports import free_base
+from tests.support.processes import pids_with_env
+
+PLAIN = ROOT / "tests" / "support" / "plain_tf_config.py"
+STEP = re.compile(r"^\[(worker:\d)\] plain-step (\d+) ")
+
+
+def spec_file(work: Path, steps: int, warm: bool) -> Path:
+    (work / "state").mkdir(exist_ok=True)
+    spec = work / "cluster.yaml"
+    spec.write_text(
+        f"name: bench\nstrategy: multi_worker_mirrored\n"
+        f"entrypoint: [{sys.executable}, {PLAIN}, --steps, '{steps}', --delay, '0', --state, {work / 'state'}]\n"
+        f"tasks: {{worker: 2}}\nports: {{base: {free_base(8)}}}\n"
+        f"env: {{TF_CPP_MIN_LOG_LEVEL: '2'}}\n"
+        f"restart: {{max_restarts: 1{'' if warm else ', warm_standby: false'}}}\n")
+    return spec
+
+
+def pss_of(pids) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
+
+
+def trial(work: Path, steps: int, warm: bool) -> dict:
+    spec = spec_file(work, steps, warm)
+    began = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[tuple[float, str]] = []
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        run_id = None
+        while not done.wait(0.2):
+            latest = work / "runs" / "bench" / "latest"
+            if run_id is None and latest.exists():
+                run_id = latest.resolve().name
+            pids = [proc.pid] + (pids_with_env("TFCLUSTER_RUN_ID", run_id) if run_id else [])
+            peak[0] = max(peak[0], pss_of(pids))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    for line in proc.stdout:
+        lines.append((time.time(), line.rstrip("\n")))
+    _, status, usage = os.wait4(proc.pid, 0)
+    done.set()
+    sampler.join(5)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit("run failed:\n" + "\n".join(l for _, l in lines[-30:]))
+    first = {}
+    w0 = []
+    for at, line in lines:
+        m = STEP.match(line)
+        if m:
+            first.setdefault(m.group(1), at)
+            if m.group(1) == "worker:0" and int(m.group(2)) > 10:
+                w0.append(at)
+    return {"first_step": max(first.values()) - began, "pss_mb": peak[0] / 2**20,
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "steps_per_s": (len(w0) - 1) / (w0[-1] - w0[0]) if len(w0) > 1 and w0[-1] > w0[0] else float("nan"),
+            "ready": [line for _, line in lines if "tfcluster-standby ready" in line]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=400)
+    args = ap.parse_args()
+    load = load_average()
+    print(f"load before: {load}", flush=True)
+    if float(load.split()[0]) > 3:
+        print("warning: load above 3: these figures measure the other work as much as the standby", flush=True)
+    got: dict[bool, list[dict]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory(prefix="tfcluster-bench-standby-") as tmp:
+        for i in range(args.trials):
+            for warm in (True, False):
+                work = Path(tmp) / f"{i}-{'default' if warm else 'off'}"
+                work.mkdir()
+                res = trial(work, args.steps, warm)
+                got[warm].append(res)
+                print(f"trial {i + 1} {'default' if warm else 'warm_standby: false':20s} first step {res['first_step']:.2f} s, "
+                      f"peak PSS {res['pss_mb']:.0f} MiB, CPU {res['cpu']:.1f} s, {res['steps_per_s']:.1f} steps/s"
+                      + "".join(f"\n    {r}" for r in res["ready"]), flush=True)
+
+    def med(warm: bool, key: str) -> float:
+        return statistics.median(r[key] for r in got[warm])
+
+    for key, word, target, better in (("first_step", "first step (s)", 1.10, "<="), ("pss_mb", "peak PSS (MiB)", 1.20, "<="),
+                                      ("cpu", "CPU (s)", 1.15, "<="), ("steps_per_s", "steps/s", 0.97, ">=")):
+        on, off = med(True, key), med(False, key)
+        ratio = on / off if off else float("nan")
+        met = ratio <= target if better == "<=" else ratio >= target
+        print(f"median {word}: default {on:.2f}, warm_standby: false {off:.2f}; ratio {ratio:.2f} "
+              f"(target {better} {target:.2f}: {'met' if met else 'not met'})")
+    print(f"load after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
