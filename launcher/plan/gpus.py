@@ -20,7 +20,7 @@ with CUDA_VISIBLE_DEVICES turns the placement off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from launcher.contract import envnames
 from launcher.remote import gpuplace
@@ -528,11 +528,6 @@ def asked(spec) -> bool:
     return (d.gpus != "all" or d.gpus_per_task != "auto" or d.gpu_memory != "auto"
             or spec.collective.implementation != "auto"
             or any(spec.tasks.group(t).gpus for t in ("chief", "worker", "ps", "evaluator")))
-
-
-def cpu_hosts(known: Mapping[str, Sequence[Gpu]], tasks: Iterable) -> list[str]:
-    """The hosts with GPU tasks and no NVIDIA GPU (their tasks run on CPU)."""
-    return [h for h in dict.fromkeys(t.host for t in tasks if t.gpus.uses_gpu) if h in known and not known[h]]
 
 
 def gpu_room(spec, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, int]:

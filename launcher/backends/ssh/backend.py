@@ -43,7 +43,6 @@ from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, 
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
-from launcher.backends.ssh.host import HostState
 from launcher.backends.ssh.options import SSHOptions
 from launcher.backends.ssh.placement import gpu_notes, round_robin
 from launcher.backends.ssh.pool import HostPool
@@ -269,9 +268,6 @@ class SSHBackend(Backend):
         self.state_sync.collect()
 
     # -------------------------------------------------------------- tasks
-
-    def task_env(self, task: PlannedTask, hs: HostState, extra: Mapping[str, str]) -> dict[str, str]:
-        return self.starts.task_env(task, hs, extra)
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
         """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
