@@ -1,7 +1,7 @@
 """The events of a run record: one frozen dataclass per kind, each a line of ``events.jsonl``.
 
 Written as values (``record.write(HostLost(host=..., how=..., suspect=True, ...))``, the supervisor
-and the backends; ``writer.append_event(run_dir, Outcome(...))`` for ``tfcluster down`` of a run
+and the backends; ``writer.append_event(run_dir, RunOutcome(...))`` for ``tfcluster down`` of a run
 whose supervisor is gone), never as keyword bags (tests/unit/record/test_record_vocabulary.py checks
 every write). Read back once, by ``parse_event`` (record/reader.py calls it for every line): each
 field of the wrong type or range (a string where a number goes, NaN or Infinity, a negative offset

@@ -70,10 +70,12 @@ def loads_strict(text: str) -> Any:
 
 
 def read_events(run_dir: Path, strict: bool = False) -> list[RecordEvent]:
-    """A run's ``events.jsonl`` as written by ``RunRecord.event``; no file, no events. A last
-    line without its newline was cut by a crash mid-write and is skipped. Any other line that is
-    not an event is skipped, or with ``strict`` makes the record damaged (RecordDamaged naming
-    the line; also for a file that exists but cannot be read)."""
+    """A run's ``events.jsonl`` (written by ``RunRecord.write`` and ``append_event``), each line
+    parsed into its event class (``parse_events``); no file, no events. A last line without its
+    newline was cut by a crash mid-write and is skipped. Any other line that is not an event is
+    skipped, or with ``strict`` makes the record damaged (RecordDamaged naming the line). A file
+    that exists but cannot be read (or is over ``FILE_BYTES``) reads as no events, or with
+    ``strict`` is RecordDamaged."""
     path = Path(run_dir) / EVENTS_FILE
     try:
         text = read_bounded(path).decode("utf-8", errors="replace")
