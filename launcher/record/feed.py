@@ -32,7 +32,7 @@ from launcher.safefile import write_whole
 from launcher.record.events import Event, fields_conform
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
-from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
+from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, log_chunks, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from launcher.record.view import RunView
 
 SNAPSHOT_VERSION = 3  # 3: the view holds the run fold (record/run.py) and its goodput marks; an older snapshot is replayed past
@@ -179,31 +179,17 @@ class RecordFeed:
         with fh:
             stamp = os.fstat(fh.fileno()).st_mtime
             now = min(stamp, self.clock()) if not self._replayed else self.clock()
-            fh.seek(start)
-            left = None if upto is None else upto - start
-            carry = b""  # the start of a line the last chunk cut
-            while left is None or left > 0:
-                try:
-                    data = fh.read(CHUNK if left is None else min(CHUNK, left))
-                except OSError:
-                    return
-                if not data:
-                    return
-                if left is not None:
-                    left -= len(data)
-                data = carry + data
-                cut = data.rfind(b"\n") + 1
-                complete, carry = data[:cut], data[cut:]
-                used = len(complete)
-                if len(carry) > LINE_BYTES:  # one line past the bound: its pieces are lines of their own
-                    used = len(data)
-                    complete += b"".join(carry[i:i + LINE_BYTES] + b"\n" for i in range(0, len(carry), LINE_BYTES))
-                    carry = b""
-                if complete:
-                    start += used
+            try:
+                for piece in log_chunks(fh, start, upto, LINE_BYTES, CHUNK):
+                    if not (piece.lines or piece.long):
+                        continue  # (a range's last line without its newline: tfcluster writes none)
+                    start += len(piece.lines) + len(piece.long)
                     self._fed[key] = start
-                    lines = complete.decode("utf-8", "replace").split("\n")[:-1]
+                    long = b"".join(piece.long[i:i + LINE_BYTES] + b"\n" for i in range(0, len(piece.long), LINE_BYTES))
+                    lines = (piece.lines + long).decode("utf-8", "replace").split("\n")[:-1]
                     self.view.lines(key, [line for line in lines if not line.startswith(STANDBY_PREFIX)], now)
+            except OSError:
+                return
 
 
 def _next_start(events: list[dict], key: str) -> Optional[int]:

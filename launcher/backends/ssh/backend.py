@@ -29,8 +29,6 @@ standbys); the helpers take the pool, not the backend; this file ties them into 
 from __future__ import annotations
 
 import difflib
-import signal as _signal
-import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -316,21 +314,8 @@ class SSHBackend(Backend):
         signal_tasks(self.pool, handles, sig)
 
     def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
-        ssh_handles = [h for h in handles if isinstance(h, SSHTask)]
-        alive = [h for h in ssh_handles if h.poll() is None]
-        if grace > 0 and alive:
-            self.signal_tasks(alive, _signal.SIGTERM)
-            end = time.monotonic() + grace
-            while alive and time.monotonic() < end:
-                time.sleep(0.05)
-                alive = [h for h in alive if h.poll() is None]
-        if alive:
-            self.signal_tasks(alive, _signal.SIGKILL)
-        end = time.monotonic() + deadline
-        while alive and time.monotonic() < end:
-            time.sleep(0.02)
-            alive = [h for h in alive if h.poll() is None]
-        return [h.key for h in alive]
+        """Backend.stop over this backend's tasks, signalled a host at a time (``signal_tasks``)."""
+        return super().stop([h for h in handles if isinstance(h, SSHTask)], grace, deadline)
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:
