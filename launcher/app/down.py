@@ -17,7 +17,7 @@ from launcher.bounded import shown
 from launcher.contract import envnames
 from launcher.app.results import DownResult
 from launcher.ui.console import Console
-from launcher.errors import NoRun, exit_code_for
+from launcher.errors import NoRun
 from launcher.plan.build import Plan
 from launcher.procinfo import is_same, not_own, wait_gone
 from launcher.record.events import Event, RunOutcome
@@ -99,7 +99,7 @@ def _record_stop(run_dir, console: Console) -> None:
     run = fold_run(events)
     ended = last_sign_of_life(run_dir, run.last)  # the run's end, not this `down`'s (status, runs)
     try:
-        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, exit_code=exit_code_for(Outcome.STOPPED), attempts=run.attempts,
+        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, attempts=run.attempts,
                                          reason="the supervisor was lost; what was left was stopped by tfcluster down",
                                          ended=round(ended, 3) if ended is not None else None))
     except OSError as exc:

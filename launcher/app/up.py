@@ -281,23 +281,22 @@ def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: Console, *
     if panel:
         console.start_panel(supervisor.view)  # on a terminal only
     try:
-        supervisor.run()
+        outcome = supervisor.run()
     finally:
         console.unfollow()
         console.end_panel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         record.close()
-    return run_result(supervisor.view.run, record)
+    return run_result(outcome, supervisor.view.run, record)
 
 
-def run_result(run, record) -> RunResult:
-    """The result of a supervised run from its one run fold (record/run.py's RunFacts, as the
-    supervisor's view folded the events it wrote): the outcome event's outcome and reason. A run
-    whose outcome never reached the view (its listener failed) is said failed, with that reason."""
-    if not run.outcome:
-        return RunResult(Outcome.FAILED, record.run_id, record.dir, "the run's outcome was not recorded")
-    return RunResult(Outcome(run.outcome), record.run_id, record.dir, run.reason)
+def run_result(outcome: Outcome, run, record) -> RunResult:
+    """The result of a supervised run: how it ended (``Supervisor.run``'s outcome) and why, from
+    its one run fold (record/run.py's RunFacts, as the supervisor's view folded the events it
+    wrote). An outcome event that never reached the view (its listener failed) is said so."""
+    reason = run.reason if run.outcome else "the run's outcome was not recorded"
+    return RunResult(outcome, record.run_id, record.dir, reason)
 
 
 def stoppable(fn):

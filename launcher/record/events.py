@@ -389,7 +389,7 @@ class RunOutcome(RecordEvent):
 
     KIND: ClassVar[str] = Event.OUTCOME
     outcome: str = ""  # record/states.py's Outcome
-    exit_code: Optional[int] = None
+    exit_code: Optional[int] = None  # written by older versions only: the CLI maps the outcome to one
     attempts: Optional[Count] = None
     reason: str = ""
     tasks: Optional[dict[str, dict[str, JSON]]] = None  # per task, how it ended

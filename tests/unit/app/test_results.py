@@ -28,12 +28,13 @@ def _facts(*events) -> RunFacts:
     return facts
 
 
-def test_a_runs_result_is_its_outcome_event_folded():
-    facts = _facts(RunOutcome(outcome=Outcome.INTERRUPTED, exit_code=130, attempts=1, reason="the terminal went away"))
-    assert run_result(facts, _Record()) == RunResult(Outcome.INTERRUPTED, "r1", Path("/runs/demo/r1"),
-                                                     "the terminal went away")
-    # no outcome reached the fold (its listener failed): failed, and said so, never "succeeded"
-    assert run_result(RunFacts(), _Record()).outcome == Outcome.FAILED
+def test_a_runs_result_is_the_supervisors_outcome_with_the_reason_its_event_gave():
+    facts = _facts(RunOutcome(outcome=Outcome.INTERRUPTED, attempts=1, reason="the terminal went away"))
+    assert run_result(Outcome.INTERRUPTED, facts, _Record()) == RunResult(
+        Outcome.INTERRUPTED, "r1", Path("/runs/demo/r1"), "the terminal went away")
+    # no outcome reached the fold (its listener failed): the supervisor's word, and that said
+    assert run_result(Outcome.FAILED, RunFacts(), _Record()) == RunResult(
+        Outcome.FAILED, "r1", Path("/runs/demo/r1"), "the run's outcome was not recorded")
 
 
 def _console() -> tuple[Console, io.StringIO, io.StringIO]:
