@@ -17,15 +17,14 @@ import threading
 from typing import TYPE_CHECKING, Callable, Optional
 
 from launcher.app.results import DryRun, RunResult
-from launcher.ui.console import Console
+from launcher.app.sinks import RunConsole
 from launcher.errors import LaunchError
-from launcher.plan.gpus import asked as gpus_asked
+from launcher.plan.gpus import asked as gpus_asked, show_gpus
 from launcher.plan.build import Plan, build_plan
 from launcher.plan.elastic import fitting_now
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.record.states import Outcome
 from launcher.loader.load import LoadedSpec, load_spec
-from launcher.ui.plantext import render_plan, show_gpus
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.loader.load import Spec
@@ -65,7 +64,7 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
         return smaller
 
 
-def plan_with_room(loaded: LoadedSpec, console: Console, gpus: bool = True,
+def plan_with_room(loaded: LoadedSpec, console: RunConsole, gpus: bool = True,
                    clock: Optional[Callable[[], float]] = None,
                    pause: Optional[Callable[[float], None]] = None) -> tuple[LoadedSpec, Plan]:
     """``up``'s plan where hosts come from discovery.command and a worker group with a min: the
@@ -172,7 +171,7 @@ def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
                           "or start another anyway with --force")
 
 
-def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run: bool = False,
+def up(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, shown: str, dry_run: bool = False,
        force: bool = False, run_id: Optional[str] = None, handover=None, quiet: bool = False,
        verbose: bool = False, panel: bool = False) -> RunResult:
     """``tfcluster up`` in this process (in the foreground, or as the detached supervisor with
@@ -184,7 +183,7 @@ def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run:
                    quiet=quiet, verbose=verbose, panel=panel)
 
 
-def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool = False,
+def execute(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, dry_run: bool = False,
             run_id: Optional[str] = None, handover=None, quiet: bool = False, verbose: bool = False,
             panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> RunResult:
     """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
@@ -226,12 +225,12 @@ def _dry_run(spec: "Spec", plan: Plan, backend) -> RunResult:
     """``up --dry-run`` once the preflight passed: the plan it would start (the hosts the
     preflight found there, for a group that starts small), nothing started."""
     now = backend.preflight_plan or plan
-    text = render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan), notes=[start_note(spec, now)])
     small = short_line(spec, now, backend.short_why)
     note = (f"dry run: preflight passed; would start {len(now.tasks)} tasks on backend {plan.backend}"
             + (f" ({small})" if small else ""))
     backend.close()
-    return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan_text=text, note=note))
+    return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan=now, note=note, spares=tuple(spares_of(spec)),
+                                                       standby=standby_line(spec, plan), notes=(start_note(spec, now),)))
 
 
 def _start(spec: "Spec", plan: Plan, record, backend) -> Plan:
@@ -248,7 +247,7 @@ def _start(spec: "Spec", plan: Plan, record, backend) -> Plan:
     return plan
 
 
-def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: Console, *, foreground: bool,
+def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: RunConsole, *, foreground: bool,
                panel: bool) -> RunResult:
     """The supervisor run to its end under the signals that stop it (Ctrl-C, SIGTERM, and in the
     foreground a closed terminal), the run's first lines said; how it ended, from its record."""

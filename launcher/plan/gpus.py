@@ -539,6 +539,12 @@ def gpu_room(spec, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, in
             if g_list is not None and h not in slotted}
 
 
+def show_gpus(plan) -> bool:
+    """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
+    (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
+    return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)
+
+
 def ids_text(ids: Sequence[int]) -> str:
     """``gpu 1``, ``gpus 0,1``, or ``cpu`` for none."""
     if not ids:
