@@ -17,7 +17,7 @@ from launcher.safefile import UnsafeFile, open_regular
 from launcher.bounded import listing
 from launcher.interrupts import pause, take_interrupt
 from launcher.errors import LaunchError, NoRun
-from launcher.record.events import Event
+from launcher.record.events import Start
 from launcher.record.layout import OUTPUT_FILE, log_path, name_dir
 from launcher.record.reader import find_run, log_chunks, read_events, runs_root
 from launcher.record.status import RUNNING, RunStatus, list_runs, load_run
@@ -102,12 +102,11 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
     """Byte range [start, end) of attempt ``attempt`` (1-based) in the task's log or output.log."""
     if attempt is None:
         return 0, None
-    field = "log_offset" if task else "output_offset"
     starts: dict[int, int] = {}
     for e in read_events(run, strict=True):
-        if e.get("event") == Event.START and (task is None or e.get("task") == task) and field in e:
-            n = int(e.get("attempt", 0))
-            starts[n] = min(starts.get(n, e[field]), e[field])
+        offset = (e.log_offset if task else e.output_offset) if isinstance(e, Start) else None
+        if isinstance(e, Start) and (task is None or e.task == task) and offset is not None:
+            starts[e.attempt] = min(starts.get(e.attempt, offset), offset)
     if attempt - 1 not in starts:
         known = ", ".join(str(n + 1) for n in sorted(starts)) or "none recorded"
         raise LaunchError(f"--attempt: run {run.name} has no attempt {attempt}"

@@ -12,8 +12,10 @@ or pid, a bool for a count) makes the record damaged, ``RunRecordDamaged``, one 
 On disk a line is ``{"time": ..., "event": KIND, <the fields>}``; a field that is None is left
 out (it reads back as None). ``Start`` and ``StandbyPromoted`` carry the backend's ``process``
 facts (``TaskHandle.info()``: pid, pgid, start_time, container, slurm_job, ...) flattened into the
-line, as they always were. Each event is also a read-only Mapping of its line (``e["task"]``,
-``e.get("code")``): readers that look at a line's keys read the validated values.
+line, as they always were. Readers dispatch on the classes (``isinstance(e, Start)``, ``e.task``),
+never on the line's ``"event"`` key (tests/unit/record/test_record_vocabulary.py lists the few
+left: record/fold.py, record/goodput.py). Each event is also a read-only Mapping of its line
+(``e["task"]``, ``e.get("code")``) for those, which read the validated values.
 
 Attempts are numbered one way everywhere: ``attempt`` is the 0-based index of the attempt the event
 belongs to (the first is 0, the value of TFCLUSTER_RESTART_COUNT); ``restart`` and ``replan`` name
