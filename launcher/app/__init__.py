@@ -1,5 +1,7 @@
 """The use cases, one module each: up (validate, plan, run and supervise), detach (a run that
 outlives the terminal), inspect (status, logs, attach, runs), down, tensorboard. The CLI
 calls them; they return typed results (``results``: how the command ended, in words) and say
-their progress through the console they are given; the CLI prints the rest and maps the outcome
-to the exit code (launcher/errors.py's ``exit_code_for``). Nothing here prints or exits."""
+their progress through the narrow sinks they are given (``sinks``: the CLI hands them its console
+and, for ``attach``, the renderer it built); the CLI renders the rest and maps the outcome to the
+exit code (launcher/errors.py's ``exit_code_for``). Nothing here prints, exits or imports
+launcher.ui (tests/unit/app/test_use_case_rules.py)."""

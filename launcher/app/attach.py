@@ -3,8 +3,9 @@
 On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunView`` that
 launcher/record/feed.py replays from the record and then follows, with task output and the
 supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come
-(``follow``: app/inspect.py). It writes through the ``Console`` it is given, the text drawn by
-launcher/ui/attachtext.py, and returns how it ended (``Attached``); the CLI chooses the exit code.
+(``follow``: app/inspect.py). It writes through the console and the renderer the CLI gives it
+(app/sinks.py: the CLI's Console, launcher/ui/attachtext.py's text), and returns how it ended
+(``Attached``); the CLI chooses the exit code.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from launcher.record.feed import RecordFeed
 from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG
 from launcher.record.status import RUNNING, RunStatus, load_run
 from launcher.spec.model import LoadedSpec
-from launcher.ui.console import Console
-from launcher.ui.attachtext import TextRenderer
+from launcher.app.sinks import AttachRenderer, RunConsole
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,19 @@ class _ConsoleGone(Exception):
     channel of the ``attach`` that runs it there): leave the run going, as on Ctrl-C."""
 
 
-def attach(loaded: LoadedSpec, console: Console, *, run_id: Optional[str] = None, shown: str) -> Attached:
-    """Follow run ``run_id`` (default: the latest) on ``console`` until it ends; Ctrl-C leaves the
-    run going, and so does a console that goes away (its writes never raise:
-    launcher/ui/console.py). ``shown`` is the spec as the user named it (for the commands advised)."""
+def attach(loaded: LoadedSpec, console: RunConsole, renderer: AttachRenderer, *,
+           run_id: Optional[str] = None) -> Attached:
+    """Follow run ``run_id`` (default: the latest) on ``console`` (the live panel) or through
+    ``renderer`` (as text) until it ends; Ctrl-C leaves the run going, and so does a console
+    that goes away (its writes never raise: launcher/ui/console.py)."""
     console.follow(lambda why: None)  # (console.lost, checked below, also once its terminal hangs up)
     try:
-        return _attach(loaded, console, run_id, shown)
+        return _attach(loaded, console, renderer, run_id)
     finally:
         console.unfollow()
 
 
-def _gone(console: Console) -> None:
+def _gone(console: RunConsole) -> None:
     """At each poll: leave if the console went away or Ctrl-C was pressed (launcher/interrupts.py:
     taken here, between polls, not wherever the main thread was when it came)."""
     if console.lost:
@@ -57,16 +58,15 @@ def _gone(console: Console) -> None:
     take_interrupt()
 
 
-def _attach(loaded: LoadedSpec, console: Console, run_id: Optional[str], shown: str) -> Attached:
+def _attach(loaded: LoadedSpec, console: RunConsole, renderer: AttachRenderer, run_id: Optional[str]) -> Attached:
     run = find(loaded, run_id)
     if load_run(run, progress=False).state == RUNNING:
         feed = RecordFeed.resume(run)  # (from the record's last snapshot on)
         live = feed.view
         feed.poll()
         if console.start_panel(live):
-            return _attach_panel(run, feed, console, shown)
+            return _attach_panel(run, feed, console, renderer)
     view = load_run(run)
-    renderer = TextRenderer(console, shown)
     renderer.start(view)
     if view.state != RUNNING:
         renderer.finished(view)
@@ -83,9 +83,8 @@ def _attach(loaded: LoadedSpec, console: Console, run_id: Optional[str], shown: 
     return Attached(final)
 
 
-def _attach_panel(run: Path, feed: RecordFeed, console: Console, spec: str) -> Attached:
+def _attach_panel(run: Path, feed: RecordFeed, console: RunConsole, renderer: AttachRenderer) -> Attached:
     """Follow the run under the live panel ``console`` shows for ``feed.view``."""
-    renderer = TextRenderer(console, spec)
     output, messages = run / OUTPUT_FILE, run / SUPERVISOR_LOG
     at = {output: _size(output), messages: _size(messages)}
     console.info(f"attached to run {run.name}; Ctrl-C detaches (the run goes on)")

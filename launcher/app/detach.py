@@ -29,7 +29,7 @@ from launcher.safefile import open_append
 from launcher.contract import envnames
 from launcher.app.results import DetachResult, RunResult
 from launcher.record.states import Outcome
-from launcher.ui.console import Console
+from launcher.app.sinks import ConsoleFor, RunConsole
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan.build import Plan
@@ -47,11 +47,12 @@ class Handover:
     then only into the run dir. Its launcher messages also go to ``supervisor.log`` from the
     moment the run record exists."""
 
-    def __init__(self) -> None:
+    def __init__(self, console_for: ConsoleFor) -> None:
+        """``console_for(out, err)``: the plain console (the CLI's) the supervisor writes through."""
         self.attached = True
         self._pipe = os.dup(1)  # the foreground's end, kept apart from fd 1/2 (redirected at hand-over)
         self._log: Optional[int] = None
-        self.console = Console(out=_Channel(self, _OUT), err=_Channel(self, _ERR), color=False)
+        self.console = console_for(_Channel(self, _OUT), _Channel(self, _ERR))
 
     def open_log(self, path: Path) -> None:
         try:
@@ -113,15 +114,16 @@ def ignore_hangup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
-def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, *, dry_run: bool = False,
-              force: bool = False, quiet: bool = False, verbose: bool = False, panel: bool = False) -> RunResult:
+def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, console_for: ConsoleFor, *,
+              dry_run: bool = False, force: bool = False, quiet: bool = False, verbose: bool = False,
+              panel: bool = False) -> RunResult:
     """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
     as a foreground ``up`` would (``app.up.up`` with the same options), its output going through a
-    Handover to the foreground until every task is ready."""
+    Handover to the foreground until every task is ready, written by ``console_for(out, err)``."""
     from launcher.app.up import up
 
     ignore_hangup()
-    handover = Handover()
+    handover = Handover(console_for)
     return up(loaded, plan, handover.console, shown=shown, run_id=run_id, handover=handover, dry_run=dry_run,
               force=force, quiet=quiet, verbose=verbose, panel=panel)
 
@@ -138,7 +140,7 @@ def supervisor_argv(spec: str, run_id: str, extra: Sequence[str] = ()) -> list[s
     return [sys.executable, "-c", main, "up", spec, "--supervise", run_id, *extra]
 
 
-def start(spec: str, console: Console, *, quiet: bool = False, force: bool = False) -> DetachResult:
+def start(spec: str, console: RunConsole, *, quiet: bool = False, force: bool = False) -> DetachResult:
     """``up FILE --detach`` in the foreground: a new run id, its supervisor started and relayed
     until hand-over (``launch``)."""
     from launcher.record.writer import new_run_id
@@ -147,7 +149,7 @@ def start(spec: str, console: Console, *, quiet: bool = False, force: bool = Fal
     return launch(spec, new_run_id(), extra, console)
 
 
-def launch(spec: str, run_id: str, extra: Sequence[str], console: Console) -> DetachResult:
+def launch(spec: str, run_id: str, extra: Sequence[str], console: RunConsole) -> DetachResult:
     """Start the detached supervisor and relay it until hand-over; the result names the run and
     its supervisor (the CLI shows how to reach it), or how the supervisor ended before it handed over."""
     package_root = str(Path(__file__).resolve().parents[2])

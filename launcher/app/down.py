@@ -16,8 +16,8 @@ from launcher.backends import RecordedRun, backend_class
 from launcher.bounded import shown
 from launcher.contract import envnames
 from launcher.app.results import DownResult
-from launcher.ui.console import Console
-from launcher.errors import NoRun, exit_code_for
+from launcher.notices import Notices
+from launcher.errors import NoRun
 from launcher.plan.build import Plan
 from launcher.procinfo import is_same, not_own, wait_gone
 from launcher.record.events import Event, RunOutcome
@@ -27,7 +27,7 @@ from launcher.record.states import Outcome
 from launcher.spec.model import LoadedSpec
 
 
-def down(loaded: LoadedSpec, plan: Plan, console: Console, run_id: Optional[str] = None,
+def down(loaded: LoadedSpec, plan: Plan, console: Notices, run_id: Optional[str] = None,
          timeout: float = 60.0) -> DownResult:
     """Stop run ``run_id`` (default: the latest): its launcher asked first, then what it left
     behind by the record's ids; the result says whether anything was still running."""
@@ -81,7 +81,7 @@ def not_the_supervisor(run_dir: Path, info: dict) -> Optional[str]:
                    cmd=info.get("cmdline"), holds=run_dir / EVENTS_FILE)
 
 
-def _record_stop(run_dir, console: Console) -> None:
+def _record_stop(run_dir, console: Notices) -> None:
     """A run whose supervisor died without an outcome gets one now, so ``status`` and ``runs``
     say it was stopped rather than "supervisor lost" forever."""
     from launcher.record.reader import RecordDamaged, read_events
@@ -99,7 +99,7 @@ def _record_stop(run_dir, console: Console) -> None:
     run = fold_run(events)
     ended = last_sign_of_life(run_dir, run.last)  # the run's end, not this `down`'s (status, runs)
     try:
-        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, exit_code=exit_code_for(Outcome.STOPPED), attempts=run.attempts,
+        append_event(run_dir, RunOutcome(outcome=Outcome.STOPPED, attempts=run.attempts,
                                          reason="the supervisor was lost; what was left was stopped by tfcluster down",
                                          ended=round(ended, 3) if ended is not None else None))
     except OSError as exc:

@@ -17,9 +17,9 @@ from launcher.safefile import UnsafeFile, open_regular
 from launcher.bounded import listing
 from launcher.interrupts import pause, take_interrupt
 from launcher.errors import LaunchError, NoRun
-from launcher.record.events import Event
+from launcher.record.events import Start
 from launcher.record.layout import OUTPUT_FILE, log_path, name_dir
-from launcher.record.reader import find_run, read_events, runs_root
+from launcher.record.reader import find_run, log_chunks, read_events, runs_root
 from launcher.record.status import RUNNING, RunStatus, list_runs, load_run
 from launcher.spec.model import LoadedSpec
 
@@ -102,12 +102,11 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
     """Byte range [start, end) of attempt ``attempt`` (1-based) in the task's log or output.log."""
     if attempt is None:
         return 0, None
-    field = "log_offset" if task else "output_offset"
     starts: dict[int, int] = {}
     for e in read_events(run, strict=True):
-        if e.get("event") == Event.START and (task is None or e.get("task") == task) and field in e:
-            n = int(e.get("attempt", 0))
-            starts[n] = min(starts.get(n, e[field]), e[field])
+        offset = (e.log_offset if task else e.output_offset) if isinstance(e, Start) else None
+        if isinstance(e, Start) and (task is None or e.task == task) and offset is not None:
+            starts[e.attempt] = min(starts.get(e.attempt, offset), offset)
     if attempt - 1 not in starts:
         known = ", ".join(str(n + 1) for n in sorted(starts)) or "none recorded"
         raise LaunchError(f"--attempt: run {run.name} has no attempt {attempt}"
@@ -118,8 +117,8 @@ def _attempt_range(run: Path, task: Optional[str], attempt: Optional[int]) -> tu
 
 def _write_range(path: Path, start: int, end: Optional[int], tail: Optional[int], write: Write) -> int:
     """Write the lines of ``path`` in [start, end), or the last ``tail`` of them; the offset reached.
-    Read a chunk at a time (a log of gigabytes, or one line of 100 MB, does not fill memory): the
-    last ``tail`` lines are kept as they pass, each cut to _TAIL_LINE bytes."""
+    Read a chunk at a time (``log_chunks``): the last ``tail`` lines are kept as they pass, each
+    cut to _TAIL_LINE bytes (a longer line is kept as its pieces)."""
     try:
         fh = open_regular(path, follow=False)
     except FileNotFoundError:
@@ -129,36 +128,15 @@ def _write_range(path: Path, start: int, end: Optional[int], tail: Optional[int]
     kept: "collections.deque[bytes]" = collections.deque(maxlen=tail or 1)
     position = start
     with fh:
-        fh.seek(start)
-        left = None if end is None else max(0, end - start)
-        carry = b""
-        while left is None or left > 0:
-            data = fh.read(_CHUNK if left is None else min(_CHUNK, left))
-            if not data:
-                break
-            if left is not None:
-                left -= len(data)
-            data = carry + data
-            cut = data.rfind(b"\n") + 1
-            complete, carry = data[:cut], data[cut:]
-            if tail is None:
-                if complete:
-                    _out(write, complete.decode("utf-8", "surrogateescape"))
-                if len(carry) > _TAIL_LINE:  # a line past the bound is printed as it comes
-                    _out(write, carry.decode("utf-8", "surrogateescape"))
-                    complete, carry = data, b""
-            else:
-                kept.extend(line[:_TAIL_LINE] for line in complete.split(b"\n")[:-1])
-                if len(carry) > _TAIL_LINE:
-                    kept.append(carry[:_TAIL_LINE])
-                    complete, carry = data, b""  # (the rest of that line is skipped)
-            position += len(complete)
-        if end is not None and carry:  # a range ends where the next attempt starts: its last line is whole
-            if tail is None:
-                _out(write, carry.decode("utf-8", "surrogateescape") + "\n")
-            else:
-                kept.append(carry[:_TAIL_LINE])
-            position += len(carry)
+        for piece in log_chunks(fh, start, end, _TAIL_LINE, _CHUNK):
+            position += len(piece.lines) + len(piece.long) + len(piece.last)
+            if tail is None:  # as the task wrote it (a line past the bound too)
+                _out(write, (piece.lines + piece.long).decode("utf-8", "surrogateescape"))
+                if piece.last:
+                    _out(write, piece.last.decode("utf-8", "surrogateescape") + "\n")
+                continue
+            kept.extend(line[:_TAIL_LINE] for line in piece.lines.split(b"\n")[:-1])
+            kept.extend(line[:_TAIL_LINE] for line in (piece.long, piece.last) if line)
     if tail:
         _out(write, "".join(line.decode("utf-8", "surrogateescape") + "\n" for line in kept))
     return position

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from launcher.plan.build import Plan
 from launcher.record.states import Outcome
 
 
 @dataclass(frozen=True)
 class RunResult:
     """``up`` (and each run of ``compare``): how the run ended, where its record is, and why
-    (the outcome event's reason). A dry run starts nothing: ``dry_run`` holds the plan as text
-    and the line that says what would start, for the CLI to show, and ``run_id`` is ""."""
+    (the outcome event's reason). A dry run starts nothing: ``dry_run`` holds the plan and the
+    line that says what would start, for the CLI to show, and ``run_id`` is ""."""
 
     outcome: Outcome
     run_id: str = ""
@@ -31,8 +32,11 @@ class RunResult:
 
 @dataclass(frozen=True)
 class DryRun:
-    plan_text: str  # the plan as ``tfcluster plan`` shows it (stdout)
+    plan: Plan  # the plan it would start (the CLI shows it as ``tfcluster plan`` does, on stdout)
     note: str  # "dry run: preflight passed; would start N tasks on backend B" (a launcher message)
+    spares: tuple[str, ...] = ()  # the hosts no task uses (elastic runs)
+    standby: str = ""  # the warm standby's line
+    notes: tuple[str, ...] = ()  # below the plan (a group that starts small)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from launcher.contract import statedir
-from launcher.ui.console import Console
+from launcher.notices import Notices
 from launcher.app.results import TensorBoardResult
 from launcher.errors import LaunchError, NoRun, SpecError
 from launcher.record.states import Outcome
@@ -64,7 +64,7 @@ def port_free(port: int) -> bool:
     return True
 
 
-def tensorboard(loaded: LoadedSpec, console: Console, port: int = 6006) -> TensorBoardResult:
+def tensorboard(loaded: LoadedSpec, console: Notices, port: int = 6006) -> TensorBoardResult:
     """Serve the spec's TensorBoard logs on ``port`` until Ctrl-C (interrupted) or the server
     ends by itself (its exit status, if not 0, in the result: failed)."""
     if not 1 <= port <= 65535:

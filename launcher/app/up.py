@@ -17,16 +17,15 @@ import threading
 from typing import TYPE_CHECKING, Callable, Optional
 
 from launcher.app.results import DryRun, RunResult
-from launcher.ui.console import Console
+from launcher.app.sinks import RunConsole
 from launcher.errors import LaunchError
-from launcher.plan.gpus import asked as gpus_asked
+from launcher.plan.gpus import asked as gpus_asked, show_gpus
 from launcher.plan.build import Plan, build_plan
 from launcher.plan.elastic import fitting_now
 from launcher.plan.startsmall import PreflightPlans, preflight_plans
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.record.states import Outcome
 from launcher.loader.load import LoadedSpec, load_spec
-from launcher.ui.plantext import render_plan, show_gpus
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.loader.load import Spec
@@ -66,7 +65,7 @@ def plan_for(spec: "Spec", gpus: bool = True) -> Plan:
         return smaller
 
 
-def plan_with_room(loaded: LoadedSpec, console: Console, gpus: bool = True,
+def plan_with_room(loaded: LoadedSpec, console: RunConsole, gpus: bool = True,
                    clock: Optional[Callable[[], float]] = None,
                    pause: Optional[Callable[[float], None]] = None) -> tuple[LoadedSpec, Plan]:
     """``up``'s plan where hosts come from discovery.command and a worker group with a min: the
@@ -181,7 +180,7 @@ def refuse_if_running(loaded: LoadedSpec, shown: str) -> None:
                           "or start another anyway with --force")
 
 
-def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run: bool = False,
+def up(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, shown: str, dry_run: bool = False,
        force: bool = False, run_id: Optional[str] = None, handover=None, quiet: bool = False,
        verbose: bool = False, panel: bool = False) -> RunResult:
     """``tfcluster up`` in this process (in the foreground, or as the detached supervisor with
@@ -193,7 +192,7 @@ def up(loaded: LoadedSpec, plan: Plan, console: Console, *, shown: str, dry_run:
                    quiet=quiet, verbose=verbose, panel=panel)
 
 
-def execute(loaded: LoadedSpec, plan: Plan, console: Console, *, dry_run: bool = False,
+def execute(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, dry_run: bool = False,
             run_id: Optional[str] = None, handover=None, quiet: bool = False, verbose: bool = False,
             panel: bool = False, on_record: Optional[Callable[[object], None]] = None) -> RunResult:
     """What ``tfcluster up`` does with a plan: preflight on its backend, the run record, the
@@ -236,13 +235,13 @@ def _dry_run(spec: "Spec", plan: Plan, backend, found: PreflightPlans) -> RunRes
     """``up --dry-run`` once the preflight passed: the plan it would start (the hosts the
     preflight found there, for a group that starts small; placed by their GPUs), nothing started."""
     now = found.start or plan
-    text = render_plan(now, spares=spares_of(spec), standby=standby_line(spec, plan),
-                       notes=[start_note(spec, now), hang_line(spec, now)])
     small = short_line(spec, now, found.short_why)
     note = (f"dry run: preflight passed; would start {len(now.tasks)} tasks on backend {plan.backend}"
             + (f" ({small})" if small else ""))
     backend.close()
-    return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan_text=text, note=note))
+    return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan=now, note=note, spares=tuple(spares_of(spec)),
+                                                       standby=standby_line(spec, plan),
+                                                       notes=(start_note(spec, now), hang_line(spec, now))))
 
 
 def _start(spec: "Spec", plan: Plan, record, backend, found: PreflightPlans) -> Plan:
@@ -259,7 +258,7 @@ def _start(spec: "Spec", plan: Plan, record, backend, found: PreflightPlans) -> 
     return plan
 
 
-def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: Console, *, foreground: bool,
+def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: RunConsole, *, foreground: bool,
                panel: bool) -> RunResult:
     """The supervisor run to its end under the signals that stop it (Ctrl-C, SIGTERM, and in the
     foreground a closed terminal), the run's first lines said; how it ended, from its record.
@@ -297,23 +296,22 @@ def _supervise(supervisor, spec: "Spec", plan: Plan, record, console: Console, *
     if panel:
         console.start_panel(supervisor.view)  # on a terminal only
     try:
-        supervisor.run()
+        outcome = supervisor.run()
     finally:
         console.unfollow()
         console.end_panel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         record.close()
-    return run_result(supervisor.view.run, record)
+    return run_result(outcome, supervisor.view.run, record)
 
 
-def run_result(run, record) -> RunResult:
-    """The result of a supervised run from its one run fold (record/run.py's RunFacts, as the
-    supervisor's view folded the events it wrote): the outcome event's outcome and reason. A run
-    whose outcome never reached the view (its listener failed) is said failed, with that reason."""
-    if not run.outcome:
-        return RunResult(Outcome.FAILED, record.run_id, record.dir, "the run's outcome was not recorded")
-    return RunResult(Outcome(run.outcome), record.run_id, record.dir, run.reason)
+def run_result(outcome: Outcome, run, record) -> RunResult:
+    """The result of a supervised run: how it ended (``Supervisor.run``'s outcome) and why, from
+    its one run fold (record/run.py's RunFacts, as the supervisor's view folded the events it
+    wrote). An outcome event that never reached the view (its listener failed) is said so."""
+    reason = run.reason if run.outcome else "the run's outcome was not recorded"
+    return RunResult(outcome, record.run_id, record.dir, reason)
 
 
 def stoppable(fn):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import abc
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,27 +284,24 @@ class Backend(abc.ABC):
         Must answer within a few seconds. Default True (no probe: capabilities.port_probe)."""
         return True
 
+    def signal_tasks(self, handles: Sequence[TaskHandle], sig: int) -> None:
+        """Send ``sig`` to each of ``handles`` (``stop``'s way to signal). Default: one
+        ``TaskHandle.signal`` each; a backend that can signal many at once overrides it."""
+        for h in handles:
+            h.signal(sig)
+
     def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
         """SIGTERM every task, SIGKILL what is left after ``grace`` seconds (at once if 0).
 
         Returns the keys still not confirmed dead after ``deadline`` more seconds.
         """
         alive = [h for h in handles if h.poll() is None]
-        if grace > 0:
-            for h in alive:
-                h.signal(signal.SIGTERM)
-            end = time.monotonic() + grace
-            while alive and time.monotonic() < end:
-                time.sleep(0.05)
-                alive = [h for h in alive if h.poll() is None]
-        for h in handles:
-            # Also for tasks whose leader already exited: stragglers in their group die too.
-            h.signal(signal.SIGKILL)
-        end = time.monotonic() + deadline
-        while alive and time.monotonic() < end:
-            time.sleep(0.02)
-            alive = [h for h in alive if h.poll() is None]
-        return [h.key for h in alive]
+        if grace > 0 and alive:
+            self.signal_tasks(alive, signal.SIGTERM)
+            alive = _still_running(alive, grace, 0.05)
+        # Also for tasks whose leader already exited: stragglers in their group die too.
+        self.signal_tasks(handles, signal.SIGKILL)
+        return [h.key for h in _still_running(alive, deadline, 0.02)]
 
     def lost_hosts(self, hosts: Sequence[str], wait: float, stop: Any = None,
                    look: Mapping[str, float] = {}) -> dict[str, str]:
@@ -349,4 +347,23 @@ class Backend(abc.ABC):
         """``tfcluster down``: stop and remove whatever the recorded run left behind on this
         backend (after its launcher, if alive, was asked to stop), by the ids the record holds,
         never by name. Report through ``console``; True if anything was still running."""
+        return False
+
+
+def _still_running(handles: list[TaskHandle], seconds: float, every: float) -> list[TaskHandle]:
+    """Those of ``handles`` still running after at most ``seconds`` (polled every ``every`` s)."""
+    end = time.monotonic() + seconds
+    while handles and time.monotonic() < end:
+        time.sleep(every)
+        handles = [h for h in handles if h.poll() is None]
+    return handles
+
+
+def accepts(address: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether ``address:port`` takes a TCP connection within ``timeout`` seconds (``port_open``
+    where the port is reachable from this machine)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
         return False

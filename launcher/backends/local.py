@@ -26,7 +26,7 @@ from launcher.procinfo import group_alive, is_same, kill_group, not_own, port_ho
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
-from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
+from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, accepts
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
 
@@ -198,11 +198,7 @@ class LocalBackend(Backend):
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:
             return True
-        try:
-            with socket.create_connection(("127.0.0.1", task.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return accepts("127.0.0.1", task.port)
 
     # -------------------------------------------------------------- tfcluster down
 

@@ -94,6 +94,7 @@ def logs(args: argparse.Namespace, console: Console) -> int:
 
 def attach(args: argparse.Namespace, console: Console) -> int:
     from launcher.app.attach import attach as attach_run
+    from launcher.ui.attachtext import TextRenderer
 
     loaded, _plan = load(args.spec, console)
     # Ctrl-C detaches within a second whatever attach is blocked on (launcher/interrupts.py).
@@ -101,7 +102,7 @@ def attach(args: argparse.Namespace, console: Console) -> int:
         code = elsewhere(loaded, Elsewhere("attach", run_id=args.run), console)
         if code is not None:
             return code
-        ended = attach_run(loaded, console, run_id=args.run, shown=args.spec)
+        ended = attach_run(loaded, console, TextRenderer(console, args.spec), run_id=args.run)
     return EXIT_OK if ended.detached else exit_code(ended.final)
 
 

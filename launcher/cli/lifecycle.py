@@ -30,17 +30,25 @@ def up(args: argparse.Namespace, console: Console) -> int:
     if args.detach and not args.dry_run and not supervise:
         return show_detached(detach.start(args.spec, console, quiet=args.quiet, force=args.force), args.spec, console)
     if supervise:
-        return show_run(detach.supervise(loaded, plan, args.spec, supervise, dry_run=args.dry_run, force=args.force,
-                                         quiet=args.quiet, verbose=args.verbose, panel=panel), console)
+        return show_run(detach.supervise(loaded, plan, args.spec, supervise, _plain_console, dry_run=args.dry_run,
+                                         force=args.force, quiet=args.quiet, verbose=args.verbose, panel=panel), console)
     return show_run(execution.up(loaded, plan, console, shown=args.spec, dry_run=args.dry_run, force=args.force,
                                  quiet=args.quiet, verbose=args.verbose, panel=panel), console)
+
+
+def _plain_console(out, err) -> Console:
+    """The detached supervisor's console: plain lines into the channels of its hand-over."""
+    return Console(out=out, err=err, color=False)
 
 
 def show_run(result: RunResult, console: Console) -> int:
     """A run's end is said by its supervisor (the report); a dry run's plan is shown here."""
     if result.dry_run is not None:
-        print(result.dry_run.plan_text)
-        console.info(result.dry_run.note)
+        from launcher.ui.plantext import render_plan
+
+        d = result.dry_run
+        print(render_plan(d.plan, spares=d.spares, standby=d.standby, notes=d.notes))
+        console.info(d.note)
     return exit_code_for(result.outcome)
 
 

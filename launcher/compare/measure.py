@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
 from launcher.contract.progress import Progress, Throughput, parse
-from launcher.record.events import Event, RecordEvent, parse_event
+from launcher.record.events import Failure, RecordEvent, RunOutcome, parse_event
 from launcher.record.run import fold_run
 from launcher.record.states import Outcome, ResultStatus
 
@@ -63,14 +63,14 @@ def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optio
     m = Measurement()
     run = fold_run(events)  # (the run's start, outcome and attempts: record/run.py)
     t0 = m.started_at = run.started
-    outcome = next((e for e in reversed(events) if e.kind == Event.OUTCOME), None)
+    outcome = next((e for e in reversed(events) if isinstance(e, RunOutcome)), None)
     if run.outcome:
         m.status = {Outcome.SUCCEEDED: OK, Outcome.INTERRUPTED: INTERRUPTED}.get(run.outcome, FAILED)
         m.exit_code = run.exit_code
         m.attempts = run.outcome_attempts or 0
         if t0 is not None and run.ended is not None:
             m.wall_s = _round(run.ended - t0)
-    failure = next((e for e in reversed(events) if e.get("event") == Event.FAILURE), None)
+    failure = next((e for e in reversed(events) if isinstance(e, Failure)), None)
     if m.status != OK:
         m.error = error_text(failure, outcome)
 
@@ -111,16 +111,14 @@ def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optio
     return m
 
 
-def error_text(failure: Optional[dict], outcome: Optional[dict]) -> str:
+def error_text(failure: Optional[Failure], outcome: Optional[RunOutcome]) -> str:
     """One line: which task failed and why, with its exception (or ``error:``) line."""
     if failure is None:
-        reason = (outcome or {}).get("reason") or (outcome or {}).get("outcome") or "no outcome recorded"
-        return str(reason)
-    text = f"{failure.get('task')} failed: {failure.get('reason')}"
-    detail = next(iter(failure.get("errors") or ()), None)
+        return (outcome.reason or outcome.outcome) if outcome is not None else "no outcome recorded"
+    text = f"{failure.task} failed: {failure.reason}"
+    detail = next(iter(failure.errors), None)
     if detail is None:
-        detail = next((line.strip() for line in reversed(failure.get("last_lines") or ())
-                       if "error:" in line.lower()), None)
+        detail = next((line.strip() for line in reversed(failure.last_lines) if "error:" in line.lower()), None)
     return f"{text}: {detail}" if detail else text
 
 

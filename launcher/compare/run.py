@@ -255,8 +255,9 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
         g = replay(record.dir).goodput(time.time())  # (at the run's end: it has its outcome)
         if g is not None:
             m.goodput, m.badput = round(g.fraction, 4), {c: round(s, 3) for c, s in g.badput.items()}
+        m.exit_code = exit_code_for(result.outcome)  # (what `tfcluster up` of it exits with)
         if m.status == OK and result.outcome != Outcome.SUCCEEDED:
-            m.status, m.exit_code = FAILED, exit_code_for(result.outcome)
+            m.status = FAILED
         if m.status == OK:
             line.done(f"ok in {m.wall_s or 0:.0f} s: {m.examples_per_sec or 0:.0f} examples/s, "
                       f"test accuracy {m.test_accuracy if m.test_accuracy is not None else '?'}")

@@ -237,14 +237,6 @@ def shrunk(spec: Spec, plan: Plan) -> bool:
     return sum(1 for t in plan.tasks if t.type == "worker") < spec.tasks.worker.count
 
 
-def plans_in_use(first: Plan, later: Sequence[Replan]) -> list[tuple[str, ...]]:
-    """Each plan's hosts, in order (the final report's "plans used")."""
-    out = [tuple(sorted({t.host for t in first.tasks}))]
-    out += [tuple(sorted({t.host for t in r.plan.tasks})) for r in later]
-    return out
-
-
-
 # -------------------------------------------------------------- starting smaller (a group with a min)
 
 

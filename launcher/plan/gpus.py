@@ -20,7 +20,7 @@ with CUDA_VISIBLE_DEVICES turns the placement off.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from launcher.contract import envnames
 from launcher.remote import gpuplace
@@ -530,11 +530,6 @@ def asked(spec) -> bool:
             or any(spec.tasks.group(t).gpus for t in ("chief", "worker", "ps", "evaluator")))
 
 
-def cpu_hosts(known: Mapping[str, Sequence[Gpu]], tasks: Iterable) -> list[str]:
-    """The hosts with GPU tasks and no NVIDIA GPU (their tasks run on CPU)."""
-    return [h for h in dict.fromkeys(t.host for t in tasks if t.gpus.uses_gpu) if h in known and not known[h]]
-
-
 def gpu_room(spec, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, int]:
     """The GPUs the run may use on each host whose GPUs are known and that has no ``slots``:
     how many GPU-count tasks (``gpus_per_task: N``) it can hold, in GPUs."""
@@ -542,6 +537,12 @@ def gpu_room(spec, found: Mapping[str, Optional[Sequence[Gpu]]]) -> dict[str, in
     slotted = {h.name for h in spec.hosts if h.slots is not None}
     return {h: len(gpuplace.usable([g[0] for g in g_list], use)) for h, g_list in found.items()
             if g_list is not None and h not in slotted}
+
+
+def show_gpus(plan) -> bool:
+    """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
+    (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
+    return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)
 
 
 def ids_text(ids: Sequence[int]) -> str:

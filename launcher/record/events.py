@@ -1,7 +1,7 @@
 """The events of a run record: one frozen dataclass per kind, each a line of ``events.jsonl``.
 
 Written as values (``record.write(HostLost(host=..., how=..., suspect=True, ...))``, the supervisor
-and the backends; ``writer.append_event(run_dir, Outcome(...))`` for ``tfcluster down`` of a run
+and the backends; ``writer.append_event(run_dir, RunOutcome(...))`` for ``tfcluster down`` of a run
 whose supervisor is gone), never as keyword bags (tests/unit/record/test_record_vocabulary.py checks
 every write). Read back once, by ``parse_event`` (record/reader.py calls it for every line): each
 field of the wrong type or range (a string where a number goes, NaN or Infinity, a negative offset
@@ -12,8 +12,10 @@ or pid, a bool for a count) makes the record damaged, ``RunRecordDamaged``, one 
 On disk a line is ``{"time": ..., "event": KIND, <the fields>}``; a field that is None is left
 out (it reads back as None). ``Start`` and ``StandbyPromoted`` carry the backend's ``process``
 facts (``TaskHandle.info()``: pid, pgid, start_time, container, slurm_job, ...) flattened into the
-line, as they always were. Each event is also a read-only Mapping of its line (``e["task"]``,
-``e.get("code")``): readers that look at a line's keys read the validated values.
+line, as they always were. Readers dispatch on the classes (``isinstance(e, Start)``, ``e.task``),
+never on the line's ``"event"`` key (tests/unit/record/test_record_vocabulary.py lists the few
+left: record/fold.py, record/goodput.py). Each event is also a read-only Mapping of its line
+(``e["task"]``, ``e.get("code")``) for those, which read the validated values.
 
 Attempts are numbered one way everywhere: ``attempt`` is the 0-based index of the attempt the event
 belongs to (the first is 0, the value of TFCLUSTER_RESTART_COUNT); ``restart`` and ``replan`` name
@@ -397,7 +399,7 @@ class RunOutcome(RecordEvent):
 
     KIND: ClassVar[str] = Event.OUTCOME
     outcome: str = ""  # record/states.py's Outcome
-    exit_code: Optional[int] = None
+    exit_code: Optional[int] = None  # written by older versions only: the CLI maps the outcome to one
     attempts: Optional[Count] = None
     reason: str = ""
     tasks: Optional[dict[str, dict[str, JSON]]] = None  # per task, how it ended

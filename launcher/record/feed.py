@@ -29,10 +29,11 @@ from typing import Any, Callable, Optional
 
 from launcher.safefile import open_regular
 from launcher.safefile import write_whole
-from launcher.record.events import Event, fields_conform
+from launcher.record import events as ev
+from launcher.record.events import RecordEvent, fields_conform
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
-from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
+from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, log_chunks, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from launcher.record.view import RunView
 
 SNAPSHOT_VERSION = 3  # 3: the view holds the run fold (record/run.py) and its goodput marks; an older snapshot is replayed past
@@ -42,7 +43,7 @@ CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not gro
 LINE_BYTES = 1 << 20  # a log line longer (a task that printed 100 MB without a newline) is fed in pieces
 # What a damaged record's values of the wrong kind raise in the code that reads them.
 DAMAGE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
-_BETWEEN = (Event.EXIT, Event.STOPPED, Event.FAILURE, Event.TASK_RESTART)  # after these, a task's next lines wait
+_BETWEEN = (ev.Exit, ev.Stopped, ev.Failure, ev.TaskRestart)  # after these, a task's next lines wait
 
 
 class RecordFeed:
@@ -104,22 +105,21 @@ class RecordFeed:
                 self._fed[key] = 0
                 self._waiting.add(key)
         for i, event in enumerate(events):
-            kind, key = event.get("event"), event.get("task")
+            key = getattr(event, "task", None)  # (the kinds about one task have a task field)
             later = events[i + 1:]
-            if kind == Event.START and key:
-                offset = event.get("log_offset")
-                if isinstance(offset, int):  # (the last attempt's late lines too: before its start)
-                    self._feed(key, offset, waiting_too=True)
-                self._waiting.discard(key)
+            if isinstance(event, ev.Start):
+                if event.log_offset is not None:  # (the last attempt's late lines too: before its start)
+                    self._feed(event.task, event.log_offset, waiting_too=True)
+                self._waiting.discard(event.task)
             elif key in self._fed:
                 self._feed(key, _next_start(later, key), waiting_too=False)
-                if kind in _BETWEEN:
+                if isinstance(event, _BETWEEN):
                     self._waiting.add(key)
-            elif kind == "restart":
+            elif isinstance(event, ev.Restart):
                 for k in self._fed:
                     self._feed(k, _next_start(later, k), waiting_too=False)
                 self._waiting.update(self._fed)
-            elif kind == Event.OUTCOME:
+            elif isinstance(event, ev.RunOutcome):
                 for k in self._fed:
                     self._feed(k, _next_start(later, k), waiting_too=True)
                 self._ended = True
@@ -131,15 +131,16 @@ class RecordFeed:
 
     # -------------------------------------------------------------- internals
 
-    def _keys(self, events: list[dict]) -> list[str]:
+    def _keys(self, events: list[RecordEvent]) -> list[str]:
         keys = list(self.view.tasks)
         for e in events:
-            keys += list(e.get("tasks") or ()) if e.get("event") == Event.RUN_START else []
-            if e.get("task"):
-                keys.append(e["task"])
+            keys += e.tasks if isinstance(e, ev.RunStart) else []
+            task = getattr(e, "task", None)
+            if task:
+                keys.append(task)
         return list(dict.fromkeys(k for k in keys if isinstance(k, str)))
 
-    def _new_events(self) -> list[dict]:
+    def _new_events(self) -> list[RecordEvent]:
         path = self.run_dir / EVENTS_FILE
         try:
             with open_regular(path, follow=False) as fh:  # (not a FIFO, nor a link out of the run dir)
@@ -179,38 +180,24 @@ class RecordFeed:
         with fh:
             stamp = os.fstat(fh.fileno()).st_mtime
             now = min(stamp, self.clock()) if not self._replayed else self.clock()
-            fh.seek(start)
-            left = None if upto is None else upto - start
-            carry = b""  # the start of a line the last chunk cut
-            while left is None or left > 0:
-                try:
-                    data = fh.read(CHUNK if left is None else min(CHUNK, left))
-                except OSError:
-                    return
-                if not data:
-                    return
-                if left is not None:
-                    left -= len(data)
-                data = carry + data
-                cut = data.rfind(b"\n") + 1
-                complete, carry = data[:cut], data[cut:]
-                used = len(complete)
-                if len(carry) > LINE_BYTES:  # one line past the bound: its pieces are lines of their own
-                    used = len(data)
-                    complete += b"".join(carry[i:i + LINE_BYTES] + b"\n" for i in range(0, len(carry), LINE_BYTES))
-                    carry = b""
-                if complete:
-                    start += used
+            try:
+                for piece in log_chunks(fh, start, upto, LINE_BYTES, CHUNK):
+                    if not (piece.lines or piece.long):
+                        continue  # (a range's last line without its newline: tfcluster writes none)
+                    start += len(piece.lines) + len(piece.long)
                     self._fed[key] = start
-                    lines = complete.decode("utf-8", "replace").split("\n")[:-1]
+                    long = b"".join(piece.long[i:i + LINE_BYTES] + b"\n" for i in range(0, len(piece.long), LINE_BYTES))
+                    lines = (piece.lines + long).decode("utf-8", "replace").split("\n")[:-1]
                     self.view.lines(key, [line for line in lines if not line.startswith(STANDBY_PREFIX)], now)
+            except OSError:
+                return
 
 
-def _next_start(events: list[dict], key: str) -> Optional[int]:
+def _next_start(events: list[RecordEvent], key: str) -> Optional[int]:
     """Where ``key``'s next attempt begins in its log, if one of ``events`` starts it."""
     for e in events:
-        if e.get("event") == Event.START and e.get("task") == key and isinstance(e.get("log_offset"), int):
-            return e["log_offset"]
+        if isinstance(e, ev.Start) and e.task == key and e.log_offset is not None:
+            return e.log_offset
     return None
 
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from launcher.plan.hostloss import lost_phrase
-from launcher.record.events import Event
+from launcher.record.events import HostAdded, HostLost, RecordEvent, Replan
 from launcher.record.taskview import TaskView
 
-KINDS = (Event.HOST_LOST, Event.REPLAN, Event.HOST_ADDED)
+KINDS = (HostLost, Replan, HostAdded)  # the event classes ``apply`` folds
 
 
 def suspect_lines(view: Any) -> list[str]:
@@ -58,32 +58,28 @@ class HostChange:
         return "; ".join(parts)
 
 
-def apply(view: Any, kind: str, record: Mapping[str, Any], at: Optional[float]) -> None:
-    """Fold one membership event (one of KINDS) into ``view`` (a RunView; ``view._lost``: the
-    host_lost events not yet replanned)."""
-    if kind == Event.HOST_LOST:
-        host, how = str(record.get("host", "")), str(record.get("how", ""))
-        view._lost[host] = how
-        if record.get("suspect"):
-            view.suspects[host] = record.get("settle") or 0.0
-    elif kind == Event.REPLAN:
-        moved = {k: str((v or {}).get("to", "")) for k, v in (record.get("moved") or {}).items()}
+def apply(view: Any, record: RecordEvent, at: Optional[float]) -> None:
+    """Fold one membership event (of a class in KINDS) into ``view`` (a RunView; ``view._lost``:
+    the host_lost events not yet replanned)."""
+    if isinstance(record, HostLost):
+        view._lost[record.host] = record.how
+        if record.suspect:
+            view.suspects[record.host] = record.settle or 0.0
+    elif isinstance(record, Replan):
+        moved = {k: str((v or {}).get("to", "")) for k, v in record.moved.items()}
         steps = [t.global_step for t in view.tasks.values() if t.global_step is not None]
-        lost = {h: view._lost.pop(h, "") for h in record.get("lost", ())}
-        view.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.get("dropped", ())),
-                                            added=dict(record.get("added") or {}),
-                                            before=max(steps) if steps else None))
-        keys = record.get("tasks")
-        _resized(view, record, lost, keys)
-        if keys is not None:  # a shrunk group: the rows of the tasks left out go
-            view.tasks = {k: view.tasks.get(k) or TaskView(k) for k in keys}
-        view.spares = [h for h in view.spares if h not in moved.values() and h not in (record.get("added") or {}).values()]
-    elif kind == Event.HOST_ADDED:
-        host = str(record.get("host", ""))
-        view.suspects.pop(host, None)
-        view._lost.pop(host, None)  # back before any replan (the group waited for it)
-        if host and record.get("spare", True) and host not in view.spares:
-            view.spares.append(host)
+        lost = {h: view._lost.pop(h, "") for h in record.lost}
+        view.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.dropped),
+                                            added=dict(record.added), before=max(steps) if steps else None))
+        _resized(view, record, lost)
+        if record.tasks is not None:  # a shrunk group: the rows of the tasks left out go
+            view.tasks = {k: view.tasks.get(k) or TaskView(k) for k in record.tasks}
+        view.spares = [h for h in view.spares if h not in moved.values() and h not in record.added.values()]
+    elif isinstance(record, HostAdded):
+        view.suspects.pop(record.host, None)
+        view._lost.pop(record.host, None)  # back before any replan (the group waited for it)
+        if record.host and record.spare and record.host not in view.spares:
+            view.spares.append(record.host)
 
 
 def resumed(view: Any, t: TaskView) -> None:
@@ -102,16 +98,16 @@ def started(view: Any, group: Any) -> None:
         view.group_sizes = [{"attempt": 1, "size": group["size"], "of": group["of"], "why": str(group.get("why", ""))}]
 
 
-def _resized(view: Any, record: Mapping[str, Any], lost: Mapping[str, str], keys: Any) -> None:
+def _resized(view: Any, record: Replan, lost: Mapping[str, str]) -> None:
     """A replan of a run whose worker group has a min: its size from the replan's attempt on."""
-    if not view.group_sizes or not isinstance(keys, list):
+    if not view.group_sizes or record.tasks is None:
         return
-    size = sum(1 for k in keys if str(k).startswith("worker:"))
+    size = sum(1 for k in record.tasks if k.startswith("worker:"))
     of = view.group_sizes[0]["of"]
-    back = list(dict.fromkeys((record.get("added") or {}).values()))
+    back = list(dict.fromkeys(record.added.values()))
     why = "; ".join(([f"{', '.join(lost)} lost"] if lost else []) + ([f"{', '.join(back)} back"] if back else []))
-    attempt = record.get("attempt")  # (0-based, as TFCLUSTER_RESTART_COUNT: the attempt the new plan starts)
-    view.group_sizes.append({"attempt": attempt + 1 if isinstance(attempt, int) else len(view.group_sizes) + 1,
+    attempt = record.attempt  # (0-based, as TFCLUSTER_RESTART_COUNT: the attempt the new plan starts)
+    view.group_sizes.append({"attempt": attempt + 1 if attempt is not None else len(view.group_sizes) + 1,
                              "size": size, "of": of, "why": why})
 
 

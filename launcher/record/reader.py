@@ -14,7 +14,7 @@ import json
 import re
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Iterator, NamedTuple, Optional
 
 from launcher.safefile import open_regular
 from launcher.bounded import shown
@@ -70,10 +70,12 @@ def loads_strict(text: str) -> Any:
 
 
 def read_events(run_dir: Path, strict: bool = False) -> list[RecordEvent]:
-    """A run's ``events.jsonl`` as written by ``RunRecord.event``; no file, no events. A last
-    line without its newline was cut by a crash mid-write and is skipped. Any other line that is
-    not an event is skipped, or with ``strict`` makes the record damaged (RecordDamaged naming
-    the line; also for a file that exists but cannot be read)."""
+    """A run's ``events.jsonl`` (written by ``RunRecord.write`` and ``append_event``), each line
+    parsed into its event class (``parse_events``); no file, no events. A last line without its
+    newline was cut by a crash mid-write and is skipped. Any other line that is not an event is
+    skipped, or with ``strict`` makes the record damaged (RecordDamaged naming the line). A file
+    that exists but cannot be read (or is over ``FILE_BYTES``) reads as no events, or with
+    ``strict`` is RecordDamaged."""
     path = Path(run_dir) / EVENTS_FILE
     try:
         text = read_bounded(path).decode("utf-8", errors="replace")
@@ -100,6 +102,47 @@ def read_bounded(path: Path, limit: int = FILE_BYTES) -> bytes:
         raise RecordDamaged(f"run record damaged: {path} is more than {limit:,} bytes, far more than tfcluster "
                             "writes there; move it away (or delete the run) to read the others")
     return data
+
+
+# ------------------------------------------------------------------ a task's log
+
+
+class LogChunk(NamedTuple):
+    """What one read of a log gives (``log_chunks``); the bytes of the file it stands for are
+    ``len(lines) + len(long) + len(last)``."""
+
+    lines: bytes  # the whole lines the read ends, each with its newline
+    long: bytes = b""  # the start of a line already past the bound, without its newline: its rest comes next
+    last: bytes = b""  # the end of a range: its last line, which had no newline
+
+
+def log_chunks(fh: IO[bytes], start: int, end: Optional[int], line_bytes: int,
+               chunk: int) -> Iterator[LogChunk]:
+    """The lines of an open log from byte ``start`` to ``end`` (None: as far as it goes), read
+    ``chunk`` bytes at a time: a log of gigabytes, or one line of 100 MB, does not fill memory.
+    A line longer than ``line_bytes`` is given out as it comes (``LogChunk.long``). Past the
+    last newline of the file, a line still being written waits for a later read; a range that
+    ``end`` closes ends where the next attempt begins, so its last line is whole
+    (``LogChunk.last``). OSError as reading raises it."""
+    fh.seek(start)
+    left = None if end is None else max(0, end - start)
+    carry = b""  # the start of a line the last chunk cut
+    while left is None or left > 0:
+        data = fh.read(chunk if left is None else min(chunk, left))
+        if not data:
+            break
+        if left is not None:
+            left -= len(data)
+        data = carry + data
+        cut = data.rfind(b"\n") + 1
+        lines, carry = data[:cut], data[cut:]
+        if len(carry) > line_bytes:
+            yield LogChunk(lines, long=carry)
+            carry = b""
+        elif lines:
+            yield LogChunk(lines)
+    if end is not None and carry:
+        yield LogChunk(b"", last=carry)
 
 
 def read_allocation(run_dir: Path, backend: str) -> dict[str, Any]:

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract.progress import Progress, Throughput, parse, step_shape
-from launcher.record import fold, hosts
+from launcher.record import events as ev, fold, hosts
 from launcher.record.goodput import Goodput, Marks, measure
-from launcher.record.events import Event, RecordEvent, parse_event
+from launcher.record.events import RecordEvent, parse_event
 from launcher.record.hosts import HostChange
 from launcher.record.run import RunFacts
 from launcher.record.states import TaskPhase, TaskState
@@ -198,27 +198,22 @@ class RunView:
     # -------------------------------------------------------------- internals
 
     def _event(self, record: RecordEvent) -> None:
-        kind = record.kind
         at = record.time
-        key = record.get("task")
         self.run.apply(record)
         self.marks.event(record)
-        if kind == Event.RUN_START:
-            self.name = record.get("name", self.name)
-            self.strategy = record.get("strategy", self.strategy)
-            self.backend = record.get("backend", self.backend)
-            self.run_id = record.get("run_id", self.run_id)
-            self.run_dir = record.get("run_dir", self.run_dir)
-            if record.get("max_restarts") is not None:
-                self.max_attempts = int(record["max_restarts"]) + 1
+        if isinstance(record, ev.RunStart):
+            self.name, self.strategy, self.backend = record.name, record.strategy, record.backend
+            self.run_id, self.run_dir = record.run_id, record.run_dir
+            if record.max_restarts is not None:
+                self.max_attempts = record.max_restarts + 1
             self.started_at = self.run.started
-            for k in record.get("tasks", ()):
+            for k in record.tasks:
                 self.task(k)
-            self.spares = list(record.get("spares", ()))
-            hosts.started(self, record.get("group"))
-        elif kind in hosts.KINDS:
-            hosts.apply(self, kind, record, at)
-        elif kind in fold.STATE_KINDS:
+            self.spares = list(record.spares or ())
+            hosts.started(self, record.group)
+        elif isinstance(record, hosts.KINDS):
+            hosts.apply(self, record, at)
+        elif record.kind in fold.STATE_KINDS:  # (the task state machine, record/fold.py)
             started = fold.step(self.tasks, record, TaskView)
             if started is not None:  # a new process: the figures of the previous one go
                 self.attempt = started.attempt if self.attempt is None else max(self.attempt, started.attempt)
@@ -232,23 +227,19 @@ class RunView:
                 t.loss = t.accuracy = None
                 t.last_line = ""
                 t.has_result = False
-            if kind == Event.OUTCOME:
+            if isinstance(record, ev.RunOutcome):
                 self.outcome, self.exit_code, self.ended_at = self.run.outcome, self.run.exit_code, self.run.ended
-        elif kind == Event.GPU_USAGE:
-            figures = record.get("tasks")
-            for key, pair in (figures.items() if isinstance(figures, dict) else ()):
-                if key in self.tasks and isinstance(pair, (list, tuple)) and len(pair) == 2:
+        elif isinstance(record, ev.GpuUsage):
+            for key, pair in record.tasks.items():
+                if key in self.tasks and len(pair) == 2:
                     t = self.tasks[key]
                     t.gpu_mib, t.gpu_util = _int(pair[0]), _int(pair[1])
                     t.gpu_peak_mib = max(t.gpu_peak_mib or 0, t.gpu_mib or 0)
-        elif kind == Event.TASK_GPUS and key:
-            ids = record.get("gpus")
-            if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
-                t = self.task(key)
-                t.gpus = tuple(ids)
-                visible, coll = record.get("visible"), record.get("collective")
-                t.gpus_visible = visible if isinstance(visible, str) else ""
-                t.collective = coll if isinstance(coll, str) else ""
+        elif isinstance(record, ev.TaskGpus) and record.task:
+            if all(isinstance(i, int) for i in record.gpus):
+                t = self.task(record.task)
+                t.gpus = tuple(record.gpus)
+                t.gpus_visible, t.collective = record.visible, record.collective
 
     def _line(self, key: str, text: str, now: float) -> None:
         t = self.task(key)

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.contract import envnames
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, AttemptImpossible, LaunchError, exc_text
+from launcher.errors import AttemptImpossible, LaunchError, exc_text
 from launcher.plan.build import Plan
 from launcher.record import events as ev
 from launcher.record.feed import SnapshotWriter
@@ -32,7 +32,7 @@ from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.supervise.gpuwatch import GpuWatch
 from launcher.supervise.group import BEAT, STACK, TaskGroup
-from launcher.supervise.membership import Membership
+from launcher.supervise.membership import Membership, Moved
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
@@ -122,8 +122,9 @@ class Supervisor:
 
     # -------------------------------------------------------------- public
 
-    def run(self) -> int:
-        """Run attempts until success, a permanent failure, the restart budget, or a stop."""
+    def run(self) -> Outcome:
+        """Run attempts until success, a permanent failure, the restart budget, or a stop: how
+        the run ended (the CLI alone turns it into an exit code)."""
         elastic = self.members.spares()  # (spares, group: the elastic fields)
         self.record.write(ev.RunStart(run_id=self.record.run_id, name=self.plan.name, strategy=self.plan.strategy,
                                       backend=self.plan.backend, tasks=list(self.plan.keys),
@@ -144,35 +145,35 @@ class Supervisor:
                     except LaunchError as exc:
                         for line in exc.lines:
                             self.console.error(line)
-                        return self._finish(EXIT_FAILED, Outcome.FAILED, reason="; ".join(exc.lines))
-                    return self._finish(EXIT_OK, Outcome.SUCCEEDED)
+                        return self._finish(Outcome.FAILED, reason="; ".join(exc.lines))
+                    return self._finish(Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
-                    return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
+                    return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)
                 if attempt.state == AttemptState.REGROW:
-                    moved = self.members.regrow(number)
-                    if moved:
-                        return moved
+                    ended = self.members.regrow(number)
+                    if ended is not None:
+                        return ended
                     number += 1  # a membership change, not a failure
                     continue
                 failure = attempt.failure
                 assert failure is not None
                 if self.members.elastic:
                     moved = self.members.after_failure(number, attempt.sessions_lost)
-                    if moved is not None:
-                        if moved != 0:
-                            return moved  # the run's exit code: no spare left, too many losses, interrupted
+                    if isinstance(moved, Outcome):
+                        return moved  # the run ended: no spare left, too many losses, interrupted
+                    if moved is Moved.RESTART:
                         number += 1  # a host loss is the infrastructure's, not a failure of the training
                         continue
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
                     if not failure.final:  # a final failure's own line already said it all
                         self.console.error(f"{failure.key}: {why}")
-                    return self._finish(EXIT_FAILED, Outcome.FAILED, reason=why)
+                    return self._finish(Outcome.FAILED, reason=why)
                 if failures >= self.restart.max_restarts:
                     why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
                            f"{self.restart.max_restarts}; raise it to retry more")
                     self.console.error(why)
-                    return self._finish(EXIT_FAILED, Outcome.FAILED, reason=why)
+                    return self._finish(Outcome.FAILED, reason=why)
                 number += 1
                 failures += 1
                 delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
@@ -184,7 +185,7 @@ class Supervisor:
                 self.record.write(ev.Restart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
                                              ports={t.key: t.port for t in self.plan.tasks} if fresh else None))
                 if delay and self.stop_event.wait(delay):
-                    return self._finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED, reason=self.stop_reason)
+                    return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
             self.members.close()
             self._stop_all(grace=0)
@@ -219,9 +220,9 @@ class Supervisor:
             on_ready()
         self.prewarm.arm(attempt)
 
-    def _finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+    def _finish(self, outcome: Outcome, reason: str = "") -> Outcome:
         """End the run: its outcome and final report (Membership ends it too: no spare left...)."""
-        return self.report.finish(code, outcome, reason=reason)
+        return self.report.finish(outcome, reason=reason)
 
     # -------------------------------------------------------------- one attempt
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
+from enum import Enum
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from launcher.backends import placed_hosts
 from launcher.backends.base import Backend
@@ -18,7 +19,7 @@ from launcher.ui.console import Console
 from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, group_size, on_fresh_ports, options,
                                    replace_lost, shrunk, size_phrase, spare_hosts, suspect_how, too_many_losses)
 from launcher.plan.build import Plan
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, SpecError
+from launcher.errors import SpecError
 from launcher.record import events as ev
 from launcher.plan.hostloss import SUSPECT, lost_phrase
 from launcher.record.states import Outcome
@@ -26,16 +27,23 @@ from launcher.record.writer import RunRecord
 from launcher.spec.model import Spec
 
 
+class Moved(Enum):
+    """What ``Membership.after_failure`` found, when the run goes on (else the run's Outcome)."""
+
+    NO = "no host lost: the failure is the training's (the restart policy decides)"
+    RESTART = "hosts lost: restart under the plan now in use (a loss spends no restart)"
+
+
 LOOK = 1.0  # s: how long a host whose sessions were lost is given to say it still answers
 
 
 class Membership:
     def __init__(self, plan: Plan, backend: Backend, record: RunRecord, console: Console,
-                 stop_event: threading.Event, finish: Callable[..., int], spec: Optional[Spec] = None,
+                 stop_event: threading.Event, finish: Callable[..., Outcome], spec: Optional[Spec] = None,
                  static_hosts: Optional[Sequence[str]] = None, discovery_cwd: Optional[Path] = None,
                  absent: Mapping[str, str] = {}, short_why: str = "") -> None:
-        """``finish(code, outcome, reason=...)``: end the run (the supervisor's final report), its
-        exit code returned. ``absent`` (host -> why), ``short_why``: a worker group with a min the
+        """``finish(outcome, reason=...)``: end the run (the supervisor's final report), the
+        outcome returned. ``absent`` (host -> why), ``short_why``: a worker group with a min the
         preflight's findings start smaller (launcher/plan/startsmall.py's PreflightPlans)."""
         self.plan = plan
         # Hosts that come and go (launcher/plan/elastic.py): on when the spec asks for it or lists
@@ -103,16 +111,16 @@ class Membership:
             return out
         return {}
 
-    def regrow(self, number: int) -> Optional[int]:
+    def regrow(self, number: int) -> Optional[Outcome]:
         """After attempt ``number`` ended for a membership change (REGROW): move the tasks of the
         hosts discovery dropped, or grow the group onto the hosts back. None: restart under the
-        plan now in use; else the run's exit code."""
+        plan now in use; else how the run ended."""
         assert self.spec is not None
         if self.vanished:  # discovery says hosts of the plan are gone: move their tasks
-            moved = self.move_lost_hosts(number, lost=self.vanished)
+            ended = self.move_lost_hosts(number, lost=self.vanished)
             self.vanished = {}
-            if moved:
-                return moved
+            if ended is not None:
+                return ended
         else:
             try:
                 change = grow(self.spec, self.plan, self.down, avoid=self._ports_used())
@@ -133,14 +141,14 @@ class Membership:
             return True
         return bool(self.down) and self._hosts_back(number)
 
-    def after_failure(self, number: int, sessions: Mapping[str, float]) -> Optional[int]:
+    def after_failure(self, number: int, sessions: Mapping[str, float]) -> Union[Moved, Outcome]:
         """After a failed attempt: was it the infrastructure's? ``sessions``: the hosts whose
         tasks' SSH sessions were lost in it (host -> when). Those hosts, and any host of the plan
         that does not answer now (or announced its preemption), are *suspect* until they answer
-        for elastic.settle s without a break; the loss never spends restart.max_restarts. None:
-        no host is suspect (the failure is the training's). 0: restart under the plan now in use
-        (tasks moved to spares, a shrunk group, or the suspect hosts settled within
-        elastic.host_wait). Else the run's exit code (one line said why)."""
+        for elastic.settle s without a break; the loss never spends restart.max_restarts.
+        ``Moved.NO``: no host is suspect (the failure is the training's). ``Moved.RESTART``:
+        restart under the plan now in use (tasks moved to spares, a shrunk group, or the suspect
+        hosts settled within elastic.host_wait). Else how the run ended (one line said why)."""
         assert self.spec is not None
         opts = options(self.spec)
         hosts, look = self._look_at(sessions)
@@ -150,7 +158,7 @@ class Membership:
         else:
             quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event, look=look)
         if self.stop_event.is_set():
-            return self.finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED)
+            return self.finish(Outcome.INTERRUPTED)
         lost = {}
         for host in hosts:
             if host in quiet and quiet[host].startswith("preempted"):
@@ -158,8 +166,9 @@ class Membership:
             elif host in sessions or host in quiet:
                 lost[host] = suspect_how(opts.settle, sessions.get(host), answering=host not in quiet)
         if not lost:
-            return None
-        return self._lose(number, lost)
+            return Moved.NO
+        ended = self._lose(number, lost)
+        return Moved.RESTART if ended is None else ended
 
     def look_ahead(self, sessions: Mapping[str, float]) -> None:
         """Start after_failure's look at the plan's hosts now, in a thread, for the same
@@ -177,15 +186,16 @@ class Membership:
         hosts = sorted({t.host for t in self.plan.tasks})
         return hosts, {h: LOOK for h in hosts if h in sessions}
 
-    def move_lost_hosts(self, number: int, lost: dict[str, str]) -> Optional[int]:
+    def move_lost_hosts(self, number: int, lost: dict[str, str]) -> Optional[Outcome]:
         """Hosts of the plan gone for good (discovery dropped them): their tasks move to spares,
-        or the group shrinks; 0, or the run's exit code (one line)."""
+        or the group shrinks; None, or how the run ended (one line)."""
         return self._lose(number, lost, wait=False)
 
-    def _lose(self, number: int, lost: dict[str, str], wait: bool = True) -> int:
+    def _lose(self, number: int, lost: dict[str, str], wait: bool = True) -> Optional[Outcome]:
         """Record ``lost`` (host -> how), count them against elastic.max_host_losses, and replan:
         each lost host's tasks to a spare, else a shrink to tasks.worker.min, else (``wait``)
-        wait up to elastic.host_wait for the hosts to settle and restart on them."""
+        wait up to elastic.host_wait for the hosts to settle and restart on them. None: restart
+        under the plan now in use; else how the run ended."""
         assert self.spec is not None
         opts = options(self.spec)
         for host, how in sorted(lost.items()):
@@ -196,27 +206,27 @@ class Membership:
         if too_many:
             line = f"{said}; {too_many}"
             self.console.error(line)
-            return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
+            return self.finish(Outcome.FAILED, reason=line)
         try:
             change = replace_lost(self.spec, self.plan, sorted(lost), self.down, avoid=self._ports_used())
         except SpecError as exc:  # no fresh port left below 65536 (each replan takes new ones)
             line = f"{said}; the group cannot be replanned: {exc.lines[0]}"
             self.console.error(line)
-            return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
+            return self.finish(Outcome.FAILED, reason=line)
         self.down += [h for h in sorted(lost) if h not in self.down]
         self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on: settle counts from here
         if isinstance(change, str):
             if not wait:
                 self.console.error(change)
-                return self.finish(EXIT_FAILED, Outcome.FAILED, reason=change)
+                return self.finish(Outcome.FAILED, reason=change)
             return self._wait_for(number, lost, said, change)
         self.use(change, lost, number, "restarting the group there from the last backup")
-        return 0
+        return None
 
-    def _wait_for(self, number: int, lost: dict[str, str], said: str, why: str) -> int:
+    def _wait_for(self, number: int, lost: dict[str, str], said: str, why: str) -> Optional[Outcome]:
         """No spare and no smaller group possible: wait up to elastic.host_wait for every lost
         host to answer for elastic.settle s without a break, then restart the group on them under
-        the same plan (0); else one line naming the hosts (the run's exit code)."""
+        the same plan (None); else one line naming the hosts (the run failed)."""
         assert self.spec is not None
         opts = options(self.spec)
         hosts = sorted(lost)
@@ -241,16 +251,16 @@ class Membership:
                 self.console.info(f"{', '.join(hosts)} answer{'s' if len(hosts) == 1 else ''} again "
                                   f"({opts.settle:g} s without a break, elastic.settle); restarting the group on "
                                   f"{them} from the last backup")
-                return 0
+                return None
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             if self.stop_event.wait(min(1.0, left)):
-                return self.finish(EXIT_INTERRUPTED, Outcome.INTERRUPTED)
+                return self.finish(Outcome.INTERRUPTED)
         line = why.replace(" lost and ", f" lost (no {opts.settle:g} s of answers without a break within "
                            f"elastic.host_wait={opts.host_wait:g} s) and ", 1)
         self.console.error(line)
-        return self.finish(EXIT_FAILED, Outcome.FAILED, reason=line)
+        return self.finish(Outcome.FAILED, reason=line)
 
     def _ports_used(self) -> frozenset[tuple[str, int]]:
         """The ports of every plan of the run so far, which a replan does not take again

@@ -111,10 +111,11 @@ class Reporter:
             return False
         return bool(g.ids) or (g.ids is None and g.required)
 
-    def finish(self, code: int, outcome: Outcome, reason: str = "") -> int:
+    def finish(self, outcome: Outcome, reason: str = "") -> Outcome:
+        """The run ended ``outcome``: its outcome event and final report; ``outcome`` returned."""
         self.standby.drop()  # before the outcome, which stays the record's last event
         where = locations(self.record.state_dir, self.record.logs_dir)
-        self.record.write(ev.RunOutcome(outcome=outcome, exit_code=code, attempts=len(self.attempts), reason=reason,
+        self.record.write(ev.RunOutcome(outcome=outcome, attempts=len(self.attempts), reason=reason,
                                         tasks=self.view.outcome_facts(), locations=where))
         view = self.view.snapshot()
         self.console.report(task_table(view) + gpu_peak_lines(view) + self.summary() + goodput_lines(view, time.time())
@@ -125,7 +126,7 @@ class Reporter:
             self.console.info(f"interrupted; every task stopped; record: {self.record.dir}")
         else:
             self.console.info(f"run failed; record: {self.record.dir}")
-        return code
+        return outcome
 
     def summary(self) -> list[str]:
         replans = self.members.replans

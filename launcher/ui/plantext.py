@@ -10,6 +10,7 @@ from typing import Sequence
 from launcher.bounded import escape
 from launcher.contract import envnames
 from launcher.plan.build import Plan, redact_env
+from launcher.plan.gpus import show_gpus
 from launcher.ui.table import render
 
 
@@ -57,9 +58,3 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
         for k, v in shown.items():
             out.append(f"  {k}={v}")
     return "\n".join(escape(line) for line in out)  # (a spec's value with an escape sequence: shown, not run)
-
-
-def show_gpus(plan: Plan) -> bool:
-    """Whether ``plan`` shows each task's GPUs: some task has GPUs, or will get them where it starts
-    (a plan on CPU-only hosts says so in its ``gpus:`` line only)."""
-    return any(t.gpus.ids or (t.gpus.ids is None and t.gpus.uses_gpu) for t in plan.tasks)

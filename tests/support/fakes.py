@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from launcher.backends.base import Backend, Capabilities, TaskHandle
+from launcher.errors import exit_code_for
 from launcher.ui.console import Console
 from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
@@ -180,10 +181,11 @@ class Counter:
 
 @dataclass
 class Supervised:
-    code: int
+    code: int  # the exit code the CLI gives the outcome
     err: str
     out: str
     events: list[dict]
+    outcome: str = ""  # what Supervisor.run returned
 
     @property
     def console(self) -> str:
@@ -219,7 +221,7 @@ def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: floa
             return handle
 
         backend.start = start_then_maybe_stop
-    code = sup.run()
+    outcome = sup.run()
     record.close()
     events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
-    return Supervised(code, err.getvalue(), out.getvalue(), events)
+    return Supervised(exit_code_for(outcome), err.getvalue(), out.getvalue(), events, outcome)

@@ -85,8 +85,8 @@ def test_only_the_folds_kinds_move_a_tasks_state(kind):
 def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code():
     """"A new CLI command": its use case in launcher/app/ returns a result of app/results.py (how it
     ended, in words); launcher/cli/ shows it and calls errors.exit_code_for. Outside the CLI the
-    mapping is called only by compare (its report records each run's exit code) and by ``down``
-    (the outcome event it writes for a run whose supervisor was lost carries the record's exit code)."""
+    mapping is called only by compare (the command's own driver, whose report records each run's
+    exit code); the supervisor returns an Outcome, and the record holds outcomes, not exit codes."""
     import ast
 
     from launcher.app import detach, down, results, stacks, tensorboard, up
@@ -101,8 +101,27 @@ def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         if any(isinstance(n, ast.Name) and n.id == "exit_code_for" for n in ast.walk(tree)):
             callers.add(str(path.relative_to(ROOT)))
-    assert callers == {"launcher/cli/lifecycle.py", "launcher/cli/inspect.py", "launcher/compare/run.py",
-                       "launcher/app/down.py"}, callers
+    assert callers == {"launcher/cli/lifecycle.py", "launcher/cli/inspect.py", "launcher/compare/run.py"}, callers
+
+
+def test_the_supervisor_returns_an_outcome_and_names_no_exit_code():
+    """launcher/supervise/ says how a run ended as record/states.py's Outcome (``Supervisor.run``,
+    Membership's decisions); only the CLI turns it into an exit code."""
+    import ast
+    import typing
+
+    from launcher.record.states import Outcome
+    from launcher.supervise.loop import Supervisor
+
+    found = []
+    for path in sorted((ROOT / "launcher" / "supervise").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else \
+                node.name if isinstance(node, ast.alias) else ""
+            if name.startswith("EXIT_") or name == "exit_code_for":
+                found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}: {name}")
+    assert not found, found
+    assert typing.get_type_hints(Supervisor.run)["return"] is Outcome
 
 
 def test_a_new_notice_is_a_method_of_the_sink_and_of_the_console():

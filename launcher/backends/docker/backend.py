@@ -18,7 +18,6 @@ standby.py (warm standby: the standby's promotion).
 
 from __future__ import annotations
 
-import socket
 import threading
 from typing import Any, Mapping, Optional
 
@@ -31,7 +30,7 @@ from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.spec.model import LoadedSpec, Spec
-from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun
+from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, accepts
 from launcher.backends.standbyfile import mem_available
 from launcher.backends.docker import containers, images, standby, volumes
 from launcher.backends.docker.containers import DockerTask
@@ -269,11 +268,7 @@ class DockerBackend(Backend):
         ip = handle.ip()
         if not ip:
             return False
-        try:
-            with socket.create_connection((ip, task.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return accepts(ip, task.port)
 
     def close(self) -> None:
         """Remove every container and the network this run created (by id)."""

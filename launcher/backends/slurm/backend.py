@@ -31,7 +31,6 @@ import os
 import pwd
 import re
 import signal as signals
-import socket
 import subprocess
 import sys
 import threading
@@ -53,7 +52,7 @@ from launcher.backends.slurm import gpus
 from launcher.backends.slurm import cli
 from launcher.backends.slurm import shared
 from launcher.backends.slurm import standby
-from launcher.backends.base import Backend, Capabilities, LaunchLines, LineSink, RecordedRun, TaskHandle
+from launcher.backends.base import Backend, Capabilities, LaunchLines, LineSink, RecordedRun, TaskHandle, accepts
 from launcher.backends.slurm.step import SlurmStep
 from launcher.backends.slurm.step import srun_argv as step_argv
 from launcher.backends.slurm.options import SlurmOptions
@@ -404,11 +403,7 @@ class SlurmBackend(Backend):
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:
             return True
-        try:
-            with socket.create_connection((task.address, task.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return accepts(task.address, task.port)
 
     def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
         left = super().stop(handles, grace, deadline)

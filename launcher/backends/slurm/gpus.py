@@ -93,11 +93,6 @@ def partition_nodes(partition: Optional[str]) -> dict[str, tuple[int, int]]:
     return parse_nodes(proc.stdout)
 
 
-def partition_gpus(partition: Optional[str]) -> dict[str, int]:
-    """Each node of the partition (the default one when None) and its GPUs, from sinfo."""
-    return {node: g for node, (g, _) in partition_nodes(partition).items()}
-
-
 # sbatch options that ask for CPUs themselves: tfcluster then adds no --cpus-per-task.
 CPU_OPTIONS = ("--cpus-per-task", "--exclusive", "--mincpus", "--cpus-per-gpu", "--cores-per-socket")
 

@@ -46,7 +46,6 @@ from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, 
 from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
-from launcher.backends.ssh.host import HostState
 from launcher.backends.ssh.options import SSHOptions
 from launcher.backends.ssh.placement import gpu_notes
 from launcher.backends.ssh.pool import HostPool
@@ -253,9 +252,6 @@ class SSHBackend(Backend):
 
     # -------------------------------------------------------------- tasks
 
-    def task_env(self, task: PlannedTask, hs: HostState, extra: Mapping[str, str]) -> dict[str, str]:
-        return self.starts.task_env(task, hs, extra)
-
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
         """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
         return self.starts.start(task, env, on_line)
@@ -303,21 +299,8 @@ class SSHBackend(Backend):
         signal_tasks(self.pool, handles, sig)
 
     def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
-        ssh_handles = [h for h in handles if isinstance(h, SSHTask)]
-        alive = [h for h in ssh_handles if h.poll() is None]
-        if grace > 0 and alive:
-            self.signal_tasks(alive, _signal.SIGTERM)
-            end = time.monotonic() + grace
-            while alive and time.monotonic() < end:
-                time.sleep(0.05)
-                alive = [h for h in alive if h.poll() is None]
-        if alive:
-            self.signal_tasks(alive, _signal.SIGKILL)
-        end = time.monotonic() + deadline
-        while alive and time.monotonic() < end:
-            time.sleep(0.02)
-            alive = [h for h in alive if h.poll() is None]
-        return [h.key for h in alive]
+        """Backend.stop over this backend's tasks, signalled a host at a time (``signal_tasks``)."""
+        return super().stop([h for h in handles if isinstance(h, SSHTask)], grace, deadline)
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:

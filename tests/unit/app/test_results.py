@@ -28,12 +28,13 @@ def _facts(*events) -> RunFacts:
     return facts
 
 
-def test_a_runs_result_is_its_outcome_event_folded():
-    facts = _facts(RunOutcome(outcome=Outcome.INTERRUPTED, exit_code=130, attempts=1, reason="the terminal went away"))
-    assert run_result(facts, _Record()) == RunResult(Outcome.INTERRUPTED, "r1", Path("/runs/demo/r1"),
-                                                     "the terminal went away")
-    # no outcome reached the fold (its listener failed): failed, and said so, never "succeeded"
-    assert run_result(RunFacts(), _Record()).outcome == Outcome.FAILED
+def test_a_runs_result_is_the_supervisors_outcome_with_the_reason_its_event_gave():
+    facts = _facts(RunOutcome(outcome=Outcome.INTERRUPTED, attempts=1, reason="the terminal went away"))
+    assert run_result(Outcome.INTERRUPTED, facts, _Record()) == RunResult(
+        Outcome.INTERRUPTED, "r1", Path("/runs/demo/r1"), "the terminal went away")
+    # no outcome reached the fold (its listener failed): the supervisor's word, and that said
+    assert run_result(Outcome.FAILED, RunFacts(), _Record()) == RunResult(
+        Outcome.FAILED, "r1", Path("/runs/demo/r1"), "the run's outcome was not recorded")
 
 
 def _console() -> tuple[Console, io.StringIO, io.StringIO]:
@@ -42,9 +43,17 @@ def _console() -> tuple[Console, io.StringIO, io.StringIO]:
 
 
 def test_the_cli_shows_a_dry_run_and_maps_each_outcome(capsys):
+    from launcher.app.up import plan_for
+    from launcher.loader.load import parse_spec
+    from launcher.ui.plantext import render_plan
+
+    plan = plan_for(parse_spec("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n"))
     console, _out, err = _console()
-    assert show_run(RunResult(Outcome.SUCCEEDED, dry_run=DryRun("PLAN TEXT", "dry run: preflight passed")), console) == EXIT_OK
-    assert capsys.readouterr().out == "PLAN TEXT\n" and err.getvalue() == "tfcluster: dry run: preflight passed\n"
+    dry = DryRun(plan, "dry run: preflight passed", standby="warm standby: off", notes=("starts as planned",))
+    assert show_run(RunResult(Outcome.SUCCEEDED, dry_run=dry), console) == EXIT_OK
+    shown = capsys.readouterr().out
+    assert shown == render_plan(plan, standby="warm standby: off", notes=["starts as planned"]) + "\n"
+    assert "worker:1" in shown and err.getvalue() == "tfcluster: dry run: preflight passed\n"
     assert [show_run(RunResult(o), console) for o in (Outcome.FAILED, Outcome.INTERRUPTED)] == [EXIT_FAILED, EXIT_INTERRUPTED]
 
 

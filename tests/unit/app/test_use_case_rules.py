@@ -1,6 +1,6 @@
 """launcher/app/ holds the use cases: they return typed results (launcher/app/results.py) and leave
 printing and exit codes to the CLI. Held with ``ast`` over the source: no ``print``, no ``EXIT_*``
-name, no ``sys.exit``/``exit``/``SystemExit``; and no function over 80 lines (a use case reads
+name, no ``sys.exit``/``exit``/``SystemExit``, no import of ``launcher.ui``; and no function over 80 lines (a use case reads
 top to bottom in one screen or is split into named steps)."""
 
 from __future__ import annotations
@@ -50,6 +50,31 @@ def test_no_use_case_prints_names_an_exit_code_or_exits():
     found = [f"{path}:{line}: {what}" for path, tree in _sources().items() for line, what in printing_or_exiting(tree)]
     assert not found, ("launcher/app/ returns results (launcher/app/results.py); the CLI prints them and "
                        "maps their outcome with launcher.errors.exit_code_for:\n" + "\n".join(found))
+
+
+def ui_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where ``tree`` imports launcher.ui (or a module of it): (line, module)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name == "launcher.ui" or a.name.startswith("launcher.ui.")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "launcher.ui" or node.module.startswith("launcher.ui."):
+                found.append((node.lineno, node.module))
+            elif node.module == "launcher" and any(a.name == "ui" for a in node.names):
+                found.append((node.lineno, "launcher.ui"))
+    return found
+
+
+def test_no_use_case_imports_the_terminal():
+    """A use case reports through the sinks it is given (launcher/app/sinks.py: the CLI's
+    Console is one; ``Notices`` for the plainer ones) and returns data the CLI renders."""
+    found = [f"{path}:{line}: {module}" for path, tree in _sources().items() for line, module in ui_imports(tree)]
+    assert not found, "launcher/app/ imports nothing of launcher.ui:\n" + "\n".join(found)
+    assert all(ui_imports(ast.parse(src)) for src in (
+        "from launcher.ui.console import Console", "import launcher.ui.table", "from launcher import ui",
+        "def f():\n    from launcher.ui.plantext import render_plan"))
+    assert not ui_imports(ast.parse("from launcher.notices import Notices\nfrom launcher.uix import y"))
 
 
 def test_no_use_case_function_is_over_80_lines():

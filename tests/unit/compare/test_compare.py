@@ -200,9 +200,12 @@ def test_a_failed_run_keeps_its_error_in_one_line():
     assert (m.status, m.exit_code) == (FAILED, 1)
     assert m.error == "worker:0 failed: exit code 2: worker: error: TPU 'local' not usable: no TPU"
     assert m.examples_per_sec is None and m.curve == []
-    with_exception = {"task": "worker:1", "reason": "exit code 1", "errors": ["ValueError: bad shape"]}
+    from launcher.record.events import Failure, RunOutcome
+
+    with_exception = Failure(task="worker:1", reason="exit code 1", errors=["ValueError: bad shape"])
     assert error_text(with_exception, None) == "worker:1 failed: exit code 1: ValueError: bad shape"
-    assert error_text(None, {"outcome": "failed", "reason": "hung"}) == "hung"
+    assert error_text(None, RunOutcome(outcome="failed", reason="hung")) == "hung"
+    assert error_text(None, RunOutcome(outcome="failed")) == "failed"
     assert measure([], []).status == FAILED  # nothing recorded: not a success
 
 

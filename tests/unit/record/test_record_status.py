@@ -285,6 +285,7 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
     import os
     import threading
 
+    from launcher.ui.attachtext import TextRenderer
     from launcher.ui.console import Console
     from launcher.procinfo import start_time
     from launcher.app.attach import attach
@@ -302,8 +303,9 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
     spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
     loaded = LoadedSpec(parse_spec(spec.read_text()), spec)
     ends = []
-    thread = threading.Thread(target=lambda: ends.append(attach(loaded, Console(out=out, err=io.StringIO()),
-                                                                shown=str(spec))), daemon=True)
+    console = Console(out=out, err=io.StringIO())
+    thread = threading.Thread(target=lambda: ends.append(attach(loaded, console, TextRenderer(console, str(spec)))),
+                              daemon=True)
     try:
         thread.start()
         for i in range(150):  # the run goes on writing output, which attach passes on
