@@ -51,6 +51,7 @@ class RunRecord:
         # The record and the state dir are the user's alone (the spec's share: group lets the
         # group read them), whatever the umask: they hold logs, the plan, checkpoints.
         self.dir_mode, self.file_mode = share_modes(share)
+        self._leaf_owner: Optional[int] = None  # (trust_owner)
         self.run_id = run_id or new_run_id()
         self.name_dir = root / plan.name
         self.dir = self.name_dir / self.run_id
@@ -103,9 +104,14 @@ class RunRecord:
         self._write_launcher()
         return self
 
+    def trust_owner(self, uid: int) -> None:
+        """The run dir and the state dir may be owned by ``uid`` too: the user a backend gives
+        them to (docker: the containers' user, as root), and no one else."""
+        self._leaf_owner = uid
+
     def _check_dirs(self) -> None:
         for path in (self.dir, self.state_dir):
-            problem = unsafe(path)
+            problem = unsafe(path, leaf_owner=self._leaf_owner)
             if problem:
                 raise LaunchError(f"run_dir: {escape(problem)}; fix: {SAFE_FIX}", keys=(("run_dir",),))
 

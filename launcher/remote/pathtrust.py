@@ -38,7 +38,7 @@ def _chain(path):
     return ["/"] + ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
 
 
-def _walk(path, uid, leaf_files=()):
+def _walk(path, uid, leaf_files=(), leaf_owner=None):
     chain = _chain(path)
     for i, p in enumerate(chain):
         try:
@@ -47,7 +47,8 @@ def _walk(path, uid, leaf_files=()):
             return None  # made by the caller, then checked again
         except OSError as exc:
             return "%s cannot be examined (%s)" % (p, exc.strerror)
-        if st.st_uid not in (uid, 0):
+        owners = (uid, 0, leaf_owner) if i == len(chain) - 1 and leaf_owner is not None else (uid, 0)
+        if st.st_uid not in owners:
             return "%s is owned by %s, not by you or root (mode %04o)" % (p, _owner(st.st_uid), stat.S_IMODE(st.st_mode))
         if stat.S_ISLNK(st.st_mode):
             continue  # its owner is trusted, and where it leads is walked on its own (``unsafe``)
@@ -77,18 +78,19 @@ def _file(path, uid):
     return None
 
 
-def unsafe(path, uid=None, files=()):
+def unsafe(path, uid=None, files=(), leaf_owner=None):
     """None if no user but ``uid`` (default: this process's) and root can swap ``path`` or any
     dir above it (nor the regular ``files`` in it, if given), else the one line that says which
-    component is not and why (``/scratch/tfc is writable by others (mode 0777, owner bob)``)."""
+    component is not and why (``/scratch/tfc is writable by others (mode 0777, owner bob)``).
+    ``leaf_owner``: a uid ``path`` itself may be owned by too (a container's user it was given to)."""
     uid = os.geteuid() if uid is None else uid
     path = os.path.abspath(path)
-    problem = _walk(path, uid, files)
+    problem = _walk(path, uid, files, leaf_owner)
     if problem:
         return problem
     real = os.path.realpath(path)
     if real != path:
-        return _walk(real, uid, files)
+        return _walk(real, uid, files, leaf_owner)
     return None
 
 

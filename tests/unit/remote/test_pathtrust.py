@@ -84,3 +84,15 @@ def test_the_command_a_restart_runs_first_exits_2_with_one_line(top):
     assert res.returncode == 2
     assert res.stderr.startswith(f"tfcluster: refusing {top}/open/run: {top}/open is writable by others (mode 0777, "
                                  "owner root); fix: ") and len(res.stderr.splitlines()) == 1
+
+
+@needs_root
+def test_the_leaf_may_be_owned_by_the_user_it_was_given_to_and_nothing_above_it(top):
+    """docker as root gives the run's dirs to the containers' uid: the run trusts that owner for
+    those dirs themselves, never for a dir above them."""
+    (top / "given" / "state").mkdir(parents=True)
+    os.chown(top / "given" / "state", OTHER, OTHER)
+    assert unsafe(top / "given" / "state", leaf_owner=OTHER) is None
+    assert unsafe(top / "given" / "state").startswith(f"{top}/given/state is owned by uid {OTHER}")
+    os.chown(top / "given", OTHER, OTHER)
+    assert unsafe(top / "given" / "state", leaf_owner=OTHER).startswith(f"{top}/given is owned by uid {OTHER}")
