@@ -181,7 +181,7 @@ class DockerBackend(Backend):
         self._init = image.init
         self._wrapper = image.wrapper
         self._user = volumes.prepare_owner(self.record, self.opts.user, self._ids)
-        self._owner = standby.owner(self._user, image.user)
+        self._owner = self._ids or standby.owner(self._user, image.user)  # (a name: its uid, from the image)
         self._prepared = True
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:

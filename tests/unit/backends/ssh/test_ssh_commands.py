@@ -502,3 +502,32 @@ def test_exclusive_write_replaces_a_planted_symlink_never_its_target(tmp_path, p
     out = subprocess.run(["sh", "-c", sc.exclusive_write(sc.q(str(tmp_path / "none" / "f")))], input=b"x",
                          capture_output=True, timeout=10)
     assert out.returncode != 0 and not (tmp_path / "none").exists()
+
+
+def test_sync_refuses_a_workdir_others_could_swap_and_extracts_private_files_otherwise(tmp_path):
+    """ssh.sync's command in a real shell: under a dir everyone can write, one line and exit 2,
+    nothing extracted; in a safe place the dir is made 0700 and the files keep no group or other bits."""
+    import io
+    import os
+    import stat
+    import sys
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size, info.mode = 5, 0o755
+        tar.addfile(info, io.BytesIO(b"pass\n"))
+    tmp_path.chmod(0o755)
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    bad = subprocess.run(["sh", "-c", sc.sync_command(sys.executable, str(tmp_path / "open" / "work"))],
+                         input=buf.getvalue(), capture_output=True, timeout=30)
+    assert bad.returncode == 2 and not (tmp_path / "open" / "work").exists()
+    assert bad.stderr.decode().startswith(f"tfcluster: refusing {tmp_path}/open/work: {tmp_path}/open is writable by others")
+    work = tmp_path / "safe" / "work"
+    ok = subprocess.run(["sh", "-c", sc.sync_command(sys.executable, str(work))], input=buf.getvalue(),
+                        capture_output=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    assert stat.S_IMODE(work.stat().st_mode) == 0o700 and stat.S_IMODE((work / "train.py").stat().st_mode) == 0o700
+    assert os.stat(work / "train.py").st_uid == os.geteuid()
