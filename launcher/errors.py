@@ -37,9 +37,10 @@ class UserError(Exception):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, *lines: str) -> None:
+    def __init__(self, *lines: str, keys: tuple = ()) -> None:
         super().__init__("\n".join(lines))
         self.lines = tuple(lines)
+        self.keys = tuple(keys)
 
 
 class SpecError(UserError):
@@ -51,13 +52,10 @@ class SpecError(UserError):
 
     exit_code = EXIT_USAGE
 
-    def __init__(self, *lines: str, keys: tuple = ()) -> None:
-        super().__init__(*lines)
-        self.keys = tuple(keys)
-
 
 class LaunchError(UserError):
-    """The plan cannot be started here: a port is taken, a host unreachable (exit 1)."""
+    """The plan cannot be started here: a port is taken, a host unreachable (exit 1). ``keys``, as
+    SpecError's: the spec key a line is about (a remote dir another user could swap)."""
 
     exit_code = EXIT_FAILED
 

@@ -119,16 +119,18 @@ def is_symlink(path: Union[str, Path]) -> bool:
         return False
 
 
-def write_whole(path: Union[str, Path], data: Union[str, bytes], mode: int = 0o644, fsync: bool = True) -> None:
+def write_whole(path: Union[str, Path], data: Union[str, bytes], mode: Optional[int] = None, fsync: bool = True) -> None:
     """Write ``path`` whole or not at all: a new file (exclusive, no-follow, random name) in its
     directory, renamed over ``path`` (which replaces a symlink there, never its target). A reader,
-    or a crash, never sees it half-written. OSError if it cannot be written (nothing is left)."""
+    or a crash, never sees it half-written. OSError if it cannot be written (nothing is left).
+    ``mode``: exactly these bits whatever the umask (a run record's 0600); None: 0644 less the
+    umask, as any tool's output file."""
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent)
     try:
         try:
-            os.fchmod(fd, mode & ~_umask())
+            os.fchmod(fd, 0o644 & ~_umask() if mode is None else mode)
             view = memoryview(raw)
             while view:
                 view = view[os.write(fd, view):]
@@ -158,6 +160,49 @@ def _umask() -> int:
     return 0o022
 
 
-def open_append(path: Union[str, Path], mode: int = 0o644) -> int:
-    """A descriptor that appends to ``path`` (created if missing), never through a symlink."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+def open_append(path: Union[str, Path], mode: Optional[int] = None) -> int:
+    """A descriptor that appends to ``path`` (created if missing), never through a symlink.
+    ``mode``: the file gets exactly these bits whatever the umask; None: a new file's 0644 less
+    the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 0o644 if mode is None else mode)
+    if mode is not None:
+        try:
+            os.fchmod(fd, mode)
+        except OSError:
+            pass  # (not this user's file: what it is stays as it was)
+    return fd
+
+
+# The modes of what a run writes (its record, its state dir), by the spec's ``share``: private to
+# the user, or readable by the group on purpose. Explicit, never the umask's.
+SHARE_MODES = {"private": (0o700, 0o600), "group": (0o750, 0o640)}
+
+
+def share_modes(share: str) -> tuple[int, int]:
+    """(dir mode, file mode) for the spec's ``share`` (private unless "group")."""
+    return SHARE_MODES.get(share, SHARE_MODES["private"])
+
+
+def file_mode_in(directory: Union[str, Path]) -> int:
+    """The mode of a new file of a run in ``directory`` (a run dir made with ``share_modes``):
+    0640 where the dir is readable by its group, else 0600."""
+    try:
+        return 0o640 if os.stat(directory).st_mode & 0o040 else 0o600
+    except OSError:
+        return 0o600
+
+
+def make_dir(path: Union[str, Path], mode: int, own: bool = True) -> None:
+    """``path`` and the dirs missing above it, each made with exactly ``mode`` whatever the umask.
+    ``own``: an existing ``path`` gets ``mode`` too (it is tfcluster's, e.g. a run's state dir)."""
+    path = Path(path)
+    if not path.parent.is_dir() and path.parent != path:
+        make_dir(path.parent, mode, own=False)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        if own and os.stat(path).st_uid == os.geteuid():  # (root's own dir above stays root's)
+            os.chmod(path, mode)
+        return
+    os.chmod(path, mode)

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from launcher.safefile import open_append
+from launcher.safefile import file_mode_in, open_append
 from launcher.contract import envnames
 from launcher.app.results import DetachResult, RunResult
 from launcher.record.states import Outcome
@@ -56,7 +56,7 @@ class Handover:
 
     def open_log(self, path: Path) -> None:
         try:
-            self._log = open_append(path)  # (never through a symlink planted in the run dir)
+            self._log = open_append(path, file_mode_in(path.parent))  # (never through a symlink planted in the run dir)
         except OSError:
             self._log = None
 

@@ -204,7 +204,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, dry_run: boo
     from launcher.supervise.loop import Supervisor
 
     spec = loaded.spec
-    record = RunRecord(runs_dir(loaded), plan, run_id=run_id, on_problem=console.error)
+    record = RunRecord(runs_dir(loaded), plan, run_id=run_id, on_problem=console.error, share=spec.share)
     if handover is not None:
         record.launcher_info["detached"] = True
     backend = backend_class(spec.backend).from_spec(loaded, record, console)

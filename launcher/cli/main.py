@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence
 from launcher.cli import compare, files, inspect, lifecycle, specfile
 from launcher.cli.completion import completion
 from launcher.cli.parser import build_parser, resolve_file
-from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SpecError, UserError
+from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 from launcher.interrupts import leave
 from launcher.ui.console import Console
 
@@ -54,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return COMMANDS[args.command](args, console)
     except UserError as exc:
         spec = getattr(locals().get("args"), "spec", None)
-        if isinstance(exc, SpecError) and exc.keys and isinstance(spec, str):
+        if exc.keys and isinstance(spec, str):
             from launcher.loader.load import locate  # (a plan-time error: FILE:LINE of its key)
 
             exc = locate(exc, spec)

@@ -88,8 +88,9 @@ def _not_generated(path: Path, follow: bool) -> str:
     return ""
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``path`` whole: a new file (exclusive, no-follow, ``mode``) in its directory renamed over it."""
+def write_atomic(path: Path, text: str, mode: Optional[int] = None) -> None:
+    """Write ``path`` whole: a new file (exclusive, no-follow) in its directory renamed over it;
+    ``mode``: exactly these bits (a file holding secrets: 0600), None: 0644 less the umask."""
     try:
         write_whole(path, text, mode)
     except OSError as exc:

@@ -131,12 +131,12 @@ def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image:
         print(_render(loaded, target, doc, f"{loaded.spec.name}.{suffix}", None, checks), end="")
         return result
     path = resolve_output(output, default_output(loaded, suffix), f"{loaded.spec.name}.{suffix}")
-    files: list[tuple[Path, Optional[str], int]] = [(path, None, 0o644)]
+    files: list[tuple[Path, Optional[str], Optional[int]]] = [(path, None, None)]
     if job is not None:
         json_path = path.with_suffix(".json")
         if json_path == path:
             raise SpecError(f"-o {output}: give the .yaml path; the CustomJob .json is written beside it")
-        files.append((json_path, render_custom_job_json(job), 0o644))
+        files.append((json_path, render_custom_job_json(job), None))
     if secrets:
         spath = secret_path(path)
         text = render_secret(HEADER, loaded.path.name, secret_dict(loaded.spec, secrets), path.name, spath.name)

@@ -12,6 +12,7 @@ values. Every problem becomes one line ``FILE:LINE: field.path: what is wrong; t
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -22,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, WithJsonSchema, field_va
 from launcher.backends import REGISTRY, backend_classes, backend_names
 from launcher.bounded import escape, shorten_quoted
 from launcher.bounded import shown as shown_value
-from launcher.errors import SpecError, exc_text
+from launcher.errors import SpecError, UserError, exc_text
 from launcher.export.options import KubernetesOptions, VertexOptions
 from launcher.spec.model import EXPORTED, LOCAL_ONLY, NOT_EXPORTED
 from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``from launcher.loader.load import Spec`` works
@@ -150,7 +151,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     return LoadedSpec(parse_spec(text, shown), path.resolve())
 
 
-def locate(exc: SpecError, path: str | Path) -> SpecError:
+def locate(exc: UserError, path: str | Path) -> UserError:
     """A SpecError raised after loading with the keys its lines are about (``SpecError.keys``: a
     plan's ports, slots, GPUs) as ``FILE:LINE: ...`` lines of the spec at ``path``, the line of each
     key (of the deepest part of it the file has); the error itself when it has no keys."""
@@ -167,8 +168,8 @@ def locate(exc: SpecError, path: str | Path) -> SpecError:
         pass  # (the file changed since it was loaded: the lines without their numbers)
     lines = [f"{shown}{line_of(root, exc.keys[i])}: {line}" if i < len(exc.keys) and exc.keys[i] is not None
              else line for i, line in enumerate(exc.lines)]
-    located = SpecError(*lines)
-    located.__cause__ = exc.__cause__
+    located = copy.copy(exc)  # (the same class: a LaunchError keeps its exit code)
+    located.lines, located.args, located.keys = tuple(lines), ("\n".join(lines),), ()
     return located
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from launcher.safefile import open_regular
-from launcher.safefile import write_whole
+from launcher.safefile import file_mode_in, write_whole
 from launcher.record import events as ev
 from launcher.record.events import RecordEvent, fields_conform
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
@@ -214,7 +214,7 @@ def replay(run_dir: Path, snapshot: bool = True) -> RunView:
 
 def write_snapshot(run_dir: Path, feed: RecordFeed) -> None:
     """Write ``feed``'s state as the record's snapshot, atomically (a reader sees the last whole one)."""
-    write_whole(run_dir / SNAPSHOT_FILE, json.dumps(feed.to_json(), separators=(",", ":")))
+    write_whole(run_dir / SNAPSHOT_FILE, json.dumps(feed.to_json(), separators=(",", ":")), file_mode_in(run_dir))
 
 
 def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:

@@ -32,7 +32,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from launcher.safefile import open_append, write_whole
+from launcher.bounded import escape
+from launcher.errors import LaunchError
+from launcher.remote.pathtrust import SAFE_FIX, unsafe
+from launcher.safefile import file_mode_in, make_dir, open_append, share_modes, write_whole
 from launcher.plan.build import Plan
 from launcher.procinfo import cmdline, start_time
 from launcher.errors import exc_text
@@ -43,8 +46,12 @@ from launcher.record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR
 
 class RunRecord:
     def __init__(self, root: Path, plan: Plan, run_id: Optional[str] = None,
-                 on_problem: Optional[Callable[[str], None]] = None) -> None:
+                 on_problem: Optional[Callable[[str], None]] = None, share: str = "private") -> None:
         self.plan = plan
+        # The record and the state dir are the user's alone (the spec's share: group lets the
+        # group read them), whatever the umask: they hold logs, the plan, checkpoints.
+        self.dir_mode, self.file_mode = share_modes(share)
+        self._leaf_owner: Optional[int] = None  # (trust_owner)
         self.run_id = run_id or new_run_id()
         self.name_dir = root / plan.name
         self.dir = self.name_dir / self.run_id
@@ -70,10 +77,16 @@ class RunRecord:
     # -------------------------------------------------------------- lifecycle
 
     def create(self) -> "RunRecord":
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        """The record's dirs made (once no other user could swap them: LaunchError naming
+        run_dir otherwise), its plan and events started, ``latest`` pointed at it."""
+        self._check_dirs()
+        make_dir(self.name_dir, self.dir_mode, own=False)
+        make_dir(self.dir, self.dir_mode)
+        make_dir(self.logs_dir, self.dir_mode)
+        make_dir(self.state_dir, self.dir_mode)
+        self._check_dirs()  # (made by this user: none could have been made first by another)
         self._write_plan()
-        self._events = _open_append(self.dir / EVENTS_FILE)
+        self._events = _open_append(self.dir / EVENTS_FILE, self.file_mode)
         with self._lock:
             early, self._early = self._early or [], None
             for data in early:
@@ -90,6 +103,17 @@ class RunRecord:
             pass
         self._write_launcher()
         return self
+
+    def trust_owner(self, uid: int) -> None:
+        """The run dir and the state dir may be owned by ``uid`` too: the user a backend gives
+        them to (docker: the containers' user, as root), and no one else."""
+        self._leaf_owner = uid
+
+    def _check_dirs(self) -> None:
+        for path in (self.dir, self.state_dir):
+            problem = unsafe(path, leaf_owner=self._leaf_owner)
+            if problem:
+                raise LaunchError(f"run_dir: {escape(problem)}; fix: {SAFE_FIX}", keys=(("run_dir",),))
 
     def set_plan(self, plan: Plan) -> None:
         """The plan built on the backend's allocation replaces the one the record was created
@@ -114,7 +138,7 @@ class RunRecord:
             self.allocation.update(info)
             text = json.dumps(self.allocation, indent=2) + "\n"
         try:
-            write_atomic(allocation_path(self.dir, self.plan.backend), text)
+            write_atomic(allocation_path(self.dir, self.plan.backend), text, self.file_mode)
         except OSError:
             pass  # launcher.json has it too (and says so if it cannot be written)
         self._write_launcher()
@@ -123,7 +147,7 @@ class RunRecord:
         """The plan in the compact shape (``Plan.to_compact_json``: the cluster and the shared env
         once, O(n) in the tasks; ``plan.expand_plan_json`` gives the full one), secrets redacted."""
         plan_json = self.plan.to_compact_json(secrets=False)
-        write_atomic(self.dir / name, json.dumps(plan_json, indent=2) + "\n")
+        write_atomic(self.dir / name, json.dumps(plan_json, indent=2) + "\n", self.file_mode)
 
     def close(self) -> None:
         with self._lock:
@@ -185,7 +209,7 @@ class RunRecord:
             fd = self._logs.get(key)
             try:
                 if fd is None:
-                    fd = _open_append(self.log_path(key))
+                    fd = _open_append(self.log_path(key), self.file_mode)
                     self._logs[key] = fd
                 _write_all(fd, data)
             except OSError as exc:
@@ -200,7 +224,7 @@ class RunRecord:
             return
         try:
             if self._output is None:
-                self._output = _open_append(self.output_path)
+                self._output = _open_append(self.output_path, self.file_mode)
             _write_all(self._output, data)
         except OSError as exc:
             if self._output is not None:
@@ -241,7 +265,7 @@ class RunRecord:
         if self.allocation:
             data["allocation"] = self.allocation
         try:
-            write_atomic(self.dir / LAUNCHER_FILE, json.dumps(data, indent=2))
+            write_atomic(self.dir / LAUNCHER_FILE, json.dumps(data, indent=2), self.file_mode)
         except OSError as exc:
             with self._lock:
                 self._problem(LAUNCHER_FILE, self.dir / LAUNCHER_FILE, exc,
@@ -260,7 +284,7 @@ def append_event(run_dir: Path, event: RecordEvent) -> None:
     """One event appended to a run's events.jsonl from outside its supervisor (``down`` of a run
     whose supervisor is gone), in one write(2) like the supervisor's own."""
     data = (_line(event.stamped(round(time.time(), 3))) + "\n").encode("utf-8")
-    fd = _open_append(run_dir / EVENTS_FILE)
+    fd = _open_append(run_dir / EVENTS_FILE, file_mode_in(run_dir))
     try:
         _write_all(fd, data)
     finally:
@@ -279,10 +303,11 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
     """Write ``path`` so that a reader (or a crash) never sees it half-written: a new file created
-    exclusively, without following a symlink, beside it, then renamed over it (launcher/safefile.py)."""
-    write_whole(path, text)
+    exclusively, without following a symlink, beside it, then renamed over it (launcher/safefile.py),
+    with exactly ``mode``."""
+    write_whole(path, text, mode)
 
 
 def _size_of(path: Path) -> int:
@@ -292,8 +317,8 @@ def _size_of(path: Path) -> int:
         return 0
 
 
-def _open_append(path: Path) -> int:
-    return open_append(path)  # (never through a symlink planted in the run dir)
+def _open_append(path: Path, mode: int) -> int:
+    return open_append(path, mode)  # (never through a symlink planted in the run dir)
 
 
 def _write_all(fd: int, data: bytes) -> None:

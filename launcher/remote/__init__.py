@@ -4,7 +4,7 @@ launcher itself (it imports at most their constants).
 * taskwrap.py, the per-task wrapper: every backend runs it (local and slurm as a file here, ssh
   uploads it, the docker image runs its copy in /usr/local/lib/tfcluster/, its
   tfcluster.lifeline label);
-* agent.py, boot.py, statesync.py: helpers the ssh backend sends to hosts (uploaded, or passed to
+* agent.py, boot.py, statesync.py, pathtrust.py (whether another user could swap a dir): helpers the ssh backend sends to hosts (uploaded, or passed to
   ``python -c``);
 * jobsetpod.py, a JobSet pod's start (``tfcluster export --to jobset``): the worker image's copy in
   /usr/local/lib/tfcluster/ makes the task's TF_CONFIG from its pod index and execs the entrypoint;
@@ -23,6 +23,19 @@ HERE = Path(__file__).resolve().parent
 def source(name: str) -> str:
     """The text of a module shipped to hosts (``agent.py``, ``boot.py``, ``taskwrap.py``...)."""
     return (HERE / name).read_text(encoding="utf-8")
+
+
+def agent_source() -> str:
+    """What the ssh backend passes to ``python -S -c`` on a host: pathtrust.py's text, then
+    agent.py's. The agent checks its dirs with it before it writes, imports or runs anything in
+    them, and cannot import it from a dir it has not checked yet."""
+    return source("pathtrust.py") + "\n" + source("agent.py")
+
+
+def pathtrust_command_source() -> str:
+    """pathtrust.py's text with its ``main`` called: ``python -S -c`` this, DIR, FILE... (a
+    restart's check of its run dir before ``boot.py`` runs from it)."""
+    return source("pathtrust.py") + "\nimport sys\nsys.exit(main(sys.argv[1:]))\n"
 
 
 def taskwrap_path() -> Path:

@@ -9,12 +9,16 @@ shell never prints its command line (this source) into the task's output.
 Protocol (one JSON object per line on stdin/stdout):
 
 0. argv     -> TAG: the run-unique tail of the pid file of the task "go" will start
-1. request  -> {"require": [...], "workdir": d, "run_dir": d, "state_dir": d,
+1. request  -> {"require": [...], "workdir": d, "run_dir": d, "state_dir": d, "share": "private"|"group",
                 "files": {name: text}, "ports": [p, ...], "argv0": cmd, "gpus": bool}
    reply    <- {"python": "3.11.7", "hostname": h, "home": d, "workdir": abs|null, "run_dir": abs,
                 "state_dir": abs, "deps": {module: [found, version]}, "ports": {p: null|problem},
                 "argv0_found": bool, "gpus": [[index, name, uuid], ...] (when asked: nvidia-smi -L
-                through the uploaded gpuplace.py; [] for none), "error": null|text}
+                through the uploaded gpuplace.py; [] for none), "error": null|text,
+                "unsafe": null|[which dir ("run_dir", "state_dir", "workdir"), problem]}
+   Each dir, and every dir above it, must be one no other user can swap (pathtrust.py, whose text
+   is sent ahead of this one), else "unsafe" says which and nothing is written in it; the run
+   and state dirs are made 0700 (0750 with "share": "group"), the files 0600 (0640).
    The listed ports stay bound (listening) until "go" or stdin closes, so other hosts can
    probe them.
 2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds per try,
@@ -29,7 +33,8 @@ Protocol (one JSON object per line on stdin/stdout):
    "marker_error") to their replies.
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
-   and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged. The ``--pidfile`` of
+   and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged, once the run dir and
+   those files are checked again (else one line and exit 2: nothing of the dir is imported). The ``--pidfile`` of
    those options must end with TAG: stop commands verify that a pid is still this wrapper by
    finding that tail in its command line. The rest of stdin is then the task's lifeline.
 Stdin closing before "go" -> listeners close, exit 0. A watchdog exits after 120 s without "go".
@@ -44,6 +49,9 @@ import socket
 import sys
 import threading
 import time
+
+if "unsafe" not in globals():  # imported as launcher's module (tests); on a host its text came first
+    from launcher.remote.pathtrust import unsafe  # noqa: F401
 
 
 def _send(obj):
@@ -107,7 +115,7 @@ def _bind(port):
         return None, "not bindable (%s)" % exc.strerror
 
 
-def _write(path, text, mode=0o644):
+def _write(path, text, mode=0o600):
     # A new file of a name no one could plant beforehand (exclusive: a symlink there fails the open),
     # renamed over the target (which replaces a symlink there, never its target).
     tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(6).hex())
@@ -116,6 +124,27 @@ def _write(path, text, mode=0o644):
         fh.write(text)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def _unsafe_dirs(dirs):
+    """[which, problem] for the first of ``dirs`` (which, path) another user could swap, else None."""
+    for which, path in dirs:
+        problem = unsafe(path)
+        if problem:
+            return [which, problem]
+    return None
+
+
+def _makedirs(path, mode):
+    """``path`` and the dirs above it that are missing, each made with ``mode`` whatever the umask."""
+    parent = os.path.dirname(path)
+    if parent and parent != path and not os.path.isdir(parent):
+        _makedirs(parent, mode)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        return
+    os.chmod(path, mode)
 
 
 def _find(argv0, workdir):
@@ -136,17 +165,30 @@ def _prepare(req):
              "home": os.path.expanduser("~"), "error": None}
     wd = req.get("workdir")
     reply["workdir"] = os.path.abspath(wd) if wd and os.path.isdir(wd) else None
+    reply["unsafe"] = None
+    dir_mode, file_mode = (0o750, 0o640) if req.get("share") == "group" else (0o700, 0o600)
     try:
         run_dir = os.path.abspath(req["run_dir"])
-        os.makedirs(os.path.join(run_dir, "pids"), exist_ok=True)
-        os.chmod(run_dir, 0o700)
         state_dir = req["state_dir"]
-        if "://" not in state_dir:  # a gs:// state dir is the task's business, not a local path
+        local_state = "://" not in state_dir  # a gs:// state dir is the task's business, not a local path
+        if local_state:
             state_dir = os.path.abspath(state_dir)
-            os.makedirs(state_dir, exist_ok=True)
-        for name, text in (req.get("files") or {}).items():
-            _write(os.path.join(run_dir, name), text)
-        reply["run_dir"], reply["state_dir"] = run_dir, state_dir
+        dirs = [("run_dir", run_dir)] + ([("state_dir", state_dir)] if local_state else []) \
+            + ([("workdir", reply["workdir"])] if reply["workdir"] else [])
+        reply["unsafe"] = _unsafe_dirs(dirs)  # before anything is made: nothing in another user's dir
+        if reply["unsafe"] is None:
+            _makedirs(os.path.join(run_dir, "pids"), dir_mode)
+            os.chmod(run_dir, dir_mode)
+            if local_state:
+                _makedirs(state_dir, dir_mode)
+                os.chmod(state_dir, dir_mode)
+            reply["unsafe"] = _unsafe_dirs(dirs)  # and the dirs just made (a race in a sticky dir)
+        if reply["unsafe"] is None:
+            for name, text in (req.get("files") or {}).items():
+                _write(os.path.join(run_dir, name), text, file_mode)
+            reply["run_dir"], reply["state_dir"] = run_dir, state_dir
+        else:
+            reply["error"] = "%s: %s" % tuple(reply["unsafe"])
     except OSError as exc:
         reply["error"] = "cannot create %s (%s)" % (exc.filename or req.get("run_dir"), exc.strerror)
     reply["deps"] = _deps(req.get("require") or [])
@@ -160,7 +202,7 @@ def _prepare(req):
         if sock is not None:
             socks.append(sock)
     reply["ports"] = ports
-    if req.get("gpus") and reply.get("run_dir"):
+    if req.get("gpus") and reply.get("run_dir") and not reply["error"]:
         sys.path.insert(0, reply["run_dir"])
         try:
             import gpuplace  # uploaded in this step, next to taskwrap.py
@@ -301,6 +343,12 @@ def _go(order, socks, run_dir, tag):
         return 2
     sys.stdout.flush()
     os.dup2(1, 2)  # one ordered stream; the channel merges stderr anyway
+    # Checked again now, just before its code is imported: a dir that passed the preflight could
+    # since have been swapped only by someone who could write above it, which this check sees.
+    problem = unsafe(run_dir, files=("boot.py", "taskwrap.py"))
+    if problem:
+        sys.stderr.write("tfcluster agent: refusing to run code from %s: %s; fix ssh.remote_dir\n" % (run_dir, problem))
+        return 2
     sys.path.insert(0, run_dir)
     import boot  # uploaded in step 1, next to taskwrap.py
 

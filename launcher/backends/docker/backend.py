@@ -18,6 +18,7 @@ standby.py (warm standby: the standby's promotion).
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Mapping, Optional
 
@@ -75,6 +76,7 @@ class DockerBackend(Backend):
         self._standbys = 0
         self._init = False
         self._prepared = False
+        self._ids: Optional[tuple[int, int]] = None  # the containers' (uid, gid) where not root's (preflight)
         self._ncpu: Optional[int] = None
         self._containers: dict[str, gpus.Container] = {}  # task key -> its GPUs and /dev/shm (preflight)
         self._lock = threading.Lock()
@@ -98,6 +100,7 @@ class DockerBackend(Backend):
         client = self.client
         volumes.check(self.opts.volumes, self.loaded.base_dir)
         images.ensure(client, self.opts, self.loaded.base_dir, self.url, self.console)
+        self._container_owner(client)
         self.plan_gpus(plan)
         if not self.prefix:
             return
@@ -112,6 +115,18 @@ class DockerBackend(Backend):
             raise LaunchError(
                 f"network name {self.network_name} is taken; remove it: docker network rm {self.network_name}"
             )
+
+    def _container_owner(self, client) -> None:
+        """Who the tasks' containers run as, by number (a name looked up in the image: one line
+        if it is not there), before anything starts; as root, the record's dirs are given to that
+        uid, and a run trusts them as its own (launcher/record/writer.py, ``trust_owner``)."""
+        if os.geteuid() != 0:
+            return
+        user = self.opts.user or images.config(client, self.opts.image).user
+        labels = containers.labels(self.run_id or "preflight", self.spec.name)
+        self._ids = volumes.container_ids(user, lambda: volumes.image_files(client, self.opts.image, labels))
+        if self._ids is not None and self.record is not None:
+            self.record.trust_owner(self._ids[0])
 
     def plan_gpus(self, plan: Plan) -> None:
         """Each container's GPUs from the engine host's (nvidia-smi -L here: the engine runs on
@@ -164,8 +179,8 @@ class DockerBackend(Backend):
         image = images.config(client, self.opts.image)
         self._init = image.init
         self._wrapper = image.wrapper
-        self._user = volumes.prepare_owner(self.record, self.opts.user, image.user)
-        self._owner = standby.owner(self._user, image.user)
+        self._user = volumes.prepare_owner(self.record, self.opts.user, self._ids)
+        self._owner = self._ids or standby.owner(self._user, image.user)  # (a name: its uid, from the image)
         self._prepared = True
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:

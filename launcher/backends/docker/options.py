@@ -81,7 +81,9 @@ class DockerOptions(OptionsModel):
     volumes: tuple[Annotated[str, WithJsonSchema({"type": "string", "pattern": VOLUME_PATTERN})], ...] = ()
     """Extra bind mounts for every task, "HOST_PATH:CONTAINER_PATH[:ro]" (host path relative to the spec)."""
     user: Optional[str] = None
-    """Run tasks as this user (default: the image's user, or yours when you are not root)."""
+    """Run tasks as this user (default: the image's user, or yours when you are not root). As root,
+    the run dir and the state dir are given to that user's uid (a name is looked up in the image's
+    /etc/passwd; one that is not there is refused), and stay 0700."""
     shm_size: Annotated[Optional[str], WithJsonSchema({"anyOf": [
         {"type": "string", "pattern": "^[1-9][0-9]*[bkmgBKMG]?$"}, {"type": "integer", "minimum": 1}, {"type": "null"}]})] = None
     """Each container's /dev/shm ("1g", "512m", bytes); default: 1g for a container with GPUs (NCCL's

@@ -7,9 +7,10 @@ the run (``tfcluster down`` and ``close`` remove it by id and label) plus ``tfcl
 
 Its promotion file is on the run directory's bind mount (host ``<run>/standby/<slug>.<n>.json``,
 the container's ``/tfcluster/run/standby/...``), owned by the user the container runs as (the
-worker reads it, then removes it). Where that user is a name this machine cannot map to a uid,
-no file is given: the standby keeps the environment it started with, which on docker is the
-next attempt's (the plan never changes here: no elastic moves).
+worker reads it, then removes it; a name is that user's uid in the image, volumes.container_ids).
+Where no uid is known (a name, not as root), no file is given: the standby keeps the environment
+it started with, which on docker is the next attempt's (the plan never changes here: no elastic
+moves).
 
 Promoting: the previous container of the task is removed (its name and address freed), the
 standby reconnected to the network with the task's alias (its TF server has not started, so a

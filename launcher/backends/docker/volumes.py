@@ -1,11 +1,12 @@
 """What containers mount: the run record and the state directory at fixed paths, the spec's
-docker.volumes, and the ownership that lets the container's user write to them."""
+docker.volumes, and the ownership that lets the container's user write to them: the directories
+are given to that user's uid (a name is looked up in the image), never opened to everyone."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from launcher.errors import LaunchError
 
@@ -39,26 +40,83 @@ def binds(record: Any, volumes: Sequence[str], base_dir: Path) -> dict:
     return out
 
 
-def prepare_owner(record: Any, user: str, image_user: str) -> Optional[str]:
-    """Create the run's mounted directories and return the user tasks run as (None: the image's),
-    making the directories writable for it where that user is not ours."""
+def prepare_owner(record: Any, user: str, ids: Optional[tuple[int, int]]) -> Optional[str]:
+    """Create the run's mounted directories and return the user tasks run as (None: the image's
+    or docker.user as given). ``ids``: the (uid, gid) that user is (``container_ids``), given the
+    directories (kept 0700: no one else can write them, nor plant a checkpoint) where it is not
+    this user; None: root's or this user's own."""
     dirs = [Path(record.state_dir), Path(record.dir)]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    if user:
-        return user
-    if os.geteuid() != 0:
+    if not user and os.geteuid() != 0:
         # Files in the run record stay yours; HOME goes to /tmp (no passwd entry).
         return f"{os.getuid()}:{os.getgid()}"
-    uid = image_user.split(":", 1)[0]
-    if uid.isdigit() and uid != "0":
-        gid = image_user.split(":", 1)[1] if ":" in image_user else uid
-        _chown_tree(dirs[0], int(uid), int(gid) if gid.isdigit() else int(uid))
-        os.chown(dirs[1], int(uid), int(gid) if gid.isdigit() else int(uid))
-    elif image_user and image_user not in ("root", "0"):
-        for d in dirs:  # a named user we cannot map to a uid from here
-            os.chmod(d, 0o1777)
+    if ids is not None and os.geteuid() == 0:
+        _chown_tree(dirs[0], *ids)
+        os.chown(dirs[1], *ids)
+    return user or None
+
+
+def container_ids(user: str, files: Callable[[], tuple[str, str]]) -> Optional[tuple[int, int]]:
+    """The (uid, gid) of the container user ``user`` (``NAME|UID[:GROUP|GID]``, docker.user or the
+    image's USER); None for root (or none given). A name is looked up in the image's own
+    /etc/passwd and /etc/group (``files()`` reads them: only when a name needs it); LaunchError
+    when the image does not have it."""
+    name, _, group = user.partition(":")
+    if name in ("", "root", "0"):
+        return None
+    passwd = groups = ""
+    if not name.isdigit() or (group and not group.isdigit()):
+        passwd, groups = files()
+    if name.isdigit():
+        uid, gid = int(name), int(name)
+    else:
+        entry = _entry(passwd, name)
+        if entry is None or not (entry[2].isdigit() and entry[3].isdigit()):
+            raise LaunchError(f"docker: the image's user '{name}' is not in its /etc/passwd, so its directories "
+                              f"cannot be given to it; fix: set docker.user to a numeric UID:GID")
+        uid, gid = int(entry[2]), int(entry[3])
+    if group.isdigit():
+        gid = int(group)
+    elif group:
+        entry = _entry(groups, group)
+        if entry is None or not entry[2].isdigit():
+            raise LaunchError(f"docker: the image's group '{group}' is not in its /etc/group; "
+                              f"fix: set docker.user to a numeric UID:GID")
+        gid = int(entry[2])
+    return None if uid == 0 else (uid, gid)
+
+
+def _entry(text: str, name: str) -> Optional[list[str]]:
+    """The fields of ``name``'s line of a passwd or group file's ``text``."""
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[0] == name:
+            return fields
     return None
+
+
+def image_files(client: Any, image: str, labels: dict) -> tuple[str, str]:
+    """The image's /etc/passwd and /etc/group (a container created, never started, read, removed)."""
+    import io
+    import tarfile
+
+    out = []
+    created = client.api.create_container(image, command=["true"], entrypoint=[], labels=labels)
+    try:
+        for path in ("/etc/passwd", "/etc/group"):
+            try:
+                stream, _ = client.api.get_archive(created["Id"], path)
+            except Exception:  # noqa: BLE001 - none there: no name is found in it
+                out.append("")
+                continue
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream)[:4 << 20])) as tar:
+                member = tar.next()
+                data = tar.extractfile(member).read() if member is not None and member.isfile() else b""
+            out.append(data.decode("utf-8", "replace"))
+    finally:
+        client.api.remove_container(created["Id"], force=True)
+    return out[0], out[1]
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:

@@ -133,6 +133,7 @@ class SSHBackend(Backend):
         self.pool = HostPool(self.spec.hosts, self.opts, loaded.base_dir,
                              (run_dir, state_dir(self.spec.state, state), workdir),
                              runner=runner, on_preempted=self._preempted)
+        self.pool.share = self.spec.share
         self.state_sync = StateSync(self.pool, self.spec.state, self.console, record, self.run_id)  # (state.py)
         self.starts = Starts(self.pool, self.state_sync, self.spec.name, self.spec.strategy, self.stop_grace,
                              self._gpu_figures, self._gpus_given)  # (starts.py)

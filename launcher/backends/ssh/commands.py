@@ -13,7 +13,7 @@ import signal as _signal
 from typing import Iterable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
-from launcher.remote import source as remote_source
+from launcher.remote import agent_source, pathtrust_command_source
 from launcher.backends.ssh.options import SSHOptions
 
 def q(value: str) -> str:
@@ -32,6 +32,8 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     of the shell's own in the task's output."""
     boot = posixpath.join(run_dir, "boot.py")
     wrap = posixpath.join(run_dir, "taskwrap.py")
+    # The run dir is checked again just before boot.py runs from it: no other user could have
+    # swapped it since the preflight (launcher/remote/pathtrust.py), else one line and exit 2.
     # -S: the wrapper needs only the stdlib; skipping site saves a large part of its start-up.
     # The task itself starts its own interpreter normally.
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
@@ -40,10 +42,31 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
              "--gpu-watch", f"{GPU_WATCH:g}"] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + ["--"] + [q(a) for a in argv]
-    return f"cd {q(workdir)} && " + quiet(" ".join(parts))
+    return f"cd {q(workdir)} && " + quiet(" ".join(parts), first=path_check(python, q(run_dir), "boot.py", "taskwrap.py"))
 
 
-def quiet(command: str) -> str:
+def path_check(python: str, path: str, *files: str) -> str:
+    """Shell: exit 0 if no user but this one and root can swap ``path`` (shell text: quoted, or
+    ``"$HOME"/'...'``), any dir above it, or its ``files``; else one line on stderr and exit 2
+    (launcher/remote/pathtrust.py, run with the host's Python)."""
+    return f"{q(python)} -S -c {q(pathtrust_command_source())} {path}" + "".join(f" {q(f)}" for f in files)
+
+
+def checked_mkdir(python: str, path: str, share: str, own: bool = True) -> str:
+    """Shell: make the dir ``path`` (shell text) and those missing above it, 0700 (0750 with
+    ``share: group``) whatever the umask, once no other user could swap any dir on the way, and
+    check it again once made (someone could have made it first in a sticky dir). ``own``: the
+    dir is tfcluster's (under ssh.remote_dir), so an older one gets that mode too; a dir the user
+    named keeps the mode it has."""
+    umask, mode = ("027", "750") if share == "group" else ("077", "700")
+    check = path_check(python, path)
+    made = f"(umask {umask} && mkdir -p {path}) && chmod {mode} {path}"
+    if not own:
+        made = f"{{ [ -d {path} ] || {{ {made}; }}; }}"
+    return f"{check} && {made} && {check}"
+
+
+def quiet(command: str, first: str = "") -> str:
     """Run ``command`` (one simple command: the task wrapper or the host agent) so that the
     shell has nothing to say about it, and report how it ended.
 
@@ -56,8 +79,11 @@ def quiet(command: str) -> str:
     a subshell that becomes it (``exec``): its own messages, and the shell's "not found" for
     a missing interpreter, still reach the launcher. (In a subshell, not as a redirection on
     the command itself: dash applies those in the shell, and prints "Killed" through them.)
-    POSIX sh, bash, dash and zsh alike; no extra process (the subshell is the command)."""
-    return f"exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec {command}); exit $?"
+    POSIX sh, bash, dash and zsh alike; no extra process (the subshell is the command).
+    ``first``: a command the subshell runs before it becomes ``command``, which it becomes only
+    if that exits 0 (its messages reach the channel's stderr too)."""
+    first = f"{first} && " if first else ""
+    return f"exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && {first}exec {command}); exit $?"
 
 
 def env_block(env: Mapping[str, str]) -> bytes:
@@ -173,11 +199,17 @@ def down_command(run_dirs: Iterable[str], grace: float, run_id: str) -> str:
 
 
 def setup_command(workdir: str, command: str) -> str:
+    """Shell: one ``ssh.setup`` command in the workdir (made and checked just before: sync.py)."""
     return f"mkdir -p {q(workdir)} && cd {q(workdir)} && {command}"
 
 
-def sync_command(workdir: str) -> str:
-    return f"mkdir -p {q(workdir)} && tar -xzf - -C {q(workdir)}"
+def sync_command(python: str, workdir: str, share: str = "private", own: bool = True) -> str:
+    """Shell: the project's tar (stdin) into ``workdir``, checked and made private first; the
+    files get the modes the umask leaves (0700/0600; 0750/0640 with ``share: group``), never
+    the archive's owner."""
+    umask = "027" if share == "group" else "077"
+    return (f"{checked_mkdir(python, q(workdir), share, own)} && "
+            f"(umask {umask} && tar -xzf - -C {q(workdir)} --no-same-owner --no-same-permissions)")
 
 
 def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequence[str],
@@ -195,7 +227,7 @@ def agent_command(python: str, pidfile: Optional[str]) -> str:
     site itself when it has modules to look for. Run ``quiet``, as a task: its source is on
     this command line, and nothing of a shell may ever print it."""
     tag = f" {q(pid_tag(pidfile))}" if pidfile else ""
-    return quiet(f"{q(python)} -S -c {q(remote_source('agent.py'))}{tag}")
+    return quiet(f"{q(python)} -S -c {q(agent_source())}{tag}")
 
 
 def remote_paths(opts: SSHOptions, name: str, run_id: str) -> tuple[str, str, str]:

@@ -27,6 +27,10 @@ from launcher.backends.ssh.watch import HostWatch
 
 
 class HostPool:
+    # Who besides the user may read the run's dirs on the hosts: the spec's ``share`` (the
+    # backend sets it; the agent makes the dirs 0700, or 0750 for "group").
+    share = "private"
+
     def __init__(self, hosts: Iterable[Host], opts: SSHOptions, base_dir: Path, dirs: tuple[str, str, str],
                  runner: Optional[Runner] = None, on_preempted: Optional[Callable[[str], None]] = None) -> None:
         """``dirs``: (run dir, state dir, workdir) on a host before its probe makes them absolute;

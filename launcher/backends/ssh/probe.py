@@ -11,12 +11,13 @@ import json
 import posixpath
 from typing import TYPE_CHECKING, Callable, ContextManager, Mapping, Optional, Sequence
 
-from launcher.bounded import one_line
+from launcher.bounded import escape, one_line
 from launcher.plan import gpus
 from launcher.errors import LaunchError, exc_text
 from launcher.notices import Tally
 from launcher.plan.build import Plan
 from launcher.remote import source as remote_source
+from launcher.remote.pathtrust import SAFE_FIX
 from launcher.backends.ssh.commands import agent_command, probe_deadline
 from launcher.backends.ssh.pairs import host_targets
 from launcher.backends.ssh.statecheck import ask as statecheck_ask, marker_name
@@ -101,7 +102,7 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
         hs, chan = pool.hosts[name], sessions[name]
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
         req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
-               "state_dir": hs.state_dir, "files": files, "ports": ports, "argv0": argv0,
+               "state_dir": hs.state_dir, "share": pool.share, "files": files, "ports": ports, "argv0": argv0,
                "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
         if marks and name == marks[0]:
             req["marker"] = {"op": "write", "path": _marker_path(pool, state_sync, name)}
@@ -121,6 +122,9 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
             problems = [p for p in ex.map(prepare, names) if p]
         if problems:
             raise LaunchError(*problems, "no task was started")
+        lines, keys = unsafe_dirs(pool, state_sync.cfg.dir, names, replies)
+        if lines:
+            raise LaunchError(*lines, "no task was started", keys=keys)
         problems += _judge(pool, plan, names, replies)
         if problems:
             raise LaunchError(*problems, "no task was started")
@@ -169,6 +173,25 @@ def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> t
         return None, (f"host {name}: the connection closed during preflight (sshd stopped, the host went "
                       f"down or the link dropped); check the host")
     return None, f"host {name}: preflight failed (exit {code}): {err.strip()[-300:]}; check '{python}'"
+
+
+def unsafe_dirs(pool: "HostPool", state_dir: Optional[str], names: list[str],
+                replies: dict[str, dict]) -> tuple[list[str], tuple]:
+    """One line per host whose run, state or work dir another user could swap (the agent's
+    "unsafe": launcher/remote/pathtrust.py), each with the spec key that names that dir."""
+    opts, lines, keys = pool.opts, [], []
+    for name in names:
+        unsafe = replies[name].get("unsafe")
+        if not (isinstance(unsafe, list) and len(unsafe) == 2 and all(isinstance(u, str) for u in unsafe)):
+            continue
+        which, problem = unsafe
+        key = {"run_dir": ("ssh", "remote_dir"),
+               "state_dir": ("state", "dir") if state_dir else ("ssh", "remote_dir"),
+               "workdir": ("ssh", "workdir") if opts.workdir or not opts.sync else ("ssh", "remote_dir")}.get(
+                   which, ("ssh", "remote_dir"))
+        lines.append(f"{'.'.join(key)}: host {name}: {escape(problem)[:400]}; fix: {SAFE_FIX}")
+        keys.append(key)
+    return lines, tuple(keys) + ((None,) if lines else ())
 
 
 def _judge(pool: "HostPool", plan: Plan, names: list[str], replies: dict[str, dict]) -> list[str]:

@@ -23,7 +23,7 @@ from launcher.notices import Notices
 from launcher.interrupts import take_interrupt
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError
 from launcher.spec.model import LoadedSpec
-from launcher.backends.ssh.commands import exclusive_write, q, remote_paths
+from launcher.backends.ssh.commands import checked_mkdir, exclusive_write, q, remote_paths
 
 if TYPE_CHECKING:
     from launcher.backends.ssh.pool import HostPool
@@ -49,6 +49,7 @@ class RemoteSupervisor:
         self.spec_path = posixpath.join(base, "cluster.yaml")
         # The command runs in the tasks' workdir; a path under the remote home needs $HOME.
         self.spec_arg = q(self.spec_path) if base.startswith("/") else '"$HOME"/' + q(self.spec_path)
+        self.base_arg = q(base) if base.startswith("/") else '"$HOME"/' + q(base)
         self.workdir = remote_paths(self.opts, loaded.spec.name, "x")[2]
 
     # -------------------------------------------------------------- setup
@@ -66,7 +67,11 @@ class RemoteSupervisor:
             text = self._copy_text().encode("utf-8")
             target = self.spec_arg
             code, out = self.pool.run_on(
-                self.host, f'mkdir -p "$(dirname {target})" && {exclusive_write(target)}', text, 60)
+                self.host, f'{checked_mkdir(self.opts.python, self.base_arg, self.loaded.spec.share)} && '
+                           f'{exclusive_write(target)}', text, 60)
+            if code != 0 and "tfcluster: refusing" in out:  # another user could swap the dir (pathtrust.py)
+                raise LaunchError(f"host {self.host} (ssh.supervisor): ssh.remote_dir: "
+                                  f"{out.strip().splitlines()[-1].split('refusing ', 1)[-1][:400]}")
             if code != 0:
                 raise LaunchError(f"host {self.host} (ssh.supervisor): cannot write {self.spec_path}: "
                                   f"{out.strip()[-160:] or f'exit {code}'}; check ssh.remote_dir")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from launcher.errors import LaunchError
 from launcher.record.layout import runs_dir
-from launcher.backends.ssh.commands import setup_command, sync_command
+from launcher.backends.ssh.commands import checked_mkdir, q, setup_command, sync_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.spec.model import LoadedSpec
@@ -49,17 +49,28 @@ def sync_and_setup(pool: "HostPool", loaded: "LoadedSpec", names: list[str]) -> 
     """Upload ``ssh.sync`` to every host's workdir, then run ``ssh.setup``; LaunchError naming
     each host that failed. The hosts are connected already."""
     opts = pool.opts
+    # tfcluster's own workdir (<remote_dir>/<name>/work) gets the run's mode; one the user named, or
+    # the remote home, keeps the mode it has.
+    share, own = loaded.spec.share, bool(opts.sync) and not opts.workdir
+    data = None
     if opts.sync:
         root = (loaded.base_dir / loaded.spec.workdir).resolve()
         data = make_tar(root, opts.sync, exclude_dirs=[runs_dir(loaded)])
 
-        def upload(name: str) -> Optional[str]:
-            code, out = pool.run_on(name, sync_command(pool.hosts[name].workdir), data, opts.setup_timeout)
-            if code == 0:
-                return None
-            tail = " | ".join(out.strip().splitlines()[-3:])
-            return f"host {name}: ssh.sync failed (exit {code}): {tail}"
+    def upload(name: str) -> Optional[str]:
+        """The workdir checked (no other user can swap it: pathtrust.py) and made, then the tar into it."""
+        hs = pool.hosts[name]
+        command = sync_command(hs.python, hs.workdir, share, own) if data is not None \
+            else checked_mkdir(hs.python, q(hs.workdir), share, own)
+        code, out = pool.run_on(name, command, data, opts.setup_timeout)
+        if code == 0:
+            return None
+        tail = " | ".join(out.strip().splitlines()[-3:])
+        if "tfcluster: refusing" in out:
+            return f"host {name}: {'ssh.workdir' if opts.workdir else 'ssh.remote_dir'}: {tail.split('refusing ', 1)[-1]}"
+        return f"host {name}: ssh.{'sync' if data is not None else 'setup'} failed (exit {code}): {tail}"
 
+    if opts.sync or opts.setup:
         with pool.executor(len(names)) as ex:
             problems = [r for r in ex.map(upload, names) if r]
         if problems:

@@ -80,6 +80,12 @@ class Spec(OptionsModel):
     """The state dir on ssh hosts and how it is kept consistent."""
     run_dir: Annotated[str, LOCAL_ONLY] = "runs"
     """Where run records go, relative to the spec file."""
+    share: Annotated[Literal["private", "group"], LOCAL_ONLY] = "private"
+    """Who besides you may read what a run writes: its record (plan, events, logs), its state dir
+    (checkpoints, the final model), and on hosts its run, work and supervisor dirs. private: dirs
+    0700 and files 0600, whatever the umask; group: 0750 and 0640, for a team that shares them on
+    purpose. Either way no other user may be able to write a dir on the way to them: a run whose
+    dir someone else could swap is refused (docs/concepts/trust.md)."""
     workdir: Annotated[str, LOCAL_ONLY] = "."
     """Working directory of local tasks, relative to the spec file."""
     devices: Annotated[Devices, EXPORTED] = Devices()

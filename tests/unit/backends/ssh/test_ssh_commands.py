@@ -42,8 +42,9 @@ tasks: {{worker: 2}}
 def test_task_command_exact():
     cmd = sc.task_command("/opt/py/bin/python3", "/srv/work", "/r/t/1", "/r/t/1/pids/worker-0.0.pid", 15, 5,
                          ["python", "-m", "worker", "--epochs", "1"])
+    check = sc.path_check("/opt/py/bin/python3", "/r/t/1", "boot.py", "taskwrap.py")
     assert cmd == (
-        "cd /srv/work && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec /opt/py/bin/python3 -S /r/t/1/boot.py "
+        f"cd /srv/work && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && {check} && exec /opt/py/bin/python3 -S /r/t/1/boot.py "
         "/r/t/1/taskwrap.py --lease 15 --grace 5 --pidfile /r/t/1/pids/worker-0.0.pid --threads TFCLUSTER_THREADS "
         "--gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 -- python -m worker --epochs 1); exit $?"
     )
@@ -51,8 +52,9 @@ def test_task_command_exact():
 
 def test_task_command_quotes_every_value():
     cmd = sc.task_command(f"py{EVIL}", f"/w {EVIL}", f"/r;{EVIL}", f"/p {EVIL}", 1.5, 0, [EVIL, "$(id)", "`id`", "'"])
+    check = sc.path_check(f"py{EVIL}", sc.q(f"/r;{EVIL}"), "boot.py", "taskwrap.py")
     assert cmd == (
-        "cd '/w x; touch /tmp/pwned' && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec "
+        f"cd '/w x; touch /tmp/pwned' && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && {check} && exec "
         "'pyx; touch /tmp/pwned' -S '/r;x; touch /tmp/pwned/boot.py' "
         "'/r;x; touch /tmp/pwned/taskwrap.py' --lease 1.5 --grace 0 --pidfile '/p x; touch /tmp/pwned' "
         "--threads TFCLUSTER_THREADS --gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 -- "
@@ -120,12 +122,14 @@ def test_pid_tag_is_the_run_unique_tail_in_python_and_in_sh(pidfile, tag):
 
 
 def test_agent_command_exact_and_quoted():
-    from launcher.remote import source
+    from launcher.remote import agent_source, source
 
+    # The agent's text comes after pathtrust.py's: it checks its dirs before it uses them.
+    assert agent_source() == source("pathtrust.py") + "\n" + source("agent.py")
     cmd = sc.agent_command(f"/py {EVIL}", "/r/n;$(id) x/RUN/pids/worker-0.0.pid")
     assert cmd == (f"exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec '/py x; touch /tmp/pwned' -S -c "
-                   f"{sc.q(source('agent.py'))} 'n;$(id) x/RUN/pids/worker-0.0.pid'); exit $?")
-    assert sc.agent_command("python3", None) == sc.quiet(f"python3 -S -c {sc.q(source('agent.py'))}")
+                   f"{sc.q(agent_source())} 'n;$(id) x/RUN/pids/worker-0.0.pid'); exit $?")
+    assert sc.agent_command("python3", None) == sc.quiet(f"python3 -S -c {sc.q(agent_source())}")
     assert sc.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
         "--lease", "15", "--grace", "5", "--pidfile", "/r/p.pid", "--cwd", "/w", "--threads", "TFCLUSTER_THREADS",
         "--gpus", "TFCLUSTER_GPUS", "--gpu-memory-var", "TFCLUSTER_GPU_MEMORY", "--collective-var", "TFCLUSTER_COLLECTIVE", "--gpu-watch", "5",
@@ -190,7 +194,12 @@ def test_setup_and_sync_commands_quote_workdir():
     assert sc.setup_command(f"/w {EVIL}", "pip install -r requirements.txt") == (
         "mkdir -p '/w x; touch /tmp/pwned' && cd '/w x; touch /tmp/pwned' && pip install -r requirements.txt"
     )
-    assert sc.sync_command("w") == "mkdir -p w && tar -xzf - -C w"
+    check = sc.path_check("py", "w")
+    assert sc.sync_command("py", "w") == (f"{check} && (umask 077 && mkdir -p w) && chmod 700 w && {check} && "
+                                          "(umask 077 && tar -xzf - -C w --no-same-owner --no-same-permissions)")
+    # A workdir the user named keeps its mode; a group share makes 0750.
+    assert sc.checked_mkdir("py", "w", "group", own=False) == (
+        f"{check} && {{ [ -d w ] || {{ (umask 027 && mkdir -p w) && chmod 750 w; }}; }} && {check}")
 
 
 def test_remote_paths_defaults_and_overrides(tmp_path):
@@ -493,3 +502,32 @@ def test_exclusive_write_replaces_a_planted_symlink_never_its_target(tmp_path, p
     out = subprocess.run(["sh", "-c", sc.exclusive_write(sc.q(str(tmp_path / "none" / "f")))], input=b"x",
                          capture_output=True, timeout=10)
     assert out.returncode != 0 and not (tmp_path / "none").exists()
+
+
+def test_sync_refuses_a_workdir_others_could_swap_and_extracts_private_files_otherwise(tmp_path):
+    """ssh.sync's command in a real shell: under a dir everyone can write, one line and exit 2,
+    nothing extracted; in a safe place the dir is made 0700 and the files keep no group or other bits."""
+    import io
+    import os
+    import stat
+    import sys
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size, info.mode = 5, 0o755
+        tar.addfile(info, io.BytesIO(b"pass\n"))
+    tmp_path.chmod(0o755)
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    bad = subprocess.run(["sh", "-c", sc.sync_command(sys.executable, str(tmp_path / "open" / "work"))],
+                         input=buf.getvalue(), capture_output=True, timeout=30)
+    assert bad.returncode == 2 and not (tmp_path / "open" / "work").exists()
+    assert bad.stderr.decode().startswith(f"tfcluster: refusing {tmp_path}/open/work: {tmp_path}/open is writable by others")
+    work = tmp_path / "safe" / "work"
+    ok = subprocess.run(["sh", "-c", sc.sync_command(sys.executable, str(work))], input=buf.getvalue(),
+                        capture_output=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    assert stat.S_IMODE(work.stat().st_mode) == 0o700 and stat.S_IMODE((work / "train.py").stat().st_mode) == 0o700
+    assert os.stat(work / "train.py").st_uid == os.geteuid()

@@ -1,0 +1,183 @@
+"""Other users of the same machine (docs/concepts/trust.md, "Other users of the machine"), tried
+with a second real user (tests/support/otheruser.py): a run dir they could swap is refused in one
+line before anything runs, a run's record is theirs to read only with ``share: group``, and the
+host agent never imports code from a run dir swapped after its preflight."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.remote import agent_source, source
+from tests.hostile.conftest import assert_bounded
+from tests.support.cli import tfcluster_argv
+from tests.support.otheruser import PYTHON, as_other, other_can_read, other_user, shared_dir
+
+pytestmark = pytest.mark.timeout(300)
+
+TASK = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran'); print('a line for the log')\n"
+
+
+@pytest.fixture(scope="module")
+def mallory():
+    return other_user()
+
+
+@pytest.fixture
+def base(mallory):
+    yield from shared_dir()
+
+
+def _up(work: Path, run_dir: str, marker: Path, umask: int = 0o022, extra: str = "") -> subprocess.CompletedProcess:
+    (work / "task.py").write_text(TASK)
+    (work / "h.yaml").write_text(f"name: h\nstrategy: multi_worker_mirrored\nentrypoint: python task.py {marker}\n"
+                                 f"tasks: {{worker: 1}}\nrun_dir: {run_dir}\n{extra}")
+    return subprocess.run(tfcluster_argv("up", "h.yaml", "--plain"), cwd=work, capture_output=True, text=True,
+                          timeout=180, umask=umask)
+
+
+def test_a_run_dir_under_a_dir_everyone_can_write_is_refused_in_one_line(base):
+    (base / "open").mkdir()
+    (base / "open").chmod(0o777)
+    marker = base / "ran"
+    res = _up(base, str(base / "open" / "runs"), marker)
+    assert_bounded(res, 1)
+    assert f"h.yaml:5: run_dir: {base}/open is writable by others (mode 0777, owner root); fix: " in res.stderr, res.stderr
+    assert not marker.exists() and not (base / "open" / "runs").exists()
+
+
+def test_a_run_dir_the_other_user_made_first_in_a_sticky_dir_is_refused(base, mallory):
+    sticky = base / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    made = as_other("mkdir", "-m", "0755", str(sticky / "runs"))
+    assert made.returncode == 0, made.stderr
+    marker = base / "ran"
+    res = _up(base, str(sticky / "runs"), marker)
+    assert_bounded(res, 1)
+    assert f"run_dir: {sticky}/runs is owned by {mallory.pw_name}, not by you or root" in res.stderr, res.stderr
+    assert not marker.exists() and not (sticky / "runs" / "h").exists()
+    # The sticky dir itself is fine: an entry of one's own there runs.
+    res = _up(base, str(sticky / "mine"), marker)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert marker.read_text() == "ran"
+
+
+def _modes(root: Path) -> dict[str, set[int]]:
+    """The permission bits of every dir and regular file under ``root`` (symlinks aside)."""
+    out: dict[str, set[int]] = {"dirs": set(), "files": set()}
+    for dirpath, dirnames, filenames in os.walk(root):
+        out["dirs"].add(stat.S_IMODE(os.lstat(dirpath).st_mode))
+        for name in filenames:
+            st = os.lstat(Path(dirpath) / name)
+            if stat.S_ISREG(st.st_mode):
+                out["files"].add(stat.S_IMODE(st.st_mode))
+    return out
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_a_runs_record_and_state_are_private_whatever_the_umask(base, umask):
+    marker = base / "ran"
+    res = _up(base, "./runs", marker, umask=umask)
+    assert res.returncode == 0, res.stderr[-2000:]
+    run = next(p for p in (base / "runs" / "h").iterdir() if p.is_dir() and not p.is_symlink() and p.name != "state")
+    assert {"plan.json", "events.jsonl", "launcher.json"} <= {p.name for p in run.iterdir()}
+    assert _modes(base / "runs") == {"dirs": {0o700}, "files": {0o600}}
+    # The other user can reach runs/ (its parent is 0755) but read nothing of the run's.
+    for path in (run / "plan.json", run / "events.jsonl", run / "logs" / "worker-0.log"):
+        assert path.exists()
+        assert other_can_read(path) == 13, path
+    assert other_can_read(marker) == 0  # (the check can tell: a file the task left world-readable is read)
+
+
+def test_share_group_gives_the_group_read_and_nothing_more(base):
+    state = base / "runs" / "h" / "state"
+    state.mkdir(parents=True)
+    state.chmod(0o777)  # one an older tfcluster's docker run left open: anyone could have planted a checkpoint
+    res = _up(base, "./runs", base / "ran", umask=0o077, extra="share: group\n")
+    assert_bounded(res, 1)
+    assert f"run_dir: {state} is writable by others (mode 0777, owner root); fix: " in res.stderr
+    assert not (base / "ran").exists()
+    state.chmod(0o755)  # looked at and closed by its owner: the run takes it, and its mode
+    res = _up(base, "./runs", base / "ran", umask=0o077, extra="share: group\n")
+    assert res.returncode == 0, res.stderr[-2000:]
+    run = next(p for p in (base / "runs" / "h").iterdir() if p.is_dir() and not p.is_symlink() and p.name != "state")
+    assert _modes(run) == {"dirs": {0o750}, "files": {0o640}}, _modes(run)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o750
+    # (runs/h, made by the test, keeps its 0755: it holds only the runs' names, each run dir its own mode)
+
+
+# ---------------------------------------------------------------- the host agent: a swap after its preflight
+
+PLANTED_BOOT = """import os
+open(%r, "w").write(str(os.getuid()))
+"""
+
+
+def _agent(run_dir: Path, workdir: Path) -> tuple[subprocess.Popen, dict]:
+    tag = "n/RUN/pids/worker-0.0.pid"
+    agent = subprocess.Popen([sys.executable, "-S", "-c", agent_source(), tag], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir)
+    req = {"require": [], "workdir": str(workdir), "run_dir": str(run_dir), "state_dir": str(run_dir.parent / "state"),
+           "files": {n: source(n) for n in ("boot.py", "taskwrap.py", "gpuplace.py")}, "ports": [], "argv0": "",
+           "gpus": False}
+    agent.stdin.write(json.dumps(req).encode() + b"\n")
+    agent.stdin.flush()
+    return agent, json.loads(agent.stdout.readline())
+
+
+def _go(agent: subprocess.Popen, run_dir: Path) -> tuple[int, str]:
+    order = {"go": {"env": {}, "args": ["--pidfile", str(run_dir / "pids" / "worker-0.0.pid"), "--", "true"]}}
+    out, err = agent.communicate(json.dumps(order).encode() + b"\n", timeout=60)
+    return agent.returncode, (out + err).decode()
+
+
+def test_the_agent_never_imports_a_run_dir_swapped_after_its_preflight(base, mallory):
+    opened = base / "open"  # the admin's dir the run's remote_dir is in: 0755 at the preflight
+    opened.mkdir()
+    marks = base / "marks"
+    marks.mkdir()
+    marks.chmod(0o777)
+    mark = marks / "planted-code-ran"
+    run_dir = opened / "tfc" / "n" / "RUN"
+    agent, reply = _agent(run_dir, base)
+    try:
+        assert reply["error"] is None and reply["unsafe"] is None, reply
+        assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE((run_dir / "boot.py").stat().st_mode) == 0o600
+        # The window opens (the dir made writable by all), and the other user swaps the tree:
+        # the run's dir moved away, one of theirs in its place, with a boot.py that leaves a mark.
+        opened.chmod(0o777)
+        plant = (f"mv {opened}/tfc {opened}/moved && mkdir -p {run_dir}/pids && "
+                 f"printf %s \"$BOOT\" > {run_dir}/boot.py && cp {run_dir}/boot.py {run_dir}/taskwrap.py")
+        swapped = subprocess.run(["runuser", "-u", mallory.pw_name, "--", "env", f"BOOT={PLANTED_BOOT % str(mark)}",
+                                  "sh", "-c", plant], capture_output=True, text=True, timeout=30)
+        assert swapped.returncode == 0, swapped.stderr
+        code, out = _go(agent, run_dir)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(10)
+    assert code == 2, out
+    assert f"refusing to run code from {run_dir}: {opened} is writable by others (mode 0777, owner root)" in out, out
+    assert len(out.splitlines()) == 1 and not mark.exists()
+    # The planted code was real: run as its owner would have it, it leaves the mark.
+    ran = as_other(PYTHON, "-S", str(run_dir / "boot.py"))
+    assert ran.returncode == 0 and mark.read_text() == str(mallory.pw_uid), ran.stderr
+
+
+def test_the_agent_refuses_a_remote_dir_the_other_user_owns_before_writing_in_it(base, mallory):
+    theirs = base / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, mallory.pw_uid, mallory.pw_gid)  # (the admin gave them a scratch dir)
+    agent, reply = _agent(theirs / "tfc" / "n" / "RUN", base)
+    agent.stdin.close()
+    agent.wait(30)
+    assert reply["unsafe"] == ["run_dir", f"{theirs} is owned by {mallory.pw_name}, not by you or root (mode 0755)"]
+    assert not (theirs / "tfc").exists()  # nothing made in their dir

@@ -1,0 +1,67 @@
+"""A second real user on this machine, for the cases where another user of a shared machine is the
+attacker (docs/concepts/trust.md, "Other users of the machine"): made once with ``useradd`` (no
+home, no login shell), then acted as with ``runuser -u``. Needs root."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from tests.support.prereq import require, require_root, require_tool
+
+NAME = "tfcmallory"
+# The system's own interpreter: the other user can run it (a test's virtualenv may be private).
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+
+
+def other_user() -> pwd.struct_passwd:
+    """The second user, made if missing (idempotent: a second test session finds it there)."""
+    require_root()
+    require_tool("useradd", "passwd")
+    require_tool("runuser", "util-linux")
+    try:
+        return pwd.getpwnam(NAME)
+    except KeyError:
+        pass
+    made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
+                          capture_output=True, text=True, timeout=60)
+    try:
+        return pwd.getpwnam(NAME)
+    except KeyError:  # (made by a session beside this one meanwhile: found above next time)
+        require(False, f"cannot add the user {NAME}: {made.stderr.strip()}")
+        raise
+
+
+def as_other(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``argv`` run as the other user (its own uid and groups, none of root's)."""
+    return subprocess.run(["runuser", "-u", NAME, "--", *argv], capture_output=True, text=True, timeout=timeout)
+
+
+# A Python that opens a path for reading as the other user: exit 13 for EACCES, 0 if it could
+# read it, 1 for anything else (printed).
+READ = ("import errno, sys\n"
+        "try:\n"
+        "    open(sys.argv[1], 'rb').read(1)\n"
+        "except OSError as exc:\n"
+        "    print(exc); sys.exit(13 if exc.errno == errno.EACCES else 1)\n")
+
+
+def other_can_read(path: Path) -> int:
+    """How reading ``path`` as the other user ended: 13 (EACCES), 0 (read), 1 (something else)."""
+    return as_other(PYTHON, "-c", READ, str(path)).returncode
+
+
+def shared_dir() -> Iterator[Path]:
+    """A fresh dir under /tmp that both users can reach (root's, 0755: pytest's own tmp dirs are
+    0700, where the other user could do nothing at all); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="tfc-users-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
