@@ -57,6 +57,17 @@ def _no_countdown(_text: Callable[[], str]) -> ContextManager:
     return contextlib.nullcontext()
 
 
+def _reserved(pool: "HostPool", plan: Plan) -> dict[str, tuple[str, str]]:
+    """Host -> (the key, the pid file) of its first task not started yet: that task's session is
+    the probe's own, kept for it (``hs.spare``)."""
+    reserved: dict[str, tuple[str, str]] = {}
+    for task in plan.tasks:
+        if task.host not in reserved and pool.starts.get(task.key, 0) == 0:
+            hs = pool.hosts[task.host]
+            reserved[task.host] = (task.key, hs.pidfile(task, 0))  # hs.run_dir may be relative yet
+    return reserved
+
+
 def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str], tally: Tally) -> None:
     # Uploaded into each run dir on the hosts by the probe (the agent writes them).
     files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py"),
@@ -65,11 +76,7 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
     sessions: dict[str, object] = {}
     replies: dict[str, dict] = {}
     unreachable: dict[str, str] = {}
-    reserved: dict[str, tuple[str, str]] = {}
-    for task in plan.tasks:
-        if task.host not in reserved and pool.starts.get(task.key, 0) == 0:
-            hs = pool.hosts[task.host]
-            reserved[task.host] = (task.key, hs.pidfile(task, 0))  # hs.run_dir may be relative yet
+    reserved = _reserved(pool, plan)
 
     def launch(name: str) -> Optional[str]:
         """Connect and start the agent; it waits for its request, so nothing is written on
