@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from launcher.backends.base import Backend
+from launcher.bounded import one_line
 from launcher.plan.build import Plan
 from launcher.record.layout import live_stacks_dir, stacks_path
 from launcher.record.writer import RunRecord, write_atomic
@@ -202,8 +203,26 @@ class HangWatch:
             return f"hung: no progress for {stall.limit:g} s (watchdog.hang_timeout); {stopped[verdict.key]}"
         if verdict.frame is None:
             return f"stuck {stall.idle:.0f} s, behind the others in its count of TensorFlow calls {limit}"
-        code = linecache.getline(verdict.frame.file, verdict.frame.line).strip()
+        code = code_at(verdict.frame.file, verdict.frame.line)
         return f"stuck {stall.idle:.0f} s at {verdict.frame.where()}" + (f": {code}" if code else "") + f" {limit}"
+
+
+def code_at(path: str, line: int, limit: int = 120) -> str:
+    """The statement at ``path``:``line`` as the failure line quotes it: its comment dropped, its
+    spaces folded, control characters escaped and at most ``limit`` characters (the user's file
+    is outside bytes); "" where the file cannot be read here."""
+    import io
+    import tokenize
+
+    text = linecache.getline(path, line)
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+        if comment is not None:
+            text = text[:comment.start[1]]
+    except (tokenize.TokenError, SyntaxError, IndentationError):  # (a line of a longer statement)
+        pass
+    return one_line(" ".join(text.split()), limit)
 
 
 def plan_line(watchdog: Watchdog, commands, stacks: bool) -> str:

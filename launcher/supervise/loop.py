@@ -248,7 +248,7 @@ class Supervisor:
             elif attempt.state == FAILED:
                 self.phases.let_survivors_save(attempt)
             at_once = (attempt.state == FAILED and not hung) or self.hurry_event.is_set()
-            self._stop_all(0 if at_once else self.watchdog.stop_grace)
+            self._stop_all(0 if at_once else self.watchdog.stop_grace, killed=attempt.failure.key if hung else None)
 
     def _start_group(self, attempt: Attempt) -> Optional[AttemptWatch]:
         """Prepare the attempt and start every task. None: the attempt already failed."""
@@ -389,11 +389,14 @@ class Supervisor:
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)
 
-    def _stop_all(self, grace: float) -> None:
+    def _stop_all(self, grace: float, killed: Optional[str] = None) -> None:
+        """Stop every task of the attempt (``grace``: SIGTERM first); ``killed``: the stuck task
+        already SIGKILLed at a hang, stopped with the others but not said or recorded as stopped
+        (its failure says what became of it)."""
         handles = list(self.group.handles.values())
         if not handles:
             return
-        running = [h.key for h in handles if h.poll() is None]
+        running = [h.key for h in handles if h.poll() is None and h.key != killed]
         if running:
             how = "SIGKILL" if grace <= 0 else f"SIGTERM, SIGKILL after {grace:g} s"
             self.console.info(f"stopping {', '.join(running)} ({how})")

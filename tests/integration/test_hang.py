@@ -53,6 +53,9 @@ def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path,
     assert f"{task} failed: stuck " in result.stderr and line in result.stderr, out[-4000:]
     assert f"stacks of {task} (" in result.stderr and "(in user code)" in result.stderr, out[-4000:]
     other = "worker:0" if task == "worker:1" else "worker:1"
+    stopping = [ln for ln in result.stderr.splitlines() if "stopping " in ln and "SIGTERM" in ln]
+    assert stopping and all(task not in ln for ln in stopping), (stopping, out[-4000:])  # killed, not stopped
+    assert not [e for e in events(spec) if e["event"] == "stopped" and e["task"] == task], events(spec)
     record = run_dir(spec)
     for key in (task, other):  # every live task's stacks, in the record
         text = (record / "stacks" / "1" / f"{key.replace(':', '-')}.txt").read_text()

@@ -151,3 +151,19 @@ def test_stack_lines_are_kept_aside_only_while_asked_for():
     assert group.line("worker:0", "an ordinary line") == LINE
     assert group.collected() == {"worker:0": header + '\n  File "/home/me/train.py", line 9 in examples'}
     assert group.line("worker:0", header) == LINE
+
+
+def test_the_quoted_line_drops_its_comment_and_padding_and_escapes_what_it_holds(tmp_path):
+    """The failure line quotes the stuck statement as code: a trailing comment and the padding
+    before it go (a '#' inside a string stays), control characters are escaped (the user's file
+    is outside bytes), a long line is cut, and a file not readable here quotes nothing."""
+    from launcher.supervise.hangwatch import code_at
+
+    path = tmp_path / "train.py"
+    path.write_text("x = 1\n    lock.acquire()          # second acquire: deadlock\n"
+                    "print('a # b')  # c\nt = '\x1b]0;owned\x07'\n" + "y = " + "1 + " * 100 + "1\n")
+    assert code_at(str(path), 2) == "lock.acquire()"
+    assert code_at(str(path), 3) == "print('a # b')"
+    assert "\x1b" not in code_at(str(path), 4) and "\\x1b]0;owned" in code_at(str(path), 4)
+    assert len(code_at(str(path), 5, limit=60)) < 100 and "characters cut" in code_at(str(path), 5, limit=60)
+    assert code_at(str(tmp_path / "gone.py"), 1) == ""
