@@ -139,8 +139,9 @@ class AttemptPhases:
         since = watch.started + attempt.ready_after
         stall = self.hangs.stalled(now, watch.exits, since)
         if stall is not None:
-            self.console.info(f"no progress from {', '.join(stall.keys)} for {stall.idle:.0f} s "
-                              f"(limit {stall.limit:g} s: {stall.what}); taking every task's stacks")
+            self.console.info(f"the group stopped progressing ({', '.join(stall.keys)}: none for {stall.idle:.0f} s, "
+                              f"limit {stall.limit:g} s: {stall.what}); taking every task's stacks to find "
+                              "which task stopped it")
             found = self.hangs.find(attempt.number, watch.exits, stall)
             key = found.key or stall.keys[0]
             self.report.fail(attempt, key, found.reason, None, hung_since=found.hung_since,
