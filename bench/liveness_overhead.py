@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""What the hang watchdog's progress signal costs a user's script: the same Keras ``fit`` run as
+``python SCRIPT`` (A) and under the stub every Python task now runs in (B: ``python -c STUB SCRIPT``,
+launcher/remote/pystandby.py with launcher/contract/liveness.py: the count of TensorFlow function
+calls, the beat thread, the stacks' faulthandler registered), alternated, one process each, no
+cluster (what is measured is the process's own cost, with nothing else in the way).
+
+The script (written to a temporary dir) fits a small dense model on random data for ``--steps``
+steps of batch 32 and prints its own examples/s over the steps after the first epoch (tracing
+excluded). Stack capture costs nothing until a stall or ``tfcluster stacks``: it is a signal
+handler that faulthandler runs then. Medians of each side and B/A, with the load average before
+and after (the machine should be quiet: it warns above 1.5).
+
+    python bench/liveness_overhead.py [--trials 5] [--steps 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchlib import load_average
+
+from launcher.supervise.standby import stub_command
+
+SCRIPT = """\
+import sys, time
+import numpy as np
+import tensorflow as tf
+
+steps = int(sys.argv[1])
+x = np.random.default_rng(0).normal(size=(steps * 32, 64)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("float32")
+model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+model.fit(x[:3200], y[:3200], batch_size=32, epochs=1, verbose=0)  # tracing, outside the figure
+start = time.perf_counter()
+model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+print("examples/s %.1f" % (len(x) / (time.perf_counter() - start)), flush=True)
+"""
+FIGURE = re.compile(r"^examples/s ([0-9.]+)$", re.M)
+
+
+def one(argv: list[str]) -> float:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    found = FIGURE.search(out.stdout)
+    if out.returncode != 0 or not found:
+        raise SystemExit(f"bench run failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    if argv[1] == "-c" and "tfcluster-beat" not in out.stderr:
+        raise SystemExit("the stub ran without its beats: the B side measured nothing of the liveness")
+    return float(found.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=3000)
+    args = ap.parse_args()
+    before = load_average()
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "train.py"
+        script.write_text(SCRIPT)
+        plain = [sys.executable, str(script), str(args.steps)]
+        stubbed = stub_command(plain)
+        assert stubbed is not None and stubbed[1] == "-c"
+        a, b = [], []
+        for trial in range(args.trials):
+            for side, argv, into in (("A", plain, a), ("B", stubbed, b)) if trial % 2 == 0 else \
+                    (("B", stubbed, b), ("A", plain, a)):
+                into.append(one(argv))
+                print(f"trial {trial + 1} {side}: {into[-1]:.1f} examples/s", flush=True)
+    ma, mb = statistics.median(a), statistics.median(b)
+    print(f"A plain script:        median {ma:.1f} examples/s (range {min(a):.1f}-{max(a):.1f})")
+    print(f"B under the stub:      median {mb:.1f} examples/s (range {min(b):.1f}-{max(b):.1f})")
+    print(f"B/A {mb / ma:.4f} (target >= 0.99); load average before {before}, after {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
