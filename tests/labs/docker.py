@@ -210,6 +210,17 @@ def stop_dockerd(engine: Engine, timeout: float = 30.0) -> None:
     log(f"dockerd pid {engine.pid} stopped")
 
 
+def unmount_under(path: Path) -> None:
+    """Unmount what is mounted at or under ``path`` (deepest first, lazily): debootstrap mounts the
+    new root's /proc, and one killed mid-way (a timeout, a cancelled session) leaves it there, so
+    that removing the half-made root fails with 'Operation not permitted' on every later warm-up."""
+    root = str(path)
+    mounts = [line.split()[1].replace("\\040", " ") for line in Path("/proc/mounts").read_text().splitlines()]
+    for where in sorted((m for m in mounts if m == root or m.startswith(root + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", where], check=False, timeout=60, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
 def ensure_base_image(engine: Engine, timeout: float = 900.0, nice: int = 0) -> None:
     """debootstrap bookworm (minbase + python3, venv, pip, tini) and import it, unless cached."""
     client = engine.client()
@@ -229,6 +240,7 @@ def ensure_base_image(engine: Engine, timeout: float = 900.0, nice: int = 0) -> 
         assert debootstrap, "debootstrap not found (tests/setup/docker.sh installs it)"
         tmp = ROOT / "rootfs.tmp"
         if tmp.exists():
+            unmount_under(tmp)  # a debootstrap killed mid-way leaves its /proc mounted there
             shutil.rmtree(tmp)
         log("debootstrap bookworm (first time on this machine; cached afterwards)")
         subprocess.run(
