@@ -198,7 +198,7 @@ class Console:
         live = Live(console=RichConsole(file=self.err, highlight=False, markup=False, emoji=False),
                     get_renderable=lambda: Text(one_line(text()), no_wrap=True, overflow="ellipsis"),
                     refresh_per_second=2, transient=True, redirect_stdout=False, redirect_stderr=False)
-        live.start()
+        live.start(refresh=True)  # drawn at once: a wait shorter than the refresh would show nothing
         try:
             yield
         finally:
