@@ -43,8 +43,8 @@ def _walk(path, uid, leaf_files=(), leaf_owner=None):
     for i, p in enumerate(chain):
         try:
             st = os.lstat(p)
-        except FileNotFoundError:
-            return None  # made by the caller, then checked again
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # made by the caller, then checked again (under a file: its making fails, said as such)
         except OSError as exc:
             return "%s cannot be examined (%s)" % (p, exc.strerror)
         owners = (uid, 0, leaf_owner) if i == len(chain) - 1 and leaf_owner is not None else (uid, 0)

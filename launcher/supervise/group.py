@@ -6,8 +6,8 @@ supervisor's collaborators (phases.py, outcome.py) that read it.
 
 A Python task also beats (launcher/contract/liveness.py): ``tfcluster-beat n=COUNT``, its
 TensorFlow function calls completed, which is its progress once it imported TensorFlow
-(``counting``; ``progress``: when its count last rose), apart from its other lines. Its first beat says it takes the stacks' signal
-(``stack_signal``); while ``collect`` asks for them, the lines of faulthandler's text it writes
+(``counting``; ``progress``: when its count last rose), apart from its other lines, and never shown or logged. Its first beat says it takes the stacks'
+signal (``stack_signal``); while ``collect`` asks for them, the lines of faulthandler's text it writes
 are kept aside (``stacks``)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from launcher.contract.liveness import BEAT as BEAT_LINE
 from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.supervise.stuck import is_stack_line
 
-# What a line was (``TaskGroup.line``): a beat after its first (progress, not output), a line of
+# What a line was (``TaskGroup.line``): a beat (progress, not output), a line of
 # the stacks the hang watchdog asked for, or any other line.
 BEAT, STACK, LINE = "beat", "stack", "line"
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
@@ -57,11 +57,15 @@ class TaskGroup:
 
     def line(self, key: str, line: str) -> str:
         """A line of ``key``'s output (a reader's thread): its tail, its activity, its save marks,
-        its beats and stacks. What it was: BEAT (after its first: no line to show or log), STACK
-        (one the watchdog asked for) or LINE."""
+        its beats and stacks. What it was: BEAT (no line to show or log: the task's own output stays
+        exactly what it printed), STACK (one the watchdog asked for) or LINE. A beat written after a
+        partial line of the task's (``epoch 3 ... tfcluster-beat n=7``): the beat is read and the
+        part before it is the LINE (``task_text`` gives that part)."""
         at = line.find(BEAT_LINE + " ")
-        if at >= 0:
-            return self._beat(key, line, at)
+        if at >= 0 and self._beat(key, line, at) == BEAT:
+            if at == 0:
+                return BEAT
+            line = line[:at]
         with self.lock:
             if key in self.stacks and (is_stack_line(line) or not line.strip()):
                 self.stacks[key].append(line)
@@ -85,7 +89,6 @@ class TaskGroup:
             return LINE
         now = self.clock()
         with self.lock:
-            first = key not in self.counts
             if n > self.counts.get(key, 0):  # (a count that rises: its clock starts at the first step)
                 if key in self.progress:
                     self.gaps[key] = max(self.gaps.get(key, 0.0), now - self.progress[key])
@@ -95,7 +98,14 @@ class TaskGroup:
                 self.stack_signal[key] = int(fields["stacks"])
             if fields.get("tf") == "1" or n > 0:
                 self.counting.add(key)
-        return LINE if first or at > 0 else BEAT
+        return BEAT
+
+    @staticmethod
+    def task_text(line: str) -> str:
+        """What of ``line`` the task printed itself: all of it, or the part before a beat written
+        after a partial line of its own."""
+        at = line.find(BEAT_LINE + " ")
+        return line[:at] if at > 0 else line
 
     def collect(self, keys) -> None:
         """From now on keep the stack lines of ``keys`` (their earlier ones dropped)."""

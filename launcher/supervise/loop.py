@@ -385,6 +385,7 @@ class Supervisor:
         if kind == STACK:  # asked for by the hang watchdog: into the log and the record, not on the console
             self.record.log_line(key, line)
             return
+        line = self.group.task_text(line)
         self.record.log_line(key, line)
         self.view.line(key, line, time.time())
         self.console.task_line(key, line)

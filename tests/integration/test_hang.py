@@ -62,8 +62,7 @@ def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path,
         assert "(most recent call first):" in text, text
     goodput = load_run(record).to_json()["goodput"]
     assert goodput["badput"]["hung"] >= 10.0, goodput
-    assert "tfcluster-beat" not in (record / "logs" / "worker-0.log").read_text().replace(
-        "tfcluster-beat n=0 stacks=", ""), "beats after the first are progress, not log lines"
+    assert "tfcluster-beat" not in (record / "logs" / "worker-0.log").read_text(), "beats are progress, not log lines"
     assert_no_processes(spec)
 
 

@@ -69,7 +69,7 @@ def test_a_legit_25_s_pause_is_not_a_hang_and_a_stall_is_found_at_the_limit():
 
 def test_printing_is_not_progress_and_beats_are_not_lines():
     hw, group, clock = watch(10.0)
-    assert beat(group, clock, "worker:0", 0, at=1000.0) == LINE  # its first beat is logged (it says stacks=12)
+    assert beat(group, clock, "worker:0", 0, at=1000.0) == BEAT  # not the task's output, not even the first
     assert group.stack_signal["worker:0"] == 12
     assert beat(group, clock, "worker:0", 5, at=1001.0) == BEAT
     for t in range(1002, 1030):
@@ -139,6 +139,8 @@ def test_a_beat_after_partial_output_is_read_and_the_line_kept(line):
     clock.now = 1003.0
     assert group.line("worker:0", line) == LINE
     assert group.counts["worker:0"] == 7 and group.progress["worker:0"] == 1003.0
+    assert group.task_text(line) == "partial progress bar "  # what is logged and shown: the task's part
+    assert list(group.tails["worker:0"])[-1:] == ["partial progress bar "]
 
 
 def test_stack_lines_are_kept_aside_only_while_asked_for():
