@@ -207,13 +207,14 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
     return EXIT_OK if all(r["status"] == OK for r in rows) else EXIT_FAILED
 
 
-def write_derived_spec(path: Path, spec: dict, header: str) -> None:
-    """A derived spec for ``up`` to run: readable by its owner only (0600) when its ``env`` holds
-    a secret (``is_secret``), which it must keep in clear for the tasks to get it."""
+def write_derived_spec(path: Path, spec: dict, header: str) -> str:
+    """A derived spec for ``up`` to run, its text returned: readable by its owner only (0600) when
+    its ``env`` holds a secret (``is_secret``), which it must keep in clear for the tasks to get it."""
     text = header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None)
     env = spec.get("env") or {}
     private = isinstance(env, dict) and any(is_secret(str(k), str(v)) for k, v in env.items())
     write_whole(path, text, mode=0o600 if private else 0o644, fsync=False)
+    return text
 
 
 def _run_one(config: Config, repeat: int, options: Options, outdir: Path, console: Console,
@@ -222,7 +223,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
     suffix = f"-r{repeat + 1}" if options.repeat > 1 else ""
     spec["name"] = spec["name"] + suffix
     spec_path = outdir / "specs" / f"{config.label}{suffix}.yaml"
-    write_derived_spec(spec_path, spec, f"# tfcluster compare: {config.label}, derived from {config.source}\n")
+    text = write_derived_spec(spec_path, spec, f"# tfcluster compare: {config.label}, derived from {config.source}\n")
     extra = {"label": config.label, "repeat": repeat + 1, "spec": str(spec_path), "record": None}
     records: list = []
     with open(outdir / "logs" / f"{config.label}{suffix}.txt", "w") as sink, \
