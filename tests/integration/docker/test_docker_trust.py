@@ -22,6 +22,10 @@ def test_down_removes_the_runs_containers_but_not_others_a_tampered_record_names
     proc = launch_up(spec)
     try:
         wait_for(lambda: len(leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
+        # The record names a container once it started: wait for both there (a container's start comes
+        # before its line in launcher.json, and a kill between them left worker:1 out under load).
+        wait_for(lambda: _named_in_record(spec) == {"worker:0", "worker:1"}, 60, 0.2,
+                 what="launcher.json naming both tasks' containers", proc=proc)
         proc.kill()  # a crash: what it left is down's to remove, by the record
         proc.wait(10)
     finally:
@@ -61,3 +65,11 @@ def test_down_removes_the_runs_containers_but_not_others_a_tampered_record_names
         for c in others:
             c.remove(force=True)
         client.close()
+
+
+def _named_in_record(spec) -> set:
+    try:
+        tasks = json.loads((latest_run_dir(spec) / "launcher.json").read_text()).get("tasks") or {}
+    except (OSError, ValueError, TypeError):
+        return set()
+    return {k for k, v in tasks.items() if isinstance(v, dict) and v.get("container_id")}
