@@ -77,12 +77,8 @@ class SlurmStep(ChildTask):
     def signal(self, sig: int) -> None:
         if self.reaped_long_ago():
             return
-        step = self.step()
-        if step is not None:
-            try:
-                cli.scancel(step, signals.Signals(sig).name.replace("SIG", ""))
-            except LaunchError:
-                pass
+        self.signal_process(sig)  # the step's processes, where it has one
+        step = self.step_id  # (looked up there: None while srun still asks slurmctld)
         if sig == signals.SIGKILL or step is None and sig in (signals.SIGTERM, signals.SIGINT):
             # No step yet (srun still asking slurmctld): stopping srun stops its step request.
             # After SIGKILL of the step, srun exits on its own; this only hurries a stuck one.
