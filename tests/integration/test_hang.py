@@ -6,6 +6,7 @@ every task's stacks, goodput counts ``hung``, and nothing is left running."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import threading
@@ -60,6 +61,9 @@ def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path,
     for key in (task, other):  # every live task's stacks, in the record
         text = (record / "stacks" / "1" / f"{key.replace(':', '-')}.txt").read_text()
         assert "(most recent call first):" in text, text
+        # and its native frames after them (py-spy, installed with the test extra): a C frame of a library
+        native = text.split("native frames (py-spy dump --native, pid ", 1)
+        assert len(native) == 2 and re.search(r"\(lib[^)]*\.so", native[1]), text[-3000:]
     goodput = load_run(record).to_json()["goodput"]
     assert goodput["badput"]["hung"] >= 10.0, goodput
     assert "tfcluster-beat" not in (record / "logs" / "worker-0.log").read_text(), "beats are progress, not log lines"
@@ -98,6 +102,7 @@ def test_tfcluster_stacks_prints_every_live_tasks_stacks(tmp_path):
             assert f"== {key} ==" in result.stdout, result.stdout
         assert result.stdout.count("in metrics_thread") == 2, result.stdout
         assert result.stdout.count("Current thread 0x") == 2, result.stdout
+        assert result.stdout.count("native frames (py-spy dump --native, pid ") == 2, result.stdout
         one = tfcluster("stacks", spec, "worker:1", timeout=120)
         assert one.returncode == 0 and "== worker:1 ==" in one.stdout and "== worker:0 ==" not in one.stdout, one
         # Nothing of it on the run's console: the stacks went to the logs and the record.
