@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from launcher.record.status import load_run
-from tests.support.cli import ROOT, start_tfcluster, tfcluster
+from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.hang_live import SCRIPT, stuck_line
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, run_dir
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration]
 
-SCRIPT = ROOT / "tests" / "support" / "hang_script.py"
 RUN_TIMEOUT = 400
 
 
@@ -34,15 +34,10 @@ def hang_spec(tmp_path: Path, *args: str, watchdog: str = "{startup_timeout: 240
                       env={"TF_CPP_MIN_LOG_LEVEL": "'2'"}, watchdog=watchdog)
 
 
-@pytest.mark.parametrize("mode,task,line", [
-    ("generator", "worker:1", "train.py:45 in retry_forever(): time.sleep(1)"),
-    ("silent", "worker:1", "train.py:49 in silent_stall(): time.sleep(100000)"),
-    ("busy", "worker:1", "train.py:78 in on_train_batch_end(): n += 1"),
-    ("deadlock", "worker:0", "train.py:82 in on_train_batch_end(): with held:"),
-])
-def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path, mode, task, line):
-    assert (SCRIPT.read_text().splitlines()[int(line.split(":")[1].split()[0]) - 1].strip()
-            == line.split("(): ", 1)[1]), "the script's lines moved: update the expected lines"
+@pytest.mark.parametrize("mode,task", [("generator", "worker:1"), ("silent", "worker:1"), ("busy", "worker:1"),
+                                       ("deadlock", "worker:0")])
+def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path, mode, task):
+    line = stuck_line(mode)  # e.g. train.py:51 in retry_forever(): time.sleep(1)
     spec = hang_spec(tmp_path, mode, "--task", task)
     result = tfcluster("up", spec, timeout=RUN_TIMEOUT)
     out = result.stdout + result.stderr
@@ -108,6 +103,7 @@ def test_tfcluster_stacks_prints_every_live_tasks_stacks(tmp_path):
         # Nothing of it on the run's console: the stacks went to the logs and the record.
         assert not any("most recent call first" in s for s in seen), "".join(seen[-40:])
         assert "most recent call first" in (run_dir(spec) / "logs" / "worker-1.log").read_text()
+        assert "most recent call first" not in (run_dir(spec) / "output.log").read_text()  # (what attach shows)
     finally:
         tfcluster("down", spec, timeout=120)
         proc.wait(timeout=60)
