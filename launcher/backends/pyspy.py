@@ -39,9 +39,12 @@ def find(interpreter: str) -> Optional[str]:
 
 
 def shown(out: bytes, pid: int) -> str:
-    """py-spy's output as the stacks file keeps it: under HEADER, each line escaped and cut, at
-    most MAX_LINES lines (the rest counted)."""
+    """py-spy's output as the stacks file keeps it: under HEADER, from its ``Python v...`` line on
+    (the ``Process N: <command line>`` before it can be hundreds of lines: the stub's ``-c`` text),
+    each line escaped and cut, at most MAX_LINES lines (the rest counted)."""
     lines = out.decode("utf-8", errors="replace").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Python v")), 0)
+    lines = lines[start:]
     kept = [escape(line)[:MAX_LINE] for line in lines[:MAX_LINES]]
     if len(lines) > MAX_LINES:
         kept.append(f"... {len(lines) - MAX_LINES} more lines")

@@ -24,6 +24,7 @@ STUCK = {"generator": ("retry_forever", "time.sleep(1)"), "silent": ("silent_sta
          "busy": ("on_train_batch_end", "while True: n += 1"), "deadlock": ("on_train_batch_end", "with held:")}
 # faulthandler's header of each thread's stack: none of it may reach a run's console.
 FAULTHANDLER = "(most recent call first)"
+NATIVE = "native frames (py-spy dump --native, pid "
 
 
 def _number(statement: str, after: int = 0) -> int:
@@ -47,10 +48,12 @@ def sections(text: str) -> dict[str, str]:
 
 
 def check_live_stacks(stacks: Callable[..., subprocess.CompletedProcess], mode: str, stuck: str,
-                      name: str) -> None:
+                      name: str, native: bool = False) -> None:
     """``stacks(*args)`` runs ``tfcluster stacks SPEC *args``: every live task's stacks are there,
     each a process of the script ``name`` in its ``fit`` (its ``<module>`` frame), the stuck one's
-    alone in ``mode``'s function; ``worker:1`` alone with its TASK. Both exit 0."""
+    alone in ``mode``'s function; ``worker:1`` alone with its TASK. Both exit 0. ``native``: each
+    task's native frames follow (py-spy, installed with the test extra, run where the task runs):
+    a frame of a shared library and the script's own ``fit`` line among them."""
     fit = next(n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if line.startswith("model.fit("))
     func = STUCK[mode][0]
     every = stacks()
@@ -61,6 +64,11 @@ def check_live_stacks(stacks: Callable[..., subprocess.CompletedProcess], mode: 
         assert FAULTHANDLER in text and f'{name}", line {fit} in <module>' in text, (key, text[-3000:])
         own = re.search(rf'{re.escape(name)}", line \d+ in {func}$', text, re.M) is not None
         assert own == (key == stuck), (key, stuck, func, text[-3000:])  # each task's own stacks
+        if native:
+            dump = text.split(NATIVE, 1)
+            assert len(dump) == 2 and re.search(r"\(lib[^)]*\.so", dump[1]), (key, text[-3000:])
+            # (py-spy names the script by its path from the working directory, or its basename)
+            assert re.search(rf"<module> \((\S*/)?{re.escape(name)}:{fit}\)", dump[1]), (key, dump[1][-3000:])
         if mode == "silent":  # (its metrics thread, on every task)
             assert re.search(rf'{re.escape(name)}", line \d+ in metrics_thread$', text, re.M), (key, text[-3000:])
     one = stacks("worker:1")
@@ -69,7 +77,7 @@ def check_live_stacks(stacks: Callable[..., subprocess.CompletedProcess], mode: 
 
 
 def stacks_while_stuck(proc: subprocess.Popen, stacks: Callable[..., subprocess.CompletedProcess], mode: str,
-                       stuck: str, name: str, timeout: float) -> str:
+                       stuck: str, name: str, timeout: float, native: bool = False) -> str:
     """``proc`` (``up``, its output one text pipe, leading its own process group) is waited on
     until ``stuck`` says it is stuck, the live stacks are checked, then its output is read to its
     end (``timeout`` s in all for each part): that output, which shows no stacks text."""
@@ -78,7 +86,7 @@ def stacks_while_stuck(proc: subprocess.Popen, stacks: Callable[..., subprocess.
     rest: list[str] = []
     drain = threading.Thread(target=lambda: rest.extend(proc.stdout), daemon=True)  # (it keeps flowing)
     drain.start()
-    check_live_stacks(stacks, mode, stuck, name)
+    check_live_stacks(stacks, mode, stuck, name, native)
     drain.join(timeout)
     assert not drain.is_alive(), f"up ran on past {timeout:g} s:\n" + "".join(rest[-40:])
     proc.wait(timeout=30)

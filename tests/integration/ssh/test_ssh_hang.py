@@ -42,7 +42,7 @@ def test_a_stuck_generator_on_a_remote_host_shows_its_stacks_live_then_is_named(
     proc = start_tfcluster("up", str(spec), "--plain")
     try:
         out = stacks_while_stuck(proc, lambda *a: tfcluster("stacks", str(spec), *a, timeout=120), "generator",
-                                 "worker:1", NAME, 300)
+                                 "worker:1", NAME, 300, native=True)
     finally:
         stop(proc)
     assert proc.returncode != 0, out[-4000:]
@@ -63,7 +63,8 @@ def test_stacks_reach_a_detached_supervisor_on_a_host_then_a_silent_stall_is_nam
         log = record / "logs" / "worker-1.log"
         wait_for(lambda: log.is_file() and "worker:1 is stuck now (silent)" in log.read_text(), 240,
                  what="worker:1 to stall", detail=lambda: log.read_text()[-2000:] if log.is_file() else "no log")
-        check_live_stacks(lambda *a: tfcluster("stacks", str(spec), *a, timeout=120), "silent", "worker:1", NAME)
+        check_live_stacks(lambda *a: tfcluster("stacks", str(spec), *a, timeout=120), "silent", "worker:1", NAME,
+                          native=True)
         end = tfcluster("attach", str(spec), timeout=240)
         out = end.stdout + end.stderr
         assert end.returncode != 0, out[-4000:]

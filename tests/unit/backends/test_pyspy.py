@@ -43,6 +43,10 @@ def test_its_output_is_escaped_and_bounded():
     assert lines[0] == "native frames (py-spy dump --native, pid 7):"
     assert "\x1b" not in text and "\x07" not in text and "evil" in lines[1]
     assert len(lines) == 1 + pyspy.MAX_LINES + 1 and lines[-1] == f"... {1001 - pyspy.MAX_LINES} more lines"
+    # py-spy's own header names the process by its whole command line (the stub's text: long): not kept
+    headed = pyspy.shown(b"Process 9: python -c\n" + b"stub line\n" * 300 + b"Python v3.11.7 (/usr/bin/python3)\n\n"
+                         b"Thread 9 (idle): \"MainThread\"\n    f (a.py:1)\n", 9).splitlines()
+    assert headed[1].startswith("Python v3.11.7") and "stub line" not in "\n".join(headed) and len(headed) == 5
     long = pyspy.shown(b"x" * 5000, 1).splitlines()[1]
     assert len(long) == pyspy.MAX_LINE
 
@@ -107,6 +111,7 @@ def test_a_local_dump_of_a_real_blocked_process(tmp_path, monkeypatch):
         text = pyspy.dump_local(proc.pid, sys.executable)
         assert text.startswith(f"native frames (py-spy dump --native, pid {proc.pid}):"), text
         assert "<module> (<string>:1)" in text and "(libc" in text, text
+        assert "Process " not in text and "Python v" in text, text
         # Not beside a python that has none, nor on PATH: one line says so.
         monkeypatch.setenv("PATH", str(tmp_path))
         assert pyspy.dump_local(proc.pid, "python") == pyspy.NOT_FOUND
