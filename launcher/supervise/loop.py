@@ -294,6 +294,7 @@ class Supervisor:
             if self.prewarm.acks(attempt):
                 return
             self.prewarm.when_due(attempt, now)
+            phases.straggle(attempt, now)
             if self.stacks_wanted.is_set():  # `tfcluster stacks` asked
                 self.stacks_wanted.clear()
                 phases.hangs.snapshot(watch.exits)

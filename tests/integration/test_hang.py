@@ -6,6 +6,7 @@ every task's stacks, goodput counts ``hung``, and nothing is left running."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -19,7 +20,7 @@ from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.hang_live import SCRIPT, stuck_line
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, run_dir
-from tests.support.waits import wait_for
+from tests.support.waits import wait_for, wait_line
 
 pytestmark = [pytest.mark.integration]
 
@@ -74,6 +75,28 @@ def test_a_legit_25_s_pause_is_no_hang_under_the_default_auto(tmp_path):
     assert result.returncode == 0, out[-4000:]
     assert "worker:0 done" in out and "worker:1 done" in out, out[-4000:]
     assert not [e for e in events(spec) if e["event"] == "failure"]
+    assert not [e for e in events(spec) if e["event"] == "straggler"]  # (once is no straggler either)
+    assert_no_processes(spec)
+
+
+def test_a_task_that_keeps_the_others_waiting_is_named_a_straggler_while_it_lasts(tmp_path):
+    # worker:1's callback sleeps 0.3 s after every batch: worker:0 waits for it in each all-reduce.
+    spec = hang_spec(tmp_path, "slow", "--task", "worker:1", "--pause", "0.3", "--steps", "1000000",
+                     watchdog="{startup_timeout: 240, stop_grace: 2}")
+    proc = start_tfcluster("up", spec, "--plain")
+    seen: list[str] = []
+    try:
+        wait_line(proc, r"tfcluster: worker:1 holds the others back: they spend \d+ % of their time inside", seen, 300)
+        threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True).start()  # (it keeps flowing)
+        said = tfcluster("status", spec, timeout=60)
+        assert re.search(r"^straggler: worker:1 holds the others back: .* it \d+ %", said.stdout, re.M), said.stdout
+        as_json = json.loads(tfcluster("status", spec, "--json", timeout=60).stdout)
+        assert as_json["straggler"]["task"] == "worker:1", as_json["straggler"]
+        assert [(e["task"], bool(e.get("why"))) for e in events(spec) if e["event"] == "straggler"] == [("worker:1", True)]
+        assert not any("worker:0 holds" in line for line in seen), "".join(seen[-40:])
+    finally:
+        tfcluster("down", spec, timeout=120)
+        proc.wait(timeout=60)
     assert_no_processes(spec)
 
 

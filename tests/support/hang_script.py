@@ -12,6 +12,7 @@ which prints ``TASK is stuck now (MODE)`` as it stops:
 * ``busy``: a Keras callback spins in a busy loop;
 * ``deadlock``: a Keras callback takes a lock a thread of its own holds for ever;
 * ``pause``: a callback pauses ``--pause`` seconds once, then training goes on (no hang);
+* ``slow``: a callback pauses ``--pause`` seconds after every batch (a straggler: the others wait);
 * ``none``: trains to the end.
 """
 
@@ -78,6 +79,8 @@ held = threading.Lock()
 
 class Trouble(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
+        if target and args.mode == "slow":
+            time.sleep(args.pause)
         if not target or batch != args.after:
             return
         if args.mode == "busy":
