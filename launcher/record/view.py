@@ -200,7 +200,7 @@ class RunView:
     def _event(self, record: RecordEvent) -> None:
         at = record.time
         self.run.apply(record)
-        self.marks.event(record)
+        self.marks.event(record, self.run)
         if isinstance(record, ev.RunStart):
             self.name, self.strategy, self.backend = record.name, record.strategy, record.backend
             self.run_id, self.run_dir = record.run_id, record.run_dir
@@ -213,7 +213,7 @@ class RunView:
             hosts.started(self, record.group)
         elif isinstance(record, hosts.KINDS):
             hosts.apply(self, record, at)
-        elif record.kind in fold.STATE_KINDS:  # (the task state machine, record/fold.py)
+        elif isinstance(record, fold.STATE_CLASSES):  # (the task state machine, record/fold.py)
             started = fold.step(self.tasks, record, TaskView)
             if started is not None:  # a new process: the figures of the previous one go
                 self.attempt = started.attempt if self.attempt is None else max(self.attempt, started.attempt)
