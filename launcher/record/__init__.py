@@ -3,8 +3,10 @@
 run, an attempt and a task go through (``states``); every module that names a record file, an
 event kind or a state imports them from here (tests/unit/record/test_record_vocabulary.py keeps it so).
 
-Its modules: ``events`` holds one frozen dataclass per event kind and ``parse_event``, which
-checks every field (RunRecordDamaged, one line, for anything tfcluster never writes); ``writer``
+Its modules: ``events`` holds one frozen dataclass per event kind (the hosts' and the backends'
+own in ``hostevents``, named in ``events`` too) and ``parse_event``, which checks every field
+with ``eventbase``'s checks (RunRecordDamaged, one line, for anything tfcluster never writes;
+``eventbase`` also holds the ``Event`` words and the events' base class); ``writer``
 writes the record (``RunRecord.write(event)``, ``append_event``); ``reader`` is the one reader
 of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;
 ``fold`` is the task state machine and the one fold of events into it (view and status share it);

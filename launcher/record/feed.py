@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 from launcher.safefile import open_regular
 from launcher.safefile import file_mode_in, write_whole
 from launcher.record import events as ev
-from launcher.record.events import RecordEvent, fields_conform
+from launcher.record.eventbase import RecordEvent, fields_conform
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
 from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, log_chunks, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)

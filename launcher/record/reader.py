@@ -19,7 +19,8 @@ from typing import IO, Any, Iterator, NamedTuple, Optional
 from launcher.safefile import open_regular
 from launcher.bounded import shown
 from launcher.errors import NoRun
-from launcher.record.events import JSON, Count, RecordEvent, RunRecordDamaged, check_fields, parse_event
+from launcher.record.eventbase import JSON, Count, RecordEvent, RunRecordDamaged, check_fields
+from launcher.record.events import parse_event
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
 
 # What a record's file may be, read whole: tfcluster writes far less (an event is a few hundred

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from launcher.plan.gpus import env_collective as gpu_env_collective, env_text as gpu_env_text, said_text as gpu_said_text
+from launcher.plan.gputext import env_collective as gpu_env_collective, env_text as gpu_env_text, said_text as gpu_said_text
 from launcher.procinfo import describe_exit
 from launcher.procinfo import group_alive, is_same
 from launcher.errors import exc_text
