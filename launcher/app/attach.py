@@ -1,6 +1,6 @@
 """``tfcluster attach``: the live view of a run from its record, until the run ends.
 
-On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunView`` that
+On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunModel`` that
 launcher/record/feed.py replays from the record and then follows, with task output and the
 supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come
 (``follow``: app/inspect.py). It writes through the console and the renderer the CLI gives it

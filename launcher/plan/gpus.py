@@ -6,7 +6,7 @@ parameter_server, and the evaluator; the ps tasks and the parameter_server chief
 coordinator) get none (``CUDA_VISIBLE_DEVICES=-1``) unless their group says ``gpus: N``.
 ``devices.gpus`` (all | N | [ids]) is which of a host's GPUs the run may use at all; 0 is none.
 
-Each GPU task's request (``TaskGpus.request``, launcher/remote/gpuplace.py's marker) is made
+Each GPU task's request (``PlannedGpus.request``, launcher/remote/gpuplace.py's marker) is made
 here from its place among its host's GPU tasks. Where the plan knows the host's GPUs (the local
 backend: ``nvidia-smi -L`` at plan time, ``Placement.gpus``), the plan holds the result
 (CUDA_VISIBLE_DEVICES, TF_FORCE_GPU_ALLOW_GROWTH, TFCLUSTER_GPU_MEMORY) and refuses what the
@@ -31,7 +31,7 @@ Gpu = tuple[int, str, str]
 
 
 @dataclass(frozen=True)
-class TaskGpus:
+class PlannedGpus:
     """One task's GPUs in the plan.
 
     ``take``: 0 (no GPU: CUDA_VISIBLE_DEVICES=-1), N, "auto" or "all"; ``source`` the key that
@@ -73,7 +73,7 @@ class TaskGpus:
         return f"{word} {named}" + (" shared" if self.shared else "")
 
 
-NO_GPU = TaskGpus()
+NO_GPU = PlannedGpus()
 
 
 def uses_gpu_by_role(strategy: str, task_type: str) -> bool:
@@ -127,8 +127,8 @@ def cap_of(spec) -> int:
 
 def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[str, Sequence[Gpu]],
               limits: Mapping[str, Optional[str]] = {}, failures: Mapping[str, str] = {}, most: int = 0
-              ) -> tuple[list[TaskGpus], list[tuple[tuple[str, str], ...]], list[str]]:
-    """Every task's TaskGpus and extra env (in plan order: ``hosts[i]`` and ``types[i]`` are task
+              ) -> tuple[list[PlannedGpus], list[tuple[tuple[str, str], ...]], list[str]]:
+    """Every task's PlannedGpus and extra env (in plan order: ``hosts[i]`` and ``types[i]`` are task
     i's), and the one-line problems of the hosts whose GPUs are ``known`` (host -> its placement
     units, nvidia-smi -L's; a host not in it is completed where its tasks start). ``limits``: host
     -> the CUDA_VISIBLE_DEVICES in force there (the launcher's own, locally): tasks get subsets
@@ -145,7 +145,7 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
     for i, (host, (take, _)) in enumerate(zip(hosts, takes)):
         if take != 0:
             by_host.setdefault(host, []).append(i)
-    out: list[TaskGpus] = [NO_GPU] * n
+    out: list[PlannedGpus] = [NO_GPU] * n
     extras: list[tuple[tuple[str, str], ...]] = [((CUDA_VAR, "-1"),) if CUDA_VAR not in spec.env else ()] * n
     problems: list[str] = []
     cache: dict[tuple, tuple[tuple[str, str], ...]] = {}  # a few distinct extras, shared
@@ -172,7 +172,7 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
             request = gpuplace.format_request(take, place, count, off, len(members), use, need, mem,
                                               "pick" if pick else coll, trainers=trainers, cap=cap)
             if host not in known:
-                out[i] = TaskGpus(take, source, request)
+                out[i] = PlannedGpus(take, source, request)
                 extras[i] = cache.setdefault(("req", request), ((envnames.GPUS, request),))
                 continue
             host_units, by_uuid = units[host]
@@ -181,7 +181,7 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
                 host_problem = problem
             value = gpuplace.visible_value(got, by_uuid)
             ids = tuple(g[0] for g in got)
-            out[i] = TaskGpus(take, source, request, ids, shared, value if value != ",".join(map(str, ids)) else "")
+            out[i] = PlannedGpus(take, source, request, ids, shared, value if value != ",".join(map(str, ids)) else "")
             extras[i] = cache.setdefault(("ids", value, shared), tuple(sorted(_made_env(spec, value, shared).items())))
         if host_problem is not None and failures.get(host) and not units[host][0]:
             problems.append(failure_line(spec, host, failures[host]))
@@ -316,7 +316,7 @@ def _made_env(spec, value: str, shared: bool) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in spec.env}
 
 
-def refusal(host: str, tasks: Sequence[tuple[str, TaskGpus]], host_ids: Sequence[int], devices_gpus,
+def refusal(host: str, tasks: Sequence[tuple[str, PlannedGpus]], host_ids: Sequence[int], devices_gpus,
             problem: str) -> str:
     """The one line for a host that cannot give its tasks their GPUs: ``vm2 has 1 GPU; 2 tasks x
     gpus_per_task 1 need 2; ...fix``."""
@@ -402,7 +402,7 @@ def asked_key(spec) -> str:
     return "devices"
 
 
-def collective_choice(spec, types: Sequence[str], task_gpus: Sequence[TaskGpus]) -> tuple[Optional[str], str]:
+def collective_choice(spec, types: Sequence[str], task_gpus: Sequence[PlannedGpus]) -> tuple[Optional[str], str]:
     """(implementation, the words plan/up/status show) for ``collective.implementation``.
 
     An explicit value wins. ``auto`` under multi_worker_mirrored resolves here, because

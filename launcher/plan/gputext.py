@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
-from launcher.plan.gpus import Gpu, TaskGpus, placement_off, use_of
+from launcher.plan.gpus import Gpu, PlannedGpus, placement_off, use_of
 from launcher.remote import gpuplace
 from launcher.remote.gpuplace import CUDA_VAR, GROWTH_VAR, plural
 
@@ -71,7 +71,7 @@ def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_host
     return f"gpus: {setting}; " + "; ".join(parts) + tail
 
 
-def _unit_in(unit, tg: TaskGpus, by_uuid: bool) -> bool:
+def _unit_in(unit, tg: PlannedGpus, by_uuid: bool) -> bool:
     """Whether a task's GPUs include the placement unit ``unit``."""
     if tg.visible:
         return str(unit[2]) in tg.visible.split(",")
@@ -153,7 +153,7 @@ def env_text(env_value: Callable[[str], Optional[str]]) -> str:
     if req is None:
         return ""
     take = int(req["take"]) if req["take"].isdigit() else req["take"]
-    return TaskGpus(take=take).describe()
+    return PlannedGpus(take=take).describe()
 
 
 def visible_ids(env: Mapping[str, str]) -> Optional[list[int]]:

@@ -11,10 +11,10 @@ writes the record (``RunRecord.write(event)``, ``append_event``); ``reader`` is 
 of its files (events.jsonl, plan.json, launcher.json, <backend>.json) and finds its runs;
 ``fold`` is the task state machine and the one fold of events into it (view and status share it);
 ``run`` is the one run fold (start, attempts, group size over time, outcome: ``RunFacts``);
-``view`` is the one run model (RunView) the live panel and the final report show (its tasks:
+``view`` is the one run model (RunModel) the live panel and the final report show (its tasks:
 ``taskview``; its host membership in elastic runs: ``hosts``); ``feed``
-replays a record into a RunView (and writes its snapshots); ``status`` is a run as ``status``
-and ``runs`` show it: the replayed RunView plus what only the record says (run state, attempts,
+replays a record into a RunModel (and writes its snapshots); ``status`` is a run as ``status``
+and ``runs`` show it: the replayed RunModel plus what only the record says (run state, attempts,
 the supervisor, each task's folded state, whether its process is alive).
 This package's __init__ imports only the vocabulary (policy.py imports record.states, and
 status imports policy), so import those modules by name: ``from launcher.record.writer import ...``.

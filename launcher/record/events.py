@@ -66,8 +66,8 @@ from launcher.record.eventbase import (  # noqa: F401 (Event, RecordEvent, RunRe
 # The host and backend kinds, named here too: readers and writers import every event from this
 # module (``import launcher.record.events as ev``; ``ev.HostLost``).
 from launcher.record.hostevents import (  # noqa: F401
-    Discovery, GpuUsage, HostAdded, HostLost, HostPreempted, HostWait, Replan, SlurmCancelled, SlurmRunning,
-    SlurmSubmitted, StateCopy, StateFetch, StateSync, TaskGpus)
+    DiscoveryAnswer, GpuUsage, HostAdded, HostLost, HostPreempted, HostWait, Replan, SlurmCancelled, SlurmRunning,
+    SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus)
 
 
 # ------------------------------------------------------------------ the kinds
@@ -159,7 +159,7 @@ class Failure(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Restart(RecordEvent):
+class GroupRestart(RecordEvent):
     KIND: ClassVar[str] = Event.RESTART
     attempt: Optional[Count] = None  # the attempt it begins
     delay: Seconds = 0.0
@@ -250,9 +250,9 @@ class OtherEvent(RecordEvent):
 
 
 KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
-    RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, Restart, TaskRestart, Stopped,
+    RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, GroupRestart, TaskRestart, Stopped,
     StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
-    Discovery, RunOutcome, StateSync, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
+    DiscoveryAnswer, RunOutcome, StateSyncMode, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
     GpuUsage, TaskGpus)}
 
 

@@ -1,7 +1,7 @@
 """A task's state machine, and the one fold of a run's events into it.
 
-The live panel (``RunView``, record/view.py), ``status`` (``load_run``, record/status.py) and the
-final report (launcher/ui/report.py, from the supervisor's ``RunView``) all read a task's state from
+The live panel (``RunModel``, record/view.py), ``status`` (``load_run``, record/status.py) and the
+final report (launcher/ui/report.py, from the supervisor's ``RunModel``) all read a task's state from
 here: ``step`` applies one event, ``fold`` a whole record's, ``on_line`` what a task's output says.
 Pure: no IO, no clock.
 
@@ -82,7 +82,7 @@ def step(tasks: MutableMapping[str, T], event: RecordEvent, new: Callable[[str],
     ``tasks`` (key -> task; ``new(key)`` adds one the event names that is not there yet). Returns
     the task a ``start`` started (its caller resets what belongs to the previous process), else
     None. Other kinds change no task state."""
-    if isinstance(event, ev.Restart):
+    if isinstance(event, ev.GroupRestart):
         for t in tasks.values():
             t.state = RESTARTING
         return None
@@ -128,8 +128,8 @@ def step(tasks: MutableMapping[str, T], event: RecordEvent, new: Callable[[str],
 
 _TASK_CLASSES = (ev.Start, ev.Ready, ev.Exit, ev.Stopped, ev.Failure, ev.TaskRestart)
 # Every class ``step`` acts on: a new kind that moves a task's state is added to ``step`` and here,
-# and nowhere else (RunView feeds exactly these to ``step``).
-STATE_CLASSES = (*_TASK_CLASSES, ev.Restart, ev.AttemptReady, ev.RunOutcome)
+# and nowhere else (RunModel feeds exactly these to ``step``).
+STATE_CLASSES = (*_TASK_CLASSES, ev.GroupRestart, ev.AttemptReady, ev.RunOutcome)
 STATE_KINDS = tuple(cls.KIND for cls in STATE_CLASSES)
 
 

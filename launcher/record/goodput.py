@@ -57,7 +57,7 @@ from launcher.record.events import RecordEvent
 from launcher.record.run import RunFacts
 
 CATEGORIES = ("startup", "recovery", "redone", "checkpoint", "waiting", "hung", "other")
-_FAULTS = (ev.Failure, ev.HostLost, ev.HostPreempted, ev.Restart)
+_FAULTS = (ev.Failure, ev.HostLost, ev.HostPreempted, ev.GroupRestart)
 _STEP_KINDS = ("step", "epoch")
 
 
@@ -105,7 +105,7 @@ class Marks:
             return
         own = getattr(event, "attempt", None)
         attempt = own if own is not None else (run.attempt or 0)
-        if isinstance(event, (ev.Start, ev.Replan, ev.Restart, ev.RunOutcome)):
+        if isinstance(event, (ev.Start, ev.Replan, ev.GroupRestart, ev.RunOutcome)):
             self._end_hold(at)
         if isinstance(event, ev.RunStart):
             # The preflight's wait below min came first (its host_wait events lead the record):
@@ -130,8 +130,8 @@ class Marks:
         elif isinstance(event, ev.Stopped) and attempt in self.hung:
             self.hung[attempt][1] = max(self.hung[attempt][1], at)
         elif isinstance(event, _FAULTS) or (isinstance(event, ev.Exit) and event.code not in (0, None)):
-            self.faults.setdefault(attempt if not isinstance(event, ev.Restart) else attempt - 1, at)
-            if isinstance(event, ev.Restart):
+            self.faults.setdefault(attempt if not isinstance(event, ev.GroupRestart) else attempt - 1, at)
+            if isinstance(event, ev.GroupRestart):
                 self.restarts.append(at)
             if isinstance(event, ev.HostLost):
                 self._waiting_since = at if self._waiting_since is None else self._waiting_since

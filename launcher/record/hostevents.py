@@ -72,7 +72,7 @@ class HostPreempted(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Discovery(RecordEvent):
+class DiscoveryAnswer(RecordEvent):
     KIND: ClassVar[str] = Event.DISCOVERY
     ok: bool = True
     problem: Optional[str] = None  # (a failed answer: no added, no gone)
@@ -81,7 +81,7 @@ class Discovery(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StateSync(RecordEvent):
+class StateSyncMode(RecordEvent):
     KIND: ClassVar[str] = Event.STATE_SYNC
     mode: str = ""
     why: str = ""

@@ -4,7 +4,7 @@ name's folder). A file that cannot be read as what it should be is ``RecordDamag
 one line, never a traceback.
 
 What the files say about a run is built above this module: record/feed.py replays them into
-the run's ``RunView`` (record/view.py), record/status.py adds what ``status`` and ``runs``
+the run's ``RunModel`` (record/view.py), record/status.py adds what ``status`` and ``runs``
 show. The record is written by record/writer.py.
 """
 
@@ -73,7 +73,8 @@ def loads_strict(text: str) -> Any:
 def read_events(run_dir: Path, strict: bool = False) -> list[RecordEvent]:
     """A run's ``events.jsonl`` (written by ``RunRecord.write`` and ``append_event``), each line
     parsed into its event class (``parse_events``); no file, no events. A last line without its
-    newline was cut by a crash mid-write and is skipped. Any other line that is not an event is
+    newline is not whole (still being written by a live run's supervisor, or cut short by a crash
+    or a full disk) and is skipped. Any other line that is not an event is
     skipped, or with ``strict`` makes the record damaged (RecordDamaged naming the line). A file
     that exists but cannot be read (or is over ``FILE_BYTES``) reads as no events, or with
     ``strict`` is RecordDamaged."""

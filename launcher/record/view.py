@@ -1,6 +1,6 @@
 """What a run looks like right now: the model behind the live panel and the final report.
 
-Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
+Pure: no IO, no clock. A ``RunModel`` is fed two things, in order,
 
 * the run's events, as record/events.py reads them from ``events.jsonl`` (``run_start``, ``start``, ``ready``,
   ``exit``, ``stopped``, ``restart``, ``task_restart``, ``failure``, ``outcome``), and
@@ -41,7 +41,7 @@ IMPORTING, TRAINING, EVALUATING = TaskPhase.IMPORTING, TaskPhase.TRAINING, TaskP
 
 
 @dataclass
-class RunView:
+class RunModel:
     name: str = ""
     strategy: str = ""
     backend: str = ""
@@ -113,7 +113,7 @@ class RunView:
                         continue
                 self._line(key, text, now)
 
-    def snapshot(self) -> "RunView":
+    def snapshot(self) -> "RunModel":
         """A copy to render from while the view goes on changing."""
         with self._lock:
             copied = copy.copy(self)
@@ -140,7 +140,7 @@ class RunView:
             return copy.deepcopy(out)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RunView":
+    def from_json(cls, data: Mapping[str, Any]) -> "RunModel":
         """The view ``to_json`` gave ``data``."""
         data = copy.deepcopy(dict(data))
         tasks = {key: task_from_json(t) for key, t in data.pop("tasks", {}).items()}

@@ -204,9 +204,9 @@ def test_a_backup_after_the_last_step_line_is_checkpoint_time_too():
 
 
 def _trained_view():
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
 
-    view = RunView()
+    view = RunModel()
     view.event({"event": "run_start", "time": 1000.0, "name": "demo", "strategy": "multi_worker_mirrored",
                 "backend": "local", "tasks": ["worker:0"], "max_restarts": 2})
     view.event({"event": "start", "time": 1000.1, "task": "worker:0", "attempt": 0})
@@ -223,7 +223,7 @@ def test_the_view_folds_goodput_from_its_lines_own_times_and_the_panel_shows_it(
 
     from rich.console import Console as RichConsole
 
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
     from launcher.ui.panel import render
     from launcher.ui.report import goodput_lines
 
@@ -235,7 +235,7 @@ def test_the_view_folds_goodput_from_its_lines_own_times_and_the_panel_shows_it(
     assert console.file.getvalue().splitlines()[0].endswith("goodput 66.7 %")
     view.event({"event": "outcome", "time": 1015.0, "outcome": "succeeded"})
     assert goodput_lines(view, 5000.0) == ["  goodput 66.7 %: startup 20.0 %, other 13.3 %"]
-    again = RunView.from_json(view.to_json())  # (a snapshot's view goes on from its marks)
+    again = RunModel.from_json(view.to_json())  # (a snapshot's view goes on from its marks)
     assert again.goodput(5000.0) == view.goodput(5000.0)
 
 

@@ -1,5 +1,5 @@
 """The task state machine (launcher/record/fold.py): each documented transition, from event lists,
-and the live panel's RunView agreeing with the fold ``status`` uses on any sequence of events."""
+and the live panel's RunModel agreeing with the fold ``status`` uses on any sequence of events."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from launcher.record import fold as machine
 from launcher.record.events import RunRecordDamaged, parse_event
 from launcher.record.fold import TaskLife, lose, on_line
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 KEYS = ("worker:0", "worker:1")
 
@@ -151,9 +151,9 @@ EVENT = st.one_of(
 @given(st.lists(EVENT, max_size=25), st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(
     ["plain", "tfcluster-step epoch=0 step=1 global_step=1", "tfcluster-eval global_step=1"])), max_size=5))
 def test_the_live_panel_and_status_fold_agree_on_every_sequence(events, lines):
-    """RunView (the panel, the report) and fold (``status``) are one machine: the same events give
+    """RunModel (the panel, the report) and fold (``status``) are one machine: the same events give
     every task the same state, attempt, starts, exit code, reason and host, whatever lines came."""
-    view = RunView()
+    view = RunModel()
     view.event({"event": "run_start", "tasks": list(KEYS)})
     for i, e in enumerate(events):
         view.event(e)
