@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from launcher.interrupts import pause, take_interrupt
+from launcher.system.interrupts import pause, take_interrupt
 from launcher.safefile import open_regular
 from launcher.app.inspect import POLL, find, follow
 from launcher.record.feed import RecordFeed
@@ -51,7 +51,7 @@ def attach(loaded: LoadedSpec, console: RunConsole, renderer: AttachRenderer, *,
 
 
 def _gone(console: RunConsole) -> None:
-    """At each poll: leave if the console went away or Ctrl-C was pressed (launcher/interrupts.py:
+    """At each poll: leave if the console went away or Ctrl-C was pressed (launcher/system/interrupts.py:
     taken here, between polls, not wherever the main thread was when it came)."""
     if console.lost:
         raise _ConsoleGone()

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from launcher.plan.gputext import env_collective as gpu_env_collective, env_text as gpu_env_text, said_text as gpu_said_text
-from launcher.procinfo import describe_exit
-from launcher.procinfo import group_alive, is_same
+from launcher.system.procinfo import describe_exit
+from launcher.system.procinfo import group_alive, is_same
 from launcher.errors import exc_text
 from launcher.record.feed import DAMAGE, replay
 from launcher.record.layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG

@@ -58,7 +58,7 @@ def _run(argv, timeout, merge_stderr=False):
     """(exit code, stdout bytes) of ``argv`` run in a process group of its own; TimeoutExpired past
     ``timeout`` s, once the whole group is killed (SIGKILL): a hung nvidia-smi, or a child of it
     that keeps the pipe open, never outlives the timeout (``subprocess.run`` kills only the child
-    it started). Stdlib only, as launcher.procinfo.run_bounded does it where the launcher runs."""
+    it started). Stdlib only, as launcher.system.procinfo.run_bounded does it where the launcher runs."""
     import os
     import signal
     import subprocess

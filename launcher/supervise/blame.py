@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from launcher.supervise.diagnose import exception_lines, hint, peer_abort, root_cause
 from launcher.ui.noise import is_noise
-from launcher.procinfo import describe_exit
+from launcher.system.procinfo import describe_exit
 from launcher.supervise.policy import Attempt, hang_watched, silent_by_design
 from launcher.supervise.stuck import in_user_code, parse
 from launcher.ui.table import render

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from launcher.backends.base import Backend
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan
-from launcher.procinfo import describe_exit
+from launcher.system.procinfo import describe_exit
 from launcher.record import events as ev
 from launcher.record.states import AttemptState
 from launcher.record.view import RunModel

@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 
 from launcher.supervise.diagnose import peer_abort
 from launcher.record.states import AttemptState
-from launcher.procinfo import describe_exit
+from launcher.system.procinfo import describe_exit
 
 RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
 

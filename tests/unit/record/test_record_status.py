@@ -287,7 +287,7 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
 
     from launcher.ui.attachtext import TextRenderer
     from launcher.ui.console import Console
-    from launcher.procinfo import start_time
+    from launcher.system.procinfo import start_time
     from launcher.app.attach import attach
     from launcher.spec.model import LoadedSpec
     from launcher.loader.load import parse_spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.procinfo import describe_exit
+from launcher.system.procinfo import describe_exit
 from launcher.supervise.policy import FAILED, RUNNING, SUCCEEDED, AttemptFailure, assess, backoff_delay, retry_decision
 
 MWMS, PSS = "multi_worker_mirrored", "parameter_server"
