@@ -50,10 +50,10 @@ echo "\$ nvidia-smi -L"
 LIST=$(timeout 20 nvidia-smi -L 2>&1); echo "$LIST"
 echo "\$ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader"
 timeout 20 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1
-# The placement units the launcher sees (gpuplace.parse_list: MIG devices replace their GPU).
+# The placement units the launcher sees (gpuquery.parse_list: MIG devices replace their GPU).
 UNITS=$($PY -c "
-import sys; sys.path.insert(0, 'launcher/remote'); import gpuplace
-for u in gpuplace.parse_list(sys.stdin.read()): print(u[0], u[2])" <<< "$LIST")
+import sys; sys.path.insert(0, 'launcher/remote'); import gpuquery
+for u in gpuquery.parse_list(sys.stdin.read()): print(u[0], u[2])" <<< "$LIST")
 NUNIT=$(printf '%s\n' "$UNITS" | grep -c .)
 NMIG=$(printf '%s\n' "$UNITS" | grep -c ' MIG-')
 echo "placement units: $NUNIT ($NMIG MIG devices)"

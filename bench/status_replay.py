@@ -80,11 +80,11 @@ def grow(log: Path, mb: float, result: bool = True) -> int:
 
 def line_by_line(run_dir: Path) -> dict:
     """The view replayed the way it was before chunked reads: each whole log in memory, every
-    line through ``RunView.line``. Per task: (global_step, loss, accuracy, examples/s)."""
-    from launcher.record.view import RunView
+    line through ``RunModel.line``. Per task: (global_step, loss, accuracy, examples/s)."""
+    from launcher.record.view import RunModel
     from launcher.record.reader import read_events
 
-    view = RunView()
+    view = RunModel()
     for event in read_events(run_dir, strict=True):
         view.event(event)
     for log in sorted((run_dir / "logs").glob("worker-*.log")):

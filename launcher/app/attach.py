@@ -1,6 +1,6 @@
 """``tfcluster attach``: the live view of a run from its record, until the run ends.
 
-On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunView`` that
+On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunModel`` that
 launcher/record/feed.py replays from the record and then follows, with task output and the
 supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come
 (``follow``: app/inspect.py). It writes through the console and the renderer the CLI gives it
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from launcher.interrupts import pause, take_interrupt
+from launcher.system.interrupts import pause, take_interrupt
 from launcher.safefile import open_regular
 from launcher.app.inspect import POLL, find, follow
 from launcher.record.feed import RecordFeed
@@ -51,7 +51,7 @@ def attach(loaded: LoadedSpec, console: RunConsole, renderer: AttachRenderer, *,
 
 
 def _gone(console: RunConsole) -> None:
-    """At each poll: leave if the console went away or Ctrl-C was pressed (launcher/interrupts.py:
+    """At each poll: leave if the console went away or Ctrl-C was pressed (launcher/system/interrupts.py:
     taken here, between polls, not wherever the main thread was when it came)."""
     if console.lost:
         raise _ConsoleGone()

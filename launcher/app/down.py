@@ -19,7 +19,7 @@ from launcher.app.results import DownResult
 from launcher.notices import Notices
 from launcher.errors import NoRun
 from launcher.plan.build import Plan
-from launcher.procinfo import is_same, not_own, wait_gone
+from launcher.system.procinfo import is_same, not_own, wait_gone
 from launcher.record.events import Event, RunOutcome
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, runs_dir
 from launcher.record.reader import latest_run, read_launcher

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from launcher.safefile import UnsafeFile, open_regular
 from launcher.bounded import listing
-from launcher.interrupts import pause, take_interrupt
+from launcher.system.interrupts import pause, take_interrupt
 from launcher.errors import LaunchError, NoRun
 from launcher.record.events import Start
 from launcher.record.layout import OUTPUT_FILE, log_path, name_dir

@@ -18,7 +18,7 @@ from launcher.notices import Notices
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.record.status import RunStatus
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
 
 
 class RunConsole(Notices, Protocol):
@@ -39,7 +39,7 @@ class RunConsole(Notices, Protocol):
 
     def unfollow(self) -> None: ...
 
-    def start_panel(self, view: "RunView") -> bool:
+    def start_panel(self, view: "RunModel") -> bool:
         """The live panel of ``view``, on a terminal only (False elsewhere)."""
 
     def end_panel(self) -> None: ...

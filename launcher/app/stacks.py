@@ -17,7 +17,7 @@ from typing import Optional
 from launcher.app.down import not_the_supervisor
 from launcher.app.results import StacksResult
 from launcher.errors import LaunchError, NoRun
-from launcher.procinfo import is_same
+from launcher.system.procinfo import is_same
 from launcher.record.layout import LATEST, LAUNCHER_FILE, live_stacks_dir, runs_dir
 from launcher.record.reader import latest_run, read_launcher
 from launcher.spec.model import LoadedSpec

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from launcher.app.results import DryRun, RunResult
 from launcher.app.sinks import RunConsole
 from launcher.errors import LaunchError
-from launcher.plan.gpus import asked as gpus_asked, show_gpus
+from launcher.plan.gputext import asked as gpus_asked, show_gpus
 from launcher.plan.build import Plan, build_plan
 from launcher.plan.elastic import fitting_now
 from launcher.plan.startsmall import PreflightPlans, preflight_plans

@@ -20,7 +20,7 @@ import subprocess
 from typing import Optional, Sequence
 
 from launcher.bounded import escape
-from launcher.procinfo import run_bounded
+from launcher.system.procinfo import run_bounded
 
 HEADER = "native frames (py-spy dump --native, pid {pid}):"
 WAIT = 20.0  # seconds one dump may take (a process with many threads, on a loaded host: ~1-3 s)

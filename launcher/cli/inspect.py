@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 from launcher.bounded import escape, for_terminal
 from launcher.backends.elsewhere import Elsewhere
 from launcher.cli.common import JSON_HEAD, elsewhere, load, print_record_lines
-from launcher.interrupts import watching
+from launcher.system.interrupts import watching
 from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_RUN, EXIT_OK, EXIT_SUPERVISOR_LOST
 from launcher.ui.console import Console
 from launcher.ui.jsontext import json_text
@@ -82,7 +82,7 @@ def logs(args: argparse.Namespace, console: Console) -> int:
     loaded, _plan = load(args.spec, console)
     request = Elsewhere("logs", run_id=args.run, task=args.task, follow=args.follow, attempt=args.attempt,
                         tail=args.tail)
-    # Following, Ctrl-C ends it within a second whatever it is blocked on (launcher/interrupts.py).
+    # Following, Ctrl-C ends it within a second whatever it is blocked on (launcher/system/interrupts.py).
     with watching("tfcluster: interrupted", EXIT_INTERRUPTED) if args.follow else contextlib.nullcontext():
         code = elsewhere(loaded, request, console)
         if code is not None:
@@ -97,7 +97,7 @@ def attach(args: argparse.Namespace, console: Console) -> int:
     from launcher.ui.attachtext import TextRenderer
 
     loaded, _plan = load(args.spec, console)
-    # Ctrl-C detaches within a second whatever attach is blocked on (launcher/interrupts.py).
+    # Ctrl-C detaches within a second whatever attach is blocked on (launcher/system/interrupts.py).
     with watching("tfcluster: detached (Ctrl-C); the run goes on", EXIT_OK):
         code = elsewhere(loaded, Elsewhere("attach", run_id=args.run), console)
         if code is not None:

@@ -22,7 +22,7 @@ from launcher.cli import compare, files, inspect, lifecycle, specfile
 from launcher.cli.completion import completion
 from launcher.cli.parser import build_parser, resolve_file
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
-from launcher.interrupts import leave
+from launcher.system.interrupts import leave
 from launcher.ui.console import Console
 
 Command = Callable[[argparse.Namespace, Console], int]

@@ -28,7 +28,7 @@ from typing import Optional, Sequence, TextIO
 
 import yaml
 
-from launcher.procinfo import OutputTooLarge, run_bounded
+from launcher.system.procinfo import OutputTooLarge, run_bounded
 from launcher.plan.build import is_secret
 from launcher.safefile import write_whole
 from launcher.app import up as execution

@@ -35,7 +35,7 @@ STATE_PRIVATE = "TFCLUSTER_STATE_PRIVATE"
 # Set by the supervisor for each attempt.
 RUN_ID = "TFCLUSTER_RUN_ID"  # the run's id, the name of its record dir
 # Set by `up --detach` in its supervisor's environment: the run id, the mark `tfcluster down`
-# looks for before it signals a pid launcher.json names (launcher/procinfo.py's not_own).
+# looks for before it signals a pid launcher.json names (launcher/system/procinfo.py's not_own).
 SUPERVISOR = "TFCLUSTER_SUPERVISOR"
 RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"  # 0-based attempt number
 STANDBY = "TFCLUSTER_STANDBY"  # "1": a warm standby, waiting for SIGUSR1

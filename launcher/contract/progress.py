@@ -81,7 +81,7 @@ _PLAIN_STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)"
 
 def step_shape(line: str) -> Optional[tuple[bool, int, float]]:
     """(has loss and accuracy, global step, time) of a step line in the worker's own format, read
-    without ``parse`` (about 2.5 µs a line: ``RunView.lines`` skips the step lines the next one
+    without ``parse`` (about 2.5 µs a line: ``RunModel.lines`` skips the step lines the next one
     overwrites, bench/status_replay.py); None for any other line, a step line in another format
     included. ``parse`` reads the same values from a line this accepts."""
     if not line.startswith(_STEP_PREFIX):
@@ -110,7 +110,7 @@ class Throughput:
         self._lap_step = 0
 
     def to_json(self) -> dict:
-        """Its whole state as JSON values (a ``RunView`` snapshot, launcher/record/feed.py)."""
+        """Its whole state as JSON values (a ``RunModel`` snapshot, launcher/record/feed.py)."""
         state = dict(vars(self))
         if self._marks is not None:
             state["_marks"] = [list(m) for m in self._marks]

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from launcher.bounded import listing, shorten_quoted, shown
 from launcher.errors import SpecError, exc_text
-from launcher.procinfo import OutputTooLarge, run_bounded
+from launcher.system.procinfo import OutputTooLarge, run_bounded
 from launcher.spec.model import Host, LoadedSpec
 from launcher.loader.rules import check_rules
 from launcher.spec.yamlread import SPEC_ITEMS, YAMLBoundError, YAMLBounds, load_yaml, shown_dotted
@@ -131,7 +131,7 @@ def run_discovery(command: str, timeout: float, cwd: Path) -> list[Host]:
     hang past ``timeout`` seconds, output past OUTPUT_BYTES, or output that is not a host list).
     What it prints is read as it comes, never more than the bound (a runaway command's output
     does not grow the launcher). However it ends, its whole process group ends with it, and so
-    does any process it started that still holds its output pipe (launcher/procinfo.py)."""
+    does any process it started that still holds its output pipe (launcher/system/procinfo.py)."""
     try:
         code, out, err = run_bounded(["/bin/sh", "-c", command], timeout, cwd=cwd, out_bytes=OUTPUT_BYTES,
                                      err_bytes=_STDERR_BYTES)

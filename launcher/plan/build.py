@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import AbstractSet, Optional
 
-from launcher.plan import gpus
+from launcher.plan import gpus, gputext
 from launcher.plan import threads
 from launcher.contract import envnames
 from launcher.errors import SpecError
@@ -99,7 +99,7 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
                 placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
-                gpus=gpus.describe(spec, tasks, placement.gpus, placement.gpu_hosts, placement.gpu_limits, why,
+                gpus=gputext.describe(spec, tasks, placement.gpus, placement.gpu_hosts, placement.gpu_limits, why,
                                     placement.gpu_failures))
 
 

@@ -29,7 +29,7 @@ from launcher.spec.model import Spec
 
 
 @dataclass(frozen=True)
-class Replan:
+class PlanChange:
     """The next plan and what changed: ``moved`` maps each moved task to (old host, new host)."""
 
     plan: Plan
@@ -116,7 +116,7 @@ def with_workers(spec: Spec, count: int) -> Spec:
 
 
 def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str] = (),
-                 avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Union[Replan, str]:
+                 avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Union[PlanChange, str]:
     """The plan with every task of the ``lost`` hosts moved onto a spare (one spare per lost
     host, in the spec's order); with no spare left, a group whose lost tasks are all workers and
     that keeps at least ``tasks.worker.min`` of them goes on with fewer (renumbered 0..k-1, the
@@ -156,11 +156,11 @@ def replace_lost(spec: Spec, plan: Plan, lost: Sequence[str], down: Sequence[str
             slots[key] = Slot(host, spec.host(host).dial_address)
             moved[key] = (task.host, host)
     new = build_plan(with_workers(spec, left) if dropped else spec, Placement(slots), avoid)
-    return Replan(plan=new, lost=lost, moved=moved, dropped=tuple(t.key for t in dropped))
+    return PlanChange(plan=new, lost=lost, moved=moved, dropped=tuple(t.key for t in dropped))
 
 
 def grow(spec: Spec, plan: Plan, down: Sequence[str] = (),
-         avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Optional[Replan]:
+         avoid: AbstractSet[tuple[str, int]] = frozenset()) -> Optional[PlanChange]:
     """A shrunk group back towards ``tasks.worker.count``: new workers (the next indices) in the
     free room of the hosts there (:func:`room_to_grow`), in the spec's order, while workers are
     missing; the workers there keep their hosts and indices. None: nothing to add. ``avoid`` as for
@@ -180,7 +180,7 @@ def grow(spec: Spec, plan: Plan, down: Sequence[str] = (),
         added[key] = host
     new = build_plan(with_workers(spec, len(workers) + len(hosts)), Placement(slots), avoid)
     held = {t.host for t in plan.tasks}
-    return Replan(plan=new, lost=(), moved={}, added=added,
+    return PlanChange(plan=new, lost=(), moved={}, added=added,
                   back=tuple(h for h in dict.fromkeys(hosts) if h not in held))
 
 
@@ -263,7 +263,7 @@ def fitting_now(spec: Spec, place: Callable[[Spec], Placement]) -> Optional[Plan
     return None
 
 
-def start_without(spec: Spec, plan: Plan, absent: Sequence[str]) -> Union[Replan, str, None]:
+def start_without(spec: Spec, plan: Plan, absent: Sequence[str]) -> Union[PlanChange, str, None]:
     """The plan to start with while the hosts ``absent`` do not answer (the preflight's connection,
     within ssh.connect_timeout): their workers move to spares that answer, else the group starts
     smaller (never below ``tasks.worker.min``). None: a chief, ps or evaluator must be on an

@@ -17,7 +17,7 @@ from typing import IO, Any, Iterator, Mapping, Optional
 
 from launcher.contract import envnames
 from launcher.plan import gpus
-from launcher.plan.gpus import NO_GPU, TaskGpus
+from launcher.plan.gpus import NO_GPU, PlannedGpus
 from launcher.spec.model import Host
 
 
@@ -104,7 +104,7 @@ class PlannedTask:
     # Every task's environment except its own TF_CONFIG and TFCLUSTER_TASK, sorted.
     base_env: tuple[tuple[str, str], ...] = ()
     # Its GPU request and, where the plan knew its host's GPUs, which ones (launcher/plan/gpus.py).
-    gpus: TaskGpus = NO_GPU
+    gpus: PlannedGpus = NO_GPU
 
     @property
     def key(self) -> str:

@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 from launcher.plan import gpus
 from launcher.plan.build import Plan, build_plan
-from launcher.plan.elastic import Replan, short_why, start_without, with_workers
+from launcher.plan.elastic import PlanChange, short_why, start_without, with_workers
 from launcher.plan.roundrobin import gpu_replan
 from launcher.spec.model import Spec
 
@@ -62,7 +62,7 @@ def start_small(spec: Spec, full: Plan, report: HostReport) -> Union[Plan, str, 
     if not report.absent:
         return full
     change = start_without(spec, full, sorted(report.absent))
-    return change.plan if isinstance(change, Replan) else change
+    return change.plan if isinstance(change, PlanChange) else change
 
 
 def without_dropped(spec: Spec, full: Plan, report: HostReport) -> Optional[Plan]:

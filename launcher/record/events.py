@@ -13,14 +13,14 @@ On disk a line is ``{"time": ..., "event": KIND, <the fields>}``; a field that i
 out (it reads back as None). ``Start`` and ``StandbyPromoted`` carry the backend's ``process``
 facts (``TaskHandle.info()``: pid, pgid, start_time, container, slurm_job, ...) flattened into the
 line, as they always were. Readers dispatch on the classes (``isinstance(e, Start)``, ``e.task``),
-never on the line's ``"event"`` key (tests/unit/record/test_record_vocabulary.py lists the few
-left: record/fold.py, record/goodput.py). Each event is also a read-only Mapping of its line
-(``e["task"]``, ``e.get("code")``) for those, which read the validated values.
+never on the line's ``"event"`` key: only this module and record/reader.py read it
+(tests/unit/record/test_record_vocabulary.py). Each event is also a read-only Mapping of its line
+(``e["task"]``, ``e.get("code")``), holding the validated values.
 
 Attempts are numbered one way everywhere: ``attempt`` is the 0-based index of the attempt the event
 belongs to (the first is 0, the value of TFCLUSTER_RESTART_COUNT); ``restart`` and ``replan`` name
 the attempt they begin. ``attempts`` (outcome) is a count. Readers that show a number to a person
-add 1 where they say "attempt N" (record/run.py's ``RunModel``, the ``status`` table).
+add 1 where they say "attempt N" (the live panel, the ``status`` table).
 
 A run's events come in this order:
 
@@ -49,133 +49,25 @@ GPUs a task got where it started, as that machine numbers them, where the backen
 there: a Slurm step, the ssh task wrapper, with the MIG device or UUIDs and the collective the
 wrapper set); backends' own: state_sync, state_copy, state_fetch (ssh's
 state dir), slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
-A new kind goes here first: its ``Event`` word and its class (``KINDS`` maps one to the other).
+A new kind goes here first: its ``Event`` word (record/eventbase.py, with the base class and the
+field checks) and its class, here or, for a host's or a backend's own, in record/hostevents.py;
+``KINDS`` maps one to the other.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Iterator, Optional, Union
+from typing import Any, ClassVar, Optional
 
 from launcher.bounded import shown
-from launcher.errors import LaunchError
-from launcher.record._vocabulary import Word
-
-
-class Event(Word):
-    RUN_START = "run_start"
-    START = "start"
-    READY = "ready"
-    ATTEMPT_READY = "attempt_ready"
-    EXIT = "exit"
-    SIDECAR_FAILED = "sidecar_failed"
-    FAILURE = "failure"
-    RESTART = "restart"
-    TASK_RESTART = "task_restart"
-    STOPPED = "stopped"
-    STOP_UNCONFIRMED = "stop_unconfirmed"
-    STANDBY_START = "standby_start"
-    STANDBY_PROMOTED = "standby_promoted"
-    STANDBY_STOPPED = "standby_stopped"
-    HOST_LOST = "host_lost"
-    REPLAN = "replan"
-    HOST_ADDED = "host_added"
-    HOST_WAIT = "host_wait"
-    HOST_PREEMPTED = "host_preempted"
-    DISCOVERY = "discovery"
-    OUTCOME = "outcome"
-    STATE_SYNC = "state_sync"
-    STATE_COPY = "state_copy"
-    STATE_FETCH = "state_fetch"
-    SLURM_SUBMITTED = "slurm_submitted"
-    SLURM_RUNNING = "slurm_running"
-    SLURM_CANCELLED = "slurm_cancelled"
-    GPU_USAGE = "gpu_usage"
-    TASK_GPUS = "task_gpus"
-    STRAGGLER = "straggler"
-
-
-class RunRecordDamaged(LaunchError):
-    """A file of the run record cannot be read as what it should be: one line, ``run record
-    damaged: ...`` naming the file, the line and the field (exit 1)."""
-
-
-# ------------------------------------------------------------------ field types
-
-NONNEG = "non-negative"  # an Annotated mark: the number is >= 0
-Count = Annotated[int, NONNEG]  # attempts, pids, offsets, bytes
-Seconds = Annotated[float, NONNEG]  # durations
-JSON = Any  # any JSON value (finite numbers only); its shape is the writer's
-
-
-class _Bad(Exception):
-    """A field's value is not what its type says (caught and worded by ``parse_event``)."""
-
-
-# ------------------------------------------------------------------ the base
-
-
-@dataclass(frozen=True, kw_only=True)
-class RecordEvent(Mapping):
-    """One line of events.jsonl. ``time``: when it was written (seconds since the epoch; None
-    until ``RunRecord.write`` stamps it)."""
-
-    KIND: ClassVar[str] = ""
-    FLAT: ClassVar[Optional[str]] = None  # a dict field whose keys are written into the line itself
-    time: Optional[float] = None
-
-    @property
-    def kind(self) -> str:
-        return self.KIND
-
-    def to_json(self) -> dict[str, Any]:
-        """The line as written: time, event, then every field that is not None."""
-        out: dict[str, Any] = {"time": self.time, "event": _plain(self.kind)}
-        for f in dataclasses.fields(self):
-            if f.name == "time":
-                continue
-            value = getattr(self, f.name)
-            if f.name == self.FLAT:
-                out.update({k: v for k, v in (value or {}).items() if k not in out})
-            elif value is not None:
-                out[f.name] = _plain(value)
-        return out
-
-    # Mapping: the line's keys (readers written against the plain lines read the checked values).
-    def __getitem__(self, key: str) -> Any:
-        return self._line[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._line)
-
-    def __len__(self) -> int:
-        return len(self._line)
-
-    @property
-    def _line(self) -> dict[str, Any]:
-        line = self.__dict__.get("_line_cache")
-        if line is None:
-            line = self.to_json()
-            object.__setattr__(self, "_line_cache", line)
-        return line
-
-    def stamped(self, at: float) -> "RecordEvent":
-        return dataclasses.replace(self, time=at)
-
-
-def _plain(value: Any) -> Any:
-    """A value as JSON holds it (tuples as lists, words as their strings)."""
-    if isinstance(value, Word):
-        return value.value
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
+from launcher.record.eventbase import (  # noqa: F401 (Event, RecordEvent, RunRecordDamaged: named here too)
+    JSON, BadValue, Count, Event, RecordEvent, RunRecordDamaged, Seconds, check_value, field_hints)
+# The host and backend kinds, named here too: readers and writers import every event from this
+# module (``import launcher.record.events as ev``; ``ev.HostLost``).
+from launcher.record.hostevents import (  # noqa: F401
+    DiscoveryAnswer, GpuUsage, HostAdded, HostLost, HostPreempted, HostWait, Replan, SlurmCancelled, SlurmRunning,
+    SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus)
 
 
 # ------------------------------------------------------------------ the kinds
@@ -267,7 +159,7 @@ class Failure(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Restart(RecordEvent):
+class GroupRestart(RecordEvent):
     KIND: ClassVar[str] = Event.RESTART
     attempt: Optional[Count] = None  # the attempt it begins
     delay: Seconds = 0.0
@@ -327,73 +219,6 @@ class StandbyStopped(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostLost(RecordEvent):
-    """``suspect``: the host's session was lost or it does not answer; it is used again once it
-    answers for ``settle`` s without a break. False: gone for good (dropped from discovery's list)."""
-
-    KIND: ClassVar[str] = Event.HOST_LOST
-    host: str
-    how: str = ""
-    suspect: bool = False
-    attempt: Optional[Count] = None
-    settle: Optional[Seconds] = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Replan(RecordEvent):
-    KIND: ClassVar[str] = Event.REPLAN
-    plan: Optional[Count] = None  # 2, 3, ...: plan-N.json
-    attempt: Optional[Count] = None  # the attempt it begins
-    file: str = ""
-    lost: list[str] = field(default_factory=list)
-    old_hosts: list[str] = field(default_factory=list)
-    new_hosts: list[str] = field(default_factory=list)
-    moved: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> {"from": host, "to": host}
-    dropped: list[str] = field(default_factory=list)
-    added: dict[str, str] = field(default_factory=dict)  # grow: key -> host
-    tasks: Optional[list[str]] = None  # the group after it
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostAdded(RecordEvent):
-    KIND: ClassVar[str] = Event.HOST_ADDED
-    host: str
-    attempt: Optional[Count] = None
-    settle: Optional[Seconds] = None
-    spare: bool = True
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostWait(RecordEvent):
-    """Fewer than ``tasks.worker.min`` workers can run: the run waits for ``hosts`` until ``until``
-    (the time, elastic.host_wait = ``wait`` s after the wait began); ``have`` workers could run,
-    ``need`` (the min) must. ``attempt``: the attempt that waits (None: before the first, at the
-    preflight). The wait ends with the next attempt's start (or a replan, or the outcome)."""
-    KIND: ClassVar[str] = Event.HOST_WAIT
-    hosts: list[str] = field(default_factory=list)
-    have: Count = 0
-    need: Count = 0
-    until: Seconds = 0.0
-    wait: Seconds = 0.0
-    attempt: Optional[Count] = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostPreempted(RecordEvent):
-    KIND: ClassVar[str] = Event.HOST_PREEMPTED
-    host: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Discovery(RecordEvent):
-    KIND: ClassVar[str] = Event.DISCOVERY
-    ok: bool = True
-    problem: Optional[str] = None  # (a failed answer: no added, no gone)
-    added: Optional[list[str]] = None
-    gone: Optional[list[str]] = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class RunOutcome(RecordEvent):
     """The run's end. ``ended``: when the run ended, where that is not ``time`` (``down`` of a
     lost run writes it later)."""
@@ -409,75 +234,13 @@ class RunOutcome(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StateSync(RecordEvent):
-    KIND: ClassVar[str] = Event.STATE_SYNC
-    mode: str = ""
-    why: str = ""
-    fetch: Optional[str] = None
+class Straggler(RecordEvent):
+    """``task`` is behind the others, consistently (launcher/supervise/straggler.py): ``why`` in
+    words; "" once it caught up."""
 
-
-@dataclass(frozen=True, kw_only=True)
-class StateCopy(RecordEvent):
-    KIND: ClassVar[str] = Event.STATE_COPY
-    source: str = ""
-    to: list[str] = field(default_factory=list)
-    attempt: Optional[Count] = None
-    bytes: Optional[Count] = None
-    seconds: Optional[Seconds] = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class StateFetch(RecordEvent):
-    KIND: ClassVar[str] = Event.STATE_FETCH
-    source: str = ""
-    areas: list[str] = field(default_factory=list)
-    bytes: Optional[Count] = None
-    seconds: Optional[Seconds] = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmSubmitted(RecordEvent):
-    KIND: ClassVar[str] = Event.SLURM_SUBMITTED
-    job: str = ""
-    nodes: Optional[Count] = None
-    tasks_per_node: Optional[Count] = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmRunning(RecordEvent):
-    KIND: ClassVar[str] = Event.SLURM_RUNNING
-    job: str = ""
-    nodes: list[str] = field(default_factory=list)
-    addresses: dict[str, str] = field(default_factory=dict)
-    waited: Optional[Seconds] = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmCancelled(RecordEvent):
-    KIND: ClassVar[str] = Event.SLURM_CANCELLED
-    job: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuUsage(RecordEvent):
-    """Per task, ``[MiB used, utilisation %]`` (either None where nvidia-smi did not say)."""
-
-    KIND: ClassVar[str] = Event.GPU_USAGE
-    tasks: dict[str, list[Optional[Union[int, float]]]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TaskGpus(RecordEvent):
-    """The GPUs a task got where it started: ``gpus`` as that machine numbers them; ``visible`` its
-    CUDA_VISIBLE_DEVICES where that names UUIDs (a MIG device, a host's UUID limit), "" otherwise;
-    ``collective`` the all-reduce set there for it (the ssh wrapper decides collective auto on the
-    host: ``nccl``), "" where none was set (TensorFlow's AUTO: RING)."""
-
-    KIND: ClassVar[str] = Event.TASK_GPUS
+    KIND: ClassVar[str] = Event.STRAGGLER
     task: str
-    gpus: list[Union[int, str]] = field(default_factory=list)
-    visible: str = ""
-    collective: str = ""
+    why: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -496,20 +259,10 @@ class OtherEvent(RecordEvent):
                                                                   if k not in ("time", "event")}}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Straggler(RecordEvent):
-    """``task`` is behind the others, consistently (launcher/supervise/straggler.py): ``why`` in
-    words; "" once it caught up."""
-
-    KIND: ClassVar[str] = Event.STRAGGLER
-    task: str
-    why: str = ""
-
-
 KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
-    RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, Restart, TaskRestart, Stopped,
+    RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, GroupRestart, TaskRestart, Stopped,
     StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
-    Discovery, RunOutcome, StateSync, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
+    DiscoveryAnswer, RunOutcome, StateSyncMode, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
     GpuUsage, TaskGpus, Straggler)}
 
 
@@ -526,13 +279,13 @@ def parse_event(line: Any, where: str = "an event") -> RecordEvent:
     kind = line["event"]
     try:
         try:
-            at = _check(line.get("time"), Optional[float])
-        except _Bad as exc:
-            raise _Bad(f"time: {exc}") from None
+            at = check_value(line.get("time"), Optional[float])
+        except BadValue as exc:
+            raise BadValue(f"time: {exc}") from None
         cls = KINDS.get(kind)
         if cls is None:
-            return OtherEvent(time=at, other_kind=kind, fields=_check(line, dict[str, JSON]))
-        hints = _hints(cls)
+            return OtherEvent(time=at, other_kind=kind, fields=check_value(line, dict[str, JSON]))
+        hints = field_hints(cls)
         values: dict[str, Any] = {}
         flat: dict[str, Any] = {}
         for name, value in line.items():
@@ -542,11 +295,11 @@ def parse_event(line: Any, where: str = "an event") -> RecordEvent:
                 if value is None:
                     continue  # (a field left out reads the same)
                 try:
-                    values[name] = _check(value, hints[name])
-                except _Bad as exc:
-                    raise _Bad(f"{name}: {exc}") from None
+                    values[name] = check_value(value, hints[name])
+                except BadValue as exc:
+                    raise BadValue(f"{name}: {exc}") from None
             elif cls.FLAT:
-                flat[name] = _check(value, JSON)
+                flat[name] = check_value(value, JSON)
         if cls.FLAT:
             values[cls.FLAT] = flat
         if cls is HostLost and "suspect" not in line:
@@ -556,159 +309,13 @@ def parse_event(line: Any, where: str = "an event") -> RecordEvent:
                    if f.name not in values and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
         if missing:
-            raise _Bad(f"{missing[0]}: missing")
+            raise BadValue(f"{missing[0]}: missing")
         return cls(time=at, **values)
-    except _Bad as exc:
+    except BadValue as exc:
         raise RunRecordDamaged(f"run record damaged: {where} ({shown(kind, 40)}): {exc}; "
                                "tfcluster never writes that") from None
     except RecursionError:
         raise RunRecordDamaged(f"run record damaged: {where} is nested past Python's limit") from None
-
-
-def check_fields(data: dict[str, Any], hints: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``data`` (a record file's object: launcher.json) with each field ``hints`` names checked as
-    an event's are (None and absent alike pass); RunRecordDamaged naming ``where`` and the field."""
-    for name, hint in hints.items():
-        value = data.get(name)
-        if value is None:
-            continue
-        try:
-            data[name] = _check(value, hint)
-        except _Bad as exc:
-            raise RunRecordDamaged(f"run record damaged: {where}: {name}: {exc}; tfcluster never writes that") from None
-        except RecursionError:
-            raise RunRecordDamaged(f"run record damaged: {where}: {name} is nested past Python's limit") from None
-    return data
-
-
-def fields_conform(obj: Any) -> Optional[str]:
-    """The first field of dataclass ``obj`` whose value is not what its annotation says (checked
-    as an event's are, where the annotation is one ``parse_event`` knows: numbers, text, flags,
-    lists and dicts of them), as ``name: problem``; None when all conform. For values read back
-    from a record's own JSON (a snapshot's view) that are not events."""
-    for name, hint in typing.get_type_hints(type(obj), include_extras=True).items():
-        if typing.get_origin(hint) is ClassVar or name.startswith("_"):
-            continue
-        try:
-            _check(getattr(obj, name, None), hint)
-        except _Bad as exc:
-            return f"{name}: {exc}"
-        except (TypeError, RecursionError):
-            continue  # (an annotation this does not check: a class of its own)
-    return None
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-# Hints whose value of exactly that type passes as it is (a float: when finite).
-_SIMPLE: dict[Any, type] = {str: str, int: int, float: float, bool: bool, Optional[str]: str, Optional[int]: int,
-                            Optional[float]: float}  # (not Count, Seconds: their range is checked too)
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    got = _HINTS.get(cls)
-    if got is None:
-        got = _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
-        got.pop("KIND", None)
-        got.pop("FLAT", None)
-    return got
-
-
-def _check(value: Any, hint: Any) -> Any:
-    """``value`` as ``hint`` says (an int where a float goes becomes a float); _Bad otherwise."""
-    # (the common cases first, without typing's introspection: a record has many events)
-    kind = _SIMPLE.get(hint)
-    if kind is not None and type(value) is kind:
-        if kind is float and not math.isfinite(value):
-            raise _Bad(f"{value!r} where a finite number goes")
-        return value
-    return _check_hint(value, hint)
-
-
-def _check_hint(value: Any, hint: Any) -> Any:
-    origin = typing.get_origin(hint)
-    if origin is Annotated:
-        inner, *marks = typing.get_args(hint)
-        got = _check(value, inner)
-        if NONNEG in marks and got < 0:
-            raise _Bad(f"{got!r} is negative")
-        return got
-    if hint is Any:
-        return _json(value)
-    if origin is Union:
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        some = [a for a in args if a is not type(None)]
-        if len(some) == 1:
-            return _check(value, some[0])
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _check(value, arg)
-            except _Bad:
-                continue
-        raise _Bad(f"{_what(value)} where {' or '.join(_name(a) for a in some)} goes")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Bad(f"{_what(value)} where true or false goes")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _Bad(f"{_what(value)} where a whole number goes")
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise _Bad(f"{value!r} where a finite number goes")
-            return float(value)
-        raise _Bad(f"{_what(value)} where a number goes")
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise _Bad(f"{_what(value)} where text goes")
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        if not isinstance(value, list):
-            raise _Bad(f"{_what(value)} where a list goes")
-        return [_check(v, item) for v in value]
-    if origin is dict:
-        _, item = typing.get_args(hint)
-        if not isinstance(value, dict):
-            raise _Bad(f"{_what(value)} where an object goes")
-        return {k: _check(v, item) for k, v in value.items()}
-    raise TypeError(f"no check for {hint!r}")  # (a field type this module forgot: a bug, not damage)
-
-
-def _json(value: Any) -> Any:
-    """Any JSON value, its numbers finite."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _Bad(f"{value!r} where a finite number goes")
-    if isinstance(value, list):
-        for v in value:
-            _json(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _json(v)
-    return value
-
-
-def _what(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f"text {shown(value, 40)}"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
-
-
-def _name(hint: Any) -> str:
-    if typing.get_origin(hint) is Annotated:
-        hint = typing.get_args(hint)[0]
-    return {int: "a whole number", float: "a number", str: "text", bool: "true or false"}.get(hint, "a value of its kind")
 
 
 def _count_or_none(value: Any) -> Optional[int]:

@@ -1,4 +1,4 @@
-"""Feeding a ``RunView`` (launcher/record/view.py) from a run's record on disk, as the supervisor fed
+"""Feeding a ``RunModel`` (launcher/record/view.py) from a run's record on disk, as the supervisor fed
 it live: ``tfcluster status`` replays what is there, ``tfcluster attach`` goes on following.
 
 The record holds the run's events (``events.jsonl``) and each task's output (``logs/``), but
@@ -10,7 +10,7 @@ process's first lines never count for the attempt before. Lines a warm standby p
 waited (``(standby) ...``) are not the task's: the live view never saw them either.
 
 Snapshots (``snapshot.json``, record/layout.py): the supervisor keeps a feed of its own record
-(``SnapshotWriter``) and writes its state now and then and at the end: the view (``RunView.to_json``)
+(``SnapshotWriter``) and writes its state now and then and at the end: the view (``RunModel.to_json``)
 and where the feed stands (the bytes of ``events.jsonl`` and of each task log it applied, which
 tasks wait for their next start). ``RecordFeed.resume`` starts from the last snapshot, so a replay
 reads only what came after it; a record without one (written before, or a snapshot that does
@@ -30,11 +30,11 @@ from typing import Any, Callable, Optional
 from launcher.safefile import open_regular
 from launcher.safefile import file_mode_in, write_whole
 from launcher.record import events as ev
-from launcher.record.events import RecordEvent, fields_conform
+from launcher.record.eventbase import RecordEvent, fields_conform
 from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
 from launcher.errors import exc_text
 from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, log_chunks, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 SNAPSHOT_VERSION = 3  # 3: the view holds the run fold (record/run.py) and its goodput marks; an older snapshot is replayed past
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output
@@ -52,7 +52,7 @@ class RecordFeed:
     The first poll replays the record; lines it replays are stamped with their log's
     modification time (when the last of them arrived), later ones with ``clock()``."""
 
-    def __init__(self, run_dir: Path, view: RunView, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, run_dir: Path, view: RunModel, clock: Callable[[], float] = time.time) -> None:
         self.run_dir = run_dir
         self.view = view
         self.clock = clock
@@ -64,14 +64,14 @@ class RecordFeed:
         self._replayed = False
 
     @classmethod
-    def resume(cls, run_dir: Path, view: Optional[RunView] = None, clock: Callable[[], float] = time.time,
+    def resume(cls, run_dir: Path, view: Optional[RunModel] = None, clock: Callable[[], float] = time.time,
                snapshot: bool = True) -> "RecordFeed":
         """A feed of ``run_dir`` that starts where the record's last snapshot ends (its ``view``
         is the snapshot's), or at the record's start without one (or with ``snapshot`` false)."""
         state = read_snapshot(run_dir) if snapshot else None
         if state is None:
-            return cls(run_dir, view if view is not None else RunView(), clock)
-        feed = cls(run_dir, RunView.from_json(state["view"]), clock)
+            return cls(run_dir, view if view is not None else RunModel(), clock)
+        feed = cls(run_dir, RunModel.from_json(state["view"]), clock)
         feed._events_at, feed._events_read = state["events_at"], state["events_read"]
         feed._fed = dict(state["fed"])
         feed._waiting = set(state["waiting"])
@@ -115,7 +115,7 @@ class RecordFeed:
                 self._feed(key, _next_start(later, key), waiting_too=False)
                 if isinstance(event, _BETWEEN):
                     self._waiting.add(key)
-            elif isinstance(event, ev.Restart):
+            elif isinstance(event, ev.GroupRestart):
                 for k in self._fed:
                     self._feed(k, _next_start(later, k), waiting_too=False)
                 self._waiting.update(self._fed)
@@ -201,7 +201,7 @@ def _next_start(events: list[RecordEvent], key: str) -> Optional[int]:
     return None
 
 
-def replay(run_dir: Path, snapshot: bool = True) -> RunView:
+def replay(run_dir: Path, snapshot: bool = True) -> RunModel:
     """The view of the run as its record says now (from its last snapshot on, unless ``snapshot``
     is false: the same view, from the record's start)."""
     feed = RecordFeed.resume(run_dir, snapshot=snapshot)
@@ -235,7 +235,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
         if not (isinstance(state["events_read"], int) and isinstance(state["waiting"], list)
                 and isinstance(state["ended"], bool) and isinstance(state["view"], dict)):
             return None
-        view = RunView.from_json(state["view"])  # (one that does not read back is not used)
+        view = RunModel.from_json(state["view"])  # (one that does not read back is not used)
         if any(fields_conform(x) is not None for x in (view, view.run, *view.tasks.values())):
             return None
         return state
@@ -258,7 +258,7 @@ class SnapshotWriter:
     def __init__(self, run_dir: Path, every: float = SNAPSHOT_EVERY) -> None:
         self.run_dir = run_dir
         self.every = every
-        self.feed = RecordFeed(run_dir, RunView())
+        self.feed = RecordFeed(run_dir, RunModel())
         self.problem = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tfcluster-snapshot", daemon=True)

@@ -1,7 +1,7 @@
 """A task's state machine, and the one fold of a run's events into it.
 
-The live panel (``RunView``, record/view.py), ``status`` (``load_run``, record/status.py) and the
-final report (launcher/ui/report.py, from the supervisor's ``RunView``) all read a task's state from
+The live panel (``RunModel``, record/view.py), ``status`` (``load_run``, record/status.py) and the
+final report (launcher/ui/report.py, from the supervisor's ``RunModel``) all read a task's state from
 here: ``step`` applies one event, ``fold`` a whole record's, ``on_line`` what a task's output says.
 Pure: no IO, no clock.
 
@@ -37,9 +37,10 @@ line says; entering running ends importing. The record alone (``status``) has no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional, TypeVar
+from typing import Callable, Iterable, MutableMapping, Optional, TypeVar
 
-from launcher.record.events import Event
+import launcher.record.events as ev
+from launcher.record.events import RecordEvent
 from launcher.record.states import TaskPhase, TaskState
 
 PENDING, STARTING, RUNNING, RESTARTING = TaskState.PENDING, TaskState.STARTING, TaskState.RUNNING, TaskState.RESTARTING
@@ -76,63 +77,60 @@ class TaskLife:
 T = TypeVar("T", bound=TaskLife)
 
 
-def step(tasks: MutableMapping[str, T], record: Mapping[str, Any], new: Callable[[str], T]) -> Optional[T]:
-    """Apply one event (a dict of events.jsonl) to ``tasks`` (key -> task; ``new(key)`` adds one
-    the event names that is not there yet). Returns the task a ``start`` started (its caller
-    resets what belongs to the previous process), else None. Other kinds change no task state.
-    An exit code that is not a number raises ValueError or TypeError (a damaged record)."""
-    kind = record.get("event")
-    key = record.get("task")
-    if kind == Event.RESTART:
+def step(tasks: MutableMapping[str, T], event: RecordEvent, new: Callable[[str], T]) -> Optional[T]:
+    """Apply one event (record/events.py's class, as record/reader.py parses each line) to
+    ``tasks`` (key -> task; ``new(key)`` adds one the event names that is not there yet). Returns
+    the task a ``start`` started (its caller resets what belongs to the previous process), else
+    None. Other kinds change no task state."""
+    if isinstance(event, ev.GroupRestart):
         for t in tasks.values():
             t.state = RESTARTING
         return None
-    if kind == Event.ATTEMPT_READY:
-        number = _whole(record.get("attempt"))
+    if isinstance(event, ev.AttemptReady):
         for t in tasks.values():
-            if t.state == STARTING and number is not None and t.attempt == number:
+            if t.state == STARTING and event.attempt is not None and t.attempt == event.attempt:
                 _enter_running(t)
         return None
-    if kind == Event.OUTCOME:
+    if isinstance(event, ev.RunOutcome):
         for t in tasks.values():
             if t.state in LIVE or t.state == RESTARTING:
                 t.state = STOPPED
         return None
-    if not isinstance(key, str) or not key or kind not in _TASK_KINDS:
+    if not isinstance(event, _TASK_CLASSES) or not event.task:
         return None
-    t = tasks.get(key)
+    t = tasks.get(event.task)
     if t is None:
-        t = tasks[key] = new(key)
-    if kind == Event.START:
-        host = record.get("host")
-        t.host = host if isinstance(host, str) and host else t.host
-        t.attempt = _whole(record.get("attempt")) or 0
+        t = tasks[event.task] = new(event.task)
+    if isinstance(event, ev.Start):
+        t.host = event.host or t.host
+        t.attempt = event.attempt
         t.starts += 1
         t.state, t.phase, t.exit_code, t.reason = STARTING, "", None, ""
         return t
-    if kind == Event.READY:
+    if isinstance(event, ev.Ready):
         if t.state == STARTING:
             _enter_running(t)
-    elif kind == Event.EXIT:
-        t.exit_code = _code(record.get("code"))
+    elif isinstance(event, ev.Exit):
+        t.exit_code = event.code
         t.state = SUCCEEDED if t.exit_code == 0 else FAILED
-    elif kind == Event.STOPPED:
+    elif isinstance(event, ev.Stopped):
         if t.state not in ENDED:
             t.state = STOPPED
-            t.exit_code = _code(record.get("code"))
-    elif kind == Event.FAILURE:
-        t.reason = str(record.get("reason", ""))
+            t.exit_code = event.code
+    elif isinstance(event, ev.Failure):
+        t.reason = event.reason
         if t.state not in ENDED:
             t.state = FAILED
-    elif kind == Event.TASK_RESTART:
+    elif isinstance(event, ev.TaskRestart):
         t.state = RESTARTING
     return None
 
 
-_TASK_KINDS = (Event.START, Event.READY, Event.EXIT, Event.STOPPED, Event.FAILURE, Event.TASK_RESTART)
-# Every kind ``step`` acts on: a new kind that moves a task's state is added to ``step`` and here,
-# and nowhere else (RunView feeds exactly these to ``step``).
-STATE_KINDS = (*_TASK_KINDS, Event.RESTART, Event.ATTEMPT_READY, Event.OUTCOME)
+_TASK_CLASSES = (ev.Start, ev.Ready, ev.Exit, ev.Stopped, ev.Failure, ev.TaskRestart)
+# Every class ``step`` acts on: a new kind that moves a task's state is added to ``step`` and here,
+# and nowhere else (RunModel feeds exactly these to ``step``).
+STATE_CLASSES = (*_TASK_CLASSES, ev.GroupRestart, ev.AttemptReady, ev.RunOutcome)
+STATE_KINDS = tuple(cls.KIND for cls in STATE_CLASSES)
 
 
 def on_line(t: TaskLife, kind: Optional[str]) -> None:
@@ -156,12 +154,12 @@ def lose(t: TaskLife, alive: bool) -> None:
         t.state = GONE
 
 
-def fold(events: Iterable[Mapping[str, Any]], keys: Iterable[str] = ()) -> dict[str, TaskLife]:
+def fold(events: Iterable[RecordEvent], keys: Iterable[str] = ()) -> dict[str, TaskLife]:
     """Each task's state after ``events`` (in order): the plan's tasks ``keys`` first (pending
     until an event names them), then any other task an event names."""
     tasks: dict[str, TaskLife] = {key: TaskLife(key) for key in keys}
-    for record in events:
-        step(tasks, record, TaskLife)
+    for event in events:
+        step(tasks, event, TaskLife)
     return tasks
 
 
@@ -169,13 +167,3 @@ def _enter_running(t: TaskLife) -> None:
     t.state = RUNNING
     if t.phase == TaskPhase.IMPORTING:
         t.phase = ""
-
-
-def _code(value: Any) -> Optional[int]:
-    """An event's exit code: None (not known), else a number; a value tfcluster never writes
-    raises (ValueError, TypeError: the reader reports the record as damaged, record/status.py)."""
-    return None if value is None else int(value)
-
-
-def _whole(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,7 +1,8 @@
 """Goodput: how much of a run's wall time trained, and where the rest went. Pure: no IO, no clock.
 
-The input is narrow on purpose (``Marks``): it is fed the run's events, as the dicts
-``events.jsonl`` holds, and each task's progress lines (``launcher.contract.progress.Progress``),
+The input is narrow on purpose (``Marks``): it is fed the run's events, as record/reader.py
+parses them into their classes, with the run fold (record/run.py: which attempt an event belongs
+to when it names none), and each task's progress lines (``launcher.contract.progress.Progress``),
 and keeps only what the figures need, a few numbers per attempt of each task (so the live view's
 snapshot stays small however long the run trains). Of the events it reads ``time`` and:
 
@@ -51,10 +52,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from launcher.contract.progress import Progress
-from launcher.record.events import Event
+import launcher.record.events as ev
+from launcher.record.events import RecordEvent
+from launcher.record.run import RunFacts
 
 CATEGORIES = ("startup", "recovery", "redone", "checkpoint", "waiting", "hung", "other")
-_FAULTS = (Event.FAILURE, Event.HOST_LOST, Event.HOST_PREEMPTED, Event.RESTART)
+_FAULTS = (ev.Failure, ev.HostLost, ev.HostPreempted, ev.GroupRestart)
 _STEP_KINDS = ("step", "epoch")
 
 
@@ -90,56 +93,55 @@ class Marks:
     waits: list[list[float]] = field(default_factory=list)  # [from, to] the group waited for hosts
     restarts: list[float] = field(default_factory=list)  # restart and replan events' times
     hung: dict[int, list[float]] = field(default_factory=dict)  # attempt -> [last progress, its tasks stopped]
-    _attempt: int = 0
     _waiting_since: Optional[float] = None
     _held_since: Optional[float] = None  # a host_wait (below tasks.worker.min) not yet ended
 
-    def event(self, record: Mapping[str, Any]) -> None:
-        kind, at = record.get("event"), _num(record.get("time"))
+    def event(self, event: RecordEvent, run: RunFacts) -> None:
+        """Apply one event (record/events.py's class). ``run``: the run fold (record/run.py) with
+        this event applied: an event that names no attempt belongs to its ``attempt``, the last
+        one begun."""
+        at = event.time
         if at is None:
             return
-        attempt = record.get("attempt")
-        attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else self._attempt
-        if kind in (Event.START, Event.REPLAN, Event.RESTART, Event.OUTCOME):
+        own = getattr(event, "attempt", None)
+        attempt = own if own is not None else (run.attempt or 0)
+        if isinstance(event, (ev.Start, ev.Replan, ev.GroupRestart, ev.RunOutcome)):
             self._end_hold(at)
-        if kind == Event.RUN_START:
+        if isinstance(event, ev.RunStart):
             # The preflight's wait below min came first (its host_wait events lead the record):
             # the user waited from there, so elapsed does too.
             self.started = at if self._held_since is None else min(at, self._held_since)
             self._end_hold(at)
-        elif kind == Event.HOST_WAIT:
+        elif isinstance(event, ev.HostWait):
             self._held_since = at if self._held_since is None else self._held_since
-        elif kind == Event.OUTCOME:
+        elif isinstance(event, ev.RunOutcome):
             self.ended = at
             self._end_wait(at, waited=False)
-        elif kind == Event.START:
-            key = record.get("task")
-            self._attempt = max(self._attempt, attempt)
-            if isinstance(key, str):
-                self.spans.setdefault(key, []).append(Span(attempt))
+        elif isinstance(event, ev.Start):
+            self.spans.setdefault(event.task, []).append(Span(attempt))
             self.launched[attempt] = max(at, self.launched.get(attempt, at))
             self._end_wait(at, waited=False)
-        elif kind == Event.ATTEMPT_READY:
+        elif isinstance(event, ev.AttemptReady):
             self.ready.setdefault(attempt, at)
-        elif kind == Event.FAILURE and _num(record.get("hung_since")) is not None:
-            since = min(_num(record.get("hung_since")), at)
+        elif isinstance(event, ev.Failure) and event.hung_since is not None:
+            since = min(event.hung_since, at)
             self.faults[attempt] = min(self.faults.get(attempt, since), since)
             self.hung[attempt] = [since, at]
-        elif kind == Event.STOPPED and self._attempt in self.hung:
-            self.hung[self._attempt][1] = max(self.hung[self._attempt][1], at)
-        elif kind in _FAULTS or (kind == Event.EXIT and record.get("code") not in (0, None)):
-            self.faults.setdefault(attempt if kind != Event.RESTART else attempt - 1, at)
-            if kind == Event.RESTART:
+        elif isinstance(event, ev.Stopped) and attempt in self.hung:
+            self.hung[attempt][1] = max(self.hung[attempt][1], at)
+        elif isinstance(event, _FAULTS) or (isinstance(event, ev.Exit) and event.code not in (0, None)):
+            self.faults.setdefault(attempt if not isinstance(event, ev.GroupRestart) else attempt - 1, at)
+            if isinstance(event, ev.GroupRestart):
                 self.restarts.append(at)
-            if kind == Event.HOST_LOST:
+            if isinstance(event, ev.HostLost):
                 self._waiting_since = at if self._waiting_since is None else self._waiting_since
-        elif kind == Event.REPLAN:
+        elif isinstance(event, ev.Replan):
             self.restarts.append(at)
             before = attempt - 1  # (its attempt is the one it plans)
             if before not in self.faults:
                 self.planned.setdefault(before, at)
             self._end_wait(at, waited=False)
-        elif kind == Event.HOST_ADDED and record.get("spare") is False:
+        elif isinstance(event, ev.HostAdded) and not event.spare:
             self._end_wait(at, waited=True)
 
     def line(self, key: str, p: Progress) -> None:
@@ -196,7 +198,7 @@ class Marks:
                 "launched": [[k, v] for k, v in self.launched.items()], "faults": [[k, v] for k, v in self.faults.items()],
                 "planned": [[k, v] for k, v in self.planned.items()], "waits": [list(w) for w in self.waits],
                 "restarts": list(self.restarts), "hung": [[k, list(v)] for k, v in self.hung.items()],
-                "attempt": self._attempt, "waiting_since": self._waiting_since, "held_since": self._held_since}
+                "waiting_since": self._waiting_since, "held_since": self._held_since}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Marks":
@@ -209,7 +211,6 @@ class Marks:
                   waits=[[float(a), float(b)] for a, b in data.get("waits") or ()],
                   restarts=[float(t) for t in data.get("restarts") or ()],
                   hung={int(k): [float(a), float(b)] for k, (a, b) in data.get("hung") or ()})
-        out._attempt = int(data.get("attempt") or 0)
         out._waiting_since = data.get("waiting_since")
         out._held_since = data.get("held_since")
         return out
@@ -389,7 +390,3 @@ def _overlap(waits: list[list[float]], a: float, b: float) -> float:
             total += hi - lo
             reach = hi
     return total
-
-
-def _num(value: Any) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

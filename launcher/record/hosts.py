@@ -2,7 +2,7 @@
 each membership change (a ``replan``) with where the group resumed after it.
 
 ``apply`` folds the membership events (``host_lost``, ``replan``, ``host_added``) into a
-``RunView``'s ``suspects``, ``spares``, ``host_changes`` and ``tasks``; ``resumed`` notes a task's
+``RunModel``'s ``suspects``, ``spares``, ``host_changes`` and ``tasks``; ``resumed`` notes a task's
 first start line after the last change."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ KINDS = (HostLost, Replan, HostAdded)  # the event classes ``apply`` folds
 
 
 def suspect_lines(view: Any) -> list[str]:
-    """``h2 (until it answers for 30 s without a break)`` for each suspect host of ``view`` (a RunView)."""
+    """``h2 (until it answers for 30 s without a break)`` for each suspect host of ``view`` (a RunModel)."""
     return [f"{h} (until it answers for {settle:g} s without a break)" for h, settle in view.suspects.items()]
 
 
@@ -59,7 +59,7 @@ class HostChange:
 
 
 def apply(view: Any, record: RecordEvent, at: Optional[float]) -> None:
-    """Fold one membership event (of a class in KINDS) into ``view`` (a RunView; ``view._lost``:
+    """Fold one membership event (of a class in KINDS) into ``view`` (a RunModel; ``view._lost``:
     the host_lost events not yet replanned)."""
     if isinstance(record, HostLost):
         view._lost[record.host] = record.how

@@ -4,7 +4,7 @@ name's folder). A file that cannot be read as what it should be is ``RecordDamag
 one line, never a traceback.
 
 What the files say about a run is built above this module: record/feed.py replays them into
-the run's ``RunView`` (record/view.py), record/status.py adds what ``status`` and ``runs``
+the run's ``RunModel`` (record/view.py), record/status.py adds what ``status`` and ``runs``
 show. The record is written by record/writer.py.
 """
 
@@ -19,7 +19,8 @@ from typing import IO, Any, Iterator, NamedTuple, Optional
 from launcher.safefile import open_regular
 from launcher.bounded import shown
 from launcher.errors import NoRun
-from launcher.record.events import JSON, Count, RecordEvent, RunRecordDamaged, check_fields, parse_event
+from launcher.record.eventbase import JSON, Count, RecordEvent, RunRecordDamaged, check_fields
+from launcher.record.events import parse_event
 from launcher.record.layout import EVENTS_FILE, LATEST, LAUNCHER_FILE, allocation_path
 
 # What a record's file may be, read whole: tfcluster writes far less (an event is a few hundred
@@ -72,7 +73,8 @@ def loads_strict(text: str) -> Any:
 def read_events(run_dir: Path, strict: bool = False) -> list[RecordEvent]:
     """A run's ``events.jsonl`` (written by ``RunRecord.write`` and ``append_event``), each line
     parsed into its event class (``parse_events``); no file, no events. A last line without its
-    newline was cut by a crash mid-write and is skipped. Any other line that is not an event is
+    newline is not whole (still being written by a live run's supervisor, or cut short by a crash
+    or a full disk) and is skipped. Any other line that is not an event is
     skipped, or with ``strict`` makes the record damaged (RecordDamaged naming the line). A file
     that exists but cannot be read (or is over ``FILE_BYTES``) reads as no events, or with
     ``strict`` is RecordDamaged."""

@@ -2,7 +2,7 @@
 
 One place folds what the events say about the run as a whole: when it started, the attempts it
 began, the size of the group over time (elastic runs shrink and grow), how it ended and when.
-``RunView`` (the live panel, the final report, ``status`` through the replay) applies each event
+``RunModel`` (the live panel, the final report, ``status`` through the replay) applies each event
 to its ``RunFacts``; ``status`` without progress, ``down`` (a lost run's outcome) and ``compare``
 (its measurements) fold a record's events with ``fold_run``. Pure: no IO, no clock.
 

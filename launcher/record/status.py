@@ -2,7 +2,7 @@
 
 ``tfcluster status`` and ``runs`` (and ``attach``, ``logs`` and ``up``'s check for a running run)
 read a run's state through here, its files through launcher/record/reader.py. A ``RunStatus``
-holds the run's ``RunView`` (launcher/record/view.py, the model behind the live panel and the
+holds the run's ``RunModel`` (launcher/record/view.py, the model behind the live panel and the
 final report, replayed from the record by launcher/record/feed.py) and what only the record
 says: the run's state (running, succeeded, failed, stopped, supervisor lost), its
 attempts, the supervisor's pid, and per task the state the record says it is in and whether its
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from launcher.plan.gpus import env_collective as gpu_env_collective, env_text as gpu_env_text, said_text as gpu_said_text
-from launcher.procinfo import describe_exit
-from launcher.procinfo import group_alive, is_same
+from launcher.plan.gputext import env_collective as gpu_env_collective, env_text as gpu_env_text, said_text as gpu_said_text
+from launcher.system.procinfo import describe_exit
+from launcher.system.procinfo import group_alive, is_same
 from launcher.errors import exc_text
 from launcher.record.feed import DAMAGE, replay
 from launcher.record.layout import EVENTS_FILE, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, SNAPSHOT_FILE, SUPERVISOR_LOG
@@ -34,7 +34,7 @@ from launcher.record.run import fold_run
 from launcher.record.states import Outcome, RunState, TaskState
 from launcher.record.hosts import suspect_lines
 from launcher.record.taskview import TaskView
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, LOST = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED,
                                              RunState.LOST)
@@ -49,7 +49,7 @@ def _of_task(name: str, default: Any = None) -> property:
 class TaskRow:
     """One task as ``status`` shows it: its state as the record's events fold into it
     (``life``, launcher/record/fold.py: state, host, attempt, starts, exit code), whether its
-    process is alive, and its figures, read from the run's ``RunView`` task (None until the view
+    process is alive, and its figures, read from the run's ``RunModel`` task (None until the view
     has the task, or when the run was loaded without progress)."""
 
     key: str
@@ -136,7 +136,7 @@ class RunStatus:
     # The run as the live panel saw it, replayed from the record (launcher/record/feed.py): the
     # tasks' figures, the spares and the membership changes. None when the run was loaded without
     # progress (no task log read: state only) and for a damaged record.
-    view: Optional[RunView] = field(default=None, repr=False)
+    view: Optional[RunModel] = field(default=None, repr=False)
 
     @property
     def final_accuracy(self) -> Optional[float]:

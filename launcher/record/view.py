@@ -1,6 +1,6 @@
 """What a run looks like right now: the model behind the live panel and the final report.
 
-Pure: no IO, no clock. A ``RunView`` is fed two things, in order,
+Pure: no IO, no clock. A ``RunModel`` is fed two things, in order,
 
 * the run's events, as record/events.py reads them from ``events.jsonl`` (``run_start``, ``start``, ``ready``,
   ``exit``, ``stopped``, ``restart``, ``task_restart``, ``failure``, ``outcome``), and
@@ -41,7 +41,7 @@ IMPORTING, TRAINING, EVALUATING = TaskPhase.IMPORTING, TaskPhase.TRAINING, TaskP
 
 
 @dataclass
-class RunView:
+class RunModel:
     name: str = ""
     strategy: str = ""
     backend: str = ""
@@ -115,7 +115,7 @@ class RunView:
                         continue
                 self._line(key, text, now)
 
-    def snapshot(self) -> "RunView":
+    def snapshot(self) -> "RunModel":
         """A copy to render from while the view goes on changing."""
         with self._lock:
             copied = copy.copy(self)
@@ -142,7 +142,7 @@ class RunView:
             return copy.deepcopy(out)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RunView":
+    def from_json(cls, data: Mapping[str, Any]) -> "RunModel":
         """The view ``to_json`` gave ``data``."""
         data = copy.deepcopy(dict(data))
         tasks = {key: task_from_json(t) for key, t in data.pop("tasks", {}).items()}
@@ -202,7 +202,7 @@ class RunView:
     def _event(self, record: RecordEvent) -> None:
         at = record.time
         self.run.apply(record)
-        self.marks.event(record)
+        self.marks.event(record, self.run)
         if isinstance(record, ev.RunStart):
             self.name, self.strategy, self.backend = record.name, record.strategy, record.backend
             self.run_id, self.run_dir = record.run_id, record.run_dir
@@ -215,7 +215,7 @@ class RunView:
             hosts.started(self, record.group)
         elif isinstance(record, hosts.KINDS):
             hosts.apply(self, record, at)
-        elif record.kind in fold.STATE_KINDS:  # (the task state machine, record/fold.py)
+        elif isinstance(record, fold.STATE_CLASSES):  # (the task state machine, record/fold.py)
             started = fold.step(self.tasks, record, TaskView)
             if started is not None:  # a new process: the figures of the previous one go
                 self.attempt = started.attempt if self.attempt is None else max(self.attempt, started.attempt)
@@ -231,7 +231,7 @@ class RunView:
                 t.has_result = False
             if isinstance(record, ev.RunOutcome):
                 self.outcome, self.exit_code, self.ended_at = self.run.outcome, self.run.exit_code, self.run.ended
-            if isinstance(record, (ev.RunOutcome, ev.Restart)):
+            if isinstance(record, (ev.RunOutcome, ev.GroupRestart)):
                 self.straggler = None  # (a new attempt finds its own)
         elif isinstance(record, ev.GpuUsage):
             for key, pair in record.tasks.items():

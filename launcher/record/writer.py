@@ -37,7 +37,7 @@ from launcher.errors import LaunchError
 from launcher.remote.pathtrust import SAFE_FIX, unsafe
 from launcher.safefile import file_mode_in, make_dir, open_append, share_modes, write_whole
 from launcher.plan.build import Plan
-from launcher.procinfo import cmdline, start_time
+from launcher.system.procinfo import cmdline, start_time
 from launcher.errors import exc_text
 from launcher.record.events import RecordEvent, RunRecordDamaged, parse_event
 from launcher.record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,

@@ -8,16 +8,30 @@ launcher itself (it imports at most their constants).
   ``python -c``);
 * jobsetpod.py, a JobSet pod's start (``tfcluster export --to jobset``): the worker image's copy in
   /usr/local/lib/tfcluster/ makes the task's TF_CONFIG from its pod index and execs the entrypoint;
-* gpuplace.py, which of its host's GPUs a task gets: uploaded next to taskwrap.py (the wrapper and
-  the preflight agent run it on the hosts), and the one module here the launcher also runs
-  (launcher/plan/gpus.py), so a task gets the same GPUs whether the plan or its host made them.
+* taskenv.py, what the wrapper sets in its task's environment from its host (threads, GPUs) and
+  its GPU watch;
+* gpuplace.py, which of its host's GPUs a task gets, and gpuquery.py, nvidia-smi's answers: uploaded
+  next to taskwrap.py (the wrapper and the preflight agent run them on the hosts), and the modules
+  here the launcher also runs (launcher/plan/gpus.py, launcher/supervise/gpuwatch.py), so a task
+  gets the same GPUs whether the plan or its host made them.
 
 The one locator of this code: ``taskwrap_path()`` for the wrapper, ``source(name)`` for the text
-of any of these files."""
+of any of these files, ``TASK_FILES`` for those a task's host needs beside the task."""
 
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+# What a task's host needs beside the task: the wrapper, its start over ssh, and the modules they
+# import from their own dir. The ssh backend uploads them into each run dir; the worker image
+# copies them (with jobsetpod.py) into /usr/local/lib/tfcluster/; local and slurm run the wrapper
+# here, beside them. tests/unit/remote/test_shipped.py checks the list against their imports.
+TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py")
+
+
+def task_files() -> dict[str, str]:
+    """Name -> text of each of ``TASK_FILES``."""
+    return {name: source(name) for name in TASK_FILES}
 
 
 def source(name: str) -> str:

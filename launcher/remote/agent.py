@@ -205,9 +205,10 @@ def _prepare(req):
     if req.get("gpus") and reply.get("run_dir") and not reply["error"]:
         sys.path.insert(0, reply["run_dir"])
         try:
-            import gpuplace  # uploaded in this step, next to taskwrap.py
+            import gpuplace  # uploaded in this step, next to taskwrap.py, with gpuquery.py
+            import gpuquery
 
-            found, failure = gpuplace.host_gpus_checked()
+            found, failure = gpuquery.host_gpus_checked()
             # The host's own CUDA_VISIBLE_DEVICES (its environment, which the tasks inherit) bounds them.
             reply["gpus"] = [list(g) for g in gpuplace.within(found, os.environ.get(gpuplace.CUDA_VAR))[0]]
             if failure:

@@ -4,7 +4,9 @@ The plan (launcher/plan/gpus.py) runs it where it knows a host's GPUs (the local
 ``nvidia-smi -L`` at plan time); elsewhere the plan gives each GPU task a request (the
 ``TFCLUSTER_GPUS`` marker, ``format_request``) and the task wrapper (taskwrap.py ``--gpus VAR``,
 uploaded next to this file) completes it on the host with the indices ``nvidia-smi -L`` lists
-there (``complete``). Both call ``resolve``, so a task gets the same GPUs either way.
+there (``complete``; asking nvidia-smi is gpuquery.py's). Both call ``resolve``, so a task gets
+the same GPUs either way. The two lines the wrapper writes about its task's GPUs (given, figures)
+are made and read here too.
 
 A request (the marker's fields, space-separated ``key=value``):
 
@@ -67,7 +69,7 @@ def _index(unit):
 
 def usable(host_ids, use):
     """The host's placement units the run may use: ``use`` is ``all`` or a comma list of GPU
-    indices (``devices.gpus``); a unit is a GPU index or an (index, name, uuid) of ``parse_list``
+    indices (``devices.gpus``); a unit is a GPU index or an (index, name, uuid) of gpuquery.py's ``parse_list``
     (a MIG device carries its GPU's index)."""
     if use == "all":
         return list(host_ids)
@@ -136,7 +138,7 @@ def shares(count, trainers, others=0, cap=0):
 
 def resolve(req, host_ids):
     """(ids, shared, problem) for one request on a host whose placement units are ``host_ids``
-    (GPU indices, or ``parse_list``'s (index, name, uuid)): ``ids`` the task's units (empty: the
+    (GPU indices, or gpuquery.py's ``parse_list``'s (index, name, uuid)): ``ids`` the task's units (empty: the
     host has none it may use, the task runs on CPU), ``shared`` whether another task uses one of
     them, ``problem`` a phrase (without the host's name) when the request cannot be met."""
     use = usable(host_ids, req["use"])
@@ -235,7 +237,7 @@ def visible_value(units, by_uuid):
 
 def complete(env, host_ids, marker, limit_var, coll_var=None):
     """(env, problem): ``env`` with the request in ``marker`` made for a host with placement units
-    ``host_ids`` (GPU indices, or ``parse_list``'s tuples): CUDA_VISIBLE_DEVICES, the memory
+    ``host_ids`` (GPU indices, or gpuquery.py's ``parse_list``'s tuples): CUDA_VISIBLE_DEVICES, the memory
     variables, and the marker removed. A CUDA_VISIBLE_DEVICES already in ``env`` (the host's, or
     the launcher's) is the limit: the task gets a subset of it, named as it names them (indices or
     UUIDs). A request with ``coll=pick`` (a multi_worker_mirrored trainer under collective auto)
@@ -260,164 +262,6 @@ def complete(env, host_ids, marker, limit_var, coll_var=None):
     elif CUDA_VAR in out:
         out[CUDA_VAR] = "-1"  # the limit leaves none: CPU, said as such
     return out, None
-
-
-def parse_list(text):
-    """``nvidia-smi -L``'s lines -> the host's placement units [(index, name, uuid)]: each GPU
-    (``GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-...)``), except that a GPU in MIG mode is its MIG
-    devices, one unit each (``  MIG 1g.5gb     Device  0: (UUID: MIG-...)`` under it: (the GPU's
-    index, "NAME MIG 1g.5gb", "MIG-...")), as NVIDIA's MIG user guide shows them (CUDA Device
-    Enumeration); CUDA lets a process use one MIG device, so a MIG device is given whole, one per
-    task. Anything else is skipped."""
-    out = []
-    parent = None  # (index, name, uuid) of the GPU the MIG lines below belong to
-    migs = {}
-    for line in (text or "").splitlines():
-        stripped = line.strip()
-        if stripped.startswith("MIG ") and parent is not None:
-            head, _, rest = stripped.partition(" Device")
-            uuid = rest.rpartition("(UUID: ")[2].rstrip(")").strip()
-            if uuid:
-                migs.setdefault(parent[0], []).append((parent[0], "%s MIG %s" % (parent[1], head[4:].strip()), uuid))
-            continue
-        if not line.startswith("GPU "):
-            continue
-        head, _, rest = line.partition(": ")
-        try:
-            index = int(head[4:])
-        except ValueError:
-            continue
-        name, _, uuid = rest.rpartition(" (UUID: ")
-        if not _:
-            name, uuid = rest, ""
-        parent = (index, name.strip(), uuid.rstrip(")").strip())
-        out.append(parent)
-    return [m for g in out for m in migs.get(g[0], [g])]
-
-
-def host_gpus(timeout=10.0):
-    """This host's placement units from ``nvidia-smi -L``: [(index, name, uuid)]; [] when
-    nvidia-smi is missing, fails or times out (no NVIDIA GPU this run can use)."""
-    return host_gpus_checked(timeout)[0]
-
-
-# nvidia-smi's exit status when it found no GPU (nvidia-smi(1), RETURN VALUE: 6 "A query to find
-# an object was unsuccessful"): no GPU, not a failure.
-NO_DEVICES = 6
-
-
-def _run(argv, timeout, merge_stderr=False):
-    """(exit code, stdout bytes) of ``argv`` run in a process group of its own; TimeoutExpired past
-    ``timeout`` s, once the whole group is killed (SIGKILL): a hung nvidia-smi, or a child of it
-    that keeps the pipe open, never outlives the timeout (``subprocess.run`` kills only the child
-    it started). Stdlib only, as launcher.procinfo.run_bounded does it where the launcher runs."""
-    import os
-    import signal
-    import subprocess
-
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out
-    finally:
-        if proc.returncode is None:  # timed out (or interrupted): the group goes, whatever holds the pipe
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.stdout.close()
-            proc.wait()
-
-
-def host_gpus_checked(timeout=10.0):
-    """(units, failure): ``host_gpus``'s list and, when nvidia-smi is missing, fails (other than
-    finding no GPU) or times out, its own words in one bounded line (None otherwise)."""
-    import subprocess
-
-    try:
-        code, out = _run(["nvidia-smi", "-L"], timeout, merge_stderr=True)
-        proc = subprocess.CompletedProcess(["nvidia-smi", "-L"], code, out)
-    except FileNotFoundError:
-        return [], "nvidia-smi not found (no NVIDIA driver installed)"
-    except subprocess.TimeoutExpired:
-        return [], "nvidia-smi -L did not answer in %gs" % timeout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return [], "nvidia-smi -L could not run: %s" % _words(str(exc))
-    text = proc.stdout.decode("utf-8", "replace")
-    if proc.returncode == NO_DEVICES:
-        return [], None
-    if proc.returncode != 0:
-        return [], "nvidia-smi -L failed (exit %d): %s" % (proc.returncode, _words(text) or "no output")
-    return parse_list(text), None
-
-
-def _words(text, limit=200):
-    """Outside bytes as one bounded printable line."""
-    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
-
-
-# What a task's GPUs hold and how busy they are (launcher/supervise/gpuwatch.py samples the local tasks, the
-# task wrapper, ``--gpu-watch``, its own task on an ssh host): the queries and their parsing.
-APPS_QUERY = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
-GPUS_QUERY = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-              "--format=csv,noheader,nounits"]
-
-
-def _int(text):
-    try:
-        return int(float(text.strip()))
-    except ValueError:  # "[N/A]", "[Not Supported]"
-        return None
-
-
-def parse_apps(text):
-    """``pid, used_memory`` lines -> {pid: MiB} (a pid listed on several GPUs: the sum)."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split(",")
-        if len(parts) < 2:
-            continue
-        pid, mib = _int(parts[0]), _int(parts[1])
-        if pid is not None and mib is not None:
-            out[pid] = out.get(pid, 0) + mib
-    return out
-
-
-def parse_gpus(text):
-    """``index, utilization.gpu, ...`` lines -> {index: utilisation % or None}."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split(",")
-        if len(parts) < 2:
-            continue
-        index = _int(parts[0])
-        if index is not None:
-            out[index] = _int(parts[1])
-    return out
-
-
-def figures(pids, ids, apps, utils):
-    """(MiB the processes ``pids`` hold, utilisation % of the busiest of GPUs ``ids`` or None)."""
-    busy = [utils[i] for i in ids if utils.get(i) is not None]
-    return sum(apps.get(pid, 0) for pid in pids), (max(busy) if busy else None)
-
-
-def query(timeout=5.0):
-    """Both queries: ({pid: MiB}, {index: util}), or None when nvidia-smi is missing, fails or
-    times out."""
-    import subprocess
-
-    try:
-        apps = subprocess.CompletedProcess(APPS_QUERY, *_run(APPS_QUERY, timeout))
-        gpus = subprocess.CompletedProcess(GPUS_QUERY, *_run(GPUS_QUERY, timeout))
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if apps.returncode != 0 or gpus.returncode != 0:
-        return None
-    return parse_apps(apps.stdout.decode("utf-8", "replace")), parse_gpus(gpus.stdout.decode("utf-8", "replace"))
 
 
 def watched_ids(visible, host):

@@ -19,14 +19,14 @@ backend copies it to each host. Usage::
   (``I/N``, a ``devices: {threads: auto}`` budget the plan could not make: launcher/plan/threads.py);
   the wrapper replaces it with TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS and OMP_NUM_THREADS
   (each unless already set) from this host's cores (its CPU affinity, capped by a cgroup limit).
-* ``--gpus VAR``: VAR, if set, is the task's GPU request (launcher/remote/gpuplace.py, next to
-  this file: uploaded with it); the wrapper makes it from this host's GPUs (``nvidia-smi -L``):
+* ``--gpus VAR``: VAR, if set, is the task's GPU request (launcher/remote/gpuplace.py; taskenv.py
+  makes it, both next to this file: shipped with it, see launcher/remote/__init__.py); the wrapper makes it from this host's GPUs (``nvidia-smi -L``):
   CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, TF_FORCE_GPU_ALLOW_GROWTH and the memory limit
   (``--gpu-memory-var``'s name), each unless already set, and says which in one line
   (``taskwrap: GPUs given 0,1``, or ``none``: the ssh backend records it). A host that cannot meet
   it (fewer GPUs than asked) is one line on stderr and exit 2, the task not started.
 * ``--gpu-watch SECONDS``: where ``nvidia-smi`` answers and the task has GPUs, sample what its
-  process group holds on them and how busy they are (gpuplace.py's queries, as the launcher's
+  process group holds on them and how busy they are (gpuquery.py's queries, as the launcher's
   own watch does locally) at once and then every SECONDS, and write each changed figure as one
   line ``taskwrap: GPU figures [MiB, util]`` (the ssh backend records it and does not log it).
   An nvidia-smi that fails three times in a row ends it, said once.
@@ -80,101 +80,6 @@ def _parse(argv: list[str]) -> tuple[dict, list[str]]:
         sys.stderr.write("taskwrap: no command given after --\n")
         sys.exit(2)
     return opts, cmd
-
-
-_THREAD_NAMES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
-
-
-def _host_cores() -> int:
-    """This host's cores for this process: CPU affinity, capped by a cgroup v2 CPU limit
-    (launcher/plan/threads.py's local_cores; this file is stdlib only and stands alone)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as fh:
-            quota, period = fh.read().split()[:2]
-        if quota != "max":
-            n = min(n, max(-(-int(quota) // int(period)), 1))
-    except (OSError, ValueError):
-        pass
-    return n
-
-
-def _thread_budget(var: str) -> None:
-    """``--threads VAR``: make the task's thread budget from VAR's ``I/N`` (launcher/plan/threads.py's
-    share: floor division, the remainder to the first tasks, at least 1; the inter-op pool at
-    least 2, its INTEROP_MIN), in this process's env."""
-    value = os.environ.pop(var, "")
-    try:
-        place, n = (int(x) for x in value.split("/"))
-    except ValueError:
-        return
-    if not 0 <= place < n:
-        return
-    base, extra = divmod(_host_cores(), n)
-    budget = max(base + (1 if place < extra else 0), 1)
-    for name in _THREAD_NAMES:
-        os.environ.setdefault(name, str(max(budget, 2) if name == "TF_NUM_INTEROP_THREADS" else budget))
-
-
-def _gpu_request(var: str, limit_var: str, coll_var: str = "") -> "str | None":
-    """``--gpus VAR``: make the task's GPUs from VAR's request on this host (gpuplace.complete),
-    in this process's env; the problem, if the host cannot meet it."""
-    if var not in os.environ:
-        return None
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        import gpuplace
-    finally:
-        sys.path.pop(0)
-    gpus = gpuplace.host_gpus()  # placement units: a MIG device is one; the host's CUDA_VISIBLE_DEVICES bounds them
-    env, problem = gpuplace.complete(dict(os.environ), gpus, var, limit_var, coll_var or None)
-    if problem:
-        import socket
-
-        return "%s %s" % (socket.gethostname(), problem)
-    os.environ.clear()
-    os.environ.update(env)
-    visible = env.get(gpuplace.CUDA_VAR)
-    _say(gpuplace.given_line(gpuplace.watched_ids(visible, gpus) if visible is not None else [], visible,
-                             env.get(coll_var, "") if coll_var else ""))
-    return None
-
-
-QUERY_TIMEOUT = 10.0  # s: one nvidia-smi query of --gpu-watch; three misses in a row end the watch
-
-
-def _watch_gpus(every: float, visible: "str | None", pgid: int, child: int, done: threading.Event) -> None:
-    """``--gpu-watch``: the task's GPU figures, each change one line on stderr (gpuplace.py)."""
-    if visible is not None and visible.strip().startswith("-"):
-        return  # CUDA_VISIBLE_DEVICES=-1: a CPU task (no nvidia-smi call at all)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        import gpuplace
-    except ImportError:
-        return
-    finally:
-        sys.path.pop(0)
-    ids = gpuplace.watched_ids(visible, gpuplace.host_gpus())
-    last, misses = None, 0
-    while ids and not done.is_set():
-        # nvidia-smi may take seconds on a busy host (the suite's stand-in, a Python script, took
-        # over 2 s at load 20): the sampling interval is not its deadline.
-        got = gpuplace.query(QUERY_TIMEOUT)
-        if got is None:
-            misses += 1
-            if misses >= 3:
-                _say("taskwrap: nvidia-smi did not answer 3 times in a row; no more GPU figures for this task\n")
-                return
-        else:
-            misses = 0
-            fig = gpuplace.figures(set(_group_members(pgid)) | {child}, ids, *got)
-            if fig != last and not done.is_set():
-                last = fig
-                _say(gpuplace.figures_line(*fig))
-        done.wait(every)
 
 
 def _set_pdeathsig(sig: int) -> None:
@@ -320,11 +225,23 @@ def _prepare(opts: dict) -> "str | None":
     starting, or None."""
     if opts["cwd"]:
         os.chdir(opts["cwd"])
+    if not (opts["threads"] or opts["gpus"]):
+        return None
+    taskenv = _sibling("taskenv")
     if opts["threads"]:
-        _thread_budget(opts["threads"])
+        taskenv.thread_budget(opts["threads"])
     if opts["gpus"]:
-        return _gpu_request(opts["gpus"], opts["gpu-memory-var"], opts["collective-var"])
+        return taskenv.gpu_request(opts["gpus"], opts["gpu-memory-var"], opts["collective-var"], _say)
     return None
+
+
+def _sibling(name: str):
+    """A module shipped next to this file (taskenv.py), imported from its dir."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
 
 
 def _start_task(cmd: list[str]) -> int:
@@ -431,8 +348,9 @@ def _start_watchers(opts: dict, pgid: int, child: int, stop_group, stopping: thr
 
         threading.Thread(target=_watch_gce, args=(gce, on_notice, stopping), daemon=True).start()
     if opts["gpu-watch"] > 0:
-        threading.Thread(target=_watch_gpus, daemon=True, name="gpu-watch",
-                         args=(opts["gpu-watch"], os.environ.get("CUDA_VISIBLE_DEVICES"), pgid, child, ended)).start()
+        threading.Thread(target=_sibling("taskenv").watch_gpus, daemon=True, name="gpu-watch",
+                         args=(opts["gpu-watch"], os.environ.get("CUDA_VISIBLE_DEVICES"),
+                               lambda: _group_members(pgid) + [child], ended, _say)).start()
 
 
 def _wait_and_reap(child: int, pgid: int, ended: threading.Event) -> int:

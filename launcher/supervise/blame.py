@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from launcher.supervise.diagnose import exception_lines, hint, peer_abort, root_cause
 from launcher.ui.noise import is_noise
-from launcher.procinfo import describe_exit
+from launcher.system.procinfo import describe_exit
 from launcher.supervise.policy import Attempt, hang_watched, silent_by_design
 from launcher.supervise.stuck import in_user_code, parse
 from launcher.ui.table import render
 
 if TYPE_CHECKING:
-    from launcher.plan.elastic import Replan
+    from launcher.plan.elastic import PlanChange
     from launcher.plan.build import Plan
     from launcher.record.hosts import HostChange
 
@@ -128,7 +128,7 @@ def stack_lines(key: str, stack: str, path: object) -> list[str]:
     return lines
 
 
-def summary_lines(attempts: Sequence[Attempt], first_plan: Plan, replans: Sequence[tuple[Replan, dict[str, str]]],
+def summary_lines(attempts: Sequence[Attempt], first_plan: Plan, replans: Sequence[tuple[PlanChange, dict[str, str]]],
                   host_changes: Sequence[HostChange]) -> list[str]:
     """The final report's plans (when hosts changed) and one line per attempt."""
     if not attempts:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from launcher.procinfo import port_holders
+from launcher.system.procinfo import port_holders
 
 MESSAGE_CHARS = 240  # an exception message longer than this is cut in the middle
 _EXC = re.compile(

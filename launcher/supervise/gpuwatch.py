@@ -20,7 +20,7 @@ import threading
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 # The queries and their parsing are shared with the ssh task wrapper (stdlib only, uploaded to hosts).
-from launcher.remote.gpuplace import APPS_QUERY as APPS, GPUS_QUERY as GPUS, figures, parse_apps, parse_gpus, query  # noqa: F401
+from launcher.remote.gpuquery import APPS_QUERY as APPS, GPUS_QUERY as GPUS, figures, parse_apps, parse_gpus, query  # noqa: F401
 
 
 def usage(pids: Mapping[str, Iterable[int]], gpu_ids: Mapping[str, Sequence[int]], apps: Mapping[int, int],

@@ -21,13 +21,13 @@ from launcher.contract.liveness import BEAT as BEAT_LINE
 from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.supervise.stuck import is_stack_line
 
-# What a line was (``TaskGroup.line``): a beat (progress, not output), a line of
+# What a line was (``AttemptGroup.line``): a beat (progress, not output), a line of
 # the stacks the hang watchdog asked for, or any other line.
 BEAT, STACK, LINE = "beat", "stack", "line"
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 
 
-class TaskGroup:
+class AttemptGroup:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.handles: dict[str, TaskHandle] = {}

@@ -34,9 +34,9 @@ from launcher.plan.build import Plan
 from launcher.record.layout import live_stacks_dir, stacks_path
 from launcher.record.writer import RunRecord, write_atomic
 from launcher.spec.model import Watchdog
-from launcher.supervise.group import TaskGroup
+from launcher.supervise.group import AttemptGroup
 from launcher.supervise.policy import AUTO_FACTOR, AUTO_FLOOR, hang_limit, hang_watched, output_limit, silent_by_design
-from launcher.supervise.stuck import Verdict, decide
+from launcher.supervise.stuck import Culprit, decide
 
 # Seconds the stacks have to come back once asked (over ssh, docker, slurm: a round trip), and
 # the quiet after a task's last stack line that says its text is complete.
@@ -69,13 +69,13 @@ class Finding:
 
     key: Optional[str]
     reason: str
-    verdict: Verdict
+    verdict: Culprit
     stacks: dict[str, str]
     hung_since: float  # wall-clock time of the last progress
 
 
 class HangWatch:
-    def __init__(self, *, group: TaskGroup, backend: Backend, record: RunRecord, plan: Callable[[], Plan],
+    def __init__(self, *, group: AttemptGroup, backend: Backend, record: RunRecord, plan: Callable[[], Plan],
                  watchdog: Watchdog, clock: Callable[[], float]) -> None:
         self.group, self.backend, self.record, self.plan = group, backend, record, plan
         self.watchdog, self.clock = watchdog, clock
@@ -214,7 +214,7 @@ class HangWatch:
             time.sleep(0.05)
         return self.group.collected()
 
-    def reason(self, verdict: Verdict, stall: Stall, stopped: dict) -> str:
+    def reason(self, verdict: Culprit, stall: Stall, stopped: dict) -> str:
         """The failure's words: ``stuck 41 s at train.py:88 in examples(): time.sleep(5) (...)``."""
         limit = f"(limit {stall.limit:g} s: {stall.what})"
         if verdict.key is None:

@@ -27,11 +27,11 @@ from launcher.plan.build import Plan
 from launcher.record import events as ev
 from launcher.record.feed import SnapshotWriter
 from launcher.record.states import AttemptState, Outcome
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.supervise.gpuwatch import GpuWatch
-from launcher.supervise.group import BEAT, STACK, TaskGroup
+from launcher.supervise.group import BEAT, STACK, AttemptGroup
 from launcher.supervise.membership import Membership, Moved
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
@@ -86,7 +86,7 @@ class Supervisor:
         self.poll_interval = poll_interval
         self.clock = clock
         self.attempts: list[Attempt] = []
-        self.group = TaskGroup(clock)  # the attempt's handles, task output and save marks
+        self.group = AttemptGroup(clock)  # the attempt's handles, task output and save marks
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
         standby_on, self.standby_why = standby_decision(
@@ -95,7 +95,7 @@ class Supervisor:
             refused=backend.standby_off(spec) if spec is not None and backend.capabilities.warm_standby else None)
         self._sink_failed: set[str] = set()
         # The run as the live panel and the final report show it, fed by events and task lines.
-        self.view = RunView()
+        self.view = RunModel()
         record.listeners.append(self.view.event)
         # A failed attempt's report, the run's outcome and final report (outcome.py).
         self.report = Reporter(record=record, console=console, view=self.view, group=self.group,
@@ -182,7 +182,7 @@ class Supervisor:
                     f"restarting the whole group (restart {failures} of {self.restart.max_restarts})"
                     + (f" {fresh}" if fresh else "") + (f" in {delay:.1f} s" if delay else "")
                 )
-                self.record.write(ev.Restart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
+                self.record.write(ev.GroupRestart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
                                              ports={t.key: t.port for t in self.plan.tasks} if fresh else None))
                 if delay and self.stop_event.wait(delay):
                     return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)

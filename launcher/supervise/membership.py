@@ -16,7 +16,7 @@ from launcher.backends import placed_hosts
 from launcher.backends.base import Backend
 from launcher.bounded import listing
 from launcher.ui.console import Console
-from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, grow, group_size, on_fresh_ports, options,
+from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, grow, group_size, on_fresh_ports, options,
                                    replace_lost, shrunk, size_phrase, spare_hosts, suspect_how, too_many_losses)
 from launcher.plan.build import Plan
 from launcher.errors import SpecError
@@ -52,7 +52,7 @@ class Membership:
         self.elastic = (spec is not None and backend.capabilities.elastic
                         and elastic_enabled(spec, placed_hosts(spec)))
         self.first_plan = plan
-        self.replans: list[tuple[Replan, dict[str, str]]] = []  # (the change, {lost host: how})
+        self.replans: list[tuple[PlanChange, dict[str, str]]] = []  # (the change, {lost host: how})
         self.port_plans: list[Plan] = []  # restarts on fresh ports (fresh_ports_per_restart): same hosts
         self.down: list[str] = []  # hosts lost (suspect) in this run and not back (elastic.settle) yet
         self.losses: list[str] = []  # every host loss of the run, in order (elastic.max_host_losses)
@@ -287,7 +287,7 @@ class Membership:
         self.backend.use_plan(plan)
         return "on fresh ports"
 
-    def use(self, change: Replan, lost: dict[str, str], number: int, then: str) -> None:
+    def use(self, change: PlanChange, lost: dict[str, str], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
         say so in one line, hand it to the backend."""
         self.replans.append((change, dict(lost)))
@@ -319,7 +319,7 @@ class Membership:
                 self._discovery_problem = answer.problem
                 self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
                                    f"({listing([h.name for h in self.spec.hosts], 'hosts')}); the run goes on")
-                self.record.write(ev.Discovery(ok=False, problem=answer.problem))
+                self.record.write(ev.DiscoveryAnswer(ok=False, problem=answer.problem))
             return False
         self._discovery_problem = ""
         known = {h.name for h in self.spec.hosts}
@@ -332,7 +332,7 @@ class Membership:
         self.spec = self.spec.model_copy(update={"hosts": hosts})
         self.backend.add_hosts(added)
         self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
-        self.record.write(ev.Discovery(ok=True, added=[h.name for h in added], gone=list(gone)))
+        self.record.write(ev.DiscoveryAnswer(ok=True, added=[h.name for h in added], gone=list(gone)))
         bits = ([f"{listing([h.name for h in added], 'hosts')} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
                  f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
         bits += [f"{listing(gone, 'hosts')} gone from the list"] if gone else []

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from launcher.plan.build import Plan
 from launcher.record import events as ev
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 from launcher.record.layout import stacks_path
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Watchdog
@@ -22,16 +22,16 @@ from launcher.record.states import Outcome
 from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
                                       report_lines, stack_lines, summary_lines)
 from launcher.supervise.diagnose import exception_lines, hint
-from launcher.supervise.group import TaskGroup
+from launcher.supervise.group import AttemptGroup
 from launcher.supervise.membership import Membership
-from launcher.supervise.policy import FAILED, Attempt, Failure, output_limit
+from launcher.supervise.policy import FAILED, Attempt, AttemptFailure, output_limit
 from launcher.supervise.standby import WarmStandby
 from launcher.ui.console import Console
 from launcher.ui.report import goodput_lines, gpu_peak_lines, location_lines, locations, task_table
 
 
 class Reporter:
-    def __init__(self, *, record: RunRecord, console: Console, view: RunView, group: TaskGroup, members: Membership,
+    def __init__(self, *, record: RunRecord, console: Console, view: RunModel, group: AttemptGroup, members: Membership,
                  standby: WarmStandby, attempts: list[Attempt], restart: Restart, watchdog: Watchdog,
                  clock: Callable[[], float]) -> None:
         self.record, self.console, self.view = record, console, view
@@ -73,8 +73,8 @@ class Reporter:
         tails = self.group.tails_of(shown)
         tail = tails[key]
         attempt.state = FAILED
-        attempt.failure = Failure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
-                                  consequences=tuple(consequences), final=final, hung=hung_since is not None)
+        attempt.failure = AttemptFailure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
+                                         consequences=tuple(consequences), final=final, hung=hung_since is not None)
         if not self.infra(attempt):  # (else: recorded, and said in the membership's one line)
             self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
             for line in consequence_lines(key, consequences):

@@ -23,13 +23,13 @@ from typing import Callable, Optional
 from launcher.backends.base import Backend
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan
-from launcher.procinfo import describe_exit
+from launcher.system.procinfo import describe_exit
 from launcher.record import events as ev
 from launcher.record.states import AttemptState
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Watchdog
-from launcher.supervise.group import TaskGroup
+from launcher.supervise.group import AttemptGroup
 from launcher.supervise.hangwatch import HangWatch
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
@@ -60,8 +60,8 @@ class AttemptWatch:
 
 
 class AttemptPhases:
-    def __init__(self, *, group: TaskGroup, members: Membership, backend: Backend, record: RunRecord,
-                 console: Console, view: RunView, restart: Restart, watchdog: Watchdog,
+    def __init__(self, *, group: AttemptGroup, members: Membership, backend: Backend, record: RunRecord,
+                 console: Console, view: RunModel, restart: Restart, watchdog: Watchdog,
                  stop_event: threading.Event, hurry_event: threading.Event, clock: Callable[[], float],
                  poll_interval: float, launch: Callable[..., None], all_ready: Callable[[Attempt, float], None],
                  report: Reporter) -> None:

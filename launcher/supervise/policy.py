@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 
 from launcher.supervise.diagnose import peer_abort
 from launcher.record.states import AttemptState
-from launcher.procinfo import describe_exit
+from launcher.system.procinfo import describe_exit
 
 RUNNING, SUCCEEDED, FAILED = AttemptState.RUNNING, AttemptState.SUCCEEDED, AttemptState.FAILED
 
@@ -103,7 +103,7 @@ def hang_watched(key: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Failure:
+class AttemptFailure:
     """Why an attempt failed, attributed to one task (the root cause)."""
 
     key: str
@@ -129,14 +129,14 @@ class Attempt:
     started: float = field(default_factory=time.time)
     ended: Optional[float] = None
     state: str = AttemptState.RUNNING
-    failure: Optional[Failure] = None
+    failure: Optional[AttemptFailure] = None
     ready_after: Optional[float] = None  # seconds until every task's port was open
     # Hosts whose tasks' sessions were lost in this attempt (host -> when, time.time()): the
     # infrastructure failed, not the training (launcher/supervise/membership.py, elastic runs).
     sessions_lost: dict[str, float] = field(default_factory=dict)
 
 
-def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tuple[bool, str]:
+def retry_decision(failure: AttemptFailure, permanent_exit_codes: Sequence[int]) -> tuple[bool, str]:
     """(retryable, explanation). Exit codes listed as permanent (by default 1-127: a Python
     error, bad usage, a missing module) are not retried; signals and watchdog failures are.
 

@@ -18,7 +18,7 @@ from launcher.errors import LaunchError
 from launcher.plan.build import Plan
 from launcher.plan.elastic import spare_hosts
 from launcher.record import events as ev
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart
 from launcher.supervise.membership import Membership
@@ -34,7 +34,7 @@ STANDBY_AFTER_READY = 60.0
 
 
 class Prewarm:
-    def __init__(self, *, enabled: bool, standby: WarmStandby, members: Membership, view: RunView,
+    def __init__(self, *, enabled: bool, standby: WarmStandby, members: Membership, view: RunModel,
                  record: RunRecord, console: Console, backend: Backend, restart: Restart,
                  clock: Callable[[], float], env: Callable[[int], dict[str, str]],
                  launch: Callable[..., None], report: Reporter) -> None:

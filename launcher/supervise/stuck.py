@@ -51,7 +51,7 @@ class Thread:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Culprit:
     key: Optional[str]  # the task that stopped the others; None: the evidence does not decide
     why: str  # "stopped", "user code", "behind", or what did not decide
     frame: Optional[Frame] = None  # the culprit's innermost user frame, when its stacks show one
@@ -119,13 +119,13 @@ def user_frames(text: str) -> list[Frame]:
 
 
 def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, Optional[int]],
-           stopped: Mapping[str, str]) -> Verdict:
+           stopped: Mapping[str, str]) -> Culprit:
     """Which of ``keys`` (the live tasks, in the plan's order) stopped the group.
     ``stacks``: each task's faulthandler text (absent: none came); ``counts``: its TensorFlow calls
     completed (None: it reports none); ``stopped``: a note for each stopped process."""
     halted = [k for k in keys if stopped.get(k)]
     if halted:
-        return Verdict(halted[0], "stopped")
+        return Culprit(halted[0], "stopped")
     frames = {k: user_frames(stacks[k]) for k in keys if k in stacks}
     common = set.intersection(*({(f.file, f.line, f.func) for f in fs} for fs in frames.values())) \
         if len(frames) > 1 else set()
@@ -133,16 +133,16 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
     suspects = [k for k in keys if evidence.get(k)]
     behind = _behind(suspects or list(keys), counts)
     if len(suspects) == 1:
-        return Verdict(suspects[0], "user code", evidence[suspects[0]][0])
+        return Culprit(suspects[0], "user code", evidence[suspects[0]][0])
     if len(suspects) > 1 and behind is not None:
-        return Verdict(behind, "user code", evidence[behind][0])
+        return Culprit(behind, "user code", evidence[behind][0])
     if not suspects and behind is not None:
-        return Verdict(behind, "behind", _first(frames.get(behind, ())))
+        return Culprit(behind, "behind", _first(frames.get(behind, ())))
     if suspects:
-        return Verdict(None, f"{', '.join(suspects)} all sit in code of their own, none behind the others")
+        return Culprit(None, f"{', '.join(suspects)} all sit in code of their own, none behind the others")
     if not frames:
-        return Verdict(None, "no stacks came, and no task is behind the others")
-    return Verdict(None, "every task waits inside TensorFlow or sits where the others do, none behind the others")
+        return Culprit(None, "no stacks came, and no task is behind the others")
+    return Culprit(None, "every task waits inside TensorFlow or sits where the others do, none behind the others")
 
 
 def _behind(keys: Sequence[str], counts: Mapping[str, Optional[int]]) -> Optional[str]:

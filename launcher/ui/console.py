@@ -31,7 +31,7 @@ from launcher.bounded import escape, for_terminal, one_line
 from launcher.ui.peoplelines import PeopleLines
 
 if TYPE_CHECKING:
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
 
@@ -169,7 +169,7 @@ class Console:
 
     # -------------------------------------------------------------- the live panel
 
-    def start_panel(self, view: "RunView") -> bool:
+    def start_panel(self, view: "RunModel") -> bool:
         """Show the live panel of ``view`` if stdout is a terminal that can move its cursor;
         True if it is up."""
         if not _isatty(self.out) or os.environ.get("TERM", "") in ("dumb", "unknown"):

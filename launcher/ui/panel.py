@@ -1,4 +1,4 @@
-"""The live panel of ``tfcluster up`` on a terminal (rich), drawn from a ``RunView``.
+"""The live panel of ``tfcluster up`` on a terminal (rich), drawn from a ``RunModel``.
 
 The panel stays pinned at the bottom of the terminal; task output and launcher messages are
 printed above it. Only used when stdout is a terminal: files and pipes get plain lines
@@ -19,7 +19,7 @@ from rich.text import Text
 from launcher.bounded import escape, for_terminal
 from launcher.record.hosts import size_now, suspect_lines, waiting_line
 from launcher.record.view import (EVALUATING, FAILED, GONE, IMPORTING, RESTARTING, RUNNING, STARTING, STOPPED, SUCCEEDED,
-                          TRAINING, RunView)
+                          TRAINING, RunModel)
 from launcher.ui.columns import PANEL, Row, for_table, gpu_text  # noqa: F401 (gpu_text: re-exported)
 
 # By the word a task shows (``TaskLife.shown``: a live task's phase, else its state).
@@ -30,7 +30,7 @@ _STATE_STYLE = {
 _KEY_STYLES = ("cyan", "yellow", "magenta", "green", "blue", "red")
 
 
-def render(view: RunView, now: float, width: int = 160) -> Group:
+def render(view: RunModel, now: float, width: int = 160) -> Group:
     """The panel for ``view`` at time ``now`` on a terminal ``width`` columns wide: header, one
     row per task (the panel's columns: launcher/ui/columns.py), PSS/evaluator extras."""
     bar_width = 20 if width >= 140 else 10 if width >= 100 else 4
@@ -58,7 +58,7 @@ def _styled(column: str, r: Row, value):
     return "" if value is None else value
 
 
-def _header(view: RunView, now: float) -> Text:
+def _header(view: RunModel, now: float) -> Text:
     attempt = f"attempt {(view.attempt or 0) + 1}" + (f" of {view.max_attempts}" if view.max_attempts else "")
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(view.name or "run", style="bold")
@@ -69,7 +69,7 @@ def _header(view: RunView, now: float) -> Text:
     return text
 
 
-def _extras(view: RunView, now: float) -> str:
+def _extras(view: RunModel, now: float) -> str:
     bits = []
     if view.strategy == "parameter_server":
         chief = view.chief()
@@ -124,7 +124,7 @@ class LivePanel:
     Lines are queued and printed in batches (every ``flush_every`` s, by one thread): rich
     redraws the panel after each print, and a task's reader thread must never wait on that."""
 
-    def __init__(self, view: RunView, out: TextIO, clock: Callable[[], float] = time.time,
+    def __init__(self, view: RunModel, out: TextIO, clock: Callable[[], float] = time.time,
                  flush_every: float = 0.1) -> None:
         self.view = view
         self.clock = clock

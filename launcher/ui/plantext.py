@@ -10,7 +10,7 @@ from typing import Sequence
 from launcher.bounded import escape
 from launcher.contract import envnames
 from launcher.plan.build import Plan, redact_env
-from launcher.plan.gpus import show_gpus
+from launcher.plan.gputext import show_gpus
 from launcher.ui.table import render
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.remote import agent_source, source
+from launcher.remote import agent_source, task_files
 from tests.hostile.conftest import assert_bounded
 from tests.support.cli import tfcluster_argv
 from tests.support.otheruser import PYTHON, as_other, other_can_read, other_user, shared_dir
@@ -125,7 +125,7 @@ def _agent(run_dir: Path, workdir: Path) -> tuple[subprocess.Popen, dict]:
     agent = subprocess.Popen([sys.executable, "-S", "-c", agent_source(), tag], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir)
     req = {"require": [], "workdir": str(workdir), "run_dir": str(run_dir), "state_dir": str(run_dir.parent / "state"),
-           "files": {n: source(n) for n in ("boot.py", "taskwrap.py", "gpuplace.py")}, "ports": [], "argv0": "",
+           "files": task_files(), "ports": [], "argv0": "",
            "gpus": False}
     agent.stdin.write(json.dumps(req).encode() + b"\n")
     agent.stdin.flush()

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from launcher.procinfo import cmdline, start_time
+from launcher.system.procinfo import cmdline, start_time
 from tests.support.cli import tfcluster
 from tests.support.waits import wait_for
 

@@ -268,10 +268,12 @@ def test_the_record_package_has_one_writer_one_reader_and_one_run_model():
     reader = graph["launcher.record.reader"]
     # launcher.bounded (how outside bytes are shown in a line) is a leaf, as low as it gets.
     assert graph["launcher.bounded"] == set(), graph["launcher.bounded"]
-    assert reader <= {"launcher.errors", "launcher.bounded", "launcher.safefile", "launcher.record.layout", "launcher.record.events"}, reader
-    # the event classes and their one parser: the vocabulary, the error, how a value is shown
-    events = graph["launcher.record.events"]
-    assert events <= {"launcher.errors", "launcher.bounded", "launcher.record._vocabulary"}, events
+    vocabulary = {"launcher.record.events", "launcher.record.eventbase", "launcher.record.hostevents"}
+    assert reader <= {"launcher.errors", "launcher.bounded", "launcher.safefile", "launcher.record.layout", *vocabulary}, reader
+    # the event classes, their base and their one parser: the words, the error, how a value is shown
+    for module in vocabulary:
+        assert graph[module] <= {"launcher.errors", "launcher.bounded", "launcher.record._vocabulary", *vocabulary}, module
+    assert "launcher.record.events" not in graph["launcher.record.eventbase"] | graph["launcher.record.hostevents"]
     record_io = {"launcher.record.reader", "launcher.record.writer", "launcher.record.feed", "launcher.record.status"}
     assert not graph["launcher.record.view"] & record_io, graph["launcher.record.view"]
     assert graph["launcher.record"] <= {"launcher.record.events", "launcher.record.layout", "launcher.record.states"}
@@ -295,8 +297,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("launcher.plan",),  # pure: spec -> plan
     ("launcher.spec",),  # the spec as data: the models, the bounded YAML reader
     ("launcher.contract", "launcher.remote", "worker"),  # what tasks read; code shipped to hosts; the reference worker
-    ("launcher", "launcher.errors", "launcher.bounded", "launcher.procinfo", "launcher.safefile",
-     "launcher.interrupts", "launcher.notices"),  # leaves every layer uses
+    ("launcher", "launcher.errors", "launcher.bounded", "launcher.system", "launcher.safefile",
+     "launcher.notices"),  # leaves every layer uses
 ]
 # Reaching up, each with its reason (none is the goal: the test fails on a stale entry).
 UPWARD: dict[tuple[str, str], str] = {}

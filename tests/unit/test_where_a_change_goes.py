@@ -16,8 +16,8 @@ from launcher.cli import docsgen
 from launcher.errors import SpecError
 from launcher.export.common import inexpressible
 from launcher.record import fold
-from launcher.record.events import Event
-from launcher.record.view import RunView
+from launcher.record.events import Event, parse_event
+from launcher.record.view import RunModel
 from launcher.loader import load
 from launcher.spec.model import EXPORTED, LoadedSpec, Spec
 from tests.support.specs import BASE
@@ -70,9 +70,9 @@ def _running() -> list[dict]:
 @pytest.mark.parametrize("kind", list(Event))
 def test_only_the_folds_kinds_move_a_tasks_state(kind):
     event = {"event": kind.value, "task": "worker:0", "code": 3, "attempt": 0, "reason": "r", "host": "h1"}
-    before = fold.fold(_running(), ["worker:0"])["worker:0"].state
-    after = fold.fold([*_running(), event], ["worker:0"])["worker:0"].state
-    view = RunView(name="demo", strategy="multi_worker_mirrored", backend="local")
+    before = fold.fold([parse_event(e) for e in _running()], ["worker:0"])["worker:0"].state
+    after = fold.fold([parse_event(e) for e in (*_running(), event)], ["worker:0"])["worker:0"].state
+    view = RunModel(name="demo", strategy="multi_worker_mirrored", backend="local")
     for record in (*_running(), event):
         view.event(record)
     assert view.tasks["worker:0"].state == after  # the panel folds it the same way

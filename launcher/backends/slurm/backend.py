@@ -43,7 +43,7 @@ from launcher.bounded import shown
 from launcher.notices import Notices, PlainNotices
 from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.procinfo import group_alive, is_same, kill_group, not_own
+from launcher.system.procinfo import group_alive, is_same, kill_group, not_own
 from launcher.record import events as ev
 from launcher.remote import gpuplace, taskwrap_path
 from launcher.spec.model import LoadedSpec, Spec

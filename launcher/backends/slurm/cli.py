@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from launcher.procinfo import OutputTooLarge, run_bounded
+from launcher.system.procinfo import OutputTooLarge, run_bounded
 from launcher.errors import LaunchError
 
 COMMANDS = ("sbatch", "srun", "squeue", "scontrol", "scancel")

@@ -14,7 +14,7 @@ from launcher.contract import envnames
 from launcher.errors import LaunchError
 from launcher.plan import threads
 from launcher.plan.build import PlannedTask
-from launcher.procinfo import start_time
+from launcher.system.procinfo import start_time
 from launcher.backends.base import LineSink
 from launcher.backends.childtask import ChildTask
 from launcher.backends.slurm import cli

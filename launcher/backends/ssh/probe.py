@@ -16,7 +16,7 @@ from launcher.plan import gpus
 from launcher.errors import LaunchError, exc_text
 from launcher.notices import Tally
 from launcher.plan.build import Plan
-from launcher.remote import source as remote_source
+from launcher.remote import task_files
 from launcher.remote.pathtrust import SAFE_FIX
 from launcher.backends.ssh.commands import agent_command, probe_deadline
 from launcher.backends.ssh.pairs import host_targets
@@ -70,8 +70,7 @@ def _reserved(pool: "HostPool", plan: Plan) -> dict[str, tuple[str, str]]:
 
 def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str], tally: Tally) -> None:
     # Uploaded into each run dir on the hosts by the probe (the agent writes them).
-    files = {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py"),
-             "gpuplace.py": remote_source("gpuplace.py")}
+    files = task_files()
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
     sessions: dict[str, object] = {}
     replies: dict[str, dict] = {}

@@ -115,7 +115,7 @@ class StateSync:
                 self.mode, why = "shared", f"every host sees a file written through {chief}"
         self.console.info(f"state dir {self.pool.hosts[self.chief_host()].state_dir}: {self.mode} ({why})")
         if self.record is not None:
-            self.record.write(ev.StateSync(mode=self.mode, why=why, fetch=self.cfg.fetch))
+            self.record.write(ev.StateSyncMode(mode=self.mode, why=why, fetch=self.cfg.fetch))
         return statecheck.placement_problems(plan, self.mode, self.chief_host())
 
     # ------------------------------------------------------------------ before each attempt
@@ -170,7 +170,7 @@ class StateSync:
         why = f"{', '.join(blind)} cannot see a file written through {chief} (the group grew onto {'them' if len(blind) > 1 else 'it'})"
         self.console.info(f"state dir {self.pool.hosts[chief].state_dir}: copy ({why})")
         if self.record is not None:
-            self.record.write(ev.StateSync(mode=self.mode, why=why, fetch=self.cfg.fetch))
+            self.record.write(ev.StateSyncMode(mode=self.mode, why=why, fetch=self.cfg.fetch))
 
     def prepare_attempt(self, number: int) -> None:
         self.recheck()

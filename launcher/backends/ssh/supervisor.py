@@ -21,7 +21,7 @@ import yaml
 
 from launcher.bounded import HOST_LINE_BYTES, for_terminal
 from launcher.notices import Notices
-from launcher.interrupts import take_interrupt
+from launcher.system.interrupts import take_interrupt
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, LaunchError
 from launcher.spec.model import LoadedSpec
 from launcher.backends.ssh.commands import checked_mkdir, exclusive_write, q, remote_paths
@@ -102,7 +102,7 @@ class RemoteSupervisor:
         try:
             while True:
                 # Ctrl-C under `attach` / `logs -f` is a flag read here, between polls: raised
-                # inside paramiko it can leave a lock held (launcher/interrupts.py).
+                # inside paramiko it can leave a lock held (launcher/system/interrupts.py).
                 take_interrupt()
                 busy = False
                 if chan.recv_ready():

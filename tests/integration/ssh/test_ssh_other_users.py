@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.remote import TASK_FILES
 from tests.support.cli import tfcluster
 from tests.support.otheruser import NAME, as_other, other_user, shared_dir
 
@@ -84,7 +85,7 @@ def test_a_sticky_dir_with_an_entry_of_ones_own_runs_and_every_dir_made_is_priva
     run_dir = next(p for p in (remote / "sshtest").iterdir() if p.name != "state")
     for d in (remote, remote / "sshtest", run_dir, run_dir / "pids", remote / "sshtest" / "state"):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
-    for name in ("boot.py", "taskwrap.py", "gpuplace.py"):
+    for name in TASK_FILES:
         assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o600, name
 
 

@@ -257,16 +257,16 @@ def test_no_color_reaches_the_live_panel(monkeypatch):
 
     from launcher.ui.console import Console
     from launcher.ui.panel import LivePanel
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
 
     monkeypatch.delenv("NO_COLOR", raising=False)
-    assert Console(out=Tty()).color and not LivePanel(RunView(), Tty()).console.no_color
+    assert Console(out=Tty()).color and not LivePanel(RunModel(), Tty()).console.no_color
     monkeypatch.setenv("NO_COLOR", "1")
-    assert not Console(out=Tty()).color and LivePanel(RunView(), Tty()).console.no_color
+    assert not Console(out=Tty()).color and LivePanel(RunModel(), Tty()).console.no_color
     monkeypatch.setenv("NO_COLOR", "")  # (set but empty: colour, as no-color.org says)
     assert Console(out=Tty()).color
 

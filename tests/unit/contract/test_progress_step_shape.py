@@ -1,5 +1,5 @@
 """launcher/contract/progress.py owns the progress-line format, the fast read of the worker's step lines
-(``step_shape``, what ``RunView.lines`` skips by) included: it accepts exactly the worker's own
+(``step_shape``, what ``RunModel.lines`` skips by) included: it accepts exactly the worker's own
 step lines (as ``format_line`` writes them) and agrees with ``parse`` on each one it accepts."""
 
 import random

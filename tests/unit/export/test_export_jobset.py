@@ -212,7 +212,7 @@ def test_the_worker_images_ship_the_pod_helper_where_the_jobset_runs_it():
     for dockerfile in (ROOT / "docker" / "Dockerfile", ROOT / "launcher" / "image" / "Dockerfile"):
         text = dockerfile.read_text()
         copy_line = text.split("mkdir -p /usr/local/lib/tfcluster", 1)[1].split("\n\n", 1)[0]
-        assert "/jobsetpod.py \\\n" in copy_line and Path(POD_HELPER).parent.as_posix() + "/" in copy_line
+        assert '"jobsetpod.py"' in copy_line and f'"{Path(POD_HELPER).parent.as_posix()}/"' in copy_line
         assert f'ENTRYPOINT ["{TINI}", "-g", "--"]' in text  # the tini the pods' command names
 
 

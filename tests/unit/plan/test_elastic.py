@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from launcher.plan.elastic import (Replan, elastic_enabled, fresh_ports, replace_lost, spare_hosts, suspect_how,
+from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, replace_lost, spare_hosts, suspect_how,
                                    too_many_losses)
 from launcher.backends import placed_hosts
 from launcher.errors import SpecError
@@ -44,7 +44,7 @@ def test_a_lost_hosts_tasks_move_to_a_spare_with_their_identities_and_every_tf_c
     spec = parse_spec(SSH)
     plan = plan_for(spec)
     change = replace_lost(spec, plan, ["h2"])
-    assert isinstance(change, Replan)
+    assert isinstance(change, PlanChange)
     assert [(t.key, t.host, t.address) for t in change.plan.tasks] == [
         ("chief:0", "h1", "10.0.0.1"), ("worker:0", "h4", "10.0.0.4"), ("worker:1", "h3", "10.0.0.3")]
     assert change.moved == {"worker:0": ("h2", "h4")} and change.lost == ("h2",)
@@ -67,25 +67,25 @@ def test_a_replan_takes_no_port_an_earlier_plan_of_the_run_gave_and_explicit_por
     plan = plan_for(spec)
     assert [t.endpoint for t in plan.tasks] == ["10.0.0.1:23456", "10.0.0.2:23456", "10.0.0.3:23456"]
     first = replace_lost(spec, plan, ["h2"], avoid=fresh_ports([plan]))
-    assert isinstance(first, Replan)
+    assert isinstance(first, PlanChange)
     assert [t.endpoint for t in first.plan.tasks] == ["10.0.0.1:23457", "10.0.0.4:23456", "10.0.0.3:23457"]
     assert first.plan.tasks[0].tf_config["cluster"]["chief"] == ["10.0.0.1:23457"]
     second = replace_lost(spec, first.plan, ["h3"], ["h2"], avoid=fresh_ports([plan, first.plan]))
-    assert isinstance(second, Replan)
+    assert isinstance(second, PlanChange)
     assert [t.endpoint for t in second.plan.tasks] == ["10.0.0.1:23458", "10.0.0.4:23457", "10.0.0.5:23456"]
     # Without avoid: the old behaviour, the same ports again.
     assert [t.port for t in replace_lost(spec, plan, ["h2"]).plan.tasks] == [23456, 23456, 23456]
     explicit = parse_spec(SSH.replace("tasks: {chief: 1, worker: 2}",
                                       "tasks: {chief: {count: 1, ports: [9000]}, worker: 2}"))
     moved = replace_lost(explicit, plan_for(explicit), ["h2"], avoid=fresh_ports([plan_for(explicit)]))
-    assert isinstance(moved, Replan) and moved.plan.tasks[0].port == 9000  # as the user gave it
+    assert isinstance(moved, PlanChange) and moved.plan.tasks[0].port == 9000  # as the user gave it
 
 
 def test_hosts_lost_earlier_are_never_spares_again_and_no_spare_is_one_line_naming_the_hosts():
     spec = parse_spec(SSH)
     plan = plan_for(spec)
     first = replace_lost(spec, plan, ["h2"])
-    assert isinstance(first, Replan)
+    assert isinstance(first, PlanChange)
     second = replace_lost(spec, first.plan, ["h4"], down=["h2"])
     assert isinstance(second, str)
     assert second == ("host h4 (worker:0) lost and no spare host left for worker:0; list more hosts under hosts: "
@@ -113,7 +113,7 @@ def test_with_no_spare_the_workers_left_go_on_renumbered_while_at_least_min_rema
     plan = plan_for(spec)
     assert [t.host for t in plan.tasks] == ["h1", "h2", "h3", "h4"] and spare_hosts(spec, placed_hosts(spec)) == []
     change = replace_lost(spec, plan, ["h2"])
-    assert isinstance(change, Replan)
+    assert isinstance(change, PlanChange)
     assert [(t.key, t.host) for t in change.plan.tasks] == [("worker:0", "h1"), ("worker:1", "h3"), ("worker:2", "h4")]
     assert change.dropped == ("worker:1",) and change.moved == {}
     assert change.plan.tasks[0].tf_config["cluster"] == {"worker": ["10.0.0.1:23456", "10.0.0.3:23456",
@@ -122,7 +122,7 @@ def test_with_no_spare_the_workers_left_go_on_renumbered_while_at_least_min_rema
         "h2 lost (unreachable for 3 s); worker:1 left out: 3 workers go on (no spare host)")
     # Down to min, then one more loss is one line naming the host and the rule.
     two = replace_lost(spec, change.plan, ["h4"], down=["h2"])
-    assert isinstance(two, Replan) and [t.host for t in two.plan.tasks] == ["h1", "h3"]
+    assert isinstance(two, PlanChange) and [t.host for t in two.plan.tasks] == ["h1", "h3"]
     below = replace_lost(spec, two.plan, ["h3"], down=["h2", "h4"])
     assert below == ("host h3 (worker:1) lost and 1 worker would be left, below tasks.worker.min=2; list more "
                      "hosts under hosts: (the unused ones are spares) or bring h3 back and run `tfcluster up` "
@@ -132,7 +132,7 @@ def test_with_no_spare_the_workers_left_go_on_renumbered_while_at_least_min_rema
 def test_a_spare_is_used_before_the_group_shrinks():
     spec = parse_spec(MIN.replace("count: 4", "count: 3"))
     change = replace_lost(spec, plan_for(spec), ["h1"])
-    assert isinstance(change, Replan) and change.dropped == ()
+    assert isinstance(change, PlanChange) and change.dropped == ()
     assert [(t.key, t.host) for t in change.plan.tasks] == [("worker:0", "h4"), ("worker:1", "h2"), ("worker:2", "h3")]
 
 

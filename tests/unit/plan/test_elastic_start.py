@@ -6,9 +6,9 @@ from __future__ import annotations
 from launcher.app.up import plan_for, short_line, start_note, starts_small_here
 from launcher.errors import SpecError
 from launcher.loader.load import parse_spec
-from launcher.plan.elastic import Replan, group_size, start_without
+from launcher.plan.elastic import PlanChange, group_size, start_without
 from launcher.record.hosts import size_now, sizes_line
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 import pytest
 
@@ -30,7 +30,7 @@ def test_a_group_with_min_starts_without_the_hosts_that_do_not_answer():
     plan = plan_for(spec)
     assert starts_small_here(spec)
     change = start_without(spec, plan, ["h2"])
-    assert isinstance(change, Replan)
+    assert isinstance(change, PlanChange)
     assert [(t.key, t.host) for t in change.plan.tasks] == [("worker:0", "h1")]
     assert change.dropped == ("worker:1",)
     # worker:0's host absent: worker:1 becomes worker:0 (renumbered in order)
@@ -54,7 +54,7 @@ def test_a_spare_that_answers_takes_the_absent_hosts_worker_and_chief_hosts_are_
     chief = parse_spec(SSH.replace("tasks: {worker: {count: 2, min: 1}}",
                                    "tasks: {chief: 1, worker: {count: 1, min: 1}}"))
     assert start_without(chief, plan_for(chief), ["h1"]) is None  # the chief's host: the usual error
-    assert isinstance(start_without(chief, plan_for(chief), ["h3"]), Replan)  # (not a host of the plan)
+    assert isinstance(start_without(chief, plan_for(chief), ["h3"]), PlanChange)  # (not a host of the plan)
 
 
 def test_no_min_keeps_the_usual_start_and_a_min_alone_turns_elastic_on():
@@ -79,7 +79,7 @@ def test_plan_for_starts_with_the_room_the_slots_have_now_and_refuses_below_min(
 
 
 def test_the_view_keeps_the_groups_size_attempt_by_attempt():
-    view = RunView()
+    view = RunModel()
     view.event({"event": "run_start", "time": 1.0, "tasks": ["worker:0"], "spares": [],
                 "group": {"type": "worker", "size": 1, "of": 2, "why": "h2 not answering"}})
     assert size_now(view) == "worker: 1 of 2 (h2 not answering)"
@@ -88,9 +88,9 @@ def test_the_view_keeps_the_groups_size_attempt_by_attempt():
                 "added": {"worker:1": "h2"}, "tasks": ["worker:0", "worker:1"]})
     assert size_now(view) == ""
     assert sizes_line(view) == "worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)"
-    again = RunView.from_json(view.to_json())  # (a snapshot keeps them)
+    again = RunModel.from_json(view.to_json())  # (a snapshot keeps them)
     assert sizes_line(again) == sizes_line(view)
-    full = RunView()
+    full = RunModel()
     full.event({"event": "run_start", "time": 1.0, "tasks": ["worker:0", "worker:1"],
                 "group": {"type": "worker", "size": 2, "of": 2}})
     assert sizes_line(full) == "" and size_now(full) == ""

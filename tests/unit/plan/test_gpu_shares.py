@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from launcher.errors import SpecError
-from launcher.plan import gpus
+from launcher.plan import gpus, gputext
 from launcher.plan.build import Placement, Slot, build_plan, task_keys
 from launcher.loader.load import parse_spec
 from launcher.remote import gpuplace
@@ -224,11 +224,11 @@ def test_a_groups_gpus_that_makes_the_trainers_unequal_is_refused_at_load():
 
 def test_status_shows_each_tasks_gpus_and_its_all_reduce():
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "TFCLUSTER_STRATEGY": "multi_worker_mirrored", "TFCLUSTER_COLLECTIVE": "nccl"}
-    assert gpus.env_text(env.get) == "gpus 0,1 nccl"
-    assert gpus.env_text({**env, "TFCLUSTER_COLLECTIVE": None}.get) == "gpus 0,1 ring"  # TensorFlow's AUTO
+    assert gputext.env_text(env.get) == "gpus 0,1 nccl"
+    assert gputext.env_text({**env, "TFCLUSTER_COLLECTIVE": None}.get) == "gpus 0,1 ring"  # TensorFlow's AUTO
     mig = {**env, "CUDA_VISIBLE_DEVICES": mig_units(1)[0][2]}
-    assert gpus.env_text(mig.get) == f"gpu {mig_units(1)[0][2][:12]} nccl"
-    assert gpus.env_text({"CUDA_VISIBLE_DEVICES": "-1", "TFCLUSTER_STRATEGY": "multi_worker_mirrored"}.get) == "cpu"
+    assert gputext.env_text(mig.get) == f"gpu {mig_units(1)[0][2][:12]} nccl"
+    assert gputext.env_text({"CUDA_VISIBLE_DEVICES": "-1", "TFCLUSTER_STRATEGY": "multi_worker_mirrored"}.get) == "cpu"
 
 
 def test_containers_get_their_mig_devices_and_uuid_limited_gpus_by_uuid():

@@ -16,7 +16,7 @@ from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.ui.plantext import render_plan
 from launcher.plan.build import Placement, Slot, build_plan, task_keys
-from launcher.remote import gpuplace
+from launcher.remote import gpuplace, gpuquery
 from launcher.loader.load import parse_spec
 from tests.support.errors import one_error
 from tests.support.gpus import FAKE
@@ -435,7 +435,7 @@ def test_fake_nvidia_smi_prints_nvidias_formats(tmp_path):
     env = {"FAKE_NVIDIA_SMI_GPUS": "2", "FAKE_NVIDIA_SMI_APPS": "4242:1234,4343:50", "PATH": "/usr/bin:/bin"}
     run = lambda *a: subprocess.run([str(FAKE), *a], capture_output=True, text=True, env=env, timeout=20)  # noqa: E731
     listing = run("-L").stdout
-    assert gpuplace.parse_list(listing) == [(0, "NVIDIA A100-SXM4-40GB", "GPU-2b3c1f9e-1d2e-4f3a-9b8c-5d6e7f809a1b"),
+    assert gpuquery.parse_list(listing) == [(0, "NVIDIA A100-SXM4-40GB", "GPU-2b3c1f9e-1d2e-4f3a-9b8c-5d6e7f809a1b"),
                                             (1, "NVIDIA A100-SXM4-40GB", "GPU-2b3c1f9f-1d2e-4f3a-9b8c-5d6e7f809a1c")]
     assert listing.splitlines()[0] == "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-2b3c1f9e-1d2e-4f3a-9b8c-5d6e7f809a1b)"
     apps = run("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").stdout
@@ -444,7 +444,7 @@ def test_fake_nvidia_smi_prints_nvidias_formats(tmp_path):
     assert gpu.splitlines() == ["0, 1284, 37", "1, 0, 0"]
     env["FAKE_NVIDIA_SMI_GPUS"] = "0"
     none = run("-L")
-    assert none.returncode == 6 and gpuplace.parse_list(none.stdout) == []
+    assert none.returncode == 6 and gpuquery.parse_list(none.stdout) == []
 
 
 def real_outputs():
@@ -461,11 +461,11 @@ def real_outputs():
 
 def test_the_real_nvidia_smis_answers_parse_and_the_fake_answers_in_their_shape():
     real = real_outputs()
-    apps_query, gpus_query = " ".join(gpuplace.APPS_QUERY[1:]), " ".join(gpuplace.GPUS_QUERY[1:])
+    apps_query, gpus_query = " ".join(gpuquery.APPS_QUERY[1:]), " ".join(gpuquery.GPUS_QUERY[1:])
     assert set(real) == {"-L", apps_query, gpus_query}  # the recording is of the queries the launcher makes
-    assert gpuplace.parse_list(real["-L"]) == [(0, "NVIDIA H100 80GB HBM3", "GPU-b7566d77-1004-aa69-ffa2-0e54f19979be")]
-    assert gpuplace.parse_apps(real[apps_query]) == {474: 838}
-    assert gpuplace.parse_gpus(real[gpus_query]) == {0: 0}
+    assert gpuquery.parse_list(real["-L"]) == [(0, "NVIDIA H100 80GB HBM3", "GPU-b7566d77-1004-aa69-ffa2-0e54f19979be")]
+    assert gpuquery.parse_apps(real[apps_query]) == {474: 838}
+    assert gpuquery.parse_gpus(real[gpus_query]) == {0: 0}
     env = {"FAKE_NVIDIA_SMI_GPUS": "1", "FAKE_NVIDIA_SMI_APPS": "4242:1234", "PATH": "/usr/bin:/bin"}
     shape = lambda text: [re.sub(r"[0-9a-f]{4,}|\d+", "N", re.sub(r"\(UUID: .*\)", "(UUID)", re.sub(  # noqa: E731
         r"^GPU (\d+): .* \(", r"GPU \1: NAME (", line))) for line in text.splitlines()]
@@ -479,12 +479,12 @@ def test_parse_list_gives_a_mig_gpus_devices_as_units():
             "  MIG 1g.5gb      Device  0: (UUID: MIG-bbb)\n"
             "  MIG 1g.5gb      Device  1: (UUID: MIG-ddd)\n"
             "GPU 1: Tesla T4 (UUID: GPU-ccc)\n")
-    assert gpuplace.parse_list(text) == [(0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-bbb"),
+    assert gpuquery.parse_list(text) == [(0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-bbb"),
                                          (0, "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-ddd"),
                                          (1, "Tesla T4", "GPU-ccc")]
     old_driver = ("GPU 0: A100-SXM4-40GB (UUID: GPU-aaa)\n"  # drivers before R470 named MIG devices this way
                   "  MIG 1g.5gb Device 0: (UUID: MIG-GPU-aaa/7/0)\n")
-    assert gpuplace.parse_list(old_driver) == [(0, "A100-SXM4-40GB MIG 1g.5gb", "MIG-GPU-aaa/7/0")]
+    assert gpuquery.parse_list(old_driver) == [(0, "A100-SXM4-40GB MIG 1g.5gb", "MIG-GPU-aaa/7/0")]
 
 
 def test_discovery_output_carries_slots():

@@ -6,18 +6,22 @@ from __future__ import annotations
 import pytest
 
 from launcher.contract.progress import format_line, parse
+from launcher.record.events import parse_event
 from launcher.record.goodput import CATEGORIES, Marks, measure
+from launcher.record.run import RunFacts
 
 
 class Run:
     """A scripted run: ``ev`` an event at a time, ``say`` a line of a task (its ``time=`` field)."""
 
     def __init__(self) -> None:
-        self.marks = Marks()
+        self.marks, self.facts = Marks(), RunFacts()
         self.ev("run_start", 0.0, tasks=["worker:0", "worker:1"])
 
     def ev(self, kind: str, at: float, **fields) -> "Run":
-        self.marks.event({"event": kind, "time": at, **fields})
+        event = parse_event({"event": kind, "time": at, **fields})
+        self.facts.apply(event)
+        self.marks.event(event, self.facts)
         return self
 
     def say(self, key: str, kind: str, at: float, **fields) -> "Run":
@@ -200,9 +204,9 @@ def test_a_backup_after_the_last_step_line_is_checkpoint_time_too():
 
 
 def _trained_view():
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
 
-    view = RunView()
+    view = RunModel()
     view.event({"event": "run_start", "time": 1000.0, "name": "demo", "strategy": "multi_worker_mirrored",
                 "backend": "local", "tasks": ["worker:0"], "max_restarts": 2})
     view.event({"event": "start", "time": 1000.1, "task": "worker:0", "attempt": 0})
@@ -219,7 +223,7 @@ def test_the_view_folds_goodput_from_its_lines_own_times_and_the_panel_shows_it(
 
     from rich.console import Console as RichConsole
 
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
     from launcher.ui.panel import render
     from launcher.ui.report import goodput_lines
 
@@ -231,7 +235,7 @@ def test_the_view_folds_goodput_from_its_lines_own_times_and_the_panel_shows_it(
     assert console.file.getvalue().splitlines()[0].endswith("goodput 66.7 %")
     view.event({"event": "outcome", "time": 1015.0, "outcome": "succeeded"})
     assert goodput_lines(view, 5000.0) == ["  goodput 66.7 %: startup 20.0 %, other 13.3 %"]
-    again = RunView.from_json(view.to_json())  # (a snapshot's view goes on from its marks)
+    again = RunModel.from_json(view.to_json())  # (a snapshot's view goes on from its marks)
     assert again.goodput(5000.0) == view.goodput(5000.0)
 
 
@@ -318,7 +322,7 @@ def test_a_hang_until_the_watchdog_is_recovery_not_redone():
 def test_the_wait_below_min_is_waiting_from_the_preflight_and_mid_run_counted_once():
     # The preflight waited 30 s for hosts below tasks.worker.min (its host_wait leads the record).
     run = Run()
-    run.marks = Marks()
+    run.marks, run.facts = Marks(), RunFacts()
     run.ev("host_wait", 0.0, hosts=["h2"], have=1, need=2, until=60.0, wait=60.0)
     run.ev("run_start", 30.0, tasks=["worker:0", "worker:1"]).attempt(0, 31.0)
     run.train("worker:0", 0, 32.0, 35.0, 101, 45.0)

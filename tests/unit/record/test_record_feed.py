@@ -1,4 +1,4 @@
-"""launcher/record/feed.py: a RunView fed from a run record on disk, replayed and then followed,
+"""launcher/record/feed.py: a RunModel fed from a run record on disk, replayed and then followed,
 with each attempt's lines on the right side of its start event."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.record.feed import RecordDamaged, RecordFeed, replay
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 T0 = 1_000_000.0
 
@@ -51,7 +51,7 @@ def test_follow_applies_appended_events_and_lines_and_holds_the_next_attempts_li
     rec.event("run_start", T0, name="t", tasks=["worker:0"], max_restarts=1)
     rec.start("worker:0", 0, T0 + 1)
     rec.log("worker:0", START.format(g=0), STEP.format(e=0, s=4, g=4, t=T0 + 2), STEP.format(e=0, s=8, g=8, t=T0 + 3))
-    view = RunView()
+    view = RunModel()
     feed = RecordFeed(rec.dir, view, clock=lambda: T0 + 100)
     assert feed.poll() == 2
     w = view.tasks["worker:0"]
@@ -92,7 +92,7 @@ def test_replay_skips_standby_lines_stamps_lines_with_the_logs_time_and_waits_fo
     os.utime(rec.log_path("worker:0"), (T0 + 50, T0 + 50))
     with open(rec.dir / "events.jsonl", "a") as fh:
         fh.write('{"time": 1, "event": "ex')  # a write in progress
-    feed = RecordFeed(rec.dir, view := RunView(), clock=lambda: T0 + 100)
+    feed = RecordFeed(rec.dir, view := RunModel(), clock=lambda: T0 + 100)
     feed.poll()
     w0 = view.tasks["worker:0"]
     assert (w0.epoch, w0.step, w0.global_step, w0.last_line_at) == (2, 3, 13, T0 + 50)
@@ -135,8 +135,8 @@ def test_a_log_read_in_small_chunks_replays_the_same_and_stops_at_the_next_attem
     whole = replay(rec.dir)
     seen: list[str] = []
     monkeypatch.setattr(feed, "CHUNK", 7)
-    original = RunView.lines
-    monkeypatch.setattr(RunView, "lines", lambda self, key, texts, now: (seen.extend(texts),
+    original = RunModel.lines
+    monkeypatch.setattr(RunModel, "lines", lambda self, key, texts, now: (seen.extend(texts),
                                                                          original(self, key, texts, now)))
     chunked = replay(rec.dir)
     assert snapshot(chunked) == snapshot(whole) == ("training", 7, 5, STEP.format(e=0, s=7, g=7, t=T0 + 12),
@@ -242,7 +242,7 @@ def _record_a_run(rec: "Record", rng, at_points) -> None:
     at_points()
 
 
-def _comparable(view: RunView) -> dict:
+def _comparable(view: RunModel) -> dict:
     """The view's state, but for a line's arrival stamp (``last_line_at``: the log's time for a
     replay, the time of the poll that read it for the supervisor's feed) and ``lost`` (one task's
     line about another, ``worker_lost task=...``, against that task's own start event: the record

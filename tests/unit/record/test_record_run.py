@@ -12,14 +12,14 @@ import pytest
 from launcher.record import events as ev
 from launcher.record.run import GroupSize, RunFacts, fold_run
 from launcher.record.states import RunState
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 EVENTS = [
     ev.RunStart(time=10.0, run_id="r", name="t", strategy="multi_worker_mirrored", backend="ssh",
                 tasks=["worker:0", "worker:1", "worker:2"]),
     ev.Start(time=11.0, task="worker:0", attempt=0), ev.Start(time=11.0, task="worker:1", attempt=0),
     ev.Exit(time=20.0, task="worker:1", attempt=0, code=1),
-    ev.Restart(time=21.0, attempt=1, delay=0.0),
+    ev.GroupRestart(time=21.0, attempt=1, delay=0.0),
     ev.Start(time=22.0, task="worker:0", attempt=1),
     ev.HostLost(time=30.0, host="h2", how="gone", suspect=True, attempt=1, settle=30.0),
     ev.Replan(time=31.0, plan=2, attempt=2, tasks=["worker:0", "worker:1"]),
@@ -47,12 +47,12 @@ def test_attempts_are_0_based_indices_and_a_count_before_the_outcome():
 
 
 def test_the_view_folds_the_run_event_by_event_and_a_snapshot_keeps_it():
-    view = RunView()
+    view = RunModel()
     for e in EVENTS:
         view.event(e)
     assert view.run == fold_run(EVENTS)
     assert (view.started_at, view.ended_at, view.outcome, view.exit_code) == (10.0, 90.0, "succeeded", 0)
-    back = RunView.from_json(json.loads(json.dumps(view.to_json(), allow_nan=False)))
+    back = RunModel.from_json(json.loads(json.dumps(view.to_json(), allow_nan=False)))
     assert back.run == view.run
 
 

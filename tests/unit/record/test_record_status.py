@@ -52,7 +52,7 @@ def test_running_rows_progress_throughput_and_restarts(tmp_path):
     assert view.state == RUNNING and view.attempts == 2 and view.started == 10.0
     w0, w1 = view.tasks
     assert (w0.key, w0.host, w0.state, w0.restarts) == ("worker:0", "h0", "running", 1)
-    # the row is the live panel's RunView: epoch 1 in progress (the line's 0-based epoch=0), 10 steps done in it
+    # the row is the live panel's RunModel: epoch 1 in progress (the line's 0-based epoch=0), 10 steps done in it
     assert (w0.epoch, w0.step, w0.global_step, w0.loss, w0.accuracy) == (1, 10, 10, 0.4, 0.7)
     assert w0.examples_per_sec == pytest.approx(5 * 32 / 2.0)  # 5 steps of 32 in 2 s, this attempt only
     assert w0.last_line == "still going"
@@ -287,7 +287,7 @@ def test_attach_whose_reader_went_away_detaches_and_leaves_the_run_going(tmp_pat
 
     from launcher.ui.attachtext import TextRenderer
     from launcher.ui.console import Console
-    from launcher.procinfo import start_time
+    from launcher.system.procinfo import start_time
     from launcher.app.attach import attach
     from launcher.spec.model import LoadedSpec
     from launcher.loader.load import parse_spec
@@ -328,7 +328,7 @@ def test_a_wait_below_min_is_a_countdown_in_status_and_the_panel_until_the_next_
 
     from rich.console import Console as RichConsole
 
-    from launcher.record.view import RunView
+    from launcher.record.view import RunModel
     from launcher.ui.panel import render
     from launcher.ui.runstatus import render_status
 
@@ -351,7 +351,7 @@ def test_a_wait_below_min_is_a_countdown_in_status_and_the_panel_until_the_next_
     RichConsole(file=out, width=300, color_system=None).print(render(view.view.snapshot(), 50.0, 300))
     assert line in out.getvalue(), out.getvalue()
     # The next attempt starts: no wait any more, in status or in the panel.
-    live = RunView()
+    live = RunModel()
     for event in [*waiting, {"time": 60.0, "event": "host_added", "host": "h1", "attempt": 0, "spare": False},
                   {"time": 61.0, "event": "restart", "attempt": 1}]:
         live.event(event)
@@ -378,7 +378,7 @@ def test_events_written_before_the_record_exists_are_its_first_lines(tmp_path):
     plan = build_plan(spec, Placement({"worker:0": Slot("localhost", "localhost")}))
     record = RunRecord(tmp_path / "runs", plan)
     record.write_early(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
-    record.write(ev.StateSync(mode="shared"))  # (not early: dropped, as before the record exists)
+    record.write(ev.StateSyncMode(mode="shared"))  # (not early: dropped, as before the record exists)
     assert not record.dir.exists()
     record.create()
     record.write(ev.RunStart(run_id=record.run_id, name="t", strategy="multi_worker_mirrored", backend="local",

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from launcher.cli.main import main
 from launcher.contract import envnames
-from launcher.procinfo import cmdline, start_time
+from launcher.system.procinfo import cmdline, start_time
 from launcher.record import events as ev
 from launcher.record.reader import parse_events, read_events, read_launcher
 from launcher.record.status import RecordDamaged, load_run

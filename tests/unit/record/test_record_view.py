@@ -11,7 +11,7 @@ from rich.console import Console as RichConsole
 from launcher.ui import report
 from launcher.ui.panel import render
 from launcher.record import events as ev
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 T0 = 1000.0
 
@@ -20,8 +20,8 @@ def _ev(kind: str, at: float, **fields) -> dict:
     return {"time": at, "event": kind, **fields}
 
 
-def _mwms_view() -> RunView:
-    view = RunView()
+def _mwms_view() -> RunModel:
+    view = RunModel()
     view.event(_ev("run_start", T0, run_id="r1", name="demo", strategy="multi_worker_mirrored", backend="local",
                    tasks=["worker:0", "worker:1"], run_dir="/runs/demo/r1", max_restarts=2))
     for key in ("worker:0", "worker:1"):
@@ -88,7 +88,7 @@ def test_a_group_restart_resets_attempt_progress_and_counts_attempts():
 
 
 def test_parameter_server_extras_lost_recovered_and_the_evaluator():
-    view = RunView()
+    view = RunModel()
     keys = ["chief:0", "ps:0", "worker:0", "worker:1", "evaluator:0"]
     view.event(_ev("run_start", T0, name="pss", strategy="parameter_server", backend="local", tasks=keys,
                    run_dir="/r", max_restarts=3))
@@ -114,7 +114,7 @@ def test_parameter_server_extras_lost_recovered_and_the_evaluator():
 
 
 def test_pss_worker_restarted_alone_counts_a_second_start_in_the_same_attempt():
-    view = RunView()
+    view = RunModel()
     view.event(_ev("run_start", T0, name="pss", strategy="parameter_server", backend="local",
                    tasks=["chief:0", "worker:0"], run_dir="/r", max_restarts=3))
     view.event(_ev("start", T0, task="worker:0", attempt=0, host="h1"))
@@ -125,7 +125,7 @@ def test_pss_worker_restarted_alone_counts_a_second_start_in_the_same_attempt():
     assert (view.tasks["worker:0"].attempt, view.tasks["worker:0"].starts, view.attempt) == (0, 2, 0)
 
 
-def _rendered(view: RunView, now: float, width: int = 160) -> str:
+def _rendered(view: RunModel, now: float, width: int = 160) -> str:
     console = RichConsole(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(render(view.snapshot(), now, width))
     return console.file.getvalue()
@@ -191,7 +191,7 @@ def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(
     plan = plan_for(load_spec(script_spec(tmp_path, "pass\n")).spec)
     problems: list[str] = []
     record = RunRecord(tmp_path / "runs", plan, on_problem=problems.append).create()
-    view = RunView()
+    view = RunModel()
 
     def broken(event):
         raise ValueError("drawing failed")
@@ -207,7 +207,7 @@ def test_the_view_follows_the_record_and_a_failing_listener_never_stops_the_run(
     assert len(events) == 2 and '"event": "start"' in events[1]
 
 
-def _state(view: RunView) -> dict:
+def _state(view: RunModel) -> dict:
     """Everything the view holds, the throughputs' marks included, to compare two views."""
     tasks = {}
     for key, t in view.tasks.items():
@@ -289,7 +289,7 @@ def test_lines_in_a_batch_give_the_view_that_line_by_line_gives():
 def test_lines_skip_the_inside_of_a_run_of_step_lines():
     seen = []
 
-    class Counting(RunView):
+    class Counting(RunModel):
         def _line(self, key, text, now):
             seen.append(text)
             super()._line(key, text, now)
@@ -304,10 +304,10 @@ def test_lines_skip_the_inside_of_a_run_of_step_lines():
     assert t.examples_per_sec == pytest.approx(999 * 32 / 999)  # from the first step line to the last
 
 
-def _elastic_view(rng) -> RunView:
+def _elastic_view(rng) -> RunModel:
     """A view that went through a lost host, a shrink and a grow, with spares and a lost host
     not yet replanned, and random lines on both workers (throughputs with marks)."""
-    view = RunView()
+    view = RunModel()
     view.event(_ev("run_start", T0, run_id="r1", name="demo", strategy="multi_worker_mirrored", backend="ssh",
                    tasks=["worker:0", "worker:1"], max_restarts=2, spares=["h3", "h4"]))
     for key, host in (("worker:0", "h1"), ("worker:1", "h2")):
@@ -332,7 +332,7 @@ def test_to_json_and_from_json_give_the_same_view_elastic_fields_and_marks_inclu
     rng = random.Random(3)
     for trial in range(50):
         view = _elastic_view(rng)
-        back = RunView.from_json(json.loads(json.dumps(view.to_json())))
+        back = RunModel.from_json(json.loads(json.dumps(view.to_json())))
         assert _state(back) == _state(view), trial
         assert back.spares == ["h4", "h2"] and back.host_changes[0].describe() == view.host_changes[0].describe()
         assert back._lost == {"h4": "preempted"}
@@ -374,7 +374,7 @@ def test_a_suspect_host_shows_in_the_panel_until_it_settles_and_the_change_reads
     # Settled: no longer suspect, and (not waited for by the group) a spare again.
     view.event(_ev("host_added", T0 + 40, host="h2", attempt=1, settle=30))
     assert view.suspects == {} and "h2" in view.spares
-    back = RunView.from_json(view.to_json())
+    back = RunModel.from_json(view.to_json())
     assert back.suspects == {} and back.spares == view.spares
     # A host the group waited for is back in the plan, not a spare.
     view.event(_ev("host_lost", T0 + 50, host="h1", how=how, attempt=1, settle=30))

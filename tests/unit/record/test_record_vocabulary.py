@@ -137,11 +137,10 @@ def test_members_are_their_strings(enum):
         assert json.dumps({"k": member}) == json.dumps({"k": member.value})
 
 
-# Where a line's "event" key is read: events.py parses a line into its class, reader.py hands the
-# lines over; every other reader dispatches on the classes (``isinstance(e, Start)``, ``e.task``).
-# Still reading the key, to be converted: fold.py (its callers and tests fold plain dicts) and
-# goodput.py (its marks).
-EVENT_KEY_READERS = {"record/events.py", "record/reader.py", "record/fold.py", "record/goodput.py"}
+# Where a line's "event" key is read, in the whole launcher/ tree: events.py parses a line into its
+# class, reader.py hands the lines over; every other module dispatches on the classes
+# (``isinstance(e, Start)``, ``e.task``): the task fold, the run fold and goodput's marks too.
+EVENT_KEY_READERS = {"record/events.py", "record/reader.py"}
 
 
 def event_key_reads(tree: ast.AST) -> list[int]:

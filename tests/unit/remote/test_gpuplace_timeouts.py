@@ -1,4 +1,4 @@
-"""nvidia-smi on a task host (remote/gpuplace.py: the GPU placement's ``-L`` and the GPU watch's
+"""nvidia-smi on a task host (remote/gpuquery.py: the GPU placement's ``-L`` and the GPU watch's
 queries) ends within its timeout with its whole process group: ``subprocess.run`` killed only the
 hung nvidia-smi itself, and a child of it, holding the pipe, ran on (on a Python that reads the
 pipe to its end after the kill, the call also waited for as long as that child lived)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.remote import gpuplace
+from launcher.remote import gpuquery
 from tests.support.waits import wait_for
 
 # A fake nvidia-smi that forks a grandchild holding its stdout (and writing its pid down), then hangs.
@@ -49,8 +49,8 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("call, said", [
-    (lambda: gpuplace.host_gpus_checked(1.0), ([], "nvidia-smi -L did not answer in 1s")),
-    (lambda: gpuplace.query(1.0), None),
+    (lambda: gpuquery.host_gpus_checked(1.0), ([], "nvidia-smi -L did not answer in 1s")),
+    (lambda: gpuquery.query(1.0), None),
 ])
 def test_a_hung_nvidia_smi_and_its_pipe_holding_child_end_at_the_timeout(hanging, call, said):
     started = time.monotonic()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from launcher.remote import taskwrap_path
+from launcher.remote import HERE, TASK_FILES, taskwrap_path
 from tests.support.processes import pids_with_env
 from tests.support.waits import wait_for
 
@@ -136,16 +136,18 @@ def test_task_stdin_is_devnull_not_the_lifeline():
 
 
 def test_the_docker_image_runs_the_same_wrapper():
-    """The image copies the file taskwrap_path() names (and gpuplace.py beside it) out of the
-    installed package and its tfcluster.lifeline label runs that copy as a file (a user's
-    ``launcher/`` in the working directory would replace ``python -m launcher.remote.taskwrap``)."""
+    """The image copies the file taskwrap_path() names (and the rest of launcher.remote.TASK_FILES
+    beside it) out of the installed package, and its tfcluster.lifeline label runs that copy as a
+    file (a user's ``launcher/`` in the working directory would replace ``python -m
+    launcher.remote.taskwrap``)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
     text = (root / "docker" / "Dockerfile").read_text()
     package = ".".join(taskwrap_path().parent.relative_to(root).parts)
     assert f"import {package} as r" in text
-    assert f'/{taskwrap_path().name} \\\n' in text and "/gpuplace.py \\\n" in text
+    assert "shutil.copy(r.HERE / n, \"/usr/local/lib/tfcluster/\") for n in (*r.TASK_FILES" in text
+    assert taskwrap_path().name in TASK_FILES and taskwrap_path().parent == HERE
     assert 'LABEL tfcluster.lifeline="python /usr/local/lib/tfcluster/taskwrap.py"' in text
     assert "-m launcher" not in text.split("LABEL tfcluster.lifeline", 1)[1].splitlines()[0]
 

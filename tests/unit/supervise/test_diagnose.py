@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.supervise.diagnose import exception_lines, hint, named_peer, peer_abort, root_cause, shorten
-from launcher.supervise.policy import Failure, retry_decision
+from launcher.supervise.policy import AttemptFailure, retry_decision
 
 PERMANENT = tuple(range(1, 128))
 # worker:0's last lines when worker:1 was SIGSTOPped (TF 2.21, tf_keras model.fit), verbatim.
@@ -135,11 +135,11 @@ def test_root_cause_table(lines, peers, root, why):
 
 
 def _failure(lines, peers, code):
-    """What the supervisor builds: the root cause's Failure, the survivor's exit as a consequence."""
+    """What the supervisor builds: the root cause's AttemptFailure, the survivor's exit as a consequence."""
     blame = root_cause("worker:0", lines, peers)
     if not blame.consequence("worker:0"):
-        return Failure(key="worker:0", reason=f"exit code {code}", code=code, last_lines=tuple(lines))
-    return Failure(key=blame.root, reason=blame.why, code=None, consequences=(("worker:0", code),))
+        return AttemptFailure(key="worker:0", reason=f"exit code {code}", code=code, last_lines=tuple(lines))
+    return AttemptFailure(key=blame.root, reason=blame.why, code=None, consequences=(("worker:0", code),))
 
 
 @pytest.mark.parametrize("lines, peers, code, retryable, why", [

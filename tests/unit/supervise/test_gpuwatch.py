@@ -11,7 +11,7 @@ import pytest
 from launcher.supervise import gpuwatch
 from launcher.ui.panel import gpu_text, render
 from launcher.record.events import Event, RunRecordDamaged
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 from launcher.ui.report import gpu_peak_lines
 
 APPS = "4242, 1234\n4343, 50\n4242, 100\n[Not Supported], 12\n"
@@ -50,7 +50,7 @@ def test_watch_reports_changes_only_and_gives_up_after_three_misses():
 
 
 def test_view_panel_status_and_report_show_memory_utilisation_and_peak():
-    view = RunView()
+    view = RunModel()
     view.event({"event": Event.RUN_START, "name": "g", "strategy": "multi_worker_mirrored", "backend": "local",
                 "tasks": ["worker:0", "worker:1"]})
     view.event({"event": Event.GPU_USAGE, "tasks": {"worker:0": [2048, 90], "worker:1": [512, None]}})
@@ -62,14 +62,14 @@ def test_view_panel_status_and_report_show_memory_utilisation_and_peak():
     assert (t1.gpu_mib, t1.gpu_peak_mib) == (512, 512)  # a malformed event is damage, read by no one
     assert gpu_text(t0) == "1024M 40%" and gpu_text(t1) == "512M"
     assert gpu_peak_lines(view) == ["  gpu memory peak: worker:0 2048 MiB, worker:1 512 MiB"]
-    assert RunView.from_json(view.to_json()).tasks["worker:0"].gpu_peak_mib == 2048
+    assert RunModel.from_json(view.to_json()).tasks["worker:0"].gpu_peak_mib == 2048
     from rich.console import Console
 
     console = Console(width=160, record=True, file=open(os.devnull, "w"))
     console.print(render(view.snapshot(), 0.0))
     text = console.export_text()
     assert "gpu" in text.splitlines()[2] and "1024M 40%" in text
-    empty = RunView()
+    empty = RunModel()
     empty.event({"event": Event.RUN_START, "tasks": ["worker:0"]})
     assert gpu_peak_lines(empty) == []
 

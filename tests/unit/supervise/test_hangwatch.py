@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from launcher.spec.model import Watchdog
-from launcher.supervise.group import BEAT, LINE, STACK, TaskGroup
+from launcher.supervise.group import BEAT, LINE, STACK, AttemptGroup
 from launcher.supervise.hangwatch import HangWatch
 from launcher.supervise.policy import AUTO_FLOOR, hang_limit
 
@@ -25,7 +25,7 @@ class Clock:
 
 def watch(setting, keys=("worker:0", "worker:1"), strategy="multi_worker_mirrored", startup=300.0):
     clock = Clock()
-    group = TaskGroup(clock)
+    group = AttemptGroup(clock)
     for key in keys:
         group.new_process(key)
         group.handles[key] = SimpleNamespace(state_note=lambda: "")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.procinfo import describe_exit
-from launcher.supervise.policy import FAILED, RUNNING, SUCCEEDED, Failure, assess, backoff_delay, retry_decision
+from launcher.system.procinfo import describe_exit
+from launcher.supervise.policy import FAILED, RUNNING, SUCCEEDED, AttemptFailure, assess, backoff_delay, retry_decision
 
 MWMS, PSS = "multi_worker_mirrored", "parameter_server"
 
@@ -66,7 +66,7 @@ PERMANENT = tuple(range(1, 128))
     [(1, False), (2, False), (127, False), (3, False), (137, True), (143, True), (None, True)],
 )
 def test_retry_classification_kubeflow_style(code, retryable):
-    ok, why = retry_decision(Failure("worker:0", "x", code), PERMANENT)
+    ok, why = retry_decision(AttemptFailure("worker:0", "x", code), PERMANENT)
     assert ok is retryable
     if not ok:
         assert why.startswith("not retried:") and "permanent_exit_codes" in why
@@ -75,14 +75,14 @@ def test_retry_classification_kubeflow_style(code, retryable):
 @pytest.mark.parametrize("code", [None, 137, 143, 3])
 def test_a_final_failure_is_never_retried(code):
     """The backend can run no further attempt (errors.AttemptImpossible), whatever the code."""
-    ok, why = retry_decision(Failure("prepare", "slurm: allocation job 7 was preempted", code, final=True), (1, 2))
+    ok, why = retry_decision(AttemptFailure("prepare", "slurm: allocation job 7 was preempted", code, final=True), (1, 2))
     assert not ok and why == "not retried: slurm: allocation job 7 was preempted"
 
 
 def test_retry_classification_is_configurable():
     """The same exit code is retried or not as restart.permanent_exit_codes lists it."""
-    assert retry_decision(Failure("worker:0", "exit code 3", 3), (1, 2)) == (True, "exit code 3 is retryable")
-    ok, why = retry_decision(Failure("worker:0", "exit code 3", 3), (1, 2, 3))
+    assert retry_decision(AttemptFailure("worker:0", "exit code 3", 3), (1, 2)) == (True, "exit code 3 is retryable")
+    ok, why = retry_decision(AttemptFailure("worker:0", "exit code 3", 3), (1, 2, 3))
     assert not ok and why.startswith("not retried: exit code 3 is listed in restart.permanent_exit_codes"), why
 
 
@@ -114,7 +114,7 @@ GENUINE = ("Traceback (most recent call last):", '  File "train.py", line 3, in 
 
 
 def test_an_exit_1_from_tensorflow_giving_up_on_a_lost_peer_is_retried_a_genuine_one_is_not():
-    ok, why = retry_decision(Failure("worker:1", "exit code 1", 1, last_lines=CUT_OFF), (1, 2))
+    ok, why = retry_decision(AttemptFailure("worker:1", "exit code 1", 1, last_lines=CUT_OFF), (1, 2))
     assert ok and why == "worker:1's exit code 1 was TensorFlow aborting it for a lost peer (its last lines); retryable"
-    ok, why = retry_decision(Failure("worker:1", "exit code 1", 1, last_lines=GENUINE), (1, 2))
+    ok, why = retry_decision(AttemptFailure("worker:1", "exit code 1", 1, last_lines=GENUINE), (1, 2))
     assert not ok and why.startswith("not retried: an uncaught error in the task (exit 1)")

@@ -3,7 +3,7 @@ when it holds for HOLD samples in a row (named once; its catching up said once).
 
 from __future__ import annotations
 
-from launcher.supervise.group import TaskGroup
+from launcher.supervise.group import AttemptGroup
 from launcher.supervise.straggler import EVERY, HOLD, Lag, Sample, Stragglers, behind
 
 
@@ -79,7 +79,7 @@ def test_a_long_pause_once_is_not_a_straggler():
 
 
 def test_the_beat_carries_time_inside_and_the_coordinator_s_counts_by_worker():
-    group = TaskGroup(clock=lambda: 5.0)
+    group = AttemptGroup(clock=lambda: 5.0)
     assert group.line("chief:0", "tfcluster-beat n=120 in=3.25 w=0:60,1:40,x:9,2:") == "beat"
     assert group.inside["chief:0"] == 3.25 and group.closures["chief:0"] == {0: 60, 1: 40}
     group.line("chief:0", "tfcluster-beat n=130 in=nan-ish w=" + ",".join(f"{i}:1" for i in range(9000)))

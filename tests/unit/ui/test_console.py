@@ -6,7 +6,7 @@ import io
 import re
 
 from launcher.ui.console import Console
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 
 NOISE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
@@ -27,7 +27,7 @@ def test_panel_mode_prints_lines_above_the_panel_but_not_heartbeats_or_noise(mon
     monkeypatch.setenv("TERM", "xterm")
     term = FakeTerminal()
     console = Console(out=term, err=term)
-    assert console.start_panel(RunView())
+    assert console.start_panel(RunModel())
     console.task_line("worker:0", NOISE)
     console.task_line("worker:0", "hello from my script")
     console.task_line("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 time=1.0")
@@ -47,7 +47,7 @@ def test_panel_mode_one_line_per_epoch_for_the_run_and_the_strategy_once(monkeyp
     monkeypatch.setenv("TERM", "xterm")
     term = FakeTerminal()
     console = Console(out=term, err=term)
-    assert console.start_panel(RunView())
+    assert console.start_panel(RunModel())
     start = ("tfcluster-start epoch=0 step=0 global_step=0 time=1795696600.000 strategy=multi_worker_mirrored "
              "strategy_class=tensorflow.python.distribute.collective_all_reduce_strategy.CollectiveAllReduceStrategy "
              "replicas=2 global_batch=64 epochs=30 steps_per_epoch=23")
@@ -66,9 +66,9 @@ def test_panel_mode_one_line_per_epoch_for_the_run_and_the_strategy_once(monkeyp
 
 
 def test_no_panel_on_a_pipe_or_a_dumb_terminal(monkeypatch):
-    assert not Console(out=io.StringIO(), err=io.StringIO()).start_panel(RunView())
+    assert not Console(out=io.StringIO(), err=io.StringIO()).start_panel(RunModel())
     monkeypatch.setenv("TERM", "dumb")
-    assert not Console(out=FakeTerminal(), err=FakeTerminal()).start_panel(RunView())
+    assert not Console(out=FakeTerminal(), err=FakeTerminal()).start_panel(RunModel())
 
 
 def test_plain_mode_prints_every_line_but_noise_and_quiet_prints_none():
@@ -188,7 +188,7 @@ def test_the_live_panel_on_a_terminal_that_hangs_up_never_raises_nor_prints_a_tr
         console = Console(out=pty.out, err=pty.err)
         said: list[str] = []
         console.follow(said.append, every=60)
-        assert console.start_panel(RunView())
+        assert console.start_panel(RunModel())
         console.task_line("worker:0", "tfcluster-epoch epoch=1 loss=0.5 accuracy=0.7")
         pty.read()
         pty.hang_up()

@@ -12,7 +12,7 @@ from launcher.ui.panel import render as render_panel
 from pathlib import Path
 
 from launcher.record.status import RunStatus, TaskRow
-from launcher.record.view import RunView
+from launcher.record.view import RunModel
 from launcher.ui.runstatus import task_table as status_table
 from launcher.ui.report import task_table as report_table
 from launcher.ui import columns
@@ -31,8 +31,8 @@ def test_columns_align_by_terminal_cells_and_a_missing_value_is_a_dash():
     assert render(None, []) == []
 
 
-def _view() -> RunView:
-    view = RunView()
+def _view() -> RunModel:
+    view = RunModel()
     view.event({"event": "run_start", "time": 1000.0, "name": "t", "tasks": ["worker:0", "worker:1"]})
     view.event({"event": "start", "time": 1000.0, "task": "worker:0", "attempt": 0, "host": "h0"})
     view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 epochs=2 steps_per_epoch=10 global_batch=8",

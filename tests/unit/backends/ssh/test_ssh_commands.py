@@ -14,7 +14,7 @@ from launcher.backends import RecordedRun
 from launcher.backends.ssh import backend as S
 from launcher.backends.ssh import commands as sc
 from launcher.backends.ssh import probe as ssh_probe, sync as ssh_sync, task as ssh_task
-from launcher.remote import source as remote_source
+from launcher.remote import task_files
 from launcher.ui.console import Console
 from launcher.loader.load import LoadedSpec, parse_spec
 from tests.support.waits import wait_for
@@ -155,8 +155,8 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
 
     run = tmp_path / "run dir;x"
     (run / "pids").mkdir(parents=True)
-    (run / "boot.py").write_text(remote_source("boot.py"))
-    (run / "taskwrap.py").write_text(remote_source("taskwrap.py"))
+    for name, text in task_files().items():  # (as the probe uploads them)
+        (run / name).write_text(text)
     pf = str(run / "pids" / "worker-0.0.pid")
     cmd = sc.task_command(sys.executable, str(tmp_path), str(run), pf, 30, 1, [sys.executable, "-c",
                          "import time; print('up', flush=True); time.sleep(60)"])
@@ -334,7 +334,7 @@ class _Agent:
         (self.home / "work").mkdir(exist_ok=True)
         return self.ask({"require": ["json"], "workdir": str(self.home / "work"), "run_dir": "base/t/RUN",
                          "state_dir": "base/t/state", "argv0": sys.executable, "ports": [port],
-                         "files": {"taskwrap.py": remote_source("taskwrap.py"), "boot.py": remote_source("boot.py")}})
+                         "files": task_files()})
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -436,8 +436,8 @@ def test_a_wrapper_killed_by_a_signal_is_exit_128_n_and_its_shell_prints_nothing
         pytest.skip(f"no {shell} here")
     run = tmp_path / "run"
     (run / "pids").mkdir(parents=True)
-    (run / "boot.py").write_text(remote_source("boot.py"))
-    (run / "taskwrap.py").write_text(remote_source("taskwrap.py"))
+    for name, text in task_files().items():  # (as the probe uploads them)
+        (run / name).write_text(text)
     pidfile = str(run / "pids" / "worker-0.0.pid")
     if which == "agent":
         cmd = sc.agent_command(sys.executable, pidfile)

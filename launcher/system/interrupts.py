@@ -4,7 +4,7 @@ Python turns SIGINT into a ``KeyboardInterrupt`` wherever the main thread is whe
 arrives, and that can be inside a library's critical section. The ssh.supervisor relay of
 ``attach`` polls paramiko's ``Channel.recv_ready()``, whose ``BufferedPipe.read_ready`` runs
 ``self._lock.acquire()`` and then ``try:``; CPython 3.11 checks for pending signals when a call
-returns, so a Ctrl-C landing there raises with the lock still held (tests/unit/test_interrupts.py
+returns, so a Ctrl-C landing there raises with the lock still held (tests/unit/system/test_interrupts.py
 shows it on paramiko's own class). paramiko's transport thread then blocks for ever feeding that
 channel, and whatever needs it afterwards (the channel's close, a window adjust, a rekey) waits
 behind it: an ``attach`` that does not end on Ctrl-C. The same holds for any lock taken the same

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from launcher.procinfo import port_holders
+from launcher.system.procinfo import port_holders
 
 
 def test_names_the_process_listening_and_this_one():

@@ -1,4 +1,4 @@
-"""Ctrl-C under the commands that watch a run (launcher/interrupts.py).
+"""Ctrl-C under the commands that watch a run (launcher/system/interrupts.py).
 
 The window, on paramiko's own class: a SIGINT that lands between ``BufferedPipe``'s
 ``self._lock.acquire()`` and its ``try:`` (the relay of ``attach`` over ssh.supervisor polls it
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from launcher.interrupts import pause, requested, take_interrupt, watching
+from launcher.system.interrupts import pause, requested, take_interrupt, watching
 
 paramiko = pytest.importorskip("paramiko")
 from paramiko.buffered_pipe import BufferedPipe  # noqa: E402
@@ -93,7 +93,7 @@ def test_under_watching_the_same_ctrl_c_is_a_flag_taken_after_the_call():
 
 BLOCKED = textwrap.dedent("""
     import os, sys
-    from launcher.interrupts import watching
+    from launcher.system.interrupts import watching
     r, w = os.pipe()
     with watching("tfcluster: detached (Ctrl-C); the run goes on", 0, bound=BOUND):
         print("blocked", flush=True)
@@ -162,7 +162,7 @@ def test_the_previous_handler_comes_back():
 
 LEAVE = textwrap.dedent("""\
     import atexit, os, signal, sys, threading
-    from launcher.interrupts import leave, requested, watching
+    from launcher.system.interrupts import leave, requested, watching
 
     class Collected:
         def __del__(self):  # what the interpreter's shutdown runs (the garbage collection it does)
