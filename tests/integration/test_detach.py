@@ -316,7 +316,7 @@ def test_second_up_is_refused_naming_the_running_run(tmp_path):
                           f"`tfcluster down {path}`, or start another anyway with --force"], again.stderr
         assert (tmp_path / "runs" / "t" / "latest").resolve().name == run_id
         forced = tfcluster("up", str(path), "--detach", "--force")  # past the refusal: the preflight finds the ports taken
-        assert forced.returncode == 1 and re.search(r"is in use by pid \d+ \(.*\) \(task worker:0\)", forced.stderr), \
+        assert forced.returncode == 1 and re.search(r"is in use by pid \d+ of user \S+ \(.*\) \(task worker:0\)", forced.stderr), \
             forced.stderr  # (the holder: the running run's task)
     finally:
         _cleanup(tmp_path)

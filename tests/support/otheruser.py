@@ -65,3 +65,32 @@ def shared_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+# A listener as the other user: all interfaces, as TensorFlow's server binds; it ends when its
+# stdin closes.
+_HOLD = ("import socket, sys\n"
+         "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True)\n"
+         "sys.stdin.read()\n")
+
+
+def hold_port_as_other(port: int, tag: str = "") -> subprocess.Popen:
+    """The other user listening on ``port`` until the returned process's stdin is closed
+    (``release``); its command line is ``PYTHON -c '# TAG<newline>import socket...' PORT``: a
+    ``tag`` (a test's hostile text) near its start."""
+    proc = subprocess.Popen(["runuser", "-u", NAME, "--", PYTHON, "-c", f"# {tag}\n{_HOLD}", str(port)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    assert line == "held", f"the other user could not listen on port {port}: {line!r}"
+    return proc
+
+
+def release(holder: subprocess.Popen) -> None:
+    """The other user's listener (``hold_port_as_other``) closed, and waited for."""
+    if holder.stdin and not holder.stdin.closed:
+        holder.stdin.close()
+    try:
+        holder.wait(30)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+        holder.wait(10)
