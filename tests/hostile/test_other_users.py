@@ -19,24 +19,13 @@ from launcher.contract.portcheck import port_holders
 from launcher.remote import agent_source, source
 from tests.hostile.conftest import RAW_CONTROL, assert_bounded
 from tests.support.cli import start_tfcluster, tfcluster, tfcluster_argv
-from tests.support.otheruser import (PYTHON, as_other, hold_port_as_other, other_can_read, other_user, release,
-                                     shared_dir)
+from tests.support.otheruser import PYTHON, as_other, hold_port_as_other, other_can_read, release
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 TASK = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran'); print('a line for the log')\n"
-
-
-@pytest.fixture(scope="module")
-def mallory():
-    return other_user()
-
-
-@pytest.fixture
-def base(mallory):
-    yield from shared_dir()
 
 
 def _up(work: Path, run_dir: str, marker: Path, umask: int = 0o022, extra: str = "") -> subprocess.CompletedProcess:

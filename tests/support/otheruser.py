@@ -1,6 +1,7 @@
 """A second real user on this machine, for the cases where another user of a shared machine is the
 attacker (docs/concepts/trust.md, "Other users of the machine"): made once with ``useradd`` (no
-home, no login shell), then acted as with ``runuser -u``. Needs root."""
+home, no login shell), then acted as with ``runuser -u``. Needs root. The fixtures ``mallory`` (the
+user) and ``base`` (a dir both users reach) are tests/hostile/conftest.py's, from here."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+import pytest
 
 from tests.support.prereq import require, require_root, require_tool
 
@@ -94,3 +97,15 @@ def release(holder: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         holder.kill()
         holder.wait(10)
+
+
+@pytest.fixture(scope="module")
+def mallory() -> pwd.struct_passwd:
+    """The second user (made if missing)."""
+    return other_user()
+
+
+@pytest.fixture
+def base(mallory) -> Iterator[Path]:
+    """A fresh dir under /tmp that both users can reach (``shared_dir``)."""
+    yield from shared_dir()

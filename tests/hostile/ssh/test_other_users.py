@@ -14,23 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import tfcluster
-from tests.support.otheruser import NAME, as_other, other_user, shared_dir
-
-from .conftest import PY
+from tests.support.otheruser import NAME, as_other, other_user
+from tests.support.ssh_helpers import PY
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(300)]
 
 MARK_TASK = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran')"
-
-
-@pytest.fixture(scope="module")
-def mallory():
-    return other_user()
-
-
-@pytest.fixture
-def base(mallory):
-    yield from shared_dir()
 
 
 def _sticky_theirs(base: Path) -> tuple[Path, str]:
