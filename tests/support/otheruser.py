@@ -77,11 +77,13 @@ _HOLD = ("import socket, sys\n"
          "sys.stdin.read()\n")
 
 
-def hold_port_as_other(port: int, tag: str = "") -> subprocess.Popen:
+def hold_port_as_other(port: int, tag: str = "", netns: str = "") -> subprocess.Popen:
     """The other user listening on ``port`` until the returned process's stdin is closed
     (``release``); its command line is ``PYTHON -c '# TAG<newline>import socket...' PORT``: a
-    ``tag`` (a test's hostile text) near its start."""
-    proc = subprocess.Popen(["runuser", "-u", NAME, "--", PYTHON, "-c", f"# {tag}\n{_HOLD}", str(port)],
+    ``tag`` (a test's hostile text) near its start. ``netns``: in that network namespace (a lab
+    host's)."""
+    where = ["ip", "netns", "exec", netns] if netns else []
+    proc = subprocess.Popen([*where, "runuser", "-u", NAME, "--", PYTHON, "-c", f"# {tag}\n{_HOLD}", str(port)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()
     assert line == "held", f"the other user could not listen on port {port}: {line!r}"

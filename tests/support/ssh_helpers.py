@@ -139,3 +139,8 @@ def make_spec(tmp_path, lab):
         return path
 
     return make
+
+
+def pids_in_netns(lab_host) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", lab_host.netns], capture_output=True, text=True, timeout=10).stdout
+    return [int(p) for p in out.split()]

@@ -5,16 +5,10 @@ hosts' processes."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 # The lab's spec writer (a fixture) and this Python, shared with tests/hostile/ssh/.
-from tests.support.ssh_helpers import PY, ROOT, make_spec  # noqa: F401
-
-
-def pids_in_netns(lab_host) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", lab_host.netns], capture_output=True, text=True, timeout=10).stdout
-    return [int(p) for p in out.split()]
+from tests.support.ssh_helpers import PY, ROOT, make_spec, pids_in_netns  # noqa: F401
 
 
 def cmdline(pid: int) -> str:
