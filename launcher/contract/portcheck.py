@@ -172,3 +172,39 @@ def check_task_port(environ=None):
 
         print(line, file=sys.stderr, flush=True)
         sys.exit(EXIT_PORT_TAKEN)
+
+
+def check_task_port_once_imported(module="tensorflow", environ=None):
+    """Check the task's port again right after ``module``'s import, wherever the script imports it
+    (the import is most of a cold start's time before its server binds): a finder first on
+    ``sys.meta_path``, used once, runs ``check_task_port`` when the module's own code has run. A
+    taken port is then a SystemExit(98) out of that import. Nothing where ``module`` is imported
+    already (a promoted standby: the check before the script was the last one) or the task has
+    no port."""
+    import sys
+
+    env = os.environ if environ is None else environ
+    if module in sys.modules or task_port(env.get("TF_CONFIG")) is None:
+        return
+
+    class _Once:
+        def find_spec(self, name, path=None, target=None):
+            if name != module:
+                return None
+            sys.meta_path.remove(self)
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            run = loader.exec_module
+
+            def exec_module(mod):
+                run(mod)
+                check_task_port(env)
+
+            loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _Once())

@@ -101,8 +101,10 @@ def _main():
         _standby(target, module)
     _liveness()
     # The task's own TensorFlow port, last thing before the script (a promoted standby has
-    # TensorFlow imported: its script's server binds soon after): taken, one line, exit 98.
+    # TensorFlow imported: its script's server binds soon after), and for a cold start again once
+    # the script's import of TensorFlow is done: taken, one line, exit 98.
     check_task_port()
+    check_task_port_once_imported()
     return _as_main(target, args, module)
 
 

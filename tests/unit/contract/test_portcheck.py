@@ -108,3 +108,26 @@ def test_the_stub_checks_the_port_right_before_the_script_and_exits_98(tmp_path)
     res = subprocess.run(stub_command([sys.executable, str(script)]), env=env, capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0 and "the script ran" in res.stdout, res.stderr
+
+
+def test_a_cold_start_checks_again_once_the_script_has_imported_the_module(tmp_path):
+    # The port is free before the script; the script takes it (as another process would, during
+    # its import of TensorFlow: a stand-in module here), then imports it: exit 98 out of the import.
+    (tmp_path / "heavy.py").write_text("print('heavy imported', flush=True)\n")
+    script = tmp_path / "task.py"
+    script.write_text("import json, os, socket, sys\n"
+                      "port = int(json.loads(os.environ['TF_CONFIG'])['cluster']['worker'][1].rsplit(':', 1)[1])\n"
+                      "s = socket.socket(); s.bind(('0.0.0.0', port)); s.listen()\n"
+                      "import heavy\n"
+                      "print('after the import', flush=True)\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stub = stub_command([sys.executable, str(script)])
+    stub[stub.index("-c") + 1] = stub[stub.index("-c") + 1].replace(
+        "check_task_port_once_imported()\n", "check_task_port_once_imported('heavy')\n")
+    res = subprocess.run(stub, env={**os.environ, "TF_CONFIG": _tf_config(port)}, capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert res.returncode == EXIT_PORT_TAKEN, res.stdout + res.stderr
+    assert "heavy imported" in res.stdout and "after the import" not in res.stdout
+    assert res.stderr.splitlines()[-1].startswith(f"tfcluster: port {port} of worker:1 is taken by pid ")
