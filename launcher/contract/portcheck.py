@@ -7,7 +7,7 @@ its bind, another process (another user's among them) may take it. The launcher'
 at ``up``; this check, made in the task's process just before the script's first line (the task
 stub, launcher/remote/pystandby.py, which carries this text; the reference worker, once TensorFlow
 is imported), leaves only the script's own time up to its strategy's server. A port found taken
-is one line naming its holder (user, pid, command line, escaped) and exit EXIT_PORT_TAKEN, which
+is one line naming its holder (user, pid, command line, escaped) and exit TASK_EXIT_PORT_TAKEN, which
 the supervisor reports as the port taken (launcher/supervise/diagnose.py), not as a TF crash.
 
 Also who holds a port on this machine (``port_holders``), for the launcher's own messages.
@@ -22,7 +22,7 @@ import os
 import socket
 import time
 
-EXIT_PORT_TAKEN = 98  # (Linux's EADDRINUSE)
+TASK_EXIT_PORT_TAKEN = 98  # a task's exit code, not tfcluster's (launcher/errors.py); Linux's EADDRINUSE
 PORT_FIX = "stop it, or change ports.base in the spec"
 # /proc/net/tcp's states that hold a port against a new bind (not TIME_WAIT, 06, which gRPC's
 # SO_REUSEADDR binds over): ESTABLISHED..CLOSING and LISTEN.
@@ -165,13 +165,13 @@ def port_taken_line(environ):
 
 
 def check_task_port(environ=None):
-    """Exit EXIT_PORT_TAKEN with the one line on stderr when the task's own port is taken."""
+    """Exit TASK_EXIT_PORT_TAKEN with the one line on stderr when the task's own port is taken."""
     line = port_taken_line(os.environ if environ is None else environ)
     if line is not None:
         import sys
 
         print(line, file=sys.stderr, flush=True)
-        sys.exit(EXIT_PORT_TAKEN)
+        sys.exit(TASK_EXIT_PORT_TAKEN)
 
 
 def check_task_port_once_imported(module="tensorflow", environ=None):

@@ -17,11 +17,12 @@ import pytest
 
 from launcher.contract.portcheck import port_holders
 from launcher.remote import agent_source, source
-from tests.hostile.conftest import RAW_CONTROL, assert_bounded
 from tests.support.cli import start_tfcluster, tfcluster, tfcluster_argv
 from tests.support.otheruser import PYTHON, as_other, hold_port_as_other, other_can_read, release
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
+
+from .conftest import RAW_CONTROL, assert_bounded
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.conftest import RAW_CONTROL
 from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.otheruser import NAME, as_other, hold_port_as_other, other_can_read, other_user, release
 from tests.support.otheruser import PYTHON as SYSTEM_PY
 from tests.support.ssh_helpers import PY, pids_in_netns
 from tests.support.waits import wait_for
+
+from ..conftest import RAW_CONTROL
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(300)]
 

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 
-from launcher.contract.portcheck import EXIT_PORT_TAKEN, port_holders, port_taken_line, task_port
+from launcher.contract.portcheck import TASK_EXIT_PORT_TAKEN, port_holders, port_taken_line, task_port
 from launcher.supervise.diagnose import hint, port_taken
 from launcher.supervise.standby import stub_command
 
@@ -83,7 +83,7 @@ def test_a_taken_port_is_one_line_naming_its_holder_and_a_free_one_none():
     assert port_taken_line({"TF_CONFIG": _tf_config(port)}) is None
     assert port_taken_line({}) is None
     # What the supervisor makes of it: the failure's reason and hint, only with the exit code the line comes with.
-    assert port_taken(["x", line], EXIT_PORT_TAKEN) == f"port {port} taken by pid {proc.pid} of user {ME} ({argv[:120]})"
+    assert port_taken(["x", line], TASK_EXIT_PORT_TAKEN) == f"port {port} taken by pid {proc.pid} of user {ME} ({argv[:120]})"
     assert port_taken(["x", line], 1) is None
     assert hint(["x", line]) == f"port {port} taken by pid {proc.pid} of user {ME} ({argv[:120]}): " \
                                 "stop it, or change ports.base in the spec"
@@ -100,7 +100,7 @@ def test_the_stub_checks_the_port_right_before_the_script_and_exits_98(tmp_path)
     finally:
         proc.kill()
         proc.wait()
-    assert res.returncode == EXIT_PORT_TAKEN, res.stderr
+    assert res.returncode == TASK_EXIT_PORT_TAKEN, res.stderr
     assert "the script ran" not in res.stdout
     assert res.stderr.splitlines()[-1].startswith(f"tfcluster: port {port} of worker:1 is taken by pid {proc.pid} ")
     assert "Traceback" not in res.stderr
@@ -128,6 +128,6 @@ def test_a_cold_start_checks_again_once_the_script_has_imported_the_module(tmp_p
         "check_task_port_once_imported()\n", "check_task_port_once_imported('heavy')\n")
     res = subprocess.run(stub, env={**os.environ, "TF_CONFIG": _tf_config(port)}, capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
-    assert res.returncode == EXIT_PORT_TAKEN, res.stdout + res.stderr
+    assert res.returncode == TASK_EXIT_PORT_TAKEN, res.stdout + res.stderr
     assert "heavy imported" in res.stdout and "after the import" not in res.stdout
     assert res.stderr.splitlines()[-1].startswith(f"tfcluster: port {port} of worker:1 is taken by pid ")
