@@ -145,17 +145,22 @@ def _port_fd_links(pid):
     return links
 
 
-def port_taken_line(environ):
+# How long a port found in use is looked at again before it counts as taken: a process of the
+# task's previous attempt may still be on its way out (its listener closes when it exits).
+IN_USE_GRACE = 3.0
+
+
+def port_taken_line(environ, grace=IN_USE_GRACE):
     """The one line for a task whose own port (TF_CONFIG in ``environ``) is taken, or None. A port
-    in use is looked at again after a moment (a socket of the task's previous attempt may still be
-    closing); still in use, its holders are named."""
+    in use is looked at again for up to ``grace`` seconds; still in use, its holders are named."""
     found = task_port(environ.get("TF_CONFIG"))
     if found is None:
         return None
     key, port = found
     problem = port_bind_problem(port)
-    if problem == "in use":
-        time.sleep(0.5)
+    end = time.monotonic() + grace
+    while problem == "in use" and time.monotonic() < end:
+        time.sleep(0.1)
         problem = port_bind_problem(port)
     if problem is None:
         return None

@@ -132,7 +132,8 @@ GPU_ASKED_SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
 
 # The line a task prints when it finds its own port taken right before its script runs
 # (launcher/contract/portcheck.py, port_taken_line), then exits TASK_EXIT_PORT_TAKEN.
-_PORT_TAKEN_LINE = re.compile(r"^tfcluster: port (\d+) of \S+ is (taken(?: by .+)?|not .+); " + re.escape(PORT_FIX) + "$")
+_PORT_TAKEN_LINE = re.compile(r"^tfcluster: port (\d+) of \S+ is (taken(?: by .+)?|not .+); "
+                              + re.escape(PORT_FIX) + "$")
 
 
 def port_taken(lines: Sequence[str], code: Optional[int]) -> Optional[str]:

@@ -166,7 +166,8 @@ def retry_decision(failure: Failure, permanent_exit_codes: Sequence[int]) -> tup
             2: "a usage error (exit 2) fails the same way every time",
             126: "the command is not executable (exit 126)",
             127: "the command was not found (exit 127)",
-            TASK_EXIT_PORT_TAKEN: f"a port another process holds (exit {TASK_EXIT_PORT_TAKEN}) stays taken until it lets go",
+            TASK_EXIT_PORT_TAKEN: (f"a port another process holds (exit {TASK_EXIT_PORT_TAKEN}) stays taken until "
+                                   "it lets go"),
         }.get(code, f"exit code {code} is listed in restart.permanent_exit_codes")
         return False, f"not retried: {hint}; fix the cause, or remove {code} from restart.permanent_exit_codes"
     return True, f"{describe_exit(code)} is retryable"

@@ -10,6 +10,8 @@ import pwd
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 from launcher.contract.portcheck import TASK_EXIT_PORT_TAKEN, port_holders, port_taken_line, task_port
 from launcher.supervise.diagnose import hint, port_taken
@@ -83,7 +85,8 @@ def test_a_taken_port_is_one_line_naming_its_holder_and_a_free_one_none():
     assert port_taken_line({"TF_CONFIG": _tf_config(port)}) is None
     assert port_taken_line({}) is None
     # What the supervisor makes of it: the failure's reason and hint, only with the exit code the line comes with.
-    assert port_taken(["x", line], TASK_EXIT_PORT_TAKEN) == f"port {port} taken by pid {proc.pid} of user {ME} ({argv[:120]})"
+    who = f"pid {proc.pid} of user {ME} ({argv[:120]})"
+    assert port_taken(["x", line], TASK_EXIT_PORT_TAKEN) == f"port {port} taken by {who}"
     assert port_taken(["x", line], 1) is None
     assert hint(["x", line]) == f"port {port} taken by pid {proc.pid} of user {ME} ({argv[:120]}): " \
                                 "stop it, or change ports.base in the spec"
@@ -131,3 +134,18 @@ def test_a_cold_start_checks_again_once_the_script_has_imported_the_module(tmp_p
     assert res.returncode == TASK_EXIT_PORT_TAKEN, res.stdout + res.stderr
     assert "heavy imported" in res.stdout and "after the import" not in res.stdout
     assert res.stderr.splitlines()[-1].startswith(f"tfcluster: port {port} of worker:1 is taken by pid ")
+
+
+def test_a_port_freed_within_the_grace_is_not_taken():
+    # (a listener of the task's previous attempt, on its way out)
+    proc, port, _ = _listener()
+    timer = threading.Timer(0.5, proc.kill)
+    timer.start()
+    try:
+        started = time.monotonic()
+        assert port_taken_line({"TF_CONFIG": _tf_config(port)}, grace=20) is None
+        assert time.monotonic() - started < 15
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
