@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -354,7 +355,8 @@ def test_problem_before_ready_fails_in_the_foreground_with_its_one_line(tmp_path
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"tfcluster: error: port {port} on localhost is in use by pid "
-                                                   f"{os.getpid()} ("), res.stderr  # (this test holds it)
+                                                   f"{os.getpid()} of user {pwd.getpwuid(os.getuid()).pw_name} ("), \
+        res.stderr  # (this test holds it)
     assert lines[0].endswith("(task worker:1); stop what holds it or change ports.base in the spec"), res.stderr
     assert not (tmp_path / "runs").exists()
     assert tfcluster("up", str(tmp_path / "nope.yaml"), "--detach").returncode == 2
