@@ -383,7 +383,7 @@ class Supervisor:
         if kind == BEAT:
             return  # progress, not output
         if kind == STACK:  # asked for by the hang watchdog: into the log and the record, not on the console
-            self.record.log_line(key, line)
+            self.record.log_line(key, line, console=False)  # (nor into output.log, which `attach` shows)
             return
         line = self.group.task_text(line)
         self.record.log_line(key, line)

@@ -71,7 +71,8 @@ class SSHBackend(Backend):
     name = "ssh"
     options_key = "ssh"
     Options = SSHOptions
-    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, elastic=True, stacks=True)
+    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, elastic=True, stacks=True,
+                                native_stacks=True)
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
