@@ -11,6 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The labs' session fixtures (ssh, slurm, docker), for every folder that starts one.
+pytest_plugins = ["tests.support.lab_fixtures"]
+
 
 # ---------------------------------------------------------------- prerequisites, by marker
 

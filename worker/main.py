@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.contract import envnames, liveness
+from launcher.contract.portcheck import check_task_port
 
 from worker.cluster import ConfigError, task_from_env
 from worker.output import outlive_reader
@@ -189,6 +190,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SettingError as exc:
         print(f"worker: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    # TensorFlow imported: the strategy's server binds its port next. Taken meanwhile (since the
+    # launcher's check), one line naming the holder and exit 98 (launcher/contract/portcheck.py).
+    check_task_port()
     if task.type == "evaluator":
         from worker.evaluator import run_evaluator
 

@@ -40,10 +40,14 @@ def source(name: str) -> str:
 
 
 def agent_source() -> str:
-    """What the ssh backend passes to ``python -S -c`` on a host: pathtrust.py's text, then
-    agent.py's. The agent checks its dirs with it before it writes, imports or runs anything in
-    them, and cannot import it from a dir it has not checked yet."""
-    return source("pathtrust.py") + "\n" + source("agent.py")
+    """What the ssh backend passes to ``python -S -c`` on a host: pathtrust.py's text,
+    launcher/contract/portcheck.py's, then agent.py's. The agent checks its dirs with pathtrust
+    before it writes, imports or runs anything in them, and cannot import it from a dir it has not
+    checked yet; a task port in use is named with its holder (portcheck's port_holders)."""
+    from launcher.contract import portcheck
+
+    return (source("pathtrust.py") + "\n" + Path(portcheck.__file__).read_text(encoding="utf-8") + "\n"
+            + source("agent.py"))
 
 
 def pathtrust_command_source() -> str:

@@ -52,6 +52,8 @@ import time
 
 if "unsafe" not in globals():  # imported as launcher's module (tests); on a host its text came first
     from launcher.remote.pathtrust import unsafe  # noqa: F401
+if "port_holders" not in globals():  # (likewise: launcher/contract/portcheck.py's text)
+    from launcher.contract.portcheck import port_holders  # noqa: F401
 
 
 def _send(obj):
@@ -109,7 +111,8 @@ def _bind(port):
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            return None, "in use"
+            held = port_holders(port)  # (who: another user's process among them)
+            return None, "in use" + (" by " + ", ".join(held) if held else "")
         if exc.errno == errno.EACCES:
             return None, "not permitted (a privileged port)"
         return None, "not bindable (%s)" % exc.strerror

@@ -3,7 +3,8 @@ starts and warm standbys alike (docs/concepts/runs.md, "Warm standby"; docs/guid
 
 Before the script runs, it installs the task's liveness (launcher/contract/liveness.py, whose
 text the launcher puts in LIVENESS below): the count of TensorFlow function calls, the beat lines
-that report it, and the stacks' signal. A cold start (TFCLUSTER_STANDBY not "1") then runs the
+that report it, and the stacks' signal; then it checks that the task's own TensorFlow port is
+still free (launcher/contract/portcheck.py: one line naming the holder and exit 98 if not). A cold start (TFCLUSTER_STANDBY not "1") then runs the
 script at once, as below.
 
 Stdlib only. A warm standby: a task whose command is ``python [options] SCRIPT ARGS...`` or ``python [options] -m
@@ -39,6 +40,10 @@ def _liveness():
 
 # launcher/contract/standbyprio.py's text goes here (stub_command): the standby's priority and wait.
 # @STANDBYPRIO@
+
+# launcher/contract/portcheck.py's text goes here (stub_command): the task's own port, checked
+# right before the script runs (check_task_port).
+# @PORTCHECK@
 
 
 def _uses_tensorflow(target, module):
@@ -95,6 +100,11 @@ def _main():
     if os.environ.get(STANDBY) == "1":
         _standby(target, module)
     _liveness()
+    # The task's own TensorFlow port, last thing before the script (a promoted standby has
+    # TensorFlow imported: its script's server binds soon after), and for a cold start again once
+    # the script's import of TensorFlow is done: taken, one line, exit 98.
+    check_task_port()
+    check_task_port_once_imported()
     return _as_main(target, args, module)
 
 

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
-from launcher.supervise.diagnose import exception_lines, hint, peer_abort, root_cause
+from launcher.supervise.diagnose import exception_lines, hint, peer_abort, port_taken, root_cause
 from launcher.ui.noise import is_noise
 from launcher.system.procinfo import describe_exit
 from launcher.supervise.policy import Attempt, hang_watched, silent_by_design
@@ -70,7 +70,11 @@ def blame_exit(failed: Sequence[str], exits: Mapping[str, Optional[int]], tails:
     if not blame.consequence(key):
         # A backend's note on how the task ended ("host2: no word for 16 s ...") says more
         # than the exit code it had to make up.
-        return Fault(key, state_note(key) or describe_exit(exits[key]), exits[key], others=tuple(failed[1:]))
+        # A port another process took before the task's server could bind it: the port and its
+        # holder, as the task's own line named them, not a TF crash's exit code.
+        reason = port_taken(tuple(tails.get(key, ())), exits[key])
+        return Fault(key, reason or state_note(key) or describe_exit(exits[key]), exits[key],
+                     others=tuple(failed[1:]))
     root = blame.root
     consequences = [(key, exits[key])]
     others = []

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from launcher.system.procinfo import port_holders
+from launcher.contract.portcheck import TASK_EXIT_PORT_TAKEN, PORT_FIX, port_holders
 
 MESSAGE_CHARS = 240  # an exception message longer than this is cut in the middle
 _EXC = re.compile(
@@ -130,10 +130,31 @@ GPU_ASKED_SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
 )
 
 
+# The line a task prints when it finds its own port taken right before its script runs
+# (launcher/contract/portcheck.py, port_taken_line), then exits TASK_EXIT_PORT_TAKEN.
+_PORT_TAKEN_LINE = re.compile(r"^tfcluster: port (\d+) of \S+ is (taken(?: by .+)?|not .+); "
+                              + re.escape(PORT_FIX) + "$")
+
+
+def port_taken(lines: Sequence[str], code: Optional[int]) -> Optional[str]:
+    """``port N taken by <holder>`` when a task that exited ``code`` TASK_EXIT_PORT_TAKEN said so (its
+    last such line), else None."""
+    if code != TASK_EXIT_PORT_TAKEN:
+        return None
+    for line in reversed(lines[-20:]):
+        m = _PORT_TAKEN_LINE.match(line)
+        if m:
+            return f"port {m.group(1)} {m.group(2)}"
+    return None
+
+
 def hint(lines: Sequence[str], gpus: bool = False, port: Optional[int] = None) -> Optional[str]:
     """One line for the first known signature in ``lines``; ``gpus``: the task was given GPUs
     (then CUDA start-up failures count too); ``port``: the task's port on this machine, whose
     holder a taken port names (taken between the preflight's check and the task's bind)."""
+    taken = port_taken(lines, TASK_EXIT_PORT_TAKEN)
+    if taken:
+        return f"{taken}: {PORT_FIX}"
     text = "\n".join(lines)
     for pattern, message in SIGNATURES + GPU_SIGNATURES + (GPU_ASKED_SIGNATURES if gpus else ()):
         if pattern.search(text):

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from launcher.contract.portcheck import TASK_EXIT_PORT_TAKEN
 from launcher.supervise.diagnose import peer_abort
 from launcher.record.states import AttemptState
 from launcher.system.procinfo import describe_exit
@@ -165,6 +166,8 @@ def retry_decision(failure: AttemptFailure, permanent_exit_codes: Sequence[int])
             2: "a usage error (exit 2) fails the same way every time",
             126: "the command is not executable (exit 126)",
             127: "the command was not found (exit 127)",
+            TASK_EXIT_PORT_TAKEN: (f"a port another process holds (exit {TASK_EXIT_PORT_TAKEN}) stays taken until "
+                                   "it lets go"),
         }.get(code, f"exit code {code} is listed in restart.permanent_exit_codes")
         return False, f"not retried: {hint}; fix the cause, or remove {code} from restart.permanent_exit_codes"
     return True, f"{describe_exit(code)} is retryable"

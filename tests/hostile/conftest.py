@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import tfcluster
+from tests.support.otheruser import base, mallory  # noqa: F401 (fixtures: the second real user, a dir both reach)
 
 # Raw control bytes a terminal acts on (tab and newline are text).
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -14,24 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from launcher.contract.portcheck import port_holders
 from launcher.remote import agent_source, task_files
-from tests.hostile.conftest import assert_bounded
-from tests.support.cli import tfcluster_argv
-from tests.support.otheruser import PYTHON, as_other, other_can_read, other_user, shared_dir
+from tests.support.cli import start_tfcluster, tfcluster, tfcluster_argv
+from tests.support.otheruser import PYTHON, as_other, hold_port_as_other, other_can_read, release
+from tests.support.specs import script_spec
+from tests.support.waits import wait_for
+
+from .conftest import RAW_CONTROL, assert_bounded
 
 pytestmark = pytest.mark.timeout(300)
 
 TASK = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('ran'); print('a line for the log')\n"
-
-
-@pytest.fixture(scope="module")
-def mallory():
-    return other_user()
-
-
-@pytest.fixture
-def base(mallory):
-    yield from shared_dir()
 
 
 def _up(work: Path, run_dir: str, marker: Path, umask: int = 0o022, extra: str = "") -> subprocess.CompletedProcess:
@@ -181,3 +176,50 @@ def test_the_agent_refuses_a_remote_dir_the_other_user_owns_before_writing_in_it
     agent.wait(30)
     assert reply["unsafe"] == ["run_dir", f"{theirs} is owned by {mallory.pw_name}, not by you or root (mode 0755)"]
     assert not (theirs / "tfc").exists()  # nothing made in their dir
+
+
+# ---------------------------------------------------------------- a task's port, taken after the launcher's check
+
+# worker:1's first attempt waits for the gate, then fails with a retryable code; its restart's
+# stub checks the port again right before the script, and finds the other user's listener there.
+GATED = """\
+import json, os, pathlib, sys, time
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1 and os.environ["TFCLUSTER_RESTART_COUNT"] == "0":
+    while not pathlib.Path("gate").exists():
+        time.sleep(0.05)
+    sys.exit(200)
+pathlib.Path("ran-" + os.environ["TFCLUSTER_RESTART_COUNT"]).touch()
+time.sleep(120)
+"""
+
+
+def test_a_port_the_other_user_takes_after_the_check_fails_the_task_in_one_line_naming_them(tmp_path, mallory):
+    path = script_spec(tmp_path, GATED, extra="restart: {max_restarts: 2, warm_standby: false, backoff: 0}\n")
+    port = json.loads(tfcluster("plan", path, "--json").stdout)["tasks"][1]["port"]
+    run = start_tfcluster("up", "--plain", path, cwd=tmp_path)
+    holder = None
+    try:
+        wait_for(lambda: (tmp_path / "ran-0").exists(), 120, what="the first attempt's worker:0", proc=run)
+        # The window: the preflight found the port free; the other user takes it now.
+        holder = hold_port_as_other(port, "\x1b]0;owned\x07")
+        (tmp_path / "gate").touch()
+        out, _ = run.communicate(timeout=120)
+        held_by = [h for h in port_holders(port) if f"of user {mallory.pw_name} " in h]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(30)
+        if holder is not None:
+            release(holder)
+    assert run.returncode == 1, out[-3000:]
+    assert len(held_by) == 1, held_by
+    pid = int(held_by[0].split()[1])
+    failed = [line for line in out.splitlines() if "worker:1 failed:" in line]
+    # Its command line escaped: the escape sequence and the newline shown, not sent.
+    who = f"pid {pid} of user {mallory.pw_name} ({PYTHON} -c # \\x1b]0;owned\\x07\\nimport socket, sys\\ns = "
+    assert len(failed) == 2 and f"worker:1 failed: port {port} taken by {who}" in failed[1], out[-3000:]
+    assert failed[1].endswith(") (attempt 2 of 3)"), failed[1]
+    assert "not retried: a port another process holds (exit 98)" in out, out[-3000:]
+    assert f"hint: port {port} taken by {who}" in out and "stop it, or change ports.base in the spec" in out
+    assert "Traceback" not in out and not RAW_CONTROL.search(out), out[-3000:]
+    assert not (tmp_path / "ran-2").exists()  # (no third attempt)

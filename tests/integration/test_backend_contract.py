@@ -9,7 +9,7 @@ environment a task gets, poll() exit codes (128+N for signal N), signal(), port_
 
 Adding a backend: its name is taken from the registry, and the suite asks for a fixture named
 ``contract_<name>`` returning a ContractEnv (see the three below); put it in
-tests/integration/conftest.py (or import it there) and add the backend's marker to MARKS.
+tests/support/lab_fixtures.py (or import it there) and add the backend's marker to MARKS.
 Without that fixture the backend's contract tests fail.
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -316,7 +317,7 @@ def test_second_up_is_refused_naming_the_running_run(tmp_path):
                           f"`tfcluster down {path}`, or start another anyway with --force"], again.stderr
         assert (tmp_path / "runs" / "t" / "latest").resolve().name == run_id
         forced = tfcluster("up", str(path), "--detach", "--force")  # past the refusal: the preflight finds the ports taken
-        assert forced.returncode == 1 and re.search(r"is in use by pid \d+ \(.*\) \(task worker:0\)", forced.stderr), \
+        assert forced.returncode == 1 and re.search(r"is in use by pid \d+ of user \S+ \(.*\) \(task worker:0\)", forced.stderr), \
             forced.stderr  # (the holder: the running run's task)
     finally:
         _cleanup(tmp_path)
@@ -354,7 +355,8 @@ def test_problem_before_ready_fails_in_the_foreground_with_its_one_line(tmp_path
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"tfcluster: error: port {port} on localhost is in use by pid "
-                                                   f"{os.getpid()} ("), res.stderr  # (this test holds it)
+                                                   f"{os.getpid()} of user {pwd.getpwuid(os.getuid()).pw_name} ("), \
+        res.stderr  # (this test holds it)
     assert lines[0].endswith("(task worker:1); stop what holds it or change ports.base in the spec"), res.stderr
     assert not (tmp_path / "runs").exists()
     assert tfcluster("up", str(tmp_path / "nope.yaml"), "--detach").returncode == 2

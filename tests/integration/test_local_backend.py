@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import signal
 import socket
@@ -21,6 +22,8 @@ from tests.support.errors import one_cli_error
 from tests.support.processes import alive, pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
+
+ME = pwd.getpwuid(os.getuid()).pw_name  # (a port's holder is named with its user)
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +82,7 @@ def test_port_in_use_fails_before_anything_starts(tmp_path, capsys):
         holder.listen()
         assert main(["up", str(path)]) == 1
     captured = capsys.readouterr()
-    assert f"tfcluster: error: port {port} on localhost is in use by pid {os.getpid()} (" in captured.err
+    assert f"tfcluster: error: port {port} on localhost is in use by pid {os.getpid()} of user {ME} (" in captured.err
     assert captured.err.rstrip().endswith("(task worker:1); stop what holds it or change ports.base in the spec")
     assert "must not run" not in captured.out
     assert not (tmp_path / "runs").exists()
@@ -109,18 +112,19 @@ def test_a_port_held_by_another_process_names_it_in_one_line(tmp_path):
         holder.wait()
     assert res.returncode == 1
     line = one_cli_error(res.stderr)
-    assert f"port {port} on localhost is in use by pid {holder.pid} ({sys.executable} {tmp_path / 'holder.py'}" in line
+    assert f"port {port} on localhost is in use by pid {holder.pid} of user {ME} ({sys.executable} {tmp_path / 'holder.py'}" in line
     assert "must not run" not in res.stdout
 
 
 def test_a_port_taken_between_the_check_and_the_bind_names_its_holder(tmp_path):
-    """The window between the preflight's check and the task's own bind (TensorFlow's, seconds
-    later): the task waits for a gate, the port is taken meanwhile, the task's bind fails, and
-    the failure's hint names the process that holds it."""
+    """The window between the task's own check (its stub's, right before the script) and its bind
+    (TensorFlow's, in the script): the script waits for a gate, the port is taken meanwhile, the
+    bind fails, and the failure's hint names the process that holds it."""
     path = script_spec(tmp_path, """\
         import json, os, pathlib, socket, time
         task = json.loads(os.environ["TF_CONFIG"])["task"]
         if task["index"] == 1:
+            pathlib.Path("in-script").touch()  # (past the stub's own check of the port)
             while not pathlib.Path("gate").exists():
                 time.sleep(0.05)
             port = int(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"][1].rsplit(":", 1)[1])
@@ -131,9 +135,7 @@ def test_a_port_taken_between_the_check_and_the_bind_names_its_holder(tmp_path):
     run = start_tfcluster("up", "--plain", path, cwd=tmp_path)
     holder = None
     try:
-        wait_for(lambda: (tmp_path / "runs" / "t" / "latest" / "events.jsonl").exists()
-                 and '"start"' in (tmp_path / "runs" / "t" / "latest" / "events.jsonl").read_text(), 60,
-                 what="the tasks started", proc=run)
+        wait_for(lambda: (tmp_path / "in-script").exists(), 60, what="worker:1's script started", proc=run)
         holder = hold_port(port, tmp_path)
         (tmp_path / "gate").touch()
         out, _ = run.communicate(timeout=60)
@@ -144,7 +146,7 @@ def test_a_port_taken_between_the_check_and_the_bind_names_its_holder(tmp_path):
             holder.kill()
             holder.wait()
     assert run.returncode == 1, out
-    assert f"hint: port {port} was taken by pid {holder.pid} (" in out, out
+    assert f"hint: port {port} was taken by pid {holder.pid} of user {ME} (" in out, out
 
 
 def test_missing_command_is_reported_before_start(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """The session's one Docker warm-up (tests/labs/docker.py ``Warmup``): the private
 engine and the two locally built images take about three minutes on a fresh machine, so
 tests/conftest.py starts it as soon as the session knows it has docker tests (the build then
-overlaps every other test), and the docker fixtures in tests/integration/conftest.py use the same one.
+overlaps every other test), and the docker fixtures in tests/support/lab_fixtures.py use the same one.
 
 The engine is started with its own data root, exec root, socket and pidfile and
 ``--iptables=false`` (it touches no firewall rule of the machine), and stopped at the end.

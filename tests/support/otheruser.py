@@ -1,6 +1,7 @@
 """A second real user on this machine, for the cases where another user of a shared machine is the
 attacker (docs/concepts/trust.md, "Other users of the machine"): made once with ``useradd`` (no
-home, no login shell), then acted as with ``runuser -u``. Needs root."""
+home, no login shell), then acted as with ``runuser -u``. Needs root. The fixtures ``mallory`` (the
+user) and ``base`` (a dir both users reach) are tests/hostile/conftest.py's, from here."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+import pytest
 
 from tests.support.prereq import require, require_root, require_tool
 
@@ -65,3 +68,46 @@ def shared_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+# A listener as the other user: all interfaces, as TensorFlow's server binds; it ends when its
+# stdin closes.
+_HOLD = ("import socket, sys\n"
+         "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True)\n"
+         "sys.stdin.read()\n")
+
+
+def hold_port_as_other(port: int, tag: str = "", netns: str = "") -> subprocess.Popen:
+    """The other user listening on ``port`` until the returned process's stdin is closed
+    (``release``); its command line is ``PYTHON -c '# TAG<newline>import socket...' PORT``: a
+    ``tag`` (a test's hostile text) near its start. ``netns``: in that network namespace (a lab
+    host's)."""
+    where = ["ip", "netns", "exec", netns] if netns else []
+    proc = subprocess.Popen([*where, "runuser", "-u", NAME, "--", PYTHON, "-c", f"# {tag}\n{_HOLD}", str(port)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    assert line == "held", f"the other user could not listen on port {port}: {line!r}"
+    return proc
+
+
+def release(holder: subprocess.Popen) -> None:
+    """The other user's listener (``hold_port_as_other``) closed, and waited for."""
+    if holder.stdin and not holder.stdin.closed:
+        holder.stdin.close()
+    try:
+        holder.wait(30)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+        holder.wait(10)
+
+
+@pytest.fixture(scope="module")
+def mallory() -> pwd.struct_passwd:
+    """The second user (made if missing)."""
+    return other_user()
+
+
+@pytest.fixture
+def base(mallory) -> Iterator[Path]:
+    """A fresh dir under /tmp that both users can reach (``shared_dir``)."""
+    yield from shared_dir()

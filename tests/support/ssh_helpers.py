@@ -1,4 +1,5 @@
-"""What the ssh lab's tests share (the lab itself is tests/labs/ssh.py): a tiny task, the
+"""What the ssh lab's tests share (the lab itself is tests/labs/ssh.py): the spec writer
+(``make_spec``, a fixture: the folders' conftest.py files take it from here), a tiny task, the
 launcher started and finished, the remote tasks' pid files, a host's firewall, a host's private
 state dir, a host's preemption and return."""
 
@@ -7,8 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
+import yaml
 
 from tests.support.cli import start_tfcluster
 from tests.support.processes import alive
@@ -93,3 +98,49 @@ def preempt(lab, name: str) -> None:
 
 def bring_back(lab, name: str) -> None:
     lab.bring_back(name)
+
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: the tasks' workdir
+PY = sys.executable
+
+
+@pytest.fixture
+def make_spec(tmp_path, lab):
+    """Write a cluster.yaml for the lab; returns its path. Keyword args override spec keys."""
+
+    def make(entrypoint, workers=2, hosts=None, ssh=None, host_keys=None, **extra):
+        """``host_keys``: {host name: {key: value}} added to that host's entry."""
+        names = hosts or ["h1", "h2"]
+        host_entries = [{**h, **(host_keys or {}).get(h["name"], {})} for h in lab.hosts_yaml(names)]
+        spec = {
+            "name": "sshtest",
+            "strategy": "multi_worker_mirrored",
+            "backend": "ssh",
+            "entrypoint": entrypoint,
+            "hosts": host_entries,
+            "tasks": {"worker": workers},
+            "ports": {"base": 23456},
+            "watchdog": {"startup_timeout": 120, "stop_grace": 2},
+            "ssh": {
+                "known_hosts": str(lab.known_hosts),
+                "python": PY,
+                "remote_dir": str(tmp_path / "remote"),
+                "workdir": str(ROOT),
+                "lease": 4,
+                "connect_timeout": 3,
+                "probe_timeout": 1.5,
+                "require": [],
+                **(ssh or {}),
+            },
+            **extra,
+        }
+        path = tmp_path / "cluster.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    return make
+
+
+def pids_in_netns(lab_host) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", lab_host.netns], capture_output=True, text=True, timeout=10).stdout
+    return [int(p) for p in out.split()]

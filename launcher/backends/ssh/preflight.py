@@ -28,7 +28,7 @@ def probe_again(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: li
             ssh_probe.probe(pool, state_sync, plan, names)
             return
         except LaunchError as exc:
-            ours = all(" is in use (" in line or line == "no task was started" for line in exc.lines)
+            ours = all(" is in use" in line or line == "no task was started" for line in exc.lines)
             if not left or not ours:
                 raise
             time.sleep(0.5)

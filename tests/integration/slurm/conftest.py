@@ -1,5 +1,5 @@
 """Fixtures for the slurm backend's integration tests: the session's real Slurm cluster (the
-``slurm`` fixture in tests/integration/conftest.py, tests/labs/slurm.py) checked before each test, and
+``slurm`` fixture in tests/support/lab_fixtures.py, tests/labs/slurm.py) checked before each test, and
 spec writing / ``tfcluster`` runs pointed at it."""
 
 from __future__ import annotations

@@ -282,7 +282,9 @@ def test_port_in_use_missing_module_and_python_are_reported(lab, make_spec):
         holder.kill()
         holder.wait(5)
     assert proc.returncode == 1
-    assert "port 23456 on host h1 is in use (worker:0)" in proc.stderr, proc.stderr
+    assert f"port 23456 on host h1 is in use by pid {holder.pid} of user root ({PY} -c import socket" in proc.stderr, \
+        proc.stderr
+    assert "(worker:0); stop what holds it" in proc.stderr, proc.stderr
     assert "host h2: " in proc.stderr and "cannot import no_such_module_xyz" in proc.stderr
 
     spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"python": "/nonexistent/python3"})

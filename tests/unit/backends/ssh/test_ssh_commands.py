@@ -125,7 +125,10 @@ def test_agent_command_exact_and_quoted():
     from launcher.remote import agent_source, source
 
     # The agent's text comes after pathtrust.py's: it checks its dirs before it uses them.
-    assert agent_source() == source("pathtrust.py") + "\n" + source("agent.py")
+    from launcher.contract import portcheck as module
+
+    portcheck = Path(module.__file__).read_text()
+    assert agent_source() == source("pathtrust.py") + "\n" + portcheck + "\n" + source("agent.py")
     cmd = sc.agent_command(f"/py {EVIL}", "/r/n;$(id) x/RUN/pids/worker-0.0.pid")
     assert cmd == (f"exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec '/py x; touch /tmp/pwned' -S -c "
                    f"{sc.q(agent_source())} 'n;$(id) x/RUN/pids/worker-0.0.pid'); exit $?")

@@ -1,6 +1,7 @@
-"""Session fixtures shared by the integration suites: the ssh lab, the Slurm lab, the private
-Docker engine and its images (used by tests/integration/ssh/, slurm/, docker/ and the backend
-contract suite, so a session starts each at most once)."""
+"""Session fixtures shared by the suites that need a lab: the ssh lab, the Slurm lab, the private
+Docker engine and its images (used by tests/integration/ssh/, slurm/, docker/, the backend
+contract suite and tests/hostile/ssh/ and docker/). A plugin (tests/conftest.py's
+``pytest_plugins``), so every folder sees the same fixture and a session starts each at most once."""
 
 from __future__ import annotations
 
