@@ -112,16 +112,16 @@ class Capabilities:
     # ``Tasks.promote`` (restart.warm_standby); without it, standby is off whatever the spec
     # says (``warm_standby: true`` is not refused) and ``plan`` says so in one line.
     warm_standby: bool = False
-    # preflight() checks that every task's port is free / reachable where the task will run.
+    # Hosts.probe() checks that every task's port is free / reachable where the task will run.
     port_preflight: bool = False
-    # port_open() really probes the port (else it always answers True and the startup watchdog
+    # Tasks.port_open() really probes the port (else it always answers True and the startup watchdog
     # relies on the worker's ready marker alone).
     port_probe: bool = False
-    # place() already knows the real hosts. False: place() gives placeholders and only
-    # allocate() (after submitting to a workload manager) knows the nodes; `tfcluster plan`
+    # BackendKind.place() already knows the real hosts. False: place() gives placeholders and
+    # only Hosts.allocate() (after submitting to a workload manager) knows the nodes; `tfcluster plan`
     # and `up --dry-run` then show the placeholders and say so.
     static_placement: bool = True
-    # lost_hosts() tells which hosts of a failed attempt are gone, so their tasks can move to a
+    # Hosts.lost() tells which hosts of a failed attempt are gone, so their tasks can move to a
     # spare host (launcher/plan/elastic.py); the spec refuses elastic: on backends without it.
     elastic: bool = False
     # A restart's tasks get ports no earlier attempt of the run used (launcher/plan/elastic.py's
