@@ -11,7 +11,13 @@ excluded). Stack capture costs nothing until a stall or ``tfcluster stacks``: it
 handler that faulthandler runs then. Medians of each side and B/A, with the load average before
 and after (the machine should be quiet: it warns above 1.5).
 
-    python bench/liveness_overhead.py [--trials 5] [--steps 3000]
+A whole process's examples/s varies by 20-30 % from one process to the next on a 2-core machine
+(where its threads land), more than the effect measured: so a second figure is taken inside one
+process, the same model's ``fit`` over the same data alternated with the count's wrapper on and
+off (``Context.call_function`` swapped), 8 fits each, with the beat thread running throughout. That
+isolates the per-call cost; the first figure bounds everything else the stub does.
+
+    python bench/liveness_overhead.py [--trials 5] [--steps 3000] [--fits 8]
 """
 
 from __future__ import annotations
@@ -47,6 +53,37 @@ print("examples/s %.1f" % (len(x) / (time.perf_counter() - start)), flush=True)
 """
 FIGURE = re.compile(r"^examples/s ([0-9.]+)$", re.M)
 
+TOGGLE = """\
+import importlib.util, statistics, sys, time
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+where, steps, fits = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spec = importlib.util.spec_from_file_location("liveness", where)
+liveness = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(liveness)
+liveness.install()  # the beat thread and the stacks' signal, on throughout
+x = np.random.default_rng(0).normal(size=(steps * 32, 64)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("float32")
+model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
+model.fit(x[:3200], y[:3200], batch_size=32, epochs=1, verbose=0)
+plain = context.Context.call_function
+counted = liveness._counted(plain)
+rates = {"off": [], "on": []}
+for i in range(fits):
+    for side in (("off", "on") if i % 2 == 0 else ("on", "off")):
+        context.Context.call_function = counted if side == "on" else plain
+        start = time.perf_counter()
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+        rates[side].append(len(x) / (time.perf_counter() - start))
+print("toggle off %.1f on %.1f calls %d" % (statistics.median(rates["off"]), statistics.median(rates["on"]),
+                                           liveness.count()))
+"""
+TOGGLED = re.compile(r"^toggle off ([0-9.]+) on ([0-9.]+) calls (\d+)$", re.M)
+
 
 def one(argv: list[str]) -> float:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
@@ -63,6 +100,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--fits", type=int, default=8)
     args = ap.parse_args()
     before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,6 +119,18 @@ def main() -> None:
     print(f"A plain script:        median {ma:.1f} examples/s (range {min(a):.1f}-{max(a):.1f})")
     print(f"B under the stub:      median {mb:.1f} examples/s (range {min(b):.1f}-{max(b):.1f})")
     print(f"B/A {mb / ma:.4f} (target >= 0.99); load average before {before}, after {load_average()}")
+    liveness = Path(__file__).resolve().parents[1] / "launcher" / "contract" / "liveness.py"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
+    out = subprocess.run([sys.executable, "-c", TOGGLE, str(liveness), str(args.steps), str(args.fits)],
+                         env=env, capture_output=True, text=True, timeout=1200)
+    found = TOGGLED.search(out.stdout)
+    if out.returncode != 0 or not found:
+        raise SystemExit(f"toggle run failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    off, on, calls = float(found.group(1)), float(found.group(2)), int(found.group(3))
+    if calls < args.fits * args.steps:
+        raise SystemExit(f"the counted fits made {calls} counted calls, fewer than their {args.fits * args.steps} steps")
+    print(f"one process, count off/on alternated {args.fits}x each: off {off:.1f}, on {on:.1f} examples/s, "
+          f"on/off {on / off:.4f} ({calls} calls counted); load average {load_average()}")
 
 
 if __name__ == "__main__":

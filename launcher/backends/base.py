@@ -83,6 +83,12 @@ class TaskHandle(abc.ABC):
         No error if already gone. Backends whose ``Capabilities.stacks`` is True implement it."""
         raise NotImplementedError("this backend cannot signal a task's own process")
 
+    def native_stacks(self, timeout: float) -> str:
+        """The task's own process's native frames, by py-spy where it is installed where the task
+        runs (launcher/backends/pyspy.py): its text under a header, one line saying why there is
+        none, or "" (a task gone; a backend whose ``Capabilities.native_stacks`` is False)."""
+        return ""
+
     def info(self) -> dict:
         """What the run record keeps about this task (pids, container ids) for ``down``."""
         return {}
@@ -132,6 +138,9 @@ class Capabilities:
     # alone where the backend can: local, ssh), so a hang's report shows every task's stacks and
     # names the one in user code (launcher/supervise/stuck.py), and `tfcluster stacks` works.
     stacks: bool = False
+    # TaskHandle.native_stacks: py-spy's dump of the task's process, run where it runs (local, ssh:
+    # through the host's shell); the stacks file keeps it after faulthandler's Python stacks.
+    native_stacks: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 from typing import Optional
 
 # The commands whose supervisor or run record may live elsewhere.
-COMMANDS = ("up", "status", "logs", "attach", "down", "runs")
+COMMANDS = ("up", "status", "logs", "attach", "down", "runs", "stacks")
 
 
 @dataclass(frozen=True)
 class Elsewhere:
     command: str  # one of COMMANDS
-    run_id: Optional[str] = None  # --run RUN_ID (status, logs, attach, down)
+    run_id: Optional[str] = None  # --run RUN_ID (status, logs, attach, down, stacks)
     json: bool = False  # --json (status, runs)
-    task: Optional[str] = None  # logs TASK
+    task: Optional[str] = None  # logs TASK, stacks TASK
     follow: bool = False  # logs --follow
     attempt: Optional[int] = None  # logs --attempt N
     tail: Optional[int] = None  # logs --tail N
-    timeout: Optional[float] = None  # down --timeout SECONDS
+    timeout: Optional[float] = None  # down --timeout SECONDS, stacks --timeout SECONDS
     detach: bool = False  # up --detach: this machine may disconnect once the run is detached
     quiet: bool = False  # up --quiet
     plain: bool = False  # up --plain

@@ -23,10 +23,11 @@ from launcher.contract import envnames
 from launcher.errors import LaunchError
 from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.procinfo import group_alive, is_same, kill_group, not_own, port_holders, start_time
+from launcher.procinfo import cmdline, group_alive, is_same, kill_group, not_own, port_holders, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
+from launcher.backends import pyspy
 from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
@@ -61,6 +62,13 @@ class LocalTask(ChildTask):
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def native_stacks(self, timeout: float) -> str:
+        pid = self._task_pid()
+        if pid == self.proc.pid or self.reaped_long_ago():
+            return ""
+        argv0 = (cmdline(pid) or [""])[0]
+        return pyspy.dump_local(pid, argv0, timeout)
 
     def info(self) -> dict:
         return {"pid": self.proc.pid, "pgid": self.pgid, "start_time": start_time(self.proc.pid)}
@@ -103,7 +111,8 @@ class LocalRun:
 
 class LocalBackend(BackendKind):
     name = "local"
-    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, stacks=True)
+    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, stacks=True,
+                                native_stacks=True)
 
     @classmethod
     def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Notices"] = None) -> Backend:

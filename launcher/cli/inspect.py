@@ -161,6 +161,10 @@ def stacks(args: argparse.Namespace, console: Console) -> int:
     from launcher.errors import exit_code_for
 
     loaded, _plan = load(args.spec, console)
+    # (ssh.supervisor: the supervisor to ask runs on that host, where its tasks' pids mean something)
+    code = elsewhere(loaded, Elsewhere("stacks", run_id=args.run, task=args.task, timeout=args.timeout), console)
+    if code is not None:
+        return code
     result = take(loaded, run_id=args.run, task=args.task, timeout=args.timeout)
     for key in sorted(set(result.stacks) | set(result.notes)):
         if key in result.stacks:

@@ -9,9 +9,16 @@ What ``install`` sets up:
   thread, so a task that never imports TensorFlow pays nothing but that thread's wake-ups), its
   ``Context.call_function`` is wrapped to count each call that returns. Every eager call of a
   ``tf.function``'s graph goes through it (``AtomicFunction.call_flat``): a Keras ``fit`` step, a
-  custom loop's step, ``evaluate`` and ``predict`` steps. The cost is one int increment per call.
+  custom loop's step, ``evaluate`` and ``predict`` steps. The cost is two clock reads, two
+  additions and a dict update per call.
+* **Where the time goes.** The same wrapper adds up the seconds spent inside those calls
+  (``in=``) and counts them by thread; the beat names the counts of ParameterServerStrategy's
+  coordinator threads, one per worker (``WorkerClosureProcessingLoop-I``: ``w=I:COUNT,...``). The
+  supervisor reads stragglers from them (launcher/supervise/straggler.py): a worker whose closures
+  run slower than the others', or, under MultiWorkerMirroredStrategy, the task that spends the
+  least of its time inside TensorFlow while its peers wait there for it.
 * **The beat.** A daemon thread wakes every ``EVERY`` seconds and, when the count changed,
-  writes ``tfcluster-beat n=COUNT`` on file descriptor 2 (an ``os.write``: no lock of
+  writes ``tfcluster-beat n=COUNT in=SECONDS [w=...]`` on file descriptor 2 (an ``os.write``: no lock of
   ``sys.stderr``'s to be held at exit). Its first line, at once, also names the signal that takes
   the stacks: ``tfcluster-beat n=0 stacks=12``; once TensorFlow is imported, one says so
   (``tf=1``): from then on the supervisor reads the count as the task's progress
@@ -34,7 +41,12 @@ STACKS_SIGNAL = signal.SIGUSR2
 EVERY = 1.0  # seconds between beats while the count changes
 _CONTEXT = "tensorflow.python.eager.context"
 _count = [0]
+_inside = [0.0]  # seconds spent inside the counted calls (all threads together)
+_by_thread = {}  # thread ident -> its counted calls
 _installed = []
+_clock = time.perf_counter
+_ident = threading.get_ident
+COORDINATOR_THREAD = "WorkerClosureProcessingLoop-"  # TensorFlow's cluster_coordinator.py, one per worker
 
 
 def count():
@@ -44,8 +56,12 @@ def count():
 
 def _counted(call):
     def call_function(self, *args, **kwargs):
+        start = _clock()
         out = call(self, *args, **kwargs)
+        _inside[0] += _clock() - start
         _count[0] += 1
+        ident = _ident()
+        _by_thread[ident] = _by_thread.get(ident, 0) + 1
         return out
 
     call_function.tfcluster_counted = True
@@ -74,6 +90,18 @@ def _say(text):
         pass
 
 
+def workers():
+    """The counts of ParameterServerStrategy's coordinator threads, as ``I:COUNT,...`` by worker
+    index ("" where there are none)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    found = []
+    for ident, n in list(_by_thread.items()):
+        name = names.get(ident, "")
+        if name.startswith(COORDINATOR_THREAD) and name[len(COORDINATOR_THREAD):].isdigit():
+            found.append((int(name[len(COORDINATOR_THREAD):]), n))
+    return ",".join("%d:%d" % pair for pair in sorted(found))
+
+
 def _beat(every):
     hooked, said = False, 0
     while True:
@@ -85,7 +113,8 @@ def _beat(every):
         n = _count[0]
         if n != said:
             said = n
-            _say("%s n=%d" % (BEAT, n))
+            w = workers()
+            _say("%s n=%d in=%.2f%s" % (BEAT, n, _inside[0], " w=" + w if w else ""))
 
 
 def install(every=EVERY):

@@ -96,6 +96,7 @@ class Event(Word):
     SLURM_CANCELLED = "slurm_cancelled"
     GPU_USAGE = "gpu_usage"
     TASK_GPUS = "task_gpus"
+    STRAGGLER = "straggler"
 
 
 class RunRecordDamaged(LaunchError):
@@ -495,11 +496,21 @@ class OtherEvent(RecordEvent):
                                                                   if k not in ("time", "event")}}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Straggler(RecordEvent):
+    """``task`` is behind the others, consistently (launcher/supervise/straggler.py): ``why`` in
+    words; "" once it caught up."""
+
+    KIND: ClassVar[str] = Event.STRAGGLER
+    task: str
+    why: str = ""
+
+
 KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
     RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, Restart, TaskRestart, Stopped,
     StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
     Discovery, RunOutcome, StateSync, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
-    GpuUsage, TaskGpus)}
+    GpuUsage, TaskGpus, Straggler)}
 
 
 # ------------------------------------------------------------------ reading

@@ -171,6 +171,11 @@ class RunStatus:
         """One line per membership change."""
         return [c.describe() for c in self.view.host_changes] if self.view is not None else []
 
+    @property
+    def straggler(self) -> Optional[dict]:
+        """The task consistently behind the others while the run goes on ({"task", "why"}), else None."""
+        return self.view.straggler if self.view is not None and not self.finished else None
+
     def goodput(self, now: Optional[float] = None) -> Optional[Goodput]:
         """The run's goodput (launcher/record/goodput.py) until its end, or ``now`` while it runs;
         None without the view (loaded without progress) or before it started."""
@@ -204,6 +209,7 @@ class RunStatus:
             "spares": self.spares, "suspects": self.suspects, "host_changes": self.host_changes,
             "group_sizes": list(self.view.group_sizes) if self.view is not None else [],
             "waiting": self.waiting,
+            "straggler": self.straggler,
             "goodput": _goodput_json(self.goodput()),
         }
 

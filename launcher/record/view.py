@@ -71,6 +71,8 @@ class RunView:
     group_sizes: list[dict] = field(default_factory=list)
     # What the run's goodput is folded from (launcher/record/goodput.py): a few numbers per attempt.
     marks: Marks = field(default_factory=Marks, repr=False)
+    # The task consistently behind the others, now (straggler events): {"task", "why"}; None: none.
+    straggler: Optional[dict] = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -229,12 +231,16 @@ class RunView:
                 t.has_result = False
             if isinstance(record, ev.RunOutcome):
                 self.outcome, self.exit_code, self.ended_at = self.run.outcome, self.run.exit_code, self.run.ended
+            if isinstance(record, (ev.RunOutcome, ev.Restart)):
+                self.straggler = None  # (a new attempt finds its own)
         elif isinstance(record, ev.GpuUsage):
             for key, pair in record.tasks.items():
                 if key in self.tasks and len(pair) == 2:
                     t = self.tasks[key]
                     t.gpu_mib, t.gpu_util = _int(pair[0]), _int(pair[1])
                     t.gpu_peak_mib = max(t.gpu_peak_mib or 0, t.gpu_mib or 0)
+        elif isinstance(record, ev.Straggler):
+            self.straggler = {"task": record.task, "why": record.why} if record.why else None
         elif isinstance(record, ev.TaskGpus) and record.task:
             if all(isinstance(i, int) for i in record.gpus):
                 t = self.task(record.task)

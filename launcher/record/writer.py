@@ -198,12 +198,15 @@ class RunRecord:
         below tasks.worker.min), kept to be its first lines once ``create`` makes it."""
         self.write(event, early=True)
 
-    def log_line(self, key: str, line: str) -> None:
-        """Append one line to ``key``'s log. Never raises: the caller is the thread that drains
-        the task's output, and if it stopped, the task would block writing to a full pipe."""
+    def log_line(self, key: str, line: str, console: bool = True) -> None:
+        """Append one line to ``key``'s log and, ``console``, to output.log (what ``attach`` and
+        ``logs`` without a task show of a run: its console's lines). Never raises: the caller is the
+        thread that drains the task's output, and if it stopped, the task would block writing to a
+        full pipe."""
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
         with self._lock:
-            self._append_output(b"[" + key.encode() + b"] " + data)
+            if console:
+                self._append_output(b"[" + key.encode() + b"] " + data)
             if f"log:{key}" in self.problems:
                 return
             fd = self._logs.get(key)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
 from launcher.backends.base import TaskHandle
 from launcher.contract.liveness import BEAT as BEAT_LINE
@@ -38,6 +38,9 @@ class TaskGroup:
         self.counts: dict[str, int] = {}  # key -> its last beat's count (this process's)
         self.progress: dict[str, float] = {}  # key -> when its count last rose (or it first beat)
         self.gaps: dict[str, float] = {}  # key -> the longest time between two rises of its count
+        self.inside: dict[str, float] = {}  # key -> seconds its process spent inside TensorFlow's calls
+        # key -> its ParameterServerStrategy coordinator's calls by worker index (the chief's beat's w=)
+        self.closures: dict[str, dict[int, int]] = {}
         self.stack_signal: dict[str, int] = {}  # key -> the signal that takes its stacks
         self.counting: set[str] = set()  # tasks that imported TensorFlow: their count is their progress
         self.stacks: dict[str, list[str]] = {}  # key -> its stack lines since ``collect`` asked
@@ -51,7 +54,8 @@ class TaskGroup:
             self.activity[key] = self.clock()
             self.saving.discard(key)  # a new process: its own save marks
             self.saved.discard(key)
-            for beats in (self.counts, self.progress, self.gaps, self.stack_signal, self.stacks, self.stacks_at):
+            for beats in (self.counts, self.progress, self.gaps, self.inside, self.closures, self.stack_signal,
+                          self.stacks, self.stacks_at):
                 beats.pop(key, None)
             self.counting.discard(key)
 
@@ -94,6 +98,11 @@ class TaskGroup:
                     self.gaps[key] = max(self.gaps.get(key, 0.0), now - self.progress[key])
                 self.progress[key] = now
             self.counts[key] = n
+            inside = _seconds(fields.get("in", ""))
+            if inside is not None:
+                self.inside[key] = inside
+            if fields.get("w"):
+                self.closures[key] = _by_worker(fields["w"])
             if fields.get("stacks", "").isdigit():
                 self.stack_signal[key] = int(fields["stacks"])
             if fields.get("tf") == "1" or n > 0:
@@ -124,3 +133,21 @@ class TaskGroup:
     def tails_of(self, keys) -> dict[str, tuple[str, ...]]:
         with self.lock:
             return {k: tuple(self.tails.get(k, ())) for k in keys}
+
+
+def _seconds(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0.0 <= value < 1e12 else None
+
+
+def _by_worker(text: str, limit: int = 4096) -> dict[int, int]:
+    """``0:120,1:118`` (a beat's w=, from the task's own process: bounded, malformed pairs passed over)."""
+    out: dict[int, int] = {}
+    for pair in text.split(",")[:limit]:
+        index, _, count = pair.partition(":")
+        if index.isdigit() and count.isdigit() and len(index) < 7 and len(count) < 19:
+            out[int(index)] = int(count)
+    return out

@@ -10,8 +10,10 @@ Python) is hung after that long without output, as before there was a count; und
 never called hung for its silence.
 
 On a stall every live task's stacks are taken (the stacks' signal, through the backend's
-``TaskHandle.signal_process``: only the task's own process), written to the record
-(``stacks/<attempt>/<task>.txt``), and ``stuck.decide`` names the task that stopped the others.
+``TaskHandle.signal_process``: only the task's own process), with their native frames where py-spy
+is installed where the task runs (``TaskHandle.native_stacks``: local, ssh), written to the record
+(``stacks/<attempt>/<task>.txt``), and ``stuck.decide`` names the task that stopped the others (from
+the Python stacks).
 
 ``HangWatch`` is a collaborator of ``AttemptPhases`` (phases.py); it is given what it reads.
 """
@@ -22,6 +24,7 @@ import json
 import linecache
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -38,7 +41,10 @@ from launcher.supervise.stuck import Verdict, decide
 # Seconds the stacks have to come back once asked (over ssh, docker, slurm: a round trip), and
 # the quiet after a task's last stack line that says its text is complete.
 STACKS_WAIT = 6.0
-STACKS_QUIET = 0.4
+NATIVE_WAIT = 20.0  # seconds for one task's py-spy dump (its host's round trip included)
+# faulthandler writes a dump in one burst, but the reader of the task's output can be starved: a
+# quiet of 0.4 s cut a worker's dump after its first thread at load 5-10 on 2 cores.
+STACKS_QUIET = 1.5
 # How ``tfcluster stacks`` asks a run's supervisor for every live task's stacks (launcher/app/stacks.py):
 # this signal to the supervisor's pid; it writes them to the record's live_stacks_dir, ``done`` last.
 REQUEST_SIGNAL = signal.SIGUSR2
@@ -129,7 +135,7 @@ class HangWatch:
         live = [k for k in self.group.handles if exits.get(k) is None]
         stopped = {k: note for k in live if (note := self.group.handles[k].state_note())}
         stacks = self.take_stacks([k for k in live if k not in stopped])  # (a stopped one would answer late)
-        for key, text in stacks.items():
+        for key, text in self.with_native(stacks).items():
             try:
                 path = stacks_path(self.record.dir, attempt + 1, key)
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,11 +171,26 @@ class HangWatch:
             where.mkdir(parents=True, exist_ok=True)
             for old in where.glob("*.txt"):
                 old.unlink()
-            for key, text in stacks.items():
+            for key, text in self.with_native(stacks).items():
                 write_atomic(where / (key.replace(":", "-") + ".txt"), text + "\n")
             write_atomic(where / "done", json.dumps({"time": time.time(), "tasks": notes}) + "\n")
         except OSError:
             pass  # (the command waiting for them says none came)
+
+    def with_native(self, stacks: dict[str, str]) -> dict[str, str]:
+        """Each task's Python stacks, followed by its native frames where the backend takes them
+        (py-spy where it is installed: ``TaskHandle.native_stacks``), every task's at once."""
+        if not stacks or not self.backend.capabilities.native_stacks:
+            return stacks
+        with ThreadPoolExecutor(max_workers=min(16, len(stacks)), thread_name_prefix="native-stacks") as pool:
+            native = dict(zip(stacks, pool.map(lambda k: self._native(k), stacks)))
+        return {k: text + ("\n\n" + native[k] if native[k] else "") for k, text in stacks.items()}
+
+    def _native(self, key: str) -> str:
+        try:
+            return self.group.handles[key].native_stacks(NATIVE_WAIT)
+        except Exception as exc:  # noqa: BLE001 - the Python stacks stand without them
+            return f"native frames: none ({one_line(repr(exc), 200)})"
 
     def take_stacks(self, keys) -> dict[str, str]:
         """Every one of ``keys`` that takes the stacks' signal is sent it; their faulthandler text,

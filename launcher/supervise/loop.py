@@ -295,6 +295,7 @@ class Supervisor:
             if self.prewarm.acks(attempt):
                 return
             self.prewarm.when_due(attempt, now)
+            phases.straggle(attempt, now)
             if self.stacks_wanted.is_set():  # `tfcluster stacks` asked
                 self.stacks_wanted.clear()
                 phases.hangs.snapshot(watch.exits)
@@ -384,7 +385,7 @@ class Supervisor:
         if kind == BEAT:
             return  # progress, not output
         if kind == STACK:  # asked for by the hang watchdog: into the log and the record, not on the console
-            self.record.log_line(key, line)
+            self.record.log_line(key, line, console=False)  # (nor into output.log, which `attach` shows)
             return
         line = self.group.task_text(line)
         self.record.log_line(key, line)

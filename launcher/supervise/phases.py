@@ -34,6 +34,7 @@ from launcher.supervise.hangwatch import HangWatch
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess
+from launcher.supervise.straggler import Lag, Sample, Stragglers
 from launcher.ui.console import Console
 
 READY_CHECK_EVERY = 0.5
@@ -73,6 +74,7 @@ class AttemptPhases:
         self.worker_restarts = 0  # parameter_server workers restarted alone, run-wide
         self.hangs = HangWatch(group=group, backend=backend, record=record, plan=lambda: self.members.plan,
                                watchdog=watchdog, clock=clock)
+        self._stragglers: Optional[tuple[int, Stragglers]] = None  # (attempt, its samples)
 
     @property
     def plan(self) -> Plan:
@@ -154,6 +156,24 @@ class AttemptPhases:
         self.report.fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
                    + (f"; {note}" if note else ""), None)
         return True
+
+    def straggle(self, attempt: Attempt, now: float) -> None:
+        """A task consistently behind the others (straggler.py), said once when named and once when
+        it caught up: a line and a straggler event (``status`` shows it while it lasts)."""
+        if self._stragglers is None or self._stragglers[0] != attempt.number:
+            self._stragglers = (attempt.number, Stragglers(self.plan.strategy))
+        trainers = [k for k in self.group.handles if k.startswith(("chief:", "worker:"))]  # (not the evaluator)
+        with self.group.lock:
+            sample = Sample(now, {k: self.group.counts[k] for k in trainers if k in self.group.counts},
+                            {k: self.group.inside[k] for k in trainers if k in self.group.inside},
+                            {f"worker:{i}": n for counts in self.group.closures.values() for i, n in counts.items()})
+        said = self._stragglers[1].sample(sample)
+        if isinstance(said, Lag):
+            self.console.info(f"{said.key} {said.why}")
+            self.record.write(ev.Straggler(task=said.key, why=said.why))
+        elif said is not None:
+            self.console.info(f"{said} caught up with the others")
+            self.record.write(ev.Straggler(task=said))
 
     def membership(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
         """Elastic: hosts dropped by discovery, lost hosts back (checked about once a second, once

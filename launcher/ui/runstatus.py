@@ -34,6 +34,8 @@ def render_status(view: RunStatus, spec: str, now: Optional[float] = None) -> li
     if g is not None and g.elapsed > 0:
         lines.append(g.line())
     lines += task_table(view)
+    if view.straggler:
+        lines.append(f"straggler: {view.straggler['task']} {view.straggler['why']}")
     if view.spares:
         lines.append(f"spare hosts: {', '.join(view.spares)}")
     if view.suspects:

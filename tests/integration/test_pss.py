@@ -5,19 +5,23 @@ MWMS). Every case ends with no process of the run left."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests.support.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
                                      tensorboard_scalars, up, wait_line, write_spec)
-from tests.support.waits import read_rest
+from tests.support.cli import tfcluster
+from tests.support.processes import task_pids
+from tests.support.waits import read_rest, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 RUN_TIMEOUT = 240
@@ -129,6 +133,48 @@ def test_pss_worker_killed_with_its_standby_waiting_is_replaced_by_that_standby(
     assert [list(e["pids"]) for e in later] == [["worker:1"]], later  # its place taken by a new standby
     assert len(progress(out, "start", "chief:0")) == 1  # training never restarted
     assert evs[-1]["outcome"] == "succeeded" and evs[-1]["attempts"] == 1
+    assert_no_processes(spec)
+
+
+def test_a_pss_worker_throttled_to_a_quarter_of_its_time_is_named_a_straggler(tmp_path, tfds_dir):
+    # worker:2's process runs 50 ms of every 200 (SIGSTOP/SIGCONT, as a host whose CPU is taken
+    # by others): the coordinator's closures on it finish at a fraction of the others' rate.
+    spec = pss_spec(tmp_path, tfds_dir, "python -m worker --epochs 500 --steps-per-epoch 20 --progress-every 5",
+                    tasks="{chief: 1, worker: 3, ps: 1}")
+    stop = threading.Event()
+
+    def throttle(proc) -> None:
+        pids = wait_for(lambda: task_pids(run_dir(spec).name, "worker:2"), 30, what="worker:2's process")
+
+        def duty() -> None:
+            while not stop.is_set():
+                for sig, hold in ((signal.SIGSTOP, 0.15), (signal.SIGCONT, 0.05)):
+                    for pid in pids:
+                        try:
+                            os.kill(pid, sig)
+                        except ProcessLookupError:
+                            return
+                    stop.wait(hold)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        threading.Thread(target=duty, daemon=True).start()
+
+    def end(proc) -> None:
+        stop.set()
+        assert tfcluster("down", str(spec), timeout=120).returncode == 0
+
+    try:
+        code, out = run_and_act(spec, [(r"\[chief:0\] tfcluster-step epoch=0 step=5 ", throttle),
+                                       (r"tfcluster: worker:2 \d+ % slower than the median of the other workers", end)],
+                                RUN_TIMEOUT)
+    finally:
+        stop.set()
+    said = [e for e in events(spec) if e["event"] == "straggler"]
+    assert [e["task"] for e in said][:1] == ["worker:2"], (said, out[-4000:])
+    rates = re.search(r"\(([\d.]+) against ([\d.]+) calls/s over \d+ s\)", said[0]["why"])
+    assert rates and float(rates.group(1)) <= 0.75 * float(rates.group(2)), said[0]  # (its words hold)
+    assert not re.search(r"worker:[01] \d+ % slower", out), out[-4000:]
     assert_no_processes(spec)
 
 

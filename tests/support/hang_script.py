@@ -3,7 +3,8 @@ that stops making progress one way or another (the hang watchdog's integration t
 
     python hang_script.py MODE [--task worker:1] [--after STEPS]
 
-MODE, on the task whose TF_CONFIG says ``--task`` (after ``--after`` steps; every other task trains on):
+MODE, on the task whose TF_CONFIG says ``--task`` (after ``--after`` steps; every other task trains on),
+which prints ``TASK is stuck now (MODE)`` as it stops:
 
 * ``generator``: its input generator stops returning, printing a retry line every second;
 * ``silent``: its input generator sleeps, printing nothing, while a metrics thread on every task
@@ -11,6 +12,7 @@ MODE, on the task whose TF_CONFIG says ``--task`` (after ``--after`` steps; ever
 * ``busy``: a Keras callback spins in a busy loop;
 * ``deadlock``: a Keras callback takes a lock a thread of its own holds for ever;
 * ``pause``: a callback pauses ``--pause`` seconds once, then training goes on (no hang);
+* ``slow``: a callback pauses ``--pause`` seconds after every batch (a straggler: the others wait);
 * ``none``: trains to the end.
 """
 
@@ -39,6 +41,11 @@ strategy = tf.distribute.MultiWorkerMirroredStrategy()
 served = [0]
 
 
+def stuck_now():
+    # (a test waits for this line to look at the run while it is stuck, before the watchdog acts)
+    print(f"{me} is stuck now ({args.mode})", flush=True)
+
+
 def retry_forever():
     while True:
         print(f"fetching the next shard failed; retrying in 1 s", flush=True)
@@ -52,6 +59,8 @@ def silent_stall():
 def examples():
     while True:
         served[0] += 1
+        if target and served[0] > args.after * 4 and args.mode in ("generator", "silent"):
+            stuck_now()
         if target and served[0] > args.after * 4 and args.mode == "generator":
             retry_forever()
         if target and served[0] > args.after * 4 and args.mode == "silent":
@@ -70,15 +79,18 @@ held = threading.Lock()
 
 class Trouble(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
+        if target and args.mode == "slow":
+            time.sleep(args.pause)
         if not target or batch != args.after:
             return
         if args.mode == "busy":
+            stuck_now()
             n = 0
-            while True:
-                n += 1
+            while True: n += 1  # (one line: the stack's frame is on it whenever it is taken)
         if args.mode == "deadlock":
             threading.Thread(target=held.acquire, daemon=True).start()
             time.sleep(0.5)
+            stuck_now()
             with held:
                 pass
         if args.mode == "pause":

@@ -129,7 +129,8 @@ class SSHBackend(BackendKind):
     name = "ssh"
     options_key = "ssh"
     Options = SSHOptions
-    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, elastic=True, stacks=True)
+    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, elastic=True, stacks=True,
+                                native_stacks=True)
     # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
     detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "
                    "(or set ssh.supervisor: HOST to run it on a cluster host)")

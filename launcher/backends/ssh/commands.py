@@ -14,6 +14,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.remote import agent_source, pathtrust_command_source
+from launcher.backends.pyspy import remote_command
 from launcher.backends.ssh.options import SSHOptions
 
 def q(value: str) -> str:
@@ -130,6 +131,12 @@ def process_signal_command(sig: int, pidfiles: Iterable[str]) -> str:
         + 'grep -q "^PPid:[[:space:]]*$pid$" /proc/$child/status 2>/dev/null || { echo "gone $pf"; continue; }; '
         + f'kill -s {name} "$child" 2>/dev/null && echo "sent $pf" || echo "gone $pf"; done; true'
     )
+
+
+def native_stacks_command(pidfile: str) -> str:
+    """py-spy's dump of the task of ``pidfile`` (its own process, checked as ``process_signal_command``
+    checks it), where py-spy is on its host (launcher/backends/pyspy.py)."""
+    return remote_command(_VERIFY.format(), pidfile)
 
 
 def promote_command(promotion: str, pidfile: str) -> str:

@@ -4,7 +4,8 @@ This machine copies the spec to ``<ssh.remote_dir>/<name>/supervisor/cluster.yam
 (without ``ssh.supervisor``, so the copy describes a run supervised right there) and runs the
 same ``tfcluster`` command there over one SSH channel, relaying its output and exit code:
 ``up --detach`` returns once every task is ready and this machine can disconnect; ``status``,
-``logs``, ``attach``, ``down`` and ``runs`` read the record where it is. ``tfcluster`` must be
+``logs``, ``attach``, ``down``, ``runs`` and ``stacks`` read the record (or ask the supervisor)
+where it is. ``tfcluster`` must be
 installed for ``ssh.python`` on HOST (checked first, one line if not), and the spec's paths
 (keys, known_hosts, ssh config) are read on HOST.
 """

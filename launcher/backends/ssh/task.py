@@ -13,7 +13,9 @@ from launcher.plan.build import PlannedTask
 from launcher.remote.gpuplace import parse_figures_line, parse_given_line
 from launcher.remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from launcher.backends.base import LineSink, TaskHandle
-from launcher.backends.ssh.commands import process_signal_command, signal_command, state_command
+from launcher.backends.pyspy import from_remote
+from launcher.backends.ssh.commands import (native_stacks_command, process_signal_command, signal_command,
+                                           state_command)
 from launcher.backends.ssh.host import HostState
 
 
@@ -138,6 +140,13 @@ class SSHTask(TaskHandle):
     def signal_process(self, sig: int) -> None:
         if self.exit_code is None:
             self.pool.run_on(self.host.name, process_signal_command(sig, [self.pidfile]), None, 10.0)
+
+    def native_stacks(self, timeout: float) -> str:
+        if self.exit_code is not None:
+            return ""
+        code, out = self.pool.run_on(self.host.name, native_stacks_command(self.pidfile), None,
+                                     timeout)
+        return from_remote(code, out)
 
     def info(self) -> dict:
         # No "host"/"pid"/"pgid" keys: the supervisor logs host itself and down.py treats pgid as local.

@@ -1,29 +1,76 @@
 """The hang watchdog over ssh (launcher/supervise/hangwatch.py): a user's own MWMS Keras fit script
-(tests/support/hang_script.py) on two lab hosts whose worker:1's input generator retries for ever,
-printing; the stacks' signal reaches each task's own process through the host (the pid file's
-task pid), the stuck task is named at its line, and every task's stacks are in the record."""
+(tests/support/hang_script.py) on two lab hosts, its worker:1 stuck. ``tfcluster stacks`` on the
+live run, before the watchdog acts, shows each task's own stacks (the stacks' signal reaches each
+task's own process through its host: the pid file's task pid); then the stuck task is named at its
+line, every task's stacks are in the record, goodput counts ``hung``, and nothing is left on the
+hosts. Once with the supervisor here (a generator that retries for ever, printing), once with it
+on a host (``ssh.supervisor``, detached: ``stacks`` runs there; a silent stall beside a chatty
+metrics thread on every task)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from tests.support.cli import tfcluster
-from .conftest import PY, ROOT
+from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.hang_live import (FAULTHANDLER, SCRIPT, check_failure, check_live_stacks, stacks_while_stuck,
+                                     stop, stuck_line)
+from tests.support.waits import wait_for
+
+from .conftest import PY, task_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf, pytest.mark.timeout(400)]
 
-SCRIPT = ROOT / "tests" / "support" / "hang_script.py"
+NAME = "hang_script.py"
+# An explicit limit: the run is live, its task stuck, for 40 s before the watchdog acts.
+WATCHDOG = {"startup_timeout": 240, "stop_grace": 2, "hang_timeout": 40}
 
 
-def test_a_stuck_generator_on_a_remote_host_is_named_with_its_stacks(lab, make_spec):
-    spec = make_spec([PY, str(SCRIPT), "generator", "--task", "worker:1"], workers=2,
-                     env={"TF_CPP_MIN_LOG_LEVEL": "2"}, ssh={"require": ["tensorflow", "tf_keras"]},
-                     watchdog={"startup_timeout": 240, "stop_grace": 2, "hang_timeout": 15})
-    proc = tfcluster("up", str(spec), timeout=380)
-    out = proc.stderr[-4000:] + proc.stdout[-4000:]
-    assert proc.returncode != 0, out
-    assert "worker:1 failed: stuck " in proc.stderr and "hang_script.py:45 in retry_forever(): time.sleep(1)" \
-        in proc.stderr, out
+def hang_spec(make_spec, mode: str, **ssh):
+    return make_spec([PY, str(SCRIPT), mode, "--task", "worker:1"], workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                     ssh={"require": ["tensorflow", "tf_keras"], **ssh}, watchdog=WATCHDOG)
+
+
+def nothing_left(lab) -> None:
+    wait_for(lambda: not any(task_processes(lab).values()), 30, what="nothing of the run left on any host",
+             detail=lambda: str(task_processes(lab)))
+
+
+def test_a_stuck_generator_on_a_remote_host_shows_its_stacks_live_then_is_named(lab, make_spec):
+    spec = hang_spec(make_spec, "generator")
+    proc = start_tfcluster("up", str(spec), "--plain")
+    try:
+        out = stacks_while_stuck(proc, lambda *a: tfcluster("stacks", str(spec), *a, timeout=120), "generator",
+                                 "worker:1", NAME, 300, native=True)
+    finally:
+        stop(proc)
+    assert proc.returncode != 0, out[-4000:]
+    assert "worker:1 failed: stuck " in out and stuck_line("generator", NAME) in out, out[-4000:]
     record = (spec.parent / "runs" / "sshtest" / "latest").resolve()
-    for key in ("worker-0", "worker-1"):
-        assert "(most recent call first):" in (record / "stacks" / "1" / f"{key}.txt").read_text()
+    check_failure(record, tfcluster("status", str(spec), "--json"), "worker:1", stuck_line("generator", NAME))
+    nothing_left(lab)
+
+
+def test_stacks_reach_a_detached_supervisor_on_a_host_then_a_silent_stall_is_named(lab, make_spec, tmp_path):
+    spec = hang_spec(make_spec, "silent", supervisor="h1")
+    try:
+        res = tfcluster("up", str(spec), "--detach", timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        run_id = re.search(r"^run (\S+) is running detached", res.stdout, re.M).group(1)
+        record = tmp_path / "remote" / "sshtest" / "supervisor" / "runs" / "sshtest" / run_id
+        assert not (spec.parent / "runs").exists()  # (the record is on h1's side: `stacks` must go there)
+        log = record / "logs" / "worker-1.log"
+        wait_for(lambda: log.is_file() and "worker:1 is stuck now (silent)" in log.read_text(), 240,
+                 what="worker:1 to stall", detail=lambda: log.read_text()[-2000:] if log.is_file() else "no log")
+        check_live_stacks(lambda *a: tfcluster("stacks", str(spec), *a, timeout=120), "silent", "worker:1", NAME,
+                          native=True)
+        end = tfcluster("attach", str(spec), timeout=240)
+        out = end.stdout + end.stderr
+        assert end.returncode != 0, out[-4000:]
+        assert "worker:1 failed: stuck " in out and stuck_line("silent", NAME) in out, out[-4000:]
+        assert FAULTHANDLER not in out and FAULTHANDLER not in (record / "output.log").read_text(), out[-4000:]
+        check_failure(record, tfcluster("status", str(spec), "--json"), "worker:1", stuck_line("silent", NAME))
+    finally:
+        tfcluster("down", str(spec), timeout=120)
+    nothing_left(lab)

@@ -27,6 +27,8 @@ def _parsed(request: Elsewhere):
     (Elsewhere("logs", task="worker:1", run_id="r3", follow=True, attempt=2, tail=0),
      {"task": "worker:1", "run": "r3", "follow": True, "attempt": 2, "tail": 0}),
     (Elsewhere("logs"), {"task": None, "follow": False, "attempt": None, "tail": None}),
+    (Elsewhere("stacks", task="worker:1", run_id="r4", timeout=12.5), {"task": "worker:1", "run": "r4", "timeout": 12.5}),
+    (Elsewhere("stacks", timeout=30.0), {"task": None, "run": None, "timeout": 30.0}),
     (Elsewhere("up", detach=True, quiet=True, force=True),
      {"detach": True, "quiet": True, "force": True, "plain": False, "verbose": False, "dry_run": False}),
     (Elsewhere("up", plain=True, verbose=True), {"detach": False, "plain": True, "verbose": True, "quiet": False}),

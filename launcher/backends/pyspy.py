@@ -1,0 +1,108 @@
+"""A task's native frames, where py-spy is installed where the task runs: ``py-spy dump --native
+--pid PID``, beside the Python stacks faulthandler gives (launcher/contract/liveness.py).
+
+faulthandler shows each thread's Python frames, needing nothing; a thread blocked inside
+TensorFlow's C++ (a collective, a queue, a lock of its own) shows only the Python call that
+entered it. py-spy reads the process from outside (ptrace and process_vm_readv: root, or the same
+user where ``kernel.yama.ptrace_scope`` is 0) and unwinds the C frames too. It is optional: found
+beside the task's interpreter (``pip install py-spy`` in the task's virtualenv puts it there) or
+on PATH; where it is not, or may not read the process, one line says so and the Python stacks
+stand alone. Its text comes from another process's memory (thread names are the user's), so each
+line is escaped and the whole bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from typing import Optional, Sequence
+
+from launcher.bounded import escape
+from launcher.procinfo import run_bounded
+
+HEADER = "native frames (py-spy dump --native, pid {pid}):"
+WAIT = 20.0  # seconds one dump may take (a process with many threads, on a loaded host: ~1-3 s)
+MAX_LINES = 400
+MAX_LINE = 300
+NOT_FOUND = "native frames: py-spy is not installed where this task runs (pip install py-spy, beside its python)"
+
+
+def find(interpreter: str) -> Optional[str]:
+    """py-spy beside ``interpreter`` (the task's argv[0], a virtualenv's bin), else on PATH."""
+    if interpreter and os.sep in interpreter:
+        near = os.path.join(os.path.dirname(interpreter), "py-spy")
+        if os.path.isfile(near) and os.access(near, os.X_OK):
+            return near
+    return shutil.which("py-spy")
+
+
+def shown(out: bytes, pid: int) -> str:
+    """py-spy's output as the stacks file keeps it: under HEADER, from its ``Python v...`` line on
+    (the ``Process N: <command line>`` before it can be hundreds of lines: the stub's ``-c`` text),
+    each line escaped and cut, at most MAX_LINES lines (the rest counted)."""
+    lines = out.decode("utf-8", errors="replace").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Python v")), 0)
+    lines = lines[start:]
+    kept = [escape(line)[:MAX_LINE] for line in lines[:MAX_LINES]]
+    if len(lines) > MAX_LINES:
+        kept.append(f"... {len(lines) - MAX_LINES} more lines")
+    return "\n".join([HEADER.format(pid=pid), *kept])
+
+
+def failed(code: int, err: bytes) -> str:
+    """One line for a dump that gave nothing: py-spy's own first words, escaped."""
+    first = next((line for line in err.decode("utf-8", errors="replace").splitlines() if line.strip()), "")
+    why = escape(first.strip())[:200] or f"exit {code}"
+    hint = "; it needs root, or ptrace of the task's user (kernel.yama.ptrace_scope 0)" \
+        if "ermission" in first or "ptrace" in first.lower() else ""
+    return f"native frames: py-spy gave none ({why}){hint}"
+
+
+def dump_local(pid: int, argv0: str, timeout: float = WAIT) -> str:
+    """The native frames of process ``pid`` on this machine (its interpreter ``argv0``)."""
+    spy = find(argv0)
+    if spy is None:
+        return NOT_FOUND
+    try:
+        code, out, err = run_bounded([spy, "dump", "--native", "--pid", str(pid)], timeout, out_bytes=1 << 20)
+    except subprocess.TimeoutExpired:
+        return f"native frames: py-spy took over {timeout:g} s; none"
+    except OSError as exc:
+        return f"native frames: py-spy did not start ({escape(str(exc))[:200]})"
+    except Exception:  # noqa: BLE001 - OutputTooLarge: a dump of over 1 MiB is no dump to keep
+        return "native frames: py-spy wrote over 1 MiB; none kept"
+    return shown(out, pid) if code == 0 and out.strip() else failed(code, err)
+
+
+def remote_command(verify: str, pidfile: str) -> str:
+    """The shell command that dumps the task of ``pidfile`` on its host: ``verify`` (the pid file
+    check of launcher/backends/ssh/commands.py, which sets ``$child`` or continues) first; py-spy
+    beside the task's argv[0] or on PATH. It prints ``pid N`` and then py-spy's output, or
+    ``nospy`` where there is none."""
+    return (
+        f"for pf in {shlex.quote(pidfile)}; do " + verify
+        + 'case $child in ""|*[!0-9]*) echo "nopid"; continue;; esac; '
+        + 'grep -q "^PPid:[[:space:]]*$pid$" /proc/$child/status 2>/dev/null || { echo "gone"; continue; }; '
+        + 'first=$(tr "\\0" "\\n" < /proc/$child/cmdline 2>/dev/null | head -n 1); spy=""; '
+        + 'case $first in */*) [ -x "${first%/*}/py-spy" ] && spy="${first%/*}/py-spy";; esac; '
+        + '[ -n "$spy" ] || spy=$(command -v py-spy 2>/dev/null); '
+        + '[ -n "$spy" ] || { echo "nospy"; continue; }; '
+        + 'echo "pid $child"; "$spy" dump --native --pid "$child" 2>&1; done; true'
+    )
+
+
+def from_remote(code: int, out: str) -> str:
+    """What ``remote_command`` printed, as the stacks file keeps it ("" for a task that is gone)."""
+    lines: Sequence[str] = out.splitlines()
+    if code != 0 or not lines or lines[0].startswith(("nopid", "gone")):
+        return ""
+    if lines[0].strip() == "nospy":
+        return NOT_FOUND
+    head = lines[0].split()
+    if len(head) != 2 or head[0] != "pid" or not head[1].isdigit():
+        return ""
+    rest = "\n".join(lines[1:]).encode()
+    looks = any(line.startswith("Thread ") for line in lines[1:])
+    return shown(rest, int(head[1])) if looks else failed(1, rest)
