@@ -68,16 +68,16 @@ def copy_throughput(lab: Lab, work: Path, mb: int, repeat: int) -> dict:
                                 timeout=120)
     spec = write_spec(lab, work, [PY, "-c", "pass"], {"dir": state, "sync": "copy"}, hosts=("h1", "h2", "h3"))
     loaded = load_spec(spec)
-    backend = SSHBackend(loaded)
+    backend = SSHBackend.from_spec(loaded)
     out = {}
     try:
-        backend.preflight(plan_for(loaded.spec))
+        backend.hosts.probe(plan_for(loaded.spec))
         areas = [LATEST + "backup"]
         for targets in (["h2"], ["h2", "h3"]):
             times = []
             for _ in range(repeat):
                 t0 = time.monotonic()
-                size = backend.state_sync._copy("h1", targets, areas)
+                size = backend.hosts.run.state_sync._copy("h1", targets, areas)
                 times.append(time.monotonic() - t0)
             med = statistics.median(times)
             out[len(targets)] = {"bytes": size, "seconds": round(med, 3),

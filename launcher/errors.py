@@ -69,7 +69,7 @@ class NoRun(LaunchError):
 
 class AttemptImpossible(LaunchError):
     """No further attempt can run in what the backend holds (a Slurm allocation that ended or
-    was preempted): raised by ``Backend.prepare_attempt``, it fails the run at once instead of
+    was preempted): raised by ``Tasks.prepare_attempt``, it fails the run at once instead of
     spending the restart budget on attempts that cannot start (exit 1)."""
 
 

@@ -1,7 +1,7 @@
 """``tfcluster down``: stop a run from its record, by pid and start time, never by name.
 
 If the run's launcher is alive it gets SIGTERM and tears its tasks down itself (letting them
-save on the way out); what it leaves behind the run's backend stops directly (``Backend.down``).
+save on the way out); what it leaves behind the run's backend stops directly (its ``Hosts.down``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def down(loaded: LoadedSpec, plan: Plan, console: Notices, run_id: Optional[str]
     # finds it by the ids in the record.
     backend = backend_class(spec.backend).from_spec(loaded, None, console)
     try:
-        stopped_any = backend.down(recorded, console) or stopped_any
+        stopped_any = backend.hosts.down(recorded, console) or stopped_any
     finally:
         backend.close()
     if not supervised:

@@ -209,7 +209,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, dry_run: boo
         record.launcher_info["detached"] = True
     backend = backend_class(spec.backend).from_spec(loaded, record, console)
     try:
-        found = preflight_plans(spec, plan, backend.preflight(plan))  # the plans the hosts found give
+        found = preflight_plans(spec, plan, backend.hosts.probe(plan))  # the plans the hosts found give
         if dry_run:
             return _dry_run(spec, plan, backend, found)
         plan = _start(spec, plan, record, backend, found)
@@ -253,7 +253,7 @@ def _start(spec: "Spec", plan: Plan, record, backend, found: PreflightPlans) -> 
     except OSError as exc:
         raise LaunchError(f"run_dir: cannot write the run record in {record.dir} ({exc.strerror}); "
                           "fix run_dir in the spec or the directory's permissions") from None
-    plan = found.start or build_plan(spec, stoppable(lambda: backend.allocate(spec)))
+    plan = found.start or build_plan(spec, stoppable(lambda: backend.hosts.allocate(spec)))
     record.set_plan(plan)
     return plan
 

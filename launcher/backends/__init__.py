@@ -1,8 +1,9 @@
 """Backends execute a plan: start each task, report its exit, stream its output, stop it.
 
-REGISTRY maps each ``backend:`` value of cluster.yaml to its class ("module:Class", imported on
-first use). This is the one place that knows the backends by name; everything else asks
-``backend_class(spec.backend)`` (see base.py for the contract every class fulfils;
+REGISTRY maps each ``backend:`` value of cluster.yaml to its kind ("module:Class", a
+``BackendKind``, imported on first use). This is the one place that knows the backends by name;
+everything else asks ``backend_class(spec.backend)`` (see base.py for the contract: the kind and
+the two seams, ``Hosts`` and ``Tasks``, its ``from_spec`` makes for a run;
 ``execution.plan_for`` is the plan a spec gets from its backend's static placement).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
-from launcher.backends.base import Backend, Capabilities, RecordedRun, TaskHandle
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, RecordedRun, TaskHandle, Tasks
 
 REGISTRY: dict[str, str] = {
     "local": "launcher.backends.local:LocalBackend",
@@ -25,7 +26,7 @@ def backend_names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
-def backend_class(name: str) -> type[Backend]:
+def backend_class(name: str) -> type[BackendKind]:
     """The class registered for ``name``; KeyError for an unknown name (the spec rejects those)."""
     module, _, attr = REGISTRY[name].partition(":")
     cls = getattr(importlib.import_module(module), attr)
@@ -33,7 +34,7 @@ def backend_class(name: str) -> type[Backend]:
     return cls
 
 
-def backend_classes() -> list[type[Backend]]:
+def backend_classes() -> list[type[BackendKind]]:
     return [backend_class(name) for name in REGISTRY]
 
 
@@ -47,10 +48,5 @@ def placed_hosts(spec) -> Optional[list[str]]:
         return None
 
 
-def make_backend(name: str, **kwargs) -> Backend:
-    """Construct the backend for ``name`` directly with its constructor's arguments."""
-    return backend_class(name)(**kwargs)
-
-
-__all__ = ["Backend", "Capabilities", "RecordedRun", "TaskHandle", "REGISTRY", "backend_class", "backend_classes",
-           "backend_names", "make_backend", "placed_hosts"]
+__all__ = ["Backend", "BackendKind", "Capabilities", "Hosts", "RecordedRun", "TaskHandle", "Tasks", "REGISTRY",
+           "backend_class", "backend_classes", "backend_names", "placed_hosts"]

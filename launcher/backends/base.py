@@ -1,29 +1,34 @@
-"""The one interface every backend implements (like torchelastic's PContext).
+"""The contract every backend implements: a kind and two narrow seams (like Ray's NodeProvider
+beside its CommandRunner, torchelastic's PContext for the tasks).
 
 A backend only executes: it never decides what to run (that is the plan) nor what a
-failure means (that is the supervisor and its policy). Its life in ``tfcluster up``::
+failure means (that is the supervisor and its policy). ``BackendKind`` is the registered class
+(its name, options block, ``Capabilities``, and what it answers from the spec alone);
+``from_spec`` makes one run's ``Backend``: its ``Hosts`` (which hosts exist and answer, what
+they hold, lost/back/added, ``down``) and its ``Tasks`` (start, promote, signal, stop, port
+probe, the attempt hooks). Its life in ``tfcluster up``::
 
-    spec --Backend.place(spec)--> placement --build_plan--> plan      (validate, plan, --dry-run)
-    backend = cls.from_spec(loaded, record)
-    report = backend.preflight(plan)         checks, before anything is allocated or started;
+    spec --Kind.place(spec)--> placement --build_plan--> plan         (validate, plan, --dry-run)
+    backend = Kind.from_spec(loaded, record)                          Backend(kind, hosts, tasks)
+    report = backend.hosts.probe(plan)       checks, before anything is allocated or started;
                                              what it found of the hosts (HostReport, or None)
     preflight_plans(spec, plan, report)      pure (launcher/plan/startsmall.py): the plan to start
                                              with where the hosts found give another one
     record.create()                          launcher.json: `tfcluster down` can find the run
-    placement = backend.allocate(spec)       the real hosts (at once for local/ssh/docker)
+    placement = backend.hosts.allocate(spec) the real hosts (at once for local/ssh/docker)
     plan = build_plan(spec, placement)       pure (unless the report gave the start plan); the
                                              supervisor executes this plan
-    per attempt: prepare_attempt(n); start(task, env, on_line) -> TaskHandle for every task;
-                 handle.poll() / port_open(task) / handle.signal(sig) while supervising;
-                 stop(handles, grace) to end the attempt
-    collect_results() after success; close() always, last
+    per attempt: tasks.prepare_attempt(n); tasks.start(task, env, on_line) -> TaskHandle for
+                 every task; handle.poll() / tasks.port_open(task) / handle.signal(sig) while
+                 supervising; tasks.stop(handles, grace) to end the attempt
+    tasks.collect_results() after success; backend.close() always, last (tasks, then hosts)
 
-and in ``tfcluster down``: ``cls.from_spec(loaded, None).down(RecordedRun, console)``.
+and in ``tfcluster down``: ``Kind.from_spec(loaded, None).hosts.down(RecordedRun, console)``.
 
-To add a backend: subclass Backend (and TaskHandle), list it in ``launcher/backends/__init__.py``
-(REGISTRY), and pass tests/integration/test_backend_contract.py (docs/contributing.md: "Adding a backend").
-Importing a backend's module must stay cheap (no SDK import at module level): validating a
-spec imports every registered backend to learn its options block.
+To add a backend: subclass BackendKind, Hosts and Tasks (and TaskHandle), list the kind in
+``launcher/backends/__init__.py`` (REGISTRY), and pass tests/integration/test_backend_contract.py
+(docs/contributing.md: "Adding a backend"). Importing a backend's module must stay cheap (no SDK
+import at module level): validating a spec imports every registered backend to learn its options block.
 """
 
 from __future__ import annotations
@@ -110,19 +115,19 @@ class Capabilities:
     """What a backend can do, so callers ask instead of testing its name."""
 
     # Can pre-start the next attempt's processes (TFCLUSTER_STANDBY=1) and promote them with
-    # ``Backend.promote`` (restart.warm_standby); without it, standby is off whatever the spec
+    # ``Tasks.promote`` (restart.warm_standby); without it, standby is off whatever the spec
     # says (``warm_standby: true`` is not refused) and ``plan`` says so in one line.
     warm_standby: bool = False
-    # preflight() checks that every task's port is free / reachable where the task will run.
+    # Hosts.probe() checks that every task's port is free / reachable where the task will run.
     port_preflight: bool = False
-    # port_open() really probes the port (else it always answers True and the startup watchdog
+    # Tasks.port_open() really probes the port (else it always answers True and the startup watchdog
     # relies on the worker's ready marker alone).
     port_probe: bool = False
-    # place() already knows the real hosts. False: place() gives placeholders and only
-    # allocate() (after submitting to a workload manager) knows the nodes; `tfcluster plan`
+    # BackendKind.place() already knows the real hosts. False: place() gives placeholders and
+    # only Hosts.allocate() (after submitting to a workload manager) knows the nodes; `tfcluster plan`
     # and `up --dry-run` then show the placeholders and say so.
     static_placement: bool = True
-    # lost_hosts() tells which hosts of a failed attempt are gone, so their tasks can move to a
+    # Hosts.lost() tells which hosts of a failed attempt are gone, so their tasks can move to a
     # spare host (launcher/plan/elastic.py); the spec refuses elastic: on backends without it.
     elastic: bool = False
     # A restart's tasks get ports no earlier attempt of the run used (launcher/plan/elastic.py's
@@ -188,9 +193,10 @@ class RecordedRun:
         return self.info.get("allocation") or read_allocation(self.dir, str(self.info.get("backend") or ""))
 
 
-class Backend(abc.ABC):
-    """Runs the plan's tasks somewhere. Subclasses set ``name`` (the value of ``backend:`` in
-    cluster.yaml), and optionally ``options_key``/``Options`` and ``capabilities``."""
+class BackendKind:
+    """What a backend is before a run exists: the class registered for ``backend: <name>``. It
+    is never instantiated; its class attributes declare, its classmethods answer from the spec
+    alone, and ``from_spec`` makes one run's ``Backend`` (its two seams)."""
 
     name: ClassVar[str] = "abstract"
     # The spec's top-level block this backend owns (``ssh:``), validated by ``Options`` (a frozen
@@ -205,8 +211,6 @@ class Backend(abc.ABC):
     # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
     detach_note: ClassVar[str] = ""
 
-    # -------------------------------------------------------------- before a backend exists
-
     @classmethod
     def check_spec(cls, spec: "Spec") -> list[tuple[tuple, str]]:
         """Cross-field rules that hold only for this backend (its Options model checks its own
@@ -217,7 +221,7 @@ class Backend(abc.ABC):
     @classmethod
     def standby_off(cls, spec: "Spec") -> Optional[str]:
         """Why this spec's run keeps no warm standby though the backend can keep them (a few words
-        ``plan`` shows after "off: "), or None (the default: it may)."""
+        ``plan`` shows after "off: "), or None (the default: it may). A run asks its ``Hosts``."""
         return None
 
     @classmethod
@@ -230,9 +234,9 @@ class Backend(abc.ABC):
 
     @classmethod
     def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Notices"] = None) -> "Backend":
-        """Construct for ``tfcluster up`` (``record`` is the RunRecord: run_id, dir, state_dir)
-        or, with ``record=None``, for ``tfcluster down``. No network or engine access here."""
-        return cls(loaded=loaded, record=record, console=console)  # type: ignore[call-arg]
+        """One run's seams for ``tfcluster up`` (``record`` is the RunRecord: run_id, dir,
+        state_dir) or, with ``record=None``, for ``tfcluster down``. No network or engine access here."""
+        raise NotImplementedError(f"backend {cls.name} makes no run; implement {cls.__name__}.from_spec")
 
     @classmethod
     def launch_lines(cls, loaded: "LoadedSpec", plan: Plan) -> Optional[LaunchLines]:
@@ -248,24 +252,73 @@ class Backend(abc.ABC):
         the spec by its path there) and return its exit code. None (the default): they live here."""
         return None
 
-    # -------------------------------------------------------------- up
 
-    def preflight(self, plan: Plan) -> Optional[HostReport]:
+class Hosts(abc.ABC):
+    """The first seam: which hosts exist and answer, with their GPUs and slots; what they can
+    hold; which are lost, back or added; and what a run left on them (``down``)."""
+
+    def probe(self, plan: Plan) -> Optional["HostReport"]:
         """Check everything that can be checked before allocating or starting anything (hosts
         reachable, images present, ports free, the request satisfiable); raise LaunchError with
         one line per problem naming the host/task and the fix. ``plan`` may be a placeholder
         plan (see place). Returns what it found of the hosts where that can change the plan
         (which answered, their GPUs, which are absent and why: ssh), else None (the default);
         the plans are made from it in launcher/plan/startsmall.py, never here."""
+        return None
 
+    @abc.abstractmethod
     def allocate(self, spec: "Spec") -> Placement:
-        """Obtain the machines and answer where each task runs. May block (a queued job): Ctrl-C,
-        SIGTERM and SIGHUP then raise KeyboardInterrupt in it, and close() follows. As soon as
-        the allocation exists, record what releasing it needs with ``record.allocated(job=...)``
-        (the RunRecord given to from_spec; launcher.json already exists), so ``tfcluster down``
-        finds it even if this launcher dies (``RecordedRun.allocation``). Must be undone by
-        close(). Default: the static placement, at once."""
-        return self.place(spec)
+        """Obtain the machines and answer where each task runs (the static placement, at once,
+        where ``place`` already knows). May block (a queued job): Ctrl-C, SIGTERM and SIGHUP then
+        raise KeyboardInterrupt in it, and close() follows. As soon as the allocation exists,
+        record what releasing it needs with ``record.allocated(job=...)`` (launcher.json already
+        exists), so ``tfcluster down`` finds it even if this launcher dies
+        (``RecordedRun.allocation``). Must be undone by close()."""
+
+    def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
+        """Available memory in bytes per host (MemAvailable), for those it could tell; the warm
+        standby is left off on a host short of it (launcher/supervise/standby.py). Default: none known."""
+        return {}
+
+    def standby_off(self, spec: "Spec") -> Optional[str]:
+        """Why this run keeps no warm standby though the backend can keep them, once its hosts
+        are known (``BackendKind.standby_off`` says it from the spec alone), or None (the default)."""
+        return None
+
+    def lost(self, hosts: Sequence[str], wait: float, stop: Any = None,
+             look: Mapping[str, float] = {}) -> dict[str, str]:
+        """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each
+        with a few words on how ("unreachable for 60 s"). A host whose connection is healthy is
+        not lost; one whose connection died may take up to ``wait`` seconds to answer again
+        (``stop``, a threading.Event, ends the wait early). ``look``: host -> the most seconds
+        its first look may take, answered or not (a host whose loss is already known, looked at
+        only to say whether it still answers). The default: none."""
+        return {}
+
+    def back(self, hosts: Sequence[str], settle: float) -> list[str]:
+        """Elastic runs, polled while an attempt runs: which of ``hosts`` (lost earlier) have
+        answered without a break for ``settle`` seconds. Must not block: probe elsewhere."""
+        return []
+
+    def add(self, hosts: Sequence[Any]) -> None:
+        """Elastic runs: hosts found by ``discovery:`` during the run (spec ``Host`` entries),
+        from now on usable like those of ``hosts:``."""
+
+    def down(self, run: RecordedRun, console: "Notices") -> bool:
+        """``tfcluster down``: stop and remove whatever the recorded run left behind on this
+        backend (after its launcher, if alive, was asked to stop), by the ids the record holds,
+        never by name. Report through ``console``; True if anything was still running."""
+        return False
+
+    def close(self) -> None:
+        """Release connections, clients and allocations; called last (after ``Tasks.close``),
+        after success, failure, Ctrl-C and a failed preflight alike. Must not raise."""
+
+
+class Tasks(abc.ABC):
+    """The second seam: start the plan's tasks on the hosts, promote standbys, signal and stop
+    them, probe their ports; and the attempt hooks (the plan in use, before an attempt, after
+    the run)."""
 
     @abc.abstractmethod
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> TaskHandle:
@@ -282,11 +335,6 @@ class Backend(abc.ABC):
         Raise LaunchError if it cannot be promoted (then the task starts cold). Default: the
         signal alone."""
         handle.signal(signal.SIGUSR1)
-
-    def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
-        """Available memory in bytes per host (MemAvailable), for those it could tell; the warm
-        standby is left off on a host short of it (launcher/supervise/standby.py). Default: none known."""
-        return {}
 
     def port_open(self, task: PlannedTask) -> bool:
         """Whether the task's TF port accepts connections where it runs (startup watchdog).
@@ -312,25 +360,6 @@ class Backend(abc.ABC):
         self.signal_tasks(handles, signal.SIGKILL)
         return [h.key for h in _still_running(alive, deadline, 0.02)]
 
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop: Any = None,
-                   look: Mapping[str, float] = {}) -> dict[str, str]:
-        """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each
-        with a few words on how ("unreachable for 60 s"). A host whose connection is healthy is
-        not lost; one whose connection died may take up to ``wait`` seconds to answer again
-        (``stop``, a threading.Event, ends the wait early). ``look``: host -> the most seconds
-        its first look may take, answered or not (a host whose loss is already known, looked at
-        only to say whether it still answers). The default: none."""
-        return {}
-
-    def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
-        """Elastic runs, polled while an attempt runs: which of ``hosts`` (lost earlier) have
-        answered without a break for ``settle`` seconds. Must not block: probe elsewhere."""
-        return []
-
-    def add_hosts(self, hosts: Sequence[Any]) -> None:
-        """Elastic runs: hosts found by ``discovery:`` during the run (spec ``Host`` entries),
-        from now on usable like those of ``hosts:``."""
-
     def use_plan(self, plan: Plan) -> None:
         """The supervisor moved tasks to other hosts (launcher/plan/elastic.py): the plan the next
         attempts run. E.g. the ssh backend's state copy then targets the new hosts."""
@@ -339,24 +368,45 @@ class Backend(abc.ABC):
         """Called by the supervisor before it starts attempt ``number`` (0 = the first, also when
         ``up`` resumes an earlier run). E.g. the ssh backend copies the chief's latest backup to
         hosts that do not share its state dir. Raise LaunchError (one line per problem, naming
-        the host) to fail the attempt."""
+        the host) to fail the attempt; AttemptImpossible where no attempt can run any more."""
 
     def collect_results(self) -> None:
         """Called once after a successful run, every task stopped: bring results (the final
         model) back to this machine when they are elsewhere. Raise LaunchError on failure."""
 
     def close(self) -> None:
-        """Release connections, containers, allocations and other resources; called last, once
-        every task is stopped, after success, failure, Ctrl-C and a failed preflight alike. Must
-        not raise."""
+        """Let go of what the run's tasks hold (their processes, containers, streams); called
+        once every task is stopped, before ``Hosts.close``. Must not raise."""
 
-    # -------------------------------------------------------------- down
 
-    def down(self, run: RecordedRun, console: "Notices") -> bool:
-        """``tfcluster down``: stop and remove whatever the recorded run left behind on this
-        backend (after its launcher, if alive, was asked to stop), by the ids the record holds,
-        never by name. Report through ``console``; True if anything was still running."""
-        return False
+@dataclass(frozen=True)
+class Backend:
+    """One run's backend, as ``BackendKind.from_spec`` makes it: its two seams and its kind (the
+    name and capabilities callers ask). The seams of one backend share what both need through a
+    small object of the backend's own (the ssh pool, the slurm job), never through each other."""
+
+    kind: type[BackendKind]
+    hosts: Hosts
+    tasks: Tasks
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.kind.capabilities
+
+    @property
+    def detach_note(self) -> str:
+        return self.kind.detach_note
+
+    def close(self) -> None:
+        """The tasks' side, then the hosts' (connections, the allocation), each once."""
+        try:
+            self.tasks.close()
+        finally:
+            self.hosts.close()
 
 
 def _still_running(handles: list[TaskHandle], seconds: float, every: float) -> list[TaskHandle]:

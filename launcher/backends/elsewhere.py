@@ -1,4 +1,4 @@
-"""What ``Backend.run_elsewhere`` is asked to run: one tfcluster command for a spec whose
+"""What ``BackendKind.run_elsewhere`` is asked to run: one tfcluster command for a spec whose
 supervisor and run record live on another machine (the ssh backend's ``ssh.supervisor``).
 
 The CLI builds it from what it parsed (typed values, not the user's words); the backend runs it

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -28,7 +29,7 @@ from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
 from launcher.backends import pyspy
-from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, accepts
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
 
@@ -95,24 +96,33 @@ class LocalTask(ChildTask):
             return self.proc.pid
 
 
-class LocalBackend(Backend):
+@dataclass(frozen=True)
+class LocalRun:
+    """What both seams of a local run read: where tasks run and what they are told."""
+
+    workdir: Path
+    run_dir: Path
+    state_dir: Path
+    stop_grace: float = 5.0
+
+    def path(self) -> str:
+        # Local tasks find the launcher's own Python first, so `python -m worker` uses this venv.
+        return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+class LocalBackend(BackendKind):
     name = "local"
     capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, stacks=True,
                                 native_stacks=True)
 
-    def __init__(self, workdir: Path, run_dir: Path, state_dir: Path, stop_grace: float = 5.0) -> None:
-        self.workdir = Path(workdir)
-        self.run_dir = Path(run_dir)
-        self.state_dir = Path(state_dir)
-        self.stop_grace = stop_grace
-
     @classmethod
-    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Notices"] = None) -> "LocalBackend":
+    def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Notices"] = None) -> Backend:
         spec = loaded.spec
         run_dir = record.dir if record is not None else name_dir(loaded)
         state = record.state_dir if record is not None else state_dir(runs_dir(loaded), spec.name)
-        return cls(workdir=(loaded.base_dir / spec.workdir).resolve(), run_dir=run_dir, state_dir=state,
-                   stop_grace=spec.watchdog.stop_grace)
+        run = LocalRun(workdir=(loaded.base_dir / spec.workdir).resolve(), run_dir=run_dir, state_dir=state,
+                       stop_grace=spec.watchdog.stop_grace)
+        return Backend(cls, LocalHosts(run), LocalTasks(run))
 
     @classmethod
     def place(cls, spec: "Spec") -> Placement:
@@ -128,13 +138,19 @@ class LocalBackend(Backend):
                          gpu_limits=({LOCAL_HOST: os.environ["CUDA_VISIBLE_DEVICES"]}
                                      if "CUDA_VISIBLE_DEVICES" in os.environ else {}))
 
-    # -------------------------------------------------------------- preflight
 
-    def preflight(self, plan: Plan) -> None:
-        if not self.workdir.is_dir():
-            raise LaunchError(f"workdir: {self.workdir} is not a directory; create it or fix workdir in the spec")
+class LocalHosts(Hosts):
+    """This machine: the workdir, the entrypoint and the ports checked; its memory; leftovers."""
+
+    def __init__(self, run: LocalRun) -> None:
+        self.run = run
+
+    def probe(self, plan: Plan) -> None:
+        workdir = self.run.workdir
+        if not workdir.is_dir():
+            raise LaunchError(f"workdir: {workdir} is not a directory; create it or fix workdir in the spec")
         argv0 = plan.tasks[0].command[0] if plan.tasks else ""
-        if argv0 and shutil.which(argv0, path=self._path()) is None and not (self.workdir / argv0).is_file():
+        if argv0 and shutil.which(argv0, path=self.run.path()) is None and not (workdir / argv0).is_file():
             raise LaunchError(
                 f"entrypoint: command '{argv0}' not found on PATH (task {plan.tasks[0].key}); "
                 "install it or give its full path"
@@ -151,66 +167,12 @@ class LocalBackend(Backend):
                     "stop what holds it or change ports.base in the spec"
                 )
 
-    # -------------------------------------------------------------- tasks
-
-    def _path(self) -> str:
-        # Local tasks find the launcher's own Python first, so `python -m worker` uses this venv.
-        return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-
-    def task_env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(task.env)
-        env.update(
-            {
-                "PATH": self._path(),
-                envnames.RUN_DIR: str(self.run_dir),
-                envnames.STATE_DIR: str(self.state_dir),
-            }
-        )
-        env.update(extra)
-        return env
-
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> LocalTask:
-        promotion = None
-        if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file (see promote)
-            self._standbys = getattr(self, "_standbys", 0) + 1
-            promotion = self.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
-            env = {**env, envnames.STANDBY_ENV: str(promotion)}
-        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.stop_grace), "--", *task.command]
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,  # the lifeline: closes when this launcher dies
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=self.workdir,
-            env=self.task_env(task, env),
-            start_new_session=True,
-            close_fds=True,
-        )
-        handle = LocalTask(task, proc, on_line)
-        handle.promotion = promotion
-        return handle
-
-    def promote(self, handle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """The environment a cold start would add to this launcher's own (the plan's task env, the
-        run/state dirs, ``env``), written to the standby's promotion file, then SIGUSR1."""
-        path = getattr(handle, "promotion", None)
-        if path is not None:
-            overlay = {**task.env_dict, envnames.RUN_DIR: str(self.run_dir), envnames.STATE_DIR: str(self.state_dir),
-                       **env}
-            write_promotion(path, overlay)
-        handle.signal(signal.SIGUSR1)
+    def allocate(self, spec: "Spec") -> Placement:
+        return LocalBackend.place(spec)
 
     def free_memory(self, hosts) -> dict[str, int]:
         free = mem_available()
         return {LOCAL_HOST: free} if free is not None else {}
-
-    def port_open(self, task: PlannedTask) -> bool:
-        if task.port is None:
-            return True
-        return accepts("127.0.0.1", task.port)
-
-    # -------------------------------------------------------------- tfcluster down
 
     def down(self, run: RecordedRun, console: "Notices") -> bool:
         """Kill the task groups the run left behind, by pgid and start time (never by name), each
@@ -227,10 +189,67 @@ class LocalBackend(Backend):
                                     "that is not this run's")
                 continue
             leftovers.append(key)
-            kill_group(pgid, self.stop_grace)
+            kill_group(pgid, self.run.stop_grace)
         if leftovers:
             console.info(f"stopped leftover tasks: {', '.join(leftovers)}")
         return bool(leftovers)
+
+
+class LocalTasks(Tasks):
+    """Each task a child process group of this launcher, under taskwrap."""
+
+    def __init__(self, run: LocalRun) -> None:
+        self.run = run
+        self._standbys = 0
+
+    def _env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(task.env)
+        env.update(
+            {
+                "PATH": self.run.path(),
+                envnames.RUN_DIR: str(self.run.run_dir),
+                envnames.STATE_DIR: str(self.run.state_dir),
+            }
+        )
+        env.update(extra)
+        return env
+
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> LocalTask:
+        promotion = None
+        if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file (see promote)
+            self._standbys += 1
+            promotion = self.run.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
+            env = {**env, envnames.STANDBY_ENV: str(promotion)}
+        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace), "--", *task.command]
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,  # the lifeline: closes when this launcher dies
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=self.run.workdir,
+            env=self._env(task, env),
+            start_new_session=True,
+            close_fds=True,
+        )
+        handle = LocalTask(task, proc, on_line)
+        handle.promotion = promotion
+        return handle
+
+    def promote(self, handle, task: PlannedTask, env: Mapping[str, str]) -> None:
+        """The environment a cold start would add to this launcher's own (the plan's task env, the
+        run/state dirs, ``env``), written to the standby's promotion file, then SIGUSR1."""
+        path = getattr(handle, "promotion", None)
+        if path is not None:
+            overlay = {**task.env_dict, envnames.RUN_DIR: str(self.run.run_dir),
+                       envnames.STATE_DIR: str(self.run.state_dir), **env}
+            write_promotion(path, overlay)
+        handle.signal(signal.SIGUSR1)
+
+    def port_open(self, task: PlannedTask) -> bool:
+        if task.port is None:
+            return True
+        return accepts("127.0.0.1", task.port)
 
 
 def port_problem(port: int) -> Optional[str]:

@@ -1,5 +1,5 @@
 """What the commands that read a spec share: loading it (and its plan) the one way, and handing a
-command to the machine where its run lives (``Backend.run_elsewhere``)."""
+command to the machine where its run lives (``BackendKind.run_elsewhere``)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ from launcher.spec.model import (  # noqa: F401 - the models are re-exported: ``
     Spec,
     State,
     TaskGroup,
-    Tasks,
+    TaskCounts,
     Tpu,
     Watchdog,
 )

@@ -1,7 +1,7 @@
 """spec + placement -> plan: a pure function that assigns ports and builds TF_CONFIG.
 
 Where each task runs (its host and the address others dial) is the backend's answer
-(``Backend.place`` / ``Backend.allocate``, a ``Placement``); everything else is decided here.
+(``BackendKind.place`` / ``Hosts.allocate``, a ``Placement``); everything else is decided here.
 The plan is the single immutable description every backend executes and ``tfcluster plan``
 prints; nothing here touches the network, the file system or the clock. What a plan holds (its
 tasks, their TF_CONFIG and environment, its JSON shapes) is launcher/plan/model.py.

@@ -2,7 +2,7 @@
 
 Pure: no I/O. After a failed attempt the supervisor (launcher/supervise/membership.py) takes as lost the
 hosts whose tasks' sessions were lost (``TaskHandle.session_lost``) and those that do not answer
-(``Backend.lost_hosts``); each is *suspect* (:func:`suspect_how`) until it has answered for
+(``Hosts.lost``); each is *suspect* (:func:`suspect_how`) until it has answered for
 ``elastic.settle`` s without a break. It asks :func:`replace_lost` for the next plan. A lost
 host's tasks move, with the same identities (type and index), onto spare hosts: hosts listed
 under ``hosts:`` that no task of the plan uses and that are not suspect. Every task of the group

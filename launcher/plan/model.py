@@ -32,7 +32,7 @@ class Slot:
 
 @dataclass(frozen=True)
 class Placement:
-    """A backend's answer to "where does each task run?" (``Backend.place``/``allocate``).
+    """A backend's answer to "where does each task run?" (``BackendKind.place``/``Hosts.allocate``).
 
     ``slots`` maps every task key (``worker:0``) to its Slot. ``placeholder`` is True when the
     hosts are stand-ins because the backend learns the real nodes only when it allocates them;

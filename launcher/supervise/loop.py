@@ -92,7 +92,8 @@ class Supervisor:
         standby_on, self.standby_why = standby_decision(
             restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
             elastic=self.members.elastic,
-            refused=backend.standby_off(spec) if spec is not None and backend.capabilities.warm_standby else None)
+            refused=(backend.hosts.standby_off(spec) if spec is not None and backend.capabilities.warm_standby
+                     else None))
         self._sink_failed: set[str] = set()
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunModel()
@@ -141,7 +142,7 @@ class Supervisor:
                 attempt = self._run_attempt(number)
                 if attempt.state == SUCCEEDED:
                     try:
-                        self.backend.collect_results()
+                        self.backend.tasks.collect_results()
                     except LaunchError as exc:
                         for line in exc.lines:
                             self.console.error(line)
@@ -255,7 +256,7 @@ class Supervisor:
         number = attempt.number
         self.prewarm.due = None  # (an earlier attempt's, not started before it ended)
         try:
-            self.backend.prepare_attempt(number)
+            self.backend.tasks.prepare_attempt(number)
         except LaunchError as exc:
             self.report.fail(attempt, "prepare", "; ".join(exc.lines), None, final=isinstance(exc, AttemptImpossible))
             return None
@@ -265,7 +266,7 @@ class Supervisor:
         promoted = self.standby.promote_all(self.plan.tasks, self._env(number))
         for task in self.plan.tasks:
             if self.stop_event.is_set():
-                self.backend.stop([promoted.pop(k) for k in list(promoted) if k not in exits], grace=0)
+                self.backend.tasks.stop([promoted.pop(k) for k in list(promoted) if k not in exits], grace=0)
                 break
             try:
                 self._launch(task.key, number, ready=(offsets[task.key], promoted.pop(task.key, None)))
@@ -333,8 +334,8 @@ class Supervisor:
         warm = handle is not None
         if handle is None:
             stub = stub_command(task.command)  # a Python script or module: under the stub, for its liveness
-            handle = self.backend.start(task if stub is None else replace(task, command=tuple(stub)),
-                                        self._env(number), self._drain_line)
+            handle = self.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
+                                              self._env(number), self._drain_line)
         self.group.handles[key] = handle
         self.record.task_started(key, attempt=number, **handle.info())
         self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
@@ -402,7 +403,7 @@ class Supervisor:
         if running:
             how = "SIGKILL" if grace <= 0 else f"SIGTERM, SIGKILL after {grace:g} s"
             self.console.info(f"stopping {', '.join(running)} ({how})")
-        left = self.backend.stop(handles, grace)
+        left = self.backend.tasks.stop(handles, grace)
         # Each stopped task's last lines into its log before the attempt (or the run) ends: a reader
         # thread the load held up past poll()'s short wait would otherwise log them after the next
         # attempt's offsets, or die with this process when the run ends, the lines lost.

@@ -91,7 +91,7 @@ class Membership:
                                   f"hosts answer for elastic.settle={opts.settle:g} s"
                                   + (" or discovery.command finds them" if self.poller is not None else ""))
             if self.down:
-                self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on
+                self.backend.hosts.back(list(self.down), opts.settle)  # watched from now on
         if self.poller is not None:
             self.poller.start()
 
@@ -156,7 +156,7 @@ class Membership:
         if early is not None and (early.hosts, early.look) == (hosts, look):
             quiet = early.result()
         else:
-            quiet = self.backend.lost_hosts(hosts, 0.0, self.stop_event, look=look)
+            quiet = self.backend.hosts.lost(hosts, 0.0, self.stop_event, look=look)
         if self.stop_event.is_set():
             return self.finish(Outcome.INTERRUPTED)
         lost = {}
@@ -176,7 +176,7 @@ class Membership:
         down takes LOOK s when its link is already gone."""
         if self.elastic and self.spec is not None and sessions:
             hosts, look = self._look_at(sessions)
-            self._looking = _Look(hosts, look, lambda: self.backend.lost_hosts(hosts, 0.0, self.stop_event, look=look))
+            self._looking = _Look(hosts, look, lambda: self.backend.hosts.lost(hosts, 0.0, self.stop_event, look=look))
 
     def _look_at(self, sessions: Mapping[str, float]) -> tuple[list[str], dict[str, float]]:
         """The hosts after_failure looks at, and how long each may take. One look each, no wait.
@@ -214,7 +214,7 @@ class Membership:
             self.console.error(line)
             return self.finish(Outcome.FAILED, reason=line)
         self.down += [h for h in sorted(lost) if h not in self.down]
-        self.backend.hosts_back(list(self.down), opts.settle)  # watched from now on: settle counts from here
+        self.backend.hosts.back(list(self.down), opts.settle)  # watched from now on: settle counts from here
         if isinstance(change, str):
             if not wait:
                 self.console.error(change)
@@ -242,12 +242,12 @@ class Membership:
             self.record.write(ev.HostWait(hosts=hosts, have=have, need=group_min, until=time.time() + opts.host_wait,
                                           wait=opts.host_wait, attempt=number))
         while True:
-            back = set(self.backend.hosts_back(list(self.down), opts.settle))
+            back = set(self.backend.hosts.back(list(self.down), opts.settle))
             if set(hosts) <= back:
                 for host in hosts:
                     self.down.remove(host)
                     self.record.write(ev.HostAdded(host=host, attempt=number, settle=opts.settle, spare=False))
-                self.backend.hosts_back(list(self.down), opts.settle)  # no longer watched: a fresh clock next time
+                self.backend.hosts.back(list(self.down), opts.settle)  # no longer watched: a fresh clock next time
                 self.console.info(f"{', '.join(hosts)} answer{'s' if len(hosts) == 1 else ''} again "
                                   f"({opts.settle:g} s without a break, elastic.settle); restarting the group on "
                                   f"{them} from the last backup")
@@ -284,7 +284,7 @@ class Membership:
             return None  # explicit tasks.*.ports: they stay
         self.port_plans.append(plan)
         self.plan = plan
-        self.backend.use_plan(plan)
+        self.backend.tasks.use_plan(plan)
         return "on fresh ports"
 
     def use(self, change: PlanChange, lost: dict[str, str], number: int, then: str) -> None:
@@ -301,7 +301,7 @@ class Membership:
         self.console.info(f"{change.describe(lost)}; {then} (plan {n}; a membership change does not count "
                           "against restart.max_restarts)")
         self.plan = change.plan
-        self.backend.use_plan(change.plan)
+        self.backend.tasks.use_plan(change.plan)
 
     def _discovered(self) -> bool:
         """While an attempt runs: the discovery command's newest answer (launcher/loader/discovery.py).
@@ -330,7 +330,7 @@ class Membership:
             return False
         hosts = tuple(h for h in self.spec.hosts if h.name not in gone) + tuple(added)
         self.spec = self.spec.model_copy(update={"hosts": hosts})
-        self.backend.add_hosts(added)
+        self.backend.hosts.add(added)
         self.down = [h for h in self.down if h not in gone] + [h.name for h in added]
         self.record.write(ev.DiscoveryAnswer(ok=True, added=[h.name for h in added], gone=list(gone)))
         bits = ([f"{listing([h.name for h in added], 'hosts')} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
@@ -352,7 +352,7 @@ class Membership:
         is to end (REGROW) and its tasks are stopped gracefully (they save the step they agree on)."""
         assert self.spec is not None
         opts = options(self.spec)
-        back = self.backend.hosts_back(list(self.down), opts.settle)
+        back = self.backend.hosts.back(list(self.down), opts.settle)
         if not back:
             return False
         for host in back:
@@ -368,7 +368,7 @@ class Membership:
 
 
 class _Look:
-    """A look at hosts (``Backend.lost_hosts``) running in its own thread; ``result`` waits for it."""
+    """A look at hosts (``Hosts.lost``) running in its own thread; ``result`` waits for it."""
 
     def __init__(self, hosts: list[str], look: dict[str, float], run: Callable[[], dict[str, str]]) -> None:
         self.hosts, self.look = hosts, look

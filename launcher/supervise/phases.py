@@ -116,7 +116,7 @@ class AttemptPhases:
             return False
         watch.next_ready_check = now + READY_CHECK_EVERY
         for task in self.plan.tasks:
-            if task.key not in watch.ready and watch.exits.get(task.key) is None and self.backend.port_open(task):
+            if task.key not in watch.ready and watch.exits.get(task.key) is None and self.backend.tasks.port_open(task):
                 watch.ready.add(task.key)
                 self.record.write(ev.Ready(task=task.key, attempt=attempt.number,
                                            after=round(now - watch.started, 3)))
@@ -209,7 +209,7 @@ class AttemptPhases:
                 # down, its sshd still accepting), so the worker is not restarted onto it.
                 self.report.fail(attempt, key, self.group.handles[key].state_note() or describe_exit(code), code)
                 return False
-            if self.backend.lost_hosts([host], 0.0, self.stop_event):
+            if self.backend.hosts.lost([host], 0.0, self.stop_event):
                 self.report.fail(attempt, key, _host_gone(code, host), code)
                 return False
         if self.worker_restarts >= self.restart.max_restarts:
@@ -227,7 +227,7 @@ class AttemptPhases:
         except LaunchError as exc:
             # Its host failed the start (gone since the check above, or broken): that worker's
             # failure, not the run's. An elastic run leaves it out if its host is now lost.
-            if self.members.elastic and self.backend.lost_hosts([host], 0.0, self.stop_event):
+            if self.members.elastic and self.backend.hosts.lost([host], 0.0, self.stop_event):
                 self.worker_restarts -= 1  # a host lost spends no restart
                 self.report.fail(attempt, key, _host_gone(code, host), code)
                 return False

@@ -103,7 +103,7 @@ class Prewarm:
             self.console.info(f"{key}: its warm standby did not answer the promotion within {ACK_BOUND:g} s "
                               f"(no '{PROMOTED}' line); starting it cold")
             self.record.write(ev.StandbyStopped(tasks=[key], reason="no answer to the promotion"))
-            self.backend.stop([handle], grace=0)
+            self.backend.tasks.stop([handle], grace=0)
             try:
                 self.launch(key, attempt.number, standby_ok=False)
             except LaunchError as exc:

@@ -137,7 +137,7 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
     default) turns it on where it is safe: a backend that can, a run that may restart (or move
     tasks: elastic), and an entrypoint known to honour TFCLUSTER_STANDBY (a script that does not
     would start training as a standby). ``refused``: why this backend keeps none for this spec
-    (``Backend.standby_off``)."""
+    (``Hosts.standby_off``, and before a run ``BackendKind.standby_off``)."""
     value = restart.warm_standby
     if value is False:
         return False, "off (restart.warm_standby: false)"
@@ -234,7 +234,7 @@ class WarmStandby:
             own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
             self.record.write(ev.StandbyStart(
                 attempt=number, pids=own, hosts=sorted({s.task.host for s in started}),
-                # what each host said it had (Backend.free_memory), when it could
+                # what each host said it had (Hosts.free_memory), when it could
                 available_mb={h: n // 2**20 for h, n in sorted(self._free.items())} if self._free else None,
                 spares=sorted({s.task.host for s in started} & set(dict(spares))) if spares else None))
 
@@ -267,9 +267,9 @@ class WarmStandby:
 
         stub = stub_command(task.command)  # a Python script or module: under the standby stub
         try:
-            handle = self.backend.start(task if stub is None else replace(task, command=tuple(stub)),
-                                        {**env, envnames.STANDBY: "1"},
-                                        lambda key, line: self.drain_line(key, line, sink))
+            handle = self.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
+                                              {**env, envnames.STANDBY: "1"},
+                                              lambda key, line: self.drain_line(key, line, sink))
         except LaunchError as exc:
             self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
             return None
@@ -282,7 +282,7 @@ class WarmStandby:
         for t in tasks:
             per_host[t.host] = per_host.get(t.host, 0) + 1
         try:
-            free = self.backend.free_memory(sorted(per_host))
+            free = self.backend.hosts.free_memory(sorted(per_host))
         except Exception:  # noqa: BLE001 - memory unknown: not a reason to fail the run
             free = {}
         self._free = dict(free)
@@ -320,7 +320,7 @@ class WarmStandby:
             for t, s in pairs:
                 began = time.time()
                 try:
-                    self.backend.promote(s.handle, t, env)
+                    self.backend.tasks.promote(s.handle, t, env)
                     done.append((t, s, began, time.time(), None))
                 except LaunchError as exc:
                     done.append((t, s, began, time.time(), exc))
@@ -336,7 +336,7 @@ class WarmStandby:
             if exc is not None:
                 self.console.info(f"{t.key}: its warm standby could not be promoted ({exc.lines[0]}); starting it cold")
                 s.stopping = True
-                self.backend.stop([s.handle], grace=0)
+                self.backend.tasks.stop([s.handle], grace=0)
                 continue
             s.promoted_at = self.clock()
             self._promoted[t.key] = s
@@ -357,7 +357,7 @@ class WarmStandby:
             del self._waiting[task.key]
         if s.handle.poll() is not None or not s.marked or not _same_process(s.task, task):
             s.stopping = True
-            self.backend.stop([s.handle], grace=0)
+            self.backend.tasks.stop([s.handle], grace=0)
             return None
         s.active = True
         return s
@@ -389,6 +389,6 @@ class WarmStandby:
             left = [s for mine in self._waiting.values() for s in mine]
             for s in left:
                 s.stopping = True
-            self.backend.stop([s.handle for s in left], grace=0)
+            self.backend.tasks.stop([s.handle for s in left], grace=0)
             self.record.write(ev.StandbyStopped(tasks=list(self._waiting)))
             self._waiting.clear()

@@ -1,5 +1,6 @@
-"""The Backend contract (launcher/backends/base.py), run against every registered backend on the
-real thing: local processes, the ssh lab's sshd hosts, the private Docker engine.
+"""The backend contract (launcher/backends/base.py: the kind, its Hosts and Tasks), run against
+every registered backend on the real thing: local processes, the ssh lab's sshd hosts, the
+private Docker engine.
 
 Each task runs a small Python program (no TensorFlow) whose behaviour -- print, exit with a code,
 die of a signal, trap a signal, ignore SIGTERM, listen on its port -- is given per task in the
@@ -30,7 +31,7 @@ import pytest
 import yaml
 
 from launcher.backends import RecordedRun, backend_class, backend_names
-from launcher.backends.base import Backend, TaskHandle
+from launcher.backends.base import BackendKind, TaskHandle
 from launcher.ui.console import Console
 from launcher.plan.build import build_plan, task_keys
 from launcher.record.writer import RunRecord
@@ -142,8 +143,9 @@ def env(request) -> ContractEnv:
 
 
 class Run:
-    """One run of the contract program on ``env``'s backend, driven through the Backend API the
-    way the supervisor drives it (from_spec, preflight, allocate, start, poll, stop, close)."""
+    """One run of the contract program on ``env``'s backend, driven through its two seams the
+    way the supervisor drives them (from_spec, hosts.probe, hosts.allocate, tasks.start, poll,
+    tasks.stop, close)."""
 
     def __init__(self, env: ContractEnv, tmp_path: Path, actions: dict[str, list[str]], stop_grace: float = 2.0):
         self.env = env
@@ -160,7 +162,7 @@ class Run:
         path = tmp_path / "cluster.yaml"
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
         self.loaded = load_spec(path)
-        self.cls: type[Backend] = backend_class(self.loaded.spec.backend)
+        self.cls: type[BackendKind] = backend_class(self.loaded.spec.backend)
         self.out, self.err = io.StringIO(), io.StringIO()
         self.console = Console(out=self.out, err=self.err, color=False)
         static = self.cls.place(self.loaded.spec)
@@ -171,8 +173,8 @@ class Run:
         self.lock = threading.Lock()
         self.handles: dict[str, TaskHandle] = {}
         try:
-            self.backend.preflight(self.plan)
-            self.placement = self.backend.allocate(self.loaded.spec)
+            self.backend.hosts.probe(self.plan)
+            self.placement = self.backend.hosts.allocate(self.loaded.spec)
             self.static = static
             self.plan = build_plan(self.loaded.spec, self.placement)
             self.record.plan = self.plan
@@ -187,7 +189,7 @@ class Run:
     def start(self) -> dict[str, TaskHandle]:
         for task in self.plan.tasks:
             env = {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": self.record.run_id}
-            self.handles[task.key] = self.backend.start(task, env, self.on_line)
+            self.handles[task.key] = self.backend.tasks.start(task, env, self.on_line)
         return self.handles
 
     def wait(self, what: str, predicate: Callable[[], object], timeout: float) -> None:
@@ -211,7 +213,7 @@ class Run:
     def close(self) -> None:
         try:
             if self.handles:
-                self.backend.stop(list(self.handles.values()), grace=0)
+                self.backend.tasks.stop(list(self.handles.values()), grace=0)
         finally:
             self.backend.close()
             self.record.close()
@@ -296,7 +298,7 @@ def test_stop_sends_sigterm_then_sigkill_after_the_grace(env, runs):
     run.wait_line("worker:0", "ready")
     run.wait_line("worker:1", "ready")
     started = time.monotonic()
-    left = run.backend.stop(list(handles.values()), grace=2.0)
+    left = run.backend.tasks.stop(list(handles.values()), grace=2.0)
     took = time.monotonic() - started
     assert left == []
     assert "got TERM" in run.lines_of("worker:0")
@@ -310,7 +312,7 @@ def test_stop_with_no_grace_kills_at_once(env, runs):
     handles = run.start()
     run.wait_line("worker:0", "ready")
     run.wait_line("worker:1", "ready")
-    assert run.backend.stop(list(handles.values()), grace=0) == []
+    assert run.backend.tasks.stop(list(handles.values()), grace=0) == []
     assert [h.poll() for h in handles.values()] == [128 + signal.SIGKILL] * 2
     assert "got TERM" not in run.lines_of("worker:0")
 
@@ -325,10 +327,10 @@ def test_port_open_tells_a_listening_task_from_a_silent_one(env, runs):
     run.wait_line("worker:1", "ready")
     zero, one = run.plan.task("worker:0"), run.plan.task("worker:1")
     if not run.cls.capabilities.port_probe:
-        assert run.backend.port_open(zero) is True  # no probe: the contract's default answer
+        assert run.backend.tasks.port_open(zero) is True  # no probe: the contract's default answer
         return
-    run.wait("worker:0's port open", lambda: run.backend.port_open(zero), 20)
-    assert run.backend.port_open(one) is False
+    run.wait("worker:0's port open", lambda: run.backend.tasks.port_open(zero), 20)
+    assert run.backend.tasks.port_open(one) is False
 
 
 # ---------------------------------------------------------------- down
@@ -346,12 +348,12 @@ def test_down_stops_what_a_run_left_from_its_record(env, runs):
     console = Console(out=io.StringIO(), err=io.StringIO(), color=False)
     other = run.cls.from_spec(run.loaded, None, console)
     try:
-        assert other.down(recorded, console) is True
+        assert other.hosts.down(recorded, console) is True
     finally:
         other.close()
     run.wait("every task gone", lambda: all(h.poll() is not None for h in handles.values()), 30)
     again = run.cls.from_spec(run.loaded, None, console)
     try:
-        assert again.down(recorded, console) is False  # nothing left to stop
+        assert again.hosts.down(recorded, console) is False  # nothing left to stop
     finally:
         again.close()

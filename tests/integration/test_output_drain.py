@@ -13,14 +13,15 @@ import json
 import sys
 import threading
 
-from launcher.backends.local import LocalBackend
+from launcher.backends.base import Backend
+from launcher.backends.local import LocalBackend, LocalHosts, LocalRun, LocalTasks
 from launcher.record.layout import log_path
 from tests.support.fakes import supervise
 
 HELD = 4.0  # s after the exit is seen: beyond ChildTask.poll's 2 s, within the attempt end's DRAIN_BOUND
 
 
-class HeldReaders(LocalBackend):
+class HeldReaders(LocalTasks):
     """The local backend, each task's line sink held until HELD s after its exit is first seen."""
 
     def start(self, task, env, on_line):
@@ -53,7 +54,8 @@ def test_the_last_lines_of_a_task_are_logged_before_the_run_ends(tmp_path):
         tasks: {{worker: 1}}
         watchdog: {{stop_grace: 0}}
     """
-    backend = HeldReaders(tmp_path, tmp_path / "backend", tmp_path / "state", stop_grace=0)
+    run = LocalRun(tmp_path, tmp_path / "backend", tmp_path / "state", stop_grace=0)
+    backend = Backend(LocalBackend, LocalHosts(run), HeldReaders(run))
     result = supervise(tmp_path, spec, backend, poll_interval=0.05)
     assert result.code == 0, result.err
     run = next(p for p in (tmp_path / "runs" / "s").iterdir() if p.is_dir() and not p.is_symlink()

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from launcher.backends.base import Backend, Capabilities, TaskHandle
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, TaskHandle, Tasks
 from launcher.errors import exit_code_for
 from launcher.ui.console import Console
 from launcher.app.up import plan_for
@@ -112,13 +112,23 @@ class ScriptedTask(TaskHandle):
         return self.script.port_after is not None and self.polls >= self.script.port_after
 
 
-class ScriptedBackend(Backend):
-    """``scripts[(task key, n)]``: what the task's n-th start (0-based) does, else ``default``.
+class ScriptedBackend(Hosts, Tasks):
+    """Both seams of a fake backend on one object (``seams`` makes the run's ``Backend`` of it).
+    ``scripts[(task key, n)]``: what the task's n-th start (0-based) does, else ``default``.
     ``prepare_errors[attempt]`` is raised by ``prepare_attempt(attempt)``, ``collect_error`` by
     ``collect_results``. ``calls`` lists what the supervisor asked, in order: ``prepare N``,
     ``start KEY RESTART_COUNT``, ``collect``."""
 
     name = "scripted"
+    capabilities = Capabilities()
+
+    def seams(self) -> Backend:
+        """The run's Backend: this object as both seams, its kind named and capable as its class says."""
+        kind = type("ScriptedKind", (BackendKind,), {"name": self.name, "capabilities": self.capabilities})
+        return Backend(kind, self, self)
+
+    def allocate(self, spec):
+        raise AssertionError("the scripted backend allocates nothing: supervise() gives the plan")
 
     def __init__(self, scripts: Optional[Mapping[tuple[str, int], Script]] = None, default: Script = Script(), *,
                  prepare_errors: Optional[Mapping[int, Exception]] = None,
@@ -192,10 +202,11 @@ class Supervised:
         return self.err + self.out
 
 
-def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: float = 0.0, clock=None,
+def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, clock=None,
               stop_after: Optional[int] = None, stop=None, standby_after_ready: float = 0.0,
               plan=None, absent: Optional[dict] = None, short_why: str = "") -> Supervised:
-    """Run ``Supervisor`` on the (dedented) spec with ``backend``, its record under
+    """Run ``Supervisor`` on the (dedented) spec with ``backend`` (a ``Backend``, or a
+    ScriptedBackend: its ``seams``), its record under
     ``tmp_path/runs``; ``clock`` is the supervisor's (None: its own, the real one; a ``Counter``
     for no wall-clock waits). ``stop_after``: interrupt once this many tasks have been started
     (``backend`` a ScriptedBackend), or call ``stop(supervisor)`` instead if given.
@@ -208,7 +219,8 @@ def supervise(tmp_path, spec_yaml: str, backend: Backend, *, poll_interval: floa
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     extra = {} if clock is None else {"clock": clock}
-    sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
+    seams = backend if isinstance(backend, Backend) else backend.seams()
+    sup = Supervisor(plan, seams, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
                      poll_interval=poll_interval, spec=spec, absent=absent or {}, short_why=short_why, **extra)
     sup.prewarm.after_ready = standby_after_ready
     if stop_after is not None:

@@ -134,7 +134,7 @@ def close_quietly(sock: Any) -> None:
 
 
 class DockerTask(TaskHandle):
-    """A task's container. ``backend`` is the DockerBackend that started it (its client, url and
+    """A task's container. ``backend`` is the DockerRun it was started in (its client, url and
     network_name are read; typed Any so that this module does not import the backend's)."""
 
     def __init__(self, task: PlannedTask, backend: Any, container_id: str, name: str,

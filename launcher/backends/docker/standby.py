@@ -62,24 +62,25 @@ def write(path: Path, env: Mapping[str, str], uid_gid: tuple[int, int]) -> None:
                 os.chown(p, *uid_gid)
 
 
-def promote(backend: Any, handle: Any, task: PlannedTask, environment: Mapping[str, str]) -> None:
-    """Make ``handle``'s standby container the task (see the module's docstring), handing it
-    ``environment`` (what a cold start's container would get); the engine's errors propagate
-    (the backend makes them a LaunchError: the task then starts cold)."""
-    api = backend.client.api
-    old = backend._handles.pop(task.key, None)
+def promote(client: Any, handles: dict, network_id: Optional[str], handle: Any, name: str,
+            owner: Optional[tuple[int, int]], task: PlannedTask, environment: Mapping[str, str]) -> None:
+    """Make ``handle``'s standby container the task (see the module's docstring): the task's
+    alias on the run's network ``network_id``, its container ``name``, ``handles`` (task key ->
+    the task's container) updated, ``environment`` (what a cold start's container would get) in
+    its promotion file, owned by ``owner``. The engine's errors propagate (the tasks' seam makes
+    them a LaunchError: the task then starts cold)."""
+    api = client.api
+    old = handles.pop(task.key, None)
     if old is not None and old is not handle:  # free the task's alias and name
         containers.close_quietly(old.lifeline)
-        containers.remove(backend.client, old.id)
-    api.disconnect_container_from_network(handle.id, backend._network_id)
-    api.connect_container_to_network(handle.id, backend._network_id, aliases=[task.address])
+        containers.remove(client, old.id)
+    api.disconnect_container_from_network(handle.id, network_id)
+    api.connect_container_to_network(handle.id, network_id, aliases=[task.address])
     handle.forget_ip()
-    name = backend.container_name(task)
     api.rename(handle.id, name)
     handle.name = name
     path = getattr(handle, "promotion", None)
     if path is not None:
-        write(path, environment, backend._owner)
+        write(path, environment, owner)
     api.kill(handle.id, signal=int(signal.SIGUSR1))  # raises if the container is gone: start cold
-    backend._handles[task.key] = handle
-
+    handles[task.key] = handle

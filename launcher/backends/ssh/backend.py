@@ -23,17 +23,15 @@ sync.py (ssh.sync/ssh.setup), probe.py (the preflight probe), task.py (a running
 lease.py (the lease thread), heartbeat.py (is the host still there), state.py (the state
 dir), down.py (``tfcluster down``), placement.py (the preflight's lines on the hosts' GPUs),
 preflight.py (the probe again), starts.py (starting tasks, promoting
-standbys); the helpers take the pool, not the backend; this file ties them into the Backend.
+standbys); the helpers take the pool, not the backend; this file ties them into the two seams,
+``SSHHosts`` and ``SSHTasks``, which share one ``SSHRun`` (the pool and what is built on it).
 """
 
 from __future__ import annotations
 
 import difflib
-import signal as _signal
-import time
-from dataclasses import replace
-from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional, Sequence
 
 from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
@@ -43,7 +41,7 @@ from launcher.plan.startsmall import DROPPED, NOT_ANSWERING, HostReport, by_gpus
 from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, probe as ssh_probe, sync as ssh_sync
-from launcher.backends.base import Backend, Capabilities, LineSink, RecordedRun, TaskHandle
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, TaskHandle, Tasks
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
 from launcher.backends.ssh.options import SSHOptions
@@ -67,12 +65,82 @@ def require_ssh_libraries() -> None:
                           "install it with: pip install 'tfcluster[ssh]'") from None
 
 
-class SSHBackend(Backend):
+@dataclass(frozen=True)
+class SSHRun:
+    """What both seams of an ssh run share: the spec, the record, and the pool of hosts with the
+    state dir's copy and the task starts built on it (pool.py, state.py, starts.py)."""
+
+    loaded: LoadedSpec
+    record: Any
+    console: Notices
+    pool: HostPool
+    state_sync: StateSync
+    starts: Starts
+
+    @property
+    def spec(self) -> Spec:
+        return self.loaded.spec
+
+
+def open_run(loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
+             runner: Optional[Runner] = None) -> SSHRun:
+    """The pool of the spec's hosts (nothing connected yet), its state copy and starts; the
+    record's events for what the hosts say (a preemption notice, a task's GPUs and their use)."""
+    if runner is None:
+        require_ssh_libraries()
+    spec, opts = loaded.spec, loaded.spec.ssh
+    console = console or PlainNotices()
+    run_id = record.run_id if record is not None else "down"
+    if opts.config:
+        from launcher.backends.ssh.connect import resolve_local
+
+        if not resolve_local(opts.config, loaded.base_dir).is_file():
+            raise LaunchError(f"ssh.config: {opts.config} does not exist; fix the path or remove the key")
+    write = record.write if record is not None else (lambda event: None)
+
+    def preempted(name: str) -> None:
+        """A task on ``name`` saw GCE's preemption notice (taskwrap's GCE_NOTICE line); the pool
+        counts the host as lost at once, without waiting elastic.host_wait."""
+        console.info(f"{name}: GCE preemption notice; its tasks save and stop now")
+        write(ev.HostPreempted(host=name))
+
+    def gpu_figures(key: str, mib: int, util: Optional[int]) -> None:
+        """A task's GPU memory and utilisation from its wrapper on the host (taskwrap --gpu-watch):
+        the same ``gpu_usage`` event the local backend's watch writes (panel, status, report)."""
+        write(ev.GpuUsage(tasks={key: [mib, util]}))
+
+    def gpus_given(key: str, given: tuple) -> None:
+        """The host's GPUs a task's wrapper gave it (taskwrap --gpus: its indices, its
+        CUDA_VISIBLE_DEVICES where that names a MIG device or UUIDs, the collective it set there):
+        a task_gpus event (status)."""
+        ids, visible, collective = given
+        write(ev.TaskGpus(task=key, gpus=ids, visible=visible, collective=collective))
+
+    run_dir, state, workdir = remote_paths(opts, spec.name, run_id)
+    pool = HostPool(spec.hosts, opts, loaded.base_dir, (run_dir, state_dir(spec.state, state), workdir),
+                    runner=runner, on_preempted=preempted)
+    pool.share = spec.share
+    state_sync = StateSync(pool, spec.state, console, record, run_id)
+    starts = Starts(pool, state_sync, spec.name, spec.strategy, spec.watchdog.stop_grace, gpu_figures, gpus_given)
+    return SSHRun(loaded, record, console, pool, state_sync, starts)
+
+
+class SSHBackend(BackendKind):
     name = "ssh"
     options_key = "ssh"
     Options = SSHOptions
     capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, elastic=True, stacks=True,
                                 native_stacks=True)
+    # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
+    detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "
+                   "(or set ssh.supervisor: HOST to run it on a cluster host)")
+
+    @classmethod
+    def from_spec(cls, loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
+                  runner: Optional[Runner] = None) -> Backend:
+        """The run's seams over one pool of hosts (``runner``: how commands reach them, for tests)."""
+        run = open_run(loaded, record, console, runner)
+        return Backend(cls, SSHHosts(run), SSHTasks(run))
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
@@ -110,43 +178,18 @@ class SSHBackend(Backend):
 
         # (the command line names the spec as "{spec}": delegate puts in its path on that host)
         return delegate(loaded, request.argv("{spec}"), "{spec}", request.command, console,
-                        cls(loaded, record=None, console=console).pool)
+                        open_run(loaded, None, console).pool)
 
-    # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
-    detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "
-                   "(or set ssh.supervisor: HOST to run it on a cluster host)")
 
-    def __init__(self, loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
-                 runner: Optional[Runner] = None) -> None:
-        if runner is None:
-            require_ssh_libraries()
-        self.loaded = loaded
-        self.spec = loaded.spec
-        self.opts: SSHOptions = loaded.spec.ssh
-        self.record = record
-        self.console = console or PlainNotices()
-        self.run_id = record.run_id if record is not None else "down"
-        self.stop_grace = self.spec.watchdog.stop_grace
-        if self.opts.config and not self._local(self.opts.config).is_file():
-            raise LaunchError(f"ssh.config: {self.opts.config} does not exist; fix the path or remove the key")
-        run_dir, state, workdir = remote_paths(self.opts, self.spec.name, self.run_id)
-        # The hosts: connections, per-host state, starts, lease, heartbeat, membership (pool.py).
-        self.pool = HostPool(self.spec.hosts, self.opts, loaded.base_dir,
-                             (run_dir, state_dir(self.spec.state, state), workdir),
-                             runner=runner, on_preempted=self._preempted)
-        self.pool.share = self.spec.share
-        self.state_sync = StateSync(self.pool, self.spec.state, self.console, record, self.run_id)  # (state.py)
-        self.starts = Starts(self.pool, self.state_sync, self.spec.name, self.spec.strategy, self.stop_grace,
-                             self._gpu_figures, self._gpus_given)  # (starts.py)
+class SSHHosts(Hosts):
+    """The hosts: probed before the run (agents started, ports held, GPUs read), watched while
+    it runs (lost, back, added), and cleared by ``down``."""
 
-    def _local(self, path: str) -> Path:
-        from launcher.backends.ssh.connect import resolve_local
+    def __init__(self, run: SSHRun) -> None:
+        self.run = run
+        self.pool = run.pool
 
-        return resolve_local(path, self.loaded.base_dir)
-
-    # -------------------------------------------------------------- preflight
-
-    def preflight(self, plan: Plan) -> Optional[HostReport]:
+    def probe(self, plan: Plan) -> Optional[HostReport]:
         """The hosts found out (launcher/plan/startsmall.py makes the plans of what is found): a
         worker group with a min starts with the hosts that answer (startsmall.py), and where the
         probe refuses only the round-robin's GPU placement, the plan placed by each host's GPUs
@@ -154,41 +197,41 @@ class SSHBackend(Backend):
         names = [h.name for h in plan.hosts]
         if not names:
             return None
+        run, spec, opts = self.run, self.run.spec, self.run.spec.ssh
         full = plan
         report = HostReport(small=self._starts_small())
         if report.small:  # a worker group with a min: the hosts that answer now (startsmall.py)
             from launcher.backends.ssh.startsmall import hosts_there
 
-            plan, absent = hosts_there(self.pool, self.spec, plan, self.console.info,
-                                       countdown=self.console.countdown,
-                                       record=self.record.write_early if self.record is not None else None)
+            plan, absent = hosts_there(self.pool, spec, plan, run.console.info, countdown=run.console.countdown,
+                                       record=run.record.write_early if run.record is not None else None)
             report = replace(report, absent={h: NOT_ANSWERING for h in absent})
             names = [h.name for h in plan.hosts]
-        if self.opts.sync or self.opts.setup:
+        if opts.sync or opts.setup:
             # Setup runs on every host at once (a ThreadingGroup): connect them all first.
             ssh_probe.unreachable_error(names, self.pool.connect(names))
-            ssh_sync.sync_and_setup(self.pool, self.loaded, names)
+            ssh_sync.sync_and_setup(self.pool, run.loaded, names)
         # Otherwise each host connects and starts its agent without waiting for the others.
         try:
-            ssh_probe.probe(self.pool, self.state_sync, plan, names, countdown=self.console.countdown)
+            ssh_probe.probe(self.pool, run.state_sync, plan, names, countdown=run.console.countdown)
         except LaunchError as exc:
             smaller = self._without_dropped(full, plan, exc, report) if report.small else None
             if smaller is not None:  # worker hosts that dropped their sessions: started without them
                 report, plan = smaller
                 names = [h.name for h in plan.hosts]
-                ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
+                ssh_preflight.probe_again(self.pool, run.state_sync, plan, names)
             else:  # placed by the hosts' GPUs where that fits, else exc
                 report = replace(report, answered=tuple(names), gpus=self._gpus(names))
-                got = by_gpus(self.spec, plan, report) if gpu_refusals_only(plan, report.gpus, exc.lines) else None
+                got = by_gpus(spec, plan, report) if gpu_refusals_only(plan, report.gpus, exc.lines) else None
                 if got is None:
                     raise
                 plan, line = got
                 report = replace(report, by_gpus=True)
-                self.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
-                ssh_preflight.probe_again(self.pool, self.state_sync, plan, names)
+                run.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
+                ssh_preflight.probe_again(self.pool, run.state_sync, plan, names)
         report = replace(report, answered=tuple(names), gpus=self._gpus(names))
         for line in gpu_notes(plan, dict(report.gpus)):
-            self.console.info(line)
+            run.console.info(line)
         return report
 
     def _gpus(self, names: Sequence[str]) -> dict:
@@ -206,64 +249,24 @@ class SSHBackend(Backend):
         if not gone:
             return None
         report = replace(report, absent={**report.absent, **{h: DROPPED for h in gone}}, dropped=tuple(gone))
-        smaller = without_dropped(self.spec, full, report)
+        smaller = without_dropped(self.run.spec, full, report)
         if smaller is None:
             return None
         for h in gone:
             self.pool.forget_connection(self.pool.hosts[h])
-        self.console.info(f"{', '.join(gone)}: {'their' if len(gone) > 1 else 'its'} sessions dropped during the "
-                          "preflight (a host shutting down?); starting without "
-                          f"{'them' if len(gone) > 1 else 'it'}")
+        self.run.console.info(f"{', '.join(gone)}: {'their' if len(gone) > 1 else 'its'} sessions dropped during the "
+                              "preflight (a host shutting down?); starting without "
+                              f"{'them' if len(gone) > 1 else 'it'}")
         return report, smaller
 
     def _starts_small(self) -> bool:
         from launcher.backends import placed_hosts
         from launcher.plan.elastic import elastic_enabled, starts_small
 
-        return starts_small(self.spec, elastic_enabled(self.spec, placed_hosts(self.spec)))
+        return starts_small(self.run.spec, elastic_enabled(self.run.spec, placed_hosts(self.run.spec)))
 
-    # -------------------------------------------------------------- state dir (state.py)
-
-    def prepare_attempt(self, number: int) -> None:
-        self.state_sync.prepare_attempt(number)
-
-    # -------------------------------------------------------------- hosts that come and go (pool.py)
-
-    def _preempted(self, name: str) -> None:
-        """A task on ``name`` saw GCE's preemption notice (taskwrap's GCE_NOTICE line); the pool
-        counts the host as lost at once, without waiting elastic.host_wait."""
-        self.console.info(f"{name}: GCE preemption notice; its tasks save and stop now")
-        if self.record is not None:
-            self.record.write(ev.HostPreempted(host=name))
-
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
-        return self.pool.lost_hosts(hosts, wait, stop, look)
-
-    def hosts_back(self, hosts: Sequence[str], settle: float) -> list[str]:
-        return self.pool.hosts_back(hosts, settle)
-
-    def add_hosts(self, hosts) -> None:
-        self.pool.add_hosts(hosts)
-
-    def use_plan(self, plan: Plan) -> None:
-        self.state_sync.use(plan)
-        self.pool.unwatch({t.host for t in plan.tasks})  # a host the plan uses is no longer watched
-
-    def collect_results(self) -> None:
-        self.state_sync.collect()
-
-    # -------------------------------------------------------------- tasks
-
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
-        """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
-        return self.starts.start(task, env, on_line)
-
-    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """A warm standby: its environment into its promotion file, then SIGUSR1 (starts.py)."""
-        promotion = getattr(handle, "promotion", None)
-        if not isinstance(handle, SSHTask) or promotion is None:
-            return super().promote(handle, task, env)
-        self.starts.promote(handle, promotion, task, env)
+    def allocate(self, spec: Spec) -> Placement:
+        return SSHBackend.place(spec)
 
     def free_memory(self, hosts: Sequence[str]) -> dict[str, int]:
         """MemAvailable of each host (one short command per host, in parallel); a host that does
@@ -282,26 +285,49 @@ class SSHBackend(Backend):
         with self.pool.executor(len(names)) as ex:
             return {n: v for n, v in ex.map(one, names) if v is not None}
 
-    def _gpu_figures(self, key: str, mib: int, util: Optional[int]) -> None:
-        """A task's GPU memory and utilisation from its wrapper on the host (taskwrap --gpu-watch):
-        the same ``gpu_usage`` event the local backend's watch writes (panel, status, report)."""
-        if self.record is not None:
-            self.record.write(ev.GpuUsage(tasks={key: [mib, util]}))
+    def lost(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
+        return self.pool.lost_hosts(hosts, wait, stop, look)
 
-    def _gpus_given(self, key: str, given: tuple) -> None:
-        """The host's GPUs a task's wrapper gave it (taskwrap --gpus: its indices, its
-        CUDA_VISIBLE_DEVICES where that names a MIG device or UUIDs, the collective it set there):
-        a task_gpus event (status)."""
-        ids, visible, collective = given
-        if self.record is not None:
-            self.record.write(ev.TaskGpus(task=key, gpus=ids, visible=visible, collective=collective))
+    def back(self, hosts: Sequence[str], settle: float) -> list[str]:
+        return self.pool.hosts_back(hosts, settle)
+
+    def add(self, hosts) -> None:
+        self.pool.add_hosts(hosts)
+
+    def down(self, run: RecordedRun, console: Notices) -> bool:
+        """Stop a run's remote tasks from its record (down.py). True if any ran."""
+        spec = self.run.spec
+        return ssh_down.down(self.pool, run, console, spec.watchdog.stop_grace, spec.name)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class SSHTasks(Tasks):
+    """The tasks on the pool's hosts: started (the agent the probe left waiting, else cold),
+    promoted, signalled a host at a time, probed; the state dir between attempts (state.py)."""
+
+    def __init__(self, run: SSHRun) -> None:
+        self.run = run
+        self.pool = run.pool
+
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+        """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
+        return self.run.starts.start(task, env, on_line)
+
+    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
+        """A warm standby: its environment into its promotion file, then SIGUSR1 (starts.py)."""
+        promotion = getattr(handle, "promotion", None)
+        if not isinstance(handle, SSHTask) or promotion is None:
+            return super().promote(handle, task, env)
+        self.run.starts.promote(handle, promotion, task, env)
 
     def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
         """Signal tasks, one command per host, hosts in parallel (task.py)."""
         signal_tasks(self.pool, handles, sig)
 
     def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
-        """Backend.stop over this backend's tasks, signalled a host at a time (``signal_tasks``)."""
+        """Tasks.stop over this backend's tasks, signalled a host at a time (``signal_tasks``)."""
         return super().stop([h for h in handles if isinstance(h, SSHTask)], grace, deadline)
 
     def port_open(self, task: PlannedTask) -> bool:
@@ -327,11 +353,12 @@ class SSHBackend(Backend):
         code, _ = self.pool.run_on(hs.name, port_check_command(hs.python, task.address, task.port), None, 5.0)
         return code == 0
 
-    def close(self) -> None:
-        self.pool.close()
+    def use_plan(self, plan: Plan) -> None:
+        self.run.state_sync.use(plan)
+        self.pool.unwatch({t.host for t in plan.tasks})  # a host the plan uses is no longer watched
 
-    # -------------------------------------------------------------- down
+    def prepare_attempt(self, number: int) -> None:
+        self.run.state_sync.prepare_attempt(number)
 
-    def down(self, run: RecordedRun, console: Notices) -> bool:
-        """Stop a run's remote tasks from its record (down.py). True if any ran."""
-        return ssh_down.down(self.pool, run, console, self.stop_grace, self.spec.name)
+    def collect_results(self) -> None:
+        self.run.state_sync.collect()

@@ -38,11 +38,11 @@ from launcher.spec.model.base import (
 from launcher.spec.model.cluster import LoadedSpec, Spec
 from launcher.spec.model.devices import Collective, Devices, Tpu
 from launcher.spec.model.recovery import Discovery, Elastic, Restart, State, Watchdog
-from launcher.spec.model.tasks import Host, Ports, TaskGroup, Tasks
+from launcher.spec.model.tasks import Host, Ports, TaskGroup, TaskCounts
 
 __all__ = [
     "CLUSTER_STRATEGIES", "EXPORTED", "IMAGE_RE", "LOCAL_ONLY", "NOT_EXPORTED", "RESERVED_ENV", "SINGLE_HOST_STRATEGIES",
     "STRATEGIES", "TASK_TYPES", "Collective", "Devices", "Discovery", "Elastic", "Export", "Host", "LoadedSpec",
-    "OptionsModel", "Ports", "Restart", "Spec", "State", "TaskGroup", "Tasks", "Tpu", "Watchdog", "export_verdicts",
+    "OptionsModel", "Ports", "Restart", "Spec", "State", "TaskGroup", "TaskCounts", "Tpu", "Watchdog", "export_verdicts",
     "Flag", "PosInt", "Port", "Seconds", "UInt", "Whole", "whole_number",
 ]

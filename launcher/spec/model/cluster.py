@@ -24,7 +24,7 @@ from launcher.spec.model.base import (
 )
 from launcher.spec.model.devices import Collective, Devices, Tpu
 from launcher.spec.model.recovery import Discovery, Elastic, Restart, State, Watchdog
-from launcher.spec.model.tasks import Host, Ports, Tasks
+from launcher.spec.model.tasks import Host, Ports, TaskCounts
 
 
 def _tasks_needed_by_cluster_strategies(schema: dict[str, Any]) -> None:
@@ -59,7 +59,7 @@ class Spec(OptionsModel):
     `tfcluster-worker --epochs 3`."""
     hosts: Annotated[tuple[Host, ...], NOT_EXPORTED] = ()
     """The machines (ssh backend; local runs everything here); hosts no task uses are spares."""
-    tasks: Annotated[Tasks, EXPORTED]
+    tasks: Annotated[TaskCounts, EXPORTED]
     """How many tasks of each type; may be left out for the single-host strategies (`{worker: 1}`)."""
     ports: Annotated[Ports, EXPORTED] = Ports()
     """Where the TF ports start."""

@@ -110,8 +110,11 @@ class TaskGroup(OptionsModel):
         return self
 
 
-class Tasks(OptionsModel):
+class TaskCounts(OptionsModel):
     """``tasks:`` -- how many tasks of each type (a count, or a mapping with the count)."""
+
+    # "Tasks" in the schema, as before: the class is named apart from the backends' Tasks seam.
+    model_config = ConfigDict(title="Tasks")
 
     chief: TaskGroup = TaskGroup(count=0)
     """The chief: at most one (multi_worker_mirrored: optional, worker 0 is the chief without one;

@@ -329,7 +329,7 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
 
 
 def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, worker_image):
-    from launcher.backends import make_backend
+    from launcher.backends.docker.backend import DockerBackend
     from launcher.errors import LaunchError
     from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
@@ -342,9 +342,9 @@ def test_taken_container_name_is_reported_before_start(tmp_path, docker_engine, 
     client = docker_engine.client()
     squatter = client.containers.create(worker_image, ["true"], name=name)
     try:
-        backend = make_backend("docker", loaded=loaded, record=record)
+        backend = DockerBackend.from_spec(loaded, record)
         with pytest.raises(LaunchError) as err:
-            backend.preflight(plan)
+            backend.hosts.probe(plan)
         assert err.value.lines == (f"container name {name} is taken (task worker:1); remove it: docker rm -f {name}",)
         backend.close()
     finally:

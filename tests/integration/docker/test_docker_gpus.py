@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.plan import containergpus as docker_gpus
-from launcher.backends.docker.backend import DockerBackend
+from launcher.backends.docker.backend import DockerBackend, DockerHosts, DockerRun
 from launcher.errors import LaunchError
 from launcher.plan.build import build_plan
 from launcher.loader.load import load_spec
@@ -55,7 +55,7 @@ def test_host_config_gives_each_gpu_task_its_gpus_and_shm_and_cpu_tasks_none(tmp
                  ["python", "-c", "pass"], devices={"gpus_per_task": 1})
     loaded = load_spec(spec)
     plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
-    backend = DockerBackend(loaded)
+    backend = DockerRun(loaded)  # what both seams share: the client, each container's HostConfig
     made, problems = docker_gpus.containers(loaded.spec, plan.tasks, ((0, "A100", "u0"), (1, "A100", "u1")), None)
     assert problems == []
     client = docker_engine.client()
@@ -76,7 +76,7 @@ def test_host_config_gives_each_gpu_task_its_gpus_and_shm_and_cpu_tasks_none(tmp
         for cid in created:
             client.api.remove_container(cid, force=True)
         client.close()
-        backend.close()
+        backend.disconnect()
     # Workers: their own GPU of the engine host each, numbered 0 inside, 1 GB /dev/shm.
     for key, gpu in (("worker:0", "0"), ("worker:1", "1")):
         requests, shm, cvd, marker = seen[key]
@@ -108,16 +108,16 @@ def _created(tmp_path: Path, docker_engine, worker_image, name: str, workers: in
                  ["python", "-c", "pass"])
     loaded = load_spec(spec)
     plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
-    backend = DockerBackend(loaded)
+    backend = DockerRun(loaded)  # what both seams share: the client, each container's HostConfig
     client = docker_engine.client()
     created, seen = [], {}
     try:
         # Its GPU runtime probe asks this engine for the first container's GPUs and is refused:
         # what each container gets is made before it (the backend's own arithmetic, no stand-in).
         with pytest.raises(LaunchError) as refused:
-            backend.plan_gpus(plan)
+            DockerHosts(backend).plan_gpus(plan)
         for task in plan.tasks:
-            c = backend._containers[task.key]
+            c = backend.containers[task.key]
             cid = client.api.create_container(worker_image, command=["true"], environment=c.env,
                                               host_config=backend.host_config(container=c),
                                               labels={"tfcluster.name": name})["Id"]
@@ -129,7 +129,7 @@ def _created(tmp_path: Path, docker_engine, worker_image, name: str, workers: in
         for cid in created:
             client.api.remove_container(cid, force=True)
         client.close()
-        backend.close()
+        backend.disconnect()
     assert leftovers(docker_engine, name)[0] == []  # the probe's container is gone too
     return seen, str(refused.value)
 
@@ -182,7 +182,7 @@ def test_shm_size_from_the_spec_applies_to_every_container(tmp_path, docker_engi
                  ["python", "-c", "pass"], docker_extra={"shm_size": "2g"})
     loaded = load_spec(spec)
     plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
-    backend = DockerBackend(loaded)
+    backend = DockerRun(loaded)  # what both seams share: the client, each container's HostConfig
     # auto with 2 workers on 1 GPU: both get GPU 0, shared, with memory growth.
     made, _ = docker_gpus.containers(loaded.spec, plan.tasks, ((0, "A100", "u0"),), loaded.spec.docker.shm_size)
     assert [made[k].device_ids for k in ("worker:0", "worker:1")] == [(0,), (0,)]
@@ -197,7 +197,7 @@ def test_shm_size_from_the_spec_applies_to_every_container(tmp_path, docker_engi
             client.api.remove_container(cid, force=True)
     finally:
         client.close()
-        backend.close()
+        backend.disconnect()
 
 
 def test_asking_an_engine_without_gpu_runtime_for_gpus_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,

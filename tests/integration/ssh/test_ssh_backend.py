@@ -464,23 +464,23 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     loaded = load_spec(spec)
     plan = plan_for(loaded.spec)
     record = RunRecord(spec.parent / "runs", plan)
-    backend = SSHBackend(loaded, record)
+    backend = SSHBackend.from_spec(loaded, record)
     try:
-        backend.preflight(plan)
-        handles = [backend.start(t, {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": record.run_id},
+        backend.hosts.probe(plan)
+        handles = [backend.tasks.start(t, {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": record.run_id},
                                  lambda k, line: None) for t in plan.tasks]
         pids = pidfiles(spec, 2)
         info = {"tasks": {h.key: h.info() for h in handles}}
         assert info["tasks"]["worker:1"]["ssh_host"] == "h2"
-        other = SSHBackend(loaded, None)
-        assert other.down(RecordedRun(record.dir, info), Console()) is True
+        other = SSHBackend.from_spec(loaded, None)
+        assert other.hosts.down(RecordedRun(record.dir, info), Console()) is True
         wait_gone([p for pair in pids.values() for p in pair], 10)
         end = time.monotonic() + 10
         while any(h.poll() is None for h in handles) and time.monotonic() < end:
             time.sleep(0.05)
         assert [h.poll() for h in handles] == [128 + signal.SIGTERM] * 2
         # A second down finds nothing to stop.
-        assert SSHBackend(loaded, None).down(RecordedRun(record.dir, info), Console()) is False
+        assert SSHBackend.from_spec(loaded, None).hosts.down(RecordedRun(record.dir, info), Console()) is False
     finally:
         backend.close()
 

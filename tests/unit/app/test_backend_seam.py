@@ -15,7 +15,8 @@ import pytest
 from pydantic import Field
 
 from launcher.backends import REGISTRY, Capabilities, backend_class, backend_classes, backend_names
-from launcher.backends.local import LocalBackend
+from launcher.backends.base import Backend
+from launcher.backends.local import LocalBackend, LocalHosts
 from launcher.cli.main import main
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
@@ -59,12 +60,19 @@ class QueueBackend(LocalBackend):
 
     @classmethod
     def from_spec(cls, loaded, record=None, console=None):
-        backend = super().from_spec(loaded, record, console)
-        backend.record = record
-        return backend
+        local = super().from_spec(loaded, record, console)
+        return Backend(cls, QueueHosts(local.hosts.run, record), local.tasks)
+
+
+class QueueHosts(LocalHosts):
+    """This machine's checks, and an allocation as a workload manager's: recorded, interruptible."""
+
+    def __init__(self, run, record) -> None:
+        super().__init__(run)
+        self.record = record
 
     def allocate(self, spec):
-        type(self).allocations.append(spec.queue.partition)
+        QueueBackend.allocations.append(spec.queue.partition)
         self.record.allocated(job=f"job-{spec.queue.partition}")
         if spec.queue.partition == "stuck":  # queued until `tfcluster down` sends SIGTERM
             os.kill(os.getpid(), signal.SIGTERM)
@@ -73,7 +81,7 @@ class QueueBackend(LocalBackend):
         return Placement({f"{t}:{i}": Slot("localhost", "127.0.0.1") for t, i in task_keys(spec)})
 
     def close(self):
-        type(self).closed.append(self.record is not None)
+        QueueBackend.closed.append(self.record is not None)
         super().close()
 
 

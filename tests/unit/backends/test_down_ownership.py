@@ -62,7 +62,7 @@ def test_the_job_is_submitted_with_the_runs_comment_and_a_spec_cannot_set_anothe
 
 
 class FakeAPI:
-    """The docker SDK's low-level API as DockerBackend.down uses it: containers by id (with their
+    """The docker SDK's low-level API as DockerHosts.down uses it: containers by id (with their
     labels), label-filtered listings, removal."""
 
     def __init__(self, containers_by_id: dict, networks: list):
@@ -99,13 +99,13 @@ def test_docker_down_removes_the_runs_containers_and_names_a_foreign_one_the_rec
     api = FakeAPI({"own0": own, "foreign": {"com.example.app": "db"},
                    "forged": {"tfcluster.run_id": RUN, "tfcluster.name": "someone-elses"}},
                   [{"Id": "net0", "Name": "tfcluster-t", "Labels": containers.labels(RUN, "t")}])
-    backend = docker_backend.DockerBackend.__new__(docker_backend.DockerBackend)
-    backend.spec = SimpleNamespace(name="t", watchdog=SimpleNamespace(stop_grace=0))
-    backend.url, backend._explicit, backend._client = "unix:///var/run/docker.sock", True, SimpleNamespace(api=api)
-    backend.close = lambda: None
+    shared = docker_backend.DockerRun.__new__(docker_backend.DockerRun)
+    shared.spec = SimpleNamespace(name="t", watchdog=SimpleNamespace(stop_grace=0))
+    shared.url, shared._client = "unix:///var/run/docker.sock", SimpleNamespace(api=api)
+    hosts = docker_backend.DockerHosts(shared)
     run = RecordedRun(tmp_path / RUN, {"tasks": {"worker:0": {"container_id": "own0", "container": "t-0"},
                                                  "worker:1": {"container_id": "foreign", "container": "db"}}})
-    assert backend.down(run, Console(color=False)) is True
+    assert hosts.down(run, Console(color=False)) is True
     assert api.removed == ["own0", "net0"]
     assert "foreign" in api.by_id and "forged" in api.by_id
     assert run.refused == [f"worker:1: not removing container db, which run {RUN}'s record names: it has no "

@@ -10,7 +10,7 @@ import json
 import textwrap
 import threading
 
-from launcher.backends.base import Backend
+from launcher.backends.base import Capabilities
 from launcher.ui.console import Console
 from launcher.loader.discovery import Answer
 from launcher.app.up import plan_for
@@ -40,14 +40,14 @@ class FakePoller:
 
 
 class DiscoveringBackend(ScriptedBackend):
-    capabilities = Backend.capabilities.__class__(elastic=True)
+    capabilities = Capabilities(elastic=True)
 
     def __init__(self) -> None:
         super().__init__()
         self.added: list[str] = []
         self.plans: list = []
 
-    def add_hosts(self, hosts) -> None:
+    def add(self, hosts) -> None:
         self.added += [h.name for h in hosts]
 
     def use_plan(self, plan) -> None:
@@ -65,7 +65,7 @@ def test_discovery_answers_add_hosts_and_move_the_task_of_a_host_gone_from_the_l
     out, err = io.StringIO(), io.StringIO()
     backend = DiscoveringBackend()
     finished = []
-    members = Membership(plan, backend, record, Console(out=out, err=err, color=False), threading.Event(),
+    members = Membership(plan, backend.seams(), record, Console(out=out, err=err, color=False), threading.Event(),
                          lambda *a, **k: finished.append((a, k)) or 1, spec=spec, static_hosts=["h1"],
                          discovery_cwd=tmp_path)
     assert members.elastic and members.poller is not None  # a real Poller, never started here

@@ -93,7 +93,7 @@ def test_true_trusts_the_entrypoint_and_elastic_runs_move_tasks_without_restarts
 
 
 def test_a_backend_that_can_may_refuse_a_spec_and_says_why():
-    """``Backend.standby_off`` (slurm: GPU tasks dividing a node's GPUs) wins over auto and true."""
+    """``Hosts.standby_off`` (slurm: GPU tasks dividing a node's GPUs) wins over auto and true."""
     why = "GPU tasks worker:0 and worker:1 divide their node's GPUs"
     assert decide(Restart(max_restarts=2), [WORKER], True, "slurm", refused=why) == (False, f"off on backend slurm: {why}")
     on, said = decide(Restart(max_restarts=2, warm_standby=True), [WORKER], True, "slurm", refused=why)

@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 
 from launcher.app.up import plan_for
-from launcher.backends.base import Backend
+from launcher.backends.base import Capabilities
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedBackend, StandbyScriptedBackend, supervise
 
 
@@ -220,7 +220,7 @@ class LosingBackend(ScriptedBackend):
     """A backend that can move tasks: after attempt ``n``'s failure, ``losses[n]`` are the lost
     hosts it reports (each check is recorded in ``checked``)."""
 
-    capabilities = Backend.capabilities.__class__(elastic=True)
+    capabilities = Capabilities(elastic=True)
 
     def __init__(self, scripts, losses: dict[int, dict[str, str]], default: Script = Script()) -> None:
         super().__init__(scripts, default)
@@ -229,7 +229,7 @@ class LosingBackend(ScriptedBackend):
         self.looks: list[dict] = []
         self.plans: list = []
 
-    def lost_hosts(self, hosts, wait, stop=None, look={}):
+    def lost(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
         self.looks.append(dict(look))
         return self.losses.get(len(self.checked) - 1, {})
@@ -335,16 +335,16 @@ def test_a_second_loss_with_no_spare_left_waits_host_wait_then_fails_in_one_line
 
 
 class ReturningBackend(LosingBackend):
-    """As LosingBackend; ``hosts_back`` answers ``back`` from its ``after``-th call on."""
+    """As LosingBackend; ``back`` answers ``returning`` from its ``after``-th call on."""
 
     def __init__(self, scripts, losses, back: list[str], after: int, default: Script = Script()) -> None:
         super().__init__(scripts, losses, default)
-        self.back, self.after = back, after
+        self.returning, self.after = back, after
         self.asked: list[tuple[list[str], float]] = []
 
-    def hosts_back(self, hosts, settle):
+    def back(self, hosts, settle):
         self.asked.append((list(hosts), settle))
-        return [h for h in self.back if h in hosts] if len(self.asked) >= self.after else []
+        return [h for h in self.returning if h in hosts] if len(self.asked) >= self.after else []
 
 
 SHRINK = ELASTIC.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 1}}").replace(
@@ -489,13 +489,13 @@ def tfcluster_status(tmp_path) -> str:
 
 
 class HostGoneBackend(LosingBackend):
-    """``gone`` hosts never answer (lost_hosts reports them, whatever the wait)."""
+    """``gone`` hosts never answer (``lost`` reports them, whatever the wait)."""
 
     def __init__(self, scripts, gone: set[str], default: Script = Script()) -> None:
         super().__init__(scripts, {}, default)
         self.gone = gone
 
-    def lost_hosts(self, hosts, wait, stop=None, look={}):
+    def lost(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
         return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
 
@@ -578,11 +578,11 @@ class StartFailsBackend(HostGoneBackend):
         super().__init__(scripts, gone, default)
         self.fail_start, self.failed_starts = fail_start, 0
 
-    def lost_hosts(self, hosts, wait, stop=None, look={}):
+    def lost(self, hosts, wait, stop=None, look={}):
         if not self.checked:
             self.checked.append((list(hosts), wait))
             return {}
-        return super().lost_hosts(hosts, wait, stop)
+        return super().lost(hosts, wait, stop)
 
     def start(self, task, env, on_line):
         if task.key == self.fail_start and self.starts(task.key) and not self.failed_starts:
@@ -755,9 +755,9 @@ def test_a_lost_sessions_survivor_is_asked_to_save_and_its_agreed_save_is_awaite
     looked = threading.Event()  # worker:0's save ends only once the look at the hosts began
 
     class Looking(LosingBackend):
-        def lost_hosts(self, hosts, wait, stop=None, look={}):
+        def lost(self, hosts, wait, stop=None, look={}):
             looked.set()
-            return super().lost_hosts(hosts, wait, stop, look)
+            return super().lost(hosts, wait, stop, look)
 
     backend = Looking({("worker:1", 0): Script(code=255, polls=2, lost=True),
                        ("worker:0", 0): Script(code=None, term="save", save_polls=2, save_gate=looked)},

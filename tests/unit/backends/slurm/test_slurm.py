@@ -143,13 +143,13 @@ def test_plan_shows_placeholder_nodes_laid_out_like_the_allocation(tmp_path, cap
 
 def test_a_step_runs_on_its_node_in_the_job_and_its_env_stays_off_the_command_line(tmp_path):
     from launcher.app.up import plan_for
-    from launcher.backends.slurm.backend import SlurmBackend
+    from launcher.backends.slurm.job import SlurmJob
     from launcher.loader.load import LoadedSpec
 
     path = tmp_path / "c.yaml"
     path.write_text(BASE + "env: {API_TOKEN: s3cret}\nslurm:\n  python: /opt/venv/bin/python\n  srun: [\"--mem=0\"]\n")
     loaded = LoadedSpec(parse_spec(path.read_text(), str(path)), path)
-    backend = SlurmBackend(loaded)
+    backend = SlurmJob(loaded)
     backend.job_id = "42"
     task = plan_for(loaded.spec).task("worker:1")
     argv = backend.srun_argv(task, "worker-1.3")
@@ -175,13 +175,13 @@ def test_a_restart_in_an_ending_allocation_waits_for_the_state_that_says_why(tmp
 
     path = tmp_path / "c.yaml"
     path.write_text(BASE + "slurm: {}\n")
-    backend = slurm_backend.SlurmBackend(LoadedSpec(parse_spec(path.read_text(), str(path)), path))
-    backend.job_id = "42"
+    backend = slurm_backend.SlurmBackend.from_spec(LoadedSpec(parse_spec(path.read_text(), str(path)), path))
+    backend.tasks.job.job_id = "42"
     states = iter(["COMPLETING", "COMPLETING"] + [final] * 100)
     asked = []
     monkeypatch.setattr(slurm_backend.cli, "job_state", lambda job: asked.append(job) or JobState(next(states), "", ""))
     monkeypatch.setattr(slurm_backend, "COMPLETING_WAIT", 2.0)
     with pytest.raises(AttemptImpossible) as err:
-        backend.prepare_attempt(1)
+        backend.tasks.prepare_attempt(1)
     assert f"slurm: allocation job 42 is no longer running {said}" in str(err.value), err.value
     assert asked[0] == "42" and len(asked) >= 3

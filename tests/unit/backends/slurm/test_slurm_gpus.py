@@ -87,18 +87,18 @@ def test_devices_gpus_count_caps_what_auto_tasks_ask_for():
 
 
 def _backend(tmp_path, body):
-    from launcher.backends.slurm.backend import SlurmBackend
+    from launcher.backends.slurm.job import SlurmJob
     from launcher.app.up import plan_for
     from launcher.loader.load import LoadedSpec, parse_spec
 
     path = tmp_path / "c.yaml"
     path.write_text("name: g\nbackend: slurm\nentrypoint: python -m worker\n" + body)
     loaded = LoadedSpec(parse_spec(path.read_text(), str(path)), path)
-    backend = SlurmBackend(loaded)
+    backend = SlurmJob(loaded)  # the job as allocate() leaves it: its srun lines and task environments
     backend.job_id = "42"
     plan = plan_for(loaded.spec)
-    takes = backend._takes([t.key for t in plan.tasks])
-    backend._steps = gpus.steps(takes, {t.key: t.host for t in plan.tasks}, 2, 4)
+    takes = backend.takes([t.key for t in plan.tasks])
+    backend.steps = gpus.steps(takes, {t.key: t.host for t in plan.tasks}, 2, 4)
     return backend, plan
 
 

@@ -12,7 +12,8 @@ import pwd
 
 from launcher.backends import RecordedRun
 from launcher.backends.slurm import backend as slurm_backend
-from launcher.backends.slurm.backend import SlurmBackend
+from launcher.backends.slurm.backend import SlurmHosts
+from launcher.backends.slurm.job import SlurmJob
 from launcher.ui.console import Console
 from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
@@ -27,11 +28,11 @@ def _backend(tmp_path):
     path.write_text(SPEC)
     loaded = LoadedSpec(parse_spec(SPEC, str(path)), path)
     record = RunRecord(tmp_path / "runs", plan_for(loaded.spec)).create()
-    return SlurmBackend(loaded, record, Console(color=False)), record
+    return SlurmJob(loaded, record, Console(color=False)), record
 
 
 def _old_format(**extra) -> str:
-    """slurm.json as SlurmBackend wrote it itself before the record API did."""
+    """slurm.json as the slurm backend wrote it itself before the record API did."""
     data = {"job_id": "42", "slurm_conf": os.environ.get("SLURM_CONF"), **extra}
     return json.dumps(data, indent=2) + "\n"
 
@@ -39,10 +40,10 @@ def _old_format(**extra) -> str:
 def test_the_allocation_is_in_slurm_json_as_before_and_in_launcher_json(tmp_path):
     backend, record = _backend(tmp_path)
     backend.job_id = "42"
-    backend._record_allocation()
+    backend.record_allocation()
     assert (record.dir / "slurm.json").read_text() == _old_format()
     nodes, addresses = ["n1", "n2"], {"n1": "10.0.0.1", "n2": "10.0.0.2"}
-    backend._record_allocation(nodes=nodes, addresses=addresses)
+    backend.record_allocation(nodes=nodes, addresses=addresses)
     assert (record.dir / "slurm.json").read_text() == _old_format(nodes=nodes, addresses=addresses)
     launcher = json.loads((record.dir / "launcher.json").read_text())
     assert launcher["allocation"] == json.loads(_old_format(nodes=nodes, addresses=addresses))
@@ -52,7 +53,7 @@ def test_the_allocation_is_in_slurm_json_as_before_and_in_launcher_json(tmp_path
 def test_down_cancels_the_recorded_job_from_launcher_json_or_an_old_slurm_json(tmp_path, monkeypatch):
     backend, record = _backend(tmp_path)
     backend.job_id = "42"
-    backend._record_allocation()
+    backend.record_allocation()
     record.close()
     cancelled = []
     monkeypatch.setattr(slurm_backend.alloc, "cancel", lambda job: cancelled.append(job) or True)
@@ -61,7 +62,7 @@ def test_down_cancels_the_recorded_job_from_launcher_json_or_an_old_slurm_json(t
                                        slurm_backend.alloc.job_comment("demo", record.run_id))
     monkeypatch.setattr(slurm_backend.cli, "job_owner", lambda job: owner)
     info = json.loads((record.dir / "launcher.json").read_text())
-    assert backend.down(RecordedRun(record.dir, info), Console(color=False)) is True
+    assert SlurmHosts(backend).down(RecordedRun(record.dir, info), Console(color=False)) is True
     old = {k: v for k, v in info.items() if k != "allocation"}  # written before launcher.json had it
-    assert backend.down(RecordedRun(record.dir, old), Console(color=False)) is True
+    assert SlurmHosts(backend).down(RecordedRun(record.dir, old), Console(color=False)) is True
     assert cancelled == ["42", "42"]

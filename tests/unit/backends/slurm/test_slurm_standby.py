@@ -66,35 +66,37 @@ def test_warm_standby_true_does_not_override_the_refusal(tmp_path):
 
 
 def _backend(tmp_path, body, per_node):
-    """The backend as allocate() leaves it: job 42, the plan's nodes, ``per_node`` GPUs on each."""
+    """The backend's seams as allocate() leaves them: job 42, the plan's nodes, ``per_node`` GPUs on each."""
     from launcher.app.up import plan_for
     from launcher.backends.slurm.backend import SlurmBackend
 
     loaded = _loaded(tmp_path, body)
-    backend = SlurmBackend(loaded)
-    backend.job_id = "42"
+    backend = SlurmBackend.from_spec(loaded)
+    job = backend.hosts.job
+    job.job_id = "42"
     plan = plan_for(loaded.spec)
-    backend.placed = {t.key: t.host for t in plan.tasks}
-    backend._gpus_per_node = per_node
-    backend._steps = gpus.steps(backend._takes(list(backend.placed)), backend.placed, per_node, 4)
+    job.placed = {t.key: t.host for t in plan.tasks}
+    job.gpus_per_node = per_node
+    job.steps = gpus.steps(job.takes(list(job.placed)), job.placed, per_node, 4)
     return backend, plan
 
 
 def test_once_the_job_runs_the_steps_decide_a_cpu_partition_keeps_standbys(tmp_path):
     body = MWMS + "slurm: {tasks_per_node: 2}\n"
     backend, _ = _backend(tmp_path, body, 0)  # sinfo: no GPU in the partition, CPU steps
-    assert backend.standby_off(backend.spec) is None
+    spec = backend.hosts.job.spec
+    assert backend.hosts.standby_off(spec) is None
     backend, _ = _backend(tmp_path, body, 2)  # two GPUs each node: one each, --exact
-    assert backend.standby_off(backend.spec).startswith("GPU tasks worker:0 and worker:1 divide their node's GPUs")
-    backend.job_id = None  # not allocated yet (plan): what the spec says
-    assert backend.standby_off(backend.spec) == standby.refusal(backend.spec)
+    assert backend.hosts.standby_off(spec).startswith("GPU tasks worker:0 and worker:1 divide their node's GPUs")
+    backend.hosts.job.job_id = None  # not allocated yet (plan): what the spec says
+    assert backend.hosts.standby_off(spec) == standby.refusal(spec)
 
 
 def test_a_standby_step_overlaps_and_asks_for_its_tasks_gpus(tmp_path):
     backend, plan = _backend(tmp_path, MWMS, 2)
     worker = plan.task("worker:0")
-    cold = backend.srun_argv(worker, "worker-0.1")
-    warm = backend.srun_argv(worker, "worker-0.2", standby=True)
+    cold = backend.tasks.job.srun_argv(worker, "worker-0.1")
+    warm = backend.tasks.job.srun_argv(worker, "worker-0.2", standby=True)
     assert "--overlap" not in cold and "--exact" in cold and "--gpus-per-task=2" in cold
     assert "--overlap" in warm and "--exact" in warm and "--gpus-per-task=2" in warm
     assert [a for a in warm if a != "--overlap"] == [a.replace("worker-0.1", "worker-0.2") for a in cold]
@@ -106,7 +108,7 @@ def test_a_standby_that_would_get_another_tasks_gpus_is_refused_before_any_srun(
     backend, plan = _backend(tmp_path, MWMS + "slurm: {tasks_per_node: 2}\n", 2)
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("srun started"))
     with pytest.raises(LaunchError) as err:
-        backend.start(plan.task("worker:1"), {"TFCLUSTER_STANDBY": "1"}, lambda k, line: None)
+        backend.tasks.start(plan.task("worker:1"), {"TFCLUSTER_STANDBY": "1"}, lambda k, line: None)
     assert "the first 1 of the node's 2 GPUs" in err.value.lines[0]
 
 

@@ -237,17 +237,17 @@ def _handle(backend, host, slug):
 
     task = PlannedTask(type="worker", index=int(slug[-1]), host=host, address=host, port=1, command=("x",))
     h = ssh_task.SSHTask.__new__(ssh_task.SSHTask)
-    h.task, h.key, h.pool, h.host = task, task.key, backend.pool, backend.pool.hosts[host]
+    h.task, h.key, h.pool, h.host = task, task.key, backend.hosts.pool, backend.hosts.pool.hosts[host]
     h.channel, h.pidfile, h._code, h._note = FakeChannel(), f"/r/pids/{slug}.0.pid", None, ""
     return h
 
 
 def test_signal_tasks_one_command_per_host_and_cuts_lifeline_without_pidfile(tmp_path):
     runner = FakeRunner({"b": (0, "nopid /r/pids/worker-1.0.pid\n")})
-    backend = S.SSHBackend(_loaded(tmp_path), None, runner=runner)
+    backend = S.SSHBackend.from_spec(_loaded(tmp_path), None, runner=runner)
     h0, h1, h2 = _handle(backend, "a", "worker-0"), _handle(backend, "b", "worker-1"), _handle(backend, "a", "worker-2")
     h2._code = 0  # already exited: its wrapper took the group down; nothing to signal
-    backend.signal_tasks([h0, h1, h2], signal.SIGKILL)
+    backend.tasks.signal_tasks([h0, h1, h2], signal.SIGKILL)
     assert sorted(runner.calls) == [
         ("a", sc.signal_command(signal.SIGKILL, ["/r/pids/worker-0.pid".replace("0.pid", "0.0.pid")])),
         ("b", sc.signal_command(signal.SIGKILL, ["/r/pids/worker-1.0.pid"])),
@@ -257,8 +257,8 @@ def test_signal_tasks_one_command_per_host_and_cuts_lifeline_without_pidfile(tmp
 
 def test_down_uses_record_and_reports(tmp_path, capsys):
     runner = FakeRunner({"a": (0, "stopped /r/run/pids/worker-0.0.pid\n"), "b": (0, "")})
-    backend = S.SSHBackend(_loaded(tmp_path), None, runner=runner)
-    backend.pool.connect = lambda names: {}  # no network in unit tests
+    backend = S.SSHBackend.from_spec(_loaded(tmp_path), None, runner=runner)
+    backend.hosts.pool.connect = lambda names: {}  # no network in unit tests
     rdir, rid = f"/r/t/{tmp_path.name}", tmp_path.name
     runner.replies["b"] = (0, f"notown {rdir}/pids/worker-1.0.pid process 7 carries no TFCLUSTER_RUN_ID={rid} marker\n")
     info = {"tasks": {"worker:0": {"ssh_host": "a", "remote_run_dir": rdir},
@@ -266,7 +266,7 @@ def test_down_uses_record_and_reports(tmp_path, capsys):
                       "worker:2": {"ssh_host": "gone", "remote_run_dir": rdir},
                       "worker:3": {"ssh_host": "a", "remote_run_dir": "/home/other/.tfcluster/t/OTHER-RUN"}}}
     recorded = RecordedRun(tmp_path, info)
-    assert backend.down(recorded, Console()) is True
+    assert backend.hosts.down(recorded, Console()) is True
     assert sorted(runner.calls) == [("a", sc.down_command([rdir], 5.0, rid)), ("b", sc.down_command([rdir], 5.0, rid))]
     err = capsys.readouterr().err
     assert "stopped remote tasks: a:worker-0.0.pid" in err
