@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Callable, Optional, Sequence, TextIO
 
 import yaml
 
@@ -33,7 +33,7 @@ from launcher.plan.build import is_secret
 from launcher.safefile import write_whole
 from launcher.app import up as execution
 from launcher.ui.console import Console
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code_for
+from launcher.errors import UserError
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
@@ -160,9 +160,12 @@ def machine_info(hosts: int = 1) -> dict:
             "hosts": hosts, "load_average": {"start": round(os.getloadavg()[0], 2)}}
 
 
-def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequence[str] = ()) -> int:
-    """Run the comparison; 0 if every configuration succeeded, 1 if one failed (every output is
-    still written, the failure is its row), 2 bad spec/usage, 130 interrupted."""
+def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequence[str] = (), *,
+            exit_code_of: Callable[[str], int]) -> Outcome:
+    """Run the comparison: SUCCEEDED if every configuration succeeded, FAILED if one did (every
+    output is still written, the failure is its row), INTERRUPTED; a bad spec raises SpecError.
+    ``exit_code_of``: the CLI's mapping of an outcome to an exit code, for the report's exit_code
+    column (what `tfcluster up` of that run exits with)."""
     loaded = [load_spec(p) for p in paths]  # every file valid before anything runs
     first = loaded[0]
     compare_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -190,6 +193,8 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
                 k += 1
                 m, extra = _run_one(config, repeat, options, outdir, console, f"[{k}/{total}] {config.label}"
                                     + (f" (run {repeat + 1})" if options.repeat > 1 else ""))
+                if m.outcome is not None:
+                    m.exit_code = exit_code_of(m.outcome)
                 results[config.label].append(m)
                 extras[config.label].append(extra)
                 if m.status == INTERRUPTED:
@@ -203,8 +208,8 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
             for label in results}
     _write_outputs(outdir, rows, runs, machine, meta, console)
     if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if all(r["status"] == OK for r in rows) else EXIT_FAILED
+        return Outcome.INTERRUPTED
+    return Outcome.SUCCEEDED if all(r["status"] == OK for r in rows) else Outcome.FAILED
 
 
 def write_derived_spec(path: Path, spec: dict, header: str) -> str:
@@ -243,7 +248,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
             line.done(f"failed: {m.error}")
             return m, extra
         except KeyboardInterrupt:
-            m = Measurement(status=INTERRUPTED, exit_code=EXIT_INTERRUPTED, error="interrupted")
+            m = Measurement(status=INTERRUPTED, outcome=Outcome.INTERRUPTED, error="interrupted")
             line.done("interrupted")
             return m, extra
         record = records[0]
@@ -256,7 +261,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
         g = replay(record.dir).goodput(time.time())  # (at the run's end: it has its outcome)
         if g is not None:
             m.goodput, m.badput = round(g.fraction, 4), {c: round(s, 3) for c, s in g.badput.items()}
-        m.exit_code = exit_code_for(result.outcome)  # (what `tfcluster up` of it exits with)
+        m.outcome = result.outcome  # (the caller's mapping gives it the exit code `tfcluster up` would)
         if m.status == OK and result.outcome != Outcome.SUCCEEDED:
             m.status = FAILED
         if m.status == OK:
