@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from typing import TextIO
 
-from launcher.errors import SpecError
+from launcher.errors import SpecError, exit_code_for
 from launcher.ui.console import Console
+
+
+class _Captured(Console):
+    """The supervisor's console for one configuration: task lines go to the run record only;
+    launcher messages go to a file beside it (and failures also to the comparison's row)."""
+
+    def __init__(self, sink: TextIO) -> None:
+        super().__init__(out=sink, err=sink, color=False)
+        self.quiet_tasks = True
 
 
 def compare(args: argparse.Namespace, console: Console) -> int:
@@ -31,4 +41,6 @@ def compare(args: argparse.Namespace, console: Console) -> int:
         raise SpecError(f"compare: --target-accuracy is a test accuracy in (0, 1], not {args.target_accuracy}")
     options = Options(strategies=strategies, repeat=args.repeat, target_accuracy=args.target_accuracy,
                       cpus=args.cpus, workers=args.workers, progress_every=args.progress_every, gpus=args.gpus)
-    return run_all(args.spec, options, console, argv=args.argv)
+    # compare says how the comparison ended, and each run's outcome; the exit codes are the CLI's.
+    return exit_code_for(run_all(args.spec, options, console, argv=args.argv, exit_code_of=exit_code_for,
+                                 captured=_Captured))

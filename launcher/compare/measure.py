@@ -24,7 +24,8 @@ OK, FAILED, INTERRUPTED = ResultStatus.OK, ResultStatus.FAILED, ResultStatus.INT
 @dataclass
 class Measurement:
     status: str = FAILED  # ok | failed | interrupted
-    exit_code: Optional[int] = None
+    outcome: Optional[str] = None  # the run's Outcome (record/states.py); None: it never started (error)
+    exit_code: Optional[int] = None  # what `tfcluster up` of it exits with: set by the CLI's mapping
     error: str = ""
     attempts: int = 0
     replicas: Optional[int] = None
@@ -66,7 +67,7 @@ def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optio
     outcome = next((e for e in reversed(events) if isinstance(e, RunOutcome)), None)
     if run.outcome:
         m.status = {Outcome.SUCCEEDED: OK, Outcome.INTERRUPTED: INTERRUPTED}.get(run.outcome, FAILED)
-        m.exit_code = run.exit_code
+        m.outcome = run.outcome
         m.attempts = run.outcome_attempts or 0
         if t0 is not None and run.ended is not None:
             m.wall_s = _round(run.ended - t0)

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Callable, Optional, Sequence, TextIO
 
 import yaml
 
@@ -32,8 +32,9 @@ from launcher.system.procinfo import OutputTooLarge, run_bounded
 from launcher.plan.build import is_secret
 from launcher.safefile import write_whole
 from launcher.app import up as execution
-from launcher.ui.console import Console
-from launcher.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError, exit_code_for
+from launcher.app.sinks import RunConsole
+from launcher.notices import Notices
+from launcher.errors import UserError
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
@@ -43,15 +44,6 @@ from launcher.loader.load import LoadedSpec, load_spec, parse_spec
 from launcher.compare import plots, report, tensorboard
 from launcher.compare.configs import Config, Options, configurations
 from launcher.compare.measure import FAILED, INTERRUPTED, OK, Measurement, measure
-
-
-class _Captured(Console):
-    """The supervisor's console for one configuration: task lines go to the run record only;
-    launcher messages go to a file beside it (and failures also to the comparison's row)."""
-
-    def __init__(self, sink: TextIO) -> None:
-        super().__init__(out=sink, err=sink, color=False)
-        self.quiet_tasks = True
 
 
 class ProgressLine:
@@ -160,9 +152,13 @@ def machine_info(hosts: int = 1) -> dict:
             "hosts": hosts, "load_average": {"start": round(os.getloadavg()[0], 2)}}
 
 
-def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequence[str] = ()) -> int:
-    """Run the comparison; 0 if every configuration succeeded, 1 if one failed (every output is
-    still written, the failure is its row), 2 bad spec/usage, 130 interrupted."""
+def compare(paths: Sequence[str], options: Options, console: Notices, argv: Sequence[str] = (), *,
+            exit_code_of: Callable[[str], int], captured: Callable[[TextIO], RunConsole]) -> Outcome:
+    """Run the comparison: SUCCEEDED if every configuration succeeded, FAILED if one did (every
+    output is still written, the failure is its row), INTERRUPTED; a bad spec raises SpecError.
+    ``exit_code_of``: the CLI's mapping of an outcome to an exit code, for the report's exit_code
+    column (what `tfcluster up` of that run exits with); ``captured(file)``: the CLI's console for one
+    configuration's supervisor, its messages written to ``file`` and its tasks' lines left to the record."""
     loaded = [load_spec(p) for p in paths]  # every file valid before anything runs
     first = loaded[0]
     compare_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -188,8 +184,10 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
         for repeat in range(options.repeat):
             for config in configs:
                 k += 1
-                m, extra = _run_one(config, repeat, options, outdir, console, f"[{k}/{total}] {config.label}"
+                m, extra = _run_one(config, repeat, options, outdir, captured, f"[{k}/{total}] {config.label}"
                                     + (f" (run {repeat + 1})" if options.repeat > 1 else ""))
+                if m.outcome is not None:
+                    m.exit_code = exit_code_of(m.outcome)
                 results[config.label].append(m)
                 extras[config.label].append(extra)
                 if m.status == INTERRUPTED:
@@ -203,8 +201,8 @@ def compare(paths: Sequence[str], options: Options, console: Console, argv: Sequ
             for label in results}
     _write_outputs(outdir, rows, runs, machine, meta, console)
     if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if all(r["status"] == OK for r in rows) else EXIT_FAILED
+        return Outcome.INTERRUPTED
+    return Outcome.SUCCEEDED if all(r["status"] == OK for r in rows) else Outcome.FAILED
 
 
 def write_derived_spec(path: Path, spec: dict, header: str) -> str:
@@ -217,8 +215,8 @@ def write_derived_spec(path: Path, spec: dict, header: str) -> str:
     return text
 
 
-def _run_one(config: Config, repeat: int, options: Options, outdir: Path, console: Console,
-             prefix: str) -> tuple[Measurement, dict]:
+def _run_one(config: Config, repeat: int, options: Options, outdir: Path,
+             captured: Callable[[TextIO], RunConsole], prefix: str) -> tuple[Measurement, dict]:
     spec = dict(config.spec)
     suffix = f"-r{repeat + 1}" if options.repeat > 1 else ""
     spec["name"] = spec["name"] + suffix
@@ -237,13 +235,13 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
             # Relative paths (workdir, docker build context, ...) resolve against the source spec.
             loaded = LoadedSpec(parse_spec(text, shown=str(spec_path)), Path(config.source))
             plan = execution.plan_for(loaded.spec)  # placed by the backend, as tfcluster up does
-            result = execution.execute(loaded, plan, _Captured(sink), on_record=on_record)
+            result = execution.execute(loaded, plan, captured(sink), on_record=on_record)
         except UserError as exc:
             m = Measurement(status=FAILED, exit_code=exc.exit_code, error=" / ".join(exc.lines))
             line.done(f"failed: {m.error}")
             return m, extra
         except KeyboardInterrupt:
-            m = Measurement(status=INTERRUPTED, exit_code=EXIT_INTERRUPTED, error="interrupted")
+            m = Measurement(status=INTERRUPTED, outcome=Outcome.INTERRUPTED, error="interrupted")
             line.done("interrupted")
             return m, extra
         record = records[0]
@@ -256,7 +254,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
         g = replay(record.dir).goodput(time.time())  # (at the run's end: it has its outcome)
         if g is not None:
             m.goodput, m.badput = round(g.fraction, 4), {c: round(s, 3) for c, s in g.badput.items()}
-        m.exit_code = exit_code_for(result.outcome)  # (what `tfcluster up` of it exits with)
+        m.outcome = result.outcome  # (the caller's mapping gives it the exit code `tfcluster up` would)
         if m.status == OK and result.outcome != Outcome.SUCCEEDED:
             m.status = FAILED
         if m.status == OK:
@@ -268,7 +266,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path, consol
     return m, extra
 
 
-def _write_outputs(outdir: Path, rows: list, runs: dict, machine: dict, meta: dict, console: Console) -> None:
+def _write_outputs(outdir: Path, rows: list, runs: dict, machine: dict, meta: dict, console: Notices) -> None:
     (outdir / "results.csv").write_text(report.to_csv(rows))
     (outdir / "results.json").write_text(report.to_json(rows, runs, machine, meta))
     written: list[str] = []

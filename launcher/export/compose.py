@@ -37,7 +37,7 @@ from launcher.plan.build import Plan, build_plan, is_secret
 from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
-# Where the image keeps state and run files (docker/Dockerfile creates them for its user).
+# Where the image keeps state and run files (launcher/image/Dockerfile creates them for its user).
 STATE_DIR = "/tfcluster/state"
 RUN_DIR = "/tfcluster/run"
 NETWORK = "tfcluster"
@@ -125,7 +125,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
         else:
             context = (loaded.base_dir / (opts.build.context or ".")).resolve()
             build = {"context": _escape(_rel(context, out_dir)),
-                     "dockerfile": _escape(opts.build.dockerfile or "docker/Dockerfile")}
+                     "dockerfile": _escape(opts.build.file)}
         args = dict(opts.build.args)
         if opts.build.base_image:
             args["BASE_IMAGE"] = opts.build.base_image

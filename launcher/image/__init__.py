@@ -37,8 +37,8 @@ def requirements(extra: str = EXTRA) -> list[str]:
         listed = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
         raise LaunchError(f"the worker image is built from the installed tfcluster, and no '{DISTRIBUTION}' "
-                          "distribution is installed here (running from a source tree?); pip install it, or "
-                          "build docker/Dockerfile of the checkout (docker.build.context)") from None
+                          "distribution is installed here (running from a source tree?); pip install it "
+                          "(pip install -e . in a checkout)") from None
     out = []
     for line in listed:
         requirement, _, marker = line.partition(";")

@@ -74,8 +74,11 @@ def test_compare_five_configurations_with_one_failing(tmp_path, tfds_dir):
             assert (row["status"], row["exit_code"], row["examples_per_sec"]) == ("failed", "1", "")
             assert "TPU 'local' not usable" in row["error"] and "this machine has no TPU" in row["error"]
             assert "TPU 'local' not usable" in cfg["error"]
+            # each run keeps its outcome; its exit code is what the CLI maps that outcome to
+            assert [(r["outcome"], r["exit_code"]) for r in cfg["runs"]] == [("failed", 1)], cfg["runs"]
             continue
-        assert row["status"] == "ok" and row["error"] == "", row
+        assert row["status"] == "ok" and row["error"] == "" and row["exit_code"] == "0", row
+        assert [(r["outcome"], r["exit_code"]) for r in cfg["runs"]] == [("succeeded", 0)]
         replicas = OK[name]
         assert (int(row["replicas"]), int(row["global_batch"]), int(row["tasks"])) == (replicas, BATCH * replicas, 1)
         assert row["devices"] == ("cpus=2" if replicas == 2 else "-")

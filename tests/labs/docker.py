@@ -322,18 +322,25 @@ def build_args(find_links: str) -> dict[str, str]:
 
 
 def build_worker_image(engine: Engine, find_links: str, tag: str = WORKER_IMAGE, timeout: int = 1800) -> float:
-    """docker build docker/Dockerfile on the test base image, offline from the wheelhouse."""
+    """The worker image (launcher/image/Dockerfile on the context ``make_context`` writes from the
+    checkout's editable install) on the test base image, offline from the wheelhouse."""
+    import tempfile
+
+    from launcher.image import make_context
+
     client = engine.client()
     started = time.monotonic()
     tail: list[str] = []
     try:
-        for chunk in client.api.build(path=str(REPO), dockerfile="docker/Dockerfile", tag=tag,
-                                      buildargs=build_args(find_links), network_mode="host", rm=True,
-                                      forcerm=True, decode=True, timeout=timeout):
-            if "error" in chunk:
-                raise RuntimeError(f"image build failed: {chunk['error']}\n" + "\n".join(tail))
-            for line in (chunk.get("stream") or "").splitlines():
-                tail = (tail + [line])[-30:]
+        with tempfile.TemporaryDirectory(prefix="tfcluster-lab-image-") as tmp:
+            context = make_context(Path(tmp) / "context")
+            for chunk in client.api.build(path=str(context), dockerfile="Dockerfile", tag=tag,
+                                          buildargs=build_args(find_links), network_mode="host", rm=True,
+                                          forcerm=True, decode=True, timeout=timeout):
+                if "error" in chunk:
+                    raise RuntimeError(f"image build failed: {chunk['error']}\n" + "\n".join(tail))
+                for line in (chunk.get("stream") or "").splitlines():
+                    tail = (tail + [line])[-30:]
     finally:
         client.close()
     took = time.monotonic() - started

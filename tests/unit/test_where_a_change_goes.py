@@ -84,9 +84,9 @@ def test_only_the_folds_kinds_move_a_tasks_state(kind):
 
 def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code():
     """"A new CLI command": its use case in launcher/app/ returns a result of app/results.py (how it
-    ended, in words); launcher/cli/ shows it and calls errors.exit_code_for. Outside the CLI the
-    mapping is called only by compare (the command's own driver, whose report records each run's
-    exit code); the supervisor returns an Outcome, and the record holds outcomes, not exit codes."""
+    ended, in words); launcher/cli/ shows it and calls errors.exit_code_for, and nothing else names
+    it (compare's report gets each run's exit code through the mapping the CLI hands it); the
+    supervisor returns an Outcome, and the record holds outcomes, not exit codes."""
     import ast
 
     from launcher.app import detach, down, results, stacks, tensorboard, up
@@ -101,20 +101,25 @@ def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         if any(isinstance(n, ast.Name) and n.id == "exit_code_for" for n in ast.walk(tree)):
             callers.add(str(path.relative_to(ROOT)))
-    assert callers == {"launcher/cli/lifecycle.py", "launcher/cli/inspect.py", "launcher/compare/run.py"}, callers
+    assert callers == {"launcher/cli/lifecycle.py", "launcher/cli/inspect.py", "launcher/cli/compare.py"}, callers
 
 
 def test_the_supervisor_returns_an_outcome_and_names_no_exit_code():
     """launcher/supervise/ says how a run ended as record/states.py's Outcome (``Supervisor.run``,
-    Membership's decisions); only the CLI turns it into an exit code."""
+    Membership's decisions), and so do the use cases (launcher/app/) and compare's driver (its
+    report's exit codes come from the mapping the CLI hands it); only the CLI turns an outcome into
+    an exit code."""
     import ast
     import typing
 
+    from launcher.compare.run import compare
     from launcher.record.states import Outcome
     from launcher.supervise.loop import Supervisor
 
     found = []
-    for path in sorted((ROOT / "launcher" / "supervise").rglob("*.py")):
+    paths = [p for package in ("supervise", "app", "compare") for p in sorted((ROOT / "launcher" / package).rglob("*.py"))]
+    assert len(paths) > 10 and any(p.parent.name == "compare" for p in paths)
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else \
                 node.name if isinstance(node, ast.alias) else ""
@@ -122,6 +127,7 @@ def test_the_supervisor_returns_an_outcome_and_names_no_exit_code():
                 found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}: {name}")
     assert not found, found
     assert typing.get_type_hints(Supervisor.run)["return"] is Outcome
+    assert typing.get_type_hints(compare)["return"] is Outcome
 
 
 def test_a_new_notice_is_a_method_of_the_sink_and_of_the_console():

@@ -14,7 +14,7 @@ from launcher.notices import Notices
 from launcher.backends.docker.engine import docker, requests
 from launcher.backends.docker.options import DockerOptions
 
-# On the image: the command that runs a task under a stdin lifeline (docker/Dockerfile sets it).
+# On the image: the command that runs a task under a stdin lifeline (launcher/image/Dockerfile sets it).
 LABEL_LIFELINE = "tfcluster.lifeline"
 _BUILD_TIMEOUT = 3600
 
@@ -50,7 +50,7 @@ def ensure(client: Any, opts: DockerOptions, base_dir: Path, url: str, console: 
     if build is not None:
         build_image(client, opts, base_dir, console)
         return
-    fix = f"build it (docker build -f docker/Dockerfile -t {image} .) or add docker.build to the spec"
+    fix = f"build it (tfcluster image build -t {image}) or add docker.build to the spec"
     if opts.pull == "never":
         raise LaunchError(
             f"docker.image: image '{image}' is not on the Docker engine at {url} and docker.pull is never; {fix}"
@@ -89,10 +89,11 @@ def build_image(client: Any, opts: DockerOptions, base_dir: Path, console: Notic
     context = (base_dir / (build.context or ".")).resolve()
     if not context.is_dir():
         raise LaunchError(f"docker.build.context: {context} is not a directory; fix the path (relative to the spec)")
-    dockerfile = build.dockerfile or "docker/Dockerfile"
+    dockerfile = build.file
     if not (context / dockerfile).is_file():
         raise LaunchError(
-            f"docker.build.dockerfile: {context / dockerfile} not found; give its path relative to the build context"
+            f"docker.build.dockerfile: {context / dockerfile} not found; give its path relative to the build context "
+            "(or neither context nor dockerfile: tfcluster's worker image)"
         )
     console.info(f"building image {opts.image} from {context / dockerfile} (context {context})")
     _build(client, opts.image, context, dockerfile, args, build.network, console)

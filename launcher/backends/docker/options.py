@@ -21,12 +21,17 @@ class DockerBuild(OptionsModel):
     """Build context, relative to the spec file; the Dockerfile path is relative to the context (none, with no
     dockerfile either: the worker image of the installed tfcluster; with a dockerfile: the spec's directory)."""
     dockerfile: Optional[str] = None
-    """The Dockerfile, relative to the context (default with a context: docker/Dockerfile, a checkout's)."""
+    """The Dockerfile, relative to the context (default with a context: its Dockerfile, as `docker build`)."""
 
     @property
     def packaged(self) -> bool:
         """Neither context nor dockerfile: tfcluster's own worker image (launcher/image/)."""
         return self.context is None and self.dockerfile is None
+
+    @property
+    def file(self) -> str:
+        """The Dockerfile in a context of yours (not packaged)."""
+        return self.dockerfile or "Dockerfile"
     base_image: Optional[str] = None
     """The BASE_IMAGE build arg (default in the Dockerfile: an official Python image)."""
     args: dict[str, str] = Field(default_factory=dict)

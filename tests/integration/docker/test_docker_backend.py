@@ -53,12 +53,13 @@ def test_generated_compose_passes_docker_compose_config(tmp_path):
     compose = require_tool("docker-compose", "docker-compose")
     spec = tmp_path / "cluster.yaml"
     spec.write_text((REPO / "cluster.yaml").read_text())
-    text = (spec.read_text() + "docker:\n  build: {context: " + str(REPO) + ", base_image: 'python:3.11-slim'}\n")
-    spec.write_text(text)
+    spec.write_text(spec.read_text() + "docker:\n  build: {base_image: 'python:3.11-slim'}\n")  # the worker image
     out = tmp_path / "compose" / "docker-compose.yml"
     out.parent.mkdir()
     result = tfcluster_at_repo("compose", str(spec), "-o", str(out))
     assert result.returncode == 0, result.stderr
+    context = out.parent / "tfcluster-image"  # where the file says its context goes, as its note says
+    assert tfcluster_at_repo("image", "print", "--context", str(context)).returncode == 0
     check = subprocess.run([compose, "-f", str(out), "config", "-q"], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr
     resolved = subprocess.run([compose, "-f", str(out), "config"], capture_output=True, text=True, timeout=60)
@@ -143,7 +144,7 @@ def test_missing_image_without_build_is_one_clear_line(tmp_path, docker_engine):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "docker.image: image 'tfcluster-test-nothing:none' is not on the Docker engine" in lines[0]
-    assert "docker build -f docker/Dockerfile" in lines[0]
+    assert "tfcluster image build -t tfcluster-test-nothing:none" in lines[0]
 
 
 def test_missing_image_that_cannot_be_pulled_is_one_clear_line(tmp_path, docker_engine):
@@ -169,10 +170,11 @@ def test_broken_build_is_reported(tmp_path, docker_engine, base_image):
 
 
 def test_image_is_built_from_the_spec_when_missing(tmp_path, docker_engine, worker_image, wheelhouse_url):
-    """docker.build: the backend builds docker/Dockerfile itself (layers cached by the fixture)."""
+    """docker.build with no context: the backend builds tfcluster's worker image itself (the packaged
+    Dockerfile on the context made from the install; layers cached by the fixture, which builds the same)."""
     tag = "tfcluster-test-worker:from-spec"
     args = eng.build_args(wheelhouse_url)
-    extra = (f"  build:\n    context: {REPO}\n    network: host\n    base_image: {args['BASE_IMAGE']}\n"
+    extra = (f"  build:\n    network: host\n    base_image: {args['BASE_IMAGE']}\n"
              f"    args: {{PIP_NO_INDEX: '1', PIP_FIND_LINKS: '{args['PIP_FIND_LINKS']}'}}\n")
     spec = docker_spec(tmp_path, docker_engine.url, "true", image=tag, extra=extra)
     result = tfcluster_at_repo("up", str(spec), "--dry-run", timeout=900)

@@ -97,7 +97,7 @@ def test_a_wheel_install_builds_the_worker_image_and_runs_two_workers(installed,
         results = re.findall(r"tfcluster-result task=(worker:\d) epochs=1 ", out)
         assert set(results) == {"worker:0", "worker:1"}, out[-4000:]
         image = client.images.get(TAG).attrs["Config"]
-        assert image["User"] and not image["User"].startswith("0")  # non-root, as docker/Dockerfile's
+        assert image["User"] and not image["User"].startswith("0")  # non-root: the Dockerfile's USER
         assert (image.get("Labels") or {}).get("tfcluster.lifeline")
         assert leftovers(docker_engine, "wheel") == ([], [])
         events = [json.loads(line) for line in next((user / "runs" / "wheel").glob("*/events.jsonl")).read_text().splitlines()]

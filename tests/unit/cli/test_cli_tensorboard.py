@@ -91,6 +91,10 @@ def test_the_tf_extra_and_the_worker_image_install_tensorboard():
     root = Path(__file__).resolve().parents[3]
     extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["tf"]
     assert any(req.split(">")[0].split("=")[0].strip() == "tensorboard" for req in extra), extra
-    # The image installs the [tf] extra (the dependency layer), so it gets tensorboard too.
-    dockerfile = (root / "docker" / "Dockerfile").read_text()
-    assert 'pip install "/src[tf]"' in dockerfile and "import launcher, worker, tensorboard" in dockerfile
+    # The image installs the [tf] extra (requirements.txt, the dependency layer), so it gets tensorboard too.
+    from launcher.image import dockerfile_text, requirements
+
+    dockerfile = dockerfile_text()
+    assert "pip install -r /tmp/tfcluster-requirements.txt" in dockerfile
+    assert "import launcher, worker, tensorboard" in dockerfile
+    assert any(req.split(">")[0].split("=")[0].strip() == "tensorboard" for req in requirements()), requirements()

@@ -82,7 +82,7 @@ def test_build_on_first_service_only_and_paths_relative_to_output(tmp_path):
     first, second = doc["services"]["worker-0"], doc["services"]["worker-1"]
     assert first["build"] == {
         "context": "..",
-        "dockerfile": "docker/Dockerfile",
+        "dockerfile": "Dockerfile",
         "args": {"BASE_IMAGE": "python:3.11-slim", "PIP_INDEX_URL": "http://x/$$simple"},
     }
     assert "build" not in second and second["image"] == first["image"] == "my-worker:1"

@@ -135,7 +135,7 @@ def _pod_env(container: dict, secret: dict, index: int, bin_dir: Path) -> dict[s
 
 def _pod_argv(container: dict, tini: str) -> list[str]:
     """command + args, with the image's two paths as they are here (the image's tini; the helper
-    is launcher/remote/jobsetpod.py, which the Dockerfiles copy there)."""
+    is launcher/remote/jobsetpod.py, which the Dockerfile copies there)."""
     here = {TINI: tini, POD_HELPER: str(REMOTE_DIR / "jobsetpod.py")}
     return [here.get(a, a).replace("$$(", "$(") for a in container["command"] + container["args"]]
 
@@ -209,11 +209,10 @@ def test_the_pod_helper_refuses_a_pod_without_an_index(tmp_path):
 
 
 def test_the_worker_images_ship_the_pod_helper_where_the_jobset_runs_it():
-    for dockerfile in (ROOT / "docker" / "Dockerfile", ROOT / "launcher" / "image" / "Dockerfile"):
-        text = dockerfile.read_text()
-        copy_line = text.split("mkdir -p /usr/local/lib/tfcluster", 1)[1].split("\n\n", 1)[0]
-        assert '"jobsetpod.py"' in copy_line and f'"{Path(POD_HELPER).parent.as_posix()}/"' in copy_line
-        assert f'ENTRYPOINT ["{TINI}", "-g", "--"]' in text  # the tini the pods' command names
+    text = (ROOT / "launcher" / "image" / "Dockerfile").read_text()
+    copy_line = text.split("mkdir -p /usr/local/lib/tfcluster", 1)[1].split("\n\n", 1)[0]
+    assert '"jobsetpod.py"' in copy_line and f'"{Path(POD_HELPER).parent.as_posix()}/"' in copy_line
+    assert f'ENTRYPOINT ["{TINI}", "-g", "--"]' in text  # the tini the pods' command names
 
 
 # ---------------------------------------------------------------- secrets by reference

@@ -143,7 +143,7 @@ def test_the_docker_image_runs_the_same_wrapper():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
-    text = (root / "docker" / "Dockerfile").read_text()
+    text = (root / "launcher" / "image" / "Dockerfile").read_text()
     package = ".".join(taskwrap_path().parent.relative_to(root).parts)
     assert f"import {package} as r" in text
     assert "shutil.copy(r.HERE / n, \"/usr/local/lib/tfcluster/\") for n in (*r.TASK_FILES" in text
