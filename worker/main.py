@@ -170,6 +170,7 @@ def take_promotion_env() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     outlive_reader()  # a preempted host's session ends before the save its SIGTERM asks for
+    liveness.block()  # the stacks' signal, before any thread (TensorFlow's import) starts
     if os.environ.get(envnames.STANDBY) == "1":
         wait_as_standby()
     liveness.install()  # progress apart from output, and the stacks' signal (the hang watchdog)

@@ -23,10 +23,17 @@ What ``install`` sets up:
   the stacks: ``tfcluster-beat n=0 stacks=12``; once TensorFlow is imported, one says so
   (``tf=1``): from then on the supervisor reads the count as the task's progress
   (watchdog.hang_timeout), and printing is not progress.
-* **The stacks.** ``faulthandler.register(STACKS_SIGNAL, all_threads=True, chain=False)`` on
-  file descriptor 2: the signal makes the process write every thread's Python stack in
-  faulthandler's format, from C, even while its main thread is blocked inside TensorFlow. The
-  process is not stopped. SIGUSR1 is the warm standby's; TensorFlow uses neither.
+* **The stacks.** The stacks' signal is blocked in the thread that calls ``block`` (the stub's
+  main thread, first thing: every thread started later inherits the block), and a thread of its
+  own, ``tfcluster-stacks``, takes it with ``sigwait`` and writes every thread's Python stack in
+  faulthandler's format on file descriptor 2 (``faulthandler.dump_traceback``, all threads) while it
+  holds the GIL: the other threads are then paused where Python can stop them, so their frames hold
+  still. faulthandler's own signal handler reads them while they run: taking a live run's stacks
+  while a thread traced a ``tf.function`` killed that task (SIGSEGV, mid-dump). That handler stays
+  registered only for a thread that does not block the signal (one started before ``block``),
+  where the kernel may deliver it. The process is not stopped; a thread that holds the GIL for ever
+  (a C loop that never releases it) delays the dump until it lets go. SIGUSR1 is the warm standby's;
+  TensorFlow uses neither.
 """
 
 import faulthandler
@@ -117,16 +124,41 @@ def _beat(every):
             _say("%s n=%d in=%.2f%s" % (BEAT, n, _inside[0], " w=" + w if w else ""))
 
 
+def block():
+    """Block the stacks' signal in this thread and every thread it starts from now on (a standby
+    calls it before it imports TensorFlow, whose threads then inherit it); False where it cannot."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {STACKS_SIGNAL})
+    except (ValueError, OSError, AttributeError):
+        return False
+    return True
+
+
+def _stacks():
+    while True:
+        try:
+            signal.sigwait({STACKS_SIGNAL})
+        except (ValueError, OSError):
+            return
+        try:  # with the GIL held: every other Python thread's frames hold still
+            faulthandler.dump_traceback(file=2, all_threads=True)
+        except (ValueError, OSError, RuntimeError):
+            pass
+
+
 def install(every=EVERY):
     """The count, the beat and the stacks' signal, once per process; False where the stacks'
-    signal cannot be registered here (not the main thread's interpreter, no such signal)."""
+    signal cannot be taken here (not the main thread's interpreter, no such signal)."""
     if _installed:
         return True
-    try:
+    try:  # (for a thread that does not block the signal: one started before ``block``)
         faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True, chain=False)
     except (ValueError, OSError, RuntimeError, AttributeError):
         return False
+    if not block():
+        return False
     _installed.append(True)
     _say("%s n=0 stacks=%d" % (BEAT, int(STACKS_SIGNAL)))
+    threading.Thread(target=_stacks, name="tfcluster-stacks", daemon=True).start()
     threading.Thread(target=_beat, args=(every,), name="tfcluster-beat", daemon=True).start()
     return True

@@ -29,12 +29,17 @@ STANDBY, STANDBY_ENV = "@STANDBY@", "@STANDBY_ENV@"
 LIVENESS = "@LIVENESS@"
 
 
-def _liveness():
-    """The task's liveness (launcher/contract/liveness.py), its frames named <tfcluster-liveness>."""
-    space = {"__name__": "tfcluster_liveness"}
+_LIVE = {"__name__": "tfcluster_liveness"}
+
+
+def _liveness(step):
+    """The task's liveness (launcher/contract/liveness.py, its frames named <tfcluster-liveness>):
+    ``block`` (the stacks' signal, first thing: every thread started later inherits the block) or
+    ``install``."""
     try:
-        exec(compile(LIVENESS, "<tfcluster-liveness>", "exec"), space)
-        space["install"]()
+        if "install" not in _LIVE:
+            exec(compile(LIVENESS, "<tfcluster-liveness>", "exec"), _LIVE)
+        _LIVE[step]()
     except Exception as exc:  # noqa: BLE001 - the script runs all the same, without it
         print(f"tfcluster: warning: no liveness for this task ({exc!r})", file=sys.stderr, flush=True)
 
@@ -97,9 +102,10 @@ def _main():
     argv = sys.argv[1:]
     module = argv[:1] == ["-m"]
     target, args = (argv[1], argv[2:]) if module else (argv[0], argv[1:])
+    _liveness("block")
     if os.environ.get(STANDBY) == "1":
         _standby(target, module)
-    _liveness()
+    _liveness("install")
     # The task's own TensorFlow port, last thing before the script (a promoted standby has
     # TensorFlow imported: its script's server binds soon after), and for a cold start again once
     # the script's import of TensorFlow is done: taken, one line, exit 98.
