@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchlib import ROOT
 
-from launcher.backends.local import port_problem
+from launcher.contract.portcheck import port_bind_problem as port_problem
 
 TIMEOUT = 1800
 PER_HOST = 4

@@ -8,11 +8,9 @@ takes its task group down.
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ from launcher.contract import envnames
 from launcher.errors import LaunchError
 from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
-from launcher.contract.portcheck import port_holders
+from launcher.contract.portcheck import port_bind_problem, port_holders
 from launcher.system.procinfo import cmdline, group_alive, is_same, kill_group, not_own, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
@@ -158,7 +156,7 @@ class LocalHosts(Hosts):
         for task in plan.tasks:
             if task.port is None:
                 continue
-            problem = port_problem(task.port)
+            problem = port_bind_problem(task.port)
             if problem:
                 holders = port_holders(task.port) if problem == "in use" else []
                 held = f" by {', '.join(holders)}" if holders else ""
@@ -250,31 +248,3 @@ class LocalTasks(Tasks):
         if task.port is None:
             return True
         return accepts("127.0.0.1", task.port)
-
-
-def port_problem(port: int) -> Optional[str]:
-    """Why ``port`` cannot be bound here ("in use", "not permitted"), or None if it can.
-
-    SO_REUSEADDR like gRPC's own bind, so only a live listener (not TIME_WAIT) counts.
-    """
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind((addr, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return "in use"
-            if exc.errno == errno.EACCES:
-                return "not permitted (a privileged port)"
-            if exc.errno == errno.EADDRNOTAVAIL:
-                continue
-            return f"not bindable ({exc.strerror})"
-        finally:
-            sock.close()
-    return None

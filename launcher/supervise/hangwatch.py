@@ -183,7 +183,7 @@ class HangWatch:
         if not stacks or not self.backend.capabilities.native_stacks:
             return stacks
         with ThreadPoolExecutor(max_workers=min(16, len(stacks)), thread_name_prefix="native-stacks") as pool:
-            native = dict(zip(stacks, pool.map(lambda k: self._native(k), stacks)))
+            native = dict(zip(stacks, pool.map(self._native, stacks)))
         return {k: text + ("\n\n" + native[k] if native[k] else "") for k, text in stacks.items()}
 
     def _native(self, key: str) -> str:
