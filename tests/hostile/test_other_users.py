@@ -185,6 +185,7 @@ def test_the_agent_refuses_a_remote_dir_the_other_user_owns_before_writing_in_it
 GATED = """\
 import json, os, pathlib, sys, time
 if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1 and os.environ["TFCLUSTER_RESTART_COUNT"] == "0":
+    pathlib.Path("in-script").touch()
     while not pathlib.Path("gate").exists():
         time.sleep(0.05)
     sys.exit(200)
@@ -199,7 +200,10 @@ def test_a_port_the_other_user_takes_after_the_check_fails_the_task_in_one_line_
     run = start_tfcluster("up", "--plain", path, cwd=tmp_path)
     holder = None
     try:
-        wait_for(lambda: (tmp_path / "ran-0").exists(), 120, what="the first attempt's worker:0", proc=run)
+        # worker:1's first attempt in its script: its own check passed (waiting for worker:0 alone
+        # let the holder come before worker:1's check, which then failed attempt 1, not 2).
+        wait_for(lambda: (tmp_path / "in-script").exists(), 120, what="worker:1's first attempt in its script",
+                 proc=run)
         # The window: the preflight found the port free; the other user takes it now.
         holder = hold_port_as_other(port, "\x1b]0;owned\x07")
         (tmp_path / "gate").touch()

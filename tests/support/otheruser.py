@@ -71,9 +71,12 @@ def shared_dir() -> Iterator[Path]:
 
 
 # A listener as the other user: all interfaces, as TensorFlow's server binds; it ends when its
-# stdin closes.
+# stdin closes. SO_REUSEADDR as gRPC's and an attacker's would: without it a TIME_WAIT left on the
+# port by an earlier test's TensorFlow (the lab's hosts live for the whole shard, and most specs
+# start at port 23456) failed the bind with EADDRINUSE (CI, session 19), though nothing held it.
 _HOLD = ("import socket, sys\n"
-         "s = socket.socket(); s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True)\n"
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True)\n"
          "sys.stdin.read()\n")
 
 
@@ -86,7 +89,10 @@ def hold_port_as_other(port: int, tag: str = "", netns: str = "") -> subprocess.
     proc = subprocess.Popen([*where, "runuser", "-u", NAME, "--", PYTHON, "-c", f"# {tag}\n{_HOLD}", str(port)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()
-    assert line == "held", f"the other user could not listen on port {port}: {line!r}"
+    if line != "held":
+        sockets = subprocess.run([*where, "ss", "-tanp", f"( sport = :{port} )"], capture_output=True, text=True)
+        raise AssertionError(f"the other user could not listen on port {port}: {line!r}; "
+                             f"its sockets there: {sockets.stdout.strip()[-1500:]!r}")
     return proc
 
 
