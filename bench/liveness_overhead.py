@@ -17,7 +17,13 @@ process, the same model's ``fit`` over the same data alternated with the count's
 off (``Context.call_function`` swapped), 8 fits each, with the beat thread running throughout. That
 isolates the per-call cost; the first figure bounds everything else the stub does.
 
-    python bench/liveness_overhead.py [--trials 5] [--steps 3000] [--fits 8]
+``--pin CPU`` takes the scheduler out of the figure: every process runs on that one CPU
+(``taskset``) with TensorFlow's own pools at one thread each (TF_NUM_INTRAOP_THREADS and
+TF_NUM_INTEROP_THREADS, read by tensorflow/core/common_runtime/process_util.cc), so where the
+threads land cannot differ from one process to the next; the stub's threads (the beat) share that
+CPU with the script, so whatever they cost is inside the figure.
+
+    python bench/liveness_overhead.py [--trials 5] [--steps 3000] [--fits 8] [--pin 1]
 """
 
 from __future__ import annotations
@@ -47,11 +53,12 @@ model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, ac
                              tf.keras.layers.Dense(1)])
 model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
 model.fit(x[:3200], y[:3200], batch_size=32, epochs=1, verbose=0)  # tracing, outside the figure
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 model.fit(x, y, batch_size=32, epochs=1, verbose=0)
-print("examples/s %.1f" % (len(x) / (time.perf_counter() - start)), flush=True)
+print("examples/s %.1f per-cpu-s %.1f" % (len(x) / (time.perf_counter() - start),
+                                          len(x) / (time.process_time() - cpu)), flush=True)
 """
-FIGURE = re.compile(r"^examples/s ([0-9.]+)$", re.M)
+FIGURE = re.compile(r"^examples/s ([0-9.]+) per-cpu-s ([0-9.]+)$", re.M)
 
 TOGGLE = """\
 import importlib.util, statistics, sys, time
@@ -85,15 +92,27 @@ print("toggle off %.1f on %.1f calls %d" % (statistics.median(rates["off"]), sta
 TOGGLED = re.compile(r"^toggle off ([0-9.]+) on ([0-9.]+) calls (\d+)$", re.M)
 
 
-def one(argv: list[str]) -> float:
+def _env(pin: str) -> dict[str, str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    if pin:
+        env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
+    return env
+
+
+def _pinned(argv: list[str], pin: str) -> list[str]:
+    return ["taskset", "-c", pin, *argv] if pin else argv
+
+
+def one(argv: list[str], pin: str = "") -> tuple[float, float]:
+    """(examples/s, examples per CPU-second of the whole process: every thread's, the stub's
+    beat among them; a figure the machine's load moves far less than the wall clock's)."""
+    out = subprocess.run(_pinned(argv, pin), env=_env(pin), capture_output=True, text=True, timeout=600)
     found = FIGURE.search(out.stdout)
     if out.returncode != 0 or not found:
         raise SystemExit(f"bench run failed (exit {out.returncode}): {out.stderr[-2000:]}")
-    if argv[1] == "-c" and "tfcluster-beat" not in out.stderr:
+    if "-c" in argv[1:2] and "tfcluster-beat" not in out.stderr:
         raise SystemExit("the stub ran without its beats: the B side measured nothing of the liveness")
-    return float(found.group(1))
+    return float(found.group(1)), float(found.group(2))
 
 
 def main() -> None:
@@ -101,6 +120,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--fits", type=int, default=8)
+    ap.add_argument("--pin", default="", help="one CPU for every process, TensorFlow's pools at one thread")
     args = ap.parse_args()
     before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,20 +129,23 @@ def main() -> None:
         plain = [sys.executable, str(script), str(args.steps)]
         stubbed = stub_command(plain)
         assert stubbed is not None and stubbed[1] == "-c"
-        a, b = [], []
+        a, b = [], []  # (examples/s, examples per CPU-second) of each process
         for trial in range(args.trials):
             for side, argv, into in (("A", plain, a), ("B", stubbed, b)) if trial % 2 == 0 else \
                     (("B", stubbed, b), ("A", plain, a)):
-                into.append(one(argv))
-                print(f"trial {trial + 1} {side}: {into[-1]:.1f} examples/s", flush=True)
-    ma, mb = statistics.median(a), statistics.median(b)
-    print(f"A plain script:        median {ma:.1f} examples/s (range {min(a):.1f}-{max(a):.1f})")
-    print(f"B under the stub:      median {mb:.1f} examples/s (range {min(b):.1f}-{max(b):.1f})")
-    print(f"B/A {mb / ma:.4f} (target >= 0.99); load average before {before}, after {load_average()}")
+                into.append(one(argv, args.pin))
+                print(f"trial {trial + 1} {side}: {into[-1][0]:.1f} examples/s, {into[-1][1]:.1f} per CPU-second",
+                      flush=True)
+    for i, figure in enumerate(("examples/s", "examples per CPU-second")):
+        fa, fb = [x[i] for x in a], [x[i] for x in b]
+        ma, mb = statistics.median(fa), statistics.median(fb)
+        print(f"{figure}: A plain script median {ma:.1f} (range {min(fa):.1f}-{max(fa):.1f}); "
+              f"B under the stub median {mb:.1f} (range {min(fb):.1f}-{max(fb):.1f}); B/A {mb / ma:.4f} "
+              f"(target >= 0.99); means B/A {statistics.mean(fb) / statistics.mean(fa):.4f}")
+    print(f"pinned: {args.pin or 'no'}; load average before {before}, after {load_average()}")
     liveness = Path(__file__).resolve().parents[1] / "launcher" / "contract" / "liveness.py"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "-1"}
-    out = subprocess.run([sys.executable, "-c", TOGGLE, str(liveness), str(args.steps), str(args.fits)],
-                         env=env, capture_output=True, text=True, timeout=1200)
+    toggle = [sys.executable, "-c", TOGGLE, str(liveness), str(args.steps), str(args.fits)]
+    out = subprocess.run(_pinned(toggle, args.pin), env=_env(args.pin), capture_output=True, text=True, timeout=1200)
     found = TOGGLED.search(out.stdout)
     if out.returncode != 0 or not found:
         raise SystemExit(f"toggle run failed (exit {out.returncode}): {out.stderr[-2000:]}")

@@ -41,11 +41,12 @@ local_log=$(mktemp /tmp/tfcluster-tests-local.XXXXXX)
 pytest_with_ctrl_c() {
     python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' "$@"
 }
-pytest_with_ctrl_c --shard local "$@" > "$local_log" 2>&1 &
+# Each shard lists its 30 slowest tests: where the suite's time goes, in every CI log.
+pytest_with_ctrl_c --shard local --durations=30 "$@" > "$local_log" 2>&1 &
 local_pid=$!
 trap 'kill -TERM "$local_pid" 2>/dev/null || true' TERM
 set +e
-pytest_with_ctrl_c --shard labs "$@"
+pytest_with_ctrl_c --shard labs --durations=30 "$@"
 labs=$?
 wait "$local_pid"
 local=$?
