@@ -32,7 +32,7 @@ from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Spec, Watchdog
 from launcher.supervise.gpuwatch import GpuWatch
 from launcher.supervise.group import BEAT, STACK, AttemptGroup
-from launcher.supervise.membership import Membership, Moved
+from launcher.supervise.membership import Ended, Membership, Moved
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import AttemptPhases, AttemptWatch
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
@@ -78,7 +78,7 @@ class Supervisor:
         self.stop_event = stop_event or threading.Event()
         self.stacks_wanted = threading.Event()  # `tfcluster stacks` asked for every live task's stacks
         # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
-        self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
+        self.members = Membership(plan, backend, record, console, self.stop_event, spec=spec,
                                   static_hosts=static_hosts, discovery_cwd=discovery_cwd,
                                   absent=absent, short_why=short_why)
         self.hurry_event = threading.Event()
@@ -152,16 +152,16 @@ class Supervisor:
                     return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)
                 if attempt.state == AttemptState.REGROW:
                     ended = self.members.regrow(number)
-                    if ended is not None:
-                        return ended
+                    if ended is not None:  # no spare left, too many losses
+                        return self._finish(ended.outcome, reason=ended.reason)
                     number += 1  # a membership change, not a failure
                     continue
                 failure = attempt.failure
                 assert failure is not None
                 if self.members.elastic:
                     moved = self.members.after_failure(number, attempt.sessions_lost)
-                    if isinstance(moved, Outcome):
-                        return moved  # the run ended: no spare left, too many losses, interrupted
+                    if isinstance(moved, Ended):  # no spare left, too many losses, interrupted
+                        return self._finish(moved.outcome, reason=moved.reason)
                     if moved is Moved.RESTART:
                         number += 1  # a host loss is the infrastructure's, not a failure of the training
                         continue
@@ -178,7 +178,7 @@ class Supervisor:
                 number += 1
                 failures += 1
                 delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
-                fresh = self.members.restart_on_fresh_ports()  # (slurm: the old steps leave their nodes late)
+                fresh = self.members.restart_on_fresh_ports(number)  # (slurm: the old steps leave their nodes late)
                 self.console.info(
                     f"restarting the whole group (restart {failures} of {self.restart.max_restarts})"
                     + (f" {fresh}" if fresh else "") + (f" in {delay:.1f} s" if delay else "")
@@ -222,7 +222,7 @@ class Supervisor:
         self.prewarm.arm(attempt)
 
     def _finish(self, outcome: Outcome, reason: str = "") -> Outcome:
-        """End the run: its outcome and final report (Membership ends it too: no spare left...)."""
+        """End the run: its outcome and final report."""
         return self.report.finish(outcome, reason=reason)
 
     # -------------------------------------------------------------- one attempt
