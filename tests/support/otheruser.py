@@ -73,7 +73,7 @@ def shared_dir() -> Iterator[Path]:
 # A listener as the other user: all interfaces, as TensorFlow's server binds; it ends when its
 # stdin closes. SO_REUSEADDR as gRPC's and an attacker's would: without it a TIME_WAIT left on the
 # port by an earlier test's TensorFlow (the lab's hosts live for the whole shard, and most specs
-# start at port 23456) failed the bind with EADDRINUSE (CI, session 19), though nothing held it.
+# start at port 23456) failed the bind with EADDRINUSE (seen in CI), though nothing held it.
 _HOLD = ("import socket, sys\n"
          "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
          "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('held', flush=True)\n"
