@@ -12,8 +12,8 @@ standby wiring (prewarm.py: when and where the next attempt's standbys start), t
 (outcome.py: a failed attempt's, the run's outcome and final report), the membership
 (membership.py: elastic runs' host changes and the plan in use) and the standbys (standby.py);
 blame.py says who failed an attempt. The parts call nothing of the supervisor's (the membership's
-end of a run aside, ``_finish``): what it acts on
-comes back as their answers (an attempt over, ``AllReady``).
+end of a run aside, ``_finish``): what it acts on comes back as their answers (an attempt over,
+``AllReady``).
 """
 
 from __future__ import annotations
@@ -82,11 +82,17 @@ class Supervisor:
         self.restart = restart
         self.watchdog = watchdog
         self.stop_event = stop_event or threading.Event()
-        self.hurry_event = threading.Event()
         self.stacks_wanted = threading.Event()  # `tfcluster stacks` asked for every live task's stacks
+        # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
+        self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
+                                  static_hosts=static_hosts, discovery_cwd=discovery_cwd,
+                                  absent=absent, short_why=short_why)
+        self.hurry_event = threading.Event()
         self.stop_reason = ""  # why it was stopped, when not by Ctrl-C (``stop``)
         self.poll_interval = poll_interval
         self.clock = clock
+        self.attempts: list[Attempt] = []
+        self.group = AttemptGroup(clock)  # the attempt's handles, task output and save marks
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunModel()
         record.listeners.append(self.view.event)
@@ -94,12 +100,6 @@ class Supervisor:
         ctx = RunContext(record=record, console=console, view=self.view, backend=backend, restart=restart,
                          watchdog=watchdog, clock=clock, poll_interval=poll_interval, stop_event=self.stop_event,
                          hurry_event=self.hurry_event)
-        # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
-        self.members = Membership(plan, backend, record, console, self.stop_event, self._finish, spec=spec,
-                                  static_hosts=static_hosts, discovery_cwd=discovery_cwd,
-                                  absent=absent, short_why=short_why)
-        self.attempts: list[Attempt] = []
-        self.group = AttemptGroup(clock)  # the attempt's handles, task output and save marks
         self.output = TaskOutput(ctx, self.group)  # where every task's lines go (output.py)
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(ctx, self.output)
