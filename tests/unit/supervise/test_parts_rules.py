@@ -1,14 +1,16 @@
 """The supervisor's parts (launcher/supervise/, docs/architecture.md "The supervisor") take small
 explicit inputs: the run's context (context.py) and the few collaborators each uses, never a way
-back into the object that owns them. An object built inside a class's method is never handed one
-of that class's own methods (``launch=self._launch``, ``self._on_line``), nor a lambda that calls
-one, when that object is one of launcher/supervise/'s classes (a thread's target is its own): what the owner acts on comes back as the part's answer, and work two parts share belongs to
-a third object both are given (starts.py's ``Starter``, output.py's ``TaskOutput``)."""
+back into the object that owns them. An object of launcher/supervise/'s classes built inside a
+class's method is never handed one of that class's own methods (``launch=self._launch``,
+``self._on_line``), nor a lambda that calls one (a thread's target is its own: not a part): what
+the owner acts on comes back as the part's answer, and work two parts share belongs to a third
+object both are given (starts.py's ``Starter``, output.py's ``TaskOutput``)."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import textwrap
 from pathlib import Path
 
 from launcher.supervise.context import RunContext
@@ -79,7 +81,7 @@ def _parts() -> dict[str, type]:
     as its constructor's source names them."""
     import launcher.supervise.loop as loop
 
-    tree = ast.parse(inspect.getsource(Supervisor.__init__).strip().replace("\n    ", "\n"))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(Supervisor.__init__)))
     names = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     classes = {n: getattr(loop, n) for n in names if isinstance(getattr(loop, n, None), type)}
     return {n: c for n, c in classes.items() if c.__module__.startswith("launcher.supervise.") and c is not RunContext}
