@@ -2,7 +2,7 @@
 each printed, when each last printed, and its save marks (``tfcluster-saving``, then
 ``tfcluster-preempted``). The output readers' threads add lines and marks under ``lock``;
 everything else reads and changes it on the supervisor's thread. One object, passed to the
-supervisor's collaborators (phases.py, outcome.py) that read it.
+supervisor's parts (output.py, starts.py, phases.py, outcome.py) that read it.
 
 A Python task also beats (launcher/contract/liveness.py): ``tfcluster-beat n=COUNT``, its
 TensorFlow function calls completed, which is its progress once it imported TensorFlow

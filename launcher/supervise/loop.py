@@ -3,26 +3,27 @@ a group state, apply the restart policy, and always tear down in ``finally``.
 
 Threads only read task output; every decision is made here, on the calling thread. This module
 holds the algorithm: ``run`` (attempts until an outcome, and what follows each: retry, move,
-give up), ``_run_attempt`` (start the group, watch it, stop it), and the tasks' start, output
-and stop. ``Supervisor`` has no base classes: it owns its collaborators and hands each what it
-reads: the task group (group.py: handles, task output, save marks), one attempt's watch phases
-(phases.py: exits, readiness, hang, membership), the warm standby wiring (prewarm.py: when and
-where the next attempt's standbys start), the reports (outcome.py: a failed attempt's, the run's
-outcome and final report), the membership (membership.py: elastic runs' host changes and the
-plan in use) and the standbys (standby.py); blame.py says who failed an attempt.
+give up), ``_run_attempt`` (start the group, watch it, stop it), and the tasks' stop.
+``Supervisor`` has no base classes: it builds the run's context once (context.py: what every part
+reads) and owns its parts, each given the context and the few collaborators it uses: the task
+group (group.py: handles, task output, save marks), the output sink (output.py), the tasks' starts
+(starts.py), one attempt's watch phases (phases.py: exits, readiness, hang, membership), the warm
+standby wiring (prewarm.py: when and where the next attempt's standbys start), the reports
+(outcome.py: a failed attempt's, the run's outcome and final report), the membership
+(membership.py: elastic runs' host changes and the plan in use) and the standbys (standby.py);
+blame.py says who failed an attempt. The parts call nothing of the supervisor's: what it acts on
+comes back as their answers (an attempt over, ``AllReady``, the membership's ``Ended``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from launcher.backends.base import Backend, TaskHandle
-from launcher.contract import envnames
-from launcher.errors import AttemptImpossible, LaunchError, exc_text
+from launcher.backends.base import Backend
+from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan.build import Plan
 from launcher.record import events as ev
 from launcher.record.feed import SnapshotWriter
@@ -30,14 +31,17 @@ from launcher.record.states import AttemptState, Outcome
 from launcher.record.view import RunModel
 from launcher.record.writer import RunRecord
 from launcher.spec.model import Restart, Spec, Watchdog
+from launcher.supervise.context import RunContext
 from launcher.supervise.gpuwatch import GpuWatch
-from launcher.supervise.group import BEAT, STACK, AttemptGroup
+from launcher.supervise.group import AttemptGroup
 from launcher.supervise.membership import Ended, Membership, Moved
 from launcher.supervise.outcome import Reporter
-from launcher.supervise.phases import AttemptPhases, AttemptWatch
+from launcher.supervise.output import TaskOutput
+from launcher.supervise.phases import AllReady, AttemptPhases, AttemptWatch
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
 from launcher.supervise.prewarm import Prewarm
-from launcher.supervise.standby import WarmStandby, decide as standby_decision, stub_command
+from launcher.supervise.standby import WarmStandby, decide as standby_decision
+from launcher.supervise.starts import Starter
 from launcher.ui.console import Console
 
 INTERRUPTED = AttemptState.INTERRUPTED
@@ -46,9 +50,10 @@ DRAIN_BOUND = 5.0
 
 
 class Supervisor:
-    """One run of a plan on a backend, from the first attempt to the outcome. Its collaborators,
-    each given what it reads: ``group`` (the tasks' handles and output), ``members`` (the plan in
-    use), ``standby``, ``report`` (outcome.py), ``prewarm`` and ``phases``."""
+    """One run of a plan on a backend, from the first attempt to the outcome. Its parts, each given
+    the run's context (context.py) and the collaborators it uses: ``group`` (the tasks' handles and
+    output), ``output`` (the line sink), ``members`` (the plan in use), ``standby``, ``starter``
+    (starts.py), ``report`` (outcome.py), ``prewarm`` and ``phases``."""
 
     def __init__(
         self,
@@ -87,31 +92,29 @@ class Supervisor:
         self.clock = clock
         self.attempts: list[Attempt] = []
         self.group = AttemptGroup(clock)  # the attempt's handles, task output and save marks
+        # The run as the live panel and the final report show it, fed by events and task lines.
+        self.view = RunModel()
+        record.listeners.append(self.view.event)
+        # What every part reads (context.py), built once.
+        ctx = RunContext(record=record, console=console, view=self.view, backend=backend, restart=restart,
+                         watchdog=watchdog, clock=clock, poll_interval=poll_interval, stop_event=self.stop_event,
+                         hurry_event=self.hurry_event)
+        self.output = TaskOutput(ctx, self.group)  # where every task's lines go (output.py)
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
-        self.standby = WarmStandby(backend, record, console, clock, self._on_line, self._drain_line)
+        self.standby = WarmStandby(ctx, self.output)
         standby_on, self.standby_why = standby_decision(
             restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
             elastic=self.members.elastic,
             refused=(backend.hosts.standby_off(spec) if spec is not None and backend.capabilities.warm_standby
                      else None))
-        self._sink_failed: set[str] = set()
-        # The run as the live panel and the final report show it, fed by events and task lines.
-        self.view = RunModel()
-        record.listeners.append(self.view.event)
+        # The tasks' starts: promoted or cold, recorded (starts.py).
+        self.starter = Starter(ctx, self.group, self.members, self.standby, self.output)
         # A failed attempt's report, the run's outcome and final report (outcome.py).
-        self.report = Reporter(record=record, console=console, view=self.view, group=self.group,
-                               members=self.members, standby=self.standby, attempts=self.attempts,
-                               restart=restart, watchdog=watchdog, clock=clock)
+        self.report = Reporter(ctx, self.group, self.members, self.standby, self.attempts)
         # When and where the next attempt's standbys start (prewarm.py).
-        self.prewarm = Prewarm(enabled=standby_on, standby=self.standby, members=self.members, view=self.view,
-                               record=record, console=console, backend=backend, restart=restart, clock=clock,
-                               env=self._env, launch=self._launch, report=self.report)
+        self.prewarm = Prewarm(ctx, standby_on, self.standby, self.members, self.starter, self.report)
         # One attempt's watch phases: exits, readiness, hang, membership (phases.py).
-        self.phases = AttemptPhases(group=self.group, members=self.members, backend=backend, record=record,
-                                    console=console, view=self.view, restart=restart, watchdog=watchdog,
-                                    stop_event=self.stop_event, hurry_event=self.hurry_event, clock=clock,
-                                    poll_interval=poll_interval, launch=self._launch, all_ready=self._all_ready,
-                                    report=self.report)
+        self.phases = AttemptPhases(ctx, self.group, self.members, self.starter, self.report)
         # Called once, on this thread, the first time every task of an attempt is ready
         # (``up --detach`` hands the run over to the background then).
         self.on_ready: Optional[Callable[[], None]] = None
@@ -213,7 +216,8 @@ class Supervisor:
         self.stop_event.set()
 
     def _all_ready(self, attempt: Attempt, after: float) -> None:
-        """Every task is up: record it, hand over once (``on_ready``), arm the warm standby."""
+        """Every task is up (the readiness phase said ``AllReady``): record it, hand over once
+        (``on_ready``), arm the warm standby."""
         attempt.ready_after = after
         self.record.write(ev.AttemptReady(attempt=attempt.number, after=round(after, 3)))
         if self.on_ready is not None:
@@ -262,14 +266,15 @@ class Supervisor:
             return None
         exits: dict[str, Optional[int]] = {}
         # Every host's standbys promoted at once (each task's log offsets fixed first), then the rest started.
-        offsets = {t.key: self._new_process(t.key) for t in self.plan.tasks}
-        promoted = self.standby.promote_all(self.plan.tasks, self._env(number))
+        starter = self.starter
+        offsets = {t.key: starter.new_process(t.key) for t in self.plan.tasks}
+        promoted = self.standby.promote_all(self.plan.tasks, starter.env(number))
         for task in self.plan.tasks:
             if self.stop_event.is_set():
                 self.backend.tasks.stop([promoted.pop(k) for k in list(promoted) if k not in exits], grace=0)
                 break
             try:
-                self._launch(task.key, number, ready=(offsets[task.key], promoted.pop(task.key, None)))
+                starter.launch(task.key, number, ready=(offsets[task.key], promoted.pop(task.key, None)))
             except LaunchError as exc:
                 if not self.members.elastic:
                     raise
@@ -289,8 +294,12 @@ class Supervisor:
         phases = self.phases
         while not (self._interrupted(attempt) or phases.exits(attempt, watch)):
             now = self.clock()
-            if (phases.readiness(attempt, watch, now) or phases.hang(attempt, watch, now)
-                    or phases.membership(attempt, watch, now)):
+            up = phases.readiness(attempt, watch, now)
+            if isinstance(up, AllReady):
+                self._all_ready(attempt, up.after)
+            elif up:
+                return
+            if phases.hang(attempt, watch, now) or phases.membership(attempt, watch, now):
                 return
             if self.prewarm.acks(attempt):
                 return
@@ -308,43 +317,7 @@ class Supervisor:
         self.console.info("stopping every task (Ctrl-C again to kill at once)")
         return True
 
-    # -------------------------------------------------------------- the tasks: start, output, stop
-
-    def _new_process(self, key: str) -> dict:
-        """A new process of ``key`` is about to start: where this attempt's lines begin, fixed
-        before the task (or the standby promoted for it) can write one: a task that prints at once
-        would otherwise have lines before its offset, counted in the attempt before (`logs
-        --attempt`, `status`, `attach` cut logs by them)."""
-        self.group.new_process(key)
-        return self.record.log_offsets(key)
-
-    def _launch(self, key: str, number: int, standby_ok: bool = True,
-                ready: Optional[tuple[dict, Optional[TaskHandle]]] = None, alone: bool = False) -> None:
-        """Start ``key`` for attempt ``number``: its standby promoted (unless not ``standby_ok``),
-        else cold. ``ready``: its offsets (``_new_process``) and its standby already promoted, or
-        None (``_start_group`` promotes every host's at once). ``alone``: the task restarts while
-        the attempt goes on (a parameter_server worker): a standby promoted for it is replaced by
-        a new one."""
-        task = self.plan.task(key)
-        if ready is not None:
-            offsets, handle = ready
-        else:
-            offsets = self._new_process(key)
-            handle = self.standby.promote(task, self._env(number)) if standby_ok else None
-        warm = handle is not None
-        if handle is None:
-            stub = stub_command(task.command)  # a Python script or module: under the stub, for its liveness
-            handle = self.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
-                                              self._env(number), self._drain_line)
-        self.group.handles[key] = handle
-        self.record.task_started(key, attempt=number, **handle.info())
-        self.record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
-                                   process=handle.info(), **offsets))
-        if warm and alone:
-            self.standby.restock(number + 1, task, self._env(number + 1))
-
-    def _env(self, number: int) -> dict[str, str]:
-        return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.record.run_id}
+    # -------------------------------------------------------------- the tasks: stop
 
     def _gpu_watch(self) -> Optional[GpuWatch]:
         """Each GPU task's memory and utilisation from nvidia-smi (launcher/supervise/gpuwatch.py), where the
@@ -365,32 +338,6 @@ class Supervisor:
             self.record.write(ev.GpuUsage(tasks={k: list(v) for k, v in figures.items()}))
 
         return GpuWatch(groups, gpu_ids, on_sample, self.console.info).start()
-
-    def _drain_line(self, key: str, line: str, sink: Optional[Callable[[str, str], None]] = None) -> None:
-        """The sink every backend's output reader calls. It never raises: a reader that stopped
-        would leave the task blocked writing to a full pipe (a full disk, a closed terminal)."""
-        try:
-            (sink or self._on_line)(key, line)
-        except Exception as exc:  # noqa: BLE001
-            if key not in self._sink_failed:
-                self._sink_failed.add(key)
-                try:
-                    self.console.error(f"{key}: its output can no longer be shown or logged "
-                                       f"({exc_text(exc)}); it is still read, and the run goes on")
-                except Exception:  # noqa: BLE001
-                    pass
-
-    def _on_line(self, key: str, line: str) -> None:
-        kind = self.group.line(key, line)
-        if kind == BEAT:
-            return  # progress, not output
-        if kind == STACK:  # asked for by the hang watchdog: into the log and the record, not on the console
-            self.record.log_line(key, line, console=False)  # (nor into output.log, which `attach` shows)
-            return
-        line = self.group.task_text(line)
-        self.record.log_line(key, line)
-        self.view.line(key, line, time.time())
-        self.console.task_line(key, line)
 
     def _stop_all(self, grace: float, killed: Optional[str] = None) -> None:
         """Stop every task of the attempt (``grace``: SIGTERM first); ``killed``: the stuck task

@@ -2,42 +2,39 @@
 with its exception and last lines) and, once the run ends, its outcome event and final report
 (the task table, GPU peaks, the summary of attempts and host changes, where the record is).
 
-``Reporter`` is a collaborator of ``Supervisor`` (loop.py): it is given what it reads (the
-record, console and view, the task group, the membership and its plan, the standbys, the
-attempts so far) and writes only the record, the console and an attempt's failure.
+``Reporter`` is a part of ``Supervisor`` (loop.py): it is given the run's context (context.py:
+the record, console and view, the settings) and what else it reads (the task group, the
+membership and its plan, the standbys, the attempts so far), and writes only the record, the
+console and an attempt's failure.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 from launcher.plan.build import Plan
 from launcher.record import events as ev
-from launcher.record.view import RunModel
 from launcher.record.layout import stacks_path
-from launcher.record.writer import RunRecord
-from launcher.spec.model import Restart, Watchdog
 from launcher.record.states import Outcome
 from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
                                       report_lines, stack_lines, summary_lines)
 from launcher.supervise.diagnose import exception_lines, hint
+from launcher.supervise.context import RunContext
 from launcher.supervise.group import AttemptGroup
 from launcher.supervise.membership import Membership
 from launcher.supervise.policy import FAILED, Attempt, AttemptFailure, output_limit
 from launcher.supervise.standby import WarmStandby
-from launcher.ui.console import Console
 from launcher.ui.report import goodput_lines, gpu_peak_lines, location_lines, locations, task_table
 
 
 class Reporter:
-    def __init__(self, *, record: RunRecord, console: Console, view: RunModel, group: AttemptGroup, members: Membership,
-                 standby: WarmStandby, attempts: list[Attempt], restart: Restart, watchdog: Watchdog,
-                 clock: Callable[[], float]) -> None:
-        self.record, self.console, self.view = record, console, view
+    def __init__(self, ctx: RunContext, group: AttemptGroup, members: Membership, standby: WarmStandby,
+                 attempts: list[Attempt]) -> None:
+        self.record, self.console, self.view = ctx.record, ctx.console, ctx.view
         self.group, self.members, self.standby = group, members, standby
         self.attempts = attempts  # the supervisor's list, appended to as attempts start
-        self.restart, self.watchdog, self.clock = restart, watchdog, clock
+        self.restart, self.watchdog, self.clock = ctx.restart, ctx.watchdog, ctx.clock
 
     @property
     def plan(self) -> Plan:

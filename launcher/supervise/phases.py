@@ -5,37 +5,34 @@ the hang watchdog (watchdog.hang_timeout) and, in elastic runs, membership chang
 task is up. Each phase reads and updates the attempt's ``AttemptWatch`` and returns True when the
 attempt is over (its state set).
 
-``AttemptPhases`` is a collaborator of ``Supervisor`` (loop.py): it owns the count of workers
-restarted alone and is given what it reads (the task group, the membership and its plan, the
-backend, record, console, view, the restart and watchdog settings, the stop and hurry events) and
-the supervisor's ways to start a task (``launch``), say every task is up (``all_ready``) and fail
-an attempt (``report``).
+``AttemptPhases`` is a part of ``Supervisor`` (loop.py): it owns the count of workers restarted
+alone and is given the run's context (context.py: the backend, record, console, view, the restart
+and watchdog settings, the stop and hurry events) and the collaborators it uses: the task group,
+the membership and its plan, the tasks' starts (starts.py: a worker restarted alone) and the
+reports (outcome.py: an attempt's failure). It calls nothing of the supervisor's: what the
+supervisor acts on comes back as its phases' answers (the attempt over, or ``AllReady``).
 """
 
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional, Union
 
-from launcher.backends.base import Backend
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan
 from launcher.system.procinfo import describe_exit
 from launcher.record import events as ev
 from launcher.record.states import AttemptState
-from launcher.record.view import RunModel
-from launcher.record.writer import RunRecord
-from launcher.spec.model import Restart, Watchdog
+from launcher.supervise.context import RunContext
 from launcher.supervise.group import AttemptGroup
 from launcher.supervise.hangwatch import HangWatch
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess
+from launcher.supervise.starts import Starter
 from launcher.supervise.straggler import Lag, Sample, Stragglers
-from launcher.ui.console import Console
 
 READY_CHECK_EVERY = 0.5
 # A lost session's survivors (``_let_survivors_save``): how many of their step times, and at
@@ -59,21 +56,27 @@ class AttemptWatch:
     warned_sidecars: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class AllReady:
+    """What ``readiness`` returns the first time every task of the attempt is up, ``after``
+    seconds from its start: the supervisor records it and acts on it (the hand-over of ``up
+    --detach``, the next attempt's standbys)."""
+
+    after: float
+
+
 class AttemptPhases:
-    def __init__(self, *, group: AttemptGroup, members: Membership, backend: Backend, record: RunRecord,
-                 console: Console, view: RunModel, restart: Restart, watchdog: Watchdog,
-                 stop_event: threading.Event, hurry_event: threading.Event, clock: Callable[[], float],
-                 poll_interval: float, launch: Callable[..., None], all_ready: Callable[[Attempt, float], None],
+    def __init__(self, ctx: RunContext, group: AttemptGroup, members: Membership, starter: Starter,
                  report: Reporter) -> None:
-        self.group, self.members, self.backend = group, members, backend
-        self.record, self.console, self.view = record, console, view
-        self.restart, self.watchdog = restart, watchdog
-        self.stop_event, self.hurry_event = stop_event, hurry_event
-        self.clock, self.poll_interval = clock, poll_interval
-        self.launch, self.all_ready, self.report = launch, all_ready, report
+        self.group, self.members, self.backend = group, members, ctx.backend
+        self.record, self.console, self.view = ctx.record, ctx.console, ctx.view
+        self.restart, self.watchdog = ctx.restart, ctx.watchdog
+        self.stop_event, self.hurry_event = ctx.stop_event, ctx.hurry_event
+        self.clock, self.poll_interval = ctx.clock, ctx.poll_interval
+        self.starter, self.report = starter, report
         self.worker_restarts = 0  # parameter_server workers restarted alone, run-wide
-        self.hangs = HangWatch(group=group, backend=backend, record=record, plan=lambda: self.members.plan,
-                               watchdog=watchdog, clock=clock)
+        self.hangs = HangWatch(group=group, backend=ctx.backend, record=ctx.record, plan=lambda: self.members.plan,
+                               watchdog=ctx.watchdog, clock=ctx.clock)
         self._stragglers: Optional[tuple[int, Stragglers]] = None  # (attempt, its samples)
 
     @property
@@ -108,10 +111,10 @@ class AttemptPhases:
                 return True
         return False
 
-    def readiness(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+    def readiness(self, attempt: Attempt, watch: AttemptWatch, now: float) -> Union[bool, AllReady]:
         """Until every task's port is open (checked every READY_CHECK_EVERY s; runs once even
         when no task serves a port, e.g. single-host strategies). True: the attempt failed
-        (watchdog.startup_timeout)."""
+        (watchdog.startup_timeout); ``AllReady``: every task is up now (once an attempt)."""
         if attempt.ready_after is not None or now < watch.next_ready_check:
             return False
         watch.next_ready_check = now + READY_CHECK_EVERY
@@ -121,8 +124,7 @@ class AttemptPhases:
                 self.record.write(ev.Ready(task=task.key, attempt=attempt.number,
                                            after=round(now - watch.started, 3)))
         if len(watch.ready) == len(self.plan.tasks):
-            self.all_ready(attempt, now - watch.started)
-            return False
+            return AllReady(now - watch.started)
         if now - watch.started <= self.watchdog.startup_timeout:
             return False
         missing = [t.key for t in self.plan.tasks if t.key not in watch.ready]
@@ -223,7 +225,7 @@ class AttemptPhases:
         self.record.write(ev.TaskRestart(task=key, code=code, restart=self.worker_restarts))
         self.group.handles[key].signal(9)
         try:
-            self.launch(key, attempt.number, alone=True)  # its standby promoted where one waits, and a new one made
+            self.starter.launch(key, attempt.number, alone=True)  # its standby promoted where one waits, and a new one made
         except LaunchError as exc:
             # Its host failed the start (gone since the check above, or broken): that worker's
             # failure, not the run's. An elastic run leaves it out if its host is now lost.

@@ -3,30 +3,27 @@ start (once this attempt's tasks are all up and one trained a step, or STANDBY_A
 where (every task's host, and in elastic runs the hot spares), and a promoted standby that never
 took its promotion (started cold instead).
 
-``Prewarm`` is a collaborator of ``Supervisor`` (loop.py): it owns when the standbys are due and is
-given what it reads (the standbys, the membership and its plan, the view, the record and console)
-and the supervisor's ways to start a task (``launch``), give its environment (``env``) and fail
-an attempt (``report``).
+``Prewarm`` is a part of ``Supervisor`` (loop.py): it owns when the standbys are due and is given
+the run's context (context.py) and the collaborators it uses: the standbys, the membership and its
+plan, the tasks' starts (starts.py: a task's environment, a cold start) and the reports (outcome.py:
+an attempt's failure). It calls nothing of the supervisor's.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
-from launcher.backends.base import Backend
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan
 from launcher.plan.elastic import spare_hosts
 from launcher.record import events as ev
-from launcher.record.view import RunModel
-from launcher.record.writer import RunRecord
-from launcher.spec.model import Restart
+from launcher.supervise.context import RunContext
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.phases import READY_CHECK_EVERY
 from launcher.supervise.policy import Attempt
+from launcher.supervise.starts import Starter
 from launcher.supervise.standby import ACK_BOUND, PROMOTED, WarmStandby, is_reference_worker
-from launcher.ui.console import Console
 
 # tfcluster's worker: the most seconds after every task is up that the next attempt's standbys
 # wait for its first step (a slow restore, a long first trace) before they start anyway.
@@ -34,15 +31,13 @@ STANDBY_AFTER_READY = 60.0
 
 
 class Prewarm:
-    def __init__(self, *, enabled: bool, standby: WarmStandby, members: Membership, view: RunModel,
-                 record: RunRecord, console: Console, backend: Backend, restart: Restart,
-                 clock: Callable[[], float], env: Callable[[int], dict[str, str]],
-                 launch: Callable[..., None], report: Reporter) -> None:
+    def __init__(self, ctx: RunContext, enabled: bool, standby: WarmStandby, members: Membership, starter: Starter,
+                 report: Reporter) -> None:
         self.enabled = enabled  # warm standby is on for this run (standby.decide)
-        self.standby, self.members, self.view = standby, members, view
-        self.record, self.console, self.backend = record, console, backend
-        self.restart, self.clock = restart, clock
-        self.env, self.launch, self.report = env, launch, report
+        self.standby, self.members, self.view = standby, members, ctx.view
+        self.record, self.console, self.backend = ctx.record, ctx.console, ctx.backend
+        self.restart, self.clock = ctx.restart, ctx.clock
+        self.starter, self.report = starter, report
         self.after_ready = STANDBY_AFTER_READY
         self.due: Optional[float] = None  # when this attempt's standbys start at the latest
         self.checked = 0.0
@@ -82,7 +77,7 @@ class Prewarm:
                 return
         self.due = None
         number = attempt.number
-        self.standby.start(number + 1, self.plan.tasks, self.env(number + 1), spares=self.hot_spares())
+        self.standby.start(number + 1, self.plan.tasks, self.starter.env(number + 1), spares=self.hot_spares())
 
     def hot_spares(self) -> list[tuple[str, str]]:
         """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a
@@ -105,7 +100,7 @@ class Prewarm:
             self.record.write(ev.StandbyStopped(tasks=[key], reason="no answer to the promotion"))
             self.backend.tasks.stop([handle], grace=0)
             try:
-                self.launch(key, attempt.number, standby_ok=False)
+                self.starter.launch(key, attempt.number, standby_ok=False)
             except LaunchError as exc:
                 self.report.fail(attempt, key, f"starting it cold failed: {exc.lines[0]}", None)
                 return True

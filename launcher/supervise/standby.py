@@ -20,18 +20,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from launcher.contract import envnames
-from launcher.backends.base import Backend, TaskHandle
-from launcher.ui.console import Console
+from launcher.backends.base import TaskHandle
 from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask
 from launcher.record import events as ev
-from launcher.record.writer import RunRecord
 from launcher.loader.shadow import module_of
 from launcher.notices import HostNote, fold_hosts
 from launcher.spec.model import Restart
+from launcher.supervise.context import RunContext
+from launcher.supervise.output import TaskOutput
 
 MARK = "tfcluster-standby"
 PROMOTED = MARK + " promoted"
@@ -204,17 +204,15 @@ def _same_process(a: PlannedTask, b: PlannedTask) -> bool:
 
 
 class WarmStandby:
-    def __init__(self, backend: Backend, record: RunRecord, console: Console, clock: Callable[[], float],
-                 on_line: Callable[[str, str], None],
-                 drain_line: Callable[[str, str, Optional[Callable[[str, str], None]]], None]) -> None:
-        """``on_line``: what a promoted standby's lines go to (the supervisor's sink);
-        ``drain_line(key, line, sink)``: the never-raising wrapper every output reader calls."""
-        self.backend = backend
-        self.record = record
-        self.console = console
-        self.clock = clock
-        self.on_line = on_line
-        self.drain_line = drain_line
+    def __init__(self, ctx: RunContext, output: TaskOutput) -> None:
+        """``ctx``: the run's context (its backend, record, console and clock, context.py);
+        ``output``: where a promoted standby's lines go (output.py: ``line``), and the
+        never-raising sink every output reader calls (``drain``)."""
+        self.backend = ctx.backend
+        self.record = ctx.record
+        self.console = ctx.console
+        self.clock = ctx.clock
+        self.output = output
         self._waiting: dict[str, list[_Standby]] = {}  # task key -> its standbys (its host's, spares')
         self._promoted: dict[str, _Standby] = {}  # promoted, not yet heard saying so
         self._short_said: set[str] = set()
@@ -258,7 +256,7 @@ class WarmStandby:
                 s.ready = s.ready or line.startswith(MARK + " ready")
                 s.acked = s.acked or line.startswith(PROMOTED)
             if s is not None and s.active:
-                self.on_line(key, line)
+                self.output.line(key, line)
             elif s is not None and s.stopping:
                 self.record.log_line(key, f"(standby) {line}")
             else:
@@ -269,7 +267,7 @@ class WarmStandby:
         try:
             handle = self.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
                                               {**env, envnames.STANDBY: "1"},
-                                              lambda key, line: self.drain_line(key, line, sink))
+                                              lambda key, line: self.output.drain(key, line, sink))
         except LaunchError as exc:
             self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
             return None

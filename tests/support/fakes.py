@@ -1,4 +1,5 @@
-"""A fake backend to run the real ``Supervisor`` against (like torchelastic's TestAgent): tasks
+"""A fake backend to run the real ``Supervisor`` against (like torchelastic's TestAgent), its two
+seams two objects as a real backend's (``scripted`` makes the run's ``Backend`` of them): tasks
 follow a script (which start of which task exits with which code after how many polls, when its
 port opens, what it prints), and ``prepare_attempt``/``collect_results`` fail when told to. No
 TensorFlow, no processes; with ``Counter`` as the supervisor's clock, no wall-clock waits."""
@@ -112,23 +113,13 @@ class ScriptedTask(TaskHandle):
         return self.script.port_after is not None and self.polls >= self.script.port_after
 
 
-class ScriptedBackend(Hosts, Tasks):
-    """Both seams of a fake backend on one object (``seams`` makes the run's ``Backend`` of it).
-    ``scripts[(task key, n)]``: what the task's n-th start (0-based) does, else ``default``.
-    ``prepare_errors[attempt]`` is raised by ``prepare_attempt(attempt)``, ``collect_error`` by
-    ``collect_results``. ``calls`` lists what the supervisor asked, in order: ``prepare N``,
-    ``start KEY RESTART_COUNT``, ``collect``."""
-
-    name = "scripted"
-    capabilities = Capabilities()
-
-    def seams(self) -> Backend:
-        """The run's Backend: this object as both seams, its kind named and capable as its class says."""
-        kind = type("ScriptedKind", (BackendKind,), {"name": self.name, "capabilities": self.capabilities})
-        return Backend(kind, self, self)
-
-    def allocate(self, spec):
-        raise AssertionError("the scripted backend allocates nothing: supervise() gives the plan")
+class ScriptedTasks(Tasks):
+    """The tasks' seam of a fake backend: ``scripts[(task key, n)]``: what the task's n-th start
+    (0-based) does, else ``default``. ``prepare_errors[attempt]`` is raised by
+    ``prepare_attempt(attempt)``, ``collect_error`` by ``collect_results``. ``calls`` lists what the
+    supervisor asked, in order: ``prepare N``, ``start KEY RESTART_COUNT``, ``collect``; ``started``
+    each start as (task key, TFCLUSTER_RESTART_COUNT), ``hosts_started`` as (task key, host), and
+    ``plans`` each plan the supervisor moved the tasks to (``use_plan``)."""
 
     def __init__(self, scripts: Optional[Mapping[tuple[str, int], Script]] = None, default: Script = Script(), *,
                  prepare_errors: Optional[Mapping[int, Exception]] = None,
@@ -136,8 +127,10 @@ class ScriptedBackend(Hosts, Tasks):
         self.scripts, self.default = dict(scripts or {}), default
         self.prepare_errors, self.collect_error = dict(prepare_errors or {}), collect_error
         self.started: list[tuple[str, int]] = []  # (task key, TFCLUSTER_RESTART_COUNT)
+        self.hosts_started: list[tuple[str, str]] = []  # (task key, host)
         self.handles: list[ScriptedTask] = []
         self.calls: list[str] = []
+        self.plans: list = []
         self.closed = False
 
     def prepare_attempt(self, number):
@@ -150,6 +143,7 @@ class ScriptedBackend(Hosts, Tasks):
         self.calls.append(f"start {task.key} {attempt}")
         n = sum(1 for k, _ in self.started if k == task.key)  # the task's n-th start, 0-based
         self.started.append((task.key, attempt))
+        self.hosts_started.append((task.key, task.host))
         script = self.scripts.get((task.key, n), self.default)
         handle = ScriptedTask(task, script, on_line, attempt)
         handle.standby = env.get("TFCLUSTER_STANDBY") == "1"
@@ -159,6 +153,9 @@ class ScriptedBackend(Hosts, Tasks):
     def port_open(self, task) -> bool:
         live = [h for h in self.handles if h.key == task.key and h.code is None]
         return bool(live) and live[-1].port_open
+
+    def use_plan(self, plan) -> None:
+        self.plans.append(plan)
 
     def collect_results(self):
         self.calls.append("collect")
@@ -172,10 +169,43 @@ class ScriptedBackend(Hosts, Tasks):
         return [a for k, a in self.started if k == key]
 
 
-class StandbyScriptedBackend(ScriptedBackend):
-    """A ScriptedBackend that can keep warm standbys (so ``warm_standby: auto`` turns them on)."""
+class ScriptedHosts(Hosts):
+    """The hosts' seam of a fake backend: after a failed attempt (an elastic run), ``losses[n]``
+    are the lost hosts its n-th look reports (each look recorded in ``checked`` as (hosts, wait)
+    and ``looks``, its ``look`` argument); hosts found by discovery are recorded in ``added``. It
+    allocates nothing: ``supervise`` gives the plan."""
 
-    capabilities = Capabilities(warm_standby=True)
+    def __init__(self, losses: Optional[Mapping[int, Mapping[str, str]]] = None) -> None:
+        self.losses = dict(losses or {})
+        self.checked: list[tuple[list[str], float]] = []
+        self.looks: list[dict] = []
+        self.added: list[str] = []
+        self.closed = False
+
+    def allocate(self, spec):
+        raise AssertionError("the scripted backend allocates nothing: supervise() gives the plan")
+
+    def lost(self, hosts, wait, stop=None, look={}):
+        self.checked.append((list(hosts), wait))
+        self.looks.append(dict(look))
+        return dict(self.losses.get(len(self.checked) - 1, {}))
+
+    def add(self, hosts) -> None:
+        self.added += [h.name for h in hosts]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def scripted(tasks: Optional[ScriptedTasks] = None, hosts: Optional[ScriptedHosts] = None,
+             **capabilities: bool) -> Backend:
+    """A fake run's ``Backend``, made as a real backend's ``from_spec`` makes one: its two seams
+    (``tasks``, ``hosts``: a ScriptedTasks and a ScriptedHosts unless given) and its kind, named
+    ``scripted`` and capable as ``capabilities`` (``Capabilities``' fields) say. The two seams
+    share nothing: each records what the supervisor asked of it."""
+    kind = type("ScriptedKind", (BackendKind,), {"name": "scripted", "capabilities": Capabilities(**capabilities)})
+    return Backend(kind, hosts if hosts is not None else ScriptedHosts(),
+                   tasks if tasks is not None else ScriptedTasks())
 
 
 class Counter:
@@ -205,11 +235,10 @@ class Supervised:
 def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, clock=None,
               stop_after: Optional[int] = None, stop=None, standby_after_ready: float = 0.0,
               plan=None, absent: Optional[dict] = None, short_why: str = "") -> Supervised:
-    """Run ``Supervisor`` on the (dedented) spec with ``backend`` (a ``Backend``, or a
-    ScriptedBackend: its ``seams``), its record under
+    """Run ``Supervisor`` on the (dedented) spec with ``backend`` (a ``Backend``), its record under
     ``tmp_path/runs``; ``clock`` is the supervisor's (None: its own, the real one; a ``Counter``
     for no wall-clock waits). ``stop_after``: interrupt once this many tasks have been started
-    (``backend`` a ScriptedBackend), or call ``stop(supervisor)`` instead if given.
+    (``backend.tasks`` a ScriptedTasks), or call ``stop(supervisor)`` instead if given.
     ``standby_after_ready``: how long after every task is up the next attempt's standbys wait
     for a first step (0: they start then, as the scripted tasks print no real steps). ``plan``:
     the plan to start with (a function of the spec: a group that starts smaller), else the spec's;
@@ -219,20 +248,20 @@ def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, 
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     extra = {} if clock is None else {"clock": clock}
-    seams = backend if isinstance(backend, Backend) else backend.seams()
-    sup = Supervisor(plan, seams, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
+    sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
                      poll_interval=poll_interval, spec=spec, absent=absent or {}, short_why=short_why, **extra)
     sup.prewarm.after_ready = standby_after_ready
     if stop_after is not None:
-        start = backend.start
+        tasks = backend.tasks
+        start = tasks.start
 
         def start_then_maybe_stop(task, env, on_line):
             handle = start(task, env, on_line)
-            if len(backend.started) >= stop_after:
+            if len(tasks.started) >= stop_after:
                 (stop or Supervisor.interrupt)(sup)
             return handle
 
-        backend.start = start_then_maybe_stop
+        tasks.start = start_then_maybe_stop
     outcome = sup.run()
     record.close()
     events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]

@@ -363,10 +363,10 @@ def test_the_supervisor_leaves_a_snapshot_of_the_whole_record(tmp_path):
     and every task log, and status from it says what a replay from the start says."""
     from launcher.record.feed import read_snapshot
     from launcher.record.status import load_run
-    from tests.support.fakes import Counter, Script, ScriptedBackend, supervise
+    from tests.support.fakes import Counter, Script, ScriptedTasks, scripted, supervise
 
-    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
-                              default=Script(code=0, polls=4))
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
+                                     default=Script(code=0, polls=4)))
     spec = """\
         name: s
         strategy: multi_worker_mirrored

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from launcher.app.inspect import _attempt_range
 from launcher.record.layout import OUTPUT_FILE, log_path
-from tests.support.fakes import Script, ScriptedBackend, StandbyScriptedBackend, supervise
+from tests.support.fakes import Script, ScriptedTasks, scripted, supervise
 
 
-class PrintsAtOnce(ScriptedBackend):
+class PrintsAtOnce(ScriptedTasks):
     """Each start's task says ``hello attempt=N`` before ``start`` returns."""
 
     def start(self, task, env, on_line):
@@ -26,7 +26,7 @@ class PrintsAtOnce(ScriptedBackend):
         return handle
 
 
-class PromotedPrintsAtOnce(StandbyScriptedBackend):
+class PromotedPrintsAtOnce(ScriptedTasks):
     """A standby that says ``promoted attempt=N`` as soon as it is promoted, before ``promote`` returns."""
 
     def promote(self, handle, task, env):
@@ -56,8 +56,8 @@ def _lines(path: Path, run: Path, task, attempt: int) -> list[str]:
 
 
 def test_a_task_that_prints_before_its_start_is_recorded_keeps_the_line_in_its_own_attempt(tmp_path):
-    backend = PrintsAtOnce({("worker:1", 0): Script(code=137, polls=2, silent=True),
-                            ("worker:0", 0): Script(code=None, silent=True)}, default=Script(code=0, polls=2, silent=True))
+    backend = scripted(PrintsAtOnce({("worker:1", 0): Script(code=137, polls=2, silent=True),
+                                     ("worker:0", 0): Script(code=None, silent=True)}, default=Script(code=0, polls=2, silent=True)))
     result = supervise(tmp_path, MWMS.replace("WARM", "false"), backend)
     assert result.code == 0, result.err
     run = _run_dir(tmp_path)
@@ -72,9 +72,9 @@ def test_a_task_that_prints_before_its_start_is_recorded_keeps_the_line_in_its_o
 
 
 def test_a_promoted_standby_that_prints_at_once_keeps_the_line_in_the_attempt_it_serves(tmp_path):
-    backend = PromotedPrintsAtOnce({("worker:1", 0): Script(code=137, polls=4, silent=True),
-                                    ("worker:0", 0): Script(code=None, silent=True)},
-                                   default=Script(code=0, polls=3, silent=True))
+    backend = scripted(PromotedPrintsAtOnce({("worker:1", 0): Script(code=137, polls=4, silent=True),
+                                             ("worker:0", 0): Script(code=None, silent=True)},
+                                            default=Script(code=0, polls=3, silent=True)), warm_standby=True)
     result = supervise(tmp_path, MWMS.replace("WARM", "true"), backend)
     assert result.code == 0, result.err
     assert sorted(e["task"] for e in result.events if e["event"] == "standby_promoted") == ["worker:0", "worker:1"]
@@ -98,9 +98,9 @@ def test_a_pss_worker_restarted_alone_keeps_its_first_line_in_its_restart(tmp_pa
         restart: {max_restarts: 2}
         watchdog: {stop_grace: 0}
     """
-    backend = PrintsAtOnce({("worker:1", 0): Script(code=1, polls=2, silent=True),
-                            ("chief:0", 0): Script(code=0, polls=8, silent=True)},
-                           default=Script(code=None, silent=True))
+    backend = scripted(PrintsAtOnce({("worker:1", 0): Script(code=1, polls=2, silent=True),
+                                     ("chief:0", 0): Script(code=0, polls=8, silent=True)},
+                                    default=Script(code=None, silent=True)))
     result = supervise(tmp_path, spec, backend)
     starts = [e for e in result.events if e["event"] == "start" and e["task"] == "worker:1"]
     assert len(starts) == 2, result.err

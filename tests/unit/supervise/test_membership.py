@@ -10,7 +10,6 @@ import json
 import textwrap
 import threading
 
-from launcher.backends.base import Capabilities
 from launcher.ui.console import Console
 from launcher.loader.discovery import Answer
 from launcher.app.up import plan_for
@@ -18,7 +17,7 @@ from launcher.supervise.membership import Membership
 from launcher.record.writer import RunRecord
 from launcher.loader.load import parse_spec
 from launcher.spec.model import Host
-from tests.support.fakes import ScriptedBackend
+from tests.support.fakes import scripted
 
 SPEC = """\
     name: s
@@ -39,21 +38,6 @@ class FakePoller:
         return len(self.answers), (self.answers[-1] if self.answers else None)
 
 
-class DiscoveringBackend(ScriptedBackend):
-    capabilities = Capabilities(elastic=True)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.added: list[str] = []
-        self.plans: list = []
-
-    def add(self, hosts) -> None:
-        self.added += [h.name for h in hosts]
-
-    def use_plan(self, plan) -> None:
-        self.plans.append(plan)
-
-
 def hosts(*names: str) -> tuple[Host, ...]:
     return tuple(Host(name=n, address=f"10.0.0.{n[1:]}") for n in names)
 
@@ -63,8 +47,8 @@ def test_discovery_answers_add_hosts_and_move_the_task_of_a_host_gone_from_the_l
     plan = plan_for(spec)
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
-    backend = DiscoveringBackend()
-    members = Membership(plan, backend.seams(), record, Console(out=out, err=err, color=False), threading.Event(),
+    backend = scripted(elastic=True)  # its hosts record what discovery added, its tasks each plan used
+    members = Membership(plan, backend, record, Console(out=out, err=err, color=False), threading.Event(),
                          spec=spec, static_hosts=["h1"], discovery_cwd=tmp_path)
     assert members.elastic and members.poller is not None  # a real Poller, never started here
     poller = members.poller = FakePoller()
@@ -77,7 +61,7 @@ def test_discovery_answers_add_hosts_and_move_the_task_of_a_host_gone_from_the_l
 
     poller.answers.append(Answer(at=0.0, hosts=hosts("h1", "h3", "h4")))
     assert members.changed(0)  # h2 is the plan's: the attempt is to end
-    assert backend.added == ["h4"] and members.down == ["h4"]  # watched until it answers for elastic.settle
+    assert backend.hosts.added == ["h4"] and members.down == ["h4"]  # watched until it answers for elastic.settle
     assert [h.name for h in members.spec.hosts] == ["h1", "h3", "h4"]
     said = err.getvalue() + out.getvalue()
     assert "discovery: h4 found (usable once it answers for elastic.settle=" in said
@@ -85,7 +69,7 @@ def test_discovery_answers_add_hosts_and_move_the_task_of_a_host_gone_from_the_l
     assert "moving worker:1: stopping the group gracefully" in said
 
     assert members.regrow(0) is None  # (not an Ended: the run goes on)
-    assert [t.host for t in members.plan.tasks] == ["h1", "h3"] and backend.plans == [members.plan]
+    assert [t.host for t in members.plan.tasks] == ["h1", "h3"] and backend.tasks.plans == [members.plan]
     assert members.first_plan is plan and len(members.replans) == 1
     assert members.vanished == {}
     record.close()

@@ -16,11 +16,11 @@ from typing import Optional
 import pytest
 
 from launcher.app.up import plan_for
-from launcher.backends.base import Capabilities
-from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedBackend, StandbyScriptedBackend, supervise
+from launcher.backends.base import Backend
+from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedHosts, ScriptedTasks, scripted, supervise
 
 
-def run(tmp_path, spec_yaml: str, backend: ScriptedBackend, stop_after: Optional[int] = None):
+def run(tmp_path, spec_yaml: str, backend: Backend, stop_after: Optional[int] = None):
     """(exit code, console text, events) of the supervisor on ``spec_yaml`` with ``backend``, its
     clock a counter; ``stop_after``: interrupt once this many tasks have been started."""
     result = supervise(tmp_path, spec_yaml, backend, clock=Counter(), stop_after=stop_after)
@@ -59,42 +59,42 @@ PSS = """\
 
 
 def test_a_retryable_exit_restarts_the_whole_group_and_the_next_attempt_succeeds(tmp_path):
-    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
-                              default=Script(code=0, polls=4))
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=0, polls=50)},
+                                     default=Script(code=0, polls=4)))
     code, out, events = run(tmp_path, mwms(), backend)
     assert code == 0, out
-    assert backend.starts("worker:0") == [0, 1] and backend.starts("worker:1") == [0, 1]
+    assert backend.tasks.starts("worker:0") == [0, 1] and backend.tasks.starts("worker:1") == [0, 1]
     assert "restarting the whole group (restart 1 of 2)" in out
     (failure,) = of(events, "failure")
     assert (failure["task"], failure["code"]) == ("worker:1", 137)
     # worker:0 of the failed attempt was still running: stopped, not left behind.
-    first = backend.handles[0]
+    first = backend.tasks.handles[0]
     assert first.key == "worker:0" and signal.SIGKILL in first.signals and first.code == 128 + signal.SIGKILL
-    assert of(events, "outcome")[0]["outcome"] == "succeeded" and backend.closed
+    assert of(events, "outcome")[0]["outcome"] == "succeeded" and backend.tasks.closed and backend.hosts.closed
 
 
 def test_a_permanent_exit_code_is_not_retried(tmp_path):
-    backend = ScriptedBackend({("worker:0", 0): Script(code=1, polls=2)}, default=RUN_FOREVER)
+    backend = scripted(ScriptedTasks({("worker:0", 0): Script(code=1, polls=2)}, default=RUN_FOREVER))
     code, out, events = run(tmp_path, mwms(), backend)
     assert code == 1
-    assert len(backend.started) == 2  # one attempt only
+    assert len(backend.tasks.started) == 2  # one attempt only
     assert "not retried: an uncaught error in the task (exit 1) fails the same way every time" in out
     assert of(events, "restart") == []
-    assert all(h.code is not None for h in backend.handles)  # nothing left running
+    assert all(h.code is not None for h in backend.tasks.handles)  # nothing left running
 
 
 def test_the_restart_budget_ends_the_run(tmp_path):
-    backend = ScriptedBackend({}, default=Script(code=143, polls=2))
+    backend = scripted(ScriptedTasks({}, default=Script(code=143, polls=2)))
     code, out, events = run(tmp_path, mwms(restarts=2), backend)
     assert code == 1
-    assert backend.starts("worker:0") == [0, 1, 2]
+    assert backend.tasks.starts("worker:0") == [0, 1, 2]
     assert "gave up after 3 attempt(s): restart.max_restarts is 2" in out
     assert [e["attempt"] for e in of(events, "restart")] == [1, 2]
 
 
 def test_backoff_doubles_between_group_restarts(tmp_path):
-    backend = ScriptedBackend({("worker:0", 0): Script(code=137, polls=1), ("worker:0", 1): Script(code=137, polls=1)},
-                              default=Script(code=0, polls=3))
+    backend = scripted(ScriptedTasks({("worker:0", 0): Script(code=137, polls=1), ("worker:0", 1): Script(code=137, polls=1)},
+                                     default=Script(code=0, polls=3)))
     code, out, events = run(tmp_path, mwms(restarts=3, backoff=0.01), backend)
     assert code == 0, out
     assert [e["delay"] for e in of(events, "restart")] == [0.01, 0.02]
@@ -104,66 +104,66 @@ def test_backoff_doubles_between_group_restarts(tmp_path):
 
 
 def test_pss_worker_death_restarts_that_worker_alone(tmp_path):
-    backend = ScriptedBackend({("worker:1", 0): Script(code=137, polls=3),
-                               ("chief:0", 0): Script(code=0, polls=12)}, default=RUN_FOREVER)
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=3),
+                                      ("chief:0", 0): Script(code=0, polls=12)}, default=RUN_FOREVER))
     code, out, events = run(tmp_path, PSS, backend)
     assert code == 0, out
-    assert backend.starts("worker:1") == [0, 0]  # relaunched within attempt 0
-    assert backend.starts("chief:0") == [0] and backend.starts("ps:0") == [0] and backend.starts("worker:0") == [0]
+    assert backend.tasks.starts("worker:1") == [0, 0]  # relaunched within attempt 0
+    assert backend.tasks.starts("chief:0") == [0] and backend.tasks.starts("ps:0") == [0] and backend.tasks.starts("worker:0") == [0]
     assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2)" in out
     assert "restarting the whole group" not in out
     assert [e["task"] for e in of(events, "task_restart")] == ["worker:1"]
     # The servers never exit on their own: stopped at the end, after the chief succeeded.
-    assert all(h.code is not None for h in backend.handles)
+    assert all(h.code is not None for h in backend.tasks.handles)
 
 
 def test_pss_worker_restart_budget_then_group_restart(tmp_path):
     dies = Script(code=137, polls=2)
-    backend = ScriptedBackend({("worker:0", n): dies for n in range(3)} | {("chief:0", 1): Script(code=0, polls=5)},
-                              default=RUN_FOREVER)
+    backend = scripted(ScriptedTasks({("worker:0", n): dies for n in range(3)} | {("chief:0", 1): Script(code=0, polls=5)},
+                                     default=RUN_FOREVER))
     code, out, events = run(tmp_path, PSS, backend)
     assert code == 0, out
     assert "worker:0 failed: killed by SIGKILL (exit 137) (worker restart budget used up)" in out
     assert [e["attempt"] for e in of(events, "restart")] == [1]
-    assert backend.starts("chief:0") == [0, 1]
+    assert backend.tasks.starts("chief:0") == [0, 1]
 
 
 def test_pss_a_ps_exit_fails_the_attempt(tmp_path):
-    backend = ScriptedBackend({("ps:0", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=4)},
-                              default=RUN_FOREVER)
+    backend = scripted(ScriptedTasks({("ps:0", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=4)},
+                                     default=RUN_FOREVER))
     code, out, events = run(tmp_path, PSS, backend)
     assert code == 0, out
     assert of(events, "failure")[0]["task"] == "ps:0"
-    assert backend.starts("ps:0") == [0, 1] and backend.starts("worker:0") == [0, 1]
+    assert backend.tasks.starts("ps:0") == [0, 1] and backend.tasks.starts("worker:0") == [0, 1]
 
 
 def test_an_evaluator_failure_does_not_fail_training(tmp_path):
     spec = mwms().replace("{worker: 2}", "{worker: 2, evaluator: 1}")
-    backend = ScriptedBackend({("evaluator:0", 0): Script(code=1, polls=1)}, default=Script(code=0, polls=4))
+    backend = scripted(ScriptedTasks({("evaluator:0", 0): Script(code=1, polls=1)}, default=Script(code=0, polls=4)))
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert "evaluator:0 (sidecar) failed: exit code 1; training goes on" in out
-    assert len(backend.started) == 3
+    assert len(backend.tasks.started) == 3
 
 
 # ---------------------------------------------------------------- watchdogs
 
 
 def test_startup_watchdog_fails_an_attempt_whose_port_never_opens_and_retries(tmp_path):
-    backend = ScriptedBackend({("worker:1", 0): Script(code=None, port_after=None)},
-                              default=Script(code=0, polls=30, port_after=1))
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=None, port_after=None)},
+                                     default=Script(code=0, polls=30, port_after=1)))
     code, out, events = run(tmp_path, mwms(startup=10), backend)
     assert code == 0, out
     (failure,) = of(events, "failure")
     assert failure["task"] == "worker:1" and failure.get("code") is None  # (None: left out of the line)
     assert "never came up: no TF server listening within watchdog.startup_timeout=10 s" in failure["reason"]
-    assert backend.starts("worker:1") == [0, 1]
+    assert backend.tasks.starts("worker:1") == [0, 1]
 
 
 def test_hang_watchdog_names_the_silent_task(tmp_path):
-    backend = ScriptedBackend({("worker:0", 0): Script(code=None, silent=True)},
-                              default=Script(code=None))
-    backend.scripts[("worker:0", 1)] = backend.scripts[("worker:1", 1)] = Script(code=0, polls=3)
+    backend = scripted(ScriptedTasks({("worker:0", 0): Script(code=None, silent=True)},
+                                     default=Script(code=None)))
+    backend.tasks.scripts[("worker:0", 1)] = backend.tasks.scripts[("worker:1", 1)] = Script(code=0, polls=3)
     code, out, events = run(tmp_path, mwms(hang=20), backend)
     assert code == 0, out
     (failure,) = of(events, "failure")
@@ -171,11 +171,11 @@ def test_hang_watchdog_names_the_silent_task(tmp_path):
 
 
 def test_interrupt_stops_every_task_and_exits_130(tmp_path):
-    backend = ScriptedBackend({}, default=RUN_FOREVER)
+    backend = scripted(ScriptedTasks({}, default=RUN_FOREVER))
     code, out, events = run(tmp_path, mwms(), backend, stop_after=2)
     assert code == 130
     assert of(events, "outcome")[0]["outcome"] == "interrupted"
-    assert all(h.code is not None for h in backend.handles) and backend.closed
+    assert all(h.code is not None for h in backend.tasks.handles) and backend.tasks.closed and backend.hosts.closed
 
 
 def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
@@ -186,7 +186,7 @@ def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
             sup.stop(why)
 
     graceful = mwms().replace("stop_grace: 0", "stop_grace: 30")
-    result = supervise(tmp_path / "hup", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+    result = supervise(tmp_path / "hup", graceful, scripted(ScriptedTasks({}, default=RUN_FOREVER)), clock=Counter(),
                        stop_after=2, stop=hangup)
     assert result.code == 130
     (outcome,) = of(result.events, "outcome")
@@ -198,7 +198,7 @@ def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
         sup.interrupt()
         sup.interrupt()
 
-    result = supervise(tmp_path / "int", graceful, ScriptedBackend({}, default=RUN_FOREVER), clock=Counter(),
+    result = supervise(tmp_path / "int", graceful, scripted(ScriptedTasks({}, default=RUN_FOREVER)), clock=Counter(),
                        stop_after=2, stop=ctrl_c_twice)
     assert 137 in ends(result.events)  # the second Ctrl-C: SIGKILL at once
     assert of(result.events, "outcome")[0]["reason"] == ""
@@ -207,7 +207,7 @@ def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
 @pytest.mark.parametrize("exit_code,retried", [(1, False), (2, False), (127, False), (137, True), (143, True),
                                                (255, True)])
 def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
-    backend = ScriptedBackend({("worker:0", 0): Script(code=exit_code, polls=1)}, default=Script(code=0, polls=3))
+    backend = scripted(ScriptedTasks({("worker:0", 0): Script(code=exit_code, polls=1)}, default=Script(code=0, polls=3)))
     code, out, events = run(tmp_path, mwms(restarts=1), backend)
     assert code == (0 if retried else 1), out
     assert len(of(events, "restart")) == (1 if retried else 0)
@@ -216,30 +216,10 @@ def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
 # ---------------------------------------------------------------- hosts that come and go (launcher/plan/elastic.py)
 
 
-class LosingBackend(ScriptedBackend):
+def losing(scripts, losses: dict[int, dict[str, str]], default: Script = Script()) -> Backend:
     """A backend that can move tasks: after attempt ``n``'s failure, ``losses[n]`` are the lost
-    hosts it reports (each check is recorded in ``checked``)."""
-
-    capabilities = Capabilities(elastic=True)
-
-    def __init__(self, scripts, losses: dict[int, dict[str, str]], default: Script = Script()) -> None:
-        super().__init__(scripts, default)
-        self.losses = losses
-        self.checked: list[tuple[list[str], float]] = []
-        self.looks: list[dict] = []
-        self.plans: list = []
-
-    def lost(self, hosts, wait, stop=None, look={}):
-        self.checked.append((list(hosts), wait))
-        self.looks.append(dict(look))
-        return self.losses.get(len(self.checked) - 1, {})
-
-    def use_plan(self, plan) -> None:
-        self.plans.append(plan)
-
-    def start(self, task, env, on_line):
-        self.hosts_started = getattr(self, "hosts_started", []) + [(task.key, task.host)]
-        return super().start(task, env, on_line)
+    hosts its hosts' seam reports (each check is recorded in ``backend.hosts.checked``)."""
+    return scripted(ScriptedTasks(scripts, default), ScriptedHosts(losses), elastic=True)
 
 
 ELASTIC = """\
@@ -259,15 +239,15 @@ def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_a
     """worker:1's session dropped (exit 255, made up) while h2 still answers (its sshd accepts
     during a shutdown): not a failure of the training. h2 is suspect; worker:1 moves to the spare
     h3 at once, spending no restart (max_restarts: 0), in one line."""
-    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
-                            losses={}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                     losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 0, out
-    assert backend.checked == [(["h1", "h2"], 0.0)]  # one look at the plan's hosts, no waiting
+    assert backend.hosts.checked == [(["h1", "h2"], 0.0)]  # one look at the plan's hosts, no waiting
     # h2's loss is known (its session): its look only words it, so it is bounded (1 s).
-    assert backend.looks == [{"h2": 1.0}]
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h3")]
-    assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3"]
+    assert backend.hosts.looks == [{"h2": 1.0}]
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h3")]
+    assert [t.host for t in backend.tasks.plans[0].tasks] == ["h1", "h3"]
     said = re.findall(r"^tfcluster: h2: session lost.*", out, re.M)
     assert len(said) == 1 and re.search(
         r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 30 s; "
@@ -290,40 +270,40 @@ def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_a
 
 def test_a_host_that_does_not_answer_after_a_failure_is_suspect_too(tmp_path):
     """No session was seen to drop (worker:1 exited 137), but h2 does not answer now: suspect."""
-    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
-                            losses={0: {"h2": "unreachable for 0 s"}}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
+                     losses={0: {"h2": "unreachable for 0 s"}}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 0, out
     assert "h2: host not answering; suspect until it answers for 30 s; worker:1 moved to h3 (spare)" in out, out
-    assert backend.hosts_started[-1] == ("worker:1", "h3") and not of(events, "restart")
+    assert backend.tasks.hosts_started[-1] == ("worker:1", "h3") and not of(events, "restart")
 
 
 def test_after_a_move_the_whole_restart_budget_is_still_there(tmp_path):
     """max_restarts: 1, a session lost in attempt 1, a crash in attempt 2: the crash gets the one restart."""
-    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
-                             ("worker:0", 1): Script(code=137, polls=2), ("worker:1", 1): Script(code=None)},
-                            losses={}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                      ("worker:0", 1): Script(code=137, polls=2), ("worker:1", 1): Script(code=None)},
+                     losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, ELASTIC.replace("max_restarts: 0", "max_restarts: 1"), backend)
     assert code == 0, out
     assert "restarting the whole group (restart 1 of 1)" in out
     assert [e["attempt"] for e in of(events, "restart")] == [2]  # the third attempt, the first restart
-    assert backend.hosts_started[-2:] == [("worker:0", "h1"), ("worker:1", "h3")]  # the new plan is kept
+    assert backend.tasks.hosts_started[-2:] == [("worker:0", "h1"), ("worker:1", "h3")]  # the new plan is kept
 
 
 def test_a_failure_with_every_host_there_spends_a_restart_as_before(tmp_path):
-    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
-                            losses={}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None)},
+                     losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 1, out
     assert "worker:1 failed: killed by SIGKILL (exit 137) (attempt 1 of 1)" in out
     assert "gave up after 1 attempt(s): restart.max_restarts is 0" in out
-    assert not of(events, "replan") and not of(events, "host_lost") and len(backend.checked) == 1
+    assert not of(events, "replan") and not of(events, "host_lost") and len(backend.hosts.checked) == 1
 
 
 def test_a_second_loss_with_no_spare_left_waits_host_wait_then_fails_in_one_line(tmp_path):
-    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
-                             ("worker:1", 1): Script(code=255, polls=2, lost=True), ("worker:0", 1): Script(code=None)},
-                            losses={})
+    backend = losing({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                      ("worker:1", 1): Script(code=255, polls=2, lost=True), ("worker:0", 1): Script(code=None)},
+                     losses={})
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 1, out
     assert "no spare host for worker:1: waiting up to elastic.host_wait=1 s for h3 to settle" in out, out
@@ -334,11 +314,11 @@ def test_a_second_loss_with_no_spare_left_waits_host_wait_then_fails_in_one_line
     assert not of(events, "restart")
 
 
-class ReturningBackend(LosingBackend):
-    """As LosingBackend; ``back`` answers ``returning`` from its ``after``-th call on."""
+class ReturningHosts(ScriptedHosts):
+    """As ScriptedHosts; ``back`` answers ``returning`` from its ``after``-th call on."""
 
-    def __init__(self, scripts, losses, back: list[str], after: int, default: Script = Script()) -> None:
-        super().__init__(scripts, losses, default)
+    def __init__(self, losses, back: list[str], after: int) -> None:
+        super().__init__(losses)
         self.returning, self.after = back, after
         self.asked: list[tuple[list[str], float]] = []
 
@@ -347,24 +327,29 @@ class ReturningBackend(LosingBackend):
         return [h for h in self.returning if h in hosts] if len(self.asked) >= self.after else []
 
 
+def returning(scripts, losses, back: list[str], after: int, default: Script = Script()) -> Backend:
+    """As ``losing``; lost hosts come back (ReturningHosts)."""
+    return scripted(ScriptedTasks(scripts, default), ReturningHosts(losses, back, after), elastic=True)
+
+
 SHRINK = ELASTIC.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 1}}").replace(
     ", {name: h3, address: 10.0.0.3}", "").replace("elastic: {host_wait: 1}", "elastic: {host_wait: 1, settle: 9}").replace(
     "stop_grace: 0", "stop_grace: 3")
 
 
 def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_returns(tmp_path):
-    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
-                                ("worker:0", 1): Script(code=None)},
-                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
-                               default=Script(code=0, polls=4))
+    backend = returning({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                         ("worker:0", 1): Script(code=None)},
+                        losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
+                        default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, SHRINK, backend)
     assert code == 0, out
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"),  # the plan
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"),  # the plan
                                      ("worker:0", "h1"),  # shrunk: worker:1 left out, no spare
                                      ("worker:0", "h1"), ("worker:1", "h2")]  # grown back on h2
-    assert backend.asked[0] == (["h2"], 9.0)  # the lost host, elastic.settle
+    assert backend.hosts.asked[0] == (["h2"], 9.0)  # the lost host, elastic.settle
     # The shrunk attempt was stopped gracefully (SIGTERM first), not killed.
-    shrunk_w0 = backend.handles[2]
+    shrunk_w0 = backend.tasks.handles[2]
     assert shrunk_w0.signals[0] == signal.SIGTERM, shrunk_w0.signals
     assert "worker:1 left out: 1 worker go on (no spare host)" in out
     assert "h2 answers again (9 s without a break, elastic.settle): usable again" in out
@@ -382,16 +367,16 @@ def test_a_group_that_started_without_an_absent_host_grows_onto_it_once_it_settl
     stopped gracefully and grows onto it; nothing lost, no restart spent."""
     from launcher.plan.elastic import start_without
 
-    backend = ReturningBackend({("worker:0", 0): Script(code=None)}, losses={}, back=["h2"], after=3,
-                               default=Script(code=0, polls=4))
+    backend = returning({("worker:0", 0): Script(code=None)}, losses={}, back=["h2"], after=3,
+                        default=Script(code=0, polls=4))
     result = supervise(tmp_path, SHRINK, backend, clock=Counter(),
                        plan=lambda spec: start_without(spec, plan_for(spec), ["h2"]).plan,
                        absent={"h2": "not answering"}, short_why="h2 not answering")
     code, out, events = result.code, result.err + result.out, result.events
     assert code == 0, out
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:0", "h1"), ("worker:1", "h2")]
-    assert backend.asked[0] == (["h2"], 9.0)  # watched from the start, elastic.settle
-    assert backend.handles[0].signals[0] == signal.SIGTERM  # the grow: stopped gracefully
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:0", "h1"), ("worker:1", "h2")]
+    assert backend.hosts.asked[0] == (["h2"], 9.0)  # watched from the start, elastic.settle
+    assert backend.tasks.handles[0].signals[0] == signal.SIGTERM  # the grow: stopped gracefully
     assert "worker: 1 of 2 (h2 not answering); the group grows as hosts answer for elastic.settle=9 s" in out, out
     assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
     (start,) = of(events, "run_start")
@@ -406,23 +391,23 @@ def test_a_host_back_after_training_ended_does_not_restart_the_group(tmp_path):
     """Once training is over (here worker:0's result line; fit has deleted its backup), a returning
     host is not grown into the group: the restart would find no backup and train again from step 0."""
     done = Script(code=0, polls=8, say=((1, "tfcluster-result task=worker:0 epochs=2 epochs_run=2 accuracy=0.9"),))
-    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
-                                ("worker:0", 1): done},
-                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
-                               default=Script(code=0, polls=4))
+    backend = returning({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                         ("worker:0", 1): done},
+                        losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
+                        default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, SHRINK, backend)
     assert code == 0, out
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]  # no grow
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]  # no grow
     assert len(of(events, "replan")) == 1 and "restarting the bigger group" not in out
 
 
 def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_again(tmp_path):
-    backend = ReturningBackend({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
-                                ("worker:0", 1): Script(code=0, polls=30)},
-                               losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3)
+    backend = returning({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                         ("worker:0", 1): Script(code=0, polls=30)},
+                        losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3)
     code, out, events = run(tmp_path, SHRINK.replace("settle: 9}", "settle: 9, grow: false}"), backend)
     assert code == 0, out
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]
     assert len(of(events, "host_added")) == 1 and len(of(events, "replan")) == 1
     assert "growing the group" not in out
 
@@ -434,15 +419,15 @@ NO_SPARE = ELASTIC.replace(", {name: h3, address: 10.0.0.3}", "").replace(
 def test_no_spare_no_min_the_group_waits_for_the_suspect_host_to_settle_and_restarts_on_it(tmp_path):
     """A reboot: h2's session drops, h2 settles within elastic.host_wait: the group restarts on it
     under the same plan, spending no restart (max_restarts: 0)."""
-    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
-                               losses={}, back=["h2"], after=3, default=Script(code=0, polls=4))
+    backend = returning({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                        losses={}, back=["h2"], after=3, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, NO_SPARE, backend)
     assert code == 0, out
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h2")]
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"), ("worker:1", "h2")]
     assert re.search(r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 5 s; "
                      r"no spare host for worker:1: waiting up to elastic.host_wait=30 s for h2 to settle", out), out
     assert "h2 answers again (5 s without a break, elastic.settle); restarting the group on it from the last backup" in out
-    assert not of(events, "restart") and not of(events, "replan") and not backend.plans
+    assert not of(events, "restart") and not of(events, "replan") and not backend.tasks.plans
     (added,) = of(events, "host_added")
     assert added["host"] == "h2" and added["spare"] is False
     status = tfcluster_status(tmp_path)
@@ -453,12 +438,12 @@ def test_a_host_that_keeps_dropping_ends_the_run_at_elastic_max_host_losses(tmp_
     """Every attempt's session on h2 drops, and h2 settles each time: bounded by
     elastic.max_host_losses (2), not by restart.max_restarts (0, never spent); one line."""
     drops = Script(code=255, polls=2, lost=True)
-    backend = ReturningBackend({("worker:1", n): drops for n in range(5)} | {("worker:0", n): Script(code=None)
-                                                                             for n in range(5)},
-                               losses={}, back=["h2"], after=1)
+    backend = returning({("worker:1", n): drops for n in range(5)} | {("worker:0", n): Script(code=None)
+                                                                      for n in range(5)},
+                        losses={}, back=["h2"], after=1)
     code, out, events = run(tmp_path, NO_SPARE, backend)
     assert code == 1, out
-    assert backend.starts("worker:1") == [0, 1, 2]  # two losses taken, the third ends the run
+    assert backend.tasks.starts("worker:1") == [0, 1, 2]  # two losses taken, the third ends the run
     lines = [line for line in out.splitlines() if "elastic.max_host_losses" in line]
     assert len(lines) == 1 and re.search(
         r"h2: session lost at .*; 3 host losses in this run \(h2 3 times\), more than elastic.max_host_losses=2", lines[0])
@@ -467,12 +452,12 @@ def test_a_host_that_keeps_dropping_ends_the_run_at_elastic_max_host_losses(tmp_
 
 
 def test_no_spare_with_min_a_suspect_host_still_answering_shrinks_the_group_at_once(tmp_path):
-    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
-                                ("worker:0", 1): Script(code=None)},
-                               losses={}, back=["h2"], after=4, default=Script(code=0, polls=4))
+    backend = returning({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None),
+                         ("worker:0", 1): Script(code=None)},
+                        losses={}, back=["h2"], after=4, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, SHRINK, backend)
     assert code == 0, out
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"),
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1"),
                                      ("worker:0", "h1"), ("worker:1", "h2")]
     assert re.search(r"h2: session lost at .*, host still answering; suspect until it answers for 9 s; worker:1 left "
                      r"out: 1 worker go on \(no spare host\)", out), out
@@ -488,16 +473,21 @@ def tfcluster_status(tmp_path) -> str:
     return "\n".join(render_status(load_run(tmp_path / "runs" / "s" / "latest"), "cluster.yaml"))
 
 
-class HostGoneBackend(LosingBackend):
+class GoneHosts(ScriptedHosts):
     """``gone`` hosts never answer (``lost`` reports them, whatever the wait)."""
 
-    def __init__(self, scripts, gone: set[str], default: Script = Script()) -> None:
-        super().__init__(scripts, {}, default)
+    def __init__(self, gone: set[str]) -> None:
+        super().__init__()
         self.gone = gone
 
     def lost(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
         return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
+
+
+def host_gone(scripts, gone: set[str], default: Script = Script()) -> Backend:
+    """An elastic backend whose ``gone`` hosts never answer (GoneHosts)."""
+    return scripted(ScriptedTasks(scripts, default), GoneHosts(gone), elastic=True)
 
 
 PSS_ELASTIC = """\
@@ -516,15 +506,15 @@ PSS_ELASTIC = """\
 def test_pss_shrinks_to_min_from_the_last_backup_when_a_worker_host_is_gone(tmp_path):
     """TensorFlow's coordinator cannot train on without a worker that never answers again (its
     recovery waits for the worker's address): the group restarts without it, spending no restart."""
-    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
-                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
-                               ("chief:0", 1): Script(code=0, polls=6)}, gone={"h3"}, default=Script(code=None))
+    backend = host_gone({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
+                         ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                         ("chief:0", 1): Script(code=0, polls=6)}, gone={"h3"}, default=Script(code=None))
     code, out, events = run(tmp_path, PSS_ELASTIC, backend)
     assert code == 0, out
-    assert backend.starts("worker:1") == [0]  # never restarted onto the host that is gone
-    assert ("h3", ) == tuple(backend.checked[0][0]) and backend.checked[0][1] == 0.0  # one look, no wait
-    assert backend.starts("chief:0") == [0, 1] and backend.starts("worker:0") == [0, 1]
-    assert [t.key for t in backend.plans[0].tasks] == ["chief:0", "worker:0", "ps:0"]
+    assert backend.tasks.starts("worker:1") == [0]  # never restarted onto the host that is gone
+    assert ("h3", ) == tuple(backend.hosts.checked[0][0]) and backend.hosts.checked[0][1] == 0.0  # one look, no wait
+    assert backend.tasks.starts("chief:0") == [0, 1] and backend.tasks.starts("worker:0") == [0, 1]
+    assert [t.key for t in backend.tasks.plans[0].tasks] == ["chief:0", "worker:0", "ps:0"]
     (replan,) = of(events, "replan")
     assert replan["dropped"] == ["worker:1"] and not of(events, "task_restart") and not of(events, "restart")
     assert ("h3: host not answering; suspect until it answers for 30 s; worker:1 left out: 1 worker go on (no "
@@ -535,12 +525,12 @@ def test_pss_a_worker_whose_session_was_lost_is_not_restarted_onto_its_host_that
     """h3 shuts down: worker:1's session drops while h3's sshd still accepts. Restarted alone there
     it would die with the host (and spend max_restarts: 0): the host is suspect, the group
     shrinks to min from the last backup instead, no restart spent."""
-    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("chief:0", 0): Script(code=None),
-                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
-                               ("chief:0", 1): Script(code=0, polls=6)}, gone=set(), default=Script(code=None))
+    backend = host_gone({("worker:1", 0): Script(code=255, polls=2, lost=True), ("chief:0", 0): Script(code=None),
+                         ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                         ("chief:0", 1): Script(code=0, polls=6)}, gone=set(), default=Script(code=None))
     code, out, events = run(tmp_path, PSS_ELASTIC, backend)
     assert code == 0, out
-    assert backend.starts("worker:1") == [0] and not of(events, "task_restart") and not of(events, "restart")
+    assert backend.tasks.starts("worker:1") == [0] and not of(events, "task_restart") and not of(events, "restart")
     assert re.search(r"h3: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for "
                      r"30 s; worker:1 left out: 1 worker go on \(no spare host\)", out), out
     assert "restarting it alone" not in out and "worker:1 failed" not in out
@@ -549,40 +539,43 @@ def test_pss_a_worker_whose_session_was_lost_is_not_restarted_onto_its_host_that
 def test_pss_a_ps_whose_session_was_lost_moves_to_the_spare(tmp_path):
     spec = PSS_ELASTIC.replace("ps: {count: 1, hosts: [h1]}", "ps: {count: 1, hosts: [h2]}").replace(
         "hosts: [h2, h3], min: 1}", "hosts: [h1]}")
-    backend = HostGoneBackend({("ps:0", 0): Script(code=255, polls=2, lost=True), ("chief:0", 1): Script(code=0, polls=6)},
-                              gone=set(), default=Script(code=None))
+    backend = host_gone({("ps:0", 0): Script(code=255, polls=2, lost=True), ("chief:0", 1): Script(code=0, polls=6)},
+                        gone=set(), default=Script(code=None))
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert re.search(r"h2: session lost at .*; suspect until it answers for 30 s; ps:0 moved to h3 \(spare\)", out), out
-    assert [t.host for t in backend.plans[0].tasks if t.type == "ps"] == ["h3"] and not of(events, "restart")
+    assert [t.host for t in backend.tasks.plans[0].tasks if t.type == "ps"] == ["h3"] and not of(events, "restart")
 
 
 def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_restart_onto_a_spare(tmp_path):
     spec = PSS_ELASTIC.replace(", min: 1}", "}").replace("hosts: [h2, h3]}", "hosts: [h2, h2]}")
-    backend = HostGoneBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
-                               ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
-                               ("chief:0", 1): Script(code=0, polls=6)}, gone={"h2"}, default=Script(code=None))
+    backend = host_gone({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
+                         ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                         ("chief:0", 1): Script(code=0, polls=6)}, gone={"h2"}, default=Script(code=None))
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert ("h2: host not answering; suspect until it answers for 30 s; worker:0 moved to h3 (spare); worker:1 moved "
             "to h3 (spare)") in out, out
-    assert [t.host for t in backend.plans[0].tasks] == ["h1", "h3", "h3", "h1"]
+    assert [t.host for t in backend.tasks.plans[0].tasks] == ["h1", "h3", "h3", "h1"]
 
 
-class StartFailsBackend(HostGoneBackend):
-    """The first look finds every host answering; then ``fail_start`` cannot be started again
-    (its host went away in between: a preempted host's connection still looked alive), and
-    ``gone`` hosts are lost from the second look on."""
-
-    def __init__(self, scripts, gone: set[str], fail_start: str, default: Script = Script()) -> None:
-        super().__init__(scripts, gone, default)
-        self.fail_start, self.failed_starts = fail_start, 0
+class LateGoneHosts(GoneHosts):
+    """The first look finds every host answering; ``gone`` hosts are lost from the second look on."""
 
     def lost(self, hosts, wait, stop=None, look={}):
         if not self.checked:
             self.checked.append((list(hosts), wait))
             return {}
         return super().lost(hosts, wait, stop)
+
+
+class StartFails(ScriptedTasks):
+    """``fail_start`` cannot be started again, once (its host went away in between: a preempted
+    host's connection still looked alive)."""
+
+    def __init__(self, scripts, fail_start: str, default: Script = Script()) -> None:
+        super().__init__(scripts, default)
+        self.fail_start, self.failed_starts = fail_start, 0
 
     def start(self, task, env, on_line):
         if task.key == self.fail_start and self.starts(task.key) and not self.failed_starts:
@@ -594,24 +587,30 @@ class StartFailsBackend(HostGoneBackend):
         return super().start(task, env, on_line)
 
 
+def start_fails(scripts, gone: set[str], fail_start: str, default: Script = Script()) -> Backend:
+    """The first look finds every host answering; then ``fail_start`` cannot be started again
+    (StartFails), and ``gone`` hosts are lost from the second look on (LateGoneHosts)."""
+    return scripted(StartFails(scripts, fail_start, default), LateGoneHosts(gone), elastic=True)
+
+
 def test_pss_a_worker_whose_restart_fails_because_its_host_went_away_shrinks_the_group(tmp_path):
-    backend = StartFailsBackend({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
-                                 ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
-                                 ("chief:0", 1): Script(code=0, polls=6)},
-                                gone={"h3"}, fail_start="worker:1", default=Script(code=None))
+    backend = start_fails({("worker:1", 0): Script(code=255, polls=2), ("chief:0", 0): Script(code=None),
+                           ("worker:0", 0): Script(code=None), ("ps:0", 0): Script(code=None),
+                           ("chief:0", 1): Script(code=0, polls=6)},
+                          gone={"h3"}, fail_start="worker:1", default=Script(code=None))
     spec = PSS_ELASTIC.replace("max_restarts: 0", "max_restarts: 2")
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert "no task was started" not in out
     (replan,) = of(events, "replan")
     assert replan["dropped"] == ["worker:1"] and not of(events, "restart")  # a membership change, no restart spent
-    assert backend.starts("chief:0") == [0, 1]
+    assert backend.tasks.starts("chief:0") == [0, 1]
 
 
 def test_pss_a_failed_restart_of_a_worker_fails_the_attempt_not_the_launcher(tmp_path):
     """Not elastic: the start's error is that worker's failure, and the group restarts."""
-    backend = StartFailsBackend({("worker:1", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=6)},
-                                gone=set(), fail_start="worker:1", default=RUN_FOREVER)
+    backend = start_fails({("worker:1", 0): Script(code=137, polls=2), ("chief:0", 1): Script(code=0, polls=6)},
+                          gone=set(), fail_start="worker:1", default=RUN_FOREVER)
     code, out, events = run(tmp_path, PSS, backend)
     assert code == 0, out
     (failure,) = [e for e in of(events, "failure") if e["task"] == "worker:1"]
@@ -623,16 +622,16 @@ def test_pss_a_failed_restart_of_a_worker_fails_the_attempt_not_the_launcher(tmp
 
 
 def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_path):
-    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
-                              default=Script(code=0, polls=3))
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                              default=Script(code=0, polls=3)), warm_standby=True)
     spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     # Two starts per task: the first attempt's, and the standby (TFCLUSTER_RESTART_COUNT=1) it promotes.
-    assert backend.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1)]
+    assert backend.tasks.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1)]
     assert [e["attempt"] for e in of(events, "standby_start")] == [1]
     assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
-    assert [h.signals[:1] for h in backend.handles[2:]] == [[signal.SIGUSR1], [signal.SIGUSR1]]
+    assert [h.signals[:1] for h in backend.tasks.handles[2:]] == [[signal.SIGUSR1], [signal.SIGUSR1]]
     assert "[worker:1] (standby) tfcluster-step attempt=1 poll=1" in out  # before its promotion
     assert "[worker:1] tfcluster-step attempt=1 poll=2" in out  # after it: the task's own lines
     assert not of(events, "standby_stopped")  # nothing left over to stop
@@ -642,18 +641,18 @@ def test_a_pss_worker_restarted_alone_is_its_promoted_standby_and_a_new_standby_
     """A parameter_server worker that dies while standbys wait: its replacement is its standby,
     promoted within the attempt (no cold start), and a new standby for it is made at once, so
     its next restart is warm too; the other tasks' standbys go on waiting."""
-    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=30),
-                                      ("chief:0", 0): Script(code=0, polls=60)}, default=RUN_FOREVER)
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=30),
+                                      ("chief:0", 0): Script(code=0, polls=60)}, default=RUN_FOREVER), warm_standby=True)
     spec = PSS.replace("max_restarts: 2}", "max_restarts: 2, warm_standby: true}")
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2)" in out
     # Its first process, its standby (started for the next attempt), then the standby that replaces it.
-    assert backend.starts("worker:1") == [0, 1, 1], backend.started
-    assert backend.starts("chief:0") == [0, 1] and backend.starts("worker:0") == [0, 1]  # (theirs still waiting)
+    assert backend.tasks.starts("worker:1") == [0, 1, 1], backend.tasks.started
+    assert backend.tasks.starts("chief:0") == [0, 1] and backend.tasks.starts("worker:0") == [0, 1]  # (theirs still waiting)
     (promoted,) = of(events, "standby_promoted")
     assert promoted["task"] == "worker:1"
-    standby, restocked = [h for h in backend.handles if h.key == "worker:1"][1:]
+    standby, restocked = [h for h in backend.tasks.handles if h.key == "worker:1"][1:]
     assert standby.signals[:1] == [signal.SIGUSR1] and signal.SIGUSR1 not in restocked.signals
     starts = [e for e in of(events, "start") if e["task"] == "worker:1"]
     assert [e["attempt"] for e in starts] == [0, 0]  # within the attempt: no group restart
@@ -675,7 +674,7 @@ def test_the_next_attempts_standbys_wait_for_a_trained_step_or_their_bound(tmp_p
         return {("worker:0", 0): Script(code=None, say=say), ("worker:1", 0): Script(code=137, polls=30, say=say)}
 
     def go(name, say, bound):
-        backend = StandbyScriptedBackend(attempt0(say), default=Script(code=0, polls=3))
+        backend = scripted(ScriptedTasks(attempt0(say), default=Script(code=0, polls=3)), warm_standby=True)
         res = supervise(tmp_path / name, mwms(restarts=1), backend, clock=Counter(), standby_after_ready=bound)
         assert res.code == 0, res.err + res.out
         return res.err + res.out, res.events
@@ -692,19 +691,19 @@ def test_the_next_attempts_standbys_wait_for_a_trained_step_or_their_bound(tmp_p
 
 def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_restarts(tmp_path):
     failing = {("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER}
-    backend = StandbyScriptedBackend(failing, default=Script(code=0, polls=3))
+    backend = scripted(ScriptedTasks(failing, default=Script(code=0, polls=3)), warm_standby=True)
     code, out, events = run(tmp_path / "auto", mwms(restarts=1), backend)  # warm_standby left out: auto
     assert code == 0, out
     assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
     assert of(events, "run_start")[0]["warm_standby"].startswith("on (auto: tfcluster's worker)")
     # The same run on a backend that cannot keep standbys, or with no restart allowed: none.
-    plain = ScriptedBackend(failing, default=Script(code=0, polls=3))
+    plain = scripted(ScriptedTasks(failing, default=Script(code=0, polls=3)))
     code, out, events = run(tmp_path / "plain", mwms(restarts=1), plain)
     assert code == 0 and not of(events, "standby_start"), out
     assert "keeps no standby; every restart starts cold" in of(events, "run_start")[0]["warm_standby"]
-    none = StandbyScriptedBackend({("worker:0", 0): Script(code=0, polls=5)}, default=Script(code=0, polls=3))
+    none = scripted(ScriptedTasks({("worker:0", 0): Script(code=0, polls=5)}, default=Script(code=0, polls=3)), warm_standby=True)
     code, out, events = run(tmp_path / "zero", mwms(restarts=0), none)
-    assert code == 0 and not of(events, "standby_start") and len(none.started) == 2, out
+    assert code == 0 and not of(events, "standby_start") and len(none.tasks.started) == 2, out
 
 
 def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(tmp_path):
@@ -714,15 +713,15 @@ def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(t
     from launcher.supervise.standby import ACK_BOUND
 
     silent = Script(code=None, standby_ack=False)
-    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
                                       ("worker:1", 1): silent},
-                                     default=Script(code=0, polls=int(ACK_BOUND) + 20))
+                                     default=Script(code=0, polls=int(ACK_BOUND) + 20)), warm_standby=True)
     code, out, events = run(tmp_path, mwms(restarts=1), backend)
     assert code == 0, out
-    assert backend.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1), ("worker:1", 1)]
+    assert backend.tasks.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1), ("worker:1", 1)]
     assert f"worker:1: its warm standby did not answer the promotion within {ACK_BOUND:g} s " \
            "(no 'tfcluster-standby promoted' line); starting it cold" in out
-    assert backend.handles[3].signals == [signal.SIGUSR1, signal.SIGKILL]  # promoted, then stopped
+    assert backend.tasks.handles[3].signals == [signal.SIGUSR1, signal.SIGKILL]  # promoted, then stopped
     (stopped,) = of(events, "standby_stopped")
     assert stopped["tasks"] == ["worker:1"]
     assert not of(events, "failure")[1:]  # only the first attempt's failure: the cold start is not one
@@ -733,14 +732,14 @@ def test_a_standby_that_never_said_it_waits_is_not_promoted(tmp_path):
     blocked SIGUSR1 (a script that ignores TFCLUSTER_STANDBY): it is stopped, never signalled
     with SIGUSR1, and its task starts cold."""
     mute = Script(code=None, standby_mark=False, standby_ack=False)
-    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER,
                                       ("worker:0", 1): mute, ("worker:1", 1): mute},
-                                     default=Script(code=0, polls=3))
+                                     default=Script(code=0, polls=3)), warm_standby=True)
     spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
-    assert len(backend.started) == 6 and not of(events, "standby_promoted")
-    assert all(signal.SIGUSR1 not in h.signals and signal.SIGKILL in h.signals for h in backend.handles[2:4])
+    assert len(backend.tasks.started) == 6 and not of(events, "standby_promoted")
+    assert all(signal.SIGUSR1 not in h.signals and signal.SIGKILL in h.signals for h in backend.tasks.handles[2:4])
 
 
 # ---------------------------------------------------------------- a lost session's survivors save first
@@ -754,19 +753,19 @@ def test_a_lost_sessions_survivor_is_asked_to_save_and_its_agreed_save_is_awaite
     the supervisor waits for its exit (143, saved) before the move, so no step is redone."""
     looked = threading.Event()  # worker:0's save ends only once the look at the hosts began
 
-    class Looking(LosingBackend):
+    class Looking(ScriptedHosts):
         def lost(self, hosts, wait, stop=None, look={}):
             looked.set()
             return super().lost(hosts, wait, stop, look)
 
-    backend = Looking({("worker:1", 0): Script(code=255, polls=2, lost=True),
-                       ("worker:0", 0): Script(code=None, term="save", save_polls=2, save_gate=looked)},
-                      losses={}, default=Script(code=0, polls=4))
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                                      ("worker:0", 0): Script(code=None, term="save", save_polls=2, save_gate=looked)},
+                                     default=Script(code=0, polls=4)), Looking(), elastic=True)
     code, out, events = run(tmp_path, GRACEFUL, backend)
     assert code == 0, out
     # The look at the hosts (up to 1 s for a host going down) ran beside the save, not after it.
-    assert backend.checked == [(["h1", "h2"], 0.0)] and backend.looks == [{"h2": 1.0}]
-    first = backend.handles[0]
+    assert backend.hosts.checked == [(["h1", "h2"], 0.0)] and backend.hosts.looks == [{"h2": 1.0}]
+    first = backend.tasks.handles[0]
     assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
     assert "stopping worker:0 (SIGTERM; a save they start within 0.5 s is awaited, up to watchdog.stop_grace=10 s;" \
            in out, out
@@ -775,18 +774,18 @@ def test_a_lost_sessions_survivor_is_asked_to_save_and_its_agreed_save_is_awaite
     # It exited by itself, after its save, before the replan: the move came after it.
     kinds = [e["event"] for e in events]
     assert kinds.index("stopped") < kinds.index("replan"), kinds
-    assert backend.hosts_started[-1] == ("worker:1", "h3")
+    assert backend.tasks.hosts_started[-1] == ("worker:1", "h3")
 
 
 def test_a_survivor_that_starts_no_save_is_killed_after_the_look(tmp_path):
     """The same lost session, but worker:0 starts no save (blocked in a collective with a peer
     that vanished without a SIGTERM): SIGTERM, then SIGKILL once the look is over."""
-    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True),
-                             ("worker:0", 0): Script(code=None, term="ignore")},
-                            losses={}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                      ("worker:0", 0): Script(code=None, term="ignore")},
+                     losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, GRACEFUL, backend)
     assert code == 0, out
-    first = backend.handles[0]
+    first = backend.tasks.handles[0]
     assert first.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and first.code == 137, first.signals
     assert [e["code"] for e in of(events, "stopped") if e["task"] == "worker:0"][0] == 137
 
@@ -794,12 +793,12 @@ def test_a_survivor_that_starts_no_save_is_killed_after_the_look(tmp_path):
 def test_a_task_that_failed_on_its_own_gets_its_peers_killed_at_once(tmp_path):
     """The control: worker:1 crashed (137; its session is fine): its peers cannot save without
     it, so worker:0 gets SIGKILL at once, no SIGTERM, whatever watchdog.stop_grace says."""
-    backend = LosingBackend({("worker:1", 0): Script(code=137, polls=2),
-                             ("worker:0", 0): Script(code=None, term="save")},
-                            losses={0: {"h2": "unreachable for 0 s"}}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=137, polls=2),
+                      ("worker:0", 0): Script(code=None, term="save")},
+                     losses={0: {"h2": "unreachable for 0 s"}}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, GRACEFUL, backend)
     assert code == 0, out
-    first = backend.handles[0]
+    first = backend.tasks.handles[0]
     assert first.signals[0] == signal.SIGKILL and signal.SIGTERM not in first.signals, first.signals
     assert "a save they start" not in out
 
@@ -809,14 +808,14 @@ def test_a_replan_with_no_fresh_port_left_ends_the_run_in_one_line(tmp_path):
     h1 needs 65536. The run ends with one line naming the hosts' loss, the field and the fix,
     not a traceback."""
     spec = ELASTIC.replace("tasks: {worker: 2}", "tasks: {worker: 2}\n    ports: {base: 65535}")
-    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
-                            losses={}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                     losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, spec, backend)
     assert code == 1, out
     (line,) = [l for l in out.splitlines() if "cannot be replanned" in l]
     assert re.search(r"h2: session lost at .*; the group cannot be replanned: ports.base: 65535 leaves no room for "
                      r"worker:0 on h1 \(would need port 65536 > 65535\); lower ports.base$", line), line
-    assert backend.hosts_started == [("worker:0", "h1"), ("worker:1", "h2")]
+    assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2")]
     assert of(events, "outcome")[0]["outcome"] == "failed"
 
 
@@ -824,12 +823,12 @@ def test_a_survivor_that_saved_is_not_awaited_until_its_exit(tmp_path):
     """worker:0 said tfcluster-preempted (its save is written) but does not exit (TensorFlow's
     shutdown waiting on the peer whose host went down): the look ends at that line, well
     before watchdog.stop_grace, and it is killed."""
-    backend = LosingBackend({("worker:1", 0): Script(code=255, polls=2, lost=True),
-                             ("worker:0", 0): Script(code=None, term="save", save_polls=2, exit_after_save=False)},
-                            losses={}, default=Script(code=0, polls=4))
+    backend = losing({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                      ("worker:0", 0): Script(code=None, term="save", save_polls=2, exit_after_save=False)},
+                     losses={}, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, GRACEFUL, backend)
     assert code == 0, out
-    first = backend.handles[0]
+    first = backend.tasks.handles[0]
     assert first.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and first.code == 137, first.signals
     assert "[worker:0] tfcluster-preempted" in out or "preempted at epoch 0" in out, out
     # Its polls: up to the saved line, then two for the stop (to stop_grace: about 5 more).
@@ -841,13 +840,13 @@ def test_a_task_that_saved_and_exited_143_gets_its_peers_save_awaited_too(tmp_pa
     said tfcluster-saving and exited 143 once saved. worker:0 takes part in the same save: it is
     asked (SIGTERM) and awaited, not killed mid-write by the group's stop."""
     spec = mwms(restarts=1).replace("stop_grace: 0", "stop_grace: 10")
-    backend = ScriptedBackend({("worker:1", 0): Script(code=143, polls=3,
-                                                       say=((2, "tfcluster-saving epoch=0 step=2 global_step=2"),)),
-                               ("worker:0", 0): Script(code=None, term="save", save_polls=2)},
-                              default=Script(code=0, polls=4))
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=143, polls=3,
+                                                              say=((2, "tfcluster-saving epoch=0 step=2 global_step=2"),)),
+                                      ("worker:0", 0): Script(code=None, term="save", save_polls=2)},
+                                     default=Script(code=0, polls=4)))
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
-    first = backend.handles[0]
+    first = backend.tasks.handles[0]
     assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
     assert "stopping worker:0 (SIGTERM; a save they start within" in out, out
 
@@ -855,31 +854,27 @@ def test_a_task_that_saved_and_exited_143_gets_its_peers_save_awaited_too(tmp_pa
 # ---------------------------------------------------------------- fresh ports per restart
 
 
-class FreshPortsBackend(StandbyScriptedBackend):
-    """A backend whose stopped tasks leave their hosts late (slurm's steps): it asks for fresh ports
-    on every restart (Capabilities.fresh_ports_per_restart) and records each promotion's task."""
-
-    from launcher.backends.base import Capabilities as _C
-
-    capabilities = _C(warm_standby=True, fresh_ports_per_restart=True)
-    del _C
+class PromotionsSeen(ScriptedTasks):
+    """Records each promotion's task in ``promoted``."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.promoted: list = []
-        self.plans: list = []
 
     def promote(self, handle, task, env):
         self.promoted.append(task)
         super().promote(handle, task, env)
 
-    def use_plan(self, plan):
-        self.plans.append(plan)
+
+def fresh_ports(*a, **kw) -> Backend:
+    """A backend whose stopped tasks leave their hosts late (slurm's steps): it asks for fresh ports
+    on every restart (Capabilities.fresh_ports_per_restart) and records each promotion's task."""
+    return scripted(PromotionsSeen(*a, **kw), warm_standby=True, fresh_ports_per_restart=True)
 
 
 def test_a_restart_on_a_backend_that_asks_for_it_gets_fresh_ports_and_still_promotes_its_standbys(tmp_path):
-    backend = FreshPortsBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
-                                default=Script(code=0, polls=3))
+    backend = fresh_ports({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                          default=Script(code=0, polls=3))
     spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
@@ -891,14 +886,14 @@ def test_a_restart_on_a_backend_that_asks_for_it_gets_fresh_ports_and_still_prom
     assert set(restart["ports"].values()) == ports[1], restart
     # the standbys started under the first plan were promoted with the new one's TF_CONFIG
     assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
-    assert {t.port for t in backend.promoted} == ports[1]
-    assert all(json.loads(t.tf_config_json)["cluster"]["worker"][t.index].endswith(f":{t.port}") for t in backend.promoted)
-    assert [{t.port for t in p.tasks} for p in backend.plans] == [ports[1]]
+    assert {t.port for t in backend.tasks.promoted} == ports[1]
+    assert all(json.loads(t.tf_config_json)["cluster"]["worker"][t.index].endswith(f":{t.port}") for t in backend.tasks.promoted)
+    assert [{t.port for t in p.tasks} for p in backend.tasks.plans] == [ports[1]]
 
 
 def test_a_backend_that_does_not_ask_restarts_on_the_same_ports(tmp_path):
-    backend = StandbyScriptedBackend({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
-                                     default=Script(code=0, polls=3))
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                                     default=Script(code=0, polls=3)), warm_standby=True)
     code, out, events = run(tmp_path, mwms(restarts=1), backend)
     assert code == 0, out
     starts = of(events, "start")
@@ -910,8 +905,8 @@ def test_a_wait_below_min_is_a_host_wait_event_that_the_next_attempt_ends(tmp_pa
     """worker group 2 of 2 with min 2, no spare: h2's loss leaves 1 worker, below min, so the group
     waits for h2 (elastic.host_wait): a host_wait event the panel and status count down from,
     ended by the restart on h2."""
-    backend = ReturningBackend({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
-                               losses={}, back=["h2"], after=3, default=Script(code=0, polls=4))
+    backend = returning({("worker:1", 0): Script(code=255, polls=2, lost=True), ("worker:0", 0): Script(code=None)},
+                        losses={}, back=["h2"], after=3, default=Script(code=0, polls=4))
     code, out, events = run(tmp_path, NO_SPARE.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 2}}"),
                             backend)
     assert code == 0, out

@@ -4,7 +4,7 @@ after success, whatever the backend; a LaunchError from either is reported, neve
 from __future__ import annotations
 
 from launcher.errors import AttemptImpossible, LaunchError
-from tests.support.fakes import EXIT_0, ScriptedBackend, supervise
+from tests.support.fakes import EXIT_0, ScriptedTasks, scripted, supervise
 
 SPEC = """\
 name: hooks
@@ -24,10 +24,10 @@ def _run(tmp_path, backend):
 
 
 def test_prepare_runs_before_every_attempt_and_its_failure_fails_that_attempt(tmp_path):
-    backend = ScriptedBackend(default=EXIT_0, prepare_errors={0: PREPARE_FAILED})
+    backend = scripted(ScriptedTasks(default=EXIT_0, prepare_errors={0: PREPARE_FAILED}))
     code, err, events = _run(tmp_path, backend)
     assert code == 0, err
-    assert backend.calls == ["prepare 0", "prepare 1", "start worker:0 1", "start worker:1 1", "collect"]
+    assert backend.tasks.calls == ["prepare 0", "prepare 1", "start worker:0 1", "start worker:1 1", "collect"]
     assert ("prepare failed: host h2: state copy from h1 failed: No space left on device (attempt 0) "
             "(attempt 1 of 3)") in err
     (failure,) = [e for e in events if e["event"] == "failure"]
@@ -35,10 +35,10 @@ def test_prepare_runs_before_every_attempt_and_its_failure_fails_that_attempt(tm
 
 
 def test_an_impossible_attempt_ends_the_run_at_once_without_spending_restarts(tmp_path):
-    backend = ScriptedBackend(default=EXIT_0, prepare_errors={0: PREEMPTED})
+    backend = scripted(ScriptedTasks(default=EXIT_0, prepare_errors={0: PREEMPTED}))
     code, err, events = _run(tmp_path, backend)
     assert code == 1
-    assert backend.calls == ["prepare 0"]  # max_restarts is 2: neither restart is tried
+    assert backend.tasks.calls == ["prepare 0"]  # max_restarts is 2: neither restart is tried
     assert err.splitlines()[0] == ("tfcluster: error: prepare failed: slurm: allocation job 7 was preempted at T; "
                                    "run tfcluster up again to resume (attempt 1 of 3)"), err
     assert "not retried" not in err and "restarting" not in err
@@ -46,7 +46,7 @@ def test_an_impossible_attempt_ends_the_run_at_once_without_spending_restarts(tm
 
 
 def test_a_failed_collect_fails_the_run_in_one_line(tmp_path):
-    backend = ScriptedBackend(default=EXIT_0, collect_error=COLLECT_FAILED)
+    backend = scripted(ScriptedTasks(default=EXIT_0, collect_error=COLLECT_FAILED))
     code, err, events = _run(tmp_path, backend)
     assert code == 1
     assert "tfcluster: error: host h1: fetching final_model failed: got 10 of 20 bytes; it is still in /s there" in err
