@@ -103,8 +103,10 @@ def wanted(spec: Spec, plan: Plan, seen: HostsSeen, avoid: AbstractSet[tuple[str
         try:
             change = grow(spec, plan, seen.down, avoid=avoid)
         except SpecError as exc:  # no fresh port left: the group goes on as it is
-            return Want(Act.GO_ON, line=f"{', '.join(seen.down)}: back, but the group cannot grow onto them: "
-                                        f"{exc.lines[0]}; it goes on without them", down=())
+            # The hosts named are those back (the ones it cannot grow onto); the hosts still down
+            # stay down (they are not spares until they settle).
+            return Want(Act.GO_ON, line=f"{', '.join(seen.back)}: back, but the group cannot grow onto them: "
+                                        f"{exc.lines[0]}; it goes on without them")
         if change is not None:
             return Want(Act.USE, change=change, then=GROWN)
     return Want(Act.KEEP)

@@ -82,6 +82,20 @@ def test_a_shrunk_group_grows_back_only_once_a_host_is_back():
     assert wanted(spec, plan, back).act is Act.KEEP and not due(spec, plan, back)
 
 
+def test_a_host_back_that_the_group_cannot_grow_onto_is_named_and_the_hosts_still_down_stay_down():
+    spec = parse_spec(MIN.replace("tasks:", "ports: {base: 65532}\ntasks:"))
+    plan = plan_for(spec)
+    shrunk = replace_lost(spec, plan, ["h2", "h3"])
+    assert not isinstance(shrunk, str) and len(shrunk.plan.tasks) == 2
+    # h2 back, h3 still down; every port up to 65535 already taken by the run's plans.
+    back = HostsSeen(down=("h3",), losses=("h2", "h3"), back=("h2",))
+    want = wanted(spec, shrunk.plan, back, fresh_ports([plan, shrunk.plan]) | {(h, p) for h in ("h1", "h2", "h3", "h4")
+                                                                              for p in range(65532, 65536)})
+    assert want.act is Act.GO_ON and want.change is None
+    assert want.line.startswith("h2: back, but the group cannot grow onto them: "), want.line
+    assert want.down is None  # h3 stays down (as seen): not a spare before it settles
+
+
 def test_discovery_adds_hosts_as_down_and_a_host_it_drops_moves_to_a_spare_or_ends_the_run():
     spec = parse_spec(SSH.replace("  - {name: h4, address: 10.0.0.4}\n", "").replace("worker: 3", "worker: 2"))
     plan = plan_for(spec)
