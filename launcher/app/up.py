@@ -202,6 +202,7 @@ def execute(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, dry_run: boo
     from launcher.backends import backend_class
     from launcher.record.writer import RunRecord
     from launcher.supervise.loop import Supervisor
+    from launcher.supervise.membership import HostsGiven
 
     spec = loaded.spec
     record = RunRecord(runs_dir(loaded), plan, run_id=run_id, on_problem=console.error, share=spec.share)
@@ -222,9 +223,9 @@ def execute(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, dry_run: boo
     console.quiet_tasks = quiet
     console.verbose = verbose
     static = [h.name for h in load_spec(loaded.path).spec.hosts] if spec.discovery is not None else None
-    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, spec=spec,
-                            static_hosts=static, discovery_cwd=loaded.base_dir,
-                            absent=found.absent, short_why=found.short_why)
+    given = HostsGiven(spec=spec, static_hosts=static, discovery_cwd=loaded.base_dir, absent=found.absent,
+                       short_why=found.short_why)
+    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, given=given)
     if handover is not None:
         handover.open_log(record.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)

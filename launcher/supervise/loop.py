@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional
 
 from launcher.backends.base import Backend
 from launcher.errors import AttemptImpossible, LaunchError
@@ -30,11 +29,11 @@ from launcher.record.feed import SnapshotWriter
 from launcher.record.states import AttemptState, Outcome
 from launcher.record.view import RunModel
 from launcher.record.writer import RunRecord
-from launcher.spec.model import Restart, Spec, Watchdog
+from launcher.spec.model import Restart, Watchdog
 from launcher.supervise.context import RunContext
 from launcher.supervise.gpuwatch import GpuWatch
 from launcher.supervise.group import AttemptGroup
-from launcher.supervise.membership import Ended, Membership, Moved
+from launcher.supervise.membership import Ended, HostsGiven, Membership, Moved
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.output import TaskOutput
 from launcher.supervise.phases import AllReady, AttemptPhases, AttemptWatch
@@ -66,15 +65,10 @@ class Supervisor:
         stop_event: Optional[threading.Event] = None,
         poll_interval: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
-        spec: Optional[Spec] = None,
-        static_hosts: Optional[Sequence[str]] = None,
-        discovery_cwd: Optional[Path] = None,
-        absent: Mapping[str, str] = {},
-        short_why: str = "",
+        given: HostsGiven = HostsGiven(),
     ) -> None:
-        """``absent`` (host -> why) and ``short_why``: a worker group with a min that the preflight's
-        findings start smaller (launcher/plan/startsmall.py's PreflightPlans): the hosts watched
-        from the start to grow it, and why it is smaller."""
+        """``given``: what the hosts start from (membership.py: the spec, the hosts it lists, where
+        discovery runs, and the hosts a worker group with a min started without, and why)."""
         self.backend = backend
         self.record = record
         self.console = console
@@ -82,16 +76,8 @@ class Supervisor:
         self.watchdog = watchdog
         self.stop_event = stop_event or threading.Event()
         self.stacks_wanted = threading.Event()  # `tfcluster stacks` asked for every live task's stacks
-        # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
-        self.members = Membership(plan, backend, record, console, self.stop_event, spec=spec,
-                                  static_hosts=static_hosts, discovery_cwd=discovery_cwd,
-                                  absent=absent, short_why=short_why)
         self.hurry_event = threading.Event()
         self.stop_reason = ""  # why it was stopped, when not by Ctrl-C (``stop``)
-        self.poll_interval = poll_interval
-        self.clock = clock
-        self.attempts: list[Attempt] = []
-        self.group = AttemptGroup(clock)  # the attempt's handles, task output and save marks
         # The run as the live panel and the final report show it, fed by events and task lines.
         self.view = RunModel()
         record.listeners.append(self.view.event)
@@ -99,14 +85,20 @@ class Supervisor:
         ctx = RunContext(record=record, console=console, view=self.view, backend=backend, restart=restart,
                          watchdog=watchdog, clock=clock, poll_interval=poll_interval, stop_event=self.stop_event,
                          hurry_event=self.hurry_event)
+        # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
+        self.members = Membership(ctx, plan, given)
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.attempts: list[Attempt] = []
+        self.group = AttemptGroup(clock)  # the attempt's handles, task output and save marks
         self.output = TaskOutput(ctx, self.group)  # where every task's lines go (output.py)
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(ctx, self.output)
         standby_on, self.standby_why = standby_decision(
             restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
             elastic=self.members.elastic,
-            refused=(backend.hosts.standby_off(spec) if spec is not None and backend.capabilities.warm_standby
-                     else None))
+            refused=(backend.hosts.standby_off(given.spec) if given.spec is not None
+                     and backend.capabilities.warm_standby else None))
         # The tasks' starts: promoted or cold, recorded (starts.py).
         self.starter = Starter(ctx, self.group, self.members, self.standby, self.output)
         # A failed attempt's report, the run's outcome and final report (outcome.py).

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from launcher.backends import placed_hosts
-from launcher.backends.base import Backend
 from launcher.bounded import listing
-from launcher.ui.console import Console
 from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, group_size, options, size_phrase,
                                    suspect_how)
 from launcher.plan.build import Plan
@@ -32,8 +30,8 @@ from launcher.plan.reconcile import Act, HostsSeen, due, wanted
 from launcher.record import events as ev
 from launcher.plan.hostloss import SUSPECT
 from launcher.record.states import Outcome
-from launcher.record.writer import RunRecord
 from launcher.spec.model import Spec
+from launcher.supervise.context import RunContext
 
 
 class Moved(Enum):
@@ -56,13 +54,29 @@ class Ended:
 LOOK = 1.0  # s: how long a host whose sessions were lost is given to say it still answers
 
 
+@dataclass(frozen=True)
+class HostsGiven:
+    """What an elastic run's membership starts from besides its plan: the ``spec`` (its hosts,
+    elastic: and discovery: fields; None: no membership changes), ``static_hosts`` (the hosts the
+    spec file itself lists: discovery never drops them), ``discovery_cwd`` (where
+    discovery.command runs), and for a worker group with a min the preflight's findings start
+    smaller (launcher/plan/startsmall.py's PreflightPlans) the hosts left out (``absent``: host ->
+    why) and why it is smaller (``short_why``)."""
+
+    spec: Optional[Spec] = None
+    static_hosts: Optional[Sequence[str]] = None
+    discovery_cwd: Optional[Path] = None
+    absent: Mapping[str, str] = field(default_factory=dict)
+    short_why: str = ""
+
+
 class Membership:
-    def __init__(self, plan: Plan, backend: Backend, record: RunRecord, console: Console,
-                 stop_event: threading.Event, spec: Optional[Spec] = None,
-                 static_hosts: Optional[Sequence[str]] = None, discovery_cwd: Optional[Path] = None,
-                 absent: Mapping[str, str] = {}, short_why: str = "") -> None:
-        """``absent`` (host -> why), ``short_why``: a worker group with a min the preflight's
-        findings start smaller (launcher/plan/startsmall.py's PreflightPlans)."""
+    def __init__(self, ctx: RunContext, plan: Plan, given: HostsGiven = HostsGiven()) -> None:
+        """The run's context (context.py: its backend, record, console, stop event), the first
+        plan, and what the hosts start from (``HostsGiven``)."""
+        spec, backend = given.spec, ctx.backend
+        static_hosts, discovery_cwd, absent, short_why = (given.static_hosts, given.discovery_cwd, given.absent,
+                                                          given.short_why)
         self.plan = plan
         # Hosts that come and go (launcher/plan/elastic.py): on when the spec asks for it or lists
         # spare hosts, and the backend can tell which hosts are lost.
@@ -84,9 +98,9 @@ class Membership:
             self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
                                  discovery_cwd or Path.cwd())
         self.backend = backend
-        self.record = record
-        self.console = console
-        self.stop_event = stop_event
+        self.record = ctx.record
+        self.console = ctx.console
+        self.stop_event = ctx.stop_event
         self._looking: Optional[_Look] = None  # after_failure's look, started early (look_ahead)
         # A worker group with a min started with the hosts there (the preflight's start plan):
         # the listed hosts that did not answer then are watched from the start, as lost hosts

@@ -21,6 +21,7 @@ from launcher.app.up import plan_for
 from launcher.record.writer import RunRecord
 from launcher.loader.load import parse_spec
 from launcher.supervise.loop import Supervisor
+from launcher.supervise.membership import HostsGiven
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,8 @@ def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, 
     out, err = io.StringIO(), io.StringIO()
     extra = {} if clock is None else {"clock": clock}
     sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
-                     poll_interval=poll_interval, spec=spec, absent=absent or {}, short_why=short_why, **extra)
+                     poll_interval=poll_interval, given=HostsGiven(spec=spec, absent=absent or {}, short_why=short_why),
+                     **extra)
     sup.prewarm.after_ready = standby_after_ready
     if stop_after is not None:
         tasks = backend.tasks

@@ -9,11 +9,14 @@ import io
 import json
 import textwrap
 import threading
+import time
 
 from launcher.ui.console import Console
 from launcher.loader.discovery import Answer
 from launcher.app.up import plan_for
-from launcher.supervise.membership import Membership
+from launcher.record.view import RunModel
+from launcher.supervise.context import RunContext
+from launcher.supervise.membership import HostsGiven, Membership
 from launcher.record.writer import RunRecord
 from launcher.loader.load import parse_spec
 from launcher.spec.model import Host
@@ -48,8 +51,10 @@ def test_discovery_answers_add_hosts_and_move_the_task_of_a_host_gone_from_the_l
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     backend = scripted(elastic=True)  # its hosts record what discovery added, its tasks each plan used
-    members = Membership(plan, backend, record, Console(out=out, err=err, color=False), threading.Event(),
-                         spec=spec, static_hosts=["h1"], discovery_cwd=tmp_path)
+    ctx = RunContext(record=record, console=Console(out=out, err=err, color=False), view=RunModel(), backend=backend,
+                     restart=spec.restart, watchdog=spec.watchdog, clock=time.monotonic, poll_interval=0.1,
+                     stop_event=threading.Event(), hurry_event=threading.Event())
+    members = Membership(ctx, plan, HostsGiven(spec=spec, static_hosts=["h1"], discovery_cwd=tmp_path))
     assert members.elastic and members.poller is not None  # a real Poller, never started here
     poller = members.poller = FakePoller()
 

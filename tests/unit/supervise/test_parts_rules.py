@@ -19,9 +19,8 @@ from launcher.supervise.loop import Supervisor
 SUPERVISE = Path(__file__).resolve().parents[3] / "launcher" / "supervise"
 # Constructor parameters (besides self) a part may take: the context and a few collaborators.
 MOST_PARAMETERS = 6
-# Counted apart from the parts: the owner itself, and the membership, whose constructor carries
-# the elastic run's own inputs (its spec, its hosts, discovery, the hosts absent at the start).
-NOT_A_PART = {"Supervisor", "Membership"}
+# Counted apart from the parts: the owner itself.
+NOT_A_PART = {"Supervisor"}
 
 
 def owner_callbacks(source: str, parts: set[str]) -> list[tuple[str, str, str]]:
@@ -85,11 +84,11 @@ def _parts() -> dict[str, type]:
 
 def test_each_part_takes_the_context_and_a_few_collaborators():
     parts = _parts()
-    assert {"AttemptPhases", "Prewarm", "Reporter", "WarmStandby", "Starter", "TaskOutput"} <= set(parts)
+    assert {"AttemptPhases", "Prewarm", "Reporter", "WarmStandby", "Starter", "TaskOutput", "Membership"} <= set(parts)
     over = {name: params for name, cls in parts.items() if name not in NOT_A_PART
             and len(params := [p for p in inspect.signature(cls.__init__).parameters if p != "self"]) > MOST_PARAMETERS}
     assert not over, f"over {MOST_PARAMETERS} constructor parameters (put what every part reads in RunContext): {over}"
-    # Every part but the group (a clock alone) and the membership reads the shared context.
-    for name in ("AttemptPhases", "Prewarm", "Reporter", "WarmStandby", "Starter", "TaskOutput"):
+    # Every part but the group (a clock alone) reads the shared context.
+    for name in ("AttemptPhases", "Prewarm", "Reporter", "WarmStandby", "Starter", "TaskOutput", "Membership"):
         first = next(iter(p for p in inspect.signature(parts[name].__init__).parameters.values() if p.name != "self"))
         assert first.annotation in (RunContext, "RunContext"), f"{name}'s first parameter is not the RunContext"
