@@ -281,6 +281,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=20.0, help="how long faults are injected")
     parser.add_argument("--epochs", type=int, default=0, help="default: enough for --minutes of training")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the run records (events.jsonl, plans, logs) of a soak that passed too")
     parser.add_argument("--kinds", default=",".join(Faults.KINDS),
                         help="the fault kinds to draw from, comma-separated (default: all)")
     parser.add_argument("--hang-timeout", default="20",
@@ -407,7 +409,7 @@ def main() -> int:
         return 0 if ok else 1
     finally:
         lab.stop()
-        if report.get("passed"):
+        if report.get("passed") and not args.keep:
             shutil.rmtree(root, ignore_errors=True)
         else:  # the run records (events.jsonl, plans, logs) say what happened
             for records in sorted(root.glob("*/runs")):
