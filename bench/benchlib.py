@@ -1,5 +1,5 @@
 """What the benchmarks share: the repository root on ``sys.path`` (for ``launcher`` and the
-``tests`` helpers), one cluster.yaml writer for the local backend, and ``BackgroundUp``."""
+``tests`` helpers), one cluster.yaml writer for the local backend, ``BackgroundUp``, and the Pss of a set of processes."""
 
 from __future__ import annotations
 
@@ -21,6 +21,21 @@ from tests.support.ports import free_base  # noqa: E402
 def load_average() -> str:
     """The machine's 1/5/15-minute load averages, as /proc/loadavg gives them."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def pss_of(pids) -> int:
+    """The sum of ``pids``' Pss in bytes (/proc/PID/smaps_rollup); a process gone counts 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
 
 
 def write_spec(work: Path, entrypoint: str, tfds_dir: Path, *, name: str = "bench",

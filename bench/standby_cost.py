@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchlib import ROOT, load_average
+from benchlib import ROOT, load_average, pss_of
 from tests.support.ports import free_base
 from tests.support.processes import pids_with_env
 
@@ -49,20 +49,6 @@ def spec_file(work: Path, steps: int, warm: bool) -> Path:
         f"env: {{TF_CPP_MIN_LOG_LEVEL: '2'}}\n"
         f"restart: {{max_restarts: 1{'' if warm else ', warm_standby: false'}}}\n")
     return spec
-
-
-def pss_of(pids) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                for line in fh:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
 
 
 def trial(work: Path, steps: int, warm: bool) -> dict:

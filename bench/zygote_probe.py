@@ -28,12 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+
+from benchlib import pss_of
+from tests.support.ports import free_base
 
 TRAIN = """\
 import json, os, signal, sys, time
@@ -92,29 +94,6 @@ else:
 """
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def pss_of(pids) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                for line in fh:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total  # kB
-
-
 def descendants(root: int) -> list[int]:
     out, todo = [], [root]
     while todo:
@@ -161,8 +140,9 @@ def wait_line(proc: subprocess.Popen, prefix: str, timeout: float = 300) -> str:
 
 
 def one(way: str, steps: int) -> tuple[int, list[str]]:
-    """(peak Pss in kB, the workers' result lines) of one run the ``way`` given."""
-    peers = json.dumps([f"127.0.0.1:{p}" for p in free_ports(2)])
+    """(peak Pss in bytes, the workers' result lines) of one run the ``way`` given."""
+    base = free_base(2)
+    peers = json.dumps([f"127.0.0.1:{base + i}" for i in range(2)])
     procs, results = [], []
     standbys: list[subprocess.Popen] = []
     zygote = None
@@ -218,12 +198,12 @@ def main() -> None:
         for way in (ways if trial % 2 == 0 else list(reversed(ways))):
             peak, results = one(way, args.steps)
             peaks[way].append(peak)
-            print(f"trial {trial + 1} {way}: peak PSS {peak / 1024:.0f} MiB; {'; '.join(results)}", flush=True)
+            print(f"trial {trial + 1} {way}: peak PSS {peak / 2**20:.0f} MiB; {'; '.join(results)}", flush=True)
     cold = statistics.median(peaks["cold"])
     for way in ways:
         m = statistics.median(peaks[way])
-        print(f"{way:8s} peak PSS median {m / 1024:.0f} MiB (range {min(peaks[way]) / 1024:.0f}-"
-              f"{max(peaks[way]) / 1024:.0f}), {m / cold:.2f} x cold")
+        print(f"{way:8s} peak PSS median {m / 2**20:.0f} MiB (range {min(peaks[way]) / 2**20:.0f}-"
+              f"{max(peaks[way]) / 2**20:.0f}), {m / cold:.2f} x cold")
     print(f"load average {os.getloadavg()}")
 
 

@@ -75,8 +75,6 @@ class Membership:
         """The run's context (context.py: its backend, record, console, stop event), the first
         plan, and what the hosts start from (``HostsGiven``)."""
         spec, backend = given.spec, ctx.backend
-        static_hosts, discovery_cwd, absent, short_why = (given.static_hosts, given.discovery_cwd, given.absent,
-                                                          given.short_why)
         self.plan = plan
         # Hosts that come and go (launcher/plan/elastic.py): on when the spec asks for it or lists
         # spare hosts, and the backend can tell which hosts are lost.
@@ -94,9 +92,10 @@ class Membership:
         if self.elastic and spec is not None and spec.discovery is not None:
             from launcher.loader.discovery import Poller
 
-            self.static_hosts = set(static_hosts) if static_hosts is not None else {h.name for h in spec.hosts}
+            self.static_hosts = (set(given.static_hosts) if given.static_hosts is not None
+                                 else {h.name for h in spec.hosts})
             self.poller = Poller(spec.discovery.command, spec.discovery.every, spec.discovery.timeout,
-                                 discovery_cwd or Path.cwd())
+                                 given.discovery_cwd or Path.cwd())
         self.backend = backend
         self.record = ctx.record
         self.console = ctx.console
@@ -106,8 +105,8 @@ class Membership:
         # the listed hosts that did not answer then are watched from the start, as lost hosts
         # are, and the group grows onto them once they answer for elastic.settle s.
         self.small = self.elastic and spec is not None and spec.tasks.worker.min is not None
-        self.seen = HostsSeen(down=tuple(sorted(absent)) if self.small else ())
-        self.short_why = short_why
+        self.seen = HostsSeen(down=tuple(sorted(given.absent)) if self.small else ())
+        self.short_why = given.short_why
 
     @property
     def down(self) -> list[str]:

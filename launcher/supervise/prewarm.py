@@ -15,7 +15,6 @@ from typing import Optional
 
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan
-from launcher.plan.elastic import spare_hosts
 from launcher.record import events as ev
 from launcher.supervise.context import RunContext
 from launcher.supervise.membership import Membership
@@ -87,7 +86,7 @@ class Prewarm:
         spec = self.members.spec
         if not self.members.elastic or spec is None:
             return []
-        names = spare_hosts(spec, [t.host for t in self.plan.tasks], self.members.down)
+        names = self.members.seen.spares(spec, self.plan)
         return [(name, spec.host(name).dial_address) for name in names]
 
     def acks(self, attempt: Attempt) -> bool:
