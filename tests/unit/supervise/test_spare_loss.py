@@ -6,6 +6,19 @@ Supervisor on the scripted backend (tests/support/fakes.py), its clock a counter
 
 from __future__ import annotations
 
+import io
+import json
+import textwrap
+import threading
+import time
+
+from launcher.app.up import plan_for
+from launcher.loader.load import parse_spec
+from launcher.record.view import RunModel
+from launcher.record.writer import RunRecord
+from launcher.supervise.context import RunContext
+from launcher.supervise.membership import HostsGiven, Membership
+from launcher.ui.console import Console
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedHosts, ScriptedTasks, scripted, supervise
 
 SPEC = """\
@@ -88,3 +101,26 @@ def test_a_lost_spare_that_answers_again_gets_its_standbys_back_and_takes_the_ne
     assert replan["moved"] == {"worker:1": {"from": "h2", "to": "h3"}}
     promoted = {e["task"] for e in of(events, "standby_promoted")}
     assert promoted == {"worker:0", "worker:1"}  # the move to h3 was hot
+
+
+def test_the_membership_records_a_spare_lost_once_and_leaves_the_plans_hosts_to_the_failed_attempt(tmp_path):
+    spec = parse_spec(textwrap.dedent(SPEC))
+    plan = plan_for(spec)
+    record = RunRecord(tmp_path / "runs", plan).create()
+    out = io.StringIO()
+    hosts = Returning()
+    ctx = RunContext(record=record, console=Console(out=out, err=out, color=False), view=RunModel(),
+                     backend=scripted(ScriptedTasks(), hosts, elastic=True), restart=spec.restart,
+                     watchdog=spec.watchdog, clock=time.monotonic, poll_interval=0.1, stop_event=threading.Event(),
+                     hurry_event=threading.Event())
+    members = Membership(ctx, plan, HostsGiven(spec=spec))
+    assert members.spares() == {"spares": ["h3"]}
+    assert members.spares_lost(0, {"h3": 1700000000.0, "h2": 1700000001.0}) == ["h3"]  # h2 holds worker:1
+    assert members.spares_lost(0, {"h3": 1700000002.0}) == []  # already down: not lost twice
+    assert members.down == ["h3"] and members.spares() == {"spares": []} and members.seen.losses == ()
+    assert hosts.asked == [(["h3"], 5.0)]  # watched until it answers for elastic.settle
+    record.close()
+    events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
+    (lost,) = [e for e in events if e["event"] == "host_lost"]
+    assert (lost["host"], lost["spare"], lost["suspect"], lost["settle"]) == ("h3", True, True, 5.0)
+    assert out.getvalue().count("h3: a spare: its standbys' sessions lost at ") == 1
