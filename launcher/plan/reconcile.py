@@ -33,8 +33,8 @@ class HostsSeen:
     the plan in use says which hosts hold tasks).
 
     ``down``: hosts not usable until they answer for elastic.settle s without a break: lost
-    (suspect) in this run (a spare among them: ``spares_lost``), absent at the start of a group that started small, or found by
-    discovery. ``losses``: every host loss of the run, in order (elastic.max_host_losses).
+    (suspect) in this run (a spare among them: ``spares_lost``), absent at the start of a group
+    that started small, or found by discovery. ``losses``: every host loss of the run, in order (elastic.max_host_losses).
     ``lost``: hosts of the plan lost since it was made and not yet replanned (host -> how, a
     host_lost event's words); ``for_good``: they are gone for good (discovery dropped them), so
     there is no waiting for them. ``back``: hosts the latest look found answering again (no longer
