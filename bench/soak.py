@@ -17,6 +17,11 @@ Needs root (tests/labs/ssh.py builds the hosts). Usage::
 
     sudo python3 bench/soak.py [--minutes 20] [--seed 1] [--epochs N] [--kinds shutdown,return,...]
 
+A fault that lands on a host holding no task of the plan in use (a spare, with at most its warm
+standbys: the plan's latest plan-N.json says) is a spare fault, reported apart: infrastructure on
+an idle host, it costs no training, so no recovery or restart is expected of it (the launcher
+says ``hN: a spare: ...`` and passes the host over until it answers again).
+
 With ``--hang-timeout auto`` (the default watchdog) it also counts hang alarms, which must be none.
 It first trains once undisturbed (the same spec without faults, and without the step delay that
 paces the soak: a sleep the weights never see) for the reference accuracy, then the soak. It ends with: exit code (must be 0), final test accuracy
@@ -48,6 +53,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -106,9 +112,22 @@ def worker_pids(lab: Lab) -> list[tuple[str, int]]:
     return found
 
 
+def plan_hosts(run_dir: Path) -> set[str]:
+    """The hosts of the run's plan in use (its latest plan-N.json, else plan.json; none yet: empty)."""
+    plans = sorted(run_dir.glob("plan-*.json"), key=lambda p: int(p.stem.split("-")[1]) if p.stem[5:].isdigit() else 0)
+    for path in [*reversed(plans), run_dir / "plan.json"]:
+        try:
+            return {t["host"] for t in json.loads(path.read_text())["tasks"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return set()
+
+
 class Faults:
-    def __init__(self, lab: Lab, listing: Path, rng: random.Random, kinds: tuple[str, ...] = ()) -> None:
+    def __init__(self, lab: Lab, listing: Path, rng: random.Random, kinds: tuple[str, ...] = (),
+                 run_dir: Optional[Path] = None) -> None:
         self.lab, self.listing, self.rng = lab, listing, rng
+        self.run_dir = run_dir  # the run's record (its plans say which hosts hold tasks)
         self.kinds = kinds or self.KINDS
         self.down: list[str] = []
         self.spare_listed = True
@@ -137,12 +156,14 @@ class Faults:
 
     def inject(self, kind: str) -> dict:
         at = time.time()
-        what = ""
+        what, hit = "", ""  # hit: the host the fault lands on
+        used = plan_hosts(self.run_dir) if self.run_dir is not None else set()  # (before the fault)
         if kind in ("sigkill", "sigstop"):
             pids = worker_pids(self.lab)
             if not pids:
                 return {"kind": kind, "at": at, "what": "no worker running: skipped"}
             host, pid = self.rng.choice(pids)
+            hit = host
             if kind == "sigkill":
                 os.kill(pid, signal.SIGKILL)
                 what = f"SIGKILL worker on {host} (pid {pid})"
@@ -153,18 +174,19 @@ class Faults:
         elif kind == "partition":
             up = [h for h in self.lab.hosts if h.name not in self.down and h.name != "h5"]
             h = self.rng.choice(up)
+            hit = h.name
             h.exec("ip", "link", "set", "eth0", "down")
             threading.Timer(8, lambda: h.exec("ip", "link", "set", "eth0", "up", check=False)).start()
             what = f"{h.name} partitioned for 8 s"
         elif kind == "preempt":
             up = [h.name for h in self.lab.hosts if h.name not in self.down]
-            name = self.rng.choice(up)
+            name = hit = self.rng.choice(up)
             self.down.append(name)
             threading.Thread(target=self.lab.preempt, args=(name, 10.0), daemon=True).start()
             what = f"{name} preempted"
         elif kind == "shutdown":
             up = [h.name for h in self.lab.hosts if h.name not in self.down]
-            name = self.rng.choice(up)
+            name = hit = self.rng.choice(up)
             self.down.append(name)
             threading.Thread(target=self.lab.shutdown, args=(name, 3.0), daemon=True).start()
             what = f"{name} shut down (its sshd accepting for 3 s)"
@@ -177,6 +199,11 @@ class Faults:
             self.publish()
             what = "h5 " + ("put back into" if self.spare_listed else "dropped from") + " the discovery list"
         entry = {"kind": kind, "at": at, "what": what}
+        if hit:
+            # A fault on a host that holds no task of the plan in use (a spare: at most its warm
+            # standbys) costs the training nothing: infrastructure on an idle host, counted apart
+            # from the training's faults (no recovery, no restart expected of it).
+            entry["spare"] = bool(used) and hit not in used
         self.log.append(entry)
         return entry
 
@@ -241,10 +268,16 @@ def independent_goodput(lines: list[tuple[float, str]], faults: list[dict], star
     recovery = []
     for f in faults:
         after = [t for t in firsts if t > f["at"]]
-        if after and f["kind"] not in ("discovery", "return"):
+        if after and training_fault(f):
             recovery.append(after[0] - f["at"])
     return {"elapsed": elapsed, "productive": productive, "fraction": productive / elapsed if elapsed > 0 else 0.0,
             "steps": len(last), "backups": sum(backups.values()), "recovery": recovery}
+
+
+def training_fault(fault: dict) -> bool:
+    """A fault that can cost training time: not a return or a discovery edit, and not one that hit
+    only a spare (a host with no task of the plan in use: at most its warm standbys)."""
+    return fault["kind"] not in ("discovery", "return") and not fault.get("spare")
 
 
 def tfcluster_goodput(spec: Path) -> dict:
@@ -327,7 +360,7 @@ def main() -> int:
         work = root / "soak"
         work.mkdir()
         listing = work / "hosts.yaml"
-        faults = Faults(lab, listing, rng, kinds)
+        faults = Faults(lab, listing, rng, kinds, run_dir=work / "runs" / "soak" / "latest")
         faults.publish()
         started = time.time()
         soak_spec = spec_for(lab, work, "soak", listing, epochs, hang_timeout=hang_timeout)
@@ -354,17 +387,22 @@ def main() -> int:
         left = left_running(lab)
         report.update({"exit": code, "accuracy": acc, "seconds": seconds, "faults": faults.log, "resumes": res,
                        "left_running": left})
-        kinds = {}
+        kinds, spare_kinds = {}, {}
         for f in faults.log:
-            kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+            into = spare_kinds if f.get("spare") else kinds
+            into[f["kind"]] = into.get(f["kind"], 0) + 1
+        spare_faults = [f for f in faults.log if f.get("spare")]
+        report["spare_faults"] = spare_faults
         recov = []
         for f in faults.log:
             after = [r for r in res if r["at"] > f["at"]]
-            if after and f["kind"] not in ("discovery", "return"):
+            if after and training_fault(f):
                 recov.append(after[0]["at"] - f["at"])
         print(f"soak: exit {code} after {seconds:.0f} s; accuracy {acc:.4f} vs undisturbed "
               f"{report['reference']['accuracy']:.4f} (difference {abs(acc - report['reference']['accuracy']):.4f})")
-        print(f"faults by kind: {json.dumps(kinds)}")
+        print(f"faults by kind: {json.dumps(kinds)}; on a spare only (its warm standbys, no task: not training "
+              f"faults): {json.dumps(spare_kinds)}"
+              + "".join(f"\n  {f['at'] - started:7.1f} s  spare fault: {f['what']}" for f in spare_faults))
         print(f"resumes: {len(res)}; steps redone per resume: {[r['redone'] for r in res]} "
               f"(bound: {SAVE_FREQ} with --save-freq {SAVE_FREQ}; 0 after a graceful save)")
         if recov:
@@ -375,9 +413,11 @@ def main() -> int:
             print(f"{at - started:7.1f} s  launcher: {line.strip()[:300]}")
         spent = sum(1 for _, line in said if "restarting the whole group (restart " in line)
         losses = sum(1 for _, line in run.lines if re.search(r"tfcluster: h\d: session lost at |h\d lost ", line))
-        report.update({"restarts_spent": spent, "host_loss_lines": losses})
-        print(f"restarts spent: {spent} (sigkill and sigstop faults: "
-              f"{kinds.get('sigkill', 0) + kinds.get('sigstop', 0)}); host losses said: {losses}")
+        spare_losses = [line.strip()[:200] for _, line in run.lines if re.search(r"tfcluster: h\d: a spare: ", line)]
+        report.update({"restarts_spent": spent, "host_loss_lines": losses, "spare_loss_lines": spare_losses})
+        print(f"restarts spent: {spent} (sigkill and sigstop faults on the group's hosts: "
+              f"{kinds.get('sigkill', 0) + kinds.get('sigstop', 0)}); host losses said: {losses}; spares lost said: "
+              f"{len(spare_losses)}" + "".join(f"\n  {line}" for line in spare_losses))
         print(f"processes left on the hosts: {left or 'none'}")
         alarms = [line.strip()[:300] for r in (ref, run) for _, line in r.lines if HANG_ALARM.search(line)]
         report["hang_alarms"] = alarms

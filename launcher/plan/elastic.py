@@ -70,6 +70,13 @@ def suspect_how(settle: float, lost_at: Optional[float], answering: bool) -> str
     return f"{first}{state}; {SUSPECT} it answers for {settle:g} s"
 
 
+def spare_how(settle: float, lost_at: float) -> str:
+    """A spare's host_lost ``how`` (its warm standbys' sessions lost at ``lost_at``, time.time()):
+    ``a spare: its standbys' sessions lost at 12:01:07; suspect until it answers for 30 s``."""
+    return (f"a spare: its standbys' sessions lost at {time.strftime('%H:%M:%S', time.localtime(lost_at))}; "
+            f"{SUSPECT} it answers for {settle:g} s")
+
+
 def too_many_losses(losses: Sequence[str], limit: int) -> Optional[str]:
     """``losses``: every host loss of the run so far, in order (a host once per loss). None while
     within ``elastic.max_host_losses``, else why the run ends (one line)."""

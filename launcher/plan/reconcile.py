@@ -12,9 +12,9 @@ the plan in use, the group restarts under it. The decisions themselves are elast
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import AbstractSet, Mapping, Optional
+from typing import AbstractSet, Mapping, Optional, Sequence
 
 from launcher.errors import SpecError
 from launcher.plan.build import Plan
@@ -33,8 +33,8 @@ class HostsSeen:
     the plan in use says which hosts hold tasks).
 
     ``down``: hosts not usable until they answer for elastic.settle s without a break: lost
-    (suspect) in this run, absent at the start of a group that started small, or found by
-    discovery. ``losses``: every host loss of the run, in order (elastic.max_host_losses).
+    (suspect) in this run (a spare among them: ``spares_lost``), absent at the start of a group
+    that started small, or found by discovery. ``losses``: every host loss of the run, in order (elastic.max_host_losses).
     ``lost``: hosts of the plan lost since it was made and not yet replanned (host -> how, a
     host_lost event's words); ``for_good``: they are gone for good (discovery dropped them), so
     there is no waiting for them. ``back``: hosts the latest look found answering again (no longer
@@ -49,6 +49,16 @@ class HostsSeen:
     def spares(self, spec: Spec, plan: Plan) -> list[str]:
         """The spec's hosts no task of ``plan`` uses and not down, in the spec's order."""
         return spare_hosts(spec, [t.host for t in plan.tasks], self.down)
+
+    def spares_lost(self, plan: Plan, hosts: Sequence[str]) -> tuple["HostsSeen", list[str]]:
+        """Spares (hosts no task of ``plan`` uses) whose warm standbys' sessions were lost, or
+        that stopped answering: down until they answer for elastic.settle s (``Hosts.back``),
+        so no replan moves a task there meanwhile. Nothing of the plan was lost: no replan, and
+        not a loss against elastic.max_host_losses (no training was lost). Returns what is seen
+        then, and the hosts newly down (a host of the plan, or already down, is not one)."""
+        used = {t.host for t in plan.tasks}
+        new = sorted({h for h in hosts if h not in used and h not in self.down})
+        return (replace(self, down=self.down + tuple(new)) if new else self), new
 
 
 class Act(Enum):

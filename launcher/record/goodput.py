@@ -10,8 +10,8 @@ snapshot stays small however long the run trains). Of the events it reads ``time
 * ``start`` (``task``, ``attempt``): a task's new process; ``attempt_ready`` (``attempt``): every
   task's port open, the first sign of training for a script that prints no steps;
 * faults, the first of which ends an attempt's useful work (a hang's ``failure``: at its ``hung_since``): ``exit`` with a non-zero ``code``,
-  ``failure``, ``host_lost``, ``host_preempted``, ``restart``; a ``replan`` without one (a grow)
-  ends it too, as a planned stop;
+  ``failure``, ``host_lost`` (not a spare's: ``spare`` true, only its warm standbys were lost),
+  ``host_preempted``, ``restart``; a ``replan`` without one (a grow) ends it too, as a planned stop;
 * waiting: from a ``host_lost`` to the ``host_added`` (``spare`` false) the group waited for,
   with no ``replan`` or ``start`` between; and from a ``host_wait`` (fewer than tasks.worker.min
   workers can run) to the next ``start``, ``replan``, ``restart`` or ``outcome``. The preflight's
@@ -129,6 +129,8 @@ class Marks:
             self.hung[attempt] = [since, at]
         elif isinstance(event, ev.Stopped) and attempt in self.hung:
             self.hung[attempt][1] = max(self.hung[attempt][1], at)
+        elif isinstance(event, ev.HostLost) and event.spare:
+            pass  # a hot spare's standbys lost: no task of the group was there, training went on
         elif isinstance(event, _FAULTS) or (isinstance(event, ev.Exit) and event.code not in (0, None)):
             self.faults.setdefault(attempt if not isinstance(event, ev.GroupRestart) else attempt - 1, at)
             if isinstance(event, ev.GroupRestart):

@@ -16,7 +16,9 @@ from launcher.record.eventbase import JSON, Count, Event, RecordEvent, Seconds
 @dataclass(frozen=True, kw_only=True)
 class HostLost(RecordEvent):
     """``suspect``: the host's session was lost or it does not answer; it is used again once it
-    answers for ``settle`` s without a break. False: gone for good (dropped from discovery's list)."""
+    answers for ``settle`` s without a break. False: gone for good (dropped from discovery's list).
+    ``spare``: the host held no task of the plan, only warm standbys (a hot spare): no training
+    was lost, nothing is replanned, and it is not chosen for a move until it answers again."""
 
     KIND: ClassVar[str] = Event.HOST_LOST
     host: str
@@ -24,6 +26,7 @@ class HostLost(RecordEvent):
     suspect: bool = False
     attempt: Optional[Count] = None
     settle: Optional[Seconds] = None
+    spare: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,7 +61,11 @@ class HostChange:
 def apply(view: Any, record: RecordEvent, at: Optional[float]) -> None:
     """Fold one membership event (of a class in KINDS) into ``view`` (a RunModel; ``view._lost``:
     the host_lost events not yet replanned)."""
-    if isinstance(record, HostLost):
+    if isinstance(record, HostLost) and record.spare:  # a hot spare: no task to move, a spare no more
+        view.spares = [h for h in view.spares if h != record.host]
+        if record.suspect:
+            view.suspects[record.host] = record.settle or 0.0
+    elif isinstance(record, HostLost):
         view._lost[record.host] = record.how
         if record.suspect:
             view.suspects[record.host] = record.settle or 0.0

@@ -238,6 +238,7 @@ class Supervisor:
             attempt.ended = time.time()
             if attempt.state == FAILED and self.members.elastic:
                 self.phases.sessions_lost(attempt)
+                self.prewarm.watch_spares(attempt)  # a spare lost meanwhile is no place for a move
                 self.members.look_ahead(attempt.sessions_lost)  # while the survivors save
             hung = attempt.state == FAILED and attempt.failure is not None and attempt.failure.hung
             if hung and attempt.failure.key in self.group.handles:
@@ -296,6 +297,7 @@ class Supervisor:
             if self.prewarm.acks(attempt):
                 return
             self.prewarm.when_due(attempt, now)
+            self.prewarm.watch_spares(attempt, now)
             phases.straggle(attempt, now)
             if self.stacks_wanted.is_set():  # `tfcluster stacks` asked
                 self.stacks_wanted.clear()

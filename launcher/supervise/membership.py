@@ -24,11 +24,11 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 from launcher.backends import placed_hosts
 from launcher.bounded import listing
 from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, group_size, options, size_phrase,
-                                   suspect_how)
+                                   spare_how, suspect_how)
 from launcher.plan.build import Plan
 from launcher.plan.reconcile import Act, HostsSeen, due, wanted
 from launcher.record import events as ev
-from launcher.plan.hostloss import SUSPECT
+from launcher.plan.hostloss import SUSPECT, lost_phrase
 from launcher.record.states import Outcome
 from launcher.spec.model import Spec
 from launcher.supervise.context import RunContext
@@ -270,6 +270,25 @@ class Membership:
         answer: ssh.connect_timeout would be spent on every move)."""
         hosts = sorted({t.host for t in self.plan.tasks})
         return hosts, {h: LOOK for h in hosts if h in sessions}
+
+    def spares_lost(self, number: int, sessions: Mapping[str, float]) -> list[str]:
+        """During or after attempt ``number``: spares (hosts no task of the plan uses) whose warm
+        standbys' sessions were lost (host -> when: the same sign a working host's loss gives,
+        its connection dropped or its heartbeat silent past ssh.lease). Each is recorded lost
+        (a host_lost event, ``spare``), down until it answers for elastic.settle s (watched by
+        ``Hosts.back``, then a spare again), so no replan moves a task there meanwhile; no
+        training was lost, so nothing restarts. Returns the hosts newly down."""
+        if not self.elastic or self.spec is None:
+            return []
+        settle = options(self.spec).settle
+        self.seen, hosts = self.seen.spares_lost(self.plan, list(sessions))
+        for host in hosts:
+            how = spare_how(settle, sessions[host])
+            self.record.write(ev.HostLost(host=host, how=how, suspect=True, attempt=number, settle=settle, spare=True))
+            self.console.info(f"{lost_phrase(host, how)}; no task moves there until then")
+        if hosts:
+            self.backend.hosts.back(list(self.seen.down), settle)  # watched from now on
+        return hosts
 
     def _lost(self, lost: Mapping[str, str], for_good: bool) -> None:
         """Seen: the hosts of the plan ``lost`` (host -> how), each a loss of the run

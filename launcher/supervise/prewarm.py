@@ -40,6 +40,9 @@ class Prewarm:
         self.after_ready = STANDBY_AFTER_READY
         self.due: Optional[float] = None  # when this attempt's standbys start at the latest
         self.checked = 0.0
+        self.stocked: Optional[int] = None  # the attempt whose next attempt's standbys were started
+        self.spares_stocked: set[str] = set()  # the hot spares they were started on
+        self.spares_checked = 0.0
 
     @property
     def plan(self) -> Plan:
@@ -76,7 +79,34 @@ class Prewarm:
                 return
         self.due = None
         number = attempt.number
-        self.standby.start(number + 1, self.plan.tasks, self.starter.env(number + 1), spares=self.hot_spares())
+        spares = self.hot_spares()
+        self.stocked, self.spares_stocked = number, {name for name, _ in spares}
+        self.standby.start(number + 1, self.plan.tasks, self.starter.env(number + 1), spares=spares)
+
+    def watch_spares(self, attempt: Attempt, now: Optional[float] = None) -> None:
+        """Elastic runs, about once a second (``now`` None: at once, a failed attempt's end,
+        before the replan): a hot spare whose standbys' sessions were lost (its connection
+        dropped, or its heartbeat silent past the lease: how a working host's loss shows) is
+        lost to the membership (down, not chosen by a replan until it answers again); its
+        standbys are forgotten. A spare back (``Hosts.back``, the membership's look) gets its
+        standbys again once this attempt's have started."""
+        if not self.members.elastic or (now is not None and now < self.spares_checked + 1.0):
+            return
+        self.spares_checked = now if now is not None else self.spares_checked
+        used = {t.host for t in self.plan.tasks}
+        lost = self.standby.sessions_lost(sorted(self.standby.hosts() - used))
+        if lost:
+            self.standby.forget(sorted(lost))
+            self.spares_stocked -= set(lost)
+            self.members.spares_lost(attempt.number, lost)
+            return
+        if now is None or self.stocked != attempt.number:
+            return
+        spares = self.hot_spares()
+        if {name for name, _ in spares} - self.spares_stocked:
+            self.spares_stocked = {name for name, _ in spares}
+            self.standby.start(attempt.number + 1, self.plan.tasks, self.starter.env(attempt.number + 1),
+                               spares=spares)
 
     def hot_spares(self) -> list[tuple[str, str]]:
         """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a

@@ -245,6 +245,36 @@ class WarmStandby:
         """Whether a standby for ``task`` waits on its host."""
         return any(s.task.host == task.host for s in self._waiting.get(task.key, []))
 
+    def hosts(self) -> set[str]:
+        """The hosts where standbys wait."""
+        return {s.task.host for mine in self._waiting.values() for s in mine}
+
+    def sessions_lost(self, hosts: Sequence[str]) -> dict[str, float]:
+        """Of ``hosts``, those where a waiting standby's session with its host was lost (the
+        backend's own sign that a host is gone: a dropped connection, a host silent past its
+        lease; ``TaskHandle.session_lost``), and when (the earliest). A standby that exited by
+        itself is no sign."""
+        lost: dict[str, float] = {}
+        for mine in self._waiting.values():
+            for s in mine:
+                if s.task.host in hosts and s.handle.poll() is not None and s.handle.session_lost is not None:
+                    lost[s.task.host] = min(s.handle.session_lost, lost.get(s.task.host, s.handle.session_lost))
+        return lost
+
+    def forget(self, hosts: Sequence[str]) -> None:
+        """The standbys on ``hosts`` (lost) no longer wait: no promotion picks them; those still
+        running are stopped (a lost session's has ended already)."""
+        gone = [s for mine in self._waiting.values() for s in mine if s.task.host in hosts]
+        if not gone:
+            return
+        for key in list(self._waiting):
+            self._waiting[key] = [s for s in self._waiting[key] if s.task.host not in hosts]
+            if not self._waiting[key]:
+                del self._waiting[key]
+        for s in gone:
+            s.stopping = True
+        self.backend.tasks.stop([s.handle for s in gone], grace=0)
+
     def _start_one(self, task: PlannedTask, env: dict[str, str]) -> Optional[_Standby]:
         """One standby process for ``task`` (its output marked ``(standby)`` until promoted), or None."""
         entry: list[_Standby] = []

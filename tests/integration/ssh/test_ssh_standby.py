@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 
 import pytest
 
@@ -147,4 +148,47 @@ def test_a_stale_task_of_a_lost_host_cannot_reach_the_next_attempt(lab, make_spe
     assert promoted == {"worker:0": "h1", "worker:1": "h3"}, promoted  # the move was a hot one
     wait_for(lambda: not task_processes(lab)["h2"], 30,
              what=f"h2's old worker:1 stopped by its wrapper (lease run out): {task_processes(lab)['h2']}")
+    _no_task_left(lab)
+
+
+def test_a_paused_hot_spare_is_lost_within_its_lease_and_the_next_loss_does_not_move_onto_it(lab, make_spec):
+    """h3 is the spare, holding a standby per task (hot). Once every standby waits, h3 pauses
+    (every process stopped, lab.pause): it stops answering the heartbeat, so ssh.lease (4 s) later
+    its standbys' sessions are lost, the sign a working host's loss gives. The run records h3
+    lost (one host_lost event, spare) without a restart, and when h1 is cut off next, worker:0
+    does not move onto h3: the group shrinks to tasks.worker.min (worker:1 alone) and finishes."""
+    spec = make_spec([PY, SCRIPT, "ack"], hosts=["h1", "h2", "h3"], workers={"count": 2, "min": 1},
+                     restart={"max_restarts": 0, "warm_standby": True}, elastic={"host_wait": 3})
+    h1 = lab.host("h1")
+    paused: list[int] = []
+    when: dict[str, float] = {}
+
+    def pause(_proc) -> None:
+        when["paused"] = time.time()
+        paused.extend(lab.pause("h3"))
+
+    cut = lambda p: firewall(h1, f"ip saddr {GATEWAY} drop")  # noqa: E731
+    try:
+        # The spare's loss: ssh.lease (4 s) of silence, then the next look at the standbys (about
+        # once a second); 60 s per step leaves a loaded 2-core machine room for starts and that.
+        code, out = run_and_act(spec, [(READY, lambda p: None)] * 3 + [
+            (READY, pause), (r"^tfcluster: h3: a spare: its standbys' sessions lost at ", cut),
+            (r"worker:0 left out", lambda p: lab.resume(paused))], timeout=60)
+    finally:
+        lab.resume(paused)
+        firewall_flush(h1)
+    assert code == 0, out[-4000:]
+    ev = _events(spec)
+    (started, *_) = [e for e in ev if e["event"] == "standby_start"]
+    assert started["spares"] == ["h3"], started
+    lost = [e for e in ev if e["event"] == "host_lost"]
+    assert [(e["host"], e["spare"]) for e in lost] == [("h3", True), ("h1", False)], lost
+    # The lease (4 s) counts from h3's last answer, up to a heartbeat (1 s) before the pause;
+    # then the look at the standbys, about once a second, with a loaded machine's margin.
+    assert 3.0 <= lost[0]["time"] - when["paused"] <= 20.0, (lost[0], when)
+    (replan,) = [e for e in ev if e["event"] == "replan"]
+    assert replan["dropped"] == ["worker:0"] and not replan["moved"], replan
+    starts = [e for e in ev if e["event"] == "start" and e.get("attempt") == 1]
+    assert [e["ssh_host"] for e in starts] == ["h2"], starts  # the one worker left (renumbered worker:0)
+    assert not [e for e in ev if e["event"] == "restart"]
     _no_task_left(lab)

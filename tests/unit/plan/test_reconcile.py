@@ -5,6 +5,8 @@ a parameter_server worker left out, fresh ports. Real specs and plans, no backen
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from launcher.app.up import plan_for
 from launcher.loader.load import parse_spec
 from launcher.plan.elastic import fresh_ports, replace_lost
@@ -174,3 +176,28 @@ def test_fresh_ports_for_a_restart_keep_the_hosts_and_explicit_ports_keep_the_pl
     assert kept.act is Act.KEEP and kept.line.startswith("restarting on the same ports: ports.base: 65535"), kept.line
     # A host lost comes first: the restart is then a move, not a port refresh.
     assert wanted(spec, plan, lost("h2"), fresh_ports([plan]), ports=True).act is Act.USE
+
+
+def test_a_lost_spare_is_down_so_the_next_replan_shrinks_or_waits_instead_of_moving_there():
+    spec = parse_spec(SSH)  # 3 workers on h1-h3, h4 the one spare
+    plan = plan_for(spec)
+    seen, new = HostsSeen().spares_lost(plan, ["h4", "h2"])  # h2 holds worker:1: not a spare
+    assert new == ["h4"] and seen.down == ("h4",) and seen.losses == () and not seen.lost
+    assert seen.spares(spec, plan) == []
+    assert wanted(spec, plan, seen).act is Act.KEEP and not due(spec, plan, seen)  # nothing of the plan was lost
+    assert seen.spares_lost(plan, ["h4"]) == (seen, [])  # already down: not lost twice
+    # h2 lost next: no spare left and no min, so the group waits for h2 rather than move onto h4.
+    wait = wanted(spec, plan, lost("h2", down=seen.down), fresh_ports([plan]))
+    assert wait.act is Act.WAIT and wait.change is None and wait.down == ("h4", "h2")
+    # With tasks.worker.min the group shrinks onto the hosts it has; h4 takes no task.
+    small = parse_spec(MIN.replace("  - {name: h4, address: 10.0.0.4}\n", "  - {name: h4, address: 10.0.0.4}\n"
+                                   "  - {name: h5, address: 10.0.0.5}\n"))
+    small_plan = plan_for(small)
+    down, _ = HostsSeen().spares_lost(small_plan, ["h5"])
+    shrink = wanted(small, small_plan, replace(lost("h2"), down=down.down), fresh_ports([small_plan]))
+    assert shrink.act is Act.USE and shrink.change is not None and shrink.change.dropped == ("worker:1",)
+    assert "h5" not in {t.host for t in shrink.change.plan.tasks}
+    # Back (Hosts.back: no longer down), it is a spare again, and the move goes there.
+    back = replace(lost("h2"), down=())
+    moved = wanted(spec, plan, back, fresh_ports([plan]))
+    assert moved.act is Act.USE and moved.change is not None and moved.change.moved == {"worker:1": ("h2", "h4")}

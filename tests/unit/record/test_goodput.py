@@ -96,6 +96,20 @@ def test_a_preemption_with_an_agreed_save_redoes_nothing():
     assert g.badput["recovery"] == pytest.approx(11.0 - 8.6)
 
 
+def test_a_spare_lost_and_back_while_the_group_trains_costs_nothing():
+    """A hot spare's loss (host_lost ``spare``: only its warm standbys were there) is no fault of
+    the training: the attempt goes on, as productive as without it."""
+    run = Run().attempt(0, 0.1)
+    run.say("worker:0", "start", 2.0, global_step=0).say("worker:0", "first_step", 3.0, global_step=1)
+    run.ev("host_lost", 5.0, host="vm3", attempt=0, suspect=True, spare=True, how="a spare: ...")
+    run.say("worker:0", "step", 8.0, global_step=50)
+    run.ev("host_added", 9.0, host="vm3", attempt=0)
+    run.say("worker:0", "step", 13.0, global_step=101)
+    g = run.ev("outcome", 14.0, outcome="succeeded").measure()
+    assert g.productive == pytest.approx(10.0)
+    assert g.badput["recovery"] == 0 and g.badput["waiting"] == 0 and g.badput["redone"] == 0
+
+
 def test_backups_while_training_are_checkpoint_time():
     run = Run().attempt(0, 0.1)
     run.say("worker:0", "start", 2.0, global_step=0).say("worker:0", "first_step", 3.0, global_step=1)

@@ -380,3 +380,21 @@ def test_a_suspect_host_shows_in_the_panel_until_it_settles_and_the_change_reads
     view.event(_ev("host_lost", T0 + 50, host="h1", how=how, attempt=1, settle=30))
     view.event(_ev("host_added", T0 + 60, host="h1", attempt=1, settle=30, spare=False))
     assert "h1" not in view.spares and "h1" not in view.suspects
+
+
+def test_a_lost_spare_is_a_suspect_and_no_spare_until_it_settles_and_no_host_change_is_shown():
+    view = RunModel()
+    view.event(_ev("run_start", T0, run_id="r1", name="demo", strategy="multi_worker_mirrored", backend="ssh",
+                   tasks=["worker:0", "worker:1"], max_restarts=2, spares=["h3"]))
+    assert view.spares == ["h3"]
+    how = "a spare: its standbys' sessions lost at 12:01:07; suspect until it answers for 30 s"
+    view.event(_ev("host_lost", T0 + 5, host="h3", how=how, attempt=0, settle=30, suspect=True, spare=True))
+    assert "h3" not in view.spares and view.suspects == {"h3": 30.0} and not view.host_changes
+    text = _rendered(view, T0 + 7, width=400)
+    assert "suspect hosts: h3 (until it answers for 30 s without a break)" in text, text
+    # A later replan of another host's loss does not name h3 as lost with it.
+    view.event(_ev("host_lost", T0 + 8, host="h2", how="preempted", attempt=0))
+    view.event(_ev("replan", T0 + 9, lost=["h2"], tasks=["worker:0"], dropped=["worker:1"]))
+    assert list(view.host_changes[0].lost) == ["h2"]
+    view.event(_ev("host_added", T0 + 40, host="h3", attempt=1, settle=30))
+    assert view.suspects == {} and "h3" in view.spares
