@@ -25,6 +25,11 @@ script prints no times of its own), and -> its first line (the script running ag
 
     python bench/recovery.py --plain [--trials 3]
 
+``--backend ssh --hosts 2,8``: recovery against the number of ssh hosts (one worker on each, the
+plain script), warm against cold, and each promotion's timing per host (bench/recovery_hosts.py).
+
+    python bench/recovery.py --backend ssh --hosts 2,8 [--trials 3]
+
 ``--preemption``: the older figures instead:
 
 * SIGKILL of worker:1 mid-epoch (Keras fit, BackupAndRestore every --save-freq steps):
@@ -443,10 +448,17 @@ def main() -> int:
     ap.add_argument("--backend", choices=("local", "ssh", "docker", "slurm"), default="local")
     ap.add_argument("--preemption", action="store_true", help="the older SIGKILL/SIGTERM figures (local)")
     ap.add_argument("--plain", action="store_true", help="a plain TF_CONFIG script: default against warm_standby: false")
+    ap.add_argument("--hosts", help="ssh: host counts, e.g. 2,8: one worker a host (bench/recovery_hosts.py)")
     ap.add_argument("--save-freq", type=int, default=10)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--warm-standby", action="store_true", help="restart.warm_standby: true (--preemption)")
     args = ap.parse_args()
+    if args.hosts:
+        if args.backend != "ssh":
+            ap.error("--hosts is for --backend ssh")
+        import recovery_hosts
+
+        return recovery_hosts.run(args)
     if args.plain:
         return plain(args)
     if not args.preemption:

@@ -36,6 +36,12 @@ class Fault:
     consequences: tuple[tuple[str, Optional[int]], ...] = ()
 
 
+def peers_to_ask(key: str, keys: Sequence[str], exits: Mapping[str, Optional[int]]) -> list[str]:
+    """The group members whose state note ``peer_notes`` reads for ``key``'s failure: the others
+    the hang watchdog watches that have not exited."""
+    return [k for k in keys if k != key and hang_watched(k) and exits.get(k) is None]
+
+
 def peer_notes(key: str, keys: Sequence[str], exits: Mapping[str, Optional[int]], state_note: Callable[[str], str],
                *, now: float, since: Optional[float], activity: Mapping[str, float], hang_timeout: float,
                strategy: str) -> dict[str, str]:
@@ -50,7 +56,7 @@ def peer_notes(key: str, keys: Sequence[str], exits: Mapping[str, Optional[int]]
         if code is not None:
             notes[other] = describe_exit(code) if code != 0 else ""
             continue
-        note = state_note(other)
+        note = state_note(other)  # (the ones ``peers_to_ask`` names: the caller may have asked them all at once)
         if since is not None and hang_timeout > 0:
             idle = now - max(since, activity.get(other, now))
             if note and idle > hang_timeout:  # what the hang watchdog would have said

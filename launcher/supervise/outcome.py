@@ -11,14 +11,15 @@ console and an attempt's failure.
 from __future__ import annotations
 
 import time
-from typing import Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Sequence
 
 from launcher.plan.build import Plan
 from launcher.record import events as ev
 from launcher.record.layout import stacks_path
 from launcher.record.states import Outcome
 from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
-                                      report_lines, stack_lines, summary_lines)
+                                      peers_to_ask, report_lines, stack_lines, summary_lines)
 from launcher.supervise.diagnose import exception_lines, hint
 from launcher.supervise.context import RunContext
 from launcher.supervise.group import AttemptGroup
@@ -49,6 +50,15 @@ class Reporter:
     def state_note(self, key: str) -> str:
         return self.group.handles[key].state_note()
 
+    def state_notes(self, keys: Sequence[str]) -> dict[str, str]:
+        """``keys``' state notes, asked all at once (at most 64 at a time): on ssh each is a command
+        on the task's host, and asked one after another they put the group's size in round trips
+        between a death and the restart (7 on 8 hosts: 0.23 s of a 2.5 s warm recovery here)."""
+        if len(keys) < 2:
+            return {k: self.state_note(k) for k in keys}
+        with ThreadPoolExecutor(max_workers=min(len(keys), 64), thread_name_prefix="state-note") as ex:
+            return dict(zip(keys, ex.map(self.state_note, keys)))
+
     def fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
         """An exit failed the attempt: blame the root cause (launcher/supervise/blame.py)."""
         since = started + attempt.ready_after if attempt.ready_after is not None else None
@@ -56,7 +66,9 @@ class Reporter:
         with self.group.lock:
             tails = {k: tuple(self.group.tails.get(k, ())) for k in failed}
             activity = dict(self.group.activity)
-        notes = peer_notes(failed[0], list(self.group.handles), exits, self.state_note, now=now, since=since,
+        asked = self.state_notes(peers_to_ask(failed[0], list(self.group.handles), exits))
+        notes = peer_notes(failed[0], list(self.group.handles), exits,
+                           lambda k: asked[k] if k in asked else self.state_note(k), now=now, since=since,
                            activity=activity, hang_timeout=output_limit(self.watchdog.hang_timeout), strategy=self.plan.strategy)
         fault = blame_exit(failed, exits, tails, notes, self.state_note)
         self.fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)

@@ -100,6 +100,42 @@ def test_backoff_doubles_between_group_restarts(tmp_path):
     assert [e["delay"] for e in of(events, "restart")] == [0.01, 0.02]
 
 
+class NotedTasks(ScriptedTasks):
+    """Tasks whose state note (on ssh a command on the task's host, for a task that runs) waits
+    at ``barrier`` for the other notes asked with it; ``met`` counts the notes that met there."""
+
+    def __init__(self, barrier: threading.Barrier, **kw) -> None:
+        super().__init__(**kw)
+        self.barrier, self.met = barrier, []
+
+    def start(self, task, env, on_line):
+        handle = super().start(task, env, on_line)
+        handle.state_note = lambda: self.note(handle)
+        return handle
+
+    def note(self, handle) -> str:
+        if handle.code is not None:
+            return ""  # (ssh: what its exit said, no command)
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            return "asked alone"
+        self.met.append(threading.current_thread().name)
+        return ""
+
+
+def test_a_failure_asks_every_survivors_state_at_once(tmp_path):
+    """The survivors' state notes, read to blame a death, are asked at once, not one host's
+    round trip after another's: each note waits (20 s at most) for the other two at a barrier,
+    which only notes asked at the same time can pass."""
+    tasks = NotedTasks(threading.Barrier(3, timeout=20), scripts={("worker:1", 0): Script(code=137, polls=2)},
+                       default=RUN_FOREVER)
+    spec = mwms(restarts=0).replace("{worker: 2}", "{worker: 4}")
+    code, out, events = run(tmp_path, spec, scripted(tasks))
+    assert code != 0 and len(tasks.met) == 3, (tasks.met, out)
+    assert of(events, "failure")[0]["task"] == "worker:1" and "asked alone" not in out
+
+
 # ---------------------------------------------------------------- worker-only restart (PSS)
 
 
