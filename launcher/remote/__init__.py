@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 # import from their own dir. The ssh backend uploads them into each run dir; the worker image
 # copies them (with jobsetpod.py) into /usr/local/lib/tfcluster/; local and slurm run the wrapper
 # here, beside them. tests/unit/remote/test_shipped.py checks the list against their imports.
-TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py")
+TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py")
 
 
 def task_files() -> dict[str, str]:
