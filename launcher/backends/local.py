@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from launcher.spec.model import LoadedSpec, Spec
 
 LOCAL_HOST = "localhost"
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
 
 
 class LocalTask(ChildTask):
@@ -49,10 +50,15 @@ class LocalTask(ChildTask):
     def signal(self, sig: int) -> None:
         if self.reaped_long_ago():
             return
-        try:
-            os.killpg(self.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # A task the zygote forked leads a group of its own, and its wrapper passes on what it can
+        # catch: SIGKILL, SIGSTOP and SIGCONT go to the task's group here, first (any other twice
+        # would be taken twice: a second SIGUSR1 kills a promoted standby).
+        task = self._task_pid() if self.pidfile and sig in _UNCATCHABLE else self.pgid
+        for group in dict.fromkeys((task, self.pgid)):
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def signal_process(self, sig: int) -> None:
         if self.reaped_long_ago():

@@ -84,6 +84,15 @@ def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float):
         except OSError as exc:
             sock.close()
             return None, f"zygote {path}: {exc.strerror}"
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                             struct.calcsize("3i")))
+    except OSError as exc:
+        sock.close()
+        return None, f"zygote {path}: {exc.strerror}"
+    if uid != os.getuid():  # another user's server there: nothing of ours (environment, stdio) goes to it
+        sock.close()
+        return None, f"{path} is served by uid {uid}, not by this user"
     body = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd}).encode()
     try:
         socket.send_fds(sock, [struct.pack("!I", len(body))], fds)
@@ -256,16 +265,36 @@ class Zygote:
 
     def serve(self) -> None:
         while True:
-            ready, _, _ = select.select([self.listener, self.wake_r], [], [])
+            ready, _, _ = select.select([self.listener, self.wake_r, *self.waiting.values()], [], [])
             if self.wake_r in ready:
                 try:
                     os.read(self.wake_r, 4096)
                 except BlockingIOError:
                     pass
                 self._reap()
+            for pid, conn in list(self.waiting.items()):
+                if conn in ready:
+                    self._wrapper_gone(pid, conn)
             if self.listener in ready:
                 conn, _ = self.listener.accept()
                 self._serve_one(conn)
+
+    def _wrapper_gone(self, pid: int, conn) -> None:
+        """A wrapper never writes after its request: its end readable is its end closed, the
+        wrapper gone (SIGKILLed with its group, its lifeline's end). Its task goes with it, by
+        SIGKILL to the task's group: the task's own watch cannot act while it is stopped
+        (SIGSTOP), and a stopped task would hold its port for ever."""
+        try:
+            if conn.recv(1, socket.MSG_PEEK):
+                return
+        except OSError:
+            pass
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.waiting.pop(pid, None)
+        conn.close()
 
     def _reap(self) -> None:
         while True:
