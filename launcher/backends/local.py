@@ -30,26 +30,35 @@ from launcher.backends import pyspy
 from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
+from launcher.backends.zygotes import Zygote
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.notices import Notices
     from launcher.spec.model import LoadedSpec, Spec
 
 LOCAL_HOST = "localhost"
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
 
 
 class LocalTask(ChildTask):
-    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink) -> None:
+    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink,
+                 pidfile: Optional[str] = None) -> None:
         self.pgid = proc.pid  # start_new_session: the wrapper leads its own group
+        self.pidfile = pidfile  # where the wrapper says its task's pid (a task the zygote forked)
         super().__init__(task, proc, on_line)
 
     def signal(self, sig: int) -> None:
         if self.reaped_long_ago():
             return
-        try:
-            os.killpg(self.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # A task the zygote forked leads a group of its own, and its wrapper passes on what it can
+        # catch: SIGKILL, SIGSTOP and SIGCONT go to the task's group here, first (any other twice
+        # would be taken twice: a second SIGUSR1 kills a promoted standby).
+        task = self._task_pid() if self.pidfile and sig in _UNCATCHABLE else self.pgid
+        for group in dict.fromkeys((task, self.pgid)):
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def signal_process(self, sig: int) -> None:
         if self.reaped_long_ago():
@@ -85,7 +94,14 @@ class LocalTask(ChildTask):
         return ""
 
     def _task_pid(self) -> int:
-        """The wrapped task's pid: the wrapper's only child."""
+        """The wrapped task's pid: the wrapper's only child, or the one its pid file names (a task
+        the zygote forked is not the wrapper's child); the wrapper's own pid where neither is."""
+        if self.pidfile:
+            try:
+                with open(self.pidfile) as fh:
+                    return int(fh.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                return self.proc.pid
         try:
             with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as fh:
                 kids = fh.read().split()
@@ -199,6 +215,7 @@ class LocalTasks(Tasks):
     def __init__(self, run: LocalRun) -> None:
         self.run = run
         self._standbys = 0
+        self.zygote = Zygote(run.run_dir, run.workdir, run.stop_grace)
 
     def _env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
         env = dict(os.environ)
@@ -219,18 +236,23 @@ class LocalTasks(Tasks):
             self._standbys += 1
             promotion = self.run.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
             env = {**env, envnames.STANDBY_ENV: str(promotion)}
-        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace), "--", *task.command]
+        full = self._env(task, env)
+        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace)]
+        served = self.zygote.socket_for(task.command, full)
+        pidfile = self.zygote.pidfile() if served else None
+        if served:
+            argv += ["--zygote", served, "--pidfile", pidfile]
         proc = subprocess.Popen(
-            argv,
+            [*argv, "--", *task.command],
             stdin=subprocess.PIPE,  # the lifeline: closes when this launcher dies
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=self.run.workdir,
-            env=self._env(task, env),
+            env=full,
             start_new_session=True,
             close_fds=True,
         )
-        handle = LocalTask(task, proc, on_line)
+        handle = LocalTask(task, proc, on_line, pidfile)
         handle.promotion = promotion
         return handle
 
@@ -248,3 +270,6 @@ class LocalTasks(Tasks):
         if task.port is None:
             return True
         return accepts("127.0.0.1", task.port)
+
+    def close(self) -> None:
+        self.zygote.close()

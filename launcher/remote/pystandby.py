@@ -51,51 +51,8 @@ def _liveness(step):
 # @PORTCHECK@
 
 
-def _uses_tensorflow(target, module):
-    """Whether the script (or the module), or a module beside it that it imports (two levels),
-    names TensorFlow or Keras: read as text, nothing of it run (a package's own __init__ is not
-    imported to find a module). Not found or not readable: True (the stub is there for
-    TensorFlow scripts)."""
-    import re
-
-    if module:
-        parts = target.split(".")
-        where = None
-        for entry in sys.path:
-            base = os.path.join(entry or os.getcwd(), *parts)
-            for path in (base + ".py", os.path.join(base, "__main__.py")):
-                if os.path.isfile(path):
-                    where = path
-                    break
-            if where:
-                break
-    else:
-        where = target
-    if not where or not os.path.isfile(where):
-        return True
-    todo, seen = [(os.path.abspath(where), 0)], set()
-    while todo:
-        path, depth = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        try:
-            with open(path, "rb") as fh:
-                text = fh.read(2**20)
-        except OSError:
-            if depth == 0:
-                return True
-            continue
-        if b"tensorflow" in text or b"keras" in text:
-            return True
-        if depth < 2:
-            folder = os.path.dirname(path)
-            for name in set(re.findall(rb"^[ \t]*(?:from|import)[ \t]+\.?([A-Za-z_]\w*)", text, re.M)):
-                name = name.decode()
-                for near in (os.path.join(folder, name + ".py"), os.path.join(folder, name, "__init__.py")):
-                    if os.path.isfile(near):
-                        todo.append((near, depth + 1))
-    return False
+# launcher/contract/usestf.py's text goes here (stub_command): whether the script uses TensorFlow.
+# @USESTF@
 
 
 def _main():
@@ -126,7 +83,9 @@ def _standby(target, module):
             handlers[s] = signal.getsignal(s)
         except (OSError, ValueError):
             pass
-    heavy = _uses_tensorflow(target, module)
+    # Forked by its host's zygote (launcher/remote/zygote.py), TensorFlow is imported already:
+    # nothing to wait for the host's idle for.
+    heavy = uses_tensorflow(target, module) and "tensorflow" not in sys.modules
 
     def imports():
         if heavy:

@@ -59,7 +59,8 @@ _ETAG = re.compile(r"^[0-9A-Za-z_.-]{1,128}$")
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
     opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None,
-            "gpus": None, "gpu-memory-var": "", "gpu-watch": 0.0, "collective-var": ""}
+            "gpus": None, "gpu-memory-var": "", "gpu-watch": 0.0, "collective-var": "", "zygote": None,
+            "zygote-wait": 60.0}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -75,7 +76,7 @@ def _parse(argv: list[str]) -> tuple[dict, list[str]]:
         if value is None:
             sys.stderr.write(f"taskwrap: {flag} needs a value\n")
             sys.exit(2)
-        opts[name] = float(value) if name in ("lease", "grace", "gpu-watch") else value
+        opts[name] = float(value) if name in ("lease", "grace", "gpu-watch", "zygote-wait") else value
     if not cmd:
         sys.stderr.write("taskwrap: no command given after --\n")
         sys.exit(2)
@@ -199,14 +200,21 @@ def main(argv: list[str]) -> int:
     if problem:
         _say(f"taskwrap: {problem}; the task was not started\n")
         return 2
-    child = _start_task(cmd)
+    child, served = _start_served(opts["zygote"], cmd, opts["zygote-wait"]) if opts["zygote"] else (None, None)
+    groups = [pgid]
+    if child is None:
+        child = _start_task(cmd)
+    else:
+        groups.append(child)  # forked by the zygote in a session of its own: its group is its pid
     if opts["pidfile"]:
         _write_pidfile(opts["pidfile"], child)
     stopping = threading.Event()
-    stop_group = _group_stopper(pgid, opts["grace"], stopping)
-    _survive_stop_signals()
+    stop_group = _group_stopper(groups, opts["grace"], stopping)
+    _survive_stop_signals(groups[1:])
     ended = threading.Event()
-    _start_watchers(opts, pgid, child, stop_group, stopping, ended)
+    _start_watchers(opts, groups, child, stop_group, stopping, ended)
+    if served is not None:
+        return _wait_served(served, child, groups, ended)
     return _wait_and_reap(child, pgid, ended)
 
 
@@ -262,6 +270,42 @@ def _start_task(cmd: list[str]) -> int:
     return child
 
 
+def _start_served(path: str, cmd: list[str], wait: float):
+    """The task forked by the host's zygote (launcher/remote/zygote.py): (its pid, the connection
+    its exit comes on), or (None, None) where the zygote does not serve it (then it starts as
+    ever; a zygote that should have and could not is one line)."""
+    zygote = _sibling("zygote")
+    devnull = os.open(os.devnull, os.O_RDONLY)  # the lifeline stays the wrapper's, as below
+    try:
+        sock, pid = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), [devnull, 1, 2], wait)
+    finally:
+        os.close(devnull)
+    if sock is None:
+        _say(f"taskwrap: started without the zygote: {pid}\n")
+        return None, None
+    return pid, sock
+
+
+def _wait_served(sock, child: int, groups: list[int], ended: threading.Event) -> int:
+    """_wait_and_reap for a task the zygote forked: its exit from the zygote (128+N for signal N),
+    its groups' leftovers taken down with it."""
+    status = _sibling("zygote").wait_status(sock, child)
+    ended.set()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for group in groups:
+        for member in _group_members(group):
+            try:
+                os.kill(member, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    if status is None:
+        _say("taskwrap: the zygote ended before the task: its exit code is unknown (137)\n")
+        return 137
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
 def _write_pidfile(path: str, child: int) -> None:
     """``WRAPPER_PID TASK_PID START_TICKS`` at ``path``, replaced whole (the start time: ``tfcluster
     down`` signals the pid only while it is still this process)."""
@@ -273,9 +317,11 @@ def _write_pidfile(path: str, child: int) -> None:
     os.replace(tmp, path)
 
 
-def _group_stopper(pgid: int, grace: float, stopping: threading.Event):
-    """stop_group(reason): say why, SIGTERM the group, SIGKILL it (this wrapper too) after ``grace``
-    seconds or once it is empty; only the first call acts (``stopping`` is set by it)."""
+def _group_stopper(groups: list[int], grace: float, stopping: threading.Event):
+    """stop_group(reason): say why, SIGTERM the groups (the wrapper's, and a zygote-forked task's
+    own), SIGKILL them (this wrapper too, last) after ``grace`` seconds or once they are empty;
+    only the first call acts (``stopping`` is set by it)."""
+    pgid = groups[0]
     def stop_group(reason: str) -> None:
         if stopping.is_set():
             return
@@ -287,19 +333,24 @@ def _group_stopper(pgid: int, grace: float, stopping: threading.Event):
         sayer = threading.Thread(target=_say, args=(f"taskwrap: {reason}; stopping task group {pgid}\n",), daemon=True)
         sayer.start()
         sayer.join(2.0)
-        _killpg(pgid, signal.SIGTERM)
+        for group in groups:
+            _killpg(group, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _group_members(pgid):
+        while time.monotonic() < deadline and any(_group_members(g) for g in groups):
             time.sleep(0.05)
-        _killpg(pgid, signal.SIGKILL)  # includes this wrapper: nothing outlives the lifeline
+        for group in reversed(groups):
+            _killpg(group, signal.SIGKILL)  # this wrapper's last: nothing outlives the lifeline
     return stop_group
 
 
-def _survive_stop_signals() -> None:
-    def ignore(_signum: int, _frame) -> None:
+def _survive_stop_signals(elsewhere: list[int]) -> None:
+    def ignore(signum: int, _frame) -> None:
         """Stop signals reach the task because senders signal the whole group; the wrapper
         itself stays to report the exit code. A Python handler, not SIG_IGN, because the
-        task inherits ignored dispositions across exec."""
+        task inherits ignored dispositions across exec. A task the zygote forked is in a
+        group of its own (``elsewhere``): the signal is passed on to it."""
+        for group in elsewhere:
+            _killpg(group, signum)
 
     # SIGUSR1 wakes a warm-standby task (sent to the group); SIGUSR2 asks a task for its stacks
     # (launcher/contract/liveness.py: where a backend can only signal the group, docker's init
@@ -335,7 +386,7 @@ def _watch_lifeline(lease: float, stop_group) -> None:
             return
 
 
-def _start_watchers(opts: dict, pgid: int, child: int, stop_group, stopping: threading.Event,
+def _start_watchers(opts: dict, groups: list[int], child: int, stop_group, stopping: threading.Event,
                     ended: threading.Event) -> None:
     """The daemon threads beside the task: the lifeline, the GCE preemption notice, the GPU watch."""
     threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
@@ -344,13 +395,14 @@ def _start_watchers(opts: dict, pgid: int, child: int, stop_group, stopping: thr
         def on_notice() -> None:
             _say(f"taskwrap: {GCE_NOTICE} (metadata {_GCE_PATH} is TRUE): stopping the task gracefully (SIGTERM) "
                  "before the OS shutdown\n")
-            _killpg(pgid, signal.SIGTERM)
+            for group in groups:
+                _killpg(group, signal.SIGTERM)
 
         threading.Thread(target=_watch_gce, args=(gce, on_notice, stopping), daemon=True).start()
     if opts["gpu-watch"] > 0:
         threading.Thread(target=_sibling("taskenv").watch_gpus, daemon=True, name="gpu-watch",
                          args=(opts["gpu-watch"], os.environ.get("CUDA_VISIBLE_DEVICES"),
-                               lambda: _group_members(pgid) + [child], ended, _say)).start()
+                               lambda: [m for g in groups for m in _group_members(g)] + [child], ended, _say)).start()
 
 
 def _wait_and_reap(child: int, pgid: int, ended: threading.Event) -> int:

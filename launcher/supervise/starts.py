@@ -27,12 +27,18 @@ from launcher.supervise.standby import WarmStandby, stub_command
 
 class Starter:
     def __init__(self, ctx: RunContext, group: AttemptGroup, members: Membership, standby: WarmStandby,
-                 output: TaskOutput) -> None:
+                 output: TaskOutput, warm: bool = False) -> None:
+        """``warm``: the run keeps warm standbys (standby.decide), so its tasks may be forked by
+        their host's zygote (launcher/remote/zygote.py), where the backend keeps one."""
         self.ctx, self.group, self.members, self.standby, self.output = ctx, group, members, standby, output
+        self.warm = warm
 
     def env(self, number: int) -> dict[str, str]:
         """What attempt ``number``'s tasks are told besides the plan's environment."""
-        return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.ctx.record.run_id}
+        env = {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.ctx.record.run_id}
+        if self.warm:
+            env[envnames.ZYGOTE] = "1"
+        return env
 
     def new_process(self, key: str) -> dict:
         """A new process of ``key`` is about to start: where this attempt's lines begin, fixed

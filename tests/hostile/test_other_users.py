@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -227,3 +228,42 @@ def test_a_port_the_other_user_takes_after_the_check_fails_the_task_in_one_line_
     assert f"hint: port {port} taken by {who}" in out and "stop it, or change ports.base in the spec" in out
     assert "Traceback" not in out and not RAW_CONTROL.search(out), out[-3000:]
     assert not (tmp_path / "ran-2").exists()  # (no third attempt)
+
+
+def test_the_zygote_forks_nothing_for_another_user_even_where_its_socket_is_open(base, mallory):
+    """The zygote (launcher/remote/zygote.py) forks a copy of itself, with our environment's secrets
+    until the child replaces it: only its own uid is served (SO_PEERCRED), whatever the socket's mode."""
+    import launcher.remote.zygote as zyg
+    from launcher.remote import HERE
+
+    sock = base / "z.sock"
+    log = base / "zygote.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", str(sock), "--import", "json"],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, zyg.PAD: "x" * 64})
+    try:
+        wait_for(lambda: "ready" in log.read_text(), 30, what="the zygote's ready line")
+        os.chmod(sock, 0o666)  # as if left open
+        # The other user's own wrapper (a copy it can read) asks for its task: not forked, run cold as itself.
+        wrapdir = base / "wrap"
+        wrapdir.mkdir()
+        for name in ("taskwrap.py", "zygote.py"):
+            shutil.copy(HERE / name, wrapdir / name)
+        os.chmod(wrapdir, 0o755)
+        other = subprocess.Popen(["runuser", "-u", mallory.pw_name, "--", PYTHON, str(wrapdir / "taskwrap.py"),
+                                  "--zygote", str(sock), "--zygote-wait", "5", "--", PYTHON, "-c",
+                                  "import os; print(os.getuid(), os.getppid())"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        other.wait(timeout=60)  # (its lifeline, stdin, open meanwhile)
+        out, err = other.stdout.read(), other.stderr.read()
+        assert other.returncode == 0, err
+        uid, parent = out.split()
+        assert int(uid) == mallory.pw_uid and int(parent) != proc.pid, out
+        # The zygote closed the connection unanswered (the wrapper sees that as a closed connection,
+        # a reset or a broken pipe, by when it came), and the task ran cold, as the other user.
+        (line,) = [l for l in err.splitlines() if "zygote" in l]
+        assert line.startswith("taskwrap: started without the zygote: ") and any(
+            why in line for why in ("closed without an answer", "Connection reset", "Broken pipe")), err
+    finally:
+        proc.kill()
+        proc.wait()

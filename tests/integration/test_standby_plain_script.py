@@ -1,7 +1,8 @@
 """Warm standby for a Python entrypoint of one's own, by default (launcher/remote/pystandby.py): a
 user's plain TF_CONFIG script (tests/support/plain_tf_config.py, not one line for tfcluster) on 2
-local workers, worker:1 SIGKILLed, restarted by promoting the standbys, which run the script as its
-cold start did; and the stub's exit codes and tracebacks against a cold start of the same command."""
+local workers, every process of it forked by the run's zygote (launcher/remote/zygote.py),
+worker:1 SIGKILLed, restarted by promoting the standbys, which run the script as its cold start
+did; and the stub's exit codes and tracebacks against a cold start of the same command."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 from launcher.supervise.standby import stub_command
 from tests.support.cli import ROOT, tfcluster
 from tests.support.specs import local_spec
-from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act
+from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -69,13 +70,18 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     assert "[worker:0] tfcluster-standby promoted" in out and "[worker:1] tfcluster-standby promoted" in out
 
     # Each task's script said what it was given: the cold start (attempt 0) and the promoted
-    # standby (attempt 1) agree on all of it but the pids.
+    # standby (attempt 1) agree on all of it but the pids. Every one of them is a child of the
+    # run's zygote (its log says its pid), not of its wrapper (the record's pid): TensorFlow was
+    # imported once for the four.
     said = [(m["key"], json.loads(m["json"])) for m in START.finditer(out)]
     said = [(k, s) for i, (k, s) in enumerate(said) if (k, s) not in said[:i]]  # (the report repeats a last line)
+    (zygote,) = re.findall(r"tfcluster-zygote ready pid=(\d+) imported=tensorflow",
+                           (run_dir(spec) / "zygote.log").read_text())
+    assert "started without the zygote" not in out, out[-3000:]
     for key in ("worker:0", "worker:1"):
-        # (the record's pids are the task wrappers': the script's parent)
-        (cold,) = [s for k, s in said if k == key and s["ppid"] == first[key]]
-        (warm,) = [s for k, s in said if k == key and s["ppid"] == promoted[key]]
+        cold, warm = [s for k, s in said if k == key]
+        assert cold["ppid"] == warm["ppid"] == int(zygote), (cold, warm, zygote)
+        assert cold["ppid"] not in (first[key], promoted[key])
         assert cold["pid"] != warm["pid"]
         for s in (cold, warm):
             del s["pid"], s["ppid"]

@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""A host's fork server ("zygote"): one interpreter that imports TensorFlow once, then forks each
+Python task of the host from there, so the tasks and their warm standbys share the import's
+memory (copy on write) and pay its CPU once (BENCHMARKS.md, "A zygote").
+
+Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
+
+    python zygote.py --socket PATH [--import MODULE[,MODULE...]]
+
+* It binds PATH (a unix socket, mode 0600: bound under umask 077) and listens at once, then
+  imports the modules; a request that came meanwhile waits in the backlog for the import.
+* The wrapper (taskwrap.py ``--zygote PATH``) connects and sends its task: argv, environment and
+  working directory, with its stdin/stdout/stderr as descriptors (SCM_RIGHTS). Only a peer of this
+  process's own uid is served (SO_PEERCRED): another user of the host gets nothing forked.
+* Served only where a cold start of argv would be this very interpreter: ``python [FLAGS] -c CODE
+  | -m MODULE | SCRIPT ARGS...`` with this executable, this process's FLAGS, and the same
+  environment but for the variables each task has its own of (TASK_OWN). Else the answer is
+  ``{"cold": why}`` and the wrapper starts the task as it always has (exec).
+* Served: ``{"pid": N}``, N a child forked in its own session, with the wrapper's descriptors as
+  its stdio, the environment and directory given, Python's own signal dispositions, its random
+  generators reseeded, and the entry run as ``__main__`` as the interpreter runs it (sys.argv,
+  sys.path[0]). The child ends itself and its group once the wrapper is gone (a pidfd of the
+  wrapper, watched by a thread), since it is not the wrapper's child. Its exit is sent to the
+  wrapper as ``{"status": S}`` (waitpid's status), then the connection closes.
+* Not served at all (the socket removed, one line, exit 0) where the import opened an NVIDIA
+  device: a CUDA context made before a fork is unusable in the child.
+
+Threads: the server is one thread (the import's only others are OpenBLAS's pool, which OpenBLAS
+remakes in a child); nothing of TensorFlow's runtime has started when it forks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+# What every task of a host has its own of: they may differ between the zygote and a task.
+TASK_OWN_PREFIXES = ("TFCLUSTER_",)
+TASK_OWN = frozenset({
+    "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_GPU_ALLOCATOR", "TF_PER_PROCESS_GPU_MEMORY_FRACTION",
+    "PWD", "OLDPWD", "SHLVL", "_",
+})
+# A variable the zygote starts with, its value room for each child's own variables in the
+# environment /proc/PID/environ shows (_show_environ): the block the kernel shows is the one a
+# process started with, the zygote's, unless it is rewritten in place.
+PAD = "TFCLUSTER_ZYGOTE_PAD"
+PAD_BYTES = 16384
+MAX_REQUEST = 8 * 2**20  # argv and environment; the standby stub's text is about 40 KB
+READ_TIMEOUT = 5.0  # s a peer has to send its whole request
+SAY = "tfcluster-zygote"
+
+
+def _say(text: str) -> None:
+    try:
+        os.write(2, f"{SAY}: {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+# ---- the wrapper's side ------------------------------------------------------------------------
+
+def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float):
+    """Ask the zygote at ``path`` for a child running ``argv``: (socket, pid) or (None, why not).
+    Waits up to ``wait`` seconds for the socket to appear and for the answer (the import)."""
+    import time
+
+    deadline = time.monotonic() + wait
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    while True:
+        try:
+            sock.connect(path)
+            break
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            if time.monotonic() > deadline:
+                sock.close()
+                return None, f"no zygote at {path} ({exc.strerror})"
+            time.sleep(0.05)
+        except OSError as exc:
+            sock.close()
+            return None, f"zygote {path}: {exc.strerror}"
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                             struct.calcsize("3i")))
+    except OSError as exc:
+        sock.close()
+        return None, f"zygote {path}: {exc.strerror}"
+    if uid != os.getuid():  # another user's server there: nothing of ours (environment, stdio) goes to it
+        sock.close()
+        return None, f"{path} is served by uid {uid}, not by this user"
+    body = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd}).encode()
+    try:
+        socket.send_fds(sock, [struct.pack("!I", len(body))], fds)
+        sock.sendall(body)
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        answer = _read_line(sock)
+    except OSError as exc:
+        sock.close()
+        return None, f"zygote {path}: {exc.strerror or exc}"
+    if not answer:
+        sock.close()
+        return None, "the zygote closed without an answer"
+    if "pid" in answer:
+        sock.settimeout(None)
+        return sock, int(answer["pid"])
+    sock.close()
+    return None, str(answer.get("cold", "refused"))[:300]
+
+
+def _read_line(sock) -> dict:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            return {}
+        data += chunk
+        if len(data) > 65536:
+            return {}
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def wait_status(sock, pid: int) -> "int | None":
+    """The child's waitpid status from the zygote, or None where the zygote ended first (then
+    this waits for the child itself to end)."""
+    try:
+        answer = _read_line(sock)
+    except OSError:
+        answer = {}
+    finally:
+        sock.close()
+    if "status" in answer:
+        return int(answer["status"])
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+    return None
+
+
+# ---- the zygote's side -------------------------------------------------------------------------
+
+def _own_flags() -> list:
+    """The interpreter options this zygote was started with (sys.orig_argv up to its script)."""
+    orig = list(getattr(sys, "orig_argv", []))
+    script = os.path.abspath(__file__)
+    for i, word in enumerate(orig[1:], 1):
+        if os.path.abspath(word) == script:
+            return orig[1:i]
+    return orig[1:]
+
+
+def _entry(argv: list, env: dict, flags: list):
+    """(mode, target, args) of a cold start of ``argv`` that this interpreter is, or (None, why)."""
+    import shutil
+
+    if not argv:
+        return None, "no command"
+    exe = shutil.which(argv[0], path=env.get("PATH", os.defpath)) if os.sep not in argv[0] else argv[0]
+    if not exe or os.path.realpath(exe) != os.path.realpath(sys.executable):
+        return None, f"{argv[0]!r} is not this zygote's interpreter ({sys.executable})"
+    rest = list(argv[1:])
+    if rest[:len(flags)] != flags:
+        return None, f"interpreter options differ from the zygote's ({' '.join(flags) or 'none'})"
+    rest = rest[len(flags):]
+    if not rest:
+        return None, "an interactive interpreter"
+    if rest[0] in ("-c", "-m") and len(rest) >= 2:
+        return (rest[0], rest[1], rest[2:]), ""
+    if rest[0].startswith("-"):
+        return None, f"interpreter option {rest[0][:20]!r} the zygote was not started with"
+    return ("script", rest[0], rest[1:]), ""
+
+
+def _env_differs(env: dict, before: dict) -> str:
+    """The first variable (not a task's own) whose value differs from this zygote's environment
+    as it started (``before`` the imports, which may set some), or ""."""
+    def shared(items):
+        return {k: v for k, v in items if k not in TASK_OWN and not k.startswith(TASK_OWN_PREFIXES)}
+
+    mine, theirs = shared(before.items()), shared(env.items())
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            return key
+    return ""
+
+
+def _cuda_opened() -> str:
+    """An NVIDIA device this process has open (a CUDA context made by an import), or ""."""
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/dev/nvidia"):
+                return target
+    except OSError:
+        pass
+    return ""
+
+
+def _receive(conn):
+    """(request dict, [fds]) from a connection, or (None, why)."""
+    conn.settimeout(READ_TIMEOUT)
+    msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
+    if len(msg) != 4 or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None, "a request without its header and three descriptors"
+    (size,) = struct.unpack("!I", msg)
+    if size > MAX_REQUEST:
+        for fd in fds:
+            os.close(fd)
+        return None, f"a request of {size} bytes (at most {MAX_REQUEST})"
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(min(2**20, size - len(body)))
+        if not chunk:
+            break
+        body += chunk
+    try:
+        req = json.loads(body)
+        ok = (isinstance(req, dict) and isinstance(req.get("argv"), list) and isinstance(req.get("env"), dict)
+              and isinstance(req.get("cwd"), str) and all(isinstance(a, str) for a in req["argv"])
+              and all(isinstance(k, str) and isinstance(v, str) for k, v in req["env"].items()))
+    except ValueError:
+        ok = False
+    if not ok:
+        for fd in fds:
+            os.close(fd)
+        return None, "a malformed request"
+    return req, fds
+
+
+class Zygote:
+    """The server: the listening socket, the connections of the children alive, SIGCHLD's pipe."""
+
+    def __init__(self, path: str, listener, before: dict) -> None:
+        """``before``: the environment this process started with, before its imports."""
+        self.path, self.listener = path, listener
+        self.before = before
+        # What the imports set in the environment (TensorFlow sets one): a cold start's import
+        # would set it in the task's too.
+        self.added = {k: v for k, v in os.environ.items() if k not in before}
+        self.flags = _own_flags()
+        self.waiting: dict = {}  # child pid -> its wrapper's connection
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def serve(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.listener, self.wake_r, *self.waiting.values()], [], [])
+            if self.wake_r in ready:
+                try:
+                    os.read(self.wake_r, 4096)
+                except BlockingIOError:
+                    pass
+                self._reap()
+            for pid, conn in list(self.waiting.items()):
+                if conn in ready:
+                    self._wrapper_gone(pid, conn)
+            if self.listener in ready:
+                conn, _ = self.listener.accept()
+                self._serve_one(conn)
+
+    def _wrapper_gone(self, pid: int, conn) -> None:
+        """A wrapper never writes after its request: its end readable is its end closed, the
+        wrapper gone (SIGKILLed with its group, its lifeline's end). Its task goes with it, by
+        SIGKILL to the task's group: the task's own watch cannot act while it is stopped
+        (SIGSTOP), and a stopped task would hold its port for ever."""
+        try:
+            if conn.recv(1, socket.MSG_PEEK):
+                return
+        except OSError:
+            pass
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.waiting.pop(pid, None)
+        conn.close()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.waiting.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(json.dumps({"status": status}).encode() + b"\n")
+                except OSError:
+                    pass
+                conn.close()
+
+    def _serve_one(self, conn) -> None:
+        try:
+            pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                struct.calcsize("3i")))
+            if uid != os.getuid():
+                conn.close()  # another user: nothing of ours, not even an answer
+                return
+            req, fds = _receive(conn)
+        except (OSError, ValueError, struct.error):
+            conn.close()
+            return
+        if req is None:
+            self._answer(conn, {"cold": fds})
+            return
+        entry, why = _entry(req["argv"], req["env"], self.flags)
+        differs = _env_differs(req["env"], self.before) if entry else ""
+        if differs:
+            entry, why = None, f"environment variable {differs[:60]!r} differs from the zygote's"
+        if entry is None:
+            for fd in fds:
+                os.close(fd)
+            self._answer(conn, {"cold": why})
+            return
+        try:
+            peer = os.pidfd_open(pid)
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            conn.close()  # the wrapper is gone already
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = os.fork()
+        if child == 0:
+            self._become(conn, req, entry, fds, peer)  # never returns
+        os.close(peer)
+        for fd in fds:
+            os.close(fd)
+        self.waiting[child] = conn
+        self._answer(conn, {"pid": child}, keep=True)
+
+    @staticmethod
+    def _answer(conn, what: dict, keep: bool = False) -> None:
+        try:
+            conn.sendall(json.dumps(what).encode() + b"\n")
+        except OSError:
+            pass
+        if not keep:
+            conn.close()
+
+    def _become(self, conn, req: dict, entry, fds: list, peer: int) -> None:
+        """In the child: the task's process, as a cold start of its argv would be."""
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for sock in (conn, self.listener, *self.waiting.values()):
+                sock.close()
+            for fd in (self.wake_r, self.wake_w):
+                os.close(fd)
+            os.setsid()
+            for i, fd in enumerate(fds):
+                os.dup2(fd, i)
+                os.close(fd)
+            os.chdir(req["cwd"])
+            os.environ.clear()
+            os.environ.update({**self.added, **req["env"]})
+            _show_environ({k: v for k, v in req["env"].items() if self.before.get(k) != v})
+            _python_defaults()
+            _watch(peer)
+            code = _run_main(*entry)
+        except SystemExit as exc:
+            code = exc.code
+        except BaseException as exc:  # noqa: BLE001 - the child must never return into the server
+            _print_uncaught(exc)
+            if isinstance(exc, KeyboardInterrupt):  # as the interpreter: killed by SIGINT
+                _exit_as_interpreter(None, signal.SIGINT)
+            code = 1
+        _exit_as_interpreter(code)
+
+
+def _show_environ(own: dict) -> None:
+    """Write ``own`` (the variables the task has and the zygote did not start with: TF_CONFIG,
+    TFCLUSTER_TASK...) over the PAD variable in this process's initial environment block, the one
+    /proc/PID/environ (``ps e``, a task found by its environment) shows: else every child would
+    show the zygote's. The C library's own list no longer points there (os.environ was cleared:
+    unsetenv). Variables that do not fit in the room are not shown; nothing is where no PAD is."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])
+        block = ctypes.string_at(start, end - start)
+    except (OSError, ValueError, IndexError):
+        return
+    key = PAD.encode() + b"="
+    at = 0 if block.startswith(key) else block.find(b"\0" + key) + 1
+    if at <= 0 and not block.startswith(key):
+        return
+    room = block.find(b"\0", at) - at
+    if room <= 0:
+        return
+    out = b""
+    for key, value in own.items():
+        entry = f"{key}={value}".encode("utf-8", "surrogateescape") + b"\0"
+        if len(out) + len(entry) <= room:
+            out += entry
+    ctypes.memmove(start + at, out + b"\0" * (room - len(out)), room)
+
+
+def _python_defaults() -> None:
+    """The signal dispositions and mask a fresh interpreter has, and fresh random state."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    # (the random module reseeds itself in a child: os.register_at_fork in random.py)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            numpy.random.seed()
+        except Exception:  # noqa: BLE001 - numpy's legacy global generator only
+            pass
+
+
+def _watch(peer: int) -> None:
+    """A thread that ends this process's group once the wrapper (pidfd ``peer``) is gone."""
+    import threading
+
+    def watch() -> None:
+        select.select([peer], [], [])
+        try:
+            os.killpg(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(137)
+
+    # Every signal blocked in it (it inherits the mask it is started with): a signal to the task
+    # (SIGUSR1 to a standby that blocked it, the stacks' signal) must never land in this thread.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        threading.Thread(target=watch, name="tfcluster-wrapper-watch", daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _run_main(mode: str, target: str, args: list) -> int:
+    """Run the entry as ``__main__`` the way ``python -c|-m|SCRIPT`` does: its sys.argv and
+    sys.path[0] (nothing added with -P/-I)."""
+    import types
+
+    safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
+    import builtins
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    if mode == "-c":
+        sys.argv[:] = ["-c", *args]
+        if not safe:
+            sys.path[0] = ""
+        exec(compile(target, "<string>", "exec"), main.__dict__)
+        return 0
+    import runpy
+
+    if mode == "-m":
+        sys.argv[:] = ["-m", *args]
+        if not safe:
+            sys.path[0] = os.getcwd()
+        runpy._run_module_as_main(target)  # sets sys.argv[0] to the module's path, as -m does
+        return 0
+    sys.argv[:] = [target, *args]
+    if not safe:
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
+    runpy.run_path(target, run_name="__main__")
+    return 0
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    """The traceback the interpreter prints, without this file's and runpy's frames."""
+    import runpy
+
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+    tb = exc.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def _exit_as_interpreter(code, sig: int = 0) -> None:
+    """End as the interpreter ends: non-daemon threads joined, atexit run, streams flushed, the
+    code of sys.exit's argument (a text printed, exit 1)."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        import threading
+
+        threading._shutdown()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except Exception:  # noqa: BLE001
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if sig:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(code & 0xFF)
+
+
+def main(argv: list) -> int:
+    path, mods = None, ["tensorflow"]
+    it = iter(argv)
+    for flag in it:
+        if flag == "--socket":
+            path = next(it, None)
+        elif flag == "--import":
+            mods = [m for m in (next(it, "") or "").split(",") if m]
+        else:
+            _say(f"unknown option {flag[:40]!r}")
+            return 2
+    if not path:
+        _say("usage: zygote.py --socket PATH [--import MODULE,...]")
+        return 2
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(128)
+    import gc
+    import importlib
+
+    before = dict(os.environ)
+    # As the reference worker does (worker/main.py import_tensorflow): the import's million
+    # long-lived objects frozen, so no collection walks them again, in the zygote or a child
+    # (a walk would also write to their pages, which the children share until then).
+    gc.disable()
+    try:
+        for name in mods:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+    finally:
+        gc.freeze()
+        gc.enable()
+    device = _cuda_opened()
+    if device:
+        os.unlink(path)
+        _say(f"the import opened {device}: a fork would not have its CUDA; every task of this host starts cold")
+        return 0
+    print(f"{SAY} ready pid={os.getpid()} imported={','.join(m for m in mods if m in sys.modules)}", flush=True)
+    Zygote(path, listener, before).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

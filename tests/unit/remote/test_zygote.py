@@ -1,0 +1,171 @@
+"""zygote.py with real processes (a zygote that imports ``json``, not TensorFlow): a task forked
+from it through taskwrap is what a cold start of its argv is (exit codes, signals, tracebacks,
+sys.argv and sys.path[0], stdin), it ends with its wrapper, /proc shows its own environment, and
+what the zygote must not serve starts cold with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.remote import HERE, taskwrap_path
+from launcher.remote import zygote as zyg
+from tests.support.processes import alive
+from tests.support.waits import wait_for
+
+PAD = {zyg.PAD: "x" * zyg.PAD_BYTES}
+
+
+def base_env() -> dict:
+    """This test's environment without pytest's per-phase variable (it changes between the
+    fixture and the test, and a zygote serves only the environment it started with)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+@pytest.fixture
+def zygote(tmp_path):
+    """A zygote at tmp_path/z.sock (started with the pad, as the local backend starts it); its
+    lines in tmp_path/zygote.log. Yields the socket's path."""
+    sock = str(tmp_path / "z.sock")
+    log = open(tmp_path / "zygote.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json"],
+                            stdout=log, stderr=subprocess.STDOUT, env={**base_env(), **PAD}, start_new_session=True)
+    wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 30, what="the zygote's ready line")
+    yield sock
+    proc.kill()
+    proc.wait()
+    log.close()
+
+
+def wrap(sock: str, cmd: list[str], env: dict | None = None, cwd: Path | None = None,
+         pidfile: Path | None = None) -> subprocess.Popen:
+    opts = ["--zygote", sock] + (["--pidfile", str(pidfile)] if pidfile else [])
+    return subprocess.Popen([sys.executable, str(taskwrap_path()), *opts, "--", *cmd], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**base_env(), **(env or {})}, cwd=cwd)
+
+
+def finish(p: subprocess.Popen, timeout: float = 30) -> tuple[str, str]:
+    """Wait with the lifeline (stdin) still open, then read both streams."""
+    p.wait(timeout=timeout)
+    return p.stdout.read().decode(), p.stderr.read().decode()
+
+
+def zygote_pid(tmp_path: Path) -> int:
+    return int((tmp_path / "zygote.log").read_text().split("pid=")[1].split()[0])
+
+
+def test_a_forked_task_is_its_cold_start_and_the_zygotes_child(zygote, tmp_path):
+    code = ("import os, sys, json; print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], 'ppid': os.getppid(), "
+            "'sid': os.getsid(0) == os.getpid(), 'cwd': os.getcwd(), 'stdin': sys.stdin.read(), "
+            "'env': os.environ.get('TFCLUSTER_TEST_OWN'), 'pad': 'TFCLUSTER_ZYGOTE_PAD' in os.environ, "
+            "'name': __name__})); sys.exit(7)")
+    (tmp_path / "sub").mkdir()
+    p = wrap(zygote, [sys.executable, "-c", code, "a", "b"], env={"TFCLUSTER_TEST_OWN": "1"}, cwd=tmp_path / "sub")
+    out, err = finish(p)
+    said = json.loads(out)
+    assert p.returncode == 7, err
+    assert said == {"argv": ["-c", "a", "b"], "path0": "", "ppid": zygote_pid(tmp_path), "sid": True,
+                    "cwd": str(tmp_path / "sub"), "stdin": "", "env": "1", "pad": False, "name": "__main__"}
+    cold = subprocess.run([sys.executable, "-c", code, "a", "b"], capture_output=True, text=True,
+                          env={**base_env(), "TFCLUSTER_TEST_OWN": "1"}, cwd=tmp_path / "sub", stdin=subprocess.DEVNULL)
+    assert {**json.loads(cold.stdout), "ppid": None, "sid": None} == {**said, "ppid": None, "sid": None}
+
+
+@pytest.mark.parametrize("how,code", [("-c", None), ("script", None), ("-m", None)])
+def test_script_and_module_entries_get_their_argv_and_path(zygote, tmp_path, how, code):
+    (tmp_path / "pkg").mkdir()
+    body = "import sys; print(repr(sys.argv[1:]), sys.path[0], __name__); raise SystemExit(3)\n"
+    (tmp_path / "pkg" / "entry.py").write_text(body)
+    argv = {"-c": ["-c", body], "script": ["pkg/entry.py"], "-m": ["-m", "entry"]}[how] + ["x"]
+    cwd = tmp_path / "pkg" if how == "-m" else tmp_path
+    p = wrap(zygote, [sys.executable, *argv], cwd=cwd)
+    out, err = finish(p)
+    cold = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd)
+    assert (p.returncode, out) == (cold.returncode, cold.stdout) == (3, cold.stdout), (err, cold.stderr)
+    assert "started without the zygote" not in err
+
+
+def test_exits_tracebacks_and_signals_are_a_cold_starts(zygote):
+    cases = {"raise ValueError('boom')": (1, "ValueError: boom"),
+             "raise KeyboardInterrupt": (128 + signal.SIGINT, "KeyboardInterrupt"),
+             "import os, signal; os.kill(os.getpid(), signal.SIGTERM)": (128 + signal.SIGTERM, ""),
+             "import sys; sys.exit('said')": (1, "said"),
+             "import threading, time; threading.Thread(target=lambda: (time.sleep(0.5), print('late'))).start()":
+                 (0, "")}
+    for code, (rc, text) in cases.items():
+        p = wrap(zygote, [sys.executable, "-c", code])
+        out, err = finish(p)
+        assert p.returncode == rc and text in err, (code, p.returncode, err)
+        assert "zygote.py" not in err and "runpy" not in err, err  # only the task's own frames
+    assert out == "late\n"  # (the last case: a non-daemon thread is waited for, as at a cold exit)
+
+
+def test_the_task_ends_with_its_wrapper_and_takes_signals_through_it(zygote, tmp_path):
+    code = ("import signal, time, sys\n"
+            "signal.signal(signal.SIGUSR1, lambda *a: (print('usr1', flush=True)))\n"
+            "print('up', flush=True)\n"
+            "while True: time.sleep(0.1)\n")
+    pidfile = tmp_path / "task.pid"
+    p = wrap(zygote, [sys.executable, "-c", code], pidfile=pidfile)
+    assert p.stdout.readline() == b"up\n"
+    task = int(pidfile.read_text().split()[1])
+    assert task != p.pid and alive(task)
+    os.killpg(p.pid, signal.SIGUSR1)  # what a promotion sends: the wrapper's group
+    assert p.stdout.readline() == b"usr1\n"
+    os.killpg(p.pid, signal.SIGKILL)  # the wrapper and nothing else of the task's group
+    wait_for(lambda: not alive(task), 10, what=f"the forked task {task} ending with its wrapper")
+
+
+def test_proc_shows_the_tasks_own_environment(zygote, tmp_path):
+    pidfile = tmp_path / "task.pid"
+    p = wrap(zygote, [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+             env={"TFCLUSTER_TASK": "worker:7", "TF_CONFIG": '{"task": 1}'}, pidfile=pidfile)
+    assert p.stdout.readline() == b"up\n"
+    task = int(pidfile.read_text().split()[1])
+    shown = Path(f"/proc/{task}/environ").read_bytes().split(b"\0")
+    assert b"TFCLUSTER_TASK=worker:7" in shown and b'TF_CONFIG={"task": 1}' in shown
+    assert not any(e.startswith(zyg.PAD.encode()) for e in shown)
+    os.killpg(p.pid, signal.SIGTERM)
+    finish(p)
+
+
+def test_what_it_must_not_serve_starts_cold_with_one_line(zygote, tmp_path):
+    """Another interpreter option, another environment: a fork would not be that cold start."""
+    for argv, env, why in (([sys.executable, "-u", "-c", "print('ran')"], {}, "interpreter option"),
+                           ([sys.executable, "-c", "print('ran')"], {"PYTHONHASHSEED": "7"}, "'PYTHONHASHSEED' differs")):
+        p = wrap(zygote, argv, env=env)
+        out, err = finish(p)
+        assert p.returncode == 0 and out == "ran\n", err
+        (line,) = [l for l in err.splitlines() if "zygote" in l]
+        assert line.startswith("taskwrap: started without the zygote: ") and why in line, line
+
+
+def test_no_zygote_there_starts_cold(tmp_path):
+    p = subprocess.Popen([sys.executable, str(taskwrap_path()), "--zygote", str(tmp_path / "none.sock"),
+                          "--zygote-wait", "0.2", "--", sys.executable, "-c", "print('ran')"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = finish(p)
+    assert p.returncode == 0 and out == "ran\n" and "no zygote at" in err
+
+
+def test_garbage_and_other_users_get_nothing_forked(zygote, tmp_path):
+    # A request that is not one (no descriptors, a huge length): the connection closes, the zygote serves on.
+    for blob in (b"\xff\xff\xff\xff", b"{}\n"):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(zygote)
+            s.sendall(blob)
+            s.settimeout(10)
+            assert s.recv(4096) in (b"", b'{"cold": "a request without its header and three descriptors"}\n')
+    p = wrap(zygote, [sys.executable, "-c", "print('ran')"])
+    assert finish(p)[0] == "ran\n"
+    # Another user of the host cannot reach it: the socket is 0600 (tests/hostile: were it open,
+    # its uid check refuses them).
+    assert os.stat(zygote).st_mode & 0o077 == 0
