@@ -29,6 +29,9 @@ from launcher.remote import HERE, taskwrap_path
 
 # What the reference worker imports ahead (worker/main.py import_tensorflow).
 WORKER_IMPORTS = ("tensorflow", "tensorflow_datasets", "tf_keras")
+# The room in the zygote's environment for each child's own variables (zygote.py --pad): TF_CONFIG
+# of a few hundred tasks, the task's key and attempt.
+PAD_BYTES = 16384
 LOG = "zygote.log"
 
 
@@ -58,10 +61,10 @@ def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str
 
 def start_env(env: Mapping[str, str]) -> dict[str, str]:
     """What the zygote starts with: a task's environment without what each task has of its own
-    (its key, attempt, TF_CONFIG...), and room for a child's own (zygote.PAD)."""
+    (its key, attempt, TF_CONFIG...), and room for a child's own (zygote.py --pad)."""
     own = zygote_module().TASK_OWN
     keep = {k: v for k, v in env.items() if k not in own and k not in TASK_OWN_HERE}
-    return {**keep, zygote_module().PAD: "x" * zygote_module().PAD_BYTES}
+    return {**keep, envnames.ZYGOTE_PAD: "x" * PAD_BYTES}
 
 
 # The run's variables each task has its own value of (launcher/contract/envnames.py).
@@ -111,7 +114,7 @@ class Zygote:
             self.proc = subprocess.Popen(
                 [sys.executable, str(taskwrap_path()), "--grace", str(self.grace), "--",
                  exe, *interpreter[1:], str(HERE / "zygote.py"), "--socket", os.path.join(self.dir, "z.sock"),
-                 "--import", ",".join(imports)],
+                 "--import", ",".join(imports), "--pad", envnames.ZYGOTE_PAD],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
                 env=start_env(env), start_new_session=True, close_fds=True)
         finally:

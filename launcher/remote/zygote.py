@@ -5,8 +5,11 @@ memory (copy on write) and pay its CPU once (BENCHMARKS.md, "A zygote").
 
 Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
 
-    python zygote.py --socket PATH [--import MODULE[,MODULE...]]
+    python zygote.py --socket PATH [--import MODULE[,MODULE...]] [--pad NAME]
 
+* ``--pad NAME``: the variable NAME of its environment is room (its value, any text) for each
+  child's own variables in the environment /proc/PID/environ shows: the block the kernel shows is
+  the one a process started with, the zygote's, unless it is rewritten in place (_show_environ).
 * It binds PATH (a unix socket, mode 0600: bound under umask 077) and listens at once, then
   imports the modules; a request that came meanwhile waits in the backlog for the import.
 * The wrapper (taskwrap.py ``--zygote PATH``) connects and sends its task: argv, environment and
@@ -46,11 +49,6 @@ TASK_OWN = frozenset({
     "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_GPU_ALLOCATOR", "TF_PER_PROCESS_GPU_MEMORY_FRACTION",
     "PWD", "OLDPWD", "SHLVL", "_",
 })
-# A variable the zygote starts with, its value room for each child's own variables in the
-# environment /proc/PID/environ shows (_show_environ): the block the kernel shows is the one a
-# process started with, the zygote's, unless it is rewritten in place.
-PAD = "TFCLUSTER_ZYGOTE_PAD"
-PAD_BYTES = 16384
 MAX_REQUEST = 8 * 2**20  # argv and environment; the standby stub's text is about 40 KB
 READ_TIMEOUT = 5.0  # s a peer has to send its whole request
 SAY = "tfcluster-zygote"
@@ -248,9 +246,10 @@ def _receive(conn):
 class Zygote:
     """The server: the listening socket, the connections of the children alive, SIGCHLD's pipe."""
 
-    def __init__(self, path: str, listener, before: dict) -> None:
-        """``before``: the environment this process started with, before its imports."""
-        self.path, self.listener = path, listener
+    def __init__(self, path: str, listener, before: dict, pad: str = "") -> None:
+        """``before``: the environment this process started with, before its imports; ``pad``:
+        the variable that is room for a child's own (--pad)."""
+        self.path, self.listener, self.pad = path, listener, pad
         self.before = before
         # What the imports set in the environment (TensorFlow sets one): a cold start's import
         # would set it in the task's too.
@@ -378,7 +377,8 @@ class Zygote:
             os.chdir(req["cwd"])
             os.environ.clear()
             os.environ.update({**self.added, **req["env"]})
-            _show_environ({k: v for k, v in req["env"].items() if self.before.get(k) != v})
+            if self.pad:
+                _show_environ({k: v for k, v in req["env"].items() if self.before.get(k) != v}, self.pad)
             _python_defaults()
             _watch(peer)
             code = _run_main(*entry)
@@ -392,12 +392,12 @@ class Zygote:
         _exit_as_interpreter(code)
 
 
-def _show_environ(own: dict) -> None:
+def _show_environ(own: dict, pad: str) -> None:
     """Write ``own`` (the variables the task has and the zygote did not start with: TF_CONFIG,
-    TFCLUSTER_TASK...) over the PAD variable in this process's initial environment block, the one
+    TFCLUSTER_TASK...) over the ``pad`` variable in this process's initial environment block, the one
     /proc/PID/environ (``ps e``, a task found by its environment) shows: else every child would
     show the zygote's. The C library's own list no longer points there (os.environ was cleared:
-    unsetenv). Variables that do not fit in the room are not shown; nothing is where no PAD is."""
+    unsetenv). Variables that do not fit in the room are not shown; nothing is where no ``pad`` is."""
     import ctypes
 
     try:
@@ -407,7 +407,7 @@ def _show_environ(own: dict) -> None:
         block = ctypes.string_at(start, end - start)
     except (OSError, ValueError, IndexError):
         return
-    key = PAD.encode() + b"="
+    key = pad.encode() + b"="
     at = 0 if block.startswith(key) else block.find(b"\0" + key) + 1
     if at <= 0 and not block.startswith(key):
         return
@@ -531,18 +531,20 @@ def _exit_as_interpreter(code, sig: int = 0) -> None:
 
 
 def main(argv: list) -> int:
-    path, mods = None, ["tensorflow"]
+    path, mods, pad = None, ["tensorflow"], ""
     it = iter(argv)
     for flag in it:
         if flag == "--socket":
             path = next(it, None)
+        elif flag == "--pad":
+            pad = next(it, "") or ""
         elif flag == "--import":
             mods = [m for m in (next(it, "") or "").split(",") if m]
         else:
             _say(f"unknown option {flag[:40]!r}")
             return 2
     if not path:
-        _say("usage: zygote.py --socket PATH [--import MODULE,...]")
+        _say("usage: zygote.py --socket PATH [--import MODULE,...] [--pad NAME]")
         return 2
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o077)
@@ -574,7 +576,7 @@ def main(argv: list) -> int:
         _say(f"the import opened {device}: a fork would not have its CUDA; every task of this host starts cold")
         return 0
     print(f"{SAY} ready pid={os.getpid()} imported={','.join(m for m in mods if m in sys.modules)}", flush=True)
-    Zygote(path, listener, before).serve()
+    Zygote(path, listener, before, pad).serve()
     return 0
 
 

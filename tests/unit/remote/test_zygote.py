@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from launcher.remote import HERE, taskwrap_path
-from launcher.remote import zygote as zyg
+from launcher.backends.zygotes import PAD_BYTES
+from launcher.contract import envnames
 from tests.support.processes import alive
 from tests.support.waits import wait_for
 
-PAD = {zyg.PAD: "x" * zyg.PAD_BYTES}
+PAD = {envnames.ZYGOTE_PAD: "x" * PAD_BYTES}
 
 
 def base_env() -> dict:
@@ -35,7 +36,8 @@ def zygote(tmp_path):
     lines in tmp_path/zygote.log. Yields the socket's path."""
     sock = str(tmp_path / "z.sock")
     log = open(tmp_path / "zygote.log", "wb")
-    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json"],
+    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json",
+                             "--pad", envnames.ZYGOTE_PAD],
                             stdout=log, stderr=subprocess.STDOUT, env={**base_env(), **PAD}, start_new_session=True)
     wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 30, what="the zygote's ready line")
     yield sock
@@ -65,7 +67,7 @@ def zygote_pid(tmp_path: Path) -> int:
 def test_a_forked_task_is_its_cold_start_and_the_zygotes_child(zygote, tmp_path):
     code = ("import os, sys, json; print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], 'ppid': os.getppid(), "
             "'sid': os.getsid(0) == os.getpid(), 'cwd': os.getcwd(), 'stdin': sys.stdin.read(), "
-            "'env': os.environ.get('TFCLUSTER_TEST_OWN'), 'pad': 'TFCLUSTER_ZYGOTE_PAD' in os.environ, "
+            "'env': os.environ.get('TFCLUSTER_TEST_OWN'), 'pad': 'ZYGOTE_PAD' in str(os.environ), "
             "'name': __name__})); sys.exit(7)")
     (tmp_path / "sub").mkdir()
     p = wrap(zygote, [sys.executable, "-c", code, "a", "b"], env={"TFCLUSTER_TEST_OWN": "1"}, cwd=tmp_path / "sub")
@@ -132,7 +134,7 @@ def test_proc_shows_the_tasks_own_environment(zygote, tmp_path):
     task = int(pidfile.read_text().split()[1])
     shown = Path(f"/proc/{task}/environ").read_bytes().split(b"\0")
     assert b"TFCLUSTER_TASK=worker:7" in shown and b'TF_CONFIG={"task": 1}' in shown
-    assert not any(e.startswith(zyg.PAD.encode()) for e in shown)
+    assert not any(e.startswith(envnames.ZYGOTE_PAD.encode()) for e in shown)
     os.killpg(p.pid, signal.SIGTERM)
     finish(p)
 
