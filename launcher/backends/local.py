@@ -30,7 +30,7 @@ from launcher.backends import pyspy
 from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
-from launcher.backends.zygotes import Zygote
+from launcher.backends.zygotes import LocalZygote
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.notices import Notices
@@ -215,7 +215,7 @@ class LocalTasks(Tasks):
     def __init__(self, run: LocalRun) -> None:
         self.run = run
         self._standbys = 0
-        self.zygote = Zygote(run.run_dir, run.workdir, run.stop_grace)
+        self.zygote = LocalZygote(run.run_dir, run.workdir, run.stop_grace)
 
     def _env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
         env = dict(os.environ)

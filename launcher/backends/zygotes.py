@@ -79,7 +79,7 @@ def zygote_module():
     return zygote
 
 
-class Zygote:
+class LocalZygote:
     """The run's zygote on this machine: started once, asked for by path, stopped at close."""
 
     def __init__(self, run_dir: Path, workdir: Path, grace: float) -> None:
