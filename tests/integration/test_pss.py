@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act, run_dir,
-                                     tensorboard_scalars, up, wait_line, write_spec)
+from tests.support.tfrun import (ROOT, assert_no_processes, cold_restarts, events, kill_task, progress, run_and_act,
+                                 run_dir, tensorboard_scalars, up, wait_line, write_spec)
 from tests.support.cli import tfcluster
 from tests.support.processes import task_pids
 from tests.support.waits import read_rest, wait_for
@@ -86,9 +86,10 @@ def test_pss_fit_with_evaluator_succeeds_and_every_task_is_stopped(tmp_path, tfd
 
 
 def test_pss_worker_killed_is_restarted_alone_and_rejoins(tmp_path, tfds_dir):
+    # The cold relaunch (the warm one: the test below).
     spec = pss_spec(tmp_path, tfds_dir,
                     "python -m worker --epochs 3 --steps-per-epoch 30 --step-delay 0.25 --progress-every 5",
-                    tasks="{chief: 1, worker: 2, ps: 1}", extra="restart: {max_restarts: 2}\n")
+                    tasks="{chief: 1, worker: 2, ps: 1}", extra=cold_restarts(2))
     out = run_with_kill(spec, r"\[chief:0\] tfcluster-step epoch=0 step=10 ", "worker:1",
                         then=r"\[chief:0\] tfcluster-worker_recovered task=worker:1 ")
     assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2), training continues" in out

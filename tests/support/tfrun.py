@@ -32,6 +32,23 @@ def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{w
                       watchdog="{startup_timeout: 120, stop_grace: 3}")
 
 
+def cold(max_restarts: int, **more) -> dict:
+    """A ``restart:`` block whose every restart starts cold (warm_standby: false), for a test of a
+    restart that is not about warm standbys (test_standby.py, test_pss.py's standby case and each
+    backend's test_*_standby.py are) and that leaves standbys unused under the default: one that
+    restarts fewer times than max_restarts allows (the attempt that ends the run has a set waiting
+    too) or restarts one task alone (every other task's standby waits for nothing). Each unused
+    standby costs a whole TensorFlow import of CPU, the suite's scarcest resource on 2 cores. The
+    restart then also takes one path, not the one that whether the standbys had finished
+    importing when the fault came decided."""
+    return {"max_restarts": max_restarts, "warm_standby": False, **more}
+
+
+def cold_restarts(max_restarts: int) -> str:
+    """``cold(max_restarts)`` as the spec's YAML line."""
+    return f"restart: {{max_restarts: {max_restarts}, warm_standby: false}}\n"
+
+
 def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
     return tfcluster("up", path, timeout=timeout)
 

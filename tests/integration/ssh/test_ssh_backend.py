@@ -130,7 +130,7 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
     """ParameterServerStrategy across three hosts: chief, ps and two workers; a worker SIGKILLed
     on its host is relaunched alone there (a second remote start, through boot.py), rejoins, and
     the run succeeds with the servers stopped on every host."""
-    from tests.support.tfrun import progress, run_and_act
+    from tests.support.tfrun import cold, progress, run_and_act
     spec = make_spec(
         # 110 steps (27 s) left after the kill at step 10: a rejoin takes 6-9 s on a busy machine
         # (BENCHMARKS.md), and training goes on meanwhile; with 70 steps left the full suite at
@@ -138,7 +138,7 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
         [PY, "-m", "worker", "--epochs", "3", "--steps-per-epoch", "40", "--step-delay", "0.25",
          "--progress-every", "5"],
         hosts=["h1", "h2", "h3"], strategy="parameter_server", tasks={"chief": 1, "worker": 2, "ps": 1},
-        restart={"max_restarts": 2}, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        restart=cold(2), env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         ssh={"require": ["tensorflow", "tf_keras"]},
     )
     plan = json.loads(tfcluster("plan", "--json", str(spec)).stdout)
