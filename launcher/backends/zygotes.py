@@ -25,6 +25,7 @@ from typing import Mapping, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.contract.usestf import uses_tensorflow
+from launcher.contract.entrypoint import is_reference_worker
 from launcher.remote import HERE, taskwrap_path
 
 # What the reference worker imports ahead (worker/main.py import_tensorflow).
@@ -39,8 +40,6 @@ def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str
     """(interpreter and its options, modules to import ahead) for a task of ``argv`` that a zygote
     serves, or None: ``python [OPTIONS] -m worker`` (the reference worker) or the stub's
     ``python [OPTIONS] -c STUB SCRIPT|-m MODULE ...`` of a script that uses TensorFlow."""
-    from launcher.supervise.standby import is_reference_worker
-
     argv = list(argv)
     if is_reference_worker(argv):
         if "-m" not in argv:

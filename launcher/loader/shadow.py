@@ -12,29 +12,11 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
+from launcher.contract.entrypoint import module_of
 from launcher.spec.model import LoadedSpec
 
 SHADOWED = ("worker", "launcher")  # the two top-level packages the distribution installs
 _PRODUCT = Path(__file__).resolve().parents[2]  # where this launcher/ (and its worker/) live
-# Interpreter options that take a value as the next word (``python -X dev -m worker``).
-_WITH_VALUE = {"-X", "-W", "-Q"}
-
-
-def module_of(argv: Sequence[str]) -> Optional[str]:
-    """NAME of ``python[3[.x]] [options] -m NAME ...``, or None for any other command."""
-    if not argv or not os.path.basename(argv[0]).startswith("python"):
-        return None
-    words = iter(argv[1:])
-    for word in words:
-        if word == "-m":
-            return next(words, None)
-        if word.startswith("-m") and len(word) > 2:
-            return word[2:]
-        if word in _WITH_VALUE:
-            next(words, None)
-        elif word == "-c" or not word.startswith("-"):  # a command string or a script: no module
-            return None
-    return None
 
 
 def shadowing_file(directory: Path, module: str) -> Optional[Path]:

@@ -271,15 +271,12 @@ def _start_task(cmd: list[str]) -> int:
 
 
 def _start_served(path: str, cmd: list[str], wait: float):
-    """The task forked by the host's zygote (launcher/remote/zygote.py): (its pid, the connection
-    its exit comes on), or (None, None) where the zygote does not serve it (then it starts as
-    ever; a zygote that should have and could not is one line)."""
-    zygote = _sibling("zygote")
+    """The task forked by the host's zygote (zygote.py): (its pid, the connection its exit comes
+    on), or (None, None) where it does not serve it (then it starts as ever, said in one line)."""
+    zygote = _sibling("zygoteask")
     devnull = os.open(os.devnull, os.O_RDONLY)  # the lifeline stays the wrapper's, as below
-    try:
-        sock, pid = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), [devnull, 1, 2], wait)
-    finally:
-        os.close(devnull)
+    sock, pid = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), [devnull, 1, 2], wait)
+    os.close(devnull)
     if sock is None:
         _say(f"taskwrap: started without the zygote: {pid}\n")
         return None, None
@@ -289,7 +286,7 @@ def _start_served(path: str, cmd: list[str], wait: float):
 def _wait_served(sock, child: int, groups: list[int], ended: threading.Event) -> int:
     """_wait_and_reap for a task the zygote forked: its exit from the zygote (128+N for signal N),
     its groups' leftovers taken down with it."""
-    status = _sibling("zygote").wait_status(sock, child)
+    status = _sibling("zygoteask").wait_status(sock, child)
     ended.set()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for group in groups:

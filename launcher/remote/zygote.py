@@ -42,6 +42,11 @@ import socket
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling, shipped beside it
+import zygotechild as forked  # noqa: E402
+
+sys.path.pop(0)
+
 # What every task of a host has its own of: they may differ between the zygote and a task.
 TASK_OWN_PREFIXES = ("TFCLUSTER_",)
 TASK_OWN = frozenset({
@@ -59,93 +64,6 @@ def _say(text: str) -> None:
         os.write(2, f"{SAY}: {text}\n".encode("utf-8", "replace"))
     except OSError:
         pass
-
-
-# ---- the wrapper's side ------------------------------------------------------------------------
-
-def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float):
-    """Ask the zygote at ``path`` for a child running ``argv``: (socket, pid) or (None, why not).
-    Waits up to ``wait`` seconds for the socket to appear and for the answer (the import)."""
-    import time
-
-    deadline = time.monotonic() + wait
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    while True:
-        try:
-            sock.connect(path)
-            break
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            if time.monotonic() > deadline:
-                sock.close()
-                return None, f"no zygote at {path} ({exc.strerror})"
-            time.sleep(0.05)
-        except OSError as exc:
-            sock.close()
-            return None, f"zygote {path}: {exc.strerror}"
-    try:
-        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                             struct.calcsize("3i")))
-    except OSError as exc:
-        sock.close()
-        return None, f"zygote {path}: {exc.strerror}"
-    if uid != os.getuid():  # another user's server there: nothing of ours (environment, stdio) goes to it
-        sock.close()
-        return None, f"{path} is served by uid {uid}, not by this user"
-    body = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd}).encode()
-    try:
-        socket.send_fds(sock, [struct.pack("!I", len(body))], fds)
-        sock.sendall(body)
-        sock.settimeout(max(0.1, deadline - time.monotonic()))
-        answer = _read_line(sock)
-    except OSError as exc:
-        sock.close()
-        return None, f"zygote {path}: {exc.strerror or exc}"
-    if not answer:
-        sock.close()
-        return None, "the zygote closed without an answer"
-    if "pid" in answer:
-        sock.settimeout(None)
-        return sock, int(answer["pid"])
-    sock.close()
-    return None, str(answer.get("cold", "refused"))[:300]
-
-
-def _read_line(sock) -> dict:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = sock.recv(4096)
-        if not chunk:
-            return {}
-        data += chunk
-        if len(data) > 65536:
-            return {}
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def wait_status(sock, pid: int) -> "int | None":
-    """The child's waitpid status from the zygote, or None where the zygote ended first (then
-    this waits for the child itself to end)."""
-    try:
-        answer = _read_line(sock)
-    except OSError:
-        answer = {}
-    finally:
-        sock.close()
-    if "status" in answer:
-        return int(answer["status"])
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return None
-    try:
-        select.select([fd], [], [])
-    finally:
-        os.close(fd)
-    return None
 
 
 # ---- the zygote's side -------------------------------------------------------------------------
@@ -378,156 +296,18 @@ class Zygote:
             os.environ.clear()
             os.environ.update({**self.added, **req["env"]})
             if self.pad:
-                _show_environ({k: v for k, v in req["env"].items() if self.before.get(k) != v}, self.pad)
-            _python_defaults()
-            _watch(peer)
-            code = _run_main(*entry)
+                forked.show_environ({k: v for k, v in req["env"].items() if self.before.get(k) != v}, self.pad)
+            forked.python_defaults()
+            forked.watch(peer)
+            code = forked.run_main(*entry)
         except SystemExit as exc:
             code = exc.code
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the server
-            _print_uncaught(exc)
+            forked.print_uncaught(exc)
             if isinstance(exc, KeyboardInterrupt):  # as the interpreter: killed by SIGINT
-                _exit_as_interpreter(None, signal.SIGINT)
+                forked.exit_as_interpreter(None, signal.SIGINT)
             code = 1
-        _exit_as_interpreter(code)
-
-
-def _show_environ(own: dict, pad: str) -> None:
-    """Write ``own`` (the variables the task has and the zygote did not start with: TF_CONFIG,
-    TFCLUSTER_TASK...) over the ``pad`` variable in this process's initial environment block, the one
-    /proc/PID/environ (``ps e``, a task found by its environment) shows: else every child would
-    show the zygote's. The C library's own list no longer points there (os.environ was cleared:
-    unsetenv). Variables that do not fit in the room are not shown; nothing is where no ``pad`` is."""
-    import ctypes
-
-    try:
-        with open("/proc/self/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[47]), int(fields[48])
-        block = ctypes.string_at(start, end - start)
-    except (OSError, ValueError, IndexError):
-        return
-    key = pad.encode() + b"="
-    at = 0 if block.startswith(key) else block.find(b"\0" + key) + 1
-    if at <= 0 and not block.startswith(key):
-        return
-    room = block.find(b"\0", at) - at
-    if room <= 0:
-        return
-    out = b""
-    for key, value in own.items():
-        entry = f"{key}={value}".encode("utf-8", "surrogateescape") + b"\0"
-        if len(out) + len(entry) <= room:
-            out += entry
-    ctypes.memmove(start + at, out + b"\0" * (room - len(out)), room)
-
-
-def _python_defaults() -> None:
-    """The signal dispositions and mask a fresh interpreter has, and fresh random state."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    # (the random module reseeds itself in a child: os.register_at_fork in random.py)
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        try:
-            numpy.random.seed()
-        except Exception:  # noqa: BLE001 - numpy's legacy global generator only
-            pass
-
-
-def _watch(peer: int) -> None:
-    """A thread that ends this process's group once the wrapper (pidfd ``peer``) is gone."""
-    import threading
-
-    def watch() -> None:
-        select.select([peer], [], [])
-        try:
-            os.killpg(os.getpid(), signal.SIGKILL)
-        finally:
-            os._exit(137)
-
-    # Every signal blocked in it (it inherits the mask it is started with): a signal to the task
-    # (SIGUSR1 to a standby that blocked it, the stacks' signal) must never land in this thread.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    try:
-        threading.Thread(target=watch, name="tfcluster-wrapper-watch", daemon=True).start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def _run_main(mode: str, target: str, args: list) -> int:
-    """Run the entry as ``__main__`` the way ``python -c|-m|SCRIPT`` does: its sys.argv and
-    sys.path[0] (nothing added with -P/-I)."""
-    import types
-
-    safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
-    import builtins
-
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins
-    sys.modules["__main__"] = main
-    if mode == "-c":
-        sys.argv[:] = ["-c", *args]
-        if not safe:
-            sys.path[0] = ""
-        exec(compile(target, "<string>", "exec"), main.__dict__)
-        return 0
-    import runpy
-
-    if mode == "-m":
-        sys.argv[:] = ["-m", *args]
-        if not safe:
-            sys.path[0] = os.getcwd()
-        runpy._run_module_as_main(target)  # sets sys.argv[0] to the module's path, as -m does
-        return 0
-    sys.argv[:] = [target, *args]
-    if not safe:
-        sys.path[0] = os.path.dirname(os.path.realpath(target))
-    runpy.run_path(target, run_name="__main__")
-    return 0
-
-
-def _print_uncaught(exc: BaseException) -> None:
-    """The traceback the interpreter prints, without this file's and runpy's frames."""
-    import runpy
-
-    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
-    tb = exc.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
-        tb = tb.tb_next
-    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
-
-
-def _exit_as_interpreter(code, sig: int = 0) -> None:
-    """End as the interpreter ends: non-daemon threads joined, atexit run, streams flushed, the
-    code of sys.exit's argument (a text printed, exit 1)."""
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    try:
-        import threading
-
-        threading._shutdown()
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        import atexit
-
-        atexit._run_exitfuncs()
-    except Exception:  # noqa: BLE001
-        pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    if sig:
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(code & 0xFF)
+        forked.exit_as_interpreter(code)
 
 
 def main(argv: list) -> int:

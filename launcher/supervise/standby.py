@@ -27,7 +27,7 @@ from launcher.backends.base import TaskHandle
 from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask
 from launcher.record import events as ev
-from launcher.loader.shadow import module_of
+from launcher.contract.entrypoint import is_reference_worker, module_of
 from launcher.notices import HostNote, fold_hosts
 from launcher.spec.model import Restart
 from launcher.supervise.context import RunContext
@@ -42,14 +42,6 @@ ACK_BOUND = 10.0
 STANDBY_BYTES = 600 * 2**20
 # What a host keeps free besides its standbys: below this plus STANDBY_BYTES per task, none there.
 RESERVE_BYTES = 2**30
-
-
-def is_reference_worker(argv: Sequence[str]) -> bool:
-    """``python -m worker`` (or ``worker.main``) or the ``tfcluster-worker`` script: tfcluster's
-    own worker, which honours TFCLUSTER_STANDBY."""
-    if argv and os.path.basename(argv[0]) == "tfcluster-worker":
-        return True
-    return module_of(argv) in ("worker", "worker.main")
 
 
 # An interpreter by its name (python, python3, python3.11, /venv/bin/python).

@@ -1,0 +1,150 @@
+"""What a child of the zygote (zygote.py) does once forked, before and after its task: the
+environment /proc shows, a fresh interpreter's signal dispositions and random state, the watch on
+its wrapper, the entry run as ``__main__``, and the end an interpreter makes. Stdlib only, shipped
+beside zygote.py, which imports it."""
+
+import os
+import select
+import signal
+import sys
+
+# Frames of these files are left out of a task's traceback (a cold start has none of them).
+_OURS = {os.path.abspath(__file__), os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")}
+
+
+def show_environ(own: dict, pad: str) -> None:
+    """Write ``own`` (the variables the task has and the zygote did not start with: TF_CONFIG,
+    TFCLUSTER_TASK...) over the ``pad`` variable in this process's initial environment block, the one
+    /proc/PID/environ (``ps e``, a task found by its environment) shows: else every child would
+    show the zygote's. The C library's own list no longer points there (os.environ was cleared:
+    unsetenv). Variables that do not fit in the room are not shown; nothing is where no ``pad`` is."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])
+        block = ctypes.string_at(start, end - start)
+    except (OSError, ValueError, IndexError):
+        return
+    key = pad.encode() + b"="
+    at = 0 if block.startswith(key) else block.find(b"\0" + key) + 1
+    if at <= 0 and not block.startswith(key):
+        return
+    room = block.find(b"\0", at) - at
+    if room <= 0:
+        return
+    out = b""
+    for key, value in own.items():
+        entry = f"{key}={value}".encode("utf-8", "surrogateescape") + b"\0"
+        if len(out) + len(entry) <= room:
+            out += entry
+    ctypes.memmove(start + at, out + b"\0" * (room - len(out)), room)
+
+
+def python_defaults() -> None:
+    """The signal dispositions and mask a fresh interpreter has, and fresh random state."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    # (the random module reseeds itself in a child: os.register_at_fork in random.py)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            numpy.random.seed()
+        except Exception:  # noqa: BLE001 - numpy's legacy global generator only
+            pass
+
+
+def watch(peer: int) -> None:
+    """A thread that ends this process's group once the wrapper (pidfd ``peer``) is gone."""
+    import threading
+
+    def watch() -> None:
+        select.select([peer], [], [])
+        try:
+            os.killpg(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(137)
+
+    # Every signal blocked in it (it inherits the mask it is started with): a signal to the task
+    # (SIGUSR1 to a standby that blocked it, the stacks' signal) must never land in this thread.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        threading.Thread(target=watch, name="tfcluster-wrapper-watch", daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def run_main(mode: str, target: str, args: list) -> int:
+    """Run the entry as ``__main__`` the way ``python -c|-m|SCRIPT`` does: its sys.argv and
+    sys.path[0] (nothing added with -P/-I)."""
+    import types
+
+    safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
+    import builtins
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    if mode == "-c":
+        sys.argv[:] = ["-c", *args]
+        if not safe:
+            sys.path[0] = ""
+        exec(compile(target, "<string>", "exec"), main.__dict__)
+        return 0
+    import runpy
+
+    if mode == "-m":
+        sys.argv[:] = ["-m", *args]
+        if not safe:
+            sys.path[0] = os.getcwd()
+        runpy._run_module_as_main(target)  # sets sys.argv[0] to the module's path, as -m does
+        return 0
+    sys.argv[:] = [target, *args]
+    if not safe:
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
+    runpy.run_path(target, run_name="__main__")
+    return 0
+
+
+def print_uncaught(exc: BaseException) -> None:
+    """The traceback the interpreter prints, without this file's and runpy's frames."""
+    import runpy
+
+    ours = _OURS | {os.path.abspath(runpy.__file__)}
+    tb = exc.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in ours:
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def exit_as_interpreter(code, sig: int = 0) -> None:
+    """End as the interpreter ends: non-daemon threads joined, atexit run, streams flushed, the
+    code of sys.exit's argument (a text printed, exit 1)."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        import threading
+
+        threading._shutdown()
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except Exception:  # noqa: BLE001
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if sig:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(code & 0xFF)
