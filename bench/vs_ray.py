@@ -5,17 +5,20 @@ run (a) by ``tfcluster up`` on the local backend (the default spec: warm standby
 ``restart: {max_restarts: 1}``) and (b) by Ray Train's ``TensorflowTrainer`` (ScalingConfig(num_workers=2,
 use_gpu=False), FailureConfig(max_failures=1), Ray's own ``ray.init()`` on this machine), whose function
 of each worker runs the script itself (Ray sets TF_CONFIG). The sides alternate, one run each a trial;
-each run trains until worker:1 has stepped ``--kill-after`` seconds (tfcluster: and both standbys
-said they are ready), then worker:1's process is SIGKILLed and the run restarts the group, trains
+each run trains until worker:1 has stepped ``--kill-after`` seconds and the side has been settled
+for ``--window`` seconds (tfcluster: since both standbys said they are ready; Ray: all along), then
+worker:1's process is SIGKILLed and the run restarts the group, trains
 ``--after-steps`` more steps and ends. Per run, from the marks the script writes (each start and
 step with its time, to a file: the same clock for both sides, whatever their logs' delays):
 
 * start: the command's start -> both workers' first step;
 * peak RSS: the largest sum of Rss over every process of the side, sampled every 0.2 s from
   /proc (tfcluster: ``up``, the task wrappers, the tasks, the standbys; Ray: the driver, gcs_server,
-  raylet, the dashboard and its agents, the controller and the workers), found by a variable in
+  raylet, Ray's agents, the Train controller and its helper actors, the workers), found by a variable in
   their environment (inherited from the command); the largest sum of Pss beside it;
-* throughput: worker:0's examples/s from its 10th step to the kill (global batch 64 a step);
+* throughput: worker:0's examples/s (global batch 64 a step) over the last ``--window`` seconds
+  before the kill (the criterion's), and from its 10th step to the kill beside it (tfcluster's
+  standbys importing TensorFlow inside it);
 * recovery: the SIGKILL -> worker:1's first step again (and both workers', the group's).
 
 Every process of a side must be gone once its command exits (``ray.shutdown()`` in Ray's driver):
@@ -23,7 +26,7 @@ what is left after 30 s is killed and fails the benchmark. Medians of ``--trials
 average before and after each run, and the ratios against the criteria: start >= 5x, recovery
 >= 5x, peak RSS >= 3x less, throughput >= 1.0 of Ray's.
 
-    python bench/vs_ray.py [--trials 3] [--kill-after 40] [--after-steps 300]
+    python bench/vs_ray.py [--trials 3] [--kill-after 40] [--window 15] [--after-steps 300] [--keep]
 
 Ray is a benchmark-only dependency, not tfcluster's: ``pip install "ray[train]==2.60.0"``.
 """
@@ -130,10 +133,11 @@ class Tfcluster:
                           extra="restart: {max_restarts: 1}\nwatchdog: {startup_timeout: 180, stop_grace: 5}\n")
         return BackgroundUp(spec, env)
 
-    def ready(self, run: Background) -> bool:
-        """Both standbys ready: the kill lands where a warm standby is what the default gives."""
-        out = "\n".join(line for _, line in list(run.lines))
-        return all(f"[worker:{i}] (standby) tfcluster-standby ready" in out for i in range(WORKERS))
+    def ready(self, run: Background) -> float | None:
+        """When both standbys had said they are ready (the default's settled state, in which the
+        kill lands), or None before."""
+        said = [at for at, line in list(run.lines) if "(standby) tfcluster-standby ready" in line]
+        return max(said) if len(said) >= WORKERS else None
 
     def succeeded(self, run: Background) -> bool:
         return any("run succeeded after 2 attempt(s)" in line for _, line in run.lines)
@@ -147,8 +151,8 @@ class Ray:
     def launch(self, work: Path, env: dict) -> Background:
         return Background([sys.executable, str(Path(__file__).resolve()), "--ray-driver", str(work)], env)
 
-    def ready(self, run: Background) -> bool:
-        return True
+    def ready(self, run: Background) -> float | None:
+        return 0.0  # nothing of Ray's own starts after the workers
 
     def succeeded(self, run: Background) -> bool:
         return any(line == "ray-driver done error=None" for _, line in run.lines)
@@ -233,19 +237,26 @@ def measure(side, run: Background, work: Path, began: float, args) -> dict:
     start = max(wait_for(run, "both workers' first step", lambda: first_steps(work, began))) - began
 
     def trained() -> bool:
-        first = attempts(work, 1)[0]["steps"]
-        return first[-1][1] - first[0][1] >= args.kill_after and side.ready(run)
+        first, ready = attempts(work, 1)[0]["steps"], side.ready(run)
+        return (first[-1][1] - first[0][1] >= args.kill_after and ready is not None
+                and time.time() - ready >= args.window)
 
-    wait_for(run, f"worker:1 stepping for {args.kill_after} s ({side.name} ready to lose it)", trained)
+    wait_for(run, f"worker:1 stepping for {args.kill_after} s, {args.window} s after {side.name} settled", trained)
     (work / "steps").write_text(str(args.after_steps))  # what the restarted script trains, then ends
     load = load_average()
     os.kill(attempts(work, 1)[0]["pid"], signal.SIGKILL)
     died = time.time()
     again = wait_for(run, "both workers' first step after the kill", lambda: first_steps(work, died))
-    steady = [(n, t) for n, t in attempts(work, 0)[0]["steps"] if n >= STEADY_FROM and t < died]
-    (n0, t0), (n1, t1) = steady[0], steady[-1]
-    return {"start": start, "examples_s": (n1 - n0) * BATCH / (t1 - t0), "recovery": again[1] - died,
-            "group": max(again) - died, "load_kill": load}
+    steps = [(n, t) for n, t in attempts(work, 0)[0]["steps"] if n >= STEADY_FROM and t < died]
+    return {"start": start, "examples_s": rate([s for s in steps if s[1] >= died - args.window]),
+            "examples_s_all": rate(steps), "recovery": again[1] - died, "group": max(again) - died,
+            "load_kill": load}
+
+
+def rate(steps: list[tuple[int, float]]) -> float:
+    """Examples/s over ``steps`` (step, time), from the first to the last."""
+    (n0, t0), (n1, t1) = steps[0], steps[-1]
+    return (n1 - n0) * BATCH / (t1 - t0)
 
 
 def trial(side, work: Path, args) -> dict:
@@ -291,7 +302,9 @@ def report(rows: dict[str, list[dict]]) -> None:
         return f"{med(name, key):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
     for key, word, fmt in (("start", "start -> both first steps (s)", ".2f"), ("rss", "peak RSS sum (MiB)", ".0f"),
-                           ("pss", "peak PSS sum (MiB)", ".0f"), ("examples_s", "examples/s", ".0f"),
+                           ("pss", "peak PSS sum (MiB)", ".0f"),
+                           ("examples_s", "examples/s, the last --window s before the kill", ".0f"),
+                           ("examples_s_all", "examples/s, from step 10 to the kill", ".0f"),
                            ("recovery", "kill -> worker:1's first step (s)", ".2f"),
                            ("group", "kill -> both workers' first step (s)", ".2f")):
         print(f"median {word}: tfcluster {span('tfcluster', key, fmt)}, Ray {span('ray', key, fmt)}")
@@ -309,6 +322,8 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--kill-after", type=float, default=40.0,
                     help="seconds worker:1 steps before its kill (tfcluster's standbys wait up to 20 s, then import TensorFlow)")
+    ap.add_argument("--window", type=float, default=15.0,
+                    help="throughput over the last WINDOW s before the kill, each side settled (tfcluster: its standbys ready)")
     ap.add_argument("--after-steps", type=int, default=300, help="steps the restarted script trains before the run ends")
     ap.add_argument("--keep", action="store_true", help="keep each run's files (its lines, marks, processes at the peak)")
     ap.add_argument("--ray-driver", type=Path, help=argparse.SUPPRESS)
@@ -329,7 +344,8 @@ def main() -> int:
             r = trial(side, tmp / f"{i}-{side.name}", args)
             rows[side.name].append(r)
             print(f"trial {i + 1} {side.name:9s}: start {r['start']:.2f} s, peak RSS {r['rss']:.0f} MiB "
-                  f"(PSS {r['pss']:.0f}, {r['processes']} processes), {r['examples_s']:.0f} examples/s, "
+                  f"(PSS {r['pss']:.0f}, {r['processes']} processes), {r['examples_s']:.0f} examples/s "
+                  f"({r['examples_s_all']:.0f} from step 10), "
                   f"recovery {r['recovery']:.2f} s (group {r['group']:.2f} s); load {r['load']}, "
                   f"{r['seconds']:.0f} s", flush=True)
     report(rows)
