@@ -1,5 +1,6 @@
 """What the benchmarks share: the repository root on ``sys.path`` (for ``launcher`` and the
-``tests`` helpers), one cluster.yaml writer for the local backend, ``BackgroundUp``, and the Pss of a set of processes."""
+``tests`` helpers), one cluster.yaml writer for the local backend, ``Background`` (a command's
+lines as they come) with ``BackgroundUp``, and the Rss and Pss of a set of processes."""
 
 from __future__ import annotations
 
@@ -23,19 +24,26 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def pss_of(pids) -> int:
-    """The sum of ``pids``' Pss in bytes (/proc/PID/smaps_rollup); a process gone counts 0."""
-    total = 0
+def memory_of(pids) -> tuple[int, int]:
+    """The sums of ``pids``' Rss and Pss in bytes (/proc/PID/smaps_rollup); a process gone counts 0."""
+    rss = pss = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as fh:
                 for line in fh:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
                         break
         except OSError:
             pass
-    return total
+    return rss, pss
+
+
+def pss_of(pids) -> int:
+    """The sum of ``pids``' Pss in bytes (/proc/PID/smaps_rollup); a process gone counts 0."""
+    return memory_of(pids)[1]
 
 
 def write_spec(work: Path, entrypoint: str, tfds_dir: Path, *, name: str = "bench",
@@ -54,14 +62,14 @@ def write_spec(work: Path, entrypoint: str, tfds_dir: Path, *, name: str = "benc
     return spec
 
 
-class BackgroundUp:
-    """``tfcluster up --plain SPEC`` in the background; its lines, each with the time it arrived."""
+class Background:
+    """A command (``argv``, from the repository root, in a session of its own) in the background;
+    its lines (stdout and stderr), each with the time it arrived."""
 
-    def __init__(self, spec: Path) -> None:
+    def __init__(self, argv: list[str], env: dict | None = None) -> None:
         self.lines: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -90,3 +98,10 @@ class BackgroundUp:
         code = self.proc.wait(timeout)
         self.reader.join(10)
         return code
+
+
+class BackgroundUp(Background):
+    """``tfcluster up --plain SPEC`` in the background."""
+
+    def __init__(self, spec: Path, env: dict | None = None) -> None:
+        super().__init__([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], env)
