@@ -201,11 +201,8 @@ def main(argv: list[str]) -> int:
         _say(f"taskwrap: {problem}; the task was not started\n")
         return 2
     child, served = _start_served(opts["zygote"], cmd, opts["zygote-wait"]) if opts["zygote"] else (None, None)
-    groups = [pgid]
-    if child is None:
-        child = _start_task(cmd)
-    else:
-        groups.append(child)  # forked by the zygote in a session of its own: its group is its pid
+    groups = [pgid] if child is None else [pgid, child]  # a task the zygote forked leads a group of its own
+    child = _start_task(cmd) if child is None else child
     if opts["pidfile"]:
         _write_pidfile(opts["pidfile"], child)
     stopping = threading.Event()
@@ -273,14 +270,17 @@ def _start_task(cmd: list[str]) -> int:
 def _start_served(path: str, cmd: list[str], wait: float):
     """The task forked by the host's zygote (zygote.py): (its pid, the connection its exit comes
     on), or (None, None) where it does not serve it (then it starts as ever, said in one line)."""
-    zygote = _sibling("zygoteask")
-    devnull = os.open(os.devnull, os.O_RDONLY)  # the lifeline stays the wrapper's, as below
-    sock, pid = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), [devnull, 1, 2], wait)
-    os.close(devnull)
+    try:
+        zygote = _sibling("zygoteask")
+        devnull = os.open(os.devnull, os.O_RDONLY)  # the lifeline stays the wrapper's, as below
+        sock, got = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), [devnull, 1, 2], wait)
+        os.close(devnull)
+    except ImportError as exc:  # not shipped beside this copy: the task starts as ever
+        sock, got = None, exc
     if sock is None:
-        _say(f"taskwrap: started without the zygote: {pid}\n")
+        _say(f"taskwrap: started without the zygote: {got}\n")
         return None, None
-    return pid, sock
+    return got, sock
 
 
 def _wait_served(sock, child: int, groups: list[int], ended: threading.Event) -> int:

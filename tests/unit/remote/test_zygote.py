@@ -171,3 +171,16 @@ def test_garbage_and_other_users_get_nothing_forked(zygote, tmp_path):
     # Another user of the host cannot reach it: the socket is 0600 (tests/hostile: were it open,
     # its uid check refuses them).
     assert os.stat(zygote).st_mode & 0o077 == 0
+
+
+def test_a_wrapper_without_its_zygote_module_starts_cold(tmp_path):
+    """A copy of the wrapper shipped without zygoteask.py beside it: one line, the task runs as ever."""
+    import shutil
+
+    shutil.copy(taskwrap_path(), tmp_path / "taskwrap.py")
+    p = subprocess.Popen([sys.executable, str(tmp_path / "taskwrap.py"), "--zygote", str(tmp_path / "z.sock"), "--",
+                          sys.executable, "-c", "print('ran')"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    out, err = finish(p)
+    assert p.returncode == 0 and out == "ran\n", err
+    assert err == "taskwrap: started without the zygote: No module named 'zygoteask'\n", err
