@@ -142,7 +142,10 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
                        + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if restart.max_restarts == 0 and not elastic:
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
-    cost = f"about {STANDBY_BYTES / 2**30:.1f} GB each; left off on a host with less memory available"
+    cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if backend != "local" else
+            # launcher/backends/zygotes.py: its tasks that use TensorFlow forked from one import
+            "forked from the run's zygote, which imports TensorFlow once: each costs the pages it writes")
+    cost += "; left off on a host with less memory available"
     stubbed = sorted({_entry_words(c) for c in commands if stub_command(c) is not None})
     how = (f"; {', '.join(stubbed)}: under tfcluster's standby stub (TensorFlow imported where the script names "
            "it, nothing of the script's; once promoted it runs as __main__ with the cold start's argv, sys.path[0] "
