@@ -105,3 +105,12 @@ class BackgroundUp(Background):
 
     def __init__(self, spec: Path, env: dict | None = None) -> None:
         super().__init__([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], env)
+
+    def restarted_once(self, code: int, work: Path, died: float) -> str:
+        """The run's output, its lines kept in ``work``/lines.txt (times from ``died``, the kill);
+        SystemExit unless it exited 0 after exactly one restart."""
+        out = "\n".join(line for _, line in self.lines)
+        (work / "lines.txt").write_text("".join(f"{t - died:+9.3f} {line}\n" for t, line in self.lines))
+        if code != 0 or "run succeeded after 2 attempt(s)" not in out:
+            raise SystemExit(f"run failed ({code}) or not one restart; see {work}:\n{out[-3000:]}")
+        return out

@@ -373,10 +373,7 @@ def plain_trial(work: Path, warm: bool) -> dict:
     finally:
         if run.running():
             os.killpg(run.proc.pid, signal.SIGKILL)
-    out = "\n".join(line for _, line in run.lines)
-    (work / "lines.txt").write_text("".join(f"{t - died:+9.3f} {line}\n" for t, line in run.lines))
-    if code != 0 or "run succeeded after 2 attempt(s)" not in out:
-        raise SystemExit(f"run failed ({code}) or not one restart; see {work}:\n{out[-3000:]}")
+    out = run.restarted_once(code, work, died)
     promoted = [key for key in ("worker:0", "worker:1") if f"[{key}] tfcluster-standby promoted" in out]
     if warm and promoted != ["worker:0", "worker:1"]:
         raise SystemExit(f"default trial not promoted (promoted: {promoted}); see {work}:\n{out[-3000:]}")

@@ -104,10 +104,7 @@ def trial(work: Path, lab, n: int, warm: bool) -> dict:
     finally:
         if run.running():
             os.killpg(run.proc.pid, signal.SIGKILL)
-    out = "\n".join(line for _, line in run.lines)
-    (work / "lines.txt").write_text("".join(f"{t - died:+9.3f} {line}\n" for t, line in run.lines))
-    if code != 0 or "run succeeded after 2 attempt(s)" not in out:
-        raise SystemExit(f"run failed ({code}) or not one restart; see {work}:\n{out[-3000:]}")
+    out = run.restarted_once(code, work, died)
     run_dir = (work / "runs" / "bench" / "latest").resolve()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     acks = {k: run.wait_line(rf"\[{re.escape(k)}\] tfcluster-standby promoted", timeout=1, after=died)
