@@ -1,8 +1,9 @@
 """A host's zygote as the local backend keeps it (launcher/remote/zygote.py; docs/concepts/runs.md,
 "Warm standby"): one per run, started at the first task that can use it, the parent of the
-forks of every Python task of the run that uses TensorFlow, cold starts and warm standbys alike.
-So the host imports TensorFlow once, not once a process, and a standby costs what its own pages
-come to once forked (BENCHMARKS.md, "A zygote").
+forks of every Python task of the run that uses TensorFlow, cold starts and promoted warm
+standbys alike. So the host imports TensorFlow once, not once a process, and a standby is only
+its wrapper until promoted (taskwrap.py --standby-defer: the fork is made then, in the promoted
+environment), about 15 MB (BENCHMARKS.md, "A zygote").
 
 Only where the run keeps warm standbys (the task's environment has ``TFCLUSTER_ZYGOTE=1``, set by
 the supervisor): ``restart.warm_standby: false`` starts every task as its own process, as before.

@@ -9,7 +9,7 @@ launcher itself (it imports at most their constants).
 * jobsetpod.py, a JobSet pod's start (``tfcluster export --to jobset``): the worker image's copy in
   /usr/local/lib/tfcluster/ makes the task's TF_CONFIG from its pod index and execs the entrypoint;
 * taskenv.py, what the wrapper sets in its task's environment from its host (threads, GPUs) and
-  its GPU watch;
+  its GPU watch; gcewatch.py, its watch of GCE's preemption notice;
 * zygote.py, a host's fork server (zygotechild.py: its child's side): the wrapper asks it for its
   task (``--zygote``, zygoteask.py), the local backend starts one per run that keeps standbys
   (launcher/backends/zygotes.py);
@@ -29,7 +29,8 @@ HERE = Path(__file__).resolve().parent
 # import from their own dir. The ssh backend uploads them into each run dir; the worker image
 # copies them (with jobsetpod.py) into /usr/local/lib/tfcluster/; local and slurm run the wrapper
 # here, beside them. tests/unit/remote/test_shipped.py checks the list against their imports.
-TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py", "zygoteask.py", "zygotechild.py")
+TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py", "zygoteask.py", "zygotechild.py",
+              "gcewatch.py")
 
 
 def task_files() -> dict[str, str]:

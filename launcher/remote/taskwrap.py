@@ -30,6 +30,12 @@ backend copies it to each host. Usage::
   own watch does locally) at once and then every SECONDS, and write each changed figure as one
   line ``taskwrap: GPU figures [MiB, util]`` (the ssh backend records it and does not log it).
   An nvidia-smi that fails three times in a row ends it, said once.
+* ``--zygote PATH [--zygote-wait SECONDS]``: the task is forked by the host's zygote (zygote.py,
+  asked with zygoteask.py) rather than exec'd here; the wrapper passes it the signals it catches
+  and reports its exit as its own. Where the zygote will not serve it: one line, a plain start.
+* ``--standby-defer STANDBY,STANDBY_ENV`` (with ``--zygote``): a warm standby whose process the
+  zygote forks only once it is promoted (zygoteask.py defer_standby); until then it is this wrapper.
+  SIGTERM, SIGINT or SIGHUP before the promotion end it at once (128+N).
 * It exits with the task's exit code, or 128+N when the task died of signal N, the same
   convention a shell, SSH and Docker use, so every backend reports exits alike.
 """
@@ -38,7 +44,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import select
 import signal
 import sys
@@ -52,15 +57,11 @@ _PR_SET_PDEATHSIG = 1
 LEASE_EXPIRED = "no word from the launcher for"
 # How the wrapper says GCE announced this VM's preemption (likewise recognised by the launcher).
 GCE_NOTICE = "GCE preemption notice"
-_GCE_DEFAULT = "metadata.google.internal"
-_GCE_PATH = "/computeMetadata/v1/instance/preempted"
-_GCE_BODY = 64  # bytes of the reply read: TRUE or FALSE
-_ETAG = re.compile(r"^[0-9A-Za-z_.-]{1,128}$")
 
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
     opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None,
             "gpus": None, "gpu-memory-var": "", "gpu-watch": 0.0, "collective-var": "", "zygote": None,
-            "zygote-wait": 60.0}
+            "zygote-wait": 60.0, "standby-defer": ""}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -102,12 +103,12 @@ def _set_pdeathsig(sig: int) -> None:
 _SAY_LOCK = threading.Lock()
 
 
-def _say(text: str) -> None:
+def _say(text: str, fd: int = 2) -> None:
     data = text.encode("utf-8", "replace")
     with _SAY_LOCK:
         try:
             while data:
-                data = data[os.write(2, data):]
+                data = data[os.write(fd, data):]
         except OSError:
             pass  # the reader is gone (EPIPE) or stderr is closed: the line is dropped
 
@@ -132,57 +133,6 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def _gce_metadata_host(mode: str) -> str:
-    """The metadata server to watch for the preemption notice, or "" (off). ``on``: always;
-    ``auto``: when GCE_METADATA_HOST is set or the machine's DMI product name says Google
-    Compute Engine (as google-auth checks, with no network request)."""
-    if mode == "off":
-        return ""
-    host = os.environ.get("GCE_METADATA_HOST", "")
-    if mode == "on":
-        return host or _GCE_DEFAULT
-    if host:
-        return host
-    try:
-        with open("/sys/class/dmi/id/product_name") as fh:
-            return _GCE_DEFAULT if "Google" in fh.read() else ""
-    except OSError:
-        return ""
-
-
-def _watch_gce(host: str, on_notice, stopping: threading.Event) -> None:
-    """Long-poll the preemption flag (``?wait_for_change=true``) until it reads TRUE, then call
-    ``on_notice`` once. A server that does not answer is asked again a little later."""
-    import http.client
-
-    last = ""
-    while not stopping.is_set():
-        query = _GCE_PATH + ("?wait_for_change=true" + (f"&last_etag={last}" if last else "") if last else "")
-        try:
-            conn = http.client.HTTPConnection(host, timeout=330)
-            conn.request("GET", query, headers={"Metadata-Flavor": "Google"})
-            reply = conn.getresponse()
-            # The flag is TRUE or FALSE: a longer body is not read (a server sending gigabytes does not
-            # fill this host's memory); http.client bounds the header lines.
-            body = reply.read(_GCE_BODY).decode(errors="replace").strip()
-            etag = reply.getheader("ETag") or "0"
-            conn.close()
-        except (OSError, http.client.HTTPException):
-            stopping.wait(2.0)
-            continue
-        if reply.status != 200:
-            stopping.wait(5.0)
-            continue
-        if body.upper() == "TRUE":
-            on_notice()
-            return
-        if not _ETAG.fullmatch(etag):  # it goes into the next request's URL: only what an ETag holds
-            stopping.wait(5.0)
-            last = ""
-            continue
-        last = etag
-
-
 def _start_ticks() -> str:
     """This process's start time (/proc/self/stat field 22, clock ticks since boot), written into
     the pid file: ``tfcluster down`` signals the pid only while it is still this process."""
@@ -200,19 +150,48 @@ def main(argv: list[str]) -> int:
     if problem:
         _say(f"taskwrap: {problem}; the task was not started\n")
         return 2
-    child, served = _start_served(opts["zygote"], cmd, opts["zygote-wait"]) if opts["zygote"] else (None, None)
-    groups = [pgid] if child is None else [pgid, child]  # a task the zygote forked leads a group of its own
+    groups = [pgid]  # and a task the zygote forked leads a group of its own, added once it is there
+    stopping = threading.Event()
+    stop_group = _group_stopper(groups, opts["grace"], stopping)
+    _survive_stop_signals(groups)
+    zygote, lifeline = opts["zygote"], True
+    if zygote and opts["standby-defer"]:
+        lifeline = False  # watched from now on, by _defer_standby
+        why = _defer_standby(opts, cmd, stop_group)
+        if why:  # not served: the standby runs as its own process, from now on
+            _say(f"taskwrap: started without the zygote: {why}\n")
+            zygote = None
+    child, served = _start_served(zygote, cmd, opts["zygote-wait"]) if zygote else (None, None)
+    if child is not None:
+        groups.append(child)
+        if stopping.is_set():  # stopped while the zygote forked it: its group goes too
+            _killpg(child, signal.SIGKILL)
     child = _start_task(cmd) if child is None else child
     if opts["pidfile"]:
         _write_pidfile(opts["pidfile"], child)
-    stopping = threading.Event()
-    stop_group = _group_stopper(groups, opts["grace"], stopping)
-    _survive_stop_signals(groups[1:])
     ended = threading.Event()
-    _start_watchers(opts, groups, child, stop_group, stopping, ended)
+    _start_watchers(opts, groups, child, stop_group, stopping, ended, lifeline)
     if served is not None:
         return _wait_served(served, child, groups, ended)
     return _wait_and_reap(child, pgid, ended)
+
+
+def _defer_standby(opts: dict, cmd: list[str], stop_group) -> str:
+    """--standby-defer (zygoteask.py defer_standby): "" once promoted, else why not served; the
+    lifeline is watched from the start; a stop before the promotion ends the wrapper."""
+    blocked = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # before any thread: every one inherits it
+    threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
+    try:
+        zygote = _sibling("zygoteask")
+    except ImportError as exc:  # not shipped beside this copy
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+        return str(exc)
+    got = zygote.defer_standby(opts["zygote"], cmd, opts["zygote-wait"], opts["standby-defer"], blocked, _say)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)  # a stop that came meanwhile: handled now
+    if isinstance(got, int):
+        end(128 + got)  # stopped before its promotion: nothing was forked
+    return got
 
 
 def _own_group() -> int:
@@ -340,13 +319,13 @@ def _group_stopper(groups: list[int], grace: float, stopping: threading.Event):
     return stop_group
 
 
-def _survive_stop_signals(elsewhere: list[int]) -> None:
+def _survive_stop_signals(groups: list[int]) -> None:
     def ignore(signum: int, _frame) -> None:
         """Stop signals reach the task because senders signal the whole group; the wrapper
         itself stays to report the exit code. A Python handler, not SIG_IGN, because the
         task inherits ignored dispositions across exec. A task the zygote forked is in a
-        group of its own (``elsewhere``): the signal is passed on to it."""
-        for group in elsewhere:
+        group of its own (``groups`` after the wrapper's): the signal is passed on to it."""
+        for group in groups[1:]:
             _killpg(group, signum)
 
     # SIGUSR1 wakes a warm-standby task (sent to the group); SIGUSR2 asks a task for its stacks
@@ -384,18 +363,21 @@ def _watch_lifeline(lease: float, stop_group) -> None:
 
 
 def _start_watchers(opts: dict, groups: list[int], child: int, stop_group, stopping: threading.Event,
-                    ended: threading.Event) -> None:
-    """The daemon threads beside the task: the lifeline, the GCE preemption notice, the GPU watch."""
-    threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
-    gce = _gce_metadata_host(opts["gce-metadata"])
+                    ended: threading.Event, lifeline: bool = True) -> None:
+    """The daemon threads beside the task: the lifeline (unless watched already), the GCE
+    preemption notice, the GPU watch."""
+    if lifeline:
+        threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
+    gcewatch = _sibling("gcewatch") if opts["gce-metadata"] != "off" else None
+    gce = gcewatch.metadata_host(opts["gce-metadata"]) if gcewatch else ""
     if gce:
         def on_notice() -> None:
-            _say(f"taskwrap: {GCE_NOTICE} (metadata {_GCE_PATH} is TRUE): stopping the task gracefully (SIGTERM) "
+            _say(f"taskwrap: {GCE_NOTICE} (metadata {gcewatch.PATH} is TRUE): stopping the task gracefully (SIGTERM) "
                  "before the OS shutdown\n")
             for group in groups:
                 _killpg(group, signal.SIGTERM)
 
-        threading.Thread(target=_watch_gce, args=(gce, on_notice, stopping), daemon=True).start()
+        threading.Thread(target=gcewatch.watch, args=(gce, on_notice, stopping), daemon=True).start()
     if opts["gpu-watch"] > 0:
         threading.Thread(target=_sibling("taskenv").watch_gpus, daemon=True, name="gpu-watch",
                          args=(opts["gpu-watch"], os.environ.get("CUDA_VISIBLE_DEVICES"),

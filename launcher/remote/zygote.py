@@ -19,6 +19,9 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
   | -m MODULE | SCRIPT ARGS...`` with this executable, this process's FLAGS, and the same
   environment but for the variables each task has its own of (TASK_OWN). Else the answer is
   ``{"cold": why}`` and the wrapper starts the task as it always has (exec).
+* A request with ``"check": true`` forks nothing: the answer is ``{"ok": true}`` where the task
+  would be served (the imports done), else ``{"cold": why}``. A standby's wrapper asks it to say it
+  is ready, and asks for the fork itself only when promoted (taskwrap.py ``--standby-defer``).
 * Served: ``{"pid": N}``, N a child forked in its own session, with the wrapper's descriptors as
   its stdio, the environment and directory given, Python's own signal dispositions, its random
   generators reseeded, and the entry run as ``__main__`` as the interpreter runs it (sys.argv,
@@ -247,10 +250,10 @@ class Zygote:
         differs = _env_differs(req["env"], self.before) if entry else ""
         if differs:
             entry, why = None, f"environment variable {differs[:60]!r} differs from the zygote's"
-        if entry is None:
+        if entry is None or req.get("check") is True:
             for fd in fds:
                 os.close(fd)
-            self._answer(conn, {"cold": why})
+            self._answer(conn, {"cold": why} if entry is None else {"ok": True})
             return
         try:
             peer = os.pidfd_open(pid)

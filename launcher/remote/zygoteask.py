@@ -4,15 +4,30 @@ Stdlib only, shipped beside taskwrap.py, which imports it (``--zygote``)."""
 import json
 import os
 import select
+import signal
 import socket
 import struct
+import time
 
 
-def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float):
+def check(path: str, argv: list, env: dict, cwd: str, wait: float) -> str:
+    """Whether the zygote at ``path`` would serve ``argv`` (its imports done): "" where it would,
+    else why not. Forks nothing (a standby's wrapper: ready now, the fork once promoted)."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        sock, got = ask(path, argv, env, cwd, [devnull, devnull, devnull], wait, check=True)
+    finally:
+        os.close(devnull)
+    if sock is not None:
+        sock.close()
+        return ""
+    return str(got)
+
+
+def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float, check: bool = False):
     """Ask the zygote at ``path`` for a child running ``argv``: (socket, pid) or (None, why not).
-    Waits up to ``wait`` seconds for the socket to appear and for the answer (the import)."""
-    import time
-
+    Waits up to ``wait`` seconds for the socket to appear and for the answer (the import).
+    ``check``: fork nothing, only say whether it would (then (socket, 0) where it would)."""
     deadline = time.monotonic() + wait
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     while True:
@@ -36,7 +51,8 @@ def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float):
     if uid != os.getuid():  # another user's server there: nothing of ours (environment, stdio) goes to it
         sock.close()
         return None, f"{path} is served by uid {uid}, not by this user"
-    body = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd}).encode()
+    request = {"argv": list(argv), "env": dict(env), "cwd": cwd, **({"check": True} if check else {})}
+    body = json.dumps(request).encode()
     try:
         socket.send_fds(sock, [struct.pack("!I", len(body))], fds)
         sock.sendall(body)
@@ -48,9 +64,9 @@ def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float):
     if not answer:
         sock.close()
         return None, "the zygote closed without an answer"
-    if "pid" in answer:
+    if "pid" in answer or (check and answer.get("ok") is True):
         sock.settimeout(None)
-        return sock, int(answer["pid"])
+        return sock, int(answer.get("pid", 0))
     sock.close()
     return None, str(answer.get("cold", "refused"))[:300]
 
@@ -91,3 +107,41 @@ def wait_status(sock, pid: int) -> "int | None":
     finally:
         os.close(fd)
     return None
+
+
+def defer_standby(path: str, argv: list, wait: float, names: str, blocked: set, say):
+    """A warm standby whose task the zygote at ``path`` forks only once promoted (taskwrap.py
+    --standby-defer STANDBY,STANDBY_ENV), the signals of ``blocked`` blocked in every thread: ask the
+    zygote whether it would serve ``argv``, speak the standby protocol on the task's stdout
+    (``tfcluster-standby waiting``, ``ready``), wait for SIGUSR1, take the environment from the file
+    STANDBY_ENV names (both variables dropped from os.environ) and say ``promoted``; the wrapper then
+    asks for the fork, a cold start of ``argv`` in the promoted environment that finds the zygote's
+    import done. Returns "" once promoted; why not where the zygote would not serve it (at once:
+    the standby then starts as its own process); the number of another signal of ``blocked`` that
+    came first (a stop: nothing forked). ``say(text, fd)`` writes a line."""
+    standby, standby_env = (names.split(",") + [""])[:2]
+    if os.environ.get(standby) != "1":
+        return f"{standby} is not 1: not a standby"
+    began = time.monotonic()
+    why = check(path, argv, dict(os.environ), os.getcwd(), wait)
+    if why:
+        return why
+    say("tfcluster-standby waiting\n", 1)
+    say(f"tfcluster-standby ready after={time.monotonic() - began:.1f}s waited=0.0s zygote "
+        "(forked from the host's zygote once promoted)\n", 1)
+    got = signal.sigwait(blocked)
+    if got != signal.SIGUSR1:
+        return int(got)
+    os.environ.pop(standby, None)
+    promotion = os.environ.pop(standby_env, "")
+    if promotion:
+        try:
+            with open(promotion, encoding="utf-8") as fh:
+                env = json.load(fh)
+            os.unlink(promotion)
+            os.environ.update({str(k): str(v) for k, v in env.items()})
+        except (OSError, ValueError, AttributeError) as exc:
+            say(f"tfcluster-standby: warning: promotion file {promotion}: {exc}; keeping the environment it "
+                "started with\n", 2)
+    say("tfcluster-standby promoted\n", 1)
+    return ""

@@ -144,7 +144,8 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
     cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if backend != "local" else
             # launcher/backends/zygotes.py: its tasks that use TensorFlow forked from one import
-            "forked from the run's zygote, which imports TensorFlow once: each costs the pages it writes")
+            "forked from the run's zygote, which imports TensorFlow once, when promoted: until then each is "
+            "its wrapper, about 15 MB")
     cost += "; left off on a host with less memory available"
     stubbed = sorted({_entry_words(c) for c in commands if stub_command(c) is not None})
     how = (f"; {', '.join(stubbed)}: under tfcluster's standby stub (TensorFlow imported where the script names "

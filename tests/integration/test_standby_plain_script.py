@@ -55,8 +55,15 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
         steps.write_text(str(reached + 30))
         end.append(reached + 30)
 
+    def look(_proc):
+        # Both standbys ready, and nothing forked for them yet: the zygote's children are the two
+        # running workers (a standby is its wrapper until promoted: taskwrap.py --standby-defer).
+        (pid,) = re.findall(r"ready pid=(\d+)", (run_dir(spec) / "zygote.log").read_text())
+        forked[:] = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
     end: list[int] = []
-    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None),
+    forked: list[str] = []
+    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, look),
                                    (r"^\[worker:1\] plain-step \d+ ", kill)], timeout=400)
     assert code == 0, out[-4000:]
     assert "run succeeded after 2 attempt(s)" in out, out[-3000:]
@@ -78,6 +85,8 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     (zygote,) = re.findall(r"tfcluster-zygote ready pid=(\d+) imported=tensorflow",
                            (run_dir(spec) / "zygote.log").read_text())
     assert "started without the zygote" not in out, out[-3000:]
+    cold_pids = {[s for k, s in said if k == key][0]["pid"] for key in ("worker:0", "worker:1")}
+    assert sorted(int(f) for f in forked) == sorted(cold_pids), (forked, cold_pids)
     for key in ("worker:0", "worker:1"):
         cold, warm = [s for k, s in said if k == key]
         assert cold["ppid"] == warm["ppid"] == int(zygote), (cold, warm, zygote)

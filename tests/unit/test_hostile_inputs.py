@@ -215,7 +215,7 @@ def test_the_gce_metadata_reply_is_read_only_as_far_as_the_flag(tmp_path):
     import http.server
     import threading
 
-    from launcher.remote.taskwrap import _watch_gce
+    from launcher.remote.gcewatch import watch as _watch_gce
 
     answers = [b"FALSE" + b" " * 50_000_000, b"TRUE"]
 

@@ -184,3 +184,61 @@ def test_a_wrapper_without_its_zygote_module_starts_cold(tmp_path):
     out, err = finish(p)
     assert p.returncode == 0 and out == "ran\n", err
     assert err == "taskwrap: started without the zygote: No module named 'zygoteask'\n", err
+
+
+def standby(sock: str, cmd: list[str], promotion: Path, env: dict | None = None) -> subprocess.Popen:
+    """A warm standby's wrapper whose task the zygote forks once promoted (--standby-defer)."""
+    return subprocess.Popen([sys.executable, str(taskwrap_path()), "--zygote", sock, "--standby-defer",
+                             f"{envnames.STANDBY},{envnames.STANDBY_ENV}", "--", *cmd],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env={**base_env(), envnames.STANDBY: "1",
+                                                         envnames.STANDBY_ENV: str(promotion), **(env or {})})
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+SAYS = ("import os, sys, json; print(json.dumps({'ppid': os.getppid(), 'own': os.environ.get('TFCLUSTER_TEST_OWN'), "
+        f"'standby': [k for k in os.environ if k in ({envnames.STANDBY!r}, {envnames.STANDBY_ENV!r})]}}), "
+        "flush=True); sys.exit(7)")
+
+
+def test_a_deferred_standby_is_ready_with_nothing_forked_and_forked_in_the_promoted_environment(zygote, tmp_path):
+    promotion = tmp_path / "promotion.json"
+    p = standby(zygote, [sys.executable, "-c", SAYS], promotion, env={"TFCLUSTER_TEST_OWN": "standby"})
+    assert p.stdout.readline() == b"tfcluster-standby waiting\n"
+    assert p.stdout.readline().startswith(b"tfcluster-standby ready after=")
+    # Ready, and no process of the task's anywhere: not the zygote's child, not the wrapper's.
+    assert children(zygote_pid(tmp_path)) == [] and children(p.pid) == []
+    promotion.write_text(json.dumps({"TFCLUSTER_TEST_OWN": "promoted"}))
+    os.killpg(p.pid, signal.SIGUSR1)  # what the local backend's promotion sends: the wrapper's group
+    assert p.stdout.readline() == b"tfcluster-standby promoted\n"
+    out, err = finish(p)
+    assert p.returncode == 7, err
+    assert json.loads(out) == {"ppid": zygote_pid(tmp_path), "own": "promoted", "standby": []}, out
+    assert not promotion.exists() and "zygote" not in err, err
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "lifeline"])
+def test_a_deferred_standby_stopped_before_its_promotion_ends_with_nothing_forked(zygote, tmp_path, how):
+    p = standby(zygote, [sys.executable, "-c", SAYS], tmp_path / "promotion.json")
+    p.stdout.readline()
+    assert p.stdout.readline().startswith(b"tfcluster-standby ready")
+    if how == "SIGTERM":
+        os.killpg(p.pid, signal.SIGTERM)  # how the local backend stops a standby
+    else:
+        p.stdin.close()  # the launcher gone
+    p.wait(timeout=10)  # at once, not after the grace
+    assert p.returncode in ((128 + signal.SIGTERM,) if how == "SIGTERM" else (128 + signal.SIGTERM, -signal.SIGKILL))
+    assert p.stdout.read() == b"" and children(zygote_pid(tmp_path)) == []
+
+
+def test_a_standby_the_zygote_would_not_serve_waits_as_its_own_process(zygote, tmp_path):
+    """Its environment differs from the zygote's: one line, and the standby is its command started
+    at once (as a standby: the variable still 1), the wrapper's own child."""
+    code = (f"import os; print(os.environ.get({envnames.STANDBY!r}), os.getppid(), flush=True)")
+    p = standby(zygote, [sys.executable, "-c", code], tmp_path / "promotion.json", env={"PYTHONHASHSEED": "7"})
+    out, err = finish(p)
+    assert p.returncode == 0 and out == f"1 {p.pid}\n", (out, err)
+    assert err.startswith("taskwrap: started without the zygote: environment variable 'PYTHONHASHSEED'"), err
