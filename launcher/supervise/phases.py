@@ -75,6 +75,7 @@ class AttemptPhases:
         self.clock, self.poll_interval = ctx.clock, ctx.poll_interval
         self.starter, self.report = starter, report
         self.worker_restarts = 0  # parameter_server workers restarted alone, run-wide
+        self.sidecar_restarts = 0  # evaluators restarted alone, run-wide
         self.hangs = HangWatch(group=group, backend=ctx.backend, record=ctx.record, plan=lambda: self.members.plan,
                                watchdog=ctx.watchdog, clock=ctx.clock)
         self._stragglers: Optional[tuple[int, Stragglers]] = None  # (attempt, its samples)
@@ -84,8 +85,8 @@ class AttemptPhases:
         return self.members.plan
 
     def exits(self, attempt: Attempt, watch: AttemptWatch) -> bool:
-        """New exits, and what they mean for the group: success, failure, a sidecar lost, a
-        parameter_server worker restarted alone. True: the attempt is over."""
+        """New exits, and what they mean for the group: success, failure, a sidecar restarted alone
+        or lost, a parameter_server worker restarted alone. True: the attempt is over."""
         exits = watch.exits
         for key, handle in self.group.handles.items():
             if exits.get(key) is None:
@@ -96,7 +97,7 @@ class AttemptPhases:
                     self.record.write(ev.Exit(task=key, attempt=attempt.number, code=code, how=describe_exit(code)))
         verdict = assess(self.plan.strategy, self.plan.success_task, exits, watch.order)
         for key in verdict.sidecar_failed:
-            if key not in watch.warned_sidecars:
+            if key not in watch.warned_sidecars and not self._restart_sidecar(attempt, key, exits, watch.order):
                 watch.warned_sidecars.add(key)
                 self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
                 self.record.write(ev.SidecarFailed(task=key, code=exits[key]))
@@ -192,6 +193,29 @@ class AttemptPhases:
         if not self.members.changed(attempt.number):
             return False
         attempt.state = AttemptState.REGROW
+        return True
+
+    def _restart_sidecar(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:
+        """The evaluator, dead while training goes on, restarted alone (its standby promoted where
+        one waits, and a new one made), up to restart.max_restarts times a run; not where its exit
+        code is permanent (restart.permanent_exit_codes: what a restart would repeat) or the run is
+        stopping. False: it stays failed, and training goes on without it (said by the caller)."""
+        code = exits[key]
+        if (code in self.restart.permanent_exit_codes or self.sidecar_restarts >= self.restart.max_restarts
+                or self.stop_event.is_set()):
+            return False
+        self.sidecar_restarts += 1
+        self.console.info(f"{key} (sidecar) exited ({describe_exit(code)}); restarting it alone "
+                          f"({self.sidecar_restarts} of {self.restart.max_restarts}), training goes on")
+        self.record.write(ev.TaskRestart(task=key, code=code, restart=self.sidecar_restarts))
+        self.group.handles[key].signal(9)  # what is left of its group
+        try:
+            self.starter.launch(key, attempt.number, alone=True)
+        except LaunchError as exc:
+            self.console.error(f"{key}: restarting it failed: {exc.lines[0]}")
+            return False
+        exits[key] = None
+        order.remove(key)
         return True
 
     def _restart_alone(self, attempt: Attempt, key: str, exits: dict, order: list) -> bool:

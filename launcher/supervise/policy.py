@@ -7,7 +7,8 @@
   own, so any ps exit loses the job, while a dead worker is restarted alone on its address.
 * Single-host strategies (mirrored, central_storage, one_device, default, tpu) run one task:
   success is that task exiting 0, any other exit fails the attempt (the MWMS rule for one member).
-* The evaluator is a sidecar: its failure is reported but does not fail training.
+* The evaluator is a sidecar: its failure does not fail training (phases.py restarts it alone
+  where its exit is not permanent and restarts are left, else reports it).
 """
 
 from __future__ import annotations

@@ -241,6 +241,32 @@ def test_mwms_with_evaluator_produces_metrics(tmp_path, tfds_dir):
     assert_no_processes(spec)
 
 
+def test_an_evaluator_killed_is_restarted_alone_by_its_standby_and_evaluates_to_the_final_checkpoint(tmp_path, tfds_dir):
+    """MWMS with an evaluator, SIGKILLed once it evaluated the first epoch's checkpoint: training
+    goes on (no group restart), its standby is promoted within the attempt, and the new evaluator
+    evaluates the later checkpoints to the final one (eval_done final)."""
+    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 3 --steps-per-epoch 40 --step-delay 0.15 "
+                      "--progress-every 10", tasks="{worker: 2, evaluator: 1}", extra="restart: {max_restarts: 1}\n")
+    steps = [(r"^\[evaluator:0\] \(standby\) tfcluster-standby ready", lambda proc: None),
+             (r"^\[evaluator:0\] tfcluster-eval checkpoint=ckpt-001 ", lambda proc: kill_task(spec, "evaluator:0", signal.SIGKILL))]
+    code, out = run_and_act(spec, steps, RUN_TIMEOUT)
+    assert code == 0, out[-5000:]
+    assert "evaluator:0 (sidecar) exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 1), training goes on" \
+        in out, out[-5000:]
+    assert "[evaluator:0] tfcluster-standby promoted" in out and "(sidecar) failed" not in out, out[-5000:]
+    evs = events(spec)
+    (promoted,) = [e for e in evs if e["event"] == "standby_promoted"]
+    restarted = [e for e in evs if e["event"] == "start" and e["task"] == "evaluator:0"][1]
+    assert promoted["task"] == "evaluator:0" and restarted["attempt"] == 0 and restarted["pid"] == promoted["pid"]
+    assert len(progress(out, "start", "worker:0")) == 1  # training never restarted
+    evals = [e["checkpoint"] for e in progress(out, "eval", "evaluator:0")]
+    assert evals[0] == "ckpt-001" and evals[-1] == "ckpt-003" and "ckpt-002" in evals, evals
+    (done,) = progress(out, "eval_done", "evaluator:0")
+    assert done["reason"] == "final", done
+    assert evs[-1]["outcome"] == "succeeded" and evs[-1]["attempts"] == 1
+    assert_no_processes(spec)
+
+
 def evaluator_proc(state: Path, tfds_dir: Path, *flags: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TFDS_DATA_DIR=str(tfds_dir), TF_CPP_MIN_LOG_LEVEL="2",
                TF_CONFIG=json.dumps({"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]},

@@ -179,7 +179,42 @@ def test_an_evaluator_failure_does_not_fail_training(tmp_path):
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert "evaluator:0 (sidecar) failed: exit code 1; training goes on" in out
-    assert len(backend.tasks.started) == 3
+    assert len(backend.tasks.started) == 3  # exit 1 is permanent (restart.permanent_exit_codes): not restarted
+
+
+def _evaluator_spec(restarts: int) -> str:
+    return (mwms(restarts=restarts).replace("{worker: 2}", "{worker: 2, evaluator: 1}")
+            .replace("backoff: 0}", "backoff: 0, warm_standby: true}"))
+
+
+def test_an_evaluator_killed_is_restarted_alone_by_its_standby_and_a_new_standby_takes_its_place(tmp_path):
+    """Training goes on (no group restart); the evaluator's replacement is its standby, promoted
+    within the attempt, and a new standby for it is made at once."""
+    backend = scripted(ScriptedTasks({("evaluator:0", 0): Script(code=137, polls=30),
+                                      ("worker:0", 0): Script(code=0, polls=60), ("worker:1", 0): Script(code=0, polls=60)},
+                                     default=RUN_FOREVER), warm_standby=True)
+    code, out, events = run(tmp_path, _evaluator_spec(1), backend)
+    assert code == 0, out
+    assert "evaluator:0 (sidecar) exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 1), training goes on" \
+        in out, out
+    assert "(sidecar) failed" not in out
+    assert backend.tasks.starts("evaluator:0") == [0, 1, 1], backend.tasks.started  # its standby, then the new one
+    assert backend.tasks.starts("worker:0") == [0, 1] and backend.tasks.starts("worker:1") == [0, 1]  # (theirs waited)
+    (promoted,) = of(events, "standby_promoted")
+    assert promoted["task"] == "evaluator:0"
+    assert [e["task"] for e in of(events, "task_restart")] == ["evaluator:0"]
+    assert not of(events, "restart") and not of(events, "sidecar_failed")
+
+
+def test_an_evaluator_killed_again_once_restarts_are_used_up_is_reported_and_training_goes_on(tmp_path):
+    backend = scripted(ScriptedTasks({("evaluator:0", 0): Script(code=137, polls=30), ("evaluator:0", 1): Script(code=137, polls=5),
+                                      ("worker:0", 0): Script(code=0, polls=80), ("worker:1", 0): Script(code=0, polls=80)},
+                                     default=RUN_FOREVER), warm_standby=True)
+    code, out, events = run(tmp_path, _evaluator_spec(1), backend)
+    assert code == 0, out
+    assert "restarting it alone (1 of 1)" in out
+    assert "evaluator:0 (sidecar) failed: killed by SIGKILL (exit 137); training goes on" in out, out
+    assert [e["task"] for e in of(events, "sidecar_failed")] == ["evaluator:0"]
 
 
 # ---------------------------------------------------------------- watchdogs
