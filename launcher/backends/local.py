@@ -238,14 +238,14 @@ class LocalTasks(Tasks):
             env = {**env, envnames.STANDBY_ENV: str(promotion)}
         full = self._env(task, env)
         argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace)]
-        served = self.zygote.socket_for(task.command, full)
+        served, command = self.zygote.socket_for(task.command, full)
         pidfile = self.zygote.pidfile() if served else None
         if served:
             argv += ["--zygote", served, "--pidfile", pidfile]
             if promotion is not None:  # a standby: its process is forked once promoted (taskwrap.py)
                 argv += ["--standby-defer", f"{envnames.STANDBY},{envnames.STANDBY_ENV}"]
         proc = subprocess.Popen(
-            [*argv, "--", *task.command],
+            [*argv, "--", *command],
             stdin=subprocess.PIPE,  # the lifeline: closes when this launcher dies
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -17,6 +17,7 @@ at most 107 bytes), its lines in the run dir's ``zygote.log``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,11 +38,37 @@ PAD_BYTES = 16384
 LOG = "zygote.log"
 
 
-def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str, ...]]]:
-    """(interpreter and its options, modules to import ahead) for a task of ``argv`` that a zygote
-    serves, or None: ``python [OPTIONS] -m worker`` (the reference worker) or the stub's
-    ``python [OPTIONS] -c STUB SCRIPT|-m MODULE ...`` of a script that uses TensorFlow."""
+# An interpreter's file name (python, python3, python3.11).
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+
+
+def as_exec(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """``argv`` as the kernel runs it where it names a Python script of its own on PATH whose first
+    line is ``#!PYTHON`` and nothing else (a console script pip wrote: ``tfcluster-worker``):
+    ``[PYTHON, its path, ARGS...]``, the argv its interpreter is given by exec; else ``argv``."""
     argv = list(argv)
+    if not argv or _PYTHON.fullmatch(os.path.basename(argv[0])):
+        return argv
+    path = shutil.which(argv[0], path=env.get("PATH")) if os.sep not in argv[0] else argv[0]
+    try:
+        with open(path or "", "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return argv
+    words = first[2:].split() if first.startswith(b"#!") else []
+    if len(words) != 1 or not _PYTHON.fullmatch(os.path.basename(words[0].decode(errors="replace"))):
+        return argv
+    return [words[0].decode(), path, *argv[1:]]
+
+
+def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str, ...]]]:
+    """(interpreter and its options, modules to import ahead) for a task of ``argv`` (as_exec's)
+    that a zygote serves, or None: ``python [OPTIONS] -m worker`` or ``python tfcluster-worker``
+    (the reference worker) or the stub's ``python [OPTIONS] -c STUB SCRIPT|-m MODULE ...`` of a
+    script that uses TensorFlow."""
+    argv = list(argv)
+    if len(argv) >= 2 and is_reference_worker(argv[1:2]) and _PYTHON.fullmatch(os.path.basename(argv[0])):
+        return argv[:1], WORKER_IMPORTS  # the console script, as exec runs it
     if is_reference_worker(argv):
         if "-m" not in argv:
             return None
@@ -88,17 +115,19 @@ class LocalZygote:
         self.proc: Optional[subprocess.Popen] = None
         self._pids = 0
 
-    def socket_for(self, argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
-        """The zygote's socket for a task of ``argv`` and ``env`` (started now for the first), or
-        None where the task starts as its own process."""
+    def socket_for(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[Optional[str], list[str]]:
+        """The zygote's socket for a task of ``argv`` and ``env`` (started now for the first) and
+        the command to ask it for (as_exec's: a console script as exec runs it), or (None, argv)
+        where the task starts as its own process."""
         if env.get(envnames.ZYGOTE) != "1":
-            return None
-        found = entry(argv, self.workdir)
+            return None, list(argv)
+        command = as_exec(argv, env)
+        found = entry(command, self.workdir)
         if found is None:
-            return None
+            return None, list(argv)
         if self.proc is None:
             self._start(found, env)
-        return os.path.join(self.dir, "z.sock") if self.dir else None
+        return (os.path.join(self.dir, "z.sock"), command) if self.dir else (None, list(argv))
 
     def pidfile(self) -> str:
         """A new path for a served task's pid file (taskwrap --pidfile), in the zygote's dir."""

@@ -96,6 +96,10 @@ def test_the_wheel_in_a_fresh_virtualenv_runs_the_demo_beside_a_users_worker_py(
     for key in ("worker:0", "worker:1"):  # the reference worker's own lines, from each task
         assert f"[{key}] worker: {key} strategy=multi_worker_mirrored" in up.stdout, up.stdout[-3000:]
         assert f"[{key}] tfcluster-result task={key} " in up.stdout
+    # The console script forked from the run's zygote (launcher/backends/zygotes.py as_exec), its
+    # worker the wheel's: the user's worker.py beside the spec never ran (above).
+    (log,) = (user / "runs" / "demo").glob("*/zygote.log")
+    assert "tfcluster-zygote ready" in log.read_text() and "started without the zygote" not in out, out[-3000:]
 
     # The same file under `python -m worker` would have been the user's: validate says so.
     demo["entrypoint"] = "python -m worker --epochs 1"
