@@ -75,7 +75,10 @@ class LocalTask(ChildTask):
         pid = self._task_pid()
         if pid == self.proc.pid or self.reaped_long_ago():
             return ""
-        argv0 = (cmdline(pid) or [""])[0]
+        argv = cmdline(pid) or [""]
+        # A task the zygote forked shows its argv as one title, its words joined by spaces
+        # (launcher/remote/zygotechild.py show_argv): its interpreter is the first of them.
+        argv0 = argv[0].split(" ", 1)[0] if len(argv) == 1 and self.pidfile else argv[0]
         return pyspy.dump_local(pid, argv0, timeout)
 
     def info(self) -> dict:

@@ -35,6 +35,8 @@ WORKER_IMPORTS = ("tensorflow", "tensorflow_datasets", "tf_keras")
 # The room in the zygote's environment for each child's own variables (zygote.py --pad): TF_CONFIG
 # of a few hundred tasks, the task's key and attempt.
 PAD_BYTES = 16384
+# The room in its argv for each child's title (zygote.py --title: what ps shows of a task).
+TITLE_BYTES = 4096
 LOG = "zygote.log"
 
 
@@ -143,7 +145,7 @@ class LocalZygote:
             self.proc = subprocess.Popen(
                 [sys.executable, str(taskwrap_path()), "--grace", str(self.grace), "--",
                  exe, *interpreter[1:], str(HERE / "zygote.py"), "--socket", os.path.join(self.dir, "z.sock"),
-                 "--import", ",".join(imports), "--pad", envnames.ZYGOTE_PAD],
+                 "--import", ",".join(imports), "--pad", envnames.ZYGOTE_PAD, "--title", "t" * TITLE_BYTES],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
                 env=start_env(env), start_new_session=True, close_fds=True)
         finally:

@@ -5,8 +5,11 @@ memory (copy on write) and pay its CPU once (BENCHMARKS.md, "A zygote").
 
 Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
 
-    python zygote.py --socket PATH [--import MODULE[,MODULE...]] [--pad NAME]
+    python zygote.py --socket PATH [--import MODULE[,MODULE...]] [--pad NAME] [--title ROOM]
 
+* ``--title ROOM``: ROOM (any text, its last option) is room in its argv for each child's title:
+  /proc/PID/cmdline (``ps``, ``pgrep -f``) shows the child's own argv, not ``zygote.py``
+  (zygotechild.show_argv).
 * ``--pad NAME``: the variable NAME of its environment is room (its value, any text) for each
   child's own variables in the environment /proc/PID/environ shows: the block the kernel shows is
   the one a process started with, the zygote's, unless it is rewritten in place (_show_environ).
@@ -300,6 +303,7 @@ class Zygote:
             os.environ.update({**self.added, **req["env"]})
             if self.pad:
                 forked.show_environ({k: v for k, v in req["env"].items() if self.before.get(k) != v}, self.pad)
+            forked.show_argv(req["argv"])
             forked.python_defaults()
             forked.watch(peer)
             code = forked.run_main(*entry)
@@ -319,6 +323,8 @@ def main(argv: list) -> int:
     for flag in it:
         if flag == "--socket":
             path = next(it, None)
+        elif flag == "--title":
+            next(it, None)  # only room (show_argv)
         elif flag == "--pad":
             pad = next(it, "") or ""
         elif flag == "--import":

@@ -1,5 +1,5 @@
 """What a child of the zygote (zygote.py) does once forked, before and after its task: the
-environment /proc shows, a fresh interpreter's signal dispositions and random state, the watch on
+environment and the title /proc shows, a fresh interpreter's signal dispositions and random state, the watch on
 its wrapper, the entry run as ``__main__``, and the end an interpreter makes. Stdlib only, shipped
 beside zygote.py, which imports it."""
 
@@ -40,6 +40,34 @@ def show_environ(own: dict, pad: str) -> None:
         if len(out) + len(entry) <= room:
             out += entry
     ctypes.memmove(start + at, out + b"\0" * (room - len(out)), room)
+
+
+# A word of the title longer than this (the standby stub's -c text, 40 KB) is cut to its start.
+_TITLE_WORD = 200
+
+
+def show_argv(argv: list) -> None:
+    """Write ``argv`` as this process's title over its argv block (the zygote's ``zygote.py --socket
+    ... --title ROOM``), the words joined by spaces, as setproctitle(3) does: /proc/PID/cmdline
+    (``ps``, ``top``, ``pgrep -f train.py``) shows the task, not the zygote. A NUL ends the title
+    and the block's last byte is not NUL, which is how the kernel knows to read the title up to its
+    NUL. A word over _TITLE_WORD characters is cut (with "..."), control characters become spaces,
+    and a title longer than the block is cut to it. Nothing where /proc does not say the block."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])
+    except (OSError, ValueError, IndexError):
+        return
+    room = end - start
+    if room < 4:
+        return
+    words = [w if len(w) <= _TITLE_WORD else w[:60] + "..." for w in map(str, argv)]
+    title = "".join(c if c >= " " and c != "\x7f" else " " for c in " ".join(words))
+    data = title.encode("utf-8", "surrogateescape")[:room - 2]
+    ctypes.memmove(start, data + b"\0" + b" " * (room - len(data) - 1), room)
 
 
 def python_defaults() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.remote import HERE, taskwrap_path
-from launcher.backends.zygotes import PAD_BYTES
+from launcher.backends.zygotes import PAD_BYTES, TITLE_BYTES
 from launcher.contract import envnames
 from tests.support.processes import alive
 from tests.support.waits import wait_for
@@ -37,7 +37,7 @@ def zygote(tmp_path):
     sock = str(tmp_path / "z.sock")
     log = open(tmp_path / "zygote.log", "wb")
     proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json",
-                             "--pad", envnames.ZYGOTE_PAD],
+                             "--pad", envnames.ZYGOTE_PAD, "--title", "t" * TITLE_BYTES],
                             stdout=log, stderr=subprocess.STDOUT, env={**base_env(), **PAD}, start_new_session=True)
     wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 30, what="the zygote's ready line")
     yield sock
@@ -137,6 +137,30 @@ def test_proc_shows_the_tasks_own_environment(zygote, tmp_path):
     assert not any(e.startswith(envnames.ZYGOTE_PAD.encode()) for e in shown)
     os.killpg(p.pid, signal.SIGTERM)
     finish(p)
+
+
+def test_ps_shows_the_tasks_own_argv_not_the_zygotes(zygote, tmp_path):
+    """Its title over the zygote's argv block (setproctitle's way): /proc/PID/cmdline, ps and
+    pgrep -f see the task's command; a -c text of over 200 characters is cut; the zygote keeps its own."""
+    pidfile = tmp_path / "task.pid"
+    code = "import time; print('up', flush=True); time.sleep(30)" + " " * 300 + "# long\ncode"
+    (tmp_path / "train_me.py").write_text(code)
+    for argv, shown in (([sys.executable, str(tmp_path / "train_me.py"), "--steps", "5"],
+                         f"{sys.executable} {tmp_path / 'train_me.py'} --steps 5"),
+                        ([sys.executable, "-c", code, "x"], f"{sys.executable} -c {code[:60]}... x")):
+        p = wrap(zygote, argv, pidfile=pidfile)
+        assert p.stdout.readline() == b"up\n"
+        task = int(pidfile.read_text().split()[1])
+        assert Path(f"/proc/{task}/cmdline").read_bytes() == shown.encode() + b"\0", argv[1][:40]  # (its NUL: the kernel's read)
+        ps = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(task)], capture_output=True, text=True)
+        assert ps.stdout.strip() == shown
+        if "train_me" in shown:
+            found = subprocess.run(["pgrep", "-f", "train_me.py --steps 5"], capture_output=True, text=True)
+            assert str(task) in found.stdout.split(), found
+        os.killpg(p.pid, signal.SIGTERM)
+        finish(p)
+    mine = Path(f"/proc/{zygote_pid(tmp_path)}/cmdline").read_bytes().split(b"\0")
+    assert mine[1].endswith(b"zygote.py") and mine[-2] == b"t" * TITLE_BYTES
 
 
 def test_what_it_must_not_serve_starts_cold_with_one_line(zygote, tmp_path):
