@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 from launcher.backends.base import TaskHandle
@@ -46,6 +47,25 @@ class AttemptGroup:
         self.stacks: dict[str, list[str]] = {}  # key -> its stack lines since ``collect`` asked
         self.stacks_at: dict[str, float] = {}  # key -> when its last stack line came
         self.lock = threading.Lock()
+
+    def state_notes(self, keys) -> dict[str, str]:
+        """``keys``' state notes (``TaskHandle.state_note``), asked all at once (at most 64 at a
+        time): on ssh each is a command on the task's host, and asked one after another they put
+        the group's size in round trips between a death and its restart, or a hang and its finding
+        (7 on 8 hosts: 0.23 s of a 2.5 s warm recovery here)."""
+        return self._each(list(keys), lambda k: self.handles[k].state_note(), "state-note")
+
+    def signal_processes(self, signals: dict[str, int]) -> None:
+        """Each task's own process sent its signal (``TaskHandle.signal_process``: the stacks'),
+        all at once, as ``state_notes``."""
+        self._each(list(signals), lambda k: self.handles[k].signal_process(signals[k]), "signal")
+
+    @staticmethod
+    def _each(keys: list, ask, name: str) -> dict:
+        if len(keys) < 2:
+            return {k: ask(k) for k in keys}
+        with ThreadPoolExecutor(max_workers=min(len(keys), 64), thread_name_prefix=name) as pool:
+            return dict(zip(keys, pool.map(ask, keys)))
 
     def new_process(self, key: str) -> None:
         """``key`` starts (again): an empty tail, active now, its own save marks."""

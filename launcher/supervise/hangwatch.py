@@ -123,9 +123,10 @@ class HangWatch:
                      if exits.get(k) is None and hang_watched(k)
                      and now - max(since, self.group.activity.get(k, now)) > limit]
         # A task that counts (it imported TensorFlow) is watched by its count (``stalled``), unless stopped.
-        stale = [(t, k) for t, k in stale if k not in self.group.counting or self.group.handles[k].state_note()]
+        notes = self.group.state_notes([k for _, k in stale])
+        stale = [(t, k) for t, k in stale if k not in self.group.counting or notes[k]]
         for _, key in sorted(stale):
-            if self.group.handles[key].state_note():
+            if notes[key]:
                 return key
         quiet = [(t, k) for t, k in stale if not silent_by_design(self.plan().strategy, k)]
         return sorted(quiet)[0][1] if quiet else None
@@ -133,7 +134,7 @@ class HangWatch:
     def find(self, attempt: int, exits: dict, stall: Stall) -> Finding:
         """Take every live task's stacks, write them to the record, and decide the culprit."""
         live = [k for k in self.group.handles if exits.get(k) is None]
-        stopped = {k: note for k in live if (note := self.group.handles[k].state_note())}
+        stopped = {k: note for k, note in self.group.state_notes(live).items() if note}
         stacks = self.take_stacks([k for k in live if k not in stopped])  # (a stopped one would answer late)
         for key, text in self.with_native(stacks).items():
             try:
@@ -153,7 +154,7 @@ class HangWatch:
         with ``done`` (the time, each task's note) written last."""
         where = live_stacks_dir(self.record.dir)
         live = [k for k in self.group.handles if exits.get(k) is None]
-        stopped = {k: note for k in live if (note := self.group.handles[k].state_note())}
+        stopped = {k: note for k, note in self.group.state_notes(live).items() if note}
         stacks = self.take_stacks([k for k in live if k not in stopped])
         notes = {}
         for key in live:
@@ -202,8 +203,7 @@ class HangWatch:
         if not asked:
             return {}
         self.group.collect(asked)
-        for key, sig in asked.items():
-            self.group.handles[key].signal_process(sig)
+        self.group.signal_processes(asked)
         deadline = self.clock() + STACKS_WAIT
         while self.clock() < deadline:
             with self.group.lock:

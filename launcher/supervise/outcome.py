@@ -11,7 +11,6 @@ console and an attempt's failure.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 from launcher.plan.build import Plan
@@ -51,13 +50,8 @@ class Reporter:
         return self.group.handles[key].state_note()
 
     def state_notes(self, keys: Sequence[str]) -> dict[str, str]:
-        """``keys``' state notes, asked all at once (at most 64 at a time): on ssh each is a command
-        on the task's host, and asked one after another they put the group's size in round trips
-        between a death and the restart (7 on 8 hosts: 0.23 s of a 2.5 s warm recovery here)."""
-        if len(keys) < 2:
-            return {k: self.state_note(k) for k in keys}
-        with ThreadPoolExecutor(max_workers=min(len(keys), 64), thread_name_prefix="state-note") as ex:
-            return dict(zip(keys, ex.map(self.state_note, keys)))
+        """``keys``' state notes, asked all at once (AttemptGroup.state_notes)."""
+        return self.group.state_notes(keys)
 
     def fail_exit(self, attempt: Attempt, failed: tuple, exits: dict, started: float) -> None:
         """An exit failed the attempt: blame the root cause (launcher/supervise/blame.py)."""

@@ -169,3 +169,29 @@ def test_the_quoted_line_drops_its_comment_and_padding_and_escapes_what_it_holds
     assert "\x1b" not in code_at(str(path), 4) and "\\x1b]0;owned" in code_at(str(path), 4)
     assert len(code_at(str(path), 5, limit=60)) < 100 and "characters cut" in code_at(str(path), 5, limit=60)
     assert code_at(str(tmp_path / "gone.py"), 1) == ""
+
+
+def test_the_tasks_states_and_the_stacks_signal_are_asked_of_every_host_at_once():
+    """On ssh each state note and each stacks' signal is a round trip to the task's host: a hang's
+    finding asks them all at once, not one host after another. Each fake handle waits at a barrier
+    of all 12: asked one by one, the first would wait alone and break it."""
+    import threading
+
+    keys = [f"worker:{i}" for i in range(12)]
+    barrier = threading.Barrier(len(keys), timeout=10)
+    sent: dict[str, int] = {}
+    group = AttemptGroup(Clock())
+    for key in keys:
+        group.handles[key] = SimpleNamespace(
+            state_note=lambda k=key: (barrier.wait(), "process is stopped (SIGSTOP?)" if k == "worker:3" else "")[1],
+            signal_process=lambda sig, k=key: (barrier.wait(), sent.__setitem__(k, sig)))
+    assert group.state_notes(keys) == {k: ("process is stopped (SIGSTOP?)" if k == "worker:3" else "") for k in keys}
+    barrier.reset()
+    group.signal_processes({k: 12 for k in keys})
+    assert sent == {k: 12 for k in keys}
+    barrier.reset()
+    hw = HangWatch(group=group, backend=None, record=None, plan=lambda: SimpleNamespace(strategy="multi_worker_mirrored"),
+                   watchdog=Watchdog(hang_timeout=30.0, startup_timeout=300.0), clock=group.clock)
+    for key in keys:
+        group.activity[key] = 900.0  # all silent for 100 s, none counting: the stopped one is named
+    assert hw.silent(1000.0, {}, since=800.0) == "worker:3"
