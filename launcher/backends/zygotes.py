@@ -5,8 +5,9 @@ standbys alike. So the host imports TensorFlow once, not once a process, and a s
 its wrapper until promoted (taskwrap.py --standby-defer: the fork is made then, in the promoted
 environment), about 15 MB (BENCHMARKS.md, "A zygote").
 
-Only where the run keeps warm standbys (the task's environment has ``TFCLUSTER_ZYGOTE=1``, set by
-the supervisor): ``restart.warm_standby: false`` starts every task as its own process, as before.
+Unless ``restart.warm_standby`` is false (the task's environment has ``TFCLUSTER_ZYGOTE=1``, set by
+the supervisor: supervise/starts.py), whether the run keeps standbys or not: ``restart.warm_standby:
+false`` starts every task as its own process.
 A task that is not a Python script or module (after the stub) or whose script does not use
 TensorFlow (launcher/contract/usestf.py) starts as its own process too: a zygote would give it
 nothing. The zygote runs under the wrapper like a task (its lifeline: it ends with this

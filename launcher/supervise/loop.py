@@ -100,7 +100,9 @@ class Supervisor:
             refused=(backend.hosts.standby_off(given.spec) if given.spec is not None
                      and backend.capabilities.warm_standby else None))
         # The tasks' starts: promoted or cold, recorded (starts.py).
-        self.starter = Starter(ctx, self.group, self.members, self.standby, self.output, warm=standby_on)
+        # The host's zygote (local) forks the tasks that use TensorFlow unless warm_standby is false.
+        self.starter = Starter(ctx, self.group, self.members, self.standby, self.output,
+                               zygote=standby_on or restart.warm_standby is not False)
         # A failed attempt's report, the run's outcome and final report (outcome.py).
         self.report = Reporter(ctx, self.group, self.members, self.standby, self.attempts)
         # When and where the next attempt's standbys start (prewarm.py).

@@ -175,9 +175,13 @@ def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
     from launcher.plan.elastic import elastic_enabled
 
     cls = backend_class(spec.backend)
-    _, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
-                    elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)),
-                    refused=cls.standby_off(spec) if cls.capabilities.warm_standby else None)
+    on, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
+                     elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)),
+                     refused=cls.standby_off(spec) if cls.capabilities.warm_standby else None)
+    if not on and cls.name == "local" and spec.restart.warm_standby is not False:
+        # launcher/backends/zygotes.py: the zygote serves a run without standbys too.
+        why += ("; its Python tasks that use TensorFlow are still forked from the run's zygote, which imports "
+                "TensorFlow once (restart.warm_standby: false starts each as its own process)")
     return f"warm standby: {why}"
 
 

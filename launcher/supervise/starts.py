@@ -27,16 +27,17 @@ from launcher.supervise.standby import WarmStandby, stub_command
 
 class Starter:
     def __init__(self, ctx: RunContext, group: AttemptGroup, members: Membership, standby: WarmStandby,
-                 output: TaskOutput, warm: bool = False) -> None:
-        """``warm``: the run keeps warm standbys (standby.decide), so its tasks may be forked by
-        their host's zygote (launcher/remote/zygote.py), where the backend keeps one."""
+                 output: TaskOutput, zygote: bool = False) -> None:
+        """``zygote``: the run's tasks may be forked by their host's zygote (launcher/remote/zygote.py),
+        where the backend keeps one: unless restart.warm_standby is false, whether or not the run
+        keeps standbys (one import of TensorFlow for the host's tasks costs less than one each)."""
         self.ctx, self.group, self.members, self.standby, self.output = ctx, group, members, standby, output
-        self.warm = warm
+        self.zygote = zygote
 
     def env(self, number: int) -> dict[str, str]:
         """What attempt ``number``'s tasks are told besides the plan's environment."""
         env = {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.ctx.record.run_id}
-        if self.warm:
+        if self.zygote:
             env[envnames.ZYGOTE] = "1"
         return env
 

@@ -126,3 +126,20 @@ def test_plan_says_whether_standby_is_on(tmp_path):
     # slurm keeps one more job step per task (launcher/backends/slurm/standby.py); off only where GPU
     # tasks divide a node's GPUs (tests/unit/backends/slurm/test_slurm_standby.py)
     assert lines["slurm"].startswith("warm standby: on (auto: tfcluster's worker)")
+
+
+@pytest.mark.parametrize("restart, zygote", [("{max_restarts: 0}", True), ("{max_restarts: 0, warm_standby: false}", False),
+                                             ("{max_restarts: 2, warm_standby: false}", False)])
+def test_the_local_plan_says_its_tasks_are_forked_from_the_zygote_without_standbys_unless_told_not_to(tmp_path, restart,
+                                                                                                   zygote):
+    from launcher.app.up import plan_for
+    from launcher.loader.load import parse_spec
+    from launcher.supervise.standby import plan_line
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: g\nstrategy: multi_worker_mirrored\nentrypoint: python -m worker\ntasks: {{worker: 2}}\n"
+                    f"restart: {restart}\n")
+    spec = parse_spec(path.read_text(), str(path))
+    line = plan_line(spec, plan_for(spec).tasks)
+    assert line.startswith("warm standby: off")
+    assert ("still forked from the run's zygote" in line) is zygote, line
