@@ -168,7 +168,11 @@ def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
                                                     r"2 replica\(s\), global batch \d+\)", strategy[0]), strategy
         assert "tfcluster-step " not in whole and "tfcluster-epoch" not in whole and "tfcluster-start" not in whole
         assert "tfcluster-epoch epoch=2 " in (run_dir(spec) / "logs" / "worker-0.log").read_text()
-        assert "Could not find cuda drivers" in (run_dir(spec) / "logs" / "worker-0.log").read_text()
+        # The noise is kept where TensorFlow was imported: the run's zygote (launcher/remote/zygote.py)
+        # imported it once for both workers, and says it in the run dir's zygote.log.
+        kept = [(run_dir(spec) / name).read_text() for name in ("logs/worker-0.log", "zygote.log")
+                if (run_dir(spec) / name).exists()]
+        assert any("Could not find cuda drivers" in text for text in kept), kept
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=10)
         run_id = run_dir(spec).name if run_dir(spec).exists() else None
