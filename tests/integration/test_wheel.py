@@ -98,7 +98,7 @@ def test_the_wheel_in_a_fresh_virtualenv_runs_the_demo_beside_a_users_worker_py(
         assert f"[{key}] tfcluster-result task={key} " in up.stdout
     # The console script forked from the run's zygote (launcher/backends/zygotes.py as_exec), its
     # worker the wheel's: the user's worker.py beside the spec never ran (above).
-    (log,) = (user / "runs" / "demo").glob("*/zygote.log")
+    (log,) = {p.resolve() for p in (user / "runs" / "demo").glob("*/zygote.log")}  # (the run's dir and `latest`)
     assert "tfcluster-zygote ready" in log.read_text() and "started without the zygote" not in out, out[-3000:]
 
     # The same file under `python -m worker` would have been the user's: validate says so.
