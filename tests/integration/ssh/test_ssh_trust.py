@@ -50,8 +50,10 @@ def test_down_leaves_alone_a_process_a_planted_pid_file_names_and_stops_the_runs
         tail = f"sshtest/{run_dir.name}/pids/worker-8.0.pid"
         tagged = _victim("sh", "-c", "sleep 300 & wait", tail)
         victims += [plain, tagged]
-        child = int(subprocess.run(["pgrep", "-P", str(tagged.pid)], capture_output=True, text=True,
-                                   timeout=10).stdout.split()[0])
+        # (its shell shows in /proc before it has forked the sleep: wait for the child itself)
+        child = int(wait_for(lambda: subprocess.run(["pgrep", "-P", str(tagged.pid)], capture_output=True, text=True,
+                                                    timeout=10).stdout.split(), 10, interval=0.02,
+                             what=f"the tagged victim {tagged.pid}'s child (sleep)")[0])
         (run_dir / "pids" / "worker-9.0.pid").write_text(f"{plain.pid} {plain.pid} {_start_ticks(plain.pid)}\n")
         (run_dir / "pids" / "worker-8.0.pid").write_text(f"{tagged.pid} {child} {_start_ticks(tagged.pid)}\n")
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher is gone: down finds the tasks by the record
