@@ -9,7 +9,7 @@ import threading
 DEFAULT = "metadata.google.internal"
 PATH = "/computeMetadata/v1/instance/preempted"
 BODY = 64  # bytes of the reply read: TRUE or FALSE
-ETAG = re.compile(r"^[0-9A-Za-z_.-]{1,128}$")
+ETAG = re.compile(r"[0-9A-Za-z_.-]{1,128}")  # (fullmatch)
 
 
 def metadata_host(mode: str) -> str:

@@ -54,6 +54,9 @@ def _liveness(step):
 # launcher/contract/usestf.py's text goes here (stub_command): whether the script uses TensorFlow.
 # @USESTF@
 
+# launcher/remote/promotion.py's text goes here (stub_command): the promoted environment.
+# @PROMOTION@
+
 
 def _main():
     argv = sys.argv[1:]
@@ -103,19 +106,7 @@ def _standby(target, module):
     # Waits for the host to idle, imports at the lowest priority, returns once promoted with every
     # thread at the normal priority again (wait_as_standby: launcher/contract/standbyprio.py's text, above).
     wait_as_standby(imports, heavy)
-    os.environ.pop(STANDBY, None)
-    path = os.environ.pop(STANDBY_ENV, "")
-    if path:
-        import json
-
-        try:
-            with open(path, encoding="utf-8") as fh:
-                env = json.load(fh)
-            os.unlink(path)
-            os.environ.update({str(k): str(v) for k, v in env.items()})
-        except (OSError, ValueError) as exc:
-            print(f"tfcluster-standby: warning: promotion file {path}: {exc}; keeping the environment it "
-                  "started with", file=sys.stderr, flush=True)
+    take_promotion(STANDBY, STANDBY_ENV, lambda line: print(line, file=sys.stderr, flush=True))
     print("tfcluster-standby promoted", flush=True)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
 

@@ -9,6 +9,8 @@ import socket
 import struct
 import time
 
+import promotion  # shipped beside this file (launcher/remote/__init__.py TASK_FILES)
+
 
 def check(path: str, argv: list, env: dict, cwd: str, wait: float) -> str:
     """Whether the zygote at ``path`` would serve ``argv`` (its imports done): "" where it would,
@@ -132,16 +134,6 @@ def defer_standby(path: str, argv: list, wait: float, names: str, blocked: set, 
     got = signal.sigwait(blocked)
     if got != signal.SIGUSR1:
         return int(got)
-    os.environ.pop(standby, None)
-    promotion = os.environ.pop(standby_env, "")
-    if promotion:
-        try:
-            with open(promotion, encoding="utf-8") as fh:
-                env = json.load(fh)
-            os.unlink(promotion)
-            os.environ.update({str(k): str(v) for k, v in env.items()})
-        except (OSError, ValueError, AttributeError) as exc:
-            say(f"tfcluster-standby: warning: promotion file {promotion}: {exc}; keeping the environment it "
-                "started with\n", 2)
+    promotion.take_promotion(standby, standby_env, lambda line: say(line + "\n", 2))
     say("tfcluster-standby promoted\n", 1)
     return ""

@@ -101,7 +101,8 @@ def _stub_source() -> str:
             .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live))
             .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8"))
             .replace("# @PORTCHECK@\n", Path(portcheck.__file__).read_text(encoding="utf-8"))
-            .replace("# @USESTF@\n", Path(usestf.__file__).read_text(encoding="utf-8")))
+            .replace("# @USESTF@\n", Path(usestf.__file__).read_text(encoding="utf-8"))
+            .replace("# @PROMOTION@\n", source("promotion.py")))
 
 
 def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
