@@ -95,22 +95,30 @@ def test_an_entrypoint_that_is_not_a_python_script_is_not_pre_started_by_default
     assert_no_processes(spec)
 
 
-@pytest.mark.parametrize("how", ["failure", "ctrl-c", "down"])
+@pytest.mark.parametrize("how", ["success", "failure", "ctrl-c", "down"])
 def test_no_standby_outlives_the_run(tmp_path, how):
-    """Standbys waiting when the run ends: a permanent failure (exit 143 made permanent), Ctrl-C,
-    and `tfcluster down` after the launcher was SIGKILLed (its lifeline pipes close as well)."""
+    """Standbys waiting when the run ends: success (a restart promotes the first ones; the next
+    attempt's, kept for the restart still allowed, go unused), a permanent failure (exit 143 made
+    permanent), Ctrl-C, and `tfcluster down` after the launcher was SIGKILLed (its lifeline pipes
+    close as well)."""
     restart = "{max_restarts: 2, warm_standby: true, permanent_exit_codes: [143]}"
     spec = spec_for(tmp_path, "ack", restart=restart)
-    if how == "failure":
+    if how == "success":
+        act = lambda p: kill_task(spec, "worker:1", signal.SIGKILL)  # noqa: E731
+    elif how == "failure":
         act = lambda p: kill_task(spec, "worker:1", signal.SIGTERM)  # noqa: E731
     elif how == "ctrl-c":
         act = lambda p: p.send_signal(signal.SIGINT)  # noqa: E731
     else:
         act = lambda p: p.kill()  # noqa: E731
     code, out = run_and_act(spec, when_both_ready(act), timeout=60)
-    assert code == {"failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
+    assert code == {"success": 0, "failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
     if how == "down":
         tfcluster("down", str(spec), timeout=60)
     else:
         assert "standby_stopped" in [e["event"] for e in events(spec)]
+    if how == "success":  # attempt 1's own standbys (started after the promotion) were stopped unused
+        kinds = [e["event"] for e in events(spec)]
+        last = len(kinds) - 1 - kinds[::-1].index("standby_start")
+        assert kinds.index("standby_promoted") < last < kinds.index("standby_stopped", last), kinds
     assert_no_processes(spec)
