@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from tests.support.prereq import require_tool
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration]
 
@@ -71,8 +72,8 @@ def test_a_pipe_gets_plain_prefixed_lines_without_noise_or_escape_codes_and_the_
     assert err[-1].startswith("tfcluster: run succeeded after 1 attempt(s)")
 
     # The same facts in events.jsonl.
-    events = [json.loads(line) for line in (logs_dir.parent / "events.jsonl").read_text().splitlines()]
-    outcome = [e for e in events if e["event"] == "outcome"][-1]
+    events = read_records(logs_dir.parent)
+    outcome = [e for e in events if isinstance(e, ev.RunOutcome)][-1]
     assert outcome["tasks"]["worker:0"] == {"state": "succeeded", "exit_code": 0, "attempts": 1, "steps_run": 4,
                                             "global_step": 4, "examples_per_sec": 100.0, "loss": 0.4,
                                             "accuracy": 0.8}

@@ -4,8 +4,8 @@ promoted. Every case ends with no process of the run left.
 
 What the supervisor decides from an exit code or a silence (exit 1 not retried, restart.max_restarts
 spent, the startup and hang watchdogs naming a task, unused standbys stopped) is checked at unit
-speed through the real supervisor with scripted tasks: tests/unit/supervise/test_policy_scripted.py
-and test_supervisor_scripted.py; a SIGSTOPped peer named as the root cause by its process state,
+speed through the real supervisor with scripted tasks (tests/unit/supervise/test_supervisor_scripted.py,
+"decisions once checked with TensorFlow"); a SIGSTOPped peer named as the root cause by its process state,
 with real TensorFlow, in test_faults.py."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import signal
 import pytest
 
 from tests.support.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
@@ -37,8 +38,8 @@ def test_sigkill_mid_epoch_group_restart_resumes_at_step(tmp_path, tfds_dir):
     # Killed after global step 40 (epoch 1, step 10) with a backup every 5 steps.
     assert resumed["epoch"] == "1" and int(resumed["global_step"]) >= 35, resumed
     assert int(resumed["step"]) == int(resumed["global_step"]) - 30
-    kinds = [e["event"] for e in events(spec)]
-    assert kinds.count("restart") == 1 and events(spec)[-1]["outcome"] == "succeeded"
+    kinds = [type(e) for e in events(spec)]
+    assert kinds.count(ev.GroupRestart) == 1 and events(spec)[-1]["outcome"] == "succeeded"
     assert_no_processes(spec)
 
 
@@ -144,11 +145,11 @@ def test_warm_standby_is_promoted_on_group_restart(tmp_path, tfds_dir):
                                    (r"\[worker:1\] tfcluster-step epoch=[1-5] step=\d+ ",
                                     lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
     assert code == 0, out[-4000:]
-    ev = events(spec)
-    standby = [e for e in ev if e["event"] == "standby_start"]
+    recorded = events(spec)
+    standby = [e for e in recorded if isinstance(e, ev.StandbyStart)]
     assert len(standby) == 1 and standby[0]["attempt"] == 1
-    promoted = {e["task"]: e["pid"] for e in ev if e["event"] == "standby_promoted"}
-    restarted = {e["task"]: e["pid"] for e in ev if e["event"] == "start" and e["attempt"] == 1}
+    promoted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.StandbyPromoted)}
+    restarted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.Start) and e["attempt"] == 1}
     assert promoted == restarted == {k: v for k, v in standby[0]["pids"].items()}  # the very processes
     assert "[worker:0] tfcluster-standby promoted" in out
     assert int(progress(out, "start")[1]["global_step"]) >= 30

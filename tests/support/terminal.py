@@ -12,12 +12,14 @@ from tests.support.cli import terminal_command
 from tests.support.prereq import require_tool
 from tests.support.processes import alive
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 
 def outcome(run: Path) -> Optional[dict]:
     """The ``outcome`` event of the run record ``run``, or None while there is none."""
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
-    return next((e for e in events if e["event"] == "outcome"), None)
+    events = read_records(run)
+    return next((e for e in events if isinstance(e, ev.RunOutcome)), None)
 
 
 def up_in_a_terminal_closed_when(spec: Path, latest: Path, ready: Callable[[], object], what: str) -> dict:

@@ -19,6 +19,8 @@ from tests.support.waits import wait_for
 
 from .conftest import PY
 from .conftest import task_processes
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
 GROUP_TASK = str(ROOT / "tests" / "support" / "group_task.py")
@@ -59,8 +61,8 @@ def test_discovery_adds_a_host_ignores_garbage_and_moves_the_task_of_a_host_that
     run = spec.parent / "runs" / "sshtest" / "latest"
     assert [t["host"] for t in json.loads((run / "plan.json").read_text())["tasks"]] == ["h1", "h2"]
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1", "h3"]
-    recorded = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    found = [(e["ok"], e.get("added"), e.get("gone")) for e in recorded if e["event"] == "discovery"]
+    recorded = read_records(run)
+    found = [(e["ok"], e.get("added"), e.get("gone")) for e in recorded if isinstance(e, ev.DiscoveryAnswer)]
     assert found == [(True, ["h3"], []), (False, None, None), (True, [], ["h2"])], found
-    assert not [e for e in recorded if e["event"] in ("restart", "failure")]  # no failure: a membership change
+    assert not [e for e in recorded if isinstance(e, (ev.GroupRestart, ev.Failure))]  # no failure: a membership change
     wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")

@@ -27,6 +27,8 @@ from tests.support.cli import ROOT, tfcluster
 
 from tests.support.ssh_helpers import NOTICE, private_state, bring_back
 from .conftest import PY, task_processes
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
 GROUP_TASK = str(ROOT / "tests" / "support" / "group_task.py")
@@ -58,19 +60,19 @@ def session_lost(spec, background: Background, host: str) -> str:
     """The pattern of ``host``'s loss: its session lost while its sshd still answered. (A
     launcher that looked only after the notice, on a machine loaded beyond it, finds it not
     answering; the host_lost event's time tells which.)"""
-    lost = next(e for e in events_of(spec) if e["event"] == "host_lost" and e["host"] == host)
+    lost = next(e for e in events_of(spec) if isinstance(e, ev.HostLost) and e["host"] == host)
     state = "still" if lost["time"] < background.went[host] else "(?:still|not)"
     return rf"session lost at \d\d:\d\d:\d\d, host {state} answering"
 
 
-def events_of(spec) -> list[dict]:
+def events_of(spec) -> list[ev.RecordEvent]:
     run = spec.parent / "runs" / "sshtest" / "latest"
-    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    return read_records(run)
 
 
 def last_hosts(events) -> dict[str, str]:
     """The host each task last ran on (its last start event)."""
-    return {e["task"]: e["host"] for e in events if e["event"] == "start"}
+    return {e["task"]: e["host"] for e in events if isinstance(e, ev.Start)}
 
 
 def nothing_left(lab) -> None:
@@ -125,10 +127,10 @@ def test_a_spare_replaces_a_host_shutting_down_without_spending_a_restart(lab, m
     # it had saved and exited on its own before the supervisor noticed the lost session (an
     # ``exit`` event of attempt 0, 143, written before the failure's: no one left to stop, no line).
     recorded = events_of(spec)
-    replanned = next(e["time"] for e in recorded if e["event"] == "replan")
-    (end,) = [e for e in recorded if e.get("task") == other_key and e["event"] in ("exit", "stopped")
+    replanned = next(e["time"] for e in recorded if isinstance(e, ev.Replan))
+    (end,) = [e for e in recorded if e.get("task") == other_key and isinstance(e, (ev.Exit, ev.Stopped))
               and e.get("attempt", 0) == 0 and e["time"] <= replanned]
-    if end["event"] == "stopped":
+    if isinstance(end, ev.Stopped):
         assert re.search(rf"stopping {other_key} \(SIGTERM; a save they start within \d+\.\d s is awaited", out), \
             out[-4000:]
     else:
@@ -152,8 +154,8 @@ def test_a_spare_replaces_a_host_shutting_down_without_spending_a_restart(lab, m
     assert second["cluster"]["worker"][int(key[-1])].startswith(lab.host("h3").address + ":")
     recorded = events_of(spec)
     assert last_hosts(recorded) == {key: "h3", other_key: other}
-    kinds = [e for e in recorded if e["event"] in ("host_lost", "replan", "restart")]
-    assert [e["event"] for e in kinds] == ["host_lost", "replan"], kinds
+    kinds = [e for e in recorded if isinstance(e, (ev.HostLost, ev.Replan, ev.GroupRestart))]
+    assert [type(e) for e in kinds] == [ev.HostLost, ev.Replan], kinds
     assert kinds[0]["host"] == down and kinds[1]["moved"] == {key: {"from": down, "to": "h3"}}, kinds
     assert "plans used: 1: h1, h2" in out and f"2: {other}, h3 ({down}: session lost at " in out, out[-3000:]
     assert f"{key} moved to h3 (spare); resumed at step {n0}, {redone} steps redone)" in out, out[-3000:]
@@ -194,9 +196,9 @@ def test_with_no_spare_and_no_min_the_group_restarts_on_the_rebooted_host_spendi
             "backup") in out, out[-4000:]
     assert "restart.max_restarts is 0" not in out and "worker:1 failed" not in out
     recorded = events_of(spec)
-    assert not [e for e in recorded if e["event"] in ("restart", "replan")]
-    assert [e["event"] for e in recorded if e["event"] in ("host_lost", "host_added")] == ["host_lost", "host_added"]
-    lost, added = [e for e in recorded if e["event"] in ("host_lost", "host_added")]
+    assert not [e for e in recorded if isinstance(e, (ev.GroupRestart, ev.Replan))]
+    assert [type(e) for e in recorded if isinstance(e, (ev.HostLost, ev.HostAdded))] == [ev.HostLost, ev.HostAdded]
+    lost, added = [e for e in recorded if isinstance(e, (ev.HostLost, ev.HostAdded))]
     assert added["time"] - lost["time"] >= NOTICE + 2, (lost, added)  # not while its sshd lingered
     assert last_hosts(recorded) == {"worker:0": "h1", "worker:1": "h2"}
     assert sorted(p.name for p in out_dir.iterdir()) == ["0-2-worker-0", "0-2-worker-1", "1-2-worker-0",
@@ -230,9 +232,9 @@ def test_a_host_that_keeps_dropping_its_sessions_ends_the_run_at_max_host_losses
                                          r"than elastic.max_host_losses=2", lines[0]), out[-4000:]
     assert out.count("h2 answers again") == 2 and "restarting the whole group" not in out, out[-4000:]
     recorded = events_of(spec)
-    assert len([e for e in recorded if e["event"] == "host_lost"]) == 3 and not [
-        e for e in recorded if e["event"] == "restart"]
-    assert [e for e in recorded if e["event"] == "outcome"][0]["reason"] == lines[0].split("error: ", 1)[1]
+    assert len([e for e in recorded if isinstance(e, ev.HostLost)]) == 3 and not [
+        e for e in recorded if isinstance(e, ev.GroupRestart)]
+    assert [e for e in recorded if isinstance(e, ev.RunOutcome)][0]["reason"] == lines[0].split("error: ", 1)[1]
     assert drops and drops[0] >= 3, drops
     nothing_left(lab)
 
@@ -287,11 +289,11 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     assert int(res["steps_run"]) == epochs * steps - grown, res
     assert f"resumed at step {grown}, 0 steps redone" in out, out[-3000:]
     run = spec.parent / "runs" / "sshtest" / "latest"
-    recorded = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    kinds = [e["event"] for e in recorded if e["event"] in ("host_lost", "replan", "host_added", "restart")]
-    assert kinds == ["host_lost", "replan", "host_added", "replan"], kinds
+    recorded = read_records(run)
+    kinds = [type(e) for e in recorded if isinstance(e, (ev.HostLost, ev.Replan, ev.HostAdded, ev.GroupRestart))]
+    assert kinds == [ev.HostLost, ev.Replan, ev.HostAdded, ev.Replan], kinds
     # The flapping host was not used before it had answered for elastic.settle without a break.
-    [added] = [e for e in recorded if e["event"] == "host_added"]
+    [added] = [e for e in recorded if isinstance(e, ev.HostAdded)]
     assert settled_from and added["time"] >= settled_from[0] + NOTICE + 2 - 1.0, (added, settled_from)  # (probe: ~1 s)
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1"]
     assert [t["host"] for t in json.loads((run / "plan-3.json").read_text())["tasks"]] == ["h1", "h2"]
@@ -337,6 +339,6 @@ def test_pss_goes_on_with_the_workers_left_when_a_worker_host_shuts_down(lab, ma
     assert 80 <= int(res["global_step"]) <= 81 and (res["epochs_run"], res["steps_run"]) == ("1", "40"), res
     recorded = events_of(spec)
     assert last_hosts(recorded) == {"chief:0": "h1", "ps:0": "h1", "worker:0": "h2", "worker:1": "h3"}
-    assert [e["task"] for e in recorded if e["event"] == "start"][-3:] == ["chief:0", "worker:0", "ps:0"]
-    assert not [e for e in recorded if e["event"] in ("restart", "task_restart")]
+    assert [e["task"] for e in recorded if isinstance(e, ev.Start)][-3:] == ["chief:0", "worker:0", "ps:0"]
+    assert not [e for e in recorded if isinstance(e, (ev.GroupRestart, ev.TaskRestart))]
     nothing_left(lab)
