@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -113,7 +114,7 @@ def _wait_screen(sock: str, predicate, timeout: float, what: str) -> str:
 def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
     require_tool("tmux", "tmux")
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 20 --step-delay 0.15")
-    sock = f"tfcluster-test-{tmp_path.name}"
+    sock = f"tfcluster-test-{os.getpid()}-{tmp_path.name}"  # (suites side by side share tmp_path names)
     command = terminal_command("up", spec) + "; echo TFCLUSTER-EXIT=$?; sleep 600"
     subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45", command],
                    check=True, timeout=10)

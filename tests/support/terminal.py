@@ -4,6 +4,7 @@ closes it (SIGHUP, the live panel's writes failing), and the run's outcome as it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Callable, Optional
@@ -27,7 +28,7 @@ def up_in_a_terminal_closed_when(spec: Path, latest: Path, ready: Callable[[], o
     up to 240 s, ``what`` naming it). ``latest`` is the run's ``latest`` link. Returns the outcome
     the run recorded, once the launcher has exited."""
     require_tool("tmux", "tmux")
-    sock = f"tfcluster-hup-{spec.parent.name}"
+    sock = f"tfcluster-hup-{os.getpid()}-{spec.parent.name}"  # (suites side by side share tmp_path names)
     subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45",
                     terminal_command("up", spec)], check=True, timeout=10)
     try:

@@ -12,6 +12,7 @@ tests/unit/supervise/test_supervisor_scripted.py."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -344,7 +345,7 @@ def test_on_a_terminal_the_wait_below_min_counts_down_from_its_record_event(lab,
     require_tool("tmux", "tmux")
     spec = make_spec([PY, "-c", "print('up', flush=True)"], hosts=["h1", "h2"], tasks={"worker": {"count": 2, "min": 2}},
                      restart={"max_restarts": 0}, elastic={"host_wait": 12})
-    sock = f"tfcluster-test-{tmp_path.name}"
+    sock = f"tfcluster-test-{os.getpid()}-{tmp_path.name}"  # (suites side by side share tmp_path names)
     command = terminal_command("up", spec) + "; echo TFCLUSTER-EXIT=$?; sleep 600"
     cut(lab, "h2")
     try:
