@@ -19,7 +19,6 @@ the moment the first SIGTERM is sent. Prints each trial, the medians and the loa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -36,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchlib import BackgroundUp  # noqa: E402
+import launcher.record.events as ev  # noqa: E402
+from launcher.record.reader import read_events  # noqa: E402
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 NOTICE = 10.0
@@ -138,7 +139,7 @@ def trial_hot_spare(lab: Lab, work: Path, warm: bool) -> dict:
 
 MARKS = re.compile(r"\[worker:\d\] (tfcluster-standby promoted|tfcluster-(start|first_step) |worker: worker:\d "
                    r"multi_worker|state: copied)")
-QUIET = {"task_gpus", "progress", "log_line", "task_progress"}
+QUIET = (ev.TaskGpus, ev.OtherEvent)  # (a kind this version does not write: an older record's progress lines)
 
 
 def timeline(run: Run, work: Path, t0: float) -> list[str]:
@@ -146,13 +147,12 @@ def timeline(run: Run, work: Path, t0: float) -> list[str]:
     marks of the task lines (as they reached the launcher's console), for --timeline."""
     rows = []
     for path in work.glob("runs/*/latest/events.jsonl"):
-        for text in path.read_text().splitlines():
-            e = json.loads(text)
-            if e["event"] in QUIET or e.get("time", 0) < t0 - 0.5:
+        for e in read_events(path.parent, strict=True):
+            if isinstance(e, QUIET) or (e.time or 0) < t0 - 0.5:
                 continue
             what = " ".join(f"{k}={e[k]}" for k in ("task", "host", "endpoint", "reason", "how", "code", "seconds")
                             if k in e)
-            rows.append((e["time"], f"event {e['event']} {what}"[:150]))
+            rows.append((e.time, f"event {e.kind} {what}"[:150]))
     for at, line in run.lines:
         if at >= t0 and MARKS.search(line):
             m = re.search(r" time=([\d.]+)", line)

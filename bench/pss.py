@@ -16,7 +16,6 @@ With the default ``restart.warm_standby`` (auto) the relaunch is worker:1's stan
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ from pathlib import Path
 
 from benchlib import ROOT, write_spec
 from tests.support.processes import task_pid
+import launcher.record.events as ev
+from launcher.record.reader import read_events
 
 TIMEOUT = 400
 
@@ -103,15 +104,15 @@ def main() -> int:
             rd, died = run(tmp / f"kill{i}", tfds, "python -m worker --epochs 2 --steps-per-epoch 150 "
                            "--step-delay 0.2 --progress-every 1", kill_at=15 + 5 * i, warm=True)
             chief = (rd / "logs" / "chief-0.log").read_text()
-            events = [json.loads(l) for l in (rd / "events.jsonl").read_text().splitlines()]
-            relaunched = max(e["time"] for e in events if e["event"] == "start" and e["task"] == "worker:1")
+            events = read_events(rd, strict=True)
+            relaunched = max(e["time"] for e in events if isinstance(e, ev.Start) and e["task"] == "worker:1")
             server = float(lines((rd / "logs" / "worker-1.log").read_text(), "server")[-1]["time"])
             lost = float(lines(chief, "worker_lost")[0]["time"])
             back = float(lines(chief, "worker_recovered")[0]["time"])
             (res,) = lines(chief, "result")
             r = {"noticed": lost - died, "relaunch": relaunched - died, "server": server - died, "rejoin": back - died}
             rejoin.append(r)
-            promoted = any(e["event"] == "standby_promoted" and "worker:1" in str(e) for e in events)
+            promoted = any(isinstance(e, ev.StandbyPromoted) and "worker:1" in str(e) for e in events)
             print(f"trial {i + 1} SIGKILL worker:1 ({'its standby promoted' if promoted else 'cold'}): coordinator noticed {r['noticed']:.2f} s, relaunched "
                   f"{r['relaunch']:.2f} s, server up {r['server']:.2f} s, rejoined {r['rejoin']:.2f} s after death; "
                   f"training completed at global_step {res['global_step']} (of 300)", flush=True)

@@ -55,6 +55,8 @@ from pathlib import Path
 
 from benchlib import ROOT, BackgroundUp, load_average, write_spec
 from tests.support.processes import pids_with_env, task_pid
+import launcher.record.events as ev
+from launcher.record.reader import read_events
 
 TIMEOUT = 300
 STEP = re.compile(r"tfcluster-step epoch=\d+ step=\d+ global_step=(\d+)")
@@ -97,8 +99,8 @@ def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:
             proc.kill()
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}); see {run_dir}")
-    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines()]
-    relaunched = max(e["time"] for e in events if e["event"] == "start" and e["attempt"] == 1)
+    events = read_events(run_dir, strict=True)
+    relaunched = max(e["time"] for e in events if isinstance(e, ev.Start) and e["attempt"] == 1)
     texts = [(run_dir / "logs" / f"worker-{i}.log").read_text() for i in (0, 1)]
     before, after = texts[1].split("tfcluster-start", 2)[1], texts[1].split("tfcluster-start", 2)[2]
     last_before = max(int(m) for m in STEP.findall("tfcluster-start" + before)) if STEP.findall(before) else 0
@@ -265,8 +267,8 @@ class SlurmBackend:
         return path
 
     def kill(self, run_dir: Path) -> None:
-        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-        node = next(e["node"] for e in events if e["event"] == "start" and e["task"] == "worker:1")
+        events = read_events(run_dir, strict=True)
+        node = next(e["node"] for e in events if isinstance(e, ev.Start) and e["task"] == "worker:1")
         standbys = set(pids_with_env("TFCLUSTER_STANDBY", "1"))
         pids = [p for p in self.lab.node_pids(node) if p not in standbys
                 and b"-m\0worker" in Path(f"/proc/{p}/cmdline").read_bytes()]
@@ -335,9 +337,9 @@ def compare_trial(work: Path, warm: bool, backend) -> dict:
         raise SystemExit(f"warm trial not promoted (promoted: {promoted}); see {run_dir}:\n{out[-3000:]}")
     if not warm and (promoted or "tfcluster-standby" in log1):
         raise SystemExit(f"cold trial had a standby; see {run_dir}")
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    promos = [e for e in events if e["event"] == "standby_promoted" and e.get("began") is not None]
-    restart = next((e["time"] for e in events if e["event"] == "restart"), None)
+    events = read_events(run_dir, strict=True)
+    promos = [e for e in events if isinstance(e, ev.StandbyPromoted) and e.get("began") is not None]
+    restart = next((e["time"] for e in events if isinstance(e, ev.GroupRestart)), None)
     # The promotions of the restart: every host's at once (their spans overlap), each its own round trip.
     spread = ({"hosts": len(promos), "all": max(e["ended"] for e in promos) - min(e["began"] for e in promos),
                "longest": max(e["ended"] - e["began"] for e in promos),

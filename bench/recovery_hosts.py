@@ -30,7 +30,6 @@ costs, whatever serializes it).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -43,6 +42,8 @@ from pathlib import Path
 
 from benchlib import ROOT, BackgroundUp, load_average
 from tests.support.processes import task_pid
+import launcher.record.events as ev
+from launcher.record.reader import read_events
 
 PLAIN = ROOT / "tests" / "support" / "plain_tf_config.py"
 DELAY = 0.1  # seconds between the script's steps
@@ -106,7 +107,7 @@ def trial(work: Path, lab, n: int, warm: bool) -> dict:
             os.killpg(run.proc.pid, signal.SIGKILL)
     out = run.restarted_once(code, work, died)
     run_dir = (work / "runs" / "bench" / "latest").resolve()
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = read_events(run_dir, strict=True)
     acks = {k: run.wait_line(rf"\[{re.escape(k)}\] tfcluster-standby promoted", timeout=1, after=died)
             for k in keys if f"[{k}] tfcluster-standby promoted" in out}
     if warm and sorted(acks) != sorted(keys):
@@ -118,14 +119,14 @@ def trial(work: Path, lab, n: int, warm: bool) -> dict:
 
 def measure(events: list[dict], died: float, firsts: dict, acks: dict, load: str, n: int) -> dict:
     """The trial's figures from its record (events), the kill, and the lines' arrival times here."""
-    restart = next(e["time"] for e in events if e["event"] == "restart")
+    restart = next(e["time"] for e in events if isinstance(e, ev.GroupRestart))
     promos = {e["task"]: (e["began"], e["ended"]) for e in events
-              if e["event"] == "standby_promoted" and e.get("began") is not None}
-    starts = [e["time"] for e in events if e["event"] == "start" and e.get("attempt") == 1]
+              if isinstance(e, ev.StandbyPromoted) and e.get("began") is not None}
+    starts = [e["time"] for e in events if isinstance(e, ev.Start) and e.get("attempt") == 1]
     last_step = max(step for _, step in firsts.values())
     handed = max(acks.values()) if acks else max(starts)  # the launcher's part ends here
-    exit_at = next(e["time"] for e in events if e["event"] == "exit" and e["task"] == "worker:1")
-    failure = next(e["time"] for e in events if e["event"] == "failure")
+    exit_at = next(e["time"] for e in events if isinstance(e, ev.Exit) and e["task"] == "worker:1")
+    failure = next(e["time"] for e in events if isinstance(e, ev.Failure))
     r = {"n": n, "load": load, "noticed": exit_at - died, "blamed": failure - exit_at, "stopped": restart - failure, "at": time.strftime("%H:%M:%S", time.localtime(died)),
          "all_first": last_step - died, "killed_first": firsts["worker:1"][1] - died,
          "to_restart": restart - died, "launcher": handed - restart, "tf": last_step - handed,

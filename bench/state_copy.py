@@ -15,7 +15,6 @@ each have a private tmpfs state dir like VMs with their own disks. Needs root (t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -36,6 +35,8 @@ from launcher.backends.ssh.backend import SSHBackend  # noqa: E402
 from launcher.app.up import plan_for  # noqa: E402
 from launcher.remote.statesync import LATEST  # noqa: E402
 from launcher.loader.load import load_spec  # noqa: E402
+import launcher.record.events as ev  # noqa: E402
+from launcher.record.reader import read_events  # noqa: E402
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
 PY = sys.executable
@@ -118,8 +119,8 @@ def restart_trial(lab: Lab, work: Path, state: dict, kill_step: int = 8) -> dict
         raise SystemExit("restart trial failed:\n" + "".join(lines[-30:]))
     firsts = [(k, float(t)) for k, t in FIRST.findall("".join(lines)) if float(t) > killed_at]
     first = max(t for _, t in firsts)
-    events = [json.loads(x) for x in (work / "runs" / "bench" / "latest" / "events.jsonl").read_text().splitlines()]
-    copies = [e for e in events if e["event"] == "state_copy" and e["attempt"] == 1]
+    events = read_events(work / "runs" / "bench" / "latest", strict=True)
+    copies = [e for e in events if isinstance(e, ev.StateCopy) and e["attempt"] == 1]
     return {"death_to_first_step": round(first - killed_at, 2),
             "copy_seconds": copies[0]["seconds"] if copies else 0.0,
             "copy_bytes": copies[0]["bytes"] if copies else 0}

@@ -92,6 +92,9 @@ def pytest_sessionfinish(session, exitstatus):
 # TFCLUSTER_TEST_CPU_LOG=FILE appends one JSON line per test: its wall time (setup to teardown) and
 # the whole machine's busy CPU seconds meanwhile (/proc/stat; tasks on lab hosts run outside
 # pytest's process tree, so the machine is the only place they all add up). Run the suite alone.
+# ``own_cpu_s`` is this pytest's and the children it waited for (the launchers it ran and, through
+# them, local tasks): on a machine shared with others the figure to compare (a lab host's tasks are
+# counted when its sshd ends, at the session's end).
 
 def _busy_cpu_s() -> float:
     with open("/proc/stat") as f:
@@ -100,14 +103,22 @@ def _busy_cpu_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _own_cpu_s() -> float:
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = os.environ.get("TFCLUSTER_TEST_CPU_LOG")
     if not path:
         yield
         return
-    wall, cpu = time.monotonic(), _busy_cpu_s()
+    wall, cpu, own = time.monotonic(), _busy_cpu_s(), _own_cpu_s()
     yield
     with open(path, "a") as f:
         f.write(json.dumps({"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 2),
-                             "cpu_s": round(_busy_cpu_s() - cpu, 2)}) + "\n")
+                            "cpu_s": round(_busy_cpu_s() - cpu, 2), "own_cpu_s": round(_own_cpu_s() - own, 2)})
+                + "\n")

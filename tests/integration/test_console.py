@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +17,8 @@ from tests.support.prereq import require_tool
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration]
 
@@ -71,8 +73,8 @@ def test_a_pipe_gets_plain_prefixed_lines_without_noise_or_escape_codes_and_the_
     assert err[-1].startswith("tfcluster: run succeeded after 1 attempt(s)")
 
     # The same facts in events.jsonl.
-    events = [json.loads(line) for line in (logs_dir.parent / "events.jsonl").read_text().splitlines()]
-    outcome = [e for e in events if e["event"] == "outcome"][-1]
+    events = read_records(logs_dir.parent)
+    outcome = [e for e in events if isinstance(e, ev.RunOutcome)][-1]
     assert outcome["tasks"]["worker:0"] == {"state": "succeeded", "exit_code": 0, "attempts": 1, "steps_run": 4,
                                             "global_step": 4, "examples_per_sec": 100.0, "loss": 0.4,
                                             "accuracy": 0.8}
@@ -112,7 +114,7 @@ def _wait_screen(sock: str, predicate, timeout: float, what: str) -> str:
 def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
     require_tool("tmux", "tmux")
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 20 --step-delay 0.15")
-    sock = f"tfcluster-test-{tmp_path.name}"
+    sock = f"tfcluster-test-{os.getpid()}-{tmp_path.name}"  # (suites side by side share tmp_path names)
     command = terminal_command("up", spec) + "; echo TFCLUSTER-EXIT=$?; sleep 600"
     subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45", command],
                    check=True, timeout=10)

@@ -1,39 +1,25 @@
-"""Fault tolerance with real TensorFlow workers: group restarts that resume, watchdogs,
-permanent failures, graceful preemption. Every case ends with no process of the run left."""
+"""Fault tolerance with real TensorFlow workers: group restarts that resume where the backup or
+the agreed save left them, a hang in the final evaluation, graceful preemption, a warm standby
+promoted. Every case ends with no process of the run left. (A SIGKILLed worker's group restart
+resuming at its backup: test_goodput.py, in the run that checks its goodput.)
+
+What the supervisor decides from an exit code or a silence (exit 1 not retried, restart.max_restarts
+spent, the startup and hang watchdogs naming a task, unused standbys stopped) is checked at unit
+speed through the real supervisor with scripted tasks (tests/unit/supervise/test_supervisor_scripted.py,
+"decisions once checked with TensorFlow"); a SIGSTOPped peer named as the root cause by its process state,
+with real TensorFlow, in test_faults.py."""
 
 from __future__ import annotations
 
 import signal
-import textwrap
 
 import pytest
 
 from tests.support.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 30 --step-delay 0.05 --progress-every 5"
-
-
-def test_sigkill_mid_epoch_group_restart_resumes_at_step(tmp_path, tfds_dir):
-    # 3 epochs: 50 steps left after the trigger for the kill to land in.
-    # One restart allowed, the one it takes: with more, the restarted attempt's warm standbys would
-    # import TensorFlow for a restart that never comes (a whole import of CPU each, for nothing).
-    spec = write_spec(tmp_path, tfds_dir, TRAIN.replace("--epochs 2", "--epochs 3") + " --save-freq 5",
-                      extra="restart: {max_restarts: 1}\n")
-    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
-                                    lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
-    assert code == 0, out[-4000:]
-    assert "worker:1 failed: killed by SIGKILL (exit 137)" in out
-    assert "restarting the whole group (restart 1 of 1)" in out
-    starts = progress(out, "start")
-    assert len(starts) == 2
-    resumed = starts[1]
-    # Killed after global step 40 (epoch 1, step 10) with a backup every 5 steps.
-    assert resumed["epoch"] == "1" and int(resumed["global_step"]) >= 35, resumed
-    assert int(resumed["step"]) == int(resumed["global_step"]) - 30
-    kinds = [e["event"] for e in events(spec)]
-    assert kinds.count("restart") == 1 and events(spec)[-1]["outcome"] == "succeeded"
-    assert_no_processes(spec)
 
 
 def _sigstop_when(tmp_path, tfds_dir, entrypoint: str, line: str, task: str):
@@ -47,21 +33,6 @@ def _sigstop_when(tmp_path, tfds_dir, entrypoint: str, line: str, task: str):
                                              "watchdog: {startup_timeout: 120, stop_grace: 3, hang_timeout: 12}"))
     code, out = run_and_act(spec, [(line, lambda proc: kill_task(spec, task, signal.SIGSTOP))])
     return spec, code, out, [text for text in out.splitlines() if f"error: {task} failed: " in text]
-
-
-def test_sigstop_hang_watchdog_restarts_group(tmp_path, tfds_dir):
-    spec, code, out, failed = _sigstop_when(tmp_path, tfds_dir, TRAIN, r"\[worker:0\] tfcluster-step epoch=0 step=10 ",
-                                            "worker:0")
-    assert code == 0, out[-4000:]
-    # The stopped worker is the root cause whoever notices first: the hang watchdog after 12 s
-    # without progress, or TensorFlow in worker:1 (its collective gave up after 7.7 s in one
-    # suite run, a moment before the watchdog, and worker:1's exit 1 is then a consequence).
-    assert len(failed) == 1 and failed[0].split("worker:0 failed: ", 1)[1].startswith(
-        ("hung: no progress for 12 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)",
-         "process is stopped (SIGSTOP?)")), out[-4000:]
-    assert "error: worker:1 failed" not in out
-    assert len(progress(out, "start")) == 2
-    assert_no_processes(spec)
 
 
 def test_a_hang_in_the_final_evaluation_resumes_at_the_end_not_at_step_0(tmp_path, tfds_dir):
@@ -81,61 +52,6 @@ def test_a_hang_in_the_final_evaluation_resumes_at_the_end_not_at_step_0(tmp_pat
     state = tmp_path / "runs" / "demo" / "state"
     assert (state / "final_model" / "saved_model.pb").is_file()
     assert not (state / "backup").exists()  # removed once the final model was saved
-    assert_no_processes(spec)
-
-
-def test_exit_1_every_time_is_not_retried(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, "python -m worker --dataset no_such_dataset --no-download",
-                      extra="restart: {max_restarts: 3}\n")
-    result = up(spec)
-    assert result.returncode == 1
-    err = result.stderr
-    assert "failed: exit code 1 (attempt 1 of 4)" in err
-    assert ("not retried: an uncaught error in the task (exit 1) fails the same way every time; fix the cause, "
-            "or remove 1 from restart.permanent_exit_codes") in err
-    assert "restarting" not in err
-    assert [e["event"] for e in events(spec)].count("start") == 2
-    assert_no_processes(spec)
-
-
-def test_retryable_failure_every_time_stops_after_max_restarts(tmp_path, tfds_dir):
-    script = tmp_path / "flaky.py"
-    script.write_text(textwrap.dedent("""\
-        import json, os, signal
-        import tensorflow as tf
-        tf.distribute.MultiWorkerMirroredStrategy()
-        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
-            os.kill(os.getpid(), signal.SIGKILL)
-        signal.pause()
-    """))
-    spec = write_spec(tmp_path, tfds_dir, f"python {script.name}", extra="restart: {max_restarts: 1}\n")
-    result = up(spec)
-    assert result.returncode == 1, result.stderr[-3000:]
-    err = result.stderr
-    assert "gave up after 2 attempt(s): restart.max_restarts is 1; raise it to retry more" in err
-    table = [l for l in err.splitlines() if "failed: worker:1 killed by SIGKILL (exit 137)" in l and ":" in l[:20]]
-    assert len(table) == 2, err
-    assert_no_processes(spec)
-
-
-def test_peer_that_never_starts_is_named_by_startup_watchdog(tmp_path, tfds_dir):
-    script = tmp_path / "late.py"
-    script.write_text(textwrap.dedent("""\
-        import json, os, time
-        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
-            time.sleep(600)  # never starts its TF server
-        import tensorflow as tf
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        print("strategy ready", flush=True)
-        time.sleep(600)
-    """))
-    spec = write_spec(tmp_path, tfds_dir, f"python {script.name}")
-    spec.write_text(spec.read_text().replace("startup_timeout: 120", "startup_timeout: 25"))
-    result = up(spec)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "worker:1 failed: never came up: no TF server listening within watchdog.startup_timeout=25 s: worker:1 (localhost:" in result.stderr
-    ready = [e["task"] for e in events(spec) if e["event"] == "ready"]
-    assert ready == ["worker:0"]
     assert_no_processes(spec)
 
 
@@ -208,23 +124,12 @@ def test_warm_standby_is_promoted_on_group_restart(tmp_path, tfds_dir):
                                    (r"\[worker:1\] tfcluster-step epoch=[1-5] step=\d+ ",
                                     lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
     assert code == 0, out[-4000:]
-    ev = events(spec)
-    standby = [e for e in ev if e["event"] == "standby_start"]
+    recorded = events(spec)
+    standby = [e for e in recorded if isinstance(e, ev.StandbyStart)]
     assert len(standby) == 1 and standby[0]["attempt"] == 1
-    promoted = {e["task"]: e["pid"] for e in ev if e["event"] == "standby_promoted"}
-    restarted = {e["task"]: e["pid"] for e in ev if e["event"] == "start" and e["attempt"] == 1}
+    promoted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.StandbyPromoted)}
+    restarted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.Start) and e["attempt"] == 1}
     assert promoted == restarted == {k: v for k, v in standby[0]["pids"].items()}  # the very processes
     assert "[worker:0] tfcluster-standby promoted" in out
     assert int(progress(out, "start")[1]["global_step"]) >= 30
-    assert_no_processes(spec)
-
-
-def test_unused_standby_is_stopped_at_success(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 1 --steps-per-epoch 60 --step-delay 0.1",
-                      extra="restart: {max_restarts: 1, warm_standby: true}\n")
-    result = up(spec)
-    assert result.returncode == 0, result.stderr[-3000:]
-    kinds = [e["event"] for e in events(spec)]
-    assert "standby_start" in kinds and kinds.index("standby_stopped") > kinds.index("standby_start")
-    assert "standby_promoted" not in kinds
     assert_no_processes(spec)

@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from tests.support.tfrun import assert_no_processes, events, kill_task, progress, run_and_act, up, write_spec
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 # The code pattern of TensorFlow's "Multi-worker training with Keras" tutorial (main.py +
@@ -74,7 +75,7 @@ def test_sigstopped_peer_is_the_root_cause_and_the_group_restarts(tmp_path, tfds
     assert "restarting the whole group (restart 1 of 1)" in out
     starts = progress(out, "start")
     assert len(starts) == 2 and int(starts[1]["global_step"]) > 0, starts
-    failure = [e for e in events(spec) if e["event"] == "failure"][0]
+    failure = [e for e in events(spec) if isinstance(e, ev.Failure)][0]
     assert failure["task"] == "worker:1" and failure["consequences"] == {"worker:0": 1}, failure
     assert events(spec)[-1]["outcome"] == "succeeded"
     assert_no_processes(spec)
@@ -104,6 +105,6 @@ def test_keras3_failure_report_shows_the_exception_line_and_a_hint(tmp_path, tfd
                      r"type \(<class 'tensorflow.python.distribute.values.PerReplica'>\) to a Tensor\.$", err, re.M), err
     assert ("  hint: Keras 3 `model.fit` does not support MultiWorkerMirroredStrategy/ParameterServerStrategy in "
             "TF 2.21; use tf_keras: env TF_USE_LEGACY_KERAS=1 with the tf-keras package") in err
-    failure = [e for e in events(spec) if e["event"] == "failure"][0]
+    failure = [e for e in events(spec) if isinstance(e, ev.Failure)][0]
     assert failure["errors"][0].startswith("ValueError: Attempt to convert a value (PerReplica:{")
     assert_no_processes(spec)

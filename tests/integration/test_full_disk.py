@@ -5,7 +5,6 @@ and its record never contradict each other; Ctrl-C still gives 130."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -16,6 +15,8 @@ import pytest
 from tests.support.tfrun import run_and_act
 from tests.support.prereq import require_root
 from tests.support.specs import script_spec
+import launcher.record.events as ev
+from launcher.record.reader import read_events
 
 pytestmark = [pytest.mark.integration]
 FLOOD = """\
@@ -47,10 +48,9 @@ def _spec(tmp_path: Path, disk: Path, sleep: float) -> Path:
     return script_spec(tmp_path, FLOOD, extra=f"run_dir: {disk}/runs\nenv: {{SLEEP: '{sleep}'}}\n")
 
 
-def _events(disk: Path) -> list[dict]:
-    path = (disk / "runs" / "t" / "latest" / "events.jsonl").resolve()
-    lines = path.read_text().splitlines()
-    return [json.loads(line) for line in lines if line.endswith("}")]
+def _events(disk: Path) -> list[ev.RecordEvent]:
+    """The run's events; a line the full disk cut short is skipped (the reader's ``strict=False``)."""
+    return read_events((disk / "runs" / "t" / "latest").resolve(), strict=False)
 
 
 def test_full_disk_never_stops_reading_output_and_exit_matches_record(tmp_path, small_disk):
@@ -63,7 +63,7 @@ def test_full_disk_never_stops_reading_output_and_exit_matches_record(tmp_path, 
     assert all(fs == str(small_disk) for _, _, fs in reported), reported
     # The record holds the outcome (succeeded: the launcher's exit 0), or, when the disk filled
     # before it was written, none, and then the launcher said it could not write events.jsonl.
-    outcomes = [e for e in _events(small_disk) if e["event"] == "outcome"]
+    outcomes = [e for e in _events(small_disk) if isinstance(e, ev.RunOutcome)]
     assert len(outcomes) <= 1 and all(e["outcome"] == "succeeded" for e in outcomes), outcomes
     if not outcomes:
         assert re.search(r"^tfcluster: error: cannot write \S+/events\.jsonl: No space left on device", out, re.M)

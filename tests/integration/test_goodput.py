@@ -1,5 +1,6 @@
 """Goodput as a user sees it, with real TensorFlow workers on local: the report's line, ``status``,
-``status --json`` and ``runs``, checked against what worker:0's own lines say (its step times)."""
+``status --json`` and ``runs``, checked against what worker:0's own lines say (its step times). The
+run with a SIGKILL also checks the group restart resuming at the backup (one run for both)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 
 from launcher.contract.progress import parse
 from tests.support.cli import tfcluster
-from tests.support.tfrun import assert_no_processes, kill_task, run_and_act, run_dir, up, write_spec
+import launcher.record.events as ev
+from tests.support.records import kinds, of, read_records
+from tests.support.tfrun import assert_no_processes, kill_task, progress, run_and_act, run_dir, up, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 DELAY = 0.05
@@ -80,15 +83,27 @@ def test_a_clean_run_shows_its_goodput_with_no_recovery_and_nothing_redone(tmp_p
     assert_no_processes(spec)
 
 
-def test_a_sigkilled_worker_shows_recovery(tmp_path, tfds_dir):
-    # One restart allowed, the one it takes: with more, the restarted attempt's warm standbys would
-    # import TensorFlow for a restart that never comes (a whole import of CPU each, for nothing).
-    spec = write_spec(tmp_path, tfds_dir, TRAIN.replace("--epochs 2", "--epochs 3"),
+def test_a_sigkilled_worker_restarts_the_group_which_resumes_at_its_backup_and_goodput_shows_the_recovery(
+        tmp_path, tfds_dir):
+    """worker:1 SIGKILLed mid-epoch (one restart allowed, the one it takes: with more, the restarted
+    attempt's warm standbys would import TensorFlow for a restart that never comes): the group
+    restarts and resumes at the last backup (every 5 steps), and goodput counts the recovery."""
+    spec = write_spec(tmp_path, tfds_dir, TRAIN.replace("--epochs 2", "--epochs 3").replace("--save-freq 10",
+                                                                                             "--save-freq 5"),
                       extra="restart: {max_restarts: 1}\n")
     code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step epoch=1 step=10 ",
                                     lambda proc: kill_task(spec, "worker:1", signal.SIGKILL))])
     assert code == 0, out[-4000:]
-    assert "restarting the whole group" in out
+    assert "worker:1 failed: killed by SIGKILL (exit 137)" in out
+    assert "restarting the whole group (restart 1 of 1)" in out
+    starts = progress(out, "start")
+    assert len(starts) == 2
+    resumed = starts[1]
+    # Killed after global step 40 (epoch 1, step 10) with a backup every 5 steps.
+    assert resumed["epoch"] == "1" and int(resumed["global_step"]) >= 35, resumed
+    assert int(resumed["step"]) == int(resumed["global_step"]) - 30
+    recorded = read_records(run_dir(spec))
+    assert kinds(recorded).count(ev.GroupRestart) == 1 and of(recorded, ev.RunOutcome)[0].outcome == "succeeded"
     g = _status_goodput(spec)
     assert g["badput"]["recovery"] > 0, g
     own = _own_lines(spec)

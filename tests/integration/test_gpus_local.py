@@ -14,6 +14,8 @@ import pytest
 from tests.support.cli import tfcluster
 from tests.support.gpus import fake_bin
 from tests.support.specs import local_spec, script_spec
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -200,8 +202,7 @@ def test_each_tasks_gpu_memory_in_status_events_and_the_final_peak(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "  gpu memory peak: worker:0 300 MiB, worker:1 700 MiB" in proc.stderr, proc.stderr[-2000:]
     run = (tmp_path / "runs" / "t" / "latest").resolve()
-    samples = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
-               if json.loads(line)["event"] == "gpu_usage"]
+    samples = [e for e in read_records(run) if isinstance(e, ev.GpuUsage)]
     assert samples and samples[-1]["tasks"] == {"worker:0": [300, 37], "worker:1": [700, 0]}, samples
     status = tfcluster("status", path)  # without the fake GPUs: looking at a run needs none
     header = next((line for line in status.stdout.splitlines() if line.lstrip().startswith("task ")), status.stdout + status.stderr)

@@ -21,6 +21,7 @@ from tests.support.hang_live import SCRIPT, stuck_line
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, run_dir
 from tests.support.waits import wait_for, wait_line
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration]
 
@@ -44,7 +45,7 @@ def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path,
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-4000:]
     assert (run_dir(spec) / "events.jsonl").is_file(), out[-4000:]
-    failure = [e for e in events(spec) if e["event"] == "failure"]
+    failure = [e for e in events(spec) if isinstance(e, ev.Failure)]
     assert len(failure) == 1 and failure[0]["task"] == task, (failure, out[-4000:])
     assert failure[0]["reason"].startswith("stuck ") and line in failure[0]["reason"], failure
     assert f"{task} failed: stuck " in result.stderr and line in result.stderr, out[-4000:]
@@ -52,7 +53,7 @@ def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path,
     other = "worker:0" if task == "worker:1" else "worker:1"
     stopping = [ln for ln in result.stderr.splitlines() if "stopping " in ln and "SIGTERM" in ln]
     assert stopping and all(task not in ln for ln in stopping), (stopping, out[-4000:])  # killed, not stopped
-    assert not [e for e in events(spec) if e["event"] == "stopped" and e["task"] == task], events(spec)
+    assert not [e for e in events(spec) if isinstance(e, ev.Stopped) and e["task"] == task], events(spec)
     record = run_dir(spec)
     for key in (task, other):  # every live task's stacks, in the record
         text = (record / "stacks" / "1" / f"{key.replace(':', '-')}.txt").read_text()
@@ -74,8 +75,8 @@ def test_a_legit_25_s_pause_is_no_hang_under_the_default_auto(tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert "worker:0 done" in out and "worker:1 done" in out, out[-4000:]
-    assert not [e for e in events(spec) if e["event"] == "failure"]
-    assert not [e for e in events(spec) if e["event"] == "straggler"]  # (once is no straggler either)
+    assert not [e for e in events(spec) if isinstance(e, ev.Failure)]
+    assert not [e for e in events(spec) if isinstance(e, ev.Straggler)]  # (once is no straggler either)
     assert_no_processes(spec)
 
 
@@ -92,7 +93,7 @@ def test_a_task_that_keeps_the_others_waiting_is_named_a_straggler_while_it_last
         assert re.search(r"^straggler: worker:1 holds the others back: .* it \d+ %", said.stdout, re.M), said.stdout
         as_json = json.loads(tfcluster("status", spec, "--json", timeout=60).stdout)
         assert as_json["straggler"]["task"] == "worker:1", as_json["straggler"]
-        assert [(e["task"], bool(e.get("why"))) for e in events(spec) if e["event"] == "straggler"] == [("worker:1", True)]
+        assert [(e["task"], bool(e.get("why"))) for e in events(spec) if isinstance(e, ev.Straggler)] == [("worker:1", True)]
         assert not any("worker:0 holds" in line for line in seen), "".join(seen[-40:])
     finally:
         tfcluster("down", spec, timeout=120)

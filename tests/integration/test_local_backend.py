@@ -22,15 +22,17 @@ from tests.support.errors import one_cli_error
 from tests.support.processes import alive, pids_with_env
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 ME = pwd.getpwuid(os.getuid()).pw_name  # (a port's holder is named with its user)
 
 pytestmark = pytest.mark.integration
 
 
-def events(tmp_path: Path) -> list[dict]:
+def events(tmp_path: Path) -> list[ev.RecordEvent]:
     run = (tmp_path / "runs" / "t" / "latest").resolve()
-    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    return read_records(run)
 
 
 def test_success_prefixed_output_logs_and_events(tmp_path, capsys):
@@ -45,8 +47,8 @@ def test_success_prefixed_output_logs_and_events(tmp_path, capsys):
     run = (tmp_path / "runs" / "t" / "latest").resolve()
     assert (run / "logs" / "worker-1.log").read_text() == "hello from worker 1 0\n"
     assert json.loads((run / "plan.json").read_text())["tasks"][1]["port"] > 0
-    kinds = [e["event"] for e in events(tmp_path)]
-    assert kinds[0] == "run_start" and kinds.count("start") == 2 and kinds[-1] == "outcome"
+    kinds = [type(e) for e in events(tmp_path)]
+    assert kinds[0] == ev.RunStart and kinds.count(ev.Start) == 2 and kinds[-1] == ev.RunOutcome
     assert events(tmp_path)[-1]["outcome"] == "succeeded"
 
 
@@ -70,7 +72,7 @@ def test_failing_task_root_cause_others_stopped_exit_1(tmp_path, capsys):
     assert "not retried" in err
     run_id = (tmp_path / "runs" / "t" / "latest").resolve().name
     assert pids_with_env("TFCLUSTER_RUN_ID", run_id) == []
-    failure = [e for e in events(tmp_path) if e["event"] == "failure"][0]
+    failure = [e for e in events(tmp_path) if isinstance(e, ev.Failure)][0]
     assert failure["task"] == "worker:1" and failure["code"] == 3
 
 
@@ -241,8 +243,8 @@ def test_group_restart_then_success(tmp_path, capsys):
     assert "worker:1 failed: killed by SIGKILL (exit 137)" in captured.err
     assert "restarting the whole group (restart 1 of 2)" in captured.err
     assert "[worker:0] attempt 1" in captured.out
-    kinds = [e["event"] for e in events(tmp_path)]
-    assert kinds.count("restart") == 1 and kinds.count("start") == 4
+    kinds = [type(e) for e in events(tmp_path)]
+    assert kinds.count(ev.GroupRestart) == 1 and kinds.count(ev.Start) == 4
 
 
 def test_retryable_failure_every_time_stops_after_max_restarts(tmp_path, capsys):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import textwrap
 from pathlib import Path
@@ -14,6 +13,8 @@ from tests.support.tfrun import ROOT, progress, run_and_act, run_dir, up, write_
 from tests.support.ports import free_base
 from tests.support.processes import pids_with_env
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -104,8 +105,8 @@ def test_tf_worker_exit_3_root_cause_others_stopped(tmp_path, tfds_dir):
     assert "tfcluster: error: worker:1 failed: exit code 3" in err
     assert "| worker 1 giving up: disk full" in err
     assert "stopping worker:0 (SIGKILL)" in err
-    events = [json.loads(l) for l in (run_dir(spec) / "events.jsonl").read_text().splitlines()]
-    assert [e["task"] for e in events if e["event"] == "failure"] == ["worker:1"]
+    events = read_records(run_dir(spec))
+    assert [e["task"] for e in events if isinstance(e, ev.Failure)] == ["worker:1"]
     assert pids_with_env("TFCLUSTER_RUN_ID", run_dir(spec).name) == []
 
 

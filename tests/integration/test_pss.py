@@ -22,6 +22,7 @@ from tests.support.tfrun import (ROOT, assert_no_processes, cold_restarts, event
 from tests.support.cli import tfcluster
 from tests.support.processes import task_pids
 from tests.support.waits import read_rest, wait_for
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 RUN_TIMEOUT = 240
@@ -76,8 +77,8 @@ def test_pss_fit_with_evaluator_succeeds_and_every_task_is_stopped(tmp_path, tfd
     assert (run_dir(spec).parent / "state" / "final_model" / "saved_model.pb").is_file()
     # Success followed the chief; the servers, which never exit on their own, were stopped.
     evs = events(spec)
-    exits = {e["task"]: e["code"] for e in evs if e["event"] == "exit"}
-    stopped = {e["task"] for e in evs if e["event"] == "stopped"}
+    exits = {e["task"]: e["code"] for e in evs if isinstance(e, ev.Exit)}
+    stopped = {e["task"] for e in evs if isinstance(e, ev.Stopped)}
     assert exits["chief:0"] == 0 and exits.get("evaluator:0", 0) == 0, exits
     assert {"worker:0", "worker:1", "ps:0"} <= stopped, evs
     assert "ps:0" not in exits and "worker:0" not in exits
@@ -107,7 +108,7 @@ def test_pss_worker_killed_is_restarted_alone_and_rejoins(tmp_path, tfds_dir):
     # (at-least-once), so at most one extra step per worker in flight.
     assert 90 <= int(res["global_step"]) <= 91 and res["epochs_run"] == "3", res
     evs = events(spec)
-    assert [e["task"] for e in evs if e["event"] == "task_restart"] == ["worker:1"]
+    assert [e["task"] for e in evs if isinstance(e, ev.TaskRestart)] == ["worker:1"]
     assert evs[-1]["outcome"] == "succeeded" and evs[-1]["attempts"] == 1
     assert_no_processes(spec)
 
@@ -124,13 +125,13 @@ def test_pss_worker_killed_with_its_standby_waiting_is_replaced_by_that_standby(
     assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2), training continues" in out
     assert "[worker:1] tfcluster-standby promoted" in out, out[-5000:]
     evs = events(spec)
-    kinds = [(e["event"], e.get("task")) for e in evs]
-    at = kinds.index(("task_restart", "worker:1"))
-    assert ("standby_promoted", "worker:1") in kinds[at:], kinds
-    (promoted,) = [e for e in evs if e["event"] == "standby_promoted"]
-    restarted = [e for e in evs if e["event"] == "start" and e["task"] == "worker:1"][1]
+    kinds = [(type(e), e.get("task")) for e in evs]
+    at = kinds.index((ev.TaskRestart, "worker:1"))
+    assert (ev.StandbyPromoted, "worker:1") in kinds[at:], kinds
+    (promoted,) = [e for e in evs if isinstance(e, ev.StandbyPromoted)]
+    restarted = [e for e in evs if isinstance(e, ev.Start) and e["task"] == "worker:1"][1]
     assert restarted["attempt"] == 0 and restarted["pid"] == promoted["pid"]  # the standby is the new worker:1
-    later = [e for e in evs[at:] if e["event"] == "standby_start"]
+    later = [e for e in evs[at:] if isinstance(e, ev.StandbyStart)]
     assert [list(e["pids"]) for e in later] == [["worker:1"]], later  # its place taken by a new standby
     assert len(progress(out, "start", "chief:0")) == 1  # training never restarted
     assert evs[-1]["outcome"] == "succeeded" and evs[-1]["attempts"] == 1
@@ -171,7 +172,7 @@ def test_a_pss_worker_throttled_to_a_quarter_of_its_time_is_named_a_straggler(tm
                                 RUN_TIMEOUT)
     finally:
         stop.set()
-    said = [e for e in events(spec) if e["event"] == "straggler"]
+    said = [e for e in events(spec) if isinstance(e, ev.Straggler)]
     assert [e["task"] for e in said][:1] == ["worker:2"], (said, out[-4000:])
     rates = re.search(r"\(([\d.]+) against ([\d.]+) calls/s over \d+ s\)", said[0]["why"])
     assert rates and float(rates.group(1)) <= 0.75 * float(rates.group(2)), said[0]  # (its words hold)
@@ -255,8 +256,8 @@ def test_an_evaluator_killed_is_restarted_alone_by_its_standby_and_evaluates_to_
         in out, out[-5000:]
     assert "[evaluator:0] tfcluster-standby promoted" in out and "(sidecar) failed" not in out, out[-5000:]
     evs = events(spec)
-    (promoted,) = [e for e in evs if e["event"] == "standby_promoted"]
-    restarted = [e for e in evs if e["event"] == "start" and e["task"] == "evaluator:0"][1]
+    (promoted,) = [e for e in evs if isinstance(e, ev.StandbyPromoted)]
+    restarted = [e for e in evs if isinstance(e, ev.Start) and e["task"] == "evaluator:0"][1]
     assert promoted["task"] == "evaluator:0" and restarted["attempt"] == 0 and restarted["pid"] == promoted["pid"]
     assert len(progress(out, "start", "worker:0")) == 1  # training never restarted
     evals = [e["checkpoint"] for e in progress(out, "eval", "evaluator:0")]

@@ -12,6 +12,8 @@ import pytest
 from tests.support.cli import tfcluster
 from tests.support.specs import script_spec
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +61,8 @@ def test_no_secret_value_in_plan_record_or_views(tmp_path):
     res = tfcluster("up", path, "--detach", timeout=90)
     assert res.returncode == 0, res.stdout + res.stderr
     latest = tmp_path / "runs" / "t" / "latest"
-    wait_for(lambda: "outcome" in (latest / "events.jsonl").read_text(), 60, what="the detached run's outcome")
+    wait_for(lambda: any(isinstance(e, ev.RunOutcome) for e in read_records(latest)), 60,
+             what="the detached run's outcome")
     logs = (latest / "logs" / "worker-0.log").read_text()
     assert "task env intact: True" in logs
     views = [tfcluster("status", path), tfcluster("status", path, "--json"), tfcluster("runs", path)]

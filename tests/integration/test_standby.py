@@ -20,6 +20,7 @@ from launcher.supervise.standby import ACK_BOUND
 from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
 from tests.support.cli import ROOT, tfcluster
 from tests.support.specs import local_spec
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration]
 
@@ -48,10 +49,10 @@ def test_a_restart_promotes_the_standbys_which_take_the_environment_written_at_p
     spec = spec_for(tmp_path, "ack")
     code, out = run_and_act(spec, when_both_ready(lambda p: kill_task(spec, "worker:1", signal.SIGKILL)), timeout=60)
     assert code == 0, out[-3000:]
-    ev = events(spec)
-    (started,) = [e for e in ev if e["event"] == "standby_start"]
-    promoted = {e["task"]: e["pid"] for e in ev if e["event"] == "standby_promoted"}
-    restarted = {e["task"]: e["pid"] for e in ev if e["event"] == "start" and e["attempt"] == 1}
+    recorded = events(spec)
+    (started,) = [e for e in recorded if isinstance(e, ev.StandbyStart)]
+    promoted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.StandbyPromoted)}
+    restarted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.Start) and e["attempt"] == 1}
     assert promoted == restarted == started["pids"], (promoted, restarted, started)
     assert "[worker:0] tfcluster-standby promoted" in out and "[worker:1] tfcluster-standby promoted" in out
     # Its TF_CONFIG came from the promotion file: the file was read (and is the launcher's, 0600).
@@ -70,11 +71,11 @@ def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(t
     for key in ("worker:0", "worker:1"):
         assert (f"{key}: its warm standby did not answer the promotion within {ACK_BOUND:g} s "
                 "(no 'tfcluster-standby promoted' line); starting it cold") in out, out[-3000:]
-    ev = events(spec)
-    (started,) = [e for e in ev if e["event"] == "standby_start"]
+    recorded = events(spec)
+    (started,) = [e for e in recorded if isinstance(e, ev.StandbyStart)]
     cold = pids_of(out, 1)
     assert set(cold) == {"worker:0", "worker:1"} and not set(cold.values()) & set(started["pids"].values())
-    assert not [e for e in ev if e["event"] == "failure" and e["attempt"] == 1]
+    assert not [e for e in recorded if isinstance(e, ev.Failure) and e["attempt"] == 1]
     assert_no_processes(spec)
 
 
@@ -89,28 +90,36 @@ def test_an_entrypoint_that_is_not_a_python_script_is_not_pre_started_by_default
     code, out = run_and_act(spec, [(r"^\[worker:1\] standby-task .*attempt=0",
                                     lambda p: kill_task(spec, "worker:1", signal.SIGKILL))], timeout=60)
     assert code == 0, out[-3000:]
-    kinds = [e["event"] for e in events(spec)]
-    assert "standby_start" not in kinds and "(standby)" not in out
+    kinds = [type(e) for e in events(spec)]
+    assert ev.StandbyStart not in kinds and "(standby)" not in out
     assert set(pids_of(out, 1)) == {"worker:0", "worker:1"}
     assert_no_processes(spec)
 
 
-@pytest.mark.parametrize("how", ["failure", "ctrl-c", "down"])
+@pytest.mark.parametrize("how", ["success", "failure", "ctrl-c", "down"])
 def test_no_standby_outlives_the_run(tmp_path, how):
-    """Standbys waiting when the run ends: a permanent failure (exit 143 made permanent), Ctrl-C,
-    and `tfcluster down` after the launcher was SIGKILLed (its lifeline pipes close as well)."""
+    """Standbys waiting when the run ends: success (a restart promotes the first ones; the next
+    attempt's, kept for the restart still allowed, go unused), a permanent failure (exit 143 made
+    permanent), Ctrl-C, and `tfcluster down` after the launcher was SIGKILLed (its lifeline pipes
+    close as well)."""
     restart = "{max_restarts: 2, warm_standby: true, permanent_exit_codes: [143]}"
     spec = spec_for(tmp_path, "ack", restart=restart)
-    if how == "failure":
+    if how == "success":
+        act = lambda p: kill_task(spec, "worker:1", signal.SIGKILL)  # noqa: E731
+    elif how == "failure":
         act = lambda p: kill_task(spec, "worker:1", signal.SIGTERM)  # noqa: E731
     elif how == "ctrl-c":
         act = lambda p: p.send_signal(signal.SIGINT)  # noqa: E731
     else:
         act = lambda p: p.kill()  # noqa: E731
     code, out = run_and_act(spec, when_both_ready(act), timeout=60)
-    assert code == {"failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
+    assert code == {"success": 0, "failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
     if how == "down":
         tfcluster("down", str(spec), timeout=60)
     else:
-        assert "standby_stopped" in [e["event"] for e in events(spec)]
+        assert ev.StandbyStopped in [type(e) for e in events(spec)]
+    if how == "success":  # attempt 1's own standbys (started after the promotion) were stopped unused
+        kinds = [type(e) for e in events(spec)]
+        last = len(kinds) - 1 - kinds[::-1].index(ev.StandbyStart)
+        assert kinds.index(ev.StandbyPromoted) < last < kinds.index(ev.StandbyStopped, last), kinds
     assert_no_processes(spec)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.supervise.standby import stub_command
+import launcher.record.events as ev
 from tests.support.cli import ROOT, tfcluster
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
@@ -68,11 +69,11 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     assert code == 0, out[-4000:]
     assert "run succeeded after 2 attempt(s)" in out, out[-3000:]
 
-    ev = events(spec)
-    (started,) = [e for e in ev if e["event"] == "standby_start"]
-    promoted = {e["task"]: e["pid"] for e in ev if e["event"] == "standby_promoted"}
-    restarted = {e["task"]: e["pid"] for e in ev if e["event"] == "start" and e["attempt"] == 1}
-    first = {e["task"]: e["pid"] for e in ev if e["event"] == "start" and e["attempt"] == 0}
+    recorded = events(spec)
+    (started,) = [e for e in recorded if isinstance(e, ev.StandbyStart)]
+    promoted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.StandbyPromoted)}
+    restarted = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.Start) and e["attempt"] == 1}
+    first = {e["task"]: e["pid"] for e in recorded if isinstance(e, ev.Start) and e["attempt"] == 0}
     assert promoted == restarted == started["pids"] and set(promoted) == {"worker:0", "worker:1"}, (promoted, restarted)
     assert "[worker:0] tfcluster-standby promoted" in out and "[worker:1] tfcluster-standby promoted" in out
 

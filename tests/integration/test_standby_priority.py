@@ -18,6 +18,7 @@ from tests.support.cli import ROOT
 from tests.support.processes import pids_with_env
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, kill_task, run_and_act, run_dir
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration]
 
@@ -67,5 +68,5 @@ def test_a_standby_waits_at_the_idle_priority_and_its_promoted_process_runs_at_t
         assert int(m["pid"]) in seen, (key, m["pid"], seen)  # the process that waited is the one promoted
         assert set(m["sched"].split(",")) == {str(os.SCHED_OTHER)}, (key, m["sched"])
         assert "3" not in m["io"].split(","), (key, m["io"])
-    assert {e["task"] for e in events(spec) if e["event"] == "standby_promoted"} == {"worker:0", "worker:1"}
+    assert {e["task"] for e in events(spec) if isinstance(e, ev.StandbyPromoted)} == {"worker:0", "worker:1"}
     assert_no_processes(spec)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
                                     up, write_spec)
+import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 TRAIN = "python -m worker --epochs 2 --steps-per-epoch 12 --batch-size 16 --progress-every 4"
@@ -49,7 +50,7 @@ def test_single_host_strategy_trains_with_fit_then_custom_loop(tmp_path, tfds_di
     # The same seed, model, data and global batch: both loops take the same steps.
     fit, custom = (e[-1] for e in (progress(result.stdout, "epoch")[:2], progress(result.stdout, "epoch")[2:]))
     assert abs(float(fit["loss"]) - float(custom["loss"])) < 1e-3, (fit, custom)
-    assert [e["task"] for e in events(spec) if e["event"] == "start"] == ["worker:0"]
+    assert [e["task"] for e in events(spec) if isinstance(e, ev.Start)] == ["worker:0"]
     assert_no_processes(spec)
 
 
@@ -125,5 +126,5 @@ def test_tpu_without_a_tpu_fails_at_once_with_one_line_and_no_retry(tmp_path, tf
     assert "this machine has no TPU" in lines[0]
     assert "Traceback" not in result.stdout
     assert "failed: exit code 2 (attempt 1 of 4)" in result.stderr and "not retried" in result.stderr
-    assert [e["event"] for e in events(spec)].count("start") == 1
+    assert [type(e) for e in events(spec)].count(ev.Start) == 1
     assert_no_processes(spec)

@@ -7,7 +7,6 @@ TensorFlow, no processes; with ``Counter`` as the supervisor's clock, no wall-cl
 from __future__ import annotations
 
 import io
-import json
 import signal
 import textwrap
 import threading
@@ -22,6 +21,7 @@ from launcher.record.writer import RunRecord
 from launcher.loader.load import parse_spec
 from launcher.supervise.loop import Supervisor
 from launcher.supervise.membership import HostsGiven
+from tests.support.records import read_records
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ class Supervised:
     code: int  # the exit code the CLI gives the outcome
     err: str
     out: str
-    events: list[dict]
+    events: list  # the record's events, typed (tests/support/records.py)
     outcome: str = ""  # what Supervisor.run returned
 
     @property
@@ -266,5 +266,5 @@ def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, 
         tasks.start = start_then_maybe_stop
     outcome = sup.run()
     record.close()
-    events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
+    events = read_records(record.dir)
     return Supervised(exit_code_for(outcome), err.getvalue(), out.getvalue(), events, outcome)

@@ -16,6 +16,8 @@ from typing import Callable
 
 from tests.support.cli import ROOT
 from tests.support.waits import wait_line
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 SCRIPT = ROOT / "tests" / "support" / "hang_script.py"
 TASKS = ("worker:0", "worker:1")
@@ -98,8 +100,8 @@ def stacks_while_stuck(proc: subprocess.Popen, stacks: Callable[..., subprocess.
 def check_failure(record: Path, status: subprocess.CompletedProcess, stuck: str, line: str) -> None:
     """The run's record: its one ``failure`` event names ``stuck`` at ``line``, every live task's
     stacks at the stall are in it, and goodput (``status --json``: ``status``) counts ``hung``."""
-    events = [json.loads(text) for text in (record / "events.jsonl").read_text().splitlines() if text.strip()]
-    failure = [e for e in events if e["event"] == "failure"]
+    events = read_records(record)
+    failure = [e for e in events if isinstance(e, ev.Failure)]
     assert len(failure) == 1 and failure[0]["task"] == stuck, failure
     assert failure[0]["reason"].startswith("stuck ") and line in failure[0]["reason"], failure
     for key in TASKS:

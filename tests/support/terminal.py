@@ -4,6 +4,7 @@ closes it (SIGHUP, the live panel's writes failing), and the run's outcome as it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Callable, Optional
@@ -12,12 +13,14 @@ from tests.support.cli import terminal_command
 from tests.support.prereq import require_tool
 from tests.support.processes import alive
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 
 def outcome(run: Path) -> Optional[dict]:
     """The ``outcome`` event of the run record ``run``, or None while there is none."""
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
-    return next((e for e in events if e["event"] == "outcome"), None)
+    events = read_records(run)
+    return next((e for e in events if isinstance(e, ev.RunOutcome)), None)
 
 
 def up_in_a_terminal_closed_when(spec: Path, latest: Path, ready: Callable[[], object], what: str) -> dict:
@@ -25,7 +28,7 @@ def up_in_a_terminal_closed_when(spec: Path, latest: Path, ready: Callable[[], o
     up to 240 s, ``what`` naming it). ``latest`` is the run's ``latest`` link. Returns the outcome
     the run recorded, once the launcher has exited."""
     require_tool("tmux", "tmux")
-    sock = f"tfcluster-hup-{spec.parent.name}"
+    sock = f"tfcluster-hup-{os.getpid()}-{spec.parent.name}"  # (suites side by side share tmp_path names)
     subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "up", "-x", "160", "-y", "45",
                     terminal_command("up", spec)], check=True, timeout=10)
     try:

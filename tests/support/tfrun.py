@@ -18,6 +18,8 @@ from tests.support.cli import ROOT, start_tfcluster, tfcluster
 from tests.support.specs import local_spec
 from tests.support.processes import pids_with_env, task_pids
 from tests.support.waits import read_rest, wait_for, wait_line
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 RUN_TIMEOUT = 300
 
@@ -106,8 +108,8 @@ def run_and_act(spec: Path, steps, timeout: float = RUN_TIMEOUT,
     return proc.returncode, "\n".join(seen) + "\n" + rest
 
 
-def events(spec: Path) -> list[dict]:
-    return [json.loads(l) for l in (run_dir(spec) / "events.jsonl").read_text().splitlines()]
+def events(spec: Path) -> list[ev.RecordEvent]:
+    return read_records(run_dir(spec))
 
 
 def assert_no_processes(spec: Path) -> None:

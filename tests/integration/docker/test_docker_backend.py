@@ -19,6 +19,8 @@ from tests.support.docker_helpers import (containers_exited, docker_spec, latest
                                           tfcluster_at_repo)
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 # Generous: the first test on a fresh machine also builds the image (debootstrap, pip, build).
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
@@ -295,8 +297,8 @@ def test_demo_trains_in_containers(tmp_path, docker_engine, worker_image):
     state = spec.parent / "runs" / "dk" / "state"
     assert any(state.rglob("ckpt-002*")), sorted(str(p) for p in state.rglob("*"))[:20]
     # The startup watchdog saw each TF server listen on its container's address.
-    events = [json.loads(line) for line in (_run_dir(spec) / "events.jsonl").read_text().splitlines()]
-    assert {e["task"] for e in events if e["event"] == "ready"} == {"worker:0", "worker:1"}
+    events = read_records(_run_dir(spec))
+    assert {e["task"] for e in events if isinstance(e, ev.Ready)} == {"worker:0", "worker:1"}
     assert leftovers(docker_engine, "dk") == ([], [])
     print(f"demo in containers: {time.monotonic() - started:.0f} s")
 

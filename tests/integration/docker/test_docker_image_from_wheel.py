@@ -5,7 +5,6 @@ cluster in it; ``tfcluster image print`` writes the same build context for docke
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -18,6 +17,8 @@ import pytest
 from tests.labs import docker as eng
 from tests.support.cli import tfcluster
 from tests.support.docker_helpers import leftovers
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1800)]
 
@@ -100,8 +101,8 @@ def test_a_wheel_install_builds_the_worker_image_and_runs_two_workers(installed,
         assert image["User"] and not image["User"].startswith("0")  # non-root: the Dockerfile's USER
         assert (image.get("Labels") or {}).get("tfcluster.lifeline")
         assert leftovers(docker_engine, "wheel") == ([], [])
-        events = [json.loads(line) for line in next((user / "runs" / "wheel").glob("*/events.jsonl")).read_text().splitlines()]
-        assert {e["task"] for e in events if e.get("event") == "ready"} == {"worker:0", "worker:1"}
+        events = read_records(next((user / "runs" / "wheel").glob("*/events.jsonl")).parent)
+        assert {e["task"] for e in events if isinstance(e, ev.Ready)} == {"worker:0", "worker:1"}
         assert sorted(p.name for p in user.iterdir()) == ["cluster.yaml", "runs"]  # nothing of a checkout made
         # `tfcluster image build` (compose users: the docker CLI) builds the same image (its layers cached)
         classic = {**installed, "DOCKER_BUILDKIT": "0"}  # (the engine API's builder: its layer cache is shared)

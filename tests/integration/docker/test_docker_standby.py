@@ -16,6 +16,8 @@ from tests.labs import docker as eng
 from tests.support.docker_helpers import (docker_spec, latest_run_dir, launch_up, leftovers, reap,
                                           tfcluster_at_repo)
 from tests.support.waits import wait_for
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(1500)]
 
@@ -34,8 +36,8 @@ def _standbys_ready(spec: Path) -> bool:
     return all(READY in _log(spec, k) for k in ("worker:0", "worker:1"))
 
 
-def _events(spec: Path) -> list[dict]:
-    return [json.loads(line) for line in (latest_run_dir(spec) / "events.jsonl").read_text().splitlines()]
+def _events(spec: Path) -> list[ev.RecordEvent]:
+    return read_records(latest_run_dir(spec))
 
 
 def _containers(engine: eng.Engine, name: str = "dk") -> dict[str, dict]:
@@ -85,10 +87,10 @@ def test_killed_container_restarts_from_promoted_standbys(tmp_path, docker_engin
     assert proc.returncode == 0, out[-6000:]
     assert "restarting the whole group (restart 1 of 1)" in out and "run succeeded after 2 attempt(s)" in out, out[-6000:]
     events = _events(spec)
-    assert [e["attempt"] for e in events if e["event"] == "standby_start"] == [1]
-    promoted = {e["task"]: e for e in events if e["event"] == "standby_promoted"}
-    assert sorted(promoted) == ["worker:0", "worker:1"], [e for e in events if "standby" in e["event"]]
-    first = {e["task"]: e["container_id"] for e in events if e["event"] == "start" and e["attempt"] == 0}
+    assert [e["attempt"] for e in events if isinstance(e, ev.StandbyStart)] == [1]
+    promoted = {e["task"]: e for e in events if isinstance(e, ev.StandbyPromoted)}
+    assert sorted(promoted) == ["worker:0", "worker:1"], [e for e in events if isinstance(e, (ev.StandbyStart, ev.StandbyPromoted, ev.StandbyStopped))]
+    first = {e["task"]: e["container_id"] for e in events if isinstance(e, ev.Start) and e["attempt"] == 0}
     for key, e in promoted.items():
         # A container of its own, renamed like the task once its old container was removed.
         assert e["container"] == f"tfcluster-dk-{run}-{key.replace(':', '-')}" and e["container_id"] != first[key], e
@@ -133,8 +135,8 @@ def test_a_dead_standby_and_a_refused_promotion_start_their_tasks_cold(tmp_path,
     assert "run succeeded after 2 attempt(s)" in out, out[-6000:]
     assert re.search(r"worker:1: its warm standby could not be promoted \(the Docker engine at \S+ refused the "
                      r"promotion: .+\); starting it cold", out), out[-6000:]
-    assert not [e for e in _events(spec) if e["event"] == "standby_promoted"]
-    starts = {e["task"]: e["container"] for e in _events(spec) if e["event"] == "start" and e["attempt"] == 1}
+    assert not [e for e in _events(spec) if isinstance(e, ev.StandbyPromoted)]
+    starts = {e["task"]: e["container"] for e in _events(spec) if isinstance(e, ev.Start) and e["attempt"] == 1}
     assert starts == {k: f"tfcluster-dk-{run}-{k.replace(':', '-')}" for k in ("worker:0", "worker:1")}, starts
     for key in ("worker:0", "worker:1"):
         assert "tfcluster-standby promoted" not in _log(spec, key)
@@ -156,7 +158,7 @@ def test_a_failed_run_leaves_no_standby(tmp_path, docker_engine, worker_image):
         reap(proc)
     assert proc.returncode == 1, out[-4000:]
     assert "worker:1 failed: killed by SIGKILL (exit 137)" in out, out[-4000:]
-    assert not [e for e in _events(spec) if e["event"] == "standby_promoted"]
+    assert not [e for e in _events(spec) if isinstance(e, ev.StandbyPromoted)]
     assert leftovers(docker_engine, "dk") == ([], [])
 
 
@@ -220,7 +222,7 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
     assert proc.returncode == 0, out[-6000:]
     assert "run succeeded after 2 attempt(s)" in out, out[-6000:]
     events = _events(spec)
-    assert sorted(e["task"] for e in events if e["event"] == "standby_promoted") == ["worker:0", "worker:1"]
+    assert sorted(e["task"] for e in events if isinstance(e, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
     for key in ("worker:0", "worker:1"):
         log = _log(spec, key)
         before, _, after = log.partition("tfcluster-standby promoted\n")

@@ -16,6 +16,8 @@ from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
 from tests.support.waits import read_rest, wait_for
 
 from .conftest import PY, start_tfcluster, tfcluster
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -75,10 +77,10 @@ def test_a_failing_task_fails_the_run_with_its_own_exit_code(lab, make_spec):
     assert proc.stderr.count("worker:1 failed: killed by SIGKILL (exit 137)") == 2, proc.stderr
     assert "gave up after 2 attempt(s)" in proc.stderr
     # The restart was a new step in the same allocation: one job, two step launches of worker:1.
-    events = [json.loads(line) for line in (latest_run(spec) / "events.jsonl").read_text().splitlines()]
-    starts = [e for e in events if e["event"] == "start" and e["task"] == "worker:1"]
+    events = read_records(latest_run(spec))
+    starts = [e for e in events if isinstance(e, ev.Start) and e["task"] == "worker:1"]
     assert len(starts) == 2 and {e["slurm_job"] for e in starts} == {job_id(spec)}
-    assert len([e for e in events if e["event"] == "slurm_submitted"]) == 1
+    assert len([e for e in events if isinstance(e, ev.SlurmSubmitted)]) == 1
     assert_clean(lab, spec)
 
 
@@ -250,9 +252,9 @@ def test_nodes_that_do_not_share_the_workdir_or_state_dir_stop_the_run_before_an
         "every node mounts (home or scratch on NFS/Lustre)"), proc.stderr
     assert "Traceback" not in proc.stderr
     record = (runs / "slurmtest" / "latest").resolve()
-    kinds = [json.loads(line)["event"] for line in (record / "events.jsonl").read_text().splitlines()]
-    assert "slurm_running" in kinds and "start" not in kinds, kinds
-    assert "slurm_cancelled" in kinds, kinds
+    kinds = [type(e) for e in read_records(record)]
+    assert ev.SlurmRunning in kinds and ev.Start not in kinds, kinds
+    assert ev.SlurmCancelled in kinds, kinds
     wait_for(lambda: lab.jobs() == [], 30, what="the allocation to be cancelled")
     assert not list((runs / "slurmtest" / "state").glob(".tfcluster-shared-*"))  # the marker is removed
 

@@ -18,6 +18,8 @@ from tests.support.waits import read_rest, wait_for
 
 from .conftest import start_tfcluster
 from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.tf, pytest.mark.timeout(400)]
 
@@ -41,8 +43,8 @@ def _run_and_act(lab, spec, pattern, action, timeout=300) -> tuple[int, str]:
     return proc.returncode, "\n".join(seen) + "\n" + rest
 
 
-def _events(spec) -> list[dict]:
-    return [json.loads(line) for line in (latest_run(spec) / "events.jsonl").read_text().splitlines()]
+def _events(spec) -> list[ev.RecordEvent]:
+    return read_records(latest_run(spec))
 
 
 def _worker_pid(lab, node: str) -> int:
@@ -81,8 +83,8 @@ def test_sigkill_of_a_worker_on_its_node_restarts_the_group_in_the_allocation_an
     assert 0.1 <= float(result["accuracy"]) <= 1.0
     events = _events(spec)
     # No re-queueing: one allocation, the second attempt's steps in the same job on the same nodes.
-    assert [e["event"] for e in events].count("slurm_submitted") == 1
-    starts = [e for e in events if e["event"] == "start"]
+    assert [type(e) for e in events].count(ev.SlurmSubmitted) == 1
+    starts = [e for e in events if isinstance(e, ev.Start)]
     assert len(starts) == 4 and {e["slurm_job"] for e in starts} == {job_id(spec)}
     assert [e["node"] for e in starts] == ["n1", "n2", "n1", "n2"]
     assert len({e["slurm_step"] for e in starts}) == 4  # every launch its own step
@@ -103,7 +105,7 @@ def test_slurm_sigterm_to_the_job_saves_and_resumes_with_zero_steps_lost(lab, ma
     assert int(starts[1]["global_step"]) == step  # zero steps redone
     (result,) = progress(out, "result")
     assert int(result["steps_run"]) == 60 - step
-    assert [e["event"] for e in _events(spec)].count("slurm_submitted") == 1
+    assert [type(e) for e in _events(spec)].count(ev.SlurmSubmitted) == 1
     assert_clean(lab, spec)
 
 
@@ -115,7 +117,7 @@ def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(l
     code, out = _run_and_act(lab, spec, r"\[chief:0\] tfcluster-step epoch=0 step=10 ",
                              lambda: os.kill(_worker_pid(lab, "n2"), signal.SIGKILL))
     assert code == 0, out[-5000:]
-    starts = [e for e in _events(spec) if e["event"] == "start"]
+    starts = [e for e in _events(spec) if isinstance(e, ev.Start)]
     # 4 tasks on 3 nodes, spread in Slurm's node order: n1 chief + worker:0, n2 worker:1, n3 ps:0.
     assert {e["task"]: e["node"] for e in starts[:4]} == {"chief:0": "n1", "worker:0": "n1", "worker:1": "n2",
                                                           "ps:0": "n3"}
@@ -132,7 +134,7 @@ def test_pss_chief_two_workers_and_ps_train_and_a_killed_worker_restarts_alone(l
     (res,) = progress(out, "result", "chief:0")
     assert 90 <= int(res["global_step"]) <= 91 and res["epochs_run"] == "3", res
     assert 0.1 <= float(res["accuracy"]) <= 1.0
-    stopped = {e["task"] for e in _events(spec) if e["event"] == "stopped"}
+    stopped = {e["task"] for e in _events(spec) if isinstance(e, ev.Stopped)}
     assert {"worker:0", "worker:1", "ps:0"} <= stopped  # the servers were stopped at the end
     assert_clean(lab, spec)
 
@@ -167,11 +169,11 @@ def test_slurm_preemption_saves_the_step_ends_the_run_at_once_and_up_again_resum
     assert len(failed) == 1 and f"slurm: allocation job {job} was preempted at " in failed[0], out[-3000:]
     assert "run tfcluster up again to resume" in failed[0] and "not retried" not in out
     events = _events(spec)
-    assert [e["attempt"] for e in events if e["event"] == "start"] == [0, 0]  # nothing started in the doomed job
-    assert [e["outcome"] for e in events if e["event"] == "outcome"] == ["failed"]
+    assert [e["attempt"] for e in events if isinstance(e, ev.Start)] == [0, 0]  # nothing started in the doomed job
+    assert [e["outcome"] for e in events if isinstance(e, ev.RunOutcome)] == ["failed"]
     # Cancelled at once, not GRACE s after the preemption: the preemptor gets the nodes, runs
     # and is gone well before that.
-    assert "slurm_cancelled" in [e["event"] for e in events]
+    assert ev.SlurmCancelled in [type(e) for e in events]
     wait_for(lambda: not lab.jobs(), GRACE / 3, what="our job cancelled and the preemptor run")
 
     code, out = _run_and_act(lab, spec, r"tfcluster-start ", lambda: None)

@@ -5,7 +5,6 @@ no standby step outlives the run, however it ends."""
 
 from __future__ import annotations
 
-import json
 import re
 import os
 import signal
@@ -18,6 +17,8 @@ from tests.support.slurm_helpers import assert_clean, job_id, latest_run, tf_env
 from tests.support.tfrun import progress, run_and_act
 
 from .conftest import PY, tfcluster
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
@@ -25,8 +26,8 @@ READY = r"^\[worker:\d\] \(standby\) tfcluster-standby ready"
 SCRIPT = str(ROOT / "tests" / "support" / "standby_task.py")
 
 
-def _events(spec) -> list[dict]:
-    return [json.loads(line) for line in (latest_run(spec) / "events.jsonl").read_text().splitlines()]
+def _events(spec) -> list[ev.RecordEvent]:
+    return read_records(latest_run(spec))
 
 
 def _kill_task_on(lab, spec, key: str, node: str, sig: int):
@@ -57,13 +58,13 @@ def test_a_killed_worker_restarts_the_group_from_promoted_standbys_with_their_gp
     assert code == 0, out[-5000:]
     assert "worker:1 failed: killed by SIGKILL (exit 137)" in out, out[-4000:]
     assert "restarting the whole group (restart 1 of 2)" in out
-    ev = _events(spec)
+    recorded = _events(spec)
     job = job_id(spec)
-    promoted = {e["task"]: e for e in ev if e["event"] == "standby_promoted"}
-    assert sorted(promoted) == ["worker:0", "worker:1"], [e for e in ev if "standby" in e["event"]]
+    promoted = {e["task"]: e for e in recorded if isinstance(e, ev.StandbyPromoted)}
+    assert sorted(promoted) == ["worker:0", "worker:1"], [e for e in recorded if isinstance(e, (ev.StandbyStart, ev.StandbyPromoted, ev.StandbyStopped))]
     assert {k: (e["node"], e["slurm_job"]) for k, e in promoted.items()} == {"worker:0": ("n1", job),
                                                                            "worker:1": ("n2", job)}
-    starts = [e for e in ev if e["event"] == "start"]
+    starts = [e for e in recorded if isinstance(e, ev.Start)]
     # Attempt 1 started no new step: its tasks are the standbys' steps.
     assert {e["task"]: e["slurm_step"] for e in starts if e["attempt"] == 1} == \
         {k: e["slurm_step"] for k, e in promoted.items()}, starts
@@ -72,7 +73,7 @@ def test_a_killed_worker_restarts_the_group_from_promoted_standbys_with_their_gp
         assert f"[{key}] tfcluster-standby promoted" in out, out[-4000:]
         assert re.search(rf"^\[{key}\] worker: {key} strategy=\S+ loop=\S+ restart=1 ", out, re.M), out[-4000:]
         # The standby's step got the GPUs its task's step had (a node's both): the lab's indices.
-        gpus = [e["gpus"] for e in ev if e["event"] == "task_gpus" and e["task"] == key]
+        gpus = [e["gpus"] for e in recorded if isinstance(e, ev.TaskGpus) and e["task"] == key]
         assert gpus[:2] == [[0, 1], [0, 1]], gpus
     assert "standby promotion file" not in out  # each read its file
     assert not list((latest_run(spec) / "standby").glob("*.json"))  # and removed it
@@ -81,7 +82,7 @@ def test_a_killed_worker_restarts_the_group_from_promoted_standbys_with_their_gp
     (result,) = progress(out, "result")
     assert 0.1 <= float(result["accuracy"]) <= 1.0
     # Attempt 1's own standbys (for a restart 2) waited and were stopped with the run.
-    assert [e for e in ev if e["event"] == "standby_stopped"], [e["event"] for e in ev]
+    assert [e for e in recorded if isinstance(e, ev.StandbyStopped)], [type(e) for e in recorded]
     assert_clean(lab, spec)
 
 
@@ -100,8 +101,8 @@ def test_no_standby_step_outlives_the_run(lab, make_spec, how):
            "ctrl-c": lambda p: p.send_signal(signal.SIGINT), "down": lambda p: p.kill()}[how]
     code, out = run_and_act(spec, [(READY, lambda p: None), (READY, act)], timeout=150, env=lab.env())
     assert code == {"success": 0, "failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
-    ev = _events(spec)
-    started = [e for e in ev if e["event"] == "standby_start"]
+    recorded = _events(spec)
+    started = [e for e in recorded if isinstance(e, ev.StandbyStart)]
     assert started and started[0]["hosts"] == ["n1", "n2"], started
     # Each node's MemAvailable, read on the node (one step over the nodes): the lab's nodes share
     # this machine's memory, so both say what /proc/meminfo says here, give or take.
@@ -116,9 +117,9 @@ def test_no_standby_step_outlives_the_run(lab, make_spec, how):
         assert res.returncode == 0, res.stdout + res.stderr
         assert f"cancelled slurm job {job}" in res.stdout + res.stderr
     else:
-        assert "standby_stopped" in [e["event"] for e in ev], [e["event"] for e in ev]
+        assert ev.StandbyStopped in [type(e) for e in recorded], [type(e) for e in recorded]
     if how == "success":
-        assert sorted(e["task"] for e in ev if e["event"] == "standby_promoted") == ["worker:0", "worker:1"]
+        assert sorted(e["task"] for e in recorded if isinstance(e, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
         assert re.search(r"^\[worker:1\] standby-task key=worker:1 attempt=1 pid=\d+ ", out, re.M), out
     assert_clean(lab, spec)
     assert not lab.run("squeue", "-h", "-s", "-j", job, check=False).stdout.strip()

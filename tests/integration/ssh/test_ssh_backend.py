@@ -21,6 +21,8 @@ from tests.support.waits import wait_for
 
 from tests.support.ssh_helpers import SHOW, launch, finish, pidfiles, wait_gone, firewall, firewall_flush
 from .conftest import PY, ROOT, cmdline, pids_in_netns, task_processes
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -158,8 +160,8 @@ def test_pss_over_ssh_worker_killed_is_restarted_alone_on_its_host(lab, make_spe
     assert len(progress(out, "server", "worker:1")) == 2 and len(progress(out, "start", "chief:0")) == 1
     (res,) = progress(out, "result", "chief:0")
     assert 120 <= int(res["global_step"]) <= 121 and res["epochs_run"] == "3", res
-    events = [json.loads(x) for x in (spec.parent / "runs/sshtest/latest/events.jsonl").read_text().splitlines()]
-    starts = [e["ssh_host"] for e in events if e["event"] == "start" and e["task"] == "worker:1"]
+    events = read_records(spec.parent / "runs/sshtest/latest")
+    starts = [e["ssh_host"] for e in events if isinstance(e, ev.Start) and e["task"] == "worker:1"]
     assert starts == [where["worker:1"]] * 2  # relaunched on its own host
     pids = pidfiles(spec, 5)
     assert "worker-1.1.pid" in pids
@@ -357,8 +359,8 @@ def test_sigkill_remote_worker_restarts_group_to_success(lab, make_spec):
     assert "worker:1 failed: killed by SIGKILL" in err or "SIGKILL" in err, err
     assert "restarting the whole group" in err
     assert out.count("ATTEMPT 1") == 2
-    events = [json.loads(x) for x in (spec.parent / "runs/sshtest/latest/events.jsonl").read_text().splitlines()]
-    assert any(e["event"] == "exit" and e["task"] == "worker:1" and e["code"] == 137 for e in events)
+    events = read_records(spec.parent / "runs/sshtest/latest")
+    assert any(isinstance(e, ev.Exit) and e["task"] == "worker:1" and e["code"] == 137 for e in events)
     wait_gone([p for pair in pids.values() for p in pair], 10)
 
 

@@ -5,7 +5,6 @@ goes away stops the run as Ctrl-C does, on every host."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,6 +20,8 @@ from tests.support.waits import wait_for
 
 from tests.support.ssh_helpers import pidfiles
 from .conftest import PY, task_processes
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -76,8 +77,8 @@ def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, 
     kills = [line for line in err.splitlines() if line.startswith("tfcluster:") and "worker:0" in line
              and "SIGKILL" in line]
     assert kills == ["tfcluster: error: worker:0 failed: killed by SIGKILL (exit 137) (attempt 1 of 2)"], err
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
-    assert [e["code"] for e in events if e["event"] == "exit" and e["task"] == "worker:0"] == [137, 0]
+    events = read_records(run)
+    assert [e["code"] for e in events if isinstance(e, ev.Exit) and e["task"] == "worker:0"] == [137, 0]
     wait_for(lambda: not any(task_processes(lab).values()), 20, what="nothing of the run left on any host",
              detail=lambda: str(task_processes(lab)))
 

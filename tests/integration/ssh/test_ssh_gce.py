@@ -7,7 +7,6 @@ its task moves to the spare h3 with 0 steps redone."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import time
@@ -20,6 +19,8 @@ from tests.support.waits import wait_for
 from .conftest import PY
 from .conftest import task_processes
 from tests.support.ssh_helpers import NOTICE, private_state, bring_back, preempt
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
@@ -118,11 +119,11 @@ def test_the_gce_notice_saves_before_the_os_sigterm_and_the_task_moves_to_the_sp
     assert int(res["steps_run"]) == epochs * steps - min(saved), res
     # The notice, the save and the host_preempted event all came before the OS SIGTERM.
     run = spec.parent / "runs" / "sshtest" / "latest"
-    recorded = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    [preempted] = [e for e in recorded if e["event"] == "host_preempted"]
+    recorded = read_records(run)
+    [preempted] = [e for e in recorded if isinstance(e, ev.HostPreempted)]
     assert preempted["host"] == "h2" and preempted["time"] < os_sigterm[0], (preempted, os_sigterm)
     true_served = [float(line.split()[0]) for line in log.read_text().splitlines() if line.endswith(" TRUE")]
     # (<=: the event's time is kept to the millisecond, and the suite saw both at 948.305)
     assert true_served and true_served[0] <= preempted["time"] < os_sigterm[0], (true_served, preempted, os_sigterm)
-    assert not [e for e in recorded if e["event"] == "restart"]  # a preemption spends no restart
+    assert not [e for e in recorded if isinstance(e, ev.GroupRestart)]  # a preemption spends no restart
     wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")

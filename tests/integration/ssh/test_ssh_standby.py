@@ -20,6 +20,8 @@ from tests.support.waits import wait_for
 
 from .conftest import PY, task_processes
 from tests.support.ssh_helpers import firewall, firewall_flush
+import launcher.record.events as ev
+from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(240)]
 
@@ -29,9 +31,9 @@ TASK = re.compile(r"^\[(?P<key>\S+)\] standby-task key=\S+ attempt=(?P<attempt>\
                   re.M)
 
 
-def _events(spec) -> list[dict]:
+def _events(spec) -> list[ev.RecordEvent]:
     run = spec.parent / "runs" / "sshtest" / "latest"
-    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    return read_records(run)
 
 
 def _no_task_left(lab) -> None:
@@ -67,10 +69,10 @@ def test_a_standby_promoted_after_a_replan_gets_the_new_tf_config_and_the_lost_h
     assert first["worker"][0].startswith(lab.host("h1").address + ":"), first
     assert second["worker"][0].startswith(lab.host("h3").address + ":"), second
     assert clusters[("worker:0", 1)] == second, clusters
-    ev = _events(spec)
-    (started, *_) = [e for e in ev if e["event"] == "standby_start"]
+    recorded = _events(spec)
+    (started, *_) = [e for e in recorded if isinstance(e, ev.StandbyStart)]
     assert started["hosts"] == ["h1", "h2", "h3"] and started["spares"] == ["h3"], started
-    promoted = {e["task"]: e["ssh_host"] for e in ev if e["event"] == "standby_promoted"}
+    promoted = {e["task"]: e["ssh_host"] for e in recorded if isinstance(e, ev.StandbyPromoted)}
     assert promoted == {"worker:0": "h3", "worker:1": "h2"}, promoted  # not worker:0's own, on h1
     assert "[worker:0] tfcluster-standby promoted" in out and "[worker:1] tfcluster-standby promoted" in out
     _no_task_left(lab)
@@ -103,10 +105,10 @@ def test_no_standby_is_left_on_any_host(lab, make_spec, how):
         # With a 60 s lease, only down can have stopped them this soon.
         wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"down to stop them: {task_processes(lab)}")
     else:
-        assert "standby_stopped" in [e["event"] for e in _events(spec)]
+        assert ev.StandbyStopped in [type(e) for e in _events(spec)]
     if how == "success":
         # the restart promoted both tasks' standbys (the next attempt's were stopped at its end)
-        promoted = [e for e in _events(spec) if e["event"] == "standby_promoted"]
+        promoted = [e for e in _events(spec) if isinstance(e, ev.StandbyPromoted)]
         assert sorted(e["task"] for e in promoted) == ["worker:0", "worker:1"]
         # on both hosts at once, not one after the other: each began before the other's ended
         assert sorted(e["ssh_host"] for e in promoted) == ["h1", "h2"], promoted
@@ -144,7 +146,7 @@ def test_a_stale_task_of_a_lost_host_cannot_reach_the_next_attempt(lab, make_spe
     run = spec.parent / "runs" / "sshtest" / "latest"
     chief = (run / "logs" / "worker-0.log").read_text(errors="replace")
     assert "Incarnation ID mismatch" not in chief, chief[-4000:]
-    promoted = {e["task"]: e["ssh_host"] for e in _events(spec) if e["event"] == "standby_promoted"}
+    promoted = {e["task"]: e["ssh_host"] for e in _events(spec) if isinstance(e, ev.StandbyPromoted)}
     assert promoted == {"worker:0": "h1", "worker:1": "h3"}, promoted  # the move was a hot one
     wait_for(lambda: not task_processes(lab)["h2"], 30,
              what=f"h2's old worker:1 stopped by its wrapper (lease run out): {task_processes(lab)['h2']}")
@@ -178,17 +180,17 @@ def test_a_paused_hot_spare_is_lost_within_its_lease_and_the_next_loss_does_not_
         lab.resume(paused)
         firewall_flush(h1)
     assert code == 0, out[-4000:]
-    ev = _events(spec)
-    (started, *_) = [e for e in ev if e["event"] == "standby_start"]
+    recorded = _events(spec)
+    (started, *_) = [e for e in recorded if isinstance(e, ev.StandbyStart)]
     assert started["spares"] == ["h3"], started
-    lost = [e for e in ev if e["event"] == "host_lost"]
+    lost = [e for e in recorded if isinstance(e, ev.HostLost)]
     assert [(e["host"], e["spare"]) for e in lost] == [("h3", True), ("h1", False)], lost
     # The lease (4 s) counts from h3's last answer, up to a heartbeat (1 s) before the pause;
     # then the look at the standbys, about once a second, with a loaded machine's margin.
     assert 3.0 <= lost[0]["time"] - when["paused"] <= 20.0, (lost[0], when)
-    (replan,) = [e for e in ev if e["event"] == "replan"]
+    (replan,) = [e for e in recorded if isinstance(e, ev.Replan)]
     assert replan["dropped"] == ["worker:0"] and not replan["moved"], replan
-    starts = [e for e in ev if e["event"] == "start" and e.get("attempt") == 1]
+    starts = [e for e in recorded if isinstance(e, ev.Start) and e.get("attempt") == 1]
     assert [e["ssh_host"] for e in starts] == ["h2"], starts  # the one worker left (renumbered worker:0)
-    assert not [e for e in ev if e["event"] == "restart"]
+    assert not [e for e in recorded if isinstance(e, ev.GroupRestart)]
     _no_task_left(lab)

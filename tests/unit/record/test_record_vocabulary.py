@@ -11,6 +11,7 @@ from launcher.backends import backend_names
 from launcher.record import layout
 from launcher.record import events
 from launcher.record.events import Event
+from tests.support.records import event_key_reads
 from launcher.record.states import AttemptState, Outcome, ResultStatus, RunState, TaskPhase, TaskState
 
 LAUNCHER = Path(__file__).resolve().parents[3] / "launcher"
@@ -141,19 +142,6 @@ def test_members_are_their_strings(enum):
 # class, reader.py hands the lines over; every other module dispatches on the classes
 # (``isinstance(e, Start)``, ``e.task``): the task fold, the run fold and goodput's marks too.
 EVENT_KEY_READERS = {"record/events.py", "record/reader.py"}
-
-
-def event_key_reads(tree: ast.AST) -> list[int]:
-    """The lines of ``tree`` that read a line's ``"event"`` key: ``x.get("event")``, ``x["event"]``."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "event":
-            found.append(node.lineno)
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "event" \
-                and isinstance(node.ctx, ast.Load):
-            found.append(node.lineno)
-    return sorted(found)
 
 
 def test_readers_dispatch_on_event_classes_not_on_the_event_key():

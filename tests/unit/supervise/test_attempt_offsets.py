@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.app.inspect import _attempt_range
 from launcher.record.layout import OUTPUT_FILE, log_path
+import launcher.record.events as ev
 from tests.support.fakes import Script, ScriptedTasks, scripted, supervise
 
 
@@ -77,7 +78,7 @@ def test_a_promoted_standby_that_prints_at_once_keeps_the_line_in_the_attempt_it
                                             default=Script(code=0, polls=3, silent=True)), warm_standby=True)
     result = supervise(tmp_path, MWMS.replace("WARM", "true"), backend)
     assert result.code == 0, result.err
-    assert sorted(e["task"] for e in result.events if e["event"] == "standby_promoted") == ["worker:0", "worker:1"]
+    assert sorted(e["task"] for e in result.events if isinstance(e, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
     run = _run_dir(tmp_path)
     for key in ("worker:0", "worker:1"):
         first = _lines(log_path(run, key), run, key, 1)
@@ -102,7 +103,7 @@ def test_a_pss_worker_restarted_alone_keeps_its_first_line_in_its_restart(tmp_pa
                                      ("chief:0", 0): Script(code=0, polls=8, silent=True)},
                                     default=Script(code=None, silent=True)))
     result = supervise(tmp_path, spec, backend)
-    starts = [e for e in result.events if e["event"] == "start" and e["task"] == "worker:1"]
+    starts = [e for e in result.events if isinstance(e, ev.Start) and e["task"] == "worker:1"]
     assert len(starts) == 2, result.err
     run = _run_dir(tmp_path)
     data = log_path(run, "worker:1").read_bytes()

@@ -6,7 +6,6 @@ spare. No processes, no threads."""
 from __future__ import annotations
 
 import io
-import json
 import textwrap
 import threading
 import time
@@ -21,6 +20,8 @@ from launcher.record.writer import RunRecord
 from launcher.loader.load import parse_spec
 from launcher.spec.model import Host
 from tests.support.fakes import scripted
+from tests.support.records import read_records
+import launcher.record.events as ev
 
 SPEC = """\
     name: s
@@ -78,8 +79,8 @@ def test_discovery_answers_add_hosts_and_move_the_task_of_a_host_gone_from_the_l
     assert members.first_plan is plan and len(members.replans) == 1
     assert members.vanished == {}
     record.close()
-    events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
-    found = [(e["ok"], e.get("added"), e.get("gone")) for e in events if e["event"] == "discovery"]
+    events = read_records(record.dir)
+    found = [(e["ok"], e.get("added"), e.get("gone")) for e in events if isinstance(e, ev.DiscoveryAnswer)]
     assert found == [(False, None, None), (True, ["h4"], ["h2"])]
-    (lost,) = [e for e in events if e["event"] == "host_lost"]
+    (lost,) = [e for e in events if isinstance(e, ev.HostLost)]
     assert (lost["host"], lost["how"]) == ("h2", "gone from discovery.command's list")

@@ -7,7 +7,6 @@ Supervisor on the scripted backend (tests/support/fakes.py), its clock a counter
 from __future__ import annotations
 
 import io
-import json
 import textwrap
 import threading
 import time
@@ -20,6 +19,8 @@ from launcher.supervise.context import RunContext
 from launcher.supervise.membership import HostsGiven, Membership
 from launcher.ui.console import Console
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedHosts, ScriptedTasks, scripted, supervise
+import launcher.record.events as ev
+from tests.support.records import read_records, of
 
 SPEC = """\
     name: s
@@ -51,10 +52,6 @@ class Returning(ScriptedHosts):
         return [h for h in self.returning if h in hosts]
 
 
-def of(events, kind):
-    return [e for e in events if e["event"] == kind]
-
-
 def starts(scripts, hosts: Returning):
     # Starts, per task: 0 attempt 1's; 1 its standby on its host; 2 its standby on the spare h3.
     return scripted(ScriptedTasks(scripts, default=Script(code=0, polls=4)), hosts, elastic=True, warm_standby=True)
@@ -66,16 +63,16 @@ def test_a_spare_whose_standbys_sessions_end_is_lost_once_and_the_next_loss_does
     result = supervise(tmp_path, SPEC, backend, clock=Counter())
     out, events = result.console, result.events
     assert result.code == 1, out
-    standbys = of(events, "standby_start")
+    standbys = of(events, ev.StandbyStart)
     assert standbys[0]["spares"] == ["h3"]  # h3 held hot standbys
-    first, second = of(events, "host_lost")
+    first, second = of(events, ev.HostLost)
     assert (first["host"], first["spare"], first["suspect"], first["attempt"]) == ("h3", True, True, 0), first
     assert first["how"].startswith("a spare: its standbys' sessions lost at ")
     assert (second["host"], second["spare"]) == ("h2", False)
     assert out.count("h3: a spare: its standbys' sessions lost at ") == 1, out
     assert backend.hosts.asked[0] == (["h3"], 5.0)  # watched from then on, elastic.settle
     # worker:1's host lost: h3 is down, so no move there; with no min the group waits for h2.
-    assert not of(events, "replan")
+    assert not of(events, ev.Replan)
     assert not [k for k, h in backend.tasks.hosts_started[6:] if h == "h3"], backend.tasks.hosts_started
     assert "no spare host for worker:1: waiting up to elastic.host_wait=1 s for h2" in out, out
     assert backend.hosts.checked == [(["h1", "h2"], 0.0)]  # the plan's hosts looked at; h3 never again
@@ -90,16 +87,16 @@ def test_a_lost_spare_that_answers_again_gets_its_standbys_back_and_takes_the_ne
     result = supervise(tmp_path, SPEC, backend, clock=Counter())
     out, events = result.console, result.events
     assert result.code == 0, out
-    assert [(e["host"], e["spare"]) for e in of(events, "host_lost")] == [("h3", True), ("h2", False)]
-    (added,) = of(events, "host_added")
+    assert [(e["host"], e["spare"]) for e in of(events, ev.HostLost)] == [("h3", True), ("h2", False)]
+    (added,) = of(events, ev.HostAdded)
     assert (added["host"], added["spare"]) == ("h3", True)
     assert "h3 answers again (5 s without a break, elastic.settle): usable again" in out, out
     # Its standbys made again (the next attempt's, on h3 only: those on h1 and h2 still wait).
-    assert [e.get("spares") for e in of(events, "standby_start")][:2] == [["h3"], ["h3"]]
-    assert of(events, "standby_start")[1]["hosts"] == ["h3"]
-    (replan,) = of(events, "replan")
+    assert [e.get("spares") for e in of(events, ev.StandbyStart)][:2] == [["h3"], ["h3"]]
+    assert of(events, ev.StandbyStart)[1]["hosts"] == ["h3"]
+    (replan,) = of(events, ev.Replan)
     assert replan["moved"] == {"worker:1": {"from": "h2", "to": "h3"}}
-    promoted = {e["task"] for e in of(events, "standby_promoted")}
+    promoted = {e["task"] for e in of(events, ev.StandbyPromoted)}
     assert promoted == {"worker:0", "worker:1"}  # the move to h3 was hot
 
 
@@ -120,7 +117,7 @@ def test_the_membership_records_a_spare_lost_once_and_leaves_the_plans_hosts_to_
     assert members.down == ["h3"] and members.spares() == {"spares": []} and members.seen.losses == ()
     assert hosts.asked == [(["h3"], 5.0)]  # watched until it answers for elastic.settle
     record.close()
-    events = [json.loads(x) for x in (record.dir / "events.jsonl").read_text().splitlines()]
-    (lost,) = [e for e in events if e["event"] == "host_lost"]
+    events = read_records(record.dir)
+    (lost,) = [e for e in events if isinstance(e, ev.HostLost)]
     assert (lost["host"], lost["spare"], lost["suspect"], lost["settle"]) == ("h3", True, True, 5.0)
     assert out.getvalue().count("h3: a spare: its standbys' sessions lost at ") == 1

@@ -17,7 +17,9 @@ import pytest
 
 from launcher.app.up import plan_for
 from launcher.backends.base import Backend
+import launcher.record.events as ev
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedHosts, ScriptedTasks, scripted, supervise
+from tests.support.records import kinds, of
 
 
 def run(tmp_path, spec_yaml: str, backend: Backend, stop_after: Optional[int] = None):
@@ -25,10 +27,6 @@ def run(tmp_path, spec_yaml: str, backend: Backend, stop_after: Optional[int] = 
     clock a counter; ``stop_after``: interrupt once this many tasks have been started."""
     result = supervise(tmp_path, spec_yaml, backend, clock=Counter(), stop_after=stop_after)
     return result.code, result.err + result.out, result.events
-
-
-def of(events, kind):
-    return [e for e in events if e["event"] == kind]
 
 
 MWMS = """\
@@ -65,12 +63,12 @@ def test_a_retryable_exit_restarts_the_whole_group_and_the_next_attempt_succeeds
     assert code == 0, out
     assert backend.tasks.starts("worker:0") == [0, 1] and backend.tasks.starts("worker:1") == [0, 1]
     assert "restarting the whole group (restart 1 of 2)" in out
-    (failure,) = of(events, "failure")
+    (failure,) = of(events, ev.Failure)
     assert (failure["task"], failure["code"]) == ("worker:1", 137)
     # worker:0 of the failed attempt was still running: stopped, not left behind.
     first = backend.tasks.handles[0]
     assert first.key == "worker:0" and signal.SIGKILL in first.signals and first.code == 128 + signal.SIGKILL
-    assert of(events, "outcome")[0]["outcome"] == "succeeded" and backend.tasks.closed and backend.hosts.closed
+    assert of(events, ev.RunOutcome)[0]["outcome"] == "succeeded" and backend.tasks.closed and backend.hosts.closed
 
 
 def test_a_permanent_exit_code_is_not_retried(tmp_path):
@@ -79,7 +77,7 @@ def test_a_permanent_exit_code_is_not_retried(tmp_path):
     assert code == 1
     assert len(backend.tasks.started) == 2  # one attempt only
     assert "not retried: an uncaught error in the task (exit 1) fails the same way every time" in out
-    assert of(events, "restart") == []
+    assert of(events, ev.GroupRestart) == []
     assert all(h.code is not None for h in backend.tasks.handles)  # nothing left running
 
 
@@ -89,7 +87,7 @@ def test_the_restart_budget_ends_the_run(tmp_path):
     assert code == 1
     assert backend.tasks.starts("worker:0") == [0, 1, 2]
     assert "gave up after 3 attempt(s): restart.max_restarts is 2" in out
-    assert [e["attempt"] for e in of(events, "restart")] == [1, 2]
+    assert [e["attempt"] for e in of(events, ev.GroupRestart)] == [1, 2]
 
 
 def test_backoff_doubles_between_group_restarts(tmp_path):
@@ -97,7 +95,7 @@ def test_backoff_doubles_between_group_restarts(tmp_path):
                                      default=Script(code=0, polls=3)))
     code, out, events = run(tmp_path, mwms(restarts=3, backoff=0.01), backend)
     assert code == 0, out
-    assert [e["delay"] for e in of(events, "restart")] == [0.01, 0.02]
+    assert [e["delay"] for e in of(events, ev.GroupRestart)] == [0.01, 0.02]
 
 
 class NotedTasks(ScriptedTasks):
@@ -133,7 +131,7 @@ def test_a_failure_asks_every_survivors_state_at_once(tmp_path):
     spec = mwms(restarts=0).replace("{worker: 2}", "{worker: 4}")
     code, out, events = run(tmp_path, spec, scripted(tasks))
     assert code != 0 and len(tasks.met) == 3, (tasks.met, out)
-    assert of(events, "failure")[0]["task"] == "worker:1" and "asked alone" not in out
+    assert of(events, ev.Failure)[0]["task"] == "worker:1" and "asked alone" not in out
 
 
 # ---------------------------------------------------------------- worker-only restart (PSS)
@@ -148,7 +146,7 @@ def test_pss_worker_death_restarts_that_worker_alone(tmp_path):
     assert backend.tasks.starts("chief:0") == [0] and backend.tasks.starts("ps:0") == [0] and backend.tasks.starts("worker:0") == [0]
     assert "worker:1 exited (killed by SIGKILL (exit 137)); restarting it alone (1 of 2)" in out
     assert "restarting the whole group" not in out
-    assert [e["task"] for e in of(events, "task_restart")] == ["worker:1"]
+    assert [e["task"] for e in of(events, ev.TaskRestart)] == ["worker:1"]
     # The servers never exit on their own: stopped at the end, after the chief succeeded.
     assert all(h.code is not None for h in backend.tasks.handles)
 
@@ -160,7 +158,7 @@ def test_pss_worker_restart_budget_then_group_restart(tmp_path):
     code, out, events = run(tmp_path, PSS, backend)
     assert code == 0, out
     assert "worker:0 failed: killed by SIGKILL (exit 137) (worker restart budget used up)" in out
-    assert [e["attempt"] for e in of(events, "restart")] == [1]
+    assert [e["attempt"] for e in of(events, ev.GroupRestart)] == [1]
     assert backend.tasks.starts("chief:0") == [0, 1]
 
 
@@ -169,7 +167,7 @@ def test_pss_a_ps_exit_fails_the_attempt(tmp_path):
                                      default=RUN_FOREVER))
     code, out, events = run(tmp_path, PSS, backend)
     assert code == 0, out
-    assert of(events, "failure")[0]["task"] == "ps:0"
+    assert of(events, ev.Failure)[0]["task"] == "ps:0"
     assert backend.tasks.starts("ps:0") == [0, 1] and backend.tasks.starts("worker:0") == [0, 1]
 
 
@@ -200,10 +198,10 @@ def test_an_evaluator_killed_is_restarted_alone_by_its_standby_and_a_new_standby
     assert "(sidecar) failed" not in out
     assert backend.tasks.starts("evaluator:0") == [0, 1, 1], backend.tasks.started  # its standby, then the new one
     assert backend.tasks.starts("worker:0") == [0, 1] and backend.tasks.starts("worker:1") == [0, 1]  # (theirs waited)
-    (promoted,) = of(events, "standby_promoted")
+    (promoted,) = of(events, ev.StandbyPromoted)
     assert promoted["task"] == "evaluator:0"
-    assert [e["task"] for e in of(events, "task_restart")] == ["evaluator:0"]
-    assert not of(events, "restart") and not of(events, "sidecar_failed")
+    assert [e["task"] for e in of(events, ev.TaskRestart)] == ["evaluator:0"]
+    assert not of(events, ev.GroupRestart) and not of(events, ev.SidecarFailed)
 
 
 def test_an_evaluator_killed_again_once_restarts_are_used_up_is_reported_and_training_goes_on(tmp_path):
@@ -214,7 +212,7 @@ def test_an_evaluator_killed_again_once_restarts_are_used_up_is_reported_and_tra
     assert code == 0, out
     assert "restarting it alone (1 of 1)" in out
     assert "evaluator:0 (sidecar) failed: killed by SIGKILL (exit 137); training goes on" in out, out
-    assert [e["task"] for e in of(events, "sidecar_failed")] == ["evaluator:0"]
+    assert [e["task"] for e in of(events, ev.SidecarFailed)] == ["evaluator:0"]
 
 
 # ---------------------------------------------------------------- watchdogs
@@ -225,7 +223,7 @@ def test_startup_watchdog_fails_an_attempt_whose_port_never_opens_and_retries(tm
                                      default=Script(code=0, polls=30, port_after=1)))
     code, out, events = run(tmp_path, mwms(startup=10), backend)
     assert code == 0, out
-    (failure,) = of(events, "failure")
+    (failure,) = of(events, ev.Failure)
     assert failure["task"] == "worker:1" and failure.get("code") is None  # (None: left out of the line)
     assert "never came up: no TF server listening within watchdog.startup_timeout=10 s" in failure["reason"]
     assert backend.tasks.starts("worker:1") == [0, 1]
@@ -237,7 +235,7 @@ def test_hang_watchdog_names_the_silent_task(tmp_path):
     backend.tasks.scripts[("worker:0", 1)] = backend.tasks.scripts[("worker:1", 1)] = Script(code=0, polls=3)
     code, out, events = run(tmp_path, mwms(hang=20), backend)
     assert code == 0, out
-    (failure,) = of(events, "failure")
+    (failure,) = of(events, ev.Failure)
     assert failure["task"] == "worker:0" and failure["reason"].startswith("hung: no progress for 20 s")
 
 
@@ -245,7 +243,7 @@ def test_interrupt_stops_every_task_and_exits_130(tmp_path):
     backend = scripted(ScriptedTasks({}, default=RUN_FOREVER))
     code, out, events = run(tmp_path, mwms(), backend, stop_after=2)
     assert code == 130
-    assert of(events, "outcome")[0]["outcome"] == "interrupted"
+    assert of(events, ev.RunOutcome)[0]["outcome"] == "interrupted"
     assert all(h.code is not None for h in backend.tasks.handles) and backend.tasks.closed and backend.hosts.closed
 
 
@@ -260,9 +258,9 @@ def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
     result = supervise(tmp_path / "hup", graceful, scripted(ScriptedTasks({}, default=RUN_FOREVER)), clock=Counter(),
                        stop_after=2, stop=hangup)
     assert result.code == 130
-    (outcome,) = of(result.events, "outcome")
+    (outcome,) = of(result.events, ev.RunOutcome)
     assert outcome["outcome"] == "interrupted" and outcome["reason"] == "the terminal went away (SIGHUP)"
-    ends = lambda events: sorted(e["code"] for e in events if e["event"] in ("stopped", "exit"))  # noqa: E731
+    ends = lambda events: sorted(e["code"] for e in events if isinstance(e, (ev.Stopped, ev.Exit)))  # noqa: E731
     assert ends(result.events) == [143, 143]  # SIGTERM only: they saved
 
     def ctrl_c_twice(sup):
@@ -272,7 +270,7 @@ def test_a_closed_terminal_stops_gracefully_however_often_it_says_so(tmp_path):
     result = supervise(tmp_path / "int", graceful, scripted(ScriptedTasks({}, default=RUN_FOREVER)), clock=Counter(),
                        stop_after=2, stop=ctrl_c_twice)
     assert 137 in ends(result.events)  # the second Ctrl-C: SIGKILL at once
-    assert of(result.events, "outcome")[0]["reason"] == ""
+    assert of(result.events, ev.RunOutcome)[0]["reason"] == ""
 
 
 @pytest.mark.parametrize("exit_code,retried", [(1, False), (2, False), (127, False), (137, True), (143, True),
@@ -281,7 +279,7 @@ def test_default_permanent_exit_codes(tmp_path, exit_code, retried):
     backend = scripted(ScriptedTasks({("worker:0", 0): Script(code=exit_code, polls=1)}, default=Script(code=0, polls=3)))
     code, out, events = run(tmp_path, mwms(restarts=1), backend)
     assert code == (0 if retried else 1), out
-    assert len(of(events, "restart")) == (1 if retried else 0)
+    assert len(of(events, ev.GroupRestart)) == (1 if retried else 0)
 
 
 # ---------------------------------------------------------------- hosts that come and go (launcher/plan/elastic.py)
@@ -324,10 +322,10 @@ def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_a
         r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 30 s; "
         r"worker:1 moved to h3 \(spare\); restarting the group there", said[0]), out
     assert "worker:1 failed" not in out and "max_restarts is 0" not in out  # the one line says it all
-    assert not of(events, "restart")
-    (lost,) = of(events, "host_lost")
+    assert not of(events, ev.GroupRestart)
+    (lost,) = of(events, ev.HostLost)
     assert lost["host"] == "h2" and lost["settle"] == 30 and "host still answering" in lost["how"], lost
-    (replan,) = of(events, "replan")
+    (replan,) = of(events, ev.Replan)
     assert (replan["plan"], replan["file"], replan["moved"]) == (2, "plan-2.json", {"worker:1": {"from": "h2", "to": "h3"}})
     second = json.loads((tmp_path / "runs" / "s" / "latest" / "plan-2.json").read_text())
     assert [t["host"] for t in second["tasks"]] == ["h1", "h3"]
@@ -346,7 +344,7 @@ def test_a_host_that_does_not_answer_after_a_failure_is_suspect_too(tmp_path):
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 0, out
     assert "h2: host not answering; suspect until it answers for 30 s; worker:1 moved to h3 (spare)" in out, out
-    assert backend.tasks.hosts_started[-1] == ("worker:1", "h3") and not of(events, "restart")
+    assert backend.tasks.hosts_started[-1] == ("worker:1", "h3") and not of(events, ev.GroupRestart)
 
 
 def test_after_a_move_the_whole_restart_budget_is_still_there(tmp_path):
@@ -357,7 +355,7 @@ def test_after_a_move_the_whole_restart_budget_is_still_there(tmp_path):
     code, out, events = run(tmp_path, ELASTIC.replace("max_restarts: 0", "max_restarts: 1"), backend)
     assert code == 0, out
     assert "restarting the whole group (restart 1 of 1)" in out
-    assert [e["attempt"] for e in of(events, "restart")] == [2]  # the third attempt, the first restart
+    assert [e["attempt"] for e in of(events, ev.GroupRestart)] == [2]  # the third attempt, the first restart
     assert backend.tasks.hosts_started[-2:] == [("worker:0", "h1"), ("worker:1", "h3")]  # the new plan is kept
 
 
@@ -368,7 +366,7 @@ def test_a_failure_with_every_host_there_spends_a_restart_as_before(tmp_path):
     assert code == 1, out
     assert "worker:1 failed: killed by SIGKILL (exit 137) (attempt 1 of 1)" in out
     assert "gave up after 1 attempt(s): restart.max_restarts is 0" in out
-    assert not of(events, "replan") and not of(events, "host_lost") and len(backend.hosts.checked) == 1
+    assert not of(events, ev.Replan) and not of(events, ev.HostLost) and len(backend.hosts.checked) == 1
 
 
 def test_a_second_loss_with_no_spare_left_waits_host_wait_then_fails_in_one_line(tmp_path):
@@ -381,8 +379,8 @@ def test_a_second_loss_with_no_spare_left_waits_host_wait_then_fails_in_one_line
     line = ("host h3 (worker:1) lost (no 30 s of answers without a break within elastic.host_wait=1 s) and no spare "
             "host left for worker:1; list more hosts under hosts:")
     assert line in out and out.count("lost (no 30 s") == 1, out
-    assert of(events, "outcome")[0]["reason"].startswith("host h3 (worker:1) lost (no 30 s of answers")
-    assert not of(events, "restart")
+    assert of(events, ev.RunOutcome)[0]["reason"].startswith("host h3 (worker:1) lost (no 30 s of answers")
+    assert not of(events, ev.GroupRestart)
 
 
 class ReturningHosts(ScriptedHosts):
@@ -425,11 +423,11 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     assert "worker:1 left out: 1 worker go on (no spare host)" in out
     assert "h2 answers again (9 s without a break, elastic.settle): usable again" in out
     assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
-    assert not of(events, "restart") and not of(events, "failure")[1:]  # one failure: the loss
-    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added")] == [
-        "host_lost", "replan", "host_added", "replan"]
-    assert [r["tasks"] for r in of(events, "replan")] == [["worker:0"], ["worker:0", "worker:1"]]
-    assert [r["added"] for r in of(events, "replan")] == [{}, {"worker:1": "h2"}]
+    assert not of(events, ev.GroupRestart) and not of(events, ev.Failure)[1:]  # one failure: the loss
+    assert [type(e) for e in events if isinstance(e, (ev.HostLost, ev.Replan, ev.HostAdded))] == [
+        ev.HostLost, ev.Replan, ev.HostAdded, ev.Replan]
+    assert [r["tasks"] for r in of(events, ev.Replan)] == [["worker:0"], ["worker:0", "worker:1"]]
+    assert [r["added"] for r in of(events, ev.Replan)] == [{}, {"worker:1": "h2"}]
 
 
 def test_a_group_that_started_without_an_absent_host_grows_onto_it_once_it_settles(tmp_path):
@@ -450,10 +448,10 @@ def test_a_group_that_started_without_an_absent_host_grows_onto_it_once_it_settl
     assert backend.tasks.handles[0].signals[0] == signal.SIGTERM  # the grow: stopped gracefully
     assert "worker: 1 of 2 (h2 not answering); the group grows as hosts answer for elastic.settle=9 s" in out, out
     assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
-    (start,) = of(events, "run_start")
+    (start,) = of(events, ev.RunStart)
     assert start["group"] == {"type": "worker", "size": 1, "of": 2, "why": "h2 not answering"} and start["spares"] == []
-    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added", "restart")] == [
-        "host_added", "replan"]
+    assert [type(e) for e in events if isinstance(e, (ev.HostLost, ev.Replan, ev.HostAdded, ev.GroupRestart))] == [
+        ev.HostAdded, ev.Replan]
     status = tfcluster_status(tmp_path)
     assert "worker group by attempt: 1: 1 of 2 (h2 not answering); 2: 2 of 2 (h2 back)" in status, status
 
@@ -469,7 +467,7 @@ def test_a_host_back_after_training_ended_does_not_restart_the_group(tmp_path):
     code, out, events = run(tmp_path, SHRINK, backend)
     assert code == 0, out
     assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]  # no grow
-    assert len(of(events, "replan")) == 1 and "restarting the bigger group" not in out
+    assert len(of(events, ev.Replan)) == 1 and "restarting the bigger group" not in out
 
 
 def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_again(tmp_path):
@@ -479,7 +477,7 @@ def test_grow_false_keeps_the_shrunk_group_and_the_returned_host_is_a_spare_agai
     code, out, events = run(tmp_path, SHRINK.replace("settle: 9}", "settle: 9, grow: false}"), backend)
     assert code == 0, out
     assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2"), ("worker:0", "h1")]
-    assert len(of(events, "host_added")) == 1 and len(of(events, "replan")) == 1
+    assert len(of(events, ev.HostAdded)) == 1 and len(of(events, ev.Replan)) == 1
     assert "growing the group" not in out
 
 
@@ -498,8 +496,8 @@ def test_no_spare_no_min_the_group_waits_for_the_suspect_host_to_settle_and_rest
     assert re.search(r"h2: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 5 s; "
                      r"no spare host for worker:1: waiting up to elastic.host_wait=30 s for h2 to settle", out), out
     assert "h2 answers again (5 s without a break, elastic.settle); restarting the group on it from the last backup" in out
-    assert not of(events, "restart") and not of(events, "replan") and not backend.tasks.plans
-    (added,) = of(events, "host_added")
+    assert not of(events, ev.GroupRestart) and not of(events, ev.Replan) and not backend.tasks.plans
+    (added,) = of(events, ev.HostAdded)
     assert added["host"] == "h2" and added["spare"] is False
     status = tfcluster_status(tmp_path)
     assert "spare hosts" not in status and "suspect hosts" not in status, status
@@ -518,8 +516,8 @@ def test_a_host_that_keeps_dropping_ends_the_run_at_elastic_max_host_losses(tmp_
     lines = [line for line in out.splitlines() if "elastic.max_host_losses" in line]
     assert len(lines) == 1 and re.search(
         r"h2: session lost at .*; 3 host losses in this run \(h2 3 times\), more than elastic.max_host_losses=2", lines[0])
-    assert of(events, "outcome")[0]["reason"] == lines[0].split("tfcluster: error: ")[-1]
-    assert not of(events, "restart") and len(of(events, "host_lost")) == 3
+    assert of(events, ev.RunOutcome)[0]["reason"] == lines[0].split("tfcluster: error: ")[-1]
+    assert not of(events, ev.GroupRestart) and len(of(events, ev.HostLost)) == 3
 
 
 def test_no_spare_with_min_a_suspect_host_still_answering_shrinks_the_group_at_once(tmp_path):
@@ -533,8 +531,8 @@ def test_no_spare_with_min_a_suspect_host_still_answering_shrinks_the_group_at_o
     assert re.search(r"h2: session lost at .*, host still answering; suspect until it answers for 9 s; worker:1 left "
                      r"out: 1 worker go on \(no spare host\)", out), out
     assert "waiting up to elastic.host_wait" not in out  # a min: no waiting
-    assert [e["event"] for e in events if e["event"] in ("host_lost", "replan", "host_added")] == [
-        "host_lost", "replan", "host_added", "replan"]
+    assert [type(e) for e in events if isinstance(e, (ev.HostLost, ev.Replan, ev.HostAdded))] == [
+        ev.HostLost, ev.Replan, ev.HostAdded, ev.Replan]
 
 
 def tfcluster_status(tmp_path) -> str:
@@ -586,8 +584,8 @@ def test_pss_shrinks_to_min_from_the_last_backup_when_a_worker_host_is_gone(tmp_
     assert ("h3", ) == tuple(backend.hosts.checked[0][0]) and backend.hosts.checked[0][1] == 0.0  # one look, no wait
     assert backend.tasks.starts("chief:0") == [0, 1] and backend.tasks.starts("worker:0") == [0, 1]
     assert [t.key for t in backend.tasks.plans[0].tasks] == ["chief:0", "worker:0", "ps:0"]
-    (replan,) = of(events, "replan")
-    assert replan["dropped"] == ["worker:1"] and not of(events, "task_restart") and not of(events, "restart")
+    (replan,) = of(events, ev.Replan)
+    assert replan["dropped"] == ["worker:1"] and not of(events, ev.TaskRestart) and not of(events, ev.GroupRestart)
     assert ("h3: host not answering; suspect until it answers for 30 s; worker:1 left out: 1 worker go on (no "
             "spare host); restarting the group there from the last backup") in out
 
@@ -601,7 +599,7 @@ def test_pss_a_worker_whose_session_was_lost_is_not_restarted_onto_its_host_that
                          ("chief:0", 1): Script(code=0, polls=6)}, gone=set(), default=Script(code=None))
     code, out, events = run(tmp_path, PSS_ELASTIC, backend)
     assert code == 0, out
-    assert backend.tasks.starts("worker:1") == [0] and not of(events, "task_restart") and not of(events, "restart")
+    assert backend.tasks.starts("worker:1") == [0] and not of(events, ev.TaskRestart) and not of(events, ev.GroupRestart)
     assert re.search(r"h3: session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for "
                      r"30 s; worker:1 left out: 1 worker go on \(no spare host\)", out), out
     assert "restarting it alone" not in out and "worker:1 failed" not in out
@@ -615,7 +613,7 @@ def test_pss_a_ps_whose_session_was_lost_moves_to_the_spare(tmp_path):
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert re.search(r"h2: session lost at .*; suspect until it answers for 30 s; ps:0 moved to h3 \(spare\)", out), out
-    assert [t.host for t in backend.tasks.plans[0].tasks if t.type == "ps"] == ["h3"] and not of(events, "restart")
+    assert [t.host for t in backend.tasks.plans[0].tasks if t.type == "ps"] == ["h3"] and not of(events, ev.GroupRestart)
 
 
 def test_pss_without_min_moves_a_worker_whose_host_is_gone_only_by_a_whole_restart_onto_a_spare(tmp_path):
@@ -673,8 +671,8 @@ def test_pss_a_worker_whose_restart_fails_because_its_host_went_away_shrinks_the
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert "no task was started" not in out
-    (replan,) = of(events, "replan")
-    assert replan["dropped"] == ["worker:1"] and not of(events, "restart")  # a membership change, no restart spent
+    (replan,) = of(events, ev.Replan)
+    assert replan["dropped"] == ["worker:1"] and not of(events, ev.GroupRestart)  # a membership change, no restart spent
     assert backend.tasks.starts("chief:0") == [0, 1]
 
 
@@ -684,9 +682,9 @@ def test_pss_a_failed_restart_of_a_worker_fails_the_attempt_not_the_launcher(tmp
                           gone=set(), fail_start="worker:1", default=RUN_FOREVER)
     code, out, events = run(tmp_path, PSS, backend)
     assert code == 0, out
-    (failure,) = [e for e in of(events, "failure") if e["task"] == "worker:1"]
+    (failure,) = [e for e in of(events, ev.Failure) if e["task"] == "worker:1"]
     assert failure["reason"].startswith("restarting it failed: host "), failure
-    assert [e["attempt"] for e in of(events, "restart")] == [1]
+    assert [e["attempt"] for e in of(events, ev.GroupRestart)] == [1]
 
 
 # ---------------------------------------------------------------- warm standby (launcher/supervise/standby.py)
@@ -700,12 +698,12 @@ def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_
     assert code == 0, out
     # Two starts per task: the first attempt's, and the standby (TFCLUSTER_RESTART_COUNT=1) it promotes.
     assert backend.tasks.started == [("worker:0", 0), ("worker:1", 0), ("worker:0", 1), ("worker:1", 1)]
-    assert [e["attempt"] for e in of(events, "standby_start")] == [1]
-    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert [e["attempt"] for e in of(events, ev.StandbyStart)] == [1]
+    assert sorted(e["task"] for e in of(events, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
     assert [h.signals[:1] for h in backend.tasks.handles[2:]] == [[signal.SIGUSR1], [signal.SIGUSR1]]
     assert "[worker:1] (standby) tfcluster-step attempt=1 poll=1" in out  # before its promotion
     assert "[worker:1] tfcluster-step attempt=1 poll=2" in out  # after it: the task's own lines
-    assert not of(events, "standby_stopped")  # nothing left over to stop
+    assert not of(events, ev.StandbyStopped)  # nothing left over to stop
 
 
 def test_a_pss_worker_restarted_alone_is_its_promoted_standby_and_a_new_standby_takes_its_place(tmp_path):
@@ -721,15 +719,15 @@ def test_a_pss_worker_restarted_alone_is_its_promoted_standby_and_a_new_standby_
     # Its first process, its standby (started for the next attempt), then the standby that replaces it.
     assert backend.tasks.starts("worker:1") == [0, 1, 1], backend.tasks.started
     assert backend.tasks.starts("chief:0") == [0, 1] and backend.tasks.starts("worker:0") == [0, 1]  # (theirs still waiting)
-    (promoted,) = of(events, "standby_promoted")
+    (promoted,) = of(events, ev.StandbyPromoted)
     assert promoted["task"] == "worker:1"
     standby, restocked = [h for h in backend.tasks.handles if h.key == "worker:1"][1:]
     assert standby.signals[:1] == [signal.SIGUSR1] and signal.SIGUSR1 not in restocked.signals
-    starts = [e for e in of(events, "start") if e["task"] == "worker:1"]
+    starts = [e for e in of(events, ev.Start) if e["task"] == "worker:1"]
     assert [e["attempt"] for e in starts] == [0, 0]  # within the attempt: no group restart
-    assert [sorted(e["pids"]) for e in of(events, "standby_start")] == [["chief:0", "ps:0", "worker:0", "worker:1"],
+    assert [sorted(e["pids"]) for e in of(events, ev.StandbyStart)] == [["chief:0", "ps:0", "worker:0", "worker:1"],
                                                                         ["worker:1"]]
-    assert not of(events, "restart")
+    assert not of(events, ev.GroupRestart)
 
 
 def test_the_next_attempts_standbys_wait_for_a_trained_step_or_their_bound(tmp_path):
@@ -751,13 +749,13 @@ def test_the_next_attempts_standbys_wait_for_a_trained_step_or_their_bound(tmp_p
         return res.err + res.out, res.events
 
     out, events = go("stepped", ((2, start), (12, first)), 10_000)
-    assert [e["attempt"] for e in of(events, "standby_start")] == [1]
+    assert [e["attempt"] for e in of(events, ev.StandbyStart)] == [1]
     assert out.index("[worker:0] tfcluster-first_step ") < out.index("(standby) ")
-    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert sorted(e["task"] for e in of(events, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
     out, events = go("no-step", ((2, start),), 10_000)
-    assert not of(events, "standby_start") and not of(events, "standby_promoted")  # a cold restart
+    assert not of(events, ev.StandbyStart) and not of(events, ev.StandbyPromoted)  # a cold restart
     out, events = go("bound", ((2, start),), 20)
-    assert [e["attempt"] for e in of(events, "standby_start")] == [1] and of(events, "standby_promoted")
+    assert [e["attempt"] for e in of(events, ev.StandbyStart)] == [1] and of(events, ev.StandbyPromoted)
 
 
 def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_restarts(tmp_path):
@@ -765,16 +763,16 @@ def test_warm_standby_is_on_by_default_where_the_backend_can_and_off_without_res
     backend = scripted(ScriptedTasks(failing, default=Script(code=0, polls=3)), warm_standby=True)
     code, out, events = run(tmp_path / "auto", mwms(restarts=1), backend)  # warm_standby left out: auto
     assert code == 0, out
-    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
-    assert of(events, "run_start")[0]["warm_standby"].startswith("on (auto: tfcluster's worker)")
+    assert sorted(e["task"] for e in of(events, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
+    assert of(events, ev.RunStart)[0]["warm_standby"].startswith("on (auto: tfcluster's worker)")
     # The same run on a backend that cannot keep standbys, or with no restart allowed: none.
     plain = scripted(ScriptedTasks(failing, default=Script(code=0, polls=3)))
     code, out, events = run(tmp_path / "plain", mwms(restarts=1), plain)
-    assert code == 0 and not of(events, "standby_start"), out
-    assert "keeps no standby; every restart starts cold" in of(events, "run_start")[0]["warm_standby"]
+    assert code == 0 and not of(events, ev.StandbyStart), out
+    assert "keeps no standby; every restart starts cold" in of(events, ev.RunStart)[0]["warm_standby"]
     none = scripted(ScriptedTasks({("worker:0", 0): Script(code=0, polls=5)}, default=Script(code=0, polls=3)), warm_standby=True)
     code, out, events = run(tmp_path / "zero", mwms(restarts=0), none)
-    assert code == 0 and not of(events, "standby_start") and len(none.tasks.started) == 2, out
+    assert code == 0 and not of(events, ev.StandbyStart) and len(none.tasks.started) == 2, out
 
 
 def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(tmp_path):
@@ -793,9 +791,9 @@ def test_a_promoted_standby_that_never_answers_is_started_cold_after_the_bound(t
     assert f"worker:1: its warm standby did not answer the promotion within {ACK_BOUND:g} s " \
            "(no 'tfcluster-standby promoted' line); starting it cold" in out
     assert backend.tasks.handles[3].signals == [signal.SIGUSR1, signal.SIGKILL]  # promoted, then stopped
-    (stopped,) = of(events, "standby_stopped")
+    (stopped,) = of(events, ev.StandbyStopped)
     assert stopped["tasks"] == ["worker:1"]
-    assert not of(events, "failure")[1:]  # only the first attempt's failure: the cold start is not one
+    assert not of(events, ev.Failure)[1:]  # only the first attempt's failure: the cold start is not one
 
 
 def test_a_standby_that_never_said_it_waits_is_not_promoted(tmp_path):
@@ -809,7 +807,7 @@ def test_a_standby_that_never_said_it_waits_is_not_promoted(tmp_path):
     spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
-    assert len(backend.tasks.started) == 6 and not of(events, "standby_promoted")
+    assert len(backend.tasks.started) == 6 and not of(events, ev.StandbyPromoted)
     assert all(signal.SIGUSR1 not in h.signals and signal.SIGKILL in h.signals for h in backend.tasks.handles[2:4])
 
 
@@ -840,11 +838,11 @@ def test_a_lost_sessions_survivor_is_asked_to_save_and_its_agreed_save_is_awaite
     assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
     assert "stopping worker:0 (SIGTERM; a save they start within 0.5 s is awaited, up to watchdog.stop_grace=10 s;" \
            in out, out
-    stopped = [e for e in of(events, "stopped") if e["task"] == "worker:0"]
+    stopped = [e for e in of(events, ev.Stopped) if e["task"] == "worker:0"]
     assert stopped[0]["code"] == 143, stopped
     # It exited by itself, after its save, before the replan: the move came after it.
-    kinds = [e["event"] for e in events]
-    assert kinds.index("stopped") < kinds.index("replan"), kinds
+    kinds = [type(e) for e in events]
+    assert kinds.index(ev.Stopped) < kinds.index(ev.Replan), kinds
     assert backend.tasks.hosts_started[-1] == ("worker:1", "h3")
 
 
@@ -858,7 +856,7 @@ def test_a_survivor_that_starts_no_save_is_killed_after_the_look(tmp_path):
     assert code == 0, out
     first = backend.tasks.handles[0]
     assert first.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and first.code == 137, first.signals
-    assert [e["code"] for e in of(events, "stopped") if e["task"] == "worker:0"][0] == 137
+    assert [e["code"] for e in of(events, ev.Stopped) if e["task"] == "worker:0"][0] == 137
 
 
 def test_a_task_that_failed_on_its_own_gets_its_peers_killed_at_once(tmp_path):
@@ -887,7 +885,7 @@ def test_a_replan_with_no_fresh_port_left_ends_the_run_in_one_line(tmp_path):
     assert re.search(r"h2: session lost at .*; the group cannot be replanned: ports.base: 65535 leaves no room for "
                      r"worker:0 on h1 \(would need port 65536 > 65535\); lower ports.base$", line), line
     assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:1", "h2")]
-    assert of(events, "outcome")[0]["outcome"] == "failed"
+    assert of(events, ev.RunOutcome)[0]["outcome"] == "failed"
 
 
 def test_a_survivor_that_saved_is_not_awaited_until_its_exit(tmp_path):
@@ -950,13 +948,13 @@ def test_a_restart_on_a_backend_that_asks_for_it_gets_fresh_ports_and_still_prom
     code, out, events = run(tmp_path, spec, backend)
     assert code == 0, out
     assert "restarting the whole group (restart 1 of 1) on fresh ports" in out, out
-    starts = {(e["task"], e["attempt"]): e["endpoint"] for e in of(events, "start")}
+    starts = {(e["task"], e["attempt"]): e["endpoint"] for e in of(events, ev.Start)}
     ports = {a: {int(starts[(k, a)].rsplit(":", 1)[1]) for k in ("worker:0", "worker:1")} for a in (0, 1)}
     assert len(ports[1]) == 2 and not ports[0] & ports[1], ports  # none of the first attempt's
-    (restart,) = of(events, "restart")
+    (restart,) = of(events, ev.GroupRestart)
     assert set(restart["ports"].values()) == ports[1], restart
     # the standbys started under the first plan were promoted with the new one's TF_CONFIG
-    assert sorted(e["task"] for e in of(events, "standby_promoted")) == ["worker:0", "worker:1"]
+    assert sorted(e["task"] for e in of(events, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
     assert {t.port for t in backend.tasks.promoted} == ports[1]
     assert all(json.loads(t.tf_config_json)["cluster"]["worker"][t.index].endswith(f":{t.port}") for t in backend.tasks.promoted)
     assert [{t.port for t in p.tasks} for p in backend.tasks.plans] == [ports[1]]
@@ -967,9 +965,9 @@ def test_a_backend_that_does_not_ask_restarts_on_the_same_ports(tmp_path):
                                      default=Script(code=0, polls=3)), warm_standby=True)
     code, out, events = run(tmp_path, mwms(restarts=1), backend)
     assert code == 0, out
-    starts = of(events, "start")
+    starts = of(events, ev.Start)
     assert {e["endpoint"] for e in starts if e["attempt"] == 0} == {e["endpoint"] for e in starts if e["attempt"] == 1}
-    assert "fresh ports" not in out and "ports" not in of(events, "restart")[0]
+    assert "fresh ports" not in out and "ports" not in of(events, ev.GroupRestart)[0]
 
 
 def test_a_wait_below_min_is_a_host_wait_event_that_the_next_attempt_ends(tmp_path):
@@ -981,9 +979,134 @@ def test_a_wait_below_min_is_a_host_wait_event_that_the_next_attempt_ends(tmp_pa
     code, out, events = run(tmp_path, NO_SPARE.replace("tasks: {worker: 2}", "tasks: {worker: {count: 2, min: 2}}"),
                             backend)
     assert code == 0, out
-    (wait,) = of(events, "host_wait")
+    (wait,) = of(events, ev.HostWait)
     assert (wait["hosts"], wait["have"], wait["need"], wait["wait"], wait["attempt"]) == (["h2"], 1, 2, 30.0, 0)
     assert wait["time"] + 29 <= wait["until"] <= wait["time"] + 31
-    kinds = [e["event"] for e in events if e["event"] in ("host_lost", "host_wait", "host_added", "start")]
-    assert kinds[2:] == ["host_lost", "host_wait", "host_added", "start", "start"], kinds
+    kinds = [type(e) for e in events if isinstance(e, (ev.HostLost, ev.HostWait, ev.HostAdded, ev.Start))]
+    assert kinds[2:] == [ev.HostLost, ev.HostWait, ev.HostAdded, ev.Start, ev.Start], kinds
     assert "waiting for" not in tfcluster_status(tmp_path)  # (over: the run ended)
+
+
+# ---------------------------------------------------------------- decisions once checked with TensorFlow
+#
+# What integration tests checked with TensorFlow processes where TensorFlow played no part in the
+# decision: restart policy and the watchdogs as the user reads them (an exit code, a port that never
+# opens, a silence: tests/integration/test_fault_tolerance.py), and a parameter_server group growing
+# onto a host absent at `up` (the ssh lab's elastic tests).
+
+
+def test_exit_1_every_time_is_not_retried_and_says_how_to_retry_it(tmp_path):
+    backend = scripted(ScriptedTasks({("worker:0", 0): Script(code=1, polls=2)}, default=RUN_FOREVER))
+    code, out, events = run(tmp_path, mwms(restarts=3), backend)
+    assert code == 1, out
+    assert "worker:0 failed: exit code 1 (attempt 1 of 4)" in out, out
+    assert ("not retried: an uncaught error in the task (exit 1) fails the same way every time; fix the cause, "
+            "or remove 1 from restart.permanent_exit_codes") in out, out
+    assert "restarting" not in out
+    assert [e["task"] for e in of(events, ev.Start)] == ["worker:0", "worker:1"]  # one attempt
+    assert not of(events, ev.GroupRestart) and of(events, ev.RunOutcome)[0]["outcome"] == "failed"
+    assert all(h.code is not None for h in backend.tasks.handles)  # worker:1 stopped, not left running
+
+
+def test_a_retryable_failure_every_time_gives_up_after_max_restarts_with_each_attempt_in_the_table(tmp_path):
+    backend = scripted(ScriptedTasks({("worker:1", n): Script(code=137, polls=2) for n in range(3)},
+                                     default=RUN_FOREVER))
+    code, out, events = run(tmp_path, mwms(restarts=1), backend)
+    assert code == 1, out
+    assert "gave up after 2 attempt(s): restart.max_restarts is 1; raise it to retry more" in out, out
+    assert backend.tasks.starts("worker:1") == [0, 1]  # max_restarts 1: two attempts, not one, not three
+    assert "restarting the whole group (restart 1 of 1)" in out
+    table = [line for line in out.splitlines() if "failed: worker:1 killed by SIGKILL (exit 137)" in line]
+    assert len(table) == 2 and all(re.match(r"\s+[12]\s", line) for line in table), out
+    assert [e["attempt"] for e in of(events, ev.GroupRestart)] == [1]
+    assert all(h.code is not None for h in backend.tasks.handles)
+
+
+def test_a_peer_that_never_starts_is_named_by_the_startup_watchdog(tmp_path):
+    """worker:1 runs but never opens its TF port: after watchdog.startup_timeout it is the one
+    named, with its address; worker:0, whose port opened, is ready and then stopped."""
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=None, port_after=None)},
+                                     default=Script(code=None, port_after=1)))
+    code, out, events = run(tmp_path, mwms(restarts=0, startup=25), backend)
+    assert code == 1, out
+    assert re.search(r"worker:1 failed: never came up: no TF server listening within watchdog.startup_timeout=25 s: "
+                     r"worker:1 \(localhost:\d+\)", out), out
+    assert [e["task"] for e in of(events, ev.Ready)] == ["worker:0"]
+    (failure,) = of(events, ev.Failure)
+    assert failure["task"] == "worker:1" and "worker:0 failed" not in out
+    assert all(h.code is not None for h in backend.tasks.handles)
+
+
+def test_an_unused_standby_is_stopped_at_success(tmp_path):
+    """warm_standby with a restart allowed: the attempt's standbys start, the run succeeds without
+    needing them, and they are stopped (never promoted)."""
+    backend = scripted(ScriptedTasks({}, default=Script(code=0, polls=12)), warm_standby=True)
+    spec = mwms(restarts=1).replace("backoff: 0}", "backoff: 0, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    kinds = [type(e) for e in events]
+    assert ev.StandbyStart in kinds and kinds.index(ev.StandbyStopped) > kinds.index(ev.StandbyStart), kinds
+    assert ev.StandbyPromoted not in kinds
+    standbys = [h for h in backend.tasks.handles if h.standby]
+    assert len(standbys) == 2 and all(signal.SIGUSR1 not in h.signals and h.code is not None for h in standbys)
+
+
+class StoppedTasks(ScriptedTasks):
+    """Tasks whose state note (read from /proc on a real host) says ``stopped`` is stopped."""
+
+    def __init__(self, stopped: str, **kw) -> None:
+        super().__init__(**kw)
+        self.stopped = stopped
+
+    def start(self, task, env, on_line):
+        handle = super().start(task, env, on_line)
+        handle.state_note = lambda: "process is stopped (SIGSTOP?)" if handle.key == self.stopped else ""
+        return handle
+
+
+def test_the_hang_watchdog_names_a_stopped_task_with_its_state_and_the_group_restarts(tmp_path):
+    """worker:0 stops printing (SIGSTOPped) in the first attempt: after watchdog.hang_timeout it
+    alone is named, with what its process state says, and the group's one restart is taken."""
+    tasks = StoppedTasks("worker:0", scripts={("worker:0", 0): Script(code=None, silent=True),
+                                              ("worker:1", 0): RUN_FOREVER}, default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, mwms(restarts=1, hang=12), scripted(tasks))
+    assert code == 0, out
+    failed = [line for line in out.splitlines() if " failed: " in line and "error:" in line]
+    assert len(failed) == 1 and failed[0].split("worker:0 failed: ", 1)[1].startswith(
+        "hung: no progress for 12 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)"), out
+    assert "restarting the whole group (restart 1 of 1)" in out
+    assert tasks.starts("worker:0") == tasks.starts("worker:1") == [0, 1]
+
+
+
+
+def test_a_parameter_server_group_starts_without_an_absent_worker_host_and_grows_onto_it(tmp_path):
+    """h3 (worker:1's host) does not answer at `up` (tasks.worker.min: 1): the group starts as the
+    chief, worker:0 and the ps; once h3 has answered for elastic.settle the whole group is stopped
+    gracefully and restarted with worker:1 on h3, the chief and ps where they were, no restart
+    spent, nothing lost."""
+    from launcher.plan.elastic import start_without
+
+    spec = PSS_ELASTIC.replace("elastic: {host_wait: 5}", "elastic: {host_wait: 5, settle: 3}").replace(
+        "stop_grace: 0", "stop_grace: 3")
+    backend = returning({("chief:0", 1): Script(code=0, polls=6)}, losses={}, back=["h3"], after=3,
+                        default=Script(code=None))
+    result = supervise(tmp_path, spec, backend, clock=Counter(),
+                       plan=lambda spec: start_without(spec, plan_for(spec), ["h3"]).plan,
+                       absent={"h3": "not answering"}, short_why="h3 not answering")
+    code, out, events = result.code, result.err + result.out, result.events
+    assert code == 0, out
+    assert backend.hosts.asked[0] == (["h3"], 3.0)  # watched from the start, elastic.settle
+    started = backend.tasks.hosts_started
+    assert started[:3] == [("chief:0", "h1"), ("worker:0", "h2"), ("ps:0", "h1")], started
+    assert sorted(started[3:]) == [("chief:0", "h1"), ("ps:0", "h1"), ("worker:0", "h2"), ("worker:1", "h3")], started
+    assert all(h.signals[:1] == [signal.SIGTERM] for h in backend.tasks.handles[:3])  # the grow: a graceful stop
+    assert "worker: 1 of 2 (h3 not answering)" in out, out
+    assert "h3 back; worker:1 added on h3" in out, out
+    (start,) = of(events, ev.RunStart)
+    assert start["group"] == {"type": "worker", "size": 1, "of": 2, "why": "h3 not answering"}, start
+    assert kinds(events, ev.HostLost, ev.Replan, ev.HostAdded, ev.GroupRestart, ev.TaskRestart) == [ev.HostAdded,
+                                                                                                 ev.Replan]
+    run = tmp_path / "runs" / "s" / "latest"
+    assert [t["host"] for t in json.loads((run / "plan.json").read_text())["tasks"]] == ["h1", "h2", "h1"]
+    assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1", "h2", "h3", "h1"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from launcher.errors import AttemptImpossible, LaunchError
 from tests.support.fakes import EXIT_0, ScriptedTasks, scripted, supervise
+import launcher.record.events as ev
 
 SPEC = """\
 name: hooks
@@ -30,7 +31,7 @@ def test_prepare_runs_before_every_attempt_and_its_failure_fails_that_attempt(tm
     assert backend.tasks.calls == ["prepare 0", "prepare 1", "start worker:0 1", "start worker:1 1", "collect"]
     assert ("prepare failed: host h2: state copy from h1 failed: No space left on device (attempt 0) "
             "(attempt 1 of 3)") in err
-    (failure,) = [e for e in events if e["event"] == "failure"]
+    (failure,) = [e for e in events if isinstance(e, ev.Failure)]
     assert failure["task"] == "prepare" and failure["attempt"] == 0
 
 
@@ -42,7 +43,7 @@ def test_an_impossible_attempt_ends_the_run_at_once_without_spending_restarts(tm
     assert err.splitlines()[0] == ("tfcluster: error: prepare failed: slurm: allocation job 7 was preempted at T; "
                                    "run tfcluster up again to resume (attempt 1 of 3)"), err
     assert "not retried" not in err and "restarting" not in err
-    assert events[-1]["event"] == "outcome" and events[-1]["outcome"] == "failed"
+    assert isinstance(events[-1], ev.RunOutcome) and events[-1]["outcome"] == "failed"
 
 
 def test_a_failed_collect_fails_the_run_in_one_line(tmp_path):
@@ -51,4 +52,4 @@ def test_a_failed_collect_fails_the_run_in_one_line(tmp_path):
     assert code == 1
     assert "tfcluster: error: host h1: fetching final_model failed: got 10 of 20 bytes; it is still in /s there" in err
     assert "Traceback" not in err
-    assert events[-1]["event"] == "outcome" and events[-1]["outcome"] == "failed"
+    assert isinstance(events[-1], ev.RunOutcome) and events[-1]["outcome"] == "failed"
