@@ -165,6 +165,9 @@ class RecordedRun:
 
     dir: Path
     info: Mapping[str, Any] = field(default_factory=dict)
+    # The uid that owns the record's launcher.json (the file itself): the only user whose processes
+    # it can name (``procinfo.not_own``'s ``owner``); None: not known, and not checked.
+    owner: Optional[int] = None
     # One line per process, container or job the record names that ``down`` could not prove the
     # run's own and so left alone (a record is data, not orders); ``down`` exits non-zero if any.
     refused: list[str] = field(default_factory=list, compare=False)

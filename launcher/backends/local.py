@@ -200,7 +200,7 @@ class LocalHosts(Hosts):
             pgid = task.get("pgid")
             if not (pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid)):
                 continue
-            why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.dir.name))
+            why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.dir.name), owner=run.owner)
             if why is not None:
                 run.refuse(console, f"{key}: not stopping process group {pgid}: {why}; the record names a process "
                                     "that is not this run's")

@@ -33,7 +33,7 @@ def load(spec: str, console: Console, *, discover: bool = False, warn: bool = Fa
 
         loaded = with_discovered(loaded)
     if warn:
-        from launcher.loader.shadow import warnings
+        from launcher.loader.notes import warnings
 
         for line in warnings(loaded):
             console.info(line)

@@ -25,6 +25,7 @@ from launcher.plan.model import (  # noqa: F401 - the plan's types are re-export
     expand_plan_json,
     MASK,
     is_secret,
+    redact_command,
     redact_env,
     write_full_json,
 )

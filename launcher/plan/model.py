@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,6 +17,8 @@ from typing import IO, Any, Iterator, Mapping, Optional
 from launcher.contract import envnames
 from launcher.plan import gpus
 from launcher.plan.gpus import NO_GPU, PlannedGpus
+# The one rule of what is a secret (stdlib: a forked task's title on a host masks with it too).
+from launcher.remote.masking import MASK, is_secret, mask_argv  # noqa: F401 - re-exported
 from launcher.spec.model import Host
 
 
@@ -195,7 +196,7 @@ class Plan:
     def to_json(self, secrets: bool = True) -> dict[str, Any]:
         """The documented ``plan --json`` shape: every task with its whole TF_CONFIG and env
         (O(n²) in all; ``to_compact_json`` holds the cluster once). ``secrets=False``
-        redacts secret-looking env values."""
+        redacts secret-looking env values and command arguments."""
         return {**self._head(), "tasks": list(self.iter_task_json(secrets))}
 
     def iter_task_json(self, secrets: bool = True) -> Iterator[dict[str, Any]]:
@@ -209,7 +210,7 @@ class Plan:
                 "address": t.address,
                 "port": t.port,
                 "tf_config": t.tf_config,
-                "command": list(t.command),
+                "command": list(t.command) if secrets else redact_command(t.command),
                 "env": env if secrets else redact_env(env),
             }
 
@@ -233,7 +234,7 @@ class Plan:
             row: dict[str, Any] = {"type": t.type, "index": t.index, "host": t.host, "address": t.address,
                                    "port": t.port}
             if t.command != first.command:
-                row["command"] = list(t.command)
+                row["command"] = list(t.command) if secrets else redact_command(t.command)
             if t.base_env is not first.base_env and t.base_env != first.base_env:
                 if id(t.base_env) not in own_envs:
                     env = dict(t.base_env)
@@ -248,7 +249,8 @@ class Plan:
             tasks.append(row)
         cluster = self.cluster
         return {**self._head(), "format": COMPACT, "cluster": cluster.to_json() if cluster else None,
-                "command": command, "env": base if secrets else redact_env(base), "tasks": tasks}
+                "command": command if secrets else redact_command(command),
+                "env": base if secrets else redact_env(base), "tasks": tasks}
 
     def _head(self) -> dict[str, Any]:
         return {"name": self.name, "strategy": self.strategy, "backend": self.backend,
@@ -303,28 +305,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret(k, v) else v) for k, v in env.items()}
 
 
-MASK = "***"
-# Words that make a variable's name a secret's (a part of the name between underscores for
-# PAT, which is also in PATH; anywhere for the rest).
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "PRIVATE")
-_SECRET_PARTS = ("PAT", "PASS")
-# Values that are secrets whatever the variable is called: a URL carrying a password
-# (scheme://user:pw@host), the prefixes of common issued tokens, a PEM private key.
-_SECRET_VALUE = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@"
-    r"|(?<![A-Za-z0-9])(?:"
-    r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
-    r"|(?:AKIA|ASIA)[A-Z0-9]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}"
-    r"|glpat-[A-Za-z0-9_-]{20,}|AIza[A-Za-z0-9_-]{35})"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
-
-
-def is_secret(name: str, value: str = "") -> bool:
-    """Whether a variable holds a secret: its name says so (KEY, TOKEN, SECRET, PASSWORD, AUTH,
-    PRIVATE, a PAT part...) or its value looks like one (a URL with a password, a token with a
-    known issuer's prefix, a PEM private key). The one place tfcluster decides what to mask
-    (plans, records, exports); a task's own environment always has the real value."""
-    upper = name.upper()
-    if any(word in upper for word in _SECRET_WORDS) or any(part in _SECRET_PARTS for part in upper.split("_")):
-        return True
-    return bool(value) and _SECRET_VALUE.search(value) is not None
+def redact_command(argv) -> list[str]:
+    """A task's command for display and records: each secret argument masked (``mask_argv``: the
+    same words and shapes as ``is_secret``'s, in each spelling of an option)."""
+    return mask_argv(argv)

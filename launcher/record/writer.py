@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 
 from launcher.bounded import escape
 from launcher.errors import LaunchError
-from launcher.remote.pathtrust import SAFE_FIX, unsafe
+from launcher.remote.pathtrust import SAFE_FIX, resolved, unsafe
 from launcher.safefile import file_mode_in, make_dir, open_append, share_modes, write_whole
 from launcher.plan.build import Plan
 from launcher.system.procinfo import cmdline, start_time
@@ -53,6 +53,11 @@ class RunRecord:
         self.dir_mode, self.file_mode = share_modes(share)
         self._leaf_owner: Optional[int] = None  # (trust_owner)
         self.run_id = run_id or new_run_id()
+        # The runs dir as given is what is judged (every dir the kernel passes on the way: a `..`
+        # after a symlink goes up from where it leads); where the kernel took it is what is used
+        # (tempfile and abspath would take a `..` as text: pathtrust.resolved).
+        self._given = (root / plan.name / self.run_id, state_dir(root, plan.name))
+        root = Path(resolved(root))
         self.name_dir = root / plan.name
         self.dir = self.name_dir / self.run_id
         self.state_dir = state_dir(root, plan.name)
@@ -110,7 +115,7 @@ class RunRecord:
         self._leaf_owner = uid
 
     def _check_dirs(self) -> None:
-        for path in (self.dir, self.state_dir):
+        for path in (*self._given, self.dir, self.state_dir):
             problem = unsafe(path, leaf_owner=self._leaf_owner)
             if problem:
                 raise LaunchError(f"run_dir: {escape(problem)}; fix: {SAFE_FIX}", keys=(("run_dir",),))

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 from launcher.contract import envnames
 from launcher.backends.base import TaskHandle
 from launcher.errors import LaunchError
-from launcher.plan.build import PlannedTask
+from launcher.plan.build import PlannedTask, redact_command
 from launcher.record import events as ev
 from launcher.contract.entrypoint import is_reference_worker, module_of
 from launcher.notices import HostNote, fold_hosts
@@ -122,7 +122,8 @@ def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
 
 
 def _entry_words(argv: Sequence[str]) -> str:
-    return " ".join(argv[:3]) + (" ..." if len(argv) > 3 else "")
+    """A command's first words for a line of the plan (a secret among them masked, as the plan's own)."""
+    return " ".join(redact_command(argv)[:3]) + (" ..." if len(argv) > 3 else "")
 
 
 def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, backend: str,

@@ -194,7 +194,7 @@ class SlurmHosts(Hosts):
         for key, task in run.tasks.items():
             pgid = task.get("pgid")
             if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
-                why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.run_id))
+                why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.run_id), owner=run.owner)
                 if why is not None:
                     run.refuse(console, f"{key}: not stopping process group {pgid}: {why}; the record names a "
                                         "process that is not this run's")
