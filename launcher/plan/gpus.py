@@ -338,6 +338,12 @@ def refusal(host: str, tasks: Sequence[tuple[str, PlannedGpus]], host_ids: Seque
     return f"{host} {problem}; fix devices.gpus or the host's GPUs"
 
 
+def failure_refuses(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str]) -> bool:
+    """``host``'s nvidia-smi failed (listing none) where the plan requires GPUs: no placement mends it."""
+    return bool(failure) and not gpus and any(t.gpus.required for t in plan.tasks if t.host == host
+                                              and t.gpus.uses_gpu and t.gpus.request)
+
+
 def host_problems(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str] = None) -> list[str]:
     """The one-line problems of ``host`` (its GPUs as ``nvidia-smi -L`` lists them there, within its
     CUDA_VISIBLE_DEVICES) for the plan's tasks on it: what a backend's preflight calls once it
@@ -345,7 +351,7 @@ def host_problems(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str] =
     members = [t for t in plan.tasks if t.host == host and t.gpus.uses_gpu and t.gpus.request]
     if not members:
         return []
-    if failure and not gpus and any(t.gpus.required for t in members):
+    if failure_refuses(plan, host, gpus, failure):
         key = next(f"{t.gpus.source} {t.gpus.take}" for t in members if t.gpus.required)
         return [f"{host}: GPUs asked for ({key}) but {failure}; install or load the NVIDIA driver there "
                 "(nvidia-smi -L must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the "

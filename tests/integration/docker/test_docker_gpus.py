@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.plan import containergpus as docker_gpus
+from launcher.backends.docker import containers as docker_containers
 from launcher.backends.docker.backend import DockerBackend, DockerHosts, DockerRun
 from launcher.errors import LaunchError
 from launcher.plan.build import build_plan
@@ -23,7 +23,7 @@ from launcher.loader.load import load_spec
 from tests.labs import docker as eng
 from tests.support.cli import tfcluster
 from tests.support.docker_helpers import leftovers
-from tests.support.gpus import fake_gpus
+from tests.support.gpus import containers, fake_gpus
 from tests.support.prereq import require_tool
 from tests.support.specs import spec_file
 
@@ -56,7 +56,7 @@ def test_host_config_gives_each_gpu_task_its_gpus_and_shm_and_cpu_tasks_none(tmp
     loaded = load_spec(spec)
     plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
     backend = DockerRun(loaded)  # what both seams share: the client, each container's HostConfig
-    made, problems = docker_gpus.containers(loaded.spec, plan.tasks, ((0, "A100", "u0"), (1, "A100", "u1")), None)
+    made, problems = containers(loaded.spec, ((0, "A100", "u0"), (1, "A100", "u1")))
     assert problems == []
     client = docker_engine.client()
     created = []
@@ -65,7 +65,8 @@ def test_host_config_gives_each_gpu_task_its_gpus_and_shm_and_cpu_tasks_none(tmp
         for task in plan.tasks:
             c = made[task.key]
             cid = client.api.create_container(
-                worker_image, command=["true"], environment=c.env, host_config=backend.host_config(container=c),
+                worker_image, command=["true"], environment=c.env,
+                host_config=docker_containers.host_config(backend.client, None, c.container, False),
                 labels={"tfcluster.name": "dkgpuhc"})["Id"]
             created.append(cid)
             info = client.api.inspect_container(cid)
@@ -115,11 +116,10 @@ def _created(tmp_path: Path, docker_engine, worker_image, name: str, workers: in
         # Its GPU runtime probe asks this engine for the first container's GPUs and is refused:
         # what each container gets is made before it (the backend's own arithmetic, no stand-in).
         with pytest.raises(LaunchError) as refused:
-            DockerHosts(backend).plan_gpus(plan)
-        for task in plan.tasks:
-            c = backend.containers[task.key]
-            cid = client.api.create_container(worker_image, command=["true"], environment=c.env,
-                                              host_config=backend.host_config(container=c),
+            DockerHosts(backend).probe(plan)
+        for task in plan.tasks:  # (the plan holds each container's env as it runs)
+            cid = client.api.create_container(worker_image, command=["true"], environment=task.env_dict,
+                                              host_config=backend.host_config(task),
                                               labels={"tfcluster.name": name})["Id"]
             created.append(cid)
             info = client.api.inspect_container(cid)
@@ -184,13 +184,14 @@ def test_shm_size_from_the_spec_applies_to_every_container(tmp_path, docker_engi
     plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
     backend = DockerRun(loaded)  # what both seams share: the client, each container's HostConfig
     # auto with 2 workers on 1 GPU: both get GPU 0, shared, with memory growth.
-    made, _ = docker_gpus.containers(loaded.spec, plan.tasks, ((0, "A100", "u0"),), loaded.spec.docker.shm_size)
+    made, _ = containers(loaded.spec, ((0, "A100", "u0"),), loaded.spec.docker.shm_size)
     assert [made[k].device_ids for k in ("worker:0", "worker:1")] == [(0,), (0,)]
     assert all(made[k].env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" for k in ("worker:0", "worker:1"))
     client = docker_engine.client()
     try:
         cid = client.api.create_container(worker_image, command=["true"],
-                                          host_config=backend.host_config(container=made["worker:1"]))["Id"]
+                                          host_config=docker_containers.host_config(
+                                              backend.client, None, made["worker:1"].container, False))["Id"]
         try:
             assert client.api.inspect_container(cid)["HostConfig"]["ShmSize"] == 2048 * MIB
         finally:
