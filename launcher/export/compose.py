@@ -36,7 +36,7 @@ from launcher.plan.build import Plan, build_plan, is_secret
 from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
-# Where the image keeps state and run files (launcher/image/Dockerfile creates them for its user).
+# Where the image keeps state and run files (docker/Dockerfile creates them for its user).
 STATE_DIR = "/tfcluster/state"
 RUN_DIR = "/tfcluster/run"
 NETWORK = "tfcluster"

@@ -11,10 +11,10 @@ here from its place among its host's GPU tasks. Where the plan knows the host's 
 backend: ``nvidia-smi -L`` at plan time, ``Placement.gpus``), the plan holds the result
 (CUDA_VISIBLE_DEVICES, TF_FORCE_GPU_ALLOW_GROWTH, TFCLUSTER_GPU_MEMORY) and refuses what the
 host cannot give in one line naming it; elsewhere the task's env carries the request
-(``TFCLUSTER_GPUS``) and the backend completes it where the task starts (``complete``: the ssh
-task wrapper with ``--gpus``, docker from the engine's GPUs), after checking the host in its
-preflight (``host_problems``). A variable the spec's ``env:`` sets always wins; a spec ``env:``
-with CUDA_VISIBLE_DEVICES turns the placement off.
+(``TFCLUSTER_GPUS``) and the ssh task wrapper completes it where the task starts (``complete``,
+``--gpus``), after the preflight checked the host (``host_problems``); docker's containers get
+theirs in the plan (launcher/plan/containergpus.py). A variable the spec's ``env:`` sets always
+wins; a spec ``env:`` with CUDA_VISIBLE_DEVICES turns the placement off.
 """
 
 from __future__ import annotations
