@@ -80,7 +80,7 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
     task_gpus, gpu_env, problems = gpus.plan_gpus(spec, machine_names, [p[0] for p in placements], placement.gpus,
                                                   placement.gpu_limits, placement.gpu_failures, placement.gpu_cap)
     if problems:
-        raise SpecError(*problems, keys=tuple(_gpu_key(spec, line) for line in problems))
+        raise SpecError(*problems, keys=tuple(p.key for p in problems))  # (gpurefusal.Refusal: typed)
     if placement.machines:
         gpu_env = containergpus.inside(spec, task_gpus, gpu_env)
     chosen, why = gpus.collective_choice(spec, [p[0] for p in placements], task_gpus)
@@ -103,20 +103,6 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
                 placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
                 gpus=gputext.describe(spec, tasks, placement.gpus, placement.machines, placement.gpu_limits, why,
                                     placement.gpu_failures))
-
-
-def _gpu_key(spec: Spec, line: str) -> tuple:
-    """The key a GPU refusal is about: the one it names (a group's ``gpus``, ``devices.gpus``), else
-    a group's own ``gpus``, else ``devices.gpus_per_task``."""
-    named = [("tasks", t, "gpus") for t in TASK_TYPES if f"tasks.{t}.gpus" in line]
-    if named:
-        return named[0]
-    if "devices.gpus " in line or "devices.gpus)" in line or line.rstrip().endswith("devices.gpus"):
-        return ("devices", "gpus")
-    for task_type in TASK_TYPES:
-        if spec.tasks.group(task_type).gpus is not None:
-            return ("tasks", task_type, "gpus")
-    return ("devices", "gpus_per_task")
 
 
 class NoRoom(SpecError):
