@@ -119,8 +119,10 @@ def unreachable(names: Sequence[str], absent: Sequence[Absent]) -> Refused:
 
 def _merged(before: Sequence[Absent], report: HostReport) -> tuple[Absent, ...]:
     """The hosts left out after ``report``: those before that did not answer again, and those it
-    found absent (the first ``since`` kept)."""
-    out = {a.host: a for a in before if a.host not in report.answered}
+    found absent (the first ``since`` kept). A host whose sessions dropped stays out though it
+    answers a connection again (a VM shutting down still accepts them a while): the supervisor
+    takes it back once it has answered for elastic.settle s."""
+    out = {a.host: a for a in before if a.host not in report.answered or a.kind == AbsentKind.DROPPED}
     for a in report.absent:
         out[a.host] = replace(a, since=out[a.host].since) if a.host in out and out[a.host].kind == a.kind else a
     return tuple(out[h] for h in sorted(out))

@@ -38,6 +38,7 @@ class Preflight:
         self.loaded = loaded
         self.set_up: set[str] = set()  # hosts ssh.sync/ssh.setup ran on
         self.probed = False  # an agents' probe ran (its agents may hold the ports a moment longer)
+        self.dropped: set[str] = set()  # hosts whose sessions died under a probe: not dialled as spares again
 
     def report(self, plan: Plan, spares: Sequence[str],
                countdown: Optional[Callable[[Callable[[], str]], ContextManager]] = None) -> HostReport:
@@ -46,7 +47,7 @@ class Preflight:
         names = [h.name for h in plan.hosts]
         at = time.time()
         opts = self.pool.opts
-        looked = [*names, *spares]
+        looked = [*names, *[h for h in spares if h not in self.dropped]]
         early = bool(spares) or bool(opts.sync or opts.setup)  # otherwise each host connects as its agent starts
         unreachable = self.pool.connect(looked, recent=RECENT) if early else {}
         if not any(h in unreachable for h in names) and (opts.sync or opts.setup):
@@ -62,6 +63,7 @@ class Preflight:
         for p in problems:
             if p.kind == ProblemKind.DROPPED and p.host in self.pool.hosts:
                 self.pool.forget_connection(self.pool.hosts[p.host])  # its sessions died: connect afresh
+                self.dropped.add(p.host)
         absent = tuple(Absent(AbsentKind.NOT_ANSWERING, h, self.pool.refused_since(h), unreachable[h])
                        for h in sorted(unreachable))
         answered = tuple(h for h in looked if h not in unreachable)

@@ -301,3 +301,28 @@ def test_compose_keeps_a_uuid_limit_and_gives_mig_devices_by_uuid(tmp_path, monk
     got = _compose_devices(tmp_path / "mig", 4)
     assert sorted(ids[0] for ids, _ in got.values()) == sorted(mig_uuid(g, d) for g in (0, 1) for d in (0, 1)), got
     assert all(len(ids) == 1 and cvd == "0" for ids, cvd in got.values()), got
+
+
+def test_each_container_runs_with_the_env_its_plan_shows(tmp_path, monkeypatch, docker_engine, worker_image):
+    """What a container runs with is its task's env in the plan (`tfcluster plan --json`): the
+    threads' budget of the engine's machine shared by every container, CUDA_VISIBLE_DEVICES; no
+    marker left for the backend to complete."""
+    fake_gpus(monkeypatch, tmp_path, 2)
+    names = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+             "TFCLUSTER_THREADS", "TFCLUSTER_GPUS")
+    show = f"import os; print('SEEN', os.environ['TFCLUSTER_TASK'], [os.environ.get(n) for n in {names!r}], flush=True)"
+    spec = _spec(tmp_path, docker_engine.url, "dkenv", "parameter_server", {"chief": 1, "worker": 2, "ps": 1},
+                 ["python", "-c", show], devices={"gpus": 0})
+    planned = tfcluster("plan", str(spec), "--json", cwd=REPO, env={"PYTHONPATH": str(REPO)})
+    assert planned.returncode == 0, planned.stderr
+    want = {t["type"] + ":" + str(t["index"]): [t["env"].get(n) for n in names] for t in json.loads(planned.stdout)["tasks"]}
+    assert all(v[0] is not None and v[4] is None and v[5] is None for v in want.values()), want  # (in the plan)
+    proc = _up(spec)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = {}
+    for line in proc.stdout.splitlines():
+        if "SEEN " in line:
+            key, values = line.split("SEEN ", 1)[1].split(" ", 1)
+            seen[key] = json.loads(values.replace("'", '"').replace("None", "null"))
+    assert seen == want, (seen, want)
+    assert leftovers(docker_engine, "dkenv")[0] == []

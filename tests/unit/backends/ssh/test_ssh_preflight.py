@@ -79,12 +79,16 @@ def test_every_plan_host_answering_runs_the_agents_and_reports_their_problems_by
     plan = plan_for(parse_spec(SPEC))
     pool = Pool({"h4": "host h4: timed out after 10 s"})
     dropped = Problem(ProblemKind.DROPPED, "h3", "host h3: the reachability probe gave no answer; check the host")
-    preflight, asked = scripted(monkeypatch, pool, ProbeFindings(problems=(dropped,)))
+    preflight, asked = scripted(monkeypatch, pool, ProbeFindings(problems=(dropped,)), ProbeFindings())
     report = preflight.report(plan, ["h4"])
     assert asked == [["h1", "h2", "h3"]] and report.problems == (dropped,)
     assert [a.host for a in report.absent] == ["h4"]  # a spare absent: reported, the plan probed
     assert pool.forgotten == ["h3"]  # its sessions died: connected afresh next time
     assert set(report.gpus) == {"h1", "h2", "h3"}
+    # The plan without h3 next: h3 is a spare now, and not dialled again (its sessions died).
+    without = plan_for(parse_spec(SPEC.replace("tasks: {worker: 3}", "tasks: {worker: 2}")))
+    preflight.report(without, ["h3", "h4"])
+    assert pool.dialled[-1] == ["h1", "h2", "h4"]
 
 
 def test_ports_in_use_after_an_earlier_probe_are_waited_for_a_few_times(monkeypatch):
