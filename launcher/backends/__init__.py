@@ -4,7 +4,7 @@ REGISTRY maps each ``backend:`` value of cluster.yaml to its kind ("module:Class
 ``BackendKind``, imported on first use). This is the one place that knows the backends by name;
 everything else asks ``backend_class(spec.backend)`` (see base.py for the contract: the kind and
 the two seams, ``Hosts`` and ``Tasks``, its ``from_spec`` makes for a run;
-``execution.plan_for`` is the plan a spec gets from its backend's static placement).
+launcher/app/stages.py's ``plan_for`` is the plan a spec gets from its backend's static placement).
 """
 
 from __future__ import annotations

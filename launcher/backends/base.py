@@ -12,8 +12,9 @@ probe, the attempt hooks). Its life in ``tfcluster up``::
     backend = Kind.from_spec(loaded, record)                          Backend(kind, hosts, tasks)
     report = backend.hosts.probe(plan)       checks, before anything is allocated or started;
                                              what it found of the hosts (HostReport, or None)
-    preflight_plans(spec, plan, report)      pure (launcher/plan/startsmall.py): the plan to start
-                                             with where the hosts found give another one
+    preflight.step(spec, seen, plan, report) pure (launcher/plan/preflight.py): start with this
+                                             plan, probe another one (then probe again), wait
+                                             for hosts, or the error: until the plan is stable
     record.create()                          launcher.json: `tfcluster down` can find the run
     placement = backend.hosts.allocate(spec) the real hosts (at once for local/ssh/docker)
     plan = build_plan(spec, placement)       pure (unless the report gave the start plan); the
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
     from launcher.notices import Notices
-    from launcher.plan.startsmall import HostReport
+    from launcher.plan.hostreport import HostReport
     from launcher.spec.model import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
@@ -264,9 +265,10 @@ class Hosts(abc.ABC):
         """Check everything that can be checked before allocating or starting anything (hosts
         reachable, images present, ports free, the request satisfiable); raise LaunchError with
         one line per problem naming the host/task and the fix. ``plan`` may be a placeholder
-        plan (see place). Returns what it found of the hosts where that can change the plan
-        (which answered, their GPUs, which are absent and why: ssh), else None (the default);
-        the plans are made from it in launcher/plan/startsmall.py, never here."""
+        plan (see place). Returns what it found where that can change the plan (a HostReport:
+        which hosts answered, their GPUs, which are absent and why, what it refused and why, the
+        machine its containers share), else None (the default); the plans are made from it in
+        launcher/plan/preflight.py, never here, and the probe runs again over the plan it gives."""
         return None
 
     @abc.abstractmethod

@@ -7,7 +7,8 @@ import shlex
 import sys
 from typing import Optional
 
-from launcher.app.up import plan_for, spares_of, hang_line, standby_line, start_note
+from launcher.app.plannotes import hang_line, spares_of, standby_line, start_note
+from launcher.app.stages import plan_for
 from launcher.cli.common import JSON_HEAD, load
 from launcher.bounded import escape
 from launcher.errors import EXIT_OK, LaunchError, SpecError, UserError

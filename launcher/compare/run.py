@@ -31,7 +31,7 @@ import yaml
 from launcher.system.procinfo import OutputTooLarge, run_bounded
 from launcher.plan.build import is_secret
 from launcher.safefile import write_whole
-from launcher.app import up as execution
+from launcher.app.up import run_spec
 from launcher.app.sinks import RunConsole
 from launcher.notices import Notices
 from launcher.errors import UserError
@@ -234,8 +234,8 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path,
         try:
             # Relative paths (workdir, docker build context, ...) resolve against the source spec.
             loaded = LoadedSpec(parse_spec(text, shown=str(spec_path)), Path(config.source))
-            plan = execution.plan_for(loaded.spec)  # placed by the backend, as tfcluster up does
-            result = execution.execute(loaded, plan, captured(sink), on_record=on_record)
+            # Its plan, placed by the backend, then the stages tfcluster up runs from there.
+            result = run_spec(loaded, captured(sink), on_record=on_record)
         except UserError as exc:
             m = Measurement(status=FAILED, exit_code=exc.exit_code, error=" / ".join(exc.lines))
             line.done(f"failed: {m.error}")

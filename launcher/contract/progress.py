@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -96,8 +95,8 @@ class Throughput:
     and warm-up), from the first step's end to the last step's end -- the evaluation and saving
     that follow training are not counted. ``batch`` is the number of examples one step consumes
     (the global batch; under PSS one worker's batch). With ``keep_intervals`` every mark is kept,
-    so the rate between consecutive marks (and their median, which an evaluation between two
-    marks does not move) can be read too."""
+    so the rate between consecutive marks can be read too (``intervals``: ``tfcluster compare``
+    takes their median, which an evaluation between two marks does not move)."""
 
     def __init__(self, batch: int, keep_intervals: bool = False) -> None:
         self.batch = batch
@@ -158,15 +157,6 @@ class Throughput:
             if s1 > s0 and t1 > t0:
                 out.append((s1, t1, (s1 - s0) * self.batch / (t1 - t0)))
         return out
-
-    def interval_rates(self) -> list[float]:
-        """examples/s between each pair of consecutive marks (needs ``keep_intervals``)."""
-        return [rate for _, _, rate in self.intervals()]
-
-    def median_rate(self) -> float:
-        """The median of ``interval_rates`` (0.0 with fewer than two marks)."""
-        rates = self.interval_rates()
-        return statistics.median(rates) if rates else 0.0
 
     def lap(self) -> float:
         """examples/s since the previous lap (the first lap: since the first mark, so the

@@ -19,9 +19,11 @@ from launcher.bounded import yaml_comment as comment_text  # noqa: F401 (tfjob, 
 from launcher.contract import envnames
 from launcher.plan import gpus
 from launcher.remote import gpuplace
-from launcher.export.compose import STATE_DIR, docker_plan
+from launcher.export.compose import STATE_DIR
 from launcher.errors import SpecError
-from launcher.plan.build import Plan
+from launcher.backends import backend_class
+from launcher.plan import containergpus
+from launcher.plan.build import Placement, Plan, build_plan
 from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, export_verdicts
 from launcher.spec.yamlread import dotted, line_of
 
@@ -135,8 +137,11 @@ def check_image(image: Optional[str]) -> None:
 
 
 def export_plan(spec: Spec) -> Plan:
-    """Task list, command and environment as tfcluster would run them (one container per task)."""
-    return docker_plan(spec)
+    """Task list, command and environment as tfcluster would run them (one container per task,
+    each its own host: the engine's replicas get their GPUs and threads where they run, not from
+    this machine)."""
+    slots = containergpus.placement(spec).slots
+    return build_plan(spec.model_copy(update={"backend": backend_class("docker").name}), Placement(slots))
 
 
 def state_dir(spec: Spec) -> str:

@@ -50,9 +50,10 @@ class Placement:
     # when it plans (local; () for none): the tasks' GPUs are then in the plan, and a host that
     # cannot give them is refused here; other hosts' are made when their tasks start.
     gpus: Mapping[str, tuple[gpus.Gpu, ...]] = field(default_factory=dict)
-    # Host name -> the machine whose GPUs its tasks share, where that is not the host itself (docker:
-    # every container uses the engine host's GPUs): the GPU arithmetic runs over that machine's tasks.
-    gpu_hosts: Mapping[str, str] = field(default_factory=dict)
+    # Host name -> the machine it is a container on (docker, compose: every container is on the
+    # engine's host): the thread and GPU arithmetic runs over that machine's tasks (``cores`` and
+    # ``gpus`` name the machine), and a container sees its GPUs numbered from 0 (a device request).
+    machines: Mapping[str, str] = field(default_factory=dict)
     # Host name -> the CUDA_VISIBLE_DEVICES in force there when the plan knows it (local: the
     # launcher's own): the GPUs its tasks may get, which they receive subsets of.
     gpu_limits: Mapping[str, str] = field(default_factory=dict)
@@ -221,10 +222,9 @@ class Plan:
         whose command differs carries its own; one whose env adds to or changes the shared one
         carries those variables only (``env_extra``: e.g. its thread budget, its GPUs), one whose
         env lacks a shared variable their names (``env_drop``: e.g. a GPU task's lacks the
-        ``CUDA_VISIBLE_DEVICES=-1`` of a first task without GPU). Records before ``env_drop``
-        carried such a task's whole ``env``, which ``expand_plan_json`` still reads. Each task's TF_CONFIG is
-        ``{"cluster": cluster, "task": {"type": type, "index": index}}`` (``expand_plan_json``
-        rebuilds the full shape)."""
+        ``CUDA_VISIBLE_DEVICES=-1`` of a first task without GPU; records before ``env_drop`` carried
+        such a task's whole ``env``). Each task's TF_CONFIG is ``{"cluster": cluster, "task":
+        {"type": type, "index": index}}``: ``to_json`` is the full shape."""
         first = self.tasks[0] if self.tasks else None
         command = list(first.command) if first else []
         base = dict(first.base_env) if first else {}
@@ -276,28 +276,6 @@ def write_full_json(plan: Plan, out: IO[str], secrets: bool = True, head: Option
 
 # ``format`` of a compact plan JSON (``Plan.to_compact_json``); the full shape has no ``format``.
 COMPACT = "compact"
-
-
-def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A plan JSON in the full shape (every task with ``tf_config``, ``command`` and ``env``),
-    from either shape: a compact one (``Plan.to_compact_json``, what records hold now) is
-    expanded, a full one (older records, ``plan --json``) comes back as it is."""
-    if COMPACT not in (data.get("format"), data.get("shape")):  # (shape: `plan --json=compact`'s own output)
-        return dict(data)
-    cluster, command, env = data.get("cluster"), data.get("command", []), data.get("env", {})
-    tasks = []
-    for row in data.get("tasks", []):
-        own = {"type": row["type"], "index": row["index"]}
-        tf_config = {"cluster": cluster, "task": own} if cluster is not None else {"task": own}
-        task_env = {**row.get("env", env), **row.get("env_extra", {}), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
-                    envnames.TASK: f"{row['type']}:{row['index']}"}
-        for name in row.get("env_drop", ()):
-            task_env.pop(name, None)
-        tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
-                      "tf_config": tf_config, "command": row.get("command", command),
-                      "env": dict(sorted(task_env.items()))})
-    head = {k: v for k, v in data.items() if k not in ("format", "shape", "cluster", "command", "env", "tasks")}
-    return {**head, "tasks": tasks}
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 Layout under ``<spec dir>/<run_dir>/<name>/`` (the names: launcher/record/layout.py)::
 
-    <run id>/plan.json        the plan as executed (the first one; the cluster once: plan.expand_plan_json)
+    <run id>/plan.json        the plan as executed (the first one; the cluster once: Plan.to_compact_json)
     <run id>/plan-2.json ...  later plans, after hosts were lost (launcher/plan/elastic.py)
     <run id>/events.jsonl     one JSON object per start, exit, failure, restart and the outcome
     <run id>/logs/<type>-<index>.log   each task's output, all attempts
@@ -150,7 +150,7 @@ class RunRecord:
 
     def _write_plan(self, name: str = PLAN_FILE) -> None:
         """The plan in the compact shape (``Plan.to_compact_json``: the cluster and the shared env
-        once, O(n) in the tasks; ``plan.expand_plan_json`` gives the full one), secrets redacted."""
+        once, O(n) in the tasks; ``tfcluster plan --json`` prints the full one), secrets redacted."""
         plan_json = self.plan.to_compact_json(secrets=False)
         write_atomic(self.dir / name, json.dumps(plan_json, indent=2) + "\n", self.file_mode)
 

@@ -60,7 +60,7 @@ class HostsGiven:
     elastic: and discovery: fields; None: no membership changes), ``static_hosts`` (the hosts the
     spec file itself lists: discovery never drops them), ``discovery_cwd`` (where
     discovery.command runs), and for a worker group with a min the preflight's findings start
-    smaller (launcher/plan/startsmall.py's PreflightPlans) the hosts left out (``absent``: host ->
+    smaller (launcher/plan/preflight.py's Start) the hosts left out (``absent``: host ->
     why) and why it is smaller (``short_why``)."""
 
     spec: Optional[Spec] = None

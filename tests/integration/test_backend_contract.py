@@ -173,7 +173,8 @@ class Run:
         self.lock = threading.Lock()
         self.handles: dict[str, TaskHandle] = {}
         try:
-            self.backend.hosts.probe(self.plan)
+            report = self.backend.hosts.probe(self.plan)  # (it reports; the use case's plans read it)
+            assert report is None or not (report.problems or report.absent), report
             self.placement = self.backend.hosts.allocate(self.loaded.spec)
             self.static = static
             self.plan = build_plan(self.loaded.spec, self.placement)

@@ -45,11 +45,20 @@ def not_own(found: Optional[Mapping[str, Any]], run_id: str, name: str) -> Optio
 def host_config(client: Any, binds: Optional[dict], container: Optional[gpus.Container], init: bool) -> dict:
     """The HostConfig of a task's container: its mounts, its GPUs (a device request for
     the engine host's indices) and its /dev/shm."""
-    c = container or gpus.Container({})
+    c = container or gpus.Container()
     requests = [docker.types.DeviceRequest(device_ids=[str(i) for i in c.device_ids], capabilities=[["gpu"]])
                 ] if c.device_ids else None
     return client.api.create_host_config(binds=binds, init=init or None, auto_remove=False,
                                          device_requests=requests, shm_size=c.shm_size)
+
+
+def engine_cpus(client: Any) -> Optional[int]:
+    """The engine's CPUs (``docker info``'s NCPU: every container sees them, tfcluster sets no
+    container CPU limit); None where it does not say."""
+    try:
+        return int(client.info().get("NCPU") or 0) or None
+    except (TypeError, ValueError):
+        return None
 
 
 def probe_gpu_runtime(client: Any, image: str, config: dict, label: dict, url: str,

@@ -91,10 +91,6 @@ class SlurmBackend(BackendKind):
         return standby.refusal(spec)
 
     @classmethod
-    def standby_off(cls, spec: Spec) -> Optional[str]:
-        return standby.refusal(spec)
-
-    @classmethod
     def check_spec(cls, spec: Spec) -> list[tuple[tuple, str]]:
         o = spec.slurm
         total = len(task_keys(spec))
@@ -159,7 +155,7 @@ class SlurmHosts(Hosts):
         if job.record is not None:
             job.record.write(ev.SlurmSubmitted(job=job.job_id, nodes=req.nodes, tasks_per_node=req.tasks_per_node))
         t0 = time.monotonic()
-        # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (execution.stoppable); close() cancels the job.
+        # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (launcher/app/up.py's stoppable); close() cancels the job.
         nodes = alloc.wait_running(job.job_id, job.opts.queue_timeout, job.console.info)
         addresses = cli.node_addresses(nodes)
         slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)

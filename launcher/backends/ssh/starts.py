@@ -58,7 +58,7 @@ class Starts:
             raise LaunchError(problems[hs.name])
         if not hs.ready:
             plan = Plan(name=self.spec_name, strategy=self.strategy, backend="ssh", tasks=(), hosts=(hs.spec,))
-            ssh_probe.probe(pool, self.state_sync, plan, [hs.name])
+            ssh_probe.probe_or_raise(pool, self.state_sync, plan, [hs.name])
 
     def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
         hs = self.pool.hosts[task.host]
