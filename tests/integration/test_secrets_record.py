@@ -107,7 +107,8 @@ def test_no_secret_argument_in_plan_record_or_views_and_the_task_has_them(tmp_pa
     res = tfcluster("up", path, "--detach", timeout=90)
     assert res.returncode == 0, res.stdout + res.stderr
     latest = tmp_path / "runs" / "t" / "latest"
-    wait_for(lambda: "outcome" in (latest / "events.jsonl").read_text(), 60, what="the detached run's outcome")
+    wait_for(lambda: any(isinstance(e, ev.RunOutcome) for e in read_records(latest)), 60,
+             what="the detached run's outcome")
     views = [tfcluster("status", path), tfcluster("status", path, "--json"), tfcluster("runs", path)]
     assert all(v.returncode == 0 for v in views), [v.stderr for v in views]
     assert not [k for k, v in ARG_SECRETS.items() if v in "".join(v.stdout + v.stderr for v in views)]
