@@ -225,7 +225,8 @@ def execute(loaded: LoadedSpec, plan: Plan, console: RunConsole, *, dry_run: boo
     static = [h.name for h in load_spec(loaded.path).spec.hosts] if spec.discovery is not None else None
     given = HostsGiven(spec=spec, static_hosts=static, discovery_cwd=loaded.base_dir, absent=found.absent,
                        short_why=found.short_why)
-    supervisor = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog, given=given)
+    supervisor = Supervisor(plan, backend, record, spec.restart, spec.watchdog, given=given)
+    console.listen(record, supervisor.view)  # the console says the record's events and task lines as written
     if handover is not None:
         handover.open_log(record.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(record.run_id, backend.detach_note)

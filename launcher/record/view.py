@@ -73,6 +73,11 @@ class RunModel:
     marks: Marks = field(default_factory=Marks, repr=False)
     # The task consistently behind the others, now (straggler events): {"task", "why"}; None: none.
     straggler: Optional[dict] = None
+    # The final report's rows: each attempt that ended (attempt_ended events: attempt, began,
+    # ended, state, task, reason), and the hosts each plan of the run used (run_start's, then
+    # each replan's).
+    attempt_ends: list[dict] = field(default_factory=list)
+    plan_hosts: list[list[str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -124,6 +129,8 @@ class RunModel:
             copied.suspects = dict(self.suspects)
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
             copied.group_sizes = list(self.group_sizes)
+            copied.attempt_ends = [dict(a) for a in self.attempt_ends]
+            copied.plan_hosts = [list(h) for h in self.plan_hosts]
             copied.marks = self.marks.copy()
         copied._lock = threading.Lock()
         return copied
@@ -203,6 +210,7 @@ class RunModel:
         at = record.time
         self.run.apply(record)
         self.marks.event(record, self.run)
+        self._report_rows(record)
         if isinstance(record, ev.RunStart):
             self.name, self.strategy, self.backend = record.name, record.strategy, record.backend
             self.run_id, self.run_dir = record.run_id, record.run_dir
@@ -246,6 +254,13 @@ class RunModel:
                 t = self.task(record.task)
                 t.gpus = tuple(record.gpus)
                 t.gpus_visible, t.collective = record.visible, record.collective
+
+    def _report_rows(self, record: RecordEvent) -> None:
+        if isinstance(record, (ev.RunStart, ev.Replan)) and record.hosts is not None:
+            self.plan_hosts.append(list(record.hosts))
+        elif isinstance(record, ev.AttemptEnded) and record.began is not None and record.ended is not None:
+            self.attempt_ends.append({"attempt": record.attempt, "began": record.began, "ended": record.ended,
+                                      "state": record.state, "task": record.task, "reason": record.reason})
 
     def _line(self, key: str, text: str, now: float) -> None:
         t = self.task(key)
