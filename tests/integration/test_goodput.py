@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+from launcher.contract import progress
 from launcher.contract.progress import parse
 from tests.support.cli import tfcluster
 from tests.support.tfrun import assert_no_processes, kill_task, run_and_act, run_dir, up, write_spec
@@ -25,15 +26,14 @@ def _own_lines(spec) -> dict:
         p = parse(line)
         if p is None:
             continue
-        if p.kind == "start":
-            attempts.append({"restored": p.integer("global_step"), "first": None, "last": None, "step": None,
-                             "backups": 0.0})
-        elif attempts and p.kind == "first_step":
-            attempts[-1].update(first=p.number("time"), last=p.number("time"), step=p.integer("global_step"))
-        elif attempts and p.kind in ("step", "epoch") and attempts[-1]["first"] is not None:
-            attempts[-1].update(last=p.number("time"), step=p.integer("global_step"))
-        elif attempts and p.kind == "backup":
-            attempts[-1]["backups"] += p.number("seconds")
+        if isinstance(p, progress.Start):
+            attempts.append({"restored": p.global_step, "first": None, "last": None, "step": None, "backups": 0.0})
+        elif attempts and isinstance(p, progress.FirstStep):
+            attempts[-1].update(first=p.time, last=p.time, step=p.global_step)
+        elif attempts and isinstance(p, (progress.Step, progress.Epoch)) and attempts[-1]["first"] is not None:
+            attempts[-1].update(last=p.time, step=p.global_step)
+        elif attempts and isinstance(p, progress.Backup):
+            attempts[-1]["backups"] += p.seconds
     trained = [a for a in attempts if a["first"] is not None]
     return {"attempts": attempts, "span": sum(a["last"] - a["first"] for a in trained),
             "backups": sum(a["backups"] for a in attempts),
