@@ -249,18 +249,18 @@ def independent_goodput(lines: list[tuple[float, str]], faults: list[dict], star
         p = parse(line[len(prefix):])
         if p is None:
             continue
-        if isinstance(p, progress.Start):
+        if isinstance(p, progress.StartLine):
             prev, pending = None, 0.0
-        elif isinstance(p, progress.FirstStep):
+        elif isinstance(p, progress.FirstStepLine):
             prev, pending = at, 0.0
             firsts.append(at)
             last.pop(p.global_step, None)  # (trained again, now as tracing: not productive)
             backups.pop(p.global_step, None)
-        elif isinstance(p, progress.Step) and prev is not None:
+        elif isinstance(p, progress.StepLine) and prev is not None:
             last[p.global_step] = at - prev
             backups[p.global_step], pending = pending, 0.0  # (a backup's time is in the interval of the step line after it)
             prev = at
-        elif isinstance(p, progress.Backup) and prev is not None:
+        elif isinstance(p, progress.BackupLine) and prev is not None:
             pending += p.seconds or 0.0
     productive = sum(last.values()) - sum(backups.values())
     elapsed = ended - started

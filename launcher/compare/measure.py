@@ -76,28 +76,28 @@ def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optio
     if m.status != OK:
         m.error = error_text(failure, outcome)
 
-    start = _last(records, progress.Start)
+    start = _last(records, progress.StartLine)
     if start is not None:
         m.replicas, m.global_batch = start.replicas, start.global_batch
-    first = next((p for p in records if isinstance(p, progress.FirstStep)), None)
+    first = next((p for p in records if isinstance(p, progress.FirstStepLine)), None)
     if first is not None and t0 is not None and first.time is not None:
         m.time_to_first_step_s = _round(first.time - t0)
 
     rates, m.rates = _interval_rates(records)
     if rates:
         m.examples_per_sec = _round(statistics.median(rates), 1)
-    result = _last(records, progress.Result)
+    result = _last(records, progress.ResultLine)
     if result is not None:
         m.examples_per_sec_overall = result.examples_per_sec
         m.test_accuracy, m.test_loss = result.accuracy, result.loss
         m.train_accuracy, m.train_loss = result.train_accuracy, result.train_loss
         m.steps = result.steps_run or 0
 
-    epochs = _last_attempt(records, progress.Epoch)
+    epochs = _last_attempt(records, progress.EpochLine)
     m.epochs = max((p.epoch or 0 for p in epochs), default=0)
     m.time_per_epoch_s = _epoch_time(epochs, start)
     batch = m.global_batch or 0
-    for p in (p for p in records if isinstance(p, progress.Epoch)):
+    for p in (p for p in records if isinstance(p, progress.EpochLine)):
         accuracy, when = p.test_accuracy, p.time
         if accuracy is None or when is None or t0 is None:
             continue
@@ -107,7 +107,7 @@ def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optio
         hit = next((c for c in m.curve if c["test_accuracy"] >= target_accuracy), None)
         m.time_to_target_s = hit["elapsed_s"] if hit else None
     m.trace = [{"global_step": p.global_step, "time": p.time, "loss": p.loss, "accuracy": p.accuracy}
-               for p in records if isinstance(p, progress.Step) and p.global_step is not None]
+               for p in records if isinstance(p, progress.StepLine) and p.global_step is not None]
     return m
 
 
@@ -130,14 +130,14 @@ def _interval_rates(records: list[Progress]) -> tuple[list[float], list[dict]]:
     throughput: Optional[Throughput] = None
     base = 0
     for p in records:
-        if isinstance(p, progress.Start):
+        if isinstance(p, progress.StartLine):
             _flush(throughput, rates, points)
             throughput = Throughput(p.global_batch or 0, keep_intervals=True)
             base = p.global_step or 0
-        elif throughput is not None and isinstance(p, progress.FirstStep) and p.time is not None:
+        elif throughput is not None and isinstance(p, progress.FirstStepLine) and p.time is not None:
             # Its global_step where the worker prints it, else the start line's plus one.
             throughput.mark(p.global_step or base + 1, p.time)
-        elif throughput is not None and isinstance(p, progress.Step) and throughput.first_time is not None:
+        elif throughput is not None and isinstance(p, progress.StepLine) and throughput.first_time is not None:
             if p.global_step is not None and p.time is not None:
                 throughput.mark(p.global_step, p.time)
     _flush(throughput, rates, points)
@@ -152,7 +152,7 @@ def _flush(throughput: Optional[Throughput], rates: list, points: list) -> None:
         points.append({"global_step": step, "time": when, "examples_per_sec": round(rate, 1)})
 
 
-def _epoch_time(epochs: list[progress.Epoch], start: Optional[progress.Start]) -> Optional[float]:
+def _epoch_time(epochs: list[progress.EpochLine], start: Optional[progress.StartLine]) -> Optional[float]:
     """The median time between consecutive epoch lines (each includes that epoch's test
     evaluation); with one epoch, from the attempt's start line to it."""
     times = [p.time for p in epochs if p.time is not None]
@@ -168,7 +168,7 @@ K = TypeVar("K", bound=Progress)
 
 def _last_attempt(records: list[Progress], kind: type[K]) -> list[K]:
     """The records of class ``kind`` since the last start line (the attempt that finished)."""
-    last_start = max((i for i, p in enumerate(records) if isinstance(p, progress.Start)), default=-1)
+    last_start = max((i for i, p in enumerate(records) if isinstance(p, progress.StartLine)), default=-1)
     return [p for p in records[last_start + 1:] if isinstance(p, kind)]
 
 

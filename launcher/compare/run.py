@@ -96,14 +96,14 @@ class ProgressLine:
             p = parse(line)
             if p is None:
                 continue
-            if isinstance(p, progress.Start):  # (its figures as printed)
+            if isinstance(p, progress.StartLine):  # (its figures as printed)
                 self.phase = f"training ({p.get('replicas', '?')} replica(s), global batch {p.get('global_batch', '?')})"
-            elif isinstance(p, (progress.Step, progress.Epoch)):
-                shown = p.epoch + 1 if isinstance(p, progress.Step) and p.epoch is not None else p.epoch
+            elif isinstance(p, (progress.StepLine, progress.EpochLine)):
+                shown = p.epoch + 1 if isinstance(p, progress.StepLine) and p.epoch is not None else p.epoch
                 acc = p.get("test_accuracy")
                 self.phase = (f"epoch {shown}, step {p.get('global_step', '?')}"
                               + (f", test accuracy {acc}" if acc else ""))
-            elif isinstance(p, progress.Result):
+            elif isinstance(p, progress.ResultLine):
                 self.phase = "evaluated, saving"
 
     def _show(self) -> None:

@@ -29,8 +29,8 @@ SAVED_LINE = PREFIX + "preempted "  # ... and the save is written: the task may 
 @dataclass(frozen=True)
 class Progress:
     """A progress line: its ``kind`` and its fields as the task printed them (``fields``, text).
-    ``parse`` gives a kind this module knows as its own class (``Step``, ``Epoch``, ...: readers
-    dispatch on the class, ``isinstance(p, Step)``), each field it declares typed (a whole number,
+    ``parse`` gives a kind this module knows as its own class (``StepLine``, ``EpochLine``, ...: readers
+    dispatch on the class, ``isinstance(p, StepLine)``), each field it declares typed (a whole number,
     a finite number or text; None where the line has none, or none that reads as one); a kind it
     does not know (a newer worker's, a user's own) as a plain ``Progress``."""
 
@@ -73,7 +73,7 @@ _READ = {"Optional[int]": Progress.integer, "Optional[float]": Progress.number, 
 
 
 @dataclass(frozen=True)
-class Start(Progress):
+class StartLine(Progress):
     """Training (re)starts: where (``epoch`` 0-based, ``step`` done in it, ``global_step``), the run's
     shape and the strategy the task built."""
 
@@ -91,7 +91,7 @@ class Start(Progress):
 
 
 @dataclass(frozen=True)
-class FirstStep(Progress):
+class FirstStepLine(Progress):
     """The attempt's first step ended: ``step`` is its index in the epoch (the others count steps done)."""
 
     kind: str = "first_step"
@@ -102,7 +102,7 @@ class FirstStep(Progress):
 
 
 @dataclass(frozen=True)
-class Step(Progress):
+class StepLine(Progress):
     """A heartbeat every N steps: ``epoch`` in progress (0-based), ``step`` done in it."""
 
     kind: str = "step"
@@ -115,7 +115,7 @@ class Step(Progress):
 
 
 @dataclass(frozen=True)
-class Epoch(Progress):
+class EpochLine(Progress):
     """An epoch ended (``epoch``: how many are done), its metrics and examples/s."""
 
     kind: str = "epoch"
@@ -130,7 +130,7 @@ class Epoch(Progress):
 
 
 @dataclass(frozen=True)
-class Result(Progress):
+class ResultLine(Progress):
     """Training is over: the attempt's steps and examples/s, the test metrics."""
 
     kind: str = "result"
@@ -146,7 +146,7 @@ class Result(Progress):
 
 
 @dataclass(frozen=True)
-class Eval(Progress):
+class EvalLine(Progress):
     """The evaluator evaluated ``checkpoint`` (at ``global_step``)."""
 
     kind: str = "eval"
@@ -157,7 +157,7 @@ class Eval(Progress):
 
 
 @dataclass(frozen=True)
-class EvalDone(Progress):
+class EvalDoneLine(Progress):
     """The evaluator is done (``reason``: final, timeout) after ``evaluated`` checkpoints."""
 
     kind: str = "eval_done"
@@ -166,7 +166,7 @@ class EvalDone(Progress):
 
 
 @dataclass(frozen=True)
-class Backup(Progress):
+class BackupLine(Progress):
     """A backup (or checkpoint) written at ``global_step`` in ``seconds`` (the run's goodput counts them)."""
 
     kind: str = "backup"
@@ -176,7 +176,7 @@ class Backup(Progress):
 
 
 @dataclass(frozen=True)
-class Checkpoint(Progress):
+class CheckpointLine(Progress):
     """A PSS chief's checkpoint at ``global_step``."""
 
     kind: str = "checkpoint"
@@ -185,7 +185,7 @@ class Checkpoint(Progress):
 
 
 @dataclass(frozen=True)
-class Saving(Progress):
+class SavingLine(Progress):
     """A preemption's agreed save starts (SAVING_LINE): the task finishes it before it is killed."""
 
     kind: str = "saving"
@@ -196,7 +196,7 @@ class Saving(Progress):
 
 
 @dataclass(frozen=True)
-class Preempted(Progress):
+class PreemptedLine(Progress):
     """The agreed save is written (SAVED_LINE), at ``global_step``, to ``saved``."""
 
     kind: str = "preempted"
@@ -208,7 +208,7 @@ class Preempted(Progress):
 
 
 @dataclass(frozen=True)
-class Saved(Progress):
+class SavedLine(Progress):
     """The model was saved at ``path``."""
 
     kind: str = "saved"
@@ -216,7 +216,7 @@ class Saved(Progress):
 
 
 @dataclass(frozen=True)
-class Server(Progress):
+class ServerLine(Progress):
     """A parameter_server strategy's server is up (a ps or worker task)."""
 
     kind: str = "server"
@@ -224,7 +224,7 @@ class Server(Progress):
 
 
 @dataclass(frozen=True)
-class WorkerLost(Progress):
+class WorkerLostLine(Progress):
     """The PSS coordinator lost worker ``task``."""
 
     kind: str = "worker_lost"
@@ -232,7 +232,7 @@ class WorkerLost(Progress):
 
 
 @dataclass(frozen=True)
-class WorkerRecovered(Progress):
+class WorkerRecoveredLine(Progress):
     """The PSS coordinator has worker ``task`` back."""
 
     kind: str = "worker_recovered"
@@ -240,7 +240,7 @@ class WorkerRecovered(Progress):
 
 
 @dataclass(frozen=True)
-class PsLost(Progress):
+class PsLostLine(Progress):
     """The PSS coordinator lost parameter server ``task``."""
 
     kind: str = "ps_lost"
@@ -248,8 +248,8 @@ class PsLost(Progress):
 
 
 KINDS: dict[str, type[Progress]] = {cls.kind: cls for cls in (  # type: ignore[misc]
-    Start, FirstStep, Step, Epoch, Result, Eval, EvalDone, Backup, Checkpoint, Saving, Preempted, Saved, Server,
-    WorkerLost, WorkerRecovered, PsLost)}
+    StartLine, FirstStepLine, StepLine, EpochLine, ResultLine, EvalLine, EvalDoneLine, BackupLine, CheckpointLine,
+    SavingLine, PreemptedLine, SavedLine, ServerLine, WorkerLostLine, WorkerRecoveredLine, PsLostLine)}
 KIND_OF: dict[type[Progress], str] = {cls: kind for kind, cls in KINDS.items()}
 
 

@@ -50,8 +50,8 @@ LIVE = (STARTING, RUNNING)
 ENDED = (SUCCEEDED, FAILED, STOPPED, GONE)
 # Progress lines (launcher/contract/progress.py kinds) that mean the task is running training steps.
 # The progress lines that say a task trains (launcher/contract/progress.py's kinds).
-TRAINING = (progress.Start, progress.FirstStep, progress.Step, progress.Epoch, progress.Checkpoint, progress.Saving,
-            progress.Preempted, progress.Saved, progress.Result)
+TRAINING = (progress.StartLine, progress.FirstStepLine, progress.StepLine, progress.EpochLine, progress.CheckpointLine, progress.SavingLine,
+            progress.PreemptedLine, progress.SavedLine, progress.ResultLine)
 
 
 @dataclass
@@ -145,9 +145,9 @@ def on_line(t: TaskLife, p: Optional[progress.Progress]) -> None:
         return
     if isinstance(p, TRAINING):
         t.phase = TaskPhase.TRAINING
-    elif isinstance(p, progress.Eval):
+    elif isinstance(p, progress.EvalLine):
         t.phase = TaskPhase.EVALUATING
-    elif isinstance(p, progress.Server) and t.state == STARTING:
+    elif isinstance(p, progress.ServerLine) and t.state == STARTING:
         _enter_running(t)
 
 

@@ -59,7 +59,7 @@ from launcher.record.run import RunFacts
 
 CATEGORIES = ("startup", "recovery", "redone", "checkpoint", "waiting", "hung", "other")
 _FAULTS = (ev.Failure, ev.HostLost, ev.HostPreempted, ev.GroupRestart)
-_STEP_KINDS = (progress.Step, progress.Epoch)
+_STEP_KINDS = (progress.StepLine, progress.EpochLine)
 
 
 @dataclass
@@ -153,21 +153,21 @@ class Marks:
         if not spans:
             return
         s = spans[-1]
-        if isinstance(p, progress.Start):
+        if isinstance(p, progress.StartLine):
             s.restored = p.global_step
         elif at is None:
             return
-        elif isinstance(p, progress.FirstStep):
+        elif isinstance(p, progress.FirstStepLine):
             if s.first is None:
                 s.first, s.first_step = at, p.global_step
                 s.last, s.last_step = at, s.first_step
         elif isinstance(p, _STEP_KINDS):
             self._step(s, p.global_step, at)
-        elif isinstance(p, progress.Backup) and s.first is not None and s.saving_at is None:
+        elif isinstance(p, progress.BackupLine) and s.first is not None and s.saving_at is None:
             s.backup_tail += max(0.0, p.seconds or 0.0)
-        elif isinstance(p, progress.Saving) and s.saving_at is None:
+        elif isinstance(p, progress.SavingLine) and s.saving_at is None:
             s.saving_at = at
-        elif isinstance(p, progress.Preempted):
+        elif isinstance(p, progress.PreemptedLine):
             s.saved_at = at
             s.saved_step = p.global_step
 

@@ -273,7 +273,7 @@ class RunModel:
         if p is None:
             return
         self.marks.line(key, p)
-        if isinstance(p, (progress.Step, progress.Epoch, progress.Result, progress.Eval)):
+        if isinstance(p, (progress.StepLine, progress.EpochLine, progress.ResultLine, progress.EvalLine)):
             if p.loss is not None:
                 t.loss = p.loss
             if p.accuracy is not None and 0.0 <= p.accuracy <= 1.0:
@@ -282,7 +282,7 @@ class RunModel:
         if handler is not None:
             handler(self, t, p, now)
 
-    def _on_start(self, t: TaskView, p: progress.Start, now: float) -> None:
+    def _on_start(self, t: TaskView, p: progress.StartLine, now: float) -> None:
         t.epochs = p.epochs or t.epochs
         t.steps_per_epoch = p.steps_per_epoch or t.steps_per_epoch
         self._position(t, p.epoch, p.step, p.global_step)
@@ -290,10 +290,10 @@ class RunModel:
         hosts.resumed(self, t)
         t.throughput = Throughput(p.global_batch) if p.global_batch else None
 
-    def _on_step(self, t: TaskView, p: progress.Step, now: float) -> None:
+    def _on_step(self, t: TaskView, p: progress.StepLine, now: float) -> None:
         self._stepped(t, p.epoch, p.step, p.global_step, p.time, now)
 
-    def _on_first_step(self, t: TaskView, p: progress.FirstStep, now: float) -> None:
+    def _on_first_step(self, t: TaskView, p: progress.FirstStepLine, now: float) -> None:
         """Its ``step`` is the index of the step that just ended (the others count steps done)."""
         self._stepped(t, p.epoch, p.step + 1 if p.step is not None else None, p.global_step, p.time, now)
 
@@ -306,12 +306,12 @@ class RunModel:
             if rate > 0:
                 t.examples_per_sec = rate
 
-    def _on_preempted(self, t: TaskView, p: progress.Preempted, now: float) -> None:
+    def _on_preempted(self, t: TaskView, p: progress.PreemptedLine, now: float) -> None:
         """It saved at ``global_step`` on a stop request."""
         if p.global_step is not None:
             t.global_step = p.global_step
 
-    def _on_epoch(self, t: TaskView, p: progress.Epoch, now: float) -> None:
+    def _on_epoch(self, t: TaskView, p: progress.EpochLine, now: float) -> None:
         if p.epoch is not None:
             t.epoch = p.epoch
             if t.steps_per_epoch:
@@ -324,7 +324,7 @@ class RunModel:
         t.epoch_loss = p.loss
         t.epoch_accuracy = p.accuracy
 
-    def _on_result(self, t: TaskView, p: progress.Result, now: float) -> None:
+    def _on_result(self, t: TaskView, p: progress.ResultLine, now: float) -> None:
         t.has_result = True
         if p.steps_run is not None:
             t.steps_run = p.steps_run
@@ -335,24 +335,24 @@ class RunModel:
         t.final_loss = p.loss
         t.final_accuracy = p.accuracy
 
-    def _on_eval(self, t: TaskView, p: progress.Eval, now: float) -> None:
+    def _on_eval(self, t: TaskView, p: progress.EvalLine, now: float) -> None:
         t.last_checkpoint = (p.checkpoint if p.checkpoint is not None else t.last_checkpoint) or ""
         if p.global_step is not None:
             t.global_step = p.global_step
         t.final_loss = p.loss
         t.final_accuracy = p.accuracy
 
-    def _on_worker_lost(self, t: TaskView, p: progress.WorkerLost, now: float) -> None:
+    def _on_worker_lost(self, t: TaskView, p: progress.WorkerLostLine, now: float) -> None:
         self.workers_lost += 1
         if p.task:
             self.task(p.task).lost = True
 
-    def _on_worker_recovered(self, t: TaskView, p: progress.WorkerRecovered, now: float) -> None:
+    def _on_worker_recovered(self, t: TaskView, p: progress.WorkerRecoveredLine, now: float) -> None:
         self.workers_recovered += 1
         if p.task:
             self.task(p.task).lost = False
 
-    def _on_ps_lost(self, t: TaskView, p: progress.PsLost, now: float) -> None:
+    def _on_ps_lost(self, t: TaskView, p: progress.PsLostLine, now: float) -> None:
         self.ps_lost += 1
         if p.task:
             self.task(p.task).lost = True
@@ -370,11 +370,11 @@ class RunModel:
 
 # What each kind of progress line does to the view (a kind without a handler: its loss and
 # accuracy above, its phase in fold.on_line).
-_HANDLERS = {progress.Start: RunModel._on_start, progress.Step: RunModel._on_step,
-             progress.FirstStep: RunModel._on_first_step, progress.Preempted: RunModel._on_preempted,
-             progress.Epoch: RunModel._on_epoch, progress.Result: RunModel._on_result, progress.Eval: RunModel._on_eval,
-             progress.WorkerLost: RunModel._on_worker_lost, progress.WorkerRecovered: RunModel._on_worker_recovered,
-             progress.PsLost: RunModel._on_ps_lost}
+_HANDLERS = {progress.StartLine: RunModel._on_start, progress.StepLine: RunModel._on_step,
+             progress.FirstStepLine: RunModel._on_first_step, progress.PreemptedLine: RunModel._on_preempted,
+             progress.EpochLine: RunModel._on_epoch, progress.ResultLine: RunModel._on_result,
+             progress.EvalLine: RunModel._on_eval, progress.WorkerLostLine: RunModel._on_worker_lost,
+             progress.WorkerRecoveredLine: RunModel._on_worker_recovered, progress.PsLostLine: RunModel._on_ps_lost}
 
 
 def _int(value: Any) -> Optional[int]:

@@ -25,7 +25,7 @@ from launcher.contract.progress import Progress, parse
 
 # Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint,
 # a backup's seconds: the run's goodput counts them).
-HIDDEN = (pr.Step, pr.FirstStep, pr.Server, pr.Checkpoint, pr.Backup, pr.Saving)  # (preempted follows saving)
+HIDDEN = (pr.StepLine, pr.FirstStepLine, pr.ServerLine, pr.CheckpointLine, pr.BackupLine, pr.SavingLine)  # (preempted follows saving)
 Line = tuple[Optional[str], str]  # (the task it is about, or None for the run; the text)
 STANDBY = "(standby) "  # how the supervisor marks a warm standby's lines (launcher/supervise/standby.py)
 STANDBY_PROTOCOL = STANDBY + "tfcluster-standby"
@@ -45,7 +45,8 @@ class PeopleLines:
         self.strategy_shown = False
         self.started: set[str] = set()  # tasks that printed a start line this attempt
         self.expected: set[str] = set()  # the tasks that reported the last epoch shown
-        self.pending: dict[tuple[str, int], dict[str, "pr.Epoch | pr.Result"]] = {}  # (kind, epoch) -> key -> its line
+        # (kind, epoch) -> key -> its line
+        self.pending: dict[tuple[str, int], dict[str, "pr.EpochLine | pr.ResultLine"]] = {}
         self.shown: set[tuple[str, int]] = set()
 
     # -------------------------------------------------------------- in
@@ -57,24 +58,25 @@ class PeopleLines:
                 return []
             template = _template(key, line)
             return [(key, line)] if template is None else self._fold(key, template)
-        out = self._fold_all() if isinstance(progress, (pr.Start, pr.Epoch, pr.Result)) else []
+        out = self._fold_all() if isinstance(progress, (pr.StartLine, pr.EpochLine, pr.ResultLine)) else []
         return out + self._feed(key, progress, line)
 
     def _feed(self, key: str, p: Progress, line: str) -> list[Line]:
         if isinstance(p, HIDDEN):
             return []
-        if isinstance(p, pr.Start):
+        if isinstance(p, pr.StartLine):
             return self._start(key, p)
-        if isinstance(p, (pr.Epoch, pr.Result)):
+        if isinstance(p, (pr.EpochLine, pr.ResultLine)):
             return self._report(key, p)
-        if isinstance(p, pr.Eval):
+        if isinstance(p, pr.EvalLine):
             return [(key, "evaluated " + _join(p.checkpoint, _metrics(p.loss, p.accuracy)))]
-        if isinstance(p, pr.EvalDone):
-            return [(key, f"evaluator done ({p.get('reason', '?')}, {p.get('evaluated', '?')} checkpoint(s) evaluated)")]
-        if isinstance(p, pr.Preempted):
+        if isinstance(p, pr.EvalDoneLine):
+            return [(key, f"evaluator done ({p.get('reason', '?')}, "
+                          f"{p.get('evaluated', '?')} checkpoint(s) evaluated)")]
+        if isinstance(p, pr.PreemptedLine):
             return [(key, f"preempted at epoch {p.get('epoch', '?')} step {p.get('step', '?')}"
                           + (f"; saved to {p.saved}" if p.saved else ""))]
-        if isinstance(p, pr.Saved):
+        if isinstance(p, pr.SavedLine):
             return [(key, f"saved {p.path or ''}".rstrip())]
         return [(key, line)]  # a protocol line of a kind not known here: as it is
 
@@ -87,7 +89,7 @@ class PeopleLines:
 
     # -------------------------------------------------------------- the parts
 
-    def _start(self, key: str, p: pr.Start) -> list[Line]:
+    def _start(self, key: str, p: pr.StartLine) -> list[Line]:
         out: list[Line] = []
         if key in self.started:  # a second start from the same task: a new attempt
             out = self.flush()  # (what the last attempt's tasks reported, before its epochs repeat)
@@ -132,10 +134,10 @@ class PeopleLines:
         text = template.replace(_KEY + " ", "").replace(_KEY, "").rstrip()
         return [(None, f"{text}  ({compact_keys(said)})")]
 
-    def _report(self, key: str, p: "pr.Epoch | pr.Result") -> list[Line]:
-        slot = (p.kind, (p.epoch or 0) if isinstance(p, pr.Epoch) else 0)
+    def _report(self, key: str, p: "pr.EpochLine | pr.ResultLine") -> list[Line]:
+        slot = (p.kind, (p.epoch or 0) if isinstance(p, pr.EpochLine) else 0)
         out: list[Line] = []
-        if isinstance(p, pr.Epoch):  # an earlier epoch still waiting will not complete now: show it
+        if isinstance(p, pr.EpochLine):  # an earlier epoch still waiting will not complete now: show it
             for older in sorted(s for s in self.pending if s[0] == "epoch" and s[1] < slot[1]):
                 out += self._show(older)
         if slot in self.shown:  # a straggler of a report already shown: its task joins silently
@@ -156,7 +158,7 @@ class PeopleLines:
         first = reports[min(reports, key=_order)]
         rates = [r.examples_per_sec for r in reports.values() if r.examples_per_sec is not None]
         rate = f"{statistics.median(rates):,.0f} ex/s" if rates else ""
-        if isinstance(first, pr.Epoch):
+        if isinstance(first, pr.EpochLine):
             head = f"epoch {slot[1]}" + (f"/{self.epochs}" if self.epochs else "")
             extra = _metrics(first.test_loss, first.test_accuracy, "test ")
         else:

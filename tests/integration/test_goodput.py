@@ -26,13 +26,13 @@ def _own_lines(spec) -> dict:
         p = parse(line)
         if p is None:
             continue
-        if isinstance(p, progress.Start):
+        if isinstance(p, progress.StartLine):
             attempts.append({"restored": p.global_step, "first": None, "last": None, "step": None, "backups": 0.0})
-        elif attempts and isinstance(p, progress.FirstStep):
+        elif attempts and isinstance(p, progress.FirstStepLine):
             attempts[-1].update(first=p.time, last=p.time, step=p.global_step)
-        elif attempts and isinstance(p, (progress.Step, progress.Epoch)) and attempts[-1]["first"] is not None:
+        elif attempts and isinstance(p, (progress.StepLine, progress.EpochLine)) and attempts[-1]["first"] is not None:
             attempts[-1].update(last=p.time, step=p.global_step)
-        elif attempts and isinstance(p, progress.Backup):
+        elif attempts and isinstance(p, progress.BackupLine):
             attempts[-1]["backups"] += p.seconds
     trained = [a for a in attempts if a["first"] is not None]
     return {"attempts": attempts, "span": sum(a["last"] - a["first"] for a in trained),
