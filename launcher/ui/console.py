@@ -7,6 +7,11 @@ harmless TensorFlow start-up lines (launcher/record/noise.py) are hidden unless 
 panel, the tasks' progress protocol is shown as people's lines (launcher/ui/peoplelines.py: one line per
 epoch for the run, the strategy once); plain lines keep it as the tasks print it.
 
+A run's console is a listener on its record (``listen``): the supervisor prints nothing, it writes
+events and logs its tasks' lines, and the console says each event as it is written
+(launcher/ui/eventlines.py) and shows each task line. ``attach`` makes it a listener on the record
+it follows (``saying``), so both say the same lines.
+
 Reader threads of every task write here concurrently; one lock keeps lines whole.
 
 The terminal may go away mid-run (its window closed, the SSH session to a jump host dropped):
