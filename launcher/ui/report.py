@@ -9,7 +9,6 @@ results are is what the supervisor found there (launcher/record/layout.py's ``lo
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Mapping
 
 from launcher.record import events as ev
