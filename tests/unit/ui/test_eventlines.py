@@ -146,3 +146,20 @@ def test_a_replay_of_the_record_says_what_the_runs_own_console_said(tmp_path):
     assert "tfcluster: restarting the whole group (restart 1 of 2)" in live
     assert any(line.startswith("tfcluster: run succeeded after 2 attempt(s); record: ") for line in live)
     assert err.getvalue().splitlines() == live
+
+
+def test_a_hangs_failure_shows_the_culprits_stacks_its_user_code_first_instead_of_its_last_lines():
+    stack = ["Thread 0x0001 (most recent call first):",
+             '  File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute',
+             "",
+             "Current thread 0x0002 (most recent call first):",
+             '  File "/home/me/train.py", line 12 in slow_generator',
+             '  File "/venv/lib/python3.11/site-packages/tensorflow/python/data/ops/dataset_ops.py", line 9 in gen']
+    failure = ev.Failure(task="worker:1", attempt=1, reason="hung", stack=stack, tails={"worker:1": ["x"]})
+    assert failure_block(failure, "/r", verbose=False) == [
+        "  stacks of worker:1 (/r/stacks/2/worker-1.txt):",
+        "  | thread 0x0002 (in user code)",
+        "  |   /home/me/train.py:12 in slow_generator",
+        "  |   /venv/lib/python3.11/site-packages/tensorflow/python/data/ops/dataset_ops.py:9 in gen",
+        "  | thread 0x0001",
+        "  |   /venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py:53 in quick_execute"]
