@@ -162,7 +162,8 @@ def supervise(recorded: Recorded, console: RunConsole, show: Show = Show(), hand
     console.verbose = show.verbose
     given = HostsGiven(spec=spec, static_hosts=planned.discovered.static_hosts, discovery_cwd=planned.loaded.base_dir,
                        absent=absent_words(probed.start), short_why=probed.start.short_why)
-    supervisor = Supervisor(plan, backend, rec, console, spec.restart, spec.watchdog, given=given)
+    supervisor = Supervisor(plan, backend, rec, spec.restart, spec.watchdog, given=given)
+    console.listen(rec, supervisor.view)  # the console says the record's events and task lines as written
     if handover is not None:
         handover.open_log(rec.dir / SUPERVISOR_LOG)
         supervisor.on_ready = lambda: handover.hand_over(rec.run_id, backend.detach_note)

@@ -35,6 +35,7 @@ from launcher.app.up import run_spec
 from launcher.app.sinks import RunConsole
 from launcher.notices import Notices
 from launcher.errors import UserError
+from launcher.contract import progress
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
@@ -95,15 +96,14 @@ class ProgressLine:
             p = parse(line)
             if p is None:
                 continue
-            if p.kind == "start":
+            if isinstance(p, progress.StartLine):  # (its figures as printed)
                 self.phase = f"training ({p.get('replicas', '?')} replica(s), global batch {p.get('global_batch', '?')})"
-            elif p.kind in ("step", "epoch"):
-                epoch = p.integer("epoch")
-                shown = epoch + 1 if p.kind == "step" and epoch is not None else epoch
+            elif isinstance(p, (progress.StepLine, progress.EpochLine)):
+                shown = p.epoch + 1 if isinstance(p, progress.StepLine) and p.epoch is not None else p.epoch
                 acc = p.get("test_accuracy")
                 self.phase = (f"epoch {shown}, step {p.get('global_step', '?')}"
                               + (f", test accuracy {acc}" if acc else ""))
-            elif p.kind == "result":
+            elif isinstance(p, progress.ResultLine):
                 self.phase = "evaluated, saving"
 
     def _show(self) -> None:

@@ -50,15 +50,23 @@ class PlanChange:
     def describe(self, how: Mapping[str, str]) -> str:
         """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
         worker:1 moved to h3 (spare)``"""
-        parts = [lost_phrase(h, how.get(h, "")) for h in self.lost]
-        parts += [f"{h} back" for h in self.back]
-        parts += [f"{key} added on {host}" for key, host in self.added.items()]
-        parts += [f"{key} moved to {new} (spare)" for key, (_, new) in sorted(self.moved.items())]
-        if self.dropped:
-            workers = sum(1 for t in self.plan.tasks if t.type == "worker")
-            parts.append(f"{', '.join(self.dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
-                         "go on (no spare host)")
-        return "; ".join(parts)
+        return describe_change(self.lost, how, self.back, self.added, {k: new for k, (_, new) in self.moved.items()},
+                               self.dropped, sum(1 for t in self.plan.tasks if t.type == "worker"))
+
+
+def describe_change(lost: Sequence[str], how: Mapping[str, str], back: Sequence[str], added: Mapping[str, str],
+                    moved: Mapping[str, str], dropped: Sequence[str], workers: int) -> str:
+    """A membership change in one line (``PlanChange.describe``; a replan event's fields say the
+    same): the hosts ``lost`` (``how``: host -> how), ``back``, the tasks ``added`` (key -> host),
+    ``moved`` (key -> new host) and ``dropped``, and the ``workers`` that go on."""
+    parts = [lost_phrase(h, how.get(h, "")) for h in lost]
+    parts += [f"{h} back" for h in back]
+    parts += [f"{key} added on {host}" for key, host in added.items()]
+    parts += [f"{key} moved to {new} (spare)" for key, new in sorted(moved.items())]
+    if dropped:
+        parts.append(f"{', '.join(dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
+                     "go on (no spare host)")
+    return "; ".join(parts)
 
 
 def suspect_how(settle: float, lost_at: Optional[float], answering: bool) -> str:

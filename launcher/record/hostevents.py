@@ -42,6 +42,10 @@ class Replan(RecordEvent):
     dropped: list[str] = field(default_factory=list)
     added: dict[str, str] = field(default_factory=dict)  # grow: key -> host
     tasks: Optional[list[str]] = None  # the group after it
+    hosts: Optional[list[str]] = None  # the hosts the new plan uses, sorted
+    back: list[str] = field(default_factory=list)  # grow: the hosts of ``added`` that held no task before
+    how: dict[str, str] = field(default_factory=dict)  # each lost host: how it was lost, as said
+    then: str = ""  # what the group does next, in words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +85,8 @@ class DiscoveryAnswer(RecordEvent):
     problem: Optional[str] = None  # (a failed answer: no added, no gone)
     added: Optional[list[str]] = None
     gone: Optional[list[str]] = None
+    kept: Optional[list[str]] = None  # a failed answer: the host list kept (the last good one)
+    settle: Optional[Seconds] = None  # elastic.settle: how long a host found must answer to be used
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -74,8 +74,11 @@ class RunRecord:
         self.allocation: dict[str, Any] = {}
         self.on_problem = on_problem or _to_stderr
         self.problems: dict[str, str] = {}  # what (a log, events.jsonl, launcher.json) -> why, once each
-        # Called with every event as written (the live view and the final report follow the run).
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        # Called with every event as written (the live view follows the run; the console says it:
+        # launcher/ui/eventlines.py), and with every task line written for the console (the
+        # lines output.log holds: ``log_line``), in the order written.
+        self.listeners: list[Callable[[RecordEvent], None]] = []
+        self.line_listeners: list[Callable[[str, str], None]] = []
         self.launcher_info: dict[str, Any] = {}  # more for launcher.json (e.g. detached: true)
         self._cmdline = cmdline(os.getpid())
 
@@ -183,9 +186,7 @@ class RunRecord:
             try:
                 listener(event)
             except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
-                self.listeners.remove(listener)
-                self.on_problem(f"the live view stopped following the run ({type(exc).__name__}: {exc}); "
-                                "the run goes on")
+                self._drop_listener(self.listeners, listener, exc)
         with self._lock:
             if self._events is None:
                 if self._early is not None and early:
@@ -198,6 +199,13 @@ class RunRecord:
                 self._problem(EVENTS_FILE, self.dir / EVENTS_FILE, exc,
                               f"events from {event.kind!r} on are missing from it")
 
+    def _drop_listener(self, listeners: list, listener: Callable, exc: Exception) -> None:
+        try:
+            listeners.remove(listener)
+        except ValueError:
+            return  # (another thread dropped it first)
+        self.on_problem(f"the live view stopped following the run ({type(exc).__name__}: {exc}); the run goes on")
+
     def write_early(self, event: RecordEvent) -> None:
         """``write``, and where the record does not exist yet (the preflight's wait for hosts
         below tasks.worker.min), kept to be its first lines once ``create`` makes it."""
@@ -205,9 +213,18 @@ class RunRecord:
 
     def log_line(self, key: str, line: str, console: bool = True) -> None:
         """Append one line to ``key``'s log and, ``console``, to output.log (what ``attach`` and
-        ``logs`` without a task show of a run: its console's lines). Never raises: the caller is the
-        thread that drains the task's output, and if it stopped, the task would block writing to a
-        full pipe."""
+        ``logs`` without a task show of a run: its console's lines) and hand it to the line
+        listeners (the console). Never raises: the caller is the thread that drains the task's
+        output, and if it stopped, the task would block writing to a full pipe."""
+        self._log_line(key, line, console)
+        if console:
+            for listener in list(self.line_listeners):
+                try:
+                    listener(key, line)
+                except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
+                    self._drop_listener(self.line_listeners, listener, exc)
+
+    def _log_line(self, key: str, line: str, console: bool) -> None:
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
         with self._lock:
             if console:

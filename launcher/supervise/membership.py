@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from launcher.backends import placed_hosts
-from launcher.bounded import listing
-from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, group_size, options, size_phrase,
+from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, group_size, options,
                                    spare_how, suspect_how)
 from launcher.plan.build import Plan
 from launcher.plan.reconcile import Act, HostsSeen, due, wanted
 from launcher.record import events as ev
-from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.plan.hostloss import SUSPECT
 from launcher.record.states import Outcome
 from launcher.spec.model import Spec
 from launcher.supervise.context import RunContext
@@ -72,7 +71,7 @@ class HostsGiven:
 
 class Membership:
     def __init__(self, ctx: RunContext, plan: Plan, given: HostsGiven = HostsGiven()) -> None:
-        """The run's context (context.py: its backend, record, console, stop event), the first
+        """The run's context (context.py: its backend, record, stop event), the first
         plan, and what the hosts start from (``HostsGiven``)."""
         spec, backend = given.spec, ctx.backend
         self.plan = plan
@@ -98,7 +97,6 @@ class Membership:
                                  given.discovery_cwd or Path.cwd())
         self.backend = backend
         self.record = ctx.record
-        self.console = ctx.console
         self.stop_event = ctx.stop_event
         self._looking: Optional[_Look] = None  # after_failure's look, started early (look_ahead)
         # A worker group with a min started with the hosts there (the preflight's start plan):
@@ -123,9 +121,8 @@ class Membership:
             opts = options(self.spec)
             group = group_size(self.spec, self.plan, self.short_why)
             if group["size"] < group["of"]:
-                self.console.info(f"{size_phrase(group['size'], group['of'], group.get('why', ''))}; the group grows as "
-                                  f"hosts answer for elastic.settle={opts.settle:g} s"
-                                  + (" or discovery.command finds them" if self.poller is not None else ""))
+                self.record.write(ev.SmallStart(size=group["size"], of=group["of"], why=group.get("why", ""),
+                                                settle=opts.settle, discovery=self.poller is not None))
             if self.seen.down:
                 self.backend.hosts.back(list(self.seen.down), opts.settle)  # watched from now on
         if self.poller is not None:
@@ -167,7 +164,8 @@ class Membership:
         if want.watch:
             self.backend.hosts.back(list(self.seen.down), opts.settle)  # watched from now on: settle counts from here
         if want.act in (Act.END, Act.GO_ON):
-            self.console.error(want.line)
+            self.record.write(ev.Reconciled(act=ev.Reconciled.END if want.act is Act.END else ev.Reconciled.GO_ON,
+                                            line=want.line))
             return Ended(Outcome.FAILED, reason=want.line) if want.act is Act.END else None
         if want.act is Act.WAIT:
             return self._wait_for(number, dict(seen.lost), want.said, want.line)
@@ -180,7 +178,7 @@ class Membership:
             self.plan = want.plan
             self.backend.tasks.use_plan(want.plan)
         elif want.line:
-            self.console.info(want.line)
+            self.record.write(ev.Reconciled(act=ev.Reconciled.KEEP, line=want.line))
         return None
 
     def use(self, change: PlanChange, lost: dict[str, str], number: int, then: str) -> None:
@@ -193,9 +191,8 @@ class Membership:
                                     old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
                                     moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
                                     dropped=list(change.dropped), added=dict(change.added),
-                                    tasks=list(change.plan.keys)))
-        self.console.info(f"{change.describe(lost)}; {then} (plan {n}; a membership change does not count "
-                          "against restart.max_restarts)")
+                                    tasks=list(change.plan.keys), hosts=sorted({t.host for t in change.plan.tasks}),
+                                    back=list(change.back), how={h: lost.get(h, "") for h in change.lost}, then=then))
         self.plan = change.plan
         self.backend.tasks.use_plan(change.plan)
 
@@ -285,7 +282,6 @@ class Membership:
         for host in hosts:
             how = spare_how(settle, sessions[host])
             self.record.write(ev.HostLost(host=host, how=how, suspect=True, attempt=number, settle=settle, spare=True))
-            self.console.info(f"{lost_phrase(host, how)}; no task moves there until then")
         if hosts:
             self.backend.hosts.back(list(self.seen.down), settle)  # watched from now on
         return hosts
@@ -314,10 +310,7 @@ class Membership:
         opts = options(self.spec)
         hosts = sorted(lost)
         keys = [t.key for t in self.plan.tasks if t.host in hosts]
-        them = "it" if len(hosts) == 1 else "them"
-        self.console.info(f"{said}; no spare host for {', '.join(keys)}: waiting up to elastic.host_wait="
-                          f"{opts.host_wait:g} s for {', '.join(hosts)} to settle, then restarting the group on "
-                          f"{them} (a host loss does not count against restart.max_restarts)")
+        self.record.write(ev.HostsAwaited(hosts=hosts, tasks=keys, said=said, wait=opts.host_wait))
         deadline = time.monotonic() + opts.host_wait
         group_min = self.spec.tasks.worker.min
         if group_min is not None and all(k.startswith("worker:") for k in keys):  # below min: the panel counts down
@@ -331,9 +324,7 @@ class Membership:
                 for host in hosts:
                     self.record.write(ev.HostAdded(host=host, attempt=number, settle=opts.settle, spare=False))
                 self.backend.hosts.back(list(self.seen.down), opts.settle)  # no longer watched: a fresh clock next time
-                self.console.info(f"{', '.join(hosts)} answer{'s' if len(hosts) == 1 else ''} again "
-                                  f"({opts.settle:g} s without a break, elastic.settle); restarting the group on "
-                                  f"{them} from the last backup")
+                self.record.write(ev.HostsAnswer(hosts=hosts, settle=opts.settle, restart=True))
                 return None
             left = deadline - time.monotonic()
             if left <= 0:
@@ -342,7 +333,7 @@ class Membership:
                 return Ended(Outcome.INTERRUPTED)
         line = why.replace(" lost and ", f" lost (no {opts.settle:g} s of answers without a break within "
                            f"elastic.host_wait={opts.host_wait:g} s) and ", 1)
-        self.console.error(line)
+        self.record.write(ev.Reconciled(act=ev.Reconciled.END, line=line))
         return Ended(Outcome.FAILED, reason=line)
 
     def _discovered(self) -> bool:
@@ -360,9 +351,8 @@ class Membership:
         if answer.hosts is None:
             if answer.problem != self._discovery_problem:
                 self._discovery_problem = answer.problem
-                self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
-                                   f"({listing([h.name for h in self.spec.hosts], 'hosts')}); the run goes on")
-                self.record.write(ev.DiscoveryAnswer(ok=False, problem=answer.problem))
+                self.record.write(ev.DiscoveryAnswer(ok=False, problem=answer.problem,
+                                                     kept=[h.name for h in self.spec.hosts]))
             return False
         self._discovery_problem = ""
         known = {h.name for h in self.spec.hosts}
@@ -375,18 +365,14 @@ class Membership:
         self.spec = self.spec.model_copy(update={"hosts": hosts})
         self.backend.hosts.add(added)
         self.seen = replace(self.seen, down=tuple(h for h in self.seen.down if h not in gone) + tuple(h.name for h in added))
-        self.record.write(ev.DiscoveryAnswer(ok=True, added=[h.name for h in added], gone=list(gone)))
-        bits = ([f"{listing([h.name for h in added], 'hosts')} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
-                 f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
-        bits += [f"{listing(gone, 'hosts')} gone from the list"] if gone else []
-        self.console.info(f"discovery: {'; '.join(bits)}")
+        self.record.write(ev.DiscoveryAnswer(ok=True, added=[h.name for h in added], gone=list(gone),
+                                             settle=options(self.spec).settle))
         in_plan = {t.host for t in self.plan.tasks}
         vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}
         if not vanished:
             return False
         self._lost(vanished, for_good=True)
-        self.console.info(f"moving {', '.join(t.key for t in self.plan.tasks if t.host in vanished)}: stopping the "
-                          "group gracefully (SIGTERM: the workers save the step they agree on)")
+        self.record.write(ev.Regroup(moving=[t.key for t in self.plan.tasks if t.host in vanished]))
         return due(self.spec, self.plan, self.seen)
 
     def _hosts_back(self, number: int) -> bool:
@@ -402,12 +388,10 @@ class Membership:
         for host in back:
             self.record.write(ev.HostAdded(host=host, attempt=number, settle=opts.settle))
         self.seen = replace(self.seen, down=tuple(h for h in self.seen.down if h not in back), back=tuple(back))
-        self.console.info(f"{', '.join(back)} answer{'s' if len(back) == 1 else ''} again "
-                          f"({opts.settle:g} s without a break, elastic.settle): usable again")
+        self.record.write(ev.HostsAnswer(hosts=list(back), settle=opts.settle))
         if not due(self.spec, self.plan, self.seen):
             return False
-        self.console.info("growing the group: stopping it gracefully (SIGTERM: the workers save the step they "
-                          "agree on) to restart it bigger")
+        self.record.write(ev.Regroup())
         return True
 
 

@@ -28,7 +28,6 @@ from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask, redact_command
 from launcher.record import events as ev
 from launcher.contract.entrypoint import is_reference_worker, module_of
-from launcher.notices import HostNote, fold_hosts
 from launcher.spec.model import Restart
 from launcher.supervise.context import RunContext
 from launcher.supervise.output import TaskOutput
@@ -208,12 +207,11 @@ def _same_process(a: PlannedTask, b: PlannedTask) -> bool:
 
 class WarmStandby:
     def __init__(self, ctx: RunContext, output: TaskOutput) -> None:
-        """``ctx``: the run's context (its backend, record, console and clock, context.py);
+        """``ctx``: the run's context (its backend, record and clock, context.py);
         ``output``: where a promoted standby's lines go (output.py: ``line``), and the
         never-raising sink every output reader calls (``drain``)."""
         self.backend = ctx.backend
         self.record = ctx.record
-        self.console = ctx.console
         self.clock = ctx.clock
         self.output = output
         self._waiting: dict[str, list[_Standby]] = {}  # task key -> its standbys (its host's, spares')
@@ -290,11 +288,8 @@ class WarmStandby:
                 s.acked = s.acked or line.startswith(PROMOTED)
             if s is not None and s.active:
                 self.output.line(key, line)
-            elif s is not None and s.stopping:
-                self.record.log_line(key, f"(standby) {line}")
-            else:
-                self.record.log_line(key, f"(standby) {line}")
-                self.console.task_line(key, f"(standby) {line}")
+            else:  # (a standby being stopped: what it still says, a shell's "Killed", is only logged)
+                self.record.log_line(key, f"(standby) {line}", console=s is None or not s.stopping)
 
         stub = stub_command(task.command)  # a Python script or module: under the standby stub
         try:
@@ -302,7 +297,7 @@ class WarmStandby:
                                               {**env, envnames.STANDBY: "1"},
                                               lambda key, line: self.output.drain(key, line, sink))
         except LaunchError as exc:
-            self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
+            self.record.write(ev.StandbyFailed(task=task.key, stage=ev.StandbyFailed.START, why=exc.lines[0]))
             return None
         entry.append(_Standby(task, handle))
         self._waiting.setdefault(task.key, []).append(entry[0])
@@ -318,16 +313,12 @@ class WarmStandby:
             free = {}
         self._free = dict(free)
         short = {h for h, n in per_host.items() if h in free and free[h] < n * STANDBY_BYTES + RESERVE_BYTES}
-        notes = []
-        for host in sorted(short - self._short_said):
-            self._short_said.add(host)
-            notes.append(HostNote(host, f"warm standby: none on {host}: {free[host] / 2**30:.1f} GB available, under "
-                                        f"the {(per_host[host] * STANDBY_BYTES + RESERVE_BYTES) / 2**30:.1f} GB its "
-                                        f"{per_host[host]} standby process(es) and a reserve need; its restarts are cold",
-                                  "warm standby: none on {hosts}: less memory available than their standby processes "
-                                  f"({STANDBY_BYTES / 2**30:.1f} GB each) and a reserve need; their restarts are cold"))
-        for line in fold_hosts(notes):
-            self.console.info(line)
+        new = sorted(short - self._short_said)
+        if new:
+            self._short_said.update(new)
+            self.record.write(ev.StandbyNoRoom(free={h: max(0, int(free[h])) for h in new},
+                                               processes={h: per_host[h] for h in new}, each=STANDBY_BYTES,
+                                               reserve=RESERVE_BYTES))
         return short
 
     def promote(self, task: PlannedTask, env: dict[str, str]) -> Optional[TaskHandle]:
@@ -363,9 +354,9 @@ class WarmStandby:
         else:
             results = [r for pairs in by_host.values() for r in host(pairs)]
         handles = {}
-        for t, s, began, ended, exc in results:  # (the record and console on this thread)
+        for t, s, began, ended, exc in results:  # (the record on this thread)
             if exc is not None:
-                self.console.info(f"{t.key}: its warm standby could not be promoted ({exc.lines[0]}); starting it cold")
+                self.record.write(ev.StandbyFailed(task=t.key, stage=ev.StandbyFailed.PROMOTE, why=exc.lines[0]))
                 s.stopping = True
                 self.backend.tasks.stop([s.handle], grace=0)
                 continue

@@ -168,7 +168,9 @@ def test_report_table_and_locations(tmp_path):
     assert rows[1].split() == ["worker:0", "localhost", "succeeded", "0", "1", "60", "585.0", "0.7303", "0.9111"]
     assert rows[2].split() == ["worker:1", "localhost", "succeeded", "0", "1", "-", "-", "-", "-"]
     (tmp_path / "state" / "final_model").mkdir(parents=True)
-    where = report.locations(tmp_path / "state", tmp_path / "logs")
+    from launcher.record.layout import locations
+
+    where = locations(tmp_path / "state", tmp_path / "logs")
     assert where == {"final model": str(tmp_path / "state" / "final_model"), "state dir": str(tmp_path / "state"),
                      "task logs": str(tmp_path / "logs")}
 
