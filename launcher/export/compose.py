@@ -30,7 +30,7 @@ from launcher.contract import envnames
 from launcher.plan import containergpus as docker_gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.errors import SpecError
-from launcher.backends import backend_class
+from launcher.backends import compose_kind
 from launcher.bounded import yaml_comment as comment_text
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.plan.build import Plan, build_plan, is_secret
@@ -47,9 +47,9 @@ RUN_VOLUME = "run"
 
 def docker_plan(spec: Spec) -> Plan:
     """The plan as containers: every task on its own host named like its address."""
-    docker = backend_class("docker")  # by its registered name: compose is the docker backend's plan
-    placement = replace(docker.place(spec), gpus={}, gpu_hosts={})  # containers() below gives the GPUs
-    return build_plan(spec.model_copy(update={"backend": docker.name}), placement)
+    kind = compose_kind()  # the backend whose plan compose writes (BackendKind.plans_compose)
+    placement = replace(kind.place(spec), gpus={}, gpu_hosts={})  # containers() below gives the GPUs
+    return build_plan(spec.model_copy(update={"backend": kind.name}), placement)
 
 
 def containers(spec: Spec, plan: Plan) -> tuple[dict[str, docker_gpus.Container], str]:

@@ -24,7 +24,7 @@ from typing import AbstractSet, Callable, Mapping, Optional, Sequence, Union
 
 from launcher.plan.build import Placement, Plan, Slot, build_plan
 from launcher.errors import SpecError
-from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.plan.hostloss import SUSPECT, HostLoss
 from launcher.spec.model import Spec
 
 
@@ -47,10 +47,10 @@ class PlanChange:
     def new_hosts(self) -> tuple[str, ...]:
         return tuple(sorted({new for _, new in self.moved.values()}))
 
-    def describe(self, how: Mapping[str, str]) -> str:
+    def describe(self, losses: Mapping[str, HostLoss]) -> str:
         """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
-        worker:1 moved to h3 (spare)``"""
-        parts = [lost_phrase(h, how.get(h, "")) for h in self.lost]
+        worker:1 moved to h3 (spare)`` (``losses``: host -> its loss)"""
+        parts = [losses[h].phrase() if h in losses else f"{h} lost" for h in self.lost]
         parts += [f"{h} back" for h in self.back]
         parts += [f"{key} added on {host}" for key, host in self.added.items()]
         parts += [f"{key} moved to {new} (spare)" for key, (_, new) in sorted(self.moved.items())]

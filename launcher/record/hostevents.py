@@ -10,15 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Union
 
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.record.eventbase import JSON, Count, Event, RecordEvent, Seconds
 
 
 @dataclass(frozen=True, kw_only=True)
 class HostLost(RecordEvent):
-    """``suspect``: the host's session was lost or it does not answer; it is used again once it
-    answers for ``settle`` s without a break. False: gone for good (dropped from discovery's list).
-    ``spare``: the host held no task of the plan, only warm standbys (a hot spare): no training
-    was lost, nothing is replanned, and it is not chosen for a move until it answers again."""
+    """A host lost (plan/hostloss.py's ``HostLoss``): ``cause`` (its ``LossKind``'s value), ``since``
+    (when the loss began, epoch seconds) and ``how`` (its words). ``suspect``: the host's session
+    was lost or it does not answer; it is used again once it answers for ``settle`` s without a
+    break. ``spare``: the host held no task of the plan, only warm standbys (a hot spare): no
+    training was lost, nothing is replanned, and it is not chosen for a move until it answers
+    again. ``loss()`` reads it back typed."""
 
     KIND: ClassVar[str] = Event.HOST_LOST
     host: str
@@ -27,6 +30,16 @@ class HostLost(RecordEvent):
     attempt: Optional[Count] = None
     settle: Optional[Seconds] = None
     spare: bool = False
+    cause: Optional[str] = None
+    since: Optional[float] = None
+
+    def loss(self) -> HostLoss:
+        """The loss this event records. An event without a cause this version knows (an older
+        tfcluster's record) is read by its ``suspect``: a loss inferred from silence, else one
+        known (preempted, or dropped from discovery's list: the words say which)."""
+        kinds = {k.value: k for k in LossKind}
+        kind = kinds.get(self.cause or "") or (LossKind.UNREACHABLE if self.suspect else LossKind.DROPPED)
+        return HostLoss(kind, self.host, self.since, self.how)
 
 
 @dataclass(frozen=True, kw_only=True)

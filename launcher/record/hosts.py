@@ -29,13 +29,14 @@ class HostChange:
     resumed after it: the last global step any task reached before, the first one after."""
 
     at: Optional[float]
-    lost: dict[str, str]  # host -> how it was lost
+    lost: dict[str, str]  # host -> how it was lost (its host_lost event's words)
     moved: dict[str, str]  # task key -> its new host
     dropped: list[str] = field(default_factory=list)  # tasks left out (no spare: fewer workers)
     added: dict[str, str] = field(default_factory=dict)  # grow: task key -> the host it was added on
     before: Optional[int] = None
     resumed_at: Optional[int] = None  # the lowest step a task's first start line after it gave
     resumed_by: list[str] = field(default_factory=list)  # tasks whose start line after it was seen
+    suspect: list[str] = field(default_factory=list)  # the hosts of ``lost`` whose loss was suspect
 
     @property
     def redone(self) -> Optional[int]:
@@ -47,7 +48,7 @@ class HostChange:
         """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
         worker:1 moved to h3 (spare); resumed at step 412, 0 steps redone``"""
         when = f" at {time.strftime('%H:%M:%S', time.localtime(self.at))}" if self.at else ""
-        parts = [lost_phrase(host, how, when) for host, how in self.lost.items()]
+        parts = [lost_phrase(host, how, host in self.suspect, when) for host, how in self.lost.items()]
         parts += [f"{host} back{when}" for host in dict.fromkeys(self.added.values())]
         parts += [f"{key} added on {host}" for key, host in self.added.items()]
         parts += [f"{key} moved to {host} (spare)" for key, host in sorted(self.moved.items())]
@@ -74,7 +75,8 @@ def apply(view: Any, record: RecordEvent, at: Optional[float]) -> None:
         steps = [t.global_step for t in view.tasks.values() if t.global_step is not None]
         lost = {h: view._lost.pop(h, "") for h in record.lost}
         view.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.dropped),
-                                            added=dict(record.added), before=max(steps) if steps else None))
+                                            added=dict(record.added), before=max(steps) if steps else None,
+                                            suspect=[h for h in record.lost if h in view.suspects]))
         _resized(view, record, lost)
         if record.tasks is not None:  # a shrunk group: the rows of the tasks left out go
             view.tasks = {k: view.tasks.get(k) or TaskView(k) for k in record.tasks}

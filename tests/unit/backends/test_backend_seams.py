@@ -146,7 +146,7 @@ def test_the_pair_declares_what_its_kind_does():
             self.closed = True
 
     class T(Tasks):
-        def start(self, task, env, on_line):
+        def start(self, request, on_line):
             raise AssertionError
 
         def close(self):

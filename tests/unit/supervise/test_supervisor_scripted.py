@@ -17,6 +17,7 @@ import pytest
 
 from launcher.app.up import plan_for
 from launcher.backends.base import Backend
+from launcher.plan.hostloss import HostLoss, LossKind
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedHosts, ScriptedTasks, scripted, supervise
 
 
@@ -108,8 +109,8 @@ class NotedTasks(ScriptedTasks):
         super().__init__(**kw)
         self.barrier, self.met = barrier, []
 
-    def start(self, task, env, on_line):
-        handle = super().start(task, env, on_line)
+    def start(self, request, on_line):
+        handle = super().start(request, on_line)
         handle.state_note = lambda: self.note(handle)
         return handle
 
@@ -553,7 +554,7 @@ class GoneHosts(ScriptedHosts):
 
     def lost(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
-        return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
+        return {h: HostLoss(LossKind.UNREACHABLE, h, None, "unreachable for 0 s") for h in hosts if h in self.gone}
 
 
 def host_gone(scripts, gone: set[str], default: Script = Script()) -> Backend:
@@ -648,14 +649,15 @@ class StartFails(ScriptedTasks):
         super().__init__(scripts, default)
         self.fail_start, self.failed_starts = fail_start, 0
 
-    def start(self, task, env, on_line):
+    def start(self, request, on_line):
+        task = request.task
         if task.key == self.fail_start and self.starts(task.key) and not self.failed_starts:
             from launcher.errors import LaunchError
 
             self.failed_starts += 1
             raise LaunchError(f"host {task.host}: the connection closed during preflight; check the host",
                               "no task was started")
-        return super().start(task, env, on_line)
+        return super().start(request, on_line)
 
 
 def start_fails(scripts, gone: set[str], fail_start: str, default: Script = Script()) -> Backend:
@@ -932,9 +934,9 @@ class PromotionsSeen(ScriptedTasks):
         super().__init__(*a, **kw)
         self.promoted: list = []
 
-    def promote(self, handle, task, env):
-        self.promoted.append(task)
-        super().promote(handle, task, env)
+    def promote(self, handle, request):
+        self.promoted.append(request.task)
+        super().promote(handle, request)
 
 
 def fresh_ports(*a, **kw) -> Backend:
