@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Union
 
-from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.record.eventbase import JSON, Count, Event, RecordEvent, Seconds
 
 
@@ -21,7 +20,7 @@ class HostLost(RecordEvent):
     was lost or it does not answer; it is used again once it answers for ``settle`` s without a
     break. ``spare``: the host held no task of the plan, only warm standbys (a hot spare): no
     training was lost, nothing is replanned, and it is not chosen for a move until it answers
-    again. ``loss()`` reads it back typed."""
+    again. launcher/record/hosts.py's ``loss_of`` reads it back typed."""
 
     KIND: ClassVar[str] = Event.HOST_LOST
     host: str
@@ -32,14 +31,6 @@ class HostLost(RecordEvent):
     spare: bool = False
     cause: Optional[str] = None
     since: Optional[float] = None
-
-    def loss(self) -> HostLoss:
-        """The loss this event records. An event without a cause this version knows (an older
-        tfcluster's record) is read by its ``suspect``: a loss inferred from silence, else one
-        known (preempted, or dropped from discovery's list: the words say which)."""
-        kinds = {k.value: k for k in LossKind}
-        kind = kinds.get(self.cause or "") or (LossKind.UNREACHABLE if self.suspect else LossKind.DROPPED)
-        return HostLoss(kind, self.host, self.since, self.how)
 
 
 @dataclass(frozen=True, kw_only=True)

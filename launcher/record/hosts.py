@@ -11,11 +11,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.plan.hostloss import lost_phrase
+from launcher.plan.hostloss import HostLoss, LossKind, lost_phrase
 from launcher.record.events import HostAdded, HostLost, RecordEvent, Replan
 from launcher.record.taskview import TaskView
 
 KINDS = (HostLost, Replan, HostAdded)  # the event classes ``apply`` folds
+
+
+def loss_of(event: HostLost) -> HostLoss:
+    """The loss a host_lost event records. An event without a cause this version knows (an older
+    tfcluster's record, a newer one's kind) is read by its ``suspect``: a loss inferred from
+    silence, else one known (preempted, or dropped from discovery's list: the words say which)."""
+    kinds = {k.value: k for k in LossKind}
+    kind = kinds.get(event.cause or "") or (LossKind.UNREACHABLE if event.suspect else LossKind.DROPPED)
+    return HostLoss(kind, event.host, event.since, event.how)
 
 
 def suspect_lines(view: Any) -> list[str]:
@@ -62,13 +71,13 @@ class HostChange:
 def apply(view: Any, record: RecordEvent, at: Optional[float]) -> None:
     """Fold one membership event (of a class in KINDS) into ``view`` (a RunModel; ``view._lost``:
     the host_lost events not yet replanned)."""
-    if isinstance(record, HostLost) and record.spare:  # a hot spare: no task to move, a spare no more
-        view.spares = [h for h in view.spares if h != record.host]
-        if record.suspect:
-            view.suspects[record.host] = record.settle or 0.0
-    elif isinstance(record, HostLost):
-        view._lost[record.host] = record.how
-        if record.suspect:
+    if isinstance(record, HostLost):
+        loss = loss_of(record)
+        if record.spare:  # a hot spare: no task to move, a spare no more
+            view.spares = [h for h in view.spares if h != record.host]
+        else:
+            view._lost[record.host] = loss.text
+        if loss.suspect:
             view.suspects[record.host] = record.settle or 0.0
     elif isinstance(record, Replan):
         moved = {k: str((v or {}).get("to", "")) for k, v in record.moved.items()}
