@@ -251,7 +251,7 @@ class LocalTasks(Tasks):
         pidfile = self.zygote.pidfile() if served else None
         if served:
             argv += ["--zygote", served, "--pidfile", pidfile]
-            if promotion is not None:  # a standby: its process is forked once promoted (taskwrap.py)
+            if request.standby:  # its process is forked once promoted (taskwrap.py)
                 argv += ["--standby-defer", f"{envnames.STANDBY},{envnames.STANDBY_ENV}"]
         proc = subprocess.Popen(
             [*argv, "--", *command],

@@ -8,7 +8,7 @@ preflight's refusals may take their kinds from here too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
@@ -50,10 +50,6 @@ class HostLoss:
     @property
     def suspect(self) -> bool:
         return self.kind.suspect
-
-    def worded(self, text: str) -> "HostLoss":
-        """The same loss in other words (the supervisor's, which say how long it stays suspect)."""
-        return replace(self, text=text)
 
     def phrase(self, when: str = "") -> str:
         """This loss in one line (``lost_phrase``)."""

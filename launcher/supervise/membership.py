@@ -249,11 +249,11 @@ class Membership:
             known = quiet.get(host)
             if known is not None and not known.suspect:
                 lost[host] = known  # (a loss the host announced, GCE's notice: as the backend said it)
-            elif host in sessions or known is not None:
-                answering, since = known is None, sessions.get(host)
+            elif host in sessions or known is not None:  # suspect: since its session dropped, or the look
+                answering, dropped = known is None, sessions.get(host)
                 lost[host] = HostLoss(LossKind.SESSION if answering else LossKind.UNREACHABLE, host,
-                                      since if since is not None else known.since if known else None,
-                                      suspect_how(opts.settle, since, answering=answering))
+                                      dropped if dropped is not None or known is None else known.since,
+                                      suspect_how(opts.settle, dropped, answering=answering))
         if not lost:
             return Moved.NO
         self._lost(lost)
@@ -299,7 +299,7 @@ class Membership:
     def _lost(self, lost: Mapping[str, HostLoss]) -> None:
         """Seen: the hosts of the plan ``lost`` (host -> its loss), each a loss of the run
         (elastic.max_host_losses); gone for good where discovery dropped them all."""
-        for_good = all(loss.kind is LossKind.DROPPED for loss in lost.values())
+        for_good = bool(lost) and all(loss.kind is LossKind.DROPPED for loss in lost.values())
         self.seen = replace(self.seen, lost=dict(lost), for_good=for_good, losses=self.seen.losses + tuple(sorted(lost)))
 
     def changed(self, number: int) -> bool:
