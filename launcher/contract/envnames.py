@@ -42,7 +42,6 @@ STANDBY = "TFCLUSTER_STANDBY"  # "1": a warm standby, waiting for SIGUSR1
 # A warm standby's promotion file: the next attempt's environment (JSON), written by the backend
 # just before the SIGUSR1 that promotes it (the plan, so TF_CONFIG, may have changed since its start).
 STANDBY_ENV = "TFCLUSTER_STANDBY_ENV"
-ZYGOTE = "TFCLUSTER_ZYGOTE"  # "1": the run keeps standbys; its host's zygote may fork the task (launcher/remote/zygote.py)
 ZYGOTE_PAD = "TFCLUSTER_ZYGOTE_PAD"  # the zygote's room for each child's own variables in /proc/PID/environ
 
 # Set by `tfcluster compare` for its runs (launcher/compare/configs.py).

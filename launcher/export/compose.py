@@ -29,7 +29,7 @@ from launcher.contract import envnames
 from launcher.plan import containergpus as docker_gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.errors import SpecError
-from launcher.backends import backend_class
+from launcher.backends import compose_kind
 from launcher.bounded import yaml_comment as comment_text
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.plan.build import Plan, build_plan, is_secret
@@ -49,7 +49,7 @@ def docker_plan(spec: Spec) -> tuple[Plan, str]:
     machine, the compose host: launcher/plan/containergpus.py, as the docker backend places
     them), with this machine's GPUs; and a header note about them ("" when there is nothing to
     say). Each service's env is its planned task's."""
-    docker = backend_class("docker")  # by its registered name: compose is the docker backend's plan
+    docker = compose_kind()  # the backend whose plan compose writes (BackendKind.plans_compose)
     spec = spec.model_copy(update={"backend": docker.name})
     if not docker_gpus.asked(spec):
         return build_plan(spec, docker_gpus.placement(spec)), ""

@@ -96,14 +96,12 @@ class Supervisor:
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(ctx, self.output)
         standby_on, self.standby_why = standby_decision(
-            restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
+            restart, [t.command for t in plan.tasks], backend.capabilities, backend.name,
             elastic=self.members.elastic,
             refused=(backend.hosts.standby_off(given.spec) if given.spec is not None
                      and backend.capabilities.warm_standby else None))
         # The tasks' starts: promoted or cold, recorded (starts.py).
-        # The host's zygote (local) forks the tasks that use TensorFlow unless warm_standby is false.
-        self.starter = Starter(ctx, self.group, self.members, self.standby, self.output,
-                               zygote=standby_on or restart.warm_standby is not False)
+        self.starter = Starter(ctx, self.group, self.members, self.standby, self.output)
         # A failed attempt's report, the run's outcome and final report (outcome.py).
         self.report = Reporter(ctx, self.group, self.members, self.standby, self.attempts)
         # When and where the next attempt's standbys start (prewarm.py).
@@ -317,16 +315,16 @@ class Supervisor:
 
     def _gpu_watch(self) -> Optional[GpuWatch]:
         """Each GPU task's memory and utilisation from nvidia-smi (launcher/supervise/gpuwatch.py), where the
-        plan knows its GPUs on this machine (the local backend: tasks are process groups here)."""
+        plan knows its GPUs on this machine (Capabilities.gpus_here: tasks are process groups here)."""
         gpu_ids = {t.key: t.gpus.ids for t in self.plan.tasks if t.gpus.ids}
-        if not gpu_ids or self.plan.backend != "local":
+        if not gpu_ids or not self.backend.capabilities.gpus_here:
             return None
 
         def groups() -> dict[str, int]:
             out = {}
             for key, handle in list(self.group.handles.items()):
-                pgid = handle.info().get("pgid")
-                if isinstance(pgid, int):
+                pgid = handle.info().local_group()
+                if pgid is not None:
                     out[key] = pgid
             return out
 

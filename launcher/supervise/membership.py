@@ -27,7 +27,7 @@ from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, gro
 from launcher.plan.build import Plan
 from launcher.plan.reconcile import Act, HostsSeen, due, wanted
 from launcher.record import events as ev
-from launcher.plan.hostloss import SUSPECT
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.record.states import Outcome
 from launcher.spec.model import Spec
 from launcher.supervise.context import RunContext
@@ -81,7 +81,7 @@ class Membership:
         self.elastic = (spec is not None and backend.capabilities.elastic
                         and elastic_enabled(spec, placed_hosts(spec)))
         self.first_plan = plan
-        self.replans: list[tuple[PlanChange, dict[str, str]]] = []  # (the change, {lost host: how})
+        self.replans: list[tuple[PlanChange, dict[str, HostLoss]]] = []  # (the change, {lost host: its loss})
         self.port_plans: list[Plan] = []  # restarts on fresh ports (fresh_ports_per_restart): same hosts
         # Host discovery (launcher/loader/discovery.py): polled in a thread; hosts: entries never vanish.
         self.poller = None
@@ -112,8 +112,8 @@ class Membership:
         return list(self.seen.down)
 
     @property
-    def vanished(self) -> dict[str, str]:
-        """Hosts of the plan gone from discovery's list, their tasks not moved yet (host -> how)."""
+    def vanished(self) -> dict[str, HostLoss]:
+        """Hosts of the plan gone from discovery's list, their tasks not moved yet (host -> its loss)."""
         return dict(self.seen.lost) if self.seen.for_good else {}
 
     def start(self) -> None:
@@ -156,8 +156,9 @@ class Membership:
         assert self.spec is not None
         opts = options(self.spec)
         seen = self.seen
-        for host, how in sorted(seen.lost.items()):
-            self.record.write(ev.HostLost(host=host, how=how, suspect=SUSPECT in how, attempt=number, settle=opts.settle))
+        for host, loss in sorted(seen.lost.items()):
+            self.record.write(ev.HostLost(host=host, how=loss.text, suspect=loss.suspect, attempt=number,
+                                          settle=opts.settle, cause=loss.kind.value, since=loss.since))
         want = wanted(self.spec, self.plan, seen, self._ports_used(), ports=ports)
         # What was seen is acted upon; only the hosts down stay.
         self.seen = replace(seen, lost={}, for_good=False, back=(), down=seen.down if want.down is None else want.down)
@@ -181,7 +182,7 @@ class Membership:
             self.record.write(ev.Reconciled(act=ev.Reconciled.KEEP, line=want.line))
         return None
 
-    def use(self, change: PlanChange, lost: dict[str, str], number: int, then: str) -> None:
+    def use(self, change: PlanChange, lost: dict[str, HostLoss], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
         say so in one line, hand it to the backend."""
         self.replans.append((change, dict(lost)))
@@ -192,7 +193,8 @@ class Membership:
                                     moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
                                     dropped=list(change.dropped), added=dict(change.added),
                                     tasks=list(change.plan.keys), hosts=sorted({t.host for t in change.plan.tasks}),
-                                    back=list(change.back), how={h: lost.get(h, "") for h in change.lost}, then=then))
+                                    back=list(change.back), how={h: lost[h].text for h in change.lost if h in lost},
+                                    suspect=[h for h in change.lost if h in lost and lost[h].suspect], then=then))
         self.plan = change.plan
         self.backend.tasks.use_plan(change.plan)
 
@@ -240,15 +242,19 @@ class Membership:
             quiet = self.backend.hosts.lost(hosts, 0.0, self.stop_event, look=look)
         if self.stop_event.is_set():
             return Ended(Outcome.INTERRUPTED)
-        lost = {}
+        lost: dict[str, HostLoss] = {}
         for host in hosts:
-            if host in quiet and quiet[host].startswith("preempted"):
-                lost[host] = quiet[host]  # (GCE's notice: said as it was)
-            elif host in sessions or host in quiet:
-                lost[host] = suspect_how(opts.settle, sessions.get(host), answering=host not in quiet)
+            known = quiet.get(host)
+            if known is not None and not known.suspect:
+                lost[host] = known  # (a loss the host announced, GCE's notice: as the backend said it)
+            elif host in sessions or known is not None:  # suspect: since its session dropped, or the look
+                answering, dropped = known is None, sessions.get(host)
+                lost[host] = HostLoss(LossKind.SESSION if answering else LossKind.UNREACHABLE, host,
+                                      dropped if dropped is not None or known is None else known.since,
+                                      suspect_how(opts.settle, dropped, answering=answering))
         if not lost:
             return Moved.NO
-        self._lost(lost, for_good=False)
+        self._lost(lost)
         ended = self.correct(number)
         return Moved.RESTART if ended is None else ended
 
@@ -280,17 +286,18 @@ class Membership:
         settle = options(self.spec).settle
         self.seen, hosts = self.seen.spares_lost(self.plan, list(sessions))
         for host in hosts:
-            how = spare_how(settle, sessions[host])
-            self.record.write(ev.HostLost(host=host, how=how, suspect=True, attempt=number, settle=settle, spare=True))
+            loss = HostLoss(LossKind.SESSION, host, sessions[host], spare_how(settle, sessions[host]))
+            self.record.write(ev.HostLost(host=host, how=loss.text, suspect=loss.suspect, attempt=number, settle=settle,
+                                          spare=True, cause=loss.kind.value, since=loss.since))
         if hosts:
             self.backend.hosts.back(list(self.seen.down), settle)  # watched from now on
         return hosts
 
-    def _lost(self, lost: Mapping[str, str], for_good: bool) -> None:
-        """Seen: the hosts of the plan ``lost`` (host -> how), each a loss of the run
-        (elastic.max_host_losses); ``for_good``: discovery dropped them."""
-        self.seen = replace(self.seen, lost=dict(lost), for_good=for_good,
-                            losses=self.seen.losses + tuple(sorted(lost)))
+    def _lost(self, lost: Mapping[str, HostLoss]) -> None:
+        """Seen: the hosts of the plan ``lost`` (host -> its loss), each a loss of the run
+        (elastic.max_host_losses); gone for good where discovery dropped them all."""
+        for_good = bool(lost) and all(loss.kind is LossKind.DROPPED for loss in lost.values())
+        self.seen = replace(self.seen, lost=dict(lost), for_good=for_good, losses=self.seen.losses + tuple(sorted(lost)))
 
     def changed(self, number: int) -> bool:
         """While attempt ``number`` runs, every task up: True if it is to end (REGROW) for a
@@ -300,7 +307,7 @@ class Membership:
             return True
         return bool(self.seen.down) and self._hosts_back(number)
 
-    def _wait_for(self, number: int, lost: dict[str, str], said: str, why: str) -> Optional[Ended]:
+    def _wait_for(self, number: int, lost: dict[str, HostLoss], said: str, why: str) -> Optional[Ended]:
         """No spare and no smaller group possible (reconcile's WAIT): wait up to elastic.host_wait
         for every lost host to answer for elastic.settle s without a break, then restart the group
         on them under the same plan (None); else one line naming the hosts (the run failed).
@@ -368,10 +375,11 @@ class Membership:
         self.record.write(ev.DiscoveryAnswer(ok=True, added=[h.name for h in added], gone=list(gone),
                                              settle=options(self.spec).settle))
         in_plan = {t.host for t in self.plan.tasks}
-        vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}
+        vanished = {h: HostLoss(LossKind.DROPPED, h, time.time(), "gone from discovery.command's list")
+                    for h in gone if h in in_plan}
         if not vanished:
             return False
-        self._lost(vanished, for_good=True)
+        self._lost(vanished)
         self.record.write(ev.Regroup(moving=[t.key for t in self.plan.tasks if t.host in vanished]))
         return due(self.spec, self.plan, self.seen)
 
@@ -398,7 +406,7 @@ class Membership:
 class _Look:
     """A look at hosts (``Hosts.lost``) running in its own thread; ``result`` waits for it."""
 
-    def __init__(self, hosts: list[str], look: dict[str, float], run: Callable[[], dict[str, str]]) -> None:
+    def __init__(self, hosts: list[str], look: dict[str, float], run: Callable[[], dict[str, HostLoss]]) -> None:
         self.hosts, self.look = hosts, look
         self._run, self._answer, self._error = run, None, None
         self._thread = threading.Thread(target=self._go, daemon=True, name="look-ahead")
@@ -410,7 +418,7 @@ class _Look:
         except BaseException as exc:  # noqa: BLE001 - raised where the answer is read
             self._error = exc
 
-    def result(self) -> dict[str, str]:
+    def result(self) -> dict[str, HostLoss]:
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Optional, Sequence
 
 from launcher.contract import envnames
-from launcher.backends.base import TaskHandle
+from launcher.backends.base import Capabilities, StartRequest, TaskHandle
 from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask, redact_command
 from launcher.record import events as ev
@@ -125,17 +125,26 @@ def _entry_words(argv: Sequence[str]) -> str:
     return " ".join(redact_command(argv)[:3]) + (" ..." if len(argv) > 3 else "")
 
 
-def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, backend: str,
+def forks(capabilities: Capabilities, restart: Restart) -> bool:
+    """Whether the run's starts ask for the host's warm parent (``StartRequest.fork``): where the
+    backend keeps one (``Capabilities.fork``), unless restart.warm_standby is false, whether or
+    not the run keeps standbys (one import of TensorFlow for the host's tasks costs less than one
+    each); ``restart.warm_standby: false`` starts every task as its own process."""
+    return capabilities.fork and restart.warm_standby is not False
+
+
+def decide(restart: Restart, commands: Sequence[Sequence[str]], capabilities: Capabilities, backend: str,
            elastic: bool = False, refused: Optional[str] = None) -> tuple[bool, str]:
     """Whether the run keeps warm standbys, and why, in words ``plan`` shows. ``auto`` (the
-    default) turns it on where it is safe: a backend that can, a run that may restart (or move
-    tasks: elastic), and an entrypoint known to honour TFCLUSTER_STANDBY (a script that does not
-    would start training as a standby). ``refused``: why this backend keeps none for this spec
-    (``Hosts.standby_off``, and before a run ``BackendKind.standby_off``)."""
+    default) turns it on where it is safe: a backend that can (``capabilities``; ``backend``, its
+    name, is only said), a run that may restart (or move tasks: elastic), and an entrypoint known
+    to honour TFCLUSTER_STANDBY (a script that does not would start training as a standby).
+    ``refused``: why this backend keeps none for this spec (``Hosts.standby_off``, and before a
+    run ``BackendKind.standby_off``)."""
     value = restart.warm_standby
     if value is False:
         return False, "off (restart.warm_standby: false)"
-    if not capable:
+    if not capabilities.warm_standby:
         return False, (f"off: backend {backend} keeps no standby; every restart starts cold"
                        + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if refused:
@@ -143,8 +152,8 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
                        + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if restart.max_restarts == 0 and not elastic:
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
-    cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if backend != "local" else
-            # launcher/backends/zygotes.py: its tasks that use TensorFlow forked from one import
+    cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if not forks(capabilities, restart) else
+            # the host's warm parent (launcher/remote/zygote.py): its tasks that use TensorFlow forked from one import
             "forked from the run's zygote, which imports TensorFlow once, when promoted: until then each is "
             "its wrapper, about 15 MB")
     cost += "; left off on a host with less memory available"
@@ -176,11 +185,11 @@ def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
     from launcher.plan.elastic import elastic_enabled
 
     cls = backend_class(spec.backend)
-    on, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
+    on, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities, cls.name,
                      elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)),
                      refused=cls.standby_off(spec) if cls.capabilities.warm_standby else None)
-    if not on and cls.name == "local" and spec.restart.warm_standby is not False:
-        # launcher/backends/zygotes.py: the zygote serves a run without standbys too.
+    if not on and forks(cls.capabilities, spec.restart):
+        # The host's warm parent (launcher/remote/zygote.py) serves a run without standbys too.
         why += ("; its Python tasks that use TensorFlow are still forked from the run's zygote, which imports "
                 "TensorFlow once (restart.warm_standby: false starts each as its own process)")
     return f"warm standby: {why}"
@@ -214,6 +223,9 @@ class WarmStandby:
         self.record = ctx.record
         self.clock = ctx.clock
         self.output = output
+        # Whether every start of the run (standbys, promotions, cold starts: starts.py) asks for the
+        # host's warm parent, decided once.
+        self.fork = forks(ctx.backend.capabilities, ctx.restart)
         self._waiting: dict[str, list[_Standby]] = {}  # task key -> its standbys (its host's, spares')
         self._promoted: dict[str, _Standby] = {}  # promoted, not yet heard saying so
         self._short_said: set[str] = set()
@@ -230,7 +242,7 @@ class WarmStandby:
         short = self._short_hosts(tasks)
         started = [s for s in (self._start_one(t, env) for t in tasks if t.host not in short) if s is not None]
         if started:
-            own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
+            own = {s.task.key: s.handle.info().local_pid() for s in started if s.task.host not in dict(spares)}
             self.record.write(ev.StandbyStart(
                 attempt=number, pids=own, hosts=sorted({s.task.host for s in started}),
                 # what each host said it had (Hosts.free_memory), when it could
@@ -293,9 +305,10 @@ class WarmStandby:
 
         stub = stub_command(task.command)  # a Python script or module: under the standby stub
         try:
-            handle = self.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
-                                              {**env, envnames.STANDBY: "1"},
-                                              lambda key, line: self.output.drain(key, line, sink))
+            handle = self.backend.tasks.start(
+                StartRequest(task if stub is None else replace(task, command=tuple(stub)), env, standby=True,
+                             fork=self.fork),
+                lambda key, line: self.output.drain(key, line, sink))
         except LaunchError as exc:
             self.record.write(ev.StandbyFailed(task=task.key, stage=ev.StandbyFailed.START, why=exc.lines[0]))
             return None
@@ -342,7 +355,7 @@ class WarmStandby:
             for t, s in pairs:
                 began = time.time()
                 try:
-                    self.backend.tasks.promote(s.handle, t, env)
+                    self.backend.tasks.promote(s.handle, StartRequest(t, env, fork=self.fork))
                     done.append((t, s, began, time.time(), None))
                 except LaunchError as exc:
                     done.append((t, s, began, time.time(), exc))
@@ -362,7 +375,7 @@ class WarmStandby:
                 continue
             s.promoted_at = self.clock()
             self._promoted[t.key] = s
-            self.record.write(ev.StandbyPromoted(task=t.key, process=s.handle.info(), began=round(began, 3),
+            self.record.write(ev.StandbyPromoted(task=t.key, process=s.handle.info().to_json(), began=round(began, 3),
                                                  ended=round(ended, 3)))
             handles[t.key] = s.handle
         return handles

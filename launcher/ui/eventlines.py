@@ -175,7 +175,7 @@ def _reconciled(e: ev.Reconciled, *_) -> list[Said]:
 def _replan(e: ev.Replan, *_) -> list[Said]:
     workers = sum(1 for key in e.tasks or () if key.partition(":")[0] == "worker")
     change = describe_change(e.lost, e.how, e.back, e.added, {k: m.get("to", "") for k, m in e.moved.items()},
-                             e.dropped, workers)
+                             e.dropped, workers, e.suspect)
     return _info(f"{change}; {e.then} (plan {e.plan}; a membership change does not count against "
                  "restart.max_restarts)")
 
@@ -183,7 +183,7 @@ def _replan(e: ev.Replan, *_) -> list[Said]:
 def _host_lost(e: ev.HostLost, *_) -> list[Said]:
     if not e.spare:  # (a plan's host: the replan's or the wait's line says it)
         return []
-    return _info(f"{lost_phrase(e.host, e.how)}; no task moves there until then")
+    return _info(f"{lost_phrase(e.host, e.how, e.suspect)}; no task moves there until then")
 
 
 def _them(hosts) -> str:

@@ -31,7 +31,8 @@ from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask
 from launcher.spec.model import LoadedSpec, Spec
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
+from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, StartRequest, Tasks,
+                                    accepts)
 from launcher.backends.standbyfile import mem_available
 from launcher.backends.docker import containers, images, standby, volumes
 from launcher.backends.docker.containers import DockerTask, engine_cpus
@@ -47,6 +48,7 @@ class DockerBackend(BackendKind):
     # Every container has its own network namespace: task ports cannot clash, nothing to preflight.
     # Warm standby: a container per standby, given the task's DNS name when promoted (standby.py).
     capabilities = Capabilities(warm_standby=True, port_probe=True, stacks=True)
+    plans_compose = True
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
@@ -280,9 +282,10 @@ class DockerTasks(Tasks):
         self._owner = run.ids or standby.owner(self._user, image.user)  # (a name: its uid, from the image)
         self._prepared = True
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
+    def start(self, request: StartRequest, on_line: LineSink) -> DockerTask:
+        task = request.task
         try:
-            return self._start(task, env, on_line)
+            return self._start(request, on_line)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if isinstance(exc, docker.errors.APIError):
                 raise LaunchError(f"{task.key}: the Docker engine at {self.run.url} refused: "
@@ -300,26 +303,25 @@ class DockerTasks(Tasks):
             environment.setdefault("HOME", "/tmp")
         return environment
 
-    def _start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
-        run = self.run
-        is_standby = env.get(envnames.STANDBY) == "1"
+    def _start(self, request: StartRequest, on_line: LineSink) -> DockerTask:
+        run, task = self.run, request.task
+        is_standby = request.standby
         with self._lock:
             self._prepare()
             client = run.client
             name = run.container_name(task)
-            promotion = None
+            promotion = inside = None
             if is_standby:  # a container of its own, without the task's DNS name (standby.py)
                 self._standbys += 1
                 name = f"{name}-standby-{self._standbys}"
                 if self._owner is not None:
                     promotion, inside = standby.promotion_paths(run.record.dir, task.slug, self._standbys)
-                    env = {**env, envnames.STANDBY_ENV: inside}
             else:
                 old = self._handles.pop(task.key, None)
                 if old is not None:  # the previous attempt's container: free its name and address
                     containers.close_quietly(old.lifeline)
                     containers.remove(client, old.id)
-            environment = self._environment(task, env)
+            environment = self._environment(task, request.told(inside))
             binds = volumes.binds(run.record, run.opts.volumes, run.loaded.base_dir)
             host_config = run.host_config(task, binds)
             networking = client.api.create_networking_config(
@@ -342,13 +344,16 @@ class DockerTasks(Tasks):
             self._lifelines.append(lifeline)
             return handle
 
-    def promote(self, handle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """A standby container becomes ``task`` (launcher/backends/docker/standby.py). Failing, it
-        is removed (it may hold the task's name by now) and the task starts cold."""
+    def promote(self, handle, request: StartRequest) -> None:
+        """A standby container becomes the task of the cold start ``request``
+        (launcher/backends/docker/standby.py). Failing, it is removed (it may hold the task's name
+        by now) and the task starts cold."""
+        task = request.task
         try:
             with self._lock:
                 standby.promote(self.run.client, self._handles, self._network_id, handle,
-                                self.run.container_name(task), self._owner, task, self._environment(task, env))
+                                self.run.container_name(task), self._owner, task,
+                                self._environment(task, request.told()))
             return
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             what = (exc.explanation or str(exc)) if isinstance(exc, docker.errors.APIError) else str(exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.bounded import shown
@@ -12,6 +13,7 @@ from launcher.errors import LaunchError
 from launcher.plan import containergpus as gpus
 from launcher.plan.build import PlannedTask
 from launcher.backends.base import LineSink, TaskHandle
+from launcher.backends.process import ProcessInfo
 from launcher.backends.docker.engine import docker
 
 LABEL_RUN = "tfcluster.run_id"
@@ -142,6 +144,17 @@ def close_quietly(sock: Any) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class ContainerProcess(ProcessInfo):
+    """A task's container, as the record keeps it: its name and id, the run's network, and the
+    engine's URL (``down`` removes it there, by id, once its labels prove it the run's)."""
+
+    container: str
+    container_id: str
+    network: str
+    engine: str
+
+
 class DockerTask(TaskHandle):
     """A task's container. ``backend`` is the DockerRun it was started in (its client, url and
     network_name are read; typed Any so that this module does not import the backend's)."""
@@ -221,9 +234,9 @@ class DockerTask(TaskHandle):
         # (and the wrapper, which survives it) get it; nothing narrower reaches into a container.
         self.signal(sig)
 
-    def info(self) -> dict:
-        return {"container": self.name, "container_id": self.id, "network": self.backend.network_name,
-                "engine": self.backend.url}
+    def info(self) -> "ContainerProcess":
+        return ContainerProcess(container=self.name, container_id=self.id, network=self.backend.network_name,
+                                engine=self.backend.url)
 
     def state_note(self) -> str:
         if self._lost:

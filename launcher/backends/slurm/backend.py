@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
@@ -54,7 +55,8 @@ from launcher.backends.slurm import cli
 from launcher.backends.slurm import shared
 from launcher.backends.slurm import standby
 from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LaunchLines, LineSink, RecordedRun,
-                                    TaskHandle, Tasks, accepts)
+                                    StartRequest, TaskHandle, Tasks, accepts)
+from launcher.backends.process import from_record
 from launcher.backends.slurm.job import SlurmJob
 from launcher.backends.slurm.step import SlurmStep
 from launcher.backends.slurm.step import srun_argv as step_argv
@@ -74,6 +76,11 @@ class SlurmBackend(BackendKind):
                                 fresh_ports_per_restart=True, stacks=True)
     detach_note = ("the supervisor and its srun steps run on this machine: keep it on; if it stops, the steps "
                    "stop and the allocation stays until `tfcluster down` or slurm.time")
+
+    @classmethod
+    def task_dirs(cls, loaded: LoadedSpec) -> list[Path]:
+        """The spec's workdir, on the file system the nodes share: every step runs there."""
+        return [(loaded.base_dir / loaded.spec.workdir).resolve()]
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
@@ -188,9 +195,10 @@ class SlurmHosts(Hosts):
         True if anything was still live."""
         stopped = False
         for key, task in run.tasks.items():
-            pgid = task.get("pgid")
-            if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
-                why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.run_id), owner=run.owner)
+            proc = from_record(task)
+            pgid = proc.pgid if proc is not None else None
+            if proc is not None and pgid and is_same(pgid, proc.start_time) and group_alive(pgid):
+                why = not_own(pgid, proc.start_time, (envnames.RUN_ID, run.run_id), owner=run.owner)
                 if why is not None:
                     run.refuse(console, f"{key}: not stopping process group {pgid}: {why}; the record names a "
                                         "process that is not this run's")
@@ -247,17 +255,17 @@ class SlurmTasks(Tasks):
         self._handles: list[SlurmStep] = []
         self._lock = threading.Lock()  # the starts' count and handles, from several threads
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SlurmStep:
+    def start(self, request: StartRequest, on_line: LineSink) -> SlurmStep:
+        task, promotion = request.task, None
         with self._lock:
             self._launches += 1
             step_name = f"{task.slug}.{self._launches}"
-        promotion = None
-        is_standby = env.get(envnames.STANDBY) == "1"
-        if is_standby:  # a warm standby: its own step, --overlap, and its promotion file (standby.py)
-            env, promotion = standby.prepare(self.job.steps.get(task.key, gpus.Step()), self.job.gpus_per_node, env,
-                                             self.job.record.dir if self.job.record is not None else None, step_name)
+        if request.standby:  # a warm standby: its own step, --overlap, and its promotion file (standby.py)
+            promotion = standby.prepare(self.job.steps.get(task.key, gpus.Step()), self.job.gpus_per_node,
+                                        self.job.record.dir if self.job.record is not None else None, step_name)
+        env = request.told(str(promotion) if promotion is not None else None)
         argv = [sys.executable, str(taskwrap_path()), "--grace", f"{self.job.stop_grace:g}", "--",
-                *self.job.srun_argv(task, step_name, standby=is_standby)]
+                *self.job.srun_argv(task, step_name, standby=request.standby)]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=self.job.workdir, env=self.job.task_env(task, env), start_new_session=True,
                                 close_fds=True)
@@ -267,13 +275,13 @@ class SlurmTasks(Tasks):
             self._handles.append(handle)
         return handle
 
-    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """The environment a cold start of ``task`` would add to the Slurm client's (the plan's
-        task env, its GPU settings, the run/state dirs, ``env``) into the standby's promotion
-        file, then SIGUSR1 to its srun, which forwards it to the step (standby.py)."""
+    def promote(self, handle: TaskHandle, request: StartRequest) -> None:
+        """The environment the cold start ``request`` would add to the Slurm client's (the plan's
+        task env, its GPU settings, the run/state dirs, ``request.told()``) into the standby's
+        promotion file, then SIGUSR1 to its srun, which forwards it to the step (standby.py)."""
         assert isinstance(handle, SlurmStep)
-        client = cli.client_env()
-        overlay = {k: v for k, v in self.job.task_env(task, env).items() if client.get(k) != v}
+        task, client = request.task, cli.client_env()
+        overlay = {k: v for k, v in self.job.task_env(task, request.told()).items() if client.get(k) != v}
         with self._lock:  # the task's earlier steps (the attempt just stopped) on its port: gone from its node
             # first. A restart's tasks are on fresh ports (Capabilities.fresh_ports_per_restart): none then.
             earlier = {h.step_name for h in self._handles if h.key == task.key and h is not handle

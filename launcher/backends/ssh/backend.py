@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot
+from launcher.plan.hostloss import HostLoss
 from launcher.plan.roundrobin import round_robin
 from launcher.plan.elastic import spare_hosts
 from launcher.plan.gputext import gpu_notes
@@ -43,7 +45,8 @@ from launcher.plan.hostreport import HostReport
 from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, TaskHandle, Tasks
+from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, StartRequest,
+                                    TaskHandle, Tasks)
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
 from launcher.backends.ssh.options import SSHOptions
@@ -145,6 +148,15 @@ class SSHBackend(BackendKind):
         return Backend(cls, SSHHosts(run), SSHTasks(run))
 
     @classmethod
+    def task_dirs(cls, loaded: LoadedSpec) -> list[Path]:
+        """The spec's workdir where ``ssh.sync`` uploads all of it and no ``ssh.workdir`` is set (the
+        hosts' copy is then its files); else none of this machine's."""
+        opts = loaded.spec.ssh
+        if not opts.workdir and "." in [p.rstrip("/") for p in opts.sync]:
+            return [(loaded.base_dir / loaded.spec.workdir).resolve()]
+        return []
+
+    @classmethod
     def place(cls, spec: Spec) -> Placement:
         """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``, each
         host's tasks of a group numbered consecutively (launcher/plan/roundrobin.py: ranks in blocks). With no
@@ -232,7 +244,7 @@ class SSHHosts(Hosts):
         with self.pool.executor(len(names)) as ex:
             return {n: v for n, v in ex.map(one, names) if v is not None}
 
-    def lost(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
+    def lost(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, HostLoss]:
         return self.pool.lost_hosts(hosts, wait, stop, look)
 
     def back(self, hosts: Sequence[str], settle: float) -> list[str]:
@@ -258,16 +270,16 @@ class SSHTasks(Tasks):
         self.run = run
         self.pool = run.pool
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+    def start(self, request: StartRequest, on_line: LineSink) -> SSHTask:
         """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
-        return self.run.starts.start(task, env, on_line)
+        return self.run.starts.start(request, on_line)
 
-    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
+    def promote(self, handle: TaskHandle, request: StartRequest) -> None:
         """A warm standby: its environment into its promotion file, then SIGUSR1 (starts.py)."""
         promotion = getattr(handle, "promotion", None)
         if not isinstance(handle, SSHTask) or promotion is None:
-            return super().promote(handle, task, env)
-        self.run.starts.promote(handle, promotion, task, env)
+            return super().promote(handle, request)
+        self.run.starts.promote(handle, promotion, request)
 
     def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
         """Signal tasks, one command per host, hosts in parallel (task.py)."""

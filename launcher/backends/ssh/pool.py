@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, wait as wait_futures
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.spec.model import Host
 from launcher.backends.ssh.heartbeat import Heartbeat
 from launcher.backends.ssh.host import HostState, close_quietly
@@ -209,15 +210,21 @@ class HostPool:
         if self.on_preempted is not None:
             self.on_preempted(name)
 
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
-        """Hosts that announced their preemption are lost at once. Every other host is looked at
-        now, all in parallel (a host in ``look``: for at most that many seconds, silent if not
-        answered by then); one that does not answer is tried again each second for ``wait`` s;
-        those still silent then are lost."""
-        lost = {n: f"preempted: GCE notice at {time.strftime('%H:%M:%S', time.localtime(self.preempted.pop(n)))}"
-                for n in hosts if n in self.preempted}
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None,
+                   look: Mapping[str, float] = {}) -> dict[str, HostLoss]:
+        """Hosts that announced their preemption are lost at once (PREEMPTED, since the notice).
+        Every other host is looked at now, all in parallel (a host in ``look``: for at most that
+        many seconds, silent if not answered by then); one that does not answer is tried again
+        each second for ``wait`` s; those still silent then are lost (UNREACHABLE, since the look
+        began)."""
+        lost = {}
+        for n in hosts:
+            if n in self.preempted:
+                at = self.preempted.pop(n)
+                lost[n] = HostLoss(LossKind.PREEMPTED, n, at,
+                                   f"preempted: GCE notice at {time.strftime('%H:%M:%S', time.localtime(at))}")
         hosts = [n for n in hosts if n not in lost]
-        started = time.monotonic()
+        began, started = time.time(), time.monotonic()
         silent = self._silent_now(hosts, look)
         while silent and time.monotonic() - started < wait:
             if stop is not None and stop.wait(1.0):
@@ -228,7 +235,7 @@ class HostPool:
                 answers = dict(zip(silent, pool.map(self._answers, silent)))
             silent = [n for n in silent if not answers[n]]
         took = time.monotonic() - started
-        return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
+        return {**lost, **{n: HostLoss(LossKind.UNREACHABLE, n, began, f"unreachable for {took:.0f} s") for n in silent}}
 
     def is_lost(self, name: str) -> bool:
         """Known to be gone or suspect: preempted, or lost and watched for its return (no
