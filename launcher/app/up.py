@@ -22,6 +22,7 @@ from launcher.errors import LaunchError
 from launcher.plan.gputext import asked as gpus_asked, show_gpus
 from launcher.plan.build import Plan, build_plan
 from launcher.plan.elastic import fitting_now
+from launcher.plan.kerasplan import keras_line
 from launcher.plan.startsmall import PreflightPlans, preflight_plans
 from launcher.record.layout import SUPERVISOR_LOG, name_dir, runs_dir
 from launcher.record.states import Outcome
@@ -242,7 +243,8 @@ def _dry_run(spec: "Spec", plan: Plan, backend, found: PreflightPlans) -> RunRes
     backend.close()
     return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan=now, note=note, spares=tuple(spares_of(spec)),
                                                        standby=standby_line(spec, plan),
-                                                       notes=(start_note(spec, now), hang_line(spec, now))))
+                                                       notes=(start_note(spec, now), hang_line(spec, now),
+                                                              keras_line(spec))))
 
 
 def _start(spec: "Spec", plan: Plan, record, backend, found: PreflightPlans) -> Plan:

@@ -23,7 +23,8 @@ JSON_HEAD = {"format": JSON_FORMAT, "tfcluster": __version__}
 def load(spec: str, console: Console, *, discover: bool = False, warn: bool = False,
          gpus: bool = False, wait_for_room: bool = False) -> tuple[LoadedSpec, Plan]:
     """The spec at ``spec`` and its plan. ``discover``: hosts: plus what discovery.command prints
-    now; ``warn``: say the spec's warnings (keys it shadows); ``gpus``: this machine's GPUs in the
+    now; ``warn``: say the spec's warnings (keys it shadows) and refuse
+    what its own script would fail at in every task (launcher/loader/scriptcheck.py); ``gpus``: this machine's GPUs in the
     plan (for the commands that start a run or show what would start); ``wait_for_room``: ``up``'s
     wait for discovered hosts with room for tasks.worker.min (launcher/app/up.py's plan_with_room).
     Placeholder hosts where the backend places tasks when it allocates."""
@@ -33,10 +34,12 @@ def load(spec: str, console: Console, *, discover: bool = False, warn: bool = Fa
 
         loaded = with_discovered(loaded)
     if warn:
+        from launcher.loader.scriptcheck import check_script
         from launcher.loader.shadow import warnings
 
         for line in warnings(loaded):
             console.info(line)
+        check_script(loaded)  # (its own script's refusals: TF_CONFIG written, Keras 3 alone where keras is tf_keras)
     if wait_for_room:  # up: discovered hosts without room for tasks.worker.min yet are waited for
         from launcher.app.up import plan_with_room
 

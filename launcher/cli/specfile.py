@@ -12,6 +12,7 @@ from launcher.cli.common import JSON_HEAD, load
 from launcher.bounded import escape
 from launcher.errors import EXIT_OK, LaunchError, SpecError, UserError
 from launcher.plan.build import COMPACT, write_full_json
+from launcher.plan.kerasplan import keras_line
 from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console
 from launcher.ui.jsontext import json_text
@@ -34,8 +35,11 @@ def _validate_json(spec: str) -> int:
     try:
         from launcher.loader.shadow import warnings
 
+        from launcher.loader.scriptcheck import check_script
+
         loaded = load_spec(spec)  # (discovery.command does not run: validating runs nothing of the spec)
         plan = plan_for(loaded.spec)
+        check_script(loaded)
     except UserError as exc:
         if isinstance(exc, SpecError):
             exc = locate(exc, spec)
@@ -75,7 +79,7 @@ def _launch_text(backend: str, launch: dict) -> list[str]:
 
 def plan(args: argparse.Namespace, console: Console) -> int:
     discover = getattr(args, "discover", False)
-    loaded, planned = load(args.spec, console, discover=discover, gpus=True)
+    loaded, planned = load(args.spec, console, discover=discover, gpus=True, warn=True)
     if loaded.spec.discovery is not None and not discover and not planned.placeholder:
         console.info(f"hosts: only those under hosts: ({len(loaded.spec.hosts)}); more come from discovery.command "
                      "at `up` (run it now: tfcluster plan --discover)")
@@ -89,7 +93,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
                           standby=standby_line(loaded.spec, planned),
-                          notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned)]))
+                          notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned),
+                                 keras_line(loaded.spec)]))
         if launch is not None:
             print("\n".join(escape(line) for line in _launch_text(planned.backend, launch)))
     return EXIT_OK

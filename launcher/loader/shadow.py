@@ -30,7 +30,7 @@ def shadowing_file(directory: Path, module: str) -> Optional[Path]:
     return None
 
 
-def _task_dirs(loaded: LoadedSpec) -> list[Path]:
+def task_dirs(loaded: LoadedSpec) -> list[Path]:
     """The local directories whose content becomes a task's working directory: the spec's workdir
     for the backends that run tasks there (local; slurm on the shared file system), and for ssh
     the workdir when ``ssh.sync`` uploads all of it and no ``ssh.workdir`` is set."""
@@ -50,7 +50,7 @@ def warnings(loaded: LoadedSpec) -> list[str]:
     if module not in SHADOWED:
         return []
     out = []
-    for directory in _task_dirs(loaded):
+    for directory in task_dirs(loaded):
         found = shadowing_file(directory, module)
         if found is not None:
             fix = "use the `tfcluster-worker` command instead" if module == "worker" else "use the `tfcluster` command"
