@@ -36,18 +36,18 @@ class KerasAlias:
         import importlib.util
 
         real = "tf_keras" + name[len("keras"):]
-        try:
-            module = importlib.import_module(real)
-        except ImportError:
-            if name != "keras":
-                raise ModuleNotFoundError(f"No module named {name!r} (tf_keras, which is keras here, has no "
-                                          f"{real!r})", name=name) from None
+        if name == "keras" and "tf_keras" not in sys.modules and importlib.util.find_spec("tf_keras") is None:
             self.off = True  # Keras 3 it is, said once
             self.say(NO_TF_KERAS.format(strategy=self.strategy))
             return None
-        if not self.said:
+        if not self.said:  # (before tf_keras's import, and TensorFlow's lines, print theirs)
             self.said = True
             self.say(KERAS_NOTE.format(why=f"{self.strategy}: Keras 3 model.fit cannot train under it"))
+        try:
+            module = importlib.import_module(real)
+        except ImportError:
+            raise ModuleNotFoundError(f"No module named {name!r} (tf_keras, which is keras here, has no "
+                                      f"{real!r})", name=name) from None
         return importlib.util.spec_from_loader(name, _Same(module))
 
 

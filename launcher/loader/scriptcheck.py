@@ -77,6 +77,17 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
+def entry_source(argv, path: str) -> Optional[str]:
+    """The text of ``path`` (a file a task's traceback names) when it is the script ``argv`` runs
+    (the same file name) and a file here; else None. A task's output names the path: no other
+    file is opened for it."""
+    script = script_word(argv)
+    if not script or os.path.basename(path) != os.path.basename(script) or not path.endswith(".py"):
+        return None
+    where = Path(path)
+    return _read(where) if where.is_file() else None
+
+
 def script_facts(first: Path) -> list[tuple[Path, Facts]]:
     """Each file read (the script first, then the modules beside it it imports) with its facts."""
     out: list[tuple[Path, Facts]] = []

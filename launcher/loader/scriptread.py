@@ -169,7 +169,7 @@ def read_source(text: str) -> Facts:
             reads.append(line)
     # A write after the script read the TF_CONFIG it was given edits that one: left alone.
     facts.tf_config = sorted((w for w in writes if not any(r <= w.line for r in reads)), key=lambda u: u.line)
-    facts.keras3.sort(key=lambda u: u.line)
+    facts.keras3.sort(key=lambda u: (u.line, u.what))
     facts.backend.sort(key=lambda u: u.line)
     return facts
 
