@@ -79,14 +79,15 @@ def blame_exit(failed: Sequence[str], exits: Mapping[str, Optional[int]], tails:
     live peer behind the others: diagnose.waited_for)."""
     key = failed[0]
     lines = tuple(tails.get(key, ()))
+    gone = leader_gone(key, lines, exits)  # (a peer that ended normally first: the task's own failure)
+    if gone is not None:
+        return Fault(key, f"{gone} ({describe_exit(exits[key])})" if exits[key] is not None else gone, exits[key],
+                     others=tuple(failed[1:]))
     blame = root_cause(key, lines, notes)
     waited = waited_for(key, lines, exits, counts or {}) if not blame.consequence(key) or not notes.get(blame.root) \
         else None
     if waited is not None:
         blame = waited
-    elif (gone := leader_gone(key, lines, exits)) is not None and not blame.consequence(key):
-        return Fault(key, f"{gone} ({describe_exit(exits[key])})" if exits[key] is not None else gone, exits[key],
-                     others=tuple(failed[1:]))
     if not blame.consequence(key):
         # A backend's note on how the task ended ("host2: no word for 16 s ...") says more
         # than the exit code it had to make up.

@@ -265,16 +265,21 @@ def waited_for(key: str, lines: Sequence[str], exits: Mapping[str, Optional[int]
 
 
 def leader_gone(key: str, lines: Sequence[str], exits: Mapping[str, Optional[int]]) -> Optional[str]:
-    """For a task that lost the coordination service after its leader (the chief, else worker 0)
-    exited 0: the tasks did not end together; the words and the fix, else None."""
-    if not any(_LEADER_LOST.search(line) for line in lines):
-        return None
+    """For a task that lost a peer which had ended normally (exit 0) before it: the coordination
+    service's leader (the chief, else worker 0), or the peer its aborted collective names. The
+    tasks did not end together: the words and the fix, else None."""
+    fix = ("every task must run the same collective steps to the end (a task that stops early, or one that does "
+           "more, such as only the chief evaluating, leaves the others without it)")
     leader = "chief:0" if "chief:0" in exits else "worker:0"
-    if leader == key or exits.get(leader) != 0:
+    if leader != key and exits.get(leader) == 0 and any(_LEADER_LOST.search(line) for line in lines):
+        return f"lost TensorFlow's coordination service when {leader}, which runs it, ended (exit 0) before this task did: {fix}"
+    if not peer_abort(lines):
         return None
-    return (f"lost TensorFlow's coordination service when {leader}, which runs it, ended (exit 0) before this "
-            "task did: every task must run the same collective steps to the end (a task that stops early, or one "
-            "that does more, such as only the chief evaluating, leaves the others without it)")
+    ended = [f"{m.group(1)}:{m.group(2)}" for line in lines for m in _TASK_REF.finditer(line)]
+    ended = [k for k in ended if k != key and exits.get(k) == 0]
+    if not ended:
+        return None
+    return f"its collective lost {ended[-1]}, which had ended (exit 0) before this task did: {fix}"
 
 
 _TASK_REF = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")

@@ -72,6 +72,15 @@ def test_a_task_that_lost_its_leader_after_the_leader_ended_normally():
     assert leader_gone("worker:1", LEADER, {"worker:0": 137, "worker:1": 1}) is None  # the leader died: a crash
     assert leader_gone("worker:1", LEADER, {"chief:0": 0, "worker:0": None, "worker:1": 1}).startswith(
         "lost TensorFlow's coordination service when chief:0")
+    # A collective of worker:1 aborted by worker:0's end (TF 2.21's words, from a real run).
+    reset = ["tensorflow.python.framework.errors_impl.UnavailableError: {{function_node __inference_<lambda>_27}} "
+             "Collective ops is aborted by: recvmsg:Connection reset by peer",
+             "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+             "/tensorflow.WorkerService/CompleteInstance:"]
+    assert leader_gone("worker:1", reset, exits).startswith(
+        "its collective lost worker:0, which had ended (exit 0) before this task did: every task must run")
+    assert leader_gone("worker:1", reset, {"worker:0": None, "worker:1": 1}) is None
+    assert blame_exit(["worker:1"], exits, {"worker:1": reset}, {"worker:0": ""}, lambda k: "").key == "worker:1"
     fault = blame_exit(["worker:1"], exits, {"worker:1": LEADER}, {"worker:0": ""}, lambda k: "")
     assert fault.key == "worker:1" and fault.reason.endswith("such as only the chief evaluating, leaves the "
                                                              "others without it) (exit code 1)"), fault
