@@ -11,6 +11,7 @@ console and an attempt's failure.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from launcher.plan.build import Plan
@@ -66,6 +67,9 @@ class Reporter:
                            lambda k: asked[k] if k in asked else self.state_note(k), now=now, since=since,
                            activity=activity, hang_timeout=output_limit(self.watchdog.hang_timeout), strategy=self.plan.strategy)
         fault = blame_exit(failed, exits, tails, notes, self.state_note, self.script_text, counts)
+        if fault.code is not None and fault.code in self.restart.preemption_exit_codes:
+            fault = replace(fault, reason=f"saved for a preemption and asks for a restart (exit {fault.code}: "
+                                          "restart.preemption_exit_codes)")
         self.fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
 
     def script_text(self, path: str) -> Optional[str]:

@@ -39,6 +39,7 @@ model.fit(data, epochs=1, steps_per_epoch=50, verbose=0)
 """
 
 
+@pytest.mark.timeout(600)  # a start of two TensorFlow workers, a 15 s stall, stacks and py-spy's dumps
 def test_a_task_stuck_in_its_input_pipeline_inside_tensorflow_is_named(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
     spec = local_spec(tmp_path, f"{sys.executable} train.py", name="demo", env={"TF_CPP_MIN_LOG_LEVEL": '"2"'},
