@@ -28,30 +28,15 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):\s*$")
-_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.+?)\s*$')
+from launcher.supervise.stacktext import Frame, Thread, is_stack_line, parse  # noqa: F401 - read here by blame, group
+from launcher.supervise.tfplace import odd_one_out
+
 # Frames of TensorFlow's own execution (and of Keras, which drives it): a thread whose innermost
 # non-library frame is one of these waits inside TensorFlow.
 _TF = re.compile(r"/(site|dist)-packages/(tensorflow|keras|tf_keras|tensorflow_datasets|tsl|xla|jax|absl)/")
 _LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/")
 # tfcluster's own code beside the task: the stub (<string>), its liveness, the reference worker's helpers.
 _OURS = re.compile(r"^<[^>]*>$|/launcher/(contract|remote)/")
-
-
-@dataclass(frozen=True)
-class Frame:
-    file: str
-    line: int
-    func: str
-
-    def where(self) -> str:
-        return f"{self.file.rsplit('/', 1)[-1]}:{self.line} in {self.func}()"
-
-
-@dataclass(frozen=True)
-class Thread:
-    ident: str
-    frames: tuple[Frame, ...]  # innermost first, as faulthandler prints them
 
 
 @dataclass(frozen=True)
@@ -62,39 +47,6 @@ class Culprit:
     place: str = ""  # inside TensorFlow: where ("its input pipeline", "a save", ...; tfplace.py)
     others: str = ""  # inside TensorFlow: where the others wait ("a collective")
     detail: str = ""  # inside TensorFlow: the thread of TensorFlow's that tells, where no frame does
-
-
-def parse(text: str) -> list[Thread]:
-    """Every thread in faulthandler's text (its ``Thread 0x...``/``Current thread 0x...`` blocks),
-    once (a signal that reached a task twice, through its wrapper and its group, dumps twice: the
-    first is kept); any other line is passed over."""
-    seen: dict[str, Thread] = {}
-    for thread in _threads(text):
-        seen.setdefault(thread.ident, thread)
-    return list(seen.values())
-
-
-def _threads(text: str) -> list[Thread]:
-    threads: list[Thread] = []
-    ident, frames = None, []
-    for line in text.splitlines():
-        head = _HEADER.match(line)
-        if head:
-            if ident is not None:
-                threads.append(Thread(ident, tuple(frames)))
-            ident, frames = head.group(2), []
-            continue
-        frame = _FRAME.match(line)
-        if frame and ident is not None:
-            frames.append(Frame(frame.group(1), int(frame.group(2)), frame.group(3)))
-    if ident is not None:
-        threads.append(Thread(ident, tuple(frames)))
-    return threads
-
-
-def is_stack_line(line: str) -> bool:
-    """A line of faulthandler's text (a thread's header, a frame, its ``<no Python frame>``)."""
-    return bool(_HEADER.match(line) or _FRAME.match(line)) or line.strip() == "<no Python frame>"
 
 
 def kind(frame: Frame) -> str:
@@ -146,8 +98,6 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
     if not suspects and behind is not None:
         return Culprit(behind, "behind", _first(frames.get(behind, ())))
     if not suspects:
-        from launcher.supervise.tfplace import odd_one_out  # (it reads this module's stacks)
-
         odd = odd_one_out([k for k in keys if k in stacks], stacks)
         if odd is not None:
             key, where, waiting = odd

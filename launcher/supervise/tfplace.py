@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from launcher.supervise.stuck import Frame, Thread, parse
+from launcher.supervise.stacktext import Frame, Thread, parse
 
 INPUT, SAVE, EVALUATION, CALLBACK, COLLECTIVE, STEP = (
     "its input pipeline", "a save", "an evaluation", "a callback", "a collective", "its step")

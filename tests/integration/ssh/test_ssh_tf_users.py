@@ -18,12 +18,11 @@ import time
 import pytest
 
 from tests.support.keras_scripts import KERAS3, check_keras3_run
-from tests.support.ssh_helpers import NOTICE, bring_back, preempt
+from tests.support.ssh_helpers import GCE_PORT as PORT, GCE_SERVER as SERVER, NOTICE, bring_back, preempt
 from tests.support.tfrun import run_and_act, up
 from tests.support.waits import wait_for
 
 from .conftest import PY, ROOT, task_processes
-from .test_ssh_gce import PORT, SERVER
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
