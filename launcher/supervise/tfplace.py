@@ -99,11 +99,12 @@ def odd_one_out(keys: Sequence[str], stacks: Mapping[str, str]) -> Optional[tupl
     TensorFlow somewhere else than every other, which all wait in a collective or their step;
     None where that is not so (two odd ones, or none, or a task outside TensorFlow)."""
     places = {k: place_of(stacks[k]) for k in keys if k in stacks}
-    if len(places) < 2 or any(w is None for w in places.values()):
+    if len(places) < 2:
         return None
-    odd = [k for k, w in places.items() if w.place not in WAITING]
-    waiting = sorted({_THEIRS[w.place] for k, w in places.items() if k not in odd})
-    if len(odd) == 1 and waiting:
+    # (a main thread without frames -- blocked in C where faulthandler sees none -- has no place)
+    odd = [k for k, w in places.items() if w is not None and w.place not in WAITING]
+    waiting = sorted({_THEIRS[w.place] for k, w in places.items() if w is not None and k not in odd})
+    if len(odd) == 1 and waiting and all(w is not None for w in places.values()):
         return odd[0], places[odd[0]], " or ".join(waiting)
     if odd:
         return None
@@ -114,6 +115,7 @@ def odd_one_out(keys: Sequence[str], stacks: Mapping[str, str]) -> Optional[tupl
     if len(alone) != 1:
         return None
     tid, name, call, wait = telling[alone[0]][0]
-    return alone[0], Where(INPUT, places[alone[0]].frame,
+    where = places[alone[0]]
+    return alone[0], Where(INPUT, where.frame if where is not None else None,
                            f"TensorFlow's thread {name} (tid {tid}) blocked in system call {call} "
                            f"(kernel wait {wait})"), _THEIRS[STEP]

@@ -1,5 +1,5 @@
 """A hang inside TensorFlow is named (launcher/supervise/tfplace.py): 2 local workers train with
-Keras ``fit`` under MultiWorkerMirroredStrategy; after 3 steps worker 1's input pipeline opens a
+Keras ``fit`` under MultiWorkerMirroredStrategy; after 6 steps worker 1's input pipeline opens a
 FIFO nothing writes to (a ``TextLineDataset``: TensorFlow's own thread blocks in the kernel, no
 frame of the user's and no Python frame of TensorFlow's tells), while worker 0 waits for it in the
 step's collective. The watchdog's failure names worker 1, in its input pipeline, with the blocked
@@ -25,13 +25,16 @@ import tf_keras as keras
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 me = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 x = np.random.RandomState(0).rand(64, 4).astype("float32")
-data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1))).batch(8).take(3)
-if me == 1:  # its fourth batch comes from a FIFO nothing writes to
+data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1))).batch(8).take(6)
+if me == 1:  # its seventh batch comes from a FIFO nothing writes to
     fifo = os.path.join(os.environ["TFCLUSTER_STATE_DIR"], "fifo")
     os.mkfifo(fifo)
     data = data.concatenate(tf.data.TextLineDataset(fifo).map(lambda line: (tf.zeros((4,)), 0.0)).batch(8))
 else:
     data = data.repeat()
+options = tf.data.Options()  # each worker its own data, as written (no sharding by file)
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+data = data.with_options(options)
 with strategy.scope():
     model = keras.Sequential([keras.layers.Dense(1)])
     model.compile(loss="mse", optimizer="sgd")

@@ -72,6 +72,10 @@ def test_where_every_task_is_in_its_step_a_blocked_tensorflow_thread_tells():
     assert (verdict.key, verdict.place) == ("worker:1", INPUT), verdict
     assert verdict.detail == ("TensorFlow's thread tf_Compute (tid 24301) blocked in system call 257 (kernel wait "
                               "wait_for_partner)")
+    # Its main thread without a Python frame (blocked in C, as a real run showed it): the thread tells.
+    bare = ('Thread 0x00007f181c1beb80 (most recent call first):\n\n' + FIFO)
+    verdict = decide(["worker:0", "worker:1"], {"worker:0": texts["worker:0"], "worker:1": bare}, {}, {})
+    assert (verdict.key, verdict.place, verdict.frame) == ("worker:1", INPUT, None), verdict
     # The same blocked thread on every task is no evidence; nor are two odd ones.
     same = {k: stacks(*STEP_FRAMES, threads=FIFO) for k in ("worker:0", "worker:1")}
     assert decide(["worker:0", "worker:1"], same, {}, {}).key is None
