@@ -70,10 +70,14 @@ def entry_file(loaded: LoadedSpec) -> Optional[Path]:
 
 
 def _read(path: Path) -> Optional[str]:
+    """Its text (the first MAX_SOURCE bytes), where it is a regular file (a FIFO planted there is
+    never waited on); else None."""
+    from launcher.safefile import open_regular
+
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return fh.read(MAX_SOURCE).decode("utf-8", errors="replace")
-    except OSError:
+    except OSError:  # (NotRegular and UnsafeFile are OSErrors)
         return None
 
 

@@ -179,3 +179,19 @@ def test_first_tf_call_before_the_strategy():
 def test_a_script_that_does_not_parse_says_nothing():
     facts = read_source("import keras\nkeras.ops.mean(\n")
     assert facts.keras3 == [] and facts.tf_config == []
+
+
+def test_a_fifo_planted_as_the_script_or_a_module_beside_it_is_never_waited_on(tmp_path):
+    import os
+
+    from launcher.loader.scriptcheck import _read, entry_source
+
+    spec = _spec(tmp_path, "import model\n")
+    os.mkfifo(tmp_path / "model.py")
+    assert _messages(spec) == []  # (a read of it would block: nothing is read)
+    os.mkfifo(tmp_path / "other.py")
+    assert _read(tmp_path / "other.py") is None
+    assert entry_source(["python", "other.py"], str(tmp_path / "other.py")) is None
+    # A traceback's path is read only where it is the entrypoint's script (same name, a regular file).
+    assert entry_source(["python", "train.py"], str(tmp_path / "model.py")) is None
+    assert entry_source(["python", "train.py"], str(tmp_path / "train.py")) == "import model\n"
