@@ -25,13 +25,16 @@ import tf_keras as keras
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 me = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 x = np.random.RandomState(0).rand(64, 4).astype("float32")
-data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1))).batch(8).take(6)
-if me == 1:  # its seventh batch comes from a FIFO nothing writes to
-    fifo = os.path.join(os.environ["TFCLUSTER_STATE_DIR"], "fifo")
-    os.mkfifo(fifo)
-    data = data.concatenate(tf.data.TextLineDataset(fifo).map(lambda line: (tf.zeros((4,)), 0.0)).batch(8))
+# The same pipeline on both workers (a different one would trace different collectives): 6 batches,
+# then lines of a file; worker 1's file is a FIFO nothing writes to.
+lines = os.path.join(os.environ["TFCLUSTER_STATE_DIR"], f"lines-{me}")
+if me == 1:
+    os.mkfifo(lines)
 else:
-    data = data.repeat()
+    with open(lines, "w") as fh:
+        fh.write("x\n" * 64)
+data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1))).batch(8).take(6).concatenate(
+    tf.data.TextLineDataset(lines).map(lambda line: (tf.zeros((4,)), 0.0)).batch(8).repeat())
 options = tf.data.Options()  # each worker its own data, as written (no sharding by file)
 options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
 data = data.with_options(options)
