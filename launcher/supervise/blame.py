@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
-from launcher.supervise.diagnose import (diagnosis, exception_lines, hint, leader_gone, peer_abort, port_taken,
-                                         root_cause, waited_for)
+from launcher.supervise.diagnose import (diagnosis, exception_lines, hint, leader_gone, mismatch, peer_abort,
+                                         port_taken, root_cause, waited_for)
 from launcher.ui.noise import is_noise
 from launcher.system.procinfo import describe_exit
 from launcher.supervise.policy import Attempt, hang_watched, silent_by_design
@@ -79,7 +79,7 @@ def blame_exit(failed: Sequence[str], exits: Mapping[str, Optional[int]], tails:
     live peer behind the others: diagnose.waited_for)."""
     key = failed[0]
     lines = tuple(tails.get(key, ()))
-    gone = leader_gone(key, lines, exits)  # (a peer that ended normally first: the task's own failure)
+    gone = leader_gone(key, lines, exits) or mismatch(lines)  # (the program's failure, not a peer's state)
     if gone is not None:
         return Fault(key, f"{gone} ({describe_exit(exits[key])})" if exits[key] is not None else gone, exits[key],
                      others=tuple(failed[1:]))

@@ -194,7 +194,24 @@ def diagnosis(lines: Sequence[str], read: Optional[Callable[[str], Optional[str]
     for i, line in enumerate(lines):
         if CLEAN_SHUTDOWN in line:
             return _clean_shutdown(lines[:i])
-    return None
+    return mismatch(lines)
+
+
+# Two workers met at one collective with different tensors (collective_param_resolver_local.cc /
+# the CompleteInstance RPC): they traced different programs.
+_MISMATCH = re.compile(r"Collective instance \d+ expected type \d+ and data_type \d+ but got type \d+ and "
+                       r"data_type \d+|Collective instance \d+ expected shape .{1,80} but got")
+
+
+def mismatch(lines: Sequence[str]) -> Optional[str]:
+    """For a collective two workers entered with different tensors: the workers run different
+    programs (the task's own failure, whichever peer reported it), else None."""
+    found = next((m.group(0) for line in lines if (m := _MISMATCH.search(line))), None)
+    if found is None:
+        return None
+    return (f"the workers met at a collective with different tensors ({shorten(found, 120)}): they run different "
+            "steps; every worker must build the same model, dataset structure and step (a branch on the task's "
+            "index, or one worker's dataset ending or typed differently, makes them differ)")
 
 
 def user_frame(lines: Sequence[str]) -> Optional[tuple[str, int]]:

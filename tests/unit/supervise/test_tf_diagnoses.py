@@ -111,3 +111,16 @@ def test_the_diagnosis_is_the_failures_reason_with_its_exit():
     assert fault.key == "worker:1" and fault.code == 1
     assert fault.reason.endswith("train.py:2 calls tf.config.list_logical_devices first (train.py:3 creates the "
                                  "strategy) (exit code 1)"), fault
+
+
+def test_workers_that_met_at_a_collective_with_different_tensors_run_different_programs():
+    lines = ["tensorflow.python.framework.errors_impl.InternalError: Collective ops is aborted by: Collective "
+             "instance 112 expected type 0 and data_type 1 but got type 0 and data_type 9",
+             "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while calling "
+             "/tensorflow.WorkerService/CompleteInstance:"]
+    # (worker:0 looks hung only because worker:1 left the collective: the program is the cause)
+    fault = blame_exit(["worker:1"], {"worker:0": None, "worker:1": 1}, {"worker:1": lines},
+                       {"worker:0": "hung: no progress for 12 s"}, lambda k: "")
+    assert fault.key == "worker:1" and fault.reason.startswith(
+        "the workers met at a collective with different tensors (Collective instance 112 expected type 0 and "
+        "data_type 1 but got type 0 and data_type 9): they run different steps"), fault
