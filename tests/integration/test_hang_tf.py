@@ -32,7 +32,7 @@ if me == 1:
     os.mkfifo(lines)
 else:
     with open(lines, "w") as fh:
-        fh.write("x\n" * 64)
+        fh.write("x\\n" * 64)
 data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1))).batch(8).take(6).concatenate(
     tf.data.TextLineDataset(lines).map(lambda line: (tf.zeros((4,)), 0.0)).batch(8).repeat())
 options = tf.data.Options()  # each worker its own data, as written (no sharding by file)
