@@ -295,8 +295,10 @@ class AttemptPhases:
         with self.group.lock:
             agreed = any(h.key in self.group.saving for h in handles)
         # A task that exited for a preemption (TensorFlow's PreemptionCheckpointHandler: its save is
-        # written) had every worker agree on that save: the others are finishing theirs.
-        agreed = agreed or any(h.poll() in self.restart.preemption_exit_codes for h in handles)
+        # written) had every worker agree on that save: the others finish theirs and exit, awaited
+        # up to watchdog.stop_grace (they say no tfcluster-saving line).
+        preempting = any(h.poll() in self.restart.preemption_exit_codes for h in handles)
+        agreed = agreed or preempting
         lost = any(h.session_lost is not None for h in handles)
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
@@ -318,7 +320,8 @@ class AttemptPhases:
             with self.group.lock:  # (both are this attempt's: a new process clears its marks)
                 saving = [h.key for h in running if h.key in self.group.saving]
                 unsaved = [k for k in saving if k not in self.group.saved]
-            if not running or (saving and not unsaved) or now - start > (self.watchdog.stop_grace if saving else look):
+            if not running or (saving and not unsaved) or \
+                    now - start > (self.watchdog.stop_grace if saving or preempting else look):
                 return
             time.sleep(min(self.poll_interval, 0.05))
 

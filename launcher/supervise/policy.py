@@ -190,7 +190,7 @@ def preemption_line(failure: AttemptFailure) -> str:
 
 
 def too_many_preemptions(count: int, most: int) -> str:
-    return (f"gave up after {count} restarts for preemptions: restart.max_preemptions is {most}; raise it, or look "
+    return (f"gave up after {count} preemptions ({most} restarted: restart.max_preemptions); raise it, or look "
             "at why the tasks keep exiting with a code of restart.preemption_exit_codes")
 
 
