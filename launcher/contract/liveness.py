@@ -23,9 +23,6 @@ What ``install`` sets up:
   the stacks: ``tfcluster-beat n=0 stacks=12``; once TensorFlow is imported, one says so
   (``tf=1``): from then on the supervisor reads the count as the task's progress
   (watchdog.hang_timeout), and printing is not progress.
-* **A preemption's save.** Once TensorFlow's failure handling module is loaded, its
-  ``PreemptionCheckpointHandler.__init__`` is wrapped to note that one was made: the beat then says
-  ``psave=1`` (the task saves on a preemption's SIGTERM, and the supervisor awaits that save).
 * **The stacks.** The stacks' signal is blocked in the thread that calls ``block`` (the stub's
   main thread, first thing: every thread started later inherits the block), and a thread of its
   own, ``tfcluster-stacks``, takes it with ``sigwait`` and writes every thread's Python stack in
@@ -93,30 +90,6 @@ def hook():
     return True
 
 
-_HANDLER = "tensorflow.python.distribute.failure_handling.failure_handling"
-_handler = []  # a PreemptionCheckpointHandler was made in this process: a SIGTERM makes it save
-
-
-def hook_handler():
-    """Wrap ``PreemptionCheckpointHandler.__init__`` once TensorFlow's failure handling module is
-    loaded, so the beat can say the task saves on a preemption's SIGTERM (``psave=1``: the
-    supervisor then awaits its save, as the reference worker's); True once wrapped."""
-    module = sys.modules.get(_HANDLER)
-    cls = getattr(module, "PreemptionCheckpointHandler", None)
-    if not isinstance(cls, type):
-        return False
-    init = cls.__init__
-    if not getattr(init, "tfcluster_seen", False):
-        def __init__(self, *args, **kwargs):
-            init(self, *args, **kwargs)
-            _handler.append(True)
-
-        __init__.tfcluster_seen = True
-        __init__.__wrapped__ = init
-        cls.__init__ = __init__
-    return True
-
-
 def _say(text):
     try:
         os.write(2, (text + "\n").encode())
@@ -137,20 +110,18 @@ def workers():
 
 
 def _beat(every):
-    hooked, handled, said = False, False, 0
+    hooked, said = False, 0
     while True:
         time.sleep(every)
         if not hooked:
             hooked = hook()
             if hooked:  # TensorFlow is in: from now on the count is this task's progress
                 _say("%s n=%d tf=1" % (BEAT, _count[0]))
-        if hooked and not handled:
-            handled = hook_handler()
         n = _count[0]
         if n != said:
             said = n
             w = workers()
-            _say("%s n=%d in=%.2f%s%s" % (BEAT, n, _inside[0], " w=" + w if w else "", " psave=1" if _handler else ""))
+            _say("%s n=%d in=%.2f%s" % (BEAT, n, _inside[0], " w=" + w if w else ""))
 
 
 def block():

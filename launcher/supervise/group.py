@@ -44,8 +44,6 @@ class AttemptGroup:
         self.closures: dict[str, dict[int, int]] = {}
         self.stack_signal: dict[str, int] = {}  # key -> the signal that takes its stacks
         self.counting: set[str] = set()  # tasks that imported TensorFlow: their count is their progress
-        # tasks that made TensorFlow's PreemptionCheckpointHandler: a SIGTERM makes them save (beat psave=1)
-        self.handler: set[str] = set()
         self.stacks: dict[str, list[str]] = {}  # key -> its stack lines since ``collect`` asked
         self.stacks_at: dict[str, float] = {}  # key -> when its last stack line came
         self.lock = threading.Lock()
@@ -80,7 +78,6 @@ class AttemptGroup:
                           self.stacks, self.stacks_at):
                 beats.pop(key, None)
             self.counting.discard(key)
-            self.handler.discard(key)
 
     def line(self, key: str, line: str) -> str:
         """A line of ``key``'s output (a reader's thread): its tail, its activity, its save marks,
@@ -130,8 +127,6 @@ class AttemptGroup:
                 self.stack_signal[key] = int(fields["stacks"])
             if fields.get("tf") == "1" or n > 0:
                 self.counting.add(key)
-            if fields.get("psave") == "1":
-                self.handler.add(key)
         return BEAT
 
     @staticmethod

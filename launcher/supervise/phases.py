@@ -295,14 +295,11 @@ class AttemptPhases:
         with self.group.lock:
             agreed = any(h.key in self.group.saving for h in handles)
         # A task that exited for a preemption (TensorFlow's PreemptionCheckpointHandler: its save is
-        # written) had every worker agree on that save, and a lost host's tasks made one agree (its
-        # SIGTERM): the others with a handler (their beat's psave=1) finish theirs and exit, awaited
+        # written) had every worker agree on that save: the others finish theirs and exit, awaited
         # up to watchdog.stop_grace (they say no tfcluster-saving line).
-        lost = any(h.session_lost is not None for h in handles)
-        with self.group.lock:  # (a lost host's tasks got the SIGTERM: the handler's save is under way)
-            handled = lost and any(h.key in self.group.handler for h in survivors)
-        preempting = handled or any(h.poll() in self.restart.preemption_exit_codes for h in handles)
+        preempting = any(h.poll() in self.restart.preemption_exit_codes for h in handles)
         agreed = agreed or preempting
+        lost = any(h.session_lost is not None for h in handles)
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
         start = self.clock()

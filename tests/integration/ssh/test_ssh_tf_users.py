@@ -78,27 +78,3 @@ def test_the_preemption_handler_saves_on_the_gce_notice_and_resumes_on_the_spare
     last = [int(m.group(1)) for m in re.finditer(r"^\[worker:0\] step (\d+) loss", out, re.M)]
     assert last[-1] == 600, last[-5:]
     wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
-
-
-@pytest.mark.timeout(900)  # two attempts over ssh, and a host's shutdown
-def test_the_preemption_handler_saves_on_a_spot_shutdown_without_a_notice(lab, make_spec, tmp_path):
-    # No GCE notice: h2's OS shutdown (SIGTERM to every process, SIGKILL after the lab's notice) is
-    # the only word. h2's task saves with worker:0 in the lab's seconds, and the group resumes on h3.
-    spec = make_spec(
-        [PY, str(ROOT / "examples" / "preemption_handler.py"), "600"],
-        hosts=["h1", "h2", "h3"], env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 0},
-        elastic={"host_wait": 60}, watchdog={"startup_timeout": 120, "stop_grace": 15},
-        ssh={"require": ["tensorflow", "tf_keras"], "gce_metadata": "off"},
-    )
-    try:
-        code, out = run_and_act(spec, [(r"^\[worker:1\] step 20 loss",
-                                        lambda _proc: threading.Thread(target=preempt, args=(lab, "h2"),
-                                                                       daemon=True).start())], timeout=600)
-    finally:
-        bring_back(lab, "h2")
-    assert code == 0, out[-6000:]
-    assert "worker:1 moved to h3" in out, out[-4000:]
-    starts = {k: [int(m.group(1)) for m in re.finditer(rf"^\[{re.escape(k)}\] training from step (\d+) to", out, re.M)]
-              for k in ("worker:0", "worker:1")}
-    assert starts["worker:0"][-1] == starts["worker:1"][-1] >= 20, (starts, out[-4000:])
-    wait_for(lambda: not any(task_processes(lab).values()), 20, what=f"no task left: {task_processes(lab)}")
