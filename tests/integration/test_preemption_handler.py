@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.support.cli import ROOT, tfcluster
+from tests.support.cli import ROOT, start_tfcluster
 from tests.support.processes import task_pid
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, run_and_act, run_dir
@@ -42,13 +42,16 @@ def test_the_handler_saves_on_a_preemption_and_on_down_and_the_next_attempt_resu
     def preempt(proc) -> None:  # what a preemption sends a task: SIGTERM, to worker 1 alone
         os.kill(task_pid(run_dir(spec).name, "worker:1"), signal.SIGTERM)
 
-    def down(proc) -> None:
-        result = tfcluster("down", spec, "--timeout", "240", timeout=300)  # (the tasks save first)
-        assert result.returncode == 0 and "did not stop" not in result.stderr, result.stderr
+    downs = []
+
+    def down(proc) -> None:  # (started, not waited for: the run's output must keep being read meanwhile)
+        downs.append(start_tfcluster("down", spec, "--timeout", "240"))
 
     code, out = run_and_act(spec, [(r"^\[worker:1\] step 30 loss", preempt),
                                    (r"^\[worker:1\] training from step [1-9]", lambda proc: None),
                                    (r"^\[worker:0\] step \d+ loss", down)], timeout=400)
+    said, _ = downs[0].communicate(timeout=300)
+    assert downs[0].returncode == 0 and "did not stop" not in said, said
     record = events(spec)
     restarts = [e for e in record if e["event"] == "restart"]
     assert len(restarts) == 1 and "restart.preemption_exit_codes" in out, out[-4000:]
