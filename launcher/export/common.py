@@ -173,7 +173,8 @@ def type_env(spec: Spec, task_type: str) -> list[tuple[str, str]]:
 
 def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
     """The environment every replica gets: tfcluster's own, minus what the engine sets per replica."""
-    drop = set(PER_TASK_ENV) | {k for k in GPU_ENV if k not in spec.env}
+    # (TFCLUSTER_KERAS: tfcluster's stub makes `import keras` tf_keras; an engine's pod has no stub)
+    drop = set(PER_TASK_ENV) | {k for k in GPU_ENV if k not in spec.env} | {envnames.KERAS}
     env = {k: v for k, v in plan.tasks[0].env if k not in drop} if plan.tasks else {}
     mem = spec.devices.gpu_memory
     if mem == "growth" and gpuplace.GROWTH_VAR not in spec.env:
