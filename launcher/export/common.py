@@ -21,7 +21,7 @@ from launcher.plan import gpus
 from launcher.remote import gpuplace
 from launcher.export.compose import STATE_DIR
 from launcher.errors import SpecError
-from launcher.backends import backend_class
+from launcher.backends import compose_kind
 from launcher.plan import containergpus
 from launcher.plan.build import Placement, Plan, build_plan
 from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, export_verdicts
@@ -141,7 +141,7 @@ def export_plan(spec: Spec) -> Plan:
     each its own host: the engine's replicas get their GPUs and threads where they run, not from
     this machine)."""
     slots = containergpus.placement(spec).slots
-    return build_plan(spec.model_copy(update={"backend": backend_class("docker").name}), Placement(slots))
+    return build_plan(spec.model_copy(update={"backend": compose_kind().name}), Placement(slots))
 
 
 def state_dir(spec: Spec) -> str:

@@ -1110,8 +1110,8 @@ class StoppedTasks(ScriptedTasks):
         super().__init__(**kw)
         self.stopped = stopped
 
-    def start(self, task, env, on_line):
-        handle = super().start(task, env, on_line)
+    def start(self, request, on_line):
+        handle = super().start(request, on_line)
         handle.state_note = lambda: "process is stopped (SIGSTOP?)" if handle.key == self.stopped else ""
         return handle
 
