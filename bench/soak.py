@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchlib import BackgroundUp  # noqa: E402
+from launcher.contract import progress  # noqa: E402
 from launcher.contract.progress import parse  # noqa: E402
 from tests.labs.ssh import Lab, have_prereqs  # noqa: E402
 
@@ -248,21 +249,19 @@ def independent_goodput(lines: list[tuple[float, str]], faults: list[dict], star
         p = parse(line[len(prefix):])
         if p is None:
             continue
-        if p.kind == "start":
+        if isinstance(p, progress.StartLine):
             prev, pending = None, 0.0
-        elif p.kind == "first_step":
+        elif isinstance(p, progress.FirstStepLine):
             prev, pending = at, 0.0
             firsts.append(at)
-            step = p.integer("global_step")
-            last.pop(step, None)  # (trained again, now as tracing: not productive)
-            backups.pop(step, None)
-        elif p.kind == "step" and prev is not None:
-            step = p.integer("global_step")
-            last[step] = at - prev
-            backups[step], pending = pending, 0.0  # (a backup's time is in the interval of the step line after it)
+            last.pop(p.global_step, None)  # (trained again, now as tracing: not productive)
+            backups.pop(p.global_step, None)
+        elif isinstance(p, progress.StepLine) and prev is not None:
+            last[p.global_step] = at - prev
+            backups[p.global_step], pending = pending, 0.0  # (a backup's time is in the interval of the step line after it)
             prev = at
-        elif p.kind == "backup" and prev is not None:
-            pending += p.number("seconds") or 0.0
+        elif isinstance(p, progress.BackupLine) and prev is not None:
+            pending += p.seconds or 0.0
     productive = sum(last.values()) - sum(backups.values())
     elapsed = ended - started
     recovery = []

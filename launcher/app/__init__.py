@@ -1,4 +1,5 @@
-"""The use cases, one module each: up (validate, plan, run and supervise), detach (a run that
+"""The use cases, one module each: up (a run as a list of typed stages: stages holds their values
+and load, discover, plan; probing the open and probe stages; up chains them), detach (a run that
 outlives the terminal), inspect (status, logs, attach, runs), down, tensorboard. The CLI
 calls them; they return typed results (``results``: how the command ended, in words) and say
 their progress through the narrow sinks they are given (``sinks``: the CLI hands them its console

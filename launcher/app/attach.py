@@ -1,9 +1,11 @@
 """``tfcluster attach``: the live view of a run from its record, until the run ends.
 
 On a terminal: the live panel of ``up`` (launcher/ui/panel.py), drawn from a ``RunModel`` that
-launcher/record/feed.py replays from the record and then follows, with task output and the
-supervisor's messages scrolling above it. Otherwise: the status, then the lines as they come
-(``follow``: app/inspect.py). It writes through the console and the renderer the CLI gives it
+launcher/record/feed.py replays from the record and then follows, with task output and what the
+run says scrolling above it. Otherwise: the status, then the lines as they come (``follow``:
+app/inspect.py). What the run says is its events as they come, said by the console as the run's
+own console said them (a listener on the feed, as the supervisor's console is one on the record):
+the same lines for a foreground run and a detached one. It writes through the console and the renderer the CLI gives it
 (app/sinks.py: the CLI's Console, launcher/ui/attachtext.py's text), and returns how it ended
 (``Attached``); the CLI chooses the exit code.
 """
@@ -18,8 +20,8 @@ from typing import Optional
 from launcher.system.interrupts import pause, take_interrupt
 from launcher.safefile import open_regular
 from launcher.app.inspect import POLL, find, follow
-from launcher.record.feed import RecordFeed
-from launcher.record.layout import OUTPUT_FILE, SUPERVISOR_LOG
+from launcher.record.feed import RecordDamaged, RecordFeed
+from launcher.record.layout import OUTPUT_FILE
 from launcher.record.status import RUNNING, RunStatus, load_run
 from launcher.spec.model import LoadedSpec
 from launcher.app.sinks import AttachRenderer, RunConsole
@@ -60,21 +62,28 @@ def _gone(console: RunConsole) -> None:
 
 def _attach(loaded: LoadedSpec, console: RunConsole, renderer: AttachRenderer, run_id: Optional[str]) -> Attached:
     run = find(loaded, run_id)
+    feed = None
     if load_run(run, progress=False).state == RUNNING:
         feed = RecordFeed.resume(run)  # (from the record's last snapshot on)
-        live = feed.view
         feed.poll()
-        if console.start_panel(live):
+        if console.start_panel(feed.view):
             return _attach_panel(run, feed, console, renderer)
     view = load_run(run)
     renderer.start(view)
-    if view.state != RUNNING:
+    if view.state != RUNNING or feed is None:
         renderer.finished(view)
         return Attached(view)
+    feed.listeners.append(console.saying(feed.view))  # what the run says from now on
+
+    def on_state(_view) -> None:
+        try:
+            feed.poll()
+        except RecordDamaged:  # (what it says stops there; its task lines and outcome still show)
+            feed.listeners.clear()
+        _gone(console)
+
     try:  # (the final view is reloaded with its task rows for the outcome)
-        follow([(run / OUTPUT_FILE, _size(run / OUTPUT_FILE), ""),
-                (run / SUPERVISOR_LOG, _size(run / SUPERVISOR_LOG), "")], run,
-               renderer.write_for, on_state=lambda _view: _gone(console))
+        follow([(run / OUTPUT_FILE, _size(run / OUTPUT_FILE), "")], run, renderer.write_for, on_state=on_state)
     except (KeyboardInterrupt, _ConsoleGone):
         renderer.detached(view)
         return Attached(view, detached=True)
@@ -84,20 +93,20 @@ def _attach(loaded: LoadedSpec, console: RunConsole, renderer: AttachRenderer, r
 
 
 def _attach_panel(run: Path, feed: RecordFeed, console: RunConsole, renderer: AttachRenderer) -> Attached:
-    """Follow the run under the live panel ``console`` shows for ``feed.view``."""
-    output, messages = run / OUTPUT_FILE, run / SUPERVISOR_LOG
-    at = {output: _size(output), messages: _size(messages)}
+    """Follow the run under the live panel ``console`` shows for ``feed.view``: its new task lines
+    from output.log, and its new events said as they are polled."""
+    output = run / OUTPUT_FILE
+    at = _size(output)
     console.info(f"attached to run {run.name}; Ctrl-C detaches (the run goes on)")
+    feed.listeners.append(console.saying(feed.view))
 
     def drain() -> None:
-        for path in at:
-            at[path], lines = _new_lines(path, at[path])
-            for line in lines:
-                key, _, rest = line[1:].partition("] ") if line.startswith("[") else ("", "", "")
-                if path == output and key:
-                    console.task_line(key, rest)
-                else:
-                    console.block([line])
+        nonlocal at
+        at, lines = _new_lines(output, at)
+        for line in lines:
+            key, _, rest = line[1:].partition("] ") if line.startswith("[") else ("", "", "")
+            if key:
+                console.task_line(key, rest)
 
     try:
         while True:

@@ -32,8 +32,7 @@ from launcher.record.states import Outcome
 from launcher.app.sinks import ConsoleFor, RunConsole
 
 if TYPE_CHECKING:  # pragma: no cover
-    from launcher.plan.build import Plan
-    from launcher.spec.model import LoadedSpec
+    from launcher.app.up import Show
 
 _MARK = "\x1e"  # starts every line the supervisor sends to the foreground
 _OUT, _ERR, _READY = "O", "E", "R"
@@ -114,18 +113,20 @@ def ignore_hangup() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
-def supervise(loaded: "LoadedSpec", plan: "Plan", shown: str, run_id: str, console_for: ConsoleFor, *,
-              dry_run: bool = False, force: bool = False, quiet: bool = False, verbose: bool = False,
-              panel: bool = False) -> RunResult:
+def supervise(path: str, run_id: str, console_for: ConsoleFor, show: "Show", *, force: bool = False) -> RunResult:
     """``up FILE --supervise RUN_ID``: this process is the detached supervisor. It runs the spec
-    as a foreground ``up`` would (``app.up.up`` with the same options), its output going through a
-    Handover to the foreground until every task is ready, written by ``console_for(out, err)``."""
-    from launcher.app.up import up
+    as a foreground ``up`` would (``app.up``'s ``prepare`` and ``run``, its warnings said by the
+    foreground already), its output going through a Handover to the foreground until every task
+    is ready, written by ``console_for(out, err)``; ``force``: even while another run of the
+    spec is running (``up --force``)."""
+    from launcher.app import up
 
     ignore_hangup()
     handover = Handover(console_for)
-    return up(loaded, plan, handover.console, shown=shown, run_id=run_id, handover=handover, dry_run=dry_run,
-              force=force, quiet=quiet, verbose=verbose, panel=panel)
+    planned = up.prepare(path, handover.console, warn=False)
+    if not force:
+        up.refuse_if_running(planned, path)
+    return up.run(planned, handover.console, show, run_id=run_id, handover=handover)
 
 
 # ------------------------------------------------------------------ foreground side

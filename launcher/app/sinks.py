@@ -4,8 +4,9 @@ A use case of launcher/app/ imports nothing of ``launcher.ui`` (tests/unit/app/t
 the CLI hands it its ``launcher.ui.console.Console`` (which has every method below) or a renderer
 it built, and renders the result the use case returns. ``Notices`` (launcher/notices.py, what
 backends report through) is enough for ``down`` and ``tensorboard``; a run (``up``, the detached
-supervisor, ``attach``) also shows its tasks' lines and the live panel, and stops when its
-terminal goes away.
+supervisor, ``attach``) also shows its tasks' lines and the live panel, says the run's events as
+the record gets them (the supervisor prints nothing: ``listen``), and stops when its terminal
+goes away.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import TYPE_CHECKING, Callable, Protocol, TextIO
 from launcher.notices import Notices
 
 if TYPE_CHECKING:  # pragma: no cover
+    from launcher.record.eventbase import RecordEvent
     from launcher.record.status import RunStatus
     from launcher.record.view import RunModel
+    from launcher.record.writer import RunRecord
 
 
 class RunConsole(Notices, Protocol):
@@ -46,6 +49,13 @@ class RunConsole(Notices, Protocol):
 
     def task_line(self, key: str, line: str) -> None:
         """One line a task printed."""
+
+    def listen(self, record: "RunRecord", view: "RunModel") -> None:
+        """From now on, say the events ``record`` writes and show the task lines it writes for the
+        console (``view``: the run with each event applied, for the final report)."""
+
+    def saying(self, view: "RunModel") -> Callable[["RecordEvent"], None]:
+        """A listener that says each event it is given (``attach``'s, on the record it follows)."""
 
 
 class AttachRenderer(Protocol):

@@ -9,17 +9,20 @@ and reads what it wrote to the record's live stacks dir.
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import time
+from pathlib import Path
 from typing import Optional
 
-from launcher.app.down import not_the_supervisor
+from launcher.app.down import not_the_supervisor, recorded_run
 from launcher.app.results import StacksResult
+from launcher.bounded import one_line, shown
 from launcher.errors import LaunchError, NoRun
+from launcher.safefile import read_regular
 from launcher.system.procinfo import is_same
-from launcher.record.layout import LATEST, LAUNCHER_FILE, live_stacks_dir, runs_dir
-from launcher.record.reader import latest_run, read_launcher
+from launcher.record.layout import live_stacks_dir
+from launcher.record.reader import loads_strict
 from launcher.spec.model import LoadedSpec
 from launcher.supervise.hangwatch import REQUEST_SIGNAL
 
@@ -28,26 +31,19 @@ def stacks(loaded: LoadedSpec, run_id: Optional[str] = None, task: Optional[str]
            timeout: float = 30.0) -> StacksResult:
     """Ask run ``run_id``'s (default: the latest) supervisor for every live task's stacks and
     wait up to ``timeout`` seconds for them; ``task``: only that one's."""
-    root = runs_dir(loaded)
-    name = loaded.spec.name
-    run_dir = (root / name / run_id) if run_id else latest_run(root, name)
-    if run_dir is None or not (run_dir / LAUNCHER_FILE).is_file():
-        raise NoRun(f"no run record at {root / name / (run_id or LATEST)}; no stacks to take (check the spec "
-                    "path or --run)")
-    info = read_launcher(run_dir, required=True) or {}
+    run_dir, info, owner = recorded_run(loaded, run_id, "no stacks to take")
     pid, started = info.get("pid"), info.get("start_time")
     if not (isinstance(pid, int) and is_same(pid, started)):
         raise NoRun(f"run {run_dir.name} is not running here (its supervisor is gone); its stacks at a hang, "
                     f"if any, are in {run_dir / 'stacks'}")
-    why = not_the_supervisor(run_dir, info)
+    why = not_the_supervisor(run_dir, info, owner)
     if why is not None:
         raise LaunchError(f"not signalling process {pid}, which run {run_dir.name}'s launcher.json names: {why}")
-    done = live_stacks_dir(run_dir) / "done"
     asked = time.time()
     os.kill(pid, REQUEST_SIGNAL)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        said = _done(done)
+        said = _done(run_dir)
         if said is not None and said.get("time", 0) >= asked:
             return _result(run_dir, said, task)
         time.sleep(0.1)
@@ -55,24 +51,43 @@ def stacks(loaded: LoadedSpec, run_id: Optional[str] = None, task: Optional[str]
                       "while it watches an attempt, not while the group starts or restarts); try again")
 
 
-def _done(path) -> Optional[dict]:
+# The most a live stacks file is read: faulthandler writes each thread's 100 frames at most (a
+# thousand threads' is a few MB); ``done`` is a few hundred bytes a task.
+STACKS_BYTES = 16 << 20
+
+
+def _read(run_dir: Path, name: str) -> str:
+    """A live stacks file, as record files are read (launcher/safefile.py): a regular file inside the
+    run dir, never through a symlink (planted there, or as ``stacks/`` or ``live/``), bounded.
+    OSError (UnsafeFile, one line) otherwise."""
+    path = live_stacks_dir(run_dir) / name
+    return read_regular(path, STACKS_BYTES, follow=False, within=run_dir).decode("utf-8", "replace")
+
+
+def _done(run_dir: Path) -> Optional[dict]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = loads_strict(_read(run_dir, "done"))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("time"), (int, float)) else None
 
 
+# A task's key as a plan names it (``worker:0``): what ``done`` says is read only for such keys.
+TASK_KEY = re.compile(r"(chief|worker|ps|evaluator):[0-9]{1,9}")
+
+
 def _result(run_dir, said: dict, task: Optional[str]) -> StacksResult:
-    notes = {str(k): str(v) for k, v in (said.get("tasks") or {}).items() if task in (None, k)}
+    live = said.get("tasks") if isinstance(said.get("tasks"), dict) else {}
+    live = {k: one_line(str(v), 300) for k, v in live.items() if isinstance(k, str) and TASK_KEY.fullmatch(k)}
+    notes = {k: v for k, v in live.items() if task in (None, k)}
     if task is not None and task not in notes:
-        raise NoRun(f"{task} is not a live task of run {run_dir.name} (live: {', '.join(said.get('tasks') or ())})")
+        raise NoRun(f"{shown(task, 60)} is not a live task of run {run_dir.name} (live: {', '.join(live) or 'none'})")
     texts = {}
     for key, note in notes.items():
         if note:
             continue
         try:
-            texts[key] = (live_stacks_dir(run_dir) / (key.replace(":", "-") + ".txt")).read_text(encoding="utf-8")
+            texts[key] = _read(run_dir, key.replace(":", "-").replace("/", "-") + ".txt")
         except OSError as exc:
-            notes[key] = f"no stacks: {exc.strerror}"
+            notes[key] = f"no stacks: {exc.strerror or exc}"
     return StacksResult(run_dir.name, texts, {k: v for k, v in notes.items() if v})

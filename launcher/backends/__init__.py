@@ -4,7 +4,7 @@ REGISTRY maps each ``backend:`` value of cluster.yaml to its kind ("module:Class
 ``BackendKind``, imported on first use). This is the one place that knows the backends by name;
 everything else asks ``backend_class(spec.backend)`` (see base.py for the contract: the kind and
 the two seams, ``Hosts`` and ``Tasks``, its ``from_spec`` makes for a run;
-``execution.plan_for`` is the plan a spec gets from its backend's static placement).
+launcher/app/stages.py's ``plan_for`` is the plan a spec gets from its backend's static placement).
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ def backend_classes() -> list[type[BackendKind]]:
     return [backend_class(name) for name in REGISTRY]
 
 
+def compose_kind() -> type[BackendKind]:
+    """The backend whose plan ``tfcluster compose`` writes (``BackendKind.plans_compose``)."""
+    (kind,) = [k for k in backend_classes() if k.plans_compose]
+    return kind
+
+
 def placed_hosts(spec) -> Optional[list[str]]:
     """The hosts the spec's static placement gives its tasks (its backend's ``place``), which
     the spare hosts are counted from before a run (``launcher.plan.elastic``); None where the
@@ -49,4 +55,4 @@ def placed_hosts(spec) -> Optional[list[str]]:
 
 
 __all__ = ["Backend", "BackendKind", "Capabilities", "Hosts", "RecordedRun", "TaskHandle", "Tasks", "REGISTRY",
-           "backend_class", "backend_classes", "backend_names", "placed_hosts"]
+           "backend_class", "backend_classes", "backend_names", "compose_kind", "placed_hosts"]

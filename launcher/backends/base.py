@@ -12,15 +12,17 @@ probe, the attempt hooks). Its life in ``tfcluster up``::
     backend = Kind.from_spec(loaded, record)                          Backend(kind, hosts, tasks)
     report = backend.hosts.probe(plan)       checks, before anything is allocated or started;
                                              what it found of the hosts (HostReport, or None)
-    preflight_plans(spec, plan, report)      pure (launcher/plan/startsmall.py): the plan to start
-                                             with where the hosts found give another one
+    preflight.step(spec, seen, plan, report) pure (launcher/plan/preflight.py): start with this
+                                             plan, probe another one (then probe again), wait
+                                             for hosts, or the error: until the plan is stable
     record.create()                          launcher.json: `tfcluster down` can find the run
     placement = backend.hosts.allocate(spec) the real hosts (at once for local/ssh/docker)
     plan = build_plan(spec, placement)       pure (unless the report gave the start plan); the
                                              supervisor executes this plan
-    per attempt: tasks.prepare_attempt(n); tasks.start(task, env, on_line) -> TaskHandle for
-                 every task; handle.poll() / tasks.port_open(task) / handle.signal(sig) while
-                 supervising; tasks.stop(handles, grace) to end the attempt
+    per attempt: tasks.prepare_attempt(n); tasks.start(StartRequest(task, env, standby, fork),
+                 on_line) -> TaskHandle for every task (process.py: the request, and the typed
+                 ProcessInfo its handle's info() gives); handle.poll() / tasks.port_open(task) /
+                 handle.signal(sig) while supervising; tasks.stop(handles, grace) to end the attempt
     tasks.collect_results() after success; backend.close() always, last (tasks, then hosts)
 
 and in ``tfcluster down``: ``Kind.from_spec(loaded, None).hosts.down(RecordedRun, console)``.
@@ -38,17 +40,20 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 from launcher.backends.elsewhere import Elsewhere
+from launcher.backends.process import ProcessInfo, RecordedRun, StartRequest
 from launcher.plan.build import Placement, Plan, PlannedTask
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from pydantic import BaseModel
 
     from launcher.notices import Notices
-    from launcher.plan.startsmall import HostReport
+    from launcher.plan.hostloss import HostLoss
+    from launcher.plan.hostreport import HostReport
     from launcher.spec.model import LoadedSpec, Spec
 
 # Called with (task key, one line of output without its newline) from reader threads.
@@ -89,9 +94,10 @@ class TaskHandle(abc.ABC):
         none, or "" (a task gone; a backend whose ``Capabilities.native_stacks`` is False)."""
         return ""
 
-    def info(self) -> dict:
-        """What the run record keeps about this task (pids, container ids) for ``down``."""
-        return {}
+    def info(self) -> ProcessInfo:
+        """What the run record keeps about this task (pids, container ids) for ``down``: typed,
+        its ``to_json`` the record's shape (process.py)."""
+        return ProcessInfo()
 
     def state_note(self) -> str:
         """A short remark on the task's state for reports (e.g. 'stopped by SIGSTOP')."""
@@ -114,10 +120,14 @@ class TaskHandle(abc.ABC):
 class Capabilities:
     """What a backend can do, so callers ask instead of testing its name."""
 
-    # Can pre-start the next attempt's processes (TFCLUSTER_STANDBY=1) and promote them with
+    # Can pre-start the next attempt's processes (``StartRequest.standby``) and promote them with
     # ``Tasks.promote`` (restart.warm_standby); without it, standby is off whatever the spec
     # says (``warm_standby: true`` is not refused) and ``plan`` says so in one line.
     warm_standby: bool = False
+    # Keeps a warm parent per host (the fork server, launcher/remote/zygote.py) that forks the
+    # tasks of a ``StartRequest.fork`` that use TensorFlow: the host imports it once, and a standby
+    # is only its wrapper until promoted. Asked for unless restart.warm_standby is false.
+    fork: bool = False
     # Hosts.probe() checks that every task's port is free / reachable where the task will run.
     port_preflight: bool = False
     # Tasks.port_open() really probes the port (else it always answers True and the startup watchdog
@@ -141,6 +151,10 @@ class Capabilities:
     # TaskHandle.native_stacks: py-spy's dump of the task's process, run where it runs (local, ssh:
     # through the host's shell); the stacks file keeps it after faulthandler's Python stacks.
     native_stacks: bool = False
+    # The tasks' GPUs are this machine's and each task is a process group here
+    # (``ProcessInfo.local_group``): the supervisor samples their use with nvidia-smi
+    # (launcher/supervise/gpuwatch.py). Elsewhere the backend reports it (ssh: the task wrapper).
+    gpus_here: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,41 +170,6 @@ class LaunchLines:
     def to_json(self) -> dict:
         return {"allocation": list(self.allocation), "tasks": {k: list(v) for k, v in self.tasks.items()},
                 "note": self.note}
-
-
-@dataclass(frozen=True)
-class RecordedRun:
-    """A run as ``tfcluster down`` finds it on disk: its directory and launcher.json
-    (``run_id``, the launcher's ``pid``, and ``tasks``: key -> what TaskHandle.info() returned)."""
-
-    dir: Path
-    info: Mapping[str, Any] = field(default_factory=dict)
-    # One line per process, container or job the record names that ``down`` could not prove the
-    # run's own and so left alone (a record is data, not orders); ``down`` exits non-zero if any.
-    refused: list[str] = field(default_factory=list, compare=False)
-
-    @property
-    def run_id(self) -> str:
-        """The run's id: its record dir's name. A record's own ``run_id`` that says otherwise is
-        not believed (a copied or planted record would otherwise point ``down`` at another run)."""
-        return self.dir.name
-
-    def refuse(self, console: "Notices", line: str) -> None:
-        """Leave something the record names alone, saying why in one line."""
-        self.refused.append(line)
-        console.error(line)
-
-    @property
-    def tasks(self) -> Mapping[str, Mapping[str, Any]]:
-        return self.info.get("tasks") or {}
-
-    @property
-    def allocation(self) -> Mapping[str, Any]:
-        """What the backend recorded with ``RunRecord.allocated(...)`` (e.g. a job id): launcher.json's
-        ``allocation``, else (a record of an older tfcluster) the backend's own ``<backend>.json``."""
-        from launcher.record.reader import read_allocation
-
-        return self.info.get("allocation") or read_allocation(self.dir, str(self.info.get("backend") or ""))
 
 
 class BackendKind:
@@ -210,6 +189,9 @@ class BackendKind:
     capabilities: ClassVar[Capabilities] = Capabilities()
     # What `up --detach` adds when it hands over (e.g. that this machine must stay up).
     detach_note: ClassVar[str] = ""
+    # `tfcluster compose` writes this backend's plan (each task a container named like its
+    # address; the options block's image, volumes and GPUs are the services').
+    plans_compose: ClassVar[bool] = False
 
     @classmethod
     def check_spec(cls, spec: "Spec") -> list[tuple[tuple, str]]:
@@ -223,6 +205,13 @@ class BackendKind:
         """Why this spec's run keeps no warm standby though the backend can keep them (a few words
         ``plan`` shows after "off: "), or None (the default: it may). A run asks its ``Hosts``."""
         return None
+
+    @classmethod
+    def task_dirs(cls, loaded: "LoadedSpec") -> list["Path"]:
+        """The directories of this machine that are a task's working directory, as the run would
+        start it (launcher/loader/shadow.py looks there for a file that shadows ``python -m
+        worker``); none (the default) where tasks run in a copy or an image of their own."""
+        return []
 
     @classmethod
     def place(cls, spec: "Spec") -> Placement:
@@ -261,9 +250,10 @@ class Hosts(abc.ABC):
         """Check everything that can be checked before allocating or starting anything (hosts
         reachable, images present, ports free, the request satisfiable); raise LaunchError with
         one line per problem naming the host/task and the fix. ``plan`` may be a placeholder
-        plan (see place). Returns what it found of the hosts where that can change the plan
-        (which answered, their GPUs, which are absent and why: ssh), else None (the default);
-        the plans are made from it in launcher/plan/startsmall.py, never here."""
+        plan (see place). Returns what it found where that can change the plan (a HostReport:
+        which hosts answered, their GPUs, which are absent and why, what it refused and why, the
+        machine its containers share), else None (the default); the plans are made from it in
+        launcher/plan/preflight.py, never here, and the probe runs again over the plan it gives."""
         return None
 
     @abc.abstractmethod
@@ -286,9 +276,10 @@ class Hosts(abc.ABC):
         return None
 
     def lost(self, hosts: Sequence[str], wait: float, stop: Any = None,
-             look: Mapping[str, float] = {}) -> dict[str, str]:
+             look: Mapping[str, float] = {}) -> dict[str, "HostLoss"]:
         """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each
-        with a few words on how ("unreachable for 60 s"). A host whose connection is healthy is
+        with its loss (launcher/plan/hostloss.py: preempted, unreachable; since when; a few words:
+        "unreachable for 60 s"). A host whose connection is healthy is
         not lost; one whose connection died may take up to ``wait`` seconds to answer again
         (``stop``, a threading.Event, ends the wait early). ``look``: host -> the most seconds
         its first look may take, answered or not (a host whose loss is already known, looked at
@@ -321,19 +312,19 @@ class Tasks(abc.ABC):
     the run)."""
 
     @abc.abstractmethod
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> TaskHandle:
-        """Start one task with the plan's env plus ``env`` (which wins); stream each line of its
-        output (stdout and stderr) to ``on_line(task.key, line)`` from a reader thread. Raise
-        LaunchError if it cannot be started; once started, failures show as poll() codes."""
+    def start(self, request: StartRequest, on_line: LineSink) -> TaskHandle:
+        """Start ``request.task`` with the plan's env plus ``request.told()`` (which wins), as a
+        standby or forked where the request says so; stream each line of its output (stdout and
+        stderr) to ``on_line(task.key, line)`` from a reader thread. Raise LaunchError if it
+        cannot be started; once started, failures show as poll() codes."""
 
-    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """Promote a warm standby (a task started with TFCLUSTER_STANDBY=1) to ``task`` of the next
-        attempt: hand it the environment a cold start of ``task`` with ``env`` would get, then
-        SIGUSR1. Backends with ``capabilities.warm_standby`` start a standby with
-        TFCLUSTER_STANDBY_ENV naming a file and write that environment there (JSON, mode 0600)
-        just before the signal: the plan, so TF_CONFIG, may have changed since the standby started.
-        Raise LaunchError if it cannot be promoted (then the task starts cold). Default: the
-        signal alone."""
+    def promote(self, handle: TaskHandle, request: StartRequest) -> None:
+        """Promote a warm standby (started with ``request.standby``) to the next attempt's task:
+        hand it the environment the cold start ``request`` would get, then SIGUSR1. Backends with
+        ``capabilities.warm_standby`` start a standby with TFCLUSTER_STANDBY_ENV naming a file and
+        write that environment there (JSON, mode 0600) just before the signal: the plan, so
+        TF_CONFIG, may have changed since the standby started. Raise LaunchError if it cannot be
+        promoted (then the task starts cold). Default: the signal alone."""
         handle.signal(signal.SIGUSR1)
 
     def port_open(self, task: PlannedTask) -> bool:

@@ -28,6 +28,7 @@ from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
 from launcher.backends import pyspy
 from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
+from launcher.backends.process import LocalProcess, StartRequest, from_record
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
 from launcher.backends.zygotes import LocalZygote
@@ -81,8 +82,8 @@ class LocalTask(ChildTask):
         argv0 = argv[0].split(" ", 1)[0] if len(argv) == 1 and self.pidfile else argv[0]
         return pyspy.dump_local(pid, argv0, timeout)
 
-    def info(self) -> dict:
-        return {"pid": self.proc.pid, "pgid": self.pgid, "start_time": start_time(self.proc.pid)}
+    def info(self) -> LocalProcess:
+        return LocalProcess(pid=self.proc.pid, pgid=self.pgid, start_time=start_time(self.proc.pid))
 
     def state_note(self) -> str:
         try:
@@ -129,8 +130,8 @@ class LocalRun:
 
 class LocalBackend(BackendKind):
     name = "local"
-    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, stacks=True,
-                                native_stacks=True)
+    capabilities = Capabilities(warm_standby=True, fork=True, port_preflight=True, port_probe=True, stacks=True,
+                                native_stacks=True, gpus_here=True)
 
     @classmethod
     def from_spec(cls, loaded: "LoadedSpec", record: Any = None, console: Optional["Notices"] = None) -> Backend:
@@ -140,6 +141,11 @@ class LocalBackend(BackendKind):
         run = LocalRun(workdir=(loaded.base_dir / spec.workdir).resolve(), run_dir=run_dir, state_dir=state,
                        stop_grace=spec.watchdog.stop_grace)
         return Backend(cls, LocalHosts(run), LocalTasks(run))
+
+    @classmethod
+    def task_dirs(cls, loaded: "LoadedSpec") -> list[Path]:
+        """The spec's workdir: every task runs there."""
+        return [(loaded.base_dir / loaded.spec.workdir).resolve()]
 
     @classmethod
     def place(cls, spec: "Spec") -> Placement:
@@ -197,10 +203,11 @@ class LocalHosts(Hosts):
         run's id in its environment, as the supervisor started it); otherwise one line, no signal."""
         leftovers = []
         for key, task in run.tasks.items():
-            pgid = task.get("pgid")
-            if not (pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid)):
+            proc = from_record(task)
+            if proc is None or not (proc.pgid and is_same(proc.pgid, proc.start_time) and group_alive(proc.pgid)):
                 continue
-            why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.dir.name))
+            pgid = proc.pgid
+            why = not_own(pgid, proc.start_time, (envnames.RUN_ID, run.dir.name), owner=run.owner)
             if why is not None:
                 run.refuse(console, f"{key}: not stopping process group {pgid}: {why}; the record names a process "
                                     "that is not this run's")
@@ -233,19 +240,18 @@ class LocalTasks(Tasks):
         env.update(extra)
         return env
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> LocalTask:
-        promotion = None
-        if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file (see promote)
+    def start(self, request: StartRequest, on_line: LineSink) -> LocalTask:
+        task, promotion = request.task, None
+        if request.standby:  # a warm standby: its promotion file (see promote)
             self._standbys += 1
             promotion = self.run.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
-            env = {**env, envnames.STANDBY_ENV: str(promotion)}
-        full = self._env(task, env)
+        full = self._env(task, request.told(str(promotion) if promotion is not None else None))
         argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace)]
-        served, command = self.zygote.socket_for(task.command, full)
+        served, command = self.zygote.socket_for(task.command, full) if request.fork else (None, list(task.command))
         pidfile = self.zygote.pidfile() if served else None
         if served:
             argv += ["--zygote", served, "--pidfile", pidfile]
-            if promotion is not None:  # a standby: its process is forked once promoted (taskwrap.py)
+            if request.standby:  # its process is forked once promoted (taskwrap.py)
                 argv += ["--standby-defer", f"{envnames.STANDBY},{envnames.STANDBY_ENV}"]
         proc = subprocess.Popen(
             [*argv, "--", *command],
@@ -261,13 +267,14 @@ class LocalTasks(Tasks):
         handle.promotion = promotion
         return handle
 
-    def promote(self, handle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """The environment a cold start would add to this launcher's own (the plan's task env, the
-        run/state dirs, ``env``), written to the standby's promotion file, then SIGUSR1."""
+    def promote(self, handle, request: StartRequest) -> None:
+        """The environment the cold start ``request`` would add to this launcher's own (the plan's
+        task env, the run/state dirs, ``request.told()``), written to the standby's promotion
+        file, then SIGUSR1."""
         path = getattr(handle, "promotion", None)
         if path is not None:
-            overlay = {**task.env_dict, envnames.RUN_DIR: str(self.run.run_dir),
-                       envnames.STATE_DIR: str(self.run.state_dir), **env}
+            overlay = {**request.task.env_dict, envnames.RUN_DIR: str(self.run.run_dir),
+                       envnames.STATE_DIR: str(self.run.state_dir), **request.told()}
             write_promotion(path, overlay)
         handle.signal(signal.SIGUSR1)
 

@@ -5,8 +5,8 @@ standbys alike. So the host imports TensorFlow once, not once a process, and a s
 its wrapper until promoted (taskwrap.py --standby-defer: the fork is made then, in the promoted
 environment), about 15 MB (BENCHMARKS.md, "A zygote").
 
-Unless ``restart.warm_standby`` is false (the task's environment has ``TFCLUSTER_ZYGOTE=1``, set by
-the supervisor: supervise/starts.py), whether the run keeps standbys or not: ``restart.warm_standby:
+For the starts that ask for it (``StartRequest.fork``: unless ``restart.warm_standby`` is false,
+whether the run keeps standbys or not, supervise/standby.py's ``forks``): ``restart.warm_standby:
 false`` starts every task as its own process.
 A task that is not a Python script or module (after the stub) or whose script does not use
 TensorFlow (launcher/contract/usestf.py) starts as its own process too: a zygote would give it
@@ -98,8 +98,7 @@ def start_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 # The run's variables each task has its own value of (launcher/contract/envnames.py).
-TASK_OWN_HERE = frozenset({envnames.TASK, envnames.RESTART_COUNT, envnames.STANDBY, envnames.STANDBY_ENV,
-                           envnames.ZYGOTE})
+TASK_OWN_HERE = frozenset({envnames.TASK, envnames.RESTART_COUNT, envnames.STANDBY, envnames.STANDBY_ENV})
 
 
 def zygote_module():
@@ -119,11 +118,9 @@ class LocalZygote:
         self._pids = 0
 
     def socket_for(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[Optional[str], list[str]]:
-        """The zygote's socket for a task of ``argv`` and ``env`` (started now for the first) and
-        the command to ask it for (as_exec's: a console script as exec runs it), or (None, argv)
-        where the task starts as its own process."""
-        if env.get(envnames.ZYGOTE) != "1":
-            return None, list(argv)
+        """The zygote's socket for a task of ``argv`` and ``env`` that asked to be forked (started
+        now for the first) and the command to ask it for (as_exec's: a console script as exec runs
+        it), or (None, argv) where the task starts as its own process."""
         command = as_exec(argv, env)
         found = entry(command, self.workdir)
         if found is None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from launcher.app.up import plan_for
+from launcher.app import stages
 from launcher.backends.elsewhere import Elsewhere
 from launcher import __version__
 from launcher.bounded import escape
 from launcher.plan.build import Plan
-from launcher.loader.load import LoadedSpec, load_spec
+from launcher.loader.load import LoadedSpec
 from launcher.ui.console import Console
 
 # The version of every JSON document the CLI prints (``"format": 1``): raised when a field changes
@@ -21,27 +21,19 @@ JSON_HEAD = {"format": JSON_FORMAT, "tfcluster": __version__}
 
 
 def load(spec: str, console: Console, *, discover: bool = False, warn: bool = False,
-         gpus: bool = False, wait_for_room: bool = False) -> tuple[LoadedSpec, Plan]:
-    """The spec at ``spec`` and its plan. ``discover``: hosts: plus what discovery.command prints
-    now; ``warn``: say the spec's warnings (keys it shadows); ``gpus``: this machine's GPUs in the
-    plan (for the commands that start a run or show what would start); ``wait_for_room``: ``up``'s
-    wait for discovered hosts with room for tasks.worker.min (launcher/app/up.py's plan_with_room).
-    Placeholder hosts where the backend places tasks when it allocates."""
-    loaded = load_spec(spec)
-    if discover:
-        from launcher.loader.discovery import with_discovered
-
-        loaded = with_discovered(loaded)
+         gpus: bool = False) -> tuple[LoadedSpec, Plan]:
+    """The spec at ``spec`` and its plan, through ``up``'s first stages (launcher/app/stages.py:
+    load, discover, plan). ``discover``: hosts: plus what discovery.command prints now; ``warn``:
+    say the spec's warnings (keys it shadows) and refuse what its own script would fail at in every
+    task (launcher/loader/scriptcheck.py); ``gpus``: this machine's GPUs in the plan (for
+    the commands that show what would start). Placeholder hosts where the backend places tasks
+    when it allocates."""
+    read = stages.load(spec)
     if warn:
-        from launcher.loader.shadow import warnings
-
-        for line in warnings(loaded):
-            console.info(line)
-    if wait_for_room:  # up: discovered hosts without room for tasks.worker.min yet are waited for
-        from launcher.app.up import plan_with_room
-
-        return plan_with_room(loaded, console, gpus=gpus)
-    return loaded, plan_for(loaded.spec, gpus=gpus)
+        stages.warnings(read, console)
+    found = stages.discover(read) if discover else stages.as_found(read.loaded)
+    planned = stages.plan(found, gpus=gpus)
+    return planned.loaded, planned.plan
 
 
 def elsewhere(loaded: LoadedSpec, request: Elsewhere, console: Console) -> Optional[int]:

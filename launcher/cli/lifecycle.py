@@ -16,24 +16,28 @@ from launcher.ui.table import render
 
 
 def up(args: argparse.Namespace, console: Console) -> int:
+    """The stages `up` runs (launcher/app/up.py), chosen here: the detached supervisor prepares
+    and runs; a dry run prepares and probes; otherwise prepare, then hand the command to the
+    machine the run lives on where that is another (ssh.supervisor), then run here (or start
+    the detached supervisor, ``--detach``)."""
     from launcher.app import detach
-    from launcher.app import up as execution
+    from launcher.app.up import Show, dry_run, prepare, refuse_if_running, run
 
-    supervise = args.supervise  # set: this process is the detached supervisor
-    loaded, plan = load(args.spec, console, discover=True, warn=not supervise, gpus=True, wait_for_room=True)
-    if not (args.dry_run or supervise):
-        code = elsewhere(loaded, Elsewhere("up", detach=args.detach, quiet=args.quiet, plain=args.plain,
-                                           verbose=args.verbose, force=args.force), console)
-        if code is not None:  # the supervisor runs on another host (ssh.supervisor)
-            return code
-    panel = not (args.quiet or args.plain)
-    if args.detach and not args.dry_run and not supervise:
+    show = Show(quiet=args.quiet, verbose=args.verbose, panel=not (args.quiet or args.plain))
+    if args.supervise and not args.dry_run:  # this process is the detached supervisor
+        return show_run(detach.supervise(args.spec, args.supervise, _plain_console, show, force=args.force), console)
+    planned = prepare(args.spec, console, warn=not args.supervise)
+    if args.dry_run:
+        return show_run(dry_run(planned, console), console)
+    code = elsewhere(planned.loaded, Elsewhere("up", detach=args.detach, quiet=args.quiet, plain=args.plain,
+                                               verbose=args.verbose, force=args.force), console)
+    if code is not None:  # the supervisor runs on another host (ssh.supervisor)
+        return code
+    if args.detach:
         return show_detached(detach.start(args.spec, console, quiet=args.quiet, force=args.force), args.spec, console)
-    if supervise:
-        return show_run(detach.supervise(loaded, plan, args.spec, supervise, _plain_console, dry_run=args.dry_run,
-                                         force=args.force, quiet=args.quiet, verbose=args.verbose, panel=panel), console)
-    return show_run(execution.up(loaded, plan, console, shown=args.spec, dry_run=args.dry_run, force=args.force,
-                                 quiet=args.quiet, verbose=args.verbose, panel=panel), console)
+    if not args.force:
+        refuse_if_running(planned, args.spec)
+    return show_run(run(planned, console, show), console)
 
 
 def _plain_console(out, err) -> Console:

@@ -92,7 +92,7 @@ def _add_spec_commands(sub) -> None:
     pl.add_argument("--json", nargs="?", const="full", metavar="FORM",
                     help="machine-readable plan: --json (full: every task with its whole TF_CONFIG and env) or "
                          "--json=compact (the cluster and the shared env once, each task's own part: for big specs)")
-    pl.add_argument("--show-secrets", action="store_true", help="do not mask secrets (values of KEY/TOKEN/SECRET/PASSWORD/AUTH/PAT... variables, URLs with a password, known token shapes)")
+    pl.add_argument("--show-secrets", action="store_true", help="do not mask secrets (values of KEY/TOKEN/SECRET/PASSWORD/AUTH/PAT... variables and options, URLs with a password, known token shapes; in env and in the command)")
     pl.add_argument("--discover", action="store_true",
                     help="run the spec's discovery.command now and plan with the hosts it prints (without it, "
                          "no command of the spec runs before `up`)")

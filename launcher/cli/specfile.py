@@ -7,11 +7,13 @@ import shlex
 import sys
 from typing import Optional
 
-from launcher.app.up import plan_for, spares_of, hang_line, standby_line, start_note
+from launcher.app.plannotes import hang_line, spares_of, standby_line, start_note
+from launcher.app.stages import plan_for
 from launcher.cli.common import JSON_HEAD, load
 from launcher.bounded import escape
 from launcher.errors import EXIT_OK, LaunchError, SpecError, UserError
-from launcher.plan.build import COMPACT, write_full_json
+from launcher.plan.build import COMPACT, redact_command, write_full_json
+from launcher.plan.kerasplan import keras_line
 from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console
 from launcher.ui.jsontext import json_text
@@ -31,10 +33,13 @@ def _validate_json(spec: str) -> int:
     as on stderr)."""
     out: dict = {**JSON_HEAD, "file": spec}
     try:
-        from launcher.loader.shadow import warnings
+        from launcher.loader.notes import warnings
+
+        from launcher.loader.scriptcheck import check_script
 
         loaded = load_spec(spec)  # (discovery.command does not run: validating runs nothing of the spec)
         plan = plan_for(loaded.spec)
+        check_script(loaded)
     except UserError as exc:
         if isinstance(exc, SpecError):
             exc = locate(exc, spec)
@@ -74,11 +79,14 @@ def _launch_text(backend: str, launch: dict) -> list[str]:
 
 def plan(args: argparse.Namespace, console: Console) -> int:
     discover = getattr(args, "discover", False)
-    loaded, planned = load(args.spec, console, discover=discover, gpus=True)
+    loaded, planned = load(args.spec, console, discover=discover, gpus=True, warn=True)
     if loaded.spec.discovery is not None and not discover and not planned.placeholder:
         console.info(f"hosts: only those under hosts: ({len(loaded.spec.hosts)}); more come from discovery.command "
                      "at `up` (run it now: tfcluster plan --discover)")
     launch = _launch(loaded, planned)
+    if launch is not None and "error" not in launch and not args.show_secrets:  # (they hold the task's command)
+        launch = {**launch, "allocation": redact_command(launch["allocation"]),
+                  "tasks": {key: redact_command(argv) for key, argv in launch["tasks"].items()}}
     extra = {} if launch is None else {"launch": launch}
     if args.json == "compact":  # ("format" is the version here; "shape" says compact)
         compact = {k: v for k, v in planned.to_compact_json(secrets=args.show_secrets).items() if k != "format"}
@@ -90,7 +98,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
 
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
                           standby=standby_line(loaded.spec, planned),
-                          notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned)]))
+                          notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned),
+                                 keras_line(loaded.spec)]))
         if launch is not None:
             print("\n".join(escape(line) for line in _launch_text(planned.backend, launch)))
     return EXIT_OK

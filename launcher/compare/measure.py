@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, TypeVar
 
+from launcher.contract import progress
 from launcher.contract.progress import Progress, Throughput, parse
 from launcher.record.events import Failure, RecordEvent, RunOutcome, parse_event
 from launcher.record.run import fold_run
@@ -75,40 +76,38 @@ def measure(events: Iterable[dict], lines: Iterable[str], target_accuracy: Optio
     if m.status != OK:
         m.error = error_text(failure, outcome)
 
-    start = _last(records, "start")
+    start = _last(records, progress.StartLine)
     if start is not None:
-        m.replicas, m.global_batch = start.integer("replicas"), start.integer("global_batch")
-    first = next((p for p in records if p.kind == "first_step"), None)
-    if first is not None and t0 is not None and first.number("time") is not None:
-        m.time_to_first_step_s = _round(first.number("time") - t0)
+        m.replicas, m.global_batch = start.replicas, start.global_batch
+    first = next((p for p in records if isinstance(p, progress.FirstStepLine)), None)
+    if first is not None and t0 is not None and first.time is not None:
+        m.time_to_first_step_s = _round(first.time - t0)
 
     rates, m.rates = _interval_rates(records)
     if rates:
         m.examples_per_sec = _round(statistics.median(rates), 1)
-    result = _last(records, "result")
+    result = _last(records, progress.ResultLine)
     if result is not None:
-        m.examples_per_sec_overall = result.number("examples_per_sec")
-        m.test_accuracy, m.test_loss = result.number("accuracy"), result.number("loss")
-        m.train_accuracy, m.train_loss = result.number("train_accuracy"), result.number("train_loss")
-        m.steps = result.integer("steps_run") or 0
+        m.examples_per_sec_overall = result.examples_per_sec
+        m.test_accuracy, m.test_loss = result.accuracy, result.loss
+        m.train_accuracy, m.train_loss = result.train_accuracy, result.train_loss
+        m.steps = result.steps_run or 0
 
-    epochs = _last_attempt(records, "epoch")
-    m.epochs = max((p.integer("epoch") or 0 for p in epochs), default=0)
+    epochs = _last_attempt(records, progress.EpochLine)
+    m.epochs = max((p.epoch or 0 for p in epochs), default=0)
     m.time_per_epoch_s = _epoch_time(epochs, start)
     batch = m.global_batch or 0
-    for p in (p for p in records if p.kind == "epoch"):
-        accuracy, when = p.number("test_accuracy"), p.number("time")
+    for p in (p for p in records if isinstance(p, progress.EpochLine)):
+        accuracy, when = p.test_accuracy, p.time
         if accuracy is None or when is None or t0 is None:
             continue
-        m.curve.append({"epoch": p.integer("epoch"), "elapsed_s": _round(when - t0),
-                        "examples": (p.integer("global_step") or 0) * batch,
-                        "test_accuracy": accuracy, "test_loss": p.number("test_loss")})
+        m.curve.append({"epoch": p.epoch, "elapsed_s": _round(when - t0), "examples": (p.global_step or 0) * batch,
+                        "test_accuracy": accuracy, "test_loss": p.test_loss})
     if target_accuracy is not None:
         hit = next((c for c in m.curve if c["test_accuracy"] >= target_accuracy), None)
         m.time_to_target_s = hit["elapsed_s"] if hit else None
-    m.trace = [{"global_step": p.integer("global_step"), "time": p.number("time"), "loss": p.number("loss"),
-                "accuracy": p.number("accuracy")}
-               for p in records if p.kind == "step" and p.integer("global_step") is not None]
+    m.trace = [{"global_step": p.global_step, "time": p.time, "loss": p.loss, "accuracy": p.accuracy}
+               for p in records if isinstance(p, progress.StepLine) and p.global_step is not None]
     return m
 
 
@@ -131,17 +130,16 @@ def _interval_rates(records: list[Progress]) -> tuple[list[float], list[dict]]:
     throughput: Optional[Throughput] = None
     base = 0
     for p in records:
-        if p.kind == "start":
+        if isinstance(p, progress.StartLine):
             _flush(throughput, rates, points)
-            throughput = Throughput(p.integer("global_batch") or 0, keep_intervals=True)
-            base = p.integer("global_step") or 0
-        elif throughput is not None and p.kind == "first_step" and p.number("time") is not None:
+            throughput = Throughput(p.global_batch or 0, keep_intervals=True)
+            base = p.global_step or 0
+        elif throughput is not None and isinstance(p, progress.FirstStepLine) and p.time is not None:
             # Its global_step where the worker prints it, else the start line's plus one.
-            throughput.mark(p.integer("global_step") or base + 1, p.number("time"))
-        elif throughput is not None and p.kind == "step" and throughput.first_time is not None:
-            step, when = p.integer("global_step"), p.number("time")
-            if step is not None and when is not None:
-                throughput.mark(step, when)
+            throughput.mark(p.global_step or base + 1, p.time)
+        elif throughput is not None and isinstance(p, progress.StepLine) and throughput.first_time is not None:
+            if p.global_step is not None and p.time is not None:
+                throughput.mark(p.global_step, p.time)
     _flush(throughput, rates, points)
     return rates, points
 
@@ -154,25 +152,28 @@ def _flush(throughput: Optional[Throughput], rates: list, points: list) -> None:
         points.append({"global_step": step, "time": when, "examples_per_sec": round(rate, 1)})
 
 
-def _epoch_time(epochs: list[Progress], start: Optional[Progress]) -> Optional[float]:
+def _epoch_time(epochs: list[progress.EpochLine], start: Optional[progress.StartLine]) -> Optional[float]:
     """The median time between consecutive epoch lines (each includes that epoch's test
     evaluation); with one epoch, from the attempt's start line to it."""
-    times = [p.number("time") for p in epochs if p.number("time") is not None]
+    times = [p.time for p in epochs if p.time is not None]
     if len(times) >= 2:
         return _round(statistics.median(b - a for a, b in zip(times, times[1:])))
-    if times and start is not None and start.number("time") is not None:
-        return _round(times[0] - start.number("time"))
+    if times and start is not None and start.time is not None:
+        return _round(times[0] - start.time)
     return None
 
 
-def _last_attempt(records: list[Progress], kind: str) -> list[Progress]:
-    """The ``kind`` records since the last start line (the attempt that finished)."""
-    last_start = max((i for i, p in enumerate(records) if p.kind == "start"), default=-1)
-    return [p for p in records[last_start + 1:] if p.kind == kind]
+K = TypeVar("K", bound=Progress)
 
 
-def _last(records: list[Progress], kind: str) -> Optional[Progress]:
-    return next((p for p in reversed(records) if p.kind == kind), None)
+def _last_attempt(records: list[Progress], kind: type[K]) -> list[K]:
+    """The records of class ``kind`` since the last start line (the attempt that finished)."""
+    last_start = max((i for i, p in enumerate(records) if isinstance(p, progress.StartLine)), default=-1)
+    return [p for p in records[last_start + 1:] if isinstance(p, kind)]
+
+
+def _last(records: list[Progress], kind: type[K]) -> Optional[K]:
+    return next((p for p in reversed(records) if isinstance(p, kind)), None)
 
 
 def _round(value: float, digits: int = 2) -> float:

@@ -31,10 +31,11 @@ import yaml
 from launcher.system.procinfo import OutputTooLarge, run_bounded
 from launcher.plan.build import is_secret
 from launcher.safefile import write_whole
-from launcher.app import up as execution
+from launcher.app.up import run_spec
 from launcher.app.sinks import RunConsole
 from launcher.notices import Notices
 from launcher.errors import UserError
+from launcher.contract import progress
 from launcher.contract.progress import parse
 from launcher.record.layout import COMPARE_DIR, name_dir
 from launcher.record.reader import read_events
@@ -95,15 +96,14 @@ class ProgressLine:
             p = parse(line)
             if p is None:
                 continue
-            if p.kind == "start":
+            if isinstance(p, progress.StartLine):  # (its figures as printed)
                 self.phase = f"training ({p.get('replicas', '?')} replica(s), global batch {p.get('global_batch', '?')})"
-            elif p.kind in ("step", "epoch"):
-                epoch = p.integer("epoch")
-                shown = epoch + 1 if p.kind == "step" and epoch is not None else epoch
+            elif isinstance(p, (progress.StepLine, progress.EpochLine)):
+                shown = p.epoch + 1 if isinstance(p, progress.StepLine) and p.epoch is not None else p.epoch
                 acc = p.get("test_accuracy")
                 self.phase = (f"epoch {shown}, step {p.get('global_step', '?')}"
                               + (f", test accuracy {acc}" if acc else ""))
-            elif p.kind == "result":
+            elif isinstance(p, progress.ResultLine):
                 self.phase = "evaluated, saving"
 
     def _show(self) -> None:
@@ -234,8 +234,8 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path,
         try:
             # Relative paths (workdir, docker build context, ...) resolve against the source spec.
             loaded = LoadedSpec(parse_spec(text, shown=str(spec_path)), Path(config.source))
-            plan = execution.plan_for(loaded.spec)  # placed by the backend, as tfcluster up does
-            result = execution.execute(loaded, plan, captured(sink), on_record=on_record)
+            # Its plan, placed by the backend, then the stages tfcluster up runs from there.
+            result = run_spec(loaded, captured(sink), on_record=on_record)
         except UserError as exc:
             m = Measurement(status=FAILED, exit_code=exc.exit_code, error=" / ".join(exc.lines))
             line.done(f"failed: {m.error}")

@@ -11,9 +11,9 @@ spaces. Anything else on a task's output is ordinary output. The live view, the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -27,6 +27,12 @@ SAVED_LINE = PREFIX + "preempted "  # ... and the save is written: the task may 
 
 @dataclass(frozen=True)
 class Progress:
+    """A progress line: its ``kind`` and its fields as the task printed them (``fields``, text).
+    ``parse`` gives a kind this module knows as its own class (``StepLine``, ``EpochLine``, ...: readers
+    dispatch on the class, ``isinstance(p, StepLine)``), each field it declares typed (a whole number,
+    a finite number or text; None where the line has none, or none that reads as one); a kind it
+    does not know (a newer worker's, a user's own) as a plain ``Progress``."""
+
     kind: str  # "start", "step", "epoch", "result", "eval", ...
     fields: Mapping[str, str] = field(default_factory=dict)
 
@@ -49,8 +55,206 @@ class Progress:
         return int(value) if value is not None else None
 
 
+    @classmethod
+    def of(cls, fields: Mapping[str, str]) -> "Progress":
+        """The line of this class's kind with ``fields`` (text), each declared field read from them."""
+        raw = cls(KIND_OF[cls], dict(fields))
+        typed = {}
+        for f in dataclasses.fields(cls)[2:]:
+            read = _READ[f.type]
+            typed[f.name] = raw.get(f.name) if read is None else read(raw, f.name)
+        return dataclasses.replace(raw, **typed) if typed else raw
+
+
+# The typed kinds: each declares the fields readers use, as ``Optional[int]``, ``Optional[float]``
+# or ``Optional[str]``; ``fields`` keeps every field as printed (what a reader shows as it came).
+_READ = {"Optional[int]": Progress.integer, "Optional[float]": Progress.number, "Optional[str]": None}
+
+
+@dataclass(frozen=True)
+class StartLine(Progress):
+    """Training (re)starts: where (``epoch`` 0-based, ``step`` done in it, ``global_step``), the run's
+    shape and the strategy the task built."""
+
+    kind: str = "start"
+    epoch: Optional[int] = None
+    step: Optional[int] = None
+    global_step: Optional[int] = None
+    time: Optional[float] = None
+    epochs: Optional[int] = None
+    steps_per_epoch: Optional[int] = None
+    global_batch: Optional[int] = None
+    strategy: Optional[str] = None
+    strategy_class: Optional[str] = None
+    replicas: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class FirstStepLine(Progress):
+    """The attempt's first step ended: ``step`` is its index in the epoch (the others count steps done)."""
+
+    kind: str = "first_step"
+    epoch: Optional[int] = None
+    step: Optional[int] = None
+    global_step: Optional[int] = None
+    time: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class StepLine(Progress):
+    """A heartbeat every N steps: ``epoch`` in progress (0-based), ``step`` done in it."""
+
+    kind: str = "step"
+    epoch: Optional[int] = None
+    step: Optional[int] = None
+    global_step: Optional[int] = None
+    loss: Optional[float] = None
+    accuracy: Optional[float] = None
+    time: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class EpochLine(Progress):
+    """An epoch ended (``epoch``: how many are done), its metrics and examples/s."""
+
+    kind: str = "epoch"
+    epoch: Optional[int] = None
+    global_step: Optional[int] = None
+    loss: Optional[float] = None
+    accuracy: Optional[float] = None
+    examples_per_sec: Optional[float] = None
+    test_loss: Optional[float] = None
+    test_accuracy: Optional[float] = None
+    time: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ResultLine(Progress):
+    """Training is over: the attempt's steps and examples/s, the test metrics."""
+
+    kind: str = "result"
+    task: Optional[str] = None
+    epochs: Optional[int] = None
+    steps_run: Optional[int] = None
+    global_step: Optional[int] = None
+    examples_per_sec: Optional[float] = None
+    loss: Optional[float] = None
+    accuracy: Optional[float] = None
+    train_loss: Optional[float] = None
+    train_accuracy: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class EvalLine(Progress):
+    """The evaluator evaluated ``checkpoint`` (at ``global_step``)."""
+
+    kind: str = "eval"
+    checkpoint: Optional[str] = None
+    global_step: Optional[int] = None
+    loss: Optional[float] = None
+    accuracy: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class EvalDoneLine(Progress):
+    """The evaluator is done (``reason``: final, timeout) after ``evaluated`` checkpoints."""
+
+    kind: str = "eval_done"
+    reason: Optional[str] = None
+    evaluated: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class BackupLine(Progress):
+    """A backup (or checkpoint) written at ``global_step`` in ``seconds`` (the run's goodput counts them)."""
+
+    kind: str = "backup"
+    global_step: Optional[int] = None
+    seconds: Optional[float] = None
+    time: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class CheckpointLine(Progress):
+    """A PSS chief's checkpoint at ``global_step``."""
+
+    kind: str = "checkpoint"
+    global_step: Optional[int] = None
+    path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class SavingLine(Progress):
+    """A preemption's agreed save starts (SAVING_LINE): the task finishes it before it is killed."""
+
+    kind: str = "saving"
+    epoch: Optional[int] = None
+    step: Optional[int] = None
+    global_step: Optional[int] = None
+    time: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class PreemptedLine(Progress):
+    """The agreed save is written (SAVED_LINE), at ``global_step``, to ``saved``."""
+
+    kind: str = "preempted"
+    epoch: Optional[int] = None
+    step: Optional[int] = None
+    global_step: Optional[int] = None
+    saved: Optional[str] = None
+    time: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SavedLine(Progress):
+    """The model was saved at ``path``."""
+
+    kind: str = "saved"
+    path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ServerLine(Progress):
+    """A parameter_server strategy's server is up (a ps or worker task)."""
+
+    kind: str = "server"
+    task: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class WorkerLostLine(Progress):
+    """The PSS coordinator lost worker ``task``."""
+
+    kind: str = "worker_lost"
+    task: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class WorkerRecoveredLine(Progress):
+    """The PSS coordinator has worker ``task`` back."""
+
+    kind: str = "worker_recovered"
+    task: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class PsLostLine(Progress):
+    """The PSS coordinator lost parameter server ``task``."""
+
+    kind: str = "ps_lost"
+    task: Optional[str] = None
+
+
+KINDS: dict[str, type[Progress]] = {cls.kind: cls for cls in (  # type: ignore[misc]
+    StartLine, FirstStepLine, StepLine, EpochLine, ResultLine, EvalLine, EvalDoneLine, BackupLine, CheckpointLine,
+    SavingLine, PreemptedLine, SavedLine, ServerLine, WorkerLostLine, WorkerRecoveredLine, PsLostLine)}
+KIND_OF: dict[type[Progress], str] = {cls: kind for kind, cls in KINDS.items()}
+
+
 def parse(line: str) -> Optional[Progress]:
-    """The progress record in ``line``, or None if it is not a progress line."""
+    """The progress record in ``line`` (of its kind's class, where this module knows the kind),
+    or None if it is not a progress line."""
     text = line.strip()
     if not text.startswith(PREFIX):
         return None
@@ -63,7 +267,8 @@ def parse(line: str) -> Optional[Progress]:
         key, sep, value = token.partition("=")
         if sep and key:
             fields[key] = value
-    return Progress(kind, fields)
+    cls = KINDS.get(kind)
+    return cls.of(fields) if cls is not None else Progress(kind, fields)
 
 
 def format_line(kind: str, **fields) -> str:
@@ -96,8 +301,8 @@ class Throughput:
     and warm-up), from the first step's end to the last step's end -- the evaluation and saving
     that follow training are not counted. ``batch`` is the number of examples one step consumes
     (the global batch; under PSS one worker's batch). With ``keep_intervals`` every mark is kept,
-    so the rate between consecutive marks (and their median, which an evaluation between two
-    marks does not move) can be read too."""
+    so the rate between consecutive marks can be read too (``intervals``: ``tfcluster compare``
+    takes their median, which an evaluation between two marks does not move)."""
 
     def __init__(self, batch: int, keep_intervals: bool = False) -> None:
         self.batch = batch
@@ -158,15 +363,6 @@ class Throughput:
             if s1 > s0 and t1 > t0:
                 out.append((s1, t1, (s1 - s0) * self.batch / (t1 - t0)))
         return out
-
-    def interval_rates(self) -> list[float]:
-        """examples/s between each pair of consecutive marks (needs ``keep_intervals``)."""
-        return [rate for _, _, rate in self.intervals()]
-
-    def median_rate(self) -> float:
-        """The median of ``interval_rates`` (0.0 with fewer than two marks)."""
-        rates = self.interval_rates()
-        return statistics.median(rates) if rates else 0.0
 
     def lap(self) -> float:
         """examples/s since the previous lap (the first lap: since the first mark, so the

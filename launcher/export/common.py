@@ -19,9 +19,11 @@ from launcher.bounded import yaml_comment as comment_text  # noqa: F401 (tfjob, 
 from launcher.contract import envnames
 from launcher.plan import gpus
 from launcher.remote import gpuplace
-from launcher.export.compose import STATE_DIR, docker_plan
+from launcher.export.compose import STATE_DIR
 from launcher.errors import SpecError
-from launcher.plan.build import Plan
+from launcher.backends import compose_kind
+from launcher.plan import containergpus
+from launcher.plan.build import Placement, Plan, build_plan
 from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, export_verdicts
 from launcher.spec.yamlread import dotted, line_of
 
@@ -135,8 +137,11 @@ def check_image(image: Optional[str]) -> None:
 
 
 def export_plan(spec: Spec) -> Plan:
-    """Task list, command and environment as tfcluster would run them (one container per task)."""
-    return docker_plan(spec)
+    """Task list, command and environment as tfcluster would run them (one container per task,
+    each its own host: the engine's replicas get their GPUs and threads where they run, not from
+    this machine)."""
+    slots = containergpus.placement(spec).slots
+    return build_plan(spec.model_copy(update={"backend": compose_kind().name}), Placement(slots))
 
 
 def state_dir(spec: Spec) -> str:
@@ -168,7 +173,8 @@ def type_env(spec: Spec, task_type: str) -> list[tuple[str, str]]:
 
 def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
     """The environment every replica gets: tfcluster's own, minus what the engine sets per replica."""
-    drop = set(PER_TASK_ENV) | {k for k in GPU_ENV if k not in spec.env}
+    # (TFCLUSTER_KERAS: tfcluster's stub makes `import keras` tf_keras; an engine's pod has no stub)
+    drop = set(PER_TASK_ENV) | {k for k in GPU_ENV if k not in spec.env} | {envnames.KERAS}
     env = {k: v for k, v in plan.tasks[0].env if k not in drop} if plan.tasks else {}
     mem = spec.devices.gpu_memory
     if mem == "growth" and gpuplace.GROWTH_VAR not in spec.env:

@@ -20,7 +20,6 @@ touches the disk.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,14 +29,14 @@ from launcher.contract import envnames
 from launcher.plan import containergpus as docker_gpus
 from launcher.plan import gpus as plan_gpus
 from launcher.errors import SpecError
-from launcher.backends import backend_class
+from launcher.backends import compose_kind
 from launcher.bounded import yaml_comment as comment_text
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
 from launcher.plan.build import Plan, build_plan, is_secret
 from launcher.spec.model import IMAGE_RE, LoadedSpec, Spec
 
 HEADER = MARKER + " compose`"
-# Where the image keeps state and run files (launcher/image/Dockerfile creates them for its user).
+# Where the image keeps state and run files (docker/Dockerfile creates them for its user).
 STATE_DIR = "/tfcluster/state"
 RUN_DIR = "/tfcluster/run"
 NETWORK = "tfcluster"
@@ -45,33 +44,31 @@ STATE_VOLUME = "state"
 RUN_VOLUME = "run"
 
 
-def docker_plan(spec: Spec) -> Plan:
-    """The plan as containers: every task on its own host named like its address."""
-    docker = backend_class("docker")  # by its registered name: compose is the docker backend's plan
-    placement = replace(docker.place(spec), gpus={}, gpu_hosts={})  # containers() below gives the GPUs
-    return build_plan(spec.model_copy(update={"backend": docker.name}), placement)
-
-
-def containers(spec: Spec, plan: Plan) -> tuple[dict[str, docker_gpus.Container], str]:
-    """Each service's GPUs and /dev/shm, and a header note ("" when there is nothing to say)."""
+def docker_plan(spec: Spec) -> tuple[Plan, str]:
+    """The plan as containers (every task on its own host named like its address, all on this
+    machine, the compose host: launcher/plan/containergpus.py, as the docker backend places
+    them), with this machine's GPUs; and a header note about them ("" when there is nothing to
+    say). Each service's env is its planned task's."""
+    docker = compose_kind()  # the backend whose plan compose writes (BackendKind.plans_compose)
+    spec = spec.model_copy(update={"backend": docker.name})
     if not docker_gpus.asked(spec):
-        made, _ = docker_gpus.containers(spec, plan.tasks, (), spec.docker.shm_size)
-        return made, ""
+        return build_plan(spec, docker_gpus.placement(spec)), ""
     here = plan_gpus.local_gpus()
     host = here
     note = ""
     if not here:
-        need = sum(t for t in (plan_gpus.take_of(spec, x.type)[0] for x in plan.tasks) if isinstance(t, int))
+        need = sum(t for t in (plan_gpus.take_of(spec, t)[0] for t, _ in docker_gpus.task_keys(spec))
+                   if isinstance(t, int))
         host = tuple((i, "", "") for i in range(need))
         note = ("this machine has no NVIDIA GPU (nvidia-smi -L): services with a GPU count reserve GPUs 0.. as if "
                 "the host had them, the others none; regenerate on the GPU host")
     # This machine's CUDA_VISIBLE_DEVICES bounds the services' GPUs as it bounds the docker backend's
     # containers (indices or UUIDs: each service gets a subset, by UUID where it names UUIDs).
     limit = docker_gpus.launcher_limit().get(docker_gpus.HOST) if here else None
-    made, problems = docker_gpus.containers(spec, plan.tasks, host, spec.docker.shm_size, limit)
+    problems = docker_gpus.refused(spec, host, limit)
     if problems:
         raise SpecError(f"devices: {problems[0].replace(docker_gpus.HOST, 'this machine (the compose host)')}")
-    return made, note
+    return build_plan(spec, docker_gpus.placement(spec, host, limit=limit)), note
 
 
 def _escape(value: str) -> str:
@@ -116,7 +113,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
     """The compose document for ``loaded``; relative paths are relative to ``out_dir``."""
     spec = loaded.spec
     opts = spec.docker
-    plan = docker_plan(spec)
+    plan, _ = docker_plan(spec)
     image = image or opts.image
     build: Optional[dict[str, Any]] = None
     if opts.build is not None:
@@ -141,13 +138,13 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
             host_path = (loaded.base_dir / host_path).resolve()
         extra_volumes.append(_escape(f"{_rel(host_path, out_dir)}:{rest}"))
 
-    made, _ = containers(spec, plan)
     services: dict[str, Any] = {}
     for i, task in enumerate(plan.tasks):
-        gpu = made[task.key]
-        env = dict(gpu.env)
-        env.pop(envnames.THREADS, None)  # threads: auto: made when a backend starts the task; compose does not
-        env.pop(envnames.GPUS, None)  # likewise a GPU request (launcher/plan/gpus.py) nothing here would complete
+        gpu = docker_gpus.container(task, spec.docker.shm_size)
+        env = dict(task.env)
+        # threads: auto: this machine's cores are not the compose host's; the budget is made where a
+        # backend starts the task, which compose does not (TensorFlow's own defaults then).
+        env.pop(envnames.THREADS, None)
         env.update(
             {
                 envnames.STATE_DIR: STATE_DIR,
@@ -192,7 +189,7 @@ def compose_dict(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None)
 
 def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = None) -> str:
     doc = compose_dict(loaded, out_dir, image)
-    plan = docker_plan(loaded.spec)
+    plan, note = docker_plan(loaded.spec)
     first = plan.tasks[0].slug if plan.tasks else "worker-0"
     success = plan.success_task.replace(":", "-")
     lines = [
@@ -208,7 +205,6 @@ def render_compose(loaded: LoadedSpec, out_dir: Path, image: Optional[str] = Non
     secrets = secret_names(doc)
     if secrets:
         lines.append(f"# Secrets are not in this file; set {', '.join(secrets)} in the environment `docker compose` runs in.")
-    _, note = containers(loaded.spec, plan)
     if note:
         lines.append(f"# GPUs: {note}.")
     if doc["services"].get(first, {}).get("build"):

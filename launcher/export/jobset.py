@@ -35,7 +35,7 @@ from launcher.export.validate import CONTAINER_NAME, JOBSET_API_VERSION
 from launcher.plan.build import Plan
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 
-# Where the worker image keeps them (launcher/image/Dockerfile).
+# Where the worker image keeps them (docker/Dockerfile).
 TINI = "/usr/local/bin/tini"
 POD_HELPER = "/usr/local/lib/tfcluster/jobsetpod.py"
 PORT_NAME = "tf-server"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from launcher.errors import SpecError, UserError
 from launcher.export.generated import MARKER, check_overwritable, resolve_output, write_atomic
@@ -24,11 +24,34 @@ from launcher.export.vertex import custom_job_dict, render_custom_job_json, rend
 from launcher.export.vertex import secret_names as vertex_secrets
 
 HEADER = MARKER + " export`"
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """A Kubernetes job the export writes (TFJob, JobSet): how its document is made from the spec,
+    checked against its CRD and rendered, and what the check was (``note``, said; ``checked``, the
+    file's header)."""
+
+    kind: str
+    make: Callable  # (loaded, image) -> the document
+    validate: Callable  # document -> problems
+    render: Callable  # (loaded, doc, header, name, beside) -> the file's text
+    note: str
+    checked: str
+
+
+KUBERNETES = {  # the targets whose secret env values go into a Secret of their own
+    "tfjob": KubeTarget("TFJob", tfjob_dict, validate_tfjob, render_tfjob,
+                        "validated against the TFJob CRD schema (training-operator v1.9.0) and its webhook rules",
+                        "the training-operator v1.9.0 TFJob CRD schema and its webhook rules"),
+    "jobset": KubeTarget("JobSet", jobset_dict, validate_jobset, render_jobset,
+                         "validated against the JobSet CRD schema (jobset v0.12.0) and its webhook rules",
+                         "the JobSet v0.12.0 CRD schema and its webhook rules"),
+}
 TARGETS = ("tfjob", "vertex", "jobset")
-KUBERNETES = ("tfjob", "jobset")  # the targets whose secret env values go into a Secret of their own
 FIX = {"tfjob": "check the kubernetes: options", "vertex": "check the vertex: options",
        "jobset": "check the kubernetes: options"}
-KIND = {"tfjob": "TFJob", "vertex": "CustomJob", "jobset": "JobSet"}
+KIND = {"vertex": "CustomJob", **{name: t.kind for name, t in KUBERNETES.items()}}
 SUFFIX = {"tfjob": "tfjob.yaml", "vertex": "vertex.yaml", "jobset": "jobset.yaml"}
 SECRET_MODE = 0o600
 
@@ -81,20 +104,13 @@ def build(loaded: LoadedSpec, target: str, image: Optional[str] = None,
     if problems:
         raise SpecError(*problems)
     notes: list[str] = []
-    if target == "tfjob":
-        doc = tfjob_dict(loaded, image)
-        problems = validate_tfjob(doc)
+    kube = KUBERNETES.get(target)
+    if kube is not None:
+        doc = kube.make(loaded, image)
+        problems = kube.validate(doc)
         if problems:
             raise _invalid(target, problems)
-        notes.append("validated against the TFJob CRD schema (training-operator v1.9.0) and its webhook rules")
-        return doc, None, notes, Checks(("the training-operator v1.9.0 TFJob CRD schema and its webhook rules",))
-    if target == "jobset":
-        doc = jobset_dict(loaded, image)
-        problems = validate_jobset(doc)
-        if problems:
-            raise _invalid(target, problems)
-        notes.append("validated against the JobSet CRD schema (jobset v0.12.0) and its webhook rules")
-        return doc, None, notes, Checks(("the JobSet v0.12.0 CRD schema and its webhook rules",))
+        return doc, None, [kube.note], Checks((kube.checked,))
     job = custom_job_dict(loaded, image)
     types = aiplatform_types()
     if types is None and strict:
@@ -160,8 +176,7 @@ def export(loaded: LoadedSpec, target: str, output: Optional[str] = None, image:
 
 def _render(loaded: LoadedSpec, target: str, doc: dict, name: str, beside: Optional[str], checks: Checks) -> str:
     """The job's file; ``beside``: the file written with it (the CustomJob .json, or the Secret)."""
-    if target == "tfjob":
-        return render_tfjob(loaded, doc, HEADER, name, beside)
-    if target == "jobset":
-        return render_jobset(loaded, doc, HEADER, name, beside)
+    kube = KUBERNETES.get(target)
+    if kube is not None:
+        return kube.render(loaded, doc, HEADER, name, beside)
     return render_job_spec_yaml(loaded, doc, HEADER, name, beside, checks.ran, checks.skipped)

@@ -1,5 +1,7 @@
-"""The worker image from the installed tfcluster, no checkout needed: the Dockerfile ships in the
-package (launcher/image/Dockerfile, package data), and ``make_context`` writes the build context it expects
+"""The worker image from the installed tfcluster, no checkout needed: the one Dockerfile is the
+checkout's docker/Dockerfile, which the package carries as launcher/image/Dockerfile (a link to it
+in the checkout, the file itself in the wheel: package data), and ``make_context`` writes the build
+context it expects
 from what is installed: ``requirements.txt`` (the installed distribution's requirements, its ``[tf]``
 extra included) and ``src/`` (the installed ``launcher`` and ``worker`` packages with a small
 pyproject.toml that installs them, console scripts and package data included).

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Optional, Sequence
 
+from launcher.backends import backend_class
 from launcher.contract.entrypoint import module_of
 from launcher.spec.model import LoadedSpec
 
@@ -30,18 +31,11 @@ def shadowing_file(directory: Path, module: str) -> Optional[Path]:
     return None
 
 
-def _task_dirs(loaded: LoadedSpec) -> list[Path]:
-    """The local directories whose content becomes a task's working directory: the spec's workdir
-    for the backends that run tasks there (local; slurm on the shared file system), and for ssh
-    the workdir when ``ssh.sync`` uploads all of it and no ``ssh.workdir`` is set."""
-    spec = loaded.spec
-    workdir = (loaded.base_dir / spec.workdir).resolve()
-    if spec.backend in ("local", "slurm"):
-        return [workdir]
-    ssh = getattr(spec, "ssh", None)
-    if spec.backend == "ssh" and ssh is not None and not ssh.workdir and "." in [p.rstrip("/") for p in ssh.sync]:
-        return [workdir]
-    return []
+def task_dirs(loaded: LoadedSpec) -> list[Path]:
+    """The local directories whose content becomes a task's working directory, as the spec's
+    backend says (``BackendKind.task_dirs``: the workdir where tasks run in it, or in an upload of
+    all of it)."""
+    return backend_class(loaded.spec.backend).task_dirs(loaded)
 
 
 def warnings(loaded: LoadedSpec) -> list[str]:
@@ -50,7 +44,7 @@ def warnings(loaded: LoadedSpec) -> list[str]:
     if module not in SHADOWED:
         return []
     out = []
-    for directory in _task_dirs(loaded):
+    for directory in task_dirs(loaded):
         found = shadowing_file(directory, module)
         if found is not None:
             fix = "use the `tfcluster-worker` command instead" if module == "worker" else "use the `tfcluster` command"

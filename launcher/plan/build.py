@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import AbstractSet, Optional
 
 from launcher.plan import gpus, gputext
-from launcher.plan import threads
+from launcher.plan import containergpus, threads
+from launcher.plan.kerasplan import keras_env
 from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.plan.model import (  # noqa: F401 - the plan's types are re-exported: ``from launcher.plan.build import Plan`` works
@@ -22,9 +23,9 @@ from launcher.plan.model import (  # noqa: F401 - the plan's types are re-export
     Plan,
     PlannedTask,
     Slot,
-    expand_plan_json,
     MASK,
     is_secret,
+    redact_command,
     redact_env,
     write_full_json,
 )
@@ -32,13 +33,6 @@ from launcher.spec.model import TASK_TYPES, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")
-# Keras 3 (tf.keras since TF 2.16) cannot fit on a distributed dataset under these strategies;
-# tf_keras can. Tasks get TF_USE_LEGACY_KERAS=1 by default (as Ray Train's TensorflowTrainer
-# does), so the TF tutorial runs unmodified; a spec's ``env`` overrides it.
-DEFAULT_ENV = {
-    "multi_worker_mirrored": {"TF_USE_LEGACY_KERAS": "1"},
-    "parameter_server": {"TF_USE_LEGACY_KERAS": "1"},
-}
 
 
 def task_keys(spec: Spec) -> list[tuple[str, int]]:
@@ -65,22 +59,25 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
             if task_type in CLUSTER_TYPES:
                 jobs.setdefault(task_type, []).append(f"{address}:{port}")
         cluster = Cluster(tuple((task_type, tuple(members)) for task_type, members in jobs.items()))
-    env = dict(DEFAULT_ENV.get(spec.strategy, {}))
+    env = keras_env(spec)  # (launcher/plan/kerasplan.py: what `import keras` and tf.keras are)
     env.update(spec.env)
     env.update({"PYTHONUNBUFFERED": "1", envnames.NAME: spec.name, envnames.STRATEGY: spec.strategy})
     env.update(_device_env(spec))
     for own in ("TF_CONFIG", envnames.TASK):  # each task's own (PlannedTask.own_env)
         env.pop(own, None)
     host_names = [p[2] for p in placements]
-    budgets, shown = _thread_env(spec, placement, host_names)
     problems = _slot_problems(spec, host_names)
     if problems:
-        raise SpecError(problems[0][1], keys=(problems[0][0],))
-    gpu_host_names = [placement.gpu_hosts.get(h, h) for h in host_names] if placement.gpu_hosts else host_names
-    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, gpu_host_names, [p[0] for p in placements], placement.gpus,
+        raise NoRoom(problems[0][1], keys=(problems[0][0],))
+    # Containers share their machine's cores and GPUs (Placement.machines): the arithmetic runs over it.
+    machine_names = [placement.machines.get(h, h) for h in host_names] if placement.machines else host_names
+    budgets, shown = _thread_env(spec, placement, machine_names)
+    task_gpus, gpu_env, problems = gpus.plan_gpus(spec, machine_names, [p[0] for p in placements], placement.gpus,
                                                   placement.gpu_limits, placement.gpu_failures, placement.gpu_cap)
     if problems:
-        raise SpecError(*problems, keys=tuple(_gpu_key(spec, line) for line in problems))
+        raise SpecError(*problems, keys=tuple(p.key for p in problems))  # (gpurefusal.Refusal: typed)
+    if placement.machines:
+        gpu_env = containergpus.inside(spec, task_gpus, gpu_env)
     chosen, why = gpus.collective_choice(spec, [p[0] for p in placements], task_gpus)
     # Only NCCL needs saying: TensorFlow's AUTO is RING (gpus.collective_choice).
     if chosen == "nccl" and envnames.COLLECTIVE not in spec.env:
@@ -99,22 +96,13 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
     hosts = tuple(h for h in spec.hosts if h.name in used_hosts)
     return Plan(name=spec.name, strategy=spec.strategy, backend=spec.backend, tasks=tasks, hosts=hosts,
                 placeholder=placement.placeholder, placement_note=placement.note, threads=shown,
-                gpus=gputext.describe(spec, tasks, placement.gpus, placement.gpu_hosts, placement.gpu_limits, why,
+                gpus=gputext.describe(spec, tasks, placement.gpus, placement.machines, placement.gpu_limits, why,
                                     placement.gpu_failures))
 
 
-def _gpu_key(spec: Spec, line: str) -> tuple:
-    """The key a GPU refusal is about: the one it names (a group's ``gpus``, ``devices.gpus``), else
-    a group's own ``gpus``, else ``devices.gpus_per_task``."""
-    named = [("tasks", t, "gpus") for t in TASK_TYPES if f"tasks.{t}.gpus" in line]
-    if named:
-        return named[0]
-    if "devices.gpus " in line or "devices.gpus)" in line or line.rstrip().endswith("devices.gpus"):
-        return ("devices", "gpus")
-    for task_type in TASK_TYPES:
-        if spec.tasks.group(task_type).gpus is not None:
-            return ("tasks", task_type, "gpus")
-    return ("devices", "gpus_per_task")
+class NoRoom(SpecError):
+    """The tasks do not fit the hosts' ``hosts[].slots``: typed, so that a run whose hosts come
+    from discovery can wait for room (launcher/app/up.py) without reading the message."""
 
 
 def _slot_problems(spec: Spec, hosts: list[str]) -> list[tuple[tuple, str]]:

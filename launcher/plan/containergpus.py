@@ -10,7 +10,10 @@ indices, ``auto`` divides them, ps and the parameter_server chief get none.
 A container with GPUs gets them as a device request (``DeviceRequests``: the task's indices,
 capability ``gpu``; the NVIDIA container runtime maps them). Inside, they are numbered from 0,
 so its CUDA_VISIBLE_DEVICES is ``0..k-1`` (the host's indices would name GPUs it does not have).
-A CPU task's container gets no request and CUDA_VISIBLE_DEVICES=-1.
+A CPU task's container gets no request and CUDA_VISIBLE_DEVICES=-1. The plan holds each
+container's env as it runs (``placement`` gives build_plan the engine's host, its cores and GPUs;
+``inside`` numbers the GPUs from 0): the backend and ``tfcluster compose`` add only the device
+request and /dev/shm (``container``).
 
 ``docker.shm_size``: the container's /dev/shm. Docker's default is 64 MB, too small for NCCL's
 shared-memory transport between GPUs; a container with GPUs gets 1 GB unless the spec says, a
@@ -20,23 +23,22 @@ CPU task's container keeps the engine's default unless the spec says.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
-from launcher.contract import envnames
 from launcher.plan import gpus as plan_gpus
+from launcher.plan.model import Placement, Slot
 from launcher.remote import gpuplace
+from launcher.spec.model import TASK_TYPES
 
 HOST = "the Docker engine's host"
 GPU_SHM = "1g"  # a GPU container's /dev/shm unless docker.shm_size says
-# What the plan may have put in a task's env for its GPUs; replaced by what this module makes.
-MADE = (envnames.GPUS, envnames.GPU_MEMORY, gpuplace.CUDA_VAR, gpuplace.ORDER_VAR, gpuplace.GROWTH_VAR)
 
 
 @dataclass(frozen=True)
 class Container:
-    """One task's container, for its GPUs: its env, device ids (host indices, or UUIDs), /dev/shm."""
+    """What one task's container is given for its GPUs besides the plan's env: the device ids to
+    request (host indices, or UUIDs) and its /dev/shm."""
 
-    env: dict
     device_ids: tuple = ()
     shm_size: Optional[str] = None
 
@@ -56,55 +58,86 @@ def asked(spec) -> bool:
     return any(plan_gpus.take_of(spec, t)[0] != 0 for t in types)
 
 
-def containers(spec, tasks: Sequence, engine_gpus: Sequence, shm_size: Optional[str], limit: Optional[str] = None
-               ) -> tuple[dict[str, Container], list[str]]:
-    """(task key -> Container, one-line problems) for the plan's ``tasks`` (PlannedTask: key,
-    type, env) on an engine host with ``engine_gpus`` (``nvidia-smi -L``'s placement units: (index,
-    name, uuid), a MIG device one unit), within ``limit`` (the launcher's CUDA_VISIBLE_DEVICES: the
-    containers get subsets of it). A container's device request names its GPUs by index, or by UUID
-    where the limit named UUIDs or they are MIG devices (the NVIDIA container runtime takes both).
-    Pure."""
-    types = [t.type for t in tasks]
+def placement(spec, engine_gpus: Optional[Sequence] = None, cores: Optional[int] = None,
+              limit: Optional[str] = None) -> Placement:
+    """A container per task, named (and dialled) like the task (``worker-0``), every one on the
+    engine's host (``HOST``): with its ``cores`` (the threads' budgets are then in the plan) and,
+    where ``engine_gpus`` is given (nvidia-smi -L's placement units there) and some task uses a
+    GPU, its GPUs within ``limit`` (the launcher's CUDA_VISIBLE_DEVICES: the containers get
+    subsets of it). Pure."""
+    slots = {f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)}
+    machines = {slot.host: HOST for slot in slots.values()}
+    out = Placement(slots, machines=machines, cores={HOST: cores} if cores else {})
+    if engine_gpus is None or not asked(spec):
+        return out
+    return replace(out, gpus={HOST: tuple(engine_gpus)}, gpu_limits={HOST: limit} if limit is not None else {})
+
+
+def task_keys(spec) -> list[tuple[str, int]]:
+    return [(t, i) for t in TASK_TYPES for i in range(spec.tasks.count(t))]
+
+
+def refused(spec, engine_gpus: Sequence, limit: Optional[str] = None) -> list[str]:
+    """The one-line problems of giving the spec's containers ``engine_gpus`` (none: they hold)."""
+    keys = [k for t, i in task_keys(spec) for k in (f"{t}:{i}",)]
     limits = {HOST: limit} if limit is not None else {}
-    task_gpus, extras, problems = plan_gpus.plan_gpus(spec, [HOST] * len(tasks), types, {HOST: tuple(engine_gpus)},
-                                                      limits)
-    out: dict[str, Container] = {}
-    off = plan_gpus.placement_off(spec)
-    for task, tg, extra in zip(tasks, task_gpus, extras):
-        env = dict(task.env)
-        if not off:
-            for name in MADE:
-                if name not in spec.env:
-                    env.pop(name, None)
-            env.update(dict(extra))
-        ids: tuple = ()
-        if not off and tg.ids:
-            ids = tuple(tg.visible.split(",")) if tg.visible else tuple(tg.ids)
-        if ids and gpuplace.CUDA_VAR not in spec.env:
-            env[gpuplace.CUDA_VAR] = ",".join(str(i) for i in range(len(ids)))  # numbered from 0 inside
-            env.pop(gpuplace.ORDER_VAR, None)
-        out[task.key] = Container(env, ids, shm_size or (GPU_SHM if ids else None))
-    return out, problems
+    _, _, problems = plan_gpus.plan_gpus(spec, [HOST] * len(keys), [k.split(":")[0] for k in keys],
+                                         {HOST: tuple(engine_gpus)}, limits)
+    return problems
 
 
-def with_engine_gpus(spec, placement):
+def inside(spec, task_gpus: Sequence, extras: Sequence[tuple[tuple[str, str], ...]]
+           ) -> list[tuple[tuple[str, str], ...]]:
+    """Each container's GPU env as it sees it: its GPUs numbered from 0 (the device request
+    gives it only its own, ``CUDA_VISIBLE_DEVICES=0..k-1``; the host's indices would name GPUs it
+    does not have) without the host's ordering. A spec env with CUDA_VISIBLE_DEVICES wins."""
+    if plan_gpus.placement_off(spec) or gpuplace.CUDA_VAR in spec.env:
+        return list(extras)
+    out = []
+    cache: dict[tuple, tuple[tuple[str, str], ...]] = {}  # a few distinct ones, shared
+    for tg, extra in zip(task_gpus, extras):
+        ids = device_ids(tg)
+        if not ids:
+            out.append(extra)
+            continue
+        env = {k: v for k, v in extra if k != gpuplace.ORDER_VAR}
+        env[gpuplace.CUDA_VAR] = ",".join(str(i) for i in range(len(ids)))
+        key = tuple(sorted(env.items()))
+        out.append(cache.setdefault(key, key))
+    return out
+
+
+def device_ids(tg) -> tuple:
+    """A task's GPUs as its container's device request names them: by UUID where its
+    CUDA_VISIBLE_DEVICES named UUIDs (a MIG device, or a limit by UUID), else by index."""
+    if not tg.ids:
+        return ()
+    return tuple(tg.visible.split(",")) if tg.visible else tuple(tg.ids)
+
+
+def container(task, shm_size: Optional[str]) -> Container:
+    """A planned task's container: its device request and /dev/shm (1 GB with GPUs unless
+    ``shm_size``, docker.shm_size, says; the engine's default for a CPU task unless it says)."""
+    ids = device_ids(task.gpus)
+    return Container(ids, shm_size or (GPU_SHM if ids else None))
+
+
+def engine_gpus(spec) -> Optional[tuple]:
+    """The engine host's GPUs (nvidia-smi -L here: the engine runs on this machine) where some
+    task uses one, else None (not asked)."""
+    return plan_gpus.local_gpus() if asked(spec) else None
+
+
+def with_engine_gpus(spec, cores: Optional[int] = None) -> Placement:
     """The containers' Placement with the engine host's GPUs (``nvidia-smi -L`` here) where they
-    hold the GPU tasks, so that the plan (``tfcluster plan``, the run record, ``status``) shows each
-    container's GPU indices; unchanged where no task uses a GPU, this machine has none, or they do
-    not suffice (the preflight then refuses in its one line, as it would have)."""
-    if not asked(spec):
-        return placement
-    found = plan_gpus.local_gpus()
-    if not found:
-        return placement
-    keys = list(placement.slots)
-    limits = launcher_limit()
-    _, _, problems = plan_gpus.plan_gpus(spec, [HOST] * len(keys), [k.split(":")[0] for k in keys], {HOST: found},
-                                         limits)
-    if problems:
-        return placement
-    return replace(placement, gpus={HOST: found}, gpu_hosts={slot.host: HOST for slot in placement.slots.values()},
-                   gpu_limits=limits)
+    hold the GPU tasks (none found: an auto task runs on CPU), so that the plan (``tfcluster plan``,
+    the run record, ``status``) shows each container's GPUs and its env is what it runs with; left
+    to the preflight where they do not suffice (it refuses in its one line, ``docker: ...``)."""
+    found = engine_gpus(spec)
+    limit = launcher_limit().get(HOST)
+    if found is None or refused(spec, found, limit):
+        return placement(spec, cores=cores)
+    return placement(spec, found, cores, limit)
 
 
 def launcher_limit() -> dict[str, str]:
@@ -126,10 +159,10 @@ def runtime_problem(url: str, explanation: str) -> Optional[str]:
             "on CPU: devices.gpus: 0")
 
 
-def describe(found: Mapping[str, Container], engine_gpus: Sequence) -> str:
-    """The start line: which container gets which of the engine host's GPUs."""
+def describe(tasks: Sequence, engine_gpus: Sequence) -> str:
+    """The start line: which container (a planned task) gets which of the engine host's GPUs."""
     if not engine_gpus:
         return f"docker: no GPU found ({HOST}: nvidia-smi -L lists none): the tasks run on CPU"
-    parts = [f"{k} gpu{'s' if len(c.device_ids) > 1 else ''} {','.join(str(i) for i in c.device_ids)}"
-             for k, c in found.items() if c.device_ids]
+    parts = [f"{t.key} gpu{'s' if len(ids) > 1 else ''} {','.join(str(i) for i in ids)}"
+             for t in tasks for ids in (device_ids(t.gpus),) if ids]
     return f"docker: {HOST} has {gpuplace.plural(len(engine_gpus))}; " + ("; ".join(parts) or "no task uses one")

@@ -24,7 +24,7 @@ from typing import AbstractSet, Callable, Mapping, Optional, Sequence, Union
 
 from launcher.plan.build import Placement, Plan, Slot, build_plan
 from launcher.errors import SpecError
-from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.plan.hostloss import SUSPECT, HostLoss, lost_phrase
 from launcher.spec.model import Spec
 
 
@@ -47,18 +47,29 @@ class PlanChange:
     def new_hosts(self) -> tuple[str, ...]:
         return tuple(sorted({new for _, new in self.moved.values()}))
 
-    def describe(self, how: Mapping[str, str]) -> str:
+    def describe(self, losses: Mapping[str, HostLoss]) -> str:
         """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
         worker:1 moved to h3 (spare)``"""
-        parts = [lost_phrase(h, how.get(h, "")) for h in self.lost]
-        parts += [f"{h} back" for h in self.back]
-        parts += [f"{key} added on {host}" for key, host in self.added.items()]
-        parts += [f"{key} moved to {new} (spare)" for key, (_, new) in sorted(self.moved.items())]
-        if self.dropped:
-            workers = sum(1 for t in self.plan.tasks if t.type == "worker")
-            parts.append(f"{', '.join(self.dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
-                         "go on (no spare host)")
-        return "; ".join(parts)
+        how = {h: loss.text for h, loss in losses.items()}
+        suspect = [h for h, loss in losses.items() if loss.suspect]
+        return describe_change(self.lost, how, self.back, self.added, {k: new for k, (_, new) in self.moved.items()},
+                               self.dropped, sum(1 for t in self.plan.tasks if t.type == "worker"), suspect)
+
+
+def describe_change(lost: Sequence[str], how: Mapping[str, str], back: Sequence[str], added: Mapping[str, str],
+                    moved: Mapping[str, str], dropped: Sequence[str], workers: int, suspect: Sequence[str] = ()) -> str:
+    """A membership change in one line (``PlanChange.describe``; a replan event's fields say the
+    same): the hosts ``lost`` (``how``: host -> how; ``suspect``: those whose loss may pass),
+    ``back``, the tasks ``added`` (key -> host), ``moved`` (key -> new host) and ``dropped``, and
+    the ``workers`` that go on."""
+    parts = [lost_phrase(h, how.get(h, ""), h in suspect) for h in lost]
+    parts += [f"{h} back" for h in back]
+    parts += [f"{key} added on {host}" for key, host in added.items()]
+    parts += [f"{key} moved to {new} (spare)" for key, new in sorted(moved.items())]
+    if dropped:
+        parts.append(f"{', '.join(dropped)} left out: {workers} worker{'s' if workers != 1 else ''} "
+                     "go on (no spare host)")
+    return "; ".join(parts)
 
 
 def suspect_how(settle: float, lost_at: Optional[float], answering: bool) -> str:

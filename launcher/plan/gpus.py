@@ -11,20 +11,21 @@ here from its place among its host's GPU tasks. Where the plan knows the host's 
 backend: ``nvidia-smi -L`` at plan time, ``Placement.gpus``), the plan holds the result
 (CUDA_VISIBLE_DEVICES, TF_FORCE_GPU_ALLOW_GROWTH, TFCLUSTER_GPU_MEMORY) and refuses what the
 host cannot give in one line naming it; elsewhere the task's env carries the request
-(``TFCLUSTER_GPUS``) and the backend completes it where the task starts (``complete``: the ssh
-task wrapper with ``--gpus``, docker from the engine's GPUs), after checking the host in its
-preflight (``host_problems``). A variable the spec's ``env:`` sets always wins; a spec ``env:``
-with CUDA_VISIBLE_DEVICES turns the placement off.
+(``TFCLUSTER_GPUS``) and the ssh task wrapper completes it where the task starts (``complete``,
+``--gpus``), after the preflight checked the host (``host_problems``); docker's containers get
+theirs in the plan (launcher/plan/containergpus.py). A variable the spec's ``env:`` sets always
+wins; a spec ``env:`` with CUDA_VISIBLE_DEVICES turns the placement off.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 from launcher.contract import envnames
+from launcher.plan.gpurefusal import Refusal, failure_line, own_key, refusal, unequal_line
 from launcher.remote import gpuplace, gpuquery
-from launcher.remote.gpuplace import CUDA_VAR, GROWTH_VAR, plural
+from launcher.remote.gpuplace import CUDA_VAR, plural
 
 # (index, name, uuid) of one GPU, as ``nvidia-smi -L`` lists it.
 Gpu = tuple[int, str, str]
@@ -129,7 +130,8 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
               limits: Mapping[str, Optional[str]] = {}, failures: Mapping[str, str] = {}, most: int = 0
               ) -> tuple[list[PlannedGpus], list[tuple[tuple[str, str], ...]], list[str]]:
     """Every task's PlannedGpus and extra env (in plan order: ``hosts[i]`` and ``types[i]`` are task
-    i's), and the one-line problems of the hosts whose GPUs are ``known`` (host -> its placement
+    i's), and the one-line problems (each a ``gpurefusal.Refusal``: its spec key typed) of the hosts
+    whose GPUs are ``known`` (host -> its placement
     units, nvidia-smi -L's; a host not in it is completed where its tasks start). ``limits``: host
     -> the CUDA_VISIBLE_DEVICES in force there (the launcher's own, locally): tasks get subsets
     of it, named as it names them. ``most``: the most GPUs an auto trainer gets (0: none said;
@@ -147,7 +149,7 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
             by_host.setdefault(host, []).append(i)
     out: list[PlannedGpus] = [NO_GPU] * n
     extras: list[tuple[tuple[str, str], ...]] = [((CUDA_VAR, "-1"),) if CUDA_VAR not in spec.env else ()] * n
-    problems: list[str] = []
+    problems: list[Refusal] = []
     cache: dict[tuple, tuple[tuple[str, str], ...]] = {}  # a few distinct extras, shared
     units = {h: gpuplace.within(known[h], limits.get(h)) for h in by_host if h in known}
     orders = {h: _auto_order(spec, types, takes, members) for h, members in by_host.items()}
@@ -186,7 +188,7 @@ def plan_gpus(spec, hosts: Sequence[str], types: Sequence[str], known: Mapping[s
         if host_problem is not None and failures.get(host) and not units[host][0]:
             problems.append(failure_line(spec, host, failures[host]))
         elif host_problem is not None:
-            problems.append(refusal(host, [(t_key(types, i), out[i]) for i in members],
+            problems.append(refusal(spec, host, [(t_key(types, i), out[i]) for i in members],
                                     [g[0] for g in units[host][0]], spec.devices.gpus, host_problem))
     return out, extras, problems
 
@@ -226,7 +228,7 @@ def _common_cap(spec, by_host, takes, orders, units, use) -> tuple[int, Optional
         return cap, None
     low = min(counts.values())
     if low == 0:
-        return cap, unequal_line(counts)
+        return cap, unequal_line(counts, own_key(spec))
     return low, None
 
 
@@ -289,16 +291,6 @@ def hosts_problem(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> Optiona
     return None
 
 
-def unequal_line(counts: Mapping[str, int]) -> str:
-    """The one line for hosts whose GPU workers would get different counts."""
-    parts = ", ".join(f"{h} {plural(k)}" for h, k in counts.items())
-    low = min(counts.values())
-    fix = (f"set devices.gpus_per_task: {low}" if low else
-           "give every GPU host a GPU, or run on CPU (devices.gpus: 0)")
-    return (f"gpus: the workers would get unequal GPU shares ({parts} each); TensorFlow needs the same count on every "
-            f"worker (ParameterServerStrategy: Mismatched number of GPUs per worker); {fix}")
-
-
 def t_key(types: Sequence[str], i: int) -> str:
     return f"{types[i]}:{sum(1 for t in types[:i] if t == types[i])}"
 
@@ -316,26 +308,10 @@ def _made_env(spec, value: str, shared: bool) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in spec.env}
 
 
-def refusal(host: str, tasks: Sequence[tuple[str, PlannedGpus]], host_ids: Sequence[int], devices_gpus,
-            problem: str) -> str:
-    """The one line for a host that cannot give its tasks their GPUs: ``vm2 has 1 GPU; 2 tasks x
-    gpus_per_task 1 need 2; ...fix``."""
-    if "need" in problem and "its GPU tasks need" in problem:
-        usable = gpuplace.usable(host_ids, gpuplace.parse_request(tasks[0][1].request)["use"]) if tasks else []
-        groups: dict[tuple[str, Union[int, str]], list[str]] = {}
-        for key, tg in tasks:
-            if tg.required:
-                groups.setdefault((tg.source, tg.take), []).append(key)
-        parts = [f"{len(keys)} task{'s' if len(keys) > 1 else ''} x {source} {take}" if len(keys) > 1
-                 else f"{keys[0]} x {source} {take}" for (source, take), keys in groups.items()]
-        total = sum(int(take) * len(keys) for (_s, take), keys in groups.items())
-        have = plural(len(usable)) + ("" if devices_gpus == "all" else " the run may use (devices.gpus)")
-        return (f"{host} has {have}; {' + '.join(parts)} need {total}; put fewer GPU tasks on it "
-                "(tasks.<type>.hosts, hosts[].slots), lower the count, or set devices.gpus_per_task: auto to share")
-    if "NCCL" in problem:
-        return (f"{host}: its {len(tasks)} GPU tasks {problem}; put fewer GPU tasks on it, give it more GPUs, or set "
-                "collective.implementation: ring")
-    return f"{host} {problem}; fix devices.gpus or the host's GPUs"
+def failure_refuses(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str]) -> bool:
+    """``host``'s nvidia-smi failed (listing none) where the plan requires GPUs: no placement mends it."""
+    return bool(failure) and not gpus and any(t.gpus.required for t in plan.tasks if t.host == host
+                                              and t.gpus.uses_gpu and t.gpus.request)
 
 
 def host_problems(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str] = None) -> list[str]:
@@ -345,7 +321,7 @@ def host_problems(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str] =
     members = [t for t in plan.tasks if t.host == host and t.gpus.uses_gpu and t.gpus.request]
     if not members:
         return []
-    if failure and not gpus and any(t.gpus.required for t in members):
+    if failure_refuses(plan, host, gpus, failure):
         key = next(f"{t.gpus.source} {t.gpus.take}" for t in members if t.gpus.required)
         return [f"{host}: GPUs asked for ({key}) but {failure}; install or load the NVIDIA driver there "
                 "(nvidia-smi -L must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the "
@@ -362,7 +338,7 @@ def host_problems(plan, host: str, gpus: Sequence[Gpu], failure: Optional[str] =
         return []
     req = gpuplace.parse_request(members[0].gpus.request)
     devices_gpus = "all" if req["use"] == "all" else req["use"]
-    return [refusal(host, [(t.key, t.gpus) for t in members], ids, devices_gpus, first)]
+    return [refusal(None, host, [(t.key, t.gpus) for t in members], ids, devices_gpus, first)]
 
 
 def complete(env: Mapping[str, str], gpus: Sequence[Gpu]) -> tuple[dict[str, str], Optional[str]]:
@@ -381,25 +357,6 @@ def local_gpus_checked(timeout: float = 10.0) -> tuple[tuple[Gpu, ...], Optional
     """(GPUs, failure): ``local_gpus`` and nvidia-smi's own words where it failed."""
     found, failure = gpuquery.host_gpus_checked(timeout)
     return tuple(found), failure
-
-
-def failure_line(spec, host: str, failure: str) -> str:
-    """The one line for GPUs asked for on a host whose nvidia-smi failed: its words and the fix."""
-    return (f"{host}: GPUs asked for ({asked_key(spec)}) but {failure}; install or load the NVIDIA driver there "
-            "(nvidia-smi -L must list the GPUs), or run on CPU: devices.gpus_per_task: auto drops the requirement, "
-            "devices.gpus: 0 every GPU")
-
-
-def asked_key(spec) -> str:
-    """The key that requires GPUs, in words (``devices.gpus_per_task 1``)."""
-    if isinstance(spec.devices.gpus_per_task, int):
-        return f"devices.gpus_per_task {spec.devices.gpus_per_task}"
-    if spec.devices.gpus not in ("all", 0):
-        return f"devices.gpus {spec.devices.gpus}"
-    for t in ("chief", "worker", "ps", "evaluator"):
-        if spec.tasks.group(t).gpus:
-            return f"tasks.{t}.gpus {spec.tasks.group(t).gpus}"
-    return "devices"
 
 
 def collective_choice(spec, types: Sequence[str], task_gpus: Sequence[PlannedGpus]) -> tuple[Optional[str], str]:

@@ -1,7 +1,8 @@
 """GPU placement in words (launcher/plan/gpus.py makes it): the ``gpus:`` line ``plan`` and
 ``up`` show (each known host's GPUs, what its GPU tasks get, which stay idle and why, the
 collective), whether ``up`` shows it and each task's GPUs, and a task's GPUs as ``status`` shows
-them, from its env in the run record or from what the machine it started on said. Pure.
+them, from its env in the run record or from what the machine it started on said; what a
+preflight found of the hosts' GPUs (``gpu_notes``). Pure.
 """
 
 from __future__ import annotations
@@ -9,17 +10,18 @@ from __future__ import annotations
 from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
-from launcher.plan.gpus import Gpu, PlannedGpus, placement_off, use_of
+from launcher.notices import HostNote, fold_hosts
+from launcher.plan.gpus import Gpu, PlannedGpus, placement_off, start_collective, use_of
 from launcher.remote import gpuplace
 from launcher.remote.gpuplace import CUDA_VAR, GROWTH_VAR, plural
 
 
-def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_hosts: Mapping[str, str] = {},
+def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], machines: Mapping[str, str] = {},
              limits: Mapping[str, Optional[str]] = {}, collective: str = "", failures: Mapping[str, str] = {}) -> str:
     """The line ``plan`` and ``up`` show for the GPUs: what each known host has, what its GPU
     tasks get and which of its GPUs stay idle and why, or that the figures are made where the tasks
-    start; then the collective ``collective_choice`` made. ``gpu_hosts``: a task host -> the
-    machine whose GPUs it uses (Placement.gpu_hosts); ``limits``: Placement.gpu_limits."""
+    start; then the collective ``collective_choice`` made. ``machines``: a task host -> the
+    machine whose GPUs it uses (Placement.machines); ``limits``: Placement.gpu_limits."""
     tail = f"; {collective}" if collective else ""
     if placement_off(spec):
         return "gpus: as the spec's env sets CUDA_VISIBLE_DEVICES" + tail
@@ -33,7 +35,7 @@ def describe(spec, tasks: Sequence, known: Mapping[str, Sequence[Gpu]], gpu_host
     unknown = False
 
     def gpu_host(t) -> str:
-        return gpu_hosts.get(t.host, t.host)
+        return machines.get(t.host, t.host)
 
     for host in dict.fromkeys(gpu_host(t) for t in users):
         if host not in known:
@@ -167,3 +169,31 @@ def visible_ids(env: Mapping[str, str]) -> Optional[list[int]]:
     except ValueError:
         return None
     return [] if any(i < 0 for i in ids) else ids
+
+
+def gpu_notes(plan, found: Mapping[str, Optional[Sequence[Gpu]]]) -> list[str]:
+    """What a preflight found of each host's GPUs (``found``: host -> its GPUs, None where not
+    asked), said once: the hosts whose GPU tasks run on CPU (no NVIDIA GPU there: one line for
+    them all, ``fold_hosts``), what each other host has for which tasks, and the collective the
+    task wrappers will pick."""
+    notes = []
+    for name, host_gpus in found.items():
+        if host_gpus is None:
+            continue
+        mine = [t for t in plan.tasks if t.host == name and t.gpus.uses_gpu]
+        if not mine:
+            continue
+        if not host_gpus:
+            notes.append(HostNote(name, f"no GPU found ({name}: nvidia-smi -L lists none): its {len(mine)} GPU task"
+                                        f"{'s run' if len(mine) > 1 else ' runs'} on CPU",
+                                  "no GPU found on {hosts}: nvidia-smi -L lists none there; their GPU tasks run on CPU"))
+        else:
+            word = "MIG device" if any(str(g[2]).startswith("MIG-") for g in host_gpus) else "GPU"
+            what = f"{len(host_gpus)} {word}{'s' if len(host_gpus) > 1 else ''} ({', '.join(sorted({g[1] for g in host_gpus}))})"
+            alone = f"{name}: {what} for {', '.join(t.key for t in mine)}"
+            notes.append(HostNote(name, alone, alone))  # (which tasks get them: a line each host)
+    out = fold_hosts(notes)
+    chosen = start_collective(plan, found)  # what the task wrappers will pick, said once
+    if chosen:
+        out.append(chosen)
+    return out

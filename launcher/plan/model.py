@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,6 +17,8 @@ from typing import IO, Any, Iterator, Mapping, Optional
 from launcher.contract import envnames
 from launcher.plan import gpus
 from launcher.plan.gpus import NO_GPU, PlannedGpus
+# The one rule of what is a secret (stdlib: a forked task's title on a host masks with it too).
+from launcher.remote.masking import MASK, is_secret, mask_argv  # noqa: F401 - re-exported
 from launcher.spec.model import Host
 
 
@@ -49,9 +50,10 @@ class Placement:
     # when it plans (local; () for none): the tasks' GPUs are then in the plan, and a host that
     # cannot give them is refused here; other hosts' are made when their tasks start.
     gpus: Mapping[str, tuple[gpus.Gpu, ...]] = field(default_factory=dict)
-    # Host name -> the machine whose GPUs its tasks share, where that is not the host itself (docker:
-    # every container uses the engine host's GPUs): the GPU arithmetic runs over that machine's tasks.
-    gpu_hosts: Mapping[str, str] = field(default_factory=dict)
+    # Host name -> the machine it is a container on (docker, compose: every container is on the
+    # engine's host): the thread and GPU arithmetic runs over that machine's tasks (``cores`` and
+    # ``gpus`` name the machine), and a container sees its GPUs numbered from 0 (a device request).
+    machines: Mapping[str, str] = field(default_factory=dict)
     # Host name -> the CUDA_VISIBLE_DEVICES in force there when the plan knows it (local: the
     # launcher's own): the GPUs its tasks may get, which they receive subsets of.
     gpu_limits: Mapping[str, str] = field(default_factory=dict)
@@ -195,7 +197,7 @@ class Plan:
     def to_json(self, secrets: bool = True) -> dict[str, Any]:
         """The documented ``plan --json`` shape: every task with its whole TF_CONFIG and env
         (O(n²) in all; ``to_compact_json`` holds the cluster once). ``secrets=False``
-        redacts secret-looking env values."""
+        redacts secret-looking env values and command arguments."""
         return {**self._head(), "tasks": list(self.iter_task_json(secrets))}
 
     def iter_task_json(self, secrets: bool = True) -> Iterator[dict[str, Any]]:
@@ -209,7 +211,7 @@ class Plan:
                 "address": t.address,
                 "port": t.port,
                 "tf_config": t.tf_config,
-                "command": list(t.command),
+                "command": list(t.command) if secrets else redact_command(t.command),
                 "env": env if secrets else redact_env(env),
             }
 
@@ -220,10 +222,9 @@ class Plan:
         whose command differs carries its own; one whose env adds to or changes the shared one
         carries those variables only (``env_extra``: e.g. its thread budget, its GPUs), one whose
         env lacks a shared variable their names (``env_drop``: e.g. a GPU task's lacks the
-        ``CUDA_VISIBLE_DEVICES=-1`` of a first task without GPU). Records before ``env_drop``
-        carried such a task's whole ``env``, which ``expand_plan_json`` still reads. Each task's TF_CONFIG is
-        ``{"cluster": cluster, "task": {"type": type, "index": index}}`` (``expand_plan_json``
-        rebuilds the full shape)."""
+        ``CUDA_VISIBLE_DEVICES=-1`` of a first task without GPU; records before ``env_drop`` carried
+        such a task's whole ``env``). Each task's TF_CONFIG is ``{"cluster": cluster, "task":
+        {"type": type, "index": index}}``: ``to_json`` is the full shape."""
         first = self.tasks[0] if self.tasks else None
         command = list(first.command) if first else []
         base = dict(first.base_env) if first else {}
@@ -233,7 +234,7 @@ class Plan:
             row: dict[str, Any] = {"type": t.type, "index": t.index, "host": t.host, "address": t.address,
                                    "port": t.port}
             if t.command != first.command:
-                row["command"] = list(t.command)
+                row["command"] = list(t.command) if secrets else redact_command(t.command)
             if t.base_env is not first.base_env and t.base_env != first.base_env:
                 if id(t.base_env) not in own_envs:
                     env = dict(t.base_env)
@@ -248,7 +249,8 @@ class Plan:
             tasks.append(row)
         cluster = self.cluster
         return {**self._head(), "format": COMPACT, "cluster": cluster.to_json() if cluster else None,
-                "command": command, "env": base if secrets else redact_env(base), "tasks": tasks}
+                "command": command if secrets else redact_command(command),
+                "env": base if secrets else redact_env(base), "tasks": tasks}
 
     def _head(self) -> dict[str, Any]:
         return {"name": self.name, "strategy": self.strategy, "backend": self.backend,
@@ -276,55 +278,12 @@ def write_full_json(plan: Plan, out: IO[str], secrets: bool = True, head: Option
 COMPACT = "compact"
 
 
-def expand_plan_json(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A plan JSON in the full shape (every task with ``tf_config``, ``command`` and ``env``),
-    from either shape: a compact one (``Plan.to_compact_json``, what records hold now) is
-    expanded, a full one (older records, ``plan --json``) comes back as it is."""
-    if COMPACT not in (data.get("format"), data.get("shape")):  # (shape: `plan --json=compact`'s own output)
-        return dict(data)
-    cluster, command, env = data.get("cluster"), data.get("command", []), data.get("env", {})
-    tasks = []
-    for row in data.get("tasks", []):
-        own = {"type": row["type"], "index": row["index"]}
-        tf_config = {"cluster": cluster, "task": own} if cluster is not None else {"task": own}
-        task_env = {**row.get("env", env), **row.get("env_extra", {}), "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
-                    envnames.TASK: f"{row['type']}:{row['index']}"}
-        for name in row.get("env_drop", ()):
-            task_env.pop(name, None)
-        tasks.append({**{k: row[k] for k in ("type", "index", "host", "address", "port") if k in row},
-                      "tf_config": tf_config, "command": row.get("command", command),
-                      "env": dict(sorted(task_env.items()))})
-    head = {k: v for k, v in data.items() if k not in ("format", "shape", "cluster", "command", "env", "tasks")}
-    return {**head, "tasks": tasks}
-
-
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Hide the values ``is_secret`` picks out (by name or by value) for display and records."""
     return {k: (MASK if is_secret(k, v) else v) for k, v in env.items()}
 
 
-MASK = "***"
-# Words that make a variable's name a secret's (a part of the name between underscores for
-# PAT, which is also in PATH; anywhere for the rest).
-_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "PRIVATE")
-_SECRET_PARTS = ("PAT", "PASS")
-# Values that are secrets whatever the variable is called: a URL carrying a password
-# (scheme://user:pw@host), the prefixes of common issued tokens, a PEM private key.
-_SECRET_VALUE = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@"
-    r"|(?<![A-Za-z0-9])(?:"
-    r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
-    r"|(?:AKIA|ASIA)[A-Z0-9]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}"
-    r"|glpat-[A-Za-z0-9_-]{20,}|AIza[A-Za-z0-9_-]{35})"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
-
-
-def is_secret(name: str, value: str = "") -> bool:
-    """Whether a variable holds a secret: its name says so (KEY, TOKEN, SECRET, PASSWORD, AUTH,
-    PRIVATE, a PAT part...) or its value looks like one (a URL with a password, a token with a
-    known issuer's prefix, a PEM private key). The one place tfcluster decides what to mask
-    (plans, records, exports); a task's own environment always has the real value."""
-    upper = name.upper()
-    if any(word in upper for word in _SECRET_WORDS) or any(part in _SECRET_PARTS for part in upper.split("_")):
-        return True
-    return bool(value) and _SECRET_VALUE.search(value) is not None
+def redact_command(argv) -> list[str]:
+    """A task's command for display and records: each secret argument masked (``mask_argv``: the
+    same words and shapes as ``is_secret``'s, in each spelling of an option)."""
+    return mask_argv(argv)

@@ -20,7 +20,7 @@ from launcher.errors import SpecError
 from launcher.plan.build import Plan
 from launcher.plan.elastic import (PlanChange, grow, on_fresh_ports, options, replace_lost, shrunk, spare_hosts,
                                    too_many_losses)
-from launcher.plan.hostloss import lost_phrase
+from launcher.plan.hostloss import HostLoss
 from launcher.spec.model import Spec
 
 MOVED = "restarting the group there from the last backup"
@@ -35,14 +35,14 @@ class HostsSeen:
     ``down``: hosts not usable until they answer for elastic.settle s without a break: lost
     (suspect) in this run (a spare among them: ``spares_lost``), absent at the start of a group
     that started small, or found by discovery. ``losses``: every host loss of the run, in order (elastic.max_host_losses).
-    ``lost``: hosts of the plan lost since it was made and not yet replanned (host -> how, a
-    host_lost event's words); ``for_good``: they are gone for good (discovery dropped them), so
+    ``lost``: hosts of the plan lost since it was made and not yet replanned (host -> its loss,
+    plan/hostloss.py); ``for_good``: they are gone for good (discovery dropped them), so
     there is no waiting for them. ``back``: hosts the latest look found answering again (no longer
     down), which a shrunk group grows onto."""
 
     down: tuple[str, ...] = ()
     losses: tuple[str, ...] = ()
-    lost: Mapping[str, str] = field(default_factory=dict)
+    lost: Mapping[str, HostLoss] = field(default_factory=dict)
     for_good: bool = False
     back: tuple[str, ...] = ()
 
@@ -132,7 +132,7 @@ def due(spec: Spec, plan: Plan, seen: HostsSeen) -> bool:
 
 def _without_lost(spec: Spec, plan: Plan, seen: HostsSeen, avoid: AbstractSet[tuple[str, int]]) -> Want:
     """``seen.lost``'s tasks onto spares, or the group shrunk; else the wait, or the end."""
-    said = "; ".join(lost_phrase(h, how) for h, how in sorted(seen.lost.items()))
+    said = "; ".join(loss.phrase() for _, loss in sorted(seen.lost.items()))
     too_many = too_many_losses(seen.losses, options(spec).max_host_losses)
     if too_many:
         return Want(Act.END, line=f"{said}; {too_many}")

@@ -7,10 +7,10 @@ the number each task gets for all three of ``TF_NUM_INTRAOP_THREADS``, ``TF_NUM_
 
 * ``auto``: the host's cores shared among the tasks on it (``shares``: floor division, the
   remainder to the first tasks, at least 1 each). Where the plan knows the cores (the local
-  backend) the plan holds the figures; elsewhere the plan gives each task its place on its host
-  (``TFCLUSTER_THREADS=I/N``) and the figures are made where the task starts (``complete``):
-  by the task wrapper on an ssh host, by the step's shell on a Slurm node (SLURM_CPUS_ON_NODE),
-  by the docker backend from the engine's CPUs.
+  backend; docker's containers, all on the engine's machine) the plan holds the figures;
+  elsewhere the plan gives each task its place on its host (``TFCLUSTER_THREADS=I/N``) and the
+  figures are made where the task starts (``complete``): by the task wrapper on an ssh host, by
+  the step's shell on a Slurm node (SLURM_CPUS_ON_NODE).
 * ``N``: every task gets N.  ``0``: nothing is set.
 
 The inter-op pool never gets fewer than ``INTEROP_MIN`` (2) threads: TensorFlow runs blocking ops

@@ -4,8 +4,8 @@ of that line), the field types (``Count``, ``Seconds``, ``JSON``) and the check 
 back against its field's type (``check_value``): ``parse_event`` (record/events.py) checks every
 line's fields with it, ``check_fields`` a record file's object (launcher.json), ``fields_conform``
 a snapshot's view. A value tfcluster never writes is ``RunRecordDamaged``, one line. The kinds'
-classes are in record/events.py (the run, its attempts and tasks) and record/hostevents.py (hosts
-and the backends' own)."""
+classes are in record/events.py (the run, its attempts and tasks), record/hostevents.py (hosts
+and the backends' own) and record/supervisorevents.py (the supervisor's own steps and verdicts)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,23 @@ class Event(Word):
     GPU_USAGE = "gpu_usage"
     TASK_GPUS = "task_gpus"
     STRAGGLER = "straggler"
+    # The supervisor's own steps and verdicts (record/supervisorevents.py).
+    ATTEMPT_ENDED = "attempt_ended"
+    STOP_REQUESTED = "stop_requested"
+    TASKS_STOPPING = "tasks_stopping"
+    GAVE_UP = "gave_up"
+    RESULTS_NOT_COLLECTED = "results_not_collected"
+    GROUP_STALLED = "group_stalled"
+    RESTART_FAILED = "restart_failed"
+    OUTPUT_LOST = "output_lost"
+    GPU_WATCH_ENDED = "gpu_watch_ended"
+    STANDBY_FAILED = "standby_failed"
+    STANDBY_NO_ROOM = "standby_no_room"
+    SMALL_START = "small_start"
+    RECONCILED = "reconciled"
+    HOSTS_AWAITED = "hosts_awaited"
+    HOSTS_ANSWER = "hosts_answer"
+    REGROUP = "regroup"
 
 
 class RunRecordDamaged(LaunchError):
@@ -179,9 +196,8 @@ _SIMPLE: dict[Any, type] = {str: str, int: int, float: float, bool: bool, Option
 def field_hints(cls: type) -> dict[str, Any]:
     got = _HINTS.get(cls)
     if got is None:
-        got = _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
-        got.pop("KIND", None)
-        got.pop("FLAT", None)
+        got = _HINTS[cls] = {name: hint for name, hint in typing.get_type_hints(cls, include_extras=True).items()
+                             if typing.get_origin(hint) is not ClassVar}  # (KIND, FLAT, a kind's own words)
     return got
 
 

@@ -48,10 +48,14 @@ utilisation that changed: launcher/supervise/gpuwatch.py, or the ssh task wrappe
 GPUs a task got where it started, as that machine numbers them, where the backend learns them only
 there: a Slurm step, the ssh task wrapper, with the MIG device or UUIDs and the collective the
 wrapper set); backends' own: state_sync, state_copy, state_fetch (ssh's
-state dir), slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped.
+state dir), slurm_submitted, slurm_running, slurm_cancelled (Slurm's allocation), standby_stopped;
+the supervisor's own steps and verdicts (record/supervisorevents.py): attempt_ended (after each
+attempt's failure, before its tasks' stopped), stop_requested, tasks_stopping, gave_up,
+results_not_collected, group_stalled, restart_failed, output_lost, gpu_watch_ended, standby_failed,
+standby_no_room, small_start, reconciled, hosts_awaited, hosts_answer, regroup.
 A new kind goes here first: its ``Event`` word (record/eventbase.py, with the base class and the
-field checks) and its class, here or, for a host's or a backend's own, in record/hostevents.py;
-``KINDS`` maps one to the other.
+field checks) and its class, here or, for a host's or a backend's own, in record/hostevents.py
+(the supervisor's own steps in record/supervisorevents.py); ``KINDS`` maps one to the other.
 """
 
 from __future__ import annotations
@@ -68,6 +72,11 @@ from launcher.record.eventbase import (  # noqa: F401 (Event, RecordEvent, RunRe
 from launcher.record.hostevents import (  # noqa: F401
     DiscoveryAnswer, GpuUsage, HostAdded, HostLost, HostPreempted, HostWait, Replan, SlurmCancelled, SlurmRunning,
     SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus)
+# The supervisor's own steps and verdicts, named here too.
+from launcher.record.supervisorevents import (  # noqa: F401
+    SUPERVISOR_KINDS, AttemptEnded, GaveUp, GpuWatchEnded, GroupStalled, HostsAnswer, HostsAwaited, OutputLost,
+    Reconciled, Regroup, RestartFailed, ResultsNotCollected, SmallStart, StandbyFailed, StandbyNoRoom, StopRequested,
+    TasksStopping)
 
 
 # ------------------------------------------------------------------ the kinds
@@ -86,6 +95,7 @@ class RunStart(RecordEvent):
     warm_standby: JSON = None  # why a warm standby is (not) used
     spares: Optional[list[str]] = None  # elastic: the spec's hosts the plan does not use
     group: Optional[dict[str, JSON]] = None  # a worker group with a min: its size, of, why (plan/elastic.py)
+    hosts: Optional[list[str]] = None  # the hosts the first plan uses, sorted
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +166,16 @@ class Failure(RecordEvent):
     # since the epoch; goodput counts from there to the stop as `hung`), and the culprit's stacks.
     hung_since: Optional[float] = None
     stack: list[str] = field(default_factory=list)
+    max_restarts: Optional[Count] = None  # restart.max_restarts (the attempt is ``attempt`` + 1 of it + 1)
+    # The hosts' sessions were lost in the attempt: the failure is the infrastructure's, and the
+    # membership's line says it (the failure is recorded, not said).
+    host_loss: bool = False
+    # What the failure's report shows of each task it names (``task`` and its consequences): its
+    # last lines, back to the TAIL-th that is not TensorFlow's known noise (the report shows the
+    # last TAIL, the noise too with -v), and for the consequences their exception lines and hint.
+    tails: dict[str, list[str]] = field(default_factory=dict)
+    peer_errors: dict[str, list[str]] = field(default_factory=dict)
+    peer_hints: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,14 +186,25 @@ class GroupRestart(RecordEvent):
     after: Optional[str] = None  # the task whose failure it follows
     reason: str = ""
     ports: Optional[dict[str, Optional[Count]]] = None  # a restart on fresh ports: each task's new port
+    restart: Optional[Count] = None  # the restarts counted against restart.max_restarts, this one included
+    max_restarts: Optional[Count] = None
+    # After the tasks saved for a preemption (restart.preemption_exit_codes): the preemptions so far,
+    # this one included, and the exit code that asked for it; not counted against max_restarts.
+    preemption: Optional[Count] = None
+    code: Optional[int] = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class TaskRestart(RecordEvent):
+    """``task`` exited (``code``) and is restarted alone while training goes on: a sidecar (the
+    evaluator) or a parameter_server worker; ``restart`` of ``max_restarts`` such restarts."""
+
     KIND: ClassVar[str] = Event.TASK_RESTART
     task: str
     code: Optional[int] = None
     restart: Optional[Count] = None
+    max_restarts: Optional[Count] = None
+    sidecar: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +294,7 @@ KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
     RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, GroupRestart, TaskRestart, Stopped,
     StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
     DiscoveryAnswer, RunOutcome, StateSyncMode, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
-    GpuUsage, TaskGpus, Straggler)}
+    GpuUsage, TaskGpus, Straggler, *SUPERVISOR_KINDS)}
 
 
 # ------------------------------------------------------------------ reading

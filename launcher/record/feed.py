@@ -36,7 +36,7 @@ from launcher.errors import exc_text
 from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, log_chunks, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from launcher.record.view import RunModel
 
-SNAPSHOT_VERSION = 3  # 3: the view holds the run fold (record/run.py) and its goodput marks; an older snapshot is replayed past
+SNAPSHOT_VERSION = 4  # 4: the view holds the final report's rows (attempts, plans); an older snapshot is replayed past
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output
 STANDBY_PREFIX = "(standby) "
 CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log
@@ -62,6 +62,9 @@ class RecordFeed:
         self._waiting: set[str] = set()  # tasks between attempts: their lines wait
         self._ended = False
         self._replayed = False
+        # Called with each event after the view applied it (``attach`` says the new ones, as the
+        # supervisor's console said them: launcher/ui/eventlines.py).
+        self.listeners: list[Callable[[RecordEvent], None]] = []
 
     @classmethod
     def resume(cls, run_dir: Path, view: Optional[RunModel] = None, clock: Callable[[], float] = time.time,
@@ -124,6 +127,8 @@ class RecordFeed:
                     self._feed(k, _next_start(later, k), waiting_too=True)
                 self._ended = True
             self.view.event(event)
+            for listener in list(self.listeners):
+                listener(event)
         for key in self._fed:
             self._feed(key, None, waiting_too=self._ended)
         self._replayed = True

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, MutableMapping, Optional, TypeVar
 
+from launcher.contract import progress
 import launcher.record.events as ev
 from launcher.record.events import RecordEvent
 from launcher.record.states import TaskPhase, TaskState
@@ -48,7 +49,9 @@ SUCCEEDED, FAILED, STOPPED, GONE = TaskState.SUCCEEDED, TaskState.FAILED, TaskSt
 LIVE = (STARTING, RUNNING)
 ENDED = (SUCCEEDED, FAILED, STOPPED, GONE)
 # Progress lines (launcher/contract/progress.py kinds) that mean the task is running training steps.
-TRAINING_KINDS = ("start", "first_step", "step", "epoch", "checkpoint", "saving", "preempted", "saved", "result")
+# The progress lines that say a task trains (launcher/contract/progress.py's kinds).
+TRAINING = (progress.StartLine, progress.FirstStepLine, progress.StepLine, progress.EpochLine, progress.CheckpointLine, progress.SavingLine,
+            progress.PreemptedLine, progress.SavedLine, progress.ResultLine)
 
 
 @dataclass
@@ -133,18 +136,18 @@ STATE_CLASSES = (*_TASK_CLASSES, ev.GroupRestart, ev.AttemptReady, ev.RunOutcome
 STATE_KINDS = tuple(cls.KIND for cls in STATE_CLASSES)
 
 
-def on_line(t: TaskLife, kind: Optional[str]) -> None:
-    """A line of ``t``'s output arrived; ``kind``: its progress kind (launcher/contract/progress.py), None
+def on_line(t: TaskLife, p: Optional[progress.Progress]) -> None:
+    """A line of ``t``'s output arrived; ``p``: its progress record (launcher/contract/progress.py), None
     for any other line."""
     if t.state == STARTING and not t.phase:
         t.phase = TaskPhase.IMPORTING
-    if kind is None or t.state in ENDED:
+    if p is None or t.state in ENDED:
         return
-    if kind in TRAINING_KINDS:
+    if isinstance(p, TRAINING):
         t.phase = TaskPhase.TRAINING
-    elif kind == "eval":
+    elif isinstance(p, progress.EvalLine):
         t.phase = TaskPhase.EVALUATING
-    elif kind == "server" and t.state == STARTING:
+    elif isinstance(p, progress.ServerLine) and t.state == STARTING:
         _enter_running(t)
 
 

@@ -51,6 +51,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from launcher.contract import progress
 from launcher.contract.progress import Progress
 import launcher.record.events as ev
 from launcher.record.events import RecordEvent
@@ -58,7 +59,7 @@ from launcher.record.run import RunFacts
 
 CATEGORIES = ("startup", "recovery", "redone", "checkpoint", "waiting", "hung", "other")
 _FAULTS = (ev.Failure, ev.HostLost, ev.HostPreempted, ev.GroupRestart)
-_STEP_KINDS = ("step", "epoch")
+_STEP_KINDS = (progress.StepLine, progress.EpochLine)
 
 
 @dataclass
@@ -148,27 +149,27 @@ class Marks:
 
     def line(self, key: str, p: Progress) -> None:
         spans = self.spans.get(key)
-        at = p.number("time")
+        at = getattr(p, "time", None)  # (the kinds that carry one: progress.py)
         if not spans:
             return
         s = spans[-1]
-        if p.kind == "start":
-            s.restored = p.integer("global_step")
+        if isinstance(p, progress.StartLine):
+            s.restored = p.global_step
         elif at is None:
             return
-        elif p.kind == "first_step":
+        elif isinstance(p, progress.FirstStepLine):
             if s.first is None:
-                s.first, s.first_step = at, p.integer("global_step")
+                s.first, s.first_step = at, p.global_step
                 s.last, s.last_step = at, s.first_step
-        elif p.kind in _STEP_KINDS:
-            self._step(s, p.integer("global_step"), at)
-        elif p.kind == "backup" and s.first is not None and s.saving_at is None:
-            s.backup_tail += max(0.0, p.number("seconds") or 0.0)
-        elif p.kind == "saving" and s.saving_at is None:
+        elif isinstance(p, _STEP_KINDS):
+            self._step(s, p.global_step, at)
+        elif isinstance(p, progress.BackupLine) and s.first is not None and s.saving_at is None:
+            s.backup_tail += max(0.0, p.seconds or 0.0)
+        elif isinstance(p, progress.SavingLine) and s.saving_at is None:
             s.saving_at = at
-        elif p.kind == "preempted":
+        elif isinstance(p, progress.PreemptedLine):
             s.saved_at = at
-            s.saved_step = p.integer("global_step")
+            s.saved_step = p.global_step
 
     def step(self, key: str, global_step: Optional[int], at: float) -> None:
         """A step line of ``key``'s (``line`` of a ``step`` line, without parsing it again)."""

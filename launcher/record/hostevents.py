@@ -15,10 +15,12 @@ from launcher.record.eventbase import JSON, Count, Event, RecordEvent, Seconds
 
 @dataclass(frozen=True, kw_only=True)
 class HostLost(RecordEvent):
-    """``suspect``: the host's session was lost or it does not answer; it is used again once it
-    answers for ``settle`` s without a break. False: gone for good (dropped from discovery's list).
-    ``spare``: the host held no task of the plan, only warm standbys (a hot spare): no training
-    was lost, nothing is replanned, and it is not chosen for a move until it answers again."""
+    """A host lost (plan/hostloss.py's ``HostLoss``): ``cause`` (its ``LossKind``'s value), ``since``
+    (when the loss began, epoch seconds) and ``how`` (its words). ``suspect``: the host's session
+    was lost or it does not answer; it is used again once it answers for ``settle`` s without a
+    break. ``spare``: the host held no task of the plan, only warm standbys (a hot spare): no
+    training was lost, nothing is replanned, and it is not chosen for a move until it answers
+    again. launcher/record/hosts.py's ``loss_of`` reads it back typed."""
 
     KIND: ClassVar[str] = Event.HOST_LOST
     host: str
@@ -27,6 +29,8 @@ class HostLost(RecordEvent):
     attempt: Optional[Count] = None
     settle: Optional[Seconds] = None
     spare: bool = False
+    cause: Optional[str] = None
+    since: Optional[float] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +46,11 @@ class Replan(RecordEvent):
     dropped: list[str] = field(default_factory=list)
     added: dict[str, str] = field(default_factory=dict)  # grow: key -> host
     tasks: Optional[list[str]] = None  # the group after it
+    hosts: Optional[list[str]] = None  # the hosts the new plan uses, sorted
+    back: list[str] = field(default_factory=list)  # grow: the hosts of ``added`` that held no task before
+    how: dict[str, str] = field(default_factory=dict)  # each lost host: how it was lost, as said
+    suspect: list[str] = field(default_factory=list)  # the lost hosts whose loss may pass (LossKind.suspect)
+    then: str = ""  # what the group does next, in words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +90,8 @@ class DiscoveryAnswer(RecordEvent):
     problem: Optional[str] = None  # (a failed answer: no added, no gone)
     added: Optional[list[str]] = None
     gone: Optional[list[str]] = None
+    kept: Optional[list[str]] = None  # a failed answer: the host list kept (the last good one)
+    settle: Optional[Seconds] = None  # elastic.settle: how long a host found must answer to be used
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,11 +11,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from launcher.plan.hostloss import lost_phrase
+from launcher.plan.hostloss import HostLoss, LossKind, lost_phrase
 from launcher.record.events import HostAdded, HostLost, RecordEvent, Replan
 from launcher.record.taskview import TaskView
 
 KINDS = (HostLost, Replan, HostAdded)  # the event classes ``apply`` folds
+
+
+def loss_of(event: HostLost) -> HostLoss:
+    """The loss a host_lost event records. An event without a cause this version knows (an older
+    tfcluster's record, a newer one's kind) is read by its ``suspect``: a loss inferred from
+    silence, else one known (preempted, or dropped from discovery's list: the words say which)."""
+    kinds = {k.value: k for k in LossKind}
+    kind = kinds.get(event.cause or "") or (LossKind.UNREACHABLE if event.suspect else LossKind.DROPPED)
+    return HostLoss(kind, event.host, event.since, event.how)
 
 
 def suspect_lines(view: Any) -> list[str]:
@@ -29,13 +38,14 @@ class HostChange:
     resumed after it: the last global step any task reached before, the first one after."""
 
     at: Optional[float]
-    lost: dict[str, str]  # host -> how it was lost
+    lost: dict[str, str]  # host -> how it was lost (its host_lost event's words)
     moved: dict[str, str]  # task key -> its new host
     dropped: list[str] = field(default_factory=list)  # tasks left out (no spare: fewer workers)
     added: dict[str, str] = field(default_factory=dict)  # grow: task key -> the host it was added on
     before: Optional[int] = None
     resumed_at: Optional[int] = None  # the lowest step a task's first start line after it gave
     resumed_by: list[str] = field(default_factory=list)  # tasks whose start line after it was seen
+    suspect: list[str] = field(default_factory=list)  # the hosts of ``lost`` whose loss was suspect
 
     @property
     def redone(self) -> Optional[int]:
@@ -47,7 +57,7 @@ class HostChange:
         """``h2: session lost at 12:01:07, host still answering; suspect until it answers for 30 s;
         worker:1 moved to h3 (spare); resumed at step 412, 0 steps redone``"""
         when = f" at {time.strftime('%H:%M:%S', time.localtime(self.at))}" if self.at else ""
-        parts = [lost_phrase(host, how, when) for host, how in self.lost.items()]
+        parts = [lost_phrase(host, how, host in self.suspect, when) for host, how in self.lost.items()]
         parts += [f"{host} back{when}" for host in dict.fromkeys(self.added.values())]
         parts += [f"{key} added on {host}" for key, host in self.added.items()]
         parts += [f"{key} moved to {host} (spare)" for key, host in sorted(self.moved.items())]
@@ -61,20 +71,21 @@ class HostChange:
 def apply(view: Any, record: RecordEvent, at: Optional[float]) -> None:
     """Fold one membership event (of a class in KINDS) into ``view`` (a RunModel; ``view._lost``:
     the host_lost events not yet replanned)."""
-    if isinstance(record, HostLost) and record.spare:  # a hot spare: no task to move, a spare no more
-        view.spares = [h for h in view.spares if h != record.host]
-        if record.suspect:
-            view.suspects[record.host] = record.settle or 0.0
-    elif isinstance(record, HostLost):
-        view._lost[record.host] = record.how
-        if record.suspect:
+    if isinstance(record, HostLost):
+        loss = loss_of(record)
+        if record.spare:  # a hot spare: no task to move, a spare no more
+            view.spares = [h for h in view.spares if h != record.host]
+        else:
+            view._lost[record.host] = loss.text
+        if loss.suspect:
             view.suspects[record.host] = record.settle or 0.0
     elif isinstance(record, Replan):
         moved = {k: str((v or {}).get("to", "")) for k, v in record.moved.items()}
         steps = [t.global_step for t in view.tasks.values() if t.global_step is not None]
         lost = {h: view._lost.pop(h, "") for h in record.lost}
         view.host_changes.append(HostChange(at=at, lost=lost, moved=moved, dropped=list(record.dropped),
-                                            added=dict(record.added), before=max(steps) if steps else None))
+                                            added=dict(record.added), before=max(steps) if steps else None,
+                                            suspect=[h for h in record.lost if h in view.suspects]))
         _resized(view, record, lost)
         if record.tasks is not None:  # a shrunk group: the rows of the tasks left out go
             view.tasks = {k: view.tasks.get(k) or TaskView(k) for k in record.tasks}

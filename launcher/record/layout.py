@@ -25,6 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher.contract import statedir
+
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.spec.model import LoadedSpec
 
@@ -84,3 +86,17 @@ def live_stacks_dir(run_dir: Path) -> Path:
 def allocation_path(run_dir: Path, backend: str) -> Path:
     """``<run>/<backend>.json``: what a backend allocated for the run (``RunRecord.allocated``)."""
     return run_dir / f"{backend}.json"
+
+
+def locations(state_dir: Path, logs_dir: Path) -> dict[str, str]:
+    """Where the final model, checkpoints and TensorBoard logs are (those that exist on this
+    machine), the state dir, and the task logs: the outcome event's ``locations``."""
+    where: dict[str, str] = {}
+    for label, name in (("final model", statedir.FINAL_MODEL), ("checkpoints", statedir.CHECKPOINTS),
+                        ("TensorBoard logs", statedir.TENSORBOARD)):
+        path = state_dir / name
+        if path.exists():
+            where[label] = str(path)
+    where["state dir"] = str(state_dir)
+    where["task logs"] = str(logs_dir)
+    return where

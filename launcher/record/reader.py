@@ -169,10 +169,18 @@ def runs_root(name_dir: Path) -> list[Path]:
 
 
 def latest_run(root: Path, name: str) -> Optional[Path]:
-    """The run ``<root>/<name>/latest`` points at (the last one started), if any."""
-    link = root / name / LATEST
-    if link.exists():
-        return link.resolve()
+    """The run ``<root>/<name>/latest`` points at (the last one started), if it is a run of that
+    folder: a ``latest`` that leads anywhere else (a symlink planted to another dir, or to a link
+    on) is not followed."""
+    name_dir = root / name
+    link = name_dir / LATEST
+    try:
+        target = link.resolve(strict=True)
+        here = name_dir.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if target.parent == here and target.is_dir() and RUN_ID_RE.fullmatch(target.name):
+        return target  # (one tfcluster made: a run of here)
     return None
 
 
@@ -180,22 +188,28 @@ def latest_run(root: Path, name: str) -> Optional[Path]:
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+def named_run(name_dir: Path, run_id: Optional[str]) -> Optional[Path]:
+    """The run dir ``--run RUN_ID`` names (a run id, never a path: NoRun otherwise) or, without
+    one, the one ``latest`` points at (``latest_run``: only a run of this folder); None if none."""
+    if not run_id:
+        return latest_run(name_dir.parent, name_dir.name)
+    if not RUN_ID_RE.fullmatch(run_id):  # (a path such as ../../x would lead out of name_dir)
+        raise NoRun(f"--run: {shown(run_id)} is not a run id (such as 20250101-120000-ab12); see `tfcluster runs`")
+    return name_dir / run_id
+
+
 def find_run(name_dir: Path, run_id: Optional[str]) -> Path:
     """The run ``run_id`` (or the latest) under ``name_dir``; LaunchError naming the fix if none."""
+    run = named_run(name_dir, run_id)
     if run_id:
-        if not RUN_ID_RE.fullmatch(run_id):  # (a path such as ../../x would lead out of name_dir)
-            raise NoRun(f"--run: {shown(run_id)} is not a run id (such as 20250101-120000-ab12); see `tfcluster runs`")
-        run = name_dir / run_id
+        assert run is not None
         if not (run / EVENTS_FILE).exists() and not (run / LAUNCHER_FILE).exists():
             known = [p.name for p in runs_root(name_dir)][-5:]
             raise NoRun(f"--run: no run {run_id} under {name_dir}"
                               + (f"; recent runs: {', '.join(known)}" if known else "; no runs there yet"))
         return run
-    link = name_dir / LATEST
-    if link.exists():
-        target = link.resolve()
-        if target.parent == name_dir.resolve() and not target.is_symlink():  # (one tfcluster made: a run of here)
-            return target
+    if run is not None:
+        return run
     runs = runs_root(name_dir)
     if runs:
         return runs[-1]

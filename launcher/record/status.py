@@ -318,7 +318,7 @@ def last_sign_of_life(run_dir: Path, last_event: Optional[float]) -> Optional[fl
         pass
     for path in paths:
         try:
-            times.append(path.stat().st_mtime)
+            times.append(path.lstat().st_mtime)  # (a link planted there: its own time, not its target's)
         except OSError:
             continue
     return max(times) if times else None

@@ -23,7 +23,8 @@ import threading
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
-from launcher.contract.progress import Progress, Throughput, parse, step_shape
+from launcher.contract import progress
+from launcher.contract.progress import Throughput, parse, step_shape
 from launcher.record import events as ev, fold, hosts
 from launcher.record.goodput import Goodput, Marks, measure
 from launcher.record.events import RecordEvent, parse_event
@@ -73,6 +74,11 @@ class RunModel:
     marks: Marks = field(default_factory=Marks, repr=False)
     # The task consistently behind the others, now (straggler events): {"task", "why"}; None: none.
     straggler: Optional[dict] = None
+    # The final report's rows: each attempt that ended (attempt_ended events: attempt, began,
+    # ended, state, task, reason), and the hosts each plan of the run used (run_start's, then
+    # each replan's).
+    attempt_ends: list[dict] = field(default_factory=list)
+    plan_hosts: list[list[str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -124,6 +130,8 @@ class RunModel:
             copied.suspects = dict(self.suspects)
             copied.host_changes = [copy.copy(c) for c in self.host_changes]
             copied.group_sizes = list(self.group_sizes)
+            copied.attempt_ends = [dict(a) for a in self.attempt_ends]
+            copied.plan_hosts = [list(h) for h in self.plan_hosts]
             copied.marks = self.marks.copy()
         copied._lock = threading.Lock()
         return copied
@@ -203,6 +211,7 @@ class RunModel:
         at = record.time
         self.run.apply(record)
         self.marks.event(record, self.run)
+        self._report_rows(record)
         if isinstance(record, ev.RunStart):
             self.name, self.strategy, self.backend = record.name, record.strategy, record.backend
             self.run_id, self.run_dir = record.run_id, record.run_dir
@@ -247,115 +256,125 @@ class RunModel:
                 t.gpus = tuple(record.gpus)
                 t.gpus_visible, t.collective = record.visible, record.collective
 
+    def _report_rows(self, record: RecordEvent) -> None:
+        if isinstance(record, (ev.RunStart, ev.Replan)) and record.hosts is not None:
+            self.plan_hosts.append(list(record.hosts))
+        elif isinstance(record, ev.AttemptEnded) and record.began is not None and record.ended is not None:
+            self.attempt_ends.append({"attempt": record.attempt, "began": record.began, "ended": record.ended,
+                                      "state": record.state, "task": record.task, "reason": record.reason})
+
     def _line(self, key: str, text: str, now: float) -> None:
         t = self.task(key)
         t.last_line_at = now
         if text.strip():
             t.last_line = text.strip()[:200]
         p = parse(text)
-        fold.on_line(t, p.kind if p is not None else None)
+        fold.on_line(t, p)
         if p is None:
             return
         self.marks.line(key, p)
-        if p.kind in ("step", "epoch", "result", "eval"):
-            loss, accuracy = p.number("loss"), p.number("accuracy")
-            if loss is not None:
-                t.loss = loss
-            if accuracy is not None and 0.0 <= accuracy <= 1.0:
-                t.accuracy = accuracy
-        handler = getattr(self, f"_on_{p.kind}", None)
+        if isinstance(p, (progress.StepLine, progress.EpochLine, progress.ResultLine, progress.EvalLine)):
+            if p.loss is not None:
+                t.loss = p.loss
+            if p.accuracy is not None and 0.0 <= p.accuracy <= 1.0:
+                t.accuracy = p.accuracy
+        handler = _HANDLERS.get(type(p))
         if handler is not None:
-            handler(t, p, now)
+            handler(self, t, p, now)
 
-    def _on_start(self, t: TaskView, p: Progress, now: float) -> None:
-        t.epochs = p.integer("epochs") or t.epochs
-        t.steps_per_epoch = p.integer("steps_per_epoch") or t.steps_per_epoch
-        self._position(t, p)
+    def _on_start(self, t: TaskView, p: progress.StartLine, now: float) -> None:
+        t.epochs = p.epochs or t.epochs
+        t.steps_per_epoch = p.steps_per_epoch or t.steps_per_epoch
+        self._position(t, p.epoch, p.step, p.global_step)
         t.start_global_step = t.global_step
         hosts.resumed(self, t)
-        batch = p.integer("global_batch")
-        t.throughput = Throughput(batch) if batch else None
+        t.throughput = Throughput(p.global_batch) if p.global_batch else None
 
-    def _on_step(self, t: TaskView, p: Progress, now: float) -> None:
-        self._position(t, p)
+    def _on_step(self, t: TaskView, p: progress.StepLine, now: float) -> None:
+        self._stepped(t, p.epoch, p.step, p.global_step, p.time, now)
+
+    def _on_first_step(self, t: TaskView, p: progress.FirstStepLine, now: float) -> None:
+        """Its ``step`` is the index of the step that just ended (the others count steps done)."""
+        self._stepped(t, p.epoch, p.step + 1 if p.step is not None else None, p.global_step, p.time, now)
+
+    def _stepped(self, t: TaskView, epoch: Optional[int], step: Optional[int], global_step: Optional[int],
+                 at: Optional[float], now: float) -> None:
+        self._position(t, epoch, step, global_step)
         if t.throughput is not None and t.global_step is not None:
-            t.throughput.mark(t.global_step, p.number("time") or now)
+            t.throughput.mark(t.global_step, at or now)
             rate = t.throughput.rate()
             if rate > 0:
                 t.examples_per_sec = rate
 
-    def _on_first_step(self, t: TaskView, p: Progress, now: float) -> None:
-        """Its ``step`` is the index of the step that just ended (the others count steps done)."""
-        step = p.integer("step")
-        if step is not None:
-            p = Progress(p.kind, {**p.fields, "step": str(step + 1)})
-        self._on_step(t, p, now)
-
-    def _on_preempted(self, t: TaskView, p: Progress, now: float) -> None:
+    def _on_preempted(self, t: TaskView, p: progress.PreemptedLine, now: float) -> None:
         """It saved at ``global_step`` on a stop request."""
-        if p.integer("global_step") is not None:
-            t.global_step = p.integer("global_step")
+        if p.global_step is not None:
+            t.global_step = p.global_step
 
-    def _on_epoch(self, t: TaskView, p: Progress, now: float) -> None:
-        done = p.integer("epoch")
-        if done is not None:
-            t.epoch = done
+    def _on_epoch(self, t: TaskView, p: progress.EpochLine, now: float) -> None:
+        if p.epoch is not None:
+            t.epoch = p.epoch
             if t.steps_per_epoch:
                 t.step = t.steps_per_epoch
-        if p.integer("global_step") is not None:
-            t.global_step = p.integer("global_step")
+        if p.global_step is not None:
+            t.global_step = p.global_step
             if t.throughput is not None:
-                t.throughput.mark(t.global_step, p.number("time") or now)
+                t.throughput.mark(t.global_step, p.time or now)
                 t.examples_per_sec = t.throughput.rate() or t.examples_per_sec
-        t.epoch_loss = p.number("loss")
-        t.epoch_accuracy = p.number("accuracy")
+        t.epoch_loss = p.loss
+        t.epoch_accuracy = p.accuracy
 
-    def _on_result(self, t: TaskView, p: Progress, now: float) -> None:
+    def _on_result(self, t: TaskView, p: progress.ResultLine, now: float) -> None:
         t.has_result = True
-        if p.integer("steps_run") is not None:
-            t.steps_run = p.integer("steps_run")
-        if p.integer("global_step") is not None:
-            t.global_step = p.integer("global_step")
-        if p.number("examples_per_sec") is not None:
-            t.examples_per_sec = p.number("examples_per_sec")
-        t.final_loss = p.number("loss")
-        t.final_accuracy = p.number("accuracy")
+        if p.steps_run is not None:
+            t.steps_run = p.steps_run
+        if p.global_step is not None:
+            t.global_step = p.global_step
+        if p.examples_per_sec is not None:
+            t.examples_per_sec = p.examples_per_sec
+        t.final_loss = p.loss
+        t.final_accuracy = p.accuracy
 
-    def _on_eval(self, t: TaskView, p: Progress, now: float) -> None:
-        t.last_checkpoint = p.get("checkpoint", t.last_checkpoint) or ""
-        if p.integer("global_step") is not None:
-            t.global_step = p.integer("global_step")
-        t.final_loss = p.number("loss")
-        t.final_accuracy = p.number("accuracy")
+    def _on_eval(self, t: TaskView, p: progress.EvalLine, now: float) -> None:
+        t.last_checkpoint = (p.checkpoint if p.checkpoint is not None else t.last_checkpoint) or ""
+        if p.global_step is not None:
+            t.global_step = p.global_step
+        t.final_loss = p.loss
+        t.final_accuracy = p.accuracy
 
-    def _on_worker_lost(self, t: TaskView, p: Progress, now: float) -> None:
+    def _on_worker_lost(self, t: TaskView, p: progress.WorkerLostLine, now: float) -> None:
         self.workers_lost += 1
-        lost = p.get("task")
-        if lost:
-            self.task(lost).lost = True
+        if p.task:
+            self.task(p.task).lost = True
 
-    def _on_worker_recovered(self, t: TaskView, p: Progress, now: float) -> None:
+    def _on_worker_recovered(self, t: TaskView, p: progress.WorkerRecoveredLine, now: float) -> None:
         self.workers_recovered += 1
-        back = p.get("task")
-        if back:
-            self.task(back).lost = False
+        if p.task:
+            self.task(p.task).lost = False
 
-    def _on_ps_lost(self, t: TaskView, p: Progress, now: float) -> None:
+    def _on_ps_lost(self, t: TaskView, p: progress.PsLostLine, now: float) -> None:
         self.ps_lost += 1
-        lost = p.get("task")
-        if lost:
-            self.task(lost).lost = True
+        if p.task:
+            self.task(p.task).lost = True
 
     @staticmethod
-    def _position(t: TaskView, p: Progress) -> None:
+    def _position(t: TaskView, epoch: Optional[int], step: Optional[int], global_step: Optional[int]) -> None:
         """Step lines carry the 0-based epoch in progress and the steps done in it."""
-        epoch, step, global_step = p.integer("epoch"), p.integer("step"), p.integer("global_step")
         if epoch is not None:
             t.epoch = epoch + 1
         if step is not None:
             t.step = step
         if global_step is not None:
             t.global_step = global_step
+
+
+# What each kind of progress line does to the view (a kind without a handler: its loss and
+# accuracy above, its phase in fold.on_line).
+_HANDLERS = {progress.StartLine: RunModel._on_start, progress.StepLine: RunModel._on_step,
+             progress.FirstStepLine: RunModel._on_first_step, progress.PreemptedLine: RunModel._on_preempted,
+             progress.EpochLine: RunModel._on_epoch, progress.ResultLine: RunModel._on_result,
+             progress.EvalLine: RunModel._on_eval, progress.WorkerLostLine: RunModel._on_worker_lost,
+             progress.WorkerRecoveredLine: RunModel._on_worker_recovered, progress.PsLostLine: RunModel._on_ps_lost}
 
 
 def _int(value: Any) -> Optional[int]:

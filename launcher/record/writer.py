@@ -2,7 +2,7 @@
 
 Layout under ``<spec dir>/<run_dir>/<name>/`` (the names: launcher/record/layout.py)::
 
-    <run id>/plan.json        the plan as executed (the first one; the cluster once: plan.expand_plan_json)
+    <run id>/plan.json        the plan as executed (the first one; the cluster once: Plan.to_compact_json)
     <run id>/plan-2.json ...  later plans, after hosts were lost (launcher/plan/elastic.py)
     <run id>/events.jsonl     one JSON object per start, exit, failure, restart and the outcome
     <run id>/logs/<type>-<index>.log   each task's output, all attempts
@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 
 from launcher.bounded import escape
 from launcher.errors import LaunchError
-from launcher.remote.pathtrust import SAFE_FIX, unsafe
+from launcher.remote.pathtrust import SAFE_FIX, resolved, unsafe
 from launcher.safefile import file_mode_in, make_dir, open_append, share_modes, write_whole
 from launcher.plan.build import Plan
 from launcher.system.procinfo import cmdline, start_time
@@ -53,6 +53,11 @@ class RunRecord:
         self.dir_mode, self.file_mode = share_modes(share)
         self._leaf_owner: Optional[int] = None  # (trust_owner)
         self.run_id = run_id or new_run_id()
+        # The runs dir as given is what is judged (every dir the kernel passes on the way: a `..`
+        # after a symlink goes up from where it leads); where the kernel took it is what is used
+        # (tempfile and abspath would take a `..` as text: pathtrust.resolved).
+        self._given = (root / plan.name / self.run_id, state_dir(root, plan.name))
+        root = Path(resolved(root))
         self.name_dir = root / plan.name
         self.dir = self.name_dir / self.run_id
         self.state_dir = state_dir(root, plan.name)
@@ -69,8 +74,11 @@ class RunRecord:
         self.allocation: dict[str, Any] = {}
         self.on_problem = on_problem or _to_stderr
         self.problems: dict[str, str] = {}  # what (a log, events.jsonl, launcher.json) -> why, once each
-        # Called with every event as written (the live view and the final report follow the run).
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        # Called with every event as written (the live view follows the run; the console says it:
+        # launcher/ui/eventlines.py), and with every task line written for the console (the
+        # lines output.log holds: ``log_line``), in the order written.
+        self.listeners: list[Callable[[RecordEvent], None]] = []
+        self.line_listeners: list[Callable[[str, str], None]] = []
         self.launcher_info: dict[str, Any] = {}  # more for launcher.json (e.g. detached: true)
         self._cmdline = cmdline(os.getpid())
 
@@ -110,7 +118,7 @@ class RunRecord:
         self._leaf_owner = uid
 
     def _check_dirs(self) -> None:
-        for path in (self.dir, self.state_dir):
+        for path in (*self._given, self.dir, self.state_dir):
             problem = unsafe(path, leaf_owner=self._leaf_owner)
             if problem:
                 raise LaunchError(f"run_dir: {escape(problem)}; fix: {SAFE_FIX}", keys=(("run_dir",),))
@@ -145,7 +153,7 @@ class RunRecord:
 
     def _write_plan(self, name: str = PLAN_FILE) -> None:
         """The plan in the compact shape (``Plan.to_compact_json``: the cluster and the shared env
-        once, O(n) in the tasks; ``plan.expand_plan_json`` gives the full one), secrets redacted."""
+        once, O(n) in the tasks; ``tfcluster plan --json`` prints the full one), secrets redacted."""
         plan_json = self.plan.to_compact_json(secrets=False)
         write_atomic(self.dir / name, json.dumps(plan_json, indent=2) + "\n", self.file_mode)
 
@@ -178,9 +186,7 @@ class RunRecord:
             try:
                 listener(event)
             except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
-                self.listeners.remove(listener)
-                self.on_problem(f"the live view stopped following the run ({type(exc).__name__}: {exc}); "
-                                "the run goes on")
+                self._drop_listener(self.listeners, listener, exc)
         with self._lock:
             if self._events is None:
                 if self._early is not None and early:
@@ -193,6 +199,13 @@ class RunRecord:
                 self._problem(EVENTS_FILE, self.dir / EVENTS_FILE, exc,
                               f"events from {event.kind!r} on are missing from it")
 
+    def _drop_listener(self, listeners: list, listener: Callable, exc: Exception) -> None:
+        try:
+            listeners.remove(listener)
+        except ValueError:
+            return  # (another thread dropped it first)
+        self.on_problem(f"the live view stopped following the run ({type(exc).__name__}: {exc}); the run goes on")
+
     def write_early(self, event: RecordEvent) -> None:
         """``write``, and where the record does not exist yet (the preflight's wait for hosts
         below tasks.worker.min), kept to be its first lines once ``create`` makes it."""
@@ -200,9 +213,18 @@ class RunRecord:
 
     def log_line(self, key: str, line: str, console: bool = True) -> None:
         """Append one line to ``key``'s log and, ``console``, to output.log (what ``attach`` and
-        ``logs`` without a task show of a run: its console's lines). Never raises: the caller is the
-        thread that drains the task's output, and if it stopped, the task would block writing to a
-        full pipe."""
+        ``logs`` without a task show of a run: its console's lines) and hand it to the line
+        listeners (the console). Never raises: the caller is the thread that drains the task's
+        output, and if it stopped, the task would block writing to a full pipe."""
+        self._log_line(key, line, console)
+        if console:
+            for listener in list(self.line_listeners):
+                try:
+                    listener(key, line)
+                except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
+                    self._drop_listener(self.line_listeners, listener, exc)
+
+    def _log_line(self, key: str, line: str, console: bool) -> None:
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
         with self._lock:
             if console:

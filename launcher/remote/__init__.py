@@ -11,6 +11,7 @@ launcher itself (it imports at most their constants).
 * taskenv.py, what the wrapper sets in its task's environment from its host (threads, GPUs) and
   its GPU watch; gcewatch.py, its watch of GCE's preemption notice;
   promotion.py, a standby's promoted environment (zygoteask.py's, and the standby stub's text);
+  masking.py, what a secret is (the plan's text and records, and a forked task's title, mask with it);
 * zygote.py, a host's fork server (zygotechild.py: its child's side): the wrapper asks it for its
   task (``--zygote``, zygoteask.py), the local backend starts one per run that keeps standbys
   (launcher/backends/zygotes.py);
@@ -31,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 # copies them (with jobsetpod.py) into /usr/local/lib/tfcluster/; local and slurm run the wrapper
 # here, beside them. tests/unit/remote/test_shipped.py checks the list against their imports.
 TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py", "zygoteask.py", "zygotechild.py",
-              "gcewatch.py", "promotion.py")
+              "gcewatch.py", "promotion.py", "masking.py")
 
 
 def task_files() -> dict[str, str]:

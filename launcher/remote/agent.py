@@ -51,7 +51,7 @@ import threading
 import time
 
 if "unsafe" not in globals():  # imported as launcher's module (tests); on a host its text came first
-    from launcher.remote.pathtrust import unsafe  # noqa: F401
+    from launcher.remote.pathtrust import absolute, resolved, unsafe  # noqa: F401
 if "port_holders" not in globals():  # (likewise: launcher/contract/portcheck.py's text)
     from launcher.contract.portcheck import port_holders  # noqa: F401
 
@@ -167,15 +167,15 @@ def _prepare(req):
     reply = {"python": "%d.%d.%d" % sys.version_info[:3], "hostname": socket.gethostname(),
              "home": os.path.expanduser("~"), "error": None}
     wd = req.get("workdir")
-    reply["workdir"] = os.path.abspath(wd) if wd and os.path.isdir(wd) else None
+    reply["workdir"] = absolute(wd) if wd and os.path.isdir(wd) else None  # (`..` kept: as the kernel goes)
     reply["unsafe"] = None
     dir_mode, file_mode = (0o750, 0o640) if req.get("share") == "group" else (0o700, 0o600)
     try:
-        run_dir = os.path.abspath(req["run_dir"])
+        run_dir = absolute(req["run_dir"])
         state_dir = req["state_dir"]
         local_state = "://" not in state_dir  # a gs:// state dir is the task's business, not a local path
         if local_state:
-            state_dir = os.path.abspath(state_dir)
+            state_dir = absolute(state_dir)
         dirs = [("run_dir", run_dir)] + ([("state_dir", state_dir)] if local_state else []) \
             + ([("workdir", reply["workdir"])] if reply["workdir"] else [])
         reply["unsafe"] = _unsafe_dirs(dirs)  # before anything is made: nothing in another user's dir
@@ -187,6 +187,10 @@ def _prepare(req):
                 os.chmod(state_dir, dir_mode)
             reply["unsafe"] = _unsafe_dirs(dirs)  # and the dirs just made (a race in a sticky dir)
         if reply["unsafe"] is None:
+            # Where the kernel took them (checked on the way there): what runs from the run dir
+            # later makes its path absolute as text, and must find the same dir.
+            run_dir, state_dir = resolved(run_dir), resolved(state_dir) if local_state else state_dir
+            reply["workdir"] = resolved(reply["workdir"]) if reply["workdir"] else None
             for name, text in (req.get("files") or {}).items():
                 _write(os.path.join(run_dir, name), text, file_mode)
             reply["run_dir"], reply["state_dir"] = run_dir, state_dir

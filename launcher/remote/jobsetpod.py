@@ -2,7 +2,7 @@
 """Give a JobSet pod its TF_CONFIG, then become its entrypoint (``tfcluster export --to jobset``).
 
 Standalone and stdlib-only: the worker image has it as /usr/local/lib/tfcluster/jobsetpod.py
-(launcher/image/Dockerfile), and every container of an exported JobSet runs::
+(docker/Dockerfile), and every container of an exported JobSet runs::
 
     python /usr/local/lib/tfcluster/jobsetpod.py --layout JSON --type TYPE [--task-var NAME] -- ARGV...
 

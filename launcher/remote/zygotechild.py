@@ -8,6 +8,11 @@ import select
 import signal
 import sys
 
+try:
+    import masking  # shipped beside this file (launcher.remote.TASK_FILES): a title shows no secret
+except ImportError:  # (imported as launcher's module)
+    from launcher.remote import masking
+
 # Frames of these files are left out of a task's traceback (a cold start has none of them).
 _OURS = {os.path.abspath(__file__), os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")}
 
@@ -52,7 +57,8 @@ def show_argv(argv: list) -> None:
     (``ps``, ``top``, ``pgrep -f train.py``) shows the task, not the zygote. A NUL ends the title
     and the block's last byte is not NUL, which is how the kernel knows to read the title up to its
     NUL. A word over _TITLE_WORD characters is cut (with "..."), control characters become spaces,
-    and a title longer than the block is cut to it. Nothing where /proc does not say the block."""
+    and a title longer than the block is cut to it; a secret argument shows as ``***``
+    (masking.py: every local user reads /proc/PID/cmdline). Nothing where /proc does not say the block."""
     import ctypes
 
     try:
@@ -64,7 +70,7 @@ def show_argv(argv: list) -> None:
     room = end - start
     if room < 4:
         return
-    words = [w if len(w) <= _TITLE_WORD else w[:60] + "..." for w in map(str, argv)]
+    words = [w if len(w) <= _TITLE_WORD else w[:60] + "..." for w in masking.mask_argv(argv)]
     title = "".join(c if c >= " " and c != "\x7f" else " " for c in " ".join(words))
     data = title.encode("utf-8", "surrogateescape")[:room - 2]
     ctypes.memmove(start, data + b"\0" + b" " * (room - len(data) - 1), room)

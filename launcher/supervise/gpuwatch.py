@@ -54,12 +54,12 @@ def group_members(pgids: Mapping[str, int]) -> dict[str, set[int]]:
 
 class GpuWatch:
     """The sampling thread. ``groups()``: {task: its process group id} now; ``gpu_ids``: each GPU
-    task's GPU indices; ``on_sample(figures)`` gets each changed sample; ``on_give_up(text)``
-    once if nvidia-smi stops answering."""
+    task's GPU indices; ``on_sample(figures)`` gets each changed sample; ``on_give_up(misses,
+    timeout)`` once if nvidia-smi stops answering (that many times in a row, each within ``timeout`` s)."""
 
     def __init__(self, groups: Callable[[], Mapping[str, int]], gpu_ids: Mapping[str, Sequence[int]],
                  on_sample: Callable[[dict[str, tuple[int, Optional[int]]]], None],
-                 on_give_up: Callable[[str], None] = lambda text: None, every: float = 5.0,
+                 on_give_up: Callable[[int, float], None] = lambda misses, timeout: None, every: float = 5.0,
                  timeout: float = 5.0, sampler: Callable[[float], Optional[tuple]] = query) -> None:
         self.groups, self.gpu_ids, self.on_sample, self.on_give_up = groups, dict(gpu_ids), on_sample, on_give_up
         self.every, self.timeout, self.sampler = every, timeout, sampler
@@ -99,8 +99,7 @@ class GpuWatch:
             except OSError:
                 misses += 1
                 if misses >= 3:
-                    self.on_give_up(f"nvidia-smi did not answer {misses} times in a row (timeout {self.timeout:g} s); "
-                                    "no more GPU figures for this run")
+                    self.on_give_up(misses, self.timeout)
                     return
             except Exception:  # noqa: BLE001 - a watch must never take the supervisor down
                 return

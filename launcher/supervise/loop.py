@@ -13,6 +13,10 @@ standby wiring (prewarm.py: when and where the next attempt's standbys start), t
 (membership.py: elastic runs' host changes and the plan in use) and the standbys (standby.py);
 blame.py says who failed an attempt. The parts call nothing of the supervisor's: what it acts on
 comes back as their answers (an attempt over, ``AllReady``, the membership's ``Ended``).
+
+The supervisor prints nothing: what it does and decides is written to the record as events
+(launcher/record/events.py), and the app makes the console a listener on the record
+(launcher/app/up.py), which says them (launcher/ui/eventlines.py) as ``attach`` does later.
 """
 
 from __future__ import annotations
@@ -37,11 +41,11 @@ from launcher.supervise.membership import Ended, HostsGiven, Membership, Moved
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.output import TaskOutput
 from launcher.supervise.phases import AllReady, AttemptPhases, AttemptWatch
-from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
+from launcher.supervise.policy import (FAILED, SUCCEEDED, Attempt, backoff_delay, preempted, retry_decision,
+                                      too_many_preemptions)
 from launcher.supervise.prewarm import Prewarm
 from launcher.supervise.standby import WarmStandby, decide as standby_decision
 from launcher.supervise.starts import Starter
-from launcher.ui.console import Console
 
 INTERRUPTED = AttemptState.INTERRUPTED
 # Seconds, all tasks together, that the end of an attempt waits for output its readers still hold.
@@ -59,7 +63,6 @@ class Supervisor:
         plan: Plan,
         backend: Backend,
         record: RunRecord,
-        console: Console,
         restart: Restart,
         watchdog: Watchdog,
         stop_event: Optional[threading.Event] = None,
@@ -71,7 +74,6 @@ class Supervisor:
         discovery runs, and the hosts a worker group with a min started without, and why)."""
         self.backend = backend
         self.record = record
-        self.console = console
         self.restart = restart
         self.watchdog = watchdog
         self.stop_event = stop_event or threading.Event()
@@ -82,7 +84,7 @@ class Supervisor:
         self.view = RunModel()
         record.listeners.append(self.view.event)
         # What every part reads (context.py), built once.
-        ctx = RunContext(record=record, console=console, view=self.view, backend=backend, restart=restart,
+        ctx = RunContext(record=record, view=self.view, backend=backend, restart=restart,
                          watchdog=watchdog, clock=clock, poll_interval=poll_interval, stop_event=self.stop_event,
                          hurry_event=self.hurry_event)
         # Elastic host membership (lost hosts, hosts back, discovery) and the plan in use.
@@ -95,14 +97,12 @@ class Supervisor:
         # Warm standby: the next attempt's processes, started early, waiting for SIGUSR1.
         self.standby = WarmStandby(ctx, self.output)
         standby_on, self.standby_why = standby_decision(
-            restart, [t.command for t in plan.tasks], backend.capabilities.warm_standby, backend.name,
+            restart, [t.command for t in plan.tasks], backend.capabilities, backend.name,
             elastic=self.members.elastic,
             refused=(backend.hosts.standby_off(given.spec) if given.spec is not None
                      and backend.capabilities.warm_standby else None))
         # The tasks' starts: promoted or cold, recorded (starts.py).
-        # The host's zygote (local) forks the tasks that use TensorFlow unless warm_standby is false.
-        self.starter = Starter(ctx, self.group, self.members, self.standby, self.output,
-                               zygote=standby_on or restart.warm_standby is not False)
+        self.starter = Starter(ctx, self.group, self.members, self.standby, self.output)
         # A failed attempt's report, the run's outcome and final report (outcome.py).
         self.report = Reporter(ctx, self.group, self.members, self.standby, self.attempts)
         # When and where the next attempt's standbys start (prewarm.py).
@@ -128,21 +128,21 @@ class Supervisor:
                                       backend=self.plan.backend, tasks=list(self.plan.keys),
                                       run_dir=str(self.record.dir), max_restarts=self.restart.max_restarts,
                                       warm_standby=self.standby_why, spares=elastic.get("spares"),
-                                      group=elastic.get("group")))
+                                      group=elastic.get("group"), hosts=sorted({t.host for t in self.plan.tasks})))
         snapshots = SnapshotWriter(self.record.dir).start()  # status and attach replay from its last
         gpu_watch = self._gpu_watch()
         self.members.start()
         try:
             number = 0  # attempts so far - 1 (TFCLUSTER_RESTART_COUNT)
             failures = 0  # failed attempts that count against restart.max_restarts
+            preemptions = 0  # attempts whose tasks saved for a preemption (restart.preemption_exit_codes)
             while True:
                 attempt = self._run_attempt(number)
                 if attempt.state == SUCCEEDED:
                     try:
                         self.backend.tasks.collect_results()
                     except LaunchError as exc:
-                        for line in exc.lines:
-                            self.console.error(line)
+                        self.record.write(ev.ResultsNotCollected(problems=list(exc.lines)))
                         return self._finish(Outcome.FAILED, reason="; ".join(exc.lines))
                     return self._finish(Outcome.SUCCEEDED)
                 if attempt.state == INTERRUPTED:
@@ -162,27 +162,29 @@ class Supervisor:
                     if moved is Moved.RESTART:
                         number += 1  # a host loss is the infrastructure's, not a failure of the training
                         continue
+                if preempted(failure, self.restart.preemption_exit_codes):
+                    preemptions += 1  # its tasks saved and asked for a restart: not a failure of the training
+                    if preemptions > self.restart.max_preemptions:
+                        why = too_many_preemptions(preemptions, self.restart.max_preemptions)
+                        self.record.write(ev.GaveUp(reason=why))
+                        return self._finish(Outcome.FAILED, reason=why)
+                    number += 1
+                    if self._restart_group(number, failure, 0.0, preemption=preemptions):
+                        return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)
+                    continue
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
-                    if not failure.final:  # a final failure's own line already said it all
-                        self.console.error(f"{failure.key}: {why}")
+                    self.record.write(ev.GaveUp(task=failure.key, reason=why, final=failure.final))
                     return self._finish(Outcome.FAILED, reason=why)
                 if failures >= self.restart.max_restarts:
                     why = (f"gave up after {number + 1} attempt(s): restart.max_restarts is "
                            f"{self.restart.max_restarts}; raise it to retry more")
-                    self.console.error(why)
+                    self.record.write(ev.GaveUp(reason=why))
                     return self._finish(Outcome.FAILED, reason=why)
                 number += 1
                 failures += 1
                 delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
-                fresh = self.members.restart_on_fresh_ports(number)  # (slurm: the old steps leave their nodes late)
-                self.console.info(
-                    f"restarting the whole group (restart {failures} of {self.restart.max_restarts})"
-                    + (f" {fresh}" if fresh else "") + (f" in {delay:.1f} s" if delay else "")
-                )
-                self.record.write(ev.GroupRestart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
-                                             ports={t.key: t.port for t in self.plan.tasks} if fresh else None))
-                if delay and self.stop_event.wait(delay):
+                if self._restart_group(number, failure, delay, restart=failures):
                     return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
             self.members.close()
@@ -192,6 +194,18 @@ class Supervisor:
             if gpu_watch is not None:
                 gpu_watch.close()
             snapshots.close()  # the last one: the record as it ends
+
+    def _restart_group(self, number: int, failure, delay: float, restart: Optional[int] = None,
+                       preemption: Optional[int] = None) -> bool:
+        """Record the whole group's restart as attempt ``number`` after ``delay`` s: the ``restart``-th
+        counted against restart.max_restarts, or the ``preemption``-th after the tasks saved for a
+        preemption (not counted); True when a stop came during the delay."""
+        fresh = self.members.restart_on_fresh_ports(number)  # (slurm: the old steps leave their nodes late)
+        self.record.write(ev.GroupRestart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
+                                          ports={t.key: t.port for t in self.plan.tasks} if fresh else None,
+                                          restart=restart, max_restarts=self.restart.max_restarts if restart else None,
+                                          preemption=preemption, code=failure.code if preemption else None))
+        return bool(delay) and self.stop_event.wait(delay)
 
     def interrupt(self) -> None:
         """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""
@@ -238,6 +252,10 @@ class Supervisor:
             return attempt
         finally:
             attempt.ended = time.time()
+            failure = attempt.failure
+            self.record.write(ev.AttemptEnded(attempt=number, began=attempt.started, ended=attempt.ended,
+                                              state=attempt.state, task=failure.key if failure else None,
+                                              reason=failure.reason if failure else ""))
             if attempt.state == FAILED and self.members.elastic:
                 self.phases.sessions_lost(attempt)
                 self.prewarm.watch_spares(attempt)  # a spare lost meanwhile is no place for a move
@@ -310,30 +328,33 @@ class Supervisor:
         if not self.stop_event.is_set():
             return False
         attempt.state = INTERRUPTED
-        self.console.info("stopping every task (Ctrl-C again to kill at once)")
+        self.record.write(ev.StopRequested(reason=self.stop_reason))
         return True
 
     # -------------------------------------------------------------- the tasks: stop
 
     def _gpu_watch(self) -> Optional[GpuWatch]:
         """Each GPU task's memory and utilisation from nvidia-smi (launcher/supervise/gpuwatch.py), where the
-        plan knows its GPUs on this machine (the local backend: tasks are process groups here)."""
+        plan knows its GPUs on this machine (Capabilities.gpus_here: tasks are process groups here)."""
         gpu_ids = {t.key: t.gpus.ids for t in self.plan.tasks if t.gpus.ids}
-        if not gpu_ids or self.plan.backend != "local":
+        if not gpu_ids or not self.backend.capabilities.gpus_here:
             return None
 
         def groups() -> dict[str, int]:
             out = {}
             for key, handle in list(self.group.handles.items()):
-                pgid = handle.info().get("pgid")
-                if isinstance(pgid, int):
+                pgid = handle.info().local_group()
+                if pgid is not None:
                     out[key] = pgid
             return out
 
         def on_sample(figures) -> None:
             self.record.write(ev.GpuUsage(tasks={k: list(v) for k, v in figures.items()}))
 
-        return GpuWatch(groups, gpu_ids, on_sample, self.console.info).start()
+        def on_give_up(misses: int, timeout: float) -> None:
+            self.record.write(ev.GpuWatchEnded(misses=misses, timeout=timeout))
+
+        return GpuWatch(groups, gpu_ids, on_sample, on_give_up).start()
 
     def _stop_all(self, grace: float, killed: Optional[str] = None) -> None:
         """Stop every task of the attempt (``grace``: SIGTERM first); ``killed``: the stuck task
@@ -344,8 +365,7 @@ class Supervisor:
             return
         running = [h.key for h in handles if h.poll() is None and h.key != killed]
         if running:
-            how = "SIGKILL" if grace <= 0 else f"SIGTERM, SIGKILL after {grace:g} s"
-            self.console.info(f"stopping {', '.join(running)} ({how})")
+            self.record.write(ev.TasksStopping(tasks=running, grace=max(0.0, grace)))
         left = self.backend.tasks.stop(handles, grace)
         # Each stopped task's last lines into its log before the attempt (or the run) ends: a reader
         # thread the load held up past poll()'s short wait would otherwise log them after the next
@@ -357,6 +377,5 @@ class Supervisor:
         for key in running:
             self.record.write(ev.Stopped(task=key, code=self.group.handles[key].poll()))
         if left:
-            self.console.error(f"could not confirm that {', '.join(left)} stopped; check the host")
             self.record.write(ev.StopUnconfirmed(tasks=left))
         self.group.handles.clear()

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from launcher.backends import placed_hosts
-from launcher.bounded import listing
-from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, group_size, options, size_phrase,
+from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, group_size, options,
                                    spare_how, suspect_how)
 from launcher.plan.build import Plan
 from launcher.plan.reconcile import Act, HostsSeen, due, wanted
 from launcher.record import events as ev
-from launcher.plan.hostloss import SUSPECT, lost_phrase
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.record.states import Outcome
 from launcher.spec.model import Spec
 from launcher.supervise.context import RunContext
@@ -60,7 +59,7 @@ class HostsGiven:
     elastic: and discovery: fields; None: no membership changes), ``static_hosts`` (the hosts the
     spec file itself lists: discovery never drops them), ``discovery_cwd`` (where
     discovery.command runs), and for a worker group with a min the preflight's findings start
-    smaller (launcher/plan/startsmall.py's PreflightPlans) the hosts left out (``absent``: host ->
+    smaller (launcher/plan/preflight.py's Start) the hosts left out (``absent``: host ->
     why) and why it is smaller (``short_why``)."""
 
     spec: Optional[Spec] = None
@@ -72,7 +71,7 @@ class HostsGiven:
 
 class Membership:
     def __init__(self, ctx: RunContext, plan: Plan, given: HostsGiven = HostsGiven()) -> None:
-        """The run's context (context.py: its backend, record, console, stop event), the first
+        """The run's context (context.py: its backend, record, stop event), the first
         plan, and what the hosts start from (``HostsGiven``)."""
         spec, backend = given.spec, ctx.backend
         self.plan = plan
@@ -82,7 +81,7 @@ class Membership:
         self.elastic = (spec is not None and backend.capabilities.elastic
                         and elastic_enabled(spec, placed_hosts(spec)))
         self.first_plan = plan
-        self.replans: list[tuple[PlanChange, dict[str, str]]] = []  # (the change, {lost host: how})
+        self.replans: list[tuple[PlanChange, dict[str, HostLoss]]] = []  # (the change, {lost host: its loss})
         self.port_plans: list[Plan] = []  # restarts on fresh ports (fresh_ports_per_restart): same hosts
         # Host discovery (launcher/loader/discovery.py): polled in a thread; hosts: entries never vanish.
         self.poller = None
@@ -98,7 +97,6 @@ class Membership:
                                  given.discovery_cwd or Path.cwd())
         self.backend = backend
         self.record = ctx.record
-        self.console = ctx.console
         self.stop_event = ctx.stop_event
         self._looking: Optional[_Look] = None  # after_failure's look, started early (look_ahead)
         # A worker group with a min started with the hosts there (the preflight's start plan):
@@ -114,8 +112,8 @@ class Membership:
         return list(self.seen.down)
 
     @property
-    def vanished(self) -> dict[str, str]:
-        """Hosts of the plan gone from discovery's list, their tasks not moved yet (host -> how)."""
+    def vanished(self) -> dict[str, HostLoss]:
+        """Hosts of the plan gone from discovery's list, their tasks not moved yet (host -> its loss)."""
         return dict(self.seen.lost) if self.seen.for_good else {}
 
     def start(self) -> None:
@@ -123,9 +121,8 @@ class Membership:
             opts = options(self.spec)
             group = group_size(self.spec, self.plan, self.short_why)
             if group["size"] < group["of"]:
-                self.console.info(f"{size_phrase(group['size'], group['of'], group.get('why', ''))}; the group grows as "
-                                  f"hosts answer for elastic.settle={opts.settle:g} s"
-                                  + (" or discovery.command finds them" if self.poller is not None else ""))
+                self.record.write(ev.SmallStart(size=group["size"], of=group["of"], why=group.get("why", ""),
+                                                settle=opts.settle, discovery=self.poller is not None))
             if self.seen.down:
                 self.backend.hosts.back(list(self.seen.down), opts.settle)  # watched from now on
         if self.poller is not None:
@@ -159,15 +156,17 @@ class Membership:
         assert self.spec is not None
         opts = options(self.spec)
         seen = self.seen
-        for host, how in sorted(seen.lost.items()):
-            self.record.write(ev.HostLost(host=host, how=how, suspect=SUSPECT in how, attempt=number, settle=opts.settle))
+        for host, loss in sorted(seen.lost.items()):
+            self.record.write(ev.HostLost(host=host, how=loss.text, suspect=loss.suspect, attempt=number,
+                                          settle=opts.settle, cause=loss.kind.value, since=loss.since))
         want = wanted(self.spec, self.plan, seen, self._ports_used(), ports=ports)
         # What was seen is acted upon; only the hosts down stay.
         self.seen = replace(seen, lost={}, for_good=False, back=(), down=seen.down if want.down is None else want.down)
         if want.watch:
             self.backend.hosts.back(list(self.seen.down), opts.settle)  # watched from now on: settle counts from here
         if want.act in (Act.END, Act.GO_ON):
-            self.console.error(want.line)
+            self.record.write(ev.Reconciled(act=ev.Reconciled.END if want.act is Act.END else ev.Reconciled.GO_ON,
+                                            line=want.line))
             return Ended(Outcome.FAILED, reason=want.line) if want.act is Act.END else None
         if want.act is Act.WAIT:
             return self._wait_for(number, dict(seen.lost), want.said, want.line)
@@ -180,10 +179,10 @@ class Membership:
             self.plan = want.plan
             self.backend.tasks.use_plan(want.plan)
         elif want.line:
-            self.console.info(want.line)
+            self.record.write(ev.Reconciled(act=ev.Reconciled.KEEP, line=want.line))
         return None
 
-    def use(self, change: PlanChange, lost: dict[str, str], number: int, then: str) -> None:
+    def use(self, change: PlanChange, lost: dict[str, HostLoss], number: int, then: str) -> None:
         """Run the next attempts under ``change.plan``: record it (plan-N.json, a replan event),
         say so in one line, hand it to the backend."""
         self.replans.append((change, dict(lost)))
@@ -193,9 +192,9 @@ class Membership:
                                     old_hosts=list(change.old_hosts), new_hosts=list(change.new_hosts),
                                     moved={k: {"from": a, "to": b} for k, (a, b) in change.moved.items()},
                                     dropped=list(change.dropped), added=dict(change.added),
-                                    tasks=list(change.plan.keys)))
-        self.console.info(f"{change.describe(lost)}; {then} (plan {n}; a membership change does not count "
-                          "against restart.max_restarts)")
+                                    tasks=list(change.plan.keys), hosts=sorted({t.host for t in change.plan.tasks}),
+                                    back=list(change.back), how={h: lost[h].text for h in change.lost if h in lost},
+                                    suspect=[h for h in change.lost if h in lost and lost[h].suspect], then=then))
         self.plan = change.plan
         self.backend.tasks.use_plan(change.plan)
 
@@ -243,15 +242,19 @@ class Membership:
             quiet = self.backend.hosts.lost(hosts, 0.0, self.stop_event, look=look)
         if self.stop_event.is_set():
             return Ended(Outcome.INTERRUPTED)
-        lost = {}
+        lost: dict[str, HostLoss] = {}
         for host in hosts:
-            if host in quiet and quiet[host].startswith("preempted"):
-                lost[host] = quiet[host]  # (GCE's notice: said as it was)
-            elif host in sessions or host in quiet:
-                lost[host] = suspect_how(opts.settle, sessions.get(host), answering=host not in quiet)
+            known = quiet.get(host)
+            if known is not None and not known.suspect:
+                lost[host] = known  # (a loss the host announced, GCE's notice: as the backend said it)
+            elif host in sessions or known is not None:  # suspect: since its session dropped, or the look
+                answering, dropped = known is None, sessions.get(host)
+                lost[host] = HostLoss(LossKind.SESSION if answering else LossKind.UNREACHABLE, host,
+                                      dropped if dropped is not None or known is None else known.since,
+                                      suspect_how(opts.settle, dropped, answering=answering))
         if not lost:
             return Moved.NO
-        self._lost(lost, for_good=False)
+        self._lost(lost)
         ended = self.correct(number)
         return Moved.RESTART if ended is None else ended
 
@@ -283,18 +286,18 @@ class Membership:
         settle = options(self.spec).settle
         self.seen, hosts = self.seen.spares_lost(self.plan, list(sessions))
         for host in hosts:
-            how = spare_how(settle, sessions[host])
-            self.record.write(ev.HostLost(host=host, how=how, suspect=True, attempt=number, settle=settle, spare=True))
-            self.console.info(f"{lost_phrase(host, how)}; no task moves there until then")
+            loss = HostLoss(LossKind.SESSION, host, sessions[host], spare_how(settle, sessions[host]))
+            self.record.write(ev.HostLost(host=host, how=loss.text, suspect=loss.suspect, attempt=number, settle=settle,
+                                          spare=True, cause=loss.kind.value, since=loss.since))
         if hosts:
             self.backend.hosts.back(list(self.seen.down), settle)  # watched from now on
         return hosts
 
-    def _lost(self, lost: Mapping[str, str], for_good: bool) -> None:
-        """Seen: the hosts of the plan ``lost`` (host -> how), each a loss of the run
-        (elastic.max_host_losses); ``for_good``: discovery dropped them."""
-        self.seen = replace(self.seen, lost=dict(lost), for_good=for_good,
-                            losses=self.seen.losses + tuple(sorted(lost)))
+    def _lost(self, lost: Mapping[str, HostLoss]) -> None:
+        """Seen: the hosts of the plan ``lost`` (host -> its loss), each a loss of the run
+        (elastic.max_host_losses); gone for good where discovery dropped them all."""
+        for_good = bool(lost) and all(loss.kind is LossKind.DROPPED for loss in lost.values())
+        self.seen = replace(self.seen, lost=dict(lost), for_good=for_good, losses=self.seen.losses + tuple(sorted(lost)))
 
     def changed(self, number: int) -> bool:
         """While attempt ``number`` runs, every task up: True if it is to end (REGROW) for a
@@ -304,7 +307,7 @@ class Membership:
             return True
         return bool(self.seen.down) and self._hosts_back(number)
 
-    def _wait_for(self, number: int, lost: dict[str, str], said: str, why: str) -> Optional[Ended]:
+    def _wait_for(self, number: int, lost: dict[str, HostLoss], said: str, why: str) -> Optional[Ended]:
         """No spare and no smaller group possible (reconcile's WAIT): wait up to elastic.host_wait
         for every lost host to answer for elastic.settle s without a break, then restart the group
         on them under the same plan (None); else one line naming the hosts (the run failed).
@@ -314,10 +317,7 @@ class Membership:
         opts = options(self.spec)
         hosts = sorted(lost)
         keys = [t.key for t in self.plan.tasks if t.host in hosts]
-        them = "it" if len(hosts) == 1 else "them"
-        self.console.info(f"{said}; no spare host for {', '.join(keys)}: waiting up to elastic.host_wait="
-                          f"{opts.host_wait:g} s for {', '.join(hosts)} to settle, then restarting the group on "
-                          f"{them} (a host loss does not count against restart.max_restarts)")
+        self.record.write(ev.HostsAwaited(hosts=hosts, tasks=keys, said=said, wait=opts.host_wait))
         deadline = time.monotonic() + opts.host_wait
         group_min = self.spec.tasks.worker.min
         if group_min is not None and all(k.startswith("worker:") for k in keys):  # below min: the panel counts down
@@ -331,9 +331,7 @@ class Membership:
                 for host in hosts:
                     self.record.write(ev.HostAdded(host=host, attempt=number, settle=opts.settle, spare=False))
                 self.backend.hosts.back(list(self.seen.down), opts.settle)  # no longer watched: a fresh clock next time
-                self.console.info(f"{', '.join(hosts)} answer{'s' if len(hosts) == 1 else ''} again "
-                                  f"({opts.settle:g} s without a break, elastic.settle); restarting the group on "
-                                  f"{them} from the last backup")
+                self.record.write(ev.HostsAnswer(hosts=hosts, settle=opts.settle, restart=True))
                 return None
             left = deadline - time.monotonic()
             if left <= 0:
@@ -342,7 +340,7 @@ class Membership:
                 return Ended(Outcome.INTERRUPTED)
         line = why.replace(" lost and ", f" lost (no {opts.settle:g} s of answers without a break within "
                            f"elastic.host_wait={opts.host_wait:g} s) and ", 1)
-        self.console.error(line)
+        self.record.write(ev.Reconciled(act=ev.Reconciled.END, line=line))
         return Ended(Outcome.FAILED, reason=line)
 
     def _discovered(self) -> bool:
@@ -360,9 +358,8 @@ class Membership:
         if answer.hosts is None:
             if answer.problem != self._discovery_problem:
                 self._discovery_problem = answer.problem
-                self.console.error(f"discovery.command: {answer.problem}; keeping the last good host list "
-                                   f"({listing([h.name for h in self.spec.hosts], 'hosts')}); the run goes on")
-                self.record.write(ev.DiscoveryAnswer(ok=False, problem=answer.problem))
+                self.record.write(ev.DiscoveryAnswer(ok=False, problem=answer.problem,
+                                                     kept=[h.name for h in self.spec.hosts]))
             return False
         self._discovery_problem = ""
         known = {h.name for h in self.spec.hosts}
@@ -375,18 +372,15 @@ class Membership:
         self.spec = self.spec.model_copy(update={"hosts": hosts})
         self.backend.hosts.add(added)
         self.seen = replace(self.seen, down=tuple(h for h in self.seen.down if h not in gone) + tuple(h.name for h in added))
-        self.record.write(ev.DiscoveryAnswer(ok=True, added=[h.name for h in added], gone=list(gone)))
-        bits = ([f"{listing([h.name for h in added], 'hosts')} found (usable once {'they answer' if len(added) > 1 else 'it answers'} "
-                 f"for elastic.settle={options(self.spec).settle:g} s)"] if added else [])
-        bits += [f"{listing(gone, 'hosts')} gone from the list"] if gone else []
-        self.console.info(f"discovery: {'; '.join(bits)}")
+        self.record.write(ev.DiscoveryAnswer(ok=True, added=[h.name for h in added], gone=list(gone),
+                                             settle=options(self.spec).settle))
         in_plan = {t.host for t in self.plan.tasks}
-        vanished = {h: "gone from discovery.command's list" for h in gone if h in in_plan}
+        vanished = {h: HostLoss(LossKind.DROPPED, h, time.time(), "gone from discovery.command's list")
+                    for h in gone if h in in_plan}
         if not vanished:
             return False
-        self._lost(vanished, for_good=True)
-        self.console.info(f"moving {', '.join(t.key for t in self.plan.tasks if t.host in vanished)}: stopping the "
-                          "group gracefully (SIGTERM: the workers save the step they agree on)")
+        self._lost(vanished)
+        self.record.write(ev.Regroup(moving=[t.key for t in self.plan.tasks if t.host in vanished]))
         return due(self.spec, self.plan, self.seen)
 
     def _hosts_back(self, number: int) -> bool:
@@ -402,19 +396,17 @@ class Membership:
         for host in back:
             self.record.write(ev.HostAdded(host=host, attempt=number, settle=opts.settle))
         self.seen = replace(self.seen, down=tuple(h for h in self.seen.down if h not in back), back=tuple(back))
-        self.console.info(f"{', '.join(back)} answer{'s' if len(back) == 1 else ''} again "
-                          f"({opts.settle:g} s without a break, elastic.settle): usable again")
+        self.record.write(ev.HostsAnswer(hosts=list(back), settle=opts.settle))
         if not due(self.spec, self.plan, self.seen):
             return False
-        self.console.info("growing the group: stopping it gracefully (SIGTERM: the workers save the step they "
-                          "agree on) to restart it bigger")
+        self.record.write(ev.Regroup())
         return True
 
 
 class _Look:
     """A look at hosts (``Hosts.lost``) running in its own thread; ``result`` waits for it."""
 
-    def __init__(self, hosts: list[str], look: dict[str, float], run: Callable[[], dict[str, str]]) -> None:
+    def __init__(self, hosts: list[str], look: dict[str, float], run: Callable[[], dict[str, HostLoss]]) -> None:
         self.hosts, self.look = hosts, look
         self._run, self._answer, self._error = run, None, None
         self._thread = threading.Thread(target=self._go, daemon=True, name="look-ahead")
@@ -426,7 +418,7 @@ class _Look:
         except BaseException as exc:  # noqa: BLE001 - raised where the answer is read
             self._error = exc
 
-    def result(self) -> dict[str, str]:
+    def result(self) -> dict[str, HostLoss]:
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -1,37 +1,36 @@
-"""What the run says about itself: a failed attempt (blamed, recorded as a failure event, shown
-with its exception and last lines) and, once the run ends, its outcome event and final report
-(the task table, GPU peaks, the summary of attempts and host changes, where the record is).
+"""What the run records about itself: a failed attempt (blamed, recorded as a failure event with
+what its report shows: each named task's exception, hint and last lines, a hang's stacks) and, once
+the run ends, its outcome event (how each task ended, where the results are). The console says
+both as they are written (launcher/ui/eventlines.py: the failure's lines, the final report).
 
 ``Reporter`` is a part of ``Supervisor`` (loop.py): it is given the run's context (context.py:
-the record, console and view, the settings) and what else it reads (the task group, the
-membership and its plan, the standbys, the attempts so far), and writes only the record, the
-console and an attempt's failure.
+the record and view, the settings) and what else it reads (the task group, the membership and its
+plan, the standbys, the attempts so far), and writes only the record and an attempt's failure.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from launcher.plan.build import Plan
 from launcher.record import events as ev
-from launcher.record.layout import stacks_path
+from launcher.record.noise import TAIL, report_tail
 from launcher.record.states import Outcome
-from launcher.supervise.blame import (TAIL, also_failed_line, blame_exit, consequence_lines, failed_line, peer_notes,
-                                      peers_to_ask, report_lines, stack_lines, summary_lines)
+from launcher.supervise.blame import blame_exit, peer_notes, peers_to_ask
 from launcher.supervise.diagnose import exception_lines, hint
 from launcher.supervise.context import RunContext
 from launcher.supervise.group import AttemptGroup
 from launcher.supervise.membership import Membership
 from launcher.supervise.policy import FAILED, Attempt, AttemptFailure, output_limit
 from launcher.supervise.standby import WarmStandby
-from launcher.ui.report import goodput_lines, gpu_peak_lines, location_lines, locations, task_table
+from launcher.record.layout import locations
 
 
 class Reporter:
     def __init__(self, ctx: RunContext, group: AttemptGroup, members: Membership, standby: WarmStandby,
                  attempts: list[Attempt]) -> None:
-        self.record, self.console, self.view = ctx.record, ctx.console, ctx.view
+        self.record, self.view = ctx.record, ctx.view
         self.group, self.members, self.standby = group, members, standby
         self.attempts = attempts  # the supervisor's list, appended to as attempts start
         self.restart, self.watchdog, self.clock = ctx.restart, ctx.watchdog, ctx.clock
@@ -60,42 +59,46 @@ class Reporter:
         with self.group.lock:
             tails = {k: tuple(self.group.tails.get(k, ())) for k in failed}
             activity = dict(self.group.activity)
+            counts = {k: self.group.counts.get(k) for k in self.group.handles}
         asked = self.state_notes(peers_to_ask(failed[0], list(self.group.handles), exits))
         notes = peer_notes(failed[0], list(self.group.handles), exits,
                            lambda k: asked[k] if k in asked else self.state_note(k), now=now, since=since,
                            activity=activity, hang_timeout=output_limit(self.watchdog.hang_timeout), strategy=self.plan.strategy)
-        fault = blame_exit(failed, exits, tails, notes, self.state_note)
+        fault = blame_exit(failed, exits, tails, notes, self.state_note, self.script_text, counts)
+        if fault.code is not None and fault.code in self.restart.preemption_exit_codes:
+            fault = replace(fault, reason=f"saved for a preemption and asks for a restart (exit {fault.code}: "
+                                          "restart.preemption_exit_codes)")
         self.fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
+
+    def script_text(self, path: str) -> Optional[str]:
+        """The text of the script a task's traceback names, where it is the entrypoint's own here."""
+        from launcher.loader.scriptcheck import entry_source
+
+        return entry_source(self.plan.tasks[0].command if self.plan.tasks else (), path)
 
     def fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
               consequences: tuple = (), final: bool = False, hung_since: Optional[float] = None,
               stack: str = "") -> None:
         """Fail ``attempt`` on ``key``; a hang's failure (``hung_since``) shows ``stack``, the
-        culprit's stacks, in place of its last lines."""
+        culprit's stacks, in place of its last lines. The failure event holds what its report
+        shows (launcher/ui/failurelines.py): each named task's exception, hint and last lines."""
         shown = [key] + [k for k, _ in consequences]  # whose exception and last lines the report shows
         tails = self.group.tails_of(shown)
         tail = tails[key]
         attempt.state = FAILED
         attempt.failure = AttemptFailure(key=key, reason=reason, code=code, last_lines=tail[-TAIL:], others=tuple(others),
                                          consequences=tuple(consequences), final=final, hung=hung_since is not None)
-        if not self.infra(attempt):  # (else: recorded, and said in the membership's one line)
-            self.console.error(failed_line(key, reason, attempt.number, self.restart.max_restarts))
-            for line in consequence_lines(key, consequences):
-                self.console.info(line)
-            report = [line for k in shown
-                      for line in report_lines(k, tails[k], self.record.log_path(k), self.console.verbose,
-                                               self.given_gpus(k), self.port_here(k))]
-            if stack:
-                report = stack_lines(key, stack, stacks_path(self.record.dir, attempt.number + 1, key))
-            if report:
-                self.console.block(report)
-            if others:
-                self.console.info(also_failed_line(others))
+        peers = [k for k in shown if k != key]
         self.record.write(ev.Failure(task=key, attempt=attempt.number, reason=reason, code=code,
                                      last_lines=list(tail[-TAIL:]), others=list(others),
                                      consequences={k: c for k, c in consequences},
                                      errors=list(exception_lines(tail)), hint=hint(tail, self.given_gpus(key), self.port_here(key)),
-                                     hung_since=hung_since, stack=stack.splitlines()))
+                                     hung_since=hung_since, stack=stack.splitlines(),
+                                     max_restarts=self.restart.max_restarts, host_loss=self.infra(attempt),
+                                     tails={k: report_tail(tails[k]) for k in shown},
+                                     peer_errors={k: list(exception_lines(tails[k])) for k in peers},
+                                     peer_hints={k: h for k in peers
+                                                 if (h := hint(tails[k], self.given_gpus(k), self.port_here(k)))}))
 
     def port_here(self, key: str) -> Optional[int]:
         """``key``'s port when it runs on this machine (others dial it at localhost): a port it
@@ -115,23 +118,10 @@ class Reporter:
         return bool(g.ids) or (g.ids is None and g.required)
 
     def finish(self, outcome: Outcome, reason: str = "") -> Outcome:
-        """The run ended ``outcome``: its outcome event and final report; ``outcome`` returned."""
+        """The run ended ``outcome``: its outcome event (the console's final report is drawn
+        from it and the view); ``outcome`` returned."""
         self.standby.drop()  # before the outcome, which stays the record's last event
         where = locations(self.record.state_dir, self.record.logs_dir)
         self.record.write(ev.RunOutcome(outcome=outcome, attempts=len(self.attempts), reason=reason,
                                         tasks=self.view.outcome_facts(), locations=where))
-        view = self.view.snapshot()
-        self.console.report(task_table(view) + gpu_peak_lines(view) + self.summary() + goodput_lines(view, time.time())
-                            + location_lines(where))
-        if outcome == Outcome.SUCCEEDED:
-            self.console.info(f"run succeeded after {len(self.attempts)} attempt(s); record: {self.record.dir}")
-        elif outcome == Outcome.INTERRUPTED:
-            self.console.info(f"interrupted; every task stopped; record: {self.record.dir}")
-        else:
-            self.console.info(f"run failed; record: {self.record.dir}")
         return outcome
-
-    def summary(self) -> list[str]:
-        replans = self.members.replans
-        changes = self.view.snapshot().host_changes if replans else []
-        return summary_lines(self.attempts, self.members.first_plan, replans, changes)

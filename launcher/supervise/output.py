@@ -1,7 +1,7 @@
 """Where the tasks' output goes: every line a backend's reader thread reads (a task's, or a
-promoted standby's) into the task group (beats, stacks, save marks, the last lines), the task's
-log, the view and the console. ``TaskOutput`` is a part of the supervisor (loop.py), given the
-run's context and the task group; the tasks' starts (starts.py) and the standbys (standby.py)
+promoted standby's) into the task group (beats, stacks, save marks, the last lines), the view,
+and the task's log (which hands it to the record's line listeners: the console). ``TaskOutput`` is
+a part of the supervisor (loop.py), given the run's context and the task group; the tasks' starts (starts.py) and the standbys (standby.py)
 hand its ``drain`` to the backend as the line sink."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 from typing import Callable, Optional
 
 from launcher.errors import exc_text
+from launcher.record import events as ev
 from launcher.supervise.context import RunContext
 from launcher.supervise.group import BEAT, STACK, AttemptGroup
 
@@ -29,8 +30,7 @@ class TaskOutput:
             if key not in self._sink_failed:
                 self._sink_failed.add(key)
                 try:
-                    self.ctx.console.error(f"{key}: its output can no longer be shown or logged "
-                                           f"({exc_text(exc)}); it is still read, and the run goes on")
+                    self.ctx.record.write(ev.OutputLost(task=key, why=exc_text(exc)))
                 except Exception:  # noqa: BLE001
                     pass
 
@@ -44,6 +44,5 @@ class TaskOutput:
             record.log_line(key, line, console=False)  # (nor into output.log, which `attach` shows)
             return
         line = self.group.task_text(line)
-        record.log_line(key, line)
         self.ctx.view.line(key, line, time.time())
-        self.ctx.console.task_line(key, line)
+        record.log_line(key, line)  # (and to the console, a listener on the record's lines)

@@ -6,7 +6,7 @@ task is up. Each phase reads and updates the attempt's ``AttemptWatch`` and retu
 attempt is over (its state set).
 
 ``AttemptPhases`` is a part of ``Supervisor`` (loop.py): it owns the count of workers restarted
-alone and is given the run's context (context.py: the backend, record, console, view, the restart
+alone and is given the run's context (context.py: the backend, record, view, the restart
 and watchdog settings, the stop and hurry events) and the collaborators it uses: the task group,
 the membership and its plan, the tasks' starts (starts.py: a worker restarted alone) and the
 reports (outcome.py: an attempt's failure). It calls nothing of the supervisor's: what the
@@ -69,7 +69,7 @@ class AttemptPhases:
     def __init__(self, ctx: RunContext, group: AttemptGroup, members: Membership, starter: Starter,
                  report: Reporter) -> None:
         self.group, self.members, self.backend = group, members, ctx.backend
-        self.record, self.console, self.view = ctx.record, ctx.console, ctx.view
+        self.record, self.view = ctx.record, ctx.view
         self.restart, self.watchdog = ctx.restart, ctx.watchdog
         self.stop_event, self.hurry_event = ctx.stop_event, ctx.hurry_event
         self.clock, self.poll_interval = ctx.clock, ctx.poll_interval
@@ -99,7 +99,6 @@ class AttemptPhases:
         for key in verdict.sidecar_failed:
             if key not in watch.warned_sidecars and not self._restart_sidecar(attempt, key, exits, watch.order):
                 watch.warned_sidecars.add(key)
-                self.console.error(f"{key} (sidecar) failed: {describe_exit(exits[key])}; training goes on")
                 self.record.write(ev.SidecarFailed(task=key, code=exits[key]))
         if verdict.state == SUCCEEDED:
             attempt.state = SUCCEEDED
@@ -144,9 +143,8 @@ class AttemptPhases:
         since = watch.started + attempt.ready_after
         stall = self.hangs.stalled(now, watch.exits, since)
         if stall is not None:
-            self.console.info(f"the group stopped progressing ({', '.join(stall.keys)}: none for {stall.idle:.0f} s, "
-                              f"limit {stall.limit:g} s: {stall.what}); taking every task's stacks to find "
-                              "which task stopped it")
+            self.record.write(ev.GroupStalled(tasks=list(stall.keys), idle=max(0.0, stall.idle), limit=max(0.0, stall.limit),
+                                              what=stall.what))
             found = self.hangs.find(attempt.number, watch.exits, stall)
             key = found.key or stall.keys[0]
             self.report.fail(attempt, key, found.reason, None, hung_since=found.hung_since,
@@ -161,8 +159,8 @@ class AttemptPhases:
         return True
 
     def straggle(self, attempt: Attempt, now: float) -> None:
-        """A task consistently behind the others (straggler.py), said once when named and once when
-        it caught up: a line and a straggler event (``status`` shows it while it lasts)."""
+        """A task consistently behind the others (straggler.py), recorded once when named and once
+        when it caught up: a straggler event (``status`` shows it while it lasts)."""
         if self._stragglers is None or self._stragglers[0] != attempt.number:
             self._stragglers = (attempt.number, Stragglers(self.plan.strategy))
         trainers = [k for k in self.group.handles if k.startswith(("chief:", "worker:"))]  # (not the evaluator)
@@ -172,10 +170,8 @@ class AttemptPhases:
                             {f"worker:{i}": n for counts in self.group.closures.values() for i, n in counts.items()})
         said = self._stragglers[1].sample(sample)
         if isinstance(said, Lag):
-            self.console.info(f"{said.key} {said.why}")
             self.record.write(ev.Straggler(task=said.key, why=said.why))
         elif said is not None:
-            self.console.info(f"{said} caught up with the others")
             self.record.write(ev.Straggler(task=said))
 
     def membership(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
@@ -205,14 +201,13 @@ class AttemptPhases:
                 or self.stop_event.is_set()):
             return False
         self.sidecar_restarts += 1
-        self.console.info(f"{key} (sidecar) exited ({describe_exit(code)}); restarting it alone "
-                          f"({self.sidecar_restarts} of {self.restart.max_restarts}), training goes on")
-        self.record.write(ev.TaskRestart(task=key, code=code, restart=self.sidecar_restarts))
+        self.record.write(ev.TaskRestart(task=key, code=code, restart=self.sidecar_restarts,
+                                         max_restarts=self.restart.max_restarts, sidecar=True))
         self.group.handles[key].signal(9)  # what is left of its group
         try:
             self.starter.launch(key, attempt.number, alone=True)
         except LaunchError as exc:
-            self.console.error(f"{key}: restarting it failed: {exc.lines[0]}")
+            self.record.write(ev.RestartFailed(task=key, problem=exc.lines[0]))
             return False
         exits[key] = None
         order.remove(key)
@@ -242,11 +237,8 @@ class AttemptPhases:
             self.report.fail(attempt, key, describe_exit(code) + " (worker restart budget used up)", code)
             return False
         self.worker_restarts += 1
-        self.console.info(
-            f"{key} exited ({describe_exit(code)}); restarting it alone "
-            f"({self.worker_restarts} of {self.restart.max_restarts}), training continues"
-        )
-        self.record.write(ev.TaskRestart(task=key, code=code, restart=self.worker_restarts))
+        self.record.write(ev.TaskRestart(task=key, code=code, restart=self.worker_restarts,
+                                         max_restarts=self.restart.max_restarts))
         self.group.handles[key].signal(9)
         try:
             self.starter.launch(key, attempt.number, alone=True)  # its standby promoted where one waits, and a new one made
@@ -278,7 +270,8 @@ class AttemptPhases:
         gracefully, not killed at once. Two ways a save is under way when an attempt fails:
         a host's shutdown (a Spot preemption) sends SIGTERM to its tasks as it ends their
         sessions (a lost session), and a task SIGTERMed on its own (the GCE notice's wrapper, a
-        ``kill``) says ``tfcluster-saving`` and exits 143 once saved. Either way the reference
+        ``kill``) says ``tfcluster-saving`` and exits 143 once saved, or exits with a code of
+        restart.preemption_exit_codes (TensorFlow's preemption handler, saved). Either way the reference
         worker's graceful preemption has every worker save the step they agree on
         (worker/preemption.py): the survivors take part in that save, so killing them would lose
         it, and the next attempt would redo the steps since the last periodic backup. They get
@@ -293,14 +286,18 @@ class AttemptPhases:
         survivors = [h for h in handles if h.poll() is None and h.session_lost is None]
         with self.group.lock:
             agreed = any(h.key in self.group.saving for h in handles)
+        # A task that exited for a preemption (TensorFlow's PreemptionCheckpointHandler: its save is
+        # written) had every worker agree on that save: the others finish theirs and exit, awaited
+        # up to watchdog.stop_grace (they say no tfcluster-saving line).
+        preempting = any(h.poll() in self.restart.preemption_exit_codes for h in handles)
+        agreed = agreed or preempting
         lost = any(h.session_lost is not None for h in handles)
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
         start = self.clock()
         look = min(self.watchdog.stop_grace, max(SAVE_LOOK_MIN, SAVE_LOOK * self.step_seconds(survivors)))
-        keys = ", ".join(h.key for h in survivors)
-        self.console.info(f"stopping {keys} (SIGTERM; a save they start within {look:.1f} s is awaited, "
-                          f"up to watchdog.stop_grace={self.watchdog.stop_grace:g} s; else SIGKILL)")
+        self.record.write(ev.TasksStopping(tasks=[h.key for h in survivors], grace=self.watchdog.stop_grace,
+                                           save_look=look))
         for h in survivors:
             h.signal(signal.SIGTERM)
         running = list(survivors)
@@ -314,7 +311,8 @@ class AttemptPhases:
             with self.group.lock:  # (both are this attempt's: a new process clears its marks)
                 saving = [h.key for h in running if h.key in self.group.saving]
                 unsaved = [k for k in saving if k not in self.group.saved]
-            if not running or (saving and not unsaved) or now - start > (self.watchdog.stop_grace if saving else look):
+            if not running or (saving and not unsaved) or \
+                    now - start > (self.watchdog.stop_grace if saving or preempting else look):
                 return
             time.sleep(min(self.poll_interval, 0.05))
 

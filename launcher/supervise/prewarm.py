@@ -34,7 +34,7 @@ class Prewarm:
                  report: Reporter) -> None:
         self.enabled = enabled  # warm standby is on for this run (standby.decide)
         self.standby, self.members, self.view = standby, members, ctx.view
-        self.record, self.console, self.backend = ctx.record, ctx.console, ctx.backend
+        self.record, self.backend = ctx.record, ctx.backend
         self.restart, self.clock = ctx.restart, ctx.clock
         self.starter, self.report = starter, report
         self.after_ready = STANDBY_AFTER_READY
@@ -124,8 +124,8 @@ class Prewarm:
         TFCLUSTER_STANDBY's protocol) is stopped and its task started cold, in one line. True:
         the cold start failed (the attempt with it)."""
         for key, handle in self.standby.overdue():
-            self.console.info(f"{key}: its warm standby did not answer the promotion within {ACK_BOUND:g} s "
-                              f"(no '{PROMOTED}' line); starting it cold")
+            self.record.write(ev.StandbyFailed(task=key, stage=ev.StandbyFailed.ANSWER, why=f"no '{PROMOTED}' line",
+                                               within=ACK_BOUND))
             self.record.write(ev.StandbyStopped(tasks=[key], reason="no answer to the promotion"))
             self.backend.tasks.stop([handle], grace=0)
             try:

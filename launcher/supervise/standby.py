@@ -23,12 +23,11 @@ from functools import lru_cache
 from typing import Optional, Sequence
 
 from launcher.contract import envnames
-from launcher.backends.base import TaskHandle
+from launcher.backends.base import Capabilities, StartRequest, TaskHandle
 from launcher.errors import LaunchError
-from launcher.plan.build import PlannedTask
+from launcher.plan.build import PlannedTask, redact_command
 from launcher.record import events as ev
 from launcher.contract.entrypoint import is_reference_worker, module_of
-from launcher.notices import HostNote, fold_hosts
 from launcher.spec.model import Restart
 from launcher.supervise.context import RunContext
 from launcher.supervise.output import TaskOutput
@@ -93,12 +92,14 @@ def python_entry(argv: Sequence[str]) -> tuple[Optional[tuple[list[str], list[st
 def _stub_source() -> str:
     from pathlib import Path
 
-    from launcher.contract import liveness, portcheck, standbyprio, usestf
+    from launcher.contract import kerasalias, liveness, portcheck, standbyprio, usestf
     from launcher.remote import source
 
     live = Path(liveness.__file__).read_text(encoding="utf-8")
     return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
             .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live))
+            .replace('"@KERAS@"', repr(envnames.KERAS)).replace('"@STRATEGY@"', repr(envnames.STRATEGY))
+            .replace("# @KERASALIAS@\n", Path(kerasalias.__file__).read_text(encoding="utf-8"))
             .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8"))
             .replace("# @PORTCHECK@\n", Path(portcheck.__file__).read_text(encoding="utf-8"))
             .replace("# @USESTF@\n", Path(usestf.__file__).read_text(encoding="utf-8"))
@@ -122,20 +123,30 @@ def stub_command(argv: Sequence[str]) -> Optional[list[str]]:
 
 
 def _entry_words(argv: Sequence[str]) -> str:
-    return " ".join(argv[:3]) + (" ..." if len(argv) > 3 else "")
+    """A command's first words for a line of the plan (a secret among them masked, as the plan's own)."""
+    return " ".join(redact_command(argv)[:3]) + (" ..." if len(argv) > 3 else "")
 
 
-def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, backend: str,
+def forks(capabilities: Capabilities, restart: Restart) -> bool:
+    """Whether the run's starts ask for the host's warm parent (``StartRequest.fork``): where the
+    backend keeps one (``Capabilities.fork``), unless restart.warm_standby is false, whether or
+    not the run keeps standbys (one import of TensorFlow for the host's tasks costs less than one
+    each); ``restart.warm_standby: false`` starts every task as its own process."""
+    return capabilities.fork and restart.warm_standby is not False
+
+
+def decide(restart: Restart, commands: Sequence[Sequence[str]], capabilities: Capabilities, backend: str,
            elastic: bool = False, refused: Optional[str] = None) -> tuple[bool, str]:
     """Whether the run keeps warm standbys, and why, in words ``plan`` shows. ``auto`` (the
-    default) turns it on where it is safe: a backend that can, a run that may restart (or move
-    tasks: elastic), and an entrypoint known to honour TFCLUSTER_STANDBY (a script that does not
-    would start training as a standby). ``refused``: why this backend keeps none for this spec
-    (``Hosts.standby_off``, and before a run ``BackendKind.standby_off``)."""
+    default) turns it on where it is safe: a backend that can (``capabilities``; ``backend``, its
+    name, is only said), a run that may restart (or move tasks: elastic), and an entrypoint known
+    to honour TFCLUSTER_STANDBY (a script that does not would start training as a standby).
+    ``refused``: why this backend keeps none for this spec (``Hosts.standby_off``, and before a
+    run ``BackendKind.standby_off``)."""
     value = restart.warm_standby
     if value is False:
         return False, "off (restart.warm_standby: false)"
-    if not capable:
+    if not capabilities.warm_standby:
         return False, (f"off: backend {backend} keeps no standby; every restart starts cold"
                        + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if refused:
@@ -143,8 +154,8 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
                        + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if restart.max_restarts == 0 and not elastic:
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
-    cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if backend != "local" else
-            # launcher/backends/zygotes.py: its tasks that use TensorFlow forked from one import
+    cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if not forks(capabilities, restart) else
+            # the host's warm parent (launcher/remote/zygote.py): its tasks that use TensorFlow forked from one import
             "forked from the run's zygote, which imports TensorFlow once, when promoted: until then each is "
             "its wrapper, about 15 MB")
     cost += "; left off on a host with less memory available"
@@ -176,11 +187,11 @@ def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
     from launcher.plan.elastic import elastic_enabled
 
     cls = backend_class(spec.backend)
-    on, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
+    on, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities, cls.name,
                      elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)),
                      refused=cls.standby_off(spec) if cls.capabilities.warm_standby else None)
-    if not on and cls.name == "local" and spec.restart.warm_standby is not False:
-        # launcher/backends/zygotes.py: the zygote serves a run without standbys too.
+    if not on and forks(cls.capabilities, spec.restart):
+        # The host's warm parent (launcher/remote/zygote.py) serves a run without standbys too.
         why += ("; its Python tasks that use TensorFlow are still forked from the run's zygote, which imports "
                 "TensorFlow once (restart.warm_standby: false starts each as its own process)")
     return f"warm standby: {why}"
@@ -207,14 +218,16 @@ def _same_process(a: PlannedTask, b: PlannedTask) -> bool:
 
 class WarmStandby:
     def __init__(self, ctx: RunContext, output: TaskOutput) -> None:
-        """``ctx``: the run's context (its backend, record, console and clock, context.py);
+        """``ctx``: the run's context (its backend, record and clock, context.py);
         ``output``: where a promoted standby's lines go (output.py: ``line``), and the
         never-raising sink every output reader calls (``drain``)."""
         self.backend = ctx.backend
         self.record = ctx.record
-        self.console = ctx.console
         self.clock = ctx.clock
         self.output = output
+        # Whether every start of the run (standbys, promotions, cold starts: starts.py) asks for the
+        # host's warm parent, decided once.
+        self.fork = forks(ctx.backend.capabilities, ctx.restart)
         self._waiting: dict[str, list[_Standby]] = {}  # task key -> its standbys (its host's, spares')
         self._promoted: dict[str, _Standby] = {}  # promoted, not yet heard saying so
         self._short_said: set[str] = set()
@@ -231,7 +244,7 @@ class WarmStandby:
         short = self._short_hosts(tasks)
         started = [s for s in (self._start_one(t, env) for t in tasks if t.host not in short) if s is not None]
         if started:
-            own = {s.task.key: s.handle.info().get("pid") for s in started if s.task.host not in dict(spares)}
+            own = {s.task.key: s.handle.info().local_pid() for s in started if s.task.host not in dict(spares)}
             self.record.write(ev.StandbyStart(
                 attempt=number, pids=own, hosts=sorted({s.task.host for s in started}),
                 # what each host said it had (Hosts.free_memory), when it could
@@ -289,19 +302,17 @@ class WarmStandby:
                 s.acked = s.acked or line.startswith(PROMOTED)
             if s is not None and s.active:
                 self.output.line(key, line)
-            elif s is not None and s.stopping:
-                self.record.log_line(key, f"(standby) {line}")
-            else:
-                self.record.log_line(key, f"(standby) {line}")
-                self.console.task_line(key, f"(standby) {line}")
+            else:  # (a standby being stopped: what it still says, a shell's "Killed", is only logged)
+                self.record.log_line(key, f"(standby) {line}", console=s is None or not s.stopping)
 
         stub = stub_command(task.command)  # a Python script or module: under the standby stub
         try:
-            handle = self.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
-                                              {**env, envnames.STANDBY: "1"},
-                                              lambda key, line: self.output.drain(key, line, sink))
+            handle = self.backend.tasks.start(
+                StartRequest(task if stub is None else replace(task, command=tuple(stub)), env, standby=True,
+                             fork=self.fork),
+                lambda key, line: self.output.drain(key, line, sink))
         except LaunchError as exc:
-            self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
+            self.record.write(ev.StandbyFailed(task=task.key, stage=ev.StandbyFailed.START, why=exc.lines[0]))
             return None
         entry.append(_Standby(task, handle))
         self._waiting.setdefault(task.key, []).append(entry[0])
@@ -317,16 +328,12 @@ class WarmStandby:
             free = {}
         self._free = dict(free)
         short = {h for h, n in per_host.items() if h in free and free[h] < n * STANDBY_BYTES + RESERVE_BYTES}
-        notes = []
-        for host in sorted(short - self._short_said):
-            self._short_said.add(host)
-            notes.append(HostNote(host, f"warm standby: none on {host}: {free[host] / 2**30:.1f} GB available, under "
-                                        f"the {(per_host[host] * STANDBY_BYTES + RESERVE_BYTES) / 2**30:.1f} GB its "
-                                        f"{per_host[host]} standby process(es) and a reserve need; its restarts are cold",
-                                  "warm standby: none on {hosts}: less memory available than their standby processes "
-                                  f"({STANDBY_BYTES / 2**30:.1f} GB each) and a reserve need; their restarts are cold"))
-        for line in fold_hosts(notes):
-            self.console.info(line)
+        new = sorted(short - self._short_said)
+        if new:
+            self._short_said.update(new)
+            self.record.write(ev.StandbyNoRoom(free={h: max(0, int(free[h])) for h in new},
+                                               processes={h: per_host[h] for h in new}, each=STANDBY_BYTES,
+                                               reserve=RESERVE_BYTES))
         return short
 
     def promote(self, task: PlannedTask, env: dict[str, str]) -> Optional[TaskHandle]:
@@ -350,7 +357,7 @@ class WarmStandby:
             for t, s in pairs:
                 began = time.time()
                 try:
-                    self.backend.tasks.promote(s.handle, t, env)
+                    self.backend.tasks.promote(s.handle, StartRequest(t, env, fork=self.fork))
                     done.append((t, s, began, time.time(), None))
                 except LaunchError as exc:
                     done.append((t, s, began, time.time(), exc))
@@ -362,15 +369,15 @@ class WarmStandby:
         else:
             results = [r for pairs in by_host.values() for r in host(pairs)]
         handles = {}
-        for t, s, began, ended, exc in results:  # (the record and console on this thread)
+        for t, s, began, ended, exc in results:  # (the record on this thread)
             if exc is not None:
-                self.console.info(f"{t.key}: its warm standby could not be promoted ({exc.lines[0]}); starting it cold")
+                self.record.write(ev.StandbyFailed(task=t.key, stage=ev.StandbyFailed.PROMOTE, why=exc.lines[0]))
                 s.stopping = True
                 self.backend.tasks.stop([s.handle], grace=0)
                 continue
             s.promoted_at = self.clock()
             self._promoted[t.key] = s
-            self.record.write(ev.StandbyPromoted(task=t.key, process=s.handle.info(), began=round(began, 3),
+            self.record.write(ev.StandbyPromoted(task=t.key, process=s.handle.info().to_json(), began=round(began, 3),
                                                  ended=round(ended, 3)))
             handles[t.key] = s.handle
         return handles

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from launcher.backends.base import TaskHandle
+from launcher.backends.base import StartRequest, TaskHandle
 from launcher.contract import envnames
 from launcher.record import events as ev
 from launcher.supervise.context import RunContext
@@ -27,19 +27,14 @@ from launcher.supervise.standby import WarmStandby, stub_command
 
 class Starter:
     def __init__(self, ctx: RunContext, group: AttemptGroup, members: Membership, standby: WarmStandby,
-                 output: TaskOutput, zygote: bool = False) -> None:
-        """``zygote``: the run's tasks may be forked by their host's zygote (launcher/remote/zygote.py),
-        where the backend keeps one: unless restart.warm_standby is false, whether or not the run
-        keeps standbys (one import of TensorFlow for the host's tasks costs less than one each)."""
+                 output: TaskOutput) -> None:
+        """A cold start asks for the host's warm parent as the standbys do (``standby.fork``,
+        decided once for the run: standby.py's ``forks``)."""
         self.ctx, self.group, self.members, self.standby, self.output = ctx, group, members, standby, output
-        self.zygote = zygote
 
     def env(self, number: int) -> dict[str, str]:
         """What attempt ``number``'s tasks are told besides the plan's environment."""
-        env = {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.ctx.record.run_id}
-        if self.zygote:
-            env[envnames.ZYGOTE] = "1"
-        return env
+        return {envnames.RESTART_COUNT: str(number), envnames.RUN_ID: self.ctx.record.run_id}
 
     def new_process(self, key: str) -> dict:
         """A new process of ``key`` is about to start: where this attempt's lines begin, fixed
@@ -65,12 +60,13 @@ class Starter:
         warm = handle is not None
         if handle is None:
             stub = stub_command(task.command)  # a Python script or module: under the stub, for its liveness
-            handle = self.ctx.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
-                                                  self.env(number), self.output.drain)
+            request = StartRequest(task if stub is None else replace(task, command=tuple(stub)), self.env(number),
+                                   fork=self.standby.fork)
+            handle = self.ctx.backend.tasks.start(request, self.output.drain)
         self.group.handles[key] = handle
-        record = self.ctx.record
-        record.task_started(key, attempt=number, **handle.info())
+        record, process = self.ctx.record, handle.info().to_json()
+        record.task_started(key, attempt=number, **process)
         record.write(ev.Start(task=key, attempt=number, host=task.host, endpoint=task.endpoint,
-                              process=handle.info(), **offsets))
+                              process=process, **offsets))
         if warm and alone:
             self.standby.restock(number + 1, task, self.env(number + 1))

@@ -13,104 +13,33 @@ The evidence, in order:
    other libraries -- ``time.sleep``, ``socket``, ``requests`` -- are passed over: a generator
    blocked in a download is the generator's). A user frame that every task shows alike (a
    metrics thread on every worker) is no evidence;
-3. among several such tasks, or none, the one behind the others in its count.
+3. among several such tasks, or none, the one behind the others in its count;
+4. every task inside TensorFlow: the one that waits somewhere else than the others -- in its input
+   pipeline, a save, an evaluation or a callback, or with a thread of TensorFlow's blocked in the
+   kernel (reading a file or a pipe) -- while they wait in a collective or their step
+   (launcher/supervise/tfplace.py), named with the frame that tells.
 
 Where none of that decides, the verdict says so and names no task.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):\s*$")
-_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.+?)\s*$')
-# Frames of TensorFlow's own execution (and of Keras, which drives it): a thread whose innermost
-# non-library frame is one of these waits inside TensorFlow.
-_TF = re.compile(r"/(site|dist)-packages/(tensorflow|keras|tf_keras|tensorflow_datasets|tsl|xla|jax|absl)/")
-_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d+(\.\d+)?/")
-# tfcluster's own code beside the task: the stub (<string>), its liveness, the reference worker's helpers.
-_OURS = re.compile(r"^<[^>]*>$|/launcher/(contract|remote)/")
-
-
-@dataclass(frozen=True)
-class Frame:
-    file: str
-    line: int
-    func: str
-
-    def where(self) -> str:
-        return f"{self.file.rsplit('/', 1)[-1]}:{self.line} in {self.func}()"
-
-
-@dataclass(frozen=True)
-class Thread:
-    ident: str
-    frames: tuple[Frame, ...]  # innermost first, as faulthandler prints them
+# The stacks' text parsed, and each frame's kind (the record's stacks files are read the same way).
+from launcher.record.stacks import Frame, Thread, in_user_code, is_stack_line, kind, parse  # noqa: F401
+from launcher.supervise.tfplace import odd_one_out
 
 
 @dataclass(frozen=True)
 class Culprit:
     key: Optional[str]  # the task that stopped the others; None: the evidence does not decide
-    why: str  # "stopped", "user code", "behind", or what did not decide
+    why: str  # "stopped", "user code", "behind", "inside TensorFlow", or what did not decide
     frame: Optional[Frame] = None  # the culprit's innermost user frame, when its stacks show one
-
-
-def parse(text: str) -> list[Thread]:
-    """Every thread in faulthandler's text (its ``Thread 0x...``/``Current thread 0x...`` blocks),
-    once (a signal that reached a task twice, through its wrapper and its group, dumps twice: the
-    first is kept); any other line is passed over."""
-    seen: dict[str, Thread] = {}
-    for thread in _threads(text):
-        seen.setdefault(thread.ident, thread)
-    return list(seen.values())
-
-
-def _threads(text: str) -> list[Thread]:
-    threads: list[Thread] = []
-    ident, frames = None, []
-    for line in text.splitlines():
-        head = _HEADER.match(line)
-        if head:
-            if ident is not None:
-                threads.append(Thread(ident, tuple(frames)))
-            ident, frames = head.group(2), []
-            continue
-        frame = _FRAME.match(line)
-        if frame and ident is not None:
-            frames.append(Frame(frame.group(1), int(frame.group(2)), frame.group(3)))
-    if ident is not None:
-        threads.append(Thread(ident, tuple(frames)))
-    return threads
-
-
-def is_stack_line(line: str) -> bool:
-    """A line of faulthandler's text (a thread's header, a frame, its ``<no Python frame>``)."""
-    return bool(_HEADER.match(line) or _FRAME.match(line)) or line.strip() == "<no Python frame>"
-
-
-def kind(frame: Frame) -> str:
-    """``ours`` (tfcluster's stub), ``tf`` (TensorFlow, Keras), ``library`` (the standard library,
-    another installed package) or ``user``."""
-    if _OURS.search(frame.file):
-        return "ours"
-    if _TF.search(frame.file):
-        return "tf"
-    if _LIBRARY.search(frame.file):
-        return "library"
-    return "user"
-
-
-def in_user_code(thread: Thread) -> Optional[Frame]:
-    """The user frame a thread sits in, or None: from its innermost frame outwards, libraries are
-    passed over; the first other frame decides (user code, or TensorFlow/tfcluster: waiting)."""
-    for frame in thread.frames:
-        k = kind(frame)
-        if k == "library":
-            continue
-        return frame if k == "user" else None
-    return None
+    place: str = ""  # inside TensorFlow: where ("its input pipeline", "a save", ...; tfplace.py)
+    others: str = ""  # inside TensorFlow: where the others wait ("a collective")
+    detail: str = ""  # inside TensorFlow: the thread of TensorFlow's that tells, where no frame does
 
 
 def user_frames(text: str) -> list[Frame]:
@@ -138,6 +67,11 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
         return Culprit(behind, "user code", evidence[behind][0])
     if not suspects and behind is not None:
         return Culprit(behind, "behind", _first(frames.get(behind, ())))
+    if not suspects:
+        odd = odd_one_out([k for k in keys if k in stacks], stacks)
+        if odd is not None:
+            key, where, waiting = odd
+            return Culprit(key, "inside TensorFlow", where.frame, where.place, waiting, where.detail)
     if suspects:
         return Culprit(None, f"{', '.join(suspects)} all sit in code of their own, none behind the others")
     if not frames:

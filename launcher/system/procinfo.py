@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import time
 from typing import Optional
 
@@ -59,31 +60,79 @@ def environ_value(pid: int, name: str) -> Optional[str]:
     return None
 
 
-def holds_open(pid: int, path) -> bool:
-    """Whether the process has ``path`` (that very file: device and inode) open."""
+def file_id(path) -> Optional[tuple[int, int, int]]:
+    """(device, inode, owner's uid) of the regular file at ``path`` itself, or None. It is opened
+    without following a symlink and without being read (``O_PATH | O_NOFOLLOW``: a symlink planted
+    there is the link itself, a FIFO or a device is never opened), and must have no other name (one
+    link): a hard link to a file some other process holds open is not a run's own file."""
     try:
-        want = os.stat(path)
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        return None
+    return st.st_dev, st.st_ino, st.st_uid
+
+
+def uids(pid: int) -> Optional[tuple[int, int]]:
+    """The process's (real, effective) uid (/proc/PID/status), or None if it is gone."""
+    data = _proc_file(pid, "status")
+    for line in (data or b"").splitlines():
+        if line.startswith(b"Uid:"):
+            try:
+                real, effective = line.split()[1:3]
+                return int(real), int(effective)
+            except ValueError:
+                return None
+    return None
+
+
+def holds_open(pid: int, path) -> bool:
+    """Whether the process has the file at ``path`` open: that very file (device and inode of the
+    file ``file_id`` opens, never where a symlink there points), owned by the process's user."""
+    want, mine = file_id(path), uids(pid)
+    if want is None or mine != (want[2], want[2]):
+        return False
+    try:
         fds = os.listdir(f"/proc/{int(pid)}/fd")
     except (OSError, ValueError):
         return False
     for fd in fds:
         try:
-            st = os.stat(f"/proc/{int(pid)}/fd/{fd}")
+            st = os.stat(f"/proc/{int(pid)}/fd/{fd}")  # (the open file itself, whatever its name now)
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+        if (st.st_dev, st.st_ino) == want[:2]:
             return True
     return False
 
 
+def user_name(uid: int) -> str:
+    """``ann`` (uid 1000's name), or the number where it has none."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
 def not_own(pid: int, started: Optional[int], marker: tuple[str, str], cmd: Optional[list[str]] = None,
-            holds: Optional[object] = None) -> Optional[str]:
+            holds: Optional[object] = None, owner: Optional[int] = None) -> Optional[str]:
     """Why process ``pid`` cannot be proven to be the one a run record names, or None when it is
     proven: alive with the recorded start time (``started``: a record without one proves
-    nothing), the recorded command line ``cmd`` (where recorded), and either the environment
-    marker ``marker`` (NAME, VALUE: set by the launcher where it started the process) or, for a
-    process it did not start (the launcher itself, run in a terminal), the file ``holds`` open
-    (the run's events.jsonl). The caller says so in one line and signals nothing unless None."""
+    nothing), run by ``owner`` (the uid that owns the record naming it, where given: a record
+    another user wrote names none of this user's, nor root's, processes), the recorded command
+    line ``cmd`` (where recorded), and either the environment marker ``marker`` (NAME, VALUE: set
+    by the launcher where it started the process) or, for a process it did not start (the
+    launcher itself, run in a terminal), the file ``holds`` open (the run's events.jsonl, that
+    file itself: ``holds_open``). The caller says so in one line and signals nothing unless None."""
     now = start_time(pid)
     if now is None:
         return f"process {pid} is not running"
@@ -91,6 +140,13 @@ def not_own(pid: int, started: Optional[int], marker: tuple[str, str], cmd: Opti
         return f"the record gives no start time for process {pid}"
     if now != started:
         return f"process {pid} started at another time than the record says (a different process)"
+    if owner is not None:
+        runs_as = uids(pid)
+        if runs_as is None:
+            return f"process {pid} is not running"
+        if runs_as != (owner, owner):
+            return (f"process {pid} runs as user {user_name(runs_as[1])}, and the record is {user_name(owner)}'s "
+                    "(a record names only its own user's processes)")
     if cmd is not None and cmdline(pid) != cmd:
         return f"process {pid} runs another command line than the record says"
     name, value = marker

@@ -1,6 +1,7 @@
 """``tfcluster attach`` as text (launcher/app/attach.py follows the run; this draws it): the
-status block, the output lines as they arrive (task lines on stdout, launcher messages on stderr)
-and how the run ended, or that attach detached, through the console it is given."""
+status block, the output lines as they arrive (task lines on stdout; what the run says, its
+events, on stderr through the console, launcher/ui/eventlines.py) and how the run ended, or that
+attach detached, through the console it is given."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import shlex
 from pathlib import Path
 from typing import Callable
 
-from launcher.record.layout import SUPERVISOR_LOG
 from launcher.record.status import FAILED, LOST, RUNNING, STOPPED, SUCCEEDED, RunStatus
 from launcher.ui.console import Console
 from launcher.ui.runstatus import lost_advice, render_status
@@ -18,8 +18,8 @@ Write = Callable[[str], None]
 
 class TextRenderer:
     """Plain-text rendering of a run for ``attach`` when stdout is not a terminal: the status
-    block, then the output lines as they arrive (task lines on stdout, launcher messages on
-    stderr), then the outcome. (Its messages also serve the live panel's attach.)"""
+    block, then the output lines as they arrive (task lines on stdout; the run's events, said by
+    the console, on stderr), then the outcome. (Its messages also serve the live panel's attach.)"""
 
     def __init__(self, console: Console, spec: str) -> None:
         self.console = console
@@ -31,8 +31,8 @@ class TextRenderer:
             self.console.info(f"attached to run {view.run_id}; Ctrl-C detaches (the run goes on)")
 
     def write_for(self, path: Path) -> Write:
-        """Task lines to stdout, the supervisor's messages to stderr, each shown at once."""
-        stream = self.console.err if path.name == SUPERVISOR_LOG else self.console.out
+        """The record's task lines (output.log) to stdout, each shown at once."""
+        stream = self.console.out
 
         def write(text: str) -> None:
             stream.write(text)

@@ -3,9 +3,14 @@
 Three ways to show a run (chosen by ``tfcluster up``): a live panel (launcher/ui/panel.py) pinned
 at the bottom of a terminal with task output scrolling above it; plain prefixed lines (not a
 terminal, or ``--plain``); launcher messages and the final report only (``--quiet``). Known
-harmless TensorFlow start-up lines (launcher/ui/noise.py) are hidden unless ``verbose``. Above the
+harmless TensorFlow start-up lines (launcher/record/noise.py) are hidden unless ``verbose``. Above the
 panel, the tasks' progress protocol is shown as people's lines (launcher/ui/peoplelines.py: one line per
 epoch for the run, the strategy once); plain lines keep it as the tasks print it.
+
+A run's console is a listener on its record (``listen``): the supervisor prints nothing, it writes
+events and logs its tasks' lines, and the console says each event as it is written
+(launcher/ui/eventlines.py) and shows each task line. ``attach`` makes it a listener on the record
+it follows (``saying``), so both say the same lines.
 
 Reader threads of every task write here concurrently; one lock keeps lines whole.
 
@@ -26,12 +31,15 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, TextIO
 
-from launcher.ui import noise
+from launcher.record import noise
 from launcher.bounded import escape, for_terminal, one_line
+from launcher.ui.eventlines import BLOCK, ERROR, INFO, Said, said
 from launcher.ui.peoplelines import PeopleLines
 
 if TYPE_CHECKING:
+    from launcher.record.eventbase import RecordEvent
     from launcher.record.view import RunModel
+    from launcher.record.writer import RunRecord
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
 
@@ -236,6 +244,35 @@ class Console:
                 self._panel.message(text)  # a line about the whole run
             else:
                 self._panel.task_line(key, text)
+
+    # -------------------------------------------------------------- a run's record, said
+
+    def listen(self, record: "RunRecord", view: "RunModel") -> None:
+        """From now on, say each event ``record`` writes (launcher/ui/eventlines.py: ``view`` is the
+        run with it applied, for the final report) and show each task line it writes for the
+        console: the supervisor writes its record, and this is how a person reads it."""
+        record.listeners.append(self.saying(view))
+        record.line_listeners.append(self.task_line)
+
+    def saying(self, view: "RunModel") -> Callable[["RecordEvent"], None]:
+        """A listener that says each event it is given, ``view`` the run with it applied (a
+        record's writer, or the feed ``attach`` follows)."""
+        def say(event: "RecordEvent") -> None:
+            self.say(said(event, view, self.verbose))
+
+        return say
+
+    def say(self, items: "list[Said]") -> None:
+        """Say what launcher/ui/eventlines.py's ``said`` gave, in order."""
+        for item in items:
+            if item.how == INFO:
+                self.info(item.lines[0])
+            elif item.how == ERROR:
+                self.error(item.lines[0])
+            elif item.how == BLOCK:
+                self.block(list(item.lines))
+            else:
+                self.report(list(item.lines))
 
     # A message may quote outside bytes (a spec's value, a host's reply): one_line keeps it one
     # bounded line with control characters escaped, whatever the caller put in it.

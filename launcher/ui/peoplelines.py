@@ -20,11 +20,12 @@ from __future__ import annotations
 import statistics
 from typing import Callable, Iterable, Optional
 
+from launcher.contract import progress as pr
 from launcher.contract.progress import Progress, parse
 
 # Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint,
 # a backup's seconds: the run's goodput counts them).
-HIDDEN = frozenset({"step", "first_step", "server", "checkpoint", "backup", "saving"})  # ("preempted" follows "saving")
+HIDDEN = (pr.StepLine, pr.FirstStepLine, pr.ServerLine, pr.CheckpointLine, pr.BackupLine, pr.SavingLine)  # (preempted follows saving)
 Line = tuple[Optional[str], str]  # (the task it is about, or None for the run; the text)
 STANDBY = "(standby) "  # how the supervisor marks a warm standby's lines (launcher/supervise/standby.py)
 STANDBY_PROTOCOL = STANDBY + "tfcluster-standby"
@@ -44,7 +45,8 @@ class PeopleLines:
         self.strategy_shown = False
         self.started: set[str] = set()  # tasks that printed a start line this attempt
         self.expected: set[str] = set()  # the tasks that reported the last epoch shown
-        self.pending: dict[tuple[str, int], dict[str, Progress]] = {}  # (kind, epoch) -> key -> its line
+        # (kind, epoch) -> key -> its line
+        self.pending: dict[tuple[str, int], dict[str, "pr.EpochLine | pr.ResultLine"]] = {}
         self.shown: set[tuple[str, int]] = set()
 
     # -------------------------------------------------------------- in
@@ -56,27 +58,26 @@ class PeopleLines:
                 return []
             template = _template(key, line)
             return [(key, line)] if template is None else self._fold(key, template)
-        out = self._fold_all() if progress.kind in ("start", "epoch", "result") else []
+        out = self._fold_all() if isinstance(progress, (pr.StartLine, pr.EpochLine, pr.ResultLine)) else []
         return out + self._feed(key, progress, line)
 
-    def _feed(self, key: str, progress: Progress, line: str) -> list[Line]:
-        kind = progress.kind
-        if kind in HIDDEN:
+    def _feed(self, key: str, p: Progress, line: str) -> list[Line]:
+        if isinstance(p, HIDDEN):
             return []
-        if kind == "start":
-            return self._start(key, progress)
-        if kind in ("epoch", "result"):
-            return self._report(key, progress)
-        if kind == "eval":
-            return [(key, "evaluated " + _join(progress.get("checkpoint"), _metrics(progress)))]
-        if kind == "eval_done":
-            return [(key, f"evaluator done ({progress.get('reason', '?')}, "
-                          f"{progress.get('evaluated', '?')} checkpoint(s) evaluated)")]
-        if kind == "preempted":
-            return [(key, f"preempted at epoch {progress.get('epoch', '?')} step {progress.get('step', '?')}"
-                          + (f"; saved to {progress.get('saved')}" if progress.get("saved") else ""))]
-        if kind == "saved":
-            return [(key, f"saved {progress.get('path', '')}".rstrip())]
+        if isinstance(p, pr.StartLine):
+            return self._start(key, p)
+        if isinstance(p, (pr.EpochLine, pr.ResultLine)):
+            return self._report(key, p)
+        if isinstance(p, pr.EvalLine):
+            return [(key, "evaluated " + _join(p.checkpoint, _metrics(p.loss, p.accuracy)))]
+        if isinstance(p, pr.EvalDoneLine):
+            return [(key, f"evaluator done ({p.get('reason', '?')}, "
+                          f"{p.get('evaluated', '?')} checkpoint(s) evaluated)")]
+        if isinstance(p, pr.PreemptedLine):
+            return [(key, f"preempted at epoch {p.get('epoch', '?')} step {p.get('step', '?')}"
+                          + (f"; saved to {p.saved}" if p.saved else ""))]
+        if isinstance(p, pr.SavedLine):
+            return [(key, f"saved {p.path or ''}".rstrip())]
         return [(key, line)]  # a protocol line of a kind not known here: as it is
 
     def flush(self) -> list[Line]:
@@ -88,7 +89,7 @@ class PeopleLines:
 
     # -------------------------------------------------------------- the parts
 
-    def _start(self, key: str, p: Progress) -> list[Line]:
+    def _start(self, key: str, p: pr.StartLine) -> list[Line]:
         out: list[Line] = []
         if key in self.started:  # a second start from the same task: a new attempt
             out = self.flush()  # (what the last attempt's tasks reported, before its epochs repeat)
@@ -96,16 +97,16 @@ class PeopleLines:
             self.shown.clear()
             self.folded.clear()
         self.started.add(key)
-        epochs = p.integer("epochs")
-        if epochs:
-            self.epochs = epochs
-        if self.strategy_shown or not p.get("strategy"):
+        if p.epochs:
+            self.epochs = p.epochs
+        if self.strategy_shown or not p.strategy:
             return out
         self.strategy_shown = True
-        cls = (p.get("strategy_class") or "").rpartition(".")[2]
+        cls = (p.strategy_class or "").rpartition(".")[2]
+        # (the replicas and batch as printed)
         details = [d for d in (cls, f"{p.get('replicas')} replica(s)" if p.get("replicas") else "",
                                f"global batch {p.get('global_batch')}" if p.get("global_batch") else "") if d]
-        return out + [(None, f"strategy {p.get('strategy')}" + (f" ({', '.join(details)})" if details else ""))]
+        return out + [(None, f"strategy {p.strategy}" + (f" ({', '.join(details)})" if details else ""))]
 
     def _fold(self, key: str, template: str) -> list[Line]:
         """A start-up line: shown once every task of the run said it (or when training starts)."""
@@ -133,10 +134,10 @@ class PeopleLines:
         text = template.replace(_KEY + " ", "").replace(_KEY, "").rstrip()
         return [(None, f"{text}  ({compact_keys(said)})")]
 
-    def _report(self, key: str, p: Progress) -> list[Line]:
-        slot = (p.kind, (p.integer("epoch") or 0) if p.kind == "epoch" else 0)
+    def _report(self, key: str, p: "pr.EpochLine | pr.ResultLine") -> list[Line]:
+        slot = (p.kind, (p.epoch or 0) if isinstance(p, pr.EpochLine) else 0)
         out: list[Line] = []
-        if p.kind == "epoch":  # an earlier epoch still waiting will not complete now: show it
+        if isinstance(p, pr.EpochLine):  # an earlier epoch still waiting will not complete now: show it
             for older in sorted(s for s in self.pending if s[0] == "epoch" and s[1] < slot[1]):
                 out += self._show(older)
         if slot in self.shown:  # a straggler of a report already shown: its task joins silently
@@ -155,15 +156,15 @@ class PeopleLines:
         if slot[0] == "epoch":
             self.expected = set(reports)
         first = reports[min(reports, key=_order)]
-        rates = [r.number("examples_per_sec") for r in reports.values() if r.number("examples_per_sec") is not None]
+        rates = [r.examples_per_sec for r in reports.values() if r.examples_per_sec is not None]
         rate = f"{statistics.median(rates):,.0f} ex/s" if rates else ""
-        if slot[0] == "epoch":
+        if isinstance(first, pr.EpochLine):
             head = f"epoch {slot[1]}" + (f"/{self.epochs}" if self.epochs else "")
-            extra = _metrics(first, "test_loss", "test_accuracy", "test ")
+            extra = _metrics(first.test_loss, first.test_accuracy, "test ")
         else:
             head = "result"
             extra = ""
-        text = _join(head, _metrics(first), rate, extra, f"({compact_keys(reports)})")
+        text = _join(head, _metrics(first.loss, first.accuracy), rate, extra, f"({compact_keys(reports)})")
         return [(None, text)]
 
 
@@ -179,12 +180,12 @@ def _template(key: str, line: str) -> Optional[str]:
     return line.replace(key, _KEY)
 
 
-def _metrics(p: Progress, loss: str = "loss", accuracy: str = "accuracy", label: str = "") -> str:
+def _metrics(loss: Optional[float], accuracy: Optional[float], label: str = "") -> str:
     parts = []
-    if p.number(loss) is not None:
-        parts.append(f"{label}loss {p.number(loss):.4f}")
-    if p.number(accuracy) is not None:
-        parts.append(f"{label}accuracy {p.number(accuracy):.3f}")
+    if loss is not None:
+        parts.append(f"{label}loss {loss:.4f}")
+    if accuracy is not None:
+        parts.append(f"{label}accuracy {accuracy:.3f}")
     return "  ".join(parts)
 
 

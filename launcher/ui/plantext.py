@@ -9,7 +9,7 @@ from typing import Sequence
 
 from launcher.bounded import escape
 from launcher.contract import envnames
-from launcher.plan.build import Plan, redact_env
+from launcher.plan.build import Plan, redact_command, redact_env
 from launcher.plan.gputext import show_gpus
 from launcher.ui.table import render
 
@@ -23,7 +23,8 @@ def render_plan(plan: Plan, show_secrets: bool = False, spares: Sequence[str] = 
     rows = []
     joined: dict[tuple[str, ...], str] = {}  # the tasks share one command: quoted once
     for t in plan.tasks:
-        command = joined.get(t.command) or joined.setdefault(t.command, shlex.join(t.command))
+        command = joined.get(t.command) or joined.setdefault(
+            t.command, shlex.join(t.command if show_secrets else redact_command(t.command)))
         rows.append((t.key, t.host) + ((t.gpus.describe(),) if gpu_column else ())
                     + (t.endpoint or "(no port: not in cluster)", command))
     out = [f"plan {plan.name}: {plan.strategy} on backend {plan.backend}, {len(plan.tasks)} tasks"]

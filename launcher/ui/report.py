@@ -1,13 +1,18 @@
-"""The final report of ``tfcluster up``: how each task ended, and where the run's results are.
+"""The final report of ``tfcluster up``: how each task ended, the plans and attempts, the goodput,
+and where the run's results are.
 
-``task_table`` is pure (from a ``RunModel``); ``locations`` looks at the disk.
+``final_report`` and the parts it is made of are pure (from a ``RunModel`` and the outcome event:
+the console says it when the outcome is written, and ``attach`` when it reads it); where the
+results are is what the supervisor found there (launcher/record/layout.py's ``locations``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import time
+from typing import Any, Mapping
 
-from launcher.contract import statedir
+from launcher.record import events as ev
+from launcher.record.states import Outcome
 from launcher.record.view import RunModel
 from launcher.ui.columns import REPORT, Row, plain
 from launcher.ui.table import render
@@ -32,21 +37,42 @@ def goodput_lines(view: RunModel, now: float) -> list[str]:
     return [f"  {g.line()}"] if g is not None and g.elapsed > 0 else []
 
 
-def locations(state_dir: Path, logs_dir: Path) -> dict[str, str]:
-    """Where the final model, checkpoints and TensorBoard logs are (those that exist on this
-    machine), the state dir, and the task logs."""
-    where: dict[str, str] = {}
-    for label, name in (("final model", statedir.FINAL_MODEL), ("checkpoints", statedir.CHECKPOINTS),
-                        ("TensorBoard logs", statedir.TENSORBOARD)):
-        path = state_dir / name
-        if path.exists():
-            where[label] = str(path)
-    where["state dir"] = str(state_dir)
-    where["task logs"] = str(logs_dir)
-    return where
-
-
 def location_lines(where: dict[str, str]) -> list[str]:
     return render(None, [[f"{label}:", path] for label, path in where.items()], gap=" ")
 
+
+def summary_lines(view: RunModel) -> list[str]:
+    """The plans used (when hosts changed: each plan's hosts and the change that made it) and
+    one row per attempt (when it began, how long it ran, how it ended)."""
+    if not view.attempt_ends:
+        return []
+    lines = []
+    if len(view.plan_hosts) > 1:
+        lines.append(f"  plans used: 1: {', '.join(view.plan_hosts[0])}")
+        for n, hosts in enumerate(view.plan_hosts[1:], start=2):
+            said = view.host_changes[n - 2].describe() if n - 2 < len(view.host_changes) else ""
+            lines.append(f"  {' ' * 12}{n}: {', '.join(hosts)} ({said})")
+    rows = []
+    for a in view.attempt_ends:
+        what = f"failed: {a['task']} {a['reason']}" if a.get("task") is not None else a["state"]
+        rows.append((str(a["attempt"] + 1), time.strftime('%H:%M:%S', time.localtime(a["began"])),
+                     f"{a['ended'] - a['began']:.1f}s", what))
+    return lines + render(("attempt", "started", "duration", "outcome"), rows, right={0, 2})
+
+
+def final_report(view: RunModel, outcome: ev.RunOutcome, now: float) -> list[str]:
+    """The report a run ends with: the task table, the GPU peaks, the plans and attempts, the
+    goodput, where its results are (``outcome.locations``)."""
+    where: Mapping[str, Any] = outcome.locations if isinstance(outcome.locations, dict) else {}
+    return (task_table(view) + gpu_peak_lines(view) + summary_lines(view) + goodput_lines(view, now)
+            + location_lines({str(k): str(v) for k, v in where.items()}))
+
+
+def ending_line(view: RunModel, outcome: ev.RunOutcome) -> str:
+    """The run's last line: how it ended and where its record is."""
+    if outcome.outcome == Outcome.SUCCEEDED:
+        return f"run succeeded after {outcome.attempts} attempt(s); record: {view.run_dir}"
+    if outcome.outcome == Outcome.INTERRUPTED:
+        return f"interrupted; every task stopped; record: {view.run_dir}"
+    return f"run failed; record: {view.run_dir}"
 

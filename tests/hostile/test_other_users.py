@@ -65,6 +65,31 @@ def test_a_run_dir_the_other_user_made_first_in_a_sticky_dir_is_refused(base, ma
     assert marker.read_text() == "ran"
 
 
+def test_a_run_dir_reached_by_dotdot_after_a_symlink_is_judged_where_the_kernel_goes(base, mallory):
+    """``run_dir: examples/../runs`` with ``examples`` a link into the other user's 0777 dir: the
+    kernel makes the record in their dir (``..`` goes up from where the link leads), and ``up``
+    refuses it in one line, nothing made there nor run."""
+    opened = base / "open"
+    (opened / "sub").mkdir(parents=True)
+    opened.chmod(0o777)
+    os.chown(opened, mallory.pw_uid, mallory.pw_gid)
+    (base / "examples").symlink_to(opened / "sub")
+    marker = base / "ran"
+    res = _up(base, "examples/../runs", marker)
+    assert_bounded(res, 1)
+    assert f"run_dir: {opened} is owned by {mallory.pw_name}, not by you or root (mode 0777); fix: " in res.stderr, \
+        res.stderr
+    assert not marker.exists() and not (opened / "runs").exists() and not (base / "runs").exists()
+    # Closed by its owner (root's, 0755): the run goes, its record where the kernel took the path.
+    os.chown(opened, 0, 0)
+    opened.chmod(0o755)
+    res = _up(base, "examples/../runs", marker)
+    assert res.returncode == 0 and marker.read_text() == "ran", res.stderr[-2000:]
+    assert (opened / "runs" / "h" / "latest").is_symlink() and not (base / "runs").exists()
+    status = tfcluster("status", "h.yaml", cwd=base)
+    assert status.returncode == 0 and "succeeded" in status.stdout, status.stdout + status.stderr
+
+
 def _modes(root: Path) -> dict[str, set[int]]:
     """The permission bits of every dir and regular file under ``root`` (symlinks aside)."""
     out: dict[str, set[int]] = {"dirs": set(), "files": set()}
@@ -177,6 +202,25 @@ def test_the_agent_refuses_a_remote_dir_the_other_user_owns_before_writing_in_it
     agent.wait(30)
     assert reply["unsafe"] == ["run_dir", f"{theirs} is owned by {mallory.pw_name}, not by you or root (mode 0755)"]
     assert not (theirs / "tfc").exists()  # nothing made in their dir
+
+
+def test_the_agent_judges_dotdot_after_a_symlink_where_the_kernel_goes(base, mallory):
+    """remote_dir ``proj/examples/../tfc`` with ``examples`` a link into the other user's 0777
+    scratch dir: the kernel (``cd``, ``mkdir``) goes up from where the link leads, into their dir,
+    and so does the agent's check; nothing is made there. (``abspath`` would have judged
+    ``proj/tfc``, the user's own.)"""
+    opened = base / "open"
+    (opened / "sub").mkdir(parents=True)
+    opened.chmod(0o777)
+    os.chown(opened, mallory.pw_uid, mallory.pw_gid)
+    (base / "proj").mkdir()
+    (base / "proj" / "examples").symlink_to(opened / "sub")
+    run_dir = f"{base}/proj/examples/../tfc/n/RUN"
+    agent, reply = _agent(Path(run_dir), base)
+    agent.stdin.close()
+    agent.wait(30)
+    assert reply["unsafe"] == ["run_dir", f"{opened} is owned by {mallory.pw_name}, not by you or root (mode 0777)"]
+    assert not (opened / "tfc").exists() and not (base / "proj" / "tfc").exists()  # nothing made, either place
 
 
 # ---------------------------------------------------------------- a task's port, taken after the launcher's check

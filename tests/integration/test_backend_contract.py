@@ -6,7 +6,8 @@ Each task runs a small Python program (no TensorFlow) whose behaviour -- print, 
 die of a signal, trap a signal, ignore SIGTERM, listen on its port -- is given per task in the
 CONTRACT environment variable, so one suite checks: placement, start, streamed output, the
 environment a task gets, poll() exit codes (128+N for signal N), signal(), port_open(), stop()
-(SIGTERM, grace, SIGKILL) and down() from a run record.
+(SIGTERM, grace, SIGKILL), a warm standby started and promoted from typed requests
+(``StartRequest``), and down() from a run record (``TaskHandle.info()``'s ``to_json``).
 
 Adding a backend: its name is taken from the registry, and the suite asks for a fixture named
 ``contract_<name>`` returning a ContractEnv (see the three below); put it in
@@ -31,7 +32,7 @@ import pytest
 import yaml
 
 from launcher.backends import RecordedRun, backend_class, backend_names
-from launcher.backends.base import BackendKind, TaskHandle
+from launcher.backends.base import BackendKind, ProcessInfo, StartRequest, TaskHandle
 from launcher.ui.console import Console
 from launcher.plan.build import build_plan, task_keys
 from launcher.record.writer import RunRecord
@@ -71,6 +72,16 @@ for act in json.loads(os.environ["CONTRACT"]).get(me, []):
         signal.signal(getattr(signal, "SIG" + name), handler)
     elif op == "ignore":
         signal.signal(getattr(signal, "SIG" + arg), signal.SIG_IGN)
+    elif op == "hold":  # as a warm standby does: SIGUSR1 blocked until it waits for it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    elif op == "promoted":  # wait for the promotion, then say what the promotion file gives ARG
+        signal.sigwait({signal.SIGUSR1})
+        path = os.environ.get("TFCLUSTER_STANDBY_ENV")
+        if path:
+            with open(path) as fh:
+                out("promoted " + arg + "=" + str(json.load(fh).get(arg, "<unset>")))
+        else:
+            out("promoted without a file")
     elif op == "listen":
         tf = json.loads(os.environ["TF_CONFIG"])
         t = tf["task"]
@@ -173,7 +184,8 @@ class Run:
         self.lock = threading.Lock()
         self.handles: dict[str, TaskHandle] = {}
         try:
-            self.backend.hosts.probe(self.plan)
+            report = self.backend.hosts.probe(self.plan)  # (it reports; the use case's plans read it)
+            assert report is None or not (report.problems or report.absent), report
             self.placement = self.backend.hosts.allocate(self.loaded.spec)
             self.static = static
             self.plan = build_plan(self.loaded.spec, self.placement)
@@ -186,11 +198,16 @@ class Run:
         with self.lock:
             self.lines[key].append(line)
 
-    def start(self) -> dict[str, TaskHandle]:
+    def start(self, standby: tuple[str, ...] = ()) -> dict[str, TaskHandle]:
+        """Every task started (those of ``standby`` as warm standbys), as the supervisor asks."""
         for task in self.plan.tasks:
-            env = {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": self.record.run_id}
-            self.handles[task.key] = self.backend.tasks.start(task, env, self.on_line)
+            self.handles[task.key] = self.backend.tasks.start(
+                StartRequest(task, self.told(0), standby=task.key in standby), self.on_line)
         return self.handles
+
+    def told(self, attempt: int) -> dict[str, str]:
+        """What the supervisor adds to the plan's environment for attempt ``attempt``."""
+        return {"TFCLUSTER_RESTART_COUNT": str(attempt), "TFCLUSTER_RUN_ID": self.record.run_id}
 
     def wait(self, what: str, predicate: Callable[[], object], timeout: float) -> None:
         wait_for(predicate, timeout, 0.05, what=f"{self.cls.name}: {what}",
@@ -256,7 +273,7 @@ def test_place_and_allocate_give_every_task_a_host(env, runs):
 
 def test_start_streams_output_passes_the_environment_and_reports_exit_codes(env, runs):
     run = runs(env, {"worker:0": ["print:hello from 0", "env:TFCLUSTER_RESTART_COUNT", "env:TF_CONFIG", "exit:0"],
-                     "worker:1": ["print:hello from 1", "env:TFCLUSTER_TASK", "exit:3"]})
+                     "worker:1": ["print:hello from 1", "env:TFCLUSTER_TASK", "env:TFCLUSTER_STANDBY", "exit:3"]})
     run.start()
     assert run.wait_exit("worker:0") == 0
     assert run.wait_exit("worker:1") == 3
@@ -266,6 +283,7 @@ def test_start_streams_output_passes_the_environment_and_reports_exit_codes(env,
     tf_config = json.loads(next(x for x in zero if x.startswith("TF_CONFIG=")).split("=", 1)[1])
     assert tf_config == run.plan.task("worker:0").tf_config
     assert "hello from 1" in run.lines_of("worker:1")
+    assert "TFCLUSTER_STANDBY=<unset>" in run.lines_of("worker:1")  # a cold start is told nothing of standbys
     assert all("hello from 0" not in line for line in run.lines_of("worker:1"))  # lines go to their own task
 
 
@@ -290,6 +308,34 @@ def test_signal_reaches_the_task(env, runs):
     handles["worker:0"].signal(signal.SIGTERM)
     run.wait_line("worker:0", "got TERM", timeout=20)
     assert run.wait_exit("worker:0", timeout=20) == 7
+
+
+def test_a_standby_is_told_so_and_promoted_with_the_cold_starts_environment(env, runs):
+    """A start whose request says ``standby`` tells the task so (TFCLUSTER_STANDBY=1 and, where the
+    backend keeps one, its promotion file in TFCLUSTER_STANDBY_ENV), and ``promote`` with the
+    request of the cold start it stands for writes that start's environment there, then sends
+    SIGUSR1; a cold start beside it is told neither. The flags travel in the request: the
+    supervisor's environment holds none of them."""
+    if not env_capable(env, "warm_standby"):
+        pytest.skip("this backend keeps no standby")
+    wait = ["env:TFCLUSTER_STANDBY", "env:TFCLUSTER_STANDBY_ENV", "print:ready"]
+    run = runs(env, {"worker:0": ["hold", *wait, "promoted:TFCLUSTER_RESTART_COUNT", "exit:0"],
+                     "worker:1": [*wait, "sleep:120"]})
+    handles = run.start(standby=("worker:0",))
+    run.wait_line("worker:0", "ready")
+    run.wait_line("worker:1", "ready")
+    assert "TFCLUSTER_STANDBY=1" in run.lines_of("worker:0")
+    assert {"TFCLUSTER_STANDBY=<unset>", "TFCLUSTER_STANDBY_ENV=<unset>"} <= set(run.lines_of("worker:1"))
+    named = next(x for x in run.lines_of("worker:0") if x.startswith("TFCLUSTER_STANDBY_ENV=")).split("=", 1)[1]
+    run.backend.tasks.promote(handles["worker:0"], StartRequest(run.plan.task("worker:0"), run.told(1)))
+    # (docker keeps no file where the container's user is a name: the standby keeps its environment)
+    run.wait_line("worker:0", "promoted TFCLUSTER_RESTART_COUNT=1" if named != "<unset>" else "promoted without a file",
+                  timeout=30)
+    assert run.wait_exit("worker:0", timeout=30) == 0
+
+
+def env_capable(env: ContractEnv, capability: str) -> bool:
+    return bool(getattr(backend_class(env.spec["backend"]).capabilities, capability))
 
 
 def test_stop_sends_sigterm_then_sigkill_after_the_grace(env, runs):
@@ -343,8 +389,11 @@ def test_down_stops_what_a_run_left_from_its_record(env, runs):
     handles = run.start()
     run.wait_line("worker:0", "ready")
     run.wait_line("worker:1", "ready")
+    infos = {k: h.info() for k, h in handles.items()}
+    assert all(isinstance(i, ProcessInfo) for i in infos.values()), infos
+    # What launcher.json keeps of each task (the record's shape, JSON), read back by a fresh backend.
     recorded = RecordedRun(run.record.dir, {"run_id": run.record.run_id, "pid": 0,
-                                            "tasks": {k: h.info() for k, h in handles.items()}})
+                                            "tasks": json.loads(json.dumps({k: i.to_json() for k, i in infos.items()}))})
     console = Console(out=io.StringIO(), err=io.StringIO(), color=False)
     other = run.cls.from_spec(run.loaded, None, console)
     try:

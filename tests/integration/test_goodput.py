@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from launcher.contract import progress as lines
 from launcher.contract.progress import parse
 from tests.support.cli import tfcluster
 import launcher.record.events as ev
@@ -28,15 +29,14 @@ def _own_lines(spec) -> dict:
         p = parse(line)
         if p is None:
             continue
-        if p.kind == "start":
-            attempts.append({"restored": p.integer("global_step"), "first": None, "last": None, "step": None,
-                             "backups": 0.0})
-        elif attempts and p.kind == "first_step":
-            attempts[-1].update(first=p.number("time"), last=p.number("time"), step=p.integer("global_step"))
-        elif attempts and p.kind in ("step", "epoch") and attempts[-1]["first"] is not None:
-            attempts[-1].update(last=p.number("time"), step=p.integer("global_step"))
-        elif attempts and p.kind == "backup":
-            attempts[-1]["backups"] += p.number("seconds")
+        if isinstance(p, lines.StartLine):
+            attempts.append({"restored": p.global_step, "first": None, "last": None, "step": None, "backups": 0.0})
+        elif attempts and isinstance(p, lines.FirstStepLine):
+            attempts[-1].update(first=p.time, last=p.time, step=p.global_step)
+        elif attempts and isinstance(p, (lines.StepLine, lines.EpochLine)) and attempts[-1]["first"] is not None:
+            attempts[-1].update(last=p.time, step=p.global_step)
+        elif attempts and isinstance(p, lines.BackupLine):
+            attempts[-1]["backups"] += p.seconds
     trained = [a for a in attempts if a["first"] is not None]
     return {"attempts": attempts, "span": sum(a["last"] - a["first"] for a in trained),
             "backups": sum(a["backups"] for a in attempts),

@@ -24,14 +24,14 @@ HELD = 4.0  # s after the exit is seen: beyond ChildTask.poll's 2 s, within the 
 class HeldReaders(LocalTasks):
     """The local backend, each task's line sink held until HELD s after its exit is first seen."""
 
-    def start(self, task, env, on_line):
+    def start(self, request, on_line):
         gate = threading.Event()
 
         def held(key, line):
             gate.wait(30)
             on_line(key, line)
 
-        handle = super().start(task, env, held)
+        handle = super().start(request, held)
         poll = handle.poll
         seen: list[bool] = []
 

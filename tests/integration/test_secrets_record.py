@@ -5,12 +5,13 @@ value reach the task as they are, and nowhere else tfcluster writes or prints (p
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import tfcluster
-from tests.support.specs import script_spec
+from tests.support.specs import local_spec, script_spec
 from tests.support.waits import wait_for
 import launcher.record.events as ev
 from tests.support.records import read_records
@@ -70,3 +71,50 @@ def test_no_secret_value_in_plan_record_or_views(tmp_path):
     shown = "".join(v.stdout + v.stderr for v in views)
     assert not [k for k, v in SECRETS.items() if v in shown]
     assert leaks(tmp_path / "runs") == []
+
+
+# Secrets in the entrypoint's arguments, in each spelling the rule knows, and plain ones beside them.
+ARG_SECRETS = {"hub": "hf_" + "Wm3" * 11, "db": "hunter2Xq", "key": "sk-" + "Rt5" * 10, "pw": "Pa55Word7"}
+ARGS = ["--hub-token", ARG_SECRETS["hub"], f"--db=postgres://bob:{ARG_SECRETS['db']}@db.example/app",
+        f"api_key={ARG_SECRETS['key']}", f"--password={ARG_SECRETS['pw']}",
+        "--epochs", "3", "--max-tokens", "512", "--data", "/data/train"]
+
+
+def test_no_secret_argument_in_plan_record_or_views_and_the_task_has_them(tmp_path):
+    """The command's secret arguments are masked wherever tfcluster shows or keeps the command
+    (plan text and JSON, plan.json, status, the report, the detached supervisor's log); the plain
+    ones beside them are shown; ``validate`` and ``plan`` warn in one line; the task gets them all."""
+    path = local_spec(tmp_path, json.dumps([sys.executable, "task.py", *ARGS]), watchdog="{stop_grace: 1}")
+    (tmp_path / "task.py").write_text(f"import sys\nprint('task args intact:', sys.argv[1:] == {ARGS!r}, flush=True)\n")
+    for args in (("validate",), ("plan",), ("plan", "--json"), ("plan", "--json=compact"), ("up", "--dry-run")):
+        res = tfcluster(*args[:1], path, *args[1:])
+        assert res.returncode == 0, res.stderr
+        shown = res.stdout + res.stderr
+        assert not [k for k, v in ARG_SECRETS.items() if v in shown], (args, shown)
+        if args[0] in ("validate", "plan"):
+            warned = [line for line in res.stderr.splitlines() if "visible" in line or "`ps`" in line]
+            assert len(warned) == 1 and "fix: pass it in env" in warned[0], res.stderr
+        if args[0] != "validate":
+            assert "--epochs" in shown and "/data/train" in shown and "512" in shown and "***" in shown, shown
+            assert "postgres://bob:***@db.example/app" in shown, shown
+    shown = tfcluster("plan", path, "--json", "--show-secrets").stdout
+    assert all(v in shown for v in ARG_SECRETS.values())  # asked for: shown
+
+    res = tfcluster("up", path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("task args intact: True") == 2, res.stdout
+    assert not [k for k, v in ARG_SECRETS.items() if v in res.stdout + res.stderr]
+    res = tfcluster("up", path, "--detach", timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    latest = tmp_path / "runs" / "t" / "latest"
+    wait_for(lambda: any(isinstance(e, ev.RunOutcome) for e in read_records(latest)), 60,
+             what="the detached run's outcome")
+    views = [tfcluster("status", path), tfcluster("status", path, "--json"), tfcluster("runs", path)]
+    assert all(v.returncode == 0 for v in views), [v.stderr for v in views]
+    assert not [k for k, v in ARG_SECRETS.items() if v in "".join(v.stdout + v.stderr for v in views)]
+    plan = json.loads((latest / "plan.json").read_text())
+    assert plan["command"][2:] == ["--hub-token", "***", "--db=postgres://bob:***@db.example/app", "api_key=***",
+                                   "--password=***", "--epochs", "3", "--max-tokens", "512", "--data", "/data/train"]
+    found = [str(p) for p in (tmp_path / "runs").rglob("*") if p.is_file() and not p.is_symlink()
+             and any(v.encode() in p.read_bytes() for v in ARG_SECRETS.values())]
+    assert found == []

@@ -322,7 +322,7 @@ def build_args(find_links: str) -> dict[str, str]:
 
 
 def build_worker_image(engine: Engine, find_links: str, tag: str = WORKER_IMAGE, timeout: int = 1800) -> float:
-    """The worker image (launcher/image/Dockerfile on the context ``make_context`` writes from the
+    """The worker image (docker/Dockerfile on the context ``make_context`` writes from the
     checkout's editable install) on the test base image, offline from the wheelhouse."""
     import tempfile
 

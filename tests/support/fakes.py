@@ -11,9 +11,10 @@ import signal
 import textwrap
 import threading
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Union
 
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, TaskHandle, Tasks
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, StartRequest, TaskHandle, Tasks
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.errors import exit_code_for
 from launcher.ui.console import Console
 from launcher.app.up import plan_for
@@ -119,8 +120,9 @@ class ScriptedTasks(Tasks):
     (0-based) does, else ``default``. ``prepare_errors[attempt]`` is raised by
     ``prepare_attempt(attempt)``, ``collect_error`` by ``collect_results``. ``calls`` lists what the
     supervisor asked, in order: ``prepare N``, ``start KEY RESTART_COUNT``, ``collect``; ``started``
-    each start as (task key, TFCLUSTER_RESTART_COUNT), ``hosts_started`` as (task key, host), and
-    ``plans`` each plan the supervisor moved the tasks to (``use_plan``)."""
+    each start as (task key, TFCLUSTER_RESTART_COUNT), ``hosts_started`` as (task key, host),
+    ``requests`` each start's ``StartRequest``, and ``plans`` each plan the supervisor moved the
+    tasks to (``use_plan``)."""
 
     def __init__(self, scripts: Optional[Mapping[tuple[str, int], Script]] = None, default: Script = Script(), *,
                  prepare_errors: Optional[Mapping[int, Exception]] = None,
@@ -130,6 +132,7 @@ class ScriptedTasks(Tasks):
         self.started: list[tuple[str, int]] = []  # (task key, TFCLUSTER_RESTART_COUNT)
         self.hosts_started: list[tuple[str, str]] = []  # (task key, host)
         self.handles: list[ScriptedTask] = []
+        self.requests: list[StartRequest] = []
         self.calls: list[str] = []
         self.plans: list = []
         self.closed = False
@@ -139,7 +142,9 @@ class ScriptedTasks(Tasks):
         if number in self.prepare_errors:
             raise self.prepare_errors[number]
 
-    def start(self, task, env, on_line):
+    def start(self, request, on_line):
+        task, env = request.task, request.env
+        self.requests.append(request)
         attempt = int(env["TFCLUSTER_RESTART_COUNT"])
         self.calls.append(f"start {task.key} {attempt}")
         n = sum(1 for k, _ in self.started if k == task.key)  # the task's n-th start, 0-based
@@ -147,7 +152,7 @@ class ScriptedTasks(Tasks):
         self.hosts_started.append((task.key, task.host))
         script = self.scripts.get((task.key, n), self.default)
         handle = ScriptedTask(task, script, on_line, attempt)
-        handle.standby = env.get("TFCLUSTER_STANDBY") == "1"
+        handle.standby = request.standby
         self.handles.append(handle)
         return handle
 
@@ -172,11 +177,12 @@ class ScriptedTasks(Tasks):
 
 class ScriptedHosts(Hosts):
     """The hosts' seam of a fake backend: after a failed attempt (an elastic run), ``losses[n]``
-    are the lost hosts its n-th look reports (each look recorded in ``checked`` as (hosts, wait)
-    and ``looks``, its ``look`` argument); hosts found by discovery are recorded in ``added``. It
-    allocates nothing: ``supervise`` gives the plan."""
+    are the lost hosts its n-th look reports, host -> its ``HostLoss`` or, for short, the words of
+    an unreachable one (each look recorded in ``checked`` as (hosts, wait) and ``looks``, its
+    ``look`` argument); hosts found by discovery are recorded in ``added``. It allocates nothing:
+    ``supervise`` gives the plan."""
 
-    def __init__(self, losses: Optional[Mapping[int, Mapping[str, str]]] = None) -> None:
+    def __init__(self, losses: Optional[Mapping[int, Mapping[str, Union[str, HostLoss]]]] = None) -> None:
         self.losses = dict(losses or {})
         self.checked: list[tuple[list[str], float]] = []
         self.looks: list[dict] = []
@@ -189,7 +195,9 @@ class ScriptedHosts(Hosts):
     def lost(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
         self.looks.append(dict(look))
-        return dict(self.losses.get(len(self.checked) - 1, {}))
+        found = self.losses.get(len(self.checked) - 1, {})
+        return {h: loss if isinstance(loss, HostLoss) else HostLoss(LossKind.UNREACHABLE, h, None, loss)
+                for h, loss in found.items()}
 
     def add(self, hosts) -> None:
         self.added += [h.name for h in hosts]
@@ -249,16 +257,16 @@ def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, 
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     extra = {} if clock is None else {"clock": clock}
-    sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
-                     poll_interval=poll_interval, given=HostsGiven(spec=spec, absent=absent or {}, short_why=short_why),
-                     **extra)
+    sup = Supervisor(plan, backend, record, spec.restart, spec.watchdog, poll_interval=poll_interval,
+                     given=HostsGiven(spec=spec, absent=absent or {}, short_why=short_why), **extra)
+    Console(out=out, err=err, color=False).listen(record, sup.view)  # as app/up.py wires it
     sup.prewarm.after_ready = standby_after_ready
     if stop_after is not None:
         tasks = backend.tasks
         start = tasks.start
 
-        def start_then_maybe_stop(task, env, on_line):
-            handle = start(task, env, on_line)
+        def start_then_maybe_stop(request, on_line):
+            handle = start(request, on_line)
             if len(tasks.started) >= stop_after:
                 (stop or Supervisor.interrupt)(sup)
             return handle

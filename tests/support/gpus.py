@@ -38,3 +38,27 @@ def gpu_pythons(directory: Path, counts: dict, python: str, extra: dict | None =
         wrapper.chmod(0o755)
         keys[host] = {"python": str(wrapper)}
     return keys
+
+
+class Made:
+    """A container as the plan makes it (launcher/plan/containergpus.py): its device request and
+    /dev/shm (``container``), and its planned task's env (what it runs with)."""
+
+    def __init__(self, container, env: dict) -> None:
+        self.container, self.env = container, env
+
+    def __getattr__(self, name: str):
+        return getattr(self.container, name)
+
+
+def containers(spec, engine_gpus, shm_size=None, limit=None) -> tuple[dict, list[str]]:
+    """(task key -> Made, problems) for the spec's containers on an engine host with ``engine_gpus``
+    within ``limit``: the plan the docker backend and compose make from what they found."""
+    from launcher.plan import containergpus
+    from launcher.plan.build import build_plan
+
+    problems = containergpus.refused(spec, engine_gpus, limit)
+    if problems:
+        return {}, problems
+    plan = build_plan(spec, containergpus.placement(spec, engine_gpus, limit=limit))
+    return {t.key: Made(containergpus.container(t, shm_size), t.env_dict) for t in plan.tasks}, []

@@ -106,7 +106,7 @@ def wheelhouse_url(docker_engine) -> str:
 
 @pytest.fixture(scope="session")
 def worker_image(docker_engine) -> str:
-    """launcher/image/Dockerfile built on the debootstrap base, offline (layers cached across sessions)."""
+    """docker/Dockerfile built on the debootstrap base, offline (layers cached across sessions)."""
     from tests.labs import docker as eng
 
     warmup = docker_warmup()

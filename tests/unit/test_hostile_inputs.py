@@ -183,7 +183,7 @@ def test_a_host_that_sends_an_endless_line_is_named_and_failing():
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert reply is None and problem == (f"host h7: the preflight agent answered a line of more than "
+    assert reply is None and problem.text == (f"host h7: the preflight agent answered a line of more than "
                                          f"{HOST_LINE_BYTES:,} bytes; the host is treated as failing: check it (is "
                                          "'python3' a plain Python 3, and does its login print nothing?)")
     assert chan.read <= HOST_LINE_BYTES + 65536 and peak < 4 * HOST_LINE_BYTES, (chan.read, peak)
@@ -204,7 +204,8 @@ def test_garbage_from_a_host_is_one_line_naming_it(line, said):
             data, self.data = self.data, b""
             return data
 
-    reply, problem = first_exchange("h7", "python3", Chan(line), {"ports": []}, 60)
+    reply, said_back = first_exchange("h7", "python3", Chan(line), {"ports": []}, 60)
+    problem = said_back.text
     assert reply is None and problem.startswith(f"host h7: {said}; the host is treated as failing"), problem
     assert not RAW_CONTROL.search(problem) and len(problem) < 400
 

@@ -268,7 +268,8 @@ def test_the_record_package_has_one_writer_one_reader_and_one_run_model():
     reader = graph["launcher.record.reader"]
     # launcher.bounded (how outside bytes are shown in a line) is a leaf, as low as it gets.
     assert graph["launcher.bounded"] == set(), graph["launcher.bounded"]
-    vocabulary = {"launcher.record.events", "launcher.record.eventbase", "launcher.record.hostevents"}
+    vocabulary = {"launcher.record.events", "launcher.record.eventbase", "launcher.record.hostevents",
+                  "launcher.record.supervisorevents"}
     assert reader <= {"launcher.errors", "launcher.bounded", "launcher.safefile", "launcher.record.layout", *vocabulary}, reader
     # the event classes, their base and their one parser: the words, the error, how a value is shown
     for module in vocabulary:
@@ -287,12 +288,15 @@ def test_the_record_package_has_one_writer_one_reader_and_one_run_model():
 LAYERS: list[tuple[str, ...]] = [
     ("launcher.__main__", "launcher.cli"),  # parses, calls a use case, prints, exits
     ("launcher.compare",),  # a use case made of use cases (one `up` per strategy)
+    # What a person reads: views of the record, said by the CLI's console. Nothing below reads
+    # it: the use cases report through the sinks the CLI hands them (app/sinks.py), and the
+    # supervisor writes events and task lines to the record, which the console listens to.
+    ("launcher.ui",),
     ("launcher.app",),  # the use cases
     ("launcher.supervise",),  # the loop over a plan on a backend, and its helpers
     ("launcher.loader",),  # the user's file read into a checked Spec, with every backend's block
     ("launcher.export",),  # files for other systems (compose, TFJob, Vertex); its option blocks
     ("launcher.backends",),  # one package per provider, behind launcher.backends' registry
-    ("launcher.ui",),  # what a person reads
     ("launcher.record",),  # the run's record: events in, views out
     ("launcher.plan",),  # pure: spec -> plan
     ("launcher.spec",),  # the spec as data: the models, the bounded YAML reader
@@ -317,14 +321,17 @@ def layer_of(module: str) -> int:
 def test_every_module_has_a_layer_and_the_layers_are_known():
     graph = import_graph()
     assert {layer_of(m) for m in graph} == set(range(len(LAYERS)))  # no layer is empty
-    assert layer_of("launcher.cli") < layer_of("launcher.app.up") < layer_of("launcher.supervise.loop") \
+    assert layer_of("launcher.cli") < layer_of("launcher.ui.console") < layer_of("launcher.app.up") \
+        < layer_of("launcher.supervise.loop") \
         < layer_of("launcher.backends.ssh.backend") < layer_of("launcher.record.view") < layer_of("launcher.plan.build") \
         < layer_of("launcher.spec.model") < layer_of("launcher.contract.envnames")
 
 
 def test_no_import_runs_up_the_layers():
-    """cli -> app -> supervise -> loader -> export -> backends -> ui -> record -> plan -> spec -> contract: every import
-    goes down (or stays in its package), but for the few in UPWARD, each with its reason."""
+    """cli -> compare -> ui -> app -> supervise -> loader -> export -> backends -> record -> plan -> spec ->
+    contract: every import goes down (or stays in its package), but for the few in UPWARD, each with its
+    reason. The supervisor and the use cases import nothing of ui: they write the record, which the
+    console says."""
     graph = import_graph(type_checking=True)
     found = []
     for module, targets in sorted(graph.items()):
@@ -338,6 +345,9 @@ def test_no_import_runs_up_the_layers():
 
 def test_the_layer_rule_sees_an_upward_import():
     assert layer_of("launcher.record.status") > layer_of("launcher.supervise.policy")  # what it would catch
+    # The supervisor (and every use case) says nothing to a person itself: an import of the
+    # console, a report's lines or the panel from there runs up.
+    assert layer_of("launcher.ui.console") < layer_of("launcher.app.up") < layer_of("launcher.supervise.outcome")
     assert layer_of("launcher") == len(LAYERS) - 1 and layer_of("launcher.bounded") == len(LAYERS) - 1
 
 

@@ -92,7 +92,8 @@ def test_a_use_case_returns_a_result_and_the_cli_alone_maps_it_to_an_exit_code()
     from launcher.app import detach, down, results, stacks, tensorboard, up
 
     kinds = {name for name, value in vars(results).items() if isinstance(value, type) and value.__module__ == results.__name__}
-    use_cases = [up.up, up.execute, detach.start, detach.launch, detach.supervise, down.down, tensorboard.tensorboard,
+    use_cases = [up.run, up.dry_run, up.run_spec, up.supervise, detach.start, detach.launch, detach.supervise, down.down,
+                 tensorboard.tensorboard,
                  stacks.stacks]
     returns = {f.__qualname__: f.__annotations__["return"] for f in use_cases}  # (names: postponed annotations)
     assert set(returns.values()) <= kinds, returns

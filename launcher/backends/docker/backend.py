@@ -23,19 +23,19 @@ import os
 import threading
 from typing import Any, Mapping, Optional
 
-from launcher.plan import threads
 from launcher.contract import envnames
 from launcher.plan import containergpus as gpus
-from launcher.plan import gpus as plan_gpus
+from launcher.plan.hostreport import HostReport, SharedMachine
 from launcher.bounded import one_line
 from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
-from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
+from launcher.plan.build import Placement, Plan, PlannedTask
 from launcher.spec.model import LoadedSpec, Spec
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
+from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, StartRequest, Tasks,
+                                    accepts)
 from launcher.backends.standbyfile import mem_available
 from launcher.backends.docker import containers, images, standby, volumes
-from launcher.backends.docker.containers import DockerTask
+from launcher.backends.docker.containers import DockerTask, engine_cpus
 from launcher.backends.docker.engine import Engine, connect, docker, engine_of, engine_url, requests
 from launcher.backends.docker.options import DockerOptions
 
@@ -48,12 +48,14 @@ class DockerBackend(BackendKind):
     # Every container has its own network namespace: task ports cannot clash, nothing to preflight.
     # Warm standby: a container per standby, given the task's DNS name when promoted (standby.py).
     capabilities = Capabilities(warm_standby=True, port_probe=True, stacks=True)
+    plans_compose = True
 
     @classmethod
     def place(cls, spec: Spec) -> Placement:
-        """A container per task, named (and dialled) like the task: ``worker-0``; with the engine
-        host's GPUs where they hold the GPU tasks (the plan then shows each container's)."""
-        return gpus.with_engine_gpus(spec, Placement({f"{t}:{i}": Slot(f"{t}-{i}", f"{t}-{i}") for t, i in task_keys(spec)}))
+        """A container per task, named (and dialled) like the task: ``worker-0``, all on the
+        engine's host (this machine): its cores (the threads' budgets) and, where they hold the
+        GPU tasks, its GPUs are in the plan, which is what each container runs with."""
+        return gpus.with_engine_gpus(spec, cores=os.cpu_count())
 
     @classmethod
     def from_spec(cls, loaded: LoadedSpec, record: Any = None, console: Optional[Notices] = None) -> Backend:
@@ -63,8 +65,8 @@ class DockerBackend(BackendKind):
 
 class DockerRun:
     """What both seams of a docker run share: the engine and its client (connected on first
-    use), the run's names, and what the probe found for the tasks (each container's GPUs, the
-    uid and gid the containers run as)."""
+    use), the run's names, and what the probe found for the tasks (the uid and gid the
+    containers run as)."""
 
     def __init__(self, loaded: LoadedSpec, record: Any = None, console: Optional[Notices] = None) -> None:
         self.loaded = loaded
@@ -79,7 +81,6 @@ class DockerRun:
         self.prefix = f"tfcluster-{self.spec.name}-{self.run_id}" if self.run_id else ""
         self.network_name = self.prefix
         self.ids: Optional[tuple[int, int]] = None  # the containers' (uid, gid) where not root's (probe)
-        self.containers: dict[str, gpus.Container] = {}  # task key -> its GPUs and /dev/shm (probe)
         self.init = False  # the image wants docker's init (read when the tasks' side is prepared)
 
     @property
@@ -102,10 +103,10 @@ class DockerRun:
     def container_name(self, task: PlannedTask) -> str:
         return f"{self.prefix}-{task.slug}"
 
-    def host_config(self, binds: Optional[dict] = None, container: Optional[gpus.Container] = None) -> dict:
+    def host_config(self, task: PlannedTask, binds: Optional[dict] = None) -> dict:
         """The HostConfig of a task's container: its mounts, its GPUs (a device request for
-        the engine host's indices) and its /dev/shm."""
-        return containers.host_config(self.client, binds, container, self.init)
+        the engine host's GPUs the plan gave it) and its /dev/shm."""
+        return containers.host_config(self.client, binds, gpus.container(task, self.opts.shm_size), self.init)
 
     def disconnect(self) -> None:
         if self._client is None:
@@ -124,15 +125,23 @@ class DockerHosts(Hosts):
     def __init__(self, run: DockerRun) -> None:
         self.run = run
 
-    def probe(self, plan: Plan) -> None:
+    def probe(self, plan: Plan) -> HostReport:
+        """The mounts, the image, who the containers run as, the engine host's cores and GPUs (a
+        GPU container asked for once), the names: refused in one line each; what it found of the
+        engine's host reported (the plan for its cores and GPUs is launcher/plan/preflight.py's)."""
         run = self.run
         client = run.client
         volumes.check(run.opts.volumes, run.loaded.base_dir)
         images.ensure(client, run.opts, run.loaded.base_dir, run.url, run.console)
         self._container_owner(client)
-        self.plan_gpus(plan)
-        if not run.prefix:
-            return
+        found = self._gpus(plan)
+        machine = SharedMachine(gpus.HOST, engine_cpus(client), found, gpus.launcher_limit().get(gpus.HOST))
+        if run.prefix:
+            self._names_free(plan)
+        return HostReport(shared=machine)
+
+    def _names_free(self, plan: Plan) -> None:
+        run, client = self.run, self.run.client
         for task in plan.tasks:
             name = run.container_name(task)
             try:
@@ -158,26 +167,22 @@ class DockerHosts(Hosts):
         if run.ids is not None and run.record is not None:
             run.record.trust_owner(run.ids[0])
 
-    def plan_gpus(self, plan: Plan) -> None:
-        """Each container's GPUs from the engine host's (nvidia-smi -L here: the engine runs on
-        this machine), refused in one line when they do not suffice; with GPUs to give, one
-        probe container asks the engine for them (created, started, removed), so an engine
-        without a GPU runtime is one line before any task starts."""
+    def _gpus(self, plan: Plan) -> Optional[tuple]:
+        """The engine host's GPUs (nvidia-smi -L here: the engine runs on this machine) where a
+        task uses one (None: none does). Where the plan gives them as they are, said, and one
+        probe container asks the engine for the first GPU task's (created, started, removed),
+        so an engine without a GPU runtime is one line before any task starts."""
         run = self.run
-        asked = gpus.asked(run.spec)
-        engine_gpus = plan_gpus.local_gpus() if asked else ()
-        run.containers, problems = gpus.containers(run.spec, plan.tasks, engine_gpus, run.opts.shm_size,
-                                                   gpus.launcher_limit().get(gpus.HOST))
-        if problems:
-            raise LaunchError(f"docker: {problems[0]}")
-        if not asked:
-            return
-        run.console.info(gpus.describe(run.containers, engine_gpus))
-        first = next((c for c in run.containers.values() if c.device_ids), None)
+        found = gpus.engine_gpus(run.spec)
+        if found is None or gpus.refused(run.spec, found, gpus.launcher_limit().get(gpus.HOST)):
+            return found  # (refused in one line by the plan it gives)
+        run.console.info(gpus.describe(plan.tasks, found))
+        first = next((t for t in plan.tasks if gpus.device_ids(t.gpus)), None)
         if first is not None:
-            containers.probe_gpu_runtime(run.client, run.opts.image, run.host_config(container=first),
+            containers.probe_gpu_runtime(run.client, run.opts.image, run.host_config(first),
                                          containers.labels(run.run_id or "preflight", run.spec.name), run.url,
-                                         first.device_ids)
+                                         gpus.device_ids(first.gpus))
+        return found
 
     def allocate(self, spec: Spec) -> Placement:
         return DockerBackend.place(spec)
@@ -255,14 +260,7 @@ class DockerTasks(Tasks):
         self._owner: Optional[tuple[int, int]] = None  # the containers' uid, gid (promotion files)
         self._standbys = 0
         self._prepared = False
-        self._ncpu: Optional[int] = None
         self._lock = threading.Lock()
-
-    def _engine_cpus(self, client) -> int:
-        """The engine's CPUs (``docker info``'s NCPU; tfcluster sets no container CPU limit)."""
-        if self._ncpu is None:
-            self._ncpu = int(client.info().get("NCPU") or 1)
-        return self._ncpu
 
     def _prepare(self) -> None:
         """Once per run: the network, the user tasks run as, writable mounts."""
@@ -284,9 +282,10 @@ class DockerTasks(Tasks):
         self._owner = run.ids or standby.owner(self._user, image.user)  # (a name: its uid, from the image)
         self._prepared = True
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
+    def start(self, request: StartRequest, on_line: LineSink) -> DockerTask:
+        task = request.task
         try:
-            return self._start(task, env, on_line)
+            return self._start(request, on_line)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             if isinstance(exc, docker.errors.APIError):
                 raise LaunchError(f"{task.key}: the Docker engine at {self.run.url} refused: "
@@ -295,42 +294,36 @@ class DockerTasks(Tasks):
                               f"(tfcluster down removes what is left once it is back)") from None
 
     def _environment(self, task: PlannedTask, env: Mapping[str, str]) -> dict[str, str]:
-        """What a task's container gets besides the image's environment."""
-        spec = self.run.spec
-        container = self.run.containers.get(task.key)
-        environment = dict(container.env if container is not None else task.env)
+        """What a task's container gets besides the image's environment: the plan's env as it
+        is (its GPUs and threads included), where the record is mounted, the attempt's own."""
+        environment = dict(task.env)
         environment.update({envnames.RUN_DIR: volumes.RUN_MOUNT, envnames.STATE_DIR: volumes.STATE_MOUNT})
         environment.update(env)
-        if envnames.THREADS in environment:  # threads: auto: every task shares the engine's CPUs
-            keys = [f"{t}:{i}" for t, i in task_keys(spec)]
-            environment[envnames.THREADS] = f"{keys.index(task.key)}/{len(keys)}"
-            environment = threads.complete(environment, self._engine_cpus(self.run.client), envnames.THREADS)
         if self._user and not self.run.opts.user:
             environment.setdefault("HOME", "/tmp")
         return environment
 
-    def _start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> DockerTask:
-        run = self.run
-        is_standby = env.get(envnames.STANDBY) == "1"
+    def _start(self, request: StartRequest, on_line: LineSink) -> DockerTask:
+        run, task = self.run, request.task
+        is_standby = request.standby
         with self._lock:
             self._prepare()
             client = run.client
             name = run.container_name(task)
-            promotion = None
+            promotion = inside = None
             if is_standby:  # a container of its own, without the task's DNS name (standby.py)
                 self._standbys += 1
                 name = f"{name}-standby-{self._standbys}"
                 if self._owner is not None:
                     promotion, inside = standby.promotion_paths(run.record.dir, task.slug, self._standbys)
-                    env = {**env, envnames.STANDBY_ENV: inside}
             else:
                 old = self._handles.pop(task.key, None)
                 if old is not None:  # the previous attempt's container: free its name and address
                     containers.close_quietly(old.lifeline)
                     containers.remove(client, old.id)
-            environment = self._environment(task, env)
+            environment = self._environment(task, request.told(inside))
             binds = volumes.binds(run.record, run.opts.volumes, run.loaded.base_dir)
-            host_config = run.host_config(binds, run.containers.get(task.key))
+            host_config = run.host_config(task, binds)
             networking = client.api.create_networking_config(
                 {run.network_name: client.api.create_endpoint_config(aliases=None if is_standby else [task.address])}
             )
@@ -351,13 +344,16 @@ class DockerTasks(Tasks):
             self._lifelines.append(lifeline)
             return handle
 
-    def promote(self, handle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """A standby container becomes ``task`` (launcher/backends/docker/standby.py). Failing, it
-        is removed (it may hold the task's name by now) and the task starts cold."""
+    def promote(self, handle, request: StartRequest) -> None:
+        """A standby container becomes the task of the cold start ``request``
+        (launcher/backends/docker/standby.py). Failing, it is removed (it may hold the task's name
+        by now) and the task starts cold."""
+        task = request.task
         try:
             with self._lock:
                 standby.promote(self.run.client, self._handles, self._network_id, handle,
-                                self.run.container_name(task), self._owner, task, self._environment(task, env))
+                                self.run.container_name(task), self._owner, task,
+                                self._environment(task, request.told()))
             return
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             what = (exc.explanation or str(exc)) if isinstance(exc, docker.errors.APIError) else str(exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.bounded import shown
@@ -12,6 +13,7 @@ from launcher.errors import LaunchError
 from launcher.plan import containergpus as gpus
 from launcher.plan.build import PlannedTask
 from launcher.backends.base import LineSink, TaskHandle
+from launcher.backends.process import ProcessInfo
 from launcher.backends.docker.engine import docker
 
 LABEL_RUN = "tfcluster.run_id"
@@ -45,11 +47,20 @@ def not_own(found: Optional[Mapping[str, Any]], run_id: str, name: str) -> Optio
 def host_config(client: Any, binds: Optional[dict], container: Optional[gpus.Container], init: bool) -> dict:
     """The HostConfig of a task's container: its mounts, its GPUs (a device request for
     the engine host's indices) and its /dev/shm."""
-    c = container or gpus.Container({})
+    c = container or gpus.Container()
     requests = [docker.types.DeviceRequest(device_ids=[str(i) for i in c.device_ids], capabilities=[["gpu"]])
                 ] if c.device_ids else None
     return client.api.create_host_config(binds=binds, init=init or None, auto_remove=False,
                                          device_requests=requests, shm_size=c.shm_size)
+
+
+def engine_cpus(client: Any) -> Optional[int]:
+    """The engine's CPUs (``docker info``'s NCPU: every container sees them, tfcluster sets no
+    container CPU limit); None where it does not say."""
+    try:
+        return int(client.info().get("NCPU") or 0) or None
+    except (TypeError, ValueError):
+        return None
 
 
 def probe_gpu_runtime(client: Any, image: str, config: dict, label: dict, url: str,
@@ -133,6 +144,17 @@ def close_quietly(sock: Any) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class ContainerProcess(ProcessInfo):
+    """A task's container, as the record keeps it: its name and id, the run's network, and the
+    engine's URL (``down`` removes it there, by id, once its labels prove it the run's)."""
+
+    container: str
+    container_id: str
+    network: str
+    engine: str
+
+
 class DockerTask(TaskHandle):
     """A task's container. ``backend`` is the DockerRun it was started in (its client, url and
     network_name are read; typed Any so that this module does not import the backend's)."""
@@ -212,9 +234,9 @@ class DockerTask(TaskHandle):
         # (and the wrapper, which survives it) get it; nothing narrower reaches into a container.
         self.signal(sig)
 
-    def info(self) -> dict:
-        return {"container": self.name, "container_id": self.id, "network": self.backend.network_name,
-                "engine": self.backend.url}
+    def info(self) -> "ContainerProcess":
+        return ContainerProcess(container=self.name, container_id=self.id, network=self.backend.network_name,
+                                engine=self.backend.url)
 
     def state_note(self) -> str:
         if self._lost:

@@ -14,7 +14,7 @@ from launcher.notices import Notices
 from launcher.backends.docker.engine import docker, requests
 from launcher.backends.docker.options import DockerOptions
 
-# On the image: the command that runs a task under a stdin lifeline (launcher/image/Dockerfile sets it).
+# On the image: the command that runs a task under a stdin lifeline (docker/Dockerfile sets it).
 LABEL_LIFELINE = "tfcluster.lifeline"
 _BUILD_TIMEOUT = 3600
 

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
@@ -54,7 +55,8 @@ from launcher.backends.slurm import cli
 from launcher.backends.slurm import shared
 from launcher.backends.slurm import standby
 from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LaunchLines, LineSink, RecordedRun,
-                                    TaskHandle, Tasks, accepts)
+                                    StartRequest, TaskHandle, Tasks, accepts)
+from launcher.backends.process import from_record
 from launcher.backends.slurm.job import SlurmJob
 from launcher.backends.slurm.step import SlurmStep
 from launcher.backends.slurm.step import srun_argv as step_argv
@@ -76,6 +78,11 @@ class SlurmBackend(BackendKind):
                    "stop and the allocation stays until `tfcluster down` or slurm.time")
 
     @classmethod
+    def task_dirs(cls, loaded: LoadedSpec) -> list[Path]:
+        """The spec's workdir, on the file system the nodes share: every step runs there."""
+        return [(loaded.base_dir / loaded.spec.workdir).resolve()]
+
+    @classmethod
     def place(cls, spec: Spec) -> Placement:
         """Placeholder nodes (``node1``, ...) laid out as allocate() will lay out the real ones."""
         keys = [f"{t}:{i}" for t, i in task_keys(spec)]
@@ -85,10 +92,6 @@ class SlurmBackend(BackendKind):
         slots = alloc.placement(keys, names, {n: n for n in names}, o.tasks_per_node)
         return Placement({k: Slot(*v) for k, v in slots.items()}, placeholder=True,
                          note="slurm assigns the nodes when the job starts")
-
-    @classmethod
-    def standby_off(cls, spec: Spec) -> Optional[str]:
-        return standby.refusal(spec)
 
     @classmethod
     def standby_off(cls, spec: Spec) -> Optional[str]:
@@ -159,7 +162,7 @@ class SlurmHosts(Hosts):
         if job.record is not None:
             job.record.write(ev.SlurmSubmitted(job=job.job_id, nodes=req.nodes, tasks_per_node=req.tasks_per_node))
         t0 = time.monotonic()
-        # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (execution.stoppable); close() cancels the job.
+        # Ctrl-C, SIGTERM and SIGHUP interrupt the wait (launcher/app/up.py's stoppable); close() cancels the job.
         nodes = alloc.wait_running(job.job_id, job.opts.queue_timeout, job.console.info)
         addresses = cli.node_addresses(nodes)
         slots = alloc.placement(keys, nodes, addresses, req.tasks_per_node)
@@ -192,9 +195,10 @@ class SlurmHosts(Hosts):
         True if anything was still live."""
         stopped = False
         for key, task in run.tasks.items():
-            pgid = task.get("pgid")
-            if pgid and is_same(pgid, task.get("start_time")) and group_alive(pgid):
-                why = not_own(pgid, task.get("start_time"), (envnames.RUN_ID, run.run_id))
+            proc = from_record(task)
+            pgid = proc.pgid if proc is not None else None
+            if proc is not None and pgid and is_same(pgid, proc.start_time) and group_alive(pgid):
+                why = not_own(pgid, proc.start_time, (envnames.RUN_ID, run.run_id), owner=run.owner)
                 if why is not None:
                     run.refuse(console, f"{key}: not stopping process group {pgid}: {why}; the record names a "
                                         "process that is not this run's")
@@ -251,17 +255,17 @@ class SlurmTasks(Tasks):
         self._handles: list[SlurmStep] = []
         self._lock = threading.Lock()  # the starts' count and handles, from several threads
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SlurmStep:
+    def start(self, request: StartRequest, on_line: LineSink) -> SlurmStep:
+        task, promotion = request.task, None
         with self._lock:
             self._launches += 1
             step_name = f"{task.slug}.{self._launches}"
-        promotion = None
-        is_standby = env.get(envnames.STANDBY) == "1"
-        if is_standby:  # a warm standby: its own step, --overlap, and its promotion file (standby.py)
-            env, promotion = standby.prepare(self.job.steps.get(task.key, gpus.Step()), self.job.gpus_per_node, env,
-                                             self.job.record.dir if self.job.record is not None else None, step_name)
+        if request.standby:  # a warm standby: its own step, --overlap, and its promotion file (standby.py)
+            promotion = standby.prepare(self.job.steps.get(task.key, gpus.Step()), self.job.gpus_per_node,
+                                        self.job.record.dir if self.job.record is not None else None, step_name)
+        env = request.told(str(promotion) if promotion is not None else None)
         argv = [sys.executable, str(taskwrap_path()), "--grace", f"{self.job.stop_grace:g}", "--",
-                *self.job.srun_argv(task, step_name, standby=is_standby)]
+                *self.job.srun_argv(task, step_name, standby=request.standby)]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=self.job.workdir, env=self.job.task_env(task, env), start_new_session=True,
                                 close_fds=True)
@@ -271,13 +275,13 @@ class SlurmTasks(Tasks):
             self._handles.append(handle)
         return handle
 
-    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """The environment a cold start of ``task`` would add to the Slurm client's (the plan's
-        task env, its GPU settings, the run/state dirs, ``env``) into the standby's promotion
-        file, then SIGUSR1 to its srun, which forwards it to the step (standby.py)."""
+    def promote(self, handle: TaskHandle, request: StartRequest) -> None:
+        """The environment the cold start ``request`` would add to the Slurm client's (the plan's
+        task env, its GPU settings, the run/state dirs, ``request.told()``) into the standby's
+        promotion file, then SIGUSR1 to its srun, which forwards it to the step (standby.py)."""
         assert isinstance(handle, SlurmStep)
-        client = cli.client_env()
-        overlay = {k: v for k, v in self.job.task_env(task, env).items() if client.get(k) != v}
+        task, client = request.task, cli.client_env()
+        overlay = {k: v for k, v in self.job.task_env(task, request.told()).items() if client.get(k) != v}
         with self._lock:  # the task's earlier steps (the attempt just stopped) on its port: gone from its node
             # first. A restart's tasks are on fresh ports (Capabilities.fresh_ports_per_restart): none then.
             earlier = {h.step_name for h in self._handles if h.key == task.key and h is not handle

@@ -77,12 +77,6 @@ def parse_nodes(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def parse_sinfo(text: str) -> dict[str, int]:
-    """``sinfo -h -N -o '%N|%G'`` output -> node -> GPUs (a node listed twice, once per
-    partition, counts once)."""
-    return {node: g for node, (g, _) in parse_nodes(text).items()}
-
-
 def partition_nodes(partition: Optional[str]) -> dict[str, tuple[int, int]]:
     """Each node of the partition (the default one when None) and its (GPUs, CPUs), from sinfo."""
     argv = ["sinfo", "-h", "-N", "-o", "%N|%G|%c"] + ([f"--partition={partition}"] if partition else [])

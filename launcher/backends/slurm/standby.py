@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional, Set
 
-from launcher.contract import envnames
 from launcher.errors import LaunchError
 from launcher.plan import gpus as plan_gpus
 from launcher.plan.build import task_keys
@@ -74,18 +73,14 @@ def dividing(own: Mapping[str, str], tasks_per_node: int) -> Optional[str]:
             "its task's (an --exact step waits until they are free); every restart starts cold")
 
 
-def prepare(step: Step, per_node: int, env: Mapping[str, str], run_dir: Optional[Path],
-            step_name: str) -> tuple[dict[str, str], Optional[Path]]:
-    """A standby's start: ``env`` with TFCLUSTER_STANDBY_ENV naming its promotion file (none
-    without a run record), and that file; LaunchError where its step would not get its task's
-    GPUs (the run keeps none there: ``dividing``; this guards a start all the same)."""
+def prepare(step: Step, per_node: int, run_dir: Optional[Path], step_name: str) -> Optional[Path]:
+    """A standby's start: its promotion file (none without a run record), which the backend names
+    in its TFCLUSTER_STANDBY_ENV (``StartRequest.told``); LaunchError where its step would not get
+    its task's GPUs (the run keeps none there: ``dividing``; this guards a start all the same)."""
     if step.exclusive and step.gpus < per_node:
         raise LaunchError(f"slurm gives a standby's step (srun --overlap) the first {step.gpus} of the "
                           f"node's {per_node} GPUs, not necessarily its task's")
-    if run_dir is None:
-        return dict(env), None
-    path = promotion_path(run_dir, step_name)
-    return {**env, envnames.STANDBY_ENV: str(path)}, path
+    return promotion_path(run_dir, step_name) if run_dir is not None else None
 
 
 def promotion_path(run_dir: Path, step_name: str) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal as signals
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -17,6 +18,7 @@ from launcher.plan.build import PlannedTask
 from launcher.system.procinfo import start_time
 from launcher.backends.base import LineSink
 from launcher.backends.childtask import ChildTask
+from launcher.backends.process import LocalProcess
 from launcher.backends.slurm import cli
 from launcher.backends.slurm import gpus
 
@@ -39,6 +41,16 @@ def step_gpus(text: str) -> Optional[list]:
     if not ids:
         return None
     return [] if any(i < 0 for i in ids) else ids
+
+
+@dataclass(frozen=True)
+class SrunProcess(LocalProcess):
+    """A task's Slurm step, as the record keeps it: its srun here (a process group of this
+    machine, ``down`` stops it as the local backend's), the job, the step's name and its node."""
+
+    slurm_job: str
+    slurm_step: str
+    node: str
 
 
 class SlurmStep(ChildTask):
@@ -98,9 +110,9 @@ class SlurmStep(ChildTask):
             except LaunchError:
                 pass
 
-    def info(self) -> dict:
-        return {"pid": self.proc.pid, "pgid": self.proc.pid, "start_time": start_time(self.proc.pid),
-                "slurm_job": self.job_id, "slurm_step": self.step_name, "node": self.node}
+    def info(self) -> "SrunProcess":
+        return SrunProcess(pid=self.proc.pid, pgid=self.proc.pid, start_time=start_time(self.proc.pid),
+                           slurm_job=self.job_id, slurm_step=self.step_name, node=self.node)
 
 
 def srun_argv(job_id: str, task: PlannedTask, step_name: str, step: gpus.Step, workdir: Path,

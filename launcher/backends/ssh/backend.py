@@ -21,8 +21,8 @@ Files of this package: options.py (the ``ssh:`` block), commands.py (remote comm
 pool.py (the hosts: connections, per-host state, starts, lease, heartbeat, hosts that come and go),
 sync.py (ssh.sync/ssh.setup), probe.py (the preflight probe), task.py (a running task),
 lease.py (the lease thread), heartbeat.py (is the host still there), state.py (the state
-dir), down.py (``tfcluster down``), placement.py (the preflight's lines on the hosts' GPUs),
-preflight.py (the probe again), starts.py (starting tasks, promoting
+dir), down.py (``tfcluster down``), preflight.py (the preflight of a plan: connect, sync and setup,
+the probe; what it found, reported), starts.py (starting tasks, promoting
 standbys); the helpers take the pool, not the backend; this file ties them into the two seams,
 ``SSHHosts`` and ``SSHTasks``, which share one ``SSHRun`` (the pool and what is built on it).
 """
@@ -30,22 +30,27 @@ standbys); the helpers take the pool, not the backend; this file ties them into 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot
+from launcher.plan.hostloss import HostLoss
 from launcher.plan.roundrobin import round_robin
-from launcher.plan.startsmall import DROPPED, NOT_ANSWERING, HostReport, by_gpus, gpu_refusals_only, without_dropped
+from launcher.plan.elastic import spare_hosts
+from launcher.plan.gputext import gpu_notes
+from launcher.plan.hostreport import HostReport
 from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
-from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, probe as ssh_probe, sync as ssh_sync
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, TaskHandle, Tasks
+from launcher.backends.ssh import down as ssh_down
+from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, StartRequest,
+                                    TaskHandle, Tasks)
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
 from launcher.backends.ssh.options import SSHOptions
-from launcher.backends.ssh.placement import gpu_notes
+from launcher.backends.ssh.preflight import Preflight
 from launcher.backends.ssh.pool import HostPool
 from launcher.backends.ssh.runner import Runner
 from launcher.backends.ssh.starts import Starts
@@ -143,6 +148,15 @@ class SSHBackend(BackendKind):
         return Backend(cls, SSHHosts(run), SSHTasks(run))
 
     @classmethod
+    def task_dirs(cls, loaded: LoadedSpec) -> list[Path]:
+        """The spec's workdir where ``ssh.sync`` uploads all of it and no ``ssh.workdir`` is set (the
+        hosts' copy is then its files); else none of this machine's."""
+        opts = loaded.spec.ssh
+        if not opts.workdir and "." in [p.rstrip("/") for p in opts.sync]:
+            return [(loaded.base_dir / loaded.spec.workdir).resolve()]
+        return []
+
+    @classmethod
     def place(cls, spec: Spec) -> Placement:
         """A group's own ``hosts`` round-robin, else one cursor shared over all ``hosts:``, each
         host's tasks of a group numbered consecutively (launcher/plan/roundrobin.py: ranks in blocks). With no
@@ -188,76 +202,21 @@ class SSHHosts(Hosts):
     def __init__(self, run: SSHRun) -> None:
         self.run = run
         self.pool = run.pool
+        self.preflight = Preflight(run.pool, run.state_sync, run.loaded)
 
     def probe(self, plan: Plan) -> Optional[HostReport]:
-        """The hosts found out (launcher/plan/startsmall.py makes the plans of what is found): a
-        worker group with a min starts with the hosts that answer (startsmall.py), and where the
-        probe refuses only the round-robin's GPU placement, the plan placed by each host's GPUs
-        is probed again (preflight.py). Returns what was found, for the use case's plans."""
-        names = [h.name for h in plan.hosts]
-        if not names:
+        """What the hosts of ``plan`` say (preflight.py): connected (a worker group that starts
+        small: the spares too), ssh.sync/ssh.setup, the agents' probe; its GPUs said once it
+        passed. Reports only: the plans its findings give are launcher/plan/preflight.py's."""
+        if not plan.hosts:
             return None
-        run, spec, opts = self.run, self.run.spec, self.run.spec.ssh
-        full = plan
-        report = HostReport(small=self._starts_small())
-        if report.small:  # a worker group with a min: the hosts that answer now (startsmall.py)
-            from launcher.backends.ssh.startsmall import hosts_there
-
-            plan, absent = hosts_there(self.pool, spec, plan, run.console.info, countdown=run.console.countdown,
-                                       record=run.record.write_early if run.record is not None else None)
-            report = replace(report, absent={h: NOT_ANSWERING for h in absent})
-            names = [h.name for h in plan.hosts]
-        if opts.sync or opts.setup:
-            # Setup runs on every host at once (a ThreadingGroup): connect them all first.
-            ssh_probe.unreachable_error(names, self.pool.connect(names))
-            ssh_sync.sync_and_setup(self.pool, run.loaded, names)
-        # Otherwise each host connects and starts its agent without waiting for the others.
-        try:
-            ssh_probe.probe(self.pool, run.state_sync, plan, names, countdown=run.console.countdown)
-        except LaunchError as exc:
-            smaller = self._without_dropped(full, plan, exc, report) if report.small else None
-            if smaller is not None:  # worker hosts that dropped their sessions: started without them
-                report, plan = smaller
-                names = [h.name for h in plan.hosts]
-                ssh_preflight.probe_again(self.pool, run.state_sync, plan, names)
-            else:  # placed by the hosts' GPUs where that fits, else exc
-                report = replace(report, answered=tuple(names), gpus=self._gpus(names))
-                got = by_gpus(spec, plan, report) if gpu_refusals_only(plan, report.gpus, exc.lines) else None
-                if got is None:
-                    raise
-                plan, line = got
-                report = replace(report, by_gpus=True)
-                run.console.info(line)  # (the run record, made after the preflight, holds the plan it gives)
-                ssh_preflight.probe_again(self.pool, run.state_sync, plan, names)
-        report = replace(report, answered=tuple(names), gpus=self._gpus(names))
-        for line in gpu_notes(plan, dict(report.gpus)):
-            run.console.info(line)
+        run = self.run
+        spares = spare_hosts(run.spec, [h.name for h in plan.hosts]) if self._starts_small() else []
+        report = self.preflight.report(plan, spares, countdown=run.console.countdown)
+        if not report.problems and not any(plan.host(a.host) for a in report.absent):
+            for line in gpu_notes(plan, dict(report.gpus)):
+                run.console.info(line)
         return report
-
-    def _gpus(self, names: Sequence[str]) -> dict:
-        return {n: self.pool.hosts[n].gpus for n in names}
-
-    def _without_dropped(self, full: Plan, plan: Plan, exc: LaunchError,
-                         report: HostReport) -> Optional[tuple[HostReport, Plan]]:
-        """The probe failed only because worker hosts dropped its sessions (a VM shutting down:
-        its sshd still accepts connections for a while, its sessions die): the report with them
-        absent and the plan without them, or None where the failure is another (the usual error).
-        One line where fewer than tasks.worker.min workers would be left."""
-        from launcher.backends.ssh.startsmall import dropped_hosts
-
-        gone = dropped_hosts(exc.lines, plan)
-        if not gone:
-            return None
-        report = replace(report, absent={**report.absent, **{h: DROPPED for h in gone}}, dropped=tuple(gone))
-        smaller = without_dropped(self.run.spec, full, report)
-        if smaller is None:
-            return None
-        for h in gone:
-            self.pool.forget_connection(self.pool.hosts[h])
-        self.run.console.info(f"{', '.join(gone)}: {'their' if len(gone) > 1 else 'its'} sessions dropped during the "
-                              "preflight (a host shutting down?); starting without "
-                              f"{'them' if len(gone) > 1 else 'it'}")
-        return report, smaller
 
     def _starts_small(self) -> bool:
         from launcher.backends import placed_hosts
@@ -285,7 +244,7 @@ class SSHHosts(Hosts):
         with self.pool.executor(len(names)) as ex:
             return {n: v for n, v in ex.map(one, names) if v is not None}
 
-    def lost(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
+    def lost(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, HostLoss]:
         return self.pool.lost_hosts(hosts, wait, stop, look)
 
     def back(self, hosts: Sequence[str], settle: float) -> list[str]:
@@ -311,16 +270,16 @@ class SSHTasks(Tasks):
         self.run = run
         self.pool = run.pool
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+    def start(self, request: StartRequest, on_line: LineSink) -> SSHTask:
         """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
-        return self.run.starts.start(task, env, on_line)
+        return self.run.starts.start(request, on_line)
 
-    def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
+    def promote(self, handle: TaskHandle, request: StartRequest) -> None:
         """A warm standby: its environment into its promotion file, then SIGUSR1 (starts.py)."""
         promotion = getattr(handle, "promotion", None)
         if not isinstance(handle, SSHTask) or promotion is None:
-            return super().promote(handle, task, env)
-        self.run.starts.promote(handle, promotion, task, env)
+            return super().promote(handle, request)
+        self.run.starts.promote(handle, promotion, request)
 
     def signal_tasks(self, handles: Sequence[SSHTask], sig: int) -> None:
         """Signal tasks, one command per host, hosts in parallel (task.py)."""

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, wait as wait_futures
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.spec.model import Host
 from launcher.backends.ssh.heartbeat import Heartbeat
 from launcher.backends.ssh.host import HostState, close_quietly
@@ -53,6 +54,8 @@ class HostPool:
         # only its own, never one that a state copy or a start is using at that moment.
         self._probes: dict[str, object] = {}
         self._probes_lock = threading.Lock()
+        # Host -> (its first failure in a row, wall clock; its last, monotonic; its one line).
+        self._refused: dict[str, tuple[float, float, str]] = {}
         self.add_hosts(hosts)
 
     # -------------------------------------------------------------- connections
@@ -61,31 +64,49 @@ class HostPool:
         """Threads for ``n`` hosts at once (at most 64)."""
         return ThreadPoolExecutor(max_workers=max(1, min(64, n)), thread_name_prefix="ssh")
 
-    def connect(self, names: Sequence[str]) -> dict[str, str]:
-        """Open (or reuse) one connection per host, all in parallel; {host: problem} for failures."""
+    def connect(self, names: Sequence[str], recent: float = 0.0) -> dict[str, str]:
+        """Open (or reuse) one connection per host, all in parallel; {host: problem} for failures.
+        ``recent``: a host that failed less than this many seconds ago is not dialled again (its
+        problem as it was)."""
         with self.executor(len(names)) as pool:
-            results = dict(zip(names, pool.map(self.connect_one, names)))
+            results = dict(zip(names, pool.map(lambda n: self.connect_one(n, recent), names)))
         return {k: v for k, v in results.items() if v}
 
-    def connect_one(self, name: str) -> Optional[str]:
+    def connect_one(self, name: str, recent: float = 0.0) -> Optional[str]:
         """Open (or reuse) the host's connection; None, or the one-line problem."""
-        from launcher.backends.ssh.connect import describe_connect_error, make_connection, open_connection
-
         hs = self.hosts[name]
         with hs.lock:
             if hs.transport is not None and hs.transport.is_active():
                 return None
-            conn = None
-            try:
-                conn = make_connection(hs.spec, self.opts, self.base_dir)
-                open_connection(conn, self.opts)
-                hs.conn = conn
-                return None
-            except Exception as exc:  # noqa: BLE001 - every failure becomes one line
-                if conn is not None:
-                    close_quietly(conn)
-                    return describe_connect_error(exc, conn, hs.spec, self.opts)
-                return f"host {name}: cannot connect ({exc})"
+            failed = self._refused.get(name)
+            if failed is not None and recent and time.monotonic() - failed[1] < recent:
+                return failed[2]
+            problem = self._dial(hs)
+            if problem is None:
+                self._refused.pop(name, None)
+            else:  # (since its first failure in a row, as the preflight reports it)
+                self._refused[name] = (failed[0] if failed else time.time(), time.monotonic(), problem)
+            return problem
+
+    def refused_since(self, name: str) -> float:
+        """When the host's connections began failing (wall clock; now if they do not)."""
+        failed = self._refused.get(name)
+        return failed[0] if failed is not None else time.time()
+
+    def _dial(self, hs: HostState) -> Optional[str]:
+        from launcher.backends.ssh.connect import describe_connect_error, make_connection, open_connection
+
+        conn = None
+        try:
+            conn = make_connection(hs.spec, self.opts, self.base_dir)
+            open_connection(conn, self.opts)
+            hs.conn = conn
+            return None
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+            if conn is not None:
+                close_quietly(conn)
+                return describe_connect_error(exc, conn, hs.spec, self.opts)
+            return f"host {hs.name}: cannot connect ({exc})"
 
     def run_on(self, name: str, command: str, stdin: Optional[bytes] = None, timeout: float = 30.0) -> tuple[int, str]:
         return self._runner(name, command, stdin, timeout)
@@ -189,15 +210,21 @@ class HostPool:
         if self.on_preempted is not None:
             self.on_preempted(name)
 
-    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None, look: Mapping[str, float] = {}) -> dict[str, str]:
-        """Hosts that announced their preemption are lost at once. Every other host is looked at
-        now, all in parallel (a host in ``look``: for at most that many seconds, silent if not
-        answered by then); one that does not answer is tried again each second for ``wait`` s;
-        those still silent then are lost."""
-        lost = {n: f"preempted: GCE notice at {time.strftime('%H:%M:%S', time.localtime(self.preempted.pop(n)))}"
-                for n in hosts if n in self.preempted}
+    def lost_hosts(self, hosts: Sequence[str], wait: float, stop=None,
+                   look: Mapping[str, float] = {}) -> dict[str, HostLoss]:
+        """Hosts that announced their preemption are lost at once (PREEMPTED, since the notice).
+        Every other host is looked at now, all in parallel (a host in ``look``: for at most that
+        many seconds, silent if not answered by then); one that does not answer is tried again
+        each second for ``wait`` s; those still silent then are lost (UNREACHABLE, since the look
+        began)."""
+        lost = {}
+        for n in hosts:
+            if n in self.preempted:
+                at = self.preempted.pop(n)
+                lost[n] = HostLoss(LossKind.PREEMPTED, n, at,
+                                   f"preempted: GCE notice at {time.strftime('%H:%M:%S', time.localtime(at))}")
         hosts = [n for n in hosts if n not in lost]
-        started = time.monotonic()
+        began, started = time.time(), time.monotonic()
         silent = self._silent_now(hosts, look)
         while silent and time.monotonic() - started < wait:
             if stop is not None and stop.wait(1.0):
@@ -208,7 +235,7 @@ class HostPool:
                 answers = dict(zip(silent, pool.map(self._answers, silent)))
             silent = [n for n in silent if not answers[n]]
         took = time.monotonic() - started
-        return {**lost, **{n: f"unreachable for {took:.0f} s" for n in silent}}
+        return {**lost, **{n: HostLoss(LossKind.UNREACHABLE, n, began, f"unreachable for {took:.0f} s") for n in silent}}
 
     def is_lost(self, name: str) -> bool:
         """Known to be gone or suspect: preempted, or lost and watched for its return (no

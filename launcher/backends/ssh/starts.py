@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Optional
 from launcher.contract import envnames
 from launcher.errors import LaunchError, exc_text
 from launcher.plan.build import Plan, PlannedTask
-from launcher.backends.base import LineSink
+from launcher.backends.base import LineSink, StartRequest
 from launcher.backends.ssh import probe as ssh_probe
 from launcher.backends.ssh.commands import env_block, promote_command, task_command, wrap_args
 from launcher.backends.ssh.host import HostState
@@ -58,9 +58,10 @@ class Starts:
             raise LaunchError(problems[hs.name])
         if not hs.ready:
             plan = Plan(name=self.spec_name, strategy=self.strategy, backend="ssh", tasks=(), hosts=(hs.spec,))
-            ssh_probe.probe(pool, self.state_sync, plan, [hs.name])
+            ssh_probe.probe_or_raise(pool, self.state_sync, plan, [hs.name])
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+    def start(self, request: StartRequest, on_line: LineSink) -> SSHTask:
+        task = request.task
         hs = self.pool.hosts[task.host]
         n = self.pool.starts.get(task.key, 0)
         spare = hs.spare
@@ -68,16 +69,14 @@ class Starts:
                 and not spare[1].exit_status_ready():
             hs.spare = None
             self.pool.starts[task.key] = 1
-            return self.go(task, hs, spare[1], env, on_line)
+            return self.go(task, hs, spare[1], request.told(), on_line)
         # Not the task it waits for (or it is gone): release its ports, start plainly.
         self.pool.drop_spare(hs)
         self.ensure_ready(hs)
         self.pool.starts[task.key] = n + 1
         pidfile = hs.pidfile(task, n)
-        promotion = None
-        if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file, beside its pid file
-            promotion = pidfile + ".env.json"
-            env = {**env, envnames.STANDBY_ENV: promotion}
+        promotion = pidfile + ".env.json" if request.standby else None  # a standby's, beside its pid file
+        env = request.told(promotion)
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
                                task.command, self.opts.gce_metadata)
         try:
@@ -112,11 +111,11 @@ class Starts:
         return self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self.gpu_figures,
                                        self.gpus_given))
 
-    def promote(self, handle: SSHTask, promotion: str, task: PlannedTask, env: Mapping[str, str]) -> None:
-        """One command on the standby's host: the environment a cold start would send over stdin
-        into its promotion file, then SIGUSR1 to its group (commands.promote_command)."""
-        hs = handle.host
-        body = json.dumps(self.task_env(task, hs, env), separators=(",", ":")).encode()
+    def promote(self, handle: SSHTask, promotion: str, request: StartRequest) -> None:
+        """One command on the standby's host: the environment the cold start ``request`` would send
+        over stdin into its promotion file, then SIGUSR1 to its group (commands.promote_command)."""
+        hs, task = handle.host, request.task
+        body = json.dumps(self.task_env(task, hs, request.told()), separators=(",", ":")).encode()
         code, out = self.pool.run_on(hs.name, promote_command(promotion, handle.pidfile), body, 10.0)
         if code != 0 or f"sent {handle.pidfile}" not in out:
             raise LaunchError(f"host {hs.name}: cannot promote the standby of {task.key} "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal as _signal
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from launcher.bounded import HOST_LINE_BYTES
@@ -13,11 +14,22 @@ from launcher.plan.build import PlannedTask
 from launcher.remote.gpuplace import parse_figures_line, parse_given_line
 from launcher.remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
 from launcher.backends.base import LineSink, TaskHandle
+from launcher.backends.process import ProcessInfo
 from launcher.backends.pyspy import from_remote
 from launcher.backends.ssh.commands import (native_stacks_command, process_signal_command, signal_command,
                                            state_command)
 from launcher.backends.ssh.host import HostState
 
+
+@dataclass(frozen=True)
+class SSHProcess(ProcessInfo):
+    """A task on a host over ssh, as the record keeps it: the host, its wrapper's pid file there
+    (whose run-unique tail ``down`` checks the process against), and the run's dir there. No
+    pid: a pid is a process of this machine to the record's readers."""
+
+    ssh_host: str
+    remote_pidfile: str
+    remote_run_dir: str
 
 
 class TaskHosts(Protocol):
@@ -148,9 +160,8 @@ class SSHTask(TaskHandle):
                                      timeout)
         return from_remote(code, out)
 
-    def info(self) -> dict:
-        # No "host"/"pid"/"pgid" keys: the supervisor logs host itself and down.py treats pgid as local.
-        return {"ssh_host": self.host.name, "remote_pidfile": self.pidfile, "remote_run_dir": self.host.run_dir}
+    def info(self) -> SSHProcess:
+        return SSHProcess(ssh_host=self.host.name, remote_pidfile=self.pidfile, remote_run_dir=self.host.run_dir)
 
     def state_note(self) -> str:
         if self._note or self._code is not None:

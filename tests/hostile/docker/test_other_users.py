@@ -18,7 +18,7 @@ from tests.support.otheruser import other_can_read
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.timeout(900)]
 
 NAMED = "tfcluster-test-named-user:1"
-# The worker image's user (launcher/image/Dockerfile: useradd tfcluster, uid WORKER_UID) named, not numbered.
+# The worker image's user (docker/Dockerfile: useradd tfcluster, uid WORKER_UID) named, not numbered.
 DOCKERFILE = "FROM {image}\nUSER tfcluster\n"
 TASK = ("import os, pathlib; p = pathlib.Path(os.environ['TFCLUSTER_STATE_DIR']) / ('by-' + os.uname().nodename); "
         "p.write_text(str(os.getuid()))")

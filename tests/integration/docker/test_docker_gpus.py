@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.plan import containergpus as docker_gpus
+from launcher.backends.docker import containers as docker_containers
 from launcher.backends.docker.backend import DockerBackend, DockerHosts, DockerRun
 from launcher.errors import LaunchError
 from launcher.plan.build import build_plan
@@ -23,7 +23,7 @@ from launcher.loader.load import load_spec
 from tests.labs import docker as eng
 from tests.support.cli import tfcluster
 from tests.support.docker_helpers import leftovers
-from tests.support.gpus import fake_gpus
+from tests.support.gpus import containers, fake_gpus
 from tests.support.prereq import require_tool
 from tests.support.specs import spec_file
 
@@ -56,7 +56,7 @@ def test_host_config_gives_each_gpu_task_its_gpus_and_shm_and_cpu_tasks_none(tmp
     loaded = load_spec(spec)
     plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
     backend = DockerRun(loaded)  # what both seams share: the client, each container's HostConfig
-    made, problems = docker_gpus.containers(loaded.spec, plan.tasks, ((0, "A100", "u0"), (1, "A100", "u1")), None)
+    made, problems = containers(loaded.spec, ((0, "A100", "u0"), (1, "A100", "u1")))
     assert problems == []
     client = docker_engine.client()
     created = []
@@ -65,7 +65,8 @@ def test_host_config_gives_each_gpu_task_its_gpus_and_shm_and_cpu_tasks_none(tmp
         for task in plan.tasks:
             c = made[task.key]
             cid = client.api.create_container(
-                worker_image, command=["true"], environment=c.env, host_config=backend.host_config(container=c),
+                worker_image, command=["true"], environment=c.env,
+                host_config=docker_containers.host_config(backend.client, None, c.container, False),
                 labels={"tfcluster.name": "dkgpuhc"})["Id"]
             created.append(cid)
             info = client.api.inspect_container(cid)
@@ -115,11 +116,10 @@ def _created(tmp_path: Path, docker_engine, worker_image, name: str, workers: in
         # Its GPU runtime probe asks this engine for the first container's GPUs and is refused:
         # what each container gets is made before it (the backend's own arithmetic, no stand-in).
         with pytest.raises(LaunchError) as refused:
-            DockerHosts(backend).plan_gpus(plan)
-        for task in plan.tasks:
-            c = backend.containers[task.key]
-            cid = client.api.create_container(worker_image, command=["true"], environment=c.env,
-                                              host_config=backend.host_config(container=c),
+            DockerHosts(backend).probe(plan)
+        for task in plan.tasks:  # (the plan holds each container's env as it runs)
+            cid = client.api.create_container(worker_image, command=["true"], environment=task.env_dict,
+                                              host_config=backend.host_config(task),
                                               labels={"tfcluster.name": name})["Id"]
             created.append(cid)
             info = client.api.inspect_container(cid)
@@ -184,13 +184,14 @@ def test_shm_size_from_the_spec_applies_to_every_container(tmp_path, docker_engi
     plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
     backend = DockerRun(loaded)  # what both seams share: the client, each container's HostConfig
     # auto with 2 workers on 1 GPU: both get GPU 0, shared, with memory growth.
-    made, _ = docker_gpus.containers(loaded.spec, plan.tasks, ((0, "A100", "u0"),), loaded.spec.docker.shm_size)
+    made, _ = containers(loaded.spec, ((0, "A100", "u0"),), loaded.spec.docker.shm_size)
     assert [made[k].device_ids for k in ("worker:0", "worker:1")] == [(0,), (0,)]
     assert all(made[k].env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true" for k in ("worker:0", "worker:1"))
     client = docker_engine.client()
     try:
         cid = client.api.create_container(worker_image, command=["true"],
-                                          host_config=backend.host_config(container=made["worker:1"]))["Id"]
+                                          host_config=docker_containers.host_config(
+                                              backend.client, None, made["worker:1"].container, False))["Id"]
         try:
             assert client.api.inspect_container(cid)["HostConfig"]["ShmSize"] == 2048 * MIB
         finally:
@@ -300,3 +301,28 @@ def test_compose_keeps_a_uuid_limit_and_gives_mig_devices_by_uuid(tmp_path, monk
     got = _compose_devices(tmp_path / "mig", 4)
     assert sorted(ids[0] for ids, _ in got.values()) == sorted(mig_uuid(g, d) for g in (0, 1) for d in (0, 1)), got
     assert all(len(ids) == 1 and cvd == "0" for ids, cvd in got.values()), got
+
+
+def test_each_container_runs_with_the_env_its_plan_shows(tmp_path, monkeypatch, docker_engine, worker_image):
+    """What a container runs with is its task's env in the plan (`tfcluster plan --json`): the
+    threads' budget of the engine's machine shared by every container, CUDA_VISIBLE_DEVICES; no
+    marker left for the backend to complete."""
+    fake_gpus(monkeypatch, tmp_path, 2)
+    names = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+             "TFCLUSTER_THREADS", "TFCLUSTER_GPUS")
+    show = f"import os; print('SEEN', os.environ['TFCLUSTER_TASK'], [os.environ.get(n) for n in {names!r}], flush=True)"
+    spec = _spec(tmp_path, docker_engine.url, "dkenv", "parameter_server", {"chief": 1, "worker": 2, "ps": 1},
+                 ["python", "-c", show], devices={"gpus": 0})
+    planned = tfcluster("plan", str(spec), "--json", cwd=REPO, env={"PYTHONPATH": str(REPO)})
+    assert planned.returncode == 0, planned.stderr
+    want = {t["type"] + ":" + str(t["index"]): [t["env"].get(n) for n in names] for t in json.loads(planned.stdout)["tasks"]}
+    assert all(v[0] is not None and v[4] is None and v[5] is None for v in want.values()), want  # (in the plan)
+    proc = _up(spec)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = {}
+    for line in proc.stdout.splitlines():
+        if "SEEN " in line:
+            key, values = line.split("SEEN ", 1)[1].split(" ", 1)
+            seen[key] = json.loads(values.replace("'", '"').replace("None", "null"))
+    assert seen == want, (seen, want)
+    assert leftovers(docker_engine, "dkenv")[0] == []

@@ -458,6 +458,7 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     from launcher.backends.ssh.backend import SSHBackend
     from launcher.ui.console import Console
     from launcher.backends import RecordedRun
+    from launcher.backends.base import StartRequest
     from launcher.app.up import plan_for
     from launcher.record.writer import RunRecord
     from launcher.loader.load import load_spec
@@ -469,10 +470,10 @@ def test_backend_down_removes_tasks_left_by_a_dead_launcher(lab, make_spec):
     backend = SSHBackend.from_spec(loaded, record)
     try:
         backend.hosts.probe(plan)
-        handles = [backend.tasks.start(t, {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": record.run_id},
-                                 lambda k, line: None) for t in plan.tasks]
+        told = {"TFCLUSTER_RESTART_COUNT": "0", "TFCLUSTER_RUN_ID": record.run_id}
+        handles = [backend.tasks.start(StartRequest(t, told), lambda k, line: None) for t in plan.tasks]
         pids = pidfiles(spec, 2)
-        info = {"tasks": {h.key: h.info() for h in handles}}
+        info = {"tasks": {h.key: h.info().to_json() for h in handles}}
         assert info["tasks"]["worker:1"]["ssh_host"] == "h2"
         other = SSHBackend.from_spec(loaded, None)
         assert other.hosts.down(RecordedRun(record.dir, info), Console()) is True

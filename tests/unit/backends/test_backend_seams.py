@@ -10,11 +10,12 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+from dataclasses import fields
 from pathlib import Path
 
 import launcher.backends
 from launcher.backends import backend_classes
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, Tasks
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, StartRequest, Tasks
 
 LAUNCHER = Path(__file__).resolve().parents[3] / "launcher"
 MOST = 10
@@ -146,7 +147,7 @@ def test_the_pair_declares_what_its_kind_does():
             self.closed = True
 
     class T(Tasks):
-        def start(self, task, env, on_line):
+        def start(self, request, on_line):
             raise AssertionError
 
         def close(self):
@@ -157,3 +158,94 @@ def test_the_pair_declares_what_its_kind_does():
     assert (pair.name, pair.capabilities.stacks, pair.detach_note) == ("k", True, "stay up")
     pair.close()
     assert hosts.closed and H.closed_after is False  # the tasks' side first, then the hosts'
+
+
+# ---------------------------------------------------------------- the typed start
+
+
+def _signature(func) -> list[str]:
+    import inspect
+
+    return list(inspect.signature(func).parameters)
+
+
+def test_every_backend_starts_from_a_request_and_promotes_with_one():
+    """``Tasks.start(request, on_line)`` and ``Tasks.promote(handle, request)``, in the contract and
+    in every backend: what decides a start (standby, fork) is a field of the request, not a flag
+    in the environment."""
+    tasks = [Tasks] + [c for c in _seam_implementations() if issubclass(c, Tasks)]
+    assert len(tasks) == 5, tasks  # the contract and the four backends'
+    for cls in tasks:
+        assert _signature(cls.start) == ["self", "request", "on_line"], cls
+        assert _signature(cls.promote) == ["self", "handle", "request"], cls
+    assert {f.name for f in fields(StartRequest)} == {"task", "env", "standby", "fork"}
+
+
+def _env_flag_reads(rel: str, text: str) -> list[str]:
+    """Each place in ``rel`` that reads the standby flag out of an environment, or sets it in one
+    (``env.get(envnames.STANDBY)``, ``env[envnames.STANDBY]``, ``{envnames.STANDBY: "1"}``)."""
+    out = []
+    for node in ast.walk(ast.parse(text, rel)):
+        named = [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr == "STANDBY"
+                 and isinstance(n.value, ast.Name) and n.value.id == "envnames"]
+        if not named:
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and node.args[0] in named:
+            out.append(f"{rel}:{node.lineno}: reads {ast.unparse(node)}")
+        elif isinstance(node, ast.Subscript) and node.slice in named:
+            out.append(f"{rel}:{node.lineno}: reads {ast.unparse(node)}")
+        elif isinstance(node, ast.Dict) and any(k in named for k in node.keys):
+            out.append(f"{rel}:{node.lineno}: sets the standby flag in an environment")
+    return out
+
+
+def test_no_backend_or_supervisor_passes_the_standby_flag_through_the_environment():
+    """The supervisor asks for a standby with ``StartRequest.standby``; only the request itself
+    (``told``) writes the variable the task reads. The scan can fail (see the sample)."""
+    found = [o for package in ("backends", "supervise") for p in sorted((LAUNCHER / package).rglob("*.py"))
+             if p.name != "process.py"
+             for o in _env_flag_reads(str(p.relative_to(LAUNCHER.parent)), p.read_text(encoding="utf-8"))]
+    assert found == [], "\n".join(found)
+    sample = ('if env.get(envnames.STANDBY) == "1":\n    pass\nx = env[envnames.STANDBY]\n'
+              'start(task, {**env, envnames.STANDBY: "1"})\nKEEP = {envnames.STANDBY_ENV}\n')
+    assert sorted(line.split(":")[1] for line in _env_flag_reads("s.py", sample)) == ["1", "3", "4"]
+
+
+def test_a_request_tells_the_task_what_it_reads_and_nothing_else():
+    from launcher.contract import envnames
+    from launcher.plan.build import PlannedTask
+
+    task = PlannedTask(type="worker", index=0, host="h", address="h", port=1, command=("python", "t.py"))
+    env = {envnames.RESTART_COUNT: "2"}
+    cold = StartRequest(task, env)
+    assert cold.told() == env and cold.told("/p.json") == env and cold.key == "worker:0"
+    standby = StartRequest(task, env, standby=True, fork=True)
+    assert standby.told() == {**env, envnames.STANDBY: "1"}
+    assert standby.told("/run/standby/w.json") == {**env, envnames.STANDBY: "1", envnames.STANDBY_ENV: "/run/standby/w.json"}
+    assert env == {envnames.RESTART_COUNT: "2"}  # the request's env is not changed by telling
+
+
+def test_process_info_is_typed_and_written_in_the_records_shape():
+    """What ``TaskHandle.info()`` returns is typed, and its ``to_json`` is launcher.json's task entry
+    as every tfcluster wrote it (``down`` of an older record reads the same keys)."""
+    from launcher.backends.docker.containers import ContainerProcess
+    from launcher.backends.process import LocalProcess, ProcessInfo, from_record
+    from launcher.backends.slurm.step import SrunProcess
+    from launcher.backends.ssh.task import SSHProcess
+
+    local = LocalProcess(pid=10, pgid=10, start_time=55)
+    assert local.to_json() == {"pid": 10, "pgid": 10, "start_time": 55}
+    assert (local.local_pid(), local.local_group()) == (10, 10)
+    ssh = SSHProcess(ssh_host="h2", remote_pidfile="/r/pids/w.0", remote_run_dir="/r")
+    assert ssh.to_json() == {"ssh_host": "h2", "remote_pidfile": "/r/pids/w.0", "remote_run_dir": "/r"}
+    assert ssh.local_pid() is None and ssh.local_group() is None  # a pid there is none of this machine's
+    box = ContainerProcess(container="c", container_id="abc", network="n", engine="unix:///s")
+    assert set(box.to_json()) == {"container", "container_id", "network", "engine"} and box.local_group() is None
+    step = SrunProcess(pid=7, pgid=7, start_time=None, slurm_job="12", slurm_step="worker-0.1", node="n1")
+    assert list(step.to_json()) == ["pid", "pgid", "start_time", "slurm_job", "slurm_step", "node"]
+    assert step.local_group() == 7 and isinstance(ProcessInfo().to_json(), dict)
+    # Read back from a record (any version's): a local process, or None where the entry names none.
+    assert from_record(local.to_json()) == local and from_record(step.to_json()) == LocalProcess(7, 7, None)
+    assert from_record(ssh.to_json()) is None
+    assert from_record({"pid": True, "pgid": 3}) is None and from_record({"pid": "3", "pgid": 3}) is None

@@ -67,6 +67,32 @@ def test_plan_text_shows_tasks_and_tf_config(tmp_path, capsys):
     assert "hunter2" not in out and "DB_PASSWORD=***" in out
 
 
+ARG_SECRET = """\
+name: t
+strategy: multi_worker_mirrored
+entrypoint: python train.py --hub-token hf_AbCdEfGhIjAbCdEfGhIjAbCdEfGhIjkl --db postgres://bob:hunter2@db/app --epochs 3
+tasks: {worker: 2}
+"""
+
+
+def test_plan_masks_secret_arguments_and_warns_once_with_the_fix(tmp_path, capsys):
+    spec = str(spec_file(tmp_path, ARG_SECRET))
+    for argv in (["plan", spec], ["plan", spec, "--json"], ["plan", spec, "--json=compact"], ["validate", spec]):
+        assert main(argv) == 0
+        said = capsys.readouterr()
+        assert "hf_AbCd" not in said.out + said.err and "hunter2" not in said.out + said.err, argv
+        (warning,) = [line for line in said.err.splitlines() if "`ps`" in line]
+        assert "--hub-token ***" in warning and "postgres://bob:***@db/app" in warning, warning
+        assert "fix: pass it in env (env: {HUB_TOKEN: ...}" in warning, warning
+    assert main(["plan", spec, "--json"]) == 0
+    command = json.loads(capsys.readouterr().out)["tasks"][0]["command"]
+    assert command == ["python", "train.py", "--hub-token", "***", "--db", "postgres://bob:***@db/app", "--epochs", "3"]
+    assert main(["plan", spec, "--json", "--show-secrets"]) == 0
+    assert "hunter2" in capsys.readouterr().out  # (asked for: shown)
+    assert main(["plan", str(spec_file(tmp_path, GOOD, "plain.yaml"))]) == 0
+    assert "`ps`" not in capsys.readouterr().err  # (no secret argument: no warning)
+
+
 def test_console_script_runs_without_tensorflow(tmp_path):
     """The launcher must not import TensorFlow: block it and run the CLI in a fresh interpreter."""
     blocker = tmp_path / "block" / "tensorflow"

@@ -125,15 +125,14 @@ def test_configurations_label_strategies_or_files_and_never_twice():
 
 # ------------------------------------------------------------------ Throughput intervals
 
-def test_throughput_intervals_and_their_median():
+def test_throughput_intervals():
     t = Throughput(batch=10, keep_intervals=True)
     for step, when in [(1, 0.0), (6, 1.0), (11, 2.0), (16, 12.0), (21, 13.0)]:
         t.mark(step, when)
-    assert t.interval_rates() == [50.0, 50.0, 5.0, 50.0]
-    assert t.median_rate() == 50.0  # the slow interval (an evaluation) does not move it
+    assert [rate for _, _, rate in t.intervals()] == [50.0, 50.0, 5.0, 50.0]
     assert t.rate() == pytest.approx(20 * 10 / 13.0)  # the overall figure still counts it
     with pytest.raises(ValueError):
-        Throughput(batch=10).interval_rates()
+        Throughput(batch=10).intervals()
 
 
 # ------------------------------------------------------------------ measure

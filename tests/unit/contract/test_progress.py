@@ -1,6 +1,6 @@
 import pytest
 
-from launcher.contract.progress import Progress, format_line, parse
+from launcher.contract.progress import KINDS, Progress, ResultLine, StartLine, StepLine, format_line, parse
 
 
 @pytest.mark.parametrize("line, kind, fields", [
@@ -33,4 +33,18 @@ def test_numbers_are_finite_or_none():
 def test_format_line_round_trips():
     line = format_line("result", task="worker:0", accuracy="0.9111")
     assert line == "tfcluster-result task=worker:0 accuracy=0.9111"
-    assert parse(line) == Progress("result", {"task": "worker:0", "accuracy": "0.9111"})
+    assert parse(line) == ResultLine.of({"task": "worker:0", "accuracy": "0.9111"})
+
+
+def test_a_known_kind_is_its_class_with_typed_fields_and_an_unknown_one_a_plain_record():
+    step = parse("tfcluster-step epoch=1 step=20 global_step=40 loss=0.5123 accuracy=nan time=1700000000.5 extra=x")
+    assert isinstance(step, StepLine) and step.kind == "step"
+    assert (step.epoch, step.step, step.global_step, step.loss, step.accuracy, step.time) == (
+        1, 20, 40, 0.5123, None, 1700000000.5)
+    assert step.fields["extra"] == "x" and step.get("accuracy") == "nan"  # (as printed)
+    start = parse("tfcluster-start epoch=0 strategy=mirrored replicas=two global_batch=64")
+    assert isinstance(start, StartLine) and (start.strategy, start.replicas, start.global_batch) == ("mirrored", None, 64)
+    assert [type(parse(f"tfcluster-{kind} x=1")) for kind in KINDS] == list(KINDS.values())
+    other = parse("tfcluster-standby promoted")
+    assert type(other) is Progress and other.kind == "standby"
+    assert not isinstance(parse("tfcluster-first_step step=0"), StepLine)  # (its own class: its step is an index)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import pytest
 
 from launcher.plan import containergpus
-from launcher.backends.docker.backend import DockerBackend
-from launcher.plan.build import build_plan
 from launcher.loader.load import load_spec, parse_spec
 from tests.support.errors import spec_errors
+from tests.support.gpus import containers
 
 GPUS4 = tuple((i, "NVIDIA A100-SXM4-40GB", f"GPU-{i}") for i in range(4))
 
@@ -19,9 +18,7 @@ GPUS4 = tuple((i, "NVIDIA A100-SXM4-40GB", f"GPU-{i}") for i in range(4))
 def _made(tmp_path, body: str, engine=GPUS4, shm=None):
     path = tmp_path / "cluster.yaml"
     path.write_text("name: c\nbackend: docker\nentrypoint: python -m worker\n" + body)
-    loaded = load_spec(path)
-    plan = build_plan(loaded.spec, DockerBackend.place(loaded.spec))
-    return containergpus.containers(loaded.spec, plan.tasks, engine, shm)
+    return containers(load_spec(path).spec, engine, shm)
 
 
 def test_auto_divides_the_engine_hosts_gpus_among_all_containers(tmp_path):
@@ -90,7 +87,7 @@ def test_plan_shows_each_containers_gpus_from_the_engine_host_where_they_hold(tm
     plan = plan_for(spec)
     assert {t.key: t.gpus.describe() for t in plan.tasks} == {
         "chief:0": "cpu", "worker:0": "gpu 0", "worker:1": "gpu 1", "ps:0": "cpu"}
-    made, _ = containergpus.containers(spec, plan.tasks, GPUS4[:2], None)
+    made, _ = containers(spec, GPUS4[:2])
     assert {k: c.device_ids for k, c in made.items()} == {"chief:0": (), "worker:0": (0,), "worker:1": (1,), "ps:0": ()}
     text = render_plan(plan)
     assert "  worker:1  worker-1  gpu 1" in text, text

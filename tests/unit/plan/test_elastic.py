@@ -9,6 +9,7 @@ import pytest
 from launcher.plan.elastic import (PlanChange, elastic_enabled, fresh_ports, replace_lost, spare_hosts, suspect_how,
                                    too_many_losses)
 from launcher.backends import placed_hosts
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.errors import SpecError
 from launcher.app.up import plan_for
 from launcher.loader.load import parse_spec
@@ -52,11 +53,16 @@ def test_a_lost_hosts_tasks_move_to_a_spare_with_their_identities_and_every_tf_c
     assert cluster["worker"] == ["10.0.0.4:23456", "10.0.0.3:23456"], cluster
     # Every task's TF_CONFIG names the new address; no task keeps the old one.
     assert all("10.0.0.2" not in t.tf_config_json for t in change.plan.tasks)
-    assert change.describe({"h2": "gone from discovery.command's list"}) == (
+    dropped = HostLoss(LossKind.DROPPED, "h2", None, "gone from discovery.command's list")
+    assert change.describe({"h2": dropped}) == (
         "h2 lost (gone from discovery.command's list); worker:0 moved to h4 (spare)")
     how = suspect_how(30, 1700000000.0, answering=True)
     assert re.fullmatch(r"session lost at \d\d:\d\d:\d\d, host still answering; suspect until it answers for 30 s", how)
-    assert change.describe({"h2": how}) == f"h2: {how}; worker:0 moved to h4 (spare)"
+    # A loss reads by its kind, not its words: a suspect one (a session) names the host, then its words.
+    assert change.describe({"h2": HostLoss(LossKind.SESSION, "h2", 1700000000.0, how)}) == \
+        f"h2: {how}; worker:0 moved to h4 (spare)"
+    assert change.describe({"h2": HostLoss(LossKind.PREEMPTED, "h2", None, how)}).startswith(f"h2 lost ({how})")
+    assert change.describe({}) == "h2 lost; worker:0 moved to h4 (spare)"
     assert suspect_how(5, None, answering=False) == "host not answering; suspect until it answers for 5 s"
 
 
@@ -118,8 +124,8 @@ def test_with_no_spare_the_workers_left_go_on_renumbered_while_at_least_min_rema
     assert change.dropped == ("worker:1",) and change.moved == {}
     assert change.plan.tasks[0].tf_config["cluster"] == {"worker": ["10.0.0.1:23456", "10.0.0.3:23456",
                                                                     "10.0.0.4:23456"]}
-    assert change.describe({"h2": "unreachable for 3 s"}) == (
-        "h2 lost (unreachable for 3 s); worker:1 left out: 3 workers go on (no spare host)")
+    assert change.describe({"h2": HostLoss(LossKind.PREEMPTED, "h2", None, "preempted: GCE notice at 12:01:07")}) == (
+        "h2 lost (preempted: GCE notice at 12:01:07); worker:1 left out: 3 workers go on (no spare host)")
     # Down to min, then one more loss is one line naming the host and the rule.
     two = replace_lost(spec, change.plan, ["h4"], down=["h2"])
     assert isinstance(two, PlanChange) and [t.host for t in two.plan.tasks] == ["h1", "h3"]

@@ -3,7 +3,8 @@ smaller plan where hosts[].slots have no room for every worker yet, and the reco
 
 from __future__ import annotations
 
-from launcher.app.up import plan_for, short_line, start_note, starts_small_here
+from launcher.app.plannotes import short_line, start_note
+from launcher.app.stages import plan_for, starts_small_here
 from launcher.errors import SpecError
 from launcher.loader.load import parse_spec
 from launcher.plan.elastic import PlanChange, group_size, start_without
@@ -96,18 +97,22 @@ def test_the_view_keeps_the_groups_size_attempt_by_attempt():
     assert sizes_line(full) == "" and size_now(full) == ""
 
 
-def test_up_waits_for_discovered_room_for_min_then_ends_in_one_line(tmp_path):
-    from launcher.app.up import plan_with_room
+def test_up_waits_for_discovered_room_for_min_then_ends_in_one_line(tmp_path, monkeypatch):
+    """The plan stage's own wait (launcher/app/stages.py's plan_with_room): discovery.command runs
+    again until its hosts have room for min workers; the spec file itself is read once."""
+    import launcher.loader.load as load
+    from launcher.app.stages import Waits, discover, load as read_spec, plan_with_room
     from launcher.errors import LaunchError
-    from launcher.loader.discovery import with_discovered
-    from launcher.loader.load import load_spec
-    from launcher.ui.console import Console
+    from launcher.notices import PlainNotices
 
     listing = tmp_path / "hosts.txt"
     listing.write_text("- {name: h1, address: 10.0.0.1, slots: 1}\n")
     path = tmp_path / "cluster.yaml"
     path.write_text(SSH.replace("hosts:\n  - {name: h1, address: 10.0.0.1}\n  - {name: h2, address: 10.0.0.2}\n", "")
                     .replace("min: 1", "min: 2") + f"discovery: {{command: cat {listing}, every: 1}}\n")
+    reads = []
+    real = load.read_regular
+    monkeypatch.setattr(load, "read_regular", lambda p, *a: reads.append(p) or real(p, *a))
     now = [0.0]
 
     def pause(seconds):  # the second host is listed after 2 s
@@ -115,14 +120,15 @@ def test_up_waits_for_discovered_room_for_min_then_ends_in_one_line(tmp_path):
         if now[0] >= 2:
             listing.write_text("- {name: h1, address: 10.0.0.1, slots: 1}\n- {name: h2, address: 10.0.0.2, slots: 1}\n")
 
-    loaded, plan = plan_with_room(with_discovered(load_spec(str(path))), Console(), False, lambda: now[0], pause)
-    assert [(t.key, t.host) for t in plan.tasks] == [("worker:0", "h1"), ("worker:1", "h2")] and now[0] == 2
-    assert [h.name for h in loaded.spec.hosts] == ["h1", "h2"]
+    planned = plan_with_room(discover(read_spec(str(path))), PlainNotices(), Waits(lambda: now[0], pause))
+    assert [(t.key, t.host) for t in planned.plan.tasks] == [("worker:0", "h1"), ("worker:1", "h2")] and now[0] == 2
+    assert [h.name for h in planned.loaded.spec.hosts] == ["h1", "h2"]
+    assert planned.discovered.static_hosts == [] and reads == [path]  # read once, discovery run three times
     listing.write_text("- {name: h1, address: 10.0.0.1, slots: 1}\n")
     now[0] = 0.0
     with pytest.raises(LaunchError) as got:
-        plan_with_room(with_discovered(load_spec(str(path))), Console(), False, lambda: now[0],
-                       lambda s: now.__setitem__(0, now[0] + s))
+        plan_with_room(discover(read_spec(str(path))), PlainNotices(),
+                       Waits(lambda: now[0], lambda s: now.__setitem__(0, now[0] + s)))
     assert len(got.value.lines) == 1 and now[0] == 5.0
     assert got.value.lines[0].startswith("no room for tasks.worker.min=2 workers on the hosts discovery.command listed "
                                          "within elastic.host_wait=5 s (hosts[].slots: the tasks do not fit: h1 (2 tasks, "

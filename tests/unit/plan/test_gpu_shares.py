@@ -232,16 +232,15 @@ def test_status_shows_each_tasks_gpus_and_its_all_reduce():
 
 
 def test_containers_get_their_mig_devices_and_uuid_limited_gpus_by_uuid():
-    from launcher.plan import containergpus
+    from tests.support.gpus import containers
 
-    spec = parse_spec(textwrap.dedent(MWMS % (2, 0)))
-    plan = build_plan(spec, Placement({"worker:0": Slot("worker-0", "worker-0"), "worker:1": Slot("worker-1", "worker-1")}))
-    made, problems = containergpus.containers(spec, plan.tasks, mig_units(2), None)
+    spec = parse_spec(textwrap.dedent(MWMS % (2, 0))).model_copy(update={"backend": "docker"})
+    made, problems = containers(spec, mig_units(2))
     assert not problems
     assert [c.device_ids for c in made.values()] == [(mig_units(2)[0][2],), (mig_units(2)[1][2],)]
     assert {c.env["CUDA_VISIBLE_DEVICES"] for c in made.values()} == {"0"}  # numbered from 0 inside
     host = units(4)
-    made, _ = containergpus.containers(spec, plan.tasks, host, None, f"{host[2][2]},{host[3][2]}")
+    made, _ = containers(spec, host, None, f"{host[2][2]},{host[3][2]}")
     assert [c.device_ids for c in made.values()] == [(host[2][2],), (host[3][2],)]
-    made, _ = containergpus.containers(spec, plan.tasks, host, None, "1,3")
+    made, _ = containers(spec, host, None, "1,3")
     assert [c.device_ids for c in made.values()] == [(1,), (3,)]

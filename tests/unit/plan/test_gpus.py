@@ -494,3 +494,22 @@ def test_discovery_output_carries_slots():
     assert [(h.name, h.slots) for h in hosts] == [("vm1", 2), ("vm2", None)]
     with pytest.raises(DiscoveryError, match="slots"):
         parse_hosts('[{"name": "vm1", "slots": 0}]')
+
+
+def test_a_refusal_carries_the_key_it_is_about_typed():
+    """The error's position comes with the refusal where it is made (gpurefusal.Refusal), never
+    from its words: a group's own gpus, devices.gpus where it bounds the GPUs, gpus_per_task."""
+    def keys(text: str, gpus_known: int) -> tuple:
+        with pytest.raises(SpecError) as got:
+            plan_on(text, {"h1": gpus_known})
+        return got.value.keys
+
+    own = MWMS % 2 + "    devices: {gpus_per_task: auto}\n    tasks: {worker: {count: 2, gpus: 2}}\n"
+    assert keys(own.replace("    tasks: {worker: 2}\n", ""), 1) == (("tasks", "worker", "gpus"),)
+    bounded = MWMS % 2 + "    devices: {gpus: [0], gpus_per_task: 1}\n"
+    assert keys(bounded, 4) == (("devices", "gpus"),)
+    counted = MWMS % 2 + "    devices: {gpus_per_task: 1}\n"
+    assert keys(counted, 1) == (("devices", "gpus_per_task"),)
+    _, _, problems = gpus.plan_gpus(spec_of(counted), ["h1", "h1"], ["worker", "worker"], {"h1": a100(1)})
+    assert problems[0].startswith("h1 has 1 GPU; 2 tasks x gpus_per_task 1 need 2")  # (the line itself: a str)
+    assert problems[0].key == ("devices", "gpus_per_task")

@@ -56,7 +56,7 @@ def test_to_json_is_the_full_shape_as_before(name):
 
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_compact_json_expands_to_the_full_shape(name):
-    from launcher.plan.build import expand_plan_json
+    from tests.support.planjson import expand_plan_json
 
     plan = plan_of(SPECS[name])
     compact = plan.to_compact_json()
@@ -121,7 +121,7 @@ def test_plan_json_default_shape_is_unchanged(tmp_path, capsys):
 
 def test_plan_json_compact(tmp_path, capsys):
     from launcher.cli.main import main
-    from launcher.plan.build import expand_plan_json
+    from tests.support.planjson import expand_plan_json
 
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(SPECS["local_mwms_chief_evaluator"]))
@@ -160,7 +160,7 @@ def test_plan_json_flag_forms(tmp_path, capsys, monkeypatch):
 def test_the_records_plan_json_holds_the_cluster_once_and_reads_back(tmp_path):
     """plan.json is the compact shape, secrets redacted; status reads it, and still reads a record
     written before (every task with its whole TF_CONFIG)."""
-    from launcher.plan.build import expand_plan_json
+    from tests.support.planjson import expand_plan_json
     from launcher.record.writer import RunRecord
     from launcher.record.status import load_run
 

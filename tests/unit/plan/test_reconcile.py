@@ -10,6 +10,7 @@ from dataclasses import replace
 from launcher.app.up import plan_for
 from launcher.loader.load import parse_spec
 from launcher.plan.elastic import fresh_ports, replace_lost
+from launcher.plan.hostloss import HostLoss, LossKind
 from launcher.plan.reconcile import GROWN, MOVED, Act, HostsSeen, due, wanted
 from launcher.spec.model import Host
 
@@ -30,7 +31,8 @@ SUSPECT = "host not answering; suspect until it answers for 30 s"
 
 
 def lost(*hosts: str, losses: tuple[str, ...] = (), down: tuple[str, ...] = (), for_good: bool = False) -> HostsSeen:
-    return HostsSeen(down=down, losses=losses + tuple(hosts), lost={h: SUSPECT for h in hosts}, for_good=for_good)
+    return HostsSeen(down=down, losses=losses + tuple(hosts), for_good=for_good,
+                     lost={h: HostLoss(LossKind.UNREACHABLE, h, None, SUSPECT) for h in hosts})
 
 
 def test_a_lost_hosts_tasks_move_to_a_spare_on_ports_no_plan_of_the_run_took():

@@ -62,3 +62,70 @@ def test_redact_env_masks_by_name_and_by_value_and_keeps_the_rest():
            "HF_HOME": "/data/hf", "NOTE": "hf_" + "a" * 34}
     assert redact_env(env) == {"DATABASE_URL": MASK, "GITHUB_PAT": MASK, "LR": "0.5", "HF_HOME": "/data/hf",
                                "NOTE": MASK}
+
+
+# ------------------------------------------------------------------ a command's arguments
+
+from launcher.plan.build import redact_command  # noqa: E402
+from launcher.remote.masking import mask_argv, masked_args, secret_option  # noqa: E402
+
+TOKEN = "hf_" + "AbCdEfGhIj" * 3 + "kl"
+SECRET_ARGS = [
+    (["--token", "abc123"], ["--token", MASK]),
+    (["--token=abc123"], ["--token=" + MASK]),
+    (["--hub-token", TOKEN], ["--hub-token", MASK]),
+    (["--hub_token", "x"], ["--hub_token", MASK]),
+    (["-token", "x"], ["-token", MASK]),
+    (["--api-key", "k"], ["--api-key", MASK]),
+    (["--apikey=k"], ["--apikey=" + MASK]),
+    (["--password", "1234"], ["--password", MASK]),  # (a number, under a secret's name)
+    (["--db-pass", "x"], ["--db-pass", MASK]),
+    (["--credentials", "x"], ["--credentials", MASK]),
+    (["--client-secret=s"], ["--client-secret=" + MASK]),
+    (["--db", "postgres://bob:hunter2@db:5432/app"], ["--db", "postgres://bob:***@db:5432/app"]),
+    (["https://user:p%40ss@git.example.com/repo.git"], ["https://user:***@git.example.com/repo.git"]),
+    (["HF_TOKEN=abc"], ["HF_TOKEN=" + MASK]),
+    (["db.password=pw"], ["db.password=" + MASK]),
+    (["trainer.wandb_api_key=k"], ["trainer.wandb_api_key=" + MASK]),
+    ([TOKEN], [MASK]),
+    (["ghp_" + "a1B2" * 9], [MASK]),
+    (["AKIAIOSFODNN7EXAMPLE"], [MASK]),
+    (["xoxb-123456789012-abcdefghijkl"], [MASK]),
+    (["sk-" + "proj_" + "x" * 40], [MASK]),
+    (["--note=Bearer " + TOKEN], ["--note=Bearer " + MASK]),
+    (["sh", "-c", f"python t.py --token abc --lr 0.1 HF_TOKEN={TOKEN} --password='p w'"],
+     ["sh", "-c", "python t.py --token *** --lr 0.1 HF_TOKEN=*** --password='***'"]),
+    (["srun", "--export=ALL,HF_TOKEN=abc", "python"], ["srun", "--export=ALL,HF_TOKEN=" + MASK, "python"]),
+]
+PLAIN_ARGS = [
+    ["--epochs", "3"], ["--lr=0.1"], ["--data", "/data/train"], ["--data-dir=/data/x"], ["--model-dir", "gs://b/m"],
+    ["--max-tokens", "512"], ["--tokenizer", "bert-base-uncased"], ["--keyword", "foo"], ["--passes", "2"],
+    ["--token-file", "/run/secrets/hf"], ["--key-path=/home/u/.ssh/id"], ["--key-size", "2048"],
+    ["--auth-type", "basic"], ["--use-auth-token", "--epochs", "3"], ["LR=0.5"], ["max_tokens=512"],
+    ["https://example.com/data"], ["grpc://host:2222"], ["user@host:22"], ["sk-learn"], ["hf_home"],
+    ["python", "-m", "worker", "--steps", "100"], ["sh", "-c", "python t.py --lr 0.1 --data /d"],
+]
+
+
+@pytest.mark.parametrize("argv,masked", SECRET_ARGS)
+def test_a_secret_argument_is_masked_in_each_spelling(argv, masked):
+    assert mask_argv(["python", "t.py", *argv]) == ["python", "t.py", *masked]
+    assert redact_command(tuple(argv)) == masked
+    assert masked_args(argv)  # (the warning names it)
+
+
+@pytest.mark.parametrize("argv", PLAIN_ARGS)
+def test_an_ordinary_argument_is_shown_as_it_is(argv):
+    assert mask_argv(argv) == argv and masked_args(argv) == []
+
+
+def test_option_names_go_by_words_and_a_file_of_the_secret_is_not_one():
+    assert all(secret_option(n) for n in ("token", "hub-token", "HF_TOKEN", "apikey", "db.password", "pat", "pass"))
+    assert not any(secret_option(n) for n in ("tokens", "tokenizer", "keyword", "passes", "path", "token-file",
+                                              "secret_name", "key_size", "compass"))
+
+
+def test_the_warning_names_the_arguments_masked():
+    found = masked_args(["python", "t.py", "--hub-token", TOKEN, "--db", "postgres://bob:hunter2@db/app", TOKEN])
+    assert found == ["--hub-token ***", "postgres://bob:***@db/app", "argument 6 (hf_...)"]
+    assert not any(TOKEN in f or "hunter2" in f for f in found)

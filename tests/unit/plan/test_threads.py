@@ -242,7 +242,7 @@ def test_compose_and_exports_carry_no_place():
 
 
 def test_compact_json_carries_only_each_tasks_budget_and_expands_back():
-    from launcher.plan.build import expand_plan_json
+    from tests.support.planjson import expand_plan_json
 
     plan = plan_for(spec_of(SSH))
     compact = plan.to_compact_json()

@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from launcher.record import fold as machine
 from launcher.record.events import RunRecordDamaged, parse_event
+from launcher.contract.progress import parse
 from launcher.record.fold import TaskLife, lose, on_line
 from launcher.record.view import RunModel
 
@@ -113,16 +114,18 @@ def test_output_lines_give_a_live_task_its_phase():
     assert (t.state, t.phase, t.shown) == ("starting", "importing", "importing")
     step({"worker:0": t}, {"event": "ready", "task": "worker:0"}, TaskLife)
     assert (t.state, t.phase, t.shown) == ("running", "", "running")
-    on_line(t, "step")
+    on_line(t, parse("tfcluster-step epoch=0 step=1"))
     assert (t.state, t.shown) == ("running", "training")
-    on_line(t, "eval")
+    on_line(t, parse("tfcluster-eval_donee x=1"))  # a kind it does not know: no change
+    assert t.shown == "training"
+    on_line(t, parse("tfcluster-eval checkpoint=ckpt-1"))
     assert t.shown == "evaluating"
     step({"worker:0": t}, {"event": "exit", "task": "worker:0", "code": 0}, TaskLife)
-    on_line(t, "step")
+    on_line(t, parse("tfcluster-step epoch=0 step=1"))
     assert (t.state, t.shown) == ("succeeded", "succeeded")
     ps = TaskLife("ps:0")
     step({"ps:0": ps}, {"event": "start", "task": "ps:0"}, TaskLife)
-    on_line(ps, "server")  # a parameter-server task's server line: its port is up
+    on_line(ps, parse("tfcluster-server task=ps:0"))  # a parameter-server task's server line: its port is up
     assert (ps.state, ps.shown) == ("running", "running")
 
 

@@ -168,7 +168,9 @@ def test_report_table_and_locations(tmp_path):
     assert rows[1].split() == ["worker:0", "localhost", "succeeded", "0", "1", "60", "585.0", "0.7303", "0.9111"]
     assert rows[2].split() == ["worker:1", "localhost", "succeeded", "0", "1", "-", "-", "-", "-"]
     (tmp_path / "state" / "final_model").mkdir(parents=True)
-    where = report.locations(tmp_path / "state", tmp_path / "logs")
+    from launcher.record.layout import locations
+
+    where = locations(tmp_path / "state", tmp_path / "logs")
     assert where == {"final model": str(tmp_path / "state" / "final_model"), "state dir": str(tmp_path / "state"),
                      "task logs": str(tmp_path / "logs")}
 
@@ -398,3 +400,36 @@ def test_a_lost_spare_is_a_suspect_and_no_spare_until_it_settles_and_no_host_cha
     assert list(view.host_changes[0].lost) == ["h2"]
     view.event(_ev("host_added", T0 + 40, host="h3", attempt=1, settle=30))
     assert view.suspects == {} and "h3" in view.spares
+
+
+def test_a_host_loss_reads_back_typed_and_its_change_is_worded_by_its_kind():
+    """A host_lost event keeps the loss's kind (``cause``) and when it began (``since``);
+    record/hosts.py's ``loss_of`` reads it back as a ``HostLoss``. An older record's event has
+    neither: its ``suspect`` tells a loss inferred from silence from one known. The replan's line words each loss by whether it
+    was suspect, never by its words (the preempted one's words here do contain "suspect until")."""
+    from launcher.plan.hostloss import HostLoss, LossKind
+    from launcher.record.hosts import loss_of
+    from launcher.record.reader import parse_event
+
+    line = _ev("host_lost", T0 + 3, host="h2", how="preempted: GCE notice; suspect until never", suspect=False,
+               attempt=0, settle=30, cause="preempted", since=T0 + 1)
+    event = parse_event(dict(line))
+    assert loss_of(event) == HostLoss(LossKind.PREEMPTED, "h2", T0 + 1, "preempted: GCE notice; suspect until never")
+    old = parse_event(_ev("host_lost", T0 + 3, host="h3", how="host not answering; suspect until it answers for 5 s",
+                          suspect=True, attempt=0))
+    assert loss_of(old).kind is LossKind.UNREACHABLE and loss_of(old).suspect and loss_of(old).since is None
+    unknown = parse_event(_ev("host_lost", T0 + 3, host="h4", how="gone", cause="a newer kind"))
+    assert loss_of(unknown).kind is LossKind.DROPPED  # a kind this version does not know: read by ``suspect``
+    view = RunModel()
+    view.event(_ev("run_start", T0, run_id="r1", name="demo", strategy="multi_worker_mirrored", backend="ssh",
+                   tasks=["worker:0", "worker:1", "worker:2"], max_restarts=2, spares=[]))
+    view.event(line)
+    view.event(_ev("host_lost", T0 + 3, host="h3", how="session lost at 12:01:07, host still answering; suspect "
+                   "until it answers for 30 s", suspect=True, attempt=0, settle=30, cause="session"))
+    view.event(_ev("replan", T0 + 4, lost=["h2", "h3"], tasks=["worker:0"], dropped=["worker:1", "worker:2"]))
+    said = view.host_changes[0].describe()
+    assert said.startswith("h2 lost at ") and "(preempted: GCE notice; suspect until never); h3: session lost" in said
+    import json
+
+    back = RunModel.from_json(json.loads(json.dumps(view.to_json())))  # a snapshot keeps which were suspect
+    assert back.host_changes[0].describe() == said

@@ -163,6 +163,24 @@ def test_ps_shows_the_tasks_own_argv_not_the_zygotes(zygote, tmp_path):
     assert mine[1].endswith(b"zygote.py") and mine[-2] == b"t" * TITLE_BYTES
 
 
+def test_the_title_masks_a_secret_argument_and_the_task_has_it(zygote, tmp_path):
+    """Every local user reads /proc/PID/cmdline: a forked task's title shows its secret arguments
+    as ``***`` (launcher/remote/masking.py, the plan's rule); its own sys.argv holds them."""
+    pidfile = tmp_path / "task.pid"
+    token = "hf_" + "Q" * 34
+    code = "import sys, time; print(sys.argv[1:], flush=True); time.sleep(30)"
+    argv = [sys.executable, "-c", code, "--hub-token", token, "--db", "postgres://bob:hunter2@db/app",
+            "--epochs", "3", "--data", "/data/x"]
+    p = wrap(zygote, argv, pidfile=pidfile)
+    assert p.stdout.readline().decode().strip() == repr(argv[3:])
+    task = int(pidfile.read_text().split()[1])
+    title = Path(f"/proc/{task}/cmdline").read_bytes().decode()
+    assert title.endswith(" --hub-token *** --db postgres://bob:***@db/app --epochs 3 --data /data/x\0"), title
+    assert token not in title and "hunter2" not in title
+    os.killpg(p.pid, signal.SIGTERM)
+    finish(p)
+
+
 def test_what_it_must_not_serve_starts_cold_with_one_line(zygote, tmp_path):
     """Another interpreter option, another environment: a fork would not be that cold start."""
     for argv, env, why in (([sys.executable, "-u", "-c", "print('ran')"], {}, "interpreter option"),

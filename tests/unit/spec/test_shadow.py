@@ -105,5 +105,5 @@ def test_ssh_preflight_says_how_to_get_the_worker_script_onto_a_host(argv0, fix)
     pool = SimpleNamespace(hosts={"vm1": SimpleNamespace(python="/opt/venv/bin/python")})
     plan = SimpleNamespace(tasks=[SimpleNamespace(command=(argv0, "--epochs", "1"), host="vm1", port=1, key="worker:0")])
     reply = {"python": "3.11.4", "workdir": "/home/me", "argv0_found": False, "deps": {}, "ports": {}}
-    assert _judge(pool, plan, ["vm1"], {"vm1": reply}) == [
-        f"host vm1: entrypoint command '{argv0}' not found on PATH; {fix}"]
+    assert [(p.kind.name, p.host, p.text) for p in _judge(pool, plan, ["vm1"], {"vm1": reply})] == [
+        ("OTHER", "vm1", f"host vm1: entrypoint command '{argv0}' not found on PATH; {fix}")]

@@ -21,18 +21,18 @@ from tests.support.fakes import Script, ScriptedTasks, scripted, supervise
 class PrintsAtOnce(ScriptedTasks):
     """Each start's task says ``hello attempt=N`` before ``start`` returns."""
 
-    def start(self, task, env, on_line):
-        handle = super().start(task, env, on_line)
-        on_line(task.key, f"hello attempt={env['TFCLUSTER_RESTART_COUNT']}")
+    def start(self, request, on_line):
+        handle = super().start(request, on_line)
+        on_line(request.key, f"hello attempt={request.env['TFCLUSTER_RESTART_COUNT']}")
         return handle
 
 
 class PromotedPrintsAtOnce(ScriptedTasks):
     """A standby that says ``promoted attempt=N`` as soon as it is promoted, before ``promote`` returns."""
 
-    def promote(self, handle, task, env):
-        super().promote(handle, task, env)
-        handle.on_line(task.key, f"promoted attempt={env['TFCLUSTER_RESTART_COUNT']}")
+    def promote(self, handle, request):
+        super().promote(handle, request)
+        handle.on_line(request.key, f"promoted attempt={request.env['TFCLUSTER_RESTART_COUNT']}")
 
 
 MWMS = """\

@@ -1,9 +1,9 @@
-"""Failure blame and report text (launcher/supervise/blame.py), pure functions of data: peers' states, the
-root cause of an exit and its consequences, the report's lines."""
+"""Failure blame (launcher/supervise/blame.py), pure functions of data: peers' states, the root cause
+of an exit and its consequences (the report's lines: tests/unit/ui/test_eventlines.py)."""
 
 from __future__ import annotations
 
-from launcher.supervise.blame import TAIL, Fault, blame_exit, peer_notes, report_lines
+from launcher.supervise.blame import Fault, blame_exit, peer_notes
 
 ABORTED = "Collective ops is aborted by: task /job:worker/replica:0/task:1 stopped sending heartbeats"
 
@@ -38,12 +38,3 @@ def test_a_task_with_healthy_peers_is_its_own_root_cause_and_its_backends_note_w
     fault = blame_exit(("worker:0", "worker:1"), {"worker:0": 255, "worker:1": 1}, {"worker:0": ["boom"]},
                        {"worker:1": ""}, lambda k: "host2: no word for 16 s")
     assert fault == Fault("worker:0", "host2: no word for 16 s", 255, others=("worker:1",))
-
-
-def test_report_lines_show_the_exception_and_the_last_lines_without_noise_unless_verbose():
-    tail = [f"line {i}" for i in range(30)] + ["Traceback (most recent call last):", "ValueError: bad input"]
-    lines = report_lines("worker:0", tail, "logs/worker-0.log", verbose=False)
-    assert lines[0] == "  worker:0: ValueError: bad input"
-    assert "  last lines of worker:0 (logs/worker-0.log):" in lines
-    assert lines[-1] == "  | ValueError: bad input" and len([x for x in lines if x.startswith("  | ")]) == TAIL
-    assert report_lines("worker:0", (), "x", verbose=True) == []

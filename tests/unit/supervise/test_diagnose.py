@@ -213,7 +213,11 @@ def test_cuda_start_up_noise_is_no_hint_for_a_task_without_gpus(lines):
 
 
 def test_report_lines_hint_a_gpu_tasks_cuda_failure_only():
-    from launcher.supervise.blame import report_lines
+    from launcher.ui.failurelines import report_lines
 
-    assert "  hint: this task was given GPUs" in "\n".join(report_lines("worker:0", CUINIT_OLD, "l", False, True))
-    assert not any(line.startswith("  hint:") for line in report_lines("worker:0", CUINIT_OLD, "l", False, False))
+    def shown(gpus: bool) -> str:
+        return "\n".join(report_lines("worker:0", exception_lines(CUINIT_OLD), hint(CUINIT_OLD, gpus), CUINIT_OLD, "l",
+                                       False))
+
+    assert "  hint: this task was given GPUs" in shown(True)
+    assert "  hint:" not in shown(False)

@@ -43,10 +43,15 @@ def test_watch_reports_changes_only_and_gives_up_after_three_misses():
     assert watch.sample_once() is None  # unchanged
     assert watch.sample_once() == {"worker:0": (700, 90)}
     said = []
-    dead = gpuwatch.GpuWatch(lambda: {}, {"worker:0": (0,)}, lambda f: None, said.append, every=0.01,
-                             sampler=lambda timeout: None).start()
+    dead = gpuwatch.GpuWatch(lambda: {}, {"worker:0": (0,)}, lambda f: None, lambda *a: said.append(a), every=0.01,
+                             timeout=2.0, sampler=lambda timeout: None).start()
     dead._thread.join(5)
-    assert not dead._thread.is_alive() and len(said) == 1 and "did not answer 3 times in a row" in said[0]
+    assert not dead._thread.is_alive() and said == [(3, 2.0)]
+    from launcher.record import events as ev
+    from launcher.ui.eventlines import said as lines
+
+    assert [s.lines for s in lines(ev.GpuWatchEnded(misses=3, timeout=2.0), RunModel())] == [
+        ("nvidia-smi did not answer 3 times in a row (timeout 2 s); no more GPU figures for this run",)]
 
 
 def test_view_panel_status_and_report_show_memory_utilisation_and_peak():

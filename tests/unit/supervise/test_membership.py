@@ -52,7 +52,9 @@ def test_discovery_answers_add_hosts_and_move_the_task_of_a_host_gone_from_the_l
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     backend = scripted(elastic=True)  # its hosts record what discovery added, its tasks each plan used
-    ctx = RunContext(record=record, console=Console(out=out, err=err, color=False), view=RunModel(), backend=backend,
+    view = RunModel()
+    Console(out=out, err=err, color=False).listen(record, view)  # what the membership records, said
+    ctx = RunContext(record=record, view=view, backend=backend,
                      restart=spec.restart, watchdog=spec.watchdog, clock=time.monotonic, poll_interval=0.1,
                      stop_event=threading.Event(), hurry_event=threading.Event())
     members = Membership(ctx, plan, HostsGiven(spec=spec, static_hosts=["h1"], discovery_cwd=tmp_path))

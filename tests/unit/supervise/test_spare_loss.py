@@ -106,7 +106,9 @@ def test_the_membership_records_a_spare_lost_once_and_leaves_the_plans_hosts_to_
     record = RunRecord(tmp_path / "runs", plan).create()
     out = io.StringIO()
     hosts = Returning()
-    ctx = RunContext(record=record, console=Console(out=out, err=out, color=False), view=RunModel(),
+    view = RunModel()
+    Console(out=out, err=out, color=False).listen(record, view)  # what the membership records, said
+    ctx = RunContext(record=record, view=view,
                      backend=scripted(ScriptedTasks(), hosts, elastic=True), restart=spec.restart,
                      watchdog=spec.watchdog, clock=time.monotonic, poll_interval=0.1, stop_event=threading.Event(),
                      hurry_event=threading.Event())

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from launcher.backends.base import Capabilities
 from launcher.spec.model import Restart
-from launcher.supervise.standby import decide, is_reference_worker, python_entry, stub_command
+from launcher.supervise.standby import decide, forks, is_reference_worker, python_entry, stub_command
 
 WORKER = ["python", "-m", "worker", "--epochs", "2"]
+CAN = Capabilities(warm_standby=True)
+FORKS = Capabilities(warm_standby=True, fork=True)  # a backend that keeps a warm parent per host
+CANNOT = Capabilities()
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -21,10 +25,20 @@ def test_the_reference_worker_is_recognised(argv, expected):
 
 
 def test_auto_is_on_for_the_reference_worker_on_a_backend_that_can():
-    on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], True, "ssh")
+    on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], CAN, "ssh")
     assert on and why.startswith("on (auto: tfcluster's worker)") and "0.6 GB each" in why
-    on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], True, "local")  # its zygote forks them
+    on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], FORKS, "local")  # its zygote forks them
     assert on and "forked from the run's zygote, which imports TensorFlow once" in why and "GB each" not in why
+
+
+def test_the_fork_is_the_capabilitys_and_the_specs_never_the_backends_name():
+    """Whether starts ask for the host's warm parent (StartRequest.fork) follows Capabilities.fork
+    and restart.warm_standby alone: a backend of any name that keeps one is said to fork."""
+    assert forks(FORKS, Restart()) and forks(FORKS, Restart(warm_standby=True))
+    assert not forks(FORKS, Restart(warm_standby=False)) and not forks(CAN, Restart())
+    on, why = decide(Restart(max_restarts=2), [WORKER], FORKS, "ssh")
+    assert on and "forked from the run's zygote" in why
+    assert "forked" not in decide(Restart(max_restarts=2), [WORKER], CAN, "local")[1]
 
 
 @pytest.mark.parametrize("restart, commands, capable, elastic, off_because", [
@@ -41,13 +55,13 @@ def test_auto_is_on_for_the_reference_worker_on_a_backend_that_can():
      "off (restart.warm_standby: false)"),
 ])
 def test_auto_leaves_it_off_and_says_why(restart, commands, capable, elastic, off_because):
-    on, why = decide(restart, commands, capable, "slurm", elastic=elastic)
+    on, why = decide(restart, commands, Capabilities(warm_standby=capable), "slurm", elastic=elastic)
     assert not on and why.startswith(off_because), why
 
 
 def test_auto_is_on_for_a_python_script_or_module_of_ones_own_under_the_stub():
     on, why = decide(Restart(max_restarts=2), [["python", "train.py", "--epochs", "3"], ["python3", "-m", "pkg.train"]],
-                     True, "local")
+                     FORKS, "local")
     assert on and why.startswith("on (auto: a Python entrypoint)"), why
     assert "python train.py --epochs ..., python3 -m pkg.train: under tfcluster's standby stub" in why
 
@@ -87,9 +101,9 @@ def test_the_reference_worker_runs_as_it_is():
 
 
 def test_true_trusts_the_entrypoint_and_elastic_runs_move_tasks_without_restarts():
-    assert decide(Restart(max_restarts=1, warm_standby=True), [["python", "train.py"]], True, "local")[0]
-    assert decide(Restart(max_restarts=0), [WORKER], True, "ssh", elastic=True)[0]
-    on, why = decide(Restart(max_restarts=1, warm_standby=True), [WORKER], False, "queue")
+    assert decide(Restart(max_restarts=1, warm_standby=True), [["python", "train.py"]], FORKS, "local")[0]
+    assert decide(Restart(max_restarts=0), [WORKER], CAN, "ssh", elastic=True)[0]
+    on, why = decide(Restart(max_restarts=1, warm_standby=True), [WORKER], CANNOT, "queue")
     assert not on and why == ("off: backend queue keeps no standby; every restart starts cold "
                               "(restart.warm_standby: true has no effect here)")
 
@@ -97,12 +111,12 @@ def test_true_trusts_the_entrypoint_and_elastic_runs_move_tasks_without_restarts
 def test_a_backend_that_can_may_refuse_a_spec_and_says_why():
     """``Hosts.standby_off`` (slurm: GPU tasks dividing a node's GPUs) wins over auto and true."""
     why = "GPU tasks worker:0 and worker:1 divide their node's GPUs"
-    assert decide(Restart(max_restarts=2), [WORKER], True, "slurm", refused=why) == (False, f"off on backend slurm: {why}")
-    on, said = decide(Restart(max_restarts=2, warm_standby=True), [WORKER], True, "slurm", refused=why)
+    assert decide(Restart(max_restarts=2), [WORKER], CAN, "slurm", refused=why) == (False, f"off on backend slurm: {why}")
+    on, said = decide(Restart(max_restarts=2, warm_standby=True), [WORKER], CAN, "slurm", refused=why)
     assert not on and said.endswith("(restart.warm_standby: true has no effect here)")
-    assert decide(Restart(max_restarts=2, warm_standby=False), [WORKER], True, "slurm", refused=why)[1] == \
+    assert decide(Restart(max_restarts=2, warm_standby=False), [WORKER], CAN, "slurm", refused=why)[1] == \
         "off (restart.warm_standby: false)"
-    assert decide(Restart(max_restarts=2), [WORKER], True, "slurm", refused=None)[0]
+    assert decide(Restart(max_restarts=2), [WORKER], CAN, "slurm", refused=None)[0]
 
 
 def test_plan_says_whether_standby_is_on(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from launcher.app.up import plan_for
 from launcher.backends.base import Backend
 import launcher.record.events as ev
+from launcher.plan.hostloss import HostLoss, LossKind
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedHosts, ScriptedTasks, scripted, supervise
 from tests.support.records import kinds, of
 
@@ -106,8 +107,8 @@ class NotedTasks(ScriptedTasks):
         super().__init__(**kw)
         self.barrier, self.met = barrier, []
 
-    def start(self, task, env, on_line):
-        handle = super().start(task, env, on_line)
+    def start(self, request, on_line):
+        handle = super().start(request, on_line)
         handle.state_note = lambda: self.note(handle)
         return handle
 
@@ -325,6 +326,8 @@ def test_a_lost_session_makes_its_host_suspect_and_its_tasks_move_to_the_spare_a
     assert not of(events, ev.GroupRestart)
     (lost,) = of(events, ev.HostLost)
     assert lost["host"] == "h2" and lost["settle"] == 30 and "host still answering" in lost["how"], lost
+    # Typed: a session lost (its kind), when (the handle's session_lost), suspect for that.
+    assert (lost["cause"], lost["since"], lost["suspect"]) == ("session", 1700000000.0 + 2, True), lost
     (replan,) = of(events, ev.Replan)
     assert (replan["plan"], replan["file"], replan["moved"]) == (2, "plan-2.json", {"worker:1": {"from": "h2", "to": "h3"}})
     second = json.loads((tmp_path / "runs" / "s" / "latest" / "plan-2.json").read_text())
@@ -344,6 +347,25 @@ def test_a_host_that_does_not_answer_after_a_failure_is_suspect_too(tmp_path):
     code, out, events = run(tmp_path, ELASTIC, backend)
     assert code == 0, out
     assert "h2: host not answering; suspect until it answers for 30 s; worker:1 moved to h3 (spare)" in out, out
+    assert backend.tasks.hosts_started[-1] == ("worker:1", "h3") and not of(events, ev.GroupRestart)
+    (lost,) = of(events, ev.HostLost)
+    assert (lost["cause"], lost["suspect"]) == ("unreachable", True), lost
+
+
+def test_a_loss_the_host_announced_is_taken_by_its_kind_not_its_words(tmp_path):
+    """The look reports h2 preempted (a ``HostLoss`` of kind PREEMPTED, in words that do not start
+    with "preempted"): it is said as the backend said it and recorded as known, not suspect;
+    worker:1 moves to the spare at once."""
+    notice = HostLoss(LossKind.PREEMPTED, "h2", 1700000100.0, "the metadata server said TERMINATE at 22:15:00")
+    backend = losing({("worker:1", 0): Script(code=143, polls=2), ("worker:0", 0): Script(code=None)},
+                     losses={0: {"h2": notice}}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, ELASTIC, backend)
+    assert code == 0, out
+    assert "h2 lost (the metadata server said TERMINATE at 22:15:00); worker:1 moved to h3 (spare)" in out, out
+    assert "suspect until" not in out
+    (lost,) = of(events, ev.HostLost)
+    assert (lost["cause"], lost["since"], lost["suspect"], lost["how"]) == (
+        "preempted", 1700000100.0, False, notice.text), lost
     assert backend.tasks.hosts_started[-1] == ("worker:1", "h3") and not of(events, ev.GroupRestart)
 
 
@@ -551,7 +573,7 @@ class GoneHosts(ScriptedHosts):
 
     def lost(self, hosts, wait, stop=None, look={}):
         self.checked.append((list(hosts), wait))
-        return {h: "unreachable for 0 s" for h in hosts if h in self.gone}
+        return {h: HostLoss(LossKind.UNREACHABLE, h, None, "unreachable for 0 s") for h in hosts if h in self.gone}
 
 
 def host_gone(scripts, gone: set[str], default: Script = Script()) -> Backend:
@@ -646,14 +668,15 @@ class StartFails(ScriptedTasks):
         super().__init__(scripts, default)
         self.fail_start, self.failed_starts = fail_start, 0
 
-    def start(self, task, env, on_line):
+    def start(self, request, on_line):
+        task = request.task
         if task.key == self.fail_start and self.starts(task.key) and not self.failed_starts:
             from launcher.errors import LaunchError
 
             self.failed_starts += 1
             raise LaunchError(f"host {task.host}: the connection closed during preflight; check the host",
                               "no task was started")
-        return super().start(task, env, on_line)
+        return super().start(request, on_line)
 
 
 def start_fails(scripts, gone: set[str], fail_start: str, default: Script = Script()) -> Backend:
@@ -704,6 +727,35 @@ def test_a_warm_standby_started_once_ready_is_promoted_by_the_group_restart(tmp_
     assert "[worker:1] (standby) tfcluster-step attempt=1 poll=1" in out  # before its promotion
     assert "[worker:1] tfcluster-step attempt=1 poll=2" in out  # after it: the task's own lines
     assert not of(events, ev.StandbyStopped)  # nothing left over to stop
+
+
+@pytest.mark.parametrize("capable, warm, fork", [({"fork": True}, "auto", True), ({"fork": True}, "true", True),
+                                                  ({}, "auto", False), ({"fork": True}, "false", False)])
+def test_the_supervisor_says_standby_and_fork_in_each_request(tmp_path, capable, warm, fork):
+    """Every start is a ``StartRequest``: the standbys ask ``standby``, the cold starts not; each
+    asks ``fork`` where the backend keeps a warm parent (Capabilities.fork) unless
+    restart.warm_standby is false, standbys or not; a promotion is asked with the cold start's
+    request. The environment carries neither flag."""
+    promoted: list = []
+
+    class Promotions(ScriptedTasks):
+        def promote(self, handle, request):
+            promoted.append(request)
+            super().promote(handle, request)
+
+    backend = scripted(Promotions({("worker:1", 0): Script(code=137, polls=4), ("worker:0", 0): RUN_FOREVER},
+                                  default=Script(code=0, polls=3)), warm_standby=True, **capable)
+    spec = mwms(restarts=1).replace("backoff: 0}", f"backoff: 0, warm_standby: {warm}}}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    requests = backend.tasks.requests
+    standbys = warm != "false"
+    assert [(r.key, r.standby) for r in requests] == [("worker:0", False), ("worker:1", False)] + (
+        [("worker:0", True), ("worker:1", True)] if standbys else [("worker:0", False), ("worker:1", False)])
+    assert {r.fork for r in requests + promoted} == {fork}
+    assert all("TFCLUSTER_STANDBY" not in r.env and r.env["TFCLUSTER_RESTART_COUNT"] in ("0", "1") for r in requests)
+    assert sorted((r.key, r.standby, r.env["TFCLUSTER_RESTART_COUNT"]) for r in promoted) == (
+        [("worker:0", False, "1"), ("worker:1", False, "1")] if standbys else [])
 
 
 def test_a_pss_worker_restarted_alone_is_its_promoted_standby_and_a_new_standby_takes_its_place(tmp_path):
@@ -930,9 +982,9 @@ class PromotionsSeen(ScriptedTasks):
         super().__init__(*a, **kw)
         self.promoted: list = []
 
-    def promote(self, handle, task, env):
-        self.promoted.append(task)
-        super().promote(handle, task, env)
+    def promote(self, handle, request):
+        self.promoted.append(request.task)
+        super().promote(handle, request)
 
 
 def fresh_ports(*a, **kw) -> Backend:
@@ -1058,8 +1110,8 @@ class StoppedTasks(ScriptedTasks):
         super().__init__(**kw)
         self.stopped = stopped
 
-    def start(self, task, env, on_line):
-        handle = super().start(task, env, on_line)
+    def start(self, request, on_line):
+        handle = super().start(request, on_line)
         handle.state_note = lambda: "process is stopped (SIGSTOP?)" if handle.key == self.stopped else ""
         return handle
 
@@ -1110,3 +1162,35 @@ def test_a_parameter_server_group_starts_without_an_absent_worker_host_and_grows
     run = tmp_path / "runs" / "s" / "latest"
     assert [t["host"] for t in json.loads((run / "plan.json").read_text())["tasks"]] == ["h1", "h2", "h1"]
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1", "h2", "h3", "h1"]
+
+
+# ---------------------------------------------------------------- preemption exits (restart.preemption_exit_codes)
+
+
+def test_a_preemption_exit_restarts_the_group_without_spending_max_restarts(tmp_path):
+    # TensorFlow's PreemptionCheckpointHandler: every worker saves the agreed step and exits 42.
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=42, polls=2), ("worker:0", 0): Script(code=42, polls=3)},
+                                     default=Script(code=0, polls=4)))
+    code, out, events = run(tmp_path, mwms(restarts=0), backend)
+    assert code == 0, out
+    assert backend.tasks.starts("worker:0") == [0, 1] and backend.tasks.starts("worker:1") == [0, 1]
+    assert ("restarting the whole group (worker:1 exited 42 after saving for a preemption: restart.preemption_exit_codes; "
+            "restart.max_restarts not spent)") in out
+    (failure,) = of(events, ev.Failure)
+    assert (failure["task"], failure["code"]) == ("worker:1", 42)
+    assert failure["reason"] == "saved for a preemption and asks for a restart (exit 42: restart.preemption_exit_codes)"
+    assert len(of(events, ev.GroupRestart)) == 1 and of(events, ev.RunOutcome)[0]["outcome"] == "succeeded"
+    # Not a permanent code, nor a spent restart: without the key, 42 is an error of the task's (1-127).
+    plain = scripted(ScriptedTasks({("worker:1", 0): Script(code=42, polls=2)}, default=RUN_FOREVER))
+    code, out, _ = run(tmp_path / "plain", mwms(restarts=0).replace("restart: {", "restart: {preemption_exit_codes: [], "),
+                       plain)
+    assert code == 1 and "not retried: exit code 42 is listed in restart.permanent_exit_codes" in out, out
+
+
+def test_preemption_restarts_are_bounded_by_max_preemptions(tmp_path):
+    backend = scripted(ScriptedTasks({}, default=Script(code=42, polls=2)))
+    spec = mwms(restarts=0).replace("restart: {", "restart: {max_preemptions: 2, ")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 1 and len(of(events, ev.GroupRestart)) == 2
+    assert ("gave up after 3 preemptions (2 restarted: restart.max_preemptions); raise it, or look at why the tasks "
+            "keep exiting with a code of restart.preemption_exit_codes") in out, out

@@ -22,7 +22,7 @@ def test_gres_strings_as_sinfo_prints_them():
 
 def test_sinfo_node_lines_count_each_node_once():
     text = "n1|gpu:2\nn1|gpu:2\nn2|(null)\nn3|gpu:v100:4(S:0)\n"
-    assert gpus.parse_sinfo(text) == {"n1": 2, "n2": 0, "n3": 4}
+    assert gpus.parse_nodes(text) == {"n1": (2, 0), "n2": (0, 0), "n3": (4, 0)}
 
 
 def test_fixed_counts_get_exclusive_steps_with_their_share_of_cpus():
@@ -162,7 +162,6 @@ def test_the_step_line_says_the_gpus_slurm_gave_it(env, said):
 def test_sinfo_with_cpus_gives_each_nodes_gpus_and_cpus():
     text = "n1|gpu:a100:4(S:0-1)|64\nn1|gpu:a100:4(S:0-1)|64\nn2|(null)|8\nn3|gpu:2\n"
     assert gpus.parse_nodes(text) == {"n1": (4, 64), "n2": (0, 8), "n3": (2, 0)}
-    assert gpus.parse_sinfo(text) == {"n1": 4, "n2": 0, "n3": 2}
 
 
 def test_default_cpus_per_task_divides_the_smallest_nodes_cpus_among_its_tasks():

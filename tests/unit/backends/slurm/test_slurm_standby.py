@@ -9,6 +9,7 @@ import stat
 
 import pytest
 
+from launcher.backends.base import StartRequest
 from launcher.backends.slurm import gpus, standby
 from launcher.errors import LaunchError
 from launcher.loader.load import LoadedSpec, parse_spec
@@ -108,7 +109,7 @@ def test_a_standby_that_would_get_another_tasks_gpus_is_refused_before_any_srun(
     backend, plan = _backend(tmp_path, MWMS + "slurm: {tasks_per_node: 2}\n", 2)
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("srun started"))
     with pytest.raises(LaunchError) as err:
-        backend.tasks.start(plan.task("worker:1"), {"TFCLUSTER_STANDBY": "1"}, lambda k, line: None)
+        backend.tasks.start(StartRequest(plan.task("worker:1"), standby=True), lambda k, line: None)
     assert "the first 1 of the node's 2 GPUs" in err.value.lines[0]
 
 

@@ -84,7 +84,7 @@ def test_the_elastic_replan_keeps_blocks_a_lost_hosts_block_moves_whole():
 
 
 def test_the_preflight_says_64_hosts_without_a_gpu_in_one_line():
-    from launcher.backends.ssh.placement import gpu_notes
+    from launcher.plan.gputext import gpu_notes
 
     names = [f"h{i}" for i in range(1, 65)]
     spec = spec_of("[" + ", ".join(f"{{name: {n}}}" for n in names) + "]", "{worker: 64}",

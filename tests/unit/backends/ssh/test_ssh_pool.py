@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from launcher.backends.ssh.options import SSHOptions
 from launcher.backends.ssh.pool import HostPool
+from launcher.plan.hostloss import LossKind
 from launcher.spec.model import Host
 
 DIRS = ("base/t/RUN", "base/t/state", "base/t/work")
@@ -40,8 +42,11 @@ def test_a_preempted_host_is_told_once_and_lost_at_once(tmp_path):
         pool.host_preempted("a")
         pool.host_preempted("a")
         assert told == ["a"]
+        before = time.time()
         lost = pool.lost_hosts(["a"], wait=30.0)
-        assert list(lost) == ["a"] and lost["a"].startswith("preempted: GCE notice at ")
+        assert list(lost) == ["a"] and lost["a"].kind is LossKind.PREEMPTED and lost["a"].host == "a"
+        assert lost["a"].text.startswith("preempted: GCE notice at ") and not lost["a"].suspect
+        assert lost["a"].since is not None and lost["a"].since <= before  # when the notice came
         assert "a" not in pool.preempted
         pool.unwatch(["a"])  # not watched: nothing to forget
     finally:
@@ -108,6 +113,8 @@ def test_a_bounded_look_counts_a_host_that_has_not_answered_by_then_as_silent_an
         silent = pool.lost_hosts(["a", "b", "c"], 0.0, look={"b": 0.2, "c": 0.2})
         took = time.monotonic() - started
         assert set(silent) == {"b", "c"} and took < 10, (silent, took)  # b did not answer within 0.2 s
+        assert {loss.kind for loss in silent.values()} == {LossKind.UNREACHABLE} and silent["b"].suspect
+        assert silent["c"].text == "unreachable for 0 s" and silent["c"].since is not None
         assert not release.is_set()
         answers["b"] = lambda: True
         assert pool.lost_hosts(["a", "b"], 0.0) == {}

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import socket
 
-from launcher.backends.ssh.probe import first_exchange
+from launcher.backends.ssh.probe import first_exchange, other
+from launcher.plan.hostreport import Problem, ProblemKind
 
 
 class FakeChannel:
@@ -62,19 +63,19 @@ def test_an_interpreter_that_is_missing_is_named_whether_or_not_the_request_coul
     err = b"bash: line 1: /nonexistent/python3: No such file or directory\n"
     ended_after_send = FakeChannel(err=err, status=127)
     ended_before_send = FakeChannel(err=err, status=127, closed=True)
-    assert first_exchange("h1", "/nonexistent/python3", ended_after_send, REQ, 60) == (None, NOT_FOUND)
-    assert first_exchange("h1", "/nonexistent/python3", ended_before_send, REQ, 60) == (None, NOT_FOUND)
+    assert first_exchange("h1", "/nonexistent/python3", ended_after_send, REQ, 60) == (None, other("h1", NOT_FOUND))
+    assert first_exchange("h1", "/nonexistent/python3", ended_before_send, REQ, 60) == (None, other("h1", NOT_FOUND))
 
 
 def test_a_session_that_went_away_without_a_word_and_an_agent_that_never_answers():
     gone = FakeChannel(status=-1, closed=True)
-    assert first_exchange("h2", "python3", gone, REQ, 60) == (None, (
+    assert first_exchange("h2", "python3", gone, REQ, 60) == (None, Problem(ProblemKind.DROPPED, "h2", (
         "host h2: the connection closed during preflight (sshd stopped, the host went down or the link "
-        "dropped); check the host"))
-    silent = FakeChannel(silent=True)
-    assert first_exchange("h2", "python3", silent, REQ, 2) == (None, (
+        "dropped); check the host")))
+    silent = FakeChannel(silent=True)  # (its session is there: not a host going away)
+    assert first_exchange("h2", "python3", silent, REQ, 2) == (None, other("h2", (
         "host h2: the preflight agent did not answer within 2 s (ssh.preflight_timeout); the host is "
-        "overloaded or its Python is stalled: check its load, or raise ssh.preflight_timeout"))
+        "overloaded or its Python is stalled: check its load, or raise ssh.preflight_timeout")))
 
 
 def test_a_send_that_fails_on_an_open_channel_is_still_one_line():
@@ -83,4 +84,4 @@ def test_a_send_that_fails_on_an_open_channel_is_still_one_line():
             raise OSError("Broken pipe")
 
     assert first_exchange("h3", "python3", Broken(), REQ, 60) == (
-        None, "host h3: preflight could not run (OSError: Broken pipe); check the host")
+        None, Problem(ProblemKind.DROPPED, "h3", "host h3: preflight could not run (OSError: Broken pipe); check the host"))

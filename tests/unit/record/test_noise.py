@@ -1,4 +1,4 @@
-"""launcher/ui/noise.py: the known harmless TF start-up lines are recognised exactly; errors never are."""
+"""launcher/record/noise.py: the known harmless TF start-up lines are recognised exactly; errors never are."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import pytest
 
 from launcher.ui.console import Console
-from launcher.ui.noise import is_noise
+from launcher.record.noise import is_noise
 
 # Exactly as TF 2.21 workers print them (captured from `tfcluster up cluster.yaml`), plus the
 # oneDNN and CPU-instructions notices as TF prints them on CPUs that trigger them.

@@ -1,4 +1,6 @@
-"""TensorFlow's known, harmless start-up lines, which the console hides (``--verbose`` shows them).
+"""TensorFlow's known, harmless start-up lines, which the console hides (``--verbose`` shows them),
+and the tail of a task's output a failure's report shows (``report_tail``: the failure event keeps
+it, launcher/record/events.py's Failure, and launcher/ui/failurelines.py shows it).
 
 Every TF process prints these on a CPU machine, some twice, and ``TF_CPP_MIN_LOG_LEVEL`` does not
 silence them (they come before absl logging is initialised). Each pattern matches one exact
@@ -9,6 +11,9 @@ error or a traceback is always shown. The task log files keep every line.
 from __future__ import annotations
 
 import re
+from typing import Sequence
+
+TAIL = 15  # lines of a task's output a failure's report shows
 
 # The prefix C++ TF logs with: absl ("I0000 00:00:1732044840.896830    7274 file.cc:31] ")
 # or the older TF one ("2024-11-19 12:00:00.123456: I tensorflow/core/util/port.cc:113] ").
@@ -38,3 +43,16 @@ def is_noise(line: str) -> bool:
     """True for a known harmless TF start-up line (the console hides it unless --verbose)."""
     text = line.rstrip()
     return any(p.search(text) for p in PATTERNS)
+
+
+def report_tail(lines: Sequence[str], tail: int = TAIL) -> list[str]:
+    """The last of ``lines`` back to the ``tail``-th that is not noise (and at least the last
+    ``tail``): the report's last ``tail`` lines with the noise left out, and with it (-v), are both
+    in it."""
+    kept = 0
+    for start in range(len(lines) - 1, -1, -1):
+        if not is_noise(lines[start]):
+            kept += 1
+        if kept >= tail and len(lines) - start >= tail:
+            return list(lines[start:])
+    return list(lines)

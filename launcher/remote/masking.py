@@ -1,0 +1,147 @@
+"""What tfcluster masks wherever it prints or records a value: the one place the rule is
+(docs/concepts/trust.md, "Secrets are masked").
+
+A variable of ``env`` is a secret by its name or by its value (``is_secret``). An argument of a
+task's command is masked by the same value rule, and by its option's name (``secret_option``: the
+same words, matched as words of the name so that ``--max-tokens 512`` and ``--tokenizer`` stay
+shown) in each of its spellings: ``--token X``, ``--token=X``, ``api_key=X``, ``db.password=X``,
+and inside one argument that is a shell's command line (``sh -c "train.py --token X"``). Only
+the secret is replaced by ``***``: ``postgres://bob:***@db/app`` keeps where it leads.
+
+The plan's text and JSON, the record's plan.json (launcher/plan/model.py) and a forked task's
+title (zygotechild.py) mask with this. A task's own argv and environment always hold the real
+values. Stdlib only (Python 3.6+), shipped beside the task (launcher.remote.TASK_FILES).
+"""
+
+import re
+
+MASK = "***"
+# Words that make a variable's name a secret's (a part of the name between underscores for
+# PAT, which is also in PATH; anywhere for the rest).
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "PRIVATE")
+SECRET_PARTS = ("PAT", "PASS")
+# Values that are secrets whatever the variable is called: a URL carrying a password
+# (scheme://user:pw@host), the prefixes of common issued tokens, a PEM private key. Group 1: a
+# URL's password (masked alone); the rest is masked whole.
+_URL_PASSWORD = r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@]*:([^/\s@]+)@"
+_TOKEN = (r"(?<![A-Za-z0-9])(?:"
+          r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
+          r"|(?:AKIA|ASIA)[A-Z0-9]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}"
+          r"|glpat-[A-Za-z0-9_-]{20,}|AIza[A-Za-z0-9_-]{35})")
+_PEM = r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:.*?-----END [A-Z ]*PRIVATE KEY-----|.*)"
+SECRET_VALUE = re.compile(_URL_PASSWORD + "|" + _TOKEN + "|" + _PEM, re.S)
+
+
+def is_secret(name, value=""):
+    """Whether a variable holds a secret: its name says so (KEY, TOKEN, SECRET, PASSWORD, AUTH,
+    PRIVATE, a PAT part...) or its value looks like one (a URL with a password, a token with a
+    known issuer's prefix, a PEM private key)."""
+    upper = name.upper()
+    if any(word in upper for word in SECRET_WORDS) or any(part in SECRET_PARTS for part in upper.split("_")):
+        return True
+    return bool(value) and SECRET_VALUE.search(value) is not None
+
+
+# A name's last word that says its value names where a secret is, not the secret: a file of it
+# is what tfcluster asks for (the warning on arguments in `ps`).
+_REFERENCE_WORDS = ("FILE", "PATH", "DIR", "ENV", "VAR", "NAME", "ID", "URL", "HOST", "USER", "TYPE", "LEN",
+                    "LENGTH", "SIZE")
+
+
+def secret_option(name):
+    """Whether an option or a ``KEY=`` in a command names a secret: a word of it (split at ``-``,
+    ``_``, ``.``) is one of ``SECRET_WORDS`` (CREDENTIALS too) or ends with one of the long ones
+    (``APIKEY``, ``HFTOKEN``), or is PAT or PASS; not when its last word says it is where the
+    secret is (``--token-file``, ``--key-path``) or what it is (``--key-size``)."""
+    words = [w for w in re.split(r"[-_.]+", name.upper()) if w]
+    if not words or words[-1] in _REFERENCE_WORDS:
+        return False
+    for word in words:
+        if word in SECRET_WORDS or word in SECRET_PARTS or word == "CREDENTIALS":
+            return True
+        if len(word) > 4 and word.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")):
+            return True
+    return False
+
+
+def _mask_value_match(m):
+    if m.group(1) is not None:  # a URL: its password alone
+        return m.group(0)[:m.start(1) - m.start(0)] + MASK + "@"
+    return MASK
+
+
+# ``--name`` alone (its value is the next argument); ``--name=VALUE`` / ``name=VALUE`` whole.
+_OPTION = re.compile(r"--?([A-Za-z][A-Za-z0-9_.-]*)")
+_ASSIGN = re.compile(r"(--?)?([A-Za-z_][A-Za-z0-9_.-]*)=(.+)", re.S)
+# Within one argument that is a shell's command line: ``--name VALUE``, ``--name=VALUE``, ``NAME=VALUE``
+# (a quoted value whole); or a list (``--export=ALL,HF_TOKEN=X``).
+_IN_TEXT = re.compile(r"(?<![^\s,;&|(`'\"])(--?[A-Za-z][A-Za-z0-9_.-]*|[A-Za-z_][A-Za-z0-9_.-]*)(=|\s+)"
+                      r"('[^']*'|\"[^\"]*\"|[^\s'\";&|)`]+)")
+
+
+def _named(m, inner=True):
+    name, gap, value = m.group(1), m.group(2), m.group(3)
+    if gap != "=" and (not name.startswith("-") or value.startswith("-")):
+        return m.group(0)  # (a word and the next: a value only after an option)
+    if MASK in value:
+        return m.group(0)
+    if not secret_option(name.lstrip("-")):  # (its value may hold more, once: ``--export=ALL,HF_TOKEN=X``)
+        if gap != "=" or not inner:
+            return m.group(0)
+        return name + gap + _IN_TEXT.sub(lambda n: _named(n, inner=False), value)
+    quote = value[0] if value[0] in "'\"" else ""
+    return name + gap + quote + MASK + quote
+
+
+def mask_text(text):
+    """``text`` with each secret in it replaced by ``***``: values that look like one, and the
+    value of an option or assignment whose name says so (a shell command line in one argument)."""
+    return _IN_TEXT.sub(_named, SECRET_VALUE.sub(_mask_value_match, text))
+
+
+def mask_argv(argv):
+    """A command's arguments with every secret in them masked (``secret_option``'s names, in each
+    spelling; ``is_secret``'s values anywhere); the others as they are."""
+    out = []
+    value_next = False
+    for arg in map(str, argv):
+        if value_next and not arg.startswith("-"):
+            out.append(MASK)
+            value_next = False
+            continue
+        value_next = False
+        option = _OPTION.fullmatch(arg)
+        if option and secret_option(option.group(1)):
+            value_next = True
+            out.append(arg)
+            continue
+        assign = _ASSIGN.fullmatch(arg)
+        if assign and secret_option(assign.group(2)):
+            out.append(arg[:assign.start(3)] + MASK)
+            continue
+        out.append(mask_text(arg))
+    return out
+
+
+_ISSUER = re.compile(r"gh[pousr]_|github_pat_|hf_|AKIA|ASIA|xox[abpr]-|sk-|glpat-|AIza|-----BEGIN")
+
+
+def masked_args(argv):
+    """The arguments of ``argv`` that hold a secret, as ``mask_argv`` finds them: each one's
+    option, name or shape, masked (``--hub-token ***``, ``postgres://bob:***@db``), for a warning
+    that names them without showing them."""
+    argv = [str(a) for a in argv]
+    masked = mask_argv(argv)
+    out = []
+    for i, (arg, shown) in enumerate(zip(argv, masked)):
+        if arg == shown:
+            continue
+        option = _OPTION.fullmatch(argv[i - 1]) if i > 0 else None
+        if shown == MASK and option and secret_option(option.group(1)):
+            out.append(argv[i - 1] + " " + MASK)
+        elif shown == MASK:
+            kind = _ISSUER.match(arg)
+            out.append("argument %d (%s)" % (i, kind.group(0) + "..." if kind else "a secret"))
+        else:
+            out.append(shown if len(shown) <= 80 else "argument %d (a command line that holds one)" % i)
+    return out
