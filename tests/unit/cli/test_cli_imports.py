@@ -10,11 +10,10 @@ process: nothing imported by pytest counts), not on a timing."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
-from tests.support.cli import ROOT
+from tests.support.cli import ROOT, tfcluster_argv
 from tests.support.specs import spec_file
 
 SPEC = """\
@@ -36,7 +35,8 @@ NOT_FOR_VALIDATE = ("rich", "launcher.supervise", "launcher.record.reader", "lau
 
 def imported(*args: str, cwd=None) -> list[str]:
     """The modules ``python -m launcher ARGS`` imports, in order (``-X importtime``'s lines)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "launcher", *args], cwd=cwd or ROOT,
+    python, *rest = tfcluster_argv(*args)
+    proc = subprocess.run([python, "-X", "importtime", *rest], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     names = [line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
