@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+import launcher.record.events as ev
+from tests.support.records import of
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, run_dir, up
 
@@ -53,9 +55,9 @@ def test_a_task_stuck_in_its_input_pipeline_inside_tensorflow_is_named(tmp_path)
     result = up(spec, timeout=400)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]
-    failure = [e for e in events(spec) if e["event"] == "failure"]
-    assert len(failure) == 1 and failure[0]["task"] == "worker:1", (failure, out[-4000:])
-    reason = failure[0]["reason"]
+    failure = of(events(spec), ev.Failure)
+    assert len(failure) == 1 and failure[0].task == "worker:1", (failure, out[-4000:])
+    reason = failure[0].reason
     assert reason.startswith("stuck ") and " inside TensorFlow, in its input pipeline: TensorFlow's thread tf_" in reason
     assert "blocked in system call" in reason and "while the others wait in their step" in reason, reason
     assert f"worker:1 failed: {reason}" in result.stderr

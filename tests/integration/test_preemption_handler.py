@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+import launcher.record.events as ev
+from tests.support.records import of
 from tests.support.cli import ROOT, start_tfcluster
 from tests.support.processes import task_pid
 from tests.support.specs import local_spec
@@ -53,23 +55,23 @@ def test_the_handler_saves_on_a_preemption_and_on_down_and_the_next_attempt_resu
     said, _ = downs[0].communicate(timeout=300)
     assert downs[0].returncode == 0 and "did not stop" not in said, said
     record = events(spec)
-    restarts = [e for e in record if e["event"] == "restart"]
+    restarts = of(record, ev.GroupRestart)
     assert len(restarts) == 1 and "restart.preemption_exit_codes" in out, out[-4000:]
     assert "restarting the whole group (worker:" in out and "restart.max_restarts not spent" in out, out[-4000:]
-    failure = [e for e in record if e["event"] == "failure"]
-    assert failure and failure[0]["code"] == 42 and failure[0]["reason"].startswith("saved for a preemption"), failure
+    failure = of(record, ev.Failure)
+    assert failure and failure[0].code == 42 and failure[0].reason.startswith("saved for a preemption"), failure
     for key in ("worker:0", "worker:1"):
         first, second = starts_of(out, key)
         assert first == 0 and second >= 30, (key, first, second)
         # The first attempt's last step was saved: the second starts right after it.
         before = [s for s in steps_of(out[:out.index(f"[{key}] training from step {second}")], key)]
         assert max(before) == second, (key, max(before), second)
-    outcome = [e for e in record if e["event"] == "outcome"]
+    outcome = of(record, ev.RunOutcome)
     assert outcome, out[-3000:]
     outcome = outcome[-1]
-    assert outcome["outcome"] == "interrupted", outcome
+    assert outcome.outcome == "interrupted", outcome
     # Stopped by `down`, the tasks saved again and exited 42.
     after = record[record.index(restarts[0]):]
-    stopped = {e["task"]: e["code"] for e in after if e["event"] in ("stopped", "exit")}
+    stopped = {e.task: e.code for e in of(after, ev.Stopped, ev.Exit)}
     assert code != 0 and stopped == {"worker:0": 42, "worker:1": 42}, (stopped, out[-3000:])
     assert_no_processes(spec)

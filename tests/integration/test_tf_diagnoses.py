@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+import launcher.record.events as ev
+from tests.support.records import of
 from tests.support.specs import local_spec
 from tests.support.tfrun import events, up, write_spec
 
@@ -44,8 +46,8 @@ for i in range(3 + (n if mode == "--more" and me == 1 else 0)):
 """
 
 
-def _failure(spec) -> dict:
-    found = [e for e in events(spec) if e["event"] == "failure"]
+def _failure(spec) -> ev.Failure:
+    found = of(events(spec), ev.Failure)
     assert len(found) == 1, found
     return found[0]
 
@@ -59,7 +61,7 @@ def test_a_strategy_created_late_names_the_scripts_first_tensorflow_call(tmp_pat
             "call: train.py:2 calls tf.config.list_logical_devices first (train.py:3 creates the strategy) "
             "(exit code 1)")
     assert f"failed: {said} (attempt 1 of 1)" in result.stderr, result.stderr[-3000:]
-    assert _failure(spec)["reason"] == said
+    assert _failure(spec).reason == said
 
 
 def test_a_collective_timeout_blames_the_worker_that_stopped_stepping(tmp_path, tfds_dir):
@@ -70,9 +72,9 @@ def test_a_collective_timeout_blames_the_worker_that_stopped_stepping(tmp_path, 
     result = up(spec)
     assert result.returncode == 1, result.stderr[-3000:]
     failure = _failure(spec)
-    assert failure["task"] == "worker:1", failure
-    assert failure["reason"].startswith("a collective of worker:0 timed out waiting for it (collective.timeout)"), failure
-    assert failure["consequences"] == {"worker:0": 1}, failure
+    assert failure.task == "worker:1", failure
+    assert failure.reason.startswith("a collective of worker:0 timed out waiting for it (collective.timeout)"), failure
+    assert failure.consequences == {"worker:0": 1}, failure
 
 
 def test_a_worker_left_in_a_collective_after_the_coordination_leader_ended(tmp_path, tfds_dir):
@@ -81,8 +83,8 @@ def test_a_worker_left_in_a_collective_after_the_coordination_leader_ended(tmp_p
     result = up(spec)
     assert result.returncode == 1, result.stderr[-3000:]
     failure = _failure(spec)
-    assert failure["task"] == "worker:1", failure
+    assert failure.task == "worker:1", failure
     # (TensorFlow 2.21 words it as the collective's abort by worker:0's reset connection, or where the
     # heartbeat fails first, as the lost coordination service)
-    assert failure["reason"].startswith(("its collective lost worker:0, which had ended (exit 0) before this task did",
+    assert failure.reason.startswith(("its collective lost worker:0, which had ended (exit 0) before this task did",
                                          "lost TensorFlow's coordination service when worker:0")), failure
