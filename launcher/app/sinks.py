@@ -47,6 +47,9 @@ class RunConsole(Notices, Protocol):
     def task_line(self, key: str, line: str) -> None:
         """One line a task printed."""
 
+    def task_progress(self, key: str, record: str) -> None:
+        """One of a task's progress records (its control channel's)."""
+
 
 class AttachRenderer(Protocol):
     """``attach`` as text: the run's status when it starts, the lines as they come, how it ended."""

@@ -51,8 +51,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan.startsmall import HostReport
     from launcher.spec.model import LoadedSpec, Spec
 
-# Called with (task key, one line of output without its newline) from reader threads.
+# Called with (task key, one line without its newline) from reader threads.
 LineSink = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class OutputSink:
+    """Where a task's reader thread hands what it reads (``Tasks.start``'s ``on_line``), decoded
+    once by launcher/backends/channel.py: ``line`` a line of the task's own output (stdout and
+    stderr, and what its host said around it), ``control`` a line of its control channel (the
+    beats, stacks, progress records and standby protocol; launcher/remote/taskstream.py), which
+    nothing the task prints can reach. Called as a function, it takes an output line."""
+
+    line: LineSink
+    control: LineSink
+
+    def __call__(self, key: str, text: str) -> None:
+        self.line(key, text)
 
 
 def normalize_exit(returncode: int) -> int:
@@ -321,10 +336,13 @@ class Tasks(abc.ABC):
     the run)."""
 
     @abc.abstractmethod
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> TaskHandle:
-        """Start one task with the plan's env plus ``env`` (which wins); stream each line of its
-        output (stdout and stderr) to ``on_line(task.key, line)`` from a reader thread. Raise
-        LaunchError if it cannot be started; once started, failures show as poll() codes."""
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: OutputSink) -> TaskHandle:
+        """Start one task with the plan's env plus ``env`` (which wins), under the task wrapper with
+        its control channel where the backend can (launcher/remote/taskstream.py); from a reader
+        thread, hand each line of its output (stdout and stderr) to ``on_line.line(task.key, line)``
+        and each line of its control channel to ``on_line.control(task.key, line)``, both decoded
+        by launcher/backends/channel.py. Raise LaunchError if it cannot be started; once started,
+        failures show as poll() codes."""
 
     def promote(self, handle: TaskHandle, task: PlannedTask, env: Mapping[str, str]) -> None:
         """Promote a warm standby (a task started with TFCLUSTER_STANDBY=1) to ``task`` of the next

@@ -27,7 +27,7 @@ from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
 from launcher.backends import pyspy
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, OutputSink, RecordedRun, Tasks, accepts
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
 from launcher.backends.zygotes import LocalZygote
@@ -41,7 +41,7 @@ _UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
 
 
 class LocalTask(ChildTask):
-    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink,
+    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: OutputSink,
                  pidfile: Optional[str] = None) -> None:
         self.pgid = proc.pid  # start_new_session: the wrapper leads its own group
         self.pidfile = pidfile  # where the wrapper says its task's pid (a task the zygote forked)
@@ -233,14 +233,15 @@ class LocalTasks(Tasks):
         env.update(extra)
         return env
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> LocalTask:
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: OutputSink) -> LocalTask:
         promotion = None
         if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file (see promote)
             self._standbys += 1
             promotion = self.run.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
             env = {**env, envnames.STANDBY_ENV: str(promotion)}
         full = self._env(task, env)
-        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace)]
+        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace),
+                "--control", envnames.CONTROL_FD]
         served, command = self.zygote.socket_for(task.command, full)
         pidfile = self.zygote.pidfile() if served else None
         if served:

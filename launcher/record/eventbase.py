@@ -52,6 +52,7 @@ class Event(Word):
     GPU_USAGE = "gpu_usage"
     TASK_GPUS = "task_gpus"
     STRAGGLER = "straggler"
+    OUTPUT_FAULT = "output_fault"
 
 
 class RunRecordDamaged(LaunchError):

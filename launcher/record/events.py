@@ -98,6 +98,7 @@ class Start(RecordEvent):
     endpoint: Optional[str] = None
     log_offset: Optional[Count] = None  # the task's log size when it started (record/feed.py)
     output_offset: Optional[Count] = None
+    progress_offset: Optional[Count] = None  # the size of its progress file (layout.progress_path) then
     process: dict[str, JSON] = field(default_factory=dict)  # TaskHandle.info(): pid, pgid, start_time, ...
 
     @property
@@ -244,6 +245,18 @@ class Straggler(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class OutputFault(RecordEvent):
+    """Handling a line of ``task``'s (its output, ``what`` "output", or its control channel,
+    "control") failed with ``error``: that line is lost, the task and the run go on
+    (launcher/supervise/output.py). At most a few per task are written."""
+
+    KIND: ClassVar[str] = Event.OUTPUT_FAULT
+    task: str
+    what: str = "output"
+    error: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class OtherEvent(RecordEvent):
     """A kind this version does not know (a newer tfcluster's): kept, not read."""
 
@@ -263,7 +276,7 @@ KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
     RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, GroupRestart, TaskRestart, Stopped,
     StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
     DiscoveryAnswer, RunOutcome, StateSyncMode, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
-    GpuUsage, TaskGpus, Straggler)}
+    GpuUsage, TaskGpus, Straggler, OutputFault)}
 
 
 # ------------------------------------------------------------------ reading

@@ -41,7 +41,7 @@ from launcher.system.procinfo import cmdline, start_time
 from launcher.errors import exc_text
 from launcher.record.events import RecordEvent, RunRecordDamaged, parse_event
 from launcher.record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
-                            later_plan_name, log_path, state_dir)
+                            later_plan_name, log_path, progress_path, state_dir)
 
 
 class RunRecord:
@@ -58,7 +58,7 @@ class RunRecord:
         self.state_dir = state_dir(root, plan.name)
         self.logs_dir = self.dir / LOGS_DIR
         self._lock = threading.Lock()
-        self._logs: dict[str, int] = {}  # key -> fd
+        self._logs: dict[str, int] = {}  # key -> fd (log_path; and progress_path's under "progress:KEY")
         self._events: Optional[int] = None
         # Events written early, before ``create`` (``write_early``: the preflight's wait for hosts
         # below tasks.worker.min): written first once the record exists; a run that never starts
@@ -207,19 +207,31 @@ class RunRecord:
         with self._lock:
             if console:
                 self._append_output(b"[" + key.encode() + b"] " + data)
-            if f"log:{key}" in self.problems:
-                return
-            fd = self._logs.get(key)
-            try:
-                if fd is None:
-                    fd = _open_append(self.log_path(key), self.file_mode)
-                    self._logs[key] = fd
-                _write_all(fd, data)
-            except OSError as exc:
-                if fd is not None:
-                    _close(self._logs.pop(key))
-                self._problem(f"log:{key}", self.log_path(key), exc,
-                              f"the log of {key} is no longer written; its output still shows here")
+            self._append(key, self.log_path(key), data,
+                         f"the log of {key} is no longer written; its output still shows here")
+
+    def progress_line(self, key: str, line: str) -> None:
+        """Append one of ``key``'s control lines to its progress file (layout.progress_path).
+        Never raises, as ``log_line``."""
+        data = (line.replace("\n", " ") + "\n").encode("utf-8", "replace")
+        with self._lock:
+            self._append(f"progress:{key}", progress_path(self.dir, key), data,
+                         f"the progress of {key} is no longer recorded; it still shows here")
+
+    def _append(self, name: str, path: Path, data: bytes, consequence: str) -> None:
+        """``data`` onto the file ``path`` (its descriptor kept under ``name``; caller holds the lock)."""
+        if f"log:{name}" in self.problems:
+            return
+        fd = self._logs.get(name)
+        try:
+            if fd is None:
+                fd = _open_append(path, self.file_mode)
+                self._logs[name] = fd
+            _write_all(fd, data)
+        except OSError as exc:
+            if fd is not None:
+                _close(self._logs.pop(name))
+            self._problem(f"log:{name}", path, exc, consequence)
 
     def _append_output(self, data: bytes) -> None:
         """output.log: every task's lines in the order they arrived (caller holds the lock)."""
@@ -247,7 +259,8 @@ class RunRecord:
         """Where the next line of ``key`` will start in its log and in output.log (``logs --attempt``):
         read under the lock that every line is written under, so never inside a line."""
         with self._lock:
-            return {"log_offset": _size_of(self.log_path(key)), "output_offset": _size_of(self.output_path)}
+            return {"log_offset": _size_of(self.log_path(key)), "output_offset": _size_of(self.output_path),
+                    "progress_offset": _size_of(progress_path(self.dir, key))}
 
     def task_started(self, key: str, **info: Any) -> None:
         with self._lock:

@@ -3,8 +3,9 @@ attempt is ready, import TensorFlow and wait for SIGUSR1; a restart promotes the
 starting cold. Their output is marked ``(standby)`` until they are promoted.
 
 The protocol, which the reference worker follows (worker/main.py) and a script of its own can
-(docs/concepts/runs.md, "Warm standby"): started with TFCLUSTER_STANDBY=1, it blocks SIGUSR1 and says a line starting
-``tfcluster-standby`` (``waiting``, then ``ready`` once its imports are done); promoted, it reads
+(docs/concepts/runs.md, "Warm standby"): started with TFCLUSTER_STANDBY=1, it blocks SIGUSR1 and says,
+on its control channel (TFCLUSTER_CONTROL_FD: launcher/remote/taskstream.py; a line it prints is
+never read as the protocol), a line starting ``tfcluster-standby`` (``waiting``, then ``ready`` once its imports are done); promoted, it reads
 the next attempt's environment from the file TFCLUSTER_STANDBY_ENV names (the backend writes it
 just before the signal: TF_CONFIG may have changed, a replan) and says ``tfcluster-standby
 promoted``. A standby that never said a ``tfcluster-standby`` line is not promoted (it may not
@@ -28,6 +29,7 @@ from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask
 from launcher.record import events as ev
 from launcher.contract.entrypoint import is_reference_worker, module_of
+from launcher.contract.liveness import BEAT
 from launcher.notices import HostNote, fold_hosts
 from launcher.spec.model import Restart
 from launcher.supervise.context import RunContext
@@ -98,7 +100,7 @@ def _stub_source() -> str:
 
     live = Path(liveness.__file__).read_text(encoding="utf-8")
     return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
-            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live))
+            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@CONTROL@"', repr(envnames.CONTROL_FD)).replace('"@LIVENESS@"', repr(live))
             .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8"))
             .replace("# @PORTCHECK@\n", Path(portcheck.__file__).read_text(encoding="utf-8"))
             .replace("# @USESTF@\n", Path(usestf.__file__).read_text(encoding="utf-8"))
@@ -281,25 +283,32 @@ class WarmStandby:
         """One standby process for ``task`` (its output marked ``(standby)`` until promoted), or None."""
         entry: list[_Standby] = []
 
-        def sink(key: str, line: str) -> None:
+        def line(key: str, text: str) -> None:  # a line it printed
             s = entry[0] if entry else None
-            if s is not None and line.startswith(MARK):
-                s.marked = True
-                s.ready = s.ready or line.startswith(MARK + " ready")
-                s.acked = s.acked or line.startswith(PROMOTED)
             if s is not None and s.active:
-                self.output.line(key, line)
-            elif s is not None and s.stopping:
-                self.record.log_line(key, f"(standby) {line}")
-            else:
-                self.record.log_line(key, f"(standby) {line}")
-                self.console.task_line(key, f"(standby) {line}")
+                self.output.line(key, text)
+                return
+            self.record.log_line(key, f"(standby) {text}")
+            if s is None or not s.stopping:  # (what it says while stopped, a shell's "Killed", is only logged)
+                self.console.task_line(key, f"(standby) {text}")
 
-        stub = stub_command(task.command)  # a Python script or module: under the standby stub
+        def control(key: str, text: str) -> None:  # a line of its control channel: the protocol is read there only
+            s = entry[0] if entry else None
+            if s is not None and text.startswith(MARK):
+                s.marked = True
+                s.ready = s.ready or text.startswith(MARK + " ready")
+                s.acked = s.acked or text.startswith(PROMOTED)
+            if s is not None and s.active:
+                self.output.control(key, text)
+            elif not text.startswith(BEAT + " "):
+                self.record.progress_line(key, f"(standby) {text}")
+                if s is None or not s.stopping:
+                    self.console.task_progress(key, f"(standby) {text}")
+
+        stub = stub_command(task.command)  # a Python script or module: under the stub
         try:
             handle = self.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
-                                              {**env, envnames.STANDBY: "1"},
-                                              lambda key, line: self.output.drain(key, line, sink))
+                                              {**env, envnames.STANDBY: "1"}, self.output.sink(line, control))
         except LaunchError as exc:
             self.console.info(f"{task.key}: no warm standby ({exc.lines[0]}); a restart starts it cold")
             return None

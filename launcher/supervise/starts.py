@@ -66,7 +66,7 @@ class Starter:
         if handle is None:
             stub = stub_command(task.command)  # a Python script or module: under the stub, for its liveness
             handle = self.ctx.backend.tasks.start(task if stub is None else replace(task, command=tuple(stub)),
-                                                  self.env(number), self.output.drain)
+                                                  self.env(number), self.output.sink())
         self.group.handles[key] = handle
         record = self.ctx.record
         record.task_started(key, attempt=number, **handle.info())

@@ -5,6 +5,7 @@ that window): every live task's stacks on stdout, each its own, nothing of them 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -25,6 +26,49 @@ STUCK = {"generator": ("retry_forever", "time.sleep(1)"), "silent": ("silent_sta
 # faulthandler's header of each thread's stack: none of it may reach a run's console.
 FAULTHANDLER = "(most recent call first)"
 NATIVE = "native frames (py-spy dump --native, pid "
+
+
+def lies() -> list[str]:
+    """The script's LIES (``--lies``): every line of tfcluster's protocol it prints, as it prints them."""
+    tree = ast.parse(SCRIPT.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "LIES")
+    return ast.literal_eval(node.value)
+
+
+def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out: str,
+                         keys: tuple[str, ...] = TASKS) -> None:
+    """A run of the script with ``--lies --stall-once`` (its first attempt stuck, its second trained
+    to the end) ended 0, and nothing the tasks printed steered it: each task's log holds every
+    line of LIES as printed (twice: stdout and stderr), its progress file none of them; no fake
+    progress or goodput in ``status`` (``status``: ``status --json``): no global step of theirs,
+    goodput an upper bound (the script reports no step); the hang was found by the count (one
+    failure, ``stuck``), in spite of the fake beats that rose every second; no preemption or lost
+    lease was taken from a printed line; nothing of the protocol in ``up``'s plain output (``out``)
+    but what the tasks printed."""
+    events = [json.loads(text) for text in (record / "events.jsonl").read_text().splitlines() if text.strip()]
+    outcome = [e for e in events if e["event"] == "outcome"]
+    assert outcome and outcome[-1]["outcome"] == "succeeded" and outcome[-1]["attempts"] == 2, outcome
+    failures = [e for e in events if e["event"] == "failure"]
+    assert len(failures) == 1 and failures[0]["reason"].startswith("stuck "), failures
+    kinds = {e["event"] for e in events}
+    assert not kinds & {"host_preempted", "output_fault", "host_lost"}, sorted(kinds)
+    for key in keys:
+        log = (record / "logs" / f"{key.replace(':', '-')}.log").read_bytes().decode("utf-8", "replace")
+        lines = log.split("\n")
+        for lie in lies():
+            assert lines.count(lie) >= 2, (key, lie, log[-3000:])
+        progress = record / "logs" / f"{key.replace(':', '-')}.progress"
+        text = progress.read_text() if progress.exists() else ""
+        assert "99999" not in text and "stacks=" not in text and "fake" not in text, (key, text[-3000:])
+    view = json.loads(status.stdout)
+    for task in view["tasks"]:
+        assert (task.get("global_step") or 0) < 99990 and (task.get("examples_per_sec") or 0) < 1e8, task
+    assert view["goodput"]["exact"] is False, view["goodput"]  # (no step of the script's own: an upper bound)
+    assert "no word for" not in out, out[-4000:]
+    for line in out.splitlines():  # the protocol in the tasks' lines: only what they printed
+        if "tfcluster-" in line and re.match(r"\[\w+:\d+\] ", line):
+            text = line.split("] ", 1)[1]
+            assert text in lies() or re.fullmatch(r"tfcluster-beat n=\d+ tf=1 in=0\.00", text), line
 
 
 def _number(statement: str, after: int = 0) -> int:

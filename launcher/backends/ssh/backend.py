@@ -41,7 +41,7 @@ from launcher.plan.startsmall import DROPPED, NOT_ANSWERING, HostReport, by_gpus
 from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, probe as ssh_probe, sync as ssh_sync
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, TaskHandle, Tasks
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, OutputSink, RecordedRun, TaskHandle, Tasks
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
 from launcher.backends.ssh.options import SSHOptions
@@ -311,7 +311,7 @@ class SSHTasks(Tasks):
         self.run = run
         self.pool = run.pool
 
-    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+    def start(self, task: PlannedTask, env: Mapping[str, str], on_line: OutputSink) -> SSHTask:
         """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
         return self.run.starts.start(task, env, on_line)
 
