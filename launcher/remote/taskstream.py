@@ -38,7 +38,7 @@ PART_AFTER = 0.2  # s a pipe is quiet before an unfinished line goes out as a pa
 DRAIN = 3.0  # s the task's pipes are read after it ended (a process it left may hold them open)
 
 
-class Stream:
+class TaskStream:
     """The framed stream on ``fd`` (a descriptor of the wrapper's own: a copy of its stdout that no
     task inherits), and the task's pipes once ``pipes`` made them."""
 
@@ -79,6 +79,18 @@ class Stream:
         self._reads = [data_r, ctl_r]
         self._child_ends = [data_w, ctl_w]
         return data_w, ctl_w
+
+    def for_task(self, var):
+        """The task's (output end, control end, VAR): its pipes made, VAR naming the control end in
+        the environment it gets (this process's, which it inherits)."""
+        data_w, ctl_w = self.pipes()
+        os.environ[var] = str(ctl_w)
+        return data_w, ctl_w, var
+
+    def drained(self, code):
+        """``code``, once what the task wrote is framed (``drain``)."""
+        self.drain()
+        return code
 
     def start(self):
         """The task has its ends: close ours (its end of file is the task's, and its children's)
@@ -165,9 +177,8 @@ def main(argv):
         sys.stderr.write("taskstream: usage: taskstream.py --control VAR -- ARGV...\n")
         return 2
     var, cmd = argv[1], argv[3:]
-    stream = Stream()
-    data_w, ctl_w = stream.pipes()
-    os.environ[var] = str(ctl_w)
+    stream = TaskStream()
+    data_w, ctl_w, _ = stream.for_task(var)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, lambda *_: None)  # (a handler, not SIG_IGN: the task gets its default back at exec)
     child = os.fork()

@@ -36,12 +36,9 @@ backend copies it to each host. Usage::
 * ``--standby-defer STANDBY,STANDBY_ENV`` (with ``--zygote``): a warm standby whose process the
   zygote forks only once it is promoted (zygoteask.py defer_standby); until then it is this wrapper.
   SIGTERM, SIGINT or SIGHUP before the promotion end it at once (128+N).
-* ``--control VAR``: the wrapper owns the task's output (taskstream.py): the task's stdout and
-  stderr are a pipe it reads, its control channel a pipe whose descriptor VAR names in its
-  environment, and the wrapper's own stdout carries both, framed, with its own lines
-  (``taskwrap: ...``): nothing the task prints can pass for a control line or the wrapper's.
-  Without it the task writes on the wrapper's stdout and stderr itself (a Slurm step's srun, whose
-  step frames its task's output on its node).
+* ``--control VAR``: the wrapper owns the task's output (taskstream.py): the task's stdout and stderr
+  a pipe, its control channel another that VAR names, both framed on the wrapper's stdout with its
+  own lines. Without it the task writes on the wrapper's stdout and stderr (Slurm's srun).
 * It exits with the task's exit code, or 128+N when the task died of signal N, the same
   convention a shell, SSH and Docker use, so every backend reports exits alike.
 """
@@ -111,8 +108,7 @@ _STREAM: list = []  # --control: the framed stream (taskstream.Stream) every lin
 
 
 def _say(text: str, fd: int = 2) -> None:
-    """The wrapper's line(s) ``text``: with --control a wrapper frame (``fd`` 1, the deferred
-    standby's protocol: a control frame), else written on ``fd``."""
+    """``text`` on ``fd``; with --control a wrapper frame (``fd`` 1, a standby's protocol: a control one)."""
     if _STREAM:
         with _SAY_LOCK:
             (_STREAM[0].control if fd == 1 else _STREAM[0].say)(text)
@@ -160,7 +156,7 @@ def main(argv: list[str]) -> int:
     opts, cmd = _parse(argv)
     pgid = _own_group()
     if opts["control"]:
-        _STREAM.append(_sibling("taskstream").Stream())
+        _STREAM.append(_sibling("taskstream").TaskStream())
     problem = _prepare(opts)
     if problem:
         _say(f"taskwrap: {problem}; the task was not started\n")
@@ -176,7 +172,7 @@ def main(argv: list[str]) -> int:
         if why:  # not served: the standby runs as its own process, from now on
             _say(f"taskwrap: started without the zygote: {why}\n")
             zygote = None
-    stdio = _task_stdio(opts["control"])
+    stdio = _STREAM[0].for_task(opts["control"]) if _STREAM else None
     child, served = _start_served(zygote, cmd, opts["zygote-wait"], stdio) if zygote else (None, None)
     if child is not None:
         groups.append(child)
@@ -189,26 +185,8 @@ def main(argv: list[str]) -> int:
         _write_pidfile(opts["pidfile"], child)
     ended = threading.Event()
     _start_watchers(opts, groups, child, stop_group, stopping, ended, lifeline)
-    if served is not None:
-        return _drained(_wait_served(served, child, groups, ended))
-    return _drained(_wait_and_reap(child, pgid, ended))
-
-
-def _task_stdio(control: str) -> "tuple | None":
-    """--control VAR: the task's (output, control) pipe ends, VAR naming the control end in the
-    environment it gets; None: the task writes on the wrapper's own stdout and stderr."""
-    if not _STREAM:
-        return None
-    data_w, ctl_w = _STREAM[0].pipes()
-    os.environ[control] = str(ctl_w)
-    return data_w, ctl_w, control
-
-
-def _drained(code: int) -> int:
-    """``code``, once what the task wrote is framed (bounded: a process it left may hold its pipes)."""
-    if _STREAM:
-        _STREAM[0].drain()
-    return code
+    code = _wait_served(served, child, groups, ended) if served is not None else _wait_and_reap(child, pgid, ended)
+    return _STREAM[0].drained(code) if _STREAM else code
 
 
 def _defer_standby(opts: dict, cmd: list[str], stop_group) -> str:

@@ -141,7 +141,7 @@ def _receive(conn):
     if len(msg) != 4 or len(fds) not in (3, 4):
         for fd in fds:
             os.close(fd)
-        return None, "a request without its header and three descriptors (four with a control channel)"
+        return None, "a request without its header and three descriptors"  # (or four: the control channel)
     (size,) = struct.unpack("!I", msg)
     if size > MAX_REQUEST:
         for fd in fds:

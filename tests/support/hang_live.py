@@ -66,7 +66,7 @@ def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out:
     assert view["goodput"]["exact"] is False, view["goodput"]  # (no step of the script's own: an upper bound)
     assert "no word for" not in out, out[-4000:]
     for line in out.splitlines():  # the protocol in the tasks' lines: only what they printed
-        if "tfcluster-" in line and re.match(r"\[\w+:\d+\] ", line):
+        if re.match(r"\[\w+:\d+\] (\(standby\) )?tfcluster-", line):
             text = line.split("] ", 1)[1]
             assert text in lies() or re.fullmatch(r"tfcluster-beat n=\d+ tf=1 in=0\.00", text), line
 

@@ -95,7 +95,7 @@ class Watchdog(OptionsModel):
     (docs/hangs.md)."""
     stop_grace: Seconds = Field(default=5.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping tasks."""
-    printed_progress: bool = False
+    printed_progress: Flag = False
     """Also take a line a task prints on stdout or stderr as its progress when it is a progress record
     (`tfcluster-step global_step=N ...`, the format of docs/concepts/goodput.md): for a script that
     prints them and cannot write them to TFCLUSTER_CONTROL_FD, the descriptor tfcluster gives every

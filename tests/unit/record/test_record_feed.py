@@ -400,8 +400,8 @@ def test_the_supervisor_leaves_a_snapshot_of_the_whole_record(tmp_path):
     state = read_snapshot(run)
     assert state is not None and state["ended"]
     assert state["events_at"] == (run / "events.jsonl").stat().st_size
-    assert state["fed"] == {k: (run / "logs" / f"{k.replace(':', '-')}.log").stat().st_size
-                            for k in ("worker:0", "worker:1")}
+    assert state["fed_progress"] == {k: (run / "logs" / f"{k.replace(':', '-')}.progress").stat().st_size
+                                     for k in ("worker:0", "worker:1")}  # (the scripted tasks say only records)
     assert _comparable(replay(run)) == _comparable(replay(run, snapshot=False))
     assert replay(run).tasks["worker:0"].starts == 2
     with_snapshot = load_run(run).to_json()

@@ -21,9 +21,10 @@ def make_run(root: Path, events: list[dict], logs: dict[str, str], launcher: dic
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (run / "launcher.json").write_text(json.dumps(launcher or {"pid": 12345, "start_time": 1, "tasks": {}}))
     for key, text in logs.items():  # (as the writer keeps them: its records apart, in its progress file)
-        slug = key.replace(":", "-")
-        (run / "logs" / (slug + ".log")).write_text("".join(line for line in text.splitlines(True) if not _record(line)))
-        (run / "logs" / (slug + ".progress")).write_text("".join(line for line in text.splitlines(True) if _record(line)))
+        for record, suffix in ((False, ".log"), (True, ".progress")):
+            part = "".join(line for line in text.splitlines(True) if _record(line) == record)
+            if part:
+                (run / "logs" / (key.replace(":", "-") + suffix)).write_text(part)
     (run.parent / "latest").symlink_to(run.name)
     return run
 
