@@ -254,7 +254,9 @@ def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, 
     record = RunRecord(tmp_path / "runs", plan).create()
     out, err = io.StringIO(), io.StringIO()
     extra = {} if clock is None else {"clock": clock}
-    sup = Supervisor(plan, backend, record, Console(out=out, err=err, color=False), spec.restart, spec.watchdog,
+    console = Console(out=out, err=err, color=False)
+    console.verbose = True  # (the tasks' records in ``out`` as they came, ``[worker:0] tfcluster-step ...``)
+    sup = Supervisor(plan, backend, record, console, spec.restart, spec.watchdog,
                      poll_interval=poll_interval, given=HostsGiven(spec=spec, absent=absent or {}, short_why=short_why),
                      **extra)
     sup.prewarm.after_ready = standby_after_ready
