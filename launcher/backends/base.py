@@ -69,6 +69,12 @@ class OutputSink:
     def __call__(self, key: str, text: str) -> None:
         self.line(key, text)
 
+    @classmethod
+    def of(cls, sink: "OutputSink | LineSink") -> "OutputSink":
+        """``sink`` itself, or a plain function made one: it gets both kinds of line (a caller that
+        reads a task's whole stream: a test, a bench)."""
+        return sink if isinstance(sink, OutputSink) else cls(sink, sink)
+
 
 def normalize_exit(returncode: int) -> int:
     """Popen's -N for "killed by signal N" becomes 128+N, as shells, SSH and Docker report it."""

@@ -39,7 +39,7 @@ class Decoder:
                  wrapper: Optional[Callable[[str], bool]] = None, line_bytes: int = HOST_LINE_BYTES) -> None:
         """``out``: where the lines go; ``framed``: the stream is the wrapper's (else in band);
         ``wrapper(text)``: True where the backend took a wrapper line for itself."""
-        self.key, self.out, self.framed, self.wrapper = key, out, framed, wrapper
+        self.key, self.out, self.framed, self.wrapper = key, OutputSink.of(out), framed, wrapper
         self.line_bytes = line_bytes
         self._pending = b""  # an unfinished wire line
         self._parts = b""  # a line of the task's, sent in parts so far
