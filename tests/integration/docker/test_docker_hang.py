@@ -37,7 +37,7 @@ def test_a_deadlocked_callback_in_a_container_shows_its_stacks_live_then_is_name
     proc = start_tfcluster("up", spec, "--plain", cwd=eng.REPO, env={"PYTHONPATH": str(eng.REPO)})
     try:
         out = stacks_while_stuck(proc, lambda *a: tfcluster_at_repo("stacks", str(spec), *a), "deadlock",
-                                 "worker:0", "train.py", 700)
+                                 "worker:0", "train.py", 700, one_task=False)
     finally:
         stop(proc)
     assert proc.returncode == 0, out[-4000:]

@@ -31,7 +31,7 @@ def test_a_busy_callback_on_a_node_shows_its_stacks_live_then_is_named(lab, make
     proc = start_tfcluster(lab, "up", str(spec), "--plain")
     try:
         out = stacks_while_stuck(proc, lambda *a: tfcluster(lab, "stacks", str(spec), *a), "busy", "worker:1",
-                                 NAME, 400)
+                                 NAME, 400, one_task=False)
     finally:
         stop(proc)
     assert proc.returncode == 0, out[-4000:]

@@ -48,7 +48,7 @@ def test_a_stuck_generator_on_a_remote_host_shows_its_stacks_live_then_is_named(
     proc = start_tfcluster("up", str(spec), "--plain")
     try:
         out = stacks_while_stuck(proc, lambda *a: tfcluster("stacks", str(spec), *a, timeout=120), "generator",
-                                 "worker:1", NAME, 300, native=True)
+                                 "worker:1", NAME, 300, native=True, one_task=False)
     finally:
         stop(proc)
     assert proc.returncode == 0, out[-4000:]
