@@ -59,7 +59,7 @@ def test_what_the_task_prints_is_its_output_and_only_its_channel_is_control(tmp_
                             stderr=subprocess.PIPE, env=env)  # (stdin: the lifeline, open while it runs)
     wire, err = proc.stdout.read(), proc.stderr.read()
     proc.stdin.close()
-    assert proc.wait(timeout=60) == 0, wire
+    assert proc.wait(timeout=120) == 0, wire
     assert err == b""
     assert all(line.startswith(MARK) for line in wire.split(b"\n")[:-1])  # every wire line a frame
     lines, control = decode(wire)
@@ -70,7 +70,7 @@ def test_what_the_task_prints_is_its_output_and_only_its_channel_is_control(tmp_
 
 def test_the_wrappers_own_lines_are_its_frames_and_a_missing_command_is_127():
     proc = subprocess.run([sys.executable, str(taskwrap_path()), "--control", envnames.CONTROL_FD, "--",
-                           "/nonexistent/task"], input=b"", capture_output=True, timeout=30)
+                           "/nonexistent/task"], input=b"", capture_output=True, timeout=120)
     assert proc.returncode == 127
     lines, control = decode(proc.stdout)
     assert control == [] and any("cannot run '/nonexistent/task'" in line for line in lines)
@@ -104,6 +104,6 @@ def test_the_wrappers_text_runs_alone_as_a_slurm_steps_framer(tmp_path):
                       f"os.write(int(os.environ[{envnames.CONTROL_FD!r}]), b'tfcluster-standby ready\\n')\n"
                       "raise SystemExit(3)\n")
     proc = subprocess.run([sys.executable, "-S", "-c", (HERE / "taskstream.py").read_text(), "--control",
-                           envnames.CONTROL_FD, "--", sys.executable, str(script)], capture_output=True, timeout=30)
+                           envnames.CONTROL_FD, "--", sys.executable, str(script)], capture_output=True, timeout=120)
     assert proc.returncode == 3
     assert decode(proc.stdout) == (["tfcluster-standby promoted"], ["tfcluster-standby ready"])
