@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
+from launcher.backends.channel import LineSink, OutputSink  # noqa: F401 (the contract's: a task's sink)
 from launcher.backends.elsewhere import Elsewhere
 from launcher.plan.build import Placement, Plan, PlannedTask
 
@@ -50,31 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from launcher.notices import Notices
     from launcher.plan.startsmall import HostReport
     from launcher.spec.model import LoadedSpec, Spec
-
-# Called with (task key, one line without its newline) from reader threads.
-LineSink = Callable[[str, str], None]
-
-
-@dataclass(frozen=True)
-class OutputSink:
-    """Where a task's reader thread hands what it reads (``Tasks.start``'s ``on_line``), decoded
-    once by launcher/backends/channel.py: ``line`` a line of the task's own output (stdout and
-    stderr, and what its host said around it), ``control`` a line of its control channel (the
-    beats, stacks, progress records and standby protocol; launcher/remote/taskstream.py), which
-    nothing the task prints can reach. Called as a function, it takes an output line."""
-
-    line: LineSink
-    control: LineSink
-
-    def __call__(self, key: str, text: str) -> None:
-        self.line(key, text)
-
-    @classmethod
-    def of(cls, sink: "OutputSink | LineSink") -> "OutputSink":
-        """``sink`` itself, or a plain function made one: it gets both kinds of line (a caller that
-        reads a task's whole stream: a test, a bench)."""
-        return sink if isinstance(sink, OutputSink) else cls(sink, sink)
-
 
 def normalize_exit(returncode: int) -> int:
     """Popen's -N for "killed by signal N" becomes 128+N, as shells, SSH and Docker report it."""

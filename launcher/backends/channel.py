@@ -22,13 +22,38 @@ replacement; a trailing CR is dropped (a task's ``\\r\\n``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from launcher.bounded import HOST_LINE_BYTES
-from launcher.backends.base import OutputSink
 from launcher.contract.liveness import BEAT
 from launcher.contract.progress import parse
 from launcher.remote.taskstream import CONTROL, DATA, MARK, PART, WRAPPER
+
+# Called with (task key, one line without its newline) from reader threads.
+LineSink = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class OutputSink:
+    """Where a task's reader thread hands what it reads (``Tasks.start``'s ``on_line``), decoded
+    once by launcher/backends/channel.py: ``line`` a line of the task's own output (stdout and
+    stderr, and what its host said around it), ``control`` a line of its control channel (the
+    beats, stacks, progress records and standby protocol; launcher/remote/taskstream.py), which
+    nothing the task prints can reach. Called as a function, it takes an output line."""
+
+    line: LineSink
+    control: LineSink
+
+    def __call__(self, key: str, text: str) -> None:
+        self.line(key, text)
+
+    @classmethod
+    def of(cls, sink: "OutputSink | LineSink") -> "OutputSink":
+        """``sink`` itself, or a plain function made one: it gets both kinds of line (a caller that
+        reads a task's whole stream: a test, a bench)."""
+        return sink if isinstance(sink, OutputSink) else cls(sink, sink)
+
 
 # A wire line longer than this (a frame of LINE_BYTES, or outside bytes without a newline) is cut.
 WIRE_BYTES = HOST_LINE_BYTES + 64

@@ -69,10 +69,12 @@ def test_what_the_task_prints_is_its_output_and_only_its_channel_is_control(tmp_
 
 
 def test_the_wrappers_own_lines_are_its_frames_and_a_missing_command_is_127():
-    proc = subprocess.run([sys.executable, str(taskwrap_path()), "--control", envnames.CONTROL_FD, "--",
-                           "/nonexistent/task"], input=b"", capture_output=True, timeout=120)
-    assert proc.returncode == 127
-    lines, control = decode(proc.stdout)
+    proc = subprocess.Popen([sys.executable, str(taskwrap_path()), "--control", envnames.CONTROL_FD, "--",
+                             "/nonexistent/task"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # (its lifeline open)
+    wire = proc.stdout.read()
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 127
+    lines, control = decode(wire)
     assert control == [] and any("cannot run '/nonexistent/task'" in line for line in lines)
 
 
