@@ -11,6 +11,7 @@ from launcher.record.view import RunModel
 from launcher.spec.model import Watchdog
 from launcher.supervise.group import AttemptGroup
 from launcher.supervise.output import FAULTS_RECORDED, TaskOutput
+from launcher.ui import eventlines
 
 
 class Record:
@@ -32,28 +33,12 @@ class Record:
         self.events.append(event)
 
 
-class Console:
-    def __init__(self) -> None:
-        self.lines, self.records, self.errors = [], [], []
-
-    def task_line(self, key, line):
-        self.lines.append((key, line))
-
-    def task_progress(self, key, record):
-        self.records.append((key, record))
-
-    def error(self, message):
-        self.errors.append(message)
-
-
 def _output(record: Record, printed: bool = False):
     clock = lambda: 1000.0  # noqa: E731
     group = AttemptGroup(clock)
     group.new_process("worker:0")
-    console = Console()
-    ctx = SimpleNamespace(record=record, console=console, view=RunModel(),
-                          watchdog=Watchdog(printed_progress=printed))
-    return TaskOutput(ctx, group), group, console
+    ctx = SimpleNamespace(record=record, view=RunModel(), watchdog=Watchdog(printed_progress=printed))
+    return TaskOutput(ctx, group), group
 
 
 LIES = ["record 42: tfcluster-beat n=0 stacks=9 (from the dataset)", "tfcluster-beat n=5 stacks=100",
@@ -63,12 +48,12 @@ LIES = ["record 42: tfcluster-beat n=0 stacks=9 (from the dataset)", "tfcluster-
 
 def test_a_printed_line_is_output_only_and_a_control_line_is_read():
     record = Record()
-    out, group, console = _output(record)
+    out, group = _output(record)
     sink = out.sink()
     for line in LIES:
         sink.line("worker:0", line)
-    assert record.logs == [("worker:0", line) for line in LIES] and console.lines == record.logs
-    assert record.progress == [] and console.records == []
+    assert record.logs == [("worker:0", line) for line in LIES]  # (the console shows what the log gets)
+    assert record.progress == []
     assert group.counts == {} and group.takes_stacks == set() and group.saving == set()
     view = out.ctx.view.tasks["worker:0"]
     assert view.global_step is None and view.examples_per_sec is None and view.phase != "training"
@@ -80,7 +65,7 @@ def test_a_printed_line_is_output_only_and_a_control_line_is_read():
 
 def test_printed_progress_is_taken_only_where_the_spec_trusts_it_and_never_a_beat_or_the_standby():
     record = Record()
-    out, group, console = _output(record, printed=True)
+    out, group = _output(record, printed=True)
     for line in LIES:
         out.sink().line("worker:0", line)
     assert len(record.logs) == len(LIES)  # (still the task's output, as printed)
@@ -90,12 +75,15 @@ def test_printed_progress_is_taken_only_where_the_spec_trusts_it_and_never_a_bea
 
 def test_a_fault_on_one_line_is_an_event_against_its_task_and_the_reader_goes_on():
     record = Record(fail_on="boom")
-    out, group, console = _output(record)
+    out, group = _output(record)
     sink = out.sink()
     for i in range(FAULTS_RECORDED + 3):
         sink.line("worker:0", f"boom {i}")  # (never raises into the reader)
     sink.line("worker:0", "fine")
     faults = [e for e in record.events if isinstance(e, ev.OutputFault)]
     assert len(faults) == FAULTS_RECORDED and {f.task for f in faults} == {"worker:0"}
-    assert "No space left on device" in faults[0].error and len(console.errors) == 1
+    assert "No space left on device" in faults[0].error
+    said = [s for f in faults for s in eventlines.said(f, RunModel())]
+    assert [f.first for f in faults] == [True] + [False] * (FAULTS_RECORDED - 1) and len(said) == 1  # (said once)
+    assert "a line of its output could not be handled" in said[0].lines[0]
     assert record.logs[-1] == ("worker:0", "fine")
