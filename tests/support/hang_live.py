@@ -18,7 +18,7 @@ from typing import Callable
 from tests.support.cli import ROOT
 from tests.support.waits import wait_line
 import launcher.record.events as ev
-from tests.support.records import read_records
+from tests.support.records import kinds, of, read_records
 
 SCRIPT = ROOT / "tests" / "support" / "hang_script.py"
 TASKS = ("worker:0", "worker:1")
@@ -47,13 +47,12 @@ def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out:
     failure, ``stuck``), in spite of the fake beats that rose every second; no preemption or lost
     lease was taken from a printed line; nothing of the protocol in ``up``'s plain output (``out``)
     but what the tasks printed."""
-    events = [json.loads(text) for text in (record / "events.jsonl").read_text().splitlines() if text.strip()]
-    outcome = [e for e in events if e["event"] == "outcome"]
-    assert outcome and outcome[-1]["outcome"] == "succeeded" and outcome[-1]["attempts"] == 2, outcome
-    failures = [e for e in events if e["event"] == "failure"]
-    assert len(failures) == 1 and failures[0]["reason"].startswith("stuck "), failures
-    kinds = {e["event"] for e in events}
-    assert not kinds & {"host_preempted", "output_fault", "host_lost"}, sorted(kinds)
+    events = read_records(record)
+    outcome = of(events, ev.RunOutcome)
+    assert outcome and outcome[-1].outcome == "succeeded" and outcome[-1].attempts == 2, outcome
+    failures = of(events, ev.Failure)
+    assert len(failures) == 1 and failures[0].reason.startswith("stuck "), failures
+    assert not of(events, ev.HostPreempted, ev.OutputFault, ev.HostLost), kinds(events)
     for key in keys:
         log = (record / "logs" / f"{key.replace(':', '-')}.log").read_bytes().decode("utf-8", "replace")
         lines = log.split("\n")
