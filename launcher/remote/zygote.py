@@ -26,7 +26,7 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
   would be served (the imports done), else ``{"cold": why}``. A standby's wrapper asks it to say it
   is ready, and asks for the fork itself only when promoted (taskwrap.py ``--standby-defer``).
 * Served: ``{"pid": N}``, N a child forked in its own session, with the wrapper's descriptors as
-  its stdio, the environment and directory given, Python's own signal dispositions, its random
+  its stdio (and a fourth, its control channel, where the request names its variable: taskstream.py), the environment and directory given, Python's own signal dispositions, its random
   generators reseeded, and the entry run as ``__main__`` as the interpreter runs it (sys.argv,
   sys.path[0]). The child ends itself and its group once the wrapper is gone (a pidfd of the
   wrapper, watched by a thread), since it is not the wrapper's child. Its exit is sent to the
@@ -137,11 +137,11 @@ def _cuda_opened() -> str:
 def _receive(conn):
     """(request dict, [fds]) from a connection, or (None, why)."""
     conn.settimeout(READ_TIMEOUT)
-    msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
-    if len(msg) != 4 or len(fds) != 3:
+    msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 4)
+    if len(msg) != 4 or len(fds) not in (3, 4):
         for fd in fds:
             os.close(fd)
-        return None, "a request without its header and three descriptors"
+        return None, "a request without its header and three descriptors"  # (or four: the control channel)
     (size,) = struct.unpack("!I", msg)
     if size > MAX_REQUEST:
         for fd in fds:
@@ -157,7 +157,8 @@ def _receive(conn):
         req = json.loads(body)
         ok = (isinstance(req, dict) and isinstance(req.get("argv"), list) and isinstance(req.get("env"), dict)
               and isinstance(req.get("cwd"), str) and all(isinstance(a, str) for a in req["argv"])
-              and all(isinstance(k, str) and isinstance(v, str) for k, v in req["env"].items()))
+              and all(isinstance(k, str) and isinstance(v, str) for k, v in req["env"].items())
+              and (len(fds) == 3) == ("control" not in req) and isinstance(req.get("control", ""), str))
     except ValueError:
         ok = False
     if not ok:
@@ -295,14 +296,19 @@ class Zygote:
             for fd in (self.wake_r, self.wake_w):
                 os.close(fd)
             os.setsid()
-            for i, fd in enumerate(fds):
+            for i, fd in enumerate(fds[:3]):
                 os.dup2(fd, i)
                 os.close(fd)
+            control = {}
+            if len(fds) == 4:  # the task's control channel (taskstream.py): kept where it is, named in its env
+                os.set_inheritable(fds[3], True)
+                control = {req["control"]: str(fds[3])}
             os.chdir(req["cwd"])
             os.environ.clear()
-            os.environ.update({**self.added, **req["env"]})
+            os.environ.update({**self.added, **req["env"], **control})
             if self.pad:
-                forked.show_environ({k: v for k, v in req["env"].items() if self.before.get(k) != v}, self.pad)
+                forked.show_environ({k: v for k, v in {**req["env"], **control}.items() if self.before.get(k) != v},
+                                    self.pad)
             forked.show_argv(req["argv"])
             forked.python_defaults()
             forked.watch(peer)

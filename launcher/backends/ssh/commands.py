@@ -40,7 +40,7 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
              "--pidfile", q(pidfile), "--threads", envnames.THREADS, "--gpus", envnames.GPUS,
              "--gpu-memory-var", envnames.GPU_MEMORY, "--collective-var", envnames.COLLECTIVE,
-             "--gpu-watch", f"{GPU_WATCH:g}"] \
+             "--gpu-watch", f"{GPU_WATCH:g}", "--control", envnames.CONTROL_FD] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + ["--"] + [q(a) for a in argv]
     return f"cd {q(workdir)} && " + quiet(" ".join(parts), first=path_check(python, q(run_dir), "boot.py", "taskwrap.py"))
@@ -225,8 +225,8 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
     gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
     return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir,
             "--threads", envnames.THREADS, "--gpus", envnames.GPUS, "--gpu-memory-var", envnames.GPU_MEMORY,
-            "--collective-var", envnames.COLLECTIVE, "--gpu-watch", f"{GPU_WATCH:g}", *gce,
-            "--", *argv]
+            "--collective-var", envnames.COLLECTIVE, "--gpu-watch", f"{GPU_WATCH:g}", "--control", envnames.CONTROL_FD,
+            *gce, "--", *argv]
 
 
 def agent_command(python: str, pidfile: Optional[str]) -> str:
