@@ -74,3 +74,50 @@ def test_a_source_that_differs_from_its_bytecode_is_compiled(tmp_path):
     run = _agent_prepares(tmp_path, task_pycs())
     (run / "boot.py").write_text((run / "boot.py").read_text() + "\nCHANGED = 1\n")
     assert _compiled(run) == ["boot.py"]
+
+
+# ---------------------------------------------------------------- the agent's own code
+
+
+def _loader(payload: bytes, then: bytes = b"") -> subprocess.CompletedProcess:
+    """The agent's loader (``python -S -c AGENT_LOADER TAG``) given ``payload`` then ``then`` on
+    stdin, builtins.compile replaced first by one that says COMPILED on stderr."""
+    from launcher.remote import AGENT_LOADER
+
+    probe = ("import builtins\nreal = builtins.compile\n"
+             "def counting(*a, **k):\n    import os; os.write(2, b'COMPILED\\n')\n    return real(*a, **k)\n"
+             "builtins.compile = counting\n")
+    return subprocess.run([sys.executable, "-S", "-c", probe + AGENT_LOADER, "tag"], input=payload + then,
+                          capture_output=True, timeout=60)
+
+
+def _first_request(tmp_path: Path) -> bytes:
+    return json.dumps({"require": [], "workdir": str(tmp_path), "run_dir": str(tmp_path / "run"),
+                       "state_dir": str(tmp_path / "state"), "files": {}, "ports": []}).encode() + b"\n"
+
+
+def test_the_agent_loader_runs_the_code_the_launcher_compiled_where_its_python_is_the_same(tmp_path):
+    from launcher.remote import agent_payload
+
+    done = _loader(agent_payload(), _first_request(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["error"] is None  # the agent answered
+    assert b"COMPILED" not in done.stderr
+
+
+def test_the_agent_loader_compiles_the_source_for_another_python(tmp_path):
+    from launcher.remote import agent_payload
+
+    head, rest = agent_payload().split(b"\n", 1)
+    other = b" ".join([b"00000000"] + head.split()[1:]) + b"\n" + rest
+    done = _loader(other, _first_request(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["error"] is None
+    assert done.stderr.count(b"COMPILED") == 1
+
+
+def test_the_agent_loader_exits_0_when_stdin_closes_before_its_code():
+    from launcher.remote import agent_payload
+
+    assert _loader(b"").returncode == 0
+    assert _loader(agent_payload()[:100]).returncode == 0  # (the launcher went away mid-way)
