@@ -85,7 +85,7 @@ def agent_source() -> str:
 # What ``python -S -c`` runs on a host for its agent: it reads the agent's code from stdin
 # (``agent_payload``) and runs it, in this process, as ``python -c <agent_source()>`` did (its
 # globals, its argv, "<string>" its file name). Stdin closed before the code came: exit 0, as the
-# agent does when its first request never comes; something else first: one line, exit 2.
+# agent does when its first request never comes.
 AGENT_LOADER = """import os, sys
 def _take(n):
     got = b""
@@ -98,11 +98,7 @@ def _take(n):
 _head = b""
 while not _head.endswith(b"\\n") and len(_head) < 200:
     _head += _take(1)
-_head = _head.decode("ascii", "replace").split()
-if len(_head) != 4 or not (_head[2].isdigit() and _head[3].isdigit()):
-    sys.stderr.write("tfcluster agent: what came first on stdin is not the agent's code\\n")
-    sys.exit(2)
-_magic, _tag, _ncode, _nsource = _head
+_magic, _tag, _ncode, _nsource = _head.decode("ascii").split()
 _code, _source = _take(int(_ncode)), _take(int(_nsource))
 _ours = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", b"")
 if _ours and _magic == _ours.hex() and _tag == getattr(sys.implementation, "cache_tag", None):

@@ -296,12 +296,11 @@ def test_port_in_use_missing_module_and_python_are_reported(lab, make_spec):
 
 
 def test_a_host_whose_agent_never_answers_is_named_with_the_timeout_and_nothing_is_left(lab, make_spec, tmp_path):
-    """h2's interpreter wrapper swallows what the preflight sends (the agent's code and its first
-    request) until the channel closes, so no agent answers: a stalled host. Its reply timeout
-    names the host, the time and the key to raise (it said "preflight could not run (timed out
-    (TimeoutError))" before)."""
+    """h2's interpreter wrapper swallows the preflight's request line, so its agent waits for a
+    request that never comes: a stalled host. Its reply timeout names the host, the time and
+    the key to raise (it said "preflight could not run (timed out (TimeoutError))" before)."""
     stalled = tmp_path / "python-stalled"
-    stalled.write_text(f'#!/bin/sh\ncat >/dev/null\nexec {PY} "$@"\n')
+    stalled.write_text(f'#!/bin/sh\nread -r _request\nexec {PY} "$@"\n')
     stalled.chmod(0o755)
     spec = make_spec([PY, "-c", SHOW], workers=2, ssh={"preflight_timeout": 2},
                      host_keys={"h2": {"python": str(stalled)}})
