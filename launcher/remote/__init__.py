@@ -82,52 +82,6 @@ def agent_source() -> str:
             + source("agent.py"))
 
 
-# What ``python -S -c`` runs on a host for its agent: it reads the agent's code from stdin
-# (``agent_payload``) and runs it, in this process, as ``python -c <agent_source()>`` did (its
-# globals, its argv, "<string>" its file name). Stdin closed before the code came: exit 0, as the
-# agent does when its first request never comes.
-AGENT_LOADER = """import os, sys
-def _take(n):
-    got = b""
-    while len(got) < n:
-        more = os.read(0, n - len(got))
-        if not more:
-            sys.exit(0)
-        got += more
-    return got
-_head = b""
-while not _head.endswith(b"\\n") and len(_head) < 200:
-    _head += _take(1)
-_magic, _tag, _ncode, _nsource = _head.decode("ascii").split()
-_code, _source = _take(int(_ncode)), _take(int(_nsource))
-_ours = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", b"")
-if _ours and _magic == _ours.hex() and _tag == getattr(sys.implementation, "cache_tag", None):
-    import marshal
-    _code = marshal.loads(_code)
-else:
-    _code = compile(_source, "<string>", "exec")
-del _take, _head, _magic, _tag, _ncode, _nsource, _source, _ours
-exec(_code)
-"""
-
-
-@functools.lru_cache(maxsize=None)
-def agent_payload() -> bytes:
-    """What a host agent's loader (``AGENT_LOADER``) reads first on its stdin: one line (this
-    Python's magic number and cache tag, the sizes of what follows), ``agent_source()`` compiled
-    here, then the source itself. A host whose Python has that magic number and tag runs the
-    code, any other compiles the source: no host compiles the agent's 34 kB of Python per run
-    where its Python is the launcher's."""
-    import importlib.util
-    import marshal
-
-    text = agent_source()
-    code = marshal.dumps(compile(text, "<string>", "exec", dont_inherit=True, optimize=0))
-    raw = text.encode("utf-8")
-    head = f"{importlib.util.MAGIC_NUMBER.hex()} {sys.implementation.cache_tag} {len(code)} {len(raw)}\n"
-    return head.encode("ascii") + code + raw
-
-
 def pathtrust_command_source() -> str:
     """pathtrust.py's text with its ``main`` called: ``python -S -c`` this, DIR, FILE... (a
     restart's check of its run dir before ``boot.py`` runs from it)."""

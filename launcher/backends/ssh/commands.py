@@ -13,7 +13,7 @@ import signal as _signal
 from typing import Iterable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
-from launcher.remote import AGENT_LOADER, pathtrust_command_source
+from launcher.remote import agent_source, pathtrust_command_source
 from launcher.backends.pyspy import remote_command
 from launcher.backends.ssh.options import SSHOptions
 
@@ -230,13 +230,11 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
 
 
 def agent_command(python: str, pidfile: Optional[str]) -> str:
-    """The host agent (preflight, then the host's first task): its loader, which reads the
-    agent's code first on stdin (``launcher.remote.agent_payload``: compiled by the launcher, or
-    its source for a host of another Python). -S for a fast start; it imports site itself when it
-    has modules to look for. Run ``quiet``, as a task: nothing of a shell may ever print its
-    command line."""
+    """The host agent (preflight, then the host's first task). -S for a fast start; it imports
+    site itself when it has modules to look for. Run ``quiet``, as a task: its source is on
+    this command line, and nothing of a shell may ever print it."""
     tag = f" {q(pid_tag(pidfile))}" if pidfile else ""
-    return quiet(f"{q(python)} -S -c {q(AGENT_LOADER)}{tag}")
+    return quiet(f"{q(python)} -S -c {q(agent_source())}{tag}")
 
 
 def remote_paths(opts: SSHOptions, name: str, run_id: str) -> tuple[str, str, str]:

@@ -22,7 +22,7 @@ from launcher.errors import LaunchError, exc_text
 from launcher.notices import Tally
 from launcher.plan.build import Plan
 from launcher.plan.hostreport import Problem, ProblemKind
-from launcher.remote import agent_payload, task_files, task_pycs
+from launcher.remote import task_files, task_pycs
 from launcher.remote.pathtrust import SAFE_FIX
 from launcher.backends.ssh.commands import agent_command, probe_deadline
 from launcher.backends.ssh.pairs import host_targets
@@ -139,7 +139,7 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
                "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
         if marks and name == marks[0]:
             req["marker"] = {"op": "write", "path": _marker_path(pool, state_sync, name)}
-        reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout, agent_payload())
+        reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
         tally.one()
         if reply is not None:
             replies[name] = reply
@@ -173,15 +173,13 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
             close_channel(chan)
 
 
-def first_exchange(name: str, python: str, chan, req: dict, timeout: float,
-                   code: bytes = b"") -> tuple[Optional[dict], Optional[Problem]]:
-    """Send the agent its ``code`` (what its loader reads first: ``agent_payload``) and its first
-    request, and read the reply: (reply, None), or (None, the
+def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> tuple[Optional[dict], Optional[Problem]]:
+    """Send the agent its first request and read the reply: (reply, None), or (None, the
     problem: its one line, DROPPED where the host's session went away under it). An agent that ended without a reply is diagnosed from its exit status
     and stderr, also when it ended before the request could be sent (a missing interpreter
     exits at once: the send then finds the channel closed)."""
     try:
-        chan.sendall(code + json.dumps(req).encode() + b"\n")
+        chan.sendall(json.dumps(req).encode() + b"\n")
         line = readline(chan)
     except TimeoutError:
         return None, other(name, no_answer(name, "the preflight agent", timeout))

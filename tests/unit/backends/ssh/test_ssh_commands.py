@@ -14,7 +14,7 @@ from launcher.backends import RecordedRun
 from launcher.backends.ssh import backend as S
 from launcher.backends.ssh import commands as sc
 from launcher.backends.ssh import probe as ssh_probe, sync as ssh_sync, task as ssh_task
-from launcher.remote import agent_payload, task_files
+from launcher.remote import task_files
 from launcher.ui.console import Console
 from launcher.loader.load import LoadedSpec, parse_spec
 from tests.support.waits import wait_for
@@ -122,11 +122,7 @@ def test_pid_tag_is_the_run_unique_tail_in_python_and_in_sh(pidfile, tag):
 
 
 def test_agent_command_exact_and_quoted():
-    import importlib.util
-    import marshal
-    import sys
-
-    from launcher.remote import AGENT_LOADER, agent_payload, agent_source, source
+    from launcher.remote import agent_source, source
 
     # The agent's text comes after pathtrust.py's: it checks its dirs before it uses them.
     from launcher.contract import portcheck as module
@@ -135,14 +131,8 @@ def test_agent_command_exact_and_quoted():
     assert agent_source() == source("pathtrust.py") + "\n" + portcheck + "\n" + source("agent.py")
     cmd = sc.agent_command(f"/py {EVIL}", "/r/n;$(id) x/RUN/pids/worker-0.0.pid")
     assert cmd == (f"exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && exec '/py x; touch /tmp/pwned' -S -c "
-                   f"{sc.q(AGENT_LOADER)} 'n;$(id) x/RUN/pids/worker-0.0.pid'); exit $?")
-    assert sc.agent_command("python3", None) == sc.quiet(f"python3 -S -c {sc.q(AGENT_LOADER)}")
-    # What the loader reads first: the agent compiled here, and its source for another Python.
-    head, rest = agent_payload().split(b"\n", 1)
-    magic, tag, ncode, nsource = head.decode().split()
-    assert (magic, tag) == (importlib.util.MAGIC_NUMBER.hex(), sys.implementation.cache_tag)
-    assert len(rest) == int(ncode) + int(nsource) and rest[int(ncode):] == agent_source().encode()
-    assert marshal.loads(rest[:int(ncode)]).co_filename == "<string>"
+                   f"{sc.q(agent_source())} 'n;$(id) x/RUN/pids/worker-0.0.pid'); exit $?")
+    assert sc.agent_command("python3", None) == sc.quiet(f"python3 -S -c {sc.q(agent_source())}")
     assert sc.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
         "--lease", "15", "--grace", "5", "--pidfile", "/r/p.pid", "--cwd", "/w", "--threads", "TFCLUSTER_THREADS",
         "--gpus", "TFCLUSTER_GPUS", "--gpu-memory-var", "TFCLUSTER_GPU_MEMORY", "--collective-var", "TFCLUSTER_COLLECTIVE", "--gpu-watch", "5",
@@ -330,7 +320,6 @@ class _Agent:
         self.pidfile = str(tmp_path / self.rel_pidfile)
         self.proc = subprocess.Popen(["sh", "-c", sc.agent_command(sys.executable, self.rel_pidfile)], cwd=tmp_path,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.proc.stdin.write(agent_payload())  # (what the launcher sends first: first_exchange)
 
     def ask(self, obj) -> dict:
         self.send(obj)

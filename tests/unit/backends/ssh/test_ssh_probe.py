@@ -59,12 +59,6 @@ def test_a_reply_is_returned_and_the_request_was_sent():
     assert json.loads(chan.sent) == REQ
 
 
-def test_the_agents_code_goes_first_then_the_request():
-    chan = FakeChannel(out=json.dumps(REPLY).encode() + b"\n")
-    assert first_exchange("h1", "python3", chan, REQ, 60, b"CODE\n") == (REPLY, None)
-    assert chan.sent.startswith(b"CODE\n") and json.loads(chan.sent[len(b"CODE\n"):]) == REQ
-
-
 def test_an_interpreter_that_is_missing_is_named_whether_or_not_the_request_could_be_sent():
     err = b"bash: line 1: /nonexistent/python3: No such file or directory\n"
     ended_after_send = FakeChannel(err=err, status=127)
