@@ -23,8 +23,6 @@ launcher itself (it imports at most their constants).
 The one locator of this code: ``taskwrap_path()`` for the wrapper, ``source(name)`` for the text
 of any of these files, ``TASK_FILES`` for those a task's host needs beside the task."""
 
-import functools
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,34 +34,10 @@ HERE = Path(__file__).resolve().parent
 TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py", "zygoteask.py", "zygotechild.py",
               "gcewatch.py", "promotion.py", "masking.py")
 
-# Those of them a task's start imports on its host (boot.py, the wrapper, its environment, its GPU
-# placement and its GCE watch): their bytecode goes with them (``task_pycs``).
-START_FILES = ("boot.py", "taskwrap.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "gcewatch.py")
-
 
 def task_files() -> dict[str, str]:
     """Name -> text of each of ``TASK_FILES``."""
     return {name: source(name) for name in TASK_FILES}
-
-
-@functools.lru_cache(maxsize=None)
-def task_pycs() -> dict:
-    """``START_FILES``' bytecode as this Python caches it (hash-checked pycs, base64), with the
-    magic number and cache tag a host's Python must have to use them: the ssh agent writes them
-    beside the files it uploads (agent.py ``_write_pycs``), so that no host compiles them again.
-    A source that differs from what a pyc was compiled from is compiled on the host as ever."""
-    import base64
-    import importlib.util
-    import marshal
-
-    files = {}
-    for name in START_FILES:
-        raw = (HERE / name).read_bytes()
-        code = compile(raw, name, "exec", dont_inherit=True, optimize=0)  # (a plain `python`'s .pyc)
-        pyc = importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little") + importlib.util.source_hash(raw) \
-            + marshal.dumps(code)  # flags 0b11: hash-based, checked against the source (PEP 552)
-        files[name] = base64.b64encode(pyc).decode("ascii")
-    return {"magic": importlib.util.MAGIC_NUMBER.hex(), "tag": sys.implementation.cache_tag, "files": files}
 
 
 def source(name: str) -> str:

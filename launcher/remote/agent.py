@@ -10,8 +10,7 @@ Protocol (one JSON object per line on stdin/stdout):
 
 0. argv     -> TAG: the run-unique tail of the pid file of the task "go" will start
 1. request  -> {"require": [...], "workdir": d, "run_dir": d, "state_dir": d, "share": "private"|"group",
-                "files": {name: text}, "pycs": {"magic": hex, "tag": t, "files": {name: base64}},
-                "ports": [p, ...], "argv0": cmd, "gpus": bool}
+                "files": {name: text}, "ports": [p, ...], "argv0": cmd, "gpus": bool}
    reply    <- {"python": "3.11.7", "hostname": h, "home": d, "workdir": abs|null, "run_dir": abs,
                 "state_dir": abs, "deps": {module: [found, version]}, "ports": {p: null|problem},
                 "argv0_found": bool, "gpus": [[index, name, uuid], ...] (when asked: nvidia-smi -L
@@ -19,8 +18,7 @@ Protocol (one JSON object per line on stdin/stdout):
                 "unsafe": null|[which dir ("run_dir", "state_dir", "workdir"), problem]}
    Each dir, and every dir above it, must be one no other user can swap (pathtrust.py, whose text
    is sent ahead of this one), else "unsafe" says which and nothing is written in it; the run
-   and state dirs are made 0700 (0750 with "share": "group"), the files 0600 (0640). "pycs": the
-   files' bytecode (``_write_pycs``), used only by a Python of that magic number and cache tag.
+   and state dirs are made 0700 (0750 with "share": "group"), the files 0600 (0640).
    The listed ports stay bound (listening) until "go" or stdin closes, so other hosts can
    probe them.
 2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds per try,
@@ -125,26 +123,10 @@ def _write(path, text, mode=0o600):
     # renamed over the target (which replaces a symlink there, never its target).
     tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(6).hex())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
+    with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
-
-
-def _write_pycs(run_dir, pycs, dir_mode, file_mode):
-    """The shipped files' bytecode as the launcher compiled it, into the run dir's __pycache__,
-    where this Python is the launcher's (magic number and cache tag): the imports from the run
-    dir then compile nothing. Hash-checked pycs: a source that differs is compiled as ever."""
-    magic = getattr(sys.modules.get("_frozen_importlib_external"), "MAGIC_NUMBER", None)
-    tag = getattr(sys.implementation, "cache_tag", None)
-    if not pycs or not magic or not tag or pycs.get("magic") != magic.hex() or pycs.get("tag") != tag:
-        return
-    import binascii
-
-    cache = os.path.join(run_dir, "__pycache__")
-    _makedirs(cache, dir_mode)
-    for name, data in (pycs.get("files") or {}).items():
-        _write(os.path.join(cache, "%s.%s.pyc" % (os.path.splitext(name)[0], tag)), binascii.a2b_base64(data), file_mode)
 
 
 def _unsafe_dirs(dirs):
@@ -211,7 +193,6 @@ def _prepare(req):
             reply["workdir"] = resolved(reply["workdir"]) if reply["workdir"] else None
             for name, text in (req.get("files") or {}).items():
                 _write(os.path.join(run_dir, name), text, file_mode)
-            _write_pycs(run_dir, req.get("pycs"), dir_mode, file_mode)
             reply["run_dir"], reply["state_dir"] = run_dir, state_dir
         else:
             reply["error"] = "%s: %s" % tuple(reply["unsafe"])

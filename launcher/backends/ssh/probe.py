@@ -22,7 +22,7 @@ from launcher.errors import LaunchError, exc_text
 from launcher.notices import Tally
 from launcher.plan.build import Plan
 from launcher.plan.hostreport import Problem, ProblemKind
-from launcher.remote import task_files, task_pycs
+from launcher.remote import task_files
 from launcher.remote.pathtrust import SAFE_FIX
 from launcher.backends.ssh.commands import agent_command, probe_deadline
 from launcher.backends.ssh.pairs import host_targets
@@ -96,7 +96,7 @@ def _reserved(pool: "HostPool", plan: Plan) -> dict[str, tuple[str, str]]:
 
 def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[str], tally: Tally) -> ProbeFindings:
     # Uploaded into each run dir on the hosts by the probe (the agent writes them).
-    files, pycs = task_files(), task_pycs()
+    files = task_files()
     argv0 = plan.tasks[0].command[0] if plan.tasks else ""
     sessions: dict[str, object] = {}
     replies: dict[str, dict] = {}
@@ -134,8 +134,7 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
         hs, chan = pool.hosts[name], sessions[name]
         ports = sorted({t.port for t in plan.tasks if t.host == name and t.port is not None})
         req = {"require": list(pool.opts.require), "workdir": hs.workdir, "run_dir": hs.run_dir,
-               "state_dir": hs.state_dir, "share": pool.share, "files": files, "pycs": pycs, "ports": ports,
-               "argv0": argv0,
+               "state_dir": hs.state_dir, "share": pool.share, "files": files, "ports": ports, "argv0": argv0,
                "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
         if marks and name == marks[0]:
             req["marker"] = {"op": "write", "path": _marker_path(pool, state_sync, name)}
