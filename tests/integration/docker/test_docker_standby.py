@@ -1,7 +1,12 @@
 """Warm standby on the docker backend (restart.warm_standby: auto): the next attempt's containers
 wait with TensorFlow imported, without the tasks' DNS names; a killed container's restart
 promotes them (the task's name and alias, the promotion file, SIGUSR1 through tini and the
-lifeline wrapper), and no standby container outlives the run: success, failure, Ctrl-C, down."""
+lifeline wrapper), and no standby container outlives the run: success, failure, Ctrl-C, down.
+The reference worker runs where its promotion is the point (a killed container's restart, a plain
+TF_CONFIG script under the standby stub); where the engine's containers are (a standby killed or
+cut off, the run's end), an entrypoint of one's own that speaks the protocol without TensorFlow
+(tests/support/standby_task.py, on a volume) stands in: four standby and task imports of
+TensorFlow less per test."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import pytest
 from tests.labs import docker as eng
 from tests.support.docker_helpers import (docker_spec, latest_run_dir, launch_up, leftovers, reap,
                                           tfcluster_at_repo)
+from tests.support.cli import ROOT
 from tests.support.waits import wait_for
 import launcher.record.events as ev
 from tests.support.records import read_records
@@ -27,13 +33,38 @@ WORKER = "python -m worker --epochs 6 --steps-per-epoch 15 --batch-size 16 --pro
 READY = "(standby) tfcluster-standby ready"
 
 
+STUB = "env python /stub/standby_task.py ack"  # (not ``python SCRIPT``: it speaks the protocol itself)
+
+
+def _stub_spec(tmp_path: Path, engine_url: str, restart: str = "max_restarts: 1") -> Path:
+    """A spec of tests/support/standby_task.py on a volume, its standbys on: attempt 0 runs until
+    stopped, a later one ends at once."""
+    spec = docker_spec(tmp_path, engine_url, STUB, max_restarts=1,
+                       extra=f"  volumes: ['{ROOT / 'tests' / 'support'}:/stub']\n")
+    spec.write_text(spec.read_text().replace("restart: {max_restarts: 1}", f"restart: {{{restart}, warm_standby: true}}"))
+    return spec
+
+
 def _log(spec: Path, key: str) -> str:
     path = latest_run_dir(spec) / "logs" / f"{key.replace(':', '-')}.log"
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+def _progress(spec: Path, key: str) -> str:
+    """What ``key`` said on its control channel (the protocol: the record's progress file)."""
+    path = latest_run_dir(spec) / "logs" / f"{key.replace(':', '-')}.progress"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _said(out: str, key: str) -> str:
+    """``key``'s lines in ``up --verbose``'s output, in the order the run saw them: its printed
+    lines and its protocol records (each on its own file in the record) together."""
+    prefix = f"[{key}] "
+    return "\n".join(line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)) + "\n"
+
+
 def _standbys_ready(spec: Path) -> bool:
-    return all(READY in _log(spec, k) for k in ("worker:0", "worker:1"))
+    return all(READY in _progress(spec, k) for k in ("worker:0", "worker:1"))
 
 
 def _events(spec: Path) -> list[ev.RecordEvent]:
@@ -60,7 +91,7 @@ def _kill_container(engine: eng.Engine, name: str) -> None:
 def _wait_standbys(spec: Path, engine: eng.Engine, proc=None) -> dict[str, dict]:
     """Both standbys said ready; the run's four containers: two tasks, two standbys."""
     wait_for(lambda: _standbys_ready(spec), 600, 0.5, what="both standbys to say ready", proc=proc,
-             detail=lambda: _log(spec, "worker:1")[-2000:])
+             detail=lambda: (_log(spec, "worker:1") + _progress(spec, "worker:1"))[-2000:])
     found = _containers(engine)
     standbys = sorted(n for n, labels in found.items() if labels.get("tfcluster.standby") == "1")
     run = latest_run_dir(spec).name
@@ -73,13 +104,13 @@ def test_killed_container_restarts_from_promoted_standbys(tmp_path, docker_engin
     spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
     plan = tfcluster_at_repo("plan", str(spec))
     assert "warm standby: on (auto: tfcluster's worker)" in plan.stdout, plan.stdout + plan.stderr
-    proc = launch_up(spec)
+    proc = launch_up(spec, "--verbose")  # (its tasks' records in its output, in order with their lines)
     try:
         _wait_standbys(spec, docker_engine, proc)
-        wait_for(lambda: "tfcluster-epoch epoch=1 " in _log(spec, "worker:0"), 600, 0.5, what="epoch 1's backup",
+        wait_for(lambda: "tfcluster-epoch epoch=1 " in _progress(spec, "worker:0"), 600, 0.5, what="epoch 1's backup",
                  proc=proc)
         run = latest_run_dir(spec).name
-        assert "tfcluster-epoch epoch=6 " not in _log(spec, "worker:0"), "trained to the end before the kill"
+        assert "tfcluster-epoch epoch=6 " not in _progress(spec, "worker:0"), "trained to the end before the kill"
         _kill_container(docker_engine, f"tfcluster-dk-{run}-worker-1")
         out, _ = proc.communicate(timeout=900)
     finally:
@@ -95,7 +126,7 @@ def test_killed_container_restarts_from_promoted_standbys(tmp_path, docker_engin
         # A container of its own, renamed like the task once its old container was removed.
         assert e["container"] == f"tfcluster-dk-{run}-{key.replace(':', '-')}" and e["container_id"] != first[key], e
     for key in ("worker:0", "worker:1"):
-        log = _log(spec, key)
+        log = _said(out, key)
         waiting, _, after = log.partition("tfcluster-standby promoted\n")
         assert after, log[-3000:]
         assert "(standby) tfcluster-standby waiting" in waiting
@@ -116,7 +147,7 @@ def test_a_dead_standby_and_a_refused_promotion_start_their_tasks_cold(tmp_path,
     """worker:0's standby container is killed while it waits (an OOM kill); worker:1's is cut off
     the run's network behind tfcluster's back, so the engine refuses its promotion: both tasks
     start cold, each said, and the run still succeeds with nothing left."""
-    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    spec = _stub_spec(tmp_path, docker_engine.url)
     proc = launch_up(spec)
     try:
         _wait_standbys(spec, docker_engine, proc)
@@ -139,16 +170,14 @@ def test_a_dead_standby_and_a_refused_promotion_start_their_tasks_cold(tmp_path,
     starts = {e["task"]: e["container"] for e in _events(spec) if isinstance(e, ev.Start) and e["attempt"] == 1}
     assert starts == {k: f"tfcluster-dk-{run}-{k.replace(':', '-')}" for k in ("worker:0", "worker:1")}, starts
     for key in ("worker:0", "worker:1"):
-        assert "tfcluster-standby promoted" not in _log(spec, key)
-        assert re.search(rf"^worker: {key} strategy=multi_worker_mirrored loop=fit restart=1 ", _log(spec, key), re.M)
+        assert "tfcluster-standby promoted" not in _progress(spec, key)  # (its printed one is output only)
+        assert re.search(rf"^standby-task key={key} attempt=1 ", _log(spec, key), re.M), _log(spec, key)[-2000:]
     assert leftovers(docker_engine, "dk") == ([], [])
 
 
 def test_a_failed_run_leaves_no_standby(tmp_path, docker_engine, worker_image):
     # 137 made permanent: the kill fails the run while both standbys wait.
-    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
-    spec.write_text(spec.read_text().replace("restart: {max_restarts: 1}",
-                                             "restart: {max_restarts: 1, permanent_exit_codes: [137]}"))
+    spec = _stub_spec(tmp_path, docker_engine.url, "max_restarts: 1, permanent_exit_codes: [137]")
     proc = launch_up(spec)
     try:
         _wait_standbys(spec, docker_engine, proc)
@@ -163,7 +192,7 @@ def test_a_failed_run_leaves_no_standby(tmp_path, docker_engine, worker_image):
 
 
 def test_ctrl_c_leaves_no_standby(tmp_path, docker_engine, worker_image):
-    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    spec = _stub_spec(tmp_path, docker_engine.url)
     proc = launch_up(spec)
     try:
         _wait_standbys(spec, docker_engine, proc)
@@ -176,7 +205,7 @@ def test_ctrl_c_leaves_no_standby(tmp_path, docker_engine, worker_image):
 
 
 def test_down_of_a_detached_run_removes_its_standbys(tmp_path, docker_engine, worker_image):
-    spec = docker_spec(tmp_path, docker_engine.url, WORKER, max_restarts=1)
+    spec = _stub_spec(tmp_path, docker_engine.url)
     try:
         res = tfcluster_at_repo("up", str(spec), "--detach", timeout=600)
         assert res.returncode == 0, res.stdout + res.stderr
@@ -195,8 +224,6 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
     standbys are promoted and run the script, which goes on from its own progress file."""
     import shutil
 
-    from tests.support.cli import ROOT
-
     job = tmp_path / "job"
     (job / "state").mkdir(parents=True)
     shutil.copy(ROOT / "tests" / "support" / "plain_tf_config.py", job / "train.py")
@@ -208,7 +235,7 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
                        max_restarts=1, extra=f"  volumes: ['{job}:/job']\n")
     plan = tfcluster_at_repo("plan", str(spec))
     assert "warm standby: on (auto: a Python entrypoint)" in plan.stdout, plan.stdout + plan.stderr
-    proc = launch_up(spec)
+    proc = launch_up(spec, "--verbose")  # (its tasks' records in its output, in order with their lines)
     try:
         _wait_standbys(spec, docker_engine, proc)
         wait_for(lambda: "plain-step 5 " in _log(spec, "worker:1"), 600, 0.5, what="worker:1's step 5", proc=proc)
@@ -224,7 +251,7 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
     events = _events(spec)
     assert sorted(e["task"] for e in events if isinstance(e, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
     for key in ("worker:0", "worker:1"):
-        log = _log(spec, key)
+        log = _said(out, key)
         before, _, after = log.partition("tfcluster-standby promoted\n")
         assert after, log[-3000:]
         cold = json.loads(re.search(r"^plain-start (\{.*\})$", before, re.M).group(1))
