@@ -269,6 +269,8 @@ class LocalTasks(Tasks):
             overlay = {**task.env_dict, envnames.RUN_DIR: str(self.run.run_dir),
                        envnames.STATE_DIR: str(self.run.state_dir), **env}
             write_promotion(path, overlay)
+            if handle.pidfile:  # its fork is asked for now: a zygote that ended is started again first
+                self.zygote.ensure()
         handle.signal(signal.SIGUSR1)
 
     def port_open(self, task: PlannedTask) -> bool:

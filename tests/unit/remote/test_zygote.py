@@ -47,8 +47,8 @@ def zygote(tmp_path):
 
 
 def wrap(sock: str, cmd: list[str], env: dict | None = None, cwd: Path | None = None,
-         pidfile: Path | None = None) -> subprocess.Popen:
-    opts = ["--zygote", sock] + (["--pidfile", str(pidfile)] if pidfile else [])
+         pidfile: Path | None = None, wait: float = 60) -> subprocess.Popen:
+    opts = ["--zygote", sock, "--zygote-wait", f"{wait:g}"] + (["--pidfile", str(pidfile)] if pidfile else [])
     return subprocess.Popen([sys.executable, str(taskwrap_path()), *opts, "--", *cmd], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             env={**base_env(), **(env or {})}, cwd=cwd)
@@ -60,12 +60,20 @@ def finish(p: subprocess.Popen, timeout: float = 30) -> tuple[str, str]:
     return p.stdout.read().decode(), p.stderr.read().decode()
 
 
+def task_pid(pidfile: Path) -> int:
+    """The task's pid its wrapper wrote (once it had it from the zygote: the task may print first)."""
+    wait_for(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 3, 10, what=f"{pidfile}")
+    return int(pidfile.read_text().split()[1])
+
+
 def zygote_pid(tmp_path: Path) -> int:
     return int((tmp_path / "zygote.log").read_text().split("pid=")[1].split()[0])
 
 
 def test_a_forked_task_is_its_cold_start_and_the_zygotes_child(zygote, tmp_path):
-    code = ("import os, sys, json; print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], 'ppid': os.getppid(), "
+    """(Its parent is its own waiter, the zygote's child: ``ppid`` is the task's grandparent.)"""
+    code = ("import os, sys, json; print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], "
+            "'ppid': int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]), "
             "'sid': os.getsid(0) == os.getpid(), 'cwd': os.getcwd(), 'stdin': sys.stdin.read(), "
             "'env': os.environ.get('TFCLUSTER_TEST_OWN'), 'pad': 'ZYGOTE_PAD' in str(os.environ), "
             "'name': __name__})); sys.exit(7)")
@@ -118,7 +126,7 @@ def test_the_task_ends_with_its_wrapper_and_takes_signals_through_it(zygote, tmp
     pidfile = tmp_path / "task.pid"
     p = wrap(zygote, [sys.executable, "-c", code], pidfile=pidfile)
     assert p.stdout.readline() == b"up\n"
-    task = int(pidfile.read_text().split()[1])
+    task = task_pid(pidfile)
     assert task != p.pid and alive(task)
     os.killpg(p.pid, signal.SIGUSR1)  # what a promotion sends: the wrapper's group
     assert p.stdout.readline() == b"usr1\n"
@@ -131,7 +139,7 @@ def test_proc_shows_the_tasks_own_environment(zygote, tmp_path):
     p = wrap(zygote, [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
              env={"TFCLUSTER_TASK": "worker:7", "TF_CONFIG": '{"task": 1}'}, pidfile=pidfile)
     assert p.stdout.readline() == b"up\n"
-    task = int(pidfile.read_text().split()[1])
+    task = task_pid(pidfile)
     shown = Path(f"/proc/{task}/environ").read_bytes().split(b"\0")
     assert b"TFCLUSTER_TASK=worker:7" in shown and b'TF_CONFIG={"task": 1}' in shown
     assert not any(e.startswith(envnames.ZYGOTE_PAD.encode()) for e in shown)
@@ -150,7 +158,7 @@ def test_ps_shows_the_tasks_own_argv_not_the_zygotes(zygote, tmp_path):
                         ([sys.executable, "-c", code, "x"], f"{sys.executable} -c {code[:60]}... x")):
         p = wrap(zygote, argv, pidfile=pidfile)
         assert p.stdout.readline() == b"up\n"
-        task = int(pidfile.read_text().split()[1])
+        task = task_pid(pidfile)
         assert Path(f"/proc/{task}/cmdline").read_bytes() == shown.encode() + b"\0", argv[1][:40]  # (its NUL: the kernel's read)
         ps = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(task)], capture_output=True, text=True)
         assert ps.stdout.strip() == shown
@@ -174,12 +182,96 @@ def test_what_it_must_not_serve_starts_cold_with_one_line(zygote, tmp_path):
         assert line.startswith("taskwrap: started without the zygote: ") and why in line, line
 
 
-def test_no_zygote_there_starts_cold(tmp_path):
+def test_no_zygote_there_starts_cold_at_once(tmp_path):
+    """No socket: nothing is waited for (a zygote's socket is bound before any wrapper asks)."""
     p = subprocess.Popen([sys.executable, str(taskwrap_path()), "--zygote", str(tmp_path / "none.sock"),
-                          "--zygote-wait", "0.2", "--", sys.executable, "-c", "print('ran')"],
+                          "--zygote-wait", "600", "--", sys.executable, "-c", "print('ran')"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = finish(p, timeout=60)  # (600 s were it waiting for a server)
+    assert p.returncode == 0 and out == "ran\n", err
+    assert err == f"taskwrap: started without the zygote: no zygote serves {tmp_path / 'none.sock'} " \
+                  "(No such file or directory: it ended)\n", err
+
+
+def test_a_dead_zygote_is_noticed_at_once_and_its_tasks_exit_status_outlives_it(zygote, tmp_path):
+    """SIGKILLed while a task it forked runs: the task's own exit reaches its wrapper (its waiter is
+    its parent, not the zygote), and the next wrapper starts cold at once (connection refused)."""
+    go = tmp_path / "go"
+    code = ("import os, sys, time\nprint('up', flush=True)\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\nprint('done', flush=True); sys.exit(5)")
+    pidfile = tmp_path / "task.pid"
+    p = wrap(zygote, [sys.executable, "-c", code], pidfile=pidfile)
+    assert p.stdout.readline() == b"up\n"
+    task = task_pid(pidfile)
+    server = zygote_pid(tmp_path)
+    os.killpg(server, signal.SIGKILL)  # the zygote and everything left in its group
+    wait_for(lambda: not alive(server), 10, what="the zygote's end")
+    go.touch()
     out, err = finish(p)
-    assert p.returncode == 0 and out == "ran\n" and "no zygote at" in err
+    assert (p.returncode, out) == (5, "done\n"), err
+    assert not alive(task) and "zygote" not in err, err
+    late = wrap(zygote, [sys.executable, "-c", "print('ran')"], wait=600)
+    out, err = finish(late, timeout=60)  # (600 s were it waiting for a server)
+    assert (late.returncode, out) == (0, "ran\n"), err
+    assert err == f"taskwrap: started without the zygote: no zygote serves {zygote} " \
+                  "(Connection refused: it ended)\n", err
+
+
+@pytest.mark.parametrize("who", ["zygote", "waiter"])
+def test_a_failed_fork_is_answered_cold_and_the_zygote_serves_on(zygote, tmp_path, who):
+    """A real limit on processes (a pids cgroup around the zygote, or RLIMIT_NPROC): the zygote's
+    fork of the task's waiter fails, or (cgroup) the waiter's fork of the task: EAGAIN, answered
+    "cold" (one line), the task run cold by its wrapper; the limit lifted, the next task is forked."""
+    from tests.support.pidlimit import pid_limit
+
+    server = zygote_pid(tmp_path)
+    with pid_limit(server) as limit:
+        if who == "waiter" and not limit.exact:
+            pytest.skip("RLIMIT_NPROC counts the whole user's processes: only the zygote's own fork fails")
+        limit(1 if who == "zygote" else 2)  # (the zygote is one thread: 1 stops its fork, 2 its waiter's)
+        p = wrap(zygote, [sys.executable, "-c", "import os; print(os.getppid())"])
+        out, err = finish(p)
+        assert p.returncode == 0 and out == f"{p.pid}\n", err  # run cold: the wrapper's own child
+        assert err == ("taskwrap: started without the zygote: the zygote could not fork "
+                       "(Resource temporarily unavailable: a limit on processes?)\n"), err
+        limit("max")
+        p = wrap(zygote, [sys.executable, "-c", SAYS])
+        out, err = finish(p)
+        assert p.returncode == 7 and json.loads(out)["ppid"] == server and err == "", err
+    assert alive(server)
+    if who == "zygote":
+        assert "tfcluster-zygote: fork failed (Resource temporarily unavailable): a task starts cold" \
+            in (tmp_path / "zygote.log").read_text()
+
+
+def test_forked_tasks_get_fresh_random_state(tmp_path):
+    """Python's and numpy's global generators differ between two tasks forked from one zygote (as
+    between two cold starts); the string hash seed is the zygote's (docs: what a fork cannot
+    make fresh)."""
+    numpy = pytest.importorskip("numpy")
+    del numpy
+    sock = str(tmp_path / "z.sock")
+    log = open(tmp_path / "zygote.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json,numpy,random",
+                             "--pad", envnames.ZYGOTE_PAD], stdout=log, stderr=subprocess.STDOUT,
+                            env={**base_env(), **PAD}, start_new_session=True)
+    try:
+        wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 60, what="the zygote's ready line")
+        code = ("import json, random, numpy\n"
+                "print(json.dumps([random.random(), numpy.random.random(), hash('tfcluster')]))")
+        said = []
+        for _ in range(2):
+            p = wrap(sock, [sys.executable, "-c", code])
+            out, err = finish(p)
+            assert p.returncode == 0 and "zygote" not in err, err
+            said.append(json.loads(out))
+        (py1, np1, hash1), (py2, np2, hash2) = said
+        assert py1 != py2 and np1 != np2
+        assert hash1 == hash2  # (PYTHONHASHSEED is fixed at the interpreter's start: the zygote's)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
 
 
 def test_garbage_and_other_users_get_nothing_forked(zygote, tmp_path):
@@ -201,7 +293,8 @@ def test_a_wrapper_without_its_zygote_module_starts_cold(tmp_path):
     """A copy of the wrapper shipped without zygoteask.py beside it: one line, the task runs as ever."""
     import shutil
 
-    shutil.copy(taskwrap_path(), tmp_path / "taskwrap.py")
+    for name in ("taskwrap.py", "sibling.py"):
+        shutil.copy(taskwrap_path().parent / name, tmp_path / name)
     p = subprocess.Popen([sys.executable, str(tmp_path / "taskwrap.py"), "--zygote", str(tmp_path / "z.sock"), "--",
                           sys.executable, "-c", "print('ran')"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
@@ -223,9 +316,10 @@ def children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-SAYS = ("import os, sys, json; print(json.dumps({'ppid': os.getppid(), 'own': os.environ.get('TFCLUSTER_TEST_OWN'), "
+SAYS = ("import os, sys, json; print(json.dumps({'ppid': GRANDPARENT, 'own': os.environ.get('TFCLUSTER_TEST_OWN'), "
         f"'standby': [k for k in os.environ if k in ({envnames.STANDBY!r}, {envnames.STANDBY_ENV!r})]}}), "
-        "flush=True); sys.exit(7)")
+        "flush=True); sys.exit(7)").replace("GRANDPARENT", "int(open(f'/proc/{os.getppid()}/stat').read()"
+                                                ".rsplit(')', 1)[1].split()[1])")
 
 
 def test_a_deferred_standby_is_ready_with_nothing_forked_and_forked_in_the_promoted_environment(zygote, tmp_path):
