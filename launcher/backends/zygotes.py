@@ -29,7 +29,7 @@ from typing import Mapping, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.contract.usestf import uses_tensorflow
-from launcher.contract.entrypoint import is_reference_worker
+from launcher.contract.entrypoint import is_reference_worker, python_entry
 from launcher.remote import HERE, taskwrap_path
 
 # What the reference worker imports ahead (worker/main.py import_tensorflow).
@@ -88,6 +88,19 @@ def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str
     if not uses_tensorflow(name, module, search=[str(cwd)] if module else None, cwd=str(cwd)):
         return None
     return argv[:at], ("tensorflow",)
+
+
+def plain_entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str, ...]]]:
+    """``entry`` of what a task of the plan's ``argv`` runs (a Python script or module under the
+    standby stub, the reference worker as it is): the zygote a host needs for it, known before
+    any task starts (the ssh preflight starts the hosts' zygotes)."""
+    if is_reference_worker(argv):
+        return entry(argv, cwd)
+    parts, _ = python_entry(argv)
+    if parts is None:
+        return None
+    interpreter, target = parts
+    return entry([*interpreter, "-c", "", *target], cwd)
 
 
 def start_env(env: Mapping[str, str]) -> dict[str, str]:

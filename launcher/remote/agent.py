@@ -31,6 +31,17 @@ Protocol (one JSON object per line on stdin/stdout):
    and this agent removes it at "go" or when it ends if that request never came) and
    a "targets" request with "marker" (a check: the other hosts) add "marker" (and
    "marker_error") to their replies.
+   Request 1 with "zygote": {"argv": [python, options...], "imports": [...], "env": {...},
+   "pad": NAME, "title": N, "grace": s} also starts the host's fork server for the run (zygote.py
+   under taskwrap.py, in the environment boot.py gives a task: this one with "env" and the
+   interpreter's dir first on PATH), its socket bound here first (run dir/z.sock, or a private
+   dir in /tmp where that path is too long for a socket), its lines in run dir/zygote.log; the
+   reply adds "zygote": {"socket": path} or {"error": text}. Its lifeline is this agent: it ends
+   when the agent does, unless "keep" comes.
+   request  -> {"keep": {"lease": seconds}}   (instead of "go": a host whose fork server runs)
+   no reply: the ports are released and this agent stays as the fork server's keeper, its stdin
+   the server's lifeline from now on (lease bytes; EOF or ``lease`` seconds of silence end it,
+   and the server with it).
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
    and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged, once the run dir and
@@ -374,6 +385,9 @@ def main(argv):
     if first.get("marker") and not reply["error"]:
         reply.update(_riding(first["marker"]))
         written = first["marker"]["path"] if reply.get("marker") is True else None
+    zygote = None
+    if first.get("zygote") and not reply["error"]:
+        zygote, reply["zygote"] = _zygote(first["zygote"], reply["run_dir"], reply["workdir"])
     drainer = _Drainer(socks)
     _send(reply)
     try:
@@ -389,6 +403,18 @@ def main(argv):
                 _send(out)
             elif "marker" in req:
                 _send(_marker(req["marker"]))
+            elif "keep" in req and zygote is not None:
+                timer.cancel()
+                timer.join()
+                drainer.stop()
+                _unlink(written)
+                written = None
+                for s in socks:
+                    s.close()
+                import zygotehost  # (imported by _zygote)
+
+                zygotehost.keep(lines.fd, float((req["keep"] or {}).get("lease") or 0))
+                return 0  # (its server's lifeline closes in finally)
             elif "go" in req and not reply["error"]:
                 timer.cancel()
                 timer.join()
@@ -398,10 +424,30 @@ def main(argv):
                 return _go(req["go"], socks, reply["run_dir"], tag)
     finally:
         _unlink(written)
+        if zygote is not None:
+            try:
+                zygote.stdin.close()  # its lifeline: its wrapper stops it (SIGTERM, its grace, SIGKILL)
+            except OSError:
+                pass
     drainer.stop()
     for s in socks:
         s.close()
     return 0
+
+
+def _zygote(order, run_dir, workdir):
+    """Start the host's fork server (zygotehost.py, uploaded in this step with the server's own
+    files, checked again before it is imported): (its process or None, what the reply says)."""
+    problem = unsafe(run_dir, files=("zygotehost.py", "taskwrap.py", "sibling.py", "zygote.py", "zygotewait.py",
+                                     "zygotechild.py"))
+    if problem:
+        return None, {"error": "refusing to run code from %s: %s" % (run_dir, problem)}
+    sys.path.insert(0, run_dir)
+    try:
+        import zygotehost
+    finally:
+        sys.path.pop(0)
+    return zygotehost.start(order, run_dir, workdir)
 
 
 def _riding(req):

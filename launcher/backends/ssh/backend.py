@@ -41,6 +41,7 @@ from launcher.plan.startsmall import DROPPED, NOT_ANSWERING, HostReport, by_gpus
 from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down, preflight as ssh_preflight, probe as ssh_probe, sync as ssh_sync
+from launcher.backends.ssh import zygote as ssh_zygote
 from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, TaskHandle, Tasks
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
@@ -120,6 +121,9 @@ def open_run(loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
     pool = HostPool(spec.hosts, opts, loaded.base_dir, (run_dir, state_dir(spec.state, state), workdir),
                     runner=runner, on_preempted=preempted)
     pool.share = spec.share
+    if spec.restart.warm_standby is not False:
+        pool.zygote_cwd = ssh_zygote.cwd_of(loaded.base_dir, spec.workdir)
+    pool.stop_grace = spec.watchdog.stop_grace
     state_sync = StateSync(pool, spec.state, console, record, run_id)
     starts = Starts(pool, state_sync, spec.name, spec.strategy, spec.watchdog.stop_grace, gpu_figures, gpus_given)
     return SSHRun(loaded, record, console, pool, state_sync, starts)

@@ -17,6 +17,7 @@ from launcher.backends.ssh import probe as ssh_probe
 from launcher.backends.ssh.commands import env_block, promote_command, task_command, wrap_args
 from launcher.backends.ssh.host import HostState
 from launcher.backends.ssh.pool import HostPool
+from launcher.backends.ssh import zygote as ssh_zygote
 from launcher.backends.ssh.state import StateSync
 from launcher.backends.ssh.task import SSHTask
 
@@ -78,8 +79,10 @@ class Starts:
         if env.get(envnames.STANDBY) == "1":  # a warm standby: its promotion file, beside its pid file
             promotion = pidfile + ".env.json"
             env = {**env, envnames.STANDBY_ENV: promotion}
+        served = ssh_zygote.served(self.pool, hs, task.command, env)  # forked by the host's fork server
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
-                               task.command, self.opts.gce_metadata)
+                               task.command, self.opts.gce_metadata, zygote=served,
+                               defer=served is not None and promotion is not None)
         try:
             chan = hs.transport.open_session(timeout=self.opts.connect_timeout)
             chan.set_combine_stderr(True)
