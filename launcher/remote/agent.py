@@ -425,10 +425,9 @@ def main(argv):
     finally:
         _unlink(written)
         if zygote is not None:
-            try:
-                zygote.stdin.close()  # its lifeline: its wrapper stops it (SIGTERM, its grace, SIGKILL)
-            except OSError:
-                pass
+            import zygotehost  # (imported by _zygote)
+
+            zygotehost.end(zygote, float(first["zygote"].get("grace") or 5))
     drainer.stop()
     for s in socks:
         s.close()

@@ -66,6 +66,9 @@ TASK_OWN_PREFIXES = ("TFCLUSTER_",)
 TASK_OWN = frozenset({
     "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH",
     "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_GPU_ALLOCATOR", "TF_PER_PROCESS_GPU_MEMORY_FRACTION",
+    # (a task's thread budget, taskenv.py: OpenBLAS's pool, sized at the import, is resized in the
+    # child to it: zygotechild.blas_threads)
+    "OMP_NUM_THREADS",
     "PWD", "OLDPWD", "SHLVL", "_",
 })
 MAX_REQUEST = 8 * 2**20  # argv and environment; the standby stub's text is about 40 KB

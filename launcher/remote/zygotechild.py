@@ -83,6 +83,40 @@ def python_defaults() -> None:
             numpy.random.seed()
         except Exception:  # noqa: BLE001 - numpy's legacy global generator only
             pass
+    blas_threads(os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS"))
+
+
+# How OpenBLAS builds name their setter (numpy's and scipy's wheels: scipy_openblas, 64-bit ints).
+_BLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_")
+
+
+def blas_threads(value) -> None:
+    """OpenBLAS's pool as a cold start's import would size it from the task's OMP_NUM_THREADS (or
+    OPENBLAS_NUM_THREADS): each OpenBLAS loaded (numpy's) told ``value`` threads. The zygote's
+    import sized it from the zygote's environment, where a task's thread budget is not."""
+    try:
+        n = int(value or 0)
+    except ValueError:
+        return
+    if n <= 0:
+        return
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as fh:
+            libs = {line.split()[-1] for line in fh if "openblas" in line and ".so" in line}
+    except OSError:
+        return
+    for lib in libs:
+        try:
+            handle = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        for name in _BLAS_SETTERS:
+            setter = getattr(handle, name, None)
+            if setter is not None:
+                setter(n)
+                break
 
 
 def die_with_parent(parent: int) -> None:

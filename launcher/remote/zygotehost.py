@@ -1,7 +1,7 @@
 """A host's fork server for a run over ssh, as the host agent (agent.py) starts and keeps it:
 zygote.py under taskwrap.py in the environment boot.py gives a task (the agent's own, the run's
 common variables, the interpreter's dir first on PATH), its socket bound first (the wrappers
-never wait for one that is gone: zygoteask.py), its lines in the run dir's zygote.log. Its
+never wait for one that is gone: zygoteask.py), its lines in the run dir's zygote.HOST.log. Its
 lifeline is the agent, which the launcher keeps as its own channel, leased like a task's: the
 server ends with the run and never outlives a lost session. Stdlib only, Python 3.6+; shipped
 in the run dir (launcher/remote/__init__.py TASK_FILES), imported by the agent from there."""
@@ -16,22 +16,13 @@ import tempfile
 import time
 
 
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def start(order, run_dir, workdir):
     """Start the host's fork server (zygote.py under taskwrap.py, beside this file in ``run_dir``)
     for ``order`` (agent.py's request 1 "zygote"): (its process or None, what the reply says)."""
-    path = os.path.join(run_dir, "z.sock")
     try:
-        if len(path.encode()) > 100:  # (a unix socket's path: at most 107 bytes)
-            path = os.path.join(tempfile.mkdtemp(prefix="tfcluster-zygote-"), "z.sock")
-        for stale in (path, path + ".cold"):  # (a server of an earlier preflight of this run)
-            _unlink(stale)
+        # A private dir of this host's own (0700), not the run dir: that may be shared between
+        # hosts (an NFS home), and a unix socket's path is at most 107 bytes.
+        path = os.path.join(tempfile.mkdtemp(prefix="tfcluster-zygote-"), "z.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)
         try:
@@ -49,7 +40,7 @@ def start(order, run_dir, workdir):
     exe = shutil.which(argv[0], path=env["PATH"]) if argv and "/" not in argv[0] else (argv[0] if argv else "")
     argv = [exe or (argv[0] if argv else "python3")] + argv[1:]
     try:
-        with open(os.path.join(run_dir, "zygote.log"), "ab") as log:
+        with open(os.path.join(run_dir, log_name()), "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-S", os.path.join(run_dir, "taskwrap.py"), "--grace", "%g" % float(order.get("grace", 5)),
                  "--", *argv, os.path.join(run_dir, "zygote.py"), "--socket", path,
@@ -58,10 +49,32 @@ def start(order, run_dir, workdir):
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir or run_dir,
                 close_fds=True, pass_fds=(listener.fileno(),), start_new_session=True)
     except OSError as exc:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
         return None, {"error": "cannot start %s (%s)" % (argv[0], exc.strerror)}
     finally:
         listener.close()  # the server's (and its wrapper's) from now on: refused once they are gone
+    proc.socket_path = path
     return proc, {"socket": path}
+
+
+def log_name():
+    """The server's log in the run dir, one per host (the run dir may be shared between hosts)."""
+    host = "".join(c if c.isalnum() or c in "-." else "_" for c in socket.gethostname())[:64] or "host"
+    return "zygote.%s.log" % host
+
+
+def end(proc, grace):
+    """The server's lifeline closed (its wrapper stops it: SIGTERM, its grace, SIGKILL), then its
+    socket's dir removed once it has ended."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=grace + 5)
+    except subprocess.TimeoutExpired:
+        pass
+    shutil.rmtree(os.path.dirname(proc.socket_path), ignore_errors=True)
 
 
 def keep(fd, lease):

@@ -46,6 +46,7 @@ def pid_limit(pid: int) -> Iterator[Callable[["int | str"], None]]:
                 (group / "pids.max").write_text(str(n))
 
             limit.exact = True  # type: ignore[attr-defined]  # (n counts this process and its own only)
+            limit.current = lambda: int((group / "pids.current").read_text())  # type: ignore[attr-defined]
             yield limit
         finally:
             # Back where it was (its members, once gone, leave the group empty), then removed.

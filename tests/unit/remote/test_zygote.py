@@ -247,7 +247,7 @@ def test_a_failed_fork_is_answered_cold_and_the_zygote_serves_on(zygote, tmp_pat
 def test_forked_tasks_get_fresh_random_state(tmp_path):
     """Python's and numpy's global generators differ between two tasks forked from one zygote (as
     between two cold starts); the string hash seed is the zygote's (docs: what a fork cannot
-    make fresh)."""
+    make fresh); OpenBLAS's pool is the task's own budget, as at a cold start."""
     numpy = pytest.importorskip("numpy")
     del numpy
     sock = str(tmp_path / "z.sock")
@@ -268,6 +268,18 @@ def test_forked_tasks_get_fresh_random_state(tmp_path):
         (py1, np1, hash1), (py2, np2, hash2) = said
         assert py1 != py2 and np1 != np2
         assert hash1 == hash2  # (PYTHONHASHSEED is fixed at the interpreter's start: the zygote's)
+        # A task's thread budget (OMP_NUM_THREADS, its own: not the zygote's) sizes OpenBLAS's pool
+        # as its cold start's import would.
+        blas = ("import ctypes, numpy\n"
+                "lib = [l.split()[-1] for l in open('/proc/self/maps') if 'openblas' in l and '.so' in l][0]\n"
+                "h = ctypes.CDLL(lib)\n"
+                "get = [getattr(h, n) for n in ('openblas_get_num_threads', 'scipy_openblas_get_num_threads64_') "
+                "if hasattr(h, n)][0]\nprint(get())")
+        p = wrap(sock, [sys.executable, "-c", blas], env={"OMP_NUM_THREADS": "1"})
+        out, err = finish(p)
+        cold = subprocess.run([sys.executable, "-c", blas], capture_output=True, text=True,
+                              env={**base_env(), "OMP_NUM_THREADS": "1"})
+        assert p.returncode == 0 and "zygote" not in err and out == cold.stdout == "1\n", (out, err, cold)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
