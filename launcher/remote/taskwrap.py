@@ -162,6 +162,8 @@ def main(argv: list[str]) -> int:
     zygote, lifeline = opts["zygote"], True
     if zygote and opts["standby-defer"]:
         lifeline = False  # watched from now on, by _defer_standby
+        if opts["pidfile"]:  # its task is this wrapper until promoted (a promotion signals it by its pid file)
+            _write_pidfile(opts["pidfile"], os.getpid())
         why = _defer_standby(opts, cmd, stop_group)
         if why:  # not served: the standby runs as its own process, from now on
             _say(f"taskwrap: started without the zygote: {why}\n")

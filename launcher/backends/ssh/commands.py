@@ -117,10 +117,11 @@ _VERIFY = (
 
 # The task of a verified wrapper (``$pid``, ``$child`` from its pid file) is its own: its child,
 # or (forked by the host's fork server) the child of a waiter whose title names it
-# (launcher/remote/zygotewait.py). Sets ``pp`` (the task's parent) and ``own`` (1 or empty).
+# (launcher/remote/zygotewait.py), or the wrapper itself (a warm standby the fork server forks
+# once promoted: taskwrap.py --standby-defer). Sets ``pp`` (the task's parent) and ``own``.
 _OWN_TASK = (
     'pp=$(sed "s/.*) //" /proc/$child/stat 2>/dev/null | cut -d" " -f2); own=""; '
-    'if [ -n "$pp" ] && {{ [ "$pp" = "$pid" ] || tr "\\000" "\\n" < /proc/$pp/cmdline 2>/dev/null | head -n 1 '
+    'if [ -n "$pp" ] && {{ [ "$pp" = "$pid" ] || [ "$child" = "$pid" ] || tr "\\000" "\\n" < /proc/$pp/cmdline 2>/dev/null | head -n 1 '
     '| grep -qxF -- "tfcluster-zygote: the waiter of task $child"; }}; then own=1; fi; '
 )
 # What a wrapper cannot pass on to a task the fork server forked (in a group of its own): sent
@@ -208,7 +209,7 @@ _PROVE = (
     + _OWN_TASK +
     '[ -n "$pp" ] || {{ echo "gone $pf"; continue; }}; '
     '[ -n "$own" ] || {{ echo "notown $pf process $child is not the task of wrapper $pid"; continue; }}; '
-    'tr "\\000" "\\n" < /proc/$child/environ 2>/dev/null | grep -qxF -- "$mark" || '
+    '{{ [ "$child" = "$pid" ] || tr "\\000" "\\n" < /proc/$child/environ 2>/dev/null | grep -qxF -- "$mark"; }} || '
     '{{ echo "notown $pf process $child carries no $mark marker"; continue; }}; '
 )
 

@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(600)
 
 PLAIN = str(ROOT / "tests" / "support" / "plain_tf_config.py")
 READY = r"^\[worker:\d\] \(standby\) tfcluster-standby ready"
+STEP = r"^\[worker:1\] plain-step \d+ "
 START = re.compile(r"^\[(?P<key>worker:\d)\] plain-start (?P<json>\{.*\})$", re.M)
 
 
@@ -86,7 +87,8 @@ def test_an_ssh_runs_tasks_are_forked_from_each_hosts_zygote_and_outlive_it(lab,
             zygotes[h.name] = zygote = zygote_of(h)
             waiters = children(zygote)
             looked[h.name] = (waiters, [children(w) for w in waiters])
-            deferred = [p for p in pids_in_netns(h) if "--standby-defer" in cmdline(p)]
+            deferred = [p for p in pids_in_netns(h) if "--standby-defer" in cmdline(p)  # (not its shell)
+                        and os.path.basename(cmdline(p).split(" ", 1)[0]).startswith("python")]
             looked[h.name + " standbys"] = [children(p) for p in deferred]
         os.kill(zygotes["h1"], signal.SIGKILL)
         (worker1,) = looked["h2"][1][0]
@@ -96,10 +98,9 @@ def test_an_ssh_runs_tasks_are_forked_from_each_hosts_zygote_and_outlive_it(lab,
     def kill_h2s(_proc) -> None:
         os.kill(zygotes["h2"], signal.SIGKILL)
 
-    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, look_and_kill),
-                                   (r"^\[worker:1\] plain-step \d+ ", lambda p: None),
+    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None), (STEP, look_and_kill),
                                    (r"^\[worker:1\] tfcluster-standby promoted", lambda p: None),
-                                   (r"^\[worker:1\] plain-step \d+ ", kill_h2s)], timeout=300)
+                                   (STEP, kill_h2s)], timeout=300)
     assert code == 0, out[-5000:]
     assert "run succeeded after 2 attempt(s)" in out, out[-3000:]
     for h in ("h1", "h2"):
@@ -145,10 +146,9 @@ def test_a_fork_that_fails_on_an_ssh_host_is_answered_cold_and_its_zygote_serves
         alive_after.append(os.path.exists(f"/proc/{with_limit[0][1]}"))
 
     try:
-        code, out = run_and_act(spec, [(READY, lambda p: None), (READY, limit_and_kill),
-                                       (r"^\[worker:1\] plain-step \d+ ", lambda p: None),
+        code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None), (STEP, limit_and_kill),
                                        (r"^\[worker:1\] tfcluster-standby promoted", lambda p: None),
-                                       (r"^\[worker:1\] plain-step \d+ ", look)], timeout=300)
+                                       (STEP, look)], timeout=300)
     finally:
         for cm, _ in with_limit:
             cm.__exit__(None, None, None)
