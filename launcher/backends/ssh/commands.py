@@ -162,7 +162,7 @@ def process_signal_command(sig: int, pidfiles: Iterable[str]) -> str:
 def native_stacks_command(pidfile: str) -> str:
     """py-spy's dump of the task of ``pidfile`` (its own process, checked as ``process_signal_command``
     checks it), where py-spy is on its host (launcher/backends/pyspy.py)."""
-    return remote_command(_VERIFY.format(), pidfile)
+    return remote_command(_VERIFY.format(), pidfile, _OWN_TASK.format())
 
 
 def promote_command(promotion: str, pidfile: str) -> str:
