@@ -38,6 +38,9 @@ ACK_BOUND = 10.0
 # A waiting reference worker's resident memory: TensorFlow, tf_keras and TFDS imported (measured
 # with bench/recovery.py: 566-572 MB on this machine; BENCHMARKS.md, "Recovery").
 STANDBY_BYTES = 600 * 2**20
+# The backends whose hosts fork a run's Python tasks from one import (launcher/backends/zygotes.py,
+# launcher/backends/ssh/zygote.py): there a standby is its wrapper until promoted.
+ZYGOTE_BACKENDS = ("local", "ssh")
 # What a host keeps free besides its standbys: below this plus STANDBY_BYTES per task, none there.
 RESERVE_BYTES = 2**30
 
@@ -96,10 +99,12 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capable: bool, b
                        + (" (restart.warm_standby: true has no effect here)" if value is True else ""))
     if restart.max_restarts == 0 and not elastic:
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
-    cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if backend != "local" else
-            # launcher/backends/zygotes.py: its tasks that use TensorFlow forked from one import
-            "forked from the run's zygote, which imports TensorFlow once, when promoted: until then each is "
-            "its wrapper, about 15 MB")
+    # The backends with a fork server per host (launcher/backends/zygotes.py, ssh/zygote.py): its tasks
+    # that use TensorFlow forked from one import there.
+    zygote = backend in ZYGOTE_BACKENDS
+    cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if not zygote else
+            f"forked from the {'run' if backend == 'local' else 'host'}'s zygote, which imports TensorFlow once, "
+            "when promoted: until then each is its wrapper, about 15 MB")
     cost += "; left off on a host with less memory available"
     stubbed = sorted({_entry_words(c) for c in commands if stub_command(c) is not None})
     how = (f"; {', '.join(stubbed)}: under tfcluster's standby stub (TensorFlow imported where the script names "
@@ -132,10 +137,10 @@ def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
     on, why = decide(spec.restart, [t.command for t in tasks], cls.capabilities.warm_standby, cls.name,
                      elastic=cls.capabilities.elastic and elastic_enabled(spec, placed_hosts(spec)),
                      refused=cls.standby_off(spec) if cls.capabilities.warm_standby else None)
-    if not on and cls.name == "local" and spec.restart.warm_standby is not False:
+    if not on and cls.name in ZYGOTE_BACKENDS and spec.restart.warm_standby is not False:
         # launcher/backends/zygotes.py: the zygote serves a run without standbys too.
-        why += ("; its Python tasks that use TensorFlow are still forked from the run's zygote, which imports "
-                "TensorFlow once (restart.warm_standby: false starts each as its own process)")
+        why += (f"; its Python tasks that use TensorFlow are still forked from the {'run' if cls.name == 'local' else 'host'}'s "
+                "zygote, which imports TensorFlow once (restart.warm_standby: false starts each as its own process)")
     return f"warm standby: {why}"
 
 

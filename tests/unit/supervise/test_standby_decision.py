@@ -21,10 +21,12 @@ def test_the_reference_worker_is_recognised(argv, expected):
 
 
 def test_auto_is_on_for_the_reference_worker_on_a_backend_that_can():
-    on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], True, "ssh")
+    on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], True, "docker")
     assert on and why.startswith("on (auto: tfcluster's worker)") and "0.6 GB each" in why
     on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], True, "local")  # its zygote forks them
     assert on and "forked from the run's zygote, which imports TensorFlow once" in why and "GB each" not in why
+    on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], True, "ssh")  # each host's zygote forks them
+    assert on and "forked from the host's zygote, which imports TensorFlow once" in why and "GB each" not in why
 
 
 @pytest.mark.parametrize("restart, commands, capable, elastic, off_because", [
