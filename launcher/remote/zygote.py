@@ -234,6 +234,11 @@ class Zygote:
             waits.close(fds)
             conn.close()  # the wrapper is gone already
             return
+        if waits.hung_up(conn):  # it stopped waiting (its --zygote-wait passed: it started the task cold)
+            waits.close([*fds, peer])
+            conn.close()
+            _say(f"a request its wrapper (pid {pid}) gave up on: nothing forked")
+            return
         sys.stdout.flush()
         sys.stderr.flush()
         try:

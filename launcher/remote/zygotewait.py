@@ -7,6 +7,7 @@ import json
 import os
 import select
 import signal
+import socket
 
 import zygotechild as forked  # shipped beside this file (its importer, zygote.py, imports it with sibling)
 
@@ -144,6 +145,16 @@ def reap_any() -> None:
             return
         if pid == 0:
             return
+
+
+def hung_up(conn) -> bool:
+    """Whether the wrapper has closed its end (a wrapper never writes after its request)."""
+    try:
+        if not select.select([conn], [], [], 0)[0]:
+            return False  # (nothing to read: not closed)
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def close(fds) -> None:
