@@ -78,6 +78,35 @@ def hosts_pids(lab) -> list[int]:
     return out
 
 
+def role(pid: int) -> str:
+    """What a process of the hosts is, from its command line (for the breakdown at the peak)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "gone"
+    if "the waiter of task" in cmd:
+        return "waiters"
+    if "zygote.py --socket" in cmd:
+        return "zygote wrappers" if "taskwrap" in cmd else "zygotes"
+    if "Remote host agent" in cmd or "agent.py" in cmd:
+        return "agents (fork servers' keepers)"
+    if "--standby-defer" in cmd:
+        return "standbys' wrappers"
+    if "boot.py" in cmd or "taskwrap" in cmd:
+        return "tasks' wrappers"
+    if "tfcluster-standby" in cmd or "STANDBY" in cmd:
+        return "standbys"
+    return "tasks" if "python" in cmd.split(" ", 1)[0] else "shells"
+
+
+def breakdown(pids) -> dict:
+    """MiB of Pss per role."""
+    out: dict = {}
+    for pid in pids:
+        out[role(pid)] = out.get(role(pid), 0) + pss_of([pid]) / 2**20
+    return out
+
+
 def spec_file(work: Path, steps: int, warm: bool) -> Path:
     (work / "state").mkdir(exist_ok=True)
     spec = work / "cluster.yaml"
@@ -97,6 +126,7 @@ def trial(work: Path, steps: int, warm: bool, lab=None) -> dict:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[tuple[float, str]] = []
     peak = [0]
+    where: list = [{}]  # (ssh) the peak's Pss by role
     done = threading.Event()
 
     def sample() -> None:
@@ -109,7 +139,11 @@ def trial(work: Path, steps: int, warm: bool, lab=None) -> dict:
                 pids = [proc.pid] + hosts_pids(lab)
             else:
                 pids = [proc.pid] + (pids_with_env("TFCLUSTER_RUN_ID", run_id) if run_id else [])
-            peak[0] = max(peak[0], pss_of(pids))
+            now = pss_of(pids)
+            if now > peak[0]:
+                peak[0] = now
+                if lab is not None:
+                    where[0] = breakdown(pids[1:])
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -131,7 +165,8 @@ def trial(work: Path, steps: int, warm: bool, lab=None) -> dict:
     return {"first_step": max(first.values()) - began, "pss_mb": peak[0] / 2**20,
             "cpu": usage.ru_utime + usage.ru_stime,
             "steps_per_s": (len(w0) - 1) / (w0[-1] - w0[0]) if len(w0) > 1 and w0[-1] > w0[0] else float("nan"),
-            "ready": [line for _, line in lines if "tfcluster-standby ready" in line]}
+            "ready": [line for _, line in lines if "tfcluster-standby ready" in line],
+            "where": {k: round(v) for k, v in sorted(where[0].items())}}
 
 
 def main() -> None:
@@ -171,7 +206,8 @@ def run(args, lab) -> None:
                 got[warm].append(res)
                 print(f"trial {i + 1} {'default' if warm else 'warm_standby: false':20s} first step {res['first_step']:.2f} s, "
                       f"peak PSS {res['pss_mb']:.0f} MiB, CPU {res['cpu']:.1f} s, {res['steps_per_s']:.1f} steps/s"
-                      + "".join(f"\n    {r}" for r in res["ready"]), flush=True)
+                      + "".join(f"\n    {r}" for r in res["ready"])
+                      + (f"\n    at the peak, MiB of Pss: {res['where']}" if res["where"] else ""), flush=True)
 
     def med(warm: bool, key: str) -> float:
         return statistics.median(r[key] for r in got[warm])

@@ -145,16 +145,22 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
         problems += _second_round(pool, state_sync, plan, names, sessions, replies, marks, tally)
         if problems:
             raise LaunchError(*problems, "no task was started")
-        for name in names:
-            said = replies[name].get("zygote")
-            socket_path = said.get("socket") if isinstance(said, dict) else None
-            if isinstance(socket_path, str) and socket_path:
-                ssh_zygote.keep(pool, pool.hosts[name], sessions.pop(name), socket_path)
-            elif name in reserved:
-                pool.hosts[name].spare = (reserved[name][0], sessions.pop(name))
+        _hand_over(pool, names, replies, reserved, sessions)
     finally:
         for chan in sessions.values():
             close_channel(chan)
+
+
+def _hand_over(pool: "HostPool", names: list[str], replies: dict[str, dict], reserved: dict, sessions: dict) -> None:
+    """Each host's agent, the preflight passed: its fork server's keeper where it started one
+    (ssh/zygote.py), else left waiting to become the host's first task (``hs.spare``)."""
+    for name in names:
+        said = replies[name].get("zygote")
+        socket_path = said.get("socket") if isinstance(said, dict) else None
+        if isinstance(socket_path, str) and socket_path:
+            ssh_zygote.keep(pool, pool.hosts[name], sessions.pop(name), socket_path)
+        elif name in reserved:
+            pool.hosts[name].spare = (reserved[name][0], sessions.pop(name))
 
 
 def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> tuple[Optional[dict], Optional[str]]:
