@@ -31,17 +31,9 @@ Protocol (one JSON object per line on stdin/stdout):
    and this agent removes it at "go" or when it ends if that request never came) and
    a "targets" request with "marker" (a check: the other hosts) add "marker" (and
    "marker_error") to their replies.
-   Request 1 with "zygote": {"argv": [python, options...], "imports": [...], "env": {...},
-   "pad": NAME, "title": N, "grace": s} also starts the host's fork server for the run (zygote.py
-   under taskwrap.py, in the environment boot.py gives a task: this one with "env" and the
-   interpreter's dir first on PATH), its socket bound here first (run dir/z.sock, or a private
-   dir in /tmp where that path is too long for a socket), its lines in run dir/zygote.log; the
-   reply adds "zygote": {"socket": path} or {"error": text}. Its lifeline is this agent: it ends
-   when the agent does, unless "keep" comes.
-   request  -> {"keep": {"lease": seconds}}   (instead of "go": a host whose fork server runs)
-   no reply: the ports are released and this agent stays as the fork server's keeper, its stdin
-   the server's lifeline from now on (lease bytes; EOF or ``lease`` seconds of silence end it,
-   and the server with it).
+   Request 1 with "zygote" also starts the host's fork server (zygotehost.py): the reply adds
+   "zygote": {"socket": path} or {"error": text}. It ends with this agent; "keep" instead of "go"
+   (no reply) makes this agent its keeper, stdin its lifeline from then on (zygotehost.keep).
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
    and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged, once the run dir and
@@ -385,9 +377,9 @@ def main(argv):
     if first.get("marker") and not reply["error"]:
         reply.update(_riding(first["marker"]))
         written = first["marker"]["path"] if reply.get("marker") is True else None
-    zygote = None
-    if first.get("zygote") and not reply["error"]:
-        zygote, reply["zygote"] = _zygote(first["zygote"], reply["run_dir"], reply["workdir"])
+    zygote, said = _zygote(first["zygote"], reply["run_dir"], reply["workdir"]) \
+        if first.get("zygote") and not reply["error"] else (None, None)
+    reply.update({"zygote": said} if said else {})
     drainer = _Drainer(socks)
     _send(reply)
     try:
@@ -403,31 +395,19 @@ def main(argv):
                 _send(out)
             elif "marker" in req:
                 _send(_marker(req["marker"]))
-            elif "keep" in req and zygote is not None:
+            elif ("go" in req and not reply["error"]) or ("keep" in req and zygote is not None):
                 timer.cancel()
                 timer.join()
                 drainer.stop()
                 _unlink(written)
                 written = None
-                for s in socks:
-                    s.close()
-                import zygotehost  # (imported by _zygote)
-
-                zygotehost.keep(lines.fd, float((req["keep"] or {}).get("lease") or 0))
-                return 0  # (its server's lifeline closes in finally)
-            elif "go" in req and not reply["error"]:
-                timer.cancel()
-                timer.join()
-                drainer.stop()
-                _unlink(written)
-                written = None
+                if "keep" in req:  # (its server's lifeline closes in finally, once this one's ends)
+                    return zygote[0].keep(lines.fd, float((req["keep"] or {}).get("lease") or 0), socks)
                 return _go(req["go"], socks, reply["run_dir"], tag)
     finally:
         _unlink(written)
         if zygote is not None:
-            import zygotehost  # (imported by _zygote)
-
-            zygotehost.end(zygote, float(first["zygote"].get("grace") or 5))
+            zygote[0].end(zygote[1], float(first["zygote"].get("grace") or 5))
     drainer.stop()
     for s in socks:
         s.close()
@@ -435,18 +415,18 @@ def main(argv):
 
 
 def _zygote(order, run_dir, workdir):
-    """Start the host's fork server (zygotehost.py, uploaded in this step with the server's own
-    files, checked again before it is imported): (its process or None, what the reply says)."""
+    """The host's fork server started (zygotehost.py: its files checked again before it is imported):
+    ((zygotehost, its process) or None, the reply's "zygote")."""
     problem = unsafe(run_dir, files=("zygotehost.py", "taskwrap.py", "sibling.py", "zygote.py", "zygotewait.py",
                                      "zygotechild.py"))
     if problem:
         return None, {"error": "refusing to run code from %s: %s" % (run_dir, problem)}
     sys.path.insert(0, run_dir)
-    try:
-        import zygotehost
-    finally:
-        sys.path.pop(0)
-    return zygotehost.start(order, run_dir, workdir)
+    import zygotehost
+
+    sys.path.pop(0)
+    proc, said = zygotehost.start(order, run_dir, workdir)
+    return (zygotehost, proc) if proc is not None else None, said
 
 
 def _riding(req):
@@ -460,11 +440,10 @@ def _riding(req):
 
 
 def _unlink(path):
-    if path:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    try:
+        os.unlink(path) if path else None
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

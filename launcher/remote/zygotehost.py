@@ -1,4 +1,6 @@
-"""A host's fork server for a run over ssh, as the host agent (agent.py) starts and keeps it:
+"""A host's fork server for a run over ssh, as the host agent (agent.py) starts and keeps it
+(request 1's "zygote": {"argv": [python, options...], "imports": [...], "env": {...}, "pad":
+NAME, "title": N, "grace": s}; then "keep"):
 zygote.py under taskwrap.py in the environment boot.py gives a task (the agent's own, the run's
 common variables, the interpreter's dir first on PATH), its socket bound first (the wrappers
 never wait for one that is gone: zygoteask.py), its lines in the run dir's zygote.HOST.log. Its
@@ -77,10 +79,13 @@ def end(proc, grace):
     shutil.rmtree(os.path.dirname(proc.socket_path), ignore_errors=True)
 
 
-def keep(fd, lease):
+def keep(fd, lease, socks=()):
     """The host agent stays the fork server's keeper (agent.py "keep") until its stdin ``fd``
     closes or, with a lease, stays silent for ``lease`` seconds (as taskwrap.py's lifeline); then
-    the agent ends, and the server's lifeline (its wrapper's stdin, a pipe) with it."""
+    the agent ends, and the server's lifeline (its wrapper's stdin, a pipe) with it. ``socks``:
+    the ports the preflight held, released first. Returns 0 (the agent's exit)."""
+    for sock in socks:
+        sock.close()
     last = time.monotonic()
     while True:
         timeout = 1.0 if lease <= 0 else max(0.1, min(1.0, lease / 4))
@@ -91,7 +96,7 @@ def keep(fd, lease):
             except OSError:
                 data = b""
             if not data:
-                return
+                return 0
             last = time.monotonic()
         elif lease > 0 and time.monotonic() - last > lease:
-            return
+            return 0
