@@ -88,23 +88,26 @@ def role(pid: int) -> str:
         return "waiters"
     if "zygote.py --socket" in cmd:
         return "zygote wrappers" if "taskwrap" in cmd else "zygotes"
-    if "Remote host agent" in cmd or "agent.py" in cmd:
-        return "agents (fork servers' keepers)"
     if "--standby-defer" in cmd:
         return "standbys' wrappers"
     if "boot.py" in cmd or "taskwrap" in cmd:
         return "tasks' wrappers"
-    if "tfcluster-standby" in cmd or "STANDBY" in cmd:
-        return "standbys"
-    return "tasks" if "python" in cmd.split(" ", 1)[0] else "shells"
+    if "Whether another user could swap a path" in cmd:  # (the host agent: pathtrust.py's text first)
+        return "agents (a fork server's keeper, or the host's first task's wrapper)"
+    if "stub for a Python entrypoint" in cmd:
+        return "tasks (or standbys: under the stub)"
+    return "tasks" if "python" in os.path.basename(cmd.split(" ", 1)[0]) else "others"
 
 
-def breakdown(pids) -> dict:
-    """MiB of Pss per role."""
+def by_role(pids) -> tuple[int, dict]:
+    """The Pss of ``pids`` (bytes), and MiB of it per role (one read of each process)."""
     out: dict = {}
+    total = 0
     for pid in pids:
-        out[role(pid)] = out.get(role(pid), 0) + pss_of([pid]) / 2**20
-    return out
+        pss = pss_of([pid])
+        total += pss
+        out[role(pid)] = out.get(role(pid), 0) + pss / 2**20
+    return total, out
 
 
 def spec_file(work: Path, steps: int, warm: bool) -> Path:
@@ -139,11 +142,12 @@ def trial(work: Path, steps: int, warm: bool, lab=None) -> dict:
                 pids = [proc.pid] + hosts_pids(lab)
             else:
                 pids = [proc.pid] + (pids_with_env("TFCLUSTER_RUN_ID", run_id) if run_id else [])
-            now = pss_of(pids)
+            now, roles = by_role(pids[1:]) if lab is not None else (pss_of(pids), {})
+            if lab is not None:
+                launcher = pss_of(pids[:1])
+                now, roles = now + launcher, {**roles, "the launcher": launcher / 2**20}
             if now > peak[0]:
-                peak[0] = now
-                if lab is not None:
-                    where[0] = breakdown(pids[1:])
+                peak[0], where[0] = now, roles
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
