@@ -33,6 +33,7 @@ class HostPool:
     # Where a task's script is read to know whether its host's fork server serves it (the backend
     # sets it; None: the run uses none, restart.warm_standby false), and the server's stop grace.
     zygote_cwd: Optional[Path] = None
+    zygote_tasks: tuple = ()  # the last plan's tasks (ssh/zygote.py order)
     stop_grace = 5.0
 
     def __init__(self, hosts: Iterable[Host], opts: SSHOptions, base_dir: Path, dirs: tuple[str, str, str],

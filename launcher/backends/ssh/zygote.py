@@ -25,12 +25,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def order(pool: "HostPool", plan: Plan, name: str) -> Optional[dict]:
     """What host ``name``'s agent is asked to start (agent.py request 1 "zygote"), or None where
-    no task of the plan there would be served: the interpreter and imports of its first such
-    task, and the environment its tasks share (a task's own variables left out, room for them)."""
+    no task of the plan would be served: the interpreter and imports of its first such task (a
+    host of no task, a hot spare, keeps standbys for any: the plan's first), and the environment
+    the tasks share (a task's own variables left out, room for them)."""
     if pool.zygote_cwd is None:
         return None
-    for task in plan.tasks:
-        found = plain_entry(task.command, pool.zygote_cwd) if task.host == name else None
+    if plan.tasks:
+        pool.zygote_tasks = plan.tasks  # (a host probed later, alone: a spare made ready for its standbys)
+    for task in sorted(plan.tasks or pool.zygote_tasks, key=lambda t: t.host != name):  # (its own first, in the plan's order)
+        found = plain_entry(task.command, pool.zygote_cwd)
         if found is not None:
             interpreter, imports = found
             return {"argv": interpreter, "imports": list(imports), "env": start_env(task.env_dict),
