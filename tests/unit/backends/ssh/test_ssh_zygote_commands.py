@@ -18,7 +18,7 @@ from launcher.backends import pyspy
 from launcher.backends.ssh.commands import down_command, native_stacks_command, process_signal_command, signal_command
 from launcher.contract import envnames
 from tests.support.waits import wait_for
-from tests.unit.remote.test_zygote import base_env, task_pid, wrap, zygote  # noqa: F401 - the fixture
+from tests.support.zygotes import base_env, task_pid, wrap, zygote  # noqa: F401 - zygote: a fixture
 
 BLOCKED = ("import signal, threading, time\n"
            "signal.signal(signal.SIGUSR2, lambda *a: print('usr2', flush=True))\n"
