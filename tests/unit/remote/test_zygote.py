@@ -133,7 +133,7 @@ def test_the_title_masks_a_secret_argument_and_the_task_has_it(zygote, tmp_path)
             "--epochs", "3", "--data", "/data/x"]
     p = wrap(zygote, argv, pidfile=pidfile)
     assert p.stdout.readline().decode().strip() == repr(argv[3:])
-    task = int(pidfile.read_text().split()[1])
+    task = task_pid(pidfile)
     title = Path(f"/proc/{task}/cmdline").read_bytes().decode()
     assert title.endswith(" --hub-token *** --db postgres://bob:***@db/app --epochs 3 --data /data/x\0"), title
     assert token not in title and "hunter2" not in title
