@@ -132,11 +132,15 @@ def load(path: str) -> Read:
 
 
 def warnings(read: Read, say: "Notices") -> None:
-    """The spec's warnings (files that would shadow its entrypoint, secrets in its arguments), said."""
+    """The spec's warnings (files that would shadow its entrypoint, secrets in its arguments), said;
+    then what its own script would fail at in every task, refused (launcher/loader/scriptcheck.py:
+    TF_CONFIG written by the script, Keras 3 alone where ``keras`` is tf_keras)."""
     from launcher.loader.notes import warnings as noted
+    from launcher.loader.scriptcheck import check_script
 
     for line in noted(read.loaded):
         say.info(line)
+    check_script(read.loaded)
 
 
 def discover(read: Read) -> Discovered:

@@ -30,6 +30,7 @@ from launcher.app.stages import plan_for  # noqa: F401 - the plan from the spec 
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan, build_plan
 from launcher.plan.gputext import asked as gpus_asked, show_gpus
+from launcher.plan.kerasplan import keras_line
 from launcher.record.layout import SUPERVISOR_LOG, name_dir
 from launcher.record.states import Outcome
 from launcher.notices import Notices
@@ -83,7 +84,8 @@ def dry_run(planned: Planned, console: RunConsole) -> RunResult:
             + (f" ({small})" if small else ""))
     return RunResult(Outcome.SUCCEEDED, dry_run=DryRun(plan=now, note=note, spares=tuple(spares_of(spec)),
                                                        standby=standby_line(spec, plan),
-                                                       notes=(start_note(spec, now), hang_line(spec, now))))
+                                                       notes=(start_note(spec, now), hang_line(spec, now),
+                                                              keras_line(spec))))
 
 
 def run(planned: Planned, console: RunConsole, show: Show = Show(), *, run_id: Optional[str] = None,

@@ -60,8 +60,48 @@ def failed(code: int, err: bytes) -> str:
     return f"native frames: py-spy gave none ({why}){hint}"
 
 
+# TensorFlow's threads (their names start "tf_": its compute and data pools) that py-spy does not
+# show (it dumps the threads that run Python): each one's system call and kernel wait, from /proc,
+# read before py-spy pauses the process (launcher/supervise/tfplace.py reads them).
+THREADS = "threads of TensorFlow (from /proc: name, system call, kernel wait):"
+MAX_THREADS = 400  # threads of a task looked at
+_FIELD = 64  # bytes of each /proc field kept (a thread's name is the task's to choose)
+
+
+def thread_states(pid: int, root: str = "/proc") -> str:
+    """THREADS and a line per TensorFlow thread of ``pid`` (``tid N NAME: syscall S in WAIT``; S is
+    the system call's number, ``-`` where /proc does not say), or "" where there is none."""
+    base = os.path.join(root, str(pid), "task")
+    try:
+        tids = sorted(os.listdir(base), key=lambda t: int(t) if t.isdigit() else 0)[:MAX_THREADS]
+    except OSError:
+        return ""
+    lines = []
+    for tid in tids:
+        name, call, wait = (_field(os.path.join(base, tid, f)) for f in ("comm", "syscall", "wchan"))
+        if name.startswith("tf_"):
+            lines.append(f"  tid {escape(tid)[:12]} {escape(name).replace(' ', '_') or '-'}: syscall "
+                         f"{escape(call.split(' ', 1)[0]) or '-'} in {escape(wait).replace(' ', '_') or '-'}")
+    return "\n".join([THREADS, *lines]) if lines else ""
+
+
+def _field(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(_FIELD).decode("utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def dump_local(pid: int, argv0: str, timeout: float = WAIT) -> str:
-    """The native frames of process ``pid`` on this machine (its interpreter ``argv0``)."""
+    """The native frames of process ``pid`` on this machine (its interpreter ``argv0``), then its
+    TensorFlow threads' states (``thread_states``)."""
+    threads = thread_states(pid)
+    frames = _spy_local(pid, argv0, timeout)
+    return frames + ("\n" + threads if threads else "")
+
+
+def _spy_local(pid: int, argv0: str, timeout: float) -> str:
     spy = find(argv0)
     if spy is None:
         return NOT_FOUND
@@ -81,12 +121,16 @@ def remote_command(verify: str, pidfile: str, own: str) -> str:
     check of launcher/backends/ssh/commands.py, which sets ``$child`` or continues) first, then
     ``own`` (whether ``$child`` is the wrapper's task: sets ``$own``); py-spy beside the task's
     argv[0] (the first word of a title, for a task the host's fork server forked: its argv is one
-    word, launcher/remote/zygotechild.py show_argv) or on PATH. It prints ``pid N`` and then
-    py-spy's output, or ``nospy`` where there is none."""
+    word, launcher/remote/zygotechild.py show_argv) or on PATH. It prints the task's TensorFlow
+    threads (between ``threads`` and ``end threads``), ``pid N`` and then py-spy's output, or
+    ``nospy`` where there is none."""
     return (
         f"for pf in {shlex.quote(pidfile)}; do " + verify
         + 'case $child in ""|*[!0-9]*) echo "nopid"; continue;; esac; '
         + own + '{ [ -n "$own" ] && [ "$child" != "$pid" ]; } || { echo "gone"; continue; }; '
+        + 'echo "threads"; for t in /proc/$child/task/*; do n=$(head -c 64 $t/comm 2>/dev/null); '
+        + 'case $n in tf_*) echo "  tid ${t##*/} $n $(head -c 64 $t/syscall 2>/dev/null | cut -d" " -f1) '
+        + '$(head -c 64 $t/wchan 2>/dev/null)";; esac; done | head -n 400; echo "end threads"; '
         + 'first=$(tr "\\0" "\\n" < /proc/$child/cmdline 2>/dev/null | head -n 1); spy=""; '
         + '[ "$(tr "\\0" "\\n" < /proc/$child/cmdline 2>/dev/null | wc -l)" -gt 1 ] || first=${first%% *}; '
         + 'case $first in */*) [ -x "${first%/*}/py-spy" ] && spy="${first%/*}/py-spy";; esac; '
@@ -97,8 +141,26 @@ def remote_command(verify: str, pidfile: str, own: str) -> str:
 
 
 def from_remote(code: int, out: str) -> str:
-    """What ``remote_command`` printed, as the stacks file keeps it ("" for a task that is gone)."""
+    """What ``remote_command`` printed, as the stacks file keeps it ("" for a task that is gone):
+    py-spy's frames, then the task's TensorFlow threads (as ``thread_states``)."""
     lines: Sequence[str] = out.splitlines()
+    threads: list[str] = []
+    if "threads" in lines and "end threads" in lines:
+        start, end = lines.index("threads"), lines.index("end threads")
+        for line in lines[start + 1:end]:
+            words = line.split()
+            if len(words) >= 3 and words[0] == "tid":
+                call = words[3] if len(words) > 4 else "-"
+                threads.append(f"  tid {escape(words[1])[:12]} {escape(words[2])[:64]}: syscall {escape(call)[:12]} "
+                               f"in {escape(words[-1])[:64] if len(words) > 3 else '-'}")
+        lines = list(lines[:start]) + list(lines[end + 1:])
+    frames = _frames_remote(code, lines)
+    if not threads:
+        return frames
+    return (frames + "\n" if frames else "") + "\n".join([THREADS, *threads])
+
+
+def _frames_remote(code: int, lines: Sequence[str]) -> str:
     if code != 0 or not lines or lines[0].startswith(("nopid", "gone")):
         return ""
     if lines[0].strip() == "nospy":

@@ -24,7 +24,8 @@ def load(spec: str, console: Console, *, discover: bool = False, warn: bool = Fa
          gpus: bool = False) -> tuple[LoadedSpec, Plan]:
     """The spec at ``spec`` and its plan, through ``up``'s first stages (launcher/app/stages.py:
     load, discover, plan). ``discover``: hosts: plus what discovery.command prints now; ``warn``:
-    say the spec's warnings (keys it shadows); ``gpus``: this machine's GPUs in the plan (for
+    say the spec's warnings (keys it shadows) and refuse what its own script would fail at in every
+    task (launcher/loader/scriptcheck.py); ``gpus``: this machine's GPUs in the plan (for
     the commands that show what would start). Placeholder hosts where the backend places tasks
     when it allocates."""
     read = stages.load(spec)

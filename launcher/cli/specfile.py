@@ -13,6 +13,7 @@ from launcher.cli.common import JSON_HEAD, load
 from launcher.bounded import escape
 from launcher.errors import EXIT_OK, LaunchError, SpecError, UserError
 from launcher.plan.build import COMPACT, redact_command, write_full_json
+from launcher.plan.kerasplan import keras_line
 from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console
 from launcher.ui.jsontext import json_text
@@ -35,8 +36,11 @@ def _validate_json(spec: str) -> int:
     try:
         from launcher.loader.notes import warnings
 
+        from launcher.loader.scriptcheck import check_script
+
         loaded = load_spec(spec)  # (discovery.command does not run: validating runs nothing of the spec)
         plan = plan_for(loaded.spec)
+        check_script(loaded)
     except UserError as exc:
         if isinstance(exc, SpecError):
             exc = locate(exc, spec)
@@ -93,7 +97,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     else:
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
                           standby=standby_line(loaded.spec, planned),
-                          notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned)]))
+                          notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned),
+                                 keras_line(loaded.spec)]))
         if launch is not None:
             print("\n".join(escape(line) for line in _launch_text(planned.backend, launch)))
     return EXIT_OK

@@ -10,6 +10,9 @@ from __future__ import annotations
 TASK = "TFCLUSTER_TASK"  # the task's key, "worker:3"
 NAME = "TFCLUSTER_NAME"  # the spec's name
 STRATEGY = "TFCLUSTER_STRATEGY"  # the spec's strategy: the worker's --strategy default
+# "tf_keras": a Python task's ``import keras`` is tf_keras (launcher/contract/kerasalias.py; the spec's
+# ``keras``, launcher/plan/kerasplan.py): multi_worker_mirrored and parameter_server, unless ``keras: 3``.
+KERAS = "TFCLUSTER_KERAS"
 CPUS = "TFCLUSTER_CPUS"  # devices: {cpus: N}
 THREADS = "TFCLUSTER_THREADS"  # devices: {threads: auto}: "I/N", the task's place among N on its host (launcher/plan/threads.py)
 # devices: {gpus_per_task, gpu_memory} (launcher/plan/gpus.py, launcher/remote/gpuplace.py): where the plan

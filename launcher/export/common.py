@@ -21,7 +21,7 @@ from launcher.plan import gpus
 from launcher.remote import gpuplace
 from launcher.export.compose import STATE_DIR
 from launcher.errors import SpecError
-from launcher.backends import backend_class
+from launcher.backends import compose_kind
 from launcher.plan import containergpus
 from launcher.plan.build import Placement, Plan, build_plan
 from launcher.spec.model import IMAGE_RE, NOT_EXPORTED, TASK_TYPES, LoadedSpec, Spec, export_verdicts
@@ -141,7 +141,7 @@ def export_plan(spec: Spec) -> Plan:
     each its own host: the engine's replicas get their GPUs and threads where they run, not from
     this machine)."""
     slots = containergpus.placement(spec).slots
-    return build_plan(spec.model_copy(update={"backend": backend_class("docker").name}), Placement(slots))
+    return build_plan(spec.model_copy(update={"backend": compose_kind().name}), Placement(slots))
 
 
 def state_dir(spec: Spec) -> str:
@@ -173,7 +173,8 @@ def type_env(spec: Spec, task_type: str) -> list[tuple[str, str]]:
 
 def container_env(spec: Spec, plan: Plan) -> dict[str, str]:
     """The environment every replica gets: tfcluster's own, minus what the engine sets per replica."""
-    drop = set(PER_TASK_ENV) | {k for k in GPU_ENV if k not in spec.env}
+    # (TFCLUSTER_KERAS: tfcluster's stub makes `import keras` tf_keras; an engine's pod has no stub)
+    drop = set(PER_TASK_ENV) | {k for k in GPU_ENV if k not in spec.env} | {envnames.KERAS}
     env = {k: v for k, v in plan.tasks[0].env if k not in drop} if plan.tasks else {}
     mem = spec.devices.gpu_memory
     if mem == "growth" and gpuplace.GROWTH_VAR not in spec.env:

@@ -31,7 +31,7 @@ def shadowing_file(directory: Path, module: str) -> Optional[Path]:
     return None
 
 
-def _task_dirs(loaded: LoadedSpec) -> list[Path]:
+def task_dirs(loaded: LoadedSpec) -> list[Path]:
     """The local directories whose content becomes a task's working directory, as the spec's
     backend says (``BackendKind.task_dirs``: the workdir where tasks run in it, or in an upload of
     all of it)."""
@@ -44,7 +44,7 @@ def warnings(loaded: LoadedSpec) -> list[str]:
     if module not in SHADOWED:
         return []
     out = []
-    for directory in _task_dirs(loaded):
+    for directory in task_dirs(loaded):
         found = shadowing_file(directory, module)
         if found is not None:
             fix = "use the `tfcluster-worker` command instead" if module == "worker" else "use the `tfcluster` command"

@@ -13,6 +13,7 @@ from typing import AbstractSet, Optional
 
 from launcher.plan import gpus, gputext
 from launcher.plan import containergpus, threads
+from launcher.plan.kerasplan import keras_env
 from launcher.contract import envnames
 from launcher.errors import SpecError
 from launcher.plan.model import (  # noqa: F401 - the plan's types are re-exported: ``from launcher.plan.build import Plan`` works
@@ -32,13 +33,6 @@ from launcher.spec.model import TASK_TYPES, Spec, Tpu
 
 # Task types that are members of the TF cluster (the evaluator is kept out of ``cluster``).
 CLUSTER_TYPES = ("chief", "worker", "ps")
-# Keras 3 (tf.keras since TF 2.16) cannot fit on a distributed dataset under these strategies;
-# tf_keras can. Tasks get TF_USE_LEGACY_KERAS=1 by default (as Ray Train's TensorflowTrainer
-# does), so the TF tutorial runs unmodified; a spec's ``env`` overrides it.
-DEFAULT_ENV = {
-    "multi_worker_mirrored": {"TF_USE_LEGACY_KERAS": "1"},
-    "parameter_server": {"TF_USE_LEGACY_KERAS": "1"},
-}
 
 
 def task_keys(spec: Spec) -> list[tuple[str, int]]:
@@ -65,7 +59,7 @@ def build_plan(spec: Spec, placement: Placement, avoid: AbstractSet[tuple[str, i
             if task_type in CLUSTER_TYPES:
                 jobs.setdefault(task_type, []).append(f"{address}:{port}")
         cluster = Cluster(tuple((task_type, tuple(members)) for task_type, members in jobs.items()))
-    env = dict(DEFAULT_ENV.get(spec.strategy, {}))
+    env = keras_env(spec)  # (launcher/plan/kerasplan.py: what `import keras` and tf.keras are)
     env.update(spec.env)
     env.update({"PYTHONUNBUFFERED": "1", envnames.NAME: spec.name, envnames.STRATEGY: spec.strategy})
     env.update(_device_env(spec))

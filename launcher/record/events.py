@@ -188,6 +188,10 @@ class GroupRestart(RecordEvent):
     ports: Optional[dict[str, Optional[Count]]] = None  # a restart on fresh ports: each task's new port
     restart: Optional[Count] = None  # the restarts counted against restart.max_restarts, this one included
     max_restarts: Optional[Count] = None
+    # After the tasks saved for a preemption (restart.preemption_exit_codes): the preemptions so far,
+    # this one included, and the exit code that asked for it; not counted against max_restarts.
+    preemption: Optional[Count] = None
+    code: Optional[int] = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ import sys
 # The variables' names, from launcher/contract/envnames.py: the launcher puts them in this text
 # before it passes it (launcher/supervise/standby.py's stub_command).
 STANDBY, STANDBY_ENV = "@STANDBY@", "@STANDBY_ENV@"
+KERAS, STRATEGY = "@KERAS@", "@STRATEGY@"
 LIVENESS = "@LIVENESS@"
 
 
@@ -54,6 +55,9 @@ def _liveness(step):
 # launcher/contract/usestf.py's text goes here (stub_command): whether the script uses TensorFlow.
 # @USESTF@
 
+# launcher/contract/kerasalias.py's text goes here (stub_command): ``import keras`` as tf_keras.
+# @KERASALIAS@
+
 # launcher/remote/promotion.py's text goes here (stub_command): the promoted environment.
 # @PROMOTION@
 
@@ -66,6 +70,8 @@ def _main():
     if os.environ.get(STANDBY) == "1":
         _standby(target, module)
     _liveness("install")
+    if os.environ.get(KERAS) == "tf_keras":  # (the promoted environment's: read after the standby's wait)
+        install_keras_alias(os.environ.get(STRATEGY, "this strategy"))
     # The task's own TensorFlow port, last thing before the script (a promoted standby has
     # TensorFlow imported: its script's server binds soon after), and for a cold start again once
     # the script's import of TensorFlow is done: taken, one line, exit 98.

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
-from launcher.supervise.diagnose import peer_abort, port_taken, root_cause
+from launcher.supervise.diagnose import (diagnosis, leader_gone, mismatch, peer_abort, port_taken, root_cause,
+                                         waited_for)
 from launcher.system.procinfo import describe_exit
 from launcher.supervise.policy import hang_watched, silent_by_design
 
@@ -59,17 +60,34 @@ def peer_notes(key: str, keys: Sequence[str], exits: Mapping[str, Optional[int]]
 
 
 def blame_exit(failed: Sequence[str], exits: Mapping[str, Optional[int]], tails: Mapping[str, Sequence[str]],
-               notes: Mapping[str, str], state_note: Callable[[str], str]) -> Fault:
+               notes: Mapping[str, str], state_note: Callable[[str], str],
+               read: Optional[Callable[[str], Optional[str]]] = None,
+               counts: Optional[Mapping[str, Optional[int]]] = None) -> Fault:
     """An exit failed the attempt (``failed[0]`` first): blame the root cause, which may be
-    another task (stopped, hung, unreachable or dead) whose state made TensorFlow abort this one."""
+    another task (stopped, hung, unreachable or dead) whose state made TensorFlow abort this one.
+    ``read``: the text of the task's script at a path its traceback names (diagnose.diagnosis);
+    ``counts``: each task's count of TensorFlow calls (a collective that timed out waited for the
+    live peer behind the others: diagnose.waited_for)."""
     key = failed[0]
-    blame = root_cause(key, tuple(tails.get(key, ())), notes)
+    lines = tuple(tails.get(key, ()))
+    gone = leader_gone(key, lines, exits) or mismatch(lines)  # (the program's failure, not a peer's state)
+    if gone is not None:
+        return Fault(key, f"{gone} ({describe_exit(exits[key])})" if exits[key] is not None else gone, exits[key],
+                     others=tuple(failed[1:]))
+    blame = root_cause(key, lines, notes)
+    waited = waited_for(key, lines, exits, counts or {}) if not blame.consequence(key) or not notes.get(blame.root) \
+        else None
+    if waited is not None:
+        blame = waited
     if not blame.consequence(key):
         # A backend's note on how the task ended ("host2: no word for 16 s ...") says more
         # than the exit code it had to make up.
         # A port another process took before the task's server could bind it: the port and its
         # holder, as the task's own line named them, not a TF crash's exit code.
         reason = port_taken(tuple(tails.get(key, ())), exits[key])
+        found = None if reason else diagnosis(tuple(tails.get(key, ())), read)
+        if found:  # the cause and its fix, where TensorFlow's words hide them
+            reason = f"{found} ({describe_exit(exits[key])})" if exits[key] is not None else found
         return Fault(key, reason or state_note(key) or describe_exit(exits[key]), exits[key],
                      others=tuple(failed[1:]))
     root = blame.root

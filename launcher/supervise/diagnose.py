@@ -3,6 +3,9 @@
 * ``exception_lines``: the exception a Python task died of (type and the start of its message,
   long reprs such as tensor dumps shortened), found in a tail longer than the one shown.
 * ``hint``: one line for a known failure signature (a small table, table-tested).
+* ``diagnosis``: the cause and its fix where TensorFlow's words hide them (a strategy created too
+  late, with the script's first TensorFlow call; an abort that follows another error): the failure's
+  reason.
 * ``named_peer`` / ``peer_abort``: whether the lines say the task was aborted because of
   another task (TF's coordination service, collective ops, a reset connection to a peer).
 * ``root_cause``: given the task that failed and the state of every other task of the group,
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.contract.portcheck import TASK_EXIT_PORT_TAKEN, PORT_FIX, port_holders
 
@@ -163,6 +166,137 @@ def hint(lines: Sequence[str], gpus: bool = False, port: Optional[int] = None) -
                 return f"port {port} was taken by {', '.join(holders)}: stop it, or change ports.base in the spec"
             return message
     return None
+
+
+# What TensorFlow says when a MultiWorkerMirroredStrategy is created after its runtime started
+# (tensorflow/python/eager/context.py, configure_collective_ops).
+LATE_COLLECTIVES = "Collective ops must be configured at program startup"
+# GrpcServer::Stop (tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc) returns this for a
+# started server; its destructor CHECKs it, so a process that drops a started server aborts with it
+# (``F ... Non-OK-status: Stop() status: UNIMPLEMENTED: Clean shutdown is not currently implemented``):
+# always after another error, which is the cause.
+CLEAN_SHUTDOWN = "Clean shutdown is not currently implemented"
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
+_LIBRARY_FILE = re.compile(r"/(?:site|dist)-packages/|/lib/python\d+(?:\.\d+)?/|^<")
+# An error TensorFlow logged (absl's E/F prefix, or the older "... E tensorflow/...") before an abort.
+_LOGGED_ERROR = re.compile(r"^(?:[EF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [EF] )"
+                           r"(?:[\w./-]+/)?[\w.]+:\d+\] (?P<msg>.+)$")
+
+
+def diagnosis(lines: Sequence[str], read: Optional[Callable[[str], Optional[str]]] = None) -> Optional[str]:
+    """The cause and its fix for a failure TensorFlow words obscurely, or None: a strategy created
+    after TensorFlow's runtime started (``read(path)``: the text of the script its traceback names,
+    None where it cannot be read here; the first TensorFlow call before the strategy is named from
+    it), and TensorFlow's abort on stopping its server, which only follows an earlier error."""
+    for i, line in enumerate(lines):
+        if LATE_COLLECTIVES in line:
+            return _late(lines[:i], read)
+    for i, line in enumerate(lines):
+        if CLEAN_SHUTDOWN in line:
+            return _clean_shutdown(lines[:i])
+    return mismatch(lines)
+
+
+# Two workers met at one collective with different tensors (collective_param_resolver_local.cc /
+# the CompleteInstance RPC): they traced different programs.
+_MISMATCH = re.compile(r"Collective instance \d+ expected type \d+ and data_type \d+ but got type \d+ and "
+                       r"data_type \d+|Collective instance \d+ expected shape .{1,80} but got")
+
+
+def mismatch(lines: Sequence[str]) -> Optional[str]:
+    """For a collective two workers entered with different tensors: the workers run different
+    programs (the task's own failure, whichever peer reported it), else None."""
+    found = next((m.group(0) for line in lines if (m := _MISMATCH.search(line))), None)
+    if found is None:
+        return None
+    return (f"the workers met at a collective with different tensors ({shorten(found, 120)}): they run different "
+            "steps; every worker must build the same model, dataset structure and step (a branch on the task's "
+            "index, or one worker's dataset ending or typed differently, makes them differ)")
+
+
+def user_frame(lines: Sequence[str]) -> Optional[tuple[str, int]]:
+    """(path, line) of the last frame of the user's own code in these traceback lines."""
+    found = None
+    for line in lines:
+        m = _FRAME.match(line)
+        if m and not _LIBRARY_FILE.search(m.group("path")):
+            found = (m.group("path"), int(m.group("line")))
+    return found
+
+
+def _late(before: Sequence[str], read: Optional[Callable[[str], Optional[str]]]) -> str:
+    from launcher.loader.scriptread import first_tf_call
+
+    head = "the strategy was created after TensorFlow had started: create the strategy before any other TensorFlow call"
+    where = user_frame(before)
+    if where is None:
+        return head
+    path, line = where
+    name = path.rsplit("/", 1)[-1]
+    text = read(path) if read is not None else None
+    first = first_tf_call(text, line) if text else None
+    if first is None:
+        return f"{head} ({name}:{line} creates it after one)"
+    return f"{head}: {name}:{first[0]} calls {first[1]} first ({name}:{line} creates the strategy)"
+
+
+def _clean_shutdown(before: Sequence[str]) -> str:
+    cause = next((m.group("msg") for line in reversed(before) if (m := _LOGGED_ERROR.match(line))
+                  and CLEAN_SHUTDOWN not in line), None) or next(iter(exception_lines(before, 1)), None)
+    said = (f"; the error before it: {shorten(cause, 160)}" if cause else
+            "; the error before it is the cause (the task's log)")
+    return ("TensorFlow aborted stopping its server (\"Clean shutdown is not currently implemented\"): a consequence, "
+            f"not the cause{said}")
+
+
+# A collective that gave up waiting (base_collective_executor.cc; collective.timeout, or
+# CommunicationOptions(timeout_seconds=...)).
+_COLLECTIVE_TIMEOUT = re.compile(r"Collective has timed out (?:during execution|waiting for other workers)")
+# The coordination service's agent that lost its leader (coordination_service_agent.cc /
+# base_collective_executor.cc: "Failed to send RPC to coordination service. Either the leader task
+# was preempted/died/restarted unexpectedly or this task is experiencing network issues.").
+_LEADER_LOST = re.compile(r"Failed to send RPC to coordination service|leader task was preempted/died")
+
+
+def waited_for(key: str, lines: Sequence[str], exits: Mapping[str, Optional[int]],
+               counts: Mapping[str, Optional[int]]) -> Optional["Blame"]:
+    """For a task whose collective timed out: the live peer it waited for, or None. The only other
+    live task is that peer; among several, the one behind every other in its count of TensorFlow
+    calls (the others reached the collective: a count does not tell a task inside the collective
+    from one that never called it, so equal counts decide nothing)."""
+    if not any(_COLLECTIVE_TIMEOUT.search(line) for line in lines):
+        return None
+    live = [k for k, code in exits.items() if code is None and k != key and k.split(":")[0] != "evaluator"]
+    if len(live) == 1:
+        return Blame(live[0], f"a collective of {key} timed out waiting for it (collective.timeout): it was still "
+                              "running and never joined that collective (its last lines say where it was)")
+    mine = counts.get(key)
+    known = [k for k in live if counts.get(k) is not None]
+    if mine is None or len(known) < 2:
+        return None
+    low = min(known, key=lambda k: counts[k] or 0)
+    if (counts[low] or 0) >= mine or sum(1 for k in known if counts[k] == counts[low]) > 1:
+        return None
+    return Blame(low, f"a collective of {key} timed out waiting for it (collective.timeout): its count of TensorFlow "
+                      f"calls stopped at {counts[low]} while {key}'s reached {mine}")
+
+
+def leader_gone(key: str, lines: Sequence[str], exits: Mapping[str, Optional[int]]) -> Optional[str]:
+    """For a task that lost a peer which had ended normally (exit 0) before it: the coordination
+    service's leader (the chief, else worker 0), or the peer its aborted collective names. The
+    tasks did not end together: the words and the fix, else None."""
+    fix = ("every task must run the same collective steps to the end (a task that stops early, or one that does "
+           "more, such as only the chief evaluating, leaves the others without it)")
+    leader = "chief:0" if "chief:0" in exits else "worker:0"
+    if leader != key and exits.get(leader) == 0 and any(_LEADER_LOST.search(line) for line in lines):
+        return f"lost TensorFlow's coordination service when {leader}, which runs it, ended (exit 0) before this task did: {fix}"
+    if not peer_abort(lines):
+        return None
+    ended = [f"{m.group(1)}:{m.group(2)}" for line in lines for m in _TASK_REF.finditer(line)]
+    ended = [k for k in ended if k != key and exits.get(k) == 0]
+    if not ended:
+        return None
+    return f"its collective lost {ended[-1]}, which had ended (exit 0) before this task did: {fix}"
 
 
 _TASK_REF = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")

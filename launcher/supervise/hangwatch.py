@@ -136,7 +136,8 @@ class HangWatch:
         live = [k for k in self.group.handles if exits.get(k) is None]
         stopped = {k: note for k, note in self.group.state_notes(live).items() if note}
         stacks = self.take_stacks([k for k in live if k not in stopped])  # (a stopped one would answer late)
-        for key, text in self.with_native(stacks).items():
+        stacks = self.with_native(stacks)  # (the native frames and TensorFlow's threads tell where inside it)
+        for key, text in stacks.items():
             try:
                 path = stacks_path(self.record.dir, attempt + 1, key)
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,6 +223,11 @@ class HangWatch:
                     f"task stopped the others: {verdict.why}")
         if verdict.why == "stopped":
             return f"hung: no progress for {stall.limit:g} s (watchdog.hang_timeout); {stopped[verdict.key]}"
+        if verdict.why == "inside TensorFlow":
+            at = f" at {verdict.frame.where()}" if verdict.frame is not None and not verdict.detail else ""
+            detail = f": {verdict.detail}" if verdict.detail else ""
+            return (f"stuck {stall.idle:.0f} s inside TensorFlow, in {verdict.place}{at}{detail}, while the others "
+                    f"wait in {verdict.others} {limit}")
         if verdict.frame is None:
             return f"stuck {stall.idle:.0f} s, behind the others in its count of TensorFlow calls {limit}"
         code = code_at(verdict.frame.file, verdict.frame.line)

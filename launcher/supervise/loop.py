@@ -41,7 +41,8 @@ from launcher.supervise.membership import Ended, HostsGiven, Membership, Moved
 from launcher.supervise.outcome import Reporter
 from launcher.supervise.output import TaskOutput
 from launcher.supervise.phases import AllReady, AttemptPhases, AttemptWatch
-from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, backoff_delay, retry_decision
+from launcher.supervise.policy import (FAILED, SUCCEEDED, Attempt, backoff_delay, preempted, retry_decision,
+                                      too_many_preemptions)
 from launcher.supervise.prewarm import Prewarm
 from launcher.supervise.standby import WarmStandby, decide as standby_decision
 from launcher.supervise.starts import Starter
@@ -134,6 +135,7 @@ class Supervisor:
         try:
             number = 0  # attempts so far - 1 (TFCLUSTER_RESTART_COUNT)
             failures = 0  # failed attempts that count against restart.max_restarts
+            preemptions = 0  # attempts whose tasks saved for a preemption (restart.preemption_exit_codes)
             while True:
                 attempt = self._run_attempt(number)
                 if attempt.state == SUCCEEDED:
@@ -160,6 +162,16 @@ class Supervisor:
                     if moved is Moved.RESTART:
                         number += 1  # a host loss is the infrastructure's, not a failure of the training
                         continue
+                if preempted(failure, self.restart.preemption_exit_codes):
+                    preemptions += 1  # its tasks saved and asked for a restart: not a failure of the training
+                    if preemptions > self.restart.max_preemptions:
+                        why = too_many_preemptions(preemptions, self.restart.max_preemptions)
+                        self.record.write(ev.GaveUp(reason=why))
+                        return self._finish(Outcome.FAILED, reason=why)
+                    number += 1
+                    if self._restart_group(number, failure, 0.0, preemption=preemptions):
+                        return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)
+                    continue
                 retryable, why = retry_decision(failure, self.restart.permanent_exit_codes)
                 if not retryable:
                     self.record.write(ev.GaveUp(task=failure.key, reason=why, final=failure.final))
@@ -172,11 +184,7 @@ class Supervisor:
                 number += 1
                 failures += 1
                 delay = backoff_delay(failures, self.restart.backoff, self.restart.max_backoff)
-                fresh = self.members.restart_on_fresh_ports(number)  # (slurm: the old steps leave their nodes late)
-                self.record.write(ev.GroupRestart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
-                                                  ports={t.key: t.port for t in self.plan.tasks} if fresh else None,
-                                                  restart=failures, max_restarts=self.restart.max_restarts))
-                if delay and self.stop_event.wait(delay):
+                if self._restart_group(number, failure, delay, restart=failures):
                     return self._finish(Outcome.INTERRUPTED, reason=self.stop_reason)
         finally:
             self.members.close()
@@ -186,6 +194,18 @@ class Supervisor:
             if gpu_watch is not None:
                 gpu_watch.close()
             snapshots.close()  # the last one: the record as it ends
+
+    def _restart_group(self, number: int, failure, delay: float, restart: Optional[int] = None,
+                       preemption: Optional[int] = None) -> bool:
+        """Record the whole group's restart as attempt ``number`` after ``delay`` s: the ``restart``-th
+        counted against restart.max_restarts, or the ``preemption``-th after the tasks saved for a
+        preemption (not counted); True when a stop came during the delay."""
+        fresh = self.members.restart_on_fresh_ports(number)  # (slurm: the old steps leave their nodes late)
+        self.record.write(ev.GroupRestart(attempt=number, delay=delay, after=failure.key, reason=failure.reason,
+                                          ports={t.key: t.port for t in self.plan.tasks} if fresh else None,
+                                          restart=restart, max_restarts=self.restart.max_restarts if restart else None,
+                                          preemption=preemption, code=failure.code if preemption else None))
+        return bool(delay) and self.stop_event.wait(delay)
 
     def interrupt(self) -> None:
         """First call: stop gracefully (SIGTERM, grace, SIGKILL). Second call: SIGKILL now."""

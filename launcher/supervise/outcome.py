@@ -10,6 +10,7 @@ plan, the standbys, the attempts so far), and writes only the record and an atte
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from launcher.plan.build import Plan
@@ -58,12 +59,22 @@ class Reporter:
         with self.group.lock:
             tails = {k: tuple(self.group.tails.get(k, ())) for k in failed}
             activity = dict(self.group.activity)
+            counts = {k: self.group.counts.get(k) for k in self.group.handles}
         asked = self.state_notes(peers_to_ask(failed[0], list(self.group.handles), exits))
         notes = peer_notes(failed[0], list(self.group.handles), exits,
                            lambda k: asked[k] if k in asked else self.state_note(k), now=now, since=since,
                            activity=activity, hang_timeout=output_limit(self.watchdog.hang_timeout), strategy=self.plan.strategy)
-        fault = blame_exit(failed, exits, tails, notes, self.state_note)
+        fault = blame_exit(failed, exits, tails, notes, self.state_note, self.script_text, counts)
+        if fault.code is not None and fault.code in self.restart.preemption_exit_codes:
+            fault = replace(fault, reason=f"saved for a preemption and asks for a restart (exit {fault.code}: "
+                                          "restart.preemption_exit_codes)")
         self.fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
+
+    def script_text(self, path: str) -> Optional[str]:
+        """The text of the script a task's traceback names, where it is the entrypoint's own here."""
+        from launcher.loader.scriptcheck import entry_source
+
+        return entry_source(self.plan.tasks[0].command if self.plan.tasks else (), path)
 
     def fail(self, attempt: Attempt, key: str, reason: str, code: Optional[int], others: tuple = (),
               consequences: tuple = (), final: bool = False, hung_since: Optional[float] = None,

@@ -270,7 +270,8 @@ class AttemptPhases:
         gracefully, not killed at once. Two ways a save is under way when an attempt fails:
         a host's shutdown (a Spot preemption) sends SIGTERM to its tasks as it ends their
         sessions (a lost session), and a task SIGTERMed on its own (the GCE notice's wrapper, a
-        ``kill``) says ``tfcluster-saving`` and exits 143 once saved. Either way the reference
+        ``kill``) says ``tfcluster-saving`` and exits 143 once saved, or exits with a code of
+        restart.preemption_exit_codes (TensorFlow's preemption handler, saved). Either way the reference
         worker's graceful preemption has every worker save the step they agree on
         (worker/preemption.py): the survivors take part in that save, so killing them would lose
         it, and the next attempt would redo the steps since the last periodic backup. They get
@@ -285,6 +286,11 @@ class AttemptPhases:
         survivors = [h for h in handles if h.poll() is None and h.session_lost is None]
         with self.group.lock:
             agreed = any(h.key in self.group.saving for h in handles)
+        # A task that exited for a preemption (TensorFlow's PreemptionCheckpointHandler: its save is
+        # written) had every worker agree on that save: the others finish theirs and exit, awaited
+        # up to watchdog.stop_grace (they say no tfcluster-saving line).
+        preempting = any(h.poll() in self.restart.preemption_exit_codes for h in handles)
+        agreed = agreed or preempting
         lost = any(h.session_lost is not None for h in handles)
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
@@ -305,7 +311,8 @@ class AttemptPhases:
             with self.group.lock:  # (both are this attempt's: a new process clears its marks)
                 saving = [h.key for h in running if h.key in self.group.saving]
                 unsaved = [k for k in saving if k not in self.group.saved]
-            if not running or (saving and not unsaved) or now - start > (self.watchdog.stop_grace if saving else look):
+            if not running or (saving and not unsaved) or \
+                    now - start > (self.watchdog.stop_grace if saving or preempting else look):
                 return
             time.sleep(min(self.poll_interval, 0.05))
 

@@ -174,6 +174,20 @@ def retry_decision(failure: AttemptFailure, permanent_exit_codes: Sequence[int])
     return True, f"{describe_exit(code)} is retryable"
 
 
+def preempted(failure: AttemptFailure, codes: Sequence[int]) -> bool:
+    """The attempt ended because its tasks saved for a preemption and asked to be restarted: the
+    root cause exited with one of ``codes`` (restart.preemption_exit_codes: TensorFlow's
+    PreemptionCheckpointHandler exits 42 once its save is written; the others it took with it, in
+    the same agreement, exit so too). Not a failure of the training: restarted without spending
+    restart.max_restarts."""
+    return failure.code is not None and failure.code in codes and not failure.final
+
+
+def too_many_preemptions(count: int, most: int) -> str:
+    return (f"gave up after {count} preemptions ({most} restarted: restart.max_preemptions); raise it, or look "
+            "at why the tasks keep exiting with a code of restart.preemption_exit_codes")
+
+
 def backoff_delay(attempt: int, backoff: float, max_backoff: float) -> float:
     """Seconds to wait before relaunch ``attempt`` (1-based): backoff * 2**(attempt-1), capped."""
     if backoff <= 0 or attempt <= 0:

@@ -45,12 +45,14 @@ RESERVE_BYTES = 2**30
 def _stub_source() -> str:
     from pathlib import Path
 
-    from launcher.contract import liveness, portcheck, standbyprio, usestf
+    from launcher.contract import kerasalias, liveness, portcheck, standbyprio, usestf
     from launcher.remote import source
 
     live = Path(liveness.__file__).read_text(encoding="utf-8")
     return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
             .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live))
+            .replace('"@KERAS@"', repr(envnames.KERAS)).replace('"@STRATEGY@"', repr(envnames.STRATEGY))
+            .replace("# @KERASALIAS@\n", Path(kerasalias.__file__).read_text(encoding="utf-8"))
             .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8"))
             .replace("# @PORTCHECK@\n", Path(portcheck.__file__).read_text(encoding="utf-8"))
             .replace("# @USESTF@\n", Path(usestf.__file__).read_text(encoding="utf-8"))

@@ -13,7 +13,11 @@ The evidence, in order:
    other libraries -- ``time.sleep``, ``socket``, ``requests`` -- are passed over: a generator
    blocked in a download is the generator's). A user frame that every task shows alike (a
    metrics thread on every worker) is no evidence;
-3. among several such tasks, or none, the one behind the others in its count.
+3. among several such tasks, or none, the one behind the others in its count;
+4. every task inside TensorFlow: the one that waits somewhere else than the others -- in its input
+   pipeline, a save, an evaluation or a callback, or with a thread of TensorFlow's blocked in the
+   kernel (reading a file or a pipe) -- while they wait in a collective or their step
+   (launcher/supervise/tfplace.py), named with the frame that tells.
 
 Where none of that decides, the verdict says so and names no task.
 """
@@ -25,13 +29,17 @@ from typing import Mapping, Optional, Sequence
 
 # The stacks' text parsed, and each frame's kind (the record's stacks files are read the same way).
 from launcher.record.stacks import Frame, Thread, in_user_code, is_stack_line, kind, parse  # noqa: F401
+from launcher.supervise.tfplace import odd_one_out
 
 
 @dataclass(frozen=True)
 class Culprit:
     key: Optional[str]  # the task that stopped the others; None: the evidence does not decide
-    why: str  # "stopped", "user code", "behind", or what did not decide
+    why: str  # "stopped", "user code", "behind", "inside TensorFlow", or what did not decide
     frame: Optional[Frame] = None  # the culprit's innermost user frame, when its stacks show one
+    place: str = ""  # inside TensorFlow: where ("its input pipeline", "a save", ...; tfplace.py)
+    others: str = ""  # inside TensorFlow: where the others wait ("a collective")
+    detail: str = ""  # inside TensorFlow: the thread of TensorFlow's that tells, where no frame does
 
 
 def user_frames(text: str) -> list[Frame]:
@@ -59,6 +67,11 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
         return Culprit(behind, "user code", evidence[behind][0])
     if not suspects and behind is not None:
         return Culprit(behind, "behind", _first(frames.get(behind, ())))
+    if not suspects:
+        odd = odd_one_out([k for k in keys if k in stacks], stacks)
+        if odd is not None:
+            key, where, waiting = odd
+            return Culprit(key, "inside TensorFlow", where.frame, where.place, waiting, where.detail)
     if suspects:
         return Culprit(None, f"{', '.join(suspects)} all sit in code of their own, none behind the others")
     if not frames:

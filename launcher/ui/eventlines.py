@@ -83,9 +83,14 @@ def _gave_up(e: ev.GaveUp, *_) -> list[Said]:
 
 
 def _group_restart(e: ev.GroupRestart, *_) -> list[Said]:
-    if e.restart is None:
+    if e.preemption is not None:
+        note = (f"({e.after} exited {e.code} after saving for a preemption: restart.preemption_exit_codes; "
+                "restart.max_restarts not spent)")
+    elif e.restart is not None:
+        note = f"(restart {e.restart} of {e.max_restarts})"
+    else:
         return []
-    return _info(f"restarting the whole group (restart {e.restart} of {e.max_restarts})"
+    return _info(f"restarting the whole group {note}"
                  + (" on fresh ports" if e.ports is not None else "") + (f" in {e.delay:.1f} s" if e.delay else ""))
 
 

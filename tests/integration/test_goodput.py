@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from launcher.contract import progress
+from launcher.contract import progress as lines
 from launcher.contract.progress import parse
 from tests.support.cli import tfcluster
 import launcher.record.events as ev
@@ -29,13 +29,13 @@ def _own_lines(spec) -> dict:
         p = parse(line)
         if p is None:
             continue
-        if isinstance(p, progress.StartLine):
+        if isinstance(p, lines.StartLine):
             attempts.append({"restored": p.global_step, "first": None, "last": None, "step": None, "backups": 0.0})
-        elif attempts and isinstance(p, progress.FirstStepLine):
+        elif attempts and isinstance(p, lines.FirstStepLine):
             attempts[-1].update(first=p.time, last=p.time, step=p.global_step)
-        elif attempts and isinstance(p, (progress.StepLine, progress.EpochLine)) and attempts[-1]["first"] is not None:
+        elif attempts and isinstance(p, (lines.StepLine, lines.EpochLine)) and attempts[-1]["first"] is not None:
             attempts[-1].update(last=p.time, step=p.global_step)
-        elif attempts and isinstance(p, progress.BackupLine):
+        elif attempts and isinstance(p, lines.BackupLine):
             attempts[-1]["backups"] += p.seconds
     trained = [a for a in attempts if a["first"] is not None]
     return {"attempts": attempts, "span": sum(a["last"] - a["first"] for a in trained),

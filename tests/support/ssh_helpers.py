@@ -144,3 +144,51 @@ def make_spec(tmp_path, lab):
 def pids_in_netns(lab_host) -> list[int]:
     out = subprocess.run(["ip", "netns", "pids", lab_host.netns], capture_output=True, text=True, timeout=10).stdout
     return [int(p) for p in out.split()]
+
+
+# A GCE metadata server of the tests' own, run in a host's namespace (tests/integration/ssh/test_ssh_gce.py,
+# test_ssh_tf_users.py): python -c GCE_SERVER FLAG_FILE PORT.
+GCE_PORT = 8765
+
+# GCE's metadata server, as far as the watcher uses it: the header is required, the value is
+# TRUE/FALSE, ?wait_for_change=true&last_etag=E blocks until the value's ETag differs from E.
+GCE_SERVER = r"""
+import hashlib, http.server, sys, time
+flag = sys.argv[1]
+
+def value():
+    try:
+        return open(flag).read().strip() or "FALSE"
+    except OSError:
+        return "FALSE"
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        path, _, query = self.path.partition("?")
+        if self.headers.get("Metadata-Flavor") != "Google":
+            self.send_response(403); self.end_headers(); return
+        if path != "/computeMetadata/v1/instance/preempted":
+            self.send_response(404); self.end_headers(); return
+        args = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+        tag = lambda v: hashlib.md5(v.encode()).hexdigest()[:8]
+        if args.get("wait_for_change") == "true":
+            end = time.time() + 60
+            while time.time() < end and tag(value()) == args.get("last_etag"):
+                time.sleep(0.05)
+        v = value()
+        served = time.time()  # before the reply leaves: the client cannot act on it earlier
+        body = v.encode()
+        self.send_response(200)
+        self.send_header("Metadata-Flavor", "Google")
+        self.send_header("ETag", tag(v))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        with open(flag + ".log", "a") as log:
+            log.write(f"{served:.3f} {self.path} {v}\n")
+
+    def log_message(self, *a):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), H).serve_forever()
+"""

@@ -67,6 +67,14 @@ class Spec(OptionsModel):
         "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
         "propertyNames": {"pattern": ENV_RE.pattern, "not": {"enum": list(RESERVED_ENV)}}})
     """Extra environment for every task (numbers and booleans become strings; TF_CONFIG is tfcluster's)."""
+    keras: Annotated[Literal["auto", 2, 3], EXPORTED] = "auto"
+    """What `import keras` is in a task that runs a Python script or module. auto: tf_keras under
+    multi_worker_mirrored and parameter_server, whose training Keras 3 cannot run (its `model.fit` fails
+    on their distributed datasets), with `tf.keras` tf_keras too (TF_USE_LEGACY_KERAS=1); a script that
+    uses what only Keras 3 has (`keras.ops`, `keras.random`, another backend) is refused before any task
+    starts; elsewhere the installed Keras. 2: tf_keras under every strategy. 3: the installed Keras 3,
+    `tf.keras` included, under every strategy (a custom training loop only, under those two). An
+    export carries TF_USE_LEGACY_KERAS; the `import keras` alias is tfcluster's task stub's."""
     restart: Annotated[Restart, EXPORTED] = Restart()
     """How the supervisor reacts to failures."""
     elastic: Annotated[Optional[Elastic], NOT_EXPORTED] = None

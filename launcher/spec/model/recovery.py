@@ -24,6 +24,13 @@ class Restart(OptionsModel):
     permanent_exit_codes: tuple[Whole, ...] = tuple(range(1, 128))
     """Exit codes that are never retried (a Python error, bad usage; default 1-127). Signals (128+N) and
     codes outside this list are retryable, like Kubeflow's ExitCode policy."""
+    preemption_exit_codes: tuple[Whole, ...] = (42,)
+    """Exit codes that mean the task saved for a preemption and asks to be restarted, which restart the
+    group without spending `max_restarts` (a preemption, not a failure): TensorFlow's
+    `PreemptionCheckpointHandler` exits 42 once its save is written (its `TerminationConfig`'s
+    `exit_fn` may choose another: list it here). A code here is never permanent."""
+    max_preemptions: UInt = 20
+    """Restarts after a preemption's exit a run takes in all; the next one ends it in one line."""
     warm_standby: Annotated[Any, WithJsonSchema({"enum": ["auto", True, False]})] = "auto"
     """Once an attempt is up, pre-start the next attempt's processes; they import TensorFlow and wait
     (TFCLUSTER_STANDBY=1) until a failure promotes them. auto: on where it is safe (a backend that can,

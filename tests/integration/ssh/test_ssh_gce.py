@@ -18,56 +18,12 @@ from tests.support.waits import wait_for
 
 from .conftest import PY
 from .conftest import task_processes
-from tests.support.ssh_helpers import NOTICE, private_state, bring_back, preempt
+from tests.support.ssh_helpers import GCE_PORT as PORT, GCE_SERVER as SERVER, NOTICE, private_state, bring_back, preempt
 import launcher.record.events as ev
 from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.tf]
 
-PORT = 8765
-
-# GCE's metadata server, as far as the watcher uses it: the header is required, the value is
-# TRUE/FALSE, ?wait_for_change=true&last_etag=E blocks until the value's ETag differs from E.
-SERVER = r"""
-import hashlib, http.server, sys, time
-flag = sys.argv[1]
-
-def value():
-    try:
-        return open(flag).read().strip() or "FALSE"
-    except OSError:
-        return "FALSE"
-
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        path, _, query = self.path.partition("?")
-        if self.headers.get("Metadata-Flavor") != "Google":
-            self.send_response(403); self.end_headers(); return
-        if path != "/computeMetadata/v1/instance/preempted":
-            self.send_response(404); self.end_headers(); return
-        args = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
-        tag = lambda v: hashlib.md5(v.encode()).hexdigest()[:8]
-        if args.get("wait_for_change") == "true":
-            end = time.time() + 60
-            while time.time() < end and tag(value()) == args.get("last_etag"):
-                time.sleep(0.05)
-        v = value()
-        served = time.time()  # before the reply leaves: the client cannot act on it earlier
-        body = v.encode()
-        self.send_response(200)
-        self.send_header("Metadata-Flavor", "Google")
-        self.send_header("ETag", tag(v))
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-        with open(flag + ".log", "a") as log:
-            log.write(f"{served:.3f} {self.path} {v}\n")
-
-    def log_message(self, *a):
-        pass
-
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), H).serve_forever()
-"""
 
 
 def test_the_gce_notice_saves_before_the_os_sigterm_and_the_task_moves_to_the_spare(lab, make_spec, tmp_path):

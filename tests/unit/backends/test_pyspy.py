@@ -118,3 +118,20 @@ def test_a_local_dump_of_a_real_blocked_process(tmp_path, monkeypatch):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_tensorflows_threads_are_read_from_proc_and_from_the_hosts_lines(tmp_path):
+    from launcher.backends.pyspy import THREADS, from_remote, thread_states
+
+    for tid, name, call, wait in (("11", "python", "202 0x1", "futex_do_wait"), ("12", "tf_Compute", "257 0xff 0x1",
+                                   "wait_for_partner"), ("13", "tf_data\x1b[2J", "0 0x3", "pipe_read")):
+        folder = tmp_path / "42" / "task" / tid
+        folder.mkdir(parents=True)
+        for f, v in (("comm", name), ("syscall", call), ("wchan", wait)):
+            (folder / f).write_text(v + "\n")
+    assert thread_states(42, root=str(tmp_path)).splitlines() == [
+        THREADS, "  tid 12 tf_Compute: syscall 257 in wait_for_partner", "  tid 13 tf_data\\x1b[2J: syscall 0 in pipe_read"]
+    assert thread_states(43, root=str(tmp_path)) == ""
+    out = "threads\n  tid 12 tf_Compute 257 wait_for_partner\n  tid 14 tf_Compute futex_do_wait\nend threads\nnospy\n"
+    assert from_remote(0, out).splitlines()[1:] == [
+        THREADS, "  tid 12 tf_Compute: syscall 257 in wait_for_partner", "  tid 14 tf_Compute: syscall - in futex_do_wait"]

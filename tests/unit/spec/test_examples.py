@@ -35,3 +35,9 @@ def test_mirrored_example_is_one_task_without_a_cluster():
     assert (task["type"], task["index"], task["port"], task["tf_config"]) == (
         "worker", 0, None, {"task": {"type": "worker", "index": 0}})
     assert (task["env"]["TFCLUSTER_STRATEGY"], task["env"]["TFCLUSTER_CPUS"]) == ("mirrored", "2")
+
+
+def test_the_preemption_handler_script_in_the_docs_is_the_example_file():
+    page = (ROOT / "docs" / "your-script.md").read_text()
+    block = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert block == (ROOT / "examples" / "preemption_handler.py").read_text()

@@ -195,3 +195,20 @@ def test_the_tasks_states_and_the_stacks_signal_are_asked_of_every_host_at_once(
     for key in keys:
         group.activity[key] = 900.0  # all silent for 100 s, none counting: the stopped one is named
     assert hw.silent(1000.0, {}, since=800.0) == "worker:3"
+
+
+def test_a_task_inside_tensorflow_is_said_with_its_place_and_what_tells():
+    from launcher.supervise.hangwatch import Stall
+    from launcher.supervise.stuck import Culprit, Frame
+
+    hw, _, _ = watch(20)
+    stall = Stall(("worker:0",), 21.4, 20.0, 1000.0, "watchdog.hang_timeout=20")
+    frame = Frame("/venv/site-packages/tensorflow/python/data/ops/iterator_ops.py", 823, "__del__")
+    said = hw.reason(Culprit("worker:0", "inside TensorFlow", frame, "its input pipeline", "a collective"), stall, {})
+    assert said == ("stuck 21 s inside TensorFlow, in its input pipeline at iterator_ops.py:823 in __del__(), while "
+                    "the others wait in a collective (limit 20 s: watchdog.hang_timeout=20)")
+    thread = Culprit("worker:1", "inside TensorFlow", None, "its input pipeline", "their step",
+                     "TensorFlow's thread tf_Compute (tid 7) blocked in system call 0 (kernel wait pipe_read)")
+    assert hw.reason(thread, stall, {}).startswith(
+        "stuck 21 s inside TensorFlow, in its input pipeline: TensorFlow's thread tf_Compute (tid 7) blocked in "
+        "system call 0 (kernel wait pipe_read), while the others wait in their step")

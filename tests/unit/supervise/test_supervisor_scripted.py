@@ -1110,8 +1110,8 @@ class StoppedTasks(ScriptedTasks):
         super().__init__(**kw)
         self.stopped = stopped
 
-    def start(self, task, env, on_line):
-        handle = super().start(task, env, on_line)
+    def start(self, request, on_line):
+        handle = super().start(request, on_line)
         handle.state_note = lambda: "process is stopped (SIGSTOP?)" if handle.key == self.stopped else ""
         return handle
 
@@ -1162,3 +1162,35 @@ def test_a_parameter_server_group_starts_without_an_absent_worker_host_and_grows
     run = tmp_path / "runs" / "s" / "latest"
     assert [t["host"] for t in json.loads((run / "plan.json").read_text())["tasks"]] == ["h1", "h2", "h1"]
     assert [t["host"] for t in json.loads((run / "plan-2.json").read_text())["tasks"]] == ["h1", "h2", "h3", "h1"]
+
+
+# ---------------------------------------------------------------- preemption exits (restart.preemption_exit_codes)
+
+
+def test_a_preemption_exit_restarts_the_group_without_spending_max_restarts(tmp_path):
+    # TensorFlow's PreemptionCheckpointHandler: every worker saves the agreed step and exits 42.
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=42, polls=2), ("worker:0", 0): Script(code=42, polls=3)},
+                                     default=Script(code=0, polls=4)))
+    code, out, events = run(tmp_path, mwms(restarts=0), backend)
+    assert code == 0, out
+    assert backend.tasks.starts("worker:0") == [0, 1] and backend.tasks.starts("worker:1") == [0, 1]
+    assert ("restarting the whole group (worker:1 exited 42 after saving for a preemption: restart.preemption_exit_codes; "
+            "restart.max_restarts not spent)") in out
+    (failure,) = of(events, ev.Failure)
+    assert (failure["task"], failure["code"]) == ("worker:1", 42)
+    assert failure["reason"] == "saved for a preemption and asks for a restart (exit 42: restart.preemption_exit_codes)"
+    assert len(of(events, ev.GroupRestart)) == 1 and of(events, ev.RunOutcome)[0]["outcome"] == "succeeded"
+    # Not a permanent code, nor a spent restart: without the key, 42 is an error of the task's (1-127).
+    plain = scripted(ScriptedTasks({("worker:1", 0): Script(code=42, polls=2)}, default=RUN_FOREVER))
+    code, out, _ = run(tmp_path / "plain", mwms(restarts=0).replace("restart: {", "restart: {preemption_exit_codes: [], "),
+                       plain)
+    assert code == 1 and "not retried: exit code 42 is listed in restart.permanent_exit_codes" in out, out
+
+
+def test_preemption_restarts_are_bounded_by_max_preemptions(tmp_path):
+    backend = scripted(ScriptedTasks({}, default=Script(code=42, polls=2)))
+    spec = mwms(restarts=0).replace("restart: {", "restart: {max_preemptions: 2, ")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 1 and len(of(events, ev.GroupRestart)) == 2
+    assert ("gave up after 3 preemptions (2 restarted: restart.max_preemptions); raise it, or look at why the tasks "
+            "keep exiting with a code of restart.preemption_exit_codes") in out, out
