@@ -206,3 +206,24 @@ def make_dir(path: Union[str, Path], mode: int, own: bool = True) -> None:
             os.chmod(path, mode)
         return
     os.chmod(path, mode)
+
+
+def dir_within(root: Union[str, Path], path: Union[str, Path], mode: int = 0o700) -> Path:
+    """``path`` (under ``root``) as a directory of this user's, each missing one from ``root`` down
+    made with ``mode``: every component below ``root`` is a real directory (not a symlink: one
+    planted in a run's record would send what tfcluster writes, and the files it removes, into
+    another directory) owned by this user. Raises OSError (ELOOP/EPERM) when one is not."""
+    root, path = Path(root), Path(path)
+    here = root
+    for part in path.relative_to(root).parts:
+        here = here / part
+        try:
+            os.mkdir(here, mode)
+        except FileExistsError:
+            pass
+        info = os.lstat(here)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise OSError(errno.ELOOP, f"not a directory of tfcluster's (a {kind_of(info.st_mode)})", str(here))
+        if info.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, "owned by another user", str(here))
+    return path

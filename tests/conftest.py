@@ -94,7 +94,12 @@ def pytest_sessionfinish(session, exitstatus):
 # pytest's process tree, so the machine is the only place they all add up). Run the suite alone.
 # ``own_cpu_s`` is this pytest's and the children it waited for (the launchers it ran and, through
 # them, local tasks): on a machine shared with others the figure to compare (a lab host's tasks are
-# counted when its sshd ends, at the session's end).
+# counted when its sshd ends, at the session's end; a detached supervisor, never).
+# ``group_cpu_s``, when pytest runs in a cgroup of its own (``cgexec -g cpuacct:NAME``, or its pid
+# written to a new cgroup's cgroup.procs): everything that cgroup ran meanwhile, whoever waited for
+# it (detached supervisors, the lab hosts' sessions and Slurm steps, which the lab fixtures start
+# from pytest), plus the private docker engine's containers (cgroup ``docker``): on a shared
+# machine, a test's whole CPU.
 
 def _busy_cpu_s() -> float:
     with open("/proc/stat") as f:
@@ -110,15 +115,55 @@ def _own_cpu_s() -> float:
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
+def _group_cpu_s():
+    """CPU seconds of this pytest's cgroup and the docker containers' (cgroup v1 cpuacct, or v2),
+    or None when pytest's cgroup is the machine's root (then it would count everyone's)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for _, controllers, where in lines:
+        if "cpuacct" in controllers.split(","):
+            if where == "/":
+                return None
+            return sum(_read_ns(f"/sys/fs/cgroup/cpuacct{group}/cpuacct.usage") for group in (where, "/docker")) / 1e9
+    for hierarchy, _, where in lines:
+        if hierarchy == "0" and where != "/":
+            for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                usage = _read_usage_usec(f"{root}{where}/cpu.stat")
+                if usage is not None:
+                    return usage / 1e6
+    return None
+
+
+def _read_ns(path: str) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def _read_usage_usec(path: str):
+    try:
+        with open(path) as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("usage_usec "))
+    except (OSError, ValueError, StopIteration):
+        return None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = os.environ.get("TFCLUSTER_TEST_CPU_LOG")
     if not path:
         yield
         return
-    wall, cpu, own = time.monotonic(), _busy_cpu_s(), _own_cpu_s()
+    wall, cpu, own, group = time.monotonic(), _busy_cpu_s(), _own_cpu_s(), _group_cpu_s()
     yield
+    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 2),
+            "cpu_s": round(_busy_cpu_s() - cpu, 2), "own_cpu_s": round(_own_cpu_s() - own, 2)}
+    if group is not None:
+        line["group_cpu_s"] = round(_group_cpu_s() - group, 2)
     with open(path, "a") as f:
-        f.write(json.dumps({"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 2),
-                            "cpu_s": round(_busy_cpu_s() - cpu, 2), "own_cpu_s": round(_own_cpu_s() - own, 2)})
-                + "\n")
+        f.write(json.dumps(line) + "\n")

@@ -4,7 +4,6 @@ and the worker image of the installed tfcluster."""
 from __future__ import annotations
 
 import argparse
-import os
 
 from launcher.errors import EXIT_OK
 from launcher.errors import LaunchError, SpecError

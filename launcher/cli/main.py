@@ -14,12 +14,11 @@ one, is the positional argument, else ``-f/--file``, else ``$TFCLUSTER_FILE``, e
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Callable, Optional, Sequence
 
-from launcher.cli import compare, files, inspect, lifecycle, specfile
-from launcher.cli.completion import completion
 from launcher.cli.parser import build_parser, resolve_file
 from launcher.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 from launcher.system.interrupts import leave
@@ -27,17 +26,26 @@ from launcher.ui.console import Console
 
 Command = Callable[[argparse.Namespace, Console], int]
 
-# Each command and the function that runs it. A new command: its flags in parser.py, its examples
-# in parser.EXAMPLES, its function here.
-COMMANDS: dict[str, Command] = {
-    "validate": specfile.validate, "plan": specfile.plan, "schema": specfile.schema,
-    "up": lifecycle.up, "down": lifecycle.down, "tensorboard": lifecycle.tensorboard,
-    "status": inspect.status, "logs": inspect.logs, "stacks": inspect.stacks, "attach": inspect.attach, "runs": inspect.runs,
-    "compose": files.compose, "export": files.export, "image": files.image,
-    "compare": compare.compare,
-    "completion": completion,
+# Each command and the function that runs it, "module:function" in launcher/cli/, imported when that
+# command runs: `tfcluster --version` or `status` pays for its own imports only, not for `up`'s
+# (the supervisor) or `compare`'s. A new command: its flags in parser.py, its examples in
+# parser.EXAMPLES, its function here.
+COMMANDS: dict[str, str] = {
+    "validate": "specfile:validate", "plan": "specfile:plan", "schema": "specfile:schema",
+    "up": "lifecycle:up", "down": "lifecycle:down", "tensorboard": "lifecycle:tensorboard",
+    "status": "inspect:status", "logs": "inspect:logs", "stacks": "inspect:stacks", "attach": "inspect:attach",
+    "runs": "inspect:runs",
+    "compose": "files:compose", "export": "files:export", "image": "files:image",
+    "compare": "compare:compare",
+    "completion": "completion:completion",
 }
 NO_SPEC = ("schema", "completion", "image")  # commands that read no spec
+
+
+def command(name: str) -> Command:
+    """The function that runs the command ``name`` (a key of COMMANDS), its module imported now."""
+    module, _, function = COMMANDS[name].partition(":")
+    return getattr(importlib.import_module(f"launcher.cli.{module}"), function)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -51,7 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return EXIT_OK
         if args.command not in NO_SPEC:
             resolve_file(args, argv)
-        return COMMANDS[args.command](args, console)
+        return command(args.command)(args, console)
     except UserError as exc:
         spec = getattr(locals().get("args"), "spec", None)
         if exc.keys and isinstance(spec, str):

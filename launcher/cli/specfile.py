@@ -17,7 +17,6 @@ from launcher.plan.kerasplan import keras_line
 from launcher.loader.load import load_spec, locate
 from launcher.ui.console import Console
 from launcher.ui.jsontext import json_text
-from launcher.ui.plantext import render_plan
 
 
 def validate(args: argparse.Namespace, console: Console) -> int:
@@ -95,6 +94,8 @@ def plan(args: argparse.Namespace, console: Console) -> int:
     elif args.json:
         write_full_json(planned, sys.stdout, secrets=args.show_secrets, head={**JSON_HEAD, **extra})
     else:
+        from launcher.ui.plantext import render_plan  # (rich: only for the table, not for validate)
+
         print(render_plan(planned, show_secrets=args.show_secrets, spares=spares_of(loaded.spec),
                           standby=standby_line(loaded.spec, planned),
                           notes=[start_note(loaded.spec, planned), hang_line(loaded.spec, planned),

@@ -42,11 +42,12 @@ def unequal_line(counts: Mapping[str, int], key: tuple = ("devices", "gpus_per_t
                    f"on every worker (ParameterServerStrategy: Mismatched number of GPUs per worker); {fix}", key)
 
 
-def refusal(spec, host: str, tasks: Sequence[tuple], host_ids: Sequence[int], devices_gpus, problem: str) -> Refusal:
+def refusal(spec, host: str, tasks: Sequence[tuple], host_ids: Sequence[int], devices_gpus,
+            problem: gpuplace.Problem) -> Refusal:
     """The one line for a host that cannot give its tasks (key, PlannedGpus) their GPUs: ``vm2 has 1
     GPU; 2 tasks x gpus_per_task 1 need 2; ...fix``, at the key that asked: a group's ``gpus`` it
     names, else ``devices.gpus`` where that bounds the GPUs (or is the fix)."""
-    if "need" in problem and "its GPU tasks need" in problem:
+    if problem.kind == gpuplace.SHORT:
         usable = gpuplace.usable(host_ids, gpuplace.parse_request(tasks[0][1].request)["use"]) if tasks else []
         groups: dict[tuple[str, Union[int, str]], list[str]] = {}
         for key, tg in tasks:
@@ -61,7 +62,7 @@ def refusal(spec, host: str, tasks: Sequence[tuple], host_ids: Sequence[int], de
         return Refusal(f"{host} has {have}; {' + '.join(parts)} need {total}; put fewer GPU tasks on it "
                        "(tasks.<type>.hosts, hosts[].slots), lower the count, or set devices.gpus_per_task: auto to "
                        "share", key)
-    if "NCCL" in problem:
+    if problem.kind == gpuplace.NCCL:
         return Refusal(f"{host}: its {len(tasks)} GPU tasks {problem}; put fewer GPU tasks on it, give it more GPUs, "
                        "or set collective.implementation: ring", own_key(spec))
     return Refusal(f"{host} {problem}; fix devices.gpus or the host's GPUs", ("devices", "gpus"))

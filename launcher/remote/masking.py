@@ -73,53 +73,81 @@ def _mask_value_match(m):
 # ``--name`` alone (its value is the next argument); ``--name=VALUE`` / ``name=VALUE`` whole.
 _OPTION = re.compile(r"--?([A-Za-z][A-Za-z0-9_.-]*)")
 _ASSIGN = re.compile(r"(--?)?([A-Za-z_][A-Za-z0-9_.-]*)=(.+)", re.S)
-# Within one argument that is a shell's command line: ``--name VALUE``, ``--name=VALUE``, ``NAME=VALUE``
-# (a quoted value whole); or a list (``--export=ALL,HF_TOKEN=X``).
-_IN_TEXT = re.compile(r"(?<![^\s,;&|(`'\"])(--?[A-Za-z][A-Za-z0-9_.-]*|[A-Za-z_][A-Za-z0-9_.-]*)(=|\s+)"
-                      r"('[^']*'|\"[^\"]*\"|[^\s'\";&|)`]+)")
+# A word of a shell's command line (quoted parts in it whole), between blanks and operators.
+_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|[^\s;&|()`'"])+""")
+# How deep values inside values are read (``--a=--b=--token=X``); below that a value is masked
+# whole: what is not read is not shown (and a hostile spec's nesting costs no more than this).
+DEPTH = 8
 
 
-def _named(m, inner=True):
-    name, gap, value = m.group(1), m.group(2), m.group(3)
-    if gap != "=" and (not name.startswith("-") or value.startswith("-")):
-        return m.group(0)  # (a word and the next: a value only after an option)
-    if MASK in value:
-        return m.group(0)
-    if not secret_option(name.lstrip("-")):  # (its value may hold more, once: ``--export=ALL,HF_TOKEN=X``)
-        if gap != "=" or not inner:
-            return m.group(0)
-        return name + gap + _IN_TEXT.sub(lambda n: _named(n, inner=False), value)
-    quote = value[0] if value[0] in "'\"" else ""
-    return name + gap + quote + MASK + quote
+def _quoted(word):
+    """``(quote, inside)``: a word quoted whole (``'p w'``) apart from its quotes."""
+    if len(word) >= 2 and word[0] == word[-1] and word[0] in "'\"":
+        return word[0], word[1:-1]
+    return "", word
+
+
+def _word(word, value_next, depth):
+    """One word as shown, and whether the next word is the value of a secret's option.
+    ``value_next``: this word is such a value (masked unless it is an option itself)."""
+    quote, bare = _quoted(word)
+    if value_next and not bare.startswith("-"):
+        return quote + MASK + quote, False
+    option = _OPTION.fullmatch(bare)
+    if option:
+        return word, secret_option(option.group(1))
+    assign = _ASSIGN.fullmatch(bare)
+    if assign:
+        head = bare[:assign.start(3)]
+        vquote, value = _quoted(assign.group(3))
+        if secret_option(assign.group(2)) or depth >= DEPTH:
+            return quote + head + vquote + MASK + vquote + quote, False
+        # (its value may be a command line or a list: ``--extra='--token X'``, ``--export=ALL,HF_TOKEN=X``)
+        return quote + head + vquote + _text(value, depth + 1)[0] + vquote + quote, False
+    if "," in bare:  # a list's items: ``ALL,HF_TOKEN=X``
+        if depth >= DEPTH:
+            return quote + MASK + quote, False
+        return quote + ",".join(_word(item, False, depth + 1)[0] for item in bare.split(",")) + quote, False
+    return word, False
+
+
+def _text(text, depth):
+    """``text`` (a command line) as shown, and whether its last word asks for a value."""
+    out, last, value_next = [], 0, False
+    for m in _WORD.finditer(text):
+        shown, value_next = _word(m.group(0), value_next, depth)
+        out.append(text[last:m.start()] + shown)
+        last = m.end()
+    out.append(text[last:])
+    return "".join(out), value_next
 
 
 def mask_text(text):
     """``text`` with each secret in it replaced by ``***``: values that look like one, and the
-    value of an option or assignment whose name says so (a shell command line in one argument)."""
-    return _IN_TEXT.sub(_named, SECRET_VALUE.sub(_mask_value_match, text))
+    value of an option or assignment whose name says so, word by word as a shell splits a
+    command line (``--token X``, ``--token=X``, ``NAME=X``, a list, a value that is itself a
+    command line), ``DEPTH`` values deep."""
+    return _text(SECRET_VALUE.sub(_mask_value_match, text), 0)[0]
 
 
 def mask_argv(argv):
     """A command's arguments with every secret in them masked (``secret_option``'s names, in each
-    spelling; ``is_secret``'s values anywhere); the others as they are."""
+    spelling; ``is_secret``'s values anywhere); the others as they are. Each argument is one
+    word (``--extra=--token X`` is one option's value); one with blanks and no ``=`` of its own
+    is read as a command line (``sh -c "train.py --token X"``)."""
     out = []
     value_next = False
     for arg in map(str, argv):
+        arg_masked = SECRET_VALUE.sub(_mask_value_match, arg)
         if value_next and not arg.startswith("-"):
             out.append(MASK)
             value_next = False
             continue
-        value_next = False
-        option = _OPTION.fullmatch(arg)
-        if option and secret_option(option.group(1)):
-            value_next = True
-            out.append(arg)
-            continue
-        assign = _ASSIGN.fullmatch(arg)
-        if assign and secret_option(assign.group(2)):
-            out.append(arg[:assign.start(3)] + MASK)
-            continue
-        out.append(mask_text(arg))
+        if _OPTION.fullmatch(arg) or _ASSIGN.fullmatch(arg_masked):
+            shown, value_next = _word(arg_masked, False, 0)
+        else:
+            shown, value_next = mask_text(arg), False
+        out.append(shown)
     return out
 
 

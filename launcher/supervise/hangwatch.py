@@ -33,6 +33,7 @@ from launcher.bounded import one_line
 from launcher.plan.build import Plan
 from launcher.record.layout import live_stacks_dir, stacks_path
 from launcher.record.writer import RunRecord, write_atomic
+from launcher.safefile import dir_within
 from launcher.spec.model import Watchdog
 from launcher.supervise.group import AttemptGroup
 from launcher.supervise.policy import AUTO_FACTOR, AUTO_FLOOR, hang_limit, hang_watched, output_limit, silent_by_design
@@ -140,7 +141,7 @@ class HangWatch:
         for key, text in stacks.items():
             try:
                 path = stacks_path(self.record.dir, attempt + 1, key)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                dir_within(self.record.dir, path.parent)  # (never through a link planted in the record)
                 write_atomic(path, text + "\n")
             except OSError:
                 pass  # the report still shows the culprit's
@@ -170,7 +171,7 @@ class HangWatch:
             else:
                 notes[key] = f"no stacks: none came within {STACKS_WAIT:g} s"
         try:
-            where.mkdir(parents=True, exist_ok=True)
+            dir_within(self.record.dir, where)  # (a planted link would have us remove another dir's files)
             for old in where.glob("*.txt"):
                 old.unlink()
             for key, text in self.with_native(stacks).items():

@@ -31,15 +31,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, TextIO
 
-from launcher.record import noise
 from launcher.bounded import escape, for_terminal, one_line
-from launcher.ui.eventlines import BLOCK, ERROR, INFO, Said, said
 from launcher.ui.peoplelines import PeopleLines
 
 if TYPE_CHECKING:
     from launcher.record.eventbase import RecordEvent
     from launcher.record.view import RunModel
     from launcher.record.writer import RunRecord
+    from launcher.ui.eventlines import Said
 
 _COLORS = ("36", "33", "35", "32", "34", "31")
 
@@ -223,6 +222,9 @@ class Console:
     # -------------------------------------------------------------- output
 
     def task_line(self, key: str, line: str) -> None:
+        # (imported here, as eventlines below: `tfcluster --version` and `completion` make a
+        # Console and read no record: tests/unit/cli/test_cli_imports.py)
+        from launcher.record import noise
         if self.quiet_tasks or (not self.verbose and noise.is_noise(line)):
             return
         with self.lock:
@@ -257,6 +259,8 @@ class Console:
     def saying(self, view: "RunModel") -> Callable[["RecordEvent"], None]:
         """A listener that says each event it is given, ``view`` the run with it applied (a
         record's writer, or the feed ``attach`` follows)."""
+        from launcher.ui.eventlines import said
+
         def say(event: "RecordEvent") -> None:
             self.say(said(event, view, self.verbose))
 
@@ -264,6 +268,7 @@ class Console:
 
     def say(self, items: "list[Said]") -> None:
         """Say what launcher/ui/eventlines.py's ``said`` gave, in order."""
+        from launcher.ui.eventlines import BLOCK, ERROR, INFO
         for item in items:
             if item.how == INFO:
                 self.info(item.lines[0])

@@ -4,12 +4,13 @@ named that path and it points at a file tfcluster generated; else one line and n
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
 import pytest
 
-from launcher.safefile import write_whole
+from launcher.safefile import dir_within, write_whole
 from tests.support.cli import tfcluster
 
 from .conftest import assert_bounded, spec_text, tree
@@ -102,3 +103,33 @@ def test_write_whole_never_opens_a_planted_name_and_keeps_the_mode(tmp_path):
     write_whole(tmp_path / "link", "new")
     assert victim.read_text() == "v" and not os.path.islink(tmp_path / "link")
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".out.")) == ["link", "out", "victim"]
+
+
+@pytest.mark.parametrize("planted", ["stacks", "live"])
+def test_a_record_dir_planted_as_a_symlink_is_never_written_through(tmp_path, planted):
+    """The supervisor's stacks (launcher/supervise/hangwatch.py) go to ``<run>/stacks/live/``,
+    whose old ``*.txt`` it removes first: with ``stacks`` or ``live`` a symlink to another
+    directory, dir_within refuses it (ELOOP) and nothing there is touched."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    run.mkdir()
+    outside.mkdir()
+    (outside / "notes.txt").write_text("mine\n")
+    if planted == "stacks":
+        (run / "stacks").symlink_to(outside)
+    else:
+        (run / "stacks").mkdir()
+        (run / "stacks" / "live").symlink_to(outside)
+    with pytest.raises(OSError) as refused:
+        dir_within(run, run / "stacks" / "live")
+    assert refused.value.errno == errno.ELOOP and "a symbolic link" in str(refused.value), refused.value
+    assert sorted(p.name for p in outside.iterdir()) == ["notes.txt"]
+
+
+def test_dir_within_makes_what_is_missing_and_refuses_a_file_in_the_way(tmp_path):
+    made = dir_within(tmp_path, tmp_path / "stacks" / "2")
+    assert made.is_dir() and stat.S_IMODE(os.stat(made).st_mode) == 0o700
+    assert dir_within(tmp_path, made) == made  # (again: it is there, and ours)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError) as refused:
+        dir_within(tmp_path, tmp_path / "fifo" / "x")
+    assert refused.value.errno == errno.ELOOP and "a FIFO" in str(refused.value), refused.value

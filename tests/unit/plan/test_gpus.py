@@ -513,3 +513,16 @@ def test_a_refusal_carries_the_key_it_is_about_typed():
     _, _, problems = gpus.plan_gpus(spec_of(counted), ["h1", "h1"], ["worker", "worker"], {"h1": a100(1)})
     assert problems[0].startswith("h1 has 1 GPU; 2 tasks x gpus_per_task 1 need 2")  # (the line itself: a str)
     assert problems[0].key == ("devices", "gpus_per_task")
+
+
+def test_a_refusal_is_chosen_by_its_problems_kind_never_its_words():
+    """gpuplace says why a request cannot be met as a typed Problem; the planner's line (its
+    fix, its spec key) follows the kind: the same words under another kind get another line."""
+    from launcher.plan.gpurefusal import refusal
+    words = "would share a GPU between tasks, and NCCL refuses two ranks on one GPU (Duplicate GPU detected)"
+    nccl = refusal(None, "vm1", [], [0], "all", gpuplace.Problem(words, gpuplace.NCCL))
+    other = refusal(None, "vm1", [], [0], "all", gpuplace.Problem(words, gpuplace.MIG))
+    assert "collective.implementation: ring" in nccl and nccl.key == ("devices", "gpus_per_task")
+    assert "collective.implementation: ring" not in other and other.key == ("devices", "gpus")
+    _ids, _shared, problem = gpuplace.resolve(gpuplace.parse_request(gpuplace.format_request(2)), [0])
+    assert problem.kind == gpuplace.SHORT and str(problem) == "has 1 GPU; its GPU tasks need 2", problem

@@ -96,6 +96,18 @@ SECRET_ARGS = [
     (["sh", "-c", f"python t.py --token abc --lr 0.1 HF_TOKEN={TOKEN} --password='p w'"],
      ["sh", "-c", "python t.py --token *** --lr 0.1 HF_TOKEN=*** --password='***'"]),
     (["srun", "--export=ALL,HF_TOKEN=abc", "python"], ["srun", "--export=ALL,HF_TOKEN=" + MASK, "python"]),
+    # Values inside values, and a command line whichever word its option is (a word and its next
+    # are not read as a pair: ``train.py --hf-token X`` once leaked, ``x train.py --hf-token X`` not).
+    (["--wrapper-args=--hf-token=abc"], ["--wrapper-args=--hf-token=" + MASK]),
+    (["--a=--b=--password=x"], ["--a=--b=--password=" + MASK]),
+    (["--extra=--token x"], ["--extra=--token " + MASK]),
+    (["--extra='--token x y'"], ["--extra='--token *** y'"]),
+    (["--env=A=1,DB_PASSWORD=x"], ["--env=A=1,DB_PASSWORD=" + MASK]),
+    (["sh", "-c", "train.py --hf-token abc --x 1"], ["sh", "-c", "train.py --hf-token *** --x 1"]),
+    (["sh", "-c", "train --x=--api-key=zz; echo done"], ["sh", "-c", "train --x=--api-key=***; echo done"]),
+    (["--token", "a,b"], ["--token", MASK]),
+    # Nested past what is read (a hostile spec's): the rest is masked, not shown, and costs little.
+    (["--x=" + "a=" * 5000 + "b"], ["--x=" + "a=" * 8 + MASK]),
 ]
 PLAIN_ARGS = [
     ["--epochs", "3"], ["--lr=0.1"], ["--data", "/data/train"], ["--data-dir=/data/x"], ["--model-dir", "gs://b/m"],
