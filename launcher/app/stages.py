@@ -229,8 +229,3 @@ def plan_with_room(discovered: Discovered, say: "Notices", waits: Waits = Waits(
             return plan(again)
         except NoRoom as exc:
             problem = exc.lines[0]
-
-
-def absent_words(start: StartWith) -> dict[str, str]:
-    """The hosts left out at the start, host -> why in words (the supervisor's ``HostsGiven``)."""
-    return {a.host: a.kind.value for a in start.absent}

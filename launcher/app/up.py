@@ -25,7 +25,7 @@ from launcher.app.plannotes import hang_line, short_line, spares_of, standby_lin
 from launcher.app.probing import close, open_run, probe
 from launcher.app.results import DryRun, RunResult
 from launcher.app.sinks import RunConsole
-from launcher.app.stages import Allocated, Planned, Probed, Recorded, Waits, absent_words
+from launcher.app.stages import Allocated, Planned, Probed, Recorded, Waits
 from launcher.app.stages import plan_for  # noqa: F401 - the plan from the spec alone: ``from launcher.app.up import plan_for``
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan, build_plan
@@ -163,7 +163,7 @@ def supervise(recorded: Recorded, console: RunConsole, show: Show = Show(), hand
     console.quiet_tasks = show.quiet
     console.verbose = show.verbose
     given = HostsGiven(spec=spec, static_hosts=planned.discovered.static_hosts, discovery_cwd=planned.loaded.base_dir,
-                       absent=absent_words(probed.start), short_why=probed.start.short_why)
+                       absent=tuple(probed.start.absent), short_why=probed.start.short_why)
     supervisor = Supervisor(plan, backend, rec, spec.restart, spec.watchdog, given=given)
     console.listen(rec, supervisor.view)  # the console says the record's events and task lines as written
     if handover is not None:

@@ -163,7 +163,7 @@ def compare(paths: Sequence[str], options: Options, console: Notices, argv: Sequ
     first = loaded[0]
     compare_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     outdir = name_dir(first) / COMPARE_DIR / compare_id
-    sources = [(str(ls.path), yaml.safe_load(ls.path.read_text(encoding="utf-8"))) for ls in loaded]
+    sources = [(str(ls.path), yaml.safe_load(ls.text)) for ls in loaded]  # (as validated: read once)
     configs = configurations(sources, options, str(outdir / "runs"))
     for d in ("specs", "logs"):
         (outdir / d).mkdir(parents=True, exist_ok=True)

@@ -148,7 +148,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
                         f"at offset {exc.start:,}); save it as UTF-8") from None
     except OSError as exc:
         raise SpecError(f"{shown}: cannot read ({exc_text(exc)})") from None
-    return LoadedSpec(parse_spec(text, shown), path.resolve())
+    return LoadedSpec(parse_spec(text, shown), path.resolve(), text)
 
 
 def locate(exc: UserError, path: str | Path) -> UserError:

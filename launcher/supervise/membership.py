@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
@@ -28,6 +28,7 @@ from launcher.plan.build import Plan
 from launcher.plan.reconcile import Act, HostsSeen, due, wanted
 from launcher.record import events as ev
 from launcher.plan.hostloss import HostLoss, LossKind
+from launcher.plan.hostreport import Absent
 from launcher.record.states import Outcome
 from launcher.spec.model import Spec
 from launcher.supervise.context import RunContext
@@ -59,13 +60,13 @@ class HostsGiven:
     elastic: and discovery: fields; None: no membership changes), ``static_hosts`` (the hosts the
     spec file itself lists: discovery never drops them), ``discovery_cwd`` (where
     discovery.command runs), and for a worker group with a min the preflight's findings start
-    smaller (launcher/plan/preflight.py's Start) the hosts left out (``absent``: host ->
-    why) and why it is smaller (``short_why``)."""
+    smaller (launcher/plan/preflight.py's Start) the hosts left out (``absent``: each an
+    ``Absent``, typed) and why it is smaller (``short_why``)."""
 
     spec: Optional[Spec] = None
     static_hosts: Optional[Sequence[str]] = None
     discovery_cwd: Optional[Path] = None
-    absent: Mapping[str, str] = field(default_factory=dict)
+    absent: tuple[Absent, ...] = ()
     short_why: str = ""
 
 
@@ -103,7 +104,7 @@ class Membership:
         # the listed hosts that did not answer then are watched from the start, as lost hosts
         # are, and the group grows onto them once they answer for elastic.settle s.
         self.small = self.elastic and spec is not None and spec.tasks.worker.min is not None
-        self.seen = HostsSeen(down=tuple(sorted(given.absent)) if self.small else ())
+        self.seen = HostsSeen(down=tuple(sorted(a.host for a in given.absent)) if self.small else ())
         self.short_why = given.short_why
 
     @property

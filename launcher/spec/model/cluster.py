@@ -177,10 +177,13 @@ class Spec(OptionsModel):
 
 @dataclass(frozen=True)
 class LoadedSpec:
-    """A validated spec plus where it came from (relative paths resolve against ``base_dir``)."""
+    """A validated spec plus where it came from (relative paths resolve against ``base_dir``) and
+    the file's text as it was read (what ``compare`` derives its configurations' specs from: the
+    file is read once, and what runs is what was validated)."""
 
     spec: Spec
     path: Path
+    text: str = ""
 
     @property
     def base_dir(self) -> Path:

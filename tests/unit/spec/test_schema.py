@@ -229,3 +229,13 @@ def test_what_the_loader_accepts_the_schema_accepts(changes):
     except SpecError:
         return
     assert _schema_errors(validator, spec) == [], spec
+
+
+def test_a_loaded_spec_keeps_the_text_it_was_validated_from(tmp_path):
+    """``compare`` derives its configurations from the text ``load_spec`` read and validated, not
+    from a second read of the file (which may have changed, or be a FIFO by then)."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text("name: a\nstrategy: mirrored\nentrypoint: python -m worker\n")
+    loaded = load_spec(path)
+    path.write_text("name: b\n")
+    assert loaded.spec.name == "a" and loaded.text.startswith("name: a\n"), loaded.text

@@ -19,6 +19,7 @@ from launcher.app.up import plan_for
 from launcher.backends.base import Backend
 import launcher.record.events as ev
 from launcher.plan.hostloss import HostLoss, LossKind
+from launcher.plan.hostreport import Absent, AbsentKind
 from tests.support.fakes import RUN_FOREVER, Counter, Script, ScriptedHosts, ScriptedTasks, scripted, supervise
 from tests.support.records import kinds, of
 
@@ -462,7 +463,7 @@ def test_a_group_that_started_without_an_absent_host_grows_onto_it_once_it_settl
                         default=Script(code=0, polls=4))
     result = supervise(tmp_path, SHRINK, backend, clock=Counter(),
                        plan=lambda spec: start_without(spec, plan_for(spec), ["h2"]).plan,
-                       absent={"h2": "not answering"}, short_why="h2 not answering")
+                       absent=(Absent(AbsentKind.NOT_ANSWERING, "h2", 0.0, "host h2: timed out after 3 s"),), short_why="h2 not answering")
     code, out, events = result.code, result.err + result.out, result.events
     assert code == 0, out
     assert backend.tasks.hosts_started == [("worker:0", "h1"), ("worker:0", "h1"), ("worker:1", "h2")]
@@ -1145,7 +1146,7 @@ def test_a_parameter_server_group_starts_without_an_absent_worker_host_and_grows
                         default=Script(code=None))
     result = supervise(tmp_path, spec, backend, clock=Counter(),
                        plan=lambda spec: start_without(spec, plan_for(spec), ["h3"]).plan,
-                       absent={"h3": "not answering"}, short_why="h3 not answering")
+                       absent=(Absent(AbsentKind.NOT_ANSWERING, "h3", 0.0, "host h3: timed out after 3 s"),), short_why="h3 not answering")
     code, out, events = result.code, result.err + result.out, result.events
     assert code == 0, out
     assert backend.hosts.asked[0] == (["h3"], 3.0)  # watched from the start, elastic.settle
