@@ -101,10 +101,12 @@ class Background:
 
 
 class BackgroundUp(Background):
-    """``tfcluster up --plain SPEC`` in the background."""
+    """``tfcluster up --plain --verbose SPEC`` in the background: ``--verbose`` for the tasks'
+    progress records in its lines as they came (``[worker:0] tfcluster-step ...``: their control
+    channels', which plain lines otherwise show as people's lines), which the benchmarks time."""
 
     def __init__(self, spec: Path, env: dict | None = None) -> None:
-        super().__init__([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], env)
+        super().__init__([sys.executable, "-m", "launcher", "up", "--plain", "--verbose", str(spec)], env)
 
     def restarted_once(self, code: int, work: Path, died: float) -> str:
         """The run's output, its lines kept in ``work``/lines.txt (times from ``died``, the kill);

@@ -17,13 +17,20 @@ process, the same model's ``fit`` over the same data alternated with the count's
 off (``Context.call_function`` swapped), 8 fits each, with the beat thread running throughout. That
 isolates the per-call cost; the first figure bounds everything else the stub does.
 
+``--channel EVERY``: B runs as a run's task does, under the task wrapper with its control channel
+(launcher/remote/taskwrap.py --control: the wrapper reads the task's output and its channel and
+frames both on one stream, launcher/remote/taskstream.py), and its script also writes a step
+record (``tfcluster-step ...``) on the channel every EVERY steps, as the reference worker does:
+B/A is then the whole protocol's cost (the count, the beats, the step records, the wrapper's
+framing) against a plain script that reports nothing.
+
 ``--pin CPU`` takes the scheduler out of the figure: every process runs on that one CPU
 (``taskset``) with TensorFlow's own pools at one thread each (TF_NUM_INTRAOP_THREADS and
 TF_NUM_INTEROP_THREADS, read by tensorflow/core/common_runtime/process_util.cc), so where the
 threads land cannot differ from one process to the next; the stub's threads (the beat) share that
 CPU with the script, so whatever they cost is inside the figure.
 
-    python bench/liveness_overhead.py [--trials 5] [--steps 3000] [--fits 8] [--pin 1]
+    python bench/liveness_overhead.py [--trials 5] [--steps 3000] [--fits 8] [--pin 1] [--channel 10]
 """
 
 from __future__ import annotations
@@ -42,11 +49,22 @@ from benchlib import load_average
 from launcher.supervise.standby import stub_command
 
 SCRIPT = """\
-import sys, time
+import os, sys, time
 import numpy as np
 import tensorflow as tf
 
-steps = int(sys.argv[1])
+steps, every = int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0
+callbacks = []
+if every:  # a step record on the control channel every EVERY steps, as the reference worker writes them
+    fd = int(os.environ["TFCLUSTER_CONTROL_FD"])
+
+    class Report(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if (batch + 1) % every == 0:
+                os.write(fd, ("tfcluster-step epoch=0 step=%d global_step=%d time=%.3f\\n"
+                              % (batch + 1, batch + 1, time.time())).encode())
+
+    callbacks.append(Report())
 x = np.random.default_rng(0).normal(size=(steps * 32, 64)).astype("float32")
 y = (x.sum(axis=1) > 0).astype("float32")
 model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
@@ -54,7 +72,7 @@ model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, ac
 model.compile("adam", tf.keras.losses.BinaryCrossentropy(from_logits=True))
 model.fit(x[:3200], y[:3200], batch_size=32, epochs=1, verbose=0)  # tracing, outside the figure
 start, cpu = time.perf_counter(), time.process_time()
-model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=callbacks)
 print("examples/s %.1f per-cpu-s %.1f" % (len(x) / (time.perf_counter() - start),
                                           len(x) / (time.process_time() - cpu)), flush=True)
 """
@@ -103,15 +121,33 @@ def _pinned(argv: list[str], pin: str) -> list[str]:
     return ["taskset", "-c", pin, *argv] if pin else argv
 
 
-def one(argv: list[str], pin: str = "") -> tuple[float, float]:
+def one(argv: list[str], pin: str = "", every: int = 0) -> tuple[float, float]:
     """(examples/s, examples per CPU-second of the whole process: every thread's, the stub's
-    beat among them; a figure the machine's load moves far less than the wall clock's)."""
-    out = subprocess.run(_pinned(argv, pin), env=_env(pin), capture_output=True, text=True, timeout=600)
-    found = FIGURE.search(out.stdout)
-    if out.returncode != 0 or not found:
-        raise SystemExit(f"bench run failed (exit {out.returncode}): {out.stderr[-2000:]}")
-    if "-c" in argv[1:2] and "tfcluster-beat" not in out.stderr:
+    beat among them; a figure the machine's load moves far less than the wall clock's).
+    ``every``: B under the wrapper, its stream framed: its figure and beats read from the frames."""
+    proc = subprocess.Popen(_pinned(argv, pin), env=_env(pin), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # (stdin: the wrapper's lifeline, open while it runs)
+    stdout, stderr = proc.stdout.read(), proc.stderr.read()
+    proc.stdin.close()
+    code = proc.wait(timeout=600)
+    text, beats, steps = stdout.decode(errors="replace"), stderr.decode(errors="replace"), 0
+    if every:
+        from launcher.backends.base import OutputSink
+        from launcher.backends.channel import Decoder
+
+        lines, control = [], []
+        decoder = Decoder("B", OutputSink(lambda k, t: lines.append(t), lambda k, t: control.append(t)))
+        decoder.feed(stdout)
+        decoder.end()
+        text, beats = "\n".join(lines), "\n".join(control)
+        steps = sum(1 for line in control if line.startswith("tfcluster-step "))
+    found = FIGURE.search(text)
+    if code != 0 or not found:
+        raise SystemExit(f"bench run failed (exit {code}): {stderr.decode(errors='replace')[-2000:]}")
+    if ("-c" in argv[1:2] or every) and "tfcluster-beat" not in beats:
         raise SystemExit("the stub ran without its beats: the B side measured nothing of the liveness")
+    if every and steps < 3:
+        raise SystemExit(f"B wrote {steps} step records on its channel: the protocol was not measured")
     return float(found.group(1)), float(found.group(2))
 
 
@@ -121,19 +157,26 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--fits", type=int, default=8)
     ap.add_argument("--pin", default="", help="one CPU for every process, TensorFlow's pools at one thread")
+    ap.add_argument("--channel", type=int, default=0, metavar="EVERY",
+                    help="B under the task wrapper with its control channel, a step record every EVERY steps")
     args = ap.parse_args()
     before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "train.py"
         script.write_text(SCRIPT)
         plain = [sys.executable, str(script), str(args.steps)]
-        stubbed = stub_command(plain)
+        stubbed = stub_command(plain + ([str(args.channel)] if args.channel else []))
         assert stubbed is not None and stubbed[1] == "-c"
+        if args.channel:
+            from launcher.contract import envnames
+            from launcher.remote import taskwrap_path
+
+            stubbed = [sys.executable, str(taskwrap_path()), "--control", envnames.CONTROL_FD, "--", *stubbed]
         a, b = [], []  # (examples/s, examples per CPU-second) of each process
         for trial in range(args.trials):
             for side, argv, into in (("A", plain, a), ("B", stubbed, b)) if trial % 2 == 0 else \
                     (("B", stubbed, b), ("A", plain, a)):
-                into.append(one(argv, args.pin))
+                into.append(one(argv, args.pin, args.channel if side == "B" else 0))
                 print(f"trial {trial + 1} {side}: {into[-1][0]:.1f} examples/s, {into[-1][1]:.1f} per CPU-second",
                       flush=True)
     for i, figure in enumerate(("examples/s", "examples per CPU-second")):
@@ -142,7 +185,8 @@ def main() -> None:
         print(f"{figure}: A plain script median {ma:.1f} (range {min(fa):.1f}-{max(fa):.1f}); "
               f"B under the stub median {mb:.1f} (range {min(fb):.1f}-{max(fb):.1f}); B/A {mb / ma:.4f} "
               f"(target >= 0.99); means B/A {statistics.mean(fb) / statistics.mean(fa):.4f}")
-    print(f"pinned: {args.pin or 'no'}; load average before {before}, after {load_average()}")
+    print(f"pinned: {args.pin or 'no'}; channel: {f'a step record every {args.channel} steps' if args.channel else 'no'}; "
+          f"load average before {before}, after {load_average()}")
     liveness = Path(__file__).resolve().parents[1] / "launcher" / "contract" / "liveness.py"
     toggle = [sys.executable, "-c", TOGGLE, str(liveness), str(args.steps), str(args.fits)]
     out = subprocess.run(_pinned(toggle, args.pin), env=_env(args.pin), capture_output=True, text=True, timeout=1200)

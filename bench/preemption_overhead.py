@@ -26,7 +26,8 @@ TIMEOUT = 600
 def run(work: Path, graceful: bool, steps: int) -> float:
     entrypoint = f"python -m worker --epochs 1 --steps-per-epoch {steps}" + ("" if graceful else " --no-graceful-preemption")
     spec = write_spec(work, entrypoint, work / "tfds")
-    proc = subprocess.run([sys.executable, "-m", "launcher", "up", str(spec)], cwd=ROOT, capture_output=True,
+    # (--verbose: the tasks' records in its lines as they came, the result's among them)
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--verbose", str(spec)], cwd=ROOT, capture_output=True,
                           text=True, timeout=TIMEOUT)
     m = RESULT.search(proc.stdout)
     if proc.returncode != 0 or not m:

@@ -58,8 +58,8 @@ def run(work: Path, tfds: Path, entrypoint: str, kill_at: int | None = None,
             latest = work / "runs" / "bench" / "latest"
             end = time.monotonic() + TIMEOUT
             while time.monotonic() < end:
-                log = latest / "logs" / "chief-0.log"
-                worker = latest / "logs" / "worker-1.log"
+                log = latest / "logs" / "chief-0.progress"
+                worker = latest / "logs" / "worker-1.progress"
                 # Warm: worker:1's standby has said it is ready (it imports once the host idles, at
                 # idle priority), so the figure is a ready standby's promotion, not its import.
                 if (log.exists() and any(int(l.get("global_step", -1)) >= kill_at for l in lines(log.read_text(), "step"))
@@ -95,7 +95,7 @@ def main() -> int:
             for loop, flags in modes.items():
                 rd, _ = run(tmp / f"{loop}{i}", tfds, f"python -m worker {flags} --epochs 2 "
                             f"--steps-per-epoch {args.steps} --progress-every {args.steps}")
-                (res,) = lines((rd / "logs" / "chief-0.log").read_text(), "result")
+                (res,) = lines((rd / "logs" / "chief-0.progress").read_text(), "result")
                 rates[loop].append(float(res["examples_per_sec"]))
                 print(f"trial {i + 1} {loop:>9}: {res['examples_per_sec']} examples/s "
                       f"(global_step {res['global_step']}, test accuracy {res['accuracy']})", flush=True)
@@ -103,10 +103,10 @@ def main() -> int:
         for i in range(args.trials):
             rd, died = run(tmp / f"kill{i}", tfds, "python -m worker --epochs 2 --steps-per-epoch 150 "
                            "--step-delay 0.2 --progress-every 1", kill_at=15 + 5 * i, warm=True)
-            chief = (rd / "logs" / "chief-0.log").read_text()
+            chief = (rd / "logs" / "chief-0.progress").read_text()
             events = read_events(rd, strict=True)
             relaunched = max(e["time"] for e in events if isinstance(e, ev.Start) and e["task"] == "worker:1")
-            server = float(lines((rd / "logs" / "worker-1.log").read_text(), "server")[-1]["time"])
+            server = float(lines((rd / "logs" / "worker-1.progress").read_text(), "server")[-1]["time"])
             lost = float(lines(chief, "worker_lost")[0]["time"])
             back = float(lines(chief, "worker_recovered")[0]["time"])
             (res,) = lines(chief, "result")

@@ -83,7 +83,7 @@ def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:
         log = None
         while time.monotonic() < end:
             if latest.exists():
-                log = latest.resolve() / "logs" / "worker-1.log"
+                log = latest.resolve() / "logs" / "worker-1.progress"  # (its records: its control channel's)
                 text = log.read_text() if log.exists() else ""
                 if f"global_step={at_step}\n" in text and (not WARM or "tfcluster-standby ready" in text):
                     break
@@ -101,7 +101,7 @@ def trial(work: Path, entrypoint: str, sig: int, at_step: int) -> dict:
         raise SystemExit(f"run failed ({proc.returncode}); see {run_dir}")
     events = read_events(run_dir, strict=True)
     relaunched = max(e["time"] for e in events if isinstance(e, ev.Start) and e["attempt"] == 1)
-    texts = [(run_dir / "logs" / f"worker-{i}.log").read_text() for i in (0, 1)]
+    texts = [(run_dir / "logs" / f"worker-{i}.progress").read_text() for i in (0, 1)]  # (their records)
     before, after = texts[1].split("tfcluster-start", 2)[1], texts[1].split("tfcluster-start", 2)[2]
     last_before = max(int(m) for m in STEP.findall("tfcluster-start" + before)) if STEP.findall(before) else 0
     preempted = PREEMPTED.findall(before)
@@ -331,7 +331,7 @@ def compare_trial(work: Path, warm: bool, backend) -> dict:
         raise SystemExit(f"run failed ({code}); see {work}:\n{out[-3000:]}")
     if "run succeeded after 2 attempt(s)" not in out:
         raise SystemExit(f"not one restart; see {work}:\n{out[-3000:]}")
-    log1 = (run_dir / "logs" / "worker-1.log").read_text(errors="replace")
+    log1 = (run_dir / "logs" / "worker-1.progress").read_text(errors="replace")  # (its records: the standby's protocol)
     promoted = [key for key in ("worker:0", "worker:1") if f"[{key}] tfcluster-standby promoted" in out]
     if warm and (promoted != ["worker:0", "worker:1"] or "tfcluster-standby promoted" not in log1):
         raise SystemExit(f"warm trial not promoted (promoted: {promoted}); see {run_dir}:\n{out[-3000:]}")

@@ -160,7 +160,7 @@ def recovery_tfcluster(lab: SlurmLab, work: Path, tfds: Path) -> float:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(lab, tfds))
     try:
         latest = work / "runs" / "bench" / "latest"
-        wait_text(lambda: latest / "logs" / "worker-1.log" if latest.exists() else None,
+        wait_text(lambda: latest / "logs" / "worker-1.progress" if latest.exists() else None,
                   lambda t: KILLED_AT.search(t) is not None)
         os.kill(worker_pid(lab, "n2"), signal.SIGKILL)
         died = time.time()
@@ -172,7 +172,7 @@ def recovery_tfcluster(lab: SlurmLab, work: Path, tfds: Path) -> float:
         raise SystemExit(f"tfcluster up failed ({proc.returncode}); see {work}/runs")
     run = latest.resolve()
     after = [firsts(t.split("tfcluster-start")[2])[0]
-             for t in ((run / "logs" / f"worker-{i}.log").read_text() for i in (0, 1))]
+             for t in ((run / "logs" / f"worker-{i}.progress").read_text() for i in (0, 1))]
     return max(after) - died
 
 

@@ -125,7 +125,8 @@ def spec_file(work: Path, steps: int, warm: bool) -> Path:
 def trial(work: Path, steps: int, warm: bool, lab=None) -> dict:
     spec = spec_file(work, steps, warm) if lab is None else ssh_spec_file(work, steps, warm, lab)
     began = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", str(spec)], cwd=ROOT,
+    # (--verbose: the standbys' protocol in its lines as it came, their "ready" among it)
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--plain", "--verbose", str(spec)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[tuple[float, str]] = []
     peak = [0]

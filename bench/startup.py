@@ -54,7 +54,8 @@ def first_steps(streams, expected: int, started: float) -> float:
 
 def via_tfcluster(spec: Path, workers: int) -> float:
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", str(spec)], cwd=ROOT, text=True,
+    # (--verbose: the tasks' records in its lines as they came, the first steps' among them)
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--verbose", str(spec)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         took = first_steps([proc.stdout], workers, started)

@@ -94,7 +94,8 @@ def copy_throughput(lab: Lab, work: Path, mb: int, repeat: int) -> dict:
 def restart_trial(lab: Lab, work: Path, state: dict, kill_step: int = 8) -> dict:
     spec = write_spec(lab, work, [PY, "-m", "worker", "--epochs", "1", "--steps-per-epoch", "16",
                                   "--step-delay", "0.2", "--save-freq", "4", "--progress-every", "1"], state)
-    proc = subprocess.Popen([PY, "-m", "launcher", "up", str(spec)], cwd=ROOT, stdout=subprocess.PIPE,
+    # (--verbose: the tasks' records in its lines as they came: the steps and first steps read below)
+    proc = subprocess.Popen([PY, "-m", "launcher", "up", "--verbose", str(spec)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     killed_at = None

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What ``tfcluster status`` costs on a long run's record: a real two-worker run (plain Python
-tasks printing the worker's progress lines), whose logs are then grown to what a long run
-leaves (``--mb`` per task, step lines), is read back by ``tfcluster status --json`` in a fresh
+tasks sending the worker's progress records on their control channels), whose progress files
+(logs/worker-N.progress) are then grown to what a long run leaves (``--mb`` per task, step
+records), is read back by ``tfcluster status --json`` in a fresh
 process. Prints its wall time and peak memory, the same replay line by line in this process
 (the pre-chunking way: every line through the view, the whole log in memory) for comparison,
 and checks that both give the same figures (status against the independent replay).
@@ -40,11 +41,12 @@ TASK = """\
     i = conf["task"]["index"]
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", int(conf["cluster"]["worker"][i].rsplit(":", 1)[1]))); s.listen()
-    print("tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=1000 steps_per_epoch=1000 "
-          "time=%.3f" % time.time(), flush=True)
+    say = lambda line: os.write(int(os.environ["TFCLUSTER_CONTROL_FD"]), (line + "\\n").encode())
+    say("tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=1000 steps_per_epoch=1000 "
+        "time=%.3f" % time.time())
     for step in range(1, 201):
-        print("tfcluster-step epoch=0 step=%d global_step=%d loss=%.4f accuracy=0.5000 time=%.3f"
-              % (step, step, 1 / step, time.time()), flush=True)
+        say("tfcluster-step epoch=0 step=%d global_step=%d loss=%.4f accuracy=0.5000 time=%.3f"
+            % (step, step, 1 / step, time.time()))
         time.sleep(0.005)
 """
 TIMEOUT = 900
@@ -79,18 +81,18 @@ def grow(log: Path, mb: float, result: bool = True) -> int:
 
 
 def line_by_line(run_dir: Path) -> dict:
-    """The view replayed the way it was before chunked reads: each whole log in memory, every
-    line through ``RunModel.line``. Per task: (global_step, loss, accuracy, examples/s)."""
+    """The view replayed the way it was before chunked reads: each whole progress file in memory,
+    every record through ``RunModel.progress``. Per task: (global_step, loss, accuracy, examples/s)."""
     from launcher.record.view import RunModel
     from launcher.record.reader import read_events
 
     view = RunModel()
     for event in read_events(run_dir, strict=True):
         view.event(event)
-    for log in sorted((run_dir / "logs").glob("worker-*.log")):
+    for log in sorted((run_dir / "logs").glob("worker-*.progress")):
         key = log.stem.replace("-", ":")
         for line in log.read_bytes().decode("utf-8", "replace").split("\n")[:-1]:
-            view.line(key, line, time.time())
+            view.progress(key, line, time.time())
     return {k: (t.global_step, t.loss, t.accuracy, t.examples_per_sec) for k, t in view.tasks.items()}
 
 
@@ -133,7 +135,7 @@ def snapshot_mode(spec: Path, run_dir: Path, sizes: list[int], repeat: int, tail
     print(f"{'MB/task':>8} {'lines/task':>11} {'tail lines':>11} {'full s':>8} {'snapshot s':>11} {'status MB':>10} "
           f"{'write s':>8} {'snap KB':>8} same")
     for mb in sizes:
-        logs = sorted((run_dir / "logs").glob("worker-*.log"))
+        logs = sorted((run_dir / "logs").glob("worker-*.progress"))
         lines = [grow(log, mb) for log in logs][0]
         started = time.monotonic()
         SnapshotWriter(run_dir).close()  # as the supervisor leaves it (its thread: every 30 s)
@@ -184,7 +186,7 @@ def main() -> int:
         if args.snapshot:
             return snapshot_mode(spec, run_dir, [int(x) for x in args.mb.split(",")], args.repeat, args.tail_mb)
         for mb in [int(x) for x in args.mb.split(",")]:
-            lines = [grow(log, mb) for log in sorted((run_dir / "logs").glob("worker-*.log"))][0]
+            lines = [grow(log, mb) for log in sorted((run_dir / "logs").glob("worker-*.progress"))][0]
             runs = [status(spec) for _ in range(args.repeat)]
             started = time.monotonic()
             reference = line_by_line(run_dir)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.contract import envnames, liveness
+from launcher.contract.progress import report
 from launcher.contract.portcheck import check_task_port
 
 from worker.cluster import ConfigError, task_from_env
@@ -141,11 +142,11 @@ def wait_as_standby() -> None:
 
     # Blocked first thing, so a SIGUSR1 that comes early waits instead of killing us.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-    print("tfcluster-standby waiting", flush=True)
-    wait_low(import_tensorflow, heavy=False)
+    report("tfcluster-standby waiting")  # (on the control channel, as every record: progress.report)
+    wait_low(import_tensorflow, heavy=False, say=report)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     take_promotion_env()
-    print("tfcluster-standby promoted", flush=True)
+    report("tfcluster-standby promoted")
 
 
 def take_promotion_env() -> None:

@@ -1,7 +1,7 @@
-"""Progress lines the launcher and people read: where training (re)started, a heartbeat every
-N steps (the hang watchdog's evidence of life), and a final summary line.
+"""Progress records the launcher and people read: where training (re)started, a heartbeat every
+N steps, and a final summary line, on the task's control channel (``emit``).
 
-Lines start with ``tfcluster-<kind>`` (start, first_step, step, epoch, result, ...) followed by
+Records start with ``tfcluster-<kind>`` (start, first_step, step, epoch, result, ...) followed by
 ``key=value`` fields, so tests and tools can parse them; fields are only ever added.
 """
 
@@ -14,13 +14,14 @@ import tf_keras as keras
 
 # The one place examples/s is computed (TF-free: the launcher's live view and tfcluster compare use it too),
 # and the one place the line format is written (launcher/contract/progress.py owns it: ``format_line``/``parse``).
-from launcher.contract.progress import Throughput, format_line  # noqa: F401
+from launcher.contract.progress import Throughput, format_line, report  # noqa: F401
 
 from worker.tensorboard import Scalars, learning_rate
 
 
 def emit(kind: str, **fields) -> None:
-    print(format_line(kind, **fields), flush=True)
+    """One progress record, on the task's control channel (``progress.report``)."""
+    report(format_line(kind, **fields))
 
 
 def backed_up(global_step: int, began: float) -> None:

@@ -50,13 +50,16 @@ class RunConsole(Notices, Protocol):
     def task_line(self, key: str, line: str) -> None:
         """One line a task printed."""
 
+    def task_progress(self, key: str, record: str) -> None:
+        """One of a task's progress records (its control channel's)."""
+
     def listen(self, record: "RunRecord", view: "RunModel") -> None:
-        """From now on, say the events ``record`` writes and show the task lines it writes for the
-        console (``view``: the run with each event applied, for the final report)."""
+        """From now on, say the events ``record`` writes and show the task lines and progress
+        records it writes for the console (``view``: the run with each event applied, for the final
+        report)."""
 
     def saying(self, view: "RunModel") -> Callable[["RecordEvent"], None]:
         """A listener that says each event it is given (``attach``'s, on the record it follows)."""
-
 
 class AttachRenderer(Protocol):
     """``attach`` as text: the run's status when it starts, the lines as they come, how it ended."""

@@ -40,8 +40,9 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Optional, Sequence
 
+from launcher.backends.channel import OutputSink
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.process import ProcessInfo, RecordedRun, StartRequest
 from launcher.plan.build import Placement, Plan, PlannedTask
@@ -55,9 +56,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from launcher.plan.hostloss import HostLoss
     from launcher.plan.hostreport import HostReport
     from launcher.spec.model import LoadedSpec, Spec
-
-# Called with (task key, one line of output without its newline) from reader threads.
-LineSink = Callable[[str, str], None]
 
 
 def normalize_exit(returncode: int) -> int:
@@ -320,11 +318,14 @@ class Tasks(abc.ABC):
     the run)."""
 
     @abc.abstractmethod
-    def start(self, request: StartRequest, on_line: LineSink) -> TaskHandle:
+    def start(self, request: StartRequest, on_line: OutputSink) -> TaskHandle:
         """Start ``request.task`` with the plan's env plus ``request.told()`` (which wins), as a
-        standby or forked where the request says so; stream each line of its output (stdout and
-        stderr) to ``on_line(task.key, line)`` from a reader thread. Raise LaunchError if it
-        cannot be started; once started, failures show as poll() codes."""
+        standby or forked where the request says so, under the task wrapper with its control
+        channel where the backend can (launcher/remote/taskstream.py); from a reader thread, hand
+        each line of its output (stdout and stderr) to ``on_line.line(task.key, line)`` and each
+        line of its control channel to ``on_line.control(task.key, line)``, both decoded by
+        launcher/backends/channel.py. Raise LaunchError if it cannot be started; once started,
+        failures show as poll() codes."""
 
     def promote(self, handle: TaskHandle, request: StartRequest) -> None:
         """Promote a warm standby (started with ``request.standby``) to the next attempt's task:

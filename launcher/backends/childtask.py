@@ -9,31 +9,32 @@ import time
 from typing import Optional
 
 from launcher.plan.build import PlannedTask
-from launcher.backends.base import LineSink, TaskHandle, normalize_exit
+from launcher.backends.base import OutputSink, TaskHandle, normalize_exit
+from launcher.backends.channel import Decoder
 
 # After the leader is reaped its pgid could in theory be reused; only signal it shortly after.
 REAPED_SIGNAL_WINDOW = 5.0
 
 
 class ChildTask(TaskHandle):
-    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink) -> None:
+    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: OutputSink) -> None:
         super().__init__(task)
         self.proc = proc
         self._reaped_at: Optional[float] = None
         self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"out-{task.key}")
         self._reader.start()
 
-    def _keep(self, line: str) -> bool:
-        """Whether ``line`` is the task's output (a subclass may take lines meant for itself)."""
-        return True
+    def _wrapper_line(self, text: str) -> bool:
+        """Whether the wrapper's line ``text`` was meant for this handle (taken: not shown)."""
+        return False
 
-    def _pump(self, on_line: LineSink) -> None:
+    def _pump(self, on_line: OutputSink) -> None:
         stream = self.proc.stdout
         assert stream is not None
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if self._keep(line):
-                on_line(self.key, line)
+        decoder = Decoder(self.key, on_line, wrapper=self._wrapper_line)
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            decoder.feed(chunk)
+        decoder.end()
         stream.close()
 
     def poll(self) -> Optional[int]:

@@ -27,7 +27,7 @@ from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import taskwrap_path
 from launcher.plan.threads import local_cores
 from launcher.backends import pyspy
-from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, Tasks, accepts
+from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, OutputSink, RecordedRun, Tasks, accepts
 from launcher.backends.process import LocalProcess, StartRequest, from_record
 from launcher.backends.childtask import ChildTask
 from launcher.backends.standbyfile import mem_available, write_promotion
@@ -42,7 +42,7 @@ _UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT)
 
 
 class LocalTask(ChildTask):
-    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink,
+    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: OutputSink,
                  pidfile: Optional[str] = None) -> None:
         self.pgid = proc.pid  # start_new_session: the wrapper leads its own group
         self.pidfile = pidfile  # where the wrapper says its task's pid (a task the zygote forked)
@@ -240,13 +240,14 @@ class LocalTasks(Tasks):
         env.update(extra)
         return env
 
-    def start(self, request: StartRequest, on_line: LineSink) -> LocalTask:
+    def start(self, request: StartRequest, on_line: OutputSink) -> LocalTask:
         task, promotion = request.task, None
         if request.standby:  # a warm standby: its promotion file (see promote)
             self._standbys += 1
             promotion = self.run.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
         full = self._env(task, request.told(str(promotion) if promotion is not None else None))
-        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace)]
+        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace),
+                "--control", envnames.CONTROL_FD]
         served, command = self.zygote.socket_for(task.command, full) if request.fork else (None, list(task.command))
         pidfile = self.zygote.pidfile() if served else None
         if served:

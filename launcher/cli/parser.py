@@ -104,7 +104,8 @@ def _add_spec_commands(sub) -> None:
     up.add_argument("--plain", action="store_true",
                     help="prefixed task lines instead of the live panel, also on a terminal")
     up.add_argument("--verbose", action="store_true",
-                    help="also show TensorFlow's known harmless start-up lines (log files always have them)")
+                    help="also show TensorFlow's known harmless start-up lines (log files always have them) and, in "
+                         "plain lines, the tasks' progress records as they sent them (tfcluster-step ...)")
     up.add_argument("--detach", action="store_true",
                     help="once every task is ready, leave the run to a background supervisor and exit 0")
     up.add_argument("--force", action="store_true", help="start even if a run of this spec is still running")

@@ -37,7 +37,7 @@ from launcher.notices import Notices
 from launcher.errors import UserError
 from launcher.contract import progress
 from launcher.contract.progress import parse
-from launcher.record.layout import COMPARE_DIR, name_dir
+from launcher.record.layout import COMPARE_DIR, name_dir, progress_path
 from launcher.record.reader import read_events
 from launcher.record.feed import replay
 from launcher.record.states import Outcome
@@ -229,7 +229,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path,
         def on_record(record) -> None:
             records.append(record)
             extra["record"] = str(record.dir)
-            line.follow(record.log_path(record.plan.success_task))
+            line.follow(progress_path(record.dir, record.plan.success_task))
 
         try:
             # Relative paths (workdir, docker build context, ...) resolve against the source spec.
@@ -247,7 +247,7 @@ def _run_one(config: Config, repeat: int, options: Options, outdir: Path,
         record = records[0]
         events = read_events(record.dir)
         try:
-            lines = record.log_path(record.plan.success_task).read_text(errors="replace").splitlines()
+            lines = progress_path(record.dir, record.plan.success_task).read_text(errors="replace").splitlines()
         except OSError:
             lines = []
         m = measure(events, lines, options.target_accuracy)

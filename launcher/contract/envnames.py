@@ -45,6 +45,10 @@ STANDBY = "TFCLUSTER_STANDBY"  # "1": a warm standby, waiting for SIGUSR1
 # A warm standby's promotion file: the next attempt's environment (JSON), written by the backend
 # just before the SIGUSR1 that promotes it (the plan, so TF_CONFIG, may have changed since its start).
 STANDBY_ENV = "TFCLUSTER_STANDBY_ENV"
+# The task's control channel (launcher/remote/taskstream.py): the number of a descriptor it inherits,
+# a pipe to its wrapper. What tfcluster acts on goes there, one line each, never on stdout or stderr:
+# the liveness beats and stacks, the progress records (``tfcluster-step ...``), the standby protocol.
+CONTROL_FD = "TFCLUSTER_CONTROL_FD"
 ZYGOTE_PAD = "TFCLUSTER_ZYGOTE_PAD"  # the zygote's room for each child's own variables in /proc/PID/environ
 
 # Set by `tfcluster compare` for its runs (launcher/compare/configs.py).

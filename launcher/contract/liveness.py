@@ -17,16 +17,21 @@ What ``install`` sets up:
   supervisor reads stragglers from them (launcher/supervise/straggler.py): a worker whose closures
   run slower than the others', or, under MultiWorkerMirroredStrategy, the task that spends the
   least of its time inside TensorFlow while its peers wait there for it.
+* **The channel.** What the supervisor acts on is written on the task's control channel
+  (``say``): the descriptor TFCLUSTER_CONTROL_FD names, a pipe to its wrapper
+  (launcher/remote/taskstream.py), never stdout or stderr, whose lines are the task's data; one
+  ``os.write`` a line (no lock of ``sys.stderr``'s to be held at exit; a line is never cut by
+  another writer's). Where there is none (a task started outside tfcluster, a container without
+  tfcluster's wrapper), on file descriptor 2 (the beats and stacks) or 1 (progress), in band.
 * **The beat.** A daemon thread wakes every ``EVERY`` seconds and, when the count changed,
-  writes ``tfcluster-beat n=COUNT in=SECONDS [w=...]`` on file descriptor 2 (an ``os.write``: no lock of
-  ``sys.stderr``'s to be held at exit). Its first line, at once, also names the signal that takes
+  writes ``tfcluster-beat n=COUNT in=SECONDS [w=...]`` on the channel. Its first line, at once, also names the signal that takes
   the stacks: ``tfcluster-beat n=0 stacks=12``; once TensorFlow is imported, one says so
   (``tf=1``): from then on the supervisor reads the count as the task's progress
   (watchdog.hang_timeout), and printing is not progress.
 * **The stacks.** The stacks' signal is blocked in the thread that calls ``block`` (the stub's
   main thread, first thing: every thread started later inherits the block), and a thread of its
   own, ``tfcluster-stacks``, takes it with ``sigwait`` and writes every thread's Python stack in
-  faulthandler's format on file descriptor 2 (``faulthandler.dump_traceback``, all threads) while it
+  faulthandler's format on the channel (``faulthandler.dump_traceback``, all threads) while it
   holds the GIL: the other threads are then paused where Python can stop them, so their frames hold
   still. faulthandler's own signal handler reads them while they run: taking a live run's stacks
   while a thread traced a ``tf.function`` killed that task (SIGSEGV, mid-dump). That handler stays
@@ -39,10 +44,14 @@ What ``install`` sets up:
 import faulthandler
 import os
 import signal
+import stat
 import sys
 import threading
 import time
 
+# The control channel's variable (envnames.CONTROL_FD): given by whoever runs this text on its own
+# (the standby stub, launcher/remote/pystandby.py), else read from envnames (``_channel``).
+CONTROL_VAR = globals().get("CONTROL_VAR")
 BEAT = "tfcluster-beat"
 STACKS_SIGNAL = signal.SIGUSR2
 EVERY = 1.0  # seconds between beats while the count changes
@@ -90,11 +99,44 @@ def hook():
     return True
 
 
-def _say(text):
+_channel_of = [None, None]  # (pid, the control channel's descriptor or None) as this process found it
+
+
+def channel():
+    """The task's control channel: the descriptor its variable names, when that is a pipe (a
+    child that closed it and opened something else under its number gets None), else None."""
+    pid = os.getpid()
+    if _channel_of[0] != pid:  # (found once per process: a forked child looks again)
+        _channel_of[:] = [pid, _channel()]
+    return _channel_of[1]
+
+
+def _channel():
+    name = CONTROL_VAR
+    if not name:
+        try:
+            from launcher.contract.envnames import CONTROL_FD as name
+        except ImportError:
+            return None
+    value = os.environ.get(name, "")
+    if not value.isdigit():
+        return None
     try:
-        os.write(2, (text + "\n").encode())
+        return int(value) if stat.S_ISFIFO(os.fstat(int(value)).st_mode) else None
+    except (OSError, OverflowError):
+        return None
+
+
+def say(text, fallback=2):
+    """One line on the task's control channel, or on ``fallback`` where it has none (in band)."""
+    fd = channel()
+    try:
+        os.write(fallback if fd is None else fd, (text.replace("\n", " ") + "\n").encode("utf-8", "replace"))
     except OSError:
         pass
+
+
+_say = say
 
 
 def workers():
@@ -141,9 +183,14 @@ def _stacks():
         except (ValueError, OSError):
             return
         try:  # with the GIL held: every other Python thread's frames hold still
-            faulthandler.dump_traceback(file=2, all_threads=True)
+            faulthandler.dump_traceback(file=_stacks_fd(), all_threads=True)
         except (ValueError, OSError, RuntimeError):
             pass
+
+
+def _stacks_fd():
+    fd = channel()
+    return 2 if fd is None else fd
 
 
 def install(every=EVERY):
@@ -152,7 +199,7 @@ def install(every=EVERY):
     if _installed:
         return True
     try:  # (for a thread that does not block the signal: one started before ``block``)
-        faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True, chain=False)
+        faulthandler.register(STACKS_SIGNAL, file=_stacks_fd(), all_threads=True, chain=False)
     except (ValueError, OSError, RuntimeError, AttributeError):
         return False
     if not block():

@@ -1,12 +1,16 @@
-"""The progress-line format: the one place the launcher reads what tasks print about training.
+"""The progress-record format: the one place the launcher reads what tasks say about training.
 
-A task (``python -m worker`` or a user's own script) prints lines of the form::
+A task (``python -m worker`` or a user's own script) writes records of the form::
 
     tfcluster-<kind> key=value key=value ...
 
-for example ``tfcluster-epoch epoch=2 epochs=3 loss=0.4123 accuracy=0.8810``. Values carry no
-spaces. Anything else on a task's output is ordinary output. The live view, the final report,
-``tfcluster compare`` and ``tfcluster status`` all read progress through ``parse``.
+one a line, for example ``tfcluster-epoch epoch=2 epochs=3 loss=0.4123 accuracy=0.8810``, on its
+control channel: the descriptor TFCLUSTER_CONTROL_FD names (``report``; a script without tfcluster
+installed: ``os.write(int(os.environ["TFCLUSTER_CONTROL_FD"]), b"tfcluster-step ...\\n")``). Values
+carry no spaces. What a task prints is its output, never a record (unless the spec trusts it:
+watchdog.printed_progress). The supervisor keeps each task's records in its progress file
+(launcher/record/layout.py); the live view, the final report, ``tfcluster compare`` and
+``tfcluster status`` all read them through ``parse``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 PREFIX = "tfcluster-"
+# Kinds only ever read from a task's control channel, also where the spec trusts printed progress
+# (watchdog.printed_progress): the beats (its liveness) and a standby's protocol.
+CHANNEL_ONLY = frozenset({"beat", "standby"})
 # The reference worker's line when a preemption's agreed save starts (worker/preemption.py): the
 # supervisor lets the task finish it instead of killing it with a lost host's group.
 SAVING_LINE = PREFIX + "saving "
@@ -269,6 +276,17 @@ def parse(line: str) -> Optional[Progress]:
             fields[key] = value
     cls = KINDS.get(kind)
     return cls.of(fields) if cls is not None else Progress(kind, fields)
+
+
+def report(line: str) -> None:
+    """``line`` (a record, ``format_line``'s) on this task's control channel; printed on stdout where
+    it has none (run outside tfcluster, or in band: docs/concepts/trust.md)."""
+    from launcher.contract import liveness
+
+    if liveness.channel() is None:
+        print(line, flush=True)
+    else:
+        liveness.say(line)
 
 
 def format_line(kind: str, **fields) -> str:

@@ -60,7 +60,7 @@ class Event(Word):
     RESULTS_NOT_COLLECTED = "results_not_collected"
     GROUP_STALLED = "group_stalled"
     RESTART_FAILED = "restart_failed"
-    OUTPUT_LOST = "output_lost"
+    OUTPUT_FAULT = "output_fault"
     GPU_WATCH_ENDED = "gpu_watch_ended"
     STANDBY_FAILED = "standby_failed"
     STANDBY_NO_ROOM = "standby_no_room"

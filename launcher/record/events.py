@@ -74,7 +74,7 @@ from launcher.record.hostevents import (  # noqa: F401
     SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus)
 # The supervisor's own steps and verdicts, named here too.
 from launcher.record.supervisorevents import (  # noqa: F401
-    SUPERVISOR_KINDS, AttemptEnded, GaveUp, GpuWatchEnded, GroupStalled, HostsAnswer, HostsAwaited, OutputLost,
+    SUPERVISOR_KINDS, AttemptEnded, GaveUp, GpuWatchEnded, GroupStalled, HostsAnswer, HostsAwaited, OutputFault,
     Reconciled, Regroup, RestartFailed, ResultsNotCollected, SmallStart, StandbyFailed, StandbyNoRoom, StopRequested,
     TasksStopping)
 
@@ -108,6 +108,7 @@ class Start(RecordEvent):
     endpoint: Optional[str] = None
     log_offset: Optional[Count] = None  # the task's log size when it started (record/feed.py)
     output_offset: Optional[Count] = None
+    progress_offset: Optional[Count] = None  # the size of its progress file (layout.progress_path) then
     process: dict[str, JSON] = field(default_factory=dict)  # TaskHandle.info(): pid, pgid, start_time, ...
 
     @property

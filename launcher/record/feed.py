@@ -1,18 +1,19 @@
 """Feeding a ``RunModel`` (launcher/record/view.py) from a run's record on disk, as the supervisor fed
 it live: ``tfcluster status`` replays what is there, ``tfcluster attach`` goes on following.
 
-The record holds the run's events (``events.jsonl``) and each task's output (``logs/``), but
-not how the two interleaved. Each ``start`` event carries ``log_offset``, the size of the task's
-log when it started, so a task's lines before that offset are fed before its ``start`` and the
-lines after it after. Between attempts (after its exit, a stop or a group restart, and before
+The record holds the run's events (``events.jsonl``) and each task's output and progress
+records (``logs/``: its log and its progress file), but not how they interleaved. Each ``start``
+event carries ``log_offset`` and ``progress_offset``, the sizes of the task's two files when it
+started, so a task's lines before those offsets are fed before its ``start`` and the lines after
+them after. Between attempts (after its exit, a stop or a group restart, and before
 its first start) a task's new lines wait for its next ``start`` (or the outcome), so a restarted
 process's first lines never count for the attempt before. Lines a warm standby printed while it
 waited (``(standby) ...``) are not the task's: the live view never saw them either.
 
 Snapshots (``snapshot.json``, record/layout.py): the supervisor keeps a feed of its own record
 (``SnapshotWriter``) and writes its state now and then and at the end: the view (``RunModel.to_json``)
-and where the feed stands (the bytes of ``events.jsonl`` and of each task log it applied, which
-tasks wait for their next start). ``RecordFeed.resume`` starts from the last snapshot, so a replay
+and where the feed stands (the bytes of ``events.jsonl`` and of each task's log and progress file
+it applied, which tasks wait for their next start). ``RecordFeed.resume`` starts from the last snapshot, so a replay
 reads only what came after it; a record without one (written before, or a snapshot that does
 not fit the record) is replayed from its start. Either way the view is the one a replay from
 the start gives (tests/unit/record/test_record_feed.py).
@@ -31,12 +32,12 @@ from launcher.safefile import open_regular
 from launcher.safefile import file_mode_in, write_whole
 from launcher.record import events as ev
 from launcher.record.eventbase import RecordEvent, fields_conform
-from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path
+from launcher.record.layout import EVENTS_FILE, SNAPSHOT_FILE, log_path, progress_path
 from launcher.errors import exc_text
 from launcher.record.reader import FILE_BYTES, RecordDamaged, loads_strict, log_chunks, parse_events, read_bounded  # noqa: F401 (RecordDamaged re-exported)
 from launcher.record.view import RunModel
 
-SNAPSHOT_VERSION = 4  # 4: the view holds the final report's rows (attempts, plans); an older snapshot is replayed past
+SNAPSHOT_VERSION = 5  # 5: the progress files' offsets (4: the final report's rows); an older snapshot is replayed past
 SNAPSHOT_EVERY = 30.0  # seconds between the supervisor's snapshots: a replay reads at most this much output
 STANDBY_PREFIX = "(standby) "
 CHUNK = 4 << 20  # bytes of a log read at a time: a replay's memory does not grow with the log
@@ -59,6 +60,7 @@ class RecordFeed:
         self._events_at = 0  # bytes of events.jsonl applied
         self._events_read = 0  # lines of it applied (to name a damaged one)
         self._fed: dict[str, int] = {}  # task -> bytes of its log fed
+        self._fed_progress: dict[str, int] = {}  # task -> bytes of its progress file fed
         self._waiting: set[str] = set()  # tasks between attempts: their lines wait
         self._ended = False
         self._replayed = False
@@ -77,6 +79,7 @@ class RecordFeed:
         feed = cls(run_dir, RunModel.from_json(state["view"]), clock)
         feed._events_at, feed._events_read = state["events_at"], state["events_read"]
         feed._fed = dict(state["fed"])
+        feed._fed_progress = dict(state["fed_progress"])
         feed._waiting = set(state["waiting"])
         feed._ended = state["ended"]
         return feed  # (the lines after it are stamped as a first replay stamps them)
@@ -84,7 +87,7 @@ class RecordFeed:
     def to_json(self) -> dict[str, Any]:
         """Where the feed stands and its view, as ``snapshot.json`` holds them."""
         return {"version": SNAPSHOT_VERSION, "events_at": self._events_at, "events_read": self._events_read,
-                "fed": dict(self._fed), "waiting": sorted(self._waiting), "ended": self._ended,
+                "fed": dict(self._fed), "fed_progress": dict(self._fed_progress), "waiting": sorted(self._waiting), "ended": self._ended,
                 "view": self.view.to_json()}
 
     @property
@@ -112,7 +115,7 @@ class RecordFeed:
             later = events[i + 1:]
             if isinstance(event, ev.Start):
                 if event.log_offset is not None:  # (the last attempt's late lines too: before its start)
-                    self._feed(event.task, event.log_offset, waiting_too=True)
+                    self._feed(event.task, event, waiting_too=True)
                 self._waiting.discard(event.task)
             elif key in self._fed:
                 self._feed(key, _next_start(later, key), waiting_too=False)
@@ -169,15 +172,24 @@ class RecordFeed:
         self._events_read += len(lines)
         return out
 
-    def _feed(self, key: str, upto: Optional[int], waiting_too: bool = False) -> None:
-        """Feed ``key``'s complete log lines up to byte ``upto`` (None: all there are), unless it
-        is between attempts (and not ``waiting_too``)."""
+    def _feed(self, key: str, until: Optional[ev.Start], waiting_too: bool = False) -> None:
+        """Feed ``key``'s complete log lines and progress records up to where its start ``until``
+        began (None: all there are), unless it is between attempts (and not ``waiting_too``)."""
         if key in self._waiting and not waiting_too:
             return
-        start = self._fed.get(key, 0)
+        self._feed_file(key, until.log_offset if until is not None else None, self._fed, log_path, self.view.lines)
+        if until is not None and until.progress_offset is None:
+            return  # (a record of a tfcluster that kept no progress file)
+        self._feed_file(key, until.progress_offset if until is not None else None, self._fed_progress,
+                        progress_path, self.view.progress_lines)
+
+    def _feed_file(self, key: str, upto: Optional[int], fed: dict[str, int], path_of, apply) -> None:
+        """Feed ``key``'s complete lines of one of its files (``path_of``), from where ``fed`` says up
+        to byte ``upto`` (None: all there are), to ``apply``."""
+        start = fed.get(key, 0)
         if upto is not None and upto <= start:
             return
-        path = log_path(self.run_dir, key)
+        path = path_of(self.run_dir, key)
         try:
             fh = open_regular(path, follow=False)
         except OSError:  # (missing, or not a regular file of the run dir: nothing of it is read)
@@ -190,19 +202,19 @@ class RecordFeed:
                     if not (piece.lines or piece.long):
                         continue  # (a range's last line without its newline: tfcluster writes none)
                     start += len(piece.lines) + len(piece.long)
-                    self._fed[key] = start
+                    fed[key] = start
                     long = b"".join(piece.long[i:i + LINE_BYTES] + b"\n" for i in range(0, len(piece.long), LINE_BYTES))
                     lines = (piece.lines + long).decode("utf-8", "replace").split("\n")[:-1]
-                    self.view.lines(key, [line for line in lines if not line.startswith(STANDBY_PREFIX)], now)
+                    apply(key, [line for line in lines if not line.startswith(STANDBY_PREFIX)], now)
             except OSError:
                 return
 
 
-def _next_start(events: list[RecordEvent], key: str) -> Optional[int]:
-    """Where ``key``'s next attempt begins in its log, if one of ``events`` starts it."""
+def _next_start(events: list[RecordEvent], key: str) -> Optional[ev.Start]:
+    """The start of ``key``'s next attempt (where it begins in its files), if one of ``events`` is it."""
     for e in events:
         if isinstance(e, ev.Start) and e.task == key and e.log_offset is not None:
-            return e.log_offset
+            return e
     return None
 
 
@@ -232,6 +244,7 @@ def read_snapshot(run_dir: Path) -> Optional[dict[str, Any]]:
             return None
         ends = {run_dir / EVENTS_FILE: state["events_at"]}
         ends.update({log_path(run_dir, key): at for key, at in state["fed"].items()})
+        ends.update({progress_path(run_dir, key): at for key, at in state["fed_progress"].items()})
         for path, at in ends.items():
             if not isinstance(at, int) or at < 0:
                 return None

@@ -4,7 +4,9 @@ Under the spec's runs dir (``runs_dir``: ``<spec dir>/<run_dir>``)::
 
     <name>/<run id>/plan.json        the plan as executed (secrets redacted)
     <name>/<run id>/events.jsonl     one JSON object per event (``events.Event``), the outcome last
-    <name>/<run id>/logs/<type>-<index>.log   each task's output, all attempts (``log_path``)
+    <name>/<run id>/logs/<type>-<index>.log   each task's output, all attempts, as it wrote it (``log_path``)
+    <name>/<run id>/logs/<type>-<index>.progress   what it said on its control channel (``progress_path``):
+                                     its progress records and standby protocol, beats left out
     <name>/<run id>/output.log       every task's output interleaved as it arrived, "[type:index] ..."
     <name>/<run id>/supervisor.log   a detached supervisor's own messages (``up --detach``)
     <name>/<run id>/snapshot.json    the replayed view now and then, with the byte offsets of events.jsonl
@@ -69,6 +71,14 @@ def later_plan_name(number: int) -> str:
 def log_path(run_dir: Path, key: str) -> Path:
     """``<run>/logs/<type>-<index>.log``: the one place a task's log file is named."""
     return run_dir / LOGS_DIR / (key.replace(":", "-") + ".log")
+
+
+def progress_path(run_dir: Path, key: str) -> Path:
+    """``<run>/logs/<type>-<index>.progress``: the task's control lines (launcher/remote/taskstream.py)
+    but its beats, one a line: its progress records (``tfcluster-step ...``), read by ``progress.parse``,
+    and a standby's protocol (``(standby) tfcluster-standby ready ...``). Only tfcluster writes it:
+    nothing the task prints lands there."""
+    return run_dir / LOGS_DIR / (key.replace(":", "-") + ".progress")
 
 
 def stacks_path(run_dir: Path, attempt: int, key: str) -> Path:

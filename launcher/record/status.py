@@ -306,14 +306,14 @@ def _planned_gpus(plan: dict, row: dict) -> tuple[str, str]:
 def last_sign_of_life(run_dir: Path, last_event: Optional[float]) -> Optional[float]:
     """When a run whose supervisor was lost last showed it was alive: its last event's time
     (``last_event``: RunFacts.last), or the last write to its record -- a task's output in its
-    log or output.log, the supervisor's snapshot (every few seconds while it runs),
+    log, its progress file or output.log, the supervisor's snapshot (every few seconds while it runs),
     launcher.json, supervisor.log -- whichever came last. (Events alone stop at the last start
     or ready: a run that trained for minutes after that would look seconds long.) None for a
     record with none of it."""
     times = [last_event] if last_event is not None else []
     paths = [run_dir / name for name in (EVENTS_FILE, OUTPUT_FILE, SNAPSHOT_FILE, LAUNCHER_FILE, SUPERVISOR_LOG)]
     try:
-        paths += list((run_dir / LOGS_DIR).glob("*.log"))
+        paths += list((run_dir / LOGS_DIR).glob("*.log")) + list((run_dir / LOGS_DIR).glob("*.progress"))
     except OSError:
         pass
     for path in paths:

@@ -94,12 +94,17 @@ class RestartFailed(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class OutputLost(RecordEvent):
-    """``task``'s output can no longer be shown or logged (``why``); it is still read."""
+class OutputFault(RecordEvent):
+    """Handling a line of ``task``'s (its output, ``what`` "output", or its control channel,
+    "control") failed with ``error`` (a full disk, a closed terminal): that line is lost, the task
+    is still read and the run goes on (launcher/supervise/output.py). At most a few per task are
+    written; ``first`` is the first (the one the console says)."""
 
-    KIND: ClassVar[str] = Event.OUTPUT_LOST
+    KIND: ClassVar[str] = Event.OUTPUT_FAULT
     task: str
-    why: str = ""
+    what: str = "output"
+    error: str = ""
+    first: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +207,6 @@ class Regroup(RecordEvent):
 
 
 SUPERVISOR_KINDS: tuple[type[RecordEvent], ...] = (
-    AttemptEnded, StopRequested, TasksStopping, GaveUp, ResultsNotCollected, GroupStalled, RestartFailed, OutputLost,
+    AttemptEnded, StopRequested, TasksStopping, GaveUp, ResultsNotCollected, GroupStalled, RestartFailed, OutputFault,
     GpuWatchEnded, StandbyFailed, StandbyNoRoom, SmallStart, Reconciled, HostsAwaited, HostsAnswer, Regroup)
 

@@ -4,11 +4,12 @@ Pure: no IO, no clock. A ``RunModel`` is fed two things, in order,
 
 * the run's events, as record/events.py reads them from ``events.jsonl`` (``run_start``, ``start``, ``ready``,
   ``exit``, ``stopped``, ``restart``, ``task_restart``, ``failure``, ``outcome``), and
-* each task's output lines with the time they arrived (progress lines are read through
-  ``progress.parse``; any other line only counts as a sign of life),
+* each task's output lines with the time they arrived (a sign of life, and its last line), and
+  its progress records, apart (its control channel's lines, launcher/remote/taskstream.py: read
+  through ``progress.parse``; a line it printed is never one),
 
 so the same view can be driven live by the supervisor or later from a run's record on disk
-(``events.jsonl`` + ``logs/``). A task's state and phase follow the one machine of
+(``events.jsonl`` + ``logs/``: each task's log and its progress file). A task's state and phase follow the one machine of
 launcher/record/fold.py (``status`` folds the same events); the rendering (launcher/ui/panel.py)
 only reads ``snapshot()``.
 
@@ -99,8 +100,21 @@ class RunModel:
             self._line(key, text, now)
 
     def lines(self, key: str, texts: Sequence[str], now: float) -> None:
-        """Apply many lines of ``key``'s that all arrived at ``now`` (a replay from the record):
-        the same view as ``line`` on each, without the cost of the ones that cannot change it.
+        """Apply many lines ``key`` printed that all arrived at ``now`` (a replay from the record)."""
+        if not texts:
+            return
+        shown = next((text for text in reversed(texts) if text.strip()), "")
+        with self._lock:
+            self._line(key, shown, now)
+
+    def progress(self, key: str, text: str, now: float) -> None:
+        """Apply one progress record of ``key``'s (a line of its control channel), come at ``now``."""
+        with self._lock:
+            self._progress(key, text, now)
+
+    def progress_lines(self, key: str, texts: Sequence[str], now: float) -> None:
+        """Apply many progress records of ``key``'s that all came at ``now`` (a replay from the record):
+        the same view as ``progress`` on each, without the cost of the ones that cannot change it.
 
         A step line between two others (the worker's own format, every value well formed)
         changes nothing the next one does not overwrite: its position, loss, accuracy and
@@ -119,7 +133,7 @@ class RunModel:
                     if after is not None and after[0] == shape[0] and after[1] >= shape[1] and after[2] >= shape[2]:
                         self.marks.step(key, shape[1], shape[2])  # (goodput's gaps see every line)
                         continue
-                self._line(key, text, now)
+                self._progress(key, text, now)
 
     def snapshot(self) -> "RunModel":
         """A copy to render from while the view goes on changing."""
@@ -268,10 +282,15 @@ class RunModel:
         t.last_line_at = now
         if text.strip():
             t.last_line = text.strip()[:200]
+        fold.on_line(t, None)
+
+    def _progress(self, key: str, text: str, now: float) -> None:
         p = parse(text)
-        fold.on_line(t, p)
         if p is None:
             return
+        t = self.task(key)
+        t.last_line_at = now
+        fold.on_line(t, p)
         self.marks.line(key, p)
         if isinstance(p, (progress.StepLine, progress.EpochLine, progress.ResultLine, progress.EvalLine)):
             if p.loss is not None:

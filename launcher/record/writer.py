@@ -41,7 +41,7 @@ from launcher.system.procinfo import cmdline, start_time
 from launcher.errors import exc_text
 from launcher.record.events import RecordEvent, RunRecordDamaged, parse_event
 from launcher.record.layout import (EVENTS_FILE, LATEST, LAUNCHER_FILE, LOGS_DIR, OUTPUT_FILE, PLAN_FILE, allocation_path,
-                            later_plan_name, log_path, state_dir)
+                            later_plan_name, log_path, progress_path, state_dir)
 
 
 class RunRecord:
@@ -63,7 +63,7 @@ class RunRecord:
         self.state_dir = state_dir(root, plan.name)
         self.logs_dir = self.dir / LOGS_DIR
         self._lock = threading.Lock()
-        self._logs: dict[str, int] = {}  # key -> fd
+        self._logs: dict[str, int] = {}  # key -> fd (log_path; and progress_path's under "progress:KEY")
         self._events: Optional[int] = None
         # Events written early, before ``create`` (``write_early``: the preflight's wait for hosts
         # below tasks.worker.min): written first once the record exists; a run that never starts
@@ -75,10 +75,12 @@ class RunRecord:
         self.on_problem = on_problem or _to_stderr
         self.problems: dict[str, str] = {}  # what (a log, events.jsonl, launcher.json) -> why, once each
         # Called with every event as written (the live view follows the run; the console says it:
-        # launcher/ui/eventlines.py), and with every task line written for the console (the
-        # lines output.log holds: ``log_line``), in the order written.
+        # launcher/ui/eventlines.py), with every task line written for the console (the
+        # lines output.log holds: ``log_line``), and with every progress record of a task's
+        # (``progress_line``: the console shows people's lines), in the order written.
         self.listeners: list[Callable[[RecordEvent], None]] = []
         self.line_listeners: list[Callable[[str, str], None]] = []
+        self.progress_listeners: list[Callable[[str, str], None]] = []
         self.launcher_info: dict[str, Any] = {}  # more for launcher.json (e.g. detached: true)
         self._cmdline = cmdline(os.getpid())
 
@@ -218,30 +220,47 @@ class RunRecord:
         output, and if it stopped, the task would block writing to a full pipe."""
         self._log_line(key, line, console)
         if console:
-            for listener in list(self.line_listeners):
-                try:
-                    listener(key, line)
-                except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
-                    self._drop_listener(self.line_listeners, listener, exc)
+            self._tell(self.line_listeners, key, line)
+
+    def _tell(self, listeners: list, key: str, line: str) -> None:
+        for listener in list(listeners):
+            try:
+                listener(key, line)
+            except Exception as exc:  # noqa: BLE001 -- a display must never stop the run
+                self._drop_listener(listeners, listener, exc)
 
     def _log_line(self, key: str, line: str, console: bool) -> None:
         data = (line if line.endswith("\n") else line + "\n").encode("utf-8", "replace")
         with self._lock:
             if console:
                 self._append_output(b"[" + key.encode() + b"] " + data)
-            if f"log:{key}" in self.problems:
-                return
-            fd = self._logs.get(key)
-            try:
-                if fd is None:
-                    fd = _open_append(self.log_path(key), self.file_mode)
-                    self._logs[key] = fd
-                _write_all(fd, data)
-            except OSError as exc:
-                if fd is not None:
-                    _close(self._logs.pop(key))
-                self._problem(f"log:{key}", self.log_path(key), exc,
-                              f"the log of {key} is no longer written; its output still shows here")
+            self._append(key, self.log_path(key), data,
+                         f"the log of {key} is no longer written; its output still shows here")
+
+    def progress_line(self, key: str, line: str, console: bool = True) -> None:
+        """Append one of ``key``'s control lines to its progress file (layout.progress_path) and,
+        ``console``, hand it to the progress listeners (the console). Never raises, as ``log_line``."""
+        data = (line.replace("\n", " ") + "\n").encode("utf-8", "replace")
+        with self._lock:
+            self._append(f"progress:{key}", progress_path(self.dir, key), data,
+                         f"the progress of {key} is no longer recorded; it still shows here")
+        if console:
+            self._tell(self.progress_listeners, key, line)
+
+    def _append(self, name: str, path: Path, data: bytes, consequence: str) -> None:
+        """``data`` onto the file ``path`` (its descriptor kept under ``name``; caller holds the lock)."""
+        if f"log:{name}" in self.problems:
+            return
+        fd = self._logs.get(name)
+        try:
+            if fd is None:
+                fd = _open_append(path, self.file_mode)
+                self._logs[name] = fd
+            _write_all(fd, data)
+        except OSError as exc:
+            if fd is not None:
+                _close(self._logs.pop(name))
+            self._problem(f"log:{name}", path, exc, consequence)
 
     def _append_output(self, data: bytes) -> None:
         """output.log: every task's lines in the order they arrived (caller holds the lock)."""
@@ -269,7 +288,8 @@ class RunRecord:
         """Where the next line of ``key`` will start in its log and in output.log (``logs --attempt``):
         read under the lock that every line is written under, so never inside a line."""
         with self._lock:
-            return {"log_offset": _size_of(self.log_path(key)), "output_offset": _size_of(self.output_path)}
+            return {"log_offset": _size_of(self.log_path(key)), "output_offset": _size_of(self.output_path),
+                    "progress_offset": _size_of(progress_path(self.dir, key))}
 
     def task_started(self, key: str, **info: Any) -> None:
         with self._lock:

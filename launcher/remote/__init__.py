@@ -3,7 +3,8 @@ launcher itself (it imports at most their constants).
 
 * taskwrap.py, the per-task wrapper: every backend runs it (local and slurm as a file here, ssh
   uploads it, the docker image runs its copy in /usr/local/lib/tfcluster/, its
-  tfcluster.lifeline label);
+  tfcluster.lifeline label); taskstream.py, its framed stream: the task's output and its control
+  channel on one stream only the wrapper writes (on a Slurm node, run on its own in the step);
 * agent.py, boot.py, statesync.py, pathtrust.py (whether another user could swap a dir): helpers the ssh backend sends to hosts (uploaded, or passed to
   ``python -c``);
 * jobsetpod.py, a JobSet pod's start (``tfcluster export --to jobset``): the worker image's copy in
@@ -33,8 +34,9 @@ HERE = Path(__file__).resolve().parent
 # import from their own dir. The ssh backend uploads them into each run dir; the worker image
 # copies them (with jobsetpod.py) into /usr/local/lib/tfcluster/; local and slurm run the wrapper
 # here, beside them. tests/unit/remote/test_shipped.py checks the list against their imports.
-TASK_FILES = ("taskwrap.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py", "zygoteask.py", "zygotechild.py",
-              "zygotewait.py", "zygotehost.py", "sibling.py", "gcewatch.py", "promotion.py", "masking.py")
+TASK_FILES = ("taskwrap.py", "taskstream.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py",
+              "zygoteask.py", "zygotechild.py", "zygotewait.py", "zygotehost.py", "sibling.py", "gcewatch.py",
+              "promotion.py", "masking.py")
 
 
 def task_files() -> dict[str, str]:

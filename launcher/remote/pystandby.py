@@ -11,7 +11,7 @@ Stdlib only. A warm standby: a task whose command is ``python [options] SCRIPT A
 MODULE ARGS...`` gets its standby started as ``python [options] -c <this text> SCRIPT ARGS...``
 (``-m MODULE ARGS...``): nothing of the script is imported; this imports TensorFlow (when installed
 and the script, or a module beside it that it imports, names tensorflow or keras), follows the
-standby protocol (SIGUSR1 blocked, the ``tfcluster-standby`` lines, the promotion file
+standby protocol (SIGUSR1 blocked, the ``tfcluster-standby`` lines on its control channel, the promotion file
 TFCLUSTER_STANDBY_ENV names) at the lowest priority once its host idles (standbyprio.py), and
 once promoted runs the script as ``__main__`` with what a cold start of the same command gives
 it: ``sys.argv``, ``sys.path[0]`` (the script's directory with symlinks resolved; for ``-m`` the
@@ -25,12 +25,21 @@ import sys
 
 # The variables' names, from launcher/contract/envnames.py: the launcher puts them in this text
 # before it passes it (launcher/supervise/standby.py's stub_command).
-STANDBY, STANDBY_ENV = "@STANDBY@", "@STANDBY_ENV@"
+STANDBY, STANDBY_ENV, CONTROL = "@STANDBY@", "@STANDBY_ENV@", "@CONTROL@"
 KERAS, STRATEGY = "@KERAS@", "@STRATEGY@"
 LIVENESS = "@LIVENESS@"
 
 
-_LIVE = {"__name__": "tfcluster_liveness"}
+_LIVE = {"__name__": "tfcluster_liveness", "CONTROL_VAR": CONTROL}
+
+
+def _say(line):
+    """A line of the standby protocol, on the task's control channel (liveness.say; printed
+    where the liveness could not be had)."""
+    if "say" in _LIVE:
+        _LIVE["say"](line, 1)
+    else:
+        print(line, flush=True)
 
 
 def _liveness(step):
@@ -85,7 +94,7 @@ def _standby(target, module):
     the next attempt's environment."""
     # Blocked first thing (threads started later inherit it): an early SIGUSR1 waits, it does not kill.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-    print("tfcluster-standby waiting", flush=True)
+    _say("tfcluster-standby waiting")
     handlers = {}
     for s in signal.valid_signals():
         try:
@@ -111,9 +120,9 @@ def _standby(target, module):
 
     # Waits for the host to idle, imports at the lowest priority, returns once promoted with every
     # thread at the normal priority again (wait_as_standby: launcher/contract/standbyprio.py's text, above).
-    wait_as_standby(imports, heavy)
+    wait_as_standby(imports, heavy, say=_say)
     take_promotion(STANDBY, STANDBY_ENV, lambda line: print(line, file=sys.stderr, flush=True))
-    print("tfcluster-standby promoted", flush=True)
+    _say("tfcluster-standby promoted")
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
 
 

@@ -36,6 +36,9 @@ backend copies it to each host. Usage::
 * ``--standby-defer STANDBY,STANDBY_ENV`` (with ``--zygote``): a warm standby whose process the
   zygote forks only once it is promoted (zygoteask.py defer_standby); until then it is this wrapper.
   SIGTERM, SIGINT or SIGHUP before the promotion end it at once (128+N).
+* ``--control VAR``: the wrapper owns the task's output (taskstream.py): the task's stdout and stderr
+  a pipe, its control channel another that VAR names, both framed on the wrapper's stdout with its
+  own lines. Without it the task writes on the wrapper's stdout and stderr (Slurm's srun).
 * It exits with the task's exit code, or 128+N when the task died of signal N, the same
   convention a shell, SSH and Docker use, so every backend reports exits alike.
 """
@@ -66,7 +69,7 @@ GCE_NOTICE = "GCE preemption notice"
 def _parse(argv: list[str]) -> tuple[dict, list[str]]:
     opts = {"lease": 0.0, "grace": 5.0, "pidfile": None, "cwd": None, "gce-metadata": "off", "threads": None,
             "gpus": None, "gpu-memory-var": "", "gpu-watch": 0.0, "collective-var": "", "zygote": None,
-            "zygote-wait": 60.0, "standby-defer": ""}
+            "zygote-wait": 60.0, "standby-defer": "", "control": ""}
     if "--" not in argv:
         sys.stderr.write("taskwrap: usage: taskwrap.py [options] -- ARGV...\n")
         sys.exit(2)
@@ -106,9 +109,15 @@ def _set_pdeathsig(sig: int) -> None:
 # could not acquire lock for <stderr> at interpreter shutdown"), and the task's exit code became
 # 134. The wrapper also ends with os._exit (end below), so no thread of its own decides its code.
 _SAY_LOCK = threading.Lock()
+_STREAM: list = []  # --control: the framed stream (taskstream.Stream) every line of the wrapper's goes on
 
 
 def _say(text: str, fd: int = 2) -> None:
+    """``text`` on ``fd``; with --control a wrapper frame (``fd`` 1, a standby's protocol: a control one)."""
+    if _STREAM:
+        with _SAY_LOCK:
+            (_STREAM[0].control if fd == 1 else _STREAM[0].say)(text)
+        return
     data = text.encode("utf-8", "replace")
     with _SAY_LOCK:
         try:
@@ -151,6 +160,8 @@ def _start_ticks() -> str:
 def main(argv: list[str]) -> int:
     opts, cmd = _parse(argv)
     pgid = _own_group()
+    if opts["control"]:
+        _STREAM.append(sibling("taskstream").TaskStream())
     problem = _prepare(opts)
     if problem:
         _say(f"taskwrap: {problem}; the task was not started\n")
@@ -168,19 +179,21 @@ def main(argv: list[str]) -> int:
         if why:  # not served: the standby runs as its own process, from now on
             _say(f"taskwrap: started without the zygote: {why}\n")
             zygote = None
-    child, served = _start_served(zygote, cmd, opts["zygote-wait"]) if zygote else (None, None)
+    stdio = _STREAM[0].for_task(opts["control"]) if _STREAM else None
+    child, served = _start_served(zygote, cmd, opts["zygote-wait"], stdio) if zygote else (None, None)
     if child is not None:
         groups.append(child)
         if stopping.is_set():  # stopped while the zygote forked it: its group goes too
             _killpg(child, signal.SIGKILL)
-    child = _start_task(cmd) if child is None else child
+    child = _start_task(cmd, stdio) if child is None else child
+    if _STREAM:
+        _STREAM[0].start()  # (its ends of the task's pipes closed here: the task holds them now)
     if opts["pidfile"]:
         _write_pidfile(opts["pidfile"], child)
     ended = threading.Event()
     _start_watchers(opts, groups, child, stop_group, stopping, ended, lifeline)
-    if served is not None:
-        return _wait_served(served, child, groups, ended)
-    return _wait_and_reap(child, pgid, ended)
+    code = _wait_served(served, child, groups, ended) if served is not None else _wait_and_reap(child, pgid, ended)
+    return _STREAM[0].drained(code) if _STREAM else code
 
 
 def _defer_standby(opts: dict, cmd: list[str], stop_group) -> str:
@@ -226,12 +239,15 @@ def _prepare(opts: dict) -> "str | None":
     return None
 
 
-def _start_task(cmd: list[str]) -> int:
-    """Fork and exec the task (in this group): the child's pid. Never returns in the child."""
+def _start_task(cmd: list[str], stdio: "tuple | None" = None) -> int:
+    """Fork and exec the task (in this group): the child's pid. Never returns in the child.
+    ``stdio``: its output and control pipe ends (_task_stdio), else it writes on the wrapper's."""
     child = os.fork()
     if child == 0:
         # In the task: die with the wrapper even if the wrapper itself is SIGKILLed.
         _set_pdeathsig(signal.SIGKILL)
+        if stdio is not None:
+            sibling("taskstream").exec_task(cmd, stdio[0], stdio[1])
         # The lifeline is the wrapper's: a task reading stdin must not swallow lease bytes.
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -244,13 +260,15 @@ def _start_task(cmd: list[str]) -> int:
     return child
 
 
-def _start_served(path: str, cmd: list[str], wait: float):
+def _start_served(path: str, cmd: list[str], wait: float, stdio: "tuple | None" = None):
     """The task forked by the host's zygote (zygote.py): (its pid, the connection its exit comes
-    on), or (None, None) where it does not serve it (then it starts as ever, said in one line)."""
+    on), or (None, None) where it does not serve it (then it starts as ever, said in one line).
+    ``stdio``: its output and control pipe ends and the control's variable (_task_stdio)."""
     try:
         zygote = sibling("zygoteask")
         devnull = os.open(os.devnull, os.O_RDONLY)  # the lifeline stays the wrapper's, as below
-        sock, got = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), [devnull, 1, 2], wait)
+        fds, control = ([devnull, stdio[0], stdio[0], stdio[1]], stdio[2]) if stdio else ([devnull, 1, 2], "")
+        sock, got = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), fds, wait, control=control)
         os.close(devnull)
     except ImportError as exc:  # not shipped beside this copy: the task starts as ever
         sock, got = None, exc

@@ -29,7 +29,8 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
   would be served (the imports done), else ``{"cold": why}``. A standby's wrapper asks it to say it
   is ready, and asks for the fork itself only when promoted (taskwrap.py ``--standby-defer``).
 * Served: the server forks the task's own waiter (zygotewait.Waiter), which forks the task: ``{"pid": N}``,
-  N the task, in its own session, with the wrapper's descriptors as its stdio, the environment
+  N the task, in its own session, with the wrapper's descriptors as its stdio (and a fourth, its
+  control channel, where the request names its variable: taskstream.py), the environment
   and directory given, Python's own signal dispositions, its random generators reseeded, and the
   entry run as ``__main__`` as the interpreter runs it (sys.argv, sys.path[0]). The waiter is
   the task's parent: it sends the task's exit to the wrapper as ``{"status": S}`` (waitpid's
@@ -144,11 +145,11 @@ def _cuda_opened() -> str:
 def _receive(conn):
     """(request dict, [fds]) from a connection, or (None, why)."""
     conn.settimeout(READ_TIMEOUT)
-    msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
-    if len(msg) != 4 or len(fds) != 3:
+    msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 4)
+    if len(msg) != 4 or len(fds) not in (3, 4):
         for fd in fds:
             os.close(fd)
-        return None, "a request without its header and three descriptors"
+        return None, "a request without its header and three descriptors"  # (or four: the control channel)
     (size,) = struct.unpack("!I", msg)
     if size > MAX_REQUEST:
         for fd in fds:
@@ -164,7 +165,9 @@ def _receive(conn):
         req = json.loads(body)
         ok = (isinstance(req, dict) and isinstance(req.get("argv"), list) and isinstance(req.get("env"), dict)
               and isinstance(req.get("cwd"), str) and all(isinstance(a, str) for a in req["argv"])
-              and all(isinstance(k, str) and isinstance(v, str) for k, v in req["env"].items()))
+              and all(isinstance(k, str) and isinstance(v, str) for k, v in req["env"].items())
+              and (len(fds) == 3) == ("control" not in req)
+              and (isinstance(req.get("control"), str) and req["control"].isidentifier() or "control" not in req))
     except ValueError:
         ok = False
     if not ok:

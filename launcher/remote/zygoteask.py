@@ -27,13 +27,16 @@ def check(path: str, argv: list, env: dict, cwd: str, wait: float) -> str:
     return str(got)
 
 
-def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float, check: bool = False):
+def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float, check: bool = False,
+        control: str = ""):
     """Ask the zygote at ``path`` for a child running ``argv``: (socket, pid) or (None, why not).
     Never waits for a server that is not there: the socket is bound before any wrapper could ask
     (its starter binds it, zygote.py --listen-fd), so a connection refused or no socket is a
     server gone, said at once (with its reason where it left one, PATH.cold). Waits up to
     ``wait`` seconds for the answer (the server's import), and no longer than the server runs:
     its end closes the connection, and a server stopped (SIGSTOP) is not waited for.
+    ``fds``: the child's stdin, stdout and stderr, and with ``control`` (a variable's name) a
+    fourth, its control channel (taskstream.py), which that variable names in its environment.
     ``check``: fork nothing, only say whether it would (then (socket, 0) where it would)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -50,7 +53,8 @@ def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float, chec
     if uid != os.getuid():  # another user's server there: nothing of ours (environment, stdio) goes to it
         sock.close()
         return None, f"{path} is served by uid {uid}, not by this user"
-    request = {"argv": list(argv), "env": dict(env), "cwd": cwd, **({"check": True} if check else {})}
+    request = {"argv": list(argv), "env": dict(env), "cwd": cwd, **({"check": True} if check else {}),
+               **({"control": control} if control and len(fds) == 4 else {})}
     body = json.dumps(request).encode()
     try:
         socket.send_fds(sock, [struct.pack("!I", len(body))], fds)
@@ -164,7 +168,8 @@ def defer_standby(path: str, argv: list, wait: float, names: str, blocked: set, 
     asks for the fork, a cold start of ``argv`` in the promoted environment that finds the zygote's
     import done. Returns "" once promoted; why not where the zygote would not serve it (at once:
     the standby then starts as its own process); the number of another signal of ``blocked`` that
-    came first (a stop: nothing forked). ``say(text, fd)`` writes a line."""
+    came first (a stop: nothing forked). ``say(text, fd)`` writes a line: ``fd`` 1 the standby
+    protocol (the control channel where the wrapper frames its stream), 2 a message of its own."""
     standby, standby_env = (names.split(",") + [""])[:2]
     if os.environ.get(standby) != "1":
         return f"{standby} is not 1: not a standby"

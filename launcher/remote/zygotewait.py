@@ -88,14 +88,19 @@ def become(server, conn, req: dict, entry, fds: list, others: list, waiter: int)
         conn.close()
         close(others)
         os.setsid()
-        for i, fd in enumerate(fds):
+        for i, fd in enumerate(fds[:3]):
             os.dup2(fd, i)
             os.close(fd)
+        control = {}
+        if len(fds) == 4:  # the task's control channel (taskstream.py): kept where it is, named in its env
+            os.set_inheritable(fds[3], True)
+            control = {req["control"]: str(fds[3])}
         os.chdir(req["cwd"])
         os.environ.clear()
-        os.environ.update({**server.added, **req["env"]})
+        os.environ.update({**server.added, **req["env"], **control})
         if server.pad:
-            forked.show_environ({k: v for k, v in req["env"].items() if server.before.get(k) != v}, server.pad)
+            forked.show_environ({k: v for k, v in {**req["env"], **control}.items() if server.before.get(k) != v},
+                                server.pad)
         forked.show_argv(req["argv"])
         forked.python_defaults()
         code = forked.run_main(*entry)

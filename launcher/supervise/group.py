@@ -1,14 +1,17 @@
 """The current attempt's tasks as the supervisor tracks them: a handle per task, the last lines
-each printed, when each last printed, and its save marks (``tfcluster-saving``, then
+each printed, when each last printed or spoke, and its save marks (``tfcluster-saving``, then
 ``tfcluster-preempted``). The output readers' threads add lines and marks under ``lock``;
 everything else reads and changes it on the supervisor's thread. One object, passed to the
 supervisor's parts (output.py, starts.py, phases.py, outcome.py) that read it.
 
-A Python task also beats (launcher/contract/liveness.py): ``tfcluster-beat n=COUNT``, its
-TensorFlow function calls completed, which is its progress once it imported TensorFlow
-(``counting``; ``progress``: when its count last rose), apart from its other lines, and never shown or logged. Its first beat says it takes the stacks'
-signal (``stack_signal``); while ``collect`` asks for them, the lines of faulthandler's text it writes
-are kept aside (``stacks``)."""
+What a task prints (``line``) is only its tail and a sign of life. What it says on its control
+channel (``control``; launcher/remote/taskstream.py: nothing it prints gets there) is read: a
+Python task beats (launcher/contract/liveness.py): ``tfcluster-beat n=COUNT``, its TensorFlow
+function calls completed, which is its progress once it imported TensorFlow (``counting``;
+``progress``: when its count last rose). Its first beat says it takes the stacks' signal
+(``takes_stacks``: the one signal tfcluster chose, liveness.STACKS_SIGNAL, is all that is ever
+sent; a beat naming another is not believed); while ``collect`` asks for them, the lines of
+faulthandler's text it writes are kept aside (``stacks``); its save marks and progress records."""
 
 from __future__ import annotations
 
@@ -18,13 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 from launcher.backends.base import TaskHandle
-from launcher.contract.liveness import BEAT as BEAT_LINE
+from launcher.contract.liveness import BEAT as BEAT_LINE, STACKS_SIGNAL
 from launcher.contract.progress import SAVED_LINE, SAVING_LINE
 from launcher.supervise.stuck import is_stack_line
 
-# What a line was (``AttemptGroup.line``): a beat (progress, not output), a line of
-# the stacks the hang watchdog asked for, or any other line.
-BEAT, STACK, LINE = "beat", "stack", "line"
+# What a control line was (``AttemptGroup.control``): a beat (progress, not output), a line of
+# stacks (kept while the hang watchdog or ``tfcluster stacks`` asks for them), or a record
+# (progress, the standby protocol: into the task's progress file).
+BEAT, STACK, RECORD = "beat", "stack", "record"
 _TAIL_KEPT = 400  # lines kept, so the exception line above a long traceback or repr is found
 
 
@@ -42,7 +46,7 @@ class AttemptGroup:
         self.inside: dict[str, float] = {}  # key -> seconds its process spent inside TensorFlow's calls
         # key -> its ParameterServerStrategy coordinator's calls by worker index (the chief's beat's w=)
         self.closures: dict[str, dict[int, int]] = {}
-        self.stack_signal: dict[str, int] = {}  # key -> the signal that takes its stacks
+        self.takes_stacks: set[str] = set()  # tasks that said they take the stacks' signal (STACKS_SIGNAL)
         self.counting: set[str] = set()  # tasks that imported TensorFlow: their count is their progress
         self.stacks: dict[str, list[str]] = {}  # key -> its stack lines since ``collect`` asked
         self.stacks_at: dict[str, float] = {}  # key -> when its last stack line came
@@ -55,17 +59,24 @@ class AttemptGroup:
         (7 on 8 hosts: 0.23 s of a 2.5 s warm recovery here)."""
         return self._each(list(keys), lambda k: self.handles[k].state_note(), "state-note")
 
-    def signal_processes(self, signals: dict[str, int]) -> None:
-        """Each task's own process sent its signal (``TaskHandle.signal_process``: the stacks'),
-        all at once, as ``state_notes``."""
-        self._each(list(signals), lambda k: self.handles[k].signal_process(signals[k]), "signal")
+    def signal_processes(self, keys) -> None:
+        """Each task's own process sent the stacks' signal (``TaskHandle.signal_process``), all at
+        once, as ``state_notes``; the one tfcluster chose (liveness.STACKS_SIGNAL), whatever a task said."""
+        self._each(list(keys), lambda k: self.handles[k].signal_process(STACKS_SIGNAL), "signal")
 
     @staticmethod
     def _each(keys: list, ask, name: str) -> dict:
+        """``ask(key)`` for each of ``keys`` (its answer; "" where asking it failed: a task gone
+        meanwhile, a host's garbage answer, never the supervisor's end)."""
+        def safe(key):
+            try:
+                return ask(key)
+            except Exception:  # noqa: BLE001
+                return ""
         if len(keys) < 2:
-            return {k: ask(k) for k in keys}
+            return {k: safe(k) for k in keys}
         with ThreadPoolExecutor(max_workers=min(len(keys), 64), thread_name_prefix=name) as pool:
-            return dict(zip(keys, pool.map(ask, keys)))
+            return dict(zip(keys, pool.map(safe, keys)))
 
     def new_process(self, key: str) -> None:
         """``key`` starts (again): an empty tail, active now, its own save marks."""
@@ -74,43 +85,47 @@ class AttemptGroup:
             self.activity[key] = self.clock()
             self.saving.discard(key)  # a new process: its own save marks
             self.saved.discard(key)
-            for beats in (self.counts, self.progress, self.gaps, self.inside, self.closures, self.stack_signal,
-                          self.stacks, self.stacks_at):
+            for beats in (self.counts, self.progress, self.gaps, self.inside, self.closures, self.stacks, self.stacks_at):
                 beats.pop(key, None)
             self.counting.discard(key)
+            self.takes_stacks.discard(key)
 
-    def line(self, key: str, line: str) -> str:
-        """A line of ``key``'s output (a reader's thread): its tail, its activity, its save marks,
-        its beats and stacks. What it was: BEAT (no line to show or log: the task's own output stays
-        exactly what it printed), STACK (one the watchdog asked for) or LINE. A beat written after a
-        partial line of the task's (``epoch 3 ... tfcluster-beat n=7``): the beat is read and the
-        part before it is the LINE (``task_text`` gives that part)."""
-        at = line.find(BEAT_LINE + " ")
-        if at >= 0 and self._beat(key, line, at) == BEAT:
-            if at == 0:
-                return BEAT
-            line = line[:at]
+    def line(self, key: str, line: str) -> None:
+        """A line ``key`` printed (a reader's thread): its tail and its activity, nothing more."""
         with self.lock:
-            if key in self.stacks and (is_stack_line(line) or not line.strip()):
-                self.stacks[key].append(line)
-                self.stacks_at[key] = self.clock()
-                return STACK
             tail = self.tails.get(key)
             if tail is not None:
                 tail.append(line)
             self.activity[key] = self.clock()
+
+    def control(self, key: str, line: str) -> str:
+        """A line of ``key``'s control channel (a reader's thread): BEAT (its count), STACK (a line
+        of its stacks: kept while asked for) or RECORD (its save marks read; a progress record or
+        the standby protocol, for its progress file). Each is a sign of life."""
+        if line.startswith(BEAT_LINE + " "):
+            self._beat(key, line)
+            return BEAT
+        with self.lock:
+            self.activity[key] = self.clock()
+            if is_stack_line(line) or not line.strip():
+                if key in self.stacks:
+                    self.stacks[key].append(line)
+                    self.stacks_at[key] = self.clock()
+                return STACK
             if line.startswith(SAVING_LINE):
                 self.saving.add(key)
             elif line.startswith(SAVED_LINE):
                 self.saved.add(key)
-        return LINE
+        return RECORD
 
-    def _beat(self, key: str, line: str, at: int) -> str:
-        fields = dict(w.partition("=")[::2] for w in line[at:].split()[1:])
+    def _beat(self, key: str, line: str) -> None:
+        fields = dict(w.partition("=")[::2] for w in line.split()[1:])
         try:
             n = int(fields.get("n", ""))
         except ValueError:
-            return LINE
+            return
+        if not 0 <= n < 2**63:
+            return
         now = self.clock()
         with self.lock:
             if n > self.counts.get(key, 0):  # (a count that rises: its clock starts at the first step)
@@ -123,18 +138,10 @@ class AttemptGroup:
                 self.inside[key] = inside
             if fields.get("w"):
                 self.closures[key] = _by_worker(fields["w"])
-            if fields.get("stacks", "").isdigit():
-                self.stack_signal[key] = int(fields["stacks"])
+            if fields.get("stacks") == str(int(STACKS_SIGNAL)):  # (another number: not tfcluster's liveness)
+                self.takes_stacks.add(key)
             if fields.get("tf") == "1" or n > 0:
                 self.counting.add(key)
-        return BEAT
-
-    @staticmethod
-    def task_text(line: str) -> str:
-        """What of ``line`` the task printed itself: all of it, or the part before a beat written
-        after a partial line of its own."""
-        at = line.find(BEAT_LINE + " ")
-        return line[:at] if at > 0 else line
 
     def collect(self, keys) -> None:
         """From now on keep the stack lines of ``keys`` (their earlier ones dropped)."""

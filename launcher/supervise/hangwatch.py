@@ -166,7 +166,7 @@ class HangWatch:
                 notes[key] = f"no stacks: {stopped[key]}"
             elif not self.backend.capabilities.stacks:
                 notes[key] = f"no stacks: the {self.backend.name} backend cannot signal a task's own process"
-            elif key not in self.group.stack_signal:
+            elif key not in self.group.takes_stacks:
                 notes[key] = "no stacks: it never said it takes the stacks' signal (not a Python task under tfcluster)"
             else:
                 notes[key] = f"no stacks: none came within {STACKS_WAIT:g} s"
@@ -201,7 +201,7 @@ class HangWatch:
         if not self.backend.capabilities.stacks:
             return {}
         with self.group.lock:
-            asked = {k: self.group.stack_signal[k] for k in keys if k in self.group.stack_signal}
+            asked = [k for k in keys if k in self.group.takes_stacks]
         if not asked:
             return {}
         self.group.collect(asked)

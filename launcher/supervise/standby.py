@@ -3,8 +3,9 @@ attempt is ready, import TensorFlow and wait for SIGUSR1; a restart promotes the
 starting cold. Their output is marked ``(standby)`` until they are promoted.
 
 The protocol, which the reference worker follows (worker/main.py) and a script of its own can
-(docs/concepts/runs.md, "Warm standby"): started with TFCLUSTER_STANDBY=1, it blocks SIGUSR1 and says a line starting
-``tfcluster-standby`` (``waiting``, then ``ready`` once its imports are done); promoted, it reads
+(docs/concepts/runs.md, "Warm standby"): started with TFCLUSTER_STANDBY=1, it blocks SIGUSR1 and says,
+on its control channel (TFCLUSTER_CONTROL_FD: launcher/remote/taskstream.py; a line it prints is
+never read as the protocol), a line starting ``tfcluster-standby`` (``waiting``, then ``ready`` once its imports are done); promoted, it reads
 the next attempt's environment from the file TFCLUSTER_STANDBY_ENV names (the backend writes it
 just before the signal: TF_CONFIG may have changed, a replan) and says ``tfcluster-standby
 promoted``. A standby that never said a ``tfcluster-standby`` line is not promoted (it may not
@@ -26,6 +27,7 @@ from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask, redact_command
 from launcher.record import events as ev
 from launcher.contract.entrypoint import is_reference_worker, python_entry
+from launcher.contract.liveness import BEAT
 from launcher.spec.model import Restart
 from launcher.supervise.context import RunContext
 from launcher.supervise.output import TaskOutput
@@ -50,7 +52,8 @@ def _stub_source() -> str:
 
     live = Path(liveness.__file__).read_text(encoding="utf-8")
     return (source("pystandby.py").replace('"@STANDBY@"', repr(envnames.STANDBY))
-            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@LIVENESS@"', repr(live))
+            .replace('"@STANDBY_ENV@"', repr(envnames.STANDBY_ENV)).replace('"@CONTROL@"', repr(envnames.CONTROL_FD))
+            .replace('"@LIVENESS@"', repr(live))
             .replace('"@KERAS@"', repr(envnames.KERAS)).replace('"@STRATEGY@"', repr(envnames.STRATEGY))
             .replace("# @KERASALIAS@\n", Path(kerasalias.__file__).read_text(encoding="utf-8"))
             .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8"))
@@ -248,23 +251,31 @@ class WarmStandby:
         """One standby process for ``task`` (its output marked ``(standby)`` until promoted), or None."""
         entry: list[_Standby] = []
 
-        def sink(key: str, line: str) -> None:
+        def line(key: str, text: str) -> None:  # a line it printed
             s = entry[0] if entry else None
-            if s is not None and line.startswith(MARK):
-                s.marked = True
-                s.ready = s.ready or line.startswith(MARK + " ready")
-                s.acked = s.acked or line.startswith(PROMOTED)
             if s is not None and s.active:
-                self.output.line(key, line)
-            else:  # (a standby being stopped: what it still says, a shell's "Killed", is only logged)
-                self.record.log_line(key, f"(standby) {line}", console=s is None or not s.stopping)
+                self.output.line(key, text)
+                return
+            # (a standby being stopped: what it still says, a shell's "Killed", is only logged)
+            self.record.log_line(key, f"(standby) {text}", console=s is None or not s.stopping)
+
+        def control(key: str, text: str) -> None:  # a line of its control channel: the protocol is read there only
+            s = entry[0] if entry else None
+            if s is not None and text.startswith(MARK):
+                s.marked = True
+                s.ready = s.ready or text.startswith(MARK + " ready")
+                s.acked = s.acked or text.startswith(PROMOTED)
+            if s is not None and s.active:
+                self.output.control(key, text)
+            elif not text.startswith(BEAT + " "):  # (shown unless it is being stopped, as its lines)
+                self.record.progress_line(key, f"(standby) {text}", console=s is None or not s.stopping)
 
         stub = stub_command(task.command)  # a Python script or module: under the standby stub
         try:
             handle = self.backend.tasks.start(
                 StartRequest(task if stub is None else replace(task, command=tuple(stub)), env, standby=True,
                              fork=self.fork),
-                lambda key, line: self.output.drain(key, line, sink))
+                self.output.sink(line, control))
         except LaunchError as exc:
             self.record.write(ev.StandbyFailed(task=task.key, stage=ev.StandbyFailed.START, why=exc.lines[0]))
             return None

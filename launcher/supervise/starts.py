@@ -62,7 +62,7 @@ class Starter:
             stub = stub_command(task.command)  # a Python script or module: under the stub, for its liveness
             request = StartRequest(task if stub is None else replace(task, command=tuple(stub)), self.env(number),
                                    fork=self.standby.fork)
-            handle = self.ctx.backend.tasks.start(request, self.output.drain)
+            handle = self.ctx.backend.tasks.start(request, self.output.sink())
         self.group.handles[key] = handle
         record, process = self.ctx.record, handle.info().to_json()
         record.task_started(key, attempt=number, **process)

@@ -4,12 +4,14 @@ Three ways to show a run (chosen by ``tfcluster up``): a live panel (launcher/ui
 at the bottom of a terminal with task output scrolling above it; plain prefixed lines (not a
 terminal, or ``--plain``); launcher messages and the final report only (``--quiet``). Known
 harmless TensorFlow start-up lines (launcher/record/noise.py) are hidden unless ``verbose``. Above the
-panel, the tasks' progress protocol is shown as people's lines (launcher/ui/peoplelines.py: one line per
-epoch for the run, the strategy once); plain lines keep it as the tasks print it.
+panel, the tasks' progress records (their control channels', never what they print) are shown as
+people's lines (launcher/ui/peoplelines.py: one line per epoch for the run, the strategy once), and so
+in plain lines (``[tfcluster] epoch 2/3 ...``, a task's own ``[worker:0] evaluated ...``); with
+``verbose`` plain lines show the records as they came (``[worker:0] tfcluster-step ...``).
 
 A run's console is a listener on its record (``listen``): the supervisor prints nothing, it writes
 events and logs its tasks' lines, and the console says each event as it is written
-(launcher/ui/eventlines.py) and shows each task line. ``attach`` makes it a listener on the record
+(launcher/ui/eventlines.py) and shows each task line and progress record. ``attach`` makes it a listener on the record
 it follows (``saying``), so both say the same lines.
 
 Reader threads of every task write here concurrently; one lock keeps lines whole.
@@ -125,9 +127,9 @@ class Console:
         self.lock = threading.Lock()
         self._palette: dict[str, str] = {}
         self.quiet_tasks = False
-        self.verbose = False  # also show the known harmless TF start-up lines
+        self.verbose = False  # also show the known harmless TF start-up lines, and the records as they came
         self._panel = None  # ui.panel.LivePanel while the live panel is up
-        self._people = PeopleLines()  # the task lines as the panel's reader sees them (peoplelines.py)
+        self._people = PeopleLines()  # the tasks' records as people read them (peoplelines.py)
 
     # -------------------------------------------------------------- a terminal that goes away
 
@@ -228,17 +230,36 @@ class Console:
         if self.quiet_tasks or (not self.verbose and noise.is_noise(line)):
             return
         with self.lock:
-            if self._panel is not None:  # a person reads this: protocol lines become their lines
+            if self._panel is not None:  # a person reads this: the workers' start-up lines folded
                 self._show_in_panel(self._people.feed(key, line))
                 return
-            prefix = f"[{key}]"
-            if self.color:
-                code = self._palette.setdefault(key, _COLORS[len(self._palette) % len(_COLORS)])
-                prefix = f"\033[{code}m{prefix}\033[0m"
-            if _isatty(self.out):  # a task's colours, never its OSC/DCS/APC (a title, a clipboard write)
-                line = for_terminal(line)
-            self.out.write(f"{prefix} {line}\n")
-            self.out.flush()
+            self._plain(key, line)
+
+    def task_progress(self, key: str, record: str) -> None:
+        """One of a task's progress records (its control channel's): people's lines, in the panel
+        and in plain lines alike; with ``verbose``, in plain lines, the record as it came."""
+        if self.quiet_tasks:
+            return
+        with self.lock:
+            if self._panel is not None:
+                self._show_in_panel(self._people.progress(key, record))
+                return
+            if self.verbose:
+                self._plain(key, record)
+                return
+            for about, text in self._people.progress(key, record):
+                self._plain(about or "tfcluster", text)
+
+    def _plain(self, key: str, line: str) -> None:
+        """``[key] line`` on stdout (caller holds the lock)."""
+        prefix = f"[{key}]"
+        if self.color:
+            code = self._palette.setdefault(key, _COLORS[len(self._palette) % len(_COLORS)])
+            prefix = f"\033[{code}m{prefix}\033[0m"
+        if _isatty(self.out):  # a task's colours, never its OSC/DCS/APC (a title, a clipboard write)
+            line = for_terminal(line)
+        self.out.write(f"{prefix} {line}\n")
+        self.out.flush()
 
     def _show_in_panel(self, lines: "list[tuple[Optional[str], str]]") -> None:
         for key, text in lines:
@@ -255,6 +276,7 @@ class Console:
         console: the supervisor writes its record, and this is how a person reads it."""
         record.listeners.append(self.saying(view))
         record.line_listeners.append(self.task_line)
+        record.progress_listeners.append(self.task_progress)
 
     def saying(self, view: "RunModel") -> Callable[["RecordEvent"], None]:
         """A listener that says each event it is given, ``view`` the run with it applied (a

@@ -135,8 +135,10 @@ def _failure(e: ev.Failure, view: RunModel, verbose: bool, _now) -> list[Said]:
     return out
 
 
-def _output_lost(e: ev.OutputLost, *_) -> list[Said]:
-    return _error(f"{e.task}: its output can no longer be shown or logged ({e.why}); it is still read, "
+def _output_fault(e: ev.OutputFault, *_) -> list[Said]:
+    if not e.first:  # (said once a task: the record keeps the next few)
+        return []
+    return _error(f"{e.task}: a line of its {e.what} could not be handled ({e.error}); it is still read, "
                   "and the run goes on")
 
 
@@ -240,7 +242,7 @@ _SAYERS: dict[type, Callable[..., list[Said]]] = {
     ev.ResultsNotCollected: _results_not_collected, ev.GaveUp: _gave_up, ev.GroupRestart: _group_restart,
     ev.SidecarFailed: _sidecar_failed, ev.GroupStalled: _group_stalled, ev.Straggler: _straggler,
     ev.TaskRestart: _task_restart, ev.RestartFailed: _restart_failed, ev.Failure: _failure,
-    ev.OutputLost: _output_lost, ev.GpuWatchEnded: _gpu_watch_ended, ev.StandbyFailed: _standby_failed,
+    ev.OutputFault: _output_fault, ev.GpuWatchEnded: _gpu_watch_ended, ev.StandbyFailed: _standby_failed,
     ev.StandbyNoRoom: _standby_no_room, ev.SmallStart: _small_start, ev.Reconciled: _reconciled,
     ev.Replan: _replan, ev.HostLost: _host_lost, ev.HostsAwaited: _hosts_awaited, ev.HostsAnswer: _hosts_answer,
     ev.DiscoveryAnswer: _discovery, ev.Regroup: _regroup, ev.RunOutcome: _outcome,

@@ -1,4 +1,4 @@
-"""What a person reads above the live panel: the tasks' progress protocol turned into lines for people.
+"""What a person reads of a run: the tasks' progress records turned into lines for people.
 
 The tasks speak a machine protocol (``tfcluster-epoch epoch=16 global_step=368 loss=0.0851
 accuracy=0.9803 examples_per_sec=4029.9 learning_rate=0.001 time=1795696618.254``, launcher/contract/progress.py),
@@ -7,12 +7,16 @@ once per worker. On a terminal, under the panel, that becomes one line per epoch
     epoch 16/30  loss 0.0851  accuracy 0.980  4,030 ex/s  (worker:0-1)
 
 and the strategy once. Heartbeats (steps) are the panel's rows; the other protocol lines become
-short sentences. The reference worker's start-up lines (``worker: worker:0 strategy=...``), the same
+short sentences. Records come from the tasks' control channels (``progress``), never from what
+they print (``feed``): a printed line that looks like one is shown as the task printed it. The
+reference worker's start-up lines (``worker: worker:0 strategy=...``), the same
 for every task but its key, are folded the same way: one line for the run with the tasks that said it
 (``worker: strategy=... (worker:0-1)``); a warm standby's protocol (``(standby) tfcluster-standby
 waiting``) is the panel's business, not a line. Any other line -- a user's own script's output, a
-traceback, the worker's errors and warnings -- is passed on as it is. Only the terminal's view changes: the task logs keep every line, and
-``--plain``/pipes keep the prefixed stream (launcher/ui/console.py). Pure: lines in, lines out.
+traceback, the worker's errors and warnings -- is passed on as it is. The panel folds both; plain
+lines (``--plain``, pipes) show the records' people's lines and the tasks' own lines as printed
+(launcher/ui/console.py). The task logs keep every line, the progress files every record.
+Pure: lines in, lines out.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from launcher.contract.progress import Progress, parse
 # Shown by the panel's rows (step, first_step), or nothing a person needs (a PSS server up, a checkpoint,
 # a backup's seconds: the run's goodput counts them).
 HIDDEN = (pr.StepLine, pr.FirstStepLine, pr.ServerLine, pr.CheckpointLine, pr.BackupLine, pr.SavingLine)  # (preempted follows saving)
+HIDDEN_KINDS = frozenset({"standby"})  # (a standby's protocol: the panel's business)
 Line = tuple[Optional[str], str]  # (the task it is about, or None for the run; the text)
 STANDBY = "(standby) "  # how the supervisor marks a warm standby's lines (launcher/supervise/standby.py)
 STANDBY_PROTOCOL = STANDBY + "tfcluster-standby"
@@ -52,17 +57,21 @@ class PeopleLines:
     # -------------------------------------------------------------- in
 
     def feed(self, key: str, line: str) -> list[Line]:
+        """A line ``key`` printed: as it is, or folded with the same start-up line of the others
+        (whatever it holds: a line that looks like a progress record is the task's text)."""
+        template = _template(key, line)
+        return [(key, line)] if template is None else self._fold(key, template)
+
+    def progress(self, key: str, line: str) -> list[Line]:
+        """A progress record of ``key``'s (its control channel's): the people's lines it makes now."""
         progress = parse(line)
         if progress is None:
-            if line.startswith(STANDBY_PROTOCOL):
-                return []
-            template = _template(key, line)
-            return [(key, line)] if template is None else self._fold(key, template)
+            return []  # (a standby's protocol, "(standby) tfcluster-standby ...": the panel's business)
         out = self._fold_all() if isinstance(progress, (pr.StartLine, pr.EpochLine, pr.ResultLine)) else []
         return out + self._feed(key, progress, line)
 
     def _feed(self, key: str, p: Progress, line: str) -> list[Line]:
-        if isinstance(p, HIDDEN):
+        if isinstance(p, HIDDEN) or p.kind in HIDDEN_KINDS:
             return []
         if isinstance(p, pr.StartLine):
             return self._start(key, p)
@@ -78,7 +87,8 @@ class PeopleLines:
                           + (f"; saved to {p.saved}" if p.saved else ""))]
         if isinstance(p, pr.SavedLine):
             return [(key, f"saved {p.path or ''}".rstrip())]
-        return [(key, line)]  # a protocol line of a kind not known here: as it is
+        words = " ".join(f"{k} {v}" for k, v in p.fields.items())  # a kind not known here, in words
+        return [(key, f"{p.kind.replace('_', ' ')} {words}".rstrip())]
 
     def flush(self) -> list[Line]:
         """Every report still waiting for other tasks (the panel is going away)."""

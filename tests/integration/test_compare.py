@@ -100,7 +100,7 @@ def test_compare_three_configurations_with_one_failing(tmp_path, tfds_dir):
         # between the first step and each step line, and the overall rate as a bound.
         run = cfg["runs"][0]
         record = Path(run["record"])
-        first, steps, batch = _step_marks(record / "logs" / "worker-0.log")
+        first, steps, batch = _step_marks(record / "logs" / "worker-0.progress")  # (its records)
         marks = [(1, first)] + steps
         rates = [(s1 - s0) * batch / (t1 - t0) for (s0, t0), (s1, t1) in zip(marks, marks[1:])]
         median = float(row["examples_per_sec"])

@@ -30,19 +30,22 @@ NOISE = [
     "Failed call to cuInit: UNKNOWN ERROR (303)",
 ]
 
-# A user's own script that feeds the panel with progress lines, after TF-like start-up noise.
+# A user's own script that feeds the panel with progress records (on its control channel, as the
+# docs say: docs/concepts/runs.md), after TF-like start-up noise; and prints a record-like line.
 SCRIPT = f"""
     import os, sys, time
     key = os.environ["TFCLUSTER_TASK"]
+    say = lambda line: os.write(int(os.environ["TFCLUSTER_CONTROL_FD"]), (line + "\\n").encode())
     for line in {NOISE!r}:
         print(line, file=sys.stderr, flush=True)
     print("E0000 00:00:1795424845.812272    7276 grpc_server_lib.cc:490] UNAVAILABLE: failed to connect", flush=True)
-    print("tfcluster-start epoch=0 step=0 global_step=0 global_batch=8 epochs=1 steps_per_epoch=4", flush=True)
+    print("tfcluster-epoch epoch=9 loss=0.0001 accuracy=1.0000", flush=True)  # (printed: its output, not a record)
+    say("tfcluster-start epoch=0 step=0 global_step=0 global_batch=8 epochs=1 steps_per_epoch=4")
     for i in range(1, 5):
         time.sleep(0.05)
-        print(f"tfcluster-step epoch=0 step={{i}} global_step={{i}} time={{time.time():.3f}}", flush=True)
-    print("tfcluster-epoch epoch=1 loss=0.5000 accuracy=0.7500", flush=True)
-    print(f"tfcluster-result task={{key}} steps_run=4 examples_per_sec=100.0 loss=0.4000 accuracy=0.8000", flush=True)
+        say(f"tfcluster-step epoch=0 step={{i}} global_step={{i}} time={{time.time():.3f}}")
+    say("tfcluster-epoch epoch=1 loss=0.5000 accuracy=0.7500")
+    say(f"tfcluster-result task={{key}} steps_run=4 examples_per_sec=100.0 loss=0.4000 accuracy=0.8000")
 """
 
 
@@ -52,12 +55,14 @@ def test_a_pipe_gets_plain_prefixed_lines_without_noise_or_escape_codes_and_the_
     assert result.returncode == 0, result.stdout + result.stderr
     assert "\x1b" not in result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines and all(re.match(r"\[worker:[01]\] ", line) for line in lines), lines
+    assert lines and all(re.match(r"\[(worker:[01]|tfcluster)\] ", line) for line in lines), lines
     for noise in NOISE:
         assert noise not in result.stdout
-    # An error line that looks like TF's chatter is shown; progress lines are shown as they are.
+    # An error line that looks like TF's chatter is shown; the records as people read them, never the
+    # protocol; a printed record-like line as the task printed it.
     assert sum("grpc_server_lib.cc:490] UNAVAILABLE" in line for line in lines) == 2
-    assert "[worker:1] tfcluster-step epoch=0 step=4 global_step=4" in result.stdout
+    assert "tfcluster-step" not in result.stdout and "[tfcluster] epoch 1/1  loss 0.5000  accuracy 0.750" in result.stdout
+    assert "[worker:1] tfcluster-epoch epoch=9 loss=0.0001 accuracy=1.0000" in result.stdout
     # The log files keep every line.
     log = ((tmp_path / "runs" / "t" / "latest").resolve() / "logs" / "worker-0.log").read_text()
     assert all(noise in log for noise in NOISE)
@@ -169,7 +174,7 @@ def test_live_panel_in_a_terminal_then_the_final_report(tmp_path, tfds_dir):
         assert len(strategy) == 1 and re.fullmatch(r"strategy multi_worker_mirrored \(CollectiveAllReduceStrategy, "
                                                     r"2 replica\(s\), global batch \d+\)", strategy[0]), strategy
         assert "tfcluster-step " not in whole and "tfcluster-epoch" not in whole and "tfcluster-start" not in whole
-        assert "tfcluster-epoch epoch=2 " in (run_dir(spec) / "logs" / "worker-0.log").read_text()
+        assert "tfcluster-epoch epoch=2 " in (run_dir(spec) / "logs" / "worker-0.progress").read_text()
         # The noise is kept where TensorFlow was imported: the run's zygote (launcher/remote/zygote.py)
         # imported it once for both workers, and says it in the run dir's zygote.log.
         kept = [(run_dir(spec) / name).read_text() for name in ("logs/worker-0.log", "zygote.log")

@@ -27,7 +27,7 @@ def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_
         res = tfcluster("up", str(spec), "--detach", timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         assert "is running detached" in res.stdout
-        log = run_dir(spec) / "logs" / "worker-0.log"
+        log = run_dir(spec) / "logs" / "worker-0.progress"  # (its records: the control channel's)
         wait_for(lambda: re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()), 180,
                  what="worker:0 at step 10")
         st = json.loads(tfcluster("status", str(spec), "--json").stdout)

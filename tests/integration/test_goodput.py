@@ -22,10 +22,10 @@ TRAIN = f"python -m worker --epochs 2 --steps-per-epoch 30 --step-delay {DELAY} 
 
 
 def _own_lines(spec) -> dict:
-    """From worker:0's log: per attempt (each start line) the span from its first step's end to
+    """From worker:0's records (its progress file: its control channel's): per attempt (each start line) the span from its first step's end to
     its last step line, the backups' seconds, the global steps trained."""
     attempts = []
-    for line in (run_dir(spec) / "logs" / "worker-0.log").read_text().splitlines():
+    for line in (run_dir(spec) / "logs" / "worker-0.progress").read_text().splitlines():
         p = parse(line)
         if p is None:
             continue

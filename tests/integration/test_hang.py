@@ -17,7 +17,7 @@ import pytest
 
 from launcher.record.status import load_run
 from tests.support.cli import start_tfcluster, tfcluster
-from tests.support.hang_live import SCRIPT, stuck_line
+from tests.support.hang_live import SCRIPT, check_failure, check_output_is_data, stuck_line
 from tests.support.specs import local_spec
 from tests.support.tfrun import assert_no_processes, events, run_dir
 from tests.support.waits import wait_for, wait_line
@@ -28,12 +28,34 @@ pytestmark = [pytest.mark.integration]
 RUN_TIMEOUT = 400
 
 
-def hang_spec(tmp_path: Path, *args: str, watchdog: str = "{startup_timeout: 240, stop_grace: 2, hang_timeout: 15}"
-              ) -> Path:
+def hang_spec(tmp_path: Path, *args: str, watchdog: str = "{startup_timeout: 240, stop_grace: 2, hang_timeout: 15}",
+              extra: str = "") -> Path:
     shutil.copy(SCRIPT, tmp_path / "train.py")
     words = ", ".join(f'"{a}"' for a in args)
     return local_spec(tmp_path, f"[{sys.executable}, train.py, {words}]", name="demo",
-                      env={"TF_CPP_MIN_LOG_LEVEL": "'2'"}, watchdog=watchdog)
+                      env={"TF_CPP_MIN_LOG_LEVEL": "'2'"}, watchdog=watchdog, extra=extra)
+
+
+def test_what_a_task_prints_never_steers_the_run_and_its_real_stall_is_still_found(tmp_path):
+    """docs/concepts/trust.md, rule 9: every task prints every line of tfcluster's protocol (odd
+    arguments and all: ``stacks=9``, ``stacks=100``, a step at global step 99999, a standby's
+    ``promoted``, the wrapper's GCE notice), then fake beats every second, and trains; worker:1
+    stalls in the first attempt. The hang watch still finds the stall (the fake beats are not its
+    count) and takes every task's stacks with its own signal (the tasks answer and live on: not
+    the 9 or 100 the lines name); the restart trains to the end, exit 0. The logs hold every line
+    as printed; the record holds no fake progress or goodput."""
+    # (hang_timeout 25: a trained task's exit, TensorFlow's shutdown, can take 15 s on a busy machine)
+    spec = hang_spec(tmp_path, "generator", "--task", "worker:1", "--lies", "--stall-once",
+                     watchdog="{startup_timeout: 240, stop_grace: 2, hang_timeout: 25}",
+                     extra="restart: {max_restarts: 1, warm_standby: false}\n")
+    result = tfcluster("up", spec, timeout=RUN_TIMEOUT)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "worker:1 failed: stuck " in out and stuck_line("generator") in out, out[-4000:]
+    status = tfcluster("status", spec, "--json")
+    check_failure(run_dir(spec), status, "worker:1", stuck_line("generator"))
+    check_output_is_data(run_dir(spec), status, result.stdout)
+    assert_no_processes(spec)
 
 
 @pytest.mark.parametrize("mode,task", [("generator", "worker:1"), ("silent", "worker:1"), ("busy", "worker:1"),

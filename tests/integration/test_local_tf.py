@@ -38,7 +38,7 @@ def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir)
         "ckpt-001.index", "ckpt-002.index", "ckpt-003.index"]
     assert not (state / "backup").exists() or not any((state / "backup").iterdir())  # deleted after success
     logs = run_dir(spec) / "logs"
-    assert "tfcluster-result" in (logs / "worker-1.log").read_text()
+    assert "tfcluster-result" in (logs / "worker-1.progress").read_text()  # (its records: the control channel's)
 
     # 2) Interrupt a longer run after its first epoch; the rerun resumes from the backup.
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 3 --steps-per-epoch 30 --step-delay 0.05")

@@ -128,7 +128,7 @@ def test_closing_the_tmux_window_of_up_saves_stops_and_the_next_up_resumes(tmp_p
     spec = write_spec(tmp_path, tfds_dir, CUSTOM)
     spec.write_text(spec.read_text().replace("stop_grace: 3", "stop_grace: 30"))
     latest = tmp_path / "runs" / "demo" / "latest"
-    log = latest / "logs" / "worker-0.log"
+    log = latest / "logs" / "worker-0.progress"  # (its records: the control channel's)
     outcome = up_in_a_terminal_closed_when(
         spec, latest, lambda: log.exists() and re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()),
         "worker:0 at step 10")

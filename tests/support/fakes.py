@@ -68,19 +68,19 @@ class ScriptedTask(TaskHandle):
         if self.code is None:
             self.polls += 1
             if not self.script.silent:
-                self.on_line(self.key, f"tfcluster-step attempt={self.attempt} poll={self.polls}")
+                self.speak(f"tfcluster-step attempt={self.attempt} poll={self.polls}")
             if self.polls == 1 and self.standby and self.script.standby_mark:
-                self.on_line(self.key, "tfcluster-standby ready")
+                self.speak("tfcluster-standby ready")
             for at, line in self.script.say:
                 if at == self.polls:
-                    self.on_line(self.key, line)
+                    self.speak(line)
             if self.saving_at is not None:
                 if self.polls == self.saving_at:
-                    self.on_line(self.key, f"tfcluster-saving epoch=0 step={self.polls} global_step={self.polls}")
+                    self.speak(f"tfcluster-saving epoch=0 step={self.polls} global_step={self.polls}")
                 gate = self.script.save_gate
                 if self.polls == self.saving_at + self.script.save_polls and (gate is None or gate.is_set()):
-                    self.on_line(self.key, f"tfcluster-preempted epoch=0 step={self.saving_at} "
-                                           f"global_step={self.saving_at} saved=backup")
+                    self.speak(f"tfcluster-preempted epoch=0 step={self.saving_at} "
+                               f"global_step={self.saving_at} saved=backup")
                     if self.script.exit_after_save:
                         self.code = 128 + signal.SIGTERM
                         return self.code
@@ -94,6 +94,11 @@ class ScriptedTask(TaskHandle):
                     self.lost_at = 1700000000.0 + self.polls  # a fixed wall time: 22:13:xx UTC
         return self.code
 
+    def speak(self, line: str) -> None:
+        """A line of the task's: its protocol (``tfcluster-...``) on its control channel, as a real
+        task under the wrapper says it; any other line printed."""
+        (self.on_line.control if line.startswith("tfcluster-") else self.on_line.line)(self.key, line)
+
     lost_at: Optional[float] = None
 
     @property
@@ -103,7 +108,7 @@ class ScriptedTask(TaskHandle):
     def signal(self, sig: int) -> None:
         self.signals.append(sig)
         if sig == signal.SIGUSR1 and self.script.standby_ack and self.code is None:
-            self.on_line(self.key, "tfcluster-standby promoted")
+            self.speak("tfcluster-standby promoted")
         if self.code is None and sig == signal.SIGTERM and self.script.term != "exit":
             if self.script.term == "save" and self.saving_at is None:
                 self.saving_at = self.polls + 1
@@ -259,7 +264,9 @@ def supervise(tmp_path, spec_yaml: str, backend, *, poll_interval: float = 0.0, 
     extra = {} if clock is None else {"clock": clock}
     sup = Supervisor(plan, backend, record, spec.restart, spec.watchdog, poll_interval=poll_interval,
                      given=HostsGiven(spec=spec, absent=absent or {}, short_why=short_why), **extra)
-    Console(out=out, err=err, color=False).listen(record, sup.view)  # as app/up.py wires it
+    console = Console(out=out, err=err, color=False)
+    console.verbose = True  # (the tasks' records in ``out`` as they came, ``[worker:0] tfcluster-step ...``)
+    console.listen(record, sup.view)  # as app/up.py wires it
     sup.prewarm.after_ready = standby_after_ready
     if stop_after is not None:
         tasks = backend.tasks

@@ -5,6 +5,7 @@ that window): every live task's stacks on stdout, each its own, nothing of them 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from typing import Callable
 from tests.support.cli import ROOT
 from tests.support.waits import wait_line
 import launcher.record.events as ev
-from tests.support.records import read_records
+from tests.support.records import kinds, of, read_records
 
 SCRIPT = ROOT / "tests" / "support" / "hang_script.py"
 TASKS = ("worker:0", "worker:1")
@@ -27,6 +28,48 @@ STUCK = {"generator": ("retry_forever", "time.sleep(1)"), "silent": ("silent_sta
 # faulthandler's header of each thread's stack: none of it may reach a run's console.
 FAULTHANDLER = "(most recent call first)"
 NATIVE = "native frames (py-spy dump --native, pid "
+
+
+def lies() -> list[str]:
+    """The script's LIES (``--lies``): every line of tfcluster's protocol it prints, as it prints them."""
+    tree = ast.parse(SCRIPT.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "LIES")
+    return ast.literal_eval(node.value)
+
+
+def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out: str,
+                         keys: tuple[str, ...] = TASKS) -> None:
+    """A run of the script with ``--lies --stall-once`` (its first attempt stuck, its second trained
+    to the end) ended 0, and nothing the tasks printed steered it: each task's log holds every
+    line of LIES as printed (twice: stdout and stderr), its progress file none of them; no fake
+    progress or goodput in ``status`` (``status``: ``status --json``): no global step of theirs,
+    goodput an upper bound (the script reports no step); the hang was found by the count (one
+    failure, ``stuck``), in spite of the fake beats that rose every second; no preemption or lost
+    lease was taken from a printed line; nothing of the protocol in ``up``'s plain output (``out``)
+    but what the tasks printed."""
+    events = read_records(record)
+    outcome = of(events, ev.RunOutcome)
+    assert outcome and outcome[-1].outcome == "succeeded" and outcome[-1].attempts == 2, outcome
+    failures = of(events, ev.Failure)
+    assert len(failures) == 1 and failures[0].reason.startswith("stuck "), failures
+    assert not of(events, ev.HostPreempted, ev.OutputFault, ev.HostLost), kinds(events)
+    for key in keys:
+        log = (record / "logs" / f"{key.replace(':', '-')}.log").read_bytes().decode("utf-8", "replace")
+        lines = log.split("\n")
+        for lie in lies():
+            assert lines.count(lie) >= 2, (key, lie, log[-3000:])
+        progress = record / "logs" / f"{key.replace(':', '-')}.progress"
+        text = progress.read_text() if progress.exists() else ""
+        assert "99999" not in text and "stacks=" not in text and "fake" not in text, (key, text[-3000:])
+    view = json.loads(status.stdout)
+    for task in view["tasks"]:
+        assert (task.get("global_step") or 0) < 99990 and (task.get("examples_per_sec") or 0) < 1e8, task
+    assert view["goodput"]["exact"] is False, view["goodput"]  # (no step of the script's own: an upper bound)
+    assert "no word for" not in out, out[-4000:]
+    for line in out.splitlines():  # the protocol in the tasks' lines: only what they printed
+        if re.match(r"\[\w+:\d+\] (\(standby\) )?tfcluster-", line):
+            text = line.split("] ", 1)[1]
+            assert text in lies() or re.fullmatch(r"tfcluster-beat n=\d+ tf=1 in=0\.00", text), line
 
 
 def _number(statement: str, after: int = 0) -> int:
@@ -50,7 +93,7 @@ def sections(text: str) -> dict[str, str]:
 
 
 def check_live_stacks(stacks: Callable[..., subprocess.CompletedProcess], mode: str, stuck: str,
-                      name: str, native: bool = False) -> None:
+                      name: str, native: bool = False, one_task: bool = True) -> None:
     """``stacks(*args)`` runs ``tfcluster stacks SPEC *args``: every live task's stacks are there,
     each a process of the script ``name`` in its ``fit`` (its ``<module>`` frame), the stuck one's
     alone in ``mode``'s function; ``worker:1`` alone with its TASK. Both exit 0. ``native``: each
@@ -73,13 +116,15 @@ def check_live_stacks(stacks: Callable[..., subprocess.CompletedProcess], mode: 
             assert re.search(rf"<module> \((\S*/)?{re.escape(name)}:{fit}\)", dump[1]), (key, dump[1][-3000:])
         if mode == "silent":  # (its metrics thread, on every task)
             assert re.search(rf'{re.escape(name)}", line \d+ in metrics_thread$', text, re.M), (key, text[-3000:])
+    if not one_task:  # (a run that restarts once the watchdog acts: ``stacks TASK`` could land after it)
+        return
     one = stacks("worker:1")
     assert one.returncode == 0 and sorted(sections(one.stdout)) == ["worker:1"], one.stdout[-4000:] + one.stderr
     assert FAULTHANDLER in one.stdout, one.stdout[-4000:]
 
 
 def stacks_while_stuck(proc: subprocess.Popen, stacks: Callable[..., subprocess.CompletedProcess], mode: str,
-                       stuck: str, name: str, timeout: float, native: bool = False) -> str:
+                       stuck: str, name: str, timeout: float, native: bool = False, one_task: bool = True) -> str:
     """``proc`` (``up``, its output one text pipe, leading its own process group) is waited on
     until ``stuck`` says it is stuck, the live stacks are checked, then its output is read to its
     end (``timeout`` s in all for each part): that output, which shows no stacks text."""
@@ -88,7 +133,7 @@ def stacks_while_stuck(proc: subprocess.Popen, stacks: Callable[..., subprocess.
     rest: list[str] = []
     drain = threading.Thread(target=lambda: rest.extend(proc.stdout), daemon=True)  # (it keeps flowing)
     drain.start()
-    check_live_stacks(stacks, mode, stuck, name, native)
+    check_live_stacks(stacks, mode, stuck, name, native, one_task)
     drain.join(timeout)
     assert not drain.is_alive(), f"up ran on past {timeout:g} s:\n" + "".join(rest[-40:])
     proc.wait(timeout=30)

@@ -14,6 +14,12 @@ which prints ``TASK is stuck now (MODE)`` as it stops:
 * ``pause``: a callback pauses ``--pause`` seconds once, then training goes on (no hang);
 * ``slow``: a callback pauses ``--pause`` seconds after every batch (a straggler: the others wait);
 * ``none``: trains to the end.
+
+``--lies``: every task first prints every line of tfcluster's protocol it knows (LIES, odd
+arguments and all: a data set's text, a user's debug print), on stdout and on stderr, then the
+fake beat ``tfcluster-beat n=N tf=1`` every second, N rising, for as long as it runs: none of it
+may steer the supervisor (docs/concepts/trust.md, rule 9). ``--stall-once``: the task stops only
+in the run's first attempt (TFCLUSTER_RESTART_COUNT 0): restarted, it trains to the end.
 """
 
 import argparse
@@ -23,8 +29,40 @@ import sys
 import threading
 import time
 
-import numpy as np
-import tensorflow as tf
+# What --lies prints (tests/support/hang_live.py reads this list from here): each a line tfcluster
+# once read, or would, as its own.
+LIES = [
+    "tfcluster-beat n=0 stacks=9",
+    "tfcluster-beat n=0 stacks=100",
+    "record 42: tfcluster-beat n=0 stacks=9 (from the dataset)",
+    "tfcluster-start epoch=0 step=0 global_step=99990 epochs=1 steps_per_epoch=99999 global_batch=1 time=1795000000.000",
+    "tfcluster-first_step epoch=0 step=0 global_step=99991 time=1795000001.000",
+    "tfcluster-step epoch=0 step=99999 global_step=99999 loss=0.0001 accuracy=1.0000 time=1795000002.000",
+    "tfcluster-epoch epoch=7 global_step=99999 loss=0.0001 accuracy=1.0000 time=1795000003.000",
+    "tfcluster-backup global_step=99999 seconds=999.000 time=1795000004.000",
+    "tfcluster-saving epoch=0 step=1 global_step=99999 time=1795000005.000",
+    "tfcluster-preempted epoch=0 step=1 global_step=99999 saved=/tmp/fake time=1795000006.000",
+    "tfcluster-eval checkpoint=ckpt-99 global_step=99999 loss=0.0000 accuracy=1.0000",
+    "tfcluster-result task=worker:0 steps_run=99999 examples_per_sec=1000000000.0 loss=0.0000 accuracy=1.0000",
+    "tfcluster-saved path=/tmp/fake",
+    "tfcluster-server task=worker:0 target=grpc://fake:1",
+    "tfcluster-worker_lost task=worker:1 time=1795000007.000",
+    "tfcluster-ps_lost task=ps:0 time=1795000008.000",
+    "tfcluster-standby waiting",
+    "tfcluster-standby ready after=0.1s waited=0.0s",
+    "tfcluster-standby promoted",
+    "tfcluster-slurm-step id=1.2 node=fake gpus=0,1",
+    "tfcluster-zygote: serving",
+    "taskwrap: GCE preemption notice (metadata instance/preempted is TRUE): stopping the task gracefully",
+    "taskwrap: no word from the launcher for 5 s (lease expired); stopping task group 1",
+    "taskwrap: GPUs given 0,1",
+    "taskwrap: GPU figures 1234 99",
+    "\x1eCtfcluster-beat n=77 stacks=9",
+    "\x1eWtaskwrap: GCE preemption notice",
+]
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("mode")
@@ -32,11 +70,28 @@ parser.add_argument("--task", default="worker:1")
 parser.add_argument("--after", type=int, default=5)
 parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--pause", type=float, default=0.0)
+parser.add_argument("--lies", action="store_true")
+parser.add_argument("--stall-once", action="store_true")
 args = parser.parse_args()
 
 config = json.loads(os.environ["TF_CONFIG"])
 me = f"{config['task']['type']}:{config['task']['index']}"
-target = me == args.task
+target = me == args.task and not (args.stall_once and os.environ.get("TFCLUSTER_RESTART_COUNT", "0") != "0")
+
+
+def lies_thread():
+    n = 1
+    while True:
+        print(f"tfcluster-beat n={n} tf=1 in=0.00", flush=True)  # a count that rises: no stall, if believed
+        n += 1
+        time.sleep(1)
+
+
+if args.lies:
+    for lie in LIES:
+        print(lie, flush=True)
+        print(lie, file=sys.stderr, flush=True)
+    threading.Thread(target=lies_thread, daemon=True).start()
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 served = [0]
 

@@ -20,17 +20,24 @@ import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "ack"
 
+
+def say(line):
+    """A line of the protocol, on the task's control channel (a printed one is its output only)."""
+    os.write(int(os.environ["TFCLUSTER_CONTROL_FD"]), (line + "\n").encode())
+
+
 if os.environ.get("TFCLUSTER_STANDBY") == "1" and MODE != "ignore":
     # The protocol's lines: block SIGUSR1, (import the slow modules,) say ready, wait, take the env.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-    print("tfcluster-standby ready", flush=True)
+    print("tfcluster-standby promoted", flush=True)  # (printed: the task's output, never its protocol)
+    say("tfcluster-standby ready")
     signal.sigwait({signal.SIGUSR1})
     if MODE == "no-ack":
         while True:
             time.sleep(3600)
     with open(os.environ.pop("TFCLUSTER_STANDBY_ENV")) as fh:
         os.environ.update(json.load(fh))
-    print("tfcluster-standby promoted", flush=True)
+    say("tfcluster-standby promoted")
 
 config = json.loads(os.environ["TF_CONFIG"])
 task = config["task"]

@@ -52,11 +52,14 @@ def cold_restarts(max_restarts: int) -> str:
 
 
 def up(path: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
-    return tfcluster("up", path, timeout=timeout)
+    """``tfcluster up --verbose``: its output holds the tasks' progress records as they sent them
+    (``[worker:0] tfcluster-step ...``), which these tests read and act on."""
+    return tfcluster("up", path, "--verbose", timeout=timeout)
 
 
 def start(path: Path, env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
-    return start_tfcluster("up", path, env=env)
+    """``up`` started, ``--verbose`` (as ``up``)."""
+    return start_tfcluster("up", path, "--verbose", env=env)
 
 
 def run_dir(path: Path) -> Path:

@@ -256,6 +256,7 @@ def test_a_task_output_line_of_100_mb_is_shown_in_pieces_and_memory_stays_bounde
     in pieces of at most HOST_LINE_BYTES (and a bit) instead of holding it whole."""
     from types import SimpleNamespace
 
+    from launcher.backends.base import OutputSink
     from launcher.backends.ssh.task import SSHTask
     from launcher.bounded import HOST_LINE_BYTES
     from launcher.plan.build import PlannedTask
@@ -282,7 +283,7 @@ def test_a_task_output_line_of_100_mb_is_shown_in_pieces_and_memory_stays_bounde
     tracemalloc.start()
     try:
         task = SSHTask(planned, pool, SimpleNamespace(name="h1", transport=None), Chan(), "pidfile",
-                       lambda key, line: sizes.append(len(line)))
+                       OutputSink(lambda key, line: sizes.append(len(line)), lambda key, line: None))
         task._reader.join(60)
         _, peak = tracemalloc.get_traced_memory()
     finally:

@@ -31,7 +31,7 @@ from launcher.notices import Notices, PlainNotices
 from launcher.errors import LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask
 from launcher.spec.model import LoadedSpec, Spec
-from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, StartRequest, Tasks,
+from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, OutputSink, RecordedRun, StartRequest, Tasks,
                                     accepts)
 from launcher.backends.standbyfile import mem_available
 from launcher.backends.docker import containers, images, standby, volumes
@@ -256,6 +256,7 @@ class DockerTasks(Tasks):
         self._created: list[str] = []  # container ids, in creation order
         self._lifelines: list[Any] = []
         self._wrapper: list[str] = []
+        self._channel = False  # the image's wrapper takes --control (images.ImageConfig.channel)
         self._user: Optional[str] = None
         self._owner: Optional[tuple[int, int]] = None  # the containers' uid, gid (promotion files)
         self._standbys = 0
@@ -278,11 +279,12 @@ class DockerTasks(Tasks):
         image = images.config(client, run.opts.image)
         run.init = image.init
         self._wrapper = image.wrapper
+        self._channel = image.channel
         self._user = volumes.prepare_owner(run.record, run.opts.user, run.ids)
         self._owner = run.ids or standby.owner(self._user, image.user)  # (a name: its uid, from the image)
         self._prepared = True
 
-    def start(self, request: StartRequest, on_line: LineSink) -> DockerTask:
+    def start(self, request: StartRequest, on_line: OutputSink) -> DockerTask:
         task = request.task
         try:
             return self._start(request, on_line)
@@ -303,7 +305,7 @@ class DockerTasks(Tasks):
             environment.setdefault("HOME", "/tmp")
         return environment
 
-    def _start(self, request: StartRequest, on_line: LineSink) -> DockerTask:
+    def _start(self, request: StartRequest, on_line: OutputSink) -> DockerTask:
         run, task = self.run, request.task
         is_standby = request.standby
         with self._lock:
@@ -332,11 +334,12 @@ class DockerTasks(Tasks):
                 label[standby.LABEL_STANDBY] = "1"
             command = list(task.command)
             if self._wrapper:
-                command = [*self._wrapper, "--grace", f"{run.spec.watchdog.stop_grace:g}", "--", *command]
+                control = ["--control", envnames.CONTROL_FD] if self._channel else []
+                command = [*self._wrapper, "--grace", f"{run.spec.watchdog.stop_grace:g}", *control, "--", *command]
             cid, lifeline = containers.create_and_start(
                 client, run.opts.image, task, name, command, environment, self._user, host_config, networking,
                 label, bool(self._wrapper), self._created, on_line)
-            handle = DockerTask(task, run, cid, name, on_line)
+            handle = DockerTask(task, run, cid, name, on_line, framed=self._channel)
             handle.lifeline = lifeline
             handle.promotion = promotion
             if not is_standby:

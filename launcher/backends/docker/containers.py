@@ -12,7 +12,8 @@ from launcher.bounded import shown
 from launcher.errors import LaunchError
 from launcher.plan import containergpus as gpus
 from launcher.plan.build import PlannedTask
-from launcher.backends.base import LineSink, TaskHandle
+from launcher.backends.base import OutputSink, TaskHandle
+from launcher.backends.channel import Decoder
 from launcher.backends.process import ProcessInfo
 from launcher.backends.docker.engine import docker
 
@@ -86,7 +87,7 @@ def probe_gpu_runtime(client: Any, image: str, config: dict, label: dict, url: s
 
 def create_and_start(client: Any, image: str, task: PlannedTask, name: str, command: list[str],
                      environment: dict, user: Optional[str], config: dict, networking: dict, label: dict,
-                     lifeline: bool, created: list[str], on_line: LineSink) -> tuple[str, Any]:
+                     lifeline: bool, created: list[str], on_line: OutputSink) -> tuple[str, Any]:
     """Create a task's container (its id appended to ``created`` at once, for removal), attach its
     stdin when it runs under the lifeline wrapper, and start it; returns (id, the stdin socket or
     None). A container that will not start is the task's failure, said on its output."""
@@ -160,8 +161,11 @@ class DockerTask(TaskHandle):
     network_name are read; typed Any so that this module does not import the backend's)."""
 
     def __init__(self, task: PlannedTask, backend: Any, container_id: str, name: str,
-                 on_line: LineSink) -> None:
+                 on_line: OutputSink, framed: bool = False) -> None:
+        """``framed``: it runs under tfcluster's wrapper with its control channel (its output
+        framed: launcher/remote/taskstream.py); else its control lines are read in band."""
         super().__init__(task)
+        self.framed = framed
         self.backend = backend
         self.api = backend.client.api
         self.id = container_id
@@ -179,18 +183,14 @@ class DockerTask(TaskHandle):
 
     # -------------------------------------------------------------- threads
 
-    def _pump(self, on_line: LineSink) -> None:
-        buf = b""
+    def _pump(self, on_line: OutputSink) -> None:
+        decoder = Decoder(self.key, on_line, framed=self.framed)
         try:
             for chunk in self.api.logs(self.id, stream=True, follow=True, stdout=True, stderr=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    on_line(self.key, line.decode("utf-8", "replace").rstrip("\r"))
+                decoder.feed(chunk)
         except Exception:  # noqa: BLE001 - the engine went away or the container was removed
             pass
-        if buf:
-            on_line(self.key, buf.decode("utf-8", "replace").rstrip("\r"))
+        decoder.end()
 
     def _wait(self) -> None:
         failures = 0

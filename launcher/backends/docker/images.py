@@ -16,6 +16,8 @@ from launcher.backends.docker.options import DockerOptions
 
 # On the image: the command that runs a task under a stdin lifeline (docker/Dockerfile sets it).
 LABEL_LIFELINE = "tfcluster.lifeline"
+# ... and that its wrapper takes --control (launcher/remote/taskstream.py): the task's control channel.
+LABEL_CHANNEL = "tfcluster.channel"
 _BUILD_TIMEOUT = 3600
 
 
@@ -26,13 +28,17 @@ class ImageConfig:
     init: bool  # the image has no init (tini) of its own: the engine's goes in
     wrapper: list[str] = field(default_factory=list)  # the lifeline command, [] without one
     user: str = ""  # the image's USER
+    # Its wrapper frames the task's output with its control channel; False: no such wrapper (a user's
+    # image, an older tfcluster's): the task's control lines are read in band (backends/channel.py).
+    channel: bool = False
 
 
 def config(client: Any, image: str) -> ImageConfig:
     cfg = client.api.inspect_image(image)["Config"] or {}
-    wrapper = (cfg.get("Labels") or {}).get(LABEL_LIFELINE, "")
+    labels = cfg.get("Labels") or {}
+    wrapper = labels.get(LABEL_LIFELINE, "")
     return ImageConfig(init=not cfg.get("Entrypoint"), wrapper=shlex.split(wrapper) if wrapper else [],
-                       user=cfg.get("User") or "")
+                       user=cfg.get("User") or "", channel=bool(wrapper) and labels.get(LABEL_CHANNEL) == "1")
 
 
 def ensure(client: Any, opts: DockerOptions, base_dir: Path, url: str, console: Notices) -> None:

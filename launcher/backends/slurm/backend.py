@@ -54,7 +54,7 @@ from launcher.backends.slurm import gpus
 from launcher.backends.slurm import cli
 from launcher.backends.slurm import shared
 from launcher.backends.slurm import standby
-from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LaunchLines, LineSink, RecordedRun,
+from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LaunchLines, OutputSink, RecordedRun,
                                     StartRequest, TaskHandle, Tasks, accepts)
 from launcher.backends.process import from_record
 from launcher.backends.slurm.job import SlurmJob
@@ -128,7 +128,8 @@ class SlurmBackend(BackendKind):
             held = min(known) if known else job.opts.tasks_per_node
         steps = job.steps_for([t.key for t in plan.tasks], {t.key: t.host for t in plan.tasks}, held)
         lines = {t.key: tuple(step_argv("JOB", t, f"{t.slug}.{n}", steps.get(t.key, gpus.Step()), job.workdir,
-                                        job.opts.srun)) for n, t in enumerate(plan.tasks, 1)}
+                                        job.opts.srun, python=job.opts.python, shown=True))
+                 for n, t in enumerate(plan.tasks, 1)}
         return LaunchLines(tuple(req.sbatch_argv()), lines,
                            note="JOB: the id sbatch prints; node1...: the job's nodes in Slurm's order")
 
@@ -255,7 +256,7 @@ class SlurmTasks(Tasks):
         self._handles: list[SlurmStep] = []
         self._lock = threading.Lock()  # the starts' count and handles, from several threads
 
-    def start(self, request: StartRequest, on_line: LineSink) -> SlurmStep:
+    def start(self, request: StartRequest, on_line: OutputSink) -> SlurmStep:
         task, promotion = request.task, None
         with self._lock:
             self._launches += 1

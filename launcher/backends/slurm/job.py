@@ -184,4 +184,4 @@ class SlurmJob:
     def srun_argv(self, task: PlannedTask, step_name: str, standby: bool = False) -> list[str]:
         assert self.job_id is not None, "start before allocate"
         return step_argv(self.job_id, task, step_name, self.steps.get(task.key, gpus.Step()), self.workdir,
-                         self.opts.srun, standby=standby)
+                         self.opts.srun, standby=standby, python=self.opts.python)

@@ -16,20 +16,35 @@ from launcher.errors import LaunchError
 from launcher.plan import threads
 from launcher.plan.build import PlannedTask
 from launcher.system.procinfo import start_time
-from launcher.backends.base import LineSink
+from launcher.backends.base import OutputSink
 from launcher.backends.childtask import ChildTask
 from launcher.backends.process import LocalProcess
+from launcher.remote import source
 from launcher.backends.slurm import cli
 from launcher.backends.slurm import gpus
 
 STEP_MARK = "tfcluster-slurm-step"
-# The step prints its id first, so signals reach it without asking squeue, and the GPUs Slurm gave it
+# The step says its id first, so signals reach it without asking squeue, and the GPUs Slurm gave it
 # (the node's indices: SLURM_STEP_GPUS, set by slurmd's gres plugin; else CUDA_VISIBLE_DEVICES, -1 for
-# a CPU step), so ``status`` shows them. Then it makes a ``threads: auto`` budget from the job's CPUs
-# on its node (launcher/plan/threads.py).
-STEP_SHELL = (f'echo "{STEP_MARK} id=$SLURM_JOB_ID.$SLURM_STEP_ID node=$SLURMD_NODENAME '
-               'gpus=${SLURM_STEP_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"; '
-               f'{threads.shell_budget(envnames.THREADS)}; exec "$@"')
+# a CPU step), so ``status`` shows them: a wrapper frame of its own (launcher/remote/taskstream.py),
+# written before the task runs, so nothing the task prints passes for it. Then it makes a ``threads:
+# auto`` budget from the job's CPUs on its node (launcher/plan/threads.py), and runs the task under
+# taskstream.py (its text passed as ``$2`` to ``$1``, slurm.python; ``shell_args``): the task's output
+# framed with its control channel on the step's stdout, which srun brings here. A node without that
+# Python runs the task without its channel, said in one line.
+STEP_SHELL = ("printf '\\036W%s id=%s node=%s gpus=%s\\n' " + f'"{STEP_MARK}" '
+              '"$SLURM_JOB_ID.$SLURM_STEP_ID" "$SLURMD_NODENAME" "${SLURM_STEP_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"; '
+              f'{threads.shell_budget(envnames.THREADS)}; py=$1; src=$2; shift 2; '
+              f'if command -v "$py" >/dev/null 2>&1; then exec "$py" -S -c "$src" --control {envnames.CONTROL_FD} -- "$@"; '
+              "fi; printf '\\036Wtaskstream: %s is not on this node: the task runs without its control channel "
+              "(no progress, no standby, no stacks)\\n' \"$py\"; exec \"$@\"")
+SHOWN_SOURCE = "<launcher/remote/taskstream.py>"  # what ``tfcluster plan`` shows for the text
+
+
+def shell_args(python: str, command: Sequence[str], shown: bool = False) -> list[str]:
+    """What follows STEP_SHELL's ``sh``: the interpreter and the text of taskstream.py (``shown``:
+    a stand-in for the text, as ``plan`` prints it), then the task's command."""
+    return [python, SHOWN_SOURCE if shown else source("taskstream.py"), *command]
 
 
 def step_gpus(text: str) -> Optional[list]:
@@ -56,7 +71,7 @@ class SrunProcess(LocalProcess):
 class SlurmStep(ChildTask):
     """One task: a local ``taskwrap -- srun ...`` process and the step it created."""
 
-    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: LineSink, job_id: str,
+    def __init__(self, task: PlannedTask, proc: subprocess.Popen, on_line: OutputSink, job_id: str,
                  step_name: str, node: str, on_gpus: Optional[Callable[[str, list], None]] = None) -> None:
         self.job_id = job_id
         self._on_gpus = on_gpus  # (key, the node's GPU indices the step got; [] none) from its first line
@@ -65,7 +80,7 @@ class SlurmStep(ChildTask):
         self.step_id: Optional[str] = None
         super().__init__(task, proc, on_line)  # starts the reader, which sets step_id
 
-    def _keep(self, line: str) -> bool:
+    def _wrapper_line(self, line: str) -> bool:
         if self.step_id is None and line.startswith(STEP_MARK + " "):
             for part in line.split()[1:]:
                 if part.startswith("id="):
@@ -74,8 +89,8 @@ class SlurmStep(ChildTask):
                     ids = step_gpus(part[5:])
                     if ids is not None:
                         self._on_gpus(self.task.key, ids)
-            return False
-        return True
+            return True
+        return False
 
     def step(self) -> Optional[str]:
         """``JOB.STEP`` of this task's step: printed by the step itself, else asked of squeue."""
@@ -116,16 +131,17 @@ class SlurmStep(ChildTask):
 
 
 def srun_argv(job_id: str, task: PlannedTask, step_name: str, step: gpus.Step, workdir: Path,
-              srun: Sequence[str], standby: bool = False) -> list[str]:
+              srun: Sequence[str], standby: bool = False, python: str = "python3", shown: bool = False) -> list[str]:
     """The step of ``task`` on its node in job ``job_id``: ``--overlap`` unless its GPU part asks
     for CPUs of its own (``--exact``), named ``step_name`` (unique in the run), the spec's
     slurm.srun options, then STEP_SHELL and the task's command. A warm standby's step is
     ``--overlap`` always: it is made while its task's step holds the CPUs and GPUs it asks for
     (an ``--exact`` step would wait for them), and Slurm gives an overlapping step the GPUs it
-    asks for among the job's on the node (launcher/backends/slurm/standby.py)."""
+    asks for among the job's on the node (launcher/backends/slurm/standby.py). ``python``: the
+    nodes' (slurm.python), which runs taskstream.py (``shown``: its stand-in, for ``plan``)."""
     mine = "--overlap" in step.srun or ("--exact" in step.srun and not standby)
     overlap = [] if mine else ["--overlap"]
     return ["srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={task.host}",
             *overlap, *step.srun, "--input=none", "--kill-on-bad-exit=1", f"--job-name={step_name}",
             "--export=ALL", f"--chdir={workdir}", *srun,
-            "/bin/sh", "-c", step.shell + STEP_SHELL, "sh", *task.command]
+            "/bin/sh", "-c", step.shell + STEP_SHELL, "sh", *shell_args(python, task.command, shown)]

@@ -45,7 +45,7 @@ from launcher.plan.hostreport import HostReport
 from launcher.record import events as ev
 from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down
-from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, LineSink, RecordedRun, StartRequest,
+from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, OutputSink, RecordedRun, StartRequest,
                                     TaskHandle, Tasks)
 from launcher.backends.ssh import zygote as ssh_zygote
 from launcher.backends.elsewhere import Elsewhere
@@ -274,7 +274,7 @@ class SSHTasks(Tasks):
         self.run = run
         self.pool = run.pool
 
-    def start(self, request: StartRequest, on_line: LineSink) -> SSHTask:
+    def start(self, request: StartRequest, on_line: OutputSink) -> SSHTask:
         """The agent the preflight left waiting becomes the task, else a cold start (starts.py)."""
         return self.run.starts.start(request, on_line)
 

@@ -46,7 +46,7 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
     parts = [q(python), "-S", q(boot), q(wrap), "--lease", f"{lease:g}", "--grace", f"{grace:g}",
              "--pidfile", q(pidfile), "--threads", envnames.THREADS, "--gpus", envnames.GPUS,
              "--gpu-memory-var", envnames.GPU_MEMORY, "--collective-var", envnames.COLLECTIVE,
-             "--gpu-watch", f"{GPU_WATCH:g}"] \
+             "--gpu-watch", f"{GPU_WATCH:g}", "--control", envnames.CONTROL_FD] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
         + (["--zygote", q(zygote), "--zygote-wait", f"{ZYGOTE_WAIT:g}"] if zygote else []) \
         + (["--standby-defer", f"{envnames.STANDBY},{envnames.STANDBY_ENV}"] if zygote and defer else []) \
@@ -251,8 +251,8 @@ def wrap_args(workdir: str, pidfile: str, lease: float, grace: float, argv: Sequ
     gce = ["--gce-metadata", gce_metadata] if gce_metadata != "off" else []
     return ["--lease", f"{lease:g}", "--grace", f"{grace:g}", "--pidfile", pidfile, "--cwd", workdir,
             "--threads", envnames.THREADS, "--gpus", envnames.GPUS, "--gpu-memory-var", envnames.GPU_MEMORY,
-            "--collective-var", envnames.COLLECTIVE, "--gpu-watch", f"{GPU_WATCH:g}", *gce,
-            "--", *argv]
+            "--collective-var", envnames.COLLECTIVE, "--gpu-watch", f"{GPU_WATCH:g}", "--control", envnames.CONTROL_FD,
+            *gce, "--", *argv]
 
 
 def agent_command(python: str, pidfile: Optional[str]) -> str:

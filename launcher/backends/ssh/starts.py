@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Optional
 from launcher.contract import envnames
 from launcher.errors import LaunchError, exc_text
 from launcher.plan.build import Plan, PlannedTask
-from launcher.backends.base import LineSink, StartRequest
+from launcher.backends.base import OutputSink, StartRequest
 from launcher.backends.ssh import probe as ssh_probe
 from launcher.backends.ssh.commands import env_block, promote_command, task_command, wrap_args
 from launcher.backends.ssh.host import HostState
@@ -61,7 +61,7 @@ class Starts:
             plan = Plan(name=self.spec_name, strategy=self.strategy, backend="ssh", tasks=(), hosts=(hs.spec,))
             ssh_probe.probe_or_raise(pool, self.state_sync, plan, [hs.name])
 
-    def start(self, request: StartRequest, on_line: LineSink) -> SSHTask:
+    def start(self, request: StartRequest, on_line: OutputSink) -> SSHTask:
         task = request.task
         hs = self.pool.hosts[task.host]
         n = self.pool.starts.get(task.key, 0)
@@ -98,7 +98,7 @@ class Starts:
         handle.promotion = promotion
         return handle
 
-    def go(self, task: PlannedTask, hs: HostState, chan, env: Mapping[str, str], on_line: LineSink) -> SSHTask:
+    def go(self, task: PlannedTask, hs: HostState, chan, env: Mapping[str, str], on_line: OutputSink) -> SSHTask:
         """Turn the host agent waiting on ``chan`` into ``task``'s wrapper: no new shell.
         (The pid file's path is absolute now; its tail is the one the agent was started with.)"""
         pidfile = hs.pidfile(task, 0)

@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from launcher.bounded import HOST_LINE_BYTES
 from launcher.plan.build import PlannedTask
 from launcher.remote.gpuplace import parse_figures_line, parse_given_line
 from launcher.remote.taskwrap import GCE_NOTICE, LEASE_EXPIRED
-from launcher.backends.base import LineSink, TaskHandle
+from launcher.backends.base import OutputSink, TaskHandle
+from launcher.backends.channel import Decoder
 from launcher.backends.process import ProcessInfo
 from launcher.backends.pyspy import from_remote
 from launcher.backends.ssh.commands import (native_stacks_command, process_signal_command, signal_command,
@@ -52,7 +52,7 @@ EXIT_CONNECTION_LOST = 255  # what ssh(1) reports when the connection drops
 
 class SSHTask(TaskHandle):
     def __init__(self, task: PlannedTask, pool: TaskHosts, host: HostState, channel, pidfile: str,
-                 on_line: LineSink, on_gpu: Optional[Callable[[str, int, Optional[int]], None]] = None,
+                 on_line: OutputSink, on_gpu: Optional[Callable[[str, int, Optional[int]], None]] = None,
                  on_gpus: Optional[Callable[[str, tuple], None]] = None) -> None:
         super().__init__(task)
         # Its wrapper's GPU lines, handed here, not logged: its figures (--gpu-watch), the GPUs it got (--gpus).
@@ -68,38 +68,35 @@ class SSHTask(TaskHandle):
         self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"ssh-out-{task.key}")
         self._reader.start()
 
-    def _pump(self, on_line: LineSink) -> None:
-        pending = b""
+    def _pump(self, on_line: OutputSink) -> None:
+        decoder = Decoder(self.key, on_line, wrapper=self._wrapper_line)
         try:
             while True:
                 data = self.channel.recv(65536)
                 if not data:
                     break
-                pending += data
-                *lines, pending = pending.split(b"\n")
-                if len(pending) > HOST_LINE_BYTES:  # 100 MB without a newline: shown in pieces, memory bounded
-                    lines.append(pending)
-                    pending = b""
-                for raw in lines:
-                    line = raw.decode("utf-8", "replace").rstrip("\r")
-                    if line.startswith("taskwrap: " + LEASE_EXPIRED):
-                        self._lease_expired = True
-                    elif line.startswith("taskwrap: " + GCE_NOTICE):
-                        self.pool.host_preempted(self.host.name)
-                    elif line.startswith("taskwrap: GPU"):
-                        figures = parse_figures_line(line) if self._on_gpu is not None else None
-                        if figures is not None:
-                            self._on_gpu(self.key, *figures)
-                            continue
-                        given = parse_given_line(line) if self._on_gpus is not None else None
-                        if given is not None:
-                            self._on_gpus(self.key, given)
-                            continue
-                    on_line(self.key, line)
+                decoder.feed(data)
         except Exception:  # noqa: BLE001 - a dropped connection ends the stream
             pass
-        if pending:
-            on_line(self.key, pending.decode("utf-8", "replace").rstrip("\r"))
+        decoder.end()
+
+    def _wrapper_line(self, line: str) -> bool:
+        """Its wrapper's own line (a wrapper frame: nothing the task prints is one): the lease run
+        out and GCE's notice noted (and shown), its GPU lines taken (not logged)."""
+        if line.startswith("taskwrap: " + LEASE_EXPIRED):
+            self._lease_expired = True
+        elif line.startswith("taskwrap: " + GCE_NOTICE):
+            self.pool.host_preempted(self.host.name)
+        elif line.startswith("taskwrap: GPU"):
+            figures = parse_figures_line(line) if self._on_gpu is not None else None
+            if figures is not None:
+                self._on_gpu(self.key, *figures)
+                return True
+            given = parse_given_line(line) if self._on_gpus is not None else None
+            if given is not None:
+                self._on_gpus(self.key, given)
+                return True
+        return False
 
     @property
     def exit_code(self) -> Optional[int]:

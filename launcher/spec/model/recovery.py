@@ -102,6 +102,14 @@ class Watchdog(OptionsModel):
     (docs/hangs.md)."""
     stop_grace: Seconds = Field(default=5.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping tasks."""
+    printed_progress: Flag = False
+    """Also take a line a task prints on stdout or stderr as its progress when it is a progress record
+    (`tfcluster-step global_step=N ...`, the format of docs/concepts/goodput.md): for a script that
+    prints them and cannot write them to TFCLUSTER_CONTROL_FD, the descriptor tfcluster gives every
+    task for them. This trusts everything the tasks print, and what they log from their data: a line
+    that looks like a record moves the panel, `status`, the goodput and `compare` as a real one would.
+    Beats and the standby protocol are only ever read from the descriptor, and a line stays in the
+    task's log as printed. Default false: progress comes from the descriptor alone."""
 
 
 class State(OptionsModel):

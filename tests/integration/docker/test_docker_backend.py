@@ -311,7 +311,7 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
     spec.write_text(spec.read_text().replace("restart: {max_restarts: 2}", "restart: {max_restarts: 2, warm_standby: false}"))
     proc = _launch(spec)
     try:
-        log0 = lambda: (_run_dir(spec) / "logs" / "worker-0.log")  # noqa: E731
+        log0 = lambda: (_run_dir(spec) / "logs" / "worker-0.progress")  # noqa: E731 (its records)
         wait_for(lambda: log0().exists() and "tfcluster-epoch epoch=1 " in log0().read_text(), 600, 0.5,
                  what="epoch 1 to finish", proc=proc)
         client = docker_engine.client()

@@ -30,7 +30,7 @@ def _train(epochs: int = 2, steps_per_epoch: int = 30) -> list[str]:
 
 
 def _run_and_act(lab, spec, pattern, action, timeout=300) -> tuple[int, str]:
-    proc = start_tfcluster(lab, "up", str(spec))
+    proc = start_tfcluster(lab, "up", str(spec), "--verbose")  # (the records it waits for: verbose shows them)
     seen: list[str] = []
     try:
         wait_line(proc, pattern, seen, timeout)

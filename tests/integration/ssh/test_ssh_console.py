@@ -97,7 +97,7 @@ def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_r
         ssh={"require": ["tensorflow", "tf_keras"]}, watchdog={"startup_timeout": 120, "stop_grace": 30})
     latest = spec.parent / "runs" / "sshtest" / "latest"
     outcome = up_in_a_terminal_closed_when(
-        spec, latest, lambda: "tfcluster-step epoch=0 step=5 " in _read(latest / "logs" / "worker-1.log"),
+        spec, latest, lambda: "tfcluster-step epoch=0 step=5 " in _read(latest / "logs" / "worker-1.progress"),
         "worker:1 at step 5")
     assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
     status = tfcluster("status", str(spec))

@@ -224,7 +224,7 @@ def _trained_view():
     view.event({"event": "run_start", "time": 1000.0, "name": "demo", "strategy": "multi_worker_mirrored",
                 "backend": "local", "tasks": ["worker:0"], "max_restarts": 2})
     view.event({"event": "start", "time": 1000.1, "task": "worker:0", "attempt": 0})
-    view.lines("worker:0", ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 time=1002.000",
+    view.progress_lines("worker:0", ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 time=1002.000",
                             "tfcluster-first_step epoch=0 step=0 global_step=1 time=1003.000",
                             "tfcluster-step epoch=0 step=10 global_step=10 time=1004.000",
                             "tfcluster-step epoch=0 step=20 global_step=20 time=1005.000",
@@ -279,14 +279,15 @@ def test_status_runs_and_their_json_read_the_goodput_from_the_record(tmp_path):
     second = ("tfcluster-start epoch=0 step=5 global_step=5 global_batch=32 time=24.000\n"
               "tfcluster-first_step epoch=0 step=5 global_step=6 time=25.000\n"
               + "".join(f"tfcluster-step epoch=0 step={g} global_step={g} time={19 + g}.000\n" for g in range(7, 16)))
-    (run / "logs" / "worker-0.log").write_text(first + second)
+    (run / "logs" / "worker-0.progress").write_text(first + second)  # (its records: the control channel's)
     events = [{"time": 10.0, "event": "run_start"},
-              {"time": 11.0, "event": "start", "task": "worker:0", "attempt": 0, "log_offset": 0},
-              {"time": 11.0, "event": "start", "task": "worker:1", "attempt": 0, "log_offset": 0},
+              {"time": 11.0, "event": "start", "task": "worker:0", "attempt": 0, "log_offset": 0, "progress_offset": 0},
+              {"time": 11.0, "event": "start", "task": "worker:1", "attempt": 0, "log_offset": 0, "progress_offset": 0},
               {"time": 21.0, "event": "exit", "task": "worker:1", "attempt": 0, "code": 137},
               {"time": 21.5, "event": "restart", "attempt": 1},
-              {"time": 22.0, "event": "start", "task": "worker:0", "attempt": 1, "log_offset": len(first)},
-              {"time": 22.0, "event": "start", "task": "worker:1", "attempt": 1, "log_offset": 0},
+              {"time": 22.0, "event": "start", "task": "worker:0", "attempt": 1, "log_offset": 0,
+               "progress_offset": len(first)},
+              {"time": 22.0, "event": "start", "task": "worker:1", "attempt": 1, "log_offset": 0, "progress_offset": 0},
               {"time": 36.0, "event": "outcome", "outcome": "succeeded", "exit_code": 0, "attempts": 2}]
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (run.parent / "latest").symlink_to(run.name)

@@ -28,18 +28,34 @@ class Record:
             fh.write(json.dumps({"time": at, "event": kind, **fields}) + "\n")
 
     def log(self, key: str, *lines: str) -> None:
-        with open(self.log_path(key), "a") as fh:
-            fh.write("".join(line + "\n" for line in lines))
+        """Each line where the writer puts it: a record (what came on the task's control channel)
+        in its progress file, any other line in its log."""
+        for line in lines:
+            with open(self.path(key, is_record(line)), "a") as fh:
+                fh.write(line + "\n")
 
     def log_path(self, key: str) -> Path:
         return self.dir / "logs" / (key.replace(":", "-") + ".log")
 
-    def size(self, key: str) -> int:
-        path = self.log_path(key)
+    def progress_path(self, key: str) -> Path:
+        return self.dir / "logs" / (key.replace(":", "-") + ".progress")
+
+    def path(self, key: str, record: bool) -> Path:
+        return self.progress_path(key) if record else self.log_path(key)
+
+    def size(self, key: str, record: bool = False) -> int:
+        path = self.path(key, record)
         return path.stat().st_size if path.exists() else 0
 
+    def offsets(self, key: str) -> dict:
+        return {"log_offset": self.size(key), "progress_offset": self.size(key, True)}
+
     def start(self, key: str, attempt: int, at: float) -> None:
-        self.event("start", at, task=key, attempt=attempt, host="h", log_offset=self.size(key))
+        self.event("start", at, task=key, attempt=attempt, host="h", **self.offsets(key))
+
+
+def is_record(line: str) -> bool:
+    return line.startswith(("tfcluster-", "(standby) tfcluster-"))
 
 
 START = "tfcluster-start epoch=0 step={g} global_step={g} global_batch=32 epochs=3 steps_per_epoch=10"
@@ -64,19 +80,19 @@ def test_follow_applies_appended_events_and_lines_and_holds_the_next_attempts_li
     # A line the old process's reader passed on late, then the restarted process prints before
     # the supervisor writes its start event:
     rec.log("worker:0", "late line of attempt 1")
-    offset = rec.size("worker:0")
+    offset = rec.offsets("worker:0")
     rec.log("worker:0", START.format(g=8))
     feed.poll()
     # held until the start event says where the new attempt begins
-    assert (w.state, w.global_step, w.last_line) == ("restarting", 8, STEP.format(e=0, s=8, g=8, t=T0 + 3))
-    rec.event("start", T0 + 6, task="worker:0", attempt=1, host="h", log_offset=offset)
+    assert (w.state, w.global_step, w.last_line) == ("restarting", 8, "")
+    rec.event("start", T0 + 6, task="worker:0", attempt=1, host="h", **offset)
     rec.log("worker:0", STEP.format(e=0, s=10, g=10, t=T0 + 7))
     with open(rec.log_path("worker:0"), "a") as fh:
         fh.write("half a line")  # not fed until its newline
     feed.poll()
     # the new attempt's start line came after its start event: it counts its steps from 8
     assert (w.shown, w.attempt, w.starts, w.start_global_step, w.steps_this_attempt()) == ("training", 1, 2, 8, 2)
-    assert w.last_line.startswith("tfcluster-step") and not feed.ended
+    assert w.last_line == "" and not feed.ended  # (a record is no line of the task's)
     rec.log("worker:0", " written")
     rec.event("outcome", T0 + 8, outcome="succeeded", exit_code=0)
     feed.poll()
@@ -89,7 +105,7 @@ def test_replay_skips_standby_lines_stamps_lines_with_the_logs_time_and_waits_fo
     rec.start("worker:0", 0, T0 + 1)
     rec.log("worker:0", START.format(g=0), STEP.format(e=1, s=3, g=13, t=T0 + 2),
             "(standby) " + STEP.format(e=2, s=9, g=29, t=T0 + 3))
-    os.utime(rec.log_path("worker:0"), (T0 + 50, T0 + 50))
+    os.utime(rec.progress_path("worker:0"), (T0 + 50, T0 + 50))
     with open(rec.dir / "events.jsonl", "a") as fh:
         fh.write('{"time": 1, "event": "ex')  # a write in progress
     feed = RecordFeed(rec.dir, view := RunModel(), clock=lambda: T0 + 100)
@@ -133,17 +149,18 @@ def test_a_log_read_in_small_chunks_replays_the_same_and_stops_at_the_next_attem
         return (t.shown, t.global_step, t.start_global_step, t.last_line, t.examples_per_sec, t.starts)
 
     whole = replay(rec.dir)
-    seen: list[str] = []
+    seen: list[str] = []  # the log's lines
+    records: list[str] = []  # the progress file's
     monkeypatch.setattr(feed, "CHUNK", 7)
-    original = RunModel.lines
-    monkeypatch.setattr(RunModel, "lines", lambda self, key, texts, now: (seen.extend(texts),
-                                                                         original(self, key, texts, now)))
+    for name, into in (("lines", seen), ("progress_lines", records)):
+        original = getattr(RunModel, name)
+        monkeypatch.setattr(RunModel, name, lambda self, key, texts, now, o=original, i=into: (i.extend(texts),
+                                                                                               o(self, key, texts, now)))
     chunked = replay(rec.dir)
-    assert snapshot(chunked) == snapshot(whole) == ("training", 7, 5, STEP.format(e=0, s=7, g=7, t=T0 + 12),
-                                                    None, 2)
-    assert "x" * 300 in seen and ("naïve ünïcödé " * 9).strip() in [s.strip() for s in seen]
-    assert seen[-2:] == [START.format(g=5), STEP.format(e=0, s=7, g=7, t=T0 + 12)]
-    assert seen.index(START.format(g=5)) == seen.index("x" * 300) + 2  # attempt 1's lines after attempt 0's
+    assert snapshot(chunked) == snapshot(whole) == ("training", 7, 5, "", None, 2)
+    assert seen[0] == "x" * 300 and seen[1].strip() == ("naïve ünïcödé " * 9).strip()
+    assert records[-2:] == [START.format(g=5), STEP.format(e=0, s=7, g=7, t=T0 + 12)]
+    assert records.index(START.format(g=5)) == records.index(STEP.format(e=0, s=8, g=8, t=T0 + 8)) + 1
 
 
 # ------------------------------------------------------------------ snapshots
@@ -200,13 +217,16 @@ def _record_a_run(rec: "Record", rng, at_points) -> None:
         for _ in range(rng.randint(1, 6)):
             key = rng.choice(keys)
             lines, g[key], clock[key] = _lines(rng, g[key], clock[key], rng.randint(0, 40))
-            text = "".join(line + "\n" for line in lines)
-            cut = rng.randint(0, len(text))
-            with open(rec.log_path(key), "a") as fh:
-                fh.write(text[:cut])
+            texts = {record: "".join(line + "\n" for line in lines if is_record(line) == record)
+                     for record in (False, True)}
+            cuts = {record: rng.randint(0, len(text)) for record, text in texts.items()}
+            for record, text in texts.items():
+                with open(rec.path(key, record), "a") as fh:
+                    fh.write(text[:cuts[record]])
             at_points()  # (maybe mid-line)
-            with open(rec.log_path(key), "a") as fh:
-                fh.write(text[cut:])
+            for record, text in texts.items():
+                with open(rec.path(key, record), "a") as fh:
+                    fh.write(text[cuts[record]:])
             roll = rng.random()
             at += 1
             if roll < 0.15:
@@ -314,7 +334,7 @@ def test_a_record_without_a_snapshot_or_with_one_that_does_not_fit_is_replayed_f
     writer = SnapshotWriter(rec.dir)
     writer.close()
     good = (rec.dir / "snapshot.json").read_text()
-    assert json.loads(good)["fed"] == {"worker:0": rec.size("worker:0")}
+    assert json.loads(good)["fed_progress"] == {"worker:0": rec.size("worker:0", True)}
 
     def after(text: str) -> int:
         (rec.dir / "snapshot.json").write_text(text)
@@ -325,10 +345,10 @@ def test_a_record_without_a_snapshot_or_with_one_that_does_not_fit_is_replayed_f
     state = json.loads(good)
     assert after("{not json") == 6
     assert after(json.dumps({**state, "version": 99})) == 6
-    assert after(json.dumps({**state, "fed": {"worker:0": 5}})) == 6  # not at a line's end
+    assert after(json.dumps({**state, "fed_progress": {"worker:0": 5}})) == 6  # not at a line's end
     assert after(json.dumps({**state, "view": {"tasks": {"worker:0": {"nonsense": 1}}}})) == 6
     # a log shorter than the snapshot says (replaced): from the start
-    rec.log_path("worker:0").write_text(START.format(g=2) + "\n")
+    rec.progress_path("worker:0").write_text(START.format(g=2) + "\n")
     assert after(good) == 2
 
 
@@ -380,8 +400,8 @@ def test_the_supervisor_leaves_a_snapshot_of_the_whole_record(tmp_path):
     state = read_snapshot(run)
     assert state is not None and state["ended"]
     assert state["events_at"] == (run / "events.jsonl").stat().st_size
-    assert state["fed"] == {k: (run / "logs" / f"{k.replace(':', '-')}.log").stat().st_size
-                            for k in ("worker:0", "worker:1")}
+    assert state["fed_progress"] == {k: (run / "logs" / f"{k.replace(':', '-')}.progress").stat().st_size
+                                     for k in ("worker:0", "worker:1")}  # (the scripted tasks say only records)
     assert _comparable(replay(run)) == _comparable(replay(run, snapshot=False))
     assert replay(run).tasks["worker:0"].starts == 2
     with_snapshot = load_run(run).to_json()

@@ -20,13 +20,27 @@ def make_run(root: Path, events: list[dict], logs: dict[str, str], launcher: dic
     (run / "plan.json").write_text(json.dumps(PLAN))
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (run / "launcher.json").write_text(json.dumps(launcher or {"pid": 12345, "start_time": 1, "tasks": {}}))
-    for key, text in logs.items():
-        (run / "logs" / (key.replace(":", "-") + ".log")).write_text(text)
+    for key, text in logs.items():  # (as the writer keeps them: its records apart, in its progress file)
+        for record, suffix in ((False, ".log"), (True, ".progress")):
+            part = "".join(line for line in text.splitlines(True) if _record(line) == record)
+            if part:
+                (run / "logs" / (key.replace(":", "-") + suffix)).write_text(part)
     (run.parent / "latest").symlink_to(run.name)
     return run
 
 
 STEP = "tfcluster-step epoch={e} step={s} global_step={g} loss={l} accuracy={a} time={t}\n"
+
+
+def _record(line: str) -> bool:
+    return line.startswith(("tfcluster-", "(standby) tfcluster-"))
+
+
+def _offsets(text: str) -> dict:
+    """A start's offsets after ``text`` (make_run's split of it)."""
+    lines = text.splitlines(True)
+    return {"log_offset": sum(len(x) for x in lines if not _record(x)),
+            "progress_offset": sum(len(x) for x in lines if _record(x))}
 
 
 def test_running_rows_progress_throughput_and_restarts(tmp_path):
@@ -39,12 +53,12 @@ def test_running_rows_progress_throughput_and_restarts(tmp_path):
                 + "still going\n")
     events = [
         {"time": 10.0, "event": "run_start"},
-        {"time": 11.0, "event": "start", "task": "worker:0", "attempt": 0, "log_offset": 0},
-        {"time": 11.0, "event": "start", "task": "worker:1", "attempt": 0, "log_offset": 0},
+        {"time": 11.0, "event": "start", "task": "worker:0", "attempt": 0, **_offsets("")},
+        {"time": 11.0, "event": "start", "task": "worker:1", "attempt": 0, **_offsets("")},
         {"time": 20.0, "event": "exit", "task": "worker:1", "attempt": 0, "code": 137},
         {"time": 21.0, "event": "restart", "attempt": 1},
-        {"time": 22.0, "event": "start", "task": "worker:0", "attempt": 1, "log_offset": len(first)},
-        {"time": 22.0, "event": "start", "task": "worker:1", "attempt": 1, "log_offset": 0},
+        {"time": 22.0, "event": "start", "task": "worker:0", "attempt": 1, **_offsets(first)},
+        {"time": 22.0, "event": "start", "task": "worker:1", "attempt": 1, **_offsets("")},
         {"time": 23.0, "event": "attempt_ready", "attempt": 1},
     ]
     run = make_run(tmp_path, events, {"worker:0": first + attempt2})

@@ -244,8 +244,10 @@ def test_status_json_of_a_record_with_a_nan_loss_is_strict_json(tmp_path, capsys
     spec = _record(tmp_path, {"pid": 999999, "start_time": 1})
     run = tmp_path / "runs" / "t" / RUN_ID
     (run / "events.jsonl").write_text('{"time": 1.0, "event": "run_start", "tasks": ["worker:0"]}\n'
-                                      '{"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0, "log_offset": 0}\n')
-    (run / "logs" / "worker-0.log").write_text("tfcluster-step epoch=0 step=1 global_step=1 loss=nan accuracy=0.5 time=2\n")
+                                      '{"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0, "log_offset": 0, '
+                                      '"progress_offset": 0}\n')
+    (run / "logs" / "worker-0.progress").write_text("tfcluster-step epoch=0 step=1 global_step=1 loss=nan accuracy=0.5 "
+                                                    "time=2\n")
     main(["status", str(spec), "--json"])
     out = capsys.readouterr().out
     data = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in status --json"))

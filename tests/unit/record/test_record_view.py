@@ -39,20 +39,20 @@ def test_states_follow_a_healthy_task_from_start_to_success():
     assert (w0.state, w0.phase, w0.shown) == ("starting", "importing", "importing") and w0.last_line_at == T0 + 1
     view.event(_ev("ready", T0 + 2, task="worker:0", attempt=0, after=1.9))
     assert (w0.state, w0.phase, w0.shown) == ("running", "", "running")
-    view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 time=1003.000 strategy=multi_worker_mirrored "
+    view.progress("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 time=1003.000 strategy=multi_worker_mirrored "
               "replicas=2 global_batch=64 epochs=3 steps_per_epoch=20", T0 + 3)
     assert (w0.state, w0.shown, w0.epoch, w0.epochs, w0.step, w0.steps_per_epoch, w0.global_step) == (
         "running", "training", 1, 3, 0, 20, 0)
-    view.line("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 loss=2.2 accuracy=0.2 time=1004.000", T0 + 4)
-    view.line("worker:0", "tfcluster-step epoch=0 step=20 global_step=20 loss=2.1 accuracy=0.3 time=1006.000", T0 + 6)
+    view.progress("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 loss=2.2 accuracy=0.2 time=1004.000", T0 + 4)
+    view.progress("worker:0", "tfcluster-step epoch=0 step=20 global_step=20 loss=2.1 accuracy=0.3 time=1006.000", T0 + 6)
     # 10 steps of 64 examples in 2 s, the worker's own clock (progress.Throughput).
     assert (w0.epoch, w0.step, w0.global_step, w0.examples_per_sec) == (1, 20, 20, 320.0)
     assert w0.epoch_loss is None  # running step metrics are not an epoch's
-    view.line("worker:0", "tfcluster-epoch epoch=1 loss=2.1932 accuracy=0.3805 time=1006.100", T0 + 6.1)
+    view.progress("worker:0", "tfcluster-epoch epoch=1 loss=2.1932 accuracy=0.3805 time=1006.100", T0 + 6.1)
     assert (w0.epoch, w0.step, w0.epoch_loss, w0.epoch_accuracy) == (1, 20, 2.1932, 0.3805)
-    view.line("worker:0", "tfcluster-step epoch=1 step=10 global_step=30 loss=1.9 accuracy=0.7 time=1008.000", T0 + 8)
+    view.progress("worker:0", "tfcluster-step epoch=1 step=10 global_step=30 loss=1.9 accuracy=0.7 time=1008.000", T0 + 8)
     assert (w0.epoch, w0.step, w0.global_step) == (2, 10, 30)
-    view.line("worker:0", "tfcluster-result task=worker:0 epochs=3 epochs_run=3 steps_run=60 examples_per_sec=585.0 "
+    view.progress("worker:0", "tfcluster-result task=worker:0 epochs=3 epochs_run=3 steps_run=60 examples_per_sec=585.0 "
               "accuracy=0.9111 loss=0.7303 train_loss=0.8 train_accuracy=0.9", T0 + 9)
     view.event(_ev("exit", T0 + 10, task="worker:0", attempt=0, code=0))
     view.event(_ev("stopped", T0 + 10.5, task="worker:1", code=-15))
@@ -68,9 +68,9 @@ def test_states_follow_a_healthy_task_from_start_to_success():
 def test_a_group_restart_resets_attempt_progress_and_counts_attempts():
     view = _mwms_view()
     w1 = view.tasks["worker:1"]
-    view.line("worker:1", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=2 steps_per_epoch=20",
+    view.progress("worker:1", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=2 steps_per_epoch=20",
               T0 + 1)
-    view.line("worker:1", "tfcluster-step epoch=0 step=10 global_step=10 time=1002", T0 + 2)
+    view.progress("worker:1", "tfcluster-step epoch=0 step=10 global_step=10 time=1002", T0 + 2)
     view.event(_ev("exit", T0 + 3, task="worker:1", attempt=0, code=-9))
     assert w1.state == "failed" and w1.exit_code == -9
     view.event(_ev("failure", T0 + 3, task="worker:1", attempt=0, reason="killed by SIGKILL", code=-9))
@@ -81,9 +81,9 @@ def test_a_group_restart_resets_attempt_progress_and_counts_attempts():
     assert (w1.state, w1.attempt, w1.starts, view.attempt, w1.exit_code, w1.reason) == (
         "starting", 1, 2, 1, None, "")
     # The resumed attempt starts at global step 10; its steps run count from there.
-    view.line("worker:1", "tfcluster-start epoch=0 step=10 global_step=10 global_batch=64 epochs=2 steps_per_epoch=20",
+    view.progress("worker:1", "tfcluster-start epoch=0 step=10 global_step=10 global_batch=64 epochs=2 steps_per_epoch=20",
               T0 + 6)
-    view.line("worker:1", "tfcluster-step epoch=1 step=5 global_step=25 time=1007", T0 + 7)
+    view.progress("worker:1", "tfcluster-step epoch=1 step=5 global_step=25 time=1007", T0 + 7)
     assert view.outcome_facts()["worker:1"]["steps_run"] == 15 and view.outcome_facts()["worker:1"]["attempts"] == 2
 
 
@@ -95,16 +95,16 @@ def test_parameter_server_extras_lost_recovered_and_the_evaluator():
     for key in keys:
         view.event(_ev("start", T0, task=key, attempt=0, host="localhost"))
     for key in ("ps:0", "worker:0", "worker:1"):
-        view.line(key, "tfcluster-server task=%s target=grpc://localhost:1 time=1001" % key, T0 + 1)
+        view.progress(key, "tfcluster-server task=%s target=grpc://localhost:1 time=1001" % key, T0 + 1)
     assert view.tasks["ps:0"].state == "running"  # (a server line: its port is up)
-    view.line("chief:0", "tfcluster-start epoch=0 step=0 global_step=0 strategy=parameter_server replicas=1 "
+    view.progress("chief:0", "tfcluster-start epoch=0 step=0 global_step=0 strategy=parameter_server replicas=1 "
               "global_batch=32 workers=2 epochs=2 steps_per_epoch=50", T0 + 2)
-    view.line("chief:0", "tfcluster-step epoch=0 step=30 global_step=30 time=1003", T0 + 3)
-    view.line("chief:0", "tfcluster-worker_lost task=worker:1 time=1004", T0 + 4)
+    view.progress("chief:0", "tfcluster-step epoch=0 step=30 global_step=30 time=1003", T0 + 3)
+    view.progress("chief:0", "tfcluster-worker_lost task=worker:1 time=1004", T0 + 4)
     assert view.tasks["worker:1"].lost and view.workers_lost == 1
-    view.line("chief:0", "tfcluster-worker_recovered task=worker:1 time=1005", T0 + 5)
+    view.progress("chief:0", "tfcluster-worker_recovered task=worker:1 time=1005", T0 + 5)
     assert not view.tasks["worker:1"].lost and view.workers_recovered == 1
-    view.line("evaluator:0", "tfcluster-eval checkpoint=ckpt-2 global_step=50 loss=1.2000 accuracy=0.6500 time=1006",
+    view.progress("evaluator:0", "tfcluster-eval checkpoint=ckpt-2 global_step=50 loss=1.2000 accuracy=0.6500 time=1006",
               T0 + 6)
     ev = view.evaluator()
     assert (ev.shown, ev.last_checkpoint, ev.final_accuracy) == ("evaluating", "ckpt-2", 0.65)
@@ -133,10 +133,10 @@ def _rendered(view: RunModel, now: float, width: int = 160) -> str:
 
 def test_panel_has_a_header_and_one_row_per_task_with_epoch_and_step_progress():
     view = _mwms_view()
-    view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=3 steps_per_epoch=20",
+    view.progress("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=3 steps_per_epoch=20",
               T0 + 3)
-    view.line("worker:0", "tfcluster-epoch epoch=1 loss=2.1932 accuracy=0.3805", T0 + 4)
-    view.line("worker:0", "tfcluster-step epoch=1 step=10 global_step=30 time=1005", T0 + 5)
+    view.progress("worker:0", "tfcluster-epoch epoch=1 loss=2.1932 accuracy=0.3805", T0 + 4)
+    view.progress("worker:0", "tfcluster-step epoch=1 step=10 global_step=30 time=1005", T0 + 5)
     view.line("worker:1", "some output", T0 + 5)
     text = _rendered(view, T0 + 65)
     lines = text.splitlines()
@@ -159,7 +159,7 @@ def test_panel_has_a_header_and_one_row_per_task_with_epoch_and_step_progress():
 
 def test_report_table_and_locations(tmp_path):
     view = _mwms_view()
-    view.line("worker:0", "tfcluster-result task=worker:0 steps_run=60 examples_per_sec=585.0 accuracy=0.9111 "
+    view.progress("worker:0", "tfcluster-result task=worker:0 steps_run=60 examples_per_sec=585.0 accuracy=0.9111 "
               "loss=0.7303", T0 + 9)
     view.event(_ev("exit", T0 + 10, task="worker:0", attempt=0, code=0))
     view.event(_ev("exit", T0 + 10, task="worker:1", attempt=0, code=0))
@@ -177,9 +177,9 @@ def test_report_table_and_locations(tmp_path):
 
 def test_first_step_counts_the_step_that_just_ended():
     view = _mwms_view()
-    view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=3 steps_per_epoch=20",
+    view.progress("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=64 epochs=3 steps_per_epoch=20",
               T0 + 1)
-    view.line("worker:0", "tfcluster-first_step epoch=0 step=0 global_step=1 time=1002.000", T0 + 2)
+    view.progress("worker:0", "tfcluster-first_step epoch=0 step=0 global_step=1 time=1002.000", T0 + 2)
     w0 = view.tasks["worker:0"]
     assert (w0.shown, w0.epoch, w0.step, w0.global_step) == ("training", 1, 1, 1)
 
@@ -274,14 +274,14 @@ def test_lines_in_a_batch_give_the_view_that_line_by_line_gives():
     for trial in range(300):
         texts = _random_lines(rng, rng.randint(0, 60))
         one, batch = _mwms_view(), _mwms_view()
-        batch.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0)
-        one.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0)
+        batch.progress("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0)
+        one.progress("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0)
         for text in texts:
-            one.line("worker:0", text, T0 + 5)
-        # in pieces, as a replay reads a log in chunks
+            one.progress("worker:0", text, T0 + 5)
+        # in pieces, as a replay reads a progress file in chunks
         cut = rng.randint(0, len(texts))
-        batch.lines("worker:0", texts[:cut], T0 + 5)
-        batch.lines("worker:0", texts[cut:], T0 + 5)
+        batch.progress_lines("worker:0", texts[:cut], T0 + 5)
+        batch.progress_lines("worker:0", texts[cut:], T0 + 5)
         assert _state(batch) == _state(one), (trial, texts)
         skipped += sum(1 for a, b, c in zip(texts, texts[1:], texts[2:])
                        if all(x.startswith("tfcluster-step ") for x in (a, b, c)))
@@ -292,14 +292,14 @@ def test_lines_skip_the_inside_of_a_run_of_step_lines():
     seen = []
 
     class Counting(RunModel):
-        def _line(self, key, text, now):
+        def _progress(self, key, text, now):
             seen.append(text)
-            super()._line(key, text, now)
+            super()._progress(key, text, now)
 
     view = Counting()
     texts = [f"tfcluster-step epoch=0 step={i} global_step={i} loss=1.0000 accuracy=0.5000 time={T0 + i:.3f}"
              for i in range(1, 1001)]
-    view.lines("worker:0", ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", *texts], T0)
+    view.progress_lines("worker:0", ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", *texts], T0)
     assert seen == ["tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", texts[0], texts[-1]]
     t = view.tasks["worker:0"]
     assert (t.global_step, t.step) == (1000, 1000)
@@ -314,12 +314,12 @@ def _elastic_view(rng) -> RunModel:
                    tasks=["worker:0", "worker:1"], max_restarts=2, spares=["h3", "h4"]))
     for key, host in (("worker:0", "h1"), ("worker:1", "h2")):
         view.event(_ev("start", T0 + 0.1, task=key, attempt=0, host=host))
-        view.line(key, "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0 + 1)
-        view.lines(key, _random_lines(rng, rng.randint(0, 40)), T0 + 2)
+        view.progress(key, "tfcluster-start epoch=0 step=0 global_step=0 global_batch=32 time=999.0", T0 + 1)
+        view.progress_lines(key, _random_lines(rng, rng.randint(0, 40)), T0 + 2)
     view.event(_ev("host_lost", T0 + 3, host="h2", how="unreachable for 60 s"))
     view.event(_ev("replan", T0 + 4, lost=["h2"], moved={"worker:1": {"from": "h2", "to": "h3"}}))
     view.event(_ev("start", T0 + 5, task="worker:1", attempt=1, host="h3"))
-    view.line("worker:1", "tfcluster-start epoch=0 step=3 global_step=3 global_batch=32 time=1005.0", T0 + 6)
+    view.progress("worker:1", "tfcluster-start epoch=0 step=3 global_step=3 global_batch=32 time=1005.0", T0 + 6)
     view.event(_ev("host_added", T0 + 7, host="h2"))
     view.event(_ev("host_lost", T0 + 8, host="h4", how="preempted"))
     return view
@@ -340,7 +340,7 @@ def test_to_json_and_from_json_give_the_same_view_elastic_fields_and_marks_inclu
         assert back._lost == {"h4": "preempted"}
         more = _random_lines(rng, 30)
         for v in (view, back):
-            v.lines("worker:1", more, T0 + 9)
+            v.progress_lines("worker:1", more, T0 + 9)
             v.event(_ev("replan", T0 + 10, lost=["h4"], moved={}, tasks=["worker:0", "worker:1"]))
             v.event(_ev("outcome", T0 + 11, outcome="succeeded", exit_code=0))
         assert _state(back) == _state(view), trial

@@ -36,7 +36,7 @@ def test_every_module_the_shipped_files_import_is_shipped():
         missing = {f"{n}.py" for n in _siblings_imported(HERE / name)} - set(TASK_FILES)
         assert not missing, f"{name} imports {sorted(missing)}: add them to launcher.remote.TASK_FILES"
     assert set(task_files()) == set(TASK_FILES) and all(task_files().values())
-    assert _siblings_imported(HERE / "taskwrap.py") == {"sibling", "taskenv", "zygoteask", "gcewatch"}  # (the scan finds what it should)
+    assert _siblings_imported(HERE / "taskwrap.py") == {"sibling", "taskenv", "zygoteask", "gcewatch", "taskstream"}  # (the scan finds what it should)
 
 
 def test_the_wrapper_runs_from_a_dir_holding_only_the_shipped_files(tmp_path):

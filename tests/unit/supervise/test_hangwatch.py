@@ -1,5 +1,5 @@
 """The hang watchdog's timing (launcher/supervise/hangwatch.py, policy.hang_limit): progress is the
-beat's count (group.py), never output; auto's limit is max(120 s, 3 x the longest gap so far); the
+beat's count (group.py, from the task's control channel), never output; auto's limit is max(120 s, 3 x the longest gap so far); the
 clock starts at the first step (startup_timeout before it); tasks that report no count are never
 called hung by auto."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from launcher.spec.model import Watchdog
-from launcher.supervise.group import BEAT, LINE, STACK, AttemptGroup
+from launcher.supervise.group import BEAT, RECORD, STACK, AttemptGroup
 from launcher.supervise.hangwatch import HangWatch
 from launcher.supervise.policy import AUTO_FLOOR, hang_limit
 
@@ -37,7 +37,7 @@ def watch(setting, keys=("worker:0", "worker:1"), strategy="multi_worker_mirrore
 def beat(group, clock, key, n, at=None):
     if at is not None:
         clock.now = at
-    return group.line(key, f"tfcluster-beat n={n}" + (" stacks=12 tf=1" if n == 0 else ""))
+    return group.control(key, f"tfcluster-beat n={n}" + (" stacks=12 tf=1" if n == 0 else ""))
 
 
 def test_auto_is_the_floor_until_long_gaps_were_seen_then_three_times_the_longest():
@@ -70,11 +70,13 @@ def test_a_legit_25_s_pause_is_not_a_hang_and_a_stall_is_found_at_the_limit():
 def test_printing_is_not_progress_and_beats_are_not_lines():
     hw, group, clock = watch(10.0)
     assert beat(group, clock, "worker:0", 0, at=1000.0) == BEAT  # not the task's output, not even the first
-    assert group.stack_signal["worker:0"] == 12
+    assert "worker:0" in group.takes_stacks
     assert beat(group, clock, "worker:0", 5, at=1001.0) == BEAT
     for t in range(1002, 1030):
         clock.now = float(t)
-        assert group.line("worker:0", "fetching the next shard failed; retrying in 1 s") == LINE
+        group.line("worker:0", "fetching the next shard failed; retrying in 1 s")
+        group.line("worker:0", f"record {t}: tfcluster-beat n={t} stacks=9 (from the dataset)")  # printed: data
+    assert group.counts["worker:0"] == 5 and group.progress["worker:0"] == 1001.0
     stall = hw.stalled(1012.0, {}, 1000.0)
     assert stall is not None and stall.keys == ("worker:0",) and stall.what == "watchdog.hang_timeout=10"
     # A task that reports no count (worker:1 printed only) is no part of the count's watch...
@@ -110,14 +112,14 @@ def test_a_python_task_that_never_imports_tensorflow_is_watched_by_its_output_no
     hw, group, clock = watch(10.0, startup=30.0)
     for key in ("worker:0", "worker:1"):
         clock.now = 1000.0
-        group.line(key, "tfcluster-beat n=0 stacks=12")  # the stub's first beat: no TensorFlow yet
+        group.control(key, "tfcluster-beat n=0 stacks=12")  # the stub's first beat: no TensorFlow yet
     assert not group.counting and hw.stalled(99_999.0, {}, 1000.0) is None
     assert hw.silent(1011.0, {}, 1000.0) == "worker:0"  # seconds: its silence, as before
     hw, group, clock = watch("auto", startup=30.0)
     clock.now = 1000.0
-    group.line("worker:0", "tfcluster-beat n=0 stacks=12")
+    group.control("worker:0", "tfcluster-beat n=0 stacks=12")
     assert hw.stalled(99_999.0, {}, 1000.0) is None and hw.silent(99_999.0, {}, 1000.0) is None
-    group.line("worker:0", "tfcluster-beat n=0 tf=1")  # it imported TensorFlow: startup_timeout for a first step
+    group.control("worker:0", "tfcluster-beat n=0 tf=1")  # it imported TensorFlow: startup_timeout for a first step
     assert hw.stalled(1031.0, {}, 1000.0).what.startswith("watchdog.startup_timeout")
 
 
@@ -132,27 +134,46 @@ def test_off_and_exited_tasks_are_never_stalled():
     assert hw.stalled(1010.0, {"worker:0": 0}, 1000.0) is None
 
 
-@pytest.mark.parametrize("line", ["partial progress bar tfcluster-beat n=7"])
-def test_a_beat_after_partial_output_is_read_and_the_line_kept(line):
+@pytest.mark.parametrize("line", ["partial progress bar tfcluster-beat n=7", "tfcluster-beat n=7 stacks=9",
+                                  "record 42: tfcluster-beat n=0 stacks=100 (from the dataset)"])
+def test_a_printed_beat_is_the_tasks_line_kept_whole_and_never_read(line):
     hw, group, clock = watch(5.0)
     beat(group, clock, "worker:0", 0, at=1000.0)
     clock.now = 1003.0
-    assert group.line("worker:0", line) == LINE
-    assert group.counts["worker:0"] == 7 and group.progress["worker:0"] == 1003.0
-    assert group.task_text(line) == "partial progress bar "  # what is logged and shown: the task's part
-    assert list(group.tails["worker:0"])[-1:] == ["partial progress bar "]
+    assert group.line("worker:0", line) is None
+    assert group.counts["worker:0"] == 0 and "worker:0" not in group.progress
+    assert list(group.tails["worker:0"])[-1:] == [line]
+
+
+def test_the_stacks_signal_is_tfclusters_whatever_a_beat_names():
+    """A beat that names another signal is not tfcluster's liveness: its task is never sent one;
+    a task that names the stacks' signal is sent that one, the only one ever sent."""
+    hw, group, clock = watch(5.0)
+    assert group.control("worker:0", "tfcluster-beat n=0 stacks=9") == BEAT
+    assert group.control("worker:1", "tfcluster-beat n=0 stacks=100") == BEAT
+    assert group.takes_stacks == set()
+    group.control("worker:1", "tfcluster-beat n=0 stacks=12")
+    sent = []
+    group.handles["worker:1"] = SimpleNamespace(signal_process=sent.append)
+    group.signal_processes(["worker:1"])
+    assert sent == [12]
+    # A handle whose signal fails (a host's garbage answer, a gone process) costs the others nothing.
+    group.handles["worker:0"] = SimpleNamespace(signal_process=lambda sig: (_ for _ in ()).throw(OSError(22, "EINVAL")))
+    group.signal_processes(["worker:0", "worker:1"])
+    assert sent == [12, 12]
 
 
 def test_stack_lines_are_kept_aside_only_while_asked_for():
     hw, group, clock = watch(5.0)
     header = "Current thread 0x00007f68b064ab80 (most recent call first):"
-    assert group.line("worker:0", header) == LINE
+    assert group.control("worker:0", header) == STACK  # (not asked for: dropped)
     group.collect(["worker:0"])
-    assert group.line("worker:0", header) == STACK
-    assert group.line("worker:0", '  File "/home/me/train.py", line 9 in examples') == STACK
-    assert group.line("worker:0", "an ordinary line") == LINE
+    group.line("worker:0", header)  # printed: the task's own line, never its stacks
+    assert group.control("worker:0", header) == STACK
+    assert group.control("worker:0", '  File "/home/me/train.py", line 9 in examples') == STACK
+    assert group.control("worker:0", "tfcluster-epoch epoch=1") == RECORD
     assert group.collected() == {"worker:0": header + '\n  File "/home/me/train.py", line 9 in examples'}
-    assert group.line("worker:0", header) == LINE
+    assert group.control("worker:0", header) == STACK and group.collected() == {}
 
 
 def test_the_quoted_line_drops_its_comment_and_padding_and_escapes_what_it_holds(tmp_path):
@@ -187,7 +208,7 @@ def test_the_tasks_states_and_the_stacks_signal_are_asked_of_every_host_at_once(
             signal_process=lambda sig, k=key: (barrier.wait(), sent.__setitem__(k, sig)))
     assert group.state_notes(keys) == {k: ("process is stopped (SIGSTOP?)" if k == "worker:3" else "") for k in keys}
     barrier.reset()
-    group.signal_processes({k: 12 for k in keys})
+    group.signal_processes(keys)
     assert sent == {k: 12 for k in keys}
     barrier.reset()
     hw = HangWatch(group=group, backend=None, record=None, plan=lambda: SimpleNamespace(strategy="multi_worker_mirrored"),

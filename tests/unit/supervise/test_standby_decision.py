@@ -81,7 +81,7 @@ def test_python_entrypoints_are_split_into_interpreter_options_and_the_program(a
     assert stub[:len(split[0])] == split[0] and stub[len(split[0])] == "-c" and stub[len(split[0]) + 2:] == split[1]
     assert "tfcluster-standby promoted" in stub[len(split[0]) + 1]
     # the variables' names put in from launcher/contract/envnames.py
-    assert "STANDBY, STANDBY_ENV = 'TFCLUSTER_STANDBY', 'TFCLUSTER_STANDBY_ENV'" in stub[len(split[0]) + 1]
+    assert "STANDBY, STANDBY_ENV, CONTROL = 'TFCLUSTER_STANDBY', 'TFCLUSTER_STANDBY_ENV', 'TFCLUSTER_CONTROL_FD'" in stub[len(split[0]) + 1]
     compile(stub[len(split[0]) + 1], "<string>", "exec")
 
 

@@ -80,9 +80,9 @@ def test_a_long_pause_once_is_not_a_straggler():
 
 def test_the_beat_carries_time_inside_and_the_coordinator_s_counts_by_worker():
     group = AttemptGroup(clock=lambda: 5.0)
-    assert group.line("chief:0", "tfcluster-beat n=120 in=3.25 w=0:60,1:40,x:9,2:") == "beat"
+    assert group.control("chief:0", "tfcluster-beat n=120 in=3.25 w=0:60,1:40,x:9,2:") == "beat"
     assert group.inside["chief:0"] == 3.25 and group.closures["chief:0"] == {0: 60, 1: 40}
-    group.line("chief:0", "tfcluster-beat n=130 in=nan-ish w=" + ",".join(f"{i}:1" for i in range(9000)))
+    group.control("chief:0", "tfcluster-beat n=130 in=nan-ish w=" + ",".join(f"{i}:1" for i in range(9000)))
     assert group.inside["chief:0"] == 3.25 and len(group.closures["chief:0"]) == 4096  # bounded
     group.new_process("chief:0")
     assert "chief:0" not in group.inside and "chief:0" not in group.closures

@@ -30,17 +30,19 @@ def test_panel_mode_prints_lines_above_the_panel_but_not_heartbeats_or_noise(mon
     assert console.start_panel(RunModel())
     console.task_line("worker:0", NOISE)
     console.task_line("worker:0", "hello from my script")
-    console.task_line("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 time=1.0")
-    console.task_line("worker:0", "tfcluster-epoch epoch=1 loss=0.5 accuracy=0.7")
+    console.task_progress("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 time=1.0")
+    console.task_progress("worker:0", "tfcluster-epoch epoch=1 loss=0.5 accuracy=0.7")
+    console.task_line("worker:0", "tfcluster-epoch epoch=99 loss=0.0 accuracy=1.0")  # printed: the task's text
     console.info("restarting the whole group")
     console.report(["  the report"])
     shown = _plain(term.getvalue())
     # The epoch as a person reads it (shown at the end: no start line said which tasks train)
     assert "epoch 1  loss 0.5000  accuracy 0.700  (worker:0)" in shown
     assert "[worker:0] hello from my script" in shown  # a script's own output, as it is
+    assert "[worker:0] tfcluster-epoch epoch=99 loss=0.0 accuracy=1.0" in shown and "epoch 99" not in shown
     assert "tfcluster: restarting the whole group" in shown
     assert shown.rstrip().endswith("the report")
-    assert "tfcluster-" not in shown and "absl" not in shown
+    assert shown.count("tfcluster-") == 1 and "absl" not in shown
 
 
 def test_panel_mode_one_line_per_epoch_for_the_run_and_the_strategy_once(monkeypatch):
@@ -54,9 +56,9 @@ def test_panel_mode_one_line_per_epoch_for_the_run_and_the_strategy_once(monkeyp
     epoch = ("tfcluster-epoch epoch=16 global_step=368 loss=0.0851 accuracy=0.9803 examples_per_sec={rate} "
              "learning_rate=0.001 time=1795696618.254")
     for key in ("worker:0", "worker:1"):
-        console.task_line(key, start)
-    console.task_line("worker:0", epoch.format(rate="4029.9"))
-    console.task_line("worker:1", epoch.format(rate="4031.1"))
+        console.task_progress(key, start)
+    console.task_progress("worker:0", epoch.format(rate="4029.9"))
+    console.task_progress("worker:1", epoch.format(rate="4031.1"))
     console.end_panel()
     shown = _plain(term.getvalue()).splitlines()
     assert [line for line in shown if line.startswith(("epoch ", "strategy "))] == [
@@ -79,7 +81,31 @@ def test_plain_mode_prints_every_line_but_noise_and_quiet_prints_none():
     assert out.getvalue() == "[worker:1] tfcluster-step epoch=0 step=10\n[worker:1] hello\n"
     console.quiet_tasks = True
     console.task_line("worker:1", "more")
+    console.task_progress("worker:1", "tfcluster-eval checkpoint=ckpt-1 loss=0.5")
     assert out.getvalue().count("\n") == 2
+
+
+def test_plain_mode_shows_the_records_to_people_never_the_protocol_and_verbose_as_they_came():
+    """In a pipe (``tfcluster up | tee run.log``): the tasks' own lines and people's lines of their
+    records; the protocol itself only with ``verbose``."""
+    out = io.StringIO()
+    console = Console(out=out, err=io.StringIO())
+    for kind in ("start epoch=0 step=0 global_step=0 epochs=2 strategy=mirrored",
+                 "step epoch=0 step=10 global_step=10 time=1.0", "epoch epoch=1 loss=0.5 accuracy=0.7"):
+        for key in ("worker:0", "worker:1"):
+            console.task_progress(key, "tfcluster-" + kind)
+    console.task_progress("worker:1", "(standby) tfcluster-standby ready after=1.0s")
+    console.task_progress("evaluator:0", "tfcluster-eval checkpoint=ckpt-1 global_step=10 loss=0.5 accuracy=0.7")
+    assert out.getvalue() == ("[tfcluster] strategy mirrored\n"
+                              "[tfcluster] epoch 1/2  loss 0.5000  accuracy 0.700  (worker:0-1)\n"
+                              "[evaluator:0] evaluated ckpt-1  loss 0.5000  accuracy 0.700\n")
+    verbose = io.StringIO()
+    console = Console(out=verbose, err=io.StringIO())
+    console.verbose = True
+    console.task_progress("worker:1", "(standby) tfcluster-standby ready after=1.0s")
+    console.task_progress("worker:0", "tfcluster-step epoch=0 step=10 global_step=10 time=1.0")
+    assert verbose.getvalue() == ("[worker:1] (standby) tfcluster-standby ready after=1.0s\n"
+                                  "[worker:0] tfcluster-step epoch=0 step=10 global_step=10 time=1.0\n")
 
 
 # ---------------------------------------------------------------- a terminal that goes away

@@ -35,9 +35,9 @@ def _view() -> RunModel:
     view = RunModel()
     view.event({"event": "run_start", "time": 1000.0, "name": "t", "tasks": ["worker:0", "worker:1"]})
     view.event({"event": "start", "time": 1000.0, "task": "worker:0", "attempt": 0, "host": "h0"})
-    view.line("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 epochs=2 steps_per_epoch=10 global_batch=8",
+    view.progress("worker:0", "tfcluster-start epoch=0 step=0 global_step=0 epochs=2 steps_per_epoch=10 global_batch=8",
               1001.0)
-    view.line("worker:0", "tfcluster-epoch epoch=1 global_step=10 loss=0.5 accuracy=0.75 time=1002", 1002.0)
+    view.progress("worker:0", "tfcluster-epoch epoch=1 global_step=10 loss=0.5 accuracy=0.75 time=1002", 1002.0)
     view.event({"event": "exit", "time": 1003.0, "task": "worker:0", "code": 0})
     return view
 

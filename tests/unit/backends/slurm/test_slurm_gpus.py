@@ -143,19 +143,22 @@ def test_the_step_line_says_the_gpus_slurm_gave_it(env, said):
     them off it (and hides the line) and hands them on, as the backend's task_gpus event."""
     import subprocess
 
-    from launcher.backends.slurm.step import STEP_SHELL, SlurmStep
+    import sys
+
+    from launcher.backends.base import OutputSink
+    from launcher.backends.slurm.step import STEP_SHELL, SlurmStep, shell_args
     from launcher.plan.build import PlannedTask
 
-    proc = subprocess.Popen(["/bin/sh", "-c", STEP_SHELL, "sh", "echo", "task output"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7",
-                                                           "SLURM_STEP_ID": "3", **env})
-    got, lines = [], []
+    proc = subprocess.Popen(["/bin/sh", "-c", STEP_SHELL, "sh", *shell_args(sys.executable, ["echo", "task output"])],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "3", **env})
+    got, lines, control = [], [], []
     task = PlannedTask(type="worker", index=0, host="n1", address="n1", port=1, command=("true",))
-    step = SlurmStep(task, proc, lambda key, line: lines.append(line), "7", "worker-0.1", "n1",
-                     lambda key, ids: got.append((key, ids)))
+    step = SlurmStep(task, proc, OutputSink(lambda key, line: lines.append(line), lambda key, line: control.append(line)),
+                     "7", "worker-0.1", "n1", lambda key, ids: got.append((key, ids)))
     proc.wait(timeout=30)
     step._reader.join(10)
-    assert lines == ["task output"] and step.step_id == "7.3"
+    assert lines == ["task output"] and step.step_id == "7.3" and control == []
     assert got == ([] if said is None else [("worker:0", said)])
 
 

@@ -46,7 +46,7 @@ def test_task_command_exact():
     assert cmd == (
         f"cd /srv/work && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && {check} && exec /opt/py/bin/python3 -S /r/t/1/boot.py "
         "/r/t/1/taskwrap.py --lease 15 --grace 5 --pidfile /r/t/1/pids/worker-0.0.pid --threads TFCLUSTER_THREADS "
-        "--gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 -- python -m worker --epochs 1); exit $?"
+        "--gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 --control TFCLUSTER_CONTROL_FD -- python -m worker --epochs 1); exit $?"
     )
 
 
@@ -57,7 +57,7 @@ def test_task_command_quotes_every_value():
         f"cd '/w x; touch /tmp/pwned' && exec 3>&2 2>/dev/null && (exec 2>&3 3>&- && {check} && exec "
         "'pyx; touch /tmp/pwned' -S '/r;x; touch /tmp/pwned/boot.py' "
         "'/r;x; touch /tmp/pwned/taskwrap.py' --lease 1.5 --grace 0 --pidfile '/p x; touch /tmp/pwned' "
-        "--threads TFCLUSTER_THREADS --gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 -- "
+        "--threads TFCLUSTER_THREADS --gpus TFCLUSTER_GPUS --gpu-memory-var TFCLUSTER_GPU_MEMORY --collective-var TFCLUSTER_COLLECTIVE --gpu-watch 5 --control TFCLUSTER_CONTROL_FD -- "
         "'x; touch /tmp/pwned' '$(id)' '`id`' ''\"'\"''); exit $?"
     )
     # A real POSIX shell sees exactly the values we meant (echo instead of running them).
@@ -136,7 +136,7 @@ def test_agent_command_exact_and_quoted():
     assert sc.wrap_args("/w", "/r/p.pid", 15, 5, ["python", "-m", "worker"]) == [
         "--lease", "15", "--grace", "5", "--pidfile", "/r/p.pid", "--cwd", "/w", "--threads", "TFCLUSTER_THREADS",
         "--gpus", "TFCLUSTER_GPUS", "--gpu-memory-var", "TFCLUSTER_GPU_MEMORY", "--collective-var", "TFCLUSTER_COLLECTIVE", "--gpu-watch", "5",
-        "--", "python", "-m", "worker"]
+        "--control", "TFCLUSTER_CONTROL_FD", "--", "python", "-m", "worker"]
 
 
 def test_signal_command_runs_in_a_real_shell(tmp_path):
@@ -167,7 +167,7 @@ def test_real_wrapper_is_signalled_by_its_pidfile(tmp_path):
     try:
         proc.stdin.write(sc.env_block({"X": "1", "TFCLUSTER_RUN_ID": "RUN"}))
         proc.stdin.flush()
-        assert proc.stdout.readline() == b"up\n"
+        assert proc.stdout.readline() == b"\x1eDup\n"  # (the task's line, framed by its wrapper)
         end = time.monotonic() + 5
         while not os.path.exists(pf) and time.monotonic() < end:
             time.sleep(0.02)
@@ -376,7 +376,9 @@ def test_agent_preflights_holds_ports_then_becomes_the_task(tmp_path):
         task = "import os,time; print(os.environ['X'], os.getcwd(), flush=True); time.sleep(60)"
         agent.send({"go": {"env": {"X": EVIL}, "args": sc.wrap_args(
             reply["workdir"], agent.pidfile, 30, 1, [sys.executable, "-c", task])}})
-        assert agent.proc.stdout.readline().decode().split() == EVIL.split() + [str(tmp_path / "work")]
+        line = agent.proc.stdout.readline().decode()
+        assert line.startswith("\x1eD")  # (the task's line, framed by its wrapper)
+        assert line[2:].split() == EVIL.split() + [str(tmp_path / "work")]
         wait_for(lambda: not _connects(port), 5, 0.02,
                  what=f"the agent to release port {port} for the task's own server")
         wait_for(lambda: os.path.exists(agent.pidfile), 5, 0.02, what=f"the task's pidfile {agent.pidfile}")
