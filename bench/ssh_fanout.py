@@ -26,6 +26,16 @@ Both include process start-up (pdsh's, and the launcher's Python imports).
              the machine does not count. Divided by the host count it is one host's work per
              command: what a host of its own would spend, in parallel with the others.
 
+The checkout's bytecode is compiled first (compileall), as a pip install compiles it: where
+PYTHONDONTWRITEBYTECODE is set (this dev VM's environment sets it), every `up` would otherwise
+compile the launcher's modules from source, 1.1-2.1 s of the client's CPU before its first
+connection (`python -c "import launcher.cli.main"`: 1.9-2.9 s without the caches, 0.8 s with
+them), which a user's install never pays.
+
+Before each trial the hosts are waited on until they run nothing but their sshd (a trial's
+teardown ends on its hosts after its client exits: the session's last processes), so no trial
+starts on hosts still busy with the one before.
+
 --client-nice 0,-10 runs every trial once per niceness of the two clients (pdsh and its ssh
 processes, `tfcluster up`), the lab's sshds staying at 0. The hosts are on this machine: at 128
 hosts their sshds and the processes they start are runnable by the dozen and get the CPU a
@@ -36,6 +46,7 @@ the client side what separate machines would (BENCHMARKS.md shows both).
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import statistics
@@ -83,6 +94,10 @@ class HostsCPU:
             return int(stat["usage_usec"]) / 1e6
         return int((self.dir / "cpuacct.usage").read_text()) / 1e9
 
+    def procs(self) -> int:
+        """How many processes the hosts run now (their sshds, and what those started)."""
+        return len((self.dir / "cgroup.procs").read_text().split())
+
     def close(self) -> None:
         root = self.dir.parent / "cgroup.procs"
         for pid in (self.dir / "cgroup.procs").read_text().split():
@@ -94,6 +109,20 @@ class HostsCPU:
             self.dir.rmdir()
         except OSError:
             pass
+
+
+def hosts_quiet(cpu_of: HostsCPU, sshds: int, timeout: float = 30.0) -> tuple[float, int]:
+    """Wait until the hosts run only their ``sshds`` (a trial's sessions ended there); (seconds
+    waited, processes found first). Past ``timeout``: RuntimeError naming what is left."""
+    t0, first = time.monotonic(), cpu_of.procs()
+    left = first
+    while left > sshds:
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"the lab hosts still run {left - sshds} processes besides their sshds "
+                               f"{timeout:g} s after the last trial: a trial's teardown did not end there")
+        time.sleep(0.05)
+        left = cpu_of.procs()
+    return time.monotonic() - t0, first
 
 
 def _niced(nice: int):
@@ -202,6 +231,7 @@ def main() -> int:
         return 2
     counts = [int(x) for x in args.hosts.split(",")]
     nices = [int(x) for x in args.client_nice.split(",")]
+    compileall.compile_dir(str(ROOT / "launcher"), quiet=1)  # as a pip install does (see above)
     work = Path(tempfile.mkdtemp(prefix="tfcs-bench-"))
     lab = Lab(work / "lab", count=max(counts), prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfcb"))
     t0 = time.perf_counter()
@@ -217,13 +247,18 @@ def main() -> int:
             got = {nice: ([], [], [], [], [], [], []) for nice in nices}
             for trial in range(args.repeat):
                 for nice in nices:
+                    quiet = [hosts_quiet(cpu_of, len(lab.hosts))]
                     p, pc, ph = time_pdsh(lab, n, cpu_of, nice)
+                    quiet.append(hosts_quiet(cpu_of, len(lab.hosts)))
                     r, t, uc, uh = time_up(spec, n, cpu_of, nice)
+                    waits = "; ".join(f"waited {w:.2f} s for {k - len(lab.hosts)} leftover processes on the hosts "
+                                      f"before {what}" for (w, k), what in zip(quiet, ("pdsh", "up")) if k > len(lab.hosts))
                     for series, value in zip(got[nice], (p, pc, ph, r, t, uc, uh)):
                         series.append(value)
                     print(f"  {n} hosts, trial {trial + 1}, client nice {nice}: pdsh {p:.2f} s (cpu {pc:.2f} s, "
                           f"hosts cpu {ph:.2f} s), up:running {r:.2f} s, up:total {t:.2f} s (cpu {uc:.2f} s, "
-                          f"hosts cpu {uh:.2f} s) ({t / p:.2f}x); load average {load_average()}", flush=True)
+                          f"hosts cpu {uh:.2f} s) ({t / p:.2f}x); load average {load_average()}" + (f" ({waits})" if waits else ""),
+                          flush=True)
             for nice in nices:
                 rows.append((n, nice, *(statistics.median(series) for series in got[nice])))
         print(f"{'hosts':>5}  {'nice':>4}  {'pdsh':>7}  {'cpu':>6}  {'hosts cpu':>9}  {'up:running':>10}  "

@@ -43,7 +43,7 @@ def unequal_line(counts: Mapping[str, int], key: tuple = ("devices", "gpus_per_t
 
 
 def refusal(spec, host: str, tasks: Sequence[tuple], host_ids: Sequence[int], devices_gpus,
-            problem: gpuplace.Problem) -> Refusal:
+            problem: gpuplace.PlacementProblem) -> Refusal:
     """The one line for a host that cannot give its tasks (key, PlannedGpus) their GPUs: ``vm2 has 1
     GPU; 2 tasks x gpus_per_task 1 need 2; ...fix``, at the key that asked: a group's ``gpus`` it
     names, else ``devices.gpus`` where that bounds the GPUs (or is the fix)."""

@@ -136,13 +136,13 @@ def shares(count, trainers, others=0, cap=0):
     return places, idle
 
 
-# The kinds of ``Problem``: fewer usable GPUs than the tasks' counts need, GPUs devices.gpus names
+# The kinds of ``PlacementProblem``: fewer usable GPUs than the tasks' counts need, GPUs devices.gpus names
 # that the host lacks, more than one MIG device for a task, none left for the auto tasks, NCCL's
 # one rank per GPU.
 SHORT, MISSING, MIG, TAKEN, NCCL = "short", "missing", "mig", "taken", "nccl"
 
 
-class Problem(str):
+class PlacementProblem(str):
     """Why a request cannot be met on a host: the phrase (the str itself, without the host's
     name) and its ``kind`` (SHORT, MISSING, MIG, TAKEN, NCCL), which the planner's line is chosen
     by (launcher/plan/gpurefusal.py), never the phrase's words."""
@@ -163,18 +163,18 @@ def resolve(req, host_ids):
         have = set(_index(u) for u in host_ids)
         missing = [i for i in req["use"].split(",") if i and int(i) not in have]
         if missing:
-            return [], False, Problem("has %s (%s), not GPU %s that devices.gpus asks for" % (
+            return [], False, PlacementProblem("has %s (%s), not GPU %s that devices.gpus asks for" % (
                 plural(len(have)), ",".join(str(i) for i in sorted(have)) or "none", ",".join(missing)), MISSING)
     take = req["take"]
     mig = any(is_mig(u) for u in use)
     if take.isdigit():
         want = int(take)
         if mig and want > 1:
-            return [], False, Problem("has MIG devices, and CUDA gives a process one MIG device; a task cannot "
+            return [], False, PlacementProblem("has MIG devices, and CUDA gives a process one MIG device; a task cannot "
                                       "use %d: set devices.gpus_per_task: 1 or auto" % want, MIG)
         end = req["offset"] + want
         if end > len(use):
-            return [], False, Problem("has %s; its GPU tasks need %d" % (plural(len(use)), end), SHORT)
+            return [], False, PlacementProblem("has %s; its GPU tasks need %d" % (plural(len(use)), end), SHORT)
         return use[req["offset"]:end], False, None
     if not use:
         return [], False, None
@@ -183,7 +183,7 @@ def resolve(req, host_ids):
     else:
         rest = use[req["offset"]:]
         if not rest:
-            return [], False, Problem("has %s, all taken by tasks with a GPU count; none left for the auto tasks" % (
+            return [], False, PlacementProblem("has %s, all taken by tasks with a GPU count; none left for the auto tasks" % (
                 plural(len(use))), TAKEN)
         n, place = req["n"], req["place"]
         trainers = min(req.get("trainers", n), n)
@@ -197,7 +197,7 @@ def resolve(req, host_ids):
 
 def _nccl(req, shared):
     if shared and req["coll"] == "nccl":
-        return Problem("would share a GPU between tasks, and NCCL refuses two ranks on one GPU (Duplicate GPU "
+        return PlacementProblem("would share a GPU between tasks, and NCCL refuses two ranks on one GPU (Duplicate GPU "
                        "detected)", NCCL)
     return None
 

@@ -282,21 +282,22 @@ class Supervisor:
         starter = self.starter
         offsets = {t.key: starter.new_process(t.key) for t in self.plan.tasks}
         promoted = self.standby.promote_all(self.plan.tasks, starter.env(number))
-        for task in self.plan.tasks:
-            if self.stop_event.is_set():
-                self.backend.tasks.stop([promoted.pop(k) for k in list(promoted) if k not in exits], grace=0)
-                break
-            try:
-                starter.launch(task.key, number, ready=(offsets[task.key], promoted.pop(task.key, None)))
-            except LaunchError as exc:
-                if not self.members.elastic:
-                    raise
-                # The session to its host failed: the host is suspect (membership.py), like a
-                # session lost while the task ran.
-                attempt.sessions_lost.setdefault(task.host, time.time())
-                self.report.fail(attempt, task.key, "; ".join(exc.lines), None)
-                return None
-            exits[task.key] = None
+        with self.record.tasks_starting():  # launcher.json once for the group
+            for task in self.plan.tasks:
+                if self.stop_event.is_set():
+                    self.backend.tasks.stop([promoted.pop(k) for k in list(promoted) if k not in exits], grace=0)
+                    break
+                try:
+                    starter.launch(task.key, number, ready=(offsets[task.key], promoted.pop(task.key, None)))
+                except LaunchError as exc:
+                    if not self.members.elastic:
+                        raise
+                    # The session to its host failed: the host is suspect (membership.py), like a
+                    # session lost while the task ran.
+                    attempt.sessions_lost.setdefault(task.host, time.time())
+                    self.report.fail(attempt, task.key, "; ".join(exc.lines), None)
+                    return None
+                exits[task.key] = None
         self.standby.drop(run_ends=False)  # standbys no task of this attempt took
         started = self.clock()
         return AttemptWatch(started, exits, ready={t.key for t in self.plan.tasks if t.port is None},

@@ -520,8 +520,8 @@ def test_a_refusal_is_chosen_by_its_problems_kind_never_its_words():
     fix, its spec key) follows the kind: the same words under another kind get another line."""
     from launcher.plan.gpurefusal import refusal
     words = "would share a GPU between tasks, and NCCL refuses two ranks on one GPU (Duplicate GPU detected)"
-    nccl = refusal(None, "vm1", [], [0], "all", gpuplace.Problem(words, gpuplace.NCCL))
-    other = refusal(None, "vm1", [], [0], "all", gpuplace.Problem(words, gpuplace.MIG))
+    nccl = refusal(None, "vm1", [], [0], "all", gpuplace.PlacementProblem(words, gpuplace.NCCL))
+    other = refusal(None, "vm1", [], [0], "all", gpuplace.PlacementProblem(words, gpuplace.MIG))
     assert "collective.implementation: ring" in nccl and nccl.key == ("devices", "gpus_per_task")
     assert "collective.implementation: ring" not in other and other.key == ("devices", "gpus")
     _ids, _shared, problem = gpuplace.resolve(gpuplace.parse_request(gpuplace.format_request(2)), [0])
