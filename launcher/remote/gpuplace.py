@@ -170,8 +170,9 @@ def resolve(req, host_ids):
     if take.isdigit():
         want = int(take)
         if mig and want > 1:
-            return [], False, PlacementProblem("has MIG devices, and CUDA gives a process one MIG device; a task cannot "
-                                      "use %d: set devices.gpus_per_task: 1 or auto" % want, MIG)
+            return [], False, PlacementProblem(
+                "has MIG devices, and CUDA gives a process one MIG device; a task cannot use %d: set "
+                "devices.gpus_per_task: 1 or auto" % want, MIG)
         end = req["offset"] + want
         if end > len(use):
             return [], False, PlacementProblem("has %s; its GPU tasks need %d" % (plural(len(use)), end), SHORT)
@@ -183,8 +184,8 @@ def resolve(req, host_ids):
     else:
         rest = use[req["offset"]:]
         if not rest:
-            return [], False, PlacementProblem("has %s, all taken by tasks with a GPU count; none left for the auto tasks" % (
-                plural(len(use))), TAKEN)
+            return [], False, PlacementProblem(
+                "has %s, all taken by tasks with a GPU count; none left for the auto tasks" % plural(len(use)), TAKEN)
         n, place = req["n"], req["place"]
         trainers = min(req.get("trainers", n), n)
         cap = 1 if mig else req.get("cap", 0)  # a MIG device is a unit, one per task

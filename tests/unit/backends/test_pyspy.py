@@ -84,6 +84,8 @@ def test_the_remote_command_checks_the_child_and_finds_py_spy_in_a_real_shell(tm
                 kids = fh.read().split()
             return int(kids[0]) if kids else 0
         wait_for(child, 30, what="the wrapper's child started")
+        # (blocked on its lock, past its start-up: a dump before would show the interpreter starting)
+        wait_for(lambda: "futex" in open(f"/proc/{child()}/wchan").read(), 30, what="the child blocked on its lock")
         pidfile.write_text(f"{wrapper.pid} {child()} 0\n")
         from launcher.backends.ssh.commands import native_stacks_command
         out = subprocess.run(["sh", "-c", native_stacks_command(str(pidfile))], capture_output=True, text=True,
