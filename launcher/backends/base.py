@@ -154,6 +154,14 @@ class Capabilities:
     # (launcher/supervise/gpuwatch.py). Elsewhere the backend reports it (ssh: the task wrapper).
     gpus_here: bool = False
 
+    def forks(self, restart) -> bool:
+        """Whether a run of ``restart`` (the spec's block) asks for the host's warm parent
+        (``StartRequest.fork``): where the backend keeps one, unless restart.warm_standby is false,
+        whether or not the run keeps standbys (one import of TensorFlow for the host's tasks costs
+        less than one each). Decided once per run: the supervisor's starts and a backend that
+        starts its hosts' warm parents ahead (ssh: in the preflight) read the same rule."""
+        return self.fork and restart.warm_standby is not False
+
 
 @dataclass(frozen=True)
 class LaunchLines:

@@ -277,6 +277,8 @@ class LocalTasks(Tasks):
             overlay = {**request.task.env_dict, envnames.RUN_DIR: str(self.run.run_dir),
                        envnames.STATE_DIR: str(self.run.state_dir), **request.told()}
             write_promotion(path, overlay)
+            if handle.pidfile:  # its fork is asked for now: a zygote that ended is started again first
+                self.zygote.ensure()
         handle.signal(signal.SIGUSR1)
 
     def port_open(self, task: PlannedTask) -> bool:

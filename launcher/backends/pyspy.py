@@ -116,19 +116,23 @@ def _spy_local(pid: int, argv0: str, timeout: float) -> str:
     return shown(out, pid) if code == 0 and out.strip() else failed(code, err)
 
 
-def remote_command(verify: str, pidfile: str) -> str:
+def remote_command(verify: str, pidfile: str, own: str) -> str:
     """The shell command that dumps the task of ``pidfile`` on its host: ``verify`` (the pid file
-    check of launcher/backends/ssh/commands.py, which sets ``$child`` or continues) first; py-spy
-    beside the task's argv[0] or on PATH. It prints ``pid N`` and then py-spy's output, or
+    check of launcher/backends/ssh/commands.py, which sets ``$child`` or continues) first, then
+    ``own`` (whether ``$child`` is the wrapper's task: sets ``$own``); py-spy beside the task's
+    argv[0] (the first word of a title, for a task the host's fork server forked: its argv is one
+    word, launcher/remote/zygotechild.py show_argv) or on PATH. It prints the task's TensorFlow
+    threads (between ``threads`` and ``end threads``), ``pid N`` and then py-spy's output, or
     ``nospy`` where there is none."""
     return (
         f"for pf in {shlex.quote(pidfile)}; do " + verify
         + 'case $child in ""|*[!0-9]*) echo "nopid"; continue;; esac; '
-        + 'grep -q "^PPid:[[:space:]]*$pid$" /proc/$child/status 2>/dev/null || { echo "gone"; continue; }; '
+        + own + '{ [ -n "$own" ] && [ "$child" != "$pid" ]; } || { echo "gone"; continue; }; '
         + 'echo "threads"; for t in /proc/$child/task/*; do n=$(head -c 64 $t/comm 2>/dev/null); '
         + 'case $n in tf_*) echo "  tid ${t##*/} $n $(head -c 64 $t/syscall 2>/dev/null | cut -d" " -f1) '
         + '$(head -c 64 $t/wchan 2>/dev/null)";; esac; done | head -n 400; echo "end threads"; '
         + 'first=$(tr "\\0" "\\n" < /proc/$child/cmdline 2>/dev/null | head -n 1); spy=""; '
+        + '[ "$(tr "\\0" "\\n" < /proc/$child/cmdline 2>/dev/null | wc -l)" -gt 1 ] || first=${first%% *}; '
         + 'case $first in */*) [ -x "${first%/*}/py-spy" ] && spy="${first%/*}/py-spy";; esac; '
         + '[ -n "$spy" ] || spy=$(command -v py-spy 2>/dev/null); '
         + '[ -n "$spy" ] || { echo "nospy"; continue; }; '

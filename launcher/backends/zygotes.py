@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from typing import Mapping, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.contract.usestf import uses_tensorflow
-from launcher.contract.entrypoint import is_reference_worker
+from launcher.contract.entrypoint import is_reference_worker, python_entry
 from launcher.remote import HERE, taskwrap_path
 
 # What the reference worker imports ahead (worker/main.py import_tensorflow).
@@ -89,6 +90,19 @@ def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str
     return argv[:at], ("tensorflow",)
 
 
+def plain_entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str, ...]]]:
+    """``entry`` of what a task of the plan's ``argv`` runs (a Python script or module under the
+    standby stub, the reference worker as it is): the zygote a host needs for it, known before
+    any task starts (the ssh preflight starts the hosts' zygotes)."""
+    if is_reference_worker(argv):
+        return entry(argv, cwd)
+    parts, _ = python_entry(argv)
+    if parts is None:
+        return None
+    interpreter, target = parts
+    return entry([*interpreter, "-c", "", *target], cwd)
+
+
 def start_env(env: Mapping[str, str]) -> dict[str, str]:
     """What the zygote starts with: a task's environment without what each task has of its own
     (its key, attempt, TF_CONFIG...), and room for a child's own (zygote.py --pad)."""
@@ -108,26 +122,71 @@ def zygote_module():
     return zygote
 
 
+# How many times a run's zygote is started again after it ended (a crash loop gives up: its tasks start cold).
+RESTARTS = 3
+
+
 class LocalZygote:
-    """The run's zygote on this machine: started once, asked for by path, stopped at close."""
+    """The run's zygote on this machine: started at the first task it serves, asked for by path
+    (the socket, bound here before the zygote starts: zygote.py --listen-fd), started again at
+    the next start after it ended (at most RESTARTS times, the same path: a standby's wrapper that
+    waits finds the new one), never again once it said it serves nothing (PATH.cold), stopped at
+    close."""
 
     def __init__(self, run_dir: Path, workdir: Path, grace: float) -> None:
         self.run_dir, self.workdir, self.grace = run_dir, workdir, grace
         self.dir: Optional[str] = None
         self.proc: Optional[subprocess.Popen] = None
         self._pids = 0
+        self.restarts = 0
+        self.off = ""  # why the run's tasks start cold from now on
 
     def socket_for(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[Optional[str], list[str]]:
         """The zygote's socket for a task of ``argv`` and ``env`` that asked to be forked (started
-        now for the first) and the command to ask it for (as_exec's: a console script as exec runs
-        it), or (None, argv) where the task starts as its own process."""
+        now for the first, or again) and the command to ask it for (as_exec's: a console script as
+        exec runs it), or (None, argv) where the task starts as its own process."""
         command = as_exec(argv, env)
         found = entry(command, self.workdir)
-        if found is None:
+        if found is None or not self.ensure(found, env):
             return None, list(argv)
-        if self.proc is None:
+        return self.path(), command
+
+    def path(self) -> str:
+        return os.path.join(self.dir or "", "z.sock")
+
+    def ensure(self, found: Optional[tuple[list[str], tuple[str, ...]]] = None,
+               env: Optional[Mapping[str, str]] = None) -> bool:
+        """Whether a zygote serves the run now: started (``found``, ``env``: its interpreter,
+        imports and environment; else only where one ran before) or started again where it ended."""
+        if self.off:
+            return False
+        if self.proc is not None and self.proc.poll() is not None:
+            self._ended(self.proc.returncode)
+            if self.off:
+                return False
+            found, env = self._last
+        if self.proc is None or self.proc.poll() is not None:
+            if found is None or env is None:
+                return False
             self._start(found, env)
-        return (os.path.join(self.dir, "z.sock"), command) if self.dir else (None, list(argv))
+        return True
+
+    def _ended(self, code: int) -> None:
+        """The zygote ended: its reason where it gave one (it serves nothing), else started again
+        up to RESTARTS times; said in zygote.log."""
+        why = zygote_module().cold_reason(self.path())
+        if why:
+            self.off = why
+        elif self.restarts >= RESTARTS:
+            self.off = f"the run's zygote ended {self.restarts + 1} times (last exit {code})"
+        self.restarts += 1
+        self._log(f"tfcluster: the run's zygote ended (exit {code}); "
+                  + (f"its tasks start cold from now on: {self.off}" if self.off else
+                     f"a new one starts ({self.restarts} of {RESTARTS})"))
+
+    def _log(self, line: str) -> None:
+        with open(self.run_dir / LOG, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
 
     def pidfile(self) -> str:
         """A new path for a served task's pid file (taskwrap --pidfile), in the zygote's dir."""
@@ -136,18 +195,23 @@ class LocalZygote:
 
     def _start(self, found: tuple[list[str], tuple[str, ...]], env: Mapping[str, str]) -> None:
         interpreter, imports = found
+        self._last = (found, dict(env))
         exe = shutil.which(interpreter[0], path=env.get("PATH")) or interpreter[0]
-        self.dir = tempfile.mkdtemp(prefix="tfcluster-zygote-")
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="tfcluster-zygote-")
+        listener = bind(self.path())
         log = open(self.run_dir / LOG, "ab")
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, str(taskwrap_path()), "--grace", str(self.grace), "--",
-                 exe, *interpreter[1:], str(HERE / "zygote.py"), "--socket", os.path.join(self.dir, "z.sock"),
-                 "--import", ",".join(imports), "--pad", envnames.ZYGOTE_PAD, "--title", "t" * TITLE_BYTES],
+                 exe, *interpreter[1:], str(HERE / "zygote.py"), "--socket", self.path(),
+                 "--listen-fd", str(listener.fileno()), "--import", ",".join(imports),
+                 "--pad", envnames.ZYGOTE_PAD, "--title", "t" * TITLE_BYTES],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
-                env=start_env(env), start_new_session=True, close_fds=True)
+                env=start_env(env), start_new_session=True, close_fds=True, pass_fds=(listener.fileno(),))
         finally:
             log.close()
+            listener.close()  # the zygote's (and its wrapper's) from now on: refused once they are gone
 
     def close(self) -> None:
         """The zygote stopped (its lifeline closed: the wrapper stops its group), its dir removed.
@@ -164,3 +228,20 @@ class LocalZygote:
                 self.proc.wait()
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def bind(path: str) -> socket.socket:
+    """A unix socket listening at ``path`` (mode 0600: bound under umask 077), a stale one there
+    (a zygote that ended) replaced."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(128)
+    return listener

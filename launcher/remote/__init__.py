@@ -13,9 +13,11 @@ launcher itself (it imports at most their constants).
   its GPU watch; gcewatch.py, its watch of GCE's preemption notice;
   promotion.py, a standby's promoted environment (zygoteask.py's, and the standby stub's text);
   masking.py, what a secret is (the plan's text and records, and a forked task's title, mask with it);
-* zygote.py, a host's fork server (zygotechild.py: its child's side): the wrapper asks it for its
-  task (``--zygote``, zygoteask.py), the local backend starts one per run that keeps standbys
-  (launcher/backends/zygotes.py);
+* zygote.py, a host's fork server (zygotewait.py: each task's waiter, its parent; zygotechild.py:
+  the task's side): the wrapper asks it for its task (``--zygote``, zygoteask.py), the local
+  backend starts one per run (launcher/backends/zygotes.py), the ssh backend one per host;
+* zygotehost.py: the ssh host agent's start of its host's zygote for the run, and its keep;
+* sibling.py: how these files import each other from the dir they are shipped in;
 * gpuplace.py, which of its host's GPUs a task gets, and gpuquery.py, nvidia-smi's answers: uploaded
   next to taskwrap.py (the wrapper and the preflight agent run them on the hosts), and the modules
   here the launcher also runs (launcher/plan/gpus.py, launcher/supervise/gpuwatch.py), so a task
@@ -32,8 +34,9 @@ HERE = Path(__file__).resolve().parent
 # import from their own dir. The ssh backend uploads them into each run dir; the worker image
 # copies them (with jobsetpod.py) into /usr/local/lib/tfcluster/; local and slurm run the wrapper
 # here, beside them. tests/unit/remote/test_shipped.py checks the list against their imports.
-TASK_FILES = ("taskwrap.py", "taskstream.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py", "zygoteask.py",
-              "zygotechild.py", "gcewatch.py", "promotion.py", "masking.py")
+TASK_FILES = ("taskwrap.py", "taskstream.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py",
+              "zygoteask.py", "zygotechild.py", "zygotewait.py", "zygotehost.py", "sibling.py", "gcewatch.py",
+              "promotion.py", "masking.py")
 
 
 def task_files() -> dict[str, str]:

@@ -19,8 +19,7 @@ Protocol (one JSON object per line on stdin/stdout):
    Each dir, and every dir above it, must be one no other user can swap (pathtrust.py, whose text
    is sent ahead of this one), else "unsafe" says which and nothing is written in it; the run
    and state dirs are made 0700 (0750 with "share": "group"), the files 0600 (0640).
-   The listed ports stay bound (listening) until "go" or stdin closes, so other hosts can
-   probe them.
+   The listed ports stay bound (listening) until "go" or stdin closes, so other hosts can probe them.
 2. request  -> {"targets": [[key, address, port], ...], "timeout": seconds per try,
                 "deadline": seconds in all (tries are repeated until then)}
    reply    <- {"results": [[key, null|problem], ...]}
@@ -31,6 +30,9 @@ Protocol (one JSON object per line on stdin/stdout):
    and this agent removes it at "go" or when it ends if that request never came) and
    a "targets" request with "marker" (a check: the other hosts) add "marker" (and
    "marker_error") to their replies.
+   Request 1 with "zygote" also starts the host's fork server (zygotehost.py): the reply adds
+   "zygote": {"socket": path} or {"error": text}. It ends with this agent; "keep" instead of "go"
+   (no reply) makes this agent its keeper, stdin its lifeline from then on (zygotehost.keep).
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
    and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged, once the run dir and
@@ -378,6 +380,9 @@ def main(argv):
     if first.get("marker") and not reply["error"]:
         reply.update(_riding(first["marker"]))
         written = first["marker"]["path"] if reply.get("marker") is True else None
+    zygote, said = _zygote(first["zygote"], reply["run_dir"], reply["workdir"]) \
+        if first.get("zygote") and not reply["error"] else (None, None)
+    reply.update({"zygote": said} if said else {})
     drainer = _Drainer(socks)
     _send(reply)
     try:
@@ -393,37 +398,52 @@ def main(argv):
                 _send(out)
             elif "marker" in req:
                 _send(_marker(req["marker"]))
-            elif "go" in req and not reply["error"]:
+            elif ("go" in req and not reply["error"]) or ("keep" in req and zygote is not None):
                 timer.cancel()
                 timer.join()
                 drainer.stop()
                 _unlink(written)
                 written = None
+                if "keep" in req:  # (its server's lifeline closes in finally, once this one's ends)
+                    return zygote[0].keep(lines.fd, float((req["keep"] or {}).get("lease") or 0), socks)
                 return _go(req["go"], socks, reply["run_dir"], tag)
     finally:
         _unlink(written)
+        if zygote is not None:
+            zygote[0].end(zygote[1], float(first["zygote"].get("grace") or 5))
     drainer.stop()
     for s in socks:
         s.close()
     return 0
 
 
+def _zygote(order, run_dir, workdir):
+    """The host's fork server started (zygotehost.py: its files checked again before it is imported):
+    ((zygotehost, its process) or None, the reply's "zygote")."""
+    problem = unsafe(run_dir, files=("zygotehost.py", "taskwrap.py", "sibling.py", "zygote.py", "zygotewait.py",
+                                     "zygotechild.py"))
+    if problem:
+        return None, {"error": "refusing to run code from %s: %s" % (run_dir, problem)}
+    sys.path.insert(0, run_dir)
+    import zygotehost
+
+    sys.path.pop(0)
+    proc, said = zygotehost.start(order, run_dir, workdir)
+    return (zygotehost, proc) if proc is not None else None, said
+
+
 def _riding(req):
     """A marker op on another request: its answer as "marker", its error as "marker_error"
     ("error" is that request's own)."""
     got = _marker(req)
-    out = {"marker": got["marker"]}
-    if got.get("error"):
-        out["marker_error"] = got["error"]
-    return out
+    return dict({"marker": got["marker"]}, **({"marker_error": got["error"]} if got.get("error") else {}))
 
 
 def _unlink(path):
-    if path:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    try:
+        os.unlink(path) if path else None
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

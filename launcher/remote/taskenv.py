@@ -11,6 +11,11 @@ import os
 import sys
 import threading
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shipped beside it (TASK_FILES)
+from sibling import sibling  # noqa: E402
+
+sys.path.pop(0)
+
 THREAD_NAMES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
 
 
@@ -53,7 +58,7 @@ def gpu_request(var: str, limit_var: str, coll_var: str, say) -> "str | None":
     in this process's env, and ``say`` the given line; the problem, if the host cannot meet it."""
     if var not in os.environ:
         return None
-    gpuplace, gpuquery = _sibling("gpuplace"), _sibling("gpuquery")
+    gpuplace, gpuquery = sibling("gpuplace"), sibling("gpuquery")
     gpus = gpuquery.host_gpus()  # placement units: a MIG device is one; the host's CUDA_VISIBLE_DEVICES bounds them
     env, problem = gpuplace.complete(dict(os.environ), gpus, var, limit_var, coll_var or None)
     if problem:
@@ -77,7 +82,7 @@ def watch_gpus(every: float, visible: "str | None", members, done: threading.Eve
     if visible is not None and visible.strip().startswith("-"):
         return  # CUDA_VISIBLE_DEVICES=-1: a CPU task (no nvidia-smi call at all)
     try:
-        gpuplace, gpuquery = _sibling("gpuplace"), _sibling("gpuquery")
+        gpuplace, gpuquery = sibling("gpuplace"), sibling("gpuquery")
     except ImportError:
         return
     ids = gpuplace.watched_ids(visible, gpuquery.host_gpus())
@@ -98,12 +103,3 @@ def watch_gpus(every: float, visible: "str | None", members, done: threading.Eve
                 last = fig
                 say(gpuplace.figures_line(*fig))
         done.wait(every)
-
-
-def _sibling(name: str):
-    """A module shipped next to this file (gpuplace.py, gpuquery.py), imported from its dir."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.pop(0)

@@ -53,6 +53,11 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shipped beside it (TASK_FILES)
+from sibling import sibling  # noqa: E402
+
+sys.path.pop(0)
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -156,7 +161,7 @@ def main(argv: list[str]) -> int:
     opts, cmd = _parse(argv)
     pgid = _own_group()
     if opts["control"]:
-        _STREAM.append(_sibling("taskstream").TaskStream())
+        _STREAM.append(sibling("taskstream").TaskStream())
     problem = _prepare(opts)
     if problem:
         _say(f"taskwrap: {problem}; the task was not started\n")
@@ -168,6 +173,8 @@ def main(argv: list[str]) -> int:
     zygote, lifeline = opts["zygote"], True
     if zygote and opts["standby-defer"]:
         lifeline = False  # watched from now on, by _defer_standby
+        if opts["pidfile"]:  # its task is this wrapper until promoted (a promotion signals it by its pid file)
+            _write_pidfile(opts["pidfile"], os.getpid())
         why = _defer_standby(opts, cmd, stop_group)
         if why:  # not served: the standby runs as its own process, from now on
             _say(f"taskwrap: started without the zygote: {why}\n")
@@ -196,7 +203,7 @@ def _defer_standby(opts: dict, cmd: list[str], stop_group) -> str:
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # before any thread: every one inherits it
     threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
     try:
-        zygote = _sibling("zygoteask")
+        zygote = sibling("zygoteask")
     except ImportError as exc:  # not shipped beside this copy
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
         return str(exc)
@@ -224,21 +231,12 @@ def _prepare(opts: dict) -> "str | None":
         os.chdir(opts["cwd"])
     if not (opts["threads"] or opts["gpus"]):
         return None
-    taskenv = _sibling("taskenv")
+    taskenv = sibling("taskenv")
     if opts["threads"]:
         taskenv.thread_budget(opts["threads"])
     if opts["gpus"]:
         return taskenv.gpu_request(opts["gpus"], opts["gpu-memory-var"], opts["collective-var"], _say)
     return None
-
-
-def _sibling(name: str):
-    """A module shipped next to this file (taskenv.py), imported from its dir."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.pop(0)
 
 
 def _start_task(cmd: list[str], stdio: "tuple | None" = None) -> int:
@@ -249,7 +247,7 @@ def _start_task(cmd: list[str], stdio: "tuple | None" = None) -> int:
         # In the task: die with the wrapper even if the wrapper itself is SIGKILLed.
         _set_pdeathsig(signal.SIGKILL)
         if stdio is not None:
-            _sibling("taskstream").exec_task(cmd, stdio[0], stdio[1])
+            sibling("taskstream").exec_task(cmd, stdio[0], stdio[1])
         # The lifeline is the wrapper's: a task reading stdin must not swallow lease bytes.
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -267,7 +265,7 @@ def _start_served(path: str, cmd: list[str], wait: float, stdio: "tuple | None" 
     on), or (None, None) where it does not serve it (then it starts as ever, said in one line).
     ``stdio``: its output and control pipe ends and the control's variable (_task_stdio)."""
     try:
-        zygote = _sibling("zygoteask")
+        zygote = sibling("zygoteask")
         devnull = os.open(os.devnull, os.O_RDONLY)  # the lifeline stays the wrapper's, as below
         fds, control = ([devnull, stdio[0], stdio[0], stdio[1]], stdio[2]) if stdio else ([devnull, 1, 2], "")
         sock, got = zygote.ask(path, cmd, dict(os.environ), os.getcwd(), fds, wait, control=control)
@@ -283,7 +281,7 @@ def _start_served(path: str, cmd: list[str], wait: float, stdio: "tuple | None" 
 def _wait_served(sock, child: int, groups: list[int], ended: threading.Event) -> int:
     """_wait_and_reap for a task the zygote forked: its exit from the zygote (128+N for signal N),
     its groups' leftovers taken down with it."""
-    status = _sibling("zygoteask").wait_status(sock, child)
+    status = sibling("zygoteask").wait_status(sock, child)
     ended.set()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for group in groups:
@@ -293,7 +291,7 @@ def _wait_served(sock, child: int, groups: list[int], ended: threading.Event) ->
             except (ProcessLookupError, PermissionError):
                 pass
     if status is None:
-        _say("taskwrap: the zygote ended before the task: its exit code is unknown (137)\n")
+        _say("taskwrap: the task's waiter ended before the task: its exit code is unknown (137)\n")
         return 137
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
@@ -386,7 +384,7 @@ def _start_watchers(opts: dict, groups: list[int], child: int, stop_group, stopp
     preemption notice, the GPU watch."""
     if lifeline:
         threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
-    gcewatch = _sibling("gcewatch") if opts["gce-metadata"] != "off" else None
+    gcewatch = sibling("gcewatch") if opts["gce-metadata"] != "off" else None
     gce = gcewatch.metadata_host(opts["gce-metadata"]) if gcewatch else ""
     if gce:
         def on_notice() -> None:
@@ -397,7 +395,7 @@ def _start_watchers(opts: dict, groups: list[int], child: int, stop_group, stopp
 
         threading.Thread(target=gcewatch.watch, args=(gce, on_notice, stopping), daemon=True).start()
     if opts["gpu-watch"] > 0:
-        threading.Thread(target=_sibling("taskenv").watch_gpus, daemon=True, name="gpu-watch",
+        threading.Thread(target=sibling("taskenv").watch_gpus, daemon=True, name="gpu-watch",
                          args=(opts["gpu-watch"], os.environ.get("CUDA_VISIBLE_DEVICES"),
                                lambda: [m for g in groups for m in _group_members(g)] + [child], ended, _say)).start()
 

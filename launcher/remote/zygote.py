@@ -5,7 +5,7 @@ memory (copy on write) and pay its CPU once (BENCHMARKS.md, "A zygote").
 
 Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
 
-    python zygote.py --socket PATH [--import MODULE[,MODULE...]] [--pad NAME] [--title ROOM]
+    python zygote.py --socket PATH [--listen-fd N] [--import MODULE[,MODULE...]] [--pad NAME] [--title ROOM]
 
 * ``--title ROOM``: ROOM (any text, its last option) is room in its argv for each child's title:
   /proc/PID/cmdline (``ps``, ``pgrep -f``) shows the child's own argv, not ``zygote.py``
@@ -13,8 +13,11 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
 * ``--pad NAME``: the variable NAME of its environment is room (its value, any text) for each
   child's own variables in the environment /proc/PID/environ shows: the block the kernel shows is
   the one a process started with, the zygote's, unless it is rewritten in place (_show_environ).
-* It binds PATH (a unix socket, mode 0600: bound under umask 077) and listens at once, then
-  imports the modules; a request that came meanwhile waits in the backlog for the import.
+* ``--listen-fd N``: PATH, bound and listening already, is descriptor N: its starter bound it
+  before anything could ask, so a wrapper never waits for a socket to appear, and a connection
+  refused is a server gone (zygoteask.ask). Without it, it binds PATH (a unix socket, mode 0600:
+  bound under umask 077) at once. Then it imports the modules; a request that came meanwhile
+  waits in the backlog for the import.
 * The wrapper (taskwrap.py ``--zygote PATH``) connects and sends its task: argv, environment and
   working directory, with its stdin/stdout/stderr as descriptors (SCM_RIGHTS). Only a peer of this
   process's own uid is served (SO_PEERCRED): another user of the host gets nothing forked.
@@ -25,14 +28,19 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
 * A request with ``"check": true`` forks nothing: the answer is ``{"ok": true}`` where the task
   would be served (the imports done), else ``{"cold": why}``. A standby's wrapper asks it to say it
   is ready, and asks for the fork itself only when promoted (taskwrap.py ``--standby-defer``).
-* Served: ``{"pid": N}``, N a child forked in its own session, with the wrapper's descriptors as
-  its stdio (and a fourth, its control channel, where the request names its variable: taskstream.py), the environment and directory given, Python's own signal dispositions, its random
-  generators reseeded, and the entry run as ``__main__`` as the interpreter runs it (sys.argv,
-  sys.path[0]). The child ends itself and its group once the wrapper is gone (a pidfd of the
-  wrapper, watched by a thread), since it is not the wrapper's child. Its exit is sent to the
-  wrapper as ``{"status": S}`` (waitpid's status), then the connection closes.
-* Not served at all (the socket removed, one line, exit 0) where the import opened an NVIDIA
-  device: a CUDA context made before a fork is unusable in the child.
+* Served: the server forks the task's own waiter (zygotewait.Waiter), which forks the task: ``{"pid": N}``,
+  N the task, in its own session, with the wrapper's descriptors as its stdio (and a fourth, its
+  control channel, where the request names its variable: taskstream.py), the environment
+  and directory given, Python's own signal dispositions, its random generators reseeded, and the
+  entry run as ``__main__`` as the interpreter runs it (sys.argv, sys.path[0]). The waiter is
+  the task's parent: it sends the task's exit to the wrapper as ``{"status": S}`` (waitpid's
+  status) whatever became of the server meanwhile, and ends the task's group once the wrapper is
+  gone (the task is not the wrapper's child).
+* A fork that fails (EAGAIN under a limit on processes) is answered ``{"cold": why}``: the server
+  serves on. So does a request it cannot read or serve for any other reason (one line each).
+* Not served at all where the import opened an NVIDIA device (a CUDA context made before a fork
+  is unusable in the child): the reason in PATH.cold, every waiting request answered with it,
+  the socket removed, one line, exit 0; its starter then starts every task cold.
 
 Threads: the server is one thread (the import's only others are OpenBLAS's pool, which OpenBLAS
 remakes in a child); nothing of TensorFlow's runtime has started when it forks.
@@ -48,28 +56,28 @@ import socket
 import struct
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling, shipped beside it
-import zygotechild as forked  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shipped beside it
+from sibling import sibling  # noqa: E402
 
 sys.path.pop(0)
+waits = sibling("zygotewait")  # (and zygotechild, which it imports)
 
 # What every task of a host has its own of: they may differ between the zygote and a task.
 TASK_OWN_PREFIXES = ("TFCLUSTER_",)
 TASK_OWN = frozenset({
     "TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH",
     "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_GPU_ALLOCATOR", "TF_PER_PROCESS_GPU_MEMORY_FRACTION",
+    # (a task's thread budget, taskenv.py: OpenBLAS's pool, sized at the import, is resized in the
+    # child to it: zygotechild.blas_threads)
+    "OMP_NUM_THREADS",
     "PWD", "OLDPWD", "SHLVL", "_",
+    # (each ssh session's own: a host's tasks may come over another connection than its zygote)
+    "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
 })
 MAX_REQUEST = 8 * 2**20  # argv and environment; the standby stub's text is about 40 KB
 READ_TIMEOUT = 5.0  # s a peer has to send its whole request
-SAY = "tfcluster-zygote"
-
-
-def _say(text: str) -> None:
-    try:
-        os.write(2, f"{SAY}: {text}\n".encode("utf-8", "replace"))
-    except OSError:
-        pass
+SAY = waits.SAY
+_say = waits.say
 
 
 # ---- the zygote's side -------------------------------------------------------------------------
@@ -158,7 +166,8 @@ def _receive(conn):
         ok = (isinstance(req, dict) and isinstance(req.get("argv"), list) and isinstance(req.get("env"), dict)
               and isinstance(req.get("cwd"), str) and all(isinstance(a, str) for a in req["argv"])
               and all(isinstance(k, str) and isinstance(v, str) for k, v in req["env"].items())
-              and (len(fds) == 3) == ("control" not in req) and isinstance(req.get("control", ""), str))
+              and (len(fds) == 3) == ("control" not in req)
+              and (isinstance(req.get("control"), str) and req["control"].isidentifier() or "control" not in req))
     except ValueError:
         ok = False
     if not ok:
@@ -169,7 +178,8 @@ def _receive(conn):
 
 
 class Zygote:
-    """The server: the listening socket, the connections of the children alive, SIGCHLD's pipe."""
+    """The server: the listening socket and SIGCHLD's pipe. It keeps nothing per task: each task
+    has a waiter of its own (Waiter), so nothing a task needs dies with the server."""
 
     def __init__(self, path: str, listener, before: dict, pad: str = "") -> None:
         """``before``: the environment this process started with, before its imports; ``pad``:
@@ -180,61 +190,26 @@ class Zygote:
         # would set it in the task's too.
         self.added = {k: v for k, v in os.environ.items() if k not in before}
         self.flags = _own_flags()
-        self.waiting: dict = {}  # child pid -> its wrapper's connection
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_w, False)
-        os.set_blocking(self.wake_r, False)
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.wake_r, self.wake_w = waits.wake_pipe()
 
     def serve(self) -> None:
         while True:
-            ready, _, _ = select.select([self.listener, self.wake_r, *self.waiting.values()], [], [])
+            ready, _, _ = select.select([self.listener, self.wake_r], [], [])
             if self.wake_r in ready:
-                try:
-                    os.read(self.wake_r, 4096)
-                except BlockingIOError:
-                    pass
-                self._reap()
-            for pid, conn in list(self.waiting.items()):
-                if conn in ready:
-                    self._wrapper_gone(pid, conn)
+                waits.drain(self.wake_r)
+                waits.reap_any()  # the waiters: each has told its wrapper already
             if self.listener in ready:
-                conn, _ = self.listener.accept()
-                self._serve_one(conn)
-
-    def _wrapper_gone(self, pid: int, conn) -> None:
-        """A wrapper never writes after its request: its end readable is its end closed, the
-        wrapper gone (SIGKILLed with its group, its lifeline's end). Its task goes with it, by
-        SIGKILL to the task's group: the task's own watch cannot act while it is stopped
-        (SIGSTOP), and a stopped task would hold its port for ever."""
-        try:
-            if conn.recv(1, socket.MSG_PEEK):
-                return
-        except OSError:
-            pass
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self.waiting.pop(pid, None)
-        conn.close()
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            conn = self.waiting.pop(pid, None)
-            if conn is not None:
                 try:
-                    conn.sendall(json.dumps({"status": status}).encode() + b"\n")
-                except OSError:
-                    pass
-                conn.close()
+                    conn, _ = self.listener.accept()
+                except OSError as exc:  # out of descriptors (EMFILE), a peer gone: this one is not served
+                    _say(f"a connection not accepted ({exc.strerror or exc}); serving on")
+                    select.select([], [], [], 0.1)  # (the backlog stays readable: not a busy loop)
+                    continue
+                try:
+                    self._serve_one(conn)
+                except Exception as exc:  # noqa: BLE001 - one request never ends the server
+                    _say(f"a request not served ({type(exc).__name__}: {str(exc)[:200]}); serving on")
+                    conn.close()
 
     def _serve_one(self, conn) -> None:
         try:
@@ -248,87 +223,56 @@ class Zygote:
             conn.close()
             return
         if req is None:
-            self._answer(conn, {"cold": fds})
+            waits.answer(conn, {"cold": fds})
             return
         entry, why = _entry(req["argv"], req["env"], self.flags)
         differs = _env_differs(req["env"], self.before) if entry else ""
         if differs:
             entry, why = None, f"environment variable {differs[:60]!r} differs from the zygote's"
         if entry is None or req.get("check") is True:
-            for fd in fds:
-                os.close(fd)
-            self._answer(conn, {"cold": why} if entry is None else {"ok": True})
+            waits.close(fds)
+            waits.answer(conn, {"cold": why} if entry is None else {"ok": True})
             return
         try:
             peer = os.pidfd_open(pid)
         except OSError:
-            for fd in fds:
-                os.close(fd)
+            waits.close(fds)
             conn.close()  # the wrapper is gone already
+            return
+        if waits.hung_up(conn):  # it stopped waiting (its --zygote-wait passed: it started the task cold)
+            waits.close([*fds, peer])
+            conn.close()
+            _say(f"a request its wrapper (pid {pid}) gave up on: nothing forked")
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        child = os.fork()
-        if child == 0:
-            self._become(conn, req, entry, fds, peer)  # never returns
-        os.close(peer)
-        for fd in fds:
-            os.close(fd)
-        self.waiting[child] = conn
-        self._answer(conn, {"pid": child}, keep=True)
-
-    @staticmethod
-    def _answer(conn, what: dict, keep: bool = False) -> None:
         try:
-            conn.sendall(json.dumps(what).encode() + b"\n")
-        except OSError:
-            pass
-        if not keep:
-            conn.close()
+            waiter = os.fork()
+        except OSError as exc:  # EAGAIN under a limit on processes (a pids cgroup, RLIMIT_NPROC)
+            waits.close([*fds, peer])
+            _say(f"fork failed ({exc.strerror}): a task starts cold")
+            waits.answer(conn, {"cold": f"the zygote could not fork ({exc.strerror}: a limit on processes?)"})
+            return
+        if waiter == 0:
+            waits.Waiter(self, conn, peer).run(req, entry, fds)  # never returns
+        waits.close([*fds, peer])
+        conn.close()  # the waiter's now: it answers the wrapper with the task's pid, then its exit
 
-    def _become(self, conn, req: dict, entry, fds: list, peer: int) -> None:
-        """In the child: the task's process, as a cold start of its argv would be."""
-        code = 1
-        try:
-            signal.set_wakeup_fd(-1)
-            for sock in (conn, self.listener, *self.waiting.values()):
-                sock.close()
-            for fd in (self.wake_r, self.wake_w):
-                os.close(fd)
-            os.setsid()
-            for i, fd in enumerate(fds[:3]):
-                os.dup2(fd, i)
-                os.close(fd)
-            control = {}
-            if len(fds) == 4:  # the task's control channel (taskstream.py): kept where it is, named in its env
-                os.set_inheritable(fds[3], True)
-                control = {req["control"]: str(fds[3])}
-            os.chdir(req["cwd"])
-            os.environ.clear()
-            os.environ.update({**self.added, **req["env"], **control})
-            if self.pad:
-                forked.show_environ({k: v for k, v in {**req["env"], **control}.items() if self.before.get(k) != v},
-                                    self.pad)
-            forked.show_argv(req["argv"])
-            forked.python_defaults()
-            forked.watch(peer)
-            code = forked.run_main(*entry)
-        except SystemExit as exc:
-            code = exc.code
-        except BaseException as exc:  # noqa: BLE001 - the child must never return into the server
-            forked.print_uncaught(exc)
-            if isinstance(exc, KeyboardInterrupt):  # as the interpreter: killed by SIGINT
-                forked.exit_as_interpreter(None, signal.SIGINT)
-            code = 1
-        forked.exit_as_interpreter(code)
+    def child_of_server(self) -> None:
+        """In a fork of the server: nothing of the server's kept (its socket, its signal pipe)."""
+        signal.set_wakeup_fd(-1)
+        self.listener.close()
+        waits.close([self.wake_r, self.wake_w])
 
 
 def main(argv: list) -> int:
-    path, mods, pad = None, ["tensorflow"], ""
+    path, mods, pad, fd = None, ["tensorflow"], "", None
     it = iter(argv)
     for flag in it:
         if flag == "--socket":
             path = next(it, None)
+        elif flag == "--listen-fd":
+            fd = int(next(it, "-1") or -1)
         elif flag == "--title":
             next(it, None)  # only room (show_argv)
         elif flag == "--pad":
@@ -339,15 +283,9 @@ def main(argv: list) -> int:
             _say(f"unknown option {flag[:40]!r}")
             return 2
     if not path:
-        _say("usage: zygote.py --socket PATH [--import MODULE,...] [--pad NAME]")
+        _say("usage: zygote.py --socket PATH [--listen-fd N] [--import MODULE,...] [--pad NAME]")
         return 2
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o077)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(128)
+    listener = _listen(path, fd)
     import gc
     import importlib
 
@@ -367,12 +305,74 @@ def main(argv: list) -> int:
         gc.enable()
     device = _cuda_opened()
     if device:
-        os.unlink(path)
-        _say(f"the import opened {device}: a fork would not have its CUDA; every task of this host starts cold")
+        why = f"the import opened {device}: a fork would not have its CUDA; every task of this host starts cold"
+        not_served(path, listener, why)
+        _say(why)
         return 0
     print(f"{SAY} ready pid={os.getpid()} imported={','.join(m for m in mods if m in sys.modules)}", flush=True)
     Zygote(path, listener, before, pad).serve()
     return 0
+
+
+def _listen(path: str, fd) -> socket.socket:
+    """The listening socket: ``fd``, bound and listening already (its starter bound it before
+    anything could ask: a wrapper never waits for the socket to appear, and a refused
+    connection is a server gone), or PATH bound now under umask 077."""
+    if fd is not None and fd >= 0:
+        listener = socket.socket(fileno=fd)
+        listener.listen(128)  # (again: the peer credentials a wrapper reads are this process's)
+        return listener
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(128)
+    return listener
+
+
+def not_served(path: str, listener, why: str) -> None:
+    """This host's tasks are not served (``why``): the reason beside the socket (PATH.cold, read by
+    a wrapper refused and by the zygote's starter: nothing asks again), every request already
+    waiting answered with it, the socket closed and removed."""
+    cold = f"{path}.cold"
+    tmp = f"{cold}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(why[:300] + "\n")
+        os.replace(tmp, cold)
+    except OSError:
+        pass
+    listener.setblocking(False)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            break
+        waits.answer(conn, {"cold": why})
+    listener.close()
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def cold_reason(path: str) -> str:
+    """The reason a server at ``path`` left for serving nothing (not_served: PATH.cold), printable
+    and bounded, or "" (the file is read by wrappers and by the server's starter)."""
+    try:
+        fd = os.open(f"{path}.cold", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        text = os.read(fd, 300).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    finally:
+        os.close(fd)
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import struct
 import time
 
 import promotion  # shipped beside this file (launcher/remote/__init__.py TASK_FILES)
+from sibling import sibling
 
 
 def check(path: str, argv: list, env: dict, cwd: str, wait: float) -> str:
@@ -29,27 +30,23 @@ def check(path: str, argv: list, env: dict, cwd: str, wait: float) -> str:
 def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float, check: bool = False,
         control: str = ""):
     """Ask the zygote at ``path`` for a child running ``argv``: (socket, pid) or (None, why not).
-    Waits up to ``wait`` seconds for the socket to appear and for the answer (the import).
+    Never waits for a server that is not there: the socket is bound before any wrapper could ask
+    (its starter binds it, zygote.py --listen-fd), so a connection refused or no socket is a
+    server gone, said at once (with its reason where it left one, PATH.cold). Waits up to
+    ``wait`` seconds for the answer (the server's import), and no longer than the server runs:
+    its end closes the connection, and a server stopped (SIGSTOP) is not waited for.
     ``fds``: the child's stdin, stdout and stderr, and with ``control`` (a variable's name) a
     fourth, its control channel (taskstream.py), which that variable names in its environment.
     ``check``: fork nothing, only say whether it would (then (socket, 0) where it would)."""
-    deadline = time.monotonic() + wait
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    while True:
-        try:
-            sock.connect(path)
-            break
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            if time.monotonic() > deadline:
-                sock.close()
-                return None, f"no zygote at {path} ({exc.strerror})"
-            time.sleep(0.05)
-        except OSError as exc:
-            sock.close()
-            return None, f"zygote {path}: {exc.strerror}"
     try:
-        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                             struct.calcsize("3i")))
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        return None, gone(path, exc)
+    try:
+        server, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                struct.calcsize("3i")))
     except OSError as exc:
         sock.close()
         return None, f"zygote {path}: {exc.strerror}"
@@ -62,14 +59,16 @@ def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float, chec
     try:
         socket.send_fds(sock, [struct.pack("!I", len(body))], fds)
         sock.sendall(body)
-        sock.settimeout(max(0.1, deadline - time.monotonic()))
-        answer = _read_line(sock)
+        answer = _answer(sock, server, time.monotonic() + wait)
     except OSError as exc:
         sock.close()
         return None, f"zygote {path}: {exc.strerror or exc}"
+    if isinstance(answer, str):
+        sock.close()
+        return None, answer
     if not answer:
         sock.close()
-        return None, "the zygote closed without an answer"
+        return None, _left_why(path) or "the zygote closed without an answer (it ended)"
     if "pid" in answer or (check and answer.get("ok") is True):
         sock.settimeout(None)
         return sock, int(answer.get("pid", 0))
@@ -77,15 +76,60 @@ def ask(path: str, argv: list, env: dict, cwd: str, fds: list, wait: float, chec
     return None, str(answer.get("cold", "refused"))[:300]
 
 
+def gone(path: str, exc: OSError) -> str:
+    """Why a connection to ``path`` failed, in one line: the server's own reason where it left one."""
+    why = _left_why(path)
+    if why:
+        return why
+    if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+        return f"no zygote serves {path} ({exc.strerror}: it ended)"
+    return f"zygote {path}: {exc.strerror or exc}"
+
+
+def _left_why(path: str) -> str:
+    return sibling("zygote").cold_reason(path)
+
+
+def _answer(sock, server: int, deadline: float):
+    """The server's one-line answer (a dict; {} where it closed first), or why it is not waited
+    for: past ``deadline``, or the server stopped."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "the zygote did not answer in time"
+        ready, _, _ = select.select([sock], [], [], min(left, 0.5))
+        if ready:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            return _read_line(sock)
+        if _state(server) in ("T", "t"):
+            return f"the zygote (pid {server}) is stopped"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
 def _read_line(sock) -> dict:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = sock.recv(4096)
-        if not chunk:
+    """One line of the server's (or the waiter's) and no more: a task that ends at once has its
+    pid and its status sent back to back, and the status must stay for wait_status to read. A
+    line left in parts for 5 s is none (its sender writes each whole, with one sendall)."""
+    since = None
+    while True:
+        data = sock.recv(65536, socket.MSG_PEEK)
+        if not data:
             return {}
-        data += chunk
-        if len(data) > 65536:
+        at = data.find(b"\n")
+        if at >= 0:
+            data = sock.recv(at + 1)
+            break
+        since = time.monotonic() if since is None else since
+        if len(data) > 65536 - 1 or time.monotonic() - since > 5.0:
             return {}
+        select.select([sock], [], [], 0.05)  # (a line in parts: the rest is on its way)
     try:
         value = json.loads(data)
     except ValueError:
@@ -94,8 +138,8 @@ def _read_line(sock) -> dict:
 
 
 def wait_status(sock, pid: int) -> "int | None":
-    """The child's waitpid status from the zygote, or None where the zygote ended first (then
-    this waits for the child itself to end)."""
+    """The task's waitpid status from its waiter (zygote.py Waiter), or None where the waiter
+    ended first (then this waits for the task itself to end: it is SIGKILLed with its waiter)."""
     try:
         answer = _read_line(sock)
     except OSError:

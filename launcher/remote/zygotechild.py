@@ -1,10 +1,9 @@
 """What a child of the zygote (zygote.py) does once forked, before and after its task: the
 environment and the title /proc shows, a fresh interpreter's signal dispositions and random state, the watch on
-its wrapper, the entry run as ``__main__``, and the end an interpreter makes. Stdlib only, shipped
+its waiter, the entry run as ``__main__``, and the end an interpreter makes. Stdlib only, shipped
 beside zygote.py, which imports it."""
 
 import os
-import select
 import signal
 import sys
 
@@ -14,7 +13,8 @@ except ImportError:  # (imported as launcher's module)
     from launcher.remote import masking
 
 # Frames of these files are left out of a task's traceback (a cold start has none of them).
-_OURS = {os.path.abspath(__file__), os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")}
+_OURS = {os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+         for name in ("zygotechild.py", "zygote.py", "zygotewait.py")}
 
 
 def show_environ(own: dict, pad: str) -> None:
@@ -88,26 +88,57 @@ def python_defaults() -> None:
             numpy.random.seed()
         except Exception:  # noqa: BLE001 - numpy's legacy global generator only
             pass
+    blas_threads(os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS"))
 
 
-def watch(peer: int) -> None:
-    """A thread that ends this process's group once the wrapper (pidfd ``peer``) is gone."""
-    import threading
+# How OpenBLAS builds name their setter (numpy's and scipy's wheels: scipy_openblas, 64-bit ints).
+_BLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_")
 
-    def watch() -> None:
-        select.select([peer], [], [])
-        try:
-            os.killpg(os.getpid(), signal.SIGKILL)
-        finally:
-            os._exit(137)
 
-    # Every signal blocked in it (it inherits the mask it is started with): a signal to the task
-    # (SIGUSR1 to a standby that blocked it, the stacks' signal) must never land in this thread.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+def blas_threads(value) -> None:
+    """OpenBLAS's pool as a cold start's import would size it from the task's OMP_NUM_THREADS (or
+    OPENBLAS_NUM_THREADS): each OpenBLAS loaded (numpy's) told ``value`` threads. The zygote's
+    import sized it from the zygote's environment, where a task's thread budget is not."""
     try:
-        threading.Thread(target=watch, name="tfcluster-wrapper-watch", daemon=True).start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        n = int(value or 0)
+    except ValueError:
+        return
+    if n <= 0:
+        return
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as fh:
+            libs = {line.split()[-1] for line in fh if "openblas" in line and ".so" in line}
+    except OSError:
+        return
+    for lib in libs:
+        try:
+            handle = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        for name in _BLAS_SETTERS:
+            setter = getattr(handle, name, None)
+            if setter is not None:
+                setter(n)
+                break
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL once ``parent`` (the task's waiter) is gone, as a cold start under the wrapper has
+    (taskwrap.py _start_task): PR_SET_PDEATHSIG, then gone at once where it is gone already."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(137)
+
+
+# The zygote's own modules, not a cold start's: a task's module of the same name is its own.
+_OUR_MODULES = ("zygotechild", "zygotewait", "sibling")
 
 
 def run_main(mode: str, target: str, args: list) -> int:
@@ -115,6 +146,8 @@ def run_main(mode: str, target: str, args: list) -> int:
     sys.path[0] (nothing added with -P/-I)."""
     import types
 
+    for name in _OUR_MODULES:
+        sys.modules.pop(name, None)
     safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
     import builtins
 

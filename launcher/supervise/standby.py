@@ -15,8 +15,6 @@ of being ready is stopped and its task started cold, in one line.
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -28,7 +26,7 @@ from launcher.backends.base import Capabilities, StartRequest, TaskHandle
 from launcher.errors import LaunchError
 from launcher.plan.build import PlannedTask, redact_command
 from launcher.record import events as ev
-from launcher.contract.entrypoint import is_reference_worker, module_of
+from launcher.contract.entrypoint import is_reference_worker, python_entry
 from launcher.contract.liveness import BEAT
 from launcher.spec.model import Restart
 from launcher.supervise.context import RunContext
@@ -43,51 +41,6 @@ ACK_BOUND = 10.0
 STANDBY_BYTES = 600 * 2**20
 # What a host keeps free besides its standbys: below this plus STANDBY_BYTES per task, none there.
 RESERVE_BYTES = 2**30
-
-
-# An interpreter by its name (python, python3, python3.11, /venv/bin/python).
-_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
-# Interpreter options the standby stub keeps (given to the stub's interpreter as they are: its
-# sys.flags are the cold start's); -W/-X take a value. Any other (-c, -i, -x, -h, a long option)
-# leaves the entrypoint without a stub, and plan says which.
-_FLAGS = set("bBdEIOPqRsSuv")
-_VALUED = set("WX")
-
-
-def python_entry(argv: Sequence[str]) -> tuple[Optional[tuple[list[str], list[str]]], str]:
-    """``python [options] SCRIPT ARGS...`` or ``python [options] -m MODULE ARGS...`` split into
-    (interpreter and options, ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``), or None and
-    why it is not one (the words of ``plan``)."""
-    if not argv or not _PYTHON.fullmatch(os.path.basename(argv[0])):
-        return None, "not a Python interpreter"
-    i = 1
-    while i < len(argv):
-        word = argv[i]
-        if word == "--":
-            i += 1
-            break
-        if word == "-" or not word.startswith("-"):
-            break
-        if word.startswith("--"):
-            return None, f"the interpreter option {word} (the stub keeps only short ones)"
-        for j, flag in enumerate(word[1:], 1):
-            if flag == "m":
-                module = word[j + 1:] or (argv[i + 1] if i + 1 < len(argv) else "")
-                rest = argv[i + 1:] if word[j + 1:] else argv[i + 2:]
-                if not module:
-                    return None, "-m without a module"
-                return (list(argv[:i]) + ([word[:j]] if j > 1 else []), ["-m", module, *rest]), ""
-            if flag in _VALUED:
-                if word[j + 1:] == "":
-                    i += 1  # its value is the next word
-                break
-            if flag not in _FLAGS:
-                return None, (f"the interpreter option -{flag} (a command string)" if flag == "c" else
-                              f"the interpreter option -{flag}")
-        i += 1
-    if i >= len(argv) or argv[i] == "-":
-        return None, "no script (the program comes from stdin)"
-    return (list(argv[:i]), list(argv[i:])), ""
 
 
 @lru_cache(maxsize=1)
@@ -134,8 +87,9 @@ def forks(capabilities: Capabilities, restart: Restart) -> bool:
     """Whether the run's starts ask for the host's warm parent (``StartRequest.fork``): where the
     backend keeps one (``Capabilities.fork``), unless restart.warm_standby is false, whether or
     not the run keeps standbys (one import of TensorFlow for the host's tasks costs less than one
-    each); ``restart.warm_standby: false`` starts every task as its own process."""
-    return capabilities.fork and restart.warm_standby is not False
+    each); ``restart.warm_standby: false`` starts every task as its own process (the rule is
+    ``Capabilities.forks``, which a backend that starts its warm parents ahead reads too)."""
+    return capabilities.forks(restart)
 
 
 def decide(restart: Restart, commands: Sequence[Sequence[str]], capabilities: Capabilities, backend: str,
@@ -159,7 +113,7 @@ def decide(restart: Restart, commands: Sequence[Sequence[str]], capabilities: Ca
         return False, "off: restart.max_restarts is 0 (no restart to make faster)"
     cost = (f"about {STANDBY_BYTES / 2**30:.1f} GB each" if not forks(capabilities, restart) else
             # the host's warm parent (launcher/remote/zygote.py): its tasks that use TensorFlow forked from one import
-            "forked from the run's zygote, which imports TensorFlow once, when promoted: until then each is "
+            "forked from its host's zygote, which imports TensorFlow once, when promoted: until then each is "
             "its wrapper, about 15 MB")
     cost += "; left off on a host with less memory available"
     stubbed = sorted({_entry_words(c) for c in commands if stub_command(c) is not None})
@@ -195,7 +149,7 @@ def plan_line(spec, tasks: Sequence[PlannedTask]) -> str:
                      refused=cls.standby_off(spec) if cls.capabilities.warm_standby else None)
     if not on and forks(cls.capabilities, spec.restart):
         # The host's warm parent (launcher/remote/zygote.py) serves a run without standbys too.
-        why += ("; its Python tasks that use TensorFlow are still forked from the run's zygote, which imports "
+        why += ("; its Python tasks that use TensorFlow are still forked from their host's zygote, which imports "
                 "TensorFlow once (restart.warm_standby: false starts each as its own process)")
     return f"warm standby: {why}"
 

@@ -290,7 +290,7 @@ def test_the_zygote_forks_nothing_for_another_user_even_where_its_socket_is_open
         # The other user's own wrapper (a copy it can read) asks for its task: not forked, run cold as itself.
         wrapdir = base / "wrap"
         wrapdir.mkdir()
-        for name in ("taskwrap.py", "zygoteask.py", "promotion.py"):
+        for name in ("taskwrap.py", "sibling.py", "zygoteask.py", "promotion.py", "zygote.py", "zygotewait.py", "zygotechild.py"):
             shutil.copy(HERE / name, wrapdir / name)
         os.chmod(wrapdir, 0o755)
         other = subprocess.Popen(["runuser", "-u", mallory.pw_name, "--", PYTHON, str(wrapdir / "taskwrap.py"),

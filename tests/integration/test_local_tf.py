@@ -114,10 +114,12 @@ def test_tf_worker_exit_3_root_cause_others_stopped(tmp_path, tfds_dir):
 def test_launcher_signal_leaves_no_tf_worker(tmp_path, tfds_dir, how):
     spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 50 --step-delay 0.05")
     def interrupt(proc) -> None:
-        # Two wrappers, two TF workers, and the run's zygote (launcher/remote/zygote.py) under its wrapper.
+        # Two wrappers, two TF workers, each worker's waiter (its parent), and the run's zygote
+        # (launcher/remote/zygote.py) under its wrapper.
         pids = pids_with_env("TFCLUSTER_RUN_ID", run_dir(spec).name)
         zygote = [p for p in pids if b"zygote.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert len(pids) == 6 and len(zygote) == 2, (pids, zygote)
+        waiters = [p for p in pids if b"the waiter of task" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(pids) == 8 and len(zygote) == 2 and len(waiters) == 2, (pids, zygote, waiters)
         proc.send_signal(signal.SIGINT) if how == "SIGINT" else proc.kill()
 
     code, out = run_and_act(spec, [(r"tfcluster-first_step", interrupt)])

@@ -58,9 +58,12 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
 
     def look(_proc):
         # Both standbys ready, and nothing forked for them yet: the zygote's children are the two
-        # running workers (a standby is its wrapper until promoted: taskwrap.py --standby-defer).
+        # running workers' waiters, each the parent of its worker (a standby is its wrapper until
+        # promoted: taskwrap.py --standby-defer).
         (pid,) = re.findall(r"ready pid=(\d+)", (run_dir(spec) / "zygote.log").read_text())
-        forked[:] = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        waiters = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        forked[:] = [c for w in waiters for c in Path(f"/proc/{w}/task/{w}/children").read_text().split()]
+        assert len(waiters) == 2, waiters
 
     end: list[int] = []
     forked: list[str] = []
@@ -78,9 +81,9 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     assert "[worker:0] tfcluster-standby promoted" in out and "[worker:1] tfcluster-standby promoted" in out
 
     # Each task's script said what it was given: the cold start (attempt 0) and the promoted
-    # standby (attempt 1) agree on all of it but the pids. Every one of them is a child of the
-    # run's zygote (its log says its pid), not of its wrapper (the record's pid): TensorFlow was
-    # imported once for the four.
+    # standby (attempt 1) agree on all of it but the pids. Every one of them is forked by the run's
+    # zygote (its log says its pid), the child of its own waiter there, not of its wrapper (the
+    # record's pid): TensorFlow was imported once for the four.
     said = [(m["key"], json.loads(m["json"])) for m in START.finditer(out)]
     said = [(k, s) for i, (k, s) in enumerate(said) if (k, s) not in said[:i]]  # (the report repeats a last line)
     (zygote,) = re.findall(r"tfcluster-zygote ready pid=(\d+) imported=tensorflow",
@@ -90,11 +93,11 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
     assert sorted(int(f) for f in forked) == sorted(cold_pids), (forked, cold_pids)
     for key in ("worker:0", "worker:1"):
         cold, warm = [s for k, s in said if k == key]
-        assert cold["ppid"] == warm["ppid"] == int(zygote), (cold, warm, zygote)
-        assert cold["ppid"] not in (first[key], promoted[key])
-        assert cold["pid"] != warm["pid"]
+        assert cold["gppid"] == warm["gppid"] == int(zygote), (cold, warm, zygote)
+        assert cold["ppid"] not in (first[key], promoted[key], int(zygote))
+        assert cold["pid"] != warm["pid"] and cold["ppid"] != warm["ppid"]
         for s in (cold, warm):
-            del s["pid"], s["ppid"]
+            del s["pid"], s["ppid"], s["gppid"]
         assert warm == cold, (key, cold, warm)
         assert cold["argv"][0] == "sub/train.py" and cold["path0"] == str((tmp_path / "sub").resolve())
         assert cold["name"] == "__main__" and cold["usr1_blocked"] is False

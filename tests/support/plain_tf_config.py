@@ -31,10 +31,15 @@ if args.steps.startswith("@"):
         args.steps = fh.read().strip()
 args.steps = int(args.steps)
 
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
 config = json.loads(os.environ["TF_CONFIG"])
 me = f"{config['task']['type']}:{config['task']['index']}"
 print("plain-start " + json.dumps({
-    "task": me, "pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "path0": sys.path[0], "file": __file__, "name": __name__,
+    "task": me, "pid": os.getpid(), "ppid": os.getppid(), "gppid": parent_of(os.getppid()), "argv": sys.argv, "path0": sys.path[0], "file": __file__, "name": __name__,
     "spec": repr(__spec__), "usr1_blocked": signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []),
     "sigint": repr(signal.getsignal(signal.SIGINT)), "sigterm": repr(signal.getsignal(signal.SIGTERM)),
 }, sort_keys=True), flush=True)

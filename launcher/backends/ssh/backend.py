@@ -47,6 +47,7 @@ from launcher.spec.model import TASK_TYPES, LoadedSpec, Spec
 from launcher.backends.ssh import down as ssh_down
 from launcher.backends.base import (Backend, BackendKind, Capabilities, Hosts, OutputSink, RecordedRun, StartRequest,
                                     TaskHandle, Tasks)
+from launcher.backends.ssh import zygote as ssh_zygote
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.ssh.commands import port_check_command, remote_paths
 from launcher.backends.ssh.options import SSHOptions
@@ -125,6 +126,9 @@ def open_run(loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
     pool = HostPool(spec.hosts, opts, loaded.base_dir, (run_dir, state_dir(spec.state, state), workdir),
                     runner=runner, on_preempted=preempted)
     pool.share = spec.share
+    if SSHBackend.capabilities.forks(spec.restart):  # each host's fork server, started by its preflight agent
+        pool.zygote_cwd = ssh_zygote.cwd_of(loaded.base_dir, spec.workdir)
+    pool.stop_grace = spec.watchdog.stop_grace
     state_sync = StateSync(pool, spec.state, console, record, run_id)
     starts = Starts(pool, state_sync, spec.name, spec.strategy, spec.watchdog.stop_grace, gpu_figures, gpus_given)
     return SSHRun(loaded, record, console, pool, state_sync, starts)
@@ -134,7 +138,7 @@ class SSHBackend(BackendKind):
     name = "ssh"
     options_key = "ssh"
     Options = SSHOptions
-    capabilities = Capabilities(warm_standby=True, port_preflight=True, port_probe=True, elastic=True, stacks=True,
+    capabilities = Capabilities(warm_standby=True, fork=True, port_preflight=True, port_probe=True, elastic=True, stacks=True,
                                 native_stacks=True)
     # Printed by `up --detach` (without ssh.supervisor the supervisor holds the hosts' leases).
     detach_note = ("the supervisor runs on this machine and holds the hosts' leases: keep it on and online "

@@ -26,11 +26,17 @@ def q(value: str) -> str:
 GPU_WATCH = 5.0
 
 
+# Seconds a task's wrapper waits for its host's fork server to answer (its import, at the run's start).
+ZYGOTE_WAIT = 120.0
+
+
 def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: float, grace: float,
-                 argv: Sequence[str], gce_metadata: str = "off") -> str:
+                 argv: Sequence[str], gce_metadata: str = "off", zygote: Optional[str] = None,
+                 defer: bool = False) -> str:
     """The shell command that starts one task. The env is NOT in it (it goes over stdin).
     The wrapper runs ``quiet`` (see there): exit 128+N if it dies of signal N, and nothing
-    of the shell's own in the task's output."""
+    of the shell's own in the task's output. ``zygote``: the host's fork server's socket, which
+    forks the task (``defer``: a warm standby, forked once promoted)."""
     boot = posixpath.join(run_dir, "boot.py")
     wrap = posixpath.join(run_dir, "taskwrap.py")
     # The run dir is checked again just before boot.py runs from it: no other user could have
@@ -42,6 +48,8 @@ def task_command(python: str, workdir: str, run_dir: str, pidfile: str, lease: f
              "--gpu-memory-var", envnames.GPU_MEMORY, "--collective-var", envnames.COLLECTIVE,
              "--gpu-watch", f"{GPU_WATCH:g}", "--control", envnames.CONTROL_FD] \
         + (["--gce-metadata", q(gce_metadata)] if gce_metadata != "off" else []) \
+        + (["--zygote", q(zygote), "--zygote-wait", f"{ZYGOTE_WAIT:g}"] if zygote else []) \
+        + (["--standby-defer", f"{envnames.STANDBY},{envnames.STANDBY_ENV}"] if zygote and defer else []) \
         + ["--"] + [q(a) for a in argv]
     return f"cd {q(workdir)} && " + quiet(" ".join(parts), first=path_check(python, q(run_dir), "boot.py", "taskwrap.py"))
 
@@ -107,28 +115,46 @@ _VERIFY = (
 )
 
 
+# The task of a verified wrapper (``$pid``, ``$child`` from its pid file) is its own: its child,
+# or (forked by the host's fork server) the child of a waiter whose title names it
+# (launcher/remote/zygotewait.py), or the wrapper itself (a warm standby the fork server forks
+# once promoted: taskwrap.py --standby-defer). Sets ``pp`` (the task's parent) and ``own``.
+_OWN_TASK = (
+    'pp=$(sed "s/.*) //" /proc/$child/stat 2>/dev/null | cut -d" " -f2); own=""; '
+    'if [ -n "$pp" ] && {{ [ "$pp" = "$pid" ] || [ "$child" = "$pid" ] || tr "\\000" "\\n" < /proc/$pp/cmdline 2>/dev/null | head -n 1 '
+    '| grep -qxF -- "tfcluster-zygote: the waiter of task $child"; }}; then own=1; fi; '
+)
+# What a wrapper cannot pass on to a task the fork server forked (in a group of its own): sent
+# to the task's group too (its leader is the task: a cold task has none, and nothing is sent).
+_UNCATCHABLE = ("KILL", "STOP", "CONT")
+
+
 def signal_command(sig: int, pidfiles: Iterable[str]) -> str:
     """Signal each task's process group, but only if the pid in its pid file is still the
-    wrapper that wrote it (its /proc cmdline names the pid file's run-unique tail)."""
+    wrapper that wrote it (its /proc cmdline names the pid file's run-unique tail). SIGKILL,
+    SIGSTOP and SIGCONT also go to the group of a task the host's fork server forked, first."""
     name = _signal.Signals(sig).name.removeprefix("SIG")
     files = " ".join(q(p) for p in pidfiles)
+    task = ('case $child in ""|*[!0-9]*) ;; *) ' + _OWN_TASK.format()
+            + f'[ -n "$own" ] && kill -s {name} -- "-$child" 2>/dev/null;; esac; ') if name in _UNCATCHABLE else ""
     return (
         f"for pf in {files}; do "
-        + _VERIFY.format()
+        + _VERIFY.format() + task
         + f'kill -s {name} -- "-$pid" 2>/dev/null && echo "sent $pf" || echo "gone $pf"; done; true'
     )
 
 
 def process_signal_command(sig: int, pidfiles: Iterable[str]) -> str:
     """Signal each task's own process (the pid file's TASK_PID), not its group: only while the
-    wrapper is still the one that wrote the file (as ``signal_command``) and the task is its child."""
+    wrapper is still the one that wrote the file (as ``signal_command``) and the task is its own
+    (its child, or forked for it by the host's fork server: _OWN_TASK)."""
     name = _signal.Signals(sig).name.removeprefix("SIG")
     files = " ".join(q(p) for p in pidfiles)
     return (
         f"for pf in {files}; do "
         + _VERIFY.format()
         + 'case $child in ""|*[!0-9]*) echo "nopid $pf"; continue;; esac; '
-        + 'grep -q "^PPid:[[:space:]]*$pid$" /proc/$child/status 2>/dev/null || { echo "gone $pf"; continue; }; '
+        + _OWN_TASK.format() + '[ -n "$own" ] || { echo "gone $pf"; continue; }; '
         + f'kill -s {name} "$child" 2>/dev/null && echo "sent $pf" || echo "gone $pf"; done; true'
     )
 
@@ -136,7 +162,7 @@ def process_signal_command(sig: int, pidfiles: Iterable[str]) -> str:
 def native_stacks_command(pidfile: str) -> str:
     """py-spy's dump of the task of ``pidfile`` (its own process, checked as ``process_signal_command``
     checks it), where py-spy is on its host (launcher/backends/pyspy.py)."""
-    return remote_command(_VERIFY.format(), pidfile)
+    return remote_command(_VERIFY.format(), pidfile, _OWN_TASK.format())
 
 
 def promote_command(promotion: str, pidfile: str) -> str:
@@ -180,10 +206,10 @@ _PROVE = (
     '{{ echo "notown $pf process $pid is not the task wrapper of $tag (its command line does not name it)"; continue; }}; '
     '[ -n "$st" ] || {{ echo "notown $pf the pid file gives no start time for process $pid"; continue; }}; '
     'case $child in ""|*[!0-9]*) echo "notown $pf the pid file names no task process"; continue;; esac; '
-    'pp=$(sed "s/.*) //" /proc/$child/stat 2>/dev/null | cut -d" " -f2); '
+    + _OWN_TASK +
     '[ -n "$pp" ] || {{ echo "gone $pf"; continue; }}; '
-    '[ "$pp" = "$pid" ] || {{ echo "notown $pf process $child is not the child of wrapper $pid"; continue; }}; '
-    'tr "\\000" "\\n" < /proc/$child/environ 2>/dev/null | grep -qxF -- "$mark" || '
+    '[ -n "$own" ] || {{ echo "notown $pf process $child is not the task of wrapper $pid"; continue; }}; '
+    '{{ [ "$child" = "$pid" ] || tr "\\000" "\\n" < /proc/$child/environ 2>/dev/null | grep -qxF -- "$mark"; }} || '
     '{{ echo "notown $pf process $child carries no $mark marker"; continue; }}; '
 )
 

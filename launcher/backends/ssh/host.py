@@ -29,6 +29,9 @@ class HostState:
         # After preflight: (task key, channel) of the host agent waiting to become that task's
         # wrapper, so the host's first task costs no second remote shell.
         self.spare: Optional[tuple[str, object]] = None
+        # Its fork server's socket for the run and the agent kept as its keeper (ssh/zygote.py), or None.
+        self.zygote: Optional[str] = None
+        self.keeper = None
 
     @property
     def transport(self):
@@ -45,6 +48,7 @@ class HostState:
         again (a host that was lost, rebooted or partitioned)."""
         with self.lock:
             conn, self.conn, self.ready = self.conn, None, False
+            self.zygote = self.keeper = None  # (its keeper's channel goes with the connection, and the server)
         close_quietly(conn)
 
     def pidfile(self, task: PlannedTask, n: int) -> str:

@@ -31,6 +31,11 @@ class HostPool:
     # Who besides the user may read the run's dirs on the hosts: the spec's ``share`` (the
     # backend sets it; the agent makes the dirs 0700, or 0750 for "group").
     share = "private"
+    # Where a task's script is read to know whether its host's fork server serves it (the backend
+    # sets it; None: the run uses none, restart.warm_standby false), and the server's stop grace.
+    zygote_cwd: Optional[Path] = None
+    zygote_tasks: tuple = ()  # the last plan's tasks (ssh/zygote.py order)
+    stop_grace = 5.0
 
     def __init__(self, hosts: Iterable[Host], opts: SSHOptions, base_dir: Path, dirs: tuple[str, str, str],
                  runner: Optional[Runner] = None, on_preempted: Optional[Callable[[str], None]] = None) -> None:

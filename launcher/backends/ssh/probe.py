@@ -26,6 +26,7 @@ from launcher.remote import task_files
 from launcher.remote.pathtrust import SAFE_FIX
 from launcher.backends.ssh.commands import agent_command, probe_deadline
 from launcher.backends.ssh.pairs import host_targets
+from launcher.backends.ssh import zygote as ssh_zygote
 from launcher.backends.ssh.statecheck import ask as statecheck_ask, marker_name
 from launcher.backends.ssh.runner import BadReply, check_probe_reply, check_probe_results, close_channel, drain_stderr, parse_reply, readline
 
@@ -138,6 +139,9 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
                "gpus": any(t.gpus.request for t in plan.tasks)}  # every host: a replan by GPUs needs all counts
         if marks and name == marks[0]:
             req["marker"] = {"op": "write", "path": _marker_path(pool, state_sync, name)}
+        zygote = ssh_zygote.order(pool, plan, name)
+        if zygote is not None:  # the host's fork server: its import runs while the preflight goes on
+            req["zygote"] = zygote
         reply, problem = first_exchange(name, hs.python, chan, req, pool.opts.preflight_timeout)
         tally.one()
         if reply is not None:
@@ -164,12 +168,23 @@ def _probe(pool: "HostPool", state_sync: "StateSync", plan: Plan, names: list[st
         problems = _second_round(pool, state_sync, plan, names, sessions, replies, marks, tally)
         if problems:
             return ProbeFindings(problems=tuple(problems))
-        for name, (key, _) in reserved.items():
-            pool.hosts[name].spare = (key, sessions.pop(name))
+        _hand_over(pool, names, replies, reserved, sessions)
         return ProbeFindings()
     finally:
         for chan in sessions.values():
             close_channel(chan)
+
+
+def _hand_over(pool: "HostPool", names: list[str], replies: dict[str, dict], reserved: dict, sessions: dict) -> None:
+    """Each host's agent, the preflight passed: its fork server's keeper where it started one
+    (ssh/zygote.py), else left waiting to become the host's first task (``hs.spare``)."""
+    for name in names:
+        said = replies[name].get("zygote")
+        socket_path = said.get("socket") if isinstance(said, dict) else None
+        if isinstance(socket_path, str) and socket_path:
+            ssh_zygote.keep(pool, pool.hosts[name], sessions.pop(name), socket_path)
+        elif name in reserved:
+            pool.hosts[name].spare = (reserved[name][0], sessions.pop(name))
 
 
 def first_exchange(name: str, python: str, chan, req: dict, timeout: float) -> tuple[Optional[dict], Optional[Problem]]:

@@ -17,6 +17,7 @@ from launcher.backends.ssh import probe as ssh_probe
 from launcher.backends.ssh.commands import env_block, promote_command, task_command, wrap_args
 from launcher.backends.ssh.host import HostState
 from launcher.backends.ssh.pool import HostPool
+from launcher.backends.ssh import zygote as ssh_zygote
 from launcher.backends.ssh.state import StateSync
 from launcher.backends.ssh.task import SSHTask
 
@@ -77,8 +78,10 @@ class Starts:
         pidfile = hs.pidfile(task, n)
         promotion = pidfile + ".env.json" if request.standby else None  # a standby's, beside its pid file
         env = request.told(promotion)
+        served = ssh_zygote.served(self.pool, hs, task.command, request.fork)  # forked by the host's fork server
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
-                               task.command, self.opts.gce_metadata)
+                               task.command, self.opts.gce_metadata, zygote=served,
+                               defer=served is not None and promotion is not None)
         try:
             chan = hs.transport.open_session(timeout=self.opts.connect_timeout)
             chan.set_combine_stderr(True)

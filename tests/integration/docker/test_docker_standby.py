@@ -257,7 +257,7 @@ def test_a_plain_tf_config_script_restarts_from_promoted_standbys(tmp_path, dock
         cold = json.loads(re.search(r"^plain-start (\{.*\})$", before, re.M).group(1))
         warm = json.loads(re.search(r"^plain-start (\{.*\})$", after, re.M).group(1))
         for said in (cold, warm):
-            del said["pid"], said["ppid"]
+            del said["pid"], said["ppid"], said["gppid"]
         assert warm == cold and cold["argv"][0] == "/job/train.py" and cold["path0"] == "/job", (cold, warm)
         assert f"plain-done {key} steps={last}" in after
     assert set(re.findall(r"plain-step \d+ sum=(\S+)", out)) == {"2"}

@@ -18,12 +18,14 @@ from launcher.remote.gpuplace import format_request
 
 def _siblings_imported(path: Path) -> set[str]:
     """The modules of launcher/remote/ that ``path`` imports from its own dir: ``import gpuplace``
-    or ``_sibling("gpuplace")``."""
+    or ``sibling("gpuplace")`` (sibling.py's)."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
-        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "_sibling" and node.args \
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "sibling" and node.args \
                 and isinstance(node.args[0], ast.Constant):
             names.add(node.args[0].value)
     return {n for n in names if (HERE / f"{n}.py").is_file()}
@@ -34,7 +36,7 @@ def test_every_module_the_shipped_files_import_is_shipped():
         missing = {f"{n}.py" for n in _siblings_imported(HERE / name)} - set(TASK_FILES)
         assert not missing, f"{name} imports {sorted(missing)}: add them to launcher.remote.TASK_FILES"
     assert set(task_files()) == set(TASK_FILES) and all(task_files().values())
-    assert _siblings_imported(HERE / "taskwrap.py") == {"taskenv", "zygoteask", "gcewatch", "taskstream"}  # (the scan finds what it should)
+    assert _siblings_imported(HERE / "taskwrap.py") == {"sibling", "taskenv", "zygoteask", "gcewatch", "taskstream"}  # (the scan finds what it should)
 
 
 def test_the_wrapper_runs_from_a_dir_holding_only_the_shipped_files(tmp_path):

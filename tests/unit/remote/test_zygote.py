@@ -16,56 +16,16 @@ from pathlib import Path
 import pytest
 
 from launcher.remote import HERE, taskwrap_path
-from launcher.backends.zygotes import PAD_BYTES, TITLE_BYTES
+from launcher.backends.zygotes import TITLE_BYTES
 from launcher.contract import envnames
 from tests.support.processes import alive
 from tests.support.waits import wait_for
-
-PAD = {envnames.ZYGOTE_PAD: "x" * PAD_BYTES}
-
-
-def base_env() -> dict:
-    """This test's environment without pytest's per-phase variable (it changes between the
-    fixture and the test, and a zygote serves only the environment it started with)."""
-    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-
-
-@pytest.fixture
-def zygote(tmp_path):
-    """A zygote at tmp_path/z.sock (started with the pad, as the local backend starts it); its
-    lines in tmp_path/zygote.log. Yields the socket's path."""
-    sock = str(tmp_path / "z.sock")
-    log = open(tmp_path / "zygote.log", "wb")
-    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json",
-                             "--pad", envnames.ZYGOTE_PAD, "--title", "t" * TITLE_BYTES],
-                            stdout=log, stderr=subprocess.STDOUT, env={**base_env(), **PAD}, start_new_session=True)
-    wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 30, what="the zygote's ready line")
-    yield sock
-    proc.kill()
-    proc.wait()
-    log.close()
-
-
-def wrap(sock: str, cmd: list[str], env: dict | None = None, cwd: Path | None = None,
-         pidfile: Path | None = None) -> subprocess.Popen:
-    opts = ["--zygote", sock] + (["--pidfile", str(pidfile)] if pidfile else [])
-    return subprocess.Popen([sys.executable, str(taskwrap_path()), *opts, "--", *cmd], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**base_env(), **(env or {})}, cwd=cwd)
-
-
-def finish(p: subprocess.Popen, timeout: float = 30) -> tuple[str, str]:
-    """Wait with the lifeline (stdin) still open, then read both streams."""
-    p.wait(timeout=timeout)
-    return p.stdout.read().decode(), p.stderr.read().decode()
-
-
-def zygote_pid(tmp_path: Path) -> int:
-    return int((tmp_path / "zygote.log").read_text().split("pid=")[1].split()[0])
-
+from tests.support.zygotes import PAD, base_env, finish, task_pid, wrap, zygote, zygote_pid  # noqa: F401 - zygote: a fixture
 
 def test_a_forked_task_is_its_cold_start_and_the_zygotes_child(zygote, tmp_path):
-    code = ("import os, sys, json; print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], 'ppid': os.getppid(), "
+    """(Its parent is its own waiter, the zygote's child: ``ppid`` is the task's grandparent.)"""
+    code = ("import os, sys, json; print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], "
+            "'ppid': int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]), "
             "'sid': os.getsid(0) == os.getpid(), 'cwd': os.getcwd(), 'stdin': sys.stdin.read(), "
             "'env': os.environ.get('TFCLUSTER_TEST_OWN'), 'pad': 'ZYGOTE_PAD' in str(os.environ), "
             "'name': __name__})); sys.exit(7)")
@@ -118,7 +78,7 @@ def test_the_task_ends_with_its_wrapper_and_takes_signals_through_it(zygote, tmp
     pidfile = tmp_path / "task.pid"
     p = wrap(zygote, [sys.executable, "-c", code], pidfile=pidfile)
     assert p.stdout.readline() == b"up\n"
-    task = int(pidfile.read_text().split()[1])
+    task = task_pid(pidfile)
     assert task != p.pid and alive(task)
     os.killpg(p.pid, signal.SIGUSR1)  # what a promotion sends: the wrapper's group
     assert p.stdout.readline() == b"usr1\n"
@@ -131,7 +91,7 @@ def test_proc_shows_the_tasks_own_environment(zygote, tmp_path):
     p = wrap(zygote, [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
              env={"TFCLUSTER_TASK": "worker:7", "TF_CONFIG": '{"task": 1}'}, pidfile=pidfile)
     assert p.stdout.readline() == b"up\n"
-    task = int(pidfile.read_text().split()[1])
+    task = task_pid(pidfile)
     shown = Path(f"/proc/{task}/environ").read_bytes().split(b"\0")
     assert b"TFCLUSTER_TASK=worker:7" in shown and b'TF_CONFIG={"task": 1}' in shown
     assert not any(e.startswith(envnames.ZYGOTE_PAD.encode()) for e in shown)
@@ -150,7 +110,7 @@ def test_ps_shows_the_tasks_own_argv_not_the_zygotes(zygote, tmp_path):
                         ([sys.executable, "-c", code, "x"], f"{sys.executable} -c {code[:60]}... x")):
         p = wrap(zygote, argv, pidfile=pidfile)
         assert p.stdout.readline() == b"up\n"
-        task = int(pidfile.read_text().split()[1])
+        task = task_pid(pidfile)
         assert Path(f"/proc/{task}/cmdline").read_bytes() == shown.encode() + b"\0", argv[1][:40]  # (its NUL: the kernel's read)
         ps = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(task)], capture_output=True, text=True)
         assert ps.stdout.strip() == shown
@@ -173,7 +133,7 @@ def test_the_title_masks_a_secret_argument_and_the_task_has_it(zygote, tmp_path)
             "--epochs", "3", "--data", "/data/x"]
     p = wrap(zygote, argv, pidfile=pidfile)
     assert p.stdout.readline().decode().strip() == repr(argv[3:])
-    task = int(pidfile.read_text().split()[1])
+    task = task_pid(pidfile)
     title = Path(f"/proc/{task}/cmdline").read_bytes().decode()
     assert title.endswith(" --hub-token *** --db postgres://bob:***@db/app --epochs 3 --data /data/x\0"), title
     assert token not in title and "hunter2" not in title
@@ -192,12 +152,108 @@ def test_what_it_must_not_serve_starts_cold_with_one_line(zygote, tmp_path):
         assert line.startswith("taskwrap: started without the zygote: ") and why in line, line
 
 
-def test_no_zygote_there_starts_cold(tmp_path):
+def test_no_zygote_there_starts_cold_at_once(tmp_path):
+    """No socket: nothing is waited for (a zygote's socket is bound before any wrapper asks)."""
     p = subprocess.Popen([sys.executable, str(taskwrap_path()), "--zygote", str(tmp_path / "none.sock"),
-                          "--zygote-wait", "0.2", "--", sys.executable, "-c", "print('ran')"],
+                          "--zygote-wait", "600", "--", sys.executable, "-c", "print('ran')"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = finish(p, timeout=60)  # (600 s were it waiting for a server)
+    assert p.returncode == 0 and out == "ran\n", err
+    assert err == f"taskwrap: started without the zygote: no zygote serves {tmp_path / 'none.sock'} " \
+                  "(No such file or directory: it ended)\n", err
+
+
+def test_a_dead_zygote_is_noticed_at_once_and_its_tasks_exit_status_outlives_it(zygote, tmp_path):
+    """SIGKILLed while a task it forked runs: the task's own exit reaches its wrapper (its waiter is
+    its parent, not the zygote), and the next wrapper starts cold at once (connection refused)."""
+    go = tmp_path / "go"
+    code = ("import os, sys, time\nprint('up', flush=True)\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\nprint('done', flush=True); sys.exit(5)")
+    pidfile = tmp_path / "task.pid"
+    p = wrap(zygote, [sys.executable, "-c", code], pidfile=pidfile)
+    assert p.stdout.readline() == b"up\n"
+    task = task_pid(pidfile)
+    server = zygote_pid(tmp_path)
+    os.killpg(server, signal.SIGKILL)  # the zygote and everything left in its group
+    wait_for(lambda: not alive(server), 10, what="the zygote's end")
+    go.touch()
     out, err = finish(p)
-    assert p.returncode == 0 and out == "ran\n" and "no zygote at" in err
+    assert (p.returncode, out) == (5, "done\n"), err
+    assert not alive(task) and "zygote" not in err, err
+    late = wrap(zygote, [sys.executable, "-c", "print('ran')"], wait=600)
+    out, err = finish(late, timeout=60)  # (600 s were it waiting for a server)
+    assert (late.returncode, out) == (0, "ran\n"), err
+    assert err == f"taskwrap: started without the zygote: no zygote serves {zygote} " \
+                  "(Connection refused: it ended)\n", err
+
+
+@pytest.mark.parametrize("who", ["zygote", "waiter"])
+def test_a_failed_fork_is_answered_cold_and_the_zygote_serves_on(zygote, tmp_path, who):
+    """A real limit on processes (a pids cgroup around the zygote, or RLIMIT_NPROC): the zygote's
+    fork of the task's waiter fails, or (cgroup) the waiter's fork of the task: EAGAIN, answered
+    "cold" (one line), the task run cold by its wrapper; the limit lifted, the next task is forked."""
+    from tests.support.pidlimit import pid_limit
+
+    server = zygote_pid(tmp_path)
+    with pid_limit(server) as limit:
+        if who == "waiter" and not limit.exact:
+            pytest.skip("RLIMIT_NPROC counts the whole user's processes: only the zygote's own fork fails")
+        limit(1 if who == "zygote" else 2)  # (the zygote is one thread: 1 stops its fork, 2 its waiter's)
+        p = wrap(zygote, [sys.executable, "-c", "import os; print(os.getppid())"])
+        out, err = finish(p)
+        assert p.returncode == 0 and out == f"{p.pid}\n", err  # run cold: the wrapper's own child
+        assert err == ("taskwrap: started without the zygote: the zygote could not fork "
+                       "(Resource temporarily unavailable: a limit on processes?)\n"), err
+        limit("max")
+        p = wrap(zygote, [sys.executable, "-c", SAYS])
+        out, err = finish(p)
+        assert p.returncode == 7 and json.loads(out)["ppid"] == server and err == "", err
+    assert alive(server)
+    if who == "zygote":
+        assert "tfcluster-zygote: fork failed (Resource temporarily unavailable): a task starts cold" \
+            in (tmp_path / "zygote.log").read_text()
+
+
+def test_forked_tasks_get_fresh_random_state(tmp_path):
+    """Python's and numpy's global generators differ between two tasks forked from one zygote (as
+    between two cold starts); the string hash seed is the zygote's (docs: what a fork cannot
+    make fresh); OpenBLAS's pool is the task's own budget, as at a cold start."""
+    numpy = pytest.importorskip("numpy")
+    del numpy
+    sock = str(tmp_path / "z.sock")
+    log = open(tmp_path / "zygote.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json,numpy,random",
+                             "--pad", envnames.ZYGOTE_PAD], stdout=log, stderr=subprocess.STDOUT,
+                            env={**base_env(), **PAD}, start_new_session=True)
+    try:
+        wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 60, what="the zygote's ready line")
+        code = ("import json, random, numpy\n"
+                "print(json.dumps([random.random(), numpy.random.random(), hash('tfcluster')]))")
+        said = []
+        for _ in range(2):
+            p = wrap(sock, [sys.executable, "-c", code])
+            out, err = finish(p)
+            assert p.returncode == 0 and "zygote" not in err, err
+            said.append(json.loads(out))
+        (py1, np1, hash1), (py2, np2, hash2) = said
+        assert py1 != py2 and np1 != np2
+        assert hash1 == hash2  # (PYTHONHASHSEED is fixed at the interpreter's start: the zygote's)
+        # A task's thread budget (OMP_NUM_THREADS, its own: not the zygote's) sizes OpenBLAS's pool
+        # as its cold start's import would.
+        blas = ("import ctypes, numpy\n"
+                "lib = [l.split()[-1] for l in open('/proc/self/maps') if 'openblas' in l and '.so' in l][0]\n"
+                "h = ctypes.CDLL(lib)\n"
+                "get = [getattr(h, n) for n in ('openblas_get_num_threads', 'scipy_openblas_get_num_threads64_') "
+                "if hasattr(h, n)][0]\nprint(get())")
+        p = wrap(sock, [sys.executable, "-c", blas], env={"OMP_NUM_THREADS": "1"})
+        out, err = finish(p)
+        cold = subprocess.run([sys.executable, "-c", blas], capture_output=True, text=True,
+                              env={**base_env(), "OMP_NUM_THREADS": "1"})
+        assert p.returncode == 0 and "zygote" not in err and out == cold.stdout == "1\n", (out, err, cold)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
 
 
 def test_garbage_and_other_users_get_nothing_forked(zygote, tmp_path):
@@ -219,7 +275,8 @@ def test_a_wrapper_without_its_zygote_module_starts_cold(tmp_path):
     """A copy of the wrapper shipped without zygoteask.py beside it: one line, the task runs as ever."""
     import shutil
 
-    shutil.copy(taskwrap_path(), tmp_path / "taskwrap.py")
+    for name in ("taskwrap.py", "sibling.py"):
+        shutil.copy(taskwrap_path().parent / name, tmp_path / name)
     p = subprocess.Popen([sys.executable, str(tmp_path / "taskwrap.py"), "--zygote", str(tmp_path / "z.sock"), "--",
                           sys.executable, "-c", "print('ran')"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
@@ -241,9 +298,10 @@ def children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-SAYS = ("import os, sys, json; print(json.dumps({'ppid': os.getppid(), 'own': os.environ.get('TFCLUSTER_TEST_OWN'), "
+SAYS = ("import os, sys, json; print(json.dumps({'ppid': GRANDPARENT, 'own': os.environ.get('TFCLUSTER_TEST_OWN'), "
         f"'standby': [k for k in os.environ if k in ({envnames.STANDBY!r}, {envnames.STANDBY_ENV!r})]}}), "
-        "flush=True); sys.exit(7)")
+        "flush=True); sys.exit(7)").replace("GRANDPARENT", "int(open(f'/proc/{os.getppid()}/stat').read()"
+                                                ".rsplit(')', 1)[1].split()[1])")
 
 
 def test_a_deferred_standby_is_ready_with_nothing_forked_and_forked_in_the_promoted_environment(zygote, tmp_path):
@@ -284,3 +342,39 @@ def test_a_standby_the_zygote_would_not_serve_waits_as_its_own_process(zygote, t
     out, err = finish(p)
     assert p.returncode == 0 and out == f"1 {p.pid}\n", (out, err)
     assert err.startswith("taskwrap: started without the zygote: environment variable 'PYTHONHASHSEED'"), err
+
+
+def test_a_request_its_wrapper_gave_up_on_forks_nothing(tmp_path):
+    """A wrapper that stopped waiting (--zygote-wait passed while the zygote was still importing)
+    starts its task cold; the zygote, reaching its request later while that task runs, forks
+    nothing for it."""
+    sock = str(tmp_path / "z.sock")
+    gate, done = tmp_path / "gate", tmp_path / "done"
+    (tmp_path / "slow_import.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n")
+    log = open(tmp_path / "zygote.log", "wb")
+    env = {**base_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "slow_import"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    task = (f"import os, time\nprint('ran', flush=True)\n"
+            f"while not os.path.exists({str(done)!r}): time.sleep(0.05)\n")
+    try:
+        wait_for(lambda: os.path.exists(sock), 30, what="the zygote's socket")
+        p = subprocess.Popen([sys.executable, str(taskwrap_path()), "--zygote", sock, "--zygote-wait", "1", "--",
+                              sys.executable, "-c", task], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        assert p.stderr.readline() == b"taskwrap: started without the zygote: the zygote did not answer in time\n"
+        assert p.stdout.readline() == b"ran\n"  # cold, and running while the zygote reaches its request
+        gate.touch()
+        said = f"a request its wrapper (pid {p.pid}) gave up on: nothing forked"
+        wait_for(lambda: said in (tmp_path / "zygote.log").read_text(), 30, what="the zygote's word on it",
+                 detail=lambda: (tmp_path / "zygote.log").read_text())
+        assert children(proc.pid) == []  # no waiter, nothing forked
+        done.touch()
+        p.wait(timeout=60)
+        assert p.returncode == 0 and p.stdout.read() == b""  # (once: the cold start's)
+    finally:
+        done.touch()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()

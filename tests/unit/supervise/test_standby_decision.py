@@ -28,7 +28,7 @@ def test_auto_is_on_for_the_reference_worker_on_a_backend_that_can():
     on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], CAN, "ssh")
     assert on and why.startswith("on (auto: tfcluster's worker)") and "0.6 GB each" in why
     on, why = decide(Restart(max_restarts=2), [WORKER, WORKER], FORKS, "local")  # its zygote forks them
-    assert on and "forked from the run's zygote, which imports TensorFlow once" in why and "GB each" not in why
+    assert on and "forked from its host's zygote, which imports TensorFlow once" in why and "GB each" not in why
 
 
 def test_the_fork_is_the_capabilitys_and_the_specs_never_the_backends_name():
@@ -37,7 +37,7 @@ def test_the_fork_is_the_capabilitys_and_the_specs_never_the_backends_name():
     assert forks(FORKS, Restart()) and forks(FORKS, Restart(warm_standby=True))
     assert not forks(FORKS, Restart(warm_standby=False)) and not forks(CAN, Restart())
     on, why = decide(Restart(max_restarts=2), [WORKER], FORKS, "ssh")
-    assert on and "forked from the run's zygote" in why
+    assert on and "forked from its host's zygote" in why
     assert "forked" not in decide(Restart(max_restarts=2), [WORKER], CAN, "local")[1]
 
 
@@ -156,4 +156,4 @@ def test_the_local_plan_says_its_tasks_are_forked_from_the_zygote_without_standb
     spec = parse_spec(path.read_text(), str(path))
     line = plan_line(spec, plan_for(spec).tasks)
     assert line.startswith("warm standby: off")
-    assert ("still forked from the run's zygote" in line) is zygote, line
+    assert ("still forked from their host's zygote" in line) is zygote, line

@@ -1,0 +1,179 @@
+"""A task's own waiter, forked from the zygote (zygote.py) for each task it serves, and the task's
+process the waiter forks: the waiter is the task's parent, so the task's exit reaches its wrapper
+whatever becomes of the server. Stdlib only, shipped beside zygote.py, which imports it; with the
+small descriptor and pipe helpers both use."""
+
+import json
+import os
+import select
+import signal
+import socket
+
+import zygotechild as forked  # shipped beside this file (its importer, zygote.py, imports it with sibling)
+
+SAY = "tfcluster-zygote"
+
+
+def say(text: str) -> None:
+    """One line of the server's (or a waiter's) on its stderr: zygote.log."""
+    try:
+        os.write(2, f"{SAY}: {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+class Waiter:
+    """A task's own waiter, forked from the server for each task: it forks the task, is its parent
+    and reaps it, and tells the wrapper its pid and then its exit on the wrapper's connection. So a
+    task's exit status does not depend on the server living (it may die, be restarted or stopped
+    meanwhile). The task's group ends once its wrapper is gone (its pidfd, or its end of the
+    connection closed: a wrapper never writes after its request), by SIGKILL, which also reaches a
+    stopped (SIGSTOP) task. A session of its own: a stop of the server's group never reaches it.
+    The task has PR_SET_PDEATHSIG SIGKILL (as a cold start under the wrapper): the waiter gone, it
+    goes too."""
+
+    def __init__(self, server, conn, peer: int) -> None:
+        self.server, self.conn, self.peer = server, conn, peer
+
+    def run(self, req: dict, entry, fds: list) -> None:
+        try:
+            self.server.child_of_server()
+            os.setsid()
+            wake_r, _wake_w = wake_pipe()
+            me = os.getpid()
+            try:
+                task = os.fork()
+            except OSError as exc:
+                close(fds)
+                answer(self.conn, {"cold": f"the zygote could not fork ({exc.strerror}: a limit on processes?)"})
+                os._exit(0)
+            if task == 0:
+                become(self.server, self.conn, req, entry, fds, [self.peer, *wake_fds()], me)  # never returns
+            close(fds)
+            forked.show_argv([f"{SAY}: the waiter of task {task}"])  # (ps: not another zygote)
+            answer(self.conn, {"pid": task}, keep=True)
+            self._wait(task, wake_r)
+        except BaseException as exc:  # noqa: BLE001 - never back into the server's loop
+            say(f"a task's waiter failed ({type(exc).__name__}: {str(exc)[:200]})")
+        os._exit(0)
+
+    def _wait(self, task: int, wake_r: int) -> None:
+        while True:
+            try:
+                ready, _, _ = select.select([wake_r, self.conn, self.peer], [], [])
+            except InterruptedError:
+                continue
+            if wake_r in ready:
+                drain(wake_r)
+            if self.conn in ready or self.peer in ready:  # the wrapper gone: its task goes too
+                for kill in (os.kill, os.killpg):  # (the task, and its group once it has made it)
+                    try:
+                        kill(task, signal.SIGKILL)
+                    except OSError:
+                        pass
+                os.waitpid(task, 0)
+                return
+            pid, status = os.waitpid(task, os.WNOHANG)
+            if pid == task:
+                answer(self.conn, {"status": status})
+                return
+
+
+def become(server, conn, req: dict, entry, fds: list, others: list, waiter: int) -> None:
+    """In the task's process: what a cold start of its argv would be."""
+    code = 1
+    try:
+        forked.die_with_parent(waiter)
+        signal.set_wakeup_fd(-1)
+        conn.close()
+        close(others)
+        os.setsid()
+        for i, fd in enumerate(fds[:3]):
+            os.dup2(fd, i)
+            os.close(fd)
+        control = {}
+        if len(fds) == 4:  # the task's control channel (taskstream.py): kept where it is, named in its env
+            os.set_inheritable(fds[3], True)
+            control = {req["control"]: str(fds[3])}
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update({**server.added, **req["env"], **control})
+        if server.pad:
+            forked.show_environ({k: v for k, v in {**req["env"], **control}.items() if server.before.get(k) != v},
+                                server.pad)
+        forked.show_argv(req["argv"])
+        forked.python_defaults()
+        code = forked.run_main(*entry)
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into the waiter
+        forked.print_uncaught(exc)
+        if isinstance(exc, KeyboardInterrupt):  # as the interpreter: killed by SIGINT
+            forked.exit_as_interpreter(None, signal.SIGINT)
+        code = 1
+    forked.exit_as_interpreter(code)
+
+
+_WAKE: list = []  # this process's SIGCHLD pipe (the server's, then each waiter's own)
+
+
+def wake_pipe() -> tuple:
+    """A new pipe that SIGCHLD wakes (signal.set_wakeup_fd): (read end, write end)."""
+    if _WAKE:
+        signal.set_wakeup_fd(-1)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    _WAKE[:] = [wake_r, wake_w]
+    return wake_r, wake_w
+
+
+def wake_fds() -> list:
+    return list(_WAKE)
+
+
+def drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+def reap_any() -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def hung_up(conn) -> bool:
+    """Whether the wrapper has closed its end (a wrapper never writes after its request)."""
+    try:
+        if not select.select([conn], [], [], 0)[0]:
+            return False  # (nothing to read: not closed)
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+def close(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def answer(conn, what: dict, keep: bool = False) -> None:
+    try:
+        conn.sendall(json.dumps(what).encode() + b"\n")
+    except OSError:
+        pass
+    if not keep:
+        conn.close()

@@ -1,0 +1,166 @@
+"""Each ssh host's fork server for the run (launcher/backends/ssh/zygote.py), on the lab of real
+sshd hosts, with a user's plain TF_CONFIG script (tests/support/plain_tf_config.py): every task
+and standby of a host is forked from that host's zygote, a standby is only its wrapper until
+promoted, and nothing breaks it: a zygote SIGKILLed while its tasks run loses none of their
+exits and is noticed at once (the promoted standby there starts cold, in one line); a fork that
+fails under a real limit on processes (a pids cgroup around the zygote) is answered cold and the
+zygote serves on. Asserted from the hosts' processes (the lab shares this pid namespace)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import ROOT
+from tests.support.tfrun import run_and_act
+from tests.support.waits import wait_for
+
+from .conftest import PY, cmdline, pids_in_netns, task_processes
+
+pytestmark = [pytest.mark.integration, pytest.mark.ssh, pytest.mark.timeout(600)]
+
+PLAIN = str(ROOT / "tests" / "support" / "plain_tf_config.py")
+READY = r"^\[worker:\d\] \(standby\) tfcluster-standby ready"
+STEP = r"^\[worker:1\] plain-step \d+ "
+START = re.compile(r"^\[(?P<key>worker:\d)\] plain-start (?P<json>\{.*\})$", re.M)
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def zygote_of(host) -> int:
+    """The pid of the host's zygote (zygote.py itself, not its wrapper)."""
+    found = [p for p in pids_in_netns(host) if re.search(r"python\S* \S*zygote\.py --socket", cmdline(p))
+             and "taskwrap" not in cmdline(p)]
+    assert len(found) == 1, {p: cmdline(p) for p in pids_in_netns(host)}
+    return found[0]
+
+
+def plain_spec(make_spec, tmp_path, **extra):
+    steps, state = tmp_path / "steps", tmp_path / "state"
+    steps.write_text("100000")
+    state.mkdir()
+    spec = make_spec([PY, PLAIN, "--steps", f"@{steps}", "--delay", "0.1", "--state", str(state)],
+                     env={"TF_CPP_MIN_LOG_LEVEL": "2"}, restart={"max_restarts": 1},
+                     watchdog={"startup_timeout": 240, "stop_grace": 2}, **extra)
+    return spec, steps, state
+
+
+def said(out: str) -> dict:
+    """(key, attempt) -> what the task's script said of itself at its start (its first line)."""
+    seen: dict = {}
+    for m in START.finditer(out):
+        s = json.loads(m["json"])
+        n = sum(1 for k, _ in seen if k == m["key"])
+        if (m["key"], n - 1) not in seen or seen[(m["key"], n - 1)] != s:
+            seen[(m["key"], n)] = s
+    return seen
+
+
+def end_after(steps: Path, state: Path, more: int = 30) -> None:
+    steps.write_text(str(int((state / "step").read_text() or 0) + more))
+
+
+def test_an_ssh_runs_tasks_are_forked_from_each_hosts_zygote_and_outlive_it(lab, make_spec, tmp_path):
+    """Both standbys ready: on each host the zygote's only child is a waiter whose only child is
+    the running worker, and the standbys are wrappers with no process of their own. Then h1's
+    zygote is SIGKILLed and worker:1 (on h2) too: the restart promotes worker:0's standby on h1,
+    which finds no zygote and starts cold at once (one line), and worker:1's on h2, forked. Once
+    worker:1 trains again, h2's zygote is SIGKILLed as well: the run still ends in success, each
+    task's own exit 0 reaching its wrapper through its waiter."""
+    spec, steps, state = plain_spec(make_spec, tmp_path)
+    h1, h2 = lab.host("h1"), lab.host("h2")
+    zygotes: dict[str, int] = {}
+    looked: dict[str, object] = {}
+
+    def look_and_kill(_proc) -> None:
+        for h in (h1, h2):
+            zygotes[h.name] = zygote = zygote_of(h)
+            waiters = children(zygote)
+            looked[h.name] = (waiters, [children(w) for w in waiters])
+            deferred = [p for p in pids_in_netns(h) if "--standby-defer" in cmdline(p)  # (not its shell)
+                        and os.path.basename(cmdline(p).split(" ", 1)[0]).startswith("python")]
+            looked[h.name + " standbys"] = [children(p) for p in deferred]
+        os.kill(zygotes["h1"], signal.SIGKILL)
+        (worker1,) = looked["h2"][1][0]
+        end_after(steps, state)
+        os.kill(worker1, signal.SIGKILL)
+
+    def kill_h2s(_proc) -> None:
+        os.kill(zygotes["h2"], signal.SIGKILL)
+
+    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None), (STEP, look_and_kill),
+                                   (r"^\[worker:1\] tfcluster-standby promoted", lambda p: None),
+                                   (STEP, kill_h2s)], timeout=300)
+    assert code == 0, out[-5000:]
+    assert "run succeeded after 2 attempt(s)" in out, out[-3000:]
+    for h in ("h1", "h2"):
+        waiters, workers = looked[h]
+        assert len(waiters) == 1 and len(workers[0]) == 1, (h, looked)  # a waiter, and under it the worker
+        assert looked[h + " standbys"] == [[]], looked  # a standby: its wrapper alone
+    tasks = said(out)
+    assert tasks[("worker:0", 0)]["gppid"] == zygotes["h1"] and tasks[("worker:1", 0)]["gppid"] == zygotes["h2"]
+    assert tasks[("worker:1", 1)]["gppid"] == zygotes["h2"], tasks  # forked: the promoted standby
+    assert tasks[("worker:0", 1)]["gppid"] != zygotes["h1"], tasks  # cold, its zygote gone
+    (line,) = [l for l in out.splitlines() if "started without the zygote" in l]
+    assert line.startswith("[worker:0] taskwrap: started without the zygote: no zygote serves "), line
+    assert "(Connection refused: it ended)" in line, line
+    assert "unknown" not in out, out[-3000:]  # (no exit lost: "its exit code is unknown")
+    wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")
+
+
+def test_a_fork_that_fails_on_an_ssh_host_is_answered_cold_and_its_zygote_serves_on(lab, make_spec, tmp_path):
+    """h2's zygote in a pids cgroup that allows it no new process (EAGAIN, as systemd's per-user
+    TasksMax gives), worker:1 SIGKILLed: its promoted standby is refused the fork, says so in one
+    line and starts cold; worker:0's on h1 is forked; the run succeeds, and h2's zygote is still
+    there, having said why in its log."""
+    from tests.support.pidlimit import pid_limit
+
+    spec, steps, state = plain_spec(make_spec, tmp_path)
+    h2 = lab.host("h2")
+    alive_after: list[bool] = []
+    with_limit = []
+
+    def limit_and_kill(proc) -> None:
+        zygote = zygote_of(h2)
+        cm = pid_limit(zygote)
+        limit = cm.__enter__()
+        with_limit.append((cm, zygote))
+        if not limit.exact:
+            pytest.skip("no pids cgroup: RLIMIT_NPROC would stop the whole user's forks")
+        limit(limit.current())
+        (worker1,) = [c for w in children(zygote) for c in children(w)]
+        end_after(steps, state)
+        os.kill(worker1, signal.SIGKILL)
+
+    def look(_proc) -> None:
+        alive_after.append(os.path.exists(f"/proc/{with_limit[0][1]}"))
+
+    try:
+        code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None), (STEP, limit_and_kill),
+                                       (r"^\[worker:1\] tfcluster-standby promoted", lambda p: None),
+                                       (STEP, look)], timeout=300)
+    finally:
+        for cm, _ in with_limit:
+            cm.__exit__(None, None, None)
+    assert code == 0, out[-5000:]
+    assert "run succeeded after 2 attempt(s)" in out, out[-3000:]
+    (line,) = [l for l in out.splitlines() if "started without the zygote" in l]
+    assert line == ("[worker:1] taskwrap: started without the zygote: the zygote could not fork "
+                    "(Resource temporarily unavailable: a limit on processes?)"), line
+    assert alive_after == [True]
+    tasks = said(out)
+    assert tasks[("worker:0", 1)]["gppid"] == tasks[("worker:0", 0)]["gppid"], tasks  # forked, from h1's
+    logs = list((tmp_path / "remote" / "sshtest").glob("*/zygote.*.log"))
+    assert any("fork failed (Resource temporarily unavailable): a task starts cold" in p.read_text() for p in logs), \
+        [p.read_text()[-500:] for p in logs]
+    wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")
