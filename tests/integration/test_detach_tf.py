@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.support.tfrun import assert_no_processes, progress, run_dir, up, write_spec
+from tests.support.tfrun import assert_no_processes, progress, recorded, run_dir, up, write_spec
 from tests.support.cli import tfcluster
 from tests.support.waits import wait_for
 
@@ -28,7 +28,7 @@ def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_
         assert res.returncode == 0, res.stderr[-3000:]
         assert "is running detached" in res.stdout
         log = run_dir(spec) / "logs" / "worker-0.progress"  # (its records: the control channel's)
-        wait_for(lambda: re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()), 180,
+        wait_for(lambda: log.exists() and re.search(r"tfcluster-step epoch=0 step=10 ", log.read_text()), 180,
                  what="worker:0 at step 10")
         st = json.loads(tfcluster("status", str(spec), "--json").stdout)
         assert st["state"] == "running" and {t["state"] for t in st["tasks"]} == {"running"}, st
@@ -36,10 +36,9 @@ def test_down_of_a_detached_tf_run_saves_and_the_next_up_resumes(tmp_path, tfds_
         assert w0["global_step"] >= 10 and 0 <= w0["accuracy"] <= 1 and w0["examples_per_sec"] > 0, w0
         down = tfcluster("down", str(spec), timeout=120)
         assert down.returncode == 0, down.stderr
-        out = tfcluster("logs", str(spec)).stdout
-        saved = [int(p["global_step"]) for p in progress(out, "preempted")]
-        assert len(saved) == 1 and saved[0] >= 10, out[-3000:]
-        assert progress(out, "preempted", "worker:1")[0]["global_step"] == str(saved[0])  # both saved that step
+        saved = [int(p["global_step"]) for p in recorded(run_dir(spec), "preempted")]
+        assert len(saved) == 1 and saved[0] >= 10, recorded(run_dir(spec), "step")[-3:]
+        assert recorded(run_dir(spec), "preempted", "worker:1")[0]["global_step"] == str(saved[0])  # both saved that step
         status = tfcluster("status", str(spec))
         assert status.returncode == 1 and ": stopped," in status.stdout.splitlines()[0], status.stdout
         assert_no_processes(spec)

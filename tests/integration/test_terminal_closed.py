@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from tests.support.tfrun import assert_no_processes, progress, up, write_spec
+from tests.support.tfrun import assert_no_processes, progress, recorded, up, write_spec
 from tests.support.cli import start_on_terminal, tfcluster
 from tests.support.processes import pids_with_env
 from tests.support.specs import script_spec
@@ -135,10 +135,9 @@ def test_closing_the_tmux_window_of_up_saves_stops_and_the_next_up_resumes(tmp_p
     assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
     status = tfcluster("status", spec)
     assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
-    out = tfcluster("logs", spec).stdout
-    saved = [int(p["global_step"]) for p in progress(out, "preempted")]
-    assert len(saved) == 1 and saved[0] >= 10, out[-3000:]
-    assert progress(out, "preempted", "worker:1")[0]["global_step"] == str(saved[0])  # both saved that step
+    saved = [int(p["global_step"]) for p in recorded(latest.resolve(), "preempted")]
+    assert len(saved) == 1 and saved[0] >= 10, recorded(latest.resolve(), "step")[-3:]
+    assert recorded(latest.resolve(), "preempted", "worker:1")[0]["global_step"] == str(saved[0])  # both saved that step
     assert_no_processes(spec)
     result = up(spec)
     assert result.returncode == 0, result.stdout[-3000:]

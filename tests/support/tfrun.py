@@ -74,6 +74,15 @@ def progress(text: str, kind: str, task: str = "worker:0") -> list[dict]:
     return [dict(p.fields) for p in lines if p is not None and p.kind == kind]
 
 
+def recorded(run: Path, kind: str, task: str = "worker:0") -> list[dict]:
+    """The fields of ``task``'s ``tfcluster-<kind>`` records in the run record ``run``: what it
+    said on its control channel, kept in its progress file (``tfcluster logs`` shows what it
+    printed, never these), read by the launcher's own parser."""
+    path = run / "logs" / (task.replace(":", "-") + ".progress")
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return [dict(p.fields) for p in map(parse, lines) if p is not None and p.kind == kind]
+
+
 def last_step_before(text: str, marker: str, task: str = "worker:0") -> int:
     """The highest global_step of ``task``'s step lines before ``marker`` first appears in
     ``text``: how far the task had got by the time something (its kill) was reported. A kill

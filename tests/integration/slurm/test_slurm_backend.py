@@ -87,7 +87,7 @@ def test_a_failing_task_fails_the_run_with_its_own_exit_code(lab, make_spec):
 @pytest.mark.tf
 def test_mwms_two_workers_on_two_nodes_train_and_finish(lab, make_spec, tfds_dir):
     spec = make_spec(TRAIN, env=tf_env(tfds_dir))
-    proc = tfcluster(lab, "up", str(spec), timeout=280)
+    proc = tfcluster(lab, "up", str(spec), "--verbose", timeout=280)  # (verbose: the tasks' records shown)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     for key in ("worker:0", "worker:1"):
         (start,) = progress(proc.stdout, "start", key)

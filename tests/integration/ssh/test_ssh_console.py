@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.remote import source as remote_source
-from tests.support.tfrun import progress, run_and_act
+from tests.support.tfrun import progress, recorded, run_and_act
 from tests.support.cli import start_tfcluster, tfcluster
 from tests.support.terminal import up_in_a_terminal_closed_when
 from tests.support.waits import wait_for
@@ -102,9 +102,8 @@ def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_r
     assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
     status = tfcluster("status", str(spec))
     assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
-    logs = tfcluster("logs", str(spec)).stdout
-    saved = {int(p["global_step"]) for k in ("worker:0", "worker:1") for p in progress(logs, "preempted", k)}
-    assert len(saved) == 1 and min(saved) >= 5, logs[-3000:]
+    saved = {int(p["global_step"]) for k in ("worker:0", "worker:1") for p in recorded(latest.resolve(), "preempted", k)}
+    assert len(saved) == 1 and min(saved) >= 5, recorded(latest.resolve(), "step", "worker:1")[-3:]
     wait_for(lambda: not any(task_processes(lab).values()), 30, what="nothing of the run left on any host",
              detail=lambda: str(task_processes(lab)))
     code, out = run_and_act(spec, [], timeout=280)
