@@ -47,12 +47,22 @@ def _events(spec) -> list[ev.RecordEvent]:
     return read_records(latest_run(spec))
 
 
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _worker_pid(lab, node: str) -> int:
     """The training process (``python -m worker``) on ``node``: found in the node's namespace, not
-    the warm standby beside it (started with TFCLUSTER_STANDBY=1)."""
+    the warm standby beside it (started with TFCLUSTER_STANDBY=1), nor the task wrapper whose
+    command line holds the task's (the task is its child)."""
     def find():
         standbys = set(pids_with_env("TFCLUSTER_STANDBY", "1"))
-        return [p for p in lab.node_pids(node) if "-m worker" in _cmdline(p) and p not in standbys]
+        found = [p for p in lab.node_pids(node) if "-m worker" in _cmdline(p) and p not in standbys]
+        return [p for p in found if p not in {_ppid(q) for q in found}]
     (pid,) = wait_for(find, 30, what=f"the worker process on {node}")
     return pid
 
