@@ -22,6 +22,10 @@ def say(text: str) -> None:
         pass
 
 
+# What a waiter ignores: the signals a host's shutdown or a terminal sends to every process.
+HOLD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class Waiter:
     """A task's own waiter, forked from the server for each task: it forks the task, is its parent
     and reaps it, and tells the wrapper its pid and then its exit on the wrapper's connection. So a
@@ -41,6 +45,10 @@ class Waiter:
             os.setsid()
             wake_r, _wake_w = wake_pipe()
             me = os.getpid()
+            # A host shutting down sends SIGTERM to every process: the waiter must outlive its task
+            # (whose PR_SET_PDEATHSIG would kill it mid-save), as a cold start's wrapper does. Held
+            # over the fork, ignored here after it; the task gets a fresh interpreter's mask.
+            signal.pthread_sigmask(signal.SIG_BLOCK, HOLD)
             try:
                 task = os.fork()
             except OSError as exc:
@@ -49,6 +57,9 @@ class Waiter:
                 os._exit(0)
             if task == 0:
                 become(self.server, self.conn, req, entry, fds, [self.peer, *wake_fds()], me)  # never returns
+            for sig in HOLD:
+                signal.signal(sig, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HOLD)
             close(fds)
             forked.show_argv([f"{SAY}: the waiter of task {task}"])  # (ps: not another zygote)
             answer(self.conn, {"pid": task}, keep=True)

@@ -108,6 +108,7 @@ def test_ps_shows_the_tasks_own_argv_not_the_zygotes(zygote, tmp_path):
     for argv, shown in (([sys.executable, str(tmp_path / "train_me.py"), "--steps", "5"],
                          f"{sys.executable} {tmp_path / 'train_me.py'} --steps 5"),
                         ([sys.executable, "-c", code, "x"], f"{sys.executable} -c {code[:60]}... x")):
+        pidfile.unlink(missing_ok=True)  # (the first task's, else read before the second's wrapper writes it)
         p = wrap(zygote, argv, pidfile=pidfile)
         assert p.stdout.readline() == b"up\n"
         task = task_pid(pidfile)
@@ -378,3 +379,24 @@ def test_a_request_its_wrapper_gave_up_on_forks_nothing(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         log.close()
+
+
+def test_a_host_shutdown_sigterm_to_every_process_lets_a_forked_task_save(zygote, tmp_path):
+    """A VM shutting down (a Spot preemption) sends SIGTERM to every process at once: the zygote,
+    the task's waiter, the task and its wrapper. The task's own handler must get to save and exit
+    as it chooses, as under a cold start: the waiter, its parent, outlives the SIGTERM (the task
+    has PR_SET_PDEATHSIG SIGKILL, which a waiter ended by it would fire mid-save)."""
+    code = ("import signal, sys, time\nterm = []\nsignal.signal(signal.SIGTERM, lambda *a: term.append(1))\n"
+            "print('up', flush=True)\nwhile not term: time.sleep(0.02)\n"
+            "time.sleep(0.5); print('saved', flush=True); sys.exit(0)")
+    pidfile = tmp_path / "task.pid"
+    p = wrap(zygote, [sys.executable, "-c", code], pidfile=pidfile)
+    assert p.stdout.readline() == b"up\n"
+    task = task_pid(pidfile)
+    with open(f"/proc/{task}/stat") as fh:
+        waiter = int(fh.read().rsplit(")", 1)[1].split()[1])
+    assert waiter not in (p.pid, zygote_pid(tmp_path)), waiter  # (forked: its parent is its waiter)
+    for pid in (zygote_pid(tmp_path), waiter, task, p.pid):
+        os.kill(pid, signal.SIGTERM)
+    out, err = finish(p)
+    assert (p.returncode, out) == (0, "saved\n"), (p.returncode, out, err)
