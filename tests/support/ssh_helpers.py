@@ -33,8 +33,10 @@ SHOW = (
 NOTICE = 6.0
 
 
-def launch(spec: Path) -> subprocess.Popen:
-    return start_tfcluster("up", spec, stderr=subprocess.PIPE)
+def launch(spec: Path, *args: str) -> subprocess.Popen:
+    """``tfcluster up SPEC ARGS`` started, stdout and stderr apart (``--verbose``: with the tasks'
+    records, where a test acts on one)."""
+    return start_tfcluster("up", spec, *args, stderr=subprocess.PIPE)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str, str]:

@@ -58,7 +58,10 @@ def supervisors(spec: Path) -> list[int]:
 
 def test_supervisor_on_a_host_launcher_disconnects_run_completes(lab, make_spec, tmp_path):
     gate = tmp_path / "gate"
-    spec = make_spec([PY, "-c", TRAINER, "30", str(gate)], hosts=["h1", "h2"], ssh={"supervisor": "h1"})
+    # (TRAINER prints its records: the spec opts in to reading printed ones, watchdog.printed_progress,
+    # so the run's accuracy and goodput come from them)
+    spec = make_spec([PY, "-c", TRAINER, "30", str(gate)], hosts=["h1", "h2"], ssh={"supervisor": "h1"},
+                     watchdog={"startup_timeout": 120, "stop_grace": 2, "printed_progress": True})
     try:
         res = tfcluster("up", str(spec), "--detach", timeout=180)
         assert res.returncode == 0, res.stdout + res.stderr

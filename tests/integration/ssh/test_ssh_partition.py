@@ -131,7 +131,7 @@ def test_tf_survivor_aborted_by_a_partition_is_a_consequence_and_the_group_resta
                      ssh={"lease": 25, "require": ["tensorflow", "tf_keras"]},
                      restart={"max_restarts": 1, "backoff": 5})
     h2 = lab.host("h2")
-    proc = launch(spec)
+    proc = launch(spec, "--verbose")  # (the step record it cuts at: verbose shows records)
     cut = threading.Event()
 
     def on_out(line):
