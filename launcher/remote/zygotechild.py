@@ -98,10 +98,12 @@ _BLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_"
 def blas_threads(value) -> None:
     """OpenBLAS's pool as a cold start's import would size it from the task's OMP_NUM_THREADS (or
     OPENBLAS_NUM_THREADS): each OpenBLAS loaded (numpy's) told ``value`` threads. The zygote's
-    import sized it from the zygote's environment, where a task's thread budget is not."""
+    import sized it from the zygote's environment, where a task's thread budget is not. Without
+    one, the count a cold import takes (OpenBLAS's get_num_procs: this process's CPUs): the fork
+    kept none of the zygote's pool threads, which a cold start would have."""
     try:
-        n = int(value or 0)
-    except ValueError:
+        n = int(value) if value else len(os.sched_getaffinity(0))
+    except (ValueError, OSError):
         return
     if n <= 0:
         return

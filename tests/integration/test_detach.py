@@ -57,7 +57,8 @@ TRAINER = """\
 
 def _spec(tmp_path: Path, steps: int, gate: Path | None = None) -> Path:
     env = f"{{STEPS: '{steps}', GATE: '{gate}'}}" if gate else f"{{STEPS: '{steps}'}}"
-    return script_spec(tmp_path, TRAINER, extra=f"env: {env}\n", watchdog="{stop_grace: 5}")
+    # (TRAINER prints its records: the spec opts in to reading printed ones, watchdog.printed_progress)
+    return script_spec(tmp_path, TRAINER, extra=f"env: {env}\n", watchdog="{stop_grace: 5, printed_progress: true}")
 
 
 def status_json(path: Path) -> tuple[int, dict]:
@@ -257,7 +258,8 @@ def _panel_rows(screen: str) -> dict[str, tuple[int, int, int]]:
 
 def test_attach_in_a_terminal_shows_the_live_panel_and_ctrl_c_leaves_the_run_going(tmp_path, tmux):
     assert EPOCH_TRAINER.count("epochs=50") == 1 and "tfcluster-epoch" in EPOCH_TRAINER  # (the replaces applied)
-    path = script_spec(tmp_path, EPOCH_TRAINER, extra="env: {STEPS: '500'}\n", watchdog="{stop_grace: 5}")
+    path = script_spec(tmp_path, EPOCH_TRAINER, extra="env: {STEPS: '500'}\n",
+                       watchdog="{stop_grace: 5, printed_progress: true}")  # (it prints its records)
     try:
         detach(path)
         run_id = (tmp_path / "runs" / "t" / "latest").resolve().name

@@ -89,7 +89,7 @@ def test_the_wheel_in_a_fresh_virtualenv_runs_the_demo_beside_a_users_worker_py(
     assert [t["command"][0] for t in json.loads(plan.stdout)["tasks"]] == ["tfcluster-worker"] * 2
     assert "warning" not in plan.stderr
 
-    up = _run([bindir / "tfcluster", "up", "--plain"], user, env, timeout=600)
+    up = _run([bindir / "tfcluster", "up", "--plain", "--verbose"], user, env, timeout=600)  # (verbose: the results)
     out = up.stdout + up.stderr
     assert up.returncode == 0, out[-4000:]
     assert "USER-WORKER-PY-RAN" not in out and "USER-LAUNCHER-PY-RAN" not in out

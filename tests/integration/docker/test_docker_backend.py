@@ -288,7 +288,7 @@ def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engin
 def test_demo_trains_in_containers(tmp_path, docker_engine, worker_image):
     spec = docker_spec(tmp_path, docker_engine.url, DEMO_ARGS)
     started = time.monotonic()
-    code, out = _run(spec, timeout=900)
+    code, out = _run(spec, "--verbose", timeout=900)  # (verbose: the tasks' records, their results, shown)
     assert code == 0, out[-6000:]
     assert "run succeeded after 1 attempt(s)" in out
     results = re.findall(r"tfcluster-result task=(worker:\d) epochs=2 epochs_run=2 .*accuracy=([0-9.]+)", out)
@@ -309,7 +309,7 @@ def test_killed_container_group_restart_resumes(tmp_path, docker_engine, worker_
                  "--progress-every 5 --step-delay 0.5", max_restarts=2)
     # The cold restart: new containers for every task (the warm one: test_docker_standby.py).
     spec.write_text(spec.read_text().replace("restart: {max_restarts: 2}", "restart: {max_restarts: 2, warm_standby: false}"))
-    proc = _launch(spec)
+    proc = _launch(spec, "--verbose")  # (its start records read below)
     try:
         log0 = lambda: (_run_dir(spec) / "logs" / "worker-0.progress")  # noqa: E731 (its records)
         wait_for(lambda: log0().exists() and "tfcluster-epoch epoch=1 " in log0().read_text(), 600, 0.5,

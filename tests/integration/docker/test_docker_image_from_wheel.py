@@ -90,7 +90,7 @@ def test_a_wheel_install_builds_the_worker_image_and_runs_two_workers(installed,
         f"    args: {{PIP_NO_INDEX: '1', PIP_FIND_LINKS: '{args['PIP_FIND_LINKS']}'}}\n")
     client = docker_engine.client()
     try:
-        result = _tfcluster(installed, user, "up", "cluster.yaml", timeout=1500)
+        result = _tfcluster(installed, user, "up", "cluster.yaml", "--verbose", timeout=1500)  # (verbose: the results)
         out = result.stdout + result.stderr
         assert result.returncode == 0, out[-6000:]
         assert f"built image {TAG}" in out and "worker Dockerfile (the installed package)" in out, out[-3000:]
