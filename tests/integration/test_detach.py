@@ -285,7 +285,8 @@ def test_attach_in_a_terminal_shows_the_live_panel_and_ctrl_c_leaves_the_run_goi
         wait_for(lambda: later.update(_panel_rows(screen())) or
                  (len(later) == 2 and all(later[k][2] >= first[k][2] + 5 for k in first)), 30,
                  what="the rows to advance")
-        assert "tfcluster-step" not in screen()  # step lines feed the rows, they do not scroll above them
+        # (its printed step lines feed the rows, printed_progress: on, and, being its output too,
+        # may show above them: a task's output is shown as it is, docs/concepts/trust.md)
 
         tmux("send-keys", "-t", "at", "C-c")
         wait_for(lambda: "ATTACH-EXIT=" in screen(), 20, what="attach to return after Ctrl-C")
