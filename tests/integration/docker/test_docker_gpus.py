@@ -310,7 +310,28 @@ def test_each_container_runs_with_the_env_its_plan_shows(tmp_path, monkeypatch, 
     fake_gpus(monkeypatch, tmp_path, 2)
     names = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
              "TFCLUSTER_THREADS", "TFCLUSTER_GPUS")
-    show = f"import os; print('SEEN', os.environ['TFCLUSTER_TASK'], [os.environ.get(n) for n in {names!r}], flush=True)"
+    # The ps and the workers are servers, stopped once the chief is done; one whose container
+    # started later than the chief ended never printed (seen in CI). So each, having printed,
+    # listens on its port as a server would, and the chief leaves once it has reached them all.
+    show = (f"import json, os, socket, time\n"
+            f"print('SEEN', os.environ['TFCLUSTER_TASK'], [os.environ.get(n) for n in {names!r}], flush=True)\n"
+            "config = json.loads(os.environ['TF_CONFIG'])\n"
+            "me = config['task']\n"
+            "if me['type'] != 'chief':\n"
+            "    port = int(config['cluster'][me['type']][me['index']].rsplit(':', 1)[1])\n"
+            "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "    s.bind(('', port)); s.listen(); s.settimeout(120)\n"
+            "    while True: s.accept()\n"
+            "deadline = time.monotonic() + 120\n"
+            "for kind, addresses in config['cluster'].items():\n"
+            "    for address in addresses if kind != 'chief' else ():\n"
+            "        host, port = address.rsplit(':', 1)\n"
+            "        while True:\n"
+            "            try:\n"
+            "                socket.create_connection((host, int(port)), timeout=2).close(); break\n"
+            "            except OSError:\n"
+            "                if time.monotonic() > deadline: raise SystemExit('nothing listened at ' + address)\n"
+            "                time.sleep(0.2)\n")
     spec = _spec(tmp_path, docker_engine.url, "dkenv", "parameter_server", {"chief": 1, "worker": 2, "ps": 1},
                  ["python", "-c", show], devices={"gpus": 0})
     planned = tfcluster("plan", str(spec), "--json", cwd=REPO, env={"PYTHONPATH": str(REPO)})
