@@ -35,6 +35,11 @@ if [ "${TFCLUSTER_TEST_SHARDS:-2}" = 1 ]; then
     exec python -m pytest "$@"
 fi
 local_log=$(mktemp /tmp/tfcluster-tests-local.XXXXXX)
+# How busy the machine's CPUs were over both shards (from /proc/stat's first line: user nice system
+# idle iowait ...): near 100 % the suite's time is its work, well below it the shards wait on
+# something (timeouts, sleeps in tasks) and a third shard would shorten the run.
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat; }
+read -r busy_before idle_before < <(cpu_ticks)
 # A background job of a script starts with SIGINT ignored, and so does everything this script
 # starts when it is itself such a job (a CI runner's, `nohup ... &`); give each pytest back its
 # Ctrl-C (the terminal sends it to both shards: one process group).
@@ -57,5 +62,7 @@ rm -f "$local_log"
 # Exit 5: no test of that shard was selected (e.g. a path or -k that only the other shard has).
 [ "$labs" = 5 ] && [ "$local" != 5 ] && labs=0
 [ "$local" = 5 ] && [ "$labs" != 5 ] && local=0
+read -r busy_after idle_after < <(cpu_ticks)
+echo "tests/run.sh: the CPUs ($(nproc)) were busy $(( 100 * (busy_after - busy_before) / (busy_after - busy_before + idle_after - idle_before + 1) )) % of the run" >&2
 echo "tests/run.sh: labs shard exit $labs, local shard exit $local" >&2
 [ "$labs" = 0 ] && [ "$local" = 0 ]
