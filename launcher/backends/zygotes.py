@@ -129,7 +129,7 @@ RESTARTS = 3
 
 
 class Restarts:
-    """What becomes of a host's zygote that ended, the same on every backend: started again at the
+    """What becomes of a host's zygote that ended, the same on local and ssh: started again at the
     next start that asks for it, at most RESTARTS times in a run; never again once it said it
     serves nothing (its reason: PATH.cold) or past the bound. ``off``: why the host's tasks start
     cold from now on ("" while it is started again)."""
