@@ -140,7 +140,7 @@ class LocalBackend(BackendKind):
         state = record.state_dir if record is not None else state_dir(runs_dir(loaded), spec.name)
         run = LocalRun(workdir=(loaded.base_dir / spec.workdir).resolve(), run_dir=run_dir, state_dir=state,
                        stop_grace=spec.watchdog.stop_grace)
-        return Backend(cls, LocalHosts(run), LocalTasks(run))
+        return Backend(cls, LocalHosts(run), LocalTasks(run, record.write if record is not None else None))
 
     @classmethod
     def task_dirs(cls, loaded: "LoadedSpec") -> list[Path]:
@@ -222,10 +222,11 @@ class LocalHosts(Hosts):
 class LocalTasks(Tasks):
     """Each task a child process group of this launcher, under taskwrap."""
 
-    def __init__(self, run: LocalRun) -> None:
+    def __init__(self, run: LocalRun, write=None) -> None:
+        """``write``: the run record's (the zygote's events), or None."""
         self.run = run
         self._standbys = 0
-        self.zygote = LocalZygote(run.run_dir, run.workdir, run.stop_grace)
+        self.zygote = LocalZygote(run.run_dir, run.workdir, run.stop_grace, write, LOCAL_HOST)
 
     def _env(self, task: PlannedTask, extra: Mapping[str, str]) -> dict[str, str]:
         env = dict(os.environ)

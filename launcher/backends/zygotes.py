@@ -20,17 +20,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
+from launcher.bounded import one_line
 from launcher.contract.usestf import uses_tensorflow
 from launcher.contract.entrypoint import is_reference_worker, python_entry
+from launcher.record import events as ev
 from launcher.remote import HERE, taskwrap_path
+from launcher.remote.privsock import bind_private, private_dir
 
 # What the reference worker imports ahead (worker/main.py import_tensorflow).
 WORKER_IMPORTS = ("tensorflow", "tensorflow_datasets", "tf_keras")
@@ -122,8 +123,45 @@ def zygote_module():
     return zygote
 
 
-# How many times a run's zygote is started again after it ended (a crash loop gives up: its tasks start cold).
+# How many times a host's zygote is started again in a run after it ended (a crash loop gives up:
+# its tasks start cold).
 RESTARTS = 3
+
+
+class Restarts:
+    """What becomes of a host's zygote that ended, the same on local and ssh: started again at the
+    next start that asks for it, at most RESTARTS times in a run; never again once it said it
+    serves nothing (its reason: PATH.cold) or past the bound. ``off``: why the host's tasks start
+    cold from now on ("" while it is started again)."""
+
+    def __init__(self, host: str, where: str = "") -> None:
+        self.host = host
+        self.where = where or f"host {host}'s zygote"  # the subject of the note
+        self.count = 0
+        self.off = ""
+
+    def ended(self, code: Optional[int], why: str = "") -> ev.ZygoteEnded:
+        """The zygote ended (its wrapper's exit ``code``, None where unknown; ``why``: the reason it
+        left, or ""): decided (``off`` set where it is not started again), as the run record's
+        event, whose ``said`` is the one-line note."""
+        why = one_line(why, 300) if why else ""  # (a host's words: bounded, escaped)
+        exit_text = "exit unknown" if code is None else f"exit {code}"
+        if why:
+            self.off = why
+        elif self.count >= RESTARTS:
+            self.off = f"{self.where} ended {self.count + 1} times (last {exit_text})"
+        self.count += 1
+        said = (f"{self.where} ended ({exit_text}); "
+                + (f"its tasks start cold from now on: {self.off}" if self.off else
+                   f"a new one starts ({self.count} of {RESTARTS})"))
+        return ev.ZygoteEnded(host=self.host, code=code, restart=None if self.off else self.count, cold=self.off,
+                              said=said)
+
+    def not_started(self, why: str) -> ev.ZygoteEnded:
+        """The new one could not be started (``why``: its starter's words): cold from now on."""
+        self.off = f"a new one could not start ({one_line(why, 300)})"
+        return ev.ZygoteEnded(host=self.host, cold=self.off, said=f"{self.where}: its tasks start cold from now on: "
+                                                                   f"{self.off}")
 
 
 class LocalZygote:
@@ -133,13 +171,15 @@ class LocalZygote:
     waits finds the new one), never again once it said it serves nothing (PATH.cold), stopped at
     close."""
 
-    def __init__(self, run_dir: Path, workdir: Path, grace: float) -> None:
+    def __init__(self, run_dir: Path, workdir: Path, grace: float,
+                 write: Optional[Callable[[ev.ZygoteEnded], None]] = None, host: str = "localhost") -> None:
+        """``write``: the run record's (its zygote_ended events, of ``host``: this machine's name in the plan)."""
         self.run_dir, self.workdir, self.grace = run_dir, workdir, grace
         self.dir: Optional[str] = None
         self.proc: Optional[subprocess.Popen] = None
         self._pids = 0
-        self.restarts = 0
-        self.off = ""  # why the run's tasks start cold from now on
+        self.restarts = Restarts(host, "the run's zygote")
+        self.write = write
 
     def socket_for(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[Optional[str], list[str]]:
         """The zygote's socket for a task of ``argv`` and ``env`` that asked to be forked (started
@@ -158,11 +198,11 @@ class LocalZygote:
                env: Optional[Mapping[str, str]] = None) -> bool:
         """Whether a zygote serves the run now: started (``found``, ``env``: its interpreter,
         imports and environment; else only where one ran before) or started again where it ended."""
-        if self.off:
+        if self.restarts.off:
             return False
         if self.proc is not None and self.proc.poll() is not None:
             self._ended(self.proc.returncode)
-            if self.off:
+            if self.restarts.off:
                 return False
             found, env = self._last
         if self.proc is None or self.proc.poll() is not None:
@@ -172,17 +212,12 @@ class LocalZygote:
         return True
 
     def _ended(self, code: int) -> None:
-        """The zygote ended: its reason where it gave one (it serves nothing), else started again
-        up to RESTARTS times; said in zygote.log."""
-        why = zygote_module().cold_reason(self.path())
-        if why:
-            self.off = why
-        elif self.restarts >= RESTARTS:
-            self.off = f"the run's zygote ended {self.restarts + 1} times (last exit {code})"
-        self.restarts += 1
-        self._log(f"tfcluster: the run's zygote ended (exit {code}); "
-                  + (f"its tasks start cold from now on: {self.off}" if self.off else
-                     f"a new one starts ({self.restarts} of {RESTARTS})"))
+        """The zygote ended: Restarts decides (its reason where it gave one: it serves nothing),
+        written in the run record and in zygote.log."""
+        event = self.restarts.ended(code, zygote_module().cold_reason(self.path()))
+        self._log("tfcluster: " + event.said)
+        if self.write is not None:
+            self.write(event)
 
     def _log(self, line: str) -> None:
         with open(self.run_dir / LOG, "a", encoding="utf-8") as fh:
@@ -198,8 +233,8 @@ class LocalZygote:
         self._last = (found, dict(env))
         exe = shutil.which(interpreter[0], path=env.get("PATH")) or interpreter[0]
         if self.dir is None:
-            self.dir = tempfile.mkdtemp(prefix="tfcluster-zygote-")
-        listener = bind(self.path())
+            self.dir = private_dir()
+        listener = bind_private(self.path())
         log = open(self.run_dir / LOG, "ab")
         try:
             self.proc = subprocess.Popen(
@@ -229,19 +264,3 @@ class LocalZygote:
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-
-def bind(path: str) -> socket.socket:
-    """A unix socket listening at ``path`` (mode 0600: bound under umask 077), a stale one there
-    (a zygote that ended) replaced."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o077)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(128)
-    return listener

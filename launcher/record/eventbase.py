@@ -41,6 +41,7 @@ class Event(Word):
     HOST_ADDED = "host_added"
     HOST_WAIT = "host_wait"
     HOST_PREEMPTED = "host_preempted"
+    ZYGOTE_ENDED = "zygote_ended"
     DISCOVERY = "discovery"
     OUTCOME = "outcome"
     STATE_SYNC = "state_sync"

@@ -37,6 +37,7 @@ A run's events come in this order:
         for hosts, at the preflight (written before run_start, once the record exists) or after a
         host loss; it ends with the next start, replan or outcome)
     host_preempted (ssh: a task's wrapper saw GCE's preemption notice; its host is lost at once)
+    zygote_ended (a host's fork server ended: started again at the next start, or its tasks cold)
     discovery (elastic: discovery.command's answer changed the hosts, or failed: ok, added, gone,
         problem)
     host_added (elastic: a lost or newly found host answered for elastic.settle s: a spare again, or
@@ -71,7 +72,7 @@ from launcher.record.eventbase import (  # noqa: F401 (Event, RecordEvent, RunRe
 # module (``import launcher.record.events as ev``; ``ev.HostLost``).
 from launcher.record.hostevents import (  # noqa: F401
     DiscoveryAnswer, GpuUsage, HostAdded, HostLost, HostPreempted, HostWait, Replan, SlurmCancelled, SlurmRunning,
-    SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus)
+    SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus, ZygoteEnded)
 # The supervisor's own steps and verdicts, named here too.
 from launcher.record.supervisorevents import (  # noqa: F401
     SUPERVISOR_KINDS, AttemptEnded, GaveUp, GpuWatchEnded, GroupStalled, HostsAnswer, HostsAwaited, OutputFault,
@@ -295,7 +296,7 @@ KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
     RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, GroupRestart, TaskRestart, Stopped,
     StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
     DiscoveryAnswer, RunOutcome, StateSyncMode, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
-    GpuUsage, TaskGpus, Straggler, *SUPERVISOR_KINDS)}
+    GpuUsage, TaskGpus, Straggler, ZygoteEnded, *SUPERVISOR_KINDS)}
 
 
 # ------------------------------------------------------------------ reading

@@ -1,9 +1,10 @@
 """The run record's events about hosts, and the backends' own (record/events.py holds those of the
 run, its attempts and its tasks, and ``KINDS``, which maps every kind to its class): elastic host
-changes (host_lost, replan, host_added, host_wait, host_preempted, discovery), the ssh state dir
-(state_sync, state_copy, state_fetch), Slurm's allocation (slurm_submitted, slurm_running,
-slurm_cancelled) and the GPUs (gpu_usage, task_gpus). Each is a frozen dataclass of
-record/eventbase.py's ``RecordEvent``; readers reach them as ``launcher.record.events``' names."""
+changes (host_lost, replan, host_added, host_wait, host_preempted, discovery), a host's fork
+server (zygote_ended), the ssh state dir (state_sync, state_copy, state_fetch), Slurm's allocation
+(slurm_submitted, slurm_running, slurm_cancelled) and the GPUs (gpu_usage, task_gpus). Each is a
+frozen dataclass of record/eventbase.py's ``RecordEvent``; readers reach them as
+``launcher.record.events``' names."""
 
 from __future__ import annotations
 
@@ -81,6 +82,22 @@ class HostWait(RecordEvent):
 class HostPreempted(RecordEvent):
     KIND: ClassVar[str] = Event.HOST_PREEMPTED
     host: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZygoteEnded(RecordEvent):
+    """A host's fork server (launcher/remote/zygote.py) ended (``code``: its wrapper's exit, where
+    known): started again (``restart``: the n-th time this run) or not (``cold``: why the host's
+    tasks start cold from now on). ``said``: the one-line note (launcher/backends/zygotes.py
+    Restarts), as said in the console. Tasks it forked before are not touched: each has its own
+    waiter."""
+
+    KIND: ClassVar[str] = Event.ZYGOTE_ENDED
+    host: str
+    code: Optional[int] = None
+    restart: Optional[Count] = None
+    cold: str = ""
+    said: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,8 +31,8 @@ Protocol (one JSON object per line on stdin/stdout):
    a "targets" request with "marker" (a check: the other hosts) add "marker" (and
    "marker_error") to their replies.
    Request 1 with "zygote" also starts the host's fork server (zygotehost.py): the reply adds
-   "zygote": {"socket": path} or {"error": text}. It ends with this agent; "keep" instead of "go"
-   (no reply) makes this agent its keeper, stdin its lifeline from then on (zygotehost.keep).
+   "zygote": {"socket": path} or {"error": text}. It ends with this agent; "keep" instead of "go" (no
+   reply) makes this agent its keeper, stdin its lifeline, its channel the server's (zygotehost.keep).
 3. request  -> {"go": {"env": {...}, "args": [taskwrap options, "--", argv...]}}
    no reply: the ports are released and this process becomes the task wrapper (``boot.py``
    and ``taskwrap.py`` uploaded in step 1), pid and channel unchanged, once the run dir and
@@ -405,7 +405,7 @@ def main(argv):
                 _unlink(written)
                 written = None
                 if "keep" in req:  # (its server's lifeline closes in finally, once this one's ends)
-                    return zygote[0].keep(lines.fd, float((req["keep"] or {}).get("lease") or 0), socks)
+                    return zygote[0].keep(lines, req["keep"] or {}, socks, zygote[1], first["zygote"], reply)
                 return _go(req["go"], socks, reply["run_dir"], tag)
     finally:
         _unlink(written)
@@ -421,7 +421,7 @@ def _zygote(order, run_dir, workdir):
     """The host's fork server started (zygotehost.py: its files checked again before it is imported):
     ((zygotehost, its process) or None, the reply's "zygote")."""
     problem = unsafe(run_dir, files=("zygotehost.py", "taskwrap.py", "sibling.py", "zygote.py", "zygotewait.py",
-                                     "zygotechild.py"))
+                                     "zygotechild.py", "privsock.py"))
     if problem:
         return None, {"error": "refusing to run code from %s: %s" % (run_dir, problem)}
     sys.path.insert(0, run_dir)

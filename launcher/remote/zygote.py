@@ -15,9 +15,9 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
   the one a process started with, the zygote's, unless it is rewritten in place (_show_environ).
 * ``--listen-fd N``: PATH, bound and listening already, is descriptor N: its starter bound it
   before anything could ask, so a wrapper never waits for a socket to appear, and a connection
-  refused is a server gone (zygoteask.ask). Without it, it binds PATH (a unix socket, mode 0600:
-  bound under umask 077) at once. Then it imports the modules; a request that came meanwhile
-  waits in the backlog for the import.
+  refused is a server gone (zygoteask.ask). Without it, it binds PATH at once (privsock.py: a
+  unix socket under umask 077, in a dir only this user can enter; else one line, exit 2). Then it
+  imports the modules; a request that came meanwhile waits in the backlog for the import.
 * The wrapper (taskwrap.py ``--zygote PATH``) connects and sends its task: argv, environment and
   working directory, with its stdin/stdout/stderr as descriptors (SCM_RIGHTS). Only a peer of this
   process's own uid is served (SO_PEERCRED): another user of the host gets nothing forked.
@@ -61,6 +61,7 @@ from sibling import sibling  # noqa: E402
 
 sys.path.pop(0)
 waits = sibling("zygotewait")  # (and zygotechild, which it imports)
+privsock = sibling("privsock")
 
 # What every task of a host has its own of: they may differ between the zygote and a task.
 TASK_OWN_PREFIXES = ("TFCLUSTER_",)
@@ -285,7 +286,11 @@ def main(argv: list) -> int:
     if not path:
         _say("usage: zygote.py --socket PATH [--listen-fd N] [--import MODULE,...] [--pad NAME]")
         return 2
-    listener = _listen(path, fd)
+    try:
+        listener = _listen(path, fd)
+    except OSError as exc:
+        _say(str(exc) if isinstance(exc, privsock.NotPrivate) else f"cannot bind {path} ({exc.strerror or exc})")
+        return 2
     import gc
     import importlib
 
@@ -317,19 +322,12 @@ def main(argv: list) -> int:
 def _listen(path: str, fd) -> socket.socket:
     """The listening socket: ``fd``, bound and listening already (its starter bound it before
     anything could ask: a wrapper never waits for the socket to appear, and a refused
-    connection is a server gone), or PATH bound now under umask 077."""
+    connection is a server gone), or PATH bound now (privsock.bind_private: only this user's)."""
     if fd is not None and fd >= 0:
         listener = socket.socket(fileno=fd)
         listener.listen(128)  # (again: the peer credentials a wrapper reads are this process's)
         return listener
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o077)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(128)
-    return listener
+    return privsock.bind_private(path)
 
 
 def not_served(path: str, listener, why: str) -> None:

@@ -2,38 +2,49 @@
 (request 1's "zygote": {"argv": [python, options...], "imports": [...], "env": {...}, "pad":
 NAME, "title": N, "grace": s}; then "keep"):
 zygote.py under taskwrap.py in the environment boot.py gives a task (the agent's own, the run's
-common variables, the interpreter's dir first on PATH), its socket bound first (the wrappers
-never wait for one that is gone: zygoteask.py), its lines in the run dir's zygote.HOST.log. Its
-lifeline is the agent, which the launcher keeps as its own channel, leased like a task's: the
-server ends with the run and never outlives a lost session. Stdlib only, Python 3.6+; shipped
-in the run dir (launcher/remote/__init__.py TASK_FILES), imported by the agent from there."""
+common variables, the interpreter's dir first on PATH), its socket bound first (privsock.py: the
+wrappers never wait for one that is gone: zygoteask.py), its lines in the run dir's
+zygote.HOST.log. Its lifeline is the agent, which the launcher keeps as its own channel, leased
+like a task's: the server ends with the run and never outlives a lost session.
 
+The keeper's channel (after "keep", stdin also carries the lease's bytes, "."):
+  <- {"ended": exit code, "cold": its reason or ""}  once the server ended (at once: its pidfd)
+  -> {"restart":true}                                  start a new one, on the same socket path
+  <- {"restarted": {"socket": path} | {"error": text}}
+The launcher decides whether to ask (launcher/backends/zygotes.py Restarts); tasks forked from an
+ended server keep their own waiters (zygotewait.py), nothing of theirs depends on it.
+Stdlib only, Python 3.6+; shipped in the run dir (launcher/remote/__init__.py TASK_FILES),
+imported by the agent from there."""
+
+import json
 import os
 import select
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shipped beside it
+from sibling import sibling  # noqa: E402
 
-def start(order, run_dir, workdir):
+sys.path.pop(0)
+privsock = sibling("privsock")
+
+
+def start(order, run_dir, workdir, path=None):
     """Start the host's fork server (zygote.py under taskwrap.py, beside this file in ``run_dir``)
-    for ``order`` (agent.py's request 1 "zygote"): (its process or None, what the reply says)."""
+    for ``order`` (agent.py's request 1 "zygote"), its socket at ``path`` (a new one's: the path of
+    the one that ended) or in a new private dir: (its process or None, what the reply says)."""
     try:
         # A private dir of this host's own (0700), not the run dir: that may be shared between
         # hosts (an NFS home), and a unix socket's path is at most 107 bytes.
-        path = os.path.join(tempfile.mkdtemp(prefix="tfcluster-zygote-"), "z.sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o077)
-        try:
-            listener.bind(path)
-        finally:
-            os.umask(old)
-        listener.listen(128)
+        path = path or os.path.join(privsock.private_dir(), "z.sock")
+        listener = privsock.bind_private(path)
+    except privsock.NotPrivate as exc:
+        return None, {"error": str(exc)}
     except OSError as exc:
-        return None, {"error": "cannot bind %s (%s)" % (path, exc.strerror)}
+        return None, {"error": "cannot bind %s (%s)" % (path or "a socket in the temp dir", exc.strerror or exc)}
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (order.get("env") or {}).items()})
     bindir = os.path.dirname(sys.executable)  # as boot.py gives a task its PATH
@@ -56,6 +67,10 @@ def start(order, run_dir, workdir):
     finally:
         listener.close()  # the server's (and its wrapper's) from now on: refused once they are gone
     proc.socket_path = path
+    try:  # (the keeper notices its end at once: keep)
+        proc.pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        proc.pidfd = None
     return proc, {"socket": path}
 
 
@@ -76,27 +91,62 @@ def end(proc, grace):
         proc.wait(timeout=grace + 5)
     except subprocess.TimeoutExpired:
         pass
+    _close_pidfd(proc)
     shutil.rmtree(os.path.dirname(proc.socket_path), ignore_errors=True)
 
 
-def keep(fd, lease, socks=()):
-    """The host agent stays the fork server's keeper (agent.py "keep") until its stdin ``fd``
-    closes or, with a lease, stays silent for ``lease`` seconds (as taskwrap.py's lifeline); then
-    the agent ends, and the server's lifeline (its wrapper's stdin, a pipe) with it. ``socks``:
-    the ports the preflight held, released first. Returns 0 (the agent's exit)."""
+def _close_pidfd(proc):
+    if getattr(proc, "pidfd", None) is not None:
+        os.close(proc.pidfd)
+        proc.pidfd = None
+
+
+def keep(lines, order, socks, proc, zygote, reply):
+    """The host agent stays the fork server's keeper (agent.py "keep": ``order``) until its stdin
+    (``lines``, agent.py's reader) closes or, with a lease, stays silent for that many seconds (as
+    taskwrap.py's lifeline); then the agent ends, and the server's lifeline (its wrapper's stdin, a
+    pipe) with it. Meanwhile it says when the server ends and starts a new one when asked (the
+    module's docstring), for ``zygote`` (request 1's) in ``reply``'s dirs. ``socks``: the ports
+    the preflight held, released first. Returns 0 (the agent's exit)."""
     for sock in socks:
         sock.close()
-    last = time.monotonic()
-    while True:
-        timeout = 1.0 if lease <= 0 else max(0.1, min(1.0, lease / 4))
-        ready, _, _ = select.select([fd], [], [], timeout)
-        if ready:
-            try:
-                data = os.read(fd, 4096)
-            except OSError:
-                data = b""
-            if not data:
+    lease, fd, buf, first = float(order.get("lease") or 0), lines.fd, lines.buf.replace(b".", b""), proc
+    last, told = time.monotonic(), False
+    try:
+        while True:
+            if not told and proc.poll() is not None:
+                told = _tell({"ended": proc.returncode, "cold": sibling("zygote").cold_reason(proc.socket_path)})
+            timeout = 1.0 if lease <= 0 else max(0.1, min(1.0, lease / 4))
+            watched = [fd] + ([proc.pidfd] if not told and getattr(proc, "pidfd", None) is not None else [])
+            ready, _, _ = select.select(watched, [], [], timeout)
+            if fd in ready:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    return 0
+                last, buf = time.monotonic(), (buf + data.replace(b".", b""))[-65536:]  # (the lease's bytes)
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip() != b'{"restart":true}':
+                        continue
+                    if not told:  # (it serves still)
+                        _tell({"restarted": {"socket": proc.socket_path}})
+                        continue
+                    _close_pidfd(proc)
+                    new, said = start(zygote, reply["run_dir"], reply["workdir"], proc.socket_path)
+                    proc, told = (new, False) if new is not None else (proc, told)
+                    _tell({"restarted": said})
+            elif not ready and lease > 0 and time.monotonic() - last > lease:
                 return 0
-            last = time.monotonic()
-        elif lease > 0 and time.monotonic() - last > lease:
-            return 0
+    finally:
+        if proc is not first:
+            end(proc, float(zygote.get("grace") or 5))
+
+
+def _tell(obj):
+    """One line to the launcher on the keeper's channel (this agent's stdout)."""
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+    return True

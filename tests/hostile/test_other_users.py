@@ -279,18 +279,22 @@ def test_the_zygote_forks_nothing_for_another_user_even_where_its_socket_is_open
     until the child replaces it: only its own uid is served (SO_PEERCRED), whatever the socket's mode."""
     from launcher.remote import HERE
 
-    sock = base / "z.sock"
+    private = base / "zygote"
+    private.mkdir(mode=0o700)  # (it binds only in a dir no one else can enter: launcher/remote/privsock.py)
+    sock = private / "z.sock"
     log = base / "zygote.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", str(sock), "--import", "json"],
                                 stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:
         wait_for(lambda: "ready" in log.read_text(), 30, what="the zygote's ready line")
+        os.chmod(private, 0o755)
         os.chmod(sock, 0o666)  # as if left open
         # The other user's own wrapper (a copy it can read) asks for its task: not forked, run cold as itself.
         wrapdir = base / "wrap"
         wrapdir.mkdir()
-        for name in ("taskwrap.py", "sibling.py", "zygoteask.py", "promotion.py", "zygote.py", "zygotewait.py", "zygotechild.py"):
+        for name in ("taskwrap.py", "sibling.py", "zygoteask.py", "promotion.py", "zygote.py", "zygotewait.py", "zygotechild.py",
+                     "privsock.py"):
             shutil.copy(HERE / name, wrapdir / name)
         os.chmod(wrapdir, 0o755)
         other = subprocess.Popen(["runuser", "-u", mallory.pw_name, "--", PYTHON, str(wrapdir / "taskwrap.py"),

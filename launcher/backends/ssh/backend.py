@@ -126,6 +126,7 @@ def open_run(loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
     pool = HostPool(spec.hosts, opts, loaded.base_dir, (run_dir, state_dir(spec.state, state), workdir),
                     runner=runner, on_preempted=preempted)
     pool.share = spec.share
+    pool.write = write
     if SSHBackend.capabilities.forks(spec.restart):  # each host's fork server, started by its preflight agent
         pool.zygote_cwd = ssh_zygote.cwd_of(loaded.base_dir, spec.workdir)
     pool.stop_grace = spec.watchdog.stop_grace

@@ -9,6 +9,7 @@ from typing import Optional
 
 from launcher.plan.build import PlannedTask
 from launcher.spec.model import Host
+from launcher.backends.zygotes import Restarts
 from launcher.backends.ssh.options import SSHOptions
 
 
@@ -32,6 +33,7 @@ class HostState:
         # Its fork server's socket for the run and the agent kept as its keeper (ssh/zygote.py), or None.
         self.zygote: Optional[str] = None
         self.keeper = None
+        self.zygote_restarts = Restarts(self.name)  # (for the run: a new connection keeps the count)
 
     @property
     def transport(self):

@@ -35,6 +35,8 @@ class HostPool:
     # sets it; None: the run uses none, restart.warm_standby false), and the server's stop grace.
     zygote_cwd: Optional[Path] = None
     zygote_tasks: tuple = ()  # the last plan's tasks (ssh/zygote.py order)
+    # The run record's write (the backend sets it): what a host's fork server did (ssh/zygote.py ensure).
+    write: Callable = staticmethod(lambda event: None)
     stop_grace = 5.0
 
     def __init__(self, hosts: Iterable[Host], opts: SSHOptions, base_dir: Path, dirs: tuple[str, str, str],

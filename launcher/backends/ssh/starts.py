@@ -78,6 +78,8 @@ class Starts:
         pidfile = hs.pidfile(task, n)
         promotion = pidfile + ".env.json" if request.standby else None  # a standby's, beside its pid file
         env = request.told(promotion)
+        if request.fork:  # a server that ended: started again, or the host's tasks cold from now on
+            ssh_zygote.ensure(self.pool, hs)
         served = ssh_zygote.served(self.pool, hs, task.command, request.fork)  # forked by the host's fork server
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
                                task.command, self.opts.gce_metadata, zygote=served,
@@ -96,6 +98,7 @@ class Starts:
         handle = self.pool.track(SSHTask(task, self.pool, hs, chan, pidfile, on_line, self.gpu_figures,
                                          self.gpus_given))
         handle.promotion = promotion
+        handle.deferred = served is not None and promotion is not None
         return handle
 
     def go(self, task: PlannedTask, hs: HostState, chan, env: Mapping[str, str], on_line: OutputSink) -> SSHTask:
@@ -118,6 +121,8 @@ class Starts:
         """One command on the standby's host: the environment the cold start ``request`` would send
         over stdin into its promotion file, then SIGUSR1 to its group (commands.promote_command)."""
         hs, task = handle.host, request.task
+        if getattr(handle, "deferred", False):  # its fork is asked for now: a server that ended is started again first
+            ssh_zygote.ensure(self.pool, hs)
         body = json.dumps(self.task_env(task, hs, request.told()), separators=(",", ":")).encode()
         code, out = self.pool.run_on(hs.name, promote_command(promotion, handle.pidfile), body, 10.0)
         if code != 0 or f"sent {handle.pidfile}" not in out:

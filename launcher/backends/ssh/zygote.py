@@ -6,15 +6,26 @@ at the preflight's end that agent stays its keeper over its own channel, leased 
 the server ends with the run, or within ``ssh.lease`` of a lost session. Every task and standby
 of the host is then forked from it (taskwrap.py ``--zygote``; a standby is only its wrapper until
 promoted: ``--standby-defer``). Such a host's first task starts over a channel of its own (the
-agent is the keeper)."""
+agent is the keeper).
+
+A server that ended (killed, out of memory) is said by its keeper on that channel at once; the
+next start on the host that it would serve (or promotion of a standby it would fork) decides as
+the local backend does (launcher/backends/zygotes.py Restarts: a new one on the same socket, at
+most RESTARTS times a run, else the host's tasks start cold), written as a zygote_ended event.
+Until then a wrapper that asks finds the socket refused and starts its task cold at once."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from launcher.bounded import HOST_LINE_BYTES
 from launcher.contract import envnames
+from launcher.errors import exc_text
 from launcher.plan.build import Plan
 from launcher.backends.zygotes import TITLE_BYTES, entry, plain_entry, start_env
 
@@ -28,7 +39,7 @@ def order(pool: "HostPool", plan: Plan, name: str) -> Optional[dict]:
     no task of the plan would be served: the interpreter and imports of its first such task (a
     host of no task, a hot spare, keeps standbys for any: the plan's first), and the environment
     the tasks share (a task's own variables left out, room for them)."""
-    if pool.zygote_cwd is None:
+    if pool.zygote_cwd is None or (name in pool.hosts and pool.hosts[name].zygote_restarts.off):
         return None
     if plan.tasks:
         pool.zygote_tasks = plan.tasks  # (a host probed later, alone: a spare made ready for its standbys)
@@ -41,16 +52,79 @@ def order(pool: "HostPool", plan: Plan, name: str) -> Optional[dict]:
     return None
 
 
+# How long the keeper has to answer a restart (it binds the socket and starts the server: no import).
+RESTART_WAIT = 15.0
+
+
 class Keeper:
     """The host agent kept as its fork server's keeper: its channel, leased like a task's
-    (launcher/backends/ssh/lease.py renews what has a channel and no exit code)."""
+    (launcher/backends/ssh/lease.py renews what has a channel and no exit code), on which it says
+    when the server ended and starts a new one when asked (launcher/remote/zygotehost.py keep)."""
 
     def __init__(self, channel) -> None:
         self.channel = channel
+        self.lock = threading.Lock()  # (one start at a time reads its channel)
+        self._buf = b""
+        self._said: list[dict] = []
 
     @property
     def exit_code(self) -> Optional[int]:
         return 0 if self.channel.closed or self.channel.exit_status_ready() else None
+
+    def ended(self) -> Optional[dict]:
+        """Its word that the server ended ({"ended": code, "cold": why}) where it came, else None."""
+        self._read(0.0)
+        return self._take("ended")
+
+    def restart(self) -> dict:
+        """A new server asked for: the keeper's answer ({"socket": path} or {"error": text})."""
+        try:
+            self.channel.sendall(b'{"restart":true}\n')
+        except Exception as exc:  # noqa: BLE001 - a channel that broke: no new server
+            return {"error": f"its keeper's channel failed ({exc_text(exc)})"}
+        deadline = time.monotonic() + RESTART_WAIT
+        while True:
+            got = self._take("restarted")
+            if got is not None:
+                said = got.get("restarted")
+                return said if isinstance(said, dict) else {"error": "a reply that is not an object"}
+            left = deadline - time.monotonic()
+            if left <= 0 or self.exit_code is not None:
+                return {"error": f"its keeper did not answer within {RESTART_WAIT:g} s"
+                        if left <= 0 else "its keeper (the host agent) ended"}
+            self._read(left)
+
+    def _take(self, key: str) -> Optional[dict]:
+        for i, said in enumerate(self._said):
+            if key in said:
+                return self._said.pop(i)
+        return None
+
+    def _read(self, wait: float) -> None:
+        """What the agent said by now (waiting up to ``wait`` s for more), as objects; garbage (a
+        line not an object, or past HOST_LINE_BYTES) dropped."""
+        chan = self.channel
+        try:
+            while chan.recv_ready() or wait > 0:
+                chan.settimeout(max(wait, 0.001))
+                data = chan.recv(65536)
+                wait = 0.0
+                if not data:
+                    break
+                self._buf += data
+        except (socket.timeout, OSError, EOFError):
+            pass
+        finally:
+            chan.settimeout(None)
+        *lines, self._buf = self._buf.split(b"\n")
+        self._buf = self._buf if len(self._buf) <= HOST_LINE_BYTES else b""
+        for line in lines:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(said, dict):
+                self._said = [*self._said[-99:], said]  # (bounded: it says one line a server)
 
 
 def keep(pool: "HostPool", hs: "HostState", chan, socket_path: str) -> None:
@@ -60,6 +134,31 @@ def keep(pool: "HostPool", hs: "HostState", chan, socket_path: str) -> None:
     chan.sendall(json.dumps({"keep": {"lease": pool.opts.lease}}).encode() + b"\n")
     hs.zygote, hs.keeper = socket_path, Keeper(chan)
     pool.lease.track(hs.keeper)
+
+
+def ensure(pool: "HostPool", hs: "HostState") -> None:
+    """Before a start on ``hs`` that its server would serve: where its keeper said it ended (or the
+    keeper itself is gone), Restarts decides, the zygote_ended event is written (the console says
+    its note) and a new server started on the same socket, or the host's tasks start cold from now
+    on (``hs.zygote`` None: nothing asks the socket again)."""
+    keeper = hs.keeper
+    if keeper is None or not hs.zygote:
+        return
+    with keeper.lock:
+        said = keeper.ended() if keeper.exit_code is None else {"ended": None, "cold": "its keeper (the host agent) ended"}
+        if said is None:
+            return
+        code, cold = said.get("ended"), said.get("cold")
+        event = hs.zygote_restarts.ended(code if type(code) is int else None, cold if isinstance(cold, str) else "")
+        pool.write(event)
+        if event.cold:
+            hs.zygote = None
+            return
+        got = keeper.restart()
+        if not isinstance(got.get("socket"), str) or got["socket"] != hs.zygote:
+            why = got.get("error") if isinstance(got.get("error"), str) else "an answer without its socket"
+            pool.write(hs.zygote_restarts.not_started(why))
+            hs.zygote = None
 
 
 def served(pool: "HostPool", hs: "HostState", command, fork: bool) -> Optional[str]:

@@ -2,9 +2,9 @@
 sshd hosts, with a user's plain TF_CONFIG script (tests/support/plain_tf_config.py): every task
 and standby of a host is forked from that host's zygote, a standby is only its wrapper until
 promoted, and nothing breaks it: a zygote SIGKILLed while its tasks run loses none of their
-exits and is noticed at once (the promoted standby there starts cold, in one line); a fork that
-fails under a real limit on processes (a pids cgroup around the zygote) is answered cold and the
-zygote serves on. Asserted from the hosts' processes (the lab shares this pid namespace)."""
+exits, is said by its keeper at once and started again at the next start on its host (one line:
+the promoted standby there is forked from the new one); a fork that fails under a real limit on
+processes (a pids cgroup around the zygote) is answered cold and the zygote serves on. Asserted from the hosts' processes (the lab shares this pid namespace)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from launcher.record import events as ev
 from tests.support.cli import ROOT
+from tests.support.records import of, read_records
 from tests.support.tfrun import run_and_act
 from tests.support.waits import wait_for
 
@@ -70,13 +72,17 @@ def end_after(steps: Path, state: Path, more: int = 30) -> None:
     steps.write_text(str(int((state / "step").read_text() or 0) + more))
 
 
-def test_an_ssh_runs_tasks_are_forked_from_each_hosts_zygote_and_outlive_it(lab, make_spec, tmp_path):
+def test_an_ssh_runs_tasks_are_forked_from_each_hosts_zygote_which_is_started_again_when_killed(
+        lab, make_spec, tmp_path):
     """Both standbys ready: on each host the zygote's only child is a waiter whose only child is
     the running worker, and the standbys are wrappers with no process of their own. Then h1's
-    zygote is SIGKILLed and worker:1 (on h2) too: the restart promotes worker:0's standby on h1,
-    which finds no zygote and starts cold at once (one line), and worker:1's on h2, forked. Once
-    worker:1 trains again, h2's zygote is SIGKILLed as well: the run still ends in success, each
-    task's own exit 0 reaching its wrapper through its waiter."""
+    zygote is SIGKILLed and worker:1 (on h2) too: worker:0 on h1 trains on (its waiter is its
+    parent); the restart's promotion of worker:0's standby on h1 finds h1's keeper's word that its
+    zygote ended and starts a new one on the same socket first (one line, from the record's
+    zygote_ended event), which forks it: its grandparent is the new zygote, the only one on h1,
+    the old one gone; worker:1's standby on h2 is forked from h2's. Once worker:1 trains again,
+    h2's zygote is SIGKILLed as well: the run still ends in success, each task's own exit 0
+    reaching its wrapper through its waiter."""
     spec, steps, state = plain_spec(make_spec, tmp_path)
     h1, h2 = lab.host("h1"), lab.host("h2")
     zygotes: dict[str, int] = {}
@@ -96,6 +102,8 @@ def test_an_ssh_runs_tasks_are_forked_from_each_hosts_zygote_and_outlive_it(lab,
         os.kill(worker1, signal.SIGKILL)
 
     def kill_h2s(_proc) -> None:
+        zygotes["h1 again"] = zygote_of(h1)  # (exactly one there: the new one)
+        looked["h1 old"] = os.path.exists(f"/proc/{zygotes['h1']}")
         os.kill(zygotes["h2"], signal.SIGKILL)
 
     code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None), (STEP, look_and_kill),
@@ -110,10 +118,13 @@ def test_an_ssh_runs_tasks_are_forked_from_each_hosts_zygote_and_outlive_it(lab,
     tasks = said(out)
     assert tasks[("worker:0", 0)]["gppid"] == zygotes["h1"] and tasks[("worker:1", 0)]["gppid"] == zygotes["h2"]
     assert tasks[("worker:1", 1)]["gppid"] == zygotes["h2"], tasks  # forked: the promoted standby
-    assert tasks[("worker:0", 1)]["gppid"] != zygotes["h1"], tasks  # cold, its zygote gone
-    (line,) = [l for l in out.splitlines() if "started without the zygote" in l]
-    assert line.startswith("[worker:0] taskwrap: started without the zygote: no zygote serves "), line
-    assert "(Connection refused: it ended)" in line, line
+    assert tasks[("worker:0", 1)]["gppid"] == zygotes["h1 again"] != zygotes["h1"], tasks  # from the new one
+    assert looked["h1 old"] is False
+    notes = [l for l in out.splitlines() if "zygote ended" in l]
+    assert notes == ["tfcluster: host h1's zygote ended (exit 137); a new one starts (1 of 3)"], notes
+    (ended,) = of(read_records(spec.parent / "runs/sshtest/latest"), ev.ZygoteEnded)
+    assert (ended.host, ended.code, ended.restart, ended.cold) == ("h1", 137, 1, ""), ended
+    assert not [l for l in out.splitlines() if "started without the zygote" in l], out[-3000:]
     assert "unknown" not in out, out[-3000:]  # (no exit lost: "its exit code is unknown")
     wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")
 

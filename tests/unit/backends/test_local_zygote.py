@@ -42,7 +42,9 @@ def ask(sock: str, code: str, wait: float = 600) -> tuple[int, str, str]:
 
 @pytest.fixture
 def local(tmp_path):
-    z = LocalZygote(tmp_path, tmp_path, grace=2.0)
+    written: list = []
+    z = LocalZygote(tmp_path, tmp_path, grace=2.0, write=written.append)
+    z.written = written  # (its zygote_ended events)
     yield z
     z.close()
 
@@ -59,6 +61,8 @@ def test_a_zygote_that_died_is_noticed_at_once_and_started_again(local, tmp_path
     assert (code, out) == (0, "ran\n") and err.startswith("taskwrap: started without the zygote: no zygote serves "), err
     assert local.ensure()  # the next start: a new one, on the same path
     assert local.path() == sock and "a new one starts (1 of 3)" in (tmp_path / LOG).read_text()
+    assert [(e.host, e.code, e.restart, e.said) for e in local.written] == [
+        ("localhost", 137, 1, "the run's zygote ended (exit 137); a new one starts (1 of 3)")]
     code, out, err = ask(sock, GRANDPARENT)
     second = wait_for(lambda: ready_pids(tmp_path)[1:], 30, what="the second zygote's ready line")[0]
     assert (code, out, err) == (0, f"{second}\n", "") and second != first, err
