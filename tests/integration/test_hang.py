@@ -2,7 +2,12 @@
 user's own MultiWorkerMirroredStrategy Keras fit script (tests/support/hang_script.py, not one
 line for tfcluster) on 2 local workers, stuck one way or another. Each run ends, its ``failure``
 event names the stuck task, ``up`` shows the stuck user-code line and its stacks, the record holds
-every task's stacks, goodput counts ``hung``, and nothing is left running."""
+every task's stacks, goodput counts ``hung``, and nothing is left running.
+
+That a legitimate pause (a callback's 25 s upload) is neither a hang under the default
+hang_timeout auto nor a straggler is a decision on the beats' times, checked at unit speed through
+the hang watch and the straggler samples (tests/unit/supervise/test_hangwatch.py,
+test_straggler.py)."""
 
 from __future__ import annotations
 
@@ -86,19 +91,6 @@ def test_the_stuck_task_is_named_at_its_user_code_line_with_its_stacks(tmp_path,
     goodput = load_run(record).to_json()["goodput"]
     assert goodput["badput"]["hung"] >= 10.0, goodput
     assert "tfcluster-beat" not in (record / "logs" / "worker-0.log").read_text(), "beats are progress, not log lines"
-    assert_no_processes(spec)
-
-
-def test_a_legit_25_s_pause_is_no_hang_under_the_default_auto(tmp_path):
-    # No hang_timeout: auto, the default. worker:0's callback pauses 25 s (an upload, a long save).
-    spec = hang_spec(tmp_path, "pause", "--task", "worker:0", "--pause", "25", "--steps", "12",
-                     watchdog="{startup_timeout: 240, stop_grace: 2}")
-    result = tfcluster("up", spec, timeout=RUN_TIMEOUT)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    assert "worker:0 done" in out and "worker:1 done" in out, out[-4000:]
-    assert not [e for e in events(spec) if isinstance(e, ev.Failure)]
-    assert not [e for e in events(spec) if isinstance(e, ev.Straggler)]  # (once is no straggler either)
     assert_no_processes(spec)
 
 
