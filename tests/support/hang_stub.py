@@ -108,12 +108,6 @@ if args.lies:
         print(lie, file=sys.stderr, flush=True)
     threading.Thread(target=lies_thread, daemon=True).start()
 
-# Up as a TensorFlow server is: its TF_CONFIG port served (the startup watchdog sees it).
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("", int(config["cluster"]["worker"][config["task"]["index"]].rsplit(":", 1)[1])))
-server.listen(8)
-
 state = os.environ.get("TFCLUSTER_STATE_DIR") or os.getcwd()
 site = os.path.join(state, f"stand-in-{me.replace(':', '-')}-{os.getpid()}", "site-packages")
 package = os.path.join(site, TF, "python", "eager")
@@ -126,6 +120,13 @@ with open(os.path.join(package, "context.py"), "w") as fh:
     fh.write(CONTEXT)
 sys.path.insert(0, site)
 context = importlib.import_module(TF + ".python.eager.context")
+# Up as a TensorFlow server is, after the import (the stub checks the port is still free once
+# TensorFlow is imported: launcher/contract/portcheck.py), as the strategy starts its server: the
+# TF_CONFIG port served (the startup watchdog sees it).
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("", int(config["cluster"]["worker"][config["task"]["index"]].rsplit(":", 1)[1])))
+server.listen(8)
 steps_dir = os.path.join(state, f"stand-in-steps-{attempt}")
 os.makedirs(steps_dir, exist_ok=True)
 deadline = time.time() + (20 if os.environ.get("TFCLUSTER_TASK") else 0)  # (under tfcluster: its liveness)
@@ -202,6 +203,7 @@ class Model:
 if args.mode == "silent":
     threading.Thread(target=metrics_thread, daemon=True).start()
 model = Model()
+print(f"{me} starts training", flush=True)  # (as a real one's first lines: its log is never empty)
 model.fit(examples(), steps_per_epoch=args.steps, callbacks=[Trouble()])
 print(f"{me} done", flush=True)
 sys.exit(0)
