@@ -1,6 +1,7 @@
 """Faults found by fault injection: a stopped peer is the root cause and the run is
-retried; the report shows the task's exception line and a hint; the TF tutorial's own code
-pattern runs unmodified; a full disk under run_dir neither hangs nor contradicts the exit code."""
+retried; the report shows the task's exception line and a hint where the TF tutorial's own code
+pattern runs under Keras 3 (under tf_keras, the default, it trains unmodified:
+test_tensorboard.py's tutorial run)."""
 
 from __future__ import annotations
 
@@ -84,13 +85,6 @@ def test_sigstopped_peer_is_the_root_cause_and_the_group_restarts(tmp_path, tfds
 def _tutorial_spec(tmp_path, tfds_dir, extra=""):
     (tmp_path / "tutorial.py").write_text(TUTORIAL)
     return write_spec(tmp_path, tfds_dir, "python tutorial.py", extra=extra)
-
-
-def test_tf_tutorial_runs_unmodified_under_mwms(tmp_path, tfds_dir):
-    result = up(_tutorial_spec(tmp_path, tfds_dir))
-    assert result.returncode == 0, result.stderr[-3000:]
-    for key in ("worker:0", "worker:1"):
-        assert f"[{key}] tutorial done, final loss" in result.stdout
 
 
 def test_keras3_failure_report_shows_the_exception_line_and_a_hint(tmp_path, tfds_dir):

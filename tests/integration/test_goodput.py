@@ -1,24 +1,65 @@
-"""Goodput as a user sees it, with real TensorFlow workers on local: the report's line, ``status``,
-``status --json`` and ``runs``, checked against what worker:0's own lines say (its step times). The
-run with a SIGKILL also checks the group restart resuming at the backup (one run for both)."""
+"""Goodput as a user sees it on local: the report's line, ``status``, ``status --json`` and ``runs``,
+checked against what worker:0's own lines say (its step times). The clean run's figures are a
+decision on the lines the tasks sent, so its tasks are a stand-in that sends the reference
+worker's lines (launcher/contract/progress.py's format, on the control channel) at a step time of
+its own; the run with a SIGKILL has real TensorFlow workers, and also checks the group restart
+resuming at the backup (one run for both)."""
 
 from __future__ import annotations
 
 import json
 import signal
+import sys
+import textwrap
 
 import pytest
 
 from launcher.contract import progress as lines
 from launcher.contract.progress import parse
-from tests.support.cli import tfcluster
+from tests.support.cli import ROOT, tfcluster
 import launcher.record.events as ev
 from tests.support.records import kinds, of, read_records
-from tests.support.tfrun import assert_no_processes, kill_task, progress, run_and_act, run_dir, up, write_spec
+from tests.support.specs import local_spec
+from tests.support.tfrun import assert_no_processes, kill_task, progress, run_and_act, run_dir, write_spec
 
-pytestmark = [pytest.mark.integration, pytest.mark.tf]
+pytestmark = [pytest.mark.integration]
 DELAY = 0.05
 TRAIN = f"python -m worker --epochs 2 --steps-per-epoch 30 --step-delay {DELAY} --progress-every 5 --save-freq 10"
+# The clean run's stand-in for TRAIN: each task serves its port, sends the reference worker's
+# records (start; first_step; a step line every 5 steps; a backup every 10, its save taking 0.1 s;
+# each epoch's line; the result) with a step of DELAY s, and exits 0. No TensorFlow.
+STAND_IN = f"""
+    import json, os, socket, time
+    from launcher.contract.progress import format_line, report
+
+    EPOCHS, STEPS, DELAY, EVERY, SAVE = 2, 30, {DELAY}, 5, 10
+    config = json.loads(os.environ["TF_CONFIG"])
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("", int(config["cluster"]["worker"][config["task"]["index"]].rsplit(":", 1)[1])))
+    server.listen(8)
+
+    def emit(kind, **fields):
+        report(format_line(kind, **fields, time=f"{{time.time():.3f}}"))
+
+    emit("start", epoch=0, step=0, global_step=0, epochs=EPOCHS, steps_per_epoch=STEPS, global_batch=64)
+    time.sleep(0.5)  # (what a first step's tracing takes)
+    for g in range(1, EPOCHS * STEPS + 1):
+        epoch, step = (g - 1) // STEPS, (g - 1) % STEPS + 1
+        time.sleep(DELAY)
+        if g == 1:
+            emit("first_step", epoch=epoch, step=step, global_step=g)
+        if step % EVERY == 0:
+            emit("step", epoch=epoch, step=step, global_step=g, loss="0.5000", accuracy="0.5000")
+        if g % SAVE == 0:
+            began = time.time()
+            time.sleep(0.1)
+            emit("backup", global_step=g, seconds=f"{{time.time() - began:.3f}}")
+        if step == STEPS:
+            emit("epoch", epoch=epoch + 1, global_step=g, loss="0.5000", accuracy="0.5000", examples_per_sec="1000.0")
+    report(format_line("result", task=os.environ["TFCLUSTER_TASK"], epochs=EPOCHS, steps_run=EPOCHS * STEPS,
+                       global_step=EPOCHS * STEPS, examples_per_sec="1000.0", loss="0.5000", accuracy="0.5000"))
+"""
 
 
 def _own_lines(spec) -> dict:
@@ -55,9 +96,11 @@ def _status_goodput(spec) -> dict:
     return g
 
 
-def test_a_clean_run_shows_its_goodput_with_no_recovery_and_nothing_redone(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, TRAIN)
-    res = up(spec)
+def test_a_clean_run_shows_its_goodput_with_no_recovery_and_nothing_redone(tmp_path):
+    (tmp_path / "task.py").write_text(textwrap.dedent(STAND_IN))
+    spec = local_spec(tmp_path, f"[{json.dumps(sys.executable)}, task.py]", name="demo",
+                      env={"PYTHONPATH": json.dumps(str(ROOT))}, watchdog="{stop_grace: 3}")
+    res = tfcluster("up", spec)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     report = [line for line in (res.stdout + res.stderr).splitlines() if line.strip().startswith("goodput ")]
     assert len(report) == 1 and "recovery" not in report[0] and "redone" not in report[0], report
@@ -83,6 +126,7 @@ def test_a_clean_run_shows_its_goodput_with_no_recovery_and_nothing_redone(tmp_p
     assert_no_processes(spec)
 
 
+@pytest.mark.tf
 def test_a_sigkilled_worker_restarts_the_group_which_resumes_at_its_backup_and_goodput_shows_the_recovery(
         tmp_path, tfds_dir):
     """worker:1 SIGKILLed mid-epoch (one restart allowed, the one it takes: with more, the restarted

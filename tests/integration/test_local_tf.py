@@ -19,8 +19,10 @@ from tests.support.records import read_records
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
 
-def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir):
-    # 1) The demo spec as shipped (moved to a temp dir, on free ports): two workers train.
+def test_demo_trains_to_success(tmp_path, tfds_dir):
+    """The demo spec as shipped trains to the end: the result, every epoch's checkpoint, the final
+    model, the backup gone."""
+    # The demo spec as shipped, moved to a temp dir, on free ports: two workers train.
     demo = yaml.safe_load((ROOT / "cluster.yaml").read_text())
     demo["ports"] = {"base": free_base()}
     demo["env"] = {**demo.get("env", {}), "PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir)}
@@ -39,19 +41,7 @@ def test_demo_trains_to_success_then_interrupted_run_resumes(tmp_path, tfds_dir)
     assert not (state / "backup").exists() or not any((state / "backup").iterdir())  # deleted after success
     logs = run_dir(spec) / "logs"
     assert "tfcluster-result" in (logs / "worker-1.progress").read_text()  # (its records: the control channel's)
-
-    # 2) Interrupt a longer run after its first epoch; the rerun resumes from the backup.
-    spec = write_spec(tmp_path, tfds_dir, "python -m worker --epochs 3 --steps-per-epoch 30 --step-delay 0.05")
-    code, out = run_and_act(spec, [(r"\[worker:0\] tfcluster-epoch epoch=1 ",
-                                    lambda proc: proc.send_signal(signal.SIGINT))])
-    assert code == 130, out[-3000:]
-    assert pids_with_env("TFCLUSTER_RUN_ID", run_dir(spec).name) == []
-    result = up(spec)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    start_line = progress(result.stdout, "start")[0]
-    assert int(start_line["epoch"]) >= 1 and int(start_line["global_step"]) >= 30, start_line
-    # the rerun ran only the epochs left from where it resumed (0-based epoch index), not all 3
-    assert progress(result.stdout, "result")[0]["epochs_run"] == str(3 - int(start_line["epoch"])), result.stdout[-3000:]
+    # (Ctrl-C mid-run, the agreed save and the next `up` resuming there: test_worker_resize.py.)
 
 
 def test_user_script_reading_tf_config_runs_unmodified(tmp_path, tfds_dir):

@@ -4,7 +4,7 @@
   ``tf.keras.callbacks.TensorBoard(log_dir)`` under MultiWorkerMirroredStrategy (2 workers),
   writes event files whose epoch scalars are the script's own History;
 * ``python -m worker`` writes the chief's training scalars to ``state/tensorboard/train`` (next
-  to the evaluator's ``eval``), one writer only, and their values are the ``tfcluster-epoch``
+  to the MWMS evaluator's ``eval``, one point per epoch's checkpoint), one writer only, and their values are the ``tfcluster-epoch``
   lines' (examples/s also against the step lines' own timestamps);
 * ``tfcluster tensorboard FILE`` serves those logs: TensorBoard's HTTP API returns the runs and
   the same values.
@@ -196,9 +196,15 @@ def test_worker_train_scalars_match_the_epoch_lines_and_tfcluster_tensorboard_se
     scalars = check_train_scalars(spec, out, loop)
     if loop != "fit":
         return
-    # The evaluator's run sits next to train/, at the same global steps.
+    # The MWMS evaluator evaluated each epoch's checkpoint, and its run sits next to train/, at
+    # the same global steps.
+    lines = progress(out, "eval", "evaluator:0")
+    assert [(e["checkpoint"], e["global_step"]) for e in lines] == [
+        (f"ckpt-{i + 1:03d}", str(STEPS * (i + 1))) for i in range(EPOCHS)], lines
+    assert all(0.0 <= float(e["accuracy"]) <= 1.0 and float(e["loss"]) > 0 for e in lines), lines
     evals = tensorboard_scalars(run_dir(spec).parent / "state" / "tensorboard" / "eval")
-    assert sorted({s for _, s, _ in evals}) == [STEPS * (i + 1) for i in range(EPOCHS)], evals
+    assert sorted((t, s) for t, s, _ in evals) == sorted(
+        (t, STEPS * (i + 1)) for t in ("accuracy", "loss") for i in range(EPOCHS)), evals
     # tfcluster tensorboard: TensorBoard's own reading of the same files.
     runs, loss = serve_and_read(spec, free_base(1))
     assert {"train", "eval"} <= set(runs), runs

@@ -63,13 +63,16 @@ def check_numbers(out: str, task: str, batch: int, step_metrics: bool = True) ->
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_mwms_metrics_equal_with_and_without_graceful_preemption(tmp_path, tfds_dir, loop):
     """The in-graph preemption flag must not change how tf_keras reduces the step's logs: where it
-    did, fit's epoch accuracy was summed over the two workers (above 1)."""
+    did, fit's epoch accuracy was summed over the two workers (above 1). The custom loop runs the
+    same graph either way (the flag is a host-side value fed to its step, reduced apart from the
+    loss: worker/sync.py), so it is checked with the flag on only."""
     runs = {}
-    for name, flags in (("on", ""), ("off", "--no-graceful-preemption")):
+    modes = (("on", ""), ("off", "--no-graceful-preemption")) if loop == "fit" else (("on", ""),)
+    for name, flags in modes:
         (tmp_path / name).mkdir()
         out = train(tmp_path / name, tfds_dir, "multi_worker_mirrored", "{worker: 2}", f"--loop {loop} {flags}")
         runs[name] = [check_numbers(out, f"worker:{i}", BATCH * 2) for i in (0, 1)]
-    for i in (0, 1):
+    for i in (0, 1) if "off" in runs else ():
         assert flat(runs["on"][i][0]) == pytest.approx(flat(runs["off"][i][0]), abs=2e-3), (runs["on"][i], runs["off"][i])
     # One replica per CPU worker: 2 in sync; both workers report the same (global) metrics.
     assert progress(out, "start", "worker:1")[0]["replicas"] == "2"

@@ -21,6 +21,9 @@ import launcher.record.events as ev
 from tests.support.records import kinds, of, read_records
 
 SCRIPT = ROOT / "tests" / "support" / "hang_script.py"
+# Its stand-in without TensorFlow (the same modes, functions and lines to stop at, the same LIES):
+# for the decisions on local (tests/integration/test_hang.py).
+STUB = ROOT / "tests" / "support" / "hang_stub.py"
 TASKS = ("worker:0", "worker:1")
 # MODE: the function the stuck task stops in and the statement it stops at.
 STUCK = {"generator": ("retry_forever", "time.sleep(1)"), "silent": ("silent_stall", "time.sleep(100000)"),
@@ -30,15 +33,15 @@ FAULTHANDLER = "(most recent call first)"
 NATIVE = "native frames (py-spy dump --native, pid "
 
 
-def lies() -> list[str]:
+def lies(script: Path = SCRIPT) -> list[str]:
     """The script's LIES (``--lies``): every line of tfcluster's protocol it prints, as it prints them."""
-    tree = ast.parse(SCRIPT.read_text())
+    tree = ast.parse(script.read_text())
     node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "LIES")
     return ast.literal_eval(node.value)
 
 
 def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out: str,
-                         keys: tuple[str, ...] = TASKS) -> None:
+                         keys: tuple[str, ...] = TASKS, script: Path = SCRIPT) -> None:
     """A run of the script with ``--lies --stall-once`` (its first attempt stuck, its second trained
     to the end) ended 0, and nothing the tasks printed steered it: each task's log holds every
     line of LIES as printed (twice: stdout and stderr), its progress file none of them; no fake
@@ -56,7 +59,7 @@ def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out:
     for key in keys:
         log = (record / "logs" / f"{key.replace(':', '-')}.log").read_bytes().decode("utf-8", "replace")
         lines = log.split("\n")
-        for lie in lies():
+        for lie in lies(script):
             assert lines.count(lie) >= 2, (key, lie, log[-3000:])
         progress = record / "logs" / f"{key.replace(':', '-')}.progress"
         text = progress.read_text() if progress.exists() else ""
@@ -69,21 +72,21 @@ def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out:
     for line in out.splitlines():  # the protocol in the tasks' lines: only what they printed
         if re.match(r"\[\w+:\d+\] (\(standby\) )?tfcluster-", line):
             text = line.split("] ", 1)[1]
-            assert text in lies() or re.fullmatch(r"tfcluster-beat n=\d+ tf=1 in=0\.00", text), line
+            assert text in lies(script) or re.fullmatch(r"tfcluster-beat n=\d+ tf=1 in=0\.00", text), line
 
 
-def _number(statement: str, after: int = 0) -> int:
+def _number(statement: str, after: int = 0, script: Path = SCRIPT) -> int:
     """The number of the script's first line after line ``after`` that is ``statement`` (its comment aside)."""
-    lines = SCRIPT.read_text().splitlines()
+    lines = script.read_text().splitlines()
     return next(n for n in range(after + 1, len(lines) + 1) if lines[n - 1].split("  #")[0].strip() == statement)
 
 
-def stuck_line(mode: str, name: str = "train.py") -> str:
-    """What the failure quotes for ``mode``'s hang in the script run as ``name``, e.g.
+def stuck_line(mode: str, name: str = "train.py", script: Path = SCRIPT) -> str:
+    """What the failure quotes for ``mode``'s hang in ``script`` run as ``name``, e.g.
     ``train.py:51 in retry_forever(): time.sleep(1)`` (read from the script: its lines may move)."""
     func, statement = STUCK[mode]
-    start = next(n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if f"def {func}(" in line)
-    return f"{name}:{_number(statement, start)} in {func}(): {statement}"
+    start = next(n for n, line in enumerate(script.read_text().splitlines(), 1) if f"def {func}(" in line)
+    return f"{name}:{_number(statement, start, script)} in {func}(): {statement}"
 
 
 def sections(text: str) -> dict[str, str]:

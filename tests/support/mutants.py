@@ -73,6 +73,13 @@ MUTANTS = (
            "        if not due(self.spec, self.plan, self.seen):\n            return False\n        self.console.info(\"growing",
            "        if True:\n            return False\n        self.console.info(\"growing",
            (SCRIPTED,), k="grow"),
+    Mutant("a legit pause under hang_timeout auto taken for a hang (auto without its floor)",
+           "launcher/supervise/policy.py",
+           "        return max(AUTO_FLOOR, AUTO_FACTOR * longest_gap)", "        return AUTO_FACTOR * longest_gap",
+           ("tests/unit/supervise/test_hangwatch.py",), k="legit or auto"),
+    Mutant("a long pause once named a straggler (half the windows in a row)", "launcher/supervise/straggler.py",
+           "HOLD = 6  # windows in a row that must agree", "HOLD = 3  # windows in a row that must agree",
+           ("tests/unit/supervise/test_straggler.py",), k="pause"),
 )
 
 
