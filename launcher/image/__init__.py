@@ -51,8 +51,37 @@ def requirements(extra: str = EXTRA) -> list[str]:
         rest = [p for p in parts if not _EXTRA_RE.match(p)]
         if " or " in marker and extras:  # (a marker this simple parser does not split: keep it whole)
             continue
-        out.append(requirement.strip() + (f"; {' and '.join(rest)}" if rest else ""))
+        out.append(canonical(requirement) + (f"; {' and '.join(rest)}" if rest else ""))
     return out
+
+
+_REQUIREMENT_RE = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[^\]]*\])?\s*(.*?)\s*$")
+
+
+def _name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503's normalized name
+
+
+def canonical(requirement: str) -> str:
+    """``requirement`` (no marker) as one text whatever wrote the metadata: the name and extras
+    normalized (PEP 503), the version specifiers sorted, no spaces. The image's dependency layer is
+    cached by requirements.txt's bytes, and two builds of the same pyproject.toml write them
+    differently (one setuptools keeps ``importlib_resources``, another writes
+    ``importlib-resources``; ``<3,>=2.7`` or ``>=2.7,<3``): without this, a tfcluster of the same
+    requirements built elsewhere (a wheel, an editable install) reinstalls TensorFlow in its image."""
+    m = _REQUIREMENT_RE.match(requirement)
+    if m is None:
+        return requirement.strip()
+    name, extras, rest = m.groups()
+    if rest and not rest.startswith(("(", "@", "<", ">", "=", "!", "~")):
+        return requirement.strip()  # (not a requirement this reads: kept as written, for pip to judge)
+    if extras:
+        extras = "[" + ",".join(sorted(_name(e.strip()) for e in extras[1:-1].split(",") if e.strip())) + "]"
+    if rest.startswith("(") and rest.endswith(")"):  # (the old metadata form: "name (>=1)")
+        rest = rest[1:-1]
+    if not rest.startswith("@"):  # (a URL is kept as written)
+        rest = ",".join(sorted(spec.replace(" ", "") for spec in rest.split(",") if spec.strip()))
+    return _name(name) + (extras or "") + (f" {rest}" if rest.startswith("@") else rest)
 
 
 def _scripts() -> list[tuple[str, str]]:

@@ -41,9 +41,10 @@ def lies(script: Path = SCRIPT) -> list[str]:
 
 
 def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out: str,
-                         keys: tuple[str, ...] = TASKS, script: Path = SCRIPT) -> None:
+                         keys: tuple[str, ...] = TASKS, script: Path = SCRIPT, restarted: bool = True) -> None:
     """A run of the script with ``--lies --stall-once`` (its first attempt stuck, its second trained
-    to the end) ended 0, and nothing the tasks printed steered it: each task's log holds every
+    to the end) ended 0 (``restarted``; else a run of ``--lies`` that restart.max_restarts: 0 ended
+    at its stall, failed), and nothing the tasks printed steered it: each task's log holds every
     line of LIES as printed (twice: stdout and stderr), its progress file none of them; no fake
     progress or goodput in ``status`` (``status``: ``status --json``): no global step of theirs,
     goodput an upper bound (the script reports no step); the hang was found by the count (one
@@ -52,7 +53,8 @@ def check_output_is_data(record: Path, status: subprocess.CompletedProcess, out:
     but what the tasks printed."""
     events = read_records(record)
     outcome = of(events, ev.RunOutcome)
-    assert outcome and outcome[-1].outcome == "succeeded" and outcome[-1].attempts == 2, outcome
+    assert outcome and (outcome[-1].outcome, outcome[-1].attempts) == (
+        ("succeeded", 2) if restarted else ("failed", 1)), outcome
     failures = of(events, ev.Failure)
     assert len(failures) == 1 and failures[0].reason.startswith("stuck "), failures
     assert not of(events, ev.HostPreempted, ev.OutputFault, ev.HostLost), kinds(events)

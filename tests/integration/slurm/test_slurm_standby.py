@@ -46,18 +46,27 @@ def test_a_killed_worker_restarts_the_group_from_promoted_standbys_with_their_gp
     process as one more step (``--overlap``: the lab's nodes have 2 GPUs, each worker's step holds
     both, and the standby's step is given the same two). worker:1 SIGKILLed on n2 once both wait:
     the restart promotes both standbys (their promotion files written, read and removed by the
-    workers), TFCLUSTER_RESTART_COUNT=1 reaches them, they resume from the backup and finish."""
+    workers), TFCLUSTER_RESTART_COUNT=1 reaches them, they resume from the backup and train; then
+    Ctrl-C ends the run. (Training to the end adds nothing the promotion decides: a run that ends
+    after its standbys' promotion, the next attempt's standbys stopped with it, is
+    test_no_standby_step_outlives_the_run's "success"; a slurm run trained to the end is
+    test_slurm_backend.py's. max_restarts: 1, the restart it takes: the promoted attempt keeps
+    no standbys, two TensorFlow imports less.)"""
     # 200 steps of 0.3 s at least: time for two standbys to import TensorFlow beside the training.
     spec = make_spec(["python", "-m", "worker", "--epochs", "2", "--steps-per-epoch", "100", "--step-delay", "0.3",
-                      "--save-freq", "5", "--progress-every", "5"], env=tf_env(tfds_dir), restart={"max_restarts": 2})
+                      "--save-freq", "5", "--progress-every", "5"], env=tf_env(tfds_dir), restart={"max_restarts": 1})
     plan = tfcluster(lab, "plan", str(spec))
     assert "warm standby: on (auto: tfcluster's worker)" in plan.stdout, plan.stdout + plan.stderr
+    # The promoted attempt's own lines: its start from the backup (global_step > 0: attempt 0
+    # started at 0), then a step it trained.
     code, out = run_and_act(spec, [(READY, lambda p: None),
-                                   (READY, _kill_task_on(lab, spec, "worker:1", "n2", signal.SIGKILL))],
+                                   (READY, _kill_task_on(lab, spec, "worker:1", "n2", signal.SIGKILL)),
+                                   (r"^\[worker:0\] tfcluster-start .*\bglobal_step=[1-9]", lambda p: None),
+                                   (r"^\[worker:0\] tfcluster-step ", lambda p: p.send_signal(signal.SIGINT))],
                             timeout=400, env=lab.env())
-    assert code == 0, out[-5000:]
+    assert code == 130, out[-5000:]
     assert "worker:1 failed: killed by SIGKILL (exit 137)" in out, out[-4000:]
-    assert "restarting the whole group (restart 1 of 2)" in out
+    assert "restarting the whole group (restart 1 of 1)" in out
     recorded = _events(spec)
     job = job_id(spec)
     promoted = {e["task"]: e for e in recorded if isinstance(e, ev.StandbyPromoted)}
@@ -79,10 +88,7 @@ def test_a_killed_worker_restarts_the_group_from_promoted_standbys_with_their_gp
     assert not list((latest_run(spec) / "standby").glob("*.json"))  # and removed it
     first, resumed = progress(out, "start")
     assert first["global_step"] == "0" and int(resumed["global_step"]) >= 5, resumed  # from the backup
-    (result,) = progress(out, "result")
-    assert 0.1 <= float(result["accuracy"]) <= 1.0
-    # Attempt 1's own standbys (for a restart 2) waited and were stopped with the run.
-    assert [e for e in recorded if isinstance(e, ev.StandbyStopped)], [type(e) for e in recorded]
+    assert [e["attempt"] for e in recorded if isinstance(e, ev.StandbyStart)] == [1]  # (none for a restart 2)
     assert_clean(lab, spec)
 
 

@@ -89,7 +89,8 @@ def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_r
     """`tfcluster up` of two workers on h1 and h2, its live panel in a tmux window that is killed
     mid-epoch: both workers save the step they agree on (the graceful SIGTERM over ssh), the run is
     `stopped` with its record closed, nothing is left on any host, and the next `up` resumes at
-    that step on both."""
+    that step on both (their start lines say so; it is stopped once both train: its end is
+    test_ssh_state.py's)."""
     spec = make_spec(
         [PY, "-m", "worker", "--epochs", "2", "--steps-per-epoch", "12", "--step-delay", "0.3",
          "--save-freq", "3", "--progress-every", "1"],
@@ -106,8 +107,9 @@ def test_closing_the_terminal_of_an_ssh_up_saves_on_both_hosts_and_the_next_up_r
     assert len(saved) == 1 and min(saved) >= 5, recorded(latest.resolve(), "step", "worker:1")[-3:]
     wait_for(lambda: not any(task_processes(lab).values()), 30, what="nothing of the run left on any host",
              detail=lambda: str(task_processes(lab)))
-    code, out = run_and_act(spec, [], timeout=280)
-    assert code == 0, out[-5000:]
+    code, out = run_and_act(spec, [(r"\[worker:1\] tfcluster-step ", lambda p: os.killpg(p.pid, signal.SIGINT))],
+                            timeout=280)
+    assert code == 130, out[-5000:]
     starts = [(int(a["global_step"]), int(b["global_step"]))
               for a, b in zip(progress(out, "start", "worker:0"), progress(out, "start", "worker:1"))]
     assert starts == [(min(saved), min(saved))], out[-4000:]  # resumed there on both hosts, not at step 0
