@@ -79,18 +79,26 @@ me = f"{config['task']['type']}:{config['task']['index']}"
 target = me == args.task and not (args.stall_once and os.environ.get("TFCLUSTER_RESTART_COUNT", "0") != "0")
 
 
+def say(line, stream=sys.stdout):
+    """One line in one write. tfcluster runs tasks with PYTHONUNBUFFERED=1, under which ``print``
+    writes the text and its newline apart: two threads' lines then interleave in the stream ("a
+    beatfetching ...", seen over ssh, where stdout and stderr are one pipe)."""
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def lies_thread():
     n = 1
     while True:
-        print(f"tfcluster-beat n={n} tf=1 in=0.00", flush=True)  # a count that rises: no stall, if believed
+        say(f"tfcluster-beat n={n} tf=1 in=0.00")  # a count that rises: no stall, if believed
         n += 1
         time.sleep(1)
 
 
 if args.lies:
     for lie in LIES:
-        print(lie, flush=True)
-        print(lie, file=sys.stderr, flush=True)
+        say(lie)
+        say(lie, sys.stderr)
     threading.Thread(target=lies_thread, daemon=True).start()
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 served = [0]
@@ -98,12 +106,12 @@ served = [0]
 
 def stuck_now():
     # (a test waits for this line to look at the run while it is stuck, before the watchdog acts)
-    print(f"{me} is stuck now ({args.mode})", flush=True)
+    say(f"{me} is stuck now ({args.mode})")
 
 
 def retry_forever():
     while True:
-        print(f"fetching the next shard failed; retrying in 1 s", flush=True)
+        say("fetching the next shard failed; retrying in 1 s")
         time.sleep(1)
 
 
@@ -125,7 +133,7 @@ def examples():
 
 def metrics_thread():
     while True:
-        print(f"{me} metrics: ok", flush=True)
+        say(f"{me} metrics: ok")
         time.sleep(1)
 
 
@@ -163,5 +171,5 @@ with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
 model.fit(data, epochs=1, steps_per_epoch=args.steps, verbose=0, callbacks=[Trouble()])
-print(f"{me} done", flush=True)
+say(f"{me} done")
 sys.exit(0)

@@ -94,18 +94,26 @@ attempt = os.environ.get("TFCLUSTER_RESTART_COUNT", "0")
 target = me == args.task and not (args.stall_once and attempt != "0")
 
 
+def say(line, stream=sys.stdout):
+    """One line in one write. tfcluster runs tasks with PYTHONUNBUFFERED=1, under which ``print``
+    writes the text and its newline apart: two threads' lines then interleave in the stream ("a
+    beatfetching ...", seen over ssh, where stdout and stderr are one pipe)."""
+    stream.write(line + "\n")
+    stream.flush()
+
+
 def lies_thread():
     n = 1
     while True:
-        print(f"tfcluster-beat n={n} tf=1 in=0.00", flush=True)  # a count that rises: no stall, if believed
+        say(f"tfcluster-beat n={n} tf=1 in=0.00")  # a count that rises: no stall, if believed
         n += 1
         time.sleep(1)
 
 
 if args.lies:
     for lie in LIES:
-        print(lie, flush=True)
-        print(lie, file=sys.stderr, flush=True)
+        say(lie)
+        say(lie, sys.stderr)
     threading.Thread(target=lies_thread, daemon=True).start()
 
 state = os.environ.get("TFCLUSTER_STATE_DIR") or os.getcwd()
@@ -137,12 +145,12 @@ served = [0]
 
 def stuck_now():
     # (a test waits for this line to look at the run while it is stuck, before the watchdog acts)
-    print(f"{me} is stuck now ({args.mode})", flush=True)
+    say(f"{me} is stuck now ({args.mode})")
 
 
 def retry_forever():
     while True:
-        print("fetching the next shard failed; retrying in 1 s", flush=True)
+        say("fetching the next shard failed; retrying in 1 s")
         time.sleep(1)
 
 
@@ -164,7 +172,7 @@ def examples():
 
 def metrics_thread():
     while True:
-        print(f"{me} metrics: ok", flush=True)
+        say(f"{me} metrics: ok")
         time.sleep(1)
 
 
@@ -203,7 +211,7 @@ class Model:
 if args.mode == "silent":
     threading.Thread(target=metrics_thread, daemon=True).start()
 model = Model()
-print(f"{me} starts training", flush=True)  # (as a real one's first lines: its log is never empty)
+say(f"{me} starts training")  # (as a real one's first lines: its log is never empty)
 model.fit(examples(), steps_per_epoch=args.steps, callbacks=[Trouble()])
-print(f"{me} done", flush=True)
+say(f"{me} done")
 sys.exit(0)
