@@ -39,36 +39,50 @@ def _needs_docker(item) -> bool:
     return "/docker/" in item.nodeid or "[docker]" in item.nodeid
 
 
-# ---------------------------------------------------------------- two shards at once (tests/run.sh)
+# ---------------------------------------------------------------- shards at once (tests/run.sh)
 #
 # One pytest kept the 2 cores 58% busy (TFCLUSTER_TEST_CPU_LOG): the lab tests wait on leases,
-# host watches and Slurm, the local ones on step delays and watchdogs. tests/run.sh runs the two
-# shards as two pytest processes at the same time; each shard's tests still run one at a time, in
-# the order they always did.
+# host watches and Slurm, the local ones on step delays and watchdogs. Two shards at once (the
+# labs', every other test) still left them 58 % busy (tests/run.sh's line, 2026-12-02: labs 25 min,
+# local 33), so the local tests are two shards: local-1 (the unit and hostile tests and every other
+# file of tests/integration, sorted) and local-2 (the rest of those files). tests/run.sh runs the
+# three as pytest processes at the same time; each shard's tests still run one at a time, in the
+# order they always did. The local tests share nothing between runs but the machine: each run has
+# its own id, record dir and random ports (tests/support/ports.py).
+
+SHARDS = ("labs", "local", "local-1", "local-2")  # "local": local-1 and local-2 in one pytest
 
 
 def pytest_addoption(parser):
-    parser.addoption("--shard", choices=("labs", "local"), default=None,
-                     help="only this shard: labs (the ssh, slurm and docker labs' tests) "
-                          "or local (every other test: the unit tests and TensorFlow on this machine)")
+    parser.addoption("--shard", choices=SHARDS, default=None,
+                     help="only this shard: labs (the ssh, slurm and docker labs' tests), local-1 and "
+                          "local-2 (every other test, in two halves), or local (both halves)")
+
+
+def _integration_files(root: Path) -> list[str]:
+    return sorted(f"tests/integration/{p.name}" for p in (root / "tests" / "integration").glob("test_*.py"))
 
 
 def shard_of(item) -> str:
-    # The unit tests (2-4 min) go with the local tests: with them the labs shard took 31 min of a
-    # 32.5-min run from a fresh clone while the local one ended at 20; without them the two end
-    # closer together, and the wall time is the later of the two.
     nodeid = item.nodeid
     if not nodeid.startswith("tests/unit/") and any(
             part in nodeid for part in ("/ssh/", "/slurm/", "/docker/", "[ssh]", "[slurm]", "[docker]")):
         return "labs"
-    return "local"
+    files = _integration_files(Path(str(item.config.rootpath)))
+    path = nodeid.split("::", 1)[0]
+    return "local-2" if path in files and files.index(path) % 2 == 0 else "local-1"
+
+
+def _in_shard(item, shard: str) -> bool:
+    own = shard_of(item)
+    return own == shard or (shard == "local" and own.startswith("local-"))
 
 
 def pytest_collection_modifyitems(session, config, items):
     shard = config.getoption("--shard")
     if shard:
-        config.hook.pytest_deselected(items=[item for item in items if shard_of(item) != shard])
-        items[:] = [item for item in items if shard_of(item) == shard]
+        config.hook.pytest_deselected(items=[item for item in items if not _in_shard(item, shard)])
+        items[:] = [item for item in items if _in_shard(item, shard)]
     items.sort(key=_needs_docker)  # stable: the docker tests last, every other order kept
 
 

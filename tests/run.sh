@@ -6,7 +6,7 @@
 # (a machine's Python may ship packages, or older versions, that a user's virtualenv will not have).
 # Pip's wheel cache is reused, so a second run downloads nothing new.
 #   TFCLUSTER_TEST_VENV  where the virtualenv goes (default .venv-test in the checkout; made anew each run)
-# Extra arguments go to pytest (to both shards, see below), e.g. `bash tests/run.sh -m "not integration"`.
+# Extra arguments go to pytest (to every shard, see below), e.g. `bash tests/run.sh -m "not integration"`.
 #   TFCLUSTER_TEST_SHARDS=1  one pytest instead of two shards at once
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,41 +28,71 @@ timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-che
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# Two shards at once (tests/conftest.py, --shard): the labs' tests here, every other test (the unit
-# tests and TensorFlow on this machine) in a second pytest started beside it, whose output follows
-# this one's. Together they keep the 2 cores busy where one pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest.
-if [ "${TFCLUSTER_TEST_SHARDS:-2}" = 1 ]; then
+# Shards at once (tests/conftest.py, --shard): the labs' tests here, every other test (the unit
+# tests and TensorFlow on this machine) in pytests started beside it, whose output follows this
+# one's. Together they keep the 2 cores busy where one pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest.
+if [ "${TFCLUSTER_TEST_SHARDS:-3}" = 1 ]; then
     exec python -m pytest "$@"
 fi
-local_log=$(mktemp /tmp/tfcluster-tests-local.XXXXXX)
-# How busy the machine's CPUs were over both shards (from /proc/stat's first line: user nice system
+# How busy the machine's CPUs were over the shards (from /proc/stat's first line: user nice system
 # idle iowait ...): near 100 % the suite's time is its work, well below it the shards wait on
-# something (timeouts, sleeps in tasks) and a third shard would shorten the run.
+# something (timeouts, sleeps in tasks) and another shard would shorten the run.
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat; }
 read -r busy_before idle_before < <(cpu_ticks)
 # A background job of a script starts with SIGINT ignored, and so does everything this script
 # starts when it is itself such a job (a CI runner's, `nohup ... &`); give each pytest back its
-# Ctrl-C (the terminal sends it to both shards: one process group).
+# Ctrl-C (the terminal sends it to every shard: one process group).
 pytest_with_ctrl_c() {
     python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' "$@"
 }
-# Each shard lists its 30 slowest tests: where the suite's time goes, in every CI log.
-pytest_with_ctrl_c --shard local --durations=30 "$@" > "$local_log" 2>&1 &
-local_pid=$!
-trap 'kill -TERM "$local_pid" 2>/dev/null || true' TERM
+# The labs' shard here; the local tests beside it, as one shard (TFCLUSTER_TEST_SHARDS=2) or two
+# (the default: tests/conftest.py says why), whose output follows. Each shard lists its 30 slowest
+# tests: where the suite's time goes, in every CI log.
+if [ "${TFCLUSTER_TEST_SHARDS:-3}" = 2 ]; then
+    others=(local)
+else
+    others=(local-1 local-2)
+fi
+pids=()
+logs=()
+for shard in "${others[@]}"; do
+    log=$(mktemp "/tmp/tfcluster-tests-$shard.XXXXXX")
+    pytest_with_ctrl_c --shard "$shard" --durations=30 "$@" > "$log" 2>&1 &
+    pids+=($!)
+    logs+=("$log")
+done
+trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM
 set +e
 pytest_with_ctrl_c --shard labs --durations=30 "$@"
 labs=$?
-wait "$local_pid"
-local=$?
+codes=()
+for pid in "${pids[@]}"; do
+    wait "$pid"
+    codes+=($?)
+done
 set -e
-echo "================ tests/run.sh: the local shard, run at the same time ================"
-cat "$local_log"
-rm -f "$local_log"
-# Exit 5: no test of that shard was selected (e.g. a path or -k that only the other shard has).
-[ "$labs" = 5 ] && [ "$local" != 5 ] && labs=0
-[ "$local" = 5 ] && [ "$labs" != 5 ] && local=0
 read -r busy_after idle_after < <(cpu_ticks)
+for n in "${!others[@]}"; do
+    echo "================ tests/run.sh: the ${others[$n]} shard, run at the same time ================"
+    cat "${logs[$n]}"
+    rm -f "${logs[$n]}"
+done
+# Exit 5: no test of that shard was selected (e.g. a path or -k that only another shard has).
+all=("$labs" "${codes[@]}")
+selected=0
+for code in "${all[@]}"; do
+    [ "$code" != 5 ] && selected=1
+done
+summary="labs shard exit $labs"
+failed=0
+for n in "${!others[@]}"; do
+    summary="$summary, ${others[$n]} shard exit ${codes[$n]}"
+done
+for code in "${all[@]}"; do
+    if [ "$code" != 0 ] && { [ "$code" != 5 ] || [ "$selected" = 0 ]; }; then
+        failed=1
+    fi
+done
 echo "tests/run.sh: the CPUs ($(nproc)) were busy $(( 100 * (busy_after - busy_before) / (busy_after - busy_before + idle_after - idle_before + 1) )) % of the run" >&2
-echo "tests/run.sh: labs shard exit $labs, local shard exit $local" >&2
-[ "$labs" = 0 ] && [ "$local" = 0 ]
+echo "tests/run.sh: $summary" >&2
+[ "$failed" = 0 ]
