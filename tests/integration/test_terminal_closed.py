@@ -110,7 +110,7 @@ def test_a_terminal_that_goes_away_without_a_sighup_stops_the_run_as_ctrl_c(tmp_
     assert re.fullmatch(r"the terminal of `tfcluster up` went away \(std(out|err): hung up\); every task was "
                         r"stopped as on Ctrl-C", outcome["reason"]), outcome
     for key in ("worker-0", "worker-1"):  # the graceful path: SIGTERM, and each saved
-        assert re.search(r"\nsaved at \d+\n$", (run / "logs" / f"{key}.log").read_text()), key
+        assert re.search(r"\nsaved at \d+\n\Z", (run / "logs" / f"{key}.log").read_text()), key
     status = tfcluster("status", spec)
     assert ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
     assert "the terminal of `tfcluster up` went away" in status.stdout
@@ -132,7 +132,7 @@ def test_closing_the_tmux_window_of_up_stops_the_run_as_ctrl_c_and_every_task_sa
     assert outcome["outcome"] == "interrupted" and "the terminal of `tfcluster up` went away" in outcome["reason"]
     run = latest.resolve()
     for key in ("worker-0", "worker-1"):  # the graceful path: SIGTERM, and each saved
-        assert re.search(r"\nsaved at \d+\n$", (run / "logs" / f"{key}.log").read_text()), key
+        assert re.search(r"\nsaved at \d+\n\Z", (run / "logs" / f"{key}.log").read_text()), key
     status = tfcluster("status", spec)
     assert status.returncode == 1 and ": stopped, attempt 1," in status.stdout.splitlines()[0], status.stdout
     wait_for(lambda: not pids_with_env("TFCLUSTER_RUN_ID", run.name), 15, what="every task of the run to exit")
