@@ -28,6 +28,7 @@ from launcher.contract import envnames
 from launcher.errors import exc_text
 from launcher.plan.build import Plan
 from launcher.backends.zygotes import TITLE_BYTES, entry, plain_entry, start_env
+from launcher.backends.ssh.runner import BadReply, parse_reply
 
 if TYPE_CHECKING:  # pragma: no cover
     from launcher.backends.ssh.host import HostState
@@ -120,11 +121,10 @@ class Keeper:
         self._buf = self._buf if len(self._buf) <= HOST_LINE_BYTES else b""
         for line in lines:
             try:
-                said = json.loads(line)
-            except ValueError:
+                said = parse_reply(line)
+            except BadReply:
                 continue
-            if isinstance(said, dict):
-                self._said = [*self._said[-99:], said]  # (bounded: it says one line a server)
+            self._said = [*self._said[-99:], said]  # (bounded: it says one line a server)
 
 
 def keep(pool: "HostPool", hs: "HostState", chan, socket_path: str) -> None:

@@ -108,7 +108,8 @@ def test_over_ssh_the_next_start_after_the_keeper_said_so_starts_a_new_one_on_th
     hs, pool, chan, written = host_and_pool(answer={"restarted": {"socket": "/tmp/tfcluster-zygote-x/z.sock"}})
     ensure(pool, hs)  # nothing said: nothing asked, nothing written
     assert (chan.sent, written) == ([], [])
-    chan.say(b"garbage, not json\n", [1, 2], {"ended": 137, "cold": ""})
+    # garbage: not JSON, not an object, nested past Python's limit (json.loads: RecursionError)
+    chan.say(b"garbage, not json\n", [1, 2], b"[" * 200_000 + b"\n", {"ended": 137, "cold": ""})
     ensure(pool, hs)
     assert chan.sent == [b'{"restart":true}\n'] and hs.zygote == "/tmp/tfcluster-zygote-x/z.sock"
     assert [e.said for e in written] == ["host h1's zygote ended (exit 137); a new one starts (1 of 3)"]
