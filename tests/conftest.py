@@ -44,19 +44,28 @@ def _needs_docker(item) -> bool:
 # One pytest kept the 2 cores 58% busy (TFCLUSTER_TEST_CPU_LOG): the lab tests wait on leases,
 # host watches and Slurm, the local ones on step delays and watchdogs. Two shards at once (the
 # labs', every other test) still left them 58 % busy (tests/run.sh's line, 2026-12-02: labs 25 min,
-# local 33), so the local tests are two shards: local-1 (the unit and hostile tests and every other
-# file of tests/integration, sorted) and local-2 (the rest of those files). tests/run.sh runs the
-# three as pytest processes at the same time; each shard's tests still run one at a time, in the
-# order they always did. The local tests share nothing between runs but the machine: each run has
-# its own id, record dir and random ports (tests/support/ports.py).
+# local 33); three (the labs', the local tests in two halves) 76 %, and the labs' shard the longest
+# (29 min beside local 22 and 16). So each is two halves: labs-1 (the ssh lab's tests) and labs-2
+# (Slurm's and docker's: their own namespaces, prefix and subnet, and their own engine; the docker
+# tests last, while their image builds in the background), local-1 (the unit and hostile tests and
+# every other file of tests/integration, sorted) and local-2 (the rest of those files).
+# tests/run.sh runs the four as pytest processes at the same time; each shard's tests still run
+# one at a time, in the order they always did. The local tests share nothing between runs but the
+# machine: each run has its own id, record dir and random ports (tests/support/ports.py); the two
+# lab shards share no namespace, bridge, daemon or port (tests/labs/: the ssh lab's and the Slurm
+# lab's prefixes and subnets differ, dockerd runs with --bridge=none).
 
-SHARDS = ("labs", "local", "local-1", "local-2")  # "local": local-1 and local-2 in one pytest
+SHARDS = ("labs", "labs-1", "labs-2", "local", "local-1", "local-2")  # "labs", "local": both halves
 
 
 def pytest_addoption(parser):
     parser.addoption("--shard", choices=SHARDS, default=None,
-                     help="only this shard: labs (the ssh, slurm and docker labs' tests), local-1 and "
-                          "local-2 (every other test, in two halves), or local (both halves)")
+                     help="only this shard: labs-1 (the ssh lab's tests), labs-2 (the slurm and docker "
+                          "labs'), local-1 and local-2 (every other test, in two halves), or labs, local "
+                          "(both halves)")
+    parser.addoption("--queue", default=None, metavar="DIR",
+                     help="share the local tests with the other pytests given this DIR, file by file as "
+                          "each comes free, after this one's own shard (tests/support/shardqueue.py)")
 
 
 def _integration_files(root: Path) -> list[str]:
@@ -65,9 +74,11 @@ def _integration_files(root: Path) -> list[str]:
 
 def shard_of(item) -> str:
     nodeid = item.nodeid
-    if not nodeid.startswith("tests/unit/") and any(
-            part in nodeid for part in ("/ssh/", "/slurm/", "/docker/", "[ssh]", "[slurm]", "[docker]")):
-        return "labs"
+    if not nodeid.startswith("tests/unit/"):
+        if any(part in nodeid for part in ("/slurm/", "/docker/", "[slurm]", "[docker]")):
+            return "labs-2"
+        if any(part in nodeid for part in ("/ssh/", "[ssh]")):
+            return "labs-1"
     files = _integration_files(Path(str(item.config.rootpath)))
     path = nodeid.split("::", 1)[0]
     return "local-2" if path in files and files.index(path) % 2 == 0 else "local-1"
@@ -75,15 +86,33 @@ def shard_of(item) -> str:
 
 def _in_shard(item, shard: str) -> bool:
     own = shard_of(item)
-    return own == shard or (shard == "local" and own.startswith("local-"))
+    return own == shard or own.startswith(shard + "-")
+
+
+def _shared(item) -> bool:
+    """Whether, with --queue, whichever pytest comes free first runs the test: the local ones."""
+    return shard_of(item).startswith("local-")
 
 
 def pytest_collection_modifyitems(session, config, items):
     shard = config.getoption("--shard")
     if shard:
-        config.hook.pytest_deselected(items=[item for item in items if not _in_shard(item, shard)])
-        items[:] = [item for item in items if _in_shard(item, shard)]
+        queue = config.getoption("--queue")
+        keep = [item for item in items if _in_shard(item, shard) or (queue and _shared(item))]
+        kept = {id(item) for item in keep}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
     items.sort(key=_needs_docker)  # stable: the docker tests last, every other order kept
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    queue = session.config.getoption("--queue")
+    if not queue:
+        return None  # pytest's own loop
+    from tests.support.shardqueue import runtestloop
+
+    return runtestloop(session, _shared, Path(queue))
 
 
 def pytest_collection_finish(session):

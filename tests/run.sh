@@ -28,12 +28,23 @@ timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-che
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# Shards at once (tests/conftest.py, --shard): the labs' tests here, every other test (the unit
-# tests and TensorFlow on this machine) in pytests started beside it, whose output follows this
-# one's. Together they keep the 2 cores busy where one pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest.
-if [ "${TFCLUSTER_TEST_SHARDS:-3}" = 1 ]; then
-    exec python -m pytest "$@"
-fi
+# Shards at once (tests/conftest.py, --shard): the ssh lab's tests here, the others (Slurm's and
+# docker's labs; the unit tests and TensorFlow on this machine, in two halves) in pytests started
+# beside it, whose output follows this one's. Together they keep the 2 cores busy where one
+# pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest; 2: the labs and the local tests;
+# 3: the labs and the local tests in two halves; 4 (the default): each in two halves.
+queue=()
+case "${TFCLUSTER_TEST_SHARDS:-4}" in
+    1) exec python -m pytest "$@" ;;
+    2) shards=(labs local) ;;
+    3) shards=(labs local-1 local-2) ;;
+    # The labs' two shards, then (and beside them from the start, two more pytests) the local
+    # tests taken file by file by whichever pytest comes free (tests/support/shardqueue.py).
+    4) shards=(labs-1 labs-2 local local)
+       queue_dir=$(mktemp -d /tmp/tfcluster-tests-queue.XXXXXX)
+       queue=(--queue "$queue_dir") ;;
+    *) echo "tests/run.sh: TFCLUSTER_TEST_SHARDS must be 1, 2, 3 or 4, not ${TFCLUSTER_TEST_SHARDS}" >&2; exit 2 ;;
+esac
 # How busy the machine's CPUs were over the shards (from /proc/stat's first line: user nice system
 # idle iowait ...): near 100 % the suite's time is its work, well below it the shards wait on
 # something (timeouts, sleeps in tasks) and another shard would shorten the run.
@@ -45,26 +56,22 @@ read -r busy_before idle_before < <(cpu_ticks)
 pytest_with_ctrl_c() {
     python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' "$@"
 }
-# The labs' shard here; the local tests beside it, as one shard (TFCLUSTER_TEST_SHARDS=2) or two
-# (the default: tests/conftest.py says why), whose output follows. Each shard lists its 30 slowest
-# tests: where the suite's time goes, in every CI log.
-if [ "${TFCLUSTER_TEST_SHARDS:-3}" = 2 ]; then
-    others=(local)
-else
-    others=(local-1 local-2)
-fi
+# The first shard here; the others beside it, whose output follows. Each shard lists its 30
+# slowest tests (and how long it took): where the suite's time goes, in every CI log.
+others=("${shards[@]:1}")
+# Pytests with --queue: the first runs its shard, then takes local test files; the rest too.
 pids=()
 logs=()
 for shard in "${others[@]}"; do
     log=$(mktemp "/tmp/tfcluster-tests-$shard.XXXXXX")
-    pytest_with_ctrl_c --shard "$shard" --durations=30 "$@" > "$log" 2>&1 &
+    pytest_with_ctrl_c --shard "$shard" "${queue[@]}" --durations=30 "$@" > "$log" 2>&1 &
     pids+=($!)
     logs+=("$log")
 done
 trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM
 set +e
-pytest_with_ctrl_c --shard labs --durations=30 "$@"
-labs=$?
+pytest_with_ctrl_c --shard "${shards[0]}" "${queue[@]}" --durations=30 "$@"
+first=$?
 codes=()
 for pid in "${pids[@]}"; do
     wait "$pid"
@@ -73,21 +80,26 @@ done
 set -e
 read -r busy_after idle_after < <(cpu_ticks)
 for n in "${!others[@]}"; do
-    echo "================ tests/run.sh: the ${others[$n]} shard, run at the same time ================"
+    echo "================ tests/run.sh: pytest $((n + 2)), shard ${others[$n]}, run at the same time ================"
     cat "${logs[$n]}"
     rm -f "${logs[$n]}"
 done
 # Exit 5: no test of that shard was selected (e.g. a path or -k that only another shard has).
-all=("$labs" "${codes[@]}")
+all=("$first" "${codes[@]}")
 selected=0
 for code in "${all[@]}"; do
     [ "$code" != 5 ] && selected=1
 done
-summary="labs shard exit $labs"
+summary="pytest 1 (${shards[0]}) exit $first"
 failed=0
 for n in "${!others[@]}"; do
-    summary="$summary, ${others[$n]} shard exit ${codes[$n]}"
+    summary="$summary, pytest $((n + 2)) (${others[$n]}) exit ${codes[$n]}"
 done
+# Every local test file run by one of them (each stopped before the queue was empty: e.g. -x).
+if [ "${#queue[@]}" != 0 ]; then
+    python -m tests.support.shardqueue "${queue[1]}" || failed=1
+    rm -rf "${queue[1]}"
+fi
 for code in "${all[@]}"; do
     if [ "$code" != 0 ] && { [ "$code" != 5 ] || [ "$selected" = 0 ]; }; then
         failed=1
