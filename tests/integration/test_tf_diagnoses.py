@@ -6,6 +6,7 @@ workers (the lines each diagnosis reads are in tests/unit/supervise/test_tf_diag
   the one whose collective timed out is its consequence;
 * a worker still in a collective after worker 0, which runs TensorFlow's coordination service,
   ended normally: the tasks did not end together;
+* workers that meet at a collective with different tensors: they run different programs;
 * TensorFlow's abort on dropping a started server ("Clean shutdown is not currently implemented"):
   the line names the error before it. No Python API of TensorFlow 2.21 drops a started server
   (``tf.distribute.Server`` has no ``stop()`` and leaks its server when collected; the eager
@@ -16,6 +17,7 @@ workers (the lines each diagnosis reads are in tests/unit/supervise/test_tf_diag
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -34,7 +36,8 @@ strategy = tf.distribute.MultiWorkerMirroredStrategy()
 """
 
 # ``--stop N``: worker 1 stops stepping before step N (it sleeps); ``--more N``: worker 1 runs N
-# steps more than worker 0, which ends (exit 0) after its own.
+# steps more than worker 0, which ends (exit 0) after its own; ``--double 0``: worker 1 reduces a
+# float64 where worker 0 reduces a float32 (a program that differs between the workers).
 STEPS = """\
 import json, sys, time
 import tensorflow as tf
@@ -43,7 +46,8 @@ mode, n = sys.argv[1], int(sys.argv[2])
 options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=8 if mode == "--stop" else None)
 strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 me = json.loads(__import__("os").environ["TF_CONFIG"])["task"]["index"]
-step = tf.function(lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None))
+dtype = tf.float64 if mode == "--double" and me == 1 else tf.float32
+step = tf.function(lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0, dtype)), axis=None))
 for i in range(3 + (n if mode == "--more" and me == 1 else 0)):
     if mode == "--stop" and me == 1 and i == n:
         print("worker 1 stops stepping", flush=True)
@@ -137,4 +141,18 @@ def test_the_abort_on_dropping_a_started_server_names_the_error_before_it(tmp_pa
         "the cause; the error before it: InvalidArgumentError: "), failure
     assert "Incompatible shapes: [2] vs. [3]" in failure.reason, failure
     assert failure.reason.endswith("(killed by SIGABRT (exit 134))"), failure
+    assert f"failed: {failure.reason} (attempt 1 of 1)" in result.stderr, result.stderr[-3000:]
+
+
+def test_workers_reducing_different_dtypes_are_told_they_run_different_programs(tmp_path, tfds_dir):
+    (tmp_path / "train.py").write_text(STEPS)
+    spec = write_spec(tmp_path, tfds_dir, f"{sys.executable} train.py --double 0")
+    result = up(spec)
+    assert result.returncode == 1, result.stderr[-3000:]
+    failure = _failure(spec)
+    # (TensorFlow's words: "Collective instance N expected type 0 and data_type 1 but got type 0 and data_type 2",
+    # float32 against float64, from whichever worker's CompleteInstance came second)
+    assert re.match(r"the workers met at a collective with different tensors \(Collective instance \d+ expected type "
+                    r"\d+ and data_type (1|2) but got type \d+ and data_type (1|2)\): they run different steps; every "
+                    r"worker must build the same model", failure.reason), failure
     assert f"failed: {failure.reason} (attempt 1 of 1)" in result.stderr, result.stderr[-3000:]
