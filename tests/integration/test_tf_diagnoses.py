@@ -1,5 +1,5 @@
 """TensorFlow failures diagnosed in tfcluster's own failure line, with real TensorFlow runs on 2 local
-workers (the lines each diagnosis reads are in tests/unit/supervise/test_tf_diagnoses.py):
+workers (1 for the abort; the lines each diagnosis reads are in tests/unit/supervise/test_tf_diagnoses.py):
 
 * a strategy created after another TensorFlow call: the line names the script's first such call;
 * a collective that times out waiting for a worker that stopped stepping: that worker is blamed,
@@ -10,7 +10,7 @@ workers (the lines each diagnosis reads are in tests/unit/supervise/test_tf_diag
 * TensorFlow's abort on dropping a started server ("Clean shutdown is not currently implemented"):
   the line names the error before it. No Python API of TensorFlow 2.21 drops a started server
   (``tf.distribute.Server`` has no ``stop()`` and leaks its server when collected; the eager
-  context releases its own and starts a new one only once nothing can fail), so the task drops
+  context releases its old one and starts a new one only once its set-up succeeded), so the task drops
   one through TensorFlow's C API (``TF_DeleteServer``: the server's destructor, which aborts), as
   TensorFlow's C++ did after a failed cluster set-up in earlier releases.
 """
