@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.contract.portcheck import TASK_EXIT_PORT_TAKEN, PORT_FIX, port_holders
+from launcher.record.noise import is_noise
 
 MESSAGE_CHARS = 240  # an exception message longer than this is cut in the middle
 _EXC = re.compile(
@@ -172,9 +173,11 @@ def hint(lines: Sequence[str], gpus: bool = False, port: Optional[int] = None) -
 # (tensorflow/python/eager/context.py, configure_collective_ops).
 LATE_COLLECTIVES = "Collective ops must be configured at program startup"
 # GrpcServer::Stop (tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc) returns this for a
-# started server; its destructor CHECKs it, so a process that drops a started server aborts with it
-# (``F ... Non-OK-status: Stop() status: UNIMPLEMENTED: Clean shutdown is not currently implemented``):
-# always after another error, which is the cause.
+# started server; its destructor CHECKs it, so a process that drops a started server aborts (SIGABRT)
+# with it: ``F... grpc_server_lib.cc:106] Check failed: (::tsl::TfCheckOkDeprecationMarker(), Stop()) is
+# OK (UNIMPLEMENTED: Clean shutdown is not currently implemented)`` in 2.21, ``Non-OK-status: Stop()
+# status: UNIMPLEMENTED: ...`` in older releases. TensorFlow's own code dropped one only after another
+# error (a failed cluster set-up), which is the cause.
 CLEAN_SHUTDOWN = "Clean shutdown is not currently implemented"
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
 _LIBRARY_FILE = re.compile(r"/(?:site|dist)-packages/|/lib/python\d+(?:\.\d+)?/|^<")
@@ -241,12 +244,25 @@ def _late(before: Sequence[str], read: Optional[Callable[[str], Optional[str]]])
 
 
 def _clean_shutdown(before: Sequence[str]) -> str:
-    cause = next((m.group("msg") for line in reversed(before) if (m := _LOGGED_ERROR.match(line))
-                  and CLEAN_SHUTDOWN not in line), None) or next(iter(exception_lines(before, 1)), None)
+    cause = _error_before(before)
     said = (f"; the error before it: {shorten(cause, 160)}" if cause else
             "; the error before it is the cause (the task's log)")
     return ("TensorFlow aborted stopping its server (\"Clean shutdown is not currently implemented\"): a consequence, "
             f"not the cause{said}")
+
+
+def _error_before(before: Sequence[str]) -> Optional[str]:
+    """The error nearest before the abort: an error TensorFlow logged or an exception (with its
+    message's continuation lines), whichever came last; TensorFlow's harmless start-up errors (no
+    CUDA driver on a CPU host: launcher/record/noise.py) are not it."""
+    for i in range(len(before) - 1, -1, -1):
+        line = before[i]
+        m = _LOGGED_ERROR.match(line)
+        if m and CLEAN_SHUTDOWN not in line and not is_noise(line):
+            return m.group("msg")
+        if _EXC.match(line):
+            return next(iter(exception_lines(before[i:], 1)), None)
+    return None
 
 
 # A collective that gave up waiting (base_collective_executor.cc; collective.timeout, or

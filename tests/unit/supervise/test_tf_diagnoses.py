@@ -21,7 +21,24 @@ LATE = [
     '    raise RuntimeError("Collective ops must be configured at program startup")',
     "RuntimeError: Collective ops must be configured at program startup",
 ]
+# TensorFlow 2.21's abort on dropping a started server (absl's CHECK_OK in ~GrpcServer), as a real run
+# printed it (tests/integration/test_tf_diagnoses.py), after the harmless CPU-host CUDA line and the
+# error the script printed before; then the same abort as TensorFlow 2.12 worded it (TF_CHECK_OK's own
+# "Non-OK-status"), after an error TensorFlow logged.
 SHUTDOWN = [
+    "E0000 00:00:1796211302.875255   26901 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed "
+    "call to cuInit: UNKNOWN ERROR (303)",
+    "Traceback (most recent call last):",
+    '  File "/work/run/train.py", line 18, in <module>',
+    "tensorflow.python.framework.errors_impl.InvalidArgumentError: {{function_node "
+    "__wrapped__AddV2_device_/job:localhost/replica:0/task:0/device:CPU:0}} Incompatible shapes: [2] vs. [3] "
+    "[Op:AddV2] name: ",
+    "F0000 00:00:1796211303.452788   26901 grpc_server_lib.cc:106] Check failed: (::tsl::TfCheckOkDeprecationMarker(), "
+    "Stop()) is OK (UNIMPLEMENTED: Clean shutdown is not currently implemented) ",
+    "*** Check failure stack trace: ***",
+    "    @     0x7f15086a9bab  tensorflow::GrpcServer::~GrpcServer()",
+]
+SHUTDOWN_212 = [
     "E0000 00:00:1685013057.934497    5957 context_distributed_manager.cc:737] Deadline Exceeded",
     "F0000 00:00:1685013057.934547    5957 grpc_server_lib.cc:103] Non-OK-status: Stop() status: UNIMPLEMENTED: "
     "Clean shutdown is not currently implemented",
@@ -58,10 +75,17 @@ def test_a_late_strategy_names_the_first_tensorflow_call_from_the_script():
 
 
 def test_the_abort_on_a_servers_stop_points_at_the_error_before_it():
-    got = diagnosis(SHUTDOWN)
-    assert got.startswith('TensorFlow aborted stopping its server ("Clean shutdown is not currently implemented"): '
-                          "a consequence, not the cause; the error before it: Deadline Exceeded"), got
-    assert "the error before it is the cause" in diagnosis(SHUTDOWN[1:])
+    head = 'TensorFlow aborted stopping its server ("Clean shutdown is not currently implemented"): a consequence, not the cause'
+    # The exception nearest before the abort, not the CUDA line TensorFlow logs on every CPU host.
+    assert diagnosis(SHUTDOWN) == (f"{head}; the error before it: InvalidArgumentError: {{{{function_node "
+                                   "__wrapped__AddV2_device_/job:localhost/replica:0/task:0/device:CPU:0}} Incompatible "
+                                   "shapes: [2] vs. [3] [Op:AddV2] name:")
+    assert diagnosis(SHUTDOWN_212) == f"{head}; the error before it: Deadline Exceeded"
+    # An error TensorFlow logged after the exception is the nearer one.
+    logged = "E0000 00:00:1796211303.1   26901 context_distributed_manager.cc:737] Deadline Exceeded"
+    assert diagnosis([*SHUTDOWN[:4], logged, *SHUTDOWN[4:]]) == f"{head}; the error before it: Deadline Exceeded"
+    assert diagnosis([SHUTDOWN[0], *SHUTDOWN[4:]]) == f"{head}; the error before it is the cause (the task's log)"
+    assert diagnosis(SHUTDOWN_212[1:]) == f"{head}; the error before it is the cause (the task's log)"
     assert diagnosis(["RuntimeError: something else"]) is None
 
 
