@@ -84,7 +84,7 @@ SIGNATURES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"PerReplica'?>?\)? to a Tensor|Keras 3.*(?:distribut|strateg)|"
                 r"(?:MultiWorkerMirrored|ParameterServer)Strategy.*not supported.*Keras", re.S),
      "Keras 3 `model.fit` does not support MultiWorkerMirroredStrategy/ParameterServerStrategy in TF 2.21; "
-     "use tf_keras: env TF_USE_LEGACY_KERAS=1 with the tf-keras package"),
+     "use tf_keras: keras: auto (the default) and no TF_USE_LEGACY_KERAS in env, with the tf-keras package"),
     (re.compile(r"stopped sending heartbeats|Collective ops is aborted by|The tasks have crashed|"
                 r"unhealthy \(stopped sending heartbeats\)"),
      "a peer stopped or died and TensorFlow aborted this task; look at the task named as the root cause"),

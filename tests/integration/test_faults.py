@@ -98,7 +98,7 @@ def test_keras3_failure_report_shows_the_exception_line_and_a_hint(tmp_path, tfd
     assert re.search(r"^  worker:\d: ValueError: Attempt to convert a value \(PerReplica:\{ .* with an unsupported "
                      r"type \(<class 'tensorflow.python.distribute.values.PerReplica'>\) to a Tensor\.$", err, re.M), err
     assert ("  hint: Keras 3 `model.fit` does not support MultiWorkerMirroredStrategy/ParameterServerStrategy in "
-            "TF 2.21; use tf_keras: env TF_USE_LEGACY_KERAS=1 with the tf-keras package") in err
+            "TF 2.21; use tf_keras: keras: auto (the default) and no TF_USE_LEGACY_KERAS in env, with the tf-keras package") in err
     failure = [e for e in events(spec) if isinstance(e, ev.Failure)][0]
     assert failure["errors"][0].startswith("ValueError: Attempt to convert a value (PerReplica:{")
     assert_no_processes(spec)

@@ -83,7 +83,7 @@ def test_shorten_keeps_start_and_end():
 
 @pytest.mark.parametrize("lines, expected", [
     (KERAS3, "Keras 3 `model.fit` does not support MultiWorkerMirroredStrategy/ParameterServerStrategy in TF 2.21; "
-             "use tf_keras: env TF_USE_LEGACY_KERAS=1 with the tf-keras package"),
+             "use tf_keras: keras: auto (the default) and no TF_USE_LEGACY_KERAS in env, with the tf-keras package"),
     (ABORTED, "a peer stopped or died and TensorFlow aborted this task; look at the task named as the root cause"),
     (PORT, "a TF port is taken: stop what holds it (ss -ltnp) or change ports.base in the spec"),
     (TFDS, "the dataset download needs network: prepare it once where there is network and set TFDS_DATA_DIR "
