@@ -110,6 +110,27 @@ def test_a_spare_lost_and_back_while_the_group_trains_costs_nothing():
     assert g.badput["recovery"] == 0 and g.badput["waiting"] == 0 and g.badput["redone"] == 0
 
 
+def test_a_spare_lost_earlier_in_an_attempt_does_not_move_its_fault():
+    """A spare's loss, then the group's own failure later in the same attempt: the attempt's useful
+    work ends at that failure (what it trained after its last step line is redone, not recovery),
+    not at the spare's loss, and the spare's time away is no wait of the group's."""
+    run = Run().attempt(0, 0.1)
+    run.say("worker:0", "start", 2.0, global_step=0).say("worker:0", "first_step", 3.0, global_step=1)
+    run.ev("host_lost", 5.0, host="vm3", attempt=0, suspect=True, spare=True, how="a spare: ...")
+    run.say("worker:0", "step", 8.0, global_step=50)
+    run.ev("host_added", 9.0, host="vm3", attempt=0, spare=False)  # (back: a spare again)
+    run.say("worker:0", "step", 13.0, global_step=100).say("worker:0", "step", 19.0, global_step=160)
+    run.ev("exit", 19.5, task="worker:1", attempt=0, code=137).ev("failure", 19.6, task="worker:1", attempt=0)
+    run.ev("restart", 20.0, attempt=1).attempt(1, 20.5)
+    run.say("worker:0", "start", 22.0, global_step=100).say("worker:0", "first_step", 23.0, global_step=101)
+    run.say("worker:0", "step", 30.0, global_step=170)
+    g = run.ev("outcome", 31.0, outcome="succeeded").measure()
+    rate = (16.0 + 7.0) / (159 + 69)  # the run's seconds a step
+    assert g.badput["recovery"] == pytest.approx(23.0 - 19.5)  # from the failure, not from 19.0 (nor 5.0)
+    assert g.badput["redone"] == pytest.approx(60 * rate + 0.5)  # steps 101..160 and 19.0 -> 19.5
+    assert g.badput["waiting"] == 0
+
+
 def test_backups_while_training_are_checkpoint_time():
     run = Run().attempt(0, 0.1)
     run.say("worker:0", "start", 2.0, global_step=0).say("worker:0", "first_step", 3.0, global_step=1)

@@ -83,6 +83,23 @@ def test_a_permanent_exit_code_is_not_retried(tmp_path):
     assert all(h.code is not None for h in backend.tasks.handles)  # nothing left running
 
 
+def test_a_task_whose_port_is_taken_is_blamed_with_the_port_and_its_holder_and_not_retried(tmp_path):
+    """Its wrapper's check found its port held right before the script (launcher/contract/portcheck.py):
+    one line naming the port and its holder, exit 98. The failure names both (not "exit code 98"),
+    and the run ends: the port stays taken until its holder lets go."""
+    said = ("tfcluster: port 23457 of worker:1 is taken by pid 4242 of user ops (python serve.py); "
+            "stop it, or change ports.base in the spec")
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=98, polls=2, say=((1, said),))}, default=RUN_FOREVER))
+    code, out, events = run(tmp_path, mwms(), backend)
+    assert code == 1 and len(backend.tasks.started) == 2, out  # one attempt
+    (failure,) = of(events, ev.Failure)
+    assert (failure["task"], failure["code"]) == ("worker:1", 98)
+    assert failure["reason"] == "port 23457 taken by pid 4242 of user ops (python serve.py)", failure
+    (gave_up,) = of(events, ev.GaveUp)
+    assert "a port another process holds (exit 98) stays taken until it lets go" in gave_up["reason"], gave_up
+    assert of(events, ev.GroupRestart) == []
+
+
 def test_the_restart_budget_ends_the_run(tmp_path):
     backend = scripted(ScriptedTasks({}, default=Script(code=143, polls=2)))
     code, out, events = run(tmp_path, mwms(restarts=2), backend)
