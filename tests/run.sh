@@ -42,7 +42,9 @@ case "${TFCLUSTER_TEST_SHARDS:-4}" in
     # tests taken file by file by whichever pytest comes free (tests/support/shardqueue.py).
     4) shards=(labs-1 labs-2 local local)
        queue_dir=$(mktemp -d /tmp/tfcluster-tests-queue.XXXXXX)
-       queue=(--queue "$queue_dir") ;;
+       # (one word: a path on its own would be taken for a test path, and pytest would look for
+       # its rootdir and conftest.py above it)
+       queue=("--queue=$queue_dir") ;;
     *) echo "tests/run.sh: TFCLUSTER_TEST_SHARDS must be 1, 2, 3 or 4, not ${TFCLUSTER_TEST_SHARDS}" >&2; exit 2 ;;
 esac
 # How busy the machine's CPUs were over the shards (from /proc/stat's first line: user nice system
@@ -97,8 +99,8 @@ for n in "${!others[@]}"; do
 done
 # Every local test file run by one of them (each stopped before the queue was empty: e.g. -x).
 if [ "${#queue[@]}" != 0 ]; then
-    python -m tests.support.shardqueue "${queue[1]}" || failed=1
-    rm -rf "${queue[1]}"
+    python -m tests.support.shardqueue "$queue_dir" || failed=1
+    rm -rf "$queue_dir"
 fi
 for code in "${all[@]}"; do
     if [ "$code" != 0 ] && { [ "$code" != 5 ] || [ "$selected" = 0 ]; }; then
