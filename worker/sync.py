@@ -23,11 +23,13 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import tensorflow as tf
 import tf_keras as keras
 
 from worker import data as data_lib
+from worker.background import BackgroundWriter
 from worker import strategies
 from worker.cluster import TaskInfo
 from worker.layout import Layout
@@ -56,15 +58,37 @@ class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
     (resize.py) before tf_keras reads it, so epoch and step numbers stay right and the epoch
     is neither stretched nor run past its end."""
 
-    def __init__(self, *, global_batch: int, steps_per_epoch: int, keep_own: bool = False, **kwargs) -> None:
+    def __init__(self, *, global_batch: int, steps_per_epoch: int, keep_own: bool = False,
+                 background: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
         self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
         self.keep_own = keep_own
+        # Backups written beside training (background.py), else tf_keras' own, which training waits for.
+        self.background = background
+        self.writer: Optional[BackgroundWriter] = None
 
-    def _backup(self, epoch, batch=0):
+    def _backup(self, epoch, batch=0, wait=False):
+        """One backup; ``wait``: its files written before this returns (a save that ends the process)."""
         began = time.time()
-        super()._backup(epoch, batch)
-        backed_up(int(self.model.optimizer.iterations.numpy()), began)
+        global_step = int(self.model.optimizer.iterations.numpy())
+        if self.writer is not None:
+            self.writer.save(global_step, wait=wait)
+        else:
+            super()._backup(epoch, batch)
+        backed_up(global_step, began)
+
+    def back_up_now(self, epoch, batch=0):
+        """A backup whose files are written when this returns (a preemption's agreed save)."""
+        self._backup(epoch, batch, wait=True)
+
+    def on_train_end(self, logs=None):
+        self.finish()
+        super().on_train_end(logs)
+
+    def finish(self) -> None:
+        """The backup in flight written (before the final model, or the process's end)."""
+        if self.writer is not None:
+            self.writer.finish()
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)  # restores model, optimizer, epoch and batch from the backup
@@ -101,6 +125,20 @@ class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
         # What the backups of this attempt are written with.
         written_batch.assign(self.global_batch)
         written_steps.assign(self.steps_per_epoch)
+        if self.background:
+            self.writer = self._background_writer(state, checkpoint)
+
+    def _background_writer(self, state, checkpoint) -> BackgroundWriter:
+        """The writer of this attempt's backups, over the objects tf_keras' WorkerTrainingState
+        checkpoints (tf_keras 2.21) and the two added above, into the directory tf_keras would
+        write (the chief's, this task's own on a private disk, else a temporary one)."""
+        write = state.write_checkpoint_manager
+        items = dict(model=self.model, ckpt_saved_epoch=state._ckpt_saved_epoch,
+                     ckpt_saved_batch=state._ckpt_saved_batch, train_counter=self.model._train_counter,
+                     tfcluster_global_batch=checkpoint.tfcluster_global_batch,
+                     tfcluster_steps_per_epoch=checkpoint.tfcluster_steps_per_epoch)
+        return BackgroundWriter(write.directory, items, temporary=write is not state.read_checkpoint_manager,
+                                save_counter=checkpoint.save_counter)
 
 
 def save_final_model(model: keras.Model, target: Path, task: TaskInfo) -> None:
@@ -157,6 +195,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         # (which would train every step again).
         delete_checkpoint=False,
         keep_own=task.keeps_own_backup(),
+        background=not args.blocking_backups,
         # Not save_before_preemption: tf_keras enables it only on GCP, detected by
         # querying the GCE metadata server from every worker.
     )
