@@ -282,7 +282,7 @@ class _CustomCheckpoints:
     position (resize.py); the global step is the optimizer's iterations either way."""
 
     def __init__(self, layout: Layout, task: TaskInfo, parts: _CustomParts, global_batch: int,
-                 steps_per_epoch: int) -> None:
+                 steps_per_epoch: int, blocking: bool = False) -> None:
         self.dir = layout.custom_checkpoints
         self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
         self.position = {name: tf.Variable(-1, dtype=tf.int64, trainable=False, name=f"tfcluster_{name}")
@@ -294,7 +294,11 @@ class _CustomCheckpoints:
         # On a private disk every worker keeps its checkpoints (TaskInfo.keeps_own_backup).
         self.keep = task.keeps_own_backup()
         self.write_dir = str(self.dir) if self.keep else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.write_dir, max_to_keep=3)
+        # Written beside training (background.py), unless --blocking-backups.
+        self.background = not blocking
+        self.writer = BackgroundWriter(self.write_dir, dict(model=parts.model, optimizer=parts.optimizer,
+                                                            **self.position),
+                                       max_to_keep=3 if self.keep else 1, temporary=not self.keep)
 
     def resume_at(self, global_step: int) -> tuple[int, int]:
         """The (epoch, step in it) to go on from, converted when the group's batch changed."""
@@ -310,15 +314,17 @@ class _CustomCheckpoints:
                            Position(epoch, done)), flush=True)
         return epoch, done
 
-    def save(self, step: int, epoch: int, done: int) -> None:
+    def save(self, step: int, epoch: int, done: int, wait: bool = False) -> None:
+        """A checkpoint at ``step`` (all workers: saving runs collectives); ``wait``: written when
+        this returns (the save before a stop, the last one: the evaluator waits for it)."""
         for name, value in (("epoch", epoch), ("step_in_epoch", done), ("global_batch", self.global_batch),
                             ("steps_per_epoch", self.steps_per_epoch)):
             self.position[name].assign(value)
         began = time.time()
-        self.manager.save(checkpoint_number=step)  # all workers: saving runs collectives
+        self.writer.save(step, wait=wait or not self.background)
         backed_up(step, began)
-        if not self.keep:
-            shutil.rmtree(self.write_dir, ignore_errors=True)
+        if wait or not self.background:
+            self.writer.finish()  # (a temporary directory goes: nothing is written there any more)
 
 
 def _tested(parts: _CustomParts, evaluate) -> dict:
@@ -335,7 +341,7 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
     dist_test = strategy.experimental_distribute_dataset(test)
     parts = _CustomParts(args, data, strategy)
     train_step, evaluate = _custom_steps(strategy, parts, global_batch, dist_test, data.num_test)
-    ckpts = _CustomCheckpoints(layout, task, parts, global_batch, steps_per_epoch)
+    ckpts = _CustomCheckpoints(layout, task, parts, global_batch, steps_per_epoch, blocking=args.blocking_backups)
 
     global_step = int(parts.optimizer.iterations.numpy())
     epoch, done = ckpts.resume_at(global_step)
@@ -378,7 +384,7 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         if stop:  # (the launcher waits for this save instead of killing a preempted host's peers)
             emit("saving", epoch=epoch, step=done, global_step=global_step, time=f"{time.time():.3f}")
         if due or stop or epoch == args.epochs:  # the evaluator waits for the last
-            ckpts.save(global_step, epoch, done)
+            ckpts.save(global_step, epoch, done, wait=stop or epoch == args.epochs)
         if stop:
             emit("preempted", epoch=epoch, step=done, global_step=global_step, saved=ckpts.dir,
                  time=f"{time.time():.3f}")
