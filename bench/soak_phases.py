@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Where each fault's time goes in a kept soak (``bench/soak.py --keep``): for every fault that
-can cost training, the run record's events from the fault to worker:0's next first step, each
+"""Where each fault's time goes in a kept soak (``bench/soak.py --keep``): for every fault, the
+run record's events from the fault to worker:0's next first step (else for 30 s), each
 with its offset from the fault, and worker:0's own lines on the way (its start line, printed
 once its backup is restored; its first step, which holds the tracing).
 
@@ -53,12 +53,18 @@ def main(argv: list[str]) -> int:
                         .read_text())
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     marks = worker0_marks(run_dir)
-    faults = [f for f in report["faults"] if f["kind"] not in ("discovery", "return") and not f.get("spare")]
-    for fault in faults:
+    faults = sorted(report["faults"], key=lambda f: f["at"])
+    for n, fault in enumerate(faults):
         at = fault["at"]
+        following = faults[n + 1]["at"] if n + 1 < len(faults) else float("inf")
         firsts = [t for t, what in marks if t > at and what.startswith("first_step")]
-        until = firsts[0] if firsts else float("inf")
-        print(f"\n== {fault['what']} (+{until - at:.1f} s to worker:0's next first step)")
+        until = firsts[0] if firsts and firsts[0] < following else None
+        kind = "a spare fault: " if fault.get("spare") else ""
+        if until is None:  # (a spare's fault, a return or a discovery edit that moved nothing)
+            print(f"\n== {kind}{fault['what']} (no restart before the next fault)")
+            until = min(following, at + 30)
+        else:
+            print(f"\n== {kind}{fault['what']} (+{until - at:.1f} s to worker:0's next first step)")
         timeline = [(e["time"], describe(e)) for e in events
                     if at <= e.get("time", 0) <= until and e.get("event") not in QUIET]
         timeline += [(t, f"worker:0 {what}") for t, what in marks if at <= t <= until]
