@@ -19,7 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-QUIET = {"task_gpus", "snapshot"}  # events with nothing to say about a fault's time
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import launcher.record.events as ev  # noqa: E402
+from launcher.record.reader import read_events  # noqa: E402
+
+QUIET = (ev.TaskGpus,)  # events with nothing to say about a fault's time
 SHOWN = ("task", "host", "attempt", "code", "reason", "why", "promoted", "standby", "seconds", "spare", "signal")
 
 
@@ -37,11 +42,12 @@ def worker0_marks(run_dir: Path) -> list[tuple[float, str]]:
     return sorted(marks)
 
 
-def describe(event: dict) -> str:
-    parts = [event.get("event", "?")]
+def describe(event: ev.RecordEvent) -> str:
+    line = event.to_json()
+    parts = [event.kind]
     for key in SHOWN:
-        if key in event and event[key] not in (None, "", [], {}):
-            value = event[key]
+        if line.get(key) not in (None, "", [], {}):
+            value = line[key]
             text = value if isinstance(value, str) else json.dumps(value)
             parts.append(f"{key}={text[:60]}")
     return " ".join(parts)
@@ -51,7 +57,7 @@ def main(argv: list[str]) -> int:
     run_dir = Path(argv[0]).resolve()
     report = json.loads(Path(argv[1] if len(argv) > 1 else Path(tempfile.gettempdir()) / "tfcluster-soak.json")
                         .read_text())
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+    events = read_events(run_dir)
     marks = worker0_marks(run_dir)
     faults = sorted(report["faults"], key=lambda f: f["at"])
     for n, fault in enumerate(faults):
@@ -65,8 +71,8 @@ def main(argv: list[str]) -> int:
             until = min(following, at + 30)
         else:
             print(f"\n== {kind}{fault['what']} (+{until - at:.1f} s to worker:0's next first step)")
-        timeline = [(e["time"], describe(e)) for e in events
-                    if at <= e.get("time", 0) <= until and e.get("event") not in QUIET]
+        timeline = [(e.time, describe(e)) for e in events
+                    if e.time is not None and at <= e.time <= until and not isinstance(e, QUIET)]
         timeline += [(t, f"worker:0 {what}") for t, what in marks if at <= t <= until]
         for t, what in sorted(timeline):
             print(f"  +{t - at:6.2f}  {what}")
