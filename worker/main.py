@@ -60,6 +60,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="checkpoints, backups and the final model (default: $TFCLUSTER_STATE_DIR or ./tfcluster-state)")
     p.add_argument("--save-freq", default="epoch",
                    help="BackupAndRestore frequency: 'epoch' or a number of steps (a crash loses at most that many)")
+    p.add_argument("--blocking-backups", action="store_true",
+                   help="write each backup while training waits (tf_keras' own way); by default training goes on "
+                        "once the variables are copied and a background thread writes the files (worker/background.py)")
     p.add_argument("--no-graceful-preemption", action="store_true",
                    help="synchronous strategies: do not all-reduce the replicas' SIGTERM flags each step (then "
                         "SIGTERM waits for the launcher's SIGKILL and up to --save-freq steps are redone)")

@@ -119,7 +119,9 @@ class SaveOnPreemption(keras.callbacks.Callback):
         # host's peers (launcher/supervise/phases.py, _let_survivors_save).
         global_step = int(self.model.optimizer.iterations.numpy())
         emit("saving", epoch=self._epoch, step=batch + 1, global_step=global_step, time=f"{time.time():.3f}")
-        self.backup._backup(epoch=self._epoch, batch=batch)
+        # Written before the process ends (a backup in the background would die with it):
+        # ResizableBackupAndRestore's back_up_now; a plain BackupAndRestore writes in the caller anyway.
+        getattr(self.backup, "back_up_now", self.backup._backup)(epoch=self._epoch, batch=batch)
         emit("preempted", epoch=self._epoch, step=batch + 1, global_step=global_step, saved=self.backup.backup_dir,
              time=f"{time.time():.3f}")
         raise Preempted()

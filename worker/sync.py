@@ -23,11 +23,13 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import tensorflow as tf
 import tf_keras as keras
 
 from worker import data as data_lib
+from worker.background import BackgroundWriter
 from worker import strategies
 from worker.cluster import TaskInfo
 from worker.layout import Layout
@@ -56,15 +58,37 @@ class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
     (resize.py) before tf_keras reads it, so epoch and step numbers stay right and the epoch
     is neither stretched nor run past its end."""
 
-    def __init__(self, *, global_batch: int, steps_per_epoch: int, keep_own: bool = False, **kwargs) -> None:
+    def __init__(self, *, global_batch: int, steps_per_epoch: int, keep_own: bool = False,
+                 background: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
         self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
         self.keep_own = keep_own
+        # Backups written beside training (background.py), else tf_keras' own, which training waits for.
+        self.background = background
+        self.writer: Optional[BackgroundWriter] = None
 
-    def _backup(self, epoch, batch=0):
+    def _backup(self, epoch, batch=0, wait=False):
+        """One backup; ``wait``: its files written before this returns (a save that ends the process)."""
         began = time.time()
-        super()._backup(epoch, batch)
-        backed_up(int(self.model.optimizer.iterations.numpy()), began)
+        global_step = int(self.model.optimizer.iterations.numpy())
+        if self.writer is not None:
+            self.writer.save(global_step, wait=wait)
+        else:
+            super()._backup(epoch, batch)
+        backed_up(global_step, began)
+
+    def back_up_now(self, epoch, batch=0):
+        """A backup whose files are written when this returns (a preemption's agreed save)."""
+        self._backup(epoch, batch, wait=True)
+
+    def on_train_end(self, logs=None):
+        self.finish()
+        super().on_train_end(logs)
+
+    def finish(self) -> None:
+        """The backup in flight written (before the final model, or the process's end)."""
+        if self.writer is not None:
+            self.writer.finish()
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)  # restores model, optimizer, epoch and batch from the backup
@@ -101,6 +125,20 @@ class ResizableBackupAndRestore(keras.callbacks.BackupAndRestore):
         # What the backups of this attempt are written with.
         written_batch.assign(self.global_batch)
         written_steps.assign(self.steps_per_epoch)
+        if self.background:
+            self.writer = self._background_writer(state, checkpoint)
+
+    def _background_writer(self, state, checkpoint) -> BackgroundWriter:
+        """The writer of this attempt's backups, over the objects tf_keras' WorkerTrainingState
+        checkpoints (tf_keras 2.21) and the two added above, into the directory tf_keras would
+        write (the chief's, this task's own on a private disk, else a temporary one)."""
+        write = state.write_checkpoint_manager
+        items = dict(model=self.model, ckpt_saved_epoch=state._ckpt_saved_epoch,
+                     ckpt_saved_batch=state._ckpt_saved_batch, train_counter=self.model._train_counter,
+                     tfcluster_global_batch=checkpoint.tfcluster_global_batch,
+                     tfcluster_steps_per_epoch=checkpoint.tfcluster_steps_per_epoch)
+        return BackgroundWriter(write.directory, items, temporary=write is not state.read_checkpoint_manager,
+                                save_counter=checkpoint.save_counter)
 
 
 def save_final_model(model: keras.Model, target: Path, task: TaskInfo) -> None:
@@ -157,6 +195,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
         # (which would train every step again).
         delete_checkpoint=False,
         keep_own=task.keeps_own_backup(),
+        background=not args.blocking_backups,
         # Not save_before_preemption: tf_keras enables it only on GCP, detected by
         # querying the GCE metadata server from every worker.
     )
@@ -243,7 +282,7 @@ class _CustomCheckpoints:
     position (resize.py); the global step is the optimizer's iterations either way."""
 
     def __init__(self, layout: Layout, task: TaskInfo, parts: _CustomParts, global_batch: int,
-                 steps_per_epoch: int) -> None:
+                 steps_per_epoch: int, blocking: bool = False) -> None:
         self.dir = layout.custom_checkpoints
         self.global_batch, self.steps_per_epoch = global_batch, steps_per_epoch
         self.position = {name: tf.Variable(-1, dtype=tf.int64, trainable=False, name=f"tfcluster_{name}")
@@ -255,7 +294,11 @@ class _CustomCheckpoints:
         # On a private disk every worker keeps its checkpoints (TaskInfo.keeps_own_backup).
         self.keep = task.keeps_own_backup()
         self.write_dir = str(self.dir) if self.keep else tempfile.mkdtemp(prefix=f"tfcluster-ckpt-{task.index}-")
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.write_dir, max_to_keep=3)
+        # Written beside training (background.py), unless --blocking-backups.
+        self.background = not blocking
+        self.writer = BackgroundWriter(self.write_dir, dict(model=parts.model, optimizer=parts.optimizer,
+                                                            **self.position),
+                                       max_to_keep=3 if self.keep else 1, temporary=not self.keep)
 
     def resume_at(self, global_step: int) -> tuple[int, int]:
         """The (epoch, step in it) to go on from, converted when the group's batch changed."""
@@ -271,15 +314,17 @@ class _CustomCheckpoints:
                            Position(epoch, done)), flush=True)
         return epoch, done
 
-    def save(self, step: int, epoch: int, done: int) -> None:
+    def save(self, step: int, epoch: int, done: int, wait: bool = False) -> None:
+        """A checkpoint at ``step`` (all workers: saving runs collectives); ``wait``: written when
+        this returns (the save before a stop, the last one: the evaluator waits for it)."""
         for name, value in (("epoch", epoch), ("step_in_epoch", done), ("global_batch", self.global_batch),
                             ("steps_per_epoch", self.steps_per_epoch)):
             self.position[name].assign(value)
         began = time.time()
-        self.manager.save(checkpoint_number=step)  # all workers: saving runs collectives
+        self.writer.save(step, wait=wait or not self.background)
         backed_up(step, began)
-        if not self.keep:
-            shutil.rmtree(self.write_dir, ignore_errors=True)
+        if wait or not self.background:
+            self.writer.finish()  # (a temporary directory goes: nothing is written there any more)
 
 
 def _tested(parts: _CustomParts, evaluate) -> dict:
@@ -296,7 +341,7 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
     dist_test = strategy.experimental_distribute_dataset(test)
     parts = _CustomParts(args, data, strategy)
     train_step, evaluate = _custom_steps(strategy, parts, global_batch, dist_test, data.num_test)
-    ckpts = _CustomCheckpoints(layout, task, parts, global_batch, steps_per_epoch)
+    ckpts = _CustomCheckpoints(layout, task, parts, global_batch, steps_per_epoch, blocking=args.blocking_backups)
 
     global_step = int(parts.optimizer.iterations.numpy())
     epoch, done = ckpts.resume_at(global_step)
@@ -339,7 +384,7 @@ def run_custom(args, task: TaskInfo, layout: Layout, strategy, flag, global_batc
         if stop:  # (the launcher waits for this save instead of killing a preempted host's peers)
             emit("saving", epoch=epoch, step=done, global_step=global_step, time=f"{time.time():.3f}")
         if due or stop or epoch == args.epochs:  # the evaluator waits for the last
-            ckpts.save(global_step, epoch, done)
+            ckpts.save(global_step, epoch, done, wait=stop or epoch == args.epochs)
         if stop:
             emit("preempted", epoch=epoch, step=done, global_step=global_step, saved=ckpts.dir,
                  time=f"{time.time():.3f}")

@@ -55,6 +55,20 @@ def test_a_flag_on_any_worker_saves_this_batch_and_leaves_fit(callback, capsys):
     assert "tfcluster-preempted epoch=1 step=4 global_step=37 saved=/state/backup" in capsys.readouterr().out
 
 
+def test_the_agreed_save_is_written_before_fit_is_left_when_backups_go_in_the_background(callback):
+    """The worker's backup writes in the background (worker/background.py): the save before a
+    stop must use its ``back_up_now`` (written when it returns), or the process could end first."""
+    from worker.preemption import Preempted
+
+    waited = []
+    callback.backup.back_up_now = lambda epoch, batch=0: waited.append((epoch, batch))
+    callback.on_epoch_begin(2)
+    callback.agreed.assign(1.0)
+    with pytest.raises(Preempted):
+        callback.on_train_batch_end(5, {})
+    assert waited == [(2, 5)] and callback.backup.saved == []
+
+
 def test_the_epochs_last_batch_lets_the_epoch_end_first(callback):
     """Stopping there would skip the epoch's ModelCheckpoint (and, in the last epoch, the end of
     training itself); the next batch stops instead, or fit simply finishes."""

@@ -77,8 +77,8 @@ def _fit(tmp_path, batch, epochs, stop_at=None):
 
         def on_train_batch_end(self, b, logs=None):
             seen["batches"] += 1
-            if stop_at == (self.epoch, b):
-                backup._backup(epoch=self.epoch, batch=b)
+            if stop_at == (self.epoch, b):  # as the preemption's save: written before fit is left
+                backup.back_up_now(epoch=self.epoch, batch=b)
                 raise Stop()
 
         def on_epoch_end(self, epoch, logs=None):
