@@ -28,19 +28,21 @@ timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-che
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# Shards at once (tests/conftest.py, --shard): the ssh lab's tests here, the others (Slurm's and
-# docker's labs; the unit tests and TensorFlow on this machine, in two halves) in pytests started
-# beside it, whose output follows this one's. Together they keep the 2 cores busy where one
-# pytest left them 40% idle. TFCLUSTER_TEST_SHARDS=1: one pytest; 2: the labs and the local tests;
-# 3: the labs and the local tests in two halves; 4 (the default): each in two halves.
+# Pytests at once (tests/conftest.py, --shard, --queue): the ssh lab's tests here; beside it Slurm's
+# and docker's, and one pytest for the local tests (unit, hostile, TensorFlow on this machine),
+# whose output follows this one's. The local tests are shared out file by file
+# (tests/support/shardqueue.py): a lab pytest that is done takes local files too, so all three end
+# together. Three at once keep the 2 cores busy where one pytest left them 40 % idle; four (two
+# local pytests) made every test slower, the lab ones most (2026-12-02: the ssh lab's tests about
+# twice as long as beside two others), for no gain: the CPUs were already 99 % busy.
+# TFCLUSTER_TEST_SHARDS=1: one pytest; 2: the labs and the local tests, fixed; 3 (the default):
+# as above; 4: as above with two local pytests.
 queue=()
-case "${TFCLUSTER_TEST_SHARDS:-4}" in
+case "${TFCLUSTER_TEST_SHARDS:-3}" in
     1) exec python -m pytest "$@" ;;
     2) shards=(labs local) ;;
-    3) shards=(labs local-1 local-2) ;;
-    # The labs' two shards, then (and beside them from the start, two more pytests) the local
-    # tests taken file by file by whichever pytest comes free (tests/support/shardqueue.py).
-    4) shards=(labs-1 labs-2 local local)
+    3|4) shards=(labs-1 labs-2 local)
+       [ "${TFCLUSTER_TEST_SHARDS:-3}" = 4 ] && shards+=(local)
        queue_dir=$(mktemp -d /tmp/tfcluster-tests-queue.XXXXXX)
        # (one word: a path on its own would be taken for a test path, and pytest would look for
        # its rootdir and conftest.py above it)
