@@ -42,18 +42,19 @@ def _needs_docker(item) -> bool:
 # ---------------------------------------------------------------- shards at once (tests/run.sh)
 #
 # One pytest kept the 2 cores 58% busy (TFCLUSTER_TEST_CPU_LOG): the lab tests wait on leases,
-# host watches and Slurm, the local ones on step delays and watchdogs. Two shards at once (the
-# labs', every other test) still left them 58 % busy (tests/run.sh's line, 2026-12-02: labs 25 min,
-# local 33); three (the labs', the local tests in two halves) 76 %, and the labs' shard the longest
-# (29 min beside local 22 and 16). So each is two halves: labs-1 (the ssh lab's tests) and labs-2
-# (Slurm's and docker's: their own namespaces, prefix and subnet, and their own engine; the docker
-# tests last, while their image builds in the background), local-1 (the unit and hostile tests and
-# every other file of tests/integration, sorted) and local-2 (the rest of those files).
-# tests/run.sh runs the four as pytest processes at the same time; each shard's tests still run
-# one at a time, in the order they always did. The local tests share nothing between runs but the
-# machine: each run has its own id, record dir and random ports (tests/support/ports.py); the two
-# lab shards share no namespace, bridge, daemon or port (tests/labs/: the ssh lab's and the Slurm
-# lab's prefixes and subnets differ, dockerd runs with --bridge=none).
+# host watches and Slurm, the local ones on step delays and watchdogs. Three pytests at once (the
+# labs', the local tests in two fixed halves) kept them 76 % busy (2026-12-02), but the labs'
+# took 29 min beside local halves of 22 and 16. So the labs' tests are two shards, labs-1 (the
+# ssh lab's) and labs-2 (Slurm's and docker's: their own namespaces, prefix and subnet, and their
+# own engine; the docker tests last, while their image builds in the background), and with
+# --queue the local tests are shared out file by file among the pytests as each comes free
+# (tests/support/shardqueue.py), a lab pytest after its own tests. local-1 (the unit and hostile
+# tests and every other file of tests/integration, sorted) and local-2 (the rest) remain, for a
+# fixed split. Each pytest's tests run one at a time, in the order they always did. The local
+# tests share nothing between runs but the machine: each run has its own id, record dir and random
+# ports (tests/support/ports.py); the two lab shards share no namespace, bridge, daemon or port
+# (tests/labs/: the ssh lab's and the Slurm lab's prefixes and subnets differ, dockerd runs with
+# --bridge=none).
 
 SHARDS = ("labs", "labs-1", "labs-2", "local", "local-1", "local-2")  # "labs", "local": both halves
 

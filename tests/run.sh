@@ -28,26 +28,25 @@ timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-che
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# Pytests at once (tests/conftest.py, --shard, --queue): the ssh lab's tests here; beside it Slurm's
-# and docker's, and one pytest for the local tests (unit, hostile, TensorFlow on this machine),
-# whose output follows this one's. The local tests are shared out file by file
-# (tests/support/shardqueue.py): a lab pytest that is done takes local files too, so all three end
-# together. Three at once keep the 2 cores busy where one pytest left them 40 % idle; four (two
-# local pytests) made every test slower, the lab ones most (2026-12-02: the ssh lab's tests about
-# twice as long as beside two others), for no gain: the CPUs were already 99 % busy.
-# TFCLUSTER_TEST_SHARDS=1: one pytest; 2: the labs and the local tests, fixed; 3 (the default):
-# as above; 4: as above with two local pytests.
+# Pytests at once (tests/conftest.py, --shard, --queue): the labs' tests here, the local tests in
+# two fixed halves beside it, whose output follows (the default: 31 min from a fresh clone,
+# 2026-12-02, labs 29 min, halves 22 and 16). TFCLUSTER_TEST_SHARDS=1: one pytest; 2: the labs and
+# the local tests; 4: the ssh lab's, Slurm's and docker's, and the local tests shared out file by
+# file among all three (tests/support/shardqueue.py); 5: the same with two local pytests. On 2
+# cores neither was faster (2026-12-02: 4 took 40 min, the CPUs 94 % busy; 5 slowed the ssh lab's
+# tests about twice): the CPUs, not the balance, bound the suite there.
 queue=()
 case "${TFCLUSTER_TEST_SHARDS:-3}" in
     1) exec python -m pytest "$@" ;;
     2) shards=(labs local) ;;
-    3|4) shards=(labs-1 labs-2 local)
-       [ "${TFCLUSTER_TEST_SHARDS:-3}" = 4 ] && shards+=(local)
+    3) shards=(labs local-1 local-2) ;;
+    4|5) shards=(labs-1 labs-2 local)
+       [ "${TFCLUSTER_TEST_SHARDS}" = 5 ] && shards+=(local)
        queue_dir=$(mktemp -d /tmp/tfcluster-tests-queue.XXXXXX)
        # (one word: a path on its own would be taken for a test path, and pytest would look for
        # its rootdir and conftest.py above it)
        queue=("--queue=$queue_dir") ;;
-    *) echo "tests/run.sh: TFCLUSTER_TEST_SHARDS must be 1, 2, 3 or 4, not ${TFCLUSTER_TEST_SHARDS}" >&2; exit 2 ;;
+    *) echo "tests/run.sh: TFCLUSTER_TEST_SHARDS must be 1 to 5, not ${TFCLUSTER_TEST_SHARDS}" >&2; exit 2 ;;
 esac
 # How busy the machine's CPUs were over the shards (from /proc/stat's first line: user nice system
 # idle iowait ...): near 100 % the suite's time is its work, well below it the shards wait on
