@@ -40,6 +40,7 @@ class AttemptGroup:
         self.activity: dict[str, float] = {}
         self.saving: set[str] = set()  # tasks that said tfcluster-saving (their process: new_process clears)
         self.saved: set[str] = set()  # ... and tfcluster-preempted: the save is written
+        self.ended: set[str] = set()  # tasks whose end the record has (an exit or stopped event; this process's)
         self.counts: dict[str, int] = {}  # key -> its last beat's count (this process's)
         self.progress: dict[str, float] = {}  # key -> when its count last rose (or it first beat)
         self.gaps: dict[str, float] = {}  # key -> the longest time between two rises of its count
@@ -85,6 +86,7 @@ class AttemptGroup:
             self.activity[key] = self.clock()
             self.saving.discard(key)  # a new process: its own save marks
             self.saved.discard(key)
+            self.ended.discard(key)
             for beats in (self.counts, self.progress, self.gaps, self.inside, self.closures, self.stacks, self.stacks_at):
                 beats.pop(key, None)
             self.counting.discard(key)

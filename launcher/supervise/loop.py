@@ -375,8 +375,13 @@ class Supervisor:
         for h in handles:
             if h.poll() is not None:
                 h.drain(deadline - time.monotonic())
-        for key in running:
-            self.record.write(ev.Stopped(task=key, code=self.group.handles[key].poll()))
+        # Every task of the attempt ends in the record once: those stopped now, and those that
+        # exited since the last look at the exits (a survivor whose saved line ended the wait for
+        # its save, and whose exit came a moment later).
+        for h in handles:
+            if h.key not in self.group.ended and h.key != killed and (h.key in running or h.poll() is not None):
+                self.record.write(ev.Stopped(task=h.key, code=h.poll()))
+                self.group.ended.add(h.key)
         if left:
             self.record.write(ev.StopUnconfirmed(tasks=left))
         self.group.handles.clear()

@@ -95,6 +95,7 @@ class AttemptPhases:
                     exits[key] = code
                     watch.order.append(key)
                     self.record.write(ev.Exit(task=key, attempt=attempt.number, code=code, how=describe_exit(code)))
+                    self.group.ended.add(key)
         verdict = assess(self.plan.strategy, self.plan.success_task, exits, watch.order)
         for key in verdict.sidecar_failed:
             if key not in watch.warned_sidecars and not self._restart_sidecar(attempt, key, exits, watch.order):
@@ -307,6 +308,7 @@ class AttemptPhases:
                 if code is not None:
                     running.remove(h)
                     self.record.write(ev.Stopped(task=h.key, code=code))
+                    self.group.ended.add(h.key)
             now = self.clock()
             with self.group.lock:  # (both are this attempt's: a new process clears its marks)
                 saving = [h.key for h in running if h.key in self.group.saving]

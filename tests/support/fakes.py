@@ -48,6 +48,7 @@ class Script:
     save_polls: int = 2
     save_gate: Optional[threading.Event] = None  # set: the save may end (e.g. once a look began)
     exit_after_save: bool = True  # False: says it saved, then hangs (TensorFlow's shutdown waiting on a peer)
+    exit_lag: int = 0  # polls between its saved line and its exit (TensorFlow's shutdown, quick)
 
 
 RUN_FOREVER = Script(code=None)
@@ -81,10 +82,11 @@ class ScriptedTask(TaskHandle):
                 if self.polls == self.saving_at + self.script.save_polls and (gate is None or gate.is_set()):
                     self.speak(f"tfcluster-preempted epoch=0 step={self.saving_at} "
                                f"global_step={self.saving_at} saved=backup")
-                    if self.script.exit_after_save:
+                    if self.script.exit_after_save and not self.script.exit_lag:
                         self.code = 128 + signal.SIGTERM
                         return self.code
-                elif self.polls > self.saving_at + self.script.save_polls and self.script.exit_after_save \
+                elif self.polls >= self.saving_at + self.script.save_polls + self.script.exit_lag \
+                        and self.script.exit_after_save \
                         and (gate is None or gate.is_set()):
                     self.code = 128 + signal.SIGTERM
                     return self.code

@@ -974,6 +974,24 @@ def test_a_survivor_that_saved_is_not_awaited_until_its_exit(tmp_path):
     assert first.polls <= first.saving_at + 2 + 2, (first.polls, first.saving_at)
 
 
+def test_a_survivor_that_exits_right_after_its_save_still_has_its_end_recorded(tmp_path):
+    """worker:0 says it saved, and its exit comes a poll later: after the wait for its save
+    ended, before the group's stop looked at it. Its end is still in the record (a ``stopped``
+    event with its 143, before the replan): every task of an attempt has one."""
+    backend = losing({("worker:1", 0): Script(code=255, polls=2, lost=True),
+                      ("worker:0", 0): Script(code=None, term="save", save_polls=2, exit_lag=1)},
+                     losses={}, default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, GRACEFUL, backend)
+    assert code == 0, out
+    first = backend.tasks.handles[0]
+    assert first.key == "worker:0" and first.signals[0] == signal.SIGTERM and first.code == 143, first.signals
+    ends = [e for e in events if isinstance(e, (ev.Exit, ev.Stopped)) and e["task"] == "worker:0"
+            and e.get("attempt", 0) == 0]
+    assert [(type(e), e["code"]) for e in ends][:1] == [(ev.Stopped, 143)], ends
+    kinds = [type(e) for e in events]
+    assert events.index(ends[0]) < kinds.index(ev.Replan), kinds
+
+
 def test_a_task_that_saved_and_exited_143_gets_its_peers_save_awaited_too(tmp_path):
     """No session lost: worker:1 was SIGTERMed on its own (the GCE notice's wrapper, a kill),
     said tfcluster-saving and exited 143 once saved. worker:0 takes part in the same save: it is
