@@ -43,15 +43,17 @@ def start_fields(name: str, strategy, global_batch: int, **extra) -> dict:
 
 
 def epoch_end(epoch: int, global_step: int, loss: float, accuracy: float, throughput: Throughput, optimizer,
-              scalars: Optional[Scalars], extra: Optional[dict] = None) -> None:
+              scalars: Optional[Scalars], extra: Optional[dict] = None, at: Optional[float] = None) -> None:
     """The end of an epoch, reported in one place by every loop: the ``tfcluster-epoch`` line
     and (the chief's ``scalars``) the same numbers as TensorBoard scalars at ``global_step``.
     examples/s is the epoch's own (``Throughput.lap``; the first epoch of an attempt leaves
     out its first step). ``extra``: more fields for the line (--epoch-eval's test_loss and
-    test_accuracy)."""
+    test_accuracy). ``at``: when the epoch's steps were done, if not now (PSS's fit: before its
+    saves)."""
     rate, lr = throughput.lap(), learning_rate(optimizer)
     emit("epoch", epoch=epoch, global_step=global_step, loss=f"{loss:.4f}", accuracy=f"{accuracy:.4f}",
-         examples_per_sec=f"{rate:.1f}", learning_rate=f"{lr:.6g}", **(extra or {}), time=f"{time.time():.3f}")
+         examples_per_sec=f"{rate:.1f}", learning_rate=f"{lr:.6g}", **(extra or {}),
+         time=f"{time.time() if at is None else at:.3f}")
     if scalars is not None:
         scalars.write(global_step, loss=loss, accuracy=accuracy, examples_per_sec=rate, learning_rate=lr)
 

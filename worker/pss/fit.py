@@ -43,6 +43,7 @@ class PssProgress(keras.callbacks.Callback):
         self.first_step_time = None
         self.start_global = 0  # the optimizer's step when this attempt began (a resume starts past 0)
         self.last_global = 0
+        self.done_time: float | None = None  # when this epoch's steps were done (mark_epoch)
         self.throughput = Throughput(batch)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -71,17 +72,36 @@ class PssProgress(keras.callbacks.Callback):
         if self.step_delay > 0:
             time.sleep(self.step_delay)
 
+    def steps_done(self) -> keras.callbacks.Callback:
+        """A callback to put before the saves: at its epoch end the epoch's steps are done (fit
+        joined them), and it marks them there, so neither examples/s nor the epoch line's time
+        counts the saves that follow."""
+        progress = self
+
+        class StepsDone(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                progress.mark_epoch()
+
+        return StepsDone()
+
+    def mark_epoch(self) -> None:
+        """The epoch's steps are done: the optimizer's step (exact: fit joined) and now."""
+        self.last_global = int(self.model.optimizer.iterations.numpy())
+        self.done_time = time.time()
+        self.throughput.mark(self.last_global, self.done_time)
+
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        self.last_global = int(self.model.optimizer.iterations.numpy())  # exact: fit joined
-        self.throughput.mark(self.last_global)
+        if self.done_time is None:  # (no steps_done() before the saves)
+            self.mark_epoch()
+        done, self.done_time = self.done_time, None
         tested = {}
         if self.evaluate is not None:
             test_loss, test_accuracy = self.evaluate(self.model)
             tested = {"test_loss": f"{test_loss:.4f}", "test_accuracy": f"{test_accuracy:.4f}"}
         epoch_end(epoch + 1, self.last_global, float(logs.get("loss", float("nan"))),
                   float(logs.get("accuracy", float("nan"))), self.throughput, self.model.optimizer, self.scalars,
-                  extra=tested)
+                  extra=tested, at=done)
 
     def examples_per_sec(self) -> float:
         return self.throughput.rate()
@@ -113,6 +133,10 @@ def run_fit(args: argparse.Namespace, task: TaskInfo, model_dir: Path) -> int:
                            evaluate=(lambda m: evaluate_plain(m, data, args)[:2]) if args.epoch_eval else None,
                            scalars=Scalars.train(p, task))
     callbacks = [
+        # First: the epoch's steps are done (fit joined them) before the saves below take their
+        # time, which is not training time; the epoch line (progress, last) comes once they are
+        # written, so a kill after it resumes at that epoch or later.
+        progress.steps_done(),
         # Kept until the final model is saved (removed below): a failure in the final evaluation
         # or save resumes at the end, not at step 0 (as sync.py's fit).
         keras.callbacks.BackupAndRestore(backup_dir=str(p.backup), delete_checkpoint=False),
