@@ -26,6 +26,18 @@ def private_dir(prefix="tfcluster-zygote-"):
     return tempfile.mkdtemp(prefix=prefix)
 
 
+def earlier(path, prefix="tfcluster-zygote-", name="z.sock"):
+    """``path`` where it names a socket ``private_dir`` made (NAME in a PREFIX dir of the system's
+    temp dir that is still there: an earlier server's, whose keeper ended), else None. Whose dir
+    it is, bind_private checks."""
+    if not isinstance(path, str) or not os.path.isabs(path) or os.path.basename(path) != name:
+        return None
+    folder = os.path.dirname(path)
+    if os.path.dirname(folder) != tempfile.gettempdir() or not os.path.basename(folder).startswith(prefix):
+        return None
+    return path if os.path.isdir(folder) and not os.path.islink(folder) else None
+
+
 def _owner(uid):
     try:
         import pwd

@@ -1,6 +1,7 @@
 """A host's fork server for a run over ssh, as the host agent (agent.py) starts and keeps it
 (request 1's "zygote": {"argv": [python, options...], "imports": [...], "env": {...}, "pad":
-NAME, "title": N, "grace": s}; then "keep"):
+NAME, "title": N, "grace": s, and "socket": the path of a server whose keeper ended, bound again,
+as a waiting standby's wrapper asks it}; then "keep"):
 zygote.py under taskwrap.py in the environment boot.py gives a task (the agent's own, the run's
 common variables, the interpreter's dir first on PATH), its socket bound first (privsock.py: the
 wrappers never wait for one that is gone: zygoteask.py), its lines in the run dir's
@@ -35,11 +36,12 @@ privsock = sibling("privsock")
 def start(order, run_dir, workdir, path=None):
     """Start the host's fork server (zygote.py under taskwrap.py, beside this file in ``run_dir``)
     for ``order`` (agent.py's request 1 "zygote"), its socket at ``path`` (a new one's: the path of
-    the one that ended) or in a new private dir: (its process or None, what the reply says)."""
+    the one that ended), else at the order's "socket" where privsock.earlier takes it, else in a
+    new private dir: (its process or None, what the reply says)."""
     try:
         # A private dir of this host's own (0700), not the run dir: that may be shared between
         # hosts (an NFS home), and a unix socket's path is at most 107 bytes.
-        path = path or os.path.join(privsock.private_dir(), "z.sock")
+        path = path or privsock.earlier(order.get("socket")) or os.path.join(privsock.private_dir(), "z.sock")
         listener = privsock.bind_private(path)
     except privsock.NotPrivate as exc:
         return None, {"error": str(exc)}

@@ -63,6 +63,8 @@ class HostPool:
         self._probes_lock = threading.Lock()
         # Host -> (its first failure in a row, wall clock; its last, monotonic; its one line).
         self._refused: dict[str, tuple[float, float, str]] = {}
+        # Host -> the socket of its fork server whose keeper ended, for the new one (ssh/zygote.py order).
+        self.zygote_again: dict[str, str] = {}
         self.add_hosts(hosts)
 
     # -------------------------------------------------------------- connections

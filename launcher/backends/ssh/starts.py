@@ -58,8 +58,13 @@ class Starts:
         if problems:
             raise LaunchError(problems[hs.name])
         if not hs.ready:
-            plan = Plan(name=self.spec_name, strategy=self.strategy, backend="ssh", tasks=(), hosts=(hs.spec,))
-            ssh_probe.probe_or_raise(pool, self.state_sync, plan, [hs.name])
+            self.probe_again(hs)
+
+    def probe_again(self, hs: HostState) -> None:
+        """The host's preflight once more, for no task: its agent, and its fork server's keeper
+        where the run uses one (ssh/zygote.py order)."""
+        plan = Plan(name=self.spec_name, strategy=self.strategy, backend="ssh", tasks=(), hosts=(hs.spec,))
+        ssh_probe.probe_or_raise(self.pool, self.state_sync, plan, [hs.name])
 
     def start(self, request: StartRequest, on_line: OutputSink) -> SSHTask:
         task = request.task
@@ -79,7 +84,7 @@ class Starts:
         promotion = pidfile + ".env.json" if request.standby else None  # a standby's, beside its pid file
         env = request.told(promotion)
         if request.fork:  # a server that ended: started again, or the host's tasks cold from now on
-            ssh_zygote.ensure(self.pool, hs)
+            ssh_zygote.ensure(self.pool, hs, lambda: self.probe_again(hs))
         served = ssh_zygote.served(self.pool, hs, task.command, request.fork)  # forked by the host's fork server
         command = task_command(hs.python, hs.workdir, hs.run_dir, pidfile, self.opts.lease, self.stop_grace,
                                task.command, self.opts.gce_metadata, zygote=served,
@@ -122,7 +127,7 @@ class Starts:
         over stdin into its promotion file, then SIGUSR1 to its group (commands.promote_command)."""
         hs, task = handle.host, request.task
         if getattr(handle, "deferred", False):  # its fork is asked for now: a server that ended is started again first
-            ssh_zygote.ensure(self.pool, hs)
+            ssh_zygote.ensure(self.pool, hs, lambda: self.probe_again(hs))
         body = json.dumps(self.task_env(task, hs, request.told()), separators=(",", ":")).encode()
         code, out = self.pool.run_on(hs.name, promote_command(promotion, handle.pidfile), body, 10.0)
         if code != 0 or f"sent {handle.pidfile}" not in out:

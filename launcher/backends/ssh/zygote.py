@@ -21,11 +21,11 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from launcher.bounded import HOST_LINE_BYTES
 from launcher.contract import envnames
-from launcher.errors import exc_text
+from launcher.errors import LaunchError, exc_text
 from launcher.plan.build import Plan
 from launcher.backends.zygotes import TITLE_BYTES, entry, plain_entry, start_env
 from launcher.backends.ssh.runner import BadReply, parse_reply
@@ -48,8 +48,10 @@ def order(pool: "HostPool", plan: Plan, name: str) -> Optional[dict]:
         found = plain_entry(task.command, pool.zygote_cwd)
         if found is not None:
             interpreter, imports = found
-            return {"argv": interpreter, "imports": list(imports), "env": start_env(task.env_dict),
+            said = {"argv": interpreter, "imports": list(imports), "env": start_env(task.env_dict),
                     "pad": envnames.ZYGOTE_PAD, "title": TITLE_BYTES, "grace": pool.stop_grace}
+            again = pool.zygote_again.get(name)  # (its keeper ended: the new one on the same path)
+            return {**said, "socket": again} if again else said
     return None
 
 
@@ -136,29 +138,57 @@ def keep(pool: "HostPool", hs: "HostState", chan, socket_path: str) -> None:
     pool.lease.track(hs.keeper)
 
 
-def ensure(pool: "HostPool", hs: "HostState") -> None:
+def ensure(pool: "HostPool", hs: "HostState", again: Optional[Callable[[], None]] = None) -> None:
     """Before a start on ``hs`` that its server would serve: where its keeper said it ended (or the
-    keeper itself is gone), Restarts decides, the zygote_ended event is written (the console says
-    its note) and a new server started on the same socket, or the host's tasks start cold from now
-    on (``hs.zygote`` None: nothing asks the socket again)."""
+    keeper itself is gone: its server ended with it, its lifeline), Restarts decides, the
+    zygote_ended event is written (the console says its note) and a new server started on the
+    same socket (by its keeper, or by a new keeper: ``again``, the host's preflight once more),
+    or the host's tasks start cold from now on (``hs.zygote`` None: nothing asks the socket again)."""
     keeper = hs.keeper
     if keeper is None or not hs.zygote:
         return
     with keeper.lock:
-        said = keeper.ended() if keeper.exit_code is None else {"ended": None, "cold": "its keeper (the host agent) ended"}
-        if said is None:
+        said, gone = keeper.ended(), keeper.exit_code is not None
+        if said is None and not gone:
             return
-        code, cold = said.get("ended"), said.get("cold")
+        code, cold = (said or {}).get("ended"), (said or {}).get("cold")
         event = hs.zygote_restarts.ended(code if type(code) is int else None, cold if isinstance(cold, str) else "")
         pool.write(event)
         if event.cold:
             hs.zygote = None
+            return
+        if gone:
+            _keep_again(pool, hs, again)
             return
         got = keeper.restart()
         if not isinstance(got.get("socket"), str) or got["socket"] != hs.zygote:
             why = got.get("error") if isinstance(got.get("error"), str) else "an answer without its socket"
             pool.write(hs.zygote_restarts.not_started(why))
             hs.zygote = None
+
+
+def _keep_again(pool: "HostPool", hs: "HostState", again: Optional[Callable[[], None]]) -> None:
+    """A new keeper for ``hs`` (its agent killed, its session gone), its server on the socket
+    the last one had (a standby's wrapper that waits asks that path), or the host's tasks cold
+    from now on, said in one line."""
+    old, hs.keeper = hs.zygote, None
+    if again is None:
+        pool.write(hs.zygote_restarts.not_started("its keeper (the host agent) ended"))
+        hs.zygote = None
+        return
+    pool.zygote_again[hs.name] = old
+    try:
+        again()  # (the new keeper's socket into hs.zygote: keep)
+    except LaunchError as exc:
+        pool.write(hs.zygote_restarts.not_started(f"its keeper (the host agent) ended; a new one: {exc.lines[0]}"))
+        hs.zygote = None
+        return
+    finally:
+        pool.zygote_again.pop(hs.name, None)
+    if hs.keeper is None:
+        pool.write(hs.zygote_restarts.not_started("its keeper (the host agent) ended, and the host agent "
+                                                  "started again started no server"))
+        hs.zygote = None
 
 
 def served(pool: "HostPool", hs: "HostState", command, fork: bool) -> Optional[str]:

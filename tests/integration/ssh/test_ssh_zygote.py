@@ -175,3 +175,57 @@ def test_a_fork_that_fails_on_an_ssh_host_is_answered_cold_and_its_zygote_serves
     assert any("fork failed (Resource temporarily unavailable): a task starts cold" in p.read_text() for p in logs), \
         [p.read_text()[-500:] for p in logs]
     wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def socket_of(pid: int) -> str:
+    return cmdline(pid).split("--socket ", 1)[1].split(" ", 1)[0]
+
+
+def test_a_killed_keeper_is_replaced_and_its_hosts_next_task_is_forked_from_the_new_server(
+        lab, make_spec, tmp_path):
+    """h1's keeper (the host agent kept over its own channel, its zygote's wrapper's parent) is
+    SIGKILLed while both workers train: its zygote ends with it (its lifeline), worker:0 trains
+    on (its waiter is its parent). worker:1 is SIGKILLed: at the restart, the promotion of
+    worker:0's standby on h1 finds the keeper gone, runs h1's preflight once more for a new
+    keeper, whose zygote binds the socket the last one had: the standby's wrapper asks that path,
+    and worker:0 is forked from the new zygote. One line says it; the run succeeds."""
+    spec, steps, state = plain_spec(make_spec, tmp_path)
+    h1, h2 = lab.host("h1"), lab.host("h2")
+    seen: dict[str, object] = {}
+
+    def kill_keeper(_proc) -> None:
+        seen["zygote"] = zygote = zygote_of(h1)
+        seen["socket"] = socket_of(zygote)
+        seen["keeper"] = keeper = parent(parent(zygote))
+        assert " -S -c " in cmdline(keeper), cmdline(keeper)  # (the agent: python -S -c its source)
+        os.kill(keeper, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{zygote}"), 30, what=f"h1's zygote {zygote} ending with its keeper")
+        (worker1,) = [c for w in children(zygote_of(h2)) for c in children(w)]
+        end_after(steps, state)
+        os.kill(worker1, signal.SIGKILL)
+
+    def look(_proc) -> None:
+        seen["new"] = zygote = zygote_of(h1)
+        seen["new socket"] = socket_of(zygote)
+        seen["new keeper"] = parent(parent(zygote))
+
+    code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None), (STEP, kill_keeper),
+                                   (r"^\[worker:0\] tfcluster-standby promoted", lambda p: None),
+                                   (r"^\[worker:0\] plain-step \d+ ", look)], timeout=300)
+    assert code == 0, out[-5000:]
+    assert "run succeeded after 2 attempt(s)" in out, out[-3000:]
+    tasks = said(out)
+    assert tasks[("worker:0", 0)]["gppid"] == seen["zygote"], (tasks, seen)
+    assert tasks[("worker:0", 1)]["gppid"] == seen["new"] != seen["zygote"], (tasks, seen)  # from the new one
+    assert seen["new socket"] == seen["socket"] and seen["new keeper"] != seen["keeper"], seen
+    notes = [l for l in out.splitlines() if "zygote" in l and l.startswith("tfcluster:")]
+    assert notes == ["tfcluster: host h1's zygote ended (exit unknown); a new one starts (1 of 3)"], notes
+    (ended,) = of(read_records(spec.parent / "runs/sshtest/latest"), ev.ZygoteEnded)
+    assert (ended.host, ended.code, ended.restart, ended.cold) == ("h1", None, 1, ""), ended
+    assert not [l for l in out.splitlines() if "started without the zygote" in l], out[-3000:]
+    assert "unknown (" not in out, out[-3000:]  # (no exit lost: "its exit code is unknown (137)")
+    wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")

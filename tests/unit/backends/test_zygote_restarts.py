@@ -150,9 +150,9 @@ def test_over_ssh_a_server_that_said_it_serves_nothing_or_a_keeper_gone_is_not_s
                                      "would not have its CUDA")
     hs, pool, chan, written = host_and_pool()
     chan.closed = True  # the agent killed: its server went with it (its lifeline)
-    ensure(pool, hs)
+    ensure(pool, hs)  # (no way given to start a new keeper: tests/unit/backends/ssh/test_ssh_zygote_keeper.py has it)
     assert chan.sent == [] and hs.zygote is None
-    assert written[-1].cold == "its keeper (the host agent) ended"
+    assert written[-1].cold == "a new one could not start (its keeper (the host agent) ended)"
 
 
 def test_over_ssh_a_keeper_that_never_answers_a_restart_is_waited_for_a_bounded_time(monkeypatch):
