@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import glob
 import re
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
+import types
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -132,25 +132,22 @@ def assert_no_processes(spec: Path) -> None:
 def tensorboard_scalars(logdir: Path, pattern: str = "events.out.tfevents.*",
                         only_scalars: bool = True) -> list[tuple[str, int, float]]:
     """(tag, step, value) of every scalar in the event files under ``logdir`` matching
-    ``pattern`` (a glob, ``**/`` for subdirectories), read by TF in a subprocess. With
-    ``only_scalars`` every summary in them must be a scalar; else others (a model's config as
-    text, a graph) are left out."""
-    code = textwrap.dedent(f"""\
-        import glob, json
-        import tensorflow as tf
-        out = []
-        for path in sorted(glob.glob({str(logdir)!r} + "/" + {pattern!r}, recursive=True)):
-            for event in tf.compat.v1.train.summary_iterator(path):
-                for v in event.summary.value:
-                    plugin = v.metadata.plugin_data.plugin_name
-                    value = float(tf.make_ndarray(v.tensor)) if plugin == "scalars" else None
-                    out.append((v.tag, event.step, value, plugin))
-        print(json.dumps(out))
-    """)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    ``pattern`` (a glob, ``**/`` for subdirectories), read record by record (CRCs checked) by
+    TensorBoard's own loader in this process, without TensorFlow (``tensorboard.compat.notf``, as
+    test_compare.py reads them): a TensorFlow import in a subprocess for each read cost about
+    7 CPU seconds. With ``only_scalars`` every summary in them must be a scalar; else others (a
+    model's config as text, a graph) are left out."""
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    rows = []
+    for path in sorted(glob.glob(f"{logdir}/{pattern}", recursive=True)):
+        for event in EventFileLoader(path).Load():
+            for v in event.summary.value:
+                plugin = v.metadata.plugin_data.plugin_name
+                value = float(tensor_util.make_ndarray(v.tensor)) if plugin == "scalars" else None
+                rows.append((v.tag, event.step, value, plugin))
     assert all(r[3] == "scalars" for r in rows) or not only_scalars, rows
     return [(t, s, v) for t, s, v, plugin in rows if plugin == "scalars"]
 
