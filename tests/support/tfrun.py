@@ -13,6 +13,8 @@ import types
 from pathlib import Path
 from typing import Mapping, Optional
 
+import pytest
+
 from launcher.contract.progress import parse
 from tests.support.cli import ROOT, start_tfcluster, tfcluster
 from tests.support.specs import local_spec
@@ -32,6 +34,28 @@ def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{w
     return local_spec(tmp_path, entrypoint, name="demo", tasks=tasks, strategy=strategy, extra=extra,
                       env={"PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir), "TF_CPP_MIN_LOG_LEVEL": '"2"'},
                       watchdog="{startup_timeout: 120, stop_grace: 3}")
+
+
+def with_epoch_eval(spec: Path) -> Path:
+    """``spec`` (write_spec's) with $TFCLUSTER_EPOCH_EVAL=1 in its env, as ``tfcluster compare``
+    sets it: the worker evaluates the test split after every epoch and its epoch lines carry
+    test_loss and test_accuracy (check_epoch_eval)."""
+    text = spec.read_text()
+    assert '  TF_CPP_MIN_LOG_LEVEL: "2"\n' in text, text
+    spec.write_text(text.replace('  TF_CPP_MIN_LOG_LEVEL: "2"\n', '  TF_CPP_MIN_LOG_LEVEL: "2"\n  TFCLUSTER_EPOCH_EVAL: "1"\n'))
+    return spec
+
+
+def check_epoch_eval(epochs: list[dict], result: dict) -> None:
+    """--epoch-eval's figures on a task's epoch lines (progress(..., "epoch")): every epoch has a
+    test loss and accuracy, and the last epoch's are the final evaluation's (``result``, the
+    result line: the same weights), which checks them independently."""
+    assert epochs, result
+    for e in epochs:
+        assert 0.0 <= float(e["test_accuracy"]) <= 1.0 and float(e["test_loss"]) > 0, e
+        assert int(e["global_step"]) > 0, e
+    assert float(epochs[-1]["test_accuracy"]) == pytest.approx(float(result["accuracy"]), abs=1e-4), (epochs, result)
+    assert float(epochs[-1]["test_loss"]) == pytest.approx(float(result["loss"]), abs=1e-3), (epochs, result)
 
 
 def cold(max_restarts: int, **more) -> dict:
