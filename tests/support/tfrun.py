@@ -176,6 +176,47 @@ def tensorboard_scalars(logdir: Path, pattern: str = "events.out.tfevents.*",
     return [(t, s, v) for t, s, v, plugin in rows if plugin == "scalars"]
 
 
+def check_train_scalars(spec: Path, out: str, *, epochs: int, steps: int, global_batch: int,
+                        learning_rate: float) -> dict[str, list[tuple[int, float]]]:
+    """The reference worker's training scalars (its chief's, in state/tensorboard/train) against
+    its progress lines in ``out`` (2 MWMS workers trained ``epochs`` of ``steps``, ``global_batch``
+    a step, at ``--learning-rate``): the epoch lines' numbers at their global steps, and
+    examples/s also against the step lines' own timestamps."""
+    train = run_dir(spec).parent / "state" / "tensorboard" / "train"
+    # One writer: the chief's (worker 1 prints the same epoch lines but writes nothing).
+    assert len(list(train.glob("events.out.tfevents.*"))) == 1, list(train.iterdir())
+    rows = tensorboard_scalars(train)
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for tag, step, value in sorted(rows):
+        scalars.setdefault(tag, []).append((step, value))
+    assert set(scalars) == {"loss", "accuracy", "examples_per_sec", "learning_rate"}, scalars
+    lines = progress(out, "epoch", "worker:0")
+    assert len(lines) == epochs, out[-3000:]
+    # Worker 1 reports the same global numbers on its own lines.
+    assert [(e["loss"], e["accuracy"]) for e in progress(out, "epoch", "worker:1")] == [
+        (e["loss"], e["accuracy"]) for e in lines]
+    at = [steps * (i + 1) for i in range(epochs)]
+    for tag in scalars:
+        assert [s for s, _ in scalars[tag]] == at, (tag, scalars[tag])
+    for (_, loss), (_, acc), e in zip(scalars["loss"], scalars["accuracy"], lines):
+        assert int(e["global_step"]) in at
+        assert loss == pytest.approx(float(e["loss"]), abs=6e-5) and acc == pytest.approx(float(e["accuracy"]), abs=6e-5)
+        assert 0.0 <= acc <= 1.0 and 0.0 < loss < 5.0
+    for (_, rate), e in zip(scalars["examples_per_sec"], lines):
+        assert rate == pytest.approx(float(e["examples_per_sec"]), abs=0.06), (rate, e)
+    assert [v for _, v in scalars["learning_rate"]] == pytest.approx([learning_rate] * epochs)  # the one given
+    # examples/s per epoch, independently: global batch x steps over the time between the
+    # step lines at each epoch's last step (the first epoch from its first step's end).
+    ends = {int(s["epoch"]): float(s["time"]) for s in progress(out, "step", "worker:0") if int(s["step"]) == steps}
+    [first] = progress(out, "first_step", "worker:0")
+    marks = [float(first["time"])] + [ends[i] for i in range(epochs)]
+    for i, (_, rate) in enumerate(scalars["examples_per_sec"]):
+        n = steps - 1 if i == 0 else steps
+        independent = n * global_batch / (marks[i + 1] - marks[i])
+        assert rate == pytest.approx(independent, rel=0.2), (i, rate, independent)
+    return scalars
+
+
 def kill_task(spec: Path, key: str, sig: int) -> None:
     pids = wait_for(lambda: task_pids(run_dir(spec).name, key), 30, what=f"{key}'s process")
     for pid in pids:
