@@ -17,8 +17,9 @@ The inter-op pool never gets fewer than ``INTEROP_MIN`` (2) threads: TensorFlow 
 there (a parameter server's remote reads, a dataset's ``get_next``), and with one thread the op
 that would unblock them can wait forever (tensorflow/tensorflow#38969 "pass if set 2", #10369).
 Three parameter_server tasks on a 2-core host with one inter-op thread each hung past 300 s in
-our suite (test_epoch_eval[parameter_server]); with two they finish. Inter-op threads mostly wait,
-so the floor costs no cores; intra-op and OpenMP (the compute) keep the budget.
+our suite (a chief evaluating the test split after every epoch beside one ps and one worker);
+with two they finish. Inter-op threads mostly wait, so the floor costs no cores; intra-op and
+OpenMP (the compute) keep the budget.
 
 A variable the spec's ``env:`` sets is never overridden. Imports nothing of ours: the task
 wrapper (stdlib only, copied to hosts) and the Slurm step's shell have their own copies of

@@ -1,6 +1,7 @@
 """``tfcluster compare`` end to end on this machine: three configurations through ``tfcluster
 up``'s own path (default, one replica; mirrored on 2 logical CPUs; and tpu, which fails here
-because there is no TPU and must become a row with its error). Checks the CSV and JSON rows and
+because there is no TPU and must become a row with its error, the worker's one line naming why,
+not retried). Checks the CSV and JSON rows and
 columns, the numbers against the run logs, report.md, the three plots and the TensorBoard logs.
 (Each single-host strategy trains end to end through ``up`` in test_strategies.py; the spec each
 configuration gets, every strategy's, in tests/unit/compare/: a fourth and fifth TensorFlow run
@@ -19,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from launcher.compare.report import COLUMNS
-from tests.support.tfrun import write_spec
+from tests.support.records import read_records
+from tests.support.tfrun import cold_restarts, write_spec
+import launcher.record.events as ev
 from tests.support.cli import tfcluster
 from tests.support.prereq import require
 from tests.support.processes import pids_with_env
@@ -46,7 +49,9 @@ def _step_marks(log: Path) -> tuple[float, list[tuple[int, float]], int]:
 def test_compare_three_configurations_with_one_failing(tmp_path, tfds_dir):
     require(all(__import__("importlib").util.find_spec(m) for m in ("matplotlib", "PIL", "tensorboard")),
             "matplotlib, Pillow and tensorboard are not installed (pip install -e '.[compare]')")
-    spec = write_spec(tmp_path, tfds_dir, f"python -m worker --epochs {EPOCHS} --batch-size {BATCH}")
+    # Restarts allowed (cold: no standby waits for them), which the failing configuration must not spend.
+    spec = write_spec(tmp_path, tfds_dir, f"python -m worker --epochs {EPOCHS} --batch-size {BATCH}",
+                      extra=cold_restarts(3))
     result = tfcluster("compare", spec, "--strategies", ",".join(STRATEGIES), "--target-accuracy", "0.5",
                        "--progress-every", EVERY, timeout=900)
     out = result.stdout + result.stderr
@@ -78,6 +83,20 @@ def test_compare_three_configurations_with_one_failing(tmp_path, tfds_dir):
             assert "TPU 'local' not usable" in cfg["error"]
             # each run keeps its outcome; its exit code is what the CLI maps that outcome to
             assert [(r["outcome"], r["exit_code"]) for r in cfg["runs"]] == [("failed", 1)], cfg["runs"]
+            # The worker's own error through `up`'s path, the one TensorFlow run of a strategy that
+            # cannot start: one line of the worker's, TensorFlow's words in it, no traceback; exit 2
+            # not retried with restarts left (the decision for every exit code, at unit speed:
+            # test_supervisor_scripted.py::test_default_permanent_exit_codes).
+            record = Path(cfg["runs"][0]["record"])
+            said = (record / "logs" / "worker-0.log").read_text()
+            errors = [line for line in said.splitlines() if "worker: error:" in line]
+            assert len(errors) == 1 and "this machine has no TPU" in errors[0], said[-3000:]
+            assert ("TPU 'local' not usable: initialising it with TPUClusterResolver(tpu='local') failed (NotFoundError: "
+                    "TPUs not found in the cluster.") in errors[0], errors
+            assert "Traceback" not in said
+            console = (outdir / "logs" / "tpu.txt").read_text()
+            assert "failed: exit code 2 (attempt 1 of 4)" in console and "not retried" in console, console[-3000:]
+            assert [type(e) for e in read_records(record)].count(ev.Start) == 1
             continue
         assert row["status"] == "ok" and row["error"] == "" and row["exit_code"] == "0", row
         assert [(r["outcome"], r["exit_code"]) for r in cfg["runs"]] == [("succeeded", 0)]

@@ -1,4 +1,7 @@
-"""End to end on this machine with real TensorFlow workers under MultiWorkerMirroredStrategy."""
+"""End to end on this machine with real TensorFlow workers under MultiWorkerMirroredStrategy.
+(A user's own script reading plain TF_CONFIG, its arguments as given, run unmodified on 2 workers:
+test_standby_plain_script.py; a user's Keras script training under MWMS with tf_keras:
+test_keras_scripts.py.)"""
 
 from __future__ import annotations
 
@@ -42,39 +45,6 @@ def test_demo_trains_to_success(tmp_path, tfds_dir):
     logs = run_dir(spec) / "logs"
     assert "tfcluster-result" in (logs / "worker-1.progress").read_text()  # (its records: the control channel's)
     # (Ctrl-C mid-run, the agreed save and the next `up` resuming there: test_worker_resize.py.)
-
-
-def test_user_script_reading_tf_config_runs_unmodified(tmp_path, tfds_dir):
-    script = tmp_path / "my_train.py"
-    script.write_text(textwrap.dedent("""\
-        # A user's own script: plain TF_CONFIG, no tfcluster imports.
-        import argparse, json, os
-        os.environ["TF_USE_LEGACY_KERAS"] = "1"
-        import numpy as np
-        import tensorflow as tf
-        import tf_keras as keras
-
-        parser = argparse.ArgumentParser()
-        parser.add_argument("--lr", type=float, required=True)
-        args = parser.parse_args()
-        conf = json.loads(os.environ["TF_CONFIG"])
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        with strategy.scope():
-            model = keras.Sequential([keras.layers.Dense(1, input_shape=(4,))])
-            model.compile(keras.optimizers.SGD(args.lr), "mse")
-        x = np.random.RandomState(0).rand(256, 4).astype("float32")
-        y = x.sum(axis=1, keepdims=True)
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
-        hist = model.fit(ds, epochs=3, steps_per_epoch=8, verbose=0)
-        print("USER-SCRIPT", conf["task"]["type"], conf["task"]["index"], "workers",
-              strategy.num_replicas_in_sync, "loss", round(hist.history["loss"][-1], 4), flush=True)
-    """))
-    spec = write_spec(tmp_path, tfds_dir, f"python {script.name} --lr 0.1")
-    result = up(spec)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = [l for l in result.stdout.splitlines() if "USER-SCRIPT" in l]
-    assert sorted(l.split("]")[0] for l in lines) == ["[worker:0", "[worker:1"]
-    assert all("workers 2" in l for l in lines)
 
 
 def test_tf_worker_exit_3_root_cause_others_stopped(tmp_path, tfds_dir):

@@ -1,5 +1,6 @@
 """ParameterServerStrategy end to end with real TensorFlow processes: the coordinator (tf_keras
-fit and the custom loop), ps/worker servers stopped at the end, a worker restarted alone (its
+fit and the custom loop; fit's evaluation of the test split after every epoch), ps/worker servers
+stopped at the end, a worker restarted alone (its
 standby promoted), a dead ps restarting the cluster from the last checkpoint, and the evaluator
 sidecar (PSS, and MWMS's restarted alone; MWMS's evaluation of every epoch's checkpoint:
 test_tensorboard.py). Every case ends with no process of the run left."""
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tfrun import (ROOT, assert_no_processes, events, kill_task, progress, run_and_act,
-                                 run_dir, tensorboard_scalars, up, wait_line, write_spec)
+from tests.support.tfrun import (ROOT, assert_no_processes, check_epoch_eval, events, kill_task, progress, run_and_act,
+                                 run_dir, tensorboard_scalars, up, wait_line, with_epoch_eval, write_spec)
 from tests.support.cli import tfcluster
 from tests.support.processes import task_pids
 from tests.support.waits import read_rest, wait_for
@@ -46,11 +47,15 @@ def run_with_kill(spec: Path, wait_pattern: str, key: str, then: str | None = No
 
 
 def test_pss_fit_with_evaluator_succeeds_and_every_task_is_stopped(tmp_path, tfds_dir):
-    spec = pss_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 10 --progress-every 5")
+    """The chief also evaluates the test split after every epoch ($TFCLUSTER_EPOCH_EVAL, as
+    ``tfcluster compare`` sets it: worker/pss/fit.py's own evaluation, not the sidecar's)."""
+    spec = with_epoch_eval(pss_spec(tmp_path, tfds_dir, "python -m worker --epochs 2 --steps-per-epoch 10 "
+                                                        "--progress-every 5"))
     result = up(spec, timeout=RUN_TIMEOUT)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
     (res,) = progress(out, "result", "chief:0")
+    check_epoch_eval(progress(out, "epoch", "chief:0"), res)
     assert res["global_step"] == "20" and res["epochs_run"] == "2", res
     # Steps this attempt, as every strategy's result line says (the final report's steps column).
     assert res["steps_run"] == "20", res

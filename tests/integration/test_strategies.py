@@ -1,8 +1,11 @@
 """The single-host strategies end to end through ``tfcluster up``: one task, no TF
 cluster, the CNN trained with ``model.fit`` and then the custom loop, the replica count each
-strategy reports, resume after a SIGKILL (fit and custom loop), graceful preemption (SIGTERM: the
-step is saved, the restart resumes there), and the TPU error path on a machine without a TPU.
-(multi_worker_mirrored and parameter_server train, with both loops, in test_worker_metrics.py.)"""
+strategy reports, the test split evaluated after every epoch (``--epoch-eval``, which ``tfcluster
+compare`` turns on; under parameter_server: test_pss.py's fit with the evaluator), resume after
+a SIGKILL (fit and custom loop), graceful preemption (SIGTERM: the step is saved, the restart
+resumes there). (multi_worker_mirrored and parameter_server train, with both loops, in
+test_worker_metrics.py; the TPU error path on a machine without a TPU, the worker's one line and
+exit 2 not retried, in test_compare.py's tpu configuration, through ``up``'s own path.)"""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ import signal
 
 import pytest
 
-from tests.support.tfrun import (assert_no_processes, events, kill_task, last_step_before, progress, run_and_act,
-                                    up, write_spec)
+from tests.support.tfrun import (assert_no_processes, check_epoch_eval, events, kill_task, last_step_before, progress,
+                                 run_and_act, up, with_epoch_eval, write_spec)
 import launcher.record.events as ev
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
@@ -34,10 +37,11 @@ def tf_class(strategy: str) -> str:
 @pytest.mark.parametrize("strategy, replicas", [
     ("default", 1), ("one_device", 1), ("mirrored", 2), ("central_storage", 2)])
 def test_single_host_strategy_trains_with_fit_then_custom_loop(tmp_path, tfds_dir, strategy, replicas):
-    # One task process per loop, in one run: fit, then the custom loop on the same state dir.
+    # One task process per loop, in one run: fit, then the custom loop on the same state dir;
+    # both evaluate the test split after every epoch ($TFCLUSTER_EPOCH_EVAL, as compare sets it).
     command = f"sh -c '{TRAIN} --loop fit && {TRAIN} --loop custom'"
-    spec = write_spec(tmp_path, tfds_dir, command, tasks="{worker: 1}", strategy=strategy,
-                      extra="devices: {cpus: 2}\n")
+    spec = with_epoch_eval(write_spec(tmp_path, tfds_dir, command, tasks="{worker: 1}", strategy=strategy,
+                                      extra="devices: {cpus: 2}\n"))
     result = up(spec)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     starts, results = progress(result.stdout, "start"), progress(result.stdout, "result")
@@ -48,7 +52,11 @@ def test_single_host_strategy_trains_with_fit_then_custom_loop(tmp_path, tfds_di
         assert start["strategy_class"] == tf_class(strategy), start
         assert 0.2 < float(res["accuracy"]) <= 1.0, res  # above chance (10 classes)
     # The same seed, model, data and global batch: both loops take the same steps.
-    fit, custom = (e[-1] for e in (progress(result.stdout, "epoch")[:2], progress(result.stdout, "epoch")[2:]))
+    epochs = progress(result.stdout, "epoch")
+    assert [e["epoch"] for e in epochs] == ["1", "2", "1", "2"], result.stdout[-3000:]
+    for loop_epochs, res in zip((epochs[:2], epochs[2:]), results):
+        check_epoch_eval(loop_epochs, res)
+    fit, custom = epochs[1], epochs[3]
     assert abs(float(fit["loss"]) - float(custom["loss"])) < 1e-3, (fit, custom)
     assert [e["task"] for e in events(spec) if isinstance(e, ev.Start)] == ["worker:0"]
     assert_no_processes(spec)
@@ -153,20 +161,4 @@ def test_sigkill_then_sigterm_in_one_run(tmp_path, tfds_dir, strategy, loop):
     [result] = progress(out, "result")
     assert int(result["steps_run"]) == 80 - saved, result
     assert 0.0 <= float(result["accuracy"]) <= 1.0
-    assert_no_processes(spec)
-
-
-def test_tpu_without_a_tpu_fails_at_once_with_one_line_and_no_retry(tmp_path, tfds_dir):
-    spec = write_spec(tmp_path, tfds_dir, TRAIN, tasks="{worker: 1}", strategy="tpu",
-                      extra="restart: {max_restarts: 3}\n")
-    result = up(spec, timeout=120)
-    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = [l for l in result.stdout.splitlines() if "worker: error:" in l]
-    assert len(lines) == 1, result.stdout[-3000:]
-    assert ("TPU 'local' not usable: initialising it with TPUClusterResolver(tpu='local') failed (NotFoundError: "
-            "TPUs not found in the cluster.") in lines[0]
-    assert "this machine has no TPU" in lines[0]
-    assert "Traceback" not in result.stdout
-    assert "failed: exit code 2 (attempt 1 of 4)" in result.stderr and "not retried" in result.stderr
-    assert [type(e) for e in events(spec)].count(ev.Start) == 1
     assert_no_processes(spec)

@@ -4,8 +4,10 @@
   ``tf.keras.callbacks.TensorBoard(log_dir)`` under MultiWorkerMirroredStrategy (2 workers),
   writes event files whose epoch scalars are the script's own History;
 * ``python -m worker`` writes the chief's training scalars to ``state/tensorboard/train`` (next
-  to the MWMS evaluator's ``eval``, one point per epoch's checkpoint), one writer only, and their values are the ``tfcluster-epoch``
-  lines' (examples/s also against the step lines' own timestamps);
+  to the MWMS evaluator's ``eval``, one point per epoch's checkpoint), one writer only, and their
+  values are the ``tfcluster-epoch`` lines' (examples/s also against the step lines' own
+  timestamps): model.fit's here, the custom loop's on test_worker_metrics.py's run of it
+  (tests/support/tfrun.py check_train_scalars);
 * ``tfcluster tensorboard FILE`` serves those logs: TensorBoard's HTTP API returns the runs and
   the same values.
 """
@@ -16,14 +18,13 @@ import json
 import os
 import signal
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.support.tfrun import progress, run_dir, tensorboard_scalars, up, write_spec
+from tests.support.tfrun import check_train_scalars, progress, run_dir, tensorboard_scalars, up, write_spec
 from tests.support.cli import start_tfcluster
 from tests.support.ports import free_base
 from tests.support.prereq import require
@@ -113,44 +114,6 @@ def test_tutorial_tensorboard_callback_under_mwms_writes_event_files(tmp_path, t
     assert all(0.0 <= v <= 1.0 for _, v in epoch_acc), epoch_acc
 
 
-def check_train_scalars(spec: Path, out: str, loop: str) -> dict[str, list[tuple[int, float]]]:
-    """The chief's scalars in state/tensorboard/train against its progress lines."""
-    train = run_dir(spec).parent / "state" / "tensorboard" / "train"
-    # One writer: the chief's (worker 1 prints the same epoch lines but writes nothing).
-    assert len(list(train.glob("events.out.tfevents.*"))) == 1, list(train.iterdir())
-    rows = tensorboard_scalars(train)
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    for tag, step, value in sorted(rows):
-        scalars.setdefault(tag, []).append((step, value))
-    assert set(scalars) == {"loss", "accuracy", "examples_per_sec", "learning_rate"}, scalars
-    epochs = progress(out, "epoch", "worker:0")
-    assert len(epochs) == EPOCHS, out[-3000:]
-    # Worker 1 reports the same global numbers on its own lines.
-    assert [(e["loss"], e["accuracy"]) for e in progress(out, "epoch", "worker:1")] == [
-        (e["loss"], e["accuracy"]) for e in epochs]
-    steps = [STEPS * (i + 1) for i in range(EPOCHS)]
-    for tag in scalars:
-        assert [s for s, _ in scalars[tag]] == steps, (tag, scalars[tag])
-    for (_, loss), (_, acc), e in zip(scalars["loss"], scalars["accuracy"], epochs):
-        assert int(e["global_step"]) in steps
-        assert loss == pytest.approx(float(e["loss"]), abs=6e-5) and acc == pytest.approx(float(e["accuracy"]), abs=6e-5)
-        assert 0.0 <= acc <= 1.0 and 0.0 < loss < 5.0
-    for (_, rate), e in zip(scalars["examples_per_sec"], epochs):
-        assert rate == pytest.approx(float(e["examples_per_sec"]), abs=0.06), (rate, e)
-    assert [v for _, v in scalars["learning_rate"]] == pytest.approx([LR] * EPOCHS)  # the --learning-rate given
-    # examples/s per epoch, independently: global batch x steps over the time between the
-    # step lines at each epoch's last step (the first epoch from its first step's end).
-    global_batch = BATCH * 2
-    ends = {int(s["epoch"]): float(s["time"]) for s in progress(out, "step", "worker:0") if int(s["step"]) == STEPS}
-    [first] = progress(out, "first_step", "worker:0")
-    marks = [float(first["time"])] + [ends[i] for i in range(EPOCHS)]
-    for i, (_, rate) in enumerate(scalars["examples_per_sec"]):
-        n = STEPS - 1 if i == 0 else STEPS
-        independent = n * global_batch / (marks[i + 1] - marks[i])
-        assert rate == pytest.approx(independent, rel=0.2), (i, rate, independent, loop)
-    return scalars
-
-
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.loads(resp.read().decode())
@@ -186,16 +149,13 @@ def serve_and_read(spec: Path, port: int) -> tuple[list[str], list]:
             proc.wait(timeout=10)
 
 
-@pytest.mark.parametrize("loop", ["fit", "custom"])
-def test_worker_train_scalars_match_the_epoch_lines_and_tfcluster_tensorboard_serves_them(tmp_path, tfds_dir, loop):
-    tasks = "{worker: 2, evaluator: 1}" if loop == "fit" else "{worker: 2}"
-    spec = write_spec(tmp_path, tfds_dir, f"python -m worker {ARGS} --loop {loop}", tasks=tasks)
+def test_worker_train_scalars_match_the_epoch_lines_and_tfcluster_tensorboard_serves_them(tmp_path, tfds_dir):
+    """model.fit's (the custom loop's: test_worker_metrics.py, on its run)."""
+    spec = write_spec(tmp_path, tfds_dir, f"python -m worker {ARGS} --loop fit", tasks="{worker: 2, evaluator: 1}")
     result = up(spec)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
-    scalars = check_train_scalars(spec, out, loop)
-    if loop != "fit":
-        return
+    scalars = check_train_scalars(spec, out, epochs=EPOCHS, steps=STEPS, global_batch=BATCH * 2, learning_rate=LR)
     # The MWMS evaluator evaluated each epoch's checkpoint, and its run sits next to train/, at
     # the same global steps.
     lines = progress(out, "eval", "evaluator:0")

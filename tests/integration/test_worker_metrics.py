@@ -2,26 +2,31 @@
 graceful preemption on and off (its in-graph flag must not change how tf_keras reduces the
 step's logs across workers), accuracy lies in [0, 1], the result line's training metrics are
 History's, and examples/s agrees with steps x batch / elapsed taken from the progress lines'
-own timestamps."""
+own timestamps; under MultiWorkerMirrored the chief's TensorBoard scalars are its epoch lines'
+(the custom loop's only here; model.fit's also in test_tensorboard.py, beside ``tfcluster
+tensorboard`` serving them)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.support.tfrun import progress, up, write_spec
+from tests.support.tfrun import check_train_scalars, progress, up, write_spec
 from tests.support.approx import flat
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
-BATCH, EPOCHS, STEPS = 16, 2, 12
-ARGS = f"--epochs {EPOCHS} --steps-per-epoch {STEPS} --batch-size {BATCH} --step-delay 0.05 --progress-every 4"
+BATCH, EPOCHS, STEPS, LR = 16, 2, 12, 0.002  # (LR: not the default 1e-3, so its scalar shows the flag arrived)
+ARGS = (f"--epochs {EPOCHS} --steps-per-epoch {STEPS} --batch-size {BATCH} --learning-rate {LR} --step-delay 0.05 "
+        "--progress-every 4")
 
 
-def train(tmp_path, tfds_dir, strategy: str, tasks: str, flags: str) -> str:
+def train(tmp_path, tfds_dir, strategy: str, tasks: str, flags: str) -> tuple[Path, str]:
     spec = write_spec(tmp_path, tfds_dir, f"python -m worker {ARGS} {flags}", tasks=tasks, strategy=strategy)
     result = up(spec)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
-    return result.stdout
+    return spec, result.stdout
 
 
 def check_numbers(out: str, task: str, batch: int, step_metrics: bool = True) -> tuple[list[tuple[float, float]], dict]:
@@ -77,8 +82,10 @@ def test_mwms_metrics_equal_with_and_without_graceful_preemption(tmp_path, tfds_
     modes = (("on", ""), ("off", "--no-graceful-preemption")) if loop == "fit" else (("on", ""),)
     for name, flags in modes:
         (tmp_path / name).mkdir()
-        out = train(tmp_path / name, tfds_dir, "multi_worker_mirrored", "{worker: 2}", f"--loop {loop} {flags}")
+        spec, out = train(tmp_path / name, tfds_dir, "multi_worker_mirrored", "{worker: 2}", f"--loop {loop} {flags}")
         runs[name] = [check_numbers(out, f"worker:{i}", BATCH * 2) for i in (0, 1)]
+        if name == "on":  # the chief's TensorBoard scalars are its epoch lines' (test_tensorboard.py: fit's too)
+            check_train_scalars(spec, out, epochs=EPOCHS, steps=STEPS, global_batch=BATCH * 2, learning_rate=LR)
     for i in (0, 1) if "off" in runs else ():
         assert flat(runs["on"][i][0]) == pytest.approx(flat(runs["off"][i][0]), abs=2e-3), (runs["on"][i], runs["off"][i])
     # One replica per CPU worker: 2 in sync; both workers report the same (global) metrics.
@@ -90,7 +97,7 @@ def test_mwms_metrics_equal_with_and_without_graceful_preemption(tmp_path, tfds_
 
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_pss_metrics_are_sane_and_cross_checked(tmp_path, tfds_dir, loop):
-    out = train(tmp_path, tfds_dir, "parameter_server", "{chief: 1, worker: 2, ps: 1}", f"--loop {loop}")
+    _, out = train(tmp_path, tfds_dir, "parameter_server", "{chief: 1, worker: 2, ps: 1}", f"--loop {loop}")
     # A PSS step is one worker's batch; its step lines carry no metrics (tf_keras gives the
     # coordinator's callbacks remote values per batch).
     _, result = check_numbers(out, "chief:0", BATCH, step_metrics=False)

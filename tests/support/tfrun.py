@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import glob
 import re
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
+import types
 from pathlib import Path
 from typing import Mapping, Optional
+
+import pytest
 
 from launcher.contract.progress import parse
 from tests.support.cli import ROOT, start_tfcluster, tfcluster
@@ -32,6 +34,28 @@ def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{w
     return local_spec(tmp_path, entrypoint, name="demo", tasks=tasks, strategy=strategy, extra=extra,
                       env={"PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir), "TF_CPP_MIN_LOG_LEVEL": '"2"'},
                       watchdog="{startup_timeout: 120, stop_grace: 3}")
+
+
+def with_epoch_eval(spec: Path) -> Path:
+    """``spec`` (write_spec's) with $TFCLUSTER_EPOCH_EVAL=1 in its env, as ``tfcluster compare``
+    sets it: the worker evaluates the test split after every epoch and its epoch lines carry
+    test_loss and test_accuracy (check_epoch_eval)."""
+    text = spec.read_text()
+    assert '  TF_CPP_MIN_LOG_LEVEL: "2"\n' in text, text
+    spec.write_text(text.replace('  TF_CPP_MIN_LOG_LEVEL: "2"\n', '  TF_CPP_MIN_LOG_LEVEL: "2"\n  TFCLUSTER_EPOCH_EVAL: "1"\n'))
+    return spec
+
+
+def check_epoch_eval(epochs: list[dict], result: dict) -> None:
+    """--epoch-eval's figures on a task's epoch lines (progress(..., "epoch")): every epoch has a
+    test loss and accuracy, and the last epoch's are the final evaluation's (``result``, the
+    result line: the same weights), which checks them independently."""
+    assert epochs, result
+    for e in epochs:
+        assert 0.0 <= float(e["test_accuracy"]) <= 1.0 and float(e["test_loss"]) > 0, e
+        assert int(e["global_step"]) > 0, e
+    assert float(epochs[-1]["test_accuracy"]) == pytest.approx(float(result["accuracy"]), abs=1e-4), (epochs, result)
+    assert float(epochs[-1]["test_loss"]) == pytest.approx(float(result["loss"]), abs=1e-3), (epochs, result)
 
 
 def cold(max_restarts: int, **more) -> dict:
@@ -132,27 +156,65 @@ def assert_no_processes(spec: Path) -> None:
 def tensorboard_scalars(logdir: Path, pattern: str = "events.out.tfevents.*",
                         only_scalars: bool = True) -> list[tuple[str, int, float]]:
     """(tag, step, value) of every scalar in the event files under ``logdir`` matching
-    ``pattern`` (a glob, ``**/`` for subdirectories), read by TF in a subprocess. With
-    ``only_scalars`` every summary in them must be a scalar; else others (a model's config as
-    text, a graph) are left out."""
-    code = textwrap.dedent(f"""\
-        import glob, json
-        import tensorflow as tf
-        out = []
-        for path in sorted(glob.glob({str(logdir)!r} + "/" + {pattern!r}, recursive=True)):
-            for event in tf.compat.v1.train.summary_iterator(path):
-                for v in event.summary.value:
-                    plugin = v.metadata.plugin_data.plugin_name
-                    value = float(tf.make_ndarray(v.tensor)) if plugin == "scalars" else None
-                    out.append((v.tag, event.step, value, plugin))
-        print(json.dumps(out))
-    """)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    ``pattern`` (a glob, ``**/`` for subdirectories), read record by record (CRCs checked) by
+    TensorBoard's own loader in this process, without TensorFlow (``tensorboard.compat.notf``, as
+    test_compare.py reads them): a TensorFlow import in a subprocess for each read cost about
+    7 CPU seconds. With ``only_scalars`` every summary in them must be a scalar; else others (a
+    model's config as text, a graph) are left out."""
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    rows = []
+    for path in sorted(glob.glob(f"{logdir}/{pattern}", recursive=True)):
+        for event in EventFileLoader(path).Load():
+            for v in event.summary.value:
+                plugin = v.metadata.plugin_data.plugin_name
+                value = float(tensor_util.make_ndarray(v.tensor)) if plugin == "scalars" else None
+                rows.append((v.tag, event.step, value, plugin))
     assert all(r[3] == "scalars" for r in rows) or not only_scalars, rows
     return [(t, s, v) for t, s, v, plugin in rows if plugin == "scalars"]
+
+
+def check_train_scalars(spec: Path, out: str, *, epochs: int, steps: int, global_batch: int,
+                        learning_rate: float) -> dict[str, list[tuple[int, float]]]:
+    """The reference worker's training scalars (its chief's, in state/tensorboard/train) against
+    its progress lines in ``out`` (2 MWMS workers trained ``epochs`` of ``steps``, ``global_batch``
+    a step, at ``--learning-rate``): the epoch lines' numbers at their global steps, and
+    examples/s also against the step lines' own timestamps."""
+    train = run_dir(spec).parent / "state" / "tensorboard" / "train"
+    # One writer: the chief's (worker 1 prints the same epoch lines but writes nothing).
+    assert len(list(train.glob("events.out.tfevents.*"))) == 1, list(train.iterdir())
+    rows = tensorboard_scalars(train)
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for tag, step, value in sorted(rows):
+        scalars.setdefault(tag, []).append((step, value))
+    assert set(scalars) == {"loss", "accuracy", "examples_per_sec", "learning_rate"}, scalars
+    lines = progress(out, "epoch", "worker:0")
+    assert len(lines) == epochs, out[-3000:]
+    # Worker 1 reports the same global numbers on its own lines.
+    assert [(e["loss"], e["accuracy"]) for e in progress(out, "epoch", "worker:1")] == [
+        (e["loss"], e["accuracy"]) for e in lines]
+    at = [steps * (i + 1) for i in range(epochs)]
+    for tag in scalars:
+        assert [s for s, _ in scalars[tag]] == at, (tag, scalars[tag])
+    for (_, loss), (_, acc), e in zip(scalars["loss"], scalars["accuracy"], lines):
+        assert int(e["global_step"]) in at
+        assert loss == pytest.approx(float(e["loss"]), abs=6e-5) and acc == pytest.approx(float(e["accuracy"]), abs=6e-5)
+        assert 0.0 <= acc <= 1.0 and 0.0 < loss < 5.0
+    for (_, rate), e in zip(scalars["examples_per_sec"], lines):
+        assert rate == pytest.approx(float(e["examples_per_sec"]), abs=0.06), (rate, e)
+    assert [v for _, v in scalars["learning_rate"]] == pytest.approx([learning_rate] * epochs)  # the one given
+    # examples/s per epoch, independently: global batch x steps over the time between the
+    # step lines at each epoch's last step (the first epoch from its first step's end).
+    ends = {int(s["epoch"]): float(s["time"]) for s in progress(out, "step", "worker:0") if int(s["step"]) == steps}
+    [first] = progress(out, "first_step", "worker:0")
+    marks = [float(first["time"])] + [ends[i] for i in range(epochs)]
+    for i, (_, rate) in enumerate(scalars["examples_per_sec"]):
+        n = steps - 1 if i == 0 else steps
+        independent = n * global_batch / (marks[i + 1] - marks[i])
+        assert rate == pytest.approx(independent, rel=0.2), (i, rate, independent)
+    return scalars
 
 
 def kill_task(spec: Path, key: str, sig: int) -> None:
