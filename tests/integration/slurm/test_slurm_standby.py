@@ -93,20 +93,29 @@ def test_a_killed_worker_restarts_the_group_from_promoted_standbys_with_their_gp
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("how", ["success", "failure", "ctrl-c", "down"])
+@pytest.mark.parametrize("how", ["success", "failure", "ctrl-c", "down", "preempted"])
 def test_no_standby_step_outlives_the_run(lab, make_spec, how):
     """Standbys (an entrypoint of one's own that follows the protocol: tests/support/standby_task.py,
     which fails without its promotion file) wait on both nodes when the run ends: success (worker:1
     SIGKILLed, both standbys promoted, the next attempt's stopped at the end), a permanent failure,
-    Ctrl-C, and ``tfcluster down`` after the launcher was SIGKILLed. Then no step of the job is
-    left and no process on any node."""
+    Ctrl-C, ``tfcluster down`` after the launcher was SIGKILLed, and a real preemption (a job of the
+    lab's higher-priority partition: no restart, not even a promotion, goes into the doomed
+    allocation; with TensorFlow and no standbys, test_slurm_faults.py's preemption test). Then no
+    step of the job is left and no process on any node."""
+    from tests.labs.slurm import URGENT
+
+    def preempt(_proc):
+        lab.run("sbatch", "--parsable", "-N3", "--exclusive", "-p", URGENT, "-o", "/dev/null", "--wrap", "sleep 1")
+
+    # (143 permanent: the SIGTERM'd worker:1 of "failure" ends the run; a preemption's 143 is retryable.)
+    permanent = {"permanent_exit_codes": [143]} if how != "preempted" else {}
     spec = make_spec([PY, SCRIPT, "ack"], devices={"gpus": 0},
-                     restart={"max_restarts": 2, "warm_standby": True, "permanent_exit_codes": [143]})
+                     restart={"max_restarts": 2, "warm_standby": True, **permanent})
     act = {"success": _kill_task_on(lab, spec, "worker:1", "n2", signal.SIGKILL),
            "failure": _kill_task_on(lab, spec, "worker:1", "n2", signal.SIGTERM),
-           "ctrl-c": lambda p: p.send_signal(signal.SIGINT), "down": lambda p: p.kill()}[how]
+           "ctrl-c": lambda p: p.send_signal(signal.SIGINT), "down": lambda p: p.kill(), "preempted": preempt}[how]
     code, out = run_and_act(spec, [(READY, lambda p: None), (READY, act)], timeout=150, env=lab.env())
-    assert code == {"success": 0, "failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL}[how], out[-3000:]
+    assert code == {"success": 0, "failure": 1, "ctrl-c": 130, "down": -signal.SIGKILL, "preempted": 1}[how], out[-3000:]
     recorded = _events(spec)
     started = [e for e in recorded if isinstance(e, ev.StandbyStart)]
     assert started and started[0]["hosts"] == ["n1", "n2"], started
@@ -124,6 +133,9 @@ def test_no_standby_step_outlives_the_run(lab, make_spec, how):
         assert f"cancelled slurm job {job}" in res.stdout + res.stderr
     else:
         assert ev.StandbyStopped in [type(e) for e in recorded], [type(e) for e in recorded]
+    if how == "preempted":
+        assert f"slurm: allocation job {job} was preempted at " in out, out[-3000:]
+        assert not [e for e in recorded if isinstance(e, (ev.StandbyPromoted, ev.Start)) and e["attempt"] > 0]
     if how == "success":
         assert sorted(e["task"] for e in recorded if isinstance(e, ev.StandbyPromoted)) == ["worker:0", "worker:1"]
         assert re.search(r"^\[worker:1\] standby-task key=worker:1 attempt=1 pid=\d+ ", out, re.M), out
