@@ -61,8 +61,9 @@ def test_the_gce_notice_stops_the_tasks_before_the_os_sigterm_and_the_task_moves
                 preempt(lab, "h2")
             threading.Thread(target=go, daemon=True).start()
 
+        up = r"^\[worker:\d\] group of 2 attempt 0"  # (the notice once both tasks run: the second such line)
         code, out = run_and_act(spec, [
-            (r"\[worker:1\] group of 2 attempt 0", notice),
+            (up, lambda p: None), (up, notice),
             (r"\[worker:1\] stopped in attempt 0", os_shutdown),
         ], timeout=300)
         wait_for(lambda: os_sigterm, NOTICE + 30, what="the OS shutdown of h2 to have started")
