@@ -98,13 +98,14 @@ def sections(text: str) -> dict[str, str]:
 
 
 def check_live_stacks(stacks: Callable[..., subprocess.CompletedProcess], mode: str, stuck: str,
-                      name: str, native: bool = False, one_task: bool = True) -> None:
+                      name: str, native: bool = False, one_task: bool = True, script: Path = SCRIPT) -> None:
     """``stacks(*args)`` runs ``tfcluster stacks SPEC *args``: every live task's stacks are there,
     each a process of the script ``name`` in its ``fit`` (its ``<module>`` frame), the stuck one's
     alone in ``mode``'s function; ``worker:1`` alone with its TASK. Both exit 0. ``native``: each
     task's native frames follow (py-spy, installed with the test extra, run where the task runs):
-    a frame of a shared library and the script's own ``fit`` line among them."""
-    fit = next(n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if line.startswith("model.fit("))
+    a frame of a shared library and the script's own ``fit`` line among them. ``script``: the script
+    the tasks run (its stand-in, STUB, has its ``fit`` line elsewhere)."""
+    fit = next(n for n, line in enumerate(script.read_text().splitlines(), 1) if line.startswith("model.fit("))
     func = STUCK[mode][0]
     every = stacks()
     assert every.returncode == 0, every.stdout[-4000:] + every.stderr[-2000:]

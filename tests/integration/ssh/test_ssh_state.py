@@ -136,7 +136,10 @@ def _starts(out: str) -> list[tuple[int, int]]:
 @pytest.mark.tf
 def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_comes_back(lab, make_spec, tmp_path):
     """fit resumes from BackupAndRestore's backup/, copied from h1 to h2 before the restart (the
-    custom loop's checkpoints/custom/ is copied in test_sigterm_on_one_host_...)."""
+    custom loop's checkpoints/custom/ is copied in test_sigterm_on_one_host_...). Also the ssh
+    backend's MultiWorkerMirroredStrategy run trained to its end over ssh, each worker on its own
+    host saying its task (the cluster's addresses: test_ssh_backend.py's
+    test_tasks_run_on_their_hosts_with_tf_config_addresses)."""
     spec = _train_spec(make_spec, lab, tmp_path)
 
     def kill_worker1(_proc):
@@ -145,6 +148,8 @@ def test_sigkilled_worker_resumes_at_the_same_step_on_both_hosts_and_the_model_c
     code, out = run_and_act(spec, [(r"state dir .*: copy \(h2 cannot see", lambda p: None),
                                    (r"\[worker:1\] tfcluster-step epoch=0 step=8 ", kill_worker1)], timeout=280)
     assert code == 0, out[-5000:]
+    assert "run succeeded" in out, out[-3000:]
+    assert "[worker:0] worker: worker:0" in out and "[worker:1] worker: worker:1" in out, out[-3000:]
     starts = _starts(out)
     assert len(starts) == 2 and starts[0] == (0, 0), starts
     n0, n1 = starts[1]
