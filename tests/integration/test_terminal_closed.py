@@ -123,7 +123,8 @@ def test_closing_the_tmux_window_of_up_stops_the_run_as_ctrl_c_and_every_task_sa
     it saved, as the reference worker does), the run is `stopped` with its record closed, and no
     process of it is left. (That a worker stopped so saves the step its peers agree on and the next
     `up` resumes there is the same stop as Ctrl-C's, checked with TensorFlow in
-    test_worker_resize.py; over ssh, with the terminal closed: test_ssh_console.py.)"""
+    test_worker_resize.py; over ssh with Ctrl-C: test_ssh_state.py, and the terminal closed there,
+    with stand-ins: test_ssh_console.py.)"""
     spec = script_spec(tmp_path, SAVER, watchdog="{stop_grace: 20}")
     latest = tmp_path / "runs" / "t" / "latest"
     log = latest / "logs" / "worker-1.log"
