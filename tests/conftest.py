@@ -48,9 +48,10 @@ def _needs_docker(item) -> bool:
 # ssh lab's) and labs-2 (Slurm's and docker's: their own namespaces, prefix and subnet, and their
 # own engine; the docker tests last, while their image builds in the background), and with
 # --queue the local tests are shared out file by file among the pytests as each comes free
-# (tests/support/shardqueue.py), a lab pytest after its own tests. local-1 (the unit and hostile
-# tests and every other file of tests/integration, sorted) and local-2 (the rest) remain, for a
-# fixed split. Each pytest's tests run one at a time, in the order they always did. The local
+# (tests/support/shardqueue.py), a lab pytest after its own tests: tests/run.sh's default since
+# this round's stand-ins took TensorFlow out of the decision tests (23 min against the fixed split's
+# 27, 2026-12-02). local-1 (the unit and hostile tests and every other file of tests/integration,
+# sorted) and local-2 (the rest) remain, for a fixed split. Each pytest's tests run one at a time, in the order they always did. The local
 # tests share nothing between runs but the machine: each run has its own id, record dir and random
 # ports (tests/support/ports.py); the two lab shards share no namespace, bridge, daemon or port
 # (tests/labs/: the ssh lab's and the Slurm lab's prefixes and subnets differ, dockerd runs with

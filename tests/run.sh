@@ -7,7 +7,7 @@
 # Pip's wheel cache is reused, so a second run downloads nothing new.
 #   TFCLUSTER_TEST_VENV  where the virtualenv goes (default .venv-test in the checkout; made anew each run)
 # Extra arguments go to pytest (to every shard, see below), e.g. `bash tests/run.sh -m "not integration"`.
-#   TFCLUSTER_TEST_SHARDS=1  one pytest instead of two shards at once
+#   TFCLUSTER_TEST_SHARDS=1  one pytest instead of three at once (see below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then
@@ -28,25 +28,27 @@ timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-che
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
-# Pytests at once (tests/conftest.py, --shard, --queue): the labs' tests here, the local tests in
-# two fixed halves beside it, whose output follows (the default: 31 min from a fresh clone,
-# 2026-12-02, labs 29 min, halves 22 and 16). TFCLUSTER_TEST_SHARDS=1: one pytest; 2: the labs and
-# the local tests; 4: the ssh lab's, Slurm's and docker's, and the local tests shared out file by
-# file among all three (tests/support/shardqueue.py); 5: the same with two local pytests. On 2
-# cores neither was faster (2026-12-02: 4 took 40 min, the CPUs 94 % busy; 5 slowed the ssh lab's
-# tests about twice): the CPUs, not the balance, bound the suite there.
+# Pytests at once (tests/conftest.py, --shard, --queue): by default three, the ssh lab's tests,
+# Slurm's and docker's, and the local tests, which every pytest shares out file by file as it
+# comes free (tests/support/shardqueue.py; a local file run by none fails the suite): 23 min from
+# a fresh clone, the three pytests 20:55 each, CPUs 86 % busy (2026-12-02 18:11, c50f9301).
+# TFCLUSTER_TEST_SHARDS=1: one pytest; 2: the labs and the local tests; 3: the labs' tests in one
+# pytest, the local tests in two fixed halves beside it (27 min the same day, c50f9301: the labs'
+# 25:00 while the halves were done at 19:02 and 14:22, the CPUs 71 % busy); 5: as the default
+# with two local pytests. Each output follows the first's.
 queue=()
-case "${TFCLUSTER_TEST_SHARDS:-3}" in
+shard_count="${TFCLUSTER_TEST_SHARDS:-4}"
+case "$shard_count" in
     1) exec python -m pytest "$@" ;;
     2) shards=(labs local) ;;
     3) shards=(labs local-1 local-2) ;;
     4|5) shards=(labs-1 labs-2 local)
-       [ "${TFCLUSTER_TEST_SHARDS}" = 5 ] && shards+=(local)
+       [ "$shard_count" = 5 ] && shards+=(local)
        queue_dir=$(mktemp -d /tmp/tfcluster-tests-queue.XXXXXX)
        # (one word: a path on its own would be taken for a test path, and pytest would look for
        # its rootdir and conftest.py above it)
        queue=("--queue=$queue_dir") ;;
-    *) echo "tests/run.sh: TFCLUSTER_TEST_SHARDS must be 1 to 5, not ${TFCLUSTER_TEST_SHARDS}" >&2; exit 2 ;;
+    *) echo "tests/run.sh: TFCLUSTER_TEST_SHARDS must be 1 to 5, not $shard_count" >&2; exit 2 ;;
 esac
 # How busy the machine's CPUs were over the shards (from /proc/stat's first line: user nice system
 # idle iowait ...): near 100 % the suite's time is its work, well below it the shards wait on
