@@ -186,8 +186,8 @@ def _keep_again(pool: "HostPool", hs: "HostState", again: Optional[Callable[[], 
     finally:
         pool.zygote_again.pop(hs.name, None)
     if hs.keeper is None:
-        pool.write(hs.zygote_restarts.not_started("its keeper (the host agent) ended, and the host agent "
-                                                  "started again started no server"))
+        pool.write(hs.zygote_restarts.not_started("its keeper (the host agent) ended, and the new agent "
+                                                  "started no server"))
         hs.zygote = None
 
 
