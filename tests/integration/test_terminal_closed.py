@@ -9,46 +9,27 @@ that saves on SIGTERM as the reference worker does."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
 import subprocess
+import sys
 import threading
 
 import pytest
 
-from tests.support.cli import start_on_terminal, tfcluster
+from tests.support.cli import ROOT, start_on_terminal, tfcluster
 from tests.support.processes import pids_with_env
-from tests.support.specs import script_spec
+from tests.support.specs import local_spec
 from tests.support.terminal import outcome as outcome_of, up_in_a_terminal_closed_when
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration]
 
-# Each task serves its port (so the run is ready), prints a line every 50 ms, and on SIGTERM
-# says it saved and exits 143, as the reference worker does.
-SAVER = """
-    import json, os, signal, socket, sys, time
-    c = json.loads(os.environ["TF_CONFIG"])
-    me = c["cluster"][c["task"]["type"]][c["task"]["index"]]
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("", int(me.rsplit(":", 1)[1])))
-    server.listen(8)
-    n = 0
-
-    def term(*_):
-        print(f"saved at {n}", flush=True)
-        sys.exit(143)
-
-    signal.signal(signal.SIGTERM, term)
-    while True:
-        n += 1
-        print(f"line {n}", flush=True)
-        time.sleep(0.05)
-"""
-
-
+# Each task serves its port, prints a line every 50 ms, and on SIGTERM says it saved and exits
+# 143, as the reference worker does.
+SAVER = [sys.executable, str(ROOT / "tests" / "support" / "saver_task.py"), "0.05"]
 
 
 class _Terminal:
@@ -84,7 +65,7 @@ def test_a_terminal_that_goes_away_without_a_sighup_stops_the_run_as_ctrl_c(tmp_
     """The launcher is not told (no SIGHUP): its next write to the terminal fails (EIO) or its
     check finds it hung up. Before, that write raised out of the live panel and the launcher died
     with no outcome recorded, its tasks killed by their lifelines without saving."""
-    spec = script_spec(tmp_path, SAVER, watchdog="{stop_grace: 20}")
+    spec = local_spec(tmp_path, json.dumps(SAVER), watchdog="{stop_grace: 20}")
     proc, master = start_on_terminal("up", spec)
     term = _Terminal(master)
     try:
@@ -125,7 +106,7 @@ def test_closing_the_tmux_window_of_up_stops_the_run_as_ctrl_c_and_every_task_sa
     `up` resumes there is the same stop as Ctrl-C's, checked with TensorFlow in
     test_worker_resize.py; over ssh with Ctrl-C: test_ssh_state.py, and the terminal closed there,
     with stand-ins: test_ssh_console.py.)"""
-    spec = script_spec(tmp_path, SAVER, watchdog="{stop_grace: 20}")
+    spec = local_spec(tmp_path, json.dumps(SAVER), watchdog="{stop_grace: 20}")
     latest = tmp_path / "runs" / "t" / "latest"
     log = latest / "logs" / "worker-1.log"
     outcome = up_in_a_terminal_closed_when(spec, latest, lambda: log.exists() and "line 20\n" in log.read_text(),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher.remote import source as remote_source
-from tests.support.cli import start_tfcluster, tfcluster
+from tests.support.cli import ROOT, start_tfcluster, tfcluster
 from tests.support.terminal import up_in_a_terminal_closed_when
 from tests.support.waits import wait_for
 
@@ -83,29 +83,9 @@ def test_a_sigkilled_first_task_of_a_host_is_one_line_not_the_agent_source(lab, 
              detail=lambda: str(task_processes(lab)))
 
 
-# Each task serves its port (so the run is ready), prints a line every 0.2 s, and on SIGTERM says
-# it saved and exits 143, as the reference worker does.
-SAVER = """\
-import json, os, signal, socket, sys, time
-c = json.loads(os.environ["TF_CONFIG"])
-me = c["cluster"][c["task"]["type"]][c["task"]["index"]]
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("0.0.0.0", int(me.rsplit(":", 1)[1])))
-server.listen(8)
-n = 0
-
-def term(*_):
-    print(f"saved at {n}", flush=True)
-    sys.exit(143)
-
-signal.signal(signal.SIGTERM, term)
-while n < 1200:
-    n += 1
-    print(f"line {n}", flush=True)
-    time.sleep(0.2)
-sys.exit(3)
-"""
+# Each task serves its port, prints a line every 0.2 s, and on SIGTERM says it saved and exits
+# 143, as the reference worker does.
+SAVER = str(ROOT / "tests" / "support" / "saver_task.py")
 
 
 def test_closing_the_terminal_of_an_ssh_up_stops_the_tasks_on_both_hosts_gracefully(lab, make_spec):
@@ -115,7 +95,7 @@ def test_closing_the_terminal_of_an_ssh_up_stops_the_tasks_on_both_hosts_gracefu
     Stand-in tasks: the stop is Ctrl-C's, and that the workers so stopped save the step they agree
     on over ssh and the next `up` resumes there on both hosts is checked with TensorFlow by
     test_ssh_state.py's test_ctrl_c_saves_on_both_hosts_and_a_rerun_resumes_there."""
-    spec = make_spec([PY, "-c", SAVER], workers=2, restart={"max_restarts": 0},
+    spec = make_spec([PY, SAVER, "0.2"], workers=2, restart={"max_restarts": 0},
                      watchdog={"startup_timeout": 120, "stop_grace": 30})
     latest = spec.parent / "runs" / "sshtest" / "latest"
     outcome = up_in_a_terminal_closed_when(
