@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 
-def _no_tensorflow() -> None:
+def no_tensorflow() -> None:
     """tensorboard imports all of TensorFlow for its writer unless ``tensorboard.compat.notf``
     is importable (its documented switch to the stub): the launcher stays TensorFlow-free."""
     import types
@@ -20,7 +20,7 @@ def _no_tensorflow() -> None:
 
 
 def available() -> bool:
-    _no_tensorflow()
+    no_tensorflow()
     try:
         import tensorboard.summary.writer.event_file_writer  # noqa: F401
     except ImportError:
@@ -31,7 +31,7 @@ def available() -> bool:
 def write_run(logdir: Path, run: dict, worker_logs: Optional[Path] = None) -> None:
     """One configuration's (one run's) scalars into ``logdir``; the worker's own TensorBoard
     logs (``<state>/tensorboard``), if it wrote any, are copied beside them."""
-    _no_tensorflow()
+    no_tensorflow()
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 

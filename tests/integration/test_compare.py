@@ -13,13 +13,12 @@ import csv
 import json
 import re
 import statistics
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from launcher.compare.report import COLUMNS
+from launcher.compare.tensorboard import no_tensorflow
 from tests.support.records import read_records
 from tests.support.tfrun import cold_restarts, write_spec
 import launcher.record.events as ev
@@ -157,7 +156,7 @@ def test_compare_three_configurations_with_one_failing(tmp_path, tfds_dir):
             assert len(image.convert("L").getcolors(maxcolors=1 << 16) or ()) > 20  # drawn on, not an empty canvas
 
     # TensorBoard: each configuration's scalars, readable by TensorBoard itself.
-    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    no_tensorflow()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(outdir / "tensorboard" / "mirrored"))

@@ -8,13 +8,12 @@ import re
 import os
 import signal
 import subprocess
-import sys
-import types
 from pathlib import Path
 from typing import Mapping, Optional
 
 import pytest
 
+from launcher.compare.tensorboard import no_tensorflow
 from launcher.contract.progress import parse
 from tests.support.cli import ROOT, start_tfcluster, tfcluster
 from tests.support.specs import local_spec
@@ -157,11 +156,11 @@ def tensorboard_scalars(logdir: Path, pattern: str = "events.out.tfevents.*",
                         only_scalars: bool = True) -> list[tuple[str, int, float]]:
     """(tag, step, value) of every scalar in the event files under ``logdir`` matching
     ``pattern`` (a glob, ``**/`` for subdirectories), read record by record (CRCs checked) by
-    TensorBoard's own loader in this process, without TensorFlow (``tensorboard.compat.notf``, as
-    test_compare.py reads them): a TensorFlow import in a subprocess for each read cost about
-    7 CPU seconds. With ``only_scalars`` every summary in them must be a scalar; else others (a
+    TensorBoard's own loader in this process, without TensorFlow (launcher/compare/tensorboard.py's
+    ``no_tensorflow``, as test_compare.py reads them): a TensorFlow import in a subprocess for
+    each read cost about 7 CPU seconds. With ``only_scalars`` every summary in them must be a scalar; else others (a
     model's config as text, a graph) are left out."""
-    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    no_tensorflow()
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
 
