@@ -152,3 +152,52 @@ def test_spec_ssh_options_validate(tmp_path):
         _spec("ssh: {trust_on_first_us: true}")
     assert _spec().ssh.trust_on_first_use is False
     assert Path(_spec("ssh: {known_hosts: kh}").ssh.known_hosts) == Path("kh")
+
+
+def _hop_keys(conn) -> dict:
+    """{name: [key types]} of the keys the connection's client will check the server against."""
+    keys = conn.client.get_host_keys()
+    return {n: sorted(keys.lookup(n).keys()) for n in keys.keys()}
+
+
+def test_each_connection_gets_its_hosts_known_key_from_a_file_parsed_once(tmp_path, monkeypatch):
+    ka, kb, kc = _key(), _key(), _key()
+    kh = tmp_path / "kh"
+    kh.write_text(f"[10.0.0.1]:2222 ssh-ed25519 {ka.get_base64()}\n10.0.0.2 ssh-ed25519 {kb.get_base64()}\n")
+    loads = []
+    real = paramiko.HostKeys.load
+    monkeypatch.setattr(paramiko.HostKeys, "load", lambda self, f: (loads.append(f), real(self, f))[1])
+    spec = _spec(f"ssh: {{known_hosts: {kh}}}")
+    a = C.make_connection(spec.hosts[0], spec.ssh, tmp_path)
+    again = C.make_connection(spec.hosts[0], spec.ssh, tmp_path)
+    b = C.make_connection(_spec(f"ssh: {{known_hosts: {kh}}}", "{name: b, ssh: 10.0.0.2}").hosts[0], spec.ssh, tmp_path)
+    assert loads == [str(kh)]  # one parse for three connections
+    assert a.client.get_host_keys().lookup("[10.0.0.1]:2222")["ssh-ed25519"] == ka
+    assert _hop_keys(a) == _hop_keys(again) == {"[10.0.0.1]:2222": ["ssh-ed25519"]}  # only its own host's
+    assert b.client.get_host_keys().lookup("10.0.0.2")["ssh-ed25519"] == kb
+    # The file changed (trust on first use appended, or the user edited it): parsed again, its new
+    # entry found; a key that was replaced is the new one, never the one parsed before.
+    kh.write_text(f"[10.0.0.1]:2222 ssh-ed25519 {kc.get_base64()}\n10.0.0.2 ssh-ed25519 {kb.get_base64()}\n")
+    c = C.make_connection(spec.hosts[0], spec.ssh, tmp_path)
+    assert len(loads) == 2
+    assert c.client.get_host_keys().lookup("[10.0.0.1]:2222")["ssh-ed25519"] == kc
+    kh.unlink()
+    gone = C.make_connection(spec.hosts[0], spec.ssh, tmp_path)
+    assert _hop_keys(gone) == {}  # no file: an unknown key, refused by the policy
+
+
+def test_hashed_entries_and_host_key_alias_are_found(tmp_path):
+    key, other = _key(), _key()
+    hashed = paramiko.HostKeys.hash_host("[10.1.2.3]:2022")
+    kh = tmp_path / "kh"
+    kh.write_text(f"{hashed} ssh-ed25519 {key.get_base64()}\nmyalias ssh-ed25519 {other.get_base64()}\n")
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host vm1\n  HostName 10.1.2.3\n  Port 2022\nHost vm2\n  HostName 10.1.2.4\n  HostKeyAlias myalias\n")
+    spec = _spec(f"ssh: {{config: {cfg}, known_hosts: {kh}}}", "{name: vm1}")
+    conn = C.make_connection(spec.hosts[0], spec.ssh, tmp_path)
+    assert conn.client.get_host_keys().lookup("[10.1.2.3]:2022")["ssh-ed25519"] == key
+    spec2 = _spec(f"ssh: {{config: {cfg}, known_hosts: {kh}}}", "{name: vm2}")
+    conn2 = C.make_connection(spec2.hosts[0], spec2.ssh, tmp_path)
+    # OpenSSH checks vm2's key against the alias's entry; paramiko looks it up under the address
+    assert conn2.client.get_host_keys().lookup("10.1.2.4")["ssh-ed25519"] == other
+    assert _hop_keys(conn2) == {"10.1.2.4": ["ssh-ed25519"]}
