@@ -43,10 +43,19 @@ def parse_list(text):
     return [m for g in out for m in migs.get(g[0], [g])]
 
 
-def host_gpus(timeout=10.0):
+def host_gpus(timeout=10.0, fresh_for=0.0):
     """This host's placement units from ``nvidia-smi -L``: [(index, name, uuid)]; [] when
     nvidia-smi is missing, fails or times out (no NVIDIA GPU this run can use)."""
-    return host_gpus_checked(timeout)[0]
+    return host_gpus_checked(timeout, fresh_for)[0]
+
+
+# This process's last ``-L`` answer: (time.monotonic() when it came, (units, failure)).
+_LAST = []
+# How long the task wrapper takes the answer its process already has: the ssh host agent asks in
+# the preflight and becomes the wrapper, whose GPU request and GPU watch ask again moments later.
+# nvidia-smi -L costs a fork and exec on any host, and 0.1-1 s of NVML's start on a GPU host
+# without persistence mode; GPUs do not come and go between a host's preflight and its task.
+FRESH = 30.0
 
 
 # nvidia-smi's exit status when it found no GPU (nvidia-smi(1), RETURN VALUE: 6 "A query to find
@@ -79,9 +88,21 @@ def _run(argv, timeout, merge_stderr=False):
             proc.wait()
 
 
-def host_gpus_checked(timeout=10.0):
+def host_gpus_checked(timeout=10.0, fresh_for=0.0):
     """(units, failure): ``host_gpus``'s list and, when nvidia-smi is missing, fails (other than
-    finding no GPU) or times out, its own words in one bounded line (None otherwise)."""
+    finding no GPU) or times out, its own words in one bounded line (None otherwise).
+    ``fresh_for`` > 0: an answer this process got that many seconds ago or less is given again
+    (``FRESH``: the wrapper's); else nvidia-smi is asked."""
+    import time
+
+    if fresh_for > 0 and _LAST and time.monotonic() - _LAST[0][0] <= fresh_for:
+        return _LAST[0][1]
+    got = _host_gpus_checked(timeout)
+    _LAST[:] = [(time.monotonic(), got)]
+    return got
+
+
+def _host_gpus_checked(timeout):
     import subprocess
 
     try:

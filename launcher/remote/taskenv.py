@@ -59,7 +59,7 @@ def gpu_request(var: str, limit_var: str, coll_var: str, say) -> "str | None":
     if var not in os.environ:
         return None
     gpuplace, gpuquery = sibling("gpuplace"), sibling("gpuquery")
-    gpus = gpuquery.host_gpus()  # placement units: a MIG device is one; the host's CUDA_VISIBLE_DEVICES bounds them
+    gpus = gpuquery.host_gpus(fresh_for=gpuquery.FRESH)  # placement units: a MIG device is one; the host's CUDA_VISIBLE_DEVICES bounds them
     env, problem = gpuplace.complete(dict(os.environ), gpus, var, limit_var, coll_var or None)
     if problem:
         import socket
@@ -85,7 +85,7 @@ def watch_gpus(every: float, visible: "str | None", members, done: threading.Eve
         gpuplace, gpuquery = sibling("gpuplace"), sibling("gpuquery")
     except ImportError:
         return
-    ids = gpuplace.watched_ids(visible, gpuquery.host_gpus())
+    ids = gpuplace.watched_ids(visible, gpuquery.host_gpus(fresh_for=gpuquery.FRESH))
     last, misses = None, 0
     while ids and not done.is_set():
         # nvidia-smi may take seconds on a busy host (the suite's stand-in, a Python script, took
