@@ -113,6 +113,14 @@ class TaskHandle(abc.ABC):
         itself, or still runs."""
         return None
 
+    @property
+    def host_going(self) -> Optional[float]:
+        """When (time.time()) the task's host announced it is going away (GCE's preemption notice,
+        seen by its wrapper, which SIGTERMed the task so that it saves before the OS shutdown). Its
+        peers then get SIGTERM too, not SIGKILL (phases.py's let_survivors_save): a group saves
+        together, whatever the task printed. None: no notice (most backends)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Capabilities:

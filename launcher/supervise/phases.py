@@ -272,7 +272,11 @@ class AttemptPhases:
         a host's shutdown (a Spot preemption) sends SIGTERM to its tasks as it ends their
         sessions (a lost session), and a task SIGTERMed on its own (the GCE notice's wrapper, a
         ``kill``) says ``tfcluster-saving`` and exits 143 once saved, or exits with a code of
-        restart.preemption_exit_codes (TensorFlow's preemption handler, saved). Either way the reference
+        restart.preemption_exit_codes (TensorFlow's preemption handler, saved). A host that
+        announced its preemption (GCE's notice: its wrappers SIGTERMed its tasks so that they save,
+        ``TaskHandle.host_going``) counts as a lost session whatever its tasks print: its task's
+        exit 143 may reach us before anything else does, and a script's own SIGTERM save needs
+        its peers in it too. Either way the reference
         worker's graceful preemption has every worker save the step they agree on
         (worker/preemption.py): the survivors take part in that save, so killing them would lose
         it, and the next attempt would redo the steps since the last periodic backup. They get
@@ -285,6 +289,7 @@ class AttemptPhases:
         own (a crash) gets its peers killed at once: they cannot save without it."""
         handles = list(self.group.handles.values())
         survivors = [h for h in handles if h.poll() is None and h.session_lost is None]
+        going = any(h.host_going is not None for h in handles)
         with self.group.lock:
             agreed = any(h.key in self.group.saving for h in handles)
         # A task that exited for a preemption (TensorFlow's PreemptionCheckpointHandler: its save is
@@ -292,7 +297,7 @@ class AttemptPhases:
         # up to watchdog.stop_grace (they say no tfcluster-saving line).
         preempting = any(h.poll() in self.restart.preemption_exit_codes for h in handles)
         agreed = agreed or preempting
-        lost = any(h.session_lost is not None for h in handles)
+        lost = going or any(h.session_lost is not None for h in handles)
         if not survivors or self.hurry_event.is_set() or self.watchdog.stop_grace <= 0 or not (lost or agreed):
             return
         start = self.clock()

@@ -37,6 +37,7 @@ class Script:
     silent: bool = False
     say: tuple[tuple[int, str], ...] = ()
     lost: bool = False  # its exit is a lost session (TaskHandle.session_lost), not its own
+    going: bool = False  # its host announced it is going away before its exit (TaskHandle.host_going)
     # As a warm standby: say "tfcluster-standby ready" at its first poll (``standby_mark``), and
     # "tfcluster-standby promoted" on SIGUSR1 (``standby_ack``; False: it never answers its promotion).
     standby_mark: bool = True
@@ -94,6 +95,8 @@ class ScriptedTask(TaskHandle):
                 self.code = self.script.code
                 if self.script.lost:
                     self.lost_at = 1700000000.0 + self.polls  # a fixed wall time: 22:13:xx UTC
+                if self.script.going:
+                    self.going_at = 1700000000.0 + self.polls
         return self.code
 
     def speak(self, line: str) -> None:
@@ -102,10 +105,15 @@ class ScriptedTask(TaskHandle):
         (self.on_line.control if line.startswith("tfcluster-") else self.on_line.line)(self.key, line)
 
     lost_at: Optional[float] = None
+    going_at: Optional[float] = None
 
     @property
     def session_lost(self) -> Optional[float]:
         return self.lost_at
+
+    @property
+    def host_going(self) -> Optional[float]:
+        return self.going_at
 
     def signal(self, sig: int) -> None:
         self.signals.append(sig)

@@ -65,6 +65,7 @@ class SSHTask(TaskHandle):
         self._note = ""
         self._lease_expired = False  # its wrapper said the launcher went silent
         self._lost_at: Optional[float] = None  # when its session was lost (the exit code is made up)
+        self._notice_at: Optional[float] = None  # when its wrapper saw GCE's preemption notice
         self._reader = threading.Thread(target=self._pump, args=(on_line,), daemon=True, name=f"ssh-out-{task.key}")
         self._reader.start()
 
@@ -86,6 +87,7 @@ class SSHTask(TaskHandle):
         if line.startswith("taskwrap: " + LEASE_EXPIRED):
             self._lease_expired = True
         elif line.startswith("taskwrap: " + GCE_NOTICE):
+            self._notice_at = time.time()
             self.pool.host_preempted(self.host.name)
         elif line.startswith("taskwrap: GPU"):
             figures = parse_figures_line(line) if self._on_gpu is not None else None
@@ -142,6 +144,10 @@ class SSHTask(TaskHandle):
     @property
     def session_lost(self) -> Optional[float]:
         return self._lost_at
+
+    @property
+    def host_going(self) -> Optional[float]:
+        return self._notice_at
 
     def signal(self, sig: int) -> None:
         signal_tasks(self.pool, [self], sig)

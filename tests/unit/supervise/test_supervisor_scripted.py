@@ -1008,6 +1008,28 @@ def test_a_task_that_saved_and_exited_143_gets_its_peers_save_awaited_too(tmp_pa
     assert "stopping worker:0 (SIGTERM; a save they start within" in out, out
 
 
+def test_a_task_stopped_by_its_hosts_preemption_notice_gets_its_peers_sigtermed_whatever_it_printed(tmp_path):
+    """worker:1's host announced its preemption (its wrapper saw GCE's notice and SIGTERMed it):
+    it exits 143 having said nothing of a save (a user's script, or its line not read yet), and
+    that exit may be the first the supervisor hears. Its peer is SIGTERMed, as a host's shutdown
+    has it, not SIGKILLed: a script's own save on SIGTERM needs every worker. The same exit from
+    a host that announced nothing (a kill) stops the peer with SIGKILL, as before."""
+    spec = mwms(restarts=1).replace("stop_grace: 0", "stop_grace: 10")
+
+    def peer_first_signal(going: bool) -> int:
+        backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=143, polls=3, going=going),
+                                          ("worker:0", 0): Script(code=None, term="exit")},
+                                         default=Script(code=0, polls=4)))
+        code, out, _ = run(tmp_path / str(going), spec, backend)
+        assert code == 0, out
+        first = backend.tasks.handles[0]
+        assert first.key == "worker:0", first.key
+        return first.signals[0]
+
+    assert peer_first_signal(going=True) == signal.SIGTERM
+    assert peer_first_signal(going=False) == signal.SIGKILL
+
+
 # ---------------------------------------------------------------- fresh ports per restart
 
 
