@@ -95,8 +95,10 @@ def test_sigkill_then_slurms_sigterm_restart_the_group_in_the_allocation_and_res
     # step), time for each to land before the attempt could end. Every restart cold (the tasks import
     # nothing): one path, whatever a standby's timing (standbys on slurm: test_slurm_standby.py).
     spec = make_spec([PY, STEPS, "100", "5", "0.1"], restart=cold(2))
+    # The kill once worker:0 said step 10: it writes the backups, each before its step's line, and
+    # the stand-ins step on their own clocks (worker:1's step 10 may come before worker:0's backup).
     code, out = run_and_act(spec, [
-        (r"\[worker:1\] tfcluster-step .*\bglobal_step=10 ",
+        (r"\[worker:0\] tfcluster-step .*\bglobal_step=10 ",
          lambda p: os.kill(_worker_pid(lab, "n2", STEPS), signal.SIGKILL)),
         (r"\[worker:0\] tfcluster-start .*\bglobal_step=[1-9]", lambda p: None),  # (attempt 0 started at 0)
         (r"\[worker:0\] tfcluster-step ", lambda p: lab.run("scancel", "--signal=TERM", job_id(spec)))],
