@@ -15,6 +15,24 @@ if str(ROOT) not in sys.path:
 pytest_plugins = ["tests.support.lab_fixtures"]
 
 
+# ---------------------------------------------------------------- one test's environment is its own
+#
+# A pytest runs hundreds of files, in an order that depends on the shard (tests/run.sh's queue): a
+# variable one test set in os.environ and left (CUDA_VISIBLE_DEVICES=0, from code under test that
+# sets it for the process it runs in, where monkeypatch.delenv of an absent variable recorded
+# nothing to undo) reached a later test's worker in one CI shard and not in the others. Every
+# test's os.environ is put back as it was before the test.
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 # ---------------------------------------------------------------- prerequisites, by marker
 
 

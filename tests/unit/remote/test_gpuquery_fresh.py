@@ -30,7 +30,11 @@ def smi(tmp_path, monkeypatch):
     fake.write_text(f'#!/bin/sh\necho run >> "{calls}"\ncat "{listing}"\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # (set, then deleted: monkeypatch then removes the one the wrapper's request sets; a delenv of
+    # a variable that is not there records nothing to undo, and it leaked into later tests)
+    for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     monkeypatch.setattr(gpuquery, "_LAST", [])
     monkeypatch.setattr(HOSTS, "_LAST", [])
     return lambda: len(calls.read_text().split()) if calls.exists() else 0, listing
