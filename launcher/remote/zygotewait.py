@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import socket
+import sys
 
 import zygotechild as forked  # shipped beside this file (its importer, zygote.py, imports it with sibling)
 
@@ -61,8 +62,9 @@ class Waiter:
                 signal.signal(sig, signal.SIG_IGN)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HOLD)
             close(fds)
-            forked.show_argv([f"{SAY}: the waiter of task {task}"])  # (ps: not another zygote)
+            forked.show_argv([title(task)])  # (ps: not another zygote)
             answer(self.conn, {"pid": task}, keep=True)
+            lean(task, self.conn, self.peer, _wake_w)  # returns only where it could not exec
             self._wait(task, wake_r)
         except BaseException as exc:  # noqa: BLE001 - never back into the server's loop
             say(f"a task's waiter failed ({type(exc).__name__}: {str(exc)[:200]})")
@@ -88,6 +90,76 @@ class Waiter:
             if pid == task:
                 answer(self.conn, {"status": status})
                 return
+
+
+def title(task: int) -> str:
+    """The waiter's title, its own line of its /proc cmdline (the ssh backend's signal command
+    checks that a task's parent says it is the task's waiter: ssh/commands.py)."""
+    return f"{SAY}: the waiter of task {task}"
+
+
+# The waiter's wait in a small interpreter of its own: a fork of the zygote maps all of its import
+# (TensorFlow's, about 250 MB of Rss in each waiter, though shared with the zygote: top, ps and an
+# Rss sum count it once per waiter), where this is 9 MB. It is exec'd in the waiter's place once
+# the task is forked and its pid answered: the task stays its child (exec keeps the children and
+# PR_SET_PDEATHSIG, which fires on the parent's exit, not its exec), the signals the waiter ignores
+# stay ignored. Stdlib modules only, none from the working directory (sys.path[0], the run's
+# workdir: a user's signal.py there must not be imported). Its arguments: its title, the task's
+# pid, the wrapper's connection, the wrapper's pidfd.
+LEAN = """\
+# tfcluster-zygote: a task's waiter (launcher/remote/zygotewait.py LEAN)
+import sys
+del sys.path[0]
+import os, select, signal
+task, conn, peer = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_r, False)
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+while True:
+    pid, status = os.waitpid(task, os.WNOHANG)
+    if pid == task:
+        try:
+            os.write(conn, b'{"status": %d}\\n' % status)
+        except OSError:
+            pass
+        break
+    try:
+        ready = select.select([wake_r, conn, peer], [], [])[0]
+    except InterruptedError:
+        continue
+    try:
+        while os.read(wake_r, 4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+    if conn in ready or peer in ready:
+        for kill in (os.kill, os.killpg):
+            try:
+                kill(task, signal.SIGKILL)
+            except OSError:
+                pass
+        os.waitpid(task, 0)
+        break
+"""
+
+
+def lean(task: int, conn, peer: int, wake_w: int) -> None:
+    """Become LEAN (exec), waiting on ``task`` as this waiter would; back here only where it cannot
+    (no interpreter to name, an exec that failed: one line, and this waiter waits as it is)."""
+    exe = sys.executable
+    if not exe:
+        return
+    try:
+        os.set_inheritable(conn.fileno(), True)
+        os.set_inheritable(peer, True)
+        signal.set_wakeup_fd(-1)
+        os.execv(exe, [exe, "-S", "-s", "-c", LEAN, title(task), str(task), str(conn.fileno()), str(peer)])
+    except (OSError, ValueError) as exc:
+        signal.set_wakeup_fd(wake_w)
+        say(f"the waiter of task {task} waits as a fork of the zygote: exec of {exe} failed "
+            f"({getattr(exc, 'strerror', None) or exc})")
 
 
 def become(server, conn, req: dict, entry, fds: list, others: list, waiter: int) -> None:

@@ -116,12 +116,13 @@ _VERIFY = (
 
 
 # The task of a verified wrapper (``$pid``, ``$child`` from its pid file) is its own: its child,
-# or (forked by the host's fork server) the child of a waiter whose title names it
-# (launcher/remote/zygotewait.py), or the wrapper itself (a warm standby the fork server forks
+# or (forked by the host's fork server) the child of a waiter whose title names it (a line of
+# its cmdline to itself: launcher/remote/zygotewait.py's title, first as a fork of the server, an
+# argument once it runs its small wait), or the wrapper itself (a warm standby the fork server forks
 # once promoted: taskwrap.py --standby-defer). Sets ``pp`` (the task's parent) and ``own``.
 _OWN_TASK = (
     'pp=$(sed "s/.*) //" /proc/$child/stat 2>/dev/null | cut -d" " -f2); own=""; '
-    'if [ -n "$pp" ] && {{ [ "$pp" = "$pid" ] || [ "$child" = "$pid" ] || tr "\\000" "\\n" < /proc/$pp/cmdline 2>/dev/null | head -n 1 '
+    'if [ -n "$pp" ] && {{ [ "$pp" = "$pid" ] || [ "$child" = "$pid" ] || tr "\\000" "\\n" < /proc/$pp/cmdline 2>/dev/null '
     '| grep -qxF -- "tfcluster-zygote: the waiter of task $child"; }}; then own=1; fi; '
 )
 # What a wrapper cannot pass on to a task the fork server forked (in a group of its own): sent

@@ -257,6 +257,51 @@ def test_forked_tasks_get_fresh_random_state(tmp_path):
         log.close()
 
 
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return int(next(line for line in fh if line.startswith("VmRSS:")).split()[1])
+
+
+def test_a_tasks_waiter_holds_none_of_the_import_and_still_brings_its_exit(tmp_path):
+    """The zygote's import here is 200 MiB of pages it wrote (as TensorFlow's is 250): a waiter
+    that stayed a fork of it showed all of them in its Rss. Once the task is forked the waiter
+    is a small interpreter of its own (its Rss under 40 MiB), still the task's parent with the
+    title the ssh backend's signal command looks for, and still the one that tells the wrapper
+    how the task ended (exit 5)."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "heavy.py").write_text("BLOB = bytes(range(256)) * (200 << 12)\n")  # 200 MiB, every page written
+    sock = str(tmp_path / "z.sock")
+    log = open(tmp_path / "zygote.log", "wb")
+    env = {"PYTHONPATH": str(mods)}
+    proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json,heavy",
+                             "--pad", envnames.ZYGOTE_PAD], stdout=log, stderr=subprocess.STDOUT,
+                            env={**base_env(), **PAD, **env}, start_new_session=True)
+    try:
+        wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 60, what="the zygote's ready line")
+        pidfile = tmp_path / "task.pid"
+        go = tmp_path / "go"
+        p = wrap(sock, [sys.executable, "-c", "import os, sys, time; print('up', flush=True)\n"
+                        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\nsys.exit(5)"], env=env, pidfile=pidfile)
+        assert p.stdout.readline() == b"up\n"
+        task = task_pid(pidfile)
+        with open(f"/proc/{task}/stat") as fh:
+            waiter = int(fh.read().rsplit(")", 1)[1].split()[1])
+        assert waiter != proc.pid
+        cmdline = lambda: Path(f"/proc/{waiter}/cmdline").read_bytes().split(b"\0")  # noqa: E731
+        wait_for(lambda: b"-S" in cmdline(), 10, what=f"the waiter {waiter} to run its small wait: {cmdline()[:3]}")
+        assert f"tfcluster-zygote: the waiter of task {task}".encode() in cmdline()
+        assert rss_kib(proc.pid) > 200 * 1024 and rss_kib(waiter) < 40 * 1024, (rss_kib(proc.pid), rss_kib(waiter))
+        go.write_text("")
+        out, err = finish(p)
+        assert p.returncode == 5 and "unknown" not in err, err
+        assert not alive(waiter)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+
+
 def test_garbage_and_other_users_get_nothing_forked(zygote, tmp_path):
     # A request that is not one (no descriptors, a huge length): the connection closes, the zygote serves on.
     for blob in (b"\xff\xff\xff\xff", b"{}\n"):
