@@ -9,6 +9,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 import zygotechild as forked  # shipped beside this file (its importer, zygote.py, imports it with sibling)
 
@@ -64,16 +65,25 @@ class Waiter:
             close(fds)
             forked.show_argv([title(task)])  # (ps: not another zygote)
             answer(self.conn, {"pid": task}, keep=True)
-            lean(task, self.conn, self.peer, _wake_w)  # returns only where it could not exec
-            self._wait(task, wake_r)
+            # Small once the task has started (LEAN_AFTER): the exec's interpreter start stays off
+            # the task's own start, what a promotion's restart waits for.
+            if self._wait(task, wake_r, LEAN_AFTER):
+                lean(task, self.conn, self.peer, _wake_w)  # returns only where it could not exec
+                self._wait(task, wake_r)
         except BaseException as exc:  # noqa: BLE001 - never back into the server's loop
             say(f"a task's waiter failed ({type(exc).__name__}: {str(exc)[:200]})")
         os._exit(0)
 
-    def _wait(self, task: int, wake_r: int) -> None:
+    def _wait(self, task: int, wake_r: int, most: "float | None" = None) -> bool:
+        """Until the task ends (its status told) or its wrapper is gone (the task killed): False.
+        True: ``most`` seconds passed first, the task still running."""
+        end = None if most is None else time.monotonic() + most
         while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return True
             try:
-                ready, _, _ = select.select([wake_r, self.conn, self.peer], [], [])
+                ready, _, _ = select.select([wake_r, self.conn, self.peer], [], [], left)
             except InterruptedError:
                 continue
             if wake_r in ready:
@@ -85,11 +95,11 @@ class Waiter:
                     except OSError:
                         pass
                 os.waitpid(task, 0)
-                return
+                return False
             pid, status = os.waitpid(task, os.WNOHANG)
             if pid == task:
                 answer(self.conn, {"status": status})
-                return
+                return False
 
 
 def title(task: int) -> str:
@@ -101,11 +111,13 @@ def title(task: int) -> str:
 # The waiter's wait in a small interpreter of its own: a fork of the zygote maps all of its import
 # (TensorFlow's, about 250 MB of Rss in each waiter, though shared with the zygote: top, ps and an
 # Rss sum count it once per waiter), where this is 9 MB. It is exec'd in the waiter's place once
-# the task is forked and its pid answered: the task stays its child (exec keeps the children and
+# the task has run LEAN_AFTER seconds (not at once: a new interpreter's start, 20-30 ms of CPU,
+# would compete with the task's, which a restart waits for): the task stays its child (exec keeps the children and
 # PR_SET_PDEATHSIG, which fires on the parent's exit, not its exec), the signals the waiter ignores
 # stay ignored. Stdlib modules only, none from the working directory (sys.path[0], the run's
 # workdir: a user's signal.py there must not be imported). Its arguments: its title, the task's
 # pid, the wrapper's connection, the wrapper's pidfd.
+LEAN_AFTER = 5.0
 LEAN = """\
 # tfcluster-zygote: a task's waiter (launcher/remote/zygotewait.py LEAN)
 import sys
