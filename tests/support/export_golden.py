@@ -15,5 +15,6 @@ DEMO_ENV = [
     {"name": "TFCLUSTER_STATE_DIR", "value": "/tfcluster/state"},
     {"name": "TFCLUSTER_STRATEGY", "value": "multi_worker_mirrored"},
     {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
+    {"name": "TF_GRPC_DEFAULT_OPTIONS", "value": "grpc.initial_reconnect_backoff_ms=100"},
     {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
 ]

@@ -183,6 +183,19 @@ def test_command_and_env():
     assert redact_env(env)["API_TOKEN"] == "***" and redact_env(env)["LR"] == "0.5"
 
 
+def test_cluster_tasks_retry_a_refused_peer_after_100_ms_unless_the_spec_says_otherwise():
+    """TF_GRPC_DEFAULT_OPTIONS (read by TensorFlow's gRPC channels) for the strategies with a
+    cluster; none for a single-host strategy (no TF server); the spec's env: wins."""
+    def env(strategy: str, extra: str = "") -> dict:
+        return plan_of(f"name: d\nstrategy: {strategy}\nentrypoint: x\ntasks: {{worker: 1}}\n{extra}").tasks[0].env_dict
+
+    want = "grpc.initial_reconnect_backoff_ms=100"
+    assert env("multi_worker_mirrored")["TF_GRPC_DEFAULT_OPTIONS"] == want
+    assert "TF_GRPC_DEFAULT_OPTIONS" not in env("mirrored")
+    mine = "grpc.keepalive_time_ms=60000"
+    assert env("multi_worker_mirrored", f"env: {{TF_GRPC_DEFAULT_OPTIONS: '{mine}'}}\n")["TF_GRPC_DEFAULT_OPTIONS"] == mine
+
+
 def test_plan_is_immutable_and_deterministic():
     text = "name: d\nstrategy: multi_worker_mirrored\nentrypoint: x\ntasks: {worker: 2}\n"
     a, b = plan_of(text), plan_of(text)
