@@ -325,12 +325,18 @@ class SlurmTasks(Tasks):
         if number == 0 or self.job.job_id is None:
             return
         st = cli.job_state(self.job.job_id)
-        # An ended job is COMPLETING while its steps are torn down (seconds): wait for the
-        # state that says why it ended (CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL ...).
+        # An ended job is COMPLETING while its steps are torn down (seconds), and SIGNALING while
+        # Slurm's signals to it (a preemption's) go out: wait for the state that says why it
+        # ended (CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL ...).
         deadline = time.monotonic() + COMPLETING_WAIT
-        while st.state == "COMPLETING" and time.monotonic() < deadline:
+        while st.state in ("COMPLETING", "SIGNALING") and time.monotonic() < deadline:
             time.sleep(0.5)
             st = cli.job_state(self.job.job_id)
+        when = cli.preempted_at(self.job.job_id) if st.state != "RUNNING" else None
+        if when is not None:  # (whatever state it is caught in: PreemptTime is set at once)
+            raise AttemptImpossible(
+                f"slurm: allocation job {self.job.job_id} was preempted at {when} (a higher-priority job needs its "
+                "nodes); the tasks saved at Slurm's SIGTERM: run tfcluster up again to resume")
         if st.state != "RUNNING":
             raise AttemptImpossible(
                 f"slurm: allocation job {self.job.job_id} is no longer running ({st.state or 'gone'}"
