@@ -75,31 +75,40 @@ class Waiter:
         os._exit(0)
 
     def _wait(self, task: int, wake_r: int, most: "float | None" = None) -> bool:
-        """Until the task ends (its status told) or its wrapper is gone (the task killed): False.
-        True: ``most`` seconds passed first, the task still running."""
-        end = None if most is None else time.monotonic() + most
-        while True:
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                return True
+        return wait_task(task, self.conn.fileno(), self.peer, wake_r, most)
+
+
+def wait_task(task: int, conn: int, peer: int, wake_r: int, most: "float | None" = None) -> bool:
+    """Wait on ``task`` (a child) until it ends, its waitpid status then sent on ``conn`` (the
+    wrapper's connection), or until the wrapper is gone (``conn`` closed or its pidfd ``peer``
+    readable): the task's group is SIGKILLed. False then; True: ``most`` seconds passed first, the
+    task still running. ``wake_r``: the SIGCHLD pipe (wake_pipe). The waiter's, as a fork of the
+    server and as its small process (``--lean`` below)."""
+    end = None if most is None else time.monotonic() + most
+    while True:
+        pid, status = os.waitpid(task, os.WNOHANG)
+        if pid == task:
             try:
-                ready, _, _ = select.select([wake_r, self.conn, self.peer], [], [], left)
-            except InterruptedError:
-                continue
-            if wake_r in ready:
-                drain(wake_r)
-            if self.conn in ready or self.peer in ready:  # the wrapper gone: its task goes too
-                for kill in (os.kill, os.killpg):  # (the task, and its group once it has made it)
-                    try:
-                        kill(task, signal.SIGKILL)
-                    except OSError:
-                        pass
-                os.waitpid(task, 0)
-                return False
-            pid, status = os.waitpid(task, os.WNOHANG)
-            if pid == task:
-                answer(self.conn, {"status": status})
-                return False
+                os.write(conn, json.dumps({"status": status}).encode() + b"\n")
+            except OSError:
+                pass
+            return False
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            return True
+        try:
+            ready, _, _ = select.select([wake_r, conn, peer], [], [], left)
+        except InterruptedError:
+            continue
+        drain(wake_r)
+        if conn in ready or peer in ready:  # the wrapper gone: its task goes too
+            for kill in (os.kill, os.killpg):  # (the task, and its group once it has made it)
+                try:
+                    kill(task, signal.SIGKILL)
+                except OSError:
+                    pass
+            os.waitpid(task, 0)
+            return False
 
 
 def title(task: int) -> str:
@@ -110,55 +119,18 @@ def title(task: int) -> str:
 
 # The waiter's wait in a small interpreter of its own: a fork of the zygote maps all of its import
 # (TensorFlow's, about 250 MB of Rss in each waiter, though shared with the zygote: top, ps and an
-# Rss sum count it once per waiter), where this is 9 MB. It is exec'd in the waiter's place once
-# the task has run LEAN_AFTER seconds (not at once: a new interpreter's start, 20-30 ms of CPU,
-# would compete with the task's, which a restart waits for): the task stays its child (exec keeps the children and
-# PR_SET_PDEATHSIG, which fires on the parent's exit, not its exec), the signals the waiter ignores
-# stay ignored. Stdlib modules only, none from the working directory (sys.path[0], the run's
-# workdir: a user's signal.py there must not be imported). Its arguments: its title, the task's
-# pid, the wrapper's connection, the wrapper's pidfd.
+# Rss sum count it once per waiter), where this file run with -S is 10 MB. It is exec'd in the
+# waiter's place once the task has run LEAN_AFTER seconds (not at once: a new interpreter's
+# start, 20-30 ms of CPU, would compete with the task's, which a restart waits for): the task
+# stays its child (exec keeps the children and PR_SET_PDEATHSIG, which fires on the parent's exit,
+# not its exec), the signals the waiter ignores stay ignored. Its sys.path[0] is this file's dir
+# (the shipped files), not the run's workdir. Its arguments: --lean, its title (a line of its
+# cmdline: ssh/commands.py), the task's pid, the wrapper's connection, the wrapper's pidfd.
 LEAN_AFTER = 5.0
-LEAN = """\
-# tfcluster-zygote: a task's waiter (launcher/remote/zygotewait.py LEAN)
-import sys
-del sys.path[0]
-import os, select, signal
-task, conn, peer = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-wake_r, wake_w = os.pipe()
-os.set_blocking(wake_r, False)
-os.set_blocking(wake_w, False)
-signal.set_wakeup_fd(wake_w)
-signal.signal(signal.SIGCHLD, lambda *_: None)
-while True:
-    pid, status = os.waitpid(task, os.WNOHANG)
-    if pid == task:
-        try:
-            os.write(conn, b'{"status": %d}\\n' % status)
-        except OSError:
-            pass
-        break
-    try:
-        ready = select.select([wake_r, conn, peer], [], [])[0]
-    except InterruptedError:
-        continue
-    try:
-        while os.read(wake_r, 4096):
-            pass
-    except (BlockingIOError, InterruptedError):
-        pass
-    if conn in ready or peer in ready:
-        for kill in (os.kill, os.killpg):
-            try:
-                kill(task, signal.SIGKILL)
-            except OSError:
-                pass
-        os.waitpid(task, 0)
-        break
-"""
 
 
 def lean(task: int, conn, peer: int, wake_w: int) -> None:
-    """Become LEAN (exec), waiting on ``task`` as this waiter would; back here only where it cannot
+    """Become this file run with --lean (exec), waiting on ``task`` as this waiter would; back here only where it cannot
     (no interpreter to name, an exec that failed: one line, and this waiter waits as it is)."""
     exe = sys.executable
     if not exe:
@@ -167,7 +139,8 @@ def lean(task: int, conn, peer: int, wake_w: int) -> None:
         os.set_inheritable(conn.fileno(), True)
         os.set_inheritable(peer, True)
         signal.set_wakeup_fd(-1)
-        os.execv(exe, [exe, "-S", "-s", "-c", LEAN, title(task), str(task), str(conn.fileno()), str(peer)])
+        os.execv(exe, [exe, "-S", "-s", os.path.abspath(__file__), "--lean", title(task), str(task),
+                       str(conn.fileno()), str(peer)])
     except (OSError, ValueError) as exc:
         signal.set_wakeup_fd(wake_w)
         say(f"the waiter of task {task} waits as a fork of the zygote: exec of {exe} failed "
@@ -272,3 +245,7 @@ def answer(conn, what: dict, keep: bool = False) -> None:
         pass
     if not keep:
         conn.close()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--lean"]:  # the waiter's small process (lean)
+    wait_task(int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), wake_pipe()[0])

@@ -274,15 +274,16 @@ def test_a_tasks_waiter_holds_none_of_the_import_and_still_brings_its_exit(tmp_p
     sock = str(tmp_path / "z.sock")
     log = open(tmp_path / "zygote.log", "wb")
     env = {"PYTHONPATH": str(mods)}
+    go = tmp_path / "go"  # the task ends once this file is there
     proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py"), "--socket", sock, "--import", "json,heavy",
                              "--pad", envnames.ZYGOTE_PAD], stdout=log, stderr=subprocess.STDOUT,
                             env={**base_env(), **PAD, **env}, start_new_session=True)
     try:
         wait_for(lambda: "ready" in (tmp_path / "zygote.log").read_text(), 60, what="the zygote's ready line")
         pidfile = tmp_path / "task.pid"
-        go = tmp_path / "go"
         p = wrap(sock, [sys.executable, "-c", "import os, sys, time; print('up', flush=True)\n"
-                        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\nsys.exit(5)"], env=env, pidfile=pidfile)
+                        f"end = time.time() + 60\nwhile not os.path.exists({str(go)!r}) and time.time() < end: time.sleep(0.05)\n"
+                        f"sys.exit(5 if os.path.exists({str(go)!r}) else 3)"], env=env, pidfile=pidfile)
         assert p.stdout.readline() == b"up\n"
         task = task_pid(pidfile)
         with open(f"/proc/{task}/stat") as fh:
@@ -297,6 +298,7 @@ def test_a_tasks_waiter_holds_none_of_the_import_and_still_brings_its_exit(tmp_p
         assert p.returncode == 5 and "unknown" not in err, err
         assert not alive(waiter)
     finally:
+        go.write_text("")  # (a task still waiting ends: it waits for this file, at most 60 s)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         log.close()
