@@ -332,8 +332,8 @@ class SlurmTasks(Tasks):
         while st.state in ("COMPLETING", "SIGNALING") and time.monotonic() < deadline:
             time.sleep(0.5)
             st = cli.job_state(self.job.job_id)
-        when = cli.preempted_at(self.job.job_id) if st.state != "RUNNING" else None
-        if when is not None:  # (whatever state it is caught in: PreemptTime is set at once)
+        when = cli.preempted_at(self.job.job_id)  # (whatever state it is caught in: PreemptTime is set at once)
+        if when is not None:
             raise AttemptImpossible(
                 f"slurm: allocation job {self.job.job_id} was preempted at {when} (a higher-priority job needs its "
                 "nodes); the tasks saved at Slurm's SIGTERM: run tfcluster up again to resume")
@@ -342,11 +342,6 @@ class SlurmTasks(Tasks):
                 f"slurm: allocation job {self.job.job_id} is no longer running ({st.state or 'gone'}"
                 + (f", reason {st.reason}" if st.reason and st.reason != "None" else "")
                 + "); what the tasks saved is kept: run tfcluster up again to resume")
-        when = cli.preempted_at(self.job.job_id)
-        if when is not None:
-            raise AttemptImpossible(
-                f"slurm: allocation job {self.job.job_id} was preempted at {when} (a higher-priority job needs its "
-                "nodes); the tasks saved at Slurm's SIGTERM: run tfcluster up again to resume")
 
     def close(self) -> None:
         """Kill what is left of the run's srun wrappers (the job is cancelled by ``SlurmHosts.close``)."""
