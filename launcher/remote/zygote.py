@@ -72,8 +72,9 @@ TASK_OWN = frozenset({
     # child to it: zygotechild.blas_threads)
     "OMP_NUM_THREADS",
     "PWD", "OLDPWD", "SHLVL", "_",
-    # (each ssh session's own: a host's tasks may come over another connection than its zygote)
-    "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
+    # (each ssh session's own: a host's tasks may come over another connection than its zygote;
+    # pam_systemd numbers each login, so a reconnect or the next run has another XDG_SESSION_ID)
+    "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "XDG_SESSION_ID",
 })
 MAX_REQUEST = 8 * 2**20  # argv and environment; the standby stub's text is about 40 KB
 READ_TIMEOUT = 5.0  # s a peer has to send its whole request

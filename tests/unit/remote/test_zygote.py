@@ -153,6 +153,15 @@ def test_what_it_must_not_serve_starts_cold_with_one_line(zygote, tmp_path):
         assert line.startswith("taskwrap: started without the zygote: ") and why in line, line
 
 
+def test_a_task_of_another_ssh_login_on_the_host_is_served(zygote, tmp_path):
+    """What each ssh login has its own of (a reconnect, the next run: SSH_CONNECTION, and
+    pam_systemd's XDG_SESSION_ID) does not keep a task from its host's zygote."""
+    code = "import os; print(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1])"
+    p = wrap(zygote, [sys.executable, "-c", code], env={"XDG_SESSION_ID": "4242", "SSH_CONNECTION": "10.0.0.9 5 10.0.0.1 22"})
+    out, err = finish(p)
+    assert (p.returncode, out, err) == (0, f"{zygote_pid(tmp_path)}\n", "")
+
+
 def test_no_zygote_there_starts_cold_at_once(tmp_path):
     """No socket: nothing is waited for (a zygote's socket is bound before any wrapper asks)."""
     p = subprocess.Popen([sys.executable, str(taskwrap_path()), "--zygote", str(tmp_path / "none.sock"),
