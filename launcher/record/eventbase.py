@@ -42,6 +42,7 @@ class Event(Word):
     HOST_WAIT = "host_wait"
     HOST_PREEMPTED = "host_preempted"
     ZYGOTE_ENDED = "zygote_ended"
+    ZYGOTE_WARM = "zygote_warm"
     DISCOVERY = "discovery"
     OUTCOME = "outcome"
     STATE_SYNC = "state_sync"

@@ -72,7 +72,7 @@ from launcher.record.eventbase import (  # noqa: F401 (Event, RecordEvent, RunRe
 # module (``import launcher.record.events as ev``; ``ev.HostLost``).
 from launcher.record.hostevents import (  # noqa: F401
     DiscoveryAnswer, GpuUsage, HostAdded, HostLost, HostPreempted, HostWait, Replan, SlurmCancelled, SlurmRunning,
-    SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus, ZygoteEnded)
+    SlurmSubmitted, StateCopy, StateFetch, StateSyncMode, TaskGpus, ZygoteEnded, ZygoteWarm)
 # The supervisor's own steps and verdicts, named here too.
 from launcher.record.supervisorevents import (  # noqa: F401
     SUPERVISOR_KINDS, AttemptEnded, GaveUp, GpuWatchEnded, GroupStalled, HostsAnswer, HostsAwaited, OutputFault,
@@ -296,7 +296,7 @@ KINDS: dict[str, type[RecordEvent]] = {cls.KIND: cls for cls in (
     RunStart, Start, Ready, AttemptReady, Exit, SidecarFailed, Failure, GroupRestart, TaskRestart, Stopped,
     StopUnconfirmed, StandbyStart, StandbyPromoted, StandbyStopped, HostLost, Replan, HostAdded, HostWait, HostPreempted,
     DiscoveryAnswer, RunOutcome, StateSyncMode, StateCopy, StateFetch, SlurmSubmitted, SlurmRunning, SlurmCancelled,
-    GpuUsage, TaskGpus, Straggler, ZygoteEnded, *SUPERVISOR_KINDS)}
+    GpuUsage, TaskGpus, Straggler, ZygoteEnded, ZygoteWarm, *SUPERVISOR_KINDS)}
 
 
 # ------------------------------------------------------------------ reading

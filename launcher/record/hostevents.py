@@ -101,6 +101,20 @@ class ZygoteEnded(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ZygoteWarm(RecordEvent):
+    """A host's fork server kept warm past the run (``ssh.keep_warm``: launcher/remote/zygotehost.py):
+    ``reused``, one an earlier run kept (``pid``), else one started to be kept; without ``pid``, it
+    could not be kept (``said`` says why: the run's server is then its own, ending with the run).
+    ``said``: the one line the console says."""
+
+    KIND: ClassVar[str] = Event.ZYGOTE_WARM
+    host: str
+    pid: Optional[Count] = None
+    reused: bool = False
+    said: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class DiscoveryAnswer(RecordEvent):
     KIND: ClassVar[str] = Event.DISCOVERY
     ok: bool = True

@@ -5,7 +5,8 @@ memory (copy on write) and pay its CPU once (BENCHMARKS.md, "A zygote").
 
 Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
 
-    python zygote.py --socket PATH [--listen-fd N] [--import MODULE[,MODULE...]] [--pad NAME] [--title ROOM]
+    python zygote.py --socket PATH [--listen-fd N] [--import MODULE[,MODULE...]] [--pad NAME]
+                     [--idle-exit SECONDS] [--title ROOM]
 
 * ``--title ROOM``: ROOM (any text, its last option) is room in its argv for each child's title:
   /proc/PID/cmdline (``ps``, ``pgrep -f``) shows the child's own argv, not ``zygote.py``
@@ -25,6 +26,11 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
   | -m MODULE | SCRIPT ARGS...`` with this executable, this process's FLAGS, and the same
   environment but for the variables each task has its own of (TASK_OWN). Else the answer is
   ``{"cold": why}`` and the wrapper starts the task as it always has (exec).
+* ``--idle-exit SECONDS`` (a server kept warm past its run: zygotehost.py, ``ssh.keep_warm``): it
+  ends once no one has held it for that long: a request ``{"hold": true}`` (no descriptors) is
+  answered ``{"held": PID}`` and held for as long as its connection stays open (a run's host
+  agent holds it for the run). Then it removes its socket's dir (its own: the files it was
+  started from, its log) and exits 0. Without it, it serves until its lifeline ends it.
 * A request with ``"check": true`` forks nothing: the answer is ``{"ok": true}`` where the task
   would be served (the imports done), else ``{"cold": why}``. A standby's wrapper asks it to say it
   is ready, and asks for the fork itself only when promoted (taskwrap.py ``--standby-defer``).
@@ -55,6 +61,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shipped beside it
 from sibling import sibling  # noqa: E402
@@ -76,6 +83,9 @@ TASK_OWN = frozenset({
     # pam_systemd numbers each login, so a reconnect or the next run has another XDG_SESSION_ID)
     "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "XDG_SESSION_ID",
 })
+# A server kept warm past its run lives in a dir of its own in the user's WARM_PREFIX<uid> dir
+# (zygotehost.py): the one it removes when it ends (retire).
+WARM_PREFIX = "tfcluster-warm-"
 MAX_REQUEST = 8 * 2**20  # argv and environment; the standby stub's text is about 40 KB
 READ_TIMEOUT = 5.0  # s a peer has to send its whole request
 SAY = waits.SAY
@@ -148,6 +158,8 @@ def _receive(conn):
     """(request dict, [fds]) from a connection, or (None, why)."""
     conn.settimeout(READ_TIMEOUT)
     msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 4)
+    if len(msg) == 4 and not fds:  # (only a hold comes without descriptors)
+        return _hold_request(conn, msg)
     if len(msg) != 4 or len(fds) not in (3, 4):
         for fd in fds:
             os.close(fd)
@@ -179,14 +191,28 @@ def _receive(conn):
     return req, fds
 
 
+def _hold_request(conn, header: bytes):
+    """({"hold": True}, []) where the body after ``header`` is that, else (None, why)."""
+    (size,) = struct.unpack("!I", header)
+    body = conn.recv(64) if 0 < size <= 64 else b""
+    try:
+        ok = json.loads(body) == {"hold": True}
+    except ValueError:
+        ok = False
+    return ({"hold": True}, []) if ok else (None, "a request without its header and three descriptors")
+
+
 class Zygote:
     """The server: the listening socket and SIGCHLD's pipe. It keeps nothing per task: each task
     has a waiter of its own (Waiter), so nothing a task needs dies with the server."""
 
-    def __init__(self, path: str, listener, before: dict, pad: str = "") -> None:
+    def __init__(self, path: str, listener, before: dict, pad: str = "", idle: float = 0.0) -> None:
         """``before``: the environment this process started with, before its imports; ``pad``:
-        the variable that is room for a child's own (--pad)."""
+        the variable that is room for a child's own (--pad); ``idle``: --idle-exit's seconds."""
         self.path, self.listener, self.pad = path, listener, pad
+        self.idle = idle
+        self.holds: list = []  # the connections that hold it (--idle-exit)
+        self.since = time.monotonic()  # when it was last held or asked
         self.before = before
         # What the imports set in the environment (TensorFlow sets one): a cold start's import
         # would set it in the task's too.
@@ -196,7 +222,22 @@ class Zygote:
 
     def serve(self) -> None:
         while True:
-            ready, _, _ = select.select([self.listener, self.wake_r], [], [])
+            timeout = None
+            if self.idle > 0 and not self.holds:
+                timeout = self.since + self.idle - time.monotonic()
+                if timeout <= 0:
+                    self.retire()
+                    return
+            ready, _, _ = select.select([self.listener, self.wake_r, *self.holds], [], [], timeout)
+            for held in [c for c in ready if c in self.holds]:
+                try:
+                    gone = not held.recv(4096)
+                except OSError:
+                    gone = True
+                if gone:  # (its run ended: it counts idle from now)
+                    self.holds.remove(held)
+                    held.close()
+                    self.since = time.monotonic()
             if self.wake_r in ready:
                 waits.drain(self.wake_r)
                 waits.reap_any()  # the waiters: each has told its wrapper already
@@ -226,6 +267,12 @@ class Zygote:
             return
         if req is None:
             waits.answer(conn, {"cold": fds})
+            return
+        self.since = time.monotonic()
+        if req.get("hold") is True:
+            waits.answer(conn, {"held": os.getpid()}, keep=True)
+            conn.setblocking(False)
+            self.holds.append(conn)
             return
         entry, why = _entry(req["argv"], req["env"], self.flags)
         differs = _env_differs(req["env"], self.before) if entry else ""
@@ -261,14 +308,31 @@ class Zygote:
         conn.close()  # the waiter's now: it answers the wrapper with the task's pid, then its exit
 
     def child_of_server(self) -> None:
-        """In a fork of the server: nothing of the server's kept (its socket, its signal pipe)."""
+        """In a fork of the server: nothing of the server's kept (its socket, its signal pipe, its holds)."""
         signal.set_wakeup_fd(-1)
         self.listener.close()
+        for held in self.holds:
+            held.close()
         waits.close([self.wake_r, self.wake_w])
+
+    def retire(self) -> None:
+        """--idle-exit: no one held it for that long. Its socket's dir goes (its own: see
+        zygotehost.py warm), then it ends; a start that comes later starts a new one."""
+        import shutil
+
+        _say(f"no run has held it for {self.idle:g} s: ending (ssh.keep_warm)")
+        self.listener.close()
+        folder = os.path.dirname(self.path)
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        if os.path.basename(os.path.dirname(folder)).startswith(WARM_PREFIX):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv: list) -> int:
-    path, mods, pad, fd = None, ["tensorflow"], "", None
+    path, mods, pad, fd, idle = None, ["tensorflow"], "", None, 0.0
     it = iter(argv)
     for flag in it:
         if flag == "--socket":
@@ -279,6 +343,12 @@ def main(argv: list) -> int:
             next(it, None)  # only room (show_argv)
         elif flag == "--pad":
             pad = next(it, "") or ""
+        elif flag == "--idle-exit":
+            try:
+                idle = max(0.0, float(next(it, "0") or 0))
+            except ValueError:
+                _say("--idle-exit wants seconds")
+                return 2
         elif flag == "--import":
             mods = [m for m in (next(it, "") or "").split(",") if m]
         else:
@@ -316,7 +386,7 @@ def main(argv: list) -> int:
         _say(why)
         return 0
     print(f"{SAY} ready pid={os.getpid()} imported={','.join(m for m in mods if m in sys.modules)}", flush=True)
-    Zygote(path, listener, before, pad).serve()
+    Zygote(path, listener, before, pad, idle).serve()
     return 0
 
 

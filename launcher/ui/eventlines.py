@@ -234,6 +234,10 @@ def _zygote_ended(e: ev.ZygoteEnded, *_) -> list[Said]:
     return _info(e.said) if e.said else []
 
 
+def _zygote_warm(e: ev.ZygoteWarm, *_) -> list[Said]:
+    return _info(e.said) if e.said else []
+
+
 def _outcome(e: ev.RunOutcome, view: RunModel, _verbose, now: Optional[float]) -> list[Said]:
     if e.outcome == Outcome.STOPPED:  # (``tfcluster down`` of a run whose supervisor is gone: no report)
         return []
@@ -249,5 +253,6 @@ _SAYERS: dict[type, Callable[..., list[Said]]] = {
     ev.OutputFault: _output_fault, ev.GpuWatchEnded: _gpu_watch_ended, ev.StandbyFailed: _standby_failed,
     ev.StandbyNoRoom: _standby_no_room, ev.SmallStart: _small_start, ev.Reconciled: _reconciled,
     ev.Replan: _replan, ev.HostLost: _host_lost, ev.HostsAwaited: _hosts_awaited, ev.HostsAnswer: _hosts_answer,
-    ev.DiscoveryAnswer: _discovery, ev.Regroup: _regroup, ev.ZygoteEnded: _zygote_ended, ev.RunOutcome: _outcome,
+    ev.DiscoveryAnswer: _discovery, ev.Regroup: _regroup, ev.ZygoteEnded: _zygote_ended, ev.ZygoteWarm: _zygote_warm,
+    ev.RunOutcome: _outcome,
 }

@@ -104,6 +104,16 @@ def open_run(loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
             raise LaunchError(f"ssh.config: {opts.config} does not exist; fix the path or remove the key")
     write = record.write if record is not None else (lambda event: None)
 
+    def early(event) -> None:
+        """An event a preflight writes (maybe before the record exists: then its first lines), said
+        on the console here where nothing listens to the record yet (once the console does, it says it)."""
+        if record is None:
+            return
+        heard = bool(record.listeners)
+        record.write_early(event)
+        if not heard and getattr(event, "said", ""):
+            console.info(event.said)
+
     def preempted(name: str) -> None:
         """A task on ``name`` saw GCE's preemption notice (taskwrap's GCE_NOTICE line); the pool
         counts the host as lost at once, without waiting elastic.host_wait."""
@@ -127,9 +137,11 @@ def open_run(loaded: LoadedSpec, record=None, console: Optional[Notices] = None,
                     runner=runner, on_preempted=preempted)
     pool.share = spec.share
     pool.write = write
+    pool.write_early = early
     if SSHBackend.capabilities.forks(spec.restart):  # each host's fork server, started by its preflight agent
         pool.zygote_cwd = ssh_zygote.cwd_of(loaded.base_dir, spec.workdir)
     pool.stop_grace = spec.watchdog.stop_grace
+    pool.keep_warm = opts.keep_warm
     state_sync = StateSync(pool, spec.state, console, record, run_id)
     starts = Starts(pool, state_sync, spec.name, spec.strategy, spec.watchdog.stop_grace, gpu_figures, gpus_given)
     return SSHRun(loaded, record, console, pool, state_sync, starts)

@@ -31,6 +31,12 @@ class SSHOptions(OptionsModel):
     is always refused."""
     config: Optional[str] = None
     """An ssh_config file to read aliases, User, Port, IdentityFile, ProxyJump from (default ~/.ssh/config)."""
+    keep_warm: Seconds = Field(default=0.0, ge=0, le=86400)
+    """Seconds each host's fork server (the one TensorFlow import its tasks and standbys are forked from)
+    stays after the run, so that the next `up` of the same spec on that host forks at once instead of
+    importing again. 0 (default): it ends with the run. Only the same user's runs with the same interpreter,
+    imports, environment (but for each task's own variables) and workdir use it; it ends once no run has
+    used it for this long, and holds no task or GPU while it waits (docs/concepts/worker.md)."""
     lease: Seconds = Field(default=15.0, gt=0)
     """Remote tasks are stopped when the launcher has not been heard from for this many seconds."""
     python: str = "python3"

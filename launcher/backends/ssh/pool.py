@@ -37,7 +37,11 @@ class HostPool:
     zygote_tasks: tuple = ()  # the last plan's tasks (ssh/zygote.py order)
     # The run record's write (the backend sets it): what a host's fork server did (ssh/zygote.py ensure).
     write: Callable = staticmethod(lambda event: None)
+    # What a preflight learns, maybe before the record exists (a server kept warm: ssh/zygote.py
+    # warm_event): written (early: the record's first lines once it does) and said (the backend sets it).
+    write_early: Callable = staticmethod(lambda event: None)
     stop_grace = 5.0
+    keep_warm = 0.0  # ssh.keep_warm: s each host's fork server stays after the run (ssh/zygote.py order)
 
     def __init__(self, hosts: Iterable[Host], opts: SSHOptions, base_dir: Path, dirs: tuple[str, str, str],
                  runner: Optional[Runner] = None, on_preempted: Optional[Callable[[str], None]] = None) -> None:

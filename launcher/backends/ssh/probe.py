@@ -181,6 +181,9 @@ def _hand_over(pool: "HostPool", names: list[str], replies: dict[str, dict], res
     for name in names:
         said = replies[name].get("zygote")
         socket_path = said.get("socket") if isinstance(said, dict) else None
+        warm = ssh_zygote.warm_event(name, said) if isinstance(said, dict) else None
+        if warm is not None:  # (maybe before the record exists: then its first lines)
+            pool.write_early(warm)
         if isinstance(socket_path, str) and socket_path:
             ssh_zygote.keep(pool, pool.hosts[name], sessions.pop(name), socket_path)
         elif name in reserved:

@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from launcher.bounded import HOST_LINE_BYTES
+from launcher.bounded import HOST_LINE_BYTES, one_line
 from launcher.contract import envnames
 from launcher.errors import LaunchError, exc_text
 from launcher.plan.build import Plan
+from launcher.record import events as ev
 from launcher.backends.zygotes import TITLE_BYTES, entry, plain_entry, start_env
 from launcher.backends.ssh.runner import BadReply, parse_reply
 
@@ -50,6 +51,8 @@ def order(pool: "HostPool", plan: Plan, name: str) -> Optional[dict]:
             interpreter, imports = found
             said = {"argv": interpreter, "imports": list(imports), "env": start_env(task.env_dict),
                     "pad": envnames.ZYGOTE_PAD, "title": TITLE_BYTES, "grace": pool.stop_grace}
+            if pool.keep_warm > 0:  # (kept warm past the run: zygotehost.py warm)
+                said["keep_warm"] = pool.keep_warm
             again = pool.zygote_again.get(name)  # (its keeper ended: the new one on the same path)
             return {**said, "socket": again} if again else said
     return None
@@ -127,6 +130,24 @@ class Keeper:
             except BadReply:
                 continue
             self._said = [*self._said[-99:], said]  # (bounded: it says one line a server)
+
+
+def warm_event(name: str, said: dict) -> Optional[ev.ZygoteWarm]:
+    """What a host's agent said of its server kept warm (``ssh.keep_warm``; zygotehost.py warm):
+    adopted from an earlier run, started to be kept, or not kept and why, as a zygote_warm event;
+    None where the run did not ask."""
+    warm, off = said.get("warm"), said.get("warm_off")
+    if isinstance(warm, dict) and type(warm.get("pid")) is int:
+        keep = warm.get("keep") if isinstance(warm.get("keep"), (int, float)) else 0
+        if warm.get("reused") is True:
+            line = f"{name}: forking from the fork server an earlier run kept warm (pid {warm['pid']}): no import"
+        else:
+            line = f"{name}: its fork server (pid {warm['pid']}) stays {keep:g} s after the run (ssh.keep_warm)"
+        return ev.ZygoteWarm(host=name, pid=warm["pid"], reused=warm.get("reused") is True, said=line)
+    if isinstance(off, str) and off:
+        return ev.ZygoteWarm(host=name, said=one_line(f"{name}: its fork server is not kept warm: {off}; it ends "
+                                                      "with the run", 300))
+    return None
 
 
 def keep(pool: "HostPool", hs: "HostState", chan, socket_path: str) -> None:

@@ -229,3 +229,45 @@ def test_a_killed_keeper_is_replaced_and_its_hosts_next_task_is_forked_from_the_
     assert not [l for l in out.splitlines() if "started without the zygote" in l], out[-3000:]
     assert "unknown (" not in out, out[-3000:]  # (no exit lost: "its exit code is unknown (137)")
     wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")
+
+
+def test_a_second_up_of_the_same_spec_forks_from_the_servers_the_first_kept_warm(lab, make_spec, tmp_path):
+    """``ssh.keep_warm``: the first run's fork servers stay on both hosts after it (each said in
+    one line and a zygote_warm event); the second `up` of the same spec adopts them: its tasks'
+    grandparents are the same servers, one line each says so, no import. Once no run has held
+    them for keep_warm seconds they end, their dirs removed: nothing is left on the hosts."""
+    keep = 8
+    spec, steps, state = plain_spec(make_spec, tmp_path, ssh={"keep_warm": keep})
+    steps.write_text("5")
+    hosts = {name: lab.host(name) for name in ("h1", "h2")}
+    kept: dict[str, int] = {}
+    try:
+        code, out = run_and_act(spec, [], timeout=300)
+        assert code == 0, out[-5000:]
+        kept.update({name: zygote_of(h) for name, h in hosts.items()})  # (the run has ended: they stay)
+        for name, pid in kept.items():
+            assert f"tfcluster: {name}: its fork server (pid {pid}) stays {keep} s after the run (ssh.keep_warm)" \
+                in out.splitlines(), out[-3000:]
+        first = {e.host: (e.pid, e.reused) for e in of(read_records(spec.parent / "runs/sshtest/latest"), ev.ZygoteWarm)}
+        assert first == {name: (pid, False) for name, pid in kept.items()}, first
+        end_after(steps, state, 5)
+        code, out = run_and_act(spec, [], timeout=300)
+        assert code == 0, out[-5000:]
+        for name, pid in kept.items():
+            assert f"tfcluster: {name}: forking from the fork server an earlier run kept warm (pid {pid}): no import" \
+                in out.splitlines(), out[-3000:]
+            assert zygote_of(hosts[name]) == pid
+        tasks = said(out)
+        assert (tasks[("worker:0", 0)]["gppid"], tasks[("worker:1", 0)]["gppid"]) == (kept["h1"], kept["h2"]), tasks
+        second = {e.host: (e.pid, e.reused) for e in of(read_records(spec.parent / "runs/sshtest/latest"), ev.ZygoteWarm)}
+        assert second == {name: (pid, True) for name, pid in kept.items()}, second
+        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in kept.values()), keep + 30,
+                 what=f"the warm servers {kept} ending {keep} s after the second run")
+        assert not list(Path(f"/tmp/tfcluster-warm-{os.geteuid()}").glob("*/z.sock")), "a warm server's dir is left"
+        wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")
+    finally:
+        for pid in kept.values():  # (whatever failed: nothing of this test outlives it on the lab's hosts)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

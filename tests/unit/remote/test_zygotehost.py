@@ -13,7 +13,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from launcher.remote import HERE, TASK_FILES, taskwrap_path
 from tests.support.waits import wait_for
@@ -100,3 +103,111 @@ def test_a_killed_server_is_said_at_once_and_started_again_on_the_same_socket_wh
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+
+
+# ---- kept warm past the run (ssh.keep_warm) --------------------------------------------------------
+
+def _run_dir(tmp_path: Path, name: str) -> Path:
+    run_dir = tmp_path / name
+    run_dir.mkdir(mode=0o700)
+    for file in TASK_FILES:
+        shutil.copy(HERE / file, run_dir / file)
+    return run_dir
+
+
+def _warm_run(run_dir: Path, order: dict, tmpdir: Path) -> tuple[subprocess.Popen, dict]:
+    """A run's agent (the driver) for ``order``, its temp dir ``tmpdir`` (where the user's warm dir is)."""
+    driver = subprocess.Popen([sys.executable, "-S", "-c", DRIVER, str(run_dir), json.dumps(order)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**env_of(), "TMPDIR": str(tmpdir)})
+    return driver, said(driver)
+
+
+def _ask_in(sock: str, tmpdir: Path) -> tuple[int, str, str]:
+    p = subprocess.Popen([sys.executable, str(taskwrap_path()), "--zygote", sock, "--zygote-wait", "30", "--",
+                          sys.executable, "-c", GRANDPARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**env_of(server=True), "TMPDIR": str(tmpdir)})
+    p.wait(timeout=60)
+    return p.returncode, p.stdout.read(), p.stderr.read()
+
+
+def _ends_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` ends within ``seconds`` (its pidfd's readiness)."""
+    fd = os.pidfd_open(pid)
+    try:
+        return bool(select.select([fd], [], [], seconds)[0])
+    finally:
+        os.close(fd)
+
+
+def _end_run(driver: subprocess.Popen) -> None:
+    driver.stdin.close()
+    assert driver.wait(timeout=30) == 0
+
+
+@pytest.fixture
+def short_tmp():
+    """A temp dir of a short path (a unix socket's is at most 107 bytes; pytest's tmp_path is long)."""
+    path = Path(tempfile.mkdtemp(prefix="tw", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_server_kept_warm_outlives_its_run_serves_the_next_and_ends_once_no_run_held_it_for_that_long(
+        tmp_path, short_tmp):
+    tmpdir = short_tmp
+    keep = 2.0
+    order = {"argv": [sys.executable], "imports": ["json"], "env": {}, "pad": "", "title": 64, "grace": 2,
+             "keep_warm": keep}
+    first, got = _warm_run(_run_dir(tmp_path, "run1"), order, tmpdir)
+    try:
+        assert "warm" in got, got
+        pid = got["warm"]["pid"]
+        assert got["warm"] == {"pid": pid, "reused": False, "keep": keep}
+        sock = got["socket"]
+        assert Path(sock).parent.parent == tmpdir / f"tfcluster-warm-{os.geteuid()}"
+        assert _ask_in(sock, tmpdir) == (0, f"{pid}\n", "")
+        assert not _ends_within(pid, 2 * keep), "a server held by its run ended after keep_warm"
+        _end_run(first)
+        assert os.path.exists(f"/proc/{pid}"), "the warm server ended with its run"
+        # The next run of the same order adopts it: its task is forked from the same server.
+        second, got2 = _warm_run(_run_dir(tmp_path, "run2"), order, tmpdir)
+        assert got2 == {"socket": sock, "warm": {"pid": pid, "reused": True, "keep": keep}}
+        assert _ask_in(sock, tmpdir) == (0, f"{pid}\n", "")
+        # Another environment: a server of its own, not that one.
+        other, got3 = _warm_run(_run_dir(tmp_path, "run3"), {**order, "env": {"OTHER": "1"}}, tmpdir)
+        assert got3["warm"]["reused"] is False and got3["warm"]["pid"] != pid and got3["socket"] != sock
+        _end_run(other)
+        _end_run(second)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}") and not os.path.exists(Path(sock).parent),
+                 keep + 15, what=f"the warm server {pid} ending {keep:g} s after its last run, its dir removed")
+        wait_for(lambda: not os.path.exists(f"/proc/{got3['warm']['pid']}"), keep + 15, what="the other server ending")
+        log = (tmp_path / "run2").glob("zygote.*.log")
+        assert "of an earlier run" in next(log).read_text()
+    finally:
+        for p in (first,):
+            if p.poll() is None:
+                p.kill()
+        for gone in tmpdir.glob("tfcluster-warm-*/*/z.sock"):
+            subprocess.run(["pkill", "-KILL", "-f", str(gone)], check=False)
+
+
+def test_a_warm_dir_not_the_users_alone_is_not_used_and_the_run_has_its_own_server(tmp_path, short_tmp):
+    tmpdir = short_tmp
+    planted = tmpdir / f"tfcluster-warm-{os.geteuid()}"
+    planted.mkdir(mode=0o777)
+    os.chmod(planted, 0o777)  # (another user could plant a server or a symlink in it)
+    order = {"argv": [sys.executable], "imports": ["json"], "env": {}, "pad": "", "title": 64, "grace": 2,
+             "keep_warm": 30}
+    run_dir = _run_dir(tmp_path, "run")
+    driver, got = _warm_run(run_dir, order, tmpdir)
+    try:
+        assert "warm" not in got and "can be entered by others" in got["warm_off"], got
+        (pid,) = wait_for(lambda: ready_pids(run_dir), 30, what="the run's own server")
+        assert _ask_in(got["socket"], tmpdir) == (0, f"{pid}\n", "")
+        assert not list(planted.iterdir())
+        _end_run(driver)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 15, what="the run's own server ending with the run")
+    finally:
+        if driver.poll() is None:
+            driver.kill()

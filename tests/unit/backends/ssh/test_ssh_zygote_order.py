@@ -34,20 +34,24 @@ def plan_of(tmp_path: Path, entrypoint: str, hosts: str = "h1, h2"):
 def test_a_host_of_tensorflow_tasks_gets_one_with_their_shared_environment(tmp_path):
     (tmp_path / "train.py").write_text("import tensorflow as tf\n")
     (tmp_path / "plain.py").write_text("print('no framework')\n")
-    pool = SimpleNamespace(zygote_cwd=tmp_path, zygote_tasks=(), stop_grace=3.0, hosts={}, zygote_again={})
+    pool = SimpleNamespace(zygote_cwd=tmp_path, zygote_tasks=(), stop_grace=3.0, keep_warm=0.0, hosts={}, zygote_again={})
     got = order(pool, plan_of(tmp_path, f"[{sys.executable}, -u, train.py]"), "h2")
     assert (got["argv"], got["imports"], got["grace"]) == ([sys.executable, "-u"], ["tensorflow"], 3.0)
     assert got["env"]["KEEP_ME"] == "1" and envnames.ZYGOTE_PAD in got["env"]
     assert "TF_CONFIG" not in got["env"] and not any(k == envnames.TASK for k in got["env"])
+    assert "keep_warm" not in got  # (it ends with the run)
+    pool.keep_warm = 30.0  # ssh.keep_warm
+    assert order(pool, plan_of(tmp_path, f"[{sys.executable}, -u, train.py]"), "h2")["keep_warm"] == 30.0
+    pool.keep_warm = 0.0
     assert order(pool, plan_of(tmp_path, f"[{sys.executable}, plain.py]"), "h1") is None  # (nothing to import)
     assert order(pool, plan_of(tmp_path, "[bash, run.sh]"), "h1") is None
-    off = SimpleNamespace(zygote_cwd=None, zygote_tasks=(), stop_grace=3.0, hosts={}, zygote_again={})  # warm_standby: false
+    off = SimpleNamespace(zygote_cwd=None, zygote_tasks=(), stop_grace=3.0, keep_warm=0.0, hosts={}, zygote_again={})  # warm_standby: false
     assert order(off, plan_of(tmp_path, f"[{sys.executable}, train.py]"), "h1") is None
 
 
 def test_a_hot_spare_gets_one_for_its_standbys_also_when_probed_alone_later(tmp_path):
     (tmp_path / "train.py").write_text("import tensorflow as tf\n")
-    pool = SimpleNamespace(zygote_cwd=tmp_path, zygote_tasks=(), stop_grace=3.0, hosts={}, zygote_again={})
+    pool = SimpleNamespace(zygote_cwd=tmp_path, zygote_tasks=(), stop_grace=3.0, keep_warm=0.0, hosts={}, zygote_again={})
     plan = plan_of(tmp_path, f"[{sys.executable}, -m, worker]")
     assert order(pool, plan, "h9")["imports"] == ["tensorflow", "tensorflow_datasets", "tf_keras"]
     alone = plan.__class__(name=plan.name, strategy=plan.strategy, backend="ssh", tasks=(), hosts=())
@@ -56,7 +60,7 @@ def test_a_hot_spare_gets_one_for_its_standbys_also_when_probed_alone_later(tmp_
 
 def test_a_host_whose_keeper_ended_asks_for_the_new_server_on_the_old_socket(tmp_path):
     (tmp_path / "train.py").write_text("import tensorflow as tf\n")
-    pool = SimpleNamespace(zygote_cwd=tmp_path, zygote_tasks=(), stop_grace=3.0, hosts={},
+    pool = SimpleNamespace(zygote_cwd=tmp_path, zygote_tasks=(), stop_grace=3.0, keep_warm=0.0, hosts={},
                            zygote_again={"h2": "/tmp/tfcluster-zygote-ab12/z.sock"})
     plan = plan_of(tmp_path, f"[{sys.executable}, train.py]")
     assert order(pool, plan, "h2")["socket"] == "/tmp/tfcluster-zygote-ab12/z.sock"
