@@ -1,5 +1,3 @@
-import sys
+from worker.main import end, main
 
-from worker.main import main
-
-sys.exit(main())
+end(main())
