@@ -19,8 +19,9 @@ Kept warm (the order's "keep_warm": s > 0, ``ssh.keep_warm``): the server may ou
 that many seconds, so that the next run of the same spec forks at once (``warm``). It lives in a
 dir of its own, WARM/KEY (WARM: the user's ``tfcluster-warm-UID`` in the temp dir, 0700, refused
 where it is not this user's alone; KEY: a digest of everything its forks depend on: the host's
-name, the interpreter and its options, the imports, the environment but for a task's own variables, the
-workdir, and the bytes of the server's own files, copied there), is not under a wrapper, and is
+name, the interpreter and its options, the imports and the files they load (installed again, they
+differ), the environment but for a task's own variables, the workdir, and the bytes of the server's
+own files, copied there), is not under a wrapper, and is
 held by each run that uses it: the agent keeps a connection open to it (zygote.py "hold") for the
 run, instead of a lifeline. Once no run has held it for keep_warm seconds it removes its dir
 and ends (zygote.py --idle-exit). A later run whose KEY is the same adopts it (its reply
@@ -272,15 +273,44 @@ def warm_dir():
     return (None, problem) if problem else (base, None)
 
 
+# What the imports would load, asked of the server's own interpreter (its sys.path, without
+# importing them): each one's file, and its size and time. A package installed again (pip
+# install -U tensorflow) changes them, so a server kept from before is not used for its forks.
+_WHERE = ("import importlib.util, os, sys\n"
+          "for name in sys.argv[1:]:\n"
+          "    try:\n"
+          "        spec = importlib.util.find_spec(name)\n"
+          "    except (ImportError, ValueError):\n"
+          "        spec = None\n"
+          "    path = spec.origin if spec is not None and spec.origin else ''\n"
+          "    st = os.stat(path) if path and os.path.exists(path) else None\n"
+          "    print(name, path, st.st_size if st else '-', st.st_mtime_ns if st else '-', st.st_ino if st else '-')\n")
+
+
+def _imports_seen(argv, imports, env, workdir):
+    """What the server's interpreter finds for its imports (_WHERE's lines), or None."""
+    try:
+        out = subprocess.run([*argv, "-c", _WHERE, *imports], env=env, cwd=workdir or None, capture_output=True,
+                             timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.decode("utf-8", "replace")[:65536] if out.returncode == 0 else None
+
+
 def warm_key(order, env, argv, workdir, run_dir):
     """A digest of everything a server's forks depend on (the module's docstring), from this
-    run's order: two runs with the same key may share a server."""
+    run's order: two runs with the same key may share a server. Raises OSError where the
+    imports' files cannot be told (no server is kept then)."""
     own = set(sibling("zygote").TASK_OWN) | {str(order.get("pad") or "")}
     shared = sorted((k, v) for k, v in env.items() if k not in own and not k.startswith(_OWN_PREFIXES))
     # (the host's name too: a temp dir shared between machines, an NFS one, must not let one
     # machine's run take another's socket for a server that ended)
-    h = hashlib.sha256(json.dumps([socket.gethostname(), argv, order.get("imports") or ["tensorflow"], shared,
-                                   workdir, order.get("pad"), order.get("title")]).encode())
+    imports = [str(m) for m in order.get("imports") or ["tensorflow"]]
+    seen = _imports_seen(argv, imports, env, workdir)
+    if seen is None:
+        raise OSError(0, "%s could not say where its imports are" % argv[0])
+    h = hashlib.sha256(json.dumps([socket.gethostname(), argv, imports, shared, workdir, order.get("pad"),
+                                   order.get("title"), seen]).encode())
     for name in WARM_FILES:
         with open(os.path.join(run_dir, name), "rb") as fh:
             h.update(name.encode() + b"\0" + fh.read())
@@ -332,7 +362,7 @@ def warm(order, run_dir, workdir):
     try:
         key = warm_key(order, env, argv, workdir, run_dir)
     except OSError as exc:
-        return None, {"warm_off": "cannot read the server's files (%s)" % exc.strerror}
+        return None, {"warm_off": "cannot tell what its forks would depend on (%s)" % (exc.strerror or exc)}
     folder = os.path.join(base, key)
     path = os.path.join(folder, "z.sock")
     keep = _seconds(order.get("keep_warm"))

@@ -211,3 +211,24 @@ def test_a_warm_dir_not_the_users_alone_is_not_used_and_the_run_has_its_own_serv
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def test_a_package_installed_again_is_not_served_from_the_server_kept_before(tmp_path, short_tmp):
+    """Its import's file changed (pip install -U): the next run's server is a new one, which
+    imports the new version; the old one ends once no run holds it."""
+    mods = short_tmp / "mods"
+    mods.mkdir()
+    (mods / "tfc_fake_mod.py").write_text("VERSION = 1\n")
+    order = {"argv": [sys.executable], "imports": ["tfc_fake_mod"], "env": {"PYTHONPATH": str(mods)}, "pad": "",
+             "title": 64, "grace": 2, "keep_warm": 2.0}
+    first, got = _warm_run(_run_dir(tmp_path, "run1"), order, short_tmp)
+    _end_run(first)
+    (mods / "tfc_fake_mod.py").write_text("VERSION = 22\n")  # (another size, another time)
+    second, got2 = _warm_run(_run_dir(tmp_path, "run2"), order, short_tmp)
+    try:
+        assert got["warm"]["reused"] is False and got2["warm"]["reused"] is False, (got, got2)
+        assert got2["warm"]["pid"] != got["warm"]["pid"] and got2["socket"] != got["socket"]
+        wait_for(lambda: not os.path.exists(f"/proc/{got['warm']['pid']}"), 20, what="the old server ending")
+    finally:
+        _end_run(second)
+        wait_for(lambda: not os.path.exists(f"/proc/{got2['warm']['pid']}"), 20, what="the new server ending")
