@@ -287,6 +287,17 @@ _WHERE = ("import importlib.util, os, sys\n"
           "    print(name, path, st.st_size if st else '-', st.st_mtime_ns if st else '-', st.st_ino if st else '-')\n")
 
 
+def _namespaces():
+    """This process's kernel and namespaces (boot id, network, pid and mount namespaces)."""
+    out = []
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/net", "/proc/self/ns/pid", "/proc/self/ns/mnt"):
+        try:
+            out.append(open(path).read().strip() if path.endswith("boot_id") else os.stat(path).st_ino)
+        except OSError:
+            out.append(None)
+    return out
+
+
 def _imports_seen(argv, imports, env, workdir):
     """What the server's interpreter finds for its imports (_WHERE's lines), or None."""
     try:
@@ -303,14 +314,15 @@ def warm_key(order, env, argv, workdir, run_dir):
     imports' files cannot be told (no server is kept then)."""
     own = set(sibling("zygote").TASK_OWN) | {str(order.get("pad") or "")}
     shared = sorted((k, v) for k, v in env.items() if k not in own and not k.startswith(_OWN_PREFIXES))
-    # (the host's name too: a temp dir shared between machines, an NFS one, must not let one
-    # machine's run take another's socket for a server that ended)
+    # (the host's name and namespaces too: a temp dir shared between machines (an NFS one) or
+    # between containers must not let one take another's server, whose forks would run in the
+    # other's network, and whose pid means another process here)
     imports = [str(m) for m in order.get("imports") or ["tensorflow"]]
     seen = _imports_seen(argv, imports, env, workdir)
     if seen is None:
         raise OSError(0, "%s could not say where its imports are" % argv[0])
-    h = hashlib.sha256(json.dumps([socket.gethostname(), argv, imports, shared, workdir, order.get("pad"),
-                                   order.get("title"), seen]).encode())
+    h = hashlib.sha256(json.dumps([socket.gethostname(), _namespaces(), argv, imports, shared, workdir,
+                                   order.get("pad"), order.get("title"), seen]).encode())
     for name in WARM_FILES:
         with open(os.path.join(run_dir, name), "rb") as fh:
             h.update(name.encode() + b"\0" + fh.read())

@@ -232,3 +232,27 @@ def test_a_package_installed_again_is_not_served_from_the_server_kept_before(tmp
     finally:
         _end_run(second)
         wait_for(lambda: not os.path.exists(f"/proc/{got2['warm']['pid']}"), 20, what="the new server ending")
+
+
+def test_a_run_in_another_network_namespace_on_the_same_disk_gets_its_own_server(tmp_path, short_tmp):
+    """Containers (or the lab's hosts) sharing a temp dir: a kept server's forks would run in its
+    network, and its pid would mean another process in another pid namespace. A run of the same
+    order in a new network namespace (unshare --net) does not adopt it."""
+    from tests.support.prereq import require_root, require_tool
+
+    require_root()
+    unshare = require_tool("unshare", "util-linux")
+    order = {"argv": [sys.executable], "imports": ["json"], "env": {}, "pad": "", "title": 64, "grace": 2,
+             "keep_warm": 2.0}
+    first, got = _warm_run(_run_dir(tmp_path, "run1"), order, short_tmp)
+    driver = subprocess.Popen([unshare, "--net", sys.executable, "-S", "-c", DRIVER, str(_run_dir(tmp_path, "run2")),
+                               json.dumps(order)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**env_of(), "TMPDIR": str(short_tmp)})
+    try:
+        got2 = said(driver)
+        assert got2["warm"]["reused"] is False and got2["warm"]["pid"] != got["warm"]["pid"], (got, got2)
+    finally:
+        _end_run(driver)
+        _end_run(first)
+        for pid in (got["warm"]["pid"], got2["warm"]["pid"]):
+            wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 20, what=f"the server {pid} ending")
