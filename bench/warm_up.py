@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -86,6 +87,9 @@ def kill_servers(lab) -> None:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+                words = cmd.split(b"\0")
+                if b"--socket" in words:  # (killed: its dir is not removed by it)
+                    shutil.rmtree(os.path.dirname(words[words.index(b"--socket") + 1].decode()), ignore_errors=True)
 
 
 def main() -> int:

@@ -381,6 +381,7 @@ def warm(order, run_dir, workdir):
     lock = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # (two runs starting at once: one server for both)
+        _sweep(base, folder)
         if os.path.lexists(folder):
             problem = privsock.check_dir(folder)
             if problem:
@@ -395,6 +396,29 @@ def warm(order, run_dir, workdir):
         return _start_warm(order, run_dir, workdir, env, argv, folder, path, keep)
     finally:
         os.close(lock)
+
+
+def _sweep(base, mine):
+    """The dirs of servers that ended without removing theirs (killed: SIGKILL, OOM) removed, but
+    ``mine`` (the caller decides on it). Under the warm dir's lock: a dir is made and its socket
+    bound under it, so a dir whose socket refuses (or has none) has no server."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        folder = os.path.join(base, name)
+        if folder == mine or privsock.check_dir(folder):
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(os.path.join(folder, "z.sock"))
+        except (FileNotFoundError, ConnectionRefusedError):
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            pass
+        finally:
+            probe.close()
 
 
 def _start_warm(order, run_dir, workdir, env, argv, folder, path, keep):

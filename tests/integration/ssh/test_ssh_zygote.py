@@ -261,9 +261,11 @@ def test_a_second_up_of_the_same_spec_forks_from_the_servers_the_first_kept_warm
         assert (tasks[("worker:0", 0)]["gppid"], tasks[("worker:1", 0)]["gppid"]) == (kept["h1"], kept["h2"]), tasks
         second = {e.host: (e.pid, e.reused) for e in of(read_records(spec.parent / "runs/sshtest/latest"), ev.ZygoteWarm)}
         assert second == {name: (pid, True) for name, pid in kept.items()}, second
+        dirs = [Path(socket_of(pid)).parent for pid in kept.values()]
+        assert all(d.parent == Path(f"/tmp/tfcluster-warm-{os.geteuid()}") for d in dirs), dirs
         wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in kept.values()), keep + 30,
                  what=f"the warm servers {kept} ending {keep} s after the second run")
-        assert not list(Path(f"/tmp/tfcluster-warm-{os.geteuid()}").glob("*/z.sock")), "a warm server's dir is left"
+        assert not [d for d in dirs if d.exists()], f"a warm server's dir is left: {dirs}"
         wait_for(lambda: not any(task_processes(lab).values()), 30, what=f"nothing left: {task_processes(lab)}")
     finally:
         for pid in kept.values():  # (whatever failed: nothing of this test outlives it on the lab's hosts)

@@ -256,3 +256,22 @@ def test_a_run_in_another_network_namespace_on_the_same_disk_gets_its_own_server
         _end_run(first)
         for pid in (got["warm"]["pid"], got2["warm"]["pid"]):
             wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 20, what=f"the server {pid} ending")
+
+
+def test_the_dir_of_a_killed_warm_server_is_removed_by_the_next_warm_start(tmp_path, short_tmp):
+    """SIGKILLed (or killed by the OOM killer), a server kept warm cannot remove its dir: the next
+    warm start on the host, whatever its key, removes the dirs whose socket nobody serves."""
+    order = {"argv": [sys.executable], "imports": ["json"], "env": {}, "pad": "", "title": 64, "grace": 2,
+             "keep_warm": 30.0}
+    first, got = _warm_run(_run_dir(tmp_path, "run1"), order, short_tmp)
+    _end_run(first)
+    os.kill(got["warm"]["pid"], signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{got['warm']['pid']}"), 10, what="the killed server gone")
+    left = Path(got["socket"]).parent
+    assert left.exists()
+    other, got2 = _warm_run(_run_dir(tmp_path, "run2"), {**order, "env": {"OTHER": "1"}, "keep_warm": 2.0}, short_tmp)
+    try:
+        assert not left.exists() and Path(got2["socket"]).parent.exists()
+    finally:
+        _end_run(other)
+        wait_for(lambda: not os.path.exists(f"/proc/{got2['warm']['pid']}"), 20, what="the other server ending")
