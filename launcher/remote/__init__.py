@@ -17,6 +17,7 @@ launcher itself (it imports at most their constants).
   the task's side): the wrapper asks it for its task (``--zygote``, zygoteask.py), the local
   backend starts one per run (launcher/backends/zygotes.py), the ssh backend one per host;
 * zygotehost.py: the ssh host agent's start of its host's zygote for the run, and its keep;
+* zygotewarm.py: its server kept warm past the run (ssh.keep_warm);
 * privsock.py: the zygote's socket, bound where only its user can reach it (every starter's bind);
 * sibling.py: how these files import each other from the dir they are shipped in;
 * gpuplace.py, which of its host's GPUs a task gets, and gpuquery.py, nvidia-smi's answers: uploaded
@@ -36,8 +37,8 @@ HERE = Path(__file__).resolve().parent
 # copies them (with jobsetpod.py) into /usr/local/lib/tfcluster/; local and slurm run the wrapper
 # here, beside them. tests/unit/remote/test_shipped.py checks the list against their imports.
 TASK_FILES = ("taskwrap.py", "taskstream.py", "boot.py", "taskenv.py", "gpuplace.py", "gpuquery.py", "zygote.py",
-              "zygoteask.py", "zygotechild.py", "zygotewait.py", "zygotehost.py", "privsock.py", "sibling.py", "gcewatch.py",
-              "promotion.py", "masking.py")
+              "zygoteask.py", "zygotechild.py", "zygotewait.py", "zygotehost.py", "zygotewarm.py", "privsock.py",
+              "sibling.py", "gcewatch.py", "promotion.py", "masking.py")
 
 
 def task_files() -> dict[str, str]:
