@@ -46,6 +46,7 @@ from launcher.backends.channel import OutputSink
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.process import ProcessInfo, RecordedRun, StartRequest
 from launcher.plan.build import Placement, Plan, PlannedTask
+from launcher.remote.taskstream import RUNNING_WORD, STOPPED_WORD
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -66,10 +67,21 @@ def normalize_exit(returncode: int) -> int:
 class TaskHandle(abc.ABC):
     """One running task (its whole process group, container or remote session)."""
 
+    stopped: bool = False  # its wrapper's last word: its process stopped by a signal (``wrapper_word``)
+
     def __init__(self, task: PlannedTask) -> None:
         self.task = task
         self.key = task.key
         self.started = time.monotonic()
+
+    def wrapper_word(self, text: str) -> bool:
+        """Its wrapper's line ``text`` (a wrapper frame: nothing the task prints is one), read for its word on
+        the task stopped by a signal or running again (taskstream.py ``watch_stop``; phases.py ``stopped``)."""
+        if text.startswith(STOPPED_WORD):
+            self.stopped = True
+        elif text.startswith(RUNNING_WORD):
+            self.stopped = False
+        return False
 
     @abc.abstractmethod
     def poll(self) -> Optional[int]:
@@ -107,18 +119,16 @@ class TaskHandle(abc.ABC):
 
     @property
     def session_lost(self) -> Optional[float]:
-        """When (time.time()) the task's session with its host was lost (a dropped connection, a
-        lease run out): the exit code was made up, the task did not exit on its own. Such an exit
-        is the infrastructure's, not the training's (launcher/supervise/membership.py). None: it exited by
-        itself, or still runs."""
+        """When (time.time()) the task's session with its host was lost (a dropped connection, a lease run
+        out): the exit code was made up, the task did not exit on its own. Such an exit is the
+        infrastructure's, not the training's (membership.py). None: it exited by itself, or still runs."""
         return None
 
     @property
     def host_going(self) -> Optional[float]:
-        """When (time.time()) the task's host announced it is going away (GCE's preemption notice,
-        seen by its wrapper, which SIGTERMed the task so that it saves before the OS shutdown). Its
-        peers then get SIGTERM too, not SIGKILL (phases.py's let_survivors_save): a group saves
-        together, whatever the task printed. None: no notice (most backends)."""
+        """When (time.time()) the task's host announced it is going away (GCE's preemption notice, seen by its
+        wrapper, which SIGTERMed the task so that it saves before the OS shutdown). Its peers then get SIGTERM
+        too, not SIGKILL (phases.py's let_survivors_save). None: no notice (most backends)."""
         return None
 
 
@@ -291,13 +301,12 @@ class Hosts(abc.ABC):
 
     def lost(self, hosts: Sequence[str], wait: float, stop: Any = None,
              look: Mapping[str, float] = {}) -> dict[str, "HostLoss"]:
-        """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each
-        with its loss (launcher/plan/hostloss.py: preempted, unreachable; since when; a few words:
-        "unreachable for 60 s"). A host whose connection is healthy is
-        not lost; one whose connection died may take up to ``wait`` seconds to answer again
-        (``stop``, a threading.Event, ends the wait early). ``look``: host -> the most seconds
-        its first look may take, answered or not (a host whose loss is already known, looked at
-        only to say whether it still answers). The default: none."""
+        """After a failed attempt (``capabilities.elastic``): which of ``hosts`` are gone, each with its loss
+        (launcher/plan/hostloss.py: preempted, unreachable; since when; a few words: "unreachable for 60 s").
+        A host whose connection is healthy is not lost; one whose connection died may take up to ``wait``
+        s to answer again (``stop``, a threading.Event, ends the wait early). ``look``: host -> the most
+        seconds its first look may take (a host whose loss is known, looked at only to say whether it
+        still answers). The default: none."""
         return {}
 
     def back(self, hosts: Sequence[str], settle: float) -> list[str]:

@@ -26,7 +26,7 @@ class ChildTask(TaskHandle):
 
     def _wrapper_line(self, text: str) -> bool:
         """Whether the wrapper's line ``text`` was meant for this handle (taken: not shown)."""
-        return False
+        return self.wrapper_word(text)
 
     def _pump(self, on_line: OutputSink) -> None:
         stream = self.proc.stdout

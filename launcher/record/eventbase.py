@@ -61,6 +61,7 @@ class Event(Word):
     GAVE_UP = "gave_up"
     RESULTS_NOT_COLLECTED = "results_not_collected"
     GROUP_STALLED = "group_stalled"
+    PROCESS_STOPPED = "process_stopped"
     RESTART_FAILED = "restart_failed"
     OUTPUT_FAULT = "output_fault"
     GPU_WATCH_ENDED = "gpu_watch_ended"

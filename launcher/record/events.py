@@ -76,7 +76,7 @@ from launcher.record.hostevents import (  # noqa: F401
 # The supervisor's own steps and verdicts, named here too.
 from launcher.record.supervisorevents import (  # noqa: F401
     SUPERVISOR_KINDS, AttemptEnded, GaveUp, GpuWatchEnded, GroupStalled, HostsAnswer, HostsAwaited, OutputFault,
-    Reconciled, Regroup, RestartFailed, ResultsNotCollected, SmallStart, StandbyFailed, StandbyNoRoom, StopRequested,
+    ProcessStopped, Reconciled, Regroup, RestartFailed, ResultsNotCollected, SmallStart, StandbyFailed, StandbyNoRoom, StopRequested,
     TasksStopping)
 
 

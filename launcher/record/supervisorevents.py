@@ -73,6 +73,19 @@ class ResultsNotCollected(RecordEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProcessStopped(RecordEvent):
+    """``task``'s process was stopped by a signal for ``seconds`` (its wrapper's word), past
+    watchdog.stopped_timeout (``limit``): ``killed``, to be restarted alone (a parameter_server
+    worker, the evaluator), or not (its death fails the group: the failure follows)."""
+
+    KIND: ClassVar[str] = Event.PROCESS_STOPPED
+    task: str
+    seconds: Seconds = 0.0
+    limit: Seconds = 0.0
+    killed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class GroupStalled(RecordEvent):
     """The hang watchdog saw the group stop progressing: ``tasks`` made no progress for ``idle``
     s, past ``limit`` s (``what``: which limit, in words); every task's stacks are taken next."""
@@ -207,6 +220,6 @@ class Regroup(RecordEvent):
 
 
 SUPERVISOR_KINDS: tuple[type[RecordEvent], ...] = (
-    AttemptEnded, StopRequested, TasksStopping, GaveUp, ResultsNotCollected, GroupStalled, RestartFailed, OutputFault,
+    AttemptEnded, StopRequested, TasksStopping, GaveUp, ResultsNotCollected, GroupStalled, ProcessStopped, RestartFailed, OutputFault,
     GpuWatchEnded, StandbyFailed, StandbyNoRoom, SmallStart, Reconciled, HostsAwaited, HostsAnswer, Regroup)
 

@@ -36,6 +36,13 @@ LINE_BYTES = 1 << 20  # a longer line of the task's is sent in parts of this siz
 CONTROL_BYTES = 1 << 16  # a longer control line is dropped (tfcluster's are under 1 KB)
 PART_AFTER = 0.2  # s a pipe is quiet before an unfinished line goes out as a part
 DRAIN = 3.0  # s the task's pipes are read after it ended (a process it left may hold them open)
+# The wrapper's word on its task's process stopped by a signal (state T: SIGSTOP, SIGTSTP, SIGTTIN),
+# read by the launcher from wrapper frames only (launcher/backends/base.py TaskHandle.wrapper_word):
+# a stopped task holds its whole group in its collectives, and the supervisor need not wait for
+# TensorFlow's heartbeat timeout to say so (watchdog.stopped_timeout).
+STOPPED_WORD = "taskwrap: stopped: "
+RUNNING_WORD = "taskwrap: running again: "
+STOP_EVERY = 0.5  # s between looks at the task's state
 
 
 class TaskStream:
@@ -152,6 +159,50 @@ class TaskStream:
                 self.frame(CONTROL, line)
 
 
+def stop_state(pid):
+    """(state letter, context switches so far) of ``pid``'s main thread, or None (it is gone). The
+    switches tell a process stopped all along from one continued and stopped again between two
+    looks (a throttle's SIGSTOP/SIGCONT duty cycle): every stop is a switch of its own."""
+    try:
+        with open("/proc/%d/status" % pid, "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    state, switches = "", 0
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name == "State":
+            state = value.strip()[:1]
+        elif name in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            try:
+                switches += int(value)
+            except ValueError:
+                pass
+    return state, switches
+
+
+def watch_stop(pid, say, ended, every=STOP_EVERY):
+    """Until ``ended`` is set (or ``pid`` is gone): ``say`` STOPPED_WORD once the task has been
+    stopped by a signal for two looks in a row, without running in between, and RUNNING_WORD once
+    it runs again. A tracer's stop (``t``: a debugger attached) is not a stop here."""
+    first, said = None, False
+    while not ended.wait(every):
+        seen = stop_state(pid)
+        if seen is None:
+            return
+        state, switches = seen
+        if state != "T":
+            if said:
+                say("%srunning again (pid %d)\n" % (RUNNING_WORD, pid))
+            first, said = None, False
+        elif first != switches:
+            first, said = switches, False  # (stopped since this look: stopped again if it ran between)
+        elif not said:
+            say("%sthe task's process (pid %d) has been stopped by a signal (state T) for %g s or more\n"
+                % (STOPPED_WORD, pid, every))
+            said = True
+
+
 def exec_task(cmd, data_w, ctl_w):
     """In a forked child: the task's stdout and stderr onto its output pipe, stdin /dev/null, its
     control end kept (inheritable), then exec ``cmd``. Never returns."""
@@ -185,12 +236,15 @@ def main(argv):
     if child == 0:
         exec_task(cmd, data_w, ctl_w)
     stream.start()
+    ended = threading.Event()
+    threading.Thread(target=watch_stop, args=(child, stream.say, ended), daemon=True, name="stop-watch").start()
     while True:
         try:
             _, status = os.waitpid(child, 0)
             break
         except InterruptedError:
             continue
+    ended.set()
     stream.drain()
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 

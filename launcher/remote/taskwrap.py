@@ -380,8 +380,11 @@ def _watch_lifeline(lease: float, stop_group) -> None:
 
 def _start_watchers(opts: dict, groups: list[int], child: int, stop_group, stopping: threading.Event,
                     ended: threading.Event, lifeline: bool = True) -> None:
-    """The daemon threads beside the task: the lifeline (unless watched already), the GCE
-    preemption notice, the GPU watch."""
+    """The daemon threads beside the task: the lifeline (unless watched already), its process stopped
+    by a signal (said in wrapper frames, with --control), the GCE preemption notice, the GPU watch."""
+    if _STREAM:
+        threading.Thread(target=sibling("taskstream").watch_stop, args=(child, _say, ended), daemon=True,
+                         name="stop-watch").start()
     if lifeline:
         threading.Thread(target=_watch_lifeline, args=(opts["lease"], stop_group), daemon=True).start()
     gcewatch = sibling("gcewatch") if opts["gce-metadata"] != "off" else None

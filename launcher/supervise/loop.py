@@ -313,7 +313,8 @@ class Supervisor:
                 self._all_ready(attempt, up.after)
             elif up:
                 return
-            if phases.hang(attempt, watch, now) or phases.membership(attempt, watch, now):
+            if phases.stopped(attempt, watch, now) or phases.hang(attempt, watch, now) \
+                    or phases.membership(attempt, watch, now):
                 return
             if self.prewarm.acks(attempt):
                 return

@@ -1,7 +1,8 @@
 """One attempt's watch phases, which the supervisor's loop (loop.py) calls in turn on its own
 thread until one ends the attempt: new exits and what they mean for the group (success, failure,
 a sidecar lost, a parameter_server worker restarted alone), readiness (watchdog.startup_timeout),
-the hang watchdog (watchdog.hang_timeout) and, in elastic runs, membership changes while every
+a task's process stopped by a signal (watchdog.stopped_timeout), the hang watchdog
+(watchdog.hang_timeout) and, in elastic runs, membership changes while every
 task is up. Each phase reads and updates the attempt's ``AttemptWatch`` and returns True when the
 attempt is over (its state set).
 
@@ -30,7 +31,7 @@ from launcher.supervise.group import AttemptGroup
 from launcher.supervise.hangwatch import HangWatch
 from launcher.supervise.membership import Membership
 from launcher.supervise.outcome import Reporter
-from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess
+from launcher.supervise.policy import FAILED, SUCCEEDED, Attempt, assess, fails_group_alone, stopped_too_long
 from launcher.supervise.starts import Starter
 from launcher.supervise.straggler import Lag, Sample, Stragglers
 
@@ -54,6 +55,7 @@ class AttemptWatch:
     next_back_check: float
     order: list[str] = field(default_factory=list)  # keys in the order they exited
     warned_sidecars: set[str] = field(default_factory=set)
+    stopped_since: dict[str, float] = field(default_factory=dict)  # key -> the clock when its wrapper said it is stopped
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,29 @@ class AttemptPhases:
         note = self.group.handles[hung].state_note()
         self.report.fail(attempt, hung, f"hung: no progress for {self.watchdog.hang_timeout:g} s (watchdog.hang_timeout)"
                    + (f"; {note}" if note else ""), None)
+        return True
+
+    def stopped(self, attempt: Attempt, watch: AttemptWatch, now: float) -> bool:
+        """A task's process stopped by a signal (its wrapper's word: TaskHandle.stopped) for
+        watchdog.stopped_timeout: killed where its death is restarted alone (policy.py
+        ``fails_group_alone``), else the attempt fails on it at once. True: the attempt failed."""
+        for key, handle in self.group.handles.items():
+            if watch.exits.get(key) is None and handle.stopped:
+                watch.stopped_since.setdefault(key, now)
+            else:
+                watch.stopped_since.pop(key, None)
+        key = stopped_too_long(watch.stopped_since, now, self.watchdog.stopped_timeout)
+        if key is None:
+            return False
+        seconds = now - watch.stopped_since.pop(key)
+        alone = not fails_group_alone(self.plan.strategy, self.plan.success_task, watch.exits, key)
+        self.record.write(ev.ProcessStopped(task=key, seconds=max(0.0, seconds), limit=self.watchdog.stopped_timeout,
+                                            killed=alone))
+        if alone:
+            self.group.handles[key].signal(signal.SIGKILL)  # (its exit is then restarted alone, as any)
+            return False
+        self.report.fail(attempt, key, f"process is stopped (SIGSTOP?) for {seconds:.0f} s "
+                                       f"(watchdog.stopped_timeout {self.watchdog.stopped_timeout:g} s)", None)
         return True
 
     def straggle(self, attempt: Attempt, now: float) -> None:

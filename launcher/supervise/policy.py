@@ -68,6 +68,23 @@ def assess(strategy: str, success_task: str, exits: Mapping[str, Optional[int]],
     return Verdict(RUNNING, sidecar_failed=sidecars)
 
 
+def stopped_too_long(stopped_since: Mapping[str, float], now: float, limit: float) -> Optional[str]:
+    """The task whose process has been stopped by a signal (state T, said by its wrapper) for
+    ``limit`` seconds or more (watchdog.stopped_timeout; 0: never), the one stopped longest: it
+    does nothing, and a peer waiting on it in a collective waits with it (TensorFlow's own
+    heartbeats end the group 8-11 s in). None: no such task."""
+    if limit <= 0:
+        return None
+    over = [(since, k) for k, since in stopped_since.items() if now - since >= limit]
+    return min(over)[1] if over else None
+
+
+def fails_group_alone(strategy: str, success_task: str, exits: Mapping[str, Optional[int]], key: str) -> bool:
+    """Whether ``key``'s death (were it killed now) fails the attempt, or is restarted alone (a
+    parameter_server worker, the evaluator: ``assess``'s rules)."""
+    return assess(strategy, success_task, {**exits, key: 137}, [key]).state == FAILED
+
+
 def silent_by_design(strategy: str, key: str) -> bool:
     """Tasks that print nothing for as long as training runs: under ParameterServer the ps and
     worker tasks sit in ``tf.distribute.Server(...).join()``. The hang watchdog may only name

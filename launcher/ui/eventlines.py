@@ -103,6 +103,12 @@ def _group_stalled(e: ev.GroupStalled, *_) -> list[Said]:
                  f"{e.what}); taking every task's stacks to find which task stopped it")
 
 
+def _process_stopped(e: ev.ProcessStopped, *_) -> list[Said]:
+    then = "killing it: it is restarted alone" if e.killed else "its group fails with it"
+    return _info(f"{e.task}'s process has been stopped by a signal (SIGSTOP?) for {e.seconds:.0f} s, past "
+                 f"watchdog.stopped_timeout ({e.limit:g} s): {then}")
+
+
 def _straggler(e: ev.Straggler, *_) -> list[Said]:
     return _info(f"{e.task} {e.why}" if e.why else f"{e.task} caught up with the others")
 
@@ -248,7 +254,7 @@ def _outcome(e: ev.RunOutcome, view: RunModel, _verbose, now: Optional[float]) -
 _SAYERS: dict[type, Callable[..., list[Said]]] = {
     ev.StopRequested: _stop_requested, ev.TasksStopping: _tasks_stopping, ev.StopUnconfirmed: _stop_unconfirmed,
     ev.ResultsNotCollected: _results_not_collected, ev.GaveUp: _gave_up, ev.GroupRestart: _group_restart,
-    ev.SidecarFailed: _sidecar_failed, ev.GroupStalled: _group_stalled, ev.Straggler: _straggler,
+    ev.SidecarFailed: _sidecar_failed, ev.GroupStalled: _group_stalled, ev.ProcessStopped: _process_stopped, ev.Straggler: _straggler,
     ev.TaskRestart: _task_restart, ev.RestartFailed: _restart_failed, ev.Failure: _failure,
     ev.OutputFault: _output_fault, ev.GpuWatchEnded: _gpu_watch_ended, ev.StandbyFailed: _standby_failed,
     ev.StandbyNoRoom: _standby_no_room, ev.SmallStart: _small_start, ev.Reconciled: _reconciled,

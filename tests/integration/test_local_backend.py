@@ -294,10 +294,39 @@ def test_hang_watchdog_catches_sigstopped_task(tmp_path, capsys):
                 break
             time.sleep(0.2)
     """), extra="restart: {max_restarts: 1}\n")
-    path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}", "watchdog: {stop_grace: 1, hang_timeout: 2}"))
+    # (watchdog.stopped_timeout off: its wrapper's word on the stop would name it first, below)
+    path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}",
+                                             "watchdog: {stop_grace: 1, hang_timeout: 2, stopped_timeout: 0}"))
     assert main(["up", str(path)]) == 0
     err = capsys.readouterr().err
     assert "worker:1 failed: hung: no progress for 2 s (watchdog.hang_timeout); process is stopped (SIGSTOP?)" in err
+
+
+def test_a_stopped_task_is_named_by_its_wrappers_word_and_a_printed_word_steers_nothing(tmp_path, capsys):
+    """worker:1 stops itself (SIGSTOP) in the first attempt: its wrapper says so (a wrapper frame),
+    and after watchdog.stopped_timeout (default 2 s) the group fails on it, long before the hang
+    watchdog's 60 s. Every task prints the wrapper's word itself, on stdout and stderr, from the
+    start: that is output, and stops nothing."""
+    path = script_spec(tmp_path, LISTEN + textwrap.dedent("""        import sys
+        server = listen()
+        print("taskwrap: stopped: the task's process (pid 1) has been stopped by a signal", flush=True)
+        print("\\x1eWtaskwrap: stopped: planted", file=sys.stderr, flush=True)
+        for i in range(600):
+            print("tick", i, flush=True)
+            if conf["task"]["index"] == 1 and i == 3 and os.environ["TFCLUSTER_RESTART_COUNT"] == "0":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            if i == 10:
+                break
+            time.sleep(0.2)
+    """), extra="restart: {max_restarts: 1}\n")
+    path.write_text(path.read_text().replace("watchdog: {stop_grace: 1}", "watchdog: {stop_grace: 1, hang_timeout: 60}"))
+    assert main(["up", str(path)]) == 0
+    err = capsys.readouterr().err
+    failed = [line for line in err.splitlines() if "error:" in line and " failed: " in line]
+    assert len(failed) == 1 and re.search(r"worker:1 failed: process is stopped \(SIGSTOP\?\) for \d+ s "
+                                          r"\(watchdog\.stopped_timeout 2 s\)", failed[0]), err[-3000:]
+    said = [e for e in read_records(tmp_path / "runs" / "t" / "latest") if isinstance(e, ev.ProcessStopped)]
+    assert [(e.task, e.killed) for e in said] == [("worker:1", False)] and 2 <= said[0].seconds < 10, said
 
 
 def test_hang_clock_starts_when_every_task_is_up(tmp_path, capsys):

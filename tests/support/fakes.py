@@ -50,6 +50,10 @@ class Script:
     save_gate: Optional[threading.Event] = None  # set: the save may end (e.g. once a look began)
     exit_after_save: bool = True  # False: says it saved, then hangs (TensorFlow's shutdown waiting on a peer)
     exit_lag: int = 0  # polls between its saved line and its exit (TensorFlow's shutdown, quick)
+    # Its wrapper's word that its process is stopped by a signal (TaskHandle.wrapper_word), at
+    # this poll; running again at ``cont_at`` (None: never). A stopped task prints nothing.
+    stop_at: Optional[int] = None
+    cont_at: Optional[int] = None
 
 
 RUN_FOREVER = Script(code=None)
@@ -69,6 +73,12 @@ class ScriptedTask(TaskHandle):
     def poll(self) -> Optional[int]:
         if self.code is None:
             self.polls += 1
+            if self.polls == self.script.stop_at:
+                self.wrapper_word("taskwrap: stopped: the task's process (pid 1) has been stopped by a signal")
+            elif self.polls == self.script.cont_at:
+                self.wrapper_word("taskwrap: running again: (pid 1)")
+            if self.stopped:
+                return self.code
             if not self.script.silent:
                 self.speak(f"tfcluster-step attempt={self.attempt} poll={self.polls}")
             if self.polls == 1 and self.standby and self.script.standby_mark:

@@ -184,7 +184,7 @@ class DockerTask(TaskHandle):
     # -------------------------------------------------------------- threads
 
     def _pump(self, on_line: OutputSink) -> None:
-        decoder = Decoder(self.key, on_line, framed=self.framed)
+        decoder = Decoder(self.key, on_line, framed=self.framed, wrapper=self.wrapper_word)
         try:
             for chunk in self.api.logs(self.id, stream=True, follow=True, stdout=True, stderr=True):
                 decoder.feed(chunk)

@@ -81,6 +81,8 @@ class SlurmStep(ChildTask):
         super().__init__(task, proc, on_line)  # starts the reader, which sets step_id
 
     def _wrapper_line(self, line: str) -> bool:
+        if self.wrapper_word(line):
+            return True
         if self.step_id is None and line.startswith(STEP_MARK + " "):
             for part in line.split()[1:]:
                 if part.startswith("id="):

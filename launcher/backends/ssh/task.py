@@ -83,7 +83,10 @@ class SSHTask(TaskHandle):
 
     def _wrapper_line(self, line: str) -> bool:
         """Its wrapper's own line (a wrapper frame: nothing the task prints is one): the lease run
-        out and GCE's notice noted (and shown), its GPU lines taken (not logged)."""
+        out and GCE's notice noted (and shown), its GPU lines taken (not logged), its word on the
+        task stopped (``wrapper_word``)."""
+        if self.wrapper_word(line):
+            return True
         if line.startswith("taskwrap: " + LEASE_EXPIRED):
             self._lease_expired = True
         elif line.startswith("taskwrap: " + GCE_NOTICE):

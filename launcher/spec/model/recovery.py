@@ -100,6 +100,13 @@ class Watchdog(OptionsModel):
     limit instead of auto's, and a task that counts nothing is hung after that long without output.
     On a stall every task's stacks are taken and the task that stopped the others is named
     (docs/hangs.md)."""
+    stopped_timeout: Seconds = Field(default=2.0, ge=0)
+    """Seconds a task's process may stay stopped by a signal (state T: SIGSTOP, SIGTSTP; a debugger's
+    stop is not one) before it counts as failed, or 0 (never). Its wrapper looks every 0.5 s; a task
+    whose death fails the group fails it ("process is stopped (SIGSTOP?)"), a parameter_server worker
+    or the evaluator is killed and restarted alone. A stopped task holds its peers in their
+    collectives, and TensorFlow's own heartbeats end the group 8-11 s later anyway. Not on docker
+    without tfcluster's wrapper in the image."""
     stop_grace: Seconds = Field(default=5.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping tasks."""
     printed_progress: Flag = False

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -18,6 +21,7 @@ from launcher.backends.channel import Decoder
 from launcher.contract import envnames
 from launcher.remote import HERE, taskwrap_path
 from launcher.remote.taskstream import CONTROL_BYTES, DATA, MARK
+from tests.support.waits import wait_for
 
 ODD = ["tfcluster-beat n=0 stacks=9", "record 42: tfcluster-beat n=0 stacks=100 (from the dataset)",
        "tfcluster-step epoch=0 step=1 global_step=99999 loss=0.0 accuracy=1.0 time=1",
@@ -109,3 +113,38 @@ def test_the_wrappers_text_runs_alone_as_a_slurm_steps_framer(tmp_path):
                            envnames.CONTROL_FD, "--", sys.executable, str(script)], capture_output=True, timeout=120)
     assert proc.returncode == 3
     assert decode(proc.stdout) == (["tfcluster-standby promoted"], ["tfcluster-standby ready"])
+
+
+def test_the_wrapper_says_its_task_is_stopped_and_running_again_but_not_a_throttled_one():
+    """``watch_stop`` on a real process: SIGSTOP held is said once (within two looks), SIGCONT
+    said after it; a process stopped and continued every 0.2 s (a throttle: it runs between two
+    looks, each stop a context switch of its own) is never said stopped."""
+    from launcher.remote.taskstream import RUNNING_WORD, STOP_EVERY, STOPPED_WORD, watch_stop
+
+    said, ended = [], threading.Event()
+    proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    try:
+        watcher = threading.Thread(target=watch_stop, args=(proc.pid, said.append, ended), daemon=True)
+        watcher.start()
+        longest, stop_for = 0.0, time.monotonic() + 3.0
+        while time.monotonic() < stop_for:  # the throttle: 0.1 s stopped, 0.05 s running
+            os.kill(proc.pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            time.sleep(0.1)
+            os.kill(proc.pid, signal.SIGCONT)
+            longest = max(longest, time.monotonic() - stopped)
+            time.sleep(0.05)
+        # (a stop this thread held past a look's interval, on a busy machine, is a stop)
+        assert said == [] or longest >= STOP_EVERY, (said, longest)
+        os.kill(proc.pid, signal.SIGSTOP)
+        said.clear()  # (a throttle's stop said on a busy machine: its running again may still come)
+        wait_for(lambda: [w for w in said if w.startswith(STOPPED_WORD)], 10, what="the stop said")
+        stops = [w for w in said if w.startswith(STOPPED_WORD)]
+        assert len(stops) == 1 and f"(pid {proc.pid})" in stops[0], said
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_for(lambda: said[-1].startswith(RUNNING_WORD), 10, what="running again said")
+    finally:
+        proc.kill()
+        proc.wait()
+    watcher.join(5)
+    assert not watcher.is_alive()  # (its process gone: the watch ends)

@@ -1252,3 +1252,67 @@ def test_preemption_restarts_are_bounded_by_max_preemptions(tmp_path):
     assert code == 1 and len(of(events, ev.GroupRestart)) == 2
     assert ("gave up after 3 preemptions (2 restarted: restart.max_preemptions); raise it, or look at why the tasks "
             "keep exiting with a code of restart.preemption_exit_codes") in out, out
+
+
+# ---------------------------------------------------------------- a task's process stopped by a signal
+
+
+def _stopped_mwms(stopped_timeout, hang=0):
+    return mwms(restarts=1, hang=hang).replace("stop_grace: 0}", f"stop_grace: 0, stopped_timeout: {stopped_timeout}}}")
+
+
+def test_a_task_its_wrapper_says_is_stopped_fails_the_group_after_stopped_timeout_long_before_a_hang(tmp_path):
+    """worker:1's wrapper says its process is stopped (SIGSTOP) at its 3rd poll: once that has lasted
+    watchdog.stopped_timeout (5 s on the counter clock), worker:1 is named with its state, not by
+    the hang watchdog (120 s), and the group's restart is taken."""
+    tasks = ScriptedTasks({("worker:1", 0): Script(code=None, stop_at=3), ("worker:0", 0): RUN_FOREVER},
+                          default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, _stopped_mwms(5, hang=120), scripted(tasks))
+    assert code == 0, out
+    (failure,) = of(events, ev.Failure)
+    assert failure["task"] == "worker:1", failure
+    assert failure["reason"].startswith("process is stopped (SIGSTOP?) for "), failure
+    assert failure["reason"].endswith(" s (watchdog.stopped_timeout 5 s)"), failure
+    (said,) = of(events, ev.ProcessStopped)
+    assert (said["task"], said["limit"], said["killed"]) == ("worker:1", 5, False) and 5 <= said["seconds"] < 10, said
+    assert "worker:1's process has been stopped by a signal (SIGSTOP?) for " in out and "its group fails with it" in out
+    assert not of(events, ev.GroupStalled)
+    assert tasks.starts("worker:0") == tasks.starts("worker:1") == [0, 1]
+
+
+def test_a_task_stopped_for_less_than_stopped_timeout_is_left_alone(tmp_path):
+    """Stopped at its 3rd poll, running again at its 5th (a profiler's pause): under a limit of 60
+    s nothing is said and nothing restarted."""
+    tasks = ScriptedTasks({("worker:1", 0): Script(code=0, polls=12, stop_at=3, cont_at=5)},
+                          default=Script(code=0, polls=12))
+    code, out, events = run(tmp_path, _stopped_mwms(60), scripted(tasks))
+    assert code == 0, out
+    assert not of(events, ev.ProcessStopped) and not of(events, ev.Failure), out
+    assert tasks.starts("worker:1") == [0]
+
+
+def test_with_stopped_timeout_0_a_stopped_task_is_left_to_the_hang_watchdog(tmp_path):
+    tasks = ScriptedTasks({("worker:1", 0): Script(code=None, stop_at=3), ("worker:0", 0): RUN_FOREVER},
+                          default=Script(code=0, polls=3))
+    code, out, events = run(tmp_path, _stopped_mwms(0, hang=12), scripted(tasks))
+    assert code == 0, out
+    (failure,) = of(events, ev.Failure)
+    assert failure["task"] == "worker:1" and failure["reason"].startswith("hung: no progress for 12 s"), failure
+    assert not of(events, ev.ProcessStopped)
+
+
+def test_a_stopped_parameter_server_worker_is_killed_and_restarted_alone(tmp_path):
+    """A parameter_server worker's death does not fail the group: stopped past the limit, it is
+    killed and restarted alone (its exit is then any worker's), the chief and ps untouched."""
+    spec = PSS.replace("watchdog: {stop_grace: 0}", "watchdog: {stop_grace: 0, stopped_timeout: 4}")
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=None, stop_at=2),
+                                      ("chief:0", 0): Script(code=0, polls=25)}, default=RUN_FOREVER))
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    (said,) = of(events, ev.ProcessStopped)
+    assert (said["task"], said["killed"]) == ("worker:1", True), said
+    stopped = [h for h in backend.tasks.handles if h.key == "worker:1"][0]
+    assert signal.SIGKILL in stopped.signals and stopped.code == 137
+    assert backend.tasks.starts("worker:1") == [0, 0] and backend.tasks.starts("chief:0") == [0]
+    assert [e["task"] for e in of(events, ev.TaskRestart)] == ["worker:1"] and not of(events, ev.Failure)
+    assert "killing it: it is restarted alone" in out
