@@ -314,6 +314,11 @@ class Hosts(abc.ABC):
         answered without a break for ``settle`` seconds. Must not block: probe elsewhere."""
         return []
 
+    def answering(self, hosts: Sequence[str], seconds: float) -> list[str]:
+        """Of ``hosts`` that ``back`` watches, those that have answered for ``seconds`` (less than their
+        settle: standbys may start there meanwhile). Must not block. The default: none."""
+        return []
+
     def add(self, hosts: Sequence[Any]) -> None:
         """Elastic runs: hosts found by ``discovery:`` during the run (spec ``Host`` entries),
         from now on usable like those of ``hosts:``."""

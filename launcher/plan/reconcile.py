@@ -17,7 +17,7 @@ from enum import Enum
 from typing import AbstractSet, Mapping, Optional, Sequence
 
 from launcher.errors import SpecError
-from launcher.plan.build import Plan
+from launcher.plan.build import Plan, PlannedTask
 from launcher.plan.elastic import (PlanChange, grow, on_fresh_ports, options, replace_lost, shrunk, spare_hosts,
                                    too_many_losses)
 from launcher.plan.hostloss import HostLoss
@@ -120,6 +120,22 @@ def wanted(spec: Spec, plan: Plan, seen: HostsSeen, avoid: AbstractSet[tuple[str
         if change is not None:
             return Want(Act.USE, change=change, then=GROWN)
     return Want(Act.KEEP)
+
+
+def grow_ahead(spec: Spec, plan: Plan, down: Sequence[str], answering: Sequence[str]) -> tuple[PlannedTask, ...]:
+    """The tasks a shrunk group would grow with onto ``answering`` (hosts of ``down`` that answer,
+    not yet for elastic.settle), were those back now: their standbys may start while the hosts
+    settle, so that the grow promotes them instead of starting its new tasks cold. Their ports
+    are not the grow's (it takes fresh ones): a standby's port is given at its promotion."""
+    if not answering or not (options(spec).grow and shrunk(spec, plan)):
+        return ()
+    try:
+        change = grow(spec, plan, [h for h in down if h not in answering])
+    except SpecError:
+        return ()
+    if change is None:
+        return ()
+    return tuple(change.plan.task(key) for key, host in change.added.items() if host in answering)
 
 
 def due(spec: Spec, plan: Plan, seen: HostsSeen) -> bool:

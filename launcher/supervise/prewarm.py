@@ -15,6 +15,7 @@ from typing import Optional
 
 from launcher.errors import LaunchError
 from launcher.plan.build import Plan
+from launcher.plan.reconcile import grow_ahead
 from launcher.record import events as ev
 from launcher.supervise.context import RunContext
 from launcher.supervise.membership import Membership
@@ -27,6 +28,9 @@ from launcher.supervise.standby import ACK_BOUND, PROMOTED, WarmStandby, is_refe
 # tfcluster's worker: the most seconds after every task is up that the next attempt's standbys
 # wait for its first step (a slow restore, a long first trace) before they start anyway.
 STANDBY_AFTER_READY = 60.0
+# Seconds a lost host answers again (of elastic.settle) before the standbys of the tasks a shrunk
+# group would grow with onto it start there: a host that answered one probe may drop again.
+RETURNING_AFTER = 2.0
 
 
 class Prewarm:
@@ -42,6 +46,7 @@ class Prewarm:
         self.checked = 0.0
         self.stocked: Optional[int] = None  # the attempt whose next attempt's standbys were started
         self.spares_stocked: set[str] = set()  # the hot spares they were started on
+        self.returning_stocked: set[str] = set()  # hosts settling that standbys of the grow were started on
         self.spares_checked = 0.0
 
     @property
@@ -98,7 +103,9 @@ class Prewarm:
         if lost:
             self.standby.forget(sorted(lost))
             self.spares_stocked -= set(lost)
-            self.members.spares_lost(attempt.number, lost)
+            self.returning_stocked -= set(lost)
+            down = set(self.members.seen.down)  # (a settling host dropped again: down already)
+            self.members.spares_lost(attempt.number, {h: t for h, t in lost.items() if h not in down})
             return
         if now is None or self.stocked != attempt.number:
             return
@@ -107,6 +114,23 @@ class Prewarm:
             self.spares_stocked = {name for name, _ in spares}
             self.standby.start(attempt.number + 1, self.plan.tasks, self.starter.env(attempt.number + 1),
                                spares=spares)
+        self.warm_returning(attempt)
+
+    def warm_returning(self, attempt: Attempt) -> None:
+        """Elastic runs whose group is shrunk: lost hosts that answer again (RETURNING_AFTER s, not
+        yet elastic.settle) get the standbys of the tasks the group would grow with onto them
+        (reconcile.grow_ahead), so that the grow once they settle promotes them (and their host's
+        fork server imports meanwhile) instead of starting those tasks cold after the others."""
+        spec, down = self.members.spec, list(self.members.seen.down)
+        if spec is None or not down:
+            self.returning_stocked.clear()
+            return
+        self.returning_stocked &= set(down)  # (one grown onto, or dropped: warmed again when it next returns)
+        answering = [h for h in self.backend.hosts.answering(down, RETURNING_AFTER) if h not in self.returning_stocked]
+        ahead = grow_ahead(spec, self.plan, down, answering) if answering else ()
+        if ahead:
+            self.returning_stocked |= {t.host for t in ahead}
+            self.standby.start(attempt.number + 1, ahead, self.starter.env(attempt.number + 1))
 
     def hot_spares(self) -> list[tuple[str, str]]:
         """Elastic runs: the spare hosts (unused, not down) as (name, address); each keeps a

@@ -267,6 +267,9 @@ class SSHHosts(Hosts):
     def back(self, hosts: Sequence[str], settle: float) -> list[str]:
         return self.pool.hosts_back(hosts, settle)
 
+    def answering(self, hosts: Sequence[str], seconds: float) -> list[str]:
+        return self.pool.hosts_answering(hosts, seconds)
+
     def add(self, hosts) -> None:
         self.pool.add_hosts(hosts)
 

@@ -306,6 +306,12 @@ class HostPool:
         self._watch.watch(list(hosts))
         return [h for h in self._watch.settled(settle) if h in self._watching]
 
+    def hosts_answering(self, hosts: Sequence[str], seconds: float) -> list[str]:
+        """Of ``hosts`` that ``hosts_back`` watches, those that have answered every probe for ``seconds``."""
+        if self._watch is None:
+            return []
+        return [h for h in self._watch.settled(seconds) if h in self._watching and h in hosts]
+
     def unwatch(self, names: Iterable[str]) -> None:
         """Hosts a plan uses again are no longer watched for their return."""
         if self._watch is not None:

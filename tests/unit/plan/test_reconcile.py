@@ -11,7 +11,7 @@ from launcher.app.up import plan_for
 from launcher.loader.load import parse_spec
 from launcher.plan.elastic import fresh_ports, replace_lost
 from launcher.plan.hostloss import HostLoss, LossKind
-from launcher.plan.reconcile import GROWN, MOVED, Act, HostsSeen, due, wanted
+from launcher.plan.reconcile import GROWN, MOVED, Act, HostsSeen, due, grow_ahead, wanted
 from launcher.spec.model import Host
 
 SSH = """
@@ -84,6 +84,26 @@ def test_a_shrunk_group_grows_back_only_once_a_host_is_back():
     off = parse_spec(MIN + "elastic: {grow: false}\n")
     assert wanted(off, shrunk.plan, back).act is Act.KEEP and not due(off, shrunk.plan, back)
     assert wanted(spec, plan, back).act is Act.KEEP and not due(spec, plan, back)
+
+
+def test_the_tasks_a_shrunk_group_would_grow_with_onto_a_settling_host_are_its_grows_own():
+    """grow_ahead: while h2 settles (answering, still down), the task the grow will add there,
+    the same process as the grow's (standby.py _same_process: host, command, environment), so
+    that a standby started for it now is promoted by the grow; none where nothing would grow."""
+    spec = parse_spec(MIN)
+    plan = plan_for(spec)
+    shrunk = replace_lost(spec, plan, ["h2", "h3"])
+    assert not isinstance(shrunk, str) and len(shrunk.plan.tasks) == 2
+    ahead = grow_ahead(spec, shrunk.plan, ("h2", "h3"), ["h3"])
+    assert [(t.key, t.host) for t in ahead] == [("worker:2", "h3")]  # h2 still down: h3's is the first new index
+    grown = wanted(spec, shrunk.plan, HostsSeen(down=("h2",), losses=("h2", "h3"), back=("h3",)),
+                   fresh_ports([plan, shrunk.plan])).change
+    assert grown is not None and grown.added == {"worker:2": "h3"}
+    real = grown.plan.task("worker:2")
+    assert (real.host, real.command, real.base_env) == (ahead[0].host, ahead[0].command, ahead[0].base_env)
+    assert grow_ahead(spec, shrunk.plan, ("h2", "h3"), []) == ()
+    assert grow_ahead(parse_spec(MIN + "elastic: {grow: false}\n"), shrunk.plan, ("h2", "h3"), ["h3"]) == ()
+    assert grow_ahead(spec, plan, ("h2",), ["h2"]) == ()  # a full group grows onto nothing
 
 
 def test_a_host_back_that_the_group_cannot_grow_onto_is_named_and_the_hosts_still_down_stay_down():

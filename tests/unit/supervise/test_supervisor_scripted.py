@@ -470,6 +470,41 @@ def test_with_no_spare_the_group_shrinks_to_min_and_grows_back_when_the_host_ret
     assert [r["added"] for r in of(events, ev.Replan)] == [{}, {"worker:1": "h2"}]
 
 
+class SettlingHosts(ReturningHosts):
+    """As ReturningHosts; ``answering`` (hosts answering, not yet for elastic.settle) answers
+    ``returning`` from its ``early``-th call on."""
+
+    def __init__(self, losses, back: list[str], after: int, early: int) -> None:
+        super().__init__(losses, back, after)
+        self.early, self.early_asked = early, []
+
+    def answering(self, hosts, seconds):
+        self.early_asked.append((list(hosts), seconds))
+        return [h for h in self.returning if h in hosts] if len(self.early_asked) >= self.early else []
+
+
+def test_a_returning_host_gets_the_grows_standby_while_it_settles_and_the_grow_promotes_it(tmp_path):
+    """Warm standbys on: h2 is lost (worker:1 left out, the group shrunk), answers again, and while
+    it settles worker:1's standby starts there (the task the group would grow with onto it), so
+    the grow once h2 has settled promotes it instead of starting worker:1 cold."""
+    hosts = SettlingHosts({0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=6, early=1)
+    # (worker:1's 2nd start: its standby on h2, which polls while h2 settles, then trains as the task)
+    backend = scripted(ScriptedTasks({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): RUN_FOREVER,
+                                      ("worker:0", 1): RUN_FOREVER, ("worker:1", 2): Script(code=0, polls=30)},
+                                     default=Script(code=0, polls=4)), hosts, elastic=True, warm_standby=True)
+    spec = SHRINK.replace("max_restarts: 0}", "max_restarts: 0, warm_standby: true}")
+    code, out, events = run(tmp_path, spec, backend)
+    assert code == 0, out
+    assert hosts.early_asked and hosts.early_asked[0] == (["h2"], 2.0), hosts.early_asked  # prewarm.RETURNING_AFTER
+    kinds_seen = [(type(e).__name__, e.get("hosts") if isinstance(e, ev.StandbyStart) else e.get("host"))
+                  for e in events if isinstance(e, (ev.StandbyStart, ev.HostAdded))]
+    assert kinds_seen.index(("StandbyStart", ["h2"])) < kinds_seen.index(("HostAdded", "h2")), kinds_seen
+    grown = [e for e in events if isinstance(e, ev.StandbyPromoted)][-2:]
+    assert sorted(e["task"] for e in grown) == ["worker:0", "worker:1"], grown
+    assert backend.tasks.hosts_started[-1] == ("worker:1", "h2")  # the standby: nothing started after it
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
+
+
 def test_a_group_that_started_without_an_absent_host_grows_onto_it_once_it_settles(tmp_path):
     """The preflight found h2 not answering (tasks.worker.min: 1): the run starts as worker:0 alone,
     h2 is watched from the start, and once it has answered for elastic.settle s the group is
