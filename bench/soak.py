@@ -344,7 +344,14 @@ def main() -> int:
     # faults). On a loaded one training goes on after the faults end, which costs only time.
     epochs = args.epochs or max(2, int(args.minutes * 60 / (40 * 0.25)))
     root = Path(tempfile.mkdtemp(prefix="tfcs-soak-"))
-    lab = Lab(root, count=5, private=root / "private", prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfck"),
+    # Each host's private disk holds a run's state dir: the chief's per-epoch weights (ModelCheckpoint,
+    # about 0.4 MB an epoch, all kept), the backup and its write in flight (about 1.2 MB each), the
+    # final model. A 64 MB disk filled at epoch 35 of 120 with the reference's state still on it
+    # (the chief's SaveV2 failed "No space left on device", exit 1, and the soak ended at 411 s):
+    # sized for the run, and the reference's state removed before the soak starts.
+    disk_mb = max(64, int(epochs * 0.5) + 32)
+    lab = Lab(root, count=5, private=root / "private", private_size=f"{disk_mb}m",
+              prefix=os.environ.get("TFCLUSTER_LAB_PREFIX", "tfck"),
               subnet=os.environ.get("TFCLUSTER_LAB_SUBNET", "10.236.0"))
     report: dict = {"seed": args.seed, "epochs": epochs, "kinds": list(kinds), "hang_timeout": hang_timeout}
     try:
@@ -361,6 +368,8 @@ def main() -> int:
         report["reference"] = {"exit": ref_code, "accuracy": accuracy(ref.lines), "seconds": time.time() - started}
         print(f"undisturbed: exit {ref_code}, accuracy {report['reference']['accuracy']:.4f}, "
               f"{report['reference']['seconds']:.0f} s", flush=True)
+        for h in lab.hosts:  # (the soak's disks start as empty as the reference's did)
+            h.exec_private("rm", "-rf", str(lab.private / ref_work.name))
         # The soak.
         work = root / "soak"
         work.mkdir()
