@@ -24,7 +24,7 @@ from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.contract.portcheck import port_bind_problem, port_holders
 from launcher.system.procinfo import cmdline, group_alive, is_same, kill_group, not_own, start_time
 from launcher.record.layout import name_dir, runs_dir, state_dir
-from launcher.remote import taskwrap_path
+from launcher.remote import wrapper_argv
 from launcher.plan.threads import local_cores
 from launcher.backends import pyspy
 from launcher.backends.base import Backend, BackendKind, Capabilities, Hosts, OutputSink, RecordedRun, Tasks, accepts
@@ -247,7 +247,7 @@ class LocalTasks(Tasks):
             self._standbys += 1
             promotion = self.run.run_dir / "standby" / f"{task.slug}.{self._standbys}.json"
         full = self._env(task, request.told(str(promotion) if promotion is not None else None))
-        argv = [sys.executable, str(taskwrap_path()), "--grace", str(self.run.stop_grace),
+        argv = [*wrapper_argv(), "--grace", str(self.run.stop_grace),
                 "--control", envnames.CONTROL_FD]
         served, command = self.zygote.socket_for(task.command, full) if request.fork else (None, list(task.command))
         pidfile = self.zygote.pidfile() if served else None

@@ -47,7 +47,7 @@ from launcher.errors import AttemptImpossible, LaunchError
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.system.procinfo import group_alive, is_same, kill_group, not_own
 from launcher.record import events as ev
-from launcher.remote import taskwrap_path
+from launcher.remote import wrapper_argv
 from launcher.spec.model import LoadedSpec, Spec
 from launcher.backends.slurm import alloc
 from launcher.backends.slurm import gpus
@@ -265,7 +265,7 @@ class SlurmTasks(Tasks):
             promotion = standby.prepare(self.job.steps.get(task.key, gpus.Step()), self.job.gpus_per_node,
                                         self.job.record.dir if self.job.record is not None else None, step_name)
         env = request.told(str(promotion) if promotion is not None else None)
-        argv = [sys.executable, str(taskwrap_path()), "--grace", f"{self.job.stop_grace:g}", "--",
+        argv = [*wrapper_argv(), "--grace", f"{self.job.stop_grace:g}", "--",
                 *self.job.srun_argv(task, step_name, standby=request.standby)]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 cwd=self.job.workdir, env=self.job.task_env(task, env), start_new_session=True,
