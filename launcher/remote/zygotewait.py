@@ -65,8 +65,7 @@ class Waiter:
             close(fds)
             forked.show_argv([title(task)])  # (ps: not another zygote)
             answer(self.conn, {"pid": task}, keep=True)
-            # Small once the task has started (LEAN_AFTER): the exec's interpreter start stays off
-            # the task's own start, what a promotion's restart waits for.
+            # Small at once (LEAN_AFTER), at a lower priority than the task it waits on.
             if self._wait(task, wake_r, LEAN_AFTER):
                 lean(task, self.conn, self.peer, _wake_w)  # returns only where it could not exec
                 self._wait(task, wake_r)
@@ -120,13 +119,16 @@ def title(task: int) -> str:
 # The waiter's wait in a small interpreter of its own: a fork of the zygote maps all of its import
 # (TensorFlow's, about 250 MB of Rss in each waiter, though shared with the zygote: top, ps and an
 # Rss sum count it once per waiter), where this file run with -S is 10 MB. It is exec'd in the
-# waiter's place once the task has run LEAN_AFTER seconds (not at once: a new interpreter's
-# start, 20-30 ms of CPU, would compete with the task's, which a restart waits for): the task
+# waiter's place as soon as the task is forked (LEAN_AFTER 0), niced (LEAN_NICE) so that its start,
+# 20-30 ms of CPU, yields to the task's, which a restart waits for. (Waiting 5 s first kept each
+# waiter's 250 MB in an Rss sum through the tasks' start, where the sum peaks; the ssh restarts
+# were no faster for it: BENCHMARKS.md, "A fork server per ssh host".) The task
 # stays its child (exec keeps the children and PR_SET_PDEATHSIG, which fires on the parent's exit,
 # not its exec), the signals the waiter ignores stay ignored. Its sys.path[0] is this file's dir
 # (the shipped files), not the run's workdir. Its arguments: --lean, its title (a line of its
 # cmdline: ssh/commands.py), the task's pid, the wrapper's connection, the wrapper's pidfd.
-LEAN_AFTER = 5.0
+LEAN_AFTER = 0.0
+LEAN_NICE = 10
 
 
 def lean(task: int, conn, peer: int, wake_w: int) -> None:
@@ -139,6 +141,10 @@ def lean(task: int, conn, peer: int, wake_w: int) -> None:
         os.set_inheritable(conn.fileno(), True)
         os.set_inheritable(peer, True)
         signal.set_wakeup_fd(-1)
+        try:
+            os.nice(LEAN_NICE)  # its own: the task was forked at the zygote's priority
+        except OSError:
+            pass
         os.execv(exe, [exe, "-S", "-s", os.path.abspath(__file__), "--lean", title(task), str(task),
                        str(conn.fileno()), str(peer)])
     except (OSError, ValueError) as exc:
