@@ -27,10 +27,11 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.bounded import one_line
+from launcher.contract.preloads import script_preloads
 from launcher.contract.usestf import uses_tensorflow
 from launcher.contract.entrypoint import is_reference_worker, python_entry
 from launcher.record import events as ev
-from launcher.remote import HERE, taskwrap_path
+from launcher.remote import HERE, wrapper_argv
 from launcher.remote.privsock import bind_private, private_dir
 
 # What the reference worker imports ahead (worker/main.py import_tensorflow).
@@ -70,7 +71,8 @@ def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str
     """(interpreter and its options, modules to import ahead) for a task of ``argv`` (as_exec's)
     that a zygote serves, or None: ``python [OPTIONS] -m worker`` or ``python tfcluster-worker``
     (the reference worker) or the stub's ``python [OPTIONS] -c STUB SCRIPT|-m MODULE ...`` of a
-    script that uses TensorFlow."""
+    script that uses TensorFlow (and the libraries of TensorFlow's family a script imports first
+    thing: launcher/contract/preloads.py)."""
     argv = list(argv)
     if len(argv) >= 2 and is_reference_worker(argv[1:2]) and _PYTHON.fullmatch(os.path.basename(argv[0])):
         return argv[:1], WORKER_IMPORTS  # the console script, as exec runs it
@@ -88,7 +90,8 @@ def entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str
     name = target[1] if module and len(target) > 1 else target[0]
     if not uses_tensorflow(name, module, search=[str(cwd)] if module else None, cwd=str(cwd)):
         return None
-    return argv[:at], ("tensorflow",)
+    ahead = () if module else script_preloads(os.path.join(str(cwd), name))
+    return argv[:at], ("tensorflow", *ahead)
 
 
 def plain_entry(argv: Sequence[str], cwd: Path) -> Optional[tuple[list[str], tuple[str, ...]]]:
@@ -238,7 +241,7 @@ class LocalZygote:
         log = open(self.run_dir / LOG, "ab")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, str(taskwrap_path()), "--grace", str(self.grace), "--",
+                [*wrapper_argv(), "--grace", str(self.grace), "--",
                  exe, *interpreter[1:], str(HERE / "zygote.py"), "--socket", self.path(),
                  "--listen-fd", str(listener.fileno()), "--import", ",".join(imports),
                  "--pad", envnames.ZYGOTE_PAD, "--title", "t" * TITLE_BYTES],

@@ -42,3 +42,11 @@ def test_what_exec_would_not_run_so_is_left_as_it_is(tmp_path):
     # A console script of one's own is a script like any other: served only where it names TensorFlow.
     own = script(tmp_path, "my-train", f"#!{sys.executable}")
     assert entry(as_exec(["my-train"], env), tmp_path) is None and as_exec(["my-train"], env)[1] == str(own)
+
+
+def test_a_scripts_own_tensorflow_family_imports_are_the_zygotes_too(tmp_path):
+    (tmp_path / "train.py").write_text("import tensorflow as tf\nimport tf_keras\n")
+    (tmp_path / "late.py").write_text("import os\nimport tensorflow as tf\nos.environ['KERAS_HOME'] = '/k'\nimport tf_keras\n")
+    stub = [sys.executable, "-c", "STUB"]
+    assert entry([*stub, "train.py", "--epochs", "3"], tmp_path) == ([sys.executable], ("tensorflow", "tf_keras"))
+    assert entry([*stub, "late.py"], tmp_path) == ([sys.executable], ("tensorflow",))
