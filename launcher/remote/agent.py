@@ -421,7 +421,7 @@ def _zygote(order, run_dir, workdir):
     """The host's fork server started (zygotehost.py: its files checked again before it is imported):
     ((zygotehost, its process) or None, the reply's "zygote")."""
     problem = unsafe(run_dir, files=("zygotehost.py", "zygotewarm.py", "taskwrap.py", "sibling.py", "zygote.py",
-                                     "zygotewait.py", "zygotechild.py", "privsock.py"))
+                                     "zygotewait.py", "zygotechild.py", "masking.py", "privsock.py"))
     if problem:
         return None, {"error": "refusing to run code from %s: %s" % (run_dir, problem)}
     sys.path.insert(0, run_dir)

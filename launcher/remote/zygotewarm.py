@@ -41,7 +41,7 @@ def host():
     return sibling("zygotehost")
 
 
-WARM_FILES = ("zygote.py", "zygotewait.py", "zygotechild.py", "sibling.py", "privsock.py")
+WARM_FILES = ("zygote.py", "zygotewait.py", "zygotechild.py", "masking.py", "sibling.py", "privsock.py")
 # How long an adopting agent waits for a live server's answer to its hold: one of an earlier run
 # answers at once; one still importing (another run's, started a moment ago) may not, and this
 # run then starts its own (within the preflight's own timeout, 60 s by default).

@@ -275,3 +275,30 @@ def test_the_dir_of_a_killed_warm_server_is_removed_by_the_next_warm_start(tmp_p
     finally:
         _end_run(other)
         wait_for(lambda: not os.path.exists(f"/proc/{got2['warm']['pid']}"), 20, what="the other server ending")
+
+
+def test_a_warm_servers_own_copy_has_every_file_its_imports_and_its_waiters_need():
+    """A server kept warm runs from its own copy of WARM_FILES (the run's dir may go first), and
+    each task's waiter execs zygotewait.py from there with -S (no site-packages: tfcluster need
+    not be installed on the host). masking.py was missing: every waiter's exec failed on its
+    import, and every forked task's exit status was lost ("unknown (137)")."""
+    import ast
+
+    from launcher.remote.zygotewarm import WARM_FILES
+
+    ours = {p.stem for p in HERE.glob("*.py")}
+    todo, seen = ["zygote", "zygotewait"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        tree = ast.parse((HERE / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name in ours]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "sibling" and node.args:
+                todo += [node.args[0].value] if node.args[0].value in ours else []
+            elif isinstance(node, ast.ImportFrom) and node.module in ours:
+                todo.append(node.module)
+    assert {f"{name}.py" for name in seen} <= set(WARM_FILES), sorted(seen)
