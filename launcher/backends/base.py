@@ -40,11 +40,12 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 from launcher.backends.channel import OutputSink
 from launcher.backends.elsewhere import Elsewhere
 from launcher.backends.process import ProcessInfo, RecordedRun, StartRequest
+from launcher.backends.stopping import still_running
 from launcher.plan.build import Placement, Plan, PlannedTask
 from launcher.remote.taskstream import RUNNING_WORD, STOPPED_WORD
 
@@ -369,18 +370,21 @@ class Tasks(abc.ABC):
         for h in handles:
             h.signal(sig)
 
-    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
-        """SIGTERM every task, SIGKILL what is left after ``grace`` seconds (at once if 0).
+    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0,
+             saved: Optional[Callable[[str], bool]] = None) -> list[str]:
+        """SIGTERM every task, SIGKILL what is left after ``grace`` seconds (at once if 0);
+        ``saved(key)``: whether that task said its agreed save is written (tfcluster-preempted):
+        once every task still running has, what is left of ``grace`` is SAVED_LINGER.
 
         Returns the keys still not confirmed dead after ``deadline`` more seconds.
         """
         alive = [h for h in handles if h.poll() is None]
         if grace > 0 and alive:
             self.signal_tasks(alive, signal.SIGTERM)
-            alive = _still_running(alive, grace, 0.05)
+            alive = still_running(alive, grace, 0.05, saved)
         # Also for tasks whose leader already exited: stragglers in their group die too.
         self.signal_tasks(handles, signal.SIGKILL)
-        return [h.key for h in _still_running(alive, deadline, 0.02)]
+        return [h.key for h in still_running(alive, deadline, 0.02)]
 
     def use_plan(self, plan: Plan) -> None:
         """The supervisor moved tasks to other hosts (launcher/plan/elastic.py): the plan the next
@@ -429,15 +433,6 @@ class Backend:
             self.tasks.close()
         finally:
             self.hosts.close()
-
-
-def _still_running(handles: list[TaskHandle], seconds: float, every: float) -> list[TaskHandle]:
-    """Those of ``handles`` still running after at most ``seconds`` (polled every ``every`` s)."""
-    end = time.monotonic() + seconds
-    while handles and time.monotonic() < end:
-        time.sleep(every)
-        handles = [h for h in handles if h.poll() is None]
-    return handles
 
 
 def accepts(address: str, port: int, timeout: float = 0.5) -> bool:

@@ -358,6 +358,12 @@ class Supervisor:
 
         return GpuWatch(groups, gpu_ids, on_sample, on_give_up).start()
 
+    def _saved(self, key: str) -> bool:
+        """Whether ``key`` said its agreed save is written (tfcluster-preempted) in this attempt:
+        a stop awaits its exit no longer (Tasks.stop, SAVED_LINGER)."""
+        with self.group.lock:
+            return key in self.group.saved
+
     def _stop_all(self, grace: float, killed: Optional[str] = None) -> None:
         """Stop every task of the attempt (``grace``: SIGTERM first); ``killed``: the stuck task
         already SIGKILLed at a hang, stopped with the others but not said or recorded as stopped
@@ -368,7 +374,7 @@ class Supervisor:
         running = [h.key for h in handles if h.poll() is None and h.key != killed]
         if running:
             self.record.write(ev.TasksStopping(tasks=running, grace=max(0.0, grace)))
-        left = self.backend.tasks.stop(handles, grace)
+        left = self.backend.tasks.stop(handles, grace, saved=self._saved)
         # Each stopped task's last lines into its log before the attempt (or the run) ends: a reader
         # thread the load held up past poll()'s short wait would otherwise log them after the next
         # attempt's offsets, or die with this process when the run ends, the lines lost.

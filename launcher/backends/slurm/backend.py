@@ -301,8 +301,8 @@ class SlurmTasks(Tasks):
             return True
         return accepts(task.address, task.port)
 
-    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
-        left = super().stop(handles, grace, deadline)
+    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0, saved=None) -> list[str]:
+        left = super().stop(handles, grace, deadline, saved)
         # A step whose srun was killed before it reported could outlive it: cancel by id what
         # squeue still lists under these tasks' step names.
         names = {h.step_name for h in handles if isinstance(h, SlurmStep)}

@@ -305,9 +305,9 @@ class SSHTasks(Tasks):
         """Signal tasks, one command per host, hosts in parallel (task.py)."""
         signal_tasks(self.pool, handles, sig)
 
-    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0) -> list[str]:
+    def stop(self, handles: Sequence[TaskHandle], grace: float, deadline: float = 10.0, saved=None) -> list[str]:
         """Tasks.stop over this backend's tasks, signalled a host at a time (``signal_tasks``)."""
-        return super().stop([h for h in handles if isinstance(h, SSHTask)], grace, deadline)
+        return super().stop([h for h in handles if isinstance(h, SSHTask)], grace, deadline, saved)
 
     def port_open(self, task: PlannedTask) -> bool:
         if task.port is None:

@@ -483,6 +483,28 @@ class SettlingHosts(ReturningHosts):
         return [h for h in self.returning if h in hosts] if len(self.early_asked) >= self.early else []
 
 
+def test_a_regroup_awaits_a_saved_tasks_exit_only_briefly(tmp_path):
+    """The host comes back and the shrunk group is stopped for the grow: worker:0 saves at the
+    step they agree on and says so (tfcluster-preempted), then does not exit (TensorFlow's
+    teardown: a dataset iterator's destructor waiting for tf.data's autotuning thread). The stop
+    awaits it SAVED_LINGER more, not the rest of watchdog.stop_grace (30 s: 600 looks)."""
+    from launcher.backends.stopping import SAVED_LINGER
+
+    backend = returning({("worker:1", 0): Script(code=137, polls=2), ("worker:0", 0): Script(code=None),
+                         ("worker:0", 1): Script(code=None, term="save", save_polls=2, exit_after_save=False)},
+                        losses={0: {"h2": "unreachable for 7 s"}}, back=["h2"], after=3,
+                        default=Script(code=0, polls=4))
+    code, out, events = run(tmp_path, SHRINK.replace("stop_grace: 3", "stop_grace: 30"), backend)
+    assert code == 0, out
+    shrunk_w0 = backend.tasks.handles[2]
+    assert shrunk_w0.signals[:2] == [signal.SIGTERM, signal.SIGKILL] and shrunk_w0.code == 137, shrunk_w0.signals
+    assert "h2 back; worker:1 added on h2; restarting the bigger group from the step just saved" in out
+    # The stop looks every 0.05 s: after the saved line, SAVED_LINGER's worth of looks and a few more.
+    after_save = shrunk_w0.polls - (shrunk_w0.saving_at + 2)
+    assert after_save <= SAVED_LINGER / 0.05 + 10, (shrunk_w0.polls, shrunk_w0.saving_at)
+    assert backend.tasks.hosts_started[-2:] == [("worker:0", "h1"), ("worker:1", "h2")]
+
+
 def test_a_returning_host_gets_the_grows_standby_while_it_settles_and_the_grow_promotes_it(tmp_path):
     """Warm standbys on: h2 is lost (worker:1 left out, the group shrunk), answers again, and while
     it settles worker:1's standby starts there (the task the group would grow with onto it), so
