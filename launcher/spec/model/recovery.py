@@ -108,7 +108,9 @@ class Watchdog(OptionsModel):
     collectives, and TensorFlow's own heartbeats end the group 8-11 s later anyway. Not on docker
     without tfcluster's wrapper in the image."""
     stop_grace: Seconds = Field(default=5.0, ge=0)
-    """Seconds between SIGTERM and SIGKILL when stopping tasks."""
+    """Seconds between SIGTERM and SIGKILL when stopping tasks. A task that has said its agreed
+    save is written (the reference worker's `tfcluster-preempted`) gets 0.5 s more, not the rest:
+    what is left is its process's teardown."""
     printed_progress: Flag = False
     """Also take a line a task prints on stdout or stderr as its progress when it is a progress record
     (`tfcluster-step global_step=N ...`, the format of docs/concepts/goodput.md): for a script that
