@@ -172,4 +172,11 @@ def distribute_options(policy: str = "data") -> tf.data.Options:
         "file": tf.data.experimental.AutoShardPolicy.FILE,
         "off": tf.data.experimental.AutoShardPolicy.OFF,
     }[policy]
+    # No autotuning thread: an iterator's destructor waits for it to end a sleep that doubles with
+    # the iterator's age, up to a minute (``~RootDataset::Iterator`` in ``~LogicalThreadWrapper``,
+    # py-spy), and fit destroys its training iterator as it returns: the end of a run waited
+    # 17 s after 30 epochs here, 30-48 s in a soak's longer attempts, before the final save
+    # (BENCHMARKS.md, "Soak under random faults"). The pipeline is cached after its first epoch;
+    # prefetch's AUTOTUNE keeps its own (legacy) buffer sizing, map's its core count.
+    options.autotune.enabled = False
     return options

@@ -37,3 +37,19 @@ def test_missing_dataset_without_download_fails_clearly(tmp_path):
     with pytest.raises(Exception) as info:
         data.load("mnist", data_dir=str(tmp_path), download=False)
     assert "mnist" in str(info.value)
+
+
+def test_the_training_and_test_pipelines_run_without_tf_datas_autotuning_thread(tmp_path):
+    """An iterator's destructor waits for tf.data's autotuning thread to end a sleep that doubles
+    with the iterator's age, and ``fit`` destroys its training iterator as it returns: the end of
+    a long run waited for it (17-19 s after 30 epochs of 4 MWMS workers; py-spy: the main thread
+    in ``~RootDataset::Iterator`` / ``~LogicalThreadWrapper`` under ``run_fit``; bench/fit_end.py)."""
+    import argparse
+
+    from worker.data import training_pipelines
+
+    args = argparse.Namespace(dataset="digits", data_dir=str(tmp_path), no_download=False, shard_policy="data",
+                              seed=1, steps_per_epoch=0)
+    pipes = training_pipelines(args, global_batch=64)
+    assert [ds.options().autotune.enabled for ds in (pipes.train, pipes.test)] == [False, False]
+    assert next(iter(pipes.train))[0].shape[0] == 64  # (still a pipeline that yields batches)
