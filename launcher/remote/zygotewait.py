@@ -65,7 +65,7 @@ class Waiter:
             close(fds)
             forked.show_argv([title(task)])  # (ps: not another zygote)
             answer(self.conn, {"pid": task}, keep=True)
-            # Small at once (LEAN_AFTER), at a lower priority than the task it waits on.
+            # Small at once (LEAN_AFTER), at the task's priority: it reports the task's exit.
             if self._wait(task, wake_r, LEAN_AFTER):
                 lean(task, self.conn, self.peer, _wake_w)  # returns only where it could not exec
                 self._wait(task, wake_r)
@@ -119,8 +119,9 @@ def title(task: int) -> str:
 # The waiter's wait in a small interpreter of its own: a fork of the zygote maps all of its import
 # (TensorFlow's, about 250 MB of Rss in each waiter, though shared with the zygote: top, ps and an
 # Rss sum count it once per waiter), where this file run with -S is 10 MB. It is exec'd in the
-# waiter's place as soon as the task is forked (LEAN_AFTER 0), niced (LEAN_NICE) so that its start,
-# 20-30 ms of CPU, yields to the task's, which a restart waits for. (Waiting 5 s first kept each
+# waiter's place as soon as the task is forked (LEAN_AFTER 0; its start is 20-30 ms of CPU). Not
+# niced: it reports the task's exit, and a niced waiter on a busy machine reported a worker's exit
+# 0 after its peer's failure, which that failure's diagnosis reads. (Waiting 5 s first kept each
 # waiter's 250 MB in an Rss sum through the tasks' start, where the sum peaks; the ssh restarts
 # were no faster for it: BENCHMARKS.md, "A fork server per ssh host".) The task
 # stays its child (exec keeps the children and PR_SET_PDEATHSIG, which fires on the parent's exit,
@@ -128,7 +129,6 @@ def title(task: int) -> str:
 # (the shipped files), not the run's workdir. Its arguments: --lean, its title (a line of its
 # cmdline: ssh/commands.py), the task's pid, the wrapper's connection, the wrapper's pidfd.
 LEAN_AFTER = 0.0
-LEAN_NICE = 10
 
 
 def lean(task: int, conn, peer: int, wake_w: int) -> None:
@@ -141,10 +141,6 @@ def lean(task: int, conn, peer: int, wake_w: int) -> None:
         os.set_inheritable(conn.fileno(), True)
         os.set_inheritable(peer, True)
         signal.set_wakeup_fd(-1)
-        try:
-            os.nice(LEAN_NICE)  # its own: the task was forked at the zygote's priority
-        except OSError:
-            pass
         os.execv(exe, [exe, "-S", "-s", os.path.abspath(__file__), "--lean", title(task), str(task),
                        str(conn.fileno()), str(peer)])
     except (OSError, ValueError) as exc:
