@@ -10,8 +10,8 @@ every task of the group pays at once, on its start and its restart).
 A library imported ahead must be the one the script's own import would have made. Some read the
 environment while they are imported (tensorflow_datasets its ``TFDS_*``, Keras ``KERAS_HOME`` and
 ``KERAS_BACKEND``), and scripts set such variables just before: so a module is imported ahead
-only where it is imported at the script's top level with nothing before it but other imports, a
-docstring, and environment settings of literal names that are none of its own (``os.environ[NAME]
+only where it is imported at the script's top level with nothing before it but other imports (none
+of a module of its own beside it, whose code then runs), a docstring, and environment settings of literal names that are none of its own (``os.environ[NAME]
 = ...``, ``os.environ.setdefault(NAME, ...)``, ``os.putenv(NAME, ...)``). Anything else before it
 (a call, a condition, a ``try``, an ``os.environ.update``) ends the look: what comes after it may
 depend on what ran.
@@ -54,6 +54,12 @@ def _env_name(node: ast.stmt) -> tuple[bool, Optional[str]]:
     return False, None
 
 
+def _beside(script: str, name: str) -> bool:
+    """Whether ``name`` is a module of the script's own, beside it (its import runs its code)."""
+    folder = os.path.dirname(os.path.abspath(script))
+    return os.path.isfile(os.path.join(folder, name + ".py")) or os.path.isdir(os.path.join(folder, name))
+
+
 def script_preloads(path: str) -> tuple[str, ...]:
     """The modules of PRELOADABLE the script at ``path`` imports first thing (see above), in its
     order; () where it cannot be read or parsed."""
@@ -71,11 +77,11 @@ def script_preloads(path: str) -> tuple[str, ...]:
             continue  # the docstring
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             if isinstance(node, ast.ImportFrom):
-                if node.level or not node.module:
-                    continue  # a module of its own, beside it
-                tops = [node.module.split(".")[0]]
+                tops = [node.module.split(".")[0]] if node.module and not node.level else []
             else:
                 tops = [alias.name.split(".")[0] for alias in node.names]
+            if not tops or any(_beside(path, top) for top in tops):
+                break  # a module of the script's own: its code ran, and may have set anything
             for top in tops:
                 prefixes = PRELOADABLE.get(top)
                 if prefixes is None or top in found:

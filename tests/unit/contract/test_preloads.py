@@ -47,6 +47,12 @@ def test_nothing_after_what_could_change_its_import(tmp_path, before):
     assert script_preloads(write(tmp_path, text)) == ()
 
 
+def test_nothing_after_a_module_of_the_scripts_own_whose_code_runs_on_import(tmp_path):
+    (tmp_path / "settings.py").write_text("import os\nos.environ['KERAS_HOME'] = '/k'\n")
+    assert script_preloads(write(tmp_path, "import settings\nimport tf_keras\n")) == ()
+    assert script_preloads(write(tmp_path, "from . import helpers\nimport tf_keras\n")) == ()
+
+
 def test_a_variable_of_one_library_keeps_only_that_one_and_what_follows_it(tmp_path):
     text = "import os\nimport tf_keras\nos.environ['TFDS_DATA_DIR'] = '/d'\nimport tensorflow_datasets\n"
     assert script_preloads(write(tmp_path, text)) == ("tf_keras",)
