@@ -23,8 +23,8 @@ step with its time, to a file: the same clock for both sides, whatever their log
 
 Every process of a side must be gone once its command exits (``ray.shutdown()`` in Ray's driver):
 what is left after 30 s is killed and fails the benchmark. Medians of ``--trials``, the load
-average before and after each run, and the ratios against the criteria: start >= 5x, recovery
->= 5x, peak RSS >= 3x less, throughput >= 1.0 of Ray's.
+average before and after each run, and the ratios against the criteria (the warm-hosts round's):
+start >= 6x, recovery >= 10x, peak RSS >= 3x less, throughput >= 1.1x Ray's.
 
     python bench/vs_ray.py [--trials 3] [--kill-after 40] [--window 15] [--after-steps 300] [--keep]
 
@@ -308,10 +308,10 @@ def report(rows: dict[str, list[dict]]) -> None:
                            ("recovery", "kill -> worker:1's first step (s)", ".2f"),
                            ("group", "kill -> both workers' first step (s)", ".2f")):
         print(f"median {word}: tfcluster {span('tfcluster', key, fmt)}, Ray {span('ray', key, fmt)}")
-    for key, word, target, ours_over_theirs in (("start", "start: Ray / tfcluster", 5.0, False),
-                                                 ("recovery", "recovery: Ray / tfcluster", 5.0, False),
+    for key, word, target, ours_over_theirs in (("start", "start: Ray / tfcluster", 6.0, False),
+                                                 ("recovery", "recovery: Ray / tfcluster", 10.0, False),
                                                  ("rss", "peak RSS sum: Ray / tfcluster", 3.0, False),
-                                                 ("examples_s", "throughput: tfcluster / Ray", 1.0, True)):
+                                                 ("examples_s", "throughput: tfcluster / Ray", 1.1, True)):
         ours, theirs = med("tfcluster", key), med("ray", key)
         ratio = ours / theirs if ours_over_theirs else theirs / ours
         print(f"{word} {ratio:.2f} (criterion >= {target:g}: {'met' if ratio >= target else 'not met'})")
