@@ -25,6 +25,8 @@ import ast
 import os
 from typing import Optional
 
+from launcher.contract.usestf import module_beside
+
 # The libraries imported ahead where a script imports them, and the prefixes of the environment
 # variables each reads as it is imported (a script that sets one of them first gets its own import).
 PRELOADABLE: dict[str, tuple[str, ...]] = {
@@ -54,12 +56,6 @@ def _env_name(node: ast.stmt) -> tuple[bool, Optional[str]]:
     return False, None
 
 
-def _beside(script: str, name: str) -> bool:
-    """Whether ``name`` is a module of the script's own, beside it (its import runs its code)."""
-    folder = os.path.dirname(os.path.abspath(script))
-    return os.path.isfile(os.path.join(folder, name + ".py")) or os.path.isdir(os.path.join(folder, name))
-
-
 def script_preloads(path: str) -> tuple[str, ...]:
     """The modules of PRELOADABLE the script at ``path`` imports first thing (see above), in its
     order; () where it cannot be read or parsed."""
@@ -80,7 +76,8 @@ def script_preloads(path: str) -> tuple[str, ...]:
                 tops = [node.module.split(".")[0]] if node.module and not node.level else []
             else:
                 tops = [alias.name.split(".")[0] for alias in node.names]
-            if not tops or any(_beside(path, top) for top in tops):
+            folder = os.path.dirname(os.path.abspath(path))
+            if not tops or any(module_beside(folder, top) for top in tops):
                 break  # a module of the script's own: its code ran, and may have set anything
             for top in tops:
                 prefixes = PRELOADABLE.get(top)

@@ -52,8 +52,17 @@ def uses_tensorflow(target, module, search=None, cwd=None):
         if depth < 2:
             folder = os.path.dirname(path)
             for name in set(re.findall(rb"^[ \t]*(?:from|import)[ \t]+\.?([A-Za-z_]\w*)", text, re.M)):
-                name = name.decode()
-                for near in (os.path.join(folder, name + ".py"), os.path.join(folder, name, "__init__.py")):
-                    if os.path.isfile(near):
-                        todo.append((near, depth + 1))
+                near = module_beside(folder, name.decode())
+                if near:
+                    todo.append((near, depth + 1))
     return False
+
+
+def module_beside(folder, name):
+    """The file of module ``name`` in ``folder`` (a package's ``__init__.py``, else ``name.py``, as
+    Python's own finder looks): the code an ``import name`` runs from a script in that folder; None
+    where there is none."""
+    for near in (os.path.join(folder, name, "__init__.py"), os.path.join(folder, name + ".py")):
+        if os.path.isfile(near):
+            return near
+    return None

@@ -22,6 +22,7 @@ from typing import Optional
 
 from launcher.bounded import one_line
 from launcher.contract.entrypoint import is_reference_worker, module_of
+from launcher.contract.usestf import module_beside
 from launcher.errors import SpecError
 from launcher.loader.scriptread import MAX_SOURCE, Facts, Use, read_source
 from launcher.loader.shadow import task_dirs
@@ -109,9 +110,9 @@ def script_facts(first: Path) -> list[tuple[Path, Facts]]:
         out.append((path, facts))
         if depth < DEPTH:
             for name in sorted(facts.imports):
-                for near in (path.parent / f"{name}.py", path.parent / name / "__init__.py"):
-                    if near.is_file():
-                        todo.append((near, depth + 1))
+                near = module_beside(str(path.parent), name)
+                if near:
+                    todo.append((Path(near), depth + 1))
     return out
 
 
