@@ -23,6 +23,12 @@ rm -rf "$venv"
 "$base_python" -m venv "$venv"
 # Newest versions within the ranges: a fresh virtualenv has nothing to keep, and --upgrade says so.
 timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade -e ".[tf,test,export,compare,ssh,docker,docs]"
+# The checkout's own modules compiled once, as pip compiles an installed package's (a wheel's
+# user has them; an editable install has not): where PYTHONDONTWRITEBYTECODE is set, as this
+# machine's environment sets it, each launcher, wrapper, agent and task process would compile
+# them again (the `up` path's imports: 0.70 s against 0.46 s, 2026-12-04). Python still checks
+# each against its source, so an edit is never run stale.
+"$venv/bin/python" -m compileall -q launcher worker tests bench > /dev/null
 "$venv/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
     | grep -iE '^(pytest|tensorflow|tf[-_]keras|pydantic|fabric|paramiko|docker|rich|jsonschema|pyyaml|mkdocs|mkdocs-material) ' \
     | tr -s ' ' | tr '\n' ';' | sed 's/^/tests\/run.sh: in the fresh virtualenv: /; s/;$/\n/' >&2
