@@ -188,7 +188,7 @@ class AttemptPhases:
         """A task consistently behind the others (straggler.py), recorded once when named and once
         when it caught up: a straggler event (``status`` shows it while it lasts)."""
         if self._stragglers is None or self._stragglers[0] != attempt.number:
-            self._stragglers = (attempt.number, Stragglers(self.plan.strategy))
+            self._stragglers = (attempt.number, Stragglers(self.plan.strategy, self.watchdog.straggler_after))
         trainers = [k for k in self.group.handles if k.startswith(("chief:", "worker:"))]  # (not the evaluator)
         with self.group.lock:
             sample = Sample(now, {k: self.group.counts[k] for k in trainers if k in self.group.counts},

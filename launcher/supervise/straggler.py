@@ -15,9 +15,10 @@ Two cases, by how the strategy steps:
   ``WAITED`` below the median of the others' holds them back. A task slow *inside* TensorFlow (a
   slower GPU) keeps its peers in the same call: the counts cannot tell it.
 
-A verdict must hold in ``HOLD`` windows in a row (each ``EVERY`` seconds, apart: a minute) to be
-said, and so must its end: "consistently behind", not one slow stretch (a 25 s pause in a callback
-spans at most three windows).
+A verdict must hold in ``HOLD`` windows in a row (each ``EVERY`` seconds by default, all of them a
+minute: ``watchdog.straggler_after``, which sets the windows' length) to be said, and so must its
+end: "consistently behind", not one slow stretch (a 25 s pause in a callback spans at most three
+of the default windows).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-EVERY = 10.0  # seconds between samples: each rate is taken over one such window
+EVERY = 10.0  # seconds between samples by default (watchdog.straggler_after / HOLD): each rate is taken over one
 HOLD = 6  # windows in a row that must agree
 SLOWER = 0.25  # ParameterServer: a worker this much below the others' median rate
 WAITED = 0.25  # MultiWorkerMirrored: this much less of its time inside TensorFlow than the others'
@@ -78,17 +79,19 @@ def behind(old: Sample, new: Sample, strategy: str) -> Optional[Lag]:
 
 
 class Stragglers:
-    """Samples taken every EVERY seconds; ``sample`` answers when the named straggler changes:
-    a Lag (named), or the key of the one that caught up."""
+    """Samples taken every ``every`` seconds (``after`` / HOLD: a verdict holds for ``after``
+    seconds before it is said; 0: none ever is); ``sample`` answers when the named straggler
+    changes: a Lag (named), or the key of the one that caught up."""
 
-    def __init__(self, strategy: str) -> None:
-        self.strategy = strategy
+    def __init__(self, strategy: str, after: float = EVERY * HOLD) -> None:
+        self.strategy = strategy if after > 0 else "off"
+        self.every = after / HOLD
         self.last: Optional[Sample] = None
         self.named: Optional[Lag] = None
         self.streak: list[Optional[str]] = []
 
     def sample(self, now: Sample) -> "Optional[Lag | str]":
-        if self.last is not None and now.at - self.last.at < EVERY:
+        if self.last is not None and now.at - self.last.at < self.every:
             return None
         last, self.last = self.last, now
         if last is None:

@@ -107,6 +107,11 @@ class Watchdog(OptionsModel):
     or the evaluator is killed and restarted alone. A stopped task holds its peers in their
     collectives, and TensorFlow's own heartbeats end the group 8-11 s later anyway. Not on docker
     without tfcluster's wrapper in the image."""
+    straggler_after: Seconds = Field(default=60.0, ge=0)
+    """Seconds a task must stay behind the others before it is named a straggler, or 0 (never): six
+    windows of a sixth of it each must agree, and so must its catching up, so that one slow stretch
+    (a 25 s pause in a callback, under the default) is none. Shorter for short runs (a CI smoke
+    test), longer where steps vary (docs/hangs.md, "Stragglers")."""
     stop_grace: Seconds = Field(default=5.0, ge=0)
     """Seconds between SIGTERM and SIGKILL when stopping tasks. A task that has said its agreed
     save is written (the reference worker's `tfcluster-preempted`) gets 0.5 s more, not the rest:

@@ -86,3 +86,29 @@ def test_the_beat_carries_time_inside_and_the_coordinator_s_counts_by_worker():
     assert group.inside["chief:0"] == 3.25 and len(group.closures["chief:0"]) == 4096  # bounded
     group.new_process("chief:0")
     assert "chief:0" not in group.inside and "chief:0" not in group.closures
+
+
+def _named(watch: Stragglers, every: float, windows: int) -> list:
+    """What ``watch`` says over ``windows`` samples ``every`` seconds apart, worker:1 at a third of the others' rate."""
+    said = []
+    for step in range(windows):
+        out = watch.sample(pss(step * every, w0=10, w1=10, w2=3))
+        said += [(step * every, out.key)] if isinstance(out, Lag) else []
+    return said
+
+
+def test_straggler_after_sets_the_windows_so_that_a_verdict_takes_that_long_and_0_names_none():
+    # watchdog.straggler_after 12: six 2-second windows; a sample 1 s after the last is passed over
+    watch = Stragglers("parameter_server", 12.0)
+    assert watch.sample(pss(0, w0=10, w2=3)) is None and watch.sample(pss(1.5, w0=10, w2=3)) is None
+    assert watch.last.at == 0
+    assert _named(Stragglers("parameter_server", 12.0), 2.0, 10) == [(12.0, "worker:2")]
+    assert _named(Stragglers("parameter_server", 12.0), 1.0, 13) == [(12.0, "worker:2")]  # (every other sample taken)
+    assert _named(Stragglers("parameter_server"), 2.0, 40) == [(60.0, "worker:2")]  # the default: a minute
+    assert _named(Stragglers("parameter_server", 0.0), 2.0, 40) == []
+    mwms_named = []
+    for after in (12.0, 0.0):
+        watch = Stragglers("multi_worker_mirrored", after)
+        mwms_named.append([(step * 2.0, out.key) for step in range(40)
+                           for out in [watch.sample(mwms(step * 2.0, w0=0.9, w1=0.3, w2=0.85))] if isinstance(out, Lag)])
+    assert mwms_named == [[(12.0, "worker:1")], []]
