@@ -31,8 +31,8 @@ RUN_TIMEOUT = 240
 PSS_TASKS = "{chief: 1, worker: 2, ps: 1, evaluator: 1}"
 
 
-def pss_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = PSS_TASKS, extra: str = "") -> Path:
-    return write_spec(tmp_path, tfds_dir, entrypoint, tasks=tasks, extra=extra, strategy="parameter_server")
+def pss_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = PSS_TASKS, extra: str = "", **kw) -> Path:
+    return write_spec(tmp_path, tfds_dir, entrypoint, tasks=tasks, extra=extra, strategy="parameter_server", **kw)
 
 
 def run_with_kill(spec: Path, wait_pattern: str, key: str, then: str | None = None) -> str:
@@ -140,8 +140,10 @@ def test_pss_worker_killed_is_replaced_by_its_standby_alone_and_rejoins(tmp_path
 def test_a_pss_worker_throttled_to_a_quarter_of_its_time_is_named_a_straggler(tmp_path, tfds_dir):
     # worker:2's process runs 50 ms of every 200 (SIGSTOP/SIGCONT, as a host whose CPU is taken
     # by others): the coordinator's closures on it finish at a fraction of the others' rate.
+    # (straggler_after 12: six 2-second windows instead of the default's minute)
     spec = pss_spec(tmp_path, tfds_dir, "python -m worker --epochs 500 --steps-per-epoch 20 --progress-every 5",
-                    tasks="{chief: 1, worker: 3, ps: 1}")
+                    tasks="{chief: 1, worker: 3, ps: 1}",
+                    watchdog="startup_timeout: 120, stop_grace: 3, straggler_after: 12")
     stop = threading.Event()
 
     def throttle(proc) -> None:
