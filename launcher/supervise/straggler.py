@@ -84,14 +84,15 @@ class Stragglers:
     changes: a Lag (named), or the key of the one that caught up."""
 
     def __init__(self, strategy: str, after: float = EVERY * HOLD) -> None:
-        self.strategy = strategy if after > 0 else "off"
+        self.strategy = strategy
         self.every = after / HOLD
+        self.off = after <= 0
         self.last: Optional[Sample] = None
         self.named: Optional[Lag] = None
         self.streak: list[Optional[str]] = []
 
     def sample(self, now: Sample) -> "Optional[Lag | str]":
-        if self.last is not None and now.at - self.last.at < self.every:
+        if self.off or self.last is not None and now.at - self.last.at < self.every:
             return None
         last, self.last = self.last, now
         if last is None:
