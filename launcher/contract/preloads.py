@@ -68,6 +68,7 @@ def script_preloads(path: str) -> tuple[str, ...]:
         return ()
     found: list[str] = []
     names: set[str] = set()  # the environment variables set so far
+    folder = os.path.dirname(os.path.abspath(path))  # where a module of its own would be
     for i, node in enumerate(tree.body):
         if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # the docstring
@@ -76,7 +77,6 @@ def script_preloads(path: str) -> tuple[str, ...]:
                 tops = [node.module.split(".")[0]] if node.module and not node.level else []
             else:
                 tops = [alias.name.split(".")[0] for alias in node.names]
-            folder = os.path.dirname(os.path.abspath(path))
             if not tops or any(module_beside(folder, top) for top in tops):
                 break  # a module of the script's own: its code ran, and may have set anything
             for top in tops:
