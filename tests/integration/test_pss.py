@@ -143,7 +143,7 @@ def test_a_pss_worker_throttled_to_a_quarter_of_its_time_is_named_a_straggler(tm
     # (straggler_after 12: six 2-second windows instead of the default's minute)
     spec = pss_spec(tmp_path, tfds_dir, "python -m worker --epochs 500 --steps-per-epoch 20 --progress-every 5",
                     tasks="{chief: 1, worker: 3, ps: 1}",
-                    watchdog="startup_timeout: 120, stop_grace: 3, straggler_after: 12")
+                    watchdog="{startup_timeout: 120, stop_grace: 3, straggler_after: 12}")
     stop = threading.Event()
 
     def throttle(proc) -> None:

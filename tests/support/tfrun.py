@@ -27,12 +27,12 @@ RUN_TIMEOUT = 300
 
 
 def write_spec(tmp_path: Path, tfds_dir: Path, entrypoint: str, tasks: str = "{worker: 2}", extra: str = "",
-               strategy: str = "multi_worker_mirrored", watchdog: str = "startup_timeout: 120, stop_grace: 3") -> Path:
+               strategy: str = "multi_worker_mirrored", watchdog: str = "{startup_timeout: 120, stop_grace: 3}") -> Path:
     """A spec (run name ``demo``) for a TensorFlow run of ``entrypoint`` that imports this
-    checkout's worker and reads its datasets from ``tfds_dir``; ``watchdog``: its mapping's keys."""
+    checkout's worker and reads its datasets from ``tfds_dir``."""
     return local_spec(tmp_path, entrypoint, name="demo", tasks=tasks, strategy=strategy, extra=extra,
                       env={"PYTHONPATH": str(ROOT), "TFDS_DATA_DIR": str(tfds_dir), "TF_CPP_MIN_LOG_LEVEL": '"2"'},
-                      watchdog=f"{{{watchdog}}}")
+                      watchdog=watchdog)
 
 
 def with_epoch_eval(spec: Path) -> Path:
