@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from launcher.contract import envnames, liveness
+from launcher.contract.exitsync import exit_together
 from launcher.contract.progress import report
 from launcher.contract.portcheck import check_task_port
 
@@ -213,13 +214,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from worker.tpu import TpuUnavailable
 
     try:
-        return run_sync(args, task, model_dir(args))
+        code = run_sync(args, task, model_dir(args))
     except TpuUnavailable as exc:
         print(f"worker: error: {exc}", file=sys.stderr, flush=True)
         if exc.stuck:  # its thread is still inside TensorFlow: no interpreter teardown around it
             sys.stdout.flush()
             os._exit(2)
         return 2
+    # The final save's collectives: no worker leaves while a peer may still pull its reply.
+    exit_together(args.strategy, code)
+    return code
 
 
 # Exit 143 after the agreed save (preemption.py: 128 + SIGTERM).

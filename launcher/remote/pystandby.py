@@ -70,6 +70,9 @@ def _liveness(step):
 # launcher/remote/promotion.py's text goes here (stub_command): the promoted environment.
 # @PROMOTION@
 
+# launcher/contract/exitsync.py's text goes here (stub_command): the group's end together.
+# @EXITSYNC@
+
 
 def _main():
     argv = sys.argv[1:]
@@ -164,6 +167,9 @@ def _as_main(target, args, module):
 def _run(go):
     try:
         go()()
+    except SystemExit as exc:  # (sys.exit(0) ends well too)
+        exit_together(os.environ.get(STRATEGY), exc.code)
+        raise
     except Exception as exc:  # noqa: BLE001 - what the interpreter does with it, without our frames
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
@@ -171,6 +177,8 @@ def _run(go):
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         del exc, tb
         sys.exit(1)
+    else:
+        exit_together(os.environ.get(STRATEGY))
 
 
 _run(_main)

@@ -47,7 +47,7 @@ RESERVE_BYTES = 2**30
 def _stub_source() -> str:
     from pathlib import Path
 
-    from launcher.contract import kerasalias, liveness, portcheck, standbyprio, usestf
+    from launcher.contract import exitsync, kerasalias, liveness, portcheck, standbyprio, usestf
     from launcher.remote import source
 
     live = Path(liveness.__file__).read_text(encoding="utf-8")
@@ -59,7 +59,8 @@ def _stub_source() -> str:
             .replace("# @STANDBYPRIO@\n", Path(standbyprio.__file__).read_text(encoding="utf-8"))
             .replace("# @PORTCHECK@\n", Path(portcheck.__file__).read_text(encoding="utf-8"))
             .replace("# @USESTF@\n", Path(usestf.__file__).read_text(encoding="utf-8"))
-            .replace("# @PROMOTION@\n", source("promotion.py")))
+            .replace("# @PROMOTION@\n", source("promotion.py"))
+            .replace("# @EXITSYNC@\n", Path(exitsync.__file__).read_text(encoding="utf-8")))
 
 
 def stub_command(argv: Sequence[str]) -> Optional[list[str]]:

@@ -1,0 +1,72 @@
+"""A MultiWorkerMirroredStrategy group ends together (launcher/contract/exitsync.py): a user's
+script under tfcluster's stub, every task forked by the run's zygote (the local backend's default),
+2 workers. A worker whose script has ended leaves only once its peer's has too, so no peer can
+still be pulling the reply to its last collective (the end of a run that trained to the end, lost
+as "Collective ops is aborted by: Socket closed ... RecvBuf"); and only for END_WAIT seconds at
+most: a chief that works on alone does not hold its workers for longer."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+import launcher.record.events as ev
+from launcher.contract.exitsync import END_WAIT
+from tests.support.specs import local_spec
+from tests.support.tfrun import events, run_dir, up
+
+pytestmark = [pytest.mark.integration, pytest.mark.tf]
+
+# worker:0 stays LINGER s after the group's last step, then ends; worker:1 ends at once. Each says
+# when its script ended (this machine's clock, which the run record's times are on too).
+SCRIPT = """\
+import json, os, sys, time
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+me = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+step = tf.function(lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None))
+for _ in range(3):
+    step()
+time.sleep(float(sys.argv[1]) if me == 0 else 0.0)
+print(f"script-end {time.time():.3f}", flush=True)
+"""
+END = re.compile(r"^script-end (\d+\.\d+)$", re.M)
+
+
+def _run(tmp_path, linger: float) -> tuple[dict[str, float], dict[str, float]]:
+    """(when each worker's script ended, when each worker's process exited), for one run."""
+    tmp_path.mkdir()
+    (tmp_path / "train.py").write_text(SCRIPT)
+    spec = local_spec(tmp_path, f"[{sys.executable}, train.py, '{linger}']", name="demo",
+                      env={"TF_CPP_MIN_LOG_LEVEL": "'2'"}, watchdog="{startup_timeout: 180, stop_grace: 2}",
+                      extra="restart: {max_restarts: 0}\n")
+    result = up(spec, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    run = run_dir(spec)
+    assert "ready pid=" in (run / "zygote.log").read_text(), "the tasks were not forked by the run's zygote"
+    ended = {}
+    for key in ("worker:0", "worker:1"):
+        found = END.findall((run / "logs" / f"{key.replace(':', '-')}.log").read_text())
+        assert len(found) == 1, (key, found)
+        ended[key] = float(found[0])
+    exited = {e["task"]: e.time for e in events(spec) if isinstance(e, ev.Exit)}
+    assert set(exited) == {"worker:0", "worker:1"}, exited
+    return ended, exited
+
+
+def test_a_worker_leaves_once_its_peer_has_ended_and_waits_no_longer_than_exit_wait(tmp_path):
+    # The peer ends 3 s after this worker's script: this worker waits for it, not for END_WAIT.
+    ended, exited = _run(tmp_path / "a", 3.0)
+    assert ended["worker:0"] - ended["worker:1"] > 2.5, ended
+    assert exited["worker:1"] >= ended["worker:0"] - 0.05, (ended, exited)  # (not before its peer's end)
+    assert exited["worker:1"] - ended["worker:0"] < 2.0, (ended, exited)  # (soon after: the barrier passed)
+    # The peer works on alone for longer than END_WAIT: this worker leaves after END_WAIT.
+    ended, exited = _run(tmp_path / "b", END_WAIT + 6)
+    waited = exited["worker:1"] - ended["worker:1"]
+    assert END_WAIT - 0.5 <= waited < END_WAIT + 3, (waited, ended, exited)
+    assert exited["worker:1"] < ended["worker:0"] - 2, (ended, exited)
+    # The chief, arriving after the barrier ran out, is not held again.
+    assert exited["worker:0"] - ended["worker:0"] < 2.0, (ended, exited)
