@@ -67,11 +67,12 @@ def test_the_preemption_handler_saves_on_the_gce_notice_and_resumes_on_the_spare
     finally:
         server.kill()
         bring_back(lab, "h2")
-    assert code == 0, out[-6000:]
-    assert "h2: GCE preemption notice; its tasks save and stop now" in out, out[-4000:]
-    assert "worker:1 moved to h3" in out, out[-4000:]
     starts = {k: [int(m.group(1)) for m in re.finditer(rf"^\[{re.escape(k)}\] training from step (\d+) to", out, re.M)]
               for k in ("worker:0", "worker:1")}
+    ends = {k: re.findall(rf"^\[{re.escape(k)}\] step (\d+) loss", out, re.M)[-1:] for k in ("worker:0", "worker:1")}
+    assert code == 0, f"each worker's starts {starts}, last steps {ends}\n" + out[-6000:]
+    assert "h2: GCE preemption notice; its tasks save and stop now" in out, out[-4000:]
+    assert "worker:1 moved to h3" in out, out[-4000:]
     # Both resumed from the one save, which came after the notice (step 20).
     assert starts["worker:0"][0] == starts["worker:1"][0] == 0, starts
     assert starts["worker:0"][-1] == starts["worker:1"][-1] >= 20, starts
