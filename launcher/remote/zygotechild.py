@@ -141,6 +141,9 @@ def die_with_parent(parent: int) -> None:
 
 # The zygote's own modules, not a cold start's: a task's module of the same name is its own.
 _OUR_MODULES = ("zygotechild", "zygotewait", "sibling")
+# The modules this process had from the zygote when its entry began (run_main): every other one,
+# and ``__main__``, is the task's own, which its end clears as a cold start's teardown does.
+_ZYGOTES: set = set()
 
 
 def run_main(mode: str, target: str, args: list) -> int:
@@ -148,6 +151,7 @@ def run_main(mode: str, target: str, args: list) -> int:
     sys.path[0] (nothing added with -P/-I)."""
     import types
 
+    _ZYGOTES.update(sys.modules)
     for name in _OUR_MODULES:
         sys.modules.pop(name, None)
     safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
@@ -173,7 +177,19 @@ def run_main(mode: str, target: str, args: list) -> int:
     sys.argv[:] = [target, *args]
     if not safe:
         sys.path[0] = os.path.dirname(os.path.realpath(target))
-    runpy.run_path(target, run_name="__main__")
+    if not os.path.isfile(target):  # (a directory or a zip with a __main__.py)
+        runpy.run_path(target, run_name="__main__")
+        return 0
+    # A file runs in the one __main__ module, as python runs it (runpy.run_path would use a
+    # module of its own and drop it): its globals are what the end clears (end_own_objects).
+    import importlib.machinery
+
+    with open(target, "rb") as fh:
+        source = fh.read()
+    where = os.path.abspath(target)
+    main.__file__, main.__cached__, main.__package__, main.__spec__ = where, None, None, None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", where)
+    exec(compile(source, target, "exec", dont_inherit=True), main.__dict__)
     return 0
 
 
@@ -208,6 +224,7 @@ def exit_as_interpreter(code, sig: int = 0) -> None:
         atexit._run_exitfuncs()
     except Exception:  # noqa: BLE001
         pass
+    end_own_objects()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -217,3 +234,65 @@ def exit_as_interpreter(code, sig: int = 0) -> None:
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(code & 0xFF)
+
+
+def end_own_objects() -> None:
+    """What a cold start's teardown does to the task's own objects, which ``os._exit`` would skip,
+    in the interpreter's order (Py_FinalizeEx's finalize_modules): the task's modules (``__main__``
+    and every module it imported itself) taken out of sys.modules, what that frees collected, then
+    what is left of them cleared, the last imported first, and collected again. So an object that
+    writes when it goes writes: a file the script never closed, TensorFlow's summary writer (its
+    events reach the file at a flush: every 2 minutes, or at its end), a ``__del__``. Forked and
+    ended at once, a task's event file kept its header only (78 bytes against a cold start's 386, 5
+    scalars) and an unclosed file nothing. The zygote's modules, and so what the server holds, are
+    left alone (their ends may touch what it keeps; its own objects were frozen out of the
+    collector before the fork); the writer a script made TensorFlow's default (``set_as_default``)
+    is held by TensorFlow's module, so it is let go there. A daemon thread that meets a cleared
+    module says nothing: a cold teardown stops them."""
+    import gc
+    import threading
+    import weakref
+
+    threading.excepthook = lambda args: None
+    names = [name for name in reversed(list(sys.modules)) if name not in _ZYGOTES or name == "__main__"]
+    left = []
+    for name in names:
+        module = sys.modules.pop(name, None)
+        try:
+            left.append(weakref.ref(module))
+        except TypeError:  # (None, or an object that is not a module)
+            pass
+    module = None
+    _flush_own_files(gc)
+    summaries = sys.modules.get("tensorflow.python.ops.summary_ops_v2")
+    state = getattr(summaries, "_summary_state", None)
+    if getattr(state, "writer", None) is not None:
+        state.writer = None
+    try:
+        gc.collect()
+        for ref in left:
+            alive = ref()
+            if alive is not None and isinstance(getattr(alive, "__dict__", None), dict):
+                alive.__dict__.clear()
+            alive = None
+        gc.collect()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _flush_own_files(gc) -> None:
+    """Flush every open file object this process made after the fork (the collector's
+    generations: the zygote's were frozen into its permanent one), text first, then its buffer.
+    A cold teardown writes them as it frees them; collected together in a cycle here, a buffer
+    closed before its text layer would drop the text (an unclosed file in the script: empty)."""
+    import io
+
+    std = {id(sys.stdin), id(sys.stdout), id(sys.stderr), id(sys.__stdout__), id(sys.__stderr__)}
+    found = [o for o in gc.get_objects() if isinstance(o, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom))
+             and id(o) not in std]
+    for obj in sorted(found, key=lambda o: not isinstance(o, io.TextIOWrapper)):
+        try:
+            if not obj.closed:
+                obj.flush()
+        except Exception:  # noqa: BLE001 - (a full disk: what a cold teardown would drop too)
+            pass

@@ -70,6 +70,33 @@ def test_exits_tracebacks_and_signals_are_a_cold_starts(zygote):
     assert out == "late\n"  # (the last case: a non-daemon thread is waited for, as at a cold exit)
 
 
+
+def test_the_tasks_own_objects_end_as_at_a_cold_exit(zygote, tmp_path):
+    """What the interpreter's teardown does and os._exit would skip: a file the script never closed
+    (in the script and in a module it imported) is written, an object's __del__ runs, at exit 0 and
+    at a failure alike; the zygote's own modules are left alone."""
+    (tmp_path / "helper.py").write_text("import sys\nlog = open(sys.argv[2] + '.helper', 'w')\nlog.write('h' * 5)\n")
+    body = ("import json, sys, helper\n"
+            "out = open(sys.argv[2], 'w')\nout.write('x' * 100)\n"
+            "class Bye:\n    def __del__(self):\n        print('bye', json.dumps(1), flush=True)\n"
+            "b = Bye()\nsys.exit(int(sys.argv[1]))\n")
+    (tmp_path / "train.py").write_text(body)
+    for code in (0, 3):
+        got = {}
+        for how in ("forked", "cold"):
+            out_file = tmp_path / f"{how}-{code}"
+            argv = [sys.executable, "train.py", str(code), str(out_file)]
+            if how == "forked":
+                p = wrap(zygote, argv, cwd=tmp_path)
+                out, err = finish(p)
+                rc = p.returncode
+            else:
+                cold = subprocess.run(argv, capture_output=True, text=True, env=base_env(), cwd=tmp_path)
+                out, err, rc = cold.stdout, cold.stderr, cold.returncode
+            got[how] = (rc, out, out_file.read_text(), Path(f"{out_file}.helper").read_text(), err)
+        assert got["forked"] == got["cold"] == (code, "bye 1\n", "x" * 100, "h" * 5, ""), got
+    assert "ready" in (tmp_path / "zygote.log").read_text()
+
 def test_the_task_ends_with_its_wrapper_and_takes_signals_through_it(zygote, tmp_path):
     code = ("import signal, time, sys\n"
             "signal.signal(signal.SIGUSR1, lambda *a: (print('usr1', flush=True)))\n"

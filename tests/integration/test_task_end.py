@@ -1,6 +1,10 @@
-"""A MultiWorkerMirroredStrategy group ends together (launcher/contract/exitsync.py): a user's
-script under tfcluster's stub, every task forked by the run's zygote (the local backend's default),
-2 workers. A worker whose script has ended leaves only once its peer's has too, so no peer can
+"""A task's end, with a user's script under tfcluster's stub and every task forked by the run's
+zygote (the local backend's default), as a cold start's end would be.
+
+A forked task's own objects end as at a cold exit (launcher/remote/zygotechild.py end_own_objects):
+TensorFlow's summary writer that the script never flushed or closed writes every scalar.
+
+A MultiWorkerMirroredStrategy group ends together (launcher/contract/exitsync.py), 2 workers. A worker whose script has ended leaves only once its peer's has too, so no peer can
 still be pulling the reply to its last collective (the end of a run that trained to the end, lost
 as "Collective ops is aborted by: Socket closed ... RecvBuf"); and only for END_WAIT seconds at
 most: a chief that works on alone does not hold its workers for longer."""
@@ -15,7 +19,7 @@ import pytest
 import launcher.record.events as ev
 from launcher.contract.exitsync import END_WAIT
 from tests.support.specs import local_spec
-from tests.support.tfrun import events, run_dir, up
+from tests.support.tfrun import events, run_dir, tensorboard_scalars, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.tf]
 
@@ -34,6 +38,29 @@ time.sleep(float(sys.argv[1]) if me == 0 else 0.0)
 print(f"script-end {time.time():.3f}", flush=True)
 """
 END = re.compile(r"^script-end (\d+\.\d+)$", re.M)
+
+
+WRITER = """\
+import sys
+import tensorflow as tf
+
+writer = tf.summary.create_file_writer(sys.argv[1])
+writer.set_as_default()
+for step in range(5):
+    tf.summary.scalar("loss", 1.0 / (step + 1), step=step)
+print("wrote 5", flush=True)
+"""
+
+
+def test_a_forked_tasks_summary_writer_never_flushed_writes_every_scalar(tmp_path):
+    (tmp_path / "train.py").write_text(WRITER)
+    spec = local_spec(tmp_path, f"[{sys.executable}, train.py, '{tmp_path / 'tb'}']", name="demo", tasks="{worker: 1}",
+                      strategy="mirrored", env={"TF_CPP_MIN_LOG_LEVEL": "'2'"}, extra="restart: {max_restarts: 0}\n")
+    result = up(spec, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "ready pid=" in (run_dir(spec) / "zygote.log").read_text(), "the task was not forked by the run's zygote"
+    # (the writer's flush comes every 2 minutes, or at its end: a forked task's os._exit had only the header)
+    assert tensorboard_scalars(tmp_path / "tb") == [("loss", i, pytest.approx(1.0 / (i + 1))) for i in range(5)]
 
 
 def _run(tmp_path, linger: float) -> tuple[dict[str, float], dict[str, float]]:
