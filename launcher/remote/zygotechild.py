@@ -254,6 +254,11 @@ def end_own_objects() -> None:
     import weakref
 
     threading.excepthook = lambda args: None
+    # (looked up first: the task may have imported it itself, and then it goes below)
+    state = getattr(sys.modules.get("tensorflow.python.ops.summary_ops_v2"), "_summary_state", None)
+    if getattr(state, "writer", None) is not None:
+        state.writer = None
+    state = None
     names = [name for name in reversed(list(sys.modules)) if name not in _ZYGOTES or name == "__main__"]
     left = []
     for name in names:
@@ -264,10 +269,6 @@ def end_own_objects() -> None:
             pass
     module = None
     _flush_own_files(gc)
-    summaries = sys.modules.get("tensorflow.python.ops.summary_ops_v2")
-    state = getattr(summaries, "_summary_state", None)
-    if getattr(state, "writer", None) is not None:
-        state.writer = None
     try:
         gc.collect()
         for ref in left:

@@ -331,6 +331,18 @@ def peer_abort(lines: Sequence[str]) -> bool:
     return any(_PEER_ABORT.search(line) for line in lines)
 
 
+def peers_gone_named(key: str, lines: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """The other tasks whose end ``key``'s lines may be reporting (leader_gone's reading): where
+    they say a peer aborted it, every task they name; where they say the coordination service was
+    lost, its leader."""
+    named = []
+    if peer_abort(lines):
+        named = [f"{m.group(1)}:{m.group(2)}" for line in lines for m in _TASK_REF.finditer(line)]
+    if any(_LEADER_LOST.search(line) for line in lines):
+        named.append("chief:0" if "chief:0" in keys else "worker:0")
+    return [k for k in dict.fromkeys(named) if k != key and k in keys]
+
+
 def named_peer(key: str, lines: Sequence[str], keys: Sequence[str]) -> Optional[str]:
     """The other task the lines name as unhealthy or as the source of an abort, if any (the
     last such mention wins: it is the freshest)."""

@@ -10,6 +10,7 @@ plan, the standbys, the attempts so far), and writes only the record and an atte
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Optional, Sequence
 
@@ -18,13 +19,17 @@ from launcher.record import events as ev
 from launcher.record.noise import TAIL, report_tail
 from launcher.record.states import Outcome
 from launcher.supervise.blame import blame_exit, peer_notes, peers_to_ask
-from launcher.supervise.diagnose import exception_lines, hint
+from launcher.supervise.diagnose import exception_lines, hint, peers_gone_named
 from launcher.supervise.context import RunContext
 from launcher.supervise.group import AttemptGroup
 from launcher.supervise.membership import Membership
 from launcher.supervise.policy import FAILED, Attempt, AttemptFailure, output_limit
 from launcher.supervise.standby import WarmStandby
 from launcher.record.layout import locations
+
+
+# Seconds a failed task's named peer gets to report its own exit before the blame (settle_named_peer).
+PEER_EXIT_SETTLE = 1.0
 
 
 class Reporter:
@@ -60,6 +65,7 @@ class Reporter:
             tails = {k: tuple(self.group.tails.get(k, ())) for k in failed}
             activity = dict(self.group.activity)
             counts = {k: self.group.counts.get(k) for k in self.group.handles}
+        exits = self.settle_named_peer(failed[0], tails.get(failed[0], ()), exits)
         asked = self.state_notes(peers_to_ask(failed[0], list(self.group.handles), exits))
         notes = peer_notes(failed[0], list(self.group.handles), exits,
                            lambda k: asked[k] if k in asked else self.state_note(k), now=now, since=since,
@@ -69,6 +75,27 @@ class Reporter:
             fault = replace(fault, reason=f"saved for a preemption and asks for a restart (exit {fault.code}: "
                                           "restart.preemption_exit_codes)")
         self.fail(attempt, fault.key, fault.reason, fault.code, others=fault.others, consequences=fault.consequences)
+
+    def settle_named_peer(self, key: str, lines: Sequence[str], exits: dict) -> dict:
+        """``exits`` as the blame should see them: where ``key``'s lines say a peer aborted it (or
+        the coordination service's leader is lost) and that peer is still running here, up to
+        PEER_EXIT_SETTLE s for its own exit. A task whose pull already waits on its peer fails within milliseconds of that peer's
+        end (its socket closed), and which of the two exits reaches us first is chance: seen in
+        the wrong order, "its collective lost worker:0, which had ended (exit 0) before this task
+        did" became a bare "exit code 1". A copy; the caller's map is left as it is."""
+        waiting = [k for k in peers_gone_named(key, lines, list(self.group.handles)) if exits.get(k) is None]
+        seen = dict(exits)
+        deadline = time.monotonic() + PEER_EXIT_SETTLE
+        while waiting:
+            for peer in list(waiting):
+                code = self.group.handles[peer].poll()
+                if code is not None:
+                    seen[peer] = code
+                    waiting.remove(peer)
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        return seen
 
     def script_text(self, path: str) -> Optional[str]:
         """The text of the script a task's traceback names, where it is the entrypoint's own here."""

@@ -153,6 +153,30 @@ def test_a_failure_asks_every_survivors_state_at_once(tmp_path):
     assert of(events, ev.Failure)[0]["task"] == "worker:1" and "asked alone" not in out
 
 
+
+# TensorFlow 2.21's words in a task whose pull from worker:0 was waiting when worker:0's process ended.
+SOCKET_CLOSED = ("tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: Socket closed",
+                 "Additional GRPC error information from remote target /job:worker/replica:0/task:0 while "
+                 "calling /tensorflow.WorkerService/RecvBuf:")
+
+
+@pytest.mark.parametrize("peer_polls,blamed", [
+    (3, "its collective lost worker:0, which had ended (exit 0) before this task did"),  # (its exit next)
+    (None, "exit code 1"),  # (worker:0 still running after the settle: no claim that it ended)
+])
+def test_a_failure_naming_a_peer_that_just_ended_waits_a_moment_for_that_peers_exit(tmp_path, peer_polls, blamed):
+    """worker:1 fails within milliseconds of worker:0's end (its pull was already waiting), and
+    worker:0's exit may reach the supervisor a poll later: the blame waits up to PEER_EXIT_SETTLE
+    for the named peer's exit, so it says which ended first, not a bare exit code."""
+    said = tuple((1, line) for line in SOCKET_CLOSED)
+    tasks = ScriptedTasks({("worker:1", 0): Script(code=1, polls=2, say=said),
+                           ("worker:0", 0): Script(code=0 if peer_polls else None, polls=peer_polls or 3)},
+                          default=RUN_FOREVER)
+    code, out, events = run(tmp_path, mwms(restarts=0), scripted(tasks))
+    assert code != 0, out
+    (failure,) = of(events, ev.Failure)
+    assert failure["task"] == "worker:1" and failure["reason"].startswith(blamed), failure
+
 # ---------------------------------------------------------------- worker-only restart (PSS)
 
 
