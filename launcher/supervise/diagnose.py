@@ -303,19 +303,28 @@ def leader_gone(key: str, lines: Sequence[str], exits: Mapping[str, Optional[int
     tasks did not end together: the words and the fix, else None."""
     fix = ("every task must run the same collective steps to the end (a task that stops early, or one that does "
            "more, such as only the chief evaluating, leaves the others without it)")
-    leader = "chief:0" if "chief:0" in exits else "worker:0"
+    leader = _leader(exits)
     if leader != key and exits.get(leader) == 0 and any(_LEADER_LOST.search(line) for line in lines):
         return f"lost TensorFlow's coordination service when {leader}, which runs it, ended (exit 0) before this task did: {fix}"
     if not peer_abort(lines):
         return None
-    ended = [f"{m.group(1)}:{m.group(2)}" for line in lines for m in _TASK_REF.finditer(line)]
-    ended = [k for k in ended if k != key and exits.get(k) == 0]
+    ended = [k for k in _tasks_named(lines) if k != key and exits.get(k) == 0]
     if not ended:
         return None
     return f"its collective lost {ended[-1]}, which had ended (exit 0) before this task did: {fix}"
 
 
 _TASK_REF = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
+
+
+def _leader(keys) -> str:
+    """The task that runs TensorFlow's coordination service: the chief, else worker 0."""
+    return "chief:0" if "chief:0" in keys else "worker:0"
+
+
+def _tasks_named(lines: Sequence[str]) -> list[str]:
+    """Every task the lines name (``/job:worker/replica:0/task:1`` as ``worker:1``), in order."""
+    return [f"{m.group(1)}:{m.group(2)}" for line in lines for m in _TASK_REF.finditer(line)]
 _UNHEALTHY = re.compile(
     r"unhealthy|stopped sending heartbeats|Collective ops is aborted by|aborted by|The tasks have crashed|"
     r"Connection reset by peer|Socket closed|failed to connect|heartbeat timeout|is not available|"
@@ -335,11 +344,9 @@ def peers_gone_named(key: str, lines: Sequence[str], keys: Sequence[str]) -> lis
     """The other tasks whose end ``key``'s lines may be reporting (leader_gone's reading): where
     they say a peer aborted it, every task they name; where they say the coordination service was
     lost, its leader."""
-    named = []
-    if peer_abort(lines):
-        named = [f"{m.group(1)}:{m.group(2)}" for line in lines for m in _TASK_REF.finditer(line)]
+    named = _tasks_named(lines) if peer_abort(lines) else []
     if any(_LEADER_LOST.search(line) for line in lines):
-        named.append("chief:0" if "chief:0" in keys else "worker:0")
+        named.append(_leader(keys))
     return [k for k in dict.fromkeys(named) if k != key and k in keys]
 
 

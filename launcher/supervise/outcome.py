@@ -79,8 +79,8 @@ class Reporter:
     def settle_named_peer(self, key: str, lines: Sequence[str], exits: dict) -> dict:
         """``exits`` as the blame should see them: where ``key``'s lines say a peer aborted it (or
         the coordination service's leader is lost) and that peer is still running here, up to
-        PEER_EXIT_SETTLE s for its own exit. A task whose pull already waits on its peer fails within milliseconds of that peer's
-        end (its socket closed), and which of the two exits reaches us first is chance: seen in
+        PEER_EXIT_SETTLE s for its own exit. A task whose pull already waits on its peer fails
+        within milliseconds of that peer's end (its socket closed), and which of the two exits reaches us first is chance: seen in
         the wrong order, "its collective lost worker:0, which had ended (exit 0) before this task
         did" became a bare "exit code 1". A copy; the caller's map is left as it is."""
         waiting = [k for k in peers_gone_named(key, lines, list(self.group.handles)) if exits.get(k) is None]
