@@ -2,14 +2,22 @@
 
 Users name a TFDS dataset (``mnist``, ``fashion_mnist``, ``cifar10``) and get the real
 ``tfds.load(name, data_dir=...)``. The default, ``digits``, works offline: a small TFDS
-dataset built on first use from the 8x8 handwritten digits that scikit-learn ships, then
-loaded through the very same ``tfds.load`` path.
+dataset built on first use from the 8x8 handwritten digits this package ships (digits.csv.gz:
+the UCI test set scikit-learn ships too, byte for byte), then loaded through the very same
+``tfds.load`` path.
+
+The digits are a file here, not scikit-learn's ``load_digits``: where scikit-learn is installed,
+``import tensorflow`` imports it (Keras 3's scikit-learn wrappers, and TensorFlow's own legacy
+Keras imports scipy), and every TensorFlow process of a host pays for it: the reference worker's
+imports 0.5 s and 25 MB more, a plain ``import tensorflow`` 1.0 s and 68 MB (TF 2.21, 2026-12-04;
+BENCHMARKS.md, "What scikit-learn cost every task").
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import math
 import os
 from dataclasses import dataclass
@@ -23,10 +31,13 @@ import tensorflow_datasets as tfds
 DIGITS = "tfcluster_digits"
 ALIASES = {"digits": DIGITS}
 _TEST_FRACTION = 0.2
+# The UCI optdigits test set, 1797 rows of 64 pixels (0..16) and the label: scikit-learn's
+# sklearn/datasets/data/digits.csv.gz, copied unchanged (sha256 09f66e6d...; DIGITS-LICENSE.md).
+DIGITS_FILE = Path(__file__).with_name("digits.csv.gz")
 
 
 class TfclusterDigits(tfds.core.GeneratorBasedBuilder):
-    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes) as a TFDS dataset."""
+    """The UCI 8x8 handwritten digits (1797 images, 10 classes) as a TFDS dataset."""
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "Initial release."}
@@ -40,16 +51,13 @@ class TfclusterDigits(tfds.core.GeneratorBasedBuilder):
                 }
             ),
             supervised_keys=("image", "label"),
-            description="Handwritten digits from scikit-learn (UCI optdigits test set), 8x8 grey.",
+            description="Handwritten digits (UCI optdigits test set, as scikit-learn ships it), 8x8 grey.",
         )
 
     def _split_generators(self, dl_manager):
-        from sklearn.datasets import load_digits  # ships its data: no download
-
-        digits = load_digits()
+        pixels, labels = read_digits()
         # Pixel values are 0..16; scale to 0..255 so every dataset normalises alike.
-        images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)[..., None]
-        labels = digits.target.astype(np.int64)
+        images = np.clip(pixels * 16, 0, 255).astype(np.uint8)[..., None]
         order = np.random.RandomState(0).permutation(len(labels))
         cut = int(len(labels) * (1 - _TEST_FRACTION))
         train, test = order[:cut], order[cut:]
@@ -61,6 +69,14 @@ class TfclusterDigits(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, images, labels):
         for i, (image, label) in enumerate(zip(images, labels)):
             yield i, {"image": image, "label": int(label)}
+
+
+def read_digits(path: Path = DIGITS_FILE) -> tuple[np.ndarray, np.ndarray]:
+    """The digits file's images (N, 8, 8) float64 in 0..16 and labels (N,) int64, as
+    scikit-learn's ``load_digits`` returns them (its ``images`` and ``target``)."""
+    with gzip.open(path, "rt") as fh:
+        rows = np.loadtxt(fh, delimiter=",")
+    return rows[:, :-1].reshape(-1, 8, 8), rows[:, -1].astype(np.int64)
 
 
 @dataclass(frozen=True)

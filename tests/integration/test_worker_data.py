@@ -31,6 +31,31 @@ def test_offline_digits_dataset_builds_once_and_loads(tmp_path):
     assert again.num_train == 1437
 
 
+def test_the_digits_are_the_uci_test_set_this_package_ships_not_scikit_learns(tmp_path, monkeypatch):
+    """The default dataset's rows come from worker/digits.csv.gz (scikit-learn's copy of the UCI
+    optdigits test set, byte for byte): no scikit-learn import, which ``import tensorflow`` would
+    otherwise pay in every task process where scikit-learn is installed."""
+    import hashlib
+    import sys
+
+    from worker import data
+
+    assert hashlib.sha256(data.DIGITS_FILE.read_bytes()).hexdigest() == (
+        "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22")
+    assert "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22" in (
+        data.DIGITS_FILE.with_name("DIGITS-LICENSE.md").read_text())
+    import numpy as np
+
+    images, labels = data.read_digits()
+    assert images.shape == (1797, 8, 8) and labels.dtype.name == "int64"
+    assert (images.min(), images.max(), images.sum()) == (0.0, 16.0, 561718.0)
+    assert [int(n) for n in np.bincount(labels)] == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # (an import of it would now raise)
+    built = data.load("digits", data_dir=str(tmp_path))
+    got = sorted(int(x.numpy().sum() * 255 + 0.5) for x, _ in built.train.concatenate(built.test))
+    assert got == sorted(np.clip(images * 16, 0, 255).sum(axis=(1, 2)).astype(int).tolist())  # each image, as before
+
+
 def test_missing_dataset_without_download_fails_clearly(tmp_path):
     from worker import data
 
