@@ -120,8 +120,8 @@ class BackgroundUp(Background):
     progress records in its lines as they came (``[worker:0] tfcluster-step ...``: their control
     channels', which plain lines otherwise show as people's lines), which the benchmarks time."""
 
-    def __init__(self, spec: Path, env: dict | None = None) -> None:
-        super().__init__([sys.executable, "-m", "launcher", "up", "--plain", "--verbose", str(spec)], env)
+    def __init__(self, spec: Path, env: dict | None = None, python: str = sys.executable) -> None:
+        super().__init__([python, "-m", "launcher", "up", "--plain", "--verbose", str(spec)], env)
 
     def restarted_once(self, code: int, work: Path, died: float) -> str:
         """The run's output, its lines kept in ``work``/lines.txt (times from ``died``, the kill);

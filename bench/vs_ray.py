@@ -27,8 +27,13 @@ average before and after each run, and the ratios against the criteria (the warm
 start >= 6x, recovery >= 10x, peak RSS >= 3x less, throughput >= 1.1x Ray's.
 
     python bench/vs_ray.py [--trials 3] [--kill-after 40] [--window 15] [--after-steps 300] [--keep]
+                           [--tfcluster-python PYTHON]
 
-Ray is a benchmark-only dependency, not tfcluster's: ``pip install "ray[train]==2.60.0"``.
+Ray is a benchmark-only dependency, not tfcluster's: ``pip install "ray[train]==2.60.0"``. Both
+sides run in that environment by default; ``--tfcluster-python`` runs tfcluster's side in
+another's (a virtualenv of tfcluster[tf] alone, as its user installs it: Ray's own dependencies
+then cost only Ray's side, e.g. pandas and pyarrow, which tf_keras imports where they are
+installed). The first line says what each side's environment has.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -70,6 +76,19 @@ def ray_missing() -> str | None:
     if version != RAY:
         print(f"warning: Ray {version} here; the figures were taken with {RAY} ({INSTALL})", flush=True)
     return None
+
+
+def versions(python: str) -> str:
+    """What ``python``'s environment has of the packages a TensorFlow process here may import
+    (tf_keras imports pandas, and with it pyarrow, where it is installed; ray[train] requires both)."""
+    code = ("import importlib.metadata as m\n"
+            "def v(n):\n"
+            "    try:\n"
+            "        return m.version(n)\n"
+            "    except m.PackageNotFoundError:\n"
+            "        return '-'\n"
+            "print(' '.join(f'{n} {v(n)}' for n in ('tensorflow', 'tf_keras', 'pandas', 'pyarrow', 'scikit-learn', 'ray')))")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip()
 
 
 def script_argv(work: Path) -> list[str]:
@@ -127,11 +146,14 @@ class Tfcluster:
 
     name = "tfcluster"
 
+    def __init__(self, python: str = sys.executable) -> None:
+        self.python = python  # its `up` and its tasks' interpreter (--tfcluster-python)
+
     def launch(self, work: Path, env: dict) -> Background:
-        entry = json.dumps([sys.executable, *script_argv(work)])
+        entry = json.dumps([self.python, *script_argv(work)])
         spec = write_spec(work, entry, work / "tfds", tasks=f"{{worker: {WORKERS}}}",
                           extra="restart: {max_restarts: 1}\nwatchdog: {startup_timeout: 180, stop_grace: 5}\n")
-        return BackgroundUp(spec, env)
+        return BackgroundUp(spec, env, self.python)
 
     def ready(self, run: Background) -> float | None:
         """When both standbys had said they are ready (the default's settled state, in which the
@@ -326,6 +348,9 @@ def main() -> int:
                     help="throughput over the last WINDOW s before the kill, each side settled (tfcluster: its standbys ready)")
     ap.add_argument("--after-steps", type=int, default=300, help="steps the restarted script trains before the run ends")
     ap.add_argument("--keep", action="store_true", help="keep each run's files (its lines, marks, processes at the peak)")
+    ap.add_argument("--tfcluster-python", default=sys.executable,
+                    help="tfcluster's side in this interpreter's environment (default: this one, Ray's too); "
+                         "e.g. a virtualenv with tfcluster[tf] alone, as its user installs it")
     ap.add_argument("--ray-driver", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.ray_driver:
@@ -339,8 +364,10 @@ def main() -> int:
     print(f"tfcluster against Ray Train {importlib.metadata.version('ray')}, {WORKERS} CPU workers, "
           f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {load_average()}", flush=True)
     rows: dict[str, list[dict]] = {"tfcluster": [], "ray": []}
+    print(f"tfcluster's side: {args.tfcluster_python} ({versions(args.tfcluster_python)}); "
+          f"Ray's: {sys.executable} ({versions(sys.executable)})", flush=True)
     for i in range(args.trials):
-        for side in ((Tfcluster(), Ray()) if i % 2 == 0 else (Ray(), Tfcluster())):
+        for side in ((Tfcluster(args.tfcluster_python), Ray()) if i % 2 == 0 else (Ray(), Tfcluster(args.tfcluster_python))):
             r = trial(side, tmp / f"{i}-{side.name}", args)
             rows[side.name].append(r)
             print(f"trial {i + 1} {side.name:9s}: start {r['start']:.2f} s, peak RSS {r['rss']:.0f} MiB "

@@ -9,7 +9,7 @@ the UCI test set scikit-learn ships too, byte for byte), then loaded through the
 The digits are a file here, not scikit-learn's ``load_digits``: where scikit-learn is installed,
 ``import tensorflow`` imports it (Keras 3's scikit-learn wrappers, and TensorFlow's own legacy
 Keras imports scipy), and every TensorFlow process of a host pays for it: the reference worker's
-imports 0.5 s and 25 MB more, a plain ``import tensorflow`` 1.0 s and 68 MB (TF 2.21, 2026-12-04;
+imports 0.3-0.5 s and 25 MB more, a plain ``import tensorflow`` 0.5-1.0 s and 67 MB (TF 2.21, 2026-12-04;
 BENCHMARKS.md, "What scikit-learn cost every task").
 """
 
