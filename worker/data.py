@@ -51,7 +51,7 @@ class TfclusterDigits(tfds.core.GeneratorBasedBuilder):
                 }
             ),
             supervised_keys=("image", "label"),
-            description="Handwritten digits (UCI optdigits test set, as scikit-learn ships it), 8x8 grey.",
+            description="Handwritten digits from scikit-learn (UCI optdigits test set), 8x8 grey.",  # (as built before: unchanged in a data_dir)
         )
 
     def _split_generators(self, dl_manager):
