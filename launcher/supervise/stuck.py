@@ -13,11 +13,13 @@ The evidence, in order:
    other libraries -- ``time.sleep``, ``socket``, ``requests`` -- are passed over: a generator
    blocked in a download is the generator's). A user frame that every task shows alike (a
    metrics thread on every worker) is no evidence;
-3. among several such tasks, or none, the one behind the others in its count;
+3. among several such tasks, or none, the one behind the others in its count by more than one
+   call (``NEAR``);
 4. every task inside TensorFlow: the one that waits somewhere else than the others -- in its input
    pipeline, a save, an evaluation or a callback, or with a thread of TensorFlow's blocked in the
    kernel (reading a file or a pipe) -- while they wait in a collective or their step
-   (launcher/supervise/tfplace.py), named with the frame that tells.
+   (launcher/supervise/tfplace.py), named with the frame that tells;
+5. failing that, the one behind the others by a single call.
 
 Where none of that decides, the verdict says so and names no task.
 """
@@ -30,6 +32,13 @@ from typing import Mapping, Optional, Sequence
 # The stacks' text parsed, and each frame's kind (the record's stacks files are read the same way).
 from launcher.record.stacks import Frame, Thread, in_user_code, is_stack_line, kind, parse  # noqa: F401
 from launcher.supervise.tfplace import odd_one_out
+
+
+# A count this close to the others' is no evidence against the stacks: a task in lockstep with its
+# peers can be one call apart from them at the stall (a call that returned just before it, the
+# peer's same call still running). A task in its input pipeline while its peer waited in the
+# collective was once one call ahead of that peer, and the peer was named "behind" (a full test run).
+NEAR = 1
 
 
 @dataclass(frozen=True)
@@ -65,18 +74,23 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
         return Culprit(suspects[0], "user code", evidence[suspects[0]][0])
     if len(suspects) > 1 and behind is not None:
         return Culprit(behind, "user code", evidence[behind][0])
-    if not suspects and behind is not None:
+    odd = odd_one_out([k for k in keys if k in stacks], stacks) if not suspects else None
+    if not suspects and behind is not None and (odd is None or _gap(keys, counts) > NEAR):
         return Culprit(behind, "behind", _first(frames.get(behind, ())))
-    if not suspects:
-        odd = odd_one_out([k for k in keys if k in stacks], stacks)
-        if odd is not None:
-            key, where, waiting = odd
-            return Culprit(key, "inside TensorFlow", where.frame, where.place, waiting, where.detail)
+    if odd is not None:
+        key, where, waiting = odd
+        return Culprit(key, "inside TensorFlow", where.frame, where.place, waiting, where.detail)
     if suspects:
         return Culprit(None, f"{', '.join(suspects)} all sit in code of their own, none behind the others")
     if not frames:
         return Culprit(None, "no stacks came, and no task is behind the others")
     return Culprit(None, "every task waits inside TensorFlow or sits where the others do, none behind the others")
+
+
+def _gap(keys: Sequence[str], counts: Mapping[str, Optional[int]]) -> int:
+    """How many calls the lowest count is below the next (0: no two counts)."""
+    known = sorted(c for k in keys if (c := counts.get(k)) is not None)
+    return known[1] - known[0] if len(known) > 1 else 0
 
 
 def _behind(keys: Sequence[str], counts: Mapping[str, Optional[int]]) -> Optional[str]:

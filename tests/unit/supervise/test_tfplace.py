@@ -89,3 +89,17 @@ def test_user_code_and_the_count_still_come_first():
     assert decide(["worker:0", "worker:1"], texts, {}, {}).why == "user code"
     texts = {"worker:0": stacks(*TEARDOWN), "worker:1": stacks(*COLLECTIVE_FRAMES)}
     assert decide(["worker:0", "worker:1"], texts, {"worker:0": 9, "worker:1": 4}, {}).key == "worker:1"  # behind
+
+
+def test_one_call_apart_is_no_evidence_against_the_stacks_but_more_is():
+    """The stalled task in its input pipeline one call ahead of its peer waiting in the collective
+    (as a full test run saw it): the stacks name it; a count further behind still comes first; one
+    call behind decides where the stacks do not."""
+    keys = ["worker:0", "worker:1"]
+    texts = {"worker:0": stacks(*STEP_FRAMES, threads=IDLE), "worker:1": stacks(*STEP_FRAMES, threads=FIFO)}
+    verdict = decide(keys, texts, {"worker:0": 29, "worker:1": 30}, {})
+    assert (verdict.key, verdict.why, verdict.place) == ("worker:1", "inside TensorFlow", INPUT), verdict
+    assert decide(keys, texts, {"worker:0": 28, "worker:1": 30}, {}).why == "behind"
+    alike = {k: stacks(*STEP_FRAMES, threads=IDLE) for k in keys}
+    assert (decide(keys, alike, {"worker:0": 29, "worker:1": 30}, {}).key,
+            decide(keys, alike, {"worker:0": 29, "worker:1": 30}, {}).why) == ("worker:0", "behind")
