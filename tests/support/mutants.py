@@ -122,7 +122,7 @@ MUTANTS = (
     Mutant("a stopped (SIGSTOP) task not named first", "launcher/supervise/stuck.py",
            "    if halted:", "    if False:", HANG, HANG_RUNS),
     Mutant("the odd one out inside TensorFlow not named", "launcher/supervise/stuck.py",
-           "        if odd is not None:", "        if False:", HANG, HANG_RUNS),
+           "    if odd is not None:", "    if False:", HANG, HANG_RUNS),
     Mutant("a long pause once named a straggler (half the windows in a row)", "launcher/supervise/straggler.py",
            "HOLD = 6  # windows in a row that must agree", "HOLD = 3  # windows in a row that must agree",
            (SUP + "test_straggler.py",)),
