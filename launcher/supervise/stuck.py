@@ -69,13 +69,13 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
         if len(frames) > 1 else set()
     evidence = {k: [f for f in fs if (f.file, f.line, f.func) not in common] for k, fs in frames.items()}
     suspects = [k for k in keys if evidence.get(k)]
-    behind = _behind(suspects or list(keys), counts)
+    behind, gap = _behind(suspects or list(keys), counts)
     if len(suspects) == 1:
         return Culprit(suspects[0], "user code", evidence[suspects[0]][0])
     if len(suspects) > 1 and behind is not None:
         return Culprit(behind, "user code", evidence[behind][0])
     odd = odd_one_out([k for k in keys if k in stacks], stacks) if not suspects else None
-    if not suspects and behind is not None and (odd is None or _gap(keys, counts) > NEAR):
+    if not suspects and behind is not None and (odd is None or gap > NEAR):
         return Culprit(behind, "behind", _first(frames.get(behind, ())))
     if odd is not None:
         key, where, waiting = odd
@@ -87,18 +87,13 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
     return Culprit(None, "every task waits inside TensorFlow or sits where the others do, none behind the others")
 
 
-def _gap(keys: Sequence[str], counts: Mapping[str, Optional[int]]) -> int:
-    """How many calls the lowest count is below the next (0: no two counts)."""
-    known = sorted(c for k in keys if (c := counts.get(k)) is not None)
-    return known[1] - known[0] if len(known) > 1 else 0
-
-
-def _behind(keys: Sequence[str], counts: Mapping[str, Optional[int]]) -> Optional[str]:
-    """The one task whose count is below every other's (of those that report one), or None."""
+def _behind(keys: Sequence[str], counts: Mapping[str, Optional[int]]) -> tuple[Optional[str], int]:
+    """The one task whose count is below every other's (of those that report one), or None; and by
+    how many calls it is below the next."""
     known = sorted((c, k) for k in keys if (c := counts.get(k)) is not None)
     if len(known) < 2 or known[0][0] == known[1][0]:
-        return None
-    return known[0][1]
+        return None, 0
+    return known[0][1], known[1][0] - known[0][0]
 
 
 def _first(frames: Sequence[Frame]) -> Optional[Frame]:
