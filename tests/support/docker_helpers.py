@@ -44,14 +44,34 @@ def leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:
         client.close()
 
 
-def containers_exited(engine: eng.Engine, name: str, count: int = 2) -> bool:
-    """Run ``name`` has ``count`` containers on ``engine``, every one exited (stopped, not removed)."""
+def containers_in(engine: eng.Engine, name: str, status: str, count: int = 2) -> bool:
+    """Run ``name`` has ``count`` containers on ``engine``, every one in ``status``."""
     client = engine.client()
     try:
         containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
-        return len(containers) == count and all(c.status == "exited" for c in containers)
+        return len(containers) == count and all(c.status == status for c in containers)
     finally:
         client.close()
+
+
+def container_states(engine: eng.Engine, name: str) -> str:
+    """Run ``name``'s containers on ``engine`` and each one's status, for a wait's failure message."""
+    client = engine.client()
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
+        return ", ".join(f"{c.name}: {c.status}" for c in containers) or "no containers"
+    finally:
+        client.close()
+
+
+def containers_exited(engine: eng.Engine, name: str, count: int = 2) -> bool:
+    """Run ``name`` has ``count`` containers on ``engine``, every one exited (stopped, not removed)."""
+    return containers_in(engine, name, "exited", count)
+
+
+def containers_running(engine: eng.Engine, name: str, count: int = 2) -> bool:
+    """Run ``name`` has ``count`` containers on ``engine``, every one started and running."""
+    return containers_in(engine, name, "running", count)
 
 
 def launch_up(spec: Path, *args: str) -> subprocess.Popen:

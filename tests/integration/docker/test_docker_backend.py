@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.labs import docker as eng
-from tests.support.docker_helpers import (containers_exited, docker_spec, latest_run_dir, launch_up, leftovers, reap,
-                                          tfcluster_at_repo)
+from tests.support.docker_helpers import (container_states, containers_exited, containers_running, docker_spec,
+                                          latest_run_dir, launch_up, leftovers, reap, tfcluster_at_repo)
 from tests.support.prereq import require_tool
 from tests.support.waits import wait_for
 import launcher.record.events as ev
@@ -268,7 +268,9 @@ def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engin
     spec = docker_spec(tmp_path, docker_engine.url, "python -c \"import time; time.sleep(600)\"")
     proc = _launch(spec)
     try:
-        wait_for(lambda: len(leftovers(docker_engine, "dk")[0]) == 2, 120, 0.5, what="both containers", proc=proc)
+        # Both running, not only created: a launcher killed between a container's create and its
+        # start leaves it "created", never started, so there is nothing for a lifeline to stop.
+        wait_for(lambda: containers_running(docker_engine, "dk"), 120, 0.5, what="both containers running", proc=proc)
         proc.kill()  # a crash: no chance to clean up
         proc.wait(10)
     finally:
@@ -276,7 +278,8 @@ def test_killed_launcher_tasks_stop_and_down_removes_them(tmp_path, docker_engin
             proc.kill()
             proc.wait(10)
     # The stdin lifeline: with the launcher gone, each task's wrapper stops it (grace 3 s).
-    wait_for(lambda: containers_exited(docker_engine, "dk"), 60, 0.5, what="the lifeline to stop both tasks")
+    wait_for(lambda: containers_exited(docker_engine, "dk"), 60, 0.5, what="the lifeline to stop both tasks",
+             detail=lambda: container_states(docker_engine, "dk"))
     names, nets = leftovers(docker_engine, "dk")
     assert len(names) == 2 and len(nets) == 1  # stopped, not removed: that is tfcluster down's job
     result = tfcluster_at_repo("down", str(spec), timeout=120)
