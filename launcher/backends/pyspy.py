@@ -16,14 +16,25 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from typing import Optional, Sequence
 
 from launcher.bounded import escape
-from launcher.system.procinfo import run_bounded
+from launcher.system.procinfo import Aborted, run_bounded
 
 HEADER = "native frames (py-spy dump --native, pid {pid}):"
 WAIT = 20.0  # seconds one dump may take (a process with many threads, on a loaded host: ~1-3 s)
+# py-spy holds the task stopped (ptrace) while it unwinds: 2.3-2.9 s for a TensorFlow worker on a
+# host at load 2 (two workers dumped at once), longer on a busier one. TensorFlow's coordination
+# service ends a task whose heartbeat is 10 s late, and a task sends one every 5 s: a task held
+# past about 5 s can be ended by it (the leader itself, once it runs again: "Task ... heartbeat
+# timeout"). Past PAUSE_LIMIT s py-spy is killed (the kernel lets the task run on) and the stacks
+# go without native frames: a look at a live run never ends it.
+PAUSE_LIMIT = 4.0
+HELD = ("native frames: none: py-spy held the task stopped past {limit:g} s and was ended, so that "
+        "TensorFlow's heartbeat timeout (10 s) does not end the task; the Python stacks stand alone")
 MAX_LINES = 400
 MAX_LINE = 300
 NOT_FOUND = "native frames: py-spy is not installed where this task runs (pip install py-spy, beside its python)"
@@ -93,21 +104,56 @@ def _field(path: str) -> str:
         return ""
 
 
-def dump_local(pid: int, argv0: str, timeout: float = WAIT) -> str:
+def dump_local(pid: int, argv0: str, timeout: float = WAIT, pause_limit: float = PAUSE_LIMIT) -> str:
     """The native frames of process ``pid`` on this machine (its interpreter ``argv0``), then its
-    TensorFlow threads' states (``thread_states``)."""
+    TensorFlow threads' states (``thread_states``); py-spy ended if it holds the process stopped
+    ``pause_limit`` s (HELD)."""
     threads = thread_states(pid)
-    frames = _spy_local(pid, argv0, timeout)
+    frames = _spy_local(pid, argv0, timeout, pause_limit)
     return frames + ("\n" + threads if threads else "")
 
 
-def _spy_local(pid: int, argv0: str, timeout: float) -> str:
+def state(pid: int, root: str = "/proc") -> str:
+    """Process ``pid``'s state letter (``t``: stopped by a tracer, ``T``: by a signal), "" if gone."""
+    try:
+        with open(os.path.join(root, str(pid), "stat"), "rb") as fh:
+            fields = fh.read(4096).rsplit(b")", 1)[-1].split()
+    except OSError:
+        return ""
+    return fields[0].decode("ascii", errors="replace") if fields else ""
+
+
+class Held:
+    """True once process ``pid`` has been stopped by a tracer (state ``t``) for ``limit`` seconds
+    without a break (0: at the first look that finds it so): ``run_bounded``'s abort check for a
+    py-spy dump."""
+
+    def __init__(self, pid: int, limit: float, clock=None):
+        self.pid, self.limit, self.clock = pid, limit, clock or time.monotonic
+        self.since: Optional[float] = None
+
+    def __call__(self) -> bool:
+        if state(self.pid) != "t":
+            self.since = None
+            return False
+        now = self.clock()
+        self.since = now if self.since is None else self.since
+        return now - self.since >= self.limit
+
+
+def _spy_local(pid: int, argv0: str, timeout: float, pause_limit: float = PAUSE_LIMIT) -> str:
     spy = find(argv0)
     if spy is None:
         return NOT_FOUND
+    before = state(pid)
     try:
-        code, out, err = run_bounded([spy, "dump", "--native", "--pid", str(pid)], timeout, out_bytes=1 << 20)
+        code, out, err = run_bounded([spy, "dump", "--native", "--pid", str(pid)], timeout, out_bytes=1 << 20,
+                                     abort=Held(pid, pause_limit))
+    except Aborted:
+        _run_on(pid, before)
+        return HELD.format(limit=pause_limit)
     except subprocess.TimeoutExpired:
+        _run_on(pid, before)
         return f"native frames: py-spy took over {timeout:g} s; none"
     except OSError as exc:
         return f"native frames: py-spy did not start ({escape(str(exc))[:200]})"
@@ -116,16 +162,30 @@ def _spy_local(pid: int, argv0: str, timeout: float) -> str:
     return shown(out, pid) if code == 0 and out.strip() else failed(code, err)
 
 
-def remote_command(verify: str, pidfile: str, own: str) -> str:
+def _run_on(pid: int, before: str) -> None:
+    """After py-spy was killed: the kernel detached it and the task runs on, unless the stop of its
+    attach was delivered as a signal's (state ``T``); such a task, running before, is continued."""
+    if before != "T" and state(pid) == "T":
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+
+
+def remote_command(verify: str, pidfile: str, own: str, pause_limit: float = PAUSE_LIMIT) -> str:
     """The shell command that dumps the task of ``pidfile`` on its host: ``verify`` (the pid file
     check of launcher/backends/ssh/commands.py, which sets ``$child`` or continues) first, then
     ``own`` (whether ``$child`` is the wrapper's task: sets ``$own``); py-spy beside the task's
     argv[0] (the first word of a title, for a task the host's fork server forked: its argv is one
     word, launcher/remote/zygotechild.py show_argv) or on PATH. It prints the task's TensorFlow
     threads (between ``threads`` and ``end threads``), ``pid N`` and then py-spy's output, or
-    ``nospy`` where there is none."""
+    ``nospy`` where there is none, or ``held N`` where py-spy held the task stopped past
+    ``pause_limit`` s (its state read every 0.1 s, the time from /proc/uptime) and was killed."""
+    limit = max(0, int(round(pause_limit * 100)))  # centiseconds, as /proc/uptime counts
     return (
-        f"for pf in {shlex.quote(pidfile)}; do " + verify
+        # _st PID: the process's state letter ("" once it is gone), its name skipped to the last ")"
+        '_st() { _s=$(cat /proc/$1/stat 2>/dev/null); _s=${_s##*")"}; set -- $_s; echo "$1"; }; '
+        + f"for pf in {shlex.quote(pidfile)}; do " + verify
         + 'case $child in ""|*[!0-9]*) echo "nopid"; continue;; esac; '
         + own + '{ [ -n "$own" ] && [ "$child" != "$pid" ]; } || { echo "gone"; continue; }; '
         + 'echo "threads"; for t in /proc/$child/task/*; do n=$(head -c 64 $t/comm 2>/dev/null); '
@@ -136,11 +196,21 @@ def remote_command(verify: str, pidfile: str, own: str) -> str:
         + 'case $first in */*) [ -x "${first%/*}/py-spy" ] && spy="${first%/*}/py-spy";; esac; '
         + '[ -n "$spy" ] || spy=$(command -v py-spy 2>/dev/null); '
         + '[ -n "$spy" ] || { echo "nospy"; continue; }; '
-        + 'echo "pid $child"; "$spy" dump --native --pid "$child" 2>&1; done; true'
+        + 'o=$(mktemp) || continue; b=$(_st $child); h=; '
+        # (in a session of its own where setsid is, so that a py-spy that is a wrapper ends whole)
+        + 'ss=; command -v setsid >/dev/null 2>&1 && ss=setsid; '
+        + '$ss "$spy" dump --native --pid "$child" > "$o" 2>&1 & sp=$!; t0=; '
+        + 'while s=$(_st $sp); [ -n "$s" ] && [ "$s" != Z ]; do '
+        + 'if [ "$(_st $child)" = t ]; then read up _ < /proc/uptime; up=${up%.*}${up#*.}; '
+        + '[ -n "$t0" ] || t0=$up; '
+        + f'if [ $((up - t0)) -ge {limit} ]; then kill -9 -$sp 2>/dev/null || kill -9 $sp; h=1; break; fi; else t0=; fi; sleep 0.1; done; '
+        + 'wait $sp 2>/dev/null; '
+        + 'if [ -n "$h" ]; then [ "$b" != T ] && [ "$(_st $child)" = T ] && kill -s CONT "$child"; '
+        + 'echo "held $child"; else echo "pid $child"; cat "$o"; fi; rm -f "$o"; done; true'
     )
 
 
-def from_remote(code: int, out: str) -> str:
+def from_remote(code: int, out: str, pause_limit: float = PAUSE_LIMIT) -> str:
     """What ``remote_command`` printed, as the stacks file keeps it ("" for a task that is gone):
     py-spy's frames, then the task's TensorFlow threads (as ``thread_states``)."""
     lines: Sequence[str] = out.splitlines()
@@ -154,18 +224,20 @@ def from_remote(code: int, out: str) -> str:
                 threads.append(f"  tid {escape(words[1])[:12]} {escape(words[2])[:64]}: syscall {escape(call)[:12]} "
                                f"in {escape(words[-1])[:64] if len(words) > 3 else '-'}")
         lines = list(lines[:start]) + list(lines[end + 1:])
-    frames = _frames_remote(code, lines)
+    frames = _frames_remote(code, lines, pause_limit)
     if not threads:
         return frames
     return (frames + "\n" if frames else "") + "\n".join([THREADS, *threads])
 
 
-def _frames_remote(code: int, lines: Sequence[str]) -> str:
+def _frames_remote(code: int, lines: Sequence[str], pause_limit: float = PAUSE_LIMIT) -> str:
     if code != 0 or not lines or lines[0].startswith(("nopid", "gone")):
         return ""
     if lines[0].strip() == "nospy":
         return NOT_FOUND
     head = lines[0].split()
+    if len(head) == 2 and head[0] == "held" and head[1].isdigit():
+        return HELD.format(limit=pause_limit)
     if len(head) != 2 or head[0] != "pid" or not head[1].isdigit():
         return ""
     rest = "\n".join(lines[1:]).encode()

@@ -207,11 +207,19 @@ class OutputTooLarge(Exception):
     """A command run by ``run_bounded`` printed more than its bound on stdout (it was ended)."""
 
 
+class Aborted(Exception):
+    """A command run by ``run_bounded`` was ended because its ``abort`` check said so."""
+
+
+ABORT_EVERY = 0.1  # s between run_bounded's calls of its abort check
+
+
 def run_bounded(argv: "list[str]", timeout: float, *, cwd=None, env=None, out_bytes: int = 8 << 20,
-                err_bytes: int = 64 << 10) -> "tuple[int, bytes, bytes]":
+                err_bytes: int = 64 << 10, abort=None) -> "tuple[int, bytes, bytes]":
     """Run ``argv`` (stdin /dev/null) in a process group of its own; (exit code, stdout, the start of
     stderr). ``subprocess.TimeoutExpired`` past ``timeout`` seconds, OutputTooLarge past ``out_bytes``
-    of stdout; OSError if it cannot start. However it ends, nothing it started is left: its whole
+    of stdout, Aborted once ``abort()`` (called every ABORT_EVERY s while it runs) is true; OSError if
+    it cannot start. However it ends, nothing it started is left: its whole
     process group is killed, and so is any process still holding one of its pipes (a grandchild that
     left the group with ``setsid`` but kept stdout keeps the pipe open: it would outlive the timeout,
     and reading would wait on it). Never waits past ``timeout`` plus a moment for the kill."""
@@ -233,7 +241,9 @@ def run_bounded(argv: "list[str]", timeout: float, *, cwd=None, env=None, out_by
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise subprocess.TimeoutExpired(proc.args, timeout)
-                for key, _ in sel.select(left):
+                if abort is not None and abort():
+                    raise Aborted
+                for key, _ in sel.select(left if abort is None else min(left, ABORT_EVERY)):
                     data = os.read(key.fd, 1 << 16)
                     if not data:
                         sel.unregister(key.fileobj)

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from launcher.contract import envnames
 from launcher.remote import agent_source, pathtrust_command_source
-from launcher.backends.pyspy import remote_command
+from launcher.backends.pyspy import PAUSE_LIMIT, remote_command
 from launcher.backends.ssh.options import SSHOptions
 
 def q(value: str) -> str:
@@ -160,10 +160,11 @@ def process_signal_command(sig: int, pidfiles: Iterable[str]) -> str:
     )
 
 
-def native_stacks_command(pidfile: str) -> str:
+def native_stacks_command(pidfile: str, pause_limit: float = PAUSE_LIMIT) -> str:
     """py-spy's dump of the task of ``pidfile`` (its own process, checked as ``process_signal_command``
-    checks it), where py-spy is on its host (launcher/backends/pyspy.py)."""
-    return remote_command(_VERIFY.format(), pidfile, _OWN_TASK.format())
+    checks it), where py-spy is on its host, ended if it holds the task stopped ``pause_limit`` s
+    (launcher/backends/pyspy.py)."""
+    return remote_command(_VERIFY.format(), pidfile, _OWN_TASK.format(), pause_limit)
 
 
 def promote_command(promotion: str, pidfile: str) -> str:

@@ -60,6 +60,7 @@ def test_a_dump_that_gave_nothing_says_why_in_one_line():
 
 def test_what_the_host_printed_is_read_as_the_local_dump_is():
     assert pyspy.from_remote(0, "nospy\n") == pyspy.NOT_FOUND
+    assert pyspy.from_remote(0, "held 42\n", 3) == pyspy.HELD.format(limit=3)
     assert pyspy.from_remote(0, "gone\n") == "" and pyspy.from_remote(0, "nopid\n") == ""
     assert pyspy.from_remote(255, "pid 4\nThread 4 (idle)\n") == ""  # the session failed: nothing said
     kept = pyspy.from_remote(0, "pid 42\nThread 42 (idle): \"MainThread\"\n    f (a.py:1)\n")
@@ -137,3 +138,86 @@ def test_tensorflows_threads_are_read_from_proc_and_from_the_hosts_lines(tmp_pat
     out = "threads\n  tid 12 tf_Compute 257 wait_for_partner\n  tid 14 tf_Compute futex_do_wait\nend threads\nnospy\n"
     assert from_remote(0, out).splitlines()[1:] == [
         THREADS, "  tid 12 tf_Compute: syscall 257 in wait_for_partner", "  tid 14 tf_Compute: syscall - in futex_do_wait"]
+
+
+# A process py-spy takes long to unwind (500 threads, each 30 Python calls deep: held stopped about
+# 0.4 s by a dump on a quiet machine, longer on a busy one), counting on into a file while it runs.
+MANY = ("import sys, threading, time\n"
+        "def deep(n):\n    return deep(n - 1) if n else time.sleep(3600)\n"
+        "[threading.Thread(target=deep, args=(30,), daemon=True).start() for _ in range(500)]\n"
+        "n = 0\n"
+        "while True:\n    n += 1; open(sys.argv[1], 'w').write(str(n)); time.sleep(0.02)\n")
+
+
+def _counting(tmp_path):
+    count = tmp_path / "count"
+    proc = subprocess.Popen([sys.executable, "-c", MANY, str(count)])
+    wait_for(lambda: count.exists() and count.read_text().strip(), 60, what="the process counting, its threads up")
+    return proc, count
+
+
+def _runs_on(proc, count) -> None:
+    """``proc`` is neither stopped nor traced, and its count goes on."""
+    assert pyspy.state(proc.pid) not in ("t", "T", ""), pyspy.state(proc.pid)
+    seen = int(count.read_text() or 0)
+    wait_for(lambda: int(count.read_text() or 0) > seen + 5, 30, what="the count to go on after the dump")
+
+
+def test_a_dump_that_holds_the_task_past_the_limit_is_ended_and_the_task_runs_on(tmp_path):
+    """A task py-spy holds stopped past PAUSE_LIMIT would miss TensorFlow's heartbeats (10 s late
+    ends it): the dump is killed, the task runs on, one line says why. Here with a limit of 0 (the
+    first look that finds it stopped by py-spy): the real py-spy, a real process."""
+    if pyspy.find(sys.executable) is None:
+        pytest.fail("py-spy is not installed beside this python (pip install -e '.[test]')")
+    proc, count = _counting(tmp_path)
+    try:
+        held = pyspy.dump_local(proc.pid, sys.executable, 60, pause_limit=0)
+        assert held == pyspy.HELD.format(limit=0), held
+        _runs_on(proc, count)
+        # With room (the default limit) the same process's dump is whole.
+        whole = pyspy.dump_local(proc.pid, sys.executable, 60)
+        assert whole.startswith(f"native frames (py-spy dump --native, pid {proc.pid}):"), whole[:300]
+        assert "deep (<string>:3)" in whole, whole[:2000]
+        _runs_on(proc, count)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])  # (a host's login shell: dash or bash)
+def test_the_hosts_dump_is_ended_the_same_way_in_a_real_shell(tmp_path, shell):
+    """The ssh host's side of the same bound (remote_command: the task's state read every 0.1 s,
+    the time from /proc/uptime), run by a real shell, with the same process as a wrapper's child."""
+    if pyspy.find(sys.executable) is None:
+        pytest.fail("py-spy is not installed beside this python (pip install -e '.[test]')")
+    from launcher.backends.ssh.commands import native_stacks_command
+
+    pidfile = tmp_path / "a" / "b" / "c" / "worker-0.pid"
+    pidfile.parent.mkdir(parents=True)
+    count = tmp_path / "count"
+    wrapper = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[2:])",
+                                str(pidfile), sys.executable, "-c", MANY, str(count)])
+    try:
+        wait_for(lambda: count.exists() and count.read_text().strip(), 60, what="the child counting, its threads up")
+        with open(f"/proc/{wrapper.pid}/task/{wrapper.pid}/children") as fh:
+            child = int(fh.read().split()[0])
+        pidfile.write_text(f"{wrapper.pid} {child} 0\n")
+        temp = tmp_path / "tmp"  # (where the host's side keeps py-spy's output: nothing left there after)
+        temp.mkdir()
+        for limit, expect in ((0, "held"), (pyspy.PAUSE_LIMIT, "whole")):
+            out = subprocess.run([shell, "-c", native_stacks_command(str(pidfile), limit)], capture_output=True,
+                                 text=True, timeout=60, env={**os.environ, "TMPDIR": str(temp)})
+            text = pyspy.from_remote(out.returncode, out.stdout, limit)
+            assert not list(temp.iterdir()), list(temp.iterdir())
+            if expect == "held":
+                assert f"held {child}" in out.stdout.splitlines() and text == pyspy.HELD.format(limit=0), out
+            else:
+                assert text.startswith(f"native frames (py-spy dump --native, pid {child}):"), out.stdout[:500]
+                assert "deep (<string>:3)" in text, text[:2000]
+            assert pyspy.state(child) not in ("t", "T", ""), (limit, pyspy.state(child))
+            seen = int(count.read_text() or 0)
+            wait_for(lambda: int(count.read_text() or 0) > seen + 5, 30, what=f"the count to go on after the dump ({limit})")
+    finally:
+        wrapper.kill()
+        subprocess.run(["pkill", "-9", "-f", "def deep"], check=False)
+        wrapper.wait()
