@@ -26,12 +26,12 @@ from launcher.system.procinfo import Aborted, run_bounded
 
 HEADER = "native frames (py-spy dump --native, pid {pid}):"
 WAIT = 20.0  # seconds one dump may take (a process with many threads, on a loaded host: ~1-3 s)
-# py-spy holds the task stopped (ptrace) while it unwinds: 2.3-2.9 s for a TensorFlow worker on a
-# host at load 2 (two workers dumped at once), longer on a busier one. TensorFlow's coordination
-# service ends a task whose heartbeat is 10 s late, and a task sends one every 5 s: a task held
-# past about 5 s can be ended by it (the leader itself, once it runs again: "Task ... heartbeat
-# timeout"). Past PAUSE_LIMIT s py-spy is killed (the kernel lets the task run on) and the stacks
-# go without native frames: a look at a live run never ends it.
+# py-spy holds the task stopped (ptrace) while it unwinds: 2.0-2.9 s for a training TensorFlow
+# worker on a host at load 2-3.5 (two workers dumped at once). TensorFlow's coordination service
+# ends the group when a task's heartbeats are 10 s late: 2 MWMS workers, the leader SIGSTOPped for
+# 3, 4.5, 6 or 8 s trained on, for 10, 12 or 15 s both ended ("Task /job:worker/replica:0/task:0
+# heartbeat timeout"). Past PAUSE_LIMIT s py-spy is killed (the kernel lets the task run on) and
+# the stacks go without native frames: a look at a live run never ends it.
 PAUSE_LIMIT = 4.0
 HELD = ("native frames: none: py-spy held the task stopped past {limit:g} s and was ended, so that "
         "TensorFlow's heartbeat timeout (10 s) does not end the task; the Python stacks stand alone")
