@@ -29,9 +29,10 @@ WAIT = 20.0  # seconds one dump may take (a process with many threads, on a load
 # py-spy holds the task stopped (ptrace) while it unwinds: 2.0-2.9 s for a training TensorFlow
 # worker on a host at load 2-3.5 (two workers dumped at once). TensorFlow's coordination service
 # ends the group when a task's heartbeats are 10 s late: 2 MWMS workers, the leader SIGSTOPped for
-# 3, 4.5, 6 or 8 s trained on, for 10, 12 or 15 s both ended ("Task /job:worker/replica:0/task:0
-# heartbeat timeout"). Past PAUSE_LIMIT s py-spy is killed (the kernel lets the task run on) and
-# the stacks go without native frames: a look at a live run never ends it.
+# 3, 4.5 or 6 s trained on (4 trials), for 8 s both ended in 3 of 4 trials and for 9-15 s in all 5
+# ("Task /job:worker/replica:0/task:0 heartbeat timeout"). Past PAUSE_LIMIT s py-spy is killed
+# (the kernel lets the task run on) and the stacks go without native frames: a look at a live run
+# never ends it.
 PAUSE_LIMIT = 4.0
 HELD = ("native frames: none: py-spy held the task stopped past {limit:g} s and was ended, so that "
         "TensorFlow's heartbeat timeout (10 s) does not end the task; the Python stacks stand alone")

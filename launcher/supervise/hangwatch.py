@@ -230,7 +230,8 @@ class HangWatch:
             return (f"stuck {stall.idle:.0f} s inside TensorFlow, in {verdict.place}{at}{detail}, while the others "
                     f"wait in {verdict.others} {limit}")
         if verdict.frame is None:
-            return f"stuck {stall.idle:.0f} s, behind the others in its count of TensorFlow calls {limit}"
+            counted = f" ({verdict.detail})" if verdict.detail else ""
+            return f"stuck {stall.idle:.0f} s, behind the others in its count of TensorFlow calls{counted} {limit}"
         code = code_at(verdict.frame.file, verdict.frame.line)
         return f"stuck {stall.idle:.0f} s at {verdict.frame.where()}" + (f": {code}" if code else "") + f" {limit}"
 

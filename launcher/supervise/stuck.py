@@ -48,7 +48,8 @@ class Culprit:
     frame: Optional[Frame] = None  # the culprit's innermost user frame, when its stacks show one
     place: str = ""  # inside TensorFlow: where ("its input pipeline", "a save", ...; tfplace.py)
     others: str = ""  # inside TensorFlow: where the others wait ("a collective")
-    detail: str = ""  # inside TensorFlow: the thread of TensorFlow's that tells, where no frame does
+    detail: str = ""  # inside TensorFlow: the thread of TensorFlow's that tells, where no frame does;
+    # behind: its count of TensorFlow calls and the next one's ("41 calls, the next 43")
 
 
 def user_frames(text: str) -> list[Frame]:
@@ -76,7 +77,9 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
         return Culprit(behind, "user code", evidence[behind][0])
     odd = odd_one_out([k for k in keys if k in stacks], stacks) if not suspects else None
     if not suspects and behind is not None and (odd is None or gap > NEAR):
-        return Culprit(behind, "behind", _first(frames.get(behind, ())))
+        mine = counts[behind]
+        return Culprit(behind, "behind", _first(frames.get(behind, ())),
+                       detail=f"{mine} calls, the next {mine + gap}")
     if odd is not None:
         key, where, waiting = odd
         return Culprit(key, "inside TensorFlow", where.frame, where.place, waiting, where.detail)

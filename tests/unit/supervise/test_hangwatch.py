@@ -233,3 +233,14 @@ def test_a_task_inside_tensorflow_is_said_with_its_place_and_what_tells():
     assert hw.reason(thread, stall, {}).startswith(
         "stuck 21 s inside TensorFlow, in its input pipeline: TensorFlow's thread tf_Compute (tid 7) blocked in "
         "system call 0 (kernel wait pipe_read), while the others wait in their step")
+
+
+def test_a_task_behind_in_its_count_is_said_with_the_counts():
+    from launcher.supervise.hangwatch import Stall
+    from launcher.supervise.stuck import Culprit
+
+    hw, _, _ = watch(20)
+    stall = Stall(("worker:0",), 21.4, 20.0, 1000.0, "watchdog.hang_timeout=20")
+    said = hw.reason(Culprit("worker:1", "behind", None, detail="41 calls, the next 43"), stall, {})
+    assert said == ("stuck 21 s, behind the others in its count of TensorFlow calls (41 calls, the next 43) "
+                    "(limit 20 s: watchdog.hang_timeout=20)")

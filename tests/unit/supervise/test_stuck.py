@@ -49,6 +49,7 @@ def test_a_stopped_process_comes_first_and_a_lower_count_decides_when_stacks_do_
     waiting = stacks("generator")["worker:0"]
     verdict = decide(KEYS, {"worker:0": waiting, "worker:1": waiting}, {"worker:0": 31, "worker:1": 30}, {})
     assert (verdict.key, verdict.why) == ("worker:1", "behind")
+    assert verdict.detail == "30 calls, the next 31"  # (the failure's words say the counts it went by)
     # Several in user code (not alike), one behind: that one.
     both = {"worker:0": stacks("deadlock0")["worker:0"], "worker:1": stacks("busy")["worker:1"]}
     assert decide(KEYS, both, {"worker:0": 12, "worker:1": 11}, {}).key == "worker:1"
