@@ -13,13 +13,16 @@ The evidence, in order:
    other libraries -- ``time.sleep``, ``socket``, ``requests`` -- are passed over: a generator
    blocked in a download is the generator's). A user frame that every task shows alike (a
    metrics thread on every worker) is no evidence;
-3. among several such tasks, or none, the one behind the others in its count by more than one
+3. every task inside TensorFlow, one alone with a thread of TensorFlow's blocked in the kernel
+   (opening or reading a file or a pipe) while the others all sit in their step: that one. What a
+   thread does now is the stronger evidence than a count, which is a beat old and counts every
+   call alike (launcher/supervise/tfplace.py);
+4. among several such tasks, or none, the one behind the others in its count by more than one
    call (``NEAR``);
-4. every task inside TensorFlow: the one that waits somewhere else than the others -- in its input
-   pipeline, a save, an evaluation or a callback, or with a thread of TensorFlow's blocked in the
-   kernel (reading a file or a pipe) -- while they wait in a collective or their step
+5. every task inside TensorFlow: the one that waits somewhere else than the others -- in its input
+   pipeline, a save, an evaluation or a callback -- while they wait in a collective or their step
    (launcher/supervise/tfplace.py), named with the frame that tells;
-5. failing that, the one behind the others by a single call.
+6. failing that, the one behind the others by a single call.
 
 Where none of that decides, the verdict says so and names no task.
 """
@@ -76,7 +79,8 @@ def decide(keys: Sequence[str], stacks: Mapping[str, str], counts: Mapping[str, 
     if len(suspects) > 1 and behind is not None:
         return Culprit(behind, "user code", evidence[behind][0])
     odd = odd_one_out([k for k in keys if k in stacks], stacks) if not suspects else None
-    if not suspects and behind is not None and (odd is None or gap > NEAR):
+    blocked = odd is not None and bool(odd[1].detail)  # (3: a thread of TensorFlow's blocked in the kernel)
+    if not suspects and behind is not None and not blocked and (odd is None or gap > NEAR):
         mine = counts[behind]
         return Culprit(behind, "behind", _first(frames.get(behind, ())),
                        detail=f"{mine} calls, the next {mine + gap}")

@@ -123,6 +123,8 @@ MUTANTS = (
            "    if halted:", "    if False:", HANG, HANG_RUNS),
     Mutant("the odd one out inside TensorFlow not named", "launcher/supervise/stuck.py",
            "    if odd is not None:", "    if False:", HANG, HANG_RUNS),
+    Mutant("a thread of TensorFlow's blocked in the kernel yields to a count", "launcher/supervise/stuck.py",
+           "behind is not None and not blocked and (odd", "behind is not None and (odd", HANG),
     Mutant("a long pause once named a straggler (half the windows in a row)", "launcher/supervise/straggler.py",
            "HOLD = 6  # windows in a row that must agree", "HOLD = 3  # windows in a row that must agree",
            (SUP + "test_straggler.py",)),

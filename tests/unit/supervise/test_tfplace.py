@@ -91,15 +91,22 @@ def test_user_code_and_the_count_still_come_first():
     assert decide(["worker:0", "worker:1"], texts, {"worker:0": 9, "worker:1": 4}, {}).key == "worker:1"  # behind
 
 
-def test_one_call_apart_is_no_evidence_against_the_stacks_but_more_is():
-    """The stalled task in its input pipeline one call ahead of its peer waiting in the collective
-    (as a full test run saw it): the stacks name it; a count further behind still comes first; one
-    call behind decides where the stacks do not."""
+def test_a_blocked_thread_comes_before_any_count_and_one_call_apart_is_no_evidence_against_a_place():
+    """The stalled task, a thread of TensorFlow's blocked opening a FIFO, one call ahead of its
+    peer waiting in its step (as a full test run saw it), or two (as another saw it: a count is a
+    beat old): the blocked thread names it. A place alone (its main thread's frames in a teardown)
+    yields to a count more than one call behind, not to one call; one call behind decides where
+    the stacks do not."""
     keys = ["worker:0", "worker:1"]
     texts = {"worker:0": stacks(*STEP_FRAMES, threads=IDLE), "worker:1": stacks(*STEP_FRAMES, threads=FIFO)}
-    verdict = decide(keys, texts, {"worker:0": 29, "worker:1": 30}, {})
-    assert (verdict.key, verdict.why, verdict.place) == ("worker:1", "inside TensorFlow", INPUT), verdict
-    assert decide(keys, texts, {"worker:0": 28, "worker:1": 30}, {}).why == "behind"
+    for counts in ({"worker:0": 29, "worker:1": 30}, {"worker:0": 28, "worker:1": 30}, {"worker:0": 3, "worker:1": 30}):
+        verdict = decide(keys, texts, counts, {})
+        assert (verdict.key, verdict.why, verdict.place) == ("worker:1", "inside TensorFlow", INPUT), (counts, verdict)
+        assert "wait_for_partner" in verdict.detail
+    place = {"worker:0": stacks(*COLLECTIVE_FRAMES), "worker:1": stacks(*TEARDOWN)}
+    assert decide(keys, place, {"worker:0": 29, "worker:1": 30}, {}).key == "worker:1"
+    assert (decide(keys, place, {"worker:0": 28, "worker:1": 30}, {}).key,
+            decide(keys, place, {"worker:0": 28, "worker:1": 30}, {}).why) == ("worker:0", "behind")
     alike = {k: stacks(*STEP_FRAMES, threads=IDLE) for k in keys}
     assert (decide(keys, alike, {"worker:0": 29, "worker:1": 30}, {}).key,
             decide(keys, alike, {"worker:0": 29, "worker:1": 30}, {}).why) == ("worker:0", "behind")
