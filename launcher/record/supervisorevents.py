@@ -88,13 +88,16 @@ class ProcessStopped(RecordEvent):
 @dataclass(frozen=True, kw_only=True)
 class GroupStalled(RecordEvent):
     """The hang watchdog saw the group stop progressing: ``tasks`` made no progress for ``idle``
-    s, past ``limit`` s (``what``: which limit, in words); every task's stacks are taken next."""
+    s, past ``limit`` s (``what``: which limit, in words); every task's stacks are taken next.
+    ``counts``: each task's count of TensorFlow calls then, as its last beat said (the evidence
+    the verdict weighs beside the stacks, launcher/supervise/stuck.py)."""
 
     KIND: ClassVar[str] = Event.GROUP_STALLED
     tasks: list[str] = field(default_factory=list)
     idle: Seconds = 0.0
     limit: Seconds = 0.0
     what: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -146,8 +146,10 @@ class AttemptPhases:
         since = watch.started + attempt.ready_after
         stall = self.hangs.stalled(now, watch.exits, since)
         if stall is not None:
+            with self.group.lock:
+                counts = dict(self.group.counts)
             self.record.write(ev.GroupStalled(tasks=list(stall.keys), idle=max(0.0, stall.idle), limit=max(0.0, stall.limit),
-                                              what=stall.what))
+                                              what=stall.what, counts=counts))
             found = self.hangs.find(attempt.number, watch.exits, stall)
             key = found.key or stall.keys[0]
             self.report.fail(attempt, key, found.reason, None, hung_since=found.hung_since,

@@ -56,7 +56,11 @@ def test_a_task_stuck_in_its_input_pipeline_inside_tensorflow_is_named(tmp_path)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]
     failure = of(events(spec), ev.Failure)
-    assert len(failure) == 1 and failure[0].task == "worker:1", (failure, out[-4000:])
+    # The stall's record keeps each task's count of TensorFlow calls (the verdict's other evidence).
+    (stalled,) = of(events(spec), ev.GroupStalled)
+    counts = stalled.counts
+    assert sorted(counts) == ["worker:0", "worker:1"] and min(counts.values()) >= 0, stalled
+    assert len(failure) == 1 and failure[0].task == "worker:1", (failure, counts, out[-4000:])
     reason = failure[0].reason
     assert reason.startswith("stuck ") and " inside TensorFlow, in its input pipeline: TensorFlow's thread tf_" in reason
     assert "blocked in system call" in reason and "while the others wait in their step" in reason, reason
