@@ -25,7 +25,9 @@ What ``install`` sets up:
   tfcluster's wrapper), on file descriptor 2 (the beats and stacks) or 1 (progress), in band.
 * **The beat.** A daemon thread wakes every ``EVERY`` seconds and, when the count changed,
   writes ``tfcluster-beat n=COUNT in=SECONDS [w=...]`` on the channel. Its first line, at once, also names the signal that takes
-  the stacks: ``tfcluster-beat n=0 stacks=12``; once TensorFlow is imported, one says so
+  the stacks: ``tfcluster-beat n=0 stacks=12``. The count's hook is set at install where
+  TensorFlow is imported already (a task forked from a server that imported it), else at the
+  first beat after its import; once TensorFlow is imported, one says so
   (``tf=1``): from then on the supervisor reads the count as the task's progress
   (watchdog.hang_timeout), and printing is not progress.
 * **The stacks.** The stacks' signal is blocked in the thread that calls ``block`` (the stub's
@@ -154,11 +156,14 @@ def workers():
 def _beat(every):
     hooked, said = False, 0
     while True:
-        time.sleep(every)
         if not hooked:
+            # At once, then every beat (install hooks at once where TensorFlow is imported
+            # already: a task forked from a server that imported it reaches its first step well
+            # within a beat, and with the hook a beat late none of fit's calls was counted).
             hooked = hook()
             if hooked:  # TensorFlow is in: from now on the count is this task's progress
                 _say("%s n=%d tf=1" % (BEAT, _count[0]))
+        time.sleep(every)
         n = _count[0]
         if n != said:
             said = n
@@ -205,6 +210,7 @@ def install(every=EVERY):
     if not block():
         return False
     _installed.append(True)
+    hook()  # (now, in this thread, where TensorFlow is imported already: before the script's first call)
     _say("%s n=0 stacks=%d" % (BEAT, int(STACKS_SIGNAL)))
     threading.Thread(target=_stacks, name="tfcluster-stacks", daemon=True).start()
     threading.Thread(target=_beat, args=(every,), name="tfcluster-beat", daemon=True).start()

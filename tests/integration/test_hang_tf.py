@@ -56,10 +56,12 @@ def test_a_task_stuck_in_its_input_pipeline_inside_tensorflow_is_named(tmp_path)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]
     failure = of(events(spec), ev.Failure)
-    # The stall's record keeps each task's count of TensorFlow calls (the verdict's other evidence).
+    # The stall's record keeps each task's count of TensorFlow calls (the verdict's other evidence):
+    # both counted their steps (forked from the zygote, the script reaches fit within the first
+    # beat: with the hook a beat late, on a quiet machine, both counts stayed 0).
     (stalled,) = of(events(spec), ev.GroupStalled)
     counts = stalled.counts
-    assert sorted(counts) == ["worker:0", "worker:1"] and min(counts.values()) >= 0, stalled
+    assert sorted(counts) == ["worker:0", "worker:1"] and min(counts.values()) >= 1, stalled
     assert len(failure) == 1 and failure[0].task == "worker:1", (failure, counts, out[-4000:])
     reason = failure[0].reason
     assert reason.startswith("stuck ") and " inside TensorFlow, in its input pipeline: TensorFlow's thread tf_" in reason
