@@ -33,13 +33,21 @@ def tfcluster_at_repo(*args: str, timeout: float = 120) -> subprocess.CompletedP
     return tfcluster(*args, timeout=timeout, cwd=eng.REPO, env={"PYTHONPATH": str(eng.REPO)})
 
 
+def _listed(client, name: str) -> list[dict]:
+    """Run ``name``'s containers (name, status) in one call of the engine's API: the SDK's
+    ``containers.list`` inspects each one after listing, and a container removed between the two
+    (a run's restart, its end) fails it with a 404."""
+    return [{"name": c["Names"][0].lstrip("/"), "status": c["State"]}
+            for c in client.api.containers(all=True, filters={"label": f"tfcluster.name={name}"})]
+
+
 def leftovers(engine: eng.Engine, name: str) -> tuple[list, list]:
     """The containers and networks that run ``name`` left on ``engine``."""
     client = engine.client()
     try:
-        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
+        containers = _listed(client, name)
         networks = client.networks.list(filters={"label": f"tfcluster.name={name}"})
-        return [c.name for c in containers], [n.name for n in networks]
+        return [c["name"] for c in containers], [n.name for n in networks]
     finally:
         client.close()
 
@@ -48,8 +56,8 @@ def containers_in(engine: eng.Engine, name: str, status: str, count: int = 2) ->
     """Run ``name`` has ``count`` containers on ``engine``, every one in ``status``."""
     client = engine.client()
     try:
-        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
-        return len(containers) == count and all(c.status == status for c in containers)
+        containers = _listed(client, name)
+        return len(containers) == count and all(c["status"] == status for c in containers)
     finally:
         client.close()
 
@@ -58,8 +66,8 @@ def container_states(engine: eng.Engine, name: str) -> str:
     """Run ``name``'s containers on ``engine`` and each one's status, for a wait's failure message."""
     client = engine.client()
     try:
-        containers = client.containers.list(all=True, filters={"label": f"tfcluster.name={name}"})
-        return ", ".join(f"{c.name}: {c.status}" for c in containers) or "no containers"
+        containers = _listed(client, name)
+        return ", ".join(f"{c['name']}: {c['status']}" for c in containers) or "no containers"
     finally:
         client.close()
 
