@@ -23,6 +23,7 @@ from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.contract.portcheck import port_bind_problem, port_holders
 from launcher.system.procinfo import cmdline, group_alive, is_same, kill_group, not_own, start_time
+from launcher.system.procinfo import state as process_state
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import wrapper_argv
 from launcher.plan.threads import local_cores
@@ -86,11 +87,7 @@ class LocalTask(ChildTask):
         return LocalProcess(pid=self.proc.pid, pgid=self.pgid, start_time=start_time(self.proc.pid))
 
     def state_note(self) -> str:
-        try:
-            with open(f"/proc/{self._task_pid()}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return ""
+        state = process_state(self._task_pid())
         if state in ("T", "t"):
             return "process is stopped (SIGSTOP?)"
         if state == "Z":

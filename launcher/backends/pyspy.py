@@ -22,7 +22,7 @@ import time
 from typing import Optional, Sequence
 
 from launcher.bounded import escape
-from launcher.system.procinfo import Aborted, run_bounded
+from launcher.system.procinfo import Aborted, run_bounded, state
 
 HEADER = "native frames (py-spy dump --native, pid {pid}):"
 WAIT = 20.0  # seconds one dump may take (a process with many threads, on a loaded host: ~1-3 s)
@@ -112,16 +112,6 @@ def dump_local(pid: int, argv0: str, timeout: float = WAIT, pause_limit: float =
     threads = thread_states(pid)
     frames = _spy_local(pid, argv0, timeout, pause_limit)
     return frames + ("\n" + threads if threads else "")
-
-
-def state(pid: int, root: str = "/proc") -> str:
-    """Process ``pid``'s state letter (``t``: stopped by a tracer, ``T``: by a signal), "" if gone."""
-    try:
-        with open(os.path.join(root, str(pid), "stat"), "rb") as fh:
-            fields = fh.read(4096).rsplit(b")", 1)[-1].split()
-    except OSError:
-        return ""
-    return fields[0].decode("ascii", errors="replace") if fields else ""
 
 
 class Held:

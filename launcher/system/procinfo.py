@@ -24,6 +24,17 @@ def start_time(pid: int) -> Optional[int]:
         return None
 
 
+def state(pid: int) -> str:
+    """Process ``pid``'s state letter (/proc/PID/stat field 3: ``t`` stopped by a tracer, ``T`` by
+    a signal, ``Z`` a zombie), "" if gone."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            fields = fh.read(4096).rsplit(b")", 1)[-1].split()
+    except OSError:
+        return ""
+    return fields[0].decode("ascii", errors="replace") if fields else ""
+
+
 def is_same(pid: int, started: Optional[int]) -> bool:
     """True if ``pid`` is alive and is the process that started at ``started``."""
     now = start_time(pid)
