@@ -33,7 +33,7 @@ from worker.background import BackgroundWriter
 from worker import strategies
 from worker.cluster import TaskInfo
 from worker.layout import Layout
-from worker.model import build_cnn, gradient_step, per_example_loss
+from worker.model import build_cnn, create_step_variables, gradient_step, per_example_loss
 from worker.preemption import PREEMPTED_EXIT, Preempted, PreemptionFlag, SaveOnPreemption
 from worker.progress import ProgressLogger, Throughput, backed_up, emit, epoch_end, fit_result, start_fields
 from worker.resize import Position, describe, resume_position
@@ -174,6 +174,7 @@ def run_fit(args, task: TaskInfo, layout: Layout, strategy, flag, global_batch: 
     data, train, test, steps = pipes.data, pipes.train, pipes.test, pipes.steps_per_epoch
     with strategies.scope(strategy, args.strategy):
         model = build_cnn(data.shape, data.num_classes, args.learning_rate)
+        create_step_variables(model, train.element_spec)  # the step traced once, not twice
     # The step's metric results are already global in every replica (their variables are
     # all-reduced when read); tf_keras' default ("auto" = "sum" off TPUs) sums them again over
     # MWMS workers, so every batch-level log (TensorBoard, progress) was N workers x the truth.
@@ -233,6 +234,7 @@ class _CustomParts:
         with strategies.scope(strategy, args.strategy):
             self.model = build_cnn(data.shape, data.num_classes, args.learning_rate)
             self.optimizer = self.model.optimizer
+            create_step_variables(self.model)  # the step traced once, not twice
             self.train_accuracy = keras.metrics.SparseCategoricalAccuracy()
             self.test_accuracy = keras.metrics.SparseCategoricalAccuracy()
             self.test_loss = keras.metrics.Mean()
