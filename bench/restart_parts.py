@@ -9,12 +9,15 @@ own, no launcher), both alive at once as after a restart. Per part, each process
 * pipelines: worker/data.py ``training_pipelines`` (``tfds.load`` of both splits, the pipeline);
 * model: worker/model.py ``build_cnn`` in the strategy's scope (each variable's initial value
   broadcast from the chief);
+* step variables: worker/model.py ``create_step_variables`` (the optimizer's slots and fit's
+  metrics made ahead, as the worker does, so the step is traced once; ``--lazy``: left to fit's
+  first trace, which TensorFlow then traces twice);
 * first step: ``fit`` of one step (fit's set-up, tracing the step, its first run and collectives);
 * next fit: ``fit`` of one more step (the step traced already: the set-up and a step).
 
 Medians over ``--trials`` runs and both processes.
 
-    python bench/restart_parts.py [--trials 3] [--port 24540]
+    python bench/restart_parts.py [--trials 3] [--port 24540] [--lazy]
 
 BENCHMARKS.md, "Recovery" (ssh): where a warm restart's time goes."""
 
@@ -33,10 +36,10 @@ from pathlib import Path
 
 from benchlib import ROOT, load_average
 
-PARTS = ("strategy", "pipelines", "model", "first step", "next fit")
+PARTS = ("strategy", "pipelines", "model", "step variables", "first step", "next fit")
 
 
-def one(index: int, port: int, data_dir: str) -> None:
+def one(index: int, port: int, data_dir: str, lazy: bool) -> None:
     """A worker's parts, timed; one JSON line on stdout."""
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{port}", f"localhost:{port + 1}"]},
                                           "task": {"type": "worker", "index": index}})
@@ -47,7 +50,7 @@ def one(index: int, port: int, data_dir: str) -> None:
     import tensorflow_datasets as tfds
 
     from worker import data as data_lib
-    from worker.model import build_cnn
+    from worker.model import build_cnn, create_step_variables
 
     tfds.disable_progress_bar()
     seen = {}
@@ -69,6 +72,13 @@ def one(index: int, port: int, data_dir: str) -> None:
             return build_cnn(pipes.data.shape, pipes.data.num_classes, 1e-3)
 
     model = part("model", build)
+
+    def step_variables():
+        if not lazy:
+            with strategy.scope():
+                create_step_variables(model, pipes.train.element_spec)
+
+    part("step variables", step_variables)
     part("first step", lambda: model.fit(pipes.train, epochs=1, steps_per_epoch=1, verbose=0))
     part("next fit", lambda: model.fit(pipes.train, epochs=1, steps_per_epoch=1, verbose=0))
     print(json.dumps(seen), flush=True)
@@ -78,11 +88,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--port", type=int, default=24540)
+    ap.add_argument("--lazy", action="store_true", help="the step's variables left to fit's first trace")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker is not None:
-        one(args.worker, args.port, args.data_dir)
+        one(args.worker, args.port, args.data_dir, args.lazy)
         return 0
     data_dir = tempfile.mkdtemp(prefix="tfcluster-restart-parts-")
     # The dataset built once first (worker/data.py builds the offline digits set when missing).
@@ -93,7 +104,8 @@ def main() -> int:
     for trial in range(args.trials):
         port = args.port + 2 * trial
         procs = [subprocess.Popen([sys.executable, __file__, "--worker", str(i), "--port", str(port),
-                                   "--data-dir", data_dir], stdout=subprocess.PIPE, text=True) for i in range(2)]
+                                   "--data-dir", data_dir, *(["--lazy"] if args.lazy else [])],
+                                  stdout=subprocess.PIPE, text=True) for i in range(2)]
         for i, proc in enumerate(procs):
             out, _ = proc.communicate(timeout=300)
             if proc.returncode != 0:
