@@ -39,5 +39,6 @@ def test_mirrored_example_is_one_task_without_a_cluster():
 
 def test_the_preemption_handler_script_in_the_docs_is_the_example_file():
     page = (ROOT / "docs" / "your-script.md").read_text()
-    block = page.split("```python\n", 1)[1].split("```", 1)[0]
+    section = page.split("\n## TensorFlow's preemption handler\n", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert block == (ROOT / "examples" / "preemption_handler.py").read_text()
