@@ -22,8 +22,8 @@ from launcher.errors import LaunchError
 from launcher.plan.gpus import local_gpus_checked, placement_off, take_of
 from launcher.plan.build import Placement, Plan, PlannedTask, Slot, task_keys
 from launcher.contract.portcheck import port_bind_problem, port_holders
-from launcher.system.procinfo import cmdline, group_alive, is_same, kill_group, not_own, start_time
-from launcher.system.procinfo import state as process_state
+from launcher.system.procinfo import (cmdline, group_alive, is_same, kill_group, not_own, start_time,
+                                      state as process_state)
 from launcher.record.layout import name_dir, runs_dir, state_dir
 from launcher.remote import wrapper_argv
 from launcher.plan.threads import local_cores

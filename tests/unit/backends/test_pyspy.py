@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from launcher.backends import pyspy
+from launcher.system import procinfo
 from tests.support.waits import wait_for
 
 
@@ -158,7 +159,7 @@ def _counting(tmp_path):
 
 def _runs_on(proc, count) -> None:
     """``proc`` is neither stopped nor traced, and its count goes on."""
-    assert pyspy.state(proc.pid) not in ("t", "T", ""), pyspy.state(proc.pid)
+    assert procinfo.state(proc.pid) not in ("t", "T", ""), procinfo.state(proc.pid)
     seen = int(count.read_text() or 0)
     wait_for(lambda: int(count.read_text() or 0) > seen + 5, 30, what="the count to go on after the dump")
 
@@ -214,7 +215,7 @@ def test_the_hosts_dump_is_ended_the_same_way_in_a_real_shell(tmp_path, shell):
             else:
                 assert text.startswith(f"native frames (py-spy dump --native, pid {child}):"), out.stdout[:500]
                 assert "deep (<string>:3)" in text, text[:2000]
-            assert pyspy.state(child) not in ("t", "T", ""), (limit, pyspy.state(child))
+            assert procinfo.state(child) not in ("t", "T", ""), (limit, procinfo.state(child))
             seen = int(count.read_text() or 0)
             wait_for(lambda: int(count.read_text() or 0) > seen + 5, 30, what=f"the count to go on after the dump ({limit})")
     finally:
