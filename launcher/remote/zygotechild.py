@@ -139,6 +139,33 @@ def die_with_parent(parent: int) -> None:
         os._exit(137)
 
 
+def hide_our_frames(frame) -> None:
+    """Leave the server's frames (``frame``, run_main's, and every one under it: zygote.py's serve
+    loop, the waiter's fork) out of the stacks TensorFlow records in this thread. TensorFlow keeps
+    each op's Python stack where the op is made and prints it in the op's errors ("Detected at node
+    ... defined at (most recent call last):"); a forked task's stack starts in the server, and its
+    errors said 7 frames of ours before the task's own, which a cold start's do not. TensorFlow's
+    own per-thread filter of those stacks (tensorflow/python/util/tf_stack.py, ``StackTraceFilter``)
+    drops them, in the main thread (the only one with them: a thread the task starts has none).
+    Nothing where TensorFlow is not imported or has no such filter."""
+    tf_stack = sys.modules.get("tensorflow.python.util.tf_stack")
+    base = getattr(tf_stack, "StackTraceFilter", None)
+    if base is None:
+        return
+    files = set()
+    while frame is not None:
+        files.add(frame.f_code.co_filename)
+        frame = frame.f_back
+    try:
+        class _ServerFrames(base):
+            def get_filtered_filenames(self):
+                return frozenset(files) | self.parent.get_filtered_filenames()
+
+        _ServerFrames().__enter__()  # (for the process's life: never left)
+    except Exception:  # noqa: BLE001 - another TensorFlow's internals: its errors say our frames, nothing worse
+        pass
+
+
 # The zygote's own modules, not a cold start's: a task's module of the same name is its own.
 _OUR_MODULES = ("zygotechild", "zygotewait", "sibling")
 # The modules this process had from the zygote when its entry began (run_main): every other one,
@@ -152,6 +179,7 @@ def run_main(mode: str, target: str, args: list) -> int:
     import types
 
     _ZYGOTES.update(sys.modules)
+    hide_our_frames(sys._getframe())
     for name in _OUR_MODULES:
         sys.modules.pop(name, None)
     safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated

@@ -2,7 +2,9 @@
 zygote (the local backend's default), as a cold start's end would be.
 
 A forked task's own objects end as at a cold exit (launcher/remote/zygotechild.py end_own_objects):
-TensorFlow's summary writer that the script never flushed or closed writes every scalar.
+TensorFlow's summary writer that the script never flushed or closed writes every scalar. A
+TensorFlow error's stack of where its op was made ("Detected at node ... defined at") has the
+frames a cold start's has, not the zygote's (zygotechild.hide_our_frames).
 
 A MultiWorkerMirroredStrategy group ends together (launcher/contract/exitsync.py), 2 workers. A worker whose script has ended leaves only once its peer's has too, so no peer can
 still be pulling the reply to its last collective (the end of a run that trained to the end, lost
@@ -61,6 +63,41 @@ def test_a_forked_tasks_summary_writer_never_flushed_writes_every_scalar(tmp_pat
     assert "ready pid=" in (run_dir(spec) / "zygote.log").read_text(), "the task was not forked by the run's zygote"
     # (the writer's flush comes every 2 minutes, or at its end: a forked task's os._exit had only the header)
     assert tensorboard_scalars(tmp_path / "tb") == [("loss", i, pytest.approx(1.0 / (i + 1))) for i in range(5)]
+
+
+FAILS = """\
+import tensorflow as tf
+
+@tf.function
+def step(x):
+    return tf.debugging.check_numerics(x / 0.0, "bad step")
+
+try:
+    step(tf.constant(0.0))
+except tf.errors.InvalidArgumentError as exc:
+    print("defined-at " + "|".join(line.strip() for line in exc.message.splitlines() if line.strip().startswith("File ")))
+"""
+DEFINED_AT = re.compile(r"^defined-at (.*)$", re.M)
+
+
+def test_a_tensorflow_errors_op_stack_is_a_cold_starts(tmp_path):
+    said = {}
+    for how, warm in (("forked", "true"), ("cold", "false")):
+        (tmp_path / how).mkdir()
+        (tmp_path / how / "train.py").write_text(FAILS)
+        spec = local_spec(tmp_path / how, f"[{sys.executable}, train.py]", name="demo", tasks="{worker: 1}",
+                          strategy="one_device", env={"TF_CPP_MIN_LOG_LEVEL": "'2'"},
+                          extra=f"restart: {{max_restarts: 0, warm_standby: {warm}}}\n")
+        result = up(spec, timeout=300)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+        forked = "ready pid=" in ((run_dir(spec) / "zygote.log").read_text()
+                                  if (run_dir(spec) / "zygote.log").exists() else "")
+        assert forked is (how == "forked"), how
+        found = DEFINED_AT.findall((run_dir(spec) / "logs" / "worker-0.log").read_text())
+        assert len(found) == 1, (how, found)
+        said[how] = found[0].replace(str(tmp_path / how), "DIR").split("|")
+    assert 'File "DIR/train.py", line 5, in step' in said["cold"], said
+    assert said["forked"] == said["cold"], said  # (before: 7 frames of zygote.py, zygotewait.py, zygotechild.py first)
 
 
 def _run(tmp_path, linger: float) -> tuple[dict[str, float], dict[str, float]]:
