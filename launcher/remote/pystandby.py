@@ -17,7 +17,8 @@ once promoted runs the script as ``__main__`` with what a cold start of the same
 it: ``sys.argv``, ``sys.path[0]`` (the script's directory with symlinks resolved; for ``-m`` the
 working directory; nothing with -P/-I), the ``__main__`` module's ``__file__``/``__loader__``/``__spec__``, the signal dispositions it
 started with (TensorFlow's import may not change them) and SIGUSR1 unblocked, the exit code (an
-uncaught exception: its traceback without this stub's frames, exit 1; a missing script: exit 2).
+uncaught exception: its traceback without this stub's frames, exit 1; a missing script: exit 2),
+and TensorFlow's record of where each op is made without them too (_hide_frames).
 """
 import os
 import signal
@@ -89,6 +90,7 @@ def _main():
     # the script's import of TensorFlow is done: taken, one line, exit 98.
     check_task_port()
     check_task_port_once_imported()
+    _hide_frames()
     return _as_main(target, args, module)
 
 
@@ -162,6 +164,50 @@ def _as_main(target, args, module):
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", where)
     sys.modules["__main__"] = main
     return lambda: exec(compile(source, where, "exec", dont_inherit=True), main.__dict__)
+
+
+def _hide_frames():
+    """TensorFlow's record of where each op is made (its errors print it: "Detected at node ...
+    defined at") without this text's frames ("<string>"), as its tracebacks are (_run): TensorFlow's
+    own per-thread filter of those stacks (tensorflow/python/util/tf_stack.py, ``StackTraceFilter``),
+    set at once where TensorFlow is imported (a standby, a forked task), else by a finder used once
+    (as check_task_port_once_imported's) right after the script's own import of it."""
+    def hide():
+        tf_stack = sys.modules.get("tensorflow.python.util.tf_stack")
+        try:
+            class _StubFrames(tf_stack.StackTraceFilter):
+                def get_filtered_filenames(self):
+                    return frozenset({"<string>"}) | self.parent.get_filtered_filenames()
+
+            _StubFrames().__enter__()  # (for the process's life)
+        except Exception:  # noqa: BLE001 - another TensorFlow's internals: its errors say our frames
+            pass
+
+    if "tensorflow" in sys.modules:
+        hide()
+        return
+
+    class _Once:
+        def find_spec(self, name, path=None, target=None):
+            if name != "tensorflow":
+                return None
+            sys.meta_path.remove(self)
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            run = loader.exec_module
+
+            def exec_module(mod):
+                run(mod)
+                hide()
+
+            loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _Once())
 
 
 def _run(go):

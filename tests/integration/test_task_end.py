@@ -4,7 +4,8 @@ zygote (the local backend's default), as a cold start's end would be.
 A forked task's own objects end as at a cold exit (launcher/remote/zygotechild.py end_own_objects):
 TensorFlow's summary writer that the script never flushed or closed writes every scalar. A
 TensorFlow error's stack of where its op was made ("Detected at node ... defined at") has the
-frames a cold start's has, not the zygote's (zygotechild.hide_our_frames).
+frames ``python train.py`` has, none of the zygote's (zygotechild.hide_our_frames) or the stub's
+(pystandby.py _hide_frames), forked or cold.
 
 A MultiWorkerMirroredStrategy group ends together (launcher/contract/exitsync.py), 2 workers. A worker whose script has ended leaves only once its peer's has too, so no peer can
 still be pulling the reply to its last collective (the end of a run that trained to the end, lost
@@ -13,7 +14,9 @@ most: a chief that works on alone does not hold its workers for longer."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -96,8 +99,15 @@ def test_a_tensorflow_errors_op_stack_is_a_cold_starts(tmp_path):
         found = DEFINED_AT.findall((run_dir(spec) / "logs" / "worker-0.log").read_text())
         assert len(found) == 1, (how, found)
         said[how] = found[0].replace(str(tmp_path / how), "DIR").split("|")
-    assert 'File "DIR/train.py", line 5, in step' in said["cold"], said
-    assert said["forked"] == said["cold"], said  # (before: 7 frames of zygote.py, zygotewait.py, zygotechild.py first)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "train.py").write_text(FAILS)
+    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path / "plain", capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    said["plain"] = DEFINED_AT.findall(plain.stdout)[0].replace(str(tmp_path / "plain"), "DIR").split("|")
+    assert said["plain"] == ['File "DIR/train.py", line 8, in <module>', 'File "DIR/train.py", line 5, in step'], said
+    # (before: 7 frames of zygote.py, zygotewait.py and zygotechild.py, then 3 of the stub's
+    # "<string>", in the forked task's; the stub's 3 in the cold start's)
+    assert said["forked"] == said["cold"] == said["plain"], said
 
 
 def _run(tmp_path, linger: float) -> tuple[dict[str, float], dict[str, float]]:
