@@ -139,6 +139,10 @@ def _as_main(target, args, module):
     main = types.ModuleType("__main__")
     main.__builtins__, main.__annotations__ = builtins, {}
     safe = getattr(sys.flags, "safe_path", False) or sys.flags.isolated
+    orig = getattr(sys, "orig_argv", None)  # (3.10+) the command as written: without ``-c <this text>``
+    if orig and "-c" in orig[1:]:
+        at = orig.index("-c", 1)
+        sys.orig_argv = [*orig[:at], *(["-m"] if module else []), target, *args]
     if module:
         import runpy
 

@@ -172,6 +172,8 @@ def become(server, conn, req: dict, entry, fds: list, others: list, waiter: int)
             forked.show_environ({k: v for k, v in {**req["env"], **control}.items() if server.before.get(k) != v},
                                 server.pad)
         forked.show_argv(req["argv"])
+        if hasattr(sys, "orig_argv"):  # (3.10+) the command as the kernel ran it: the task's, not the zygote's
+            sys.orig_argv = list(req["argv"])
         forked.python_defaults()
         code = forked.run_main(*entry)
     except SystemExit as exc:

@@ -131,11 +131,12 @@ CASES = {
     # (TensorFlow's name written in two halves: the stub reads the script's text for it)
     "exit7": ("import sys, os\nprint(os.environ.get('ATTEMPT_ONLY'), 'TFCLUSTER_STANDBY' in os.environ, "
               "('tensor' + 'flow') in sys.modules)\n"
+              "print(sys.orig_argv[1:])\n"  # (the command as written: no '-c <the stub>')
               "sys.exit(7)\n", None),
     "raises": ("def f():\n    raise ValueError('boom')\n\nf()\n", None),
     "message": ("import sys\nsys.exit('stopped: ' + sys.argv[1])\n", None),
     "syntax": ("x = (\n", None),
-    "module": ("import sys\nprint(__name__, __spec__.name, sys.argv)\nraise SystemExit(3)\n", "-m"),
+    "module": ("import sys\nprint(__name__, __spec__.name, sys.argv, sys.orig_argv[1:])\nraise SystemExit(3)\n", "-m"),
     # The stub imports TensorFlow ahead only for a script that names it (or keras), as this one does.
     "tfnamed": ("import sys  # keras\nprint(('tensor' + 'flow') in sys.modules)\n", None),
 }

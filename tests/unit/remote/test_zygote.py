@@ -28,14 +28,15 @@ def test_a_forked_task_is_its_cold_start_and_the_zygotes_child(zygote, tmp_path)
             "'ppid': int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]), "
             "'sid': os.getsid(0) == os.getpid(), 'cwd': os.getcwd(), 'stdin': sys.stdin.read(), "
             "'env': os.environ.get('TFCLUSTER_TEST_OWN'), 'pad': 'ZYGOTE_PAD' in str(os.environ), "
-            "'name': __name__})); sys.exit(7)")
+            "'name': __name__, 'orig': sys.orig_argv})); sys.exit(7)")
     (tmp_path / "sub").mkdir()
     p = wrap(zygote, [sys.executable, "-c", code, "a", "b"], env={"TFCLUSTER_TEST_OWN": "1"}, cwd=tmp_path / "sub")
     out, err = finish(p)
     said = json.loads(out)
     assert p.returncode == 7, err
     assert said == {"argv": ["-c", "a", "b"], "path0": "", "ppid": zygote_pid(tmp_path), "sid": True,
-                    "cwd": str(tmp_path / "sub"), "stdin": "", "env": "1", "pad": False, "name": "__main__"}
+                    "cwd": str(tmp_path / "sub"), "stdin": "", "env": "1", "pad": False, "name": "__main__",
+                    "orig": [sys.executable, "-c", code, "a", "b"]}  # (sys.orig_argv: the task's, not the zygote's)
     cold = subprocess.run([sys.executable, "-c", code, "a", "b"], capture_output=True, text=True,
                           env={**base_env(), "TFCLUSTER_TEST_OWN": "1"}, cwd=tmp_path / "sub", stdin=subprocess.DEVNULL)
     assert {**json.loads(cold.stdout), "ppid": None, "sid": None} == {**said, "ppid": None, "sid": None}
