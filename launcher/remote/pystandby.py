@@ -14,7 +14,7 @@ and the script, or a module beside it that it imports, names tensorflow or keras
 standby protocol (SIGUSR1 blocked, the ``tfcluster-standby`` lines on its control channel, the promotion file
 TFCLUSTER_STANDBY_ENV names) at the lowest priority once its host idles (standbyprio.py), and
 once promoted runs the script as ``__main__`` with what a cold start of the same command gives
-it: ``sys.argv``, ``sys.path[0]`` (the script's directory with symlinks resolved; for ``-m`` the
+it: ``sys.argv``, ``sys.orig_argv`` (as written), ``sys.path[0]`` (the script's directory with symlinks resolved; for ``-m`` the
 working directory; nothing with -P/-I), the ``__main__`` module's ``__file__``/``__loader__``/``__spec__``, the signal dispositions it
 started with (TensorFlow's import may not change them) and SIGUSR1 unblocked, the exit code (an
 uncaught exception: its traceback without this stub's frames, exit 1; a missing script: exit 2),
