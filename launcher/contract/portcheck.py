@@ -181,16 +181,23 @@ def check_task_port(environ=None):
 
 def check_task_port_once_imported(module="tensorflow", environ=None):
     """Check the task's port again right after ``module``'s import, wherever the script imports it
-    (the import is most of a cold start's time before its server binds): a finder first on
-    ``sys.meta_path``, used once, runs ``check_task_port`` when the module's own code has run. A
-    taken port is then a SystemExit(98) out of that import. Nothing where ``module`` is imported
-    already (a promoted standby: the check before the script was the last one) or the task has
-    no port."""
+    (the import is most of a cold start's time before its server binds): ``check_task_port`` when
+    the module's own code has run (after_import). A taken port is then a SystemExit(98) out of
+    that import. Nothing where ``module`` is imported already (a promoted standby: the check
+    before the script was the last one) or the task has no port."""
     import sys
 
     env = os.environ if environ is None else environ
     if module in sys.modules or task_port(env.get("TF_CONFIG")) is None:
         return
+    after_import(module, lambda: check_task_port(env))
+
+
+def after_import(module, then):
+    """Run ``then()`` right after ``module``'s own code has run, wherever it is imported first: a
+    finder first on ``sys.meta_path``, used once, whose module's loader runs ``then`` after it.
+    (The standby stub, which carries this text, sets TensorFlow's frame filter by it too.)"""
+    import sys
 
     class _Once:
         def find_spec(self, name, path=None, target=None):
@@ -207,7 +214,7 @@ def check_task_port_once_imported(module="tensorflow", environ=None):
 
             def exec_module(mod):
                 run(mod)
-                check_task_port(env)
+                then()
 
             loader.exec_module = exec_module
             return spec

@@ -174,8 +174,8 @@ def _hide_frames():
     """TensorFlow's record of where each op is made (its errors print it: "Detected at node ...
     defined at") without this text's frames ("<string>"), as its tracebacks are (_run): TensorFlow's
     own per-thread filter of those stacks (tensorflow/python/util/tf_stack.py, ``StackTraceFilter``),
-    set at once where TensorFlow is imported (a standby, a forked task), else by a finder used once
-    (as check_task_port_once_imported's) right after the script's own import of it."""
+    set at once where TensorFlow is imported (a standby, a forked task), else right after the
+    script's own import of it (after_import: launcher/contract/portcheck.py's text, above)."""
     def hide():
         tf_stack = sys.modules.get("tensorflow.python.util.tf_stack")
         try:
@@ -189,29 +189,8 @@ def _hide_frames():
 
     if "tensorflow" in sys.modules:
         hide()
-        return
-
-    class _Once:
-        def find_spec(self, name, path=None, target=None):
-            if name != "tensorflow":
-                return None
-            sys.meta_path.remove(self)
-            import importlib.util
-
-            spec = importlib.util.find_spec(name)
-            loader = getattr(spec, "loader", None)
-            if loader is None or not hasattr(loader, "exec_module"):
-                return spec
-            run = loader.exec_module
-
-            def exec_module(mod):
-                run(mod)
-                hide()
-
-            loader.exec_module = exec_module
-            return spec
-
-    sys.meta_path.insert(0, _Once())
+    else:
+        after_import("tensorflow", hide)
 
 
 def _run(go):

@@ -89,7 +89,7 @@ def test_a_tensorflow_errors_op_stack_is_a_cold_starts(tmp_path):
         (tmp_path / how).mkdir()
         (tmp_path / how / "train.py").write_text(FAILS)
         spec = local_spec(tmp_path / how, f"[{sys.executable}, train.py]", name="demo", tasks="{worker: 1}",
-                          strategy="one_device", env={"TF_CPP_MIN_LOG_LEVEL": "'2'"},
+                          env={"TF_CPP_MIN_LOG_LEVEL": "'2'"},  # (MWMS: a port, so the cold start checks it after the import too)
                           extra=f"restart: {{max_restarts: 0, warm_standby: {warm}}}\n")
         result = up(spec, timeout=300)
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
