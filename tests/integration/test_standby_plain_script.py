@@ -161,21 +161,29 @@ TensorFlow, imported ahead for a script that names it)."""
             (tmp_path / name / f"{name}.py").write_text(text)
             argv = [sys.executable, "-u", f"{name}/{name}.py", "a"]
         runs[name] = (argv, _warm(argv, tmp_path, env, tmp_path / f"{name}.promotion.json"))
-    for name, (argv, proc) in runs.items():
-        lines: list[str] = []
-        wait_for(lambda: (lines.append(proc.stdout.readline()) or "tfcluster-standby ready" in lines[-1]
-                          or proc.poll() is not None), 180, what=f"{name}'s standby to say it is ready")
-        assert proc.poll() is None, (name, lines, proc.stderr.read())
-        proc.send_signal(signal.SIGUSR1)
-        out, err = proc.communicate(timeout=120)
-        # The stub's beats (launcher/contract/liveness.py) are the launcher's, which takes them out.
-        err = "".join(line for line in err.splitlines(True) if not line.startswith("tfcluster-beat "))
-        cold = _cold(argv, tmp_path, env)
-        assert proc.returncode == cold.returncode, (name, proc.returncode, cold.returncode, err[-2000:])
-        expected = {"exit7": ("None False False", "1 False False"), "tfnamed": ("False", "True")}.get(name, ("", ""))
-        assert out.split("tfcluster-standby promoted\n", 1)[1] == cold.stdout.replace(*expected), (name, out, cold.stdout)
-        assert err.endswith(cold.stderr), (name, err[-2000:], cold.stderr)
-        assert bool(cold.stderr.strip()) is (name in ("raises", "message", "syntax")), (name, cold.stderr)
-        assert "<string>" not in err, (name, err[-2000:])
-        assert not (tmp_path / f"{name}.promotion.json").exists()
+    try:
+        for name, (argv, proc) in runs.items():
+            lines: list[str] = []
+            wait_for(lambda: (lines.append(proc.stdout.readline()) or "tfcluster-standby ready" in lines[-1]
+                              or proc.poll() is not None), 180, what=f"{name}'s standby to say it is ready")
+            assert proc.poll() is None, (name, lines, proc.stderr.read())
+            proc.send_signal(signal.SIGUSR1)
+            out, err = proc.communicate(timeout=120)
+            # The stub's beats (launcher/contract/liveness.py) are the launcher's, which takes them out.
+            err = "".join(line for line in err.splitlines(True) if not line.startswith("tfcluster-beat "))
+            cold = _cold(argv, tmp_path, env)
+            assert proc.returncode == cold.returncode, (name, proc.returncode, cold.returncode, err[-2000:])
+            expected = {"exit7": ("None False False", "1 False False"),
+                        "tfnamed": ("False", "True")}.get(name, ("", ""))
+            assert out.split("tfcluster-standby promoted\n", 1)[1] == cold.stdout.replace(*expected), \
+                (name, out, cold.stdout)
+            assert err.endswith(cold.stderr), (name, err[-2000:], cold.stderr)
+            assert bool(cold.stderr.strip()) is (name in ("raises", "message", "syntax")), (name, cold.stderr)
+            assert "<string>" not in err, (name, err[-2000:])
+            assert not (tmp_path / f"{name}.promotion.json").exists()
+    finally:  # (a case that fails leaves the standbys after it waiting to be promoted: ended here)
+        for _, proc in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert [runs[n][1].returncode for n in CASES] == [7, 1, 1, 1, 3, 0]
