@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What a warm restart would be with a standby group formed ahead ("hot": its strategy made on
 ports of its own, its data, its model and its first step already done, waiting), against a cold
-restart, and what it would hold while it waits. An experiment for issue 59's last criterion (a
-death -> the next first step <= 0.30 of cold), not tfcluster's code: tfcluster's standbys are forked
+restart, and what it would hold while it waits. An experiment for the target of a worker's death
+-> its next first step <= 0.30 of cold, not tfcluster's code: tfcluster's standbys are forked
 when promoted (BENCHMARKS.md, "Recovery": TensorFlow's work in the new processes alone is 0.40 of
 cold there).
 
