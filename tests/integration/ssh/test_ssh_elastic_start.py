@@ -199,6 +199,9 @@ def test_a_host_shutting_down_as_the_run_starts_leaves_the_group_smaller_and_it_
     gone = threading.Event()
 
     def shutdown_then_back():
+        # Both tasks up, not only worker:1 (whose line starts this): on a loaded machine worker:0
+        # had not run its script yet when h2 went down, and was stopped before it wrote attempt 0.
+        wait_for(lambda: len(list(out_dir.glob("0-2-*"))) == 2, 60, what="both tasks of attempt 0 up")
         lab.shutdown("h2", NOTICE)
         gone.set()
         bring_back(lab, "h2")
