@@ -48,8 +48,13 @@ class Background:
             self.threads.append(thread)
         return act
 
-    def shutdown(self, lab, name: str, reboot: bool = False):
-        return self(lambda: self.went.setdefault(name, lab.shutdown(name, NOTICE, reboot=reboot)))
+    def shutdown(self, lab, name: str, reboot: bool = False, once=None):
+        """``once``: called first in the thread (what must hold before the host goes down)."""
+        def go():
+            if once is not None:
+                once()
+            self.went.setdefault(name, lab.shutdown(name, NOTICE, reboot=reboot))
+        return self(go)
 
     def join(self) -> None:
         for thread in self.threads:
@@ -182,8 +187,13 @@ def test_with_no_spare_and_no_min_the_group_restarts_on_the_rebooted_host_spendi
                      restart={"max_restarts": 0}, elastic={"host_wait": 90, "settle": NOTICE + 2})
     background = Background()
     try:
+        # h2 goes down once both stand-ins of attempt 0 wrote their file, not at worker:1's line
+        # alone: worker:0, forked under load, may not have run its script yet (then it is stopped
+        # before it writes attempt 0; test_ssh_elastic_start.py met it so).
+        both_up = lambda: wait_for(lambda: len(list(out_dir.glob("0-2-*"))) == 2, 60,  # noqa: E731
+                                   what="both tasks of attempt 0 up")
         code, out = run_and_act(spec, [(r"\[worker:1\] group of 2 attempt 0",
-                                        background.shutdown(lab, "h2", reboot=True))], timeout=240)
+                                        background.shutdown(lab, "h2", reboot=True, once=both_up))], timeout=240)
         background.join()
     finally:
         bring_back(lab, "h2")
