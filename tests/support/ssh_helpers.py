@@ -102,6 +102,14 @@ def bring_back(lab, name: str) -> None:
     lab.bring_back(name)
 
 
+def wait_attempt_up(out_dir: Path, attempt: int, size: int) -> None:
+    """Every task of group_task.py's ``attempt`` (a group of ``size``) wrote its file: a test that
+    takes a host down at one task's line waits for this first, since on a loaded machine another
+    task, forked later, may not have run its script yet (it is then stopped before its file)."""
+    wait_for(lambda: len(list(out_dir.glob(f"{attempt}-{size}-*"))) == size, 60,
+             what=f"all {size} tasks of attempt {attempt} up")
+
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: the tasks' workdir
 PY = sys.executable
 

@@ -25,7 +25,7 @@ from tests.support.tfrun import last_step_of_first_attempt, last_step_before, pr
 
 from tests.support.cli import ROOT, tfcluster
 
-from tests.support.ssh_helpers import NOTICE, private_state, bring_back
+from tests.support.ssh_helpers import NOTICE, private_state, bring_back, wait_attempt_up
 from .conftest import PY, task_processes
 import launcher.record.events as ev
 from tests.support.records import read_records
@@ -187,11 +187,8 @@ def test_with_no_spare_and_no_min_the_group_restarts_on_the_rebooted_host_spendi
                      restart={"max_restarts": 0}, elastic={"host_wait": 90, "settle": NOTICE + 2})
     background = Background()
     try:
-        # h2 goes down once both stand-ins of attempt 0 wrote their file, not at worker:1's line
-        # alone: worker:0, forked under load, may not have run its script yet (then it is stopped
-        # before it writes attempt 0; test_ssh_elastic_start.py met it so).
-        both_up = lambda: wait_for(lambda: len(list(out_dir.glob("0-2-*"))) == 2, 60,  # noqa: E731
-                                   what="both tasks of attempt 0 up")
+        # h2 goes down once both tasks of attempt 0 are up, not at worker:1's line alone
+        both_up = lambda: wait_attempt_up(out_dir, 0, 2)  # noqa: E731
         code, out = run_and_act(spec, [(r"\[worker:1\] group of 2 attempt 0",
                                         background.shutdown(lab, "h2", reboot=True, once=both_up))], timeout=240)
         background.join()

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.support.cli import ROOT, tfcluster
-from tests.support.ssh_helpers import NOTICE, bring_back
+from tests.support.ssh_helpers import NOTICE, bring_back, wait_attempt_up
 from tests.support.tfrun import run_and_act
 from tests.support.waits import wait_for
 
@@ -199,9 +199,7 @@ def test_a_host_shutting_down_as_the_run_starts_leaves_the_group_smaller_and_it_
     gone = threading.Event()
 
     def shutdown_then_back():
-        # Both tasks up, not only worker:1 (whose line starts this): on a loaded machine worker:0
-        # had not run its script yet when h2 went down, and was stopped before it wrote attempt 0.
-        wait_for(lambda: len(list(out_dir.glob("0-2-*"))) == 2, 60, what="both tasks of attempt 0 up")
+        wait_attempt_up(out_dir, 0, 2)  # both tasks, not only worker:1 whose line starts this
         lab.shutdown("h2", NOTICE)
         gone.set()
         bring_back(lab, "h2")
