@@ -102,6 +102,13 @@ def bring_back(lab, name: str) -> None:
     lab.bring_back(name)
 
 
+def group_task(out_dir: Path, want: int, hold: int = 0) -> list[str]:
+    """The command of a stand-in worker (tests/support/group_task.py) that finishes in a group of
+    ``want`` from attempt ``hold`` on, writing where it ran under ``out_dir``."""
+    out_dir.mkdir(exist_ok=True)
+    return [PY, str(ROOT / "tests" / "support" / "group_task.py"), str(out_dir), str(want), str(hold)]
+
+
 def wait_attempt_up(out_dir: Path, attempt: int, size: int) -> None:
     """Every task of group_task.py's ``attempt`` (a group of ``size``) wrote its file: a test that
     takes a host down at one task's line waits for this first, since on a loaded machine another

@@ -13,17 +13,15 @@ import json
 import pytest
 import yaml
 
-from tests.support.cli import ROOT
+from tests.support.ssh_helpers import group_task
 from tests.support.tfrun import run_and_act
 from tests.support.waits import wait_for
 
-from .conftest import PY
 from .conftest import task_processes
 import launcher.record.events as ev
 from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
-GROUP_TASK = str(ROOT / "tests" / "support" / "group_task.py")
 
 
 def test_discovery_adds_a_host_ignores_garbage_and_moves_the_task_of_a_host_that_vanishes(lab, make_spec, tmp_path):
@@ -34,9 +32,8 @@ def test_discovery_adds_a_host_ignores_garbage_and_moves_the_task_of_a_host_that
 
     publish(["h1", "h2"])
     out_dir = tmp_path / "out"
-    out_dir.mkdir()
     spec = make_spec(
-        [PY, GROUP_TASK, str(out_dir), "2", "1"],  # attempt 0 runs until stopped, attempt 1 ends
+        group_task(out_dir, 2, hold=1),  # attempt 0 runs until stopped, attempt 1 ends
         hosts=[], restart={"max_restarts": 0},
         discovery={"command": f"cat {listing}", "every": 1, "timeout": 5},
         elastic={"host_wait": 3, "settle": 2}, watchdog={"startup_timeout": 120, "stop_grace": 15},

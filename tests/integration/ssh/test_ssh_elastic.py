@@ -23,15 +23,14 @@ import pytest
 from tests.support.waits import wait_for
 from tests.support.tfrun import last_step_of_first_attempt, last_step_before, progress, run_and_act
 
-from tests.support.cli import ROOT, tfcluster
+from tests.support.cli import tfcluster
 
-from tests.support.ssh_helpers import NOTICE, private_state, bring_back, wait_attempt_up
+from tests.support.ssh_helpers import NOTICE, private_state, bring_back, group_task, wait_attempt_up
 from .conftest import PY, task_processes
 import launcher.record.events as ev
 from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
-GROUP_TASK = str(ROOT / "tests" / "support" / "group_task.py")
 
 class Background:
     """Actions for run_and_act that run in a thread of their own (a shutdown takes its notice),
@@ -182,8 +181,7 @@ def test_with_no_spare_and_no_min_the_group_restarts_on_the_rebooted_host_spendi
     then restarts on it, max_restarts: 0 unspent. (The stand-ins' first attempt waits to be
     stopped; the state copied to a host's fresh disk is test_a_spare_replaces_...'s.)"""
     out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    spec = make_spec([PY, GROUP_TASK, str(out_dir), "2", "1"], hosts=["h1", "h2"], workers=2,
+    spec = make_spec(group_task(out_dir, 2, hold=1), hosts=["h1", "h2"], workers=2,
                      restart={"max_restarts": 0}, elastic={"host_wait": 90, "settle": NOTICE + 2})
     background = Background()
     try:

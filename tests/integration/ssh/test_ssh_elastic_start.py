@@ -20,8 +20,8 @@ import time
 import pytest
 import yaml
 
-from tests.support.cli import ROOT, tfcluster
-from tests.support.ssh_helpers import NOTICE, bring_back, wait_attempt_up
+from tests.support.cli import tfcluster
+from tests.support.ssh_helpers import NOTICE, bring_back, group_task, wait_attempt_up
 from tests.support.tfrun import run_and_act
 from tests.support.waits import wait_for
 
@@ -30,16 +30,6 @@ import launcher.record.events as ev
 from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
-
-GROUP_TASK = str(ROOT / "tests" / "support" / "group_task.py")
-
-
-def group_task(out_dir, want: int, hold: int = 0) -> list[str]:
-    """The command of a stand-in worker (tests/support/group_task.py) that finishes in a group of
-    ``want`` from attempt ``hold`` on, writing where it ran under ``out_dir``."""
-    out_dir.mkdir(exist_ok=True)
-    return [PY, GROUP_TASK, str(out_dir), str(want), str(hold)]
-
 
 def groups(out_dir) -> dict[tuple[int, int], dict[str, str]]:
     """What the stand-ins wrote: (attempt, group size) -> {task: host}."""

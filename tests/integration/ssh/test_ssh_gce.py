@@ -25,27 +25,25 @@ import pytest
 from tests.support.tfrun import run_and_act
 from tests.support.waits import wait_for
 
-from .conftest import PY, ROOT, task_processes
-from tests.support.ssh_helpers import GCE_PORT as PORT, GCE_SERVER as SERVER, NOTICE, bring_back, preempt
+from .conftest import PY, task_processes
+from tests.support.ssh_helpers import GCE_PORT as PORT, GCE_SERVER as SERVER, NOTICE, bring_back, group_task, preempt
 import launcher.record.events as ev
 from tests.support.records import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.ssh]
 
-GROUP_TASK = str(ROOT / "tests" / "support" / "group_task.py")
 
 
 def test_the_gce_notice_stops_the_tasks_before_the_os_sigterm_and_the_task_moves_to_the_spare(lab, make_spec, tmp_path):
     flag = tmp_path / "preempted"
     flag.write_text("FALSE")
     out_dir = tmp_path / "out"
-    out_dir.mkdir()
     server = subprocess.Popen(["ip", "netns", "exec", lab.host("h2").netns, PY, "-c", SERVER, str(flag), str(PORT)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     log = tmp_path / "preempted.log"
     try:
         spec = make_spec(
-            [PY, GROUP_TASK, str(out_dir), "2", "1"],  # attempt 0 runs until stopped; attempt 1 ends once both are up
+            group_task(out_dir, 2, hold=1),  # attempt 0 runs until stopped; attempt 1 ends once both are up
             hosts=["h1", "h2", "h3"], env={"GCE_METADATA_HOST": f"127.0.0.1:{PORT}"},
             restart={"max_restarts": 0}, elastic={"host_wait": 60},
             watchdog={"startup_timeout": 120, "stop_grace": 15},
