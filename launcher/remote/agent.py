@@ -404,8 +404,8 @@ def main(argv):
                 drainer.stop()
                 _unlink(written)
                 written = None
-                if "keep" in req:  # (its server's lifeline closes in finally, once this one's ends)
-                    return zygote[0].keep(lines, req["keep"] or {}, socks, zygote[1], first["zygote"], reply)
+                if "keep" in req:  # (a small keeper of its own, this process exec'd: zygotehost.py)
+                    return zygote[0].become_keeper(lines, req["keep"] or {}, socks, zygote[1], first["zygote"], reply, unsafe)
                 return _go(req["go"], socks, reply["run_dir"], tag)
     finally:
         _unlink(written)

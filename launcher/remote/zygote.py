@@ -6,7 +6,7 @@ memory (copy on write) and pay its CPU once (BENCHMARKS.md, "A zygote").
 Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
 
     python zygote.py --socket PATH [--listen-fd N] [--import MODULE[,MODULE...]] [--pad NAME]
-                     [--idle-exit SECONDS] [--title ROOM]
+                     [--idle-exit SECONDS] [--parent PID] [--title ROOM]
 
 * ``--title ROOM``: ROOM (any text, its last option) is room in its argv for each child's title:
   /proc/PID/cmdline (``ps``, ``pgrep -f``) shows the child's own argv, not ``zygote.py``
@@ -30,7 +30,7 @@ Standalone and stdlib-only, shipped next to taskwrap.py. Usage::
   ends once no one has held it for that long: a request ``{"hold": true}`` (no descriptors) is
   answered ``{"held": PID}`` and held for as long as its connection stays open (a run's host
   agent holds it for the run). Then it removes its socket's dir (its own: the files it was
-  started from, its log) and exits 0. Without it, it serves until its lifeline ends it.
+  started from, its log) and exits 0. Else until its keeper stops it, or ends (--parent PID).
 * A request with ``"check": true`` forks nothing: the answer is ``{"ok": true}`` where the task
   would be served (the imports done), else ``{"cold": why}``. A standby's wrapper asks it to say it
   is ready, and asks for the fork itself only when promoted (taskwrap.py ``--standby-defer``).
@@ -341,6 +341,8 @@ def main(argv: list) -> int:
             fd = int(next(it, "-1") or -1)
         elif flag == "--title":
             next(it, None)  # only room (show_argv)
+        elif flag == "--parent":
+            waits.end_with(next(it, ""))
         elif flag == "--pad":
             pad = next(it, "") or ""
         elif flag == "--idle-exit":

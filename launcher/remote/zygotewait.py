@@ -189,6 +189,23 @@ def become(server, conn, req: dict, entry, fds: list, others: list, waiter: int)
 _WAKE: list = []  # this process's SIGCHLD pipe (the server's, then each waiter's own)
 
 
+def end_with(parent: str) -> None:
+    """The server ends with ``parent`` (its keeper, zygotehost.py: ``--parent PID``): the kernel
+    SIGKILLs it when that process ends, however it ends (PR_SET_PDEATHSIG), a stopped server too.
+    Where that cannot be set, or ``parent`` ended already (the setting came too late), it exits 1
+    at once (one line): nothing else would end it."""
+    import ctypes
+
+    try:
+        ok = ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, ValueError):
+        ok = False
+    if not ok or str(os.getppid()) != parent:
+        say("not serving: " + ("its keeper %s ended first" % parent[:20] if ok else "it could not be bound to its keeper's "
+                               "life (prctl PR_SET_PDEATHSIG failed)"))
+        sys.exit(1)
+
+
 def wake_pipe() -> tuple:
     """A new pipe that SIGCHLD wakes (signal.set_wakeup_fd): (read end, write end)."""
     if _WAKE:

@@ -55,6 +55,8 @@ class Warm:
     once, whether it is this agent's child or an earlier run's), its socket, and this run's hold
     on it. ``returncode``: its exit where it is this agent's child, else None (unknown)."""
 
+    warm = True  # (zygotehost.end lets it go rather than stopping it)
+
     def __init__(self, pid, socket_path, hold, child=None):
         self.pid, self.socket_path, self.hold, self.child = pid, socket_path, hold, child
         self.returncode = None

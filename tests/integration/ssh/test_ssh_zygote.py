@@ -187,8 +187,9 @@ def socket_of(pid: int) -> str:
 
 def test_a_killed_keeper_is_replaced_and_its_hosts_next_task_is_forked_from_the_new_server(
         lab, make_spec, tmp_path):
-    """h1's keeper (the host agent kept over its own channel, its zygote's wrapper's parent) is
-    SIGKILLed while both workers train: its zygote ends with it (its lifeline), worker:0 trains
+    """h1's keeper (the host agent kept over its own channel, exec'd as a small keeper: its
+    zygote's parent) is SIGKILLed while both workers train: its zygote ends with it (the kernel
+    kills it: zygote.py --parent), worker:0 trains
     on (its waiter is its parent). worker:1 is SIGKILLed: at the restart, the promotion of
     worker:0's standby on h1 finds the keeper gone, runs h1's preflight once more for a new
     keeper, whose zygote binds the socket the last one had: the standby's wrapper asks that path,
@@ -200,8 +201,8 @@ def test_a_killed_keeper_is_replaced_and_its_hosts_next_task_is_forked_from_the_
     def kill_keeper(_proc) -> None:
         seen["zygote"] = zygote = zygote_of(h1)
         seen["socket"] = socket_of(zygote)
-        seen["keeper"] = keeper = parent(parent(zygote))
-        assert " -S -c " in cmdline(keeper), cmdline(keeper)  # (the agent: python -S -c its source)
+        seen["keeper"] = keeper = parent(zygote)
+        assert " -S " in cmdline(keeper) and "zygotehost.py --keeper " in cmdline(keeper), cmdline(keeper)
         os.kill(keeper, signal.SIGKILL)
         wait_for(lambda: not os.path.exists(f"/proc/{zygote}"), 30, what=f"h1's zygote {zygote} ending with its keeper")
         (worker1,) = [c for w in children(zygote_of(h2)) for c in children(w)]
@@ -211,7 +212,7 @@ def test_a_killed_keeper_is_replaced_and_its_hosts_next_task_is_forked_from_the_
     def look(_proc) -> None:
         seen["new"] = zygote = zygote_of(h1)
         seen["new socket"] = socket_of(zygote)
-        seen["new keeper"] = parent(parent(zygote))
+        seen["new keeper"] = parent(zygote)
 
     code, out = run_and_act(spec, [(READY, lambda p: None), (READY, lambda p: None), (STEP, kill_keeper),
                                    (r"^\[worker:0\] tfcluster-standby promoted", lambda p: None),

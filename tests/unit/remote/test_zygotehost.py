@@ -40,6 +40,12 @@ finally:
 sys.exit(code)
 """
 
+# As agent.py runs it since it keeps in a small interpreter: start, say the reply, become the keeper
+# (this process exec'd: ``python -S zygotehost.py --keeper FD``), which ends its server itself.
+BECOMES = DRIVER.split("try:")[0] + """sys.exit(zygotehost.become_keeper(Lines(), {"lease": 0}, [], proc, order,
+                                   {"run_dir": sys.argv[1], "workdir": None}))
+"""
+
 
 def env_of(server: bool = False) -> dict:
     """The keeper's environment, or (``server``) the one it gives the server (its interpreter's dir
@@ -103,6 +109,70 @@ def test_a_killed_server_is_said_at_once_and_started_again_on_the_same_socket_wh
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _keeping(tmp_path: Path) -> tuple[subprocess.Popen, str, Path]:
+    """A driver that became its server's keeper: (it, the socket, the run dir), once exec'd."""
+    run_dir = _run_dir(tmp_path, "run")
+    order = {"argv": [sys.executable], "imports": ["json"], "env": {}, "pad": "", "title": 64, "grace": 2}
+    driver = subprocess.Popen([sys.executable, "-S", "-c", BECOMES, str(run_dir), json.dumps(order)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env_of())
+    sock = said(driver)["socket"]
+    wait_for(lambda: "zygotehost.py --keeper " in Path(f"/proc/{driver.pid}/cmdline").read_bytes().replace(b"\0", b" ")
+             .decode(), 30, what="the agent exec'd as a small keeper")
+    wait_for(lambda: ready_pids(run_dir), 30, what="its server ready")
+    return driver, sock, run_dir
+
+
+def test_the_keeper_is_a_small_interpreter_of_its_own_and_still_keeps_its_server(tmp_path):
+    """At "keep" the agent's process becomes ``python -S zygotehost.py --keeper FD`` (the same
+    pid, the same channel): its server stays its child and serves; killed, its end is said at
+    once (exit 137, as a shell says it); asked, a new one starts on the same socket, the keeper's
+    child too; its channel closed, the keeper stops it, removes its socket's dir and exits 0."""
+    driver, sock, run_dir = _keeping(tmp_path)
+    try:
+        (first,) = ready_pids(run_dir)
+        assert _parent(first) == driver.pid
+        assert ask(sock, GRANDPARENT)[:2] == (0, f"{first}\n")
+        os.kill(first, signal.SIGKILL)
+        assert said(driver, 10) == {"ended": 137, "cold": ""}
+        driver.stdin.write('.{"restart":true}\n.')
+        driver.stdin.flush()
+        assert said(driver) == {"restarted": {"socket": sock}}
+        code, out, _err = ask(sock, GRANDPARENT)  # (served once the new one's import is done)
+        second = ready_pids(run_dir)[1]
+        assert _parent(second) == driver.pid and (code, out) == (0, f"{second}\n")
+        driver.stdin.close()
+        assert driver.wait(timeout=30) == 0
+        assert not os.path.exists(f"/proc/{second}") and not os.path.exists(os.path.dirname(sock))
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def test_a_keeper_killed_takes_its_server_with_it_at_once_a_stopped_one_too(tmp_path):
+    """The server needs no wrapper of its own: when its keeper dies without a word (SIGKILL), the
+    kernel kills it (zygote.py --parent, PR_SET_PDEATHSIG), even while it is stopped (SIGSTOP),
+    which a SIGTERM would not end. (Its exec into the small keeper did not: it served after it.)"""
+    driver, sock, run_dir = _keeping(tmp_path)
+    (server,) = ready_pids(run_dir)
+    try:
+        assert ask(sock, "print('served')")[:2] == (0, "served\n")
+        os.kill(server, signal.SIGSTOP)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        assert _ends_within(server, 10), f"the server {server} outlived its keeper"
+    finally:
+        for pid in (server,):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 # ---- kept warm past the run (ssh.keep_warm) --------------------------------------------------------
