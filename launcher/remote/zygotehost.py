@@ -254,7 +254,7 @@ def become_keeper(lines, order, socks, proc, zygote, reply, unsafe=None):
     return keep(lines, order, socks, proc, zygote, reply)
 
 
-class _Channel:
+class _KeptChannel:
     """The channel (stdin) as ``keep`` reads it: its descriptor and the bytes read ahead."""
 
     def __init__(self, fd, buf):
@@ -270,7 +270,7 @@ def _keeper(fd):
     first = _Adopted(int(state["pid"]), state.get("pidfd"), state["socket"])
     grace = float(state.get("grace") or 5)
     try:
-        return keep(_Channel(0, state["buf"].encode("latin-1")), state["order"] or {}, [], first,
+        return keep(_KeptChannel(0, state["buf"].encode("latin-1")), state["order"] or {}, [], first,
                     state["zygote"], state["reply"])
     finally:
         end(first, grace)
