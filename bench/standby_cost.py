@@ -88,6 +88,8 @@ def role(pid: int) -> str:
         return "waiters"
     if "zygote.py --socket" in cmd:
         return "zygote wrappers" if "taskwrap" in cmd else "zygotes"
+    if "zygotehost.py --keeper" in cmd:
+        return "keepers (a host agent exec'd to keep its fork server)"
     if "--standby-defer" in cmd:
         return "standbys' wrappers"
     if "boot.py" in cmd or "taskwrap" in cmd:
