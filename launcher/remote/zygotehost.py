@@ -41,7 +41,7 @@ sys.path.pop(0)
 
 
 def start(order, run_dir, workdir, path=None):
-    """Start the host's fork server (zygote.py under taskwrap.py, beside this file in ``run_dir``)
+    """Start the host's fork server (zygote.py, beside this file in ``run_dir``, as this process's child)
     for ``order`` (agent.py's request 1 "zygote"), its socket at ``path`` (a new one's: the path of
     the one that ended), else at the order's "socket" where privsock.earlier takes it, else in a
     new private dir: (its process or None, what the reply says). With "keep_warm", the server
