@@ -87,7 +87,7 @@ def role(pid: int) -> str:
     if "the waiter of task" in cmd:
         return "waiters"
     if "zygote.py --socket" in cmd:
-        return "zygote wrappers" if "taskwrap" in cmd else "zygotes"  # (local: its wrapper; ssh: none since 50c7621)
+        return "zygote wrappers" if "taskwrap" in cmd else "zygotes"  # (local: its wrapper; ssh has none)
     if "zygotehost.py --keeper" in cmd:
         return "keepers (a host agent exec'd to keep its fork server)"
     if "--standby-defer" in cmd:

@@ -31,6 +31,7 @@ import select
 import signal
 import sys
 import time
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shipped beside it
 from sibling import sibling  # noqa: E402
@@ -41,8 +42,8 @@ sys.path.pop(0)
 
 
 def start(order, run_dir, workdir, path=None):
-    """Start the host's fork server (zygote.py, beside this file in ``run_dir``, as this process's child)
-    for ``order`` (agent.py's request 1 "zygote"), its socket at ``path`` (a new one's: the path of
+    """Start the host's fork server (zygote.py, beside this file in ``run_dir``, this process's
+    child) for ``order`` (agent.py's request 1 "zygote"), its socket at ``path`` (a new one's: the path of
     the one that ended), else at the order's "socket" where privsock.earlier takes it, else in a
     new private dir: (its process or None, what the reply says). With "keep_warm", the server
     kept warm (``warm``: one adopted or started), unless that cannot be (its reply then says why
@@ -165,8 +166,8 @@ def keep(lines, order, socks, proc, zygote, reply):
     """The host agent stays the fork server's keeper (agent.py "keep": ``order``) until its stdin
     (``lines``, agent.py's reader) closes or, with a lease, stays silent for that many seconds (as
     taskwrap.py's lifeline); then the agent ends, and its server with it (``end``, or the kernel
-    where the keeper is killed: zygote.py --parent). Meanwhile it says when the server ends and starts a new one when asked (the
-    module's docstring), for ``zygote`` (request 1's) in ``reply``'s dirs. ``socks``: the ports
+    where the keeper is killed: zygote.py --parent). Meanwhile it says when the server ends and
+    starts a new one when asked (the module's docstring), for ``zygote`` (request 1's) in ``reply``'s dirs. ``socks``: the ports
     the preflight held, released first. Returns 0 (the agent's exit)."""
     for sock in socks:
         sock.close()
@@ -234,7 +235,7 @@ def become_keeper(lines, order, socks, proc, zygote, reply, unsafe=None):
     if not getattr(proc, "warm", False) and not (unsafe and unsafe(reply["run_dir"], files=("zygotehost.py", "sibling.py"))):
         import tempfile
 
-        state = {"buf": lines.buf.decode("latin-1"), "order": order, "zygote": zygote, "grace": zygote.get("grace"),
+        state = {"buf": lines.buf.decode("latin-1"), "order": order, "zygote": zygote,
                  "reply": {"run_dir": reply["run_dir"], "workdir": reply["workdir"]},
                  "pid": proc.pid, "pidfd": getattr(proc, "pidfd", None), "socket": proc.socket_path}
         for sock in socks:
@@ -254,13 +255,6 @@ def become_keeper(lines, order, socks, proc, zygote, reply, unsafe=None):
     return keep(lines, order, socks, proc, zygote, reply)
 
 
-class _KeptChannel:
-    """The channel (stdin) as ``keep`` reads it: its descriptor and the bytes read ahead."""
-
-    def __init__(self, fd, buf):
-        self.fd, self.buf = fd, buf
-
-
 def _keeper(fd):
     """``--keeper FD`` (``become_keeper``'s exec): ``keep`` with what FD holds, then its first
     server ended (as agent.py's end of its server), unless another one replaced it."""
@@ -268,12 +262,11 @@ def _keeper(fd):
         fh.seek(0)
         state = json.loads(fh.read().decode())
     first = _Adopted(int(state["pid"]), state.get("pidfd"), state["socket"])
-    grace = float(state.get("grace") or 5)
+    channel = types.SimpleNamespace(fd=0, buf=state["buf"].encode("latin-1"))  # (as agent.py's reader)
     try:
-        return keep(_KeptChannel(0, state["buf"].encode("latin-1")), state["order"] or {}, [], first,
-                    state["zygote"], state["reply"])
+        return keep(channel, state["order"] or {}, [], first, state["zygote"], state["reply"])
     finally:
-        end(first, grace)
+        end(first, float(state["zygote"].get("grace") or 5))
 
 
 def _tell(obj):
