@@ -167,8 +167,9 @@ def keep(lines, order, socks, proc, zygote, reply):
     (``lines``, agent.py's reader) closes or, with a lease, stays silent for that many seconds (as
     taskwrap.py's lifeline); then the agent ends, and its server with it (``end``, or the kernel
     where the keeper is killed: zygote.py --parent). Meanwhile it says when the server ends and
-    starts a new one when asked (the module's docstring), for ``zygote`` (request 1's) in ``reply``'s dirs. ``socks``: the ports
-    the preflight held, released first. Returns 0 (the agent's exit)."""
+    starts a new one when asked (the module's docstring), for ``zygote`` (request 1's) in
+    ``reply``'s dirs. ``socks``: the ports the preflight held, released first. Returns 0 (the
+    agent's exit)."""
     for sock in socks:
         sock.close()
     lease, fd, buf, first = float(order.get("lease") or 0), lines.fd, lines.buf.replace(b".", b""), proc
