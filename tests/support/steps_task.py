@@ -10,9 +10,12 @@ with the reference worker.
 
 It serves its TF_CONFIG port (the startup watchdog sees it up), starts at the global step of the
 group's backup (``TFCLUSTER_STATE_DIR/steps_task/backup``, 0 without one) and says so on its
-control channel (``tfcluster-start``), then makes a step every DELAY s (``tfcluster-step``), the
-backup written every EVERY steps by worker:0 before its step line, as the reference worker's
-BackupAndRestore. At STEPS it says ``tfcluster-result steps_run=N`` and exits 0.
+control channel (``tfcluster-start``), waits for every task of the attempt to have read it too (a
+MWMS group's restore and steps are collective: no task steps before its peers joined; without the
+wait a task that Slurm started 0.1 s late read the backup its early peer had written since, one step
+ahead of the group's), then makes a step every DELAY s (``tfcluster-step``), the backup written
+every EVERY steps by worker:0 before its step line, as the reference worker's BackupAndRestore. At
+STEPS it says ``tfcluster-result steps_run=N`` and exits 0.
 
 SIGTERM, as the reference worker's agreed save: each task writes the step it is at, the group's
 step is the highest once every task wrote its own (within 10 s: Slurm's SIGTERM reaches each node
@@ -52,29 +55,50 @@ def say(kind, **fields):
 
 
 def write(path, text):
-    tmp = path.with_name(f"{path.name}.{task.replace(':', '-')}.tmp")
+    """Atomically: the temporary name starts with a dot, out of a peer's ``glob`` of the names
+    (``peers``), which would otherwise count it and read it half written or gone."""
+    tmp = path.with_name(f".{path.name}.{task.replace(':', '-')}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def peers(kind):
+    """What each task of this attempt wrote of ``kind`` (``term``, ``joined``): a list, one a task."""
+    return [p.read_text() for p in state.glob(f"{kind}-{attempt}-*")]
+
+
+def join(start):
+    """Wait until every task of the attempt has read the backup (and so started at the same step):
+    SIGTERM meanwhile (the group stopped before it formed) ends it saving nothing."""
+    write(state / f"joined-{attempt}-{task.replace(':', '-')}", str(start))
+    while len(peers("joined")) < group:
+        if asked:
+            sys.exit(128 + signal.SIGTERM)
+        if time.time() > give_up:
+            sys.exit(f"steps_task: {task}: its peers did not all start within 120 s")
+        time.sleep(0.02)
 
 
 def save(step):
     """The agreed save: the highest step of the group's, once every task wrote its own."""
     write(state / f"term-{attempt}-{task.replace(':', '-')}", str(step))
     deadline = time.time() + 10
-    while len(list(state.glob(f"term-{attempt}-*"))) < group:
+    while len(peers("term")) < group:
         if time.time() > deadline:
             sys.exit(128 + signal.SIGTERM)  # no agreement without every peer: nothing saved
         time.sleep(0.05)
-    agreed = max(int(p.read_text()) for p in state.glob(f"term-{attempt}-*"))
+    agreed = max(map(int, peers("term")))
     say("saving", epoch=0, step=agreed, global_step=agreed)
     write(backup, str(agreed))
     say("preempted", epoch=0, step=agreed, global_step=agreed, saved=backup)
     sys.exit(128 + signal.SIGTERM)
 
 
+give_up = time.time() + 120
 start = int(backup.read_text()) if backup.exists() else 0
 say("start", epoch=0, step=start, global_step=start, epochs=1, steps_per_epoch=steps)
-step, give_up = start, time.time() + 120
+join(start)
+step = start
 while step < steps:
     if asked:
         save(step)

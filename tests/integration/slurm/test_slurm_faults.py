@@ -109,6 +109,9 @@ def test_sigkill_then_slurms_sigterm_restart_the_group_in_the_allocation_and_res
     assert "(exit 143)" in out.split("restarting the whole group (restart 1 of 2)")[1], out[-4000:]
     first, resumed, last = progress(out, "start")
     assert first["global_step"] == "0"
+    # Each attempt's tasks started at the same step (the stand-ins wait for their peers, as MWMS).
+    assert [s["global_step"] for s in progress(out, "start", "worker:1")] == [
+        s["global_step"] for s in (first, resumed, last)], out[-4000:]
     # Killed after global step 10 with a backup every 5 steps (written before the step's line).
     assert int(resumed["global_step"]) >= 10, resumed
     after = out.split("restarting the whole group (restart 1 of 2)")[1]  # (attempt 0's survivor saved nothing)
