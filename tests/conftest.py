@@ -216,8 +216,13 @@ def _read_usage_usec(path: str):
         return None
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # (outside pytest-timeout's, whose clock starts in its own)
 def pytest_runtest_protocol(item, nextitem):
+    if _needs_docker(item) and "tests.support.docker_warmup" in sys.modules:
+        # The private engine is one a machine: a suite beside this one (tests/race_hunt.sh) may hold
+        # it for its whole docker run, longer than a test's own timeout, so the wait for it is here,
+        # before that timeout starts, bounded by the warm-up's own (TFCLUSTER_TEST_DOCKER_WAIT_S).
+        sys.modules["tests.support.docker_warmup"].wait_for_the_engine()
     path = os.environ.get("TFCLUSTER_TEST_CPU_LOG")
     if not path:
         yield

@@ -438,6 +438,10 @@ class Warmup:
         if not event.wait(timeout):
             raise RuntimeError(f"the docker warm-up did not {what} within {timeout:g} s")
 
+    def wait_for_engine(self, timeout: float = SESSION_WAIT_S) -> None:
+        """Until the engine is up or the warm-up failed (``engine()`` then says which), raising nothing."""
+        self._engine_ready.wait(timeout)
+
     def engine(self, timeout: float = SESSION_WAIT_S) -> Engine:
         self._wait(self._engine_ready, "start the engine", timeout)
         if self._engine is None:

@@ -42,6 +42,13 @@ def docker_warmup():
     return _WARMUP[0]
 
 
+def wait_for_the_engine() -> None:
+    """If the session started a warm-up, wait until it holds the private engine (or failed to: the
+    fixture says so), which may take another session's whole docker run (the lock, tests/labs/docker.py)."""
+    if _WARMUP:
+        _WARMUP[0].wait_for_engine()
+
+
 def close_docker_warmup() -> None:
     """Close the warm-up if the session started one (its engine stopped, what it built cached)."""
     if _WARMUP:
