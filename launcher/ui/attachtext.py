@@ -27,6 +27,10 @@ class TextRenderer:
 
     def start(self, view: RunStatus) -> None:
         self.console.block(render_status(view, self.spec))
+        if view.state == FAILED:  # (ended before attach: its failures, as `up` said them; a live run's come as events)
+            for row in view.tasks:
+                if row.life.reason:
+                    self.console.error(f"{row.key} failed: {row.life.reason}")
         if view.state == RUNNING:
             self.console.info(f"attached to run {view.run_id}; Ctrl-C detaches (the run goes on)")
 

@@ -404,3 +404,35 @@ def test_events_written_before_the_record_exists_are_its_first_lines(tmp_path):
     never.write_early(ev.HostWait(hosts=["h2"], have=1, need=2, until=100.0, wait=30.0))
     never.close()
     assert not (tmp_path / "never").exists()
+
+
+def test_attach_to_a_run_that_failed_before_it_names_each_failed_task_and_why(tmp_path):
+    """A run that ended before ``attach`` (a detached run whose task stalled while the user took its
+    stacks): attach prints the status block and the outcome, and the failures `up` said live, each
+    task's with its reason; a task that only stopped as a consequence is named by none."""
+    import io
+
+    from launcher.app.attach import attach
+    from launcher.loader.load import parse_spec
+    from launcher.spec.model import LoadedSpec
+    from launcher.ui.attachtext import TextRenderer
+    from launcher.ui.console import Console
+
+    why = "stuck 30 s at train.py:158 in silent_stall(): time.sleep(100000) (limit 30 s: watchdog.hang_timeout=30)"
+    events = [{"time": 1.0, "event": "run_start"},
+              {"time": 2.0, "event": "start", "task": "worker:0", "attempt": 0},
+              {"time": 2.0, "event": "start", "task": "worker:1", "attempt": 0},
+              {"time": 40.0, "event": "failure", "task": "worker:1", "reason": why},
+              {"time": 41.0, "event": "stopped", "task": "worker:0", "code": -15},
+              {"time": 42.0, "event": "outcome", "outcome": "failed", "exit_code": 1, "attempts": 1,
+               "reason": "gave up after 1 attempt(s): restart.max_restarts is 0; raise it to retry more"}]
+    make_run(tmp_path, events, {})
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("name: t\nstrategy: multi_worker_mirrored\nentrypoint: [python, x.py]\ntasks: {worker: 2}\n")
+    out, err = io.StringIO(), io.StringIO()
+    console = Console(out=out, err=err)
+    ended = attach(LoadedSpec(parse_spec(spec.read_text()), spec), console, TextRenderer(console, str(spec)))
+    said = out.getvalue() + err.getvalue()
+    assert ended.final.state == "failed" and "gave up after 1 attempt(s)" in said, said
+    assert f"worker:1 failed: {why}" in said, said
+    assert "worker:0 failed" not in said, said
