@@ -52,7 +52,10 @@ def test_a_plain_tf_config_script_is_restarted_by_its_promoted_standby_as_its_co
 
     def kill(_proc):
         kill_task(spec, "worker:1", signal.SIGKILL)
-        reached = int((tmp_path / "state" / "step").read_text())
+        # (worker:0 writes the step after its own line: worker:1's first line can come before it)
+        written = tmp_path / "state" / "step"
+        wait_for(written.exists, 30, what="worker:0's step file (tests/support/plain_tf_config.py writes it)")
+        reached = int(written.read_text())
         steps.write_text(str(reached + 30))
         end.append(reached + 30)
 
