@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+from launcher.contract.progress import parse
 from tests.support.cli import ROOT
 from tests.support.ports import free_base
 from tests.support.waits import wait_for
@@ -34,8 +35,9 @@ def _lines(proc: subprocess.Popen, read: int) -> list[str]:
 
 
 def _field(lines: list[str], kind: str, key: str) -> str:
-    (line,) = [x for x in lines if x.startswith(f"tfcluster-{kind} ")]
-    return dict(f.split("=", 1) for f in line.split()[1:])[key]
+    """``key`` of the one ``tfcluster-<kind>`` line, read by the launcher's own parser."""
+    (record,) = [r for r in map(parse, lines) if r is not None and r.kind == kind]
+    return dict(record.fields)[key]
 
 
 def test_a_task_started_late_starts_at_the_groups_backup_not_at_one_its_peer_wrote_since(tmp_path):
